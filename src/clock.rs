@@ -1,0 +1,471 @@
+//! The time base: a serialised cycle-counter read per architecture, its frequency,
+//! its invariance, and its own read overhead.
+
+use serde::Serialize;
+use std::time::Duration;
+
+/// A time source the harness measures with. Real clocks read hardware counters; the mock
+/// clock lets the harness and statistics be tested deterministically.
+pub trait Clock: Send + Sync {
+    /// Counter value before a measured region (serialising: earlier work has retired).
+    fn start(&self) -> u64;
+    /// Counter value after a measured region (serialising: later work has not begun).
+    fn stop(&self) -> u64;
+    /// Counter ticks per nanosecond.
+    fn ticks_per_ns(&self) -> f64;
+    /// Ticks an empty start/stop region reports; subtracted from every trial.
+    fn overhead_ticks(&self) -> f64;
+    /// Short name of the counter ("tsc", "cntvct", "monotonic_raw", "mock").
+    fn name(&self) -> &'static str;
+
+    fn ticks_to_ns(&self, ticks: f64) -> f64 {
+        ticks / self.ticks_per_ns()
+    }
+    fn ns_to_ticks(&self, ns: f64) -> f64 {
+        ns * self.ticks_per_ns()
+    }
+}
+
+/// What is known about the counter; recorded in the machine description.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClockInfo {
+    pub counter: &'static str,
+    pub frequency_hz: f64,
+    /// Where the frequency came from ("cpuid 0x15", "calibrated against CLOCK_MONOTONIC_RAW", ...).
+    pub frequency_source: String,
+    /// Calibrated frequency, kept even when CPUID gave one, as a cross-check.
+    pub calibrated_hz: f64,
+    pub invariant: Option<bool>,
+    /// Ticks an empty fenced region reports (what measurements contain and have subtracted).
+    pub overhead_ticks: f64,
+    pub overhead_ns: f64,
+    /// Wall-clock cost of one complete start+stop pair including the fences.
+    pub pair_cost_ns: f64,
+    /// The counter counts core cycles (false for TSC on modern CPUs, which ticks at a fixed rate).
+    pub counts_core_cycles: bool,
+    pub warnings: Vec<String>,
+}
+
+/// CLOCK_MONOTONIC_RAW in nanoseconds.
+pub fn monotonic_raw_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid, writable timespec; the clock id is a constant the kernel knows.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_RAW, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(target_arch = "x86_64")]
+// CPUID intrinsics became safe in recent Rust; the blocks stay for older toolchains.
+#[allow(unused_unsafe)]
+mod arch {
+    use core::arch::x86_64::{__cpuid, __cpuid_count, __rdtscp, _rdtsc};
+
+    pub const NAME: &str = "tsc";
+
+    #[inline(always)]
+    pub fn start() -> u64 {
+        // SAFETY: CPUID and RDTSC exist on every x86-64 CPU and touch no memory.
+        unsafe {
+            __cpuid(0);
+            _rdtsc()
+        }
+    }
+
+    #[inline(always)]
+    pub fn stop() -> u64 {
+        let mut aux = 0u32;
+        // SAFETY: RDTSCP writes only to `aux`, a local; CPUID touches no memory. RDTSCP is
+        // checked for at start-up (`available`) before this clock is chosen.
+        unsafe {
+            let t = __rdtscp(&mut aux);
+            __cpuid(0);
+            t
+        }
+    }
+
+    pub fn available() -> bool {
+        // SAFETY: CPUID is always available on x86-64.
+        let ext = unsafe { __cpuid(0x8000_0000) };
+        if ext.eax < 0x8000_0001 {
+            return false;
+        }
+        // SAFETY: leaf 0x80000001 is within the supported range checked above.
+        let f = unsafe { __cpuid(0x8000_0001) };
+        f.edx & (1 << 27) != 0 // RDTSCP
+    }
+
+    /// Invariant TSC bit (CPUID 0x80000007 EDX bit 8).
+    pub fn invariant() -> Option<bool> {
+        // SAFETY: CPUID is always available on x86-64; leaves are range-checked.
+        unsafe {
+            if __cpuid(0x8000_0000).eax < 0x8000_0007 {
+                return None;
+            }
+            Some(__cpuid(0x8000_0007).edx & (1 << 8) != 0)
+        }
+    }
+
+    /// Nominal frequency from CPUID: leaf 0x15 (crystal ratio), 0x16 (base MHz) or the
+    /// hypervisor timing leaf 0x40000010 (kHz).
+    pub fn nominal_hz() -> Option<(f64, String)> {
+        // SAFETY: CPUID is always available; every leaf is range-checked before use.
+        unsafe {
+            let max = __cpuid(0).eax;
+            if max >= 0x15 {
+                let l = __cpuid_count(0x15, 0);
+                if l.eax != 0 && l.ebx != 0 && l.ecx != 0 {
+                    let hz = l.ecx as f64 * l.ebx as f64 / l.eax as f64;
+                    return Some((hz, "CPUID leaf 0x15 (crystal x ratio)".into()));
+                }
+            }
+            if max >= 0x16 {
+                let l = __cpuid_count(0x16, 0);
+                if l.eax & 0xffff != 0 {
+                    let hz = (l.eax & 0xffff) as f64 * 1e6;
+                    return Some((hz, "CPUID leaf 0x16 (base MHz)".into()));
+                }
+            }
+            let hv = __cpuid(0x4000_0000).eax;
+            if (0x4000_0010..0x5000_0000).contains(&hv) {
+                let l = __cpuid(0x4000_0010);
+                if l.eax != 0 {
+                    return Some((
+                        l.eax as f64 * 1e3,
+                        "CPUID leaf 0x40000010 (hypervisor)".into(),
+                    ));
+                }
+            }
+        }
+        None
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod arch {
+    pub const NAME: &str = "cntvct";
+
+    #[inline(always)]
+    fn read() -> u64 {
+        let v: u64;
+        // SAFETY: CNTVCT_EL0 is readable from EL0 on Linux (the kernel enables it for the vDSO);
+        // ISB keeps the read from being hoisted over earlier instructions.
+        unsafe {
+            core::arch::asm!("isb", "mrs {v}, cntvct_el0", "isb", v = out(reg) v, options(nostack))
+        };
+        v
+    }
+    #[inline(always)]
+    pub fn start() -> u64 {
+        read()
+    }
+    #[inline(always)]
+    pub fn stop() -> u64 {
+        read()
+    }
+    pub fn available() -> bool {
+        true
+    }
+    pub fn invariant() -> Option<bool> {
+        // The generic timer runs at a fixed frequency by architecture.
+        Some(true)
+    }
+    pub fn nominal_hz() -> Option<(f64, String)> {
+        let f: u64;
+        // SAFETY: CNTFRQ_EL0 is readable from EL0; it only reads a system register.
+        unsafe { core::arch::asm!("mrs {f}, cntfrq_el0", f = out(reg) f, options(nostack, nomem)) };
+        (f != 0).then(|| (f as f64, "CNTFRQ_EL0".to_string()))
+    }
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+mod arch {
+    pub const NAME: &str = "monotonic_raw";
+    pub fn start() -> u64 {
+        super::monotonic_raw_ns()
+    }
+    pub fn stop() -> u64 {
+        super::monotonic_raw_ns()
+    }
+    pub fn available() -> bool {
+        false
+    }
+    pub fn invariant() -> Option<bool> {
+        Some(true)
+    }
+    pub fn nominal_hz() -> Option<(f64, String)> {
+        Some((1e9, "nanoseconds".into()))
+    }
+}
+
+/// The hardware counter (TSC or CNTVCT), or CLOCK_MONOTONIC_RAW where there is none.
+#[derive(Debug, Clone)]
+pub struct HwClock {
+    use_counter: bool,
+    ticks_per_ns: f64,
+    overhead: f64,
+}
+
+impl Clock for HwClock {
+    #[inline(always)]
+    fn start(&self) -> u64 {
+        if self.use_counter {
+            arch::start()
+        } else {
+            monotonic_raw_ns()
+        }
+    }
+    #[inline(always)]
+    fn stop(&self) -> u64 {
+        if self.use_counter {
+            arch::stop()
+        } else {
+            monotonic_raw_ns()
+        }
+    }
+    fn ticks_per_ns(&self) -> f64 {
+        self.ticks_per_ns
+    }
+    fn overhead_ticks(&self) -> f64 {
+        self.overhead
+    }
+    fn name(&self) -> &'static str {
+        if self.use_counter {
+            arch::NAME
+        } else {
+            "monotonic_raw"
+        }
+    }
+}
+
+/// Calibrates the counter against CLOCK_MONOTONIC_RAW: median of several windows.
+fn calibrate_hz(read: impl Fn() -> u64, window: Duration) -> f64 {
+    let mut rates: Vec<f64> = (0..5)
+        .map(|_| {
+            let n0 = monotonic_raw_ns();
+            let c0 = read();
+            while monotonic_raw_ns() - n0 < window.as_nanos() as u64 {
+                std::hint::spin_loop();
+            }
+            let c1 = read();
+            let n1 = monotonic_raw_ns();
+            (c1 - c0) as f64 / ((n1 - n0) as f64 * 1e-9)
+        })
+        .collect();
+    rates.sort_by(f64::total_cmp);
+    rates[rates.len() / 2]
+}
+
+/// Minimum over many empty fenced regions: the ticks every measurement carries.
+fn measure_overhead<C: Clock + ?Sized>(c: &C) -> (f64, f64) {
+    let mut region: Vec<u64> = Vec::with_capacity(2000);
+    let t0 = monotonic_raw_ns();
+    for _ in 0..2000 {
+        let a = c.start();
+        let b = c.stop();
+        region.push(b.wrapping_sub(a));
+    }
+    let wall = (monotonic_raw_ns() - t0) as f64 / 2000.0;
+    region.sort_unstable();
+    // The median, not the minimum: trials see the typical cost, and the minimum would
+    // under-subtract by the occasional interrupt-free best case.
+    (region[region.len() / 2] as f64, wall)
+}
+
+/// Builds the best clock the platform offers and describes it.
+pub fn detect() -> (HwClock, ClockInfo) {
+    let mut warnings = Vec::new();
+    let use_counter = arch::available() && std::env::var_os("OSMETER_CLOCK_FALLBACK").is_none();
+    let (hz, source, calibrated, invariant) = if use_counter {
+        let calibrated = calibrate_hz(arch::stop, Duration::from_millis(20));
+        let invariant = arch::invariant().or_else(cpuinfo_invariant);
+        match arch::nominal_hz() {
+            Some((hz, src)) => {
+                if ((hz - calibrated) / calibrated).abs() > 0.01 {
+                    warnings.push(format!(
+                        "counter frequency from {src} ({:.1} MHz) differs from calibration ({:.1} MHz) by more than 1%; using the calibrated value",
+                        hz / 1e6,
+                        calibrated / 1e6
+                    ));
+                    (
+                        calibrated,
+                        "calibrated against CLOCK_MONOTONIC_RAW".to_string(),
+                        calibrated,
+                        invariant,
+                    )
+                } else {
+                    (hz, src, calibrated, invariant)
+                }
+            }
+            None => (
+                calibrated,
+                "calibrated against CLOCK_MONOTONIC_RAW".to_string(),
+                calibrated,
+                invariant,
+            ),
+        }
+    } else {
+        warnings.push(
+            "no usable cycle counter; using CLOCK_MONOTONIC_RAW (coarser, slower to read)".into(),
+        );
+        (1e9, "CLOCK_MONOTONIC_RAW (ns)".to_string(), 1e9, Some(true))
+    };
+    if invariant == Some(false) {
+        warnings.push("the cycle counter is not invariant (no constant_tsc/nonstop_tsc): its rate may change with frequency or sleep states".into());
+    }
+    let mut clock = HwClock {
+        use_counter,
+        ticks_per_ns: hz / 1e9,
+        overhead: 0.0,
+    };
+    let (overhead, pair_wall) = measure_overhead(&clock);
+    clock.overhead = overhead;
+    let info = ClockInfo {
+        counter: clock.name(),
+        frequency_hz: hz,
+        frequency_source: source,
+        calibrated_hz: calibrated,
+        invariant,
+        overhead_ticks: overhead,
+        overhead_ns: overhead / clock.ticks_per_ns,
+        pair_cost_ns: pair_wall,
+        counts_core_cycles: false,
+        warnings,
+    };
+    (clock, info)
+}
+
+fn cpuinfo_invariant() -> Option<bool> {
+    let s = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let flags = s.lines().find(|l| l.starts_with("flags"))?;
+    Some(flags.contains(" constant_tsc") && flags.contains(" nonstop_tsc"))
+}
+
+/// Effective core clock: a chain of dependent single-cycle adds retires one per core cycle.
+/// Returns Hz, or None where no such chain is available.
+pub fn effective_core_hz() -> Option<f64> {
+    const PER_ITER: u64 = 100;
+    #[cfg(target_arch = "x86_64")]
+    fn chain(iters: u64) {
+        let mut x = 0u64;
+        for _ in 0..iters {
+            // SAFETY: register-only arithmetic on a local; no memory, stack or flags contract.
+            unsafe {
+                core::arch::asm!(
+                    ".rept 100", "add {x}, 1", ".endr",
+                    x = inout(reg) x, options(nomem, nostack)
+                )
+            };
+        }
+        std::hint::black_box(x);
+    }
+    #[cfg(target_arch = "aarch64")]
+    fn chain(iters: u64) {
+        let mut x = 0u64;
+        for _ in 0..iters {
+            // SAFETY: register-only arithmetic on a local.
+            unsafe {
+                core::arch::asm!(
+                    ".rept 100", "add {x}, {x}, #1", ".endr",
+                    x = inout(reg) x, options(nomem, nostack)
+                )
+            };
+        }
+        std::hint::black_box(x);
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    fn chain(_iters: u64) {}
+    if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
+        return None;
+    }
+    chain(100_000); // warm up: let the core reach its running frequency
+    let iters = 200_000u64;
+    let mut best = f64::INFINITY;
+    for _ in 0..7 {
+        let t0 = monotonic_raw_ns();
+        chain(iters);
+        let dt = (monotonic_raw_ns() - t0) as f64;
+        best = best.min(dt);
+    }
+    Some((iters * PER_ITER) as f64 / (best * 1e-9))
+}
+
+/// A deterministic clock for tests: one tick per nanosecond, advanced explicitly.
+#[derive(Debug, Default)]
+pub struct MockClock {
+    now: std::sync::atomic::AtomicU64,
+    pub overhead: u64,
+}
+
+impl MockClock {
+    pub fn new(overhead: u64) -> Self {
+        MockClock {
+            now: Default::default(),
+            overhead,
+        }
+    }
+    pub fn advance(&self, ticks: u64) {
+        self.now
+            .fetch_add(ticks, std::sync::atomic::Ordering::SeqCst);
+    }
+    pub fn now(&self) -> u64 {
+        self.now.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Clock for MockClock {
+    fn start(&self) -> u64 {
+        self.now()
+    }
+    fn stop(&self) -> u64 {
+        self.advance(self.overhead);
+        self.now()
+    }
+    fn ticks_per_ns(&self) -> f64 {
+        1.0
+    }
+    fn overhead_ticks(&self) -> f64 {
+        self.overhead as f64
+    }
+    fn name(&self) -> &'static str {
+        "mock"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hardware_clock_is_monotonic_and_plausible() {
+        let (c, info) = detect();
+        assert!(
+            info.frequency_hz > 1e6 && info.frequency_hz < 1e11,
+            "{info:?}"
+        );
+        assert!(
+            info.overhead_ns >= 0.0 && info.overhead_ns < 1000.0,
+            "{info:?}"
+        );
+        let a = c.start();
+        let b = c.stop();
+        assert!(b >= a);
+        // The counter agrees with CLOCK_MONOTONIC_RAW over 20 ms to within 5%.
+        let n0 = monotonic_raw_ns();
+        let c0 = c.start();
+        std::thread::sleep(Duration::from_millis(20));
+        let c1 = c.stop();
+        let n1 = monotonic_raw_ns();
+        let ratio = c.ticks_to_ns((c1 - c0) as f64) / (n1 - n0) as f64;
+        assert!((0.95..1.05).contains(&ratio), "ratio {ratio}");
+    }
+
+    #[test]
+    fn core_clock_is_plausible() {
+        if let Some(hz) = effective_core_hz() {
+            assert!(hz > 1e8 && hz < 1e10, "{hz}");
+        }
+    }
+}

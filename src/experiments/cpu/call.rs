@@ -1,0 +1,209 @@
+//! cpu.call: procedure call cost for 0..7 integer arguments.
+
+use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::harness::repeat;
+use crate::results::{Check, Prediction};
+use std::hint::black_box;
+use std::time::Duration;
+
+pub struct Call;
+
+// The callees return their first argument so the arguments are live but the bodies do not
+// grow with arity: the increment per argument is the cost of passing it.
+#[inline(never)]
+extern "C" fn f0() -> u64 {
+    0
+}
+#[inline(never)]
+extern "C" fn f1(a: u64) -> u64 {
+    a
+}
+#[inline(never)]
+extern "C" fn f2(a: u64, _: u64) -> u64 {
+    a
+}
+#[inline(never)]
+extern "C" fn f3(a: u64, _: u64, _: u64) -> u64 {
+    a
+}
+#[inline(never)]
+extern "C" fn f4(a: u64, _: u64, _: u64, _: u64) -> u64 {
+    a
+}
+#[inline(never)]
+extern "C" fn f5(a: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    a
+}
+#[inline(never)]
+extern "C" fn f6(a: u64, _: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    a
+}
+#[inline(never)]
+extern "C" fn f7(a: u64, _: u64, _: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    a
+}
+
+/// Calls the arity-`k` function `n` times through a pointer the optimiser cannot see
+/// through, so every call and every argument is really made.
+fn calls(k: usize, n: u64) {
+    let x = black_box(1u64);
+    match k {
+        0 => {
+            let f = black_box(f0 as extern "C" fn() -> u64);
+            repeat(n, || f())
+        }
+        1 => {
+            let f = black_box(f1 as extern "C" fn(u64) -> u64);
+            repeat(n, || f(x))
+        }
+        2 => {
+            let f = black_box(f2 as extern "C" fn(u64, u64) -> u64);
+            repeat(n, || f(x, x))
+        }
+        3 => {
+            let f = black_box(f3 as extern "C" fn(u64, u64, u64) -> u64);
+            repeat(n, || f(x, x, x))
+        }
+        4 => {
+            let f = black_box(f4 as extern "C" fn(u64, u64, u64, u64) -> u64);
+            repeat(n, || f(x, x, x, x))
+        }
+        5 => {
+            let f = black_box(f5 as extern "C" fn(u64, u64, u64, u64, u64) -> u64);
+            repeat(n, || f(x, x, x, x, x))
+        }
+        6 => {
+            let f = black_box(f6 as extern "C" fn(u64, u64, u64, u64, u64, u64) -> u64);
+            repeat(n, || f(x, x, x, x, x, x))
+        }
+        _ => {
+            let f = black_box(f7 as extern "C" fn(u64, u64, u64, u64, u64, u64, u64) -> u64);
+            repeat(n, || f(x, x, x, x, x, x, x))
+        }
+    }
+}
+
+/// Cycles for call + return with no arguments, and per register argument, in the model.
+const CALL_CYCLES: f64 = 4.0;
+const ARG_CYCLES: f64 = 0.5;
+
+impl Experiment for Call {
+    fn id(&self) -> &'static str {
+        "cpu.call"
+    }
+    fn title(&self) -> &'static str {
+        "Procedure call cost by argument count"
+    }
+    fn description(&self) -> &'static str {
+        "cost of a non-inlined call with 0..7 integer arguments, and the increment per argument"
+    }
+    fn method(&self) -> &'static str {
+        "One non-inlined extern \"C\" function per arity (0..7 integer arguments), called through a function pointer \
+         hidden behind black_box so the compiler can neither inline the call nor drop its arguments; the callee \
+         returns its first argument. Each arity is measured in the calibrated loop with loop overhead subtracted. The \
+         increment per argument is the slope of a least-squares line over the arities (on x86-64 the 7th argument \
+         goes on the stack)."
+    }
+    fn budget(&self, p: Profile) -> Duration {
+        p.scale(Duration::from_millis(1600))
+    }
+    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        let (ghz, src) = super::core_ghz(ctx);
+        let mut v: Vec<(String, Prediction)> = (0..8)
+            .map(|k| {
+                let cycles = CALL_CYCLES + ARG_CYCLES * k as f64;
+                (
+                    format!("args_{k}"),
+                    Prediction::new(
+                        cycles / ghz,
+                        format!("({CALL_CYCLES} + {ARG_CYCLES} x {k}) cycles / f_core"),
+                    )
+                    .input("f_core", ghz * 1e9, "Hz", src.clone())
+                    .input(
+                        "call_return_cycles",
+                        CALL_CYCLES,
+                        "cycles",
+                        "model: predicted call+ret",
+                    )
+                    .input(
+                        "cycles_per_arg",
+                        ARG_CYCLES,
+                        "cycles",
+                        "model: one register move, two per cycle",
+                    ),
+                )
+            })
+            .collect();
+        v.push((
+            "per_argument".into(),
+            Prediction::new(ARG_CYCLES / ghz, format!("{ARG_CYCLES} cycles / f_core")).input(
+                "f_core",
+                ghz * 1e9,
+                "Hz",
+                src,
+            ),
+        ));
+        v
+    }
+    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        let mut out = Outcome::default();
+        let h = ctx.harness(8);
+        let mut medians = Vec::new();
+        for k in 0..8 {
+            (ctx.progress)(&format!("{k} arguments"));
+            let m = h.measure(1.0, |n| calls(k, n));
+            medians.push((k as f64, m.median_ns()));
+            out.measured(
+                &format!("args_{k}"),
+                &format!("call and return with {k} integer arguments"),
+                &m,
+            );
+        }
+        // Per-argument increment: slope over arities, with a bootstrap-free spread from
+        // the per-trial slopes (trial i of every arity).
+        let n_trials = out.metrics.iter().map(|m| m.raw.len()).min().unwrap_or(0);
+        let slopes: Vec<f64> = (0..n_trials)
+            .filter_map(|i| {
+                let pts: Vec<(f64, f64)> = out
+                    .metrics
+                    .iter()
+                    .enumerate()
+                    .map(|(k, m)| (k as f64, m.raw[i]))
+                    .collect();
+                crate::stats::linear_fit(&pts).map(|(_, b)| b)
+            })
+            .collect();
+        out.metric(
+            "per_argument",
+            "ns",
+            "least-squares increment per added argument (per-trial slopes)",
+            slopes,
+        );
+        out.series.push(crate::results::Series {
+            name: "call cost vs arguments".into(),
+            x_unit: "arguments".into(),
+            y_unit: "ns".into(),
+            points: medians.iter().map(|&(k, v)| [k, v]).collect(),
+        });
+        let (_, slope) = crate::stats::linear_fit(&medians).unwrap_or((0.0, 0.0));
+        let c0 = medians[0].1;
+        out.check(Check::sanity(
+            "cost grows with arguments within noise",
+            medians[7].1 >= c0 * 0.9 && slope > -0.05 * c0,
+            format!(
+                "0 args {c0:.3} ns, 7 args {:.3} ns, slope {slope:.3} ns/arg",
+                medians[7].1
+            ),
+        ));
+        out.finding(
+            format!(
+                "A call costs {} with no arguments and {} more per argument; a 7-argument call costs {:.2}x a 0-argument call.",
+                crate::units::fmt_ns(c0),
+                crate::units::fmt_ns(slope),
+                medians[7].1 / c0
+            ),
+            &["args_0", "args_7", "per_argument"],
+        );
+        Ok(out)
+    }
+}

@@ -1,0 +1,53 @@
+//! cpu.loop: the cost of one iteration of the harness's measured loop.
+
+use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::harness::repeat;
+use crate::results::{Check, Prediction};
+use std::time::Duration;
+
+pub struct LoopCost;
+
+impl Experiment for LoopCost {
+    fn id(&self) -> &'static str {
+        "cpu.loop"
+    }
+    fn title(&self) -> &'static str {
+        "Loop iteration cost"
+    }
+    fn description(&self) -> &'static str {
+        "cost of one iteration of a loop whose body the compiler cannot remove"
+    }
+    fn method(&self) -> &'static str {
+        "The harness's canonical loop (`repeat`: the counter passes through black_box each iteration, so the loop \
+         cannot be removed or collapsed) with an empty body, calibrated to the profile's trial length; per-iteration \
+         time is trial time less clock overhead, divided by iterations. This is the loop overhead subtracted from \
+         every other per-operation figure."
+    }
+    fn budget(&self, p: Profile) -> Duration {
+        p.scale(Duration::from_millis(500))
+    }
+    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        let (ghz, src) = super::core_ghz(ctx);
+        vec![(
+            "iteration".into(),
+            Prediction::new(
+                1.0 / ghz,
+                "1 cycle / f_core (increment, compare and branch issue together)",
+            )
+            .input("f_core", ghz * 1e9, "Hz", src),
+        )]
+    }
+    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        let mut out = Outcome::default();
+        let h = ctx.harness(1);
+        let m = h.measure_raw(1.0, |n| repeat(n, || ()));
+        out.measured("iteration", "one iteration of the empty measured loop", &m);
+        let med = m.median_ns();
+        out.check(Check::sanity(
+            "plausible",
+            med > 0.0 && med < 100.0,
+            format!("{med:.3} ns per iteration"),
+        ));
+        Ok(out)
+    }
+}

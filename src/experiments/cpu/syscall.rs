@@ -1,0 +1,175 @@
+//! cpu.syscall: the cost of entering the kernel, against a vDSO call that does not.
+
+use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::harness::repeat;
+use crate::results::{Check, Prediction};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+pub struct Syscall;
+
+/// Model cycles for SYSCALL/SYSRET with the kernel's entry and exit code and no mitigations.
+const ENTRY_CYCLES: f64 = 150.0;
+/// Extra cycles per kernel entry when page-table isolation or similar mitigations are on.
+const MITIGATION_CYCLES: f64 = 400.0;
+
+fn raw_getppid() -> libc::c_long {
+    // SAFETY: getppid takes no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_getppid) }
+}
+
+fn raw_getpid() -> libc::c_long {
+    // SAFETY: getpid takes no arguments and cannot fail; the raw call bypasses any caching.
+    unsafe { libc::syscall(libc::SYS_getpid) }
+}
+
+/// True when a mitigation that adds work to every kernel entry is active.
+fn entry_mitigation() -> Option<String> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/vulnerabilities").ok()?;
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let v = std::fs::read_to_string(e.path()).unwrap_or_default();
+        let heavy = (name == "meltdown" && v.contains("PTI"))
+            || (name == "mds" && v.contains("Clear CPU buffers"))
+            || (name == "retbleed" && (v.contains("IBPB") || v.contains("untrained return")))
+            || (name == "spec_rstack_overflow" && v.contains("Safe RET"));
+        if heavy {
+            return Some(format!("{name}: {}", v.trim()));
+        }
+    }
+    None
+}
+
+impl Experiment for Syscall {
+    fn id(&self) -> &'static str {
+        "cpu.syscall"
+    }
+    fn title(&self) -> &'static str {
+        "System call cost"
+    }
+    fn description(&self) -> &'static str {
+        "minimal system calls (getppid, getpid, write 0 bytes, getcwd) against a vDSO clock_gettime"
+    }
+    fn method(&self) -> &'static str {
+        "Each call in the calibrated loop, loop overhead subtracted: raw syscall(SYS_getppid) and syscall(SYS_getpid) \
+         (no C-library caching), write() of 0 bytes to /dev/null (file descriptor lookup), getcwd() into a buffer \
+         (path walk and copy), and clock_gettime(CLOCK_MONOTONIC), which the vDSO answers in user space without \
+         entering the kernel. getppid is the headline figure (the same call perf bench syscall basic makes)."
+    }
+    fn budget(&self, p: Profile) -> Duration {
+        p.scale(Duration::from_millis(1500))
+    }
+    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        let (ghz, src) = super::core_ghz(ctx);
+        let mitig = entry_mitigation();
+        let m = if mitig.is_some() { 1.0 } else { 0.0 };
+        let entry = |extra: f64, what: &str| {
+            Prediction::new(
+                (ENTRY_CYCLES + m * MITIGATION_CYCLES + extra) / ghz,
+                format!("({ENTRY_CYCLES} + {MITIGATION_CYCLES} x mitigated + {extra}) cycles / f_core{what}"),
+            )
+            .input("f_core", ghz * 1e9, "Hz", src.clone())
+            .input("mitigated", m, "bool", mitig.clone().unwrap_or_else(|| "no entry-cost mitigation listed in sysfs".into()))
+            .input("entry_cycles", ENTRY_CYCLES, "cycles", "model: SYSCALL/SYSRET and entry code")
+        };
+        let read = ctx
+            .machine
+            .clock
+            .as_ref()
+            .map(|c| c.overhead_ns)
+            .unwrap_or(10.0);
+        vec![
+            ("getppid".into(), entry(0.0, "")),
+            ("getpid".into(), entry(0.0, "")),
+            ("write_devnull_0".into(), entry(50.0, " (+ fd lookup)")),
+            ("getcwd".into(), entry(150.0, " (+ dentry walk and copy)")),
+            (
+                "clock_gettime_vdso".into(),
+                Prediction::new(
+                    read / 2.0 + 20.0 / ghz,
+                    "counter read (half a fenced pair) + 20 cycles / f_core",
+                )
+                .input("fenced_pair", read, "ns", "clock detection")
+                .input("f_core", ghz * 1e9, "Hz", src),
+            ),
+        ]
+    }
+    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        let mut out = Outcome::default();
+        let h = ctx.harness(5);
+        let devnull = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
+        let fd = devnull.as_raw_fd();
+        let mut buf = vec![0u8; 4096];
+        let bufp = buf.as_mut_ptr() as *mut libc::c_char;
+
+        (ctx.progress)("getppid");
+        let m = h.measure(1.0, |n| repeat(n, raw_getppid));
+        out.measured("getppid", "raw syscall(SYS_getppid)", &m);
+        (ctx.progress)("getpid");
+        let m = h.measure(1.0, |n| repeat(n, raw_getpid));
+        out.measured("getpid", "raw syscall(SYS_getpid)", &m);
+        (ctx.progress)("write");
+        let empty = [0u8; 1];
+        let m = h.measure(1.0, |n| {
+            // SAFETY: fd is open for writing; a 0-byte write reads nothing from the buffer.
+            repeat(n, || unsafe {
+                libc::write(fd, empty.as_ptr() as *const libc::c_void, 0)
+            })
+        });
+        out.measured("write_devnull_0", "write() of 0 bytes to /dev/null", &m);
+        (ctx.progress)("getcwd");
+        let m = h.measure(1.0, |n| {
+            // SAFETY: bufp points to 4096 writable bytes owned by `buf`, which outlives the loop.
+            repeat(n, || unsafe { libc::getcwd(bufp, 4096) })
+        });
+        out.measured("getcwd", "getcwd() into a 4 KiB buffer", &m);
+        (ctx.progress)("clock_gettime");
+        let m = h.measure(1.0, |n| {
+            repeat(n, || {
+                let mut ts = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                // SAFETY: ts is a valid writable timespec.
+                unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+                ts.tv_nsec
+            })
+        });
+        out.measured(
+            "clock_gettime_vdso",
+            "clock_gettime(CLOCK_MONOTONIC) via the vDSO (no kernel entry)",
+            &m,
+        );
+        drop(buf);
+
+        let med = |name: &str| {
+            out.metrics
+                .iter()
+                .find(|m| m.name == name)
+                .map(|m| m.summary.median)
+                .unwrap_or(f64::NAN)
+        };
+        let (sys, vdso) = (med("getppid"), med("clock_gettime_vdso"));
+        let loop_ns = ctx.clock.ticks_to_ns(ctx.loop_ticks);
+        out.check(Check::sanity(
+            "a system call costs more than a loop iteration",
+            sys > loop_ns,
+            format!("getppid {sys:.1} ns, loop {loop_ns:.2} ns"),
+        ));
+        out.check(Check::sanity(
+            "vDSO call cheaper than a kernel entry",
+            vdso < sys,
+            format!("clock_gettime {vdso:.1} ns, getppid {sys:.1} ns"),
+        ));
+        out.finding(
+            format!(
+                "Entering the kernel (getppid) costs {} ({:.0}x a vDSO clock_gettime at {}).",
+                crate::units::fmt_ns(sys),
+                sys / vdso,
+                crate::units::fmt_ns(vdso)
+            ),
+            &["getppid", "clock_gettime_vdso"],
+        );
+        Ok(out)
+    }
+}

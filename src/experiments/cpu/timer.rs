@@ -1,0 +1,124 @@
+//! cpu.timer: what one fenced timestamp pair costs.
+
+use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::results::{Check, Prediction};
+use std::time::Duration;
+
+pub struct Timer;
+
+impl Experiment for Timer {
+    fn id(&self) -> &'static str {
+        "cpu.timer"
+    }
+    fn title(&self) -> &'static str {
+        "Timestamp read cost"
+    }
+    fn description(&self) -> &'static str {
+        "cost of one serialised timestamp read pair (inside the region, and in wall time)"
+    }
+    fn method(&self) -> &'static str {
+        "Many empty regions between the start sequence (CPUID; RDTSC on x86-64) and the stop sequence (RDTSCP; CPUID); \
+         the ticks each empty region reports are what every measurement carries and has subtracted. Separately, the \
+         wall-clock cost of a whole start+stop pair including the serialising instructions, timed over a calibrated \
+         number of back-to-back pairs."
+    }
+    fn budget(&self, p: Profile) -> Duration {
+        p.scale(Duration::from_millis(600))
+    }
+    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        let Some(ci) = &ctx.machine.clock else {
+            return vec![];
+        };
+        vec![
+            (
+                "read_pair".into(),
+                Prediction::new(
+                    ci.overhead_ns,
+                    "median empty region measured when the clock was set up",
+                )
+                .input(
+                    "startup_overhead",
+                    ci.overhead_ns,
+                    "ns",
+                    "clock detection (2000 empty regions)",
+                ),
+            ),
+            (
+                "fenced_pair_wall".into(),
+                Prediction::new(
+                    ci.pair_cost_ns,
+                    "wall time per pair measured when the clock was set up",
+                )
+                .input(
+                    "startup_pair_cost",
+                    ci.pair_cost_ns,
+                    "ns",
+                    "clock detection (2000 pairs, CLOCK_MONOTONIC_RAW)",
+                ),
+            ),
+        ]
+    }
+    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        let mut out = Outcome::default();
+        let c = ctx.clock;
+        // Empty regions, in batches: each batch's median is one trial.
+        let n_trials = ctx.profile.harness().trials;
+        let deadline = std::time::Instant::now() + ctx.budget / 2;
+        let mut trials = Vec::new();
+        let mut all_positive = true;
+        for _ in 0..n_trials {
+            let mut v: Vec<u64> = (0..1000)
+                .map(|_| {
+                    let a = c.start();
+                    let b = c.stop();
+                    b.wrapping_sub(a)
+                })
+                .collect();
+            v.sort_unstable();
+            all_positive &= v[0] > 0 || c.name() == "monotonic_raw";
+            trials.push(c.ticks_to_ns(v[v.len() / 2] as f64));
+            if std::time::Instant::now() > deadline {
+                break;
+            }
+        }
+        out.metric(
+            "read_pair",
+            "ns",
+            "ticks inside an empty start/stop region (median of 1000 per trial)",
+            trials,
+        );
+        out.check(Check::sanity(
+            "counter advances",
+            all_positive,
+            "every batch had a non-zero minimum region",
+        ));
+
+        let h = ctx.harness(2);
+        let m = h.measure_raw(1.0, |n| {
+            for _ in 0..n {
+                std::hint::black_box(c.start());
+                std::hint::black_box(c.stop());
+            }
+        });
+        out.measured(
+            "fenced_pair_wall",
+            "wall time of one whole start+stop pair, serialising instructions included",
+            &m,
+        );
+        let region = out.metrics[0].summary.median;
+        let wall = out.metrics[1].summary.median;
+        if wall > 5.0 * region {
+            out.finding(
+                format!(
+                    "A fenced timestamp pair takes {} of wall time but only {} of it lands inside a measurement: \
+                     the serialising instructions are expensive here (CPUID traps to the hypervisor in VMs), so \
+                     trials must be long, as the harness ensures.",
+                    crate::units::fmt_ns(wall),
+                    crate::units::fmt_ns(region)
+                ),
+                &["read_pair", "fenced_pair_wall"],
+            );
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,339 @@
+//! The experiment interface, profiles and the registry of every experiment.
+//!
+//! An experiment owns only its measurement: it states a prediction, runs, and returns an
+//! `Outcome`. The runner owns order, progress, budgets, skipping and error capture.
+
+use crate::clock::Clock;
+use crate::harness::{Harness, HarnessConfig};
+use crate::machine::Machine;
+use crate::results::{Check, ExperimentResult, Finding, Metric, Prediction, Series};
+use crate::stats::Summary;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub mod cpu;
+
+/// How much a run may cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Profile {
+    Smoke,
+    Quick,
+    Standard,
+    Thorough,
+}
+
+impl Profile {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Profile::Smoke => "smoke",
+            Profile::Quick => "quick",
+            Profile::Standard => "standard",
+            Profile::Thorough => "thorough",
+        }
+    }
+
+    pub const ALL: [Profile; 4] = [
+        Profile::Smoke,
+        Profile::Quick,
+        Profile::Standard,
+        Profile::Thorough,
+    ];
+
+    /// Harness settings for this profile (the budget is set per measurement).
+    pub fn harness(&self) -> HarnessConfig {
+        let ms = Duration::from_millis;
+        let (min_trial, trials, warmup, cal) = match self {
+            Profile::Smoke => (ms(1), 7, ms(2), ms(50)),
+            Profile::Quick => (ms(2), 15, ms(10), ms(200)),
+            Profile::Standard => (ms(10), 31, ms(50), ms(1000)),
+            Profile::Thorough => (ms(20), 51, ms(100), ms(2000)),
+        };
+        HarnessConfig {
+            min_trial,
+            trials,
+            min_trials: 5.min(trials),
+            warmup,
+            budget: ms(500),
+            calibration_limit: cal,
+            max_iters: 1 << 40,
+        }
+    }
+
+    /// Scales a quick-profile figure: smoke 1/5, standard 5x, thorough 15x.
+    pub fn scale(&self, quick: Duration) -> Duration {
+        match self {
+            Profile::Smoke => quick / 5,
+            Profile::Quick => quick,
+            Profile::Standard => quick * 5,
+            Profile::Thorough => quick * 15,
+        }
+    }
+}
+
+/// What an experiment needs beyond an ordinary user on a quiet machine.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Needs {
+    pub root: bool,
+    pub peer: bool,
+    pub remote_dir: bool,
+    /// Free scratch disk in bytes under the quick profile.
+    pub disk_bytes: u64,
+    pub min_cpus: usize,
+}
+
+impl Needs {
+    pub fn describe(&self) -> String {
+        let mut v = Vec::new();
+        if self.root {
+            v.push("root".to_string());
+        }
+        if self.peer {
+            v.push("a peer (loopback by default)".to_string());
+        }
+        if self.remote_dir {
+            v.push("--remote-dir".to_string());
+        }
+        if self.disk_bytes > 0 {
+            v.push(format!(
+                "{} free disk",
+                crate::units::fmt_bytes(self.disk_bytes as f64)
+            ));
+        }
+        if self.min_cpus > 1 {
+            v.push(format!("{} CPUs", self.min_cpus));
+        }
+        if v.is_empty() {
+            "-".into()
+        } else {
+            v.join(", ")
+        }
+    }
+}
+
+/// What the user asked for that experiments may read.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RunOptions {
+    pub peer: Option<String>,
+    pub peer_token: Option<String>,
+    pub remote_dir: Option<PathBuf>,
+    pub scratch_dir: Option<PathBuf>,
+    pub drop_caches: bool,
+}
+
+/// Everything an experiment may use while it runs.
+pub struct Context<'a> {
+    pub profile: Profile,
+    pub machine: &'a Machine,
+    pub clock: &'a dyn Clock,
+    /// The CPU single-threaded work is pinned to.
+    pub cpu: usize,
+    /// Wall time this experiment may take.
+    pub budget: Duration,
+    /// Results of experiments that ran earlier in this run.
+    pub earlier: &'a [ExperimentResult],
+    pub options: &'a RunOptions,
+    /// Ticks of one empty `repeat` iteration.
+    pub loop_ticks: f64,
+    /// Reports sub-steps to the progress display.
+    pub progress: &'a dyn Fn(&str),
+}
+
+impl Context<'_> {
+    /// A harness whose budget is this experiment's budget split `parts` ways.
+    pub fn harness(&self, parts: usize) -> Harness<'_> {
+        let mut cfg = self.profile.harness();
+        cfg.budget = self.budget / parts.max(1) as u32;
+        cfg.calibration_limit = cfg.calibration_limit.min(cfg.budget / 2);
+        Harness::new(self.clock, cfg, self.loop_ticks)
+    }
+
+    /// A metric measured earlier in this run.
+    pub fn earlier_metric(&self, experiment: &str, metric: &str) -> Option<&Metric> {
+        self.earlier
+            .iter()
+            .find(|e| e.id == experiment && e.status == crate::results::Status::Ok)?
+            .metric(metric)
+    }
+
+    /// Median of an earlier metric.
+    pub fn earlier_median(&self, experiment: &str, metric: &str) -> Option<f64> {
+        self.earlier_metric(experiment, metric)
+            .map(|m| m.summary.median)
+    }
+}
+
+/// What an experiment returns. Failed premise checks make it invalid.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub metrics: Vec<Metric>,
+    pub series: Vec<Series>,
+    pub checks: Vec<Check>,
+    pub findings: Vec<Finding>,
+    pub notes: Vec<String>,
+    /// Set when the experiment could not run here, with the reason and how to enable it.
+    pub skipped: Option<String>,
+}
+
+impl Outcome {
+    pub fn skipped(reason: impl Into<String>) -> Self {
+        Outcome {
+            skipped: Some(reason.into()),
+            ..Default::default()
+        }
+    }
+
+    /// Adds a metric from raw values; returns it for further decoration.
+    pub fn metric(
+        &mut self,
+        name: &str,
+        unit: &str,
+        description: &str,
+        raw: Vec<f64>,
+    ) -> &mut Metric {
+        let summary = Summary::of(&raw).unwrap_or(Summary {
+            n: 0,
+            median: f64::NAN,
+            mean: f64::NAN,
+            stddev: f64::NAN,
+            min: f64::NAN,
+            max: f64::NAN,
+            ci95: [f64::NAN, f64::NAN],
+            cov: f64::NAN,
+            outliers: 0,
+            percentiles: None,
+        });
+        self.metrics.push(Metric {
+            name: name.into(),
+            unit: unit.into(),
+            description: description.into(),
+            summary,
+            prediction: None,
+            cycles: None,
+            iterations: None,
+            raw,
+        });
+        self.metrics.last_mut().unwrap()
+    }
+
+    /// Adds a per-operation time from a harness measurement, with its notes.
+    pub fn measured(
+        &mut self,
+        name: &str,
+        description: &str,
+        m: &crate::harness::Measurement,
+    ) -> &mut Metric {
+        for n in &m.notes {
+            self.notes.push(format!("{name}: {n}"));
+        }
+        let iters = m.iters;
+        let metric = self.metric(name, "ns", description, m.per_op_ns.clone());
+        metric.iterations = Some(iters);
+        metric
+    }
+
+    pub fn check(&mut self, c: Check) {
+        self.checks.push(c);
+    }
+
+    pub fn finding(&mut self, text: impl Into<String>, from: &[&str]) {
+        self.findings.push(Finding::new(text, from));
+    }
+}
+
+/// One experiment.
+pub trait Experiment: Send + Sync {
+    /// Stable id such as `cpu.syscall`.
+    fn id(&self) -> &'static str;
+    fn area(&self) -> &'static str {
+        self.id().split('.').next().unwrap_or("")
+    }
+    fn title(&self) -> &'static str;
+    /// One line for `osmeter list`.
+    fn description(&self) -> &'static str;
+    /// The method in brief, for results and reports.
+    fn method(&self) -> &'static str;
+    fn needs(&self) -> Needs {
+        Needs::default()
+    }
+    /// Wall-time budget under a profile.
+    fn budget(&self, profile: Profile) -> Duration;
+    /// Predictions stated before measuring, by metric name.
+    fn predict(&self, _ctx: &Context) -> Vec<(String, Prediction)> {
+        Vec::new()
+    }
+    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome>;
+}
+
+/// Every experiment, in the order a run performs them (primitives first, since later
+/// predictions use them).
+pub fn registry() -> Vec<Box<dyn Experiment>> {
+    let mut v: Vec<Box<dyn Experiment>> = Vec::new();
+    v.extend(cpu::experiments());
+    v
+}
+
+/// Experiments selected by `--only` and `--skip` glob patterns (comma-separated).
+/// Errors name a pattern that matches nothing.
+pub fn select(
+    all: Vec<Box<dyn Experiment>>,
+    only: &[String],
+    skip: &[String],
+) -> Result<Vec<Box<dyn Experiment>>, String> {
+    let compile = |pats: &[String]| -> Result<Vec<glob::Pattern>, String> {
+        pats.iter()
+            .flat_map(|p| p.split(','))
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(|p| glob::Pattern::new(p).map_err(|e| format!("bad pattern '{p}': {e}")))
+            .collect()
+    };
+    let only = compile(only)?;
+    let skip = compile(skip)?;
+    let ids: Vec<&str> = all.iter().map(|e| e.id()).collect();
+    for p in only.iter().chain(skip.iter()) {
+        if !ids.iter().any(|id| p.matches(id)) {
+            return Err(format!(
+                "no experiment matches '{}'; valid ids: {}",
+                p.as_str(),
+                ids.join(", ")
+            ));
+        }
+    }
+    Ok(all
+        .into_iter()
+        .filter(|e| only.is_empty() || only.iter().any(|p| p.matches(e.id())))
+        .filter(|e| !skip.iter().any(|p| p.matches(e.id())))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_unique_and_well_formed() {
+        let all = registry();
+        let mut ids: Vec<&str> = all.iter().map(|e| e.id()).collect();
+        let n = ids.len();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), n);
+        for e in &all {
+            assert!(e.id().contains('.'), "{}", e.id());
+            assert!(!e.method().is_empty() && !e.description().is_empty());
+        }
+    }
+
+    #[test]
+    fn selection_by_glob() {
+        let sel = select(registry(), &["cpu.*".into()], &["cpu.timer".into()]).unwrap();
+        assert!(sel
+            .iter()
+            .all(|e| e.id().starts_with("cpu.") && e.id() != "cpu.timer"));
+        assert!(!sel.is_empty());
+        let err = select(registry(), &["no-such".into()], &[]).err().unwrap();
+        assert!(err.contains("cpu.timer"), "{err}");
+    }
+}

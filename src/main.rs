@@ -1,0 +1,215 @@
+//! The `osmeter` command line: argument parsing, dispatch and exit codes
+//! (0 success, 1 an experiment or the run failed, 2 bad usage).
+
+use clap::{Parser, Subcommand};
+use osmeter::experiments::{self, Profile, RunOptions};
+use osmeter::runner::{self, RunConfig, RunError};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "osmeter",
+    version,
+    about = "What a machine and its OS really cost: measured, predicted, explained"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the suite (or a selection) and write a results folder.
+    Run(RunArgs),
+    /// List every experiment with its needs and cost per profile.
+    List {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Describe this machine.
+    Machine {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// How much the run may cost.
+    #[arg(long, value_enum, default_value = "quick")]
+    profile: Profile,
+    /// Only these experiments (ids or globs such as 'mem.*'; repeat or comma-separate).
+    #[arg(long)]
+    only: Vec<String>,
+    /// Skip these experiments (ids or globs).
+    #[arg(long)]
+    skip: Vec<String>,
+    /// Pin single-threaded work to this CPU (default: the last allowed CPU).
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// Parent folder of the results folder (a new HOST-TIMESTAMP folder is made inside).
+    #[arg(long, default_value = "osmeter-results")]
+    out: PathBuf,
+    /// Print the results document on stdout instead of the table (still writes the folder).
+    #[arg(long)]
+    json: bool,
+    /// No progress and no table.
+    #[arg(long)]
+    quiet: bool,
+    /// Do not record the run in the history database.
+    #[arg(long)]
+    no_history: bool,
+    /// Remote peer for network experiments (HOST[:PORT]).
+    #[arg(long)]
+    peer: Option<String>,
+    /// Shared token for the peer.
+    #[arg(long)]
+    peer_token: Option<String>,
+    /// A mounted network file system for fs.remote-read.
+    #[arg(long)]
+    remote_dir: Option<PathBuf>,
+    /// Where file experiments write (default: a new folder under the current directory).
+    #[arg(long)]
+    scratch_dir: Option<PathBuf>,
+    /// Allow dropping the whole page cache (root only).
+    #[arg(long)]
+    drop_caches: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            if code == 2 {
+                // One line: clap's first line names the problem.
+                let text = e.to_string();
+                let first = text
+                    .lines()
+                    .next()
+                    .unwrap_or("bad usage")
+                    .trim_start_matches("error: ");
+                eprintln!("osmeter: error: {first} (see --help)");
+            } else {
+                let _ = e.print();
+            }
+            return ExitCode::from(code);
+        }
+    };
+    match cli.cmd {
+        Cmd::Run(a) => cmd_run(a),
+        Cmd::List { json } => cmd_list(json),
+        Cmd::Machine { json } => cmd_machine(json),
+    }
+}
+
+fn cmd_run(a: RunArgs) -> ExitCode {
+    let cfg = RunConfig {
+        profile: a.profile,
+        only: a.only,
+        skip: a.skip,
+        cpu: a.cpu,
+        out: a.out,
+        write_results: true,
+        quiet: a.quiet || a.json,
+        no_history: a.no_history,
+        options: RunOptions {
+            peer: a.peer,
+            peer_token: a.peer_token,
+            remote_dir: a.remote_dir,
+            scratch_dir: a.scratch_dir,
+            drop_caches: a.drop_caches,
+        },
+    };
+    match runner::run(&cfg) {
+        Ok(out) => {
+            if a.json {
+                match serde_json::to_string_pretty(&out.results) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => {
+                        eprintln!("osmeter: error: {e}");
+                        return ExitCode::from(1);
+                    }
+                }
+            } else if !a.quiet {
+                print!("{}", osmeter::report::terminal::render(&out.results, None));
+                if let Some(f) = &out.folder {
+                    println!("results: {}", f.join("results.json").display());
+                }
+            }
+            let failed = out
+                .results
+                .experiments
+                .iter()
+                .any(|e| e.status == osmeter::results::Status::Failed);
+            ExitCode::from(if failed { 1 } else { 0 })
+        }
+        Err(e) => {
+            eprintln!("osmeter: error: {e}");
+            ExitCode::from(match e {
+                RunError::Usage(_) => 2,
+                RunError::Runtime(_) => 1,
+            })
+        }
+    }
+}
+
+fn cmd_list(json: bool) -> ExitCode {
+    let all = experiments::registry();
+    if json {
+        let v: Vec<_> = all
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "id": e.id(), "area": e.area(), "title": e.title(), "description": e.description(),
+                    "needs": e.needs(),
+                    "budget_s": Profile::ALL.iter().map(|p| (p.name(), e.budget(*p).as_secs_f64())).collect::<std::collections::BTreeMap<_, _>>(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return ExitCode::SUCCESS;
+    }
+    let mut t = comfy_table::Table::new();
+    t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
+        .set_content_arrangement(comfy_table::ContentArrangement::Dynamic);
+    t.set_header(vec![
+        "id",
+        "area",
+        "description",
+        "needs",
+        "smoke",
+        "quick",
+        "standard",
+        "thorough",
+    ]);
+    for e in &all {
+        let mut row = vec![
+            e.id().to_string(),
+            e.area().to_string(),
+            e.description().to_string(),
+            e.needs().describe(),
+        ];
+        row.extend(
+            Profile::ALL
+                .iter()
+                .map(|p| format!("{:.1} s", e.budget(*p).as_secs_f64())),
+        );
+        t.add_row(row);
+    }
+    println!("{t}");
+    ExitCode::SUCCESS
+}
+
+fn cmd_machine(json: bool) -> ExitCode {
+    let m = osmeter::machine::Machine::gather();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&m).unwrap_or_default());
+    } else {
+        print!("{}", m.describe());
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,3 @@
+//! Renderers: they read a results document and never measure.
+
+pub mod terminal;

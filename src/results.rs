@@ -1,0 +1,248 @@
+//! The results document: one versioned shape for `results.json` and `run --json`.
+//! Units are canonical: times in ns, sizes in bytes, bandwidths in bytes/s, rates in 1/s.
+
+use crate::stats::Summary;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunResults {
+    pub schema_version: u32,
+    pub tool: Tool,
+    pub started_at: String,
+    pub duration_s: f64,
+    pub config: serde_json::Value,
+    pub machine: serde_json::Value,
+    /// Warnings about the conditions of the run (busy machine, governor, VM, ...).
+    #[serde(default)]
+    pub warnings: Vec<String>,
+    pub experiments: Vec<ExperimentResult>,
+    /// Findings that span experiments.
+    #[serde(default)]
+    pub findings: Vec<Finding>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Tool {
+    pub name: String,
+    pub version: String,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Skipped,
+    Invalid,
+    Failed,
+}
+
+impl Status {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Skipped => "skipped",
+            Status::Invalid => "invalid",
+            Status::Failed => "failed",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExperimentResult {
+    pub id: String,
+    pub area: String,
+    pub title: String,
+    pub status: Status,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// How the numbers were obtained, in brief.
+    #[serde(default)]
+    pub method: String,
+    pub duration_s: f64,
+    #[serde(default)]
+    pub metrics: Vec<Metric>,
+    #[serde(default)]
+    pub series: Vec<Series>,
+    #[serde(default)]
+    pub checks: Vec<Check>,
+    #[serde(default)]
+    pub findings: Vec<Finding>,
+    /// Harness notes (budget reached, calibration bound hit, ...).
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+impl ExperimentResult {
+    pub fn metric(&self, name: &str) -> Option<&Metric> {
+        self.metrics.iter().find(|m| m.name == name)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Metric {
+    pub name: String,
+    pub unit: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    pub summary: Summary,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<Prediction>,
+    /// The median in cycles, saying which cycles: core (effective clock) and counter ticks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycles: Option<Cycles>,
+    /// Iterations per trial, where the harness calibrated them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iterations: Option<u64>,
+    /// Raw trial values (in `unit`) behind the summary.
+    #[serde(default)]
+    pub raw: Vec<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Cycles {
+    /// Median in core cycles at the measured effective core clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core: Option<f64>,
+    /// Median in ticks of the time-stamp counter (fixed rate, not core cycles).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counter: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Prediction {
+    pub value: f64,
+    pub formula: String,
+    pub inputs: BTreeMap<String, PredictionInput>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PredictionInput {
+    pub value: f64,
+    pub unit: String,
+    /// Where the input comes from: a machine fact or an earlier measured metric.
+    pub source: String,
+}
+
+impl Prediction {
+    pub fn new(value: f64, formula: impl Into<String>) -> Self {
+        Prediction {
+            value,
+            formula: formula.into(),
+            inputs: BTreeMap::new(),
+        }
+    }
+    pub fn input(mut self, name: &str, value: f64, unit: &str, source: impl Into<String>) -> Self {
+        self.inputs.insert(
+            name.to_string(),
+            PredictionInput {
+                value,
+                unit: unit.to_string(),
+                source: source.into(),
+            },
+        );
+        self
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Series {
+    pub name: String,
+    pub x_unit: String,
+    pub y_unit: String,
+    pub points: Vec<[f64; 2]>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Check {
+    pub name: String,
+    pub passed: bool,
+    pub detail: String,
+    /// A failed premise makes the experiment invalid; a failed sanity check is reported only.
+    #[serde(default = "default_true")]
+    pub premise: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl Check {
+    pub fn premise(name: &str, passed: bool, detail: impl Into<String>) -> Self {
+        Check {
+            name: name.into(),
+            passed,
+            detail: detail.into(),
+            premise: true,
+        }
+    }
+    pub fn sanity(name: &str, passed: bool, detail: impl Into<String>) -> Self {
+        Check {
+            name: name.into(),
+            passed,
+            detail: detail.into(),
+            premise: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Finding {
+    pub text: String,
+    pub from: Vec<String>,
+}
+
+impl Finding {
+    pub fn new(text: impl Into<String>, from: &[&str]) -> Self {
+        Finding {
+            text: text.into(),
+            from: from.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
+impl RunResults {
+    pub fn experiment(&self, id: &str) -> Option<&ExperimentResult> {
+        self.experiments.iter().find(|e| e.id == id)
+    }
+}
+
+/// RFC 3339 UTC timestamp of a SystemTime, without a date library.
+pub fn rfc3339(t: std::time::SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z.rem_euclid(146097);
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_known_dates() {
+        let t = |s| std::time::UNIX_EPOCH + std::time::Duration::from_secs(s);
+        assert_eq!(rfc3339(t(0)), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(t(951_782_400)), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(t(1_798_761_600 + 3661)), "2027-01-01T01:01:01Z");
+    }
+}

@@ -1,0 +1,449 @@
+//! Runs a selection of experiments: validates the request, sets up the clock and pinning,
+//! runs each experiment within its budget (with a watchdog so none can hang), captures
+//! failures and panics, and assembles the results document.
+
+use crate::clock::{self, Clock};
+use crate::experiments::{self, Context, Experiment, Outcome, Profile, RunOptions};
+use crate::machine::Machine;
+use crate::results::{Cycles, ExperimentResult, RunResults, Status, Tool, SCHEMA_VERSION};
+use crate::sys;
+use serde::Serialize;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// What `osmeter run` was asked to do.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunConfig {
+    pub profile: Profile,
+    pub only: Vec<String>,
+    pub skip: Vec<String>,
+    pub cpu: Option<usize>,
+    /// Parent folder of the results folder.
+    pub out: PathBuf,
+    pub write_results: bool,
+    pub quiet: bool,
+    pub no_history: bool,
+    pub options: RunOptions,
+}
+
+/// Errors of a run: usage errors exit 2, runtime errors exit 1.
+#[derive(Debug)]
+pub enum RunError {
+    Usage(String),
+    Runtime(anyhow::Error),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Usage(s) => write!(f, "{s}"),
+            RunError::Runtime(e) => write!(f, "{e:#}"),
+        }
+    }
+}
+
+/// A finished run and where it was written.
+pub struct RunOutput {
+    pub results: RunResults,
+    pub folder: Option<PathBuf>,
+}
+
+/// The CPU to pin single-threaded work to: the requested one (validated) or the last
+/// allowed CPU (CPU 0 usually takes more interrupts).
+pub fn choose_cpu(requested: Option<usize>) -> Result<usize, RunError> {
+    let allowed = sys::allowed_cpus();
+    match requested {
+        Some(c) if allowed.contains(&c) => Ok(c),
+        Some(c) => Err(RunError::Usage(format!(
+            "--cpu {c}: not a CPU this process may use (allowed: {})",
+            allowed
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        ))),
+        None => Ok(*allowed.last().unwrap_or(&0)),
+    }
+}
+
+/// Checks that the results parent folder can hold a new folder, before measuring.
+pub fn check_out_dir(out: &Path) -> Result<(), RunError> {
+    if out.exists() && !out.is_dir() {
+        return Err(RunError::Usage(format!(
+            "--out {}: exists and is not a directory",
+            out.display()
+        )));
+    }
+    std::fs::create_dir_all(out)
+        .map_err(|e| RunError::Usage(format!("--out {}: cannot create: {e}", out.display())))?;
+    let probe = out.join(format!(".osmeter-write-test-{}", std::process::id()));
+    match std::fs::File::create(&probe) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(RunError::Usage(format!(
+            "--out {}: not writable: {e}",
+            out.display()
+        ))),
+    }
+}
+
+/// Progress display: a bar on a terminal, plain lines otherwise, nothing when quiet.
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    plain: bool,
+}
+
+impl Progress {
+    fn new(quiet: bool, total_budget: Duration) -> Progress {
+        if quiet {
+            return Progress {
+                bar: None,
+                plain: false,
+            };
+        }
+        if std::io::stderr().is_terminal() {
+            let bar = indicatif::ProgressBar::new(total_budget.as_millis() as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {bar:30} {percent:>3}% ETA {eta} {msg}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar.enable_steady_tick(Duration::from_millis(200));
+            Progress {
+                bar: Some(bar),
+                plain: false,
+            }
+        } else {
+            Progress {
+                bar: None,
+                plain: true,
+            }
+        }
+    }
+    fn message(&self, msg: &str) {
+        if let Some(b) = &self.bar {
+            b.set_message(msg.to_string());
+        }
+    }
+    fn line(&self, msg: &str) {
+        if let Some(b) = &self.bar {
+            b.println(msg);
+        } else if self.plain {
+            eprintln!("{msg}");
+        }
+    }
+    fn advance(&self, by: Duration) {
+        if let Some(b) = &self.bar {
+            b.inc(by.as_millis() as u64);
+        }
+    }
+    fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// Kills the run when an experiment overruns its hard limit, so no experiment can hang.
+struct Watchdog {
+    deadline_ms: Arc<AtomicU64>,
+    current: Arc<std::sync::Mutex<String>>,
+    epoch: Instant,
+}
+
+impl Watchdog {
+    fn start() -> Watchdog {
+        let deadline_ms = Arc::new(AtomicU64::new(u64::MAX));
+        let current = Arc::new(std::sync::Mutex::new(String::new()));
+        let epoch = Instant::now();
+        let (d, c) = (deadline_ms.clone(), current.clone());
+        std::thread::Builder::new()
+            .name("osmeter-watchdog".into())
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_millis(100));
+                if epoch.elapsed().as_millis() as u64 > d.load(Ordering::SeqCst) {
+                    let id = c.lock().map(|s| s.clone()).unwrap_or_default();
+                    eprintln!("osmeter: error: experiment {id} exceeded its hard time limit; aborting the run");
+                    std::process::exit(1);
+                }
+            })
+            .ok();
+        Watchdog {
+            deadline_ms,
+            current,
+            epoch,
+        }
+    }
+    fn arm(&self, id: &str, limit: Duration) {
+        if let Ok(mut c) = self.current.lock() {
+            *c = id.to_string();
+        }
+        let at = self.epoch.elapsed() + limit;
+        self.deadline_ms
+            .store(at.as_millis() as u64, Ordering::SeqCst);
+    }
+    fn disarm(&self) {
+        self.deadline_ms.store(u64::MAX, Ordering::SeqCst);
+    }
+}
+
+/// Hard limit for one experiment: generous over its budget, but finite.
+fn hard_limit(budget: Duration) -> Duration {
+    budget * 10 + Duration::from_secs(30)
+}
+
+/// Runs the configured experiments.
+pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
+    let selected = experiments::select(experiments::registry(), &cfg.only, &cfg.skip)
+        .map_err(RunError::Usage)?;
+    let cpu = choose_cpu(cfg.cpu)?;
+    if cfg.write_results {
+        check_out_dir(&cfg.out)?;
+    }
+    let started = SystemTime::now();
+    let t0 = Instant::now();
+    let total_budget: Duration = selected.iter().map(|e| e.budget(cfg.profile)).sum();
+    let progress = Progress::new(cfg.quiet, total_budget);
+    progress.message("gathering machine facts");
+
+    let allowed = sys::allowed_cpus();
+    let mut machine = Machine::gather();
+    sys::pin_to_cpu(cpu)
+        .map_err(|e| RunError::Runtime(anyhow::anyhow!("cannot pin to CPU {cpu}: {e}")))?;
+    let (hw, clock_info) = clock::detect();
+    machine.cpu.core_clock_hz = clock::effective_core_hz();
+    machine.warnings.extend(clock_info.warnings.iter().cloned());
+    machine.clock = Some(clock_info);
+    let loop_ticks = crate::harness::measure_loop_ticks(&hw, &cfg.profile.harness());
+
+    let mut warnings = machine.warnings.clone();
+    if let Some(w) = load_warning(machine.cpu.allowed_cpus.len().max(1)) {
+        if !warnings.contains(&w) {
+            warnings.push(w);
+        }
+    }
+    for w in &warnings {
+        progress.line(&format!("warning: {w}"));
+    }
+
+    let watchdog = Watchdog::start();
+    let mut results: Vec<ExperimentResult> = Vec::new();
+    let n = selected.len();
+    for (i, exp) in selected.iter().enumerate() {
+        let budget = exp.budget(cfg.profile);
+        progress.message(&format!("[{}/{n}] {}", i + 1, exp.id()));
+        // Experiments may move threads around; every one starts pinned.
+        let _ = sys::pin_to_cpu(cpu);
+        watchdog.arm(exp.id(), hard_limit(budget));
+        let res = run_one(
+            exp.as_ref(),
+            cfg,
+            &machine,
+            &hw,
+            cpu,
+            budget,
+            &results,
+            loop_ticks,
+            &progress,
+        );
+        watchdog.disarm();
+        progress.advance(budget);
+        let mut line = format!(
+            "[{}/{n}] {} {} ({:.1} s)",
+            i + 1,
+            exp.id(),
+            res.status.as_str(),
+            res.duration_s
+        );
+        if let Some(r) = &res.reason {
+            line.push_str(&format!(": {r}"));
+        }
+        progress.line(&line);
+        results.push(res);
+    }
+    progress.finish();
+    let _ = sys::set_affinity(&allowed);
+
+    let run_results = RunResults {
+        schema_version: SCHEMA_VERSION,
+        tool: Tool {
+            name: "osmeter".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
+        started_at: crate::results::rfc3339(started),
+        duration_s: t0.elapsed().as_secs_f64(),
+        config: serde_json::json!({
+            "profile": cfg.profile.name(),
+            "only": cfg.only,
+            "skip": cfg.skip,
+            "cpu": cpu,
+            "options": cfg.options,
+            "statistics": {
+                "outlier_rule": crate::stats::OUTLIER_RULE,
+                "ci_method": crate::stats::CI_METHOD,
+                "harness": format!("{:?}", cfg.profile.harness()),
+            },
+        }),
+        machine: serde_json::to_value(&machine).unwrap_or(serde_json::Value::Null),
+        warnings,
+        experiments: results,
+        findings: Vec::new(),
+    };
+
+    let folder = if cfg.write_results {
+        Some(write_results(&cfg.out, &run_results).map_err(RunError::Runtime)?)
+    } else {
+        None
+    };
+    Ok(RunOutput {
+        results: run_results,
+        folder,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_one(
+    exp: &dyn Experiment,
+    cfg: &RunConfig,
+    machine: &Machine,
+    clock: &dyn Clock,
+    cpu: usize,
+    budget: Duration,
+    earlier: &[ExperimentResult],
+    loop_ticks: f64,
+    progress: &Progress,
+) -> ExperimentResult {
+    let t = Instant::now();
+    let sub = |msg: &str| progress.message(&format!("{}: {msg}", exp.id()));
+    let ctx = Context {
+        profile: cfg.profile,
+        machine,
+        clock,
+        cpu,
+        budget,
+        earlier,
+        options: &cfg.options,
+        loop_ticks,
+        progress: &sub,
+    };
+    let mut result = ExperimentResult {
+        id: exp.id().into(),
+        area: exp.area().into(),
+        title: exp.title().into(),
+        status: Status::Ok,
+        reason: None,
+        method: exp.method().into(),
+        duration_s: 0.0,
+        metrics: vec![],
+        series: vec![],
+        checks: vec![],
+        findings: vec![],
+        notes: vec![],
+    };
+    let predictions = exp.predict(&ctx);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exp.run(&ctx)));
+    result.duration_s = t.elapsed().as_secs_f64();
+    let outcome: Outcome = match outcome {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => {
+            result.status = Status::Failed;
+            result.reason = Some(format!("{e:#}"));
+            return result;
+        }
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            result.status = Status::Failed;
+            result.reason = Some(format!("internal error: {msg}"));
+            return result;
+        }
+    };
+    if let Some(reason) = outcome.skipped {
+        result.status = Status::Skipped;
+        result.reason = Some(reason);
+        result.checks = outcome.checks;
+        return result;
+    }
+    result.metrics = outcome.metrics;
+    result.series = outcome.series;
+    result.checks = outcome.checks;
+    result.findings = outcome.findings;
+    result.notes = outcome.notes;
+    for (name, p) in predictions {
+        if let Some(m) = result.metrics.iter_mut().find(|m| m.name == name) {
+            m.prediction = Some(p);
+        }
+    }
+    let counter_hz = machine
+        .clock
+        .as_ref()
+        .filter(|c| c.counter != "monotonic_raw")
+        .map(|c| c.frequency_hz);
+    for m in result
+        .metrics
+        .iter_mut()
+        .filter(|m| m.unit == "ns" && m.summary.median.is_finite())
+    {
+        m.cycles = Some(Cycles {
+            core: machine
+                .cpu
+                .core_clock_hz
+                .map(|hz| m.summary.median * hz / 1e9),
+            counter: counter_hz.map(|hz| m.summary.median * hz / 1e9),
+        });
+    }
+    let failed: Vec<String> = result
+        .checks
+        .iter()
+        .filter(|c| c.premise && !c.passed)
+        .map(|c| format!("{}: {}", c.name, c.detail))
+        .collect();
+    if !failed.is_empty() {
+        result.status = Status::Invalid;
+        result.reason = Some(format!("premise failed: {}", failed.join("; ")));
+    } else if result.metrics.is_empty() {
+        result.status = Status::Failed;
+        result.reason = Some("the experiment produced no metrics".into());
+    }
+    result
+}
+
+/// Writes `results.json` into a new `HOST-TIMESTAMP` folder under `parent`; never
+/// reuses an existing folder.
+pub fn write_results(parent: &Path, r: &RunResults) -> anyhow::Result<PathBuf> {
+    let host = r
+        .machine
+        .get("hostname")
+        .and_then(|h| h.as_str())
+        .unwrap_or("host");
+    let stamp = r.started_at.replace([':', '-'], "");
+    let mut folder = parent.join(format!("{host}-{stamp}"));
+    let mut k = 1;
+    while folder.exists() {
+        k += 1;
+        folder = parent.join(format!("{host}-{stamp}-{k}"));
+    }
+    std::fs::create_dir_all(&folder)?;
+    let json = serde_json::to_string_pretty(r)?;
+    std::fs::write(folder.join("results.json"), json)?;
+    Ok(folder)
+}
+
+fn load_warning(cpus: usize) -> Option<String> {
+    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let one: f64 = s.split_whitespace().next()?.parse().ok()?;
+    (one > 0.5 * cpus as f64).then(|| {
+        format!(
+            "the machine is busy: load average {one:.2} on {cpus} CPUs; figures may be inflated"
+        )
+    })
+}

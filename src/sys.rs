@@ -1,0 +1,80 @@
+//! Small, safe wrappers over the system calls the core needs (CPU affinity, CPU lists).
+
+use std::io;
+
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+pub fn online_cpus() -> usize {
+    // SAFETY: sysconf with a valid name has no memory effects.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n > 0 {
+        n as usize
+    } else {
+        1
+    }
+}
+
+/// CPUs in this thread's affinity mask.
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most
+    // size_of::<cpu_set_t>() bytes into it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return (0..online_cpus()).collect();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+/// Pins the calling thread to one CPU.
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "CPU number out of range",
+        ));
+    }
+    // SAFETY: the set is a valid local; sched_setaffinity reads size_of::<cpu_set_t>() bytes.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Restores the calling thread's affinity to a list of CPUs.
+pub fn set_affinity(cpus: &[usize]) -> io::Result<()> {
+    // SAFETY: as in pin_to_cpu.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+            libc::CPU_SET(c, &mut set);
+        }
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The CPU the calling thread runs on now.
+pub fn current_cpu() -> Option<usize> {
+    // SAFETY: sched_getcpu takes no arguments and has no memory effects.
+    let c = unsafe { libc::sched_getcpu() };
+    (c >= 0).then_some(c as usize)
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail and has no memory effects.
+    unsafe { libc::geteuid() == 0 }
+}
