@@ -143,7 +143,15 @@ impl<'a> Harness<'a> {
         let mut iters: u64 = 1;
         loop {
             let t = self.trial(body, iters) as f64;
-            if t >= min_trial || iters >= self.cfg.max_iters {
+            if t >= min_trial {
+                break;
+            }
+            if iters >= self.cfg.max_iters {
+                notes.push(format!(
+                    "calibration stopped at the cap of {iters} iterations per trial ({:.3} ms, short of the {:.3} ms target)",
+                    self.clock.ticks_to_ns(t) / 1e6,
+                    self.cfg.min_trial.as_secs_f64() * 1e3
+                ));
                 break;
             }
             if elapsed() > cal_limit {
@@ -292,10 +300,15 @@ mod tests {
 
     #[test]
     fn calibration_is_bounded_when_a_trial_never_grows() {
-        // A body whose time does not grow with iterations would calibrate forever.
+        // A body whose time does not grow with iterations would calibrate forever; without
+        // an iteration cap only the time bound stops it.
         let clock = MockClock::new(0);
-        let h = Harness::new(&clock, cfg(), 0.0);
-        let m = h.measure_raw(1.0, |_| clock.advance(100));
+        let c = HarnessConfig {
+            max_iters: u64::MAX,
+            ..cfg()
+        };
+        let h = Harness::new(&clock, c, 0.0);
+        let m = h.measure_raw(1.0, |_| clock.advance(100_000));
         assert!(!m.stable);
         assert!(
             m.notes.iter().any(|n| n.contains("calibration stopped")),
@@ -304,6 +317,20 @@ mod tests {
         );
         // Total mock time spent stays within a small multiple of the budget.
         assert!(clock.now() < 3 * 100_000_000);
+    }
+
+    #[test]
+    fn calibration_says_when_it_hits_the_iteration_cap() {
+        let clock = MockClock::new(0);
+        let c = HarnessConfig {
+            max_iters: 1000,
+            ..cfg()
+        };
+        let h = Harness::new(&clock, c, 0.0);
+        let m = h.measure_raw(1.0, |n| clock.advance(n));
+        assert_eq!(m.iters, 1000);
+        assert!(!m.stable);
+        assert!(m.notes.iter().any(|n| n.contains("cap")), "{:?}", m.notes);
     }
 
     #[test]

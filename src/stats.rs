@@ -76,7 +76,11 @@ pub fn mad(values: &[f64]) -> f64 {
 /// Indices of values the robust rule calls outliers.
 pub fn outlier_mask(values: &[f64]) -> Vec<bool> {
     let m = median(values);
-    let scaled = 1.4826 * mad(values);
+    let mut scaled = 1.4826 * mad(values);
+    if scaled == 0.0 && !values.is_empty() {
+        // More than half the values are equal: fall back to the mean absolute deviation.
+        scaled = 1.2533 * values.iter().map(|v| (v - m).abs()).sum::<f64>() / values.len() as f64;
+    }
     values
         .iter()
         .map(|v| scaled > 0.0 && (v - m).abs() > OUTLIER_K * scaled)

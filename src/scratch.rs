@@ -1,0 +1,323 @@
+//! Scratch space for file experiments: a new folder that osmeter alone writes in, on a
+//! checked file system, within half the free space, removed on success, failure,
+//! Ctrl-C and SIGTERM.
+//!
+//! Rules for users of this module:
+//! - create files only through `Scratch::create_file` (it books the space);
+//! - where the experiment allows it, unlink a file as soon as it is open
+//!   (`ScratchFile::unlink_now`), so even SIGKILL leaves nothing behind;
+//! - child processes should call `die_with_parent()` so they end with the run.
+
+use anyhow::{bail, Context as _};
+use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, Once};
+
+/// Folders to remove if the process is interrupted.
+static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+static HANDLER: Once = Once::new();
+
+/// A file system as statfs sees it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FsInfo {
+    pub fs_type: String,
+    pub magic: u64,
+    /// Backed by memory (tmpfs, ramfs...): a file there never touches a disk.
+    pub memory_backed: bool,
+    /// A network file system (NFS, SMB, FUSE such as sshfs...).
+    pub network: bool,
+    pub free_bytes: u64,
+    pub total_bytes: u64,
+}
+
+fn magic_name(m: u64) -> (&'static str, bool, bool) {
+    // (name, memory_backed, network)
+    match m {
+        0x0102_1994 => ("tmpfs", true, false),
+        0x8584_58f6 => ("ramfs", true, false),
+        0x9584_58f6 => ("hugetlbfs", true, false),
+        0x6265_6572 => ("sysfs", true, false),
+        0x9fa0 => ("proc", true, false),
+        0xef53 => ("ext2/3/4", false, false),
+        0x5846_5342 => ("xfs", false, false),
+        0x9123_683e => ("btrfs", false, false),
+        0x2fc1_2fc1 => ("zfs", false, false),
+        0xf2f5_2010 => ("f2fs", false, false),
+        0x794c_7630 => ("overlayfs", false, false),
+        0x6969 => ("nfs", false, true),
+        0xff53_4d42 => ("cifs", false, true),
+        0xfe53_4d42 => ("smb2", false, true),
+        0x0102_1997 => ("9p", false, true),
+        0x6573_5546 => ("fuse", false, true),
+        0x4d44 => ("vfat", false, false),
+        0x5346_544e => ("ntfs", false, false),
+        _ => ("unknown", false, false),
+    }
+}
+
+/// statfs/statvfs of the file system holding `path`.
+pub fn fs_info(path: &Path) -> anyhow::Result<FsInfo> {
+    let c =
+        std::ffi::CString::new(path.as_os_str().as_bytes()).context("path contains a NUL byte")?;
+    // SAFETY: c is a valid NUL-terminated path; st is a zeroed plain-data struct statfs fills.
+    let (magic, sv) = unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        if libc::statfs(c.as_ptr(), &mut st) != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("statfs {}", path.display()));
+        }
+        let mut sv: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut sv) != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("statvfs {}", path.display()));
+        }
+        (st.f_type as u64, sv)
+    };
+    let (name, memory_backed, network) = magic_name(magic);
+    // The statvfs field types differ between targets.
+    #[allow(clippy::unnecessary_cast)]
+    Ok(FsInfo {
+        fs_type: name.to_string(),
+        magic,
+        memory_backed,
+        network,
+        free_bytes: sv.f_bavail as u64 * sv.f_frsize as u64,
+        total_bytes: sv.f_blocks as u64 * sv.f_frsize as u64,
+    })
+}
+
+/// A scratch folder owned by this run.
+pub struct Scratch {
+    dir: PathBuf,
+    fs: FsInfo,
+    /// Bytes this run may still write (half the free space at creation, less bookings).
+    remaining: AtomicU64,
+}
+
+impl Scratch {
+    /// Makes a new folder under `base` (default: the current directory). Refuses nothing
+    /// here; callers decide whether a memory-backed file system is acceptable.
+    pub fn new(base: Option<&Path>) -> anyhow::Result<Scratch> {
+        install_cleanup_handler();
+        let base = match base {
+            Some(b) => b.to_path_buf(),
+            None => std::env::current_dir().context("cannot read the current directory")?,
+        };
+        if !base.is_dir() {
+            bail!(
+                "scratch directory {} does not exist or is not a directory",
+                base.display()
+            );
+        }
+        let fs = fs_info(&base)?;
+        let mut n = 0u32;
+        let dir = loop {
+            let d = base.join(format!("osmeter-scratch-{}-{}", std::process::id(), n));
+            match std::fs::create_dir(&d) {
+                Ok(()) => break d,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!("cannot create a scratch folder in {}", base.display())
+                    })
+                }
+            }
+        };
+        if let Ok(mut live) = LIVE.lock() {
+            live.push(dir.clone());
+        }
+        Ok(Scratch {
+            remaining: AtomicU64::new(fs.free_bytes / 2),
+            dir,
+            fs,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn fs(&self) -> &FsInfo {
+        &self.fs
+    }
+
+    /// Bytes that may still be written.
+    pub fn remaining(&self) -> u64 {
+        self.remaining.load(Ordering::SeqCst)
+    }
+
+    /// Errors unless the file system is disk-backed, with the reason.
+    pub fn require_disk(&self) -> anyhow::Result<()> {
+        if self.fs.memory_backed {
+            bail!(
+                "the scratch directory {} is on {} (memory-backed): files there never touch a disk; use --scratch-dir on a disk",
+                self.dir.display(),
+                self.fs.fs_type
+            );
+        }
+        Ok(())
+    }
+
+    /// Books `bytes` of the free-space allowance, or says why not.
+    pub fn book(&self, bytes: u64) -> anyhow::Result<()> {
+        let mut cur = self.remaining.load(Ordering::SeqCst);
+        loop {
+            if bytes > cur {
+                bail!(
+                    "not enough free space in {}: need {}, may use {} (half of the free space at start)",
+                    self.dir.display(),
+                    crate::units::fmt_bytes(bytes as f64),
+                    crate::units::fmt_bytes(cur as f64)
+                );
+            }
+            match self.remaining.compare_exchange(
+                cur,
+                cur - bytes,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Creates a new file of `size` bytes booked against the allowance (the content is
+    /// written by the caller). Never opens an existing file.
+    pub fn create_file(&self, name: &str, size: u64) -> anyhow::Result<ScratchFile> {
+        if name.contains('/') || name.is_empty() {
+            bail!("bad scratch file name '{name}'");
+        }
+        self.book(size)?;
+        let path = self.dir.join(name);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        Ok(ScratchFile {
+            file,
+            path: Some(path),
+            size,
+        })
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        if let Ok(mut live) = LIVE.lock() {
+            live.retain(|d| d != &self.dir);
+        }
+    }
+}
+
+/// A file in the scratch folder; removed when dropped (if not unlinked earlier).
+pub struct ScratchFile {
+    pub file: File,
+    path: Option<PathBuf>,
+    pub size: u64,
+}
+
+impl ScratchFile {
+    /// Removes the name now; the open file stays usable and vanishes when closed, even
+    /// if the process is killed.
+    pub fn unlink_now(&mut self) -> std::io::Result<()> {
+        if let Some(p) = self.path.take() {
+            std::fs::remove_file(p)?;
+        }
+        Ok(())
+    }
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+}
+
+impl Drop for ScratchFile {
+    fn drop(&mut self) {
+        if let Some(p) = &self.path {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Removes every live scratch folder (used on signals).
+pub fn cleanup_all() {
+    if let Ok(live) = LIVE.lock() {
+        for d in live.iter() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// On SIGINT/SIGTERM/SIGHUP: remove scratch folders, then exit with 128 + signal.
+pub fn install_cleanup_handler() {
+    HANDLER.call_once(|| {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        if let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) {
+            let _ = std::thread::Builder::new()
+                .name("osmeter-signals".into())
+                .spawn(move || {
+                    if let Some(sig) = signals.forever().next() {
+                        cleanup_all();
+                        eprintln!("\nosmeter: interrupted (signal {sig}); scratch files removed");
+                        std::process::exit(128 + sig);
+                    }
+                });
+        }
+    });
+}
+
+/// In a forked child: receive SIGKILL when the parent dies, so no child outlives a run.
+pub fn die_with_parent() {
+    // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number and has no memory effects;
+    // it is async-signal-safe, so it may be called in a forked child.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn creates_books_and_removes() {
+        let base = tempfile::tempdir_in(".").unwrap();
+        let dir;
+        {
+            let s = Scratch::new(Some(base.path())).unwrap();
+            dir = s.dir().to_path_buf();
+            assert!(dir.is_dir());
+            let f = s.create_file("a", 4096).unwrap();
+            assert!(f.path().unwrap().exists());
+            assert!(
+                s.create_file("a", 1).is_err(),
+                "never reopens an existing file"
+            );
+            assert!(s.book(u64::MAX).is_err());
+            let mut g = s.create_file("b", 1).unwrap();
+            g.unlink_now().unwrap();
+            assert!(!dir.join("b").exists());
+        }
+        assert!(!dir.exists(), "scratch folder removed on drop");
+    }
+
+    #[test]
+    fn detects_memory_backed_file_systems() {
+        if Path::new("/dev/shm").is_dir() {
+            let fs = fs_info(Path::new("/dev/shm")).unwrap();
+            assert!(fs.memory_backed, "{fs:?}");
+        }
+        let fs = fs_info(Path::new("/proc")).unwrap();
+        assert!(fs.memory_backed);
+    }
+
+    #[test]
+    fn missing_base_is_an_error() {
+        assert!(Scratch::new(Some(Path::new("/nonexistent/osmeter"))).is_err());
+    }
+}
