@@ -232,6 +232,16 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
         progress.line(&format!("warning: {w}"));
     }
 
+    // Validate --scratch-dir before measuring anything.
+    if let Some(d) = &cfg.options.scratch_dir {
+        if !d.is_dir() {
+            return Err(RunError::Usage(format!(
+                "--scratch-dir {}: not an existing directory",
+                d.display()
+            )));
+        }
+    }
+    let scratch = std::sync::OnceLock::new();
     let watchdog = Watchdog::start();
     let mut results: Vec<ExperimentResult> = Vec::new();
     let n = selected.len();
@@ -241,17 +251,15 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
         // Experiments may move threads around; every one starts pinned.
         let _ = sys::pin_to_cpu(cpu);
         watchdog.arm(exp.id(), hard_limit(budget));
-        let res = run_one(
-            exp.as_ref(),
+        let env = Env {
             cfg,
-            &machine,
-            &hw,
+            machine: &machine,
+            clock: &hw,
             cpu,
-            budget,
-            &results,
             loop_ticks,
-            &progress,
-        );
+            scratch: &scratch,
+        };
+        let res = run_one(exp.as_ref(), &env, budget, &results, &progress);
         watchdog.disarm();
         progress.advance(budget);
         let mut line = format!(
@@ -268,6 +276,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
         results.push(res);
     }
     progress.finish();
+    drop(scratch); // removes the scratch folder
     let _ = sys::set_affinity(&allowed);
 
     let run_results = RunResults {
@@ -307,18 +316,31 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
     })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What stays the same for every experiment of a run.
+struct Env<'a> {
+    cfg: &'a RunConfig,
+    machine: &'a Machine,
+    clock: &'a dyn Clock,
+    cpu: usize,
+    loop_ticks: f64,
+    scratch: &'a std::sync::OnceLock<crate::scratch::Scratch>,
+}
+
 fn run_one(
     exp: &dyn Experiment,
-    cfg: &RunConfig,
-    machine: &Machine,
-    clock: &dyn Clock,
-    cpu: usize,
+    env: &Env,
     budget: Duration,
     earlier: &[ExperimentResult],
-    loop_ticks: f64,
     progress: &Progress,
 ) -> ExperimentResult {
+    let Env {
+        cfg,
+        machine,
+        clock,
+        cpu,
+        loop_ticks,
+        scratch,
+    } = *env;
     let t = Instant::now();
     let sub = |msg: &str| progress.message(&format!("{}: {msg}", exp.id()));
     let ctx = Context {
@@ -331,6 +353,7 @@ fn run_one(
         options: &cfg.options,
         loop_ticks,
         progress: &sub,
+        scratch_cell: scratch,
     };
     let mut result = ExperimentResult {
         id: exp.id().into(),

@@ -138,6 +138,8 @@ pub struct Context<'a> {
     pub loop_ticks: f64,
     /// Reports sub-steps to the progress display.
     pub progress: &'a dyn Fn(&str),
+    /// The run's scratch folder, made on first use (see `scratch()`).
+    pub scratch_cell: &'a std::sync::OnceLock<crate::scratch::Scratch>,
 }
 
 impl Context<'_> {
@@ -147,6 +149,19 @@ impl Context<'_> {
         cfg.budget = self.budget / parts.max(1) as u32;
         cfg.calibration_limit = cfg.calibration_limit.min(cfg.budget / 2);
         Harness::new(self.clock, cfg, self.loop_ticks)
+    }
+
+    /// The run's scratch folder (under --scratch-dir or the current directory), made on
+    /// first use and removed at the end of the run. Callers check `fs()` for tmpfs.
+    pub fn scratch(&self) -> anyhow::Result<&crate::scratch::Scratch> {
+        if let Some(s) = self.scratch_cell.get() {
+            return Ok(s);
+        }
+        let s = crate::scratch::Scratch::new(self.options.scratch_dir.as_deref())?;
+        let _ = self.scratch_cell.set(s);
+        self.scratch_cell
+            .get()
+            .ok_or_else(|| anyhow::anyhow!("scratch folder unavailable"))
     }
 
     /// A metric measured earlier in this run.
