@@ -206,6 +206,15 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
     if cfg.write_results {
         check_out_dir(&cfg.out)?;
     }
+    // Every usage error is found before anything is measured or printed.
+    if let Some(d) = &cfg.options.scratch_dir {
+        if !d.is_dir() {
+            return Err(RunError::Usage(format!(
+                "--scratch-dir {}: not an existing directory",
+                d.display()
+            )));
+        }
+    }
     let started = SystemTime::now();
     let t0 = Instant::now();
     let total_budget: Duration = selected.iter().map(|e| e.budget(cfg.profile)).sum();
@@ -232,15 +241,6 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
         progress.line(&format!("warning: {w}"));
     }
 
-    // Validate --scratch-dir before measuring anything.
-    if let Some(d) = &cfg.options.scratch_dir {
-        if !d.is_dir() {
-            return Err(RunError::Usage(format!(
-                "--scratch-dir {}: not an existing directory",
-                d.display()
-            )));
-        }
-    }
     let scratch = std::sync::OnceLock::new();
     let watchdog = Watchdog::start();
     let mut results: Vec<ExperimentResult> = Vec::new();

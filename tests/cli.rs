@@ -1,0 +1,239 @@
+//! The command line through the binary: bad input gives one line and exit 2, real output
+//! validates against the shipped JSON Schema.
+
+use assert_cmd::Command;
+use std::path::Path;
+
+fn osmeter() -> Command {
+    let mut c = Command::cargo_bin("osmeter").unwrap();
+    c.env(
+        "OSMETER_HISTORY_DB",
+        std::env::temp_dir().join(format!(
+            "osmeter-test-history-{}.sqlite",
+            std::process::id()
+        )),
+    );
+    c
+}
+
+/// Runs with args and asserts exit code 2 and a single-line error on stderr.
+fn usage_error(args: &[&str]) -> String {
+    let out = osmeter().args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: stderr {err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "{args:?}: want one line, got {err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+#[test]
+fn bad_profile() {
+    let e = usage_error(&["run", "--profile", "nope"]);
+    assert!(e.contains("nope"), "{e}");
+}
+
+#[test]
+fn unknown_experiment_lists_valid_ids() {
+    let e = usage_error(&["run", "--only", "no-such-thing"]);
+    assert!(
+        e.contains("cpu.syscall") && e.contains("no-such-thing"),
+        "{e}"
+    );
+}
+
+#[test]
+fn cpu_out_of_range() {
+    let e = usage_error(&["run", "--profile", "smoke", "--cpu", "999"]);
+    assert!(e.contains("999"), "{e}");
+}
+
+#[test]
+fn out_is_a_file() {
+    let f = tempfile::NamedTempFile::new().unwrap();
+    let e = usage_error(&[
+        "run",
+        "--profile",
+        "smoke",
+        "--only",
+        "cpu.loop",
+        "--out",
+        f.path().to_str().unwrap(),
+    ]);
+    assert!(e.contains("not a directory"), "{e}");
+}
+
+#[test]
+fn out_unwritable() {
+    // /proc is never writable, even for root.
+    usage_error(&[
+        "run",
+        "--profile",
+        "smoke",
+        "--only",
+        "cpu.loop",
+        "--out",
+        "/proc/osmeter-results",
+    ]);
+}
+
+#[test]
+fn unknown_subcommand_and_missing_scratch() {
+    usage_error(&["frobnicate"]);
+    usage_error(&[
+        "run",
+        "--profile",
+        "smoke",
+        "--only",
+        "cpu.loop",
+        "--scratch-dir",
+        "/nonexistent/osmeter",
+    ]);
+}
+
+#[test]
+fn list_names_every_experiment() {
+    let out = osmeter().args(["list", "--json"]).output().unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    for id in ["cpu.timer", "cpu.loop", "cpu.call", "cpu.syscall"] {
+        assert!(ids.contains(&id), "{ids:?}");
+    }
+    let out = osmeter().arg("list").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("cpu.syscall"));
+}
+
+#[test]
+fn machine_description() {
+    let out = osmeter().args(["machine", "--json"]).output().unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["cpu"]["logical_cpus"].as_u64().unwrap() >= 1);
+    let out = osmeter().arg("machine").output().unwrap();
+    assert!(out.status.success() && !out.stdout.is_empty());
+}
+
+fn validate(doc: &serde_json::Value) {
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/results.schema.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let v = jsonschema::validator_for(&schema).expect("schema compiles");
+    let errors: Vec<String> = v
+        .iter_errors(doc)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+}
+
+#[test]
+fn real_output_validates_against_the_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = osmeter()
+        .args([
+            "run",
+            "--profile",
+            "smoke",
+            "--only",
+            "cpu.timer,cpu.loop,cpu.syscall",
+            "--json",
+            "--out",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    validate(&doc);
+    assert_eq!(doc["experiments"].as_array().unwrap().len(), 3);
+    // The results folder holds the same document.
+    let folder = std::fs::read_dir(dir.path())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("results.json")).unwrap())
+            .unwrap();
+    validate(&file);
+    assert_eq!(file["experiments"], doc["experiments"]);
+    // Every metric carries a prediction with a formula and inputs.
+    for e in doc["experiments"].as_array().unwrap() {
+        for m in e["metrics"].as_array().unwrap() {
+            assert!(
+                m["prediction"]["formula"].is_string(),
+                "{} {} lacks a prediction",
+                e["id"],
+                m["name"]
+            );
+        }
+    }
+}
+
+#[test]
+fn schema_rejects_a_broken_document() {
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/results.schema.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let v = jsonschema::validator_for(&schema).unwrap();
+    let bad = serde_json::json!({"schema_version": 1, "tool": {"name": "osmeter", "version": "x"}, "started_at": "yesterday",
+        "duration_s": 1.0, "config": {"profile": "quick"}, "machine": {"hostname": "h", "cpu": {}},
+        "experiments": [{"id": "cpu.x", "area": "cpu", "title": "t", "status": "invalid", "duration_s": 0.0,
+                          "metrics": [], "series": [], "checks": [], "findings": []}]});
+    let errs: Vec<String> = v.iter_errors(&bad).map(|e| e.to_string()).collect();
+    assert!(errs.len() >= 2, "bad date and missing reason: {errs:?}");
+}
+
+#[test]
+fn quiet_run_prints_nothing_and_table_run_prints_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = osmeter()
+        .args([
+            "run",
+            "--profile",
+            "smoke",
+            "--only",
+            "cpu.loop",
+            "--quiet",
+            "--out",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(
+        out.stdout.is_empty() && out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = osmeter()
+        .args(["run", "--profile", "smoke", "--only", "cpu.loop", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.contains("cpu.loop") && s.contains("meas/pred"), "{s}");
+    // Not a terminal: plain progress lines on stderr.
+    assert!(String::from_utf8_lossy(&out.stderr).contains("[1/1] cpu.loop ok"));
+}

@@ -1,0 +1,88 @@
+//! Physical plausibility of the CPU figures and their relations. Never exact timings: this
+//! runs on shared, noisy machines.
+
+use osmeter::experiments::{Profile, RunOptions};
+use osmeter::results::{RunResults, Status};
+use osmeter::runner::{run, RunConfig};
+
+fn smoke(only: &str) -> RunResults {
+    let cfg = RunConfig {
+        profile: Profile::Smoke,
+        only: vec![only.into()],
+        skip: vec![],
+        cpu: None,
+        out: std::env::temp_dir(),
+        write_results: false,
+        quiet: true,
+        no_history: true,
+        options: RunOptions::default(),
+    };
+    match run(&cfg) {
+        Ok(o) => o.results,
+        Err(e) => panic!("run failed: {e}"),
+    }
+}
+
+fn median(r: &RunResults, exp: &str, metric: &str) -> f64 {
+    let e = r.experiment(exp).unwrap_or_else(|| panic!("{exp} missing"));
+    assert_eq!(e.status, Status::Ok, "{exp}: {:?}", e.reason);
+    e.metric(metric)
+        .unwrap_or_else(|| panic!("{exp}/{metric} missing"))
+        .summary
+        .median
+}
+
+#[test]
+fn basic_costs_are_plausible_and_ordered() {
+    let r = smoke("cpu.timer,cpu.loop,cpu.call,cpu.syscall");
+    let timer = median(&r, "cpu.timer", "read_pair");
+    assert!(timer > 0.0 && timer < 1000.0, "timer pair {timer} ns");
+    let lp = median(&r, "cpu.loop", "iteration");
+    assert!(lp > 0.0 && lp < 100.0, "loop iteration {lp} ns");
+    let sys = median(&r, "cpu.syscall", "getppid");
+    assert!(
+        sys > lp,
+        "a system call ({sys} ns) must cost more than a loop iteration ({lp} ns)"
+    );
+    let vdso = median(&r, "cpu.syscall", "clock_gettime_vdso");
+    assert!(vdso < sys * 2.0, "vDSO {vdso} ns vs syscall {sys} ns");
+    // Call cost does not fall with more arguments (within noise).
+    let c0 = median(&r, "cpu.call", "args_0");
+    let c7 = median(&r, "cpu.call", "args_7");
+    assert!(c0 > 0.0 && c7 >= 0.7 * c0, "args_0 {c0} ns, args_7 {c7} ns");
+    assert!(sys > c0, "a system call costs more than a procedure call");
+    // Every summary is internally consistent.
+    for e in &r.experiments {
+        for m in &e.metrics {
+            let s = &m.summary;
+            assert!(
+                s.n > 0 && s.min <= s.median && s.median <= s.max,
+                "{} {}: {s:?}",
+                e.id,
+                m.name
+            );
+            assert!(
+                s.ci95[0] <= s.median && s.median <= s.ci95[1],
+                "{} {}: {s:?}",
+                e.id,
+                m.name
+            );
+            assert_eq!(s.n, m.raw.len());
+        }
+    }
+}
+
+#[test]
+fn machine_and_clock_are_described() {
+    let r = smoke("cpu.loop");
+    let clock = &r.machine["clock"];
+    assert!(clock["frequency_hz"].as_f64().unwrap() > 1e6);
+    let core = r.machine["cpu"]["core_clock_hz"].as_f64();
+    if let Some(hz) = core {
+        assert!(hz > 1e8 && hz < 1e10, "core clock {hz}");
+    }
+    assert!(r.config["statistics"]["outlier_rule"]
+        .as_str()
+        .unwrap()
+        .contains("MAD"));
+}
