@@ -222,6 +222,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
     progress.message("gathering machine facts");
 
     let allowed = sys::allowed_cpus();
+    let steal = crate::machine::StealMeter::start();
     let mut machine = Machine::gather();
     sys::pin_to_cpu(cpu)
         .map_err(|e| RunError::Runtime(anyhow::anyhow!("cannot pin to CPU {cpu}: {e}")))?;
@@ -231,12 +232,8 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
     machine.clock = Some(clock_info);
     let loop_ticks = crate::harness::measure_loop_ticks(&hw, &cfg.profile.harness());
 
+    // The machine's warnings include the load average at start.
     let mut warnings = machine.warnings.clone();
-    if let Some(w) = load_warning(machine.cpu.allowed_cpus.len().max(1)) {
-        if !warnings.contains(&w) {
-            warnings.push(w);
-        }
-    }
     for w in &warnings {
         progress.line(&format!("warning: {w}"));
     }
@@ -274,6 +271,15 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
         }
         progress.line(&line);
         results.push(res);
+    }
+    // Steal over the whole run, so that its figures can be judged against it.
+    if let Some(report) = steal.finish() {
+        machine.virtualization.steal_during_run = Some(report);
+        if let Some(w) = report.warning() {
+            progress.line(&format!("warning: {w}"));
+            machine.warnings.push(w.clone());
+            warnings.push(w);
+        }
     }
     progress.finish();
     drop(scratch); // removes the scratch folder
@@ -459,14 +465,4 @@ pub fn write_results(parent: &Path, r: &RunResults) -> anyhow::Result<PathBuf> {
     let json = serde_json::to_string_pretty(r)?;
     std::fs::write(folder.join("results.json"), json)?;
     Ok(folder)
-}
-
-fn load_warning(cpus: usize) -> Option<String> {
-    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
-    let one: f64 = s.split_whitespace().next()?.parse().ok()?;
-    (one > 0.5 * cpus as f64).then(|| {
-        format!(
-            "the machine is busy: load average {one:.2} on {cpus} CPUs; figures may be inflated"
-        )
-    })
 }

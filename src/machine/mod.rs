@@ -1,7 +1,30 @@
 //! The machine description: facts gathered once per run, readable without root.
+//!
+//! Every fact comes from a file in /proc or /sys (or, as root, one `dmidecode` call);
+//! a missing or odd file leaves the field `None`/empty, never an error. Parsing lives in
+//! pure functions over strings so that it can be tested on captured samples.
+
+pub mod cgroup;
+pub mod cpu;
+mod describe;
+pub mod memory;
+pub mod network;
+pub mod os;
+pub mod storage;
+pub mod virt;
+
+pub use cgroup::Cgroup;
+pub use cpu::{Cache, Cpu};
+pub use memory::{Dimm, Memory};
+pub use network::Nic;
+pub use os::Os;
+pub use storage::{Disk, Mount, Storage};
+pub use virt::{cpu_steal_ticks, StealMeter, StealReport, Virtualization};
 
 use crate::clock::ClockInfo;
 use serde::Serialize;
+use std::path::Path;
+use std::time::Instant;
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Machine {
@@ -10,69 +33,182 @@ pub struct Machine {
     /// The time base (filled by the runner from `clock::detect`).
     pub clock: Option<ClockInfo>,
     pub memory: Memory,
+    pub storage: Storage,
+    pub network: Vec<Nic>,
     pub os: Os,
+    pub virtualization: Virtualization,
+    pub cgroup: Cgroup,
+    /// 1, 5 and 15 minute load averages when the description was gathered.
+    pub load_average: Option<[f64; 3]>,
+    /// How long gathering took (it must stay well under a second).
+    pub gather_ms: f64,
     /// Conditions that may distort measurements (busy, governor, VM, cgroup limits...).
     pub warnings: Vec<String>,
-}
-
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Cpu {
-    pub model: String,
-    pub logical_cpus: usize,
-    /// CPUs this process may run on.
-    pub allowed_cpus: Vec<usize>,
-    /// Effective core clock measured with a dependent add chain (filled by the runner).
-    pub core_clock_hz: Option<f64>,
-    pub caches: Vec<Cache>,
-}
-
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Cache {
-    pub level: u32,
-    /// "Data", "Instruction" or "Unified".
-    pub kind: String,
-    pub size_bytes: u64,
-    pub line_bytes: u64,
-    pub ways: Option<u32>,
-    pub shared_cpus: usize,
-}
-
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Memory {
-    pub total_bytes: u64,
-    pub available_bytes: u64,
-}
-
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Os {
-    pub kernel: String,
 }
 
 impl Machine {
     /// Gathers every fact that can be read here.
     pub fn gather() -> Machine {
-        Machine {
+        let t0 = Instant::now();
+        let mut m = Machine {
             hostname: crate::sys::hostname(),
-            cpu: Cpu {
-                logical_cpus: crate::sys::online_cpus(),
-                allowed_cpus: crate::sys::allowed_cpus(),
-                ..Default::default()
-            },
+            cpu: cpu::gather(),
+            memory: memory::gather(),
+            storage: storage::gather(),
+            network: network::gather(),
+            os: os::gather(),
+            cgroup: cgroup::gather(),
+            load_average: read("/proc/loadavg").and_then(|s| os::parse_loadavg(&s)),
             ..Default::default()
+        };
+        m.virtualization = virt::gather(&m.cpu);
+        m.warnings = m.compute_warnings();
+        m.gather_ms = t0.elapsed().as_secs_f64() * 1e3;
+        m
+    }
+
+    /// The memory an experiment may allocate: MemAvailable, capped by a cgroup limit.
+    pub fn memory_budget_bytes(&self) -> u64 {
+        let mut b = self.memory.available_bytes;
+        if let Some(limit) = self.cgroup.memory_limit_bytes {
+            let used = self.cgroup.memory_usage_bytes.unwrap_or(0);
+            b = b.min(limit.saturating_sub(used));
         }
+        b
+    }
+
+    /// One line per condition that may distort figures, each saying what to do.
+    fn compute_warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        let cpus = self.cpu.allowed_cpus.len().max(1);
+        if let Some(one) = self.load_average.map(|l| l[0]) {
+            if one > 0.5 * cpus as f64 {
+                w.push(format!(
+                    "the machine is busy: load average {one:.2} on {cpus} CPUs; figures may be \
+                     inflated, run again when it is idle"
+                ));
+            }
+        }
+        w.extend(self.cpu.frequency_warnings());
+        if let Some(v) = self.virtualization.warning() {
+            w.push(v);
+        }
+        w.extend(
+            self.cgroup
+                .warnings(self.memory.total_bytes, self.cpu.logical_cpus),
+        );
+        w
+    }
+
+    /// Human-readable description (`osmeter machine`).
+    pub fn describe(&self) -> String {
+        describe::describe(self)
     }
 }
 
-impl Machine {
-    /// Human-readable description.
-    pub fn describe(&self) -> String {
-        let mut s = format!(
-            "host: {}\ncpu: {} ({} logical CPUs)\n",
-            self.hostname, self.cpu.model, self.cpu.logical_cpus
-        );
-        for w in &self.warnings {
-            s.push_str(&format!("warning: {w}\n"));
+/// Reads a small text file, `None` when it is missing or unreadable.
+pub(crate) fn read(path: impl AsRef<Path>) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+/// Reads a one-line sysfs/procfs value, trimmed; `None` when missing or empty.
+pub(crate) fn read_trim(path: impl AsRef<Path>) -> Option<String> {
+    read(path)
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+pub(crate) fn read_u64(path: impl AsRef<Path>) -> Option<u64> {
+    read_trim(path)?.parse().ok()
+}
+
+/// Parses a kernel list such as `0-3,8,10-11` into its members (empty on garbage).
+pub fn parse_list(s: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => match (a.trim().parse::<usize>(), b.trim().parse::<usize>()) {
+                // Bounded so that a corrupt range cannot allocate without limit.
+                (Ok(a), Ok(b)) if a <= b && b - a < 1 << 16 => out.extend(a..=b),
+                _ => return Vec::new(),
+            },
+            None => match part.trim().parse() {
+                Ok(v) => out.push(v),
+                Err(_) => return Vec::new(),
+            },
         }
-        s
+    }
+    out
+}
+
+/// Formats a list of numbers compactly: `0-3,8`.
+pub fn format_list(v: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        out.push(if j > i {
+            format!("{}-{}", v[i], v[j])
+        } else {
+            v[i].to_string()
+        });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+/// Finds an executable by name on PATH or in the sbin directories root tools live in.
+pub(crate) fn find_program(name: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(Into::into))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_parse_and_format() {
+        assert_eq!(parse_list("0-3,8,10-11\n"), vec![0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(parse_list("0"), vec![0]);
+        assert!(parse_list("").is_empty());
+        assert!(parse_list("a-b").is_empty());
+        assert!(parse_list("5-2").is_empty());
+        assert_eq!(format_list(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
+        assert_eq!(format_list(&[]), "");
+    }
+
+    #[test]
+    fn gather_on_this_machine_is_plausible() {
+        let m = Machine::gather();
+        assert!(m.cpu.logical_cpus >= 1);
+        assert!(!m.cpu.allowed_cpus.is_empty());
+        let data: Vec<&Cache> = m
+            .cpu
+            .caches
+            .iter()
+            .filter(|c| c.kind != "Instruction")
+            .collect();
+        // Some ARM boards and containers hide sysfs caches; elsewhere they must be there.
+        if std::path::Path::new("/sys/devices/system/cpu/cpu0/cache/index0").exists() {
+            assert!(data.iter().any(|c| c.size_bytes > 0), "{:?}", m.cpu.caches);
+            assert!(data
+                .iter()
+                .all(|c| (32..=256).contains(&c.line_bytes) && c.line_bytes.is_power_of_two()));
+        }
+        assert!(m.memory.total_bytes > 0);
+        assert!(m.memory.available_bytes <= m.memory.total_bytes);
+        assert!(!m.os.kernel.is_empty());
+        // Must never be slow; generous because the test machine is shared.
+        assert!(m.gather_ms < 2000.0, "gather took {} ms", m.gather_ms);
+        let text = m.describe();
+        assert!(text.contains("CPU") && text.contains("Memory"));
+        serde_json::to_string(&m).unwrap();
     }
 }

@@ -1,0 +1,127 @@
+//! Operating system: distribution, kernel, clock source, load.
+
+use super::{read, read_trim};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Os {
+    /// "Linux 6.1.0-18-amd64" (system name and release).
+    pub kernel: String,
+    /// The kernel's build string ("#1 SMP PREEMPT_DYNAMIC ...").
+    pub kernel_version: Option<String>,
+    pub arch: String,
+    /// /etc/os-release PRETTY_NAME.
+    pub distribution: Option<String>,
+    /// Kernel clock source: tsc (fast vDSO clock_gettime) or e.g. kvm-clock, hpet.
+    pub clocksource: Option<String>,
+    /// Boot parameters that change measured costs (mitigations=, isolcpus=, nohz_full=...).
+    pub boot_parameters: Vec<String>,
+}
+
+/// PRETTY_NAME from /etc/os-release (quotes removed), else NAME + VERSION.
+pub fn parse_os_release(s: &str) -> Option<String> {
+    let get = |key: &str| {
+        s.lines().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == key).then(|| v.trim().trim_matches(['"', '\'']).to_string())
+        })
+    };
+    get("PRETTY_NAME")
+        .filter(|v| !v.is_empty())
+        .or_else(|| match (get("NAME"), get("VERSION")) {
+            (Some(n), Some(v)) => Some(format!("{n} {v}")),
+            (n, _) => n,
+        })
+}
+
+/// /proc/loadavg -> the 1, 5 and 15 minute averages.
+pub fn parse_loadavg(s: &str) -> Option<[f64; 3]> {
+    let mut it = s.split_whitespace().map(|v| v.parse::<f64>().ok());
+    Some([it.next()??, it.next()??, it.next()??])
+}
+
+/// Kernel command-line parameters that change what osmeter measures.
+pub fn interesting_boot_parameters(cmdline: &str) -> Vec<String> {
+    const KEYS: &[&str] = &[
+        "mitigations",
+        "isolcpus",
+        "nohz_full",
+        "nosmt",
+        "clocksource",
+        "tsc",
+        "transparent_hugepage",
+        "intel_pstate",
+        "amd_pstate",
+        "pti",
+        "spectre_v2",
+        "processor.max_cstate",
+        "intel_idle.max_cstate",
+        "idle",
+    ];
+    cmdline
+        .split_whitespace()
+        .filter(|p| KEYS.contains(&p.split('=').next().unwrap_or("")))
+        .map(str::to_string)
+        .collect()
+}
+
+pub fn gather() -> Os {
+    let sysname = read_trim("/proc/sys/kernel/ostype").unwrap_or_else(|| "Linux".into());
+    let release = read_trim("/proc/sys/kernel/osrelease").unwrap_or_default();
+    Os {
+        kernel: format!("{sysname} {release}").trim().to_string(),
+        kernel_version: read_trim("/proc/sys/kernel/version"),
+        arch: std::env::consts::ARCH.to_string(),
+        distribution: read("/etc/os-release")
+            .or_else(|| read("/usr/lib/os-release"))
+            .and_then(|s| parse_os_release(&s)),
+        clocksource: read_trim("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
+        boot_parameters: read("/proc/cmdline")
+            .map(|s| interesting_boot_parameters(&s))
+            .unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn os_release() {
+        let s = "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nNAME=\"Debian GNU/Linux\"\n\
+                 VERSION_ID=\"12\"\nVERSION=\"12 (bookworm)\"\nID=debian\n";
+        assert_eq!(
+            parse_os_release(s).as_deref(),
+            Some("Debian GNU/Linux 12 (bookworm)")
+        );
+        assert_eq!(
+            parse_os_release("NAME=Alpine\nVERSION='3.19'\n").as_deref(),
+            Some("Alpine 3.19")
+        );
+        assert_eq!(parse_os_release(""), None);
+    }
+
+    #[test]
+    fn loadavg() {
+        assert_eq!(
+            parse_loadavg("0.24 0.22 0.12 4/109 5677\n"),
+            Some([0.24, 0.22, 0.12])
+        );
+        assert_eq!(parse_loadavg("0.24 x"), None);
+        assert_eq!(parse_loadavg(""), None);
+    }
+
+    #[test]
+    fn boot_parameters() {
+        let p = interesting_boot_parameters(
+            "BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro mitigations=off isolcpus=2,3 quiet",
+        );
+        assert_eq!(p, vec!["mitigations=off", "isolcpus=2,3"]);
+    }
+
+    #[test]
+    fn kernel_is_read() {
+        let os = gather();
+        assert!(os.kernel.starts_with("Linux"), "{}", os.kernel);
+    }
+}

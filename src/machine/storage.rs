@@ -1,0 +1,195 @@
+//! Block devices (/sys/block) and the file system a path lives on (/proc/self/mounts).
+
+use super::{read, read_trim, read_u64};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Storage {
+    pub disks: Vec<Disk>,
+    /// The file system of the current directory (where the scratch folder goes by default).
+    pub cwd_filesystem: Option<Mount>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Disk {
+    /// Kernel name: sda, nvme0n1, vda...
+    pub name: String,
+    pub model: Option<String>,
+    pub vendor: Option<String>,
+    /// The kernel's rotational flag (virtual disks often report 1 whatever backs them).
+    pub rotational: Option<bool>,
+    /// The active I/O scheduler.
+    pub scheduler: Option<String>,
+    pub size_bytes: Option<u64>,
+    pub logical_block_bytes: Option<u64>,
+    pub physical_block_bytes: Option<u64>,
+    pub removable: Option<bool>,
+    /// Kernel driver of the device (virtio_blk, nvme, sd...).
+    pub driver: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Mount {
+    pub source: String,
+    pub mount_point: String,
+    pub fstype: String,
+    /// tmpfs, ramfs and the like: a file there never touches a disk.
+    pub in_memory: bool,
+}
+
+/// Devices that are not disks: loop files, RAM disks, compressed swap in RAM.
+pub fn is_pseudo_device(name: &str) -> bool {
+    ["loop", "ram", "zram", "nbd"]
+        .iter()
+        .any(|p| name.starts_with(p) && name[p.len()..].chars().all(|c| c.is_ascii_digit()))
+}
+
+/// Undoes the octal escapes /proc/mounts uses for spaces, tabs and backslashes.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        // Three octal digits, the first at most 3 so that the value fits a byte.
+        let oct = b
+            .get(i + 1..i + 4)
+            .filter(|d| d[0] <= b'3' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], oct) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') << 6 | (d[1] - b'0') << 3 | (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The mount holding `path` (absolute, already canonical): the longest mount point that is
+/// a prefix of it; the last such line wins, as a later mount hides an earlier one.
+pub fn mount_for(mounts: &str, path: &Path) -> Option<Mount> {
+    let mut best: Option<Mount> = None;
+    for line in mounts.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 3 {
+            continue;
+        }
+        let mp = unescape(f[1]);
+        if !path.starts_with(&mp) {
+            continue;
+        }
+        if best
+            .as_ref()
+            .map_or(true, |b| mp.len() >= b.mount_point.len())
+        {
+            let fstype = f[2].to_string();
+            best = Some(Mount {
+                source: unescape(f[0]),
+                mount_point: mp,
+                in_memory: matches!(
+                    fstype.as_str(),
+                    "tmpfs" | "ramfs" | "devtmpfs" | "hugetlbfs"
+                ),
+                fstype,
+            });
+        }
+    }
+    best
+}
+
+/// The file system `path` lives on (canonicalised first; `None` when it does not exist).
+pub fn filesystem_of(path: &Path) -> Option<Mount> {
+    let p: PathBuf = path.canonicalize().ok()?;
+    mount_for(&read("/proc/self/mounts")?, &p)
+}
+
+fn disk(name: &str) -> Disk {
+    let d = Path::new("/sys/block").join(name);
+    let flag = |f: &str| read_trim(d.join(f)).map(|v| v == "1");
+    Disk {
+        name: name.to_string(),
+        model: read_trim(d.join("device/model")),
+        vendor: read_trim(d.join("device/vendor")).filter(|v| !v.starts_with("0x")),
+        rotational: flag("queue/rotational"),
+        scheduler: read_trim(d.join("queue/scheduler"))
+            .and_then(|s| super::cpu::bracketed(&s).or(Some(s))),
+        // The size file counts 512-byte sectors whatever the device's block size.
+        size_bytes: read_u64(d.join("size")).map(|s| s * 512),
+        logical_block_bytes: read_u64(d.join("queue/logical_block_size")),
+        physical_block_bytes: read_u64(d.join("queue/physical_block_size")),
+        removable: flag("removable"),
+        driver: std::fs::read_link(d.join("device/driver"))
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())),
+    }
+}
+
+pub fn gather() -> Storage {
+    let mut names: Vec<String> = std::fs::read_dir("/sys/block")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !is_pseudo_device(n))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    Storage {
+        disks: names.iter().map(|n| disk(n)).collect(),
+        cwd_filesystem: std::env::current_dir().ok().and_then(|d| filesystem_of(&d)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTS: &str = "proc /proc proc rw,relatime 0 0
+/dev/vda / ext4 rw,relatime,discard 0 0
+tmpfs /dev/shm tmpfs rw,relatime 0 0
+tmpfs /tmp tmpfs rw 0 0
+/dev/sdb1 /mnt/my\\040disk xfs rw 0 0
+server:/export /work/nfs nfs4 rw 0 0
+";
+
+    #[test]
+    fn mounts() {
+        let m = mount_for(MOUNTS, Path::new("/work/wt/machine")).unwrap();
+        assert_eq!((m.fstype.as_str(), m.mount_point.as_str()), ("ext4", "/"));
+        assert!(!m.in_memory);
+        let m = mount_for(MOUNTS, Path::new("/tmp/x")).unwrap();
+        assert!(m.in_memory);
+        let m = mount_for(MOUNTS, Path::new("/mnt/my disk/f")).unwrap();
+        assert_eq!(m.fstype, "xfs");
+        let m = mount_for(MOUNTS, Path::new("/work/nfs/a")).unwrap();
+        assert_eq!(m.source, "server:/export");
+        // "/tmpfoo" is not under "/tmp".
+        assert_eq!(
+            mount_for(MOUNTS, Path::new("/tmpfoo")).unwrap().fstype,
+            "ext4"
+        );
+        assert_eq!(mount_for("", Path::new("/")), None);
+    }
+
+    #[test]
+    fn pseudo_devices() {
+        for n in ["loop0", "loop12", "ram0", "zram0", "nbd3"] {
+            assert!(is_pseudo_device(n), "{n}");
+        }
+        for n in ["sda", "vda", "nvme0n1", "loopy", "dm-0", "mmcblk0"] {
+            assert!(!is_pseudo_device(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn unescapes_octal() {
+        assert_eq!(unescape("/a\\040b"), "/a b");
+        assert_eq!(unescape("/a\\"), "/a\\");
+        assert_eq!(unescape("plain"), "plain");
+        assert_eq!(unescape("\\777 \\04"), "\\777 \\04");
+    }
+}
