@@ -205,7 +205,12 @@ fn cmd_list(json: bool) -> ExitCode {
 }
 
 fn cmd_machine(json: bool) -> ExitCode {
-    let m = osmeter::machine::Machine::gather();
+    let mut m = osmeter::machine::Machine::gather();
+    // The time base belongs to the description: counter, its frequency, the core clock.
+    let (_, clock) = osmeter::clock::detect();
+    m.warnings.extend(clock.warnings.iter().cloned());
+    m.clock = Some(clock);
+    m.cpu.core_clock_hz = osmeter::clock::effective_core_hz();
     if json {
         println!("{}", serde_json::to_string_pretty(&m).unwrap_or_default());
     } else {
