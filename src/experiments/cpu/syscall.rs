@@ -23,21 +23,17 @@ fn raw_getpid() -> libc::c_long {
     unsafe { libc::syscall(libc::SYS_getpid) }
 }
 
-/// True when a mitigation that adds work to every kernel entry is active.
-fn entry_mitigation() -> Option<String> {
-    let dir = std::fs::read_dir("/sys/devices/system/cpu/vulnerabilities").ok()?;
-    for e in dir.flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
-        let v = std::fs::read_to_string(e.path()).unwrap_or_default();
-        let heavy = (name == "meltdown" && v.contains("PTI"))
-            || (name == "mds" && v.contains("Clear CPU buffers"))
-            || (name == "retbleed" && (v.contains("IBPB") || v.contains("untrained return")))
-            || (name == "spec_rstack_overflow" && v.contains("Safe RET"));
-        if heavy {
-            return Some(format!("{name}: {}", v.trim()));
-        }
-    }
-    None
+/// A mitigation from the machine description that adds work to every kernel entry.
+fn entry_mitigation(m: &std::collections::BTreeMap<String, String>) -> Option<String> {
+    m.iter()
+        .find(|(name, v)| {
+            (name.as_str() == "meltdown" && v.contains("PTI"))
+                || (name.as_str() == "mds" && v.contains("Clear CPU buffers"))
+                || (name.as_str() == "retbleed"
+                    && (v.contains("IBPB") || v.contains("untrained return")))
+                || (name.as_str() == "spec_rstack_overflow" && v.contains("Safe RET"))
+        })
+        .map(|(name, v)| format!("{name}: {}", v.trim()))
 }
 
 impl Experiment for Syscall {
@@ -61,7 +57,7 @@ impl Experiment for Syscall {
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let (ghz, src) = super::core_ghz(ctx);
-        let mitig = entry_mitigation();
+        let mitig = entry_mitigation(&ctx.machine.cpu.mitigations);
         let m = if mitig.is_some() { 1.0 } else { 0.0 };
         let entry = |extra: f64, what: &str| {
             Prediction::new(
@@ -69,7 +65,7 @@ impl Experiment for Syscall {
                 format!("({ENTRY_CYCLES} + {MITIGATION_CYCLES} x mitigated + {extra}) cycles / f_core{what}"),
             )
             .input("f_core", ghz * 1e9, "Hz", src.clone())
-            .input("mitigated", m, "bool", mitig.clone().unwrap_or_else(|| "no entry-cost mitigation listed in sysfs".into()))
+            .input("mitigated", m, "bool", mitig.clone().unwrap_or_else(|| "machine: no entry-cost mitigation among the CPU vulnerabilities".into()))
             .input("entry_cycles", ENTRY_CYCLES, "cycles", "model: SYSCALL/SYSRET and entry code")
         };
         let read = ctx
