@@ -113,7 +113,7 @@ fn series_plots(r: &RunResults, e: &ExperimentResult) -> Vec<Figure> {
             lines: g
                 .iter()
                 .map(|s| Line {
-                    name: s.name.replace('_', " "),
+                    name: legend_name(&s.name),
                     points: s.points.iter().map(|p| (p[0], p[1])).collect(),
                     dashed: is_model_series(s),
                 })
@@ -188,12 +188,17 @@ fn series_plots(r: &RunResults, e: &ExperimentResult) -> Vec<Figure> {
                 p.log_x = false;
                 p.y_label = "time per block".into();
                 if !g.iter().any(|s| is_model_series(s)) {
+                    let one = g.len() == 1;
                     for s in &g {
                         if let Some(fit) = piecewise_fit(&s.points) {
                             let mut xs: Vec<f64> = s.points.iter().map(|p| p[0]).collect();
                             xs.sort_by(f64::total_cmp);
                             p.lines.push(Line {
-                                name: format!("{} fitted model", s.name.replace('_', " ")),
+                                name: if one {
+                                    "fitted model".into()
+                                } else {
+                                    format!("{} fit", s.name.replace('_', " "))
+                                },
                                 points: xs.iter().map(|x| (*x, fit.eval(*x))).collect(),
                                 dashed: true,
                             });
@@ -211,6 +216,16 @@ fn series_plots(r: &RunResults, e: &ExperimentResult) -> Vec<Figure> {
             }
             _ => {}
         }
+        // Several series: the title says what the axes show, after the touches above.
+        let what = if g.len() == 1 {
+            what
+        } else {
+            format!(
+                "{} vs {}",
+                nonempty(&p.y_label, &yu),
+                nonempty(&p.x_label, &xu)
+            )
+        };
         p.title = format!("{}: {what}", e.id);
         out.push(Figure {
             experiment: e.id.clone(),
@@ -220,6 +235,15 @@ fn series_plots(r: &RunResults, e: &ExperimentResult) -> Vec<Figure> {
         });
     }
     out
+}
+
+/// A series name for a legend: "cached_seq_vs_size" says "cached seq" (the axes say the rest).
+fn legend_name(name: &str) -> String {
+    let n = match name.find("_vs_") {
+        Some(i) if i > 0 => &name[..i],
+        _ => name,
+    };
+    n.replace('_', " ")
 }
 
 fn nonempty<'a>(a: &'a str, b: &'a str) -> &'a str {
@@ -254,13 +278,7 @@ fn distribution(e: &ExperimentResult) -> Option<Figure> {
         } else if let Some(p) = &m.summary.percentiles {
             lines.push(Line {
                 name: format!("{} (p50/p90/p99)", m.name.replace('_', " ")),
-                points: vec![
-                    (m.summary.min, 0.0),
-                    (p.p50, 50.0),
-                    (p.p90, 90.0),
-                    (p.p99, 99.0),
-                    (m.summary.max, 100.0),
-                ],
+                points: vec![(p.p50, 50.0), (p.p90, 90.0), (p.p99, 99.0)],
                 dashed: false,
             });
         }

@@ -149,7 +149,7 @@ pub fn render(r: &RunResults, figs: &[Figure]) -> String {
                 anchor(&e.id),
                 esc(&e.id),
                 status(e.status),
-                esc(e.reason.as_deref().unwrap_or(""))
+                esc(e.reason.as_deref().unwrap_or("no summary metrics; see its plots"))
             );
         }
         for (i, m) in e.metrics.iter().enumerate() {

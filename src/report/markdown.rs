@@ -49,7 +49,11 @@ pub fn render(r: &RunResults, figs: &[Figure]) -> String {
                     "| {} | *{}: {}* | | | | | |",
                     e.id,
                     e.status.as_str(),
-                    cell(e.reason.as_deref().unwrap_or(""))
+                    cell(
+                        e.reason
+                            .as_deref()
+                            .unwrap_or("no summary metrics; see its plots")
+                    )
                 ),
             );
         }

@@ -42,7 +42,7 @@ pub struct Plot {
 
 const W: f64 = 760.0;
 const H: f64 = 400.0;
-const LEFT: f64 = 78.0;
+const LEFT: f64 = 92.0;
 const TOP: f64 = 34.0;
 const BOTTOM: f64 = 52.0;
 
@@ -111,6 +111,19 @@ fn log_tick_label(v: f64, unit: &str) -> String {
         "ns" => crate::units::fmt_ns(v)
             .replace(".00", "")
             .replace(".0 ", " "),
+        "bytes/s" | "bits/s" => {
+            let u = if unit == "bytes/s" { "B/s" } else { "bit/s" };
+            let (d, p) = if v >= 1e9 {
+                (1e9, "G")
+            } else if v >= 1e6 {
+                (1e6, "M")
+            } else if v >= 1e3 {
+                (1e3, "k")
+            } else {
+                (1.0, "")
+            };
+            format!("{} {p}{u}", trim_num(v / d))
+        }
         _ => crate::units::fmt_si(v),
     }
 }
@@ -124,16 +137,19 @@ fn trim_num(x: f64) -> String {
     }
 }
 
-/// "Nice" linear ticks covering [lo, hi].
-fn linear_ticks(lo: f64, hi: f64) -> Vec<f64> {
+/// "Nice" linear ticks covering [lo, hi]; whole numbers only for counts.
+fn linear_ticks(lo: f64, hi: f64, integer: bool) -> Vec<f64> {
     let span = (hi - lo).max(f64::MIN_POSITIVE);
     let raw = span / 6.0;
     let mag = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+    let mut step = [1.0, 2.0, 2.5, 5.0, 10.0]
         .iter()
         .map(|m| m * mag)
         .find(|s| span / s <= 7.0)
         .unwrap_or(10.0 * mag);
+    if integer {
+        step = step.max(1.0).round();
+    }
     let mut t = (lo / step).ceil() * step;
     let mut out = Vec::new();
     while t <= hi + step * 1e-9 && out.len() < 20 {
@@ -156,11 +172,20 @@ fn log_ticks(lo: f64, hi: f64, unit: &str) -> Vec<f64> {
     if base == 2.0 && every > 1 && every % 2 == 1 {
         every += 1;
     }
-    (a..=b)
+    let mut t: Vec<f64> = (a..=b)
         .filter(|e| e.rem_euclid(every) == 0)
-        .map(|e| base.powi(e))
+        .flat_map(|e| {
+            // Few decades: 1-2-5 ticks, so the reader is not left with two labels.
+            if base == 10.0 && n <= 4 {
+                vec![base.powi(e), 2.0 * base.powi(e), 5.0 * base.powi(e)]
+            } else {
+                vec![base.powi(e)]
+            }
+        })
         .filter(|v| *v >= lo * 0.999 && *v <= hi * 1.001)
-        .collect()
+        .collect();
+    t.dedup();
+    t
 }
 
 pub fn esc(s: &str) -> String {
@@ -204,7 +229,9 @@ fn range(values: impl Iterator<Item = f64>, log: bool, zero_based: bool) -> Opti
             lo /= 1.5;
             hi *= 1.5;
         }
-        return Some((lo, hi));
+        // A little room so extreme points do not sit on the frame.
+        let pad = (hi / lo).powf(0.03);
+        return Some((lo / pad, hi * pad));
     }
     if zero_based && lo > 0.0 {
         lo = 0.0;
@@ -278,10 +305,15 @@ impl Plot {
             esc(&self.title)
         );
         // Grid and ticks.
+        let whole = self
+            .lines
+            .iter()
+            .flat_map(|l| l.points.iter())
+            .all(|p| p.0.fract() == 0.0);
         let xt = if self.log_x {
             log_ticks(xlo, xhi, &self.x_unit)
         } else {
-            linear_ticks(xlo, xhi)
+            linear_ticks(xlo, xhi, whole)
         };
         for t in &xt {
             let px = xa.map(*t);
@@ -301,7 +333,7 @@ impl Plot {
         let yt = if self.log_y {
             log_ticks(ylo, yhi, &self.y_unit)
         } else {
-            linear_ticks(ylo, yhi)
+            linear_ticks(ylo, yhi, false)
         };
         for t in &yt {
             let py = ya.map(*t);
@@ -332,7 +364,9 @@ impl Plot {
         } else {
             xname.clone()
         };
-        let yunit_txt = if self.log_y && matches!(self.y_unit.as_str(), "bytes" | "ns") {
+        let yunit_txt = if self.log_y
+            && matches!(self.y_unit.as_str(), "bytes" | "ns" | "bytes/s" | "bits/s")
+        {
             "log scale".to_string()
         } else if self.log_y {
             format!("{yname}, log scale")
@@ -359,11 +393,16 @@ impl Plot {
             }
             let px = xa.map(m.at);
             let ty = TOP + 14.0 + 14.0 * (i % 3) as f64;
+            // Near the right edge the label goes on the left of its line.
+            let (tx, anchor) = if px > right_edge - 100.0 {
+                (px - 3.0, "end")
+            } else {
+                (px + 3.0, "start")
+            };
             let _ = write!(
                 s,
-                r##"<line x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{:.1}" stroke="#888" stroke-dasharray="4 3"/><text x="{:.1}" y="{ty:.1}" fill="#555" font-size="11">{}</text>"##,
+                r##"<line x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{:.1}" stroke="#888" stroke-dasharray="4 3"/><text x="{tx:.1}" y="{ty:.1}" fill="#555" font-size="11" text-anchor="{anchor}">{}</text>"##,
                 H - BOTTOM,
-                px + 3.0,
                 esc(&m.label)
             );
         }
@@ -469,7 +508,8 @@ mod tests {
 
     #[test]
     fn ticks_are_sane() {
-        let t = linear_ticks(0.0, 97.0);
+        let t = linear_ticks(0.0, 97.0, false);
+        assert_eq!(linear_ticks(0.9, 2.1, true), vec![1.0, 2.0]);
         assert!(t.len() >= 3 && t.len() <= 8, "{t:?}");
         assert_eq!(t[0], 0.0);
         let l = log_ticks(1024.0, 64.0 * 1024.0 * 1024.0, "bytes");
