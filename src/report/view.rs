@@ -103,8 +103,9 @@ pub fn run_line(r: &RunResults) -> String {
         .iter()
         .filter(|e| e.status == Status::Ok)
         .count();
+    let not_ok = r.experiments.len() - ok;
     format!(
-        "osmeter {}, profile {}, started {}, took {:.1} s; {} experiments, {} ok, {} not (reasons below). Results schema version {}.",
+        "osmeter {}, profile {}, started {}, took {:.1} s; {} experiments, {} ok{}. Results schema version {}.",
         r.tool.version,
         r.config
             .get("profile")
@@ -114,7 +115,11 @@ pub fn run_line(r: &RunResults) -> String {
         r.duration_s,
         r.experiments.len(),
         ok,
-        r.experiments.len() - ok,
+        if not_ok > 0 {
+            format!(", {not_ok} skipped, invalid or failed (reasons below)")
+        } else {
+            String::new()
+        },
         r.schema_version
     )
 }
