@@ -5,8 +5,11 @@
 //! produce, and `report` renders it.
 
 pub mod clock;
+pub mod compare;
 pub mod experiments;
+pub mod findings;
 pub mod harness;
+pub mod history;
 pub mod machine;
 pub mod pagecache;
 pub mod report;

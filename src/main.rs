@@ -34,6 +34,35 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Re-render the reports (terminal, report.md, report.html, plots) from a results file.
+    Report {
+        /// A results.json file or the results folder holding it.
+        results: PathBuf,
+        /// Where to write report.md, report.html and the plots (default: beside the results file).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Do not print the terminal table.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// List the runs recorded in the local history database.
+    History {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compare runs side by side (the first is the baseline): results files, folders or history ids.
+    Compare {
+        /// Two or more runs: results.json paths, results folders or history ids.
+        #[arg(required = true, num_args = 2..)]
+        runs: Vec<String>,
+        /// Minimum relative difference of the medians for a significant difference, in percent.
+        #[arg(long, default_value_t = osmeter::compare::MIN_REL_DIFF * 100.0)]
+        min_diff: f64,
+        /// Machine-readable output: every compared metric carries a boolean `significant`.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -103,6 +132,17 @@ fn main() -> ExitCode {
         Cmd::Run(a) => cmd_run(a),
         Cmd::List { json } => cmd_list(json),
         Cmd::Machine { json } => cmd_machine(json),
+        Cmd::Report {
+            results,
+            out,
+            quiet,
+        } => osmeter::report::cli::report(&results, out.as_deref(), quiet),
+        Cmd::History { json } => osmeter::report::cli::history(json),
+        Cmd::Compare {
+            runs,
+            min_diff,
+            json,
+        } => osmeter::report::cli::compare(&runs, min_diff, json),
     }
 }
 
@@ -138,6 +178,9 @@ fn cmd_run(a: RunArgs) -> ExitCode {
                 print!("{}", osmeter::report::terminal::render(&out.results, None));
                 if let Some(f) = &out.folder {
                     println!("results: {}", f.join("results.json").display());
+                    if f.join("report.html").exists() {
+                        println!("report:  {}", f.join("report.html").display());
+                    }
                 }
             }
             let failed = out

@@ -310,12 +310,28 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
         experiments: results,
         findings: Vec::new(),
     };
+    let mut run_results = run_results;
+    run_results.findings = crate::findings::compute(&run_results);
 
     let folder = if cfg.write_results {
-        Some(write_results(&cfg.out, &run_results).map_err(RunError::Runtime)?)
+        let f = write_results(&cfg.out, &run_results).map_err(RunError::Runtime)?;
+        // results.json is safe on disk; a report or history problem only warns.
+        if let Err(e) = crate::report::write_reports(&f, &run_results) {
+            eprintln!("osmeter: warning: could not write the reports: {e:#}");
+        }
+        Some(f)
     } else {
         None
     };
+    if !cfg.no_history {
+        if let Err(e) = crate::history::History::open_default()
+            .and_then(|h| h.record(&run_results, folder.as_deref()))
+        {
+            eprintln!(
+                "osmeter: warning: run not recorded in the history: {e:#} (--no-history skips it)"
+            );
+        }
+    }
     Ok(RunOutput {
         results: run_results,
         folder,

@@ -1,3 +1,43 @@
 //! Renderers: they read a results document and never measure.
 
+pub mod cli;
+pub mod figures;
+pub mod html;
+pub mod load;
+pub mod markdown;
+pub mod plot;
 pub mod terminal;
+pub mod view;
+
+use crate::results::RunResults;
+use std::path::{Path, PathBuf};
+
+/// What `write_reports` wrote.
+pub struct Written {
+    pub markdown: PathBuf,
+    pub html: PathBuf,
+    pub plots: Vec<PathBuf>,
+}
+
+/// Writes report.md, report.html and one SVG per plot into `folder`.
+pub fn write_reports(folder: &Path, r: &RunResults) -> anyhow::Result<Written> {
+    use anyhow::Context;
+    std::fs::create_dir_all(folder).with_context(|| format!("{}", folder.display()))?;
+    let figs = figures::figures(r);
+    let mut plots = Vec::new();
+    for f in &figs {
+        let p = folder.join(&f.file);
+        std::fs::write(&p, f.plot.to_svg()).with_context(|| format!("{}", p.display()))?;
+        plots.push(p);
+    }
+    let markdown = folder.join("report.md");
+    std::fs::write(&markdown, markdown::render(r, &figs))
+        .with_context(|| format!("{}", markdown.display()))?;
+    let html = folder.join("report.html");
+    std::fs::write(&html, html::render(r, &figs)).with_context(|| format!("{}", html.display()))?;
+    Ok(Written {
+        markdown,
+        html,
+        plots,
+    })
+}

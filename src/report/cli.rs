@@ -1,0 +1,129 @@
+//! The `report`, `history` and `compare` subcommands (main.rs only dispatches here).
+//! Bad input (missing or corrupt results, unknown history id) is one line and exit 2.
+
+use crate::history::History;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+
+fn usage_error(msg: &str) -> ExitCode {
+    eprintln!("osmeter: error: {msg}");
+    ExitCode::from(2)
+}
+
+fn runtime_error(msg: &str) -> ExitCode {
+    eprintln!("osmeter: error: {msg}");
+    ExitCode::from(1)
+}
+
+/// `osmeter report RESULTS [--out DIR]`.
+pub fn report(results: &Path, out: Option<&Path>, quiet: bool) -> ExitCode {
+    let t = Instant::now();
+    let mut r = match super::load::load(results) {
+        Ok(r) => r,
+        Err(e) => return usage_error(&e),
+    };
+    // Findings are a function of the data: recompute so older files get current ones.
+    r.findings = crate::findings::compute(&r);
+    let file = super::load::results_file(results);
+    let folder = match out {
+        Some(o) => o.to_path_buf(),
+        None => file
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf(),
+    };
+    if !quiet {
+        print!("{}", super::terminal::render(&r, None));
+    }
+    match super::write_reports(&folder, &r) {
+        Ok(w) => {
+            if !quiet {
+                println!("report:  {}", w.html.display());
+                println!("         {}", w.markdown.display());
+                println!(
+                    "plots:   {} SVG file(s) in {} (rendered in {} ms)",
+                    w.plots.len(),
+                    folder.display(),
+                    t.elapsed().as_millis()
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => runtime_error(&format!("{e:#}")),
+    }
+}
+
+/// `osmeter history [--json]`.
+pub fn history(json: bool) -> ExitCode {
+    let h = match History::open_default() {
+        Ok(h) => h,
+        Err(e) => return runtime_error(&format!("history: {e:#}")),
+    };
+    let rows = match h.list() {
+        Ok(r) => r,
+        Err(e) => return runtime_error(&format!("history {}: {e:#}", h.path.display())),
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).unwrap_or_default()
+        );
+        return ExitCode::SUCCESS;
+    }
+    if rows.is_empty() {
+        println!("no runs recorded yet in {}", h.path.display());
+        return ExitCode::SUCCESS;
+    }
+    let mut t = comfy_table::Table::new();
+    t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
+        .set_content_arrangement(comfy_table::ContentArrangement::Dynamic);
+    t.set_header(vec![
+        "id",
+        "started (UTC)",
+        "host",
+        "profile",
+        "experiments",
+        "duration",
+        "folder",
+    ]);
+    for r in &rows {
+        t.add_row(vec![
+            r.id.to_string(),
+            r.started_at.clone(),
+            r.host.clone(),
+            r.profile.clone(),
+            r.experiments.to_string(),
+            format!("{:.1} s", r.duration_s),
+            r.folder.clone().unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    println!("{t}");
+    println!("history: {}", h.path.display());
+    ExitCode::SUCCESS
+}
+
+/// `osmeter compare A B [...] [--min-diff PCT] [--json]`.
+pub fn compare(specs: &[String], min_diff_pct: f64, json: bool) -> ExitCode {
+    if !(min_diff_pct.is_finite() && (0.0..100.0).contains(&min_diff_pct)) {
+        return usage_error("--min-diff must be a percentage from 0 to below 100");
+    }
+    let mut runs = Vec::new();
+    for s in specs {
+        match crate::compare::resolve(s, History::open_default) {
+            Ok(r) => runs.push((s.clone(), r)),
+            Err(e) => return usage_error(&e),
+        }
+    }
+    let c = crate::compare::compare(&runs, min_diff_pct / 100.0);
+    if json {
+        match serde_json::to_string_pretty(&c) {
+            Ok(s) => println!("{s}"),
+            Err(e) => return runtime_error(&e.to_string()),
+        }
+    } else {
+        print!("{}", crate::compare::render(&c));
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,313 @@
+//! Which plots a results document gets. Every experiment's series are plotted, grouped
+//! by units (same units share a plot, with a legend); some experiments get touches keyed
+//! by id that fall back to the generic plot when their data is absent.
+
+use super::plot::{Line, Marker, Plot};
+use crate::findings::{is_model_series, piecewise_fit, sysfs_caches};
+use crate::results::{ExperimentResult, RunResults, Series};
+use crate::units::fmt_bytes;
+
+/// A plot of one experiment, with the file name it is saved under.
+pub struct Figure {
+    pub experiment: String,
+    pub file: String,
+    pub caption: String,
+    pub plot: Plot,
+}
+
+/// All figures of a run, in experiment order.
+pub fn figures(r: &RunResults) -> Vec<Figure> {
+    let mut out = Vec::new();
+    for e in &r.experiments {
+        let mut figs = match e.id.as_str() {
+            "net.rtt" | "net.connect" => distribution(e).into_iter().collect(),
+            _ => Vec::new(),
+        };
+        figs.extend(series_plots(r, e));
+        out.extend(figs.into_iter().filter(|f| f.plot.has_data()));
+    }
+    // File names must be unique within the folder.
+    let mut seen = std::collections::HashSet::new();
+    for f in &mut out {
+        let base = f.file.trim_end_matches(".svg").to_string();
+        let mut k = 1;
+        while !seen.insert(f.file.clone()) {
+            k += 1;
+            f.file = format!("{base}-{k}.svg");
+        }
+    }
+    out
+}
+
+fn slug(s: &str) -> String {
+    let mut o: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    while o.contains("--") {
+        o = o.replace("--", "-");
+    }
+    o.trim_matches('-').chars().take(60).collect()
+}
+
+/// What a value in this unit is, for axis titles.
+fn quantity(unit: &str) -> &str {
+    match unit {
+        "ns" => "time",
+        "bytes" => "size",
+        "bytes/s" => "throughput",
+        "bits/s" => "throughput",
+        "1/s" => "rate",
+        "ratio" => "ratio",
+        "%" => "share",
+        _ => "",
+    }
+}
+
+fn span(values: impl Iterator<Item = f64>) -> f64 {
+    let v: Vec<f64> = values.filter(|v| v.is_finite() && *v > 0.0).collect();
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if v.len() < 2 {
+        1.0
+    } else {
+        hi / lo
+    }
+}
+
+/// Series grouped by (x unit, y unit), in order of first appearance.
+fn groups(e: &ExperimentResult) -> Vec<Vec<&Series>> {
+    let mut g: Vec<Vec<&Series>> = Vec::new();
+    for s in &e.series {
+        match g
+            .iter_mut()
+            .find(|v| v[0].x_unit == s.x_unit && v[0].y_unit == s.y_unit)
+        {
+            Some(v) => v.push(s),
+            None => g.push(vec![s]),
+        }
+    }
+    g
+}
+
+fn series_plots(r: &RunResults, e: &ExperimentResult) -> Vec<Figure> {
+    let mut out = Vec::new();
+    for g in groups(e) {
+        let (xu, yu) = (g[0].x_unit.clone(), g[0].y_unit.clone());
+        let xs = g.iter().flat_map(|s| s.points.iter().map(|p| p[0]));
+        let ys = g.iter().flat_map(|s| s.points.iter().map(|p| p[1]));
+        let mut p = Plot {
+            x_label: quantity(&xu).to_string(),
+            x_unit: xu.clone(),
+            y_label: quantity(&yu).to_string(),
+            y_unit: yu.clone(),
+            // Log x when x spans more than two decades or is a size (sizes double).
+            log_x: xu == "bytes" || span(xs) > 100.0,
+            log_y: span(ys) > 100.0,
+            lines: g
+                .iter()
+                .map(|s| Line {
+                    name: legend_name(&s.name),
+                    points: s.points.iter().map(|p| (p[0], p[1])).collect(),
+                    dashed: is_model_series(s),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let what = if g.len() == 1 {
+            g[0].name.replace('_', " ")
+        } else {
+            format!(
+                "{} vs {}",
+                nonempty(&p.y_label, &yu),
+                nonempty(&p.x_label, &xu)
+            )
+        };
+        let mut caption = String::new();
+        match e.id.as_str() {
+            "mem.latency" if yu == "ns" && xu == "bytes" => {
+                p.x_label = "working-set size".into();
+                p.y_label = "load-to-use latency".into();
+                p.log_y = span(g.iter().flat_map(|s| s.points.iter().map(|p| p[1]))) > 20.0;
+                let caches = sysfs_caches(r);
+                p.x_markers = caches
+                    .iter()
+                    .map(|c| Marker {
+                        at: c.size_bytes,
+                        label: format!("{} {}", c.label(), fmt_bytes(c.size_bytes)),
+                    })
+                    .collect();
+                caption = if caches.is_empty() {
+                    "Latency of a dependent load vs working-set size (no sysfs cache sizes to mark).".into()
+                } else {
+                    "Latency of a dependent load vs working-set size; dashed lines mark the cache sizes sysfs reports.".into()
+                };
+            }
+            "mem.bandwidth" => {
+                if xu.contains("thread") {
+                    p.x_label = "threads".into();
+                    p.x_unit = String::new();
+                    p.log_x = false;
+                }
+                if yu == "bytes/s" {
+                    p.log_y = false;
+                    if let Some(peak) = r
+                        .machine
+                        .pointer("/memory/peak_bandwidth_bytes_per_s")
+                        .and_then(|v| v.as_f64())
+                        .filter(|v| *v > 0.0)
+                    {
+                        p.y_markers.push(Marker {
+                            at: peak,
+                            label: "theoretical peak (DIMM facts)".into(),
+                        });
+                    }
+                }
+                caption = "Memory bandwidth; the same work split over more threads.".into();
+            }
+            "fs.read" | "fs.remote-read" if xu == "bytes" => {
+                p.x_label = "file size".into();
+                p.y_label = if yu == "ns" {
+                    "time per block".into()
+                } else {
+                    p.y_label
+                };
+                caption =
+                    "Per-block read time vs file size: sequential and random, cached and uncached."
+                        .into();
+            }
+            "fs.contention" if xu != "bytes" => {
+                p.x_label = "processes reading at once (P)".into();
+                p.x_unit = String::new();
+                p.log_x = false;
+                p.y_label = "time per block".into();
+                if !g.iter().any(|s| is_model_series(s)) {
+                    let one = g.len() == 1;
+                    for s in &g {
+                        if let Some(fit) = piecewise_fit(&s.points) {
+                            let mut xs: Vec<f64> = s.points.iter().map(|p| p[0]).collect();
+                            xs.sort_by(f64::total_cmp);
+                            p.lines.push(Line {
+                                name: if one {
+                                    "fitted model".into()
+                                } else {
+                                    format!("{} fit", s.name.replace('_', " "))
+                                },
+                                points: xs.iter().map(|x| (*x, fit.eval(*x))).collect(),
+                                dashed: true,
+                            });
+                        }
+                    }
+                }
+                caption = "Per-block read time with P processes reading at once; dashed: the fitted (piecewise) linear model.".into();
+            }
+            id if xu == "bytes"
+                && yu == "bytes/s"
+                && (id.contains("sweep") || id.contains("block")) =>
+            {
+                p.x_label = "block size".into();
+                caption = "Read throughput vs block size, cold and warm cache.".into();
+            }
+            _ => {}
+        }
+        // Several series: the title says what the axes show, after the touches above.
+        let what = if g.len() == 1 {
+            what
+        } else {
+            format!(
+                "{} vs {}",
+                nonempty(&p.y_label, &yu),
+                nonempty(&p.x_label, &xu)
+            )
+        };
+        p.title = format!("{}: {what}", e.id);
+        out.push(Figure {
+            experiment: e.id.clone(),
+            file: format!("plot-{}-{}.svg", slug(&e.id), slug(&what)),
+            caption,
+            plot: p,
+        });
+    }
+    out
+}
+
+/// A series name for a legend: "cached_seq_vs_size" says "cached seq" (the axes say the rest).
+fn legend_name(name: &str) -> String {
+    let n = match name.find("_vs_") {
+        Some(i) if i > 0 => &name[..i],
+        _ => name,
+    };
+    n.replace('_', " ")
+}
+
+fn nonempty<'a>(a: &'a str, b: &'a str) -> &'a str {
+    if a.is_empty() {
+        b
+    } else {
+        a
+    }
+}
+
+/// Cumulative distributions of an experiment's distribution metrics (raw samples when
+/// there are enough, else the recorded percentiles).
+fn distribution(e: &ExperimentResult) -> Option<Figure> {
+    let mut lines = Vec::new();
+    for m in e.metrics.iter().filter(|m| m.unit == "ns") {
+        let mut raw: Vec<f64> = m.raw.iter().copied().filter(|v| v.is_finite()).collect();
+        if raw.len() >= 20 {
+            raw.sort_by(f64::total_cmp);
+            let n = raw.len();
+            // At most ~400 points per curve keeps the SVG small and the page fast.
+            let step = n.div_ceil(400).max(1);
+            let mut pts: Vec<(f64, f64)> = (0..n)
+                .step_by(step)
+                .map(|i| (raw[i], 100.0 * (i as f64 + 0.5) / n as f64))
+                .collect();
+            pts.push((raw[n - 1], 100.0));
+            lines.push(Line {
+                name: m.name.replace('_', " "),
+                points: pts,
+                dashed: false,
+            });
+        } else if let Some(p) = &m.summary.percentiles {
+            lines.push(Line {
+                name: format!("{} (p50/p90/p99)", m.name.replace('_', " ")),
+                points: vec![(p.p50, 50.0), (p.p90, 90.0), (p.p99, 99.0)],
+                dashed: false,
+            });
+        }
+    }
+    if lines.is_empty() {
+        return None;
+    }
+    let xspan = span(lines.iter().flat_map(|l| l.points.iter().map(|p| p.0)));
+    let what = if e.id == "net.rtt" {
+        "round-trip time"
+    } else {
+        "time"
+    };
+    Some(Figure {
+        experiment: e.id.clone(),
+        file: format!("plot-{}-distribution.svg", slug(&e.id)),
+        caption: format!(
+            "Cumulative distribution: the share of samples at or below each {what}; the long tail is to the right."
+        ),
+        plot: Plot {
+            title: format!("{}: distribution of {what}", e.id),
+            x_label: what.into(),
+            x_unit: "ns".into(),
+            y_label: "samples at or below".into(),
+            y_unit: "%".into(),
+            log_x: xspan > 100.0,
+            log_y: false,
+            lines,
+            ..Default::default()
+        },
+    })
+}

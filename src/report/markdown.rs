@@ -1,0 +1,244 @@
+//! report.md: the same content as report.html, as Markdown that links the plot files.
+
+use super::figures::Figure;
+use super::view::{self, metric_row};
+use crate::results::{RunResults, Status};
+
+/// Escapes what would break a table cell or start markup.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+pub fn render(r: &RunResults, figs: &[Figure]) -> String {
+    let mut s = String::new();
+    let w = |s: &mut String, t: &str| {
+        s.push_str(t);
+        s.push('\n');
+    };
+    w(&mut s, &format!("# {}\n", view::title(r)));
+    w(&mut s, &format!("{}\n", view::run_line(r)));
+
+    w(&mut s, "## Machine\n");
+    for (k, v) in view::machine_facts(r) {
+        w(&mut s, &format!("- **{k}**: {v}"));
+    }
+    s.push('\n');
+    if !r.warnings.is_empty() {
+        w(&mut s, "**Warnings about the conditions of this run:**\n");
+        for x in &r.warnings {
+            w(&mut s, &format!("- {x}"));
+        }
+        s.push('\n');
+    }
+
+    w(&mut s, "## Predicted vs measured\n");
+    w(
+        &mut s,
+        "Every metric: the prediction stated before measuring, the measured median with its 95% confidence interval, and measured/predicted (**!** marks a ratio beyond 2x either way).\n",
+    );
+    w(
+        &mut s,
+        "| experiment | metric | predicted | formula | measured (median) | 95% CI | meas/pred |",
+    );
+    w(&mut s, "| --- | --- | ---: | --- | ---: | --- | ---: |");
+    for e in &r.experiments {
+        if e.metrics.is_empty() {
+            w(
+                &mut s,
+                &format!(
+                    "| {} | *{}: {}* | | | | | |",
+                    e.id,
+                    e.status.as_str(),
+                    cell(
+                        e.reason
+                            .as_deref()
+                            .unwrap_or("no summary metrics; see its plots")
+                    )
+                ),
+            );
+        }
+        for m in &e.metrics {
+            let row = metric_row(&e.id, m);
+            let id = if e.status == Status::Ok {
+                e.id.clone()
+            } else {
+                format!("{} ({})", e.id, e.status.as_str())
+            };
+            w(
+                &mut s,
+                &format!(
+                    "| {id} | {} | {} | {} | {} | {} | {}{} |",
+                    cell(&row.metric),
+                    row.predicted,
+                    cell(&row.formula),
+                    row.measured,
+                    row.ci,
+                    row.ratio,
+                    if row.flagged { " **!**" } else { "" }
+                ),
+            );
+        }
+    }
+    s.push('\n');
+
+    if !r.findings.is_empty() {
+        w(&mut s, "## Findings across experiments\n");
+        for f in &r.findings {
+            w(
+                &mut s,
+                &format!("- {} *(from {})*", f.text, f.from.join(", ")),
+            );
+        }
+        s.push('\n');
+    }
+
+    let not_ok: Vec<_> = r
+        .experiments
+        .iter()
+        .filter(|e| e.status != Status::Ok)
+        .collect();
+    if !not_ok.is_empty() {
+        w(&mut s, "## Skipped, invalid and failed experiments\n");
+        for e in &not_ok {
+            w(
+                &mut s,
+                &format!(
+                    "- **{}** ({}): {}",
+                    e.id,
+                    e.status.as_str(),
+                    e.reason.as_deref().unwrap_or("no reason recorded")
+                ),
+            );
+        }
+        s.push('\n');
+    }
+
+    w(&mut s, "## Experiments\n");
+    for e in &r.experiments {
+        w(
+            &mut s,
+            &format!(
+                "### {}: {} ({}, {:.1} s)\n",
+                e.id,
+                e.title,
+                e.status.as_str(),
+                e.duration_s
+            ),
+        );
+        if let Some(reason) = &e.reason {
+            w(&mut s, &format!("**{}:** {reason}\n", e.status.as_str()));
+        }
+        if !e.method.is_empty() {
+            w(&mut s, &format!("**Method.** {}\n", e.method));
+        }
+        if !e.metrics.is_empty() {
+            w(
+                &mut s,
+                "| metric | measured (median) | 95% CI | n | CoV | outliers | core cycles | predicted | meas/pred |",
+            );
+            w(
+                &mut s,
+                "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+            );
+            for m in &e.metrics {
+                let row = metric_row(&e.id, m);
+                w(
+                    &mut s,
+                    &format!(
+                        "| {} | {} | {} | {} | {} | {} | {} | {} | {}{} |",
+                        cell(&row.metric),
+                        row.measured,
+                        row.ci,
+                        row.n,
+                        row.cov,
+                        row.outliers,
+                        row.cycles,
+                        row.predicted,
+                        row.ratio,
+                        if row.flagged { " **!**" } else { "" }
+                    ),
+                );
+            }
+            s.push('\n');
+            for m in &e.metrics {
+                let row = metric_row(&e.id, m);
+                if !row.description.is_empty() || !row.percentiles.is_empty() {
+                    let sep = if row.description.is_empty() || row.percentiles.is_empty() {
+                        ""
+                    } else {
+                        "; "
+                    };
+                    w(
+                        &mut s,
+                        &format!(
+                            "- `{}`: {}{sep}{}",
+                            row.metric, row.description, row.percentiles
+                        ),
+                    );
+                }
+                if !row.formula.is_empty() {
+                    w(
+                        &mut s,
+                        &format!(
+                            "  - prediction {} = {}{}",
+                            row.predicted,
+                            row.formula,
+                            if row.inputs.is_empty() {
+                                String::new()
+                            } else {
+                                format!("; inputs: {}", row.inputs.join("; "))
+                            }
+                        ),
+                    );
+                }
+            }
+            s.push('\n');
+        }
+        for f in figs.iter().filter(|f| f.experiment == e.id) {
+            w(&mut s, &format!("![{}]({})\n", f.plot.title, f.file));
+            if !f.caption.is_empty() {
+                w(&mut s, &format!("*{}*\n", f.caption));
+            }
+        }
+        if !e.checks.is_empty() {
+            w(&mut s, "**Checks:**\n");
+            for c in &e.checks {
+                w(
+                    &mut s,
+                    &format!(
+                        "- {} {} ({}): {}",
+                        if c.passed { "passed" } else { "FAILED" },
+                        c.name,
+                        if c.premise { "premise" } else { "sanity" },
+                        c.detail
+                    ),
+                );
+            }
+            s.push('\n');
+        }
+        if !e.findings.is_empty() {
+            w(&mut s, "**Findings:**\n");
+            for f in &e.findings {
+                w(&mut s, &format!("- {}", f.text));
+            }
+            s.push('\n');
+        }
+        if !e.notes.is_empty() {
+            w(&mut s, "**Notes:**\n");
+            for n in &e.notes {
+                w(&mut s, &format!("- {n}"));
+            }
+            s.push('\n');
+        }
+    }
+
+    let rules = view::statistics_rules(r);
+    if !rules.is_empty() {
+        w(&mut s, "## Statistics\n");
+        for (k, v) in rules {
+            w(&mut s, &format!("- **{k}**: {v}"));
+        }
+        s.push('\n');
+    }
+    s
+}

@@ -1,0 +1,581 @@
+//! A small hand-written SVG line plot: linear or log axes, units scaled for people,
+//! a legend, vertical and horizontal markers. No ids, no scripts, no external
+//! references, so the same text works as a file and inline in HTML.
+
+use std::fmt::Write;
+
+/// Okabe-Ito palette: distinguishable with the common colour-vision deficiencies.
+const PALETTE: [&str; 8] = [
+    "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442",
+];
+
+#[derive(Debug, Clone, Default)]
+pub struct Line {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+    /// Dashed and without dots: models and fits rather than measurements.
+    pub dashed: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Marker {
+    pub at: f64,
+    pub label: String,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Plot {
+    pub title: String,
+    /// What the axis shows ("working-set size"); the unit is appended.
+    pub x_label: String,
+    pub x_unit: String,
+    pub y_label: String,
+    pub y_unit: String,
+    pub log_x: bool,
+    pub log_y: bool,
+    pub lines: Vec<Line>,
+    /// Vertical lines at x values (cache sizes).
+    pub x_markers: Vec<Marker>,
+    /// Horizontal lines at y values (a theoretical peak).
+    pub y_markers: Vec<Marker>,
+}
+
+const W: f64 = 760.0;
+const H: f64 = 400.0;
+const LEFT: f64 = 92.0;
+const TOP: f64 = 34.0;
+const BOTTOM: f64 = 52.0;
+
+/// How values of a canonical unit are shown on an axis: divide by `div`, call it `label`.
+pub fn display_unit(unit: &str, max_abs: f64) -> (f64, String) {
+    let m = if max_abs.is_finite() { max_abs } else { 0.0 };
+    match unit {
+        "ns" => {
+            if m >= 1e9 {
+                (1e9, "s".into())
+            } else if m >= 1e6 {
+                (1e6, "ms".into())
+            } else if m >= 1e4 {
+                (1e3, "µs".into())
+            } else {
+                (1.0, "ns".into())
+            }
+        }
+        "bytes" => {
+            let k = 1024f64;
+            if m >= k.powi(3) * 4.0 {
+                (k.powi(3), "GiB".into())
+            } else if m >= k.powi(2) * 4.0 {
+                (k.powi(2), "MiB".into())
+            } else if m >= k * 4.0 {
+                (k, "KiB".into())
+            } else {
+                (1.0, "B".into())
+            }
+        }
+        "bytes/s" => {
+            if m >= 1e9 {
+                (1e9, "GB/s".into())
+            } else if m >= 1e6 {
+                (1e6, "MB/s".into())
+            } else {
+                (1e3, "kB/s".into())
+            }
+        }
+        "bits/s" => {
+            if m >= 1e9 {
+                (1e9, "Gbit/s".into())
+            } else {
+                (1e6, "Mbit/s".into())
+            }
+        }
+        "1/s" => (1.0, "per second".into()),
+        "Hz" => (1e9, "GHz".into()),
+        other => (1.0, other.to_string()),
+    }
+}
+
+/// A compact label for a log-axis tick of a canonical unit.
+fn log_tick_label(v: f64, unit: &str) -> String {
+    match unit {
+        "bytes" => {
+            let units = ["B", "K", "M", "G", "T"];
+            let mut x = v;
+            let mut i = 0;
+            while x >= 1024.0 && i + 1 < units.len() {
+                x /= 1024.0;
+                i += 1;
+            }
+            format!("{}{}", trim_num(x), units[i])
+        }
+        "ns" => crate::units::fmt_ns(v)
+            .replace(".00", "")
+            .replace(".0 ", " "),
+        "bytes/s" | "bits/s" => {
+            let u = if unit == "bytes/s" { "B/s" } else { "bit/s" };
+            let (d, p) = if v >= 1e9 {
+                (1e9, "G")
+            } else if v >= 1e6 {
+                (1e6, "M")
+            } else if v >= 1e3 {
+                (1e3, "k")
+            } else {
+                (1.0, "")
+            };
+            format!("{} {p}{u}", trim_num(v / d))
+        }
+        _ => crate::units::fmt_si(v),
+    }
+}
+
+fn trim_num(x: f64) -> String {
+    if (x - x.round()).abs() < 1e-9 {
+        format!("{}", x.round())
+    } else {
+        let s = format!("{x:.2}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+/// "Nice" linear ticks covering [lo, hi]; whole numbers only for counts.
+fn linear_ticks(lo: f64, hi: f64, integer: bool) -> Vec<f64> {
+    let span = (hi - lo).max(f64::MIN_POSITIVE);
+    let raw = span / 6.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let mut step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| span / s <= 7.0)
+        .unwrap_or(10.0 * mag);
+    if integer {
+        step = step.max(1.0).round();
+    }
+    let mut t = (lo / step).ceil() * step;
+    let mut out = Vec::new();
+    while t <= hi + step * 1e-9 && out.len() < 20 {
+        out.push(if t.abs() < step * 1e-9 { 0.0 } else { t });
+        t += step;
+    }
+    out
+}
+
+/// Log ticks: powers of 2 for bytes (thinned to at most ~10), powers of 10 otherwise.
+fn log_ticks(lo: f64, hi: f64, unit: &str) -> Vec<f64> {
+    let base: f64 = if unit == "bytes" { 2.0 } else { 10.0 };
+    let (a, b) = (lo.log(base).floor() as i32, hi.log(base).ceil() as i32);
+    let n = (b - a).max(1);
+    let mut every = 1;
+    while n / every > 10 {
+        every += 1;
+    }
+    // For bytes keep ticks on even powers of 2 when thinning, so they land on 1K, 4K, ...
+    if base == 2.0 && every > 1 && every % 2 == 1 {
+        every += 1;
+    }
+    let mut t: Vec<f64> = (a..=b)
+        .filter(|e| e.rem_euclid(every) == 0)
+        .flat_map(|e| {
+            // Few decades: 1-2-5 ticks, so the reader is not left with two labels.
+            if base == 10.0 && n <= 4 {
+                vec![base.powi(e), 2.0 * base.powi(e), 5.0 * base.powi(e)]
+            } else {
+                vec![base.powi(e)]
+            }
+        })
+        .filter(|v| *v >= lo * 0.999 && *v <= hi * 1.001)
+        .collect();
+    t.dedup();
+    t
+}
+
+pub fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+struct Axis {
+    lo: f64,
+    hi: f64,
+    log: bool,
+    p0: f64,
+    p1: f64,
+}
+
+impl Axis {
+    fn map(&self, v: f64) -> f64 {
+        let f = if self.log {
+            (v.log10() - self.lo.log10()) / (self.hi.log10() - self.lo.log10())
+        } else {
+            (v - self.lo) / (self.hi - self.lo)
+        };
+        self.p0 + f * (self.p1 - self.p0)
+    }
+}
+
+/// Data range of an axis, padded; a log axis ignores values <= 0.
+fn range(values: impl Iterator<Item = f64>, log: bool, zero_based: bool) -> Option<(f64, f64)> {
+    let v: Vec<f64> = values
+        .filter(|v| v.is_finite() && (!log || *v > 0.0))
+        .collect();
+    if v.is_empty() {
+        return None;
+    }
+    let mut lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let mut hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if log {
+        if hi / lo < 1.5 {
+            lo /= 1.5;
+            hi *= 1.5;
+        }
+        // A little room so extreme points do not sit on the frame.
+        let pad = (hi / lo).powf(0.03);
+        return Some((lo / pad, hi * pad));
+    }
+    if zero_based && lo > 0.0 {
+        lo = 0.0;
+    }
+    if hi == lo {
+        let d = if hi == 0.0 { 1.0 } else { hi.abs() * 0.1 };
+        lo -= d;
+        hi += d;
+    }
+    let pad = (hi - lo) * 0.05;
+    if !(zero_based && lo == 0.0) {
+        lo -= pad;
+    }
+    Some((lo, hi + pad))
+}
+
+impl Plot {
+    /// True when there is anything to draw.
+    pub fn has_data(&self) -> bool {
+        self.lines.iter().any(|l| {
+            l.points.iter().any(|(x, y)| {
+                x.is_finite()
+                    && y.is_finite()
+                    && (!self.log_x || *x > 0.0)
+                    && (!self.log_y || *y > 0.0)
+            })
+        })
+    }
+
+    pub fn to_svg(&self) -> String {
+        let legend = self.lines.len() > 1;
+        let right_edge = if legend { W - 200.0 } else { W - 24.0 };
+        let xs = self
+            .lines
+            .iter()
+            .flat_map(|l| l.points.iter().map(|p| p.0))
+            .chain(self.x_markers.iter().map(|m| m.at));
+        let ys = self
+            .lines
+            .iter()
+            .flat_map(|l| l.points.iter().map(|p| p.1))
+            .chain(self.y_markers.iter().map(|m| m.at));
+        let (xlo, xhi) = range(xs, self.log_x, false).unwrap_or((1.0, 10.0));
+        let (ylo, yhi) = range(ys, self.log_y, true).unwrap_or((1.0, 10.0));
+        let xa = Axis {
+            lo: xlo,
+            hi: xhi,
+            log: self.log_x,
+            p0: LEFT,
+            p1: right_edge,
+        };
+        let ya = Axis {
+            lo: ylo,
+            hi: yhi,
+            log: self.log_y,
+            p0: H - BOTTOM,
+            p1: TOP,
+        };
+        let (xdiv, xname) = display_unit(&self.x_unit, xhi.abs().max(xlo.abs()));
+        let (ydiv, yname) = display_unit(&self.y_unit, yhi.abs().max(ylo.abs()));
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12"><title>{t}</title><rect x="0" y="0" width="{W}" height="{H}" fill="#fff"/>"##,
+            t = esc(&self.title)
+        );
+        let _ = write!(
+            s,
+            r#"<text x="{}" y="20" font-size="14" font-weight="bold">{}</text>"#,
+            LEFT,
+            esc(&self.title)
+        );
+        // Grid and ticks.
+        let whole = self
+            .lines
+            .iter()
+            .flat_map(|l| l.points.iter())
+            .all(|p| p.0.fract() == 0.0);
+        let xt = if self.log_x {
+            log_ticks(xlo, xhi, &self.x_unit)
+        } else {
+            linear_ticks(xlo, xhi, whole)
+        };
+        for t in &xt {
+            let px = xa.map(*t);
+            let label = if self.log_x {
+                log_tick_label(*t, &self.x_unit)
+            } else {
+                trim_num(t / xdiv)
+            };
+            let _ = write!(
+                s,
+                r##"<line x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{:.1}" stroke="#e3e3e3"/><text x="{px:.1}" y="{:.1}" text-anchor="middle" fill="#333">{}</text>"##,
+                H - BOTTOM,
+                H - BOTTOM + 16.0,
+                esc(&label)
+            );
+        }
+        let yt = if self.log_y {
+            log_ticks(ylo, yhi, &self.y_unit)
+        } else {
+            linear_ticks(ylo, yhi, false)
+        };
+        for t in &yt {
+            let py = ya.map(*t);
+            let label = if self.log_y {
+                log_tick_label(*t, &self.y_unit)
+            } else {
+                trim_num(t / ydiv)
+            };
+            let _ = write!(
+                s,
+                r##"<line x1="{LEFT}" y1="{py:.1}" x2="{right_edge}" y2="{py:.1}" stroke="#e3e3e3"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#333">{}</text>"##,
+                LEFT - 6.0,
+                py + 4.0,
+                esc(&label)
+            );
+        }
+        // Frame and axis titles.
+        let _ = write!(
+            s,
+            r##"<rect x="{LEFT}" y="{TOP}" width="{:.1}" height="{:.1}" fill="none" stroke="#555"/>"##,
+            right_edge - LEFT,
+            H - BOTTOM - TOP
+        );
+        let xunit_txt = if self.log_x && matches!(self.x_unit.as_str(), "bytes" | "ns") {
+            format!("{}, log scale", self.x_unit_human())
+        } else if self.log_x {
+            format!("{xname}, log scale")
+        } else {
+            xname.clone()
+        };
+        let yunit_txt = if self.log_y
+            && matches!(self.y_unit.as_str(), "bytes" | "ns" | "bytes/s" | "bits/s")
+        {
+            "log scale".to_string()
+        } else if self.log_y {
+            format!("{yname}, log scale")
+        } else {
+            yname.clone()
+        };
+        let _ = write!(
+            s,
+            r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#000">{}</text>"##,
+            (LEFT + right_edge) / 2.0,
+            H - 12.0,
+            esc(&axis_title(&self.x_label, &xunit_txt))
+        );
+        let _ = write!(
+            s,
+            r##"<text transform="translate(16 {:.1}) rotate(-90)" text-anchor="middle" fill="#000">{}</text>"##,
+            (TOP + H - BOTTOM) / 2.0,
+            esc(&axis_title(&self.y_label, &yunit_txt))
+        );
+        // Markers.
+        for (i, m) in self.x_markers.iter().enumerate() {
+            if !(m.at.is_finite() && (!self.log_x || m.at > 0.0)) {
+                continue;
+            }
+            let px = xa.map(m.at);
+            let ty = TOP + 14.0 + 14.0 * (i % 3) as f64;
+            // Near the right edge the label goes on the left of its line.
+            let (tx, anchor) = if px > right_edge - 100.0 {
+                (px - 3.0, "end")
+            } else {
+                (px + 3.0, "start")
+            };
+            let _ = write!(
+                s,
+                r##"<line x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{:.1}" stroke="#888" stroke-dasharray="4 3"/><text x="{tx:.1}" y="{ty:.1}" fill="#555" font-size="11" text-anchor="{anchor}">{}</text>"##,
+                H - BOTTOM,
+                esc(&m.label)
+            );
+        }
+        for m in &self.y_markers {
+            if !(m.at.is_finite() && (!self.log_y || m.at > 0.0)) {
+                continue;
+            }
+            let py = ya.map(m.at);
+            let _ = write!(
+                s,
+                r##"<line x1="{LEFT}" y1="{py:.1}" x2="{right_edge}" y2="{py:.1}" stroke="#888" stroke-dasharray="4 3"/><text x="{:.1}" y="{:.1}" fill="#555" font-size="11" text-anchor="end">{}</text>"##,
+                right_edge - 4.0,
+                py - 4.0,
+                esc(&m.label)
+            );
+        }
+        // Lines.
+        for (i, l) in self.lines.iter().enumerate() {
+            let color = PALETTE[i % PALETTE.len()];
+            let mut pts: Vec<(f64, f64)> = l
+                .points
+                .iter()
+                .copied()
+                .filter(|(x, y)| {
+                    x.is_finite()
+                        && y.is_finite()
+                        && (!self.log_x || *x > 0.0)
+                        && (!self.log_y || *y > 0.0)
+                })
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let path: Vec<String> = pts
+                .iter()
+                .map(|(x, y)| format!("{:.1},{:.1}", xa.map(*x), ya.map(*y)))
+                .collect();
+            let dash = if l.dashed {
+                r#" stroke-dasharray="7 4""#
+            } else {
+                ""
+            };
+            if path.len() > 1 {
+                let _ = write!(
+                    s,
+                    r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"{dash}/>"#,
+                    path.join(" ")
+                );
+            }
+            // Dots only where they can still be told apart.
+            if !l.dashed && pts.len() <= 200 {
+                for p in &path {
+                    let (x, y) = p.split_once(',').unwrap_or(("0", "0"));
+                    let _ = write!(s, r#"<circle cx="{x}" cy="{y}" r="2.6" fill="{color}"/>"#);
+                }
+            }
+            if legend {
+                let ly = TOP + 8.0 + 18.0 * i as f64;
+                let lx = right_edge + 12.0;
+                let _ = write!(
+                    s,
+                    r##"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="2.5"{dash}/><text x="{:.1}" y="{:.1}" fill="#000">{}</text>"##,
+                    lx + 22.0,
+                    lx + 28.0,
+                    ly + 4.0,
+                    esc(&shorten(&l.name, 24))
+                );
+            }
+        }
+        s.push_str("</svg>");
+        s
+    }
+
+    fn x_unit_human(&self) -> String {
+        match self.x_unit.as_str() {
+            "bytes" => "bytes".into(),
+            "ns" => "time".into(),
+            u => u.into(),
+        }
+    }
+}
+
+fn axis_title(label: &str, unit: &str) -> String {
+    if label.is_empty() {
+        unit.to_string()
+    } else if unit.is_empty() || label == unit {
+        label.to_string()
+    } else {
+        format!("{label} ({unit})")
+    }
+}
+
+fn shorten(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let t: String = s.chars().take(n - 1).collect();
+        format!("{t}…")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_sane() {
+        let t = linear_ticks(0.0, 97.0, false);
+        assert_eq!(linear_ticks(0.9, 2.1, true), vec![1.0, 2.0]);
+        assert!(t.len() >= 3 && t.len() <= 8, "{t:?}");
+        assert_eq!(t[0], 0.0);
+        let l = log_ticks(1024.0, 64.0 * 1024.0 * 1024.0, "bytes");
+        assert!(l.len() <= 11 && l.len() >= 5, "{l:?}");
+        assert_eq!(log_tick_label(4096.0, "bytes"), "4K");
+        assert_eq!(log_tick_label(1048576.0, "bytes"), "1M");
+    }
+
+    #[test]
+    fn svg_is_self_contained_and_escaped() {
+        let p = Plot {
+            title: "a < b & c".into(),
+            x_label: "size".into(),
+            x_unit: "bytes".into(),
+            y_label: "latency".into(),
+            y_unit: "ns".into(),
+            log_x: true,
+            lines: vec![
+                Line {
+                    name: "random".into(),
+                    points: vec![(1024.0, 1.0), (1e6, 5.0), (1e8, 90.0), (0.0, 3.0)],
+                    dashed: false,
+                },
+                Line {
+                    name: "fit".into(),
+                    points: vec![(1024.0, 1.0), (1e8, 80.0)],
+                    dashed: true,
+                },
+            ],
+            x_markers: vec![Marker {
+                at: 32768.0,
+                label: "L1d 32 KiB".into(),
+            }],
+            ..Default::default()
+        };
+        assert!(p.has_data());
+        let s = p.to_svg();
+        assert!(s.starts_with("<svg") && s.ends_with("</svg>"));
+        assert!(s.contains("a &lt; b &amp; c"));
+        assert!(!s.contains("href"));
+        assert!(!s.contains("NaN") && !s.contains("inf"));
+    }
+
+    #[test]
+    fn empty_and_degenerate_plots_do_not_panic() {
+        let p = Plot {
+            log_x: true,
+            log_y: true,
+            lines: vec![Line {
+                name: "x".into(),
+                points: vec![(0.0, 0.0), (f64::NAN, 1.0)],
+                dashed: false,
+            }],
+            ..Default::default()
+        };
+        assert!(!p.has_data());
+        let s = p.to_svg();
+        assert!(!s.contains("NaN"));
+        let one = Plot {
+            lines: vec![Line {
+                name: "x".into(),
+                points: vec![(2.0, 2.0)],
+                dashed: false,
+            }],
+            ..Default::default()
+        };
+        assert!(!one.to_svg().contains("NaN"));
+    }
+}

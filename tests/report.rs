@@ -1,0 +1,642 @@
+//! End-to-end tests of the reports, the history and compare, through the binary.
+//! The HTML report is opened in headless Chromium when /usr/bin/chromium exists (.ci/run
+//! installs Debian's `chromium`); without it those checks are skipped with a message.
+
+use assert_cmd::Command;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+fn osmeter(db: &Path) -> Command {
+    let mut c = Command::cargo_bin("osmeter").unwrap();
+    c.env("OSMETER_HISTORY_DB", db);
+    c
+}
+
+/// Where tests leave files for a person to look at (screenshots).
+fn output_dir() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("report-e2e");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The one results folder inside `out`.
+fn results_folder(out: &Path) -> PathBuf {
+    let dirs: Vec<PathBuf> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    dirs[0].clone()
+}
+
+fn smoke_run(out: &Path, db: &Path, only: &str) {
+    osmeter(db)
+        .args([
+            "run",
+            "--profile",
+            "smoke",
+            "--quiet",
+            "--only",
+            only,
+            "--out",
+        ])
+        .arg(out)
+        .timeout(Duration::from_secs(120))
+        .assert()
+        .success();
+}
+
+/// Static checks that the page cannot fetch anything and needs no script.
+fn assert_self_contained(html: &str) {
+    assert!(html.contains(
+        r#"<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">"#
+    ));
+    assert!(
+        !html.to_ascii_lowercase().contains("<script"),
+        "the report needs no script"
+    );
+    for attr in ["src=", "href="] {
+        for (i, _) in html.match_indices(attr) {
+            let v = &html[i + attr.len()..(i + attr.len() + 12).min(html.len())];
+            let v = v.trim_start_matches(['"', '\'']).to_ascii_lowercase();
+            assert!(
+                !(v.starts_with("http") || v.starts_with("//")),
+                "external reference in {attr}{v}"
+            );
+        }
+    }
+    assert!(!html.contains("url(http"), "external reference in CSS");
+}
+
+/// Opens a page in headless Chromium; returns (stderr log, DOM). None when absent.
+fn chromium(page: &Path, screenshot: Option<&Path>) -> Option<(String, String)> {
+    if !Path::new(CHROMIUM).exists() {
+        eprintln!(
+            "SKIPPED: {CHROMIUM} is absent (apt-get install chromium); browser checks not run"
+        );
+        return None;
+    }
+    let profile = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", page.canonicalize().unwrap().display());
+    let base = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--enable-logging=stderr",
+        "--v=0",
+    ];
+    let run = |extra: &[String]| {
+        let out = std::process::Command::new(CHROMIUM)
+            .args(base)
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .args(extra)
+            .arg(&url)
+            .output()
+            .expect("chromium runs");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (dom, mut log) = run(&["--dump-dom".to_string()]);
+    if let Some(s) = screenshot {
+        let (_, l2) = run(&[
+            format!("--screenshot={}", s.display()),
+            "--window-size=1280,4000".to_string(),
+        ]);
+        log.push_str(&l2);
+        assert!(s.exists(), "no screenshot written: {l2}");
+    }
+    Some((log, dom))
+}
+
+/// Console errors and blocked or failed loads, as Chromium logs them.
+fn page_problems(log: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| {
+            l.contains("CONSOLE")
+                || l.contains("Refused to")
+                || l.contains("Content Security Policy")
+                || l.contains("net::ERR")
+        })
+        .map(|l| l.to_string())
+        .collect()
+}
+
+#[test]
+fn smoke_run_report_opens_cleanly_in_chromium() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("history.sqlite");
+    let out = tmp.path().join("out");
+    smoke_run(&out, &db, "cpu.*");
+    let folder = results_folder(&out);
+    for f in ["results.json", "report.md", "report.html"] {
+        assert!(folder.join(f).is_file(), "{f} missing");
+    }
+    let svgs = std::fs::read_dir(&folder)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "svg")
+        })
+        .count();
+    assert!(svgs >= 1, "the cpu.call series gets a plot file");
+    let html = std::fs::read_to_string(folder.join("report.html")).unwrap();
+    assert_self_contained(&html);
+    for id in ["cpu.timer", "cpu.loop", "cpu.call", "cpu.syscall"] {
+        assert!(
+            html.contains(&format!("id=\"exp-{}\"", id.replace('.', "-"))),
+            "{id}"
+        );
+    }
+    assert!(html.contains("<svg"));
+    let md = std::fs::read_to_string(folder.join("report.md")).unwrap();
+    assert!(md.contains("## Predicted vs measured") && md.contains("| cpu.syscall |"));
+
+    // Re-render into another folder, within the time bar.
+    let again = tmp.path().join("again");
+    let t = Instant::now();
+    osmeter(&db)
+        .args(["report", "--quiet", "--out"])
+        .arg(&again)
+        .arg(&folder)
+        .assert()
+        .success();
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert!(again.join("report.html").is_file() && again.join("report.md").is_file());
+
+    let shot = output_dir().join("report.png");
+    if let Some((log, dom)) = chromium(&folder.join("report.html"), Some(&shot)) {
+        assert!(
+            dom.contains("Predicted vs measured") && dom.contains("<svg"),
+            "DOM not rendered"
+        );
+        let problems = page_problems(&log);
+        assert!(
+            problems.is_empty(),
+            "console errors or blocked loads: {problems:#?}"
+        );
+        eprintln!("screenshot: {}", shot.display());
+    }
+}
+
+#[test]
+fn the_chromium_check_would_see_an_external_fetch() {
+    // A control for the test above: an external image must show up in the log.
+    let tmp = tempfile::tempdir().unwrap();
+    let page = tmp.path().join("bad.html");
+    std::fs::write(
+        &page,
+        r#"<!DOCTYPE html><html><head><meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:"></head><body><img src="http://127.0.0.1:9/x.png"></body></html>"#,
+    )
+    .unwrap();
+    if let Some((log, _)) = chromium(&page, None) {
+        assert!(
+            !page_problems(&log).is_empty(),
+            "blocked fetch not logged: {log}"
+        );
+    }
+}
+
+#[test]
+fn comparing_a_run_with_itself_finds_no_significant_difference() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("history.sqlite");
+    let out = tmp.path().join("out");
+    smoke_run(&out, &db, "cpu.*");
+    let file = results_folder(&out).join("results.json");
+    let a = file.to_str().unwrap();
+    for args in [vec![a, a], vec![a, "1"], vec!["1", "1", a]] {
+        let o = osmeter(&db)
+            .arg("compare")
+            .args(&args)
+            .arg("--json")
+            .assert()
+            .success();
+        let v: Value = serde_json::from_slice(&o.get_output().stdout).unwrap();
+        let metrics = v["metrics"].as_array().unwrap();
+        assert!(metrics.len() >= 10, "{}", metrics.len());
+        for m in metrics {
+            assert_eq!(m["significant"], json!(false), "{m}");
+        }
+        assert_eq!(v["significant"], json!(0));
+        assert!(v["rule"].as_str().unwrap().contains("do not overlap"));
+    }
+    let text = osmeter(&db).args(["compare", a, a]).assert().success();
+    let s = String::from_utf8_lossy(&text.get_output().stdout).into_owned();
+    assert!(
+        s.contains("0 of ") && s.contains("differ significantly"),
+        "{s}"
+    );
+}
+
+#[test]
+fn two_concurrent_runs_both_land_in_the_history() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("h").join("history.sqlite");
+    let bin = assert_cmd::cargo::cargo_bin("osmeter");
+    let children: Vec<_> = (0..3)
+        .map(|i| {
+            std::process::Command::new(&bin)
+                .env("OSMETER_HISTORY_DB", &db)
+                .args([
+                    "run",
+                    "--profile",
+                    "smoke",
+                    "--quiet",
+                    "--only",
+                    "cpu.timer",
+                    "--out",
+                ])
+                .arg(tmp.path().join(format!("out{i}")))
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let o = osmeter(&db).args(["history", "--json"]).assert().success();
+    let v: Value = serde_json::from_slice(&o.get_output().stdout).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 3, "{v}");
+    let text = osmeter(&db).arg("history").assert().success();
+    let s = String::from_utf8_lossy(&text.get_output().stdout).into_owned();
+    assert!(
+        s.contains("smoke") && s.contains("cpu") || s.contains("smoke"),
+        "{s}"
+    );
+
+    // --no-history leaves the history alone.
+    osmeter(&db)
+        .args([
+            "run",
+            "--profile",
+            "smoke",
+            "--quiet",
+            "--no-history",
+            "--only",
+            "cpu.timer",
+            "--out",
+        ])
+        .arg(tmp.path().join("out-nohist"))
+        .assert()
+        .success();
+    let o = osmeter(&db).args(["history", "--json"]).assert().success();
+    let v: Value = serde_json::from_slice(&o.get_output().stdout).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn bad_inputs_are_one_line_errors_with_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("history.sqlite");
+    let corrupt = tmp.path().join("corrupt.json");
+    std::fs::write(&corrupt, "{ not json").unwrap();
+    let future = tmp.path().join("future.json");
+    std::fs::write(&future, r#"{"schema_version": 99}"#).unwrap();
+    let other = tmp.path().join("other.json");
+    std::fs::write(&other, r#"{"hello": 1}"#).unwrap();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["report".into(), "/nonexistent/results.json".into()],
+            "No such file",
+        ),
+        (
+            vec!["report".into(), corrupt.display().to_string()],
+            "not valid JSON",
+        ),
+        (
+            vec!["report".into(), future.display().to_string()],
+            "unknown results schema version 99",
+        ),
+        (
+            vec!["report".into(), other.display().to_string()],
+            "no schema_version",
+        ),
+        (
+            vec!["compare".into(), "12345".into(), "12346".into()],
+            "no run with id 12345",
+        ),
+        (
+            vec!["compare".into(), "nope".into(), "nope".into()],
+            "not a history id",
+        ),
+        (
+            vec![
+                "compare".into(),
+                corrupt.display().to_string(),
+                corrupt.display().to_string(),
+            ],
+            "not valid JSON",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = osmeter(&db).args(&args).assert().code(2);
+        let err = String::from_utf8_lossy(&o.get_output().stderr).into_owned();
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(!err.contains("panicked"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// A synthetic document with every experiment the report knows about, to exercise each
+// plot and finding and the time bar without running a full suite. Its numbers are made
+// up (and say so in the host name); only the shape matters here.
+
+fn summary(median: f64, spread: f64) -> Value {
+    json!({"n": 15, "median": median, "mean": median, "stddev": spread, "min": median - 2.0 * spread,
+           "max": median + 3.0 * spread, "ci95": [median - spread, median + spread],
+           "cov": spread / median, "outliers": 0})
+}
+
+fn metric(name: &str, unit: &str, median: f64, pred: Option<f64>) -> Value {
+    let mut m = json!({"name": name, "unit": unit, "summary": summary(median, median * 0.02),
+                       "raw": (0..15).map(|i| median * (1.0 + 0.001 * i as f64)).collect::<Vec<_>>()});
+    if let Some(p) = pred {
+        m["prediction"] = json!({"value": p, "formula": "model", "inputs": {"f_core": {"value": 3e9, "unit": "Hz", "source": "machine"}}});
+    }
+    m
+}
+
+fn exp(id: &str, metrics: Vec<Value>, series: Vec<Value>) -> Value {
+    json!({"id": id, "area": id.split('.').next().unwrap(), "title": format!("{id} (synthetic)"),
+           "status": "ok", "method": "synthetic", "duration_s": 1.0,
+           "metrics": metrics, "series": series, "checks": [{"name": "premise", "passed": true, "detail": "ok"}],
+           "findings": [], "notes": []})
+}
+
+fn series(name: &str, xu: &str, yu: &str, pts: Vec<[f64; 2]>) -> Value {
+    json!({"name": name, "x_unit": xu, "y_unit": yu, "points": pts})
+}
+
+fn synthetic_document() -> Value {
+    let kib = 1024.0;
+    let lat: Vec<[f64; 2]> = (0..81)
+        .map(|i| {
+            let s = kib * 2f64.powf(i as f64 / 4.0);
+            let y = if s <= 48.0 * kib {
+                1.2
+            } else if s <= 2048.0 * kib {
+                4.0
+            } else if s <= 32768.0 * kib {
+                14.0
+            } else {
+                95.0
+            };
+            [s, y]
+        })
+        .collect();
+    let mut rtt_raw: Vec<f64> = (0..20000)
+        .map(|i| 20000.0 + 3000.0 * ((i * 7919 % 1000) as f64 / 1000.0).powi(4) * 10.0)
+        .collect();
+    rtt_raw.sort_by(f64::total_cmp);
+    let mut tcp = metric("tcp", "ns", 21000.0, Some(18000.0));
+    tcp["raw"] = json!(rtt_raw);
+    tcp["summary"]["percentiles"] = json!({"p50": 21000.0, "p90": 40000.0, "p99": 51000.0});
+    let mut udp = metric("udp", "ns", 19000.0, Some(17000.0));
+    udp["summary"]["percentiles"] = json!({"p50": 19000.0, "p90": 24000.0, "p99": 30000.0});
+    let sizes: Vec<f64> = (0..8).map(|i| 1048576.0 * 2f64.powi(i)).collect();
+    let fsr = |base: f64| {
+        sizes
+            .iter()
+            .map(|s| [*s, base * (1.0 + s / 1e9)])
+            .collect::<Vec<_>>()
+    };
+    let cont: Vec<[f64; 2]> = (1..=10)
+        .map(|p| {
+            let p = p as f64;
+            [
+                p,
+                if p <= 4.0 {
+                    80000.0 + 2000.0 * p
+                } else {
+                    88000.0 + 40000.0 * (p - 4.0)
+                },
+            ]
+        })
+        .collect();
+    let sweep = |peak: f64| {
+        (0..19)
+            .map(|i| {
+                let b = 2f64.powi(i);
+                [b, peak * b / (b + 4096.0)]
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut experiments = vec![
+        exp(
+            "cpu.syscall",
+            vec![
+                metric("getppid", "ns", 90.0, Some(80.0)),
+                metric("clock_gettime_vdso", "ns", 20.0, None),
+            ],
+            vec![],
+        ),
+        exp(
+            "cpu.call",
+            vec![metric("args_0", "ns", 1.2, Some(1.0))],
+            vec![],
+        ),
+        exp(
+            "cpu.thread-switch",
+            vec![metric("switch", "ns", 1500.0, Some(1200.0))],
+            vec![],
+        ),
+        exp(
+            "cpu.process-switch",
+            vec![metric("switch", "ns", 1900.0, Some(1500.0))],
+            vec![],
+        ),
+        exp(
+            "cpu.thread-create",
+            vec![metric("create_join", "ns", 15000.0, Some(10000.0))],
+            vec![],
+        ),
+        exp(
+            "cpu.process-create",
+            vec![
+                metric("fork_exit_wait", "ns", 90000.0, Some(60000.0)),
+                metric("spawn_exec", "ns", 400000.0, None),
+            ],
+            vec![],
+        ),
+        exp(
+            "mem.latency",
+            vec![
+                metric("l1d", "ns", 1.2, Some(1.3)),
+                metric("dram", "ns", 95.0, Some(90.0)),
+            ],
+            vec![
+                series("random", "bytes", "ns", lat.clone()),
+                series(
+                    "sequential_stride_64B",
+                    "bytes",
+                    "ns",
+                    lat.iter().map(|p| [p[0], (p[1] / 8.0).max(1.0)]).collect(),
+                ),
+            ],
+        ),
+        exp(
+            "mem.bandwidth",
+            vec![
+                metric("read", "bytes/s", 12e9, Some(20e9)),
+                metric("copy", "bytes/s", 8e9, Some(10e9)),
+            ],
+            vec![
+                series("read", "threads", "bytes/s", vec![[1.0, 12e9], [2.0, 19e9]]),
+                series("write", "threads", "bytes/s", vec![[1.0, 9e9], [2.0, 14e9]]),
+            ],
+        ),
+        exp(
+            "mem.pagefault",
+            vec![
+                metric("major_fault", "ns", 60000.0, Some(50000.0)),
+                metric("minor_fault", "ns", 600.0, Some(500.0)),
+            ],
+            vec![],
+        ),
+        exp(
+            "net.rtt",
+            vec![tcp, udp, metric("remote_tcp", "ns", 250000.0, None)],
+            vec![],
+        ),
+        exp(
+            "net.bandwidth",
+            vec![metric("send", "bytes/s", 4e9, Some(5e9))],
+            vec![],
+        ),
+        exp(
+            "fs.read",
+            vec![
+                metric("uncached_seq", "ns", 30000.0, Some(25000.0)),
+                metric("uncached_random", "ns", 120000.0, Some(100000.0)),
+                metric("cached_seq", "ns", 900.0, Some(1000.0)),
+                metric("cached_random", "ns", 1100.0, Some(1000.0)),
+            ],
+            vec![
+                series("uncached_seq_vs_size", "bytes", "ns", fsr(30000.0)),
+                series("uncached_random_vs_size", "bytes", "ns", fsr(120000.0)),
+                series("cached_seq_vs_size", "bytes", "ns", fsr(900.0)),
+                series("cached_random_vs_size", "bytes", "ns", fsr(1100.0)),
+            ],
+        ),
+        exp(
+            "fs.contention",
+            vec![metric("per_block_p1", "ns", 82000.0, Some(80000.0))],
+            vec![series("per_block_vs_processes", "processes", "ns", cont)],
+        ),
+        exp(
+            "fs.block-sweep",
+            vec![],
+            vec![
+                series("cold", "bytes", "bytes/s", sweep(2e9)),
+                series("warm", "bytes", "bytes/s", sweep(9e9)),
+            ],
+        ),
+    ];
+    // Bulk: a quick run has many more metrics than the above; pad to a realistic size.
+    for k in 0..12 {
+        experiments.push(exp(
+            &format!("pad.e{k}"),
+            (0..8)
+                .map(|i| metric(&format!("m{i}"), "ns", 100.0 + i as f64, Some(100.0)))
+                .collect(),
+            vec![series("curve", "bytes", "ns", lat.clone())],
+        ));
+    }
+    experiments.push(json!({"id": "fs.remote-read", "area": "fs", "title": "Remote file reads", "status": "skipped",
+        "reason": "no --remote-dir given: mount a network file system and pass --remote-dir PATH", "method": "", "duration_s": 0.0}));
+    experiments.push(json!({"id": "net.icmp", "area": "net", "title": "ICMP echo", "status": "invalid",
+        "reason": "premise failed: echo replies came from a different host", "method": "", "duration_s": 0.1}));
+    json!({
+        "schema_version": 1, "tool": {"name": "osmeter", "version": "0.1.0"},
+        "started_at": "2026-01-01T00:00:00Z", "duration_s": 55.0,
+        "config": {"profile": "quick", "statistics": {"outlier_rule": "rule", "ci_method": "ci"}},
+        "machine": {"hostname": "synthetic-fixture",
+                    "cpu": {"model": "Synthetic CPU", "logical_cpus": 2, "core_clock_hz": 3.0e9,
+                            "caches": [{"level": 1, "kind": "Data", "size_bytes": 49152, "line_bytes": 64, "shared_cpus": 1},
+                                       {"level": 1, "kind": "Instruction", "size_bytes": 32768, "line_bytes": 64, "shared_cpus": 1},
+                                       {"level": 2, "kind": "Unified", "size_bytes": 2097152, "line_bytes": 64, "shared_cpus": 1},
+                                       {"level": 3, "kind": "Unified", "size_bytes": 33554432, "line_bytes": 64, "shared_cpus": 2}]},
+                    "memory": {"total_bytes": 25769803776.0, "peak_bandwidth_bytes_per_s": 25.6e9}},
+        "warnings": ["synthetic data: every number here is made up"],
+        "experiments": experiments
+    })
+}
+
+#[test]
+fn a_full_synthetic_report_has_every_plot_and_finding_and_renders_fast() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("history.sqlite");
+    let file = tmp.path().join("results.json");
+    std::fs::write(&file, serde_json::to_string(&synthetic_document()).unwrap()).unwrap();
+    let t = Instant::now();
+    osmeter(&db)
+        .args(["report", "--quiet"])
+        .arg(&file)
+        .assert()
+        .success();
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(2), "rendering took {took:?}");
+    eprintln!("rendered the synthetic report in {took:?}");
+    let html = std::fs::read_to_string(tmp.path().join("report.html")).unwrap();
+    assert_self_contained(&html);
+    let svg = |name: &str| std::fs::read_to_string(tmp.path().join(name)).unwrap_or_default();
+    let lat = svg("plot-mem-latency-load-to-use-latency-vs-working-set-size.svg");
+    assert!(
+        lat.contains("L1d 48.0 KiB") && lat.contains("L3 32.0 MiB") && !lat.contains("L1i"),
+        "{lat}"
+    );
+    assert!(svg("plot-net-rtt-distribution.svg").contains("samples at or below"));
+    assert!(svg("plot-fs-contention-per-block-vs-processes.svg").contains("fitted model"));
+    assert!(svg("plot-fs-read-time-per-block-vs-file-size.svg").contains("cached seq"));
+    assert!(svg("plot-fs-block-sweep-throughput-vs-block-size.svg").contains("block size"));
+    assert!(svg("plot-mem-bandwidth-throughput-vs-threads.svg").contains("theoretical peak"));
+    for want in [
+        "plateaus",
+        "L1d 48.0 KiB: transition after",
+        "process context switch costs 1.27x",
+        "fork + exit + wait costs 6.00x",
+        "procedure call without arguments",
+        "major page fault",
+        "remote tcp",
+        "uncached seq takes",
+        "throughput stops improving at",
+        "two regimes",
+        "bandwidth: ",
+        "no --remote-dir given",
+        "premise failed: echo replies",
+    ] {
+        assert!(html.contains(want), "missing: {want}");
+    }
+    // Keep the rendered pages and plots where a person can look at them.
+    let keep = output_dir().join("synthetic");
+    let _ = std::fs::remove_dir_all(&keep);
+    std::fs::create_dir_all(&keep).unwrap();
+    for e in std::fs::read_dir(tmp.path()).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            std::fs::copy(&p, keep.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    if let Some((log, _)) = chromium(
+        &tmp.path().join("report.html"),
+        Some(&output_dir().join("synthetic.png")),
+    ) {
+        let problems = page_problems(&log);
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
+}
