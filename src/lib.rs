@@ -7,6 +7,7 @@
 pub mod clock;
 pub mod experiments;
 pub mod harness;
+pub mod io;
 pub mod machine;
 pub mod pagecache;
 pub mod report;

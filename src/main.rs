@@ -34,6 +34,11 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// The block-size I/O toolkit: write, read, calibrate, sweep, syscalls, xor.
+    Io {
+        #[command(subcommand)]
+        cmd: osmeter::io::IoCmd,
+    },
 }
 
 #[derive(clap::Args)]
@@ -103,6 +108,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => cmd_run(a),
         Cmd::List { json } => cmd_list(json),
         Cmd::Machine { json } => cmd_machine(json),
+        Cmd::Io { cmd } => osmeter::io::main(cmd),
     }
 }
 
