@@ -37,10 +37,10 @@ pub enum IoCmd {
     Write {
         file: PathBuf,
         /// Block size (units: 4K, 1M, 1GiB; K/M/G are powers of 1024).
-        #[arg(long, short = 'b', value_parser = size)]
+        #[arg(long, short = 'b', value_parser = size, allow_hyphen_values = true)]
         block_size: u64,
         /// Number of blocks (units allowed: 1K = 1024 blocks).
-        #[arg(long, short = 'c', value_parser = size)]
+        #[arg(long, short = 'c', value_parser = size, allow_hyphen_values = true)]
         count: u64,
         /// Replace FILE if it exists.
         #[arg(long)]
@@ -52,9 +52,9 @@ pub enum IoCmd {
     /// Read COUNT blocks (default: the whole file) with read(), report MiB/s.
     Read {
         file: PathBuf,
-        #[arg(long, short = 'b', value_parser = size)]
+        #[arg(long, short = 'b', value_parser = size, allow_hyphen_values = true)]
         block_size: u64,
-        #[arg(long, short = 'c', value_parser = size)]
+        #[arg(long, short = 'c', value_parser = size, allow_hyphen_values = true)]
         count: Option<u64>,
         /// Evict the file from the page cache first (verified with mincore).
         #[arg(long)]
@@ -68,13 +68,13 @@ pub enum IoCmd {
     /// Find a block count whose (cold) read time lands in [--min, --max] by doubling.
     Calibrate {
         file: PathBuf,
-        #[arg(long, short = 'b', value_parser = size)]
+        #[arg(long, short = 'b', value_parser = size, allow_hyphen_values = true)]
         block_size: u64,
         /// Lower end of the time window (500ms, 5s, 1m...).
-        #[arg(long, value_parser = duration, default_value = "5s")]
+        #[arg(long, value_parser = duration, allow_hyphen_values = true, default_value = "5s")]
         min: Duration,
         /// Upper end of the time window.
-        #[arg(long, value_parser = duration, default_value = "15s")]
+        #[arg(long, value_parser = duration, allow_hyphen_values = true, default_value = "15s")]
         max: Duration,
         /// Probe with the file as cached as it gets instead of evicting before each probe.
         #[arg(long)]
@@ -86,10 +86,10 @@ pub enum IoCmd {
     Sweep {
         file: PathBuf,
         /// Smallest block size.
-        #[arg(long, value_parser = size, default_value = "1")]
+        #[arg(long, value_parser = size, allow_hyphen_values = true, default_value = "1")]
         from: u64,
         /// Largest block size.
-        #[arg(long, value_parser = size, default_value = "256K")]
+        #[arg(long, value_parser = size, allow_hyphen_values = true, default_value = "256K")]
         to: u64,
         /// Which cache states to measure.
         #[arg(long, value_enum, default_value = "both")]
@@ -98,10 +98,10 @@ pub enum IoCmd {
         #[arg(long, default_value_t = 3)]
         repeat: usize,
         /// At most this many bytes per point and repetition.
-        #[arg(long, value_parser = size, default_value = "64M")]
+        #[arg(long, value_parser = size, allow_hyphen_values = true, default_value = "64M")]
         max_bytes: u64,
         /// Time budget per point and repetition (small blocks stop early).
-        #[arg(long, value_parser = duration, default_value = "250ms")]
+        #[arg(long, value_parser = duration, allow_hyphen_values = true, default_value = "250ms")]
         point_time: Duration,
         /// Where to write the SVG plot (default: ./osmeter-sweep-FILENAME.svg, never
         /// overwriting an existing file).
@@ -114,7 +114,7 @@ pub enum IoCmd {
     Syscalls {
         file: PathBuf,
         /// Time per measurement (5 trials each).
-        #[arg(long, value_parser = duration, default_value = "1s")]
+        #[arg(long, value_parser = duration, allow_hyphen_values = true, default_value = "1s")]
         time: Duration,
         /// Skip the cpu.syscall (getppid) comparison.
         #[arg(long)]
@@ -132,7 +132,7 @@ pub enum IoCmd {
         #[arg(long, value_enum, default_value = "auto")]
         method: xor::Method,
         /// Block (chunk) size per request (default depends on the method).
-        #[arg(long, short = 'b', value_parser = size)]
+        #[arg(long, short = 'b', value_parser = size, allow_hyphen_values = true)]
         block_size: Option<u64>,
         /// Evict FILE from the page cache first (verified; not timed).
         #[arg(long)]

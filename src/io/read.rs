@@ -57,13 +57,10 @@ pub fn evict(file: &File, path: &Path) -> Res<Eviction> {
         .map_err(|e| super::IoError::Runtime(format!("{}: eviction: {e:#}", path.display())))
 }
 
-/// Fraction of the file's pages in the page cache (1 for an empty file).
+/// Fraction of the file's pages in the page cache (sampled for files over 64 MiB).
 pub fn resident_fraction(file: &File) -> f64 {
-    match pagecache::residency(file) {
-        Ok((r, t)) if t > 0 => r as f64 / t as f64,
-        Ok(_) => 1.0,
-        Err(_) => f64::NAN,
-    }
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    super::xor::sampled_residency(file, size)
 }
 
 pub struct ReadOutcome {

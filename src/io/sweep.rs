@@ -174,7 +174,7 @@ pub fn run(cfg: &SweepConfig) -> Res<SweepOutcome> {
             if warm {
                 // Bring the read range into the cache and check it is there.
                 file.rewind().map_err(|e| os_err(path, "seek", e))?;
-                let pb = (1usize << 20).min(buf.len().max(1 << 20));
+                let pb = 1usize << 20;
                 let mut prime = vec![0u8; pb];
                 read_blocks(&file, path, &mut prime, span.div_ceil(pb as u64), None)?;
                 let (r, t) = pagecache::residency_range(&file, 0, span)
@@ -316,11 +316,7 @@ pub fn render_svg(file: &Path, curves: &[Curve], cfg: &SweepConfig) -> String {
     let mut d = ymin as i32;
     while d as f64 <= ymax {
         let y = t + ph - (d as f64 - ymin) / (ymax - ymin) * ph;
-        let label = if d >= 0 {
-            format!("{}", 10f64.powi(d))
-        } else {
-            format!("{}", 10f64.powi(d))
-        };
+        let label = format!("{}", 10f64.powi(d));
         let _ = writeln!(
             s,
             r##"<line x1="{l}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{label}</text>"##,

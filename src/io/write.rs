@@ -137,7 +137,7 @@ pub fn run(path: &Path, block_size: u64, count: u64, force: bool) -> Res<WriteOu
     };
 
     let mut buf = vec![0u8; block];
-    fill_random(&mut buf, 0x05_6d65_7465_72);
+    fill_random(&mut buf, 0x056d_6574_6572);
     let mut stamp = 0x1234_5678u64;
     let t0 = Instant::now();
     for _ in 0..count {

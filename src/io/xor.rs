@@ -207,7 +207,7 @@ fn parallel<S>(
         return one();
     }
     std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads).map(|_| s.spawn(&one)).collect();
+        let handles: Vec<_> = (0..threads).map(|_| s.spawn(one)).collect();
         let mut acc = 0u32;
         let mut err = None;
         for h in handles {
