@@ -113,7 +113,7 @@ pub enum IoCmd {
     /// read() calls per second with 1-byte reads, and lseek() calls per second.
     Syscalls {
         file: PathBuf,
-        /// Time per measurement (5 trials each).
+        /// Wall time per measurement (10 trials each; rates are per second of CPU time).
         #[arg(long, value_parser = duration, allow_hyphen_values = true, default_value = "1s")]
         time: Duration,
         /// Skip the cpu.syscall (getppid) comparison.
