@@ -10,6 +10,7 @@ pub mod experiments;
 pub mod findings;
 pub mod harness;
 pub mod history;
+pub mod io;
 pub mod machine;
 pub mod pagecache;
 pub mod report;

@@ -63,6 +63,11 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// The block-size I/O toolkit: write, read, calibrate, sweep, syscalls, xor.
+    Io {
+        #[command(subcommand)]
+        cmd: osmeter::io::IoCmd,
+    },
 }
 
 #[derive(clap::Args)]
@@ -143,6 +148,7 @@ fn main() -> ExitCode {
             min_diff,
             json,
         } => osmeter::report::cli::compare(&runs, min_diff, json),
+        Cmd::Io { cmd } => osmeter::io::main(cmd),
     }
 }
 

@@ -47,6 +47,46 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok(bytes as u64)
 }
 
+/// Parses a duration such as `500ms`, `5s`, `1.5s`, `2m`, `100us`, `250000ns`; a bare
+/// number is seconds. Zero, negative and garbage are errors.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err("empty duration".into());
+    }
+    if t.starts_with('-') {
+        return Err(format!("duration '{s}' is negative"));
+    }
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, suffix) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("duration '{s}' is not a number with a unit (e.g. 500ms, 5s, 2m)"))?;
+    let secs_per: f64 = match suffix.trim().to_ascii_lowercase().as_str() {
+        "" | "s" | "sec" => 1.0,
+        "ms" => 1e-3,
+        "us" | "\u{b5}s" => 1e-6,
+        "ns" => 1e-9,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        other => {
+            return Err(format!(
+                "unknown unit '{other}' in duration '{s}' (use ns, us, ms, s, m, h)"
+            ))
+        }
+    };
+    let secs = value * secs_per;
+    if !secs.is_finite() || secs > 1e9 {
+        return Err(format!("duration '{s}' is too large"));
+    }
+    if secs <= 0.0 {
+        return Err(format!("duration '{s}' is zero"));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
 /// Bytes with a binary unit: "512 B", "4.0 KiB", "1.5 GiB".
 pub fn fmt_bytes(b: f64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -135,6 +175,19 @@ mod tests {
         assert_eq!(parse_size("2GB").unwrap(), 2_000_000_000);
         for bad in ["0", "-1", "-4K", "", "abc", "4Q", "1.3", "0K", "K", "1e99T"] {
             assert!(parse_size(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("100us").unwrap(), Duration::from_micros(100));
+        for bad in ["0", "0s", "-1s", "", "abc", "5q", "s", "1e99h"] {
+            assert!(parse_duration(bad).is_err(), "{bad} should be rejected");
         }
     }
 

@@ -1,0 +1,220 @@
+//! `io syscalls`: read() calls per second with 1-byte reads, lseek() calls per second,
+//! and how they compare with osmeter's own minimal-system-call cost (cpu.syscall).
+//!
+//! A 1-byte read does more than getppid: the fd lookup (fdget_pos takes the file's
+//! position lock when the file is shared), the VFS and file-system read path, a page
+//! cache lookup and a copy to user space. write(/dev/null, 0) from cpu.syscall covers the
+//! fd-lookup part, so both ratios are shown.
+
+use super::{open_input, os_err, Res};
+use crate::stats::Summary;
+use crate::units::{fmt_ns, fmt_si};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const TRIALS: usize = 10;
+const BATCH: u64 = 1024;
+
+pub struct SyscallsOutcome {
+    pub file: PathBuf,
+    /// Calls per second of thread CPU time, one value per trial.
+    pub read_rates: Summary,
+    pub lseek_rates: Summary,
+    pub eof_rewinds: u64,
+    pub empty: bool,
+    /// cpu.syscall medians (ns) when the comparison ran.
+    pub getppid_ns: Option<f64>,
+    pub write0_ns: Option<f64>,
+    pub cpu: Option<usize>,
+}
+
+/// CPU time of the calling thread, in seconds.
+fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// Runs `op` in batches for `per_trial` of wall time, TRIALS times; returns calls per
+/// second of this thread's CPU time, one value per trial. CPU time, not wall time: on a
+/// busy machine the thread is preempted for long stretches that are no system call's
+/// cost (the harness behind cpu.syscall rejects such trials as outliers instead).
+fn trials(per_trial: Duration, mut op: impl FnMut() -> Res<()>) -> Res<Vec<f64>> {
+    // Warm-up: a few batches so the first trial is not paying for cold caches.
+    for _ in 0..4 * BATCH {
+        op()?;
+    }
+    let mut out = Vec::with_capacity(TRIALS);
+    for _ in 0..TRIALS {
+        let t0 = Instant::now();
+        let c0 = thread_cpu_s();
+        let mut calls = 0u64;
+        loop {
+            for _ in 0..BATCH {
+                op()?;
+            }
+            calls += BATCH;
+            if t0.elapsed() >= per_trial {
+                out.push(calls as f64 / (thread_cpu_s() - c0).max(1e-9));
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// cpu.syscall's getppid and write(/dev/null, 0) medians, measured through the library.
+fn cpu_syscall() -> Option<(f64, f64, usize)> {
+    let cfg = crate::runner::RunConfig {
+        profile: crate::experiments::Profile::Smoke,
+        only: vec!["cpu.syscall".into()],
+        skip: vec![],
+        cpu: None,
+        out: PathBuf::from("."),
+        write_results: false,
+        quiet: true,
+        no_history: true,
+        options: Default::default(),
+    };
+    let out = crate::runner::run(&cfg).ok()?;
+    let e = out.results.experiment("cpu.syscall")?;
+    let g = e.metric("getppid")?.summary.median;
+    let w = e.metric("write_devnull_0")?.summary.median;
+    Some((g, w, crate::sys::current_cpu()?))
+}
+
+pub fn run(path: &Path, time: Duration, compare: bool) -> Res<SyscallsOutcome> {
+    let (file, size) = open_input(path, 0)?;
+    // The comparison pins this thread to the runner's CPU; the reads then run there too.
+    let cmp = if compare { cpu_syscall() } else { None };
+    let fd = file.as_raw_fd();
+    let per_trial = time / (TRIALS as u32);
+    let mut byte = [0u8; 1];
+    let mut rewinds = 0u64;
+    let seek0 = |what: &str| -> Res<()> {
+        // SAFETY: plain lseek on an open descriptor.
+        if unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } < 0 {
+            return Err(os_err(path, what, std::io::Error::last_os_error()));
+        }
+        Ok(())
+    };
+    seek0("lseek")?;
+    let reads = trials(per_trial, || {
+        // SAFETY: byte is one writable byte.
+        let n = unsafe { libc::read(fd, byte.as_mut_ptr() as *mut libc::c_void, 1) };
+        if n < 0 {
+            return Err(os_err(path, "read failed", std::io::Error::last_os_error()));
+        }
+        if n == 0 && size > 0 {
+            // End of file: start over (one extra lseek per file length of reads).
+            rewinds += 1;
+            seek0("lseek")?;
+        }
+        Ok(())
+    })?;
+    let mut pos: i64 = 0;
+    let seeks = trials(per_trial, || {
+        // Different offsets each time; SEEK_SET only updates f_pos, no I/O.
+        pos = (pos + 4097) & 0xf_ffff;
+        // SAFETY: plain lseek on an open descriptor.
+        if unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_SET) } < 0 {
+            return Err(os_err(
+                path,
+                "lseek failed",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(())
+    })?;
+    let summary = |v: &[f64]| {
+        Summary::of(v).ok_or_else(|| super::IoError::Runtime("no trials completed".into()))
+    };
+    Ok(SyscallsOutcome {
+        file: path.to_path_buf(),
+        read_rates: summary(&reads)?,
+        lseek_rates: summary(&seeks)?,
+        eof_rewinds: rewinds,
+        empty: size == 0,
+        getppid_ns: cmp.map(|c| c.0),
+        write0_ns: cmp.map(|c| c.1),
+        cpu: cmp.map(|c| c.2),
+    })
+}
+
+impl SyscallsOutcome {
+    fn ratio(rate: f64, ns: Option<f64>) -> Option<f64> {
+        ns.map(|n| rate / (1e9 / n))
+    }
+
+    pub fn print(&self, json: bool) {
+        let r = self.read_rates.median;
+        let l = self.lseek_rates.median;
+        if json {
+            super::print_json(&serde_json::json!({
+                "command": "syscalls",
+                "file": self.file.display().to_string(),
+                "read_1byte_per_s": self.read_rates,
+                "lseek_per_s": self.lseek_rates,
+                "read_1byte_ns": 1e9 / r,
+                "lseek_ns": 1e9 / l,
+                "eof_rewinds": self.eof_rewinds,
+                "empty_file": self.empty,
+                "cpu_syscall": {
+                    "getppid_ns": self.getppid_ns,
+                    "write_devnull_0_ns": self.write0_ns,
+                    "read_rate_over_getppid_rate": Self::ratio(r, self.getppid_ns),
+                    "read_rate_over_write0_rate": Self::ratio(r, self.write0_ns),
+                    "lseek_rate_over_getppid_rate": Self::ratio(l, self.getppid_ns),
+                    "pinned_cpu": self.cpu,
+                },
+            }));
+            return;
+        }
+        let line = |name: &str, s: &Summary| {
+            println!(
+                "{name:<16} {:>9}/s  ({} per call; {} trials, range {}-{}/s, CV {:.1}%)",
+                fmt_si(s.median),
+                fmt_ns(1e9 / s.median),
+                s.n,
+                fmt_si(s.min),
+                fmt_si(s.max),
+                s.cov * 100.0
+            )
+        };
+        line("read(1 byte)", &self.read_rates);
+        line("lseek(SEEK_SET)", &self.lseek_rates);
+        if self.empty {
+            println!("note: the file is empty, so every read() returned 0 and copied nothing");
+        } else if self.eof_rewinds > 0 {
+            println!(
+                "note: reached end of file {} time(s); each time one lseek() to 0 was added",
+                self.eof_rewinds
+            );
+        }
+        if let (Some(g), Some(w)) = (self.getppid_ns, self.write0_ns) {
+            println!(
+                "cpu.syscall (same CPU {}): getppid {} -> {}/s; write(/dev/null, 0) {} -> {}/s",
+                self.cpu.map(|c| c.to_string()).unwrap_or("-".into()),
+                fmt_ns(g),
+                fmt_si(1e9 / g),
+                fmt_ns(w),
+                fmt_si(1e9 / w)
+            );
+            println!(
+                "read(1 byte) rate = {:.2}x the getppid rate, {:.2}x the write(0) rate; lseek = {:.2}x getppid",
+                r / (1e9 / g),
+                r / (1e9 / w),
+                l / (1e9 / g)
+            );
+            println!(
+                "(a 1-byte read also looks up the fd, takes the file position lock, finds the page in the page cache and copies to user space: {} more than getppid)",
+                fmt_ns(1e9 / r - g)
+            );
+        }
+    }
+}

@@ -1,0 +1,646 @@
+//! `io xor`: the XOR of all 32-bit little-endian words of a file (a final partial word
+//! zero-padded), read as fast as the machine allows.
+//!
+//! How it goes fast (docs/METHODOLOGY-io.md has the measurements behind the choices):
+//! - the file's cache state is probed with mincore; a mostly cached file is mapped
+//!   (no copy into user buffers) and XORed straight from the page cache, an uncached one
+//!   is read with O_DIRECT in large aligned blocks by several threads (several requests
+//!   in flight, no page-cache insertion), falling back to buffered reads where O_DIRECT
+//!   is refused;
+//! - blocks are handed out by an atomic counter, so threads share the work and a slow
+//!   request does not stall the others;
+//! - the XOR kernel keeps 16 independent 64-bit lanes (vectorised by the compiler; an
+//!   AVX2 build of the same code is picked at run time where the CPU has it).
+//!
+//! XOR is associative and commutative, so partial results combine in any order. A piece
+//! starting at byte offset `o` contributes its own word-XOR rotated by `8 * (o % 4)` bits,
+//! which keeps the result right even for pieces that do not start on a word boundary.
+
+use super::{open_input, os_err, rate, Res};
+use crate::pagecache::{self, AlignedBuf};
+use crate::units::fmt_bytes;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// Pick from the file's cache state and what the platform supports.
+    Auto,
+    /// Map the file and XOR the page cache in place.
+    Mmap,
+    /// pread() into aligned buffers.
+    Read,
+    /// pread() with O_DIRECT (bypassing the page cache).
+    Direct,
+}
+
+impl Method {
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Auto => "auto",
+            Method::Mmap => "mmap",
+            Method::Read => "read",
+            Method::Direct => "direct",
+        }
+    }
+}
+
+/// Default chunk per request for each method (measured; see METHODOLOGY-io.md).
+const MMAP_CHUNK: usize = 8 << 20;
+const READ_BLOCK: usize = 1 << 20;
+const DIRECT_BLOCK: usize = 4 << 20;
+/// A file at least this much cached is read through the page cache.
+const CACHED_FRACTION: f64 = 0.5;
+/// O_DIRECT reads keep at least this many requests in flight (threads mostly wait).
+const DIRECT_MIN_THREADS: usize = 4;
+/// O_DIRECT buffers and offsets are aligned to this (covers 512 B and 4 KiB sectors).
+const DIRECT_ALIGN: usize = 4096;
+
+pub struct XorConfig {
+    pub file: PathBuf,
+    pub threads: Option<usize>,
+    pub method: Method,
+    pub block_size: Option<u64>,
+    pub cold: bool,
+}
+
+pub struct XorOutcome {
+    pub file: PathBuf,
+    pub xor: u32,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub method: Method,
+    pub threads: usize,
+    pub block: usize,
+    pub resident_fraction: f64,
+    pub simd: &'static str,
+    pub eviction: Option<pagecache::Eviction>,
+    pub notes: Vec<String>,
+}
+
+// ---------------------------------------------------------------------------------------
+// The XOR kernel.
+
+/// Word-XOR of `data` as if it started at a word boundary; the tail is zero-padded.
+#[inline(always)]
+fn xor_body(data: &[u8]) -> u32 {
+    const LANES: usize = 16;
+    let mut acc = [0u64; LANES];
+    let mut chunks = data.chunks_exact(LANES * 8);
+    for c in &mut chunks {
+        for (i, a) in acc.iter_mut().enumerate() {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&c[i * 8..i * 8 + 8]);
+            *a ^= u64::from_le_bytes(w);
+        }
+    }
+    let a = acc.iter().fold(0u64, |x, y| x ^ y);
+    // A little-endian u64 holds two consecutive words: low half first.
+    let mut x = (a as u32) ^ ((a >> 32) as u32);
+    let rest = chunks.remainder();
+    let mut words = rest.chunks_exact(4);
+    for w in &mut words {
+        x ^= u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+    }
+    let tail = words.remainder();
+    if !tail.is_empty() {
+        let mut w = [0u8; 4];
+        w[..tail.len()].copy_from_slice(tail);
+        x ^= u32::from_le_bytes(w);
+    }
+    x
+}
+
+/// Portable build of the kernel (SSE2 on x86-64, NEON on aarch64).
+pub fn xor_portable(data: &[u8]) -> u32 {
+    xor_body(data)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn xor_avx2(data: &[u8]) -> u32 {
+    xor_body(data)
+}
+
+/// Which kernel `xor_words` uses on this CPU.
+pub fn simd_name() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return "avx2";
+        }
+        "sse2"
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        "neon"
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        "scalar"
+    }
+}
+
+/// Word-XOR of `data` (starting at a word boundary, tail zero-padded), fastest kernel.
+pub fn xor_words(data: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { xor_avx2(data) };
+        }
+    }
+    xor_portable(data)
+}
+
+/// The contribution of a piece that starts at byte `offset` of the file.
+pub fn at_offset(piece_xor: u32, offset: u64) -> u32 {
+    piece_xor.rotate_left(8 * (offset % 4) as u32)
+}
+
+/// Naive reference: one word at a time, for tests.
+pub fn xor_reference(data: &[u8]) -> u32 {
+    let mut x = 0u32;
+    for (i, &b) in data.iter().enumerate() {
+        x ^= (b as u32) << (8 * (i % 4));
+    }
+    x
+}
+
+// ---------------------------------------------------------------------------------------
+// The readers.
+
+/// Runs `work(state, block_index)` over `nblocks` blocks on `threads` threads that claim
+/// blocks from a shared counter; returns the XOR of all results.
+fn parallel<S>(
+    threads: usize,
+    nblocks: u64,
+    init: impl Fn() -> Res<S> + Sync,
+    work: impl Fn(&mut S, u64) -> Res<u32> + Sync,
+) -> Res<u32> {
+    let next = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let one = || -> Res<u32> {
+        let mut state = init()?;
+        let mut acc = 0u32;
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(acc);
+            }
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= nblocks {
+                return Ok(acc);
+            }
+            match work(&mut state, i) {
+                Ok(x) => acc ^= x,
+                Err(e) => {
+                    stop.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+        }
+    };
+    if threads <= 1 {
+        return one();
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads).map(|_| s.spawn(one)).collect();
+        let mut acc = 0u32;
+        let mut err = None;
+        for h in handles {
+            match h.join() {
+                Ok(Ok(x)) => acc ^= x,
+                Ok(Err(e)) => err = err.or(Some(e)),
+                Err(_) => {
+                    err = err.or(Some(super::IoError::Runtime(
+                        "a reader thread panicked".into(),
+                    )))
+                }
+            }
+        }
+        match err {
+            Some(e) => Err(e),
+            None => Ok(acc),
+        }
+    })
+}
+
+/// pread until `buf` is full or end of file; returns the bytes read.
+fn pread_full(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Res<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: the destination is the unfilled tail of `buf`, valid for writes.
+        let n = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                buf[got..].as_mut_ptr() as *mut libc::c_void,
+                buf.len() - got,
+                (offset + got as u64) as libc::off_t,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(os_err(path, "read failed", e));
+        }
+        if n == 0 {
+            break;
+        }
+        got += n as usize;
+    }
+    Ok(got)
+}
+
+/// XOR with pread into per-thread aligned buffers (buffered or O_DIRECT `file`).
+fn xor_pread(
+    file: &File,
+    path: &Path,
+    size: u64,
+    block: usize,
+    threads: usize,
+    direct: bool,
+) -> Res<u32> {
+    let nblocks = size.div_ceil(block as u64);
+    parallel(
+        threads,
+        nblocks,
+        || {
+            AlignedBuf::new(block, DIRECT_ALIGN)
+                .map_err(|e| super::IoError::Runtime(format!("buffer: {e}")))
+        },
+        |buf, i| {
+            let off = i * block as u64;
+            let want = (size - off).min(block as u64) as usize;
+            // O_DIRECT lengths must be aligned; the read stops at end of file anyway.
+            let ask = if direct {
+                want.next_multiple_of(DIRECT_ALIGN).min(block)
+            } else {
+                want
+            };
+            let got = pread_full(file, path, &mut buf[..ask], off)?;
+            if got < want {
+                return super::runtime(format!("{}: file shrank while being read", path.display()));
+            }
+            Ok(at_offset(xor_words(&buf[..want]), off))
+        },
+    )
+}
+
+/// A read-only shared mapping of a whole file, unmapped on drop.
+struct Mapping {
+    addr: *mut libc::c_void,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(file: &File, path: &Path, len: usize) -> Res<Mapping> {
+        // SAFETY: a fresh read-only shared mapping of an open file; unmapped in drop.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(os_err(path, "mmap failed", std::io::Error::last_os_error()));
+        }
+        // Where the page cache holds 2 MiB folios (ext4, xfs... on recent kernels), let
+        // the kernel map each with one PMD entry instead of 512 PTEs: building and
+        // tearing down page tables is most of the cost of reading through mmap.
+        // Sequential advice helps readahead for pages that are not cached. Hints only.
+        // SAFETY: advice on exactly the mapping made above.
+        unsafe {
+            libc::madvise(addr, len, libc::MADV_HUGEPAGE);
+            libc::madvise(addr, len, libc::MADV_SEQUENTIAL);
+        }
+        Ok(Mapping { addr, len })
+    }
+
+    /// Maps the pages of `off..off+n` in one call (MADV_POPULATE_READ, Linux 5.14+;
+    /// older kernels say EINVAL and the reads fault them in instead).
+    fn populate(&self, off: usize, n: usize) {
+        // SAFETY: advice on a range inside the live mapping.
+        unsafe {
+            libc::madvise(
+                (self.addr as usize + off) as *mut libc::c_void,
+                n,
+                MADV_POPULATE_READ,
+            )
+        };
+    }
+}
+
+// SAFETY: the mapping is read-only and owned; concurrent reads of it are sound.
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping made in `new`; no slice of it outlives
+        // the Mapping (readers are scoped threads joined before drop).
+        unsafe { libc::munmap(self.addr, self.len) };
+    }
+}
+
+/// Bytes of file mappings this process has mapped with PMD (2 MiB) entries.
+fn file_pmd_mapped() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/smaps_rollup").ok()?;
+    let l = s.lines().find(|l| l.starts_with("FilePmdMapped:"))?;
+    let kb: u64 = l.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Whether the cached file maps with 2 MiB entries: populates two 2 MiB probes (start
+/// and middle) and asks the kernel how much of them it mapped with PMDs. When it did
+/// not (the cache holds small folios), mmap costs more CPU than read() + copy.
+fn maps_huge(m: &Mapping) -> bool {
+    const HUGE: usize = 2 << 20;
+    if m.len < 2 * HUGE || m.addr as usize % HUGE != 0 {
+        return false;
+    }
+    let before = file_pmd_mapped().unwrap_or(0);
+    let mid = m.len / 2 / HUGE * HUGE;
+    m.populate(0, HUGE);
+    m.populate(mid, HUGE);
+    file_pmd_mapped().unwrap_or(0) > before
+}
+
+/// XOR straight from the mapping, chunks claimed by `threads` threads.
+fn xor_mapped(m: &Mapping, chunk: usize, threads: usize) -> Res<u32> {
+    let base = m.addr as usize;
+    let len = m.len;
+    let nblocks = (len as u64).div_ceil(chunk as u64);
+    parallel(
+        threads,
+        nblocks,
+        || Ok(()),
+        |_, i| {
+            let off = i as usize * chunk;
+            let n = (len - off).min(chunk);
+            m.populate(off, n);
+            // SAFETY: off..off+n lies inside the read-only mapping, which outlives the
+            // scoped reader threads. (Truncating the file meanwhile would raise SIGBUS;
+            // that is the documented cost of mmap.)
+            let data = unsafe { std::slice::from_raw_parts((base + off) as *const u8, n) };
+            Ok(at_offset(xor_words(data), off as u64))
+        },
+    )
+}
+
+const MADV_POPULATE_READ: libc::c_int = 22;
+
+// ---------------------------------------------------------------------------------------
+// The command.
+
+/// Cached fraction of the file: exact (mincore over every page) up to 64 MiB, else
+/// from 128 evenly spaced 256 KiB samples, which is enough to choose a method and costs
+/// microseconds instead of a walk over every page of a huge file.
+pub fn sampled_residency(file: &File, size: u64) -> f64 {
+    const EXACT: u64 = 64 << 20;
+    const SAMPLES: u64 = 128;
+    const SPAN: u64 = 256 << 10;
+    if size == 0 {
+        return 1.0;
+    }
+    let ranges: Vec<(u64, u64)> = if size <= EXACT {
+        vec![(0, size)]
+    } else {
+        (0..SAMPLES)
+            .map(|i| ((size - SPAN) / (SAMPLES - 1) * i, SPAN))
+            .collect()
+    };
+    let (mut r, mut t) = (0u64, 0u64);
+    for (off, len) in ranges {
+        match pagecache::residency_range(file, off, len) {
+            Ok((a, b)) => {
+                r += a;
+                t += b;
+            }
+            Err(_) => return 0.0,
+        }
+    }
+    if t == 0 {
+        0.0
+    } else {
+        r as f64 / t as f64
+    }
+}
+
+pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
+    if cfg.threads == Some(0) {
+        return super::usage("--threads must be at least 1");
+    }
+    if let Some(t) = cfg.threads {
+        if t > 1024 {
+            return super::usage("--threads must be at most 1024");
+        }
+    }
+    let block_arg = match cfg.block_size {
+        Some(b) => Some(super::check_block(b)?),
+        None => None,
+    };
+    let path = cfg.file.as_path();
+    let mut notes = Vec::new();
+    let (file, _) = open_input(path, 0)?;
+    let mut eviction = None;
+    if cfg.cold {
+        let e = pagecache::evict(&file, false)
+            .map_err(|e| super::IoError::Runtime(format!("{}: eviction: {e:#}", path.display())))?;
+        if !e.verified() {
+            notes.push(format!("eviction not verified: {}", e.describe()));
+        }
+        eviction = Some(e);
+    }
+
+    let t0 = Instant::now();
+    let size = file.metadata().map_err(|e| os_err(path, "stat", e))?.len();
+    let resident_fraction = sampled_residency(&file, size);
+    let cpus = crate::sys::allowed_cpus().len().max(1);
+    let mut method = match cfg.method {
+        Method::Auto if resident_fraction >= CACHED_FRACTION => Method::Mmap,
+        Method::Auto => Method::Direct,
+        m => m,
+    };
+    let len = usize::try_from(size)
+        .map_err(|_| super::IoError::Runtime("file larger than the address space".into()))?;
+    let mut mapping = None;
+    if method == Method::Mmap && size > 0 {
+        let m = Mapping::new(&file, path, len)?;
+        if cfg.method == Method::Auto && !maps_huge(&m) {
+            notes.push(
+                "the cached file does not map with 2 MiB entries (small page-cache folios), \
+                 so read() is cheaper than mmap"
+                    .into(),
+            );
+            method = Method::Read;
+        } else {
+            mapping = Some(m);
+        }
+    }
+    let mut direct_file = None;
+    if method == Method::Direct {
+        match open_input(path, libc::O_DIRECT) {
+            Ok((f, _)) => direct_file = Some(f),
+            Err(e) => {
+                notes.push(format!("O_DIRECT refused ({e}); buffered reads instead"));
+                method = Method::Read;
+            }
+        }
+        if let Some(b) = block_arg {
+            if b % DIRECT_ALIGN != 0 {
+                return super::usage(format!(
+                    "--block-size {b}: O_DIRECT needs a multiple of {DIRECT_ALIGN} bytes"
+                ));
+            }
+        }
+    }
+    let block = block_arg.unwrap_or(match method {
+        Method::Mmap => MMAP_CHUNK,
+        Method::Direct => DIRECT_BLOCK,
+        _ => READ_BLOCK,
+    });
+    let default_threads = match method {
+        Method::Direct => cpus.max(DIRECT_MIN_THREADS),
+        _ => cpus,
+    };
+    let nblocks = size.div_ceil(block as u64).max(1);
+    let threads = (cfg.threads.unwrap_or(default_threads) as u64).min(nblocks) as usize;
+
+    let xor = if size == 0 {
+        0
+    } else {
+        match method {
+            Method::Mmap => match &mapping {
+                Some(m) => xor_mapped(m, block, threads)?,
+                None => 0,
+            },
+            Method::Direct => {
+                let f = direct_file.as_ref().unwrap_or(&file);
+                xor_pread(f, path, size, block, threads, true)?
+            }
+            _ => {
+                // SAFETY: advisory call on an open descriptor (whole file).
+                unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
+                xor_pread(&file, path, size, block, threads, false)?
+            }
+        }
+    };
+    drop(mapping);
+    drop(direct_file);
+    let seconds = t0.elapsed().as_secs_f64();
+    Ok(XorOutcome {
+        file: cfg.file.clone(),
+        xor,
+        bytes: size,
+        seconds,
+        method,
+        threads,
+        block,
+        resident_fraction,
+        simd: simd_name(),
+        eviction,
+        notes,
+    })
+}
+
+impl XorOutcome {
+    pub fn bytes_per_s(&self) -> f64 {
+        rate(self.bytes, self.seconds)
+    }
+
+    pub fn print(&self, json: bool) {
+        if json {
+            super::print_json(&serde_json::json!({
+                "command": "xor",
+                "file": self.file.display().to_string(),
+                "xor": format!("{:08x}", self.xor),
+                "bytes": self.bytes,
+                "seconds": self.seconds,
+                "ns": self.seconds * 1e9,
+                "bytes_per_s": self.bytes_per_s(),
+                "method": self.method.name(),
+                "threads": self.threads,
+                "block_bytes": self.block,
+                "resident_fraction_at_start": self.resident_fraction,
+                "simd": self.simd,
+                "eviction": self.eviction,
+                "notes": self.notes,
+            }));
+            return;
+        }
+        println!("{:08x}  {}", self.xor, self.file.display());
+        println!(
+            "{} in {:.3} s = {}",
+            fmt_bytes(self.bytes as f64),
+            self.seconds,
+            crate::units::fmt_bandwidth(self.bytes_per_s())
+        );
+        println!(
+            "method {}, {} thread(s), {} per request, {} kernel; {:.1}% of the file cached at start",
+            self.method.name(),
+            self.threads,
+            fmt_bytes(self.block as f64),
+            self.simd,
+            self.resident_fraction * 100.0
+        );
+        if let Some(e) = &self.eviction {
+            println!("cold: {}", e.describe());
+        }
+        for n in &self.notes {
+            println!("note: {n}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(n: usize, seed: u64) -> Vec<u8> {
+        let mut s = seed | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn kernels_match_reference() {
+        for n in [
+            0, 1, 2, 3, 4, 5, 127, 128, 129, 255, 4095, 4096, 4097, 100_003,
+        ] {
+            let d = bytes(n, n as u64 + 7);
+            let r = xor_reference(&d);
+            assert_eq!(xor_portable(&d), r, "portable, n={n}");
+            assert_eq!(xor_words(&d), r, "dispatched, n={n}");
+        }
+    }
+
+    #[test]
+    fn pieces_at_any_offset_combine() {
+        let d = bytes(1000, 3);
+        for cut in [1, 2, 3, 4, 5, 129, 998] {
+            let x =
+                at_offset(xor_words(&d[..cut]), 0) ^ at_offset(xor_words(&d[cut..]), cut as u64);
+            assert_eq!(x, xor_reference(&d), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn known_value() {
+        assert_eq!(xor_reference(&[1, 2, 3, 4, 5]), 0x0403_0204);
+        assert_eq!(xor_words(&[]), 0);
+    }
+}
