@@ -8,6 +8,7 @@ pub mod clock;
 pub mod experiments;
 pub mod harness;
 pub mod machine;
+pub mod peer;
 pub mod report;
 pub mod results;
 pub mod runner;

@@ -34,6 +34,8 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Run the peer that network experiments talk to (binds 127.0.0.1 unless --bind).
+    Serve(osmeter::peer::ServeArgs),
 }
 
 #[derive(clap::Args)]
@@ -103,6 +105,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => cmd_run(a),
         Cmd::List { json } => cmd_list(json),
         Cmd::Machine { json } => cmd_machine(json),
+        Cmd::Serve(a) => osmeter::peer::serve_main(a),
     }
 }
 
