@@ -199,13 +199,43 @@ impl Experiment for Bandwidth {
         let label = t.label.clone();
         out.notes.push(format!("target: {label}"));
         let (dur, interval) = plan(ctx.profile);
+        // Peak bandwidth needs sender and receiver on separate CPUs when there are two:
+        // let the scheduler place this thread (as iperf3 is placed) for the streams.
+        let cpus = &ctx.machine.cpu.allowed_cpus;
+        let unpinned = cpus.len() > 1 && crate::sys::set_affinity(cpus).is_ok();
+        let res = self.streams(ctx, &t, dur, interval, &mut out);
+        if unpinned {
+            let _ = crate::sys::pin_to_cpu(ctx.cpu);
+            out.notes.push(format!(
+                "streams ran with this thread unpinned (CPUs {cpus:?}) so that sender and receiver can run in parallel"
+            ));
+        }
+        let lines = res?;
+        out.finding(
+            format!("TCP bandwidth with {label}: {}.", lines.join(", ")),
+            &["send", "receive"],
+        );
+        Ok(out)
+    }
+}
+
+impl Bandwidth {
+    fn streams(
+        &self,
+        ctx: &Context,
+        t: &Target,
+        dur: Duration,
+        interval: Duration,
+        out: &mut Outcome,
+    ) -> anyhow::Result<Vec<String>> {
+        let label = &t.label;
         let mut lines = Vec::new();
         for (name, dir) in [("send", "client -> peer"), ("receive", "peer -> client")] {
             (ctx.progress)(name);
             let (rates, avg) = if name == "send" {
-                send(&t, dur, interval)?
+                send(t, dur, interval)?
             } else {
-                receive(&t, dur, interval)?
+                receive(t, dur, interval)?
             };
             if rates.len() < 3 {
                 anyhow::bail!(
@@ -246,11 +276,7 @@ impl Experiment for Bandwidth {
                 med * 8.0 / 1e9
             ));
         }
-        out.finding(
-            format!("TCP bandwidth with {label}: {}.", lines.join(", ")),
-            &["send", "receive"],
-        );
-        Ok(out)
+        Ok(lines)
     }
 }
 
