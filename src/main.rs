@@ -110,6 +110,10 @@ fn main() -> ExitCode {
 }
 
 fn cmd_run(a: RunArgs) -> ExitCode {
+    if let Some(Err(e)) = a.peer.as_deref().map(osmeter::peer::client::parse_peer) {
+        eprintln!("osmeter: error: {e}");
+        return ExitCode::from(2);
+    }
     let cfg = RunConfig {
         profile: a.profile,
         only: a.only,

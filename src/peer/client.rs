@@ -50,8 +50,8 @@ impl std::fmt::Display for PeerError {
 
 impl std::error::Error for PeerError {}
 
-/// Parses `HOST[:PORT]` (IPv6 as `[ADDR]:PORT` or a bare address) and resolves it.
-pub fn resolve_peer(spec: &str) -> Result<SocketAddr, PeerError> {
+/// Splits `HOST[:PORT]` (IPv6 as `[ADDR]:PORT` or a bare address) without resolving it.
+pub fn parse_peer(spec: &str) -> Result<(String, u16), PeerError> {
     let bad = |why: &str| PeerError::BadAddress(format!("bad --peer '{spec}': {why}"));
     let s = spec.trim();
     if s.is_empty() {
@@ -80,14 +80,20 @@ pub fn resolve_peer(spec: &str) -> Result<SocketAddr, PeerError> {
     } else {
         (s.to_string(), p::DEFAULT_PORT)
     };
-    if host.is_empty() {
-        return Err(bad("missing host"));
+    if host.is_empty() || host.contains(char::is_whitespace) {
+        return Err(bad("missing or malformed host"));
     }
+    Ok((host, port))
+}
+
+/// Parses and resolves `HOST[:PORT]`, preferring IPv4 (the ICMP comparison is IPv4 only).
+pub fn resolve_peer(spec: &str) -> Result<SocketAddr, PeerError> {
+    let (host, port) = parse_peer(spec)?;
+    let bad = |why: &str| PeerError::BadAddress(format!("bad --peer '{spec}': {why}"));
     let addrs: Vec<SocketAddr> = (host.as_str(), port)
         .to_socket_addrs()
         .map_err(|e| bad(&format!("cannot resolve: {e}")))?
         .collect();
-    // Prefer IPv4: the ICMP comparison is IPv4 only.
     addrs
         .iter()
         .find(|a| a.is_ipv4())
@@ -242,5 +248,27 @@ impl Session {
     pub fn finish_sink(mut self, wait: Duration) -> Result<p::SinkReport, PeerError> {
         let payload = self.finish("sink report", wait)?;
         p::SinkReport::decode(&payload).map_err(|e| self.broken(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_syntax() {
+        let d = p::DEFAULT_PORT;
+        assert_eq!(parse_peer("host").unwrap(), ("host".into(), d));
+        assert_eq!(parse_peer("10.0.0.1:80").unwrap(), ("10.0.0.1".into(), 80));
+        assert_eq!(parse_peer("[::1]:81").unwrap(), ("::1".into(), 81));
+        assert_eq!(parse_peer("::1").unwrap(), ("::1".into(), d));
+        for bad in ["", ":80", "h:0", "h:x", "h:70000", "[::1", "[::1]x", "a b"] {
+            let e = parse_peer(bad).err().unwrap().to_string();
+            assert!(e.starts_with("bad --peer"), "{bad}: {e}");
+        }
+        assert_eq!(
+            resolve_peer("127.0.0.1:5").unwrap(),
+            "127.0.0.1:5".parse().unwrap()
+        );
     }
 }
