@@ -21,6 +21,10 @@ const UDP_STACK_CYCLES: f64 = 4000.0;
 const ICMP_STACK_CYCLES: f64 = 3000.0;
 /// Fallback wake-up + context switch when cpu.thread-switch has not run.
 const SWITCH_CYCLES: f64 = 4000.0;
+/// Model: a cross-CPU wake-up (IPI) on bare metal, and under a hypervisor (VM exit,
+/// virtual interrupt injection), in core cycles.
+const IPI_CYCLES: f64 = 2000.0;
+const IPI_CYCLES_VM: f64 = 20000.0;
 /// Smallest Ethernet frame on the wire with preamble and gap, bits.
 const MIN_FRAME_BITS: f64 = 84.0 * 8.0;
 
@@ -294,10 +298,29 @@ impl Experiment for Rtt {
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let m = model(ctx);
         let tcp = m.round_trip(TCP_STACK_CYCLES, 2.0, "TCP");
+        let vm = std::fs::read_to_string("/proc/cpuinfo")
+            .map(|s| s.contains(" hypervisor"))
+            .unwrap_or(false);
+        let ipi = if vm { IPI_CYCLES_VM } else { IPI_CYCLES };
+        let mut cross = tcp.clone();
+        cross.value += 2.0 * ipi / m.ghz;
+        cross
+            .formula
+            .push_str(" + 2 x cross-CPU wake-up (IPI) / f_core");
+        let cross = cross.input(
+            "ipi",
+            ipi,
+            "cycles",
+            if vm {
+                "model: IPI under a hypervisor (cpuinfo hypervisor flag): VM exit and injection"
+            } else {
+                "model: IPI on bare metal"
+            },
+        );
         vec![
             ("tcp".into(), tcp.clone()),
-            ("tcp_same_cpu".into(), tcp.clone()),
-            ("tcp_cross_cpu".into(), tcp),
+            ("tcp_same_cpu".into(), tcp),
+            ("tcp_cross_cpu".into(), cross),
             ("udp".into(), m.round_trip(UDP_STACK_CYCLES, 2.0, "UDP")),
             ("icmp".into(), m.round_trip(ICMP_STACK_CYCLES, 0.0, "ICMP")),
         ]
