@@ -30,6 +30,10 @@ fn start(args: &[&str]) -> Serve {
     let mut child = Command::new(env!("CARGO_BIN_EXE_osmeter"))
         .arg("serve")
         .args(args)
+        // The peer exits when this pipe closes: the shared server in a static is never
+        // dropped, and must not outlive the test process.
+        .arg("--parent-watch")
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -50,8 +54,7 @@ fn start(args: &[&str]) -> Serve {
     Serve { child, addr, log }
 }
 
-/// One server for all property cases (started once, killed at process exit by its guard
-/// living in a static: the OS reaps it; Drop runs for the explicit tests below).
+/// One server for all property cases; it exits with the test process (--parent-watch).
 fn shared() -> &'static Mutex<Serve> {
     static S: OnceLock<Mutex<Serve>> = OnceLock::new();
     S.get_or_init(|| {
