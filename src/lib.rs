@@ -13,6 +13,7 @@ pub mod history;
 pub mod io;
 pub mod machine;
 pub mod pagecache;
+pub mod peer;
 pub mod report;
 pub mod results;
 pub mod runner;

@@ -68,6 +68,8 @@ enum Cmd {
         #[command(subcommand)]
         cmd: osmeter::io::IoCmd,
     },
+    /// Run the peer that network experiments talk to (binds 127.0.0.1 unless --bind).
+    Serve(osmeter::peer::ServeArgs),
 }
 
 #[derive(clap::Args)]
@@ -149,10 +151,15 @@ fn main() -> ExitCode {
             json,
         } => osmeter::report::cli::compare(&runs, min_diff, json),
         Cmd::Io { cmd } => osmeter::io::main(cmd),
+        Cmd::Serve(a) => osmeter::peer::serve_main(a),
     }
 }
 
 fn cmd_run(a: RunArgs) -> ExitCode {
+    if let Some(Err(e)) = a.peer.as_deref().map(osmeter::peer::client::parse_peer) {
+        eprintln!("osmeter: error: {e}");
+        return ExitCode::from(2);
+    }
     let cfg = RunConfig {
         profile: a.profile,
         only: a.only,

@@ -1,0 +1,248 @@
+//! net.connect: the cost of connect() until established and of close(), one connection
+//! at a time, as distributions (setup is heavy-tailed: SYN queue, timer retries).
+
+use super::{sample, target};
+use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
+use crate::peer::protocol::Request;
+use crate::results::{Check, Prediction};
+use crate::stats::Summary;
+use crate::units::fmt_ns;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+pub struct Connect;
+
+/// Model: kernel work per handshake segment (SYN, SYN-ACK, ACK) and per RST, in cycles.
+const SEGMENT_CYCLES: f64 = 5000.0;
+/// Model: socket bookkeeping in connect (port choice, hashing) and in close, in cycles.
+const SOCKET_CYCLES: f64 = 3000.0;
+
+/// At most this many connections per run: with SO_LINGER 0 none lingers in TIME_WAIT,
+/// but the bound keeps even a misbehaving kernel far from the ephemeral port range.
+fn max_connections(p: Profile) -> usize {
+    match p {
+        Profile::Smoke => 500,
+        Profile::Quick => 4_000,
+        Profile::Standard => 10_000,
+        Profile::Thorough => 20_000,
+    }
+}
+
+/// A socket, not yet connected, that resets instead of lingering when closed.
+fn socket_for(addr: &SocketAddr) -> io::Result<OwnedFd> {
+    let fam = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: socket() with constant arguments; ownership is taken at once.
+    let fd = unsafe { libc::socket(fam, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: linger is a valid struct of the size passed.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            &linger as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// sockaddr storage for connect().
+fn raw_addr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: an all-zero sockaddr_storage is valid; we fill the family-specific view.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
+            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in6.
+            let sin6 = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            sin6.sin6_scope_id = a.scope_id();
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+impl Experiment for Connect {
+    fn id(&self) -> &'static str {
+        "net.connect"
+    }
+    fn title(&self) -> &'static str {
+        "TCP connection setup and teardown"
+    }
+    fn description(&self) -> &'static str {
+        "connect() until established and close(), over thousands of connections to the peer, as distributions"
+    }
+    fn method(&self) -> &'static str {
+        "The peer opens a fresh listening port that accepts and closes at once. For each connection a \
+         socket is created untimed (SO_LINGER 0), then a blocking connect() is timed from the call until it \
+         returns established (SYN, SYN-ACK, ACK), then close() is timed; SO_LINGER 0 makes close send a \
+         reset so no connection lingers in TIME_WAIT and ephemeral ports are never exhausted (counts are \
+         bounded too: quick 4000). Each call is timed alone with the cycle counter after a warm-up; \
+         p50/p90/p99 show the heavy tail."
+    }
+    fn needs(&self) -> Needs {
+        Needs {
+            peer: true,
+            ..Default::default()
+        }
+    }
+    fn budget(&self, p: Profile) -> Duration {
+        p.scale(Duration::from_millis(1500))
+    }
+    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        let (ghz, src) = crate::experiments::cpu::core_ghz(ctx);
+        let (sys, sys_src) = match ctx.earlier_median("cpu.syscall", "getppid") {
+            Some(v) => (v, "measured: cpu.syscall getppid".to_string()),
+            None => (
+                150.0 / ghz,
+                "model: 150 cycles (cpu.syscall did not run)".to_string(),
+            ),
+        };
+        let p = |segments: f64, what: &str| {
+            Prediction::new(
+                sys + (SOCKET_CYCLES + segments * SEGMENT_CYCLES) / ghz,
+                format!("syscall + ({SOCKET_CYCLES} + {segments} x {SEGMENT_CYCLES}) cycles / f_core ({what})"),
+            )
+            .input("syscall", sys, "ns", sys_src.clone())
+            .input("f_core", ghz * 1e9, "Hz", src.clone())
+            .input("segment", SEGMENT_CYCLES, "cycles", "model: kernel path of one TCP segment")
+            .input("socket", SOCKET_CYCLES, "cycles", "model: port choice, hashing, freeing")
+        };
+        vec![
+            (
+                "connect".into(),
+                p(
+                    3.0,
+                    "SYN, SYN-ACK and ACK handled in the caller's softirq on one host",
+                ),
+            ),
+            ("close".into(), p(1.0, "one RST")),
+        ]
+    }
+    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        let mut out = Outcome::default();
+        (ctx.progress)("starting the peer");
+        let t = target(ctx)?;
+        let label = t.label.clone();
+        out.notes.push(format!("target: {label}"));
+        let max = max_connections(ctx.profile);
+        let session = t.client.open(&Request::ConnectTarget {
+            max_accepts: (max + 200) as u32,
+        })?;
+        let dest = SocketAddr::new(t.addr().ip(), session.port);
+        let (ss, len) = raw_addr(&dest);
+        let connect = |fd: &OwnedFd| -> io::Result<()> {
+            // SAFETY: ss holds a valid address of `len` bytes; fd is an open socket.
+            let r = unsafe {
+                libc::connect(
+                    fd.as_raw_fd(),
+                    &ss as *const _ as *const libc::sockaddr,
+                    len,
+                )
+            };
+            if r != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        };
+        (ctx.progress)("connections");
+        for _ in 0..max.min(100) / 2 {
+            let fd = socket_for(&dest)?;
+            connect(&fd).map_err(|e| anyhow::anyhow!("connect to {dest}: {e}"))?;
+        }
+        let mut connects = Vec::with_capacity(max);
+        let mut closes = Vec::with_capacity(max);
+        let budget = ctx.budget * 8 / 10;
+        let began = std::time::Instant::now();
+        while connects.len() < max && began.elapsed() < budget {
+            // Sockets are made untimed in batches; each connect and close is timed alone.
+            let batch: Vec<OwnedFd> = (0..64)
+                .map(|_| socket_for(&dest))
+                .collect::<io::Result<_>>()?;
+            let mut fds = batch.into_iter();
+            let mut open = Vec::with_capacity(64);
+            connects.extend(
+                sample(ctx, 64, budget, || {
+                    let fd = fds.next().ok_or_else(|| io::Error::other("no socket"))?;
+                    connect(&fd)?;
+                    open.push(fd);
+                    Ok(())
+                })
+                .map_err(|e| anyhow::anyhow!("connect to {dest}: {e}"))?,
+            );
+            let mut open = open.into_iter();
+            closes.extend(sample(ctx, 64, budget, || {
+                drop(open.next());
+                Ok(())
+            })?);
+        }
+        drop(session);
+        let n = connects.len();
+        out.check(Check::sanity(
+            "enough connections for a distribution",
+            n >= 100,
+            format!("{n} connections (bound {max})"),
+        ));
+        for (name, v, what) in [
+            ("connect", connects, "connect() until established"),
+            (
+                "close",
+                closes,
+                "close() with SO_LINGER 0 (reset, no TIME_WAIT)",
+            ),
+        ] {
+            let s = Summary::with_percentiles(&v);
+            let m = out.metric(name, "ns", &format!("{what}, {label}"), v);
+            if let Some(s) = s {
+                m.summary = s;
+            }
+        }
+        let p = |name: &str| {
+            out.metrics
+                .iter()
+                .find(|m| m.name == name)
+                .and_then(|m| m.summary.percentiles.clone())
+        };
+        if let (Some(c), Some(x)) = (p("connect"), p("close")) {
+            out.finding(
+                format!(
+                    "Opening a TCP connection to {label} takes {} (p99 {}, {:.1}x the median); closing it {}.",
+                    fmt_ns(c.p50),
+                    fmt_ns(c.p99),
+                    c.p99 / c.p50,
+                    fmt_ns(x.p50)
+                ),
+                &["connect", "close"],
+            );
+        }
+        Ok(out)
+    }
+}

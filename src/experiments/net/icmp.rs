@@ -1,0 +1,178 @@
+//! ICMP echo for the kernel-level round trip: an unprivileged ICMP socket (SOCK_DGRAM,
+//! allowed by net.ipv4.ping_group_range) or a raw socket (root / CAP_NET_RAW). IPv4 only.
+
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+pub struct Pinger {
+    fd: OwnedFd,
+    raw: bool,
+    id: u16,
+    pub kind: &'static str,
+}
+
+fn checksum(b: &[u8]) -> u16 {
+    let mut sum: u32 = 0;
+    for c in b.chunks(2) {
+        let w = if c.len() == 2 {
+            u16::from_be_bytes([c[0], c[1]])
+        } else {
+            u16::from_be_bytes([c[0], 0])
+        };
+        sum += w as u32;
+    }
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+fn open(kind: i32) -> io::Result<OwnedFd> {
+    // SAFETY: socket() with constant arguments; the fd is owned at once below.
+    let fd = unsafe { libc::socket(libc::AF_INET, kind | libc::SOCK_CLOEXEC, libc::IPPROTO_ICMP) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh, valid descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+impl Pinger {
+    /// Opens an ICMP socket to `dest`, or says why it cannot and how to allow it.
+    pub fn open(dest: Ipv4Addr, timeout: Duration) -> Result<Pinger, String> {
+        let (fd, raw, kind) = match open(libc::SOCK_DGRAM) {
+            Ok(fd) => (fd, false, "unprivileged ICMP socket (SOCK_DGRAM)"),
+            Err(e1) => match open(libc::SOCK_RAW) {
+                Ok(fd) => (fd, true, "raw ICMP socket"),
+                Err(_) => {
+                    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ping_group_range")
+                        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+                        .unwrap_or_else(|_| "?".into());
+                    return Err(format!(
+                        "ICMP echo not permitted ({e1}): needs root/CAP_NET_RAW for a raw socket, or this user's group in net.ipv4.ping_group_range (now '{range}'; e.g. sysctl -w net.ipv4.ping_group_range='0 2147483647')"
+                    ));
+                }
+            },
+        };
+        let sa = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: 0,
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(dest).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let tv = libc::timeval {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+        };
+        // SAFETY: sa and tv are valid for the sizes passed; fd is open.
+        let ok = unsafe {
+            libc::connect(
+                fd.as_raw_fd(),
+                &sa as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            ) == 0
+                && libc::setsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVTIMEO,
+                    &tv as *const _ as *const libc::c_void,
+                    std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+                ) == 0
+        };
+        if !ok {
+            return Err(format!(
+                "ICMP socket setup failed: {}",
+                io::Error::last_os_error()
+            ));
+        }
+        Ok(Pinger {
+            fd,
+            raw,
+            id: (std::process::id() as u16) ^ 0x4f4d,
+            kind,
+        })
+    }
+
+    /// Sends one echo request; Ok(true) when its reply came back, Ok(false) on timeout.
+    pub fn ping(&mut self, seq: u16) -> io::Result<bool> {
+        let mut pkt = [0u8; 16];
+        pkt[0] = 8; // echo request
+        pkt[4..6].copy_from_slice(&self.id.to_be_bytes());
+        pkt[6..8].copy_from_slice(&seq.to_be_bytes());
+        pkt[8..16].copy_from_slice(b"osmeter!");
+        let c = checksum(&pkt);
+        pkt[2..4].copy_from_slice(&c.to_be_bytes());
+        // SAFETY: pkt is a valid buffer of pkt.len() bytes; the socket is connected.
+        let n = unsafe {
+            libc::send(
+                self.fd.as_raw_fd(),
+                pkt.as_ptr() as *const libc::c_void,
+                pkt.len(),
+                0,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut buf = [0u8; 256];
+        loop {
+            // SAFETY: buf is a valid writable buffer of buf.len() bytes.
+            let n = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    buf.as_mut_ptr() as *mut libc::c_void,
+                    buf.len(),
+                    0,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                return match e.kind() {
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Ok(false),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => Err(e),
+                };
+            }
+            let msg = &buf[..n as usize];
+            // Raw sockets deliver the IP header too (and, on loopback, our own request).
+            let icmp = if self.raw {
+                let ihl = (msg.first().copied().unwrap_or(0) & 0x0f) as usize * 4;
+                msg.get(ihl..).unwrap_or(&[])
+            } else {
+                msg
+            };
+            if icmp.len() < 8 || icmp[0] != 0 {
+                continue;
+            }
+            // The kernel rewrites the id of SOCK_DGRAM pings and filters replies itself.
+            let id_ok = !self.raw || icmp[4..6] == self.id.to_be_bytes();
+            if id_ok && icmp[6..8] == seq.to_be_bytes() {
+                return Ok(true);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksum_of_a_known_packet() {
+        // Echo request id 1 seq 1, no payload: checksum 0xf7fd.
+        let p = [8u8, 0, 0, 0, 0, 1, 0, 1];
+        assert_eq!(checksum(&p), 0xf7fd);
+    }
+
+    #[test]
+    fn loopback_ping_works_or_says_why() {
+        match Pinger::open(Ipv4Addr::LOCALHOST, Duration::from_secs(1)) {
+            Ok(mut p) => assert!(p.ping(1).unwrap()),
+            Err(why) => assert!(why.contains("ping_group_range"), "{why}"),
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! Network experiments (SPEC section 5): round trip, bandwidth, connection cost, against
+//! the loopback peer this run starts (a separate `osmeter serve` process, started once
+//! and shared by every net experiment) or a remote `osmeter serve` given by `--peer`.
+
+use super::{Context, Experiment};
+use crate::peer::client::{resolve_peer, Client};
+use crate::peer::local::LocalPeer;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::{Arc, Mutex};
+
+mod bandwidth;
+mod connect;
+mod icmp;
+mod rtt;
+
+pub fn experiments() -> Vec<Box<dyn Experiment>> {
+    vec![
+        Box::new(rtt::Rtt),
+        Box::new(bandwidth::Bandwidth),
+        Box::new(connect::Connect),
+    ]
+}
+
+/// Where the experiments send their traffic.
+pub(crate) struct Target {
+    pub client: Client,
+    /// Loopback peer started by this run (kept alive while the target is in use).
+    pub local: Option<Arc<LocalPeer>>,
+    /// "loopback peer 127.0.0.1:40000 (...)" or "remote peer HOST (ADDR)".
+    pub label: String,
+}
+
+impl Target {
+    pub fn remote(&self) -> bool {
+        self.local.is_none()
+    }
+    pub fn addr(&self) -> SocketAddr {
+        self.client.addr
+    }
+}
+
+static LOCAL_PEER: Mutex<Option<Arc<LocalPeer>>> = Mutex::new(None);
+static CLEANUP: std::sync::Once = std::sync::Once::new();
+
+/// Stops the shared loopback peer at process exit (normal return or `exit`); a killed
+/// run's peer exits by itself when its stdin closes.
+extern "C" fn stop_local_peer() {
+    if let Ok(mut g) = LOCAL_PEER.try_lock() {
+        g.take();
+    }
+}
+
+/// The shared loopback peer, started on first use and restarted if it died.
+fn local_peer(ctx: &Context) -> anyhow::Result<Arc<LocalPeer>> {
+    let mut g = LOCAL_PEER
+        .lock()
+        .map_err(|_| anyhow::anyhow!("loopback peer lock poisoned"))?;
+    if let Some(p) = g.as_mut() {
+        // A peer some experiment still holds is alive by construction; check only ours.
+        if let Some(peer) = Arc::get_mut(p) {
+            if !peer.alive() {
+                *g = None;
+            }
+        }
+    }
+    if let Some(p) = g.as_ref() {
+        return Ok(p.clone());
+    }
+    let cpus = if ctx.machine.cpu.allowed_cpus.is_empty() {
+        (0..crate::sys::online_cpus()).collect()
+    } else {
+        ctx.machine.cpu.allowed_cpus.clone()
+    };
+    let peer = Arc::new(LocalPeer::start(&cpus)?);
+    CLEANUP.call_once(|| {
+        // SAFETY: registering a plain extern "C" fn with no arguments is always sound.
+        unsafe { libc::atexit(stop_local_peer) };
+    });
+    *g = Some(peer.clone());
+    Ok(peer)
+}
+
+/// The peer for this run: `--peer` if given, else the loopback peer.
+pub(crate) fn target(ctx: &Context) -> anyhow::Result<Target> {
+    match &ctx.options.peer {
+        Some(spec) => {
+            let addr = resolve_peer(spec)?;
+            let label = if spec.trim() == addr.to_string() {
+                format!("remote peer {addr}")
+            } else {
+                format!("remote peer {} ({addr})", spec.trim())
+            };
+            Ok(Target {
+                client: Client::new(addr, ctx.options.peer_token.clone()),
+                local: None,
+                label,
+            })
+        }
+        None => {
+            let peer = local_peer(ctx)?;
+            Ok(Target {
+                client: Client::new(peer.addr(), Some(peer.token().to_string())),
+                label: peer.describe(),
+                local: Some(peer),
+            })
+        }
+    }
+}
+
+/// The local interface traffic to `dest` leaves through (connecting a UDP socket only
+/// consults the routing table; nothing is sent).
+pub(crate) fn route_interface(dest: SocketAddr) -> Option<(String, IpAddr)> {
+    let bind: SocketAddr = if dest.is_ipv4() {
+        "0.0.0.0:0".parse().ok()?
+    } else {
+        "[::]:0".parse().ok()?
+    };
+    let s = UdpSocket::bind(bind).ok()?;
+    s.connect(dest).ok()?;
+    let local = s.local_addr().ok()?.ip();
+    if local.is_loopback() {
+        return Some(("lo".into(), local));
+    }
+    interface_of(local).map(|n| (n, local))
+}
+
+/// The interface holding a local address (getifaddrs).
+fn interface_of(ip: IpAddr) -> Option<String> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we free below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: cur is a non-null node of the list getifaddrs returned, valid until freed.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_addr is non-null and points to a sockaddr whose family says its type.
+        let addr = unsafe {
+            match (*ifa.ifa_addr).sa_family as i32 {
+                libc::AF_INET => {
+                    let sin = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+                    Some(IpAddr::from(
+                        u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                    ))
+                }
+                libc::AF_INET6 => {
+                    let sin6 = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
+                    Some(IpAddr::from(sin6.sin6_addr.s6_addr))
+                }
+                _ => None,
+            }
+        };
+        if addr == Some(ip) {
+            // SAFETY: ifa_name is a non-null NUL-terminated string owned by the list.
+            let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+            found = Some(name.to_string_lossy().into_owned());
+            break;
+        }
+    }
+    // SAFETY: head came from a successful getifaddrs and is freed exactly once.
+    unsafe { libc::freeifaddrs(head) };
+    found
+}
+
+/// Link speed of an interface in bits/s from /sys/class/net/IF/speed (Mbit/s there);
+/// None where the driver reports none (loopback, many virtual NICs report -1).
+/// Interim: the machine description will carry NIC speeds; until then we read sysfs here.
+pub(crate) fn link_speed_bps(iface: &str) -> Option<f64> {
+    if iface.contains('/') || iface.starts_with('.') {
+        return None;
+    }
+    let s = std::fs::read_to_string(format!("/sys/class/net/{iface}/speed")).ok()?;
+    let mbit: i64 = s.trim().parse().ok()?;
+    (mbit > 0).then_some(mbit as f64 * 1e6)
+}
+
+/// Round trips per CPU as "CPU 0 (97%), CPU 1 (3%)".
+pub(crate) fn describe_cpus(cpus: &[(u32, u64)]) -> String {
+    let total: u64 = cpus.iter().map(|c| c.1).sum::<u64>().max(1);
+    let mut v = cpus.to_vec();
+    v.sort_by_key(|c| std::cmp::Reverse(c.1));
+    v.iter()
+        .map(|(c, n)| format!("CPU {c} ({:.0}%)", 100.0 * *n as f64 / total as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The CPU a peer spent most round trips on and its share.
+pub(crate) fn main_cpu(cpus: &[(u32, u64)]) -> Option<(u32, f64)> {
+    let total: u64 = cpus.iter().map(|c| c.1).sum();
+    cpus.iter()
+        .max_by_key(|c| c.1)
+        .filter(|_| total > 0)
+        .map(|&(c, n)| (c, n as f64 / total as f64))
+}
+
+/// Times `op` once per call with the run's clock until `max_n` samples or `budget`,
+/// stopping at the first error. Returns ns per call, clock overhead subtracted.
+pub(crate) fn sample(
+    ctx: &Context,
+    max_n: usize,
+    budget: std::time::Duration,
+    mut op: impl FnMut() -> std::io::Result<()>,
+) -> std::io::Result<Vec<f64>> {
+    let clock = ctx.clock;
+    let overhead = clock.overhead_ticks();
+    let end = std::time::Instant::now() + budget;
+    let mut out = Vec::with_capacity(max_n.min(1 << 20));
+    while out.len() < max_n {
+        let t0 = clock.start();
+        op()?;
+        let t1 = clock.stop();
+        out.push(clock.ticks_to_ns((t1.wrapping_sub(t0) as f64 - overhead).max(0.0)));
+        if out.len() % 64 == 0 && std::time::Instant::now() > end {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_routes_through_lo() {
+        let (iface, ip) = route_interface("127.0.0.1:9".parse().unwrap()).unwrap();
+        assert_eq!(iface, "lo");
+        assert!(ip.is_loopback());
+        assert_eq!(link_speed_bps("lo"), None);
+        assert_eq!(link_speed_bps("../etc"), None);
+    }
+
+    #[test]
+    fn cpu_descriptions() {
+        assert_eq!(describe_cpus(&[(1, 1), (0, 3)]), "CPU 0 (75%), CPU 1 (25%)");
+        assert_eq!(main_cpu(&[(1, 1), (0, 3)]), Some((0, 0.75)));
+        assert_eq!(main_cpu(&[]), None);
+    }
+}

@@ -1,0 +1,491 @@
+//! net.rtt: round-trip time of a small message over TCP and UDP to the peer, and of an
+//! ICMP echo the kernel answers itself, each as a distribution of single round trips.
+
+use super::{describe_cpus, main_cpu, sample, target, Target};
+use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
+use crate::peer::protocol::{EchoReport, Request};
+use crate::results::{Check, Prediction};
+use crate::stats::Summary;
+use crate::units::fmt_ns;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, UdpSocket};
+use std::time::Duration;
+
+pub struct Rtt;
+
+/// Model: kernel work for one TCP segment from send() to the receiver's socket (both
+/// stacks on one host), in core cycles.
+const TCP_STACK_CYCLES: f64 = 6000.0;
+/// The same for a UDP datagram and for an ICMP echo turned around in the kernel.
+const UDP_STACK_CYCLES: f64 = 4000.0;
+const ICMP_STACK_CYCLES: f64 = 3000.0;
+/// Fallback wake-up + context switch when cpu.thread-switch has not run.
+const SWITCH_CYCLES: f64 = 4000.0;
+/// Model: a cross-CPU wake-up (IPI) on bare metal, and under a hypervisor (VM exit,
+/// virtual interrupt injection), in core cycles.
+const IPI_CYCLES: f64 = 2000.0;
+const IPI_CYCLES_VM: f64 = 20000.0;
+/// Smallest Ethernet frame on the wire with preamble and gap, bits.
+const MIN_FRAME_BITS: f64 = 84.0 * 8.0;
+
+const TCP_MSG: usize = 1;
+const UDP_MSG: usize = 8;
+
+fn max_samples(p: Profile) -> usize {
+    match p {
+        Profile::Smoke => 2_000,
+        Profile::Quick => 20_000,
+        Profile::Standard => 100_000,
+        Profile::Thorough => 300_000,
+    }
+}
+
+fn warmup(p: Profile) -> usize {
+    if p == Profile::Smoke {
+        50
+    } else {
+        500
+    }
+}
+
+/// Inputs of the round-trip models.
+struct Model {
+    syscall: f64,
+    syscall_src: String,
+    switch: f64,
+    switch_src: String,
+    ghz: f64,
+    ghz_src: String,
+    link_bps: Option<(f64, String)>,
+}
+
+fn model(ctx: &Context) -> Model {
+    let (ghz, ghz_src) = crate::experiments::cpu::core_ghz(ctx);
+    let (syscall, syscall_src) = match ctx.earlier_median("cpu.syscall", "getppid") {
+        Some(v) => (v, "measured: cpu.syscall getppid".to_string()),
+        None => (
+            150.0 / ghz,
+            "model: 150 cycles (cpu.syscall did not run)".to_string(),
+        ),
+    };
+    let (switch, switch_src) = match ctx.earlier_median("cpu.thread-switch", "switch") {
+        Some(v) => (v, "measured: cpu.thread-switch switch".to_string()),
+        None => (
+            SWITCH_CYCLES / ghz + 2.0 * syscall,
+            format!("model: {SWITCH_CYCLES} cycles + 2 x syscall (cpu.thread-switch did not run)"),
+        ),
+    };
+    let link_bps = ctx.options.peer.as_ref().and_then(|spec| {
+        let addr = crate::peer::client::resolve_peer(spec).ok()?;
+        let (iface, _) = super::route_interface(addr)?;
+        super::link_speed_bps(&iface).map(|b| (b, format!("machine: /sys/class/net/{iface}/speed")))
+    });
+    Model {
+        syscall,
+        syscall_src,
+        switch,
+        switch_src,
+        ghz,
+        ghz_src,
+        link_bps,
+    }
+}
+
+impl Model {
+    /// 2 x (send + receive system calls + stack traversal + wake-up) [+ wire time].
+    fn round_trip(&self, stack_cycles: f64, switches: f64, what: &str) -> Prediction {
+        let stack = stack_cycles / self.ghz;
+        let wire = self
+            .link_bps
+            .as_ref()
+            .map(|(b, _)| 2.0 * MIN_FRAME_BITS / b * 1e9);
+        let value =
+            2.0 * (2.0 * self.syscall + stack) + switches * self.switch + wire.unwrap_or(0.0);
+        let mut formula = format!(
+            "2 x (2 x syscall + {stack_cycles} cycles {what} stack / f_core) + {switches} x switch"
+        );
+        if wire.is_some() {
+            formula.push_str(" + 2 x 84-byte frame / link speed (propagation not modelled)");
+        }
+        let mut p = Prediction::new(value, formula)
+            .input("syscall", self.syscall, "ns", self.syscall_src.clone())
+            .input("f_core", self.ghz * 1e9, "Hz", self.ghz_src.clone())
+            .input(
+                "stack",
+                stack_cycles,
+                "cycles",
+                format!("model: {what} per-message kernel path"),
+            );
+        if switches > 0.0 {
+            p = p.input("switch", self.switch, "ns", self.switch_src.clone());
+        }
+        if let Some((b, src)) = &self.link_bps {
+            p = p.input("link_speed", *b, "bits/s", src.clone());
+        }
+        p
+    }
+}
+
+/// One TCP echo session: `n` timed round trips after a warm-up.
+fn tcp_echo(
+    ctx: &Context,
+    t: &Target,
+    pin_cpu: i32,
+    budget: Duration,
+) -> anyhow::Result<(Vec<f64>, EchoReport)> {
+    let mut s = t.client.open(&Request::Echo {
+        size: TCP_MSG as u32,
+        pin_cpu,
+    })?;
+    s.stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let msg = [0x5au8; TCP_MSG];
+    let mut back = [0u8; TCP_MSG];
+    let stream = &mut s.stream;
+    let mut once = || -> std::io::Result<()> {
+        stream.write_all(&msg)?;
+        stream.read_exact(&mut back)
+    };
+    for _ in 0..warmup(ctx.profile) {
+        once()?;
+    }
+    let v = sample(ctx, max_samples(ctx.profile), budget, once)?;
+    let report = s.finish_echo()?;
+    Ok((v, report))
+}
+
+/// UDP round trips to the peer's echo port; lost datagrams are counted, not timed.
+fn udp_echo(ctx: &Context, t: &Target, budget: Duration) -> anyhow::Result<(Vec<f64>, u64)> {
+    let s = t.client.open(&Request::UdpEcho {
+        max_size: UDP_MSG as u32,
+    })?;
+    let dest = SocketAddr::new(t.addr().ip(), s.port);
+    let bind: SocketAddr = if dest.is_ipv4() {
+        "0.0.0.0:0".parse()?
+    } else {
+        "[::]:0".parse()?
+    };
+    let sock = UdpSocket::bind(bind)?;
+    sock.connect(dest)?;
+    sock.set_read_timeout(Some(Duration::from_millis(200)))?;
+    let mut seq: u64 = 0;
+    let mut lost: Vec<bool> = Vec::new();
+    let mut buf = [0u8; 64];
+    let mut once = |lost: &mut Vec<bool>| -> std::io::Result<()> {
+        seq += 1;
+        sock.send(&seq.to_be_bytes())?;
+        loop {
+            match sock.recv(&mut buf) {
+                Ok(n) if n == UDP_MSG && buf[..8] == seq.to_be_bytes() => {
+                    lost.push(false);
+                    return Ok(());
+                }
+                Ok(_) => continue, // a late reply to an earlier, timed-out datagram
+                Err(e) if crate::peer::protocol::is_timeout(&e) => {
+                    lost.push(true);
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    let mut warm = Vec::new();
+    for _ in 0..warmup(ctx.profile) {
+        once(&mut warm)?;
+    }
+    if warm.iter().all(|&l| l) {
+        anyhow::bail!("no UDP reply from {dest} (a firewall may drop UDP)");
+    }
+    let v = sample(ctx, max_samples(ctx.profile), budget, || once(&mut lost))?;
+    drop(s); // closing the control connection ends the peer's UDP echo
+    let n_lost = lost.iter().filter(|&&l| l).count() as u64;
+    let kept = v
+        .into_iter()
+        .zip(&lost)
+        .filter(|(_, &l)| !l)
+        .map(|(x, _)| x)
+        .collect();
+    Ok((kept, n_lost))
+}
+
+fn icmp_echo(
+    ctx: &Context,
+    t: &Target,
+    budget: Duration,
+) -> Result<(Vec<f64>, u64, &'static str), String> {
+    let std::net::IpAddr::V4(ip) = t.addr().ip() else {
+        return Err("ICMP echo is implemented for IPv4 peers only".into());
+    };
+    let mut p = super::icmp::Pinger::open(ip, Duration::from_millis(500))?;
+    let mut seq: u16 = 0;
+    let mut lost: Vec<bool> = Vec::new();
+    let mut once = |lost: &mut Vec<bool>| -> std::io::Result<()> {
+        seq = seq.wrapping_add(1);
+        lost.push(!p.ping(seq)?);
+        Ok(())
+    };
+    let mut warm = Vec::new();
+    for _ in 0..warmup(ctx.profile).min(100) {
+        once(&mut warm).map_err(|e| format!("ICMP echo failed: {e}"))?;
+    }
+    if warm.iter().all(|&l| l) {
+        return Err(format!(
+            "no ICMP echo reply from {ip} (echo replies disabled or filtered)"
+        ));
+    }
+    let v = sample(ctx, max_samples(ctx.profile) / 2, budget, || {
+        once(&mut lost)
+    })
+    .map_err(|e| format!("ICMP echo failed: {e}"))?;
+    let n_lost = lost.iter().filter(|&&l| l).count() as u64;
+    let kept = v
+        .into_iter()
+        .zip(&lost)
+        .filter(|(_, &l)| !l)
+        .map(|(x, _)| x)
+        .collect();
+    Ok((kept, n_lost, p.kind))
+}
+
+/// Adds a round-trip distribution with p50/p90/p99.
+fn add(out: &mut Outcome, name: &str, desc: String, v: Vec<f64>) {
+    let s = Summary::with_percentiles(&v);
+    let m = out.metric(name, "ns", &desc, v);
+    if let Some(s) = s {
+        m.summary = s;
+    }
+}
+
+fn pct(out: &Outcome, name: &str) -> Option<(f64, f64, f64)> {
+    let p = out
+        .metrics
+        .iter()
+        .find(|m| m.name == name)?
+        .summary
+        .percentiles
+        .clone()?;
+    Some((p.p50, p.p90, p.p99))
+}
+
+impl Experiment for Rtt {
+    fn id(&self) -> &'static str {
+        "net.rtt"
+    }
+    fn title(&self) -> &'static str {
+        "Network round-trip time"
+    }
+    fn description(&self) -> &'static str {
+        "TCP and UDP ping-pong of a small message with the peer, and ICMP echo, as distributions (p50/p90/p99)"
+    }
+    fn method(&self) -> &'static str {
+        "TCP: a 1-byte message written and read back over one connection with TCP_NODELAY on both ends, \
+         each round trip timed alone with the cycle counter after a warm-up, thousands of times; the peer \
+         reports the CPU it served each round trip on. On loopback the run is repeated with the peer pinned \
+         to the client's CPU and to another CPU, because a cross-CPU wake-up can dominate in a VM. \
+         UDP: 8-byte datagrams (a sequence number) to the peer's echo port; lost datagrams are counted and \
+         not timed. ICMP: echo requests through an unprivileged ICMP socket or a raw socket (root), which \
+         the peer host's kernel answers without waking any process; skipped with the reason where neither \
+         is permitted. Loopback targets a peer this run starts as a separate process; --peer a remote one."
+    }
+    fn needs(&self) -> Needs {
+        Needs {
+            peer: true,
+            ..Default::default()
+        }
+    }
+    fn budget(&self, p: Profile) -> Duration {
+        p.scale(Duration::from_millis(2500))
+    }
+    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        let m = model(ctx);
+        let tcp = m.round_trip(TCP_STACK_CYCLES, 2.0, "TCP");
+        let vm = std::fs::read_to_string("/proc/cpuinfo")
+            .map(|s| s.contains(" hypervisor"))
+            .unwrap_or(false);
+        let ipi = if vm { IPI_CYCLES_VM } else { IPI_CYCLES };
+        let mut cross = tcp.clone();
+        cross.value += 2.0 * ipi / m.ghz;
+        cross
+            .formula
+            .push_str(" + 2 x cross-CPU wake-up (IPI) / f_core");
+        let cross = cross.input(
+            "ipi",
+            ipi,
+            "cycles",
+            if vm {
+                "model: IPI under a hypervisor (cpuinfo hypervisor flag): VM exit and injection"
+            } else {
+                "model: IPI on bare metal"
+            },
+        );
+        vec![
+            ("tcp".into(), tcp.clone()),
+            ("tcp_same_cpu".into(), tcp),
+            ("tcp_cross_cpu".into(), cross),
+            ("udp".into(), m.round_trip(UDP_STACK_CYCLES, 2.0, "UDP")),
+            ("icmp".into(), m.round_trip(ICMP_STACK_CYCLES, 0.0, "ICMP")),
+        ]
+    }
+    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        let mut out = Outcome::default();
+        (ctx.progress)("starting the peer");
+        let t = target(ctx)?;
+        let label = t.label.clone();
+        out.notes.push(format!("target: {label}"));
+        if let Some(pid) = t.local.as_ref().and_then(|p| p.pid()) {
+            out.notes.push(format!("loopback peer process id {pid}"));
+        }
+        let client_cpu = ctx.cpu;
+        let others: Vec<usize> = ctx
+            .machine
+            .cpu
+            .allowed_cpus
+            .iter()
+            .copied()
+            .filter(|&c| c != client_cpu)
+            .collect();
+        let cross = !t.remote() && !others.is_empty();
+        let parts = if cross { 6 } else { 4 };
+        let slice = ctx.budget * 8 / 10 / parts;
+
+        (ctx.progress)("TCP round trips");
+        let (v, rep) = tcp_echo(ctx, &t, -1, slice * 2)?;
+        let peer_cpus = describe_cpus(&rep.cpus);
+        let where_ = if t.remote() {
+            format!(
+                "client on CPU {client_cpu} of this host, peer on its own host ({peer_cpus} there)"
+            )
+        } else {
+            match main_cpu(&rep.cpus) {
+                Some((c, share)) => format!(
+                    "client pinned to CPU {client_cpu}, peer unpinned ran on {peer_cpus}: {} for {:.0}% of round trips",
+                    if c as usize == client_cpu { "same CPU" } else { "different CPUs" },
+                    share * 100.0
+                ),
+                None => format!("client pinned to CPU {client_cpu}, peer CPU unknown"),
+            }
+        };
+        out.check(Check::sanity(
+            "tcp: where client and peer ran",
+            true,
+            where_.clone(),
+        ));
+        add(
+            &mut out,
+            "tcp",
+            format!("TCP_NODELAY ping-pong of {TCP_MSG} byte with {label}; {where_}"),
+            v,
+        );
+
+        if cross {
+            let other = others[0];
+            for (name, pin, what) in [
+                (
+                    "tcp_same_cpu",
+                    client_cpu,
+                    "peer pinned to the client's CPU",
+                ),
+                ("tcp_cross_cpu", other, "peer pinned to another CPU"),
+            ] {
+                (ctx.progress)(name);
+                let (v, rep) = tcp_echo(ctx, &t, pin as i32, slice)?;
+                let ok = rep.pinned
+                    && main_cpu(&rep.cpus).is_some_and(|(c, s)| c as usize == pin && s > 0.99);
+                out.check(Check::sanity(
+                    &format!("{name}: peer ran where asked"),
+                    ok,
+                    format!(
+                        "client CPU {client_cpu}, peer asked for CPU {pin}, ran on {}",
+                        describe_cpus(&rep.cpus)
+                    ),
+                ));
+                if ok {
+                    add(
+                        &mut out,
+                        name,
+                        format!("TCP round trip, client on CPU {client_cpu}, {what} ({pin})"),
+                        v,
+                    );
+                } else {
+                    out.notes.push(format!(
+                        "{name}: not reported, the peer could not be pinned to CPU {pin}"
+                    ));
+                }
+            }
+        }
+
+        (ctx.progress)("UDP round trips");
+        match udp_echo(ctx, &t, slice) {
+            Ok((v, lost)) => {
+                if lost > 0 {
+                    out.notes
+                        .push(format!("udp: {lost} datagrams lost (not timed)"));
+                }
+                add(
+                    &mut out,
+                    "udp",
+                    format!("UDP ping-pong of {UDP_MSG} bytes with {label}"),
+                    v,
+                );
+            }
+            Err(e) => out.notes.push(format!("udp: not measured: {e:#}")),
+        }
+
+        (ctx.progress)("ICMP echo");
+        match icmp_echo(ctx, &t, slice) {
+            Ok((v, lost, kind)) => {
+                if lost > 0 {
+                    out.notes
+                        .push(format!("icmp: {lost} echoes unanswered (not timed)"));
+                }
+                add(
+                    &mut out,
+                    "icmp",
+                    format!(
+                        "ICMP echo to {} via a {kind}, answered by the kernel",
+                        t.addr().ip()
+                    ),
+                    v,
+                );
+            }
+            Err(why) => {
+                out.notes.push(format!("icmp: skipped: {why}"));
+                out.check(Check::sanity("icmp echo permitted", false, why));
+            }
+        }
+
+        if let Some((p50, p90, p99)) = pct(&out, "tcp") {
+            out.finding(
+                format!(
+                    "TCP round trip with {label}: p50 {}, p90 {}, p99 {}.",
+                    fmt_ns(p50),
+                    fmt_ns(p90),
+                    fmt_ns(p99)
+                ),
+                &["tcp"],
+            );
+        }
+        if let (Some(s), Some(c)) = (pct(&out, "tcp_same_cpu"), pct(&out, "tcp_cross_cpu")) {
+            out.finding(
+                format!(
+                    "With the peer on another CPU a round trip costs {} against {} on the same CPU ({:.2}x): cross-CPU wake-ups {}.",
+                    fmt_ns(c.0),
+                    fmt_ns(s.0),
+                    c.0 / s.0,
+                    if c.0 > s.0 { "add to the figure" } else { "do not cost more here" }
+                ),
+                &["tcp_same_cpu", "tcp_cross_cpu"],
+            );
+        }
+        if let (Some(tcp), Some(icmp)) = (pct(&out, "tcp"), pct(&out, "icmp")) {
+            out.finding(
+                format!(
+                    "An ICMP echo (kernel only) takes {}, {:.0}% of the TCP round trip: the rest is system calls, TCP and waking the peer.",
+                    fmt_ns(icmp.0),
+                    100.0 * icmp.0 / tcp.0
+                ),
+                &["icmp", "tcp"],
+            );
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,274 @@
+//! The client side of the peer protocol: address parsing, the handshake, and one test
+//! session per connection. Every failure becomes one clear line naming the peer.
+
+use super::protocol::{self as p, FrameError, FrameType, RefuseCode, Request};
+use std::io::{self, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// Why talking to a peer failed.
+#[derive(Debug)]
+pub enum PeerError {
+    BadAddress(String),
+    Unreachable(SocketAddr, io::Error),
+    WrongVersion {
+        addr: SocketAddr,
+        server: u16,
+        message: String,
+    },
+    BadToken(SocketAddr, String),
+    Refused(SocketAddr, String),
+    NotAPeer(SocketAddr, String),
+    Broken(SocketAddr, String),
+}
+
+impl std::fmt::Display for PeerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeerError::BadAddress(s) => write!(f, "{s}"),
+            PeerError::Unreachable(a, e) => write!(
+                f,
+                "cannot reach the peer at {a}: {e} (is `osmeter serve` running there and reachable?)"
+            ),
+            PeerError::WrongVersion { addr, server, .. } => write!(
+                f,
+                "protocol version mismatch: the peer at {addr} speaks osmeter protocol {server}, this osmeter speaks {}; run the same osmeter version on both hosts",
+                p::VERSION
+            ),
+            PeerError::BadToken(a, m) => write!(
+                f,
+                "the peer at {a} refused our token ({m}); pass the token its `osmeter serve --token` uses with --peer-token"
+            ),
+            PeerError::Refused(a, m) => write!(f, "the peer at {a} refused the test: {m}"),
+            PeerError::NotAPeer(a, m) => {
+                write!(f, "the service at {a} is not an osmeter serve ({m})")
+            }
+            PeerError::Broken(a, m) => write!(f, "the connection to the peer at {a} broke: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for PeerError {}
+
+/// Splits `HOST[:PORT]` (IPv6 as `[ADDR]:PORT` or a bare address) without resolving it.
+pub fn parse_peer(spec: &str) -> Result<(String, u16), PeerError> {
+    let bad = |why: &str| PeerError::BadAddress(format!("bad --peer '{spec}': {why}"));
+    let s = spec.trim();
+    if s.is_empty() {
+        return Err(bad("empty"));
+    }
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let (h, after) = rest.split_once(']').ok_or_else(|| bad("missing ']'"))?;
+        match after {
+            "" => (h.to_string(), p::DEFAULT_PORT),
+            a => (
+                h.to_string(),
+                parse_port(
+                    a.strip_prefix(':')
+                        .ok_or_else(|| bad("expected ':PORT' after ']'"))?,
+                )
+                .ok_or_else(|| bad("port must be 1-65535"))?,
+            ),
+        }
+    } else if s.matches(':').count() > 1 {
+        (s.to_string(), p::DEFAULT_PORT) // a bare IPv6 address
+    } else if let Some((h, port)) = s.split_once(':') {
+        (
+            h.to_string(),
+            parse_port(port).ok_or_else(|| bad("port must be 1-65535"))?,
+        )
+    } else {
+        (s.to_string(), p::DEFAULT_PORT)
+    };
+    if host.is_empty() || host.contains(char::is_whitespace) {
+        return Err(bad("missing or malformed host"));
+    }
+    Ok((host, port))
+}
+
+/// Parses and resolves `HOST[:PORT]`, preferring IPv4 (the ICMP comparison is IPv4 only).
+pub fn resolve_peer(spec: &str) -> Result<SocketAddr, PeerError> {
+    let (host, port) = parse_peer(spec)?;
+    let bad = |why: &str| PeerError::BadAddress(format!("bad --peer '{spec}': {why}"));
+    let addrs: Vec<SocketAddr> = (host.as_str(), port)
+        .to_socket_addrs()
+        .map_err(|e| bad(&format!("cannot resolve: {e}")))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| bad("resolves to no address"))
+}
+
+fn parse_port(s: &str) -> Option<u16> {
+    s.parse::<u16>().ok().filter(|&p| p > 0)
+}
+
+/// A client for one peer.
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub addr: SocketAddr,
+    pub token: Option<String>,
+    pub timeout: Duration,
+    /// Protocol version sent in Hello (differs from `VERSION` only in tests).
+    pub version: u16,
+}
+
+/// An accepted test session: the control connection, the port the test uses (UDP echo
+/// and connect target) and the server's welcome.
+pub struct Session {
+    pub stream: TcpStream,
+    pub port: u16,
+    pub welcome: p::Welcome,
+    pub addr: SocketAddr,
+}
+
+impl Client {
+    pub fn new(addr: SocketAddr, token: Option<String>) -> Client {
+        Client {
+            addr,
+            token,
+            timeout: Duration::from_secs(5),
+            version: p::VERSION,
+        }
+    }
+
+    fn broken(&self, e: impl std::fmt::Display) -> PeerError {
+        PeerError::Broken(self.addr, e.to_string())
+    }
+
+    fn answer(
+        &self,
+        stream: &mut TcpStream,
+        stage: &str,
+    ) -> Result<(FrameType, Vec<u8>), PeerError> {
+        match p::read_frame(stream) {
+            Ok((FrameType::Refuse, payload)) => {
+                let r = p::Refuse::decode(&payload)
+                    .map_err(|e| PeerError::NotAPeer(self.addr, e.to_string()))?;
+                Err(match r.code {
+                    RefuseCode::WrongVersion => PeerError::WrongVersion {
+                        addr: self.addr,
+                        server: r.server_version,
+                        message: r.message,
+                    },
+                    RefuseCode::BadToken => PeerError::BadToken(self.addr, r.message),
+                    _ => PeerError::Refused(self.addr, r.message),
+                })
+            }
+            Ok(x) => Ok(x),
+            Err(
+                e
+                @ (FrameError::BadMagic(_) | FrameError::UnknownType(_) | FrameError::TooLarge(_)),
+            ) => Err(PeerError::NotAPeer(
+                self.addr,
+                format!("it answered with {e}"),
+            )),
+            Err(FrameError::Closed) => Err(PeerError::NotAPeer(
+                self.addr,
+                format!("it closed the connection {stage}"),
+            )),
+            Err(e) => Err(self.broken(format!("{e} {stage}"))),
+        }
+    }
+
+    /// Connects, shakes hands and starts one test.
+    pub fn open(&self, req: &Request) -> Result<Session, PeerError> {
+        let mut stream = TcpStream::connect_timeout(&self.addr, self.timeout)
+            .map_err(|e| PeerError::Unreachable(self.addr, e))?;
+        let _ = stream.set_nodelay(true);
+        stream
+            .set_read_timeout(Some(self.timeout))
+            .and_then(|_| stream.set_write_timeout(Some(self.timeout)))
+            .map_err(|e| self.broken(e))?;
+        let hello = p::Hello {
+            version: self.version,
+            token: self.token.clone().unwrap_or_default().into_bytes(),
+        };
+        p::write_frame(&mut stream, FrameType::Hello, &hello.encode())
+            .map_err(|e| self.broken(e))?;
+        let (t, payload) = self.answer(&mut stream, "after our hello")?;
+        if t != FrameType::Welcome {
+            return Err(PeerError::NotAPeer(
+                self.addr,
+                format!("expected welcome, got {t:?}"),
+            ));
+        }
+        let welcome = p::Welcome::decode(&payload)
+            .map_err(|e| PeerError::NotAPeer(self.addr, e.to_string()))?;
+        p::write_frame(&mut stream, FrameType::Request, &req.encode())
+            .map_err(|e| self.broken(e))?;
+        let (t, payload) = self.answer(&mut stream, "after our request")?;
+        if t != FrameType::Ready {
+            return Err(PeerError::NotAPeer(
+                self.addr,
+                format!("expected ready, got {t:?}"),
+            ));
+        }
+        let port =
+            p::decode_ready(&payload).map_err(|e| PeerError::NotAPeer(self.addr, e.to_string()))?;
+        Ok(Session {
+            stream,
+            port,
+            welcome,
+            addr: self.addr,
+        })
+    }
+}
+
+impl Session {
+    fn broken(&self, e: impl std::fmt::Display) -> PeerError {
+        PeerError::Broken(self.addr, e.to_string())
+    }
+
+    /// Ends a data phase the client was sending in, and reads the server's report.
+    fn finish(&mut self, what: &'static str, wait: Duration) -> Result<Vec<u8>, PeerError> {
+        let _ = self.stream.flush();
+        self.stream
+            .shutdown(Shutdown::Write)
+            .map_err(|e| self.broken(e))?;
+        self.stream
+            .set_read_timeout(Some(wait))
+            .map_err(|e| self.broken(e))?;
+        match p::read_frame(&mut self.stream) {
+            Ok((FrameType::Report, payload)) => Ok(payload),
+            Ok((t, _)) => Err(self.broken(format!("expected the {what}, got {t:?}"))),
+            Err(e) => Err(self.broken(format!("{e} waiting for the {what}"))),
+        }
+    }
+
+    pub fn finish_echo(mut self) -> Result<p::EchoReport, PeerError> {
+        let payload = self.finish("echo report", Duration::from_secs(5))?;
+        p::EchoReport::decode(&payload).map_err(|e| self.broken(e))
+    }
+
+    /// `wait` covers draining what is still queued on a slow link.
+    pub fn finish_sink(mut self, wait: Duration) -> Result<p::SinkReport, PeerError> {
+        let payload = self.finish("sink report", wait)?;
+        p::SinkReport::decode(&payload).map_err(|e| self.broken(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_syntax() {
+        let d = p::DEFAULT_PORT;
+        assert_eq!(parse_peer("host").unwrap(), ("host".into(), d));
+        assert_eq!(parse_peer("10.0.0.1:80").unwrap(), ("10.0.0.1".into(), 80));
+        assert_eq!(parse_peer("[::1]:81").unwrap(), ("::1".into(), 81));
+        assert_eq!(parse_peer("::1").unwrap(), ("::1".into(), d));
+        for bad in ["", ":80", "h:0", "h:x", "h:70000", "[::1", "[::1]x", "a b"] {
+            let e = parse_peer(bad).err().unwrap().to_string();
+            assert!(e.starts_with("bad --peer"), "{bad}: {e}");
+        }
+        assert_eq!(
+            resolve_peer("127.0.0.1:5").unwrap(),
+            "127.0.0.1:5".parse().unwrap()
+        );
+    }
+}

@@ -1,0 +1,289 @@
+//! A real second host: a network namespace joined to this one by a veth pair, with
+//! `osmeter serve` running inside it. The net experiments run against it with --peer,
+//! then the veth is shaped with tbf to known rates and net.bandwidth must report each
+//! rate within 10%. Everything is removed afterwards, also when the test fails.
+//!
+//! Needs root and iproute2 (ip, tc); skips with a message otherwise. Traffic goes only to
+//! the addresses of the veth pair this test creates (10.213.0.0/16, a /30 per process).
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const TOKEN: &str = "namespace-test";
+
+fn run(cmd: &[&str]) -> Result<String, String> {
+    let out = Command::new(cmd[0])
+        .args(&cmd[1..])
+        .output()
+        .map_err(|e| format!("{}: {e}", cmd.join(" ")))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{}: {}",
+            cmd.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+/// The namespace, the veth pair and the peer; Drop removes all of them, also on panic.
+struct Host2 {
+    ns: String,
+    veth_host: String,
+    veth_ns: String,
+    host_ip: String,
+    ns_ip: String,
+    serve: Option<Child>,
+}
+
+impl Host2 {
+    fn create() -> Result<Host2, String> {
+        let pid = std::process::id();
+        // A /30 unique per process id (mod 16384): concurrent runs never collide.
+        let p = pid % 16384;
+        let (a, b) = (p >> 6, (p & 63) << 2);
+        let h = Host2 {
+            ns: format!("osmns{pid}"),
+            veth_host: format!("osmh{pid}"),
+            veth_ns: format!("osmn{pid}"),
+            host_ip: format!("10.213.{a}.{}", b + 1),
+            ns_ip: format!("10.213.{a}.{}", b + 2),
+            serve: None,
+        };
+        // From here on Drop cleans up whatever was made.
+        run(&["ip", "netns", "add", &h.ns])?;
+        run(&[
+            "ip",
+            "link",
+            "add",
+            &h.veth_host,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &h.veth_ns,
+        ])?;
+        run(&["ip", "link", "set", &h.veth_ns, "netns", &h.ns])?;
+        run(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{}/30", h.host_ip),
+            "dev",
+            &h.veth_host,
+        ])?;
+        run(&["ip", "link", "set", &h.veth_host, "up"])?;
+        run(&[
+            "ip",
+            "-n",
+            &h.ns,
+            "addr",
+            "add",
+            &format!("{}/30", h.ns_ip),
+            "dev",
+            &h.veth_ns,
+        ])?;
+        run(&["ip", "-n", &h.ns, "link", "set", &h.veth_ns, "up"])?;
+        run(&["ip", "-n", &h.ns, "link", "set", "lo", "up"])?;
+        Ok(h)
+    }
+
+    /// Starts `osmeter serve` inside the namespace, bound to its veth address.
+    fn start_serve(&mut self) -> Result<SocketAddr, String> {
+        let mut child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.ns,
+                env!("CARGO_BIN_EXE_osmeter"),
+                "serve",
+            ])
+            .args([
+                "--bind",
+                &self.ns_ip,
+                "--port",
+                "0",
+                "--token",
+                TOKEN,
+                "--quiet",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("start serve: {e}"))?;
+        let out = child.stdout.take();
+        self.serve = Some(child);
+        let mut line = String::new();
+        BufReader::new(out.ok_or("no stdout")?)
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+        line.trim()
+            .rsplit(' ')
+            .next()
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| format!("serve printed {line:?}"))
+    }
+
+    /// Shapes both directions (egress of each veth end) to `mbit` Mbit/s.
+    fn shape(&self, mbit: u32) -> Result<(), String> {
+        let rate = format!("{mbit}mbit");
+        // Burst of at least one timer tick at this rate and a 64 KiB GSO segment.
+        let burst = format!("{}kb", (mbit as u64 * 1_000_000 / 8 / 100 / 1024).max(128));
+        let tbf = [
+            "root", "tbf", "rate", &rate, "burst", &burst, "latency", "50ms",
+        ];
+        let mut host = vec!["tc", "qdisc", "replace", "dev", &self.veth_host];
+        host.extend(tbf);
+        run(&host)?;
+        let mut ns = vec![
+            "tc",
+            "-n",
+            &self.ns,
+            "qdisc",
+            "replace",
+            "dev",
+            &self.veth_ns,
+        ];
+        ns.extend(tbf);
+        run(&ns)?;
+        Ok(())
+    }
+}
+
+impl Drop for Host2 {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.serve.take() {
+            // `ip netns exec` execs the binary, so this is serve itself.
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        // Deleting the namespace destroys its veth end and with it the pair.
+        let _ = run(&["ip", "netns", "del", &self.ns]);
+        let _ = run(&["ip", "link", "del", &self.veth_host]);
+    }
+}
+
+/// Runs osmeter against the peer and returns the results document.
+fn osmeter(peer: SocketAddr, only: &str, profile: &str) -> serde_json::Value {
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_osmeter"))
+        .args([
+            "run",
+            "--profile",
+            profile,
+            "--only",
+            only,
+            "--json",
+            "--no-history",
+        ])
+        .args(["--peer", &peer.to_string(), "--peer-token", TOKEN])
+        .arg("--out")
+        .arg(out_dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "osmeter failed: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&text).unwrap()
+}
+
+fn experiment<'a>(r: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    r["experiments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == id)
+        .unwrap()
+}
+
+fn median(e: &serde_json::Value, metric: &str) -> f64 {
+    e["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == metric)
+        .unwrap_or_else(|| panic!("no metric {metric} in {e}"))["summary"]["median"]
+        .as_f64()
+        .unwrap()
+}
+
+#[test]
+fn net_experiments_against_a_namespace_host() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping net_namespace: needs root to create a network namespace and veth pair");
+        return;
+    }
+    if !have("ip") || !have("tc") {
+        eprintln!("skipping net_namespace: needs iproute2 (ip and tc)");
+        return;
+    }
+    let mut host = match Host2::create() {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("skipping net_namespace: cannot create the namespace host: {e}");
+            return;
+        }
+    };
+    let peer = host.start_serve().expect("serve in the namespace");
+    assert_eq!(peer.ip().to_string(), host.ns_ip);
+
+    // Unshaped: every net experiment runs and is labelled with the peer.
+    let r = osmeter(peer, "net.*", "smoke");
+    for id in ["net.rtt", "net.bandwidth", "net.connect"] {
+        let e = experiment(&r, id);
+        assert_eq!(e["status"], "ok", "{id}: {e}");
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("remote peer {peer}")),
+            "{id} not labelled: {text}"
+        );
+    }
+    let rtt = experiment(&r, "net.rtt");
+    let tcp = median(rtt, "tcp");
+    assert!(tcp > 1_000.0 && tcp < 10_000_000.0, "tcp rtt {tcp} ns");
+    eprintln!(
+        "namespace peer {peer}: tcp rtt {:.1} us, connect {:.1} us, send {:.2} Gbit/s",
+        tcp / 1e3,
+        median(experiment(&r, "net.connect"), "connect") / 1e3,
+        median(experiment(&r, "net.bandwidth"), "send_bits") / 1e9
+    );
+
+    // Shaped: net.bandwidth must report the tbf rate within 10% in both directions.
+    for mbit in [50u32, 200] {
+        host.shape(mbit).expect("tc tbf");
+        let r = osmeter(peer, "net.bandwidth", "quick");
+        let e = experiment(&r, "net.bandwidth");
+        assert_eq!(e["status"], "ok", "{e}");
+        let want = mbit as f64 * 1e6;
+        for m in ["send_bits", "receive_bits"] {
+            let got = median(e, m);
+            eprintln!(
+                "tbf {mbit} Mbit/s: {m} {:.1} Mbit/s ({:+.1}%)",
+                got / 1e6,
+                100.0 * (got / want - 1.0)
+            );
+            assert!(
+                (got / want - 1.0).abs() < 0.10,
+                "{m}: {:.1} Mbit/s against a {mbit} Mbit/s shaper",
+                got / 1e6
+            );
+        }
+    }
+    drop(host);
+    std::thread::sleep(Duration::from_millis(10));
+}
