@@ -4,8 +4,10 @@ use super::Experiment;
 
 mod call;
 mod loop_cost;
+mod process_create;
 mod switch;
 mod syscall;
+mod thread_create;
 mod timer;
 
 /// In run order: each may use the ones before it in its prediction.
@@ -17,6 +19,8 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
         Box::new(syscall::Syscall),
         Box::new(switch::ThreadSwitch),
         Box::new(switch::ProcessSwitch),
+        Box::new(thread_create::ThreadCreate),
+        Box::new(process_create::ProcessCreate),
     ]
 }
 
