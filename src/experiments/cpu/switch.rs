@@ -847,3 +847,41 @@ impl Experiment for ProcessSwitch {
         run_switch(Kind::Process, ctx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finish_reports_the_partners_rounds() {
+        let cpu = crate::sys::current_cpu().unwrap_or(0);
+        for kind in [Kind::Thread, Kind::Process] {
+            let mut pp = PingPong::start(kind, cpu, 4096).unwrap();
+            for _ in 0..100 {
+                pp.round_trip().unwrap();
+            }
+            let r = pp.finish().unwrap();
+            assert_eq!(r.rounds, 100, "{kind:?}");
+            assert!(r.samples >= 3, "{kind:?}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn dropping_mid_run_never_hangs() {
+        // Drop closes pipe A: the partner sees end of file and is joined or reaped.
+        let cpu = crate::sys::current_cpu().unwrap_or(0);
+        for kind in [Kind::Thread, Kind::Process] {
+            let mut pp = PingPong::start(kind, cpu, 0).unwrap();
+            pp.round_trip().unwrap();
+            drop(pp);
+        }
+    }
+
+    #[test]
+    fn touch_writes_one_word_per_line() {
+        let mut buf = working_set(256);
+        touch(buf.as_mut_ptr() as *mut u8, 256);
+        let touched: Vec<usize> = (0..buf.len()).filter(|&i| buf[i] == 1).collect();
+        assert_eq!(touched, vec![0, 8, 16, 24]);
+    }
+}
