@@ -145,7 +145,7 @@ impl Experiment for ProcessCreate {
     fn budget(&self, p: Profile) -> Duration {
         let ms = Duration::from_millis;
         match p {
-            Profile::Smoke => ms(400),
+            Profile::Smoke => ms(300),
             Profile::Quick => ms(2000),
             Profile::Standard => ms(8000),
             Profile::Thorough => ms(20000),

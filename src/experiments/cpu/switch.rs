@@ -44,6 +44,8 @@ const LINE: usize = 64;
 const SAMPLE_EVERY: u64 = 64;
 /// Round trips done before measuring, so the partner's start-up is not measured.
 const WARM_ROUNDS: usize = 200;
+/// ... or for at most this long (cross-CPU round trips on a busy VM can take 100 us).
+const WARM_LIMIT: Duration = Duration::from_millis(10);
 /// Model: kernel work of one pipe read or write beyond a bare fd write (lock, copy one
 /// byte, wake-up check), in core cycles.
 const PIPE_OP_CYCLES: f64 = 300.0;
@@ -406,7 +408,11 @@ fn round_trips(h: &Harness, kind: Kind, partner_cpu: usize, ws: usize) -> anyhow
     let mut pp = PingPong::start(kind, partner_cpu, ws)?;
     // The first rounds pay for the partner's start (a forked child's copy-on-write faults,
     // cold caches); left in, they would stretch the harness's first calibration trial.
+    let warm_until = std::time::Instant::now() + WARM_LIMIT;
     for _ in 0..WARM_ROUNDS {
+        if std::time::Instant::now() > warm_until {
+            break;
+        }
         pp.round_trip()
             .with_context(|| format!("ping-pong between {}", kind.noun()))?;
     }
@@ -796,7 +802,7 @@ impl Experiment for ThreadSwitch {
     fn budget(&self, p: Profile) -> Duration {
         let ms = Duration::from_millis;
         match p {
-            Profile::Smoke => ms(300),
+            Profile::Smoke => ms(250),
             Profile::Quick => ms(1500),
             Profile::Standard => ms(6000),
             Profile::Thorough => ms(15000),
@@ -834,7 +840,7 @@ impl Experiment for ProcessSwitch {
     fn budget(&self, p: Profile) -> Duration {
         let ms = Duration::from_millis;
         match p {
-            Profile::Smoke => ms(400),
+            Profile::Smoke => ms(300),
             Profile::Quick => ms(2500),
             Profile::Standard => ms(12000),
             Profile::Thorough => ms(30000),

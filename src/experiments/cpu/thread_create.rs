@@ -68,7 +68,7 @@ impl Experiment for ThreadCreate {
     fn budget(&self, p: Profile) -> Duration {
         let ms = Duration::from_millis;
         match p {
-            Profile::Smoke => ms(250),
+            Profile::Smoke => ms(200),
             Profile::Quick => ms(1000),
             Profile::Standard => ms(5000),
             Profile::Thorough => ms(15000),
