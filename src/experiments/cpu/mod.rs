@@ -4,7 +4,10 @@ use super::Experiment;
 
 mod call;
 mod loop_cost;
+mod process_create;
+mod switch;
 mod syscall;
+mod thread_create;
 mod timer;
 
 /// In run order: each may use the ones before it in its prediction.
@@ -14,6 +17,10 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
         Box::new(loop_cost::LoopCost),
         Box::new(call::Call),
         Box::new(syscall::Syscall),
+        Box::new(switch::ThreadSwitch),
+        Box::new(switch::ProcessSwitch),
+        Box::new(thread_create::ThreadCreate),
+        Box::new(process_create::ProcessCreate),
     ]
 }
 
@@ -29,4 +36,17 @@ pub(crate) fn core_ghz(ctx: &super::Context) -> (f64, String) {
             "machine: counter frequency (core clock unknown)".into(),
         ),
     }
+}
+
+/// A harness like `ctx.harness(parts)` whose trials last `factor` times the profile's
+/// minimum: operations of microseconds that go through the scheduler (switches, task
+/// creation) need longer trials to average out other tasks' interference.
+pub(crate) fn long_trials<'a>(
+    ctx: &super::Context<'a>,
+    parts: usize,
+    factor: u32,
+) -> crate::harness::Harness<'a> {
+    let mut cfg = ctx.harness(parts).config().clone();
+    cfg.min_trial *= factor.max(1);
+    crate::harness::Harness::new(ctx.clock, cfg, ctx.loop_ticks)
 }

@@ -1,0 +1,287 @@
+//! cpu.process-create: fork + _exit + waitpid, and posix_spawn of /bin/true + waitpid.
+
+use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::harness::repeat;
+use crate::results::{Check, Prediction};
+use crate::units::fmt_ns;
+use std::cell::Cell;
+use std::ffi::CString;
+use std::time::Duration;
+
+pub struct ProcessCreate;
+
+/// Model: fork's fixed work beyond a thread create (a new mm, copied VMAs, files and
+/// signal tables, exit_mmap and the zombie's reaping), in minimal system calls.
+const FORK_FIXED_SYSCALLS: f64 = 40.0;
+/// Model: per mapping of the parent, copying the VMA at fork and tearing it down at exit.
+const PER_VMA_CYCLES: f64 = 1500.0;
+/// Model: per resident page, copying its page-table entry and taking and dropping a
+/// reference at fork and exit (only anonymous pages are copied; file pages are faulted
+/// later, so this overestimates for file-heavy processes).
+const PER_PAGE_CYCLES: f64 = 60.0;
+/// Model: what exec adds: the new image's minor faults (ld.so, libc, the program)
+/// at a few kernel entries each, plus the loader's own ~30 system calls.
+const EXEC_FAULTS: f64 = 120.0;
+const FAULT_SYSCALLS: f64 = 4.0;
+const LOADER_SYSCALLS: f64 = 30.0;
+
+/// Candidate tiny programs, in preference order.
+const TRUE_PATHS: [&str; 2] = ["/bin/true", "/usr/bin/true"];
+
+/// Resident pages and mappings of this process (from /proc/self/statm and maps).
+fn footprint() -> (f64, f64) {
+    let rss = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    let vmas = std::fs::read_to_string("/proc/self/maps")
+        .map(|s| s.lines().count() as f64)
+        .unwrap_or(0.0);
+    (rss, vmas)
+}
+
+/// fork + _exit(0) + waitpid; the child's wait status.
+#[inline(always)]
+fn fork_exit_wait() -> std::io::Result<libc::c_int> {
+    // SAFETY: the child calls only _exit, which is async-signal-safe.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: _exit ends the child at once without running any parent state.
+        unsafe { libc::_exit(0) };
+    }
+    super::switch::reap(pid, false).map_err(std::io::Error::other)
+}
+
+/// posix_spawn of `path` with argv [path] and an empty environment, then waitpid.
+#[inline(always)]
+fn spawn_wait(
+    path: &CString,
+    argv: &[*mut libc::c_char; 2],
+    envp: &[*mut libc::c_char; 1],
+) -> std::io::Result<libc::c_int> {
+    let mut pid: libc::pid_t = 0;
+    // SAFETY: path is a NUL-terminated string, argv and envp are NULL-terminated arrays
+    // of NUL-terminated strings that outlive the call; null file actions and attributes
+    // mean defaults.
+    let rc = unsafe {
+        libc::posix_spawn(
+            &mut pid,
+            path.as_ptr(),
+            std::ptr::null(),
+            std::ptr::null(),
+            argv.as_ptr(),
+            envp.as_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    super::switch::reap(pid, false).map_err(std::io::Error::other)
+}
+
+/// Counts of children and non-zero statuses, with the first error.
+#[derive(Default)]
+struct Tally {
+    ok: Cell<u64>,
+    bad: Cell<u64>,
+    bad_status: Cell<libc::c_int>,
+}
+
+impl Tally {
+    fn add(&self, r: std::io::Result<libc::c_int>, err: &Cell<Option<std::io::Error>>) {
+        match r {
+            Ok(s) if libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0 => {
+                self.ok.set(self.ok.get() + 1)
+            }
+            Ok(s) => {
+                self.bad.set(self.bad.get() + 1);
+                self.bad_status.set(s);
+            }
+            Err(e) => err.set(Some(e)),
+        }
+    }
+    fn check(&self, what: &str) -> Check {
+        Check::premise(
+            &format!("every {what} child exited with status 0"),
+            self.bad.get() == 0 && self.ok.get() > 0,
+            if self.bad.get() == 0 {
+                format!("{} children, all exited 0", self.ok.get())
+            } else {
+                format!(
+                    "{} of {} children did not exit 0 (e.g. wait status {:#x})",
+                    self.bad.get(),
+                    self.ok.get() + self.bad.get(),
+                    self.bad_status.get()
+                )
+            },
+        )
+    }
+}
+
+impl Experiment for ProcessCreate {
+    fn id(&self) -> &'static str {
+        "cpu.process-create"
+    }
+    fn title(&self) -> &'static str {
+        "Process creation"
+    }
+    fn description(&self) -> &'static str {
+        "fork + _exit + waitpid, and posix_spawn of /bin/true + waitpid (reported separately)"
+    }
+    fn method(&self) -> &'static str {
+        "fork_exit_wait: fork(); the child calls _exit(0) at once; the parent waitpid()s for it. spawn_exec: \
+         posix_spawn() of /bin/true (or /usr/bin/true) with an empty environment, then waitpid(); glibc's \
+         posix_spawn is clone(CLONE_VM|CLONE_VFORK) + execve, so it copies no page tables and the figure is \
+         dominated by exec: a new address space, the dynamic loader mapping and faulting in libc, exit. Each \
+         create+wait is one iteration of the calibrated loop, loop overhead subtracted. Children inherit the \
+         pinning, so they run on the measuring CPU and the figure contains the switches to the child and back. \
+         fork's cost grows with the parent's resident pages and mappings (recorded as prediction inputs), so a \
+         small parent (osmeter) forks faster than a large one. Check: every child's wait status is a normal \
+         exit with status 0."
+    }
+    fn budget(&self, p: Profile) -> Duration {
+        let ms = Duration::from_millis;
+        match p {
+            Profile::Smoke => ms(300),
+            Profile::Quick => ms(2000),
+            Profile::Standard => ms(8000),
+            Profile::Thorough => ms(20000),
+        }
+    }
+    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        let Some(sys) = ctx.earlier_median("cpu.syscall", "getppid") else {
+            return Vec::new();
+        };
+        let (ghz, src) = super::core_ghz(ctx);
+        let (create, create_src) = match ctx.earlier_median("cpu.thread-create", "create_join") {
+            Some(c) => (c, "cpu.thread-create create_join"),
+            None => (20.0 * sys, "model: 20 x getppid"),
+        };
+        let (pages, vmas) = footprint();
+        let fork = create
+            + FORK_FIXED_SYSCALLS * sys
+            + vmas * PER_VMA_CYCLES / ghz
+            + pages * PER_PAGE_CYCLES / ghz;
+        let exec = (EXEC_FAULTS * FAULT_SYSCALLS + LOADER_SYSCALLS) * sys;
+        let fork_fixed = create + FORK_FIXED_SYSCALLS * sys;
+        vec![
+            (
+                "fork_exit_wait".into(),
+                Prediction::new(
+                    fork,
+                    format!(
+                        "thread create_join + {FORK_FIXED_SYSCALLS} x getppid (new mm, exit_mmap, reaping) + \
+                         vmas x {PER_VMA_CYCLES} cycles + resident_pages x {PER_PAGE_CYCLES} cycles (page-table copy and teardown) / f_core"
+                    ),
+                )
+                .input("create_join", create, "ns", create_src)
+                .input("getppid", sys, "ns", "cpu.syscall getppid")
+                .input("resident_pages", pages, "pages", "/proc/self/statm (resident)")
+                .input("vmas", vmas, "mappings", "/proc/self/maps")
+                .input("f_core", ghz * 1e9, "Hz", src),
+            ),
+            (
+                "spawn_exec".into(),
+                Prediction::new(
+                    fork_fixed + exec,
+                    format!(
+                        "thread create_join + {FORK_FIXED_SYSCALLS} x getppid (a new mm, no page-table copy) + \
+                         ({EXEC_FAULTS} faults x {FAULT_SYSCALLS} + {LOADER_SYSCALLS} loader calls) x getppid (exec of a dynamically linked program)"
+                    ),
+                )
+                .input("create_join", create, "ns", create_src)
+                .input("getppid", sys, "ns", "cpu.syscall getppid"),
+            ),
+        ]
+    }
+    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        let mut out = Outcome::default();
+        let program = TRUE_PATHS
+            .iter()
+            .find(|p| std::path::Path::new(p).is_file());
+        let h = super::long_trials(ctx, if program.is_some() { 2 } else { 1 }, 10);
+        let err = Cell::new(None::<std::io::Error>);
+
+        (ctx.progress)("fork + exit + wait");
+        let forks = Tally::default();
+        let m = h.measure(1.0, |n| {
+            repeat(n, || {
+                if let Some(e) = err.take() {
+                    err.set(Some(e));
+                } else {
+                    forks.add(fork_exit_wait(), &err);
+                }
+            })
+        });
+        if let Some(e) = err.take() {
+            return Err(anyhow::Error::new(e).context("fork/waitpid"));
+        }
+        out.check(forks.check("forked"));
+        out.measured(
+            "fork_exit_wait",
+            "fork(), child _exit(0), parent waitpid()",
+            &m,
+        );
+        let fork = m.median_ns();
+
+        let mut spawn = None;
+        match program {
+            Some(path) => {
+                (ctx.progress)("posix_spawn /bin/true + wait");
+                let cpath = CString::new(*path)?;
+                let arg0 = CString::new("true")?;
+                let argv = [arg0.as_ptr() as *mut libc::c_char, std::ptr::null_mut()];
+                let envp = [std::ptr::null_mut()];
+                let spawns = Tally::default();
+                let m = h.measure(1.0, |n| {
+                    repeat(n, || {
+                        if let Some(e) = err.take() {
+                            err.set(Some(e));
+                        } else {
+                            spawns.add(spawn_wait(&cpath, &argv, &envp), &err);
+                        }
+                    })
+                });
+                if let Some(e) = err.take() {
+                    return Err(anyhow::Error::new(e).context(format!("posix_spawn {path}")));
+                }
+                out.check(spawns.check(path));
+                out.measured(
+                    "spawn_exec",
+                    &format!("posix_spawn() of {path}, then waitpid()"),
+                    &m,
+                );
+                spawn = Some(m.median_ns());
+            }
+            None => out.notes.push(
+                "spawn_exec: skipped, neither /bin/true nor /usr/bin/true exists (install coreutils)"
+                    .into(),
+            ),
+        }
+
+        let mut text = format!("fork + exit + wait costs {}", fmt_ns(fork));
+        let mut from = vec!["fork_exit_wait"];
+        if let Some(t) = ctx.earlier_median("cpu.thread-create", "create_join") {
+            text.push_str(&format!(
+                ", {:.1}x creating and joining a thread ({})",
+                fork / t,
+                fmt_ns(t)
+            ));
+            from.push("cpu.thread-create/create_join");
+        }
+        if let Some(s) = spawn {
+            text.push_str(&format!(
+                "; running a program (posix_spawn + exec of true) costs {} ({:.1}x fork)",
+                fmt_ns(s),
+                s / fork
+            ));
+            from.push("spawn_exec");
+        }
+        text.push('.');
+        out.finding(text, &from);
+        Ok(out)
+    }
+}
