@@ -139,7 +139,10 @@ impl Experiment for ProcessCreate {
          create+wait is one iteration of the calibrated loop, loop overhead subtracted. Children inherit the \
          pinning, so they run on the measuring CPU and the figure contains the switches to the child and back. \
          fork's cost grows with the parent's resident pages and mappings (recorded as prediction inputs), so a \
-         small parent (osmeter) forks faster than a large one. Check: every child's wait status is a normal \
+         small parent (osmeter) forks faster than a large one: stress-ng --fork implies 2.5-3x this figure per op \
+         because its stressor has ~4x the mappings and ~10x the anonymous resident pages, its child makes ~10 \
+         system calls before exiting, and its parent also calls setpgid and kill; a plain C fork loop from a \
+         small parent agrees with fork_exit_wait. Check: every child's wait status is a normal \
          exit with status 0."
     }
     fn budget(&self, p: Profile) -> Duration {
