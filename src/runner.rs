@@ -225,6 +225,15 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
     let selected = experiments::select(experiments::registry(), &cfg.only, &cfg.skip)
         .map_err(RunError::Usage)?;
     let cpu = choose_cpu(cfg.cpu)?;
+    // Validate --scratch-dir and --remote-dir before measuring anything.
+    for (flag, dir) in [
+        ("--scratch-dir", &cfg.options.scratch_dir),
+        ("--remote-dir", &cfg.options.remote_dir),
+    ] {
+        if let Some(d) = dir {
+            check_writable_dir(flag, d)?;
+        }
+    }
     if cfg.write_results {
         check_out_dir(&cfg.out)?;
     }
@@ -254,15 +263,6 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
         progress.line(&format!("warning: {w}"));
     }
 
-    // Validate --scratch-dir and --remote-dir before measuring anything.
-    for (flag, dir) in [
-        ("--scratch-dir", &cfg.options.scratch_dir),
-        ("--remote-dir", &cfg.options.remote_dir),
-    ] {
-        if let Some(d) = dir {
-            check_writable_dir(flag, d)?;
-        }
-    }
     let scratch = std::sync::OnceLock::new();
     let watchdog = Watchdog::start();
     let mut results: Vec<ExperimentResult> = Vec::new();
