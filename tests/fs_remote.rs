@@ -77,7 +77,14 @@ impl Served {
             c.args(["netns", "exec", &s.ns]).args(args);
             c
         };
-        run(&mut in_ns(&["ip", "addr", "add", &format!("{ns_ip}/30"), "dev", &ns_if]))?;
+        run(&mut in_ns(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{ns_ip}/30"),
+            "dev",
+            &ns_if,
+        ]))?;
         run(&mut in_ns(&["ip", "link", "set", &ns_if, "up"]))?;
         run(&mut in_ns(&["ip", "link", "set", "lo", "up"]))?;
 
@@ -89,7 +96,8 @@ impl Served {
                 .args(["-q", "-t", "ed25519", "-N", "", "-f"])
                 .arg(d.join(k)))?;
         }
-        std::fs::copy(d.join("userkey.pub"), d.join("authorized_keys")).map_err(|e| e.to_string())?;
+        std::fs::copy(d.join("userkey.pub"), d.join("authorized_keys"))
+            .map_err(|e| e.to_string())?;
         let cfg = format!(
             "ListenAddress {ns_ip}\nPort 2222\nHostKey {}\nAuthorizedKeysFile {}\nPasswordAuthentication no\n\
              KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\n\
@@ -208,7 +216,10 @@ fn remote_read_over_sshfs_from_a_network_namespace() {
     }
     let missing: Vec<&str> = ["ip", "sshd", "sshfs", "ssh-keygen", "fusermount"]
         .into_iter()
-        .filter(|t| !have(t) && !(*t == "sshd" && Path::new("/usr/sbin/sshd").exists()))
+        .filter(|t| {
+            let sbin = Path::new("/usr/sbin").join(t).exists();
+            !(have(t) || sbin)
+        })
         .collect();
     if !missing.is_empty() || !Path::new("/dev/fuse").exists() {
         eprintln!(
@@ -245,7 +256,12 @@ fn remote_read_over_sshfs_from_a_network_namespace() {
         .arg(out.path())
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let e = &v["experiments"][0];
     assert_eq!(e["id"], "fs.remote-read");
@@ -269,9 +285,18 @@ fn remote_read_over_sshfs_from_a_network_namespace() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|m| format!("{} {:.0}", m["name"], m["summary"]["median"].as_f64().unwrap_or(f64::NAN)))
+        .map(|m| {
+            format!(
+                "{} {:.0}",
+                m["name"],
+                m["summary"]["median"].as_f64().unwrap_or(f64::NAN)
+            )
+        })
         .collect();
-    assert!(ratio > 1.0, "remote random reads slower than local: {ratio}; {all:?}");
+    assert!(
+        ratio > 1.0,
+        "remote random reads slower than local: {ratio}; {all:?}"
+    );
     // Nothing left on either side.
     assert_eq!(std::fs::read_dir(served.export()).unwrap().count(), 0);
     assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);

@@ -121,7 +121,12 @@ fn tmpfs_scratch_is_refused_and_untouched() {
         "--scratch-dir",
         dir.path().to_str().unwrap(),
     ]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     for id in ["fs.read", "fs.cache-size", "fs.contention"] {
         let e = experiment(&v, id);
         assert_eq!(e["status"], "skipped", "{id}: {e}");
@@ -158,7 +163,11 @@ fn full_disk_gives_a_clear_message_and_writes_nothing() {
         .unwrap();
     let ok = |c: &mut Command| c.output().map(|o| o.status.success()).unwrap_or(false);
     assert!(ok(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img)));
-    if !ok(Command::new("mount").args(["-o", "loop"]).arg(&img).arg(&mnt)) {
+    if !ok(Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&img)
+        .arg(&mnt))
+    {
         eprintln!("skipped: cannot loop-mount here");
         return;
     }
@@ -179,7 +188,12 @@ fn full_disk_gives_a_clear_message_and_writes_nothing() {
         "--scratch-dir",
         mnt.to_str().unwrap(),
     ]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     for id in ["fs.read", "fs.cache-size", "fs.contention"] {
         let e = experiment(&v, id);
         assert_eq!(e["status"], "skipped", "{id}: {e}");
@@ -204,7 +218,14 @@ fn bad_directories_are_usage_errors() {
         vec!["--remote-dir", "/nonexistent/osmeter"],
     ] {
         let o = osmeter()
-            .args(["run", "--only", "fs.read", "--profile", "smoke", "--no-history"])
+            .args([
+                "run",
+                "--only",
+                "fs.read",
+                "--profile",
+                "smoke",
+                "--no-history",
+            ])
             .args(&args)
             .output()
             .unwrap();
@@ -213,7 +234,11 @@ fn bad_directories_are_usage_errors() {
         assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
         assert!(err.contains(args[0]) && !err.contains("panicked"), "{err}");
     }
-    assert_eq!(entries(file.path()).len(), 1, "the plain file alone, untouched");
+    assert_eq!(
+        entries(file.path()).len(),
+        1,
+        "the plain file alone, untouched"
+    );
 }
 
 #[test]
@@ -227,7 +252,12 @@ fn smoke_run_relations_and_cleanup() {
         "--scratch-dir",
         scratch.path().to_str().unwrap(),
     ]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let med = |e: &serde_json::Value, m: &str| {
         e["metrics"]
             .as_array()
@@ -240,7 +270,10 @@ fn smoke_run_relations_and_cleanup() {
     let read = experiment(&v, "fs.read");
     assert_eq!(read["status"], "ok", "{read}");
     for p in ["seq", "random"] {
-        let (c, u) = (med(read, &format!("cached_{p}")), med(read, &format!("uncached_{p}")));
+        let (c, u) = (
+            med(read, &format!("cached_{p}")),
+            med(read, &format!("uncached_{p}")),
+        );
         assert!(c > 0.0 && c < u, "{p}: cached {c} ns vs uncached {u} ns");
     }
     assert!(read["series"].as_array().unwrap().len() >= 4);
@@ -253,5 +286,8 @@ fn smoke_run_relations_and_cleanup() {
     let remote = experiment(&v, "fs.remote-read");
     assert_eq!(remote["status"], "skipped");
     assert!(remote["reason"].as_str().unwrap().contains("--remote-dir"));
-    assert!(entries(scratch.path()).is_empty(), "scratch removed after the run");
+    assert!(
+        entries(scratch.path()).is_empty(),
+        "scratch removed after the run"
+    );
 }

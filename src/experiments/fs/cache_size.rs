@@ -2,7 +2,7 @@
 //! read twice; where the second read stops being served from memory (mincore residency
 //! drops, time per byte jumps) is the capacity.
 
-use super::{append, fmt_b, read_through, reopen, MIB};
+use super::{append, read_through, reopen, MIB};
 use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
 use crate::pagecache;
 use crate::results::{Check, Prediction, Series};
@@ -34,6 +34,15 @@ const RESIDENT_MIN: f64 = 0.97;
 /// Bisection stops when the bracket is this narrow (ratio of sizes).
 const RESOLUTION: f64 = 1.06;
 
+/// Sizes on a 1 MiB grid, exact enough to tell neighbours apart.
+fn fmt_b(b: u64) -> String {
+    if b >= 10 << 30 {
+        format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{} MiB", b.div_ceil(MIB))
+    }
+}
+
 /// One size probed.
 #[derive(Debug, Clone)]
 struct Probe {
@@ -57,7 +66,7 @@ struct Prober<'a> {
 
 impl Prober<'_> {
     /// Makes the file at least `size` long, evicts it, reads [0, size) twice.
-    fn probe(&mut self, size: u64) -> anyhow::Result<Probe> {
+    fn probe(&mut self, size: u64, threshold: Option<f64>) -> anyhow::Result<Probe> {
         let t = Instant::now();
         if size > self.written {
             (self.ctx.progress)(&format!("writing up to {}", fmt_b(size)));
@@ -69,7 +78,17 @@ impl Prober<'_> {
         let ev = pagecache::evict(&self.owner.file, self.ctx.options.drop_caches)?;
         let first = read_through(&self.reader, size, &mut self.buf)?;
         let (res, total) = pagecache::residency_range(&self.reader, 0, size)?;
-        let second = read_through(&self.reader, size, &mut self.buf)?;
+        let mut second = read_through(&self.reader, size, &mut self.buf)?;
+        // A resident file read slowly is more likely a busy machine than a miss: take
+        // the best of up to three reads before calling it slow.
+        if let Some(t) = threshold {
+            for _ in 0..2 {
+                if res * 100 < total * 97 || second * 1e9 / size as f64 <= t {
+                    break;
+                }
+                second = second.min(read_through(&self.reader, size, &mut self.buf)?);
+            }
+        }
         Ok(Probe {
             size,
             first_ns_per_byte: first * 1e9 / size as f64,
@@ -189,7 +208,7 @@ impl Experiment for CacheSize {
         let time_left = |est: f64| start.elapsed().as_secs_f64() + est < budget;
 
         let mut probes: Vec<Probe> = Vec::new();
-        let base = pr.probe(s0)?;
+        let base = pr.probe(s0, None)?;
         // Cold vs cached rates from the first size tell whether timing can separate them.
         let contrast = base.first_ns_per_byte / base.second_ns_per_byte;
         let threshold =
@@ -224,7 +243,7 @@ impl Experiment for CacheSize {
                 break;
             }
             size = next;
-            let p = pr.probe(size)?;
+            let p = pr.probe(size, threshold)?;
             if served(&p, threshold) {
                 good = Some(size);
             } else {
@@ -253,7 +272,7 @@ impl Experiment for CacheSize {
                     ));
                     break;
                 }
-                let p = pr.probe(mid)?;
+                let p = pr.probe(mid, threshold)?;
                 if served(&p, threshold) {
                     g = mid;
                 } else {
@@ -327,6 +346,16 @@ impl Experiment for CacheSize {
             }
         ));
 
+        if threshold.is_none() {
+            out.finding(
+                format!(
+                    "A cold read ({:.2} GB/s) is barely slower than a cached one ({:.2} GB/s) here, so time per byte cannot show the knee: the device is served from memory elsewhere (a virtual disk cached by its host, or a fast SSD). Residency (mincore) alone decides.",
+                    1.0 / base.first_ns_per_byte,
+                    1.0 / base.second_ns_per_byte
+                ),
+                &["cold_read_rate", "cached_read_rate"],
+            );
+        }
         match (good, bad) {
             (Some(g), Some(b)) => {
                 let at = |s: u64| probes.iter().find(|p| p.size == s).cloned();

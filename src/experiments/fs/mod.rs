@@ -329,7 +329,7 @@ pub(crate) fn time_blocks(
     seek_start(file)?;
     let mut next = 0u64; // blocks issued so far in this pass
     let mut total = 0u64;
-    let mut chunk = 1u64;
+    let mut chunk = 8u64;
     let mut out = Vec::new();
     let max_trials = 100_000;
     loop {
@@ -363,9 +363,13 @@ pub(crate) fn time_blocks(
         next += n;
         total += n;
         out.push(ns / n as f64);
-        // Size the next chunk from this one so a trial lasts about `trial`.
-        let per = (ns / n as f64).max(1.0);
-        chunk = ((trial.as_nanos() as f64 / per) as u64).clamp(1, 4096);
+        // The first trial (8 blocks) sizes every later one so a trial lasts about
+        // `trial`; fixed from then on, so the mean of the trials is the mean per block
+        // (what fio reports as mean completion latency).
+        if out.len() == 1 {
+            let per = (ns / n as f64).max(1.0);
+            chunk = ((trial.as_nanos() as f64 / per) as u64).clamp(1, 4096);
+        }
         let done = out.len() >= min_trials && Instant::now() >= deadline;
         if done || out.len() >= max_trials || crate::scratch::stopping() {
             break;

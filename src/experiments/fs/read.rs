@@ -145,6 +145,12 @@ pub(crate) fn sweep(ctx: &Context, scratch: &Scratch, plan: &Plan) -> anyhow::Re
                     },
                 );
             }
+            // The largest size gives the metrics: it gets three times as long.
+            let slice = if Some(&size) == plan.sizes.last() {
+                plan.uncached * 3
+            } else {
+                plan.uncached
+            };
             let times = time_blocks(
                 ctx,
                 &fd,
@@ -153,7 +159,7 @@ pub(crate) fn sweep(ctx: &Context, scratch: &Scratch, plan: &Plan) -> anyhow::Re
                 &order,
                 direct_ok,
                 Duration::from_millis(1),
-                Instant::now() + plan.uncached,
+                Instant::now() + slice,
                 plan.min_trials,
             )?;
             if times.per_block_ns.len() < plan.min_trials {
@@ -356,8 +362,9 @@ impl Experiment for Read {
     fn budget(&self, p: Profile) -> Duration {
         let (u, c) = slices(p);
         let n = doublings(MIB, cap(p)).len() as u32;
-        // Passes, plus writing the files at ~200 MB/s.
-        (u + c) * 2 * n + Duration::from_secs_f64(2.0 * cap(p) as f64 / 200e6)
+        // Passes (the largest size's uncached ones three times as long), plus writing
+        // the files at ~200 MB/s.
+        (u + c) * 2 * n + u * 4 + Duration::from_secs_f64(2.0 * cap(p) as f64 / 200e6)
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let dir = ctx
