@@ -511,7 +511,14 @@ impl Experiment for Contention {
         let (mut evict_ok, mut evicts, mut evict_detail) = (0, 0, String::new());
         let mut per_p: Vec<(usize, Vec<f64>)> = Vec::new();
         let mut aggregate = Vec::new();
+        let started = std::time::Instant::now();
         for p in counts(ctx.profile) {
+            if per_p.len() >= 2 && started.elapsed() > ctx.budget * 2 {
+                out.notes.push(format!(
+                    "stopped before P = {p} by the time budget (the machine is slow or busy)"
+                ));
+                break;
+            }
             let mut vals = Vec::new();
             for r in 0..rounds {
                 (ctx.progress)(&format!("P = {p}, round {}/{rounds}", r + 1));

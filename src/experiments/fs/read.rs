@@ -42,6 +42,9 @@ pub(crate) struct Plan {
     pub min_trials: usize,
     /// File name prefix.
     pub label: &'static str,
+    /// No new size is started past this (a starved or contended machine must not make
+    /// the run overstay its budget).
+    pub deadline: Option<Instant>,
 }
 
 impl Plan {
@@ -53,6 +56,7 @@ impl Plan {
             cached,
             min_trials: 5,
             label,
+            deadline: None,
         }
     }
 }
@@ -105,6 +109,13 @@ pub(crate) fn sweep(ctx: &Context, scratch: &Scratch, plan: &Plan) -> anyhow::Re
     for &size in &plan.sizes {
         if crate::scratch::stopping() {
             anyhow::bail!("interrupted");
+        }
+        if !points.is_empty() && plan.deadline.is_some_and(|d| Instant::now() > d) {
+            notes.push(format!(
+                "stopped before {} by the time budget (the machine is slow or busy)",
+                fmt_b(size)
+            ));
+            break;
         }
         (ctx.progress)(&format!("{}: writing {}", plan.label, fmt_b(size)));
         let f = make_file(
@@ -414,7 +425,8 @@ impl Experiment for Read {
                 fmt_b(cap(ctx.profile))
             ));
         }
-        let plan = Plan::for_profile(ctx.profile, largest, "read");
+        let mut plan = Plan::for_profile(ctx.profile, largest, "read");
+        plan.deadline = Some(Instant::now() + ctx.budget * 2);
         let s = sweep(ctx, scratch, &plan)?;
         for c in &s.checks {
             out.check(c.clone());

@@ -148,9 +148,15 @@ impl Experiment for RemoteRead {
         let (u, c) = (plan.uncached, plan.cached);
         plan.uncached = u.min(Duration::from_millis(300));
         plan.cached = c.min(Duration::from_millis(60));
+        // The remote side may take the budget; the local one repeats its sizes.
+        plan.deadline = Some(std::time::Instant::now() + ctx.budget);
         let rs = sweep(ctx, &rscratch, &plan)?;
         drop(rscratch);
         plan.label = "local";
+        // The same sizes locally, so the ratios compare like with like.
+        let done: std::collections::BTreeSet<u64> = rs.points.iter().map(|p| p.size).collect();
+        plan.sizes.retain(|s| done.contains(s));
+        plan.deadline = None;
         let ls = sweep(ctx, local, &plan)?;
         for c in &rs.checks {
             let mut c = c.clone();
