@@ -139,6 +139,7 @@ fn now_ns() -> u64 {
 unsafe fn child(
     fd: i32,
     nblocks: u64,
+    wrap: bool,
     seconds_ns: u64,
     ready_w: i32,
     go_r: i32,
@@ -161,6 +162,10 @@ unsafe fn child(
     let mut error = 0u64;
     loop {
         if pos >= nblocks {
+            // Without O_DIRECT a second pass would hit the cache: stop instead.
+            if !wrap {
+                break;
+            }
             pos = 0;
         }
         let n = libc::pread(
@@ -185,10 +190,12 @@ unsafe fn child(
 }
 
 /// One round: `p` children released together; returns each one's ns per block.
+#[allow(clippy::too_many_arguments)]
 fn round_of(
     files: &[File],
     bufs: &mut [AlignedBuf],
     nblocks: u64,
+    wrap: bool,
     p: usize,
     dur: Duration,
     shared: &Shared,
@@ -226,6 +233,7 @@ fn round_of(
                 child(
                     fd,
                     nblocks,
+                    wrap,
                     dur.as_nanos() as u64,
                     ready[1],
                     go[0],
@@ -537,7 +545,7 @@ impl Experiment for Contention {
                         }
                     }
                 }
-                let v = round_of(&files, &mut bufs, nblocks, p, dur, &shared, &cpus)?;
+                let v = round_of(&files, &mut bufs, nblocks, direct, p, dur, &shared, &cpus)?;
                 aggregate.push([p as f64, p as f64 * 1e9 / crate::stats::median(&v)]);
                 vals.extend(v);
             }

@@ -332,7 +332,15 @@ pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
         };
         let (u, c) = (med(false), med(true));
         out.check(Check::sanity(
-            &format!("{prefix}cached {} faster than uncached", pattern.name()),
+            &format!(
+                "{}cached {} faster than uncached",
+                if prefix.is_empty() {
+                    String::new()
+                } else {
+                    format!("{}: ", prefix.trim_end_matches('_'))
+                },
+                pattern.name()
+            ),
             c < u,
             format!(
                 "cached {} vs uncached {} ({:.1}x)",
