@@ -308,7 +308,8 @@ pub(crate) struct BlockTimes {
 }
 
 /// Times 4 KiB reads of `file` (`size` bytes) in chunks: each trial is `chunk` reads,
-/// sized so that a trial lasts about `trial` (at least one read). Stops at `deadline`
+/// sized so that a trial lasts about `trial` (at least one read; exactly one when
+/// `trial` is zero). Stops at `deadline`
 /// once `min_trials` are in, or when every block has been read once and `wrap` is off.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn time_blocks(
@@ -329,7 +330,9 @@ pub(crate) fn time_blocks(
     seek_start(file)?;
     let mut next = 0u64; // blocks issued so far in this pass
     let mut total = 0u64;
-    let mut chunk = 8u64;
+    // A zero trial length times every read on its own (for slow, device-bound reads,
+    // whose distribution is wanted; the clock's overhead is subtracted).
+    let mut chunk = if trial.is_zero() { 1 } else { 8 };
     let mut out = Vec::new();
     let max_trials = 100_000;
     loop {
@@ -366,7 +369,7 @@ pub(crate) fn time_blocks(
         // The first trial (8 blocks) sizes every later one so a trial lasts about
         // `trial`; fixed from then on, so the mean of the trials is the mean per block
         // (what fio reports as mean completion latency).
-        if out.len() == 1 {
+        if out.len() == 1 && !trial.is_zero() {
             let per = (ns / n as f64).max(1.0);
             chunk = ((trial.as_nanos() as f64 / per) as u64).clamp(1, 4096);
         }
