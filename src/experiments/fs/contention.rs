@@ -145,11 +145,10 @@ unsafe fn child(
     go_r: i32,
     buf: *mut u8,
     slot: *mut Slot,
-    cpus: &libc::cpu_set_t,
+    cpu: &libc::cpu_set_t,
 ) -> ! {
     libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-    // Not pinned like the parent: the scheduler may use every allowed CPU.
-    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), cpus);
+    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), cpu);
     let one = [1u8];
     libc::write(ready_w, one.as_ptr() as *const libc::c_void, 1);
     let mut b = [0u8];
@@ -199,7 +198,7 @@ fn round_of(
     p: usize,
     dur: Duration,
     shared: &Shared,
-    cpus: &libc::cpu_set_t,
+    cpus: &[libc::cpu_set_t],
 ) -> anyhow::Result<Vec<f64>> {
     shared.clear();
     let mut ready = [0i32; 2];
@@ -239,7 +238,7 @@ fn round_of(
                     go[0],
                     buf,
                     slot,
-                    cpus,
+                    &cpus[i % cpus.len()],
                 )
             }
         }
@@ -413,7 +412,8 @@ impl Experiment for Contention {
          ready on a pipe and block on a second pipe whose write end the parent closes once all are ready, so all start \
          together. Each then reads its file sequentially in 4 KiB blocks with pread() for a fixed time (wrapping at the \
          end under O_DIRECT) and records blocks and elapsed time in shared memory; per-block time = elapsed / blocks. \
-         Children are not pinned and die with the parent. The per-P medians are fitted with a least-squares line and \
+         Reader i is pinned to CPU (run CPU + i) mod the allowed CPUs, so P = 1 \
+         reads as fs.read does; readers die with the parent. The per-P medians are fitted with a least-squares line and \
          with a continuous two-segment line (every P tried as the breakpoint); the bent model is kept when it halves \
          the squared error."
     }
@@ -432,8 +432,14 @@ impl Experiment for Contention {
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let p = pmax(ctx.profile) as f64;
-        let (t1, src) = match ctx.earlier_median("fs.read", "uncached_seq") {
-            Some(v) => (v, "measured: fs.read uncached_seq".to_string()),
+        // Readers report elapsed / blocks, a mean: compare with fs.read's mean, not its
+        // median (4 KiB latency has a long tail).
+        let (t1, src) = match ctx
+            .earlier_metric("fs.read", "uncached_seq")
+            .map(|m| m.summary.mean)
+            .filter(|v| v.is_finite())
+        {
+            Some(v) => (v, "measured: fs.read uncached_seq (mean)".to_string()),
             None => {
                 let dir = ctx
                     .options
@@ -500,20 +506,26 @@ impl Experiment for Contention {
             .map(|_| AlignedBuf::new(BLOCK, BLOCK))
             .collect::<Result<_, _>>()?;
         let shared = Shared::new(pm)?;
-        // The process's CPUs (the runner pinned this thread to one of them).
+        // Reader i runs on CPU (run CPU + i) mod the allowed CPUs: P = 1 reads as fs.read
+        // does (same CPU, so the same interrupt and wake-up path), and readers spread
+        // evenly instead of where the scheduler happens to put them.
         let mut allowed = ctx.machine.cpu.allowed_cpus.clone();
+        allowed.retain(|&c| c < libc::CPU_SETSIZE as usize);
         if allowed.is_empty() {
-            allowed = (0..crate::sys::online_cpus()).collect();
+            allowed = vec![ctx.cpu];
         }
-        // SAFETY: a zeroed cpu_set_t is a valid empty set.
-        let mut cpus: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        for c in allowed
-            .into_iter()
-            .filter(|&c| c < libc::CPU_SETSIZE as usize)
-        {
-            // SAFETY: c is below CPU_SETSIZE.
-            unsafe { libc::CPU_SET(c, &mut cpus) };
-        }
+        let first = allowed.iter().position(|&c| c == ctx.cpu).unwrap_or(0);
+        let cpus: Vec<libc::cpu_set_t> = (0..allowed.len())
+            .map(|i| {
+                // SAFETY: a zeroed cpu_set_t is a valid empty set; the CPU is below
+                // CPU_SETSIZE (filtered above).
+                unsafe {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(allowed[(first + i) % allowed.len()], &mut set);
+                    set
+                }
+            })
+            .collect();
         let nblocks = fsize / BLOCK as u64;
         let (dur, rounds) = round(ctx.profile);
         let (mut evict_ok, mut evicts, mut evict_detail) = (0, 0, String::new());
@@ -528,6 +540,7 @@ impl Experiment for Contention {
                 break;
             }
             let mut vals = Vec::new();
+            let mut rates = Vec::new();
             for r in 0..rounds {
                 (ctx.progress)(&format!("P = {p}, round {}/{rounds}", r + 1));
                 if crate::scratch::stopping() {
@@ -546,9 +559,10 @@ impl Experiment for Contention {
                     }
                 }
                 let v = round_of(&files, &mut bufs, nblocks, direct, p, dur, &shared, &cpus)?;
-                aggregate.push([p as f64, p as f64 * 1e9 / crate::stats::median(&v)]);
+                rates.push(v.iter().map(|t| 1e9 / t).sum::<f64>());
                 vals.extend(v);
             }
+            aggregate.push([p as f64, crate::stats::median(&rates)]);
             per_p.push((p, vals));
         }
         drop(files);
