@@ -370,6 +370,23 @@ mod tests {
     }
 
     #[test]
+    fn bookings_return_when_files_go() {
+        let base = tempfile::tempdir_in(".").unwrap();
+        let s = Scratch::new(Some(base.path())).unwrap();
+        let start = s.remaining();
+        let mut f = s.create_file("a", 1 << 20).unwrap();
+        assert_eq!(s.remaining(), start - (1 << 20));
+        f.grow_booking(3 << 20).unwrap();
+        assert_eq!(s.remaining(), start - (3 << 20));
+        assert!(
+            f.grow_booking(u64::MAX).is_err(),
+            "never past the allowance"
+        );
+        drop(f);
+        assert_eq!(s.remaining(), start);
+    }
+
+    #[test]
     fn detects_memory_backed_file_systems() {
         if Path::new("/dev/shm").is_dir() {
             let fs = fs_info(Path::new("/dev/shm")).unwrap();
