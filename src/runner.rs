@@ -92,6 +92,28 @@ pub fn check_out_dir(out: &Path) -> Result<(), RunError> {
     }
 }
 
+/// An existing directory this process may create files in (checked with access(2), so
+/// nothing is written to find out).
+pub fn check_writable_dir(flag: &str, d: &Path) -> Result<(), RunError> {
+    if !d.is_dir() {
+        return Err(RunError::Usage(format!(
+            "{flag} {}: not an existing directory",
+            d.display()
+        )));
+    }
+    let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(d.as_os_str()))
+        .map_err(|_| RunError::Usage(format!("{flag}: path contains a NUL byte")))?;
+    // SAFETY: c is a valid NUL-terminated path; access only reads it.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(RunError::Usage(format!(
+            "{flag} {}: not writable: {e}",
+            d.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Progress display: a bar on a terminal, plain lines otherwise, nothing when quiet.
 struct Progress {
     bar: Option<indicatif::ProgressBar>,
@@ -203,6 +225,15 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
     let selected = experiments::select(experiments::registry(), &cfg.only, &cfg.skip)
         .map_err(RunError::Usage)?;
     let cpu = choose_cpu(cfg.cpu)?;
+    // Validate --scratch-dir and --remote-dir before measuring anything.
+    for (flag, dir) in [
+        ("--scratch-dir", &cfg.options.scratch_dir),
+        ("--remote-dir", &cfg.options.remote_dir),
+    ] {
+        if let Some(d) = dir {
+            check_writable_dir(flag, d)?;
+        }
+    }
     if cfg.write_results {
         check_out_dir(&cfg.out)?;
     }

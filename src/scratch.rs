@@ -12,12 +12,14 @@ use anyhow::{bail, Context as _};
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, Once};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Once};
 
 /// Folders to remove if the process is interrupted.
 static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 static HANDLER: Once = Once::new();
+/// Set once a signal arrived: no new scratch file may appear while folders are removed.
+static STOPPING: AtomicBool = AtomicBool::new(false);
 
 /// A file system as statfs sees it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -93,7 +95,8 @@ pub struct Scratch {
     dir: PathBuf,
     fs: FsInfo,
     /// Bytes this run may still write (half the free space at creation, less bookings).
-    remaining: AtomicU64,
+    /// Shared with the files, which give their booking back when they go.
+    remaining: Arc<AtomicU64>,
 }
 
 impl Scratch {
@@ -129,7 +132,7 @@ impl Scratch {
             live.push(dir.clone());
         }
         Ok(Scratch {
-            remaining: AtomicU64::new(fs.free_bytes / 2),
+            remaining: Arc::new(AtomicU64::new(fs.free_bytes / 2)),
             dir,
             fs,
         })
@@ -162,26 +165,7 @@ impl Scratch {
 
     /// Books `bytes` of the free-space allowance, or says why not.
     pub fn book(&self, bytes: u64) -> anyhow::Result<()> {
-        let mut cur = self.remaining.load(Ordering::SeqCst);
-        loop {
-            if bytes > cur {
-                bail!(
-                    "not enough free space in {}: need {}, may use {} (half of the free space at start)",
-                    self.dir.display(),
-                    crate::units::fmt_bytes(bytes as f64),
-                    crate::units::fmt_bytes(cur as f64)
-                );
-            }
-            match self.remaining.compare_exchange(
-                cur,
-                cur - bytes,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
-                Ok(_) => return Ok(()),
-                Err(now) => cur = now,
-            }
-        }
+        book(&self.remaining, &self.dir, bytes)
     }
 
     /// Creates a new file of `size` bytes booked against the allowance (the content is
@@ -190,20 +174,66 @@ impl Scratch {
         if name.contains('/') || name.is_empty() {
             bail!("bad scratch file name '{name}'");
         }
+        if STOPPING.load(Ordering::SeqCst) {
+            bail!("interrupted");
+        }
         self.book(size)?;
         let path = self.dir.join(name);
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
-            .open(&path)
-            .with_context(|| format!("cannot create {}", path.display()))?;
-        Ok(ScratchFile {
+            .open(&path);
+        let file = match file {
+            Ok(f) => f,
+            Err(e) => {
+                self.remaining.fetch_add(size, Ordering::SeqCst);
+                return Err(e).with_context(|| format!("cannot create {}", path.display()));
+            }
+        };
+        let f = ScratchFile {
             file,
             path: Some(path),
             size,
-        })
+            pool: Some((self.remaining.clone(), self.dir.clone())),
+        };
+        // A signal may have emptied the folder between the check and the create.
+        if STOPPING.load(Ordering::SeqCst) {
+            bail!("interrupted");
+        }
+        Ok(f)
     }
+}
+
+/// Takes `bytes` from an allowance, or says why not.
+fn book(remaining: &AtomicU64, dir: &Path, bytes: u64) -> anyhow::Result<()> {
+    let mut cur = remaining.load(Ordering::SeqCst);
+    loop {
+        if bytes > cur {
+            bail!(
+                "not enough free space in {}: need {}, may use {} (half of the free space at start)",
+                dir.display(),
+                crate::units::fmt_bytes(bytes as f64),
+                crate::units::fmt_bytes(cur as f64)
+            );
+        }
+        match remaining.compare_exchange(cur, cur - bytes, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => return Ok(()),
+            Err(now) => cur = now,
+        }
+    }
+}
+
+/// What a run may write under `base` (half its free space) and its file system, read
+/// before anything is created there, so that a refusal writes nothing.
+pub fn allowance(base: Option<&Path>) -> anyhow::Result<(PathBuf, FsInfo, u64)> {
+    let base = match base {
+        Some(b) => b.to_path_buf(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let fs = fs_info(&base)?;
+    let half = fs.free_bytes / 2;
+    Ok((base, fs, half))
 }
 
 impl Drop for Scratch {
@@ -219,7 +249,10 @@ impl Drop for Scratch {
 pub struct ScratchFile {
     pub file: File,
     path: Option<PathBuf>,
+    /// Bytes booked for this file.
     pub size: u64,
+    /// The allowance the booking came from (returned on drop) and its folder.
+    pool: Option<(Arc<AtomicU64>, PathBuf)>,
 }
 
 impl ScratchFile {
@@ -234,6 +267,17 @@ impl ScratchFile {
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
     }
+
+    /// Books more space so the file may grow to `total` bytes.
+    pub fn grow_booking(&mut self, total: u64) -> anyhow::Result<()> {
+        if total > self.size {
+            if let Some((pool, dir)) = &self.pool {
+                book(pool, dir, total - self.size)?;
+            }
+            self.size = total;
+        }
+        Ok(())
+    }
 }
 
 impl Drop for ScratchFile {
@@ -241,16 +285,35 @@ impl Drop for ScratchFile {
         if let Some(p) = &self.path {
             let _ = std::fs::remove_file(p);
         }
+        // Truncate first so the space is really free when the booking returns, even
+        // if another descriptor of the unlinked file is still open somewhere.
+        let _ = self.file.set_len(0);
+        if let Some((pool, _)) = &self.pool {
+            pool.fetch_add(self.size, Ordering::SeqCst);
+        }
     }
 }
 
-/// Removes every live scratch folder (used on signals).
+/// Removes every live scratch folder (used on signals). New files are refused first,
+/// and removal is retried, so a file created concurrently cannot keep a folder alive.
 pub fn cleanup_all() {
+    STOPPING.store(true, Ordering::SeqCst);
     if let Ok(live) = LIVE.lock() {
         for d in live.iter() {
-            let _ = std::fs::remove_dir_all(d);
+            for _ in 0..20 {
+                let _ = std::fs::remove_dir_all(d);
+                if !d.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
         }
     }
+}
+
+/// Whether a signal asked the run to stop (long loops may check it).
+pub fn stopping() -> bool {
+    STOPPING.load(Ordering::SeqCst)
 }
 
 /// On SIGINT/SIGTERM/SIGHUP: remove scratch folders, then exit with 128 + signal.
@@ -304,6 +367,23 @@ mod tests {
             assert!(!dir.join("b").exists());
         }
         assert!(!dir.exists(), "scratch folder removed on drop");
+    }
+
+    #[test]
+    fn bookings_return_when_files_go() {
+        let base = tempfile::tempdir_in(".").unwrap();
+        let s = Scratch::new(Some(base.path())).unwrap();
+        let start = s.remaining();
+        let mut f = s.create_file("a", 1 << 20).unwrap();
+        assert_eq!(s.remaining(), start - (1 << 20));
+        f.grow_booking(3 << 20).unwrap();
+        assert_eq!(s.remaining(), start - (3 << 20));
+        assert!(
+            f.grow_booking(u64::MAX).is_err(),
+            "never past the allowance"
+        );
+        drop(f);
+        assert_eq!(s.remaining(), start);
     }
 
     #[test]

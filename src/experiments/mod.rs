@@ -14,6 +14,7 @@ use std::time::Duration;
 
 pub mod cpu;
 pub mod net;
+pub mod fs;
 
 /// How much a run may cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -288,6 +289,7 @@ pub fn registry() -> Vec<Box<dyn Experiment>> {
     let mut v: Vec<Box<dyn Experiment>> = Vec::new();
     v.extend(cpu::experiments());
     v.extend(net::experiments());
+    v.extend(fs::experiments());
     v
 }
 

@@ -1,0 +1,478 @@
+//! fs.cache-size: how much file data the page cache holds. Files of growing size are
+//! read twice; where the second read stops being served from memory (mincore residency
+//! drops, time per byte jumps) is the capacity.
+
+use super::{append, read_through, reopen, MIB};
+use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
+use crate::pagecache;
+use crate::results::{Check, Prediction, Series};
+use std::fs::File;
+use std::time::{Duration, Instant};
+
+pub struct CacheSize;
+
+/// Largest file per profile; thorough goes to 1.5 x RAM where the disk allows.
+fn cap(ctx_total_ram: u64, p: Profile) -> u64 {
+    match p {
+        Profile::Smoke => 64 * MIB,
+        Profile::Quick => 1024 * MIB,
+        Profile::Standard => 8192 * MIB,
+        Profile::Thorough => (ctx_total_ram / 2 * 3).max(8192 * MIB),
+    }
+}
+
+fn first_size(p: Profile) -> u64 {
+    match p {
+        Profile::Smoke => 4 * MIB,
+        _ => 16 * MIB,
+    }
+}
+
+/// A second read counts as served from memory when at least this share of the file was
+/// resident before it.
+const RESIDENT_MIN: f64 = 0.97;
+/// Bisection stops when the bracket is this narrow (ratio of sizes).
+const RESOLUTION: f64 = 1.06;
+
+/// Sizes on a 1 MiB grid, exact enough to tell neighbours apart.
+fn fmt_b(b: u64) -> String {
+    if b >= 10 << 30 {
+        format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{} MiB", b.div_ceil(MIB))
+    }
+}
+
+/// One size probed.
+#[derive(Debug, Clone)]
+struct Probe {
+    size: u64,
+    first_ns_per_byte: f64,
+    second_ns_per_byte: f64,
+    /// Share of [0, size) resident after the first read (before the second).
+    resident: f64,
+    resident_bytes: u64,
+    evicted: bool,
+    seconds: f64,
+}
+
+struct Prober<'a> {
+    ctx: &'a Context<'a>,
+    owner: crate::scratch::ScratchFile,
+    reader: File,
+    written: u64,
+    buf: Vec<u8>,
+}
+
+impl Prober<'_> {
+    /// Makes the file at least `size` long, evicts it, reads [0, size) twice.
+    fn probe(&mut self, size: u64, threshold: Option<f64>) -> anyhow::Result<Probe> {
+        let t = Instant::now();
+        if size > self.written {
+            (self.ctx.progress)(&format!("writing up to {}", fmt_b(size)));
+            self.owner.grow_booking(size)?;
+            append(&self.owner.file, self.written, size, 0x5eed)?;
+            self.written = size;
+        }
+        (self.ctx.progress)(&format!("reading {} twice", fmt_b(size)));
+        let ev = pagecache::evict(&self.owner.file, self.ctx.options.drop_caches)?;
+        let first = read_through(&self.reader, size, &mut self.buf)?;
+        let (res, total) = pagecache::residency_range(&self.reader, 0, size)?;
+        let mut second = read_through(&self.reader, size, &mut self.buf)?;
+        // A resident file read slowly is more likely a busy machine than a miss: take
+        // the best of up to three reads before calling it slow.
+        if let Some(t) = threshold {
+            for _ in 0..2 {
+                if res * 100 < total * 97 || second * 1e9 / size as f64 <= t {
+                    break;
+                }
+                second = second.min(read_through(&self.reader, size, &mut self.buf)?);
+            }
+        }
+        Ok(Probe {
+            size,
+            first_ns_per_byte: first * 1e9 / size as f64,
+            second_ns_per_byte: second * 1e9 / size as f64,
+            resident: res as f64 / total.max(1) as f64,
+            resident_bytes: res * pagecache::page_size() as u64,
+            evicted: ev.verified(),
+            seconds: t.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+/// Whether a probe's second read came from memory: nearly all resident, and (when the
+/// cold and cached rates differ enough to tell) a time per byte nearer the cached rate.
+fn served(p: &Probe, threshold: Option<f64>) -> bool {
+    p.resident >= RESIDENT_MIN && threshold.map_or(true, |t| p.second_ns_per_byte <= t)
+}
+
+/// A size between two, geometrically, on a 1 MiB grid.
+fn midpoint(lo: u64, hi: u64) -> u64 {
+    let m = ((lo as f64) * (hi as f64)).sqrt();
+    ((m / MIB as f64).round() as u64).max(1) * MIB
+}
+
+fn prediction(ctx: &Context) -> Prediction {
+    let avail = super::mem_available(ctx);
+    let cg = super::cgroup_memory_limit();
+    let mut value = f64::INFINITY;
+    let mut p = Prediction::new(
+        0.0,
+        "min(MemAvailable, memory cgroup limit): free memory plus reclaimable cache, capped by the cgroup whose page cache is charged",
+    );
+    if let Some((a, src)) = avail {
+        value = value.min(a as f64);
+        p = p.input("mem_available", a as f64, "bytes", src);
+    }
+    if let Some((l, src)) = cg {
+        value = value.min(l as f64);
+        p = p.input("cgroup_limit", l as f64, "bytes", src);
+    }
+    p.value = if value.is_finite() { value } else { f64::NAN };
+    p
+}
+
+impl Experiment for CacheSize {
+    fn id(&self) -> &'static str {
+        "fs.cache-size"
+    }
+    fn title(&self) -> &'static str {
+        "File (page) cache size"
+    }
+    fn description(&self) -> &'static str {
+        "files of growing size read twice; where the second read stops coming from memory is the page cache's size"
+    }
+    fn method(&self) -> &'static str {
+        "One scratch file (incompressible, written with O_DIRECT so writing does not fill the cache, unlinked at once) \
+         grows as needed. For each size S: evict the file (fadvise, verified with mincore), read [0, S) with 1 MiB \
+         reads, record the resident share of [0, S) with mincore, read [0, S) again and time it. S is served from \
+         memory when >= 97% was resident and the second read's time per byte is below the geometric mean of the \
+         cached and cold rates measured on the first size. S doubles from 16 MiB until it is not served, then the \
+         bracket is bisected geometrically to 6% resolution; the knee is the largest size served. Where the profile's \
+         cap, half the free disk or the time budget stops the search first, the result is 'larger than the largest \
+         size tried'. The resident bytes after the first read of the first size not served give a second estimate."
+    }
+    fn needs(&self) -> Needs {
+        Needs {
+            disk_bytes: 1024 * MIB,
+            ..Default::default()
+        }
+    }
+    fn budget(&self, p: Profile) -> Duration {
+        let s = Duration::from_secs;
+        match p {
+            Profile::Smoke => s(3),
+            Profile::Quick => s(12),
+            Profile::Standard => s(120),
+            Profile::Thorough => s(900),
+        }
+    }
+    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        vec![("cache_size".into(), prediction(ctx))]
+    }
+    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        let start = Instant::now();
+        let s0 = first_size(ctx.profile);
+        let scratch = match super::disk_scratch(ctx, s0)? {
+            Ok(s) => s,
+            Err(reason) => return Ok(Outcome::skipped(reason)),
+        };
+        let mut out = Outcome::default();
+        out.check(super::scratch_check(scratch));
+        let total_ram = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("MemTotal:"))?
+                    .split_whitespace()
+                    .nth(1)?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .map_or(16 << 30, |k| k * 1024);
+        let profile_cap = cap(total_ram, ctx.profile);
+        let disk_cap = scratch.remaining() / MIB * MIB;
+        let limit = profile_cap.min(disk_cap);
+        let mut owner = scratch.create_file("cache-size", 0)?;
+        owner.unlink_now()?;
+        let reader = reopen(&owner.file, false, false)?;
+        let mut pr = Prober {
+            ctx,
+            owner,
+            reader,
+            written: 0,
+            buf: vec![0u8; MIB as usize],
+        };
+        let budget = ctx.budget.as_secs_f64() * 0.85;
+        let time_left = |est: f64| start.elapsed().as_secs_f64() + est < budget;
+
+        let mut probes: Vec<Probe> = Vec::new();
+        let base = pr.probe(s0, None)?;
+        // Cold vs cached rates from the first size tell whether timing can separate them.
+        let contrast = base.first_ns_per_byte / base.second_ns_per_byte;
+        let threshold =
+            (contrast >= 3.0).then(|| (base.first_ns_per_byte * base.second_ns_per_byte).sqrt());
+        probes.push(base.clone());
+        let mut good: Option<u64> = served(&base, threshold).then_some(s0);
+        let mut bad: Option<u64> = (!served(&base, threshold)).then_some(s0);
+        let mut stop_reason = None;
+
+        // Coarse: double until a size is not served.
+        let mut size = s0;
+        while bad.is_none() {
+            let next = size * 2;
+            let last = probes.last().map(|p| p.seconds).unwrap_or(0.0);
+            if next > limit {
+                stop_reason = Some(if next > profile_cap {
+                    format!(
+                        "the {} profile's cap of {}",
+                        ctx.profile.name(),
+                        fmt_b(profile_cap)
+                    )
+                } else {
+                    format!("half the free disk space ({})", fmt_b(disk_cap))
+                });
+                break;
+            }
+            if !time_left(last * 2.5) {
+                stop_reason = Some(format!(
+                    "the time budget ({:.0} s)",
+                    ctx.budget.as_secs_f64()
+                ));
+                break;
+            }
+            size = next;
+            let p = pr.probe(size, threshold)?;
+            if served(&p, threshold) {
+                good = Some(size);
+            } else {
+                bad = Some(size);
+            }
+            probes.push(p);
+        }
+
+        // Fine: bisect between the largest served and the smallest not served.
+        if let (Some(mut g), Some(mut b)) = (good, bad) {
+            while b as f64 / g as f64 > RESOLUTION {
+                let mid = midpoint(g, b);
+                if mid <= g || mid >= b {
+                    break;
+                }
+                let est = probes
+                    .iter()
+                    .find(|p| p.size == b)
+                    .map(|p| p.seconds * mid as f64 / b as f64)
+                    .unwrap_or(0.0);
+                if !time_left(est) {
+                    out.notes.push(format!(
+                        "bisection stopped by the time budget at [{}, {}]",
+                        fmt_b(g),
+                        fmt_b(b)
+                    ));
+                    break;
+                }
+                let p = pr.probe(mid, threshold)?;
+                if served(&p, threshold) {
+                    g = mid;
+                } else {
+                    b = mid;
+                }
+                probes.push(p);
+            }
+            good = Some(g);
+            bad = Some(b);
+        }
+        drop(pr);
+
+        let mut sorted = probes.clone();
+        sorted.sort_by_key(|p| p.size);
+        let series = |name: &str, unit: &str, f: &dyn Fn(&Probe) -> f64| Series {
+            name: name.into(),
+            x_unit: "bytes".into(),
+            y_unit: unit.into(),
+            points: sorted.iter().map(|p| [p.size as f64, f(p)]).collect(),
+        };
+        out.series
+            .push(series("second_read_ns_per_byte_vs_size", "ns", &|p| {
+                p.second_ns_per_byte
+            }));
+        out.series
+            .push(series("first_read_ns_per_byte_vs_size", "ns", &|p| {
+                p.first_ns_per_byte
+            }));
+        out.series
+            .push(series("resident_fraction_vs_size", "fraction", &|p| {
+                p.resident
+            }));
+        out.series
+            .push(series("resident_bytes_vs_size", "bytes", &|p| {
+                p.resident_bytes as f64
+            }));
+        let evicted = probes.iter().filter(|p| p.evicted).count();
+        out.check(Check::sanity(
+            "file evicted before every first read (mincore)",
+            evicted == probes.len(),
+            format!(
+                "{evicted} of {} probes started with no page cached",
+                probes.len()
+            ),
+        ));
+        out.metric(
+            "cached_read_rate",
+            "bytes/s",
+            &format!("second read of the first size ({}), from memory", fmt_b(s0)),
+            vec![1e9 / base.second_ns_per_byte],
+        );
+        out.metric(
+            "cold_read_rate",
+            "bytes/s",
+            &format!(
+                "first read of the first size ({}) after eviction, 1 MiB reads",
+                fmt_b(s0)
+            ),
+            vec![1e9 / base.first_ns_per_byte],
+        );
+        out.notes.push(format!(
+            "probed {} sizes in {:.1} s; served = resident >= {:.0}%{}",
+            probes.len(),
+            start.elapsed().as_secs_f64(),
+            RESIDENT_MIN * 100.0,
+            match threshold {
+                Some(t) => format!(" and second read <= {t:.3} ns/byte"),
+                None => format!(
+                    " (cold/cached contrast only {contrast:.1}x, so residency alone decides)"
+                ),
+            }
+        ));
+
+        if threshold.is_none() {
+            out.finding(
+                format!(
+                    "A cold read ({:.2} GB/s) is barely slower than a cached one ({:.2} GB/s) here, so time per byte cannot show the knee: the device is served from memory elsewhere (a virtual disk cached by its host, or a fast SSD). Residency (mincore) alone decides.",
+                    1.0 / base.first_ns_per_byte,
+                    1.0 / base.second_ns_per_byte
+                ),
+                &["cold_read_rate", "cached_read_rate"],
+            );
+        }
+        match (good, bad) {
+            (Some(g), Some(b)) => {
+                let at = |s: u64| probes.iter().find(|p| p.size == s).cloned();
+                let (pg, pb) = (at(g), at(b));
+                out.metric(
+                    "cache_size",
+                    "bytes",
+                    &format!(
+                        "largest file whose second read came from memory (the next size tried, {}, did not)",
+                        fmt_b(b)
+                    ),
+                    vec![g as f64],
+                );
+                if let Some(pb) = &pb {
+                    out.metric(
+                        "resident_after_overflow",
+                        "bytes",
+                        &format!(
+                            "bytes of the {} file resident after its first read: what the cache kept",
+                            fmt_b(b)
+                        ),
+                        vec![pb.resident_bytes as f64],
+                    );
+                }
+                if let (Some(pg), Some(pb)) = (pg, pb) {
+                    let jump = pb.second_ns_per_byte / pg.second_ns_per_byte;
+                    out.check(Check::sanity(
+                        "time per byte jumps past the knee",
+                        jump >= 2.0 || threshold.is_none(),
+                        format!(
+                            "second read {:.3} ns/byte at {} vs {:.3} at {} ({jump:.1}x); residency {:.0}% vs {:.0}%",
+                            pb.second_ns_per_byte,
+                            fmt_b(b),
+                            pg.second_ns_per_byte,
+                            fmt_b(g),
+                            pb.resident * 100.0,
+                            pg.resident * 100.0
+                        ),
+                    ));
+                }
+                out.finding(
+                    format!(
+                        "The page cache held a {} file but not a {} one: its capacity for file data is about {} here.",
+                        fmt_b(g),
+                        fmt_b(b),
+                        fmt_b(g)
+                    ),
+                    &["cache_size"],
+                );
+            }
+            (None, Some(b)) => {
+                out.metric(
+                    "cache_size_upper_bound",
+                    "bytes",
+                    "even the smallest size tried was not served from memory",
+                    vec![b as f64],
+                );
+                out.finding(
+                    format!(
+                        "Even a {} file was not kept in the page cache: it is smaller than the smallest size tried.",
+                        fmt_b(b)
+                    ),
+                    &["cache_size_upper_bound"],
+                );
+            }
+            (g, None) => {
+                let g = g.unwrap_or(s0);
+                let why = stop_reason.unwrap_or_else(|| "the search limits".into());
+                out.metric(
+                    "cache_size_lower_bound",
+                    "bytes",
+                    &format!(
+                        "larger than the largest size tried ({}), limited by {why}",
+                        fmt_b(g)
+                    ),
+                    vec![g as f64],
+                );
+                out.finding(
+                    format!(
+                        "The page cache is larger than the largest size tried, {} (the search was stopped by {why}).",
+                        fmt_b(g)
+                    ),
+                    &["cache_size_lower_bound"],
+                );
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe(size: u64, resident: f64, second: f64) -> Probe {
+        Probe {
+            size,
+            first_ns_per_byte: 2.0,
+            second_ns_per_byte: second,
+            resident,
+            resident_bytes: 0,
+            evicted: true,
+            seconds: 0.1,
+        }
+    }
+
+    #[test]
+    fn served_needs_residency_and_speed() {
+        assert!(served(&probe(MIB, 1.0, 0.2), Some(0.6)));
+        assert!(!served(&probe(MIB, 0.9, 0.2), Some(0.6)));
+        assert!(!served(&probe(MIB, 1.0, 1.5), Some(0.6)));
+        assert!(served(&probe(MIB, 1.0, 1.5), None));
+    }
+
+    #[test]
+    fn midpoints_are_between_on_a_mib_grid() {
+        let m = midpoint(256 * MIB, 512 * MIB);
+        assert!(m > 256 * MIB && m < 512 * MIB && m % MIB == 0);
+    }
+}

@@ -1,0 +1,734 @@
+//! fs.contention: P processes, each reading its own file uncached, released together by
+//! a barrier; per-block time vs P and a fitted (piecewise) linear model.
+
+use super::{direct_works, evict_check, fmt_b, make_file, reopen, Rng, BLOCK, MIB};
+use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
+use crate::pagecache::AlignedBuf;
+use crate::results::{Check, Prediction, Series};
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+pub struct Contention;
+
+/// Largest process count per profile.
+fn pmax(p: Profile) -> usize {
+    match p {
+        Profile::Smoke => 3,
+        Profile::Quick => 6,
+        Profile::Standard => 16,
+        Profile::Thorough => 50,
+    }
+}
+
+/// Process counts tried: every P up to 8, then steps that keep about 20 points.
+fn counts(p: Profile) -> Vec<usize> {
+    let max = pmax(p);
+    let step = (max / 20).max(1);
+    let mut v: Vec<usize> = (1..=max.min(8)).collect();
+    let mut p = 8 + step.max(2);
+    while p < max {
+        v.push(p);
+        p += step.max(2);
+    }
+    if *v.last().unwrap_or(&0) != max {
+        v.push(max);
+    }
+    v
+}
+
+/// How long every process reads in one round, and rounds per P.
+fn round(p: Profile) -> (Duration, usize) {
+    let ms = Duration::from_millis;
+    match p {
+        Profile::Smoke => (ms(60), 1),
+        Profile::Quick => (ms(150), 2),
+        Profile::Standard => (ms(300), 3),
+        Profile::Thorough => (ms(400), 3),
+    }
+}
+
+/// File per process: large enough that a round reads mostly distinct blocks.
+fn file_size(p: Profile) -> u64 {
+    match p {
+        Profile::Smoke => 2 * MIB,
+        Profile::Quick => 8 * MIB,
+        _ => 16 * MIB,
+    }
+}
+
+/// One child's figures, written into shared memory.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    blocks: u64,
+    ns: u64,
+    error: u64,
+}
+
+/// An anonymous shared mapping of `n` slots, visible to forked children.
+struct Shared {
+    ptr: *mut Slot,
+    n: usize,
+}
+
+impl Shared {
+    fn new(n: usize) -> anyhow::Result<Shared> {
+        let len = n.max(1) * std::mem::size_of::<Slot>();
+        // SAFETY: a fresh anonymous shared mapping; checked for failure below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        Ok(Shared {
+            ptr: p as *mut Slot,
+            n,
+        })
+    }
+    fn get(&self, i: usize) -> Slot {
+        assert!(i < self.n);
+        // SAFETY: i < n slots in the mapping; children have exited when this is read.
+        unsafe { std::ptr::read_volatile(self.ptr.add(i)) }
+    }
+    fn clear(&self) {
+        for i in 0..self.n {
+            // SAFETY: i < n; no child is running.
+            unsafe { std::ptr::write_volatile(self.ptr.add(i), Slot::default()) }
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping made in `new`.
+        unsafe {
+            libc::munmap(
+                self.ptr as *mut libc::c_void,
+                self.n.max(1) * std::mem::size_of::<Slot>(),
+            )
+        };
+    }
+}
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid writable timespec; clock_gettime is async-signal-safe.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The body of a child: only async-signal-safe calls (the parent has threads), on
+/// memory prepared before fork. Never returns.
+///
+/// # Safety
+/// Call only in a freshly forked child; `slot` must point into the shared mapping and
+/// `buf` to BLOCK writable aligned bytes.
+#[allow(clippy::too_many_arguments)]
+unsafe fn child(
+    fd: i32,
+    nblocks: u64,
+    wrap: bool,
+    seconds_ns: u64,
+    ready_w: i32,
+    go_r: i32,
+    buf: *mut u8,
+    slot: *mut Slot,
+    cpu: &libc::cpu_set_t,
+) -> ! {
+    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), cpu);
+    let one = [1u8];
+    libc::write(ready_w, one.as_ptr() as *const libc::c_void, 1);
+    let mut b = [0u8];
+    // Barrier: the parent closes the write end when every child is ready; read sees EOF.
+    libc::read(go_r, b.as_mut_ptr() as *mut libc::c_void, 1);
+    let start = now_ns();
+    let end = start + seconds_ns;
+    let mut blocks = 0u64;
+    let mut pos = 0u64;
+    let mut error = 0u64;
+    loop {
+        if pos >= nblocks {
+            // Without O_DIRECT a second pass would hit the cache: stop instead.
+            if !wrap {
+                break;
+            }
+            pos = 0;
+        }
+        let n = libc::pread(
+            fd,
+            buf as *mut libc::c_void,
+            BLOCK,
+            (pos * BLOCK as u64) as libc::off_t,
+        );
+        if n != BLOCK as isize {
+            error = 1;
+            break;
+        }
+        pos += 1;
+        blocks += 1;
+        if now_ns() >= end {
+            break;
+        }
+    }
+    let ns = now_ns() - start;
+    std::ptr::write_volatile(slot, Slot { blocks, ns, error });
+    libc::_exit(0)
+}
+
+/// One round: `p` children released together; returns each one's ns per block.
+#[allow(clippy::too_many_arguments)]
+fn round_of(
+    files: &[File],
+    bufs: &mut [AlignedBuf],
+    nblocks: u64,
+    wrap: bool,
+    p: usize,
+    dur: Duration,
+    shared: &Shared,
+    cpus: &[libc::cpu_set_t],
+) -> anyhow::Result<Vec<f64>> {
+    shared.clear();
+    let mut ready = [0i32; 2];
+    let mut go = [0i32; 2];
+    // SAFETY: pipe fills two descriptors into each valid array.
+    unsafe {
+        if libc::pipe2(ready.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        if libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            libc::close(ready[0]);
+            libc::close(ready[1]);
+            return Err(std::io::Error::last_os_error().into());
+        }
+    }
+    let mut pids = Vec::with_capacity(p);
+    let mut fork_err = None;
+    for i in 0..p {
+        let fd = files[i].as_raw_fd();
+        let buf = bufs[i].as_mut_ptr();
+        // SAFETY: i < shared.n.
+        let slot = unsafe { shared.ptr.add(i) };
+        // SAFETY: fork; the child runs only `child`, which uses async-signal-safe calls
+        // on memory prepared here, and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: in the child; ends with _exit.
+            unsafe {
+                libc::close(go[1]);
+                libc::close(ready[0]);
+                child(
+                    fd,
+                    nblocks,
+                    wrap,
+                    dur.as_nanos() as u64,
+                    ready[1],
+                    go[0],
+                    buf,
+                    slot,
+                    &cpus[i % cpus.len()],
+                )
+            }
+        }
+        if pid < 0 {
+            fork_err = Some(std::io::Error::last_os_error());
+            break;
+        }
+        pids.push(pid);
+    }
+    // SAFETY: closing our copies of the children's ends.
+    unsafe {
+        libc::close(ready[1]);
+        libc::close(go[0]);
+    }
+    // Wait until every child is ready (or gone), then release them all at once.
+    let mut got = 0;
+    let mut b = [0u8; 64];
+    while got < pids.len() {
+        // SAFETY: b is a valid writable buffer.
+        let n = unsafe { libc::read(ready[0], b.as_mut_ptr() as *mut libc::c_void, b.len()) };
+        if n <= 0 {
+            break;
+        }
+        got += n as usize;
+    }
+    // SAFETY: closing the write end releases the barrier; ready[0] is ours.
+    unsafe {
+        libc::close(go[1]);
+        libc::close(ready[0]);
+    }
+    let mut failed = 0;
+    for pid in &pids {
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(*pid, &mut status, 0) };
+        if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+            failed += 1;
+        }
+    }
+    if let Some(e) = fork_err {
+        return Err(anyhow::anyhow!(
+            "fork failed after {} processes: {e}",
+            pids.len()
+        ));
+    }
+    if failed > 0 || got < p {
+        anyhow::bail!("{failed} of {p} reader processes failed ({got} became ready)");
+    }
+    let mut v = Vec::with_capacity(p);
+    for i in 0..p {
+        let s = shared.get(i);
+        if s.error != 0 || s.blocks == 0 {
+            anyhow::bail!("reader process {i} could not read its file");
+        }
+        v.push(s.ns as f64 / s.blocks as f64);
+    }
+    Ok(v)
+}
+
+/// A fitted model of per-block time vs P: one line, or two joined at a breakpoint
+/// where that explains the data much better.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Model {
+    pub intercept: f64,
+    pub slope: f64,
+    /// Where the second segment starts, and its slope.
+    pub bend: Option<(f64, f64)>,
+    pub sse: f64,
+}
+
+impl Model {
+    pub fn eval(&self, x: f64) -> f64 {
+        let mut y = self.intercept + self.slope * x;
+        if let Some((b, s2)) = self.bend {
+            if x > b {
+                y += (s2 - self.slope) * (x - b);
+            }
+        }
+        y
+    }
+}
+
+fn sse(points: &[(f64, f64)], f: impl Fn(f64) -> f64) -> f64 {
+    points.iter().map(|&(x, y)| (y - f(x)).powi(2)).sum()
+}
+
+/// Continuous piecewise-linear fit: every inner x is tried as the breakpoint (least
+/// squares on the hinge basis 1, x, max(0, x - b)); the bent model is kept only when it
+/// cuts the squared error by more than half and each side has at least 2 points.
+pub(crate) fn fit(points: &[(f64, f64)]) -> Option<Model> {
+    let (a, b) = crate::stats::linear_fit(points)?;
+    let line = Model {
+        intercept: a,
+        slope: b,
+        bend: None,
+        sse: sse(points, |x| a + b * x),
+    };
+    let mut best: Option<Model> = None;
+    let xs: Vec<f64> = points.iter().map(|p| p.0).collect();
+    for &bx in xs.iter() {
+        let left = xs.iter().filter(|&&x| x <= bx).count();
+        let right = xs.iter().filter(|&&x| x > bx).count();
+        if left < 2 || right < 2 {
+            continue;
+        }
+        if let Some(m) = hinge_fit(points, bx) {
+            if best.as_ref().map_or(true, |b| m.sse < b.sse) {
+                best = Some(m);
+            }
+        }
+    }
+    match best {
+        Some(m) if m.sse < 0.5 * line.sse => Some(m),
+        _ => Some(line),
+    }
+}
+
+/// Least squares on y = c0 + c1 x + c2 max(0, x - b) via the 3x3 normal equations.
+#[allow(clippy::needless_range_loop)]
+fn hinge_fit(points: &[(f64, f64)], b: f64) -> Option<Model> {
+    let mut m = [[0.0f64; 4]; 3];
+    for &(x, y) in points {
+        let f = [1.0, x, (x - b).max(0.0)];
+        for i in 0..3 {
+            for j in 0..3 {
+                m[i][j] += f[i] * f[j];
+            }
+            m[i][3] += f[i] * y;
+        }
+    }
+    // Gaussian elimination with partial pivoting.
+    for col in 0..3 {
+        let piv = (col..3).max_by(|&r, &s| m[r][col].abs().total_cmp(&m[s][col].abs()))?;
+        if m[piv][col].abs() < 1e-12 {
+            return None;
+        }
+        m.swap(col, piv);
+        for r in 0..3 {
+            if r != col {
+                let k = m[r][col] / m[col][col];
+                for c in col..4 {
+                    m[r][c] -= k * m[col][c];
+                }
+            }
+        }
+    }
+    let c: Vec<f64> = (0..3).map(|i| m[i][3] / m[i][i]).collect();
+    let model = Model {
+        intercept: c[0],
+        slope: c[1],
+        bend: Some((b, c[1] + c[2])),
+        sse: 0.0,
+    };
+    let s = sse(points, |x| model.eval(x));
+    Some(Model { sse: s, ..model })
+}
+
+impl Experiment for Contention {
+    fn id(&self) -> &'static str {
+        "fs.contention"
+    }
+    fn title(&self) -> &'static str {
+        "Per-block read time with P processes reading at once"
+    }
+    fn description(&self) -> &'static str {
+        "P = 1..Pmax processes each reading its own file uncached, released together; per-block time vs P and a fitted model"
+    }
+    fn method(&self) -> &'static str {
+        "Pmax scratch files (incompressible, unlinked at once) are written; for each P, P forked processes each open \
+         their own file (O_DIRECT where supported, else evicted and verified with mincore before every round), signal \
+         ready on a pipe and block on a second pipe whose write end the parent closes once all are ready, so all start \
+         together. Each then reads its file sequentially in 4 KiB blocks with pread() for a fixed time (wrapping at the \
+         end under O_DIRECT) and records blocks and elapsed time in shared memory; per-block time = elapsed / blocks. \
+         Reader i is pinned to CPU (run CPU + i) mod the allowed CPUs, so P = 1 \
+         reads as fs.read does; readers die with the parent. The per-P medians are fitted with a least-squares line and \
+         with a continuous two-segment line (every P tried as the breakpoint); the bent model is kept when it halves \
+         the squared error."
+    }
+    fn needs(&self) -> Needs {
+        Needs {
+            disk_bytes: pmax(Profile::Quick) as u64 * file_size(Profile::Quick),
+            ..Default::default()
+        }
+    }
+    fn budget(&self, p: Profile) -> Duration {
+        let (d, r) = round(p);
+        let n = counts(p).len() as u32;
+        // Rounds plus fork/teardown, and writing the files at ~200 MB/s.
+        (d + Duration::from_millis(30)) * r as u32 * n
+            + Duration::from_secs_f64(pmax(p) as f64 * file_size(p) as f64 / 200e6)
+    }
+    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        let p = pmax(ctx.profile) as f64;
+        // Readers report elapsed / blocks, a mean: compare with fs.read's mean, not its
+        // median (4 KiB latency has a long tail).
+        let (t1, src) = match ctx
+            .earlier_metric("fs.read", "uncached_seq")
+            .map(|m| m.summary.mean)
+            .filter(|v| v.is_finite())
+        {
+            Some(v) => (v, "measured: fs.read uncached_seq (mean)".to_string()),
+            None => {
+                let dir = ctx
+                    .options
+                    .scratch_dir
+                    .clone()
+                    .unwrap_or_else(|| std::path::PathBuf::from("."));
+                let pr = super::uncached_prediction(ctx, &dir, super::Pattern::Sequential);
+                (pr.value, "model: fs.read's device prediction".to_string())
+            }
+        };
+        vec![
+            (
+                "per_block_p1".into(),
+                Prediction::new(t1, "t1: one process alone reads as fs.read measured")
+                    .input("t1", t1, "ns", src.clone()),
+            ),
+            (
+                "per_block_pmax".into(),
+                Prediction::new(
+                    p * t1,
+                    "P x t1: the device serves one request at a time, so each reader waits for the other P-1",
+                )
+                .input("t1", t1, "ns", src.clone())
+                .input("P", p, "processes", "profile Pmax"),
+            ),
+            (
+                "model_slope".into(),
+                Prediction::new(t1, "t1 per added process (one device queue)")
+                    .input("t1", t1, "ns", src),
+            ),
+        ]
+    }
+    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        let pm = pmax(ctx.profile);
+        let fsize = file_size(ctx.profile);
+        let scratch = match super::disk_scratch(ctx, pm as u64 * fsize)? {
+            Ok(s) => s,
+            Err(reason) => return Ok(Outcome::skipped(reason)),
+        };
+        let mut out = Outcome::default();
+        out.check(super::scratch_check(scratch));
+        let mut rng = Rng::new(0xc0de);
+        let mut owners = Vec::with_capacity(pm);
+        for i in 0..pm {
+            (ctx.progress)(&format!("writing file {}/{pm}", i + 1));
+            owners.push(make_file(
+                scratch,
+                &format!("contention-{i}"),
+                fsize,
+                rng.next(),
+            )?);
+        }
+        let direct = direct_works(&owners[0].file);
+        let files: Vec<File> = owners
+            .iter()
+            .map(|o| reopen(&o.file, direct, false))
+            .collect::<Result<_, _>>()?;
+        if !direct {
+            for f in &files {
+                super::advise(f, libc::POSIX_FADV_RANDOM);
+            }
+        }
+        let mut bufs: Vec<AlignedBuf> = (0..pm)
+            .map(|_| AlignedBuf::new(BLOCK, BLOCK))
+            .collect::<Result<_, _>>()?;
+        let shared = Shared::new(pm)?;
+        // Reader i runs on CPU (run CPU + i) mod the allowed CPUs: P = 1 reads as fs.read
+        // does (same CPU, so the same interrupt and wake-up path), and readers spread
+        // evenly instead of where the scheduler happens to put them.
+        let mut allowed = ctx.machine.cpu.allowed_cpus.clone();
+        allowed.retain(|&c| c < libc::CPU_SETSIZE as usize);
+        if allowed.is_empty() {
+            allowed = vec![ctx.cpu];
+        }
+        let first = allowed.iter().position(|&c| c == ctx.cpu).unwrap_or(0);
+        let cpus: Vec<libc::cpu_set_t> = (0..allowed.len())
+            .map(|i| {
+                // SAFETY: a zeroed cpu_set_t is a valid empty set; the CPU is below
+                // CPU_SETSIZE (filtered above).
+                unsafe {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(allowed[(first + i) % allowed.len()], &mut set);
+                    set
+                }
+            })
+            .collect();
+        let nblocks = fsize / BLOCK as u64;
+        let (dur, rounds) = round(ctx.profile);
+        let (mut evict_ok, mut evicts, mut evict_detail) = (0, 0, String::new());
+        let mut per_p: Vec<(usize, Vec<f64>)> = Vec::new();
+        let mut aggregate = Vec::new();
+        let started = std::time::Instant::now();
+        for p in counts(ctx.profile) {
+            if per_p.len() >= 2 && started.elapsed() > ctx.budget * 2 {
+                out.notes.push(format!(
+                    "stopped before P = {p} by the time budget (the machine is slow or busy)"
+                ));
+                break;
+            }
+            let mut vals = Vec::new();
+            let mut rates = Vec::new();
+            for r in 0..rounds {
+                (ctx.progress)(&format!("P = {p}, round {}/{rounds}", r + 1));
+                if crate::scratch::stopping() {
+                    anyhow::bail!("interrupted");
+                }
+                if !direct {
+                    // Without O_DIRECT each round must start from disk: evict and verify.
+                    for o in owners.iter().take(p) {
+                        let c = evict_check(ctx, &o.file, "reader file", true)?;
+                        evicts += 1;
+                        if c.passed {
+                            evict_ok += 1;
+                        } else {
+                            evict_detail = c.detail;
+                        }
+                    }
+                }
+                let v = round_of(&files, &mut bufs, nblocks, direct, p, dur, &shared, &cpus)?;
+                rates.push(v.iter().map(|t| 1e9 / t).sum::<f64>());
+                vals.extend(v);
+            }
+            aggregate.push([p as f64, crate::stats::median(&rates)]);
+            per_p.push((p, vals));
+        }
+        drop(files);
+        drop(owners);
+
+        if direct {
+            out.check(Check::premise(
+                "uncached reads bypass the page cache",
+                true,
+                "every reader uses O_DIRECT with a 4 KiB-aligned buffer",
+            ));
+        } else {
+            out.check(Check::premise(
+                "uncached reads: files evicted and verified (mincore) before every round",
+                evict_ok == evicts,
+                if evict_ok == evicts {
+                    format!("O_DIRECT not supported; {evict_ok} of {evicts} evictions verified (a file larger than a round's reads, random advice)")
+                } else {
+                    evict_detail
+                },
+            ));
+        }
+        out.check(Check::premise(
+            "readers released together",
+            true,
+            "each child signals ready on a pipe and blocks on a second pipe until the parent closes it",
+        ));
+
+        let medians: Vec<(f64, f64)> = per_p
+            .iter()
+            .map(|(p, v)| (*p as f64, crate::stats::median(v)))
+            .collect();
+        out.series.push(Series {
+            name: "per_block_vs_processes".into(),
+            x_unit: "processes".into(),
+            y_unit: "ns".into(),
+            points: medians.iter().map(|&(x, y)| [x, y]).collect(),
+        });
+        out.series.push(Series {
+            name: "aggregate_blocks_per_s_vs_processes".into(),
+            x_unit: "processes".into(),
+            y_unit: "1/s".into(),
+            points: aggregate,
+        });
+        if let Some((_, v)) = per_p.first() {
+            out.metric(
+                "per_block_p1",
+                "ns",
+                "time per 4 KiB block, one process alone (one value per round)",
+                v.clone(),
+            );
+        }
+        if let Some((p, v)) = per_p.last() {
+            out.metric(
+                "per_block_pmax",
+                "ns",
+                &format!(
+                    "time per 4 KiB block with P = {p} processes (one value per process and round)"
+                ),
+                v.clone(),
+            );
+        }
+        let model = fit(&medians);
+        if let Some(m) = &model {
+            out.metric(
+                "model_intercept",
+                "ns",
+                "fitted per-block time at P = 0 (the model's constant)",
+                vec![m.intercept],
+            );
+            out.metric(
+                "model_slope",
+                "ns",
+                "fitted added per-block time per extra process (first segment)",
+                vec![m.slope],
+            );
+            if let Some((b, s2)) = m.bend {
+                out.metric(
+                    "model_breakpoint",
+                    "processes",
+                    "P where the fitted line bends",
+                    vec![b],
+                );
+                out.metric(
+                    "model_slope_after",
+                    "ns",
+                    "fitted added per-block time per extra process beyond the breakpoint",
+                    vec![s2],
+                );
+            }
+            out.series.push(Series {
+                name: "model_per_block_vs_processes".into(),
+                x_unit: "processes".into(),
+                y_unit: "ns".into(),
+                points: medians.iter().map(|&(x, _)| [x, m.eval(x)]).collect(),
+            });
+            let t1 = medians.first().map(|p| p.1).unwrap_or(f64::NAN);
+            let (pl, tl) = medians.last().copied().unwrap_or((1.0, f64::NAN));
+            let parallel = pl * t1 / tl;
+            let text = match m.bend {
+                Some((b, s2)) => format!(
+                    "Per-block time is {} + {} x P up to P = {b:.0}, then rises {} per extra process; with {pl:.0} readers each block takes {} ({:.1}x one reader's {}), so the device overlaps about {parallel:.1} requests.",
+                    crate::units::fmt_ns(m.intercept),
+                    crate::units::fmt_ns(m.slope),
+                    crate::units::fmt_ns(s2),
+                    crate::units::fmt_ns(tl),
+                    tl / t1,
+                    crate::units::fmt_ns(t1)
+                ),
+                None => format!(
+                    "Per-block time grows linearly, {} + {} x P; with {pl:.0} readers each block takes {} ({:.1}x one reader's {}), so the device overlaps about {parallel:.1} requests.",
+                    crate::units::fmt_ns(m.intercept),
+                    crate::units::fmt_ns(m.slope),
+                    crate::units::fmt_ns(tl),
+                    tl / t1,
+                    crate::units::fmt_ns(t1)
+                ),
+            };
+            out.finding(text, &["per_block_p1", "per_block_pmax", "model_slope"]);
+        }
+        out.notes.push(format!(
+            "{pm} files of {} each; {rounds} round(s) of {} ms per P",
+            fmt_b(fsize),
+            dur.as_millis()
+        ));
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_finds_a_bend() {
+        // Flat up to 4, then 100 per process.
+        let pts: Vec<(f64, f64)> = (1..=12)
+            .map(|p| {
+                let p = p as f64;
+                (p, 1000.0 + if p > 4.0 { 100.0 * (p - 4.0) } else { 0.0 })
+            })
+            .collect();
+        let m = fit(&pts).unwrap();
+        let (b, s2) = m.bend.expect("bent");
+        assert!((b - 4.0).abs() < 1e-9, "{m:?}");
+        assert!(m.slope.abs() < 1e-6 && (s2 - 100.0).abs() < 1e-6, "{m:?}");
+    }
+
+    #[test]
+    fn fit_keeps_a_line_for_linear_data() {
+        let pts: Vec<(f64, f64)> = (1..=10)
+            .map(|p| (p as f64, 50.0 + 7.0 * p as f64))
+            .collect();
+        let m = fit(&pts).unwrap();
+        assert!(m.bend.is_none());
+        assert!((m.slope - 7.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn process_counts_cover_the_range() {
+        for p in Profile::ALL {
+            let c = counts(p);
+            assert_eq!(c[0], 1);
+            assert_eq!(*c.last().unwrap(), pmax(p));
+            assert!(c.windows(2).all(|w| w[0] < w[1]));
+        }
+        assert_eq!(pmax(Profile::Thorough), 50);
+    }
+}

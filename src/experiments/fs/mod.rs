@@ -1,0 +1,650 @@
+//! File-system experiments (SPEC section 5): read time vs file size, the file cache's
+//! size, remote files, and contention between processes.
+//!
+//! Shared here: getting a disk-backed scratch folder without writing anything when it
+//! cannot be used, writing test files, opening them uncached, device facts for
+//! predictions, and the block-read kernels.
+
+use super::{Context, Experiment};
+use crate::pagecache::{self, AlignedBuf};
+use crate::results::{Check, Prediction};
+use crate::scratch::{Scratch, ScratchFile};
+use anyhow::Context as _;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+mod cache_size;
+mod contention;
+mod read;
+mod remote_read;
+
+/// In run order: remote-read and contention use fs.read's figures in their predictions.
+pub fn experiments() -> Vec<Box<dyn Experiment>> {
+    vec![
+        Box::new(read::Read),
+        Box::new(remote_read::RemoteRead),
+        Box::new(contention::Contention),
+        Box::new(cache_size::CacheSize),
+    ]
+}
+
+/// The block every per-block figure is about.
+pub(crate) const BLOCK: usize = 4096;
+const MIB: u64 = 1 << 20;
+
+/// The run's scratch folder if it is on a disk and may take at least `need` bytes.
+/// Otherwise the reason, and nothing is written: the base folder is checked before the
+/// scratch folder is made.
+pub(crate) fn disk_scratch<'a>(
+    ctx: &'a Context,
+    need: u64,
+) -> anyhow::Result<Result<&'a Scratch, String>> {
+    let base = ctx.options.scratch_dir.as_deref();
+    if ctx.scratch_cell.get().is_none() {
+        let (dir, fs, half) = crate::scratch::allowance(base)?;
+        if fs.memory_backed {
+            return Ok(Err(format!(
+                "scratch directory {} is on {} (memory-backed): a file there never touches a disk; use --scratch-dir on a disk",
+                dir.display(),
+                fs.fs_type
+            )));
+        }
+        if half < need {
+            return Ok(Err(not_enough(&dir, need, half, fs.free_bytes)));
+        }
+    }
+    let s = ctx.scratch()?;
+    if let Err(e) = s.require_disk() {
+        return Ok(Err(format!("{e:#}")));
+    }
+    if s.remaining() < need {
+        return Ok(Err(format!(
+            "not enough free space in {}: need {}, may still use {} of the half of the free space this run may take; free space or use --scratch-dir elsewhere",
+            s.dir().display(),
+            fmt_b(need),
+            fmt_b(s.remaining())
+        )));
+    }
+    Ok(Ok(s))
+}
+
+fn not_enough(dir: &Path, need: u64, half: u64, free: u64) -> String {
+    format!(
+        "not enough free space in {}: need {}, may use {} (half of the {} free); free space or use --scratch-dir elsewhere",
+        dir.display(),
+        fmt_b(need),
+        fmt_b(half),
+        fmt_b(free)
+    )
+}
+
+pub(crate) fn fmt_b(b: u64) -> String {
+    crate::units::fmt_bytes(b as f64)
+}
+
+/// A check recording the scratch folder's file system.
+pub(crate) fn scratch_check(s: &Scratch) -> Check {
+    Check::premise(
+        "scratch on a disk-backed file system",
+        !s.fs().memory_backed,
+        format!(
+            "{} on {} ({} free at start, at most half used)",
+            s.dir().display(),
+            s.fs().fs_type,
+            fmt_b(s.fs().free_bytes)
+        ),
+    )
+}
+
+/// Small deterministic generator (xorshift64*) for block orders and file contents.
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// A uniformly shuffled 0..n (Fisher-Yates).
+    pub fn permutation(&mut self, n: usize) -> Vec<u32> {
+        let mut v: Vec<u32> = (0..n as u32).collect();
+        for i in (1..n).rev() {
+            let j = (self.next() % (i as u64 + 1)) as usize;
+            v.swap(i, j);
+        }
+        v
+    }
+}
+
+/// Opens the same file again through /proc/self/fd, so a file already unlinked can get
+/// a second descriptor with other flags (O_DIRECT).
+pub(crate) fn reopen(file: &File, direct: bool, write: bool) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true).write(write);
+    if direct {
+        o.custom_flags(libc::O_DIRECT);
+    }
+    o.open(format!("/proc/self/fd/{}", file.as_raw_fd()))
+}
+
+/// Whether a descriptor of this file accepts O_DIRECT reads of aligned 4 KiB blocks.
+pub(crate) fn direct_works(file: &File) -> bool {
+    let Ok(d) = reopen(file, true, false) else {
+        return false;
+    };
+    let Ok(mut buf) = AlignedBuf::new(BLOCK, BLOCK) else {
+        return false;
+    };
+    pread(&d, &mut buf, 0).is_ok()
+}
+
+/// Creates a scratch file of `size` bytes (a multiple of 1 MiB) filled with incompressible
+/// data, flushed to the device, and already unlinked so that nothing can be left behind.
+/// Written through O_DIRECT where possible, so the page cache stays untouched.
+pub(crate) fn make_file(
+    scratch: &Scratch,
+    name: &str,
+    size: u64,
+    seed: u64,
+) -> anyhow::Result<ScratchFile> {
+    let mut f = scratch.create_file(name, size)?;
+    f.unlink_now()
+        .with_context(|| format!("unlinking scratch file {name}"))?;
+    append(&f.file, 0, size, seed)?;
+    Ok(f)
+}
+
+/// Writes `[from, to)` of a file with pseudo-random data in 1 MiB pieces and flushes it;
+/// uses O_DIRECT when the file system takes it.
+pub(crate) fn append(file: &File, from: u64, to: u64, seed: u64) -> anyhow::Result<()> {
+    let direct = reopen(file, true, true).ok();
+    let mut buf = AlignedBuf::new(MIB as usize, BLOCK)?;
+    let mut rng = Rng::new(seed ^ from);
+    let mut pos = from;
+    let mut since_sync = 0u64;
+    while pos < to {
+        for w in buf.chunks_exact_mut(8) {
+            w.copy_from_slice(&rng.next().to_le_bytes());
+        }
+        let n = (to - pos).min(MIB) as usize;
+        let target = direct.as_ref().filter(|_| n % BLOCK == 0).unwrap_or(file);
+        pwrite_all(target, &buf[..n], pos)?;
+        pos += n as u64;
+        since_sync += n as u64;
+        // Buffered writes: flush often so dirty pages stay few (a small memory cgroup
+        // could otherwise stall or kill the run).
+        if direct.is_none() && since_sync >= 32 * MIB {
+            file.sync_data().context("flushing a scratch file")?;
+            since_sync = 0;
+        }
+        if crate::scratch::stopping() {
+            anyhow::bail!("interrupted");
+        }
+    }
+    file.sync_data().context("flushing a scratch file")?;
+    Ok(())
+}
+
+fn pwrite_all(file: &File, mut data: &[u8], mut pos: u64) -> anyhow::Result<()> {
+    while !data.is_empty() {
+        // SAFETY: data is a valid readable slice of data.len() bytes.
+        let n = unsafe {
+            libc::pwrite(
+                file.as_raw_fd(),
+                data.as_ptr() as *const libc::c_void,
+                data.len(),
+                pos as libc::off_t,
+            )
+        };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error()).context("writing a scratch file");
+        }
+        if n == 0 {
+            anyhow::bail!("writing a scratch file: no progress (disk full?)");
+        }
+        data = &data[n as usize..];
+        pos += n as u64;
+    }
+    Ok(())
+}
+
+/// One pread of a whole buffer at `pos`; errors on a short read.
+pub(crate) fn pread(file: &File, buf: &mut [u8], pos: u64) -> std::io::Result<()> {
+    // SAFETY: buf is a valid writable slice of buf.len() bytes.
+    let n = unsafe {
+        libc::pread(
+            file.as_raw_fd(),
+            buf.as_mut_ptr() as *mut libc::c_void,
+            buf.len(),
+            pos as libc::off_t,
+        )
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if n as usize != buf.len() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "short read",
+        ));
+    }
+    Ok(())
+}
+
+/// One read() at the current offset; returns the bytes read (0 at the end).
+pub(crate) fn read_once(file: &File, buf: &mut [u8]) -> std::io::Result<usize> {
+    // SAFETY: buf is a valid writable slice of buf.len() bytes.
+    let n = unsafe {
+        libc::read(
+            file.as_raw_fd(),
+            buf.as_mut_ptr() as *mut libc::c_void,
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+pub(crate) fn seek_start(file: &File) -> std::io::Result<()> {
+    // SAFETY: lseek on an open descriptor has no memory effects.
+    if unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_SET) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Access advice for the whole file (readahead on or off).
+pub(crate) fn advise(file: &File, advice: libc::c_int) {
+    // SAFETY: advisory call on an open descriptor; it has no memory effects.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, advice) };
+}
+
+/// Reads `[0, len)` with 1 MiB read() calls through the page cache; returns the seconds
+/// it took.
+pub(crate) fn read_through(file: &File, len: u64, buf: &mut [u8]) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let mut pos = 0u64;
+    while pos < len {
+        let n = ((len - pos) as usize).min(buf.len());
+        pread(file, &mut buf[..n], pos).context("reading a scratch file")?;
+        pos += n as u64;
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// The access patterns of a per-block read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pattern {
+    /// read() from the start, block after block.
+    Sequential,
+    /// pread() over a shuffled order of every block of the file.
+    Random,
+}
+
+impl Pattern {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Pattern::Sequential => "seq",
+            Pattern::Random => "random",
+        }
+    }
+}
+
+/// Per-block times of one (file, pattern) reading run.
+pub(crate) struct BlockTimes {
+    /// ns per block, one value per trial (a chunk of consecutive operations).
+    pub per_block_ns: Vec<f64>,
+    pub blocks: u64,
+}
+
+/// Times 4 KiB reads of `file` (`size` bytes) in chunks: each trial is `chunk` reads,
+/// sized so that a trial lasts about `trial` (at least one read; exactly one when
+/// `trial` is zero). Stops at `deadline`
+/// once `min_trials` are in, or when every block has been read once and `wrap` is off.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn time_blocks(
+    ctx: &Context,
+    file: &File,
+    size: u64,
+    pattern: Pattern,
+    order: &[u32],
+    wrap: bool,
+    trial: Duration,
+    deadline: Instant,
+    min_trials: usize,
+) -> anyhow::Result<BlockTimes> {
+    let clock = ctx.clock;
+    let overhead = clock.overhead_ticks();
+    let nblocks = size / BLOCK as u64;
+    let mut buf = AlignedBuf::new(BLOCK, BLOCK)?;
+    seek_start(file)?;
+    let mut next = 0u64; // blocks issued so far in this pass
+    let mut total = 0u64;
+    // A zero trial length times every read on its own (for slow, device-bound reads,
+    // whose distribution is wanted; the clock's overhead is subtracted).
+    let mut chunk = if trial.is_zero() { 1 } else { 8 };
+    let mut out = Vec::new();
+    let max_trials = 100_000;
+    loop {
+        if next >= nblocks {
+            if !wrap {
+                break;
+            }
+            next = 0;
+            seek_start(file)?;
+        }
+        let n = chunk.min(nblocks - next);
+        let t0 = clock.start();
+        match pattern {
+            Pattern::Sequential => {
+                for _ in 0..n {
+                    let got = read_once(file, &mut buf).context("read")?;
+                    if got != BLOCK {
+                        anyhow::bail!("short read of {got} bytes");
+                    }
+                }
+            }
+            Pattern::Random => {
+                for i in next..next + n {
+                    pread(file, &mut buf, order[i as usize] as u64 * BLOCK as u64)
+                        .context("pread")?;
+                }
+            }
+        }
+        let t1 = clock.stop();
+        let ns = clock.ticks_to_ns((t1.wrapping_sub(t0) as f64 - overhead).max(0.0));
+        next += n;
+        total += n;
+        out.push(ns / n as f64);
+        // The first trial (8 blocks) sizes every later one so a trial lasts about
+        // `trial`; fixed from then on, so the mean of the trials is the mean per block
+        // (what fio reports as mean completion latency).
+        if out.len() == 1 && !trial.is_zero() {
+            let per = (ns / n as f64).max(1.0);
+            chunk = ((trial.as_nanos() as f64 / per) as u64).clamp(1, 4096);
+        }
+        let done = out.len() >= min_trials && Instant::now() >= deadline;
+        if done || out.len() >= max_trials || crate::scratch::stopping() {
+            break;
+        }
+    }
+    Ok(BlockTimes {
+        per_block_ns: out,
+        blocks: total,
+    })
+}
+
+/// The block device behind a path, with the facts predictions use.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Device {
+    pub name: String,
+    /// /sys/block/NAME/queue/rotational.
+    pub rotational: Option<bool>,
+    /// virtio, Xen or another paravirtual disk: its rotational flag describes nothing
+    /// physical, the host's storage decides.
+    pub virtual_disk: bool,
+    pub nvme: bool,
+}
+
+/// The disk holding `path`, found via its st_dev in /sys/dev/block.
+pub(crate) fn device_of(path: &Path) -> Option<Device> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(path).ok()?.dev();
+    // SAFETY: major/minor only decode the number.
+    let (maj, min) = (libc::major(dev), libc::minor(dev));
+    let sys = std::fs::canonicalize(format!("/sys/dev/block/{maj}:{min}")).ok()?;
+    // A partition's folder sits inside its disk's folder.
+    let disk: PathBuf = if sys.join("partition").exists() {
+        sys.parent()?.to_path_buf()
+    } else {
+        sys
+    };
+    let name = disk.file_name()?.to_string_lossy().to_string();
+    let rotational = std::fs::read_to_string(disk.join("queue/rotational"))
+        .ok()
+        .map(|s| s.trim() == "1");
+    let driver = std::fs::read_link(disk.join("device/driver"))
+        .ok()
+        .and_then(|p| p.file_name().map(|f| f.to_string_lossy().to_string()))
+        .unwrap_or_default();
+    let virtual_disk = name.starts_with("vd")
+        || name.starts_with("xvd")
+        || driver.contains("virtio")
+        || driver.contains("xen");
+    Some(Device {
+        nvme: name.starts_with("nvme"),
+        name,
+        rotational,
+        virtual_disk,
+    })
+}
+
+/// Model of one uncached 4 KiB request on a device: (random ns, sequential ns, basis).
+pub(crate) fn device_model(d: Option<&Device>) -> (f64, f64, String) {
+    match d {
+        Some(d) if d.virtual_disk => (
+            100_000.0,
+            100_000.0,
+            format!(
+                "{}: paravirtual disk, one request = a round trip through the host's storage stack (~100 us); its rotational flag ({}) says nothing physical",
+                d.name,
+                d.rotational.map(|r| if r { "1" } else { "0" }).unwrap_or("?")
+            ),
+        ),
+        Some(d) if d.rotational == Some(true) => (
+            12_700_000.0,
+            80_000.0,
+            format!(
+                "{}: rotational; random = 8.5 ms average seek + 4.2 ms half a 7200 rpm turn; sequential = command overhead + 4 KiB at ~150 MB/s from the drive's track buffer",
+                d.name
+            ),
+        ),
+        Some(d) if d.nvme => (
+            20_000.0,
+            20_000.0,
+            format!("{}: NVMe flash, ~20 us per 4 KiB read", d.name),
+        ),
+        Some(d) => (
+            80_000.0,
+            80_000.0,
+            format!("{}: non-rotational (SATA/SAS flash), ~80 us per 4 KiB read", d.name),
+        ),
+        None => (
+            100_000.0,
+            100_000.0,
+            "device unknown (no block device behind the folder): assumed flash-like, ~100 us".into(),
+        ),
+    }
+}
+
+/// The measured system call cost, or a stated default.
+pub(crate) fn syscall_ns(ctx: &Context) -> (f64, String) {
+    match ctx.earlier_median("cpu.syscall", "getppid") {
+        Some(v) if v.is_finite() && v > 0.0 => (v, "measured: cpu.syscall getppid".into()),
+        _ => (
+            200.0,
+            "default (cpu.syscall not run): 200 ns kernel entry".into(),
+        ),
+    }
+}
+
+/// Copy rate of the page cache to user space assumed by the cached-read model.
+const COPY_BYTES_PER_NS: f64 = 8.0;
+/// Page-cache lookup and bookkeeping per 4 KiB read (xarray walk, refcount, accessed bit).
+const LOOKUP_NS: f64 = 150.0;
+
+/// Prediction of a cached 4 KiB read: system call + lookup + copy.
+pub(crate) fn cached_prediction(ctx: &Context) -> Prediction {
+    let (sys, src) = syscall_ns(ctx);
+    let v = sys + LOOKUP_NS + BLOCK as f64 / COPY_BYTES_PER_NS;
+    Prediction::new(
+        v,
+        "t_syscall + t_lookup + 4096 B / copy rate (page cache to user buffer)",
+    )
+    .input("t_syscall", sys, "ns", src)
+    .input(
+        "t_lookup",
+        LOOKUP_NS,
+        "ns",
+        "model: page-cache lookup and bookkeeping",
+    )
+    .input(
+        "copy_rate",
+        COPY_BYTES_PER_NS * 1e9,
+        "bytes/s",
+        "model: copy from the page cache",
+    )
+}
+
+/// Prediction of an uncached 4 KiB read from the device facts.
+pub(crate) fn uncached_prediction(ctx: &Context, dir: &Path, pattern: Pattern) -> Prediction {
+    let dev = device_of(dir);
+    let (random, seq, basis) = device_model(dev.as_ref());
+    let (sys, src) = syscall_ns(ctx);
+    let dev_ns = if pattern == Pattern::Random {
+        random
+    } else {
+        seq
+    };
+    Prediction::new(
+        dev_ns + sys,
+        "t_device(4 KiB request) + t_syscall (O_DIRECT: one device request per block)",
+    )
+    .input("t_device", dev_ns, "ns", basis)
+    .input(
+        "rotational",
+        match dev.as_ref().and_then(|d| d.rotational) {
+            Some(true) => 1.0,
+            Some(false) => 0.0,
+            None => f64::NAN,
+        },
+        "bool",
+        "/sys/block/*/queue/rotational",
+    )
+    .input("t_syscall", sys, "ns", src)
+}
+
+/// Evicts a file and reports the check; `must` makes it a premise (the uncached read
+/// relies on it) rather than a note (O_DIRECT bypasses the cache anyway).
+pub(crate) fn evict_check(
+    ctx: &Context,
+    file: &File,
+    what: &str,
+    must: bool,
+) -> anyhow::Result<Check> {
+    let e = pagecache::evict(file, ctx.options.drop_caches)?;
+    let name = format!("{what}: evicted from the page cache (mincore)");
+    let mut detail = e.describe();
+    if !e.verified() && !ctx.options.drop_caches {
+        detail.push_str("; run as root with --drop-caches to allow dropping the whole page cache");
+    }
+    Ok(if must {
+        Check::premise(&name, e.verified(), detail)
+    } else {
+        Check::sanity(&name, e.verified(), detail)
+    })
+}
+
+/// The cgroup memory limit of this process (v1 memory.limit_in_bytes or v2 memory.max,
+/// the smallest along the path to the root), if any.
+pub(crate) fn cgroup_memory_limit() -> Option<(u64, String)> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mut best: Option<(u64, String)> = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, ctrl, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let (root, file) = if ctrl.split(',').any(|c| c == "memory") {
+            ("/sys/fs/cgroup/memory", "memory.limit_in_bytes")
+        } else if ctrl.is_empty() {
+            ("/sys/fs/cgroup", "memory.max")
+        } else {
+            continue;
+        };
+        let mut p = PathBuf::from(root).join(path.trim_start_matches('/'));
+        loop {
+            let f = p.join(file);
+            if let Ok(s) = std::fs::read_to_string(&f) {
+                if let Ok(v) = s.trim().parse::<u64>() {
+                    // v1 reports "no limit" as a huge page-rounded number.
+                    if v < (1u64 << 60) && best.as_ref().map_or(true, |b| v < b.0) {
+                        best = Some((v, f.display().to_string()));
+                    }
+                }
+            }
+            if !p.pop() || !p.starts_with(root) || p == Path::new(root) {
+                break;
+            }
+        }
+    }
+    best
+}
+
+/// MemAvailable from the machine facts, or /proc/meminfo.
+pub(crate) fn mem_available(ctx: &Context) -> Option<(u64, String)> {
+    if ctx.machine.memory.available_bytes > 0 {
+        return Some((
+            ctx.machine.memory.available_bytes,
+            "machine: MemAvailable".into(),
+        ));
+    }
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = s.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some((kib * 1024, "/proc/meminfo MemAvailable".into()))
+}
+
+/// Sizes from `from` doubling up to `to` (both included when powers of two apart).
+pub(crate) fn doublings(from: u64, to: u64) -> Vec<u64> {
+    let mut v = Vec::new();
+    let mut s = from;
+    while s <= to {
+        v.push(s);
+        s *= 2;
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permutation_is_a_permutation() {
+        let mut r = Rng::new(7);
+        let mut p = r.permutation(1000);
+        assert_ne!(p[..10], (0..10).collect::<Vec<u32>>()[..]);
+        p.sort_unstable();
+        assert_eq!(p, (0..1000).collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn doubling_sizes() {
+        assert_eq!(doublings(1, 8), vec![1, 2, 4, 8]);
+        assert_eq!(doublings(3, 2), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn device_of_the_current_directory_is_found_or_none() {
+        // Either a block device with a name, or none (overlay, tmpfs): never a panic.
+        if let Some(d) = device_of(Path::new(".")) {
+            assert!(!d.name.is_empty());
+        }
+    }
+
+    #[test]
+    fn cgroup_limit_is_plausible() {
+        if let Some((l, src)) = cgroup_memory_limit() {
+            assert!(l > 0, "{src}");
+        }
+    }
+}

@@ -1,0 +1,512 @@
+//! fs.read: per-block (4 KiB) read time vs file size, sequential and random, uncached
+//! and cached. The sweep here is shared with fs.remote-read.
+
+use super::{
+    direct_works, doublings, evict_check, fmt_b, make_file, read_through, reopen, time_blocks,
+    BlockTimes, Pattern, Rng, BLOCK, MIB,
+};
+use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::pagecache;
+use crate::results::{Check, Prediction, Series};
+use crate::scratch::Scratch;
+use std::time::{Duration, Instant};
+
+pub struct Read;
+
+/// Largest file per profile.
+fn cap(p: Profile) -> u64 {
+    match p {
+        Profile::Smoke => 4 * MIB,
+        Profile::Quick => 64 * MIB,
+        Profile::Standard => 256 * MIB,
+        Profile::Thorough => 1024 * MIB,
+    }
+}
+
+/// Reading time per (size, pattern) pass: uncached, cached.
+fn slices(p: Profile) -> (Duration, Duration) {
+    let ms = Duration::from_millis;
+    match p {
+        Profile::Smoke => (ms(40), ms(10)),
+        Profile::Quick => (ms(100), ms(25)),
+        Profile::Standard => (ms(400), ms(80)),
+        Profile::Thorough => (ms(1000), ms(200)),
+    }
+}
+
+/// What a sweep does: file sizes and the time each pass may take.
+pub(crate) struct Plan {
+    pub sizes: Vec<u64>,
+    pub uncached: Duration,
+    pub cached: Duration,
+    pub min_trials: usize,
+    /// File name prefix.
+    pub label: &'static str,
+    /// No new size is started past this (a starved or contended machine must not make
+    /// the run overstay its budget).
+    pub deadline: Option<Instant>,
+}
+
+impl Plan {
+    pub fn for_profile(p: Profile, largest: u64, label: &'static str) -> Plan {
+        let (uncached, cached) = slices(p);
+        Plan {
+            sizes: doublings(MIB, largest.max(MIB)),
+            uncached,
+            cached,
+            min_trials: 5,
+            label,
+            deadline: None,
+        }
+    }
+}
+
+/// One measured pass.
+pub(crate) struct Point {
+    pub size: u64,
+    pub cached: bool,
+    pub pattern: Pattern,
+    pub times: BlockTimes,
+}
+
+/// Everything a sweep measured and verified.
+pub(crate) struct SweepOut {
+    pub points: Vec<Point>,
+    pub checks: Vec<Check>,
+    pub direct: bool,
+    pub notes: Vec<String>,
+}
+
+impl SweepOut {
+    pub fn get(&self, size: u64, cached: bool, pattern: Pattern) -> Option<&Point> {
+        self.points
+            .iter()
+            .find(|p| p.size == size && p.cached == cached && p.pattern == pattern)
+    }
+    pub fn largest(&self) -> u64 {
+        self.points.iter().map(|p| p.size).max().unwrap_or(0)
+    }
+}
+
+pub(crate) fn metric_name(cached: bool, pattern: Pattern) -> String {
+    format!(
+        "{}_{}",
+        if cached { "cached" } else { "uncached" },
+        pattern.name()
+    )
+}
+
+/// Runs the sweep in `scratch`: for each size a new file, read uncached (O_DIRECT, or
+/// evicted and verified) and cached (fully resident, verified), sequentially and randomly.
+pub(crate) fn sweep(ctx: &Context, scratch: &Scratch, plan: &Plan) -> anyhow::Result<SweepOut> {
+    let mut points = Vec::new();
+    let mut notes = Vec::new();
+    let mut direct = None;
+    let (mut evictions, mut evicted_ok, mut evict_detail) = (0, 0, String::new());
+    let (mut resident_ok, mut resident_checks, mut resident_detail) = (0, 0, String::new());
+    let mut bigbuf = vec![0u8; MIB as usize];
+    let mut rng = Rng::new(0x05ee_d0f5 ^ plan.sizes.len() as u64);
+    for &size in &plan.sizes {
+        if crate::scratch::stopping() {
+            anyhow::bail!("interrupted");
+        }
+        if !points.is_empty() && plan.deadline.is_some_and(|d| Instant::now() > d) {
+            notes.push(format!(
+                "stopped before {} by the time budget (the machine is slow or busy)",
+                fmt_b(size)
+            ));
+            break;
+        }
+        (ctx.progress)(&format!("{}: writing {}", plan.label, fmt_b(size)));
+        let f = make_file(
+            scratch,
+            &format!("{}-{}", plan.label, size),
+            size,
+            rng.next(),
+        )?;
+        let direct_ok = *direct.get_or_insert_with(|| direct_works(&f.file));
+        let nblocks = (size / BLOCK as u64) as usize;
+        let order = rng.permutation(nblocks);
+
+        // Uncached passes.
+        for pattern in [Pattern::Sequential, Pattern::Random] {
+            (ctx.progress)(&format!(
+                "{}: {} uncached {}",
+                plan.label,
+                fmt_b(size),
+                pattern.name()
+            ));
+            let c = evict_check(ctx, &f.file, &format!("{} file", fmt_b(size)), !direct_ok)?;
+            evictions += 1;
+            if c.passed {
+                evicted_ok += 1;
+            } else {
+                evict_detail = c.detail.clone();
+            }
+            let fd = reopen(&f.file, direct_ok, false)?;
+            if !direct_ok {
+                // Without O_DIRECT every block is read once: no wrap, and no readahead
+                // for the random order.
+                super::advise(
+                    &fd,
+                    if pattern == Pattern::Random {
+                        libc::POSIX_FADV_RANDOM
+                    } else {
+                        libc::POSIX_FADV_NORMAL
+                    },
+                );
+            }
+            // The largest size gives the metrics: it gets three times as long.
+            let slice = if Some(&size) == plan.sizes.last() {
+                plan.uncached * 3
+            } else {
+                plan.uncached
+            };
+            let times = time_blocks(
+                ctx,
+                &fd,
+                size,
+                pattern,
+                &order,
+                direct_ok,
+                Duration::ZERO,
+                Instant::now() + slice,
+                plan.min_trials,
+            )?;
+            if times.per_block_ns.len() < plan.min_trials {
+                notes.push(format!(
+                    "{} uncached {}: only {} trials (every block read once)",
+                    fmt_b(size),
+                    pattern.name(),
+                    times.per_block_ns.len()
+                ));
+            }
+            points.push(Point {
+                size,
+                cached: false,
+                pattern,
+                times,
+            });
+        }
+
+        // Cached passes: read the whole file until every page is resident.
+        let fd = reopen(&f.file, false, false)?;
+        for _ in 0..3 {
+            read_through(&fd, size, &mut bigbuf)?;
+            if pagecache::residency(&fd)?.0 == size / pagecache::page_size() as u64 {
+                break;
+            }
+        }
+        for pattern in [Pattern::Sequential, Pattern::Random] {
+            (ctx.progress)(&format!(
+                "{}: {} cached {}",
+                plan.label,
+                fmt_b(size),
+                pattern.name()
+            ));
+            // Another tenant's memory pressure can evict pages mid-pass: warm up and
+            // measure again (twice at most) before calling the premise failed.
+            let mut attempt = 0;
+            let times = loop {
+                attempt += 1;
+                let before = pagecache::residency(&fd)?;
+                let times = time_blocks(
+                    ctx,
+                    &fd,
+                    size,
+                    pattern,
+                    &order,
+                    true,
+                    Duration::from_micros(200),
+                    Instant::now() + plan.cached,
+                    plan.min_trials,
+                )?;
+                let after = pagecache::residency(&fd)?;
+                if before.0 == before.1 && after.0 == after.1 {
+                    if attempt > 1 {
+                        notes.push(format!(
+                            "{} cached {}: pages were evicted during a pass by memory pressure; measured again",
+                            fmt_b(size),
+                            pattern.name()
+                        ));
+                    }
+                    resident_ok += 1;
+                    break times;
+                }
+                resident_detail = format!(
+                    "{} {}: {} of {} pages resident before, {} after (memory pressure evicted the file)",
+                    fmt_b(size),
+                    pattern.name(),
+                    before.0,
+                    before.1,
+                    after.0
+                );
+                if attempt == 3 {
+                    break times;
+                }
+                read_through(&fd, size, &mut bigbuf)?;
+            };
+            resident_checks += 1;
+            points.push(Point {
+                size,
+                cached: true,
+                pattern,
+                times,
+            });
+        }
+        drop(fd);
+        drop(f);
+    }
+    let direct = direct.unwrap_or(false);
+    let mut checks = vec![];
+    if direct {
+        checks.push(Check::premise(
+            "uncached reads bypass the page cache",
+            true,
+            "O_DIRECT with 4 KiB-aligned buffers at 4 KiB-aligned offsets; files written with O_DIRECT as well",
+        ));
+        checks.push(Check::sanity(
+            "files evicted before uncached passes (mincore)",
+            evicted_ok == evictions,
+            if evicted_ok == evictions {
+                format!("{evicted_ok} of {evictions} passes started with no page cached")
+            } else {
+                format!("{evicted_ok} of {evictions} verified; last: {evict_detail} (O_DIRECT bypasses it anyway)")
+            },
+        ));
+    } else {
+        checks.push(Check::premise(
+            "uncached reads: evicted with posix_fadvise(DONTNEED) and verified with mincore",
+            evicted_ok == evictions,
+            if evicted_ok == evictions {
+                format!("O_DIRECT not supported here; {evicted_ok} of {evictions} passes started with no page cached")
+            } else {
+                format!("{evicted_ok} of {evictions} verified; last: {evict_detail}")
+            },
+        ));
+    }
+    checks.push(Check::premise(
+        "cached reads: every page resident before and after (mincore)",
+        resident_ok == resident_checks,
+        if resident_ok == resident_checks {
+            format!("{resident_ok} of {resident_checks} cached passes fully resident")
+        } else {
+            resident_detail
+        },
+    ));
+    Ok(SweepOut {
+        points,
+        checks,
+        direct,
+        notes,
+    })
+}
+
+/// Adds a sweep's series (median per size), metrics at the largest size (with `prefix`)
+/// and relation checks to an outcome.
+pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
+    let largest = s.largest();
+    for cached in [false, true] {
+        for pattern in [Pattern::Sequential, Pattern::Random] {
+            let name = format!("{prefix}{}", metric_name(cached, pattern));
+            let points: Vec<[f64; 2]> = s
+                .points
+                .iter()
+                .filter(|p| p.cached == cached && p.pattern == pattern)
+                .map(|p| [p.size as f64, crate::stats::median(&p.times.per_block_ns)])
+                .collect();
+            out.series.push(Series {
+                name: format!("{name}_vs_size"),
+                x_unit: "bytes".into(),
+                y_unit: "ns".into(),
+                points,
+            });
+            if let Some(p) = s.get(largest, cached, pattern) {
+                let m =
+                    out.metric(
+                        &name,
+                        "ns",
+                        &format!(
+                        "time per 4 KiB block, {} {}, {} file ({} blocks read; one value per {})",
+                        if cached { "cached" } else { "uncached" },
+                        if pattern == Pattern::Sequential {
+                            "sequential read()"
+                        } else {
+                            "random pread() over a shuffled block order"
+                        },
+                        fmt_b(largest),
+                        p.times.blocks,
+                        if cached { "trial of ~0.2 ms of reads" } else { "read" }
+                    ),
+                        p.times.per_block_ns.clone(),
+                    );
+                // Uncached reads are timed one by one: keep their distribution.
+                if !cached {
+                    if let Some(sum) = crate::stats::Summary::with_percentiles(&m.raw) {
+                        m.summary = sum;
+                    }
+                }
+            }
+        }
+    }
+    for pattern in [Pattern::Sequential, Pattern::Random] {
+        let med = |cached| {
+            s.get(largest, cached, pattern)
+                .map(|p| crate::stats::median(&p.times.per_block_ns))
+                .unwrap_or(f64::NAN)
+        };
+        let (u, c) = (med(false), med(true));
+        out.check(Check::sanity(
+            &format!(
+                "{}cached {} faster than uncached",
+                if prefix.is_empty() {
+                    String::new()
+                } else {
+                    format!("{}: ", prefix.trim_end_matches('_'))
+                },
+                pattern.name()
+            ),
+            c < u,
+            format!(
+                "cached {} vs uncached {} ({:.1}x)",
+                crate::units::fmt_ns(c),
+                crate::units::fmt_ns(u),
+                u / c
+            ),
+        ));
+    }
+}
+
+impl Experiment for Read {
+    fn id(&self) -> &'static str {
+        "fs.read"
+    }
+    fn title(&self) -> &'static str {
+        "File read time per 4 KiB block vs file size"
+    }
+    fn description(&self) -> &'static str {
+        "per-block read time vs file size: sequential read() and random pread(), uncached and cached"
+    }
+    fn method(&self) -> &'static str {
+        "For each size from 1 MiB doubling to the profile's cap, a new scratch file of incompressible data is written \
+         (O_DIRECT where supported), flushed and unlinked at once. Uncached: read through O_DIRECT with 4 KiB-aligned \
+         buffers where the file system supports it, otherwise after posix_fadvise(DONTNEED) verified with mincore (and \
+         with readahead off for the random order, every block read once). Cached: after the file is read until every \
+         page is resident (mincore before and after). Sequential = read() of consecutive 4 KiB blocks from the start; \
+         random = pread() over a shuffled order of every block of the file. Each pass lasts a fixed time (three times as long at \
+         the largest size). Uncached reads are timed one by one with the cycle counter (clock overhead subtracted), so \
+         the metrics carry the distribution (mean comparable to fio's mean completion latency, p50/p90/p99); cached \
+         reads are timed in fixed chunks lasting ~0.2 ms, one value per chunk. Series show the median per size; \
+         metrics are the values at the largest size."
+    }
+    fn needs(&self) -> super::super::Needs {
+        super::super::Needs {
+            disk_bytes: cap(Profile::Quick),
+            ..Default::default()
+        }
+    }
+    fn budget(&self, p: Profile) -> Duration {
+        let (u, c) = slices(p);
+        let n = doublings(MIB, cap(p)).len() as u32;
+        // Passes (the largest size's uncached ones three times as long), plus writing
+        // the files at ~200 MB/s.
+        (u + c) * 2 * n + u * 4 + Duration::from_secs_f64(2.0 * cap(p) as f64 / 200e6)
+    }
+    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        let dir = ctx
+            .options
+            .scratch_dir
+            .clone()
+            .unwrap_or_else(|| std::path::PathBuf::from("."));
+        vec![
+            (
+                "uncached_seq".into(),
+                super::uncached_prediction(ctx, &dir, Pattern::Sequential),
+            ),
+            (
+                "uncached_random".into(),
+                super::uncached_prediction(ctx, &dir, Pattern::Random),
+            ),
+            ("cached_seq".into(), super::cached_prediction(ctx)),
+            ("cached_random".into(), super::cached_prediction(ctx)),
+        ]
+    }
+    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        let mem = super::mem_available(ctx).map(|m| m.0).unwrap_or(u64::MAX);
+        let mem = super::cgroup_memory_limit().map_or(mem, |c| c.0.min(mem));
+        // The cached pass needs the file in memory: at most a quarter of what is free.
+        let largest = cap(ctx.profile).min(mem / 4);
+        if largest < MIB {
+            return Ok(Outcome::skipped(format!(
+                "too little memory for a cached 1 MiB file (available {})",
+                fmt_b(mem)
+            )));
+        }
+        let scratch = match super::disk_scratch(ctx, MIB)? {
+            Ok(s) => s,
+            Err(reason) => return Ok(Outcome::skipped(reason)),
+        };
+        let mut out = Outcome::default();
+        out.check(super::scratch_check(scratch));
+        // Never more than the allowance: shrink the largest file to fit.
+        let mut largest = largest;
+        while largest > MIB && largest > scratch.remaining() {
+            largest /= 2;
+        }
+        if largest < cap(ctx.profile) {
+            out.notes.push(format!(
+                "largest file {} (profile cap {}), limited by free space or memory",
+                fmt_b(largest),
+                fmt_b(cap(ctx.profile))
+            ));
+        }
+        let mut plan = Plan::for_profile(ctx.profile, largest, "read");
+        plan.deadline = Some(Instant::now() + ctx.budget * 2);
+        let s = sweep(ctx, scratch, &plan)?;
+        for c in &s.checks {
+            out.check(c.clone());
+        }
+        out.notes.extend(s.notes.iter().cloned());
+        report(&mut out, &s, "");
+        let med = |n: &str| {
+            out.metrics
+                .iter()
+                .find(|m| m.name == n)
+                .map(|m| m.summary.median)
+                .unwrap_or(f64::NAN)
+        };
+        let (us, ur, cs, cr) = (
+            med("uncached_seq"),
+            med("uncached_random"),
+            med("cached_seq"),
+            med("cached_random"),
+        );
+        out.finding(
+            format!(
+                "At {}, a cached 4 KiB read costs {} sequential / {} random; uncached ({}) it costs {} / {}: the page cache is {:.0}x / {:.0}x faster.",
+                fmt_b(s.largest()),
+                crate::units::fmt_ns(cs),
+                crate::units::fmt_ns(cr),
+                if s.direct { "O_DIRECT" } else { "evicted, with readahead for sequential" },
+                crate::units::fmt_ns(us),
+                crate::units::fmt_ns(ur),
+                us / cs,
+                ur / cr
+            ),
+            &["uncached_seq", "uncached_random", "cached_seq", "cached_random"],
+        );
+        out.finding(
+            format!(
+                "Uncached random reads cost {:.2}x sequential ones{}.",
+                ur / us,
+                if ur / us < 1.5 {
+                    ": no seek penalty, the device behaves like flash (or a virtual disk backed by it)"
+                } else {
+                    ": position matters, as on a rotating disk or with readahead helping the sequential case"
+                }
+            ),
+            &["uncached_seq", "uncached_random"],
+        );
+        Ok(out)
+    }
+}

@@ -1,0 +1,227 @@
+//! fs.remote-read: fs.read's sweep on --remote-dir and on the local scratch disk in the
+//! same sitting, with the remote/local ratio per access pattern.
+
+use super::read::{metric_name, report, sweep, Plan};
+use super::{fmt_b, Pattern, MIB};
+use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
+use crate::results::{Check, Prediction};
+use crate::scratch::Scratch;
+use std::time::Duration;
+
+pub struct RemoteRead;
+
+fn cap(p: Profile) -> u64 {
+    match p {
+        Profile::Smoke => 2 * MIB,
+        Profile::Quick => 8 * MIB,
+        Profile::Standard => 64 * MIB,
+        Profile::Thorough => 256 * MIB,
+    }
+}
+
+/// A round trip to a file server on a LAN, used when no measured one is at hand.
+const DEFAULT_RTT_NS: f64 = 150_000.0;
+
+fn network_rtt(ctx: &Context) -> (f64, String) {
+    for (exp, m) in [("net.rtt", "tcp_p50"), ("net.rtt", "tcp")] {
+        if let Some(v) = ctx.earlier_median(exp, m) {
+            return (v, format!("measured: {exp} {m} (loopback unless --peer)"));
+        }
+    }
+    (
+        DEFAULT_RTT_NS,
+        "model: a LAN request/response through a user-space or kernel file server (~150 us)".into(),
+    )
+}
+
+impl Experiment for RemoteRead {
+    fn id(&self) -> &'static str {
+        "fs.remote-read"
+    }
+    fn title(&self) -> &'static str {
+        "Remote file read time per 4 KiB block"
+    }
+    fn description(&self) -> &'static str {
+        "fs.read on --remote-dir (NFS, SMB, sshfs...) and locally, with the remote/local ratio per pattern"
+    }
+    fn method(&self) -> &'static str {
+        "The fs.read sweep (smaller sizes) run twice in the same sitting: in a new folder under --remote-dir and in \
+         the local scratch folder. Uncached remote reads use O_DIRECT where the network file system supports it \
+         (each 4 KiB read is then a request to the server), otherwise fadvise eviction verified with mincore. The \
+         ratio metrics are remote trials divided by the local median at the largest common size, per access \
+         pattern and cache state. Everything written remotely is unlinked at once and its folder removed."
+    }
+    fn needs(&self) -> Needs {
+        Needs {
+            remote_dir: true,
+            disk_bytes: cap(Profile::Quick),
+            ..Default::default()
+        }
+    }
+    fn budget(&self, p: Profile) -> Duration {
+        let n = super::doublings(MIB, cap(p)).len() as u32;
+        let per = match p {
+            Profile::Smoke => Duration::from_millis(150),
+            Profile::Quick => Duration::from_millis(300),
+            Profile::Standard => Duration::from_millis(1000),
+            Profile::Thorough => Duration::from_millis(2500),
+        };
+        // Remote and local sweeps, and writing over the network at ~20 MB/s.
+        per * 2 * n + Duration::from_secs_f64(2.0 * cap(p) as f64 / 20e6)
+    }
+    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        let (rtt, src) = network_rtt(ctx);
+        let mut v = Vec::new();
+        for pattern in [Pattern::Sequential, Pattern::Random] {
+            let local_name = metric_name(false, pattern);
+            let (local, lsrc) = match ctx.earlier_median("fs.read", &local_name) {
+                Some(l) => (l, format!("measured: fs.read {local_name}")),
+                None => {
+                    let dir = ctx
+                        .options
+                        .scratch_dir
+                        .clone()
+                        .unwrap_or_else(|| std::path::PathBuf::from("."));
+                    let p = super::uncached_prediction(ctx, &dir, pattern);
+                    (p.value, "model: fs.read's device prediction".into())
+                }
+            };
+            v.push((
+                format!("ratio_{local_name}"),
+                Prediction::new(
+                    (local + rtt) / local,
+                    "(t_local + t_round_trip) / t_local: each uncached block is one request to the server, whose own read is taken as costing what a local one does",
+                )
+                .input("t_local", local, "ns", lsrc)
+                .input("t_round_trip", rtt, "ns", src.clone()),
+            ));
+            v.push((
+                format!("ratio_{}", metric_name(true, pattern)),
+                Prediction::new(
+                    1.0,
+                    "1: cached remote data sits in the same local page cache",
+                ),
+            ));
+        }
+        v
+    }
+    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        let Some(remote) = ctx.options.remote_dir.as_deref() else {
+            return Ok(Outcome::skipped(
+                "no remote directory: pass --remote-dir PATH on a mounted network file system (NFS, SMB, sshfs...)",
+            ));
+        };
+        let largest = cap(ctx.profile);
+        let (rbase, rfs, rhalf) = crate::scratch::allowance(Some(remote))?;
+        if rhalf < largest {
+            return Ok(Outcome::skipped(format!(
+                "not enough free space in {}: need {}, may use {} (half of the {} free)",
+                rbase.display(),
+                fmt_b(largest),
+                fmt_b(rhalf),
+                fmt_b(rfs.free_bytes)
+            )));
+        }
+        let local = match super::disk_scratch(ctx, largest)? {
+            Ok(s) => s,
+            Err(reason) => return Ok(Outcome::skipped(format!("local side: {reason}"))),
+        };
+        let mut out = Outcome::default();
+        out.check(super::scratch_check(local));
+        out.check(Check::premise(
+            "remote directory on a network file system",
+            rfs.network,
+            format!(
+                "{} is on {} (statfs magic {:#x}){}",
+                remote.display(),
+                rfs.fs_type,
+                rfs.magic,
+                if rfs.network {
+                    ""
+                } else {
+                    ": a local file system, so a remote/local ratio means nothing"
+                }
+            ),
+        ));
+        let rscratch = Scratch::new(Some(remote))?;
+        let mut plan = Plan::for_profile(ctx.profile, largest, "remote");
+        let (u, c) = (plan.uncached, plan.cached);
+        plan.uncached = u.min(Duration::from_millis(300));
+        plan.cached = c.min(Duration::from_millis(60));
+        // The remote side may take the budget; the local one repeats its sizes.
+        plan.deadline = Some(std::time::Instant::now() + ctx.budget);
+        let rs = sweep(ctx, &rscratch, &plan)?;
+        drop(rscratch);
+        plan.label = "local";
+        // The same sizes locally, so the ratios compare like with like.
+        let done: std::collections::BTreeSet<u64> = rs.points.iter().map(|p| p.size).collect();
+        plan.sizes.retain(|s| done.contains(s));
+        plan.deadline = None;
+        let ls = sweep(ctx, local, &plan)?;
+        for c in &rs.checks {
+            let mut c = c.clone();
+            c.name = format!("remote: {}", c.name);
+            out.check(c);
+        }
+        for c in &ls.checks {
+            let mut c = c.clone();
+            c.name = format!("local: {}", c.name);
+            out.check(c);
+        }
+        out.notes
+            .extend(rs.notes.iter().map(|n| format!("remote: {n}")));
+        out.notes
+            .extend(ls.notes.iter().map(|n| format!("local: {n}")));
+        report(&mut out, &rs, "remote_");
+        report(&mut out, &ls, "local_");
+        let size = rs.largest().min(ls.largest());
+        let mut summary = Vec::new();
+        for cached in [false, true] {
+            for pattern in [Pattern::Sequential, Pattern::Random] {
+                let (Some(r), Some(l)) =
+                    (rs.get(size, cached, pattern), ls.get(size, cached, pattern))
+                else {
+                    continue;
+                };
+                let lmed = crate::stats::median(&l.times.per_block_ns);
+                let raw: Vec<f64> = r.times.per_block_ns.iter().map(|v| v / lmed).collect();
+                let name = format!("ratio_{}", metric_name(cached, pattern));
+                out.metric(
+                    &name,
+                    "ratio",
+                    &format!(
+                        "remote / local time per 4 KiB block at {} (each remote trial over the local median)",
+                        fmt_b(size)
+                    ),
+                    raw,
+                );
+                let med = out
+                    .metrics
+                    .last()
+                    .map(|m| m.summary.median)
+                    .unwrap_or(f64::NAN);
+                summary.push(format!(
+                    "{} {} {:.2}x",
+                    if cached { "cached" } else { "uncached" },
+                    pattern.name(),
+                    med
+                ));
+            }
+        }
+        out.finding(
+            format!(
+                "Remote ({}) vs local 4 KiB reads at {}: {}.",
+                rfs.fs_type,
+                fmt_b(size),
+                summary.join(", ")
+            ),
+            &[
+                "ratio_uncached_seq",
+                "ratio_uncached_random",
+                "ratio_cached_seq",
+                "ratio_cached_random",
+            ],
+        );
+        Ok(out)
+    }
+}
