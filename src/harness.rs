@@ -25,6 +25,10 @@ pub struct HarnessConfig {
     pub calibration_limit: Duration,
     /// Never run more iterations than this in one trial.
     pub max_iters: u64,
+    /// Repeat trials during which the thread was preempted (involuntary context switch):
+    /// they timed another task too. Only for bodies that never block or wake another task
+    /// on purpose (a ping-pong's wake-ups count as involuntary switches).
+    pub detect_preemption: bool,
 }
 
 impl Default for HarnessConfig {
@@ -37,6 +41,7 @@ impl Default for HarnessConfig {
             budget: Duration::from_millis(500),
             calibration_limit: Duration::from_millis(200),
             max_iters: 1 << 40,
+            detect_preemption: false,
         }
     }
 }
@@ -56,6 +61,8 @@ pub struct Measurement {
     pub stable: bool,
     /// What went short: calibration bound hit, budget ran out, and so on.
     pub notes: Vec<String>,
+    /// Trials set aside and repeated because the thread was preempted while they ran.
+    pub preempted: usize,
 }
 
 impl Measurement {
@@ -107,11 +114,18 @@ impl<'a> Harness<'a> {
         self.clock.ns_to_ticks(d.as_nanos() as f64)
     }
 
-    fn trial(&self, body: &mut dyn FnMut(u64), iters: u64) -> u64 {
+    /// One trial: its ticks, and whether it ran undisturbed.
+    fn trial(&self, body: &mut dyn FnMut(u64), iters: u64) -> (u64, bool) {
+        let c0 = if self.cfg.detect_preemption {
+            thread_preemptions()
+        } else {
+            0
+        };
         let t0 = self.clock.start();
         body(iters);
         let t1 = self.clock.stop();
-        t1.wrapping_sub(t0)
+        let quiet = !self.cfg.detect_preemption || thread_preemptions() == c0;
+        (t1.wrapping_sub(t0), quiet)
     }
 
     /// Measures `body(iters)`, which must run `iters` iterations of `ops_per_iter`
@@ -142,7 +156,11 @@ impl<'a> Harness<'a> {
         // Calibrate: grow the iteration count until a trial lasts min_trial.
         let mut iters: u64 = 1;
         loop {
-            let t = self.trial(body, iters) as f64;
+            let (t, quiet) = self.trial(body, iters);
+            let t = t as f64;
+            if !quiet && elapsed() <= cal_limit {
+                continue; // a preempted trial says nothing about the rate
+            }
             if t >= min_trial {
                 break;
             }
@@ -183,9 +201,13 @@ impl<'a> Harness<'a> {
         }
 
         let mut raw = Vec::with_capacity(self.cfg.trials);
+        // Preempted trials are set aside and repeated; they are used only when too few
+        // undisturbed ones fit in the budget, and a note says so.
+        let mut disturbed = Vec::new();
         while raw.len() < self.cfg.trials {
+            let have = raw.len() + disturbed.len();
             let over_budget = elapsed() > budget;
-            if over_budget && raw.len() >= self.cfg.min_trials.max(1) {
+            if over_budget && have >= self.cfg.min_trials.max(1) {
                 notes.push(format!(
                     "budget of {} ms reached after {} of {} trials",
                     self.cfg.budget.as_millis(),
@@ -195,7 +217,7 @@ impl<'a> Harness<'a> {
                 break;
             }
             // Never exceed twice the budget, even for min_trials.
-            if elapsed() > 2.0 * budget && !raw.is_empty() {
+            if elapsed() > 2.0 * budget && have > 0 {
                 notes.push(format!(
                     "stopped at twice the {} ms budget after {} trials",
                     self.cfg.budget.as_millis(),
@@ -203,7 +225,27 @@ impl<'a> Harness<'a> {
                 ));
                 break;
             }
-            raw.push(self.trial(body, iters));
+            match self.trial(body, iters) {
+                (t, true) => raw.push(t),
+                (t, false) => disturbed.push(t),
+            }
+        }
+        let preempted = disturbed.len();
+        if preempted > 0 {
+            notes.push(format!(
+                "{preempted} trials were preempted by other tasks (involuntary context switch) and repeated; {} undisturbed trials kept",
+                raw.len()
+            ));
+        }
+        let min_kept = self.cfg.min_trials.max(1);
+        if raw.len() < min_kept && !disturbed.is_empty() {
+            let add = (min_kept - raw.len()).min(disturbed.len());
+            disturbed.sort_unstable();
+            raw.extend_from_slice(&disturbed[..add]);
+            notes.push(format!(
+                "only {} undisturbed trials fitted in the budget: {add} preempted trials (the fastest) are included, so the figure may be inflated",
+                raw.len() - add
+            ));
         }
 
         let overhead = self.clock.overhead_ticks();
@@ -223,6 +265,7 @@ impl<'a> Harness<'a> {
             ops_per_iter,
             stable,
             notes,
+            preempted,
         }
     }
 
@@ -250,9 +293,25 @@ impl<'a> Harness<'a> {
     }
 }
 
+/// Involuntary context switches of the calling thread so far (getrusage RUSAGE_THREAD).
+pub fn thread_preemptions() -> u64 {
+    // SAFETY: a zeroed rusage is a valid output buffer for getrusage.
+    unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_THREAD, &mut ru) != 0 {
+            return 0;
+        }
+        ru.ru_nivcsw as u64
+    }
+}
+
 /// Ticks per iteration of an empty `repeat` loop, measured with the given clock.
 pub fn measure_loop_ticks(clock: &dyn Clock, cfg: &HarnessConfig) -> f64 {
-    let h = Harness::new(clock, cfg.clone(), 0.0);
+    let cfg = HarnessConfig {
+        detect_preemption: true,
+        ..cfg.clone()
+    };
+    let h = Harness::new(clock, cfg, 0.0);
     let m = h.measure_raw(1.0, |n| repeat(n, || ()));
     let med = crate::stats::median(&m.per_op_ns);
     clock.ns_to_ticks(med).max(0.0)
@@ -272,6 +331,24 @@ mod tests {
             budget: Duration::from_millis(100),
             calibration_limit: Duration::from_millis(20),
             max_iters: 1 << 40,
+            detect_preemption: false,
+        }
+    }
+
+    #[test]
+    fn preemption_check_keeps_undisturbed_trials() {
+        // On the real clock with the check on, kept trials are undisturbed or a note says why.
+        let (clock, _) = crate::clock::detect();
+        let c = HarnessConfig {
+            detect_preemption: true,
+            budget: Duration::from_millis(100),
+            ..Default::default()
+        };
+        let h = Harness::new(&clock, c, 0.0);
+        let m = h.measure_raw(1.0, |n| repeat(n, || ()));
+        assert!(m.per_op_ns.len() >= 5, "{:?}", m.notes);
+        if m.preempted > 0 {
+            assert!(m.notes.iter().any(|n| n.contains("preempted")), "{:?}", m.notes);
         }
     }
 

@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub mod cpu;
-pub mod net;
 pub mod fs;
+pub mod net;
 
 /// How much a run may cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -47,8 +47,10 @@ impl Profile {
     pub fn harness(&self) -> HarnessConfig {
         let ms = Duration::from_millis;
         let (min_trial, trials, warmup, cal) = match self {
-            Profile::Smoke => (ms(1), 7, ms(2), ms(50)),
-            Profile::Quick => (ms(2), 15, ms(10), ms(200)),
+            // Short trials in smoke and quick: long against the clock's overhead, short
+            // against a scheduler time slice, so most run undisturbed on a busy machine.
+            Profile::Smoke => (Duration::from_micros(500), 7, ms(2), ms(50)),
+            Profile::Quick => (ms(1), 15, ms(10), ms(200)),
             Profile::Standard => (ms(10), 31, ms(50), ms(1000)),
             Profile::Thorough => (ms(20), 51, ms(100), ms(2000)),
         };
@@ -60,6 +62,7 @@ impl Profile {
             budget: ms(500),
             calibration_limit: cal,
             max_iters: 1 << 40,
+            detect_preemption: false,
         }
     }
 
@@ -150,6 +153,16 @@ impl Context<'_> {
         let mut cfg = self.profile.harness();
         cfg.budget = self.budget / parts.max(1) as u32;
         cfg.calibration_limit = cfg.calibration_limit.min(cfg.budget / 2);
+        Harness::new(self.clock, cfg, self.loop_ticks)
+    }
+
+    /// As `harness`, for bodies that only compute (never block or wake another task):
+    /// trials during which the thread was preempted are set aside and repeated.
+    pub fn cpu_harness(&self, parts: usize) -> Harness<'_> {
+        let mut cfg = self.profile.harness();
+        cfg.budget = self.budget / parts.max(1) as u32;
+        cfg.calibration_limit = cfg.calibration_limit.min(cfg.budget / 2);
+        cfg.detect_preemption = true;
         Harness::new(self.clock, cfg, self.loop_ticks)
     }
 

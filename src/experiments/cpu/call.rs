@@ -147,7 +147,7 @@ impl Experiment for Call {
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
-        let h = ctx.harness(8);
+        let h = ctx.cpu_harness(8);
         let mut medians = Vec::new();
         for k in 0..8 {
             (ctx.progress)(&format!("{k} arguments"));

@@ -39,7 +39,7 @@ impl Experiment for LoopCost {
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
-        let h = ctx.harness(1);
+        let h = ctx.cpu_harness(1);
         let m = h.measure_raw(1.0, |n| repeat(n, || ()));
         out.measured("iteration", "one iteration of the empty measured loop", &m);
         let med = m.median_ns();

@@ -92,7 +92,7 @@ impl Experiment for Syscall {
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
-        let h = ctx.harness(5);
+        let h = ctx.cpu_harness(5);
         let devnull = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
         let fd = devnull.as_raw_fd();
         let mut buf = vec![0u8; 4096];

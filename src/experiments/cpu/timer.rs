@@ -93,7 +93,7 @@ impl Experiment for Timer {
             "every batch had a non-zero minimum region",
         ));
 
-        let h = ctx.harness(2);
+        let h = ctx.cpu_harness(2);
         let m = h.measure_raw(1.0, |n| {
             for _ in 0..n {
                 std::hint::black_box(c.start());
