@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub mod cpu;
+pub mod memory;
 
 /// How much a run may cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -286,6 +287,7 @@ pub trait Experiment: Send + Sync {
 pub fn registry() -> Vec<Box<dyn Experiment>> {
     let mut v: Vec<Box<dyn Experiment>> = Vec::new();
     v.extend(cpu::experiments());
+    v.extend(memory::experiments());
     v
 }
 

@@ -1,0 +1,24 @@
+//! mem.pagefault (in progress).
+use crate::experiments::{Context, Experiment, Outcome, Profile};
+use std::time::Duration;
+pub struct PageFault;
+impl Experiment for PageFault {
+    fn id(&self) -> &'static str {
+        "mem.pagefault"
+    }
+    fn title(&self) -> &'static str {
+        "Page faults"
+    }
+    fn description(&self) -> &'static str {
+        "x"
+    }
+    fn method(&self) -> &'static str {
+        "x"
+    }
+    fn budget(&self, _p: Profile) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn run(&self, _ctx: &Context) -> anyhow::Result<Outcome> {
+        Ok(Outcome::skipped("todo"))
+    }
+}
