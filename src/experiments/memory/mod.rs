@@ -442,17 +442,27 @@ pub fn measure_quiet(
     ops_per_iter: f64,
     mut body: impl FnMut(u64),
 ) -> Quiet {
-    let began = std::time::Instant::now();
-    let min_ticks = clock.ns_to_ticks(spec.min_trial.as_nanos() as f64);
     let overhead = clock.overhead_ticks();
-    let mut trial = |iters: u64| -> (f64, bool) {
+    measure_trials(clock, spec, ops_per_iter, |iters| {
         let c0 = thread_preemptions();
         let t0 = clock.start();
         body(iters);
         let t1 = clock.stop();
         let quiet = thread_preemptions() == c0;
         (t1.wrapping_sub(t0) as f64 - overhead, quiet)
-    };
+    })
+}
+
+/// The calibration and trial loop of `measure_quiet` over any trial that reports its
+/// ticks and whether it ran undisturbed (used by multi-threaded bandwidth trials too).
+pub fn measure_trials(
+    clock: &dyn crate::clock::Clock,
+    spec: &QuietSpec,
+    ops_per_iter: f64,
+    mut trial: impl FnMut(u64) -> (f64, bool),
+) -> Quiet {
+    let began = std::time::Instant::now();
+    let min_ticks = clock.ns_to_ticks(spec.min_trial.as_nanos() as f64);
     let mut notes = Vec::new();
     // Calibrate (this also warms caches and TLBs): grow until a quiet trial is long enough.
     let mut iters = 1u64;
@@ -481,10 +491,11 @@ pub fn measure_quiet(
     let mut kept = Vec::with_capacity(spec.trials);
     let mut preempted = Vec::new();
     while kept.len() < spec.trials {
-        if began.elapsed() > spec.budget && kept.len() + preempted.len() >= 3 {
+        let spent = began.elapsed();
+        if spent > spec.budget && kept.len() + preempted.len() >= 3 {
             break;
         }
-        if began.elapsed() > spec.budget * 2 && !(kept.is_empty() && preempted.is_empty()) {
+        if spent > spec.budget * 2 && !(kept.is_empty() && preempted.is_empty()) {
             break;
         }
         let (t, quiet) = trial(iters);
