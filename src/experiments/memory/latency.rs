@@ -680,16 +680,16 @@ impl Experiment for Latency {
 
         let random_sizes = sizes(1024, max, p.per_doubling, line as u64);
         let seq_sizes = sizes(1024, max, p.seq_per_doubling, line as u64);
-        let thp = super::thp_available();
+        let thp = super::thp_available() && ctx.profile != Profile::Smoke;
         let n_points = random_sizes.len()
             + p.strides
                 .iter()
                 .map(|&s| seq_sizes.iter().filter(|&&z| z >= 2 * s as u64).count())
                 .sum::<usize>()
-            + if thp && p.thp_curve {
-                random_sizes.len()
-            } else {
-                1
+            + match (thp, p.thp_curve) {
+                (true, true) => random_sizes.len(),
+                (true, false) => 1,
+                _ => 0,
             };
         // A third of the budget goes to laying chains and faulting pages.
         let spec = QuietSpec {
@@ -715,7 +715,7 @@ impl Experiment for Latency {
         let base_huge = region.huge_bytes();
         drop(region);
 
-        // Huge pages: the whole random curve (standard, thorough) or its largest size.
+        // Huge pages: the whole random curve (quick and up) or its largest size (not smoke).
         let mut thp_curve: Option<(Curve, f64)> = None;
         if thp {
             (ctx.progress)("huge-page region");
@@ -729,6 +729,10 @@ impl Experiment for Latency {
             };
             let c = curve(ctx, &spec, &mut region, &sz, line, true, &mut rng);
             thp_curve = Some((c, frac));
+        } else if ctx.profile == Profile::Smoke {
+            out.notes.push(
+                "smoke profile: no huge-page figure (quick and larger profiles measure one)".into(),
+            );
         } else {
             out.notes.push(
                 "transparent huge pages are not available (/sys/kernel/mm/transparent_hugepage/enabled is 'never' or missing): no huge-page figure".into(),
