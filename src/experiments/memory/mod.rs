@@ -504,6 +504,8 @@ pub fn measure_trials(
             kept.push(ns);
         } else {
             preempted.push(ns);
+            // Whoever ran meanwhile may have evicted our data: warm up again, untimed.
+            trial(iters);
         }
     }
     let n_pre = preempted.len();
