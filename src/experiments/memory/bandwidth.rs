@@ -325,8 +325,9 @@ impl Experiment for Bandwidth {
          1 MiB at a time, each trial continuing where the last stopped so data is never cache-resident. read: \
          load and add every 8-byte word into eight accumulators (vectorised, no dependency chain); write: store \
          every word with ordinary stores (each line is read for ownership, then written back); write_nt: \
-         non-temporal 16-byte stores (x86-64); copy: memcpy between the two halves of the part, counted as bytes \
-         copied per second (STREAM counts twice that). Trials of a few ms start together (threads spin on a \
+         non-temporal 16-byte stores (x86-64); copy: memcpy of 1 MiB blocks between the two halves of the part (below \
+         glibc's non-temporal threshold, so ordinary stores), counted as bytes copied per second (STREAM counts \
+         twice that). Trials of a few ms start together (threads spin on a \
          shared flag); the slowest thread's time is the trial's; a trial during which any thread was preempted \
          is repeated and counted. Reported in bytes/s, shown as GB/s (10^9) and GiB/s (2^30). Thread counts \
          1..N, N = CPUs this process may use."
@@ -545,9 +546,14 @@ impl Experiment for Bandwidth {
         if let (Some(r), Some(w), Some(rs), Some(ws)) =
             (r1, w1, med("read_scalar_1t"), med("write_scalar_1t"))
         {
+            let why = if rs / r < 0.8 || ws / w < 0.8 {
+                "fewer bytes per instruction keep fewer cache lines in flight"
+            } else {
+                "memory, not the instruction stream, sets the pace"
+            };
             out.finding(
                 format!(
-                    "Loops of single 8-byte volatile accesses (as in sysbench memory) read {} and write {}: {:.2}x and {:.2}x the vectorised loops, since fewer bytes per instruction keep fewer cache lines in flight.",
+                    "Loops of single 8-byte volatile accesses (as in sysbench memory) read {} and write {}: {:.2}x and {:.2}x the vectorised loops; {why}.",
                     fmt_bandwidth(rs),
                     fmt_bandwidth(ws),
                     rs / r,
