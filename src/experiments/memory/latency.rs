@@ -220,8 +220,8 @@ pub struct Level {
 /// this factor per quarter doubling (scaled for other spacings).
 const STEP_PER_QUARTER: f64 = 1.10;
 /// Neighbouring plateaus closer than this ratio are one level (real cache levels differ by
-/// 2.5x or more; noise and sharing make steps of 20-40% inside one level).
-const MERGE_RATIO: f64 = 1.5;
+/// 2.5x or more; noise, TLB reach and sharing make steps of up to 60% inside one level).
+const MERGE_RATIO: f64 = 2.0;
 /// A point this much slower than the next larger size is measured again.
 const REMEASURE_RATIO: f64 = 1.15;
 
@@ -230,7 +230,7 @@ const REMEASURE_RATIO: f64 = 1.15;
 /// 2. cut the curve where a step changes latency by more than 10% per quarter doubling;
 /// 3. keep runs of at least `min_points` points (shorter runs are transitions), and always
 ///    the run at the largest size;
-/// 4. merge neighbouring plateaus within 50% of each other, and any plateau not above the
+/// 4. merge neighbouring plateaus within 2x of each other, and any plateau not above the
 ///    one before it (latency cannot fall as the working set grows);
 /// 5. between neighbours, the transition size is where the curve crosses the geometric
 ///    mean of the two levels (interpolated in log-log).
@@ -618,7 +618,7 @@ impl Experiment for Latency {
          Trials last about 250 us; a trial during which the thread was preempted (involuntary context switch) \
          is repeated and counted. Levels come from the huge-page curve when it exists (the TLB then reaches \
          past every cache): plateaus of log latency against log size (running median of three; a step of more \
-         than 10% per quarter doubling ends a plateau; plateaus within 50% merge; a point slower than the next size is measured again, the lower median kept); each level's size is where \
+         than 10% per quarter doubling ends a plateau; plateaus within 2x merge; a point slower than the next size is measured again, the lower median kept); each level's size is where \
          the curve crosses half-way (geometric mean) to the next level; plateaus are matched in order with the \
          sysfs data caches, and those at more than half the largest size's latency are memory. dram is the \
          base-page chase at the largest size, dram_thp the same with huge pages."
