@@ -22,7 +22,10 @@ proptest! {
 }
 
 /// Runs `osmeter run --profile smoke` on the given experiments and returns the JSON.
+/// One run at a time: two would compete for the CPUs the bandwidth test measures.
 fn run(only: &str, extra: &[&str]) -> Value {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let out = tempfile::tempdir_in(".").unwrap();
     let mut cmd = Command::cargo_bin("osmeter").unwrap();
     cmd.args([
