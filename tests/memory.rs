@@ -133,7 +133,14 @@ fn two_threads_do_not_read_slower_than_one() {
     let e = experiment(smoke(), "mem.bandwidth");
     let one = median(e, "read_1t").expect("read_1t");
     assert!(one > 1e8, "read bandwidth {one} bytes/s is implausible");
-    if let Some(two) = median(e, "read_2t") {
+    // An unoptimised build's read loop is CPU-bound, not memory-bound: nothing to compare.
+    // Nor when the run itself says the 2-thread figure includes other tasks' time.
+    let busy = e["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| n.as_str().unwrap_or("").starts_with("read_2t: only"));
+    if let (Some(two), false, false) = (median(e, "read_2t"), cfg!(debug_assertions), busy) {
         // Noise on a shared machine: allow 25% below.
         assert!(two >= 0.75 * one, "2 threads {two} < 1 thread {one}");
     }
