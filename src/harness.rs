@@ -348,7 +348,11 @@ mod tests {
         let m = h.measure_raw(1.0, |n| repeat(n, || ()));
         assert!(m.per_op_ns.len() >= 5, "{:?}", m.notes);
         if m.preempted > 0 {
-            assert!(m.notes.iter().any(|n| n.contains("preempted")), "{:?}", m.notes);
+            assert!(
+                m.notes.iter().any(|n| n.contains("preempted")),
+                "{:?}",
+                m.notes
+            );
         }
     }
 

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 pub mod cpu;
 pub mod fs;
+pub mod memory;
 pub mod net;
 
 /// How much a run may cost.
@@ -301,6 +302,7 @@ pub trait Experiment: Send + Sync {
 pub fn registry() -> Vec<Box<dyn Experiment>> {
     let mut v: Vec<Box<dyn Experiment>> = Vec::new();
     v.extend(cpu::experiments());
+    v.extend(memory::experiments());
     v.extend(net::experiments());
     v.extend(fs::experiments());
     v

@@ -1,0 +1,470 @@
+//! mem.pagefault: service time of a major page fault (a page read from disk on first
+//! touch of a file mapping), and of a minor fault (first touch of fresh anonymous memory).
+
+use super::{Pages, Region, Rng};
+use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::results::{Check, Prediction};
+use crate::stats::Summary;
+use crate::units::{fmt_bytes, fmt_ns};
+use anyhow::Context as _;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+pub struct PageFault;
+
+/// Kernel work of a fault beyond the entry itself (page allocation, accounting, PTE), model.
+const FAULT_WORK_NS: f64 = 250.0;
+/// Kernel entry when cpu.syscall did not run (model).
+const ENTRY_NS: f64 = 100.0;
+/// Zeroing bandwidth when mem.bandwidth did not run (model, bytes/s).
+const ZERO_BPS: f64 = 10e9;
+/// Device read of one 4 KiB page: flash or a virtual disk, and a rotating disk (models).
+const SSD_READ_NS: f64 = 100e3;
+const HDD_READ_NS: f64 = 8e6;
+/// Pages touched per timed batch of minor faults.
+const MINOR_BATCH: usize = 32;
+
+/// The kind of device behind `path`, from sysfs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Device {
+    Rotating,
+    Flash,
+    /// A paravirtual disk (virtio, Xen): its rotational flag says nothing about the host.
+    Virtual,
+    Unknown,
+}
+
+fn device_kind(path: &std::path::Path) -> Device {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Device::Unknown;
+    };
+    let dev = meta.dev();
+    let (maj, min) = (libc::major(dev), libc::minor(dev));
+    let base = std::path::PathBuf::from(format!("/sys/dev/block/{maj}:{min}"));
+    let real = std::fs::canonicalize(&base).unwrap_or_default();
+    if real
+        .components()
+        .any(|c| c.as_os_str().to_string_lossy().starts_with("virtio"))
+        || real
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("xvd"))
+    {
+        return Device::Virtual;
+    }
+    // A partition has no queue/ of its own; its parent disk does.
+    for q in [
+        base.join("queue/rotational"),
+        base.join("../queue/rotational"),
+    ] {
+        if let Ok(s) = std::fs::read_to_string(&q) {
+            return if s.trim() == "1" {
+                Device::Rotating
+            } else {
+                Device::Flash
+            };
+        }
+    }
+    Device::Unknown
+}
+
+/// A read-only shared mapping of a file, unmapped on drop.
+struct FileMap {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl FileMap {
+    fn new(file: &std::fs::File, len: usize) -> anyhow::Result<FileMap> {
+        // SAFETY: a fresh read-only mapping of an open file of at least `len` bytes.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error()).context("mmap of the scratch file");
+        }
+        // SAFETY: advisory call on the mapping just made: no readahead around faults.
+        let rc = unsafe { libc::madvise(p, len, libc::MADV_RANDOM) };
+        if rc != 0 {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: unmapping the mapping just made.
+            unsafe { libc::munmap(p, len) };
+            return Err(e).context("madvise(MADV_RANDOM)");
+        }
+        Ok(FileMap {
+            ptr: p as *mut u8,
+            len,
+        })
+    }
+}
+
+impl Drop for FileMap {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping made in `new`.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}
+
+/// Sizes per profile: (file for major faults, anonymous region for minor faults).
+fn sizes(p: Profile) -> (u64, u64) {
+    match p {
+        Profile::Smoke => (8 << 20, 16 << 20),
+        Profile::Quick => (64 << 20, 64 << 20),
+        Profile::Standard => (256 << 20, 256 << 20),
+        Profile::Thorough => (1 << 30, 512 << 20),
+    }
+}
+
+/// Minor faults: first write to each page of fresh anonymous memory, timed in batches.
+/// Returns (ns per fault of each quiet batch, faults counted, pages touched, preempted).
+fn minor_faults(
+    ctx: &Context,
+    region_bytes: usize,
+    budget: Duration,
+) -> anyhow::Result<(Vec<f64>, u64, u64, usize)> {
+    let ps = crate::pagecache::page_size();
+    let overhead = ctx.clock.overhead_ticks();
+    let began = Instant::now();
+    let (mut per_fault, mut faults, mut touched, mut preempted) = (Vec::new(), 0u64, 0u64, 0);
+    let want = match ctx.profile {
+        Profile::Smoke => 15,
+        Profile::Quick => 41,
+        _ => 101,
+    };
+    while per_fault.len() < want && began.elapsed() < budget {
+        // Base pages: with huge pages one fault would map 2 MiB.
+        let region = Region::new(region_bytes, Pages::Base)?;
+        let base = region.as_ptr();
+        let pages = region_bytes / ps;
+        let mut at = 0;
+        while at + MINOR_BATCH <= pages && per_fault.len() < want && began.elapsed() < budget {
+            let c0 = super::thread_preemptions();
+            let (min0, _) = super::thread_faults();
+            let t0 = ctx.clock.start();
+            for k in at..at + MINOR_BATCH {
+                // SAFETY: k < pages, so the byte lies inside the live region; this is its
+                // first touch (each page is written exactly once).
+                unsafe { std::ptr::write_volatile(base.add(k * ps), 1u8) };
+            }
+            let t1 = ctx.clock.stop();
+            let (min1, _) = super::thread_faults();
+            at += MINOR_BATCH;
+            faults += min1.saturating_sub(min0);
+            touched += MINOR_BATCH as u64;
+            if super::thread_preemptions() != c0 {
+                preempted += 1;
+                continue;
+            }
+            let ns = ctx.clock.ticks_to_ns(t1.wrapping_sub(t0) as f64 - overhead);
+            per_fault.push(ns / MINOR_BATCH as f64);
+        }
+    }
+    Ok((per_fault, faults, touched, preempted))
+}
+
+impl Experiment for PageFault {
+    fn id(&self) -> &'static str {
+        "mem.pagefault"
+    }
+    fn title(&self) -> &'static str {
+        "Page fault service time"
+    }
+    fn description(&self) -> &'static str {
+        "major faults on an evicted file mapping in random order (counted with getrusage), and minor faults on fresh anonymous memory"
+    }
+    fn method(&self) -> &'static str {
+        "Major: a file of real (non-zero) data on the scratch disk, unlinked as soon as it is open, written, \
+         flushed (fdatasync) and evicted from the page cache with POSIX_FADV_DONTNEED, the eviction verified with \
+         mincore; a tmpfs/ramfs scratch directory is refused (its pages never touch a disk). The file is mapped \
+         read-only with MADV_RANDOM (no readahead, so one fault reads one page) and one byte of each page is read \
+         in a random order, each touch timed alone; getrusage(RUSAGE_THREAD) counts major faults before and after, \
+         and at least 90% of the touches must have been major faults. Reported per fault and per byte of page. \
+         Minor: the first write to each page of a fresh anonymous base-page mapping (MADV_NOHUGEPAGE), timed in \
+         batches of 32 pages, minor faults counted the same way; batches during which the thread was preempted \
+         are set aside."
+    }
+    fn needs(&self) -> crate::experiments::Needs {
+        crate::experiments::Needs {
+            disk_bytes: sizes(Profile::Quick).0,
+            ..Default::default()
+        }
+    }
+    fn budget(&self, p: Profile) -> Duration {
+        match p {
+            Profile::Smoke => Duration::from_millis(800),
+            Profile::Quick => Duration::from_secs(4),
+            Profile::Standard => Duration::from_secs(20),
+            Profile::Thorough => Duration::from_secs(60),
+        }
+    }
+    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        let (entry, entry_src) = match ctx.earlier_median("cpu.syscall", "getppid") {
+            Some(v) => (v, "measured: cpu.syscall getppid".to_string()),
+            None => (
+                ENTRY_NS,
+                "model: kernel entry (cpu.syscall did not run)".to_string(),
+            ),
+        };
+        let (bw, bw_src) = match ctx.earlier_median("mem.bandwidth", "write_1t") {
+            Some(v) => (v, "measured: mem.bandwidth write_1t".to_string()),
+            None => (
+                ZERO_BPS,
+                "model: store bandwidth (mem.bandwidth did not run)".to_string(),
+            ),
+        };
+        let ps = crate::pagecache::page_size() as f64;
+        let minor = entry + ps / bw * 1e9 + FAULT_WORK_NS;
+        let dir = ctx
+            .options
+            .scratch_dir
+            .clone()
+            .or_else(|| std::env::current_dir().ok())
+            .unwrap_or_default();
+        let kind = device_kind(&dir);
+        let (dev, dev_src) = match kind {
+            Device::Rotating => (HDD_READ_NS, "model: rotating disk (sysfs rotational=1), seek + half a rotation"),
+            Device::Flash => (SSD_READ_NS, "model: flash disk (sysfs rotational=0), 4 KiB random read"),
+            Device::Virtual => (
+                SSD_READ_NS,
+                "model: virtual disk (virtio/Xen; its rotational flag is not meaningful), 4 KiB random read on the host",
+            ),
+            Device::Unknown => (
+                SSD_READ_NS,
+                "model: flash or virtual disk (device of the scratch dir not found in sysfs)",
+            ),
+        };
+        vec![
+            (
+                "minor_fault".into(),
+                Prediction::new(
+                    minor,
+                    "entry + page_size / store_bandwidth (zeroing) + fault_work",
+                )
+                .input("entry", entry, "ns", entry_src.clone())
+                .input("page_size", ps, "bytes", "machine: page size")
+                .input("store_bandwidth", bw, "bytes/s", bw_src)
+                .input(
+                    "fault_work",
+                    FAULT_WORK_NS,
+                    "ns",
+                    "model: allocation, accounting, PTE",
+                ),
+            ),
+            (
+                "major_fault".into(),
+                Prediction::new(
+                    minor - ps / bw * 1e9 + dev,
+                    "entry + fault_work + device read of one page",
+                )
+                .input("entry", entry, "ns", entry_src)
+                .input(
+                    "fault_work",
+                    FAULT_WORK_NS,
+                    "ns",
+                    "model: page-cache insert, PTE",
+                )
+                .input("device_read", dev, "ns", dev_src),
+            ),
+        ]
+    }
+
+    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        let mut out = Outcome::default();
+        let (file_bytes, anon_bytes) = sizes(ctx.profile);
+        let ps = crate::pagecache::page_size();
+        let cap = super::memory_cap(ctx.machine, file_bytes + anon_bytes, 2 << 20)?;
+        let anon = (anon_bytes.min(cap / 2) as usize / ps).max(MINOR_BATCH) * ps;
+        let file_len = (file_bytes.min(cap - anon as u64) as usize / ps).max(16) * ps;
+        out.notes.push(format!(
+            "memory cap {} ({} anonymous region at a time + {} file mapping); MemAvailable {}",
+            fmt_bytes((anon + file_len) as f64),
+            fmt_bytes(anon as f64),
+            fmt_bytes(file_len as f64),
+            fmt_bytes(super::mem_available(ctx.machine) as f64)
+        ));
+        let rss0 = super::rss_baseline();
+
+        // Minor faults: valid on any file system.
+        (ctx.progress)("minor faults");
+        let (per_fault, faults, touched, pre) = minor_faults(ctx, anon, ctx.budget / 4)?;
+        out.check(Check::premise(
+            "minor faults happened",
+            touched > 0 && faults as f64 >= 0.9 * touched as f64,
+            format!("{faults} minor faults counted (getrusage) for {touched} first touches"),
+        ));
+        if pre > 0 {
+            out.notes.push(format!(
+                "minor faults: {pre} batches preempted by other tasks were set aside"
+            ));
+        }
+        out.metric(
+            "minor_fault",
+            "ns",
+            "first write to a page of fresh anonymous memory (allocate, zero, map), batches of 32",
+            per_fault,
+        );
+
+        // Major faults: only on a disk.
+        let scratch = ctx.scratch()?;
+        let fs = scratch.fs().clone();
+        out.check(Check::premise(
+            "scratch file system is disk-backed",
+            !fs.memory_backed,
+            format!(
+                "{} is on {}{}",
+                scratch.dir().display(),
+                fs.fs_type,
+                if fs.memory_backed {
+                    ": its pages live in memory and never fault in from a disk; use --scratch-dir on a disk"
+                } else {
+                    ""
+                }
+            ),
+        ));
+        if fs.memory_backed {
+            out.check(super::rss_check(rss0, (anon + file_len) as u64));
+            return Ok(out);
+        }
+        if fs.network {
+            out.notes.push(format!(
+                "the scratch directory is on a network file system ({}): a major fault here includes the network",
+                fs.fs_type
+            ));
+        }
+        (ctx.progress)("writing the file");
+        let mut f = scratch.create_file("pagefault", file_len as u64)?;
+        f.unlink_now().context("unlinking the scratch file")?;
+        // Real data: a sparse file's holes would read as zeros without any I/O.
+        let mut block = vec![0u8; 1 << 20];
+        let mut rng = Rng::from_entropy();
+        for chunk in block.chunks_mut(8) {
+            chunk.copy_from_slice(&rng.next_u64().to_le_bytes()[..chunk.len()]);
+        }
+        let mut left = file_len;
+        while left > 0 {
+            let n = left.min(block.len());
+            f.file
+                .write_all(&block[..n])
+                .context("writing the scratch file")?;
+            left -= n;
+        }
+        drop(block);
+        (ctx.progress)("evicting the file from the page cache");
+        let ev = crate::pagecache::evict(&f.file, ctx.options.drop_caches)?;
+        out.check(Check::premise(
+            "file evicted from the page cache (mincore)",
+            ev.verified(),
+            ev.describe(),
+        ));
+        let map = FileMap::new(&f.file, file_len)?;
+        let pages = file_len / ps;
+        let mut order: Vec<usize> = (0..pages).collect();
+        rng.shuffle(&mut order);
+
+        (ctx.progress)("major faults");
+        let overhead = ctx.clock.overhead_ticks();
+        let until = Instant::now() + ctx.budget.mul_f64(0.5);
+        let mut times = Vec::with_capacity(pages);
+        let mut sum = 0u8;
+        let (_, maj0) = super::thread_faults();
+        for &pg in &order {
+            let t0 = ctx.clock.start();
+            // SAFETY: pg < pages, so the byte lies inside the live read-only mapping.
+            let b = unsafe { std::ptr::read_volatile(map.ptr.add(pg * ps)) };
+            let t1 = ctx.clock.stop();
+            sum = sum.wrapping_add(b);
+            times.push(ctx.clock.ticks_to_ns(t1.wrapping_sub(t0) as f64 - overhead));
+            if Instant::now() > until && times.len() >= 16 {
+                break;
+            }
+        }
+        let (_, maj1) = super::thread_faults();
+        std::hint::black_box(sum);
+        drop(map);
+        drop(f);
+        let majors = maj1.saturating_sub(maj0);
+        let n = times.len() as u64;
+        out.check(Check::premise(
+            "touches were major faults (getrusage)",
+            majors as f64 >= 0.9 * n as f64,
+            format!(
+                "{majors} major faults counted for {n} pages touched ({:.0}%; at least 90% required)",
+                majors as f64 / n.max(1) as f64 * 100.0
+            ),
+        ));
+        let per_byte: Vec<f64> = times.iter().map(|t| t / ps as f64).collect();
+        let m = out.metric(
+            "major_fault",
+            "ns",
+            &format!(
+                "first read of a page of an evicted file mapping ({} pages of a {} file, random order, MADV_RANDOM, {})",
+                n,
+                fmt_bytes(file_len as f64),
+                fs.fs_type
+            ),
+            times.clone(),
+        );
+        if let Some(s) = Summary::with_percentiles(&times) {
+            m.summary = s;
+        }
+        out.metric(
+            "major_fault_per_byte",
+            "ns",
+            "major fault time divided by the page size",
+            per_byte,
+        );
+        out.check(super::rss_check(rss0, (anon + file_len) as u64));
+
+        let med = |name: &str| {
+            out.metrics
+                .iter()
+                .find(|m| m.name == name)
+                .map(|m| m.summary.median)
+                .unwrap_or(f64::NAN)
+        };
+        let (major, minor) = (med("major_fault"), med("minor_fault"));
+        let mut text = format!(
+            "A major fault costs {} ({} per byte, {:.0} MB/s of random 4 KiB reads); a minor fault {} ({:.0}x less).",
+            fmt_ns(major),
+            fmt_ns(major / ps as f64),
+            ps as f64 / major * 1e3,
+            fmt_ns(minor),
+            major / minor
+        );
+        if let Some(d) = ctx.earlier_median("mem.latency", "dram") {
+            text.push_str(&format!(
+                " That is {:.0} random DRAM loads ({}) per major fault.",
+                major / d,
+                fmt_ns(d)
+            ));
+        }
+        out.finding(text, &["major_fault", "minor_fault"]);
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_kind_is_read_or_unknown() {
+        // Any answer is fine; it must not panic on odd file systems.
+        let _ = device_kind(std::path::Path::new("."));
+        assert_eq!(device_kind(std::path::Path::new("/proc")), Device::Unknown);
+    }
+
+    #[test]
+    fn sizes_grow_with_the_profile() {
+        let s: Vec<(u64, u64)> = Profile::ALL.iter().map(|&p| sizes(p)).collect();
+        assert!(s.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1));
+    }
+}
