@@ -1,9 +1,12 @@
 //! Side-by-side comparison of runs. The first run is the baseline; every other run's
 //! medians are given as ratios to it. A difference is significant only when it exceeds
-//! the measured noise: the two medians' 95% confidence intervals do not overlap, AND the
-//! medians differ by at least a minimum relative amount (default 5%), because trials
-//! within one run share conditions (frequency, memory placement, ASLR) that change
-//! between runs, so within-run intervals understate run-to-run noise.
+//! the measured noise: both runs have at least `MIN_TRIALS` trials (a single value has no
+//! noise estimate), the two medians' 95% confidence intervals do not overlap, AND the
+//! medians differ by more than both a minimum relative amount (default 5%) and the larger
+//! coefficient of variation of the two runs' trials. Trials within one run share
+//! conditions (frequency, memory placement, the host's other tenants) that change between
+//! runs, so within-run intervals understate run-to-run noise; a shift smaller than the
+//! spread of single trials is not called a difference.
 
 use crate::history::History;
 use crate::results::{RunResults, Status};
@@ -14,10 +17,12 @@ use std::path::Path;
 
 /// Default minimum relative difference of the medians for a significant difference.
 pub const MIN_REL_DIFF: f64 = 0.05;
+/// Fewer trials than this give no usable noise estimate: never significant.
+pub const MIN_TRIALS: usize = 3;
 
 pub fn rule_text(min_rel_diff: f64) -> String {
     format!(
-        "significant = the 95% confidence intervals of the two medians do not overlap and the medians differ by at least {:.0}%",
+        "significant = both runs have at least {MIN_TRIALS} trials, the 95% confidence intervals of the two medians do not overlap, and the medians differ by at least {:.0}% and by more than the larger coefficient of variation of the trials",
         min_rel_diff * 100.0
     )
 }
@@ -70,8 +75,13 @@ pub fn significant(a: &Summary, b: &Summary, min_rel_diff: f64) -> bool {
     if !(a.median.is_finite() && b.median.is_finite()) || a.median == 0.0 {
         return false;
     }
+    if a.n < MIN_TRIALS || b.n < MIN_TRIALS {
+        return false;
+    }
     let rel = (b.median - a.median).abs() / a.median.abs();
-    !a.overlaps(b) && rel >= min_rel_diff
+    let spread = a.cov.max(b.cov);
+    let spread = if spread.is_finite() { spread } else { 0.0 };
+    !a.overlaps(b) && rel >= min_rel_diff && rel > spread
 }
 
 /// Compares labelled runs; the first is the baseline.
@@ -275,6 +285,8 @@ mod tests {
     fn sum(median: f64, lo: f64, hi: f64) -> Summary {
         let mut s = Summary::of(&[median]).unwrap();
         s.ci95 = [lo, hi];
+        s.n = 10;
+        s.cov = 0.01;
         s
     }
 
@@ -293,5 +305,13 @@ mod tests {
             &sum(1.0, 1.0, 1.0),
             MIN_REL_DIFF
         ));
+        // A single value has no noise estimate.
+        let mut one = sum(200.0, 200.0, 200.0);
+        one.n = 1;
+        assert!(!significant(&a, &one, MIN_REL_DIFF));
+        // A shift within the spread of single trials is noise.
+        let mut wide = sum(120.0, 119.0, 121.0);
+        wide.cov = 0.3;
+        assert!(!significant(&a, &wide, MIN_REL_DIFF));
     }
 }
