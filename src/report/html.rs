@@ -26,7 +26,7 @@ dl.facts dd { margin: 0; }
 table { border-collapse: collapse; width: 100%; font-size: 13px; margin: 8px 0 14px; }
 th, td { border: 1px solid var(--line); padding: 3px 7px; vertical-align: top; text-align: left; }
 th { background: var(--bg2); }
-td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
+td.num { text-align: right; white-space: normal; font-variant-numeric: tabular-nums; }
 td.formula { color: var(--muted); font-size: 12px; max-width: 360px; }
 tr.flag td { background: var(--flag); }
 tr.flag td.ratio { color: var(--flagfg); font-weight: bold; }
