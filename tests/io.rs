@@ -68,12 +68,13 @@ fn write_file(dir: &Path, name: &str, data: &[u8]) -> PathBuf {
     p
 }
 
-const METHODS: [&[&str]; 7] = [
+const METHODS: [&[&str]; 8] = [
     &[],
     &["--method", "mmap"],
     &["--method", "mmap", "--threads", "2", "--block-size", "4K"],
     &["--method", "read", "--threads", "1"],
     &["--method", "read", "--threads", "3", "--block-size", "4K"],
+    &["--method", "read", "--threads", "4", "--block-size", "1K"],
     &["--method", "direct", "--threads", "2", "--block-size", "8K"],
     &["--cold"],
 ];
