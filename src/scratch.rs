@@ -17,6 +17,8 @@ use std::sync::{Arc, Mutex, Once};
 
 /// Folders to remove if the process is interrupted.
 static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// Files being written for the user (`io write`) that an interruption would leave partial.
+static PARTIAL: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 static HANDLER: Once = Once::new();
 /// Set once a signal arrived: no new scratch file may appear while folders are removed.
 static STOPPING: AtomicBool = AtomicBool::new(false);
@@ -298,6 +300,11 @@ impl Drop for ScratchFile {
 /// and removal is retried, so a file created concurrently cannot keep a folder alive.
 pub fn cleanup_all() {
     STOPPING.store(true, Ordering::SeqCst);
+    if let Ok(files) = PARTIAL.lock() {
+        for f in files.iter() {
+            let _ = std::fs::remove_file(f);
+        }
+    }
     if let Ok(live) = LIVE.lock() {
         for d in live.iter() {
             for _ in 0..20 {
@@ -314,6 +321,34 @@ pub fn cleanup_all() {
 /// Whether a signal asked the run to stop (long loops may check it).
 pub fn stopping() -> bool {
     STOPPING.load(Ordering::SeqCst)
+}
+
+/// While alive, an interruption (SIGINT/SIGTERM/SIGHUP) removes `path`: a file being
+/// written that would otherwise be left partial. `finish` keeps the file.
+pub struct PartialFile {
+    path: PathBuf,
+}
+
+impl PartialFile {
+    pub fn new(path: &Path) -> PartialFile {
+        install_cleanup_handler();
+        if let Ok(mut files) = PARTIAL.lock() {
+            files.push(path.to_path_buf());
+        }
+        PartialFile {
+            path: path.to_path_buf(),
+        }
+    }
+    /// The file is complete: an interruption from now on leaves it alone.
+    pub fn finish(self) {}
+}
+
+impl Drop for PartialFile {
+    fn drop(&mut self) {
+        if let Ok(mut files) = PARTIAL.lock() {
+            files.retain(|f| f != &self.path);
+        }
+    }
 }
 
 /// On SIGINT/SIGTERM/SIGHUP: remove scratch folders, then exit with 128 + signal.

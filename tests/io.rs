@@ -466,3 +466,35 @@ fn xor_matches_reference_on_a_3_gib_file() {
         assert_eq!(xor_of(&f, m), want, "{m:?}");
     }
 }
+
+#[test]
+fn interrupted_write_leaves_no_partial_file() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        let dir = scratch();
+        let file = dir.path().join("big.bin");
+        // 2 GiB: far more than is written before the signal arrives.
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_osmeter"))
+            .args(["io", "write", "-b", "1M", "-c", "2048"])
+            .arg(&file)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        while std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0) < (8 << 20) {
+            if let Some(st) = child.try_wait().unwrap() {
+                let mut err = String::new();
+                std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+                eprintln!("SKIPPED: the writer ended before the signal ({st}): {err}");
+                return;
+            }
+            assert!(t0.elapsed().as_secs() < 30, "the write never started");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // SAFETY: sending a signal to our own child process, which is still running.
+        unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(128 + sig), "exit status {status:?}");
+        assert!(!file.exists(), "signal {sig} left the partial file behind");
+    }
+}

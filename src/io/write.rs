@@ -124,6 +124,8 @@ pub fn run(path: &Path, block_size: u64, count: u64, force: bool) -> Res<WriteOu
         .map_err(|e| os_err(path, "cannot open for writing", e))?;
     // Ours to remove on failure: a file we created, or a regular file --force replaced.
     let owned = regular;
+    // Ctrl-C or SIGTERM while writing removes the partial file too.
+    let partial = owned.then(|| crate::scratch::PartialFile::new(path));
     let fail = |e: super::IoError| -> super::IoError {
         if owned && std::fs::remove_file(path).is_ok() {
             return match e {
@@ -159,6 +161,9 @@ pub fn run(path: &Path, block_size: u64, count: u64, force: bool) -> Res<WriteOu
         })?;
     }
     let sync_seconds = t1.elapsed().as_secs_f64();
+    if let Some(p) = partial {
+        p.finish();
+    }
     Ok(WriteOutcome {
         file: path.to_path_buf(),
         block: block_size,
