@@ -6,12 +6,10 @@ use std::path::Path;
 
 fn osmeter() -> Command {
     let mut c = Command::cargo_bin("osmeter").unwrap();
+    // History goes in the build folder, never into the user's database or /tmp.
     c.env(
         "OSMETER_HISTORY_DB",
-        std::env::temp_dir().join(format!(
-            "osmeter-test-history-{}.sqlite",
-            std::process::id()
-        )),
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-history.sqlite"),
     );
     c
 }
