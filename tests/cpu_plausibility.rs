@@ -1,36 +1,9 @@
 //! Physical plausibility of the CPU figures and their relations. Never exact timings: this
 //! runs on shared, noisy machines.
 
-use osmeter::experiments::{Profile, RunOptions};
-use osmeter::results::{RunResults, Status};
-use osmeter::runner::{run, RunConfig};
+mod common;
 
-fn smoke(only: &str) -> RunResults {
-    let cfg = RunConfig {
-        profile: Profile::Smoke,
-        only: vec![only.into()],
-        skip: vec![],
-        cpu: None,
-        out: std::env::temp_dir(),
-        write_results: false,
-        quiet: true,
-        no_history: true,
-        options: RunOptions::default(),
-    };
-    match run(&cfg) {
-        Ok(o) => o.results,
-        Err(e) => panic!("run failed: {e}"),
-    }
-}
-
-fn median(r: &RunResults, exp: &str, metric: &str) -> f64 {
-    let e = r.experiment(exp).unwrap_or_else(|| panic!("{exp} missing"));
-    assert_eq!(e.status, Status::Ok, "{exp}: {:?}", e.reason);
-    e.metric(metric)
-        .unwrap_or_else(|| panic!("{exp}/{metric} missing"))
-        .summary
-        .median
-}
+use common::{median, smoke};
 
 #[test]
 fn basic_costs_are_plausible_and_ordered() {

@@ -1,36 +1,10 @@
 //! Plausibility and relations of the scheduling experiments (never exact timings: the
 //! machine running the tests may be shared and noisy).
 
-use osmeter::experiments::{Profile, RunOptions};
+mod common;
+
+use common::{median, smoke};
 use osmeter::results::{RunResults, Status};
-use osmeter::runner::{run, RunConfig};
-
-fn smoke(only: &str) -> RunResults {
-    let cfg = RunConfig {
-        profile: Profile::Smoke,
-        only: vec![only.into()],
-        skip: vec![],
-        cpu: None,
-        out: std::env::temp_dir(),
-        write_results: false,
-        quiet: true,
-        no_history: true,
-        options: RunOptions::default(),
-    };
-    match run(&cfg) {
-        Ok(o) => o.results,
-        Err(e) => panic!("run failed: {e}"),
-    }
-}
-
-fn median(r: &RunResults, id: &str, metric: &str) -> f64 {
-    let e = r.experiment(id).unwrap_or_else(|| panic!("{id} missing"));
-    assert_eq!(e.status, Status::Ok, "{id}: {:?}", e.reason);
-    e.metric(metric)
-        .unwrap_or_else(|| panic!("{id}/{metric} missing"))
-        .summary
-        .median
-}
 
 const SELECTION: &str = "cpu.syscall,cpu.*-switch,cpu.*-create";
 

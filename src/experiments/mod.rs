@@ -264,6 +264,16 @@ impl Outcome {
         metric
     }
 
+    /// A metric already added, by name.
+    pub fn get(&self, name: &str) -> Option<&Metric> {
+        self.metrics.iter().find(|m| m.name == name)
+    }
+
+    /// Median of a metric already added; NaN when there is none.
+    pub fn median(&self, name: &str) -> f64 {
+        self.get(name).map_or(f64::NAN, |m| m.summary.median)
+    }
+
     pub fn check(&mut self, c: Check) {
         self.checks.push(c);
     }

@@ -138,14 +138,7 @@ impl Experiment for Syscall {
         );
         drop(buf);
 
-        let med = |name: &str| {
-            out.metrics
-                .iter()
-                .find(|m| m.name == name)
-                .map(|m| m.summary.median)
-                .unwrap_or(f64::NAN)
-        };
-        let (sys, vdso) = (med("getppid"), med("clock_gettime_vdso"));
+        let (sys, vdso) = (out.median("getppid"), out.median("clock_gettime_vdso"));
         let loop_ns = ctx.clock.ticks_to_ns(ctx.loop_ticks);
         out.check(Check::sanity(
             "a system call costs more than a loop iteration",

@@ -468,13 +468,7 @@ impl Experiment for Read {
         }
         out.notes.extend(s.notes.iter().cloned());
         report(&mut out, &s, "");
-        let med = |n: &str| {
-            out.metrics
-                .iter()
-                .find(|m| m.name == n)
-                .map(|m| m.summary.median)
-                .unwrap_or(f64::NAN)
-        };
+        let med = |n: &str| out.median(n);
         let (us, ur, cs, cr) = (
             med("uncached_seq"),
             med("uncached_random"),

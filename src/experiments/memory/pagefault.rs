@@ -423,14 +423,7 @@ impl Experiment for PageFault {
         );
         out.check(super::rss_check(rss0, (anon + file_len) as u64));
 
-        let med = |name: &str| {
-            out.metrics
-                .iter()
-                .find(|m| m.name == name)
-                .map(|m| m.summary.median)
-                .unwrap_or(f64::NAN)
-        };
-        let (major, minor) = (med("major_fault"), med("minor_fault"));
+        let (major, minor) = (out.median("major_fault"), out.median("minor_fault"));
         let mut text = format!(
             "A major fault costs {} ({} per byte, {:.0} MB/s of random 4 KiB reads); a minor fault {} ({:.0}x less).",
             fmt_ns(major),

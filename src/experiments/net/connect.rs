@@ -225,12 +225,7 @@ impl Experiment for Connect {
                 m.summary = s;
             }
         }
-        let p = |name: &str| {
-            out.metrics
-                .iter()
-                .find(|m| m.name == name)
-                .and_then(|m| m.summary.percentiles.clone())
-        };
+        let p = |name: &str| out.get(name).and_then(|m| m.summary.percentiles.clone());
         if let (Some(c), Some(x)) = (p("connect"), p("close")) {
             out.finding(
                 format!(

@@ -256,13 +256,7 @@ fn add(out: &mut Outcome, name: &str, desc: String, v: Vec<f64>) {
 }
 
 fn pct(out: &Outcome, name: &str) -> Option<(f64, f64, f64)> {
-    let p = out
-        .metrics
-        .iter()
-        .find(|m| m.name == name)?
-        .summary
-        .percentiles
-        .clone()?;
+    let p = out.get(name)?.summary.percentiles.clone()?;
     Some((p.p50, p.p90, p.p99))
 }
 
