@@ -63,6 +63,8 @@ pub struct Measurement {
     pub notes: Vec<String>,
     /// Trials set aside and repeated because the thread was preempted while they ran.
     pub preempted: usize,
+    /// Undisturbed trials kept (fewer than `per_op_ns` when preempted ones filled up).
+    pub undisturbed: usize,
 }
 
 impl Measurement {
@@ -114,8 +116,8 @@ impl<'a> Harness<'a> {
         self.clock.ns_to_ticks(d.as_nanos() as f64)
     }
 
-    /// One trial: its ticks, and whether it ran undisturbed.
-    fn trial(&self, body: &mut dyn FnMut(u64), iters: u64) -> (u64, bool) {
+    /// One trial of `body`: its ticks, and whether it ran undisturbed.
+    fn time_body(&self, body: &mut dyn FnMut(u64), iters: u64) -> (u64, bool) {
         let c0 = if self.cfg.detect_preemption {
             thread_preemptions()
         } else {
@@ -131,20 +133,32 @@ impl<'a> Harness<'a> {
     /// Measures `body(iters)`, which must run `iters` iterations of `ops_per_iter`
     /// operations each in the shape of `repeat`. Loop overhead is subtracted.
     pub fn measure(&self, ops_per_iter: f64, mut body: impl FnMut(u64)) -> Measurement {
-        self.run(ops_per_iter, true, &mut body)
+        self.run(ops_per_iter, true, &mut |n| self.time_body(&mut body, n))
     }
 
     /// As `measure`, without subtracting the loop overhead (for the loop itself, and for
     /// bodies whose iteration is not a `repeat` loop).
     pub fn measure_raw(&self, ops_per_iter: f64, mut body: impl FnMut(u64)) -> Measurement {
-        self.run(ops_per_iter, false, &mut body)
+        self.run(ops_per_iter, false, &mut |n| self.time_body(&mut body, n))
+    }
+
+    /// The same calibration and trial loop over a trial the caller times itself (for
+    /// example several threads released together): `trial(iters)` returns the counter
+    /// ticks it took, clock overhead included, and whether it ran undisturbed. No loop
+    /// overhead is subtracted.
+    pub fn measure_trials(
+        &self,
+        ops_per_iter: f64,
+        mut trial: impl FnMut(u64) -> (u64, bool),
+    ) -> Measurement {
+        self.run(ops_per_iter, false, &mut trial)
     }
 
     fn run(
         &self,
         ops_per_iter: f64,
         subtract_loop: bool,
-        body: &mut dyn FnMut(u64),
+        trial: &mut dyn FnMut(u64) -> (u64, bool),
     ) -> Measurement {
         let began = self.clock.start();
         let elapsed = || self.clock.stop().wrapping_sub(began) as f64;
@@ -156,7 +170,7 @@ impl<'a> Harness<'a> {
         // Calibrate: grow the iteration count until a trial lasts min_trial.
         let mut iters: u64 = 1;
         loop {
-            let (t, quiet) = self.trial(body, iters);
+            let (t, quiet) = trial(iters);
             let t = t as f64;
             if !quiet && elapsed() <= cal_limit {
                 continue; // a preempted trial says nothing about the rate
@@ -194,7 +208,7 @@ impl<'a> Harness<'a> {
         // Warm up at the calibrated count (at least one trial).
         let warm_end = elapsed() + self.ticks(self.cfg.warmup);
         loop {
-            self.trial(body, iters);
+            trial(iters);
             if elapsed() >= warm_end || elapsed() > budget {
                 break;
             }
@@ -225,17 +239,19 @@ impl<'a> Harness<'a> {
                 ));
                 break;
             }
-            match self.trial(body, iters) {
+            match trial(iters) {
                 (t, true) => raw.push(t),
-                (t, false) => disturbed.push(t),
+                (t, false) => {
+                    disturbed.push(t);
+                    // Whoever ran meanwhile may have evicted our data: warm up again, untimed.
+                    trial(iters);
+                }
             }
         }
         let preempted = disturbed.len();
+        let undisturbed = raw.len();
         if preempted > 0 {
-            notes.push(format!(
-                "{preempted} trials were preempted by other tasks (involuntary context switch) and repeated; {} undisturbed trials kept",
-                raw.len()
-            ));
+            notes.push(preemption_note(preempted, raw.len()));
         }
         let min_kept = self.cfg.min_trials.max(1);
         if raw.len() < min_kept && !disturbed.is_empty() {
@@ -266,6 +282,7 @@ impl<'a> Harness<'a> {
             stable,
             notes,
             preempted,
+            undisturbed,
         }
     }
 
@@ -291,6 +308,13 @@ impl<'a> Harness<'a> {
         }
         out
     }
+}
+
+/// The note a measurement carries when trials were preempted and repeated.
+pub fn preemption_note(preempted: usize, kept: usize) -> String {
+    format!(
+        "{preempted} trials were preempted by other tasks (involuntary context switch) and repeated; {kept} undisturbed trials kept"
+    )
 }
 
 /// Involuntary context switches of the calling thread so far (getrusage RUSAGE_THREAD).

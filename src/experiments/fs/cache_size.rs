@@ -115,7 +115,7 @@ fn midpoint(lo: u64, hi: u64) -> u64 {
 
 fn prediction(ctx: &Context) -> Prediction {
     let avail = super::mem_available(ctx);
-    let cg = super::cgroup_memory_limit();
+    let cg = super::cgroup_memory_limit(ctx.machine);
     let mut value = f64::INFINITY;
     let mut p = Prediction::new(
         0.0,

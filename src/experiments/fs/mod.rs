@@ -6,6 +6,7 @@
 //! predictions, and the block-read kernels.
 
 use super::{Context, Experiment};
+use crate::machine::Machine;
 use crate::pagecache::{self, AlignedBuf};
 use crate::results::{Check, Prediction};
 use crate::scratch::{Scratch, ScratchFile};
@@ -555,52 +556,19 @@ pub(crate) fn evict_check(
     })
 }
 
-/// The cgroup memory limit of this process (v1 memory.limit_in_bytes or v2 memory.max,
-/// the smallest along the path to the root), if any.
-pub(crate) fn cgroup_memory_limit() -> Option<(u64, String)> {
-    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let mut best: Option<(u64, String)> = None;
-    for line in text.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (_, ctrl, path) = (parts.next()?, parts.next()?, parts.next()?);
-        let (root, file) = if ctrl.split(',').any(|c| c == "memory") {
-            ("/sys/fs/cgroup/memory", "memory.limit_in_bytes")
-        } else if ctrl.is_empty() {
-            ("/sys/fs/cgroup", "memory.max")
-        } else {
-            continue;
-        };
-        let mut p = PathBuf::from(root).join(path.trim_start_matches('/'));
-        loop {
-            let f = p.join(file);
-            if let Ok(s) = std::fs::read_to_string(&f) {
-                if let Ok(v) = s.trim().parse::<u64>() {
-                    // v1 reports "no limit" as a huge page-rounded number.
-                    if v < (1u64 << 60) && best.as_ref().map_or(true, |b| v < b.0) {
-                        best = Some((v, f.display().to_string()));
-                    }
-                }
-            }
-            if !p.pop() || !p.starts_with(root) || p == Path::new(root) {
-                break;
-            }
-        }
-    }
-    best
+/// The tightest memory cgroup limit over this process's cgroups, from the machine facts.
+pub(crate) fn cgroup_memory_limit(machine: &Machine) -> Option<(u64, String)> {
+    let cg = &machine.cgroup;
+    cg.memory_limit_bytes.map(|l| {
+        let dir = cg.memory_dir.as_deref().unwrap_or("?");
+        (l, format!("machine: memory cgroup limit ({dir})"))
+    })
 }
 
-/// MemAvailable from the machine facts, or /proc/meminfo.
+/// MemAvailable from the machine facts.
 pub(crate) fn mem_available(ctx: &Context) -> Option<(u64, String)> {
-    if ctx.machine.memory.available_bytes > 0 {
-        return Some((
-            ctx.machine.memory.available_bytes,
-            "machine: MemAvailable".into(),
-        ));
-    }
-    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = s.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some((kib * 1024, "/proc/meminfo MemAvailable".into()))
+    let a = ctx.machine.memory.available_bytes;
+    (a > 0).then(|| (a, "machine: MemAvailable".into()))
 }
 
 /// Sizes from `from` doubling up to `to` (both included when powers of two apart).
@@ -643,7 +611,7 @@ mod tests {
 
     #[test]
     fn cgroup_limit_is_plausible() {
-        if let Some((l, src)) = cgroup_memory_limit() {
+        if let Some((l, src)) = cgroup_memory_limit(&Machine::gather()) {
             assert!(l > 0, "{src}");
         }
     }

@@ -433,7 +433,7 @@ impl Experiment for Read {
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mem = super::mem_available(ctx).map(|m| m.0).unwrap_or(u64::MAX);
-        let mem = super::cgroup_memory_limit().map_or(mem, |c| c.0.min(mem));
+        let mem = super::cgroup_memory_limit(ctx.machine).map_or(mem, |c| c.0.min(mem));
         // The cached pass needs the file in memory: at most a quarter of what is free.
         let largest = cap(ctx.profile).min(mem / 4);
         if largest < MIB {

@@ -217,7 +217,6 @@ fn team(ctx: &Context, op: Op, parts: &[Part], cpus: &[usize], spec: &QuietSpec)
     let ticks: Vec<AtomicU64> = (0..threads).map(|_| AtomicU64::new(0)).collect();
     let quiet: Vec<AtomicBool> = (0..threads).map(|_| AtomicBool::new(true)).collect();
     let clock = ctx.clock;
-    let overhead = clock.overhead_ticks();
     let pattern = 0x0123_4567_89ab_cdefu64;
     // One timed run of `b` blocks on this thread; records ticks and quietness.
     let timed = |t: usize, pos: &mut usize, b: u64| {
@@ -268,7 +267,7 @@ fn team(ctx: &Context, op: Op, parts: &[Part], cpus: &[usize], spec: &QuietSpec)
                 .max()
                 .unwrap_or(0);
             let all_quiet = quiet.iter().all(|q| q.load(Ordering::Relaxed));
-            (slowest as f64 - overhead, all_quiet)
+            (slowest, all_quiet)
         });
         stop.store(true, Ordering::Release);
         q

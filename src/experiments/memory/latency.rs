@@ -483,7 +483,7 @@ fn measure_chain(ctx: &Context, spec: &QuietSpec, region: &Region, size: u64) ->
     (
         Point {
             size,
-            median: m.median(),
+            median: m.median_ns(),
             trials: m.per_op_ns.clone(),
         },
         m,

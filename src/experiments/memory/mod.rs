@@ -96,56 +96,21 @@ pub struct CacheFact {
 }
 
 /// Data and unified caches from the machine description, ordered by level.
-/// FALLBACK: reads sysfs itself while `machine.cpu.caches` is empty (before the machine
-/// module fills it); once it is filled this uses it unchanged.
 pub fn data_caches(machine: &crate::machine::Machine) -> Vec<CacheFact> {
-    let mut v: Vec<CacheFact> = if machine.cpu.caches.is_empty() {
-        sysfs_caches_fallback()
-    } else {
-        machine
-            .cpu
-            .caches
-            .iter()
-            .map(|c| CacheFact {
-                level: c.level,
-                kind: c.kind.clone(),
-                size_bytes: c.size_bytes,
-                line_bytes: c.line_bytes,
-            })
-            .collect()
-    };
+    let mut v: Vec<CacheFact> = machine
+        .cpu
+        .caches
+        .iter()
+        .map(|c| CacheFact {
+            level: c.level,
+            kind: c.kind.clone(),
+            size_bytes: c.size_bytes,
+            line_bytes: c.line_bytes,
+        })
+        .collect();
     v.retain(|c| c.kind != "Instruction" && c.size_bytes > 0);
     v.sort_by_key(|c| (c.level, c.size_bytes));
     v.dedup_by_key(|c| c.level);
-    v
-}
-
-/// FALLBACK for an empty `machine.cpu.caches`: cpu0's caches from sysfs.
-fn sysfs_caches_fallback() -> Vec<CacheFact> {
-    let mut v = Vec::new();
-    let base = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
-    let Ok(dir) = std::fs::read_dir(base) else {
-        return v;
-    };
-    for e in dir.flatten() {
-        if !e.file_name().to_string_lossy().starts_with("index") {
-            continue;
-        }
-        let read = |f: &str| {
-            std::fs::read_to_string(e.path().join(f))
-                .map(|s| s.trim().to_string())
-                .unwrap_or_default()
-        };
-        let level = read("level").parse().unwrap_or(0);
-        let size = crate::units::parse_size(&read("size")).unwrap_or(0);
-        let line = read("coherency_line_size").parse().unwrap_or(0);
-        v.push(CacheFact {
-            level,
-            kind: read("type"),
-            size_bytes: size,
-            line_bytes: line,
-        });
-    }
     v
 }
 
@@ -163,24 +128,13 @@ pub fn llc_bytes(caches: &[CacheFact]) -> Option<u64> {
     caches.iter().map(|c| c.size_bytes).max()
 }
 
-/// MemAvailable in bytes: the machine description's figure, else /proc/meminfo (FALLBACK
-/// while `machine.memory.available_bytes` is not filled).
+/// The memory this process may use: MemAvailable capped by its cgroup's limit.
 pub fn mem_available(machine: &crate::machine::Machine) -> u64 {
-    if machine.memory.available_bytes > 0 {
-        return machine.memory.available_bytes;
-    }
-    meminfo_field("MemAvailable").unwrap_or(0)
+    machine.memory_budget_bytes()
 }
 
-/// A /proc/meminfo field in bytes.
-pub fn meminfo_field(name: &str) -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = s.lines().find(|l| l.split(':').next() == Some(name))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
-/// The memory a run of an experiment may use: never more than a quarter of MemAvailable.
+/// The memory a run of an experiment may use: never more than a quarter of what is
+/// available (MemAvailable, capped by the cgroup limit).
 /// Errors when even `min` does not fit.
 pub fn memory_cap(machine: &crate::machine::Machine, want: u64, min: u64) -> anyhow::Result<u64> {
     let avail = mem_available(machine);
@@ -191,7 +145,7 @@ pub fn memory_cap(machine: &crate::machine::Machine, want: u64, min: u64) -> any
     let cap = want.min(avail / 4);
     if cap < min {
         bail!(
-            "only {} of memory available (MemAvailable); this experiment needs at least {} (a quarter of what is available)",
+            "only {} of memory available (MemAvailable, cgroup limit); this experiment needs at least {} (a quarter of what is available)",
             crate::units::fmt_bytes(avail as f64),
             crate::units::fmt_bytes(min as f64 * 4.0)
         );
@@ -390,17 +344,7 @@ pub fn rss_check(base: Option<u64>, cap: u64) -> crate::results::Check {
     }
 }
 
-/// Involuntary context switches of the calling thread so far (getrusage RUSAGE_THREAD).
-pub fn thread_preemptions() -> u64 {
-    // SAFETY: a zeroed rusage is a valid output buffer for getrusage.
-    unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_THREAD, &mut ru) != 0 {
-            return 0;
-        }
-        ru.ru_nivcsw as u64
-    }
-}
+pub use crate::harness::thread_preemptions;
 
 /// How long and how often `measure_quiet` measures.
 #[derive(Debug, Clone)]
@@ -414,121 +358,58 @@ pub struct QuietSpec {
 }
 
 /// Trials of one measurement, with the preempted ones counted.
-#[derive(Debug, Clone)]
-pub struct Quiet {
-    /// ns per operation of each kept trial (clock overhead subtracted).
-    pub per_op_ns: Vec<f64>,
-    pub iters: u64,
-    /// Trials set aside because the thread was preempted while they ran.
-    pub preempted: usize,
-    pub notes: Vec<String>,
-}
+pub type Quiet = crate::harness::Measurement;
 
-impl Quiet {
-    pub fn median(&self) -> f64 {
-        crate::stats::median(&self.per_op_ns)
+impl QuietSpec {
+    /// The harness settings for this spec: short trials, the preemption check on, no
+    /// timed warm-up beyond one trial, calibration within half the budget.
+    fn harness_config(&self) -> crate::harness::HarnessConfig {
+        crate::harness::HarnessConfig {
+            min_trial: self.min_trial,
+            trials: self.trials,
+            min_trials: 3.min(self.trials),
+            warmup: std::time::Duration::ZERO,
+            budget: self.budget,
+            calibration_limit: self.budget / 2,
+            max_iters: 1 << 40,
+            detect_preemption: true,
+        }
     }
 }
 
-/// Measures `body(iters)` (`ops_per_iter` operations per iteration) in trials of at least
-/// `min_trial`. A trial during which the thread was preempted (its involuntary context
-/// switch count moved) timed another task too: it is set aside and counted, and another
-/// trial is run, within the budget. When too few undisturbed trials fit in the budget,
-/// the preempted ones are kept and a note says so. The harness does not know about
-/// preemption; memory figures on a busy machine need it.
+/// Measures `body(iters)` (`ops_per_iter` operations per iteration) with the shared
+/// harness in short trials, repeating those during which the thread was preempted.
+/// Only the clock's overhead is subtracted (a chase or stream step dwarfs the loop's).
 pub fn measure_quiet(
     clock: &dyn crate::clock::Clock,
     spec: &QuietSpec,
     ops_per_iter: f64,
-    mut body: impl FnMut(u64),
+    body: impl FnMut(u64),
 ) -> Quiet {
-    let overhead = clock.overhead_ticks();
-    measure_trials(clock, spec, ops_per_iter, |iters| {
-        let c0 = thread_preemptions();
-        let t0 = clock.start();
-        body(iters);
-        let t1 = clock.stop();
-        let quiet = thread_preemptions() == c0;
-        (t1.wrapping_sub(t0) as f64 - overhead, quiet)
-    })
+    let m = crate::harness::Harness::new(clock, spec.harness_config(), 0.0)
+        .measure_raw(ops_per_iter, body);
+    without_preemption_note(m)
 }
 
-/// The calibration and trial loop of `measure_quiet` over any trial that reports its
-/// ticks and whether it ran undisturbed (used by multi-threaded bandwidth trials too).
+/// Memory experiments sum preempted trials into one note of their own.
+fn without_preemption_note(mut m: Quiet) -> Quiet {
+    let note = crate::harness::preemption_note(m.preempted, m.undisturbed);
+    m.notes.retain(|n| *n != note);
+    m
+}
+
+/// As `measure_quiet` over a trial the caller times itself (several threads released
+/// together): `trial(iters)` returns its ticks, clock overhead included, and whether
+/// every thread ran undisturbed.
 pub fn measure_trials(
     clock: &dyn crate::clock::Clock,
     spec: &QuietSpec,
     ops_per_iter: f64,
-    mut trial: impl FnMut(u64) -> (f64, bool),
+    trial: impl FnMut(u64) -> (u64, bool),
 ) -> Quiet {
-    let began = std::time::Instant::now();
-    let min_ticks = clock.ns_to_ticks(spec.min_trial.as_nanos() as f64);
-    let mut notes = Vec::new();
-    // Calibrate (this also warms caches and TLBs): grow until a quiet trial is long enough.
-    let mut iters = 1u64;
-    loop {
-        let (t, quiet) = trial(iters);
-        if t >= min_ticks && quiet {
-            break;
-        }
-        if began.elapsed() > spec.budget / 2 {
-            notes.push(format!(
-                "calibration stopped at half the {} ms budget with {iters} iterations per trial",
-                spec.budget.as_millis()
-            ));
-            break;
-        }
-        if t < min_ticks {
-            let f = if t > 0.0 {
-                (min_ticks * 1.2 / t).clamp(2.0, 100.0)
-            } else {
-                100.0
-            };
-            iters = ((iters as f64 * f).ceil() as u64).min(1 << 40);
-        }
-    }
-    trial(iters); // one more warm-up pass at the final length
-    let mut kept = Vec::with_capacity(spec.trials);
-    let mut preempted = Vec::new();
-    while kept.len() < spec.trials {
-        let spent = began.elapsed();
-        if spent > spec.budget && kept.len() + preempted.len() >= 3 {
-            break;
-        }
-        if spent > spec.budget * 2 && !(kept.is_empty() && preempted.is_empty()) {
-            break;
-        }
-        let (t, quiet) = trial(iters);
-        let ns = clock.ticks_to_ns(t.max(0.0)) / iters as f64 / ops_per_iter;
-        if quiet {
-            kept.push(ns);
-        } else {
-            preempted.push(ns);
-            // Whoever ran meanwhile may have evicted our data: warm up again, untimed.
-            trial(iters);
-        }
-    }
-    let n_pre = preempted.len();
-    if kept.len() < 3.min(spec.trials) {
-        notes.push(format!(
-            "only {} of {} trials ran without preemption within the budget: the preempted ones are kept, so this figure includes other tasks' time",
-            kept.len(),
-            kept.len() + n_pre
-        ));
-        kept.extend(preempted);
-    } else if kept.len() < spec.trials {
-        notes.push(format!(
-            "budget reached after {} of {} trials",
-            kept.len(),
-            spec.trials
-        ));
-    }
-    Quiet {
-        per_op_ns: kept,
-        iters,
-        preempted: n_pre,
-        notes,
-    }
+    let m = crate::harness::Harness::new(clock, spec.harness_config(), 0.0)
+        .measure_trials(ops_per_iter, trial);
+    without_preemption_note(m)
 }
 
 /// "1 KiB", "32 KiB" style label for a power-of-two-ish size, for metric and series names.
@@ -566,7 +447,7 @@ mod tests {
 
     #[test]
     fn caches_are_read() {
-        let m = crate::machine::Machine::default();
+        let m = crate::machine::Machine::gather();
         let c = data_caches(&m);
         if std::path::Path::new("/sys/devices/system/cpu/cpu0/cache/index0").exists() {
             assert!(!c.is_empty());

@@ -124,11 +124,10 @@ fn predict_rate(ctx: &Context) -> Prediction {
         super::route_interface(addr)
     });
     if let Some((iface, _)) = &remote {
-        if let Some(bps) = super::link_speed_bps(iface) {
-            let mtu: f64 = std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
-                .ok()
-                .and_then(|s| s.trim().parse().ok())
-                .unwrap_or(1500.0);
+        if let Some(bps) = super::link_speed_bps(ctx.machine, iface) {
+            let mtu = super::nic(ctx.machine, iface)
+                .and_then(|n| n.mtu)
+                .unwrap_or(1500) as f64;
             // TCP payload per frame (IP 20 + TCP 20 + timestamps 12) over bits on the wire
             // (Ethernet header 14, FCS 4, preamble 8, inter-frame gap 12).
             let eff = (mtu - 52.0) / (mtu + 38.0);
@@ -136,8 +135,8 @@ fn predict_rate(ctx: &Context) -> Prediction {
                 bps / 8.0 * eff,
                 "link speed / 8 x (MTU - 52) / (MTU + 38): line rate less Ethernet, IP and TCP overhead",
             )
-            .input("link_speed", bps, "bits/s", format!("machine: /sys/class/net/{iface}/speed"))
-            .input("mtu", mtu, "bytes", format!("machine: /sys/class/net/{iface}/mtu"));
+            .input("link_speed", bps, "bits/s", format!("machine: {iface} link speed"))
+            .input("mtu", mtu, "bytes", format!("machine: {iface} MTU"));
         }
     }
     let (copy, src) = copy_bandwidth(ctx);

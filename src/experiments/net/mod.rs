@@ -168,16 +168,18 @@ fn interface_of(ip: IpAddr) -> Option<String> {
     found
 }
 
-/// Link speed of an interface in bits/s from /sys/class/net/IF/speed (Mbit/s there);
-/// None where the driver reports none (loopback, many virtual NICs report -1).
-/// Interim: the machine description will carry NIC speeds; until then we read sysfs here.
-pub(crate) fn link_speed_bps(iface: &str) -> Option<f64> {
-    if iface.contains('/') || iface.starts_with('.') {
-        return None;
-    }
-    let s = std::fs::read_to_string(format!("/sys/class/net/{iface}/speed")).ok()?;
-    let mbit: i64 = s.trim().parse().ok()?;
-    (mbit > 0).then_some(mbit as f64 * 1e6)
+/// Link speed of an interface in bits/s, from the machine's NICs; None where the driver
+/// reports none (loopback, virtio and others report -1).
+pub(crate) fn link_speed_bps(machine: &crate::machine::Machine, iface: &str) -> Option<f64> {
+    nic(machine, iface)?.speed_mbit_s.map(|m| m as f64 * 1e6)
+}
+
+/// A NIC of the machine description by name.
+pub(crate) fn nic<'a>(
+    machine: &'a crate::machine::Machine,
+    iface: &str,
+) -> Option<&'a crate::machine::network::Nic> {
+    machine.network.iter().find(|n| n.name == iface)
 }
 
 /// Round trips per CPU as "CPU 0 (97%), CPU 1 (3%)".
@@ -233,8 +235,9 @@ mod tests {
         let (iface, ip) = route_interface("127.0.0.1:9".parse().unwrap()).unwrap();
         assert_eq!(iface, "lo");
         assert!(ip.is_loopback());
-        assert_eq!(link_speed_bps("lo"), None);
-        assert_eq!(link_speed_bps("../etc"), None);
+        let m = crate::machine::Machine::gather();
+        assert_eq!(link_speed_bps(&m, "lo"), None);
+        assert_eq!(link_speed_bps(&m, "../etc"), None);
     }
 
     #[test]

@@ -78,7 +78,8 @@ fn model(ctx: &Context) -> Model {
     let link_bps = ctx.options.peer.as_ref().and_then(|spec| {
         let addr = crate::peer::client::resolve_peer(spec).ok()?;
         let (iface, _) = super::route_interface(addr)?;
-        super::link_speed_bps(&iface).map(|b| (b, format!("machine: /sys/class/net/{iface}/speed")))
+        super::link_speed_bps(ctx.machine, &iface)
+            .map(|b| (b, format!("machine: {iface} link speed")))
     });
     Model {
         syscall,
