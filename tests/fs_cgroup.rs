@@ -3,6 +3,8 @@
 //! a memory cgroup controller (v1, or v2 with memory delegated); otherwise it says why it
 //! skips.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -94,9 +96,9 @@ fn knee_in_cgroup(limit: u64) -> Result<f64, String> {
 
 #[test]
 fn cache_size_knee_matches_a_cgroup_limit() {
-    // SAFETY: geteuid has no preconditions and touches no memory.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: creating a memory cgroup needs root");
+    const TEST: &str = "cache_size_knee_matches_a_cgroup_limit";
+    if !common::is_root() {
+        common::skip(TEST, "creating a memory cgroup needs root");
         return;
     }
     for limit in [256 * MIB, 512 * MIB] {
@@ -114,7 +116,7 @@ fn cache_size_knee_matches_a_cgroup_limit() {
                 );
             }
             Err(why) => {
-                eprintln!("SKIPPED: {why}");
+                common::skip(TEST, &why);
                 return;
             }
         }

@@ -3,6 +3,8 @@
 //! test addresses on that pair only. Everything is removed by a guard, also on failure.
 //! Skipped with a reason where it cannot be built (not root, tools missing).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -209,9 +211,12 @@ impl Drop for Served {
 
 #[test]
 fn remote_read_over_sshfs_from_a_network_namespace() {
-    // SAFETY: geteuid has no memory effects.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root to create a network namespace and veth pair");
+    const TEST: &str = "remote_read_over_sshfs_from_a_network_namespace";
+    if !common::is_root() {
+        common::skip(
+            TEST,
+            "needs root to create a network namespace and veth pair",
+        );
         return;
     }
     let missing: Vec<&str> = ["ip", "sshd", "sshfs", "ssh-keygen", "fusermount"]
@@ -222,15 +227,21 @@ fn remote_read_over_sshfs_from_a_network_namespace() {
         })
         .collect();
     if !missing.is_empty() || !Path::new("/dev/fuse").exists() {
-        eprintln!(
-            "skipped: missing {missing:?} or /dev/fuse (install openssh-server sshfs iproute2 fuse3)"
+        common::skip(
+            TEST,
+            &format!(
+                "missing {missing:?} or /dev/fuse (install openssh-server sshfs iproute2 fuse3)"
+            ),
         );
         return;
     }
     let served = match Served::build() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("skipped: cannot build the served file system here: {e}");
+            common::skip(
+                TEST,
+                &format!("cannot build the served file system here: {e}"),
+            );
             return;
         }
     };

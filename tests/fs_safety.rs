@@ -2,6 +2,8 @@
 //! behind, memory-backed scratch space is refused, a full disk is refused without writing,
 //! bad directories are usage errors. Relations only, never timings.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -105,11 +107,14 @@ fn sigterm_leaves_nothing_behind() {
 fn tmpfs_scratch_is_refused_and_untouched() {
     let shm = Path::new("/dev/shm");
     let Ok(info) = osmeter::scratch::fs_info(shm) else {
-        eprintln!("skipped: no /dev/shm");
+        common::skip("tmpfs_scratch_is_refused_and_untouched", "no /dev/shm");
         return;
     };
     if !info.memory_backed {
-        eprintln!("skipped: /dev/shm is not memory-backed here");
+        common::skip(
+            "tmpfs_scratch_is_refused_and_untouched",
+            "/dev/shm is not memory-backed here",
+        );
         return;
     }
     let dir = tempfile::tempdir_in(shm).unwrap();
@@ -138,8 +143,9 @@ fn tmpfs_scratch_is_refused_and_untouched() {
 
 #[test]
 fn full_disk_gives_a_clear_message_and_writes_nothing() {
+    const FULL: &str = "full_disk_gives_a_clear_message_and_writes_nothing";
     if !is_root() {
-        eprintln!("skipped: needs root to loop-mount a tiny ext4 image");
+        common::skip(FULL, "needs root to loop-mount a tiny ext4 image");
         return;
     }
     for tool in ["mkfs.ext4", "mount", "umount"] {
@@ -149,7 +155,7 @@ fn full_disk_gives_a_clear_message_and_writes_nothing() {
             .map(|o| !o.status.success())
             .unwrap_or(true)
         {
-            eprintln!("skipped: {tool} not installed");
+            common::skip(FULL, &format!("{tool} not installed"));
             return;
         }
     }
@@ -168,7 +174,7 @@ fn full_disk_gives_a_clear_message_and_writes_nothing() {
         .arg(&img)
         .arg(&mnt))
     {
-        eprintln!("skipped: cannot loop-mount here");
+        common::skip(FULL, "cannot loop-mount here");
         return;
     }
     // Unmount even if an assertion fails.

@@ -6,6 +6,8 @@
 //! Needs root and iproute2 (ip, tc); skips with a message otherwise. Traffic goes only to
 //! the addresses of the veth pair this test creates (10.213.0.0/16, a /30 per process).
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -223,19 +225,22 @@ fn median(e: &serde_json::Value, metric: &str) -> f64 {
 
 #[test]
 fn net_experiments_against_a_namespace_host() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipping net_namespace: needs root to create a network namespace and veth pair");
+    const TEST: &str = "net_experiments_against_a_namespace_host";
+    if !common::is_root() {
+        common::skip(
+            TEST,
+            "needs root to create a network namespace and veth pair",
+        );
         return;
     }
     if !have("ip") || !have("tc") {
-        eprintln!("skipping net_namespace: needs iproute2 (ip and tc)");
+        common::skip(TEST, "needs iproute2 (ip and tc)");
         return;
     }
     let mut host = match Host2::create() {
         Ok(h) => h,
         Err(e) => {
-            eprintln!("skipping net_namespace: cannot create the namespace host: {e}");
+            common::skip(TEST, &format!("cannot create the namespace host: {e}"));
             return;
         }
     };

@@ -2,6 +2,8 @@
 //! The HTML report is opened in headless Chromium when /usr/bin/chromium exists (.ci/run
 //! installs Debian's `chromium`); without it those checks are skipped with a message.
 
+mod common;
+
 use assert_cmd::Command;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -75,8 +77,9 @@ fn assert_self_contained(html: &str) {
 /// Opens a page in headless Chromium; returns (stderr log, DOM). None when absent.
 fn chromium(page: &Path, screenshot: Option<&Path>) -> Option<(String, String)> {
     if !Path::new(CHROMIUM).exists() {
-        eprintln!(
-            "SKIPPED: {CHROMIUM} is absent (apt-get install chromium); browser checks not run"
+        common::skip(
+            "chromium checks",
+            &format!("{CHROMIUM} is absent (apt-get install chromium); browser checks not run"),
         );
         return None;
     }

@@ -1,4 +1,7 @@
 //! Helpers shared by the tests that drive the library.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::io::Write;
 
 use osmeter::experiments::{Profile, RunOptions};
 use osmeter::results::{RunResults, Status};
@@ -31,4 +34,35 @@ pub fn median(r: &RunResults, id: &str, metric: &str) -> f64 {
         .unwrap_or_else(|| panic!("{id}/{metric} missing"))
         .summary
         .median
+}
+
+/// Set (to anything but "0") by `.ci/run`: a missing prerequisite fails the test there.
+pub const REQUIRE_ALL: &str = "OSMETER_REQUIRE_ALL_TESTS";
+
+/// Whether a missing prerequisite must fail the test rather than skip it.
+pub fn require_all() -> bool {
+    std::env::var(REQUIRE_ALL).is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Skips `test` because a prerequisite (root, a tool, a kernel feature) is missing.
+///
+/// Writes to the process's stderr directly rather than through `eprintln!`, which the
+/// test harness captures and hides for passing tests; under OSMETER_REQUIRE_ALL_TESTS it
+/// panics instead, so CI proves every test really ran.
+pub fn skip(test: &str, why: &str) {
+    skip_or_fail(require_all(), test, why)
+}
+
+/// `skip` with the require-all setting given, so the mechanism itself can be tested.
+pub fn skip_or_fail(require_all: bool, test: &str, why: &str) {
+    if require_all {
+        panic!("{test}: prerequisite missing and {REQUIRE_ALL} is set: {why}");
+    }
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+}
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and touches no memory.
+    unsafe { libc::geteuid() == 0 }
 }
