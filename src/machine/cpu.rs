@@ -1,14 +1,15 @@
 //! CPU facts: model, topology, flags, caches (sysfs), frequency policy, mitigations.
 
-use super::{format_list, parse_list, read, read_trim, read_u64};
+use super::facts::FactRoot;
+use super::topology::{self, Topology};
+use super::{format_list, parse_list};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 const SYS_CPU: &str = "/sys/devices/system/cpu";
 
 /// Flags worth showing: time-stamp counter behaviour, virtualisation, vector width.
-#[cfg(not(target_arch = "aarch64"))]
-const FLAGS_OF_INTEREST: &[&str] = &[
+const X86_FLAGS: &[&str] = &[
     "constant_tsc",
     "nonstop_tsc",
     "tsc_known_freq",
@@ -26,8 +27,7 @@ const FLAGS_OF_INTEREST: &[&str] = &[
     "erms",
     "fsrm",
 ];
-#[cfg(target_arch = "aarch64")]
-const FLAGS_OF_INTEREST: &[&str] = &[
+const ARM_FLAGS: &[&str] = &[
     "fp", "asimd", "aes", "sha2", "crc32", "atomics", "sve", "sve2",
 ];
 
@@ -92,6 +92,10 @@ pub struct CpuInfo {
     pub mhz: Vec<(usize, f64)>,
     /// (processor, physical id, core id) where reported.
     pub topology: Vec<(usize, u32, u32)>,
+    /// Every "processor" number listed.
+    pub processors: Vec<usize>,
+    /// The ARM layout ("CPU implementer" lines) rather than x86's.
+    pub arm: bool,
 }
 
 /// Parses /proc/cpuinfo (x86 and ARM layouts).
@@ -107,7 +111,10 @@ pub fn parse_cpuinfo(s: &str) -> CpuInfo {
             };
             let (k, v) = (k.trim(), v.trim());
             match k {
-                "processor" => proc_no = v.parse::<usize>().ok(),
+                "processor" => {
+                    proc_no = v.parse::<usize>().ok();
+                    info.processors.extend(proc_no);
+                }
                 "model name" | "Hardware" | "Processor" if info.model.is_empty() => {
                     info.model = v.to_string()
                 }
@@ -131,6 +138,7 @@ pub fn parse_cpuinfo(s: &str) -> CpuInfo {
             info.topology.push((p, ph, c));
         }
     }
+    info.arm = implementer.is_some();
     if info.vendor.is_empty() {
         if let Some(imp) = &implementer {
             info.vendor = arm_implementer(imp).to_string();
@@ -195,72 +203,146 @@ pub fn bracketed(s: &str) -> Option<String> {
     Some(s[start + 1..end].to_string())
 }
 
-pub fn gather() -> Cpu {
-    let logical = crate::sys::online_cpus();
-    let online = read(format!("{SYS_CPU}/online"))
+/// The allowed-CPU list of a /proc/PID/status ("Cpus_allowed_list:\t0-3,8").
+pub fn parse_status_allowed(status: &str) -> Vec<usize> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(parse_list)
+        .unwrap_or_default()
+}
+
+/// CPU facts and the topology, read under `root`.
+pub fn gather(root: &FactRoot) -> (Cpu, Topology) {
+    let cpuinfo = root.read("/proc/cpuinfo").unwrap_or_default();
+    if !root.is_live() {
+        if let Some(s) = root.read("/sysctl.txt") {
+            return from_sysctl_snapshot(&topology::parse_sysctl_lines(&s));
+        }
+    }
+    let info = parse_cpuinfo(&cpuinfo);
+    let online = root
+        .read(format!("{SYS_CPU}/online"))
         .map(|s| parse_list(&s))
         .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| (0..logical).collect());
-    let info = read("/proc/cpuinfo")
-        .map(|s| parse_cpuinfo(&s))
+        .or_else(|| (!info.processors.is_empty()).then(|| info.processors.clone()))
+        .unwrap_or_else(|| {
+            let n = if root.is_live() {
+                crate::sys::online_cpus()
+            } else {
+                1
+            };
+            (0..n).collect()
+        });
+    // The recorded process's mask; live, the calling thread's own (it may be pinned).
+    let recorded = root
+        .read("/proc/self/status")
+        .map(|s| parse_status_allowed(&s))
         .unwrap_or_default();
+    let allowed = if root.is_live() {
+        crate::sys::allowed_cpus()
+    } else if recorded.is_empty() {
+        online.clone()
+    } else {
+        recorded
+    };
+    let flags = if info.arm { ARM_FLAGS } else { X86_FLAGS };
     let mut cpu = Cpu {
         model: info.model.clone(),
         vendor: info.vendor.clone(),
-        logical_cpus: logical,
-        allowed_cpus: crate::sys::allowed_cpus(),
-        flags: FLAGS_OF_INTEREST
+        logical_cpus: online.len(),
+        allowed_cpus: allowed,
+        flags: flags
             .iter()
             .map(|f| (f.to_string(), info.flags.contains(*f)))
             .collect(),
-        caches: read_caches(&online),
-        mitigations: read_mitigations(),
+        caches: read_caches(root, &online),
+        mitigations: read_mitigations(root),
         ..Default::default()
     };
-    topology(&mut cpu, &online, &info);
-    frequency(&mut cpu, &online, &info);
-    cpu
+    let topo = topology::from_sysfs(root, &online, &cpu.allowed_cpus);
+    counts(root, &mut cpu, &topo, &info);
+    frequency(root, &mut cpu, &online, &info);
+    (cpu, topo)
 }
 
-fn topology(cpu: &mut Cpu, online: &[usize], info: &CpuInfo) {
-    // A core is identified by its set of sibling threads.
-    let sysfs: Vec<(u32, String)> = online
-        .iter()
-        .filter_map(|c| {
-            let t = format!("{SYS_CPU}/cpu{c}/topology");
-            let pkg = read_u64(format!("{t}/physical_package_id"))? as u32;
-            let sib = read_trim(format!("{t}/core_cpus_list"))
-                .or_else(|| read_trim(format!("{t}/thread_siblings_list")))?;
-            Some((pkg, sib))
-        })
-        .collect();
-    let counted = if !sysfs.is_empty() && sysfs.len() == online.len() {
-        Some(count_topology(&sysfs))
-    } else if !info.topology.is_empty() {
-        let e: Vec<(u32, u32)> = info.topology.iter().map(|t| (t.1, t.2)).collect();
-        Some(count_topology(&e))
-    } else {
-        None
+/// Cores, sockets and SMT from the topology, else from /proc/cpuinfo's ids.
+fn counts(root: &FactRoot, cpu: &mut Cpu, topo: &Topology, info: &CpuInfo) {
+    let counted = match (topo.cores, topo.packages) {
+        (Some(c), Some(p)) => Some((c, p)),
+        _ if !info.topology.is_empty() => {
+            let e: Vec<(u32, u32)> = info.topology.iter().map(|t| (t.1, t.2)).collect();
+            Some(count_topology(&e))
+        }
+        _ => None,
     };
     if let Some((cores, sockets)) = counted.filter(|c| c.0 > 0) {
         cpu.physical_cores = Some(cores);
         cpu.sockets = Some(sockets);
-        cpu.threads_per_core = Some(online.len().div_ceil(cores));
+        cpu.threads_per_core = Some(cpu.logical_cpus.div_ceil(cores));
     }
-    cpu.smt = match read_trim(format!("{SYS_CPU}/smt/active")).as_deref() {
+    cpu.smt = match root.read_trim(format!("{SYS_CPU}/smt/active")).as_deref() {
         Some("1") => Some(true),
         Some("0") => Some(false),
         _ => cpu.threads_per_core.map(|t| t > 1),
     };
 }
 
-fn frequency(cpu: &mut Cpu, online: &[usize], info: &CpuInfo) {
+/// A Mac recorded as sysctl values (DIR/sysctl.txt): model, counts, caches, topology.
+fn from_sysctl_snapshot(m: &BTreeMap<String, String>) -> (Cpu, Topology) {
+    let topo = topology::from_sysctl(&|k| m.get(k).cloned());
+    let num = |k: &str| m.get(k).and_then(|v| v.trim().parse::<u64>().ok());
+    let line = num("hw.cachelinesize").unwrap_or(0);
+    let mut caches = Vec::new();
+    let p0 = |k: &str| num(&format!("hw.perflevel0.{k}")).or_else(|| num(&format!("hw.{k}")));
+    for (level, kind, size, shared) in [
+        (1, "Data", p0("l1dcachesize"), Some(1)),
+        (1, "Instruction", p0("l1icachesize"), Some(1)),
+        (
+            2,
+            "Unified",
+            p0("l2cachesize"),
+            num("hw.perflevel0.cpusperl2"),
+        ),
+        (3, "Unified", num("hw.l3cachesize"), num("hw.logicalcpu")),
+    ] {
+        if let Some(size) = size.filter(|s| *s > 0) {
+            caches.push(Cache {
+                level,
+                kind: kind.into(),
+                size_bytes: size,
+                line_bytes: line,
+                ways: None,
+                shared_cpus: shared.unwrap_or(1) as usize,
+                instances: 0,
+            });
+        }
+    }
+    let cpu = Cpu {
+        model: m
+            .get("machdep.cpu.brand_string")
+            .cloned()
+            .unwrap_or_default(),
+        vendor: m.get("machdep.cpu.vendor").cloned().unwrap_or_default(),
+        logical_cpus: topo.cpus.len(),
+        allowed_cpus: topo.allowed.clone(),
+        physical_cores: topo.cores,
+        sockets: topo.packages,
+        threads_per_core: topo.cores.map(|c| topo.cpus.len().div_ceil(c.max(1))),
+        smt: topo.cores.map(|c| topo.cpus.len() > c),
+        caches,
+        ..Default::default()
+    };
+    (cpu, topo)
+}
+
+fn frequency(root: &FactRoot, cpu: &mut Cpu, online: &[usize], info: &CpuInfo) {
     for &c in online {
         let f = format!("{SYS_CPU}/cpu{c}/cpufreq");
-        if let Some(g) = read_trim(format!("{f}/scaling_governor")) {
+        if let Some(g) = root.read_trim(format!("{f}/scaling_governor")) {
             cpu.governors.insert(c, g);
         }
-        if let Some(khz) = read_u64(format!("{f}/scaling_cur_freq")) {
+        if let Some(khz) = root.read_u64(format!("{f}/scaling_cur_freq")) {
             cpu.cur_mhz.insert(c, khz as f64 / 1e3);
         }
     }
@@ -281,14 +363,14 @@ fn frequency(cpu: &mut Cpu, online: &[usize], info: &CpuInfo) {
     }
     cpu.scaling_driver = online
         .first()
-        .and_then(|c| read_trim(format!("{SYS_CPU}/cpu{c}/cpufreq/scaling_driver")));
+        .and_then(|c| root.read_trim(format!("{SYS_CPU}/cpu{c}/cpufreq/scaling_driver")));
     let sources = [
         ("intel_pstate/no_turbo", true),
         ("cpufreq/boost", false),
         ("cpufreq/policy0/boost", false),
     ];
     for (file, inverted) in sources {
-        if let Some(v) = read_trim(format!("{SYS_CPU}/{file}")) {
+        if let Some(v) = root.read_trim(format!("{SYS_CPU}/{file}")) {
             if v == "0" || v == "1" {
                 cpu.turbo = Some((v == "1") != inverted);
                 cpu.turbo_source = Some(format!("{SYS_CPU}/{file}"));
@@ -301,30 +383,34 @@ fn frequency(cpu: &mut Cpu, online: &[usize], info: &CpuInfo) {
 /// A cache's shape: level, kind, size, line, ways, CPUs sharing it.
 type CacheShape = (u32, String, u64, u64, Option<u32>, usize);
 
-fn read_caches(online: &[usize]) -> Vec<Cache> {
+fn read_caches(root: &FactRoot, online: &[usize]) -> Vec<Cache> {
     // Each shape with its distinct sharing sets (instances).
     let mut seen: BTreeMap<CacheShape, BTreeSet<String>> = BTreeMap::new();
     for &c in online {
-        let Ok(dir) = std::fs::read_dir(format!("{SYS_CPU}/cpu{c}/cache")) else {
-            continue;
-        };
-        for e in dir.flatten() {
-            if !e.file_name().to_string_lossy().starts_with("index") {
+        let dir = format!("{SYS_CPU}/cpu{c}/cache");
+        for name in root.list(&dir) {
+            if !name.starts_with("index") {
                 continue;
             }
-            let p = e.path();
+            let p = format!("{dir}/{name}");
             let (Some(level), Some(kind), Some(size)) = (
-                read_u64(p.join("level")),
-                read_trim(p.join("type")),
-                read_trim(p.join("size")).and_then(|s| parse_cache_size(&s)),
+                root.read_u64(format!("{p}/level")),
+                root.read_trim(format!("{p}/type")),
+                root.read_trim(format!("{p}/size"))
+                    .and_then(|s| parse_cache_size(&s)),
             ) else {
                 continue;
             };
-            let line = read_u64(p.join("coherency_line_size")).unwrap_or(0);
-            let ways = read_u64(p.join("ways_of_associativity"))
+            let line = root
+                .read_u64(format!("{p}/coherency_line_size"))
+                .unwrap_or(0);
+            let ways = root
+                .read_u64(format!("{p}/ways_of_associativity"))
                 .filter(|w| *w > 0)
                 .map(|w| w as u32);
-            let shared = read_trim(p.join("shared_cpu_list")).unwrap_or_default();
+            let shared = root
+                .read_trim(format!("{p}/shared_cpu_list"))
+                .unwrap_or_default();
             let n_shared = parse_list(&shared).len().max(1);
             seen.entry((level as u32, kind, size, line, ways, n_shared))
                 .or_default()
@@ -348,14 +434,13 @@ fn read_caches(online: &[usize]) -> Vec<Cache> {
     caches
 }
 
-fn read_mitigations() -> BTreeMap<String, String> {
-    let Ok(dir) = std::fs::read_dir(format!("{SYS_CPU}/vulnerabilities")) else {
-        return BTreeMap::new();
-    };
-    dir.flatten()
-        .filter_map(|e| {
-            let v = read_trim(e.path())?;
-            Some((e.file_name().to_string_lossy().into_owned(), v))
+fn read_mitigations(root: &FactRoot) -> BTreeMap<String, String> {
+    let dir = format!("{SYS_CPU}/vulnerabilities");
+    root.list(&dir)
+        .into_iter()
+        .filter_map(|name| {
+            let v = root.read_trim(format!("{dir}/{name}"))?;
+            Some((name, v))
         })
         .collect()
 }
