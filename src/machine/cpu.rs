@@ -146,10 +146,31 @@ pub fn parse_cpuinfo(s: &str) -> CpuInfo {
     }
     if info.model.is_empty() {
         if let Some(p) = part {
-            info.model = format!("{} part {p}", info.vendor);
+            info.model = match arm_part(implementer.as_deref().unwrap_or(""), &p) {
+                Some(name) => format!("{} {name}", info.vendor),
+                None => format!("{} part {p}", info.vendor),
+            };
         }
     }
     info
+}
+
+/// Names of common server and board ARM cores (implementer, part) as the kernel lists them.
+fn arm_part(implementer: &str, part: &str) -> Option<&'static str> {
+    let key = (implementer.to_ascii_lowercase(), part.to_ascii_lowercase());
+    Some(match (key.0.as_str(), key.1.as_str()) {
+        ("0x41", "0xd03") => "Cortex-A53",
+        ("0x41", "0xd07") => "Cortex-A57",
+        ("0x41", "0xd08") => "Cortex-A72",
+        ("0x41", "0xd0b") => "Cortex-A76",
+        ("0x41", "0xd0c") => "Neoverse-N1",
+        ("0x41", "0xd40") => "Neoverse-V1",
+        ("0x41", "0xd49") => "Neoverse-N2",
+        ("0x41", "0xd4f") => "Neoverse-V2",
+        ("0x48", "0xd01") => "Kunpeng-920",
+        ("0xc0", "0xac3") => "AmpereOne",
+        _ => return None,
+    })
 }
 
 fn arm_implementer(code: &str) -> &str {
@@ -560,7 +581,11 @@ CPU part\t: 0xd0c
     fn cpuinfo_arm() {
         let i = parse_cpuinfo(CPUINFO_ARM);
         assert_eq!(i.vendor, "ARM");
-        assert_eq!(i.model, "ARM part 0xd0c");
+        assert_eq!(i.model, "ARM Neoverse-N1");
+        assert!(i.arm);
+        assert_eq!(i.processors, vec![0, 1]);
+        let other = parse_cpuinfo(&CPUINFO_ARM.replace("0xd0c", "0xfff"));
+        assert_eq!(other.model, "ARM part 0xfff");
         assert!(i.flags.contains("asimd"));
         assert!(i.mhz.is_empty());
     }

@@ -197,7 +197,10 @@ fn choose(t: &Topology) -> (Option<usize>, String) {
         .filter(|c| c.kind.as_deref() == Some("performance"))
         .collect();
     if !perf.is_empty() && perf.len() < cand.len() {
-        why.push(format!("{} performance cores", plural(perf.len(), "CPU")));
+        why.push(format!(
+            "{} on performance cores",
+            plural(perf.len(), "CPU")
+        ));
         cand = perf;
     }
     let top = cand
