@@ -90,7 +90,8 @@ struct RunArgs {
     /// Skip these experiments (ids or globs).
     #[arg(long)]
     skip: Vec<String>,
-    /// Pin single-threaded work to this CPU (default: the last allowed CPU).
+    /// Pin single-threaded work to this CPU (default: the topology's choice, a performance
+    /// core other than CPU 0's core; `osmeter machine` shows it and why).
     #[arg(long)]
     cpu: Option<usize>,
     /// Parent folder of the results folder (a new HOST-TIMESTAMP folder is made inside).

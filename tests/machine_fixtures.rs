@@ -465,3 +465,70 @@ fn bad_folders_are_usage_errors() {
     // Nothing was created by the refused snapshot.
     assert!(!tmp.path().join("a").exists());
 }
+
+/// A results document around a machine description, with no experiments.
+fn results_doc(machine: Value) -> Value {
+    serde_json::json!({
+        "schema_version": 1,
+        "tool": {"name": "osmeter", "version": "0.1.0"},
+        "started_at": "2026-11-23T10:00:00Z",
+        "duration_s": 1.0,
+        "config": {"profile": "smoke", "cpu": 1},
+        "machine": machine,
+        "experiments": []
+    })
+}
+
+fn schema_errors(doc: &Value) -> Vec<String> {
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/results.schema.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let v = jsonschema::validator_for(&schema).expect("schema compiles");
+    v.iter_errors(doc).map(|e| e.to_string()).collect()
+}
+
+#[test]
+fn schema_describes_the_topology() {
+    let m = describe_json(&fixture("intel-hybrid-laptop"));
+    let errs = schema_errors(&results_doc(m.clone()));
+    assert!(errs.is_empty(), "{errs:?}");
+    let mut bad = m;
+    bad["topology"]["cpus"][0]["kind"] = "big".into();
+    bad["topology"]["partners"]["same_llc"] = "two".into();
+    assert_eq!(schema_errors(&results_doc(bad)).len(), 2);
+}
+
+#[test]
+fn reports_show_the_topology_and_old_results_still_render() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = describe_json(&fixture("xeon-two-socket"));
+    let mut old = m.clone();
+    old.as_object_mut().unwrap().remove("topology");
+    for (name, machine, shown) in [("new", m, true), ("old", old, false)] {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("results.json");
+        std::fs::write(&file, results_doc(machine).to_string()).unwrap();
+        let out = osmeter()
+            .args(["report", "--quiet"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+        for text in [&md, &html] {
+            assert_eq!(text.contains("chosen CPU"), shown, "{name}");
+            assert_eq!(text.contains("other_package 8"), shown, "{name}");
+            assert!(text.contains("Xeon"), "{name}");
+        }
+    }
+}
