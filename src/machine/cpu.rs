@@ -235,13 +235,10 @@ pub fn parse_status_allowed(status: &str) -> Vec<usize> {
 
 /// CPU facts and the topology, read under `root`.
 pub fn gather(root: &FactRoot) -> (Cpu, Topology) {
-    let cpuinfo = root.read("/proc/cpuinfo").unwrap_or_default();
-    if !root.is_live() {
-        if let Some(s) = root.read("/sysctl.txt") {
-            return from_sysctl_snapshot(&topology::parse_sysctl_lines(&s));
-        }
+    if root.is_sysctl_machine() {
+        return from_sysctl(&|k| root.sysctl(k));
     }
-    let info = parse_cpuinfo(&cpuinfo);
+    let info = parse_cpuinfo(&root.read("/proc/cpuinfo").unwrap_or_default());
     let online = root
         .read(format!("{SYS_CPU}/online"))
         .map(|s| parse_list(&s))
@@ -309,10 +306,10 @@ fn counts(root: &FactRoot, cpu: &mut Cpu, topo: &Topology, info: &CpuInfo) {
     };
 }
 
-/// A Mac recorded as sysctl values (DIR/sysctl.txt): model, counts, caches, topology.
-fn from_sysctl_snapshot(m: &BTreeMap<String, String>) -> (Cpu, Topology) {
-    let topo = topology::from_sysctl(&|k| m.get(k).cloned());
-    let num = |k: &str| m.get(k).and_then(|v| v.trim().parse::<u64>().ok());
+/// A Mac, from its sysctl values: model, counts, caches, topology.
+pub fn from_sysctl(lookup: &dyn Fn(&str) -> Option<String>) -> (Cpu, Topology) {
+    let topo = topology::from_sysctl(lookup);
+    let num = |k: &str| lookup(k).and_then(|v| v.trim().parse::<u64>().ok());
     let line = num("hw.cachelinesize").unwrap_or(0);
     let mut caches = Vec::new();
     let p0 = |k: &str| num(&format!("hw.perflevel0.{k}")).or_else(|| num(&format!("hw.{k}")));
@@ -340,11 +337,8 @@ fn from_sysctl_snapshot(m: &BTreeMap<String, String>) -> (Cpu, Topology) {
         }
     }
     let cpu = Cpu {
-        model: m
-            .get("machdep.cpu.brand_string")
-            .cloned()
-            .unwrap_or_default(),
-        vendor: m.get("machdep.cpu.vendor").cloned().unwrap_or_default(),
+        model: lookup("machdep.cpu.brand_string").unwrap_or_default(),
+        vendor: lookup("machdep.cpu.vendor").unwrap_or_default(),
         logical_cpus: topo.cpus.len(),
         allowed_cpus: topo.allowed.clone(),
         physical_cores: topo.cores,
@@ -588,6 +582,35 @@ CPU part\t: 0xd0c
         assert_eq!(other.model, "ARM part 0xfff");
         assert!(i.flags.contains("asimd"));
         assert!(i.mhz.is_empty());
+    }
+
+    #[test]
+    fn a_recorded_mac_is_read_from_sysctl_txt() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("sysctl.txt"),
+            "machdep.cpu.brand_string: Apple M2\nhw.packages: 1\nhw.physicalcpu: 8\n\
+             hw.logicalcpu: 8\nhw.nperflevels: 2\nhw.cachelinesize: 128\n\
+             hw.perflevel0.physicalcpu: 4\nhw.perflevel0.logicalcpu: 4\n\
+             hw.perflevel0.cpusperl2: 4\nhw.perflevel0.l2cachesize: 16777216\n\
+             hw.perflevel0.l1dcachesize: 131072\nhw.perflevel0.name: Performance\n\
+             hw.perflevel1.physicalcpu: 4\nhw.perflevel1.logicalcpu: 4\n\
+             hw.perflevel1.cpusperl2: 4\nhw.perflevel1.name: Efficiency\n",
+        )
+        .unwrap();
+        let root = FactRoot::recorded(dir.path());
+        assert!(root.is_sysctl_machine());
+        let (cpu, t) = gather(&root);
+        assert_eq!(cpu.model, "Apple M2");
+        assert_eq!((cpu.logical_cpus, cpu.physical_cores), (8, Some(8)));
+        assert_eq!(cpu.smt, Some(false));
+        assert_eq!(cpu.line_bytes(), Some(128));
+        assert_eq!(cpu.last_level_cache().unwrap().size_bytes, 16 << 20);
+        let c = t.chosen_cpu.unwrap();
+        assert_eq!(t.place(c).unwrap().kind.as_deref(), Some("performance"));
+        assert_eq!(t.partners.same_llc.map(|p| p >= 4), Some(true));
+        // The efficiency cluster is the other L2 group.
+        assert_eq!(t.partners.other_llc.map(|p| p < 4), Some(true));
     }
 
     #[test]

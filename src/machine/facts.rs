@@ -148,6 +148,37 @@ impl FactRoot {
         }
     }
 
+    /// A sysctl value (macOS): asked of the system live, else read from the recorded
+    /// DIR/sysctl.txt ("name: value" lines). A recording root adds each value it got to
+    /// its /sysctl.txt, so a Mac's snapshot holds exactly the values used.
+    pub fn sysctl(&self, name: &str) -> Option<String> {
+        if !self.live {
+            let all = std::fs::read_to_string(self.resolve("/sysctl.txt")).ok()?;
+            return super::topology::parse_sysctl_lines(&all).remove(name);
+        }
+        let v = live_sysctl(name)?;
+        if let Some(log) = &self.log {
+            if let Ok(mut l) = log.lock() {
+                let e = l
+                    .entry(PathBuf::from("/sysctl.txt"))
+                    .or_insert_with(|| Recorded::File(String::new()));
+                if let Recorded::File(text) = e {
+                    text.push_str(&format!("{name}: {v}\n"));
+                }
+            }
+        }
+        Some(v)
+    }
+
+    /// True when the facts are a Mac's (live on macOS, or a recorded sysctl.txt).
+    pub fn is_sysctl_machine(&self) -> bool {
+        if self.live {
+            cfg!(target_os = "macos")
+        } else {
+            self.resolve("/sysctl.txt").is_file()
+        }
+    }
+
     /// Everything read so far (empty unless recording).
     pub fn recorded_facts(&self) -> BTreeMap<PathBuf, Recorded> {
         self.log
@@ -155,6 +186,16 @@ impl FactRoot {
             .and_then(|l| l.lock().ok().map(|l| l.clone()))
             .unwrap_or_default()
     }
+}
+
+#[cfg(target_os = "macos")]
+fn live_sysctl(name: &str) -> Option<String> {
+    crate::platform::sysctl_string(name)
+}
+
+#[cfg(not(target_os = "macos"))]
+fn live_sysctl(_name: &str) -> Option<String> {
+    None
 }
 
 /// A folder `--from` can describe: a directory holding proc/, sys/ or sysctl.txt.

@@ -166,10 +166,10 @@ pub fn build(mut raw: Vec<RawCpu>, allowed: &[usize], source: &str) -> Topology 
     t
 }
 
-/// The rule, in order: an allowed online CPU; a performance core when the CPU has two
-/// kinds; among those the highest cpuinfo_max_freq when known (the favoured cores); not
-/// CPU 0 nor a thread of CPU 0's core when another remains (CPU 0 takes most interrupts);
-/// then the lowest number.
+/// The rule, in order: an allowed online CPU; not CPU 0 when another is allowed (CPU 0
+/// takes most interrupts); a performance core when the CPU has two kinds; among those the
+/// highest cpuinfo_max_freq when known (the favoured cores); not a thread of CPU 0's core
+/// when another remains; then the lowest number.
 fn choose(t: &Topology) -> (Option<usize>, String) {
     let mut cand: Vec<&CpuPlace> = t
         .cpus
@@ -191,6 +191,10 @@ fn choose(t: &Topology) -> (Option<usize>, String) {
         );
     }
     let mut why = vec![format!("{} allowed", plural(cand.len(), "CPU"))];
+    if cand.len() > 1 && cand.iter().any(|c| c.cpu == 0) {
+        cand.retain(|c| c.cpu != 0);
+        why.push("not CPU 0 (it takes most interrupts)".into());
+    }
     let perf: Vec<&CpuPlace> = cand
         .iter()
         .copied()
@@ -222,19 +226,15 @@ fn choose(t: &Topology) -> (Option<usize>, String) {
         }
     }
     let zero_core = t.cpus.iter().find(|c| c.cpu == 0).and_then(|c| c.core);
-    let away: Vec<&CpuPlace> = cand
-        .iter()
-        .copied()
-        .filter(|c| c.cpu != 0 && (zero_core.is_none() || c.core != zero_core))
-        .collect();
-    if !away.is_empty() && away.len() < cand.len() {
-        why.push("not CPU 0 or its core (CPU 0 takes most interrupts)".into());
-        cand = away;
-    } else if away.is_empty() {
-        let not0: Vec<&CpuPlace> = cand.iter().copied().filter(|c| c.cpu != 0).collect();
-        if !not0.is_empty() && not0.len() < cand.len() {
-            why.push("not CPU 0 (it takes most interrupts)".into());
-            cand = not0;
+    if zero_core.is_some() {
+        let away: Vec<&CpuPlace> = cand
+            .iter()
+            .copied()
+            .filter(|c| c.core != zero_core)
+            .collect();
+        if !away.is_empty() && away.len() < cand.len() {
+            why.push("not on CPU 0's core (its SMT sibling shares the core)".into());
+            cand = away;
         }
     }
     let pick = cand.first().map(|c| c.cpu);
@@ -613,6 +613,31 @@ mod tests {
             }
         );
         assert!(t.chosen_reason.contains("not CPU 0"), "{}", t.chosen_reason);
+        assert!(
+            t.chosen_reason.contains("CPU 0's core"),
+            "{}",
+            t.chosen_reason
+        );
+    }
+
+    #[test]
+    fn cpu_0_only_when_nothing_else_is_allowed() {
+        // CPU 0 is the only allowed performance core: another allowed CPU still wins.
+        let mut v: Vec<RawCpu> = (0..4).map(|c| raw(c, 0, &[c], "a")).collect();
+        for r in &mut v {
+            r.kind = Some(
+                if r.cpu < 2 {
+                    "performance"
+                } else {
+                    "efficiency"
+                }
+                .into(),
+            );
+        }
+        let t = build(v.clone(), &[0, 3], "test");
+        assert_eq!(t.chosen_cpu, Some(3));
+        assert_eq!(t.partners.same_llc, Some(0));
+        assert_eq!(build(v, &[0], "test").chosen_cpu, Some(0));
     }
 
     #[test]
