@@ -532,3 +532,27 @@ fn reports_show_the_topology_and_old_results_still_render() {
         }
     }
 }
+
+#[test]
+fn without_sysfs_topology_cpuinfo_stands_in() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join("server");
+    copy_tree(&fixture("xeon-two-socket"), &tree);
+    let cpu_dir = tree.join("sys/devices/system/cpu");
+    for c in 0..32 {
+        std::fs::remove_dir_all(cpu_dir.join(format!("cpu{c}/topology"))).unwrap();
+        std::fs::remove_dir_all(cpu_dir.join(format!("cpu{c}/cache"))).unwrap();
+    }
+    let m = describe_json(&tree);
+    let t = &m["topology"];
+    assert_eq!(
+        (t["packages"].as_u64(), t["cores"].as_u64()),
+        (Some(2), Some(16))
+    );
+    assert!(t["llc_groups"].is_null() && m["cpu"]["caches"].as_array().unwrap().is_empty());
+    assert_eq!(t["chosen_cpu"], 1);
+    assert_eq!(t["partners"]["smt_sibling"], 17);
+    assert_eq!(t["partners"]["other_package"], 8);
+    assert!(t["partners"]["same_llc"].is_null());
+    assert!(t["source"].as_str().unwrap().contains("cpuinfo"));
+}

@@ -278,7 +278,7 @@ pub fn gather(root: &FactRoot) -> (Cpu, Topology) {
         mitigations: read_mitigations(root),
         ..Default::default()
     };
-    let topo = topology::from_sysfs(root, &online, &cpu.allowed_cpus);
+    let topo = topology::from_sysfs(root, &online, &cpu.allowed_cpus, &info.topology);
     counts(root, &mut cpu, &topo, &info);
     frequency(root, &mut cpu, &online, &info);
     (cpu, topo)

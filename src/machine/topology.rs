@@ -435,8 +435,14 @@ fn kinds(root: &FactRoot, online: &[usize]) -> BTreeMap<usize, String> {
     out
 }
 
-/// The topology from sysfs under `root`; `online` are the CPUs to describe.
-pub fn from_sysfs(root: &FactRoot, online: &[usize], allowed: &[usize]) -> Topology {
+/// The topology from sysfs under `root`; `online` are the CPUs to describe. Where sysfs
+/// has no topology directory, /proc/cpuinfo's (processor, physical id, core id) stand in.
+pub fn from_sysfs(
+    root: &FactRoot,
+    online: &[usize],
+    allowed: &[usize],
+    cpuinfo: &[(usize, u32, u32)],
+) -> Topology {
     let nodes = nodes(root);
     let kinds = kinds(root, online);
     let raw: Vec<RawCpu> = online
@@ -474,11 +480,24 @@ pub fn from_sysfs(root: &FactRoot, online: &[usize], allowed: &[usize]) -> Topol
     let any_sysfs = raw
         .iter()
         .any(|r| r.package.is_some() || r.core_key.is_some());
-    build(
-        raw,
-        allowed,
-        if any_sysfs { "sysfs" } else { "CPU list only" },
-    )
+    let mut raw = raw;
+    let mut source = if any_sysfs { "sysfs" } else { "CPU list only" };
+    if !any_sysfs && !cpuinfo.is_empty() {
+        for r in &mut raw {
+            let Some(&(_, pkg, core)) = cpuinfo.iter().find(|t| t.0 == r.cpu) else {
+                continue;
+            };
+            r.package = Some(pkg);
+            r.core_key = Some(format!("id{core}"));
+            r.siblings = cpuinfo
+                .iter()
+                .filter(|t| t.1 == pkg && t.2 == core)
+                .map(|t| t.0)
+                .collect();
+        }
+        source = "/proc/cpuinfo (no sysfs topology)";
+    }
+    build(raw, allowed, source)
 }
 
 /// The topology of a Mac from its sysctl values (`lookup("hw.packages")` -> "1").
