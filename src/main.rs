@@ -28,11 +28,18 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Describe this machine.
+    /// Describe this machine (or one recorded with --snapshot).
     Machine {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+        /// Also copy every file the description reads into DIR (missing or empty), at its
+        /// absolute path (DIR/proc/cpuinfo, DIR/sys/devices/system/cpu/...).
+        #[arg(long, value_name = "DIR", conflicts_with = "from")]
+        snapshot: Option<PathBuf>,
+        /// Describe the machine recorded in DIR instead of this one.
+        #[arg(long, value_name = "DIR")]
+        from: Option<PathBuf>,
     },
     /// Re-render the reports (terminal, report.md, report.html, plots) from a results file.
     Report {
@@ -83,7 +90,8 @@ struct RunArgs {
     /// Skip these experiments (ids or globs).
     #[arg(long)]
     skip: Vec<String>,
-    /// Pin single-threaded work to this CPU (default: the last allowed CPU).
+    /// Pin single-threaded work to this CPU (default: the topology's choice, a performance
+    /// core other than CPU 0's core; `osmeter machine` shows it and why).
     #[arg(long)]
     cpu: Option<usize>,
     /// Parent folder of the results folder (a new HOST-TIMESTAMP folder is made inside).
@@ -138,7 +146,11 @@ fn main() -> ExitCode {
     match cli.cmd {
         Cmd::Run(a) => cmd_run(a),
         Cmd::List { json } => cmd_list(json),
-        Cmd::Machine { json } => cmd_machine(json),
+        Cmd::Machine {
+            json,
+            snapshot,
+            from,
+        } => cmd_machine(json, snapshot, from),
         Cmd::Report {
             results,
             out,
@@ -260,13 +272,46 @@ fn cmd_list(json: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn cmd_machine(json: bool) -> ExitCode {
-    let mut m = osmeter::machine::Machine::gather();
-    // The time base belongs to the description: counter, its frequency, the core clock.
-    let (_, clock) = osmeter::clock::detect();
-    m.warnings.extend(clock.warnings.iter().cloned());
-    m.clock = Some(clock);
-    m.cpu.core_clock_hz = osmeter::clock::effective_core_hz();
+fn cmd_machine(json: bool, snapshot: Option<PathBuf>, from: Option<PathBuf>) -> ExitCode {
+    use osmeter::machine::{facts, FactRoot, Machine};
+    if let Some(dir) = &from {
+        if let Err(e) = facts::check_recorded_tree(dir) {
+            eprintln!("osmeter: error: --from {}: {e}", dir.display());
+            return ExitCode::from(2);
+        }
+    }
+    if let Some(dir) = &snapshot {
+        if let Err(e) = facts::check_snapshot_dir(dir) {
+            eprintln!("osmeter: error: --snapshot {}: {e}", dir.display());
+            return ExitCode::from(2);
+        }
+    }
+    let root = match (&from, &snapshot) {
+        (Some(d), _) => FactRoot::recorded(d),
+        (None, Some(_)) => FactRoot::live_recording(),
+        (None, None) => FactRoot::live(),
+    };
+    let mut m = Machine::gather_from(&root);
+    if root.is_live() {
+        // The time base belongs to the description: counter, its frequency, the core clock.
+        let (_, clock) = osmeter::clock::detect();
+        m.warnings.extend(clock.warnings.iter().cloned());
+        m.clock = Some(clock);
+        m.cpu.core_clock_hz = osmeter::clock::effective_core_hz();
+    }
+    if let Some(dir) = &snapshot {
+        match facts::write_snapshot(dir, &root.recorded_facts()) {
+            Ok(n) => eprintln!(
+                "osmeter: recorded {n} files in {} (describe it with `osmeter machine --from {}`)",
+                dir.display(),
+                dir.display()
+            ),
+            Err(e) => {
+                eprintln!("osmeter: error: --snapshot {}: {e}", dir.display());
+                return ExitCode::from(1);
+            }
+        }
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&m).unwrap_or_default());
     } else {

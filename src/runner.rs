@@ -4,7 +4,7 @@
 
 use crate::clock::{self, Clock};
 use crate::experiments::{self, Context, Experiment, Outcome, Profile, RunOptions};
-use crate::machine::Machine;
+use crate::machine::{Machine, Topology};
 use crate::platform;
 use crate::results::{Cycles, ExperimentResult, RunResults, Status, Tool, SCHEMA_VERSION};
 use serde::Serialize;
@@ -51,9 +51,10 @@ pub struct RunOutput {
     pub folder: Option<PathBuf>,
 }
 
-/// The CPU to pin single-threaded work to: the requested one (validated) or the last
-/// allowed CPU (CPU 0 usually takes more interrupts).
-pub fn choose_cpu(requested: Option<usize>) -> Result<usize, RunError> {
+/// The CPU to pin single-threaded work to: the requested one (validated), else the one
+/// the topology chose (a performance core, not CPU 0's core when another is allowed),
+/// else the last allowed CPU.
+pub fn choose_cpu(requested: Option<usize>, topology: &Topology) -> Result<usize, RunError> {
     let allowed = platform::allowed_cpus();
     match requested {
         Some(c) if allowed.contains(&c) => Ok(c),
@@ -65,7 +66,10 @@ pub fn choose_cpu(requested: Option<usize>) -> Result<usize, RunError> {
                 .collect::<Vec<_>>()
                 .join(",")
         ))),
-        None => Ok(*allowed.last().unwrap_or(&0)),
+        None => Ok(topology
+            .chosen_cpu
+            .filter(|c| allowed.contains(c))
+            .unwrap_or(*allowed.last().unwrap_or(&0))),
     }
 }
 
@@ -224,7 +228,10 @@ fn hard_limit(budget: Duration) -> Duration {
 pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
     let selected = experiments::select(experiments::registry(), &cfg.only, &cfg.skip)
         .map_err(RunError::Usage)?;
-    let cpu = choose_cpu(cfg.cpu)?;
+    // A bad --cpu is a usage error found before anything is measured.
+    if cfg.cpu.is_some() {
+        choose_cpu(cfg.cpu, &Topology::default())?;
+    }
     // Validate --scratch-dir and --remote-dir before measuring anything.
     for (flag, dir) in [
         ("--scratch-dir", &cfg.options.scratch_dir),
@@ -255,6 +262,15 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
     let allowed = platform::allowed_cpus();
     let steal = crate::machine::StealMeter::start();
     let mut machine = Machine::gather();
+    let cpu = choose_cpu(cfg.cpu, &machine.topology)?;
+    if machine.topology.chosen_cpu != Some(cpu) {
+        let why = if cfg.cpu.is_some() {
+            "requested with --cpu"
+        } else {
+            "the last allowed CPU (the topology's choice is not allowed)"
+        };
+        machine.topology.choose(cpu, why);
+    }
     let pinning = platform::pin_to_cpu(cpu)
         .map_err(|e| RunError::Runtime(anyhow::anyhow!("cannot pin to CPU {cpu}: {e}")))?;
     if let Some(why) = pinning.reason() {

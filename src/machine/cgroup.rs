@@ -4,7 +4,7 @@
 //! /proc/self/mountinfo. A limit set on any ancestor applies too, so the effective limit
 //! is the smallest found walking from the process's cgroup up to the mount point.
 
-use super::{read, read_trim};
+use super::facts::FactRoot;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -130,15 +130,15 @@ fn walk_up(leaf: &Path, top: &Path, mut f: impl FnMut(&Path)) {
     }
 }
 
-fn tightest_cpu(leaf: &Path, top: &Path, v2: bool) -> Option<(u64, u64)> {
+fn tightest_cpu(root: &FactRoot, leaf: &Path, top: &Path, v2: bool) -> Option<(u64, u64)> {
     let mut best: Option<(u64, u64)> = None;
     walk_up(leaf, top, |d| {
         let q = if v2 {
-            read(d.join("cpu.max")).and_then(|s| parse_cpu_max(&s))
+            root.read(d.join("cpu.max")).and_then(|s| parse_cpu_max(&s))
         } else {
             match (
-                read(d.join("cpu.cfs_quota_us")),
-                read(d.join("cpu.cfs_period_us")),
+                root.read(d.join("cpu.cfs_quota_us")),
+                root.read(d.join("cpu.cfs_period_us")),
             ) {
                 (Some(q), Some(p)) => parse_v1_quota(&q, &p),
                 _ => None,
@@ -155,7 +155,7 @@ fn tightest_cpu(leaf: &Path, top: &Path, v2: bool) -> Option<(u64, u64)> {
     best
 }
 
-fn tightest_memory(leaf: &Path, top: &Path, v2: bool) -> Option<u64> {
+fn tightest_memory(root: &FactRoot, leaf: &Path, top: &Path, v2: bool) -> Option<u64> {
     let file = if v2 {
         "memory.max"
     } else {
@@ -163,7 +163,7 @@ fn tightest_memory(leaf: &Path, top: &Path, v2: bool) -> Option<u64> {
     };
     let mut best: Option<u64> = None;
     walk_up(leaf, top, |d| {
-        if let Some(l) = read(d.join(file)).and_then(|s| parse_memory_limit(&s)) {
+        if let Some(l) = root.read(d.join(file)).and_then(|s| parse_memory_limit(&s)) {
             best = Some(best.map_or(l, |b| b.min(l)));
         }
     });
@@ -173,6 +173,7 @@ fn tightest_memory(leaf: &Path, top: &Path, v2: bool) -> Option<u64> {
 /// Finds the directory of `controller` for this process: a v1 mount bound to it, else the
 /// v2 mount if the controller is enabled there.
 fn locate(
+    root: &FactRoot,
     controller: &str,
     members: &[Membership],
     mounts: &[CgroupMount],
@@ -197,39 +198,43 @@ fn locate(
         .find(|x| x.id == 0 && x.controllers.is_empty())?;
     mounts.iter().filter(|m| m.v2).find_map(|m| {
         let top = PathBuf::from(&m.mount_point);
-        let ctl = read(top.join("cgroup.controllers")).unwrap_or_default();
+        let ctl = root
+            .read(top.join("cgroup.controllers"))
+            .unwrap_or_default();
         ctl.split_whitespace()
             .any(|c| c == controller)
             .then(|| (cgroup_dir(m, &mem.path), top, true))
     })
 }
 
-pub fn gather() -> Cgroup {
-    let members = read("/proc/self/cgroup")
+pub fn gather(root: &FactRoot) -> Cgroup {
+    let members = root
+        .read("/proc/self/cgroup")
         .map(|s| parse_proc_cgroup(&s))
         .unwrap_or_default();
-    let mounts = read("/proc/self/mountinfo")
+    let mounts = root
+        .read("/proc/self/mountinfo")
         .map(|s| parse_cgroup_mounts(&s))
         .unwrap_or_default();
     let mut cg = Cgroup::default();
-    if let Some((dir, top, v2)) = locate("cpu", &members, &mounts) {
+    if let Some((dir, top, v2)) = locate(root, "cpu", &members, &mounts) {
         cg.version = Some(if v2 { 2 } else { 1 });
-        if let Some((q, p)) = tightest_cpu(&dir, &top, v2) {
+        if let Some((q, p)) = tightest_cpu(root, &dir, &top, v2) {
             cg.cpu_quota_us = Some(q);
             cg.cpu_period_us = Some(p);
             cg.cpu_limit = Some(q as f64 / p as f64);
         }
         cg.cpu_dir = Some(dir.display().to_string());
     }
-    if let Some((dir, top, v2)) = locate("memory", &members, &mounts) {
+    if let Some((dir, top, v2)) = locate(root, "memory", &members, &mounts) {
         cg.version.get_or_insert(if v2 { 2 } else { 1 });
-        cg.memory_limit_bytes = tightest_memory(&dir, &top, v2);
+        cg.memory_limit_bytes = tightest_memory(root, &dir, &top, v2);
         let usage = if v2 {
             "memory.current"
         } else {
             "memory.usage_in_bytes"
         };
-        cg.memory_usage_bytes = read_trim(dir.join(usage)).and_then(|s| s.parse().ok());
+        cg.memory_usage_bytes = root.read_trim(dir.join(usage)).and_then(|s| s.parse().ok());
         cg.memory_dir = Some(dir.display().to_string());
     }
     cg
@@ -298,14 +303,14 @@ mod tests {
         assert!(mounts[2].v2);
         assert!(mounts[0].controllers.contains(&"cpu".to_string()));
         let members = parse_proc_cgroup(PROC_CGROUP_V1);
-        let (dir, top, v2) = locate("memory", &members, &mounts).unwrap();
+        let (dir, top, v2) = locate(&FactRoot::live(), "memory", &members, &mounts).unwrap();
         assert!(!v2);
         assert_eq!(top, PathBuf::from("/sys/fs/cgroup/memory"));
         assert_eq!(
             dir,
             PathBuf::from("/sys/fs/cgroup/memory/process_api/de0ae8e0744d865d901eb503b4ca7e28")
         );
-        let (dir, _, _) = locate("cpu", &members, &mounts).unwrap();
+        let (dir, _, _) = locate(&FactRoot::live(), "cpu", &members, &mounts).unwrap();
         assert_eq!(dir, PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/docker/abc"));
         // A namespaced mount whose root is the container's own cgroup.
         let m = CgroupMount {
@@ -359,6 +364,6 @@ mod tests {
 
     #[test]
     fn gather_never_panics() {
-        let _ = gather();
+        let _ = gather(&FactRoot::live());
     }
 }

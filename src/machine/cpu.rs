@@ -1,14 +1,15 @@
 //! CPU facts: model, topology, flags, caches (sysfs), frequency policy, mitigations.
 
-use super::{format_list, parse_list, read, read_trim, read_u64};
+use super::facts::FactRoot;
+use super::topology::{self, Topology};
+use super::{format_list, parse_list};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 const SYS_CPU: &str = "/sys/devices/system/cpu";
 
 /// Flags worth showing: time-stamp counter behaviour, virtualisation, vector width.
-#[cfg(not(target_arch = "aarch64"))]
-const FLAGS_OF_INTEREST: &[&str] = &[
+const X86_FLAGS: &[&str] = &[
     "constant_tsc",
     "nonstop_tsc",
     "tsc_known_freq",
@@ -26,8 +27,7 @@ const FLAGS_OF_INTEREST: &[&str] = &[
     "erms",
     "fsrm",
 ];
-#[cfg(target_arch = "aarch64")]
-const FLAGS_OF_INTEREST: &[&str] = &[
+const ARM_FLAGS: &[&str] = &[
     "fp", "asimd", "aes", "sha2", "crc32", "atomics", "sve", "sve2",
 ];
 
@@ -92,6 +92,10 @@ pub struct CpuInfo {
     pub mhz: Vec<(usize, f64)>,
     /// (processor, physical id, core id) where reported.
     pub topology: Vec<(usize, u32, u32)>,
+    /// Every "processor" number listed.
+    pub processors: Vec<usize>,
+    /// The ARM layout ("CPU implementer" lines) rather than x86's.
+    pub arm: bool,
 }
 
 /// Parses /proc/cpuinfo (x86 and ARM layouts).
@@ -107,7 +111,10 @@ pub fn parse_cpuinfo(s: &str) -> CpuInfo {
             };
             let (k, v) = (k.trim(), v.trim());
             match k {
-                "processor" => proc_no = v.parse::<usize>().ok(),
+                "processor" => {
+                    proc_no = v.parse::<usize>().ok();
+                    info.processors.extend(proc_no);
+                }
                 "model name" | "Hardware" | "Processor" if info.model.is_empty() => {
                     info.model = v.to_string()
                 }
@@ -131,6 +138,7 @@ pub fn parse_cpuinfo(s: &str) -> CpuInfo {
             info.topology.push((p, ph, c));
         }
     }
+    info.arm = implementer.is_some();
     if info.vendor.is_empty() {
         if let Some(imp) = &implementer {
             info.vendor = arm_implementer(imp).to_string();
@@ -138,10 +146,31 @@ pub fn parse_cpuinfo(s: &str) -> CpuInfo {
     }
     if info.model.is_empty() {
         if let Some(p) = part {
-            info.model = format!("{} part {p}", info.vendor);
+            info.model = match arm_part(implementer.as_deref().unwrap_or(""), &p) {
+                Some(name) => format!("{} {name}", info.vendor),
+                None => format!("{} part {p}", info.vendor),
+            };
         }
     }
     info
+}
+
+/// Names of common server and board ARM cores (implementer, part) as the kernel lists them.
+fn arm_part(implementer: &str, part: &str) -> Option<&'static str> {
+    let key = (implementer.to_ascii_lowercase(), part.to_ascii_lowercase());
+    Some(match (key.0.as_str(), key.1.as_str()) {
+        ("0x41", "0xd03") => "Cortex-A53",
+        ("0x41", "0xd07") => "Cortex-A57",
+        ("0x41", "0xd08") => "Cortex-A72",
+        ("0x41", "0xd0b") => "Cortex-A76",
+        ("0x41", "0xd0c") => "Neoverse-N1",
+        ("0x41", "0xd40") => "Neoverse-V1",
+        ("0x41", "0xd49") => "Neoverse-N2",
+        ("0x41", "0xd4f") => "Neoverse-V2",
+        ("0x48", "0xd01") => "Kunpeng-920",
+        ("0xc0", "0xac3") => "AmpereOne",
+        _ => return None,
+    })
 }
 
 fn arm_implementer(code: &str) -> &str {
@@ -195,72 +224,140 @@ pub fn bracketed(s: &str) -> Option<String> {
     Some(s[start + 1..end].to_string())
 }
 
-pub fn gather() -> Cpu {
-    let logical = crate::platform::online_cpus();
-    let online = read(format!("{SYS_CPU}/online"))
+/// The allowed-CPU list of a /proc/PID/status ("Cpus_allowed_list:\t0-3,8").
+pub fn parse_status_allowed(status: &str) -> Vec<usize> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(parse_list)
+        .unwrap_or_default()
+}
+
+/// CPU facts and the topology, read under `root`.
+pub fn gather(root: &FactRoot) -> (Cpu, Topology) {
+    if root.is_sysctl_machine() {
+        return from_sysctl(&|k| root.sysctl(k));
+    }
+    let info = parse_cpuinfo(&root.read("/proc/cpuinfo").unwrap_or_default());
+    let online = root
+        .read(format!("{SYS_CPU}/online"))
         .map(|s| parse_list(&s))
         .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| (0..logical).collect());
-    let info = read("/proc/cpuinfo")
-        .map(|s| parse_cpuinfo(&s))
+        .or_else(|| (!info.processors.is_empty()).then(|| info.processors.clone()))
+        .unwrap_or_else(|| {
+            let n = if root.is_live() {
+                crate::platform::online_cpus()
+            } else {
+                1
+            };
+            (0..n).collect()
+        });
+    // The recorded process's mask; live, the calling thread's own (it may be pinned).
+    let recorded = root
+        .read("/proc/self/status")
+        .map(|s| parse_status_allowed(&s))
         .unwrap_or_default();
+    let allowed = if root.is_live() {
+        crate::platform::allowed_cpus()
+    } else if recorded.is_empty() {
+        online.clone()
+    } else {
+        recorded
+    };
+    let flags = if info.arm { ARM_FLAGS } else { X86_FLAGS };
     let mut cpu = Cpu {
         model: info.model.clone(),
         vendor: info.vendor.clone(),
-        logical_cpus: logical,
-        allowed_cpus: crate::platform::allowed_cpus(),
-        flags: FLAGS_OF_INTEREST
+        logical_cpus: online.len(),
+        allowed_cpus: allowed,
+        flags: flags
             .iter()
             .map(|f| (f.to_string(), info.flags.contains(*f)))
             .collect(),
-        caches: read_caches(&online),
-        mitigations: read_mitigations(),
+        caches: read_caches(root, &online),
+        mitigations: read_mitigations(root),
         ..Default::default()
     };
-    topology(&mut cpu, &online, &info);
-    frequency(&mut cpu, &online, &info);
-    cpu
+    let topo = topology::from_sysfs(root, &online, &cpu.allowed_cpus, &info.topology);
+    counts(root, &mut cpu, &topo, &info);
+    frequency(root, &mut cpu, &online, &info);
+    (cpu, topo)
 }
 
-fn topology(cpu: &mut Cpu, online: &[usize], info: &CpuInfo) {
-    // A core is identified by its set of sibling threads.
-    let sysfs: Vec<(u32, String)> = online
-        .iter()
-        .filter_map(|c| {
-            let t = format!("{SYS_CPU}/cpu{c}/topology");
-            let pkg = read_u64(format!("{t}/physical_package_id"))? as u32;
-            let sib = read_trim(format!("{t}/core_cpus_list"))
-                .or_else(|| read_trim(format!("{t}/thread_siblings_list")))?;
-            Some((pkg, sib))
-        })
-        .collect();
-    let counted = if !sysfs.is_empty() && sysfs.len() == online.len() {
-        Some(count_topology(&sysfs))
-    } else if !info.topology.is_empty() {
-        let e: Vec<(u32, u32)> = info.topology.iter().map(|t| (t.1, t.2)).collect();
-        Some(count_topology(&e))
-    } else {
-        None
+/// Cores, sockets and SMT from the topology, else from /proc/cpuinfo's ids.
+fn counts(root: &FactRoot, cpu: &mut Cpu, topo: &Topology, info: &CpuInfo) {
+    let counted = match (topo.cores, topo.packages) {
+        (Some(c), Some(p)) => Some((c, p)),
+        _ if !info.topology.is_empty() => {
+            let e: Vec<(u32, u32)> = info.topology.iter().map(|t| (t.1, t.2)).collect();
+            Some(count_topology(&e))
+        }
+        _ => None,
     };
     if let Some((cores, sockets)) = counted.filter(|c| c.0 > 0) {
         cpu.physical_cores = Some(cores);
         cpu.sockets = Some(sockets);
-        cpu.threads_per_core = Some(online.len().div_ceil(cores));
+        cpu.threads_per_core = Some(cpu.logical_cpus.div_ceil(cores));
     }
-    cpu.smt = match read_trim(format!("{SYS_CPU}/smt/active")).as_deref() {
+    cpu.smt = match root.read_trim(format!("{SYS_CPU}/smt/active")).as_deref() {
         Some("1") => Some(true),
         Some("0") => Some(false),
         _ => cpu.threads_per_core.map(|t| t > 1),
     };
 }
 
-fn frequency(cpu: &mut Cpu, online: &[usize], info: &CpuInfo) {
+/// A Mac, from its sysctl values: model, counts, caches, topology.
+pub fn from_sysctl(lookup: &dyn Fn(&str) -> Option<String>) -> (Cpu, Topology) {
+    let topo = topology::from_sysctl(lookup);
+    let num = |k: &str| lookup(k).and_then(|v| v.trim().parse::<u64>().ok());
+    let line = num("hw.cachelinesize").unwrap_or(0);
+    let mut caches = Vec::new();
+    let p0 = |k: &str| num(&format!("hw.perflevel0.{k}")).or_else(|| num(&format!("hw.{k}")));
+    for (level, kind, size, shared) in [
+        (1, "Data", p0("l1dcachesize"), Some(1)),
+        (1, "Instruction", p0("l1icachesize"), Some(1)),
+        (
+            2,
+            "Unified",
+            p0("l2cachesize"),
+            num("hw.perflevel0.cpusperl2"),
+        ),
+        (3, "Unified", num("hw.l3cachesize"), num("hw.logicalcpu")),
+    ] {
+        if let Some(size) = size.filter(|s| *s > 0) {
+            caches.push(Cache {
+                level,
+                kind: kind.into(),
+                size_bytes: size,
+                line_bytes: line,
+                ways: None,
+                shared_cpus: shared.unwrap_or(1) as usize,
+                instances: 0,
+            });
+        }
+    }
+    let cpu = Cpu {
+        model: lookup("machdep.cpu.brand_string").unwrap_or_default(),
+        vendor: lookup("machdep.cpu.vendor").unwrap_or_default(),
+        logical_cpus: topo.cpus.len(),
+        allowed_cpus: topo.allowed.clone(),
+        physical_cores: topo.cores,
+        sockets: topo.packages,
+        threads_per_core: topo.cores.map(|c| topo.cpus.len().div_ceil(c.max(1))),
+        smt: topo.cores.map(|c| topo.cpus.len() > c),
+        caches,
+        ..Default::default()
+    };
+    (cpu, topo)
+}
+
+fn frequency(root: &FactRoot, cpu: &mut Cpu, online: &[usize], info: &CpuInfo) {
     for &c in online {
         let f = format!("{SYS_CPU}/cpu{c}/cpufreq");
-        if let Some(g) = read_trim(format!("{f}/scaling_governor")) {
+        if let Some(g) = root.read_trim(format!("{f}/scaling_governor")) {
             cpu.governors.insert(c, g);
         }
-        if let Some(khz) = read_u64(format!("{f}/scaling_cur_freq")) {
+        if let Some(khz) = root.read_u64(format!("{f}/scaling_cur_freq")) {
             cpu.cur_mhz.insert(c, khz as f64 / 1e3);
         }
     }
@@ -281,14 +378,14 @@ fn frequency(cpu: &mut Cpu, online: &[usize], info: &CpuInfo) {
     }
     cpu.scaling_driver = online
         .first()
-        .and_then(|c| read_trim(format!("{SYS_CPU}/cpu{c}/cpufreq/scaling_driver")));
+        .and_then(|c| root.read_trim(format!("{SYS_CPU}/cpu{c}/cpufreq/scaling_driver")));
     let sources = [
         ("intel_pstate/no_turbo", true),
         ("cpufreq/boost", false),
         ("cpufreq/policy0/boost", false),
     ];
     for (file, inverted) in sources {
-        if let Some(v) = read_trim(format!("{SYS_CPU}/{file}")) {
+        if let Some(v) = root.read_trim(format!("{SYS_CPU}/{file}")) {
             if v == "0" || v == "1" {
                 cpu.turbo = Some((v == "1") != inverted);
                 cpu.turbo_source = Some(format!("{SYS_CPU}/{file}"));
@@ -301,30 +398,34 @@ fn frequency(cpu: &mut Cpu, online: &[usize], info: &CpuInfo) {
 /// A cache's shape: level, kind, size, line, ways, CPUs sharing it.
 type CacheShape = (u32, String, u64, u64, Option<u32>, usize);
 
-fn read_caches(online: &[usize]) -> Vec<Cache> {
+fn read_caches(root: &FactRoot, online: &[usize]) -> Vec<Cache> {
     // Each shape with its distinct sharing sets (instances).
     let mut seen: BTreeMap<CacheShape, BTreeSet<String>> = BTreeMap::new();
     for &c in online {
-        let Ok(dir) = std::fs::read_dir(format!("{SYS_CPU}/cpu{c}/cache")) else {
-            continue;
-        };
-        for e in dir.flatten() {
-            if !e.file_name().to_string_lossy().starts_with("index") {
+        let dir = format!("{SYS_CPU}/cpu{c}/cache");
+        for name in root.list(&dir) {
+            if !name.starts_with("index") {
                 continue;
             }
-            let p = e.path();
+            let p = format!("{dir}/{name}");
             let (Some(level), Some(kind), Some(size)) = (
-                read_u64(p.join("level")),
-                read_trim(p.join("type")),
-                read_trim(p.join("size")).and_then(|s| parse_cache_size(&s)),
+                root.read_u64(format!("{p}/level")),
+                root.read_trim(format!("{p}/type")),
+                root.read_trim(format!("{p}/size"))
+                    .and_then(|s| parse_cache_size(&s)),
             ) else {
                 continue;
             };
-            let line = read_u64(p.join("coherency_line_size")).unwrap_or(0);
-            let ways = read_u64(p.join("ways_of_associativity"))
+            let line = root
+                .read_u64(format!("{p}/coherency_line_size"))
+                .unwrap_or(0);
+            let ways = root
+                .read_u64(format!("{p}/ways_of_associativity"))
                 .filter(|w| *w > 0)
                 .map(|w| w as u32);
-            let shared = read_trim(p.join("shared_cpu_list")).unwrap_or_default();
+            let shared = root
+                .read_trim(format!("{p}/shared_cpu_list"))
+                .unwrap_or_default();
             let n_shared = parse_list(&shared).len().max(1);
             seen.entry((level as u32, kind, size, line, ways, n_shared))
                 .or_default()
@@ -348,14 +449,13 @@ fn read_caches(online: &[usize]) -> Vec<Cache> {
     caches
 }
 
-fn read_mitigations() -> BTreeMap<String, String> {
-    let Ok(dir) = std::fs::read_dir(format!("{SYS_CPU}/vulnerabilities")) else {
-        return BTreeMap::new();
-    };
-    dir.flatten()
-        .filter_map(|e| {
-            let v = read_trim(e.path())?;
-            Some((e.file_name().to_string_lossy().into_owned(), v))
+fn read_mitigations(root: &FactRoot) -> BTreeMap<String, String> {
+    let dir = format!("{SYS_CPU}/vulnerabilities");
+    root.list(&dir)
+        .into_iter()
+        .filter_map(|name| {
+            let v = root.read_trim(format!("{dir}/{name}"))?;
+            Some((name, v))
         })
         .collect()
 }
@@ -475,9 +575,42 @@ CPU part\t: 0xd0c
     fn cpuinfo_arm() {
         let i = parse_cpuinfo(CPUINFO_ARM);
         assert_eq!(i.vendor, "ARM");
-        assert_eq!(i.model, "ARM part 0xd0c");
+        assert_eq!(i.model, "ARM Neoverse-N1");
+        assert!(i.arm);
+        assert_eq!(i.processors, vec![0, 1]);
+        let other = parse_cpuinfo(&CPUINFO_ARM.replace("0xd0c", "0xfff"));
+        assert_eq!(other.model, "ARM part 0xfff");
         assert!(i.flags.contains("asimd"));
         assert!(i.mhz.is_empty());
+    }
+
+    #[test]
+    fn a_recorded_mac_is_read_from_sysctl_txt() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("sysctl.txt"),
+            "machdep.cpu.brand_string: Apple M2\nhw.packages: 1\nhw.physicalcpu: 8\n\
+             hw.logicalcpu: 8\nhw.nperflevels: 2\nhw.cachelinesize: 128\n\
+             hw.perflevel0.physicalcpu: 4\nhw.perflevel0.logicalcpu: 4\n\
+             hw.perflevel0.cpusperl2: 4\nhw.perflevel0.l2cachesize: 16777216\n\
+             hw.perflevel0.l1dcachesize: 131072\nhw.perflevel0.name: Performance\n\
+             hw.perflevel1.physicalcpu: 4\nhw.perflevel1.logicalcpu: 4\n\
+             hw.perflevel1.cpusperl2: 4\nhw.perflevel1.name: Efficiency\n",
+        )
+        .unwrap();
+        let root = FactRoot::recorded(dir.path());
+        assert!(root.is_sysctl_machine());
+        let (cpu, t) = gather(&root);
+        assert_eq!(cpu.model, "Apple M2");
+        assert_eq!((cpu.logical_cpus, cpu.physical_cores), (8, Some(8)));
+        assert_eq!(cpu.smt, Some(false));
+        assert_eq!(cpu.line_bytes(), Some(128));
+        assert_eq!(cpu.last_level_cache().unwrap().size_bytes, 16 << 20);
+        let c = t.chosen_cpu.unwrap();
+        assert_eq!(t.place(c).unwrap().kind.as_deref(), Some("performance"));
+        assert_eq!(t.partners.same_llc.map(|p| p >= 4), Some(true));
+        // The efficiency cluster is the other L2 group.
+        assert_eq!(t.partners.other_llc.map(|p| p < 4), Some(true));
     }
 
     #[test]

@@ -36,11 +36,20 @@ fn plural(n: usize, one: &str, many: &str) -> String {
 }
 
 pub fn describe(m: &Machine) -> String {
-    let mut o = Out(format!(
-        "Machine {} (facts gathered in {:.0} ms)\n",
-        m.hostname, m.gather_ms
-    ));
+    let mut o = Out(match &m.recorded {
+        Some(r) => format!(
+            "Machine {} (recorded in {}; unknown there, as they are not files: {})\n",
+            m.hostname,
+            r.from,
+            r.unknown.join(", ")
+        ),
+        None => format!(
+            "Machine {} (facts gathered in {:.0} ms)\n",
+            m.hostname, m.gather_ms
+        ),
+    });
     cpu(&mut o, m);
+    topology(&mut o, m);
     caches(&mut o, m);
     memory(&mut o, m);
     storage(&mut o, m);
@@ -213,6 +222,52 @@ fn cpu(o: &mut Out, m: &Machine) {
             let _ = write!(text, "\n{k}: {v}");
         }
         o.row("mitigations", text);
+    }
+}
+
+fn topology(o: &mut Out, m: &Machine) {
+    let t = &m.topology;
+    o.section("Topology");
+    if t.cpus.is_empty() {
+        o.row("layout", "unknown (no CPU topology readable)");
+    } else {
+        o.row("layout", t.summary());
+    }
+    // CPU lists per group, where there is more than one group.
+    let groups = |key: &dyn Fn(&super::CpuPlace) -> Option<usize>, name: &str| {
+        let mut g: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+        for c in &t.cpus {
+            if let Some(k) = key(c) {
+                g.entry(k).or_default().push(c.cpu);
+            }
+        }
+        (g.len() > 1).then(|| {
+            g.iter()
+                .map(|(k, v)| format!("{name} {k}: CPUs {}", format_list(v)))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+    };
+    if let Some(s) = groups(&|c| c.package.map(|p| p as usize), "package") {
+        o.row("packages", s);
+    }
+    if let Some(s) = groups(&|c| c.llc, "LLC") {
+        o.row("LLC groups", s);
+    }
+    if let Some(s) = groups(&|c| c.node, "node") {
+        o.row("NUMA nodes", s);
+    }
+    match t.chosen_cpu {
+        Some(c) => {
+            let kind = t
+                .place(c)
+                .and_then(|p| p.kind.as_deref())
+                .map(|k| format!(" ({k} core)"))
+                .unwrap_or_default();
+            o.row("chosen CPU", format!("{c}{kind}: {}", t.chosen_reason));
+            o.row("partners", t.partners_line());
+        }
+        None => o.row("chosen CPU", "none (no allowed CPU known)"),
     }
 }
 

@@ -2,7 +2,8 @@
 //! (`dmidecode -t memory`) from which the theoretical peak bandwidth follows.
 
 use super::cpu::bracketed;
-use super::{find_program, parse_list, read, read_trim};
+use super::facts::FactRoot;
+use super::{find_program, parse_list};
 use serde::Serialize;
 use std::collections::BTreeSet;
 
@@ -251,15 +252,20 @@ pub fn summarize_dimms(m: &mut Memory, dmi: &DmiMemory) {
 }
 
 /// NUMA nodes from /sys/devices/system/node/online.
-fn numa_nodes() -> Option<usize> {
-    let n = parse_list(&read("/sys/devices/system/node/online")?).len();
+fn numa_nodes(root: &FactRoot) -> Option<usize> {
+    let n = parse_list(&root.read("/sys/devices/system/node/online")?).len();
     (n > 0).then_some(n)
 }
 
-pub fn gather() -> Memory {
-    let meminfo = read("/proc/meminfo").unwrap_or_default();
+pub fn gather(root: &FactRoot) -> Memory {
+    let meminfo = root.read("/proc/meminfo").unwrap_or_default();
+    // The page size is no file; a recorded machine's stays unknown.
     // SAFETY: sysconf with a valid name has no memory effects.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let page = if root.is_live() {
+        unsafe { libc::sysconf(libc::_SC_PAGESIZE) }
+    } else {
+        -1
+    };
     let thp = "/sys/kernel/mm/transparent_hugepage";
     let mut m = Memory {
         total_bytes: parse_meminfo(&meminfo, "MemTotal").unwrap_or(0),
@@ -268,11 +274,20 @@ pub fn gather() -> Memory {
             .unwrap_or(0),
         swap_total_bytes: parse_meminfo(&meminfo, "SwapTotal"),
         page_bytes: (page > 0).then_some(page as u64),
-        thp_enabled: read_trim(format!("{thp}/enabled")).and_then(|s| bracketed(&s)),
-        thp_defrag: read_trim(format!("{thp}/defrag")).and_then(|s| bracketed(&s)),
-        numa_nodes: numa_nodes(),
+        thp_enabled: root
+            .read_trim(format!("{thp}/enabled"))
+            .and_then(|s| bracketed(&s)),
+        thp_defrag: root
+            .read_trim(format!("{thp}/defrag"))
+            .and_then(|s| bracketed(&s)),
+        numa_nodes: numa_nodes(root),
         ..Default::default()
     };
+    if !root.is_live() {
+        m.peak_bandwidth_note =
+            "DIMM facts come from running dmidecode, which a snapshot does not record".into();
+        return m;
+    }
     if !crate::platform::is_root() {
         m.peak_bandwidth_note =
             "DIMM facts need root and dmidecode (run `sudo osmeter machine`)".into();

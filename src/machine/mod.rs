@@ -2,34 +2,41 @@
 //!
 //! Every fact comes from a file in /proc or /sys (or, as root, one `dmidecode` call);
 //! a missing or odd file leaves the field `None`/empty, never an error. Parsing lives in
-//! pure functions over strings so that it can be tested on captured samples.
+//! pure functions over strings so that it can be tested on captured samples. Files are
+//! read through a `FactRoot`, so a snapshot records them and `--from DIR` reads them back.
 
 pub mod cgroup;
 pub mod cpu;
 mod describe;
+pub mod facts;
 pub mod memory;
 pub mod network;
 pub mod os;
 pub mod storage;
+pub mod topology;
 pub mod virt;
 
 pub use cgroup::Cgroup;
 pub use cpu::{Cache, Cpu};
+pub use facts::FactRoot;
 pub use memory::{Dimm, Memory};
 pub use network::Nic;
 pub use os::Os;
 pub use storage::{Disk, Mount, Storage};
+pub use topology::{CpuPlace, PartnerClass, Partners, Topology};
 pub use virt::{cpu_steal_ticks, StealMeter, StealReport, Virtualization};
 
 use crate::clock::ClockInfo;
 use serde::Serialize;
-use std::path::Path;
 use std::time::Instant;
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Machine {
     pub hostname: String,
     pub cpu: Cpu,
+    /// Packages, cores, SMT siblings, LLC groups, NUMA nodes, core kinds; the chosen CPU
+    /// and its partners.
+    pub topology: Topology,
     /// The time base (filled by the runner from `clock::detect`).
     pub clock: Option<ClockInfo>,
     pub memory: Memory,
@@ -44,25 +51,67 @@ pub struct Machine {
     pub gather_ms: f64,
     /// Conditions that may distort measurements (busy, governor, VM, cgroup limits...).
     pub warnings: Vec<String>,
+    /// Set when the facts come from a recorded tree (`osmeter machine --from DIR`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<Recording>,
 }
+
+/// Where a recorded description came from and which facts it cannot have.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Recording {
+    pub from: String,
+    /// Facts that are not files and so were not recorded: unknown here, never taken from
+    /// the machine that reads the recording.
+    pub unknown: Vec<String>,
+}
+
+/// What a recorded tree cannot hold (the description measures or asks for them live).
+pub const LIVE_ONLY_FACTS: &[&str] = &[
+    "page size (sysconf)",
+    "counter frequency and effective core clock (measured by running on the machine)",
+    "CPUID hypervisor signature",
+    "systemd-detect-virt",
+    "DIMMs (dmidecode)",
+    "file system of the current directory",
+];
 
 impl Machine {
     /// Gathers every fact that can be read here.
     pub fn gather() -> Machine {
+        Machine::gather_from(&FactRoot::live())
+    }
+
+    /// Gathers the facts under `root`: this machine, or a recorded one.
+    pub fn gather_from(root: &FactRoot) -> Machine {
         let t0 = Instant::now();
+        let cpuinfo_arm = root
+            .read("/proc/cpuinfo")
+            .map(|s| cpu::parse_cpuinfo(&s).arm);
+        let (cpu, topology) = cpu::gather(root);
         let mut m = Machine {
-            hostname: crate::platform::hostname(),
-            cpu: cpu::gather(),
-            memory: memory::gather(),
-            storage: storage::gather(),
-            network: network::gather(),
-            os: os::gather(),
-            cgroup: cgroup::gather(),
-            load_average: read("/proc/loadavg").and_then(|s| os::parse_loadavg(&s)),
+            hostname: root
+                .read_trim("/proc/sys/kernel/hostname")
+                .unwrap_or_else(|| "unknown".into()),
+            cpu,
+            topology,
+            memory: memory::gather(root),
+            storage: storage::gather(root),
+            network: network::gather(root),
+            os: os::gather(root, cpuinfo_arm),
+            cgroup: cgroup::gather(root),
+            load_average: root
+                .read("/proc/loadavg")
+                .and_then(|s| os::parse_loadavg(&s)),
             ..Default::default()
         };
-        m.virtualization = virt::gather(&m.cpu);
+        m.virtualization = virt::gather(root, &m.cpu);
         m.warnings = m.compute_warnings();
+        if !root.is_live() {
+            m.recorded = Some(Recording {
+                from: root.root().display().to_string(),
+                unknown: LIVE_ONLY_FACTS.iter().map(|s| s.to_string()).collect(),
+            });
+        }
         m.gather_ms = t0.elapsed().as_secs_f64() * 1e3;
         m
     }
@@ -104,22 +153,6 @@ impl Machine {
     pub fn describe(&self) -> String {
         describe::describe(self)
     }
-}
-
-/// Reads a small text file, `None` when it is missing or unreadable.
-pub(crate) fn read(path: impl AsRef<Path>) -> Option<String> {
-    std::fs::read_to_string(path).ok()
-}
-
-/// Reads a one-line sysfs/procfs value, trimmed; `None` when missing or empty.
-pub(crate) fn read_trim(path: impl AsRef<Path>) -> Option<String> {
-    read(path)
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-}
-
-pub(crate) fn read_u64(path: impl AsRef<Path>) -> Option<u64> {
-    read_trim(path)?.parse().ok()
 }
 
 /// Parses a kernel list such as `0-3,8,10-11` into its members (empty on garbage).

@@ -1,6 +1,6 @@
 //! Network interfaces (/sys/class/net): link speed, MTU, driver, state.
 
-use super::{read_trim, read_u64};
+use super::facts::FactRoot;
 use serde::Serialize;
 use std::path::Path;
 
@@ -27,35 +27,32 @@ pub fn parse_speed(s: &str) -> Option<u64> {
     (v > 0 && v < u32::MAX as i64).then_some(v as u64)
 }
 
-fn nic(name: &str) -> Nic {
+fn nic(root: &FactRoot, name: &str) -> Nic {
     let d = Path::new("/sys/class/net").join(name);
     // type 772 is ARPHRD_LOOPBACK.
-    let loopback = read_u64(d.join("type")) == Some(772) || name == "lo";
-    let speed = read_trim(d.join("speed")).and_then(|s| parse_speed(&s));
+    let loopback = root.read_u64(d.join("type")) == Some(772) || name == "lo";
+    let speed = root
+        .read_trim(d.join("speed"))
+        .and_then(|s| parse_speed(&s));
     Nic {
         name: name.to_string(),
         loopback,
-        virtual_device: !d.join("device").exists(),
+        virtual_device: !root.exists(d.join("device")),
         speed_mbit_s: speed,
         link_bytes_per_s: speed.map(|m| m as f64 * 1e6 / 8.0),
-        mtu: read_u64(d.join("mtu")),
-        driver: std::fs::read_link(d.join("device/driver"))
-            .ok()
+        mtu: root.read_u64(d.join("mtu")),
+        driver: root
+            .read_link(d.join("device/driver"))
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())),
-        operstate: read_trim(d.join("operstate")),
+        operstate: root.read_trim(d.join("operstate")),
     }
 }
 
-pub fn gather() -> Vec<Nic> {
-    let mut names: Vec<String> = std::fs::read_dir("/sys/class/net")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names.iter().map(|n| nic(n)).collect()
+pub fn gather(root: &FactRoot) -> Vec<Nic> {
+    root.list("/sys/class/net")
+        .iter()
+        .map(|n| nic(root, n))
+        .collect()
 }
 
 #[cfg(test)]
@@ -73,7 +70,7 @@ mod tests {
 
     #[test]
     fn loopback_is_found_and_marked() {
-        let nics = gather();
+        let nics = gather(&FactRoot::live());
         if let Some(lo) = nics.iter().find(|n| n.name == "lo") {
             assert!(lo.loopback && lo.virtual_device);
         }

@@ -1,6 +1,6 @@
 //! Operating system: distribution, kernel, clock source, load.
 
-use super::{read, read_trim};
+use super::facts::FactRoot;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -65,18 +65,40 @@ pub fn interesting_boot_parameters(cmdline: &str) -> Vec<String> {
         .collect()
 }
 
-pub fn gather() -> Os {
-    let sysname = read_trim("/proc/sys/kernel/ostype").unwrap_or_else(|| "Linux".into());
-    let release = read_trim("/proc/sys/kernel/osrelease").unwrap_or_default();
+/// The machine architecture: /proc/sys/kernel/arch (Linux 6.1+), else the layout of
+/// /proc/cpuinfo for a recorded machine, else this build's target.
+fn arch(root: &FactRoot, cpuinfo_arm: Option<bool>) -> String {
+    if let Some(a) = root.read_trim("/proc/sys/kernel/arch") {
+        return a;
+    }
+    match (root.is_live(), cpuinfo_arm) {
+        (true, _) => std::env::consts::ARCH.to_string(),
+        (false, Some(true)) => "aarch64".into(),
+        (false, Some(false)) => "x86_64".into(),
+        (false, None) => String::new(),
+    }
+}
+
+/// `cpuinfo_arm`: whether /proc/cpuinfo has the ARM layout (None when it was not read).
+pub fn gather(root: &FactRoot, cpuinfo_arm: Option<bool>) -> Os {
+    let sysname = root
+        .read_trim("/proc/sys/kernel/ostype")
+        .unwrap_or_else(|| "Linux".into());
+    let release = root
+        .read_trim("/proc/sys/kernel/osrelease")
+        .unwrap_or_default();
     Os {
         kernel: format!("{sysname} {release}").trim().to_string(),
-        kernel_version: read_trim("/proc/sys/kernel/version"),
-        arch: std::env::consts::ARCH.to_string(),
-        distribution: read("/etc/os-release")
-            .or_else(|| read("/usr/lib/os-release"))
+        kernel_version: root.read_trim("/proc/sys/kernel/version"),
+        arch: arch(root, cpuinfo_arm),
+        distribution: root
+            .read("/etc/os-release")
+            .or_else(|| root.read("/usr/lib/os-release"))
             .and_then(|s| parse_os_release(&s)),
-        clocksource: read_trim("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
-        boot_parameters: read("/proc/cmdline")
+        clocksource: root
+            .read_trim("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
+        boot_parameters: root
+            .read("/proc/cmdline")
             .map(|s| interesting_boot_parameters(&s))
             .unwrap_or_default(),
     }
@@ -121,7 +143,7 @@ mod tests {
 
     #[test]
     fn kernel_is_read() {
-        let os = gather();
+        let os = gather(&FactRoot::live(), None);
         assert!(os.kernel.starts_with("Linux"), "{}", os.kernel);
     }
 }

@@ -1,6 +1,6 @@
 //! Block devices (/sys/block) and the file system a path lives on (/proc/self/mounts).
 
-use super::{read, read_trim, read_u64};
+use super::facts::FactRoot;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -104,43 +104,48 @@ pub fn mount_for(mounts: &str, path: &Path) -> Option<Mount> {
 /// The file system `path` lives on (canonicalised first; `None` when it does not exist).
 pub fn filesystem_of(path: &Path) -> Option<Mount> {
     let p: PathBuf = path.canonicalize().ok()?;
-    mount_for(&read("/proc/self/mounts")?, &p)
+    mount_for(&FactRoot::live().read("/proc/self/mounts")?, &p)
 }
 
-fn disk(name: &str) -> Disk {
+fn disk(root: &FactRoot, name: &str) -> Disk {
     let d = Path::new("/sys/block").join(name);
-    let flag = |f: &str| read_trim(d.join(f)).map(|v| v == "1");
+    let flag = |f: &str| root.read_trim(d.join(f)).map(|v| v == "1");
     Disk {
         name: name.to_string(),
-        model: read_trim(d.join("device/model")),
-        vendor: read_trim(d.join("device/vendor")).filter(|v| !v.starts_with("0x")),
+        model: root.read_trim(d.join("device/model")),
+        vendor: root
+            .read_trim(d.join("device/vendor"))
+            .filter(|v| !v.starts_with("0x")),
         rotational: flag("queue/rotational"),
-        scheduler: read_trim(d.join("queue/scheduler"))
+        scheduler: root
+            .read_trim(d.join("queue/scheduler"))
             .and_then(|s| super::cpu::bracketed(&s).or(Some(s))),
         // The size file counts 512-byte sectors whatever the device's block size.
-        size_bytes: read_u64(d.join("size")).map(|s| s * 512),
-        logical_block_bytes: read_u64(d.join("queue/logical_block_size")),
-        physical_block_bytes: read_u64(d.join("queue/physical_block_size")),
+        size_bytes: root.read_u64(d.join("size")).map(|s| s * 512),
+        logical_block_bytes: root.read_u64(d.join("queue/logical_block_size")),
+        physical_block_bytes: root.read_u64(d.join("queue/physical_block_size")),
         removable: flag("removable"),
-        driver: std::fs::read_link(d.join("device/driver"))
-            .ok()
+        driver: root
+            .read_link(d.join("device/driver"))
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())),
     }
 }
 
-pub fn gather() -> Storage {
-    let mut names: Vec<String> = std::fs::read_dir("/sys/block")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| !is_pseudo_device(n))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
+/// Disks under `root`; the current directory's file system only for the live machine
+/// (a recorded machine's working directory is not known).
+pub fn gather(root: &FactRoot) -> Storage {
+    let names: Vec<String> = root
+        .list("/sys/block")
+        .into_iter()
+        .filter(|n| !is_pseudo_device(n))
+        .collect();
     Storage {
-        disks: names.iter().map(|n| disk(n)).collect(),
-        cwd_filesystem: std::env::current_dir().ok().and_then(|d| filesystem_of(&d)),
+        disks: names.iter().map(|n| disk(root, n)).collect(),
+        cwd_filesystem: if root.is_live() {
+            std::env::current_dir().ok().and_then(|d| filesystem_of(&d))
+        } else {
+            None
+        },
     }
 }
 

@@ -2,7 +2,8 @@
 //! CPU time the hypervisor stole from this guest during a run.
 
 use super::cpu::Cpu;
-use super::{find_program, read, read_trim};
+use super::facts::FactRoot;
+use super::find_program;
 use serde::Serialize;
 use std::time::Instant;
 
@@ -96,7 +97,7 @@ pub fn parse_steal(stat: &str) -> Option<u64> {
 
 /// Steal ticks so far (USER_HZ, summed over CPUs); `None` when the kernel does not count it.
 pub fn cpu_steal_ticks() -> Option<u64> {
-    parse_steal(&read("/proc/stat")?)
+    parse_steal(&FactRoot::live().read("/proc/stat")?)
 }
 
 fn user_hz() -> f64 {
@@ -179,18 +180,25 @@ impl StealMeter {
     }
 }
 
-pub fn gather(cpu: &Cpu) -> Virtualization {
+/// The CPUID signature and systemd-detect-virt are live-only: a recorded machine is
+/// judged from its files (hypervisor flag, DMI, /sys/hypervisor, container marks).
+pub fn gather(root: &FactRoot, cpu: &Cpu) -> Virtualization {
     let dmi = "/sys/class/dmi/id";
     let mut v = Virtualization {
         hypervisor_flag: cpu.flags.get("hypervisor").copied().unwrap_or(false),
-        cpuid_signature: cpuid_signature(),
-        dmi_sys_vendor: read_trim(format!("{dmi}/sys_vendor")),
-        dmi_product_name: read_trim(format!("{dmi}/product_name")),
-        steal_ticks_at_gather: cpu_steal_ticks(),
+        cpuid_signature: if root.is_live() {
+            cpuid_signature()
+        } else {
+            None
+        },
+        dmi_sys_vendor: root.read_trim(format!("{dmi}/sys_vendor")),
+        dmi_product_name: root.read_trim(format!("{dmi}/product_name")),
+        steal_ticks_at_gather: root.read("/proc/stat").and_then(|s| parse_steal(&s)),
         ..Default::default()
     };
     // One quick call; it prints the container when there is one, else the VM.
-    if let Some(p) = find_program("systemd-detect-virt") {
+    let detect = find_program("systemd-detect-virt").filter(|_| root.is_live());
+    if let Some(p) = detect {
         if let Ok(o) = std::process::Command::new(p)
             .stdin(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -205,9 +213,9 @@ pub fn gather(cpu: &Cpu) -> Virtualization {
         .filter(|d| CONTAINERS.contains(d))
         .map(str::to_string)
         .or_else(|| {
-            if std::path::Path::new("/.dockerenv").exists() {
+            if root.exists("/.dockerenv") {
                 Some("docker".into())
-            } else if std::path::Path::new("/run/.containerenv").exists() {
+            } else if root.exists("/run/.containerenv") {
                 Some("podman".into())
             } else {
                 None
@@ -221,7 +229,7 @@ pub fn gather(cpu: &Cpu) -> Virtualization {
         .map(str::to_string)
         .or_else(|| v.cpuid_signature.clone())
         .or_else(|| detected_vm.map(str::to_string))
-        .or_else(|| read_trim("/sys/hypervisor/type"));
+        .or_else(|| root.read_trim("/sys/hypervisor/type"));
     v.is_vm = v.hypervisor_flag || v.hypervisor.is_some();
     if v.is_vm && v.hypervisor.is_none() {
         v.hypervisor = v.dmi_product_name.clone();

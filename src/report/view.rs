@@ -164,6 +164,9 @@ pub fn machine_facts(r: &RunResults) -> Vec<(String, String)> {
         cpu.push_str(&format!(", {} allowed to this run", a.len()));
     }
     add("CPU", cpu);
+    if let Some(t) = m.pointer("/topology").filter(|t| t.is_object()) {
+        topology_facts(t, r, &mut add);
+    }
     if let Some(hz) = f64_at(m, "/cpu/core_clock_hz") {
         add(
             "core clock",
@@ -374,6 +377,66 @@ pub fn machine_facts(r: &RunResults) -> Vec<(String, String)> {
         }
     }
     out
+}
+
+/// Topology, the CPU the run used and why, and the partners (absent in runs recorded
+/// before the topology was described).
+fn topology_facts(t: &Value, r: &RunResults, add: &mut dyn FnMut(&str, String)) {
+    let count = |k: &str, what: &str| {
+        f64_at(t, &format!("/{k}"))
+            .map(|n| format!("{n} {what}{}", if n == 1.0 { "" } else { "s" }))
+    };
+    let mut parts: Vec<String> = [
+        count("packages", "package"),
+        count("cores", "core"),
+        count("llc_groups", "last-level cache group"),
+        count("numa_nodes", "NUMA node"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if let Some(cpus) = t.pointer("/cpus").and_then(|v| v.as_array()) {
+        let of = |k: &str| {
+            let v: Vec<usize> = cpus
+                .iter()
+                .filter(|c| c.get("kind").and_then(|x| x.as_str()) == Some(k))
+                .filter_map(|c| c.get("cpu").and_then(|x| x.as_u64()).map(|x| x as usize))
+                .collect();
+            crate::machine::format_list(&v)
+        };
+        let (p, e) = (of("performance"), of("efficiency"));
+        if !p.is_empty() && !e.is_empty() {
+            parts.push(format!("performance CPUs {p}, efficiency CPUs {e}"));
+        }
+    }
+    add("topology", parts.join(", "));
+    // The CPU the run pinned to is in the config; the topology says why.
+    let used = r
+        .config
+        .get("cpu")
+        .and_then(|v| v.as_u64())
+        .or_else(|| t.get("chosen_cpu").and_then(|v| v.as_u64()));
+    if let Some(c) = used {
+        let why = str_at(t, "/chosen_reason").unwrap_or_default();
+        add(
+            "chosen CPU",
+            if why.is_empty() {
+                c.to_string()
+            } else {
+                format!("{c}: {why}")
+            },
+        );
+    }
+    if let Some(p) = t.get("partners").and_then(|v| v.as_object()) {
+        let v: Vec<String> = ["smt_sibling", "same_llc", "other_llc", "other_package"]
+            .iter()
+            .map(|k| match p.get(*k).and_then(|x| x.as_u64()) {
+                Some(c) => format!("{k} {c}"),
+                None => format!("{k} none"),
+            })
+            .collect();
+        add("partner CPUs", v.join(", "));
+    }
 }
 
 /// Every machine fact as `path = value`, for the full listing.
