@@ -104,6 +104,64 @@ pub fn history(json: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `osmeter history import PATH...`: every results file is read before anything is
+/// written, so one bad file imports nothing.
+pub fn history_import(paths: &[std::path::PathBuf]) -> ExitCode {
+    let mut docs = Vec::new();
+    for p in paths {
+        let files = match crate::history::results_files(p) {
+            Ok(f) => f,
+            Err(e) => return usage_error(&e),
+        };
+        for f in files {
+            match super::load::load(&f) {
+                Ok(r) => docs.push((f, r)),
+                Err(e) => return usage_error(&e),
+            }
+        }
+    }
+    let mut h = match History::open_default() {
+        Ok(h) => h,
+        Err(e) => return runtime_error(&format!("history: {e:#}")),
+    };
+    let (mut new, mut old) = (0, 0);
+    for (f, r) in &docs {
+        let folder = f.parent().filter(|p| !p.as_os_str().is_empty());
+        match h.record(r, folder) {
+            Ok(crate::history::Recorded::New(id)) => {
+                new += 1;
+                println!(
+                    "run {id}: {} {} <- {}",
+                    r.host_name(),
+                    r.started_at,
+                    f.display()
+                );
+            }
+            Ok(crate::history::Recorded::AlreadyPresent(id)) => {
+                old += 1;
+                println!(
+                    "run {id}: {} {} already in the history ({})",
+                    r.host_name(),
+                    r.started_at,
+                    f.display()
+                );
+            }
+            Err(e) => {
+                return runtime_error(&format!(
+                    "history {}: {}: {e:#}",
+                    h.path.display(),
+                    f.display()
+                ))
+            }
+        }
+    }
+    println!(
+        "imported {new} run(s), {old} already present; history: {}",
+        h.path.display()
+    );
+    ExitCode::SUCCESS
+}
+
 /// `osmeter compare A B [...] [--min-diff PCT] [--json]`.
 pub fn compare(specs: &[String], min_diff_pct: f64, json: bool) -> ExitCode {
     if !(min_diff_pct.is_finite() && (0.0..100.0).contains(&min_diff_pct)) {
