@@ -64,6 +64,10 @@ enum Cmd {
         /// Machine-readable output: every compared metric carries a boolean `significant`.
         #[arg(long)]
         json: bool,
+        /// Also write the fleet page (one column per host, ratios, network matrix) to this
+        /// new HTML file; an existing file is never overwritten.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
     },
     /// The block-size I/O toolkit: write, read, calibrate, sweep, syscalls, xor.
     Io {
@@ -171,7 +175,8 @@ fn main() -> ExitCode {
             runs,
             min_diff,
             json,
-        } => osmeter::report::cli::compare(&runs, min_diff, json),
+            html,
+        } => osmeter::report::cli::compare(&runs, min_diff, json, html.as_deref()),
         Cmd::Io { cmd } => osmeter::io::main(cmd),
         Cmd::Serve(a) => osmeter::peer::serve_main(a),
     }
