@@ -437,6 +437,7 @@ fn playbook_measures_a_ring_of_namespace_hosts() {
             .find(|m| m["name"] == "tcp")
             .expect("tcp round trip");
         let med = tcp["summary"]["median"].as_f64().unwrap();
+        eprintln!("{} -> {}: net.rtt tcp median {med:.0} ns", h.name, next.name);
         // A veth and bridge round trip: more than a microsecond, far less than a second.
         assert!((1e3..1e9).contains(&med), "{}: tcp rtt {med} ns", h.name);
     }
