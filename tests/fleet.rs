@@ -5,8 +5,10 @@
 //! (CARGO_TARGET_TMPDIR/fleet-ansible-venv), so only the first run pays for the download.
 //!
 //! One case runs the playbook with the smoke profile and net pairs and checks the
-//! collected folders, the peers, `history import` and the fleet page; the other makes the
-//! run step fail and checks that no serve, namespace process or scratch folder is left.
+//! collected folders, the peers, `history import` and the fleet page; one makes the run
+//! step fail and checks that no serve, namespace process or scratch folder is left; one
+//! runs the playbook as an unprivileged user (`nobody` when the test is root) over local
+//! connections, two hosts on 127.0.0.2 and 127.0.0.3.
 //! Everything is removed by a guard, also on failure. Needs root, iproute2, sshd,
 //! ssh-keygen and python3 with venv; skips (or fails under OSMETER_REQUIRE_ALL_TESTS)
 //! with the reason otherwise. Addresses: 10.214.N.0/24, N from the process id.
@@ -69,11 +71,21 @@ fn missing() -> Option<String> {
 fn ansible_playbook() -> Result<PathBuf, String> {
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fleet-ansible-venv");
     let bin = venv.join("bin/ansible-playbook");
-    if bin.exists() {
+    // Written last: a venv without it is half-made (or from an older recipe) and redone.
+    let done = venv.join("osmeter-test-ready-v2");
+    if bin.exists() && done.exists() {
         return Ok(bin);
     }
     let _ = std::fs::remove_dir_all(&venv);
-    run(Command::new("python3").arg("-m").arg("venv").arg(&venv))
+    // The system's Python where there is one: a venv on a per-user Python (pyenv under
+    // /root) would not run for the unprivileged case.
+    let python = ["/usr/bin/python3"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .or_else(|| which("python3"))
+        .ok_or("no python3")?;
+    run(Command::new(python).arg("-m").arg("venv").arg(&venv))
         .map_err(|e| format!("python3 -m venv (install python3-venv): {e}"))?;
     run(Command::new(venv.join("bin/pip")).args([
         "install",
@@ -85,6 +97,7 @@ fn ansible_playbook() -> Result<PathBuf, String> {
         let _ = std::fs::remove_dir_all(&venv);
         format!("pip install ansible-core: {e}")
     })?;
+    std::fs::write(&done, "").map_err(|e| e.to_string())?;
     Ok(bin)
 }
 
@@ -437,7 +450,10 @@ fn playbook_measures_a_ring_of_namespace_hosts() {
             .find(|m| m["name"] == "tcp")
             .expect("tcp round trip");
         let med = tcp["summary"]["median"].as_f64().unwrap();
-        eprintln!("{} -> {}: net.rtt tcp median {med:.0} ns", h.name, next.name);
+        eprintln!(
+            "{} -> {}: net.rtt tcp median {med:.0} ns",
+            h.name, next.name
+        );
         // A veth and bridge round trip: more than a microsecond, far less than a second.
         assert!((1e3..1e9).contains(&med), "{}: tcp rtt {med} ns", h.name);
     }
@@ -544,4 +560,103 @@ fn a_failing_step_leaves_nothing_behind() {
     let left = fleet.leftovers();
     assert!(left.is_empty(), "left behind: {left:?}");
     drop(fleet);
+}
+
+#[test]
+fn the_playbook_runs_as_an_unprivileged_user() {
+    const TEST: &str = "the_playbook_runs_as_an_unprivileged_user";
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let bin = match ansible_playbook() {
+        Ok(b) => b,
+        Err(e) => {
+            common::skip(TEST, &format!("cannot install ansible-core: {e}"));
+            return;
+        }
+    };
+    let root = common::is_root();
+    if root && which("runuser").is_none() {
+        common::skip(TEST, "needs runuser (util-linux) to drop to nobody");
+        return;
+    }
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let d = dir.path();
+    let osm = d.join("osmeter");
+    std::fs::copy(env!("CARGO_BIN_EXE_osmeter"), &osm).unwrap();
+    let port = 20000 + std::process::id() % 20000;
+    std::fs::write(
+        d.join("inventory.ini"),
+        "[fleet]\nu1 ansible_host=127.0.0.2\nu2 ansible_host=127.0.0.3\n\n[fleet:vars]\nansible_connection=local\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("ansible.cfg"), "[defaults]\n").unwrap();
+    std::fs::create_dir(d.join("remote-tmp")).unwrap();
+    if root {
+        run(Command::new("chown").args(["-R", "nobody"]).arg(d)).unwrap();
+    }
+    let playbook = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/ansible/osmeter.yml");
+    let mut c = if root {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "nobody", "--"]).arg(&bin);
+        c
+    } else {
+        Command::new(&bin)
+    };
+    let out = d.join("out");
+    c.current_dir(d)
+        .arg("-i")
+        .arg(d.join("inventory.ini"))
+        .arg(playbook)
+        .args([
+            "-e",
+            "osmeter_profile=smoke",
+            "-e",
+            "osmeter_only=cpu.syscall,net.rtt",
+        ])
+        .args(["-e", "osmeter_net_pairs=true", "-e"])
+        .arg(format!("osmeter_serve_port={port}"))
+        .arg("-e")
+        .arg(format!("osmeter_binary={}", osm.display()))
+        .arg("-e")
+        .arg(format!("osmeter_results_dir={}", out.display()))
+        .arg("-e")
+        .arg(format!(
+            "osmeter_remote_tmp={}",
+            d.join("remote-tmp").display()
+        ))
+        // nobody's home (/nonexistent) is not writable: Ansible's state goes here.
+        .env("HOME", d)
+        .env("ANSIBLE_HOME", d.join("ansible-home"))
+        .env("ANSIBLE_LOCAL_TEMP", d.join("ansible-local"))
+        .env("ANSIBLE_REMOTE_TEMP", d.join("ansible-remote"))
+        .env("ANSIBLE_CONFIG", d.join("ansible.cfg"))
+        .env("ANSIBLE_PYTHON_INTERPRETER", "auto_silent")
+        .env("ANSIBLE_NOCOLOR", "1");
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "playbook failed:\n{}", text(&o));
+    for (h, peer, ip) in [("u1", "u2", "127.0.0.3"), ("u2", "u1", "127.0.0.2")] {
+        let r: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join(h).join("results.json")).unwrap())
+                .unwrap();
+        assert_eq!(r["config"]["peer"]["name"], peer);
+        assert_eq!(
+            r["config"]["peer"]["address"],
+            format!("{ip}:{port}").as_str()
+        );
+        let rtt = r["experiments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["id"] == "net.rtt")
+            .unwrap();
+        assert_eq!(rtt["status"], "ok", "{h}: {rtt}");
+    }
+    assert_eq!(std::fs::read_dir(d.join("remote-tmp")).unwrap().count(), 0);
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        if let Ok(exe) = std::fs::read_link(e.path().join("exe")) {
+            assert!(
+                !exe.starts_with(d.join("remote-tmp")),
+                "left running: {exe:?}"
+            );
+        }
+    }
 }
