@@ -521,6 +521,25 @@ fn a_failing_step_leaves_nothing_behind() {
     let Some((fleet, bin)) = setup(TEST, 2, 2) else {
         return;
     };
+    // The leftover check itself must see what it looks for: a folder in the scratch area
+    // and a process in a host's namespace.
+    std::fs::create_dir(fleet.remote_tmp().join("osmeter-h1-probe")).unwrap();
+    let mut probe = Command::new("ip")
+        .args(["netns", "exec", &fleet.hosts[0].ns, "sleep", "60"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let seen = fleet.leftovers();
+    let _ = probe.kill();
+    let _ = probe.wait();
+    std::fs::remove_dir(fleet.remote_tmp().join("osmeter-h1-probe")).unwrap();
+    assert!(
+        seen.iter().any(|l| l.contains("scratch left"))
+            && seen.iter().any(|l| l.contains("process")),
+        "the leftover check missed the probes: {seen:?}"
+    );
+    assert!(fleet.leftovers().is_empty());
+
     let out = fleet.path().join("out");
     // An unknown experiment: osmeter run exits 2 on every host after the serves started.
     let o = fleet.playbook(
@@ -538,6 +557,16 @@ fn a_failing_step_leaves_nothing_behind() {
         text(&o)
     );
     let log = text(&o);
+    // The serves were up (the failure came after them), and were stopped.
+    let waited = log
+        .split("TASK [Wait for the peer to listen]")
+        .nth(1)
+        .and_then(|t| t.split("TASK [").next())
+        .unwrap_or_default();
+    assert!(
+        waited.contains("ok: [h1]") && waited.contains("ok: [h2]"),
+        "{log}"
+    );
     assert!(log.contains("Stop the peer this play started"), "{log}");
     assert!(log.contains("no.such-experiment"), "{log}");
     let left = fleet.leftovers();
