@@ -159,12 +159,7 @@ pub fn compare(runs: &[(String, RunResults)], min_rel_diff: f64) -> Comparison {
             .map(|(i, (src, r))| RunInfo {
                 label: label(i),
                 source: src.clone(),
-                host: r
-                    .machine
-                    .get("hostname")
-                    .and_then(|v| v.as_str())
-                    .unwrap_or("?")
-                    .into(),
+                host: r.host_name().into(),
                 started_at: r.started_at.clone(),
                 profile: r
                     .config

@@ -52,8 +52,10 @@ enum Cmd {
         #[arg(long)]
         quiet: bool,
     },
-    /// List the runs recorded in the local history database.
+    /// List the runs recorded in the local history database (or import results into it).
     History {
+        #[command(subcommand)]
+        cmd: Option<HistoryCmd>,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
@@ -69,6 +71,10 @@ enum Cmd {
         /// Machine-readable output: every compared metric carries a boolean `significant`.
         #[arg(long)]
         json: bool,
+        /// Also write the fleet page (one column per host, ratios, network matrix) to this
+        /// new HTML file; an existing file is never overwritten.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
     },
     /// The block-size I/O toolkit: write, read, calibrate, sweep, syscalls, xor.
     Io {
@@ -77,6 +83,16 @@ enum Cmd {
     },
     /// Run the peer that network experiments talk to (binds 127.0.0.1 unless --bind).
     Serve(osmeter::peer::ServeArgs),
+}
+
+#[derive(Subcommand)]
+enum HistoryCmd {
+    /// Add collected results (results.json files, results folders, or folders of them such
+    /// as a fleet's) to the history; a run already there is left as it is.
+    Import {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -112,6 +128,12 @@ struct RunArgs {
     /// Shared token for the peer.
     #[arg(long)]
     peer_token: Option<String>,
+    /// How reports and the history name the --peer host (e.g. its inventory name).
+    #[arg(long, requires = "peer")]
+    peer_name: Option<String>,
+    /// How reports and the history name this host (default: its hostname).
+    #[arg(long)]
+    host_name: Option<String>,
     /// A mounted network file system for fs.remote-read.
     #[arg(long)]
     remote_dir: Option<PathBuf>,
@@ -156,12 +178,17 @@ fn main() -> ExitCode {
             out,
             quiet,
         } => osmeter::report::cli::report(&results, out.as_deref(), quiet),
-        Cmd::History { json } => osmeter::report::cli::history(json),
+        Cmd::History { cmd: None, json } => osmeter::report::cli::history(json),
+        Cmd::History {
+            cmd: Some(HistoryCmd::Import { paths }),
+            ..
+        } => osmeter::report::cli::history_import(&paths),
         Cmd::Compare {
             runs,
             min_diff,
             json,
-        } => osmeter::report::cli::compare(&runs, min_diff, json),
+            html,
+        } => osmeter::report::cli::compare(&runs, min_diff, json, html.as_deref()),
         Cmd::Io { cmd } => osmeter::io::main(cmd),
         Cmd::Serve(a) => osmeter::peer::serve_main(a),
     }
@@ -184,6 +211,8 @@ fn cmd_run(a: RunArgs) -> ExitCode {
         options: RunOptions {
             peer: a.peer,
             peer_token: a.peer_token,
+            host_name: a.host_name,
+            peer_name: a.peer_name,
             remote_dir: a.remote_dir,
             scratch_dir: a.scratch_dir,
             drop_caches: a.drop_caches,

@@ -204,6 +204,21 @@ impl Finding {
 }
 
 impl RunResults {
+    /// The host's name: the one given with `run --host-name` (a fleet's inventory name),
+    /// else the machine's hostname.
+    pub fn host_name(&self) -> &str {
+        self.config
+            .pointer("/options/host_name")
+            .and_then(|h| h.as_str())
+            .or_else(|| self.machine.get("hostname").and_then(|h| h.as_str()))
+            .unwrap_or("?")
+    }
+
+    /// The host the network experiments measured against (`config.peer.name`), if remote.
+    pub fn peer_name(&self) -> Option<&str> {
+        self.config.pointer("/peer/name").and_then(|h| h.as_str())
+    }
+
     pub fn experiment(&self, id: &str) -> Option<&ExperimentResult> {
         self.experiments.iter().find(|e| e.id == id)
     }

@@ -351,6 +351,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
             "skip": cfg.skip,
             "cpu": cpu,
             "options": cfg.options,
+            "peer": peer_identity(&cfg.options),
             "statistics": {
                 "outlier_rule": crate::stats::OUTLIER_RULE,
                 "ci_method": crate::stats::CI_METHOD,
@@ -377,7 +378,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
     };
     if !cfg.no_history {
         if let Err(e) = crate::history::History::open_default()
-            .and_then(|h| h.record(&run_results, folder.as_deref()))
+            .and_then(|mut h| h.record(&run_results, folder.as_deref()))
         {
             eprintln!(
                 "osmeter: warning: run not recorded in the history: {e:#} (--no-history skips it)"
@@ -387,6 +388,22 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
     Ok(RunOutput {
         results: run_results,
         folder,
+    })
+}
+
+/// Which host the network experiments measured against: the name given for it and the
+/// address it resolved to (null without `--peer`: the loopback peer).
+fn peer_identity(o: &RunOptions) -> serde_json::Value {
+    let Some(spec) = o.peer.as_deref() else {
+        return serde_json::Value::Null;
+    };
+    let address = crate::peer::client::resolve_peer(spec)
+        .map(|a| a.to_string())
+        .ok();
+    serde_json::json!({
+        "name": o.peer_name.clone().unwrap_or_else(|| spec.trim().to_string()),
+        "spec": spec.trim(),
+        "address": address,
     })
 }
 
@@ -517,11 +534,20 @@ fn run_one(
 /// Writes `results.json` into a new `HOST-TIMESTAMP` folder under `parent`; never
 /// reuses an existing folder.
 pub fn write_results(parent: &Path, r: &RunResults) -> anyhow::Result<PathBuf> {
-    let host = r
-        .machine
-        .get("hostname")
-        .and_then(|h| h.as_str())
-        .unwrap_or("host");
+    // The name may come from the command line: keep it to one safe path component.
+    let host: String = r
+        .host_name()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let host = host.trim_start_matches('.');
+    let host = if host.is_empty() { "host" } else { host };
     let stamp = r.started_at.replace([':', '-'], "");
     let mut folder = parent.join(format!("{host}-{stamp}"));
     let mut k = 1;

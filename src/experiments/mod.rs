@@ -122,7 +122,15 @@ impl Needs {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RunOptions {
     pub peer: Option<String>,
+    /// Never written to results: a results folder may be shared.
+    #[serde(skip_serializing)]
     pub peer_token: Option<String>,
+    /// How reports and the history name this host (a fleet's inventory name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_name: Option<String>,
+    /// How reports name the `--peer` host (its inventory name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_name: Option<String>,
     pub remote_dir: Option<PathBuf>,
     pub scratch_dir: Option<PathBuf>,
     pub drop_caches: bool,

@@ -104,10 +104,75 @@ pub fn history(json: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `osmeter compare A B [...] [--min-diff PCT] [--json]`.
-pub fn compare(specs: &[String], min_diff_pct: f64, json: bool) -> ExitCode {
+/// `osmeter history import PATH...`: every results file is read before anything is
+/// written, so one bad file imports nothing.
+pub fn history_import(paths: &[std::path::PathBuf]) -> ExitCode {
+    let mut docs = Vec::new();
+    for p in paths {
+        let files = match crate::history::results_files(p) {
+            Ok(f) => f,
+            Err(e) => return usage_error(&e),
+        };
+        for f in files {
+            match super::load::load(&f) {
+                Ok(r) => docs.push((f, r)),
+                Err(e) => return usage_error(&e),
+            }
+        }
+    }
+    let mut h = match History::open_default() {
+        Ok(h) => h,
+        Err(e) => return runtime_error(&format!("history: {e:#}")),
+    };
+    let (mut new, mut old) = (0, 0);
+    for (f, r) in &docs {
+        let folder = f.parent().filter(|p| !p.as_os_str().is_empty());
+        match h.record(r, folder) {
+            Ok(crate::history::Recorded::New(id)) => {
+                new += 1;
+                println!(
+                    "run {id}: {} {} <- {}",
+                    r.host_name(),
+                    r.started_at,
+                    f.display()
+                );
+            }
+            Ok(crate::history::Recorded::AlreadyPresent(id)) => {
+                old += 1;
+                println!(
+                    "run {id}: {} {} already in the history ({})",
+                    r.host_name(),
+                    r.started_at,
+                    f.display()
+                );
+            }
+            Err(e) => {
+                return runtime_error(&format!(
+                    "history {}: {}: {e:#}",
+                    h.path.display(),
+                    f.display()
+                ))
+            }
+        }
+    }
+    println!(
+        "imported {new} run(s), {old} already present; history: {}",
+        h.path.display()
+    );
+    ExitCode::SUCCESS
+}
+
+/// `osmeter compare A B [...] [--min-diff PCT] [--json] [--html FILE]`.
+pub fn compare(specs: &[String], min_diff_pct: f64, json: bool, html: Option<&Path>) -> ExitCode {
     if !(min_diff_pct.is_finite() && (0.0..100.0).contains(&min_diff_pct)) {
         return usage_error("--min-diff must be a percentage from 0 to below 100");
+    }
+    // Checked before the work, so a typo costs nothing; create_new below closes the race.
+    if let Some(f) = html.filter(|f| f.exists()) {
+        return usage_error(&format!(
+            "{} exists; --html writes a new file and never overwrites one",
+            f.display()
+        ));
     }
     let mut runs = Vec::new();
     for s in specs {
@@ -117,6 +182,25 @@ pub fn compare(specs: &[String], min_diff_pct: f64, json: bool) -> ExitCode {
         }
     }
     let c = crate::compare::compare(&runs, min_diff_pct / 100.0);
+    if let Some(f) = html {
+        use std::io::Write;
+        let page = super::fleet::render(&c, &runs);
+        let mut file = match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(f)
+        {
+            Ok(w) => w,
+            Err(e) => return runtime_error(&format!("{}: {e}", f.display())),
+        };
+        if let Err(e) = file.write_all(page.as_bytes()) {
+            // Ours, and incomplete: remove it rather than leave half a page.
+            let _ = std::fs::remove_file(f);
+            return runtime_error(&format!("{}: {e}", f.display()));
+        }
+        // On stderr, so that --json output stays one document.
+        eprintln!("fleet page: {}", f.display());
+    }
     if json {
         match serde_json::to_string_pretty(&c) {
             Ok(s) => println!("{s}"),

@@ -2,6 +2,7 @@
 
 pub mod cli;
 pub mod figures;
+pub mod fleet;
 pub mod html;
 pub mod load;
 pub mod markdown;
