@@ -338,55 +338,147 @@ fn cpuinfo_invariant() -> Option<bool> {
     Some(flags.contains(" constant_tsc") && flags.contains(" nonstop_tsc"))
 }
 
-/// Effective core clock: a chain of dependent single-cycle adds retires one per core cycle.
-/// Returns Hz, or None where no such chain is available.
+/// Effective core clock in Hz (see `measure_core_clock`), or None where no chain exists.
 pub fn effective_core_hz() -> Option<f64> {
-    const PER_ITER: u64 = 100;
+    measure_core_clock().map(|c| c.hz)
+}
+
+/// The core clock as timed by dependent chains, and the cross-check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CoreClock {
+    /// From the register-register add chain (1 cycle per link).
+    pub hz: f64,
+    /// From the imul chain (3 cycles per link) where there is one (x86-64).
+    pub imul_hz: Option<f64>,
+}
+
+/// Cycles per link of each chain. A register-register add and a 64-bit imul take 1 and 3
+/// cycles on every x86-64 core since Nehalem and Zen; AArch64 adds take 1.
+pub const ADD_LATENCY: f64 = 1.0;
+pub const IMUL_LATENCY: f64 = 3.0;
+const LINKS_PER_ITER: u64 = 100;
+
+/// Core clock from the fastest of `windows` timed windows, each `links` dependent links of
+/// `latency` cycles: the fastest is the one least disturbed by preemption or interrupts.
+pub fn core_hz_from_windows(
+    links: u64,
+    latency: f64,
+    windows: usize,
+    mut time_window_ns: impl FnMut() -> f64,
+) -> Option<f64> {
+    let best = (0..windows)
+        .map(|_| time_window_ns())
+        .filter(|t| *t > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    best.is_finite()
+        .then(|| links as f64 * latency / (best * 1e-9))
+}
+
+impl CoreClock {
+    /// What is wrong with the estimate: above the hardware's maximum (cpufreq
+    /// cpuinfo_max_freq, when known) or the two chains disagree.
+    pub fn warnings(&self, max_hz: Option<f64>) -> Vec<String> {
+        let mut w = Vec::new();
+        // 3% covers timing noise at the window level; a real boost state is in max_freq.
+        if let Some(max) = max_hz.filter(|m| *m > 0.0) {
+            if self.hz > max * 1.03 {
+                w.push(format!(
+                    "the measured core clock ({:.2} GHz) is above the CPU's maximum ({:.2} GHz, cpufreq \
+                     cpuinfo_max_freq): the add chain ran faster than one link per cycle, so cycle figures \
+                     and cycle-based predictions are suspect",
+                    self.hz / 1e9,
+                    max / 1e9
+                ));
+            }
+        }
+        if let Some(m) = self.imul_hz {
+            let r = self.hz / m;
+            if !(0.85..=1.15).contains(&r) {
+                w.push(format!(
+                    "the core clock from the add chain ({:.2} GHz) and from the imul chain ({:.2} GHz, 3 \
+                     cycles per imul) disagree by {:.0}%: one of the latencies assumed does not hold on this core",
+                    self.hz / 1e9,
+                    m / 1e9,
+                    (r - 1.0).abs() * 100.0
+                ));
+            }
+        }
+        w
+    }
+}
+
+/// Times dependent chains that no core executes faster than their latency. An `add reg, imm`
+/// chain is not enough: from Golden Cove on, small immediate adds can execute at rename with
+/// zero latency. A register-register add cannot be eliminated; the imul chain (x86-64) is the
+/// independent cross-check.
+pub fn measure_core_clock() -> Option<CoreClock> {
     #[cfg(target_arch = "x86_64")]
-    fn chain(iters: u64) {
+    fn add_chain(iters: u64) {
         let mut x = 0u64;
+        let y = crate::harness::hide(1);
         for _ in 0..iters {
-            // SAFETY: register-only arithmetic on a local; no memory, stack or flags contract.
+            // SAFETY: register-only arithmetic on locals; no memory or stack; flags clobbered.
             unsafe {
                 core::arch::asm!(
-                    ".rept 100", "add {x}, 1", ".endr",
-                    x = inout(reg) x, options(nomem, nostack)
+                    ".rept 100", "add {x}, {y}", ".endr",
+                    x = inout(reg) x, y = in(reg) y, options(nomem, nostack)
                 )
             };
         }
-        std::hint::black_box(x);
+        crate::harness::keep(x);
+    }
+    #[cfg(target_arch = "x86_64")]
+    fn imul_chain(iters: u64) {
+        let mut x = 1u64;
+        let y = crate::harness::hide(3);
+        for _ in 0..iters {
+            // SAFETY: register-only arithmetic on locals; no memory or stack; flags clobbered.
+            unsafe {
+                core::arch::asm!(
+                    ".rept 100", "imul {x}, {y}", ".endr",
+                    x = inout(reg) x, y = in(reg) y, options(nomem, nostack)
+                )
+            };
+        }
+        crate::harness::keep(x);
     }
     #[cfg(target_arch = "aarch64")]
-    fn chain(iters: u64) {
+    fn add_chain(iters: u64) {
         let mut x = 0u64;
+        let y = crate::harness::hide(1);
         for _ in 0..iters {
-            // SAFETY: register-only arithmetic on a local.
+            // SAFETY: register-only arithmetic on locals.
             unsafe {
                 core::arch::asm!(
-                    ".rept 100", "add {x}, {x}, #1", ".endr",
-                    x = inout(reg) x, options(nomem, nostack)
+                    ".rept 100", "add {x}, {x}, {y}", ".endr",
+                    x = inout(reg) x, y = in(reg) y, options(nomem, nostack)
                 )
             };
         }
-        std::hint::black_box(x);
+        crate::harness::keep(x);
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    fn chain(_iters: u64) {}
+    fn add_chain(_iters: u64) {}
     if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
         return None;
     }
-    chain(100_000); // warm up: let the core reach its running frequency
-                    // Short windows (~0.6 ms), best of many: one of them will run without preemption
-                    // even on a busy machine.
+    // Short windows (~0.6 ms), best of many: one of them will run without preemption even
+    // on a busy machine.
     let iters = 20_000u64;
-    let mut best = f64::INFINITY;
-    for _ in 0..31 {
-        let t0 = monotonic_raw_ns();
-        chain(iters);
-        let dt = (monotonic_raw_ns() - t0) as f64;
-        best = best.min(dt);
-    }
-    Some((iters * PER_ITER) as f64 / (best * 1e-9))
+    let timed = |chain: fn(u64)| {
+        chain(100_000); // warm up: let the core reach its running frequency
+        move || {
+            let t0 = monotonic_raw_ns();
+            chain(iters);
+            (monotonic_raw_ns() - t0) as f64
+        }
+    };
+    let hz = core_hz_from_windows(iters * LINKS_PER_ITER, ADD_LATENCY, 31, timed(add_chain))?;
+    #[cfg(target_arch = "x86_64")]
+    let imul_hz = core_hz_from_windows(iters * LINKS_PER_ITER, IMUL_LATENCY, 11, timed(imul_chain));
+    #[cfg(not(target_arch = "x86_64"))]
+    let imul_hz = None;
+    Some(CoreClock { hz, imul_hz })
 }
 
 /// A deterministic clock for tests: one tick per nanosecond, advanced explicitly.
@@ -461,8 +553,46 @@ mod tests {
 
     #[test]
     fn core_clock_is_plausible() {
-        if let Some(hz) = effective_core_hz() {
-            assert!(hz > 1e8 && hz < 1e10, "{hz}");
+        if let Some(c) = measure_core_clock() {
+            assert!(c.hz > 1e8 && c.hz < 1e10, "{c:?}");
+            // The two chains agree within noise on a real core (loose: the machine is shared).
+            if let Some(m) = c.imul_hz {
+                assert!((0.7..1.4).contains(&(c.hz / m)), "{c:?}");
+            }
         }
+    }
+
+    #[test]
+    fn core_clock_arithmetic() {
+        // 2,000,000 one-cycle links in 1 ms is 2 GHz; the fastest window counts.
+        let mut t = [1.5e6, 1.0e6, 1.2e6].into_iter();
+        let hz = core_hz_from_windows(2_000_000, 1.0, 3, || t.next().unwrap()).unwrap();
+        assert!((hz - 2e9).abs() < 1.0, "{hz}");
+        // 3-cycle links: the same window is three times as many cycles.
+        let hz = core_hz_from_windows(2_000_000, 3.0, 1, || 1.0e6).unwrap();
+        assert!((hz - 6e9).abs() < 1.0, "{hz}");
+        // No usable window: no estimate.
+        assert_eq!(core_hz_from_windows(1, 1.0, 2, || 0.0), None);
+    }
+
+    #[test]
+    fn core_clock_above_maximum_is_flagged() {
+        // A chain eliminated at rename reads several times the real clock.
+        let eliminated = CoreClock {
+            hz: 9.6e9,
+            imul_hz: Some(3.2e9),
+        };
+        let w = eliminated.warnings(Some(3.2e9));
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].contains("above the CPU's maximum"), "{w:?}");
+        assert!(w[1].contains("disagree"), "{w:?}");
+        let fine = CoreClock {
+            hz: 3.1e9,
+            imul_hz: Some(3.05e9),
+        };
+        assert!(fine.warnings(Some(3.2e9)).is_empty());
+        // Without cpufreq only the cross-check speaks.
+        assert!(fine.warnings(None).is_empty());
+        assert_eq!(eliminated.warnings(None).len(), 1);
     }
 }

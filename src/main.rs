@@ -326,7 +326,12 @@ fn cmd_machine(json: bool, snapshot: Option<PathBuf>, from: Option<PathBuf>) -> 
         let (_, clock) = osmeter::clock::detect();
         m.warnings.extend(clock.warnings.iter().cloned());
         m.clock = Some(clock);
-        m.cpu.core_clock_hz = osmeter::clock::effective_core_hz();
+        let core = osmeter::clock::measure_core_clock();
+        m.cpu.core_clock_hz = core.as_ref().map(|c| c.hz);
+        if let Some(c) = &core {
+            let max_hz = m.cpu.max_mhz.map(|m| m * 1e6);
+            m.warnings.extend(c.warnings(max_hz));
+        }
     }
     if let Some(dir) = &snapshot {
         match facts::write_snapshot(dir, &root.recorded_facts()) {

@@ -279,7 +279,12 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
         ));
     }
     let (hw, clock_info) = clock::detect();
-    machine.cpu.core_clock_hz = clock::effective_core_hz();
+    let core = clock::measure_core_clock();
+    machine.cpu.core_clock_hz = core.as_ref().map(|c| c.hz);
+    if let Some(c) = &core {
+        let max_hz = machine.cpu.max_mhz.map(|m| m * 1e6);
+        machine.warnings.extend(c.warnings(max_hz));
+    }
     machine.warnings.extend(clock_info.warnings.iter().cloned());
     machine.clock = Some(clock_info);
     let loop_ticks = crate::harness::measure_loop_ticks(&hw, &cfg.profile.harness());

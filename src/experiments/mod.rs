@@ -190,6 +190,9 @@ impl Context<'_> {
 
     /// A metric measured earlier in this run.
     pub fn earlier_metric(&self, experiment: &str, metric: &str) -> Option<&Metric> {
+        if let Some(found) = probe_read(experiment, metric) {
+            return found;
+        }
         self.earlier
             .iter()
             .find(|e| e.id == experiment && e.status == crate::results::Status::Ok)?
@@ -201,6 +204,68 @@ impl Context<'_> {
         self.earlier_metric(experiment, metric)
             .map(|m| m.summary.median)
     }
+}
+
+/// (experiment, metric) pairs read from earlier results.
+pub type MetricReads = std::collections::BTreeSet<(String, String)>;
+
+thread_local! {
+    /// Set only inside `prediction_reads`: whether lookups find a metric, and what was read.
+    static PROBE: std::cell::RefCell<Option<(bool, MetricReads)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Under `prediction_reads`: records the lookup and answers it (a stand-in metric or none).
+fn probe_read(experiment: &str, metric: &str) -> Option<Option<&'static Metric>> {
+    PROBE.with(|p| {
+        let mut p = p.borrow_mut();
+        let (found, reads) = p.as_mut()?;
+        reads.insert((experiment.to_string(), metric.to_string()));
+        Some(found.then(|| {
+            let m: &'static Metric = Box::leak(Box::new(Metric {
+                name: metric.to_string(),
+                unit: String::new(),
+                description: String::new(),
+                summary: crate::stats::Summary::of(&[1.0]).expect("one value summarises"),
+                prediction: None,
+                cycles: None,
+                iterations: None,
+                raw: vec![1.0],
+            }));
+            m
+        }))
+    })
+}
+
+/// Every (experiment, metric) that some experiment's `predict` reads from earlier results,
+/// for the test that each one names a metric some experiment emits. Every prediction runs
+/// twice: once finding no earlier metric (fallback branches), once finding all (branches that
+/// stop early without one).
+pub fn prediction_reads(machine: &Machine, clock: &dyn Clock, options: &RunOptions) -> MetricReads {
+    let scratch = std::sync::OnceLock::new();
+    let mut all = MetricReads::new();
+    for found in [false, true] {
+        PROBE.with(|p| *p.borrow_mut() = Some((found, Default::default())));
+        for exp in registry() {
+            let ctx = Context {
+                profile: Profile::Quick,
+                machine,
+                clock,
+                cpu: 0,
+                budget: exp.budget(Profile::Quick),
+                earlier: &[],
+                options,
+                loop_ticks: 0.0,
+                progress: &|_| {},
+                scratch_cell: &scratch,
+            };
+            let _ = exp.predict(&ctx);
+        }
+        if let Some((_, reads)) = PROBE.with(|p| p.borrow_mut().take()) {
+            all.extend(reads);
+        }
+    }
+    all
 }
 
 /// What an experiment returns. Failed premise checks make it invalid.

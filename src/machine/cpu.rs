@@ -62,6 +62,8 @@ pub struct Cpu {
     pub cur_mhz: BTreeMap<usize, f64>,
     /// "cpufreq scaling_cur_freq" or "/proc/cpuinfo".
     pub mhz_source: Option<String>,
+    /// Highest cpufreq cpuinfo_max_freq over the online CPUs, in MHz (None without cpufreq).
+    pub max_mhz: Option<f64>,
     /// CPUs differ by more than 10% in current frequency.
     pub unequal_frequencies: Option<bool>,
     /// /sys/devices/system/cpu/vulnerabilities: name -> kernel status line.
@@ -359,6 +361,10 @@ fn frequency(root: &FactRoot, cpu: &mut Cpu, online: &[usize], info: &CpuInfo) {
         }
         if let Some(khz) = root.read_u64(format!("{f}/scaling_cur_freq")) {
             cpu.cur_mhz.insert(c, khz as f64 / 1e3);
+        }
+        if let Some(khz) = root.read_u64(format!("{f}/cpuinfo_max_freq")) {
+            let mhz = khz as f64 / 1e3;
+            cpu.max_mhz = Some(cpu.max_mhz.map_or(mhz, |m: f64| m.max(mhz)));
         }
     }
     if !cpu.cur_mhz.is_empty() {

@@ -23,10 +23,9 @@ fn cap(p: Profile) -> u64 {
 const DEFAULT_RTT_NS: f64 = 150_000.0;
 
 fn network_rtt(ctx: &Context) -> (f64, String) {
-    for (exp, m) in [("net.rtt", "tcp_p50"), ("net.rtt", "tcp")] {
-        if let Some(v) = ctx.earlier_median(exp, m) {
-            return (v, format!("measured: {exp} {m} (loopback unless --peer)"));
-        }
+    // net.rtt's tcp is a distribution: its median is the p50.
+    if let Some(v) = ctx.earlier_median("net.rtt", "tcp") {
+        return (v, "measured: net.rtt tcp (loopback unless --peer)".into());
     }
     (
         DEFAULT_RTT_NS,

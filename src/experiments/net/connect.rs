@@ -30,8 +30,16 @@ fn max_connections(p: Profile) -> usize {
     }
 }
 
-/// A socket, not yet connected, that resets instead of lingering when closed.
-fn socket_for(addr: &SocketAddr) -> io::Result<OwnedFd> {
+/// open_close connections close normally and each leaves a port in TIME_WAIT for a minute:
+/// a quarter of the bound above keeps back-to-back runs far below the ~28,000 ephemeral ports.
+fn max_open_close(p: Profile) -> usize {
+    max_connections(p) / 4
+}
+
+/// A socket, not yet connected. With `reset` it resets instead of lingering when closed
+/// (SO_LINGER 0); without, it is made as lmbench's lat_connect makes it (SO_REUSEADDR) and
+/// closes normally (FIN, then TIME_WAIT).
+fn socket_for(addr: &SocketAddr, reset: bool) -> io::Result<OwnedFd> {
     let fam = if addr.is_ipv4() {
         libc::AF_INET
     } else {
@@ -42,14 +50,28 @@ fn socket_for(addr: &SocketAddr) -> io::Result<OwnedFd> {
         l_onoff: 1,
         l_linger: 0,
     };
-    // SAFETY: linger is a valid struct of the size passed.
+    let one: libc::c_int = 1;
+    let (opt, val, len) = if reset {
+        (
+            libc::SO_LINGER,
+            &linger as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::linger>(),
+        )
+    } else {
+        (
+            libc::SO_REUSEADDR,
+            &one as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>(),
+        )
+    };
+    // SAFETY: val points to a live value of the size passed.
     let r = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
             libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            &linger as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+            opt,
+            val,
+            len as libc::socklen_t,
         )
     };
     if r != 0 {
@@ -100,7 +122,9 @@ impl Experiment for Connect {
          returns established (SYN, SYN-ACK, ACK), then close() is timed; SO_LINGER 0 makes close send a \
          reset so no connection lingers in TIME_WAIT and ephemeral ports are never exhausted (counts are \
          bounded too: quick 4000). Each call is timed alone with the cycle counter after a warm-up; \
-         p50/p90/p99 show the heavy tail."
+         p50/p90/p99 show the heavy tail. Interleaved with these, open_close times what lmbench's lat_connect \
+         times: socket() (SO_REUSEADDR), connect() and an ordinary close() (FIN; the port stays in TIME_WAIT, \
+         so these are bounded to a quarter: quick 1000), as one span per connection."
     }
     fn needs(&self) -> Needs {
         Needs {
@@ -139,6 +163,20 @@ impl Experiment for Connect {
                 ),
             ),
             ("close".into(), p(1.0, "one RST")),
+            (
+                "open_close".into(),
+                Prediction::new(
+                    3.0 * sys + (3.0 * SOCKET_CYCLES + 4.0 * SEGMENT_CYCLES) / ghz,
+                    format!(
+                        "3 x syscall + (3 x {SOCKET_CYCLES} + 4 x {SEGMENT_CYCLES}) cycles / f_core \
+                         (socket, connect's 3 segments, close's FIN)"
+                    ),
+                )
+                .input("syscall", sys, "ns", sys_src.clone())
+                .input("f_core", ghz * 1e9, "Hz", src.clone())
+                .input("segment", SEGMENT_CYCLES, "cycles", "model: kernel path of one TCP segment")
+                .input("socket", SOCKET_CYCLES, "cycles", "model: creation, port choice and hashing, freeing"),
+            ),
         ]
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
@@ -149,7 +187,7 @@ impl Experiment for Connect {
         out.notes.push(format!("target: {label}"));
         let max = max_connections(ctx.profile);
         let session = t.client.open(&Request::ConnectTarget {
-            max_accepts: (max + 200) as u32,
+            max_accepts: (max + max_open_close(ctx.profile) + 200) as u32,
         })?;
         let dest = SocketAddr::new(t.addr().ip(), session.port);
         let (ss, len) = raw_addr(&dest);
@@ -169,17 +207,19 @@ impl Experiment for Connect {
         };
         (ctx.progress)("connections");
         for _ in 0..max.min(100) / 2 {
-            let fd = socket_for(&dest)?;
+            let fd = socket_for(&dest, true)?;
             connect(&fd).map_err(|e| anyhow::anyhow!("connect to {dest}: {e}"))?;
         }
         let mut connects = Vec::with_capacity(max);
         let mut closes = Vec::with_capacity(max);
+        let oc_max = max_open_close(ctx.profile);
+        let mut open_closes = Vec::with_capacity(oc_max);
         let budget = ctx.budget * 8 / 10;
         let began = std::time::Instant::now();
         while connects.len() < max && began.elapsed() < budget {
             // Sockets are made untimed in batches; each connect and close is timed alone.
             let batch: Vec<OwnedFd> = (0..64)
-                .map(|_| socket_for(&dest))
+                .map(|_| socket_for(&dest, true))
                 .collect::<io::Result<_>>()?;
             let mut fds = batch.into_iter();
             let mut open = Vec::with_capacity(64);
@@ -197,6 +237,17 @@ impl Experiment for Connect {
                 drop(open.next());
                 Ok(())
             })?);
+            if open_closes.len() < oc_max {
+                open_closes.extend(
+                    sample(ctx, 32, budget, || {
+                        let fd = socket_for(&dest, false)?;
+                        connect(&fd)?;
+                        drop(fd);
+                        Ok(())
+                    })
+                    .map_err(|e| anyhow::anyhow!("connect to {dest}: {e}"))?,
+                );
+            }
         }
         drop(session);
         let n = connects.len();
@@ -211,6 +262,11 @@ impl Experiment for Connect {
                 "close",
                 closes,
                 "close() with SO_LINGER 0 (reset, no TIME_WAIT)",
+            ),
+            (
+                "open_close",
+                open_closes,
+                "socket() + connect() + ordinary close(), as lmbench lat_connect times it",
             ),
         ] {
             let s = Summary::with_percentiles(&v);
