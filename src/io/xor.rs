@@ -63,6 +63,8 @@ const CACHED_FRACTION: f64 = 0.5;
 const DIRECT_MIN_THREADS: usize = 4;
 /// O_DIRECT buffers and offsets are aligned to this (covers 512 B and 4 KiB sectors).
 const DIRECT_ALIGN: usize = 4096;
+/// A cached run whose threads got less of the CPU than this says so.
+const MIN_CPU_SHARE: f64 = 0.75;
 
 pub struct XorConfig {
     pub file: PathBuf,
@@ -80,7 +82,13 @@ pub struct XorOutcome {
     pub method: Method,
     pub threads: usize,
     pub block: usize,
-    pub resident_fraction: f64,
+    /// mincore's cached fraction at start; None when mincore hides it.
+    pub resident_fraction: Option<f64>,
+    pub residency_unknown: Option<String>,
+    /// Cached fraction by non-blocking read probes (only when mincore hides it).
+    pub cached_probe: Option<f64>,
+    /// CPU time of the run, all threads, user + system.
+    pub cpu_seconds: f64,
     pub simd: &'static str,
     pub eviction: Option<pagecache::Eviction>,
     pub notes: Vec<String>,
@@ -409,13 +417,15 @@ fn xor_mapped(m: &Mapping, chunk: usize, threads: usize) -> Res<u32> {
 
 /// Cached fraction of the file: exact (mincore over every page) up to 64 MiB, else
 /// from 128 evenly spaced 256 KiB samples, which is enough to choose a method and costs
-/// microseconds instead of a walk over every page of a huge file.
-pub fn sampled_residency(file: &File, size: u64) -> f64 {
+/// microseconds instead of a walk over every page of a huge file. Err(why) when mincore
+/// hides this file's cache state (`pagecache::residency_hidden`) and answered "all
+/// resident", its fake answer.
+pub fn sampled_residency(file: &File, size: u64) -> Result<f64, String> {
     const EXACT: u64 = 64 << 20;
     const SAMPLES: u64 = 128;
     const SPAN: u64 = 256 << 10;
     if size == 0 {
-        return 1.0;
+        return Ok(1.0);
     }
     let ranges: Vec<(u64, u64)> = if size <= EXACT {
         vec![(0, size)]
@@ -431,14 +441,45 @@ pub fn sampled_residency(file: &File, size: u64) -> f64 {
                 r += a;
                 t += b;
             }
-            Err(_) => return 0.0,
+            Err(e) => return Err(format!("mincore failed: {e:#}")),
         }
     }
-    if t == 0 {
-        0.0
-    } else {
-        r as f64 / t as f64
+    if r == t {
+        if let Some(why) = pagecache::residency_hidden(file) {
+            return Err(why);
+        }
     }
+    Ok(if t == 0 { 0.0 } else { r as f64 / t as f64 })
+}
+
+/// Cached fraction of `PROBES` evenly spaced bytes, asked with reads that may not wait
+/// for I/O (`sys::cached_nowait`): the fallback when mincore cannot be believed. A miss
+/// starts readahead at its spot, harmless here since the whole file is read next.
+/// None when the file system does not support such reads.
+fn probe_cached(file: &File, size: u64) -> Option<f64> {
+    const PROBES: u64 = 64;
+    if size == 0 {
+        return Some(1.0);
+    }
+    let mut hits = 0;
+    for i in 0..PROBES {
+        if crate::sys::cached_nowait(file, size / PROBES * i).ok()? {
+            hits += 1;
+        }
+    }
+    Some(hits as f64 / PROBES as f64)
+}
+
+/// CPU time used by this process so far (all threads, user + system), in seconds.
+fn process_cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the zeroed struct it is given and reads nothing else.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is always valid.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return f64::NAN;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
@@ -469,10 +510,34 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
 
     let t0 = Instant::now();
     let size = file.metadata().map_err(|e| os_err(path, "stat", e))?.len();
-    let resident_fraction = sampled_residency(&file, size);
+    let cpu0 = process_cpu_seconds();
+    let residency = sampled_residency(&file, size);
+    // Where mincore cannot be believed, ask the page cache with non-blocking reads;
+    // where those are not supported either, assume uncached (streams are the method
+    // that does tolerably in both states).
+    let cached_probe = match &residency {
+        Ok(_) => None,
+        Err(why) => {
+            let p = probe_cached(&file, size);
+            notes.push(match p {
+                Some(f) => format!(
+                    "cache state from non-blocking reads ({:.0}% of probes cached): {why}",
+                    f * 100.0
+                ),
+                None => format!("cache state unknown, assumed uncached: {why}"),
+            });
+            p
+        }
+    };
+    let cached_estimate = residency
+        .as_ref()
+        .ok()
+        .copied()
+        .or(cached_probe)
+        .unwrap_or(0.0);
     let cpus = crate::sys::allowed_cpus().len().max(1);
     let mut method = match cfg.method {
-        Method::Auto if resident_fraction >= CACHED_FRACTION => Method::Mmap,
+        Method::Auto if cached_estimate >= CACHED_FRACTION => Method::Mmap,
         // Buffered streams with readahead, not O_DIRECT: measured ~2x faster on the
         // virtio disk here (METHODOLOGY.md, "io xor").
         Method::Auto => Method::Read,
@@ -502,7 +567,7 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
             }
         }
     }
-    let uncached = resident_fraction < CACHED_FRACTION;
+    let uncached = cached_estimate < CACHED_FRACTION;
     let block = block_arg.unwrap_or(match method {
         Method::Mmap => MMAP_CHUNK,
         Method::Direct => DIRECT_BLOCK,
@@ -535,6 +600,18 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
     drop(mapping);
     drop(direct_file);
     let seconds = t0.elapsed().as_secs_f64();
+    let cpu_seconds = process_cpu_seconds() - cpu0;
+    // Premise of a cached run: its threads had the CPUs. On a busy machine they wait
+    // for them, and the throughput measures the CPU share, not the memory system.
+    let cpu_share = cpu_seconds / (seconds * threads as f64);
+    if !uncached && threads > 0 && cpu_share < MIN_CPU_SHARE {
+        notes.push(format!(
+            "the {threads} thread(s) ran only {:.0}% of the time (other work held the CPUs): \
+             this throughput is bounded by CPU share, {} per CPU-second",
+            cpu_share * 100.0,
+            crate::units::fmt_bandwidth(rate(size, cpu_seconds))
+        ));
+    }
     Ok(XorOutcome {
         file: cfg.file.clone(),
         xor,
@@ -543,7 +620,10 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
         method,
         threads,
         block,
-        resident_fraction,
+        resident_fraction: residency.as_ref().ok().copied(),
+        residency_unknown: residency.err(),
+        cached_probe,
+        cpu_seconds,
         simd: simd_name(),
         eviction,
         notes,
@@ -569,6 +649,10 @@ impl XorOutcome {
                 "threads": self.threads,
                 "block_bytes": self.block,
                 "resident_fraction_at_start": self.resident_fraction,
+                "residency_unknown": self.residency_unknown,
+                "cached_probe": self.cached_probe,
+                "cpu_seconds": self.cpu_seconds,
+                "bytes_per_cpu_s": rate(self.bytes, self.cpu_seconds),
                 "simd": self.simd,
                 "eviction": self.eviction,
                 "notes": self.notes,
@@ -582,13 +666,16 @@ impl XorOutcome {
             self.seconds,
             crate::units::fmt_bandwidth(self.bytes_per_s())
         );
+        let cached = match self.resident_fraction {
+            Some(f) => format!("{:.1}% of the file cached at start", f * 100.0),
+            None => "cached fraction at start unknown (see note)".into(),
+        };
         println!(
-            "method {}, {} thread(s), {} per request, {} kernel; {:.1}% of the file cached at start",
+            "method {}, {} thread(s), {} per request, {} kernel; {cached}",
             self.method.name(),
             self.threads,
             fmt_bytes(self.block as f64),
             self.simd,
-            self.resident_fraction * 100.0
         );
         if let Some(e) = &self.eviction {
             println!("cold: {}", e.describe());
