@@ -470,6 +470,29 @@ fn probe_cached(file: &File, size: u64) -> Option<f64> {
     Some(hits as f64 / PROBES as f64)
 }
 
+/// The 1-minute load average (runnable and uninterruptible tasks); 0 when unknown.
+fn load_average() -> f64 {
+    let mut l = [0f64; 1];
+    // SAFETY: getloadavg writes at most 1 value into the 1-element array.
+    if unsafe { libc::getloadavg(l.as_mut_ptr(), 1) } == 1 {
+        l[0]
+    } else {
+        0.0
+    }
+}
+
+/// The method for an uncached file. Buffered readahead streams were ~2x faster than
+/// O_DIRECT on the virtio disk here when CPUs were free, but cost ~3x its CPU time
+/// (page-cache allocation and the copy): with more runnable tasks than CPUs the threads
+/// wait for a CPU, and O_DIRECT was faster (METHODOLOGY.md, "io xor").
+fn uncached_method(load: f64, cpus: usize) -> Method {
+    if load > cpus as f64 {
+        Method::Direct
+    } else {
+        Method::Read
+    }
+}
+
 /// CPU time used by this process so far (all threads, user + system), in seconds.
 fn process_cpu_seconds() -> f64 {
     // SAFETY: getrusage fills the zeroed struct it is given and reads nothing else.
@@ -538,9 +561,17 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
     let cpus = crate::sys::allowed_cpus().len().max(1);
     let mut method = match cfg.method {
         Method::Auto if cached_estimate >= CACHED_FRACTION => Method::Mmap,
-        // Buffered streams with readahead, not O_DIRECT: measured ~2x faster on the
-        // virtio disk here (METHODOLOGY.md, "io xor").
-        Method::Auto => Method::Read,
+        Method::Auto => {
+            let load = load_average();
+            let m = uncached_method(load, cpus);
+            if m == Method::Direct {
+                notes.push(format!(
+                    "uncached on a busy machine (load {load:.1} on {cpus} CPU(s)): O_DIRECT, \
+                     which needs a third of the CPU time of buffered reads"
+                ));
+            }
+            m
+        }
         m => m,
     };
     let len = usize::try_from(size)
@@ -722,6 +753,14 @@ mod tests {
                 at_offset(xor_words(&d[..cut]), 0) ^ at_offset(xor_words(&d[cut..]), cut as u64);
             assert_eq!(x, xor_reference(&d), "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn busy_machines_read_uncached_files_directly() {
+        assert_eq!(uncached_method(0.5, 2), Method::Read);
+        assert_eq!(uncached_method(2.0, 2), Method::Read);
+        assert_eq!(uncached_method(9.0, 2), Method::Direct);
+        assert_eq!(uncached_method(9.0, 16), Method::Read);
     }
 
     #[test]
