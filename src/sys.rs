@@ -117,3 +117,56 @@ pub fn cached_nowait(file: &std::fs::File, offset: u64) -> io::Result<bool> {
 pub fn cached_nowait(_file: &std::fs::File, _offset: u64) -> io::Result<bool> {
     Err(io::Error::from(io::ErrorKind::Unsupported))
 }
+
+/// Tells the kernel `len` bytes from `offset` of `file` will be read sequentially
+/// (Linux doubles the readahead window). A hint: where unsupported, nothing happens.
+pub fn advise_sequential(file: &std::fs::File, offset: u64, len: u64) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: advisory call on an open descriptor; touches no memory.
+        unsafe {
+            libc::posix_fadvise(
+                file.as_raw_fd(),
+                offset as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_SEQUENTIAL,
+            )
+        };
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, offset, len);
+}
+
+/// Asks for huge page-table entries (2 MiB) over a file mapping where the page cache
+/// holds huge folios. A hint: where unsupported, nothing happens.
+///
+/// # Safety
+/// `addr..addr + len` must be a mapping the caller owns.
+pub unsafe fn advise_huge_pages(addr: *mut libc::c_void, len: usize) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: the caller owns the range; the advice changes no contents.
+    unsafe {
+        libc::madvise(addr, len, libc::MADV_HUGEPAGE);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (addr, len);
+}
+
+/// The open flag that bypasses the page cache (O_DIRECT); Err where there is none.
+pub fn direct_open_flag() -> io::Result<i32> {
+    #[cfg(target_os = "linux")]
+    return Ok(libc::O_DIRECT);
+    #[cfg(not(target_os = "linux"))]
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "no O_DIRECT on this system",
+    ))
+}
+
+/// The 1-minute load average; None when the system does not say.
+pub fn load_average() -> Option<f64> {
+    let mut l = [0f64; 1];
+    // SAFETY: getloadavg writes at most 1 value into the 1-element array.
+    (unsafe { libc::getloadavg(l.as_mut_ptr(), 1) } == 1).then_some(l[0])
+}

@@ -310,15 +310,7 @@ fn xor_streams(path: &Path, size: u64, block: usize, threads: usize) -> Res<u32>
             let start = r * per;
             let end = (start + per).min(size);
             let (file, _) = open_input(path, 0)?;
-            // SAFETY: advisory call on an open descriptor; doubles its readahead window.
-            unsafe {
-                libc::posix_fadvise(
-                    file.as_raw_fd(),
-                    start as libc::off_t,
-                    (end - start) as libc::off_t,
-                    libc::POSIX_FADV_SEQUENTIAL,
-                )
-            };
+            crate::sys::advise_sequential(&file, start, end - start);
             let mut acc = 0u32;
             let mut off = start;
             while off < end {
@@ -366,7 +358,7 @@ impl Mapping {
         // Sequential advice helps readahead for pages that are not cached. Hints only.
         // SAFETY: advice on exactly the mapping made above.
         unsafe {
-            libc::madvise(addr, len, libc::MADV_HUGEPAGE);
+            crate::sys::advise_huge_pages(addr, len);
             libc::madvise(addr, len, libc::MADV_SEQUENTIAL);
         }
         Ok(Mapping { addr, len })
@@ -470,17 +462,6 @@ fn probe_cached(file: &File, size: u64) -> Option<f64> {
     Some(hits as f64 / PROBES as f64)
 }
 
-/// The 1-minute load average (runnable and uninterruptible tasks); 0 when unknown.
-fn load_average() -> f64 {
-    let mut l = [0f64; 1];
-    // SAFETY: getloadavg writes at most 1 value into the 1-element array.
-    if unsafe { libc::getloadavg(l.as_mut_ptr(), 1) } == 1 {
-        l[0]
-    } else {
-        0.0
-    }
-}
-
 /// The method for an uncached file. Buffered readahead streams were ~2x faster than
 /// O_DIRECT on the virtio disk here when CPUs were free, but cost ~3x its CPU time
 /// (page-cache allocation and the copy): with more runnable tasks than CPUs the threads
@@ -562,7 +543,8 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
     let mut method = match cfg.method {
         Method::Auto if cached_estimate >= CACHED_FRACTION => Method::Mmap,
         Method::Auto => {
-            let load = load_average();
+            // Runnable and uninterruptible tasks; unknown counts as idle.
+            let load = crate::sys::load_average().unwrap_or(0.0);
             let m = uncached_method(load, cpus);
             if m == Method::Direct {
                 notes.push(format!(
@@ -583,7 +565,9 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
     };
     let mut direct_file = None;
     if method == Method::Direct {
-        match open_input(path, libc::O_DIRECT) {
+        match crate::sys::direct_open_flag()
+            .and_then(|f| open_input(path, f).map_err(|e| std::io::Error::other(e.to_string())))
+        {
             Ok((f, _)) => direct_file = Some(f),
             Err(e) => {
                 notes.push(format!("O_DIRECT refused ({e}); buffered reads instead"));
