@@ -7,7 +7,10 @@
 //!   faults map it (fault-around maps 16 pages per fault, which is cheaper than
 //!   MADV_POPULATE_READ for small folios); an uncached one is read by two threads, each
 //!   a sequential buffered stream over its half with its own readahead (faster than
-//!   O_DIRECT on the disks measured; O_DIRECT stays available as `--method direct`);
+//!   O_DIRECT on the disks measured), or with O_DIRECT when the load average exceeds
+//!   the CPUs (buffered reads cost ~3x its CPU time);
+//! - where mincore hides the cache state (files the user neither owns nor may write),
+//!   non-blocking 1-byte reads probe it instead;
 //! - mapped chunks and O_DIRECT blocks are handed out by an atomic counter, so threads
 //!   share the work and a slow request does not stall the others;
 //! - the XOR kernel keeps 16 independent 64-bit lanes (vectorised by the compiler; an
