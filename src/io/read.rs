@@ -61,7 +61,7 @@ pub fn evict(file: &File, path: &Path) -> Res<Eviction> {
 /// Err(why) when mincore hides it for this file.
 pub fn resident_fraction(file: &File) -> Result<f64, String> {
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    super::xor::sampled_residency(file, size)
+    pagecache::sampled_residency(file, size)
 }
 
 pub struct ReadOutcome {
@@ -108,7 +108,7 @@ pub fn run(
     }
     let resident = resident_fraction(&file);
     let file = if direct {
-        open_input(path, libc::O_DIRECT)
+        super::open_input_uncached(path)
             .map_err(|e| super::IoError::Runtime(format!("O_DIRECT not supported here ({e})")))?
             .0
     } else {

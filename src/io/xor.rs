@@ -22,6 +22,7 @@
 
 use super::{open_input, os_err, rate, Res};
 use crate::pagecache::{self, AlignedBuf};
+use crate::platform::HugePages;
 use crate::units::fmt_bytes;
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -313,7 +314,7 @@ fn xor_streams(path: &Path, size: u64, block: usize, threads: usize) -> Res<u32>
             let start = r * per;
             let end = (start + per).min(size);
             let (file, _) = open_input(path, 0)?;
-            crate::sys::advise_sequential(&file, start, end - start);
+            crate::platform::advise(&file, crate::platform::Access::Sequential);
             let mut acc = 0u32;
             let mut off = start;
             while off < end {
@@ -361,7 +362,7 @@ impl Mapping {
         // Sequential advice helps readahead for pages that are not cached. Hints only.
         // SAFETY: advice on exactly the mapping made above.
         unsafe {
-            crate::sys::advise_huge_pages(addr, len);
+            crate::platform::advise_huge_pages(addr as *mut u8, len, HugePages::Huge);
             libc::madvise(addr, len, libc::MADV_SEQUENTIAL);
         }
         Ok(Mapping { addr, len })
@@ -410,45 +411,8 @@ fn xor_mapped(m: &Mapping, chunk: usize, threads: usize) -> Res<u32> {
 // ---------------------------------------------------------------------------------------
 // The command.
 
-/// Cached fraction of the file: exact (mincore over every page) up to 64 MiB, else
-/// from 128 evenly spaced 256 KiB samples, which is enough to choose a method and costs
-/// microseconds instead of a walk over every page of a huge file. Err(why) when mincore
-/// hides this file's cache state (`pagecache::residency_hidden`) and answered "all
-/// resident", its fake answer.
-pub fn sampled_residency(file: &File, size: u64) -> Result<f64, String> {
-    const EXACT: u64 = 64 << 20;
-    const SAMPLES: u64 = 128;
-    const SPAN: u64 = 256 << 10;
-    if size == 0 {
-        return Ok(1.0);
-    }
-    let ranges: Vec<(u64, u64)> = if size <= EXACT {
-        vec![(0, size)]
-    } else {
-        (0..SAMPLES)
-            .map(|i| ((size - SPAN) / (SAMPLES - 1) * i, SPAN))
-            .collect()
-    };
-    let (mut r, mut t) = (0u64, 0u64);
-    for (off, len) in ranges {
-        match pagecache::residency_range(file, off, len) {
-            Ok((a, b)) => {
-                r += a;
-                t += b;
-            }
-            Err(e) => return Err(format!("mincore failed: {e:#}")),
-        }
-    }
-    if r == t {
-        if let Some(why) = pagecache::residency_hidden(file) {
-            return Err(why);
-        }
-    }
-    Ok(if t == 0 { 0.0 } else { r as f64 / t as f64 })
-}
-
 /// Cached fraction of `PROBES` evenly spaced bytes, asked with reads that may not wait
-/// for I/O (`sys::cached_nowait`): the fallback when mincore cannot be believed. A miss
+/// for I/O (`platform::cached_nowait`): the fallback when mincore cannot be believed. A miss
 /// starts readahead at its spot, harmless here since the whole file is read next.
 /// None when the file system does not support such reads.
 fn probe_cached(file: &File, size: u64) -> Option<f64> {
@@ -458,7 +422,7 @@ fn probe_cached(file: &File, size: u64) -> Option<f64> {
     }
     let mut hits = 0;
     for i in 0..PROBES {
-        if crate::sys::cached_nowait(file, size / PROBES * i).ok()? {
+        if crate::platform::cached_nowait(file, size / PROBES * i).ok()? {
             hits += 1;
         }
     }
@@ -518,7 +482,7 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
     let t0 = Instant::now();
     let size = file.metadata().map_err(|e| os_err(path, "stat", e))?.len();
     let cpu0 = process_cpu_seconds();
-    let residency = sampled_residency(&file, size);
+    let residency = pagecache::sampled_residency(&file, size);
     // Where mincore cannot be believed, ask the page cache with non-blocking reads;
     // where those are not supported either, assume uncached (streams are the method
     // that does tolerably in both states).
@@ -542,12 +506,12 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
         .copied()
         .or(cached_probe)
         .unwrap_or(0.0);
-    let cpus = crate::sys::allowed_cpus().len().max(1);
+    let cpus = crate::platform::allowed_cpus().len().max(1);
     let mut method = match cfg.method {
         Method::Auto if cached_estimate >= CACHED_FRACTION => Method::Mmap,
         Method::Auto => {
             // Runnable and uninterruptible tasks; unknown counts as idle.
-            let load = crate::sys::load_average().unwrap_or(0.0);
+            let load = crate::platform::load_average().unwrap_or(0.0);
             let m = uncached_method(load, cpus);
             if m == Method::Direct {
                 notes.push(format!(
@@ -568,9 +532,7 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
     };
     let mut direct_file = None;
     if method == Method::Direct {
-        match crate::sys::direct_open_flag()
-            .and_then(|f| open_input(path, f).map_err(|e| std::io::Error::other(e.to_string())))
-        {
+        match super::open_input_uncached(path) {
             Ok((f, _)) => direct_file = Some(f),
             Err(e) => {
                 notes.push(format!("O_DIRECT refused ({e}); buffered reads instead"));
