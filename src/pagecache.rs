@@ -175,6 +175,9 @@ pub fn evict(file: &File, drop_all: bool) -> anyhow::Result<Eviction> {
     // The kernel's fake answer is "all resident"; anything less is a real one (a kernel
     // without the 5.2 rule), so only then is the state unknown.
     let residency_unknown = hidden.filter(|_| last.0 == last.1 && last.1 > 0);
+    if residency_unknown.is_some() {
+        method = "posix_fadvise(DONTNEED)".into();
+    }
     Ok(Eviction {
         method,
         resident_pages: last.0,
