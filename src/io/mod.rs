@@ -11,8 +11,6 @@ pub mod read;
 pub mod sweep;
 pub mod syscalls;
 pub mod write;
-// Not yet on the platform layer (its port is pending): Linux only until then.
-#[cfg(target_os = "linux")]
 pub mod xor;
 
 use clap::Subcommand;
@@ -125,7 +123,6 @@ pub enum IoCmd {
         json: bool,
     },
     /// XOR of all 32-bit little-endian words of FILE, as fast as the machine allows.
-    #[cfg(target_os = "linux")]
     Xor {
         file: PathBuf,
         /// Threads (default: allowed CPUs for cached files, more for O_DIRECT).
@@ -307,7 +304,6 @@ pub fn main(cmd: IoCmd) -> ExitCode {
             no_compare,
             json,
         } => syscalls::run(&file, time, !no_compare).map(|o| o.print(json)),
-        #[cfg(target_os = "linux")]
         IoCmd::Xor {
             file,
             threads,

@@ -57,15 +57,11 @@ pub fn evict(file: &File, path: &Path) -> Res<Eviction> {
         .map_err(|e| super::IoError::Runtime(format!("{}: eviction: {e:#}", path.display())))
 }
 
-/// Fraction of the file's pages in the page cache (sampled for files over 64 MiB).
-pub fn resident_fraction(file: &File) -> f64 {
+/// Fraction of the file's pages in the page cache (sampled for files over 64 MiB);
+/// Err(why) when mincore hides it for this file.
+pub fn resident_fraction(file: &File) -> Result<f64, String> {
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    #[cfg(target_os = "linux")]
-    return super::xor::sampled_residency(file, size);
-    #[cfg(not(target_os = "linux"))]
-    pagecache::residency_range(file, 0, size)
-        .map(|(r, t)| if t == 0 { 1.0 } else { r as f64 / t as f64 })
-        .unwrap_or(0.0)
+    pagecache::sampled_residency(file, size)
 }
 
 pub struct ReadOutcome {
@@ -75,7 +71,7 @@ pub struct ReadOutcome {
     pub bytes: u64,
     pub seconds: f64,
     pub direct: bool,
-    pub resident_fraction: f64,
+    pub resident_fraction: Result<f64, String>,
     pub eviction: Option<Eviction>,
 }
 
@@ -147,8 +143,10 @@ impl ReadOutcome {
                 "ns": self.seconds * 1e9,
                 "bytes_per_s": bps,
                 "direct": self.direct,
-                "resident_fraction_at_start": self.resident_fraction,
-                "cold": self.eviction.as_ref().map(|e| e.verified()),
+                "resident_fraction_at_start": self.resident_fraction.as_ref().ok(),
+                "residency_unknown": self.resident_fraction.as_ref().err(),
+                // null when not asked for or not verifiable.
+                "cold": self.eviction.as_ref().filter(|e| e.residency_unknown.is_none()).map(|e| e.verified()),
                 "eviction": self.eviction,
             }));
             return;
@@ -166,12 +164,14 @@ impl ReadOutcome {
         } else {
             "read() through the page cache"
         };
-        println!(
-            "{how}; {:.1}% of the file cached at start",
-            self.resident_fraction * 100.0
-        );
+        match &self.resident_fraction {
+            Ok(f) => println!("{how}; {:.1}% of the file cached at start", f * 100.0),
+            Err(why) => println!("{how}; cached fraction at start unknown: {why}"),
+        }
         if let Some(e) = &self.eviction {
-            let v = if e.verified() {
+            let v = if e.residency_unknown.is_some() {
+                "cold NOT verifiable"
+            } else if e.verified() {
                 "cold (verified)"
             } else {
                 "NOT cold"

@@ -7,7 +7,10 @@
 //!   faults map it (fault-around maps 16 pages per fault, which is cheaper than
 //!   MADV_POPULATE_READ for small folios); an uncached one is read by two threads, each
 //!   a sequential buffered stream over its half with its own readahead (faster than
-//!   O_DIRECT on the disks measured; O_DIRECT stays available as `--method direct`);
+//!   O_DIRECT on the disks measured), or with O_DIRECT when the load average exceeds
+//!   the CPUs (buffered reads cost ~3x its CPU time);
+//! - where mincore hides the cache state (files the user neither owns nor may write),
+//!   non-blocking 1-byte reads probe it instead;
 //! - mapped chunks and O_DIRECT blocks are handed out by an atomic counter, so threads
 //!   share the work and a slow request does not stall the others;
 //! - the XOR kernel keeps 16 independent 64-bit lanes (vectorised by the compiler; an
@@ -19,6 +22,7 @@
 
 use super::{open_input, os_err, rate, Res};
 use crate::pagecache::{self, AlignedBuf};
+use crate::platform::HugePages;
 use crate::units::fmt_bytes;
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -63,6 +67,8 @@ const CACHED_FRACTION: f64 = 0.5;
 const DIRECT_MIN_THREADS: usize = 4;
 /// O_DIRECT buffers and offsets are aligned to this (covers 512 B and 4 KiB sectors).
 const DIRECT_ALIGN: usize = 4096;
+/// A cached run whose threads got less of the CPU than this says so.
+const MIN_CPU_SHARE: f64 = 0.75;
 
 pub struct XorConfig {
     pub file: PathBuf,
@@ -80,7 +86,13 @@ pub struct XorOutcome {
     pub method: Method,
     pub threads: usize,
     pub block: usize,
-    pub resident_fraction: f64,
+    /// mincore's cached fraction at start; None when mincore hides it.
+    pub resident_fraction: Option<f64>,
+    pub residency_unknown: Option<String>,
+    /// Cached fraction by non-blocking read probes (only when mincore hides it).
+    pub cached_probe: Option<f64>,
+    /// CPU time of the run, all threads, user + system.
+    pub cpu_seconds: f64,
     pub simd: &'static str,
     pub eviction: Option<pagecache::Eviction>,
     pub notes: Vec<String>,
@@ -302,15 +314,7 @@ fn xor_streams(path: &Path, size: u64, block: usize, threads: usize) -> Res<u32>
             let start = r * per;
             let end = (start + per).min(size);
             let (file, _) = open_input(path, 0)?;
-            // SAFETY: advisory call on an open descriptor; doubles its readahead window.
-            unsafe {
-                libc::posix_fadvise(
-                    file.as_raw_fd(),
-                    start as libc::off_t,
-                    (end - start) as libc::off_t,
-                    libc::POSIX_FADV_SEQUENTIAL,
-                )
-            };
+            crate::platform::advise(&file, crate::platform::Access::Sequential);
             let mut acc = 0u32;
             let mut off = start;
             while off < end {
@@ -358,7 +362,7 @@ impl Mapping {
         // Sequential advice helps readahead for pages that are not cached. Hints only.
         // SAFETY: advice on exactly the mapping made above.
         unsafe {
-            libc::madvise(addr, len, libc::MADV_HUGEPAGE);
+            crate::platform::advise_huge_pages(addr as *mut u8, len, HugePages::Huge);
             libc::madvise(addr, len, libc::MADV_SEQUENTIAL);
         }
         Ok(Mapping { addr, len })
@@ -407,38 +411,46 @@ fn xor_mapped(m: &Mapping, chunk: usize, threads: usize) -> Res<u32> {
 // ---------------------------------------------------------------------------------------
 // The command.
 
-/// Cached fraction of the file: exact (mincore over every page) up to 64 MiB, else
-/// from 128 evenly spaced 256 KiB samples, which is enough to choose a method and costs
-/// microseconds instead of a walk over every page of a huge file.
-pub fn sampled_residency(file: &File, size: u64) -> f64 {
-    const EXACT: u64 = 64 << 20;
-    const SAMPLES: u64 = 128;
-    const SPAN: u64 = 256 << 10;
+/// Cached fraction of `PROBES` evenly spaced bytes, asked with reads that may not wait
+/// for I/O (`platform::cached_nowait`): the fallback when mincore cannot be believed. A miss
+/// starts readahead at its spot, harmless here since the whole file is read next.
+/// None when the file system does not support such reads.
+fn probe_cached(file: &File, size: u64) -> Option<f64> {
+    const PROBES: u64 = 64;
     if size == 0 {
-        return 1.0;
+        return Some(1.0);
     }
-    let ranges: Vec<(u64, u64)> = if size <= EXACT {
-        vec![(0, size)]
-    } else {
-        (0..SAMPLES)
-            .map(|i| ((size - SPAN) / (SAMPLES - 1) * i, SPAN))
-            .collect()
-    };
-    let (mut r, mut t) = (0u64, 0u64);
-    for (off, len) in ranges {
-        match pagecache::residency_range(file, off, len) {
-            Ok((a, b)) => {
-                r += a;
-                t += b;
-            }
-            Err(_) => return 0.0,
+    let mut hits = 0;
+    for i in 0..PROBES {
+        if crate::platform::cached_nowait(file, size / PROBES * i).ok()? {
+            hits += 1;
         }
     }
-    if t == 0 {
-        0.0
+    Some(hits as f64 / PROBES as f64)
+}
+
+/// The method for an uncached file. Buffered readahead streams were ~2x faster than
+/// O_DIRECT on the virtio disk here when CPUs were free, but cost ~3x its CPU time
+/// (page-cache allocation and the copy): with more runnable tasks than CPUs the threads
+/// wait for a CPU, and O_DIRECT was faster (METHODOLOGY.md, "io xor").
+fn uncached_method(load: f64, cpus: usize) -> Method {
+    if load > cpus as f64 {
+        Method::Direct
     } else {
-        r as f64 / t as f64
+        Method::Read
     }
+}
+
+/// CPU time used by this process so far (all threads, user + system), in seconds.
+fn process_cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the zeroed struct it is given and reads nothing else.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is always valid.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return f64::NAN;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
@@ -469,13 +481,46 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
 
     let t0 = Instant::now();
     let size = file.metadata().map_err(|e| os_err(path, "stat", e))?.len();
-    let resident_fraction = sampled_residency(&file, size);
-    let cpus = crate::sys::allowed_cpus().len().max(1);
+    let cpu0 = process_cpu_seconds();
+    let residency = pagecache::sampled_residency(&file, size);
+    // Where mincore cannot be believed, ask the page cache with non-blocking reads;
+    // where those are not supported either, assume uncached (streams are the method
+    // that does tolerably in both states).
+    let cached_probe = match &residency {
+        Ok(_) => None,
+        Err(why) => {
+            let p = probe_cached(&file, size);
+            notes.push(match p {
+                Some(f) => format!(
+                    "cache state from non-blocking reads ({:.0}% of probes cached): {why}",
+                    f * 100.0
+                ),
+                None => format!("cache state unknown, assumed uncached: {why}"),
+            });
+            p
+        }
+    };
+    let cached_estimate = residency
+        .as_ref()
+        .ok()
+        .copied()
+        .or(cached_probe)
+        .unwrap_or(0.0);
+    let cpus = crate::platform::allowed_cpus().len().max(1);
     let mut method = match cfg.method {
-        Method::Auto if resident_fraction >= CACHED_FRACTION => Method::Mmap,
-        // Buffered streams with readahead, not O_DIRECT: measured ~2x faster on the
-        // virtio disk here (METHODOLOGY.md, "io xor").
-        Method::Auto => Method::Read,
+        Method::Auto if cached_estimate >= CACHED_FRACTION => Method::Mmap,
+        Method::Auto => {
+            // Runnable and uninterruptible tasks; unknown counts as idle.
+            let load = crate::platform::load_average().unwrap_or(0.0);
+            let m = uncached_method(load, cpus);
+            if m == Method::Direct {
+                notes.push(format!(
+                    "uncached on a busy machine (load {load:.1} on {cpus} CPU(s)): O_DIRECT, \
+                     which needs a third of the CPU time of buffered reads"
+                ));
+            }
+            m
+        }
         m => m,
     };
     let len = usize::try_from(size)
@@ -487,7 +532,7 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
     };
     let mut direct_file = None;
     if method == Method::Direct {
-        match open_input(path, libc::O_DIRECT) {
+        match super::open_input_uncached(path) {
             Ok((f, _)) => direct_file = Some(f),
             Err(e) => {
                 notes.push(format!("O_DIRECT refused ({e}); buffered reads instead"));
@@ -502,7 +547,7 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
             }
         }
     }
-    let uncached = resident_fraction < CACHED_FRACTION;
+    let uncached = cached_estimate < CACHED_FRACTION;
     let block = block_arg.unwrap_or(match method {
         Method::Mmap => MMAP_CHUNK,
         Method::Direct => DIRECT_BLOCK,
@@ -535,6 +580,18 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
     drop(mapping);
     drop(direct_file);
     let seconds = t0.elapsed().as_secs_f64();
+    let cpu_seconds = process_cpu_seconds() - cpu0;
+    // Premise of a cached run: its threads had the CPUs. On a busy machine they wait
+    // for them, and the throughput measures the CPU share, not the memory system.
+    let cpu_share = cpu_seconds / (seconds * threads as f64);
+    if !uncached && threads > 0 && cpu_share < MIN_CPU_SHARE {
+        notes.push(format!(
+            "the {threads} thread(s) ran only {:.0}% of the time (other work held the CPUs): \
+             this throughput is bounded by CPU share, {} per CPU-second",
+            cpu_share * 100.0,
+            crate::units::fmt_bandwidth(rate(size, cpu_seconds))
+        ));
+    }
     Ok(XorOutcome {
         file: cfg.file.clone(),
         xor,
@@ -543,7 +600,10 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
         method,
         threads,
         block,
-        resident_fraction,
+        resident_fraction: residency.as_ref().ok().copied(),
+        residency_unknown: residency.err(),
+        cached_probe,
+        cpu_seconds,
         simd: simd_name(),
         eviction,
         notes,
@@ -569,6 +629,10 @@ impl XorOutcome {
                 "threads": self.threads,
                 "block_bytes": self.block,
                 "resident_fraction_at_start": self.resident_fraction,
+                "residency_unknown": self.residency_unknown,
+                "cached_probe": self.cached_probe,
+                "cpu_seconds": self.cpu_seconds,
+                "bytes_per_cpu_s": rate(self.bytes, self.cpu_seconds),
                 "simd": self.simd,
                 "eviction": self.eviction,
                 "notes": self.notes,
@@ -582,13 +646,16 @@ impl XorOutcome {
             self.seconds,
             crate::units::fmt_bandwidth(self.bytes_per_s())
         );
+        let cached = match self.resident_fraction {
+            Some(f) => format!("{:.1}% of the file cached at start", f * 100.0),
+            None => "cached fraction at start unknown (see note)".into(),
+        };
         println!(
-            "method {}, {} thread(s), {} per request, {} kernel; {:.1}% of the file cached at start",
+            "method {}, {} thread(s), {} per request, {} kernel; {cached}",
             self.method.name(),
             self.threads,
             fmt_bytes(self.block as f64),
             self.simd,
-            self.resident_fraction * 100.0
         );
         if let Some(e) = &self.eviction {
             println!("cold: {}", e.describe());
@@ -635,6 +702,14 @@ mod tests {
                 at_offset(xor_words(&d[..cut]), 0) ^ at_offset(xor_words(&d[cut..]), cut as u64);
             assert_eq!(x, xor_reference(&d), "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn busy_machines_read_uncached_files_directly() {
+        assert_eq!(uncached_method(0.5, 2), Method::Read);
+        assert_eq!(uncached_method(2.0, 2), Method::Read);
+        assert_eq!(uncached_method(9.0, 2), Method::Direct);
+        assert_eq!(uncached_method(9.0, 16), Method::Read);
     }
 
     #[test]

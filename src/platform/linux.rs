@@ -259,3 +259,56 @@ pub fn sysctl_string(_name: &str) -> Option<String> {
 pub fn sysctl_u64(_name: &str) -> Option<u64> {
     None
 }
+
+/// Since Linux 5.2 mincore reports every page of a file mapping resident unless the
+/// caller owns the file, has CAP_FOWNER (root taken to have it) or may write it.
+pub fn residency_hidden(file: &File) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let owner = file.metadata().ok()?.uid();
+    // SAFETY: geteuid has no preconditions and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    if owner == me || me == 0 {
+        return None;
+    }
+    // Write access with the effective ids, as the kernel checks it (a read-only mount
+    // refuses too), on the descriptor's own path.
+    let p = std::ffi::CString::new(fd_path(file.as_raw_fd())).ok()?;
+    // SAFETY: p is a NUL-terminated path; faccessat only reads it.
+    let writable =
+        unsafe { libc::faccessat(libc::AT_FDCWD, p.as_ptr(), libc::W_OK, libc::AT_EACCESS) } == 0;
+    (!writable).then(|| {
+        format!(
+            "mincore cannot see the page cache of a file this user (uid {me}) neither owns \
+             (owner uid {owner}) nor may write: Linux 5.2+ reports every page of it resident"
+        )
+    })
+}
+
+pub fn cached_nowait(file: &File, offset: u64) -> io::Result<bool> {
+    let mut byte = 0u8;
+    let iov = libc::iovec {
+        iov_base: &mut byte as *mut u8 as *mut libc::c_void,
+        iov_len: 1,
+    };
+    loop {
+        // SAFETY: one iovec over a live local byte; preadv2 writes at most 1 byte there.
+        let n = unsafe {
+            libc::preadv2(
+                file.as_raw_fd(),
+                &iov,
+                1,
+                offset as libc::off_t,
+                libc::RWF_NOWAIT,
+            )
+        };
+        if n >= 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EAGAIN) => return Ok(false),
+            _ => return Err(e),
+        }
+    }
+}

@@ -277,3 +277,15 @@ pub fn sysctl_string(name: &str) -> Option<String> {
 pub fn sysctl_u64(name: &str) -> Option<u64> {
     super::sysctl_bytes_to_u64(&sysctl_raw(name)?)
 }
+
+/// macOS's mincore has no rule hiding other users' files.
+pub fn residency_hidden(_file: &File) -> Option<String> {
+    None
+}
+
+pub fn cached_nowait(_file: &File, _offset: u64) -> io::Result<bool> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "no non-blocking buffered reads on macOS",
+    ))
+}

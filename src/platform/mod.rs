@@ -226,6 +226,27 @@ pub unsafe fn mincore(addr: *mut libc::c_void, len: usize, vec: &mut [u8]) -> io
     imp::mincore(addr, len, vec)
 }
 
+/// Why `mincore` says nothing about `file`'s cache for this process, when it does not
+/// (Linux 5.2+: files the caller neither owns nor may write read as all resident).
+pub fn residency_hidden(file: &File) -> Option<String> {
+    imp::residency_hidden(file)
+}
+
+/// Whether the byte at `offset` of `file` is in the page cache, asked with a 1-byte read
+/// that may not wait for I/O (preadv2 RWF_NOWAIT on Linux): unlike mincore it answers for
+/// every readable file. A miss starts readahead there. Err: not supported here.
+pub fn cached_nowait(file: &File, offset: u64) -> io::Result<bool> {
+    imp::cached_nowait(file, offset)
+}
+
+/// The 1-minute load average (runnable, and on Linux uninterruptible, tasks); None when
+/// the system does not say.
+pub fn load_average() -> Option<f64> {
+    let mut l = [0f64; 1];
+    // SAFETY: getloadavg writes at most 1 value into the 1-element array.
+    (unsafe { libc::getloadavg(l.as_mut_ptr(), 1) } == 1).then_some(l[0])
+}
+
 /// Fault and involuntary-switch counters of the calling thread.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ThreadUsage {
