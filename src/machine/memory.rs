@@ -273,6 +273,10 @@ pub fn gather() -> Memory {
         numa_nodes: numa_nodes(),
         ..Default::default()
     };
+    #[cfg(target_os = "macos")]
+    if m.total_bytes == 0 {
+        m.total_bytes = crate::platform::sysctl_u64("hw.memsize").unwrap_or(0);
+    }
     if !crate::platform::is_root() {
         m.peak_bandwidth_note =
             "DIMM facts need root and dmidecode (run `sudo osmeter machine`)".into();

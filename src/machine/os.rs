@@ -1,6 +1,5 @@
 //! Operating system: distribution, kernel, clock source, load.
 
-use super::{read, read_trim};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -65,7 +64,28 @@ pub fn interesting_boot_parameters(cmdline: &str) -> Vec<String> {
         .collect()
 }
 
+/// Kernel, its build string and the product name from macOS sysctl values (kern.ostype,
+/// kern.osrelease, kern.version, kern.osproductversion); shared so Linux tests it.
+pub fn from_sysctl(get: &dyn Fn(&str) -> Option<String>) -> Os {
+    let sysname = get("kern.ostype").unwrap_or_else(|| "Darwin".into());
+    let release = get("kern.osrelease").unwrap_or_default();
+    Os {
+        kernel: format!("{sysname} {release}").trim().to_string(),
+        kernel_version: get("kern.version"),
+        arch: std::env::consts::ARCH.to_string(),
+        distribution: get("kern.osproductversion").map(|v| format!("macOS {v}")),
+        ..Default::default()
+    }
+}
+
+#[cfg(target_os = "macos")]
 pub fn gather() -> Os {
+    from_sysctl(&crate::platform::sysctl_string)
+}
+
+#[cfg(not(target_os = "macos"))]
+pub fn gather() -> Os {
+    use super::{read, read_trim};
     let sysname = read_trim("/proc/sys/kernel/ostype").unwrap_or_else(|| "Linux".into());
     let release = read_trim("/proc/sys/kernel/osrelease").unwrap_or_default();
     Os {
@@ -117,6 +137,22 @@ mod tests {
             "BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro mitigations=off isolcpus=2,3 quiet",
         );
         assert_eq!(p, vec!["mitigations=off", "isolcpus=2,3"]);
+    }
+
+    #[test]
+    fn macos_facts_from_sysctl() {
+        let get = |n: &str| {
+            match n {
+                "kern.osrelease" => Some("23.4.0"),
+                "kern.osproductversion" => Some("14.4"),
+                _ => None,
+            }
+            .map(String::from)
+        };
+        let os = from_sysctl(&get);
+        assert_eq!(os.kernel, "Darwin 23.4.0");
+        assert_eq!(os.distribution.as_deref(), Some("macOS 14.4"));
+        assert_eq!(os.kernel_version, None);
     }
 
     #[test]
