@@ -148,12 +148,21 @@ impl Eviction {
 /// Where the system cannot evict one file, the method says so and the residency check
 /// fails unless nothing was cached.
 pub fn evict(file: &File, drop_all: bool) -> anyhow::Result<Eviction> {
+    evict_with(file, drop_all, &crate::platform::evict_file)
+}
+
+/// `evict` with the system's eviction call passed in, so tests can give other answers.
+fn evict_with(
+    file: &File,
+    drop_all: bool,
+    evict_file: &dyn Fn(&File) -> std::io::Result<crate::platform::Support>,
+) -> anyhow::Result<Eviction> {
     file.sync_data().context("fdatasync before eviction")?;
     let hidden = residency_hidden(file);
     let mut method = "posix_fadvise(DONTNEED) verified with mincore".to_string();
     let mut last = (0, 0);
     for _ in 0..3 {
-        match crate::platform::evict_file(file).context("posix_fadvise(DONTNEED)")? {
+        match evict_file(file).context("posix_fadvise(DONTNEED)")? {
             crate::platform::Support::Done => {}
             crate::platform::Support::Unsupported { reason } => {
                 method = format!("not evicted ({reason}), checked with mincore");
@@ -252,6 +261,27 @@ impl Drop for AlignedBuf {
 mod tests {
     use super::*;
     use std::io::{Read, Write};
+
+    #[test]
+    fn unsupported_eviction_fails_the_premise() {
+        let dir = tempfile::tempdir_in(".").unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![7u8; 256 << 10]).unwrap();
+        let mut f = std::fs::File::open(&path).unwrap();
+        let mut sink = Vec::new();
+        f.read_to_end(&mut sink).unwrap();
+        assert!(residency(&f).unwrap().0 > 0, "a file just read is cached");
+        let unsupported = |_: &File| {
+            Ok(crate::platform::Support::Unsupported {
+                reason: "no per-file eviction here".into(),
+            })
+        };
+        let e = evict_with(&f, false, &unsupported).unwrap();
+        assert!(!e.verified(), "{e:?}");
+        assert!(e
+            .describe()
+            .contains("not evicted (no per-file eviction here)"));
+    }
 
     #[test]
     fn evicts_and_verifies_on_disk() {

@@ -286,6 +286,50 @@ pub fn gather(root: &FactRoot) -> (Cpu, Topology) {
     (cpu, topo)
 }
 
+/// Caches from macOS sysctl values (hw.l1dcachesize, hw.l1icachesize, hw.l2cachesize,
+/// hw.l3cachesize, hw.cachelinesize, hw.perflevel0.cpusperl2/l3); `get` looks a name up.
+/// Shared with Linux so its tests run here.
+pub fn caches_from_sysctl(get: &dyn Fn(&str) -> Option<u64>, logical: usize) -> Vec<Cache> {
+    let line = get("hw.cachelinesize").unwrap_or(0);
+    let logical = logical.max(1);
+    let levels: [(u32, &str, &str, Option<&str>); 4] = [
+        (1, "Data", "hw.l1dcachesize", None),
+        (1, "Instruction", "hw.l1icachesize", None),
+        (
+            2,
+            "Unified",
+            "hw.l2cachesize",
+            Some("hw.perflevel0.cpusperl2"),
+        ),
+        (
+            3,
+            "Unified",
+            "hw.l3cachesize",
+            Some("hw.perflevel0.cpusperl3"),
+        ),
+    ];
+    levels
+        .iter()
+        .filter_map(|&(level, kind, size, sharing)| {
+            let size_bytes = get(size).filter(|&s| s > 0)?;
+            let shared = match sharing {
+                None => 1,
+                Some(n) => get(n).map(|v| v as usize).unwrap_or(logical),
+            }
+            .clamp(1, logical);
+            Some(Cache {
+                level,
+                kind: kind.into(),
+                size_bytes,
+                line_bytes: line,
+                ways: None,
+                shared_cpus: shared,
+                instances: logical.div_ceil(shared),
+            })
+        })
+        .collect()
+}
+
 /// Cores, sockets and SMT from the topology, else from /proc/cpuinfo's ids.
 fn counts(root: &FactRoot, cpu: &mut Cpu, topo: &Topology, info: &CpuInfo) {
     let counted = match (topo.cores, topo.packages) {
@@ -639,6 +683,25 @@ CPU part\t: 0xd0c
             (1, "3,7"),
         ];
         assert_eq!(count_topology(&e), (4, 2));
+    }
+
+    #[test]
+    fn caches_from_sysctl_values() {
+        let m1 = |n: &str| match n {
+            "hw.cachelinesize" => Some(128),
+            "hw.l1dcachesize" => Some(64 << 10),
+            "hw.l1icachesize" => Some(128 << 10),
+            "hw.l2cachesize" => Some(4 << 20),
+            "hw.perflevel0.cpusperl2" => Some(4),
+            _ => None,
+        };
+        let c = caches_from_sysctl(&m1, 8);
+        assert_eq!(c.len(), 3, "no L3 on this machine: {c:?}");
+        assert_eq!((c[0].level, c[0].kind.as_str()), (1, "Data"));
+        assert_eq!(c[0].size_bytes, 64 << 10);
+        assert!(c.iter().all(|x| x.line_bytes == 128));
+        assert_eq!((c[2].shared_cpus, c[2].instances), (4, 2));
+        assert!(caches_from_sysctl(&|_| None, 8).is_empty());
     }
 
     #[test]

@@ -283,6 +283,10 @@ pub fn gather(root: &FactRoot) -> Memory {
         numa_nodes: numa_nodes(root),
         ..Default::default()
     };
+    #[cfg(target_os = "macos")]
+    if m.total_bytes == 0 {
+        m.total_bytes = crate::platform::sysctl_u64("hw.memsize").unwrap_or(0);
+    }
     if !root.is_live() {
         m.peak_bandwidth_note =
             "DIMM facts come from running dmidecode, which a snapshot does not record".into();

@@ -65,6 +65,20 @@ pub fn interesting_boot_parameters(cmdline: &str) -> Vec<String> {
         .collect()
 }
 
+/// Kernel, its build string and the product name from macOS sysctl values (kern.ostype,
+/// kern.osrelease, kern.version, kern.osproductversion); shared so Linux tests it.
+pub fn from_sysctl(get: &dyn Fn(&str) -> Option<String>) -> Os {
+    let sysname = get("kern.ostype").unwrap_or_else(|| "Darwin".into());
+    let release = get("kern.osrelease").unwrap_or_default();
+    Os {
+        kernel: format!("{sysname} {release}").trim().to_string(),
+        kernel_version: get("kern.version"),
+        arch: std::env::consts::ARCH.to_string(),
+        distribution: get("kern.osproductversion").map(|v| format!("macOS {v}")),
+        ..Default::default()
+    }
+}
+
 /// The machine architecture: /proc/sys/kernel/arch (Linux 6.1+), else the layout of
 /// /proc/cpuinfo for a recorded machine, else this build's target.
 fn arch(root: &FactRoot, cpuinfo_arm: Option<bool>) -> String {
@@ -81,6 +95,9 @@ fn arch(root: &FactRoot, cpuinfo_arm: Option<bool>) -> String {
 
 /// `cpuinfo_arm`: whether /proc/cpuinfo has the ARM layout (None when it was not read).
 pub fn gather(root: &FactRoot, cpuinfo_arm: Option<bool>) -> Os {
+    if root.is_sysctl_machine() {
+        return from_sysctl(&|k| root.sysctl(k));
+    }
     let sysname = root
         .read_trim("/proc/sys/kernel/ostype")
         .unwrap_or_else(|| "Linux".into());
@@ -139,6 +156,22 @@ mod tests {
             "BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro mitigations=off isolcpus=2,3 quiet",
         );
         assert_eq!(p, vec!["mitigations=off", "isolcpus=2,3"]);
+    }
+
+    #[test]
+    fn macos_facts_from_sysctl() {
+        let get = |n: &str| {
+            match n {
+                "kern.osrelease" => Some("23.4.0"),
+                "kern.osproductversion" => Some("14.4"),
+                _ => None,
+            }
+            .map(String::from)
+        };
+        let os = from_sysctl(&get);
+        assert_eq!(os.kernel, "Darwin 23.4.0");
+        assert_eq!(os.distribution.as_deref(), Some("macOS 14.4"));
+        assert_eq!(os.kernel_version, None);
     }
 
     #[test]
