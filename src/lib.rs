@@ -18,6 +18,7 @@ pub mod report;
 pub mod results;
 pub mod runner;
 pub mod scratch;
+pub mod sentinel;
 pub mod stats;
 pub mod sys;
 pub mod units;

@@ -244,6 +244,8 @@ impl Outcome {
             cycles: None,
             iterations: None,
             raw,
+            kind: Some(crate::results::MetricKind::PerTrial),
+            runs: Vec::new(),
         });
         self.metrics.last_mut().unwrap()
     }
