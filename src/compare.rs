@@ -13,7 +13,8 @@
 //! In every case the shift must also reach `min_rel_diff` and exceed the run-to-run noise
 //! when there is an estimate of it (the repetitions of `run --repeat`, or at least
 //! `MIN_HISTORY` earlier runs of the same host, profile and version), and exceed how far
-//! the environment sentinel moved between or during the runs of that experiment.
+//! the environment sentinel moved between or during the runs of a CPU-bound (cpu.*, mem.*)
+//! experiment.
 
 use crate::history::History;
 use crate::results::{ExperimentResult, Metric, MetricKind, RunResults, Status};
@@ -426,7 +427,10 @@ pub fn compare_with_history(
                     noise.threshold * 100.0
                 );
             }
-            let moved = env(&cm.experiment, i);
+            // Only CPU-bound experiments (areas cpu and mem) are held to the sentinel: a
+            // shaped link or a disk is not slowed by a slower vCPU in proportion.
+            let cpu_bound = matches!(ea.area.as_str(), "cpu" | "mem");
+            let moved = env(&cm.experiment, i).filter(|_| cpu_bound);
             if let Some((m, ..)) = moved {
                 if ok && rel <= m {
                     ok = false;
@@ -770,8 +774,8 @@ mod tests {
             machine: serde_json::json!({"hostname": "h"}),
             warnings: vec![],
             experiments: vec![ExperimentResult {
-                id: "x.y".into(),
-                area: "x".into(),
+                id: "cpu.y".into(),
+                area: "cpu".into(),
                 title: "t".into(),
                 status: Status::Ok,
                 reason: None,
