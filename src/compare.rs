@@ -1,15 +1,23 @@
 //! Side-by-side comparison of runs. The first run is the baseline; every other run's
-//! medians are given as ratios to it. A difference is significant only when it exceeds
-//! the measured noise: both runs have at least `MIN_TRIALS` trials (a single value has no
-//! noise estimate), the two medians' 95% confidence intervals do not overlap, AND the
-//! medians differ by more than both a minimum relative amount (default 5%) and the larger
-//! coefficient of variation of the two runs' trials. Trials within one run share
-//! conditions (frequency, memory placement, the host's other tenants) that change between
-//! runs, so within-run intervals understate run-to-run noise; a shift smaller than the
-//! spread of single trials is not called a difference.
+//! medians are given as ratios to it, with the shift, its 95% interval, the test used and
+//! the noise it was judged against. The test depends on what a metric's raw values are
+//! (declared where the metric is made):
+//! - per trial (each a mean over many operations): the two medians' 95% intervals do not
+//!   overlap, and the medians differ by more than the trials' own spread (the larger CoV);
+//! - per operation (a distribution): the Hodges-Lehmann shift's Mann-Whitney 95% interval
+//!   excludes zero, and the shift exceeds the range of the medians of 8 consecutive
+//!   batches within each run (how far the level moved during a run);
+//! - derived (subtracted, divided): as per trial, with each median's interval widened by
+//!   the intervals of its inputs.
+//!
+//! In every case the shift must also reach `min_rel_diff` and exceed the run-to-run noise
+//! when there is an estimate of it (the repetitions of `run --repeat`, or at least
+//! `MIN_HISTORY` earlier runs of the same host, profile and version), and exceed how far
+//! the environment sentinel moved between or during the runs of a CPU-bound (cpu.*, mem.*)
+//! experiment.
 
 use crate::history::History;
-use crate::results::{RunResults, Status};
+use crate::results::{ExperimentResult, Metric, MetricKind, RunResults, Status};
 use crate::stats::Summary;
 use crate::units::fmt_value;
 use serde::Serialize;
@@ -19,10 +27,18 @@ use std::path::Path;
 pub const MIN_REL_DIFF: f64 = 0.05;
 /// Fewer trials than this give no usable noise estimate: never significant.
 pub const MIN_TRIALS: usize = 3;
+/// Per-operation distributions need this many samples per run for the shift test.
+pub const MIN_SAMPLES: usize = 20;
+/// Earlier runs of the same host, profile and version needed for a run-to-run estimate.
+pub const MIN_HISTORY: usize = 3;
+/// Batches for the within-run drift of a per-operation series.
+pub const BATCHES: usize = 8;
+/// A sentinel move at least this large is reported.
+pub const ENV_NOTICE: f64 = 0.03;
 
 pub fn rule_text(min_rel_diff: f64) -> String {
     format!(
-        "significant = both runs have at least {MIN_TRIALS} trials, the 95% confidence intervals of the two medians do not overlap, and the medians differ by at least {:.0}% and by more than the larger coefficient of variation of the trials",
+        "significant = the shift reaches {:.0}% and its 95% interval excludes zero (per-trial and derived metrics: the medians' confidence intervals do not overlap, at least {MIN_TRIALS} trials each, beyond the larger CoV of the trials; per-operation distributions: Hodges-Lehmann shift with its Mann-Whitney interval, beyond the range of batch medians within each run), beyond the run-to-run noise where known (repeats, or history of at least {MIN_HISTORY} runs: t-test on log medians), and beyond the environment sentinel's move",
         min_rel_diff * 100.0
     )
 }
@@ -34,6 +50,8 @@ pub struct RunInfo {
     pub host: String,
     pub started_at: String,
     pub profile: String,
+    /// Repetitions in the run (`run --repeat`).
+    pub repeat: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -42,6 +60,51 @@ pub struct Value {
     pub ci95: [f64; 2],
     pub n: usize,
     pub status: Status,
+    /// Medians of the repetitions (empty without --repeat).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<f64>,
+}
+
+/// The test a metric was judged with.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Test {
+    /// Confidence intervals of the trial medians.
+    PerTrial,
+    /// As per trial, for a result file that does not say what its values are.
+    PerTrialInferred,
+    /// Hodges-Lehmann shift with its Mann-Whitney interval.
+    PerOperation,
+    /// As per trial with the inputs' uncertainty added.
+    Derived,
+}
+
+/// Which run-to-run noise a difference was judged against.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Noise {
+    /// "within-run only", "repeats of N runs" or "history of N runs".
+    pub source: String,
+    /// Runs behind the estimate (0 for within-run only).
+    pub runs: usize,
+    /// Relative difference the run-to-run noise alone reaches at 95% (0 when unknown).
+    pub threshold: f64,
+}
+
+/// One run against the baseline, for one metric.
+#[derive(Debug, Clone, Serialize)]
+pub struct Versus {
+    pub ratio: f64,
+    pub test: Test,
+    /// Estimated shift (run minus baseline, in the metric's unit) and its 95% interval.
+    pub shift: f64,
+    pub shift_ci95: [f64; 2],
+    pub noise: Noise,
+    /// How far the environment sentinel moved for this experiment (largest of between
+    /// the runs and during either), null without sentinel readings.
+    pub environment: Option<f64>,
+    pub significant: bool,
+    /// Why the row is or is not significant, in words.
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -53,10 +116,25 @@ pub struct ComparedMetric {
     pub values: Vec<Option<Value>>,
     /// Median of each run over the baseline's (the first run), null where not comparable.
     pub ratios: Vec<Option<f64>>,
+    /// Per run: the test against the baseline (null for the baseline and where absent).
+    pub versus: Vec<Option<Versus>>,
     /// Per run: differs significantly from the baseline (false for the baseline itself).
     pub significant_vs_baseline: Vec<bool>,
     /// Any run differs significantly from the baseline.
     pub significant: bool,
+}
+
+/// How the environment sentinel moved for one experiment of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct EnvironmentMove {
+    pub experiment: String,
+    pub run: String,
+    /// Sentinel of this run over the baseline's, minus 1 (positive = slower).
+    pub between: f64,
+    /// After over before within the baseline and within this run, minus 1.
+    pub during_baseline: f64,
+    pub during: f64,
+    pub text: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -64,13 +142,17 @@ pub struct Comparison {
     pub rule: String,
     pub min_rel_diff: f64,
     pub runs: Vec<RunInfo>,
+    /// Earlier runs of the baseline's host, profile and version used for run-to-run noise.
+    pub history_runs: usize,
     pub metrics: Vec<ComparedMetric>,
+    /// Experiments where the sentinel moved by at least `ENV_NOTICE`.
+    pub environment: Vec<EnvironmentMove>,
     /// Metrics present in the baseline and at least one other run.
     pub compared: usize,
     pub significant: usize,
 }
 
-/// Whether b differs from a beyond the noise, by the rule above.
+/// Whether b's trials differ from a's beyond the within-run noise (per-trial rule).
 pub fn significant(a: &Summary, b: &Summary, min_rel_diff: f64) -> bool {
     if !(a.median.is_finite() && b.median.is_finite()) || a.median == 0.0 {
         return false;
@@ -84,8 +166,176 @@ pub fn significant(a: &Summary, b: &Summary, min_rel_diff: f64) -> bool {
     !a.overlaps(b) && rel >= min_rel_diff && rel > spread
 }
 
-/// Compares labelled runs; the first is the baseline.
+/// The run-to-run noise of a metric: log medians of earlier runs (history) and the
+/// repetitions within the two runs; the estimate with more degrees of freedom is used.
+fn run_to_run(a: &Metric, b: &Metric, history: &[f64]) -> Noise {
+    let logs = |v: &[f64]| -> Vec<f64> {
+        v.iter()
+            .filter(|x| x.is_finite() && **x > 0.0)
+            .map(|x| x.ln())
+            .collect()
+    };
+    let ss = |v: &[f64]| {
+        let m = v.iter().sum::<f64>() / v.len() as f64;
+        v.iter().map(|x| (x - m).powi(2)).sum::<f64>()
+    };
+    let (la, lb, lh) = (logs(&a.runs), logs(&b.runs), logs(history));
+    let na = la.len().max(1) as f64;
+    let nb = lb.len().max(1) as f64;
+    let mut rep_ss = 0.0;
+    let mut rep_df = 0;
+    for v in [&la, &lb] {
+        if v.len() >= 2 {
+            rep_ss += ss(v);
+            rep_df += v.len() - 1;
+        }
+    }
+    let hist_df = if lh.len() >= MIN_HISTORY {
+        lh.len() - 1
+    } else {
+        0
+    };
+    let (source, runs, var, df) = if rep_df >= 2 && rep_df >= hist_df {
+        (
+            format!("repeats of {} runs", la.len() + lb.len()),
+            la.len() + lb.len(),
+            rep_ss / rep_df as f64,
+            rep_df,
+        )
+    } else if hist_df > 0 {
+        (
+            format!("history of {} runs", lh.len()),
+            lh.len(),
+            ss(&lh) / hist_df as f64,
+            hist_df,
+        )
+    } else {
+        return Noise {
+            source: "within-run only".into(),
+            runs: 0,
+            threshold: 0.0,
+        };
+    };
+    let log_limit = crate::stats::t975(df) * (var * (1.0 / na + 1.0 / nb)).sqrt();
+    Noise {
+        source,
+        runs,
+        threshold: log_limit.exp() - 1.0,
+    }
+}
+
+/// Half-widths added to a derived metric's interval by its inputs' intervals.
+fn widen(s: &Summary, kind: Option<&MetricKind>, e: &ExperimentResult) -> [f64; 2] {
+    let mut ci = s.ci95;
+    if let Some(MetricKind::Derived { inputs }) = kind {
+        for i in inputs {
+            let Some(inp) = e.metric(&i.metric) else {
+                continue;
+            };
+            let half = (inp.summary.ci95[1] - inp.summary.ci95[0]).abs() / 2.0;
+            let extra = match i.op.as_str() {
+                "div" if inp.summary.median != 0.0 => {
+                    s.median.abs() * half / inp.summary.median.abs()
+                }
+                _ => i.coefficient.abs() * half,
+            };
+            if extra.is_finite() {
+                ci = [ci[0] - extra, ci[1] + extra];
+            }
+        }
+    }
+    ci
+}
+
+/// The within-run test of b against a for one metric: (test, shift, interval, passes, why).
+fn within(
+    ea: &ExperimentResult,
+    a: &Metric,
+    eb: &ExperimentResult,
+    b: &Metric,
+    min_rel_diff: f64,
+) -> (Test, f64, [f64; 2], bool, String) {
+    let base = a.summary.median.abs();
+    let kind = a.kind.as_ref().or(b.kind.as_ref());
+    let per_op = matches!(a.kind, Some(MetricKind::PerOperation))
+        && matches!(b.kind, Some(MetricKind::PerOperation));
+    if per_op && a.raw.len() >= MIN_SAMPLES && b.raw.len() >= MIN_SAMPLES {
+        if let Some(h) = crate::stats::hodges_lehmann(&a.raw, &b.raw) {
+            let rel = h.estimate.abs() / base;
+            let drift = crate::stats::batch_median_range(&a.raw, BATCHES)
+                .max(crate::stats::batch_median_range(&b.raw, BATCHES));
+            let drift = if drift.is_finite() { drift } else { 0.0 };
+            let excludes = h.ci95[0] > 0.0 || h.ci95[1] < 0.0;
+            let (ok, why) = if !excludes {
+                (false, "shift interval contains zero".to_string())
+            } else if rel < min_rel_diff {
+                (
+                    false,
+                    format!("shift {:.1}% below the minimum", rel * 100.0),
+                )
+            } else if rel <= drift {
+                (
+                    false,
+                    format!(
+                        "shift {:.1}% within the drift of batch medians (range {:.1}%)",
+                        rel * 100.0,
+                        drift * 100.0
+                    ),
+                )
+            } else {
+                (true, format!("shift {:+.1}%", h.estimate / base * 100.0))
+            };
+            return (Test::PerOperation, h.estimate, h.ci95, ok, why);
+        }
+    }
+    let test = match kind {
+        Some(MetricKind::Derived { .. }) => Test::Derived,
+        Some(_) => Test::PerTrial,
+        None => Test::PerTrialInferred,
+    };
+    let ca = widen(&a.summary, a.kind.as_ref(), ea);
+    let cb = widen(&b.summary, b.kind.as_ref(), eb);
+    let shift = b.summary.median - a.summary.median;
+    let ci = [cb[0] - ca[1], cb[1] - ca[0]];
+    let rel = shift.abs() / base;
+    let spread = a.summary.cov.max(b.summary.cov);
+    let spread = if spread.is_finite() { spread } else { 0.0 };
+    let (ok, why) = if a.summary.n < MIN_TRIALS || b.summary.n < MIN_TRIALS {
+        (false, format!("fewer than {MIN_TRIALS} trials"))
+    } else if ci[0] <= 0.0 && ci[1] >= 0.0 {
+        (false, "confidence intervals overlap".to_string())
+    } else if rel < min_rel_diff {
+        (
+            false,
+            format!("shift {:.1}% below the minimum", rel * 100.0),
+        )
+    } else if rel <= spread {
+        (
+            false,
+            format!(
+                "shift {:.1}% within the trials' CoV ({:.1}%)",
+                rel * 100.0,
+                spread * 100.0
+            ),
+        )
+    } else {
+        (true, format!("shift {:+.1}%", shift / base * 100.0))
+    };
+    (test, shift, ci, ok, why)
+}
+
+/// Compares labelled runs; the first is the baseline. Within-run noise only.
 pub fn compare(runs: &[(String, RunResults)], min_rel_diff: f64) -> Comparison {
+    compare_with_history(runs, min_rel_diff, &[])
+}
+
+/// Compares labelled runs against the first, with earlier runs of the baseline's host,
+/// profile and version (`history`, see `History::earlier_runs`) as run-to-run noise.
+pub fn compare_with_history(
+    runs: &[(String, RunResults)],
+    min_rel_diff: f64,
+    history: &[RunResults],
+) -> Comparison {
     let mut metrics: Vec<ComparedMetric> = Vec::new();
     let mut index = std::collections::HashMap::new();
     for (i, (_, r)) in runs.iter().enumerate() {
@@ -99,6 +349,7 @@ pub fn compare(runs: &[(String, RunResults)], min_rel_diff: f64) -> Comparison {
                         unit: m.unit.clone(),
                         values: vec![None; runs.len()],
                         ratios: vec![None; runs.len()],
+                        versus: vec![None; runs.len()],
                         significant_vs_baseline: vec![false; runs.len()],
                         significant: false,
                     });
@@ -111,68 +362,186 @@ pub fn compare(runs: &[(String, RunResults)], min_rel_diff: f64) -> Comparison {
                         ci95: m.summary.ci95,
                         n: m.summary.n,
                         status: e.status,
+                        runs: m.runs.clone(),
                     });
                 }
             }
         }
     }
-    // Summaries are needed for the test; keep them by (metric, run).
-    let summary = |run: usize, exp: &str, name: &str| -> Option<&Summary> {
-        runs[run]
-            .1
-            .experiment(exp)?
-            .metric(name)
-            .map(|m| &m.summary)
+    let get = |run: usize, exp: &str, name: &str| -> Option<(&ExperimentResult, &Metric)> {
+        let e = runs[run].1.experiment(exp)?;
+        Some((e, e.metric(name)?))
+    };
+    // Sentinel moves per (experiment, run): (largest move, between, during A, during B).
+    let env = |exp: &str, i: usize| -> Option<(f64, f64, f64, f64)> {
+        let sa = runs[0].1.experiment(exp)?.sentinel?;
+        let sb = runs[i].1.experiment(exp)?.sentinel?;
+        let between = sa.mid().change_to(&sb.mid());
+        let (da, db) = (sa.during(), sb.during());
+        Some((between.abs().max(da.abs()).max(db.abs()), between, da, db))
     };
     let mut compared = 0;
     for cm in &mut metrics {
-        let Some(base) = summary(0, &cm.experiment, &cm.metric).filter(|_| cm.values[0].is_some())
-        else {
+        if cm.values[0].is_none() {
+            continue;
+        }
+        let Some((ea, a)) = get(0, &cm.experiment, &cm.metric) else {
             continue;
         };
+        let hist: Vec<f64> = history
+            .iter()
+            .filter_map(|h| {
+                let e = h.experiment(&cm.experiment)?;
+                let m = e.metric(&cm.metric).filter(|m| m.unit == cm.unit)?;
+                (e.status == Status::Ok).then_some(m.summary.median)
+            })
+            .collect();
         let mut any_other = false;
         for i in 0..runs.len() {
-            let Some(s) = summary(i, &cm.experiment, &cm.metric).filter(|_| cm.values[i].is_some())
-            else {
+            if cm.values[i].is_none() {
+                continue;
+            }
+            let Some((eb, b)) = get(i, &cm.experiment, &cm.metric) else {
                 continue;
             };
-            if base.median != 0.0 && base.median.is_finite() && s.median.is_finite() {
-                cm.ratios[i] = Some(s.median / base.median);
+            let (ma, mb) = (a.summary.median, b.summary.median);
+            if ma != 0.0 && ma.is_finite() && mb.is_finite() {
+                cm.ratios[i] = Some(mb / ma);
             }
-            if i > 0 {
-                any_other = true;
-                cm.significant_vs_baseline[i] = significant(base, s, min_rel_diff);
+            if i == 0 {
+                continue;
             }
+            any_other = true;
+            let Some(ratio) = cm.ratios[i] else {
+                continue;
+            };
+            let (test, shift, ci, mut ok, mut reason) = within(ea, a, eb, b, min_rel_diff);
+            let noise = run_to_run(a, b, &hist);
+            let rel = (ratio - 1.0).abs();
+            if ok && noise.threshold > 0.0 && rel <= noise.threshold {
+                ok = false;
+                reason = format!(
+                    "shift {:.1}% within the run-to-run noise ({}: {:.1}%)",
+                    rel * 100.0,
+                    noise.source,
+                    noise.threshold * 100.0
+                );
+            }
+            // Only CPU-bound experiments (areas cpu and mem) are held to the sentinel: a
+            // shaped link or a disk is not slowed by a slower vCPU in proportion.
+            let cpu_bound = matches!(ea.area.as_str(), "cpu" | "mem");
+            let moved = env(&cm.experiment, i).filter(|_| cpu_bound);
+            if let Some((m, ..)) = moved {
+                if ok && rel <= m {
+                    ok = false;
+                    reason = format!(
+                        "shift {:.1}% no larger than the environment sentinel's move ({:.1}%)",
+                        rel * 100.0,
+                        m * 100.0
+                    );
+                }
+            }
+            if ea.status != Status::Ok || eb.status != Status::Ok {
+                ok = false;
+                reason = "an experiment was not ok".into();
+            }
+            cm.significant_vs_baseline[i] = ok;
+            cm.versus[i] = Some(Versus {
+                ratio,
+                test,
+                shift,
+                shift_ci95: ci,
+                noise,
+                environment: moved.map(|m| m.0),
+                significant: ok,
+                reason,
+            });
         }
         cm.significant = cm.significant_vs_baseline.iter().any(|b| *b);
         if any_other {
             compared += 1;
         }
     }
+    let mut environment = Vec::new();
+    for i in 1..runs.len() {
+        for e in &runs[0].1.experiments {
+            let Some((m, between, da, db)) = env(&e.id, i) else {
+                continue;
+            };
+            if m < ENV_NOTICE {
+                continue;
+            }
+            let l = label(i);
+            let pct = |x: f64| {
+                format!(
+                    "{:.0}% {}",
+                    x.abs() * 100.0,
+                    if x > 0.0 { "slower" } else { "faster" }
+                )
+            };
+            let mut parts = Vec::new();
+            if between.abs() >= ENV_NOTICE {
+                parts.push(format!(
+                    "the host ran run {l}'s {} {} than run A's",
+                    e.id,
+                    pct(between)
+                ));
+            }
+            if da.abs() >= ENV_NOTICE {
+                parts.push(format!("run A got {} during {}", pct(da), e.id));
+            }
+            if db.abs() >= ENV_NOTICE {
+                parts.push(format!("run {l} got {} during {}", pct(db), e.id));
+            }
+            environment.push(EnvironmentMove {
+                experiment: e.id.clone(),
+                run: l,
+                between,
+                during_baseline: da,
+                during: db,
+                text: format!(
+                    "environment sentinel moved: {}; differences up to {:.0}% there are not called significant",
+                    parts.join("; "),
+                    m * 100.0
+                ),
+            });
+        }
+    }
     let significant = metrics.iter().filter(|m| m.significant).count();
     Comparison {
         rule: rule_text(min_rel_diff),
         min_rel_diff,
+        history_runs: history.len(),
         runs: runs
             .iter()
             .enumerate()
             .map(|(i, (src, r))| RunInfo {
                 label: label(i),
                 source: src.clone(),
-                host: r.host_name().into(),
+                host: host_of(r),
                 started_at: r.started_at.clone(),
-                profile: r
-                    .config
-                    .get("profile")
-                    .and_then(|v| v.as_str())
-                    .unwrap_or("?")
-                    .into(),
+                profile: profile_of(r),
+                repeat: r.config.get("repeat").and_then(|v| v.as_u64()).unwrap_or(1) as usize,
             })
             .collect(),
         metrics,
+        environment,
         compared,
         significant,
     }
+}
+
+/// The host name the history keys runs by (`--host-name`, else the hostname).
+pub fn host_of(r: &RunResults) -> String {
+    r.host_name().into()
+}
+
+pub fn profile_of(r: &RunResults) -> String {
+    r.config
+        .get("profile")
+        .and_then(|v| v.as_str())
+        .unwrap_or("?")
+        .into()
 }
 
 /// Run labels A, B, ..., Z, R27, ...
@@ -266,6 +635,36 @@ pub fn render(c: &Comparison) -> String {
     }
     s.push_str(&t.to_string());
     s.push('\n');
+    for m in c.metrics.iter().filter(|m| m.significant) {
+        for (i, v) in m.versus.iter().enumerate() {
+            let Some(v) = v.as_ref().filter(|v| v.significant) else {
+                continue;
+            };
+            s.push_str(&format!(
+                "* {} {} {}: {} [{}, {}] ({:?} test; noise: {})\n",
+                m.experiment,
+                m.metric,
+                c.runs[i].label,
+                signed(v.shift, &m.unit),
+                signed(v.shift_ci95[0], &m.unit),
+                signed(v.shift_ci95[1], &m.unit),
+                v.test,
+                v.noise.source
+            ));
+        }
+    }
+    for e in &c.environment {
+        s.push_str(&format!("{}: {}\n", e.experiment, e.text));
+    }
+    let sources: std::collections::BTreeSet<&str> = c
+        .metrics
+        .iter()
+        .flat_map(|m| m.versus.iter().flatten().map(|v| v.noise.source.as_str()))
+        .collect();
+    s.push_str(&format!(
+        "run-to-run noise: {}\n",
+        sources.into_iter().collect::<Vec<_>>().join(", ")
+    ));
     s.push_str(&format!(
         "{} of {} compared metrics differ significantly (*: {}).\n",
         c.significant, c.compared, c.rule
@@ -273,9 +672,19 @@ pub fn render(c: &Comparison) -> String {
     s
 }
 
+fn signed(x: f64, unit: &str) -> String {
+    if x < 0.0 {
+        format!("-{}", fmt_value(-x, unit))
+    } else {
+        format!("+{}", fmt_value(x, unit))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::results::{Metric, MetricKind, Tool};
+    use crate::sentinel::{BeforeAfter, Reading};
 
     fn sum(median: f64, lo: f64, hi: f64) -> Summary {
         let mut s = Summary::of(&[median]).unwrap();
@@ -308,5 +717,336 @@ mod tests {
         let mut wide = sum(120.0, 119.0, 121.0);
         wide.cov = 0.3;
         assert!(!significant(&a, &wide, MIN_REL_DIFF));
+    }
+
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self) -> f64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((self.0 >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        }
+        fn normal(&mut self) -> f64 {
+            let (u, v) = (self.next(), self.next());
+            (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+        }
+        /// Latency-like: log-normal with a spread of single operations near 0.5-1 CoV.
+        fn latency(&mut self, med: f64) -> f64 {
+            med * (0.6 * self.normal()).exp()
+        }
+    }
+
+    fn metric(name: &str, raw: Vec<f64>, kind: Option<MetricKind>) -> Metric {
+        let summary = if kind == Some(MetricKind::PerOperation) {
+            Summary::with_percentiles(&raw).unwrap()
+        } else {
+            Summary::of(&raw).unwrap()
+        };
+        Metric {
+            name: name.into(),
+            unit: "ns".into(),
+            description: String::new(),
+            summary,
+            prediction: None,
+            cycles: None,
+            iterations: None,
+            raw,
+            kind,
+            runs: vec![],
+        }
+    }
+
+    fn run(metrics: Vec<Metric>, sentinel: Option<BeforeAfter>) -> RunResults {
+        RunResults {
+            schema_version: 1,
+            tool: Tool {
+                name: "osmeter".into(),
+                version: "0".into(),
+            },
+            started_at: "2026-01-01T00:00:00Z".into(),
+            duration_s: 1.0,
+            config: serde_json::json!({"profile": "quick"}),
+            machine: serde_json::json!({"hostname": "h"}),
+            warnings: vec![],
+            experiments: vec![ExperimentResult {
+                id: "cpu.y".into(),
+                area: "cpu".into(),
+                title: "t".into(),
+                status: Status::Ok,
+                reason: None,
+                method: String::new(),
+                duration_s: 1.0,
+                metrics,
+                series: vec![],
+                checks: vec![],
+                findings: vec![],
+                notes: vec![],
+                sentinel,
+            }],
+            findings: vec![],
+        }
+    }
+
+    fn pair(a: RunResults, b: RunResults, hist: &[RunResults]) -> Comparison {
+        compare_with_history(&[("a".into(), a), ("b".into(), b)], MIN_REL_DIFF, hist)
+    }
+
+    fn per_op(seed: u64, n: usize, med: f64) -> Metric {
+        let mut r = Lcg(seed);
+        let v = (0..n).map(|_| r.latency(med)).collect();
+        metric("rtt", v, Some(MetricKind::PerOperation))
+    }
+
+    fn trials(seed: u64, n: usize, med: f64, cov: f64) -> Vec<f64> {
+        let mut r = Lcg(seed);
+        (0..n).map(|_| med * (1.0 + cov * r.normal())).collect()
+    }
+
+    #[test]
+    fn a_shift_of_a_per_operation_distribution_is_found() {
+        // CoV of single operations ~0.6: the per-trial rule could never flag this.
+        let a = per_op(1, 10_000, 1000.0);
+        let b = per_op(2, 10_000, 1100.0);
+        assert!(a.summary.cov > 0.5);
+        let c = pair(run(vec![a.clone()], None), run(vec![b], None), &[]);
+        let v = c.metrics[0].versus[1].clone().unwrap();
+        assert_eq!(v.test, Test::PerOperation);
+        assert!(v.significant, "{v:?}");
+        assert!(
+            v.shift_ci95[0] > 0.0 && v.shift > 60.0 && v.shift < 140.0,
+            "{v:?}"
+        );
+        // The old rule misses it.
+        let b = per_op(2, 10_000, 1100.0);
+        assert!(!significant(&a.summary, &b.summary, MIN_REL_DIFF));
+        // A 50% shift of a smaller sample too.
+        let c = pair(
+            run(vec![per_op(3, 500, 100.0)], None),
+            run(vec![per_op(4, 500, 150.0)], None),
+            &[],
+        );
+        assert!(c.metrics[0].significant);
+    }
+
+    #[test]
+    fn a_noisier_tail_is_not_a_shift() {
+        // Same median; B has 5% of operations 10x slower.
+        let a = per_op(5, 10_000, 1000.0);
+        let mut b = per_op(6, 10_000, 1000.0);
+        for (i, x) in b.raw.iter_mut().enumerate() {
+            if i % 20 == 0 {
+                *x *= 10.0;
+            }
+        }
+        b.summary = Summary::with_percentiles(&b.raw).unwrap();
+        let c = pair(run(vec![a], None), run(vec![b], None), &[]);
+        let v = c.metrics[0].versus[1].clone().unwrap();
+        assert!(!v.significant, "{v:?}");
+    }
+
+    #[test]
+    fn identical_distributions_false_positive_rate() {
+        let draws = 300;
+        let mut hits = 0;
+        for seed in 0..draws {
+            let c = pair(
+                run(vec![per_op(10_000 + seed, 400, 200.0)], None),
+                run(vec![per_op(20_000 + seed, 400, 200.0)], None),
+                &[],
+            );
+            hits += c.significant;
+            // Per-trial figures of equal truth, too.
+            let t = |s| metric("t", trials(s, 15, 50.0, 0.05), Some(MetricKind::PerTrial));
+            let c = pair(
+                run(vec![t(30_000 + seed)], None),
+                run(vec![t(40_000 + seed)], None),
+                &[],
+            );
+            hits += c.significant;
+        }
+        let rate = hits as f64 / (2 * draws) as f64;
+        assert!(rate <= 0.05, "false-positive rate {rate}");
+    }
+
+    #[test]
+    fn a_drifting_run_is_not_a_shift() {
+        // B drifts from 1.0x to 1.3x over the run: its median moves ~15%, but so do its
+        // own batch medians.
+        let a = per_op(7, 4000, 100.0);
+        let mut b = per_op(8, 4000, 100.0);
+        let n = b.raw.len() as f64;
+        for (i, x) in b.raw.iter_mut().enumerate() {
+            *x *= 1.0 + 0.3 * i as f64 / n;
+        }
+        b.summary = Summary::with_percentiles(&b.raw).unwrap();
+        let c = pair(run(vec![a], None), run(vec![b], None), &[]);
+        let v = c.metrics[0].versus[1].clone().unwrap();
+        assert!(!v.significant && v.reason.contains("drift"), "{v:?}");
+    }
+
+    #[test]
+    fn old_files_without_kind_use_the_per_trial_rule() {
+        let a = metric("m", trials(1, 10, 100.0, 0.01), None);
+        let b = metric("m", trials(2, 10, 120.0, 0.01), None);
+        let c = pair(run(vec![a], None), run(vec![b], None), &[]);
+        let v = c.metrics[0].versus[1].clone().unwrap();
+        assert_eq!(v.test, Test::PerTrialInferred);
+        assert!(v.significant);
+        assert_eq!(v.noise.source, "within-run only");
+    }
+
+    #[test]
+    fn derived_figures_carry_their_inputs_uncertainty() {
+        // switch = round trip - cost; B's switch is 8% larger, but the subtracted cost
+        // is itself uncertain by +-20.
+        let derived = |seed, med| {
+            let mut m = metric("switch", trials(seed, 12, med, 0.005), None);
+            m.derived(&[("cost", "sub", 1.0)]);
+            m
+        };
+        let cost = |seed| metric("cost", trials(seed, 12, 500.0, 0.1), None);
+        let c = pair(
+            run(vec![cost(1), derived(2, 100.0)], None),
+            run(vec![cost(3), derived(4, 108.0)], None),
+            &[],
+        );
+        let m = c.metrics.iter().find(|m| m.metric == "switch").unwrap();
+        let v = m.versus[1].clone().unwrap();
+        assert_eq!(v.test, Test::Derived);
+        assert!(!v.significant, "{v:?}");
+        // With a certain input the same shift is significant.
+        let cost = |seed| metric("cost", trials(seed, 12, 500.0, 0.0001), None);
+        let c = pair(
+            run(vec![cost(1), derived(2, 100.0)], None),
+            run(vec![cost(3), derived(4, 108.0)], None),
+            &[],
+        );
+        let m = c.metrics.iter().find(|m| m.metric == "switch").unwrap();
+        assert!(m.significant, "{:?}", m.versus[1]);
+    }
+
+    #[test]
+    fn run_to_run_noise_from_history_and_repeats() {
+        let t = |seed, med| {
+            metric(
+                "m",
+                trials(seed, 10, med, 0.005),
+                Some(MetricKind::PerTrial),
+            )
+        };
+        let a = run(vec![t(1, 100.0)], None);
+        let b = run(vec![t(2, 108.0)], None);
+        // Within-run noise only: 8% is significant.
+        assert!(pair(a.clone(), b.clone(), &[]).metrics[0].significant);
+        // Earlier runs that scatter by ~5% make 8% ordinary.
+        let hist: Vec<RunResults> = [100.0, 94.0, 105.0, 99.0]
+            .iter()
+            .enumerate()
+            .map(|(i, m)| run(vec![t(10 + i as u64, *m)], None))
+            .collect();
+        let c = pair(a.clone(), b.clone(), &hist);
+        let v = c.metrics[0].versus[1].clone().unwrap();
+        assert!(!v.significant, "{v:?}");
+        assert_eq!(v.noise.source, "history of 4 runs");
+        // Two earlier runs are not enough for an estimate.
+        let c = pair(a.clone(), b.clone(), &hist[..2]);
+        assert_eq!(c.metrics[0].versus[1].as_ref().unwrap().noise.runs, 0);
+        // Tight history: 8% stands.
+        let tight: Vec<RunResults> = [100.0, 100.5, 99.6, 100.2]
+            .iter()
+            .enumerate()
+            .map(|(i, m)| run(vec![t(20 + i as u64, *m)], None))
+            .collect();
+        assert!(pair(a.clone(), b.clone(), &tight).metrics[0].significant);
+        // Repeats within the runs.
+        let mut ra = a.clone();
+        let mut rb = b.clone();
+        ra.experiments[0].metrics[0].runs = vec![100.0, 93.0, 106.0];
+        rb.experiments[0].metrics[0].runs = vec![108.0, 101.0, 114.0];
+        let c = pair(ra.clone(), rb.clone(), &[]);
+        let v = c.metrics[0].versus[1].clone().unwrap();
+        assert!(
+            !v.significant && v.noise.source == "repeats of 6 runs",
+            "{v:?}"
+        );
+        rb.experiments[0].metrics[0].runs = vec![130.0, 131.0, 129.0];
+        ra.experiments[0].metrics[0].runs = vec![100.0, 101.0, 99.0];
+        rb.experiments[0].metrics[0].summary.median = 130.0;
+        rb.experiments[0].metrics[0].summary.ci95 = [129.0, 131.0];
+        assert!(pair(ra, rb, &[]).metrics[0].significant);
+    }
+
+    #[test]
+    fn a_slower_vcpu_is_not_a_difference() {
+        let r = |k: f64| Reading {
+            chain_ns: 0.3 * k,
+            chase_ns: 1.2 * k,
+            copy_ns_per_byte: 0.02 * k,
+            spread: 0.0,
+        };
+        let steady = BeforeAfter {
+            before: r(1.0),
+            after: r(1.0),
+        };
+        let slow = BeforeAfter {
+            before: r(1.12),
+            after: r(1.12),
+        };
+        let t = |seed, med| {
+            metric(
+                "m",
+                trials(seed, 10, med, 0.005),
+                Some(MetricKind::PerTrial),
+            )
+        };
+        let c = pair(
+            run(vec![t(1, 100.0)], Some(steady)),
+            run(vec![t(2, 111.0)], Some(slow)),
+            &[],
+        );
+        let v = c.metrics[0].versus[1].clone().unwrap();
+        assert!(!v.significant && v.reason.contains("sentinel"), "{v:?}");
+        assert!((v.environment.unwrap() - 0.12).abs() < 1e-6);
+        assert_eq!(c.environment.len(), 1);
+        assert!(
+            c.environment[0].text.contains("12% slower"),
+            "{:?}",
+            c.environment
+        );
+        // A change well beyond the sentinel's move is still found.
+        let c = pair(
+            run(vec![t(1, 100.0)], Some(steady)),
+            run(vec![t(2, 150.0)], Some(slow)),
+            &[],
+        );
+        assert!(c.metrics[0].significant);
+        // A move during a run counts as well.
+        let during = BeforeAfter {
+            before: r(1.0),
+            after: r(1.15),
+        };
+        let c = pair(
+            run(vec![t(1, 100.0)], Some(steady)),
+            run(vec![t(2, 111.0)], Some(during)),
+            &[],
+        );
+        assert!(!c.metrics[0].significant);
+        assert!(c.environment[0].text.contains("during"));
+    }
+
+    #[test]
+    fn a_run_against_itself_flags_nothing() {
+        let a = run(
+            vec![
+                per_op(1, 1000, 10.0),
+                metric("t", trials(2, 10, 5.0, 0.02), Some(MetricKind::PerTrial)),
+            ],
+            None,
+        );
+        let c = pair(a.clone(), a, &[]);
+        assert_eq!(c.significant, 0);
+        assert_eq!(c.compared, 2);
     }
 }

@@ -275,6 +275,39 @@ impl History {
         Ok(rows)
     }
 
+    /// Up to `limit` most recent runs of this host, profile and osmeter version, leaving
+    /// out runs started at any of `exclude_started` (the runs being compared). Runs that
+    /// no longer load are left out.
+    pub fn earlier_runs(
+        &self,
+        host: &str,
+        profile: &str,
+        version: &str,
+        exclude_started: &[&str],
+        limit: usize,
+    ) -> anyhow::Result<Vec<RunResults>> {
+        let mut st = self.conn.prepare(
+            "SELECT started_at, results FROM runs WHERE host = ?1 AND profile = ?2 AND tool_version = ?3 ORDER BY id DESC",
+        )?;
+        let rows = st.query_map(params![host, profile, version], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (started, text) = row?;
+            if exclude_started.contains(&started.as_str()) {
+                continue;
+            }
+            if let Ok(r) = crate::report::load::from_str(&text) {
+                out.push(r);
+            }
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
     /// The results document of a run, read with the schema-version dispatch.
     pub fn get(&self, id: i64) -> anyhow::Result<Option<RunResults>> {
         let text: Option<String> = self
@@ -484,6 +517,38 @@ mod tests {
         std::fs::create_dir(d.path().join("empty")).unwrap();
         assert!(results_files(&d.path().join("empty")).is_err());
         assert!(results_files(&d.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn earlier_runs_of_the_same_host_profile_and_version() {
+        let d = tempfile::tempdir().unwrap();
+        let mut h = History::open(&d.path().join("h.sqlite")).unwrap();
+        let mut a = doc("a");
+        for t in ["01", "02", "03", "04"] {
+            a.started_at = format!("2026-01-01T00:00:{t}Z");
+            h.record(&a, None).unwrap();
+        }
+        h.record(&doc("b"), None).unwrap();
+        let mut other = doc("a");
+        other.tool.version = "9".into();
+        h.record(&other, None).unwrap();
+        let got = h
+            .earlier_runs("a", "smoke", "0", &["2026-01-01T00:00:04Z"], 10)
+            .unwrap();
+        let started: Vec<&str> = got.iter().map(|r| r.started_at.as_str()).collect();
+        assert_eq!(
+            started,
+            [
+                "2026-01-01T00:00:03Z",
+                "2026-01-01T00:00:02Z",
+                "2026-01-01T00:00:01Z"
+            ]
+        );
+        assert_eq!(h.earlier_runs("a", "smoke", "0", &[], 2).unwrap().len(), 2);
+        assert!(h
+            .earlier_runs("a", "quick", "0", &[], 9)
+            .unwrap()
+            .is_empty());
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub mod report;
 pub mod results;
 pub mod runner;
 pub mod scratch;
+pub mod sentinel;
 pub mod stats;
 pub mod units;
 

@@ -122,6 +122,10 @@ struct RunArgs {
     /// Do not record the run in the history database.
     #[arg(long)]
     no_history: bool,
+    /// Run each experiment N times back to back (exp1 N times, then exp2, ...) and record
+    /// one result whose metrics carry the run-to-run spread (1-100).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=100))]
+    repeat: u16,
     /// Remote peer for network experiments (HOST[:PORT]).
     #[arg(long)]
     peer: Option<String>,
@@ -208,6 +212,7 @@ fn cmd_run(a: RunArgs) -> ExitCode {
         write_results: true,
         quiet: a.quiet || a.json,
         no_history: a.no_history,
+        repeat: a.repeat as usize,
         options: RunOptions {
             peer: a.peer,
             peer_token: a.peer_token,

@@ -73,6 +73,9 @@ pub struct ExperimentResult {
     /// Harness notes (budget reached, calibration bound hit, ...).
     #[serde(default)]
     pub notes: Vec<String>,
+    /// The environment sentinel measured just before and just after the experiment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sentinel: Option<crate::sentinel::BeforeAfter>,
 }
 
 impl ExperimentResult {
@@ -96,9 +99,68 @@ pub struct Metric {
     /// Iterations per trial, where the harness calibrated them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iterations: Option<u64>,
-    /// Raw trial values (in `unit`) behind the summary.
+    /// Raw values (in `unit`) behind the summary: one per trial, or for per-operation
+    /// distributions every timed operation, in the order taken (not subsampled).
     #[serde(default)]
     pub raw: Vec<f64>,
+    /// What one raw value is, which decides the comparison test. Absent in files written
+    /// before it existed; compare then uses the conservative per-trial rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<MetricKind>,
+    /// With `run --repeat N`: the median of each repetition, in order (raw and summary
+    /// pool all repetitions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<f64>,
+}
+
+/// What the raw values of a metric are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "type")]
+pub enum MetricKind {
+    /// Each raw value is one trial: a mean over many operations.
+    PerTrial,
+    /// Each raw value is one operation (latencies timed one by one).
+    PerOperation,
+    /// Computed from other metrics of the same experiment; their uncertainty is added.
+    Derived { inputs: Vec<DerivedInput> },
+}
+
+/// How a derived metric depends on another metric's median.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DerivedInput {
+    pub metric: String,
+    /// `sub`: value = own - coefficient x input median (absolute uncertainty adds);
+    /// `div`: value = own / input median (relative uncertainty adds).
+    pub op: String,
+    #[serde(default = "one")]
+    pub coefficient: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl Metric {
+    /// Declares the metric as derived from other metrics of the experiment.
+    pub fn derived(&mut self, inputs: &[(&str, &str, f64)]) -> &mut Self {
+        self.kind = Some(MetricKind::Derived {
+            inputs: inputs
+                .iter()
+                .map(|(m, op, c)| DerivedInput {
+                    metric: m.to_string(),
+                    op: op.to_string(),
+                    coefficient: *c,
+                })
+                .collect(),
+        });
+        self
+    }
+
+    /// Declares the raw values as single operations (a distribution).
+    pub fn per_operation(&mut self) -> &mut Self {
+        self.kind = Some(MetricKind::PerOperation);
+        self
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

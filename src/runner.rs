@@ -27,6 +27,8 @@ pub struct RunConfig {
     pub quiet: bool,
     pub no_history: bool,
     pub options: RunOptions,
+    /// Runs of each experiment (`--repeat`), back to back, merged into one result.
+    pub repeat: usize,
 }
 
 /// Errors of a run: usage errors exit 2, runtime errors exit 1.
@@ -255,7 +257,10 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
     }
     let started = SystemTime::now();
     let t0 = Instant::now();
-    let total_budget: Duration = selected.iter().map(|e| e.budget(cfg.profile)).sum();
+    let total_budget: Duration = selected
+        .iter()
+        .map(|e| e.budget(cfg.profile) * cfg.repeat.max(1) as u32)
+        .sum();
     let progress = Progress::new(cfg.quiet, total_budget);
     progress.message("gathering machine facts");
 
@@ -299,23 +304,43 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
     let watchdog = Watchdog::start();
     let mut results: Vec<ExperimentResult> = Vec::new();
     let n = selected.len();
+    let repeat = cfg.repeat.max(1);
     for (i, exp) in selected.iter().enumerate() {
         let budget = exp.budget(cfg.profile);
-        progress.message(&format!("[{}/{n}] {}", i + 1, exp.id()));
-        // Experiments may move threads around; every one starts pinned.
-        let _ = platform::pin_to_cpu(cpu);
-        watchdog.arm(exp.id(), hard_limit(budget));
-        let env = Env {
-            cfg,
-            machine: &machine,
-            clock: &hw,
-            cpu,
-            loop_ticks,
-            scratch: &scratch,
-        };
-        let res = run_one(exp.as_ref(), &env, budget, &results, &progress);
-        watchdog.disarm();
-        progress.advance(budget);
+        let mut reps = Vec::with_capacity(repeat);
+        for r in 0..repeat {
+            if repeat > 1 {
+                progress.message(&format!(
+                    "[{}/{n}] {} (run {}/{repeat})",
+                    i + 1,
+                    exp.id(),
+                    r + 1
+                ));
+            } else {
+                progress.message(&format!("[{}/{n}] {}", i + 1, exp.id()));
+            }
+            // Experiments may move threads around; every one starts pinned, and the
+            // sentinel runs on that CPU just before and just after.
+            let _ = platform::pin_to_cpu(cpu);
+            let before = crate::sentinel::measure();
+            watchdog.arm(exp.id(), hard_limit(budget));
+            let env = Env {
+                cfg,
+                machine: &machine,
+                clock: &hw,
+                cpu,
+                loop_ticks,
+                scratch: &scratch,
+            };
+            let mut res = run_one(exp.as_ref(), &env, budget, &results, &progress);
+            watchdog.disarm();
+            let _ = platform::pin_to_cpu(cpu);
+            let after = crate::sentinel::measure();
+            res.sentinel = Some(crate::sentinel::BeforeAfter { before, after });
+            reps.push(res);
+        }
+        let res = merge_repeats(reps);
+        progress.advance(budget * repeat as u32);
         let mut line = format!(
             "[{}/{n}] {} {} ({:.1} s)",
             i + 1,
@@ -355,6 +380,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
             "only": cfg.only,
             "skip": cfg.skip,
             "cpu": cpu,
+            "repeat": repeat,
             "options": cfg.options,
             "peer": peer_identity(&cfg.options),
             "statistics": {
@@ -464,6 +490,7 @@ fn run_one(
         checks: vec![],
         findings: vec![],
         notes: vec![],
+        sentinel: None,
     };
     let predictions = exp.predict(&ctx);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exp.run(&ctx)));
@@ -534,6 +561,72 @@ fn run_one(
         result.reason = Some("the experiment produced no metrics".into());
     }
     result
+}
+
+/// One result from the repetitions of an experiment: each metric pools the raw values of
+/// every repetition and keeps each repetition's median in `runs` (the run-to-run spread).
+/// A repetition that is not ok makes the merged result take its status and reason.
+pub fn merge_repeats(mut reps: Vec<ExperimentResult>) -> ExperimentResult {
+    if reps.len() <= 1 {
+        return reps.pop().expect("at least one run");
+    }
+    let n = reps.len();
+    if let Some(bad) = reps.iter().position(|r| r.status != Status::Ok) {
+        let mut r = reps.swap_remove(bad);
+        r.notes.push(format!(
+            "run {} of {n} (--repeat) was {}",
+            bad + 1,
+            r.status.as_str()
+        ));
+        return r;
+    }
+    let mut base = reps[0].clone();
+    base.duration_s = reps.iter().map(|r| r.duration_s).sum();
+    base.sentinel = match (reps[0].sentinel, reps[n - 1].sentinel) {
+        (Some(a), Some(b)) => Some(crate::sentinel::BeforeAfter {
+            before: a.before,
+            after: b.after,
+        }),
+        _ => None,
+    };
+    base.checks.clear();
+    base.notes.clear();
+    for (k, r) in reps.iter().enumerate() {
+        for c in &r.checks {
+            let mut c = c.clone();
+            c.name = format!("run {}: {}", k + 1, c.name);
+            base.checks.push(c);
+        }
+        base.notes
+            .extend(r.notes.iter().map(|x| format!("run {}: {x}", k + 1)));
+    }
+    for m in &mut base.metrics {
+        let same: Vec<&crate::results::Metric> = reps
+            .iter()
+            .filter_map(|r| r.metric(&m.name).filter(|x| x.unit == m.unit))
+            .collect();
+        if same.len() < n {
+            m.runs.clear();
+            continue;
+        }
+        m.runs = same.iter().map(|x| x.summary.median).collect();
+        m.raw = same.iter().flat_map(|x| x.raw.iter().copied()).collect();
+        let pooled = if m.summary.percentiles.is_some() {
+            crate::stats::Summary::with_percentiles(&m.raw)
+        } else {
+            crate::stats::Summary::of(&m.raw)
+        };
+        if let Some(s) = pooled {
+            let old = m.summary.median;
+            if let Some(c) = &mut m.cycles {
+                let k = s.median / old;
+                c.core = c.core.map(|v| v * k);
+                c.counter = c.counter.map(|v| v * k);
+            }
+            m.summary = s;
+        }
+    }
+    base
 }
 
 /// Writes `results.json` into a new `HOST-TIMESTAMP` folder under `parent`; never

@@ -85,6 +85,7 @@ fn quick_run(only: &str) -> osmeter::results::RunResults {
         write_results: false,
         quiet: true,
         no_history: true,
+        repeat: 1,
         options: osmeter::experiments::RunOptions::default(),
     };
     osmeter::runner::run(&cfg)

@@ -51,14 +51,17 @@ struct Host2 {
 
 impl Host2 {
     fn create() -> Result<Host2, String> {
+        // Tests of this binary run in parallel in one process: a counter tells them apart.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let pid = std::process::id();
-        // A /30 unique per process id (mod 16384): concurrent runs never collide.
-        let p = pid % 16384;
+        // A /30 unique per process id and counter (mod 16384): concurrent runs never collide.
+        let p = (pid * 4 + k) % 16384;
         let (a, b) = (p >> 6, (p & 63) << 2);
         let h = Host2 {
-            ns: format!("osmns{pid}"),
-            veth_host: format!("osmh{pid}"),
-            veth_ns: format!("osmn{pid}"),
+            ns: format!("osmns{pid}x{k}"),
+            veth_host: format!("osmh{pid}x{k}"),
+            veth_ns: format!("osmn{pid}x{k}"),
             host_ip: format!("10.213.{a}.{}", b + 1),
             ns_ip: format!("10.213.{a}.{}", b + 2),
             serve: None,
@@ -291,4 +294,70 @@ fn net_experiments_against_a_namespace_host() {
     }
     drop(host);
     std::thread::sleep(Duration::from_millis(10));
+}
+
+/// A/B: the namespace host's link shaped from 400 to 200 Mbit/s between two quick
+/// net.bandwidth runs; compare must flag both directions.
+#[test]
+fn compare_flags_a_halved_link() {
+    const TEST: &str = "compare_flags_a_halved_link";
+    if !common::is_root() {
+        common::skip(
+            TEST,
+            "needs root to create a network namespace and veth pair",
+        );
+        return;
+    }
+    if !have("ip") || !have("tc") {
+        common::skip(TEST, "needs iproute2 (ip and tc)");
+        return;
+    }
+    let mut host = match Host2::create() {
+        Ok(h) => h,
+        Err(e) => {
+            common::skip(TEST, &format!("cannot create the namespace host: {e}"));
+            return;
+        }
+    };
+    let peer = host.start_serve().expect("serve in the namespace");
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for mbit in [400u32, 200] {
+        host.shape(mbit).expect("tc tbf");
+        let r = osmeter(peer, "net.bandwidth", "quick");
+        let f = dir.path().join(format!("{mbit}.json"));
+        std::fs::write(&f, r.to_string()).unwrap();
+        files.push(f);
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_osmeter"))
+        .env("OSMETER_HISTORY_DB", dir.path().join("h.sqlite"))
+        .arg("compare")
+        .args(&files)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for name in ["send_bits", "receive_bits"] {
+        let m = c["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["experiment"] == "net.bandwidth" && m["metric"] == name)
+            .unwrap_or_else(|| panic!("{name} not compared: {c}"));
+        let v = &m["versus"][1];
+        eprintln!(
+            "400 -> 200 Mbit/s: {name} ratio {} ({})",
+            v["ratio"], v["reason"]
+        );
+        assert_eq!(m["significant"], true, "{name}: {m}");
+        let ratio = v["ratio"].as_f64().unwrap();
+        assert!(ratio > 0.4 && ratio < 0.6, "{name}: ratio {ratio}");
+        assert!(v["shift_ci95"][1].as_f64().unwrap() < 0.0, "{v}");
+    }
+    drop(host);
 }

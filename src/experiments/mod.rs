@@ -231,6 +231,8 @@ fn probe_read(experiment: &str, metric: &str) -> Option<Option<&'static Metric>>
                 cycles: None,
                 iterations: None,
                 raw: vec![1.0],
+                kind: None,
+                runs: vec![],
             }));
             m
         }))
@@ -317,6 +319,8 @@ impl Outcome {
             cycles: None,
             iterations: None,
             raw,
+            kind: Some(crate::results::MetricKind::PerTrial),
+            runs: Vec::new(),
         });
         self.metrics.last_mut().unwrap()
     }

@@ -181,7 +181,28 @@ pub fn compare(specs: &[String], min_diff_pct: f64, json: bool, html: Option<&Pa
             Err(e) => return usage_error(&e),
         }
     }
-    let c = crate::compare::compare(&runs, min_diff_pct / 100.0);
+    // Run-to-run noise from earlier runs of the baseline's host, profile and version; a
+    // history that cannot be read leaves within-run noise only.
+    let history = match (&runs.first(), History::open_default()) {
+        (Some((_, a)), Ok(h)) => {
+            let started: Vec<&str> = runs.iter().map(|(_, r)| r.started_at.as_str()).collect();
+            h.earlier_runs(
+                &crate::compare::host_of(a),
+                &crate::compare::profile_of(a),
+                &a.tool.version,
+                &started,
+                20,
+            )
+            .unwrap_or_default()
+        }
+        _ => Vec::new(),
+    };
+    let history = if history.len() >= crate::compare::MIN_HISTORY {
+        history
+    } else {
+        Vec::new()
+    };
+    let c = crate::compare::compare_with_history(&runs, min_diff_pct / 100.0, &history);
     if let Some(f) = html {
         use std::io::Write;
         let page = super::fleet::render(&c, &runs);

@@ -19,6 +19,7 @@ pub fn smoke(only: &str) -> RunResults {
         quiet: true,
         no_history: true,
         options: RunOptions::default(),
+        repeat: 1,
     };
     match run(&cfg) {
         Ok(o) => o.results,

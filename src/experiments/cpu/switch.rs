@@ -558,6 +558,7 @@ fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
         "one context switch: (round trip - median pipe cost) / 2, per trial",
         switches,
     )
+    .derived(&[("pipe_cost", "sub", 0.5)])
     .iterations = Some(same.m.iters);
     out.check(Check::sanity(
         "round trip costs more than the pipe work alone",

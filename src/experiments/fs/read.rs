@@ -342,6 +342,7 @@ pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
                     );
                 // Uncached reads are timed one by one: keep their distribution.
                 if !cached {
+                    m.per_operation();
                     if let Some(sum) = crate::stats::Summary::with_percentiles(&m.raw) {
                         m.summary = sum;
                     }

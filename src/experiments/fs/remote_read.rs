@@ -185,6 +185,7 @@ impl Experiment for RemoteRead {
                 let lmed = crate::stats::median(&l.times.per_block_ns);
                 let raw: Vec<f64> = r.times.per_block_ns.iter().map(|v| v / lmed).collect();
                 let name = format!("ratio_{}", metric_name(cached, pattern));
+                let local = format!("local_{}", metric_name(cached, pattern));
                 out.metric(
                     &name,
                     "ratio",
@@ -193,7 +194,8 @@ impl Experiment for RemoteRead {
                         fmt_b(size)
                     ),
                     raw,
-                );
+                )
+                .derived(&[(&local, "div", 1.0)]);
                 let med = out
                     .metrics
                     .last()

@@ -402,6 +402,7 @@ impl Experiment for PageFault {
             ),
             times.clone(),
         );
+        m.per_operation();
         if let Some(s) = Summary::with_percentiles(&times) {
             m.summary = s;
         }
@@ -410,7 +411,8 @@ impl Experiment for PageFault {
             "ns",
             "major fault time divided by the page size",
             per_byte,
-        );
+        )
+        .per_operation();
         out.check(super::rss_check(rss0, (anon + file_len) as u64));
 
         let (major, minor) = (out.median("major_fault"), out.median("minor_fault"));

@@ -271,6 +271,7 @@ impl Experiment for Connect {
         ] {
             let s = Summary::with_percentiles(&v);
             let m = out.metric(name, "ns", &format!("{what}, {label}"), v);
+            m.per_operation();
             if let Some(s) = s {
                 m.summary = s;
             }

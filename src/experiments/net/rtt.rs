@@ -251,6 +251,7 @@ fn icmp_echo(
 fn add(out: &mut Outcome, name: &str, desc: String, v: Vec<f64>) {
     let s = Summary::with_percentiles(&v);
     let m = out.metric(name, "ns", &desc, v);
+    m.per_operation();
     if let Some(s) = s {
         m.summary = s;
     }

@@ -1,0 +1,204 @@
+//! The environment sentinel: three fixed, tiny references measured just before and just
+//! after every experiment on the run's pinned CPU, so that compare can tell a change of
+//! the machine under test from a change of the host around it (a vCPU run slower, a
+//! busier neighbour). Each kernel touches at most 16 KiB (L1-sized) so that it leaves
+//! the caches much as an experiment's own warm-up finds them; all three take ~1 ms.
+
+use serde::{Deserialize, Serialize};
+use std::hint::black_box;
+use std::time::Instant;
+
+/// Dependent multiply-adds per chain repetition.
+const CHAIN_OPS: u64 = 20_000;
+/// Pointer-chase ring: 4 KiB of 8-byte slots, well inside any L1 data cache.
+const CHASE_SLOTS: usize = 512;
+const CHASE_STEPS: usize = 20_000;
+/// memcpy of 8 KiB into 8 KiB.
+const COPY_BYTES: usize = 8192;
+const COPY_TIMES: usize = 16;
+/// Repetitions of each kernel; the minimum is kept (preemption only adds time).
+const REPS: usize = 7;
+
+/// One sentinel measurement: the fastest of `REPS` repetitions of each kernel.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct Reading {
+    /// ns per dependent register multiply-add (the core's speed).
+    pub chain_ns: f64,
+    /// ns per load of an L1-resident pointer chase.
+    pub chase_ns: f64,
+    /// ns per byte of a small memcpy (L1 to L1).
+    pub copy_ns_per_byte: f64,
+    /// Spread of the repetitions, (median - min) / min, largest of the three kernels:
+    /// large when the sentinel itself was disturbed.
+    pub spread: f64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct BeforeAfter {
+    pub before: Reading,
+    pub after: Reading,
+}
+
+impl Reading {
+    fn values(&self) -> [f64; 3] {
+        [self.chain_ns, self.chase_ns, self.copy_ns_per_byte]
+    }
+
+    /// Largest relative change of any kernel from `self` to `other` (signed: positive =
+    /// `other` slower).
+    pub fn change_to(&self, other: &Reading) -> f64 {
+        self.values()
+            .iter()
+            .zip(other.values())
+            .map(|(a, b)| if *a > 0.0 { b / a - 1.0 } else { 0.0 })
+            .fold(0.0, |m: f64, d| if d.abs() > m.abs() { d } else { m })
+    }
+
+    /// The geometric mean of two readings, kernel by kernel.
+    pub fn mid(&self, other: &Reading) -> Reading {
+        let g = |a: f64, b: f64| (a * b).sqrt();
+        Reading {
+            chain_ns: g(self.chain_ns, other.chain_ns),
+            chase_ns: g(self.chase_ns, other.chase_ns),
+            copy_ns_per_byte: g(self.copy_ns_per_byte, other.copy_ns_per_byte),
+            spread: self.spread.max(other.spread),
+        }
+    }
+}
+
+impl BeforeAfter {
+    /// How much the environment moved during the experiment (after over before).
+    pub fn during(&self) -> f64 {
+        self.before.change_to(&self.after)
+    }
+    pub fn mid(&self) -> Reading {
+        self.before.mid(&self.after)
+    }
+}
+
+fn min_and_spread(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let min = v[0];
+    let med = v[v.len() / 2];
+    (min, if min > 0.0 { med / min - 1.0 } else { 0.0 })
+}
+
+fn time_ns(f: impl FnOnce()) -> f64 {
+    let t = Instant::now();
+    f();
+    t.elapsed().as_nanos() as f64
+}
+
+/// A chain of dependent multiply-adds the compiler cannot fold or vectorise (the input
+/// and the count are opaque); nothing touches memory, so code placement does not matter.
+fn chain(n: u64, seed: u64) -> u64 {
+    let mut x = black_box(seed) | 1;
+    for _ in 0..black_box(n) {
+        x = x.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(1);
+        // An empty asm statement that claims to change x: the compiler can no longer
+        // merge iterations algebraically, and x stays in a register (no memory).
+        // SAFETY: the template is only a comment; it reads and writes only the register holding x.
+        unsafe { std::arch::asm!("/* {0} */", inout(reg) x, options(pure, nomem, nostack)) };
+    }
+    x
+}
+
+/// Measures the sentinel once (about 1 ms).
+pub fn measure() -> Reading {
+    // The ring: a random single cycle through the slots.
+    let mut order: Vec<usize> = (0..CHASE_SLOTS).collect();
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    for i in (1..order.len()).rev() {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        order.swap(i, (s % (i as u64 + 1)) as usize);
+    }
+    let mut ring = vec![0usize; CHASE_SLOTS];
+    for w in 0..CHASE_SLOTS {
+        ring[order[w]] = order[(w + 1) % CHASE_SLOTS];
+    }
+    // Source and destination in one buffer, 2 KiB apart modulo 4 KiB: two separate
+    // allocations may sit a multiple of 4 KiB apart, where loads falsely wait for stores
+    // (4K aliasing) and the copy runs 30 times slower depending on the heap's layout.
+    let mut buf = vec![1u8; 2 * COPY_BYTES + 2048];
+    let (src, rest) = buf.split_at_mut(COPY_BYTES);
+    let src: &[u8] = src;
+    let dst = &mut rest[2048..2048 + COPY_BYTES];
+    // One untimed pass of each warms the caches and the branch predictors.
+    black_box(chain(CHAIN_OPS / 4, 1));
+    dst.copy_from_slice(src);
+    let (mut c, mut p, mut m) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..REPS {
+        c.push(
+            time_ns(|| {
+                black_box(chain(CHAIN_OPS, r as u64));
+            }) / CHAIN_OPS as f64,
+        );
+        p.push(
+            time_ns(|| {
+                let mut i = 0usize;
+                for _ in 0..CHASE_STEPS {
+                    i = black_box(ring[i]);
+                }
+                black_box(i);
+            }) / CHASE_STEPS as f64,
+        );
+        m.push(
+            time_ns(|| {
+                for _ in 0..COPY_TIMES {
+                    dst.copy_from_slice(black_box(src));
+                    black_box(&mut *dst);
+                }
+            }) / (COPY_BYTES * COPY_TIMES) as f64,
+        );
+    }
+    let (chain_ns, s1) = min_and_spread(c);
+    let (chase_ns, s2) = min_and_spread(p);
+    let (copy_ns_per_byte, s3) = min_and_spread(m);
+    Reading {
+        chain_ns,
+        chase_ns,
+        copy_ns_per_byte,
+        spread: s1.max(s2).max(s3),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plausible_and_tiny() {
+        let t = Instant::now();
+        let r = measure();
+        let took = t.elapsed();
+        // A dependent multiply-add is ~4 core cycles; an L1 load 4-5; a copy well under
+        // 0.1 ns/byte from L1.
+        assert!(r.chain_ns > 0.3 && r.chain_ns < 10.0, "{r:?}");
+        assert!(r.chase_ns > 0.3 && r.chase_ns < 20.0, "{r:?}");
+        assert!(
+            r.copy_ns_per_byte > 0.001 && r.copy_ns_per_byte < 1.0,
+            "{r:?}"
+        );
+        // The chase serialises loads: it cannot be faster than the add chain.
+        assert!(r.chase_ns > r.chain_ns, "{r:?}");
+        assert!(took.as_millis() < 100, "sentinel took {took:?}");
+    }
+
+    #[test]
+    fn change_is_the_largest_kernel_move() {
+        let a = Reading {
+            chain_ns: 1.0,
+            chase_ns: 4.0,
+            copy_ns_per_byte: 0.1,
+            spread: 0.0,
+        };
+        let mut b = a;
+        b.chase_ns = 4.4;
+        b.copy_ns_per_byte = 0.095;
+        assert!((a.change_to(&b) - 0.1).abs() < 1e-9);
+        assert!((b.change_to(&a) + 0.0909).abs() < 1e-3);
+        assert_eq!(a.change_to(&a), 0.0);
+    }
+}
