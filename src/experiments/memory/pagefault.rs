@@ -432,14 +432,16 @@ impl Experiment for PageFault {
             fmt_ns(minor),
             major / minor
         );
+        let mut from = vec!["major_fault", "minor_fault"];
         if let Some(d) = ctx.earlier_median("mem.latency", "dram") {
+            from.push("mem.latency/dram");
             text.push_str(&format!(
                 " That is {:.0} random DRAM loads ({}) per major fault.",
                 major / d,
                 fmt_ns(d)
             ));
         }
-        out.finding(text, &["major_fault", "minor_fault"]);
+        out.finding(text, &from);
         Ok(out)
     }
 }
