@@ -3,7 +3,8 @@
 //! (`experiment/series`) it comes from, and appears only when its inputs exist in an
 //! experiment whose status is ok. docs/METHODOLOGY-report.md states every rule.
 
-use crate::results::{ExperimentResult, Finding, Metric, RunResults, Series, Status};
+pub use crate::analysis::{is_model_series, knee, sysfs_caches, CacheFact};
+use crate::results::{ExperimentResult, Finding, Metric, RunResults, Status};
 use crate::units::{fmt_bytes, fmt_value};
 
 /// All cross-experiment findings of a run, in a stable order.
@@ -185,50 +186,6 @@ pub fn ratio_num(r: f64) -> String {
     } else {
         format!("{r:.2}")
     }
-}
-
-/// A (data or unified) cache from the machine facts.
-#[derive(Debug, Clone)]
-pub struct CacheFact {
-    pub level: u64,
-    pub kind: String,
-    pub size_bytes: f64,
-}
-
-impl CacheFact {
-    pub fn label(&self) -> String {
-        let k = if self.kind.eq_ignore_ascii_case("data") {
-            "d"
-        } else {
-            ""
-        };
-        format!("L{}{k}", self.level)
-    }
-}
-
-/// Data and unified caches listed in `machine.cpu.caches`, by level.
-pub fn sysfs_caches(r: &RunResults) -> Vec<CacheFact> {
-    let mut v: Vec<CacheFact> = r
-        .machine
-        .pointer("/cpu/caches")
-        .and_then(|c| c.as_array())
-        .map(|a| {
-            a.iter()
-                .filter_map(|c| {
-                    let kind = c.get("kind").and_then(|k| k.as_str()).unwrap_or("");
-                    let size = c.get("size_bytes").and_then(|s| s.as_f64())?;
-                    (!kind.eq_ignore_ascii_case("instruction") && size > 0.0).then(|| CacheFact {
-                        level: c.get("level").and_then(|l| l.as_u64()).unwrap_or(0),
-                        kind: kind.to_string(),
-                        size_bytes: size,
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort_by_key(|c| (c.level, c.size_bytes as u64));
-    v.dedup_by(|a, b| a.level == b.level && a.size_bytes == b.size_bytes);
-    v
 }
 
 fn switch_and_creation(r: &RunResults, out: &mut Vec<Finding>) {
@@ -424,21 +381,6 @@ fn cached_vs_uncached(r: &RunResults, out: &mut Vec<Finding>) {
     }
 }
 
-/// The smallest x whose y reaches `frac` of the largest y: where growing x stops paying.
-pub fn knee(points: &[[f64; 2]], frac: f64) -> Option<([f64; 2], f64)> {
-    let mut p: Vec<[f64; 2]> = points
-        .iter()
-        .copied()
-        .filter(|q| q[0].is_finite() && q[1].is_finite())
-        .collect();
-    p.sort_by(|a, b| a[0].total_cmp(&b[0]));
-    let max = p.iter().map(|q| q[1]).fold(f64::NEG_INFINITY, f64::max);
-    if p.len() < 3 || max <= 0.0 {
-        return None;
-    }
-    p.iter().find(|q| q[1] >= frac * max).map(|q| (*q, max))
-}
-
 fn block_size_knee(r: &RunResults, out: &mut Vec<Finding>) {
     for e in r.experiments.iter().filter(|e| e.status == Status::Ok) {
         for s in e
@@ -461,74 +403,6 @@ fn block_size_knee(r: &RunResults, out: &mut Vec<Finding>) {
             }
         }
     }
-}
-
-/// A one- or two-segment least-squares model of y against x.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PiecewiseFit {
-    /// Where the second segment starts, when two segments fit much better than one.
-    pub bend: Option<f64>,
-    /// (intercept, slope) per segment.
-    pub segments: Vec<(f64, f64)>,
-}
-
-impl PiecewiseFit {
-    pub fn eval(&self, x: f64) -> f64 {
-        let (a, b) = match (self.bend, self.segments.as_slice()) {
-            (Some(k), [_, s2]) if x >= k => *s2,
-            (_, [s1, ..]) => *s1,
-            _ => (f64::NAN, f64::NAN),
-        };
-        a + b * x
-    }
-}
-
-fn sse(points: &[(f64, f64)], (a, b): (f64, f64)) -> f64 {
-    points.iter().map(|(x, y)| (y - a - b * x).powi(2)).sum()
-}
-
-/// One line, or two when splitting at some point (each side at least 3 points, the
-/// split point shared) cuts the squared error by more than half.
-pub fn piecewise_fit(points: &[[f64; 2]]) -> Option<PiecewiseFit> {
-    let mut p: Vec<(f64, f64)> = points
-        .iter()
-        .filter(|q| q[0].is_finite() && q[1].is_finite())
-        .map(|q| (q[0], q[1]))
-        .collect();
-    p.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let one = crate::stats::linear_fit(&p)?;
-    let e1 = sse(&p, one);
-    // (squared error, split index, left line, right line)
-    type Split = (f64, usize, (f64, f64), (f64, f64));
-    let mut best: Option<Split> = None;
-    for k in 2..p.len().saturating_sub(2) {
-        let (Some(l), Some(rr)) = (
-            crate::stats::linear_fit(&p[..=k]),
-            crate::stats::linear_fit(&p[k..]),
-        ) else {
-            continue;
-        };
-        let e = sse(&p[..=k], l) + sse(&p[k + 1..], rr);
-        if best.as_ref().map_or(true, |b| e < b.0) {
-            best = Some((e, k, l, rr));
-        }
-    }
-    match best {
-        Some((e, k, l, rr)) if e < 0.5 * e1 && e1 > 0.0 => Some(PiecewiseFit {
-            bend: Some(p[k].0),
-            segments: vec![l, rr],
-        }),
-        _ => Some(PiecewiseFit {
-            bend: None,
-            segments: vec![one],
-        }),
-    }
-}
-
-/// Series of a contention experiment that are measurements (not the experiment's own model).
-pub fn is_model_series(s: &Series) -> bool {
-    let n = s.name.to_ascii_lowercase();
-    n.contains("model") || n.contains("fit") || n.contains("predict")
 }
 
 #[cfg(test)]
@@ -601,42 +475,5 @@ mod tests {
         let f = compute(&r);
         assert_eq!(f.len(), 1, "{f:?}");
         assert!(f[0].text.contains("procedure call"), "{f:?}");
-    }
-
-    #[test]
-    fn knee_finds_the_flat_part() {
-        let pts: Vec<[f64; 2]> = (0..12)
-            .map(|i| {
-                let x = 2f64.powi(i);
-                [x, (x * 100.0).min(64.0 * 100.0)]
-            })
-            .collect();
-        let (k, max) = knee(&pts, 0.9).unwrap();
-        assert_eq!(k[0], 64.0);
-        assert_eq!(max, 6400.0);
-        assert!(knee(&[], 0.9).is_none());
-    }
-
-    #[test]
-    fn piecewise_finds_a_bend() {
-        let pts: Vec<[f64; 2]> = (1..=10)
-            .map(|p| {
-                let p = p as f64;
-                [
-                    p,
-                    if p <= 4.0 {
-                        100.0 + 2.0 * p
-                    } else {
-                        108.0 + 50.0 * (p - 4.0)
-                    },
-                ]
-            })
-            .collect();
-        let f = piecewise_fit(&pts).unwrap();
-        assert_eq!(f.bend, Some(4.0));
-        assert!((f.segments[1].1 - 50.0).abs() < 1e-6);
-        let line: Vec<[f64; 2]> = (1..=6).map(|p| [p as f64, 3.0 * p as f64]).collect();
-        assert_eq!(piecewise_fit(&line).unwrap().bend, None);
-        assert!(piecewise_fit(&[[1.0, 1.0]]).is_none());
     }
 }
