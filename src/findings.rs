@@ -3,13 +3,15 @@
 //! (`experiment/series`) it comes from, and appears only when its inputs exist in an
 //! experiment whose status is ok. docs/METHODOLOGY-report.md states every rule.
 
-use crate::results::{ExperimentResult, Finding, Metric, RunResults, Series, Status};
+pub use crate::analysis::{is_model_series, knee, sysfs_caches, CacheFact};
+use crate::results::{ExperimentResult, Finding, Metric, RunResults, Status};
 use crate::units::{fmt_bytes, fmt_value};
 
 /// All cross-experiment findings of a run, in a stable order.
 pub fn compute(r: &RunResults) -> Vec<Finding> {
     let mut out = Vec::new();
-    cache_levels(r, &mut out);
+    // Cache levels and the contention fit are the experiments' own conclusions
+    // (mem.latency, fs.contention), stated once there and never re-derived here.
     switch_and_creation(r, &mut out);
     syscall_vs_call(r, &mut out);
     page_fault_vs_dram(r, &mut out);
@@ -17,8 +19,109 @@ pub fn compute(r: &RunResults) -> Vec<Finding> {
     remote_vs_local(r, &mut out);
     cached_vs_uncached(r, &mut out);
     block_size_knee(r, &mut out);
-    contention_model(r, &mut out);
+    // A cross finding an experiment already states (its references are a subset of that
+    // finding's) is the same subject said twice: the experiment's own wins.
+    out.retain(|f| !covered_by_experiment(r, f));
     out
+}
+
+/// `experiment/metric` for a reference; a bare metric name belongs to `owner`.
+fn qualified(owner: Option<&str>, reference: &str) -> String {
+    match owner {
+        Some(o) if !reference.contains('/') => format!("{o}/{reference}"),
+        _ => reference.to_string(),
+    }
+}
+
+fn refs(owner: Option<&str>, f: &Finding) -> Vec<String> {
+    let mut v: Vec<String> = f.from.iter().map(|x| qualified(owner, x)).collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+fn covered_by_experiment(r: &RunResults, f: &Finding) -> bool {
+    let mine = refs(None, f);
+    r.experiments.iter().any(|e| {
+        e.findings.iter().any(|g| {
+            let theirs = refs(Some(&e.id), g);
+            mine.iter().all(|x| theirs.contains(x))
+        })
+    })
+}
+
+/// A finding placed for the terminal: its owner (None for cross-experiment ones) and score.
+#[derive(Debug, Clone)]
+pub struct Ranked<'a> {
+    pub owner: Option<&'a str>,
+    pub finding: &'a Finding,
+    pub score: f64,
+}
+
+/// How surprising a finding is: its `salience` when the experiment set one, else, for a
+/// finding that compares exactly two metrics of the same unit, |ln(a/b)| of their medians
+/// (a 1x ratio says nothing, 150x a lot); otherwise 0.
+pub fn score(r: &RunResults, owner: Option<&str>, f: &Finding) -> f64 {
+    if let Some(s) = f.salience {
+        return s;
+    }
+    let ms: Vec<&Metric> = refs(owner, f)
+        .iter()
+        .filter_map(|q| {
+            let (id, name) = q.rsplit_once('/')?;
+            r.experiment(id)?.metric(name)
+        })
+        .collect();
+    match ms.as_slice() {
+        [a, b] if a.unit == b.unit => {
+            let x = a.summary.median / b.summary.median;
+            if x.is_finite() && x > 0.0 {
+                x.ln().abs()
+            } else {
+                0.0
+            }
+        }
+        _ => 0.0,
+    }
+}
+
+/// The subject of a finding for de-duplication: its area and the metric names it
+/// compares, so the same comparison made by two experiments of an area (e.g. the
+/// cross-CPU round trip of thread and process switches) counts once.
+fn subject(owner: Option<&str>, f: &Finding) -> (String, Vec<String>) {
+    let q = refs(owner, f);
+    let area = q
+        .first()
+        .and_then(|x| x.split('.').next())
+        .unwrap_or("")
+        .to_string();
+    let mut names: Vec<String> = q
+        .iter()
+        .map(|x| x.rsplit_once('/').map_or(x.as_str(), |p| p.1).to_string())
+        .collect();
+    names.sort();
+    (area, names)
+}
+
+/// Every finding of experiments that ran with their premises holding, plus the
+/// cross-experiment ones, highest score first (ties keep document order), one per subject.
+pub fn ranked(r: &RunResults) -> Vec<Ranked<'_>> {
+    let mut v: Vec<Ranked> = r
+        .experiments
+        .iter()
+        .filter(|e| e.status == Status::Ok)
+        .flat_map(|e| e.findings.iter().map(move |f| (Some(e.id.as_str()), f)))
+        .chain(r.findings.iter().map(|f| (None, f)))
+        .map(|(owner, finding)| Ranked {
+            owner,
+            finding,
+            score: score(r, owner, finding),
+        })
+        .collect();
+    v.sort_by(|a, b| b.score.total_cmp(&a.score));
+    let mut seen = std::collections::HashSet::new();
+    v.retain(|x| seen.insert(subject(x.owner, x.finding)));
+    v
 }
 
 /// An experiment that ran and whose premises held.
@@ -49,7 +152,11 @@ fn reference(id: &str, name: &str) -> String {
 }
 
 fn finding(text: String, from: Vec<String>) -> Finding {
-    Finding { text, from }
+    Finding {
+        text,
+        from,
+        salience: None,
+    }
 }
 
 /// Ratio a/b with the two medians, e.g. "3.20x (1.6 us vs 500.0 ns)".
@@ -79,168 +186,6 @@ pub fn ratio_num(r: f64) -> String {
     } else {
         format!("{r:.2}")
     }
-}
-
-/// A (data or unified) cache from the machine facts.
-#[derive(Debug, Clone)]
-pub struct CacheFact {
-    pub level: u64,
-    pub kind: String,
-    pub size_bytes: f64,
-}
-
-impl CacheFact {
-    pub fn label(&self) -> String {
-        let k = if self.kind.eq_ignore_ascii_case("data") {
-            "d"
-        } else {
-            ""
-        };
-        format!("L{}{k}", self.level)
-    }
-}
-
-/// Data and unified caches listed in `machine.cpu.caches`, by level.
-pub fn sysfs_caches(r: &RunResults) -> Vec<CacheFact> {
-    let mut v: Vec<CacheFact> = r
-        .machine
-        .pointer("/cpu/caches")
-        .and_then(|c| c.as_array())
-        .map(|a| {
-            a.iter()
-                .filter_map(|c| {
-                    let kind = c.get("kind").and_then(|k| k.as_str()).unwrap_or("");
-                    let size = c.get("size_bytes").and_then(|s| s.as_f64())?;
-                    (!kind.eq_ignore_ascii_case("instruction") && size > 0.0).then(|| CacheFact {
-                        level: c.get("level").and_then(|l| l.as_u64()).unwrap_or(0),
-                        kind: kind.to_string(),
-                        size_bytes: size,
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort_by_key(|c| (c.level, c.size_bytes as u64));
-    v.dedup_by(|a, b| a.level == b.level && a.size_bytes == b.size_bytes);
-    v
-}
-
-/// A flat stretch of a latency curve.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Plateau {
-    pub first_size: f64,
-    pub last_size: f64,
-    pub latency: f64,
-}
-
-/// Splits a latency-vs-size curve into plateaus: a plateau goes on while points stay
-/// within 25% of its first latency; a climb goes on while each point is 12% above the one
-/// before. A plateau needs two points, except the last one (memory may be reached only
-/// at the largest size).
-pub fn plateaus(points: &[[f64; 2]]) -> Vec<Plateau> {
-    let mut p: Vec<[f64; 2]> = points
-        .iter()
-        .copied()
-        .filter(|q| q[0] > 0.0 && q[1].is_finite() && q[1] > 0.0)
-        .collect();
-    p.sort_by(|a, b| a[0].total_cmp(&b[0]));
-    let mut out = Vec::new();
-    let n = p.len();
-    let mut i = 0;
-    while i < n {
-        let base = p[i][1];
-        let mut j = i;
-        while j + 1 < n && p[j + 1][1] <= base * 1.25 {
-            j += 1;
-        }
-        if j > i || j + 1 == n {
-            let ys: Vec<f64> = p[i..=j].iter().map(|q| q[1]).collect();
-            out.push(Plateau {
-                first_size: p[i][0],
-                last_size: p[j][0],
-                latency: crate::stats::median(&ys),
-            });
-        }
-        let mut k = j + 1;
-        while k + 1 < n && p[k + 1][1] > p[k][1] * 1.12 {
-            k += 1;
-        }
-        i = k.max(j + 1);
-    }
-    out
-}
-
-fn latency_curve(e: &ExperimentResult) -> Option<&Series> {
-    e.series
-        .iter()
-        .find(|s| s.name == "random" && !s.points.is_empty())
-        .or_else(|| {
-            e.series
-                .iter()
-                .find(|s| s.x_unit == "bytes" && s.y_unit == "ns" && !s.points.is_empty())
-        })
-}
-
-fn cache_levels(r: &RunResults, out: &mut Vec<Finding>) {
-    let Some(e) = ok(r, "mem.latency") else {
-        return;
-    };
-    let Some(curve) = latency_curve(e) else {
-        return;
-    };
-    let pl = plateaus(&curve.points);
-    if pl.is_empty() {
-        return;
-    }
-    let caches = sysfs_caches(r);
-    let levels: Vec<String> = pl
-        .iter()
-        .map(|p| {
-            format!(
-                "{} up to {}",
-                fmt_value(p.latency, "ns"),
-                fmt_bytes(p.last_size)
-            )
-        })
-        .collect();
-    let mut text = format!(
-        "The memory latency curve has {} plateau{}: {}.",
-        pl.len(),
-        if pl.len() == 1 { "" } else { "s" },
-        levels.join(", ")
-    );
-    // A transition is where a plateau ends and latency starts to climb.
-    let transitions: Vec<f64> = pl[..pl.len() - 1].iter().map(|p| p.last_size).collect();
-    if caches.is_empty() {
-        text.push_str(" The machine facts list no cache sizes to compare with.");
-    } else {
-        let mut parts = Vec::new();
-        for c in &caches {
-            let near = transitions
-                .iter()
-                .map(|t| (t, (t / c.size_bytes).log2().abs()))
-                .min_by(|a, b| a.1.total_cmp(&b.1));
-            parts.push(match near {
-                Some((t, d)) if d <= 1.0 => format!(
-                    "{} {}: transition after {} (matches)",
-                    c.label(),
-                    fmt_bytes(c.size_bytes),
-                    fmt_bytes(*t)
-                ),
-                _ => format!(
-                    "{} {}: no transition within 2x",
-                    c.label(),
-                    fmt_bytes(c.size_bytes)
-                ),
-            });
-        }
-        text.push_str(&format!(" Against sysfs: {}.", parts.join("; ")));
-    }
-    let mut from = vec![reference("mem.latency", &curve.name)];
-    if !caches.is_empty() {
-        from.push("machine/cpu.caches".into());
-    }
-    out.push(finding(text, from));
 }
 
 fn switch_and_creation(r: &RunResults, out: &mut Vec<Finding>) {
@@ -307,19 +252,6 @@ fn page_fault_vs_dram(r: &RunResults, out: &mut Vec<Finding>) {
             fmt_value(m.summary.median, "ns"),
             reference("mem.latency", "dram"),
         )
-    });
-    // Without a named DRAM level, the largest size of the latency curve stands in.
-    let dram = dram.or_else(|| {
-        let e = ok(r, "mem.latency")?;
-        let c = latency_curve(e)?;
-        let last = c.points.iter().max_by(|a, b| a[0].total_cmp(&b[0]))?;
-        (last[1] > 0.0).then(|| {
-            (
-                last[1],
-                format!("{} at {}", fmt_value(last[1], "ns"), fmt_bytes(last[0])),
-                reference("mem.latency", &c.name),
-            )
-        })
     });
     let Some((dram_ns, dram_txt, dram_ref)) = dram else {
         return;
@@ -449,21 +381,6 @@ fn cached_vs_uncached(r: &RunResults, out: &mut Vec<Finding>) {
     }
 }
 
-/// The smallest x whose y reaches `frac` of the largest y: where growing x stops paying.
-pub fn knee(points: &[[f64; 2]], frac: f64) -> Option<([f64; 2], f64)> {
-    let mut p: Vec<[f64; 2]> = points
-        .iter()
-        .copied()
-        .filter(|q| q[0].is_finite() && q[1].is_finite())
-        .collect();
-    p.sort_by(|a, b| a[0].total_cmp(&b[0]));
-    let max = p.iter().map(|q| q[1]).fold(f64::NEG_INFINITY, f64::max);
-    if p.len() < 3 || max <= 0.0 {
-        return None;
-    }
-    p.iter().find(|q| q[1] >= frac * max).map(|q| (*q, max))
-}
-
 fn block_size_knee(r: &RunResults, out: &mut Vec<Finding>) {
     for e in r.experiments.iter().filter(|e| e.status == Status::Ok) {
         for s in e
@@ -488,193 +405,75 @@ fn block_size_knee(r: &RunResults, out: &mut Vec<Finding>) {
     }
 }
 
-/// A one- or two-segment least-squares model of y against x.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PiecewiseFit {
-    /// Where the second segment starts, when two segments fit much better than one.
-    pub bend: Option<f64>,
-    /// (intercept, slope) per segment.
-    pub segments: Vec<(f64, f64)>,
-}
-
-impl PiecewiseFit {
-    pub fn eval(&self, x: f64) -> f64 {
-        let (a, b) = match (self.bend, self.segments.as_slice()) {
-            (Some(k), [_, s2]) if x >= k => *s2,
-            (_, [s1, ..]) => *s1,
-            _ => (f64::NAN, f64::NAN),
-        };
-        a + b * x
-    }
-}
-
-fn sse(points: &[(f64, f64)], (a, b): (f64, f64)) -> f64 {
-    points.iter().map(|(x, y)| (y - a - b * x).powi(2)).sum()
-}
-
-/// One line, or two when splitting at some point (each side at least 3 points, the
-/// split point shared) cuts the squared error by more than half.
-pub fn piecewise_fit(points: &[[f64; 2]]) -> Option<PiecewiseFit> {
-    let mut p: Vec<(f64, f64)> = points
-        .iter()
-        .filter(|q| q[0].is_finite() && q[1].is_finite())
-        .map(|q| (q[0], q[1]))
-        .collect();
-    p.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let one = crate::stats::linear_fit(&p)?;
-    let e1 = sse(&p, one);
-    // (squared error, split index, left line, right line)
-    type Split = (f64, usize, (f64, f64), (f64, f64));
-    let mut best: Option<Split> = None;
-    for k in 2..p.len().saturating_sub(2) {
-        let (Some(l), Some(rr)) = (
-            crate::stats::linear_fit(&p[..=k]),
-            crate::stats::linear_fit(&p[k..]),
-        ) else {
-            continue;
-        };
-        let e = sse(&p[..=k], l) + sse(&p[k + 1..], rr);
-        if best.as_ref().map_or(true, |b| e < b.0) {
-            best = Some((e, k, l, rr));
-        }
-    }
-    match best {
-        Some((e, k, l, rr)) if e < 0.5 * e1 && e1 > 0.0 => Some(PiecewiseFit {
-            bend: Some(p[k].0),
-            segments: vec![l, rr],
-        }),
-        _ => Some(PiecewiseFit {
-            bend: None,
-            segments: vec![one],
-        }),
-    }
-}
-
-/// Series of a contention experiment that are measurements (not the experiment's own model).
-pub fn is_model_series(s: &Series) -> bool {
-    let n = s.name.to_ascii_lowercase();
-    n.contains("model") || n.contains("fit") || n.contains("predict")
-}
-
-fn contention_model(r: &RunResults, out: &mut Vec<Finding>) {
-    let Some(e) = ok(r, "fs.contention") else {
-        return;
-    };
-    for s in e
-        .series
-        .iter()
-        .filter(|s| s.x_unit != "bytes" && !is_model_series(s) && s.points.len() >= 3)
-    {
-        let Some(fit) = piecewise_fit(&s.points) else {
-            continue;
-        };
-        let y1 = s
-            .points
-            .iter()
-            .min_by(|a, b| a[0].total_cmp(&b[0]))
-            .map(|p| p[1])
-            .unwrap_or(f64::NAN);
-        let per = |b: f64| {
-            format!(
-                "{} per added {}",
-                fmt_value(b, &s.y_unit),
-                unit_noun(&s.x_unit)
-            )
-        };
-        let text = match (fit.bend, fit.segments.as_slice()) {
-            (Some(k), [l, rr]) => format!(
-                "fs.contention {}: {} at the smallest P; two regimes: {} up to P = {k}, then {}.",
-                s.name,
-                fmt_value(y1, &s.y_unit),
-                per(l.1),
-                per(rr.1)
-            ),
-            (_, [l, ..]) => format!(
-                "fs.contention {}: {} at the smallest P, growing linearly by {}.",
-                s.name,
-                fmt_value(y1, &s.y_unit),
-                per(l.1)
-            ),
-            _ => continue,
-        };
-        out.push(finding(text, vec![reference("fs.contention", &s.name)]));
-    }
-}
-
-fn unit_noun(u: &str) -> String {
-    match u {
-        "" | "P" | "processes" | "procs" => "process".into(),
-        "threads" => "thread".into(),
-        other => other.trim_end_matches('s').into(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn plateaus_of_a_three_level_curve() {
-        let mut pts = Vec::new();
-        let mut s = 1024.0;
-        while s <= 256.0 * 1024.0 * 1024.0 {
-            let y = if s <= 32768.0 {
-                1.2
-            } else if s <= 65536.0 {
-                2.5
-            } else if s <= 1048576.0 {
-                4.0
-            } else if s <= 4.0 * 1048576.0 {
-                20.0
-            } else {
-                90.0
-            };
-            pts.push([s, y]);
-            s *= 2.0;
+    fn m(name: &str, unit: &str, median: f64) -> serde_json::Value {
+        serde_json::json!({"name": name, "unit": unit, "summary": {"n": 3, "median": median,
+            "mean": median, "stddev": 0.0, "min": median, "max": median,
+            "ci95": [median, median], "cov": 0.0, "outliers": 0}})
+    }
+
+    fn doc(exps: serde_json::Value) -> RunResults {
+        let mut d = serde_json::json!({"schema_version": 1,
+            "tool": {"name": "osmeter", "version": "0"}, "started_at": "", "duration_s": 1.0,
+            "config": {}, "machine": {}, "experiments": exps});
+        for e in d["experiments"].as_array_mut().unwrap() {
+            e["area"] = e["id"].as_str().unwrap().split('.').next().unwrap().into();
+            e["title"] = "t".into();
+            e["duration_s"] = 1.0.into();
+            if e.get("status").is_none() {
+                e["status"] = "ok".into();
+            }
         }
-        let p = plateaus(&pts);
-        // 1.2 ns, (one point at 2.5 ns is a climb), 4 ns, 20 ns, 90 ns.
-        assert_eq!(p.len(), 4, "{p:?}");
-        assert_eq!(p[0].last_size, 32768.0);
-        assert_eq!(p[1].last_size, 1048576.0);
-        assert_eq!(p[2].last_size, 4.0 * 1048576.0);
-        assert_eq!(p[3].latency, 90.0);
+        serde_json::from_value(d).unwrap()
     }
 
     #[test]
-    fn knee_finds_the_flat_part() {
-        let pts: Vec<[f64; 2]> = (0..12)
-            .map(|i| {
-                let x = 2f64.powi(i);
-                [x, (x * 100.0).min(64.0 * 100.0)]
-            })
-            .collect();
-        let (k, max) = knee(&pts, 0.9).unwrap();
-        assert_eq!(k[0], 64.0);
-        assert_eq!(max, 6400.0);
-        assert!(knee(&[], 0.9).is_none());
+    fn ranking_puts_far_ratios_and_salient_findings_first_and_says_each_subject_once() {
+        let r = doc(serde_json::json!([
+            {"id": "cpu.thread-switch",
+             "metrics": [m("rt_cross", "ns", 15.0), m("rt_same", "ns", 7.0)],
+             "findings": [{"text": "thread cross-CPU 2.1x", "from": ["rt_cross", "rt_same"]}]},
+            {"id": "cpu.process-switch",
+             "metrics": [m("rt_cross", "ns", 78.0), m("rt_same", "ns", 14.0),
+                         m("switch", "ns", 5.0)],
+             "findings": [
+                {"text": "process cross-CPU 5.7x", "from": ["rt_cross", "rt_same"]},
+                {"text": "process vs thread", "from": ["switch", "cpu.syscall/getppid"]}]},
+            {"id": "cpu.syscall", "metrics": [m("getppid", "ns", 195.0)],
+             "findings": [{"text": "one metric", "from": ["getppid"]}]},
+            {"id": "mem.latency", "metrics": [m("l3", "ns", 15.0)],
+             "findings": [{"text": "l3 0.12x sysfs", "from": ["l3"], "salience": 2.12}]},
+            {"id": "net.rtt", "status": "invalid", "metrics": [m("a", "ns", 1.0), m("b", "ns", 1e3)],
+             "findings": [{"text": "from an invalid experiment", "from": ["a", "b"]}]}
+        ]));
+        let texts: Vec<&str> = ranked(&r).iter().map(|x| x.finding.text.as_str()).collect();
+        // process vs syscall: ln(195/5) = 3.7; l3: 2.12; cross-CPU: ln(78/14) = 1.7 beats
+        // ln(15/7) = 0.76, and the thread one is the same subject; one metric: 0.
+        assert_eq!(
+            texts,
+            [
+                "process vs thread",
+                "l3 0.12x sysfs",
+                "process cross-CPU 5.7x",
+                "one metric"
+            ]
+        );
     }
 
     #[test]
-    fn piecewise_finds_a_bend() {
-        let pts: Vec<[f64; 2]> = (1..=10)
-            .map(|p| {
-                let p = p as f64;
-                [
-                    p,
-                    if p <= 4.0 {
-                        100.0 + 2.0 * p
-                    } else {
-                        108.0 + 50.0 * (p - 4.0)
-                    },
-                ]
-            })
-            .collect();
-        let f = piecewise_fit(&pts).unwrap();
-        assert_eq!(f.bend, Some(4.0));
-        assert!((f.segments[1].1 - 50.0).abs() < 1e-6);
-        let line: Vec<[f64; 2]> = (1..=6).map(|p| [p as f64, 3.0 * p as f64]).collect();
-        assert_eq!(piecewise_fit(&line).unwrap().bend, None);
-        assert!(piecewise_fit(&[[1.0, 1.0]]).is_none());
+    fn a_cross_finding_an_experiment_already_states_is_dropped() {
+        let r = doc(serde_json::json!([
+            {"id": "cpu.thread-switch", "metrics": [m("switch", "ns", 1.3)]},
+            {"id": "cpu.process-switch", "metrics": [m("switch", "ns", 5.1)],
+             "findings": [{"text": "own", "from": ["switch", "cpu.thread-switch/switch"]}]},
+            {"id": "cpu.syscall", "metrics": [m("getppid", "ns", 195.0)]},
+            {"id": "cpu.call", "metrics": [m("args_0", "ns", 1.2)]}
+        ]));
+        let f = compute(&r);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].text.contains("procedure call"), "{f:?}");
     }
 }

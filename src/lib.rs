@@ -4,6 +4,7 @@
 //! experiments on the shared `harness` and `clock`, `results` is the document they
 //! produce, and `report` renders it.
 
+pub mod analysis;
 pub mod clock;
 pub mod compare;
 pub mod experiments;

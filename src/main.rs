@@ -21,6 +21,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the suite (or a selection) and write a results folder.
+    #[command(after_help = RUN_EXAMPLES)]
     Run(RunArgs),
     /// List every experiment with its needs and cost per profile.
     List {
@@ -61,6 +62,7 @@ enum Cmd {
         json: bool,
     },
     /// Compare runs side by side (the first is the baseline): results files, folders or history ids.
+    #[command(after_help = COMPARE_EXAMPLES)]
     Compare {
         /// Two or more runs: results.json paths, results folders or history ids.
         #[arg(required = true, num_args = 2..)]
@@ -77,12 +79,25 @@ enum Cmd {
         html: Option<PathBuf>,
     },
     /// The block-size I/O toolkit: write, read, calibrate, sweep, syscalls, xor.
+    #[command(after_help = IO_EXAMPLES)]
     Io {
         #[command(subcommand)]
         cmd: osmeter::io::IoCmd,
     },
     /// Run the peer that network experiments talk to (binds 127.0.0.1 unless --bind).
     Serve(osmeter::peer::ServeArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    #[command(
+        after_help = "Examples:\n  osmeter completions bash > /etc/bash_completion.d/osmeter\n  osmeter completions zsh > \"${fpath[1]}/_osmeter\"\n  osmeter completions fish > ~/.config/fish/completions/osmeter.fish"
+    )]
+    Completions {
+        /// The shell to write completions for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) on stdout.
+    #[command(after_help = "Example:\n  osmeter man > /usr/local/share/man/man1/osmeter.1")]
+    Man,
 }
 
 #[derive(Subcommand)]
@@ -94,6 +109,28 @@ enum HistoryCmd {
         paths: Vec<PathBuf>,
     },
 }
+
+const RUN_EXAMPLES: &str = "Examples:
+  osmeter run                                the quick profile, table and results folder
+  osmeter run --profile smoke                a 15 s check that everything works
+  osmeter run --only 'mem.*' --profile standard
+  osmeter run --skip fs.contention --scratch-dir /mnt/disk
+  osmeter run --peer otherhost:7878 --only 'net.*'
+  osmeter run --json --quiet > results.json";
+
+const IO_EXAMPLES: &str = "Examples:
+  osmeter io write big.dat -b 1M -c 1024     a 1 GiB file of pseudo-random data
+  osmeter io read big.dat -b 64K --cold      read it back uncached (evicted first)
+  osmeter io calibrate big.dat -b 4K         the block count whose cold read takes 5-15 s
+  osmeter io sweep big.dat                   MiB/s against block size, cold and warm
+  osmeter io syscalls big.dat                read(1 byte) and lseek per call
+  osmeter io xor big.dat                     the fast whole-file XOR reader
+See `osmeter io SUBCOMMAND --help` for each tool's options.";
+
+const COMPARE_EXAMPLES: &str = "Examples:
+  osmeter compare 3 7                        two runs from `osmeter history`
+  osmeter compare before/results.json after/ a file and a folder
+  osmeter compare 3 7 9 --min-diff 10 --json";
 
 #[derive(clap::Args)]
 struct RunArgs {
@@ -195,6 +232,12 @@ fn main() -> ExitCode {
         } => osmeter::report::cli::compare(&runs, min_diff, json, html.as_deref()),
         Cmd::Io { cmd } => osmeter::io::main(cmd),
         Cmd::Serve(a) => osmeter::peer::serve_main(a),
+        Cmd::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "osmeter", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Cmd::Man => cmd_man(),
     }
 }
 
@@ -257,6 +300,35 @@ fn cmd_run(a: RunArgs) -> ExitCode {
             })
         }
     }
+}
+
+/// The man page: the top-level command, then each subcommand as its own section.
+fn cmd_man() -> ExitCode {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let mut out = Vec::new();
+    let man = clap_mangen::Man::new(cmd.clone());
+    let mut ok = man.render(&mut out).is_ok();
+    for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+        let mut page = Vec::new();
+        // Each subcommand as a section of the one page, headed by its name.
+        let named = sub
+            .clone()
+            .display_name(format!("osmeter-{}", sub.get_name()))
+            .bin_name(format!("osmeter {}", sub.get_name()));
+        let m = clap_mangen::Man::new(named);
+        page.extend(format!(".SH \"OSMETER {}\"\n", sub.get_name().to_uppercase()).bytes());
+        ok &= m.render_synopsis_section(&mut page).is_ok()
+            && m.render_description_section(&mut page).is_ok()
+            && m.render_options_section(&mut page).is_ok()
+            && m.render_extra_section(&mut page).is_ok();
+        out.extend(page);
+    }
+    use std::io::Write;
+    if !ok || std::io::stdout().write_all(&out).is_err() {
+        eprintln!("osmeter: error: could not write the man page");
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
 }
 
 fn cmd_list(json: bool) -> ExitCode {

@@ -254,6 +254,10 @@ impl Check {
 pub struct Finding {
     pub text: String,
     pub from: Vec<String>,
+    /// How surprising the finding is when no two-metric ratio says it (e.g. |ln| of a
+    /// detected cache size over the sysfs one); see `findings::score`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub salience: Option<f64>,
 }
 
 impl Finding {
@@ -261,6 +265,7 @@ impl Finding {
         Finding {
             text: text.into(),
             from: from.iter().map(|s| s.to_string()).collect(),
+            salience: None,
         }
     }
 }

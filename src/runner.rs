@@ -161,7 +161,9 @@ impl Progress {
     }
     fn line(&self, msg: &str) {
         if let Some(b) = &self.bar {
-            b.println(msg);
+            // On a terminal, lines fit its width like the summary does.
+            let w = crate::report::terminal::terminal_width() as usize;
+            b.println(crate::report::terminal::wrap(msg, w, "", "    ").trim_end());
         } else if self.plain {
             eprintln!("{msg}");
         }

@@ -237,3 +237,57 @@ fn quiet_run_prints_nothing_and_table_run_prints_the_table() {
     // Not a terminal: plain progress lines on stderr.
     assert!(String::from_utf8_lossy(&out.stderr).contains("[1/1] cpu.loop ok"));
 }
+
+#[test]
+fn completions_for_bash_and_zsh_name_every_subcommand() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = osmeter().args(["completions", shell]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{shell}");
+        let s = String::from_utf8_lossy(&out.stdout);
+        for sub in ["run", "compare", "io", "report", "completions", "man"] {
+            assert!(s.contains(sub), "{shell} completions lack {sub}");
+        }
+    }
+    let bash = osmeter().args(["completions", "bash"]).output().unwrap();
+    let s = String::from_utf8_lossy(&bash.stdout);
+    assert!(s.contains("complete -F"), "not a bash completion script");
+    assert!(s.contains("--profile"), "run's options are missing");
+}
+
+#[test]
+fn bad_shell_is_one_line_and_exit_2() {
+    let e = usage_error(&["completions", "cmd.exe"]);
+    assert!(e.contains("cmd.exe"), "{e}");
+}
+
+#[test]
+fn man_page_is_roff_with_every_subcommand() {
+    let out = osmeter().arg("man").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        s.starts_with(".ie") || s.contains(".TH osmeter"),
+        "not roff: {s:.200}"
+    );
+    for sub in [
+        "OSMETER RUN",
+        "OSMETER COMPARE",
+        "OSMETER IO",
+        "\\-\\-profile",
+    ] {
+        assert!(s.contains(sub), "man page lacks {sub}");
+    }
+}
+
+#[test]
+fn help_of_run_io_and_compare_has_examples() {
+    for sub in ["run", "io", "compare"] {
+        let out = osmeter().args([sub, "--help"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        let s = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            s.contains("Examples:") && s.contains(&format!("osmeter {sub} ")),
+            "{sub} --help: {s}"
+        );
+    }
+}

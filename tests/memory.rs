@@ -1,5 +1,7 @@
 //! Memory experiments: physical plausibility and relations, never exact timings.
 
+mod common;
+
 use assert_cmd::Command;
 use osmeter::experiments::memory::{cycle_length, sattolo, Rng};
 use proptest::prelude::*;
@@ -158,7 +160,10 @@ fn major_faults_are_counted() {
 fn page_faults_on_tmpfs_are_refused() {
     let shm = std::path::Path::new("/dev/shm");
     if !shm.is_dir() || !osmeter::scratch::fs_info(shm).is_ok_and(|f| f.memory_backed) {
-        return; // no tmpfs here to try
+        return common::skip(
+            "page_faults_on_tmpfs_are_refused",
+            "/dev/shm is not a memory-backed file system here",
+        );
     }
     let r = run("mem.pagefault", &["--scratch-dir", "/dev/shm"]);
     let e = experiment(&r, "mem.pagefault");

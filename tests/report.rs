@@ -608,9 +608,12 @@ fn a_full_synthetic_report_has_every_plot_and_finding_and_renders_fast() {
     assert!(svg("plot-fs-read-time-per-block-vs-file-size.svg").contains("cached seq"));
     assert!(svg("plot-fs-block-sweep-throughput-vs-block-size.svg").contains("block size"));
     assert!(svg("plot-mem-bandwidth-throughput-vs-threads.svg").contains("theoretical peak"));
+    // Cache levels and the contention fit are stated by mem.latency and fs.contention
+    // themselves (the synthetic document has no experiment findings), never re-derived.
+    for gone in ["plateaus", "transition after", "two regimes"] {
+        assert!(!html.contains(gone), "re-derived finding: {gone}");
+    }
     for want in [
-        "plateaus",
-        "L1d 48.0 KiB: transition after",
         "process context switch costs 1.27x",
         "fork + exit + wait costs 6.00x",
         "procedure call without arguments",
@@ -618,7 +621,6 @@ fn a_full_synthetic_report_has_every_plot_and_finding_and_renders_fast() {
         "remote tcp",
         "uncached seq takes",
         "throughput stops improving at",
-        "two regimes",
         "bandwidth: ",
         "no --remote-dir given",
         "premise failed: echo replies",
@@ -642,4 +644,138 @@ fn a_full_synthetic_report_has_every_plot_and_finding_and_renders_fast() {
         let problems = page_problems(&log);
         assert!(problems.is_empty(), "{problems:#?}");
     }
+}
+
+/// Every `experiment/name` a finding cites, with bare names belonging to its experiment.
+fn unresolved_references(doc: &Value) -> Vec<String> {
+    let exps = doc["experiments"].as_array().cloned().unwrap_or_default();
+    let emits = |id: &str, name: &str| {
+        exps.iter().any(|e| {
+            e["id"] == id
+                && ["metrics", "series"].iter().any(|k| {
+                    e[*k]
+                        .as_array()
+                        .is_some_and(|a| a.iter().any(|m| m["name"] == name))
+                })
+        })
+    };
+    let mut bad = Vec::new();
+    let mut check = |owner: Option<&str>, f: &Value| {
+        for r in f["from"].as_array().into_iter().flatten() {
+            let r = r.as_str().unwrap_or("");
+            let (id, name) = match (r.rsplit_once('/'), owner) {
+                (Some((i, n)), _) => (i.to_string(), n.to_string()),
+                (None, Some(o)) => (o.to_string(), r.to_string()),
+                (None, None) => (String::new(), r.to_string()),
+            };
+            if id != "machine" && !emits(&id, &name) {
+                bad.push(format!("{id}/{name}: {}", f["text"]));
+            }
+        }
+    };
+    for e in &exps {
+        for f in e["findings"].as_array().into_iter().flatten() {
+            check(e["id"].as_str(), f);
+        }
+    }
+    for f in doc["findings"].as_array().into_iter().flatten() {
+        check(None, f);
+    }
+    bad
+}
+
+#[test]
+fn smoke_run_on_a_100_column_terminal_fits_and_shows_at_most_12_findings() {
+    let test = "smoke_run_on_a_100_column_terminal_fits_and_shows_at_most_12_findings";
+    if !Path::new("/usr/bin/script").exists() {
+        return common::skip(
+            test,
+            "/usr/bin/script (util-linux) is absent: no pseudo-terminal",
+        );
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let bin = assert_cmd::cargo::cargo_bin("osmeter");
+    // A real pseudo-terminal 100 columns wide; COLUMNS unset so the width comes from it.
+    let cmd = format!(
+        "stty cols 100 rows 50; {} run --profile smoke --no-history --out {}",
+        bin.display(),
+        out.display()
+    );
+    let o = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env_remove("COLUMNS")
+        .env("OSMETER_HISTORY_DB", tmp.path().join("h.sqlite"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    // Progress lines are redrawn with \r and escape sequences; only what stays counts.
+    let ansi = |l: &str| {
+        let mut s = String::new();
+        let mut esc = false;
+        for c in l.chars() {
+            match (esc, c) {
+                (false, '\u{1b}') => esc = true,
+                (true, c) if c.is_ascii_alphabetic() => esc = false,
+                (true, _) => {}
+                (false, c) => s.push(c),
+            }
+        }
+        s
+    };
+    let lines: Vec<String> = text
+        .split('\n')
+        .map(|l| ansi(l.rsplit('\r').find(|p| !p.is_empty()).unwrap_or("")))
+        .collect();
+    let widest = lines.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+    assert!(
+        widest <= 100,
+        "a line of {widest} columns:\n{}",
+        lines
+            .iter()
+            .filter(|l| l.chars().count() > 100)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("experiment / metric")),
+        "{text}"
+    );
+    let start = lines.iter().position(|l| l.starts_with("findings"));
+    let findings: Vec<&String> = start
+        .map(|s| {
+            lines[s + 1..]
+                .iter()
+                .take_while(|l| l.starts_with("  "))
+                .filter(|l| l.starts_with("  - "))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(findings.len() <= 12, "{} findings", findings.len());
+    let mut uniq = findings.clone();
+    uniq.sort();
+    uniq.dedup();
+    assert_eq!(uniq.len(), findings.len(), "a finding is repeated");
+    // Findings cite only metrics and series the run emitted.
+    let doc: Value = serde_json::from_str(
+        &std::fs::read_to_string(results_folder(&out).join("results.json")).unwrap(),
+    )
+    .unwrap();
+    let bad = unresolved_references(&doc);
+    assert!(
+        bad.is_empty(),
+        "findings cite what no experiment emits: {bad:#?}"
+    );
+}
+
+#[test]
+fn a_finding_citing_a_renamed_metric_is_caught() {
+    let doc = json!({"experiments": [
+        {"id": "cpu.syscall", "metrics": [{"name": "getppid"}], "series": [],
+         "findings": [{"text": "t", "from": ["getppid", "cpu.call/args_0"]}]},
+        {"id": "cpu.call", "metrics": [{"name": "args_zero"}], "series": []}],
+        "findings": [{"text": "x", "from": ["cpu.syscall/getppid"]}]});
+    assert_eq!(unresolved_references(&doc).len(), 1);
 }

@@ -358,6 +358,13 @@ impl Outcome {
     pub fn finding(&mut self, text: impl Into<String>, from: &[&str]) {
         self.findings.push(Finding::new(text, from));
     }
+
+    /// A finding whose weight is not a ratio of two of its metrics (see `findings::score`).
+    pub fn finding_salient(&mut self, text: impl Into<String>, from: &[&str], salience: f64) {
+        let mut f = Finding::new(text, from);
+        f.salience = salience.is_finite().then_some(salience.abs());
+        self.findings.push(f);
+    }
 }
 
 /// One experiment.

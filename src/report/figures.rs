@@ -3,7 +3,7 @@
 //! by id that fall back to the generic plot when their data is absent.
 
 use super::plot::{Line, Marker, Plot};
-use crate::findings::{is_model_series, piecewise_fit, sysfs_caches};
+use crate::analysis::{fit, is_model_series, sysfs_caches};
 use crate::results::{ExperimentResult, RunResults, Series};
 use crate::units::fmt_bytes;
 
@@ -190,7 +190,9 @@ fn series_plots(r: &RunResults, e: &ExperimentResult) -> Vec<Figure> {
                 if !g.iter().any(|s| is_model_series(s)) {
                     let one = g.len() == 1;
                     for s in &g {
-                        if let Some(fit) = piecewise_fit(&s.points) {
+                        let pts: Vec<(f64, f64)> = s.points.iter().map(|p| (p[0], p[1])).collect();
+                        // The same fit fs.contention reports as its model.
+                        if let Some(fit) = fit(&pts) {
                             let mut xs: Vec<f64> = s.points.iter().map(|p| p[0]).collect();
                             xs.sort_by(f64::total_cmp);
                             p.lines.push(Line {

@@ -1,11 +1,86 @@
-//! The summary table printed at the end of a run.
+//! The summary printed at the end of a run, fitted to the terminal's width: the table,
+//! then skip and invalid reasons, then the findings that matter most. The long forms
+//! (both bandwidth units, every finding) are in report.md and report.html.
 
 use crate::results::{RunResults, Status};
 use crate::units::fmt_value;
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, ContentArrangement, Table};
+use comfy_table::{
+    presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, ColumnConstraint, ContentArrangement, Table,
+    Width,
+};
+
+/// Width used when neither COLUMNS nor a terminal on stdout gives one (pipes, logs).
+pub const DEFAULT_WIDTH: u16 = 100;
+/// Narrower than this, the table cannot be laid out legibly; it is allowed to overflow.
+const MIN_WIDTH: u16 = 40;
+/// Findings shown on the terminal; the rest are in the report.
+pub const MAX_FINDINGS: usize = 12;
+
+/// COLUMNS when set (as `ls` does), else the width of the terminal on stdout, else 100.
+pub fn terminal_width() -> u16 {
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<u16>().ok())
+        .filter(|w| *w > 0)
+        .or_else(|| Table::new().width())
+        .unwrap_or(DEFAULT_WIDTH)
+        .max(MIN_WIDTH)
+}
+
+/// Words of `text` in lines of at most `width` columns, the first after `first`, the rest
+/// after `indent`; a word longer than a line gets a line of its own.
+pub fn wrap(text: &str, width: usize, first: &str, indent: &str) -> String {
+    let mut out = String::new();
+    let mut line = first.to_string();
+    let mut empty = true;
+    for w in text.split_whitespace() {
+        let len = line.chars().count();
+        if !empty && len + 1 + w.chars().count() > width {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            line = indent.to_string();
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+        }
+        line.push_str(w);
+        empty = false;
+    }
+    out.push_str(line.trim_end());
+    out.push('\n');
+    out
+}
+
+/// A value for a table cell: one unit only (the report carries GiB/s beside GB/s).
+fn cell_value(v: f64, unit: &str) -> String {
+    if unit == "bytes/s" && v.is_finite() {
+        format!("{:.2} GB/s", v / 1e9)
+    } else {
+        fmt_value(v, unit)
+    }
+}
 
 /// Ratio beyond which a prediction is flagged as off.
 pub const FLAG_RATIO: f64 = 2.0;
+
+/// A confidence interval with its unit once when both ends share it: "1.23 .. 1.25 ns".
+fn interval(ci: [f64; 2], unit: &str) -> String {
+    let (lo, hi) = (cell_value(ci[0], unit), cell_value(ci[1], unit));
+    match (lo.rsplit_once(' '), hi.rsplit_once(' ')) {
+        (Some((l, lu)), Some((h, hu))) if lu == hu => format!("{l} .. {h} {hu}"),
+        _ => format!("{lo} .. {hi}"),
+    }
+}
+
+/// Core cycles: one decimal below 1000, whole numbers above (the digits are noise).
+fn cycles_text(c: f64) -> String {
+    if c.abs() >= 1000.0 {
+        format!("{c:.0}")
+    } else {
+        format!("{c:.1}")
+    }
+}
 
 /// Measured/predicted ratio with a flag when it is beyond 2x either way.
 pub fn ratio_text(measured: f64, predicted: f64) -> String {
@@ -21,7 +96,10 @@ pub fn ratio_text(measured: f64, predicted: f64) -> String {
     format!("{r:.2}{flag}")
 }
 
+/// The summary, `width` columns wide at most (None: `terminal_width()`).
 pub fn render(r: &RunResults, width: Option<u16>) -> String {
+    let width = width.unwrap_or_else(terminal_width).max(MIN_WIDTH);
+    let wd = width as usize;
     let mut s = String::new();
     let m = &r.machine;
     let get = |p: &str| {
@@ -30,7 +108,8 @@ pub fn render(r: &RunResults, width: Option<u16>) -> String {
             .unwrap_or("?")
             .to_string()
     };
-    s.push_str(&format!(
+    let mut head = String::new();
+    head.push_str(&format!(
         "osmeter {} on {} ({}), profile {}, {:.1} s\n",
         r.tool.version,
         get("/hostname"),
@@ -47,7 +126,7 @@ pub fn render(r: &RunResults, width: Option<u16>) -> String {
             .and_then(|v| v.as_f64())
             .unwrap_or(0.0);
         let core = m.pointer("/cpu/core_clock_hz").and_then(|v| v.as_f64());
-        s.push_str(&format!(
+        head.push_str(&format!(
             "clock: {} at {:.1} MHz ({}); effective core clock {}; cycles below are core cycles\n",
             c.get("counter").and_then(|v| v.as_str()).unwrap_or("?"),
             hz / 1e6,
@@ -58,64 +137,56 @@ pub fn render(r: &RunResults, width: Option<u16>) -> String {
                 .unwrap_or_else(|| "unknown".into())
         ));
     }
+    for l in head.lines() {
+        s.push_str(&wrap(l, wd, "", "  "));
+    }
     for w in &r.warnings {
-        s.push_str(&format!("warning: {w}\n"));
+        s.push_str(&wrap(w, wd, "warning: ", "  "));
     }
 
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED)
         .set_content_arrangement(ContentArrangement::Dynamic);
-    if let Some(w) = width {
-        t.set_width(w);
-    }
+    t.set_width(width);
+    // One column for experiment and metric (a heading row per experiment) keeps the
+    // table within 100 columns; units appear once per cell.
     t.set_header(vec![
-        "experiment",
-        "metric",
+        "experiment / metric",
         "predicted",
-        "measured (median)",
+        "median",
         "95% CI",
         "CoV",
         "cycles",
-        "meas/pred",
+        "ratio",
     ]);
+    let (mut name_width, mut ci_width) = (0, 0);
     for e in &r.experiments {
-        if e.status != Status::Ok && e.metrics.is_empty() {
-            t.add_row(vec![
-                Cell::new(&e.id),
-                Cell::new(format!(
-                    "{}: {}",
-                    e.status.as_str(),
-                    e.reason.as_deref().unwrap_or("")
-                )),
-            ]);
-            continue;
-        }
-        for (i, met) in e.metrics.iter().enumerate() {
+        let head = if e.status == Status::Ok {
+            e.id.clone()
+        } else {
+            // The reason goes below the table, where it cannot widen a column.
+            format!("{} ({})", e.id, e.status.as_str())
+        };
+        name_width = name_width.max(head.chars().count());
+        t.add_row(vec![Cell::new(head)]);
+        for met in &e.metrics {
             let sm = &met.summary;
-            let id = if i == 0 {
-                if e.status == Status::Ok {
-                    e.id.clone()
-                } else {
-                    format!("{} ({})", e.id, e.status.as_str())
-                }
-            } else {
-                String::new()
-            };
+            let name = format!("  {}", met.name);
+            name_width = name_width.max(name.chars().count());
             let pred = met.prediction.as_ref().map(|p| p.value);
             t.add_row(vec![
-                Cell::new(id),
-                Cell::new(&met.name),
+                Cell::new(name),
                 Cell::new(
-                    pred.map(|p| fmt_value(p, &met.unit))
+                    pred.map(|p| cell_value(p, &met.unit))
                         .unwrap_or_else(|| "-".into()),
                 )
                 .set_alignment(CellAlignment::Right),
-                Cell::new(fmt_value(sm.median, &met.unit)).set_alignment(CellAlignment::Right),
-                Cell::new(format!(
-                    "{} .. {}",
-                    fmt_value(sm.ci95[0], &met.unit),
-                    fmt_value(sm.ci95[1], &met.unit)
-                )),
+                Cell::new(cell_value(sm.median, &met.unit)).set_alignment(CellAlignment::Right),
+                Cell::new({
+                    let ci = interval(sm.ci95, &met.unit);
+                    ci_width = ci_width.max(ci.chars().count());
+                    ci
+                }),
                 Cell::new(if sm.cov.is_finite() {
                     format!("{:.1}%", sm.cov * 100.0)
                 } else {
@@ -126,7 +197,7 @@ pub fn render(r: &RunResults, width: Option<u16>) -> String {
                     met.cycles
                         .as_ref()
                         .and_then(|c| c.core)
-                        .map(|c| format!("{c:.1}"))
+                        .map(cycles_text)
                         .unwrap_or_default(),
                 )
                 .set_alignment(CellAlignment::Right),
@@ -138,6 +209,20 @@ pub fn render(r: &RunResults, width: Option<u16>) -> String {
             ]);
         }
     }
+    // Intervals stay on one line and names mostly whole; at 100 columns the longest
+    // metric names wrap, numbers never do.
+    let at_least = |w: usize, cap: usize| {
+        ColumnConstraint::LowerBoundary(Width::Fixed((w.min(cap) + 2) as u16))
+    };
+    if let Some(c) = t.column_mut(0) {
+        c.set_constraint(at_least(name_width, (wd / 5).max(12)));
+    }
+    if let Some(c) = t.column_mut(2) {
+        c.set_constraint(at_least(10, 10));
+    }
+    if let Some(c) = t.column_mut(3) {
+        c.set_constraint(at_least(ci_width, (wd / 5).max(12)));
+    }
     s.push_str(&t.to_string());
     s.push('\n');
     let invalid: Vec<_> = r
@@ -146,26 +231,34 @@ pub fn render(r: &RunResults, width: Option<u16>) -> String {
         .filter(|e| e.status != Status::Ok)
         .collect();
     for e in invalid {
-        s.push_str(&format!(
-            "{} {}: {}\n",
-            e.id,
-            e.status.as_str(),
-            e.reason.as_deref().unwrap_or("")
+        s.push_str(&wrap(
+            e.reason.as_deref().unwrap_or("no reason given"),
+            wd,
+            &format!("{} {}: ", e.id, e.status.as_str()),
+            "    ",
         ));
     }
-    let findings: Vec<_> = r
-        .experiments
-        .iter()
-        .flat_map(|e| e.findings.iter())
-        .chain(r.findings.iter())
-        .collect();
-    if !findings.is_empty() {
-        s.push_str("findings:\n");
-        for f in findings {
-            s.push_str(&format!("  - {}\n", f.text));
+    let ranked = crate::findings::ranked(r);
+    if !ranked.is_empty() {
+        let shown = ranked.len().min(MAX_FINDINGS);
+        s.push_str(&if shown < ranked.len() {
+            format!(
+                "findings ({shown} of {}, most surprising first; all of them in report.html):\n",
+                ranked.len()
+            )
+        } else {
+            "findings:\n".to_string()
+        });
+        for f in &ranked[..shown] {
+            s.push_str(&wrap(&f.finding.text, wd, "  - ", "    "));
         }
     }
-    s.push_str("meas/pred: '!' marks a ratio beyond 2x either way; predictions and formulas are in results.json\n");
+    s.push_str(&wrap(
+        "ratio: measured/predicted, '!' beyond 2x either way; predictions and formulas are in results.json",
+        wd,
+        "",
+        "  ",
+    ));
     s
 }
 

@@ -424,7 +424,9 @@ impl Experiment for PageFault {
             fmt_ns(minor),
             major / minor
         );
+        let mut from = vec!["major_fault", "minor_fault"];
         if let Some(d) = ctx.earlier_median("mem.latency", "dram") {
+            from.push("mem.latency/dram");
             text.push_str(&format!(
                 " That is {:.0} random DRAM loads ({}) per major fault.",
                 major / d,
@@ -444,7 +446,7 @@ impl Experiment for PageFault {
                 100.0 * (e + zero) / minor
             ));
         }
-        out.finding(text, &["major_fault", "minor_fault"]);
+        out.finding(text, &from);
         Ok(out)
     }
 }
