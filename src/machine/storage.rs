@@ -128,6 +128,21 @@ fn disk(name: &str) -> Disk {
     }
 }
 
+/// Sectors (512 bytes each, whatever the device's block size) read so far, from the
+/// third field of a /sys/block/NAME/stat line.
+pub fn parse_sectors_read(stat: &str) -> Option<u64> {
+    stat.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// The live sectors-read counter of disk `name` (a /sys/block entry: the whole disk, which
+/// counts its partitions' reads too). A counter, not a fact: read it around the I/O.
+pub fn sectors_read(name: &str) -> Option<u64> {
+    if name.is_empty() || name.contains('/') {
+        return None;
+    }
+    parse_sectors_read(&read(Path::new("/sys/block").join(name).join("stat"))?)
+}
+
 pub fn gather() -> Storage {
     let mut names: Vec<String> = std::fs::read_dir("/sys/block")
         .map(|d| {
@@ -147,6 +162,14 @@ pub fn gather() -> Storage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sectors_read_is_the_third_stat_field() {
+        let line = "   31409    10463  2380154    15478    53316    47227  7417176    63633        0    54376    92512";
+        assert_eq!(parse_sectors_read(line), Some(2380154));
+        assert_eq!(parse_sectors_read("1 2"), None);
+        assert_eq!(sectors_read("../etc"), None);
+    }
 
     const MOUNTS: &str = "proc /proc proc rw,relatime 0 0
 /dev/vda / ext4 rw,relatime,discard 0 0
