@@ -46,15 +46,10 @@ pub struct ClockInfo {
     pub warnings: Vec<String>,
 }
 
-/// CLOCK_MONOTONIC_RAW in nanoseconds.
+/// The system's raw monotonic clock in nanoseconds (CLOCK_MONOTONIC_RAW on Linux,
+/// mach_absolute_time on macOS).
 pub fn monotonic_raw_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid, writable timespec; the clock id is a constant the kernel knows.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_RAW, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    crate::platform::raw_clock_ns()
 }
 
 #[cfg(target_arch = "x86_64")]

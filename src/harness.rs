@@ -319,14 +319,9 @@ pub fn preemption_note(preempted: usize, kept: usize) -> String {
 
 /// Involuntary context switches of the calling thread so far (getrusage RUSAGE_THREAD).
 pub fn thread_preemptions() -> u64 {
-    // SAFETY: a zeroed rusage is a valid output buffer for getrusage.
-    unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_THREAD, &mut ru) != 0 {
-            return 0;
-        }
-        ru.ru_nivcsw as u64
-    }
+    crate::platform::thread_usage()
+        .map(|u| u.involuntary_switches)
+        .unwrap_or(0)
 }
 
 /// Ticks per iteration of an empty `repeat` loop, measured with the given clock.

@@ -14,10 +14,14 @@ pub mod io;
 pub mod machine;
 pub mod pagecache;
 pub mod peer;
+pub mod platform;
 pub mod report;
 pub mod results;
 pub mod runner;
 pub mod scratch;
 pub mod stats;
-pub mod sys;
 pub mod units;
+
+/// The platform layer's former name (src/sys.rs), kept so code written against it on
+/// other branches still builds; new code names `platform`.
+pub use platform as sys;

@@ -8,13 +8,7 @@ use std::path::Path;
 
 /// The system page size.
 pub fn page_size() -> usize {
-    // SAFETY: sysconf with a valid name has no memory effects.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as usize
-    } else {
-        4096
-    }
+    crate::platform::page_size()
 }
 
 /// Pages of a file that are in the page cache: (resident, total).
@@ -56,13 +50,10 @@ pub fn residency_range(file: &File, offset: u64, len: u64) -> anyhow::Result<(u6
         }
         vec.resize(n.div_ceil(ps as usize), 0u8);
         // SAFETY: addr..addr+n is the mapping made above; vec has one byte per page of it.
-        let rc = unsafe { libc::mincore(addr, n, vec.as_mut_ptr()) };
-        let err = std::io::Error::last_os_error();
+        let rc = unsafe { crate::platform::mincore(addr, n, &mut vec) };
         // SAFETY: unmapping exactly the mapping made above.
         unsafe { libc::munmap(addr, n) };
-        if rc != 0 {
-            return Err(err).context("mincore");
-        }
+        rc.context("mincore")?;
         resident += vec.iter().filter(|&&b| b & 1 != 0).count() as u64;
         pos += n as u64;
     }
@@ -103,15 +94,20 @@ impl Eviction {
 /// Evicts a file from the page cache: flush dirty pages, POSIX_FADV_DONTNEED, and verify
 /// with mincore (a few rounds, since writeback can race the advice). With `drop_all`
 /// (root and explicitly allowed) the whole page cache is dropped as a last resort.
+/// Where the system cannot evict one file, the method says so and the residency check
+/// fails unless nothing was cached.
 pub fn evict(file: &File, drop_all: bool) -> anyhow::Result<Eviction> {
     file.sync_data().context("fdatasync before eviction")?;
     let mut method = "posix_fadvise(DONTNEED) verified with mincore".to_string();
     let mut last = (0, 0);
     for _ in 0..3 {
-        // SAFETY: advisory call on an open descriptor; offset 0 and len 0 mean the whole file.
-        let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        if rc != 0 {
-            return Err(std::io::Error::from_raw_os_error(rc)).context("posix_fadvise(DONTNEED)");
+        match crate::platform::evict_file(file).context("posix_fadvise(DONTNEED)")? {
+            crate::platform::Support::Done => {}
+            crate::platform::Support::Unsupported { reason } => {
+                method = format!("not evicted ({reason}), checked with mincore");
+                last = residency(file)?;
+                break;
+            }
         }
         last = residency(file)?;
         if last.0 == 0 {
@@ -119,13 +115,9 @@ pub fn evict(file: &File, drop_all: bool) -> anyhow::Result<Eviction> {
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    if last.0 != 0 && drop_all && crate::sys::is_root() {
-        // SAFETY: sync has no arguments and cannot fail.
-        unsafe { libc::sync() };
-        std::fs::write("/proc/sys/vm/drop_caches", "1")
-            .context("writing /proc/sys/vm/drop_caches")?;
-        method = "posix_fadvise(DONTNEED), then drop_caches (--drop-caches), verified with mincore"
-            .into();
+    if last.0 != 0 && drop_all && crate::platform::is_root() {
+        let how = crate::platform::drop_all_caches().context("dropping the page cache")?;
+        method = format!("{method}, then {how} (--drop-caches), verified with mincore");
         last = residency(file)?;
     }
     Ok(Eviction {
@@ -138,25 +130,11 @@ pub fn evict(file: &File, drop_all: bool) -> anyhow::Result<Eviction> {
 /// Whether files in `dir` can be opened with O_DIRECT (tmpfs and some FUSE cannot).
 pub fn supports_o_direct(dir: &Path) -> bool {
     let probe = dir.join(format!(".osmeter-odirect-{}", std::process::id()));
-    let ok = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .custom_flags_direct()
-        .open(&probe)
-        .is_ok();
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    let ok = crate::platform::open_uncached(&o, &probe).is_ok();
     let _ = std::fs::remove_file(&probe);
     ok
-}
-
-trait DirectFlag {
-    fn custom_flags_direct(&mut self) -> &mut Self;
-}
-
-impl DirectFlag for std::fs::OpenOptions {
-    fn custom_flags_direct(&mut self) -> &mut Self {
-        use std::os::unix::fs::OpenOptionsExt;
-        self.custom_flags(libc::O_DIRECT)
-    }
 }
 
 /// A zeroed heap buffer aligned for O_DIRECT.

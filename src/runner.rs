@@ -5,8 +5,8 @@
 use crate::clock::{self, Clock};
 use crate::experiments::{self, Context, Experiment, Outcome, Profile, RunOptions};
 use crate::machine::Machine;
+use crate::platform;
 use crate::results::{Cycles, ExperimentResult, RunResults, Status, Tool, SCHEMA_VERSION};
-use crate::sys;
 use serde::Serialize;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -54,7 +54,7 @@ pub struct RunOutput {
 /// The CPU to pin single-threaded work to: the requested one (validated) or the last
 /// allowed CPU (CPU 0 usually takes more interrupts).
 pub fn choose_cpu(requested: Option<usize>) -> Result<usize, RunError> {
-    let allowed = sys::allowed_cpus();
+    let allowed = platform::allowed_cpus();
     match requested {
         Some(c) if allowed.contains(&c) => Ok(c),
         Some(c) => Err(RunError::Usage(format!(
@@ -252,11 +252,16 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
     let progress = Progress::new(cfg.quiet, total_budget);
     progress.message("gathering machine facts");
 
-    let allowed = sys::allowed_cpus();
+    let allowed = platform::allowed_cpus();
     let steal = crate::machine::StealMeter::start();
     let mut machine = Machine::gather();
-    sys::pin_to_cpu(cpu)
+    let pinning = platform::pin_to_cpu(cpu)
         .map_err(|e| RunError::Runtime(anyhow::anyhow!("cannot pin to CPU {cpu}: {e}")))?;
+    if let Some(why) = pinning.reason() {
+        machine.warnings.push(format!(
+            "not pinned to CPU {cpu}: {why}; single-thread figures may include migrations"
+        ));
+    }
     let (hw, clock_info) = clock::detect();
     machine.cpu.core_clock_hz = clock::effective_core_hz();
     machine.warnings.extend(clock_info.warnings.iter().cloned());
@@ -277,7 +282,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
         let budget = exp.budget(cfg.profile);
         progress.message(&format!("[{}/{n}] {}", i + 1, exp.id()));
         // Experiments may move threads around; every one starts pinned.
-        let _ = sys::pin_to_cpu(cpu);
+        let _ = platform::pin_to_cpu(cpu);
         watchdog.arm(exp.id(), hard_limit(budget));
         let env = Env {
             cfg,
@@ -314,7 +319,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
     }
     progress.finish();
     drop(scratch); // removes the scratch folder
-    let _ = sys::set_affinity(&allowed);
+    let _ = platform::set_affinity(&allowed);
 
     let run_results = RunResults {
         schema_version: SCHEMA_VERSION,

@@ -61,29 +61,45 @@ fn magic_name(m: u64) -> (&'static str, bool, bool) {
     }
 }
 
+/// macOS file-system type names: (memory_backed, network). macOS has no tmpfs; a RAM
+/// disk carries an ordinary type (apfs, hfs) and cannot be told apart by name.
+fn type_name_kind(name: &str) -> (bool, bool) {
+    match name {
+        "tmpfs" | "devfs" => (true, false),
+        "nfs" | "smbfs" | "afpfs" | "webdav" | "macfuse" | "osxfuse" | "ftp" => (false, true),
+        _ => (false, false),
+    }
+}
+
 /// statfs/statvfs of the file system holding `path`.
 pub fn fs_info(path: &Path) -> anyhow::Result<FsInfo> {
+    let kind =
+        crate::platform::fs_kind(path).with_context(|| format!("statfs {}", path.display()))?;
     let c =
         std::ffi::CString::new(path.as_os_str().as_bytes()).context("path contains a NUL byte")?;
-    // SAFETY: c is a valid NUL-terminated path; st is a zeroed plain-data struct statfs fills.
-    let (magic, sv) = unsafe {
-        let mut st: libc::statfs = std::mem::zeroed();
-        if libc::statfs(c.as_ptr(), &mut st) != 0 {
-            return Err(std::io::Error::last_os_error())
-                .with_context(|| format!("statfs {}", path.display()));
-        }
+    // SAFETY: c is a valid NUL-terminated path; sv is a zeroed plain-data struct statvfs fills.
+    let sv = unsafe {
         let mut sv: libc::statvfs = std::mem::zeroed();
         if libc::statvfs(c.as_ptr(), &mut sv) != 0 {
             return Err(std::io::Error::last_os_error())
                 .with_context(|| format!("statvfs {}", path.display()));
         }
-        (st.f_type as u64, sv)
+        sv
     };
-    let (name, memory_backed, network) = magic_name(magic);
+    let (fs_type, magic, memory_backed, network) = match kind {
+        crate::platform::FsKind::Magic(m) => {
+            let (name, mem, net) = magic_name(m);
+            (name.to_string(), m, mem, net)
+        }
+        crate::platform::FsKind::Name(n) => {
+            let (mem, net) = type_name_kind(&n);
+            (n, 0, mem, net)
+        }
+    };
     // The statvfs field types differ between targets.
     #[allow(clippy::unnecessary_cast)]
     Ok(FsInfo {
-        fs_type: name.to_string(),
+        fs_type,
         magic,
         memory_backed,
         network,
@@ -369,13 +385,10 @@ pub fn install_cleanup_handler() {
     });
 }
 
-/// In a forked child: receive SIGKILL when the parent dies, so no child outlives a run.
-pub fn die_with_parent() {
-    // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number and has no memory effects;
-    // it is async-signal-safe, so it may be called in a forked child.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-    }
+/// In a forked child: receive SIGKILL when the parent dies, so no child outlives a run
+/// (where the system cannot, the child must end on its pipe's end of file).
+pub fn die_with_parent() -> crate::platform::Support {
+    crate::platform::die_with_parent()
 }
 
 #[cfg(test)]

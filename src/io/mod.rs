@@ -11,6 +11,8 @@ pub mod read;
 pub mod sweep;
 pub mod syscalls;
 pub mod write;
+// Not yet on the platform layer (its port is pending): Linux only until then.
+#[cfg(target_os = "linux")]
 pub mod xor;
 
 use clap::Subcommand;
@@ -123,6 +125,7 @@ pub enum IoCmd {
         json: bool,
     },
     /// XOR of all 32-bit little-endian words of FILE, as fast as the machine allows.
+    #[cfg(target_os = "linux")]
     Xor {
         file: PathBuf,
         /// Threads (default: allowed CPUs for cached files, more for O_DIRECT).
@@ -191,6 +194,27 @@ pub fn plain(e: &std::io::Error) -> String {
 /// returns it with its size.
 pub fn open_input(path: &Path, flags: i32) -> Res<(File, u64)> {
     use std::os::unix::fs::OpenOptionsExt;
+    let len = input_len(path)?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .map_err(|e| os_err(path, "cannot open for reading", e))?;
+    Ok((f, len))
+}
+
+/// As `open_input`, with reads that bypass the page cache (O_DIRECT, F_NOCACHE).
+pub fn open_input_uncached(path: &Path) -> Res<(File, u64)> {
+    let len = input_len(path)?;
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true);
+    let f = crate::platform::open_uncached(&o, path)
+        .map_err(|e| os_err(path, "cannot open for reading", e))?;
+    Ok((f, len))
+}
+
+/// The size of an existing regular file; a usage error for anything else.
+fn input_len(path: &Path) -> Res<u64> {
     let md = std::fs::metadata(path).map_err(|e| os_err(path, "cannot open", e))?;
     if md.is_dir() {
         return usage(format!("{}: is a directory, not a file", path.display()));
@@ -201,12 +225,7 @@ pub fn open_input(path: &Path, flags: i32) -> Res<(File, u64)> {
             path.display()
         ));
     }
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(flags)
-        .open(path)
-        .map_err(|e| os_err(path, "cannot open for reading", e))?;
-    Ok((f, md.len()))
+    Ok(md.len())
 }
 
 /// Checks a block size against the toolkit's limit.
@@ -288,6 +307,7 @@ pub fn main(cmd: IoCmd) -> ExitCode {
             no_compare,
             json,
         } => syscalls::run(&file, time, !no_compare).map(|o| o.print(json)),
+        #[cfg(target_os = "linux")]
         IoCmd::Xor {
             file,
             threads,

@@ -60,7 +60,12 @@ pub fn evict(file: &File, path: &Path) -> Res<Eviction> {
 /// Fraction of the file's pages in the page cache (sampled for files over 64 MiB).
 pub fn resident_fraction(file: &File) -> f64 {
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    super::xor::sampled_residency(file, size)
+    #[cfg(target_os = "linux")]
+    return super::xor::sampled_residency(file, size);
+    #[cfg(not(target_os = "linux"))]
+    pagecache::residency_range(file, 0, size)
+        .map(|(r, t)| if t == 0 { 1.0 } else { r as f64 / t as f64 })
+        .unwrap_or(0.0)
 }
 
 pub struct ReadOutcome {
@@ -107,7 +112,7 @@ pub fn run(
     }
     let resident = resident_fraction(&file);
     let file = if direct {
-        open_input(path, libc::O_DIRECT)
+        super::open_input_uncached(path)
             .map_err(|e| super::IoError::Runtime(format!("O_DIRECT not supported here ({e})")))?
             .0
     } else {

@@ -85,7 +85,7 @@ fn cpu_syscall() -> Option<(f64, f64, usize)> {
     let e = out.results.experiment("cpu.syscall")?;
     let g = e.metric("getppid")?.summary.median;
     let w = e.metric("write_devnull_0")?.summary.median;
-    Some((g, w, crate::sys::current_cpu()?))
+    Some((g, w, crate::platform::current_cpu()?))
 }
 
 pub fn run(path: &Path, time: Duration, compare: bool) -> Res<SyscallsOutcome> {

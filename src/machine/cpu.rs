@@ -196,7 +196,7 @@ pub fn bracketed(s: &str) -> Option<String> {
 }
 
 pub fn gather() -> Cpu {
-    let logical = crate::sys::online_cpus();
+    let logical = crate::platform::online_cpus();
     let online = read(format!("{SYS_CPU}/online"))
         .map(|s| parse_list(&s))
         .filter(|v| !v.is_empty())
@@ -208,7 +208,7 @@ pub fn gather() -> Cpu {
         model: info.model.clone(),
         vendor: info.vendor.clone(),
         logical_cpus: logical,
-        allowed_cpus: crate::sys::allowed_cpus(),
+        allowed_cpus: crate::platform::allowed_cpus(),
         flags: FLAGS_OF_INTEREST
             .iter()
             .map(|f| (f.to_string(), info.flags.contains(*f)))

@@ -273,7 +273,7 @@ pub fn gather() -> Memory {
         numa_nodes: numa_nodes(),
         ..Default::default()
     };
-    if !crate::sys::is_root() {
+    if !crate::platform::is_root() {
         m.peak_bandwidth_note =
             "DIMM facts need root and dmidecode (run `sudo osmeter machine`)".into();
         return m;

@@ -51,7 +51,7 @@ impl Machine {
     pub fn gather() -> Machine {
         let t0 = Instant::now();
         let mut m = Machine {
-            hostname: crate::sys::hostname(),
+            hostname: crate::platform::hostname(),
             cpu: cpu::gather(),
             memory: memory::gather(),
             storage: storage::gather(),

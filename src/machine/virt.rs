@@ -174,7 +174,7 @@ impl StealMeter {
             ticks,
             user_hz(),
             self.start.elapsed().as_secs_f64(),
-            crate::sys::online_cpus(),
+            crate::platform::online_cpus(),
         ))
     }
 }

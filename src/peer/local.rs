@@ -41,9 +41,7 @@ pub fn osmeter_exe() -> Option<PathBuf> {
 
 fn random_token() -> String {
     let mut b = [0u8; 16];
-    // SAFETY: b is a valid writable buffer of b.len() bytes.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr() as *mut libc::c_void, b.len(), 0) };
-    if n != b.len() as isize {
+    if crate::platform::random_bytes(&mut b).is_err() {
         // Weak but harmless fallback: the token only keeps other local clients out.
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -80,7 +80,7 @@ pub fn serve_main(a: ServeArgs) -> ExitCode {
     }
     if let Some(list) = &a.affinity {
         let cpus: Vec<usize> = list.split(',').filter_map(|c| c.parse().ok()).collect();
-        let _ = crate::sys::set_affinity(&cpus);
+        let _ = crate::platform::set_affinity(&cpus);
     }
     if a.parent_watch {
         std::thread::spawn(|| {

@@ -266,7 +266,7 @@ fn session(mut stream: TcpStream, peer: SocketAddr, cfg: &ServeConfig) -> Result
     }
     let welcome = p::Welcome {
         version: p::VERSION,
-        cpus: crate::sys::online_cpus().min(u16::MAX as usize) as u16,
+        cpus: crate::platform::online_cpus().min(u16::MAX as usize) as u16,
         info: format!("osmeter {}", env!("CARGO_PKG_VERSION")),
     };
     p::write_frame(&mut stream, FrameType::Welcome, &welcome.encode()).map_err(io_err)?;
@@ -342,7 +342,7 @@ fn ready(stream: &mut TcpStream, port: u16) -> Result<(), String> {
 
 fn echo(mut stream: TcpStream, cfg: &ServeConfig, size: usize, pin_cpu: i32) -> Result<(), String> {
     let _ = stream.set_nodelay(true);
-    let pinned = pin_cpu >= 0 && crate::sys::pin_to_cpu(pin_cpu as usize).is_ok();
+    let pinned = pin_cpu >= 0 && crate::platform::pin_to_cpu(pin_cpu as usize).is_ok();
     ready(&mut stream, 0)?;
     let mut buf = vec![0u8; size];
     let mut report = p::EchoReport {
@@ -361,7 +361,7 @@ fn echo(mut stream: TcpStream, cfg: &ServeConfig, size: usize, pin_cpu: i32) -> 
             .write_all(&buf)
             .map_err(|e| format!("broken: {e} in an echo"))?;
         report.messages += 1;
-        if let Some(c) = crate::sys::current_cpu() {
+        if let Some(c) = crate::platform::current_cpu() {
             if c < 1024 {
                 if cpus.len() <= c {
                     cpus.resize(c + 1, 0);

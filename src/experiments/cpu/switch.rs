@@ -11,7 +11,7 @@ use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::{anyhow, bail, Context as _};
 use std::cell::RefCell;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 pub struct ThreadSwitch;
@@ -63,13 +63,7 @@ const WAKE_IPI_NS_VM: f64 = 10_000.0;
 
 /// A pipe as (read end, write end), close-on-exec so spawned programs never inherit it.
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: fds is a valid array of two ints for pipe2 to fill.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: pipe2 succeeded, so both fds are open and owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    crate::platform::pipe()
 }
 
 /// Reads one byte: 1 on success, 0 on end of file, -1 on error. Async-signal-safe.
@@ -77,8 +71,8 @@ fn read_byte(fd: RawFd, b: &mut u8) -> isize {
     loop {
         // SAFETY: b is one writable byte.
         let r = unsafe { libc::read(fd, b as *mut u8 as *mut libc::c_void, 1) };
-        // SAFETY: errno is thread-local; reading it is async-signal-safe.
-        if r < 0 && unsafe { *libc::__errno_location() } == libc::EINTR {
+        // errno is thread-local; reading it is async-signal-safe.
+        if r < 0 && crate::platform::interrupted() {
             continue;
         }
         return r;
@@ -90,8 +84,7 @@ fn write_byte(fd: RawFd, b: u8) -> bool {
     loop {
         // SAFETY: &b is one readable byte.
         let r = unsafe { libc::write(fd, &b as *const u8 as *const libc::c_void, 1) };
-        // SAFETY: as in read_byte.
-        if r < 0 && unsafe { *libc::__errno_location() } == libc::EINTR {
+        if r < 0 && crate::platform::interrupted() {
             continue;
         }
         return r == 1;
@@ -99,8 +92,7 @@ fn write_byte(fd: RawFd, b: u8) -> bool {
 }
 
 fn getcpu() -> i32 {
-    // SAFETY: sched_getcpu takes no arguments and touches no memory of ours.
-    unsafe { libc::sched_getcpu() }
+    crate::platform::current_cpu_raw()
 }
 
 /// Reads and writes one word per cache line of `len` bytes at `buf` (volatile, so the
@@ -200,7 +192,7 @@ impl PingPong {
                     .name("osmeter-switch-partner".into())
                     .spawn(move || {
                         // A failed pin shows up in the CPU samples and fails the premise.
-                        let _ = crate::sys::pin_to_cpu(partner_cpu);
+                        let _ = crate::platform::pin_to_cpu(partner_cpu);
                         let mut buf = working_set(ws);
                         let r = echo_loop(
                             a_r.as_raw_fd(),
@@ -219,13 +211,7 @@ impl PingPong {
                 // Everything the child needs is prepared before fork: it may not allocate.
                 let mut child_buf = working_set(ws);
                 let cbuf = child_buf.as_mut_ptr() as *mut u8;
-                // SAFETY: a zeroed cpu_set_t is a valid empty set.
-                let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-                if partner_cpu >= libc::CPU_SETSIZE as usize {
-                    bail!("CPU {partner_cpu} out of range");
-                }
-                // SAFETY: partner_cpu is within the set's size (checked above).
-                unsafe { libc::CPU_SET(partner_cpu, &mut set) };
+                let mask = crate::platform::CpuMask::single(partner_cpu)?;
                 let (ar, aw, br, bw) = (
                     a_r.as_raw_fd(),
                     a_w.as_raw_fd(),
@@ -245,12 +231,8 @@ impl PingPong {
                         // Close the parent's ends, or our own copy of A would hide its EOF.
                         libc::close(aw);
                         libc::close(br);
-                        libc::syscall(
-                            libc::SYS_sched_setaffinity,
-                            0,
-                            std::mem::size_of::<libc::cpu_set_t>(),
-                            &set as *const libc::cpu_set_t,
-                        );
+                        // A failed pin shows up in the CPU samples and fails the premise.
+                        mask.pin_self();
                         let r = echo_loop(ar, bw, expect, cbuf, ws);
                         // Report where we ran after the parent closed A.
                         let p = &r as *const CpuReport as *const libc::c_void;
@@ -477,17 +459,35 @@ fn pipe_cost(h: &Harness, ws: usize) -> anyhow::Result<crate::harness::Measureme
 
 /// The premise check: every CPU sample of both tasks is where they were pinned.
 fn pinned_check(name: &str, trip: &Trip, main_cpu: usize, partner_cpu: usize) -> Check {
-    let main_off = trip
-        .main_cpus
-        .iter()
-        .filter(|&&c| c != main_cpu as i32)
-        .count();
-    let p = &trip.partner;
-    let passed = main_off == 0 && p.off == 0 && p.samples > 0 && !trip.main_cpus.is_empty();
+    cpus_check(
+        name,
+        &trip.main_cpus,
+        &trip.partner,
+        main_cpu,
+        partner_cpu,
+        &crate::platform::pin_support(),
+    )
+}
+
+/// The premise from the CPU samples and the pinning the system offers: without hard
+/// pinning the figure is an unpinned measurement whatever the samples say.
+fn cpus_check(
+    name: &str,
+    main_cpus: &[i32],
+    p: &CpuReport,
+    main_cpu: usize,
+    partner_cpu: usize,
+    pinning: &crate::platform::Pinning,
+) -> Check {
+    if let Some(why) = crate::platform::pinning_premise_failure(pinning) {
+        return Check::premise(name, false, why);
+    }
+    let main_off = main_cpus.iter().filter(|&&c| c != main_cpu as i32).count();
+    let passed = main_off == 0 && p.off == 0 && p.samples > 0 && !main_cpus.is_empty();
     let mut detail = format!(
         "measuring task: {} of {} samples off CPU {main_cpu}; partner: {} of {} samples off CPU {partner_cpu}",
         main_off,
-        trip.main_cpus.len(),
+        main_cpus.len(),
         p.off,
         p.samples
     );
@@ -860,7 +860,7 @@ mod tests {
 
     #[test]
     fn finish_reports_the_partners_rounds() {
-        let cpu = crate::sys::current_cpu().unwrap_or(0);
+        let cpu = crate::platform::current_cpu().unwrap_or(0);
         for kind in [Kind::Thread, Kind::Process] {
             let mut pp = PingPong::start(kind, cpu, 4096).unwrap();
             for _ in 0..100 {
@@ -875,12 +875,33 @@ mod tests {
     #[test]
     fn dropping_mid_run_never_hangs() {
         // Drop closes pipe A: the partner sees end of file and is joined or reaped.
-        let cpu = crate::sys::current_cpu().unwrap_or(0);
+        let cpu = crate::platform::current_cpu().unwrap_or(0);
         for kind in [Kind::Thread, Kind::Process] {
             let mut pp = PingPong::start(kind, cpu, 0).unwrap();
             pp.round_trip().unwrap();
             drop(pp);
         }
+    }
+
+    #[test]
+    fn unpinned_switch_is_labelled_not_same_cpu() {
+        use crate::platform::Pinning;
+        let partner = CpuReport {
+            rounds: 10,
+            samples: 3,
+            off: 0,
+            seen_off: -1,
+        };
+        let good = cpus_check("same CPU", &[1, 1], &partner, 1, 1, &Pinning::Hard);
+        assert!(good.passed, "{good:?}");
+        let hint = Pinning::Unsupported {
+            reason: "no pinning on this system".into(),
+        };
+        let bad = cpus_check("same CPU", &[1, 1], &partner, 1, 1, &hint);
+        assert!(!bad.passed);
+        assert!(bad.detail.contains("unpinned"), "{bad:?}");
+        let moved = cpus_check("same CPU", &[1, 0], &partner, 1, 1, &Pinning::Hard);
+        assert!(!moved.passed);
     }
 
     #[test]

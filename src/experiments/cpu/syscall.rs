@@ -13,14 +13,14 @@ const ENTRY_CYCLES: f64 = 150.0;
 /// Extra cycles per kernel entry when page-table isolation or similar mitigations are on.
 const MITIGATION_CYCLES: f64 = 400.0;
 
-fn raw_getppid() -> libc::c_long {
-    // SAFETY: getppid takes no arguments and cannot fail.
-    unsafe { libc::syscall(libc::SYS_getppid) }
+#[inline(always)]
+fn raw_getppid() -> i64 {
+    crate::platform::raw_getppid()
 }
 
-fn raw_getpid() -> libc::c_long {
-    // SAFETY: getpid takes no arguments and cannot fail; the raw call bypasses any caching.
-    unsafe { libc::syscall(libc::SYS_getpid) }
+#[inline(always)]
+fn raw_getpid() -> i64 {
+    crate::platform::raw_getpid()
 }
 
 /// A mitigation from the machine description that adds work to every kernel entry.

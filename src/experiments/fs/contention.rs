@@ -176,10 +176,12 @@ unsafe fn child(
     go_r: i32,
     buf: *mut u8,
     slot: *mut Slot,
-    cpu: &libc::cpu_set_t,
+    cpu: &crate::platform::CpuMask,
 ) -> ! {
-    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), cpu);
+    // Where the system has no parent-death signal, the barrier pipe's end of file and the
+    // time bound below still end the child.
+    crate::platform::die_with_parent();
+    cpu.pin_self();
     let one = [1u8];
     libc::write(ready_w, one.as_ptr() as *const libc::c_void, 1);
     let mut b = [0u8];
@@ -248,22 +250,15 @@ fn round_of(
     p: usize,
     dur: Duration,
     shared: &Shared,
-    cpus: &[libc::cpu_set_t],
+    cpus: &[crate::platform::CpuMask],
 ) -> anyhow::Result<Round> {
+    use std::os::fd::IntoRawFd;
     shared.clear();
-    let mut ready = [0i32; 2];
-    let mut go = [0i32; 2];
-    // SAFETY: pipe fills two descriptors into each valid array.
-    unsafe {
-        if libc::pipe2(ready.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
-            return Err(std::io::Error::last_os_error().into());
-        }
-        if libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
-            libc::close(ready[0]);
-            libc::close(ready[1]);
-            return Err(std::io::Error::last_os_error().into());
-        }
-    }
+    let (r, w) = crate::platform::pipe()?;
+    let (gr, gw) = crate::platform::pipe()?;
+    // Raw from here on: the children close their copies with plain close() after fork.
+    let ready = [r.into_raw_fd(), w.into_raw_fd()];
+    let go = [gr.into_raw_fd(), gw.into_raw_fd()];
     let mut pids = Vec::with_capacity(p);
     let mut fork_err = None;
     for i in 0..p {
@@ -562,7 +557,7 @@ impl Experiment for Contention {
             .collect::<Result<_, _>>()?;
         if !direct {
             for f in &files {
-                super::advise(f, libc::POSIX_FADV_RANDOM);
+                crate::platform::advise(f, crate::platform::Access::Random);
             }
         }
         let mut bufs: Vec<AlignedBuf> = (0..pm)
@@ -573,22 +568,14 @@ impl Experiment for Contention {
         // does (same CPU, so the same interrupt and wake-up path), and readers spread
         // evenly instead of where the scheduler happens to put them.
         let mut allowed = ctx.machine.cpu.allowed_cpus.clone();
-        allowed.retain(|&c| c < libc::CPU_SETSIZE as usize);
+        allowed.retain(|&c| crate::platform::CpuMask::single(c).is_ok());
         if allowed.is_empty() {
             allowed = vec![ctx.cpu];
         }
         let first = allowed.iter().position(|&c| c == ctx.cpu).unwrap_or(0);
-        let cpus: Vec<libc::cpu_set_t> = (0..allowed.len())
-            .map(|i| {
-                // SAFETY: a zeroed cpu_set_t is a valid empty set; the CPU is below
-                // CPU_SETSIZE (filtered above).
-                unsafe {
-                    let mut set: libc::cpu_set_t = std::mem::zeroed();
-                    libc::CPU_SET(allowed[(first + i) % allowed.len()], &mut set);
-                    set
-                }
-            })
-            .collect();
+        let cpus: Vec<crate::platform::CpuMask> = (0..allowed.len())
+            .map(|i| crate::platform::CpuMask::single(allowed[(first + i) % allowed.len()]))
+            .collect::<Result<_, _>>()?;
         let nblocks = fsize / BLOCK as u64;
         let (dur, rounds) = round(ctx.profile);
         let (mut evict_ok, mut evicts, mut evict_detail) = (0, 0, String::new());

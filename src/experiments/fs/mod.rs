@@ -123,16 +123,10 @@ impl Rng {
     }
 }
 
-/// Opens the same file again through /proc/self/fd, so a file already unlinked can get
-/// a second descriptor with other flags (O_DIRECT).
+/// Opens the same file again by its descriptor's path, so a file already unlinked can get
+/// a second descriptor with other flags (uncached: O_DIRECT, F_NOCACHE).
 pub(crate) fn reopen(file: &File, direct: bool, write: bool) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut o = std::fs::OpenOptions::new();
-    o.read(true).write(write);
-    if direct {
-        o.custom_flags(libc::O_DIRECT);
-    }
-    o.open(format!("/proc/self/fd/{}", file.as_raw_fd()))
+    crate::platform::reopen(file, direct, write)
 }
 
 /// Whether a descriptor of this file accepts O_DIRECT reads of aligned 4 KiB blocks.
@@ -265,9 +259,8 @@ pub(crate) fn seek_start(file: &File) -> std::io::Result<()> {
 }
 
 /// Access advice for the whole file (readahead on or off).
-pub(crate) fn advise(file: &File, advice: libc::c_int) {
-    // SAFETY: advisory call on an open descriptor; it has no memory effects.
-    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, advice) };
+pub(crate) fn advise(file: &File, access: crate::platform::Access) {
+    crate::platform::advise(file, access)
 }
 
 /// Reads `[0, len)` with 1 MiB read() calls through the page cache; returns the seconds
@@ -401,8 +394,7 @@ pub(crate) struct Device {
 pub(crate) fn device_of(path: &Path) -> Option<Device> {
     use std::os::unix::fs::MetadataExt;
     let dev = std::fs::metadata(path).ok()?.dev();
-    // SAFETY: major/minor only decode the number.
-    let (maj, min) = (libc::major(dev), libc::minor(dev));
+    let (maj, min) = crate::platform::dev_major_minor(dev);
     let sys = std::fs::canonicalize(format!("/sys/dev/block/{maj}:{min}")).ok()?;
     // A partition's folder sits inside its disk's folder.
     let disk: PathBuf = if sys.join("partition").exists() {

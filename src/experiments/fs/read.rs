@@ -164,9 +164,9 @@ pub(crate) fn sweep(ctx: &Context, scratch: &Scratch, plan: &Plan) -> anyhow::Re
                 super::advise(
                     &fd,
                     if pattern == Pattern::Random {
-                        libc::POSIX_FADV_RANDOM
+                        crate::platform::Access::Random
                     } else {
-                        libc::POSIX_FADV_NORMAL
+                        crate::platform::Access::Normal
                     },
                 );
             }

@@ -233,7 +233,7 @@ fn team(ctx: &Context, op: Op, parts: &[Part], cpus: &[usize], spec: &QuietSpec)
             let (gen, blocks, done, stop, timed, ready) =
                 (&gen, &blocks, &done, &stop, &timed, &ready);
             s.spawn(move || {
-                let _ = crate::sys::pin_to_cpu(cpu);
+                let _ = crate::platform::pin_to_cpu(cpu);
                 ready.fetch_add(1, Ordering::AcqRel);
                 let mut seen = 0u64;
                 let mut pos = 0usize;

@@ -211,12 +211,12 @@ impl Region {
         // SAFETY: off < HUGE_PAGE, so ptr..ptr+len lies inside the mapping.
         let ptr = unsafe { map.add(off) };
         let advice = match pages {
-            Pages::Base => libc::MADV_NOHUGEPAGE,
-            Pages::Huge => libc::MADV_HUGEPAGE,
+            Pages::Base => crate::platform::HugePages::Base,
+            Pages::Huge => crate::platform::HugePages::Huge,
         };
-        // SAFETY: advisory call on the mapping made above. Failure (e.g. no THP support)
-        // leaves base pages, which `huge_bytes` reports.
-        unsafe { libc::madvise(map as *mut libc::c_void, map_len, advice) };
+        // SAFETY: advice on the mapping made above. Failure (e.g. no THP support) leaves
+        // base pages, which `huge_bytes` reports.
+        unsafe { crate::platform::advise_huge_pages(map, map_len, advice) };
         Ok(Region {
             map,
             map_len,
@@ -285,16 +285,12 @@ impl Drop for Region {
     }
 }
 
-/// Faults of the calling thread so far: (minor, major), from getrusage(RUSAGE_THREAD).
+/// Faults of the calling thread so far: (minor, major), from getrusage(RUSAGE_THREAD)
+/// (the whole process where the system has no per-thread counters).
 pub fn thread_faults() -> (u64, u64) {
-    // SAFETY: a zeroed rusage is a valid output buffer for getrusage.
-    unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_THREAD, &mut ru) != 0 {
-            return (0, 0);
-        }
-        (ru.ru_minflt as u64, ru.ru_majflt as u64)
-    }
+    crate::platform::thread_usage()
+        .map(|u| (u.minor_faults, u.major_faults))
+        .unwrap_or((0, 0))
 }
 
 /// Resets this process's peak RSS (VmHWM) and returns the current RSS, so that

@@ -41,7 +41,7 @@ fn device_kind(path: &std::path::Path) -> Device {
         return Device::Unknown;
     };
     let dev = meta.dev();
-    let (maj, min) = (libc::major(dev), libc::minor(dev));
+    let (maj, min) = crate::platform::dev_major_minor(dev);
     let base = std::path::PathBuf::from(format!("/sys/dev/block/{maj}:{min}"));
     let real = std::fs::canonicalize(&base).unwrap_or_default();
     if real

@@ -202,10 +202,10 @@ impl Experiment for Bandwidth {
         // Peak bandwidth needs sender and receiver on separate CPUs when there are two:
         // let the scheduler place this thread (as iperf3 is placed) for the streams.
         let cpus = &ctx.machine.cpu.allowed_cpus;
-        let unpinned = cpus.len() > 1 && crate::sys::set_affinity(cpus).is_ok();
+        let unpinned = cpus.len() > 1 && crate::platform::set_affinity(cpus).is_ok();
         let res = self.streams(ctx, &t, dur, interval, &mut out);
         if unpinned {
-            let _ = crate::sys::pin_to_cpu(ctx.cpu);
+            let _ = crate::platform::pin_to_cpu(ctx.cpu);
             out.notes.push(format!(
                 "streams ran with this thread unpinned (CPUs {cpus:?}) so that sender and receiver can run in parallel"
             ));

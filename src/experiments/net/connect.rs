@@ -9,7 +9,7 @@ use crate::stats::Summary;
 use crate::units::fmt_ns;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
 pub struct Connect;
@@ -37,13 +37,7 @@ fn socket_for(addr: &SocketAddr) -> io::Result<OwnedFd> {
     } else {
         libc::AF_INET6
     };
-    // SAFETY: socket() with constant arguments; ownership is taken at once.
-    let fd = unsafe { libc::socket(fam, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh descriptor nobody else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let fd = crate::platform::socket(fam, libc::SOCK_STREAM, 0)?;
     let linger = libc::linger {
         l_onoff: 1,
         l_linger: 0,

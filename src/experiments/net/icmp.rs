@@ -3,7 +3,7 @@
 
 use std::io;
 use std::net::Ipv4Addr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
 pub struct Pinger {
@@ -30,13 +30,7 @@ fn checksum(b: &[u8]) -> u16 {
 }
 
 fn open(kind: i32) -> io::Result<OwnedFd> {
-    // SAFETY: socket() with constant arguments; the fd is owned at once below.
-    let fd = unsafe { libc::socket(libc::AF_INET, kind | libc::SOCK_CLOEXEC, libc::IPPROTO_ICMP) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh, valid descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    crate::platform::socket(libc::AF_INET, kind, libc::IPPROTO_ICMP)
 }
 
 impl Pinger {
@@ -56,14 +50,11 @@ impl Pinger {
                 }
             },
         };
-        let sa = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: 0,
-            sin_addr: libc::in_addr {
-                s_addr: u32::from(dest).to_be(),
-            },
-            sin_zero: [0; 8],
-        };
+        // SAFETY: an all-zero sockaddr_in is valid (and sets macOS's sin_len to 0, which
+        // connect() replaces with the length passed).
+        let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        sa.sin_family = libc::AF_INET as libc::sa_family_t;
+        sa.sin_addr.s_addr = u32::from(dest).to_be();
         let tv = libc::timeval {
             tv_sec: timeout.as_secs() as libc::time_t,
             tv_usec: timeout.subsec_micros() as libc::suseconds_t,

@@ -67,7 +67,7 @@ fn local_peer(ctx: &Context) -> anyhow::Result<Arc<LocalPeer>> {
         return Ok(p.clone());
     }
     let cpus = if ctx.machine.cpu.allowed_cpus.is_empty() {
-        (0..crate::sys::online_cpus()).collect()
+        (0..crate::platform::online_cpus()).collect()
     } else {
         ctx.machine.cpu.allowed_cpus.clone()
     };

@@ -1,0 +1,261 @@
+//! Linux system calls for the platform layer.
+
+use super::{Access, FsKind, HugePages, Pinning, Support, ThreadUsage};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::Path;
+
+pub const SYSTEM: &str = "Linux";
+pub const RAW_CLOCK: &str = "CLOCK_MONOTONIC_RAW";
+
+pub type Mask = libc::cpu_set_t;
+
+pub fn pin_support() -> Pinning {
+    Pinning::Hard
+}
+
+pub fn mask_single(cpu: usize) -> io::Result<Mask> {
+    mask_of(&[cpu])
+}
+
+fn mask_of(cpus: &[usize]) -> io::Result<Mask> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        if c >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("CPU {c} out of range"),
+            ));
+        }
+        // SAFETY: c is below CPU_SETSIZE (checked above).
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    Ok(set)
+}
+
+pub fn pin_self(m: &Mask) -> bool {
+    // SAFETY: m is a valid cpu_set_t; sched_setaffinity reads size_of::<cpu_set_t>() bytes
+    // and is a plain system call, so async-signal-safe.
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), m) == 0 }
+}
+
+pub fn pin_to_cpu(cpu: usize) -> io::Result<Pinning> {
+    if pin_self(&mask_single(cpu)?) {
+        Ok(Pinning::Hard)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+pub fn set_affinity(cpus: &[usize]) -> io::Result<()> {
+    let keep: Vec<usize> = cpus
+        .iter()
+        .copied()
+        .filter(|&c| c < libc::CPU_SETSIZE as usize)
+        .collect();
+    if pin_self(&mask_of(&keep)?) {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+pub fn allowed_cpus() -> Option<Vec<usize>> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most
+    // size_of::<cpu_set_t>() bytes into it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        Some(
+            (0..libc::CPU_SETSIZE as usize)
+                .filter(|&c| libc::CPU_ISSET(c, &set))
+                .collect(),
+        )
+    }
+}
+
+pub fn current_cpu_raw() -> i32 {
+    // SAFETY: sched_getcpu takes no arguments and touches no memory of ours.
+    unsafe { libc::sched_getcpu() }
+}
+
+pub fn raw_clock_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid, writable timespec; the clock id is a constant the kernel knows.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_RAW, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+pub fn pipe_cloexec() -> io::Result<(RawFd, RawFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: fds is a valid array of two ints for pipe2 to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((fds[0], fds[1]))
+}
+
+pub fn socket_cloexec(domain: i32, ty: i32, protocol: i32) -> io::Result<RawFd> {
+    // SAFETY: socket has no memory arguments.
+    let fd = unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, protocol) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+pub fn open_uncached(opts: &OpenOptions, path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    opts.clone().custom_flags(libc::O_DIRECT).open(path)
+}
+
+pub fn fd_path(fd: RawFd) -> String {
+    format!("/proc/self/fd/{fd}")
+}
+
+pub fn advise(file: &File, access: Access) {
+    let a = match access {
+        Access::Normal => libc::POSIX_FADV_NORMAL,
+        Access::Random => libc::POSIX_FADV_RANDOM,
+        Access::Sequential => libc::POSIX_FADV_SEQUENTIAL,
+    };
+    // SAFETY: advisory call on an open descriptor; it has no memory effects.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, a) };
+}
+
+pub fn evict_file(file: &File) -> io::Result<Support> {
+    // SAFETY: advisory call on an open descriptor; offset 0 and len 0 mean the whole file.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(Support::Done)
+}
+
+pub fn drop_all_caches() -> io::Result<&'static str> {
+    // SAFETY: sync has no arguments and cannot fail.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", "1")?;
+    Ok("drop_caches")
+}
+
+pub fn mincore(addr: *mut libc::c_void, len: usize, vec: &mut [u8]) -> io::Result<()> {
+    // SAFETY: the caller guarantees the mapping; vec has one byte per page of it.
+    if unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+pub fn thread_usage() -> io::Result<ThreadUsage> {
+    // SAFETY: a zeroed rusage is a valid output buffer for getrusage.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_THREAD, &mut ru) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        ru
+    };
+    Ok(ThreadUsage {
+        minor_faults: ru.ru_minflt as u64,
+        major_faults: ru.ru_majflt as u64,
+        involuntary_switches: ru.ru_nivcsw as u64,
+        per_thread: true,
+    })
+}
+
+pub fn die_with_parent() -> Support {
+    // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number and has no memory effects;
+    // it is async-signal-safe, so it may be called in a forked child.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } == 0 {
+        Support::Done
+    } else {
+        Support::Unsupported {
+            reason: "prctl(PR_SET_PDEATHSIG) failed".into(),
+        }
+    }
+}
+
+pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: the destination is the unfilled rest of buf.
+        let n = unsafe {
+            libc::getrandom(
+                buf[got..].as_mut_ptr() as *mut libc::c_void,
+                buf.len() - got,
+                0,
+            )
+        };
+        if n < 0 {
+            if super::interrupted() {
+                continue;
+            }
+            return Err(io::Error::last_os_error());
+        }
+        got += n as usize;
+    }
+    Ok(())
+}
+
+pub fn advise_huge_pages(addr: *mut u8, len: usize, pages: HugePages) -> Support {
+    let advice = match pages {
+        HugePages::Base => libc::MADV_NOHUGEPAGE,
+        HugePages::Huge => libc::MADV_HUGEPAGE,
+    };
+    // SAFETY: advisory call on a mapping the caller owns.
+    if unsafe { libc::madvise(addr as *mut libc::c_void, len, advice) } == 0 {
+        Support::Done
+    } else {
+        Support::Unsupported {
+            reason: format!("madvise: {}", io::Error::last_os_error()),
+        }
+    }
+}
+
+#[inline(always)]
+pub fn raw_getppid() -> i64 {
+    // SAFETY: getppid takes no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_getppid) as i64 }
+}
+
+#[inline(always)]
+pub fn raw_getpid() -> i64 {
+    // SAFETY: getpid takes no arguments and cannot fail; the raw call bypasses any caching.
+    unsafe { libc::syscall(libc::SYS_getpid) as i64 }
+}
+
+pub fn dev_major_minor(dev: u64) -> (u64, u64) {
+    (libc::major(dev) as u64, libc::minor(dev) as u64)
+}
+
+pub fn fs_kind(path: &Path) -> io::Result<FsKind> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
+    // SAFETY: c is a valid NUL-terminated path; st is a zeroed plain-data struct statfs fills.
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        if libc::statfs(c.as_ptr(), &mut st) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // The field's type differs between targets.
+        #[allow(clippy::unnecessary_cast)]
+        Ok(FsKind::Magic(st.f_type as u64))
+    }
+}
+
+pub fn sysctl_string(_name: &str) -> Option<String> {
+    None
+}
+
+pub fn sysctl_u64(_name: &str) -> Option<u64> {
+    None
+}

@@ -1,0 +1,423 @@
+//! The operating system, behind one small interface (like fio's `os/`): pin or hint a
+//! thread to a CPU, which CPU am I on, allowed CPUs, uncached open and read, evicting a
+//! file's pages, page residency, per-thread fault counters, children that die with the
+//! parent, randomness, huge-page advice, a raw monotonic clock and sysctl facts.
+//!
+//! Experiments, the I/O toolkit, scratch and the peer call these and never name a Linux-
+//! or macOS-only libc item. Where a system cannot do something the answer says so
+//! (`Pinning::Unsupported`, `Support::Unsupported`) and the caller marks its premise.
+//! Shared logic lives here; `linux.rs` and `macos.rs` hold only the system calls.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::Path;
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+use linux as imp;
+#[cfg(target_os = "macos")]
+mod macos;
+#[cfg(target_os = "macos")]
+use macos as imp;
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+compile_error!("osmeter supports Linux and macOS only");
+
+/// Name of the system this build targets, for messages and the README's table.
+pub const SYSTEM: &str = imp::SYSTEM;
+/// What `raw_clock_ns` reads, for method texts.
+pub const RAW_CLOCK: &str = imp::RAW_CLOCK;
+
+/// How firmly a thread can be held on one CPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pinning {
+    /// The scheduler never runs the thread elsewhere (sched_setaffinity).
+    Hard,
+    /// A preference the scheduler may ignore.
+    Hint { reason: String },
+    /// No way to choose the CPU at all.
+    Unsupported { reason: String },
+}
+
+impl Pinning {
+    pub fn is_hard(&self) -> bool {
+        matches!(self, Pinning::Hard)
+    }
+    /// Why the thread may run elsewhere, when it may.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Pinning::Hard => None,
+            Pinning::Hint { reason } | Pinning::Unsupported { reason } => Some(reason),
+        }
+    }
+}
+
+/// Whether an optional operation was done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Support {
+    Done,
+    Unsupported { reason: String },
+}
+
+impl Support {
+    pub fn done(&self) -> bool {
+        *self == Support::Done
+    }
+}
+
+/// What pinning this system offers (what `pin_to_cpu` answers when it succeeds).
+pub fn pin_support() -> Pinning {
+    imp::pin_support()
+}
+
+/// Holds the calling thread on `cpu` as firmly as the system allows.
+pub fn pin_to_cpu(cpu: usize) -> io::Result<Pinning> {
+    imp::pin_to_cpu(cpu)
+}
+
+/// Lets the calling thread run on any of `cpus` again (no-op where pinning is unsupported).
+pub fn set_affinity(cpus: &[usize]) -> io::Result<()> {
+    imp::set_affinity(cpus)
+}
+
+/// CPUs this thread may run on.
+pub fn allowed_cpus() -> Vec<usize> {
+    imp::allowed_cpus().unwrap_or_else(|| (0..online_cpus()).collect())
+}
+
+/// The CPU the calling thread runs on now, where the system tells.
+pub fn current_cpu() -> Option<usize> {
+    let c = current_cpu_raw();
+    (c >= 0).then_some(c as usize)
+}
+
+/// As `current_cpu`, -1 when unknown. Async-signal-safe (for forked children).
+pub fn current_cpu_raw() -> i32 {
+    imp::current_cpu_raw()
+}
+
+/// A CPU set prepared before a fork, so the child can pin itself without allocating.
+pub struct CpuMask(imp::Mask);
+
+impl CpuMask {
+    pub fn single(cpu: usize) -> io::Result<CpuMask> {
+        imp::mask_single(cpu).map(CpuMask)
+    }
+    /// Pins the calling thread to the mask; true when done (false where unsupported).
+    /// Async-signal-safe: a forked child may call it.
+    pub fn pin_self(&self) -> bool {
+        imp::pin_self(&self.0)
+    }
+}
+
+pub fn online_cpus() -> usize {
+    // SAFETY: sysconf with a valid name has no memory effects.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n > 0 {
+        n as usize
+    } else {
+        1
+    }
+}
+
+pub fn page_size() -> usize {
+    // SAFETY: sysconf with a valid name has no memory effects.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail and has no memory effects.
+    unsafe { libc::geteuid() == 0 }
+}
+
+pub fn hostname() -> String {
+    let mut b = [0u8; 256];
+    // SAFETY: b is writable for its length; gethostname NUL-terminates within it on success.
+    let rc = unsafe { libc::gethostname(b.as_mut_ptr() as *mut libc::c_char, b.len()) };
+    if rc != 0 {
+        return "unknown".into();
+    }
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).trim().to_string()
+}
+
+/// A monotonic clock in ns that no time adjustment slews (CLOCK_MONOTONIC_RAW on Linux,
+/// mach_absolute_time scaled by mach_timebase_info on macOS).
+pub fn raw_clock_ns() -> u64 {
+    imp::raw_clock_ns()
+}
+
+/// True when the last failed call was interrupted by a signal. Async-signal-safe.
+pub fn interrupted() -> bool {
+    io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+}
+
+/// A pipe (read end, write end), both close-on-exec.
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let (r, w) = imp::pipe_cloexec()?;
+    // SAFETY: both descriptors were just opened and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(r), OwnedFd::from_raw_fd(w)) })
+}
+
+/// socket(2) with close-on-exec set.
+pub fn socket(domain: i32, ty: i32, protocol: i32) -> io::Result<OwnedFd> {
+    let fd = imp::socket_cloexec(domain, ty, protocol)?;
+    // SAFETY: fd was just opened and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens `path` with `opts` so that reads bypass the page cache (O_DIRECT on Linux,
+/// F_NOCACHE on macOS). Fails where the file system refuses.
+pub fn open_uncached(opts: &OpenOptions, path: &Path) -> io::Result<File> {
+    imp::open_uncached(opts, path)
+}
+
+/// Another descriptor for an open file, possibly with other flags, by path (also works
+/// when the file is already unlinked).
+pub fn reopen(file: &File, uncached: bool, write: bool) -> io::Result<File> {
+    use std::os::fd::AsRawFd;
+    let mut o = OpenOptions::new();
+    o.read(true).write(write);
+    let path = imp::fd_path(file.as_raw_fd());
+    if uncached {
+        open_uncached(&o, Path::new(&path))
+    } else {
+        o.open(path)
+    }
+}
+
+/// Read-ahead advice for a whole file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Normal,
+    Random,
+    Sequential,
+}
+
+/// Advises the kernel how a file will be read (posix_fadvise on Linux, F_RDAHEAD on macOS).
+pub fn advise(file: &File, access: Access) {
+    imp::advise(file, access)
+}
+
+/// Asks the system to drop a file's clean pages from the page cache. Callers verify with
+/// `residency`; `Unsupported` means the next read cannot be called uncached.
+pub fn evict_file(file: &File) -> io::Result<Support> {
+    imp::evict_file(file)
+}
+
+/// Drops the whole page cache (root only, and only when the user asked for it).
+/// Returns how it was done.
+pub fn drop_all_caches() -> io::Result<&'static str> {
+    imp::drop_all_caches()
+}
+
+/// Page residency of a mapping: one byte per page in `vec`, bit 0 set when resident.
+///
+/// # Safety
+/// `addr..addr+len` must be a mapping of this process; `vec` must hold a byte per page.
+pub unsafe fn mincore(addr: *mut libc::c_void, len: usize, vec: &mut [u8]) -> io::Result<()> {
+    imp::mincore(addr, len, vec)
+}
+
+/// Fault and involuntary-switch counters of the calling thread.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThreadUsage {
+    pub minor_faults: u64,
+    pub major_faults: u64,
+    pub involuntary_switches: u64,
+    /// false where only whole-process counters exist (macOS): other threads count too.
+    pub per_thread: bool,
+}
+
+pub fn thread_usage() -> io::Result<ThreadUsage> {
+    imp::thread_usage()
+}
+
+/// In a forked child: end when the parent dies (PR_SET_PDEATHSIG on Linux). Elsewhere the
+/// child must watch a pipe from the parent for end of file; `Unsupported` says so.
+/// Async-signal-safe.
+pub fn die_with_parent() -> Support {
+    imp::die_with_parent()
+}
+
+/// Fills `buf` from the system's random source.
+pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
+    imp::random_bytes(buf)
+}
+
+/// Transparent huge pages for an anonymous mapping: on, off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HugePages {
+    Base,
+    Huge,
+}
+
+/// Huge-page advice for a mapping.
+///
+/// # Safety
+/// `addr..addr+len` must be a mapping of this process.
+pub unsafe fn advise_huge_pages(addr: *mut u8, len: usize, pages: HugePages) -> Support {
+    imp::advise_huge_pages(addr, len, pages)
+}
+
+/// getppid and getpid through the kernel every time (no library caching), for the
+/// system-call experiment.
+#[inline(always)]
+pub fn raw_getppid() -> i64 {
+    imp::raw_getppid()
+}
+
+#[inline(always)]
+pub fn raw_getpid() -> i64 {
+    imp::raw_getpid()
+}
+
+/// Major and minor number of a device id (st_dev).
+pub fn dev_major_minor(dev: u64) -> (u64, u64) {
+    imp::dev_major_minor(dev)
+}
+
+/// File system of a path: Linux gives statfs's magic number, macOS its type name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FsKind {
+    Magic(u64),
+    Name(String),
+}
+
+pub fn fs_kind(path: &Path) -> io::Result<FsKind> {
+    imp::fs_kind(path)
+}
+
+/// A sysctl string by name (macOS machine facts); None elsewhere or when absent.
+pub fn sysctl_string(name: &str) -> Option<String> {
+    imp::sysctl_string(name)
+}
+
+/// A sysctl integer by name (macOS machine facts); None elsewhere or when absent.
+pub fn sysctl_u64(name: &str) -> Option<u64> {
+    imp::sysctl_u64(name)
+}
+
+/// A sysctl string value: bytes up to the first NUL, trimmed. Shared so Linux tests it.
+#[cfg_attr(not(target_os = "macos"), allow(dead_code))]
+fn sysctl_bytes_to_string(b: &[u8]) -> Option<String> {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    let s = String::from_utf8_lossy(&b[..end]).trim().to_string();
+    (!s.is_empty()).then_some(s)
+}
+
+/// A sysctl integer: 4 or 8 bytes in native order (hw.memsize is 8, most hw.* are 4).
+#[cfg_attr(not(target_os = "macos"), allow(dead_code))]
+fn sysctl_bytes_to_u64(b: &[u8]) -> Option<u64> {
+    match b.len() {
+        4 => Some(u32::from_ne_bytes(b.try_into().ok()?) as u64),
+        8 => Some(u64::from_ne_bytes(b.try_into().ok()?)),
+        _ => None,
+    }
+}
+
+/// Premise text for a measurement that needs a thread held on one CPU: None when the
+/// pinning is hard, else why the figure is not a same-CPU figure.
+pub fn pinning_premise_failure(p: &Pinning) -> Option<String> {
+    p.reason()
+        .map(|r| format!("the tasks were not pinned ({r}); the figure is an unpinned measurement"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pipe_carries_a_byte_and_is_cloexec() {
+        use std::io::{Read, Write};
+        use std::os::fd::AsRawFd;
+        let (r, w) = pipe().unwrap();
+        // SAFETY: fcntl F_GETFD on open descriptors has no memory effects.
+        for fd in [r.as_raw_fd(), w.as_raw_fd()] {
+            let fl = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+            assert!(fl & libc::FD_CLOEXEC != 0);
+        }
+        let (mut r, mut w) = (File::from(r), File::from(w));
+        w.write_all(b"x").unwrap();
+        let mut b = [0u8];
+        r.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"x");
+    }
+
+    #[test]
+    fn randomness_is_not_constant() {
+        let (mut a, mut b) = ([0u8; 32], [0u8; 32]);
+        random_bytes(&mut a).unwrap();
+        random_bytes(&mut b).unwrap();
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn raw_clock_advances() {
+        let t0 = raw_clock_ns();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let d = raw_clock_ns() - t0;
+        assert!((2_000_000..2_000_000_000).contains(&d), "{d}");
+    }
+
+    #[test]
+    fn allowed_cpus_include_the_current_one() {
+        let allowed = allowed_cpus();
+        assert!(!allowed.is_empty());
+        if pin_support().is_hard() {
+            let c = current_cpu().expect("this system reports the current CPU");
+            assert!(allowed.contains(&c), "{c} not in {allowed:?}");
+        }
+    }
+
+    #[test]
+    fn pinning_premise_fails_unless_hard() {
+        assert_eq!(pinning_premise_failure(&Pinning::Hard), None);
+        let u = Pinning::Unsupported {
+            reason: "no pinning here".into(),
+        };
+        assert!(pinning_premise_failure(&u)
+            .unwrap()
+            .contains("no pinning here"));
+        let h = Pinning::Hint {
+            reason: "a hint".into(),
+        };
+        assert!(pinning_premise_failure(&h).is_some());
+    }
+
+    #[test]
+    fn thread_usage_counts_new_faults() {
+        let before = thread_usage().unwrap();
+        let v = vec![1u8; 8 << 20];
+        std::hint::black_box(&v);
+        let after = thread_usage().unwrap();
+        assert!(after.minor_faults > before.minor_faults);
+    }
+
+    #[test]
+    fn sysctl_values_decode() {
+        assert_eq!(
+            sysctl_bytes_to_string(b"Apple M1\0"),
+            Some("Apple M1".into())
+        );
+        assert_eq!(sysctl_bytes_to_string(b"\0"), None);
+        assert_eq!(sysctl_bytes_to_u64(&64u32.to_ne_bytes()), Some(64));
+        assert_eq!(
+            sysctl_bytes_to_u64(&(24u64 << 30).to_ne_bytes()),
+            Some(24 << 30)
+        );
+        assert_eq!(sysctl_bytes_to_u64(&[1, 2, 3]), None);
+    }
+
+    #[test]
+    fn hostname_is_not_empty() {
+        assert!(!hostname().is_empty());
+    }
+}
