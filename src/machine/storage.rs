@@ -131,6 +131,22 @@ fn disk(root: &FactRoot, name: &str) -> Disk {
     }
 }
 
+/// Sectors (512 bytes each, whatever the device's block size) read so far, from the
+/// third field of a /sys/block/NAME/stat line.
+pub fn parse_sectors_read(stat: &str) -> Option<u64> {
+    stat.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// The live sectors-read counter of disk `name` (a /sys/block entry: the whole disk, which
+/// counts its partitions' reads too). A counter, not a fact: read it around the I/O.
+pub fn sectors_read(name: &str) -> Option<u64> {
+    if name.is_empty() || name.contains('/') {
+        return None;
+    }
+    let stat = std::fs::read_to_string(Path::new("/sys/block").join(name).join("stat")).ok()?;
+    parse_sectors_read(&stat)
+}
+
 /// Disks under `root`; the current directory's file system only for the live machine
 /// (a recorded machine's working directory is not known).
 pub fn gather(root: &FactRoot) -> Storage {
@@ -152,6 +168,14 @@ pub fn gather(root: &FactRoot) -> Storage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sectors_read_is_the_third_stat_field() {
+        let line = "   31409    10463  2380154    15478    53316    47227  7417176    63633        0    54376    92512";
+        assert_eq!(parse_sectors_read(line), Some(2380154));
+        assert_eq!(parse_sectors_read("1 2"), None);
+        assert_eq!(sectors_read("../etc"), None);
+    }
 
     const MOUNTS: &str = "proc /proc proc rw,relatime 0 0
 /dev/vda / ext4 rw,relatime,discard 0 0

@@ -5,6 +5,7 @@ use crate::harness::repeat;
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub struct ThreadCreate;
@@ -43,8 +44,34 @@ fn model(ctx: &Context) -> Option<(f64, Prediction)> {
 /// What the new thread returns, so join can prove it ran.
 static SENTINEL: u8 = 0;
 
+/// Threads whose start routine ran, and those of them that found themselves to be the
+/// creating thread (pthread_self equal to the creator's): what the check counts.
+static RAN: AtomicU64 = AtomicU64::new(0);
+static RAN_AS_CREATOR: AtomicU64 = AtomicU64::new(0);
+/// pthread_self of the creating thread, as an integer.
+static CREATOR: AtomicU64 = AtomicU64::new(0);
+
 extern "C" fn return_arg(arg: *mut libc::c_void) -> *mut libc::c_void {
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() } as u64;
+    if me == CREATOR.load(Ordering::Relaxed) {
+        RAN_AS_CREATOR.fetch_add(1, Ordering::Relaxed);
+    }
+    // Relaxed: join orders the thread's writes before the creator reads them.
+    RAN.fetch_add(1, Ordering::Relaxed);
     arg
+}
+
+/// Premise "every thread ran": the start routine ran once per successful create + join
+/// (its own count, not the creator's), each time in a thread other than the creator.
+pub fn ran_check(created: u64, ran: u64, ran_as_creator: u64) -> Check {
+    Check::premise(
+        "every thread ran",
+        created > 0 && ran == created && ran_as_creator == 0,
+        format!(
+            "{created} threads created and joined; the start routine counted {ran} runs, {ran_as_creator} of them in the creating thread"
+        ),
+    )
 }
 
 /// One pthread_create + pthread_join; Err(errno-like code) on failure, Err(-1) when the
@@ -89,7 +116,8 @@ impl Experiment for ThreadCreate {
          the caller's pinning, so it runs on the same CPU: creating it, switching to it, its exit and the switch \
          back are all in the figure. glibc caches the stacks of joined threads, so in steady state no mmap is \
          paid; this is the cost a thread pool avoids, not the first-thread cost. Check: every join returned the \
-         value its thread was given (the thread really ran)."
+         value its thread was given, and the start routine's own count of runs (an atomic increment, a few ns \
+         in the figure) equals the threads joined, none of them running as the creating thread."
     }
     fn budget(&self, p: Profile) -> Duration {
         let ms = Duration::from_millis;
@@ -111,6 +139,12 @@ impl Experiment for ThreadCreate {
         let done = Cell::new(0u64);
         let failed = Cell::new(None::<i32>);
         (ctx.progress)("pthread_create + join");
+        // SAFETY: pthread_self has no preconditions.
+        CREATOR.store(unsafe { libc::pthread_self() } as u64, Ordering::Relaxed);
+        let (ran0, same0) = (
+            RAN.load(Ordering::Relaxed),
+            RAN_AS_CREATOR.load(Ordering::Relaxed),
+        );
         let m = h.measure(1.0, |n| {
             repeat(n, || {
                 if failed.get().is_none() {
@@ -131,13 +165,10 @@ impl Experiment for ThreadCreate {
                 "pthread_create/join failed: {}",
                 std::io::Error::from_raw_os_error(e)
             ),
-            None => out.check(Check::premise(
-                "every thread ran",
-                true,
-                format!(
-                    "{} threads created, each returned its argument to join",
-                    done.get()
-                ),
+            None => out.check(ran_check(
+                done.get(),
+                RAN.load(Ordering::Relaxed) - ran0,
+                RAN_AS_CREATOR.load(Ordering::Relaxed) - same0,
             )),
         }
         out.measured(
@@ -164,5 +195,48 @@ impl Experiment for ThreadCreate {
         }
         out.finding(text, &["create_join"]);
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ran_check_fails_when_a_thread_did_not_run() {
+        assert!(ran_check(100, 100, 0).passed);
+        // A create that returned without its thread running (or a count lost).
+        let c = ran_check(100, 99, 0);
+        assert!(!c.passed && c.premise, "{}", c.detail);
+        // The routine ran in the creating thread (a fake create that calls it inline).
+        assert!(!ran_check(100, 100, 1).passed);
+        assert!(!ran_check(0, 0, 0).passed);
+    }
+
+    #[test]
+    fn live_threads_pass_the_check() {
+        // SAFETY: pthread_self has no preconditions.
+        CREATOR.store(unsafe { libc::pthread_self() } as u64, Ordering::Relaxed);
+        let (r0, s0) = (
+            RAN.load(Ordering::Relaxed),
+            RAN_AS_CREATOR.load(Ordering::Relaxed),
+        );
+        for _ in 0..10 {
+            create_join().unwrap();
+        }
+        let c = ran_check(
+            10,
+            RAN.load(Ordering::Relaxed) - r0,
+            RAN_AS_CREATOR.load(Ordering::Relaxed) - s0,
+        );
+        assert!(c.passed, "{}", c.detail);
+        // Calling the routine inline, as a fake create would, is caught.
+        return_arg(std::ptr::null_mut());
+        let c = ran_check(
+            11,
+            RAN.load(Ordering::Relaxed) - r0,
+            RAN_AS_CREATOR.load(Ordering::Relaxed) - s0,
+        );
+        assert!(!c.passed, "{}", c.detail);
     }
 }

@@ -48,13 +48,41 @@ fn round(p: Profile) -> (Duration, usize) {
     }
 }
 
-/// File per process: large enough that a round reads mostly distinct blocks.
+/// File per process. Each reader continues where its last round stopped, so a block is
+/// read again only once a file is used up: sized for the rounds of a profile at about
+/// 100 us per block (a virtual or flash disk; the re-read share is reported).
 fn file_size(p: Profile) -> u64 {
     match p {
-        Profile::Smoke => 2 * MIB,
-        Profile::Quick => 8 * MIB,
-        _ => 16 * MIB,
+        Profile::Smoke => 4 * MIB,
+        Profile::Quick => 48 * MIB,
+        Profile::Standard => 96 * MIB,
+        Profile::Thorough => 128 * MIB,
     }
+}
+
+/// Largest spread of the readers' start times, as a share of a round, for them to count
+/// as released together.
+const RELEASE_SHARE: f64 = 0.10;
+
+/// Premise "readers released together": in every round the readers' first timestamps
+/// (CLOCK_MONOTONIC, read right after the barrier) lie within 10% of the round's length.
+/// `spreads` holds the largest minus the smallest start of each round, in ns.
+pub(crate) fn release_check(spreads: &[(usize, u64)], round_ns: u64) -> Check {
+    let limit = (round_ns as f64 * RELEASE_SHARE) as u64;
+    let worst = spreads.iter().max_by_key(|s| s.1).copied();
+    Check::premise(
+        "readers released together",
+        !spreads.is_empty() && worst.is_some_and(|w| w.1 <= limit),
+        match worst {
+            Some((p, w)) => format!(
+                "largest spread of start times {} (P = {p}) over {} rounds, limit {} (10% of a round); each reader timestamps its start right after a pipe barrier the parent opens once all are ready",
+                crate::units::fmt_ns(w as f64),
+                spreads.len(),
+                crate::units::fmt_ns(limit as f64)
+            ),
+            None => "no round ran".into(),
+        },
+    )
 }
 
 /// One child's figures, written into shared memory.
@@ -64,6 +92,8 @@ struct Slot {
     blocks: u64,
     ns: u64,
     error: u64,
+    /// CLOCK_MONOTONIC at the reader's release.
+    start: u64,
 }
 
 /// An anonymous shared mapping of `n` slots, visible to forked children.
@@ -139,6 +169,7 @@ fn now_ns() -> u64 {
 unsafe fn child(
     fd: i32,
     nblocks: u64,
+    first: u64,
     wrap: bool,
     seconds_ns: u64,
     ready_w: i32,
@@ -159,7 +190,7 @@ unsafe fn child(
     let start = now_ns();
     let end = start + seconds_ns;
     let mut blocks = 0u64;
-    let mut pos = 0u64;
+    let mut pos = first % nblocks.max(1);
     let mut error = 0u64;
     loop {
         if pos >= nblocks {
@@ -186,22 +217,41 @@ unsafe fn child(
         }
     }
     let ns = now_ns() - start;
-    std::ptr::write_volatile(slot, Slot { blocks, ns, error });
+    std::ptr::write_volatile(
+        slot,
+        Slot {
+            blocks,
+            ns,
+            error,
+            start,
+        },
+    );
     libc::_exit(0)
 }
 
-/// One round: `p` children released together; returns each one's ns per block.
+/// What one round measured.
+struct Round {
+    /// ns per block, per reader.
+    per_block: Vec<f64>,
+    /// Blocks each reader read.
+    blocks: Vec<u64>,
+    /// Latest minus earliest start time.
+    spread_ns: u64,
+}
+
+/// One round: `p` children released together, reader i starting at block `first[i]`.
 #[allow(clippy::too_many_arguments)]
 fn round_of(
     files: &[File],
     bufs: &mut [AlignedBuf],
     nblocks: u64,
+    first: &[u64],
     wrap: bool,
     p: usize,
     dur: Duration,
     shared: &Shared,
     cpus: &[crate::platform::CpuMask],
-) -> anyhow::Result<Vec<f64>> {
+) -> anyhow::Result<Round> {
     use std::os::fd::IntoRawFd;
     shared.clear();
     let (r, w) = crate::platform::pipe()?;
@@ -227,6 +277,7 @@ fn round_of(
                 child(
                     fd,
                     nblocks,
+                    first[i],
                     wrap,
                     dur.as_nanos() as u64,
                     ready[1],
@@ -282,15 +333,24 @@ fn round_of(
     if failed > 0 || got < p {
         anyhow::bail!("{failed} of {p} reader processes failed ({got} became ready)");
     }
-    let mut v = Vec::with_capacity(p);
+    let mut r = Round {
+        per_block: Vec::with_capacity(p),
+        blocks: Vec::with_capacity(p),
+        spread_ns: 0,
+    };
+    let (mut lo, mut hi) = (u64::MAX, 0);
     for i in 0..p {
         let s = shared.get(i);
         if s.error != 0 || s.blocks == 0 {
             anyhow::bail!("reader process {i} could not read its file");
         }
-        v.push(s.ns as f64 / s.blocks as f64);
+        r.per_block.push(s.ns as f64 / s.blocks as f64);
+        r.blocks.push(s.blocks);
+        lo = lo.min(s.start);
+        hi = hi.max(s.start);
     }
-    Ok(v)
+    r.spread_ns = hi.saturating_sub(lo);
+    Ok(r)
 }
 
 // The model is the one analysis of this question; figures draw the same fit.
@@ -310,8 +370,11 @@ impl Experiment for Contention {
         "Pmax scratch files (incompressible, unlinked at once) are written; for each P, P forked processes each open \
          their own file (O_DIRECT where supported, else evicted and verified with mincore before every round), signal \
          ready on a pipe and block on a second pipe whose write end the parent closes once all are ready, so all start \
-         together. Each then reads its file sequentially in 4 KiB blocks with pread() for a fixed time (wrapping at the \
-         end under O_DIRECT) and records blocks and elapsed time in shared memory; per-block time = elapsed / blocks. \
+         together. Each then reads its file sequentially in 4 KiB blocks with pread() for a fixed time, going on where \
+         its previous round stopped (distinct blocks; it wraps only once its file is used up, and the re-read share is \
+         reported), and records its start time, blocks and elapsed time in shared memory; per-block time = elapsed / blocks. \
+         Premises: the readers' start times lie within 10% of a round; the disk's sectors-read counter \
+         (/sys/block/DISK/stat) grew by at least 90% of the bytes read. \
          Reader i is pinned to CPU (run CPU + i) mod the allowed CPUs, so P = 1 \
          reads as fs.read does; readers die with the parent. The per-P medians are fitted with a least-squares line and \
          with a continuous two-segment line (every P tried as the breakpoint); the bent model is kept when it halves \
@@ -421,6 +484,10 @@ impl Experiment for Contention {
         let nblocks = fsize / BLOCK as u64;
         let (dur, rounds) = round(ctx.profile);
         let (mut evict_ok, mut evicts, mut evict_detail) = (0, 0, String::new());
+        let mut device = super::DeviceReads::new(scratch.dir());
+        // Where each reader goes on (distinct blocks across rounds) and what it read.
+        let mut cursor = vec![0u64; pm];
+        let mut spreads: Vec<(usize, u64)> = Vec::new();
         let mut per_p: Vec<(usize, Vec<f64>)> = Vec::new();
         let mut aggregate = Vec::new();
         let started = std::time::Instant::now();
@@ -450,9 +517,21 @@ impl Experiment for Contention {
                         }
                     }
                 }
-                let v = round_of(&files, &mut bufs, nblocks, direct, p, dur, &shared, &cpus)?;
-                rates.push(v.iter().map(|t| 1e9 / t).sum::<f64>());
-                vals.extend(v);
+                let before = device.counter();
+                let r = round_of(
+                    &files, &mut bufs, nblocks, &cursor, direct, p, dur, &shared, &cpus,
+                )?;
+                device.add(
+                    before,
+                    device.counter(),
+                    r.blocks.iter().sum::<u64>() * BLOCK as u64,
+                );
+                for (c, b) in cursor.iter_mut().zip(&r.blocks) {
+                    *c += b;
+                }
+                spreads.push((p, r.spread_ns));
+                rates.push(r.per_block.iter().map(|t| 1e9 / t).sum::<f64>());
+                vals.extend(r.per_block);
             }
             aggregate.push([p as f64, crate::stats::median(&rates)]);
             per_p.push((p, vals));
@@ -460,13 +539,20 @@ impl Experiment for Contention {
         drop(files);
         drop(owners);
 
-        if direct {
-            out.check(Check::premise(
-                "uncached reads bypass the page cache",
-                true,
-                "every reader uses O_DIRECT with a 4 KiB-aligned buffer",
-            ));
-        } else {
+        out.check(device.check());
+        let reread: u64 = cursor.iter().map(|&c| c.saturating_sub(nblocks)).sum();
+        let total: u64 = cursor.iter().sum();
+        out.check(Check::sanity(
+            "each block read at most once",
+            reread == 0,
+            format!(
+                "{} of {} blocks read were read before by the same reader (files of {}; a device or host cache can serve those)",
+                reread,
+                total,
+                fmt_b(fsize)
+            ),
+        ));
+        if !direct {
             out.check(Check::premise(
                 "uncached reads: files evicted and verified (mincore) before every round",
                 evict_ok == evicts,
@@ -477,11 +563,7 @@ impl Experiment for Contention {
                 },
             ));
         }
-        out.check(Check::premise(
-            "readers released together",
-            true,
-            "each child signals ready on a pipe and blocks on a second pipe until the parent closes it",
-        ));
+        out.check(release_check(&spreads, dur.as_nanos() as u64));
 
         let medians: Vec<(f64, f64)> = per_p
             .iter()
@@ -587,6 +669,17 @@ impl Experiment for Contention {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn release_check_fails_on_a_late_reader() {
+        let round = 150_000_000;
+        assert!(release_check(&[(1, 0), (4, 200_000)], round).passed);
+        // One reader started 20 ms after the others in a 150 ms round.
+        let c = release_check(&[(1, 0), (4, 20_000_000)], round);
+        assert!(!c.passed, "{}", c.detail);
+        assert!(c.premise);
+        assert!(!release_check(&[], round).passed);
+    }
 
     #[test]
     fn fit_finds_a_bend() {

@@ -422,6 +422,88 @@ pub(crate) fn device_of(path: &Path) -> Option<Device> {
     })
 }
 
+/// Bytes that uncached passes asked for, and what the disk's sectors-read counter
+/// (/sys/block/DISK/stat) counted around them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DeviceReads {
+    /// The disk whose counter is read; None when the file system has no local block
+    /// device (network or virtual file systems).
+    pub disk: Option<String>,
+    pub requested: u64,
+    /// Sectors counted during the passes; None once any reading of the counter failed.
+    pub sectors: Option<u64>,
+}
+
+impl DeviceReads {
+    /// For files under `dir`.
+    pub fn new(dir: &Path) -> DeviceReads {
+        let disk = device_of(dir).map(|d| d.name);
+        DeviceReads {
+            sectors: disk.as_ref().map(|_| 0),
+            disk,
+            requested: 0,
+        }
+    }
+    /// The counter now (None without a disk or when unreadable).
+    pub fn counter(&self) -> Option<u64> {
+        crate::machine::storage::sectors_read(self.disk.as_deref()?)
+    }
+    /// Adds one pass: the counter before and after it and the bytes it read.
+    pub fn add(&mut self, before: Option<u64>, after: Option<u64>, bytes: u64) {
+        self.requested += bytes;
+        self.sectors = match (self.sectors, before, after) {
+            (Some(s), Some(b), Some(a)) => Some(s + a.saturating_sub(b)),
+            _ => None,
+        };
+    }
+    pub fn check(&self) -> Check {
+        reached_device_check(self.requested, self.sectors, self.disk.as_deref())
+    }
+}
+
+/// Share of the requested bytes the device must have read for uncached reads to count as
+/// reaching it. Other processes' reads can only add to the counter, so a pass can be
+/// wrongly confirmed, never wrongly refuted.
+const REACHED_SHARE: f64 = 0.9;
+
+/// Premise "uncached reads reached the device": the disk counted at least 90% of the bytes
+/// the uncached passes read. O_DIRECT alone does not prove it: a file system may answer
+/// from its own cache (ZFS ARC), from compressed extents (btrfs) or from memory (tmpfs
+/// ignoring the flag). Without a counter the premise is reported as not verified.
+pub(crate) fn reached_device_check(
+    requested: u64,
+    sectors: Option<u64>,
+    disk: Option<&str>,
+) -> Check {
+    let name = "uncached reads reached the device (sectors-read counter)";
+    match (disk, sectors) {
+        (Some(d), Some(sec)) => {
+            let read = sec * 512;
+            Check::premise(
+                name,
+                requested > 0 && read as f64 >= REACHED_SHARE * requested as f64,
+                format!(
+                    "{d} read {} while the uncached passes asked for {} ({:.0}%; /sys/block/{d}/stat, at least {:.0}% needed)",
+                    fmt_b(read),
+                    fmt_b(requested),
+                    if requested > 0 { read as f64 / requested as f64 * 100.0 } else { 0.0 },
+                    REACHED_SHARE * 100.0
+                ),
+            )
+        }
+        (Some(d), None) => Check::sanity(
+            name,
+            false,
+            format!("/sys/block/{d}/stat could not be read: not verified"),
+        ),
+        (None, _) => Check::sanity(
+            name,
+            false,
+            "no local block device behind this file system (network or virtual): not verified",
+        ),
+    }
+}
+
 /// Model of one uncached 4 KiB request on a device: (random ns, sequential ns, basis).
 pub(crate) fn device_model(d: Option<&Device>) -> (f64, f64, String) {
     match d {
@@ -577,6 +659,33 @@ pub(crate) fn doublings(from: u64, to: u64) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_served_from_a_cache_fail_the_device_premise() {
+        let mb = 1 << 20;
+        // The device read what was asked (or more: readahead, other processes).
+        assert!(reached_device_check(10 * mb, Some(20480), Some("vda")).passed);
+        assert!(reached_device_check(10 * mb, Some(40000), Some("vda")).passed);
+        // O_DIRECT answered from a cache (ZFS ARC) or compressed extents: few sectors.
+        let c = reached_device_check(10 * mb, Some(100), Some("vda"));
+        assert!(!c.passed && c.premise, "{}", c.detail);
+        assert!(!reached_device_check(0, Some(0), Some("vda")).passed);
+        // No counter: not verified, and said so.
+        let c = reached_device_check(10 * mb, None, None);
+        assert!(!c.passed && !c.premise);
+        // Accumulation: one unreadable counter spoils the sum.
+        let mut d = DeviceReads {
+            disk: Some("vda".into()),
+            requested: 0,
+            sectors: Some(0),
+        };
+        d.add(Some(100), Some(2148), 1 << 20);
+        assert_eq!(d.sectors, Some(2048));
+        assert!(d.check().passed);
+        d.add(Some(5), None, 4096);
+        assert_eq!(d.sectors, None);
+        assert!(!d.check().passed);
+    }
 
     #[test]
     fn permutation_is_a_permutation() {

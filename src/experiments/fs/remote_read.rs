@@ -53,7 +53,7 @@ impl Experiment for RemoteRead {
     fn needs(&self) -> Needs {
         Needs {
             remote_dir: true,
-            disk_bytes: cap(Profile::Quick),
+            disk_bytes: 2 * cap(Profile::Quick),
             ..Default::default()
         }
     }
@@ -111,17 +111,19 @@ impl Experiment for RemoteRead {
             ));
         };
         let largest = cap(ctx.profile);
+        // The sweep holds two files of a size at a time (its random uncached pass reads
+        // a file of its own).
         let (rbase, rfs, rhalf) = crate::scratch::allowance(Some(remote))?;
-        if rhalf < largest {
+        if rhalf < 2 * largest {
             return Ok(Outcome::skipped(format!(
                 "not enough free space in {}: need {}, may use {} (half of the {} free)",
                 rbase.display(),
-                fmt_b(largest),
+                fmt_b(2 * largest),
                 fmt_b(rhalf),
                 fmt_b(rfs.free_bytes)
             )));
         }
-        let local = match super::disk_scratch(ctx, largest)? {
+        let local = match super::disk_scratch(ctx, 2 * largest)? {
             Ok(s) => s,
             Err(reason) => return Ok(Outcome::skipped(format!("local side: {reason}"))),
         };

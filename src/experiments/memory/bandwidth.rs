@@ -323,7 +323,9 @@ impl Experiment for Bandwidth {
         "read, write (and non-temporal write) and copy bandwidth on a buffer far larger than the last-level cache, 1..N threads"
     }
     fn method(&self) -> &'static str {
-        "One buffer (at least 8x the last-level cache and 256 MiB; 64 MiB in smoke) in base pages, faulted in \
+        "One buffer (at least 8x the last-level cache and 256 MiB; 64 MiB in smoke) in base pages (the headline \
+         figures), and again on transparent huge pages for one thread (read_thp_1t, write_thp_1t, copy_thp_1t; quick \
+         and up, when the kernel backs at least half of it, the share read from /proc/self/smaps), faulted in \
          before timing, split into one part per thread; each thread is pinned to its own CPU and streams its part \
          1 MiB at a time, each trial continuing where the last stopped so data is never cache-resident. read: \
          load and add every 8-byte word into eight accumulators (vectorised, no dependency chain); write: store \
@@ -385,6 +387,16 @@ impl Experiment for Bandwidth {
             ),
             (
                 "copy_1t".into(),
+                little(0.5, "each copied line is read and written: 0.5 x lines_in_flight x line / dram_latency"),
+            ),
+            // The model has no TLB term: it is the huge-page figures' model above all.
+            ("read_thp_1t".into(), little(1.0, "Little's law: lines_in_flight x line / dram_latency")),
+            (
+                "write_thp_1t".into(),
+                little(1.0, "Little's law on reads for ownership: lines_in_flight x line / dram_latency"),
+            ),
+            (
+                "copy_thp_1t".into(),
                 little(0.5, "each copied line is read and written: 0.5 x lines_in_flight x line / dram_latency"),
             ),
         ];
@@ -463,7 +475,10 @@ impl Experiment for Bandwidth {
         } else {
             &[Op::ReadScalar, Op::WriteScalar]
         };
-        let configs = counts.len() * ops.len() + scalar.len();
+        // One thread again on huge pages (not smoke), for read, write and copy.
+        let thp = super::thp_available() && ctx.profile != Profile::Smoke;
+        let thp_ops = [Op::Read, Op::Write, Op::Copy];
+        let configs = counts.len() * ops.len() + scalar.len() + if thp { thp_ops.len() } else { 0 };
         let (min_trial, trials) = match ctx.profile {
             Profile::Smoke => (Duration::from_millis(1), 5),
             Profile::Quick => (Duration::from_millis(2), 11),
@@ -523,6 +538,57 @@ impl Experiment for Bandwidth {
             });
         }
         drop(region);
+
+        // Huge pages: a stream touches a new 4 KiB page every 64 lines, so on base pages
+        // each trial also pays TLB misses and page walks the prediction leaves out.
+        if thp {
+            (ctx.progress)("huge-page buffer");
+            let mut region = Region::new(size, Pages::Huge)?;
+            region.prefault();
+            region.as_mut_slice().fill(0x5a);
+            let frac = region.huge_bytes().unwrap_or(0) as f64 / size as f64;
+            let backed = frac >= 0.5;
+            out.check(crate::results::Check::sanity(
+                "huge pages back the huge-page buffer",
+                backed,
+                format!(
+                    "{:.0}% of {} backed by transparent huge pages (AnonHugePages in /proc/self/smaps)",
+                    frac * 100.0,
+                    fmt_bytes(size as f64)
+                ),
+            ));
+            if backed {
+                let part = [Part {
+                    base: region.as_ptr() as usize,
+                    len: size / BLOCK * BLOCK,
+                }];
+                for op in thp_ops {
+                    (ctx.progress)(&format!("{} with 1 thread, huge pages", op.name()));
+                    let q = team(ctx, op, &part, &cpus, &spec);
+                    preempted += q.preempted;
+                    kept += q.per_op_ns.len();
+                    let name = format!("{}_thp_1t", op.name());
+                    for note in &q.notes {
+                        out.notes.push(format!("{name}: {note}"));
+                    }
+                    out.metric(
+                        &name,
+                        "bytes/s",
+                        &format!(
+                            "{}, 1 thread, {} buffer on huge pages ({:.0}% backed)",
+                            op.describe(),
+                            fmt_bytes(size as f64),
+                            frac * 100.0
+                        ),
+                        q.per_op_ns.iter().map(|ns| 1e9 / ns).collect(),
+                    );
+                }
+            } else {
+                out.notes.push("the kernel did not back most of the huge-page buffer with huge pages (fragmented memory or THP defrag policy): no huge-page figures".into());
+            }
+        } else if ctx.profile != Profile::Smoke {
+            out.notes.push("transparent huge pages are not available (/sys/kernel/mm/transparent_hugepage/enabled is 'never' or missing): base pages only".into());
+        }
         out.check(super::rss_check(rss0, size as u64));
         out.notes.push(format!(
             "{preempted} trials were preempted by other tasks and repeated; {kept} undisturbed trials kept"
@@ -535,6 +601,27 @@ impl Experiment for Bandwidth {
             .collect();
         let med = |name: &str| medians.iter().find(|m| m.0 == name).map(|m| m.1);
         let (r1, w1, c1) = (med("read_1t"), med("write_1t"), med("copy_1t"));
+        if let (Some(r), Some(w), Some(c), Some(rh), Some(wh), Some(ch)) = (
+            r1,
+            w1,
+            c1,
+            med("read_thp_1t"),
+            med("write_thp_1t"),
+            med("copy_thp_1t"),
+        ) {
+            out.finding(
+                format!(
+                    "On huge pages one thread reads {} ({:+.0}%), writes {} ({:+.0}%) and copies {} ({:+.0}%) against base pages: what TLB misses and page walks cost a stream. The headline figures (read_1t, write_1t, copy_1t) are base pages, what a program gets from malloc unless THP is 'always'.",
+                    fmt_bandwidth(rh),
+                    (rh / r - 1.0) * 100.0,
+                    fmt_bandwidth(wh),
+                    (wh / w - 1.0) * 100.0,
+                    fmt_bandwidth(ch),
+                    (ch / c - 1.0) * 100.0
+                ),
+                &["read_1t", "read_thp_1t", "write_1t", "write_thp_1t", "copy_1t", "copy_thp_1t"],
+            );
+        }
         if let (Some(r), Some(w), Some(c)) = (r1, w1, c1) {
             out.finding(
                 format!(

@@ -171,6 +171,36 @@ pub(crate) fn verify_chain(region: &Region, stride: usize, n: usize, rng: &mut R
     at == 0
 }
 
+/// The chain lmbench's `lat_mem_rd -t` lays (thrash_initialize in lib_mem.c), over
+/// `npages` pages of `lines` nodes each (node = page * lines + line): pages in a random
+/// order, every step to the next page of that order, and the line within the page turning
+/// one position per pass in bit-reversed order (so all lines are visited, one per page per
+/// pass). One cycle through every node. `lines` must be a power of two.
+pub fn lmbench_chain(npages: usize, lines: usize, rng: &mut Rng) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..npages as u32).collect();
+    rng.shuffle(&mut order);
+    let bits = lines.trailing_zeros();
+    let word = |k: usize| -> usize {
+        if bits == 0 {
+            0
+        } else {
+            (k % lines).reverse_bits() >> (usize::BITS - bits)
+        }
+    };
+    let mut next = vec![0u32; npages * lines];
+    for i in 0..npages {
+        let (cp, np) = (order[i] as usize, order[(i + 1) % npages] as usize);
+        for j in 0..lines {
+            let cur = cp * lines + word(i + j);
+            // The last page wraps to the first with the line one further than where the
+            // pass started, as lat_mem_rd does.
+            let k = if i + 1 == npages { j + 1 } else { i + j + 1 };
+            next[cur] = (np * lines + word(k)) as u32;
+        }
+    }
+    next
+}
+
 /// Working-set sizes from `min` to `max`, `per_doubling` points per doubling, rounded to
 /// whole nodes of `node` bytes, at least two nodes each.
 pub fn sizes(min: u64, max: u64, per_doubling: u32, node: u64) -> Vec<u64> {
@@ -422,9 +452,19 @@ pub fn name_levels(levels: &[Level], caches: &[super::CacheFact], max_size: u64)
     out
 }
 
+/// Share of a random chase's loads over `size` bytes that a cache of `llc` bytes can
+/// serve (LRU-like: about C/S once the set is larger).
+pub fn llc_hit_fraction(llc: u64, size: u64) -> f64 {
+    (llc as f64 / size.max(1) as f64).min(1.0)
+}
+
 /// Sizes and effort per profile.
 struct Plan {
     per_doubling: u32,
+    /// The curve's last size at `per_doubling` points per doubling.
+    curve_max: u64,
+    /// The largest size, where `dram` is measured: at least 8x the last-level cache so that
+    /// few loads hit it (one extra point past `curve_max` when larger).
     max: u64,
     strides: Vec<usize>,
     seq_per_doubling: u32,
@@ -436,12 +476,18 @@ struct Plan {
 
 fn plan(profile: Profile, llc: u64, line: usize) -> Plan {
     let four_llc = (4 * llc).next_power_of_two();
-    let (per_doubling, max, strides, seq_per_doubling, thp_curve, trials) = match profile {
-        Profile::Smoke => (1, four_llc.min(64 << 20), vec![line], 1, false, 5),
-        Profile::Quick => (4, four_llc, vec![line], 2, true, 11),
+    let eight_llc = (8 * llc).next_power_of_two();
+    let (per_doubling, curve_max, max, strides, seq_per_doubling, thp_curve, trials) = match profile
+    {
+        Profile::Smoke => {
+            let m = four_llc.min(64 << 20);
+            (1, m, m, vec![line], 1, false, 5)
+        }
+        Profile::Quick => (4, four_llc, eight_llc, vec![line], 2, true, 11),
         Profile::Standard => (
             4,
             four_llc.max(512 << 20),
+            eight_llc.max(512 << 20),
             vec![64, 128, 256, 512, 1024, 4096, 16384],
             2,
             true,
@@ -449,6 +495,7 @@ fn plan(profile: Profile, llc: u64, line: usize) -> Plan {
         ),
         Profile::Thorough => (
             4,
+            (16 * llc).next_power_of_two().max(2 << 30),
             (16 * llc).next_power_of_two().max(2 << 30),
             vec![64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
             4,
@@ -462,6 +509,7 @@ fn plan(profile: Profile, llc: u64, line: usize) -> Plan {
     }
     Plan {
         per_doubling,
+        curve_max: curve_max.min(max),
         max,
         strides,
         seq_per_doubling,
@@ -470,6 +518,62 @@ fn plan(profile: Profile, llc: u64, line: usize) -> Plan {
         // Short trials dodge the scheduler on a busy machine; more of them in larger profiles.
         min_trial: Duration::from_micros(if profile == Profile::Smoke { 150 } else { 250 }),
     }
+}
+
+/// Trial settings: beyond the last-level cache a point's latency depends on what other
+/// cores and guests do to the shared cache and memory, which changes over milliseconds, so
+/// those points get trials twice as long and twice as many (spread over more time).
+struct Specs {
+    near: QuietSpec,
+    far: QuietSpec,
+    far_from: u64,
+}
+
+impl Specs {
+    fn for_size(&self, size: u64) -> &QuietSpec {
+        if size > self.far_from {
+            &self.far
+        } else {
+            &self.near
+        }
+    }
+}
+
+/// Lays lmbench's chain (`lmbench_chain`) over the first `size` bytes of `region` with
+/// nodes of `line` bytes, verifies it and measures it. None when `size` is not a whole
+/// number of pages or the chain does not verify (then `broken` gets the size).
+#[allow(clippy::too_many_arguments)]
+fn lmbench_point(
+    ctx: &Context,
+    spec: &QuietSpec,
+    region: &mut Region,
+    size: u64,
+    line: usize,
+    rng: &mut Rng,
+    broken: &mut Vec<u64>,
+    quiet: &mut (usize, usize),
+) -> Option<Point> {
+    let ps = crate::pagecache::page_size();
+    if size as usize % ps != 0 || ps % line != 0 || size as usize > region.len() {
+        return None;
+    }
+    let next = lmbench_chain(size as usize / ps, ps / line, rng);
+    lay(region, line, &next);
+    let n = next.len();
+    drop(next);
+    if !verify_chain(region, line, n, rng) {
+        broken.push(size);
+        return None;
+    }
+    let (pt, q) = measure_chain(ctx, spec, region, size);
+    quiet.0 += q.preempted;
+    quiet.1 += q.per_op_ns.len();
+    (ctx.progress)(&format!(
+        "lmbench layout {}: {}",
+        fmt_bytes(size as f64),
+        fmt_ns(pt.median)
+    ));
+    Some(pt)
 }
 
 /// Measures the chase laid in `region`.
@@ -506,7 +610,7 @@ struct Curve {
 /// Measures the random (Sattolo) or sequential chase at each size within `region`.
 fn curve(
     ctx: &Context,
-    spec: &QuietSpec,
+    spec: &Specs,
     region: &mut Region,
     sizes: &[u64],
     stride: usize,
@@ -536,7 +640,7 @@ fn curve(
             c.broken.push(size);
             return None;
         }
-        let (pt, q) = measure_chain(ctx, spec, region, size);
+        let (pt, q) = measure_chain(ctx, spec.for_size(size), region, size);
         c.preempted += q.preempted;
         c.kept += q.per_op_ns.len();
         c.notes.extend(
@@ -718,33 +822,59 @@ impl Experiment for Latency {
             4,
             fmt_bytes(super::mem_available(ctx.machine) as f64)
         ));
-        if max < 2 * llc {
+        if max < 8 * llc {
             out.notes.push(format!(
-                "largest working set {} is below twice the last-level cache ({}): memory caps the curve, so the DRAM figure is mixed with cache hits",
+                "largest working set {} is below 8x the last-level cache ({}): about {:.0}% of the dram figure's loads may hit that cache (a random chase over S bytes finds about C/S of its lines in a cache of C bytes)",
                 fmt_bytes(max as f64),
-                fmt_bytes(llc as f64)
+                fmt_bytes(llc as f64),
+                llc_hit_fraction(llc, max) * 100.0
             ));
         }
         let rss0 = super::rss_baseline();
 
-        let random_sizes = sizes(1024, max, p.per_doubling, line as u64);
-        let seq_sizes = sizes(1024, max, p.seq_per_doubling, line as u64);
+        let curve_max = p.curve_max.min(max);
+        let with_max = |mut v: Vec<u64>| {
+            if v.last().is_some_and(|&l| l < max) {
+                v.push(max);
+            }
+            v
+        };
+        let random_sizes = with_max(sizes(1024, curve_max, p.per_doubling, line as u64));
+        let seq_sizes = with_max(sizes(1024, curve_max, p.seq_per_doubling, line as u64));
         let thp = super::thp_available() && ctx.profile != Profile::Smoke;
-        let n_points = random_sizes.len()
-            + p.strides
-                .iter()
-                .map(|&s| seq_sizes.iter().filter(|&&z| z >= 2 * s as u64).count())
-                .sum::<usize>()
-            + match (thp, p.thp_curve) {
-                (true, true) => random_sizes.len(),
-                (true, false) => 1,
-                _ => 0,
-            };
+        let mut all: Vec<u64> = random_sizes.clone();
+        for &s in &p.strides {
+            all.extend(seq_sizes.iter().filter(|&&z| z >= 2 * s as u64));
+        }
+        match (thp, p.thp_curve) {
+            (true, true) => all.extend(&random_sizes),
+            (true, false) => all.push(max),
+            _ => {}
+        }
+        // lmbench's layout at 16 KiB, 1 MiB and the largest size.
+        let lm_sizes: Vec<u64> = [16 << 10, 1 << 20, max]
+            .into_iter()
+            .filter(|&s| s <= max)
+            .collect();
+        all.extend(&lm_sizes);
+        // Far points (beyond the last-level cache) trial twice as long and twice as often;
+        // they may take up to 4x a near point's share, which few near points use up.
+        let far_weight = 4;
         // A third of the budget goes to laying chains and faulting pages.
-        let spec = QuietSpec {
+        let unit = ctx.budget.mul_f64(0.66) / all.len().max(1) as u32;
+        let near = QuietSpec {
             min_trial: p.min_trial,
             trials: p.trials,
-            budget: ctx.budget.mul_f64(0.66) / n_points.max(1) as u32,
+            budget: unit,
+        };
+        let spec = Specs {
+            far: QuietSpec {
+                min_trial: p.min_trial * 2,
+                trials: p.trials * 2,
+                budget: unit * far_weight as u32,
+            },
+            near,
+            far_from: llc,
         };
         let mut rng = Rng::from_entropy();
 
@@ -761,6 +891,23 @@ impl Experiment for Latency {
                 .collect();
             seq_curves.push((s, curve(ctx, &spec, &mut region, &sz, s, false, &mut rng)));
         }
+        let mut lm_broken = Vec::new();
+        let mut lm_quiet = (0usize, 0usize);
+        let lm_points: Vec<Point> = lm_sizes
+            .iter()
+            .filter_map(|&size| {
+                lmbench_point(
+                    ctx,
+                    spec.for_size(size),
+                    &mut region,
+                    size,
+                    line,
+                    &mut rng,
+                    &mut lm_broken,
+                    &mut lm_quiet,
+                )
+            })
+            .collect();
         let base_huge = region.huge_bytes();
         drop(region);
 
@@ -791,6 +938,7 @@ impl Experiment for Latency {
 
         // Premise: every chain was a single cycle through all its nodes.
         let mut broken: Vec<u64> = random.broken.clone();
+        broken.extend(&lm_broken);
         broken.extend(
             seq_curves
                 .iter()
@@ -804,7 +952,8 @@ impl Experiment for Latency {
                 .iter()
                 .map(|(_, c)| c.points.len())
                 .sum::<usize>()
-            + thp_curve.as_ref().map_or(0, |(c, _)| c.points.len());
+            + thp_curve.as_ref().map_or(0, |(c, _)| c.points.len())
+            + lm_points.len();
         out.check(Check::premise(
             "each chase visits every node (one cycle)",
             broken.is_empty(),
@@ -825,7 +974,7 @@ impl Experiment for Latency {
         let (pre, kept, again) = std::iter::once(&random)
             .chain(seq_curves.iter().map(|(_, c)| c))
             .chain(thp_curve.iter().map(|(c, _)| c))
-            .fold((0, 0, 0), |a, c| {
+            .fold((lm_quiet.0, lm_quiet.1, 0), |a, c| {
                 (a.0 + c.preempted, a.1 + c.kept, a.2 + c.remeasured)
             });
         out.notes.push(format!(
@@ -912,6 +1061,34 @@ impl Experiment for Latency {
             ),
             last.trials.clone(),
         );
+        for pt in &lm_points {
+            let name = if pt.size == max && pt.size > 1 << 20 {
+                "lmbench_dram".to_string()
+            } else {
+                format!("lmbench_{}", super::size_label(pt.size))
+            };
+            out.metric(
+                &name,
+                "ns",
+                &format!(
+                    "lat_mem_rd -t layout at {}, base pages: pages in random order, one line per page per pass (compare its min with lat_mem_rd, which reports the minimum)",
+                    fmt_bytes(pt.size as f64)
+                ),
+                pt.trials.clone(),
+            );
+        }
+        if let Some(lm) = lm_points.iter().find(|p| p.size == last.size) {
+            out.finding(
+                format!(
+                    "At {} lmbench's layout (lat_mem_rd -t: random page order, one line per page per pass) reads {} per load against {} for osmeter's chase over all lines in random order ({:+.0}%).",
+                    fmt_bytes(lm.size as f64),
+                    fmt_ns(lm.median),
+                    fmt_ns(last.median),
+                    (lm.median / last.median - 1.0) * 100.0
+                ),
+                &["lmbench_dram", "dram"],
+            );
+        }
         out.finding(
             format!(
                 "Detected levels ({det_name} random curve): {}.",
@@ -1159,6 +1336,27 @@ mod tests {
         // SAFETY: node 10 lies inside the region; overwriting its pointer with garbage.
         unsafe { *(r.as_ptr().add(640) as *mut usize) = 12345 };
         assert!(!verify_chain(&r, 64, 1000, &mut rng));
+    }
+
+    #[test]
+    fn lmbench_chain_is_one_cycle_changing_page_every_step() {
+        let mut rng = Rng::new(11);
+        for (pages, lines) in [(1usize, 64usize), (4, 64), (256, 64), (3, 8), (5, 1)] {
+            let next = lmbench_chain(pages, lines, &mut rng);
+            assert_eq!(
+                super::super::cycle_length(&next),
+                pages * lines,
+                "{pages}x{lines}"
+            );
+            if pages > 1 {
+                assert!(next
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &j)| i / lines != j as usize / lines));
+            }
+        }
+        assert!((llc_hit_fraction(32 << 20, 256 << 20) - 0.125).abs() < 1e-9);
+        assert_eq!(llc_hit_fraction(32 << 20, 16 << 20), 1.0);
     }
 
     #[test]

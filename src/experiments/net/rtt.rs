@@ -128,30 +128,60 @@ impl Model {
 }
 
 /// One TCP echo session: `n` timed round trips after a warm-up.
+/// What the client saw of an echo session: round trips made and replies that differed
+/// from the message sent.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EchoCount {
+    pub round_trips: u64,
+    pub mismatched: u64,
+}
+
+/// Premise: every round trip was a real echo: each reply equalled the message sent (the
+/// message's bytes change every round trip, so a stale or duplicated reply differs) and
+/// the peer counted as many messages as the client made round trips.
+pub fn echo_check(name: &str, c: EchoCount, peer_messages: u64, where_: &str) -> Check {
+    Check::premise(
+        &format!("{name}: the peer echoed every round trip"),
+        c.round_trips > 0 && c.mismatched == 0 && peer_messages == c.round_trips,
+        format!(
+            "{} round trips, {} replies differing from the message sent, {} messages echoed by the peer; {where_}",
+            c.round_trips, c.mismatched, peer_messages
+        ),
+    )
+}
+
 fn tcp_echo(
     ctx: &Context,
     t: &Target,
     pin_cpu: i32,
     budget: Duration,
-) -> anyhow::Result<(Vec<f64>, EchoReport)> {
+) -> anyhow::Result<(Vec<f64>, EchoReport, EchoCount)> {
     let mut s = t.client.open(&Request::Echo {
         size: TCP_MSG as u32,
         pin_cpu,
     })?;
     s.stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let msg = [0x5au8; TCP_MSG];
+    let mut msg = [0x5au8; TCP_MSG];
     let mut back = [0u8; TCP_MSG];
     let stream = &mut s.stream;
+    let mut count = EchoCount::default();
     let mut once = || -> std::io::Result<()> {
+        // A different first byte each time (a counter), so a stale reply cannot match.
+        msg[0] = count.round_trips as u8;
         stream.write_all(&msg)?;
-        stream.read_exact(&mut back)
+        stream.read_exact(&mut back)?;
+        count.round_trips += 1;
+        if back != msg {
+            count.mismatched += 1;
+        }
+        Ok(())
     };
     for _ in 0..warmup(ctx.profile) {
         once()?;
     }
-    let v = sample(ctx, max_samples(ctx.profile), budget, once)?;
+    let v = sample(ctx, max_samples(ctx.profile), budget, &mut once)?;
     let report = s.finish_echo()?;
-    Ok((v, report))
+    Ok((v, report, count))
 }
 
 /// UDP round trips to the peer's echo port; lost datagrams are counted, not timed.
@@ -344,7 +374,7 @@ impl Experiment for Rtt {
         let slice = ctx.budget * 8 / 10 / parts;
 
         (ctx.progress)("TCP round trips");
-        let (v, rep) = tcp_echo(ctx, &t, -1, slice * 2)?;
+        let (v, rep, count) = tcp_echo(ctx, &t, -1, slice * 2)?;
         let peer_cpus = describe_cpus(&rep.cpus);
         let where_ = if t.remote() {
             format!(
@@ -360,11 +390,7 @@ impl Experiment for Rtt {
                 None => format!("client pinned to CPU {client_cpu}, peer CPU unknown"),
             }
         };
-        out.check(Check::sanity(
-            "tcp: where client and peer ran",
-            true,
-            where_.clone(),
-        ));
+        out.check(echo_check("tcp", count, rep.messages, &where_));
         add(
             &mut out,
             "tcp",
@@ -383,7 +409,13 @@ impl Experiment for Rtt {
                 ("tcp_cross_cpu", other, "peer pinned to another CPU"),
             ] {
                 (ctx.progress)(name);
-                let (v, rep) = tcp_echo(ctx, &t, pin as i32, slice)?;
+                let (v, rep, count) = tcp_echo(ctx, &t, pin as i32, slice)?;
+                out.check(echo_check(
+                    name,
+                    count,
+                    rep.messages,
+                    &format!("peer pinned to CPU {pin}"),
+                ));
                 let ok = rep.pinned
                     && main_cpu(&rep.cpus).is_some_and(|(c, s)| c as usize == pin && s > 0.99);
                 out.check(Check::sanity(
@@ -483,5 +515,29 @@ impl Experiment for Rtt {
             );
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echo_check_fails_on_lost_or_wrong_replies() {
+        let ok = EchoCount {
+            round_trips: 1000,
+            mismatched: 0,
+        };
+        assert!(echo_check("tcp", ok, 1000, "same CPU").passed);
+        // The peer saw fewer messages than the client counted round trips.
+        let c = echo_check("tcp", ok, 999, "same CPU");
+        assert!(!c.passed && c.premise, "{}", c.detail);
+        // A reply that was not the message just sent.
+        let bad = EchoCount {
+            round_trips: 1000,
+            mismatched: 1,
+        };
+        assert!(!echo_check("tcp", bad, 1000, "").passed);
+        assert!(!echo_check("tcp", EchoCount::default(), 0, "").passed);
     }
 }

@@ -1,0 +1,83 @@
+//! The live paths of the premise checks that can fail (their failing inputs are unit
+//! tests beside each pure check function) and lmbench's latency layout.
+
+mod common;
+
+use osmeter::experiments::memory::latency::lmbench_chain;
+use osmeter::experiments::memory::{cycle_length, Rng};
+use osmeter::results::{Check, RunResults, Status};
+
+fn check<'a>(r: &'a RunResults, id: &str, name: &str) -> &'a Check {
+    let e = r.experiment(id).unwrap_or_else(|| panic!("{id} missing"));
+    e.checks
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("{id}: no check {name:?} in {:?}", e.checks))
+}
+
+#[test]
+fn uncached_reads_are_confirmed_by_the_device_counter() {
+    let r = common::smoke("fs.read");
+    let e = r.experiment("fs.read").unwrap();
+    if e.status == Status::Skipped {
+        common::skip(
+            "uncached_reads_are_confirmed_by_the_device_counter",
+            &format!("fs.read skipped: {:?}", e.reason),
+        );
+        return;
+    }
+    let c = check(
+        &r,
+        "fs.read",
+        "uncached reads reached the device (sectors-read counter)",
+    );
+    if !c.premise {
+        common::skip(
+            "uncached_reads_are_confirmed_by_the_device_counter",
+            &format!("no block-device counter here: {}", c.detail),
+        );
+        return;
+    }
+    assert!(c.passed, "{}", c.detail);
+}
+
+#[test]
+fn contention_records_its_release_and_device_reads() {
+    let r = common::smoke("fs.contention");
+    let e = r.experiment("fs.contention").unwrap();
+    if e.status == Status::Skipped {
+        common::skip(
+            "contention_records_its_release_and_device_reads",
+            &format!("fs.contention skipped: {:?}", e.reason),
+        );
+        return;
+    }
+    // Whether the release passes depends on the machine's load; that it is measured
+    // (a spread in the detail) does not.
+    let c = check(&r, "fs.contention", "readers released together");
+    assert!(c.premise && c.detail.contains("spread"), "{}", c.detail);
+    let d = check(
+        &r,
+        "fs.contention",
+        "uncached reads reached the device (sectors-read counter)",
+    );
+    assert!(!d.premise || d.passed, "{}", d.detail);
+}
+
+#[test]
+fn every_created_thread_ran_and_every_round_trip_was_echoed() {
+    let r = common::smoke("cpu.thread-create");
+    let c = check(&r, "cpu.thread-create", "every thread ran");
+    assert!(c.passed, "{}", c.detail);
+    let r = common::smoke("net.rtt");
+    let c = check(&r, "net.rtt", "tcp: the peer echoed every round trip");
+    assert!(c.passed, "{}", c.detail);
+}
+
+#[test]
+fn lmbench_layout_is_one_cycle_over_every_line() {
+    let mut rng = Rng::new(5);
+    // 1 MiB of 4 KiB pages with 64-byte lines, as lat_mem_rd -t lays it.
+    let next = lmbench_chain(256, 64, &mut rng);
+    assert_eq!(cycle_length(&next), 256 * 64);
+}
