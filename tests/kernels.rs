@@ -141,10 +141,14 @@ fn core_clock_within_the_maximum() {
     match m.cpu.max_mhz {
         // 10%: one timed window may be short a few interrupts' worth of time, never more.
         Some(max) => assert!(c.hz < max * 1e6 * 1.10, "{c:?} above cpufreq max {max} MHz"),
-        None => common::skip(
-            "core_clock_within_the_maximum",
-            "no cpufreq cpuinfo_max_freq (usual in VMs): only the range was checked",
-        ),
+        // A machine fact, not a missing test prerequisite: the range check above still ran.
+        None => {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "core_clock_within_the_maximum: no cpufreq cpuinfo_max_freq (usual in VMs): only the range was checked"
+            );
+        }
     }
 }
 
