@@ -719,22 +719,15 @@ mod tests {
         assert!(!significant(&a, &wide, MIN_REL_DIFF));
     }
 
-    struct Lcg(u64);
-    impl Lcg {
-        fn next(&mut self) -> f64 {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((self.0 >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-        }
-        fn normal(&mut self) -> f64 {
-            let (u, v) = (self.next(), self.next());
-            (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-        }
+    use crate::stats::test_rng::Lcg;
+
+    trait Latency {
+        fn latency(&mut self, med: f64) -> f64;
+    }
+    impl Latency for Lcg {
         /// Latency-like: log-normal with a spread of single operations near 0.5-1 CoV.
         fn latency(&mut self, med: f64) -> f64 {
-            med * (0.6 * self.normal()).exp()
+            self.lognormal(med, 0.6)
         }
     }
 

@@ -301,6 +301,32 @@ pub fn linear_fit(points: &[(f64, f64)]) -> Option<(f64, f64)> {
     Some((my - b * mx, b))
 }
 
+/// A seeded generator for the statistics tests here and in `compare` (no dependency,
+/// reproducible draws).
+#[cfg(test)]
+pub(crate) mod test_rng {
+    pub struct Lcg(pub u64);
+    impl Lcg {
+        /// Uniform in (0, 1).
+        pub fn next(&mut self) -> f64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((self.0 >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        }
+        /// Standard normal (Box-Muller).
+        pub fn normal(&mut self) -> f64 {
+            let (u, v) = (self.next(), self.next());
+            (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+        }
+        /// Log-normal with median `med` and log-spread `sigma`: latency-like, heavy right tail.
+        pub fn lognormal(&mut self, med: f64, sigma: f64) -> f64 {
+            med * (sigma * self.normal()).exp()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -352,21 +378,15 @@ mod tests {
         assert!((a - 3.0).abs() < 1e-9 && (b - 2.0).abs() < 1e-9);
     }
 
-    /// A seeded uniform generator (no dependency, reproducible draws).
-    struct Lcg(u64);
-    impl Lcg {
-        fn next(&mut self) -> f64 {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((self.0 >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-        }
+    use super::test_rng::Lcg;
+
+    trait Latency {
+        fn latency(&mut self, med: f64) -> f64;
+    }
+    impl Latency for Lcg {
         /// Log-normal latency-like values with a heavy right tail, median `med`.
         fn latency(&mut self, med: f64) -> f64 {
-            let (u, v) = (self.next(), self.next());
-            let z = (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos();
-            med * (0.5 * z).exp()
+            self.lognormal(med, 0.5)
         }
     }
 

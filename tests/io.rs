@@ -18,29 +18,6 @@ fn osm() -> Command {
     Command::cargo_bin("osmeter").unwrap()
 }
 
-fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 24) as u8
-        })
-        .collect()
-}
-
-/// Naive reference: one little-endian word at a time, the tail zero-padded.
-fn reference(d: &[u8]) -> u32 {
-    let mut x = 0u32;
-    for w in d.chunks(4) {
-        let mut b = [0u8; 4];
-        b[..w.len()].copy_from_slice(w);
-        x ^= u32::from_le_bytes(b);
-    }
-    x
-}
-
 fn json_of(args: &[&str]) -> Value {
     let out = osm().args(args).output().unwrap();
     assert!(
@@ -85,9 +62,9 @@ const METHODS: [&[&str]; 8] = [
 fn xor_matches_reference_on_edge_sizes_with_every_method() {
     let dir = scratch();
     for n in [0usize, 1, 2, 3, 4, 5, 4095, 4096, 4097, (1 << 20) + 3] {
-        let data = random_bytes(n, n as u64 + 1);
+        let data = common::random_bytes(n, n as u64 + 1);
         let f = write_file(dir.path(), &format!("f{n}"), &data);
-        let want = format!("{:08x}", reference(&data));
+        let want = format!("{:08x}", common::xor_reference(&data));
         for m in METHODS {
             assert_eq!(xor_of(&f, m), want, "size {n}, args {m:?}");
         }
@@ -124,7 +101,10 @@ fn xor_json_hex_is_8_lowercase_digits() {
         .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
     assert_eq!(
         x,
-        format!("{:08x}", reference(&[0xff, 0xee, 0xdd, 0xcc, 0xab]))
+        format!(
+            "{:08x}",
+            common::xor_reference(&[0xff, 0xee, 0xdd, 0xcc, 0xab])
+        )
     );
 }
 
@@ -133,9 +113,9 @@ proptest! {
     #[test]
     fn xor_matches_reference_on_random_files(n in 0usize..300_000, seed in any::<u64>(), m in 0usize..METHODS.len()) {
         let dir = scratch();
-        let data = random_bytes(n, seed);
+        let data = common::random_bytes(n, seed);
         let f = write_file(dir.path(), "p", &data);
-        prop_assert_eq!(xor_of(&f, METHODS[m]), format!("{:08x}", reference(&data)));
+        prop_assert_eq!(xor_of(&f, METHODS[m]), format!("{:08x}", common::xor_reference(&data)));
     }
 }
 
@@ -153,7 +133,7 @@ fn fails(args: &[&str], code: i32) -> String {
 #[test]
 fn bad_sizes_and_durations_are_usage_errors() {
     let dir = scratch();
-    let f = write_file(dir.path(), "f", &random_bytes(8192, 1));
+    let f = write_file(dir.path(), "f", &common::random_bytes(8192, 1));
     let p = f.to_str().unwrap();
     let out = dir.path().join("new");
     let o = out.to_str().unwrap();
@@ -343,7 +323,7 @@ fn write_then_read_json_shapes() {
 #[test]
 fn calibrate_finds_a_count_or_says_the_file_is_too_small() {
     let dir = scratch();
-    let f = write_file(dir.path(), "c", &random_bytes(1 << 20, 5));
+    let f = write_file(dir.path(), "c", &common::random_bytes(1 << 20, 5));
     let p = f.to_str().unwrap();
     let v = json_of(&[
         "io",
@@ -398,7 +378,7 @@ fn calibrate_finds_a_count_or_says_the_file_is_too_small() {
 #[test]
 fn sweep_is_plausible_and_writes_a_plot() {
     let dir = scratch();
-    let f = write_file(dir.path(), "s", &random_bytes(4 << 20, 9));
+    let f = write_file(dir.path(), "s", &common::random_bytes(4 << 20, 9));
     let plot = dir.path().join("plot.svg");
     let v = json_of(&[
         "io",
@@ -435,7 +415,7 @@ fn sweep_is_plausible_and_writes_a_plot() {
 #[test]
 fn syscalls_json_shape() {
     let dir = scratch();
-    let f = write_file(dir.path(), "y", &random_bytes(1000, 2));
+    let f = write_file(dir.path(), "y", &common::random_bytes(1000, 2));
     let v = json_of(&[
         "io",
         "syscalls",
@@ -465,13 +445,13 @@ fn xor_matches_reference_on_a_3_gib_file() {
         let mut w = std::io::BufWriter::new(std::fs::File::create(&f).unwrap());
         let chunk = 1 << 20;
         for i in 0..3 * 1024 {
-            let d = random_bytes(chunk, i);
-            want ^= reference(&d);
+            let d = common::random_bytes(chunk, i);
+            want ^= common::xor_reference(&d);
             w.write_all(&d).unwrap();
         }
         // An odd tail so the last word is partial.
         let tail = [1u8, 2, 3];
-        want ^= reference(&tail);
+        want ^= common::xor_reference(&tail);
         w.write_all(&tail).unwrap();
     }
     let want = format!("{want:08x}");

@@ -226,26 +226,33 @@ fn median(e: &serde_json::Value, metric: &str) -> f64 {
         .unwrap()
 }
 
+/// The namespace host, or None after `common::skip` says what is missing.
+fn namespace_host(test: &str) -> Option<Host2> {
+    if !common::is_root() {
+        common::skip(
+            test,
+            "needs root to create a network namespace and veth pair",
+        );
+        return None;
+    }
+    if !have("ip") || !have("tc") {
+        common::skip(test, "needs iproute2 (ip and tc)");
+        return None;
+    }
+    match Host2::create() {
+        Ok(h) => Some(h),
+        Err(e) => {
+            common::skip(test, &format!("cannot create the namespace host: {e}"));
+            None
+        }
+    }
+}
+
 #[test]
 fn net_experiments_against_a_namespace_host() {
     const TEST: &str = "net_experiments_against_a_namespace_host";
-    if !common::is_root() {
-        common::skip(
-            TEST,
-            "needs root to create a network namespace and veth pair",
-        );
+    let Some(mut host) = namespace_host(TEST) else {
         return;
-    }
-    if !have("ip") || !have("tc") {
-        common::skip(TEST, "needs iproute2 (ip and tc)");
-        return;
-    }
-    let mut host = match Host2::create() {
-        Ok(h) => h,
-        Err(e) => {
-            common::skip(TEST, &format!("cannot create the namespace host: {e}"));
-            return;
-        }
     };
     let peer = host.start_serve().expect("serve in the namespace");
     assert_eq!(peer.ip().to_string(), host.ns_ip);
@@ -301,23 +308,8 @@ fn net_experiments_against_a_namespace_host() {
 #[test]
 fn compare_flags_a_halved_link() {
     const TEST: &str = "compare_flags_a_halved_link";
-    if !common::is_root() {
-        common::skip(
-            TEST,
-            "needs root to create a network namespace and veth pair",
-        );
+    let Some(mut host) = namespace_host(TEST) else {
         return;
-    }
-    if !have("ip") || !have("tc") {
-        common::skip(TEST, "needs iproute2 (ip and tc)");
-        return;
-    }
-    let mut host = match Host2::create() {
-        Ok(h) => h,
-        Err(e) => {
-            common::skip(TEST, &format!("cannot create the namespace host: {e}"));
-            return;
-        }
     };
     let peer = host.start_serve().expect("serve in the namespace");
     let dir = tempfile::tempdir().unwrap();

@@ -11,28 +11,6 @@ use std::process::Command;
 
 const NOBODY: &str = "65534";
 
-fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 24) as u8
-        })
-        .collect()
-}
-
-fn reference(d: &[u8]) -> u32 {
-    let mut x = 0u32;
-    for w in d.chunks(4) {
-        let mut b = [0u8; 4];
-        b[..w.len()].copy_from_slice(w);
-        x ^= u32::from_le_bytes(b);
-    }
-    x
-}
-
 /// `osmeter ARGS --json`, as nobody when `as_nobody`; the JSON object it printed.
 fn osm_json(as_nobody: bool, args: &[&str]) -> Value {
     let bin = env!("CARGO_BIN_EXE_osmeter");
@@ -96,8 +74,8 @@ fn residency_is_unknown_for_files_the_user_may_not_write() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     // Over 64 MiB, so residency is sampled (the path large files take), plus an odd tail.
-    let data = random_bytes((72 << 20) + 3, 11);
-    let want = format!("{:08x}", reference(&data));
+    let data = common::random_bytes((72 << 20) + 3, 11);
+    let want = format!("{:08x}", common::xor_reference(&data));
     let file = dir.path().join("root-owned");
     std::fs::write(&file, &data).unwrap();
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();

@@ -67,3 +67,28 @@ pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and touches no memory.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// Reproducible pseudo-random bytes (xorshift), for files whose content must vary.
+pub fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 24) as u8
+        })
+        .collect()
+}
+
+/// Naive XOR reference for `io xor`: one little-endian word at a time, the tail
+/// zero-padded.
+pub fn xor_reference(d: &[u8]) -> u32 {
+    let mut x = 0u32;
+    for w in d.chunks(4) {
+        let mut b = [0u8; 4];
+        b[..w.len()].copy_from_slice(w);
+        x ^= u32::from_le_bytes(b);
+    }
+    x
+}
