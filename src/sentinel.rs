@@ -4,6 +4,8 @@
 //! busier neighbour). Each kernel touches at most 16 KiB (L1-sized) so that it leaves
 //! the caches much as an experiment's own warm-up finds them; all three take ~1 ms.
 
+use crate::experiments::memory::{sattolo, Rng};
+use crate::harness::hide;
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
 use std::time::Instant;
@@ -94,30 +96,20 @@ fn time_ns(f: impl FnOnce()) -> f64 {
 fn chain(n: u64, seed: u64) -> u64 {
     let mut x = black_box(seed) | 1;
     for _ in 0..black_box(n) {
-        x = x.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(1);
-        // An empty asm statement that claims to change x: the compiler can no longer
-        // merge iterations algebraically, and x stays in a register (no memory).
-        // SAFETY: the template is only a comment; it reads and writes only the register holding x.
-        unsafe { std::arch::asm!("/* {0} */", inout(reg) x, options(pure, nomem, nostack)) };
+        // `hide` stops the compiler merging iterations algebraically while x stays in a
+        // register (no memory).
+        x = hide(x.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(1));
     }
     x
 }
 
 /// Measures the sentinel once (about 1 ms).
 pub fn measure() -> Reading {
-    // The ring: a random single cycle through the slots.
-    let mut order: Vec<usize> = (0..CHASE_SLOTS).collect();
-    let mut s = 0x2545_f491_4f6c_dd1du64;
-    for i in (1..order.len()).rev() {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        order.swap(i, (s % (i as u64 + 1)) as usize);
-    }
-    let mut ring = vec![0usize; CHASE_SLOTS];
-    for w in 0..CHASE_SLOTS {
-        ring[order[w]] = order[(w + 1) % CHASE_SLOTS];
-    }
+    // The ring: a random single cycle through the slots (fixed seed: the same every time).
+    let ring: Vec<usize> = sattolo(CHASE_SLOTS, &mut Rng::new(0x2545_f491_4f6c_dd1d))
+        .into_iter()
+        .map(|n| n as usize)
+        .collect();
     // Source and destination in one buffer, 2 KiB apart modulo 4 KiB: two separate
     // allocations may sit a multiple of 4 KiB apart, where loads falsely wait for stores
     // (4K aliasing) and the copy runs 30 times slower depending on the heap's layout.

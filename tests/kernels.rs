@@ -76,21 +76,7 @@ fn predictions_read_metrics_that_exist() {
 }
 
 fn quick_run(only: &str) -> osmeter::results::RunResults {
-    let cfg = osmeter::runner::RunConfig {
-        profile: osmeter::experiments::Profile::Quick,
-        only: vec![only.into()],
-        skip: vec![],
-        cpu: None,
-        out: std::env::temp_dir(),
-        write_results: false,
-        quiet: true,
-        no_history: true,
-        repeat: 1,
-        options: osmeter::experiments::RunOptions::default(),
-    };
-    osmeter::runner::run(&cfg)
-        .unwrap_or_else(|e| panic!("run failed: {e}"))
-        .results
+    common::run_profile(osmeter::experiments::Profile::Quick, only)
 }
 
 /// The register-only loop takes about one core cycle per iteration (a dependent decrement),

@@ -9,8 +9,13 @@ use osmeter::runner::{run, RunConfig};
 
 /// A smoke-profile run of the selected experiments, writing nothing.
 pub fn smoke(only: &str) -> RunResults {
+    run_profile(Profile::Smoke, only)
+}
+
+/// A run of the selected experiments in `profile`, writing nothing.
+pub fn run_profile(profile: Profile, only: &str) -> RunResults {
     let cfg = RunConfig {
-        profile: Profile::Smoke,
+        profile,
         only: vec![only.into()],
         skip: vec![],
         cpu: None,
