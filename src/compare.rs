@@ -975,6 +975,7 @@ mod tests {
     fn a_slower_vcpu_is_not_a_difference() {
         let r = |k: f64| Reading {
             chain_ns: 0.3 * k,
+            issue_ns: 0.2 * k,
             chase_ns: 1.2 * k,
             copy_ns_per_byte: 0.02 * k,
             spread: 0.0,

@@ -2,16 +2,25 @@
 //! after every experiment on the run's pinned CPU, so that compare can tell a change of
 //! the machine under test from a change of the host around it (a vCPU run slower, a
 //! busier neighbour). Each kernel touches at most 16 KiB (L1-sized) so that it leaves
-//! the caches much as an experiment's own warm-up finds them; all three take ~1 ms.
+//! the caches much as an experiment's own warm-up finds them; all four take ~1 ms.
+//!
+//! Two core kernels, because a host slows a vCPU in two ways: a lower clock slows a
+//! dependent chain (latency-bound), while a busy SMT sibling on the host halves the issue
+//! slots and slows throughput-bound code (loops, system calls) but hardly a dependent
+//! chain. Every kernel keeps its state in registers or a fixed, aligned buffer: a
+//! `black_box` store and reload per step, or a buffer whose alignment changes from one
+//! allocation to the next, made the chase and the copy settle into states up to 2x apart
+//! on an unchanged host. See docs/METHODOLOGY.md, "Environment sentinel".
 
 use crate::experiments::memory::{sattolo, Rng};
 use crate::harness::hide;
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
-use std::time::Instant;
 
 /// Dependent multiply-adds per chain repetition.
 const CHAIN_OPS: u64 = 20_000;
+/// Iterations of the throughput kernel (four independent adds each).
+const ISSUE_ITERS: u64 = 20_000;
 /// Pointer-chase ring: 4 KiB of 8-byte slots, well inside any L1 data cache.
 const CHASE_SLOTS: usize = 512;
 const CHASE_STEPS: usize = 20_000;
@@ -24,8 +33,12 @@ const REPS: usize = 7;
 /// One sentinel measurement: the fastest of `REPS` repetitions of each kernel.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 pub struct Reading {
-    /// ns per dependent register multiply-add (the core's speed).
+    /// ns per dependent register multiply-add (the core's clock).
     pub chain_ns: f64,
+    /// ns per iteration of four independent register adds (the core's issue rate, which
+    /// a busy SMT sibling on the host takes half of). Absent (0) in older results.
+    #[serde(default)]
+    pub issue_ns: f64,
     /// ns per load of an L1-resident pointer chase.
     pub chase_ns: f64,
     /// ns per byte of a small memcpy (L1 to L1).
@@ -42,8 +55,13 @@ pub struct BeforeAfter {
 }
 
 impl Reading {
-    fn values(&self) -> [f64; 3] {
-        [self.chain_ns, self.chase_ns, self.copy_ns_per_byte]
+    fn values(&self) -> [f64; 4] {
+        [
+            self.chain_ns,
+            self.issue_ns,
+            self.chase_ns,
+            self.copy_ns_per_byte,
+        ]
     }
 
     /// Largest relative change of any kernel from `self` to `other` (signed: positive =
@@ -52,7 +70,13 @@ impl Reading {
         self.values()
             .iter()
             .zip(other.values())
-            .map(|(a, b)| if *a > 0.0 { b / a - 1.0 } else { 0.0 })
+            .map(|(a, b)| {
+                if *a > 0.0 && b > 0.0 {
+                    b / a - 1.0
+                } else {
+                    0.0
+                }
+            })
             .fold(0.0, |m: f64, d| if d.abs() > m.abs() { d } else { m })
     }
 
@@ -61,6 +85,7 @@ impl Reading {
         let g = |a: f64, b: f64| (a * b).sqrt();
         Reading {
             chain_ns: g(self.chain_ns, other.chain_ns),
+            issue_ns: g(self.issue_ns, other.issue_ns),
             chase_ns: g(self.chase_ns, other.chase_ns),
             copy_ns_per_byte: g(self.copy_ns_per_byte, other.copy_ns_per_byte),
             spread: self.spread.max(other.spread),
@@ -86,9 +111,9 @@ fn min_and_spread(mut v: Vec<f64>) -> (f64, f64) {
 }
 
 fn time_ns(f: impl FnOnce()) -> f64 {
-    let t = Instant::now();
+    let t = crate::clock::monotonic_raw_ns();
     f();
-    t.elapsed().as_nanos() as f64
+    crate::clock::monotonic_raw_ns().saturating_sub(t) as f64
 }
 
 /// A chain of dependent multiply-adds the compiler cannot fold or vectorise (the input
@@ -103,37 +128,68 @@ fn chain(n: u64, seed: u64) -> u64 {
     x
 }
 
+/// Four independent register adds per iteration: bound by the core's issue width, not by
+/// a dependency, so it runs at the rate a busy SMT sibling would take share of.
+fn issue(n: u64) -> u64 {
+    let (mut a, mut b, mut c, mut d) = (hide(1), hide(2), hide(3), hide(4));
+    let mut i = hide(n);
+    while i != 0 {
+        a = hide(a.wrapping_add(1));
+        b = hide(b.wrapping_add(3));
+        c = hide(c.wrapping_add(5));
+        d = hide(d.wrapping_add(7));
+        i = hide(i).wrapping_sub(1);
+    }
+    a ^ b ^ c ^ d
+}
+
+/// A pointer chase through `ring`, the index kept in a register (no store per step).
+fn chase(ring: &[u32], steps: usize) -> u64 {
+    let mut i = 0u64;
+    for _ in 0..steps {
+        i = hide(ring[i as usize] as u64);
+    }
+    i
+}
+
 /// Measures the sentinel once (about 1 ms).
 pub fn measure() -> Reading {
     // The ring: a random single cycle through the slots (fixed seed: the same every time).
-    let ring: Vec<usize> = sattolo(CHASE_SLOTS, &mut Rng::new(0x2545_f491_4f6c_dd1d))
+    let ring: Vec<u32> = sattolo(CHASE_SLOTS, &mut Rng::new(0x2545_f491_4f6c_dd1d))
         .into_iter()
-        .map(|n| n as usize)
+        .map(|n| n as u32)
         .collect();
-    // Source and destination in one buffer, 2 KiB apart modulo 4 KiB: two separate
-    // allocations may sit a multiple of 4 KiB apart, where loads falsely wait for stores
-    // (4K aliasing) and the copy runs 30 times slower depending on the heap's layout.
-    let mut buf = vec![1u8; 2 * COPY_BYTES + 2048];
-    let (src, rest) = buf.split_at_mut(COPY_BYTES);
+    // Source and destination in one page-aligned region, 2 KiB apart modulo 4 KiB: the
+    // same layout every time. Apart by a multiple of 4 KiB, loads falsely wait for stores
+    // (4K aliasing) and the copy runs many times slower; a heap-aligned buffer changed its
+    // cache-line alignment, and the copy its speed, from one measurement to the next.
+    const PAGE: usize = 4096;
+    let mut buf = vec![1u8; 2 * COPY_BYTES + 2048 + PAGE];
+    let start = buf.as_ptr().align_offset(PAGE).min(PAGE);
+    let region = &mut buf[start..start + 2 * COPY_BYTES + 2048];
+    let (src, rest) = region.split_at_mut(COPY_BYTES);
     let src: &[u8] = src;
     let dst = &mut rest[2048..2048 + COPY_BYTES];
     // One untimed pass of each warms the caches and the branch predictors.
     black_box(chain(CHAIN_OPS / 4, 1));
+    black_box(issue(ISSUE_ITERS / 4));
+    black_box(chase(&ring, CHASE_STEPS / 4));
     dst.copy_from_slice(src);
-    let (mut c, mut p, mut m) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut c, mut t, mut p, mut m) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for r in 0..REPS {
         c.push(
             time_ns(|| {
                 black_box(chain(CHAIN_OPS, r as u64));
             }) / CHAIN_OPS as f64,
         );
+        t.push(
+            time_ns(|| {
+                black_box(issue(ISSUE_ITERS));
+            }) / ISSUE_ITERS as f64,
+        );
         p.push(
             time_ns(|| {
-                let mut i = 0usize;
-                for _ in 0..CHASE_STEPS {
-                    i = black_box(ring[i]);
-                }
-                black_box(i);
+                black_box(chase(&ring, CHASE_STEPS));
             }) / CHASE_STEPS as f64,
         );
         m.push(
@@ -146,13 +202,15 @@ pub fn measure() -> Reading {
         );
     }
     let (chain_ns, s1) = min_and_spread(c);
+    let (issue_ns, s4) = min_and_spread(t);
     let (chase_ns, s2) = min_and_spread(p);
     let (copy_ns_per_byte, s3) = min_and_spread(m);
     Reading {
         chain_ns,
+        issue_ns,
         chase_ns,
         copy_ns_per_byte,
-        spread: s1.max(s2).max(s3),
+        spread: s1.max(s2).max(s3).max(s4),
     }
 }
 
@@ -162,7 +220,7 @@ mod tests {
 
     #[test]
     fn plausible_and_tiny() {
-        let t = Instant::now();
+        let t = std::time::Instant::now();
         let r = measure();
         let took = t.elapsed();
         // A dependent multiply-add is ~4 core cycles; an L1 load 4-5; a copy well under
@@ -175,6 +233,9 @@ mod tests {
         );
         // The chase serialises loads: it cannot be faster than the add chain.
         assert!(r.chase_ns > r.chain_ns, "{r:?}");
+        // Four independent adds per iteration issue in parallel: well under four
+        // dependent multiply-adds (each several cycles).
+        assert!(r.issue_ns > 0.05 && r.issue_ns < 2.0 * r.chain_ns, "{r:?}");
         assert!(took.as_millis() < 100, "sentinel took {took:?}");
     }
 
@@ -182,6 +243,7 @@ mod tests {
     fn change_is_the_largest_kernel_move() {
         let a = Reading {
             chain_ns: 1.0,
+            issue_ns: 0.5,
             chase_ns: 4.0,
             copy_ns_per_byte: 0.1,
             spread: 0.0,
@@ -192,5 +254,26 @@ mod tests {
         assert!((a.change_to(&b) - 0.1).abs() < 1e-9);
         assert!((b.change_to(&a) + 0.0909).abs() < 1e-3);
         assert_eq!(a.change_to(&a), 0.0);
+        // A busy SMT sibling: the chain unchanged, the issue rate halved.
+        let mut c = a;
+        c.issue_ns = 1.0;
+        assert!((a.change_to(&c) - 1.0).abs() < 1e-9);
+        // Older readings without the issue kernel do not count as a move.
+        let mut old = a;
+        old.issue_ns = 0.0;
+        assert_eq!(old.change_to(&c), 0.0);
+    }
+
+    #[test]
+    #[ignore]
+    fn print_stability() {
+        for _ in 0..40 {
+            let r = measure();
+            println!(
+                "{:.3} {:.3} {:.3} {:.5} {:.2}",
+                r.chain_ns, r.issue_ns, r.chase_ns, r.copy_ns_per_byte, r.spread
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
     }
 }
