@@ -160,9 +160,10 @@ struct RunArgs {
     #[arg(long)]
     no_history: bool,
     /// Run each experiment N times back to back (exp1 N times, then exp2, ...) and record
-    /// one result whose metrics carry the run-to-run spread (1-100).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=100))]
-    repeat: u16,
+    /// one result whose metrics carry the run-to-run spread, which compare uses as noise
+    /// (1-100; default 2, and 1 for the smoke profile).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=100))]
+    repeat: Option<u16>,
     /// Remote peer for network experiments (HOST[:PORT]).
     #[arg(long)]
     peer: Option<String>,
@@ -255,7 +256,9 @@ fn cmd_run(a: RunArgs) -> ExitCode {
         write_results: true,
         quiet: a.quiet || a.json,
         no_history: a.no_history,
-        repeat: a.repeat as usize,
+        repeat: a
+            .repeat
+            .map_or_else(|| a.profile.default_repeat(), |n| n as usize),
         options: RunOptions {
             peer: a.peer,
             peer_token: a.peer_token,
@@ -341,6 +344,7 @@ fn cmd_list(json: bool) -> ExitCode {
                     "id": e.id(), "area": e.area(), "title": e.title(), "description": e.description(),
                     "needs": e.needs(),
                     "budget_s": Profile::ALL.iter().map(|p| (p.name(), e.budget(*p).as_secs_f64())).collect::<std::collections::BTreeMap<_, _>>(),
+                    "default_repeat": Profile::ALL.iter().map(|p| (p.name(), p.default_repeat())).collect::<std::collections::BTreeMap<_, _>>(),
                 })
             })
             .collect();
@@ -367,14 +371,16 @@ fn cmd_list(json: bool) -> ExitCode {
             e.description().to_string(),
             e.needs().describe(),
         ];
-        row.extend(
-            Profile::ALL
-                .iter()
-                .map(|p| format!("{:.1} s", e.budget(*p).as_secs_f64())),
-        );
+        row.extend(Profile::ALL.iter().map(|p| {
+            format!(
+                "{:.1} s",
+                (e.budget(*p) * p.default_repeat() as u32).as_secs_f64()
+            )
+        }));
         t.add_row(row);
     }
     println!("{t}");
+    println!("Cost: each experiment's budget times its default runs (smoke 1, other profiles 2; --repeat overrides).");
     ExitCode::SUCCESS
 }
 

@@ -68,6 +68,18 @@ impl Profile {
     }
 
     /// Scales a quick-profile figure: smoke 1/5, standard 5x, thorough 15x.
+    /// Runs of each experiment when `--repeat` is not given. Two runs back to back give
+    /// compare a run-to-run spread from a single run: trials within one run share its
+    /// state (page placement, huge-page backing, the host's neighbours), so their
+    /// confidence interval alone calls such differences significant (docs/METHODOLOGY.md,
+    /// "Comparing runs"). Smoke is for tests and stays single.
+    pub fn default_repeat(&self) -> usize {
+        match self {
+            Profile::Smoke => 1,
+            Profile::Quick | Profile::Standard | Profile::Thorough => 2,
+        }
+    }
+
     pub fn scale(&self, quick: Duration) -> Duration {
         match self {
             Profile::Smoke => quick / 5,
