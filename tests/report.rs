@@ -779,3 +779,73 @@ fn a_finding_citing_a_renamed_metric_is_caught() {
         "findings": [{"text": "x", "from": ["cpu.syscall/getppid"]}]});
     assert_eq!(unresolved_references(&doc).len(), 1);
 }
+
+/// Quick runs repeat each experiment twice unless told otherwise, and compare judges a
+/// pair of such runs against the repetitions' spread, saying so per row.
+#[test]
+fn default_repeats_give_compare_run_to_run_noise() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("history.sqlite");
+    let mut files = Vec::new();
+    for k in 0..2 {
+        let out = tmp.path().join(format!("out{k}"));
+        osmeter(&db)
+            .args([
+                "run",
+                "--profile",
+                "quick",
+                "--quiet",
+                "--only",
+                "cpu.timer,cpu.loop",
+                "--out",
+            ])
+            .arg(&out)
+            .timeout(Duration::from_secs(120))
+            .assert()
+            .success();
+        let file = results_folder(&out).join("results.json");
+        let r: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert_eq!(r["config"]["repeat"], json!(2), "{}", r["config"]);
+        for e in r["experiments"].as_array().unwrap() {
+            for m in e["metrics"].as_array().unwrap() {
+                assert_eq!(m["runs"].as_array().map(|v| v.len()), Some(2), "{m}");
+            }
+        }
+        files.push(file);
+    }
+    let o = osmeter(&db)
+        .arg("compare")
+        .args(&files)
+        .arg("--json")
+        .assert()
+        .success();
+    let v: Value = serde_json::from_slice(&o.get_output().stdout).unwrap();
+    let rows = v["metrics"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    for m in rows {
+        let noise = &m["versus"][1]["noise"];
+        assert_eq!(noise["source"], json!("repeats of 4 runs"), "{m}");
+        assert!(noise["threshold"].as_f64().unwrap() > 0.0, "{m}");
+    }
+    // --repeat 1 still gives a single run, and compare then says it has only within-run noise.
+    let out = tmp.path().join("single");
+    osmeter(&db)
+        .args([
+            "run",
+            "--profile",
+            "quick",
+            "--quiet",
+            "--repeat",
+            "1",
+            "--only",
+            "cpu.timer",
+            "--out",
+        ])
+        .arg(&out)
+        .timeout(Duration::from_secs(120))
+        .assert()
+        .success();
+    let single = results_folder(&out).join("results.json");
+    let r: Value = serde_json::from_slice(&std::fs::read(&single).unwrap()).unwrap();
+    assert_eq!(r["config"]["repeat"], json!(1));
+}
