@@ -150,10 +150,7 @@ fn chase(ring: &[u32], steps: usize) -> u64 {
 /// Measures the sentinel once (about 1 ms).
 pub fn measure() -> Reading {
     // The ring: a random single cycle through the slots (fixed seed: the same every time).
-    let ring: Vec<u32> = sattolo(CHASE_SLOTS, &mut Rng::new(0x2545_f491_4f6c_dd1d))
-        .into_iter()
-        .map(|n| n as u32)
-        .collect();
+    let ring: Vec<u32> = sattolo(CHASE_SLOTS, &mut Rng::new(0x2545_f491_4f6c_dd1d));
     // Source and destination in one page-aligned region, 2 KiB apart modulo 4 KiB: the
     // same layout every time. Apart by a multiple of 4 KiB, loads falsely wait for stores
     // (4K aliasing) and the copy runs many times slower; a heap-aligned buffer changed its
