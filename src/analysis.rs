@@ -3,6 +3,7 @@
 //! question is answered twice with different rules.
 
 use crate::results::{RunResults, Series};
+use crate::stats::Summary;
 
 /// A (data or unified) cache from the machine facts.
 #[derive(Debug, Clone)]
@@ -167,6 +168,32 @@ pub fn is_model_series(s: &Series) -> bool {
     n.contains("model") || n.contains("fit") || n.contains("predict")
 }
 
+/// Where one measured quantity lies against another, judged by their 95% confidence
+/// intervals: only intervals that do not overlap carry evidence of a difference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Separation {
+    /// Wholly below the other's interval.
+    Below,
+    /// The intervals overlap (or one is unknown): the two are within noise.
+    Overlap,
+    /// Wholly above the other's interval.
+    Above,
+}
+
+/// `a` against `b` by their 95% confidence intervals.
+pub fn separation(a: &Summary, b: &Summary) -> Separation {
+    let ([alo, ahi], [blo, bhi]) = (a.ci95, b.ci95);
+    if ![alo, ahi, blo, bhi].iter().all(|v| v.is_finite()) {
+        Separation::Overlap
+    } else if alo > bhi {
+        Separation::Above
+    } else if ahi < blo {
+        Separation::Below
+    } else {
+        Separation::Overlap
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,5 +210,22 @@ mod tests {
         assert_eq!(k[0], 64.0);
         assert_eq!(max, 6400.0);
         assert!(knee(&[], 0.9).is_none());
+    }
+
+    fn summary(lo: f64, hi: f64) -> Summary {
+        let mut s = Summary::of(&[lo, hi]).unwrap();
+        s.ci95 = [lo, hi];
+        s
+    }
+
+    #[test]
+    fn separation_needs_disjoint_intervals() {
+        let (a, b) = (summary(10.0, 12.0), summary(12.5, 14.0));
+        assert_eq!(separation(&a, &b), Separation::Below);
+        assert_eq!(separation(&b, &a), Separation::Above);
+        let c = summary(11.0, 13.0);
+        assert_eq!(separation(&a, &c), Separation::Overlap);
+        assert_eq!(separation(&c, &b), Separation::Overlap);
+        assert_eq!(separation(&summary(f64::NAN, 1.0), &b), Separation::Overlap);
     }
 }
