@@ -5,7 +5,7 @@
 //! `READS`, which a test runs against what the experiments emit; conclusions an
 //! experiment draws itself (cache levels, the contention fit) are never re-derived here,
 //! and the analyses (knees, interval separation) are `crate::analysis`'s.
-//! docs/METHODOLOGY-report.md states every rule.
+//! docs/METHODOLOGY.md, "Findings across experiments", states every rule.
 
 pub use crate::analysis::{is_model_series, knee, sysfs_caches, CacheFact};
 use crate::analysis::{separation, Separation};
