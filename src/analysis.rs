@@ -3,6 +3,7 @@
 //! question is answered twice with different rules.
 
 use crate::results::{RunResults, Series};
+use crate::stats::Summary;
 
 /// A (data or unified) cache from the machine facts.
 #[derive(Debug, Clone)]
@@ -167,6 +168,148 @@ pub fn is_model_series(s: &Series) -> bool {
     n.contains("model") || n.contains("fit") || n.contains("predict")
 }
 
+/// Where one measured quantity lies against another, judged by their 95% confidence
+/// intervals: only intervals that do not overlap carry evidence of a difference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Separation {
+    /// Wholly below the other's interval.
+    Below,
+    /// The intervals overlap (or one is unknown): the two are within noise.
+    Overlap,
+    /// Wholly above the other's interval.
+    Above,
+}
+
+/// `a` against `b` by their 95% confidence intervals.
+pub fn separation(a: &Summary, b: &Summary) -> Separation {
+    let ([alo, ahi], [blo, bhi]) = (a.ci95, b.ci95);
+    if ![alo, ahi, blo, bhi].iter().all(|v| v.is_finite()) {
+        Separation::Overlap
+    } else if alo > bhi {
+        Separation::Above
+    } else if ahi < blo {
+        Separation::Below
+    } else {
+        Separation::Overlap
+    }
+}
+
+/// A plateau of the random curve: a run of sizes over which latency stays level.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Level {
+    /// First and last size on the plateau.
+    pub first: u64,
+    pub last: u64,
+    /// Median latency over the plateau's points.
+    pub latency_ns: f64,
+    /// Index of the point whose latency is nearest the plateau's (it represents the level).
+    pub rep: usize,
+    /// Indices of the plateau's first and last points.
+    pub span: (usize, usize),
+    /// Where the curve crosses half-way (in log latency) to the next level: the capacity
+    /// estimate for this level. None for the last level.
+    pub transition: Option<u64>,
+}
+
+/// A step between neighbouring sizes breaks a plateau when latency changes by more than
+/// this factor per quarter doubling (scaled for other spacings).
+const STEP_PER_QUARTER: f64 = 1.10;
+/// Neighbouring plateaus closer than this ratio are one level (real cache levels differ by
+/// 2.5x or more; noise, TLB reach and sharing make steps of up to 60% inside one level).
+const MERGE_RATIO: f64 = 2.0;
+/// Plateaus of a latency curve, in size order, on log latency against log size:
+/// 1. smooth log latency with a running median of three (one noisy point cannot split);
+/// 2. cut the curve where a step changes latency by more than 10% per quarter doubling;
+/// 3. keep runs of at least `min_points` points (shorter runs are transitions), and always
+///    the run at the largest size;
+/// 4. merge neighbouring plateaus within 2x of each other, and any plateau not above the
+///    one before it (latency cannot fall as the working set grows);
+/// 5. between neighbours, the transition size is where the curve crosses the geometric
+///    mean of the two levels (interpolated in log-log).
+pub fn detect_levels(points: &[(u64, f64)], min_points: usize) -> Vec<Level> {
+    let n = points.len();
+    if n == 0 {
+        return vec![];
+    }
+    let y: Vec<f64> = points.iter().map(|p| p.1.max(1e-3).ln()).collect();
+    let ys: Vec<f64> = (0..n)
+        .map(|i| {
+            if i == 0 || i + 1 == n {
+                y[i]
+            } else {
+                crate::stats::median(&[y[i - 1], y[i], y[i + 1]])
+            }
+        })
+        .collect();
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    let mut start = 0;
+    for i in 0..n - 1 {
+        let doublings = (points[i + 1].0 as f64 / points[i].0 as f64)
+            .log2()
+            .max(0.05);
+        let limit = STEP_PER_QUARTER.ln() * (doublings * 4.0).max(1.0);
+        if (ys[i + 1] - ys[i]).abs() > limit {
+            runs.push((start, i));
+            start = i + 1;
+        }
+    }
+    runs.push((start, n - 1));
+    let level_of = |a: usize, b: usize| crate::stats::median(&ys[a..=b]).exp();
+    let last_run = runs.len() - 1;
+    let kept = runs
+        .iter()
+        .enumerate()
+        .filter(|(k, &(a, b))| b - a + 1 >= min_points || *k == last_run)
+        .map(|(_, &r)| r);
+    let mut merged: Vec<(usize, usize)> = Vec::new();
+    for r in kept {
+        if let Some(prev) = merged.last_mut() {
+            let (l0, l1) = (level_of(prev.0, prev.1), level_of(r.0, r.1));
+            if l1 / l0 < MERGE_RATIO {
+                prev.1 = r.1;
+                continue;
+            }
+        }
+        merged.push(r);
+    }
+    let mut levels: Vec<Level> = merged
+        .iter()
+        .map(|&(a, b)| {
+            let lat = level_of(a, b);
+            let rep = (a..=b)
+                .min_by(|&i, &j| (y[i] - lat.ln()).abs().total_cmp(&(y[j] - lat.ln()).abs()))
+                .unwrap_or(a);
+            Level {
+                first: points[a].0,
+                last: points[b].0,
+                latency_ns: lat,
+                rep,
+                span: (a, b),
+                transition: None,
+            }
+        })
+        .collect();
+    for k in 0..levels.len().saturating_sub(1) {
+        let target = (levels[k].latency_ns * levels[k + 1].latency_ns)
+            .sqrt()
+            .ln();
+        let (from, to) = (levels[k].span.1, levels[k + 1].span.0);
+        levels[k].transition = (from..to).find_map(|i| {
+            (ys[i] <= target && ys[i + 1] > target).then(|| {
+                let (x0, x1) = ((points[i].0 as f64).ln(), (points[i + 1].0 as f64).ln());
+                let f = (target - ys[i]) / (ys[i + 1] - ys[i]);
+                (x0 + f * (x1 - x0)).exp().round() as u64
+            })
+        });
+        if levels[k].transition.is_none() {
+            // No crossing found (an abrupt step): the boundary between the two plateaus.
+            levels[k].transition =
+                Some(((points[from].0 as f64) * (points[to].0 as f64)).sqrt() as u64);
+        }
+    }
+    levels
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,5 +326,22 @@ mod tests {
         assert_eq!(k[0], 64.0);
         assert_eq!(max, 6400.0);
         assert!(knee(&[], 0.9).is_none());
+    }
+
+    fn summary(lo: f64, hi: f64) -> Summary {
+        let mut s = Summary::of(&[lo, hi]).unwrap();
+        s.ci95 = [lo, hi];
+        s
+    }
+
+    #[test]
+    fn separation_needs_disjoint_intervals() {
+        let (a, b) = (summary(10.0, 12.0), summary(12.5, 14.0));
+        assert_eq!(separation(&a, &b), Separation::Below);
+        assert_eq!(separation(&b, &a), Separation::Above);
+        let c = summary(11.0, 13.0);
+        assert_eq!(separation(&a, &c), Separation::Overlap);
+        assert_eq!(separation(&c, &b), Separation::Overlap);
+        assert_eq!(separation(&summary(f64::NAN, 1.0), &b), Separation::Overlap);
     }
 }

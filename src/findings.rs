@@ -1,11 +1,73 @@
 //! Findings that span experiments, computed from a results document and never written by
 //! hand. Each finding names the metrics (`experiment/metric`) or series
 //! (`experiment/series`) it comes from, and appears only when its inputs exist in an
-//! experiment whose status is ok. docs/METHODOLOGY-report.md states every rule.
+//! experiment whose status is ok. Metrics read by name are typed `MetricRef`s listed in
+//! `READS`, which a test runs against what the experiments emit; conclusions an
+//! experiment draws itself (cache levels, the contention fit) are never re-derived here,
+//! and the analyses (knees, interval separation) are `crate::analysis`'s.
+//! docs/METHODOLOGY.md, "Findings across experiments", states every rule.
 
 pub use crate::analysis::{is_model_series, knee, sysfs_caches, CacheFact};
+use crate::analysis::{separation, Separation};
+use crate::experiments::MetricRef;
 use crate::results::{ExperimentResult, Finding, Metric, RunResults, Status};
 use crate::units::{fmt_bytes, fmt_value};
+
+pub const PROCESS_SWITCH: MetricRef = MetricRef::new("cpu.process-switch", "switch");
+pub const THREAD_SWITCH: MetricRef = MetricRef::new("cpu.thread-switch", "switch");
+pub const THREAD_CREATE: MetricRef = MetricRef::new("cpu.thread-create", "create_join");
+pub const FORK: MetricRef = MetricRef::new("cpu.process-create", "fork_exit_wait");
+pub const SPAWN: MetricRef = MetricRef::new("cpu.process-create", "spawn_exec");
+pub const SYSCALL: MetricRef = MetricRef::new("cpu.syscall", "getppid");
+pub const CALL: MetricRef = MetricRef::new("cpu.call", "args_0");
+pub const DRAM: MetricRef = MetricRef::new("mem.latency", "dram");
+pub const MAJOR_FAULT: MetricRef = MetricRef::new("mem.pagefault", "major_fault");
+pub const MINOR_FAULT: MetricRef = MetricRef::new("mem.pagefault", "minor_fault");
+
+/// Every metric a cross-experiment finding reads by name.
+pub const READS: &[MetricRef] = &[
+    PROCESS_SWITCH,
+    THREAD_SWITCH,
+    THREAD_CREATE,
+    FORK,
+    SPAWN,
+    SYSCALL,
+    CALL,
+    DRAM,
+    MAJOR_FAULT,
+    MINOR_FAULT,
+];
+
+/// The experiment whose thread-count series give the bandwidth-scaling findings.
+pub const BANDWIDTH: &str = "mem.bandwidth";
+/// Experiments whose `remote_x` metrics are set against their local `x`.
+pub const REMOTE_VS_LOCAL: [&str; 4] =
+    ["net.rtt", "net.bandwidth", "net.connect", "fs.remote-read"];
+
+/// Experiments whose metrics or series findings read by pattern: their ids must exist
+/// even though the names read vary.
+pub fn read_by_pattern() -> Vec<&'static str> {
+    std::iter::once(BANDWIDTH).chain(REMOTE_VS_LOCAL).collect()
+}
+
+/// The references among `refs` that `r` does not hold although their experiment ran ok:
+/// names no experiment emits (an experiment that did not run proves nothing).
+pub fn missing(refs: &[MetricRef], r: &RunResults) -> Vec<MetricRef> {
+    refs.iter()
+        .copied()
+        .filter(|x| ok(r, x.experiment).is_some_and(|e| e.metric(x.metric).is_none()))
+        .collect()
+}
+
+/// The findings a report shows: the ones stored with the results, computed once when the
+/// run ended; recomputed only for files written before findings were stored.
+pub fn for_report(r: &RunResults) -> Vec<Finding> {
+    if r.findings.is_empty() {
+        compute(r)
+    } else {
+        r.findings.clone()
+    }
+}
 
 /// All cross-experiment findings of a run, in a stable order.
 pub fn compute(r: &RunResults) -> Vec<Finding> {
@@ -129,22 +191,10 @@ fn ok<'a>(r: &'a RunResults, id: &str) -> Option<&'a ExperimentResult> {
     r.experiment(id).filter(|e| e.status == Status::Ok)
 }
 
-fn metric<'a>(r: &'a RunResults, id: &str, name: &str) -> Option<&'a Metric> {
-    ok(r, id)?
-        .metric(name)
+fn metric(r: &RunResults, x: MetricRef) -> Option<&Metric> {
+    ok(r, x.experiment)?
+        .metric(x.metric)
         .filter(|m| m.summary.median.is_finite())
-}
-
-/// First metric of an experiment whose name passes `pred`.
-fn metric_where<'a>(
-    r: &'a RunResults,
-    id: &str,
-    pred: impl Fn(&Metric) -> bool,
-) -> Option<&'a Metric> {
-    ok(r, id)?
-        .metrics
-        .iter()
-        .find(|m| m.summary.median.is_finite() && pred(m))
 }
 
 fn reference(id: &str, name: &str) -> String {
@@ -188,43 +238,48 @@ pub fn ratio_num(r: f64) -> String {
     }
 }
 
+/// Why a process switch costs what it does against a thread switch, said only as far as
+/// their 95% intervals support it.
+fn address_space_clause(p: &Metric, t: &Metric) -> &'static str {
+    match separation(&p.summary, &t.summary) {
+        Separation::Above => {
+            "; the difference, beyond both 95% intervals, is the price of changing address space (page tables, TLB)"
+        }
+        Separation::Overlap => {
+            "; the two are within noise of each other (their 95% intervals overlap): changing address space adds nothing measurable here"
+        }
+        Separation::Below => {
+            "; the process switch is the cheaper one beyond both 95% intervals, so no cost of changing address space shows here"
+        }
+    }
+}
+
 fn switch_and_creation(r: &RunResults, out: &mut Vec<Finding>) {
-    if let (Some(p), Some(t)) = (
-        metric(r, "cpu.process-switch", "switch"),
-        metric(r, "cpu.thread-switch", "switch"),
-    ) {
-        if let Some((ratio, txt)) = ratio_text(p, t) {
-            let why = if ratio >= 1.1 {
-                "; the difference is what changing address space adds (page tables, TLB)"
-            } else {
-                "; changing address space adds little here (tagged TLB entries or noise)"
-            };
+    if let (Some(p), Some(t)) = (metric(r, PROCESS_SWITCH), metric(r, THREAD_SWITCH)) {
+        if let Some((_, txt)) = ratio_text(p, t) {
             out.push(finding(
-                format!("A process context switch costs {txt} a thread switch{why}."),
-                vec![
-                    reference("cpu.process-switch", "switch"),
-                    reference("cpu.thread-switch", "switch"),
-                ],
+                format!(
+                    "A process context switch costs {txt} a thread switch{}.",
+                    address_space_clause(p, t)
+                ),
+                vec![PROCESS_SWITCH.path(), THREAD_SWITCH.path()],
             ));
         }
     }
-    let Some(thread) = metric(r, "cpu.thread-create", "create_join") else {
+    let Some(thread) = metric(r, THREAD_CREATE) else {
         return;
     };
-    for (name, what) in [
-        ("fork_exit_wait", "fork + exit + wait"),
-        ("spawn_exec", "spawning and exec'ing a program"),
+    for (x, what) in [
+        (FORK, "fork + exit + wait"),
+        (SPAWN, "spawning and exec'ing a program"),
     ] {
-        if let Some(p) = metric(r, "cpu.process-create", name) {
+        if let Some(p) = metric(r, x) {
             if let Some((_, txt)) = ratio_text(p, thread) {
                 out.push(finding(
                     format!(
                         "Creating a process by {what} costs {txt} creating and joining a thread."
                     ),
-                    vec![
-                        reference("cpu.process-create", name),
-                        reference("cpu.thread-create", "create_join"),
-                    ],
+                    vec![x.path(), THREAD_CREATE.path()],
                 ));
             }
         }
@@ -232,40 +287,27 @@ fn switch_and_creation(r: &RunResults, out: &mut Vec<Finding>) {
 }
 
 fn syscall_vs_call(r: &RunResults, out: &mut Vec<Finding>) {
-    let Some(sys) = metric(r, "cpu.syscall", "getppid") else {
+    let (Some(sys), Some(call)) = (metric(r, SYSCALL), metric(r, CALL)) else {
         return;
     };
-    if let Some(call) = metric(r, "cpu.call", "args_0") {
-        if let Some((_, txt)) = ratio_text(sys, call) {
-            out.push(finding(
-                format!("A minimal system call (getppid) costs {txt} a procedure call without arguments: entering the kernel is the price."),
-                vec![reference("cpu.syscall", "getppid"), reference("cpu.call", "args_0")],
-            ));
-        }
+    if let Some((_, txt)) = ratio_text(sys, call) {
+        out.push(finding(
+            format!("A minimal system call (getppid) costs {txt} a procedure call without arguments: entering the kernel is the price."),
+            vec![SYSCALL.path(), CALL.path()],
+        ));
     }
 }
 
 fn page_fault_vs_dram(r: &RunResults, out: &mut Vec<Finding>) {
-    let dram = metric(r, "mem.latency", "dram").map(|m| {
-        (
-            m.summary.median,
-            fmt_value(m.summary.median, "ns"),
-            reference("mem.latency", "dram"),
-        )
-    });
-    let Some((dram_ns, dram_txt, dram_ref)) = dram else {
+    let Some(dram) = metric(r, DRAM) else {
         return;
     };
-    let is_ns = |m: &Metric| m.unit == "ns" && !m.name.contains("per_byte");
-    let major =
-        metric_where(r, "mem.pagefault", |m| is_ns(m) && m.name.contains("major")).or_else(|| {
-            metric_where(r, "mem.pagefault", |m| {
-                is_ns(m) && !m.name.contains("minor")
-            })
-        });
-    let minor = metric_where(r, "mem.pagefault", |m| is_ns(m) && m.name.contains("minor"));
-    for (m, what) in [(major, "A major page fault"), (minor, "A minor page fault")] {
-        if let Some(m) = m {
+    let (dram_ns, dram_txt) = (dram.summary.median, fmt_value(dram.summary.median, "ns"));
+    for (x, what) in [
+        (MAJOR_FAULT, "A major page fault"),
+        (MINOR_FAULT, "A minor page fault"),
+    ] {
+        if let Some(m) = metric(r, x) {
             let ratio = m.summary.median / dram_ns;
             out.push(finding(
                 format!(
@@ -277,14 +319,14 @@ fn page_fault_vs_dram(r: &RunResults, out: &mut Vec<Finding>) {
                         format!("{ratio:.1}")
                     }
                 ),
-                vec![reference("mem.pagefault", &m.name), dram_ref.clone()],
+                vec![x.path(), DRAM.path()],
             ));
         }
     }
 }
 
 fn bandwidth_scaling(r: &RunResults, out: &mut Vec<Finding>) {
-    let Some(e) = ok(r, "mem.bandwidth") else {
+    let Some(e) = ok(r, BANDWIDTH) else {
         return;
     };
     for s in e
@@ -314,7 +356,7 @@ fn bandwidth_scaling(r: &RunResults, out: &mut Vec<Finding>) {
                 best[0],
                 best[1] / first[1]
             ),
-            vec![reference("mem.bandwidth", &s.name)],
+            vec![reference(BANDWIDTH, &s.name)],
         ));
     }
 }
@@ -338,7 +380,7 @@ fn prefixed_pairs<'a>(
 }
 
 fn remote_vs_local(r: &RunResults, out: &mut Vec<Finding>) {
-    for id in ["net.rtt", "net.bandwidth", "net.connect", "fs.remote-read"] {
+    for id in REMOTE_VS_LOCAL {
         let Some(e) = ok(r, id) else {
             continue;
         };
@@ -475,5 +517,67 @@ mod tests {
         let f = compute(&r);
         assert_eq!(f.len(), 1, "{f:?}");
         assert!(f[0].text.contains("procedure call"), "{f:?}");
+    }
+
+    /// A metric whose 95% interval is `[lo, hi]`.
+    fn ci(name: &str, lo: f64, hi: f64) -> serde_json::Value {
+        let mut v = m(name, "ns", (lo + hi) / 2.0);
+        v["summary"]["ci95"] = serde_json::json!([lo, hi]);
+        v
+    }
+
+    fn switch_finding(process: (f64, f64), thread: (f64, f64)) -> String {
+        let r = doc(serde_json::json!([
+            {"id": "cpu.thread-switch", "metrics": [ci("switch", thread.0, thread.1)]},
+            {"id": "cpu.process-switch", "metrics": [ci("switch", process.0, process.1)]}
+        ]));
+        let f = compute(&r);
+        assert_eq!(f.len(), 1, "{f:?}");
+        f[0].text.clone()
+    }
+
+    #[test]
+    fn the_price_of_changing_address_space_needs_disjoint_intervals() {
+        let apart = switch_finding((1500.0, 1600.0), (1000.0, 1100.0));
+        assert!(apart.contains("price of changing address space"), "{apart}");
+        assert!(!apart.contains("within noise"), "{apart}");
+        // 1.2x apart in the medians, but the intervals overlap: no claim either way.
+        let overlap = switch_finding((1100.0, 1500.0), (1000.0, 1200.0));
+        assert!(overlap.contains("within noise"), "{overlap}");
+        assert!(!overlap.contains("price"), "{overlap}");
+        let below = switch_finding((800.0, 900.0), (1000.0, 1100.0));
+        assert!(
+            below.contains("cheaper") && !below.contains("price"),
+            "{below}"
+        );
+        assert!(!below.contains("within noise"), "{below}");
+    }
+
+    #[test]
+    fn missing_names_a_reference_its_experiment_does_not_emit() {
+        let r = doc(serde_json::json!([
+            {"id": "cpu.syscall", "metrics": [m("getppid", "ns", 195.0)]},
+            {"id": "cpu.call", "status": "invalid", "metrics": []}
+        ]));
+        assert!(missing(&[SYSCALL], &r).is_empty());
+        // Control: a bogus name in an experiment that ran is caught ...
+        let bogus = MetricRef::new("cpu.syscall", "no_such_metric");
+        assert_eq!(missing(&[SYSCALL, bogus], &r), [bogus]);
+        // ... while an experiment that did not run ok proves nothing either way.
+        assert!(missing(&[CALL, DRAM], &r).is_empty());
+    }
+
+    #[test]
+    fn reports_show_stored_findings_and_compute_them_for_old_files() {
+        let mut r = doc(serde_json::json!([
+            {"id": "cpu.syscall", "metrics": [m("getppid", "ns", 195.0)]},
+            {"id": "cpu.call", "metrics": [m("args_0", "ns", 1.2)]}
+        ]));
+        let old = for_report(&r);
+        assert_eq!(old.len(), 1, "an old file gets them computed: {old:?}");
+        r.findings = vec![Finding::new("stored", &["cpu.syscall/getppid"])];
+        let stored = for_report(&r);
+        assert_eq!(stored.len(), 1);
+        assert_eq!(stored[0].text, "stored");
     }
 }

@@ -3,15 +3,15 @@
 //! failures and panics, and assembles the results document.
 
 use crate::clock::{self, Clock};
-use crate::experiments::{self, Context, Experiment, Outcome, Profile, RunOptions};
+use crate::experiments::{self, Context, Experiment, Profile, RunOptions};
 use crate::machine::{Machine, Topology};
 use crate::platform;
 use crate::results::{Cycles, ExperimentResult, RunResults, Status, Tool, SCHEMA_VERSION};
 use serde::Serialize;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// What `osmeter run` was asked to do.
@@ -142,7 +142,6 @@ impl Progress {
                 )
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
-            bar.enable_steady_tick(Duration::from_millis(200));
             Progress {
                 bar: Some(bar),
                 plain: false,
@@ -152,6 +151,13 @@ impl Progress {
                 bar: None,
                 plain: true,
             }
+        }
+    }
+    /// Starts the bar's ticker thread; call it inside `off_cpu` so the thread avoids the
+    /// measured CPU.
+    fn start_ticker(&self) {
+        if let Some(b) = &self.bar {
+            b.enable_steady_tick(Duration::from_millis(200));
         }
     }
     fn message(&self, msg: &str) {
@@ -180,83 +186,147 @@ impl Progress {
     }
 }
 
-/// Kills the run when an experiment overruns its hard limit, so no experiment can hang.
-struct Watchdog {
+/// Runs `start` while the calling thread may use every allowed CPU but `cpu`, so the
+/// threads it spawns (which inherit their creator's affinity) never wake on the measured
+/// CPU; the caller's affinity is then restored (issue 11 item 8). With one allowed CPU
+/// there is nowhere else to go. On macOS affinity is at most a hint and `set_affinity`
+/// does nothing, so the helpers go wherever the scheduler puts them.
+pub fn off_cpu<T>(cpu: usize, allowed: &[usize], start: impl FnOnce() -> T) -> T {
+    let others: Vec<usize> = allowed.iter().copied().filter(|&c| c != cpu).collect();
+    let narrowed = !others.is_empty() && platform::set_affinity(&others).is_ok();
+    let t = start();
+    if narrowed {
+        let _ = platform::set_affinity(allowed);
+    }
+    t
+}
+
+/// What the watchdog does when an experiment overruns its hard limit (given its id).
+pub type OnOverrun = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The real reaction to a hung experiment: nothing else can stop a thread that never
+/// returns, so the run ends.
+pub fn exit_on_overrun() -> OnOverrun {
+    Arc::new(|id: &str| {
+        eprintln!("osmeter: error: experiment {id} exceeded its hard time limit; aborting the run");
+        std::process::exit(1);
+    })
+}
+
+/// Watches the running experiment's hard limit from a thread of its own, so no
+/// experiment can hang the run.
+pub struct Watchdog {
     deadline_ms: Arc<AtomicU64>,
-    current: Arc<std::sync::Mutex<String>>,
+    current: Arc<Mutex<String>>,
+    overran: Arc<AtomicBool>,
+    affinity: Arc<Mutex<Option<Vec<usize>>>>,
     epoch: Instant,
 }
 
 impl Watchdog {
-    fn start() -> Watchdog {
-        let deadline_ms = Arc::new(AtomicU64::new(u64::MAX));
-        let current = Arc::new(std::sync::Mutex::new(String::new()));
-        let epoch = Instant::now();
-        let (d, c) = (deadline_ms.clone(), current.clone());
+    pub fn start(on_overrun: OnOverrun) -> Watchdog {
+        let w = Watchdog {
+            deadline_ms: Arc::new(AtomicU64::new(u64::MAX)),
+            current: Arc::new(Mutex::new(String::new())),
+            overran: Arc::new(AtomicBool::new(false)),
+            affinity: Arc::new(Mutex::new(None)),
+            epoch: Instant::now(),
+        };
+        let (d, c, o, a, epoch) = (
+            w.deadline_ms.clone(),
+            w.current.clone(),
+            w.overran.clone(),
+            w.affinity.clone(),
+            w.epoch,
+        );
         std::thread::Builder::new()
             .name("osmeter-watchdog".into())
-            .spawn(move || loop {
-                std::thread::sleep(Duration::from_millis(100));
-                if epoch.elapsed().as_millis() as u64 > d.load(Ordering::SeqCst) {
-                    let id = c.lock().map(|s| s.clone()).unwrap_or_default();
-                    eprintln!("osmeter: error: experiment {id} exceeded its hard time limit; aborting the run");
-                    std::process::exit(1);
+            .spawn(move || {
+                if let Ok(mut a) = a.lock() {
+                    *a = Some(platform::allowed_cpus());
+                }
+                loop {
+                    std::thread::sleep(Duration::from_millis(100));
+                    let at = d.load(Ordering::SeqCst);
+                    if epoch.elapsed().as_millis() as u64 > at
+                        && d.compare_exchange(at, u64::MAX, Ordering::SeqCst, Ordering::SeqCst)
+                            .is_ok()
+                    {
+                        o.store(true, Ordering::SeqCst);
+                        let id = c.lock().map(|s| s.clone()).unwrap_or_default();
+                        on_overrun(&id);
+                    }
                 }
             })
             .ok();
-        Watchdog {
-            deadline_ms,
-            current,
-            epoch,
-        }
+        w
     }
     fn arm(&self, id: &str, limit: Duration) {
         if let Ok(mut c) = self.current.lock() {
             *c = id.to_string();
         }
+        self.overran.store(false, Ordering::SeqCst);
         let at = self.epoch.elapsed() + limit;
         self.deadline_ms
             .store(at.as_millis() as u64, Ordering::SeqCst);
     }
-    fn disarm(&self) {
+    /// Stops watching; true when the experiment overran since `arm`.
+    fn disarm(&self) -> bool {
         self.deadline_ms.store(u64::MAX, Ordering::SeqCst);
+        self.overran.load(Ordering::SeqCst)
+    }
+    /// The CPUs the watchdog thread may run on, as it read them through the platform
+    /// layer when it started (None until it has).
+    pub fn thread_affinity(&self) -> Option<Vec<usize>> {
+        for _ in 0..100 {
+            if let Some(a) = self.affinity.lock().ok().and_then(|a| a.clone()) {
+                return Some(a);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
     }
 }
 
 /// Hard limit for one experiment: generous over its budget, but finite.
-fn hard_limit(budget: Duration) -> Duration {
+pub fn hard_limit(budget: Duration) -> Duration {
     budget * 10 + Duration::from_secs(30)
 }
 
-/// Runs the configured experiments.
+/// The experiments a run selects from and how it stops one that hangs. `run` uses the
+/// real ones; tests pass mock experiments and a watchdog that only records (as
+/// hyperfine's mock executor and fio's null engine stand in for the real thing).
+pub struct Registry {
+    pub experiments: Vec<Box<dyn Experiment>>,
+    /// The hard wall-time limit of an experiment with a given budget.
+    pub hard_limit: fn(Duration) -> Duration,
+    pub on_overrun: OnOverrun,
+}
+
+impl Registry {
+    /// Every experiment, with the real limits.
+    pub fn real() -> Registry {
+        Registry {
+            experiments: experiments::registry(),
+            hard_limit,
+            on_overrun: exit_on_overrun(),
+        }
+    }
+}
+
+/// Runs the configured experiments of the real registry.
 pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
-    let selected = experiments::select(experiments::registry(), &cfg.only, &cfg.skip)
-        .map_err(RunError::Usage)?;
-    // A bad --cpu is a usage error found before anything is measured.
-    if cfg.cpu.is_some() {
-        choose_cpu(cfg.cpu, &Topology::default())?;
-    }
-    // Validate --scratch-dir and --remote-dir before measuring anything.
-    for (flag, dir) in [
-        ("--scratch-dir", &cfg.options.scratch_dir),
-        ("--remote-dir", &cfg.options.remote_dir),
-    ] {
-        if let Some(d) = dir {
-            check_writable_dir(flag, d)?;
-        }
-    }
-    if cfg.write_results {
-        check_out_dir(&cfg.out)?;
-    }
-    // Every usage error is found before anything is measured or printed.
-    if let Some(d) = &cfg.options.scratch_dir {
-        if !d.is_dir() {
-            return Err(RunError::Usage(format!(
-                "--scratch-dir {}: not an existing directory",
-                d.display()
-            )));
-        }
-    }
+    run_with(cfg, Registry::real())
+}
+
+/// Runs the configured experiments of `registry`.
+pub fn run_with(cfg: &RunConfig, registry: Registry) -> Result<RunOutput, RunError> {
+    let Registry {
+        experiments: all,
+        hard_limit,
+        on_overrun,
+    } = registry;
+    let selected = validate(cfg, all)?;
     let started = SystemTime::now();
     let t0 = Instant::now();
     let total_budget: Duration = selected
@@ -278,6 +348,11 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
         };
         machine.topology.choose(cpu, why);
     }
+    // Helper threads start before pinning, away from the measured CPU.
+    let watchdog = off_cpu(cpu, &allowed, || {
+        progress.start_ticker();
+        Watchdog::start(on_overrun)
+    });
     let pinning = platform::pin_to_cpu(cpu)
         .map_err(|e| RunError::Runtime(anyhow::anyhow!("cannot pin to CPU {cpu}: {e}")))?;
     if let Some(why) = pinning.reason() {
@@ -303,59 +378,18 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
     }
 
     let scratch = std::sync::OnceLock::new();
-    let watchdog = Watchdog::start();
-    let mut results: Vec<ExperimentResult> = Vec::new();
-    let n = selected.len();
-    let repeat = cfg.repeat.max(1);
-    for (i, exp) in selected.iter().enumerate() {
-        let budget = exp.budget(cfg.profile);
-        let mut reps = Vec::with_capacity(repeat);
-        for r in 0..repeat {
-            if repeat > 1 {
-                progress.message(&format!(
-                    "[{}/{n}] {} (run {}/{repeat})",
-                    i + 1,
-                    exp.id(),
-                    r + 1
-                ));
-            } else {
-                progress.message(&format!("[{}/{n}] {}", i + 1, exp.id()));
-            }
-            // Experiments may move threads around; every one starts pinned, and the
-            // sentinel runs on that CPU just before and just after.
-            let _ = platform::pin_to_cpu(cpu);
-            let before = crate::sentinel::measure();
-            watchdog.arm(exp.id(), hard_limit(budget));
-            let env = Env {
-                cfg,
-                machine: &machine,
-                clock: &hw,
-                cpu,
-                loop_ticks,
-                scratch: &scratch,
-            };
-            let mut res = run_one(exp.as_ref(), &env, budget, &results, &progress);
-            watchdog.disarm();
-            let _ = platform::pin_to_cpu(cpu);
-            let after = crate::sentinel::measure();
-            res.sentinel = Some(crate::sentinel::BeforeAfter { before, after });
-            reps.push(res);
-        }
-        let res = merge_repeats(reps);
-        progress.advance(budget * repeat as u32);
-        let mut line = format!(
-            "[{}/{n}] {} {} ({:.1} s)",
-            i + 1,
-            exp.id(),
-            res.status.as_str(),
-            res.duration_s
-        );
-        if let Some(r) = &res.reason {
-            line.push_str(&format!(": {r}"));
-        }
-        progress.line(&line);
-        results.push(res);
-    }
+    let env = Env {
+        cfg,
+        machine: &machine,
+        clock: &hw,
+        cpu,
+        loop_ticks,
+        scratch: &scratch,
+        progress: &progress,
+        watchdog: &watchdog,
+        hard_limit,
+    };
+    let results = run_selected(&selected, &env);
     // Steal over the whole run, so that its figures can be judged against it.
     if let Some(report) = steal.finish() {
         machine.virtualization.steal_during_run = Some(report);
@@ -382,7 +416,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
             "only": cfg.only,
             "skip": cfg.skip,
             "cpu": cpu,
-            "repeat": repeat,
+            "repeat": cfg.repeat.max(1),
             "options": cfg.options,
             "peer": peer_identity(&cfg.options),
             "statistics": {
@@ -398,7 +432,35 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
     };
     let mut run_results = run_results;
     run_results.findings = crate::findings::compute(&run_results);
+    publish(cfg, run_results)
+}
 
+/// The selected experiments, after every usage error is found (before anything is
+/// measured or printed).
+fn validate(
+    cfg: &RunConfig,
+    all: Vec<Box<dyn Experiment>>,
+) -> Result<Vec<Box<dyn Experiment>>, RunError> {
+    let selected = experiments::select(all, &cfg.only, &cfg.skip).map_err(RunError::Usage)?;
+    if cfg.cpu.is_some() {
+        choose_cpu(cfg.cpu, &Topology::default())?;
+    }
+    for (flag, dir) in [
+        ("--scratch-dir", &cfg.options.scratch_dir),
+        ("--remote-dir", &cfg.options.remote_dir),
+    ] {
+        if let Some(d) = dir {
+            check_writable_dir(flag, d)?;
+        }
+    }
+    if cfg.write_results {
+        check_out_dir(&cfg.out)?;
+    }
+    Ok(selected)
+}
+
+/// Writes the results, the reports and the history entry as configured.
+fn publish(cfg: &RunConfig, run_results: RunResults) -> Result<RunOutput, RunError> {
     let folder = if cfg.write_results {
         let f = write_results(&cfg.out, &run_results).map_err(RunError::Runtime)?;
         // results.json is safe on disk; a report or history problem only warns.
@@ -422,6 +484,60 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
         results: run_results,
         folder,
     })
+}
+
+/// Each selected experiment in turn, `--repeat` times, within its budget and hard limit,
+/// with the sentinel just before and just after on the pinned CPU.
+fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentResult> {
+    let (cfg, progress, cpu) = (env.cfg, env.progress, env.cpu);
+    let mut results: Vec<ExperimentResult> = Vec::new();
+    let n = selected.len();
+    let repeat = cfg.repeat.max(1);
+    for (i, exp) in selected.iter().enumerate() {
+        let budget = exp.budget(cfg.profile);
+        let mut reps = Vec::with_capacity(repeat);
+        for r in 0..repeat {
+            let run_of = if repeat > 1 {
+                format!(" (run {}/{repeat})", r + 1)
+            } else {
+                String::new()
+            };
+            progress.message(&format!("[{}/{n}] {}{run_of}", i + 1, exp.id()));
+            // Experiments may move threads around; every one starts pinned.
+            let _ = platform::pin_to_cpu(cpu);
+            let before = crate::sentinel::measure();
+            let limit = (env.hard_limit)(budget);
+            env.watchdog.arm(exp.id(), limit);
+            let mut res = run_one(exp.as_ref(), env, budget, &results);
+            if env.watchdog.disarm() {
+                // Only reached when the overrun reaction returns (the real one exits).
+                res.status = Status::Failed;
+                res.reason = Some(format!(
+                    "exceeded its hard time limit of {:.1} s",
+                    limit.as_secs_f64()
+                ));
+            }
+            let _ = platform::pin_to_cpu(cpu);
+            let after = crate::sentinel::measure();
+            res.sentinel = Some(crate::sentinel::BeforeAfter { before, after });
+            reps.push(res);
+        }
+        let res = merge_repeats(reps);
+        progress.advance(budget * repeat as u32);
+        let mut line = format!(
+            "[{}/{n}] {} {} ({:.1} s)",
+            i + 1,
+            exp.id(),
+            res.status.as_str(),
+            res.duration_s
+        );
+        if let Some(r) = &res.reason {
+            line.push_str(&format!(": {r}"));
+        }
+        progress.line(&line);
+        results.push(res);
+    }
+    results
 }
 
 /// Which host the network experiments measured against: the name given for it and the
@@ -448,6 +564,9 @@ struct Env<'a> {
     cpu: usize,
     loop_ticks: f64,
     scratch: &'a std::sync::OnceLock<crate::scratch::Scratch>,
+    progress: &'a Progress,
+    watchdog: &'a Watchdog,
+    hard_limit: fn(Duration) -> Duration,
 }
 
 fn run_one(
@@ -455,64 +574,35 @@ fn run_one(
     env: &Env,
     budget: Duration,
     earlier: &[ExperimentResult],
-    progress: &Progress,
 ) -> ExperimentResult {
-    let Env {
-        cfg,
-        machine,
-        clock,
-        cpu,
-        loop_ticks,
-        scratch,
-    } = *env;
     let t = Instant::now();
-    let sub = |msg: &str| progress.message(&format!("{}: {msg}", exp.id()));
+    let sub = |msg: &str| env.progress.message(&format!("{}: {msg}", exp.id()));
     let ctx = Context {
-        profile: cfg.profile,
-        machine,
-        clock,
-        cpu,
+        profile: env.cfg.profile,
+        machine: env.machine,
+        clock: env.clock,
+        cpu: env.cpu,
         budget,
         earlier,
-        options: &cfg.options,
-        loop_ticks,
+        options: &env.cfg.options,
+        loop_ticks: env.loop_ticks,
         progress: &sub,
-        scratch_cell: scratch,
+        scratch_cell: env.scratch,
     };
-    let mut result = ExperimentResult {
-        id: exp.id().into(),
-        area: exp.area().into(),
-        title: exp.title().into(),
-        status: Status::Ok,
-        reason: None,
-        method: exp.method().into(),
-        duration_s: 0.0,
-        metrics: vec![],
-        series: vec![],
-        checks: vec![],
-        findings: vec![],
-        notes: vec![],
-        sentinel: None,
-    };
+    let mut result = empty_result(exp);
     let predictions = exp.predict(&ctx);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exp.run(&ctx)));
     result.duration_s = t.elapsed().as_secs_f64();
-    let outcome: Outcome = match outcome {
+    let outcome = match outcome {
         Ok(Ok(o)) => o,
-        Ok(Err(e)) => {
-            result.status = Status::Failed;
-            result.reason = Some(format!("{e:#}"));
-            return result;
-        }
+        Ok(Err(e)) => return failed(result, format!("{e:#}")),
         Err(p) => {
             let msg = p
                 .downcast_ref::<String>()
                 .cloned()
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "panic".into());
-            result.status = Status::Failed;
-            result.reason = Some(format!("internal error: {msg}"));
-            return result;
+            return failed(result, format!("internal error: {msg}"));
         }
     };
     if let Some(reason) = outcome.skipped {
@@ -531,6 +621,36 @@ fn run_one(
             m.prediction = Some(p);
         }
     }
+    add_cycles(&mut result, env.machine);
+    judge(result)
+}
+
+fn empty_result(exp: &dyn Experiment) -> ExperimentResult {
+    ExperimentResult {
+        id: exp.id().into(),
+        area: exp.area().into(),
+        title: exp.title().into(),
+        status: Status::Ok,
+        reason: None,
+        method: exp.method().into(),
+        duration_s: 0.0,
+        metrics: vec![],
+        series: vec![],
+        checks: vec![],
+        findings: vec![],
+        notes: vec![],
+        sentinel: None,
+    }
+}
+
+fn failed(mut result: ExperimentResult, reason: String) -> ExperimentResult {
+    result.status = Status::Failed;
+    result.reason = Some(reason);
+    result
+}
+
+/// Every time metric in core and counter cycles, where those clocks are known.
+fn add_cycles(result: &mut ExperimentResult, machine: &Machine) {
     let counter_hz = machine
         .clock
         .as_ref()
@@ -549,6 +669,11 @@ fn run_one(
             counter: counter_hz.map(|hz| m.summary.median * hz / 1e9),
         });
     }
+}
+
+/// The status of an experiment that returned: a failed premise makes it invalid, no
+/// metrics make it failed.
+fn judge(mut result: ExperimentResult) -> ExperimentResult {
     let failed: Vec<String> = result
         .checks
         .iter()

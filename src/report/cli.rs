@@ -23,8 +23,8 @@ pub fn report(results: &Path, out: Option<&Path>, quiet: bool) -> ExitCode {
         Ok(r) => r,
         Err(e) => return usage_error(&e),
     };
-    // Findings are a function of the data: recompute so older files get current ones.
-    r.findings = crate::findings::compute(&r);
+    // Findings were computed when the run ended; only files without them get them now.
+    r.findings = crate::findings::for_report(&r);
     let file = super::load::results_file(results);
     let folder = match out {
         Some(o) => o.to_path_buf(),

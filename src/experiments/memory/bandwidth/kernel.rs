@@ -1,0 +1,222 @@
+//! mem.bandwidth's kernels: streaming loads, ordinary, scalar and non-temporal stores
+//! and copies over one thread's part of the buffer, and the team of pinned threads that
+//! runs them in step (docs/METHODOLOGY.md, mem.bandwidth).
+
+use super::{Op, BLOCK};
+use crate::experiments::memory::{measure_trials, Quiet, QuietSpec};
+use crate::experiments::Context;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+/// Loads every word; eight accumulators so no add waits on the one before, which lets the
+/// compiler vectorise the loop.
+#[inline(never)]
+pub(super) fn read_words(s: &[u64]) -> u64 {
+    let mut acc = [0u64; 8];
+    for c in s.chunks_exact(8) {
+        for k in 0..8 {
+            acc[k] = acc[k].wrapping_add(c[k]);
+        }
+    }
+    acc.iter().fold(0, |a, &b| a ^ b)
+}
+
+/// Stores `v` into every word. `v` is not a repeated byte, so this stays a store loop
+/// rather than becoming memset (whose large-size path uses non-temporal stores).
+#[inline(never)]
+pub(super) fn write_words(s: &mut [u64], v: u64) {
+    for w in s.iter_mut() {
+        *w = v;
+    }
+}
+
+/// One volatile load per word: the loop cannot be vectorised or merged.
+#[inline(never)]
+pub(super) fn read_words_scalar(s: &[u64]) -> u64 {
+    let mut x = 0u64;
+    for w in s {
+        // SAFETY: w is a valid reference; the volatile read only forbids merging loads.
+        x = x.wrapping_add(unsafe { std::ptr::read_volatile(w) });
+    }
+    x
+}
+
+/// One volatile store per word.
+#[inline(never)]
+pub(super) fn write_words_scalar(s: &mut [u64], v: u64) {
+    for w in s.iter_mut() {
+        // SAFETY: w is a valid, exclusive reference.
+        unsafe { std::ptr::write_volatile(w, v) };
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(never)]
+pub(super) fn write_words_nt(s: &mut [u64], v: u64) {
+    use core::arch::x86_64::{__m128i, _mm_set1_epi64x, _mm_sfence, _mm_stream_si128};
+    let p = s.as_mut_ptr() as *mut __m128i;
+    if p as usize % 16 != 0 {
+        return write_words(s, v);
+    }
+    // SAFETY: SSE2 is part of the x86-64 baseline; p is 16-byte aligned (checked) and the
+    // s.len() / 2 16-byte stores stay inside `s`, which we borrow mutably.
+    unsafe {
+        let x = _mm_set1_epi64x(v as i64);
+        for i in 0..s.len() / 2 {
+            _mm_stream_si128(p.add(i), x);
+        }
+        _mm_sfence();
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub(super) fn write_words_nt(s: &mut [u64], v: u64) {
+    write_words(s, v)
+}
+
+/// One thread's share of the buffer (an address range owned by that thread alone).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Part {
+    pub(super) base: usize,
+    pub(super) len: usize,
+}
+
+/// Streams `blocks` blocks of `op` over the part, from `*pos` (wrapping). Returns a value
+/// the caller must consume so the loads are not dead.
+pub(super) fn work(op: Op, part: Part, pos: &mut usize, blocks: u64, pattern: u64) -> u64 {
+    let half = part.len / 2 / BLOCK * BLOCK;
+    let span = if op == Op::Copy {
+        half
+    } else {
+        part.len / BLOCK * BLOCK
+    };
+    let mut x = 0u64;
+    for _ in 0..blocks {
+        if *pos + BLOCK > span {
+            *pos = 0;
+        }
+        let at = part.base + *pos;
+        // SAFETY: at..at+BLOCK lies inside this thread's part (pos + BLOCK <= span <=
+        // part.len; for copy the destination is the other half), the part is 1 MiB-aligned
+        // (so u64-aligned), and no other thread touches it while this runs.
+        unsafe {
+            let words = BLOCK / 8;
+            match op {
+                Op::Read => x ^= read_words(std::slice::from_raw_parts(at as *const u64, words)),
+                Op::Write => write_words(
+                    std::slice::from_raw_parts_mut(at as *mut u64, words),
+                    pattern,
+                ),
+                Op::WriteNt => write_words_nt(
+                    std::slice::from_raw_parts_mut(at as *mut u64, words),
+                    pattern,
+                ),
+                Op::ReadScalar => {
+                    x ^= read_words_scalar(std::slice::from_raw_parts(at as *const u64, words))
+                }
+                Op::WriteScalar => write_words_scalar(
+                    std::slice::from_raw_parts_mut(at as *mut u64, words),
+                    pattern,
+                ),
+                Op::Copy => {
+                    let src = std::slice::from_raw_parts(at as *const u8, BLOCK);
+                    let dst = std::slice::from_raw_parts_mut((at + half) as *mut u8, BLOCK);
+                    dst.copy_from_slice(src);
+                }
+            }
+        }
+        *pos += BLOCK;
+    }
+    x
+}
+
+/// Spins until `cond`, yielding now and then so a thread we wait for can run here.
+pub(super) fn spin_until(cond: impl Fn() -> bool) {
+    let mut spins = 0u64;
+    while !cond() {
+        spins += 1;
+        if spins % 1024 == 0 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Aggregate bandwidth trials of `threads` threads, each pinned to its own CPU and
+/// streaming its own part. A trial's time is the slowest thread's; it is set aside when
+/// any thread was preempted. Returns ns per byte (of all threads together).
+pub(super) fn team(
+    ctx: &Context,
+    op: Op,
+    parts: &[Part],
+    cpus: &[usize],
+    spec: &QuietSpec,
+) -> Quiet {
+    let threads = parts.len();
+    let gen = AtomicU64::new(0);
+    let blocks = AtomicU64::new(0);
+    let done = AtomicUsize::new(0);
+    let ready = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let ticks: Vec<AtomicU64> = (0..threads).map(|_| AtomicU64::new(0)).collect();
+    let quiet: Vec<AtomicBool> = (0..threads).map(|_| AtomicBool::new(true)).collect();
+    let clock = ctx.clock;
+    let pattern = 0x0123_4567_89ab_cdefu64;
+    // One timed run of `b` blocks on this thread; records ticks and quietness.
+    let timed = |t: usize, pos: &mut usize, b: u64| {
+        let c0 = crate::experiments::memory::thread_preemptions();
+        let t0 = clock.start();
+        let x = work(op, parts[t], pos, b, pattern);
+        let t1 = clock.stop();
+        std::hint::black_box(x);
+        ticks[t].store(t1.wrapping_sub(t0), Ordering::Relaxed);
+        quiet[t].store(
+            crate::experiments::memory::thread_preemptions() == c0,
+            Ordering::Relaxed,
+        );
+    };
+    std::thread::scope(|s| {
+        for (t, &cpu) in cpus.iter().enumerate().take(threads).skip(1) {
+            let (gen, blocks, done, stop, timed, ready) =
+                (&gen, &blocks, &done, &stop, &timed, &ready);
+            s.spawn(move || {
+                let _ = crate::platform::pin_to_cpu(cpu);
+                ready.fetch_add(1, Ordering::AcqRel);
+                let mut seen = 0u64;
+                let mut pos = 0usize;
+                loop {
+                    spin_until(|| {
+                        gen.load(Ordering::Acquire) != seen || stop.load(Ordering::Acquire)
+                    });
+                    if stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    seen = gen.load(Ordering::Acquire);
+                    timed(t, &mut pos, blocks.load(Ordering::Acquire));
+                    done.fetch_add(1, Ordering::AcqRel);
+                }
+            });
+        }
+        // Wait until every worker runs on its own CPU. Yielding matters: a new thread starts
+        // on this CPU, and under a real-time policy it would never run while we spin.
+        spin_until(|| ready.load(Ordering::Acquire) == threads - 1);
+        let mut pos = 0usize;
+        let bytes_per_iter = (BLOCK * threads) as f64;
+        let q = measure_trials(clock, spec, bytes_per_iter, |b| {
+            done.store(0, Ordering::Release);
+            blocks.store(b, Ordering::Release);
+            gen.fetch_add(1, Ordering::AcqRel);
+            timed(0, &mut pos, b);
+            spin_until(|| done.load(Ordering::Acquire) == threads - 1);
+            let slowest = ticks
+                .iter()
+                .map(|t| t.load(Ordering::Relaxed))
+                .max()
+                .unwrap_or(0);
+            let all_quiet = quiet.iter().all(|q| q.load(Ordering::Relaxed));
+            (slowest, all_quiet)
+        });
+        stop.store(true, Ordering::Release);
+        q
+    })
+}

@@ -1,0 +1,122 @@
+//! mem.latency's premise and sanity checks: every chase is one cycle through all its
+//! nodes, as read back from memory (docs/METHODOLOGY.md, mem.latency).
+
+use super::levels::Named;
+use crate::experiments::memory::{Region, Rng};
+use crate::results::Check;
+use crate::units::fmt_bytes;
+
+/// Cursors walked side by side while verifying (independent loads overlap in memory).
+pub(super) const VERIFY_CURSORS: usize = 16;
+
+/// Verifies that the chain in memory over the first `n` nodes of `stride` bytes is one
+/// cycle through all of them, by reading the pointers actually chased. A single serial
+/// walk would take n dependent DRAM misses; instead up to 16 cursors start at distinct
+/// random nodes ("marks") and walk side by side, each until it reaches a mark. The chain
+/// is one cycle exactly when the walks' lengths sum to n and each mark leads to the next
+/// one around a single cycle of marks; every pointer must also land on a node.
+pub(crate) fn verify_chain(region: &Region, stride: usize, n: usize, rng: &mut Rng) -> bool {
+    let base = region.as_ptr() as usize;
+    if n == 0 || stride < 8 || n * stride > region.len() {
+        return false;
+    }
+    let read = |i: usize| -> Option<usize> {
+        // SAFETY: i < n, so the node lies inside the region (checked above).
+        let p = unsafe { *((base + i * stride) as *const usize) };
+        let off = p.checked_sub(base)?;
+        (off % stride == 0 && off / stride < n).then_some(off / stride)
+    };
+    let k = VERIFY_CURSORS.min(n);
+    let mut marks: Vec<usize> = Vec::with_capacity(k);
+    while marks.len() < k {
+        let m = rng.below(n);
+        if !marks.contains(&m) {
+            marks.push(m);
+        }
+    }
+    let mut is_mark = vec![0u64; n.div_ceil(64)];
+    for &m in &marks {
+        is_mark[m / 64] |= 1 << (m % 64);
+    }
+    let marked = |i: usize| is_mark[i / 64] & (1 << (i % 64)) != 0;
+    let mut cur: Vec<usize> = marks.clone();
+    let mut len = vec![0usize; k];
+    let mut done = vec![false; k];
+    let mut left = k;
+    let mut total = 0usize;
+    while left > 0 {
+        for c in 0..k {
+            if done[c] {
+                continue;
+            }
+            let Some(nx) = read(cur[c]) else {
+                return false;
+            };
+            cur[c] = nx;
+            len[c] += 1;
+            total += 1;
+            if total > n {
+                return false;
+            }
+            if marked(nx) {
+                done[c] = true;
+                left -= 1;
+            }
+        }
+    }
+    if total != n {
+        return false;
+    }
+    // The marks must form one cycle: follow "mark -> mark its walk reached" k steps.
+    let idx = |m: usize| marks.iter().position(|&x| x == m);
+    let mut at = 0usize;
+    for step in 1..=k {
+        let Some(j) = idx(cur[at]) else {
+            return false;
+        };
+        at = j;
+        if at == 0 && step < k {
+            return false;
+        }
+    }
+    at == 0
+}
+
+/// The premise: every chain measured was one cycle through all its nodes (`broken` holds
+/// the sizes whose chain did not verify, `chains` how many were measured).
+pub(super) fn one_cycle(broken: &[u64], chains: usize) -> Check {
+    Check::premise(
+        "each chase visits every node (one cycle)",
+        broken.is_empty(),
+        if broken.is_empty() {
+            format!("{chains} chains verified: the permutation is one cycle of all nodes and every pointer in memory matches it")
+        } else {
+            format!(
+                "chains at {} did not verify",
+                broken
+                    .iter()
+                    .map(|&b| fmt_bytes(b as f64))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        },
+    )
+}
+
+/// Sanity: the named levels get slower as they grow, and every sysfs cache was found.
+pub(super) fn levels(named: &[Named], caches: usize, level_text: &str) -> [Check; 2] {
+    let lat: Vec<f64> = named.iter().map(|n| n.level.latency_ns).collect();
+    let found = named.iter().filter(|n| n.sysfs_bytes.is_some()).count();
+    [
+        Check::sanity(
+            "levels ordered by latency",
+            lat.windows(2).all(|w| w[0] < w[1]),
+            level_text,
+        ),
+        Check::sanity(
+            "every sysfs data cache level detected",
+            found == caches,
+            format!("{found} of {caches} sysfs data/unified cache levels matched a plateau"),
+        ),
+    ]
+}

@@ -1,0 +1,282 @@
+//! mem.latency's kernel: laying a chain of one node per cache line, chasing it, and the
+//! curves of chases over working-set sizes (docs/METHODOLOGY.md, mem.latency).
+
+use super::checks::verify_chain;
+use crate::experiments::memory::{measure_quiet, sattolo, Quiet, QuietSpec, Region, Rng};
+use crate::experiments::Context;
+use crate::units::{fmt_bytes, fmt_ns};
+
+/// Loads per loop iteration of the chase (unrolled so the loop branch is negligible).
+pub(super) const UNROLL: u64 = 16;
+
+macro_rules! rep16 {
+    ($e:expr) => {
+        $e;
+        $e;
+        $e;
+        $e;
+        $e;
+        $e;
+        $e;
+        $e;
+        $e;
+        $e;
+        $e;
+        $e;
+        $e;
+        $e;
+        $e;
+        $e;
+    };
+}
+
+/// Follows the chain `iters * UNROLL` steps from `p` and returns where it stopped.
+///
+/// # Safety
+/// `p` must point into a chain laid by `lay`: every node's first word holds the address
+/// of another node of the same live chain.
+#[inline(never)]
+pub(super) unsafe fn chase(mut p: *const u8, iters: u64) -> *const u8 {
+    for _ in 0..iters {
+        // SAFETY: guaranteed by the caller; the volatile read keeps every load and its
+        // order, and each address is the value of the load before it.
+        rep16!(p = unsafe { std::ptr::read_volatile(p as *const *const u8) });
+    }
+    p
+}
+
+/// Writes a chain over the first `next.len()` nodes of `stride` bytes: node i's first word
+/// points to node next[i]. Does nothing when the nodes would not fit in the region.
+pub(super) fn lay(region: &mut Region, stride: usize, next: &[u32]) {
+    let base = region.as_ptr();
+    if stride < 8 || next.len() * stride > region.len() {
+        return;
+    }
+    for (i, &j) in next.iter().enumerate() {
+        // SAFETY: i and j are below next.len(), so both nodes lie inside the region
+        // (checked above); stride >= 8 keeps each pointer-sized slot disjoint, and the
+        // region and stride are 8-byte aligned.
+        unsafe {
+            let slot = base.add(i * stride) as *mut *const u8;
+            slot.write(base.add(j as usize * stride));
+        }
+    }
+}
+
+/// The chain lmbench's `lat_mem_rd -t` lays (thrash_initialize in lib_mem.c), over
+/// `npages` pages of `lines` nodes each (node = page * lines + line): pages in a random
+/// order, every step to the next page of that order, and the line within the page turning
+/// one position per pass in bit-reversed order (so all lines are visited, one per page per
+/// pass). One cycle through every node. `lines` must be a power of two.
+pub fn lmbench_chain(npages: usize, lines: usize, rng: &mut Rng) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..npages as u32).collect();
+    rng.shuffle(&mut order);
+    let bits = lines.trailing_zeros();
+    let word = |k: usize| -> usize {
+        if bits == 0 {
+            0
+        } else {
+            (k % lines).reverse_bits() >> (usize::BITS - bits)
+        }
+    };
+    let mut next = vec![0u32; npages * lines];
+    for i in 0..npages {
+        let (cp, np) = (order[i] as usize, order[(i + 1) % npages] as usize);
+        for j in 0..lines {
+            let cur = cp * lines + word(i + j);
+            // The last page wraps to the first with the line one further than where the
+            // pass started, as lat_mem_rd does.
+            let k = if i + 1 == npages { j + 1 } else { i + j + 1 };
+            next[cur] = (np * lines + word(k)) as u32;
+        }
+    }
+    next
+}
+
+/// One measured point of a curve.
+#[derive(Debug, Clone)]
+pub struct Point {
+    pub size: u64,
+    /// ns per load, one value per trial.
+    pub trials: Vec<f64>,
+    pub median: f64,
+}
+
+/// A point this much slower than the next larger size is measured again.
+pub(super) const REMEASURE_RATIO: f64 = 1.15;
+
+/// Trial settings: beyond the last-level cache a point's latency depends on what other
+/// cores and guests do to the shared cache and memory, which changes over milliseconds, so
+/// those points get trials twice as long and twice as many (spread over more time).
+pub(super) struct Specs {
+    pub(super) near: QuietSpec,
+    pub(super) far: QuietSpec,
+    pub(super) far_from: u64,
+}
+
+impl Specs {
+    pub(super) fn for_size(&self, size: u64) -> &QuietSpec {
+        if size > self.far_from {
+            &self.far
+        } else {
+            &self.near
+        }
+    }
+}
+
+/// Lays lmbench's chain (`lmbench_chain`) over the first `size` bytes of `region` with
+/// nodes of `line` bytes, verifies it and measures it. None when `size` is not a whole
+/// number of pages or the chain does not verify (then `broken` gets the size).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn lmbench_point(
+    ctx: &Context,
+    spec: &QuietSpec,
+    region: &mut Region,
+    size: u64,
+    line: usize,
+    rng: &mut Rng,
+    broken: &mut Vec<u64>,
+    quiet: &mut (usize, usize),
+) -> Option<Point> {
+    let ps = crate::pagecache::page_size();
+    if size as usize % ps != 0 || ps % line != 0 || size as usize > region.len() {
+        return None;
+    }
+    let next = lmbench_chain(size as usize / ps, ps / line, rng);
+    lay(region, line, &next);
+    let n = next.len();
+    drop(next);
+    if !verify_chain(region, line, n, rng) {
+        broken.push(size);
+        return None;
+    }
+    let (pt, q) = measure_chain(ctx, spec, region, size);
+    quiet.0 += q.preempted;
+    quiet.1 += q.per_op_ns.len();
+    (ctx.progress)(&format!(
+        "lmbench layout {}: {}",
+        fmt_bytes(size as f64),
+        fmt_ns(pt.median)
+    ));
+    Some(pt)
+}
+
+/// Measures the chase laid in `region`.
+pub(super) fn measure_chain(
+    ctx: &Context,
+    spec: &QuietSpec,
+    region: &Region,
+    size: u64,
+) -> (Point, Quiet) {
+    let mut p = region.as_ptr() as *const u8;
+    let m = measure_quiet(ctx.clock, spec, UNROLL as f64, |iters| {
+        // SAFETY: the caller laid and verified a chain over this region before measuring.
+        p = unsafe { chase(p, iters) };
+    });
+    std::hint::black_box(p);
+    (
+        Point {
+            size,
+            median: m.median_ns(),
+            trials: m.per_op_ns.clone(),
+        },
+        m,
+    )
+}
+
+/// Outcome of one curve.
+pub(super) struct Curve {
+    pub(super) points: Vec<Point>,
+    /// Sizes whose chain did not verify as a single full cycle.
+    pub(super) broken: Vec<u64>,
+    pub(super) notes: Vec<String>,
+    /// Trials set aside because the thread was preempted, and trials kept.
+    pub(super) preempted: usize,
+    pub(super) kept: usize,
+    /// Points measured a second time because they were slower than the next size.
+    pub(super) remeasured: usize,
+}
+
+/// Measures the random (Sattolo) or sequential chase at each size within `region`.
+pub(super) fn curve(
+    ctx: &Context,
+    spec: &Specs,
+    region: &mut Region,
+    sizes: &[u64],
+    stride: usize,
+    random: bool,
+    rng: &mut Rng,
+) -> Curve {
+    let mut c = Curve {
+        points: Vec::new(),
+        broken: Vec::new(),
+        notes: Vec::new(),
+        preempted: 0,
+        kept: 0,
+        remeasured: 0,
+    };
+    let kind = if random { "random" } else { "sequential" };
+    // Lays, verifies and measures one size.
+    let mut one = |c: &mut Curve, size: u64, rng: &mut Rng| -> Option<Point> {
+        let n = (size as usize / stride).max(2);
+        let next: Vec<u32> = if random {
+            sattolo(n, rng)
+        } else {
+            (0..n as u32).map(|i| (i + 1) % n as u32).collect()
+        };
+        lay(region, stride, &next);
+        drop(next);
+        if !verify_chain(region, stride, n, rng) {
+            c.broken.push(size);
+            return None;
+        }
+        let (pt, q) = measure_chain(ctx, spec.for_size(size), region, size);
+        c.preempted += q.preempted;
+        c.kept += q.per_op_ns.len();
+        c.notes.extend(
+            q.notes
+                .iter()
+                .map(|n| format!("{kind} at {}: {n}", fmt_bytes(size as f64))),
+        );
+        (ctx.progress)(&format!(
+            "{kind} {} stride {stride}: {}",
+            fmt_bytes(size as f64),
+            fmt_ns(pt.median)
+        ));
+        Some(pt)
+    };
+    for &size in sizes {
+        if let Some(pt) = one(&mut c, size, rng) {
+            c.points.push(pt);
+        }
+    }
+    // A point slower than the next larger working set was disturbed (latency cannot
+    // fall as the set grows, and interference only adds time): measure it once more
+    // and keep the lower median.
+    let np = c.points.len();
+    let mut suspects: Vec<usize> = (0..np.saturating_sub(1))
+        .filter(|&i| c.points[i].median > REMEASURE_RATIO * c.points[i + 1].median)
+        .take(np / 4)
+        .collect();
+    // The largest size has no larger neighbour: a jump past the step before it is suspect.
+    if np >= 3 {
+        let (a, b, z) = (
+            c.points[np - 3].median,
+            c.points[np - 2].median,
+            c.points[np - 1].median,
+        );
+        if z / b > REMEASURE_RATIO * (b / a).max(1.0) {
+            suspects.push(np - 1);
+        }
+    }
+    for i in suspects {
+        let size = c.points[i].size;
+        if let Some(pt) = one(&mut c, size, rng) {
+            c.remeasured += 1;
+            if pt.median < c.points[i].median {
+                c.points[i] = pt;
+            }
+        }
+    }
+    c
+}

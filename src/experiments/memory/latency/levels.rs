@@ -1,0 +1,115 @@
+//! Naming mem.latency's plateaus: which sysfs cache each one is, and which are memory
+//! (docs/METHODOLOGY.md, mem.latency). Finding the plateaus is `analysis::detect_levels`.
+
+use crate::analysis::Level;
+use crate::experiments::memory::{llc_bytes, CacheFact};
+
+/// A detected level with its name and the sysfs cache it was matched with.
+#[derive(Debug, Clone)]
+pub struct Named {
+    pub name: String,
+    pub level: Level,
+    pub sysfs_bytes: Option<u64>,
+}
+
+/// Names the plateaus. Memory: when the largest size is at least twice the last-level
+/// cache, the last plateau and any plateau before it at more than half its latency (TLB
+/// reach changes the DRAM figure, not the level) are "dram", merged. Caches: the other
+/// plateaus are matched with the sysfs data caches in order (level 1 first), choosing
+/// among order-preserving matchings the one with the most matches, then the smallest
+/// total |log2(transition size / sysfs size)|; a match needs the sizes within 16x (a VM
+/// may see only its share of a shared cache). Unmatched plateaus are "plateau_K".
+pub fn name_levels(levels: &[Level], caches: &[CacheFact], max_size: u64) -> Vec<Named> {
+    let mut levels = levels.to_vec();
+    let llc = llc_bytes(caches).unwrap_or(0);
+    let mut dram: Option<Level> = None;
+    if levels.len() > 1 && max_size >= 2 * llc.max(1) {
+        // Memory's latency: the last plateau of more than one point (a single disturbed
+        // point at the end must not make the real memory plateau look like a cache).
+        let top = levels
+            .iter()
+            .rev()
+            .find(|l| l.span.1 > l.span.0)
+            .or(levels.last())
+            .map(|l| l.latency_ns)
+            .unwrap_or(0.0);
+        let mut k = levels.len() - 1;
+        while k > 1 && levels[k - 1].latency_ns > top / 2.0 {
+            k -= 1;
+        }
+        let mut d = levels[k].clone();
+        let last = levels.last().cloned().unwrap_or_else(|| d.clone());
+        d.last = last.last;
+        d.span.1 = last.span.1;
+        d.transition = None;
+        // The level is what the whole memory region shows: median of its plateaus.
+        let lats: Vec<f64> = levels[k..].iter().map(|l| l.latency_ns).collect();
+        d.latency_ns = crate::stats::median(&lats);
+        levels.truncate(k);
+        dram = Some(d);
+    }
+    // Order-preserving matching of plateaus to caches (tiny: brute force by recursion).
+    fn best(
+        lv: &[Level],
+        cs: &[CacheFact],
+        i: usize,
+        j: usize,
+    ) -> (usize, f64, Vec<Option<usize>>) {
+        if i == lv.len() {
+            return (0, 0.0, vec![]);
+        }
+        // Leave plateau i unmatched.
+        let (m, c, mut v) = best(lv, cs, i + 1, j);
+        v.insert(0, None);
+        let mut out = (m, c, v);
+        let size = lv[i].transition.unwrap_or(lv[i].last) as f64;
+        for jj in j..cs.len() {
+            let d = (size / cs[jj].size_bytes as f64).log2().abs();
+            if d > 4.0 {
+                continue;
+            }
+            let (m2, c2, mut v2) = best(lv, cs, i + 1, jj + 1);
+            v2.insert(0, Some(jj));
+            if m2 + 1 > out.0 || (m2 + 1 == out.0 && c2 + d < out.1) {
+                out = (m2 + 1, c2 + d, v2);
+            }
+        }
+        out
+    }
+    let (_, _, assign) = best(&levels, caches, 0, 0);
+    let mut out: Vec<Named> = levels
+        .iter()
+        .zip(assign)
+        .enumerate()
+        .map(|(k, (l, a))| match a {
+            Some(j) => Named {
+                name: if caches[j].level == 1 {
+                    "l1d".into()
+                } else {
+                    format!("l{}", caches[j].level)
+                },
+                level: l.clone(),
+                sysfs_bytes: Some(caches[j].size_bytes),
+            },
+            None => Named {
+                name: format!("plateau_{}", k + 1),
+                level: l.clone(),
+                sysfs_bytes: None,
+            },
+        })
+        .collect();
+    if let Some(d) = dram {
+        out.push(Named {
+            name: "dram".into(),
+            level: d,
+            sysfs_bytes: None,
+        });
+    }
+    out
+}
+
+/// Share of a random chase's loads over `size` bytes that a cache of `llc` bytes can
+/// serve (LRU-like: about C/S once the set is larger).
+pub fn llc_hit_fraction(llc: u64, size: u64) -> f64 {
+    (llc as f64 / size.max(1) as f64).min(1.0)
+}

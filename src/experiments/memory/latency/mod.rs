@@ -1,0 +1,675 @@
+//! mem.latency: load-to-use latency against working-set size, with the cache levels
+//! derived from the curve.
+//!
+//! A pointer chase: every node is one cache line whose first word holds the address of the
+//! next node, so each load's address comes from the previous load and no two loads can
+//! overlap. The random curve follows a Sattolo permutation over all nodes of the working
+//! set (so consecutive loads land on random lines of random pages: cache and TLB misses
+//! are both real); the sequential curves walk nodes in address order at a fixed stride,
+//! which the hardware prefetcher can follow.
+//!
+//! Split along its seams: `kernel` (laying and chasing chains, curves), `checks` (the
+//! one-cycle premise and level sanity), `levels` (naming plateaus against sysfs; finding
+//! them is `analysis::detect_levels`) and `text` (series, descriptions, findings);
+//! docs/METHODOLOGY.md, mem.latency, states the method.
+
+mod checks;
+mod kernel;
+mod levels;
+#[cfg(test)]
+mod tests;
+mod text;
+
+pub use crate::analysis::{detect_levels, Level};
+pub use kernel::{lmbench_chain, Point};
+pub use levels::{llc_hit_fraction, name_levels, Named};
+
+use super::{Pages, QuietSpec, Region, Rng};
+use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::results::{Check, Prediction};
+use crate::units::fmt_bytes;
+use kernel::{curve, lmbench_point, Curve, Specs};
+use std::time::Duration;
+#[cfg(test)]
+use {
+    checks::verify_chain,
+    kernel::{chase, lay},
+};
+
+pub struct Latency;
+
+/// Model load-to-use latencies in core cycles (typical of current x86-64 and Arm cores).
+const L1_CYCLES: f64 = 4.5;
+const L2_CYCLES: f64 = 14.0;
+const L3_CYCLES: f64 = 45.0;
+/// Model DRAM latency: typical 80-100 ns of an idle DDR4/DDR5 system, plus a page walk for
+/// a random access far beyond the TLB's reach with base pages.
+const DRAM_NS: f64 = 90.0;
+const PAGE_WALK_NS: f64 = 15.0;
+/// Under a hypervisor every guest page-table access is itself translated (nested paging),
+/// so a walk costs several times more.
+const NESTED_WALK_NS: f64 = 60.0;
+
+fn virtualised() -> bool {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .map(|s| {
+            s.lines()
+                .find(|l| l.starts_with("flags"))
+                .is_some_and(|l| l.split_whitespace().any(|f| f == "hypervisor"))
+        })
+        .unwrap_or(false)
+}
+
+/// Working-set sizes from `min` to `max`, `per_doubling` points per doubling, rounded to
+/// whole nodes of `node` bytes, at least two nodes each.
+pub fn sizes(min: u64, max: u64, per_doubling: u32, node: u64) -> Vec<u64> {
+    let mut v = Vec::new();
+    let mut k = 0u32;
+    loop {
+        let s = min as f64 * 2f64.powf(k as f64 / per_doubling as f64);
+        if s > max as f64 * 1.0001 {
+            break;
+        }
+        let s = ((s / node as f64).round() as u64).max(2) * node;
+        if v.last() != Some(&s) {
+            v.push(s);
+        }
+        k += 1;
+    }
+    v
+}
+
+/// Sizes and effort per profile.
+struct Plan {
+    per_doubling: u32,
+    /// The curve's last size at `per_doubling` points per doubling.
+    curve_max: u64,
+    /// The largest size, where `dram` is measured: at least 8x the last-level cache so that
+    /// few loads hit it (one extra point past `curve_max` when larger).
+    max: u64,
+    strides: Vec<usize>,
+    seq_per_doubling: u32,
+    /// Random curve with huge pages too (else only its largest size).
+    thp_curve: bool,
+    trials: usize,
+    min_trial: Duration,
+}
+
+fn plan(profile: Profile, llc: u64, line: usize) -> Plan {
+    let four_llc = (4 * llc).next_power_of_two();
+    let eight_llc = (8 * llc).next_power_of_two();
+    let (per_doubling, curve_max, max, strides, seq_per_doubling, thp_curve, trials) = match profile
+    {
+        Profile::Smoke => {
+            let m = four_llc.min(64 << 20);
+            (1, m, m, vec![line], 1, false, 5)
+        }
+        Profile::Quick => (4, four_llc, eight_llc, vec![line], 2, true, 11),
+        Profile::Standard => (
+            4,
+            four_llc.max(512 << 20),
+            eight_llc.max(512 << 20),
+            vec![64, 128, 256, 512, 1024, 4096, 16384],
+            2,
+            true,
+            11,
+        ),
+        Profile::Thorough => (
+            4,
+            (16 * llc).next_power_of_two().max(2 << 30),
+            (16 * llc).next_power_of_two().max(2 << 30),
+            vec![64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
+            4,
+            true,
+            21,
+        ),
+    };
+    let mut strides: Vec<usize> = strides.into_iter().filter(|&s| s >= line).collect();
+    if strides.is_empty() {
+        strides.push(line);
+    }
+    Plan {
+        per_doubling,
+        curve_max: curve_max.min(max),
+        max,
+        strides,
+        seq_per_doubling,
+        thp_curve,
+        trials,
+        // Short trials dodge the scheduler on a busy machine; more of them in larger profiles.
+        min_trial: Duration::from_micros(if profile == Profile::Smoke { 150 } else { 250 }),
+    }
+}
+
+impl Experiment for Latency {
+    fn id(&self) -> &'static str {
+        "mem.latency"
+    }
+    fn title(&self) -> &'static str {
+        "Memory load latency by working-set size"
+    }
+    fn description(&self) -> &'static str {
+        "pointer chase over a random single cycle (Sattolo) from 1 KiB to 4x the last-level cache; cache levels detected; sequential-stride curves; huge pages"
+    }
+    fn method(&self) -> &'static str {
+        "Nodes of one cache line each (line size from sysfs); node i's first word holds the address of the next \
+         node, so every load depends on the one before (read_volatile, 16 loads per loop iteration). Random \
+         curve: a Sattolo permutation over all nodes of the working set, so consecutive loads hit random lines \
+         of random pages (cache and TLB misses both real); before timing, the chain in memory is verified to be \
+         one cycle through every node. Sizes from 1 KiB to at least 4x the last-level cache (capped by a \
+         quarter of MemAvailable), four per doubling (one in smoke), in a base-page mapping (MADV_NOHUGEPAGE), \
+         and again in a MADV_HUGEPAGE mapping (quick and up; its backing is checked in /proc/self/smaps). \
+         Sequential curves walk the nodes in address order at fixed strides, which the prefetcher follows. \
+         Trials last about 250 us; a trial during which the thread was preempted (involuntary context switch) \
+         is repeated and counted. Levels come from the huge-page curve when it exists (the TLB then reaches \
+         past every cache): plateaus of log latency against log size (running median of three; a step of more \
+         than 10% per quarter doubling ends a plateau; plateaus within 2x merge; a point slower than the next size is measured again, the lower median kept); each level's size is where \
+         the curve crosses half-way (geometric mean) to the next level; plateaus are matched in order with the \
+         sysfs data caches, and those at more than half the largest size's latency are memory. dram is the \
+         base-page chase at the largest size, dram_thp the same with huge pages."
+    }
+    fn budget(&self, p: Profile) -> Duration {
+        match p {
+            Profile::Smoke => Duration::from_millis(900),
+            Profile::Quick => Duration::from_secs(9),
+            Profile::Standard => Duration::from_secs(90),
+            Profile::Thorough => Duration::from_secs(300),
+        }
+    }
+    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        let (ghz, src) = crate::experiments::cpu::core_ghz(ctx);
+        let caches = super::data_caches(ctx.machine);
+        let mut v = Vec::new();
+        for c in &caches {
+            let (name, cyc) = match c.level {
+                1 => ("l1d".to_string(), L1_CYCLES),
+                2 => ("l2".to_string(), L2_CYCLES),
+                l => (format!("l{l}"), L3_CYCLES),
+            };
+            v.push((
+                name,
+                Prediction::new(
+                    cyc / ghz,
+                    format!("{cyc} cycles (typical load-to-use for this level) / f_core"),
+                )
+                .input("f_core", ghz * 1e9, "Hz", src.clone())
+                .input(
+                    "size",
+                    c.size_bytes as f64,
+                    "bytes",
+                    "machine: sysfs cache size",
+                ),
+            ));
+        }
+        let (walk, walk_src) = if virtualised() {
+            (
+                NESTED_WALK_NS,
+                "model: TLB miss with base pages under a hypervisor (nested paging; cpuinfo flag 'hypervisor')",
+            )
+        } else {
+            (PAGE_WALK_NS, "model: TLB miss with base pages")
+        };
+        v.push((
+            "dram".into(),
+            Prediction::new(
+                DRAM_NS + walk,
+                "DRAM 80-100 ns (model 90) + page walk for random base-page accesses",
+            )
+            .input(
+                "dram_model",
+                DRAM_NS,
+                "ns",
+                "model: typical idle DRAM latency",
+            )
+            .input("page_walk", walk, "ns", walk_src),
+        ));
+        v.push((
+            "dram_thp".into(),
+            Prediction::new(
+                DRAM_NS,
+                "DRAM 80-100 ns (model 90); huge pages keep the TLB reach",
+            )
+            .input(
+                "dram_model",
+                DRAM_NS,
+                "ns",
+                "model: typical idle DRAM latency",
+            ),
+        ));
+        v
+    }
+
+    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        let mut out = Outcome::default();
+        let caches = super::data_caches(ctx.machine);
+        let line = super::line_bytes(&caches);
+        let llc = super::llc_bytes(&caches).unwrap_or(32 << 20);
+        let p = plan(ctx.profile, llc, line);
+        let (max, cap) = working_set(ctx, &p, line, llc, &mut out)?;
+        let rss0 = super::rss_baseline();
+        let sched = Schedule::new(ctx, &p, max, line, llc);
+        let mut rng = Rng::from_entropy();
+
+        let base = measure_base(ctx, &p, &sched, max, line, &mut rng)?;
+        let thp_curve = measure_thp(ctx, &p, &sched, max, line, &mut rng, &mut out)?;
+        out.check(super::rss_check(rss0, cap));
+        premise_and_notes(&base, thp_curve.as_ref(), &mut out);
+
+        out.series.push(text::series("random", &base.random.points));
+        for (s, c) in &base.seq_curves {
+            out.series
+                .push(text::series(&format!("sequential_stride_{s}B"), &c.points));
+        }
+        if let Some((c, _)) = &thp_curve {
+            if p.thp_curve {
+                out.series.push(text::series("random_thp", &c.points));
+            }
+        }
+        if base.random.points.is_empty() {
+            anyhow::bail!("no point of the latency curve could be measured");
+        }
+        let dram = base
+            .random
+            .points
+            .last()
+            .map(|p| p.median)
+            .unwrap_or(f64::NAN);
+        levels_and_memory(&p, &caches, &base, thp_curve.as_ref(), max, &mut out);
+        sequential(&base, dram, &mut out);
+        huge_pages(thp_curve.as_ref(), dram, max, &mut out);
+        Ok(out)
+    }
+}
+
+/// The largest working set that fits the memory cap with its permutation, and the cap;
+/// notes both, and the share of LLC hits when the set is below 8x the LLC.
+fn working_set(
+    ctx: &Context,
+    p: &Plan,
+    line: usize,
+    llc: u64,
+    out: &mut Outcome,
+) -> anyhow::Result<(u64, u64)> {
+    let node_max = p.max / line as u64;
+    // The region plus the permutation (4 bytes per node) while a chain is laid.
+    let want = p.max + 4 * node_max;
+    let cap = super::memory_cap(ctx.machine, want, 8 << 20)?;
+    let max = if cap < want {
+        // Largest power of two that fits with its permutation.
+        let fit = cap * line as u64 / (line as u64 + 4);
+        1u64 << (63 - fit.leading_zeros())
+    } else {
+        p.max
+    };
+    out.notes.push(format!(
+        "memory cap {} (working sets up to {} plus a {}-byte-per-node permutation); MemAvailable {}",
+        fmt_bytes(cap as f64),
+        fmt_bytes(max as f64),
+        4,
+        fmt_bytes(super::mem_available(ctx.machine) as f64)
+    ));
+    if max < 8 * llc {
+        out.notes.push(format!(
+            "largest working set {} is below 8x the last-level cache ({}): about {:.0}% of the dram figure's loads may hit that cache (a random chase over S bytes finds about C/S of its lines in a cache of C bytes)",
+            fmt_bytes(max as f64),
+            fmt_bytes(llc as f64),
+            llc_hit_fraction(llc, max) * 100.0
+        ));
+    }
+    Ok((max, cap))
+}
+
+/// Every size each curve measures, and the trial settings that share the budget out.
+struct Schedule {
+    random_sizes: Vec<u64>,
+    seq_sizes: Vec<u64>,
+    lm_sizes: Vec<u64>,
+    thp: bool,
+    spec: Specs,
+}
+
+impl Schedule {
+    fn new(ctx: &Context, p: &Plan, max: u64, line: usize, llc: u64) -> Schedule {
+        let curve_max = p.curve_max.min(max);
+        let with_max = |mut v: Vec<u64>| {
+            if v.last().is_some_and(|&l| l < max) {
+                v.push(max);
+            }
+            v
+        };
+        let random_sizes = with_max(sizes(1024, curve_max, p.per_doubling, line as u64));
+        let seq_sizes = with_max(sizes(1024, curve_max, p.seq_per_doubling, line as u64));
+        let thp = super::thp_available() && ctx.profile != Profile::Smoke;
+        let mut all: Vec<u64> = random_sizes.clone();
+        for &s in &p.strides {
+            all.extend(seq_sizes.iter().filter(|&&z| z >= 2 * s as u64));
+        }
+        match (thp, p.thp_curve) {
+            (true, true) => all.extend(&random_sizes),
+            (true, false) => all.push(max),
+            _ => {}
+        }
+        // lmbench's layout at 16 KiB, 1 MiB and the largest size.
+        let lm_sizes: Vec<u64> = [16 << 10, 1 << 20, max]
+            .into_iter()
+            .filter(|&s| s <= max)
+            .collect();
+        all.extend(&lm_sizes);
+        // Far points (beyond the last-level cache) trial twice as long and twice as often;
+        // they may take up to 4x a near point's share, which few near points use up.
+        let far_weight = 4;
+        // A third of the budget goes to laying chains and faulting pages.
+        let unit = ctx.budget.mul_f64(0.66) / all.len().max(1) as u32;
+        let near = QuietSpec {
+            min_trial: p.min_trial,
+            trials: p.trials,
+            budget: unit,
+        };
+        let spec = Specs {
+            far: QuietSpec {
+                min_trial: p.min_trial * 2,
+                trials: p.trials * 2,
+                budget: unit * far_weight as u32,
+            },
+            near,
+            far_from: llc,
+        };
+        Schedule {
+            random_sizes,
+            seq_sizes,
+            lm_sizes,
+            thp,
+            spec,
+        }
+    }
+}
+
+/// The curves measured in the base-page region.
+struct BaseCurves {
+    random: Curve,
+    /// (stride, curve) per sequential stride.
+    seq_curves: Vec<(usize, Curve)>,
+    lm_points: Vec<kernel::Point>,
+    lm_broken: Vec<u64>,
+    /// Trials set aside (preempted) and kept by the lmbench-layout points.
+    lm_quiet: (usize, usize),
+    /// Bytes of the base-page region backed by huge pages anyway.
+    base_huge: Option<u64>,
+}
+
+fn measure_base(
+    ctx: &Context,
+    p: &Plan,
+    s: &Schedule,
+    max: u64,
+    line: usize,
+    rng: &mut Rng,
+) -> anyhow::Result<BaseCurves> {
+    (ctx.progress)("mapping and faulting the working set");
+    let mut region = Region::new(max as usize, Pages::Base)?;
+    region.prefault();
+    let random = curve(ctx, &s.spec, &mut region, &s.random_sizes, line, true, rng);
+    let mut seq_curves = Vec::new();
+    for &stride in &p.strides {
+        let sz: Vec<u64> = s
+            .seq_sizes
+            .iter()
+            .copied()
+            .filter(|&z| z >= 2 * stride as u64)
+            .collect();
+        seq_curves.push((
+            stride,
+            curve(ctx, &s.spec, &mut region, &sz, stride, false, rng),
+        ));
+    }
+    let mut lm_broken = Vec::new();
+    let mut lm_quiet = (0usize, 0usize);
+    let lm_points: Vec<kernel::Point> = s
+        .lm_sizes
+        .iter()
+        .filter_map(|&size| {
+            lmbench_point(
+                ctx,
+                s.spec.for_size(size),
+                &mut region,
+                size,
+                line,
+                rng,
+                &mut lm_broken,
+                &mut lm_quiet,
+            )
+        })
+        .collect();
+    let base_huge = region.huge_bytes();
+    Ok(BaseCurves {
+        random,
+        seq_curves,
+        lm_points,
+        lm_broken,
+        lm_quiet,
+        base_huge,
+    })
+}
+
+/// Huge pages: the whole random curve (quick and up) or its largest size (not smoke),
+/// with the fraction of the region huge pages backed.
+fn measure_thp(
+    ctx: &Context,
+    p: &Plan,
+    s: &Schedule,
+    max: u64,
+    line: usize,
+    rng: &mut Rng,
+    out: &mut Outcome,
+) -> anyhow::Result<Option<(Curve, f64)>> {
+    if s.thp {
+        (ctx.progress)("huge-page region");
+        let mut region = Region::new(max as usize, Pages::Huge)?;
+        region.prefault();
+        let frac = region.huge_bytes().unwrap_or(0) as f64 / max as f64;
+        let sz = if p.thp_curve {
+            s.random_sizes.clone()
+        } else {
+            vec![max]
+        };
+        let c = curve(ctx, &s.spec, &mut region, &sz, line, true, rng);
+        return Ok(Some((c, frac)));
+    }
+    if ctx.profile == Profile::Smoke {
+        out.notes.push(
+            "smoke profile: no huge-page figure (quick and larger profiles measure one)".into(),
+        );
+    } else {
+        out.notes.push(
+            "transparent huge pages are not available (/sys/kernel/mm/transparent_hugepage/enabled is 'never' or missing): no huge-page figure".into(),
+        );
+    }
+    Ok(None)
+}
+
+/// The one-cycle premise over every chain measured, and the notes on preempted trials,
+/// remeasured points and stray huge pages.
+fn premise_and_notes(base: &BaseCurves, thp_curve: Option<&(Curve, f64)>, out: &mut Outcome) {
+    let curves = || {
+        std::iter::once(&base.random)
+            .chain(base.seq_curves.iter().map(|(_, c)| c))
+            .chain(thp_curve.map(|(c, _)| c))
+    };
+    let mut broken: Vec<u64> = base.random.broken.clone();
+    broken.extend(&base.lm_broken);
+    broken.extend(
+        base.seq_curves
+            .iter()
+            .flat_map(|(_, c)| c.broken.iter().copied()),
+    );
+    if let Some((c, _)) = thp_curve {
+        broken.extend(c.broken.iter().copied());
+    }
+    let chains = curves().map(|c| c.points.len()).sum::<usize>() + base.lm_points.len();
+    out.check(checks::one_cycle(&broken, chains));
+    out.notes.extend(base.random.notes.iter().cloned());
+    let (pre, kept, again) = curves().fold((base.lm_quiet.0, base.lm_quiet.1, 0), |a, c| {
+        (a.0 + c.preempted, a.1 + c.kept, a.2 + c.remeasured)
+    });
+    out.notes.push(format!(
+        "{pre} trials were preempted by other tasks (involuntary context switch) and repeated; {kept} undisturbed trials kept; {again} points slower than the next larger size were measured again (the lower median kept)"
+    ));
+    if let Some(b) = base.base_huge.filter(|&b| b > 0) {
+        out.notes.push(format!(
+            "{} of the base-page region was backed by huge pages despite MADV_NOHUGEPAGE",
+            fmt_bytes(b as f64)
+        ));
+    }
+}
+
+/// The cache levels (metrics named after the sysfs caches they match), `dram` and the
+/// lmbench-layout figures, with their findings and sanity checks.
+fn levels_and_memory(
+    p: &Plan,
+    caches: &[super::CacheFact],
+    base: &BaseCurves,
+    thp_curve: Option<&(Curve, f64)>,
+    max: u64,
+    out: &mut Outcome,
+) {
+    let random = &base.random;
+    // Levels: from the huge-page curve where it exists (TLB reach then exceeds every
+    // cache, so plateaus are cache capacities), else from the base-page curve.
+    let thp_ok = thp_curve
+        .is_some_and(|(c, f)| *f >= 0.5 && p.thp_curve && c.points.len() == random.points.len());
+    let (det, det_name) = match (thp_curve, thp_ok) {
+        (Some((c, _)), true) => (&c.points, "huge-page"),
+        _ => (&random.points, "base-page"),
+    };
+    let pts: Vec<(u64, f64)> = det.iter().map(|p| (p.size, p.median)).collect();
+    let min_points = (p.per_doubling as usize).clamp(2, 3);
+    let levels = detect_levels(&pts, min_points);
+    let named = name_levels(&levels, caches, max);
+    let mut level_text = Vec::new();
+    for nl in &named {
+        let t = text::level_text(nl, det_name);
+        level_text.push(t.line);
+        if nl.name == "dram" {
+            continue; // the dram metrics below are the largest size, on both page sizes
+        }
+        let pt = &det[nl.level.rep];
+        out.metric(
+            &nl.name,
+            "ns",
+            &format!(
+                "random chase at {} ({}{}{})",
+                fmt_bytes(pt.size as f64),
+                t.plateau,
+                t.edge,
+                t.sys
+            ),
+            pt.trials.clone(),
+        );
+    }
+    let last = random.points.last().expect("checked non-empty");
+    out.metric(
+        "dram",
+        "ns",
+        &format!(
+            "random chase at the largest size, {}, base pages",
+            fmt_bytes(last.size as f64)
+        ),
+        last.trials.clone(),
+    );
+    for pt in &base.lm_points {
+        let name = if pt.size == max && pt.size > 1 << 20 {
+            "lmbench_dram".to_string()
+        } else {
+            format!("lmbench_{}", super::size_label(pt.size))
+        };
+        out.metric(
+            &name,
+            "ns",
+            &format!(
+                "lat_mem_rd -t layout at {}, base pages: pages in random order, one line per page per pass (compare its min with lat_mem_rd, which reports the minimum)",
+                fmt_bytes(pt.size as f64)
+            ),
+            pt.trials.clone(),
+        );
+    }
+    if let Some(lm) = base.lm_points.iter().find(|p| p.size == last.size) {
+        out.finding(text::lmbench_vs_chase(lm, last), &["lmbench_dram", "dram"]);
+    }
+    out.finding(
+        format!(
+            "Detected levels ({det_name} random curve): {}.",
+            level_text.join("; ")
+        ),
+        &named
+            .iter()
+            .filter(|n| n.name != "dram")
+            .map(|n| n.name.as_str())
+            .collect::<Vec<_>>(),
+    );
+    for nl in named.iter().filter(|n| n.sysfs_bytes.is_some()) {
+        // A level much smaller (or larger) than sysfs says is what matters most here.
+        let (t, salience) = text::size_vs_sysfs(nl);
+        out.finding_salient(t, &[nl.name.as_str()], salience);
+    }
+    for c in checks::levels(&named, caches.len(), &level_text.join("; ")) {
+        out.check(c);
+    }
+}
+
+/// Sequential at the largest size: what the prefetcher hides.
+fn sequential(base: &BaseCurves, dram: f64, out: &mut Outcome) {
+    let Some((s, c)) = base.seq_curves.first() else {
+        return;
+    };
+    let Some(pt) = c.points.last() else {
+        return;
+    };
+    out.metric(
+        "dram_sequential",
+        "ns",
+        &format!(
+            "sequential chase, stride {s} B, at {} (prefetched)",
+            fmt_bytes(pt.size as f64)
+        ),
+        pt.trials.clone(),
+    );
+    out.finding(
+        text::sequential_vs_random(*s, pt, dram),
+        &["dram_sequential", "dram"],
+    );
+}
+
+/// `dram_thp`: the largest size on huge pages, when the kernel backed the region.
+fn huge_pages(thp_curve: Option<&(Curve, f64)>, dram: f64, max: u64, out: &mut Outcome) {
+    let Some((c, frac)) = thp_curve else {
+        return;
+    };
+    let Some(pt) = c.points.last() else {
+        return;
+    };
+    let huge = *frac >= 0.5;
+    out.check(Check::sanity(
+        "huge pages back the huge-page region",
+        huge,
+        format!(
+            "{:.0}% of {} backed by transparent huge pages (AnonHugePages in /proc/self/smaps)",
+            frac * 100.0,
+            fmt_bytes(max as f64)
+        ),
+    ));
+    if huge {
+        out.metric(
+            "dram_thp",
+            "ns",
+            &format!(
+                "random chase at {} with transparent huge pages ({:.0}% backed)",
+                fmt_bytes(pt.size as f64),
+                frac * 100.0
+            ),
+            pt.trials.clone(),
+        );
+        out.finding(text::huge_vs_base(pt, dram), &["dram", "dram_thp"]);
+    } else {
+        out.notes.push("the kernel did not provide huge pages for most of the region (fragmented memory or THP defrag policy): no huge-page figure".into());
+    }
+}

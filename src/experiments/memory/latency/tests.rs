@@ -1,0 +1,174 @@
+//! Unit tests of mem.latency: sizes, level detection and naming, chain checks.
+
+use super::*;
+
+fn synth(levels: &[(u64, f64)], max: u64) -> Vec<(u64, f64)> {
+    // Latency of a random chase: hit fraction C/S at each level, like LRU caches.
+    sizes(1024, max, 4, 64)
+        .into_iter()
+        .map(|s| {
+            let mut lat = 0.0;
+            let mut remaining = 1.0;
+            for &(cap, l) in levels {
+                let hit = (cap as f64 / s as f64).min(1.0) * remaining;
+                lat += hit * l;
+                remaining -= hit;
+            }
+            (s, lat + remaining * 100.0)
+        })
+        .collect()
+}
+
+fn caches3() -> Vec<super::super::CacheFact> {
+    [
+        (1, "Data", 32u64 << 10),
+        (2, "Unified", 512 << 10),
+        (3, "Unified", 32 << 20),
+    ]
+    .iter()
+    .map(|&(level, kind, size)| super::super::CacheFact {
+        level,
+        kind: kind.into(),
+        size_bytes: size,
+        line_bytes: 64,
+    })
+    .collect()
+}
+
+#[test]
+fn sizes_are_increasing_and_cover_the_range() {
+    let v = sizes(1024, 1 << 20, 4, 64);
+    assert_eq!(v[0], 1024);
+    assert_eq!(*v.last().unwrap(), 1 << 20);
+    assert!(v.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(v.len(), 41);
+    assert!(v.iter().all(|s| s % 64 == 0));
+}
+
+#[test]
+fn detects_synthetic_levels() {
+    let pts = synth(
+        &[(32 << 10, 1.0), (512 << 10, 3.5), (32 << 20, 12.0)],
+        128 << 20,
+    );
+    let lv = detect_levels(&pts, 3);
+    assert!(lv.len() >= 3, "{lv:?}");
+    let caches = vec![
+        super::super::CacheFact {
+            level: 1,
+            kind: "Data".into(),
+            size_bytes: 32 << 10,
+            line_bytes: 64,
+        },
+        super::super::CacheFact {
+            level: 2,
+            kind: "Unified".into(),
+            size_bytes: 512 << 10,
+            line_bytes: 64,
+        },
+        super::super::CacheFact {
+            level: 3,
+            kind: "Unified".into(),
+            size_bytes: 32 << 20,
+            line_bytes: 64,
+        },
+    ];
+    let named = name_levels(&lv, &caches, 128 << 20);
+    let get = |n: &str| named.iter().find(|x| x.name == n).map(|x| x.level.clone());
+    let l1 = get("l1d").expect("l1d");
+    let l2 = get("l2").expect("l2");
+    assert!(l1.last >= 16 << 10 && l1.last <= 64 << 10, "{l1:?}");
+    assert!(l2.last >= 256 << 10 && l2.last <= 1 << 20, "{l2:?}");
+    assert!(get("dram").is_some(), "{named:?}");
+    assert!(l1.latency_ns < l2.latency_ns);
+}
+
+#[test]
+fn a_spike_at_the_largest_size_is_still_memory() {
+    let mut pts = synth(
+        &[(32 << 10, 1.0), (512 << 10, 3.5), (4 << 20, 15.0)],
+        128 << 20,
+    );
+    let last = pts.len() - 1;
+    pts[last].1 *= 3.0;
+    let lv = detect_levels(&pts, 3);
+    let named = name_levels(&lv, &caches3(), 128 << 20);
+    let dram = named.iter().find(|n| n.name == "dram").expect("dram");
+    assert!(dram.level.first < 64 << 20, "{named:?}");
+    assert!(named.iter().any(|n| n.name == "l3"), "{named:?}");
+}
+
+#[test]
+fn a_flat_curve_is_one_level() {
+    let pts: Vec<(u64, f64)> = sizes(1024, 1 << 20, 4, 64)
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| (s, 1.0 + 0.05 * ((i % 3) as f64)))
+        .collect();
+    assert_eq!(detect_levels(&pts, 3).len(), 1);
+}
+
+#[test]
+fn verification_rejects_short_cycles_and_stray_pointers() {
+    let mut r = Region::new(64 << 10, Pages::Base).unwrap();
+    let mut rng = Rng::new(3);
+    for n in [1usize, 2, 5, 16, 17, 1000] {
+        let next = super::super::sattolo(n, &mut rng);
+        lay(&mut r, 64, &next);
+        assert!(verify_chain(&r, 64, n, &mut rng), "n={n}");
+    }
+    // Two cycles of 500: every node has a successor, but the chase would see half.
+    let two: Vec<u32> = (0..1000u32)
+        .map(|i| {
+            if i < 500 {
+                (i + 1) % 500
+            } else {
+                500 + (i - 499) % 500
+            }
+        })
+        .collect();
+    lay(&mut r, 64, &two);
+    for _ in 0..20 {
+        assert!(!verify_chain(&r, 64, 1000, &mut rng));
+    }
+    // A node pointing outside the chain.
+    let next = super::super::sattolo(1000, &mut rng);
+    lay(&mut r, 64, &next);
+    // SAFETY: node 10 lies inside the region; overwriting its pointer with garbage.
+    unsafe { *(r.as_ptr().add(640) as *mut usize) = 12345 };
+    assert!(!verify_chain(&r, 64, 1000, &mut rng));
+}
+
+#[test]
+fn lmbench_chain_is_one_cycle_changing_page_every_step() {
+    let mut rng = Rng::new(11);
+    for (pages, lines) in [(1usize, 64usize), (4, 64), (256, 64), (3, 8), (5, 1)] {
+        let next = lmbench_chain(pages, lines, &mut rng);
+        assert_eq!(
+            super::super::cycle_length(&next),
+            pages * lines,
+            "{pages}x{lines}"
+        );
+        if pages > 1 {
+            assert!(next
+                .iter()
+                .enumerate()
+                .all(|(i, &j)| i / lines != j as usize / lines));
+        }
+    }
+    assert!((llc_hit_fraction(32 << 20, 256 << 20) - 0.125).abs() < 1e-9);
+    assert_eq!(llc_hit_fraction(32 << 20, 16 << 20), 1.0);
+}
+
+#[test]
+fn chase_follows_a_verified_chain() {
+    let mut r = Region::new(64 << 10, Pages::Base).unwrap();
+    let mut rng = Rng::new(7);
+    let next = super::super::sattolo(1024, &mut rng);
+    lay(&mut r, 64, &next);
+    assert!(verify_chain(&r, 64, 1024, &mut rng));
+    let start = r.as_ptr() as *const u8;
+    // SAFETY: a verified chain over the region.
+    let end = unsafe { chase(start, 64) }; // 64 x 16 = one full cycle
+    assert_eq!(end, start);
+}

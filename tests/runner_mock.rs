@@ -1,0 +1,257 @@
+//! The runner driven by mock experiments (as hyperfine's mock executor and fio's null
+//! engine stand in for the real thing): its status logic, budgets, repeats, watchdog and
+//! where its helper threads run, in a few seconds and without measuring anything real.
+
+mod common;
+
+use osmeter::experiments::{Context, Experiment, Outcome, Profile, RunOptions};
+use osmeter::platform;
+use osmeter::results::{Check, RunResults, Status};
+use osmeter::runner::{self, Registry, RunConfig, Watchdog};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Clone, Copy)]
+enum Behaviour {
+    /// Returns one metric: the budget it was given, in ms.
+    Metrics,
+    Panics,
+    Errs,
+    PremiseFails,
+    NoMetrics,
+    /// Sleeps this long, then returns a metric.
+    Sleeps(Duration),
+    Skipped,
+}
+
+struct Mock {
+    id: &'static str,
+    budget: Duration,
+    behaviour: Behaviour,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Experiment for Mock {
+    fn id(&self) -> &'static str {
+        self.id
+    }
+    fn title(&self) -> &'static str {
+        "mock"
+    }
+    fn description(&self) -> &'static str {
+        "a mock experiment"
+    }
+    fn method(&self) -> &'static str {
+        "none"
+    }
+    fn budget(&self, _p: Profile) -> Duration {
+        self.budget
+    }
+    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let mut o = Outcome::default();
+        let ms = ctx.budget.as_secs_f64() * 1e3;
+        match self.behaviour {
+            Behaviour::Metrics => {
+                o.metric("budget", "ms", "the budget given", vec![ms, ms, ms]);
+            }
+            Behaviour::Panics => panic!("mock panic"),
+            Behaviour::Errs => anyhow::bail!("mock error"),
+            Behaviour::PremiseFails => {
+                o.metric("x", "ns", "", vec![1.0, 2.0, 3.0]);
+                o.check(Check::premise("mock premise", false, "did not hold"));
+                o.check(Check::sanity("mock sanity", true, "held"));
+            }
+            Behaviour::NoMetrics => o.check(Check::sanity("mock sanity", true, "held")),
+            Behaviour::Sleeps(d) => {
+                std::thread::sleep(d);
+                o.metric("x", "ns", "", vec![1.0, 2.0, 3.0]);
+            }
+            Behaviour::Skipped => return Ok(Outcome::skipped("needs a mock device")),
+        }
+        Ok(o)
+    }
+}
+
+fn mock(id: &'static str, behaviour: Behaviour, calls: &Arc<AtomicUsize>) -> Box<dyn Experiment> {
+    Box::new(Mock {
+        id,
+        budget: Duration::from_millis(50),
+        behaviour,
+        calls: calls.clone(),
+    })
+}
+
+fn config(only: &str, repeat: usize) -> RunConfig {
+    RunConfig {
+        profile: Profile::Smoke,
+        only: if only.is_empty() {
+            vec![]
+        } else {
+            vec![only.into()]
+        },
+        skip: vec![],
+        cpu: None,
+        out: std::env::temp_dir(),
+        write_results: false,
+        quiet: true,
+        no_history: true,
+        options: RunOptions::default(),
+        repeat,
+    }
+}
+
+/// The hard limit in these tests: 1 s for the 50 ms budget (a panic's backtrace can take
+/// a few hundred ms to print on a loaded machine).
+fn short_limit(budget: Duration) -> Duration {
+    budget * 20
+}
+
+/// Runs the mock set; returns the results, the ids the watchdog reported and the calls.
+fn run_mocks(only: &str, repeat: usize) -> (RunResults, Vec<String>, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let overruns = Arc::new(Mutex::new(Vec::new()));
+    let o = overruns.clone();
+    let registry = Registry {
+        experiments: vec![
+            mock("mock.metrics", Behaviour::Metrics, &calls),
+            mock("mock.panic", Behaviour::Panics, &calls),
+            mock("mock.error", Behaviour::Errs, &calls),
+            mock("mock.premise", Behaviour::PremiseFails, &calls),
+            mock("mock.empty", Behaviour::NoMetrics, &calls),
+            mock(
+                "mock.sleeper",
+                Behaviour::Sleeps(Duration::from_millis(2500)),
+                &calls,
+            ),
+            mock("mock.skipped", Behaviour::Skipped, &calls),
+        ],
+        hard_limit: short_limit,
+        on_overrun: Arc::new(move |id: &str| o.lock().unwrap().push(id.to_string())),
+    };
+    let out = runner::run_with(&config(only, repeat), registry)
+        .unwrap_or_else(|e| panic!("run failed: {e}"));
+    let seen = overruns.lock().unwrap().clone();
+    (out.results, seen, calls)
+}
+
+fn status(r: &RunResults, id: &str) -> (Status, String) {
+    let e = r.experiment(id).unwrap_or_else(|| panic!("{id} missing"));
+    (e.status, e.reason.clone().unwrap_or_default())
+}
+
+#[test]
+fn status_logic_budgets_and_watchdog() {
+    let (r, overruns, calls) = run_mocks("", 1);
+    assert_eq!(r.experiments.len(), 7);
+    assert_eq!(calls.load(Ordering::SeqCst), 7);
+
+    let (s, why) = status(&r, "mock.metrics");
+    assert_eq!(s, Status::Ok, "{why}");
+    // The runner hands each experiment its own budget.
+    let m = r
+        .experiment("mock.metrics")
+        .unwrap()
+        .metric("budget")
+        .unwrap();
+    assert_eq!(m.summary.median, 50.0);
+
+    let (s, why) = status(&r, "mock.panic");
+    assert_eq!(s, Status::Failed);
+    assert!(
+        why.contains("internal error") && why.contains("mock panic"),
+        "{why}"
+    );
+
+    let (s, why) = status(&r, "mock.error");
+    assert_eq!(s, Status::Failed);
+    assert!(why.contains("mock error"), "{why}");
+
+    let (s, why) = status(&r, "mock.premise");
+    assert_eq!(s, Status::Invalid);
+    assert!(
+        why.contains("mock premise") && !why.contains("mock sanity"),
+        "{why}"
+    );
+
+    let (s, why) = status(&r, "mock.empty");
+    assert_eq!(s, Status::Failed);
+    assert!(why.contains("no metrics"), "{why}");
+
+    let (s, why) = status(&r, "mock.skipped");
+    assert_eq!(s, Status::Skipped);
+    assert_eq!(why, "needs a mock device");
+
+    // 2.5 s against a 1 s hard limit: the watchdog fires for it, and only for it.
+    assert_eq!(overruns, ["mock.sleeper"]);
+    let (s, why) = status(&r, "mock.sleeper");
+    assert_eq!(s, Status::Failed);
+    assert!(why.contains("hard time limit"), "{why}");
+    // Every experiment that ran got the sentinel before and after.
+    assert!(r.experiments.iter().all(|e| e.sentinel.is_some()));
+}
+
+#[test]
+fn selection_and_repeats() {
+    let (r, overruns, calls) = run_mocks("mock.metrics,mock.skipped", 3);
+    let ids: Vec<&str> = r.experiments.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids, ["mock.metrics", "mock.skipped"]);
+    assert_eq!(calls.load(Ordering::SeqCst), 6);
+    assert!(overruns.is_empty());
+    let m = r
+        .experiment("mock.metrics")
+        .unwrap()
+        .metric("budget")
+        .unwrap();
+    assert_eq!(m.runs.len(), 3, "each repetition's median is kept");
+    assert_eq!(m.raw.len(), 9, "the raw values are pooled");
+    assert_eq!(
+        r.experiment("mock.skipped").unwrap().status,
+        Status::Skipped
+    );
+}
+
+#[test]
+fn a_pattern_matching_no_mock_is_a_usage_error() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let registry = Registry {
+        experiments: vec![mock("mock.metrics", Behaviour::Metrics, &calls)],
+        hard_limit: short_limit,
+        on_overrun: Arc::new(|_: &str| {}),
+    };
+    match runner::run_with(&config("cpu.*", 1), registry) {
+        Err(runner::RunError::Usage(e)) => assert!(e.contains("mock.metrics"), "{e}"),
+        other => panic!("expected a usage error, got {:?}", other.err()),
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn helper_threads_avoid_the_measured_cpu() {
+    let allowed = platform::allowed_cpus();
+    if allowed.len() < 2 {
+        common::skip(
+            "helper_threads_avoid_the_measured_cpu",
+            "one allowed CPU: nowhere else to put the helpers",
+        );
+        return;
+    }
+    let cpu = *allowed.last().unwrap();
+    let w = runner::off_cpu(cpu, &allowed, || Watchdog::start(Arc::new(|_: &str| {})));
+    let a = w
+        .thread_affinity()
+        .expect("the watchdog reports its affinity");
+    assert!(!a.is_empty() && !a.contains(&cpu), "{a:?} vs CPU {cpu}");
+    assert_eq!(
+        platform::allowed_cpus(),
+        allowed,
+        "the caller's affinity is restored"
+    );
+
+    // Control: a watchdog started after pinning, as before, shares the measured CPU.
+    platform::pin_to_cpu(cpu).unwrap();
+    let late = Watchdog::start(Arc::new(|_: &str| {}));
+    platform::set_affinity(&allowed).unwrap();
+    assert_eq!(late.thread_affinity(), Some(vec![cpu]));
+}
