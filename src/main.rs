@@ -256,9 +256,7 @@ fn cmd_run(a: RunArgs) -> ExitCode {
         write_results: true,
         quiet: a.quiet || a.json,
         no_history: a.no_history,
-        repeat: a
-            .repeat
-            .map_or_else(|| a.profile.default_repeat(), |n| n as usize),
+        repeat: a.repeat.map(usize::from),
         options: RunOptions {
             peer: a.peer,
             peer_token: a.peer_token,
@@ -344,7 +342,7 @@ fn cmd_list(json: bool) -> ExitCode {
                     "id": e.id(), "area": e.area(), "title": e.title(), "description": e.description(),
                     "needs": e.needs(),
                     "budget_s": Profile::ALL.iter().map(|p| (p.name(), e.budget(*p).as_secs_f64())).collect::<std::collections::BTreeMap<_, _>>(),
-                    "default_repeat": Profile::ALL.iter().map(|p| (p.name(), p.default_repeat())).collect::<std::collections::BTreeMap<_, _>>(),
+                    "default_repeat": Profile::ALL.iter().map(|p| (p.name(), e.default_repeat(*p))).collect::<std::collections::BTreeMap<_, _>>(),
                 })
             })
             .collect();
@@ -374,13 +372,13 @@ fn cmd_list(json: bool) -> ExitCode {
         row.extend(Profile::ALL.iter().map(|p| {
             format!(
                 "{:.1} s",
-                (e.budget(*p) * p.default_repeat() as u32).as_secs_f64()
+                (e.budget(*p) * e.default_repeat(*p) as u32).as_secs_f64()
             )
         }));
         t.add_row(row);
     }
     println!("{t}");
-    println!("Cost: each experiment's budget times its default runs (smoke 1, other profiles 2; --repeat overrides).");
+    println!("Cost: each experiment's budget times its default runs (smoke 1, other profiles 2 except fs.cache-size; --repeat overrides).");
     ExitCode::SUCCESS
 }
 

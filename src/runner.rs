@@ -27,8 +27,9 @@ pub struct RunConfig {
     pub quiet: bool,
     pub no_history: bool,
     pub options: RunOptions,
-    /// Runs of each experiment (`--repeat`), back to back, merged into one result.
-    pub repeat: usize,
+    /// Runs of each experiment (`--repeat`), back to back, merged into one result;
+    /// `None`: each experiment's default for the profile (`Experiment::default_repeat`).
+    pub repeat: Option<usize>,
 }
 
 /// Errors of a run: usage errors exit 2, runtime errors exit 1.
@@ -331,7 +332,7 @@ pub fn run_with(cfg: &RunConfig, registry: Registry) -> Result<RunOutput, RunErr
     let t0 = Instant::now();
     let total_budget: Duration = selected
         .iter()
-        .map(|e| e.budget(cfg.profile) * cfg.repeat.max(1) as u32)
+        .map(|e| e.budget(cfg.profile) * repeats(cfg, e.as_ref()) as u32)
         .sum();
     let progress = Progress::new(cfg.quiet, total_budget);
     progress.message("gathering machine facts");
@@ -416,7 +417,7 @@ pub fn run_with(cfg: &RunConfig, registry: Registry) -> Result<RunOutput, RunErr
             "only": cfg.only,
             "skip": cfg.skip,
             "cpu": cpu,
-            "repeat": cfg.repeat.max(1),
+            "repeat": cfg.repeat.unwrap_or_else(|| cfg.profile.default_repeat()).max(1),
             "options": cfg.options,
             "peer": peer_identity(&cfg.options),
             "statistics": {
@@ -486,14 +487,21 @@ fn publish(cfg: &RunConfig, run_results: RunResults) -> Result<RunOutput, RunErr
     })
 }
 
+/// Runs of `exp`: `--repeat` when given, else the experiment's default for the profile.
+fn repeats(cfg: &RunConfig, exp: &dyn Experiment) -> usize {
+    cfg.repeat
+        .unwrap_or_else(|| exp.default_repeat(cfg.profile))
+        .max(1)
+}
+
 /// Each selected experiment in turn, `--repeat` times, within its budget and hard limit,
 /// with the sentinel just before and just after on the pinned CPU.
 fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentResult> {
     let (cfg, progress, cpu) = (env.cfg, env.progress, env.cpu);
     let mut results: Vec<ExperimentResult> = Vec::new();
     let n = selected.len();
-    let repeat = cfg.repeat.max(1);
     for (i, exp) in selected.iter().enumerate() {
+        let repeat = repeats(cfg, exp.as_ref());
         let budget = exp.budget(cfg.profile);
         let mut reps = Vec::with_capacity(repeat);
         for r in 0..repeat {

@@ -98,7 +98,7 @@ fn config(only: &str, repeat: usize) -> RunConfig {
         quiet: true,
         no_history: true,
         options: RunOptions::default(),
-        repeat,
+        repeat: Some(repeat),
     }
 }
 

@@ -415,6 +415,10 @@ pub trait Experiment: Send + Sync {
     }
     /// Wall-time budget under a profile.
     fn budget(&self, profile: Profile) -> Duration;
+    /// Runs of this experiment when `--repeat` is not given.
+    fn default_repeat(&self, profile: Profile) -> usize {
+        profile.default_repeat()
+    }
     /// Predictions stated before measuring, by metric name.
     fn predict(&self, _ctx: &Context) -> Vec<(String, Prediction)> {
         Vec::new()

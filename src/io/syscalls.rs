@@ -80,7 +80,7 @@ fn cpu_syscall() -> Option<(f64, f64, usize)> {
         quiet: true,
         no_history: true,
         options: Default::default(),
-        repeat: 1,
+        repeat: Some(1),
     };
     let out = crate::runner::run(&cfg).ok()?;
     let e = out.results.experiment("cpu.syscall")?;

@@ -24,7 +24,7 @@ pub fn run_profile(profile: Profile, only: &str) -> RunResults {
         quiet: true,
         no_history: true,
         options: RunOptions::default(),
-        repeat: 1,
+        repeat: Some(1),
     };
     match run(&cfg) {
         Ok(o) => o.results,

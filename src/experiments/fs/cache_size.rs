@@ -159,6 +159,12 @@ impl Experiment for CacheSize {
             ..Default::default()
         }
     }
+    /// Once: a second run would write and read files up to the page cache's size again
+    /// (1.5 x RAM in thorough) for a figure that is a size, not a time.
+    fn default_repeat(&self, _: Profile) -> usize {
+        1
+    }
+
     fn budget(&self, p: Profile) -> Duration {
         let s = Duration::from_secs;
         match p {
