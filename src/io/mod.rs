@@ -2,9 +2,9 @@
 //! a chosen block size, calibrate a block count, sweep block sizes cold and warm, count
 //! read/lseek calls per second, and XOR a whole file as fast as the machine allows.
 //!
-//! Errors: bad values (sizes, durations), missing files, directories and other
-//! non-regular files are usage errors (exit 2); permission, I/O and full-disk errors are
-//! runtime errors (exit 1). Every error is one line.
+//! Errors (`crate::error`): bad values (sizes, durations), missing files, directories and
+//! other non-regular files are usage errors (exit 2); permission, I/O and full-disk errors
+//! are runtime errors (exit 1). Every error is one line.
 
 pub mod calibrate;
 pub mod read;
@@ -142,50 +142,9 @@ pub enum IoCmd {
     },
 }
 
-/// An error with its exit code.
-#[derive(Debug)]
-pub enum IoError {
-    /// Bad input: exit 2.
-    Usage(String),
-    /// The operation failed: exit 1.
-    Runtime(String),
-}
+pub use crate::error::{os_err, plain, runtime, usage, Error};
 
-impl std::fmt::Display for IoError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            IoError::Usage(s) | IoError::Runtime(s) => f.write_str(s),
-        }
-    }
-}
-
-pub type Res<T> = Result<T, IoError>;
-
-pub fn usage<T>(msg: impl Into<String>) -> Res<T> {
-    Err(IoError::Usage(msg.into()))
-}
-
-pub fn runtime<T>(msg: impl Into<String>) -> Res<T> {
-    Err(IoError::Runtime(msg.into()))
-}
-
-/// Maps an OS error on `path` to a one-line error with the right class.
-pub fn os_err(path: &Path, what: &str, e: std::io::Error) -> IoError {
-    let msg = format!("{}: {what}: {}", path.display(), plain(&e));
-    match e.kind() {
-        std::io::ErrorKind::NotFound => IoError::Usage(msg),
-        _ => IoError::Runtime(msg),
-    }
-}
-
-/// The OS error text without Rust's " (os error N)" suffix.
-pub fn plain(e: &std::io::Error) -> String {
-    let s = e.to_string();
-    match s.find(" (os error") {
-        Some(i) => s[..i].to_string(),
-        None => s,
-    }
-}
+pub type Res<T> = crate::error::Result<T>;
 
 /// Opens an existing regular file for reading (optionally with extra open flags) and
 /// returns it with its size.
@@ -320,16 +279,7 @@ pub fn main(cmd: IoCmd) -> ExitCode {
         })
         .map(|o| o.print(json)),
     };
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("osmeter: error: {e}");
-            ExitCode::from(match e {
-                IoError::Usage(_) => 2,
-                IoError::Runtime(_) => 1,
-            })
-        }
-    }
+    crate::error::exit(r)
 }
 
 /// Prints a JSON value on one line (stdout).

@@ -54,7 +54,7 @@ pub fn read_blocks(
 /// Evicts `file`, returning a one-line error when eviction is impossible.
 pub fn evict(file: &File, path: &Path) -> Res<Eviction> {
     pagecache::evict(file, false)
-        .map_err(|e| super::IoError::Runtime(format!("{}: eviction: {e:#}", path.display())))
+        .map_err(|e| super::Error::runtime(format!("{}: eviction: {e:#}", path.display())))
 }
 
 /// Fraction of the file's pages in the page cache (sampled for files over 64 MiB);
@@ -109,13 +109,13 @@ pub fn run(
     let resident = resident_fraction(&file);
     let file = if direct {
         super::open_input_uncached(path)
-            .map_err(|e| super::IoError::Runtime(format!("O_DIRECT not supported here ({e})")))?
+            .map_err(|e| super::Error::runtime(format!("O_DIRECT not supported here ({e})")))?
             .0
     } else {
         file
     };
     let mut buf = AlignedBuf::new(block, DIRECT_ALIGN)
-        .map_err(|e| super::IoError::Runtime(format!("buffer: {e}")))?;
+        .map_err(|e| super::Error::runtime(format!("buffer: {e}")))?;
     let (bytes, blocks, seconds) = read_blocks(&file, path, &mut buf, count, None)?;
     Ok(ReadOutcome {
         file: path.to_path_buf(),

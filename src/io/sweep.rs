@@ -157,7 +157,7 @@ pub fn run(cfg: &SweepConfig) -> Res<SweepOutcome> {
     }
     let span = cfg.max_bytes.min(size);
     let mut buf = AlignedBuf::new(cfg.to as usize, DIRECT_ALIGN)
-        .map_err(|e| super::IoError::Runtime(format!("buffer: {e}")))?;
+        .map_err(|e| super::Error::runtime(format!("buffer: {e}")))?;
     let modes: Vec<bool> = match cfg.cache {
         CacheMode::Warm => vec![true],
         CacheMode::Cold => vec![false],
@@ -178,7 +178,7 @@ pub fn run(cfg: &SweepConfig) -> Res<SweepOutcome> {
                 let mut prime = vec![0u8; pb];
                 read_blocks(&file, path, &mut prime, span.div_ceil(pb as u64), None)?;
                 let (r, t) = pagecache::residency_range(&file, 0, span)
-                    .map_err(|e| super::IoError::Runtime(format!("mincore: {e:#}")))?;
+                    .map_err(|e| super::Error::runtime(format!("mincore: {e:#}")))?;
                 if t > 0 {
                     warm_min_fraction = warm_min_fraction.min(r as f64 / t as f64);
                 }

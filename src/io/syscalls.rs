@@ -132,9 +132,8 @@ pub fn run(path: &Path, time: Duration, compare: bool) -> Res<SyscallsOutcome> {
         }
         Ok(())
     })?;
-    let summary = |v: &[f64]| {
-        Summary::of(v).ok_or_else(|| super::IoError::Runtime("no trials completed".into()))
-    };
+    let summary =
+        |v: &[f64]| Summary::of(v).ok_or_else(|| super::Error::runtime("no trials completed"));
     Ok(SyscallsOutcome {
         file: path.to_path_buf(),
         read_rates: summary(&reads)?,

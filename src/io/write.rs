@@ -72,7 +72,7 @@ fn write_all(file: &File, path: &Path, mut data: &[u8]) -> Res<()> {
 pub fn run(path: &Path, block_size: u64, count: u64, force: bool) -> Res<WriteOutcome> {
     let block = check_block(block_size)?;
     let total = block_size.checked_mul(count).ok_or_else(|| {
-        super::IoError::Usage(format!(
+        super::Error::usage(format!(
             "{count} blocks of {block_size} bytes overflow a 64-bit byte count"
         ))
     })?;
@@ -126,12 +126,12 @@ pub fn run(path: &Path, block_size: u64, count: u64, force: bool) -> Res<WriteOu
     let owned = regular;
     // Ctrl-C or SIGTERM while writing removes the partial file too.
     let partial = owned.then(|| crate::scratch::PartialFile::new(path));
-    let fail = |e: super::IoError| -> super::IoError {
+    let fail = |e: super::Error| -> super::Error {
         if owned && std::fs::remove_file(path).is_ok() {
             return match e {
-                super::IoError::Usage(s) => super::IoError::Usage(s),
-                super::IoError::Runtime(s) => {
-                    super::IoError::Runtime(format!("{s} (removed the partial file)"))
+                super::Error::Usage(s) => super::Error::Usage(s),
+                super::Error::Runtime(e) => {
+                    super::Error::runtime(format!("{e:#} (removed the partial file)"))
                 }
             };
         }
@@ -153,7 +153,7 @@ pub fn run(path: &Path, block_size: u64, count: u64, force: bool) -> Res<WriteOu
     let t1 = Instant::now();
     if regular {
         file.sync_all().map_err(|e| {
-            fail(super::IoError::Runtime(format!(
+            fail(super::Error::runtime(format!(
                 "{}: fsync failed: {}",
                 path.display(),
                 plain(&e)

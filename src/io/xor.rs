@@ -231,11 +231,7 @@ fn parallel<S>(
             match h.join() {
                 Ok(Ok(x)) => acc ^= x,
                 Ok(Err(e)) => err = err.or(Some(e)),
-                Err(_) => {
-                    err = err.or(Some(super::IoError::Runtime(
-                        "a reader thread panicked".into(),
-                    )))
-                }
+                Err(_) => err = err.or(Some(super::Error::runtime("a reader thread panicked"))),
             }
         }
         match err {
@@ -281,7 +277,7 @@ fn xor_direct(file: &File, path: &Path, size: u64, block: usize, threads: usize)
         nblocks,
         || {
             AlignedBuf::new(block, DIRECT_ALIGN)
-                .map_err(|e| super::IoError::Runtime(format!("buffer: {e}")))
+                .map_err(|e| super::Error::runtime(format!("buffer: {e}")))
         },
         |buf, i| {
             let off = i * block as u64;
@@ -308,7 +304,7 @@ fn xor_streams(path: &Path, size: u64, block: usize, threads: usize) -> Res<u32>
         regions,
         || {
             AlignedBuf::new(block, DIRECT_ALIGN)
-                .map_err(|e| super::IoError::Runtime(format!("buffer: {e}")))
+                .map_err(|e| super::Error::runtime(format!("buffer: {e}")))
         },
         |buf, r| {
             let start = r * per;
@@ -472,7 +468,7 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
     let mut eviction = None;
     if cfg.cold {
         let e = pagecache::evict(&file, false)
-            .map_err(|e| super::IoError::Runtime(format!("{}: eviction: {e:#}", path.display())))?;
+            .map_err(|e| super::Error::runtime(format!("{}: eviction: {e:#}", path.display())))?;
         if !e.verified() {
             notes.push(format!("eviction not verified: {}", e.describe()));
         }
@@ -524,7 +520,7 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
         m => m,
     };
     let len = usize::try_from(size)
-        .map_err(|_| super::IoError::Runtime("file larger than the address space".into()))?;
+        .map_err(|_| super::Error::runtime("file larger than the address space"))?;
     let mapping = if method == Method::Mmap && size > 0 {
         Some(Mapping::new(&file, path, len)?)
     } else {
