@@ -13,10 +13,13 @@ pub mod syscalls;
 pub mod write;
 pub mod xor;
 
+use crate::clock::{Deadline, HwClock, Stopwatch};
+use crate::harness::{Harness, HarnessConfig};
 use clap::Subcommand;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Largest block size: one buffer of it is allocated per thread.
@@ -145,6 +148,65 @@ pub enum IoCmd {
 pub use crate::error::{os_err, plain, runtime, usage, Error};
 
 pub type Res<T> = crate::error::Result<T>;
+
+// Timing. io commands read no clock themselves: spans and deadlines come from the clock
+// module's Stopwatch and Deadline on the run's clock, trials from the harness
+// (docs/ARCHITECTURE.md, "One timing path"). The adapter below only adds what a one-shot
+// command needs: the clock detected once, and the process's CPU time for multi-threaded
+// spans (the harness's CPU-time mode covers the calling thread only).
+
+/// The counter every io figure is timed with, detected (and calibrated) once.
+pub fn clock() -> &'static HwClock {
+    static CLOCK: OnceLock<HwClock> = OnceLock::new();
+    CLOCK.get_or_init(|| crate::clock::detect().0)
+}
+
+/// A harness on `clock()` with `loop_ticks` of loop overhead per iteration.
+pub fn harness(cfg: HarnessConfig, loop_ticks: f64) -> Harness<'static> {
+    Harness::new(clock(), cfg, loop_ticks)
+}
+
+/// A deadline `d` from now on `clock()`.
+pub fn deadline(d: Duration) -> Deadline<'static> {
+    Deadline::after(clock(), d)
+}
+
+/// One timed span of a command: wall time on `clock()` and the process's CPU time.
+pub struct Span {
+    wall: Stopwatch<'static>,
+    cpu0: f64,
+}
+
+impl Span {
+    pub fn start() -> Span {
+        Span {
+            cpu0: process_cpu_seconds(),
+            wall: Stopwatch::start(clock()),
+        }
+    }
+
+    /// Wall seconds since `start`.
+    pub fn seconds(&self) -> f64 {
+        self.wall.elapsed_ns() * 1e-9
+    }
+
+    /// CPU seconds of every thread of the process since `start`.
+    pub fn cpu_seconds(&self) -> f64 {
+        process_cpu_seconds() - self.cpu0
+    }
+}
+
+/// CPU time used by this process so far (all threads, user + system), in seconds.
+fn process_cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the zeroed struct it is given and reads nothing else.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is always valid.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return f64::NAN;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
 
 /// Opens an existing regular file for reading (optionally with extra open flags) and
 /// returns it with its size.
