@@ -7,6 +7,7 @@
 pub mod analysis;
 pub mod clock;
 pub mod compare;
+pub mod error;
 pub mod experiments;
 pub mod findings;
 pub mod harness;

@@ -1,9 +1,11 @@
-//! The `osmeter` command line: argument parsing, dispatch and exit codes
-//! (0 success, 1 an experiment or the run failed, 2 bad usage).
+//! The `osmeter` command line: argument parsing and dispatch. Exit codes (0 success, 1 an
+//! experiment or the run failed, 2 bad usage) come from `osmeter::error`, the one place
+//! errors become codes (docs/ARCHITECTURE.md, "Errors and exit codes").
 
 use clap::{Parser, Subcommand};
+use osmeter::error::{self, Error, EXIT_RUNTIME};
 use osmeter::experiments::{self, Profile, RunOptions};
-use osmeter::runner::{self, RunConfig, RunError};
+use osmeter::runner::{self, RunConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -190,22 +192,7 @@ struct RunArgs {
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
-            if code == 2 {
-                // One line: clap's first line names the problem.
-                let text = e.to_string();
-                let first = text
-                    .lines()
-                    .next()
-                    .unwrap_or("bad usage")
-                    .trim_start_matches("error: ");
-                eprintln!("osmeter: error: {first} (see --help)");
-            } else {
-                let _ = e.print();
-            }
-            return ExitCode::from(code);
-        }
+        Err(e) => return error::from_clap(&e),
     };
     match cli.cmd {
         Cmd::Run(a) => cmd_run(a),
@@ -244,8 +231,7 @@ fn main() -> ExitCode {
 
 fn cmd_run(a: RunArgs) -> ExitCode {
     if let Some(Err(e)) = a.peer.as_deref().map(osmeter::peer::client::parse_peer) {
-        eprintln!("osmeter: error: {e}");
-        return ExitCode::from(2);
+        return Error::usage(e.to_string()).report();
     }
     let cfg = RunConfig {
         profile: a.profile,
@@ -272,10 +258,7 @@ fn cmd_run(a: RunArgs) -> ExitCode {
             if a.json {
                 match serde_json::to_string_pretty(&out.results) {
                     Ok(s) => println!("{s}"),
-                    Err(e) => {
-                        eprintln!("osmeter: error: {e}");
-                        return ExitCode::from(1);
-                    }
+                    Err(e) => return Error::runtime(e).report(),
                 }
             } else if !a.quiet {
                 print!("{}", osmeter::report::terminal::render(&out.results, None));
@@ -291,15 +274,10 @@ fn cmd_run(a: RunArgs) -> ExitCode {
                 .experiments
                 .iter()
                 .any(|e| e.status == osmeter::results::Status::Failed);
-            ExitCode::from(if failed { 1 } else { 0 })
+            // Not an error line: the table already shows which experiment failed and why.
+            ExitCode::from(if failed { EXIT_RUNTIME } else { 0 })
         }
-        Err(e) => {
-            eprintln!("osmeter: error: {e}");
-            ExitCode::from(match e {
-                RunError::Usage(_) => 2,
-                RunError::Runtime(_) => 1,
-            })
-        }
+        Err(e) => e.report(),
     }
 }
 
@@ -326,8 +304,7 @@ fn cmd_man() -> ExitCode {
     }
     use std::io::Write;
     if !ok || std::io::stdout().write_all(&out).is_err() {
-        eprintln!("osmeter: error: could not write the man page");
-        return ExitCode::from(1);
+        return Error::runtime("could not write the man page").report();
     }
     ExitCode::SUCCESS
 }
@@ -386,14 +363,12 @@ fn cmd_machine(json: bool, snapshot: Option<PathBuf>, from: Option<PathBuf>) -> 
     use osmeter::machine::{facts, FactRoot, Machine};
     if let Some(dir) = &from {
         if let Err(e) = facts::check_recorded_tree(dir) {
-            eprintln!("osmeter: error: --from {}: {e}", dir.display());
-            return ExitCode::from(2);
+            return Error::usage(format!("--from {}: {e}", dir.display())).report();
         }
     }
     if let Some(dir) = &snapshot {
         if let Err(e) = facts::check_snapshot_dir(dir) {
-            eprintln!("osmeter: error: --snapshot {}: {e}", dir.display());
-            return ExitCode::from(2);
+            return Error::usage(format!("--snapshot {}: {e}", dir.display())).report();
         }
     }
     let root = match (&from, &snapshot) {
@@ -421,10 +396,7 @@ fn cmd_machine(json: bool, snapshot: Option<PathBuf>, from: Option<PathBuf>) -> 
                 dir.display(),
                 dir.display()
             ),
-            Err(e) => {
-                eprintln!("osmeter: error: --snapshot {}: {e}", dir.display());
-                return ExitCode::from(1);
-            }
+            Err(e) => return Error::runtime(format!("--snapshot {}: {e}", dir.display())).report(),
         }
     }
     if json {

@@ -32,21 +32,8 @@ pub struct RunConfig {
     pub repeat: Option<usize>,
 }
 
-/// Errors of a run: usage errors exit 2, runtime errors exit 1.
-#[derive(Debug)]
-pub enum RunError {
-    Usage(String),
-    Runtime(anyhow::Error),
-}
-
-impl std::fmt::Display for RunError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RunError::Usage(s) => write!(f, "{s}"),
-            RunError::Runtime(e) => write!(f, "{e:#}"),
-        }
-    }
-}
+/// Errors of a run: the binary's one error type (usage exit 2, runtime exit 1).
+pub use crate::error::Error as RunError;
 
 /// A finished run and where it was written.
 pub struct RunOutput {

@@ -433,6 +433,28 @@ fn syscalls_json_shape() {
     );
 }
 
+#[test]
+fn syscalls_compares_with_cpu_syscall_through_the_harness() {
+    let dir = scratch();
+    let f = write_file(dir.path(), "z", &common::random_bytes(1 << 16, 3));
+    let v = json_of(&[
+        "io",
+        "syscalls",
+        f.to_str().unwrap(),
+        "--time",
+        "200ms",
+        "--json",
+    ]);
+    let c = &v["cpu_syscall"];
+    let g = c["getppid_ns"].as_f64().expect("getppid measured");
+    let w = c["write_devnull_0_ns"].as_f64().expect("write(0) measured");
+    assert!(g > 1.0 && g < 1e6 && w > 1.0 && w < 1e6, "{c}");
+    assert!(c["pinned_cpu"].is_u64(), "{c}");
+    // A 1-byte read does all getppid does and more (fd, page cache, copy).
+    let r = c["read_rate_over_getppid_rate"].as_f64().unwrap();
+    assert!(r > 0.0 && r < 1.5, "{c}");
+}
+
 /// Multi-GiB check (run by hand: cargo test --release --test io -- --ignored).
 #[test]
 #[ignore]

@@ -63,7 +63,7 @@ pub fn run(
         ));
     }
     let mut buf = AlignedBuf::new(block, DIRECT_ALIGN)
-        .map_err(|e| super::IoError::Runtime(format!("buffer: {e}")))?;
+        .map_err(|e| super::Error::runtime(format!("buffer: {e}")))?;
     let mut probes: Vec<Probe> = Vec::new();
     let mut probe = |count: u64| -> Res<f64> {
         let mut resident = None;

@@ -2,9 +2,9 @@
 //! a chosen block size, calibrate a block count, sweep block sizes cold and warm, count
 //! read/lseek calls per second, and XOR a whole file as fast as the machine allows.
 //!
-//! Errors: bad values (sizes, durations), missing files, directories and other
-//! non-regular files are usage errors (exit 2); permission, I/O and full-disk errors are
-//! runtime errors (exit 1). Every error is one line.
+//! Errors (`crate::error`): bad values (sizes, durations), missing files, directories and
+//! other non-regular files are usage errors (exit 2); permission, I/O and full-disk errors
+//! are runtime errors (exit 1). Every error is one line.
 
 pub mod calibrate;
 pub mod read;
@@ -13,10 +13,13 @@ pub mod syscalls;
 pub mod write;
 pub mod xor;
 
+use crate::clock::{Deadline, HwClock, Stopwatch};
+use crate::harness::{Harness, HarnessConfig};
 use clap::Subcommand;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Largest block size: one buffer of it is allocated per thread.
@@ -142,49 +145,69 @@ pub enum IoCmd {
     },
 }
 
-/// An error with its exit code.
-#[derive(Debug)]
-pub enum IoError {
-    /// Bad input: exit 2.
-    Usage(String),
-    /// The operation failed: exit 1.
-    Runtime(String),
+pub use crate::error::{os_err, plain, runtime, usage, Error};
+
+pub type Res<T> = crate::error::Result<T>;
+
+// Timing. io commands read no clock themselves: spans and deadlines come from the clock
+// module's Stopwatch and Deadline on the run's clock, trials from the harness
+// (docs/ARCHITECTURE.md, "One timing path"). The adapter below only adds what a one-shot
+// command needs: the clock detected once, and the process's CPU time for multi-threaded
+// spans (the harness's CPU-time mode covers the calling thread only).
+
+/// The counter every io figure is timed with, detected (and calibrated) once.
+pub fn clock() -> &'static HwClock {
+    static CLOCK: OnceLock<HwClock> = OnceLock::new();
+    CLOCK.get_or_init(|| crate::clock::detect().0)
 }
 
-impl std::fmt::Display for IoError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            IoError::Usage(s) | IoError::Runtime(s) => f.write_str(s),
+/// A harness on `clock()` with `loop_ticks` of loop overhead per iteration.
+pub fn harness(cfg: HarnessConfig, loop_ticks: f64) -> Harness<'static> {
+    Harness::new(clock(), cfg, loop_ticks)
+}
+
+/// A deadline `d` from now on `clock()`.
+pub fn deadline(d: Duration) -> Deadline<'static> {
+    Deadline::after(clock(), d)
+}
+
+/// One timed span of a command: wall time on `clock()` and the process's CPU time.
+pub struct Span {
+    wall: Stopwatch<'static>,
+    cpu0: f64,
+}
+
+impl Span {
+    pub fn start() -> Span {
+        // Detect the clock first: its calibration spins, and is no part of the span.
+        let clock = clock();
+        Span {
+            cpu0: process_cpu_seconds(),
+            wall: Stopwatch::start(clock),
         }
     }
-}
 
-pub type Res<T> = Result<T, IoError>;
+    /// Wall seconds since `start`.
+    pub fn seconds(&self) -> f64 {
+        self.wall.elapsed_ns() * 1e-9
+    }
 
-pub fn usage<T>(msg: impl Into<String>) -> Res<T> {
-    Err(IoError::Usage(msg.into()))
-}
-
-pub fn runtime<T>(msg: impl Into<String>) -> Res<T> {
-    Err(IoError::Runtime(msg.into()))
-}
-
-/// Maps an OS error on `path` to a one-line error with the right class.
-pub fn os_err(path: &Path, what: &str, e: std::io::Error) -> IoError {
-    let msg = format!("{}: {what}: {}", path.display(), plain(&e));
-    match e.kind() {
-        std::io::ErrorKind::NotFound => IoError::Usage(msg),
-        _ => IoError::Runtime(msg),
+    /// CPU seconds of every thread of the process since `start`.
+    pub fn cpu_seconds(&self) -> f64 {
+        process_cpu_seconds() - self.cpu0
     }
 }
 
-/// The OS error text without Rust's " (os error N)" suffix.
-pub fn plain(e: &std::io::Error) -> String {
-    let s = e.to_string();
-    match s.find(" (os error") {
-        Some(i) => s[..i].to_string(),
-        None => s,
+/// CPU time used by this process so far (all threads, user + system), in seconds.
+fn process_cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the zeroed struct it is given and reads nothing else.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is always valid.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return f64::NAN;
     }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 /// Opens an existing regular file for reading (optionally with extra open flags) and
@@ -320,16 +343,7 @@ pub fn main(cmd: IoCmd) -> ExitCode {
         })
         .map(|o| o.print(json)),
     };
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("osmeter: error: {e}");
-            ExitCode::from(match e {
-                IoError::Usage(_) => 2,
-                IoError::Runtime(_) => 1,
-            })
-        }
-    }
+    crate::error::exit(r)
 }
 
 /// Prints a JSON value on one line (stdout).

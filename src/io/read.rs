@@ -7,7 +7,7 @@ use crate::units::fmt_bytes;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// O_DIRECT buffers and block sizes are aligned to this.
 pub const DIRECT_ALIGN: usize = 4096;
@@ -23,7 +23,8 @@ pub fn read_blocks(
     deadline: Option<Duration>,
 ) -> Res<(u64, u64, f64)> {
     let fd = file.as_raw_fd();
-    let t0 = Instant::now();
+    let span = super::Span::start();
+    let until = deadline.map(super::deadline);
     let mut bytes = 0u64;
     let mut blocks = 0u64;
     while blocks < count {
@@ -42,19 +43,19 @@ pub fn read_blocks(
         bytes += n as u64;
         blocks += 1;
         // Checking the clock every 1024 blocks keeps its cost out of 1-byte reads.
-        if let Some(d) = deadline {
-            if blocks % 1024 == 0 && t0.elapsed() >= d {
+        if let Some(d) = &until {
+            if blocks % 1024 == 0 && d.passed() {
                 break;
             }
         }
     }
-    Ok((bytes, blocks, t0.elapsed().as_secs_f64()))
+    Ok((bytes, blocks, span.seconds()))
 }
 
 /// Evicts `file`, returning a one-line error when eviction is impossible.
 pub fn evict(file: &File, path: &Path) -> Res<Eviction> {
     pagecache::evict(file, false)
-        .map_err(|e| super::IoError::Runtime(format!("{}: eviction: {e:#}", path.display())))
+        .map_err(|e| super::Error::runtime(format!("{}: eviction: {e:#}", path.display())))
 }
 
 /// Fraction of the file's pages in the page cache (sampled for files over 64 MiB);
@@ -109,13 +110,13 @@ pub fn run(
     let resident = resident_fraction(&file);
     let file = if direct {
         super::open_input_uncached(path)
-            .map_err(|e| super::IoError::Runtime(format!("O_DIRECT not supported here ({e})")))?
+            .map_err(|e| super::Error::runtime(format!("O_DIRECT not supported here ({e})")))?
             .0
     } else {
         file
     };
     let mut buf = AlignedBuf::new(block, DIRECT_ALIGN)
-        .map_err(|e| super::IoError::Runtime(format!("buffer: {e}")))?;
+        .map_err(|e| super::Error::runtime(format!("buffer: {e}")))?;
     let (bytes, blocks, seconds) = read_blocks(&file, path, &mut buf, count, None)?;
     Ok(ReadOutcome {
         file: path.to_path_buf(),

@@ -12,9 +12,9 @@
 use super::read::{evict, read_blocks, DIRECT_ALIGN};
 use super::{check_block, open_input, os_err, rate, Res};
 use crate::pagecache::{self, AlignedBuf};
+use crate::report::plot::{Bars, Line, Marker, Plot};
 use crate::stats::Summary;
 use crate::units::fmt_bytes;
-use std::fmt::Write as _;
 use std::io::Seek;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -128,14 +128,39 @@ pub fn run(cfg: &SweepConfig) -> Res<SweepOutcome> {
     if size == 0 {
         return super::usage(format!("{}: the file is empty", path.display()));
     }
-    let plot = match &cfg.plot {
-        Some(p) => {
-            if p.is_dir() {
-                return super::usage(format!("--plot {}: is a directory", p.display()));
-            }
-            p.clone()
+    let plot_path = plot_path(cfg.plot.as_deref(), path)?;
+    let blocks = doublings(cfg.from, cfg.to);
+    let modes: Vec<bool> = match cfg.cache {
+        CacheMode::Warm => vec![true],
+        CacheMode::Cold => vec![false],
+        CacheMode::Both => vec![true, false],
+    };
+    let m = measure(cfg, &mut file, size, &blocks, &modes)?;
+    let curves = modes
+        .iter()
+        .enumerate()
+        .map(|(mi, &warm)| m.curve(mi, warm, &blocks))
+        .collect::<Vec<_>>();
+    let svg = plot(path, &curves, cfg.repeat).to_svg();
+    std::fs::write(&plot_path, svg).map_err(|e| os_err(&plot_path, "cannot write the plot", e))?;
+    Ok(SweepOutcome {
+        file: path.to_path_buf(),
+        cfg_repeat: cfg.repeat,
+        max_bytes: cfg.max_bytes,
+        point_time: cfg.point_time,
+        curves,
+        plot: plot_path,
+    })
+}
+
+/// --plot checked (not a folder, its folder exists), or a new default name.
+fn plot_path(requested: Option<&Path>, file: &Path) -> Res<PathBuf> {
+    let plot = match requested {
+        Some(p) if p.is_dir() => {
+            return super::usage(format!("--plot {}: is a directory", p.display()))
         }
-        None => default_plot_path(path),
+        Some(p) => p.to_path_buf(),
+        None => default_plot_path(file),
     };
     if let Some(parent) = plot.parent() {
         if !parent.as_os_str().is_empty() && !parent.is_dir() {
@@ -146,114 +171,135 @@ pub fn run(cfg: &SweepConfig) -> Res<SweepOutcome> {
             ));
         }
     }
+    Ok(plot)
+}
+
+/// from, 2 from, 4 from ... up to `to`.
+fn doublings(from: u64, to: u64) -> Vec<u64> {
     let mut blocks = Vec::new();
-    let mut b = cfg.from;
-    while b <= cfg.to {
+    let mut b = from;
+    while b <= to {
         blocks.push(b);
         match b.checked_mul(2) {
             Some(n) => b = n,
             None => break,
         }
     }
+    blocks
+}
+
+/// Every repetition's throughput per cache state and block size, with the premise data.
+struct Measured {
+    /// values[mode][block] = throughput per repetition.
+    values: Vec<Vec<Vec<f64>>>,
+    /// Fewest bytes a repetition read, per mode and block.
+    least: Vec<Vec<u64>>,
+    warm_min_fraction: f64,
+    cold_max_left: u64,
+    cold_total: u64,
+}
+
+fn measure(
+    cfg: &SweepConfig,
+    file: &mut std::fs::File,
+    size: u64,
+    blocks: &[u64],
+    modes: &[bool],
+) -> Res<Measured> {
+    let path = cfg.file.as_path();
     let span = cfg.max_bytes.min(size);
     let mut buf = AlignedBuf::new(cfg.to as usize, DIRECT_ALIGN)
-        .map_err(|e| super::IoError::Runtime(format!("buffer: {e}")))?;
-    let modes: Vec<bool> = match cfg.cache {
-        CacheMode::Warm => vec![true],
-        CacheMode::Cold => vec![false],
-        CacheMode::Both => vec![true, false],
+        .map_err(|e| super::Error::runtime(format!("buffer: {e}")))?;
+    let mut m = Measured {
+        values: vec![vec![Vec::new(); blocks.len()]; modes.len()],
+        least: vec![vec![u64::MAX; blocks.len()]; modes.len()],
+        warm_min_fraction: 1.0,
+        cold_max_left: 0,
+        cold_total: 0,
     };
-    // values[mode][block] = throughputs; bytes read per point.
-    let mut values = vec![vec![Vec::new(); blocks.len()]; modes.len()];
-    let mut least = vec![vec![u64::MAX; blocks.len()]; modes.len()];
-    let mut warm_min_fraction = 1.0f64;
-    let mut cold_max_left = 0u64;
-    let mut cold_total = 0u64;
     for _rep in 0..cfg.repeat {
         for (mi, &warm) in modes.iter().enumerate() {
             if warm {
-                // Bring the read range into the cache and check it is there.
-                file.rewind().map_err(|e| os_err(path, "seek", e))?;
-                let pb = 1usize << 20;
-                let mut prime = vec![0u8; pb];
-                read_blocks(&file, path, &mut prime, span.div_ceil(pb as u64), None)?;
-                let (r, t) = pagecache::residency_range(&file, 0, span)
-                    .map_err(|e| super::IoError::Runtime(format!("mincore: {e:#}")))?;
-                if t > 0 {
-                    warm_min_fraction = warm_min_fraction.min(r as f64 / t as f64);
-                }
+                let f = prime(file, path, span)?;
+                m.warm_min_fraction = m.warm_min_fraction.min(f);
             }
             for (bi, &block) in blocks.iter().enumerate() {
                 if !warm {
-                    let e = evict(&file, path)?;
-                    cold_max_left = cold_max_left.max(e.resident_pages);
-                    cold_total = e.total_pages;
+                    let e = evict(file, path)?;
+                    m.cold_max_left = m.cold_max_left.max(e.resident_pages);
+                    m.cold_total = e.total_pages;
                 }
                 file.rewind().map_err(|e| os_err(path, "seek", e))?;
                 let count = span.div_ceil(block);
                 let (bytes, _, secs) = read_blocks(
-                    &file,
+                    file,
                     path,
                     &mut buf[..block as usize],
                     count,
                     Some(cfg.point_time),
                 )?;
-                values[mi][bi].push(rate(bytes, secs));
-                least[mi][bi] = least[mi][bi].min(bytes);
+                m.values[mi][bi].push(rate(bytes, secs));
+                m.least[mi][bi] = m.least[mi][bi].min(bytes);
             }
         }
     }
-    let mut curves = Vec::new();
-    for (mi, &warm) in modes.iter().enumerate() {
+    Ok(m)
+}
+
+/// Brings the first `span` bytes into the cache; returns the cached fraction after.
+fn prime(file: &mut std::fs::File, path: &Path, span: u64) -> Res<f64> {
+    file.rewind().map_err(|e| os_err(path, "seek", e))?;
+    let pb = 1usize << 20;
+    let mut prime = vec![0u8; pb];
+    read_blocks(file, path, &mut prime, span.div_ceil(pb as u64), None)?;
+    let (r, t) = pagecache::residency_range(file, 0, span)
+        .map_err(|e| super::Error::runtime(format!("mincore: {e:#}")))?;
+    Ok(if t > 0 { r as f64 / t as f64 } else { 1.0 })
+}
+
+impl Measured {
+    /// One cache state's summarised curve, its knee and its premise check.
+    fn curve(&self, mi: usize, warm: bool, blocks: &[u64]) -> Curve {
         let points: Vec<Point> = blocks
             .iter()
             .enumerate()
             .filter_map(|(bi, &block)| {
                 Some(Point {
                     block_bytes: block,
-                    summary: Summary::of(&values[mi][bi])?,
-                    bytes_per_s: values[mi][bi].clone(),
-                    min_bytes_read: least[mi][bi],
+                    summary: Summary::of(&self.values[mi][bi])?,
+                    bytes_per_s: self.values[mi][bi].clone(),
+                    min_bytes_read: self.least[mi][bi],
                 })
             })
             .collect();
         let sums: Vec<Summary> = points.iter().map(|p| p.summary.clone()).collect();
-        let k = knee(&blocks, &sums);
-        let (check, ok) = if warm {
+        let k = knee(blocks, &sums);
+        let (check, premise_ok) = if warm {
             (
                 format!(
                     "before each warm pass at least {:.1}% of the read range was cached (mincore)",
-                    warm_min_fraction * 100.0
+                    self.warm_min_fraction * 100.0
                 ),
-                warm_min_fraction >= 0.99,
+                self.warm_min_fraction >= 0.99,
             )
         } else {
             (
                 format!(
-                    "after each eviction at most {cold_max_left} of {cold_total} pages were still cached (mincore)"
+                    "after each eviction at most {} of {} pages were still cached (mincore)",
+                    self.cold_max_left, self.cold_total
                 ),
-                cold_max_left == 0,
+                self.cold_max_left == 0,
             )
         };
-        curves.push(Curve {
+        Curve {
             cache: if warm { "warm" } else { "cold" },
             points,
             knee_block_bytes: k.map(|x| x.0),
             knee_is_last: k.map(|x| x.1).unwrap_or(false),
             check,
-            premise_ok: ok,
-        });
+            premise_ok,
+        }
     }
-    let svg = render_svg(path, &curves, cfg);
-    std::fs::write(&plot, svg).map_err(|e| os_err(&plot, "cannot write the plot", e))?;
-    Ok(SweepOutcome {
-        file: path.to_path_buf(),
-        cfg_repeat: cfg.repeat,
-        max_bytes: cfg.max_bytes,
-        point_time: cfg.point_time,
-        curves,
-        plot,
-    })
 }
 
 /// Short block-size label: 1, 512, 4K, 1M.
@@ -267,156 +313,62 @@ fn short_size(b: u64) -> String {
     }
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
-/// A log2(x) / log10(y) plot of median throughput with min-max bars, one line per cache
-/// state.
-pub fn render_svg(file: &Path, curves: &[Curve], cfg: &SweepConfig) -> String {
-    let (w, h) = (760.0, 460.0);
-    let (l, r, t, b) = (80.0, 130.0, 40.0, 60.0);
-    let pw = w - l - r;
-    let ph = h - t - b;
-    let all: Vec<&Point> = curves.iter().flat_map(|c| c.points.iter()).collect();
-    let mb = |v: f64| (v / 1e6).max(1e-3);
-    let ymin = all
+/// Median throughput per block size on log/log axes, min-max bars, one line per cache
+/// state and a dashed marker at each knee (drawn by report::plot like the run's figures).
+pub fn plot(file: &Path, curves: &[Curve], repeat: usize) -> Plot {
+    let lines = curves
         .iter()
-        .map(|p| mb(p.summary.min))
-        .fold(f64::INFINITY, f64::min)
-        .log10()
-        .floor();
-    let ymax = all
+        .map(|c| Line {
+            name: c.cache.to_string(),
+            points: c
+                .points
+                .iter()
+                .map(|p| (p.block_bytes as f64, p.summary.median))
+                .collect(),
+            dashed: false,
+        })
+        .collect();
+    let bars = curves
         .iter()
-        .map(|p| mb(p.summary.max))
-        .fold(0.0f64, f64::max)
-        .log10()
-        .ceil()
-        .max(ymin + 1.0);
-    let xmin = (cfg.from as f64).log2();
-    let xmax = (all.iter().map(|p| p.block_bytes).max().unwrap_or(cfg.to) as f64)
-        .log2()
-        .max(xmin + 1.0);
-    let xp = |bytes: u64| l + ((bytes as f64).log2() - xmin) / (xmax - xmin) * pw;
-    let yp = |bps: f64| t + ph - (mb(bps).log10() - ymin) / (ymax - ymin) * ph;
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="{}" y="22" text-anchor="middle" font-size="14">osmeter io sweep: read() throughput vs block size — {}</text>
-<rect x="{l}" y="{t}" width="{pw}" height="{ph}" fill="none" stroke="black"/>
-"#,
-        l + pw / 2.0,
-        esc(&file.display().to_string())
-    );
-    // y grid: decades of MB/s.
-    let mut d = ymin as i32;
-    while d as f64 <= ymax {
-        let y = t + ph - (d as f64 - ymin) / (ymax - ymin) * ph;
-        let label = format!("{}", 10f64.powi(d));
-        let _ = writeln!(
-            s,
-            r##"<line x1="{l}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{label}</text>"##,
-            l + pw,
-            l - 6.0,
-            y + 4.0
-        );
-        d += 1;
+        .enumerate()
+        .map(|(i, c)| Bars {
+            line: i,
+            points: c
+                .points
+                .iter()
+                .map(|p| (p.block_bytes as f64, p.summary.min, p.summary.max))
+                .collect(),
+        })
+        .collect();
+    let x_markers = curves
+        .iter()
+        .filter_map(|c| {
+            c.knee_block_bytes.map(|k| Marker {
+                at: k as f64,
+                label: format!("{} knee {}", c.cache, short_size(k)),
+            })
+        })
+        .collect();
+    Plot {
+        title: format!(
+            "osmeter io sweep: read() throughput vs block size — {}",
+            file.display()
+        ),
+        x_label: "block size".into(),
+        x_unit: "bytes".into(),
+        y_label: "throughput".into(),
+        y_unit: "bytes/s".into(),
+        log_x: true,
+        log_y: true,
+        lines,
+        bars,
+        x_markers,
+        notes: vec![
+            format!("median of {repeat}, bars min-max"),
+            "dashed: knee".into(),
+        ],
+        ..Default::default()
     }
-    // x ticks: every power of two in range (labels every other one when crowded).
-    let mut bsz = cfg.from;
-    let mut i = 0;
-    let n_ticks = (xmax - xmin) as usize + 1;
-    while bsz as f64 <= 2f64.powf(xmax) + 0.5 {
-        let x = xp(bsz);
-        let _ = writeln!(
-            s,
-            r##"<line x1="{x:.1}" y1="{}" x2="{x:.1}" y2="{}" stroke="#eee"/>"##,
-            t,
-            t + ph
-        );
-        if n_ticks <= 12 || i % 2 == 0 {
-            let _ = writeln!(
-                s,
-                r#"<text x="{x:.1}" y="{}" text-anchor="middle">{}</text>"#,
-                t + ph + 16.0,
-                short_size(bsz)
-            );
-        }
-        i += 1;
-        match bsz.checked_mul(2) {
-            Some(n) => bsz = n,
-            None => break,
-        }
-    }
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="{}" text-anchor="middle">block size (bytes, log2 scale)</text>
-<text transform="translate(20,{}) rotate(-90)" text-anchor="middle">throughput (MB/s = 10^6 B/s, log scale)</text>"#,
-        l + pw / 2.0,
-        h - 18.0,
-        t + ph / 2.0
-    );
-    for (ci, c) in curves.iter().enumerate() {
-        let color = if c.cache == "warm" {
-            "#d62728"
-        } else {
-            "#1f77b4"
-        };
-        let pts: Vec<String> = c
-            .points
-            .iter()
-            .map(|p| format!("{:.1},{:.1}", xp(p.block_bytes), yp(p.summary.median)))
-            .collect();
-        let _ = writeln!(
-            s,
-            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
-            pts.join(" ")
-        );
-        for p in &c.points {
-            let x = xp(p.block_bytes);
-            let _ = writeln!(
-                s,
-                r#"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" stroke="{color}"/><circle cx="{x:.1}" cy="{:.1}" r="3" fill="{color}"/>"#,
-                yp(p.summary.min),
-                yp(p.summary.max),
-                yp(p.summary.median)
-            );
-        }
-        if let Some(k) = c.knee_block_bytes {
-            let x = xp(k);
-            let _ = writeln!(
-                s,
-                r#"<line x1="{x:.1}" y1="{t}" x2="{x:.1}" y2="{}" stroke="{color}" stroke-dasharray="4 3"/>"#,
-                t + ph
-            );
-        }
-        let ly = t + 20.0 + ci as f64 * 20.0;
-        let lx = l + pw + 12.0;
-        let _ = writeln!(
-            s,
-            r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="2"/><text x="{}" y="{}">{}</text>"#,
-            lx + 20.0,
-            lx + 26.0,
-            ly + 4.0,
-            c.cache
-        );
-    }
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="{}" font-size="10">median of {}, bars min-max</text>
-<text x="{}" y="{}" font-size="10">dashed: knee</text>
-</svg>"#,
-        l + pw + 12.0,
-        t + 70.0,
-        cfg.repeat,
-        l + pw + 12.0,
-        t + 84.0
-    );
-    s
 }
 
 impl SweepOutcome {
@@ -522,5 +474,32 @@ mod tests {
         assert_eq!(short_size(1), "1");
         assert_eq!(short_size(4096), "4K");
         assert_eq!(short_size(1 << 20), "1M");
+    }
+
+    #[test]
+    fn plot_has_a_line_bars_and_knee_per_curve() {
+        let point = |b: u64, m: f64| Point {
+            block_bytes: b,
+            bytes_per_s: vec![m * 0.9, m, m * 1.1],
+            summary: s(m, m * 0.1),
+            min_bytes_read: 1 << 20,
+        };
+        let curve = |cache, knee| Curve {
+            cache,
+            points: vec![point(512, 1e8), point(4096, 1e9), point(8192, 1e9)],
+            knee_block_bytes: knee,
+            knee_is_last: false,
+            check: String::new(),
+            premise_ok: true,
+        };
+        let curves = [curve("warm", Some(4096)), curve("cold", None)];
+        let p = plot(Path::new("a<b"), &curves, 3);
+        assert_eq!(p.lines.len(), 2);
+        assert_eq!(p.bars.len(), 2);
+        assert_eq!(p.bars[1].points[0], (512.0, 0.9e8, 1.1e8));
+        assert_eq!(p.x_markers.len(), 1);
+        assert_eq!(p.x_markers[0].label, "warm knee 4K");
+        let svg = p.to_svg();
+        assert!(svg.contains("a&lt;b") && svg.contains("block size (bytes, log scale)"));
     }
 }

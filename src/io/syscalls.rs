@@ -7,14 +7,18 @@
 //! fd-lookup part, so both ratios are shown.
 
 use super::{open_input, os_err, Res};
+use crate::experiments::{self, Profile};
+use crate::harness::{repeat, HarnessConfig};
 use crate::stats::Summary;
 use crate::units::{fmt_ns, fmt_si};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const TRIALS: usize = 10;
 const BATCH: u64 = 1024;
+/// The warm-up stops here even if its batches are not done (a very slow file system).
+const WARM_UP_LIMIT: Duration = Duration::from_secs(2);
 
 pub struct SyscallsOutcome {
     pub file: PathBuf,
@@ -29,64 +33,56 @@ pub struct SyscallsOutcome {
     pub cpu: Option<usize>,
 }
 
-/// CPU time of the calling thread, in seconds.
-fn thread_cpu_s() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-}
-
-/// Runs `op` in batches for `per_trial` of wall time, TRIALS times; returns calls per
-/// second of this thread's CPU time, one value per trial. CPU time, not wall time: on a
-/// busy machine the thread is preempted for long stretches that are no system call's
-/// cost (the harness behind cpu.syscall rejects such trials as outliers instead).
+/// Calls per second of thread CPU time, one value per trial, through the harness's
+/// CPU-time trials: `op` in batches for `per_trial` of wall time, TRIALS times, after an
+/// untimed warm-up. CPU time, not wall time: on a busy machine the thread is preempted
+/// for long stretches that are no system call's cost (the harness behind cpu.syscall
+/// rejects such trials as outliers instead).
 fn trials(per_trial: Duration, mut op: impl FnMut() -> Res<()>) -> Res<Vec<f64>> {
-    // Warm-up: a few batches so the first trial is not paying for cold caches.
-    for _ in 0..4 * BATCH {
-        op()?;
-    }
-    let mut out = Vec::with_capacity(TRIALS);
-    for _ in 0..TRIALS {
-        let t0 = Instant::now();
-        let c0 = thread_cpu_s();
-        let mut calls = 0u64;
-        loop {
-            for _ in 0..BATCH {
-                op()?;
-            }
-            calls += BATCH;
-            if t0.elapsed() >= per_trial {
-                out.push(calls as f64 / (thread_cpu_s() - c0).max(1e-9));
-                break;
-            }
-        }
-    }
-    Ok(out)
+    let h = super::harness(HarnessConfig::default(), 0.0);
+    // A few batches so the first trial is not paying for cold caches.
+    h.warm_up((4 * BATCH) as usize, WARM_UP_LIMIT, &mut op)?;
+    let ns = h.cpu_time_trials(TRIALS, per_trial, BATCH, op)?;
+    Ok(ns.iter().map(|n| 1e9 / n).collect())
 }
 
-/// cpu.syscall's getppid and write(/dev/null, 0) medians, measured through the library.
+/// cpu.syscall's getppid and write(/dev/null, 0) medians, measured the way that
+/// experiment does in the smoke profile (same kernels, harness settings and loop-cost
+/// subtraction), on the CPU the runner would pin to; this thread stays pinned there.
 fn cpu_syscall() -> Option<(f64, f64, usize)> {
-    let cfg = crate::runner::RunConfig {
-        profile: crate::experiments::Profile::Smoke,
-        only: vec!["cpu.syscall".into()],
-        skip: vec![],
-        cpu: None,
-        out: PathBuf::from("."),
-        write_results: false,
-        quiet: true,
-        no_history: true,
-        options: Default::default(),
-        repeat: Some(1),
-    };
-    let out = crate::runner::run(&cfg).ok()?;
-    let e = out.results.experiment("cpu.syscall")?;
-    let g = e.metric("getppid")?.summary.median;
-    let w = e.metric("write_devnull_0")?.summary.median;
-    Some((g, w, crate::platform::current_cpu()?))
+    let profile = Profile::Smoke;
+    let budget = experiments::registry()
+        .iter()
+        .find(|e| e.id() == "cpu.syscall")?
+        .budget(profile);
+    let cpu = crate::runner::choose_cpu(None, &Default::default()).ok()?;
+    let _ = crate::platform::pin_to_cpu(cpu);
+    // As Context::cpu_harness(5) with cpu.syscall's budget split over its five metrics.
+    let mut cfg = profile.harness();
+    cfg.budget = budget / 5;
+    cfg.calibration_limit = cfg.calibration_limit.min(cfg.budget / 2);
+    cfg.detect_preemption = true;
+    let loop_ticks = crate::harness::measure_loop_ticks(super::clock(), &profile.harness());
+    let h = super::harness(cfg, loop_ticks);
+    let getppid = h.measure(1.0, |n| repeat(n, crate::platform::raw_getppid));
+    let devnull = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/null")
+        .ok()?;
+    let fd = devnull.as_raw_fd();
+    let empty = [0u8; 1];
+    let write0 = h.measure(1.0, |n| {
+        // SAFETY: fd is open for writing; a 0-byte write reads nothing from the buffer.
+        repeat(n, || unsafe {
+            libc::write(fd, empty.as_ptr() as *const libc::c_void, 0)
+        })
+    });
+    let median = |m: &crate::harness::Measurement| Summary::of(&m.per_op_ns).map(|s| s.median);
+    Some((
+        median(&getppid)?,
+        median(&write0)?,
+        crate::platform::current_cpu()?,
+    ))
 }
 
 pub fn run(path: &Path, time: Duration, compare: bool) -> Res<SyscallsOutcome> {
@@ -132,9 +128,8 @@ pub fn run(path: &Path, time: Duration, compare: bool) -> Res<SyscallsOutcome> {
         }
         Ok(())
     })?;
-    let summary = |v: &[f64]| {
-        Summary::of(v).ok_or_else(|| super::IoError::Runtime("no trials completed".into()))
-    };
+    let summary =
+        |v: &[f64]| Summary::of(v).ok_or_else(|| super::Error::runtime("no trials completed"));
     Ok(SyscallsOutcome {
         file: path.to_path_buf(),
         read_rates: summary(&reads)?,

@@ -11,7 +11,6 @@ use crate::units::fmt_bytes;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 pub struct WriteOutcome {
     pub file: PathBuf,
@@ -69,13 +68,9 @@ fn write_all(file: &File, path: &Path, mut data: &[u8]) -> Res<()> {
     Ok(())
 }
 
-pub fn run(path: &Path, block_size: u64, count: u64, force: bool) -> Res<WriteOutcome> {
-    let block = check_block(block_size)?;
-    let total = block_size.checked_mul(count).ok_or_else(|| {
-        super::IoError::Usage(format!(
-            "{count} blocks of {block_size} bytes overflow a 64-bit byte count"
-        ))
-    })?;
+/// What is at `path` (refused unless --force; a folder never) and whether it is a regular
+/// file (or will be one); the free space is checked first for regular files.
+fn check_target(path: &Path, total: u64, force: bool) -> Res<(Option<std::fs::Metadata>, bool)> {
     let existing = match std::fs::symlink_metadata(path) {
         Ok(m) => Some(std::fs::metadata(path).unwrap_or(m)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -111,6 +106,17 @@ pub fn run(path: &Path, block_size: u64, count: u64, force: bool) -> Res<WriteOu
             }
         }
     }
+    Ok((existing, regular))
+}
+
+pub fn run(path: &Path, block_size: u64, count: u64, force: bool) -> Res<WriteOutcome> {
+    let block = check_block(block_size)?;
+    let total = block_size.checked_mul(count).ok_or_else(|| {
+        super::Error::usage(format!(
+            "{count} blocks of {block_size} bytes overflow a 64-bit byte count"
+        ))
+    })?;
+    let (existing, regular) = check_target(path, total, force)?;
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true);
     if existing.is_some() {
@@ -126,12 +132,12 @@ pub fn run(path: &Path, block_size: u64, count: u64, force: bool) -> Res<WriteOu
     let owned = regular;
     // Ctrl-C or SIGTERM while writing removes the partial file too.
     let partial = owned.then(|| crate::scratch::PartialFile::new(path));
-    let fail = |e: super::IoError| -> super::IoError {
+    let fail = |e: super::Error| -> super::Error {
         if owned && std::fs::remove_file(path).is_ok() {
             return match e {
-                super::IoError::Usage(s) => super::IoError::Usage(s),
-                super::IoError::Runtime(s) => {
-                    super::IoError::Runtime(format!("{s} (removed the partial file)"))
+                super::Error::Usage(s) => super::Error::Usage(s),
+                super::Error::Runtime(e) => {
+                    super::Error::runtime(format!("{e:#} (removed the partial file)"))
                 }
             };
         }
@@ -141,7 +147,7 @@ pub fn run(path: &Path, block_size: u64, count: u64, force: bool) -> Res<WriteOu
     let mut buf = vec![0u8; block];
     fill_random(&mut buf, 0x056d_6574_6572);
     let mut stamp = 0x1234_5678u64;
-    let t0 = Instant::now();
+    let span = super::Span::start();
     for _ in 0..count {
         // A fresh random stamp per block keeps blocks distinct without refilling them.
         let s = splitmix(&mut stamp).to_le_bytes();
@@ -149,18 +155,18 @@ pub fn run(path: &Path, block_size: u64, count: u64, force: bool) -> Res<WriteOu
         buf[..n].copy_from_slice(&s[..n]);
         write_all(&file, path, &buf).map_err(fail)?;
     }
-    let write_seconds = t0.elapsed().as_secs_f64();
-    let t1 = Instant::now();
+    let write_seconds = span.seconds();
+    let sync = super::Span::start();
     if regular {
         file.sync_all().map_err(|e| {
-            fail(super::IoError::Runtime(format!(
+            fail(super::Error::runtime(format!(
                 "{}: fsync failed: {}",
                 path.display(),
                 plain(&e)
             )))
         })?;
     }
-    let sync_seconds = t1.elapsed().as_secs_f64();
+    let sync_seconds = sync.seconds();
     if let Some(p) = partial {
         p.finish();
     }

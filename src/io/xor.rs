@@ -28,7 +28,6 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
@@ -231,11 +230,7 @@ fn parallel<S>(
             match h.join() {
                 Ok(Ok(x)) => acc ^= x,
                 Ok(Err(e)) => err = err.or(Some(e)),
-                Err(_) => {
-                    err = err.or(Some(super::IoError::Runtime(
-                        "a reader thread panicked".into(),
-                    )))
-                }
+                Err(_) => err = err.or(Some(super::Error::runtime("a reader thread panicked"))),
             }
         }
         match err {
@@ -281,7 +276,7 @@ fn xor_direct(file: &File, path: &Path, size: u64, block: usize, threads: usize)
         nblocks,
         || {
             AlignedBuf::new(block, DIRECT_ALIGN)
-                .map_err(|e| super::IoError::Runtime(format!("buffer: {e}")))
+                .map_err(|e| super::Error::runtime(format!("buffer: {e}")))
         },
         |buf, i| {
             let off = i * block as u64;
@@ -308,7 +303,7 @@ fn xor_streams(path: &Path, size: u64, block: usize, threads: usize) -> Res<u32>
         regions,
         || {
             AlignedBuf::new(block, DIRECT_ALIGN)
-                .map_err(|e| super::IoError::Runtime(format!("buffer: {e}")))
+                .map_err(|e| super::Error::runtime(format!("buffer: {e}")))
         },
         |buf, r| {
             let start = r * per;
@@ -441,19 +436,49 @@ fn uncached_method(load: f64, cpus: usize) -> Method {
     }
 }
 
-/// CPU time used by this process so far (all threads, user + system), in seconds.
-fn process_cpu_seconds() -> f64 {
-    // SAFETY: getrusage fills the zeroed struct it is given and reads nothing else.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; RUSAGE_SELF is always valid.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return f64::NAN;
+pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
+    let block_arg = check_args(cfg)?;
+    let path = cfg.file.as_path();
+    let mut notes = Vec::new();
+    let (file, _) = open_input(path, 0)?;
+    let eviction = if cfg.cold {
+        Some(evict_first(&file, path, &mut notes)?)
+    } else {
+        None
+    };
+    // The timed region starts before the cache-state probe and ends after unmapping:
+    // choosing the method and mapping the file are part of what a reader pays.
+    let span = super::Span::start();
+    let size = file.metadata().map_err(|e| os_err(path, "stat", e))?.len();
+    let state = cache_state(&file, size, &mut notes);
+    let plan = plan(cfg, &file, size, block_arg, &state, &mut notes)?;
+    let xor = plan.xor(path, size)?;
+    let (method, threads, block, uncached) = (plan.method, plan.threads, plan.block, plan.uncached);
+    drop(plan);
+    let (seconds, cpu_seconds) = (span.seconds(), span.cpu_seconds());
+    if !uncached {
+        notes.extend(cpu_share_note(size, seconds, cpu_seconds, threads));
     }
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    Ok(XorOutcome {
+        file: cfg.file.clone(),
+        xor,
+        bytes: size,
+        seconds,
+        method,
+        threads,
+        block,
+        resident_fraction: state.residency.as_ref().ok().copied(),
+        residency_unknown: state.residency.err(),
+        cached_probe: state.probe,
+        cpu_seconds,
+        simd: simd_name(),
+        eviction,
+        notes,
+    })
 }
 
-pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
+/// --threads and --block-size checked; the block size when given.
+fn check_args(cfg: &XorConfig) -> Res<Option<usize>> {
     if cfg.threads == Some(0) {
         return super::usage("--threads must be at least 1");
     }
@@ -462,34 +487,36 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
             return super::usage("--threads must be at most 1024");
         }
     }
-    let block_arg = match cfg.block_size {
-        Some(b) => Some(super::check_block(b)?),
-        None => None,
-    };
-    let path = cfg.file.as_path();
-    let mut notes = Vec::new();
-    let (file, _) = open_input(path, 0)?;
-    let mut eviction = None;
-    if cfg.cold {
-        let e = pagecache::evict(&file, false)
-            .map_err(|e| super::IoError::Runtime(format!("{}: eviction: {e:#}", path.display())))?;
-        if !e.verified() {
-            notes.push(format!("eviction not verified: {}", e.describe()));
-        }
-        eviction = Some(e);
-    }
+    cfg.block_size.map(super::check_block).transpose()
+}
 
-    let t0 = Instant::now();
-    let size = file.metadata().map_err(|e| os_err(path, "stat", e))?.len();
-    let cpu0 = process_cpu_seconds();
-    let residency = pagecache::sampled_residency(&file, size);
+/// --cold: evicts the file (not timed); an unverified eviction becomes a note.
+fn evict_first(file: &File, path: &Path, notes: &mut Vec<String>) -> Res<pagecache::Eviction> {
+    let e = pagecache::evict(file, false)
+        .map_err(|e| super::Error::runtime(format!("{}: eviction: {e:#}", path.display())))?;
+    if !e.verified() {
+        notes.push(format!("eviction not verified: {}", e.describe()));
+    }
+    Ok(e)
+}
+
+/// The file's cache state at start: mincore's fraction, else non-blocking read probes.
+struct CacheState {
+    residency: Result<f64, String>,
+    probe: Option<f64>,
+    /// What the method is chosen from (unknown counts as uncached).
+    estimate: f64,
+}
+
+fn cache_state(file: &File, size: u64, notes: &mut Vec<String>) -> CacheState {
+    let residency = pagecache::sampled_residency(file, size);
     // Where mincore cannot be believed, ask the page cache with non-blocking reads;
     // where those are not supported either, assume uncached (streams are the method
     // that does tolerably in both states).
-    let cached_probe = match &residency {
+    let probe = match &residency {
         Ok(_) => None,
         Err(why) => {
-            let p = probe_cached(&file, size);
+            let p = probe_cached(file, size);
             notes.push(match p {
                 Some(f) => format!(
                     "cache state from non-blocking reads ({:.0}% of probes cached): {why}",
@@ -500,15 +527,36 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
             p
         }
     };
-    let cached_estimate = residency
-        .as_ref()
-        .ok()
-        .copied()
-        .or(cached_probe)
-        .unwrap_or(0.0);
+    let estimate = residency.as_ref().ok().copied().or(probe).unwrap_or(0.0);
+    CacheState {
+        residency,
+        probe,
+        estimate,
+    }
+}
+
+/// How the file will be read: method, request size, threads, and what they read from.
+struct Plan {
+    method: Method,
+    block: usize,
+    threads: usize,
+    uncached: bool,
+    mapping: Option<Mapping>,
+    direct_file: Option<File>,
+}
+
+fn plan(
+    cfg: &XorConfig,
+    file: &File,
+    size: u64,
+    block_arg: Option<usize>,
+    state: &CacheState,
+    notes: &mut Vec<String>,
+) -> Res<Plan> {
+    let path = cfg.file.as_path();
     let cpus = crate::platform::allowed_cpus().len().max(1);
     let mut method = match cfg.method {
-        Method::Auto if cached_estimate >= CACHED_FRACTION => Method::Mmap,
+        Method::Auto if state.estimate >= CACHED_FRACTION => Method::Mmap,
         Method::Auto => {
             // Runnable and uninterruptible tasks; unknown counts as idle.
             let load = crate::platform::load_average().unwrap_or(0.0);
@@ -524,9 +572,9 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
         m => m,
     };
     let len = usize::try_from(size)
-        .map_err(|_| super::IoError::Runtime("file larger than the address space".into()))?;
+        .map_err(|_| super::Error::runtime("file larger than the address space"))?;
     let mapping = if method == Method::Mmap && size > 0 {
-        Some(Mapping::new(&file, path, len)?)
+        Some(Mapping::new(file, path, len)?)
     } else {
         None
     };
@@ -547,7 +595,7 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
             }
         }
     }
-    let uncached = cached_estimate < CACHED_FRACTION;
+    let uncached = state.estimate < CACHED_FRACTION;
     let block = block_arg.unwrap_or(match method {
         Method::Mmap => MMAP_CHUNK,
         Method::Direct => DIRECT_BLOCK,
@@ -561,52 +609,47 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
     };
     let nblocks = size.div_ceil(block as u64).max(1);
     let threads = (cfg.threads.unwrap_or(default_threads) as u64).min(nblocks) as usize;
+    Ok(Plan {
+        method,
+        block,
+        threads,
+        uncached,
+        mapping,
+        direct_file,
+    })
+}
 
-    let xor = if size == 0 {
-        0
-    } else {
-        match method {
-            Method::Mmap => match &mapping {
-                Some(m) => xor_mapped(m, block, threads)?,
-                None => 0,
-            },
-            Method::Direct => match &direct_file {
-                Some(f) => xor_direct(f, path, size, block, threads)?,
-                None => xor_streams(path, size, block, threads)?,
-            },
-            _ => xor_streams(path, size, block, threads)?,
+impl Plan {
+    fn xor(&self, path: &Path, size: u64) -> Res<u32> {
+        if size == 0 {
+            return Ok(0);
         }
-    };
-    drop(mapping);
-    drop(direct_file);
-    let seconds = t0.elapsed().as_secs_f64();
-    let cpu_seconds = process_cpu_seconds() - cpu0;
-    // Premise of a cached run: its threads had the CPUs. On a busy machine they wait
-    // for them, and the throughput measures the CPU share, not the memory system.
+        let (block, threads) = (self.block, self.threads);
+        match self.method {
+            Method::Mmap => match &self.mapping {
+                Some(m) => xor_mapped(m, block, threads),
+                None => Ok(0),
+            },
+            Method::Direct => match &self.direct_file {
+                Some(f) => xor_direct(f, path, size, block, threads),
+                None => xor_streams(path, size, block, threads),
+            },
+            _ => xor_streams(path, size, block, threads),
+        }
+    }
+}
+
+/// Premise of a cached run: its threads had the CPUs. On a busy machine they wait for
+/// them, and the throughput measures the CPU share, not the memory system.
+fn cpu_share_note(size: u64, seconds: f64, cpu_seconds: f64, threads: usize) -> Option<String> {
     let cpu_share = cpu_seconds / (seconds * threads as f64);
-    if !uncached && threads > 0 && cpu_share < MIN_CPU_SHARE {
-        notes.push(format!(
+    (threads > 0 && cpu_share < MIN_CPU_SHARE).then(|| {
+        format!(
             "the {threads} thread(s) ran only {:.0}% of the time (other work held the CPUs): \
              this throughput is bounded by CPU share, {} per CPU-second",
             cpu_share * 100.0,
             crate::units::fmt_bandwidth(rate(size, cpu_seconds))
-        ));
-    }
-    Ok(XorOutcome {
-        file: cfg.file.clone(),
-        xor,
-        bytes: size,
-        seconds,
-        method,
-        threads,
-        block,
-        resident_fraction: residency.as_ref().ok().copied(),
-        residency_unknown: residency.err(),
-        cached_probe,
-        cpu_seconds,
-        simd: simd_name(),
-        eviction,
-        notes,
+        )
     })
 }
 
@@ -716,5 +759,13 @@ mod tests {
     fn known_value() {
         assert_eq!(xor_reference(&[1, 2, 3, 4, 5]), 0x0403_0204);
         assert_eq!(xor_words(&[]), 0);
+    }
+
+    #[test]
+    fn cpu_share_premise_can_fail() {
+        // Two threads for 1 s had 2 CPU-seconds: no note; 0.5 CPU-seconds: a note.
+        assert_eq!(cpu_share_note(1 << 30, 1.0, 1.9, 2), None);
+        let n = cpu_share_note(1 << 30, 1.0, 0.5, 2).expect("a starved run says so");
+        assert!(n.contains("25%"), "{n}");
     }
 }

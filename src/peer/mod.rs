@@ -54,10 +54,7 @@ fn parse_bind(bind: &str, port: u16) -> Result<SocketAddr, String> {
 
 /// Runs `osmeter serve` until killed; exit code 2 on bad options, 1 when it cannot listen.
 pub fn serve_main(a: ServeArgs) -> ExitCode {
-    let usage = |m: String| {
-        eprintln!("osmeter: error: {m}");
-        ExitCode::from(2)
-    };
+    let usage = |m: String| crate::error::Error::usage(m).report();
     let bind = match parse_bind(&a.bind, a.port) {
         Ok(b) => b,
         Err(m) => return usage(m),
@@ -103,16 +100,12 @@ pub fn serve_main(a: ServeArgs) -> ExitCode {
     let srv = match server::Server::bind(cfg) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("osmeter: error: cannot listen on {bind}: {e}");
-            return ExitCode::from(1);
+            return crate::error::Error::runtime(format!("cannot listen on {bind}: {e}")).report()
         }
     };
     let addr = match srv.local_addr() {
         Ok(a) => a,
-        Err(e) => {
-            eprintln!("osmeter: error: {e}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return crate::error::Error::runtime(e).report(),
     };
     // The parent reads this line to learn the port.
     println!("osmeter serve listening on {addr}");

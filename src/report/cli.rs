@@ -6,14 +6,13 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
+// The exit code and the line come from crate::error, the binary's one mapping.
 fn usage_error(msg: &str) -> ExitCode {
-    eprintln!("osmeter: error: {msg}");
-    ExitCode::from(2)
+    crate::error::Error::usage(msg).report()
 }
 
 fn runtime_error(msg: &str) -> ExitCode {
-    eprintln!("osmeter: error: {msg}");
-    ExitCode::from(1)
+    crate::error::Error::runtime(msg).report()
 }
 
 /// `osmeter report RESULTS [--out DIR]`.

@@ -38,6 +38,10 @@ pub struct Plot {
     pub x_markers: Vec<Marker>,
     /// Horizontal lines at y values (a theoretical peak).
     pub y_markers: Vec<Marker>,
+    /// Min-max bars of lines (repeated measurements).
+    pub bars: Vec<Bars>,
+    /// Short notes under the legend.
+    pub notes: Vec<String>,
 }
 
 const W: f64 = 760.0;
@@ -248,50 +252,40 @@ fn range(values: impl Iterator<Item = f64>, log: bool, zero_based: bool) -> Opti
     Some((lo, hi + pad))
 }
 
+/// Min-max bars of one line, drawn in its colour: (x, low, high).
+#[derive(Debug, Clone, Default)]
+pub struct Bars {
+    /// Index of the line in `Plot::lines`.
+    pub line: usize,
+    pub points: Vec<(f64, f64, f64)>,
+}
+
+/// Where everything goes: the axes, the plot area's right edge and the axis units.
+struct Frame {
+    xa: Axis,
+    ya: Axis,
+    right_edge: f64,
+    legend: bool,
+    xdiv: f64,
+    xname: String,
+    ydiv: f64,
+    yname: String,
+}
+
 impl Plot {
     /// True when there is anything to draw.
     pub fn has_data(&self) -> bool {
-        self.lines.iter().any(|l| {
-            l.points.iter().any(|(x, y)| {
-                x.is_finite()
-                    && y.is_finite()
-                    && (!self.log_x || *x > 0.0)
-                    && (!self.log_y || *y > 0.0)
-            })
-        })
+        self.lines
+            .iter()
+            .any(|l| l.points.iter().any(|(x, y)| self.drawable(*x, *y)))
+    }
+
+    fn drawable(&self, x: f64, y: f64) -> bool {
+        x.is_finite() && y.is_finite() && (!self.log_x || x > 0.0) && (!self.log_y || y > 0.0)
     }
 
     pub fn to_svg(&self) -> String {
-        let legend = self.lines.len() > 1;
-        let right_edge = if legend { W - 200.0 } else { W - 24.0 };
-        let xs = self
-            .lines
-            .iter()
-            .flat_map(|l| l.points.iter().map(|p| p.0))
-            .chain(self.x_markers.iter().map(|m| m.at));
-        let ys = self
-            .lines
-            .iter()
-            .flat_map(|l| l.points.iter().map(|p| p.1))
-            .chain(self.y_markers.iter().map(|m| m.at));
-        let (xlo, xhi) = range(xs, self.log_x, false).unwrap_or((1.0, 10.0));
-        let (ylo, yhi) = range(ys, self.log_y, true).unwrap_or((1.0, 10.0));
-        let xa = Axis {
-            lo: xlo,
-            hi: xhi,
-            log: self.log_x,
-            p0: LEFT,
-            p1: right_edge,
-        };
-        let ya = Axis {
-            lo: ylo,
-            hi: yhi,
-            log: self.log_y,
-            p0: H - BOTTOM,
-            p1: TOP,
-        };
-        let (xdiv, xname) = display_unit(&self.x_unit, xhi.abs().max(xlo.abs()));
-        let (ydiv, yname) = display_unit(&self.y_unit, yhi.abs().max(ylo.abs()));
+        let f = self.frame();
         let mut s = String::new();
         let _ = write!(
             s,
@@ -304,7 +298,67 @@ impl Plot {
             LEFT,
             esc(&self.title)
         );
-        // Grid and ticks.
+        self.draw_grid(&mut s, &f);
+        self.draw_frame_and_titles(&mut s, &f);
+        self.draw_markers(&mut s, &f);
+        self.draw_bars(&mut s, &f);
+        self.draw_lines(&mut s, &f);
+        self.draw_notes(&mut s, &f);
+        s.push_str("</svg>");
+        s
+    }
+
+    /// Axes over the data, the markers and the bars; room on the right for a legend.
+    fn frame(&self) -> Frame {
+        let legend = self.lines.len() > 1 || !self.notes.is_empty();
+        let right_edge = if legend { W - 200.0 } else { W - 24.0 };
+        let xs = self
+            .lines
+            .iter()
+            .flat_map(|l| l.points.iter().map(|p| p.0))
+            .chain(self.x_markers.iter().map(|m| m.at));
+        let ys = self
+            .lines
+            .iter()
+            .flat_map(|l| l.points.iter().map(|p| p.1))
+            .chain(self.y_markers.iter().map(|m| m.at))
+            .chain(
+                self.bars
+                    .iter()
+                    .flat_map(|b| b.points.iter().flat_map(|p| [p.1, p.2])),
+            );
+        let (xlo, xhi) = range(xs, self.log_x, false).unwrap_or((1.0, 10.0));
+        let (ylo, yhi) = range(ys, self.log_y, true).unwrap_or((1.0, 10.0));
+        let (xdiv, xname) = display_unit(&self.x_unit, xhi.abs().max(xlo.abs()));
+        let (ydiv, yname) = display_unit(&self.y_unit, yhi.abs().max(ylo.abs()));
+        Frame {
+            xa: Axis {
+                lo: xlo,
+                hi: xhi,
+                log: self.log_x,
+                p0: LEFT,
+                p1: right_edge,
+            },
+            ya: Axis {
+                lo: ylo,
+                hi: yhi,
+                log: self.log_y,
+                p0: H - BOTTOM,
+                p1: TOP,
+            },
+            right_edge,
+            legend,
+            xdiv,
+            xname,
+            ydiv,
+            yname,
+        }
+    }
+
+    /// Grid lines with their tick labels.
+    fn draw_grid(&self, s: &mut String, f: &Frame) {
+        let (xlo, xhi, ylo, yhi) = (f.xa.lo, f.xa.hi, f.ya.lo, f.ya.hi);
+        let right_edge = f.right_edge;
         let whole = self
             .lines
             .iter()
@@ -316,11 +370,11 @@ impl Plot {
             linear_ticks(xlo, xhi, whole)
         };
         for t in &xt {
-            let px = xa.map(*t);
+            let px = f.xa.map(*t);
             let label = if self.log_x {
                 log_tick_label(*t, &self.x_unit)
             } else {
-                trim_num(t / xdiv)
+                trim_num(t / f.xdiv)
             };
             let _ = write!(
                 s,
@@ -336,11 +390,11 @@ impl Plot {
             linear_ticks(ylo, yhi, false)
         };
         for t in &yt {
-            let py = ya.map(*t);
+            let py = f.ya.map(*t);
             let label = if self.log_y {
                 log_tick_label(*t, &self.y_unit)
             } else {
-                trim_num(t / ydiv)
+                trim_num(t / f.ydiv)
             };
             let _ = write!(
                 s,
@@ -350,7 +404,11 @@ impl Plot {
                 esc(&label)
             );
         }
-        // Frame and axis titles.
+    }
+
+    /// The plot area's frame and the two axis titles.
+    fn draw_frame_and_titles(&self, s: &mut String, f: &Frame) {
+        let right_edge = f.right_edge;
         let _ = write!(
             s,
             r##"<rect x="{LEFT}" y="{TOP}" width="{:.1}" height="{:.1}" fill="none" stroke="#555"/>"##,
@@ -360,18 +418,18 @@ impl Plot {
         let xunit_txt = if self.log_x && matches!(self.x_unit.as_str(), "bytes" | "ns") {
             format!("{}, log scale", self.x_unit_human())
         } else if self.log_x {
-            format!("{xname}, log scale")
+            format!("{}, log scale", f.xname)
         } else {
-            xname.clone()
+            f.xname.clone()
         };
         let yunit_txt = if self.log_y
             && matches!(self.y_unit.as_str(), "bytes" | "ns" | "bytes/s" | "bits/s")
         {
             "log scale".to_string()
         } else if self.log_y {
-            format!("{yname}, log scale")
+            format!("{}, log scale", f.yname)
         } else {
-            yname.clone()
+            f.yname.clone()
         };
         let _ = write!(
             s,
@@ -386,12 +444,16 @@ impl Plot {
             (TOP + H - BOTTOM) / 2.0,
             esc(&axis_title(&self.y_label, &yunit_txt))
         );
-        // Markers.
+    }
+
+    /// Dashed vertical and horizontal markers with their labels.
+    fn draw_markers(&self, s: &mut String, f: &Frame) {
+        let right_edge = f.right_edge;
         for (i, m) in self.x_markers.iter().enumerate() {
             if !(m.at.is_finite() && (!self.log_x || m.at > 0.0)) {
                 continue;
             }
-            let px = xa.map(m.at);
+            let px = f.xa.map(m.at);
             let ty = TOP + 14.0 + 14.0 * (i % 3) as f64;
             // Near the right edge the label goes on the left of its line.
             let (tx, anchor) = if px > right_edge - 100.0 {
@@ -410,7 +472,7 @@ impl Plot {
             if !(m.at.is_finite() && (!self.log_y || m.at > 0.0)) {
                 continue;
             }
-            let py = ya.map(m.at);
+            let py = f.ya.map(m.at);
             let _ = write!(
                 s,
                 r##"<line x1="{LEFT}" y1="{py:.1}" x2="{right_edge}" y2="{py:.1}" stroke="#888" stroke-dasharray="4 3"/><text x="{:.1}" y="{:.1}" fill="#555" font-size="11" text-anchor="end">{}</text>"##,
@@ -419,24 +481,41 @@ impl Plot {
                 esc(&m.label)
             );
         }
-        // Lines.
+    }
+
+    /// Vertical min-max bars in their line's colour.
+    fn draw_bars(&self, s: &mut String, f: &Frame) {
+        for b in &self.bars {
+            let color = PALETTE[b.line % PALETTE.len()];
+            for &(x, lo, hi) in &b.points {
+                if !(self.drawable(x, lo) && self.drawable(x, hi)) {
+                    continue;
+                }
+                let px = f.xa.map(x);
+                let _ = write!(
+                    s,
+                    r#"<line x1="{px:.1}" y1="{:.1}" x2="{px:.1}" y2="{:.1}" stroke="{color}" stroke-width="1.2"/>"#,
+                    f.ya.map(lo),
+                    f.ya.map(hi)
+                );
+            }
+        }
+    }
+
+    /// Each line (dots where they can be told apart) and its legend entry.
+    fn draw_lines(&self, s: &mut String, f: &Frame) {
         for (i, l) in self.lines.iter().enumerate() {
             let color = PALETTE[i % PALETTE.len()];
             let mut pts: Vec<(f64, f64)> = l
                 .points
                 .iter()
                 .copied()
-                .filter(|(x, y)| {
-                    x.is_finite()
-                        && y.is_finite()
-                        && (!self.log_x || *x > 0.0)
-                        && (!self.log_y || *y > 0.0)
-                })
+                .filter(|(x, y)| self.drawable(*x, *y))
                 .collect();
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             let path: Vec<String> = pts
                 .iter()
-                .map(|(x, y)| format!("{:.1},{:.1}", xa.map(*x), ya.map(*y)))
+                .map(|(x, y)| format!("{:.1},{:.1}", f.xa.map(*x), f.ya.map(*y)))
                 .collect();
             let dash = if l.dashed {
                 r#" stroke-dasharray="7 4""#
@@ -457,9 +536,9 @@ impl Plot {
                     let _ = write!(s, r#"<circle cx="{x}" cy="{y}" r="2.6" fill="{color}"/>"#);
                 }
             }
-            if legend {
+            if f.legend {
                 let ly = TOP + 8.0 + 18.0 * i as f64;
-                let lx = right_edge + 12.0;
+                let lx = f.right_edge + 12.0;
                 let _ = write!(
                     s,
                     r##"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="2.5"{dash}/><text x="{:.1}" y="{:.1}" fill="#000">{}</text>"##,
@@ -470,8 +549,20 @@ impl Plot {
                 );
             }
         }
-        s.push_str("</svg>");
-        s
+    }
+
+    /// Small notes under the legend ("bars: min-max of 3").
+    fn draw_notes(&self, s: &mut String, f: &Frame) {
+        let below = TOP + 8.0 + 18.0 * self.lines.len() as f64 + 8.0;
+        for (i, n) in self.notes.iter().enumerate() {
+            let _ = write!(
+                s,
+                r##"<text x="{:.1}" y="{:.1}" fill="#555" font-size="10">{}</text>"##,
+                f.right_edge + 12.0,
+                below + 14.0 * i as f64,
+                esc(&shorten(n, 34))
+            );
+        }
     }
 
     fn x_unit_human(&self) -> String {
@@ -577,5 +668,45 @@ mod tests {
             ..Default::default()
         };
         assert!(!one.to_svg().contains("NaN"));
+    }
+
+    #[test]
+    fn bars_widen_the_axis_and_notes_get_a_legend_column() {
+        let p = Plot {
+            log_x: true,
+            log_y: true,
+            x_unit: "bytes".into(),
+            y_unit: "bytes/s".into(),
+            lines: vec![Line {
+                name: "warm".into(),
+                points: vec![(512.0, 1e8), (4096.0, 1e9)],
+                dashed: false,
+            }],
+            bars: vec![Bars {
+                line: 0,
+                points: vec![(512.0, 5e7, 2e8), (4096.0, 9e8, 1.1e9), (0.0, 1.0, 2.0)],
+            }],
+            notes: vec!["median of 3, bars min-max".into()],
+            ..Default::default()
+        };
+        let f = p.frame();
+        assert!(f.ya.lo < 5e7 && f.ya.hi > 1.1e9, "{} {}", f.ya.lo, f.ya.hi);
+        assert!(
+            f.legend,
+            "a note needs the legend column even with one line"
+        );
+        let s = p.to_svg();
+        // Two drawable bars in the line's colour; the one at x = 0 on a log axis is dropped.
+        assert_eq!(s.matches(r#"stroke-width="1.2""#).count(), 2);
+        assert!(s.contains("median of 3, bars min-max"));
+        let plain = Plot {
+            bars: vec![],
+            notes: vec![],
+            ..p.clone()
+        };
+        assert!(
+            !plain.frame().legend,
+            "one line and no notes: no legend column"
+        );
     }
 }
