@@ -99,6 +99,32 @@ pub(crate) fn scratch_check(s: &Scratch) -> Check {
     )
 }
 
+/// How many times a repeated check passed, and the last failure's detail.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    pub passed: usize,
+    pub total: usize,
+    pub last_failure: String,
+}
+
+impl Tally {
+    pub fn add(&mut self, c: &Check) {
+        self.record(c.passed, || c.detail.clone());
+    }
+    /// Counts one outcome; `detail` is only built for a failure.
+    pub fn record(&mut self, passed: bool, detail: impl FnOnce() -> String) {
+        self.total += 1;
+        if passed {
+            self.passed += 1;
+        } else {
+            self.last_failure = detail();
+        }
+    }
+    pub fn all(&self) -> bool {
+        self.passed == self.total
+    }
+}
+
 /// Small deterministic generator (xorshift64*) for block orders and file contents.
 pub(crate) struct Rng(u64);
 
