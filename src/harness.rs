@@ -1,10 +1,22 @@
-//! The shared measurement loop: warm-up, iteration calibration with a hard time bound,
-//! trials within a budget, and subtraction of the clock's and the loop's own cost.
+//! The one timing path (docs/ARCHITECTURE.md, "One timing path"): every experiment
+//! times through these modes, never reading a clock itself.
+//!
+//! - `measure` / `measure_raw`: warm-up, iteration calibration with a hard time bound,
+//!   trials within a budget, clock and loop cost subtracted.
+//! - `measure_trials`: the same loop over trials the caller times (threads released together).
+//! - `sample` / `try_sample` / `try_sample_with` (and `sample_each`): per-operation samples
+//!   for distributions, with a minimum count, a budget and preemption handling.
+//! - `cpu_time_trials`: the thread's CPU time per operation over wall-time trials.
+//! - `stopwatch`, `deadline`, `warm_up`: spans, time bounds and untimed warm-up on the
+//!   same clock.
+//!
+//! Preempted trials and samples are set aside, repeated and noted the same way in every
+//! mode (`preemption_note`).
 //!
 //! All timing, including the time bounds, goes through a `Clock`, so a `MockClock` makes
 //! the whole harness deterministic in tests.
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Deadline, Stopwatch};
 use std::time::Duration;
 
 /// How long and how often to measure.
@@ -77,6 +89,8 @@ pub struct Harness<'a> {
     cfg: HarnessConfig,
     /// Ticks one empty iteration of `repeat` costs; subtracted per iteration.
     loop_ticks: f64,
+    /// Involuntary switches of this thread so far (`thread_preemptions`; a stand-in in tests).
+    preemptions: fn() -> u64,
 }
 
 /// The canonical measured loop: `op` runs `iters` times and its result cannot be discarded.
@@ -166,7 +180,14 @@ impl<'a> Harness<'a> {
             clock,
             cfg,
             loop_ticks,
+            preemptions: thread_preemptions,
         }
+    }
+
+    /// Counts preemptions with `f` instead of getrusage (tests drive preemption with it).
+    pub fn with_preemption_counter(mut self, f: fn() -> u64) -> Self {
+        self.preemptions = f;
+        self
     }
 
     pub fn config(&self) -> &HarnessConfig {
@@ -189,14 +210,14 @@ impl<'a> Harness<'a> {
     /// One trial of `body`: its ticks, and whether it ran undisturbed.
     fn time_body(&self, body: &mut dyn FnMut(u64), iters: u64) -> (u64, bool) {
         let c0 = if self.cfg.detect_preemption {
-            thread_preemptions()
+            (self.preemptions)()
         } else {
             0
         };
         let t0 = self.clock.start();
         body(iters);
         let t1 = self.clock.stop();
-        let quiet = !self.cfg.detect_preemption || thread_preemptions() == c0;
+        let quiet = !self.cfg.detect_preemption || (self.preemptions)() == c0;
         (t1.wrapping_sub(t0), quiet)
     }
 
@@ -287,7 +308,7 @@ impl<'a> Harness<'a> {
         let mut raw = Vec::with_capacity(self.cfg.trials);
         // Preempted trials are set aside and repeated; they are used only when too few
         // undisturbed ones fit in the budget, and a note says so.
-        let mut disturbed = Vec::new();
+        let mut disturbed: Vec<u64> = Vec::new();
         while raw.len() < self.cfg.trials {
             let have = raw.len() + disturbed.len();
             let over_budget = elapsed() > budget;
@@ -320,19 +341,13 @@ impl<'a> Harness<'a> {
         }
         let preempted = disturbed.len();
         let undisturbed = raw.len();
-        if preempted > 0 {
-            notes.push(preemption_note(preempted, raw.len()));
-        }
-        let min_kept = self.cfg.min_trials.max(1);
-        if raw.len() < min_kept && !disturbed.is_empty() {
-            let add = (min_kept - raw.len()).min(disturbed.len());
-            disturbed.sort_unstable();
-            raw.extend_from_slice(&disturbed[..add]);
-            notes.push(format!(
-                "only {} undisturbed trials fitted in the budget: {add} preempted trials (the fastest) are included, so the figure may be inflated",
-                raw.len() - add
-            ));
-        }
+        keep_undisturbed(
+            &mut raw,
+            disturbed,
+            self.cfg.min_trials.max(1),
+            "trials",
+            &mut notes,
+        );
 
         let overhead = self.clock.overhead_ticks();
         let loop_ticks = if subtract_loop { self.loop_ticks } else { 0.0 };
@@ -358,32 +373,255 @@ impl<'a> Harness<'a> {
 
     /// Times each of up to `max_n` single operations separately (for distributions such
     /// as connection setup), within the budget. Returns ns per operation, clock overhead
-    /// subtracted.
-    pub fn sample_each(&self, max_n: usize, mut op: impl FnMut()) -> Vec<f64> {
-        let began = self.clock.start();
-        let budget = self.ticks(self.cfg.budget);
-        let overhead = self.clock.overhead_ticks();
-        let mut out = Vec::with_capacity(max_n.min(1 << 20));
-        while out.len() < max_n {
-            let t0 = self.clock.start();
+    /// subtracted. `sample` is the same with a minimum count and preemption handling.
+    pub fn sample_each(&self, max_n: usize, op: impl FnMut()) -> Vec<f64> {
+        self.sample(&SampleSpec::new(max_n, self.cfg.budget), op).ns
+    }
+
+    /// Per-operation samples of `op` as `spec` says (see `SampleSpec`).
+    pub fn sample(&self, spec: &SampleSpec, mut op: impl FnMut()) -> Samples {
+        let r: Result<Samples, std::convert::Infallible> = self.try_sample(spec, || {
             op();
-            let t1 = self.clock.stop();
-            out.push(
-                self.clock
-                    .ticks_to_ns((t1.wrapping_sub(t0) as f64 - overhead).max(0.0)),
-            );
-            if self.clock.stop().wrapping_sub(began) as f64 > budget {
+            Ok(())
+        });
+        match r {
+            Ok(s) => s,
+            Err(never) => match never {},
+        }
+    }
+
+    /// As `sample`, stopping at the first error `op` returns.
+    pub fn try_sample<E>(
+        &self,
+        spec: &SampleSpec,
+        mut op: impl FnMut() -> Result<(), E>,
+    ) -> Result<Samples, E> {
+        self.try_sample_with(spec, || Ok(()), |_: &mut ()| op(), |_, _| {})
+    }
+
+    /// Per-operation samples with untimed steps around each one: `before` prepares the
+    /// sample (a fresh buffer, the next page, a counter reading) and hands it to `timed`,
+    /// the only part inside the clock reads; `after` gets it back with whether the sample
+    /// ran undisturbed (false: preempted, set aside and taken again).
+    ///
+    /// Sampling stops at `max_n` kept samples; past the budget once `min_n` samples exist
+    /// (preempted ones included); and at twice the budget in any case, with a note. When
+    /// fewer than `min_n` undisturbed samples were kept, the fastest preempted ones fill
+    /// up to `min_n` and a note says so, as trials do in `measure`.
+    pub fn try_sample_with<T, E>(
+        &self,
+        spec: &SampleSpec,
+        mut before: impl FnMut() -> Result<T, E>,
+        mut timed: impl FnMut(&mut T) -> Result<(), E>,
+        mut after: impl FnMut(T, bool),
+    ) -> Result<Samples, E> {
+        let clock = self.clock;
+        let began = clock.now();
+        let elapsed = || clock.now().saturating_sub(began) as f64;
+        let budget = self.ticks(spec.budget);
+        let min_n = spec.min_n.min(spec.max_n);
+        let mut notes = Vec::new();
+        let mut raw: Vec<u64> = Vec::with_capacity(spec.max_n.min(1 << 20));
+        let mut disturbed: Vec<u64> = Vec::new();
+        while raw.len() < spec.max_n {
+            let have = raw.len() + disturbed.len();
+            let el = elapsed();
+            if el > budget && have >= min_n {
                 break;
             }
+            if el > 2.0 * budget && have > 0 {
+                notes.push(format!(
+                    "sampling stopped at twice the {} ms budget with {have} of the {min_n} samples wanted",
+                    spec.budget.as_millis(),
+                ));
+                break;
+            }
+            let mut item = before()?;
+            let c0 = if spec.detect_preemption {
+                (self.preemptions)()
+            } else {
+                0
+            };
+            let t0 = clock.start();
+            let r = timed(&mut item);
+            let t1 = clock.stop();
+            let quiet = !spec.detect_preemption || (self.preemptions)() == c0;
+            r?;
+            after(item, quiet);
+            if quiet {
+                raw.push(t1.wrapping_sub(t0));
+            } else {
+                disturbed.push(t1.wrapping_sub(t0));
+            }
         }
-        out
+        let preempted = disturbed.len();
+        let undisturbed = raw.len();
+        keep_undisturbed(&mut raw, disturbed, min_n, "samples", &mut notes);
+        let overhead = clock.overhead_ticks();
+        let ns = raw
+            .iter()
+            .map(|&t| clock.ticks_to_ns((t as f64 - overhead).max(0.0)))
+            .collect();
+        Ok(Samples {
+            ns,
+            preempted,
+            undisturbed,
+            notes,
+        })
+    }
+
+    /// A span timed on the run's clock (whole reads, fills, streams, start times).
+    pub fn stopwatch(&self) -> Stopwatch<'a> {
+        Stopwatch::start(self.clock)
+    }
+
+    /// A deadline `d` from now on the run's clock.
+    pub fn deadline(&self, d: Duration) -> Deadline<'a> {
+        Deadline::after(self.clock, d)
+    }
+
+    /// Runs `op` up to `rounds` times, untimed, stopping early once `limit` has passed
+    /// (start-up costs of a partner, cold caches). Returns the rounds run.
+    pub fn warm_up<E>(
+        &self,
+        rounds: usize,
+        limit: Duration,
+        mut op: impl FnMut() -> Result<(), E>,
+    ) -> Result<usize, E> {
+        let until = self.deadline(limit);
+        let mut done = 0;
+        while done < rounds && !until.passed() {
+            op()?;
+            done += 1;
+        }
+        Ok(done)
+    }
+
+    /// CPU-time trials: `trials` times, `op` runs in batches of `batch` until `per_trial`
+    /// of wall time has passed; each trial yields the calling thread's CPU time per
+    /// operation in ns. CPU time, not wall time: time the thread spent preempted is
+    /// nobody's cost (for throughput of calls on a busy machine, as `io syscalls` does).
+    pub fn cpu_time_trials<E>(
+        &self,
+        trials: usize,
+        per_trial: Duration,
+        batch: u64,
+        op: impl FnMut() -> Result<(), E>,
+    ) -> Result<Vec<f64>, E> {
+        self.cpu_time_trials_with(crate::platform::thread_cpu_ns, trials, per_trial, batch, op)
+    }
+
+    /// `cpu_time_trials` with the CPU-time source given (ns), for tests.
+    pub fn cpu_time_trials_with<E>(
+        &self,
+        mut cpu_ns: impl FnMut() -> u64,
+        trials: usize,
+        per_trial: Duration,
+        batch: u64,
+        mut op: impl FnMut() -> Result<(), E>,
+    ) -> Result<Vec<f64>, E> {
+        let batch = batch.max(1);
+        let mut out = Vec::with_capacity(trials);
+        for _ in 0..trials {
+            let until = self.deadline(per_trial);
+            let c0 = cpu_ns();
+            let mut ops = 0u64;
+            loop {
+                for _ in 0..batch {
+                    op()?;
+                }
+                ops += batch;
+                if until.passed() {
+                    break;
+                }
+            }
+            let cpu = cpu_ns().saturating_sub(c0) as f64;
+            out.push(cpu.max(1.0) / ops as f64);
+        }
+        Ok(out)
+    }
+}
+
+/// How `Harness::sample` takes per-operation samples.
+#[derive(Debug, Clone)]
+pub struct SampleSpec {
+    /// Samples honoured past the budget, up to twice the budget.
+    pub min_n: usize,
+    /// Never more than this many kept samples.
+    pub max_n: usize,
+    /// Wall time for the sampling.
+    pub budget: Duration,
+    /// Set aside and retake samples during which the thread was preempted (involuntary
+    /// context switch). Only for operations that do not block or wake another task on
+    /// purpose.
+    pub detect_preemption: bool,
+}
+
+impl SampleSpec {
+    /// Up to `max_n` samples within `budget`, at least one, preemption not checked.
+    pub fn new(max_n: usize, budget: Duration) -> Self {
+        SampleSpec {
+            min_n: 1,
+            max_n,
+            budget,
+            detect_preemption: false,
+        }
+    }
+    pub fn min_n(mut self, n: usize) -> Self {
+        self.min_n = n;
+        self
+    }
+    pub fn detect_preemption(mut self, on: bool) -> Self {
+        self.detect_preemption = on;
+        self
+    }
+}
+
+/// Per-operation samples, clock overhead subtracted.
+#[derive(Debug, Clone, Default)]
+pub struct Samples {
+    /// ns per sample, in the order taken (undisturbed ones, then any preempted fill-ins).
+    pub ns: Vec<f64>,
+    /// Samples set aside and retaken because the thread was preempted.
+    pub preempted: usize,
+    /// Undisturbed samples kept.
+    pub undisturbed: usize,
+    /// What went short or was set aside, in the words `measure` uses.
+    pub notes: Vec<String>,
+}
+
+/// Notes preempted trials or samples and, when fewer than `min_kept` undisturbed ones
+/// exist, adds the fastest preempted ones (with a note that the figure may be inflated).
+fn keep_undisturbed(
+    raw: &mut Vec<u64>,
+    mut disturbed: Vec<u64>,
+    min_kept: usize,
+    unit: &str,
+    notes: &mut Vec<String>,
+) {
+    if !disturbed.is_empty() {
+        notes.push(preemption_note_for(unit, disturbed.len(), raw.len()));
+    }
+    if raw.len() < min_kept && !disturbed.is_empty() {
+        let add = (min_kept - raw.len()).min(disturbed.len());
+        disturbed.sort_unstable();
+        raw.extend_from_slice(&disturbed[..add]);
+        notes.push(format!(
+            "only {} undisturbed {unit} fitted in the budget: {add} preempted {unit} (the fastest) are included, so the figure may be inflated",
+            raw.len() - add
+        ));
     }
 }
 
 /// The note a measurement carries when trials were preempted and repeated.
 pub fn preemption_note(preempted: usize, kept: usize) -> String {
+    preemption_note_for("trials", preempted, kept)
+}
+
+/// `preemption_note` for trials, samples, batches...
+pub fn preemption_note_for(unit: &str, preempted: usize, kept: usize) -> String {
     format!(
-        "{preempted} trials were preempted by other tasks (involuntary context switch) and repeated; {kept} undisturbed trials kept"
+        "{preempted} {unit} were preempted by other tasks (involuntary context switch) and repeated; {kept} undisturbed {unit} kept"
     )
 }
 
@@ -531,6 +769,210 @@ mod tests {
         let v = h.sample_each(1_000_000, || clock.advance(1_000_000));
         assert!(v.len() > 50 && v.len() < 200, "{}", v.len());
         assert!((v[0] - 1_000_000.0).abs() < 1e-6);
+    }
+
+    thread_local! {
+        static PREEMPTIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+    fn mock_preemptions() -> u64 {
+        PREEMPTIONS.with(|p| p.get())
+    }
+    fn preempt() {
+        PREEMPTIONS.with(|p| p.set(p.get() + 1));
+    }
+
+    fn spec(max_n: usize) -> SampleSpec {
+        SampleSpec::new(max_n, Duration::from_millis(100))
+    }
+
+    #[test]
+    fn sampling_stops_at_max_n_within_the_budget() {
+        let clock = MockClock::new(5);
+        let h = Harness::new(&clock, cfg(), 0.0);
+        let s = h.sample(&spec(10), || clock.advance(1_000));
+        assert_eq!(s.ns, vec![1_000.0; 10]);
+        assert!(s.notes.is_empty(), "{:?}", s.notes);
+    }
+
+    #[test]
+    fn min_n_is_honoured_past_the_budget_up_to_twice_it() {
+        let clock = MockClock::new(0);
+        let h = Harness::new(&clock, cfg(), 0.0);
+        // 30 ms each: the 100 ms budget holds 4, min_n asks for 5.
+        let s = h.sample(&spec(1000).min_n(5), || clock.advance(30_000_000));
+        assert_eq!(s.ns.len(), 5);
+        assert!(s.notes.is_empty(), "{:?}", s.notes);
+        // min_n 10 cannot fit in twice the budget: stops at 7 (210 ms) and says so.
+        let clock = MockClock::new(0);
+        let h = Harness::new(&clock, cfg(), 0.0);
+        let s = h.sample(&spec(1000).min_n(10), || clock.advance(30_000_000));
+        assert_eq!(s.ns.len(), 7);
+        assert!(s.notes[0].contains("twice"), "{:?}", s.notes);
+    }
+
+    #[test]
+    fn preempted_samples_are_repeated_and_noted() {
+        let clock = MockClock::new(0);
+        let h = Harness::new(&clock, cfg(), 0.0).with_preemption_counter(mock_preemptions);
+        let mut k = 0;
+        let s = h.sample(&spec(10).detect_preemption(true), || {
+            k += 1;
+            if k % 3 == 0 {
+                preempt();
+                clock.advance(50_000); // timed another task too
+            } else {
+                clock.advance(1_000);
+            }
+        });
+        assert_eq!(s.ns, vec![1_000.0; 10], "preempted samples kept");
+        assert_eq!((s.preempted, s.undisturbed), (4, 10));
+        assert_eq!(s.notes, vec![preemption_note_for("samples", 4, 10)]);
+        // Without the check the same samples pass through.
+        let h = Harness::new(&clock, cfg(), 0.0).with_preemption_counter(mock_preemptions);
+        let s = h.sample(&spec(6), || {
+            preempt();
+            clock.advance(1_000)
+        });
+        assert_eq!((s.ns.len(), s.preempted), (6, 0));
+    }
+
+    #[test]
+    fn too_few_undisturbed_samples_are_filled_with_the_fastest_preempted() {
+        let clock = MockClock::new(0);
+        let h = Harness::new(&clock, cfg(), 0.0).with_preemption_counter(mock_preemptions);
+        // Every sample preempted, 30 ms each: stops past the budget with min_n = 3.
+        let mut t = 30_000_000;
+        let s = h.sample(&spec(100).min_n(3).detect_preemption(true), || {
+            preempt();
+            t -= 1_000;
+            clock.advance(t);
+        });
+        assert_eq!(s.undisturbed, 0);
+        assert_eq!(s.preempted, 4);
+        // The three fastest of the four, fastest first.
+        assert_eq!(s.ns, vec![29_996_000.0, 29_997_000.0, 29_998_000.0]);
+        assert!(
+            s.notes.iter().any(|n| n.contains("may be inflated")),
+            "{:?}",
+            s.notes
+        );
+    }
+
+    #[test]
+    fn trials_preempted_in_measure_are_repeated_and_noted() {
+        let clock = MockClock::new(0);
+        let c = HarnessConfig {
+            detect_preemption: true,
+            ..cfg()
+        };
+        let h = Harness::new(&clock, c, 0.0).with_preemption_counter(mock_preemptions);
+        let mut k = 0;
+        let m = h.measure_raw(1.0, |n| {
+            k += 1;
+            if k % 4 == 0 {
+                preempt();
+                clock.advance(n * 90);
+            } else {
+                clock.advance(n * 10);
+            }
+        });
+        assert_eq!(m.per_op_ns.len(), 9);
+        assert!(m.per_op_ns.iter().all(|&v| (v - 10.0).abs() < 1e-9));
+        assert!(m.preempted > 0);
+        assert!(
+            m.notes.contains(&preemption_note(m.preempted, 9)),
+            "{:?}",
+            m.notes
+        );
+    }
+
+    #[test]
+    fn try_sample_stops_at_the_first_error() {
+        let clock = MockClock::new(0);
+        let h = Harness::new(&clock, cfg(), 0.0);
+        let mut k = 0;
+        let r = h.try_sample(&spec(100), || {
+            k += 1;
+            clock.advance(10);
+            if k == 5 {
+                Err("broken")
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!(r.unwrap_err(), "broken");
+        assert_eq!(k, 5);
+    }
+
+    #[test]
+    fn steps_around_a_sample_are_not_timed() {
+        let clock = MockClock::new(0);
+        let h = Harness::new(&clock, cfg(), 0.0).with_preemption_counter(mock_preemptions);
+        let mut quiet_flags = Vec::new();
+        let mut n = 0u64;
+        let s = h
+            .try_sample_with(
+                &spec(4).detect_preemption(true),
+                || {
+                    clock.advance(1_000_000); // setup: untimed
+                    n += 1;
+                    Ok::<u64, ()>(n)
+                },
+                |i| {
+                    if *i == 2 {
+                        preempt();
+                    }
+                    clock.advance(*i * 100);
+                    Ok(())
+                },
+                |_, quiet| quiet_flags.push(quiet),
+            )
+            .unwrap();
+        assert_eq!(s.ns, vec![100.0, 300.0, 400.0, 500.0]);
+        assert_eq!(quiet_flags, vec![true, false, true, true, true]);
+    }
+
+    #[test]
+    fn warm_up_stops_at_its_limit() {
+        let clock = MockClock::new(0);
+        let h = Harness::new(&clock, cfg(), 0.0);
+        let r: Result<usize, ()> = h.warm_up(100, Duration::from_millis(10), || {
+            clock.advance(1_000_000);
+            Ok(())
+        });
+        assert_eq!(r, Ok(10));
+        let r: Result<usize, ()> = h.warm_up(3, Duration::from_millis(10), || Ok(()));
+        assert_eq!(r, Ok(3));
+    }
+
+    #[test]
+    fn cpu_time_trials_divide_cpu_time_by_operations() {
+        let clock = MockClock::new(0);
+        let h = Harness::new(&clock, cfg(), 0.0);
+        // The thread gets half the wall time: 100 ticks of wall per op is 50 ns of CPU.
+        let v = h
+            .cpu_time_trials_with(
+                || clock.now() / 2,
+                3,
+                Duration::from_micros(10),
+                10,
+                || {
+                    clock.advance(100);
+                    Ok::<(), ()>(())
+                },
+            )
+            .unwrap();
+        assert_eq!(v, vec![50.0; 3]);
+        // The real source advances while the thread works.
+        let (real, _) = crate::clock::detect();
+        let h2 = Harness::new(&real, cfg(), 0.0);
+        let v = h2
+            .cpu_time_trials(2, Duration::from_millis(2), 100, || {
+                std::hint::black_box(crate::platform::raw_getppid());
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+        assert!(v.iter().all(|&ns| ns > 0.0 && ns < 1e6), "{v:?}");
     }
 
     #[test]

@@ -154,6 +154,17 @@ pub fn raw_clock_ns() -> u64 {
     imp::raw_clock_ns()
 }
 
+/// CPU time the calling thread has used, in ns (CLOCK_THREAD_CPUTIME_ID, POSIX).
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid, writable timespec; the clock id is a constant the kernel knows.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// True when the last failed call was interrupted by a signal. Async-signal-safe.
 pub fn interrupted() -> bool {
     io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
