@@ -2,12 +2,12 @@
 //! read twice; where the second read stops being served from memory (mincore residency
 //! drops, time per byte jumps) is the capacity.
 
-use super::{append, read_through, reopen, MIB};
+use super::{append, read_through, reopen, stopwatch, MIB};
 use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
 use crate::pagecache;
 use crate::results::{Check, Prediction, Series};
 use std::fs::File;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub struct CacheSize;
 
@@ -67,7 +67,7 @@ struct Prober<'a> {
 impl Prober<'_> {
     /// Makes the file at least `size` long, evicts it, reads [0, size) twice.
     fn probe(&mut self, size: u64, threshold: Option<f64>) -> anyhow::Result<Probe> {
-        let t = Instant::now();
+        let t = stopwatch(self.ctx);
         if size > self.written {
             (self.ctx.progress)(&format!("writing up to {}", fmt_b(size)));
             self.owner.grow_booking(size)?;
@@ -76,9 +76,9 @@ impl Prober<'_> {
         }
         (self.ctx.progress)(&format!("reading {} twice", fmt_b(size)));
         let ev = pagecache::evict(&self.owner.file, self.ctx.options.drop_caches)?;
-        let first = read_through(&self.reader, size, &mut self.buf)?;
+        let first = self.read_timed(size)?;
         let (res, total) = pagecache::residency_range(&self.reader, 0, size)?;
-        let mut second = read_through(&self.reader, size, &mut self.buf)?;
+        let mut second = self.read_timed(size)?;
         // A resident file read slowly is more likely a busy machine than a miss: take
         // the best of up to three reads before calling it slow.
         if let Some(t) = threshold {
@@ -86,7 +86,7 @@ impl Prober<'_> {
                 if res * 100 < total * 97 || second * 1e9 / size as f64 <= t {
                     break;
                 }
-                second = second.min(read_through(&self.reader, size, &mut self.buf)?);
+                second = second.min(self.read_timed(size)?);
             }
         }
         Ok(Probe {
@@ -96,8 +96,15 @@ impl Prober<'_> {
             resident: res as f64 / total.max(1) as f64,
             resident_bytes: res * pagecache::page_size() as u64,
             evicted: ev.verified(),
-            seconds: t.elapsed().as_secs_f64(),
+            seconds: t.elapsed_ns() * 1e-9,
         })
+    }
+
+    /// Seconds one read of [0, size) takes.
+    fn read_timed(&mut self, size: u64) -> anyhow::Result<f64> {
+        let t = stopwatch(self.ctx);
+        read_through(&self.reader, size, &mut self.buf)?;
+        Ok(t.elapsed_ns() * 1e-9)
     }
 }
 
@@ -172,7 +179,7 @@ impl Experiment for CacheSize {
         vec![("cache_size".into(), prediction(ctx))]
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        let start = Instant::now();
+        let start = stopwatch(ctx);
         let s0 = first_size(ctx.profile);
         let scratch = match super::disk_scratch(ctx, s0)? {
             Ok(s) => s,
@@ -192,12 +199,12 @@ impl Experiment for CacheSize {
             buf: vec![0u8; MIB as usize],
         };
         let budget = ctx.budget.as_secs_f64() * 0.85;
-        let time_left = |est: f64| start.elapsed().as_secs_f64() + est < budget;
+        let time_left = |est: f64| start.elapsed_ns() * 1e-9 + est < budget;
         let s = search(ctx, &mut pr, s0, &limits, &time_left)?;
         drop(pr);
         out.notes.extend(s.notes.iter().cloned());
         report_series(&mut out, &s.probes);
-        report_rates(&mut out, &s, start.elapsed().as_secs_f64());
+        report_rates(&mut out, &s, start.elapsed_ns() * 1e-9);
         report_knee(&mut out, &s);
         Ok(out)
     }

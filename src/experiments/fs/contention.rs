@@ -2,6 +2,7 @@
 //! a barrier; per-block time vs P and a fitted (piecewise) linear model.
 
 use super::{direct_works, evict_check, fmt_b, make_file, reopen, Rng, Tally, BLOCK, MIB};
+use crate::clock::{Clock, Deadline};
 use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
 use crate::pagecache::AlignedBuf;
 use crate::results::{Check, Prediction, Series};
@@ -65,7 +66,7 @@ fn file_size(p: Profile) -> u64 {
 const RELEASE_SHARE: f64 = 0.10;
 
 /// Premise "readers released together": in every round the readers' first timestamps
-/// (CLOCK_MONOTONIC, read right after the barrier) lie within 10% of the round's length.
+/// (on the run's clock, read right after the barrier) lie within 10% of the round's length.
 /// `spreads` holds the largest minus the smallest start of each round, in ns.
 pub(crate) fn release_check(spreads: &[(usize, u64)], round_ns: u64) -> Check {
     let limit = (round_ns as f64 * RELEASE_SHARE) as u64;
@@ -92,7 +93,7 @@ struct Slot {
     blocks: u64,
     ns: u64,
     error: u64,
-    /// CLOCK_MONOTONIC at the reader's release.
+    /// The run's clock (ticks) at the reader's release.
     start: u64,
 }
 
@@ -149,16 +150,6 @@ impl Drop for Shared {
     }
 }
 
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid writable timespec; clock_gettime is async-signal-safe.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// The body of a child: only async-signal-safe calls (the parent has threads), on
 /// memory prepared before fork. Never returns.
 ///
@@ -171,7 +162,8 @@ unsafe fn child(
     nblocks: u64,
     first: u64,
     wrap: bool,
-    seconds_ns: u64,
+    dur: Duration,
+    clock: &dyn Clock,
     ready_w: i32,
     go_r: i32,
     buf: *mut u8,
@@ -187,8 +179,9 @@ unsafe fn child(
     let mut b = [0u8];
     // Barrier: the parent closes the write end when every child is ready; read sees EOF.
     libc::read(go_r, b.as_mut_ptr() as *mut libc::c_void, 1);
-    let start = now_ns();
-    let end = start + seconds_ns;
+    // The run's clock: its reads are plain instructions or clock_gettime, both safe here.
+    let start = clock.now();
+    let until = Deadline::after(clock, dur);
     let mut blocks = 0u64;
     let mut pos = first % nblocks.max(1);
     let mut error = 0u64;
@@ -212,11 +205,11 @@ unsafe fn child(
         }
         pos += 1;
         blocks += 1;
-        if now_ns() >= end {
+        if until.passed() {
             break;
         }
     }
-    let ns = now_ns() - start;
+    let ns = clock.ticks_to_ns(clock.now().saturating_sub(start) as f64) as u64;
     std::ptr::write_volatile(
         slot,
         Slot {
@@ -240,7 +233,8 @@ struct Round {
 }
 
 /// The readers' shared state: their files, buffers, result slots and CPUs.
-struct Readers {
+struct Readers<'c> {
+    clock: &'c dyn Clock,
     files: Vec<File>,
     bufs: Vec<AlignedBuf>,
     shared: Shared,
@@ -258,7 +252,7 @@ struct Barrier {
 }
 
 /// One round: `p` children released together, reader i starting at block `first[i]`.
-fn round_of(rd: &mut Readers, first: &[u64], p: usize, dur: Duration) -> anyhow::Result<Round> {
+fn round_of(rd: &mut Readers<'_>, first: &[u64], p: usize, dur: Duration) -> anyhow::Result<Round> {
     use std::os::fd::IntoRawFd;
     rd.shared.clear();
     let (r, w) = crate::platform::pipe()?;
@@ -280,12 +274,12 @@ fn round_of(rd: &mut Readers, first: &[u64], p: usize, dur: Duration) -> anyhow:
     if failed > 0 || got < p {
         anyhow::bail!("{failed} of {p} reader processes failed ({got} became ready)");
     }
-    collect(&rd.shared, p)
+    collect(&rd.shared, rd.clock, p)
 }
 
 /// Forks `p` readers (stopping at the first failed fork, whose error is returned).
 fn spawn(
-    rd: &mut Readers,
+    rd: &mut Readers<'_>,
     bar: &Barrier,
     first: &[u64],
     p: usize,
@@ -310,7 +304,8 @@ fn spawn(
                     rd.nblocks,
                     start,
                     rd.direct,
-                    dur.as_nanos() as u64,
+                    dur,
+                    rd.clock,
                     bar.ready[1],
                     bar.go[0],
                     buf,
@@ -368,7 +363,7 @@ fn reap(pids: &[libc::pid_t]) -> usize {
 }
 
 /// The round's figures from the readers' slots.
-fn collect(shared: &Shared, p: usize) -> anyhow::Result<Round> {
+fn collect(shared: &Shared, clock: &dyn Clock, p: usize) -> anyhow::Result<Round> {
     let mut r = Round {
         per_block: Vec::with_capacity(p),
         blocks: Vec::with_capacity(p),
@@ -385,7 +380,7 @@ fn collect(shared: &Shared, p: usize) -> anyhow::Result<Round> {
         lo = lo.min(s.start);
         hi = hi.max(s.start);
     }
-    r.spread_ns = hi.saturating_sub(lo);
+    r.spread_ns = clock.ticks_to_ns(hi.saturating_sub(lo) as f64) as u64;
     Ok(r)
 }
 
@@ -502,6 +497,7 @@ impl Experiment for Contention {
             }
         }
         let mut rd = Readers {
+            clock: ctx.clock,
             files,
             bufs: (0..pm)
                 .map(|_| AlignedBuf::new(BLOCK, BLOCK))
@@ -520,7 +516,7 @@ impl Experiment for Contention {
             evictions: Tally::default(),
             device: super::DeviceReads::new(scratch.dir()),
         };
-        let started = std::time::Instant::now();
+        let started = super::stopwatch(ctx);
         for p in counts(ctx.profile) {
             if m.per_p.len() >= 2 && started.elapsed() > ctx.budget * 2 {
                 out.notes.push(format!(
@@ -576,7 +572,7 @@ struct Measured {
 /// The rounds of one process count `p`.
 fn measure_p(
     ctx: &Context,
-    rd: &mut Readers,
+    rd: &mut Readers<'_>,
     owners: &[crate::scratch::ScratchFile],
     m: &mut Measured,
     p: usize,

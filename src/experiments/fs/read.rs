@@ -3,14 +3,15 @@
 
 use super::{
     direct_works, doublings, evict_check, fmt_b, make_file, read_through, reopen, time_blocks,
-    BlockTimes, Pattern, Rng, Tally, BLOCK, MIB,
+    BlockTimes, Pattern, Rng, Tally, Timing, BLOCK, MIB,
 };
+use crate::clock::Deadline;
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::pagecache;
 use crate::results::{Check, Prediction, Series};
 use crate::scratch::Scratch;
 use std::fs::File;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub struct Read;
 
@@ -36,7 +37,7 @@ fn slices(p: Profile) -> (Duration, Duration) {
 }
 
 /// What a sweep does: file sizes and the time each pass may take.
-pub(crate) struct Plan {
+pub(crate) struct Plan<'c> {
     pub sizes: Vec<u64>,
     pub uncached: Duration,
     pub cached: Duration,
@@ -45,11 +46,11 @@ pub(crate) struct Plan {
     pub label: &'static str,
     /// No new size is started past this (a starved or contended machine must not make
     /// the run overstay its budget).
-    pub deadline: Option<Instant>,
+    pub deadline: Option<Deadline<'c>>,
 }
 
-impl Plan {
-    pub fn for_profile(p: Profile, largest: u64, label: &'static str) -> Plan {
+impl Plan<'_> {
+    pub fn for_profile(p: Profile, largest: u64, label: &'static str) -> Self {
         let (uncached, cached) = slices(p);
         Plan {
             sizes: doublings(MIB, largest.max(MIB)),
@@ -114,7 +115,7 @@ pub(crate) fn sweep(ctx: &Context, scratch: &Scratch, plan: &Plan) -> anyhow::Re
         if crate::scratch::stopping() {
             anyhow::bail!("interrupted");
         }
-        if !st.points.is_empty() && plan.deadline.is_some_and(|d| Instant::now() > d) {
+        if !st.points.is_empty() && plan.deadline.is_some_and(|d| d.passed()) {
             st.notes.push(format!(
                 "stopped before {} by the time budget (the machine is slow or busy)",
                 fmt_b(size)
@@ -239,13 +240,13 @@ fn uncached_pass(
         size,
         pattern,
         order,
-        false,
-        Duration::ZERO,
-        Instant::now() + slice,
+        Timing::EachRead,
+        slice,
         plan.min_trials,
     )?;
     st.device
         .add(before, st.device.counter(), times.blocks * BLOCK as u64);
+    st.note_harness(size, false, pattern, &times);
     if times.per_block_ns.len() < plan.min_trials {
         st.notes.push(format!(
             "{} uncached {}: only {} trials (every block read once)",
@@ -290,9 +291,8 @@ fn cached_pass(
             size,
             pattern,
             order,
-            true,
-            Duration::from_micros(200),
-            Instant::now() + plan.cached,
+            Timing::Chunks(Duration::from_micros(200)),
+            plan.cached,
             plan.min_trials,
         )?;
         let after = pagecache::residency(fd)?;
@@ -315,6 +315,7 @@ fn cached_pass(
                     pattern.name()
                 ));
             }
+            st.note_harness(size, true, pattern, &times);
             return Ok(times);
         }
         read_through(fd, size, &mut st.bigbuf)?;
@@ -322,6 +323,13 @@ fn cached_pass(
 }
 
 impl SweepState {
+    /// What the harness said about a pass (a stop at twice its budget...).
+    fn note_harness(&mut self, size: u64, cached: bool, pattern: Pattern, t: &BlockTimes) {
+        let pass = format!("{} {}", fmt_b(size), metric_name(cached, pattern));
+        self.notes
+            .extend(t.notes.iter().map(|n| format!("{pass}: {n}")));
+    }
+
     /// The sweep's premise checks, and what it measured.
     fn finish(self) -> SweepOut {
         let direct = self.direct.unwrap_or(false);
@@ -533,7 +541,7 @@ impl Experiment for Read {
             ));
         }
         let mut plan = Plan::for_profile(ctx.profile, largest, "read");
-        plan.deadline = Some(Instant::now() + ctx.budget * 2);
+        plan.deadline = Some(super::deadline(ctx, ctx.budget * 2));
         let s = sweep(ctx, scratch, &plan)?;
         for c in &s.checks {
             out.check(c.clone());

@@ -183,7 +183,7 @@ fn sweeps(
     plan.uncached = u.min(Duration::from_millis(300));
     plan.cached = c.min(Duration::from_millis(60));
     // The remote side may take the budget; the local one repeats its sizes.
-    plan.deadline = Some(std::time::Instant::now() + ctx.budget);
+    plan.deadline = Some(super::deadline(ctx, ctx.budget));
     let rs = sweep(ctx, &rscratch, &plan)?;
     drop(rscratch);
     plan.label = "local";
