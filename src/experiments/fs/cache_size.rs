@@ -1,6 +1,6 @@
 //! fs.cache-size: how much file data the page cache holds. Files of growing size are
 //! read twice; where the second read stops being served from memory (mincore residency
-//! drops, time per byte jumps) is the capacity.
+//! drops, time per byte jumps) is the capacity (docs/METHODOLOGY.md, fs.cache-size).
 
 use super::{append, read_through, reopen, stopwatch, MIB};
 use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};

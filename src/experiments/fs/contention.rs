@@ -1,5 +1,6 @@
 //! fs.contention: P processes, each reading its own file uncached, released together by
-//! a barrier; per-block time vs P and a fitted (piecewise) linear model.
+//! a barrier; per-block time vs P and a fitted (piecewise) linear model
+//! (docs/METHODOLOGY.md, fs.contention).
 
 use super::{direct_works, evict_check, fmt_b, make_file, reopen, Rng, Tally, BLOCK, MIB};
 use crate::clock::{Clock, Deadline};

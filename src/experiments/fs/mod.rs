@@ -1,9 +1,11 @@
-//! File-system experiments (SPEC section 5): read time vs file size, the file cache's
-//! size, remote files, and contention between processes.
+//! File-system experiments (docs/METHODOLOGY.md, "The file-system experiments and scratch
+//! safety"): read time vs file size, the file cache's size, remote files, and contention
+//! between processes.
 //!
 //! Shared here: getting a disk-backed scratch folder without writing anything when it
 //! cannot be used, writing test files, opening them uncached, device facts for
-//! predictions, and the block-read kernels.
+//! predictions, and the block-read kernel (`time_blocks`, sampled through the harness:
+//! fs reads no clock itself; docs/ARCHITECTURE.md).
 
 use super::{Context, Experiment};
 use crate::clock::{Deadline, Stopwatch};

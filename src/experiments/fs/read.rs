@@ -1,5 +1,6 @@
 //! fs.read: per-block (4 KiB) read time vs file size, sequential and random, uncached
-//! and cached. The sweep here is shared with fs.remote-read.
+//! and cached (docs/METHODOLOGY.md, fs.read). The sweep here is shared with
+//! fs.remote-read.
 
 use super::{
     direct_works, doublings, evict_check, fmt_b, make_file, read_through, reopen, time_blocks,

@@ -1,5 +1,6 @@
 //! fs.remote-read: fs.read's sweep on --remote-dir and on the local scratch disk in the
-//! same sitting, with the remote/local ratio per access pattern.
+//! same sitting, with the remote/local ratio per access pattern (docs/METHODOLOGY.md,
+//! fs.remote-read).
 
 use super::read::{metric_name, report, sweep, Plan, SweepOut};
 use super::{fmt_b, Pattern, MIB};
