@@ -376,7 +376,8 @@ pub(crate) fn time_blocks(
     let mut r = BlockReader::new(file, size, pattern, order, timing)?;
     match timing {
         Timing::EachRead => {
-            let spec = SampleSpec::new(r.nblocks as usize, budget).min_n(min_trials);
+            let n = (r.nblocks as usize).min(MAX_SAMPLES);
+            let spec = SampleSpec::new(n, budget).min_n(min_trials);
             r.sample(&h, &spec)
         }
         Timing::Chunks(trial) => {
