@@ -1,13 +1,13 @@
 //! fs.cache-size: how much file data the page cache holds. Files of growing size are
 //! read twice; where the second read stops being served from memory (mincore residency
-//! drops, time per byte jumps) is the capacity.
+//! drops, time per byte jumps) is the capacity (docs/METHODOLOGY.md, fs.cache-size).
 
-use super::{append, read_through, reopen, MIB};
+use super::{append, read_through, reopen, stopwatch, MIB};
 use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
 use crate::pagecache;
 use crate::results::{Check, Prediction, Series};
 use std::fs::File;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub struct CacheSize;
 
@@ -67,7 +67,7 @@ struct Prober<'a> {
 impl Prober<'_> {
     /// Makes the file at least `size` long, evicts it, reads [0, size) twice.
     fn probe(&mut self, size: u64, threshold: Option<f64>) -> anyhow::Result<Probe> {
-        let t = Instant::now();
+        let t = stopwatch(self.ctx);
         if size > self.written {
             (self.ctx.progress)(&format!("writing up to {}", fmt_b(size)));
             self.owner.grow_booking(size)?;
@@ -76,9 +76,9 @@ impl Prober<'_> {
         }
         (self.ctx.progress)(&format!("reading {} twice", fmt_b(size)));
         let ev = pagecache::evict(&self.owner.file, self.ctx.options.drop_caches)?;
-        let first = read_through(&self.reader, size, &mut self.buf)?;
+        let first = self.read_timed(size)?;
         let (res, total) = pagecache::residency_range(&self.reader, 0, size)?;
-        let mut second = read_through(&self.reader, size, &mut self.buf)?;
+        let mut second = self.read_timed(size)?;
         // A resident file read slowly is more likely a busy machine than a miss: take
         // the best of up to three reads before calling it slow.
         if let Some(t) = threshold {
@@ -86,7 +86,7 @@ impl Prober<'_> {
                 if res * 100 < total * 97 || second * 1e9 / size as f64 <= t {
                     break;
                 }
-                second = second.min(read_through(&self.reader, size, &mut self.buf)?);
+                second = second.min(self.read_timed(size)?);
             }
         }
         Ok(Probe {
@@ -96,8 +96,15 @@ impl Prober<'_> {
             resident: res as f64 / total.max(1) as f64,
             resident_bytes: res * pagecache::page_size() as u64,
             evicted: ev.verified(),
-            seconds: t.elapsed().as_secs_f64(),
+            seconds: t.elapsed_ns() * 1e-9,
         })
+    }
+
+    /// Seconds one read of [0, size) takes.
+    fn read_timed(&mut self, size: u64) -> anyhow::Result<f64> {
+        let t = stopwatch(self.ctx);
+        read_through(&self.reader, size, &mut self.buf)?;
+        Ok(t.elapsed_ns() * 1e-9)
     }
 }
 
@@ -178,7 +185,7 @@ impl Experiment for CacheSize {
         vec![("cache_size".into(), prediction(ctx))]
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        let start = Instant::now();
+        let start = stopwatch(ctx);
         let s0 = first_size(ctx.profile);
         let scratch = match super::disk_scratch(ctx, s0)? {
             Ok(s) => s,
@@ -186,20 +193,7 @@ impl Experiment for CacheSize {
         };
         let mut out = Outcome::default();
         out.check(super::scratch_check(scratch));
-        let total_ram = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("MemTotal:"))?
-                    .split_whitespace()
-                    .nth(1)?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .map_or(16 << 30, |k| k * 1024);
-        let profile_cap = cap(total_ram, ctx.profile);
-        let disk_cap = scratch.remaining() / MIB * MIB;
-        let limit = profile_cap.min(disk_cap);
+        let limits = Limits::new(ctx, scratch);
         let mut owner = scratch.create_file("cache-size", 0)?;
         owner.unlink_now()?;
         let reader = reopen(&owner.file, false, false)?;
@@ -211,245 +205,362 @@ impl Experiment for CacheSize {
             buf: vec![0u8; MIB as usize],
         };
         let budget = ctx.budget.as_secs_f64() * 0.85;
-        let time_left = |est: f64| start.elapsed().as_secs_f64() + est < budget;
-
-        let mut probes: Vec<Probe> = Vec::new();
-        let base = pr.probe(s0, None)?;
-        // Cold vs cached rates from the first size tell whether timing can separate them.
-        let contrast = base.first_ns_per_byte / base.second_ns_per_byte;
-        let threshold =
-            (contrast >= 3.0).then(|| (base.first_ns_per_byte * base.second_ns_per_byte).sqrt());
-        probes.push(base.clone());
-        let mut good: Option<u64> = served(&base, threshold).then_some(s0);
-        let mut bad: Option<u64> = (!served(&base, threshold)).then_some(s0);
-        let mut stop_reason = None;
-
-        // Coarse: double until a size is not served.
-        let mut size = s0;
-        while bad.is_none() {
-            let next = size * 2;
-            let last = probes.last().map(|p| p.seconds).unwrap_or(0.0);
-            if next > limit {
-                stop_reason = Some(if next > profile_cap {
-                    format!(
-                        "the {} profile's cap of {}",
-                        ctx.profile.name(),
-                        fmt_b(profile_cap)
-                    )
-                } else {
-                    format!("half the free disk space ({})", fmt_b(disk_cap))
-                });
-                break;
-            }
-            if !time_left(last * 2.5) {
-                stop_reason = Some(format!(
-                    "the time budget ({:.0} s)",
-                    ctx.budget.as_secs_f64()
-                ));
-                break;
-            }
-            size = next;
-            let p = pr.probe(size, threshold)?;
-            if served(&p, threshold) {
-                good = Some(size);
-            } else {
-                bad = Some(size);
-            }
-            probes.push(p);
-        }
-
-        // Fine: bisect between the largest served and the smallest not served.
-        if let (Some(mut g), Some(mut b)) = (good, bad) {
-            while b as f64 / g as f64 > RESOLUTION {
-                let mid = midpoint(g, b);
-                if mid <= g || mid >= b {
-                    break;
-                }
-                let est = probes
-                    .iter()
-                    .find(|p| p.size == b)
-                    .map(|p| p.seconds * mid as f64 / b as f64)
-                    .unwrap_or(0.0);
-                if !time_left(est) {
-                    out.notes.push(format!(
-                        "bisection stopped by the time budget at [{}, {}]",
-                        fmt_b(g),
-                        fmt_b(b)
-                    ));
-                    break;
-                }
-                let p = pr.probe(mid, threshold)?;
-                if served(&p, threshold) {
-                    g = mid;
-                } else {
-                    b = mid;
-                }
-                probes.push(p);
-            }
-            good = Some(g);
-            bad = Some(b);
-        }
+        let time_left = |est: f64| start.elapsed_ns() * 1e-9 + est < budget;
+        let s = search(ctx, &mut pr, s0, &limits, &time_left)?;
         drop(pr);
-
-        let mut sorted = probes.clone();
-        sorted.sort_by_key(|p| p.size);
-        let series = |name: &str, unit: &str, f: &dyn Fn(&Probe) -> f64| Series {
-            name: name.into(),
-            x_unit: "bytes".into(),
-            y_unit: unit.into(),
-            points: sorted.iter().map(|p| [p.size as f64, f(p)]).collect(),
-        };
-        out.series
-            .push(series("second_read_ns_per_byte_vs_size", "ns", &|p| {
-                p.second_ns_per_byte
-            }));
-        out.series
-            .push(series("first_read_ns_per_byte_vs_size", "ns", &|p| {
-                p.first_ns_per_byte
-            }));
-        out.series
-            .push(series("resident_fraction_vs_size", "fraction", &|p| {
-                p.resident
-            }));
-        out.series
-            .push(series("resident_bytes_vs_size", "bytes", &|p| {
-                p.resident_bytes as f64
-            }));
-        let evicted = probes.iter().filter(|p| p.evicted).count();
-        out.check(Check::sanity(
-            "file evicted before every first read (mincore)",
-            evicted == probes.len(),
-            format!(
-                "{evicted} of {} probes started with no page cached",
-                probes.len()
-            ),
-        ));
-        out.metric(
-            "cached_read_rate",
-            "bytes/s",
-            &format!("second read of the first size ({}), from memory", fmt_b(s0)),
-            vec![1e9 / base.second_ns_per_byte],
-        );
-        out.metric(
-            "cold_read_rate",
-            "bytes/s",
-            &format!(
-                "first read of the first size ({}) after eviction, 1 MiB reads",
-                fmt_b(s0)
-            ),
-            vec![1e9 / base.first_ns_per_byte],
-        );
-        out.notes.push(format!(
-            "probed {} sizes in {:.1} s; served = resident >= {:.0}%{}",
-            probes.len(),
-            start.elapsed().as_secs_f64(),
-            RESIDENT_MIN * 100.0,
-            match threshold {
-                Some(t) => format!(" and second read <= {t:.3} ns/byte"),
-                None => format!(
-                    " (cold/cached contrast only {contrast:.1}x, so residency alone decides)"
-                ),
-            }
-        ));
-
-        if threshold.is_none() {
-            out.finding(
-                format!(
-                    "A cold read ({:.2} GB/s) is barely slower than a cached one ({:.2} GB/s) here, so time per byte cannot show the knee: the device is served from memory elsewhere (a virtual disk cached by its host, or a fast SSD). Residency (mincore) alone decides.",
-                    1.0 / base.first_ns_per_byte,
-                    1.0 / base.second_ns_per_byte
-                ),
-                &["cold_read_rate", "cached_read_rate"],
-            );
-        }
-        match (good, bad) {
-            (Some(g), Some(b)) => {
-                let at = |s: u64| probes.iter().find(|p| p.size == s).cloned();
-                let (pg, pb) = (at(g), at(b));
-                out.metric(
-                    "cache_size",
-                    "bytes",
-                    &format!(
-                        "largest file whose second read came from memory (the next size tried, {}, did not)",
-                        fmt_b(b)
-                    ),
-                    vec![g as f64],
-                );
-                if let Some(pb) = &pb {
-                    out.metric(
-                        "resident_after_overflow",
-                        "bytes",
-                        &format!(
-                            "bytes of the {} file resident after its first read: what the cache kept",
-                            fmt_b(b)
-                        ),
-                        vec![pb.resident_bytes as f64],
-                    );
-                }
-                if let (Some(pg), Some(pb)) = (pg, pb) {
-                    let jump = pb.second_ns_per_byte / pg.second_ns_per_byte;
-                    out.check(Check::sanity(
-                        "time per byte jumps past the knee",
-                        jump >= 2.0 || threshold.is_none(),
-                        format!(
-                            "second read {:.3} ns/byte at {} vs {:.3} at {} ({jump:.1}x); residency {:.0}% vs {:.0}%",
-                            pb.second_ns_per_byte,
-                            fmt_b(b),
-                            pg.second_ns_per_byte,
-                            fmt_b(g),
-                            pb.resident * 100.0,
-                            pg.resident * 100.0
-                        ),
-                    ));
-                }
-                out.finding(
-                    format!(
-                        "The page cache held a {} file but not a {} one: its capacity for file data is about {} here.",
-                        fmt_b(g),
-                        fmt_b(b),
-                        fmt_b(g)
-                    ),
-                    &["cache_size"],
-                );
-            }
-            (None, Some(b)) => {
-                out.metric(
-                    "cache_size_upper_bound",
-                    "bytes",
-                    "even the smallest size tried was not served from memory",
-                    vec![b as f64],
-                );
-                out.finding(
-                    format!(
-                        "Even a {} file was not kept in the page cache: it is smaller than the smallest size tried.",
-                        fmt_b(b)
-                    ),
-                    &["cache_size_upper_bound"],
-                );
-            }
-            (g, None) => {
-                let g = g.unwrap_or(s0);
-                let why = stop_reason.unwrap_or_else(|| "the search limits".into());
-                out.metric(
-                    "cache_size_lower_bound",
-                    "bytes",
-                    &format!(
-                        "larger than the largest size tried ({}), limited by {why}",
-                        fmt_b(g)
-                    ),
-                    vec![g as f64],
-                );
-                out.finding(
-                    format!(
-                        "The page cache is larger than the largest size tried, {} (the search was stopped by {why}).",
-                        fmt_b(g)
-                    ),
-                    &["cache_size_lower_bound"],
-                );
-            }
-        }
+        out.notes.extend(s.notes.iter().cloned());
+        report_series(&mut out, &s.probes);
+        report_rates(&mut out, &s, start.elapsed_ns() * 1e-9);
+        report_knee(&mut out, &s);
         Ok(out)
     }
+}
+
+/// How far the search may go: the profile's cap and half the free disk.
+struct Limits {
+    profile: Profile,
+    profile_cap: u64,
+    disk_cap: u64,
+}
+
+impl Limits {
+    fn new(ctx: &Context, scratch: &crate::scratch::Scratch) -> Limits {
+        // MemTotal from the machine description; 16 GiB when it is unknown.
+        let total_ram = match ctx.machine.memory.total_bytes {
+            0 => 16 << 30,
+            t => t,
+        };
+        Limits {
+            profile: ctx.profile,
+            profile_cap: cap(total_ram, ctx.profile),
+            disk_cap: scratch.remaining() / MIB * MIB,
+        }
+    }
+    /// Why `size` may not be probed, if it may not.
+    fn refuses(&self, size: u64) -> Option<String> {
+        if size <= self.profile_cap.min(self.disk_cap) {
+            None
+        } else if size > self.profile_cap {
+            Some(format!(
+                "the {} profile's cap of {}",
+                self.profile.name(),
+                fmt_b(self.profile_cap)
+            ))
+        } else {
+            Some(format!(
+                "half the free disk space ({})",
+                fmt_b(self.disk_cap)
+            ))
+        }
+    }
+}
+
+/// What the search found: every probe, the first size's rates, and the bracket.
+struct Search {
+    probes: Vec<Probe>,
+    /// The first size, whose two reads give the cold and cached rates.
+    base: Probe,
+    /// Cold over cached time per byte on the first size.
+    contrast: f64,
+    /// Time per byte below which a second read counts as from memory; None when the
+    /// contrast is too small for timing to tell.
+    threshold: Option<f64>,
+    /// Largest size served from memory.
+    good: Option<u64>,
+    /// Smallest size not served.
+    bad: Option<u64>,
+    /// What stopped the doubling before a size was not served.
+    stop_reason: Option<String>,
+    notes: Vec<String>,
+}
+
+impl Search {
+    fn probe(&mut self, pr: &mut Prober, size: u64) -> anyhow::Result<bool> {
+        let p = pr.probe(size, self.threshold)?;
+        let ok = served(&p, self.threshold);
+        self.probes.push(p);
+        Ok(ok)
+    }
+    fn at(&self, size: u64) -> Option<&Probe> {
+        self.probes.iter().find(|p| p.size == size)
+    }
+}
+
+/// Probes the first size, doubles until a size is not served, then bisects the bracket.
+/// `time_left(est)` says whether a probe estimated to take `est` seconds still fits.
+fn search(
+    ctx: &Context,
+    pr: &mut Prober,
+    s0: u64,
+    limits: &Limits,
+    time_left: &dyn Fn(f64) -> bool,
+) -> anyhow::Result<Search> {
+    let base = pr.probe(s0, None)?;
+    // Cold vs cached rates from the first size tell whether timing can separate them.
+    let contrast = base.first_ns_per_byte / base.second_ns_per_byte;
+    let threshold =
+        (contrast >= 3.0).then(|| (base.first_ns_per_byte * base.second_ns_per_byte).sqrt());
+    let ok = served(&base, threshold);
+    let mut s = Search {
+        probes: vec![base.clone()],
+        base,
+        contrast,
+        threshold,
+        good: ok.then_some(s0),
+        bad: (!ok).then_some(s0),
+        stop_reason: None,
+        notes: Vec::new(),
+    };
+    coarse(ctx, pr, &mut s, s0, limits, time_left)?;
+    bisect(pr, &mut s, time_left)?;
+    Ok(s)
+}
+
+/// Doubles the size until one is not served, or a limit stops it.
+fn coarse(
+    ctx: &Context,
+    pr: &mut Prober,
+    s: &mut Search,
+    s0: u64,
+    limits: &Limits,
+    time_left: &dyn Fn(f64) -> bool,
+) -> anyhow::Result<()> {
+    let mut size = s0;
+    while s.bad.is_none() {
+        let next = size * 2;
+        let last = s.probes.last().map(|p| p.seconds).unwrap_or(0.0);
+        if let Some(why) = limits.refuses(next) {
+            s.stop_reason = Some(why);
+            break;
+        }
+        if !time_left(last * 2.5) {
+            s.stop_reason = Some(format!(
+                "the time budget ({:.0} s)",
+                ctx.budget.as_secs_f64()
+            ));
+            break;
+        }
+        size = next;
+        if s.probe(pr, size)? {
+            s.good = Some(size);
+        } else {
+            s.bad = Some(size);
+        }
+    }
+    Ok(())
+}
+
+/// Bisects geometrically between the largest size served and the smallest not served,
+/// down to RESOLUTION or until the time budget stops it.
+fn bisect(pr: &mut Prober, s: &mut Search, time_left: &dyn Fn(f64) -> bool) -> anyhow::Result<()> {
+    let (Some(mut g), Some(mut b)) = (s.good, s.bad) else {
+        return Ok(());
+    };
+    while b as f64 / g as f64 > RESOLUTION {
+        let mid = midpoint(g, b);
+        if mid <= g || mid >= b {
+            break;
+        }
+        let est = s
+            .at(b)
+            .map(|p| p.seconds * mid as f64 / b as f64)
+            .unwrap_or(0.0);
+        if !time_left(est) {
+            s.notes.push(format!(
+                "bisection stopped by the time budget at [{}, {}]",
+                fmt_b(g),
+                fmt_b(b)
+            ));
+            break;
+        }
+        if s.probe(pr, mid)? {
+            g = mid;
+        } else {
+            b = mid;
+        }
+    }
+    s.good = Some(g);
+    s.bad = Some(b);
+    Ok(())
+}
+
+/// The probes as series over size (first and second read, residency).
+fn report_series(out: &mut Outcome, probes: &[Probe]) {
+    let mut sorted = probes.to_vec();
+    sorted.sort_by_key(|p| p.size);
+    let series = |name: &str, unit: &str, f: &dyn Fn(&Probe) -> f64| Series {
+        name: name.into(),
+        x_unit: "bytes".into(),
+        y_unit: unit.into(),
+        points: sorted.iter().map(|p| [p.size as f64, f(p)]).collect(),
+    };
+    out.series
+        .push(series("second_read_ns_per_byte_vs_size", "ns", &|p| {
+            p.second_ns_per_byte
+        }));
+    out.series
+        .push(series("first_read_ns_per_byte_vs_size", "ns", &|p| {
+            p.first_ns_per_byte
+        }));
+    out.series
+        .push(series("resident_fraction_vs_size", "fraction", &|p| {
+            p.resident
+        }));
+    out.series
+        .push(series("resident_bytes_vs_size", "bytes", &|p| {
+            p.resident_bytes as f64
+        }));
+}
+
+/// The eviction check, the first size's cold and cached rates, and what decided
+/// "served" (`seconds`: how long the search took).
+fn report_rates(out: &mut Outcome, s: &Search, seconds: f64) {
+    let (base, probes) = (&s.base, &s.probes);
+    let evicted = probes.iter().filter(|p| p.evicted).count();
+    out.check(Check::sanity(
+        "file evicted before every first read (mincore)",
+        evicted == probes.len(),
+        format!(
+            "{evicted} of {} probes started with no page cached",
+            probes.len()
+        ),
+    ));
+    out.metric(
+        "cached_read_rate",
+        "bytes/s",
+        &format!(
+            "second read of the first size ({}), from memory",
+            fmt_b(base.size)
+        ),
+        vec![1e9 / base.second_ns_per_byte],
+    );
+    out.metric(
+        "cold_read_rate",
+        "bytes/s",
+        &format!(
+            "first read of the first size ({}) after eviction, 1 MiB reads",
+            fmt_b(base.size)
+        ),
+        vec![1e9 / base.first_ns_per_byte],
+    );
+    out.notes.push(format!(
+        "probed {} sizes in {seconds:.1} s; served = resident >= {:.0}%{}",
+        probes.len(),
+        RESIDENT_MIN * 100.0,
+        match s.threshold {
+            Some(t) => format!(" and second read <= {t:.3} ns/byte"),
+            None => format!(
+                " (cold/cached contrast only {:.1}x, so residency alone decides)",
+                s.contrast
+            ),
+        }
+    ));
+    if s.threshold.is_none() {
+        out.finding(
+            format!(
+                "A cold read ({:.2} GB/s) is barely slower than a cached one ({:.2} GB/s) here, so time per byte cannot show the knee: the device is served from memory elsewhere (a virtual disk cached by its host, or a fast SSD). Residency (mincore) alone decides.",
+                1.0 / base.first_ns_per_byte,
+                1.0 / base.second_ns_per_byte
+            ),
+            &["cold_read_rate", "cached_read_rate"],
+        );
+    }
+}
+
+/// The capacity, or the bound the search could give, with its finding.
+fn report_knee(out: &mut Outcome, s: &Search) {
+    match (s.good, s.bad) {
+        (Some(g), Some(b)) => report_bracket(out, s, g, b),
+        (None, Some(b)) => {
+            out.metric(
+                "cache_size_upper_bound",
+                "bytes",
+                "even the smallest size tried was not served from memory",
+                vec![b as f64],
+            );
+            out.finding(
+                format!(
+                    "Even a {} file was not kept in the page cache: it is smaller than the smallest size tried.",
+                    fmt_b(b)
+                ),
+                &["cache_size_upper_bound"],
+            );
+        }
+        (g, None) => {
+            let g = g.unwrap_or(s.base.size);
+            let why = s
+                .stop_reason
+                .clone()
+                .unwrap_or_else(|| "the search limits".into());
+            out.metric(
+                "cache_size_lower_bound",
+                "bytes",
+                &format!(
+                    "larger than the largest size tried ({}), limited by {why}",
+                    fmt_b(g)
+                ),
+                vec![g as f64],
+            );
+            out.finding(
+                format!(
+                    "The page cache is larger than the largest size tried, {} (the search was stopped by {why}).",
+                    fmt_b(g)
+                ),
+                &["cache_size_lower_bound"],
+            );
+        }
+    }
+}
+
+/// A knee between `g` (served) and `b` (not served): the capacity, what the cache kept
+/// of the overflowing file, and whether time per byte jumps across it.
+fn report_bracket(out: &mut Outcome, s: &Search, g: u64, b: u64) {
+    out.metric(
+        "cache_size",
+        "bytes",
+        &format!(
+            "largest file whose second read came from memory (the next size tried, {}, did not)",
+            fmt_b(b)
+        ),
+        vec![g as f64],
+    );
+    let (pg, pb) = (s.at(g), s.at(b));
+    if let Some(pb) = pb {
+        out.metric(
+            "resident_after_overflow",
+            "bytes",
+            &format!(
+                "bytes of the {} file resident after its first read: what the cache kept",
+                fmt_b(b)
+            ),
+            vec![pb.resident_bytes as f64],
+        );
+    }
+    if let (Some(pg), Some(pb)) = (pg, pb) {
+        let jump = pb.second_ns_per_byte / pg.second_ns_per_byte;
+        out.check(Check::sanity(
+            "time per byte jumps past the knee",
+            jump >= 2.0 || s.threshold.is_none(),
+            format!(
+                "second read {:.3} ns/byte at {} vs {:.3} at {} ({jump:.1}x); residency {:.0}% vs {:.0}%",
+                pb.second_ns_per_byte,
+                fmt_b(b),
+                pg.second_ns_per_byte,
+                fmt_b(g),
+                pb.resident * 100.0,
+                pg.resident * 100.0
+            ),
+        ));
+    }
+    out.finding(
+        format!(
+            "The page cache held a {} file but not a {} one: its capacity for file data is about {} here.",
+            fmt_b(g),
+            fmt_b(b),
+            fmt_b(g)
+        ),
+        &["cache_size"],
+    );
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! fs.contention: P processes, each reading its own file uncached, released together by
-//! a barrier; per-block time vs P and a fitted (piecewise) linear model.
+//! a barrier; per-block time vs P and a fitted (piecewise) linear model
+//! (docs/METHODOLOGY.md, fs.contention).
 
-use super::{direct_works, evict_check, fmt_b, make_file, reopen, Rng, BLOCK, MIB};
+use super::{direct_works, evict_check, fmt_b, make_file, reopen, Rng, Tally, BLOCK, MIB};
+use crate::clock::{Clock, Deadline};
 use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
 use crate::pagecache::AlignedBuf;
 use crate::results::{Check, Prediction, Series};
@@ -65,7 +67,7 @@ fn file_size(p: Profile) -> u64 {
 const RELEASE_SHARE: f64 = 0.10;
 
 /// Premise "readers released together": in every round the readers' first timestamps
-/// (CLOCK_MONOTONIC, read right after the barrier) lie within 10% of the round's length.
+/// (on the run's clock, read right after the barrier) lie within 10% of the round's length.
 /// `spreads` holds the largest minus the smallest start of each round, in ns.
 pub(crate) fn release_check(spreads: &[(usize, u64)], round_ns: u64) -> Check {
     let limit = (round_ns as f64 * RELEASE_SHARE) as u64;
@@ -92,7 +94,7 @@ struct Slot {
     blocks: u64,
     ns: u64,
     error: u64,
-    /// CLOCK_MONOTONIC at the reader's release.
+    /// The run's clock (ticks) at the reader's release.
     start: u64,
 }
 
@@ -149,16 +151,6 @@ impl Drop for Shared {
     }
 }
 
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid writable timespec; clock_gettime is async-signal-safe.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// The body of a child: only async-signal-safe calls (the parent has threads), on
 /// memory prepared before fork. Never returns.
 ///
@@ -171,7 +163,8 @@ unsafe fn child(
     nblocks: u64,
     first: u64,
     wrap: bool,
-    seconds_ns: u64,
+    dur: Duration,
+    clock: &dyn Clock,
     ready_w: i32,
     go_r: i32,
     buf: *mut u8,
@@ -187,8 +180,9 @@ unsafe fn child(
     let mut b = [0u8];
     // Barrier: the parent closes the write end when every child is ready; read sees EOF.
     libc::read(go_r, b.as_mut_ptr() as *mut libc::c_void, 1);
-    let start = now_ns();
-    let end = start + seconds_ns;
+    // The run's clock: its reads are plain instructions or clock_gettime, both safe here.
+    let start = clock.now();
+    let until = Deadline::after(clock, dur);
     let mut blocks = 0u64;
     let mut pos = first % nblocks.max(1);
     let mut error = 0u64;
@@ -212,11 +206,11 @@ unsafe fn child(
         }
         pos += 1;
         blocks += 1;
-        if now_ns() >= end {
+        if until.passed() {
             break;
         }
     }
-    let ns = now_ns() - start;
+    let ns = clock.ticks_to_ns(clock.now().saturating_sub(start) as f64) as u64;
     std::ptr::write_volatile(
         slot,
         Slot {
@@ -239,91 +233,39 @@ struct Round {
     spread_ns: u64,
 }
 
-/// One round: `p` children released together, reader i starting at block `first[i]`.
-#[allow(clippy::too_many_arguments)]
-fn round_of(
-    files: &[File],
-    bufs: &mut [AlignedBuf],
+/// The readers' shared state: their files, buffers, result slots and CPUs.
+struct Readers<'c> {
+    clock: &'c dyn Clock,
+    files: Vec<File>,
+    bufs: Vec<AlignedBuf>,
+    shared: Shared,
+    cpus: Vec<crate::platform::CpuMask>,
     nblocks: u64,
-    first: &[u64],
-    wrap: bool,
-    p: usize,
-    dur: Duration,
-    shared: &Shared,
-    cpus: &[crate::platform::CpuMask],
-) -> anyhow::Result<Round> {
+    /// O_DIRECT works: readers may wrap around their file.
+    direct: bool,
+}
+
+/// The two pipes of a round's barrier: readers write `ready`, and block reading `go`
+/// until the parent closes its write end.
+struct Barrier {
+    ready: [i32; 2],
+    go: [i32; 2],
+}
+
+/// One round: `p` children released together, reader i starting at block `first[i]`.
+fn round_of(rd: &mut Readers<'_>, first: &[u64], p: usize, dur: Duration) -> anyhow::Result<Round> {
     use std::os::fd::IntoRawFd;
-    shared.clear();
+    rd.shared.clear();
     let (r, w) = crate::platform::pipe()?;
     let (gr, gw) = crate::platform::pipe()?;
     // Raw from here on: the children close their copies with plain close() after fork.
-    let ready = [r.into_raw_fd(), w.into_raw_fd()];
-    let go = [gr.into_raw_fd(), gw.into_raw_fd()];
-    let mut pids = Vec::with_capacity(p);
-    let mut fork_err = None;
-    for i in 0..p {
-        let fd = files[i].as_raw_fd();
-        let buf = bufs[i].as_mut_ptr();
-        // SAFETY: i < shared.n.
-        let slot = unsafe { shared.ptr.add(i) };
-        // SAFETY: fork; the child runs only `child`, which uses async-signal-safe calls
-        // on memory prepared here, and exits.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            // SAFETY: in the child; ends with _exit.
-            unsafe {
-                libc::close(go[1]);
-                libc::close(ready[0]);
-                child(
-                    fd,
-                    nblocks,
-                    first[i],
-                    wrap,
-                    dur.as_nanos() as u64,
-                    ready[1],
-                    go[0],
-                    buf,
-                    slot,
-                    &cpus[i % cpus.len()],
-                )
-            }
-        }
-        if pid < 0 {
-            fork_err = Some(std::io::Error::last_os_error());
-            break;
-        }
-        pids.push(pid);
-    }
-    // SAFETY: closing our copies of the children's ends.
-    unsafe {
-        libc::close(ready[1]);
-        libc::close(go[0]);
-    }
-    // Wait until every child is ready (or gone), then release them all at once.
-    let mut got = 0;
-    let mut b = [0u8; 64];
-    while got < pids.len() {
-        // SAFETY: b is a valid writable buffer.
-        let n = unsafe { libc::read(ready[0], b.as_mut_ptr() as *mut libc::c_void, b.len()) };
-        if n <= 0 {
-            break;
-        }
-        got += n as usize;
-    }
-    // SAFETY: closing the write end releases the barrier; ready[0] is ours.
-    unsafe {
-        libc::close(go[1]);
-        libc::close(ready[0]);
-    }
-    let mut failed = 0;
-    for pid in &pids {
-        let mut status = 0;
-        // SAFETY: waiting for our own child.
-        unsafe { libc::waitpid(*pid, &mut status, 0) };
-        if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
-            failed += 1;
-        }
-    }
+    let bar = Barrier {
+        ready: [r.into_raw_fd(), w.into_raw_fd()],
+        go: [gr.into_raw_fd(), gw.into_raw_fd()],
+    };
+    let (pids, fork_err) = spawn(rd, &bar, first, p, dur);
+    let got = release(&bar, pids.len());
+    let failed = reap(&pids);
     if let Some(e) = fork_err {
         return Err(anyhow::anyhow!(
             "fork failed after {} processes: {e}",
@@ -333,6 +275,96 @@ fn round_of(
     if failed > 0 || got < p {
         anyhow::bail!("{failed} of {p} reader processes failed ({got} became ready)");
     }
+    collect(&rd.shared, rd.clock, p)
+}
+
+/// Forks `p` readers (stopping at the first failed fork, whose error is returned).
+fn spawn(
+    rd: &mut Readers<'_>,
+    bar: &Barrier,
+    first: &[u64],
+    p: usize,
+    dur: Duration,
+) -> (Vec<libc::pid_t>, Option<std::io::Error>) {
+    let mut pids = Vec::with_capacity(p);
+    for (i, &start) in first.iter().enumerate().take(p) {
+        let fd = rd.files[i].as_raw_fd();
+        let buf = rd.bufs[i].as_mut_ptr();
+        // SAFETY: i < shared.n.
+        let slot = unsafe { rd.shared.ptr.add(i) };
+        // SAFETY: fork; the child runs only `child`, which uses async-signal-safe calls
+        // on memory prepared here, and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: in the child; ends with _exit.
+            unsafe {
+                libc::close(bar.go[1]);
+                libc::close(bar.ready[0]);
+                child(
+                    fd,
+                    rd.nblocks,
+                    start,
+                    rd.direct,
+                    dur,
+                    rd.clock,
+                    bar.ready[1],
+                    bar.go[0],
+                    buf,
+                    slot,
+                    &rd.cpus[i % rd.cpus.len()],
+                )
+            }
+        }
+        if pid < 0 {
+            return (pids, Some(std::io::Error::last_os_error()));
+        }
+        pids.push(pid);
+    }
+    (pids, None)
+}
+
+/// Waits until `n` readers are ready (or gone), then releases them all at once by
+/// closing the barrier's write end. Returns how many became ready.
+fn release(bar: &Barrier, n: usize) -> usize {
+    // SAFETY: closing our copies of the children's ends.
+    unsafe {
+        libc::close(bar.ready[1]);
+        libc::close(bar.go[0]);
+    }
+    let mut got = 0;
+    let mut b = [0u8; 64];
+    while got < n {
+        // SAFETY: b is a valid writable buffer.
+        let r = unsafe { libc::read(bar.ready[0], b.as_mut_ptr() as *mut libc::c_void, b.len()) };
+        if r <= 0 {
+            break;
+        }
+        got += r as usize;
+    }
+    // SAFETY: closing the write end releases the barrier; ready[0] is ours.
+    unsafe {
+        libc::close(bar.go[1]);
+        libc::close(bar.ready[0]);
+    }
+    got
+}
+
+/// Waits for every reader; returns how many did not exit cleanly.
+fn reap(pids: &[libc::pid_t]) -> usize {
+    let mut failed = 0;
+    for pid in pids {
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(*pid, &mut status, 0) };
+        if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+            failed += 1;
+        }
+    }
+    failed
+}
+
+/// The round's figures from the readers' slots.
+fn collect(shared: &Shared, clock: &dyn Clock, p: usize) -> anyhow::Result<Round> {
     let mut r = Round {
         per_block: Vec::with_capacity(p),
         blocks: Vec::with_capacity(p),
@@ -349,7 +381,7 @@ fn round_of(
         lo = lo.min(s.start);
         hi = hi.max(s.start);
     }
-    r.spread_ns = hi.saturating_sub(lo);
+    r.spread_ns = clock.ticks_to_ns(hi.saturating_sub(lo) as f64) as u64;
     Ok(r)
 }
 
@@ -465,198 +497,40 @@ impl Experiment for Contention {
                 crate::platform::advise(f, crate::platform::Access::Random);
             }
         }
-        let mut bufs: Vec<AlignedBuf> = (0..pm)
-            .map(|_| AlignedBuf::new(BLOCK, BLOCK))
-            .collect::<Result<_, _>>()?;
-        let shared = Shared::new(pm)?;
-        // Reader i runs on CPU (run CPU + i) mod the allowed CPUs: P = 1 reads as fs.read
-        // does (same CPU, so the same interrupt and wake-up path), and readers spread
-        // evenly instead of where the scheduler happens to put them.
-        let mut allowed = ctx.machine.cpu.allowed_cpus.clone();
-        allowed.retain(|&c| crate::platform::CpuMask::single(c).is_ok());
-        if allowed.is_empty() {
-            allowed = vec![ctx.cpu];
-        }
-        let first = allowed.iter().position(|&c| c == ctx.cpu).unwrap_or(0);
-        let cpus: Vec<crate::platform::CpuMask> = (0..allowed.len())
-            .map(|i| crate::platform::CpuMask::single(allowed[(first + i) % allowed.len()]))
-            .collect::<Result<_, _>>()?;
-        let nblocks = fsize / BLOCK as u64;
+        let mut rd = Readers {
+            clock: ctx.clock,
+            files,
+            bufs: (0..pm)
+                .map(|_| AlignedBuf::new(BLOCK, BLOCK))
+                .collect::<Result<_, _>>()?,
+            shared: Shared::new(pm)?,
+            cpus: reader_cpus(ctx)?,
+            nblocks: fsize / BLOCK as u64,
+            direct,
+        };
         let (dur, rounds) = round(ctx.profile);
-        let (mut evict_ok, mut evicts, mut evict_detail) = (0, 0, String::new());
-        let mut device = super::DeviceReads::new(scratch.dir());
-        // Where each reader goes on (distinct blocks across rounds) and what it read.
-        let mut cursor = vec![0u64; pm];
-        let mut spreads: Vec<(usize, u64)> = Vec::new();
-        let mut per_p: Vec<(usize, Vec<f64>)> = Vec::new();
-        let mut aggregate = Vec::new();
-        let started = std::time::Instant::now();
+        let mut m = Measured {
+            cursor: vec![0u64; pm],
+            spreads: Vec::new(),
+            per_p: Vec::new(),
+            aggregate: Vec::new(),
+            evictions: Tally::default(),
+            device: super::DeviceReads::new(scratch.dir()),
+        };
+        let started = super::stopwatch(ctx);
         for p in counts(ctx.profile) {
-            if per_p.len() >= 2 && started.elapsed() > ctx.budget * 2 {
+            if m.per_p.len() >= 2 && started.elapsed() > ctx.budget * 2 {
                 out.notes.push(format!(
                     "stopped before P = {p} by the time budget (the machine is slow or busy)"
                 ));
                 break;
             }
-            let mut vals = Vec::new();
-            let mut rates = Vec::new();
-            for r in 0..rounds {
-                (ctx.progress)(&format!("P = {p}, round {}/{rounds}", r + 1));
-                if crate::scratch::stopping() {
-                    anyhow::bail!("interrupted");
-                }
-                if !direct {
-                    // Without O_DIRECT each round must start from disk: evict and verify.
-                    for o in owners.iter().take(p) {
-                        let c = evict_check(ctx, &o.file, "reader file", true)?;
-                        evicts += 1;
-                        if c.passed {
-                            evict_ok += 1;
-                        } else {
-                            evict_detail = c.detail;
-                        }
-                    }
-                }
-                let before = device.counter();
-                let r = round_of(
-                    &files, &mut bufs, nblocks, &cursor, direct, p, dur, &shared, &cpus,
-                )?;
-                device.add(
-                    before,
-                    device.counter(),
-                    r.blocks.iter().sum::<u64>() * BLOCK as u64,
-                );
-                for (c, b) in cursor.iter_mut().zip(&r.blocks) {
-                    *c += b;
-                }
-                spreads.push((p, r.spread_ns));
-                rates.push(r.per_block.iter().map(|t| 1e9 / t).sum::<f64>());
-                vals.extend(r.per_block);
-            }
-            aggregate.push([p as f64, crate::stats::median(&rates)]);
-            per_p.push((p, vals));
+            measure_p(ctx, &mut rd, &owners, &mut m, p, dur, rounds)?;
         }
-        drop(files);
+        drop(rd);
         drop(owners);
-
-        out.check(device.check());
-        let reread: u64 = cursor.iter().map(|&c| c.saturating_sub(nblocks)).sum();
-        let total: u64 = cursor.iter().sum();
-        out.check(Check::sanity(
-            "each block read at most once",
-            reread == 0,
-            format!(
-                "{} of {} blocks read were read before by the same reader (files of {}; a device or host cache can serve those)",
-                reread,
-                total,
-                fmt_b(fsize)
-            ),
-        ));
-        if !direct {
-            out.check(Check::premise(
-                "uncached reads: files evicted and verified (mincore) before every round",
-                evict_ok == evicts,
-                if evict_ok == evicts {
-                    format!("O_DIRECT not supported; {evict_ok} of {evicts} evictions verified (a file larger than a round's reads, random advice)")
-                } else {
-                    evict_detail
-                },
-            ));
-        }
-        out.check(release_check(&spreads, dur.as_nanos() as u64));
-
-        let medians: Vec<(f64, f64)> = per_p
-            .iter()
-            .map(|(p, v)| (*p as f64, crate::stats::median(v)))
-            .collect();
-        out.series.push(Series {
-            name: "per_block_vs_processes".into(),
-            x_unit: "processes".into(),
-            y_unit: "ns".into(),
-            points: medians.iter().map(|&(x, y)| [x, y]).collect(),
-        });
-        out.series.push(Series {
-            name: "aggregate_blocks_per_s_vs_processes".into(),
-            x_unit: "processes".into(),
-            y_unit: "1/s".into(),
-            points: aggregate,
-        });
-        if let Some((_, v)) = per_p.first() {
-            out.metric(
-                "per_block_p1",
-                "ns",
-                "time per 4 KiB block, one process alone (one value per round)",
-                v.clone(),
-            );
-        }
-        if let Some((p, v)) = per_p.last() {
-            out.metric(
-                "per_block_pmax",
-                "ns",
-                &format!(
-                    "time per 4 KiB block with P = {p} processes (one value per process and round)"
-                ),
-                v.clone(),
-            );
-        }
-        let model = fit(&medians);
-        if let Some(m) = &model {
-            out.metric(
-                "model_intercept",
-                "ns",
-                "fitted per-block time at P = 0 (the model's constant)",
-                vec![m.intercept],
-            );
-            out.metric(
-                "model_slope",
-                "ns",
-                "fitted added per-block time per extra process (first segment)",
-                vec![m.slope],
-            );
-            if let Some((b, s2)) = m.bend {
-                out.metric(
-                    "model_breakpoint",
-                    "processes",
-                    "P where the fitted line bends",
-                    vec![b],
-                );
-                out.metric(
-                    "model_slope_after",
-                    "ns",
-                    "fitted added per-block time per extra process beyond the breakpoint",
-                    vec![s2],
-                );
-            }
-            out.series.push(Series {
-                name: "model_per_block_vs_processes".into(),
-                x_unit: "processes".into(),
-                y_unit: "ns".into(),
-                points: medians.iter().map(|&(x, _)| [x, m.eval(x)]).collect(),
-            });
-            let t1 = medians.first().map(|p| p.1).unwrap_or(f64::NAN);
-            let (pl, tl) = medians.last().copied().unwrap_or((1.0, f64::NAN));
-            let parallel = pl * t1 / tl;
-            let text = match m.bend {
-                Some((b, s2)) => format!(
-                    "Per-block time is {} + {} x P up to P = {b:.0}, then rises {} per extra process; with {pl:.0} readers each block takes {} ({:.1}x one reader's {}), so the device overlaps about {parallel:.1} requests.",
-                    crate::units::fmt_ns(m.intercept),
-                    crate::units::fmt_ns(m.slope),
-                    crate::units::fmt_ns(s2),
-                    crate::units::fmt_ns(tl),
-                    tl / t1,
-                    crate::units::fmt_ns(t1)
-                ),
-                None => format!(
-                    "Per-block time grows linearly, {} + {} x P; with {pl:.0} readers each block takes {} ({:.1}x one reader's {}), so the device overlaps about {parallel:.1} requests.",
-                    crate::units::fmt_ns(m.intercept),
-                    crate::units::fmt_ns(m.slope),
-                    crate::units::fmt_ns(tl),
-                    tl / t1,
-                    crate::units::fmt_ns(t1)
-                ),
-            };
-            out.finding(text, &["per_block_p1", "per_block_pmax", "model_slope"]);
-        }
+        checks(&mut out, &m, direct, fsize, dur);
+        report(&mut out, m);
         out.notes.push(format!(
             "{pm} files of {} each; {rounds} round(s) of {} ms per P",
             fmt_b(fsize),
@@ -664,6 +538,212 @@ impl Experiment for Contention {
         ));
         Ok(out)
     }
+}
+
+/// Reader i runs on CPU (run CPU + i) mod the allowed CPUs: P = 1 reads as fs.read
+/// does (same CPU, so the same interrupt and wake-up path), and readers spread evenly
+/// instead of where the scheduler happens to put them.
+fn reader_cpus(ctx: &Context) -> anyhow::Result<Vec<crate::platform::CpuMask>> {
+    let mut allowed = ctx.machine.cpu.allowed_cpus.clone();
+    allowed.retain(|&c| crate::platform::CpuMask::single(c).is_ok());
+    if allowed.is_empty() {
+        allowed = vec![ctx.cpu];
+    }
+    let first = allowed.iter().position(|&c| c == ctx.cpu).unwrap_or(0);
+    Ok((0..allowed.len())
+        .map(|i| crate::platform::CpuMask::single(allowed[(first + i) % allowed.len()]))
+        .collect::<Result<_, _>>()?)
+}
+
+/// Everything the rounds measured, and what the premise checks need.
+struct Measured {
+    /// Where each reader goes on (distinct blocks across rounds): blocks read so far.
+    cursor: Vec<u64>,
+    /// (P, spread of the readers' start times in ns) per round.
+    spreads: Vec<(usize, u64)>,
+    /// Per-block times of every reader and round, per P.
+    per_p: Vec<(usize, Vec<f64>)>,
+    /// [P, median over rounds of the summed block rate].
+    aggregate: Vec<[f64; 2]>,
+    /// Evictions before rounds (only without O_DIRECT).
+    evictions: Tally,
+    device: super::DeviceReads,
+}
+
+/// The rounds of one process count `p`.
+fn measure_p(
+    ctx: &Context,
+    rd: &mut Readers<'_>,
+    owners: &[crate::scratch::ScratchFile],
+    m: &mut Measured,
+    p: usize,
+    dur: Duration,
+    rounds: usize,
+) -> anyhow::Result<()> {
+    let mut vals = Vec::new();
+    let mut rates = Vec::new();
+    for r in 0..rounds {
+        (ctx.progress)(&format!("P = {p}, round {}/{rounds}", r + 1));
+        if crate::scratch::stopping() {
+            anyhow::bail!("interrupted");
+        }
+        if !rd.direct {
+            // Without O_DIRECT each round must start from disk: evict and verify.
+            for o in owners.iter().take(p) {
+                m.evictions
+                    .add(&evict_check(ctx, &o.file, "reader file", true)?);
+            }
+        }
+        let before = m.device.counter();
+        let r = round_of(rd, &m.cursor, p, dur)?;
+        m.device.add(
+            before,
+            m.device.counter(),
+            r.blocks.iter().sum::<u64>() * BLOCK as u64,
+        );
+        for (c, b) in m.cursor.iter_mut().zip(&r.blocks) {
+            *c += b;
+        }
+        m.spreads.push((p, r.spread_ns));
+        rates.push(r.per_block.iter().map(|t| 1e9 / t).sum::<f64>());
+        vals.extend(r.per_block);
+    }
+    m.aggregate.push([p as f64, crate::stats::median(&rates)]);
+    m.per_p.push((p, vals));
+    Ok(())
+}
+
+/// The premises (device reached, evictions verified, readers released together) and
+/// the re-read share.
+fn checks(out: &mut Outcome, m: &Measured, direct: bool, fsize: u64, dur: Duration) {
+    out.check(m.device.check());
+    let nblocks = fsize / BLOCK as u64;
+    let reread: u64 = m.cursor.iter().map(|&c| c.saturating_sub(nblocks)).sum();
+    let total: u64 = m.cursor.iter().sum();
+    out.check(Check::sanity(
+        "each block read at most once",
+        reread == 0,
+        format!(
+            "{} of {} blocks read were read before by the same reader (files of {}; a device or host cache can serve those)",
+            reread,
+            total,
+            fmt_b(fsize)
+        ),
+    ));
+    if !direct {
+        let ev = &m.evictions;
+        out.check(Check::premise(
+            "uncached reads: files evicted and verified (mincore) before every round",
+            ev.all(),
+            if ev.all() {
+                format!("O_DIRECT not supported; {} of {} evictions verified (a file larger than a round's reads, random advice)", ev.passed, ev.total)
+            } else {
+                ev.last_failure.clone()
+            },
+        ));
+    }
+    out.check(release_check(&m.spreads, dur.as_nanos() as u64));
+}
+
+/// Series and metrics per P, then the fitted model.
+fn report(out: &mut Outcome, m: Measured) {
+    let medians: Vec<(f64, f64)> = m
+        .per_p
+        .iter()
+        .map(|(p, v)| (*p as f64, crate::stats::median(v)))
+        .collect();
+    out.series.push(Series {
+        name: "per_block_vs_processes".into(),
+        x_unit: "processes".into(),
+        y_unit: "ns".into(),
+        points: medians.iter().map(|&(x, y)| [x, y]).collect(),
+    });
+    out.series.push(Series {
+        name: "aggregate_blocks_per_s_vs_processes".into(),
+        x_unit: "processes".into(),
+        y_unit: "1/s".into(),
+        points: m.aggregate,
+    });
+    if let Some((_, v)) = m.per_p.first() {
+        out.metric(
+            "per_block_p1",
+            "ns",
+            "time per 4 KiB block, one process alone (one value per round)",
+            v.clone(),
+        );
+    }
+    if let Some((p, v)) = m.per_p.last() {
+        out.metric(
+            "per_block_pmax",
+            "ns",
+            &format!(
+                "time per 4 KiB block with P = {p} processes (one value per process and round)"
+            ),
+            v.clone(),
+        );
+    }
+    if let Some(model) = fit(&medians) {
+        report_model(out, &model, &medians);
+    }
+}
+
+/// The fitted model's metrics, its curve and the finding it supports.
+fn report_model(out: &mut Outcome, m: &crate::analysis::Model, medians: &[(f64, f64)]) {
+    out.metric(
+        "model_intercept",
+        "ns",
+        "fitted per-block time at P = 0 (the model's constant)",
+        vec![m.intercept],
+    );
+    out.metric(
+        "model_slope",
+        "ns",
+        "fitted added per-block time per extra process (first segment)",
+        vec![m.slope],
+    );
+    if let Some((b, s2)) = m.bend {
+        out.metric(
+            "model_breakpoint",
+            "processes",
+            "P where the fitted line bends",
+            vec![b],
+        );
+        out.metric(
+            "model_slope_after",
+            "ns",
+            "fitted added per-block time per extra process beyond the breakpoint",
+            vec![s2],
+        );
+    }
+    out.series.push(Series {
+        name: "model_per_block_vs_processes".into(),
+        x_unit: "processes".into(),
+        y_unit: "ns".into(),
+        points: medians.iter().map(|&(x, _)| [x, m.eval(x)]).collect(),
+    });
+    let t1 = medians.first().map(|p| p.1).unwrap_or(f64::NAN);
+    let (pl, tl) = medians.last().copied().unwrap_or((1.0, f64::NAN));
+    let parallel = pl * t1 / tl;
+    let text = match m.bend {
+        Some((b, s2)) => format!(
+            "Per-block time is {} + {} x P up to P = {b:.0}, then rises {} per extra process; with {pl:.0} readers each block takes {} ({:.1}x one reader's {}), so the device overlaps about {parallel:.1} requests.",
+            crate::units::fmt_ns(m.intercept),
+            crate::units::fmt_ns(m.slope),
+            crate::units::fmt_ns(s2),
+            crate::units::fmt_ns(tl),
+            tl / t1,
+            crate::units::fmt_ns(t1)
+        ),
+        None => format!(
+            "Per-block time grows linearly, {} + {} x P; with {pl:.0} readers each block takes {} ({:.1}x one reader's {}), so the device overlaps about {parallel:.1} requests.",
+            crate::units::fmt_ns(m.intercept),
+            crate::units::fmt_ns(m.slope),
+            crate::units::fmt_ns(tl),
+            tl / t1,
+            crate::units::fmt_ns(t1)
+        ),
+    };
+    out.finding(text, &["per_block_p1", "per_block_pmax", "model_slope"]);
 }
 
 #[cfg(test)]

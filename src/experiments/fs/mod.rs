@@ -1,11 +1,15 @@
-//! File-system experiments (SPEC section 5): read time vs file size, the file cache's
-//! size, remote files, and contention between processes.
+//! File-system experiments (docs/METHODOLOGY.md, "The file-system experiments and scratch
+//! safety"): read time vs file size, the file cache's size, remote files, and contention
+//! between processes.
 //!
 //! Shared here: getting a disk-backed scratch folder without writing anything when it
 //! cannot be used, writing test files, opening them uncached, device facts for
-//! predictions, and the block-read kernels.
+//! predictions, and the block-read kernel (`time_blocks`, sampled through the harness:
+//! fs reads no clock itself; docs/ARCHITECTURE.md).
 
 use super::{Context, Experiment};
+use crate::clock::{Deadline, Stopwatch};
+use crate::harness::{Harness, SampleSpec};
 use crate::machine::Machine;
 use crate::pagecache::{self, AlignedBuf};
 use crate::results::{Check, Prediction};
@@ -14,7 +18,7 @@ use anyhow::Context as _;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod cache_size;
 mod contention;
@@ -97,6 +101,32 @@ pub(crate) fn scratch_check(s: &Scratch) -> Check {
             fmt_b(s.fs().free_bytes)
         ),
     )
+}
+
+/// How many times a repeated check passed, and the last failure's detail.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    pub passed: usize,
+    pub total: usize,
+    pub last_failure: String,
+}
+
+impl Tally {
+    pub fn add(&mut self, c: &Check) {
+        self.record(c.passed, || c.detail.clone());
+    }
+    /// Counts one outcome; `detail` is only built for a failure.
+    pub fn record(&mut self, passed: bool, detail: impl FnOnce() -> String) {
+        self.total += 1;
+        if passed {
+            self.passed += 1;
+        } else {
+            self.last_failure = detail();
+        }
+    }
+    pub fn all(&self) -> bool {
+        self.passed == self.total
+    }
 }
 
 /// Small deterministic generator (xorshift64*) for block orders and file contents.
@@ -263,17 +293,26 @@ pub(crate) fn advise(file: &File, access: crate::platform::Access) {
     crate::platform::advise(file, access)
 }
 
-/// Reads `[0, len)` with 1 MiB read() calls through the page cache; returns the seconds
-/// it took.
-pub(crate) fn read_through(file: &File, len: u64, buf: &mut [u8]) -> anyhow::Result<f64> {
-    let t = Instant::now();
+/// Reads `[0, len)` with 1 MiB pread() calls through the page cache (callers that want
+/// its duration time it with the harness's stopwatch).
+pub(crate) fn read_through(file: &File, len: u64, buf: &mut [u8]) -> anyhow::Result<()> {
     let mut pos = 0u64;
     while pos < len {
         let n = ((len - pos) as usize).min(buf.len());
         pread(file, &mut buf[..n], pos).context("reading a scratch file")?;
         pos += n as u64;
     }
-    Ok(t.elapsed().as_secs_f64())
+    Ok(())
+}
+
+/// A span on the run's clock, through the harness (fs never reads a clock itself).
+pub(crate) fn stopwatch<'a>(ctx: &'a Context) -> Stopwatch<'a> {
+    ctx.harness(1).stopwatch()
+}
+
+/// A deadline `d` from now on the run's clock, through the harness.
+pub(crate) fn deadline<'a>(ctx: &'a Context, d: Duration) -> Deadline<'a> {
+    ctx.harness(1).deadline(d)
 }
 
 /// The access patterns of a per-block read.
@@ -296,15 +335,32 @@ impl Pattern {
 
 /// Per-block times of one (file, pattern) reading run.
 pub(crate) struct BlockTimes {
-    /// ns per block, one value per trial (a chunk of consecutive operations).
+    /// ns per block, one value per sample (one read, or a chunk of consecutive reads).
     pub per_block_ns: Vec<f64>,
+    /// Blocks read, preempted samples included.
     pub blocks: u64,
+    /// What the harness set aside or stopped short.
+    pub notes: Vec<String>,
 }
 
-/// Times 4 KiB reads of `file` (`size` bytes) in chunks: each trial is `chunk` reads,
-/// sized so that a trial lasts about `trial` (at least one read; exactly one when
-/// `trial` is zero). Stops at `deadline`
-/// once `min_trials` are in, or when every block has been read once and `wrap` is off.
+/// How `time_blocks` groups reads into samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Timing {
+    /// Every read timed on its own, every block at most once (slow, device-bound reads,
+    /// whose distribution is wanted).
+    EachRead,
+    /// Chunks of consecutive reads lasting about this long, wrapping around the file
+    /// (fast reads from the page cache).
+    Chunks(Duration),
+}
+
+/// Chunk length of the first sample, which sizes every later one.
+const FIRST_CHUNK: u64 = 8;
+
+/// Times 4 KiB reads of `file` (`size` bytes) through the harness's per-operation
+/// sampling (clock overhead subtracted): at least `min_trials` samples, within `budget`.
+/// Preemption is not checked: uncached reads block on purpose, and a cached chunk keeps
+/// the definition it had (every chunk counts).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn time_blocks(
     ctx: &Context,
@@ -312,70 +368,146 @@ pub(crate) fn time_blocks(
     size: u64,
     pattern: Pattern,
     order: &[u32],
-    wrap: bool,
-    trial: Duration,
-    deadline: Instant,
+    timing: Timing,
+    budget: Duration,
     min_trials: usize,
 ) -> anyhow::Result<BlockTimes> {
-    let clock = ctx.clock;
-    let overhead = clock.overhead_ticks();
-    let nblocks = size / BLOCK as u64;
-    let mut buf = AlignedBuf::new(BLOCK, BLOCK)?;
-    seek_start(file)?;
-    let mut next = 0u64; // blocks issued so far in this pass
-    let mut total = 0u64;
-    // A zero trial length times every read on its own (for slow, device-bound reads,
-    // whose distribution is wanted; the clock's overhead is subtracted).
-    let mut chunk = if trial.is_zero() { 1 } else { 8 };
-    let mut out = Vec::new();
-    let max_trials = 100_000;
-    loop {
-        if next >= nblocks {
-            if !wrap {
-                break;
-            }
-            next = 0;
-            seek_start(file)?;
+    let h = ctx.harness(1);
+    let mut r = BlockReader::new(file, size, pattern, order, timing)?;
+    match timing {
+        Timing::EachRead => {
+            let n = (r.nblocks as usize).min(MAX_SAMPLES);
+            let spec = SampleSpec::new(n, budget).min_n(min_trials);
+            r.sample(&h, &spec)
         }
-        let n = chunk.min(nblocks - next);
-        let t0 = clock.start();
-        match pattern {
+        Timing::Chunks(trial) => {
+            let until = h.deadline(budget);
+            let first = r.sample(&h, &SampleSpec::new(1, budget))?;
+            // The first sample sizes every later one so a sample lasts about `trial`;
+            // fixed from then on, so the mean of the samples is the mean per block (what
+            // fio reports as mean completion latency).
+            let per = first.per_block_ns.first().copied().unwrap_or(1.0).max(1.0);
+            r.chunk = ((trial.as_nanos() as f64 / per) as u64).clamp(1, 4096);
+            let spec = SampleSpec::new(MAX_SAMPLES - 1, until.remaining())
+                .min_n(min_trials.saturating_sub(1));
+            let mut rest = r.sample(&h, &spec)?;
+            let mut v = first.per_block_ns;
+            v.append(&mut rest.per_block_ns);
+            let mut notes = first.notes;
+            notes.append(&mut rest.notes);
+            Ok(BlockTimes {
+                per_block_ns: v,
+                blocks: r.total,
+                notes,
+            })
+        }
+    }
+}
+
+/// Never more samples than this in one pass.
+const MAX_SAMPLES: usize = 100_000;
+
+/// Where a block-reading pass stands: the next block of the order, and blocks read.
+struct BlockReader<'a> {
+    file: &'a File,
+    pattern: Pattern,
+    order: &'a [u32],
+    nblocks: u64,
+    wrap: bool,
+    chunk: u64,
+    /// Blocks issued so far in this pass over the file.
+    next: u64,
+    total: u64,
+    buf: AlignedBuf,
+}
+
+impl<'a> BlockReader<'a> {
+    fn new(
+        file: &'a File,
+        size: u64,
+        pattern: Pattern,
+        order: &'a [u32],
+        timing: Timing,
+    ) -> anyhow::Result<Self> {
+        seek_start(file)?;
+        let each = timing == Timing::EachRead;
+        Ok(BlockReader {
+            file,
+            pattern,
+            order,
+            nblocks: size / BLOCK as u64,
+            wrap: !each,
+            chunk: if each { 1 } else { FIRST_CHUNK },
+            next: 0,
+            total: 0,
+            buf: AlignedBuf::new(BLOCK, BLOCK)?,
+        })
+    }
+
+    /// Samples as `spec` says; each sample reads the next chunk. Without wrapping the
+    /// pass ends once every block was read (`spec.max_n` says how many samples that is).
+    fn sample(&mut self, h: &Harness, spec: &SampleSpec) -> anyhow::Result<BlockTimes> {
+        // Every sample is kept in order (no preemption check), so each one's block count
+        // is known: a chunk at the end of the file is shorter.
+        debug_assert!(!spec.detect_preemption);
+        let mut lens = Vec::new();
+        let this = std::cell::RefCell::new(self);
+        let s = h.try_sample_with(
+            spec,
+            || this.borrow_mut().next_chunk(),
+            |&mut (start, n)| this.borrow_mut().read(start, n),
+            |(_, n), _| lens.push(n),
+        )?;
+        anyhow::ensure!(lens.len() == s.ns.len(), "a sample without its block count");
+        Ok(BlockTimes {
+            per_block_ns: s
+                .ns
+                .iter()
+                .zip(&lens)
+                .map(|(ns, &n)| ns / n as f64)
+                .collect(),
+            blocks: this.into_inner().total,
+            notes: s.notes,
+        })
+    }
+
+    /// Untimed: the first block and length of the next chunk (wrapping when allowed).
+    fn next_chunk(&mut self) -> anyhow::Result<(u64, u64)> {
+        if crate::scratch::stopping() {
+            anyhow::bail!("interrupted");
+        }
+        if self.next >= self.nblocks {
+            anyhow::ensure!(self.wrap, "every block was read once");
+            self.next = 0;
+            seek_start(self.file)?;
+        }
+        let n = self.chunk.min(self.nblocks - self.next);
+        let start = self.next;
+        self.next += n;
+        self.total += n;
+        Ok((start, n))
+    }
+
+    /// Timed: `n` reads from block `start` of the pass.
+    fn read(&mut self, start: u64, n: u64) -> anyhow::Result<()> {
+        match self.pattern {
             Pattern::Sequential => {
                 for _ in 0..n {
-                    let got = read_once(file, &mut buf).context("read")?;
+                    let got = read_once(self.file, &mut self.buf).context("read")?;
                     if got != BLOCK {
                         anyhow::bail!("short read of {got} bytes");
                     }
                 }
             }
             Pattern::Random => {
-                for i in next..next + n {
-                    pread(file, &mut buf, order[i as usize] as u64 * BLOCK as u64)
-                        .context("pread")?;
+                for i in start..start + n {
+                    let pos = self.order[i as usize] as u64 * BLOCK as u64;
+                    pread(self.file, &mut self.buf, pos).context("pread")?;
                 }
             }
         }
-        let t1 = clock.stop();
-        let ns = clock.ticks_to_ns((t1.wrapping_sub(t0) as f64 - overhead).max(0.0));
-        next += n;
-        total += n;
-        out.push(ns / n as f64);
-        // The first trial (8 blocks) sizes every later one so a trial lasts about
-        // `trial`; fixed from then on, so the mean of the trials is the mean per block
-        // (what fio reports as mean completion latency).
-        if out.len() == 1 && !trial.is_zero() {
-            let per = (ns / n as f64).max(1.0);
-            chunk = ((trial.as_nanos() as f64 / per) as u64).clamp(1, 4096);
-        }
-        let done = out.len() >= min_trials && Instant::now() >= deadline;
-        if done || out.len() >= max_trials || crate::scratch::stopping() {
-            break;
-        }
+        Ok(())
     }
-    Ok(BlockTimes {
-        per_block_ns: out,
-        blocks: total,
-    })
 }
 
 /// The block device behind a path, with the facts predictions use.
@@ -685,6 +817,71 @@ mod tests {
         d.add(Some(5), None, 4096);
         assert_eq!(d.sectors, None);
         assert!(!d.check().passed);
+    }
+
+    /// A `blocks`-block file in a temporary folder.
+    fn block_file(blocks: u64) -> (tempfile::TempDir, File) {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("blocks");
+        std::fs::write(&path, vec![7u8; blocks as usize * BLOCK]).unwrap();
+        (d, File::open(&path).unwrap())
+    }
+
+    /// A harness on a mock clock: each sample costs the clock's stop overhead, which is
+    /// subtracted again, so only the budget and the file decide how many are taken.
+    fn mock_harness(clock: &crate::clock::MockClock) -> Harness<'_> {
+        Harness::new(clock, crate::harness::HarnessConfig::default(), 0.0)
+    }
+
+    #[test]
+    fn each_read_sampling_reads_every_block_at_most_once() {
+        let (_d, f) = block_file(10);
+        let clock = crate::clock::MockClock::new(100);
+        let h = mock_harness(&clock);
+        let order: Vec<u32> = (0..10).rev().collect();
+        for pattern in [Pattern::Sequential, Pattern::Random] {
+            // A long budget: the pass ends when the file does, not with an error.
+            let mut r =
+                BlockReader::new(&f, 10 * BLOCK as u64, pattern, &order, Timing::EachRead).unwrap();
+            let spec = SampleSpec::new(r.nblocks as usize, Duration::from_secs(60)).min_n(5);
+            let t = r.sample(&h, &spec).unwrap();
+            assert_eq!((t.per_block_ns.len(), t.blocks), (10, 10));
+            // The next sample would need a second pass: refused.
+            assert!(r.next_chunk().is_err());
+        }
+    }
+
+    #[test]
+    fn chunked_sampling_wraps_and_stops_at_the_budget() {
+        let (_d, f) = block_file(10);
+        // 100 ticks (ns) per sample against a 2 us budget: 20 samples of 4 blocks, the
+        // chunk at the end of each pass being 2.
+        let clock = crate::clock::MockClock::new(100);
+        let h = mock_harness(&clock);
+        let order: Vec<u32> = (0..10).collect();
+        let mut r = BlockReader::new(
+            &f,
+            10 * BLOCK as u64,
+            Pattern::Sequential,
+            &order,
+            Timing::Chunks(Duration::from_micros(1)),
+        )
+        .unwrap();
+        r.chunk = 4;
+        let t = r
+            .sample(&h, &SampleSpec::new(1000, Duration::from_micros(2)))
+            .unwrap();
+        assert!(
+            (20..=22).contains(&t.per_block_ns.len()),
+            "{}",
+            t.per_block_ns.len()
+        );
+        // Three samples per pass of 10 blocks: 4 + 4 + 2.
+        let samples = t.per_block_ns.len() as u64;
+        assert_eq!(
+            t.blocks,
+            samples / 3 * 10 + [0, 4, 8][(samples % 3) as usize]
+        );
     }
 
     #[test]

@@ -1,15 +1,18 @@
 //! fs.read: per-block (4 KiB) read time vs file size, sequential and random, uncached
-//! and cached. The sweep here is shared with fs.remote-read.
+//! and cached (docs/METHODOLOGY.md, fs.read). The sweep here is shared with
+//! fs.remote-read.
 
 use super::{
     direct_works, doublings, evict_check, fmt_b, make_file, read_through, reopen, time_blocks,
-    BlockTimes, Pattern, Rng, BLOCK, MIB,
+    BlockTimes, Pattern, Rng, Tally, Timing, BLOCK, MIB,
 };
+use crate::clock::Deadline;
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::pagecache;
 use crate::results::{Check, Prediction, Series};
 use crate::scratch::Scratch;
-use std::time::{Duration, Instant};
+use std::fs::File;
+use std::time::Duration;
 
 pub struct Read;
 
@@ -35,7 +38,7 @@ fn slices(p: Profile) -> (Duration, Duration) {
 }
 
 /// What a sweep does: file sizes and the time each pass may take.
-pub(crate) struct Plan {
+pub(crate) struct Plan<'c> {
     pub sizes: Vec<u64>,
     pub uncached: Duration,
     pub cached: Duration,
@@ -44,11 +47,11 @@ pub(crate) struct Plan {
     pub label: &'static str,
     /// No new size is started past this (a starved or contended machine must not make
     /// the run overstay its budget).
-    pub deadline: Option<Instant>,
+    pub deadline: Option<Deadline<'c>>,
 }
 
-impl Plan {
-    pub fn for_profile(p: Profile, largest: u64, label: &'static str) -> Plan {
+impl Plan<'_> {
+    pub fn for_profile(p: Profile, largest: u64, label: &'static str) -> Self {
         let (uncached, cached) = slices(p);
         Plan {
             sizes: doublings(MIB, largest.max(MIB)),
@@ -99,220 +102,283 @@ pub(crate) fn metric_name(cached: bool, pattern: Pattern) -> String {
 /// Runs the sweep in `scratch`: for each size a new file, read uncached (O_DIRECT, or
 /// evicted and verified) and cached (fully resident, verified), sequentially and randomly.
 pub(crate) fn sweep(ctx: &Context, scratch: &Scratch, plan: &Plan) -> anyhow::Result<SweepOut> {
-    let mut points = Vec::new();
-    let mut notes = Vec::new();
-    let mut direct = None;
-    let (mut evictions, mut evicted_ok, mut evict_detail) = (0, 0, String::new());
-    let (mut resident_ok, mut resident_checks, mut resident_detail) = (0, 0, String::new());
-    let mut bigbuf = vec![0u8; MIB as usize];
+    let mut st = SweepState {
+        points: Vec::new(),
+        notes: Vec::new(),
+        direct: None,
+        evicted: Tally::default(),
+        resident: Tally::default(),
+        device: super::DeviceReads::new(scratch.dir()),
+        bigbuf: vec![0u8; MIB as usize],
+    };
     let mut rng = Rng::new(0x05ee_d0f5 ^ plan.sizes.len() as u64);
-    let mut device = super::DeviceReads::new(scratch.dir());
     for &size in &plan.sizes {
         if crate::scratch::stopping() {
             anyhow::bail!("interrupted");
         }
-        if !points.is_empty() && plan.deadline.is_some_and(|d| Instant::now() > d) {
-            notes.push(format!(
+        if !st.points.is_empty() && plan.deadline.is_some_and(|d| d.passed()) {
+            st.notes.push(format!(
                 "stopped before {} by the time budget (the machine is slow or busy)",
                 fmt_b(size)
             ));
             break;
         }
-        (ctx.progress)(&format!("{}: writing {}", plan.label, fmt_b(size)));
-        let f = make_file(
-            scratch,
-            &format!("{}-{}", plan.label, size),
-            size,
-            rng.next(),
-        )?;
-        let direct_ok = *direct.get_or_insert_with(|| direct_works(&f.file));
-        let nblocks = (size / BLOCK as u64) as usize;
-        let order = rng.permutation(nblocks);
-        // The random uncached pass reads a file of its own, so that no uncached pass
-        // reads a block another pass (or an earlier trial) read: a device or host cache
-        // would serve it again.
-        let fr = make_file(
-            scratch,
-            &format!("{}-{}-r", plan.label, size),
-            size,
-            rng.next(),
-        )?;
+        measure_size(ctx, scratch, plan, size, &mut rng, &mut st)?;
+    }
+    Ok(st.finish())
+}
 
-        // Uncached passes: every block at most once.
-        for pattern in [Pattern::Sequential, Pattern::Random] {
-            let file = if pattern == Pattern::Random {
-                &fr.file
-            } else {
-                &f.file
-            };
-            (ctx.progress)(&format!(
-                "{}: {} uncached {}",
-                plan.label,
-                fmt_b(size),
-                pattern.name()
-            ));
-            let c = evict_check(ctx, file, &format!("{} file", fmt_b(size)), !direct_ok)?;
-            evictions += 1;
-            if c.passed {
-                evicted_ok += 1;
-            } else {
-                evict_detail = c.detail.clone();
-            }
-            let fd = reopen(file, direct_ok, false)?;
-            if !direct_ok {
-                // No readahead for the random order.
-                super::advise(
-                    &fd,
-                    if pattern == Pattern::Random {
-                        crate::platform::Access::Random
-                    } else {
-                        crate::platform::Access::Normal
-                    },
-                );
-            }
-            // The largest size gives the metrics: it gets three times as long.
-            let slice = if Some(&size) == plan.sizes.last() {
-                plan.uncached * 3
-            } else {
-                plan.uncached
-            };
-            let before = device.counter();
-            let times = time_blocks(
-                ctx,
-                &fd,
-                size,
-                pattern,
-                &order,
-                false,
-                Duration::ZERO,
-                Instant::now() + slice,
-                plan.min_trials,
-            )?;
-            device.add(before, device.counter(), times.blocks * BLOCK as u64);
-            if times.per_block_ns.len() < plan.min_trials {
-                notes.push(format!(
-                    "{} uncached {}: only {} trials (every block read once)",
-                    fmt_b(size),
-                    pattern.name(),
-                    times.per_block_ns.len()
-                ));
-            }
-            points.push(Point {
-                size,
-                cached: false,
-                pattern,
-                times,
-            });
-        }
+/// What a sweep has gathered so far.
+struct SweepState {
+    points: Vec<Point>,
+    notes: Vec<String>,
+    /// Whether O_DIRECT works, known once the first file exists.
+    direct: Option<bool>,
+    /// Evictions before uncached passes, verified with mincore.
+    evicted: Tally,
+    /// Cached passes fully resident before and after.
+    resident: Tally,
+    device: super::DeviceReads,
+    bigbuf: Vec<u8>,
+}
 
-        // Cached passes: read the whole file until every page is resident.
-        let fd = reopen(&f.file, false, false)?;
-        for _ in 0..3 {
-            read_through(&fd, size, &mut bigbuf)?;
-            if pagecache::residency(&fd)?.0 == size / pagecache::page_size() as u64 {
-                break;
-            }
+/// The four passes of one size: two new files (the random uncached pass reads a file of
+/// its own, so that no uncached pass reads a block another pass or an earlier trial read:
+/// a device or host cache would serve it again), uncached then cached.
+fn measure_size(
+    ctx: &Context,
+    scratch: &Scratch,
+    plan: &Plan,
+    size: u64,
+    rng: &mut Rng,
+    st: &mut SweepState,
+) -> anyhow::Result<()> {
+    (ctx.progress)(&format!("{}: writing {}", plan.label, fmt_b(size)));
+    let name = format!("{}-{}", plan.label, size);
+    let f = make_file(scratch, &name, size, rng.next())?;
+    let direct = *st.direct.get_or_insert_with(|| direct_works(&f.file));
+    let order = rng.permutation((size / BLOCK as u64) as usize);
+    let fr = make_file(scratch, &format!("{name}-r"), size, rng.next())?;
+    // The largest size gives the metrics: it gets three times as long.
+    let slice = if Some(&size) == plan.sizes.last() {
+        plan.uncached * 3
+    } else {
+        plan.uncached
+    };
+    for pattern in [Pattern::Sequential, Pattern::Random] {
+        let file = if pattern == Pattern::Random {
+            &fr.file
+        } else {
+            &f.file
+        };
+        (ctx.progress)(&format!(
+            "{}: {} uncached {}",
+            plan.label,
+            fmt_b(size),
+            pattern.name()
+        ));
+        let times = uncached_pass(ctx, file, size, pattern, &order, direct, slice, plan, st)?;
+        st.points.push(Point {
+            size,
+            cached: false,
+            pattern,
+            times,
+        });
+    }
+    let fd = reopen(&f.file, false, false)?;
+    warm(&fd, size, &mut st.bigbuf)?;
+    for pattern in [Pattern::Sequential, Pattern::Random] {
+        (ctx.progress)(&format!(
+            "{}: {} cached {}",
+            plan.label,
+            fmt_b(size),
+            pattern.name()
+        ));
+        let times = cached_pass(ctx, &fd, size, pattern, &order, plan, st)?;
+        st.points.push(Point {
+            size,
+            cached: true,
+            pattern,
+            times,
+        });
+    }
+    Ok(())
+}
+
+/// One uncached pass: evict (verified), open with O_DIRECT where it works, and time
+/// every read on its own, each block at most once; the disk's sectors-read counter is
+/// read around the pass.
+#[allow(clippy::too_many_arguments)]
+fn uncached_pass(
+    ctx: &Context,
+    file: &File,
+    size: u64,
+    pattern: Pattern,
+    order: &[u32],
+    direct: bool,
+    slice: Duration,
+    plan: &Plan,
+    st: &mut SweepState,
+) -> anyhow::Result<BlockTimes> {
+    let c = evict_check(ctx, file, &format!("{} file", fmt_b(size)), !direct)?;
+    st.evicted.add(&c);
+    let fd = reopen(file, direct, false)?;
+    if !direct {
+        // No readahead for the random order.
+        super::advise(
+            &fd,
+            if pattern == Pattern::Random {
+                crate::platform::Access::Random
+            } else {
+                crate::platform::Access::Normal
+            },
+        );
+    }
+    let before = st.device.counter();
+    let times = time_blocks(
+        ctx,
+        &fd,
+        size,
+        pattern,
+        order,
+        Timing::EachRead,
+        slice,
+        plan.min_trials,
+    )?;
+    st.device
+        .add(before, st.device.counter(), times.blocks * BLOCK as u64);
+    st.note_harness(size, false, pattern, &times);
+    if times.per_block_ns.len() < plan.min_trials {
+        st.notes.push(format!(
+            "{} uncached {}: only {} trials (every block read once)",
+            fmt_b(size),
+            pattern.name(),
+            times.per_block_ns.len()
+        ));
+    }
+    Ok(times)
+}
+
+/// Reads the whole file until every page is resident (three tries at most).
+fn warm(fd: &File, size: u64, buf: &mut [u8]) -> anyhow::Result<()> {
+    for _ in 0..3 {
+        read_through(fd, size, buf)?;
+        if pagecache::residency(fd)?.0 == size / pagecache::page_size() as u64 {
+            break;
         }
-        for pattern in [Pattern::Sequential, Pattern::Random] {
-            (ctx.progress)(&format!(
-                "{}: {} cached {}",
-                plan.label,
-                fmt_b(size),
-                pattern.name()
-            ));
-            // Another tenant's memory pressure can evict pages mid-pass: warm up and
-            // measure again (twice at most) before calling the premise failed.
-            let mut attempt = 0;
-            let times = loop {
-                attempt += 1;
-                let before = pagecache::residency(&fd)?;
-                let times = time_blocks(
-                    ctx,
-                    &fd,
-                    size,
-                    pattern,
-                    &order,
-                    true,
-                    Duration::from_micros(200),
-                    Instant::now() + plan.cached,
-                    plan.min_trials,
-                )?;
-                let after = pagecache::residency(&fd)?;
-                if before.0 == before.1 && after.0 == after.1 {
-                    if attempt > 1 {
-                        notes.push(format!(
-                            "{} cached {}: pages were evicted during a pass by memory pressure; measured again",
-                            fmt_b(size),
-                            pattern.name()
-                        ));
-                    }
-                    resident_ok += 1;
-                    break times;
-                }
-                resident_detail = format!(
+    }
+    Ok(())
+}
+
+/// One cached pass in ~0.2 ms chunks, wrapping around the file; every page must be
+/// resident before and after. Another tenant's memory pressure can evict pages mid-pass:
+/// warm up and measure again (twice at most) before calling the premise failed.
+fn cached_pass(
+    ctx: &Context,
+    fd: &File,
+    size: u64,
+    pattern: Pattern,
+    order: &[u32],
+    plan: &Plan,
+    st: &mut SweepState,
+) -> anyhow::Result<BlockTimes> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let before = pagecache::residency(fd)?;
+        let times = time_blocks(
+            ctx,
+            fd,
+            size,
+            pattern,
+            order,
+            Timing::Chunks(Duration::from_micros(200)),
+            plan.cached,
+            plan.min_trials,
+        )?;
+        let after = pagecache::residency(fd)?;
+        let whole = before.0 == before.1 && after.0 == after.1;
+        if whole || attempt == 3 {
+            st.resident.record(whole, || {
+                format!(
                     "{} {}: {} of {} pages resident before, {} after (memory pressure evicted the file)",
                     fmt_b(size),
                     pattern.name(),
                     before.0,
                     before.1,
                     after.0
-                );
-                if attempt == 3 {
-                    break times;
-                }
-                read_through(&fd, size, &mut bigbuf)?;
-            };
-            resident_checks += 1;
-            points.push(Point {
-                size,
-                cached: true,
-                pattern,
-                times,
+                )
             });
+            if whole && attempt > 1 {
+                st.notes.push(format!(
+                    "{} cached {}: pages were evicted during a pass by memory pressure; measured again",
+                    fmt_b(size),
+                    pattern.name()
+                ));
+            }
+            st.note_harness(size, true, pattern, &times);
+            return Ok(times);
         }
-        drop(fd);
-        drop(f);
-        drop(fr);
+        read_through(fd, size, &mut st.bigbuf)?;
     }
-    let direct = direct.unwrap_or(false);
-    let mut checks = vec![];
-    checks.push(device.check());
-    if direct {
-        checks.push(Check::sanity(
-            "files evicted before uncached passes (mincore)",
-            evicted_ok == evictions,
-            if evicted_ok == evictions {
-                format!("{evicted_ok} of {evictions} passes started with no page cached")
-            } else {
-                format!("{evicted_ok} of {evictions} verified; last: {evict_detail} (O_DIRECT bypasses it anyway)")
-            },
-        ));
-    } else {
-        checks.push(Check::premise(
-            "uncached reads: evicted with posix_fadvise(DONTNEED) and verified with mincore",
-            evicted_ok == evictions,
-            if evicted_ok == evictions {
-                format!("O_DIRECT not supported here; {evicted_ok} of {evictions} passes started with no page cached")
-            } else {
-                format!("{evicted_ok} of {evictions} verified; last: {evict_detail}")
-            },
-        ));
+}
+
+impl SweepState {
+    /// What the harness said about a pass (a stop at twice its budget...).
+    fn note_harness(&mut self, size: u64, cached: bool, pattern: Pattern, t: &BlockTimes) {
+        let pass = format!("{} {}", fmt_b(size), metric_name(cached, pattern));
+        self.notes
+            .extend(t.notes.iter().map(|n| format!("{pass}: {n}")));
     }
-    checks.push(Check::premise(
-        "cached reads: every page resident before and after (mincore)",
-        resident_ok == resident_checks,
-        if resident_ok == resident_checks {
-            format!("{resident_ok} of {resident_checks} cached passes fully resident")
+
+    /// The sweep's premise checks, and what it measured.
+    fn finish(self) -> SweepOut {
+        let direct = self.direct.unwrap_or(false);
+        let (ev, res) = (&self.evicted, &self.resident);
+        let (ok, n) = (ev.passed, ev.total);
+        let eviction = if direct {
+            Check::sanity(
+                "files evicted before uncached passes (mincore)",
+                ev.all(),
+                if ev.all() {
+                    format!("{ok} of {n} passes started with no page cached")
+                } else {
+                    format!(
+                        "{ok} of {n} verified; last: {} (O_DIRECT bypasses it anyway)",
+                        ev.last_failure
+                    )
+                },
+            )
         } else {
-            resident_detail
-        },
-    ));
-    Ok(SweepOut {
-        points,
-        checks,
-        direct,
-        notes,
-    })
+            Check::premise(
+                "uncached reads: evicted with posix_fadvise(DONTNEED) and verified with mincore",
+                ev.all(),
+                if ev.all() {
+                    format!("O_DIRECT not supported here; {ok} of {n} passes started with no page cached")
+                } else {
+                    format!("{ok} of {n} verified; last: {}", ev.last_failure)
+                },
+            )
+        };
+        let residency = Check::premise(
+            "cached reads: every page resident before and after (mincore)",
+            res.all(),
+            if res.all() {
+                format!(
+                    "{} of {} cached passes fully resident",
+                    res.passed, res.total
+                )
+            } else {
+                res.last_failure.clone()
+            },
+        );
+        SweepOut {
+            points: self.points,
+            checks: vec![self.device.check(), eviction, residency],
+            direct,
+            notes: self.notes,
+        }
+    }
 }
 
 /// Adds a sweep's series (median per size), metrics at the largest size (with `prefix`)
@@ -476,7 +542,7 @@ impl Experiment for Read {
             ));
         }
         let mut plan = Plan::for_profile(ctx.profile, largest, "read");
-        plan.deadline = Some(Instant::now() + ctx.budget * 2);
+        plan.deadline = Some(super::deadline(ctx, ctx.budget * 2));
         let s = sweep(ctx, scratch, &plan)?;
         for c in &s.checks {
             out.check(c.clone());

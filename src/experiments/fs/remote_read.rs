@@ -1,11 +1,13 @@
 //! fs.remote-read: fs.read's sweep on --remote-dir and on the local scratch disk in the
-//! same sitting, with the remote/local ratio per access pattern.
+//! same sitting, with the remote/local ratio per access pattern (docs/METHODOLOGY.md,
+//! fs.remote-read).
 
-use super::read::{metric_name, report, sweep, Plan};
+use super::read::{metric_name, report, sweep, Plan, SweepOut};
 use super::{fmt_b, Pattern, MIB};
 use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
 use crate::results::{Check, Prediction};
 use crate::scratch::Scratch;
+use std::path::Path;
 use std::time::Duration;
 
 pub struct RemoteRead;
@@ -129,102 +131,119 @@ impl Experiment for RemoteRead {
         };
         let mut out = Outcome::default();
         out.check(super::scratch_check(local));
-        out.check(Check::premise(
-            "remote directory on a network file system",
-            rfs.network,
-            format!(
-                "{} is on {} (statfs magic {:#x}){}",
-                remote.display(),
-                rfs.fs_type,
-                rfs.magic,
-                if rfs.network {
-                    ""
-                } else {
-                    ": a local file system, so a remote/local ratio means nothing"
-                }
-            ),
-        ));
-        let rscratch = Scratch::new(Some(remote))?;
-        let mut plan = Plan::for_profile(ctx.profile, largest, "remote");
-        let (u, c) = (plan.uncached, plan.cached);
-        plan.uncached = u.min(Duration::from_millis(300));
-        plan.cached = c.min(Duration::from_millis(60));
-        // The remote side may take the budget; the local one repeats its sizes.
-        plan.deadline = Some(std::time::Instant::now() + ctx.budget);
-        let rs = sweep(ctx, &rscratch, &plan)?;
-        drop(rscratch);
-        plan.label = "local";
-        // The same sizes locally, so the ratios compare like with like.
-        let done: std::collections::BTreeSet<u64> = rs.points.iter().map(|p| p.size).collect();
-        plan.sizes.retain(|s| done.contains(s));
-        plan.deadline = None;
-        let ls = sweep(ctx, local, &plan)?;
-        for c in &rs.checks {
-            let mut c = c.clone();
-            c.name = format!("remote: {}", c.name);
-            out.check(c);
-        }
-        for c in &ls.checks {
-            let mut c = c.clone();
-            c.name = format!("local: {}", c.name);
-            out.check(c);
-        }
-        out.notes
-            .extend(rs.notes.iter().map(|n| format!("remote: {n}")));
-        out.notes
-            .extend(ls.notes.iter().map(|n| format!("local: {n}")));
-        report(&mut out, &rs, "remote_");
-        report(&mut out, &ls, "local_");
-        let size = rs.largest().min(ls.largest());
-        let mut summary = Vec::new();
-        for cached in [false, true] {
-            for pattern in [Pattern::Sequential, Pattern::Random] {
-                let (Some(r), Some(l)) =
-                    (rs.get(size, cached, pattern), ls.get(size, cached, pattern))
-                else {
-                    continue;
-                };
-                let lmed = crate::stats::median(&l.times.per_block_ns);
-                let raw: Vec<f64> = r.times.per_block_ns.iter().map(|v| v / lmed).collect();
-                let name = format!("ratio_{}", metric_name(cached, pattern));
-                let local = format!("local_{}", metric_name(cached, pattern));
-                out.metric(
-                    &name,
-                    "ratio",
-                    &format!(
-                        "remote / local time per 4 KiB block at {} (each remote trial over the local median)",
-                        fmt_b(size)
-                    ),
-                    raw,
-                )
-                .derived(&[(&local, "div", 1.0)]);
-                let med = out
-                    .metrics
-                    .last()
-                    .map(|m| m.summary.median)
-                    .unwrap_or(f64::NAN);
-                summary.push(format!(
-                    "{} {} {:.2}x",
-                    if cached { "cached" } else { "uncached" },
-                    pattern.name(),
-                    med
-                ));
+        out.check(network_check(remote, &rfs));
+        let (rs, ls) = sweeps(ctx, remote, local, largest)?;
+        for (side, s) in [("remote", &rs), ("local", &ls)] {
+            for c in &s.checks {
+                let mut c = c.clone();
+                c.name = format!("{side}: {}", c.name);
+                out.check(c);
             }
         }
-        out.finding(
-            format!(
-                "Remote ({}) vs local 4 KiB reads at {}: {}.",
-                rfs.fs_type,
-                fmt_b(size),
-                summary.join(", ")
-            ),
-            &[
-                "ratio_uncached_seq",
-                "ratio_uncached_random",
-                "ratio_cached_seq",
-                "ratio_cached_random",
-            ],
-        );
+        for (side, s) in [("remote", &rs), ("local", &ls)] {
+            out.notes
+                .extend(s.notes.iter().map(|n| format!("{side}: {n}")));
+        }
+        report(&mut out, &rs, "remote_");
+        report(&mut out, &ls, "local_");
+        report_ratios(&mut out, &rs, &ls, &rfs.fs_type);
         Ok(out)
     }
+}
+
+/// Premise: the remote folder is on a network file system (else the ratio means nothing).
+fn network_check(remote: &Path, rfs: &crate::scratch::FsInfo) -> Check {
+    Check::premise(
+        "remote directory on a network file system",
+        rfs.network,
+        format!(
+            "{} is on {} (statfs magic {:#x}){}",
+            remote.display(),
+            rfs.fs_type,
+            rfs.magic,
+            if rfs.network {
+                ""
+            } else {
+                ": a local file system, so a remote/local ratio means nothing"
+            }
+        ),
+    )
+}
+
+/// The remote sweep (within the budget), then the local one over the sizes the remote
+/// side completed, so the ratios compare like with like.
+fn sweeps(
+    ctx: &Context,
+    remote: &Path,
+    local: &Scratch,
+    largest: u64,
+) -> anyhow::Result<(SweepOut, SweepOut)> {
+    let rscratch = Scratch::new(Some(remote))?;
+    let mut plan = Plan::for_profile(ctx.profile, largest, "remote");
+    let (u, c) = (plan.uncached, plan.cached);
+    plan.uncached = u.min(Duration::from_millis(300));
+    plan.cached = c.min(Duration::from_millis(60));
+    // The remote side may take the budget; the local one repeats its sizes.
+    plan.deadline = Some(super::deadline(ctx, ctx.budget));
+    let rs = sweep(ctx, &rscratch, &plan)?;
+    drop(rscratch);
+    plan.label = "local";
+    let done: std::collections::BTreeSet<u64> = rs.points.iter().map(|p| p.size).collect();
+    plan.sizes.retain(|s| done.contains(s));
+    plan.deadline = None;
+    let ls = sweep(ctx, local, &plan)?;
+    Ok((rs, ls))
+}
+
+/// Remote over local per pattern and cache state at the largest common size: each
+/// remote trial over the local median.
+fn report_ratios(out: &mut Outcome, rs: &SweepOut, ls: &SweepOut, fs_type: &str) {
+    let size = rs.largest().min(ls.largest());
+    let mut summary = Vec::new();
+    for cached in [false, true] {
+        for pattern in [Pattern::Sequential, Pattern::Random] {
+            let (Some(r), Some(l)) = (rs.get(size, cached, pattern), ls.get(size, cached, pattern))
+            else {
+                continue;
+            };
+            let lmed = crate::stats::median(&l.times.per_block_ns);
+            let raw: Vec<f64> = r.times.per_block_ns.iter().map(|v| v / lmed).collect();
+            let name = format!("ratio_{}", metric_name(cached, pattern));
+            let local = format!("local_{}", metric_name(cached, pattern));
+            out.metric(
+                &name,
+                "ratio",
+                &format!(
+                    "remote / local time per 4 KiB block at {} (each remote trial over the local median)",
+                    fmt_b(size)
+                ),
+                raw,
+            )
+            .derived(&[(&local, "div", 1.0)]);
+            let med = out
+                .metrics
+                .last()
+                .map(|m| m.summary.median)
+                .unwrap_or(f64::NAN);
+            summary.push(format!(
+                "{} {} {:.2}x",
+                if cached { "cached" } else { "uncached" },
+                pattern.name(),
+                med
+            ));
+        }
+    }
+    out.finding(
+        format!(
+            "Remote ({fs_type}) vs local 4 KiB reads at {}: {}.",
+            fmt_b(size),
+            summary.join(", ")
+        ),
+        &[
+            "ratio_uncached_seq",
+            "ratio_uncached_random",
+            "ratio_cached_seq",
+            "ratio_cached_random",
+        ],
+    );
 }
