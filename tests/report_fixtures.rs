@@ -5,7 +5,8 @@
 //! it (main at 6d34f9f, `osmeter report FILE --out DIR` with no COLUMNS and stdout not a
 //! terminal, so 100 columns; the three lines naming the written files are left out).
 //! `smoke-6d34f9f` is a smoke run of that commit with every metric's raw values cut to the
-//! first 40 before rendering (to keep the fixture small); `cpu-2026-11-23` is an earlier
+//! first 40 before rendering (to keep the fixture small; Python's json module, which keeps
+//! integers and floats apart as serde wrote them); `cpu-2026-11-23` is an earlier
 //! cpu.* run whose machine has no topology yet.
 
 use std::path::{Path, PathBuf};
