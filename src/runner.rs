@@ -391,7 +391,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
                 "harness": format!("{:?}", cfg.profile.harness()),
             },
         }),
-        machine: serde_json::to_value(&machine).unwrap_or(serde_json::Value::Null),
+        machine,
         warnings,
         experiments: results,
         findings: Vec::new(),

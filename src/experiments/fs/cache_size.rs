@@ -180,17 +180,9 @@ impl Experiment for CacheSize {
         };
         let mut out = Outcome::default();
         out.check(super::scratch_check(scratch));
-        let total_ram = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("MemTotal:"))?
-                    .split_whitespace()
-                    .nth(1)?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .map_or(16 << 30, |k| k * 1024);
+        let total_ram = Some(ctx.machine.memory.total_bytes)
+            .filter(|b| *b > 0)
+            .unwrap_or(16 << 30);
         let profile_cap = cap(total_ram, ctx.profile);
         let disk_cap = scratch.remaining() / MIB * MIB;
         let limit = profile_cap.min(disk_cap);

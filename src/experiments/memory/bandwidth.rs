@@ -476,7 +476,7 @@ impl Experiment for Bandwidth {
             &[Op::ReadScalar, Op::WriteScalar]
         };
         // One thread again on huge pages (not smoke), for read, write and copy.
-        let thp = super::thp_available() && ctx.profile != Profile::Smoke;
+        let thp = super::thp_available(ctx.machine) && ctx.profile != Profile::Smoke;
         let thp_ops = [Op::Read, Op::Write, Op::Copy];
         let configs = counts.len() * ops.len() + scalar.len() + if thp { thp_ops.len() } else { 0 };
         let (min_trial, trials) = match ctx.profile {
