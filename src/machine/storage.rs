@@ -246,6 +246,36 @@ server:/export /work/nfs nfs4 rw 0 0
     }
 
     #[test]
+    fn paravirtual_disks_by_name_or_driver() {
+        let d = |name: &str, driver: Option<&str>| Disk {
+            name: name.into(),
+            driver: driver.map(Into::into),
+            ..Default::default()
+        };
+        assert!(d("vda", None).is_paravirtual());
+        assert!(d("xvdb", None).is_paravirtual());
+        assert!(d("sda", Some("virtio_scsi")).is_paravirtual());
+        assert!(d("sdb", Some("xen-blkfront")).is_paravirtual());
+        assert!(!d("sda", Some("sd")).is_paravirtual());
+        assert!(!d("nvme0n1", Some("nvme")).is_paravirtual());
+    }
+
+    #[test]
+    fn disk_of_a_path() {
+        // /proc is no block device.
+        assert!(disk_of(Path::new("/proc")).is_none());
+        assert!(disk_of(Path::new("/no/such/path")).is_none());
+        let Some(m) = filesystem_of(Path::new(".")) else {
+            return;
+        };
+        if m.source.starts_with("/dev/") && Path::new("/sys/dev/block").exists() {
+            let d = disk_of(Path::new(".")).expect("the disk behind the working directory");
+            assert!(!d.name.is_empty() && !d.name.contains('/'));
+            assert!(sectors_read(&d.name).is_some(), "{}", d.name);
+        }
+    }
+
+    #[test]
     fn pseudo_devices() {
         for n in ["loop0", "loop12", "ram0", "zram0", "nbd3"] {
             assert!(is_pseudo_device(n), "{n}");

@@ -414,6 +414,16 @@ mod tests {
     }
 
     #[test]
+    fn thp_from_the_description() {
+        let mut m = crate::machine::Machine::default();
+        assert!(!thp_available(&m), "unknown is not available");
+        for (mode, ok) in [("always", true), ("madvise", true), ("never", false)] {
+            m.memory.thp_enabled = Some(mode.into());
+            assert_eq!(thp_available(&m), ok, "{mode}");
+        }
+    }
+
+    #[test]
     fn caches_are_read() {
         let m = crate::machine::Machine::gather();
         let c = data_caches(&m);
