@@ -28,22 +28,16 @@ impl CacheFact {
 pub fn sysfs_caches(r: &RunResults) -> Vec<CacheFact> {
     let mut v: Vec<CacheFact> = r
         .machine
-        .pointer("/cpu/caches")
-        .and_then(|c| c.as_array())
-        .map(|a| {
-            a.iter()
-                .filter_map(|c| {
-                    let kind = c.get("kind").and_then(|k| k.as_str()).unwrap_or("");
-                    let size = c.get("size_bytes").and_then(|s| s.as_f64())?;
-                    (!kind.eq_ignore_ascii_case("instruction") && size > 0.0).then(|| CacheFact {
-                        level: c.get("level").and_then(|l| l.as_u64()).unwrap_or(0),
-                        kind: kind.to_string(),
-                        size_bytes: size,
-                    })
-                })
-                .collect()
+        .cpu
+        .caches
+        .iter()
+        .filter(|c| !c.kind.eq_ignore_ascii_case("instruction") && c.size_bytes > 0)
+        .map(|c| CacheFact {
+            level: c.level.into(),
+            kind: c.kind.clone(),
+            size_bytes: c.size_bytes as f64,
         })
-        .unwrap_or_default();
+        .collect();
     v.sort_by_key(|c| (c.level, c.size_bytes as u64));
     v.dedup_by(|a, b| a.level == b.level && a.size_bytes == b.size_bytes);
     v

@@ -1,7 +1,7 @@
 //! The time base: a serialised cycle-counter read per architecture, its frequency,
 //! its invariance, and its own read overhead.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// A time source the harness measures with. Real clocks read hardware counters; the mock
@@ -32,9 +32,9 @@ pub trait Clock: Send + Sync {
 }
 
 /// What is known about the counter; recorded in the machine description.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClockInfo {
-    pub counter: &'static str,
+    pub counter: String,
     pub frequency_hz: f64,
     /// Where the frequency came from ("cpuid 0x15", "calibrated against CLOCK_MONOTONIC_RAW", ...).
     pub frequency_source: String,
@@ -395,7 +395,7 @@ pub fn detect() -> (HwClock, ClockInfo) {
     let (overhead, pair_wall) = measure_overhead(&clock);
     clock.overhead = overhead;
     let info = ClockInfo {
-        counter: clock.name(),
+        counter: clock.name().into(),
         frequency_hz: hz,
         frequency_source: source,
         calibrated_hz: calibrated,
@@ -410,9 +410,7 @@ pub fn detect() -> (HwClock, ClockInfo) {
 }
 
 fn cpuinfo_invariant() -> Option<bool> {
-    let s = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    let flags = s.lines().find(|l| l.starts_with("flags"))?;
-    Some(flags.contains(" constant_tsc") && flags.contains(" nonstop_tsc"))
+    crate::machine::cpu::tsc_invariant_flags()
 }
 
 /// Effective core clock in Hz (see `measure_core_clock`), or None where no chain exists.

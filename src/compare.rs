@@ -761,7 +761,10 @@ mod tests {
             started_at: "2026-01-01T00:00:00Z".into(),
             duration_s: 1.0,
             config: serde_json::json!({"profile": "quick"}),
-            machine: serde_json::json!({"hostname": "h"}),
+            machine: crate::machine::Machine {
+                hostname: "h".into(),
+                ..Default::default()
+            },
             warnings: vec![],
             experiments: vec![ExperimentResult {
                 id: "cpu.y".into(),

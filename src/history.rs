@@ -100,10 +100,8 @@ impl Recorded {
 /// What identifies a run wherever its results travel: the host (its given name and its
 /// hostname), the start time (to the second) and the duration (to the microsecond).
 pub fn run_key(r: &RunResults) -> String {
-    let hostname = r
-        .machine
-        .get("hostname")
-        .and_then(|h| h.as_str())
+    let hostname = Some(r.machine.hostname.as_str())
+        .filter(|h| !h.is_empty())
         .unwrap_or("?");
     format!(
         "{}|{}|{}|{:.6}",
@@ -410,7 +408,7 @@ mod tests {
         assert_eq!(l[1].folder.as_deref(), Some("/x"));
         assert_eq!(l[0].profile, "smoke");
         let r = h.get(a).unwrap().unwrap();
-        assert_eq!(r.machine["hostname"], "a");
+        assert_eq!(r.machine.hostname, "a");
         assert!(h.get(999).unwrap().is_none());
     }
 

@@ -14,7 +14,7 @@ pub struct RunResults {
     pub started_at: String,
     pub duration_s: f64,
     pub config: serde_json::Value,
-    pub machine: serde_json::Value,
+    pub machine: crate::machine::Machine,
     /// Warnings about the conditions of the run (busy machine, governor, VM, ...).
     #[serde(default)]
     pub warnings: Vec<String>,
@@ -277,7 +277,7 @@ impl RunResults {
         self.config
             .pointer("/options/host_name")
             .and_then(|h| h.as_str())
-            .or_else(|| self.machine.get("hostname").and_then(|h| h.as_str()))
+            .or(Some(self.machine.hostname.as_str()).filter(|h| !h.is_empty()))
             .unwrap_or("?")
     }
 

@@ -413,7 +413,7 @@ pub fn run_with(cfg: &RunConfig, registry: Registry) -> Result<RunOutput, RunErr
                 "harness": format!("{:?}", cfg.profile.harness()),
             },
         }),
-        machine: serde_json::to_value(&machine).unwrap_or(serde_json::Value::Null),
+        machine,
         warnings,
         experiments: results,
         findings: Vec::new(),

@@ -48,9 +48,9 @@ fn basic_costs_are_plausible_and_ordered() {
 #[test]
 fn machine_and_clock_are_described() {
     let r = smoke("cpu.loop");
-    let clock = &r.machine["clock"];
-    assert!(clock["frequency_hz"].as_f64().unwrap() > 1e6);
-    let core = r.machine["cpu"]["core_clock_hz"].as_f64();
+    let clock = r.machine.clock.as_ref().expect("clock described");
+    assert!(clock.frequency_hz > 1e6);
+    let core = r.machine.cpu.core_clock_hz;
     if let Some(hz) = core {
         assert!(hz > 1e8 && hz < 1e10, "core clock {hz}");
     }

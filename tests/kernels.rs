@@ -86,11 +86,7 @@ fn loop_and_call_in_core_cycles() {
     let r = common::smoke("cpu.loop,cpu.call");
     let it = common::median(&r, "cpu.loop", "iteration");
     let call = common::median(&r, "cpu.call", "args_0");
-    let Some(hz) = r
-        .machine
-        .pointer("/cpu/core_clock_hz")
-        .and_then(|v| v.as_f64())
-    else {
+    let Some(hz) = r.machine.cpu.core_clock_hz else {
         common::skip(
             "loop_and_call_in_core_cycles",
             "no core clock estimate on this architecture",

@@ -5,10 +5,11 @@
 //! is the smallest found walking from the process's cgroup up to the mount point.
 
 use super::facts::FactRoot;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Cgroup {
     /// 1 or 2: the hierarchy the CPU and memory controllers were found in.
     pub version: Option<u8>,

@@ -3,7 +3,7 @@
 use super::facts::FactRoot;
 use super::topology::{self, Topology};
 use super::{format_list, parse_list};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 const SYS_CPU: &str = "/sys/devices/system/cpu";
@@ -31,7 +31,8 @@ const ARM_FLAGS: &[&str] = &[
     "fp", "asimd", "aes", "sha2", "crc32", "atomics", "sve", "sve2",
 ];
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Cpu {
     pub model: String,
     /// `vendor_id` (x86) or the implementer (ARM).
@@ -70,7 +71,8 @@ pub struct Cpu {
     pub mitigations: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Cache {
     pub level: u32,
     /// "Data", "Instruction" or "Unified".
@@ -98,6 +100,14 @@ pub struct CpuInfo {
     pub processors: Vec<usize>,
     /// The ARM layout ("CPU implementer" lines) rather than x86's.
     pub arm: bool,
+}
+
+/// Whether the first flags line of /proc/cpuinfo lists constant_tsc and nonstop_tsc
+/// (`None` without one). Read live: the clock needs it before the description exists.
+pub fn tsc_invariant_flags() -> Option<bool> {
+    let s = FactRoot::live().read("/proc/cpuinfo")?;
+    let flags = s.lines().find(|l| l.starts_with("flags"))?;
+    Some(flags.contains(" constant_tsc") && flags.contains(" nonstop_tsc"))
 }
 
 /// Parses /proc/cpuinfo (x86 and ARM layouts).

@@ -103,6 +103,14 @@ fn cpu(o: &mut Out, m: &Machine) {
     };
     let _ = write!(topo, ", SMT {smt}");
     o.row("topology", topo);
+    o.row("flags", flags_text(c));
+    clocks(o, m);
+    frequency(o, c);
+    mitigations(o, c);
+}
+
+/// Flags present, then flags absent.
+fn flags_text(c: &super::Cpu) -> String {
     let have: Vec<&str> = c
         .flags
         .iter()
@@ -115,22 +123,24 @@ fn cpu(o: &mut Out, m: &Machine) {
         .filter(|(_, v)| !**v)
         .map(|(k, _)| k.as_str())
         .collect();
-    o.row(
-        "flags",
-        format!(
-            "{}\nabsent: {}",
-            if have.is_empty() {
-                "-".into()
-            } else {
-                have.join(" ")
-            },
-            if lack.is_empty() {
-                "-".into()
-            } else {
-                lack.join(" ")
-            }
-        ),
-    );
+    format!(
+        "{}\nabsent: {}",
+        if have.is_empty() {
+            "-".into()
+        } else {
+            have.join(" ")
+        },
+        if lack.is_empty() {
+            "-".into()
+        } else {
+            lack.join(" ")
+        }
+    )
+}
+
+/// The measured core clock and the time base.
+fn clocks(o: &mut Out, m: &Machine) {
+    let c = &m.cpu;
     if let Some(hz) = c.core_clock_hz {
         o.row(
             "core clock",
@@ -153,6 +163,10 @@ fn cpu(o: &mut Out, m: &Machine) {
             ),
         );
     }
+}
+
+/// Current frequencies, governor, turbo.
+fn frequency(o: &mut Out, c: &super::Cpu) {
     let mhz: Vec<f64> = c.cur_mhz.values().copied().collect();
     let freq = if mhz.is_empty() {
         "unknown".to_string()
@@ -204,6 +218,9 @@ fn cpu(o: &mut Out, m: &Machine) {
             None => "unknown (no boost control in sysfs)".into(),
         },
     );
+}
+
+fn mitigations(o: &mut Out, c: &super::Cpu) {
     if c.mitigations.is_empty() {
         o.row("mitigations", "unknown (no vulnerabilities directory)");
     } else {

@@ -4,10 +4,11 @@
 use super::cpu::bracketed;
 use super::facts::FactRoot;
 use super::{find_program, parse_list};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Memory {
     pub total_bytes: u64,
     pub available_bytes: u64,
@@ -39,7 +40,8 @@ pub struct Memory {
 }
 
 /// One populated memory module, from an SMBIOS type 17 record.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Dimm {
     pub locator: String,
     pub bank_locator: Option<String>,

@@ -12,6 +12,7 @@ pub mod facts;
 pub mod memory;
 pub mod network;
 pub mod os;
+pub mod process;
 pub mod storage;
 pub mod topology;
 pub mod virt;
@@ -27,15 +28,17 @@ pub use topology::{CpuPlace, PartnerClass, Partners, Topology};
 pub use virt::{cpu_steal_ticks, StealMeter, StealReport, Virtualization};
 
 use crate::clock::ClockInfo;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Machine {
     pub hostname: String,
     pub cpu: Cpu,
     /// Packages, cores, SMT siblings, LLC groups, NUMA nodes, core kinds; the chosen CPU
-    /// and its partners.
+    /// and its partners. Absent in older results (`is_unknown`), and then left out again.
+    #[serde(skip_serializing_if = "Topology::is_unknown")]
     pub topology: Topology,
     /// The time base (filled by the runner from `clock::detect`).
     pub clock: Option<ClockInfo>,
@@ -57,7 +60,8 @@ pub struct Machine {
 }
 
 /// Where a recorded description came from and which facts it cannot have.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Recording {
     pub from: String,
     /// Facts that are not files and so were not recorded: unknown here, never taken from

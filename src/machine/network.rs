@@ -1,10 +1,19 @@
 //! Network interfaces (/sys/class/net): link speed, MTU, driver, state.
 
 use super::facts::FactRoot;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-#[derive(Debug, Clone, Default, Serialize)]
+/// net.ipv4.ping_group_range as "LOW HIGH" (who may open unprivileged ICMP sockets);
+/// read when ICMP is refused, to say why.
+pub fn ping_group_range() -> Option<String> {
+    FactRoot::live()
+        .read("/proc/sys/net/ipv4/ping_group_range")
+        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Nic {
     pub name: String,
     pub loopback: bool,

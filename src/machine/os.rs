@@ -1,9 +1,10 @@
 //! Operating system: distribution, kernel, clock source, load.
 
 use super::facts::FactRoot;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Os {
     /// "Linux 6.1.0-18-amd64" (system name and release).
     pub kernel: String,

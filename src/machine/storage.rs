@@ -1,17 +1,19 @@
 //! Block devices (/sys/block) and the file system a path lives on (/proc/self/mounts).
 
 use super::facts::FactRoot;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Storage {
     pub disks: Vec<Disk>,
     /// The file system of the current directory (where the scratch folder goes by default).
     pub cwd_filesystem: Option<Mount>,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Disk {
     /// Kernel name: sda, nvme0n1, vda...
     pub name: String,
@@ -29,7 +31,8 @@ pub struct Disk {
     pub driver: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Mount {
     pub source: String,
     pub mount_point: String,
@@ -131,6 +134,44 @@ fn disk(root: &FactRoot, name: &str) -> Disk {
     }
 }
 
+impl Disk {
+    /// virtio, Xen or another paravirtual disk: its rotational flag describes nothing
+    /// physical, the host's storage decides.
+    pub fn is_paravirtual(&self) -> bool {
+        let driver = self.driver.as_deref().unwrap_or("");
+        self.name.starts_with("vd")
+            || self.name.starts_with("xvd")
+            || driver.contains("virtio")
+            || driver.contains("xen")
+    }
+}
+
+/// What prediction inputs name as the source of a disk's rotational flag.
+pub const ROTATIONAL_SOURCE: &str = "/sys/block/*/queue/rotational";
+
+/// The whole disk holding `path` (a partition's parent), found through the file's st_dev
+/// in /sys/dev/block, described as the description describes every disk. Read live: the
+/// path (a scratch folder) is chosen by the run. `None` off Linux or for no block device.
+pub fn disk_of(path: &Path) -> Option<Disk> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(path).ok()?.dev();
+    let (maj, min) = crate::platform::dev_major_minor(dev);
+    let sys = std::fs::canonicalize(format!("/sys/dev/block/{maj}:{min}")).ok()?;
+    // A partition's folder sits inside its disk's folder.
+    let whole = if sys.join("partition").exists() {
+        sys.parent()?.to_path_buf()
+    } else {
+        sys
+    };
+    let name = whole.file_name()?.to_string_lossy().to_string();
+    Some(disk(&FactRoot::live(), &name))
+}
+
+/// Where `sectors_read` reads disk `name`'s counter (for messages).
+pub fn sectors_read_source(name: &str) -> String {
+    format!("/sys/block/{name}/stat")
+}
+
 /// Sectors (512 bytes each, whatever the device's block size) read so far, from the
 /// third field of a /sys/block/NAME/stat line.
 pub fn parse_sectors_read(stat: &str) -> Option<u64> {
@@ -202,6 +243,36 @@ server:/export /work/nfs nfs4 rw 0 0
             "ext4"
         );
         assert_eq!(mount_for("", Path::new("/")), None);
+    }
+
+    #[test]
+    fn paravirtual_disks_by_name_or_driver() {
+        let d = |name: &str, driver: Option<&str>| Disk {
+            name: name.into(),
+            driver: driver.map(Into::into),
+            ..Default::default()
+        };
+        assert!(d("vda", None).is_paravirtual());
+        assert!(d("xvdb", None).is_paravirtual());
+        assert!(d("sda", Some("virtio_scsi")).is_paravirtual());
+        assert!(d("sdb", Some("xen-blkfront")).is_paravirtual());
+        assert!(!d("sda", Some("sd")).is_paravirtual());
+        assert!(!d("nvme0n1", Some("nvme")).is_paravirtual());
+    }
+
+    #[test]
+    fn disk_of_a_path() {
+        // /proc is no block device.
+        assert!(disk_of(Path::new("/proc")).is_none());
+        assert!(disk_of(Path::new("/no/such/path")).is_none());
+        let Some(m) = filesystem_of(Path::new(".")) else {
+            return;
+        };
+        if m.source.starts_with("/dev/") && Path::new("/sys/dev/block").exists() {
+            let d = disk_of(Path::new(".")).expect("the disk behind the working directory");
+            assert!(!d.name.is_empty() && !d.name.contains('/'));
+            assert!(sectors_read(&d.name).is_some(), "{}", d.name);
+        }
     }
 
     #[test]

@@ -6,13 +6,14 @@
 
 use super::facts::FactRoot;
 use super::{format_list, parse_list};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 const SYS_CPU: &str = "/sys/devices/system/cpu";
 
 /// One logical CPU's place in the machine.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct CpuPlace {
     pub cpu: usize,
     /// The kernel's physical package (socket) id.
@@ -32,7 +33,8 @@ pub struct CpuPlace {
 }
 
 /// A CPU to pair with the chosen one for cross-CPU figures, per class.
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct Partners {
     /// Another hardware thread of the chosen CPU's core.
     pub smt_sibling: Option<usize>,
@@ -71,7 +73,8 @@ impl PartnerClass {
     }
 }
 
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Topology {
     /// Every online CPU, by number.
     pub cpus: Vec<CpuPlace>,
@@ -280,6 +283,12 @@ fn partners(t: &Topology, chosen: usize) -> Partners {
 }
 
 impl Topology {
+    /// Nothing described: results written before the topology was (schema 1 files from
+    /// before it) read back as this, and it is written back as absent.
+    pub fn is_unknown(&self) -> bool {
+        self.cpus.is_empty() && self.source.is_empty()
+    }
+
     /// Makes `cpu` the chosen CPU (e.g. `--cpu`), with partners relative to it.
     pub fn choose(&mut self, cpu: usize, why: &str) {
         self.chosen_cpu = Some(cpu);

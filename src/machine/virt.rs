@@ -4,10 +4,11 @@
 use super::cpu::Cpu;
 use super::facts::FactRoot;
 use super::find_program;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Virtualization {
     /// The `hypervisor` flag in /proc/cpuinfo (x86).
     pub hypervisor_flag: bool,
@@ -111,7 +112,8 @@ fn user_hz() -> f64 {
 }
 
 /// CPU time stolen during an interval, over all online CPUs.
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct StealReport {
     pub wall_seconds: f64,
     /// CPU seconds stolen, summed over CPUs.

@@ -100,26 +100,7 @@ fn series_plots(r: &RunResults, e: &ExperimentResult) -> Vec<Figure> {
     let mut out = Vec::new();
     for g in groups(e) {
         let (xu, yu) = (g[0].x_unit.clone(), g[0].y_unit.clone());
-        let xs = g.iter().flat_map(|s| s.points.iter().map(|p| p[0]));
-        let ys = g.iter().flat_map(|s| s.points.iter().map(|p| p[1]));
-        let mut p = Plot {
-            x_label: quantity(&xu).to_string(),
-            x_unit: xu.clone(),
-            y_label: quantity(&yu).to_string(),
-            y_unit: yu.clone(),
-            // Log x when x spans more than two decades or is a size (sizes double).
-            log_x: xu == "bytes" || span(xs) > 100.0,
-            log_y: span(ys) > 100.0,
-            lines: g
-                .iter()
-                .map(|s| Line {
-                    name: legend_name(&s.name),
-                    points: s.points.iter().map(|p| (p[0], p[1])).collect(),
-                    dashed: is_model_series(s),
-                })
-                .collect(),
-            ..Default::default()
-        };
+        let mut p = base_plot(&g, &xu, &yu);
         let what = if g.len() == 1 {
             g[0].name.replace('_', " ")
         } else {
@@ -129,95 +110,7 @@ fn series_plots(r: &RunResults, e: &ExperimentResult) -> Vec<Figure> {
                 nonempty(&p.x_label, &xu)
             )
         };
-        let mut caption = String::new();
-        match e.id.as_str() {
-            "mem.latency" if yu == "ns" && xu == "bytes" => {
-                p.x_label = "working-set size".into();
-                p.y_label = "load-to-use latency".into();
-                p.log_y = span(g.iter().flat_map(|s| s.points.iter().map(|p| p[1]))) > 20.0;
-                let caches = sysfs_caches(r);
-                p.x_markers = caches
-                    .iter()
-                    .map(|c| Marker {
-                        at: c.size_bytes,
-                        label: format!("{} {}", c.label(), fmt_bytes(c.size_bytes)),
-                    })
-                    .collect();
-                caption = if caches.is_empty() {
-                    "Latency of a dependent load vs working-set size (no sysfs cache sizes to mark).".into()
-                } else {
-                    "Latency of a dependent load vs working-set size; dashed lines mark the cache sizes sysfs reports.".into()
-                };
-            }
-            "mem.bandwidth" => {
-                if xu.contains("thread") {
-                    p.x_label = "threads".into();
-                    p.x_unit = String::new();
-                    p.log_x = false;
-                }
-                if yu == "bytes/s" {
-                    p.log_y = false;
-                    if let Some(peak) = r
-                        .machine
-                        .pointer("/memory/peak_bandwidth_bytes_per_s")
-                        .and_then(|v| v.as_f64())
-                        .filter(|v| *v > 0.0)
-                    {
-                        p.y_markers.push(Marker {
-                            at: peak,
-                            label: "theoretical peak (DIMM facts)".into(),
-                        });
-                    }
-                }
-                caption = "Memory bandwidth; the same work split over more threads.".into();
-            }
-            "fs.read" | "fs.remote-read" if xu == "bytes" => {
-                p.x_label = "file size".into();
-                p.y_label = if yu == "ns" {
-                    "time per block".into()
-                } else {
-                    p.y_label
-                };
-                caption =
-                    "Per-block read time vs file size: sequential and random, cached and uncached."
-                        .into();
-            }
-            "fs.contention" if xu != "bytes" => {
-                p.x_label = "processes reading at once (P)".into();
-                p.x_unit = String::new();
-                p.log_x = false;
-                p.y_label = "time per block".into();
-                if !g.iter().any(|s| is_model_series(s)) {
-                    let one = g.len() == 1;
-                    for s in &g {
-                        let pts: Vec<(f64, f64)> = s.points.iter().map(|p| (p[0], p[1])).collect();
-                        // The same fit fs.contention reports as its model.
-                        if let Some(fit) = fit(&pts) {
-                            let mut xs: Vec<f64> = s.points.iter().map(|p| p[0]).collect();
-                            xs.sort_by(f64::total_cmp);
-                            p.lines.push(Line {
-                                name: if one {
-                                    "fitted model".into()
-                                } else {
-                                    format!("{} fit", s.name.replace('_', " "))
-                                },
-                                points: xs.iter().map(|x| (*x, fit.eval(*x))).collect(),
-                                dashed: true,
-                            });
-                        }
-                    }
-                }
-                caption = "Per-block read time with P processes reading at once; dashed: the fitted (piecewise) linear model.".into();
-            }
-            id if xu == "bytes"
-                && yu == "bytes/s"
-                && (id.contains("sweep") || id.contains("block")) =>
-            {
-                p.x_label = "block size".into();
-                caption = "Read throughput vs block size, cold and warm cache.".into();
-            }
-            _ => {}
-        }
+        let caption = touches(r, e, &g, &mut p);
         // Several series: the title says what the axes show, after the touches above.
         let what = if g.len() == 1 {
             what
@@ -237,6 +130,124 @@ fn series_plots(r: &RunResults, e: &ExperimentResult) -> Vec<Figure> {
         });
     }
     out
+}
+
+/// The generic plot of a group of series sharing units.
+fn base_plot(g: &[&Series], xu: &str, yu: &str) -> Plot {
+    let xs = g.iter().flat_map(|s| s.points.iter().map(|p| p[0]));
+    let ys = g.iter().flat_map(|s| s.points.iter().map(|p| p[1]));
+    Plot {
+        x_label: quantity(xu).to_string(),
+        x_unit: xu.to_string(),
+        y_label: quantity(yu).to_string(),
+        y_unit: yu.to_string(),
+        // Log x when x spans more than two decades or is a size (sizes double).
+        log_x: xu == "bytes" || span(xs) > 100.0,
+        log_y: span(ys) > 100.0,
+        lines: g
+            .iter()
+            .map(|s| Line {
+                name: legend_name(&s.name),
+                points: s.points.iter().map(|p| (p[0], p[1])).collect(),
+                dashed: is_model_series(s),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// What some experiments add to the generic plot (labels, markers, fits); the caption.
+fn touches(r: &RunResults, e: &ExperimentResult, g: &[&Series], p: &mut Plot) -> String {
+    let (xu, yu) = (g[0].x_unit.as_str(), g[0].y_unit.as_str());
+    let mut caption = String::new();
+    match e.id.as_str() {
+        "mem.latency" if yu == "ns" && xu == "bytes" => {
+            p.x_label = "working-set size".into();
+            p.y_label = "load-to-use latency".into();
+            p.log_y = span(g.iter().flat_map(|s| s.points.iter().map(|p| p[1]))) > 20.0;
+            let caches = sysfs_caches(r);
+            p.x_markers = caches
+                .iter()
+                .map(|c| Marker {
+                    at: c.size_bytes,
+                    label: format!("{} {}", c.label(), fmt_bytes(c.size_bytes)),
+                })
+                .collect();
+            caption = if caches.is_empty() {
+                "Latency of a dependent load vs working-set size (no sysfs cache sizes to mark)."
+                    .into()
+            } else {
+                "Latency of a dependent load vs working-set size; dashed lines mark the cache sizes sysfs reports.".into()
+            };
+        }
+        "mem.bandwidth" => {
+            if xu.contains("thread") {
+                p.x_label = "threads".into();
+                p.x_unit = String::new();
+                p.log_x = false;
+            }
+            if yu == "bytes/s" {
+                p.log_y = false;
+                if let Some(peak) = r
+                    .machine
+                    .memory
+                    .peak_bandwidth_bytes_per_s
+                    .filter(|v| *v > 0.0)
+                {
+                    p.y_markers.push(Marker {
+                        at: peak,
+                        label: "theoretical peak (DIMM facts)".into(),
+                    });
+                }
+            }
+            caption = "Memory bandwidth; the same work split over more threads.".into();
+        }
+        "fs.read" | "fs.remote-read" if xu == "bytes" => {
+            p.x_label = "file size".into();
+            if yu == "ns" {
+                p.y_label = "time per block".into();
+            }
+            caption =
+                "Per-block read time vs file size: sequential and random, cached and uncached."
+                    .into();
+        }
+        "fs.contention" if xu != "bytes" => {
+            p.x_label = "processes reading at once (P)".into();
+            p.x_unit = String::new();
+            p.log_x = false;
+            p.y_label = "time per block".into();
+            if !g.iter().any(|s| is_model_series(s)) {
+                let one = g.len() == 1;
+                for s in g {
+                    let pts: Vec<(f64, f64)> = s.points.iter().map(|p| (p[0], p[1])).collect();
+                    // The same fit fs.contention reports as its model.
+                    if let Some(fit) = fit(&pts) {
+                        let mut xs: Vec<f64> = s.points.iter().map(|p| p[0]).collect();
+                        xs.sort_by(f64::total_cmp);
+                        p.lines.push(Line {
+                            name: if one {
+                                "fitted model".into()
+                            } else {
+                                format!("{} fit", s.name.replace('_', " "))
+                            },
+                            points: xs.iter().map(|x| (*x, fit.eval(*x))).collect(),
+                            dashed: true,
+                        });
+                    }
+                }
+            }
+            caption = "Per-block read time with P processes reading at once; dashed: the fitted (piecewise) linear model.".into();
+        }
+        id if xu == "bytes"
+            && yu == "bytes/s"
+            && (id.contains("sweep") || id.contains("block")) =>
+        {
+            p.x_label = "block size".into();
+            caption = "Read throughput vs block size, cold and warm cache.".into();
+        }
+        _ => {}
+    }
+    caption
 }
 
 /// A series name for a legend: "cached_seq_vs_size" says "cached seq" (the axes say the rest).

@@ -5,7 +5,7 @@
 use super::figures::Figure;
 use super::plot::esc;
 use super::view::{self, metric_row};
-use crate::results::{RunResults, Status};
+use crate::results::{ExperimentResult, RunResults, Status};
 use std::fmt::Write;
 
 const CSS: &str = r#"
@@ -75,6 +75,20 @@ fn status(s: Status) -> String {
 
 pub fn render(r: &RunResults, figs: &[Figure]) -> String {
     let mut h = String::with_capacity(256 * 1024);
+    head(&mut h, r);
+    contents(&mut h, r);
+    machine(&mut h, r);
+    summary(&mut h, r);
+    findings_and_not_ok(&mut h, r);
+    h.push_str("<h2 id=\"experiments\">Experiments</h2>");
+    for e in &r.experiments {
+        experiment(&mut h, e, figs);
+    }
+    footer(&mut h, r);
+    h
+}
+
+fn head(h: &mut String, r: &RunResults) {
     let title = view::title(r);
     let _ = write!(
         h,
@@ -89,7 +103,9 @@ pub fn render(r: &RunResults, figs: &[Figure]) -> String {
         esc(&title),
         esc(&view::run_line(r))
     );
+}
 
+fn contents(h: &mut String, r: &RunResults) {
     // Contents.
     h.push_str("<nav><ol><li><a href=\"#machine\">Machine</a></li><li><a href=\"#summary\">Predicted vs measured</a></li>");
     if !r.findings.is_empty() {
@@ -112,7 +128,10 @@ pub fn render(r: &RunResults, figs: &[Figure]) -> String {
         );
     }
     h.push_str("</ol></nav>\n");
+}
 
+/// The facts in brief, the run's warnings, then every fact recorded.
+fn machine(h: &mut String, r: &RunResults) {
     // Machine.
     h.push_str("<h2 id=\"machine\">Machine</h2><dl class=\"facts\">");
     for (k, v) in view::machine_facts(r) {
@@ -127,11 +146,14 @@ pub fn render(r: &RunResults, figs: &[Figure]) -> String {
         h.push_str("</ul></div>");
     }
     h.push_str("<details><summary>Every machine fact recorded</summary><table>");
-    for (k, v) in view::flatten(&r.machine) {
+    for (k, v) in view::machine_listing(&r.machine) {
         let _ = write!(h, "<tr><td>{}</td><td>{}</td></tr>", esc(&k), esc(&v));
     }
     h.push_str("</table></details>\n");
+}
 
+/// Predicted vs measured, one row per metric.
+fn summary(h: &mut String, r: &RunResults) {
     // Summary.
     h.push_str(
         "<h2 id=\"summary\">Predicted vs measured</h2>\
@@ -190,7 +212,9 @@ pub fn render(r: &RunResults, figs: &[Figure]) -> String {
         }
     }
     h.push_str("</tbody></table>\n");
+}
 
+fn findings_and_not_ok(h: &mut String, r: &RunResults) {
     if !r.findings.is_empty() {
         h.push_str("<h2 id=\"findings\">Findings across experiments</h2><p>Computed from the measurements above; each names the figures it comes from.</p><ul>");
         for f in &r.findings {
@@ -223,129 +247,142 @@ pub fn render(r: &RunResults, figs: &[Figure]) -> String {
         }
         h.push_str("</tbody></table>\n");
     }
+}
 
-    h.push_str("<h2 id=\"experiments\">Experiments</h2>");
-    for e in &r.experiments {
+/// One experiment: status, method, metrics, plots, checks, findings, notes.
+fn experiment(h: &mut String, e: &ExperimentResult, figs: &[Figure]) {
+    let _ = write!(
+        h,
+        "<section class=\"experiment\"><h3 id=\"{}\">{}: {} {}</h3><p class=\"from\">took {:.1} s</p>",
+        anchor(&e.id),
+        esc(&e.id),
+        esc(&e.title),
+        status(e.status),
+        e.duration_s
+    );
+    if let Some(reason) = &e.reason {
         let _ = write!(
             h,
-            "<section class=\"experiment\"><h3 id=\"{}\">{}: {} {}</h3><p class=\"from\">took {:.1} s</p>",
-            anchor(&e.id),
-            esc(&e.id),
-            esc(&e.title),
-            status(e.status),
-            e.duration_s
+            "<p class=\"reason\"><strong>{}:</strong> {}</p>",
+            e.status.as_str(),
+            esc(reason)
         );
-        if let Some(reason) = &e.reason {
-            let _ = write!(
-                h,
-                "<p class=\"reason\"><strong>{}:</strong> {}</p>",
-                e.status.as_str(),
-                esc(reason)
-            );
-        }
-        if !e.method.is_empty() {
-            let _ = write!(h, "<p><strong>Method.</strong> {}</p>", esc(&e.method));
-        }
-        if !e.metrics.is_empty() {
-            h.push_str("<table><thead><tr><th>metric</th><th>measured (median)</th><th>95% CI</th><th>n</th><th>CoV</th><th>outliers</th><th>core cycles</th><th>predicted</th><th>meas/pred</th></tr></thead><tbody>");
-            for m in &e.metrics {
-                let row = metric_row(&e.id, m);
-                let mut name = format!("<strong>{}</strong>", esc(&row.metric));
-                if !row.description.is_empty() {
-                    let _ = write!(
-                        name,
-                        "<br><span class=\"from\">{}</span>",
-                        esc(&row.description)
-                    );
-                }
-                if !row.percentiles.is_empty() {
-                    let _ = write!(
-                        name,
-                        "<br><span class=\"from\">{}</span>",
-                        esc(&row.percentiles)
-                    );
-                }
-                let _ = write!(
-                    h,
-                    "<tr{}><td>{name}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num ratio\">{}{}</td></tr>",
-                    if row.flagged { " class=\"flag\"" } else { "" },
-                    esc(&row.measured),
-                    esc(&row.ci),
-                    row.n,
-                    esc(&row.cov),
-                    row.outliers,
-                    esc(&row.cycles),
-                    esc(&row.predicted),
-                    esc(&row.ratio),
-                    if row.flagged { " !" } else { "" }
-                );
-            }
-            h.push_str("</tbody></table>");
-            let preds: Vec<_> = e
-                .metrics
-                .iter()
-                .map(|m| metric_row(&e.id, m))
-                .filter(|r| !r.formula.is_empty())
-                .collect();
-            if !preds.is_empty() {
-                h.push_str("<p><strong>Predictions.</strong></p>");
-                for p in preds {
-                    let _ = write!(
-                        h,
-                        "<p class=\"pred\"><code>{}</code> predicted {} = {}{}</p>",
-                        esc(&p.metric),
-                        esc(&p.predicted),
-                        esc(&p.formula),
-                        if p.inputs.is_empty() {
-                            String::new()
-                        } else {
-                            format!("; inputs: {}", esc(&p.inputs.join("; ")))
-                        }
-                    );
-                }
-            }
-        }
-        for f in figs.iter().filter(|f| f.experiment == e.id) {
-            let _ = write!(
-                h,
-                "<figure>{}<figcaption>{} <a href=\"{}\">{}</a></figcaption></figure>",
-                f.plot.to_svg(),
-                esc(&f.caption),
-                esc(&f.file),
-                esc(&f.file)
-            );
-        }
-        if !e.checks.is_empty() {
-            h.push_str("<p><strong>Checks.</strong></p><ul class=\"checks\">");
-            for c in &e.checks {
-                let _ = write!(
-                    h,
-                    "<li{}><strong>{}</strong> ({}): {}</li>",
-                    if c.passed { "" } else { " class=\"fail\"" },
-                    esc(&c.name),
-                    if c.premise { "premise" } else { "sanity check" },
-                    esc(&c.detail)
-                );
-            }
-            h.push_str("</ul>");
-        }
-        if !e.findings.is_empty() {
-            h.push_str("<p><strong>Findings.</strong></p><ul>");
-            for f in &e.findings {
-                let _ = write!(h, "<li>{}</li>", esc(&f.text));
-            }
-            h.push_str("</ul>");
-        }
-        if !e.notes.is_empty() {
-            h.push_str("<p><strong>Notes.</strong></p><ul>");
-            for n in &e.notes {
-                let _ = write!(h, "<li>{}</li>", esc(n));
-            }
-            h.push_str("</ul>");
-        }
-        h.push_str("</section>\n");
     }
+    if !e.method.is_empty() {
+        let _ = write!(h, "<p><strong>Method.</strong> {}</p>", esc(&e.method));
+    }
+    experiment_metrics(h, e);
+    for f in figs.iter().filter(|f| f.experiment == e.id) {
+        let _ = write!(
+            h,
+            "<figure>{}<figcaption>{} <a href=\"{}\">{}</a></figcaption></figure>",
+            f.plot.to_svg(),
+            esc(&f.caption),
+            esc(&f.file),
+            esc(&f.file)
+        );
+    }
+    experiment_lists(h, e);
+    h.push_str("</section>\n");
+}
 
+/// The experiment's metric table and its predictions with their inputs.
+fn experiment_metrics(h: &mut String, e: &ExperimentResult) {
+    if e.metrics.is_empty() {
+        return;
+    }
+    h.push_str("<table><thead><tr><th>metric</th><th>measured (median)</th><th>95% CI</th><th>n</th><th>CoV</th><th>outliers</th><th>core cycles</th><th>predicted</th><th>meas/pred</th></tr></thead><tbody>");
+    for m in &e.metrics {
+        let row = metric_row(&e.id, m);
+        let mut name = format!("<strong>{}</strong>", esc(&row.metric));
+        if !row.description.is_empty() {
+            let _ = write!(
+                name,
+                "<br><span class=\"from\">{}</span>",
+                esc(&row.description)
+            );
+        }
+        if !row.percentiles.is_empty() {
+            let _ = write!(
+                name,
+                "<br><span class=\"from\">{}</span>",
+                esc(&row.percentiles)
+            );
+        }
+        let _ = write!(
+            h,
+            "<tr{}><td>{name}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num ratio\">{}{}</td></tr>",
+            if row.flagged { " class=\"flag\"" } else { "" },
+            esc(&row.measured),
+            esc(&row.ci),
+            row.n,
+            esc(&row.cov),
+            row.outliers,
+            esc(&row.cycles),
+            esc(&row.predicted),
+            esc(&row.ratio),
+            if row.flagged { " !" } else { "" }
+        );
+    }
+    h.push_str("</tbody></table>");
+    let preds: Vec<_> = e
+        .metrics
+        .iter()
+        .map(|m| metric_row(&e.id, m))
+        .filter(|r| !r.formula.is_empty())
+        .collect();
+    if !preds.is_empty() {
+        h.push_str("<p><strong>Predictions.</strong></p>");
+        for p in preds {
+            let _ = write!(
+                h,
+                "<p class=\"pred\"><code>{}</code> predicted {} = {}{}</p>",
+                esc(&p.metric),
+                esc(&p.predicted),
+                esc(&p.formula),
+                if p.inputs.is_empty() {
+                    String::new()
+                } else {
+                    format!("; inputs: {}", esc(&p.inputs.join("; ")))
+                }
+            );
+        }
+    }
+}
+
+/// Checks, findings and notes, each list only when it has entries.
+fn experiment_lists(h: &mut String, e: &ExperimentResult) {
+    if !e.checks.is_empty() {
+        h.push_str("<p><strong>Checks.</strong></p><ul class=\"checks\">");
+        for c in &e.checks {
+            let _ = write!(
+                h,
+                "<li{}><strong>{}</strong> ({}): {}</li>",
+                if c.passed { "" } else { " class=\"fail\"" },
+                esc(&c.name),
+                if c.premise { "premise" } else { "sanity check" },
+                esc(&c.detail)
+            );
+        }
+        h.push_str("</ul>");
+    }
+    if !e.findings.is_empty() {
+        h.push_str("<p><strong>Findings.</strong></p><ul>");
+        for f in &e.findings {
+            let _ = write!(h, "<li>{}</li>", esc(&f.text));
+        }
+        h.push_str("</ul>");
+    }
+    if !e.notes.is_empty() {
+        h.push_str("<p><strong>Notes.</strong></p><ul>");
+        for n in &e.notes {
+            let _ = write!(h, "<li>{}</li>", esc(n));
+        }
+        h.push_str("</ul>");
+    }
+}
+
+fn footer(h: &mut String, r: &RunResults) {
     h.push_str("<footer>");
     for (k, v) in view::statistics_rules(r) {
         let _ = write!(h, "<p><strong>{}:</strong> {}</p>", esc(&k), esc(&v));
@@ -355,5 +392,4 @@ pub fn render(r: &RunResults, figs: &[Figure]) -> String {
         "<p>Rendered by osmeter {} from results.json; the numbers, formulas and raw trial values are all in that file.</p></footer></body></html>",
         esc(env!("CARGO_PKG_VERSION"))
     );
-    h
 }

@@ -2,7 +2,7 @@
 
 use super::figures::Figure;
 use super::view::{self, metric_row};
-use crate::results::{RunResults, Status};
+use crate::results::{ExperimentResult, RunResults, Status};
 
 /// Escapes what would break a table cell or start markup.
 fn cell(s: &str) -> String {
@@ -11,40 +11,64 @@ fn cell(s: &str) -> String {
 
 pub fn render(r: &RunResults, figs: &[Figure]) -> String {
     let mut s = String::new();
-    let w = |s: &mut String, t: &str| {
-        s.push_str(t);
-        s.push('\n');
-    };
     w(&mut s, &format!("# {}\n", view::title(r)));
     w(&mut s, &format!("{}\n", view::run_line(r)));
 
-    w(&mut s, "## Machine\n");
-    for (k, v) in view::machine_facts(r) {
-        w(&mut s, &format!("- **{k}**: {v}"));
+    machine(&mut s, r);
+    summary(&mut s, r);
+    findings_and_not_ok(&mut s, r);
+    w(&mut s, "## Experiments\n");
+    for e in &r.experiments {
+        experiment(&mut s, e, figs);
     }
-    s.push('\n');
-    if !r.warnings.is_empty() {
-        w(&mut s, "**Warnings about the conditions of this run:**\n");
-        for x in &r.warnings {
-            w(&mut s, &format!("- {x}"));
+    let rules = view::statistics_rules(r);
+    if !rules.is_empty() {
+        w(&mut s, "## Statistics\n");
+        for (k, v) in rules {
+            w(&mut s, &format!("- **{k}**: {v}"));
         }
         s.push('\n');
     }
+    s
+}
 
-    w(&mut s, "## Predicted vs measured\n");
+fn w(s: &mut String, t: &str) {
+    s.push_str(t);
+    s.push('\n');
+}
+
+/// The facts in brief, then the run's warnings.
+fn machine(s: &mut String, r: &RunResults) {
+    w(s, "## Machine\n");
+    for (k, v) in view::machine_facts(r) {
+        w(s, &format!("- **{k}**: {v}"));
+    }
+    s.push('\n');
+    if !r.warnings.is_empty() {
+        w(s, "**Warnings about the conditions of this run:**\n");
+        for x in &r.warnings {
+            w(s, &format!("- {x}"));
+        }
+        s.push('\n');
+    }
+}
+
+/// Predicted vs measured, one row per metric.
+fn summary(s: &mut String, r: &RunResults) {
+    w(s, "## Predicted vs measured\n");
     w(
-        &mut s,
+        s,
         "Every metric: the prediction stated before measuring, the measured median with its 95% confidence interval, and measured/predicted (**!** marks a ratio beyond 2x either way).\n",
     );
     w(
-        &mut s,
+        s,
         "| experiment | metric | predicted | formula | measured (median) | 95% CI | meas/pred |",
     );
-    w(&mut s, "| --- | --- | ---: | --- | ---: | --- | ---: |");
+    w(s, "| --- | --- | ---: | --- | ---: | --- | ---: |");
     for e in &r.experiments {
         if e.metrics.is_empty() {
             w(
-                &mut s,
+                s,
                 &format!(
                     "| {} | *{}: {}* | | | | | |",
                     e.id,
@@ -65,7 +89,7 @@ pub fn render(r: &RunResults, figs: &[Figure]) -> String {
                 format!("{} ({})", e.id, e.status.as_str())
             };
             w(
-                &mut s,
+                s,
                 &format!(
                     "| {id} | {} | {} | {} | {} | {} | {}{} |",
                     cell(&row.metric),
@@ -80,14 +104,13 @@ pub fn render(r: &RunResults, figs: &[Figure]) -> String {
         }
     }
     s.push('\n');
+}
 
+fn findings_and_not_ok(s: &mut String, r: &RunResults) {
     if !r.findings.is_empty() {
-        w(&mut s, "## Findings across experiments\n");
+        w(s, "## Findings across experiments\n");
         for f in &r.findings {
-            w(
-                &mut s,
-                &format!("- {} *(from {})*", f.text, f.from.join(", ")),
-            );
+            w(s, &format!("- {} *(from {})*", f.text, f.from.join(", ")));
         }
         s.push('\n');
     }
@@ -98,10 +121,10 @@ pub fn render(r: &RunResults, figs: &[Figure]) -> String {
         .filter(|e| e.status != Status::Ok)
         .collect();
     if !not_ok.is_empty() {
-        w(&mut s, "## Skipped, invalid and failed experiments\n");
+        w(s, "## Skipped, invalid and failed experiments\n");
         for e in &not_ok {
             w(
-                &mut s,
+                s,
                 &format!(
                     "- **{}** ({}): {}",
                     e.id,
@@ -112,133 +135,129 @@ pub fn render(r: &RunResults, figs: &[Figure]) -> String {
         }
         s.push('\n');
     }
+}
 
-    w(&mut s, "## Experiments\n");
-    for e in &r.experiments {
-        w(
-            &mut s,
-            &format!(
-                "### {}: {} ({}, {:.1} s)\n",
-                e.id,
-                e.title,
-                e.status.as_str(),
-                e.duration_s
-            ),
-        );
-        if let Some(reason) = &e.reason {
-            w(&mut s, &format!("**{}:** {reason}\n", e.status.as_str()));
-        }
-        if !e.method.is_empty() {
-            w(&mut s, &format!("**Method.** {}\n", e.method));
-        }
-        if !e.metrics.is_empty() {
-            w(
-                &mut s,
-                "| metric | measured (median) | 95% CI | n | CoV | outliers | core cycles | predicted | meas/pred |",
-            );
-            w(
-                &mut s,
-                "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-            );
-            for m in &e.metrics {
-                let row = metric_row(&e.id, m);
-                w(
-                    &mut s,
-                    &format!(
-                        "| {} | {} | {} | {} | {} | {} | {} | {} | {}{} |",
-                        cell(&row.metric),
-                        row.measured,
-                        row.ci,
-                        row.n,
-                        row.cov,
-                        row.outliers,
-                        row.cycles,
-                        row.predicted,
-                        row.ratio,
-                        if row.flagged { " **!**" } else { "" }
-                    ),
-                );
-            }
-            s.push('\n');
-            for m in &e.metrics {
-                let row = metric_row(&e.id, m);
-                if !row.description.is_empty() || !row.percentiles.is_empty() {
-                    let sep = if row.description.is_empty() || row.percentiles.is_empty() {
-                        ""
-                    } else {
-                        "; "
-                    };
-                    w(
-                        &mut s,
-                        &format!(
-                            "- `{}`: {}{sep}{}",
-                            row.metric, row.description, row.percentiles
-                        ),
-                    );
-                }
-                if !row.formula.is_empty() {
-                    w(
-                        &mut s,
-                        &format!(
-                            "  - prediction {} = {}{}",
-                            row.predicted,
-                            row.formula,
-                            if row.inputs.is_empty() {
-                                String::new()
-                            } else {
-                                format!("; inputs: {}", row.inputs.join("; "))
-                            }
-                        ),
-                    );
-                }
-            }
-            s.push('\n');
-        }
-        for f in figs.iter().filter(|f| f.experiment == e.id) {
-            w(&mut s, &format!("![{}]({})\n", f.plot.title, f.file));
-            if !f.caption.is_empty() {
-                w(&mut s, &format!("*{}*\n", f.caption));
-            }
-        }
-        if !e.checks.is_empty() {
-            w(&mut s, "**Checks:**\n");
-            for c in &e.checks {
-                w(
-                    &mut s,
-                    &format!(
-                        "- {} {} ({}): {}",
-                        if c.passed { "passed" } else { "FAILED" },
-                        c.name,
-                        if c.premise { "premise" } else { "sanity" },
-                        c.detail
-                    ),
-                );
-            }
-            s.push('\n');
-        }
-        if !e.findings.is_empty() {
-            w(&mut s, "**Findings:**\n");
-            for f in &e.findings {
-                w(&mut s, &format!("- {}", f.text));
-            }
-            s.push('\n');
-        }
-        if !e.notes.is_empty() {
-            w(&mut s, "**Notes:**\n");
-            for n in &e.notes {
-                w(&mut s, &format!("- {n}"));
-            }
-            s.push('\n');
+/// One experiment: status, method, metrics, plots, checks, findings, notes.
+fn experiment(s: &mut String, e: &ExperimentResult, figs: &[Figure]) {
+    w(
+        s,
+        &format!(
+            "### {}: {} ({}, {:.1} s)\n",
+            e.id,
+            e.title,
+            e.status.as_str(),
+            e.duration_s
+        ),
+    );
+    if let Some(reason) = &e.reason {
+        w(s, &format!("**{}:** {reason}\n", e.status.as_str()));
+    }
+    if !e.method.is_empty() {
+        w(s, &format!("**Method.** {}\n", e.method));
+    }
+    experiment_metrics(s, e);
+    for f in figs.iter().filter(|f| f.experiment == e.id) {
+        w(s, &format!("![{}]({})\n", f.plot.title, f.file));
+        if !f.caption.is_empty() {
+            w(s, &format!("*{}*\n", f.caption));
         }
     }
-
-    let rules = view::statistics_rules(r);
-    if !rules.is_empty() {
-        w(&mut s, "## Statistics\n");
-        for (k, v) in rules {
-            w(&mut s, &format!("- **{k}**: {v}"));
+    if !e.checks.is_empty() {
+        w(s, "**Checks:**\n");
+        for c in &e.checks {
+            w(
+                s,
+                &format!(
+                    "- {} {} ({}): {}",
+                    if c.passed { "passed" } else { "FAILED" },
+                    c.name,
+                    if c.premise { "premise" } else { "sanity" },
+                    c.detail
+                ),
+            );
         }
         s.push('\n');
     }
-    s
+    if !e.findings.is_empty() {
+        w(s, "**Findings:**\n");
+        for f in &e.findings {
+            w(s, &format!("- {}", f.text));
+        }
+        s.push('\n');
+    }
+    if !e.notes.is_empty() {
+        w(s, "**Notes:**\n");
+        for n in &e.notes {
+            w(s, &format!("- {n}"));
+        }
+        s.push('\n');
+    }
+}
+
+/// The metric table, then each metric's description, percentiles and prediction.
+fn experiment_metrics(s: &mut String, e: &ExperimentResult) {
+    if e.metrics.is_empty() {
+        return;
+    }
+    w(
+        s,
+        "| metric | measured (median) | 95% CI | n | CoV | outliers | core cycles | predicted | meas/pred |",
+    );
+    w(
+        s,
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    );
+    for m in &e.metrics {
+        let row = metric_row(&e.id, m);
+        w(
+            s,
+            &format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {}{} |",
+                cell(&row.metric),
+                row.measured,
+                row.ci,
+                row.n,
+                row.cov,
+                row.outliers,
+                row.cycles,
+                row.predicted,
+                row.ratio,
+                if row.flagged { " **!**" } else { "" }
+            ),
+        );
+    }
+    s.push('\n');
+    for m in &e.metrics {
+        let row = metric_row(&e.id, m);
+        if !row.description.is_empty() || !row.percentiles.is_empty() {
+            let sep = if row.description.is_empty() || row.percentiles.is_empty() {
+                ""
+            } else {
+                "; "
+            };
+            w(
+                s,
+                &format!(
+                    "- `{}`: {}{sep}{}",
+                    row.metric, row.description, row.percentiles
+                ),
+            );
+        }
+        if !row.formula.is_empty() {
+            w(
+                s,
+                &format!(
+                    "  - prediction {} = {}{}",
+                    row.predicted,
+                    row.formula,
+                    if row.inputs.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; inputs: {}", row.inputs.join("; "))
+                    }
+                ),
+            );
+        }
+    }
+    s.push('\n');
 }

@@ -100,50 +100,59 @@ pub fn ratio_text(measured: f64, predicted: f64) -> String {
 pub fn render(r: &RunResults, width: Option<u16>) -> String {
     let width = width.unwrap_or_else(terminal_width).max(MIN_WIDTH);
     let wd = width as usize;
-    let mut s = String::new();
+    let mut s = header(r, wd);
+    s.push_str(&metrics_table(r, width));
+    s.push('\n');
+    s.push_str(&reasons_and_findings(r, wd));
+    s.push_str(&wrap(
+        "ratio: measured/predicted, '!' beyond 2x either way; predictions and formulas are in results.json",
+        wd,
+        "",
+        "  ",
+    ));
+    s
+}
+
+/// The run, the host and its clocks, then the run's warnings.
+fn header(r: &RunResults, wd: usize) -> String {
     let m = &r.machine;
-    let get = |p: &str| {
-        m.pointer(p)
-            .and_then(|v| v.as_str())
-            .unwrap_or("?")
-            .to_string()
-    };
     let mut head = String::new();
     head.push_str(&format!(
         "osmeter {} on {} ({}), profile {}, {:.1} s\n",
         r.tool.version,
-        get("/hostname"),
-        get("/cpu/model"),
+        m.hostname,
+        m.cpu.model,
         r.config
             .get("profile")
             .and_then(|v| v.as_str())
             .unwrap_or("?"),
         r.duration_s
     ));
-    if let Some(c) = m.get("clock") {
-        let hz = c
-            .get("frequency_hz")
-            .and_then(|v| v.as_f64())
-            .unwrap_or(0.0);
-        let core = m.pointer("/cpu/core_clock_hz").and_then(|v| v.as_f64());
+    if let Some(c) = &m.clock {
         head.push_str(&format!(
             "clock: {} at {:.1} MHz ({}); effective core clock {}; cycles below are core cycles\n",
-            c.get("counter").and_then(|v| v.as_str()).unwrap_or("?"),
-            hz / 1e6,
-            c.get("frequency_source")
-                .and_then(|v| v.as_str())
-                .unwrap_or("?"),
-            core.map(|h| format!("{:.2} GHz", h / 1e9))
+            c.counter,
+            c.frequency_hz / 1e6,
+            c.frequency_source,
+            m.cpu
+                .core_clock_hz
+                .map(|h| format!("{:.2} GHz", h / 1e9))
                 .unwrap_or_else(|| "unknown".into())
         ));
     }
+    let mut s = String::new();
     for l in head.lines() {
         s.push_str(&wrap(l, wd, "", "  "));
     }
     for w in &r.warnings {
         s.push_str(&wrap(w, wd, "warning: ", "  "));
     }
+    s
+}
 
+/// One heading row per experiment, then a row per metric.
+fn metrics_table(r: &RunResults, width: u16) -> String {
+    let wd = width as usize;
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED)
         .set_content_arrangement(ContentArrangement::Dynamic);
@@ -170,43 +179,11 @@ pub fn render(r: &RunResults, width: Option<u16>) -> String {
         name_width = name_width.max(head.chars().count());
         t.add_row(vec![Cell::new(head)]);
         for met in &e.metrics {
-            let sm = &met.summary;
             let name = format!("  {}", met.name);
             name_width = name_width.max(name.chars().count());
-            let pred = met.prediction.as_ref().map(|p| p.value);
-            t.add_row(vec![
-                Cell::new(name),
-                Cell::new(
-                    pred.map(|p| cell_value(p, &met.unit))
-                        .unwrap_or_else(|| "-".into()),
-                )
-                .set_alignment(CellAlignment::Right),
-                Cell::new(cell_value(sm.median, &met.unit)).set_alignment(CellAlignment::Right),
-                Cell::new({
-                    let ci = interval(sm.ci95, &met.unit);
-                    ci_width = ci_width.max(ci.chars().count());
-                    ci
-                }),
-                Cell::new(if sm.cov.is_finite() {
-                    format!("{:.1}%", sm.cov * 100.0)
-                } else {
-                    "-".into()
-                })
-                .set_alignment(CellAlignment::Right),
-                Cell::new(
-                    met.cycles
-                        .as_ref()
-                        .and_then(|c| c.core)
-                        .map(cycles_text)
-                        .unwrap_or_default(),
-                )
-                .set_alignment(CellAlignment::Right),
-                Cell::new(
-                    pred.map(|p| ratio_text(sm.median, p))
-                        .unwrap_or_else(|| "-".into()),
-                )
-                .set_alignment(CellAlignment::Right),
-            ]);
+            let ci = interval(met.summary.ci95, &met.unit);
+            ci_width = ci_width.max(ci.chars().count());
+            t.add_row(metric_cells(met, name, ci));
         }
     }
     // Intervals stay on one line and names mostly whole; at 100 columns the longest
@@ -223,14 +200,47 @@ pub fn render(r: &RunResults, width: Option<u16>) -> String {
     if let Some(c) = t.column_mut(3) {
         c.set_constraint(at_least(ci_width, (wd / 5).max(12)));
     }
-    s.push_str(&t.to_string());
-    s.push('\n');
-    let invalid: Vec<_> = r
-        .experiments
-        .iter()
-        .filter(|e| e.status != Status::Ok)
-        .collect();
-    for e in invalid {
+    t.to_string()
+}
+
+fn metric_cells(met: &crate::results::Metric, name: String, ci: String) -> Vec<Cell> {
+    let sm = &met.summary;
+    let pred = met.prediction.as_ref().map(|p| p.value);
+    vec![
+        Cell::new(name),
+        Cell::new(
+            pred.map(|p| cell_value(p, &met.unit))
+                .unwrap_or_else(|| "-".into()),
+        )
+        .set_alignment(CellAlignment::Right),
+        Cell::new(cell_value(sm.median, &met.unit)).set_alignment(CellAlignment::Right),
+        Cell::new(ci),
+        Cell::new(if sm.cov.is_finite() {
+            format!("{:.1}%", sm.cov * 100.0)
+        } else {
+            "-".into()
+        })
+        .set_alignment(CellAlignment::Right),
+        Cell::new(
+            met.cycles
+                .as_ref()
+                .and_then(|c| c.core)
+                .map(cycles_text)
+                .unwrap_or_default(),
+        )
+        .set_alignment(CellAlignment::Right),
+        Cell::new(
+            pred.map(|p| ratio_text(sm.median, p))
+                .unwrap_or_else(|| "-".into()),
+        )
+        .set_alignment(CellAlignment::Right),
+    ]
+}
+
+/// Why experiments did not run ok, then the most surprising findings.
+fn reasons_and_findings(r: &RunResults, wd: usize) -> String {
+    let mut s = String::new();
+    for e in r.experiments.iter().filter(|e| e.status != Status::Ok) {
         s.push_str(&wrap(
             e.reason.as_deref().unwrap_or("no reason given"),
             wd,
@@ -253,12 +263,6 @@ pub fn render(r: &RunResults, width: Option<u16>) -> String {
             s.push_str(&wrap(&f.finding.text, wd, "  - ", "    "));
         }
     }
-    s.push_str(&wrap(
-        "ratio: measured/predicted, '!' beyond 2x either way; predictions and formulas are in results.json",
-        wd,
-        "",
-        "  ",
-    ));
     s
 }
 

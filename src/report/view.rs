@@ -2,6 +2,8 @@
 //! the two formats cannot drift apart. Values here are already formatted for people.
 
 use super::terminal::FLAG_RATIO;
+use crate::clock::ClockInfo;
+use crate::machine::{Cache, Cpu, Disk, Machine, Memory, Nic, Topology, Virtualization};
 use crate::results::{Metric, RunResults, Status};
 use crate::units::{fmt_bytes, fmt_value};
 use serde_json::Value;
@@ -92,7 +94,11 @@ pub fn metric_row(exp: &str, m: &Metric) -> MetricRow {
 pub fn title(r: &RunResults) -> String {
     format!(
         "osmeter report: {} ({})",
-        str_at(&r.machine, "/hostname").unwrap_or_else(|| "unknown host".into()),
+        if r.machine.hostname.is_empty() {
+            "unknown host"
+        } else {
+            &r.machine.hostname
+        },
         r.started_at
     )
 }
@@ -124,19 +130,6 @@ pub fn run_line(r: &RunResults) -> String {
     )
 }
 
-fn str_at(v: &Value, p: &str) -> Option<String> {
-    match v.pointer(p)? {
-        Value::String(s) if !s.is_empty() => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        Value::Bool(b) => Some(b.to_string()),
-        _ => None,
-    }
-}
-
-fn f64_at(v: &Value, p: &str) -> Option<f64> {
-    v.pointer(p)?.as_f64()
-}
-
 /// The machine in a few labelled lines; only facts that were read appear.
 pub fn machine_facts(r: &RunResults) -> Vec<(String, String)> {
     let m = &r.machine;
@@ -146,28 +139,12 @@ pub fn machine_facts(r: &RunResults) -> Vec<(String, String)> {
             out.push((k.to_string(), v));
         }
     };
-    add("host", str_at(m, "/hostname").unwrap_or_default());
-    let mut cpu = str_at(m, "/cpu/model").unwrap_or_else(|| "unknown model".into());
-    if let Some(n) = f64_at(m, "/cpu/logical_cpus") {
-        cpu.push_str(&format!(", {n} logical CPUs"));
+    add("host", m.hostname.clone());
+    add("CPU", cpu_line(&m.cpu));
+    if !m.topology.is_unknown() {
+        topology_facts(&m.topology, r, &mut add);
     }
-    if let Some(n) = f64_at(m, "/cpu/physical_cores") {
-        cpu.push_str(&format!(", {n} physical cores"));
-    }
-    if let Some(n) = f64_at(m, "/cpu/sockets") {
-        cpu.push_str(&format!(", {n} socket(s)"));
-    }
-    if let Some(b) = m.pointer("/cpu/smt").and_then(|v| v.as_bool()) {
-        cpu.push_str(if b { ", SMT on" } else { ", SMT off" });
-    }
-    if let Some(a) = m.pointer("/cpu/allowed_cpus").and_then(|v| v.as_array()) {
-        cpu.push_str(&format!(", {} allowed to this run", a.len()));
-    }
-    add("CPU", cpu);
-    if let Some(t) = m.pointer("/topology").filter(|t| t.is_object()) {
-        topology_facts(t, r, &mut add);
-    }
-    if let Some(hz) = f64_at(m, "/cpu/core_clock_hz") {
+    if let Some(hz) = m.cpu.core_clock_hz {
         add(
             "core clock",
             format!(
@@ -176,158 +153,46 @@ pub fn machine_facts(r: &RunResults) -> Vec<(String, String)> {
             ),
         );
     }
-    if m.pointer("/clock").is_some_and(|c| c.is_object()) {
-        let inv = match m.pointer("/clock/invariant").and_then(|v| v.as_bool()) {
-            Some(true) => "invariant",
-            Some(false) => "NOT invariant",
-            None => "invariance unknown",
-        };
-        add(
-            "time base",
-            format!(
-                "{} at {:.1} MHz ({}), {inv}; read overhead {} (subtracted)",
-                str_at(m, "/clock/counter").unwrap_or_else(|| "?".into()),
-                f64_at(m, "/clock/frequency_hz").unwrap_or(0.0) / 1e6,
-                str_at(m, "/clock/frequency_source").unwrap_or_else(|| "?".into()),
-                f64_at(m, "/clock/overhead_ns")
-                    .map(|v| fmt_value(v, "ns"))
-                    .unwrap_or_else(|| "?".into())
-            ),
-        );
+    if let Some(c) = &m.clock {
+        add("time base", clock_line(c));
     }
-    if let Some(g) = str_at(m, "/cpu/governor") {
-        let turbo = match m.pointer("/cpu/turbo").and_then(|v| v.as_bool()) {
+    if let Some(g) = nonempty(&m.cpu.governor) {
+        let turbo = match m.cpu.turbo {
             Some(true) => ", turbo on",
             Some(false) => ", turbo off",
             None => "",
         };
         add("frequency", format!("governor {g}{turbo}"));
     }
-    if let Some(caches) = m.pointer("/cpu/caches").and_then(|v| v.as_array()) {
-        let v: Vec<String> = caches
-            .iter()
-            .map(|c| {
-                let kind = c.get("kind").and_then(|v| v.as_str()).unwrap_or("");
-                let k = match kind {
-                    "Data" => "d",
-                    "Instruction" => "i",
-                    _ => "",
-                };
-                let mut s = format!(
-                    "L{}{k} {}",
-                    c.get("level").and_then(|v| v.as_u64()).unwrap_or(0),
-                    fmt_bytes(c.get("size_bytes").and_then(|v| v.as_f64()).unwrap_or(0.0))
-                );
-                if let Some(w) = c.get("ways").and_then(|v| v.as_u64()) {
-                    s.push_str(&format!(" {w}-way"));
-                }
-                if let Some(n) = c
-                    .get("shared_cpus")
-                    .and_then(|v| v.as_u64())
-                    .filter(|n| *n > 1)
-                {
-                    s.push_str(&format!(" shared by {n} CPUs"));
-                }
-                s
-            })
-            .collect();
-        let line = caches
-            .first()
-            .and_then(|c| c.get("line_bytes"))
-            .and_then(|v| v.as_f64())
-            .map(|l| format!("; line {}", fmt_bytes(l)))
-            .unwrap_or_default();
-        if !v.is_empty() {
-            add("caches (sysfs)", format!("{}{line}", v.join(", ")));
-        }
-    }
-    let mut mem = String::new();
-    if let Some(t) = f64_at(m, "/memory/total_bytes").filter(|t| *t > 0.0) {
-        mem.push_str(&format!("{} total", fmt_bytes(t)));
-    }
-    if let Some(t) = f64_at(m, "/memory/available_bytes").filter(|t| *t > 0.0) {
-        mem.push_str(&format!(", {} available at start", fmt_bytes(t)));
-    }
-    if let Some(t) = str_at(m, "/memory/memory_type") {
-        mem.push_str(&format!(", {t}"));
-    }
-    if let Some(s) = f64_at(m, "/memory/speed_mts") {
-        mem.push_str(&format!(" {s} MT/s"));
-    }
-    if let Some(c) = f64_at(m, "/memory/channels") {
-        mem.push_str(&format!(", {c} channel(s)"));
-    }
-    if let Some(p) = f64_at(m, "/memory/peak_bandwidth_bytes_per_s") {
-        mem.push_str(&format!(", theoretical peak {}", fmt_value(p, "bytes/s")));
-    }
-    if let Some(n) = f64_at(m, "/memory/numa_nodes") {
-        mem.push_str(&format!(", {n} NUMA node(s)"));
-    }
-    add("memory", mem.trim_start_matches(", ").to_string());
-    let os: Vec<String> = ["/os/distribution", "/os/kernel", "/os/arch"]
-        .iter()
-        .filter_map(|p| str_at(m, p))
-        .collect();
+    add("caches (sysfs)", caches_line(&m.cpu.caches));
+    add("memory", memory_line(&m.memory));
+    let os: Vec<&str> = [
+        m.os.distribution.as_deref().unwrap_or(""),
+        &m.os.kernel,
+        &m.os.arch,
+    ]
+    .into_iter()
+    .filter(|s| !s.is_empty())
+    .collect();
     add("OS", os.join(", "));
-    if let Some(v) = m.pointer("/virtualization").filter(|v| v.is_object()) {
-        let vm = v.get("is_vm").and_then(|b| b.as_bool()).unwrap_or(false);
-        let mut s = if vm {
-            format!(
-                "virtual machine ({})",
-                str_at(v, "/hypervisor").unwrap_or_else(|| "hypervisor flag set".into())
-            )
-        } else {
-            "no hypervisor detected".into()
-        };
-        if let Some(c) = str_at(v, "/container") {
-            s.push_str(&format!(", container: {c}"));
-        }
-        if let Some(f) = f64_at(v, "/steal_during_run/steal_fraction") {
-            s.push_str(&format!(", steal time during the run {:.1}%", f * 100.0));
-        }
-        add("virtualisation", s);
-    }
+    add("virtualisation", virtualisation_line(&m.virtualization));
     let mut cg = Vec::new();
-    if let Some(c) = f64_at(m, "/cgroup/cpu_limit") {
+    if let Some(c) = m.cgroup.cpu_limit {
         cg.push(format!("CPU limit {c:.2} CPUs"));
     }
-    if let Some(b) = f64_at(m, "/cgroup/memory_limit_bytes") {
-        cg.push(format!("memory limit {}", fmt_bytes(b)));
+    if let Some(b) = m.cgroup.memory_limit_bytes {
+        cg.push(format!("memory limit {}", fmt_bytes(b as f64)));
     }
     add("cgroup", cg.join(", "));
-    if let Some(disks) = m.pointer("/storage/disks").and_then(|v| v.as_array()) {
-        let v: Vec<String> = disks
-            .iter()
-            .map(|d| {
-                let mut s = str_at(d, "/name").unwrap_or_default();
-                if let Some(x) = str_at(d, "/model") {
-                    s.push_str(&format!(" {x}"));
-                }
-                match d.get("rotational").and_then(|b| b.as_bool()) {
-                    Some(true) => s.push_str(" (rotational"),
-                    Some(false) => s.push_str(" (solid state"),
-                    None => s.push_str(" ("),
-                }
-                if let Some(x) = str_at(d, "/scheduler") {
-                    s.push_str(&format!(", scheduler {x}"));
-                }
-                s.push(')');
-                s.replace(" ()", "").replace("(, ", "(")
-            })
-            .collect();
-        add("disks", v.join("; "));
-    }
-    if let Some(fs) = m
-        .pointer("/storage/cwd_filesystem")
-        .filter(|v| v.is_object())
-    {
+    add("disks", disks_line(&m.storage.disks));
+    if let Some(fs) = &m.storage.cwd_filesystem {
         add(
             "current directory",
             format!(
                 "{} on {}{}",
-                str_at(fs, "/fstype").unwrap_or_default(),
-                str_at(fs, "/source").unwrap_or_default(),
-                if fs.get("in_memory").and_then(|b| b.as_bool()) == Some(true) {
+                fs.fstype,
+                fs.source,
+                if fs.in_memory {
                     " (in memory: never touches a disk)"
                 } else {
                     ""
@@ -335,79 +200,219 @@ pub fn machine_facts(r: &RunResults) -> Vec<(String, String)> {
             ),
         );
     }
-    if let Some(nics) = m.pointer("/network").and_then(|v| v.as_array()) {
-        let v: Vec<String> = nics
-            .iter()
-            .filter(|n| n.get("loopback").and_then(|b| b.as_bool()) != Some(true))
-            .map(|n| {
-                let mut s = str_at(n, "/name").unwrap_or_default();
-                if let Some(sp) = f64_at(n, "/speed_mbit_s") {
-                    s.push_str(&format!(" {sp} Mbit/s"));
-                }
-                if n.get("virtual_device").and_then(|b| b.as_bool()) == Some(true) {
-                    s.push_str(" (virtual)");
-                }
-                s
-            })
-            .collect();
-        add("network", v.join(", "));
-    }
-    if let Some(l) = m.pointer("/load_average").and_then(|v| v.as_array()) {
-        let v: Vec<String> = l
-            .iter()
-            .filter_map(|x| x.as_f64())
-            .map(|x| format!("{x:.2}"))
-            .collect();
+    add("network", network_line(&m.network));
+    if let Some(l) = m.load_average {
+        let v: Vec<String> = l.iter().map(|x| format!("{x:.2}")).collect();
         add("load average at start", v.join(" "));
     }
-    if let Some(mi) = m.pointer("/cpu/mitigations").and_then(|v| v.as_object()) {
-        let active = mi
-            .values()
-            .filter_map(|v| v.as_str())
-            .filter(|s| s.starts_with("Mitigation"))
-            .count();
-        if !mi.is_empty() {
-            add(
-                "CPU vulnerabilities",
-                format!(
-                    "{} listed, {active} mitigated in software (these change system call costs)",
-                    mi.len()
-                ),
-            );
-        }
+    let mi = &m.cpu.mitigations;
+    if !mi.is_empty() {
+        let active = mi.values().filter(|s| s.starts_with("Mitigation")).count();
+        add(
+            "CPU vulnerabilities",
+            format!(
+                "{} listed, {active} mitigated in software (these change system call costs)",
+                mi.len()
+            ),
+        );
     }
     out
 }
 
+/// A string fact that was read (empty counts as not read, as in older renderings).
+fn nonempty(s: &Option<String>) -> Option<&str> {
+    s.as_deref().filter(|s| !s.is_empty())
+}
+
+fn cpu_line(c: &Cpu) -> String {
+    let mut cpu = if c.model.is_empty() {
+        "unknown model".to_string()
+    } else {
+        c.model.clone()
+    };
+    cpu.push_str(&format!(", {} logical CPUs", c.logical_cpus));
+    if let Some(n) = c.physical_cores {
+        cpu.push_str(&format!(", {n} physical cores"));
+    }
+    if let Some(n) = c.sockets {
+        cpu.push_str(&format!(", {n} socket(s)"));
+    }
+    if let Some(b) = c.smt {
+        cpu.push_str(if b { ", SMT on" } else { ", SMT off" });
+    }
+    cpu.push_str(&format!(", {} allowed to this run", c.allowed_cpus.len()));
+    cpu
+}
+
+fn clock_line(c: &ClockInfo) -> String {
+    let inv = match c.invariant {
+        Some(true) => "invariant",
+        Some(false) => "NOT invariant",
+        None => "invariance unknown",
+    };
+    let or_unknown = |s: &str| {
+        if s.is_empty() {
+            "?".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    format!(
+        "{} at {:.1} MHz ({}), {inv}; read overhead {} (subtracted)",
+        or_unknown(&c.counter),
+        c.frequency_hz / 1e6,
+        or_unknown(&c.frequency_source),
+        fmt_value(c.overhead_ns, "ns")
+    )
+}
+
+fn caches_line(caches: &[Cache]) -> String {
+    let v: Vec<String> = caches
+        .iter()
+        .map(|c| {
+            let k = match c.kind.as_str() {
+                "Data" => "d",
+                "Instruction" => "i",
+                _ => "",
+            };
+            let mut s = format!("L{}{k} {}", c.level, fmt_bytes(c.size_bytes as f64));
+            if let Some(w) = c.ways {
+                s.push_str(&format!(" {w}-way"));
+            }
+            if c.shared_cpus > 1 {
+                s.push_str(&format!(" shared by {} CPUs", c.shared_cpus));
+            }
+            s
+        })
+        .collect();
+    if v.is_empty() {
+        return String::new();
+    }
+    let line = caches
+        .first()
+        .map(|c| format!("; line {}", fmt_bytes(c.line_bytes as f64)))
+        .unwrap_or_default();
+    format!("{}{line}", v.join(", "))
+}
+
+fn memory_line(m: &Memory) -> String {
+    let mut mem = String::new();
+    if m.total_bytes > 0 {
+        mem.push_str(&format!("{} total", fmt_bytes(m.total_bytes as f64)));
+    }
+    if m.available_bytes > 0 {
+        mem.push_str(&format!(
+            ", {} available at start",
+            fmt_bytes(m.available_bytes as f64)
+        ));
+    }
+    if let Some(t) = nonempty(&m.memory_type) {
+        mem.push_str(&format!(", {t}"));
+    }
+    if let Some(s) = m.speed_mts {
+        mem.push_str(&format!(" {s} MT/s"));
+    }
+    if let Some(c) = m.channels {
+        mem.push_str(&format!(", {c} channel(s)"));
+    }
+    if let Some(p) = m.peak_bandwidth_bytes_per_s {
+        mem.push_str(&format!(", theoretical peak {}", fmt_value(p, "bytes/s")));
+    }
+    if let Some(n) = m.numa_nodes {
+        mem.push_str(&format!(", {n} NUMA node(s)"));
+    }
+    mem.trim_start_matches(", ").to_string()
+}
+
+fn virtualisation_line(v: &Virtualization) -> String {
+    let mut s = if v.is_vm {
+        format!(
+            "virtual machine ({})",
+            nonempty(&v.hypervisor).unwrap_or("hypervisor flag set")
+        )
+    } else {
+        "no hypervisor detected".into()
+    };
+    if let Some(c) = nonempty(&v.container) {
+        s.push_str(&format!(", container: {c}"));
+    }
+    if let Some(st) = &v.steal_during_run {
+        s.push_str(&format!(
+            ", steal time during the run {:.1}%",
+            st.steal_fraction * 100.0
+        ));
+    }
+    s
+}
+
+fn disks_line(disks: &[Disk]) -> String {
+    let v: Vec<String> = disks
+        .iter()
+        .map(|d| {
+            let mut s = d.name.clone();
+            if let Some(x) = nonempty(&d.model) {
+                s.push_str(&format!(" {x}"));
+            }
+            match d.rotational {
+                Some(true) => s.push_str(" (rotational"),
+                Some(false) => s.push_str(" (solid state"),
+                None => s.push_str(" ("),
+            }
+            if let Some(x) = nonempty(&d.scheduler) {
+                s.push_str(&format!(", scheduler {x}"));
+            }
+            s.push(')');
+            s.replace(" ()", "").replace("(, ", "(")
+        })
+        .collect();
+    v.join("; ")
+}
+
+fn network_line(nics: &[Nic]) -> String {
+    let v: Vec<String> = nics
+        .iter()
+        .filter(|n| !n.loopback)
+        .map(|n| {
+            let mut s = n.name.clone();
+            if let Some(sp) = n.speed_mbit_s {
+                s.push_str(&format!(" {sp} Mbit/s"));
+            }
+            if n.virtual_device {
+                s.push_str(" (virtual)");
+            }
+            s
+        })
+        .collect();
+    v.join(", ")
+}
+
 /// Topology, the CPU the run used and why, and the partners (absent in runs recorded
 /// before the topology was described).
-fn topology_facts(t: &Value, r: &RunResults, add: &mut dyn FnMut(&str, String)) {
-    let count = |k: &str, what: &str| {
-        f64_at(t, &format!("/{k}"))
-            .map(|n| format!("{n} {what}{}", if n == 1.0 { "" } else { "s" }))
+fn topology_facts(t: &Topology, r: &RunResults, add: &mut dyn FnMut(&str, String)) {
+    let count = |n: Option<usize>, what: &str| {
+        n.map(|n| format!("{n} {what}{}", if n == 1 { "" } else { "s" }))
     };
     let mut parts: Vec<String> = [
-        count("packages", "package"),
-        count("cores", "core"),
-        count("llc_groups", "last-level cache group"),
-        count("numa_nodes", "NUMA node"),
+        count(t.packages, "package"),
+        count(t.cores, "core"),
+        count(t.llc_groups, "last-level cache group"),
+        count(t.numa_nodes, "NUMA node"),
     ]
     .into_iter()
     .flatten()
     .collect();
-    if let Some(cpus) = t.pointer("/cpus").and_then(|v| v.as_array()) {
-        let of = |k: &str| {
-            let v: Vec<usize> = cpus
-                .iter()
-                .filter(|c| c.get("kind").and_then(|x| x.as_str()) == Some(k))
-                .filter_map(|c| c.get("cpu").and_then(|x| x.as_u64()).map(|x| x as usize))
-                .collect();
-            crate::machine::format_list(&v)
-        };
-        let (p, e) = (of("performance"), of("efficiency"));
-        if !p.is_empty() && !e.is_empty() {
-            parts.push(format!("performance CPUs {p}, efficiency CPUs {e}"));
-        }
+    let of = |k: &str| {
+        let v: Vec<usize> = t
+            .cpus
+            .iter()
+            .filter(|c| c.kind.as_deref() == Some(k))
+            .map(|c| c.cpu)
+            .collect();
+        crate::machine::format_list(&v)
+    };
+    let (p, e) = (of("performance"), of("efficiency"));
+    if !p.is_empty() && !e.is_empty() {
+        parts.push(format!("performance CPUs {p}, efficiency CPUs {e}"));
     }
     add("topology", parts.join(", "));
     // The CPU the run pinned to is in the config; the topology says why.
@@ -415,9 +420,9 @@ fn topology_facts(t: &Value, r: &RunResults, add: &mut dyn FnMut(&str, String)) 
         .config
         .get("cpu")
         .and_then(|v| v.as_u64())
-        .or_else(|| t.get("chosen_cpu").and_then(|v| v.as_u64()));
+        .or(t.chosen_cpu.map(|c| c as u64));
     if let Some(c) = used {
-        let why = str_at(t, "/chosen_reason").unwrap_or_default();
+        let why = &t.chosen_reason;
         add(
             "chosen CPU",
             if why.is_empty() {
@@ -427,19 +432,29 @@ fn topology_facts(t: &Value, r: &RunResults, add: &mut dyn FnMut(&str, String)) 
             },
         );
     }
-    if let Some(p) = t.get("partners").and_then(|v| v.as_object()) {
-        let v: Vec<String> = ["smt_sibling", "same_llc", "other_llc", "other_package"]
-            .iter()
-            .map(|k| match p.get(*k).and_then(|x| x.as_u64()) {
-                Some(c) => format!("{k} {c}"),
-                None => format!("{k} none"),
-            })
-            .collect();
-        add("partner CPUs", v.join(", "));
-    }
+    let p = &t.partners;
+    let v: Vec<String> = [
+        ("smt_sibling", p.smt_sibling),
+        ("same_llc", p.same_llc),
+        ("other_llc", p.other_llc),
+        ("other_package", p.other_package),
+    ]
+    .iter()
+    .map(|(k, c)| match c {
+        Some(c) => format!("{k} {c}"),
+        None => format!("{k} none"),
+    })
+    .collect();
+    add("partner CPUs", v.join(", "));
 }
 
-/// Every machine fact as `path = value`, for the full listing.
+/// Every machine fact as `path = value`, for the full listing (from the machine as it is
+/// written to results.json, so the listing names the document's keys).
+pub fn machine_listing(m: &Machine) -> Vec<(String, String)> {
+    flatten(&serde_json::to_value(m).unwrap_or(Value::Null))
+}
+
+/// Every fact of a JSON value as `path = value`.
 pub fn flatten(v: &Value) -> Vec<(String, String)> {
     fn go(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
         match v {

@@ -67,16 +67,9 @@ fn spawn_model(ctx: &Context) -> Option<(f64, Prediction)> {
 /// Candidate tiny programs, in preference order.
 const TRUE_PATHS: [&str; 2] = ["/bin/true", "/usr/bin/true"];
 
-/// Resident pages and mappings of this process (from /proc/self/statm and maps).
+/// Resident pages and mappings of this process.
 fn footprint() -> (f64, f64) {
-    let rss = std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<f64>().ok())
-        .unwrap_or(0.0);
-    let vmas = std::fs::read_to_string("/proc/self/maps")
-        .map(|s| s.lines().count() as f64)
-        .unwrap_or(0.0);
-    (rss, vmas)
+    crate::machine::process::footprint()
 }
 
 /// fork + _exit(0) + waitpid; the child's wait status.
@@ -203,9 +196,14 @@ impl Experiment for ProcessCreate {
                     "resident_pages",
                     pages,
                     "pages",
-                    "/proc/self/statm (resident)",
+                    crate::machine::process::RESIDENT_SOURCE,
                 )
-                .input("vmas", vmas, "mappings", "/proc/self/maps");
+                .input(
+                    "vmas",
+                    vmas,
+                    "mappings",
+                    crate::machine::process::MAPPINGS_SOURCE,
+                );
             v.push(("fork_exit_wait".into(), p));
         }
         if let Some((_, p)) = spawn_model(ctx) {

@@ -684,15 +684,6 @@ fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
     Ok(out)
 }
 
-fn is_vm() -> bool {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "hypervisor"))
-        })
-        .unwrap_or(false)
-}
-
 /// Shared predictions: pipe cost from the measured fd-write cost, a switch from the
 /// measured syscall cost (or the measured thread switch for processes).
 fn predict_switch(kind: Kind, ctx: &Context) -> Vec<(String, Prediction)> {
@@ -731,7 +722,7 @@ fn predict_switch(kind: Kind, ctx: &Context) -> Vec<(String, Prediction)> {
         .input("getppid", sys, "ns", "cpu.syscall getppid");
     }
     let sw = switch.value;
-    let vm = is_vm();
+    let vm = ctx.machine.virtualization.hypervisor_flag;
     let ipi = if vm {
         WAKE_IPI_NS_VM
     } else {

@@ -17,7 +17,7 @@ use crate::scratch::{Scratch, ScratchFile};
 use anyhow::Context as _;
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 mod cache_size;
@@ -514,7 +514,7 @@ impl<'a> BlockReader<'a> {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Device {
     pub name: String,
-    /// /sys/block/NAME/queue/rotational.
+    /// The disk's rotational flag.
     pub rotational: Option<bool>,
     /// virtio, Xen or another paravirtual disk: its rotational flag describes nothing
     /// physical, the host's storage decides.
@@ -522,35 +522,14 @@ pub(crate) struct Device {
     pub nvme: bool,
 }
 
-/// The disk holding `path`, found via its st_dev in /sys/dev/block.
+/// The disk holding `path`, as the machine description describes disks.
 pub(crate) fn device_of(path: &Path) -> Option<Device> {
-    use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::metadata(path).ok()?.dev();
-    let (maj, min) = crate::platform::dev_major_minor(dev);
-    let sys = std::fs::canonicalize(format!("/sys/dev/block/{maj}:{min}")).ok()?;
-    // A partition's folder sits inside its disk's folder.
-    let disk: PathBuf = if sys.join("partition").exists() {
-        sys.parent()?.to_path_buf()
-    } else {
-        sys
-    };
-    let name = disk.file_name()?.to_string_lossy().to_string();
-    let rotational = std::fs::read_to_string(disk.join("queue/rotational"))
-        .ok()
-        .map(|s| s.trim() == "1");
-    let driver = std::fs::read_link(disk.join("device/driver"))
-        .ok()
-        .and_then(|p| p.file_name().map(|f| f.to_string_lossy().to_string()))
-        .unwrap_or_default();
-    let virtual_disk = name.starts_with("vd")
-        || name.starts_with("xvd")
-        || driver.contains("virtio")
-        || driver.contains("xen");
+    let d = crate::machine::storage::disk_of(path)?;
     Some(Device {
-        nvme: name.starts_with("nvme"),
-        name,
-        rotational,
-        virtual_disk,
+        nvme: d.name.starts_with("nvme"),
+        virtual_disk: d.is_paravirtual(),
+        rotational: d.rotational,
+        name: d.name,
     })
 }
 
@@ -626,7 +605,10 @@ pub(crate) fn reached_device_check(
         (Some(d), None) => Check::sanity(
             name,
             false,
-            format!("/sys/block/{d}/stat could not be read: not verified"),
+            format!(
+                "{} could not be read: not verified",
+                crate::machine::storage::sectors_read_source(d)
+            ),
         ),
         (None, _) => Check::sanity(
             name,
@@ -736,7 +718,7 @@ pub(crate) fn uncached_prediction(ctx: &Context, dir: &Path, pattern: Pattern) -
             None => f64::NAN,
         },
         "bool",
-        "/sys/block/*/queue/rotational",
+        crate::machine::storage::ROTATIONAL_SOURCE,
     )
     .input("t_syscall", sys, "ns", src)
 }

@@ -154,10 +154,8 @@ pub fn memory_cap(machine: &crate::machine::Machine, want: u64, min: u64) -> any
 }
 
 /// Whether transparent huge pages can be requested with madvise.
-pub fn thp_available() -> bool {
-    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-        .map(|s| s.contains("[always]") || s.contains("[madvise]"))
-        .unwrap_or(false)
+pub fn thp_available(m: &crate::machine::Machine) -> bool {
+    matches!(m.memory.thp_enabled.as_deref(), Some("always" | "madvise"))
 }
 
 pub const HUGE_PAGE: usize = 2 << 20;
@@ -252,29 +250,10 @@ impl Region {
         }
     }
 
-    /// Bytes of this mapping backed by transparent huge pages (from /proc/self/smaps).
+    /// Bytes of this mapping backed by transparent huge pages.
     pub fn huge_bytes(&self) -> Option<u64> {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
-        let (lo, hi) = (self.map as usize, self.map as usize + self.map_len);
-        let mut inside = false;
-        let mut total = 0u64;
-        for line in smaps.lines() {
-            let first = line.split_whitespace().next().unwrap_or("");
-            if let Some((a, b)) = first.split_once('-') {
-                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
-                {
-                    inside = a < hi && b > lo;
-                    continue;
-                }
-            }
-            if inside {
-                if let Some(rest) = line.strip_prefix("AnonHugePages:") {
-                    let kb: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
-                    total += kb * 1024;
-                }
-            }
-        }
-        Some(total)
+        let lo = self.map as usize;
+        crate::machine::process::huge_bytes_in(lo, lo + self.map_len)
     }
 }
 
@@ -296,19 +275,12 @@ pub fn thread_faults() -> (u64, u64) {
 /// Resets this process's peak RSS (VmHWM) and returns the current RSS, so that
 /// `rss_check` can compare the growth with an announced cap.
 pub fn rss_baseline() -> Option<u64> {
-    // Writing 5 to clear_refs resets VmHWM to the current RSS (Linux 4.0+).
-    std::fs::write("/proc/self/clear_refs", "5").ok()?;
+    crate::machine::process::reset_peak_rss()?;
     status_bytes("VmRSS:")
 }
 
 fn status_bytes(field: &str) -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    let l = s.lines().find(|l| l.starts_with(field))?;
-    l.split_whitespace()
-        .nth(1)?
-        .parse::<u64>()
-        .ok()
-        .map(|k| k * 1024)
+    crate::machine::process::status_bytes(field)
 }
 
 /// Peak RSS growth since `rss_baseline` against the announced cap.
@@ -442,10 +414,21 @@ mod tests {
     }
 
     #[test]
+    fn thp_from_the_description() {
+        let mut m = crate::machine::Machine::default();
+        assert!(!thp_available(&m), "unknown is not available");
+        for (mode, ok) in [("always", true), ("madvise", true), ("never", false)] {
+            m.memory.thp_enabled = Some(mode.into());
+            assert_eq!(thp_available(&m), ok, "{mode}");
+        }
+    }
+
+    #[test]
     fn caches_are_read() {
         let m = crate::machine::Machine::gather();
         let c = data_caches(&m);
-        if std::path::Path::new("/sys/devices/system/cpu/cpu0/cache/index0").exists() {
+        // Where the description found caches (sysfs has them on most machines).
+        if m.cpu.caches.iter().any(|c| c.size_bytes > 0) {
             assert!(!c.is_empty());
             assert!(c.iter().all(|c| c.kind != "Instruction"));
             assert!(c.windows(2).all(|w| w[0].level < w[1].level));

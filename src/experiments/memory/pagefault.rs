@@ -34,37 +34,15 @@ enum Device {
 }
 
 fn device_kind(path: &std::path::Path) -> Device {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = std::fs::metadata(path) else {
-        return Device::Unknown;
-    };
-    let dev = meta.dev();
-    let (maj, min) = crate::platform::dev_major_minor(dev);
-    let base = std::path::PathBuf::from(format!("/sys/dev/block/{maj}:{min}"));
-    let real = std::fs::canonicalize(&base).unwrap_or_default();
-    if real
-        .components()
-        .any(|c| c.as_os_str().to_string_lossy().starts_with("virtio"))
-        || real
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("xvd"))
-    {
-        return Device::Virtual;
+    match crate::machine::storage::disk_of(path) {
+        None => Device::Unknown,
+        Some(d) if d.is_paravirtual() => Device::Virtual,
+        Some(d) => match d.rotational {
+            Some(true) => Device::Rotating,
+            Some(false) => Device::Flash,
+            None => Device::Unknown,
+        },
     }
-    // A partition has no queue/ of its own; its parent disk does.
-    for q in [
-        base.join("queue/rotational"),
-        base.join("../queue/rotational"),
-    ] {
-        if let Ok(s) = std::fs::read_to_string(&q) {
-            return if s.trim() == "1" {
-                Device::Rotating
-            } else {
-                Device::Flash
-            };
-        }
-    }
-    Device::Unknown
 }
 
 /// A read-only shared mapping of a file, unmapped on drop.

@@ -41,9 +41,8 @@ impl Pinger {
             Err(e1) => match open(libc::SOCK_RAW) {
                 Ok(fd) => (fd, true, "raw ICMP socket"),
                 Err(_) => {
-                    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ping_group_range")
-                        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
-                        .unwrap_or_else(|_| "?".into());
+                    let range =
+                        crate::machine::network::ping_group_range().unwrap_or_else(|| "?".into());
                     return Err(format!(
                         "ICMP echo not permitted ({e1}): needs root/CAP_NET_RAW for a raw socket, or this user's group in net.ipv4.ping_group_range (now '{range}'; e.g. sysctl -w net.ipv4.ping_group_range='0 2147483647')"
                     ));

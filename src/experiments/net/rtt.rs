@@ -324,9 +324,7 @@ impl Experiment for Rtt {
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let m = model(ctx);
         let tcp = m.round_trip(TCP_STACK_CYCLES, 2.0, "TCP");
-        let vm = std::fs::read_to_string("/proc/cpuinfo")
-            .map(|s| s.contains(" hypervisor"))
-            .unwrap_or(false);
+        let vm = ctx.machine.virtualization.hypervisor_flag;
         let ipi = if vm { IPI_CYCLES_VM } else { IPI_CYCLES };
         let mut cross = tcp.clone();
         cross.value += 2.0 * ipi / m.ghz;

@@ -261,7 +261,7 @@ impl Experiment for Bandwidth {
             &[Op::ReadScalar, Op::WriteScalar]
         };
         // One thread again on huge pages (not smoke), for read, write and copy.
-        let thp = super::thp_available() && ctx.profile != Profile::Smoke;
+        let thp = super::thp_available(ctx.machine) && ctx.profile != Profile::Smoke;
         let configs = counts.len() * ops.len() + scalar.len() + if thp { THP_OPS.len() } else { 0 };
         let (min_trial, trials) = match ctx.profile {
             Profile::Smoke => (Duration::from_millis(1), 5),

@@ -50,16 +50,6 @@ const PAGE_WALK_NS: f64 = 15.0;
 /// so a walk costs several times more.
 const NESTED_WALK_NS: f64 = 60.0;
 
-fn virtualised() -> bool {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .map(|s| {
-            s.lines()
-                .find(|l| l.starts_with("flags"))
-                .is_some_and(|l| l.split_whitespace().any(|f| f == "hypervisor"))
-        })
-        .unwrap_or(false)
-}
-
 /// Working-set sizes from `min` to `max`, `per_doubling` points per doubling, rounded to
 /// whole nodes of `node` bytes, at least two nodes each.
 pub fn sizes(min: u64, max: u64, per_doubling: u32, node: u64) -> Vec<u64> {
@@ -201,7 +191,7 @@ impl Experiment for Latency {
                 ),
             ));
         }
-        let (walk, walk_src) = if virtualised() {
+        let (walk, walk_src) = if ctx.machine.virtualization.hypervisor_flag {
             (
                 NESTED_WALK_NS,
                 "model: TLB miss with base pages under a hypervisor (nested paging; cpuinfo flag 'hypervisor')",
@@ -339,7 +329,7 @@ impl Schedule {
         };
         let random_sizes = with_max(sizes(1024, curve_max, p.per_doubling, line as u64));
         let seq_sizes = with_max(sizes(1024, curve_max, p.seq_per_doubling, line as u64));
-        let thp = super::thp_available() && ctx.profile != Profile::Smoke;
+        let thp = super::thp_available(ctx.machine) && ctx.profile != Profile::Smoke;
         let mut all: Vec<u64> = random_sizes.clone();
         for &s in &p.strides {
             all.extend(seq_sizes.iter().filter(|&&z| z >= 2 * s as u64));
