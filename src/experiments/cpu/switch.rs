@@ -390,14 +390,8 @@ fn round_trips(h: &Harness, kind: Kind, partner_cpu: usize, ws: usize) -> anyhow
     let mut pp = PingPong::start(kind, partner_cpu, ws)?;
     // The first rounds pay for the partner's start (a forked child's copy-on-write faults,
     // cold caches); left in, they would stretch the harness's first calibration trial.
-    let warm_until = std::time::Instant::now() + WARM_LIMIT;
-    for _ in 0..WARM_ROUNDS {
-        if std::time::Instant::now() > warm_until {
-            break;
-        }
-        pp.round_trip()
-            .with_context(|| format!("ping-pong between {}", kind.noun()))?;
-    }
+    h.warm_up(WARM_ROUNDS, WARM_LIMIT, || pp.round_trip())
+        .with_context(|| format!("ping-pong between {}", kind.noun()))?;
     let pp = RefCell::new(pp);
     let err: RefCell<Option<io::Error>> = RefCell::new(None);
     let cpus = RefCell::new(Vec::with_capacity(256));
