@@ -245,20 +245,16 @@ impl<'a> Harness<'a> {
         self.run(ops_per_iter, false, &mut trial)
     }
 
-    fn run(
+    /// Grows the iteration count until a trial lasts `min_trial`, within the calibration
+    /// bound and the iteration cap (a note says which stopped it short).
+    fn calibrate(
         &self,
-        ops_per_iter: f64,
-        subtract_loop: bool,
         trial: &mut dyn FnMut(u64) -> (u64, bool),
-    ) -> Measurement {
-        let began = self.clock.start();
-        let elapsed = || self.clock.stop().wrapping_sub(began) as f64;
+        elapsed: &dyn Fn() -> f64,
+        notes: &mut Vec<String>,
+    ) -> u64 {
         let min_trial = self.ticks(self.cfg.min_trial);
         let cal_limit = self.ticks(self.cfg.calibration_limit);
-        let budget = self.ticks(self.cfg.budget);
-        let mut notes = Vec::new();
-
-        // Calibrate: grow the iteration count until a trial lasts min_trial.
         let mut iters: u64 = 1;
         loop {
             let (t, quiet) = trial(iters);
@@ -295,6 +291,22 @@ impl<'a> Harness<'a> {
             };
             iters = ((iters as f64 * factor).ceil() as u64).min(self.cfg.max_iters);
         }
+        iters
+    }
+
+    fn run(
+        &self,
+        ops_per_iter: f64,
+        subtract_loop: bool,
+        trial: &mut dyn FnMut(u64) -> (u64, bool),
+    ) -> Measurement {
+        let began = self.clock.start();
+        let elapsed = || self.clock.stop().wrapping_sub(began) as f64;
+        let min_trial = self.ticks(self.cfg.min_trial);
+        let budget = self.ticks(self.cfg.budget);
+        let mut notes = Vec::new();
+
+        let iters = self.calibrate(trial, &elapsed, &mut notes);
 
         // Warm up at the calibrated count (at least one trial).
         let warm_end = elapsed() + self.ticks(self.cfg.warmup);

@@ -24,7 +24,7 @@ pub use memory::{Dimm, Memory};
 pub use network::Nic;
 pub use os::Os;
 pub use storage::{Disk, Mount, Storage};
-pub use topology::{CpuPlace, PartnerClass, Partners, Topology};
+pub use topology::{CpuPlace, CrossPlan, PartnerClass, Partners, Topology};
 pub use virt::{cpu_steal_ticks, StealMeter, StealReport, Virtualization};
 
 use crate::clock::ClockInfo;

@@ -594,6 +594,80 @@ pub fn parse_sysctl_lines(s: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// One cross-CPU figure to measure (docs/METHODOLOGY.md, "Cross-CPU figures"): the
+/// partner CPU, its class (None where the topology is unknown), and the metric-name suffix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrossPlan {
+    pub class: Option<PartnerClass>,
+    pub cpu: usize,
+    /// "" for the figure that keeps the historical name, else "_" + the class name.
+    pub suffix: String,
+}
+
+impl CrossPlan {
+    /// The class as written in descriptions ("same_llc", or "unknown class").
+    pub fn class_name(&self) -> &'static str {
+        self.class.map_or("unknown class", |c| c.name())
+    }
+}
+
+impl Topology {
+    /// Cross-CPU plans for work on `main`: one per partner class the machine has, nearest
+    /// first. The nearest class on another core (else the only class) keeps the historical
+    /// unsuffixed name; the others are suffixed with their class. Without topology, the
+    /// first other allowed CPU, unclassed, as before classes existed.
+    pub fn cross_cpu_plans(&self, main: usize, allowed: &[usize]) -> Vec<CrossPlan> {
+        let p = if self.chosen_cpu == Some(main) {
+            self.partners
+        } else {
+            partners(self, main)
+        };
+        let ok = |c: &usize| *c != main && (allowed.is_empty() || allowed.contains(c));
+        let found: Vec<(PartnerClass, usize)> = PartnerClass::ALL
+            .iter()
+            .filter_map(|&k| {
+                let cpu = match k {
+                    PartnerClass::SmtSibling => p.smt_sibling,
+                    PartnerClass::SameLlc => p.same_llc,
+                    PartnerClass::OtherLlc => p.other_llc,
+                    PartnerClass::OtherPackage => p.other_package,
+                };
+                cpu.filter(ok).map(|c| (k, c))
+            })
+            .collect();
+        if found.is_empty() {
+            return allowed
+                .iter()
+                .copied()
+                .find(|&c| c != main)
+                .map(|cpu| CrossPlan {
+                    class: None,
+                    cpu,
+                    suffix: String::new(),
+                })
+                .into_iter()
+                .collect();
+        }
+        let named = found
+            .iter()
+            .position(|(k, _)| *k != PartnerClass::SmtSibling)
+            .unwrap_or(0);
+        found
+            .into_iter()
+            .enumerate()
+            .map(|(i, (k, cpu))| CrossPlan {
+                class: Some(k),
+                cpu,
+                suffix: if i == named {
+                    String::new()
+                } else {
+                    format!("_{}", k.name())
+                },
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

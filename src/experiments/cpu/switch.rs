@@ -390,14 +390,8 @@ fn round_trips(h: &Harness, kind: Kind, partner_cpu: usize, ws: usize) -> anyhow
     let mut pp = PingPong::start(kind, partner_cpu, ws)?;
     // The first rounds pay for the partner's start (a forked child's copy-on-write faults,
     // cold caches); left in, they would stretch the harness's first calibration trial.
-    let warm_until = std::time::Instant::now() + WARM_LIMIT;
-    for _ in 0..WARM_ROUNDS {
-        if std::time::Instant::now() > warm_until {
-            break;
-        }
-        pp.round_trip()
-            .with_context(|| format!("ping-pong between {}", kind.noun()))?;
-    }
+    h.warm_up(WARM_ROUNDS, WARM_LIMIT, || pp.round_trip())
+        .with_context(|| format!("ping-pong between {}", kind.noun()))?;
     let pp = RefCell::new(pp);
     let err: RefCell<Option<io::Error>> = RefCell::new(None);
     let cpus = RefCell::new(Vec::with_capacity(256));
@@ -508,13 +502,10 @@ fn series_sizes(p: Profile) -> &'static [usize] {
 
 fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
     let mut out = Outcome::default();
-    let other = ctx
+    let plans = ctx
         .machine
-        .cpu
-        .allowed_cpus
-        .iter()
-        .copied()
-        .find(|&c| c != ctx.cpu);
+        .topology
+        .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus);
     let sizes: &[usize] = if kind == Kind::Process {
         series_sizes(ctx.profile)
     } else {
@@ -522,12 +513,36 @@ fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
     };
     // Nonzero series points need a round trip and an overhead each.
     let extra = sizes.iter().filter(|&&w| w > 0).count() * 2;
-    let h = super::long_trials(ctx, 2 + other.is_some() as usize + extra, 5);
+    let h = super::long_trials(ctx, 2 + plans.len() + extra, 5);
 
+    let same = same_cpu(kind, ctx, &h, &mut out)?;
+    for plan in &plans {
+        cross_cpu(kind, ctx, &h, plan, same.round_trip, &mut out)?;
+    }
+    if plans.is_empty() {
+        out.notes
+            .push("pipe_round_trip_cross_cpu: skipped, this process may use only one CPU".into());
+    }
+    if !sizes.is_empty() {
+        working_set_series(kind, ctx, &h, sizes, same.switch, &mut out)?;
+    }
+    kind_finding(kind, ctx, &same, &mut out);
+    Ok(out)
+}
+
+/// Medians of the same-CPU figures, ns.
+struct SameCpu {
+    round_trip: f64,
+    pipe: f64,
+    switch: f64,
+}
+
+/// The same-CPU round trip, the pipe cost and the switch derived from them.
+fn same_cpu(kind: Kind, ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Result<SameCpu> {
     (ctx.progress)("same-CPU round trip");
-    let same = round_trips(&h, kind, ctx.cpu, 0)?;
+    let same = round_trips(h, kind, ctx.cpu, 0)?;
     (ctx.progress)("pipe cost");
-    let pipe = pipe_cost(&h, 0)?;
+    let pipe = pipe_cost(h, 0)?;
     let pipe_med = pipe.median_ns();
     let rt_med = same.m.median_ns();
     out.check(pinned_check(
@@ -569,89 +584,115 @@ fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
             fmt_ns(pipe_med)
         ),
     ));
-    let switch_med = (rt_med - pipe_med) / 2.0;
+    Ok(SameCpu {
+        round_trip: rt_med,
+        pipe: pipe_med,
+        switch: (rt_med - pipe_med) / 2.0,
+    })
+}
 
-    if let Some(o) = other {
-        (ctx.progress)("cross-CPU round trip");
-        let cross = round_trips(&h, kind, o, 0)?;
+/// One cross-CPU round trip figure, with the partner on the plan's CPU
+/// (docs/METHODOLOGY.md, "Cross-CPU figures").
+fn cross_cpu(
+    kind: Kind,
+    ctx: &Context,
+    h: &Harness,
+    plan: &crate::machine::CrossPlan,
+    rt_med: f64,
+    out: &mut Outcome,
+) -> anyhow::Result<()> {
+    let (o, class) = (plan.cpu, plan.class_name());
+    let name = format!("pipe_round_trip_cross_cpu{}", plan.suffix);
+    (ctx.progress)(&format!("cross-CPU round trip ({class})"));
+    let cross = round_trips(h, kind, o, 0)?;
+    out.check(pinned_check(
+        &format!(
+            "the {} ran on different CPUs ({} and {o}, {class})",
+            kind.noun(),
+            ctx.cpu
+        ),
+        &cross,
+        ctx.cpu,
+        o,
+    ));
+    out.measured(
+        &name,
+        &format!(
+            "raw round trip with the partner pinned to another CPU ({o}, {class}): cross-CPU wake-ups, no switch needed"
+        ),
+        &cross.m,
+    );
+    let c = cross.m.median_ns();
+    out.finding(
+        format!(
+            "With the partner on another CPU ({class}) a round trip takes {} ({:.2}x the same-CPU {}): each hop is a cross-CPU wake-up{}.",
+            fmt_ns(c),
+            c / rt_med,
+            fmt_ns(rt_med),
+            if c > rt_med { ", dearer here than two switches on one CPU" } else { "" }
+        ),
+        &[name.as_str(), "pipe_round_trip_same_cpu"],
+    );
+    Ok(())
+}
+
+/// Switch cost vs working set (lmbench lat_ctx -s): both tasks touch W private bytes
+/// per round; the same task touching W twice with its own pipes is subtracted.
+fn working_set_series(
+    kind: Kind,
+    ctx: &Context,
+    h: &Harness,
+    sizes: &[usize],
+    switch_med: f64,
+    out: &mut Outcome,
+) -> anyhow::Result<()> {
+    let mut pts = Vec::new();
+    for &w in sizes {
+        if w == 0 {
+            pts.push([0.0, switch_med]);
+            continue;
+        }
+        (ctx.progress)(&format!("working set {}", fmt_bytes(w as f64)));
+        let t = round_trips(h, kind, ctx.cpu, w)?;
         out.check(pinned_check(
             &format!(
-                "the {} ran on different CPUs ({} and {o})",
+                "both {} ran on CPU {} (working set {})",
                 kind.noun(),
-                ctx.cpu
+                ctx.cpu,
+                fmt_bytes(w as f64)
             ),
-            &cross,
+            &t,
             ctx.cpu,
-            o,
+            ctx.cpu,
         ));
-        out.measured(
-            "pipe_round_trip_cross_cpu",
-            "raw round trip with the partner pinned to another CPU (cross-CPU wake-ups, no switch needed)",
-            &cross.m,
-        );
-        let c = cross.m.median_ns();
-        out.finding(
-            format!(
-                "With the partner on another CPU a round trip takes {} ({:.2}x the same-CPU {}): each hop is a cross-CPU wake-up{}.",
-                fmt_ns(c),
-                c / rt_med,
-                fmt_ns(rt_med),
-                if c > rt_med { ", dearer here than two switches on one CPU" } else { "" }
-            ),
-            &["pipe_round_trip_cross_cpu", "pipe_round_trip_same_cpu"],
-        );
-    } else {
-        out.notes
-            .push("pipe_round_trip_cross_cpu: skipped, this process may use only one CPU".into());
+        let ovh = pipe_cost(h, w)?;
+        pts.push([w as f64, (t.m.median_ns() - ovh.median_ns()) / 2.0]);
     }
-
-    // Switch cost vs working set (lmbench lat_ctx -s): both tasks touch W private bytes
-    // per round; the same task touching W twice with its own pipes is subtracted.
-    if !sizes.is_empty() {
-        let mut pts = Vec::new();
-        for &w in sizes {
-            if w == 0 {
-                pts.push([0.0, switch_med]);
-                continue;
-            }
-            (ctx.progress)(&format!("working set {}", fmt_bytes(w as f64)));
-            let t = round_trips(&h, kind, ctx.cpu, w)?;
-            out.check(pinned_check(
-                &format!(
-                    "both {} ran on CPU {} (working set {})",
-                    kind.noun(),
-                    ctx.cpu,
-                    fmt_bytes(w as f64)
+    out.series.push(Series {
+        name: "switch cost vs working set".into(),
+        x_unit: "bytes".into(),
+        y_unit: "ns".into(),
+        points: pts.clone(),
+    });
+    if let (Some(first), Some(last)) = (pts.first(), pts.last()) {
+        if last[0] > 0.0 {
+            out.finding(
+                format!(
+                    "With {} of private data per process a switch costs {} ({:.2}x the {} of an empty switch): the cost of refilling caches after a switch.",
+                    fmt_bytes(last[0]),
+                    fmt_ns(last[1]),
+                    last[1] / first[1],
+                    fmt_ns(first[1])
                 ),
-                &t,
-                ctx.cpu,
-                ctx.cpu,
-            ));
-            let ovh = pipe_cost(&h, w)?;
-            pts.push([w as f64, (t.m.median_ns() - ovh.median_ns()) / 2.0]);
-        }
-        out.series.push(Series {
-            name: "switch cost vs working set".into(),
-            x_unit: "bytes".into(),
-            y_unit: "ns".into(),
-            points: pts.clone(),
-        });
-        if let (Some(first), Some(last)) = (pts.first(), pts.last()) {
-            if last[0] > 0.0 {
-                out.finding(
-                    format!(
-                        "With {} of private data per process a switch costs {} ({:.2}x the {} of an empty switch): the cost of refilling caches after a switch.",
-                        fmt_bytes(last[0]),
-                        fmt_ns(last[1]),
-                        last[1] / first[1],
-                        fmt_ns(first[1])
-                    ),
-                    &["switch"],
-                );
-            }
+                &["switch"],
+            );
         }
     }
+    Ok(())
+}
 
+fn kind_finding(kind: Kind, ctx: &Context, same: &SameCpu, out: &mut Outcome) {
+    let (switch_med, rt_med, pipe_med) = (same.switch, same.round_trip, same.pipe);
     match kind {
         Kind::Thread => out.finding(
             format!(
@@ -681,7 +722,6 @@ fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
             }
         }
     }
-    Ok(out)
 }
 
 /// Shared predictions: pipe cost from the measured fd-write cost, a switch from the
@@ -768,8 +808,10 @@ macro_rules! switch_method {
          switch = (round trip - median pipe cost) / 2 per trial, so it includes the wake-up and schedule() path, \
          not only the register switch. Premise: the measuring task samples sched_getcpu() at the start and end \
          of every trial and the partner every 64 rounds; any sample off the pinned CPU makes the result \
-         invalid. pipe_round_trip_cross_cpu (when 2+ CPUs are allowed) pins the partner to another CPU: no \
-         switch is needed, but each hop is a cross-CPU wake-up (IPI, exit from idle), which under a hypervisor \
+         invalid. pipe_round_trip_cross_cpu (when 2+ CPUs are allowed) pins the partner to another CPU, one \
+         figure per topology class the machine has (SMT sibling, same LLC, other LLC, other package; the \
+         nearest other core keeps the unsuffixed name, the others end in _smt_sibling, _other_llc, \
+         _other_package), with the same premise check on both tasks: no switch is needed, but each hop is a cross-CPU wake-up (IPI, exit from idle), which under a hypervisor \
          can cost more than two switches on one CPU. Closing pipe A makes the partner see end of file and exit; \
          it is always joined or reaped, on error paths too."
     };

@@ -42,7 +42,7 @@ impl Experiment for Timer {
         let c = ctx.clock;
         // Empty regions, in batches: each batch's median is one trial.
         let n_trials = ctx.profile.harness().trials;
-        let deadline = std::time::Instant::now() + ctx.budget / 2;
+        let deadline = crate::clock::Deadline::after(c, ctx.budget / 2);
         let mut trials = Vec::new();
         let mut all_positive = true;
         for _ in 0..n_trials {
@@ -56,7 +56,7 @@ impl Experiment for Timer {
             v.sort_unstable();
             all_positive &= v[0] > 0 || c.name() == "monotonic_raw";
             trials.push(c.ticks_to_ns(v[v.len() / 2] as f64));
-            if std::time::Instant::now() > deadline {
+            if deadline.passed() {
                 break;
             }
         }

@@ -3,13 +3,14 @@
 
 use super::{Pages, Region, Rng};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::harness::{SampleSpec, Samples};
 use crate::results::{Check, Prediction};
 use crate::stats::Summary;
 use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::Context as _;
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub struct PageFault;
 
@@ -99,51 +100,89 @@ fn sizes(p: Profile) -> (u64, u64) {
     }
 }
 
-/// Minor faults: first write to each page of fresh anonymous memory, timed in batches.
-/// Returns (ns per fault of each quiet batch, faults counted, pages touched, preempted).
+/// Minor faults: first write to each page of fresh anonymous memory, timed in batches
+/// through the harness (batches during which the thread was preempted are set aside and
+/// retaken). Returns (ns per fault of each kept batch, faults counted, pages touched).
 fn minor_faults(
     ctx: &Context,
     region_bytes: usize,
     budget: Duration,
-) -> anyhow::Result<(Vec<f64>, u64, u64, usize)> {
+) -> anyhow::Result<(Samples, u64, u64)> {
     let ps = crate::pagecache::page_size();
-    let overhead = ctx.clock.overhead_ticks();
-    let began = Instant::now();
-    let (mut per_fault, mut faults, mut touched, mut preempted) = (Vec::new(), 0u64, 0u64, 0);
+    let pages = region_bytes / ps;
     let want = match ctx.profile {
         Profile::Smoke => 15,
         Profile::Quick => 41,
         _ => 101,
     };
-    while per_fault.len() < want && began.elapsed() < budget {
-        // Base pages: with huge pages one fault would map 2 MiB.
-        let region = Region::new(region_bytes, Pages::Base)?;
-        let base = region.as_ptr();
-        let pages = region_bytes / ps;
-        let mut at = 0;
-        while at + MINOR_BATCH <= pages && per_fault.len() < want && began.elapsed() < budget {
-            let c0 = super::thread_preemptions();
-            let (min0, _) = super::thread_faults();
-            let t0 = ctx.clock.start();
-            for k in at..at + MINOR_BATCH {
-                // SAFETY: k < pages, so the byte lies inside the live region; this is its
-                // first touch (each page is written exactly once).
-                unsafe { std::ptr::write_volatile(base.add(k * ps), 1u8) };
+    let (mut faults, mut touched) = (0u64, 0u64);
+    let mut region: Option<Region> = None;
+    let mut at = pages; // no region yet: the first batch makes one
+    let spec = SampleSpec::new(want, budget).detect_preemption(true);
+    let mut s = ctx.harness(1).try_sample_with(
+        &spec,
+        // Untimed: a fresh region when this one is used up, and the fault count before.
+        || -> anyhow::Result<(*mut u8, u64)> {
+            if at + MINOR_BATCH > pages {
+                region = None; // one region at a time, within the memory cap
+                               // Base pages: with huge pages one fault would map 2 MiB.
+                region = Some(Region::new(region_bytes, Pages::Base)?);
+                at = 0;
             }
-            let t1 = ctx.clock.stop();
-            let (min1, _) = super::thread_faults();
+            let base = region.as_ref().map_or(std::ptr::null_mut(), |r| r.as_ptr());
+            // SAFETY: at + MINOR_BATCH <= pages, so the offset lies inside the live region.
+            let batch = unsafe { base.add(at * ps) };
             at += MINOR_BATCH;
-            faults += min1.saturating_sub(min0);
-            touched += MINOR_BATCH as u64;
-            if super::thread_preemptions() != c0 {
-                preempted += 1;
-                continue;
+            Ok((batch, super::thread_faults().0))
+        },
+        |&mut (batch, _)| {
+            for k in 0..MINOR_BATCH {
+                // SAFETY: the batch's MINOR_BATCH pages lie inside the live region; this
+                // is each page's first touch (every batch is handed out once).
+                unsafe { std::ptr::write_volatile(batch.add(k * ps), 1u8) };
             }
-            let ns = ctx.clock.ticks_to_ns(t1.wrapping_sub(t0) as f64 - overhead);
-            per_fault.push(ns / MINOR_BATCH as f64);
-        }
+            Ok(())
+        },
+        |(_, min0), _| {
+            faults += super::thread_faults().0.saturating_sub(min0);
+            touched += MINOR_BATCH as u64;
+        },
+    )?;
+    drop(region);
+    for v in &mut s.ns {
+        *v /= MINOR_BATCH as f64;
     }
-    Ok((per_fault, faults, touched, preempted))
+    Ok((s, faults, touched))
+}
+
+/// Major faults: one byte of each page of `map` read in `order`, each touch timed alone
+/// until `budget` (at least 16). Returns (ns per touch, major faults counted).
+fn major_faults(
+    ctx: &Context,
+    map: &FileMap,
+    order: &[usize],
+    budget: Duration,
+) -> anyhow::Result<(Vec<f64>, u64)> {
+    let ps = crate::pagecache::page_size();
+    let mut next = order.iter().copied();
+    let mut sum = 0u8;
+    let spec = SampleSpec::new(order.len(), budget).min_n(16);
+    let (_, maj0) = super::thread_faults();
+    let s = ctx.harness(1).try_sample_with(
+        &spec,
+        // max_n is the page count, so `order` never runs out.
+        || Ok::<usize, anyhow::Error>(next.next().unwrap_or(0)),
+        |&mut pg| {
+            // SAFETY: pg < pages, so the byte lies inside the live read-only mapping.
+            let b = unsafe { std::ptr::read_volatile(map.ptr.add(pg * ps)) };
+            sum = sum.wrapping_add(b);
+            Ok(())
+        },
+        |_, _| {},
+    )?;
+    let (_, maj1) = super::thread_faults();
+    std::hint::black_box(sum);
+    Ok((s.ns, maj1.saturating_sub(maj0)))
 }
 
 impl Experiment for PageFault {
@@ -262,171 +301,171 @@ impl Experiment for PageFault {
 
         // Minor faults: valid on any file system.
         (ctx.progress)("minor faults");
-        let (per_fault, faults, touched, pre) = minor_faults(ctx, anon, ctx.budget / 4)?;
+        let (minor, faults, touched) = minor_faults(ctx, anon, ctx.budget / 4)?;
         out.check(Check::premise(
             "minor faults happened",
             touched > 0 && faults as f64 >= 0.9 * touched as f64,
             format!("{faults} minor faults counted (getrusage) for {touched} first touches"),
         ));
-        if pre > 0 {
-            out.notes.push(format!(
-                "minor faults: {pre} batches preempted by other tasks were set aside"
-            ));
+        for n in &minor.notes {
+            out.notes.push(format!("minor faults: {n}"));
         }
         out.metric(
             "minor_fault",
             "ns",
             "first write to a page of fresh anonymous memory (allocate, zero, map), batches of 32",
-            per_fault,
+            minor.ns,
         );
 
         // Major faults: only on a disk.
-        let scratch = ctx.scratch()?;
-        let fs = scratch.fs().clone();
-        out.check(Check::premise(
-            "scratch file system is disk-backed",
-            !fs.memory_backed,
-            format!(
-                "{} is on {}{}",
-                scratch.dir().display(),
-                fs.fs_type,
-                if fs.memory_backed {
-                    ": its pages live in memory and never fault in from a disk; use --scratch-dir on a disk"
-                } else {
-                    ""
-                }
-            ),
-        ));
-        if fs.memory_backed {
-            out.check(super::rss_check(rss0, (anon + file_len) as u64));
-            return Ok(out);
-        }
-        if fs.network {
-            out.notes.push(format!(
-                "the scratch directory is on a network file system ({}): a major fault here includes the network",
-                fs.fs_type
-            ));
-        }
-        (ctx.progress)("writing the file");
-        let mut f = scratch.create_file("pagefault", file_len as u64)?;
-        f.unlink_now().context("unlinking the scratch file")?;
-        // Real data: a sparse file's holes would read as zeros without any I/O.
-        let mut block = vec![0u8; 1 << 20];
-        let mut rng = Rng::from_entropy();
-        for chunk in block.chunks_mut(8) {
-            chunk.copy_from_slice(&rng.next_u64().to_le_bytes()[..chunk.len()]);
-        }
-        let mut left = file_len;
-        while left > 0 {
-            let n = left.min(block.len());
-            f.file
-                .write_all(&block[..n])
-                .context("writing the scratch file")?;
-            left -= n;
-        }
-        drop(block);
-        (ctx.progress)("evicting the file from the page cache");
-        let ev = crate::pagecache::evict(&f.file, ctx.options.drop_caches)?;
-        out.check(Check::premise(
-            "file evicted from the page cache (mincore)",
-            ev.verified(),
-            ev.describe(),
-        ));
-        let map = FileMap::new(&f.file, file_len)?;
-        let pages = file_len / ps;
-        let mut order: Vec<usize> = (0..pages).collect();
-        rng.shuffle(&mut order);
-
-        (ctx.progress)("major faults");
-        let overhead = ctx.clock.overhead_ticks();
-        let until = Instant::now() + ctx.budget.mul_f64(0.5);
-        let mut times = Vec::with_capacity(pages);
-        let mut sum = 0u8;
-        let (_, maj0) = super::thread_faults();
-        for &pg in &order {
-            let t0 = ctx.clock.start();
-            // SAFETY: pg < pages, so the byte lies inside the live read-only mapping.
-            let b = unsafe { std::ptr::read_volatile(map.ptr.add(pg * ps)) };
-            let t1 = ctx.clock.stop();
-            sum = sum.wrapping_add(b);
-            times.push(ctx.clock.ticks_to_ns(t1.wrapping_sub(t0) as f64 - overhead));
-            if Instant::now() > until && times.len() >= 16 {
-                break;
-            }
-        }
-        let (_, maj1) = super::thread_faults();
-        std::hint::black_box(sum);
-        drop(map);
-        drop(f);
-        let majors = maj1.saturating_sub(maj0);
-        let n = times.len() as u64;
-        out.check(Check::premise(
-            "touches were major faults (getrusage)",
-            majors as f64 >= 0.9 * n as f64,
-            format!(
-                "{majors} major faults counted for {n} pages touched ({:.0}%; at least 90% required)",
-                majors as f64 / n.max(1) as f64 * 100.0
-            ),
-        ));
-        let per_byte: Vec<f64> = times.iter().map(|t| t / ps as f64).collect();
-        let m = out.metric(
-            "major_fault",
-            "ns",
-            &format!(
-                "first read of a page of an evicted file mapping ({} pages of a {} file, random order, MADV_RANDOM, {})",
-                n,
-                fmt_bytes(file_len as f64),
-                fs.fs_type
-            ),
-            times.clone(),
-        );
-        m.per_operation();
-        if let Some(s) = Summary::with_percentiles(&times) {
-            m.summary = s;
-        }
-        out.metric(
-            "major_fault_per_byte",
-            "ns",
-            "major fault time divided by the page size",
-            per_byte,
-        )
-        .per_operation();
+        let measured = major_section(ctx, file_len, &mut out)?;
         out.check(super::rss_check(rss0, (anon + file_len) as u64));
-
-        let (major, minor) = (out.median("major_fault"), out.median("minor_fault"));
-        let mut text = format!(
-            "A major fault costs {} ({} per byte, {:.0} MB/s of random 4 KiB reads); a minor fault {} ({:.0}x less).",
-            fmt_ns(major),
-            fmt_ns(major / ps as f64),
-            ps as f64 / major * 1e3,
-            fmt_ns(minor),
-            major / minor
-        );
-        let mut from = vec!["major_fault", "minor_fault"];
-        if let Some(d) = ctx.earlier_median("mem.latency", "dram") {
-            from.push("mem.latency/dram");
-            text.push_str(&format!(
-                " That is {:.0} random DRAM loads ({}) per major fault.",
-                major / d,
-                fmt_ns(d)
-            ));
+        if measured {
+            out.finding(finding(ctx, &out), &finding_sources(ctx));
         }
-        if let (Some(e), Some(bw)) = (
-            ctx.earlier_median("cpu.syscall", "getppid"),
-            ctx.earlier_median("mem.bandwidth", "write_1t"),
-        ) {
-            let zero = ps as f64 / bw * 1e9;
-            text.push_str(&format!(
-                " A kernel entry ({}) and zeroing the page ({}) explain {:.0}% of the minor fault; the rest is \
-                 page allocation, accounting and the page-table update.",
-                fmt_ns(e),
-                fmt_ns(zero),
-                100.0 * (e + zero) / minor
-            ));
-        }
-        out.finding(text, &from);
         Ok(out)
     }
+}
+
+/// The major-fault half of the run: refuses a memory-backed scratch directory (false),
+/// else writes, evicts, maps and faults in a file and adds its metrics (true).
+fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::Result<bool> {
+    let ps = crate::pagecache::page_size();
+    let scratch = ctx.scratch()?;
+    let fs = scratch.fs().clone();
+    out.check(Check::premise(
+        "scratch file system is disk-backed",
+        !fs.memory_backed,
+        format!(
+            "{} is on {}{}",
+            scratch.dir().display(),
+            fs.fs_type,
+            if fs.memory_backed {
+                ": its pages live in memory and never fault in from a disk; use --scratch-dir on a disk"
+            } else {
+                ""
+            }
+        ),
+    ));
+    if fs.memory_backed {
+        return Ok(false);
+    }
+    if fs.network {
+        out.notes.push(format!(
+            "the scratch directory is on a network file system ({}): a major fault here includes the network",
+            fs.fs_type
+        ));
+    }
+    (ctx.progress)("writing the file");
+    let mut f = scratch.create_file("pagefault", file_len as u64)?;
+    f.unlink_now().context("unlinking the scratch file")?;
+    // Real data: a sparse file's holes would read as zeros without any I/O.
+    let mut block = vec![0u8; 1 << 20];
+    let mut rng = Rng::from_entropy();
+    for chunk in block.chunks_mut(8) {
+        chunk.copy_from_slice(&rng.next_u64().to_le_bytes()[..chunk.len()]);
+    }
+    let mut left = file_len;
+    while left > 0 {
+        let n = left.min(block.len());
+        f.file
+            .write_all(&block[..n])
+            .context("writing the scratch file")?;
+        left -= n;
+    }
+    drop(block);
+    (ctx.progress)("evicting the file from the page cache");
+    let ev = crate::pagecache::evict(&f.file, ctx.options.drop_caches)?;
+    out.check(Check::premise(
+        "file evicted from the page cache (mincore)",
+        ev.verified(),
+        ev.describe(),
+    ));
+    let map = FileMap::new(&f.file, file_len)?;
+    let pages = file_len / ps;
+    let mut order: Vec<usize> = (0..pages).collect();
+    rng.shuffle(&mut order);
+
+    (ctx.progress)("major faults");
+    let (times, majors) = major_faults(ctx, &map, &order, ctx.budget.mul_f64(0.5))?;
+    drop(map);
+    drop(f);
+    let n = times.len() as u64;
+    out.check(Check::premise(
+        "touches were major faults (getrusage)",
+        majors as f64 >= 0.9 * n as f64,
+        format!(
+            "{majors} major faults counted for {n} pages touched ({:.0}%; at least 90% required)",
+            majors as f64 / n.max(1) as f64 * 100.0
+        ),
+    ));
+    let per_byte: Vec<f64> = times.iter().map(|t| t / ps as f64).collect();
+    let m = out.metric(
+        "major_fault",
+        "ns",
+        &format!(
+            "first read of a page of an evicted file mapping ({} pages of a {} file, random order, MADV_RANDOM, {})",
+            n,
+            fmt_bytes(file_len as f64),
+            fs.fs_type
+        ),
+        times.clone(),
+    );
+    m.per_operation();
+    if let Some(s) = Summary::with_percentiles(&times) {
+        m.summary = s;
+    }
+    out.metric(
+        "major_fault_per_byte",
+        "ns",
+        "major fault time divided by the page size",
+        per_byte,
+    )
+    .per_operation();
+    Ok(true)
+}
+
+/// The metrics the finding reads.
+fn finding_sources(ctx: &Context) -> Vec<&'static str> {
+    let mut from = vec!["major_fault", "minor_fault"];
+    if ctx.earlier_median("mem.latency", "dram").is_some() {
+        from.push("mem.latency/dram");
+    }
+    from
+}
+
+fn finding(ctx: &Context, out: &Outcome) -> String {
+    let ps = crate::pagecache::page_size();
+    let (major, minor) = (out.median("major_fault"), out.median("minor_fault"));
+    let mut text = format!(
+        "A major fault costs {} ({} per byte, {:.0} MB/s of random 4 KiB reads); a minor fault {} ({:.0}x less).",
+        fmt_ns(major),
+        fmt_ns(major / ps as f64),
+        ps as f64 / major * 1e3,
+        fmt_ns(minor),
+        major / minor
+    );
+    if let Some(d) = ctx.earlier_median("mem.latency", "dram") {
+        text.push_str(&format!(
+            " That is {:.0} random DRAM loads ({}) per major fault.",
+            major / d,
+            fmt_ns(d)
+        ));
+    }
+    if let (Some(e), Some(bw)) = (
+        ctx.earlier_median("cpu.syscall", "getppid"),
+        ctx.earlier_median("mem.bandwidth", "write_1t"),
+    ) {
+        let zero = ps as f64 / bw * 1e9;
+        text.push_str(&format!(
+            " A kernel entry ({}) and zeroing the page ({}) explain {:.0}% of the minor fault; the rest is \
+             page allocation, accounting and the page-table update.",
+            fmt_ns(e),
+            fmt_ns(zero),
+            100.0 * (e + zero) / minor
+        ));
+    }
+    text
 }
 
 #[cfg(test)]

@@ -2,12 +2,14 @@
 //! on the receiving side in fixed intervals (the first, slow-start interval dropped).
 
 use super::{target, Target};
+use crate::clock::Stopwatch;
 use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
+use crate::harness::Harness;
 use crate::peer::protocol::{is_timeout, Request};
 use crate::results::{Check, Prediction};
 use crate::units::fmt_bandwidth;
 use std::io::{Read, Write};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub struct Bandwidth;
 
@@ -41,14 +43,19 @@ pub(crate) fn interval_rates(marks: &[(u64, u64)], interval: Duration) -> Vec<f6
 }
 
 /// Client to peer: we write, the peer counts what arrives.
-fn send(t: &Target, dur: Duration, interval: Duration) -> anyhow::Result<(Vec<f64>, f64)> {
+fn send(
+    h: &Harness,
+    t: &Target,
+    dur: Duration,
+    interval: Duration,
+) -> anyhow::Result<(Vec<f64>, f64)> {
     let mut s = t.client.open(&Request::Sink {
         interval_ms: interval.as_millis().max(1) as u32,
     })?;
     s.stream.set_write_timeout(Some(Duration::from_secs(10)))?;
     let buf = vec![0xa5u8; CHUNK];
-    let end = Instant::now() + dur;
-    while Instant::now() < end {
+    let end = h.deadline(dur);
+    while !end.passed() {
         s.stream.write_all(&buf)?;
     }
     let r = s.finish_sink(Duration::from_secs(30))?;
@@ -61,7 +68,12 @@ fn send(t: &Target, dur: Duration, interval: Duration) -> anyhow::Result<(Vec<f6
 }
 
 /// Peer to client: the peer writes for `dur`, we count what arrives.
-fn receive(t: &Target, dur: Duration, interval: Duration) -> anyhow::Result<(Vec<f64>, f64)> {
+fn receive(
+    h: &Harness,
+    t: &Target,
+    dur: Duration,
+    interval: Duration,
+) -> anyhow::Result<(Vec<f64>, f64)> {
     let mut s = t.client.open(&Request::Source {
         duration_ms: dur.as_millis() as u32,
         write_size: CHUNK as u32,
@@ -70,8 +82,10 @@ fn receive(t: &Target, dur: Duration, interval: Duration) -> anyhow::Result<(Vec
     let mut buf = vec![0u8; CHUNK];
     let mut marks = Vec::new();
     let mut total: u64 = 0;
-    let mut first: Option<Instant> = None;
-    let mut next = Duration::ZERO;
+    // The stream's clock starts on its first byte: connection setup is not transfer time.
+    let mut first: Option<Stopwatch> = None;
+    let mut next = 0.0;
+    let interval_ns = interval.as_nanos() as f64;
     loop {
         let n = match s.stream.read(&mut buf) {
             Ok(0) => break,
@@ -80,17 +94,17 @@ fn receive(t: &Target, dur: Duration, interval: Duration) -> anyhow::Result<(Vec
             Err(e) if is_timeout(&e) => anyhow::bail!("the peer at {} stopped sending", t.addr()),
             Err(e) => return Err(e.into()),
         };
-        let t0 = *first.get_or_insert_with(Instant::now);
+        let t0 = *first.get_or_insert_with(|| h.stopwatch());
         total += n as u64;
-        let el = t0.elapsed();
+        let el = t0.elapsed_ns();
         if el >= next {
-            marks.push((el.as_nanos() as u64, total));
-            next = el + interval;
+            marks.push((el as u64, total));
+            next = el + interval_ns;
         }
     }
-    let el = first.map(|t| t.elapsed()).unwrap_or_default();
-    marks.push((el.as_nanos() as u64, total));
-    let avg = total as f64 / el.as_secs_f64().max(1e-9);
+    let el = first.map(|t| t.elapsed_ns()).unwrap_or_default();
+    marks.push((el as u64, total));
+    let avg = total as f64 / (el * 1e-9).max(1e-9);
     Ok((interval_rates(&marks, interval), avg))
 }
 
@@ -222,13 +236,14 @@ impl Bandwidth {
         out: &mut Outcome,
     ) -> anyhow::Result<Vec<String>> {
         let label = &t.label;
+        let h = ctx.harness(1);
         let mut lines = Vec::new();
         for (name, dir) in [("send", "client -> peer"), ("receive", "peer -> client")] {
             (ctx.progress)(name);
             let (rates, avg) = if name == "send" {
-                send(t, dur, interval)?
+                send(&h, t, dur, interval)?
             } else {
-                receive(t, dur, interval)?
+                receive(&h, t, dur, interval)?
             };
             if rates.len() < 3 {
                 anyhow::bail!(

@@ -215,8 +215,8 @@ impl Experiment for Connect {
         let oc_max = max_open_close(ctx.profile);
         let mut open_closes = Vec::with_capacity(oc_max);
         let budget = ctx.budget * 8 / 10;
-        let began = std::time::Instant::now();
-        while connects.len() < max && began.elapsed() < budget {
+        let until = ctx.harness(1).deadline(budget);
+        while connects.len() < max && !until.passed() {
             // Sockets are made untimed in batches; each connect and close is timed alone.
             let batch: Vec<OwnedFd> = (0..64)
                 .map(|_| socket_for(&dest, true))

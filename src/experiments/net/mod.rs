@@ -202,28 +202,17 @@ pub(crate) fn main_cpu(cpus: &[(u32, u64)]) -> Option<(u32, f64)> {
         .map(|&(c, n)| (c, n as f64 / total as f64))
 }
 
-/// Times `op` once per call with the run's clock until `max_n` samples or `budget`,
-/// stopping at the first error. Returns ns per call, clock overhead subtracted.
+/// Times `op` once per call through the harness (`Harness::try_sample`) until `max_n`
+/// samples or `budget`, stopping at the first error. Returns ns per call, clock overhead
+/// subtracted. Preemption is not checked: every operation here waits for another task.
 pub(crate) fn sample(
     ctx: &Context,
     max_n: usize,
     budget: std::time::Duration,
-    mut op: impl FnMut() -> std::io::Result<()>,
+    op: impl FnMut() -> std::io::Result<()>,
 ) -> std::io::Result<Vec<f64>> {
-    let clock = ctx.clock;
-    let overhead = clock.overhead_ticks();
-    let end = std::time::Instant::now() + budget;
-    let mut out = Vec::with_capacity(max_n.min(1 << 20));
-    while out.len() < max_n {
-        let t0 = clock.start();
-        op()?;
-        let t1 = clock.stop();
-        out.push(clock.ticks_to_ns((t1.wrapping_sub(t0) as f64 - overhead).max(0.0)));
-        if out.len() % 64 == 0 && std::time::Instant::now() > end {
-            break;
-        }
-    }
-    Ok(out)
+    let spec = crate::harness::SampleSpec::new(max_n, budget);
+    Ok(ctx.harness(1).try_sample(&spec, op)?.ns)
 }
 
 #[cfg(test)]

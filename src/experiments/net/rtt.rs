@@ -3,6 +3,7 @@
 
 use super::{describe_cpus, main_cpu, sample, target, Target};
 use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
+use crate::harness::SampleSpec;
 use crate::peer::protocol::{EchoReport, Request};
 use crate::results::{Check, Prediction};
 use crate::stats::Summary;
@@ -150,12 +151,16 @@ pub fn echo_check(name: &str, c: EchoCount, peer_messages: u64, where_: &str) ->
     )
 }
 
-fn tcp_echo(
-    ctx: &Context,
-    t: &Target,
-    pin_cpu: i32,
-    budget: Duration,
-) -> anyhow::Result<(Vec<f64>, EchoReport, EchoCount)> {
+/// What one TCP echo session gave: round trips (ns), the peer's report, the client's
+/// count, and the CPUs the client ran each round trip on (cpu, round trips).
+struct TcpEcho {
+    v: Vec<f64>,
+    report: EchoReport,
+    count: EchoCount,
+    client_cpus: Vec<(u32, u64)>,
+}
+
+fn tcp_echo(ctx: &Context, t: &Target, pin_cpu: i32, budget: Duration) -> anyhow::Result<TcpEcho> {
     let mut s = t.client.open(&Request::Echo {
         size: TCP_MSG as u32,
         pin_cpu,
@@ -179,9 +184,59 @@ fn tcp_echo(
     for _ in 0..warmup(ctx.profile) {
         once()?;
     }
-    let v = sample(ctx, max_samples(ctx.profile), budget, &mut once)?;
+    let mut client_cpus: Vec<(u32, u64)> = Vec::new();
+    let spec = SampleSpec::new(max_samples(ctx.profile), budget);
+    let v = ctx
+        .harness(1)
+        .try_sample_with(
+            &spec,
+            // Untimed: where the client runs, for the placement check.
+            || Ok(crate::platform::current_cpu_raw()),
+            |_| once(),
+            |cpu, _| tally(&mut client_cpus, cpu),
+        )?
+        .ns;
     let report = s.finish_echo()?;
-    Ok((v, report, count))
+    Ok(TcpEcho {
+        v,
+        report,
+        count,
+        client_cpus,
+    })
+}
+
+/// Counts one round trip on `cpu` (negative: unknown, not counted).
+fn tally(cpus: &mut Vec<(u32, u64)>, cpu: i32) {
+    let Ok(cpu) = u32::try_from(cpu) else { return };
+    match cpus.iter_mut().find(|c| c.0 == cpu) {
+        Some(c) => c.1 += 1,
+        None => cpus.push((cpu, 1)),
+    }
+}
+
+/// Premise of a pinned figure: the client ran on its CPU and the peer on the CPU it was
+/// asked for, each in more than 99% of the round trips.
+pub(crate) fn placement_check(
+    name: &str,
+    client_cpu: usize,
+    client: &[(u32, u64)],
+    pin: usize,
+    peer_pinned: bool,
+    peer: &[(u32, u64)],
+) -> Check {
+    let on = |cpus: &[(u32, u64)], want: usize| {
+        main_cpu(cpus).is_some_and(|(c, s)| c as usize == want && s > 0.99)
+    };
+    Check::premise(
+        &format!("{name}: client and peer ran where asked"),
+        on(client, client_cpu) && peer_pinned && on(peer, pin),
+        format!(
+            "client asked for CPU {client_cpu}, ran on {}; peer asked for CPU {pin}{}, ran on {}",
+            describe_cpus(client),
+            if peer_pinned { "" } else { " (could not pin)" },
+            describe_cpus(peer)
+        ),
+    )
 }
 
 /// UDP round trips to the peer's echo port; lost datagrams are counted, not timed.
@@ -306,7 +361,10 @@ impl Experiment for Rtt {
         "TCP: a 1-byte message written and read back over one connection with TCP_NODELAY on both ends, \
          each round trip timed alone with the cycle counter after a warm-up, thousands of times; the peer \
          reports the CPU it served each round trip on. On loopback the run is repeated with the peer pinned \
-         to the client's CPU and to another CPU, because a cross-CPU wake-up can dominate in a VM. \
+         to the client's CPU (tcp_same_cpu) and to one partner CPU per topology class the machine has \
+         (tcp_cross_cpu for the nearest other core, tcp_cross_cpu_smt_sibling, _other_llc, _other_package), \
+         because a cross-CPU wake-up can dominate in a VM; a pinned figure is reported only when the client \
+         (sampled before every round trip) and the peer each stayed on their CPU in over 99% of round trips. \
          UDP: 8-byte datagrams (a sequence number) to the peer's echo port; lost datagrams are counted and \
          not timed. ICMP: echo requests through an unprivileged ICMP socket or a raw socket (root), which \
          the peer host's kernel answers without waking any process; skipped with the reason where neither \
@@ -353,172 +411,235 @@ impl Experiment for Rtt {
         let mut out = Outcome::default();
         (ctx.progress)("starting the peer");
         let t = target(ctx)?;
-        let label = t.label.clone();
-        out.notes.push(format!("target: {label}"));
+        out.notes.push(format!("target: {}", t.label));
         if let Some(pid) = t.local.as_ref().and_then(|p| p.pid()) {
             out.notes.push(format!("loopback peer process id {pid}"));
         }
-        let client_cpu = ctx.cpu;
-        let others: Vec<usize> = ctx
-            .machine
-            .cpu
-            .allowed_cpus
-            .iter()
-            .copied()
-            .filter(|&c| c != client_cpu)
-            .collect();
-        let cross = !t.remote() && !others.is_empty();
-        let parts = if cross { 6 } else { 4 };
-        let slice = ctx.budget * 8 / 10 / parts;
-
-        (ctx.progress)("TCP round trips");
-        let (v, rep, count) = tcp_echo(ctx, &t, -1, slice * 2)?;
-        let peer_cpus = describe_cpus(&rep.cpus);
-        let where_ = if t.remote() {
-            format!(
-                "client on CPU {client_cpu} of this host, peer on its own host ({peer_cpus} there)"
-            )
+        // Pinned figures only on loopback: a remote peer's CPUs are not this machine's.
+        let plans = if t.remote() {
+            vec![]
         } else {
-            match main_cpu(&rep.cpus) {
-                Some((c, share)) => format!(
-                    "client pinned to CPU {client_cpu}, peer unpinned ran on {peer_cpus}: {} for {:.0}% of round trips",
-                    if c as usize == client_cpu { "same CPU" } else { "different CPUs" },
-                    share * 100.0
-                ),
-                None => format!("client pinned to CPU {client_cpu}, peer CPU unknown"),
-            }
+            ctx.machine
+                .topology
+                .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus)
         };
-        out.check(echo_check("tcp", count, rep.messages, &where_));
-        add(
-            &mut out,
-            "tcp",
-            format!("TCP_NODELAY ping-pong of {TCP_MSG} byte with {label}; {where_}"),
-            v,
+        let parts = if plans.is_empty() { 4 } else { 5 + plans.len() };
+        let slice = ctx.budget * 8 / 10 / parts as u32;
+
+        tcp_unpinned(ctx, &t, slice * 2, &mut out)?;
+        if !plans.is_empty() {
+            tcp_pinned(ctx, &t, &plans, slice, &mut out)?;
+        }
+        udp_and_icmp(ctx, &t, slice, &mut out);
+        findings(&mut out, &t, &plans);
+        Ok(out)
+    }
+}
+
+/// TCP round trips with the peer placed by the scheduler (or on its own host).
+fn tcp_unpinned(
+    ctx: &Context,
+    t: &Target,
+    budget: Duration,
+    out: &mut Outcome,
+) -> anyhow::Result<()> {
+    let client_cpu = ctx.cpu;
+    (ctx.progress)("TCP round trips");
+    let e = tcp_echo(ctx, t, -1, budget)?;
+    let rep = &e.report;
+    let peer_cpus = describe_cpus(&rep.cpus);
+    let where_ = if t.remote() {
+        format!("client on CPU {client_cpu} of this host, peer on its own host ({peer_cpus} there)")
+    } else {
+        match main_cpu(&rep.cpus) {
+            Some((c, share)) => format!(
+                "client pinned to CPU {client_cpu}, peer unpinned ran on {peer_cpus}: {} for {:.0}% of round trips",
+                if c as usize == client_cpu { "same CPU" } else { "different CPUs" },
+                share * 100.0
+            ),
+            None => format!("client pinned to CPU {client_cpu}, peer CPU unknown"),
+        }
+    };
+    out.check(echo_check("tcp", e.count, rep.messages, &where_));
+    add(
+        out,
+        "tcp",
+        format!(
+            "TCP_NODELAY ping-pong of {TCP_MSG} byte with {}; {where_}",
+            t.label
+        ),
+        e.v,
+    );
+    Ok(())
+}
+
+/// Loopback: the peer pinned to the client's CPU, then to one partner per topology class
+/// (docs/METHODOLOGY.md, "Cross-CPU figures").
+fn tcp_pinned(
+    ctx: &Context,
+    t: &Target,
+    plans: &[crate::machine::CrossPlan],
+    budget: Duration,
+    out: &mut Outcome,
+) -> anyhow::Result<()> {
+    let client_cpu = ctx.cpu;
+    let mut runs = vec![(
+        "tcp_same_cpu".to_string(),
+        client_cpu,
+        "peer pinned to the client's CPU".to_string(),
+    )];
+    runs.extend(plans.iter().map(|p| {
+        (
+            format!("tcp_cross_cpu{}", p.suffix),
+            p.cpu,
+            format!("peer pinned to another CPU, {}", p.class_name()),
+        )
+    }));
+    for (name, pin, what) in runs {
+        (ctx.progress)(&name);
+        let e = tcp_echo(ctx, t, pin as i32, budget)?;
+        let rep = &e.report;
+        out.check(echo_check(
+            &name,
+            e.count,
+            rep.messages,
+            &format!("peer pinned to CPU {pin}"),
+        ));
+        let placed = placement_check(
+            &name,
+            client_cpu,
+            &e.client_cpus,
+            pin,
+            rep.pinned,
+            &rep.cpus,
         );
-
-        if cross {
-            let other = others[0];
-            for (name, pin, what) in [
-                (
-                    "tcp_same_cpu",
-                    client_cpu,
-                    "peer pinned to the client's CPU",
-                ),
-                ("tcp_cross_cpu", other, "peer pinned to another CPU"),
-            ] {
-                (ctx.progress)(name);
-                let (v, rep, count) = tcp_echo(ctx, &t, pin as i32, slice)?;
-                out.check(echo_check(
-                    name,
-                    count,
-                    rep.messages,
-                    &format!("peer pinned to CPU {pin}"),
-                ));
-                let ok = rep.pinned
-                    && main_cpu(&rep.cpus).is_some_and(|(c, s)| c as usize == pin && s > 0.99);
-                out.check(Check::sanity(
-                    &format!("{name}: peer ran where asked"),
-                    ok,
-                    format!(
-                        "client CPU {client_cpu}, peer asked for CPU {pin}, ran on {}",
-                        describe_cpus(&rep.cpus)
-                    ),
-                ));
-                if ok {
-                    add(
-                        &mut out,
-                        name,
-                        format!("TCP round trip, client on CPU {client_cpu}, {what} ({pin})"),
-                        v,
-                    );
-                } else {
-                    out.notes.push(format!(
-                        "{name}: not reported, the peer could not be pinned to CPU {pin}"
-                    ));
-                }
-            }
+        let ok = placed.passed;
+        out.check(placed);
+        if ok {
+            add(
+                out,
+                &name,
+                format!("TCP round trip, client on CPU {client_cpu}, {what} ({pin})"),
+                e.v,
+            );
+        } else {
+            out.notes.push(format!(
+                "{name}: not reported, client or peer did not stay on its CPU ({client_cpu}, {pin})"
+            ));
         }
+    }
+    Ok(())
+}
 
-        (ctx.progress)("UDP round trips");
-        match udp_echo(ctx, &t, slice) {
-            Ok((v, lost)) => {
-                if lost > 0 {
-                    out.notes
-                        .push(format!("udp: {lost} datagrams lost (not timed)"));
-                }
-                add(
-                    &mut out,
-                    "udp",
-                    format!("UDP ping-pong of {UDP_MSG} bytes with {label}"),
-                    v,
-                );
+fn udp_and_icmp(ctx: &Context, t: &Target, budget: Duration, out: &mut Outcome) {
+    (ctx.progress)("UDP round trips");
+    match udp_echo(ctx, t, budget) {
+        Ok((v, lost)) => {
+            if lost > 0 {
+                out.notes
+                    .push(format!("udp: {lost} datagrams lost (not timed)"));
             }
-            Err(e) => out.notes.push(format!("udp: not measured: {e:#}")),
-        }
-
-        (ctx.progress)("ICMP echo");
-        match icmp_echo(ctx, &t, slice) {
-            Ok((v, lost, kind)) => {
-                if lost > 0 {
-                    out.notes
-                        .push(format!("icmp: {lost} echoes unanswered (not timed)"));
-                }
-                add(
-                    &mut out,
-                    "icmp",
-                    format!(
-                        "ICMP echo to {} via a {kind}, answered by the kernel",
-                        t.addr().ip()
-                    ),
-                    v,
-                );
-            }
-            Err(why) => {
-                out.notes.push(format!("icmp: skipped: {why}"));
-                out.check(Check::sanity("icmp echo permitted", false, why));
-            }
-        }
-
-        if let Some((p50, p90, p99)) = pct(&out, "tcp") {
-            out.finding(
-                format!(
-                    "TCP round trip with {label}: p50 {}, p90 {}, p99 {}.",
-                    fmt_ns(p50),
-                    fmt_ns(p90),
-                    fmt_ns(p99)
-                ),
-                &["tcp"],
+            add(
+                out,
+                "udp",
+                format!("UDP ping-pong of {UDP_MSG} bytes with {}", t.label),
+                v,
             );
         }
-        if let (Some(s), Some(c)) = (pct(&out, "tcp_same_cpu"), pct(&out, "tcp_cross_cpu")) {
+        Err(e) => out.notes.push(format!("udp: not measured: {e:#}")),
+    }
+
+    (ctx.progress)("ICMP echo");
+    match icmp_echo(ctx, t, budget) {
+        Ok((v, lost, kind)) => {
+            if lost > 0 {
+                out.notes
+                    .push(format!("icmp: {lost} echoes unanswered (not timed)"));
+            }
+            add(
+                out,
+                "icmp",
+                format!(
+                    "ICMP echo to {} via a {kind}, answered by the kernel",
+                    t.addr().ip()
+                ),
+                v,
+            );
+        }
+        Err(why) => {
+            out.notes.push(format!("icmp: skipped: {why}"));
+            out.check(Check::sanity("icmp echo permitted", false, why));
+        }
+    }
+}
+
+fn findings(out: &mut Outcome, t: &Target, plans: &[crate::machine::CrossPlan]) {
+    if let Some((p50, p90, p99)) = pct(out, "tcp") {
+        out.finding(
+            format!(
+                "TCP round trip with {}: p50 {}, p90 {}, p99 {}.",
+                t.label,
+                fmt_ns(p50),
+                fmt_ns(p90),
+                fmt_ns(p99)
+            ),
+            &["tcp"],
+        );
+    }
+    for plan in plans {
+        let name = format!("tcp_cross_cpu{}", plan.suffix);
+        if let (Some(s), Some(c)) = (pct(out, "tcp_same_cpu"), pct(out, &name)) {
             out.finding(
                 format!(
-                    "With the peer on another CPU a round trip costs {} against {} on the same CPU ({:.2}x): cross-CPU wake-ups {}.",
+                    "With the peer on another CPU ({}) a round trip costs {} against {} on the same CPU ({:.2}x): cross-CPU wake-ups {}.",
+                    plan.class_name(),
                     fmt_ns(c.0),
                     fmt_ns(s.0),
                     c.0 / s.0,
                     if c.0 > s.0 { "add to the figure" } else { "do not cost more here" }
                 ),
-                &["tcp_same_cpu", "tcp_cross_cpu"],
+                &["tcp_same_cpu", name.as_str()],
             );
         }
-        if let (Some(tcp), Some(icmp)) = (pct(&out, "tcp"), pct(&out, "icmp")) {
-            out.finding(
-                format!(
-                    "An ICMP echo (kernel only) takes {}, {:.0}% of the TCP round trip: the rest is system calls, TCP and waking the peer.",
-                    fmt_ns(icmp.0),
-                    100.0 * icmp.0 / tcp.0
-                ),
-                &["icmp", "tcp"],
-            );
-        }
-        Ok(out)
+    }
+    if let (Some(tcp), Some(icmp)) = (pct(out, "tcp"), pct(out, "icmp")) {
+        out.finding(
+            format!(
+                "An ICMP echo (kernel only) takes {}, {:.0}% of the TCP round trip: the rest is system calls, TCP and waking the peer.",
+                fmt_ns(icmp.0),
+                100.0 * icmp.0 / tcp.0
+            ),
+            &["icmp", "tcp"],
+        );
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn placement_check_fails_when_either_side_moved() {
+        let on = |c: u32| vec![(c, 1000u64)];
+        assert!(placement_check("x", 1, &on(1), 0, true, &on(0)).passed);
+        // The client left its CPU for 2% of the round trips.
+        let c = placement_check("x", 1, &[(1, 980), (0, 20)], 0, true, &on(0));
+        assert!(!c.passed && c.premise, "{}", c.detail);
+        // The peer ran on the client's CPU, or could not pin itself.
+        assert!(!placement_check("x", 1, &on(1), 0, true, &on(1)).passed);
+        assert!(!placement_check("x", 1, &on(1), 0, false, &on(0)).passed);
+        // No samples at all is no evidence.
+        assert!(!placement_check("x", 1, &[], 0, true, &on(0)).passed);
+    }
+
+    #[test]
+    fn tally_counts_per_cpu_and_skips_unknown() {
+        let mut v = Vec::new();
+        for c in [1, 1, 0, -1, 1] {
+            tally(&mut v, c);
+        }
+        assert_eq!(v, vec![(1, 3), (0, 1)]);
+    }
 
     #[test]
     fn echo_check_fails_on_lost_or_wrong_replies() {
