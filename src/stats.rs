@@ -1,4 +1,4 @@
-//! Summaries of trial values: the figures SPEC section 2 asks for, with a stated robust
+//! Summaries of trial values: the figures docs/METHODOLOGY.md "Statistics" describes, with a stated robust
 //! outlier rule and a distribution-free confidence interval for the median.
 
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-//! The block-size I/O toolkit (`osmeter io`, SPEC section 6): write and read a file with
+//! The block-size I/O toolkit (`osmeter io`, docs/METHODOLOGY.md "The block-size I/O toolkit"): write and read a file with
 //! a chosen block size, calibrate a block count, sweep block sizes cold and warm, count
 //! read/lseek calls per second, and XOR a whole file as fast as the machine allows.
 //!

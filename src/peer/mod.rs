@@ -1,5 +1,5 @@
 //! The peer: the protocol, `osmeter serve`, the client, and the loopback peer that
-//! `osmeter run` starts as a separate process (SPEC section 8).
+//! `osmeter run` starts as a separate process (docs/METHODOLOGY.md, "The peer: `osmeter serve`").
 
 pub mod client;
 pub mod local;

@@ -1,4 +1,4 @@
-//! CPU, scheduling and OS-service experiments (SPEC section 3).
+//! CPU, scheduling and OS-service experiments (docs/METHODOLOGY.md, "Experiments: CPU and OS services").
 
 use super::Experiment;
 

@@ -704,22 +704,34 @@ fn kind_finding(kind: Kind, ctx: &Context, same: &SameCpu, out: &mut Outcome) {
             &["switch", "pipe_round_trip_same_cpu", "pipe_cost"],
         ),
         Kind::Process => {
-            if let Some(t) = ctx.earlier_median("cpu.thread-switch", "switch") {
-                out.finding(
-                    format!(
-                        "A switch between processes costs {} against {} between threads: {:.2}x{}.",
-                        fmt_ns(switch_med),
-                        fmt_ns(t),
-                        switch_med / t,
-                        if switch_med < t {
-                            " (within noise the address-space change is free here: PCID keeps the TLB)"
-                        } else {
-                            ", the price of changing address spaces"
-                        }
-                    ),
-                    &["switch", "cpu.thread-switch/switch"],
-                );
-            }
+            let (Some(t), Some(p)) = (
+                ctx.earlier_metric("cpu.thread-switch", "switch"),
+                out.get("switch"),
+            ) else {
+                return;
+            };
+            let t_med = t.summary.median;
+            // Causal wording only with the evidence: the two 95% intervals apart.
+            let clause = match crate::analysis::separation(&p.summary, &t.summary) {
+                crate::analysis::Separation::Above => {
+                    ", beyond both 95% intervals: the price of changing address spaces"
+                }
+                crate::analysis::Separation::Overlap => {
+                    " (within noise of each other, their 95% intervals overlap: changing address spaces adds nothing measurable here)"
+                }
+                crate::analysis::Separation::Below => {
+                    " (the process switch is the cheaper one beyond both 95% intervals; no cost of changing address spaces shows)"
+                }
+            };
+            out.finding(
+                format!(
+                    "A switch between processes costs {} against {} between threads: {:.2}x{clause}.",
+                    fmt_ns(switch_med),
+                    fmt_ns(t_med),
+                    switch_med / t_med,
+                ),
+                &["switch", "cpu.thread-switch/switch"],
+            );
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Memory experiments (SPEC section 4): load latency per working-set size with detected
+//! Memory experiments (docs/METHODOLOGY.md, "The memory experiments"): load latency per working-set size with detected
 //! cache levels, bandwidth, and page-fault service time.
 //!
 //! Shared here: a small PRNG, Sattolo's single-cycle permutation, anonymous mappings with
