@@ -43,8 +43,20 @@ pub fn sysfs_caches(r: &RunResults) -> Vec<CacheFact> {
     v
 }
 
-/// The smallest x whose y reaches `frac` of the largest y: where growing x stops paying.
-pub fn knee(points: &[[f64; 2]], frac: f64) -> Option<([f64; 2], f64)> {
+/// Where growing the block stops paying: the first point (in x order) that no later point
+/// beats by more than the noise, i.e. `y[j] - y[i] <= max(half[i] + half[j], min_rel *
+/// y[i])` for every later j. One rule for `io sweep` (half-spreads from each block size's
+/// trials) and the block-size findings (series points carry no spread: `min_rel` alone).
+/// `ys` must be in increasing x order; `half` the same length or empty (no spread).
+pub fn knee_index(ys: &[f64], half: &[f64], min_rel: f64) -> Option<usize> {
+    let h = |i: usize| half.get(i).copied().unwrap_or(0.0);
+    (0..ys.len())
+        .find(|&i| (i + 1..ys.len()).all(|j| ys[j] - ys[i] <= (h(i) + h(j)).max(min_rel * ys[i])))
+}
+
+/// The block-size knee of a series (`knee_index` with no spread): the point, and the
+/// largest y. At least three finite points.
+pub fn knee(points: &[[f64; 2]], min_rel: f64) -> Option<([f64; 2], f64)> {
     let mut p: Vec<[f64; 2]> = points
         .iter()
         .copied()
@@ -55,7 +67,8 @@ pub fn knee(points: &[[f64; 2]], frac: f64) -> Option<([f64; 2], f64)> {
     if p.len() < 3 || max <= 0.0 {
         return None;
     }
-    p.iter().find(|q| q[1] >= frac * max).map(|q| (*q, max))
+    let ys: Vec<f64> = p.iter().map(|q| q[1]).collect();
+    knee_index(&ys, &[], min_rel).map(|i| (p[i], max))
 }
 
 /// A fitted model of per-block time vs P: one line, or two joined at a breakpoint
@@ -316,10 +329,22 @@ mod tests {
                 [x, (x * 100.0).min(64.0 * 100.0)]
             })
             .collect();
-        let (k, max) = knee(&pts, 0.9).unwrap();
+        let (k, max) = knee(&pts, 0.1).unwrap();
         assert_eq!(k[0], 64.0);
         assert_eq!(max, 6400.0);
-        assert!(knee(&[], 0.9).is_none());
+        assert!(knee(&[], 0.1).is_none());
+    }
+
+    #[test]
+    fn knee_index_weighs_gains_against_noise() {
+        let ys = [100.0, 180.0, 200.0, 204.0, 206.0];
+        // 200 -> 206 is within 5%: the knee is the third point.
+        assert_eq!(knee_index(&ys, &[], 0.05), Some(2));
+        // Wide spreads make the gain from 180 to 206 noise.
+        assert_eq!(knee_index(&ys, &[15.0; 5], 0.05), Some(1));
+        // Still rising at the end: the knee is the last point.
+        assert_eq!(knee_index(&[1.0, 2.0, 4.0], &[], 0.05), Some(2));
+        assert_eq!(knee_index(&[], &[], 0.05), None);
     }
 
     fn summary(lo: f64, hi: f64) -> Summary {

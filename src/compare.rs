@@ -336,6 +336,40 @@ pub fn compare_with_history(
     min_rel_diff: f64,
     history: &[RunResults],
 ) -> Comparison {
+    let mut metrics = rows(runs);
+    let mut compared = 0;
+    for cm in &mut metrics {
+        if judge_row(cm, runs, min_rel_diff, history) {
+            compared += 1;
+        }
+    }
+    let significant = metrics.iter().filter(|m| m.significant).count();
+    Comparison {
+        rule: rule_text(min_rel_diff),
+        min_rel_diff,
+        history_runs: history.len(),
+        runs: runs
+            .iter()
+            .enumerate()
+            .map(|(i, (src, r))| RunInfo {
+                label: label(i),
+                source: src.clone(),
+                host: host_of(r),
+                started_at: r.started_at.clone(),
+                profile: profile_of(r),
+                repeat: r.config.get("repeat").and_then(|v| v.as_u64()).unwrap_or(1) as usize,
+            })
+            .collect(),
+        metrics,
+        environment: environment_moves(runs),
+        compared,
+        significant,
+    }
+}
+
+/// One row per (experiment, metric) seen in any run, in first-seen order, with each
+/// run's value (a metric whose unit changed between runs is not comparable: no value).
+fn rows(runs: &[(String, RunResults)]) -> Vec<ComparedMetric> {
     let mut metrics: Vec<ComparedMetric> = Vec::new();
     let mut index = std::collections::HashMap::new();
     for (i, (_, r)) in runs.iter().enumerate() {
@@ -355,7 +389,6 @@ pub fn compare_with_history(
                     });
                     metrics.len() - 1
                 });
-                // A metric whose unit changed between runs is not comparable.
                 if metrics[k].unit == m.unit {
                     metrics[k].values[i] = Some(Value {
                         median: m.summary.median,
@@ -368,104 +401,145 @@ pub fn compare_with_history(
             }
         }
     }
-    let get = |run: usize, exp: &str, name: &str| -> Option<(&ExperimentResult, &Metric)> {
-        let e = runs[run].1.experiment(exp)?;
-        Some((e, e.metric(name)?))
+    metrics
+}
+
+/// How the sentinel moved for `exp` between the baseline and run `i`: (largest move,
+/// between, during the baseline, during run i). "Between" is the geometric mean of each
+/// run's two readings; the largest move is over every before/after pairing across the
+/// runs: during an experiment the environment may have been anywhere between its two
+/// readings (a quiet A/A pair read cpu.loop 2.1x apart where the means moved 1.89x and
+/// run B's own readings 1.46x).
+fn sentinel_move(
+    runs: &[(String, RunResults)],
+    exp: &str,
+    i: usize,
+) -> Option<(f64, f64, f64, f64)> {
+    let sa = runs[0].1.experiment(exp)?.sentinel?;
+    let sb = runs[i].1.experiment(exp)?.sentinel?;
+    let between = sa.mid().change_to(&sb.mid());
+    let (da, db) = (sa.during(), sb.during());
+    let cross = [sa.before, sa.after]
+        .iter()
+        .flat_map(|x| [sb.before, sb.after].map(|y| x.change_to(&y).abs()))
+        .fold(0.0, f64::max);
+    Some((cross.max(da.abs()).max(db.abs()), between, da, db))
+}
+
+/// Fills one row's ratios and verdicts against the baseline; whether it was compared
+/// (present in the baseline and at least one other run).
+fn judge_row(
+    cm: &mut ComparedMetric,
+    runs: &[(String, RunResults)],
+    min_rel_diff: f64,
+    history: &[RunResults],
+) -> bool {
+    let get = |run: usize| -> Option<(&ExperimentResult, &Metric)> {
+        let e = runs[run].1.experiment(&cm.experiment)?;
+        Some((e, e.metric(&cm.metric)?))
     };
-    // Sentinel moves per (experiment, run): (largest move, between, during A, during B).
-    let env = |exp: &str, i: usize| -> Option<(f64, f64, f64, f64)> {
-        let sa = runs[0].1.experiment(exp)?.sentinel?;
-        let sb = runs[i].1.experiment(exp)?.sentinel?;
-        let between = sa.mid().change_to(&sb.mid());
-        let (da, db) = (sa.during(), sb.during());
-        Some((between.abs().max(da.abs()).max(db.abs()), between, da, db))
+    if cm.values[0].is_none() {
+        return false;
+    }
+    let Some((ea, a)) = get(0) else {
+        return false;
     };
-    let mut compared = 0;
-    for cm in &mut metrics {
-        if cm.values[0].is_none() {
+    let hist: Vec<f64> = history
+        .iter()
+        .filter_map(|h| {
+            let e = h.experiment(&cm.experiment)?;
+            let m = e.metric(&cm.metric).filter(|m| m.unit == cm.unit)?;
+            (e.status == Status::Ok).then_some(m.summary.median)
+        })
+        .collect();
+    let mut any_other = false;
+    for i in 0..runs.len() {
+        if cm.values[i].is_none() {
             continue;
         }
-        let Some((ea, a)) = get(0, &cm.experiment, &cm.metric) else {
+        let Some((eb, b)) = get(i) else {
             continue;
         };
-        let hist: Vec<f64> = history
-            .iter()
-            .filter_map(|h| {
-                let e = h.experiment(&cm.experiment)?;
-                let m = e.metric(&cm.metric).filter(|m| m.unit == cm.unit)?;
-                (e.status == Status::Ok).then_some(m.summary.median)
-            })
-            .collect();
-        let mut any_other = false;
-        for i in 0..runs.len() {
-            if cm.values[i].is_none() {
-                continue;
-            }
-            let Some((eb, b)) = get(i, &cm.experiment, &cm.metric) else {
-                continue;
-            };
-            let (ma, mb) = (a.summary.median, b.summary.median);
-            if ma != 0.0 && ma.is_finite() && mb.is_finite() {
-                cm.ratios[i] = Some(mb / ma);
-            }
-            if i == 0 {
-                continue;
-            }
-            any_other = true;
-            let Some(ratio) = cm.ratios[i] else {
-                continue;
-            };
-            let (test, shift, ci, mut ok, mut reason) = within(ea, a, eb, b, min_rel_diff);
-            let noise = run_to_run(a, b, &hist);
-            let rel = (ratio - 1.0).abs();
-            if ok && noise.threshold > 0.0 && rel <= noise.threshold {
-                ok = false;
-                reason = format!(
-                    "shift {:.1}% within the run-to-run noise ({}: {:.1}%)",
-                    rel * 100.0,
-                    noise.source,
-                    noise.threshold * 100.0
-                );
-            }
-            // Only CPU-bound experiments (areas cpu and mem) are held to the sentinel: a
-            // shaped link or a disk is not slowed by a slower vCPU in proportion.
-            let cpu_bound = matches!(ea.area.as_str(), "cpu" | "mem");
-            let moved = env(&cm.experiment, i).filter(|_| cpu_bound);
-            if let Some((m, ..)) = moved {
-                if ok && rel <= m {
-                    ok = false;
-                    reason = format!(
-                        "shift {:.1}% no larger than the environment sentinel's move ({:.1}%)",
-                        rel * 100.0,
-                        m * 100.0
-                    );
-                }
-            }
-            if ea.status != Status::Ok || eb.status != Status::Ok {
-                ok = false;
-                reason = "an experiment was not ok".into();
-            }
-            cm.significant_vs_baseline[i] = ok;
-            cm.versus[i] = Some(Versus {
-                ratio,
-                test,
-                shift,
-                shift_ci95: ci,
-                noise,
-                environment: moved.map(|m| m.0),
-                significant: ok,
-                reason,
-            });
+        let (ma, mb) = (a.summary.median, b.summary.median);
+        if ma != 0.0 && ma.is_finite() && mb.is_finite() {
+            cm.ratios[i] = Some(mb / ma);
         }
-        cm.significant = cm.significant_vs_baseline.iter().any(|b| *b);
-        if any_other {
-            compared += 1;
+        if i == 0 {
+            continue;
+        }
+        any_other = true;
+        let Some(ratio) = cm.ratios[i] else {
+            continue;
+        };
+        // Only CPU-bound experiments (areas cpu and mem) are held to the sentinel: a
+        // shaped link or a disk is not slowed by a slower vCPU in proportion.
+        let cpu_bound = matches!(ea.area.as_str(), "cpu" | "mem");
+        let moved = sentinel_move(runs, &cm.experiment, i).filter(|_| cpu_bound);
+        let v = versus(ea, a, eb, b, ratio, &hist, moved.map(|m| m.0), min_rel_diff);
+        cm.significant_vs_baseline[i] = v.significant;
+        cm.versus[i] = Some(v);
+    }
+    cm.significant = cm.significant_vs_baseline.iter().any(|b| *b);
+    any_other
+}
+
+/// The verdict for b against a: the within-run test, then run-to-run noise, then the
+/// sentinel's move, then both experiments ok.
+#[allow(clippy::too_many_arguments)]
+fn versus(
+    ea: &ExperimentResult,
+    a: &Metric,
+    eb: &ExperimentResult,
+    b: &Metric,
+    ratio: f64,
+    hist: &[f64],
+    moved: Option<f64>,
+    min_rel_diff: f64,
+) -> Versus {
+    let (test, shift, ci, mut ok, mut reason) = within(ea, a, eb, b, min_rel_diff);
+    let noise = run_to_run(a, b, hist);
+    let rel = (ratio - 1.0).abs();
+    if ok && noise.threshold > 0.0 && rel <= noise.threshold {
+        ok = false;
+        reason = format!(
+            "shift {:.1}% within the run-to-run noise ({}: {:.1}%)",
+            rel * 100.0,
+            noise.source,
+            noise.threshold * 100.0
+        );
+    }
+    if let Some(m) = moved {
+        if ok && rel <= m {
+            ok = false;
+            reason = format!(
+                "shift {:.1}% no larger than the environment sentinel's move ({:.1}%)",
+                rel * 100.0,
+                m * 100.0
+            );
         }
     }
+    if ea.status != Status::Ok || eb.status != Status::Ok {
+        ok = false;
+        reason = "an experiment was not ok".into();
+    }
+    Versus {
+        ratio,
+        test,
+        shift,
+        shift_ci95: ci,
+        noise,
+        environment: moved,
+        significant: ok,
+        reason,
+    }
+}
+
+/// A sentence per experiment and run where the sentinel moved by at least `ENV_NOTICE`.
+fn environment_moves(runs: &[(String, RunResults)]) -> Vec<EnvironmentMove> {
     let mut environment = Vec::new();
     for i in 1..runs.len() {
         for e in &runs[0].1.experiments {
-            let Some((m, between, da, db)) = env(&e.id, i) else {
+            let Some((m, between, da, db)) = sentinel_move(runs, &e.id, i) else {
                 continue;
             };
             if m < ENV_NOTICE {
@@ -507,28 +581,7 @@ pub fn compare_with_history(
             });
         }
     }
-    let significant = metrics.iter().filter(|m| m.significant).count();
-    Comparison {
-        rule: rule_text(min_rel_diff),
-        min_rel_diff,
-        history_runs: history.len(),
-        runs: runs
-            .iter()
-            .enumerate()
-            .map(|(i, (src, r))| RunInfo {
-                label: label(i),
-                source: src.clone(),
-                host: host_of(r),
-                started_at: r.started_at.clone(),
-                profile: profile_of(r),
-                repeat: r.config.get("repeat").and_then(|v| v.as_u64()).unwrap_or(1) as usize,
-            })
-            .collect(),
-        metrics,
-        environment,
-        compared,
-        significant,
-    }
+    environment
 }
 
 /// The host name the history keys runs by (`--host-name`, else the hostname).
@@ -1031,6 +1084,28 @@ mod tests {
         );
         assert!(!c.metrics[0].significant);
         assert!(c.environment[0].text.contains("during"));
+        // The environment may have been anywhere between a run's two readings: a shift
+        // beyond the means' move (sqrt(1.6 x 2.3) = 1.92x) but within the largest
+        // before/after pairing (2.3x) is not a difference.
+        let volatile = BeforeAfter {
+            before: r(1.6),
+            after: r(2.3),
+        };
+        let c = pair(
+            run(vec![t(1, 100.0)], Some(steady)),
+            run(vec![t(2, 210.0)], Some(volatile)),
+            &[],
+        );
+        let v = c.metrics[0].versus[1].clone().unwrap();
+        assert!(!v.significant && v.reason.contains("sentinel"), "{v:?}");
+        assert!((v.environment.unwrap() - 1.3).abs() < 1e-6, "{v:?}");
+        // Beyond every pairing it is found.
+        let c = pair(
+            run(vec![t(1, 100.0)], Some(steady)),
+            run(vec![t(2, 260.0)], Some(volatile)),
+            &[],
+        );
+        assert!(c.metrics[0].significant);
     }
 
     #[test]

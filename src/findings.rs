@@ -430,10 +430,10 @@ fn block_size_knee(r: &RunResults, out: &mut Vec<Finding>) {
             .iter()
             .filter(|s| s.x_unit == "bytes" && s.y_unit == "bytes/s")
         {
-            if let Some((k, max)) = knee(&s.points, 0.9) {
+            if let Some((k, max)) = knee(&s.points, 0.1) {
                 out.push(finding(
                     format!(
-                        "{} {}: throughput stops improving at {} blocks ({}, within 10% of the best {}).",
+                        "{} {}: throughput stops improving at {} blocks ({}; no larger block is 10% faster; best {}).",
                         e.id,
                         s.name,
                         fmt_bytes(k[0]),

@@ -73,23 +73,13 @@ pub struct SweepOutcome {
     pub plot: PathBuf,
 }
 
-/// The smallest block size whose throughput no larger one beats by more than the noise.
+/// The smallest block size whose throughput no larger one beats by more than the noise
+/// (half the trials' range, at least `MIN_NOISE`): `analysis::knee_index`, the rule the
+/// block-size findings use too. Also whether it is the last (still rising) size.
 pub fn knee(blocks: &[u64], summaries: &[Summary]) -> Option<(u64, bool)> {
-    let n = summaries.len();
-    for i in 0..n {
-        let (m, h) = (
-            summaries[i].median,
-            (summaries[i].max - summaries[i].min) / 2.0,
-        );
-        let flat = (i + 1..n).all(|j| {
-            let hj = (summaries[j].max - summaries[j].min) / 2.0;
-            summaries[j].median - m <= (h + hj).max(MIN_NOISE * m)
-        });
-        if flat {
-            return Some((blocks[i], i + 1 == n));
-        }
-    }
-    None
+    let ys: Vec<f64> = summaries.iter().map(|s| s.median).collect();
+    let half: Vec<f64> = summaries.iter().map(|s| (s.max - s.min) / 2.0).collect();
+    crate::analysis::knee_index(&ys, &half, MIN_NOISE).map(|i| (blocks[i], i + 1 == ys.len()))
 }
 
 fn default_plot_path(file: &Path) -> PathBuf {
