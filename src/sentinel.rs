@@ -37,8 +37,9 @@ pub struct Reading {
     pub chain_ns: f64,
     /// ns per iteration of the harness's empty register loop (`harness::repeat`: the
     /// front end's rate, which a busy SMT sibling on the host takes a share of; the most
-    /// contention-sensitive code osmeter measures). Absent (0) in older results.
-    #[serde(default)]
+    /// contention-sensitive code osmeter measures). Absent (0) in older results, and
+    /// left out when writing such a reading back, so old documents round-trip unchanged.
+    #[serde(default, skip_serializing_if = "not_measured")]
     pub issue_ns: f64,
     /// ns per load of an L1-resident pointer chase.
     pub chase_ns: f64,
@@ -53,6 +54,10 @@ pub struct Reading {
 pub struct BeforeAfter {
     pub before: Reading,
     pub after: Reading,
+}
+
+fn not_measured(v: &f64) -> bool {
+    *v == 0.0
 }
 
 impl Reading {
