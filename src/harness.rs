@@ -4,7 +4,7 @@
 //! - `measure` / `measure_raw`: warm-up, iteration calibration with a hard time bound,
 //!   trials within a budget, clock and loop cost subtracted.
 //! - `measure_trials`: the same loop over trials the caller times (threads released together).
-//! - `sample` / `try_sample` / `try_sample_with` (and `sample_each`): per-operation samples
+//! - `sample` / `try_sample` / `try_sample_with`: per-operation samples
 //!   for distributions, with a minimum count, a budget and preemption handling.
 //! - `cpu_time_trials`: the thread's CPU time per operation over wall-time trials.
 //! - `stopwatch`, `deadline`, `warm_up`: spans, time bounds and untimed warm-up on the
@@ -381,13 +381,6 @@ impl<'a> Harness<'a> {
             preempted,
             undisturbed,
         }
-    }
-
-    /// Times each of up to `max_n` single operations separately (for distributions such
-    /// as connection setup), within the budget. Returns ns per operation, clock overhead
-    /// subtracted. `sample` is the same with a minimum count and preemption handling.
-    pub fn sample_each(&self, max_n: usize, op: impl FnMut()) -> Vec<f64> {
-        self.sample(&SampleSpec::new(max_n, self.cfg.budget), op).ns
     }
 
     /// Per-operation samples of `op` as `spec` says (see `SampleSpec`).
@@ -775,10 +768,11 @@ mod tests {
     }
 
     #[test]
-    fn sample_each_respects_budget() {
+    fn sample_respects_budget() {
         let clock = MockClock::new(5);
         let h = Harness::new(&clock, cfg(), 0.0);
-        let v = h.sample_each(1_000_000, || clock.advance(1_000_000));
+        let spec = SampleSpec::new(1_000_000, h.config().budget);
+        let v = h.sample(&spec, || clock.advance(1_000_000)).ns;
         assert!(v.len() > 50 && v.len() < 200, "{}", v.len());
         assert!((v[0] - 1_000_000.0).abs() < 1e-6);
     }
