@@ -69,14 +69,18 @@ fn missing() -> Option<String> {
 
 /// ansible-playbook from the cached venv, installing ansible-core on first use.
 fn ansible_playbook() -> Result<PathBuf, String> {
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fleet-ansible-venv");
+    ansible_playbook_in(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("fleet-ansible-venv"))
+}
+
+/// ansible-playbook from a venv at `venv`, made there if it is not complete.
+fn ansible_playbook_in(venv: &Path) -> Result<PathBuf, String> {
     let bin = venv.join("bin/ansible-playbook");
     // Written last: a venv without it is half-made (or from an older recipe) and redone.
     let done = venv.join("osmeter-test-ready-v2");
     if bin.exists() && done.exists() {
         return Ok(bin);
     }
-    let _ = std::fs::remove_dir_all(&venv);
+    let _ = std::fs::remove_dir_all(venv);
     // The system's Python where there is one: a venv on a per-user Python (pyenv under
     // /root) would not run for the unprivileged case.
     let python = ["/usr/bin/python3"]
@@ -85,7 +89,7 @@ fn ansible_playbook() -> Result<PathBuf, String> {
         .find(|p| p.exists())
         .or_else(|| which("python3"))
         .ok_or("no python3")?;
-    run(Command::new(python).arg("-m").arg("venv").arg(&venv))
+    run(Command::new(python).arg("-m").arg("venv").arg(venv))
         .map_err(|e| format!("python3 -m venv (install python3-venv): {e}"))?;
     run(Command::new(venv.join("bin/pip")).args([
         "install",
@@ -94,7 +98,7 @@ fn ansible_playbook() -> Result<PathBuf, String> {
         "ansible-core",
     ]))
     .map_err(|e| {
-        let _ = std::fs::remove_dir_all(&venv);
+        let _ = std::fs::remove_dir_all(venv);
         format!("pip install ansible-core: {e}")
     })?;
     std::fs::write(&done, "").map_err(|e| e.to_string())?;
@@ -334,6 +338,21 @@ impl Drop for Fleet {
 }
 
 /// The fleet and ansible-playbook, or None after a skip.
+/// Whether every folder from `/` down to `p` lets other users pass (o+x).
+fn searchable_by_others(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.ancestors().all(|a| {
+        std::fs::metadata(a)
+            .map(|m| m.permissions().mode() & 0o001 != 0)
+            .unwrap_or(false)
+    })
+}
+
+fn set_mode(p: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
 fn setup(test: &str, case: u32, hosts: usize) -> Option<(Fleet, PathBuf)> {
     if let Some(why) = missing() {
         common::skip(test, &why);
@@ -595,20 +614,52 @@ fn a_failing_step_leaves_nothing_behind() {
 fn the_playbook_runs_as_an_unprivileged_user() {
     const TEST: &str = "the_playbook_runs_as_an_unprivileged_user";
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let bin = match ansible_playbook() {
+    let root = common::is_root();
+    if root && which("runuser").is_none() {
+        common::skip(TEST, "needs runuser (util-linux) to drop to nobody");
+        return;
+    }
+    // Everything nobody runs or reads must be reachable by nobody. A clone inside a
+    // mode-0700 folder (root's home, a `mktemp -d`) puts the target folder out of its
+    // reach; then the venv, the playbook and the run live in a world-searchable temp
+    // folder made here and removed by its guard.
+    let target_tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let reachable = !root || searchable_by_others(target_tmp);
+    let base = if reachable {
+        tempfile::tempdir_in(target_tmp).unwrap()
+    } else {
+        let t = tempfile::Builder::new()
+            .prefix("osmeter-fleet-nobody.")
+            .tempdir()
+            .unwrap();
+        if !searchable_by_others(t.path().parent().unwrap()) {
+            common::skip(
+                TEST,
+                &format!(
+                    "neither {} nor the temp folder {} can be entered by nobody",
+                    target_tmp.display(),
+                    t.path().parent().unwrap().display()
+                ),
+            );
+            return;
+        }
+        t
+    };
+    // tempfile makes its folders 0700; nobody must pass through to `run`.
+    set_mode(base.path(), 0o755);
+    let bin = match if reachable {
+        ansible_playbook()
+    } else {
+        ansible_playbook_in(&base.path().join("venv"))
+    } {
         Ok(b) => b,
         Err(e) => {
             common::skip(TEST, &format!("cannot install ansible-core: {e}"));
             return;
         }
     };
-    let root = common::is_root();
-    if root && which("runuser").is_none() {
-        common::skip(TEST, "needs runuser (util-linux) to drop to nobody");
-        return;
-    }
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let d = dir.path();
+    let d = &base.path().join("run");
+    std::fs::create_dir(d).unwrap();
     let osm = d.join("osmeter");
     std::fs::copy(env!("CARGO_BIN_EXE_osmeter"), &osm).unwrap();
     let port = 20000 + std::process::id() % 20000;
@@ -619,10 +670,16 @@ fn the_playbook_runs_as_an_unprivileged_user() {
     .unwrap();
     std::fs::write(d.join("ansible.cfg"), "[defaults]\n").unwrap();
     std::fs::create_dir(d.join("remote-tmp")).unwrap();
+    // A copy: the checkout may be out of nobody's reach too.
+    let playbook = d.join("osmeter.yml");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/ansible/osmeter.yml"),
+        &playbook,
+    )
+    .unwrap();
     if root {
         run(Command::new("chown").args(["-R", "nobody"]).arg(d)).unwrap();
     }
-    let playbook = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/ansible/osmeter.yml");
     let mut c = if root {
         let mut c = Command::new("runuser");
         c.args(["-u", "nobody", "--"]).arg(&bin);
@@ -634,7 +691,7 @@ fn the_playbook_runs_as_an_unprivileged_user() {
     c.current_dir(d)
         .arg("-i")
         .arg(d.join("inventory.ini"))
-        .arg(playbook)
+        .arg(&playbook)
         .args([
             "-e",
             "osmeter_profile=smoke",
