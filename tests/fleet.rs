@@ -338,21 +338,6 @@ impl Drop for Fleet {
 }
 
 /// The fleet and ansible-playbook, or None after a skip.
-/// Whether every folder from `/` down to `p` lets other users pass (o+x).
-fn searchable_by_others(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    p.ancestors().all(|a| {
-        std::fs::metadata(a)
-            .map(|m| m.permissions().mode() & 0o001 != 0)
-            .unwrap_or(false)
-    })
-}
-
-fn set_mode(p: &Path, mode: u32) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
 fn setup(test: &str, case: u32, hosts: usize) -> Option<(Fleet, PathBuf)> {
     if let Some(why) = missing() {
         common::skip(test, &why);
@@ -619,35 +604,20 @@ fn the_playbook_runs_as_an_unprivileged_user() {
         common::skip(TEST, "needs runuser (util-linux) to drop to nobody");
         return;
     }
-    // Everything nobody runs or reads must be reachable by nobody. A clone inside a
+    // Everything nobody runs or reads must be reachable by nobody: a clone inside a
     // mode-0700 folder (root's home, a `mktemp -d`) puts the target folder out of its
-    // reach; then the venv, the playbook and the run live in a world-searchable temp
-    // folder made here and removed by its guard.
-    let target_tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let reachable = !root || searchable_by_others(target_tmp);
-    let base = if reachable {
-        tempfile::tempdir_in(target_tmp).unwrap()
-    } else {
-        let t = tempfile::Builder::new()
-            .prefix("osmeter-fleet-nobody.")
-            .tempdir()
-            .unwrap();
-        if !searchable_by_others(t.path().parent().unwrap()) {
-            common::skip(
-                TEST,
-                &format!(
-                    "neither {} nor the temp folder {} can be entered by nobody",
-                    target_tmp.display(),
-                    t.path().parent().unwrap().display()
-                ),
-            );
-            return;
+    // reach, and then the venv, the playbook and the run live in a temp folder it can
+    // enter, removed by its guard.
+    let base = if root {
+        match common::tempdir_others_can_enter() {
+            Ok(t) => t,
+            Err(e) => return common::skip(TEST, &e),
         }
-        t
+    } else {
+        tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
     };
-    // tempfile makes its folders 0700; nobody must pass through to `run`.
-    set_mode(base.path(), 0o755);
-    let bin = match if reachable {
+    let shared_venv = !root || common::searchable_by_others(Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let bin = match if shared_venv {
         ansible_playbook()
     } else {
         ansible_playbook_in(&base.path().join("venv"))

@@ -13,15 +13,19 @@ const NOBODY: &str = "65534";
 
 /// `osmeter ARGS --json`, as nobody when `as_nobody`; the JSON object it printed.
 fn osm_json(as_nobody: bool, args: &[&str]) -> Value {
-    let bin = env!("CARGO_BIN_EXE_osmeter");
+    osm_json_with(env!("CARGO_BIN_EXE_osmeter").as_ref(), as_nobody, args)
+}
+
+/// `osm_json` with the binary at `bin` (a copy nobody can reach).
+fn osm_json_with(bin: &Path, as_nobody: bool, args: &[&str]) -> Value {
     let mut c = if as_nobody {
         let mut c = Command::new("setpriv");
         c.args([
             &format!("--reuid={NOBODY}"),
             &format!("--regid={NOBODY}"),
             "--clear-groups",
-            bin,
         ]);
+        c.arg(bin);
         c
     } else {
         Command::new(bin)
@@ -71,8 +75,13 @@ fn residency_is_unknown_for_files_the_user_may_not_write() {
             "needs root to run osmeter as nobody on a root-owned file",
         );
     }
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The file and a copy of the binary where nobody can reach them.
+    let dir = match common::tempdir_others_can_enter() {
+        Ok(d) => d,
+        Err(e) => return common::skip(TEST, &e),
+    };
+    let bin = dir.path().join("osmeter");
+    std::fs::copy(env!("CARGO_BIN_EXE_osmeter"), &bin).unwrap();
     // Over 64 MiB, so residency is sampled (the path large files take), plus an odd tail.
     let data = common::random_bytes((72 << 20) + 3, 11);
     let want = format!("{:08x}", common::xor_reference(&data));
@@ -95,7 +104,7 @@ fn residency_is_unknown_for_files_the_user_may_not_write() {
 
     // nobody: mincore would say 1.0; the check catches it and xor probes instead.
     evict(f);
-    let v = osm_json(true, &["io", "xor", f]);
+    let v = osm_json_with(&bin, true, &["io", "xor", f]);
     assert!(v["resident_fraction_at_start"].is_null(), "{v}");
     assert!(
         v["residency_unknown"].as_str().unwrap().contains("mincore"),
@@ -106,13 +115,17 @@ fn residency_is_unknown_for_files_the_user_may_not_write() {
     assert_eq!(v["xor"], want.as_str());
 
     // Now cached (the run above read it): the probe sees that too.
-    let v = osm_json(true, &["io", "xor", f]);
+    let v = osm_json_with(&bin, true, &["io", "xor", f]);
     assert!(v["cached_probe"].as_f64().unwrap() >= 0.5, "{v}");
     assert_eq!(v["method"], "mmap", "{v}");
     assert_eq!(v["xor"], want.as_str());
 
     // io read --cold cannot verify the eviction for nobody and says so.
-    let r = osm_json(true, &["io", "read", f, "-b", "4K", "-c", "1", "--cold"]);
+    let r = osm_json_with(
+        &bin,
+        true,
+        &["io", "read", f, "-b", "4K", "-c", "1", "--cold"],
+    );
     assert!(r["cold"].is_null(), "{r}");
     assert!(r["eviction"]["residency_unknown"].is_string(), "{r}");
     assert!(r["resident_fraction_at_start"].is_null(), "{r}");
@@ -121,7 +134,7 @@ fn residency_is_unknown_for_files_the_user_may_not_write() {
     // wrong, this evicted file would read as fully cached).
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
     evict(f);
-    let v = osm_json(true, &["io", "xor", f]);
+    let v = osm_json_with(&bin, true, &["io", "xor", f]);
     assert!(v["residency_unknown"].is_null(), "{v}");
     assert!(
         v["resident_fraction_at_start"].as_f64().unwrap() < 0.5,

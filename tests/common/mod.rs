@@ -97,3 +97,39 @@ pub fn xor_reference(d: &[u8]) -> u32 {
     }
     x
 }
+
+/// Whether every folder from `/` down to `p` lets other users pass (o+x).
+pub fn searchable_by_others(p: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.ancestors().all(|a| {
+        std::fs::metadata(a)
+            .map(|m| m.permissions().mode() & 0o001 != 0)
+            .unwrap_or(false)
+    })
+}
+
+/// A mode-0755 temp folder that another user (nobody) can enter: under
+/// CARGO_TARGET_TMPDIR where that is reachable, else in the system's temp folder (a
+/// clone inside a mode-0700 folder puts the target folder out of other users' reach).
+/// None, with the reason, when neither is.
+pub fn tempdir_others_can_enter() -> Result<tempfile::TempDir, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let target_tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let t = if searchable_by_others(target_tmp) {
+        tempfile::tempdir_in(target_tmp)
+    } else {
+        tempfile::Builder::new().prefix("osmeter-test.").tempdir()
+    }
+    .map_err(|e| e.to_string())?;
+    let parent = t.path().parent().unwrap_or(t.path());
+    if !searchable_by_others(parent) {
+        return Err(format!(
+            "neither {} nor {} can be entered by other users",
+            target_tmp.display(),
+            parent.display()
+        ));
+    }
+    std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| e.to_string())?;
+    Ok(t)
+}
