@@ -613,7 +613,7 @@ pub fn resolve(
 ) -> Result<RunResults, String> {
     let p = Path::new(spec);
     if p.exists() {
-        return crate::report::load::load(p);
+        return crate::results::load::load(p);
     }
     match spec.parse::<i64>() {
         Ok(id) => {

@@ -277,7 +277,7 @@ mod tests {
                 hi = v * 1.01
             )
         };
-        crate::report::load::from_str(&format!(
+        crate::results::load::from_str(&format!(
             r#"{{"schema_version":1,"tool":{{"name":"osmeter","version":"0"}},"started_at":"2026-01-01T00:00:00Z","duration_s":1,
                "config":{{"profile":"smoke","options":{{"host_name":"{host}"}},"peer":{peer}}},"machine":{{"hostname":"same"}},
                "experiments":[{{"id":"cpu.syscall","area":"cpu","title":"t","status":"ok","duration_s":1,"metrics":[{}]}},

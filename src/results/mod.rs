@@ -1,5 +1,12 @@
 //! The results document: one versioned shape for `results.json` and `run --json`.
 //! Units are canonical: times in ns, sizes in bytes, bandwidths in bytes/s, rates in 1/s.
+//!
+//! This layer is the document's one home: the model (here), reading any known schema
+//! version back (`load`) and writing a new results folder (`save`). It sits on `machine`,
+//! `stats` and `units` only, so everything after measuring (report, history, compare)
+//! reads documents through it without reaching into the code that measures.
+
+pub mod load;
 
 use crate::stats::Summary;
 use serde::{Deserialize, Serialize};
