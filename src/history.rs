@@ -208,11 +208,7 @@ impl History {
     pub fn record(&mut self, r: &RunResults, folder: Option<&Path>) -> anyhow::Result<Recorded> {
         let json = serde_json::to_string(r)?;
         let key = run_key(r);
-        let profile = r
-            .config
-            .get("profile")
-            .and_then(|p| p.as_str())
-            .unwrap_or("?");
+        let profile = r.config.profile_name();
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;

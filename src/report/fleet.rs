@@ -92,10 +92,8 @@ pub fn render(c: &Comparison, runs: &[(String, RunResults)]) -> String {
 
     h.push_str("<h2 id=\"hosts\">Hosts</h2><table><tr><th>run</th><th>host</th><th>started (UTC)</th><th>profile</th><th>network peer</th><th>source</th></tr>");
     for (i, ((_, r), info)) in runs.iter().zip(&c.runs).enumerate() {
-        let peer = match (r.peer_name(), r.config.pointer("/peer/address")) {
-            (Some(n), Some(a)) if a.is_string() => {
-                format!("{} ({})", esc(n), esc(a.as_str().unwrap_or("")))
-            }
+        let peer = match (r.peer_name(), r.peer_address()) {
+            (Some(n), Some(a)) => format!("{} ({})", esc(n), esc(a)),
             (Some(n), _) => esc(n),
             (None, _) => "loopback".into(),
         };
