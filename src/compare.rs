@@ -357,7 +357,7 @@ pub fn compare_with_history(
                 host: host_of(r),
                 started_at: r.started_at.clone(),
                 profile: profile_of(r),
-                repeat: r.config.get("repeat").and_then(|v| v.as_u64()).unwrap_or(1) as usize,
+                repeat: r.config.repeats(),
             })
             .collect(),
         metrics,
@@ -590,11 +590,7 @@ pub fn host_of(r: &RunResults) -> String {
 }
 
 pub fn profile_of(r: &RunResults) -> String {
-    r.config
-        .get("profile")
-        .and_then(|v| v.as_str())
-        .unwrap_or("?")
-        .into()
+    r.config.profile_name().into()
 }
 
 /// Run labels A, B, ..., Z, R27, ...
@@ -613,7 +609,7 @@ pub fn resolve(
 ) -> Result<RunResults, String> {
     let p = Path::new(spec);
     if p.exists() {
-        return crate::report::load::load(p);
+        return crate::results::load::load(p);
     }
     match spec.parse::<i64>() {
         Ok(id) => {
@@ -736,8 +732,8 @@ fn signed(x: f64, unit: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::results::{BeforeAfter, Reading};
     use crate::results::{Metric, MetricKind, Tool};
-    use crate::sentinel::{BeforeAfter, Reading};
 
     fn sum(median: f64, lo: f64, hi: f64) -> Summary {
         let mut s = Summary::of(&[median]).unwrap();
@@ -813,7 +809,10 @@ mod tests {
             },
             started_at: "2026-01-01T00:00:00Z".into(),
             duration_s: 1.0,
-            config: serde_json::json!({"profile": "quick"}),
+            config: crate::results::RunRecord {
+                profile: Some("quick".into()),
+                ..Default::default()
+            },
             machine: crate::machine::Machine {
                 hostname: "h".into(),
                 ..Default::default()

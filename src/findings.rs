@@ -9,7 +9,7 @@
 
 pub use crate::analysis::{is_model_series, knee, sysfs_caches, CacheFact};
 use crate::analysis::{separation, Separation};
-use crate::experiments::MetricRef;
+use crate::results::MetricRef;
 use crate::results::{ExperimentResult, Finding, Metric, RunResults, Status};
 use crate::units::{fmt_bytes, fmt_value};
 

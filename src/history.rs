@@ -183,7 +183,7 @@ impl History {
                 .collect::<Result<_, _>>()?;
             let mut seen = std::collections::HashSet::new();
             for (id, text) in stored {
-                let Ok(r) = crate::report::load::from_str(&text) else {
+                let Ok(r) = crate::results::load::from_str(&text) else {
                     continue;
                 };
                 let key = run_key(&r);
@@ -208,11 +208,7 @@ impl History {
     pub fn record(&mut self, r: &RunResults, folder: Option<&Path>) -> anyhow::Result<Recorded> {
         let json = serde_json::to_string(r)?;
         let key = run_key(r);
-        let profile = r
-            .config
-            .get("profile")
-            .and_then(|p| p.as_str())
-            .unwrap_or("?");
+        let profile = r.config.profile_name();
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -296,7 +292,7 @@ impl History {
             if exclude_started.contains(&started.as_str()) {
                 continue;
             }
-            if let Ok(r) = crate::report::load::from_str(&text) {
+            if let Ok(r) = crate::results::load::from_str(&text) {
                 out.push(r);
             }
             if out.len() >= limit {
@@ -314,7 +310,7 @@ impl History {
             .optional()?;
         match text {
             None => Ok(None),
-            Some(t) => crate::report::load::from_str(&t)
+            Some(t) => crate::results::load::from_str(&t)
                 .map(Some)
                 .map_err(|e| anyhow::anyhow!("history run {id}: {e}")),
         }
@@ -388,7 +384,7 @@ mod tests {
     use super::*;
 
     fn doc(host: &str) -> RunResults {
-        crate::report::load::from_str(&format!(
+        crate::results::load::from_str(&format!(
             r#"{{"schema_version":1,"tool":{{"name":"osmeter","version":"0"}},"started_at":"2026-01-01T00:00:00Z",
                "duration_s":1.5,"config":{{"profile":"smoke"}},"machine":{{"hostname":"{host}"}},"experiments":[]}}"#
         ))
@@ -414,7 +410,7 @@ mod tests {
 
     fn with_metric(host: &str, median: f64) -> RunResults {
         let mut r = doc(host);
-        r.experiments = crate::report::load::from_str(&format!(
+        r.experiments = crate::results::load::from_str(&format!(
             r#"{{"schema_version":1,"tool":{{"name":"osmeter","version":"0"}},"started_at":"x","duration_s":1,
                "config":{{}},"machine":{{}},"experiments":[{{"id":"cpu.syscall","area":"cpu","title":"t",
                "status":"ok","duration_s":1,"metrics":[{{"name":"getppid","unit":"ns","summary":

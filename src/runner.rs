@@ -6,7 +6,10 @@ use crate::clock::{self, Clock};
 use crate::experiments::{self, Context, Experiment, Profile, RunOptions};
 use crate::machine::{Machine, Topology};
 use crate::platform;
-use crate::results::{Cycles, ExperimentResult, RunResults, Status, Tool, SCHEMA_VERSION};
+use crate::results::{
+    Cycles, ExperimentResult, PeerRecord, RecordedOptions, RunRecord, RunResults, Statistics,
+    Status, Tool, SCHEMA_VERSION,
+};
 use serde::Serialize;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -60,29 +63,6 @@ pub fn choose_cpu(requested: Option<usize>, topology: &Topology) -> Result<usize
             .chosen_cpu
             .filter(|c| allowed.contains(c))
             .unwrap_or(*allowed.last().unwrap_or(&0))),
-    }
-}
-
-/// Checks that the results parent folder can hold a new folder, before measuring.
-pub fn check_out_dir(out: &Path) -> Result<(), RunError> {
-    if out.exists() && !out.is_dir() {
-        return Err(RunError::Usage(format!(
-            "--out {}: exists and is not a directory",
-            out.display()
-        )));
-    }
-    std::fs::create_dir_all(out)
-        .map_err(|e| RunError::Usage(format!("--out {}: cannot create: {e}", out.display())))?;
-    let probe = out.join(format!(".osmeter-write-test-{}", std::process::id()));
-    match std::fs::File::create(&probe) {
-        Ok(_) => {
-            let _ = std::fs::remove_file(&probe);
-            Ok(())
-        }
-        Err(e) => Err(RunError::Usage(format!(
-            "--out {}: not writable: {e}",
-            out.display()
-        ))),
     }
 }
 
@@ -399,20 +379,26 @@ pub fn run_with(cfg: &RunConfig, registry: Registry) -> Result<RunOutput, RunErr
         },
         started_at: crate::results::rfc3339(started),
         duration_s: t0.elapsed().as_secs_f64(),
-        config: serde_json::json!({
-            "profile": cfg.profile.name(),
-            "only": cfg.only,
-            "skip": cfg.skip,
-            "cpu": cpu,
-            "repeat": cfg.repeat.unwrap_or_else(|| cfg.profile.default_repeat()).max(1),
-            "options": cfg.options,
-            "peer": peer_identity(&cfg.options),
-            "statistics": {
-                "outlier_rule": crate::stats::OUTLIER_RULE,
-                "ci_method": crate::stats::CI_METHOD,
-                "harness": format!("{:?}", cfg.profile.harness()),
-            },
-        }),
+        config: RunRecord {
+            profile: Some(cfg.profile.name().into()),
+            only: Some(cfg.only.clone()),
+            skip: Some(cfg.skip.clone()),
+            cpu: Some(cpu),
+            repeat: Some(
+                cfg.repeat
+                    .unwrap_or_else(|| cfg.profile.default_repeat())
+                    .max(1),
+            ),
+            options: Some(recorded_options(&cfg.options)),
+            peer: Some(peer_identity(&cfg.options)),
+            statistics: Some(Statistics {
+                outlier_rule: Some(crate::stats::OUTLIER_RULE.into()),
+                ci_method: Some(crate::stats::CI_METHOD.into()),
+                harness: Some(format!("{:?}", cfg.profile.harness())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
         machine,
         warnings,
         experiments: results,
@@ -442,7 +428,7 @@ fn validate(
         }
     }
     if cfg.write_results {
-        check_out_dir(&cfg.out)?;
+        crate::results::save::check_out_dir(&cfg.out).map_err(RunError::Usage)?;
     }
     Ok(selected)
 }
@@ -450,7 +436,8 @@ fn validate(
 /// Writes the results, the reports and the history entry as configured.
 fn publish(cfg: &RunConfig, run_results: RunResults) -> Result<RunOutput, RunError> {
     let folder = if cfg.write_results {
-        let f = write_results(&cfg.out, &run_results).map_err(RunError::Runtime)?;
+        let f = crate::results::save::write_results(&cfg.out, &run_results)
+            .map_err(RunError::Runtime)?;
         // results.json is safe on disk; a report or history problem only warns.
         if let Err(e) = crate::report::write_reports(&f, &run_results) {
             eprintln!("osmeter: warning: could not write the reports: {e:#}");
@@ -514,7 +501,7 @@ fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentRe
             }
             let _ = platform::pin_to_cpu(cpu);
             let after = crate::sentinel::measure();
-            res.sentinel = Some(crate::sentinel::BeforeAfter { before, after });
+            res.sentinel = Some(crate::results::BeforeAfter { before, after });
             reps.push(res);
         }
         let res = merge_repeats(reps);
@@ -536,19 +523,36 @@ fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentRe
 }
 
 /// Which host the network experiments measured against: the name given for it and the
-/// address it resolved to (null without `--peer`: the loopback peer).
-fn peer_identity(o: &RunOptions) -> serde_json::Value {
-    let Some(spec) = o.peer.as_deref() else {
-        return serde_json::Value::Null;
-    };
+/// address it resolved to (None without `--peer`: the loopback peer).
+fn peer_identity(o: &RunOptions) -> Option<PeerRecord> {
+    let spec = o.peer.as_deref()?;
     let address = crate::peer::client::resolve_peer(spec)
         .map(|a| a.to_string())
         .ok();
-    serde_json::json!({
-        "name": o.peer_name.clone().unwrap_or_else(|| spec.trim().to_string()),
-        "spec": spec.trim(),
-        "address": address,
+    Some(PeerRecord {
+        name: Some(
+            o.peer_name
+                .clone()
+                .unwrap_or_else(|| spec.trim().to_string()),
+        ),
+        spec: Some(spec.trim().to_string()),
+        address: Some(address),
+        ..Default::default()
     })
+}
+
+/// The options as the document records them: all but the peer token.
+fn recorded_options(o: &RunOptions) -> RecordedOptions {
+    let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.to_string_lossy().into_owned());
+    RecordedOptions {
+        peer: Some(o.peer.clone()),
+        host_name: o.host_name.clone(),
+        peer_name: o.peer_name.clone(),
+        remote_dir: Some(path(&o.remote_dir)),
+        scratch_dir: Some(path(&o.scratch_dir)),
+        drop_caches: Some(o.drop_caches),
+        ..Default::default()
+    }
 }
 
 /// What stays the same for every experiment of a run.
@@ -705,7 +709,7 @@ pub fn merge_repeats(mut reps: Vec<ExperimentResult>) -> ExperimentResult {
     let mut base = reps[0].clone();
     base.duration_s = reps.iter().map(|r| r.duration_s).sum();
     base.sentinel = match (reps[0].sentinel, reps[n - 1].sentinel) {
-        (Some(a), Some(b)) => Some(crate::sentinel::BeforeAfter {
+        (Some(a), Some(b)) => Some(crate::results::BeforeAfter {
             before: a.before,
             after: b.after,
         }),
@@ -749,34 +753,4 @@ pub fn merge_repeats(mut reps: Vec<ExperimentResult>) -> ExperimentResult {
         }
     }
     base
-}
-
-/// Writes `results.json` into a new `HOST-TIMESTAMP` folder under `parent`; never
-/// reuses an existing folder.
-pub fn write_results(parent: &Path, r: &RunResults) -> anyhow::Result<PathBuf> {
-    // The name may come from the command line: keep it to one safe path component.
-    let host: String = r
-        .host_name()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "._-".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let host = host.trim_start_matches('.');
-    let host = if host.is_empty() { "host" } else { host };
-    let stamp = r.started_at.replace([':', '-'], "");
-    let mut folder = parent.join(format!("{host}-{stamp}"));
-    let mut k = 1;
-    while folder.exists() {
-        k += 1;
-        folder = parent.join(format!("{host}-{stamp}-{k}"));
-    }
-    std::fs::create_dir_all(&folder)?;
-    let json = serde_json::to_string_pretty(r)?;
-    std::fs::write(folder.join("results.json"), json)?;
-    Ok(folder)
 }

@@ -11,10 +11,13 @@
 //! `black_box` store and reload per step, or a buffer whose alignment changes from one
 //! allocation to the next, made the chase and the copy settle into states up to 2x apart
 //! on an unchanged host. See docs/METHODOLOGY.md, "Environment sentinel".
+//!
+//! A measurement is a `results::Reading`: data the results document stores, so it lives
+//! with the document, which then depends on none of this measuring code.
 
 use crate::experiments::memory::{sattolo, Rng};
 use crate::harness::hide;
-use serde::{Deserialize, Serialize};
+use crate::results::Reading;
 use std::hint::black_box;
 
 /// Dependent multiply-adds per chain repetition.
@@ -29,85 +32,6 @@ const COPY_BYTES: usize = 8192;
 const COPY_TIMES: usize = 16;
 /// Repetitions of each kernel; the minimum is kept (preemption only adds time).
 const REPS: usize = 7;
-
-/// One sentinel measurement: the fastest of `REPS` repetitions of each kernel.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
-pub struct Reading {
-    /// ns per dependent register multiply-add (the core's clock).
-    pub chain_ns: f64,
-    /// ns per iteration of the harness's empty register loop (`harness::repeat`: the
-    /// front end's rate, which a busy SMT sibling on the host takes a share of; the most
-    /// contention-sensitive code osmeter measures). Absent (0) in older results, and
-    /// left out when writing such a reading back, so old documents round-trip unchanged.
-    #[serde(default, skip_serializing_if = "not_measured")]
-    pub issue_ns: f64,
-    /// ns per load of an L1-resident pointer chase.
-    pub chase_ns: f64,
-    /// ns per byte of a small memcpy (L1 to L1).
-    pub copy_ns_per_byte: f64,
-    /// Spread of the repetitions, (median - min) / min, largest of the three kernels:
-    /// large when the sentinel itself was disturbed.
-    pub spread: f64,
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
-pub struct BeforeAfter {
-    pub before: Reading,
-    pub after: Reading,
-}
-
-fn not_measured(v: &f64) -> bool {
-    *v == 0.0
-}
-
-impl Reading {
-    fn values(&self) -> [f64; 4] {
-        [
-            self.chain_ns,
-            self.issue_ns,
-            self.chase_ns,
-            self.copy_ns_per_byte,
-        ]
-    }
-
-    /// Largest relative change of any kernel from `self` to `other` (signed: positive =
-    /// `other` slower).
-    pub fn change_to(&self, other: &Reading) -> f64 {
-        self.values()
-            .iter()
-            .zip(other.values())
-            .map(|(a, b)| {
-                if *a > 0.0 && b > 0.0 {
-                    b / a - 1.0
-                } else {
-                    0.0
-                }
-            })
-            .fold(0.0, |m: f64, d| if d.abs() > m.abs() { d } else { m })
-    }
-
-    /// The geometric mean of two readings, kernel by kernel.
-    pub fn mid(&self, other: &Reading) -> Reading {
-        let g = |a: f64, b: f64| (a * b).sqrt();
-        Reading {
-            chain_ns: g(self.chain_ns, other.chain_ns),
-            issue_ns: g(self.issue_ns, other.issue_ns),
-            chase_ns: g(self.chase_ns, other.chase_ns),
-            copy_ns_per_byte: g(self.copy_ns_per_byte, other.copy_ns_per_byte),
-            spread: self.spread.max(other.spread),
-        }
-    }
-}
-
-impl BeforeAfter {
-    /// How much the environment moved during the experiment (after over before).
-    pub fn during(&self) -> f64 {
-        self.before.change_to(&self.after)
-    }
-    pub fn mid(&self) -> Reading {
-        self.before.mid(&self.after)
-    }
-}
 
 fn min_and_spread(mut v: Vec<f64>) -> (f64, f64) {
     v.sort_by(f64::total_cmp);
@@ -233,31 +157,6 @@ mod tests {
         // An empty loop iteration is about a cycle: well under a dependent multiply-add.
         assert!(r.issue_ns > 0.05 && r.issue_ns < 2.0 * r.chain_ns, "{r:?}");
         assert!(took.as_millis() < 100, "sentinel took {took:?}");
-    }
-
-    #[test]
-    fn change_is_the_largest_kernel_move() {
-        let a = Reading {
-            chain_ns: 1.0,
-            issue_ns: 0.5,
-            chase_ns: 4.0,
-            copy_ns_per_byte: 0.1,
-            spread: 0.0,
-        };
-        let mut b = a;
-        b.chase_ns = 4.4;
-        b.copy_ns_per_byte = 0.095;
-        assert!((a.change_to(&b) - 0.1).abs() < 1e-9);
-        assert!((b.change_to(&a) + 0.0909).abs() < 1e-3);
-        assert_eq!(a.change_to(&a), 0.0);
-        // A busy SMT sibling: the chain unchanged, the issue rate halved.
-        let mut c = a;
-        c.issue_ns = 1.0;
-        assert!((a.change_to(&c) - 1.0).abs() < 1e-9);
-        // Older readings without the issue kernel do not count as a move.
-        let mut old = a;
-        old.issue_ns = 0.0;
-        assert_eq!(old.change_to(&c), 0.0);
     }
 
     #[test]

@@ -46,7 +46,7 @@ fn first_difference(name: &str, got: &str, want: &str) -> Option<String> {
 fn old_results_render_unchanged() {
     let mut failures = Vec::new();
     for dir in fixtures() {
-        let mut r = osmeter::report::load::load(&dir).expect("fixture loads");
+        let mut r = osmeter::results::load::load(&dir).expect("fixture loads");
         // As `osmeter report` does.
         r.findings = osmeter::findings::compute(&r);
         let out = tempfile::tempdir().unwrap();
@@ -96,7 +96,7 @@ fn old_results_round_trip() {
     for dir in fixtures() {
         let text = std::fs::read_to_string(dir.join("results.json")).unwrap();
         let old: Value = serde_json::from_str(&text).unwrap();
-        let r = osmeter::report::load::from_str(&text).unwrap();
+        let r = osmeter::results::load::from_str(&text).unwrap();
         let new = serde_json::to_value(&r).unwrap();
         let mut bad = Vec::new();
         contained(&old, &new, "", &mut bad);

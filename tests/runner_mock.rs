@@ -212,6 +212,67 @@ fn selection_and_repeats() {
     );
 }
 
+/// The document records the options as `RunOptions` serialises them (all but the peer
+/// token) and the rest of the configuration under the keys it always had.
+#[test]
+fn the_configuration_is_recorded() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let registry = Registry {
+        experiments: vec![mock("mock.metrics", Behaviour::Metrics, &calls)],
+        hard_limit: short_limit,
+        on_overrun: Arc::new(|_: &str| {}),
+    };
+    let mut cfg = config("mock.*", 2);
+    cfg.options = RunOptions {
+        peer: Some("127.0.0.1:1".into()),
+        peer_token: Some("secret".into()),
+        host_name: Some("h1".into()),
+        scratch_dir: Some(std::env::temp_dir()),
+        drop_caches: true,
+        ..RunOptions::default()
+    };
+    let r = runner::run_with(&cfg, registry).unwrap().results;
+    let doc = serde_json::to_value(&r).unwrap();
+    let c = &doc["config"];
+    assert_eq!(c["options"], serde_json::to_value(&cfg.options).unwrap());
+    assert!(!doc.to_string().contains("secret"));
+    let keys: Vec<&str> = c.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "cpu",
+            "only",
+            "options",
+            "peer",
+            "profile",
+            "repeat",
+            "skip",
+            "statistics"
+        ]
+    );
+    assert_eq!(c["profile"], "smoke");
+    assert_eq!((c["repeat"].as_u64(), r.config.repeats()), (Some(2), 2));
+    assert_eq!(c["only"], serde_json::json!(["mock.*"]));
+    assert_eq!(c["peer"]["spec"], "127.0.0.1:1");
+    assert_eq!(r.peer_name(), Some("127.0.0.1:1"));
+    assert_eq!(r.peer_address(), Some("127.0.0.1:1"));
+    assert_eq!(r.host_name(), "h1");
+    let s = &c["statistics"];
+    assert!(s["outlier_rule"].is_string() && s["ci_method"].is_string());
+    assert!(s["harness"].as_str().unwrap().starts_with("HarnessConfig"));
+    // Without --peer the peer is written as null (the loopback peer).
+    cfg.options = RunOptions::default();
+    let registry = Registry {
+        experiments: vec![mock("mock.metrics", Behaviour::Metrics, &calls)],
+        hard_limit: short_limit,
+        on_overrun: Arc::new(|_: &str| {}),
+    };
+    let r = runner::run_with(&cfg, registry).unwrap().results;
+    let c = serde_json::to_value(&r.config).unwrap();
+    assert!(c["peer"].is_null() && c.get("peer").is_some());
+    assert_eq!(r.peer_name(), None);
+}
+
 #[test]
 fn a_pattern_matching_no_mock_is_a_usage_error() {
     let calls = Arc::new(AtomicUsize::new(0));

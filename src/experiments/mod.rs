@@ -218,25 +218,6 @@ impl Context<'_> {
     }
 }
 
-/// A metric of an experiment, named where a finding reads it, so that a test can check
-/// that the experiment emits it: a renamed metric fails that test instead of silently
-/// dropping the finding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct MetricRef {
-    pub experiment: &'static str,
-    pub metric: &'static str,
-}
-
-impl MetricRef {
-    pub const fn new(experiment: &'static str, metric: &'static str) -> MetricRef {
-        MetricRef { experiment, metric }
-    }
-    /// `experiment/metric`, as findings' `from` lists name it.
-    pub fn path(&self) -> String {
-        format!("{}/{}", self.experiment, self.metric)
-    }
-}
-
 /// (experiment, metric) pairs read from earlier results.
 pub type MetricReads = std::collections::BTreeSet<(String, String)>;
 

@@ -18,13 +18,13 @@ fn runtime_error(msg: &str) -> ExitCode {
 /// `osmeter report RESULTS [--out DIR]`.
 pub fn report(results: &Path, out: Option<&Path>, quiet: bool) -> ExitCode {
     let t = Instant::now();
-    let mut r = match super::load::load(results) {
+    let mut r = match crate::results::load::load(results) {
         Ok(r) => r,
         Err(e) => return usage_error(&e),
     };
     // Findings were computed when the run ended; only files without them get them now.
     r.findings = crate::findings::for_report(&r);
-    let file = super::load::results_file(results);
+    let file = crate::results::load::results_file(results);
     let folder = match out {
         Some(o) => o.to_path_buf(),
         None => file
@@ -113,7 +113,7 @@ pub fn history_import(paths: &[std::path::PathBuf]) -> ExitCode {
             Err(e) => return usage_error(&e),
         };
         for f in files {
-            match super::load::load(&f) {
+            match crate::results::load::load(&f) {
                 Ok(r) => docs.push((f, r)),
                 Err(e) => return usage_error(&e),
             }

@@ -92,10 +92,8 @@ pub fn render(c: &Comparison, runs: &[(String, RunResults)]) -> String {
 
     h.push_str("<h2 id=\"hosts\">Hosts</h2><table><tr><th>run</th><th>host</th><th>started (UTC)</th><th>profile</th><th>network peer</th><th>source</th></tr>");
     for (i, ((_, r), info)) in runs.iter().zip(&c.runs).enumerate() {
-        let peer = match (r.peer_name(), r.config.pointer("/peer/address")) {
-            (Some(n), Some(a)) if a.is_string() => {
-                format!("{} ({})", esc(n), esc(a.as_str().unwrap_or("")))
-            }
+        let peer = match (r.peer_name(), r.peer_address()) {
+            (Some(n), Some(a)) => format!("{} ({})", esc(n), esc(a)),
             (Some(n), _) => esc(n),
             (None, _) => "loopback".into(),
         };
@@ -277,7 +275,7 @@ mod tests {
                 hi = v * 1.01
             )
         };
-        crate::report::load::from_str(&format!(
+        crate::results::load::from_str(&format!(
             r#"{{"schema_version":1,"tool":{{"name":"osmeter","version":"0"}},"started_at":"2026-01-01T00:00:00Z","duration_s":1,
                "config":{{"profile":"smoke","options":{{"host_name":"{host}"}},"peer":{peer}}},"machine":{{"hostname":"same"}},
                "experiments":[{{"id":"cpu.syscall","area":"cpu","title":"t","status":"ok","duration_s":1,"metrics":[{}]}},

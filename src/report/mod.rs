@@ -4,7 +4,6 @@ pub mod cli;
 pub mod figures;
 pub mod fleet;
 pub mod html;
-pub mod load;
 pub mod markdown;
 pub mod plot;
 pub mod terminal;

@@ -122,10 +122,7 @@ fn header(r: &RunResults, wd: usize) -> String {
         r.tool.version,
         m.hostname,
         m.cpu.model,
-        r.config
-            .get("profile")
-            .and_then(|v| v.as_str())
-            .unwrap_or("?"),
+        r.config.profile_name(),
         r.duration_s
     ));
     if let Some(c) = &m.clock {

@@ -113,10 +113,7 @@ pub fn run_line(r: &RunResults) -> String {
     format!(
         "osmeter {}, profile {}, started {}, took {:.1} s; {} experiments, {} ok{}. Results schema version {}.",
         r.tool.version,
-        r.config
-            .get("profile")
-            .and_then(|v| v.as_str())
-            .unwrap_or("?"),
+        r.config.profile_name(),
         r.started_at,
         r.duration_s,
         r.experiments.len(),
@@ -416,11 +413,7 @@ fn topology_facts(t: &Topology, r: &RunResults, add: &mut dyn FnMut(&str, String
     }
     add("topology", parts.join(", "));
     // The CPU the run pinned to is in the config; the topology says why.
-    let used = r
-        .config
-        .get("cpu")
-        .and_then(|v| v.as_u64())
-        .or(t.chosen_cpu.map(|c| c as u64));
+    let used = r.config.cpu.or(t.chosen_cpu);
     if let Some(c) = used {
         let why = &t.chosen_reason;
         add(
@@ -495,18 +488,14 @@ fn scalar(v: &Value) -> String {
 
 /// The run's statistics rules as recorded in its config.
 pub fn statistics_rules(r: &RunResults) -> Vec<(String, String)> {
-    let mut v = Vec::new();
-    for (k, label) in [
-        ("outlier_rule", "outliers"),
-        ("ci_method", "confidence interval"),
-    ] {
-        if let Some(s) = r
-            .config
-            .pointer(&format!("/statistics/{k}"))
-            .and_then(|v| v.as_str())
-        {
-            v.push((label.to_string(), s.to_string()));
-        }
-    }
-    v
+    let Some(s) = &r.config.statistics else {
+        return Vec::new();
+    };
+    [
+        (&s.outlier_rule, "outliers"),
+        (&s.ci_method, "confidence interval"),
+    ]
+    .into_iter()
+    .filter_map(|(rule, label)| Some((label.to_string(), rule.clone()?)))
+    .collect()
 }

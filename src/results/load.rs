@@ -2,7 +2,7 @@
 //! Each known version has its own reader that returns the current shape; unknown
 //! versions are refused with a one-line reason.
 
-use crate::results::{RunResults, SCHEMA_VERSION};
+use super::{RunResults, SCHEMA_VERSION};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 

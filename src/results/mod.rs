@@ -1,5 +1,16 @@
 //! The results document: one versioned shape for `results.json` and `run --json`.
 //! Units are canonical: times in ns, sizes in bytes, bandwidths in bytes/s, rates in 1/s.
+//!
+//! This layer is the document's one home: the model (here), reading any known schema
+//! version back (`load`) and writing a new results folder (`save`). It sits on `machine`,
+//! `stats` and `units` only, so everything after measuring (report, history, compare)
+//! reads documents through it without reaching into the code that measures.
+
+pub mod load;
+mod record;
+pub mod save;
+
+pub use record::{PeerRecord, RecordedOptions, RunRecord, Statistics};
 
 use crate::stats::Summary;
 use serde::{Deserialize, Serialize};
@@ -13,7 +24,8 @@ pub struct RunResults {
     pub tool: Tool,
     pub started_at: String,
     pub duration_s: f64,
-    pub config: serde_json::Value,
+    /// What the run was asked to do and the rules it was measured by.
+    pub config: RunRecord,
     pub machine: crate::machine::Machine,
     /// Warnings about the conditions of the run (busy machine, governor, VM, ...).
     #[serde(default)]
@@ -75,7 +87,7 @@ pub struct ExperimentResult {
     pub notes: Vec<String>,
     /// The environment sentinel measured just before and just after the experiment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sentinel: Option<crate::sentinel::BeforeAfter>,
+    pub sentinel: Option<BeforeAfter>,
 }
 
 impl ExperimentResult {
@@ -270,20 +282,123 @@ impl Finding {
     }
 }
 
+/// One environment-sentinel measurement (`sentinel::measure`): the fastest of its
+/// repetitions of each kernel.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct Reading {
+    /// ns per dependent register multiply-add (the core's clock).
+    pub chain_ns: f64,
+    /// ns per iteration of the harness's empty register loop (`harness::repeat`: the
+    /// front end's rate, which a busy SMT sibling on the host takes a share of; the most
+    /// contention-sensitive code osmeter measures). Absent (0) in older results, and
+    /// left out when writing such a reading back, so old documents round-trip unchanged.
+    #[serde(default, skip_serializing_if = "not_measured")]
+    pub issue_ns: f64,
+    /// ns per load of an L1-resident pointer chase.
+    pub chase_ns: f64,
+    /// ns per byte of a small memcpy (L1 to L1).
+    pub copy_ns_per_byte: f64,
+    /// Spread of the repetitions, (median - min) / min, largest of the three kernels:
+    /// large when the sentinel itself was disturbed.
+    pub spread: f64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct BeforeAfter {
+    pub before: Reading,
+    pub after: Reading,
+}
+
+fn not_measured(v: &f64) -> bool {
+    *v == 0.0
+}
+
+impl Reading {
+    fn values(&self) -> [f64; 4] {
+        [
+            self.chain_ns,
+            self.issue_ns,
+            self.chase_ns,
+            self.copy_ns_per_byte,
+        ]
+    }
+
+    /// Largest relative change of any kernel from `self` to `other` (signed: positive =
+    /// `other` slower).
+    pub fn change_to(&self, other: &Reading) -> f64 {
+        self.values()
+            .iter()
+            .zip(other.values())
+            .map(|(a, b)| {
+                if *a > 0.0 && b > 0.0 {
+                    b / a - 1.0
+                } else {
+                    0.0
+                }
+            })
+            .fold(0.0, |m: f64, d| if d.abs() > m.abs() { d } else { m })
+    }
+
+    /// The geometric mean of two readings, kernel by kernel.
+    pub fn mid(&self, other: &Reading) -> Reading {
+        let g = |a: f64, b: f64| (a * b).sqrt();
+        Reading {
+            chain_ns: g(self.chain_ns, other.chain_ns),
+            issue_ns: g(self.issue_ns, other.issue_ns),
+            chase_ns: g(self.chase_ns, other.chase_ns),
+            copy_ns_per_byte: g(self.copy_ns_per_byte, other.copy_ns_per_byte),
+            spread: self.spread.max(other.spread),
+        }
+    }
+}
+
+impl BeforeAfter {
+    /// How much the environment moved during the experiment (after over before).
+    pub fn during(&self) -> f64 {
+        self.before.change_to(&self.after)
+    }
+    pub fn mid(&self) -> Reading {
+        self.before.mid(&self.after)
+    }
+}
+
+/// A metric of an experiment, named where a finding reads it, so that a test can check
+/// that the experiment emits it: a renamed metric fails that test instead of silently
+/// dropping the finding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MetricRef {
+    pub experiment: &'static str,
+    pub metric: &'static str,
+}
+
+impl MetricRef {
+    pub const fn new(experiment: &'static str, metric: &'static str) -> MetricRef {
+        MetricRef { experiment, metric }
+    }
+    /// `experiment/metric`, as findings' `from` lists name it.
+    pub fn path(&self) -> String {
+        format!("{}/{}", self.experiment, self.metric)
+    }
+}
+
 impl RunResults {
     /// The host's name: the one given with `run --host-name` (a fleet's inventory name),
     /// else the machine's hostname.
     pub fn host_name(&self) -> &str {
         self.config
-            .pointer("/options/host_name")
-            .and_then(|h| h.as_str())
+            .host_name()
             .or(Some(self.machine.hostname.as_str()).filter(|h| !h.is_empty()))
             .unwrap_or("?")
     }
 
     /// The host the network experiments measured against (`config.peer.name`), if remote.
     pub fn peer_name(&self) -> Option<&str> {
-        self.config.pointer("/peer/name").and_then(|h| h.as_str())
+        self.config.peer()?.name.as_deref()
+    }
+
+    /// The address the `--peer` host resolved to, when it did.
+    pub fn peer_address(&self) -> Option<&str> {
+        self.config.peer()?.address.as_ref()?.as_deref()
     }
 
     pub fn experiment(&self, id: &str) -> Option<&ExperimentResult> {
@@ -326,5 +441,30 @@ mod tests {
         assert_eq!(rfc3339(t(0)), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(t(951_782_400)), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(t(1_798_761_600 + 3661)), "2027-01-01T01:01:01Z");
+    }
+
+    #[test]
+    fn change_is_the_largest_kernel_move() {
+        let a = Reading {
+            chain_ns: 1.0,
+            issue_ns: 0.5,
+            chase_ns: 4.0,
+            copy_ns_per_byte: 0.1,
+            spread: 0.0,
+        };
+        let mut b = a;
+        b.chase_ns = 4.4;
+        b.copy_ns_per_byte = 0.095;
+        assert!((a.change_to(&b) - 0.1).abs() < 1e-9);
+        assert!((b.change_to(&a) + 0.0909).abs() < 1e-3);
+        assert_eq!(a.change_to(&a), 0.0);
+        // A busy SMT sibling: the chain unchanged, the issue rate halved.
+        let mut c = a;
+        c.issue_ns = 1.0;
+        assert!((a.change_to(&c) - 1.0).abs() < 1e-9);
+        // Older readings without the issue kernel do not count as a move.
+        let mut old = a;
+        old.issue_ns = 0.0;
+        assert_eq!(old.change_to(&c), 0.0);
     }
 }
