@@ -490,7 +490,7 @@ pub fn measure_core_clock() -> Option<CoreClock> {
     #[cfg(target_arch = "x86_64")]
     fn add_chain(iters: u64) {
         let mut x = 0u64;
-        let y = crate::harness::hide(1);
+        let y = crate::opaque::hide(1);
         for _ in 0..iters {
             // SAFETY: register-only arithmetic on locals; no memory or stack; flags clobbered.
             unsafe {
@@ -500,12 +500,12 @@ pub fn measure_core_clock() -> Option<CoreClock> {
                 )
             };
         }
-        crate::harness::keep(x);
+        crate::opaque::keep(x);
     }
     #[cfg(target_arch = "x86_64")]
     fn imul_chain(iters: u64) {
         let mut x = 1u64;
-        let y = crate::harness::hide(3);
+        let y = crate::opaque::hide(3);
         for _ in 0..iters {
             // SAFETY: register-only arithmetic on locals; no memory or stack; flags clobbered.
             unsafe {
@@ -515,12 +515,12 @@ pub fn measure_core_clock() -> Option<CoreClock> {
                 )
             };
         }
-        crate::harness::keep(x);
+        crate::opaque::keep(x);
     }
     #[cfg(target_arch = "aarch64")]
     fn add_chain(iters: u64) {
         let mut x = 0u64;
-        let y = crate::harness::hide(1);
+        let y = crate::opaque::hide(1);
         for _ in 0..iters {
             // SAFETY: register-only arithmetic on locals.
             unsafe {
@@ -530,7 +530,7 @@ pub fn measure_core_clock() -> Option<CoreClock> {
                 )
             };
         }
-        crate::harness::keep(x);
+        crate::opaque::keep(x);
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     fn add_chain(_iters: u64) {}

@@ -14,6 +14,7 @@ pub mod harness;
 pub mod history;
 pub mod io;
 pub mod machine;
+pub mod opaque;
 pub mod pagecache;
 pub mod peer;
 pub mod platform;

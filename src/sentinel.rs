@@ -13,7 +13,7 @@
 //! on an unchanged host. See docs/METHODOLOGY.md, "Environment sentinel".
 
 use crate::experiments::memory::{sattolo, Rng};
-use crate::harness::hide;
+use crate::opaque::hide;
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
 
@@ -35,7 +35,7 @@ const REPS: usize = 7;
 pub struct Reading {
     /// ns per dependent register multiply-add (the core's clock).
     pub chain_ns: f64,
-    /// ns per iteration of the harness's empty register loop (`harness::repeat`: the
+    /// ns per iteration of the harness's empty register loop (`opaque::repeat`: the
     /// front end's rate, which a busy SMT sibling on the host takes a share of; the most
     /// contention-sensitive code osmeter measures). Absent (0) in older results, and
     /// left out when writing such a reading back, so old documents round-trip unchanged.
@@ -139,7 +139,7 @@ fn chain(n: u64, seed: u64) -> u64 {
 /// measures when a busy SMT sibling takes issue slots. A four-add kernel moved 1.9x where
 /// cpu.loop moved 2.2x; this one is cpu.loop's own loop.
 fn issue(n: u64) -> u64 {
-    crate::harness::repeat(n, || ());
+    crate::opaque::repeat(n, || ());
     n
 }
 

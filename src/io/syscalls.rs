@@ -8,7 +8,8 @@
 
 use super::{open_input, os_err, Res};
 use crate::experiments::{self, Profile};
-use crate::harness::{repeat, HarnessConfig};
+use crate::harness::HarnessConfig;
+use crate::opaque::repeat;
 use crate::stats::Summary;
 use crate::units::{fmt_ns, fmt_si};
 use std::os::fd::AsRawFd;

@@ -1,7 +1,7 @@
 //! cpu.process-create: fork + _exit + waitpid, and posix_spawn of /bin/true + waitpid.
 
 use crate::experiments::{Context, Experiment, Outcome, Profile};
-use crate::harness::repeat;
+use crate::opaque::repeat;
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
 use std::cell::Cell;

@@ -5,7 +5,8 @@
 //! figures differ only in what a switch between the two tasks has to change.
 
 use crate::experiments::{Context, Experiment, Outcome, Profile};
-use crate::harness::{repeat, Harness};
+use crate::harness::Harness;
+use crate::opaque::repeat;
 use crate::results::{Check, Prediction, Series};
 use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::{anyhow, bail, Context as _};

@@ -1,7 +1,7 @@
 //! cpu.syscall: the cost of entering the kernel, against a vDSO call that does not.
 
 use crate::experiments::{Context, Experiment, Outcome, Profile};
-use crate::harness::repeat;
+use crate::opaque::repeat;
 use crate::results::{Check, Prediction};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
