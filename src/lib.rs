@@ -20,6 +20,7 @@ pub mod peer;
 pub mod platform;
 pub mod report;
 pub mod results;
+pub mod rng;
 pub mod runner;
 pub mod scratch;
 pub mod sentinel;

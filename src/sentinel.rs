@@ -12,8 +12,8 @@
 //! allocation to the next, made the chase and the copy settle into states up to 2x apart
 //! on an unchanged host. See docs/METHODOLOGY.md, "Environment sentinel".
 
-use crate::experiments::memory::{sattolo, Rng};
 use crate::opaque::hide;
+use crate::rng::{sattolo, Rng};
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
 

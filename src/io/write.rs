@@ -7,6 +7,7 @@
 //! writing. Devices (e.g. /dev/null) can be written with `--force` and are never removed.
 
 use super::{check_block, fmt_mib_s, os_err, plain, rate, Res};
+use crate::rng::Rng;
 use crate::units::fmt_bytes;
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -21,26 +22,10 @@ pub struct WriteOutcome {
     pub sync_seconds: f64,
 }
 
-/// splitmix64: fast, and its output does not compress or deduplicate.
-fn splitmix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// Fills `buf` with pseudo-random bytes.
+/// Fills `buf` with pseudo-random bytes (`rng::Rng`: its output does not compress or
+/// deduplicate).
 pub fn fill_random(buf: &mut [u8], seed: u64) {
-    let mut s = seed;
-    let mut chunks = buf.chunks_exact_mut(8);
-    for c in &mut chunks {
-        c.copy_from_slice(&splitmix(&mut s).to_le_bytes());
-    }
-    let r = chunks.into_remainder();
-    let v = splitmix(&mut s).to_le_bytes();
-    let n = r.len();
-    r.copy_from_slice(&v[..n]);
+    Rng::new(seed).fill(buf);
 }
 
 fn write_all(file: &File, path: &Path, mut data: &[u8]) -> Res<()> {
@@ -146,11 +131,11 @@ pub fn run(path: &Path, block_size: u64, count: u64, force: bool) -> Res<WriteOu
 
     let mut buf = vec![0u8; block];
     fill_random(&mut buf, 0x056d_6574_6572);
-    let mut stamp = 0x1234_5678u64;
+    let mut stamp = Rng::new(0x1234_5678);
     let span = super::Span::start();
     for _ in 0..count {
         // A fresh random stamp per block keeps blocks distinct without refilling them.
-        let s = splitmix(&mut stamp).to_le_bytes();
+        let s = stamp.next_u64().to_le_bytes();
         let n = block.min(8);
         buf[..n].copy_from_slice(&s[..n]);
         write_all(&file, path, &buf).map_err(fail)?;

@@ -2,11 +2,12 @@
 //! a barrier; per-block time vs P and a fitted (piecewise) linear model
 //! (docs/METHODOLOGY.md, fs.contention).
 
-use super::{direct_works, evict_check, fmt_b, make_file, reopen, Rng, Tally, BLOCK, MIB};
+use super::{direct_works, evict_check, fmt_b, make_file, reopen, Tally, BLOCK, MIB};
 use crate::clock::{Clock, Deadline};
 use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
 use crate::pagecache::AlignedBuf;
 use crate::results::{Check, Prediction, Series};
+use crate::rng::Rng;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
@@ -484,7 +485,7 @@ impl Experiment for Contention {
                 scratch,
                 &format!("contention-{i}"),
                 fsize,
-                rng.next(),
+                rng.next_u64(),
             )?);
         }
         let direct = direct_works(&owners[0].file);

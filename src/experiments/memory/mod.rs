@@ -1,8 +1,7 @@
 //! Memory experiments (docs/METHODOLOGY.md, "The memory experiments"): load latency per working-set size with detected
 //! cache levels, bandwidth, and page-fault service time.
 //!
-//! Shared here: a small PRNG, Sattolo's single-cycle permutation, anonymous mappings with
-//! huge-page advice, and the machine facts these experiments need, with sysfs/procfs
+//! Shared here: anonymous mappings with huge-page advice, and the machine facts these experiments need, with sysfs/procfs
 //! fallbacks while the machine module does not provide them.
 
 use super::Experiment;
@@ -19,71 +18,6 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
         Box::new(bandwidth::Bandwidth),
         Box::new(pagefault::PageFault),
     ]
-}
-
-/// SplitMix64: small, fast and good enough to shuffle; seeded per run so each run walks a
-/// different permutation.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    /// Seeded from the time and the process id.
-    pub fn from_entropy() -> Rng {
-        let t = crate::clock::monotonic_raw_ns();
-        Rng(t ^ ((std::process::id() as u64) << 32) ^ 0x9e37_79b9_7f4a_7c15)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in 0..bound (bound > 0), by multiply-high; the bias is below 2^-32 for
-    /// the bounds used here.
-    pub fn below(&mut self, bound: usize) -> usize {
-        ((self.next_u64() as u128 * bound as u128) >> 64) as usize
-    }
-
-    /// Fisher-Yates shuffle.
-    pub fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.below(i + 1);
-            v.swap(i, j);
-        }
-    }
-}
-
-/// Sattolo's algorithm: a uniformly random cyclic permutation of 0..n, as `next[i]`.
-/// Unlike a plain shuffle, following `next` from any node visits all n nodes before it
-/// returns (a shuffle can leave short cycles that fit in a cache).
-pub fn sattolo(n: usize, rng: &mut Rng) -> Vec<u32> {
-    let mut next: Vec<u32> = (0..n as u32).collect();
-    for i in (1..n).rev() {
-        let j = rng.below(i); // j < i: never a fixed point, always one cycle
-        next.swap(i, j);
-    }
-    next
-}
-
-/// Length of the cycle through node 0 (n for a single cycle over n nodes).
-pub fn cycle_length(next: &[u32]) -> usize {
-    if next.is_empty() {
-        return 0;
-    }
-    let mut i = next[0] as usize;
-    let mut len = 1;
-    while i != 0 && len <= next.len() {
-        i = next[i] as usize;
-        len += 1;
-    }
-    len
 }
 
 /// A cache as sysfs describes it.
@@ -396,22 +330,6 @@ pub fn size_label(b: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sattolo_is_one_cycle() {
-        let mut rng = Rng::new(1);
-        for n in [1usize, 2, 3, 10, 1000] {
-            let p = sattolo(n, &mut rng);
-            assert_eq!(cycle_length(&p), n);
-        }
-    }
-
-    #[test]
-    fn a_plain_shuffle_can_leave_short_cycles() {
-        // The reason for Sattolo: identity is a valid shuffle and has n cycles.
-        let ident: Vec<u32> = (0..8).collect();
-        assert_eq!(cycle_length(&ident), 1);
-    }
 
     #[test]
     fn thp_from_the_description() {

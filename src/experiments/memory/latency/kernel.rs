@@ -2,8 +2,9 @@
 //! curves of chases over working-set sizes (docs/METHODOLOGY.md, mem.latency).
 
 use super::checks::verify_chain;
-use crate::experiments::memory::{measure_quiet, sattolo, Quiet, QuietSpec, Region, Rng};
+use crate::experiments::memory::{measure_quiet, Quiet, QuietSpec, Region};
 use crate::experiments::Context;
+use crate::rng::{sattolo, Rng};
 use crate::units::{fmt_bytes, fmt_ns};
 
 /// Loads per loop iteration of the chase (unrolled so the loop branch is negligible).

@@ -24,9 +24,10 @@ pub use crate::analysis::{detect_levels, Level};
 pub use kernel::{lmbench_chain, Point};
 pub use levels::{llc_hit_fraction, name_levels, Named};
 
-use super::{Pages, QuietSpec, Region, Rng};
+use super::{Pages, QuietSpec, Region};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::results::{Check, Prediction};
+use crate::rng::Rng;
 use crate::units::fmt_bytes;
 use kernel::{curve, lmbench_point, Curve, Specs};
 use std::time::Duration;

@@ -113,7 +113,7 @@ fn verification_rejects_short_cycles_and_stray_pointers() {
     let mut r = Region::new(64 << 10, Pages::Base).unwrap();
     let mut rng = Rng::new(3);
     for n in [1usize, 2, 5, 16, 17, 1000] {
-        let next = super::super::sattolo(n, &mut rng);
+        let next = crate::rng::sattolo(n, &mut rng);
         lay(&mut r, 64, &next);
         assert!(verify_chain(&r, 64, n, &mut rng), "n={n}");
     }
@@ -132,7 +132,7 @@ fn verification_rejects_short_cycles_and_stray_pointers() {
         assert!(!verify_chain(&r, 64, 1000, &mut rng));
     }
     // A node pointing outside the chain.
-    let next = super::super::sattolo(1000, &mut rng);
+    let next = crate::rng::sattolo(1000, &mut rng);
     lay(&mut r, 64, &next);
     // SAFETY: node 10 lies inside the region; overwriting its pointer with garbage.
     unsafe { *(r.as_ptr().add(640) as *mut usize) = 12345 };
@@ -145,7 +145,7 @@ fn lmbench_chain_is_one_cycle_changing_page_every_step() {
     for (pages, lines) in [(1usize, 64usize), (4, 64), (256, 64), (3, 8), (5, 1)] {
         let next = lmbench_chain(pages, lines, &mut rng);
         assert_eq!(
-            super::super::cycle_length(&next),
+            crate::rng::cycle_length(&next),
             pages * lines,
             "{pages}x{lines}"
         );
@@ -164,7 +164,7 @@ fn lmbench_chain_is_one_cycle_changing_page_every_step() {
 fn chase_follows_a_verified_chain() {
     let mut r = Region::new(64 << 10, Pages::Base).unwrap();
     let mut rng = Rng::new(7);
-    let next = super::super::sattolo(1024, &mut rng);
+    let next = crate::rng::sattolo(1024, &mut rng);
     lay(&mut r, 64, &next);
     assert!(verify_chain(&r, 64, 1024, &mut rng));
     let start = r.as_ptr() as *const u8;
