@@ -5,6 +5,7 @@
 //! fallbacks while the machine module does not provide them.
 
 use super::Experiment;
+use crate::machine::Cache;
 use anyhow::{bail, Context as _};
 
 pub mod bandwidth;
@@ -20,36 +21,8 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
     ]
 }
 
-/// A cache as sysfs describes it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CacheFact {
-    pub level: u32,
-    pub kind: String,
-    pub size_bytes: u64,
-    pub line_bytes: u64,
-}
-
-/// Data and unified caches from the machine description, ordered by level.
-pub fn data_caches(machine: &crate::machine::Machine) -> Vec<CacheFact> {
-    let mut v: Vec<CacheFact> = machine
-        .cpu
-        .caches
-        .iter()
-        .map(|c| CacheFact {
-            level: c.level,
-            kind: c.kind.clone(),
-            size_bytes: c.size_bytes,
-            line_bytes: c.line_bytes,
-        })
-        .collect();
-    v.retain(|c| c.kind != "Instruction" && c.size_bytes > 0);
-    v.sort_by_key(|c| (c.level, c.size_bytes));
-    v.dedup_by_key(|c| c.level);
-    v
-}
-
 /// Cache line size: from the machine's caches, else 64 bytes.
-pub fn line_bytes(caches: &[CacheFact]) -> usize {
+pub fn line_bytes(caches: &[Cache]) -> usize {
     caches
         .iter()
         .map(|c| c.line_bytes as usize)
@@ -58,7 +31,7 @@ pub fn line_bytes(caches: &[CacheFact]) -> usize {
 }
 
 /// Last-level cache size, if known.
-pub fn llc_bytes(caches: &[CacheFact]) -> Option<u64> {
+pub fn llc_bytes(caches: &[Cache]) -> Option<u64> {
     caches.iter().map(|c| c.size_bytes).max()
 }
 
@@ -344,7 +317,7 @@ mod tests {
     #[test]
     fn caches_are_read() {
         let m = crate::machine::Machine::gather();
-        let c = data_caches(&m);
+        let c = m.data_caches();
         // Where the description found caches (sysfs has them on most machines).
         if m.cpu.caches.iter().any(|c| c.size_bytes > 0) {
             assert!(!c.is_empty());

@@ -153,7 +153,7 @@ impl Experiment for Bandwidth {
         }
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        let caches = super::data_caches(ctx.machine);
+        let caches = ctx.machine.data_caches();
         let line = super::line_bytes(&caches) as f64;
         let (lat, src) = match ctx
             .earlier_median("mem.latency", "dram_thp")
@@ -233,7 +233,7 @@ impl Experiment for Bandwidth {
 
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
-        let caches = super::data_caches(ctx.machine);
+        let caches = ctx.machine.data_caches();
         let llc = super::llc_bytes(&caches).unwrap_or(32 << 20);
         // The CPUs the process may use (gathered before the runner pinned this thread).
         let mut allowed = ctx.machine.cpu.allowed_cpus.clone();

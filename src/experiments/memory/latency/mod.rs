@@ -169,7 +169,7 @@ impl Experiment for Latency {
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let (ghz, src) = crate::experiments::cpu::core_ghz(ctx);
-        let caches = super::data_caches(ctx.machine);
+        let caches = ctx.machine.data_caches();
         let mut v = Vec::new();
         for c in &caches {
             let (name, cyc) = match c.level {
@@ -232,7 +232,7 @@ impl Experiment for Latency {
 
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
-        let caches = super::data_caches(ctx.machine);
+        let caches = ctx.machine.data_caches();
         let line = super::line_bytes(&caches);
         let llc = super::llc_bytes(&caches).unwrap_or(32 << 20);
         let p = plan(ctx.profile, llc, line);
@@ -517,7 +517,7 @@ fn premise_and_notes(base: &BaseCurves, thp_curve: Option<&(Curve, f64)>, out: &
 /// lmbench-layout figures, with their findings and sanity checks.
 fn levels_and_memory(
     p: &Plan,
-    caches: &[super::CacheFact],
+    caches: &[crate::machine::Cache],
     base: &BaseCurves,
     thp_curve: Option<&(Curve, f64)>,
     max: u64,

@@ -19,18 +19,19 @@ fn synth(levels: &[(u64, f64)], max: u64) -> Vec<(u64, f64)> {
         .collect()
 }
 
-fn caches3() -> Vec<super::super::CacheFact> {
+fn caches3() -> Vec<crate::machine::Cache> {
     [
         (1, "Data", 32u64 << 10),
         (2, "Unified", 512 << 10),
         (3, "Unified", 32 << 20),
     ]
     .iter()
-    .map(|&(level, kind, size)| super::super::CacheFact {
+    .map(|&(level, kind, size)| crate::machine::Cache {
         level,
         kind: kind.into(),
         size_bytes: size,
         line_bytes: 64,
+        ..Default::default()
     })
     .collect()
 }
@@ -54,23 +55,26 @@ fn detects_synthetic_levels() {
     let lv = detect_levels(&pts, 3);
     assert!(lv.len() >= 3, "{lv:?}");
     let caches = vec![
-        super::super::CacheFact {
+        crate::machine::Cache {
             level: 1,
             kind: "Data".into(),
             size_bytes: 32 << 10,
             line_bytes: 64,
+            ..Default::default()
         },
-        super::super::CacheFact {
+        crate::machine::Cache {
             level: 2,
             kind: "Unified".into(),
             size_bytes: 512 << 10,
             line_bytes: 64,
+            ..Default::default()
         },
-        super::super::CacheFact {
+        crate::machine::Cache {
             level: 3,
             kind: "Unified".into(),
             size_bytes: 32 << 20,
             line_bytes: 64,
+            ..Default::default()
         },
     ];
     let named = name_levels(&lv, &caches, 128 << 20);
