@@ -58,6 +58,41 @@ impl Default for HarnessConfig {
     }
 }
 
+impl HarnessConfig {
+    /// These settings within `budget` split `parts` ways, calibration within half of a
+    /// part: the one way a budget becomes harness settings (`Context::harness`,
+    /// cpu.syscall's `harness_config` for `io syscalls`, the memory kernels).
+    pub fn for_budget(mut self, budget: Duration, parts: usize) -> Self {
+        self.budget = budget / parts.max(1) as u32;
+        self.calibration_limit = self.calibration_limit.min(self.budget / 2);
+        self
+    }
+
+    /// For bodies that only compute (never block or wake another task): trials during
+    /// which the thread was preempted are set aside and repeated.
+    pub fn cpu_only(mut self) -> Self {
+        self.detect_preemption = true;
+        self
+    }
+
+    /// Short trials without a timed warm-up beyond one trial, preempted ones repeated
+    /// (the memory kernels: long against the clock's overhead, short against a time
+    /// slice); the budget comes from `for_budget`.
+    pub fn short_trials(min_trial: Duration, trials: usize) -> Self {
+        HarnessConfig {
+            min_trial,
+            trials,
+            min_trials: 3.min(trials),
+            warmup: Duration::ZERO,
+            budget: Duration::ZERO,
+            calibration_limit: Duration::MAX,
+            max_iters: 1 << 40,
+            detect_preemption: false,
+        }
+        .cpu_only()
+    }
+}
+
 /// Trials of one calibrated measurement.
 #[derive(Debug, Clone)]
 pub struct Measurement {
@@ -590,7 +625,7 @@ mod tests {
     #[test]
     fn preemption_check_keeps_undisturbed_trials() {
         // On the real clock with the check on, kept trials are undisturbed or a note says why.
-        let (clock, _) = crate::clock::detect();
+        let (clock, _) = crate::clock::detect(None);
         let c = HarnessConfig {
             detect_preemption: true,
             budget: Duration::from_millis(500),
@@ -890,7 +925,7 @@ mod tests {
             .unwrap();
         assert_eq!(v, vec![50.0; 3]);
         // The real source advances while the thread works.
-        let (real, _) = crate::clock::detect();
+        let (real, _) = crate::clock::detect(None);
         let h2 = Harness::new(&real, cfg(), 0.0);
         let v = h2
             .cpu_time_trials(2, Duration::from_millis(2), 100, || {
@@ -903,7 +938,7 @@ mod tests {
 
     #[test]
     fn real_clock_measures_a_loop() {
-        let (clock, _) = crate::clock::detect();
+        let (clock, _) = crate::clock::detect(None);
         let c = HarnessConfig {
             budget: Duration::from_millis(100),
             ..Default::default()

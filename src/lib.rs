@@ -26,7 +26,3 @@ pub mod scratch;
 pub mod sentinel;
 pub mod stats;
 pub mod units;
-
-/// The platform layer's former name (src/sys.rs), kept so code written against it on
-/// other branches still builds; new code names `platform`.
-pub use platform as sys;

@@ -6,7 +6,8 @@
 //! disk leaves nothing behind; a file it was not allowed to touch is never opened for
 //! writing. Devices (e.g. /dev/null) can be written with `--force` and are never removed.
 
-use super::{check_block, fmt_mib_s, os_err, plain, rate, Res};
+use super::{check_block, fmt_mib_s, os_err, plain, rate};
+use crate::error;
 use crate::rng::Rng;
 use crate::units::fmt_bytes;
 use std::fs::File;
@@ -28,7 +29,7 @@ pub fn fill_random(buf: &mut [u8], seed: u64) {
     Rng::new(seed).fill(buf);
 }
 
-fn write_all(file: &File, path: &Path, mut data: &[u8]) -> Res<()> {
+fn write_all(file: &File, path: &Path, mut data: &[u8]) -> error::Result<()> {
     while !data.is_empty() {
         // SAFETY: data is a valid readable slice.
         let n = unsafe {
@@ -55,7 +56,11 @@ fn write_all(file: &File, path: &Path, mut data: &[u8]) -> Res<()> {
 
 /// What is at `path` (refused unless --force; a folder never) and whether it is a regular
 /// file (or will be one); the free space is checked first for regular files.
-fn check_target(path: &Path, total: u64, force: bool) -> Res<(Option<std::fs::Metadata>, bool)> {
+fn check_target(
+    path: &Path,
+    total: u64,
+    force: bool,
+) -> error::Result<(Option<std::fs::Metadata>, bool)> {
     let existing = match std::fs::symlink_metadata(path) {
         Ok(m) => Some(std::fs::metadata(path).unwrap_or(m)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -94,7 +99,7 @@ fn check_target(path: &Path, total: u64, force: bool) -> Res<(Option<std::fs::Me
     Ok((existing, regular))
 }
 
-pub fn run(path: &Path, block_size: u64, count: u64, force: bool) -> Res<WriteOutcome> {
+pub fn run(path: &Path, block_size: u64, count: u64, force: bool) -> error::Result<WriteOutcome> {
     let block = check_block(block_size)?;
     let total = block_size.checked_mul(count).ok_or_else(|| {
         super::Error::usage(format!(

@@ -115,7 +115,7 @@ pub struct CpuInfo {
 }
 
 /// Whether the first flags line of /proc/cpuinfo lists constant_tsc and nonstop_tsc
-/// (`None` without one). Read live: the clock needs it before the description exists.
+/// (`None` without one). Read live, for `Machine::add_time_base`.
 pub fn tsc_invariant_flags() -> Option<bool> {
     let s = FactRoot::live().read("/proc/cpuinfo")?;
     let flags = s.lines().find(|l| l.starts_with("flags"))?;

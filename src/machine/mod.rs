@@ -40,7 +40,7 @@ pub struct Machine {
     /// and its partners. Absent in older results (`is_unknown`), and then left out again.
     #[serde(skip_serializing_if = "Topology::is_unknown")]
     pub topology: Topology,
-    /// The time base (filled by the runner from `clock::detect`).
+    /// The time base (`add_time_base`, on a live machine only).
     pub clock: Option<ClockInfo>,
     pub memory: Memory,
     pub storage: Storage,
@@ -152,6 +152,23 @@ impl Machine {
         });
         v.dedup_by_key(|c| c.level);
         v
+    }
+
+    /// Adds the time base to a live description: the counter (`clock::detect`), its
+    /// frequency and invariance, the effective core clock (`clock::measure_core_clock`),
+    /// and their warnings. Returns the counter for timing. Call it on the CPU that will
+    /// be measured (the core clock is timed there).
+    pub fn add_time_base(&mut self) -> crate::clock::HwClock {
+        let (hw, info) = crate::clock::detect(cpu::tsc_invariant_flags());
+        let core = crate::clock::measure_core_clock();
+        self.cpu.core_clock_hz = core.as_ref().map(|c| c.hz);
+        if let Some(c) = &core {
+            let max_hz = self.cpu.max_mhz.map(|m| m * 1e6);
+            self.warnings.extend(c.warnings(max_hz));
+        }
+        self.warnings.extend(info.warnings.iter().cloned());
+        self.clock = Some(info);
+        hw
     }
 
     /// The memory an experiment may allocate: MemAvailable, capped by a cgroup limit.

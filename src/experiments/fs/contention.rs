@@ -352,16 +352,12 @@ fn release(bar: &Barrier, n: usize) -> usize {
 
 /// Waits for every reader; returns how many did not exit cleanly.
 fn reap(pids: &[libc::pid_t]) -> usize {
-    let mut failed = 0;
-    for pid in pids {
-        let mut status = 0;
-        // SAFETY: waiting for our own child.
-        unsafe { libc::waitpid(*pid, &mut status, 0) };
-        if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
-            failed += 1;
-        }
-    }
-    failed
+    pids.iter()
+        .filter(|&&pid| {
+            !crate::platform::reap(pid, false)
+                .is_ok_and(|s| libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0)
+        })
+        .count()
 }
 
 /// The round's figures from the readers' slots.

@@ -728,21 +728,11 @@ pub(crate) fn cgroup_memory_limit(machine: &Machine) -> Option<(u64, String)> {
     })
 }
 
-/// MemAvailable from the machine facts.
+/// MemAvailable from the machine facts, with its source (not capped by the cgroup, unlike
+/// `Machine::memory_budget_bytes`).
 pub(crate) fn mem_available(ctx: &Context) -> Option<(u64, String)> {
     let a = ctx.machine.memory.available_bytes;
     (a > 0).then(|| (a, "machine: MemAvailable".into()))
-}
-
-/// Sizes from `from` doubling up to `to` (both included when powers of two apart).
-pub(crate) fn doublings(from: u64, to: u64) -> Vec<u64> {
-    let mut v = Vec::new();
-    let mut s = from;
-    while s <= to {
-        v.push(s);
-        s *= 2;
-    }
-    v
 }
 
 #[cfg(test)]
@@ -839,12 +829,6 @@ mod tests {
             t.blocks,
             samples / 3 * 10 + [0, 4, 8][(samples % 3) as usize]
         );
-    }
-
-    #[test]
-    fn doubling_sizes() {
-        assert_eq!(doublings(1, 8), vec![1, 2, 4, 8]);
-        assert_eq!(doublings(3, 2), Vec::<u64>::new());
     }
 
     #[test]

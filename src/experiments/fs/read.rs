@@ -3,8 +3,8 @@
 //! fs.remote-read.
 
 use super::{
-    direct_works, doublings, evict_check, fmt_b, make_file, read_through, reopen, time_blocks,
-    BlockTimes, Pattern, Tally, Timing, BLOCK, MIB,
+    direct_works, evict_check, fmt_b, make_file, read_through, reopen, time_blocks, BlockTimes,
+    Pattern, Tally, Timing, BLOCK, MIB,
 };
 use crate::clock::Deadline;
 use crate::experiments::{Context, Experiment, Outcome, Profile};
@@ -12,6 +12,7 @@ use crate::pagecache;
 use crate::results::{Check, Prediction, Series};
 use crate::rng::Rng;
 use crate::scratch::Scratch;
+use crate::units::doublings;
 use std::fs::File;
 use std::time::Duration;
 

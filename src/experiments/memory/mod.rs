@@ -5,6 +5,7 @@
 //! fallbacks while the machine module does not provide them.
 
 use super::Experiment;
+use crate::harness::{Harness, HarnessConfig, Measurement};
 use crate::machine::Cache;
 use anyhow::{bail, Context as _};
 
@@ -35,16 +36,11 @@ pub fn llc_bytes(caches: &[Cache]) -> Option<u64> {
     caches.iter().map(|c| c.size_bytes).max()
 }
 
-/// The memory this process may use: MemAvailable capped by its cgroup's limit.
-pub fn mem_available(machine: &crate::machine::Machine) -> u64 {
-    machine.memory_budget_bytes()
-}
-
 /// The memory a run of an experiment may use: never more than a quarter of what is
 /// available (MemAvailable, capped by the cgroup limit).
 /// Errors when even `min` does not fit.
 pub fn memory_cap(machine: &crate::machine::Machine, want: u64, min: u64) -> anyhow::Result<u64> {
-    let avail = mem_available(machine);
+    let avail = machine.memory_budget_bytes();
     if avail == 0 {
         // Unknown: stay small rather than risk the machine.
         return Ok(want.min(256 << 20).max(min));
@@ -219,71 +215,37 @@ pub fn rss_check(base: Option<u64>, cap: u64) -> crate::results::Check {
     }
 }
 
-pub use crate::harness::thread_preemptions;
-
-/// How long and how often `measure_quiet` measures.
-#[derive(Debug, Clone)]
-pub struct QuietSpec {
-    /// Shortest trial: long against the clock's overhead, short against a scheduler
-    /// time slice, so that most trials run without being preempted on a busy machine.
-    pub min_trial: std::time::Duration,
-    pub trials: usize,
-    /// Wall time for calibration and trials together.
-    pub budget: std::time::Duration,
-}
-
-/// Trials of one measurement, with the preempted ones counted.
-pub type Quiet = crate::harness::Measurement;
-
-impl QuietSpec {
-    /// The harness settings for this spec: short trials, the preemption check on, no
-    /// timed warm-up beyond one trial, calibration within half the budget.
-    fn harness_config(&self) -> crate::harness::HarnessConfig {
-        crate::harness::HarnessConfig {
-            min_trial: self.min_trial,
-            trials: self.trials,
-            min_trials: 3.min(self.trials),
-            warmup: std::time::Duration::ZERO,
-            budget: self.budget,
-            calibration_limit: self.budget / 2,
-            max_iters: 1 << 40,
-            detect_preemption: true,
-        }
-    }
-}
-
 /// Measures `body(iters)` (`ops_per_iter` operations per iteration) with the shared
-/// harness in short trials, repeating those during which the thread was preempted.
-/// Only the clock's overhead is subtracted (a chase or stream step dwarfs the loop's).
-pub fn measure_quiet(
+/// harness under `cfg` (`HarnessConfig::short_trials`), repeating trials during which the
+/// thread was preempted. Only the clock's overhead is subtracted (a chase or stream step
+/// dwarfs the loop's).
+pub fn measure_raw(
     clock: &dyn crate::clock::Clock,
-    spec: &QuietSpec,
+    cfg: &HarnessConfig,
     ops_per_iter: f64,
     body: impl FnMut(u64),
-) -> Quiet {
-    let m = crate::harness::Harness::new(clock, spec.harness_config(), 0.0)
-        .measure_raw(ops_per_iter, body);
+) -> Measurement {
+    let m = Harness::new(clock, cfg.clone(), 0.0).measure_raw(ops_per_iter, body);
     without_preemption_note(m)
 }
 
 /// Memory experiments sum preempted trials into one note of their own.
-fn without_preemption_note(mut m: Quiet) -> Quiet {
+fn without_preemption_note(mut m: Measurement) -> Measurement {
     let note = crate::harness::preemption_note(m.preempted, m.undisturbed);
     m.notes.retain(|n| *n != note);
     m
 }
 
-/// As `measure_quiet` over a trial the caller times itself (several threads released
+/// As `measure_raw` over a trial the caller times itself (several threads released
 /// together): `trial(iters)` returns its ticks, clock overhead included, and whether
 /// every thread ran undisturbed.
 pub fn measure_trials(
     clock: &dyn crate::clock::Clock,
-    spec: &QuietSpec,
+    cfg: &HarnessConfig,
     ops_per_iter: f64,
     trial: impl FnMut(u64) -> (u64, bool),
-) -> Quiet {
-    let m = crate::harness::Harness::new(clock, spec.harness_config(), 0.0)
-        .measure_trials(ops_per_iter, trial);
+) -> Measurement {
+    let m = Harness::new(clock, cfg.clone(), 0.0).measure_trials(ops_per_iter, trial);
     without_preemption_note(m)
 }
 

@@ -296,7 +296,7 @@ impl Experiment for PageFault {
             fmt_bytes((anon + file_len) as f64),
             fmt_bytes(anon as f64),
             fmt_bytes(file_len as f64),
-            fmt_bytes(super::mem_available(ctx.machine) as f64)
+            fmt_bytes(ctx.machine.memory_budget_bytes() as f64)
         ));
         let rss0 = super::rss_baseline();
 
