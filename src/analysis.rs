@@ -2,46 +2,8 @@
 //! draw conclusions, the cross-experiment findings and the report's figures, so no
 //! question is answered twice with different rules.
 
-use crate::results::{RunResults, Series};
+use crate::results::Series;
 use crate::stats::Summary;
-
-/// A (data or unified) cache from the machine facts.
-#[derive(Debug, Clone)]
-pub struct CacheFact {
-    pub level: u64,
-    pub kind: String,
-    pub size_bytes: f64,
-}
-
-impl CacheFact {
-    pub fn label(&self) -> String {
-        let k = if self.kind.eq_ignore_ascii_case("data") {
-            "d"
-        } else {
-            ""
-        };
-        format!("L{}{k}", self.level)
-    }
-}
-
-/// Data and unified caches listed in `machine.cpu.caches`, by level.
-pub fn sysfs_caches(r: &RunResults) -> Vec<CacheFact> {
-    let mut v: Vec<CacheFact> = r
-        .machine
-        .cpu
-        .caches
-        .iter()
-        .filter(|c| !c.kind.eq_ignore_ascii_case("instruction") && c.size_bytes > 0)
-        .map(|c| CacheFact {
-            level: c.level.into(),
-            kind: c.kind.clone(),
-            size_bytes: c.size_bytes as f64,
-        })
-        .collect();
-    v.sort_by_key(|c| (c.level, c.size_bytes as u64));
-    v.dedup_by(|a, b| a.level == b.level && a.size_bytes == b.size_bytes);
-    v
-}
 
 /// Where growing the block stops paying: the first point (in x order) that no later point
 /// beats by more than the noise, i.e. `y[j] - y[i] <= max(half[i] + half[j], min_rel *

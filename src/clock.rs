@@ -346,13 +346,15 @@ fn measure_overhead<C: Clock + ?Sized>(c: &C) -> (f64, f64) {
     (region[region.len() / 2] as f64, wall)
 }
 
-/// Builds the best clock the platform offers and describes it.
-pub fn detect() -> (HwClock, ClockInfo) {
+/// Builds the best clock the platform offers and describes it. `cpuinfo_invariant` is the
+/// operating system's word on the counter's invariance (`machine::cpu::tsc_invariant_flags`
+/// on Linux x86), used where the CPU itself does not say.
+pub fn detect(cpuinfo_invariant: Option<bool>) -> (HwClock, ClockInfo) {
     let mut warnings = Vec::new();
     let use_counter = arch::available() && std::env::var_os("OSMETER_CLOCK_FALLBACK").is_none();
     let (hz, source, calibrated, invariant) = if use_counter {
         let calibrated = calibrate_hz(arch::stop, Duration::from_millis(20));
-        let invariant = arch::invariant().or_else(cpuinfo_invariant);
+        let invariant = arch::invariant().or(cpuinfo_invariant);
         match arch::nominal_hz() {
             Some((hz, src)) => {
                 if ((hz - calibrated) / calibrated).abs() > 0.01 {
@@ -407,15 +409,6 @@ pub fn detect() -> (HwClock, ClockInfo) {
         warnings,
     };
     (clock, info)
-}
-
-fn cpuinfo_invariant() -> Option<bool> {
-    crate::machine::cpu::tsc_invariant_flags()
-}
-
-/// Effective core clock in Hz (see `measure_core_clock`), or None where no chain exists.
-pub fn effective_core_hz() -> Option<f64> {
-    measure_core_clock().map(|c| c.hz)
 }
 
 /// The core clock as timed by dependent chains, and the cross-check.
@@ -490,7 +483,7 @@ pub fn measure_core_clock() -> Option<CoreClock> {
     #[cfg(target_arch = "x86_64")]
     fn add_chain(iters: u64) {
         let mut x = 0u64;
-        let y = crate::harness::hide(1);
+        let y = crate::opaque::hide(1);
         for _ in 0..iters {
             // SAFETY: register-only arithmetic on locals; no memory or stack; flags clobbered.
             unsafe {
@@ -500,12 +493,12 @@ pub fn measure_core_clock() -> Option<CoreClock> {
                 )
             };
         }
-        crate::harness::keep(x);
+        crate::opaque::keep(x);
     }
     #[cfg(target_arch = "x86_64")]
     fn imul_chain(iters: u64) {
         let mut x = 1u64;
-        let y = crate::harness::hide(3);
+        let y = crate::opaque::hide(3);
         for _ in 0..iters {
             // SAFETY: register-only arithmetic on locals; no memory or stack; flags clobbered.
             unsafe {
@@ -515,12 +508,12 @@ pub fn measure_core_clock() -> Option<CoreClock> {
                 )
             };
         }
-        crate::harness::keep(x);
+        crate::opaque::keep(x);
     }
     #[cfg(target_arch = "aarch64")]
     fn add_chain(iters: u64) {
         let mut x = 0u64;
-        let y = crate::harness::hide(1);
+        let y = crate::opaque::hide(1);
         for _ in 0..iters {
             // SAFETY: register-only arithmetic on locals.
             unsafe {
@@ -530,7 +523,7 @@ pub fn measure_core_clock() -> Option<CoreClock> {
                 )
             };
         }
-        crate::harness::keep(x);
+        crate::opaque::keep(x);
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     fn add_chain(_iters: u64) {}
@@ -604,7 +597,7 @@ mod tests {
 
     #[test]
     fn hardware_clock_is_monotonic_and_plausible() {
-        let (c, info) = detect();
+        let (c, info) = detect(None);
         assert!(
             info.frequency_hz > 1e6 && info.frequency_hz < 1e11,
             "{info:?}"
@@ -656,7 +649,7 @@ mod tests {
 
     #[test]
     fn unserialised_read_agrees_with_the_fenced_one() {
-        let (c, _) = detect();
+        let (c, _) = detect(None);
         let a = c.start();
         let n = c.now();
         let b = c.stop();

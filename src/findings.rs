@@ -7,7 +7,7 @@
 //! and the analyses (knees, interval separation) are `crate::analysis`'s.
 //! docs/METHODOLOGY.md, "Findings across experiments", states every rule.
 
-pub use crate::analysis::{is_model_series, knee, sysfs_caches, CacheFact};
+use crate::analysis::knee;
 use crate::analysis::{separation, Separation};
 use crate::results::MetricRef;
 use crate::results::{ExperimentResult, Finding, Metric, RunResults, Status};

@@ -17,6 +17,7 @@
 //! the whole harness deterministic in tests.
 
 use crate::clock::{Clock, Deadline, Stopwatch};
+use crate::opaque::repeat;
 use std::time::Duration;
 
 /// How long and how often to measure.
@@ -57,6 +58,41 @@ impl Default for HarnessConfig {
     }
 }
 
+impl HarnessConfig {
+    /// These settings within `budget` split `parts` ways, calibration within half of a
+    /// part: the one way a budget becomes harness settings (`Context::harness`,
+    /// cpu.syscall's `harness_config` for `io syscalls`, the memory kernels).
+    pub fn for_budget(mut self, budget: Duration, parts: usize) -> Self {
+        self.budget = budget / parts.max(1) as u32;
+        self.calibration_limit = self.calibration_limit.min(self.budget / 2);
+        self
+    }
+
+    /// For bodies that only compute (never block or wake another task): trials during
+    /// which the thread was preempted are set aside and repeated.
+    pub fn cpu_only(mut self) -> Self {
+        self.detect_preemption = true;
+        self
+    }
+
+    /// Short trials without a timed warm-up beyond one trial, preempted ones repeated
+    /// (the memory kernels: long against the clock's overhead, short against a time
+    /// slice); the budget comes from `for_budget`.
+    pub fn short_trials(min_trial: Duration, trials: usize) -> Self {
+        HarnessConfig {
+            min_trial,
+            trials,
+            min_trials: 3.min(trials),
+            warmup: Duration::ZERO,
+            budget: Duration::ZERO,
+            calibration_limit: Duration::MAX,
+            max_iters: 1 << 40,
+            detect_preemption: false,
+        }
+        .cpu_only()
+    }
+}
+
 /// Trials of one calibrated measurement.
 #[derive(Debug, Clone)]
 pub struct Measurement {
@@ -91,87 +127,6 @@ pub struct Harness<'a> {
     loop_ticks: f64,
     /// Involuntary switches of this thread so far (`thread_preemptions`; a stand-in in tests).
     preemptions: fn() -> u64,
-}
-
-/// The canonical measured loop: `op` runs `iters` times and its result cannot be discarded.
-/// Kernels use this (or the same shape) so that the loop overhead measured on an empty
-/// body is the overhead they carry.
-///
-/// Register-only: the counter and each result stay in registers. `black_box` would store
-/// every result to the stack, and how store forwarding and memory-dependence prediction
-/// then settle varies from run to run (the loop read 0.34 or 0.79 ns in different runs).
-/// The counter passes through `hide` each iteration, so the trip count is unknown to the
-/// optimiser and the loop is neither unrolled nor collapsed.
-#[inline(always)]
-pub fn repeat<T: Reg>(iters: u64, mut op: impl FnMut() -> T) {
-    let mut i = iters;
-    while i != 0 {
-        keep(op());
-        i = hide(i).wrapping_sub(1);
-    }
-}
-
-/// A value that fits one general-purpose register, so `keep` can consume it without memory.
-pub trait Reg: Copy {
-    fn bits(self) -> u64;
-}
-macro_rules! reg_int {
-    ($($t:ty),*) => {$(
-        impl Reg for $t {
-            #[inline(always)]
-            fn bits(self) -> u64 {
-                self as u64
-            }
-        }
-    )*};
-}
-reg_int!(u8, u16, u32, u64, usize, i8, i16, i32, i64, isize, bool);
-impl Reg for () {
-    #[inline(always)]
-    fn bits(self) -> u64 {
-        0
-    }
-}
-impl<P> Reg for *const P {
-    #[inline(always)]
-    fn bits(self) -> u64 {
-        self as usize as u64
-    }
-}
-impl<P> Reg for *mut P {
-    #[inline(always)]
-    fn bits(self) -> u64 {
-        self as usize as u64
-    }
-}
-
-/// Consumes `v` in a register: the compiler must compute it but stores nothing. Also a
-/// compiler barrier (the asm may have side effects) that does not touch memory.
-#[inline(always)]
-pub fn keep<T: Reg>(v: T) {
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    // SAFETY: an empty asm statement reading one register; no memory, stack or flags.
-    unsafe {
-        core::arch::asm!("/* keep {0} */", in(reg) v.bits(), options(nomem, nostack, preserves_flags))
-    };
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    std::hint::black_box(v.bits());
-}
-
-/// Returns `v` unchanged, but the optimiser cannot know its value; it stays in a register.
-#[inline(always)]
-pub fn hide(v: u64) -> u64 {
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    {
-        let mut v = v;
-        // SAFETY: an empty asm statement that may "change" one register; no memory or flags.
-        unsafe {
-            core::arch::asm!("/* hide {0} */", inout(reg) v, options(nomem, nostack, preserves_flags))
-        };
-        v
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    std::hint::black_box(v)
 }
 
 impl<'a> Harness<'a> {
@@ -670,7 +625,7 @@ mod tests {
     #[test]
     fn preemption_check_keeps_undisturbed_trials() {
         // On the real clock with the check on, kept trials are undisturbed or a note says why.
-        let (clock, _) = crate::clock::detect();
+        let (clock, _) = crate::clock::detect(None);
         let c = HarnessConfig {
             detect_preemption: true,
             budget: Duration::from_millis(500),
@@ -970,7 +925,7 @@ mod tests {
             .unwrap();
         assert_eq!(v, vec![50.0; 3]);
         // The real source advances while the thread works.
-        let (real, _) = crate::clock::detect();
+        let (real, _) = crate::clock::detect(None);
         let h2 = Harness::new(&real, cfg(), 0.0);
         let v = h2
             .cpu_time_trials(2, Duration::from_millis(2), 100, || {
@@ -983,7 +938,7 @@ mod tests {
 
     #[test]
     fn real_clock_measures_a_loop() {
-        let (clock, _) = crate::clock::detect();
+        let (clock, _) = crate::clock::detect(None);
         let c = HarnessConfig {
             budget: Duration::from_millis(100),
             ..Default::default()

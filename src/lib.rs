@@ -14,17 +14,15 @@ pub mod harness;
 pub mod history;
 pub mod io;
 pub mod machine;
+pub mod opaque;
 pub mod pagecache;
 pub mod peer;
 pub mod platform;
 pub mod report;
 pub mod results;
+pub mod rng;
 pub mod runner;
 pub mod scratch;
 pub mod sentinel;
 pub mod stats;
 pub mod units;
-
-/// The platform layer's former name (src/sys.rs), kept so code written against it on
-/// other branches still builds; new code names `platform`.
-pub use platform as sys;

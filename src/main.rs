@@ -379,15 +379,7 @@ fn cmd_machine(json: bool, snapshot: Option<PathBuf>, from: Option<PathBuf>) -> 
     let mut m = Machine::gather_from(&root);
     if root.is_live() {
         // The time base belongs to the description: counter, its frequency, the core clock.
-        let (_, clock) = osmeter::clock::detect();
-        m.warnings.extend(clock.warnings.iter().cloned());
-        m.clock = Some(clock);
-        let core = osmeter::clock::measure_core_clock();
-        m.cpu.core_clock_hz = core.as_ref().map(|c| c.hz);
-        if let Some(c) = &core {
-            let max_hz = m.cpu.max_mhz.map(|m| m * 1e6);
-            m.warnings.extend(c.warnings(max_hz));
-        }
+        m.add_time_base();
     }
     if let Some(dir) = &snapshot {
         match facts::write_snapshot(dir, &root.recorded_facts()) {

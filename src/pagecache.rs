@@ -4,7 +4,6 @@
 use anyhow::Context as _;
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::path::Path;
 
 /// The system page size.
 pub fn page_size() -> usize {
@@ -193,16 +192,6 @@ fn evict_with(
         total_pages: last.1,
         residency_unknown,
     })
-}
-
-/// Whether files in `dir` can be opened with O_DIRECT (tmpfs and some FUSE cannot).
-pub fn supports_o_direct(dir: &Path) -> bool {
-    let probe = dir.join(format!(".osmeter-odirect-{}", std::process::id()));
-    let mut o = std::fs::OpenOptions::new();
-    o.write(true).create_new(true);
-    let ok = crate::platform::open_uncached(&o, &probe).is_ok();
-    let _ = std::fs::remove_file(&probe);
-    ok
 }
 
 /// A zeroed heap buffer aligned for O_DIRECT.

@@ -2,7 +2,7 @@
 //! runs each experiment within its budget (with a watchdog so none can hang), captures
 //! failures and panics, and assembles the results document.
 
-use crate::clock::{self, Clock};
+use crate::clock::Clock;
 use crate::experiments::{self, Context, Experiment, Profile, RunOptions};
 use crate::machine::{Machine, Topology};
 use crate::platform;
@@ -42,28 +42,6 @@ pub use crate::error::Error as RunError;
 pub struct RunOutput {
     pub results: RunResults,
     pub folder: Option<PathBuf>,
-}
-
-/// The CPU to pin single-threaded work to: the requested one (validated), else the one
-/// the topology chose (a performance core, not CPU 0's core when another is allowed),
-/// else the last allowed CPU.
-pub fn choose_cpu(requested: Option<usize>, topology: &Topology) -> Result<usize, RunError> {
-    let allowed = platform::allowed_cpus();
-    match requested {
-        Some(c) if allowed.contains(&c) => Ok(c),
-        Some(c) => Err(RunError::Usage(format!(
-            "--cpu {c}: not a CPU this process may use (allowed: {})",
-            allowed
-                .iter()
-                .map(|c| c.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        ))),
-        None => Ok(topology
-            .chosen_cpu
-            .filter(|c| allowed.contains(c))
-            .unwrap_or(*allowed.last().unwrap_or(&0))),
-    }
 }
 
 /// An existing directory this process may create files in (checked with access(2), so
@@ -307,7 +285,10 @@ pub fn run_with(cfg: &RunConfig, registry: Registry) -> Result<RunOutput, RunErr
     let allowed = platform::allowed_cpus();
     let steal = crate::machine::StealMeter::start();
     let mut machine = Machine::gather();
-    let cpu = choose_cpu(cfg.cpu, &machine.topology)?;
+    let cpu = machine
+        .topology
+        .choose_cpu(cfg.cpu, &allowed)
+        .map_err(RunError::Usage)?;
     if machine.topology.chosen_cpu != Some(cpu) {
         let why = if cfg.cpu.is_some() {
             "requested with --cpu"
@@ -328,15 +309,7 @@ pub fn run_with(cfg: &RunConfig, registry: Registry) -> Result<RunOutput, RunErr
             "not pinned to CPU {cpu}: {why}; single-thread figures may include migrations"
         ));
     }
-    let (hw, clock_info) = clock::detect();
-    let core = clock::measure_core_clock();
-    machine.cpu.core_clock_hz = core.as_ref().map(|c| c.hz);
-    if let Some(c) = &core {
-        let max_hz = machine.cpu.max_mhz.map(|m| m * 1e6);
-        machine.warnings.extend(c.warnings(max_hz));
-    }
-    machine.warnings.extend(clock_info.warnings.iter().cloned());
-    machine.clock = Some(clock_info);
+    let hw = machine.add_time_base();
     let loop_ticks = crate::harness::measure_loop_ticks(&hw, &cfg.profile.harness());
 
     // The machine's warnings include the load average at start.
@@ -417,7 +390,9 @@ fn validate(
 ) -> Result<Vec<Box<dyn Experiment>>, RunError> {
     let selected = experiments::select(all, &cfg.only, &cfg.skip).map_err(RunError::Usage)?;
     if cfg.cpu.is_some() {
-        choose_cpu(cfg.cpu, &Topology::default())?;
+        Topology::default()
+            .choose_cpu(cfg.cpu, &platform::allowed_cpus())
+            .map_err(RunError::Usage)?;
     }
     for (flag, dir) in [
         ("--scratch-dir", &cfg.options.scratch_dir),

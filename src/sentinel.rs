@@ -15,9 +15,9 @@
 //! A measurement is a `results::Reading`: data the results document stores, so it lives
 //! with the document, which then depends on none of this measuring code.
 
-use crate::experiments::memory::{sattolo, Rng};
-use crate::harness::hide;
+use crate::opaque::hide;
 use crate::results::Reading;
+use crate::rng::{sattolo, Rng};
 use std::hint::black_box;
 
 /// Dependent multiply-adds per chain repetition.
@@ -63,7 +63,7 @@ fn chain(n: u64, seed: u64) -> u64 {
 /// measures when a busy SMT sibling takes issue slots. A four-add kernel moved 1.9x where
 /// cpu.loop moved 2.2x; this one is cpu.loop's own loop.
 fn issue(n: u64) -> u64 {
-    crate::harness::repeat(n, || ());
+    crate::opaque::repeat(n, || ());
     n
 }
 

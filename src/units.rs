@@ -160,9 +160,32 @@ pub fn fmt_si(v: f64) -> String {
     }
 }
 
+/// `from`, 2 `from`, 4 `from` ... up to `to` (both included when powers of two apart;
+/// empty when `from` is 0 or above `to`; stops before overflowing).
+pub fn doublings(from: u64, to: u64) -> Vec<u64> {
+    let mut v = Vec::new();
+    let mut s = from;
+    while s != 0 && s <= to {
+        v.push(s);
+        match s.checked_mul(2) {
+            Some(n) => s = n,
+            None => break,
+        }
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn doubling_sizes() {
+        assert_eq!(doublings(1, 8), vec![1, 2, 4, 8]);
+        assert_eq!(doublings(3, 2), Vec::<u64>::new());
+        assert_eq!(doublings(0, 8), Vec::<u64>::new());
+        assert_eq!(doublings(1 << 63, u64::MAX), vec![1 << 63]);
+    }
 
     #[test]
     fn sizes() {

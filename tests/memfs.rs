@@ -4,8 +4,8 @@
 mod common;
 
 use osmeter::experiments::memory::latency::lmbench_chain;
-use osmeter::experiments::memory::{cycle_length, Rng};
 use osmeter::results::{Check, RunResults, Status};
+use osmeter::rng::{cycle_length, Rng};
 
 fn check<'a>(r: &'a RunResults, id: &str, name: &str) -> &'a Check {
     let e = r.experiment(id).unwrap_or_else(|| panic!("{id} missing"));

@@ -3,7 +3,7 @@
 mod common;
 
 use assert_cmd::Command;
-use osmeter::experiments::memory::{cycle_length, sattolo, Rng};
+use osmeter::rng::{cycle_length, sattolo, Rng};
 use proptest::prelude::*;
 use serde_json::Value;
 use std::sync::OnceLock;

@@ -67,7 +67,6 @@ impl Profile {
         }
     }
 
-    /// Scales a quick-profile figure: smoke 1/5, standard 5x, thorough 15x.
     /// Runs of each experiment when `--repeat` is not given. Two runs back to back give
     /// compare a run-to-run spread from a single run: trials within one run share its
     /// state (page placement, huge-page backing, the host's neighbours), so their
@@ -80,6 +79,7 @@ impl Profile {
         }
     }
 
+    /// Scales a quick-profile figure: smoke 1/5, standard 5x, thorough 15x.
     pub fn scale(&self, quick: Duration) -> Duration {
         match self {
             Profile::Smoke => quick / 5,
@@ -171,19 +171,18 @@ pub struct Context<'a> {
 impl Context<'_> {
     /// A harness whose budget is this experiment's budget split `parts` ways.
     pub fn harness(&self, parts: usize) -> Harness<'_> {
-        let mut cfg = self.profile.harness();
-        cfg.budget = self.budget / parts.max(1) as u32;
-        cfg.calibration_limit = cfg.calibration_limit.min(cfg.budget / 2);
+        let cfg = self.profile.harness().for_budget(self.budget, parts);
         Harness::new(self.clock, cfg, self.loop_ticks)
     }
 
     /// As `harness`, for bodies that only compute (never block or wake another task):
     /// trials during which the thread was preempted are set aside and repeated.
     pub fn cpu_harness(&self, parts: usize) -> Harness<'_> {
-        let mut cfg = self.profile.harness();
-        cfg.budget = self.budget / parts.max(1) as u32;
-        cfg.calibration_limit = cfg.calibration_limit.min(cfg.budget / 2);
-        cfg.detect_preemption = true;
+        let cfg = self
+            .profile
+            .harness()
+            .for_budget(self.budget, parts)
+            .cpu_only();
         Harness::new(self.clock, cfg, self.loop_ticks)
     }
 

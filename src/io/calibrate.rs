@@ -8,7 +8,8 @@
 //! `--warm` reads the range once untimed before each probe instead.
 
 use super::read::{evict, read_blocks, DIRECT_ALIGN};
-use super::{check_block, open_input, os_err, Res};
+use super::{check_block, open_input, os_err};
+use crate::error;
 use crate::pagecache::AlignedBuf;
 use crate::units::fmt_bytes;
 use std::io::Seek;
@@ -45,7 +46,7 @@ pub fn run(
     min: Duration,
     max: Duration,
     warm: bool,
-) -> Res<CalibrateOutcome> {
+) -> error::Result<CalibrateOutcome> {
     let block = check_block(block_size)?;
     if min >= max {
         return super::usage(format!(
@@ -65,7 +66,7 @@ pub fn run(
     let mut buf = AlignedBuf::new(block, DIRECT_ALIGN)
         .map_err(|e| super::Error::runtime(format!("buffer: {e}")))?;
     let mut probes: Vec<Probe> = Vec::new();
-    let mut probe = |count: u64| -> Res<f64> {
+    let mut probe = |count: u64| -> error::Result<f64> {
         let mut resident = None;
         if warm {
             file.rewind().map_err(|e| os_err(path, "seek", e))?;

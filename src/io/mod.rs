@@ -14,6 +14,7 @@ pub mod write;
 pub mod xor;
 
 use crate::clock::{Deadline, HwClock, Stopwatch};
+use crate::error;
 use crate::harness::{Harness, HarnessConfig};
 use clap::Subcommand;
 use std::fs::File;
@@ -147,8 +148,6 @@ pub enum IoCmd {
 
 pub use crate::error::{os_err, plain, runtime, usage, Error};
 
-pub type Res<T> = crate::error::Result<T>;
-
 // Timing. io commands read no clock themselves: spans and deadlines come from the clock
 // module's Stopwatch and Deadline on the run's clock, trials from the harness
 // (docs/ARCHITECTURE.md, "One timing path"). The adapter below only adds what a one-shot
@@ -158,7 +157,8 @@ pub type Res<T> = crate::error::Result<T>;
 /// The counter every io figure is timed with, detected (and calibrated) once.
 pub fn clock() -> &'static HwClock {
     static CLOCK: OnceLock<HwClock> = OnceLock::new();
-    CLOCK.get_or_init(|| crate::clock::detect().0)
+    // Only the counter: its description (and the invariance hint) is for the run's report.
+    CLOCK.get_or_init(|| crate::clock::detect(None).0)
 }
 
 /// A harness on `clock()` with `loop_ticks` of loop overhead per iteration.
@@ -212,7 +212,7 @@ fn process_cpu_seconds() -> f64 {
 
 /// Opens an existing regular file for reading (optionally with extra open flags) and
 /// returns it with its size.
-pub fn open_input(path: &Path, flags: i32) -> Res<(File, u64)> {
+pub fn open_input(path: &Path, flags: i32) -> error::Result<(File, u64)> {
     use std::os::unix::fs::OpenOptionsExt;
     let len = input_len(path)?;
     let f = std::fs::OpenOptions::new()
@@ -224,7 +224,7 @@ pub fn open_input(path: &Path, flags: i32) -> Res<(File, u64)> {
 }
 
 /// As `open_input`, with reads that bypass the page cache (O_DIRECT, F_NOCACHE).
-pub fn open_input_uncached(path: &Path) -> Res<(File, u64)> {
+pub fn open_input_uncached(path: &Path) -> error::Result<(File, u64)> {
     let len = input_len(path)?;
     let mut o = std::fs::OpenOptions::new();
     o.read(true);
@@ -234,7 +234,7 @@ pub fn open_input_uncached(path: &Path) -> Res<(File, u64)> {
 }
 
 /// The size of an existing regular file; a usage error for anything else.
-fn input_len(path: &Path) -> Res<u64> {
+fn input_len(path: &Path) -> error::Result<u64> {
     let md = std::fs::metadata(path).map_err(|e| os_err(path, "cannot open", e))?;
     if md.is_dir() {
         return usage(format!("{}: is a directory, not a file", path.display()));
@@ -249,7 +249,7 @@ fn input_len(path: &Path) -> Res<u64> {
 }
 
 /// Checks a block size against the toolkit's limit.
-pub fn check_block(b: u64) -> Res<usize> {
+pub fn check_block(b: u64) -> error::Result<usize> {
     if b > MAX_BLOCK {
         return usage(format!(
             "block size {} is larger than the limit of {} (one buffer of it is allocated)",

@@ -1,7 +1,8 @@
 //! `io read`: read N blocks of B bytes with read(), optionally cold (evicted first,
 //! verified) or with O_DIRECT, and report the time and throughput.
 
-use super::{check_block, fmt_mib_s, open_input, os_err, rate, Res};
+use super::{check_block, fmt_mib_s, open_input, os_err, rate};
+use crate::error;
 use crate::pagecache::{self, AlignedBuf, Eviction};
 use crate::units::fmt_bytes;
 use std::fs::File;
@@ -21,7 +22,7 @@ pub fn read_blocks(
     buf: &mut [u8],
     count: u64,
     deadline: Option<Duration>,
-) -> Res<(u64, u64, f64)> {
+) -> error::Result<(u64, u64, f64)> {
     let fd = file.as_raw_fd();
     let span = super::Span::start();
     let until = deadline.map(super::deadline);
@@ -53,7 +54,7 @@ pub fn read_blocks(
 }
 
 /// Evicts `file`, returning a one-line error when eviction is impossible.
-pub fn evict(file: &File, path: &Path) -> Res<Eviction> {
+pub fn evict(file: &File, path: &Path) -> error::Result<Eviction> {
     pagecache::evict(file, false)
         .map_err(|e| super::Error::runtime(format!("{}: eviction: {e:#}", path.display())))
 }
@@ -82,7 +83,7 @@ pub fn run(
     count: Option<u64>,
     cold: bool,
     direct: bool,
-) -> Res<ReadOutcome> {
+) -> error::Result<ReadOutcome> {
     let block = check_block(block_size)?;
     if direct && block % DIRECT_ALIGN != 0 {
         return super::usage(format!(

@@ -10,7 +10,8 @@
 //! shared machine spread over every size instead of biasing some.
 
 use super::read::{evict, read_blocks, DIRECT_ALIGN};
-use super::{check_block, open_input, os_err, rate, Res};
+use super::{check_block, open_input, os_err, rate};
+use crate::error;
 use crate::pagecache::{self, AlignedBuf};
 use crate::report::plot::{Bars, Line, Marker, Plot};
 use crate::stats::Summary;
@@ -102,7 +103,7 @@ fn default_plot_path(file: &Path) -> PathBuf {
     p
 }
 
-pub fn run(cfg: &SweepConfig) -> Res<SweepOutcome> {
+pub fn run(cfg: &SweepConfig) -> error::Result<SweepOutcome> {
     if cfg.from > cfg.to {
         return super::usage(format!(
             "--from {} is larger than --to {}",
@@ -119,7 +120,7 @@ pub fn run(cfg: &SweepConfig) -> Res<SweepOutcome> {
         return super::usage(format!("{}: the file is empty", path.display()));
     }
     let plot_path = plot_path(cfg.plot.as_deref(), path)?;
-    let blocks = doublings(cfg.from, cfg.to);
+    let blocks = crate::units::doublings(cfg.from, cfg.to);
     let modes: Vec<bool> = match cfg.cache {
         CacheMode::Warm => vec![true],
         CacheMode::Cold => vec![false],
@@ -144,7 +145,7 @@ pub fn run(cfg: &SweepConfig) -> Res<SweepOutcome> {
 }
 
 /// --plot checked (not a folder, its folder exists), or a new default name.
-fn plot_path(requested: Option<&Path>, file: &Path) -> Res<PathBuf> {
+fn plot_path(requested: Option<&Path>, file: &Path) -> error::Result<PathBuf> {
     let plot = match requested {
         Some(p) if p.is_dir() => {
             return super::usage(format!("--plot {}: is a directory", p.display()))
@@ -164,20 +165,6 @@ fn plot_path(requested: Option<&Path>, file: &Path) -> Res<PathBuf> {
     Ok(plot)
 }
 
-/// from, 2 from, 4 from ... up to `to`.
-fn doublings(from: u64, to: u64) -> Vec<u64> {
-    let mut blocks = Vec::new();
-    let mut b = from;
-    while b <= to {
-        blocks.push(b);
-        match b.checked_mul(2) {
-            Some(n) => b = n,
-            None => break,
-        }
-    }
-    blocks
-}
-
 /// Every repetition's throughput per cache state and block size, with the premise data.
 struct Measured {
     /// values[mode][block] = throughput per repetition.
@@ -195,7 +182,7 @@ fn measure(
     size: u64,
     blocks: &[u64],
     modes: &[bool],
-) -> Res<Measured> {
+) -> error::Result<Measured> {
     let path = cfg.file.as_path();
     let span = cfg.max_bytes.min(size);
     let mut buf = AlignedBuf::new(cfg.to as usize, DIRECT_ALIGN)
@@ -237,7 +224,7 @@ fn measure(
 }
 
 /// Brings the first `span` bytes into the cache; returns the cached fraction after.
-fn prime(file: &mut std::fs::File, path: &Path, span: u64) -> Res<f64> {
+fn prime(file: &mut std::fs::File, path: &Path, span: u64) -> error::Result<f64> {
     file.rewind().map_err(|e| os_err(path, "seek", e))?;
     let pb = 1usize << 20;
     let mut prime = vec![0u8; pb];

@@ -6,9 +6,11 @@
 //! cache lookup and a copy to user space. write(/dev/null, 0) from cpu.syscall covers the
 //! fd-lookup part, so both ratios are shown.
 
-use super::{open_input, os_err, Res};
-use crate::experiments::{self, Profile};
-use crate::harness::{repeat, HarnessConfig};
+use super::{open_input, os_err};
+use crate::error;
+use crate::experiments::cpu::syscall;
+use crate::experiments::Profile;
+use crate::harness::HarnessConfig;
 use crate::stats::Summary;
 use crate::units::{fmt_ns, fmt_si};
 use std::os::fd::AsRawFd;
@@ -38,7 +40,10 @@ pub struct SyscallsOutcome {
 /// untimed warm-up. CPU time, not wall time: on a busy machine the thread is preempted
 /// for long stretches that are no system call's cost (the harness behind cpu.syscall
 /// rejects such trials as outliers instead).
-fn trials(per_trial: Duration, mut op: impl FnMut() -> Res<()>) -> Res<Vec<f64>> {
+fn trials(
+    per_trial: Duration,
+    mut op: impl FnMut() -> error::Result<()>,
+) -> error::Result<Vec<f64>> {
     let h = super::harness(HarnessConfig::default(), 0.0);
     // A few batches so the first trial is not paying for cold caches.
     h.warm_up((4 * BATCH) as usize, WARM_UP_LIMIT, &mut op)?;
@@ -47,36 +52,26 @@ fn trials(per_trial: Duration, mut op: impl FnMut() -> Res<()>) -> Res<Vec<f64>>
 }
 
 /// cpu.syscall's getppid and write(/dev/null, 0) medians, measured the way that
-/// experiment does in the smoke profile (same kernels, harness settings and loop-cost
-/// subtraction), on the CPU the runner would pin to; this thread stays pinned there.
+/// experiment does in the smoke profile (its kernels and harness settings, loop cost
+/// subtracted), on the CPU a run would pin to (`Topology::choose_cpu`); this thread
+/// stays pinned there.
 fn cpu_syscall() -> Option<(f64, f64, usize)> {
     let profile = Profile::Smoke;
-    let budget = experiments::registry()
-        .iter()
-        .find(|e| e.id() == "cpu.syscall")?
-        .budget(profile);
-    let cpu = crate::runner::choose_cpu(None, &Default::default()).ok()?;
+    // The topology alone: the rest of the machine description is not needed here.
+    let (_, topology) = crate::machine::cpu::gather(&crate::machine::FactRoot::live());
+    let cpu = topology
+        .choose_cpu(None, &crate::platform::allowed_cpus())
+        .ok()?;
     let _ = crate::platform::pin_to_cpu(cpu);
-    // As Context::cpu_harness(5) with cpu.syscall's budget split over its five metrics.
-    let mut cfg = profile.harness();
-    cfg.budget = budget / 5;
-    cfg.calibration_limit = cfg.calibration_limit.min(cfg.budget / 2);
-    cfg.detect_preemption = true;
     let loop_ticks = crate::harness::measure_loop_ticks(super::clock(), &profile.harness());
-    let h = super::harness(cfg, loop_ticks);
-    let getppid = h.measure(1.0, |n| repeat(n, crate::platform::raw_getppid));
+    let h = super::harness(syscall::harness_config(profile), loop_ticks);
+    let getppid = h.measure(1.0, syscall::getppid);
     let devnull = std::fs::OpenOptions::new()
         .write(true)
         .open("/dev/null")
         .ok()?;
     let fd = devnull.as_raw_fd();
-    let empty = [0u8; 1];
-    let write0 = h.measure(1.0, |n| {
-        // SAFETY: fd is open for writing; a 0-byte write reads nothing from the buffer.
-        repeat(n, || unsafe {
-            libc::write(fd, empty.as_ptr() as *const libc::c_void, 0)
-        })
-    });
+    let write0 = h.measure(1.0, |n| syscall::write0(fd, n));
     let median = |m: &crate::harness::Measurement| Summary::of(&m.per_op_ns).map(|s| s.median);
     Some((
         median(&getppid)?,
@@ -85,7 +80,7 @@ fn cpu_syscall() -> Option<(f64, f64, usize)> {
     ))
 }
 
-pub fn run(path: &Path, time: Duration, compare: bool) -> Res<SyscallsOutcome> {
+pub fn run(path: &Path, time: Duration, compare: bool) -> error::Result<SyscallsOutcome> {
     let (file, size) = open_input(path, 0)?;
     // The comparison pins this thread to the runner's CPU; the reads then run there too.
     let cmp = if compare { cpu_syscall() } else { None };
@@ -93,7 +88,7 @@ pub fn run(path: &Path, time: Duration, compare: bool) -> Res<SyscallsOutcome> {
     let per_trial = time / (TRIALS as u32);
     let mut byte = [0u8; 1];
     let mut rewinds = 0u64;
-    let seek0 = |what: &str| -> Res<()> {
+    let seek0 = |what: &str| -> error::Result<()> {
         // SAFETY: plain lseek on an open descriptor.
         if unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } < 0 {
             return Err(os_err(path, what, std::io::Error::last_os_error()));

@@ -6,7 +6,9 @@
 //! disk leaves nothing behind; a file it was not allowed to touch is never opened for
 //! writing. Devices (e.g. /dev/null) can be written with `--force` and are never removed.
 
-use super::{check_block, fmt_mib_s, os_err, plain, rate, Res};
+use super::{check_block, fmt_mib_s, os_err, plain, rate};
+use crate::error;
+use crate::rng::Rng;
 use crate::units::fmt_bytes;
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -21,29 +23,13 @@ pub struct WriteOutcome {
     pub sync_seconds: f64,
 }
 
-/// splitmix64: fast, and its output does not compress or deduplicate.
-fn splitmix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// Fills `buf` with pseudo-random bytes.
+/// Fills `buf` with pseudo-random bytes (`rng::Rng`: its output does not compress or
+/// deduplicate).
 pub fn fill_random(buf: &mut [u8], seed: u64) {
-    let mut s = seed;
-    let mut chunks = buf.chunks_exact_mut(8);
-    for c in &mut chunks {
-        c.copy_from_slice(&splitmix(&mut s).to_le_bytes());
-    }
-    let r = chunks.into_remainder();
-    let v = splitmix(&mut s).to_le_bytes();
-    let n = r.len();
-    r.copy_from_slice(&v[..n]);
+    Rng::new(seed).fill(buf);
 }
 
-fn write_all(file: &File, path: &Path, mut data: &[u8]) -> Res<()> {
+fn write_all(file: &File, path: &Path, mut data: &[u8]) -> error::Result<()> {
     while !data.is_empty() {
         // SAFETY: data is a valid readable slice.
         let n = unsafe {
@@ -70,7 +56,11 @@ fn write_all(file: &File, path: &Path, mut data: &[u8]) -> Res<()> {
 
 /// What is at `path` (refused unless --force; a folder never) and whether it is a regular
 /// file (or will be one); the free space is checked first for regular files.
-fn check_target(path: &Path, total: u64, force: bool) -> Res<(Option<std::fs::Metadata>, bool)> {
+fn check_target(
+    path: &Path,
+    total: u64,
+    force: bool,
+) -> error::Result<(Option<std::fs::Metadata>, bool)> {
     let existing = match std::fs::symlink_metadata(path) {
         Ok(m) => Some(std::fs::metadata(path).unwrap_or(m)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -109,7 +99,7 @@ fn check_target(path: &Path, total: u64, force: bool) -> Res<(Option<std::fs::Me
     Ok((existing, regular))
 }
 
-pub fn run(path: &Path, block_size: u64, count: u64, force: bool) -> Res<WriteOutcome> {
+pub fn run(path: &Path, block_size: u64, count: u64, force: bool) -> error::Result<WriteOutcome> {
     let block = check_block(block_size)?;
     let total = block_size.checked_mul(count).ok_or_else(|| {
         super::Error::usage(format!(
@@ -146,11 +136,11 @@ pub fn run(path: &Path, block_size: u64, count: u64, force: bool) -> Res<WriteOu
 
     let mut buf = vec![0u8; block];
     fill_random(&mut buf, 0x056d_6574_6572);
-    let mut stamp = 0x1234_5678u64;
+    let mut stamp = Rng::new(0x1234_5678);
     let span = super::Span::start();
     for _ in 0..count {
         // A fresh random stamp per block keeps blocks distinct without refilling them.
-        let s = splitmix(&mut stamp).to_le_bytes();
+        let s = stamp.next_u64().to_le_bytes();
         let n = block.min(8);
         buf[..n].copy_from_slice(&s[..n]);
         write_all(&file, path, &buf).map_err(fail)?;

@@ -20,7 +20,8 @@
 //! starting at byte offset `o` contributes its own word-XOR rotated by `8 * (o % 4)` bits,
 //! which keeps the result right even for pieces that do not start on a word boundary.
 
-use super::{open_input, os_err, rate, Res};
+use super::{open_input, os_err, rate};
+use crate::error;
 use crate::pagecache::{self, AlignedBuf};
 use crate::platform::HugePages;
 use crate::units::fmt_bytes;
@@ -194,12 +195,12 @@ pub fn xor_reference(data: &[u8]) -> u32 {
 fn parallel<S>(
     threads: usize,
     nblocks: u64,
-    init: impl Fn() -> Res<S> + Sync,
-    work: impl Fn(&mut S, u64) -> Res<u32> + Sync,
-) -> Res<u32> {
+    init: impl Fn() -> error::Result<S> + Sync,
+    work: impl Fn(&mut S, u64) -> error::Result<u32> + Sync,
+) -> error::Result<u32> {
     let next = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
-    let one = || -> Res<u32> {
+    let one = || -> error::Result<u32> {
         let mut state = init()?;
         let mut acc = 0u32;
         loop {
@@ -241,7 +242,7 @@ fn parallel<S>(
 }
 
 /// pread until `buf` is full or end of file; returns the bytes read.
-fn pread_full(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Res<usize> {
+fn pread_full(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> error::Result<usize> {
     let mut got = 0;
     while got < buf.len() {
         // SAFETY: the destination is the unfilled tail of `buf`, valid for writes.
@@ -269,7 +270,13 @@ fn pread_full(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Res<usiz
 }
 
 /// XOR with O_DIRECT pread into per-thread aligned buffers.
-fn xor_direct(file: &File, path: &Path, size: u64, block: usize, threads: usize) -> Res<u32> {
+fn xor_direct(
+    file: &File,
+    path: &Path,
+    size: u64,
+    block: usize,
+    threads: usize,
+) -> error::Result<u32> {
     let nblocks = size.div_ceil(block as u64);
     parallel(
         threads,
@@ -295,7 +302,7 @@ fn xor_direct(file: &File, path: &Path, size: u64, block: usize, threads: usize)
 /// Buffered XOR as `threads` sequential streams: each thread reads one contiguous
 /// region of the file through its own descriptor, so each has its own readahead state
 /// (threads taking turns on one descriptor's blocks confuse its readahead).
-fn xor_streams(path: &Path, size: u64, block: usize, threads: usize) -> Res<u32> {
+fn xor_streams(path: &Path, size: u64, block: usize, threads: usize) -> error::Result<u32> {
     let per = size.div_ceil(threads as u64).next_multiple_of(block as u64);
     let regions = size.div_ceil(per);
     parallel(
@@ -336,7 +343,7 @@ struct Mapping {
 }
 
 impl Mapping {
-    fn new(file: &File, path: &Path, len: usize) -> Res<Mapping> {
+    fn new(file: &File, path: &Path, len: usize) -> error::Result<Mapping> {
         // SAFETY: a fresh read-only shared mapping of an open file; unmapped in drop.
         let addr = unsafe {
             libc::mmap(
@@ -376,7 +383,7 @@ impl Drop for Mapping {
 }
 
 /// XOR straight from the mapping, chunks claimed by `threads` threads.
-fn xor_mapped(m: &Mapping, chunk: usize, threads: usize) -> Res<u32> {
+fn xor_mapped(m: &Mapping, chunk: usize, threads: usize) -> error::Result<u32> {
     let base = m.addr as usize;
     let len = m.len;
     let nblocks = (len as u64).div_ceil(chunk as u64);
@@ -436,7 +443,7 @@ fn uncached_method(load: f64, cpus: usize) -> Method {
     }
 }
 
-pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
+pub fn run(cfg: &XorConfig) -> error::Result<XorOutcome> {
     let block_arg = check_args(cfg)?;
     let path = cfg.file.as_path();
     let mut notes = Vec::new();
@@ -478,7 +485,7 @@ pub fn run(cfg: &XorConfig) -> Res<XorOutcome> {
 }
 
 /// --threads and --block-size checked; the block size when given.
-fn check_args(cfg: &XorConfig) -> Res<Option<usize>> {
+fn check_args(cfg: &XorConfig) -> error::Result<Option<usize>> {
     if cfg.threads == Some(0) {
         return super::usage("--threads must be at least 1");
     }
@@ -491,7 +498,11 @@ fn check_args(cfg: &XorConfig) -> Res<Option<usize>> {
 }
 
 /// --cold: evicts the file (not timed); an unverified eviction becomes a note.
-fn evict_first(file: &File, path: &Path, notes: &mut Vec<String>) -> Res<pagecache::Eviction> {
+fn evict_first(
+    file: &File,
+    path: &Path,
+    notes: &mut Vec<String>,
+) -> error::Result<pagecache::Eviction> {
     let e = pagecache::evict(file, false)
         .map_err(|e| super::Error::runtime(format!("{}: eviction: {e:#}", path.display())))?;
     if !e.verified() {
@@ -552,7 +563,7 @@ fn plan(
     block_arg: Option<usize>,
     state: &CacheState,
     notes: &mut Vec<String>,
-) -> Res<Plan> {
+) -> error::Result<Plan> {
     let path = cfg.file.as_path();
     let cpus = crate::platform::allowed_cpus().len().max(1);
     let mut method = match cfg.method {
@@ -620,7 +631,7 @@ fn plan(
 }
 
 impl Plan {
-    fn xor(&self, path: &Path, size: u64) -> Res<u32> {
+    fn xor(&self, path: &Path, size: u64) -> error::Result<u32> {
         if size == 0 {
             return Ok(0);
         }

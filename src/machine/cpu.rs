@@ -86,6 +86,18 @@ pub struct Cache {
     pub instances: usize,
 }
 
+impl Cache {
+    /// "L1d" for a data cache, "L2" for a unified one.
+    pub fn label(&self) -> String {
+        let k = if self.kind.eq_ignore_ascii_case("data") {
+            "d"
+        } else {
+            ""
+        };
+        format!("L{}{k}", self.level)
+    }
+}
+
 /// What /proc/cpuinfo says, per the fields osmeter uses.
 #[derive(Debug, Default, PartialEq)]
 pub struct CpuInfo {
@@ -103,7 +115,7 @@ pub struct CpuInfo {
 }
 
 /// Whether the first flags line of /proc/cpuinfo lists constant_tsc and nonstop_tsc
-/// (`None` without one). Read live: the clock needs it before the description exists.
+/// (`None` without one). Read live, for `Machine::add_time_base`.
 pub fn tsc_invariant_flags() -> Option<bool> {
     let s = FactRoot::live().read("/proc/cpuinfo")?;
     let flags = s.lines().find(|l| l.starts_with("flags"))?;
@@ -521,22 +533,6 @@ fn read_mitigations(root: &FactRoot) -> BTreeMap<String, String> {
 }
 
 impl Cpu {
-    /// The last-level cache, largest level with data in it.
-    pub fn last_level_cache(&self) -> Option<&Cache> {
-        self.caches
-            .iter()
-            .filter(|c| c.kind != "Instruction")
-            .max_by_key(|c| (c.level, c.size_bytes))
-    }
-
-    /// The line size of the first data cache (64 on most machines).
-    pub fn line_bytes(&self) -> Option<u64> {
-        self.caches
-            .iter()
-            .find(|c| c.kind != "Instruction" && c.line_bytes > 0)
-            .map(|c| c.line_bytes)
-    }
-
     /// Governor and frequency-spread warnings.
     pub fn frequency_warnings(&self) -> Vec<String> {
         let mut w = Vec::new();
@@ -664,8 +660,9 @@ CPU part\t: 0xd0c
         assert_eq!(cpu.model, "Apple M2");
         assert_eq!((cpu.logical_cpus, cpu.physical_cores), (8, Some(8)));
         assert_eq!(cpu.smt, Some(false));
-        assert_eq!(cpu.line_bytes(), Some(128));
-        assert_eq!(cpu.last_level_cache().unwrap().size_bytes, 16 << 20);
+        assert!(cpu.caches.iter().all(|c| c.line_bytes == 128));
+        let largest = cpu.caches.iter().map(|c| c.size_bytes).max();
+        assert_eq!(largest, Some(16 << 20));
         let c = t.chosen_cpu.unwrap();
         assert_eq!(t.place(c).unwrap().kind.as_deref(), Some("performance"));
         assert_eq!(t.partners.same_llc.map(|p| p >= 4), Some(true));

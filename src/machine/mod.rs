@@ -40,7 +40,7 @@ pub struct Machine {
     /// and its partners. Absent in older results (`is_unknown`), and then left out again.
     #[serde(skip_serializing_if = "Topology::is_unknown")]
     pub topology: Topology,
-    /// The time base (filled by the runner from `clock::detect`).
+    /// The time base (`add_time_base`, on a live machine only).
     pub clock: Option<ClockInfo>,
     pub memory: Memory,
     pub storage: Storage,
@@ -118,6 +118,57 @@ impl Machine {
         }
         m.gather_ms = t0.elapsed().as_secs_f64() * 1e3;
         m
+    }
+
+    /// The data and unified caches the measured CPU uses, one per level, ordered by level:
+    /// the one rule for the memory experiments, the report's figures and the findings.
+    /// Instruction caches and caches of unknown size are left out. Where a level lists
+    /// several caches (hybrid CPUs: one per kind of core), the one serving as many CPUs as
+    /// there are of the chosen CPU's kind is taken, else the one serving the most CPUs,
+    /// else the smallest.
+    pub fn data_caches(&self) -> Vec<Cache> {
+        let t = &self.topology;
+        let kind = t
+            .chosen_cpu
+            .and_then(|c| t.place(c))
+            .and_then(|p| p.kind.as_ref());
+        let of_kind = kind.map(|k| t.cpus.iter().filter(|p| p.kind.as_ref() == Some(k)).count());
+        let mut v: Vec<Cache> = self
+            .cpu
+            .caches
+            .iter()
+            .filter(|c| !c.kind.eq_ignore_ascii_case("instruction") && c.size_bytes > 0)
+            .cloned()
+            .collect();
+        let served = |c: &Cache| c.shared_cpus * c.instances;
+        // Best first within each level, then keep the first of each.
+        v.sort_by_key(|c| {
+            (
+                c.level,
+                Some(served(c)) != of_kind,
+                std::cmp::Reverse(served(c)),
+                c.size_bytes,
+            )
+        });
+        v.dedup_by_key(|c| c.level);
+        v
+    }
+
+    /// Adds the time base to a live description: the counter (`clock::detect`), its
+    /// frequency and invariance, the effective core clock (`clock::measure_core_clock`),
+    /// and their warnings. Returns the counter for timing. Call it on the CPU that will
+    /// be measured (the core clock is timed there).
+    pub fn add_time_base(&mut self) -> crate::clock::HwClock {
+        let (hw, info) = crate::clock::detect(cpu::tsc_invariant_flags());
+        let core = crate::clock::measure_core_clock();
+        self.cpu.core_clock_hz = core.as_ref().map(|c| c.hz);
+        if let Some(c) = &core {
+            let max_hz = self.cpu.max_mhz.map(|m| m * 1e6);
+            self.warnings.extend(c.warnings(max_hz));
+        }
+        self.warnings.extend(info.warnings.iter().cloned());
+        self.clock = Some(info);
+        hw
     }
 
     /// The memory an experiment may allocate: MemAvailable, capped by a cgroup limit.
@@ -219,6 +270,31 @@ mod tests {
         assert!(parse_list("5-2").is_empty());
         assert_eq!(format_list(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
         assert_eq!(format_list(&[]), "");
+    }
+
+    #[test]
+    fn data_caches_are_the_chosen_kinds_one_per_level() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/machines/intel-hybrid-laptop");
+        let m = Machine::gather_from(&FactRoot::recorded(&dir));
+        let c = m.topology.chosen_cpu.unwrap();
+        assert_eq!(
+            m.topology.place(c).unwrap().kind.as_deref(),
+            Some("performance")
+        );
+        let got: Vec<(u32, u64)> = m
+            .data_caches()
+            .iter()
+            .map(|c| (c.level, c.size_bytes))
+            .collect();
+        // The P-cores' 48 KiB L1d and 1.25 MiB L2, not the E-cores' 32 KiB and 2 MiB.
+        assert_eq!(got, [(1, 48 << 10), (2, 1280 << 10), (3, 24 << 20)]);
+        let labels: Vec<String> = m.data_caches().iter().map(|c| c.label()).collect();
+        assert_eq!(labels, ["L1d", "L2", "L3"]);
+        // Without a chosen kind: the cache serving the most CPUs (the 12 P-core threads).
+        let mut flat = m.clone();
+        flat.topology.chosen_cpu = None;
+        assert_eq!(flat.data_caches()[1].size_bytes, 1280 << 10);
     }
 
     #[test]

@@ -289,6 +289,27 @@ impl Topology {
         self.cpus.is_empty() && self.source.is_empty()
     }
 
+    /// The CPU to pin single-threaded work to, among `allowed`: the requested one (an
+    /// error message when it is not allowed), else the chosen one (a performance core,
+    /// not CPU 0's core when another is allowed), else the last allowed CPU.
+    pub fn choose_cpu(&self, requested: Option<usize>, allowed: &[usize]) -> Result<usize, String> {
+        match requested {
+            Some(c) if allowed.contains(&c) => Ok(c),
+            Some(c) => Err(format!(
+                "--cpu {c}: not a CPU this process may use (allowed: {})",
+                allowed
+                    .iter()
+                    .map(|c| c.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )),
+            None => Ok(self
+                .chosen_cpu
+                .filter(|c| allowed.contains(c))
+                .unwrap_or(*allowed.last().unwrap_or(&0))),
+        }
+    }
+
     /// Makes `cpu` the chosen CPU (e.g. `--cpu`), with partners relative to it.
     pub fn choose(&mut self, cpu: usize, why: &str) {
         self.chosen_cpu = Some(cpu);
@@ -671,6 +692,18 @@ impl Topology {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cpu_to_pin_is_requested_chosen_or_the_last_allowed() {
+        let mut t = Topology::default();
+        assert_eq!(t.choose_cpu(None, &[0, 1, 2]), Ok(2));
+        t.chosen_cpu = Some(1);
+        assert_eq!(t.choose_cpu(None, &[0, 1, 2]), Ok(1));
+        assert_eq!(t.choose_cpu(None, &[0, 2]), Ok(2), "chosen but not allowed");
+        assert_eq!(t.choose_cpu(Some(0), &[0, 1, 2]), Ok(0));
+        let e = t.choose_cpu(Some(5), &[0, 1]).unwrap_err();
+        assert!(e.contains("--cpu 5") && e.contains("allowed: 0,1"), "{e}");
+    }
 
     fn raw(cpu: usize, pkg: u32, threads: &[usize], llc: &str) -> RawCpu {
         RawCpu {

@@ -279,6 +279,27 @@ pub fn die_with_parent() -> Support {
     imp::die_with_parent()
 }
 
+/// Waits for our child `pid` (killing it first when `kill`), retrying on EINTR; returns its
+/// wait status. Plain POSIX, here so every experiment that forks reaps the same way.
+pub fn reap(pid: libc::pid_t, kill: bool) -> io::Result<libc::c_int> {
+    if kill {
+        // SAFETY: pid is our own unreaped child, so the signal cannot reach anyone else.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let mut status = 0;
+    loop {
+        // SAFETY: status is a valid int to write to.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            return Ok(status);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// Fills `buf` from the system's random source.
 pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
     imp::random_bytes(buf)

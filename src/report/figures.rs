@@ -3,7 +3,7 @@
 //! by id that fall back to the generic plot when their data is absent.
 
 use super::plot::{Line, Marker, Plot};
-use crate::analysis::{fit, is_model_series, sysfs_caches};
+use crate::analysis::{fit, is_model_series};
 use crate::results::{ExperimentResult, RunResults, Series};
 use crate::units::fmt_bytes;
 
@@ -165,12 +165,12 @@ fn touches(r: &RunResults, e: &ExperimentResult, g: &[&Series], p: &mut Plot) ->
             p.x_label = "working-set size".into();
             p.y_label = "load-to-use latency".into();
             p.log_y = span(g.iter().flat_map(|s| s.points.iter().map(|p| p[1]))) > 20.0;
-            let caches = sysfs_caches(r);
+            let caches = r.machine.data_caches();
             p.x_markers = caches
                 .iter()
                 .map(|c| Marker {
-                    at: c.size_bytes,
-                    label: format!("{} {}", c.label(), fmt_bytes(c.size_bytes)),
+                    at: c.size_bytes as f64,
+                    label: format!("{} {}", c.label(), fmt_bytes(c.size_bytes as f64)),
                 })
                 .collect();
             caption = if caches.is_empty() {

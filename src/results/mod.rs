@@ -288,7 +288,7 @@ impl Finding {
 pub struct Reading {
     /// ns per dependent register multiply-add (the core's clock).
     pub chain_ns: f64,
-    /// ns per iteration of the harness's empty register loop (`harness::repeat`: the
+    /// ns per iteration of the harness's empty register loop (`opaque::repeat`: the
     /// front end's rate, which a busy SMT sibling on the host takes a share of; the most
     /// contention-sensitive code osmeter measures). Absent (0) in older results, and
     /// left out when writing such a reading back, so old documents round-trip unchanged.

@@ -1,7 +1,7 @@
 //! cpu.call: procedure call cost for 0..7 integer arguments.
 
 use crate::experiments::{Context, Experiment, Outcome, Profile};
-use crate::harness::{hide, repeat};
+use crate::opaque::{hide, repeat};
 use crate::results::{Check, Prediction};
 use std::hint::black_box;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! cpu.loop: the cost of one iteration of the harness's measured loop.
 
 use crate::experiments::{Context, Experiment, Outcome, Profile};
-use crate::harness::repeat;
+use crate::opaque::repeat;
 use crate::results::{Check, Prediction};
 use std::time::Duration;
 

@@ -6,7 +6,7 @@ mod call;
 mod loop_cost;
 mod process_create;
 mod switch;
-mod syscall;
+pub(crate) mod syscall;
 mod thread_create;
 mod timer;
 

@@ -1,7 +1,7 @@
 //! cpu.process-create: fork + _exit + waitpid, and posix_spawn of /bin/true + waitpid.
 
 use crate::experiments::{Context, Experiment, Outcome, Profile};
-use crate::harness::repeat;
+use crate::opaque::repeat;
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
 use std::cell::Cell;
@@ -84,7 +84,7 @@ fn fork_exit_wait() -> std::io::Result<libc::c_int> {
         // SAFETY: _exit ends the child at once without running any parent state.
         unsafe { libc::_exit(0) };
     }
-    super::switch::reap(pid, false).map_err(std::io::Error::other)
+    crate::platform::reap(pid, false)
 }
 
 /// posix_spawn of `path` with argv [path] and an empty environment, then waitpid.
@@ -111,7 +111,7 @@ fn spawn_wait(
     if rc != 0 {
         return Err(std::io::Error::from_raw_os_error(rc));
     }
-    super::switch::reap(pid, false).map_err(std::io::Error::other)
+    crate::platform::reap(pid, false)
 }
 
 /// Counts of children and non-zero statuses, with the first error.

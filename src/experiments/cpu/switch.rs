@@ -5,7 +5,9 @@
 //! figures differ only in what a switch between the two tasks has to change.
 
 use crate::experiments::{Context, Experiment, Outcome, Profile};
-use crate::harness::{repeat, Harness};
+use crate::harness::Harness;
+use crate::opaque::repeat;
+use crate::platform;
 use crate::results::{Check, Prediction, Series};
 use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::{anyhow, bail, Context as _};
@@ -283,7 +285,7 @@ impl PingPong {
                 let from = self.from.take().ok_or_else(|| anyhow!("no pipe"))?;
                 let report = read_report(from.as_raw_fd());
                 drop(from);
-                let status = reap(pid, report.is_err())?;
+                let status = platform::reap(pid, report.is_err()).context("waitpid")?;
                 let report = report?;
                 if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
                     bail!("the partner process ended with status {status:#x}");
@@ -304,7 +306,7 @@ impl Drop for PingPong {
                 let _ = h.join();
             }
             Some(Partner::Process(pid)) => {
-                let _ = reap(pid, true);
+                let _ = platform::reap(pid, true);
             }
             None => {}
         }
@@ -356,26 +358,6 @@ fn read_report(fd: RawFd) -> anyhow::Result<CpuReport> {
         got += k as usize;
     }
     Ok(r)
-}
-
-/// Waits for a child (killing it first when `kill`), returning its wait status.
-pub(crate) fn reap(pid: libc::pid_t, kill: bool) -> anyhow::Result<libc::c_int> {
-    if kill {
-        // SAFETY: pid is our own unreaped child, so the signal cannot reach anyone else.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-    }
-    let mut status = 0;
-    loop {
-        // SAFETY: status is a valid int to write to.
-        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if r == pid {
-            return Ok(status);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e).context("waitpid");
-        }
-    }
 }
 
 /// Round trips with a partner on `partner_cpu`, per round trip in ns, with the CPUs the

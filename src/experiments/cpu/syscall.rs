@@ -1,9 +1,10 @@
 //! cpu.syscall: the cost of entering the kernel, against a vDSO call that does not.
 
 use crate::experiments::{Context, Experiment, Outcome, Profile};
-use crate::harness::repeat;
+use crate::harness::HarnessConfig;
+use crate::opaque::repeat;
 use crate::results::{Check, Prediction};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 pub struct Syscall;
@@ -13,14 +14,64 @@ const ENTRY_CYCLES: f64 = 150.0;
 /// Extra cycles per kernel entry when page-table isolation or similar mitigations are on.
 const MITIGATION_CYCLES: f64 = 400.0;
 
-#[inline(always)]
-fn raw_getppid() -> i64 {
-    crate::platform::raw_getppid()
+/// Metrics measured, each with an equal part of the budget.
+const PARTS: usize = 5;
+
+/// cpu.syscall's harness settings under `profile`: its budget split over its metrics,
+/// preempted trials repeated (`ctx.cpu_harness(PARTS)` in a run; `io syscalls` outside one).
+pub fn harness_config(profile: Profile) -> HarnessConfig {
+    profile
+        .harness()
+        .for_budget(Syscall.budget(profile), PARTS)
+        .cpu_only()
 }
 
-#[inline(always)]
-fn raw_getpid() -> i64 {
-    crate::platform::raw_getpid()
+// The kernels, one per operation (lmbench's do_getppid shape): `n` calls in the
+// canonical loop. Not inlined, so `io syscalls` times the same code as a run.
+
+/// `n` raw syscall(SYS_getppid) (no C-library caching).
+#[inline(never)]
+pub fn getppid(n: u64) {
+    repeat(n, crate::platform::raw_getppid)
+}
+
+/// `n` raw syscall(SYS_getpid).
+#[inline(never)]
+pub fn getpid(n: u64) {
+    repeat(n, crate::platform::raw_getpid)
+}
+
+/// `n` write() calls of 0 bytes to `fd` (open for writing): the file-descriptor lookup.
+#[inline(never)]
+pub fn write0(fd: RawFd, n: u64) {
+    let empty = [0u8; 1];
+    // SAFETY: fd is open for writing; a 0-byte write reads nothing from the buffer.
+    repeat(n, || unsafe {
+        libc::write(fd, empty.as_ptr() as *const libc::c_void, 0)
+    })
+}
+
+/// `n` getcwd() calls into `buf`: the path walk and copy.
+#[inline(never)]
+pub fn getcwd(buf: &mut [u8], n: u64) {
+    let (p, len) = (buf.as_mut_ptr() as *mut libc::c_char, buf.len());
+    // SAFETY: p points to len writable bytes of `buf`, borrowed for the whole loop.
+    repeat(n, || unsafe { libc::getcwd(p, len) })
+}
+
+/// `n` clock_gettime(CLOCK_MONOTONIC) calls, which the vDSO answers without entering
+/// the kernel.
+#[inline(never)]
+pub fn clock_gettime(n: u64) {
+    repeat(n, || {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: ts is a valid writable timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_nsec
+    })
 }
 
 /// A mitigation from the machine description that adds work to every kernel entry.
@@ -92,45 +143,25 @@ impl Experiment for Syscall {
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
-        let h = ctx.cpu_harness(5);
+        let h = ctx.cpu_harness(PARTS);
         let devnull = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
         let fd = devnull.as_raw_fd();
         let mut buf = vec![0u8; 4096];
-        let bufp = buf.as_mut_ptr() as *mut libc::c_char;
 
         (ctx.progress)("getppid");
-        let m = h.measure(1.0, |n| repeat(n, raw_getppid));
+        let m = h.measure(1.0, getppid);
         out.measured("getppid", "raw syscall(SYS_getppid)", &m);
         (ctx.progress)("getpid");
-        let m = h.measure(1.0, |n| repeat(n, raw_getpid));
+        let m = h.measure(1.0, getpid);
         out.measured("getpid", "raw syscall(SYS_getpid)", &m);
         (ctx.progress)("write");
-        let empty = [0u8; 1];
-        let m = h.measure(1.0, |n| {
-            // SAFETY: fd is open for writing; a 0-byte write reads nothing from the buffer.
-            repeat(n, || unsafe {
-                libc::write(fd, empty.as_ptr() as *const libc::c_void, 0)
-            })
-        });
+        let m = h.measure(1.0, |n| write0(fd, n));
         out.measured("write_devnull_0", "write() of 0 bytes to /dev/null", &m);
         (ctx.progress)("getcwd");
-        let m = h.measure(1.0, |n| {
-            // SAFETY: bufp points to 4096 writable bytes owned by `buf`, which outlives the loop.
-            repeat(n, || unsafe { libc::getcwd(bufp, 4096) })
-        });
+        let m = h.measure(1.0, |n| getcwd(&mut buf, n));
         out.measured("getcwd", "getcwd() into a 4 KiB buffer", &m);
         (ctx.progress)("clock_gettime");
-        let m = h.measure(1.0, |n| {
-            repeat(n, || {
-                let mut ts = libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: 0,
-                };
-                // SAFETY: ts is a valid writable timespec.
-                unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-                ts.tv_nsec
-            })
-        });
+        let m = h.measure(1.0, clock_gettime);
         out.measured(
             "clock_gettime_vdso",
             "clock_gettime(CLOCK_MONOTONIC) via the vDSO (no kernel entry)",

@@ -1,7 +1,7 @@
 //! cpu.thread-create: create, run and join a kernel thread that returns at once.
 
 use crate::experiments::{Context, Experiment, Outcome, Profile};
-use crate::harness::repeat;
+use crate::opaque::repeat;
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
 use std::cell::Cell;

@@ -2,11 +2,12 @@
 //! a barrier; per-block time vs P and a fitted (piecewise) linear model
 //! (docs/METHODOLOGY.md, fs.contention).
 
-use super::{direct_works, evict_check, fmt_b, make_file, reopen, Rng, Tally, BLOCK, MIB};
+use super::{direct_works, evict_check, fmt_b, make_file, reopen, Tally, BLOCK, MIB};
 use crate::clock::{Clock, Deadline};
 use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
 use crate::pagecache::AlignedBuf;
 use crate::results::{Check, Prediction, Series};
+use crate::rng::Rng;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
@@ -351,16 +352,12 @@ fn release(bar: &Barrier, n: usize) -> usize {
 
 /// Waits for every reader; returns how many did not exit cleanly.
 fn reap(pids: &[libc::pid_t]) -> usize {
-    let mut failed = 0;
-    for pid in pids {
-        let mut status = 0;
-        // SAFETY: waiting for our own child.
-        unsafe { libc::waitpid(*pid, &mut status, 0) };
-        if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
-            failed += 1;
-        }
-    }
-    failed
+    pids.iter()
+        .filter(|&&pid| {
+            !crate::platform::reap(pid, false)
+                .is_ok_and(|s| libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0)
+        })
+        .count()
 }
 
 /// The round's figures from the readers' slots.
@@ -484,7 +481,7 @@ impl Experiment for Contention {
                 scratch,
                 &format!("contention-{i}"),
                 fsize,
-                rng.next(),
+                rng.next_u64(),
             )?);
         }
         let direct = direct_works(&owners[0].file);

@@ -13,6 +13,7 @@ use crate::harness::{Harness, SampleSpec};
 use crate::machine::Machine;
 use crate::pagecache::{self, AlignedBuf};
 use crate::results::{Check, Prediction};
+use crate::rng::Rng;
 use crate::scratch::{Scratch, ScratchFile};
 use anyhow::Context as _;
 use std::fs::File;
@@ -129,30 +130,6 @@ impl Tally {
     }
 }
 
-/// Small deterministic generator (xorshift64*) for block orders and file contents.
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    /// A uniformly shuffled 0..n (Fisher-Yates).
-    pub fn permutation(&mut self, n: usize) -> Vec<u32> {
-        let mut v: Vec<u32> = (0..n as u32).collect();
-        for i in (1..n).rev() {
-            let j = (self.next() % (i as u64 + 1)) as usize;
-            v.swap(i, j);
-        }
-        v
-    }
-}
-
 /// Opens the same file again by its descriptor's path, so a file already unlinked can get
 /// a second descriptor with other flags (uncached: O_DIRECT, F_NOCACHE).
 pub(crate) fn reopen(file: &File, direct: bool, write: bool) -> std::io::Result<File> {
@@ -195,9 +172,7 @@ pub(crate) fn append(file: &File, from: u64, to: u64, seed: u64) -> anyhow::Resu
     let mut pos = from;
     let mut since_sync = 0u64;
     while pos < to {
-        for w in buf.chunks_exact_mut(8) {
-            w.copy_from_slice(&rng.next().to_le_bytes());
-        }
+        rng.fill(&mut buf);
         let n = (to - pos).min(MIB) as usize;
         let target = direct.as_ref().filter(|_| n % BLOCK == 0).unwrap_or(file);
         pwrite_all(target, &buf[..n], pos)?;
@@ -753,21 +728,11 @@ pub(crate) fn cgroup_memory_limit(machine: &Machine) -> Option<(u64, String)> {
     })
 }
 
-/// MemAvailable from the machine facts.
+/// MemAvailable from the machine facts, with its source (not capped by the cgroup, unlike
+/// `Machine::memory_budget_bytes`).
 pub(crate) fn mem_available(ctx: &Context) -> Option<(u64, String)> {
     let a = ctx.machine.memory.available_bytes;
     (a > 0).then(|| (a, "machine: MemAvailable".into()))
-}
-
-/// Sizes from `from` doubling up to `to` (both included when powers of two apart).
-pub(crate) fn doublings(from: u64, to: u64) -> Vec<u64> {
-    let mut v = Vec::new();
-    let mut s = from;
-    while s <= to {
-        v.push(s);
-        s *= 2;
-    }
-    v
 }
 
 #[cfg(test)]
@@ -864,21 +829,6 @@ mod tests {
             t.blocks,
             samples / 3 * 10 + [0, 4, 8][(samples % 3) as usize]
         );
-    }
-
-    #[test]
-    fn permutation_is_a_permutation() {
-        let mut r = Rng::new(7);
-        let mut p = r.permutation(1000);
-        assert_ne!(p[..10], (0..10).collect::<Vec<u32>>()[..]);
-        p.sort_unstable();
-        assert_eq!(p, (0..1000).collect::<Vec<u32>>());
-    }
-
-    #[test]
-    fn doubling_sizes() {
-        assert_eq!(doublings(1, 8), vec![1, 2, 4, 8]);
-        assert_eq!(doublings(3, 2), Vec::<u64>::new());
     }
 
     #[test]

@@ -3,14 +3,16 @@
 //! fs.remote-read.
 
 use super::{
-    direct_works, doublings, evict_check, fmt_b, make_file, read_through, reopen, time_blocks,
-    BlockTimes, Pattern, Rng, Tally, Timing, BLOCK, MIB,
+    direct_works, evict_check, fmt_b, make_file, read_through, reopen, time_blocks, BlockTimes,
+    Pattern, Tally, Timing, BLOCK, MIB,
 };
 use crate::clock::Deadline;
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::pagecache;
 use crate::results::{Check, Prediction, Series};
+use crate::rng::Rng;
 use crate::scratch::Scratch;
+use crate::units::doublings;
 use std::fs::File;
 use std::time::Duration;
 
@@ -155,10 +157,10 @@ fn measure_size(
 ) -> anyhow::Result<()> {
     (ctx.progress)(&format!("{}: writing {}", plan.label, fmt_b(size)));
     let name = format!("{}-{}", plan.label, size);
-    let f = make_file(scratch, &name, size, rng.next())?;
+    let f = make_file(scratch, &name, size, rng.next_u64())?;
     let direct = *st.direct.get_or_insert_with(|| direct_works(&f.file));
     let order = rng.permutation((size / BLOCK as u64) as usize);
-    let fr = make_file(scratch, &format!("{name}-r"), size, rng.next())?;
+    let fr = make_file(scratch, &format!("{name}-r"), size, rng.next_u64())?;
     // The largest size gives the metrics: it gets three times as long.
     let slice = if Some(&size) == plan.sizes.last() {
         plan.uncached * 3

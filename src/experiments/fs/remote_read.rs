@@ -60,7 +60,7 @@ impl Experiment for RemoteRead {
         }
     }
     fn budget(&self, p: Profile) -> Duration {
-        let n = super::doublings(MIB, cap(p)).len() as u32;
+        let n = crate::units::doublings(MIB, cap(p)).len() as u32;
         let per = match p {
             Profile::Smoke => Duration::from_millis(150),
             Profile::Quick => Duration::from_millis(300),

@@ -1,11 +1,12 @@
 //! Memory experiments (docs/METHODOLOGY.md, "The memory experiments"): load latency per working-set size with detected
 //! cache levels, bandwidth, and page-fault service time.
 //!
-//! Shared here: a small PRNG, Sattolo's single-cycle permutation, anonymous mappings with
-//! huge-page advice, and the machine facts these experiments need, with sysfs/procfs
+//! Shared here: anonymous mappings with huge-page advice, and the machine facts these experiments need, with sysfs/procfs
 //! fallbacks while the machine module does not provide them.
 
 use super::Experiment;
+use crate::harness::{Harness, HarnessConfig, Measurement};
+use crate::machine::Cache;
 use anyhow::{bail, Context as _};
 
 pub mod bandwidth;
@@ -21,101 +22,8 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
     ]
 }
 
-/// SplitMix64: small, fast and good enough to shuffle; seeded per run so each run walks a
-/// different permutation.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    /// Seeded from the time and the process id.
-    pub fn from_entropy() -> Rng {
-        let t = crate::clock::monotonic_raw_ns();
-        Rng(t ^ ((std::process::id() as u64) << 32) ^ 0x9e37_79b9_7f4a_7c15)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in 0..bound (bound > 0), by multiply-high; the bias is below 2^-32 for
-    /// the bounds used here.
-    pub fn below(&mut self, bound: usize) -> usize {
-        ((self.next_u64() as u128 * bound as u128) >> 64) as usize
-    }
-
-    /// Fisher-Yates shuffle.
-    pub fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.below(i + 1);
-            v.swap(i, j);
-        }
-    }
-}
-
-/// Sattolo's algorithm: a uniformly random cyclic permutation of 0..n, as `next[i]`.
-/// Unlike a plain shuffle, following `next` from any node visits all n nodes before it
-/// returns (a shuffle can leave short cycles that fit in a cache).
-pub fn sattolo(n: usize, rng: &mut Rng) -> Vec<u32> {
-    let mut next: Vec<u32> = (0..n as u32).collect();
-    for i in (1..n).rev() {
-        let j = rng.below(i); // j < i: never a fixed point, always one cycle
-        next.swap(i, j);
-    }
-    next
-}
-
-/// Length of the cycle through node 0 (n for a single cycle over n nodes).
-pub fn cycle_length(next: &[u32]) -> usize {
-    if next.is_empty() {
-        return 0;
-    }
-    let mut i = next[0] as usize;
-    let mut len = 1;
-    while i != 0 && len <= next.len() {
-        i = next[i] as usize;
-        len += 1;
-    }
-    len
-}
-
-/// A cache as sysfs describes it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CacheFact {
-    pub level: u32,
-    pub kind: String,
-    pub size_bytes: u64,
-    pub line_bytes: u64,
-}
-
-/// Data and unified caches from the machine description, ordered by level.
-pub fn data_caches(machine: &crate::machine::Machine) -> Vec<CacheFact> {
-    let mut v: Vec<CacheFact> = machine
-        .cpu
-        .caches
-        .iter()
-        .map(|c| CacheFact {
-            level: c.level,
-            kind: c.kind.clone(),
-            size_bytes: c.size_bytes,
-            line_bytes: c.line_bytes,
-        })
-        .collect();
-    v.retain(|c| c.kind != "Instruction" && c.size_bytes > 0);
-    v.sort_by_key(|c| (c.level, c.size_bytes));
-    v.dedup_by_key(|c| c.level);
-    v
-}
-
 /// Cache line size: from the machine's caches, else 64 bytes.
-pub fn line_bytes(caches: &[CacheFact]) -> usize {
+pub fn line_bytes(caches: &[Cache]) -> usize {
     caches
         .iter()
         .map(|c| c.line_bytes as usize)
@@ -124,20 +32,15 @@ pub fn line_bytes(caches: &[CacheFact]) -> usize {
 }
 
 /// Last-level cache size, if known.
-pub fn llc_bytes(caches: &[CacheFact]) -> Option<u64> {
+pub fn llc_bytes(caches: &[Cache]) -> Option<u64> {
     caches.iter().map(|c| c.size_bytes).max()
-}
-
-/// The memory this process may use: MemAvailable capped by its cgroup's limit.
-pub fn mem_available(machine: &crate::machine::Machine) -> u64 {
-    machine.memory_budget_bytes()
 }
 
 /// The memory a run of an experiment may use: never more than a quarter of what is
 /// available (MemAvailable, capped by the cgroup limit).
 /// Errors when even `min` does not fit.
 pub fn memory_cap(machine: &crate::machine::Machine, want: u64, min: u64) -> anyhow::Result<u64> {
-    let avail = mem_available(machine);
+    let avail = machine.memory_budget_bytes();
     if avail == 0 {
         // Unknown: stay small rather than risk the machine.
         return Ok(want.min(256 << 20).max(min));
@@ -312,71 +215,37 @@ pub fn rss_check(base: Option<u64>, cap: u64) -> crate::results::Check {
     }
 }
 
-pub use crate::harness::thread_preemptions;
-
-/// How long and how often `measure_quiet` measures.
-#[derive(Debug, Clone)]
-pub struct QuietSpec {
-    /// Shortest trial: long against the clock's overhead, short against a scheduler
-    /// time slice, so that most trials run without being preempted on a busy machine.
-    pub min_trial: std::time::Duration,
-    pub trials: usize,
-    /// Wall time for calibration and trials together.
-    pub budget: std::time::Duration,
-}
-
-/// Trials of one measurement, with the preempted ones counted.
-pub type Quiet = crate::harness::Measurement;
-
-impl QuietSpec {
-    /// The harness settings for this spec: short trials, the preemption check on, no
-    /// timed warm-up beyond one trial, calibration within half the budget.
-    fn harness_config(&self) -> crate::harness::HarnessConfig {
-        crate::harness::HarnessConfig {
-            min_trial: self.min_trial,
-            trials: self.trials,
-            min_trials: 3.min(self.trials),
-            warmup: std::time::Duration::ZERO,
-            budget: self.budget,
-            calibration_limit: self.budget / 2,
-            max_iters: 1 << 40,
-            detect_preemption: true,
-        }
-    }
-}
-
 /// Measures `body(iters)` (`ops_per_iter` operations per iteration) with the shared
-/// harness in short trials, repeating those during which the thread was preempted.
-/// Only the clock's overhead is subtracted (a chase or stream step dwarfs the loop's).
-pub fn measure_quiet(
+/// harness under `cfg` (`HarnessConfig::short_trials`), repeating trials during which the
+/// thread was preempted. Only the clock's overhead is subtracted (a chase or stream step
+/// dwarfs the loop's).
+pub fn measure_raw(
     clock: &dyn crate::clock::Clock,
-    spec: &QuietSpec,
+    cfg: &HarnessConfig,
     ops_per_iter: f64,
     body: impl FnMut(u64),
-) -> Quiet {
-    let m = crate::harness::Harness::new(clock, spec.harness_config(), 0.0)
-        .measure_raw(ops_per_iter, body);
+) -> Measurement {
+    let m = Harness::new(clock, cfg.clone(), 0.0).measure_raw(ops_per_iter, body);
     without_preemption_note(m)
 }
 
 /// Memory experiments sum preempted trials into one note of their own.
-fn without_preemption_note(mut m: Quiet) -> Quiet {
+fn without_preemption_note(mut m: Measurement) -> Measurement {
     let note = crate::harness::preemption_note(m.preempted, m.undisturbed);
     m.notes.retain(|n| *n != note);
     m
 }
 
-/// As `measure_quiet` over a trial the caller times itself (several threads released
+/// As `measure_raw` over a trial the caller times itself (several threads released
 /// together): `trial(iters)` returns its ticks, clock overhead included, and whether
 /// every thread ran undisturbed.
 pub fn measure_trials(
     clock: &dyn crate::clock::Clock,
-    spec: &QuietSpec,
+    cfg: &HarnessConfig,
     ops_per_iter: f64,
     trial: impl FnMut(u64) -> (u64, bool),
-) -> Quiet {
-    let m = crate::harness::Harness::new(clock, spec.harness_config(), 0.0)
-        .measure_trials(ops_per_iter, trial);
+) -> Measurement {
+    let m = Harness::new(clock, cfg.clone(), 0.0).measure_trials(ops_per_iter, trial);
     without_preemption_note(m)
 }
 
@@ -398,22 +267,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sattolo_is_one_cycle() {
-        let mut rng = Rng::new(1);
-        for n in [1usize, 2, 3, 10, 1000] {
-            let p = sattolo(n, &mut rng);
-            assert_eq!(cycle_length(&p), n);
-        }
-    }
-
-    #[test]
-    fn a_plain_shuffle_can_leave_short_cycles() {
-        // The reason for Sattolo: identity is a valid shuffle and has n cycles.
-        let ident: Vec<u32> = (0..8).collect();
-        assert_eq!(cycle_length(&ident), 1);
-    }
-
-    #[test]
     fn thp_from_the_description() {
         let mut m = crate::machine::Machine::default();
         assert!(!thp_available(&m), "unknown is not available");
@@ -426,7 +279,7 @@ mod tests {
     #[test]
     fn caches_are_read() {
         let m = crate::machine::Machine::gather();
-        let c = data_caches(&m);
+        let c = m.data_caches();
         // Where the description found caches (sysfs has them on most machines).
         if m.cpu.caches.iter().any(|c| c.size_bytes > 0) {
             assert!(!c.is_empty());

@@ -1,10 +1,11 @@
 //! mem.pagefault: service time of a major page fault (a page read from disk on first
 //! touch of a file mapping), and of a minor fault (first touch of fresh anonymous memory).
 
-use super::{Pages, Region, Rng};
+use super::{Pages, Region};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::harness::{SampleSpec, Samples};
 use crate::results::{Check, Prediction};
+use crate::rng::Rng;
 use crate::stats::Summary;
 use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::Context as _;
@@ -295,7 +296,7 @@ impl Experiment for PageFault {
             fmt_bytes((anon + file_len) as f64),
             fmt_bytes(anon as f64),
             fmt_bytes(file_len as f64),
-            fmt_bytes(super::mem_available(ctx.machine) as f64)
+            fmt_bytes(ctx.machine.memory_budget_bytes() as f64)
         ));
         let rss0 = super::rss_baseline();
 

@@ -3,8 +3,9 @@
 //! runs them in step (docs/METHODOLOGY.md, mem.bandwidth).
 
 use super::{Op, BLOCK};
-use crate::experiments::memory::{measure_trials, Quiet, QuietSpec};
+use crate::experiments::memory::measure_trials;
 use crate::experiments::Context;
+use crate::harness::{HarnessConfig, Measurement};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// Loads every word; eight accumulators so no add waits on the one before, which lets the
@@ -150,8 +151,8 @@ pub(super) fn team(
     op: Op,
     parts: &[Part],
     cpus: &[usize],
-    spec: &QuietSpec,
-) -> Quiet {
+    spec: &HarnessConfig,
+) -> Measurement {
     let threads = parts.len();
     let gen = AtomicU64::new(0);
     let blocks = AtomicU64::new(0);
@@ -164,14 +165,14 @@ pub(super) fn team(
     let pattern = 0x0123_4567_89ab_cdefu64;
     // One timed run of `b` blocks on this thread; records ticks and quietness.
     let timed = |t: usize, pos: &mut usize, b: u64| {
-        let c0 = crate::experiments::memory::thread_preemptions();
+        let c0 = crate::harness::thread_preemptions();
         let t0 = clock.start();
         let x = work(op, parts[t], pos, b, pattern);
         let t1 = clock.stop();
         std::hint::black_box(x);
         ticks[t].store(t1.wrapping_sub(t0), Ordering::Relaxed);
         quiet[t].store(
-            crate::experiments::memory::thread_preemptions() == c0,
+            crate::harness::thread_preemptions() == c0,
             Ordering::Relaxed,
         );
     };

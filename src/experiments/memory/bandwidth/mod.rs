@@ -13,8 +13,9 @@
 mod kernel;
 mod text;
 
-use super::{Pages, QuietSpec, Region};
+use super::{Pages, Region};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::harness::HarnessConfig;
 use crate::results::{Prediction, Series};
 use crate::units::fmt_bytes;
 #[cfg(test)]
@@ -153,7 +154,7 @@ impl Experiment for Bandwidth {
         }
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        let caches = super::data_caches(ctx.machine);
+        let caches = ctx.machine.data_caches();
         let line = super::line_bytes(&caches) as f64;
         let (lat, src) = match ctx
             .earlier_median("mem.latency", "dram_thp")
@@ -233,7 +234,7 @@ impl Experiment for Bandwidth {
 
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
-        let caches = super::data_caches(ctx.machine);
+        let caches = ctx.machine.data_caches();
         let llc = super::llc_bytes(&caches).unwrap_or(32 << 20);
         // The CPUs the process may use (gathered before the runner pinned this thread).
         let mut allowed = ctx.machine.cpu.allowed_cpus.clone();
@@ -269,11 +270,8 @@ impl Experiment for Bandwidth {
             Profile::Standard => (Duration::from_millis(4), 21),
             Profile::Thorough => (Duration::from_millis(4), 31),
         };
-        let spec = QuietSpec {
-            min_trial,
-            trials,
-            budget: ctx.budget.mul_f64(0.85) / configs.max(1) as u32,
-        };
+        let spec = HarnessConfig::short_trials(min_trial, trials)
+            .for_budget(ctx.budget.mul_f64(0.85), configs);
         let mut run = Streams {
             ctx,
             cpus: &cpus,
@@ -331,7 +329,7 @@ fn buffer_size(ctx: &Context, llc: u64, n: usize, out: &mut Outcome) -> anyhow::
     out.notes.push(format!(
         "memory cap {} (the buffer); MemAvailable {}",
         fmt_bytes(size as f64),
-        fmt_bytes(super::mem_available(ctx.machine) as f64)
+        fmt_bytes(ctx.machine.memory_budget_bytes() as f64)
     ));
     if (size as u64) < 4 * llc {
         out.notes.push(format!(
@@ -347,7 +345,7 @@ fn buffer_size(ctx: &Context, llc: u64, n: usize, out: &mut Outcome) -> anyhow::
 struct Streams<'a, 'c> {
     ctx: &'a Context<'c>,
     cpus: &'a [usize],
-    spec: &'a QuietSpec,
+    spec: &'a HarnessConfig,
     size: usize,
     preempted: usize,
     kept: usize,

@@ -2,8 +2,9 @@
 //! nodes, as read back from memory (docs/METHODOLOGY.md, mem.latency).
 
 use super::levels::Named;
-use crate::experiments::memory::{Region, Rng};
+use crate::experiments::memory::Region;
 use crate::results::Check;
+use crate::rng::Rng;
 use crate::units::fmt_bytes;
 
 /// Cursors walked side by side while verifying (independent loads overlap in memory).

@@ -2,8 +2,10 @@
 //! curves of chases over working-set sizes (docs/METHODOLOGY.md, mem.latency).
 
 use super::checks::verify_chain;
-use crate::experiments::memory::{measure_quiet, sattolo, Quiet, QuietSpec, Region, Rng};
+use crate::experiments::memory::{measure_raw, Region};
 use crate::experiments::Context;
+use crate::harness::{HarnessConfig, Measurement};
+use crate::rng::{sattolo, Rng};
 use crate::units::{fmt_bytes, fmt_ns};
 
 /// Loads per loop iteration of the chase (unrolled so the loop branch is negligible).
@@ -109,13 +111,13 @@ pub(super) const REMEASURE_RATIO: f64 = 1.15;
 /// cores and guests do to the shared cache and memory, which changes over milliseconds, so
 /// those points get trials twice as long and twice as many (spread over more time).
 pub(super) struct Specs {
-    pub(super) near: QuietSpec,
-    pub(super) far: QuietSpec,
+    pub(super) near: HarnessConfig,
+    pub(super) far: HarnessConfig,
     pub(super) far_from: u64,
 }
 
 impl Specs {
-    pub(super) fn for_size(&self, size: u64) -> &QuietSpec {
+    pub(super) fn for_size(&self, size: u64) -> &HarnessConfig {
         if size > self.far_from {
             &self.far
         } else {
@@ -130,7 +132,7 @@ impl Specs {
 #[allow(clippy::too_many_arguments)]
 pub(super) fn lmbench_point(
     ctx: &Context,
-    spec: &QuietSpec,
+    spec: &HarnessConfig,
     region: &mut Region,
     size: u64,
     line: usize,
@@ -164,12 +166,12 @@ pub(super) fn lmbench_point(
 /// Measures the chase laid in `region`.
 pub(super) fn measure_chain(
     ctx: &Context,
-    spec: &QuietSpec,
+    spec: &HarnessConfig,
     region: &Region,
     size: u64,
-) -> (Point, Quiet) {
+) -> (Point, Measurement) {
     let mut p = region.as_ptr() as *const u8;
-    let m = measure_quiet(ctx.clock, spec, UNROLL as f64, |iters| {
+    let m = measure_raw(ctx.clock, spec, UNROLL as f64, |iters| {
         // SAFETY: the caller laid and verified a chain over this region before measuring.
         p = unsafe { chase(p, iters) };
     });

@@ -2,7 +2,8 @@
 //! (docs/METHODOLOGY.md, mem.latency). Finding the plateaus is `analysis::detect_levels`.
 
 use crate::analysis::Level;
-use crate::experiments::memory::{llc_bytes, CacheFact};
+use crate::experiments::memory::llc_bytes;
+use crate::machine::Cache;
 
 /// A detected level with its name and the sysfs cache it was matched with.
 #[derive(Debug, Clone)]
@@ -19,7 +20,7 @@ pub struct Named {
 /// among order-preserving matchings the one with the most matches, then the smallest
 /// total |log2(transition size / sysfs size)|; a match needs the sizes within 16x (a VM
 /// may see only its share of a shared cache). Unmatched plateaus are "plateau_K".
-pub fn name_levels(levels: &[Level], caches: &[CacheFact], max_size: u64) -> Vec<Named> {
+pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64) -> Vec<Named> {
     let mut levels = levels.to_vec();
     let llc = llc_bytes(caches).unwrap_or(0);
     let mut dram: Option<Level> = None;
@@ -49,12 +50,7 @@ pub fn name_levels(levels: &[Level], caches: &[CacheFact], max_size: u64) -> Vec
         dram = Some(d);
     }
     // Order-preserving matching of plateaus to caches (tiny: brute force by recursion).
-    fn best(
-        lv: &[Level],
-        cs: &[CacheFact],
-        i: usize,
-        j: usize,
-    ) -> (usize, f64, Vec<Option<usize>>) {
+    fn best(lv: &[Level], cs: &[Cache], i: usize, j: usize) -> (usize, f64, Vec<Option<usize>>) {
         if i == lv.len() {
             return (0, 0.0, vec![]);
         }

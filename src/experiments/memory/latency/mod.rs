@@ -24,9 +24,11 @@ pub use crate::analysis::{detect_levels, Level};
 pub use kernel::{lmbench_chain, Point};
 pub use levels::{llc_hit_fraction, name_levels, Named};
 
-use super::{Pages, QuietSpec, Region, Rng};
+use super::{Pages, Region};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::harness::HarnessConfig;
 use crate::results::{Check, Prediction};
+use crate::rng::Rng;
 use crate::units::fmt_bytes;
 use kernel::{curve, lmbench_point, Curve, Specs};
 use std::time::Duration;
@@ -168,7 +170,7 @@ impl Experiment for Latency {
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let (ghz, src) = crate::experiments::cpu::core_ghz(ctx);
-        let caches = super::data_caches(ctx.machine);
+        let caches = ctx.machine.data_caches();
         let mut v = Vec::new();
         for c in &caches {
             let (name, cyc) = match c.level {
@@ -231,7 +233,7 @@ impl Experiment for Latency {
 
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
-        let caches = super::data_caches(ctx.machine);
+        let caches = ctx.machine.data_caches();
         let line = super::line_bytes(&caches);
         let llc = super::llc_bytes(&caches).unwrap_or(32 << 20);
         let p = plan(ctx.profile, llc, line);
@@ -296,7 +298,7 @@ fn working_set(
         fmt_bytes(cap as f64),
         fmt_bytes(max as f64),
         4,
-        fmt_bytes(super::mem_available(ctx.machine) as f64)
+        fmt_bytes(ctx.machine.memory_budget_bytes() as f64)
     ));
     if max < 8 * llc {
         out.notes.push(format!(
@@ -350,17 +352,10 @@ impl Schedule {
         let far_weight = 4;
         // A third of the budget goes to laying chains and faulting pages.
         let unit = ctx.budget.mul_f64(0.66) / all.len().max(1) as u32;
-        let near = QuietSpec {
-            min_trial: p.min_trial,
-            trials: p.trials,
-            budget: unit,
-        };
+        let near = HarnessConfig::short_trials(p.min_trial, p.trials).for_budget(unit, 1);
         let spec = Specs {
-            far: QuietSpec {
-                min_trial: p.min_trial * 2,
-                trials: p.trials * 2,
-                budget: unit * far_weight as u32,
-            },
+            far: HarnessConfig::short_trials(p.min_trial * 2, p.trials * 2)
+                .for_budget(unit * far_weight as u32, 1),
             near,
             far_from: llc,
         };
@@ -516,7 +511,7 @@ fn premise_and_notes(base: &BaseCurves, thp_curve: Option<&(Curve, f64)>, out: &
 /// lmbench-layout figures, with their findings and sanity checks.
 fn levels_and_memory(
     p: &Plan,
-    caches: &[super::CacheFact],
+    caches: &[crate::machine::Cache],
     base: &BaseCurves,
     thp_curve: Option<&(Curve, f64)>,
     max: u64,

@@ -19,18 +19,19 @@ fn synth(levels: &[(u64, f64)], max: u64) -> Vec<(u64, f64)> {
         .collect()
 }
 
-fn caches3() -> Vec<super::super::CacheFact> {
+fn caches3() -> Vec<crate::machine::Cache> {
     [
         (1, "Data", 32u64 << 10),
         (2, "Unified", 512 << 10),
         (3, "Unified", 32 << 20),
     ]
     .iter()
-    .map(|&(level, kind, size)| super::super::CacheFact {
+    .map(|&(level, kind, size)| crate::machine::Cache {
         level,
         kind: kind.into(),
         size_bytes: size,
         line_bytes: 64,
+        ..Default::default()
     })
     .collect()
 }
@@ -54,23 +55,26 @@ fn detects_synthetic_levels() {
     let lv = detect_levels(&pts, 3);
     assert!(lv.len() >= 3, "{lv:?}");
     let caches = vec![
-        super::super::CacheFact {
+        crate::machine::Cache {
             level: 1,
             kind: "Data".into(),
             size_bytes: 32 << 10,
             line_bytes: 64,
+            ..Default::default()
         },
-        super::super::CacheFact {
+        crate::machine::Cache {
             level: 2,
             kind: "Unified".into(),
             size_bytes: 512 << 10,
             line_bytes: 64,
+            ..Default::default()
         },
-        super::super::CacheFact {
+        crate::machine::Cache {
             level: 3,
             kind: "Unified".into(),
             size_bytes: 32 << 20,
             line_bytes: 64,
+            ..Default::default()
         },
     ];
     let named = name_levels(&lv, &caches, 128 << 20);
@@ -113,7 +117,7 @@ fn verification_rejects_short_cycles_and_stray_pointers() {
     let mut r = Region::new(64 << 10, Pages::Base).unwrap();
     let mut rng = Rng::new(3);
     for n in [1usize, 2, 5, 16, 17, 1000] {
-        let next = super::super::sattolo(n, &mut rng);
+        let next = crate::rng::sattolo(n, &mut rng);
         lay(&mut r, 64, &next);
         assert!(verify_chain(&r, 64, n, &mut rng), "n={n}");
     }
@@ -132,7 +136,7 @@ fn verification_rejects_short_cycles_and_stray_pointers() {
         assert!(!verify_chain(&r, 64, 1000, &mut rng));
     }
     // A node pointing outside the chain.
-    let next = super::super::sattolo(1000, &mut rng);
+    let next = crate::rng::sattolo(1000, &mut rng);
     lay(&mut r, 64, &next);
     // SAFETY: node 10 lies inside the region; overwriting its pointer with garbage.
     unsafe { *(r.as_ptr().add(640) as *mut usize) = 12345 };
@@ -145,7 +149,7 @@ fn lmbench_chain_is_one_cycle_changing_page_every_step() {
     for (pages, lines) in [(1usize, 64usize), (4, 64), (256, 64), (3, 8), (5, 1)] {
         let next = lmbench_chain(pages, lines, &mut rng);
         assert_eq!(
-            super::super::cycle_length(&next),
+            crate::rng::cycle_length(&next),
             pages * lines,
             "{pages}x{lines}"
         );
@@ -164,7 +168,7 @@ fn lmbench_chain_is_one_cycle_changing_page_every_step() {
 fn chase_follows_a_verified_chain() {
     let mut r = Region::new(64 << 10, Pages::Base).unwrap();
     let mut rng = Rng::new(7);
-    let next = super::super::sattolo(1024, &mut rng);
+    let next = crate::rng::sattolo(1024, &mut rng);
     lay(&mut r, 64, &next);
     assert!(verify_chain(&r, 64, 1024, &mut rng));
     let start = r.as_ptr() as *const u8;
