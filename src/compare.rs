@@ -16,12 +16,9 @@
 //! the environment sentinel moved between or during the runs of a CPU-bound (cpu.*, mem.*)
 //! experiment.
 
-use crate::history::History;
 use crate::results::{ExperimentResult, Metric, MetricKind, RunResults, Status};
 use crate::stats::Summary;
-use crate::units::fmt_value;
 use serde::Serialize;
-use std::path::Path;
 
 /// Default minimum relative difference of the medians for a significant difference.
 pub const MIN_REL_DIFF: f64 = 0.05;
@@ -599,133 +596,6 @@ fn label(i: usize) -> String {
         ((b'A' + i as u8) as char).to_string()
     } else {
         format!("R{}", i + 1)
-    }
-}
-
-/// A run named on the command line: a results file or folder, or a history id.
-pub fn resolve(
-    spec: &str,
-    history: impl FnOnce() -> anyhow::Result<History>,
-) -> Result<RunResults, String> {
-    let p = Path::new(spec);
-    if p.exists() {
-        return crate::results::load::load(p);
-    }
-    match spec.parse::<i64>() {
-        Ok(id) => {
-            let h = history().map_err(|e| format!("history: {e:#}"))?;
-            match h.get(id) {
-                Ok(Some(r)) => Ok(r),
-                Ok(None) => Err(format!(
-                    "no run with id {id} in the history ({}); see `osmeter history`",
-                    h.path.display()
-                )),
-                Err(e) => Err(format!("{e:#}")),
-            }
-        }
-        Err(_) => Err(format!(
-            "{spec}: no such results file or folder, and not a history id"
-        )),
-    }
-}
-
-/// The comparison as a terminal table.
-pub fn render(c: &Comparison) -> String {
-    use comfy_table::{
-        presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, ContentArrangement, Table,
-    };
-    let mut s = String::new();
-    for r in &c.runs {
-        s.push_str(&format!(
-            "{} = {} ({}, {}, profile {})\n",
-            r.label, r.source, r.host, r.started_at, r.profile
-        ));
-    }
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic);
-    let mut header = vec!["experiment".to_string(), "metric".to_string()];
-    for (i, r) in c.runs.iter().enumerate() {
-        header.push(if i == 0 {
-            format!("{} (median)", r.label)
-        } else {
-            format!("{} (ratio to A)", r.label)
-        });
-    }
-    t.set_header(header);
-    let mut last = String::new();
-    for m in &c.metrics {
-        let mut row = vec![
-            Cell::new(if m.experiment == last {
-                String::new()
-            } else {
-                m.experiment.clone()
-            }),
-            Cell::new(&m.metric),
-        ];
-        last = m.experiment.clone();
-        for i in 0..c.runs.len() {
-            let txt = match (&m.values[i], m.ratios[i]) {
-                (None, _) => "-".to_string(),
-                (Some(v), Some(r)) if i > 0 => format!(
-                    "{} ({r:.3}){}",
-                    fmt_value(v.median, &m.unit),
-                    if m.significant_vs_baseline[i] {
-                        " *"
-                    } else {
-                        ""
-                    }
-                ),
-                (Some(v), _) => fmt_value(v.median, &m.unit),
-            };
-            row.push(Cell::new(txt).set_alignment(CellAlignment::Right));
-        }
-        t.add_row(row);
-    }
-    s.push_str(&t.to_string());
-    s.push('\n');
-    for m in c.metrics.iter().filter(|m| m.significant) {
-        for (i, v) in m.versus.iter().enumerate() {
-            let Some(v) = v.as_ref().filter(|v| v.significant) else {
-                continue;
-            };
-            s.push_str(&format!(
-                "* {} {} {}: {} [{}, {}] ({:?} test; noise: {})\n",
-                m.experiment,
-                m.metric,
-                c.runs[i].label,
-                signed(v.shift, &m.unit),
-                signed(v.shift_ci95[0], &m.unit),
-                signed(v.shift_ci95[1], &m.unit),
-                v.test,
-                v.noise.source
-            ));
-        }
-    }
-    for e in &c.environment {
-        s.push_str(&format!("{}: {}\n", e.experiment, e.text));
-    }
-    let sources: std::collections::BTreeSet<&str> = c
-        .metrics
-        .iter()
-        .flat_map(|m| m.versus.iter().flatten().map(|v| v.noise.source.as_str()))
-        .collect();
-    s.push_str(&format!(
-        "run-to-run noise: {}\n",
-        sources.into_iter().collect::<Vec<_>>().join(", ")
-    ));
-    s.push_str(&format!(
-        "{} of {} compared metrics differ significantly (*: {}).\n",
-        c.significant, c.compared, c.rule
-    ));
-    s
-}
-
-fn signed(x: f64, unit: &str) -> String {
-    if x < 0.0 {
-        format!("-{}", fmt_value(-x, unit))
-    } else {
-        format!("+{}", fmt_value(x, unit))
     }
 }
 

@@ -1,11 +1,12 @@
 //! osmeter: what a machine and its OS really cost, measured honestly.
 //!
-//! The binary (`main.rs`) is a thin layer over this library: `runner` plans and runs
-//! experiments on the shared `harness` and `clock`, `results` is the document they
-//! produce, and `report` renders it.
+//! The binary (`main.rs`) only calls `commands::main`: `commands` parses each subcommand
+//! and calls the rest, where `runner` plans and runs experiments on the shared `harness`
+//! and `clock`, `results` is the document they produce, and `report` renders it.
 
 pub mod analysis;
 pub mod clock;
+pub mod commands;
 pub mod compare;
 pub mod error;
 pub mod experiments;

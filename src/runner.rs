@@ -1,6 +1,8 @@
 //! Runs a selection of experiments: validates the request, sets up the clock and pinning,
 //! runs each experiment within its budget (with a watchdog so none can hang), captures
-//! failures and panics, and assembles the results document.
+//! failures and panics, and assembles the results document. It writes and prints
+//! nothing: progress goes to a `Progress` observer, and `osmeter run` (commands::run)
+//! writes the results folder, the reports and the history entry.
 
 use crate::clock::Clock;
 use crate::experiments::{self, Context, Experiment, Profile, RunOptions};
@@ -11,7 +13,6 @@ use crate::results::{
     Status, Tool, SCHEMA_VERSION,
 };
 use serde::Serialize;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,11 +25,6 @@ pub struct RunConfig {
     pub only: Vec<String>,
     pub skip: Vec<String>,
     pub cpu: Option<usize>,
-    /// Parent folder of the results folder.
-    pub out: PathBuf,
-    pub write_results: bool,
-    pub quiet: bool,
-    pub no_history: bool,
     pub options: RunOptions,
     /// Runs of each experiment (`--repeat`), back to back, merged into one result;
     /// `None`: each experiment's default for the profile (`Experiment::default_repeat`).
@@ -37,12 +33,6 @@ pub struct RunConfig {
 
 /// Errors of a run: the binary's one error type (usage exit 2, runtime exit 1).
 pub use crate::error::Error as RunError;
-
-/// A finished run and where it was written.
-pub struct RunOutput {
-    pub results: RunResults,
-    pub folder: Option<PathBuf>,
-}
 
 /// An existing directory this process may create files in (checked with access(2), so
 /// nothing is written to find out).
@@ -66,71 +56,28 @@ pub fn check_writable_dir(flag: &str, d: &Path) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Progress display: a bar on a terminal, plain lines otherwise, nothing when quiet.
-struct Progress {
-    bar: Option<indicatif::ProgressBar>,
-    plain: bool,
+/// What a run tells whoever watches it. The runner prints nothing itself: `osmeter run`
+/// shows these as a bar or as lines (commands::run), tests pass `Silent`.
+pub trait Progress {
+    /// Measuring begins; `total` is the budget of every run of every selected experiment.
+    fn begin(&self, _total: Duration) {}
+    /// Called while the runner starts its helper threads away from the measured CPU, so
+    /// that a display's own threads (a ticker) start there too.
+    fn start_threads(&self) {}
+    /// What is happening now (replaces the previous message).
+    fn message(&self, _msg: &str) {}
+    /// A line that stays: an experiment done, a warning.
+    fn line(&self, _msg: &str) {}
+    /// `by` of the total budget is done.
+    fn advance(&self, _by: Duration) {}
+    /// Measuring is over.
+    fn finish(&self) {}
 }
 
-impl Progress {
-    fn new(quiet: bool, total_budget: Duration) -> Progress {
-        if quiet {
-            return Progress {
-                bar: None,
-                plain: false,
-            };
-        }
-        if std::io::stderr().is_terminal() {
-            let bar = indicatif::ProgressBar::new(total_budget.as_millis() as u64);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{spinner} [{elapsed_precise}] {bar:30} {percent:>3}% ETA {eta} {msg}",
-                )
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            );
-            Progress {
-                bar: Some(bar),
-                plain: false,
-            }
-        } else {
-            Progress {
-                bar: None,
-                plain: true,
-            }
-        }
-    }
-    /// Starts the bar's ticker thread; call it inside `off_cpu` so the thread avoids the
-    /// measured CPU.
-    fn start_ticker(&self) {
-        if let Some(b) = &self.bar {
-            b.enable_steady_tick(Duration::from_millis(200));
-        }
-    }
-    fn message(&self, msg: &str) {
-        if let Some(b) = &self.bar {
-            b.set_message(msg.to_string());
-        }
-    }
-    fn line(&self, msg: &str) {
-        if let Some(b) = &self.bar {
-            // On a terminal, lines fit its width like the summary does.
-            let w = crate::report::terminal::terminal_width() as usize;
-            b.println(crate::report::terminal::wrap(msg, w, "", "    ").trim_end());
-        } else if self.plain {
-            eprintln!("{msg}");
-        }
-    }
-    fn advance(&self, by: Duration) {
-        if let Some(b) = &self.bar {
-            b.inc(by.as_millis() as u64);
-        }
-    }
-    fn finish(&self) {
-        if let Some(b) = &self.bar {
-            b.finish_and_clear();
-        }
-    }
-}
+/// A progress observer that shows nothing.
+pub struct Silent;
+
+impl Progress for Silent {}
 
 /// Runs `start` while the calling thread may use every allowed CPU but `cpu`, so the
 /// threads it spawns (which inherit their creator's affinity) never wake on the measured
@@ -261,25 +208,65 @@ impl Registry {
 }
 
 /// Runs the configured experiments of the real registry.
-pub fn run(cfg: &RunConfig) -> Result<RunOutput, RunError> {
-    run_with(cfg, Registry::real())
+pub fn run(cfg: &RunConfig, progress: &dyn Progress) -> Result<RunResults, RunError> {
+    run_with(cfg, Registry::real(), progress)
 }
 
 /// Runs the configured experiments of `registry`.
-pub fn run_with(cfg: &RunConfig, registry: Registry) -> Result<RunOutput, RunError> {
+pub fn run_with(
+    cfg: &RunConfig,
+    registry: Registry,
+    progress: &dyn Progress,
+) -> Result<RunResults, RunError> {
+    plan(cfg, registry)?.run(progress)
+}
+
+/// A validated run, not started yet.
+pub struct Plan<'a> {
+    cfg: &'a RunConfig,
+    selected: Vec<Box<dyn Experiment>>,
+    hard_limit: fn(Duration) -> Duration,
+    on_overrun: OnOverrun,
+}
+
+/// Checks the request against `registry` (selection, --cpu, the directories), so that
+/// every usage error is found before anything is measured; the caller may add checks of
+/// its own between this and `Plan::run`.
+pub fn plan(cfg: &RunConfig, registry: Registry) -> Result<Plan<'_>, RunError> {
     let Registry {
         experiments: all,
         hard_limit,
         on_overrun,
     } = registry;
-    let selected = validate(cfg, all)?;
+    Ok(Plan {
+        cfg,
+        selected: validate(cfg, all)?,
+        hard_limit,
+        on_overrun,
+    })
+}
+
+impl Plan<'_> {
+    /// Measures the selected experiments and assembles the results document.
+    pub fn run(self, progress: &dyn Progress) -> Result<RunResults, RunError> {
+        measure(self, progress)
+    }
+}
+
+fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> {
+    let Plan {
+        cfg,
+        selected,
+        hard_limit,
+        on_overrun,
+    } = plan;
     let started = SystemTime::now();
     let t0 = Instant::now();
     let total_budget: Duration = selected
         .iter()
         .map(|e| e.budget(cfg.profile) * repeats(cfg, e.as_ref()) as u32)
         .sum();
-    let progress = Progress::new(cfg.quiet, total_budget);
+    progress.begin(total_budget);
     progress.message("gathering machine facts");
 
     let allowed = platform::allowed_cpus();
@@ -299,7 +286,7 @@ pub fn run_with(cfg: &RunConfig, registry: Registry) -> Result<RunOutput, RunErr
     }
     // Helper threads start before pinning, away from the measured CPU.
     let watchdog = off_cpu(cpu, &allowed, || {
-        progress.start_ticker();
+        progress.start_threads();
         Watchdog::start(on_overrun)
     });
     let pinning = platform::pin_to_cpu(cpu)
@@ -326,7 +313,7 @@ pub fn run_with(cfg: &RunConfig, registry: Registry) -> Result<RunOutput, RunErr
         cpu,
         loop_ticks,
         scratch: &scratch,
-        progress: &progress,
+        progress,
         watchdog: &watchdog,
         hard_limit,
     };
@@ -379,7 +366,7 @@ pub fn run_with(cfg: &RunConfig, registry: Registry) -> Result<RunOutput, RunErr
     };
     let mut run_results = run_results;
     run_results.findings = crate::findings::compute(&run_results);
-    publish(cfg, run_results)
+    Ok(run_results)
 }
 
 /// The selected experiments, after every usage error is found (before anything is
@@ -402,38 +389,7 @@ fn validate(
             check_writable_dir(flag, d)?;
         }
     }
-    if cfg.write_results {
-        crate::results::save::check_out_dir(&cfg.out).map_err(RunError::Usage)?;
-    }
     Ok(selected)
-}
-
-/// Writes the results, the reports and the history entry as configured.
-fn publish(cfg: &RunConfig, run_results: RunResults) -> Result<RunOutput, RunError> {
-    let folder = if cfg.write_results {
-        let f = crate::results::save::write_results(&cfg.out, &run_results)
-            .map_err(RunError::Runtime)?;
-        // results.json is safe on disk; a report or history problem only warns.
-        if let Err(e) = crate::report::write_reports(&f, &run_results) {
-            eprintln!("osmeter: warning: could not write the reports: {e:#}");
-        }
-        Some(f)
-    } else {
-        None
-    };
-    if !cfg.no_history {
-        if let Err(e) = crate::history::History::open_default()
-            .and_then(|mut h| h.record(&run_results, folder.as_deref()))
-        {
-            eprintln!(
-                "osmeter: warning: run not recorded in the history: {e:#} (--no-history skips it)"
-            );
-        }
-    }
-    Ok(RunOutput {
-        results: run_results,
-        folder,
-    })
 }
 
 /// Runs of `exp`: `--repeat` when given, else the experiment's default for the profile.
@@ -538,7 +494,7 @@ struct Env<'a> {
     cpu: usize,
     loop_ticks: f64,
     scratch: &'a std::sync::OnceLock<crate::scratch::Scratch>,
-    progress: &'a Progress,
+    progress: &'a dyn Progress,
     watchdog: &'a Watchdog,
     hard_limit: fn(Duration) -> Duration,
 }

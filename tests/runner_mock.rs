@@ -93,10 +93,6 @@ fn config(only: &str, repeat: usize) -> RunConfig {
         },
         skip: vec![],
         cpu: None,
-        out: std::env::temp_dir(),
-        write_results: false,
-        quiet: true,
-        no_history: true,
         options: RunOptions::default(),
         repeat: Some(repeat),
     }
@@ -130,10 +126,10 @@ fn run_mocks(only: &str, repeat: usize) -> (RunResults, Vec<String>, Arc<AtomicU
         hard_limit: short_limit,
         on_overrun: Arc::new(move |id: &str| o.lock().unwrap().push(id.to_string())),
     };
-    let out = runner::run_with(&config(only, repeat), registry)
+    let results = runner::run_with(&config(only, repeat), registry, &runner::Silent)
         .unwrap_or_else(|e| panic!("run failed: {e}"));
     let seen = overruns.lock().unwrap().clone();
-    (out.results, seen, calls)
+    (results, seen, calls)
 }
 
 fn status(r: &RunResults, id: &str) -> (Status, String) {
@@ -231,7 +227,7 @@ fn the_configuration_is_recorded() {
         drop_caches: true,
         ..RunOptions::default()
     };
-    let r = runner::run_with(&cfg, registry).unwrap().results;
+    let r = runner::run_with(&cfg, registry, &runner::Silent).unwrap();
     let doc = serde_json::to_value(&r).unwrap();
     let c = &doc["config"];
     assert_eq!(c["options"], serde_json::to_value(&cfg.options).unwrap());
@@ -267,10 +263,86 @@ fn the_configuration_is_recorded() {
         hard_limit: short_limit,
         on_overrun: Arc::new(|_: &str| {}),
     };
-    let r = runner::run_with(&cfg, registry).unwrap().results;
+    let r = runner::run_with(&cfg, registry, &runner::Silent).unwrap();
     let c = serde_json::to_value(&r.config).unwrap();
     assert!(c["peer"].is_null() && c.get("peer").is_some());
     assert_eq!(r.peer_name(), None);
+}
+
+/// Records what the runner tells its progress observer.
+#[derive(Default)]
+struct Recorder {
+    events: Mutex<Vec<String>>,
+}
+
+impl runner::Progress for Recorder {
+    fn begin(&self, total: Duration) {
+        self.push(format!("begin {} ms", total.as_millis()));
+    }
+    fn start_threads(&self) {
+        self.push("threads".into());
+    }
+    fn message(&self, msg: &str) {
+        self.push(format!("message {msg}"));
+    }
+    fn line(&self, msg: &str) {
+        self.push(format!("line {msg}"));
+    }
+    fn advance(&self, by: Duration) {
+        self.push(format!("advance {} ms", by.as_millis()));
+    }
+    fn finish(&self) {
+        self.push("finish".into());
+    }
+}
+
+impl Recorder {
+    fn push(&self, e: String) {
+        self.events.lock().unwrap().push(e);
+    }
+}
+
+#[test]
+fn progress_goes_to_the_observer() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let registry = Registry {
+        experiments: vec![
+            mock("mock.metrics", Behaviour::Metrics, &calls),
+            mock("mock.skipped", Behaviour::Skipped, &calls),
+        ],
+        hard_limit: short_limit,
+        on_overrun: Arc::new(|_: &str| {}),
+    };
+    let rec = Recorder::default();
+    runner::run_with(&config("", 2), registry, &rec).unwrap();
+    let ev = rec.events.into_inner().unwrap();
+    // Two experiments of 50 ms, twice each: the bar's total, and each one's share of it.
+    assert_eq!(
+        ev.first().map(String::as_str),
+        Some("begin 200 ms"),
+        "{ev:?}"
+    );
+    assert_eq!(ev.last().map(String::as_str), Some("finish"), "{ev:?}");
+    assert_eq!(ev.iter().filter(|e| *e == "threads").count(), 1, "{ev:?}");
+    let advances: Vec<&String> = ev.iter().filter(|e| e.starts_with("advance")).collect();
+    assert_eq!(advances, ["advance 100 ms", "advance 100 ms"], "{ev:?}");
+    assert!(
+        ev.contains(&"message [2/2] mock.skipped (run 2/2)".to_string()),
+        "{ev:?}"
+    );
+    let done: Vec<&String> = ev
+        .iter()
+        .filter(|e| e.starts_with("line [") && !e.contains("warning"))
+        .collect();
+    assert_eq!(done.len(), 2, "one line per experiment: {ev:?}");
+    assert!(
+        done[0].starts_with("line [1/2] mock.metrics ok ("),
+        "{ev:?}"
+    );
+    assert!(
+        done[1].contains("mock.skipped skipped") && done[1].contains("needs a mock device"),
+        "{ev:?}"
+    );
 }
 
 #[test]
@@ -281,7 +353,7 @@ fn a_pattern_matching_no_mock_is_a_usage_error() {
         hard_limit: short_limit,
         on_overrun: Arc::new(|_: &str| {}),
     };
-    match runner::run_with(&config("cpu.*", 1), registry) {
+    match runner::run_with(&config("cpu.*", 1), registry, &runner::Silent) {
         Err(runner::RunError::Usage(e)) => assert!(e.contains("mock.metrics"), "{e}"),
         other => panic!("expected a usage error, got {:?}", other.err()),
     }

@@ -1,6 +1,7 @@
-//! Renderers: they read a results document and never measure.
+//! Renderers: they read a results document (or a comparison of several) and never
+//! measure; the commands (crate::commands) decide where their output goes.
 
-pub mod cli;
+pub mod compare_text;
 pub mod figures;
 pub mod fleet;
 pub mod html;

@@ -5,29 +5,25 @@ use std::io::Write;
 
 use osmeter::experiments::{Profile, RunOptions};
 use osmeter::results::{RunResults, Status};
-use osmeter::runner::{run, RunConfig};
+use osmeter::runner::{run, RunConfig, Silent};
 
 /// A smoke-profile run of the selected experiments, writing nothing.
 pub fn smoke(only: &str) -> RunResults {
     run_profile(Profile::Smoke, only)
 }
 
-/// A run of the selected experiments in `profile`, writing nothing.
+/// A run of the selected experiments in `profile` (the runner writes nothing).
 pub fn run_profile(profile: Profile, only: &str) -> RunResults {
     let cfg = RunConfig {
         profile,
         only: vec![only.into()],
         skip: vec![],
         cpu: None,
-        out: std::env::temp_dir(),
-        write_results: false,
-        quiet: true,
-        no_history: true,
         options: RunOptions::default(),
         repeat: Some(1),
     };
-    match run(&cfg) {
-        Ok(o) => o.results,
+    match run(&cfg, &Silent) {
+        Ok(r) => r,
         Err(e) => panic!("run failed: {e}"),
     }
 }

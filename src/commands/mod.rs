@@ -1,0 +1,86 @@
+//! The command layer: one file per subcommand. Each parses its arguments (clap), calls
+//! the library, prints or writes what it produced, and turns errors into exit codes
+//! through `crate::error` (0 success, 1 the work failed, 2 bad usage). Nothing below
+//! this layer prints results or writes them to disk on a command's behalf.
+
+mod compare;
+mod completions;
+mod history;
+mod io;
+mod list;
+mod machine;
+mod man;
+mod report;
+mod run;
+mod serve;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "osmeter",
+    version,
+    about = "What a machine and its OS really cost: measured, predicted, explained"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the suite (or a selection) and write a results folder.
+    #[command(after_help = run::EXAMPLES)]
+    Run(run::Args),
+    /// List every experiment with its needs and cost per profile.
+    List(list::Args),
+    /// Describe this machine (or one recorded with --snapshot).
+    Machine(machine::Args),
+    /// Re-render the reports (terminal, report.md, report.html, plots) from a results file.
+    Report(report::Args),
+    /// List the runs recorded in the local history database (or import results into it).
+    History(history::Args),
+    /// Compare runs side by side (the first is the baseline): results files, folders or history ids.
+    #[command(after_help = compare::EXAMPLES)]
+    Compare(compare::Args),
+    /// The block-size I/O toolkit: write, read, calibrate, sweep, syscalls, xor.
+    #[command(after_help = io::EXAMPLES)]
+    Io {
+        #[command(subcommand)]
+        cmd: io::IoCmd,
+    },
+    /// Run the peer that network experiments talk to (binds 127.0.0.1 unless --bind).
+    Serve(serve::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    #[command(after_help = completions::EXAMPLES)]
+    Completions(completions::Args),
+    /// Print the manual page (roff) on stdout.
+    #[command(after_help = man::EXAMPLES)]
+    Man,
+}
+
+/// The whole command line: parse, dispatch, exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => return crate::error::from_clap(&e),
+    };
+    match cli.cmd {
+        Cmd::Run(a) => run::run(a),
+        Cmd::List(a) => list::run(a),
+        Cmd::Machine(a) => machine::run(a),
+        Cmd::Report(a) => report::run(a),
+        Cmd::History(a) => history::run(a),
+        Cmd::Compare(a) => compare::run(a),
+        Cmd::Io { cmd } => io::run(cmd),
+        Cmd::Serve(a) => serve::run(a),
+        Cmd::Completions(a) => completions::run(a),
+        Cmd::Man => man::run(),
+    }
+}
+
+/// The clap description of the whole command line (for completions and the man page).
+fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}

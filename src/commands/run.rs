@@ -1,0 +1,201 @@
+//! `osmeter run`: the suite or a selection. The runner measures and returns the results
+//! document; this command shows its progress, writes the results folder, the reports and
+//! the history entry, and prints the summary (or the document with --json).
+
+use crate::error::{Error, Result, EXIT_RUNTIME};
+use crate::experiments::{Profile, RunOptions};
+use crate::results::{RunResults, Status};
+use crate::runner::{self, Registry, RunConfig};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+pub(super) const EXAMPLES: &str = "Examples:
+  osmeter run                                the quick profile, table and results folder
+  osmeter run --profile smoke                a 15 s check that everything works
+  osmeter run --only 'mem.*' --profile standard
+  osmeter run --skip fs.contention --scratch-dir /mnt/disk
+  osmeter run --peer otherhost:7878 --only 'net.*'
+  osmeter run --json --quiet > results.json";
+
+#[derive(clap::Args)]
+pub(super) struct Args {
+    /// How much the run may cost.
+    #[arg(long, value_enum, default_value = "quick")]
+    profile: Profile,
+    /// Only these experiments (ids or globs such as 'mem.*'; repeat or comma-separate).
+    #[arg(long)]
+    only: Vec<String>,
+    /// Skip these experiments (ids or globs).
+    #[arg(long)]
+    skip: Vec<String>,
+    /// Pin single-threaded work to this CPU (default: the topology's choice, a performance
+    /// core other than CPU 0's core; `osmeter machine` shows it and why).
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// Parent folder of the results folder (a new HOST-TIMESTAMP folder is made inside).
+    #[arg(long, default_value = "osmeter-results")]
+    out: PathBuf,
+    /// Print the results document on stdout instead of the table (still writes the folder).
+    #[arg(long)]
+    json: bool,
+    /// No progress and no table.
+    #[arg(long)]
+    quiet: bool,
+    /// Do not record the run in the history database.
+    #[arg(long)]
+    no_history: bool,
+    /// Run each experiment N times back to back (exp1 N times, then exp2, ...) and record
+    /// one result whose metrics carry the run-to-run spread, which compare uses as noise
+    /// (1-100; default 2, and 1 for the smoke profile).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=100))]
+    repeat: Option<u16>,
+    /// Remote peer for network experiments (HOST[:PORT]).
+    #[arg(long)]
+    peer: Option<String>,
+    /// Shared token for the peer.
+    #[arg(long)]
+    peer_token: Option<String>,
+    /// How reports and the history name the --peer host (e.g. its inventory name).
+    #[arg(long, requires = "peer")]
+    peer_name: Option<String>,
+    /// How reports and the history name this host (default: its hostname).
+    #[arg(long)]
+    host_name: Option<String>,
+    /// A mounted network file system for fs.remote-read.
+    #[arg(long)]
+    remote_dir: Option<PathBuf>,
+    /// Where file experiments write (default: a new folder under the current directory).
+    #[arg(long)]
+    scratch_dir: Option<PathBuf>,
+    /// Allow dropping the whole page cache (root only).
+    #[arg(long)]
+    drop_caches: bool,
+}
+
+pub(super) fn run(a: Args) -> ExitCode {
+    match measure_and_publish(a) {
+        // Not an error line: the table already shows which experiment failed and why.
+        Ok(failed) => ExitCode::from(if failed { EXIT_RUNTIME } else { 0 }),
+        Err(e) => e.report(),
+    }
+}
+
+/// Runs, writes and prints; true when an experiment failed.
+fn measure_and_publish(a: Args) -> Result<bool> {
+    if let Some(Err(e)) = a.peer.as_deref().map(crate::peer::client::parse_peer) {
+        return Err(Error::usage(e.to_string()));
+    }
+    let cfg = RunConfig {
+        profile: a.profile,
+        only: a.only,
+        skip: a.skip,
+        cpu: a.cpu,
+        repeat: a.repeat.map(usize::from),
+        options: RunOptions {
+            peer: a.peer,
+            peer_token: a.peer_token,
+            host_name: a.host_name,
+            peer_name: a.peer_name,
+            remote_dir: a.remote_dir,
+            scratch_dir: a.scratch_dir,
+            drop_caches: a.drop_caches,
+        },
+    };
+    let plan = runner::plan(&cfg, Registry::real())?;
+    // After the runner's own checks, before anything is measured.
+    crate::results::save::check_out_dir(&a.out).map_err(Error::Usage)?;
+    let quiet = a.quiet || a.json;
+    let results = if quiet {
+        plan.run(&runner::Silent)?
+    } else {
+        plan.run(&Display::default())?
+    };
+    let folder = publish(&a.out, !a.no_history, &results)?;
+    if a.json {
+        let s = serde_json::to_string_pretty(&results).map_err(Error::runtime)?;
+        println!("{s}");
+    } else if !a.quiet {
+        print!("{}", crate::report::terminal::render(&results, None));
+        println!("results: {}", folder.join("results.json").display());
+        if folder.join("report.html").exists() {
+            println!("report:  {}", folder.join("report.html").display());
+        }
+    }
+    Ok(results
+        .experiments
+        .iter()
+        .any(|e| e.status == Status::Failed))
+}
+
+/// Writes the results folder, its reports and the history entry; returns the folder.
+fn publish(out: &Path, history: bool, results: &RunResults) -> Result<PathBuf> {
+    let folder = crate::results::save::write_results(out, results).map_err(Error::Runtime)?;
+    // results.json is safe on disk; a report or history problem only warns.
+    if let Err(e) = crate::report::write_reports(&folder, results) {
+        eprintln!("osmeter: warning: could not write the reports: {e:#}");
+    }
+    if history {
+        if let Err(e) = crate::history::History::open_default()
+            .and_then(|mut h| h.record(results, Some(&folder)))
+        {
+            eprintln!(
+                "osmeter: warning: run not recorded in the history: {e:#} (--no-history skips it)"
+            );
+        }
+    }
+    Ok(folder)
+}
+
+/// The run's progress on stderr: a bar on a terminal, plain lines otherwise.
+#[derive(Default)]
+struct Display {
+    /// The bar, made when the run begins (only on a terminal).
+    bar: OnceLock<indicatif::ProgressBar>,
+}
+
+impl runner::Progress for Display {
+    fn begin(&self, total: Duration) {
+        if !std::io::stderr().is_terminal() {
+            return;
+        }
+        let bar = indicatif::ProgressBar::new(total.as_millis() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:30} {percent:>3}% ETA {eta} {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        let _ = self.bar.set(bar);
+    }
+    fn start_threads(&self) {
+        if let Some(b) = self.bar.get() {
+            b.enable_steady_tick(Duration::from_millis(200));
+        }
+    }
+    fn message(&self, msg: &str) {
+        if let Some(b) = self.bar.get() {
+            b.set_message(msg.to_string());
+        }
+    }
+    fn line(&self, msg: &str) {
+        use crate::report::terminal::{terminal_width, wrap};
+        match self.bar.get() {
+            // On a terminal, lines fit its width like the summary does.
+            Some(b) => b.println(wrap(msg, terminal_width() as usize, "", "    ").trim_end()),
+            None => eprintln!("{msg}"),
+        }
+    }
+    fn advance(&self, by: Duration) {
+        if let Some(b) = self.bar.get() {
+            b.inc(by.as_millis() as u64);
+        }
+    }
+    fn finish(&self) {
+        if let Some(b) = self.bar.get() {
+            b.finish_and_clear();
+        }
+    }
+}
