@@ -568,7 +568,7 @@ fn run_one(
     exp: &dyn Experiment,
     env: &Env,
     budget: Duration,
-    earlier: &[ExperimentResult],
+    earlier: &dyn crate::experiments::EarlierResults,
 ) -> ExperimentResult {
     let t = Instant::now();
     let sub = |msg: &str| env.progress.message(&format!("{}: {msg}", exp.id()));

@@ -102,6 +102,15 @@ pub struct Needs {
 }
 
 impl Needs {
+    /// Nothing beyond an ordinary user (`Default`, usable in a `const`).
+    pub const NONE: Needs = Needs {
+        root: false,
+        peer: false,
+        remote_dir: false,
+        disk_bytes: 0,
+        min_cpus: 0,
+    };
+
     pub fn describe(&self) -> String {
         let mut v = Vec::new();
         if self.root {
@@ -157,8 +166,8 @@ pub struct Context<'a> {
     pub cpu: usize,
     /// Wall time this experiment may take.
     pub budget: Duration,
-    /// Results of experiments that ran earlier in this run.
-    pub earlier: &'a [ExperimentResult],
+    /// Results of experiments that ran earlier in this run (the runner's list).
+    pub earlier: &'a dyn EarlierResults,
     pub options: &'a RunOptions,
     /// Ticks of one empty `repeat` iteration.
     pub loop_ticks: f64,
@@ -202,13 +211,7 @@ impl Context<'_> {
 
     /// A metric measured earlier in this run.
     pub fn earlier_metric(&self, experiment: &str, metric: &str) -> Option<&Metric> {
-        if let Some(found) = probe_read(experiment, metric) {
-            return found;
-        }
-        self.earlier
-            .iter()
-            .find(|e| e.id == experiment && e.status == crate::results::Status::Ok)?
-            .metric(metric)
+        self.earlier.metric(experiment, metric)
     }
 
     /// Median of an earlier metric.
@@ -240,34 +243,35 @@ impl MetricRef {
 /// (experiment, metric) pairs read from earlier results.
 pub type MetricReads = std::collections::BTreeSet<(String, String)>;
 
-thread_local! {
-    /// Set only inside `prediction_reads`: whether lookups find a metric, and what was read.
-    static PROBE: std::cell::RefCell<Option<(bool, MetricReads)>> =
-        const { std::cell::RefCell::new(None) };
+/// Metrics measured earlier in the run, where `Context::earlier_metric` finds them.
+pub trait EarlierResults {
+    /// `metric` of `experiment`, when that experiment ran and its status is ok.
+    fn metric(&self, experiment: &str, metric: &str) -> Option<&Metric>;
 }
 
-/// Under `prediction_reads`: records the lookup and answers it (a stand-in metric or none).
-fn probe_read(experiment: &str, metric: &str) -> Option<Option<&'static Metric>> {
-    PROBE.with(|p| {
-        let mut p = p.borrow_mut();
-        let (found, reads) = p.as_mut()?;
-        reads.insert((experiment.to_string(), metric.to_string()));
-        Some(found.then(|| {
-            let m: &'static Metric = Box::leak(Box::new(Metric {
-                name: metric.to_string(),
-                unit: String::new(),
-                description: String::new(),
-                summary: crate::stats::Summary::of(&[1.0]).expect("one value summarises"),
-                prediction: None,
-                cycles: None,
-                iterations: None,
-                raw: vec![1.0],
-                kind: None,
-                runs: vec![],
-            }));
-            m
-        }))
-    })
+/// The runner's results so far.
+impl EarlierResults for Vec<ExperimentResult> {
+    fn metric(&self, experiment: &str, metric: &str) -> Option<&Metric> {
+        self.iter()
+            .find(|e| e.id == experiment && e.status == crate::results::Status::Ok)?
+            .metric(metric)
+    }
+}
+
+/// Earlier results for `prediction_reads`: every lookup is recorded and answered with one
+/// stand-in metric, or with none.
+struct Recorder {
+    stand_in: Option<Metric>,
+    reads: std::cell::RefCell<MetricReads>,
+}
+
+impl EarlierResults for Recorder {
+    fn metric(&self, experiment: &str, metric: &str) -> Option<&Metric> {
+        self.reads
+            .borrow_mut()
+            .insert((experiment.to_string(), metric.to_string()));
+        self.stand_in.as_ref()
+    }
 }
 
 /// Every (experiment, metric) that some experiment's `predict` reads from earlier results,
@@ -276,9 +280,24 @@ fn probe_read(experiment: &str, metric: &str) -> Option<Option<&'static Metric>>
 /// stop early without one).
 pub fn prediction_reads(machine: &Machine, clock: &dyn Clock, options: &RunOptions) -> MetricReads {
     let scratch = std::sync::OnceLock::new();
+    let stand_in = Metric {
+        name: "stand-in".into(),
+        unit: String::new(),
+        description: String::new(),
+        summary: Summary::of(&[1.0]).expect("one value summarises"),
+        prediction: None,
+        cycles: None,
+        iterations: None,
+        raw: vec![1.0],
+        kind: None,
+        runs: vec![],
+    };
     let mut all = MetricReads::new();
-    for found in [false, true] {
-        PROBE.with(|p| *p.borrow_mut() = Some((found, Default::default())));
+    for stand_in in [None, Some(stand_in)] {
+        let earlier = Recorder {
+            stand_in,
+            reads: Default::default(),
+        };
         for exp in registry() {
             let ctx = Context {
                 profile: Profile::Quick,
@@ -286,7 +305,7 @@ pub fn prediction_reads(machine: &Machine, clock: &dyn Clock, options: &RunOptio
                 clock,
                 cpu: 0,
                 budget: exp.budget(Profile::Quick),
-                earlier: &[],
+                earlier: &earlier,
                 options,
                 loop_ticks: 0.0,
                 progress: &|_| {},
@@ -294,9 +313,7 @@ pub fn prediction_reads(machine: &Machine, clock: &dyn Clock, options: &RunOptio
             };
             let _ = exp.predict(&ctx);
         }
-        if let Some((_, reads)) = PROBE.with(|p| p.borrow_mut().take()) {
-            all.extend(reads);
-        }
+        all.extend(earlier.reads.into_inner());
     }
     all
 }
