@@ -621,13 +621,14 @@ fn run_one(
 }
 
 fn empty_result(exp: &dyn Experiment) -> ExperimentResult {
+    let meta = exp.meta();
     ExperimentResult {
-        id: exp.id().into(),
-        area: exp.area().into(),
-        title: exp.title().into(),
+        id: meta.id.into(),
+        area: meta.area().into(),
+        title: meta.title.into(),
         status: Status::Ok,
         reason: None,
-        method: exp.method().into(),
+        method: meta.method.into(),
         duration_s: 0.0,
         metrics: vec![],
         series: vec![],
