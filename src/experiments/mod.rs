@@ -447,7 +447,7 @@ impl ExperimentMeta {
 ///
 /// - Measure through the harness: `ctx.harness(parts)`, or `ctx.cpu_harness(parts)` for
 ///   bodies that only compute (the experiment's budget split `parts` ways); spans and time
-///   bounds with the harness's `stopwatch` and `deadline` on `ctx.clock`.
+///   bounds with that harness's `stopwatch()` and `deadline(d)`.
 /// - Read the machine (`ctx.machine`) and the metrics of experiments that ran earlier in
 ///   the run (`ctx.earlier_median`, `ctx.earlier_metric`); live counters through
 ///   `machine` (e.g. `machine::process`, `machine::storage::sectors_read`).
