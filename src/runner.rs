@@ -503,7 +503,7 @@ fn run_one(
     exp: &dyn Experiment,
     env: &Env,
     budget: Duration,
-    earlier: &[ExperimentResult],
+    earlier: &dyn crate::experiments::EarlierResults,
 ) -> ExperimentResult {
     let t = Instant::now();
     let sub = |msg: &str| env.progress.message(&format!("{}: {msg}", exp.id()));
@@ -556,13 +556,14 @@ fn run_one(
 }
 
 fn empty_result(exp: &dyn Experiment) -> ExperimentResult {
+    let meta = exp.meta();
     ExperimentResult {
-        id: exp.id().into(),
-        area: exp.area().into(),
-        title: exp.title().into(),
+        id: meta.id.into(),
+        area: meta.area().into(),
+        title: meta.title.into(),
         status: Status::Ok,
         reason: None,
-        method: exp.method().into(),
+        method: meta.method.into(),
         duration_s: 0.0,
         metrics: vec![],
         series: vec![],

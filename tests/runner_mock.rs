@@ -4,7 +4,9 @@
 
 mod common;
 
-use osmeter::experiments::{Context, Experiment, Outcome, Profile, RunOptions};
+use osmeter::experiments::{
+    Context, Experiment, ExperimentMeta, Needs, Outcome, Profile, RunOptions,
+};
 use osmeter::platform;
 use osmeter::results::{Check, RunResults, Status};
 use osmeter::runner::{self, Registry, RunConfig, Watchdog};
@@ -26,24 +28,15 @@ enum Behaviour {
 }
 
 struct Mock {
-    id: &'static str,
+    meta: ExperimentMeta,
     budget: Duration,
     behaviour: Behaviour,
     calls: Arc<AtomicUsize>,
 }
 
 impl Experiment for Mock {
-    fn id(&self) -> &'static str {
-        self.id
-    }
-    fn title(&self) -> &'static str {
-        "mock"
-    }
-    fn description(&self) -> &'static str {
-        "a mock experiment"
-    }
-    fn method(&self) -> &'static str {
-        "none"
+    fn meta(&self) -> &ExperimentMeta {
+        &self.meta
     }
     fn budget(&self, _p: Profile) -> Duration {
         self.budget
@@ -76,7 +69,13 @@ impl Experiment for Mock {
 
 fn mock(id: &'static str, behaviour: Behaviour, calls: &Arc<AtomicUsize>) -> Box<dyn Experiment> {
     Box::new(Mock {
-        id,
+        meta: ExperimentMeta {
+            id,
+            title: "mock",
+            description: "a mock experiment",
+            method: "none",
+            needs: Needs::NONE,
+        },
         budget: Duration::from_millis(50),
         behaviour,
         calls: calls.clone(),

@@ -17,9 +17,10 @@ pub(super) fn run(a: Args) -> ExitCode {
         let v: Vec<_> = all
             .iter()
             .map(|e| {
+                let m = e.meta();
                 serde_json::json!({
-                    "id": e.id(), "area": e.area(), "title": e.title(), "description": e.description(),
-                    "needs": e.needs(),
+                    "id": m.id, "area": m.area(), "title": m.title, "description": m.description,
+                    "needs": m.needs,
                     "budget_s": Profile::ALL.iter().map(|p| (p.name(), e.budget(*p).as_secs_f64())).collect::<BTreeMap<_, _>>(),
                     "default_repeat": Profile::ALL.iter().map(|p| (p.name(), e.default_repeat(*p))).collect::<BTreeMap<_, _>>(),
                 })
@@ -42,11 +43,12 @@ pub(super) fn run(a: Args) -> ExitCode {
         "thorough",
     ]);
     for e in &all {
+        let m = e.meta();
         let mut row = vec![
-            e.id().to_string(),
-            e.area().to_string(),
-            e.description().to_string(),
-            e.needs().describe(),
+            m.id.to_string(),
+            m.area().to_string(),
+            m.description.to_string(),
+            m.needs.describe(),
         ];
         row.extend(Profile::ALL.iter().map(|p| {
             format!(

@@ -102,6 +102,15 @@ pub struct Needs {
 }
 
 impl Needs {
+    /// Nothing beyond an ordinary user (`Default`, usable in a `const`).
+    pub const NONE: Needs = Needs {
+        root: false,
+        peer: false,
+        remote_dir: false,
+        disk_bytes: 0,
+        min_cpus: 0,
+    };
+
     pub fn describe(&self) -> String {
         let mut v = Vec::new();
         if self.root {
@@ -157,8 +166,8 @@ pub struct Context<'a> {
     pub cpu: usize,
     /// Wall time this experiment may take.
     pub budget: Duration,
-    /// Results of experiments that ran earlier in this run.
-    pub earlier: &'a [ExperimentResult],
+    /// Results of experiments that ran earlier in this run (the runner's list).
+    pub earlier: &'a dyn EarlierResults,
     pub options: &'a RunOptions,
     /// Ticks of one empty `repeat` iteration.
     pub loop_ticks: f64,
@@ -201,13 +210,7 @@ impl Context<'_> {
 
     /// A metric measured earlier in this run.
     pub fn earlier_metric(&self, experiment: &str, metric: &str) -> Option<&Metric> {
-        if let Some(found) = probe_read(experiment, metric) {
-            return found;
-        }
-        self.earlier
-            .iter()
-            .find(|e| e.id == experiment && e.status == crate::results::Status::Ok)?
-            .metric(metric)
+        self.earlier.metric(experiment, metric)
     }
 
     /// Median of an earlier metric.
@@ -220,34 +223,35 @@ impl Context<'_> {
 /// (experiment, metric) pairs read from earlier results.
 pub type MetricReads = std::collections::BTreeSet<(String, String)>;
 
-thread_local! {
-    /// Set only inside `prediction_reads`: whether lookups find a metric, and what was read.
-    static PROBE: std::cell::RefCell<Option<(bool, MetricReads)>> =
-        const { std::cell::RefCell::new(None) };
+/// Metrics measured earlier in the run, where `Context::earlier_metric` finds them.
+pub trait EarlierResults {
+    /// `metric` of `experiment`, when that experiment ran and its status is ok.
+    fn metric(&self, experiment: &str, metric: &str) -> Option<&Metric>;
 }
 
-/// Under `prediction_reads`: records the lookup and answers it (a stand-in metric or none).
-fn probe_read(experiment: &str, metric: &str) -> Option<Option<&'static Metric>> {
-    PROBE.with(|p| {
-        let mut p = p.borrow_mut();
-        let (found, reads) = p.as_mut()?;
-        reads.insert((experiment.to_string(), metric.to_string()));
-        Some(found.then(|| {
-            let m: &'static Metric = Box::leak(Box::new(Metric {
-                name: metric.to_string(),
-                unit: String::new(),
-                description: String::new(),
-                summary: crate::stats::Summary::of(&[1.0]).expect("one value summarises"),
-                prediction: None,
-                cycles: None,
-                iterations: None,
-                raw: vec![1.0],
-                kind: None,
-                runs: vec![],
-            }));
-            m
-        }))
-    })
+/// The runner's results so far.
+impl EarlierResults for Vec<ExperimentResult> {
+    fn metric(&self, experiment: &str, metric: &str) -> Option<&Metric> {
+        self.iter()
+            .find(|e| e.id == experiment && e.status == crate::results::Status::Ok)?
+            .metric(metric)
+    }
+}
+
+/// Earlier results for `prediction_reads`: every lookup is recorded and answered with one
+/// stand-in metric, or with none.
+struct Recorder {
+    stand_in: Option<Metric>,
+    reads: std::cell::RefCell<MetricReads>,
+}
+
+impl EarlierResults for Recorder {
+    fn metric(&self, experiment: &str, metric: &str) -> Option<&Metric> {
+        self.reads
+            .borrow_mut()
+            .insert((experiment.to_string(), metric.to_string()));
+        self.stand_in.as_ref()
+    }
 }
 
 /// Every (experiment, metric) that some experiment's `predict` reads from earlier results,
@@ -256,9 +260,24 @@ fn probe_read(experiment: &str, metric: &str) -> Option<Option<&'static Metric>>
 /// stop early without one).
 pub fn prediction_reads(machine: &Machine, clock: &dyn Clock, options: &RunOptions) -> MetricReads {
     let scratch = std::sync::OnceLock::new();
+    let stand_in = Metric {
+        name: "stand-in".into(),
+        unit: String::new(),
+        description: String::new(),
+        summary: Summary::of(&[1.0]).expect("one value summarises"),
+        prediction: None,
+        cycles: None,
+        iterations: None,
+        raw: vec![1.0],
+        kind: None,
+        runs: vec![],
+    };
     let mut all = MetricReads::new();
-    for found in [false, true] {
-        PROBE.with(|p| *p.borrow_mut() = Some((found, Default::default())));
+    for stand_in in [None, Some(stand_in)] {
+        let earlier = Recorder {
+            stand_in,
+            reads: Default::default(),
+        };
         for exp in registry() {
             let ctx = Context {
                 profile: Profile::Quick,
@@ -266,7 +285,7 @@ pub fn prediction_reads(machine: &Machine, clock: &dyn Clock, options: &RunOptio
                 clock,
                 cpu: 0,
                 budget: exp.budget(Profile::Quick),
-                earlier: &[],
+                earlier: &earlier,
                 options,
                 loop_ticks: 0.0,
                 progress: &|_| {},
@@ -274,9 +293,7 @@ pub fn prediction_reads(machine: &Machine, clock: &dyn Clock, options: &RunOptio
             };
             let _ = exp.predict(&ctx);
         }
-        if let Some((_, reads)) = PROBE.with(|p| p.borrow_mut().take()) {
-            all.extend(reads);
-        }
+        all.extend(earlier.reads.into_inner());
     }
     all
 }
@@ -378,22 +395,79 @@ impl Outcome {
     }
 }
 
-/// One experiment.
-pub trait Experiment: Send + Sync {
-    /// Stable id such as `cpu.syscall`.
-    fn id(&self) -> &'static str;
-    fn area(&self) -> &'static str {
-        self.id().split('.').next().unwrap_or("")
-    }
-    fn title(&self) -> &'static str;
+/// What an experiment is, as data: one `const` per experiment, returned by
+/// `Experiment::meta` and read by `osmeter list`, the runner and the results document.
+#[derive(Debug, Clone, Copy)]
+pub struct ExperimentMeta {
+    /// Stable id such as `cpu.syscall`; the part before the dot is the area.
+    pub id: &'static str,
+    /// A heading for results and reports.
+    pub title: &'static str,
     /// One line for `osmeter list`.
-    fn description(&self) -> &'static str;
+    pub description: &'static str,
     /// The method in brief, for results and reports.
-    fn method(&self) -> &'static str;
-    fn needs(&self) -> Needs {
-        Needs::default()
+    pub method: &'static str,
+    /// What it needs beyond an ordinary user on a quiet machine, for `osmeter list`.
+    pub needs: Needs,
+}
+
+impl ExperimentMeta {
+    /// `cpu`, `mem`, `net` or `fs`: the id's first part.
+    pub fn area(&self) -> &'static str {
+        self.id.split('.').next().unwrap_or("")
     }
-    /// Wall-time budget under a profile.
+}
+
+/// One experiment: a measurement of one cost of the machine or its OS, with a prediction
+/// stated before it and premise checks after it. What it is (id, title, description,
+/// method, needs) is data, its `meta`; what it costs (`budget`, `default_repeat`) and
+/// does (`predict`, `run`) are functions of the profile and the run.
+///
+/// # What `predict` and `run` may do
+///
+/// - Measure through the harness: `ctx.harness(parts)`, or `ctx.cpu_harness(parts)` for
+///   bodies that only compute (the experiment's budget split `parts` ways); spans and time
+///   bounds with that harness's `stopwatch()` and `deadline(d)`.
+/// - Read the machine (`ctx.machine`) and the metrics of experiments that ran earlier in
+///   the run (`ctx.earlier_median`, `ctx.earlier_metric`); live counters through
+///   `machine` (e.g. `machine::process`, `machine::storage::sectors_read`).
+/// - Make what the measurement needs (files, only under `ctx.scratch()`; children;
+///   mappings; sockets) and remove or stop it before returning, on error too. The one
+///   resource that outlives an experiment is the shared loopback peer of `net`, which
+///   ends with the run.
+/// - Report sub-steps with `ctx.progress`.
+/// - Verify the premises its number depends on and record them as `Check::premise` (a
+///   failed one makes the result invalid, not wrong), and sanity checks as
+///   `Check::sanity`; state findings backed by its own metrics.
+/// - Return `Outcome::skipped(reason)` when it cannot run here, saying what would enable
+///   it, and an error for what went wrong while running (the result becomes "failed").
+///
+/// # What it must never do
+///
+/// - Print: stdout and stderr belong to the progress display and the commands.
+/// - Write outside the scratch folder, or leave anything behind.
+/// - Read a clock itself (`Instant::now`, cycle counters): time comes from the harness
+///   and the `clock` module, which tests replace with a `MockClock`.
+/// - Call OS-specific items or read /proc, /sys or sysctl directly: those live behind
+///   `platform` and `machine`.
+/// - Panic, on bad input or on an unexpected answer from the system: the runner catches a
+///   panic and records "internal error", but a panic is a bug.
+///
+/// # What the runner owns
+///
+/// The order (registry order, primitives first, since later predictions read them) and
+/// the selection; pinning to the measured CPU before each run; the progress display;
+/// the budget (`budget`), and the watchdog that enforces the hard limit derived from it;
+/// repeats (`--repeat`, else `default_repeat`) and merging them; the sentinel before and
+/// after; calling `predict` before `run` and attaching the predictions and cycle counts;
+/// the status (failed premise: invalid; no metrics, an error or a panic: failed;
+/// `Outcome::skipped`: skipped with its reason); and the scratch folder's removal at the
+/// end of the run.
+pub trait Experiment: Send + Sync {
+    /// What this experiment is: its `const` metadata.
+    fn meta(&self) -> &ExperimentMeta;
+    /// Wall-time budget under a profile. A function, not a table: several budgets follow
+    /// from the experiment's plan (sizes, slices, process counts) under that profile.
     fn budget(&self, profile: Profile) -> Duration;
     /// Runs of this experiment when `--repeat` is not given.
     fn default_repeat(&self, profile: Profile) -> usize {
@@ -403,7 +477,15 @@ pub trait Experiment: Send + Sync {
     fn predict(&self, _ctx: &Context) -> Vec<(String, Prediction)> {
         Vec::new()
     }
+    /// The measurement (see the trait's contract above).
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome>;
+}
+
+impl dyn Experiment + '_ {
+    /// `meta().id`: the key the runner, selections and the results document use.
+    pub fn id(&self) -> &'static str {
+        self.meta().id
+    }
 }
 
 /// Every experiment, in the order a run performs them (primitives first, since later
@@ -464,8 +546,15 @@ mod tests {
         ids.dedup();
         assert_eq!(ids.len(), n);
         for e in &all {
-            assert!(e.id().contains('.'), "{}", e.id());
-            assert!(!e.method().is_empty() && !e.description().is_empty());
+            let m = e.meta();
+            assert!(m.id.contains('.') && m.id == e.id(), "{}", m.id);
+            assert!(["cpu", "mem", "net", "fs"].contains(&m.area()), "{}", m.id);
+            assert!(!m.title.is_empty(), "{}", m.id);
+            assert!(
+                !m.method.is_empty() && !m.description.is_empty(),
+                "{}",
+                m.id
+            );
         }
     }
 

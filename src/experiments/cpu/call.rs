@@ -89,23 +89,22 @@ fn calls(k: usize, n: u64) {
 const CALL_CYCLES: f64 = 4.0;
 const ARG_CYCLES: f64 = 0.5;
 
+const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+    id: "cpu.call",
+    title: "Procedure call cost by argument count",
+    description: "cost of a non-inlined call with 0..7 integer arguments, and the increment per argument",
+    method: "One non-inlined extern \"C\" function per arity (0..7 integer arguments), called through a function pointer \
+        hidden behind black_box (once, before the loop) so the compiler can neither inline the call nor drop its \
+        arguments; the callee returns its first argument, which the register-only loop consumes in a register \
+        (no store). Each arity is measured in the calibrated loop with loop overhead subtracted. The \
+        increment per argument is the slope of a least-squares line over the arities (on x86-64 the 7th argument \
+        goes on the stack).",
+    needs: crate::experiments::Needs::NONE,
+};
+
 impl Experiment for Call {
-    fn id(&self) -> &'static str {
-        "cpu.call"
-    }
-    fn title(&self) -> &'static str {
-        "Procedure call cost by argument count"
-    }
-    fn description(&self) -> &'static str {
-        "cost of a non-inlined call with 0..7 integer arguments, and the increment per argument"
-    }
-    fn method(&self) -> &'static str {
-        "One non-inlined extern \"C\" function per arity (0..7 integer arguments), called through a function pointer \
-         hidden behind black_box (once, before the loop) so the compiler can neither inline the call nor drop its \
-         arguments; the callee returns its first argument, which the register-only loop consumes in a register \
-         (no store). Each arity is measured in the calibrated loop with loop overhead subtracted. The \
-         increment per argument is the slope of a least-squares line over the arities (on x86-64 the 7th argument \
-         goes on the stack)."
+    fn meta(&self) -> &crate::experiments::ExperimentMeta {
+        &META
     }
     fn budget(&self, p: Profile) -> Duration {
         p.scale(Duration::from_millis(1600))

@@ -7,21 +7,20 @@ use std::time::Duration;
 
 pub struct LoopCost;
 
+const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+    id: "cpu.loop",
+    title: "Loop iteration cost",
+    description: "cost of one iteration of a loop whose body the compiler cannot remove",
+    method: "The harness's canonical loop (`repeat`: register-only; the counter passes through an empty asm statement \
+        each iteration, so the loop cannot be removed, unrolled or collapsed, and nothing is stored) with an empty body, calibrated to the profile's trial length; per-iteration \
+        time is trial time less clock overhead, divided by iterations. This is the loop overhead subtracted from \
+        every other per-operation figure.",
+    needs: crate::experiments::Needs::NONE,
+};
+
 impl Experiment for LoopCost {
-    fn id(&self) -> &'static str {
-        "cpu.loop"
-    }
-    fn title(&self) -> &'static str {
-        "Loop iteration cost"
-    }
-    fn description(&self) -> &'static str {
-        "cost of one iteration of a loop whose body the compiler cannot remove"
-    }
-    fn method(&self) -> &'static str {
-        "The harness's canonical loop (`repeat`: register-only; the counter passes through an empty asm statement \
-         each iteration, so the loop cannot be removed, unrolled or collapsed, and nothing is stored) with an empty body, calibrated to the profile's trial length; per-iteration \
-         time is trial time less clock overhead, divided by iterations. This is the loop overhead subtracted from \
-         every other per-operation figure."
+    fn meta(&self) -> &crate::experiments::ExperimentMeta {
+        &META
     }
     fn budget(&self, p: Profile) -> Duration {
         p.scale(Duration::from_millis(500))

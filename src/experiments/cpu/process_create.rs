@@ -153,29 +153,28 @@ impl Tally {
     }
 }
 
+const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+    id: "cpu.process-create",
+    title: "Process creation",
+    description: "fork + _exit + waitpid, and posix_spawn of /bin/true + waitpid (reported separately)",
+    method: "fork_exit_wait: fork(); the child calls _exit(0) at once; the parent waitpid()s for it. spawn_exec: \
+        posix_spawn() of /bin/true (or /usr/bin/true) with an empty environment, then waitpid(); glibc's \
+        posix_spawn is clone(CLONE_VM|CLONE_VFORK) + execve, so it copies no page tables and the figure is \
+        dominated by exec: a new address space, the dynamic loader mapping and faulting in libc, exit. Each \
+        create+wait is one iteration of the calibrated loop, loop overhead subtracted. Children inherit the \
+        pinning, so they run on the measuring CPU and the figure contains the switches to the child and back. \
+        fork's cost grows with the parent's resident pages and mappings (recorded as prediction inputs), so a \
+        small parent (osmeter) forks faster than a large one: stress-ng --fork implies 2.5-3x this figure per op \
+        because its stressor has ~4x the mappings and ~10x the anonymous resident pages, its child makes ~10 \
+        system calls before exiting, and its parent also calls setpgid and kill; a plain C fork loop from a \
+        small parent agrees with fork_exit_wait. Check: every child's wait status is a normal \
+        exit with status 0.",
+    needs: crate::experiments::Needs::NONE,
+};
+
 impl Experiment for ProcessCreate {
-    fn id(&self) -> &'static str {
-        "cpu.process-create"
-    }
-    fn title(&self) -> &'static str {
-        "Process creation"
-    }
-    fn description(&self) -> &'static str {
-        "fork + _exit + waitpid, and posix_spawn of /bin/true + waitpid (reported separately)"
-    }
-    fn method(&self) -> &'static str {
-        "fork_exit_wait: fork(); the child calls _exit(0) at once; the parent waitpid()s for it. spawn_exec: \
-         posix_spawn() of /bin/true (or /usr/bin/true) with an empty environment, then waitpid(); glibc's \
-         posix_spawn is clone(CLONE_VM|CLONE_VFORK) + execve, so it copies no page tables and the figure is \
-         dominated by exec: a new address space, the dynamic loader mapping and faulting in libc, exit. Each \
-         create+wait is one iteration of the calibrated loop, loop overhead subtracted. Children inherit the \
-         pinning, so they run on the measuring CPU and the figure contains the switches to the child and back. \
-         fork's cost grows with the parent's resident pages and mappings (recorded as prediction inputs), so a \
-         small parent (osmeter) forks faster than a large one: stress-ng --fork implies 2.5-3x this figure per op \
-         because its stressor has ~4x the mappings and ~10x the anonymous resident pages, its child makes ~10 \
-         system calls before exiting, and its parent also calls setpgid and kill; a plain C fork loop from a \
-         small parent agrees with fork_exit_wait. Check: every child's wait status is a normal \
-         exit with status 0."
+    fn meta(&self) -> &crate::experiments::ExperimentMeta {
+        &META
     }
     fn budget(&self, p: Profile) -> Duration {
         let ms = Duration::from_millis;

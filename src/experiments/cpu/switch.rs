@@ -26,7 +26,7 @@ enum Kind {
 }
 
 impl Kind {
-    fn id(self) -> &'static str {
+    const fn id(self) -> &'static str {
         match self {
             Kind::Thread => "cpu.thread-switch",
             Kind::Process => "cpu.process-switch",
@@ -811,21 +811,20 @@ macro_rules! switch_method {
     };
 }
 
+const THREAD_META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+    id: Kind::Thread.id(),
+    title: "Context switch between threads",
+    description: "two threads pinned to one CPU ping-pong a byte over two pipes; switch = (round trip - pipe cost) / 2",
+    method: concat!(
+        "Partner: a thread of the same process (std::thread) that pins itself to the CPU. ",
+        switch_method!()
+    ),
+    needs: crate::experiments::Needs::NONE,
+};
+
 impl Experiment for ThreadSwitch {
-    fn id(&self) -> &'static str {
-        Kind::Thread.id()
-    }
-    fn title(&self) -> &'static str {
-        "Context switch between threads"
-    }
-    fn description(&self) -> &'static str {
-        "two threads pinned to one CPU ping-pong a byte over two pipes; switch = (round trip - pipe cost) / 2"
-    }
-    fn method(&self) -> &'static str {
-        concat!(
-            "Partner: a thread of the same process (std::thread) that pins itself to the CPU. ",
-            switch_method!()
-        )
+    fn meta(&self) -> &crate::experiments::ExperimentMeta {
+        &THREAD_META
     }
     fn budget(&self, p: Profile) -> Duration {
         let ms = Duration::from_millis;
@@ -844,26 +843,25 @@ impl Experiment for ThreadSwitch {
     }
 }
 
+const PROCESS_META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+    id: Kind::Process.id(),
+    title: "Context switch between processes",
+    description: "as cpu.thread-switch with a forked partner process, plus switch cost vs working set (lat_ctx -s)",
+    method: concat!(
+        "Partner: a forked process that makes only async-signal-safe calls (raw read, write, \
+         sched_getcpu, _exit) and reports its CPU samples back through pipe B after end of file. ",
+        switch_method!(),
+        " Switch cost vs working set (standard and thorough: W = 0, 16 KiB, 64 KiB, 256 KiB, 1 MiB; quick: \
+         0 and 64 KiB; smoke: none): each process reads and writes one word per cache line of a private W-byte \
+         buffer per round, and one process doing the pipe work and touching its own W bytes twice is \
+         subtracted, as lmbench lat_ctx -s does; what remains is the switch plus refilling caches."
+    ),
+    needs: crate::experiments::Needs::NONE,
+};
+
 impl Experiment for ProcessSwitch {
-    fn id(&self) -> &'static str {
-        Kind::Process.id()
-    }
-    fn title(&self) -> &'static str {
-        "Context switch between processes"
-    }
-    fn description(&self) -> &'static str {
-        "as cpu.thread-switch with a forked partner process, plus switch cost vs working set (lat_ctx -s)"
-    }
-    fn method(&self) -> &'static str {
-        concat!(
-            "Partner: a forked process that makes only async-signal-safe calls (raw read, write, \
-             sched_getcpu, _exit) and reports its CPU samples back through pipe B after end of file. ",
-            switch_method!(),
-            " Switch cost vs working set (standard and thorough: W = 0, 16 KiB, 64 KiB, 256 KiB, 1 MiB; quick: \
-             0 and 64 KiB; smoke: none): each process reads and writes one word per cache line of a private W-byte \
-             buffer per round, and one process doing the pipe work and touching its own W bytes twice is \
-             subtracted, as lmbench lat_ctx -s does; what remains is the switch plus refilling caches."
-        )
+    fn meta(&self) -> &crate::experiments::ExperimentMeta {
+        &PROCESS_META
     }
     fn budget(&self, p: Profile) -> Duration {
         let ms = Duration::from_millis;

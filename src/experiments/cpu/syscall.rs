@@ -87,21 +87,20 @@ fn entry_mitigation(m: &std::collections::BTreeMap<String, String>) -> Option<St
         .map(|(name, v)| format!("{name}: {}", v.trim()))
 }
 
+const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+    id: "cpu.syscall",
+    title: "System call cost",
+    description: "minimal system calls (getppid, getpid, write 0 bytes, getcwd) against a vDSO clock_gettime",
+    method: "Each call in the calibrated loop, loop overhead subtracted: raw syscall(SYS_getppid) and syscall(SYS_getpid) \
+        (no C-library caching), write() of 0 bytes to /dev/null (file descriptor lookup), getcwd() into a buffer \
+        (path walk and copy), and clock_gettime(CLOCK_MONOTONIC), which the vDSO answers in user space without \
+        entering the kernel. getppid is the headline figure (the same call perf bench syscall basic makes).",
+    needs: crate::experiments::Needs::NONE,
+};
+
 impl Experiment for Syscall {
-    fn id(&self) -> &'static str {
-        "cpu.syscall"
-    }
-    fn title(&self) -> &'static str {
-        "System call cost"
-    }
-    fn description(&self) -> &'static str {
-        "minimal system calls (getppid, getpid, write 0 bytes, getcwd) against a vDSO clock_gettime"
-    }
-    fn method(&self) -> &'static str {
-        "Each call in the calibrated loop, loop overhead subtracted: raw syscall(SYS_getppid) and syscall(SYS_getpid) \
-         (no C-library caching), write() of 0 bytes to /dev/null (file descriptor lookup), getcwd() into a buffer \
-         (path walk and copy), and clock_gettime(CLOCK_MONOTONIC), which the vDSO answers in user space without \
-         entering the kernel. getppid is the headline figure (the same call perf bench syscall basic makes)."
+    fn meta(&self) -> &crate::experiments::ExperimentMeta {
+        &META
     }
     fn budget(&self, p: Profile) -> Duration {
         p.scale(Duration::from_millis(1500))

@@ -6,21 +6,20 @@ use std::time::Duration;
 
 pub struct Timer;
 
+const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+    id: "cpu.timer",
+    title: "Timestamp read cost",
+    description: "cost of one serialised timestamp read pair (inside the region, and in wall time)",
+    method: "Many empty regions between the start sequence (CPUID; RDTSC on x86-64) and the stop sequence (RDTSCP; CPUID); \
+        the ticks each empty region reports are what every measurement carries and has subtracted. Separately, the \
+        wall-clock cost of a whole start+stop pair including the serialising instructions, timed over a calibrated \
+        number of back-to-back pairs.",
+    needs: crate::experiments::Needs::NONE,
+};
+
 impl Experiment for Timer {
-    fn id(&self) -> &'static str {
-        "cpu.timer"
-    }
-    fn title(&self) -> &'static str {
-        "Timestamp read cost"
-    }
-    fn description(&self) -> &'static str {
-        "cost of one serialised timestamp read pair (inside the region, and in wall time)"
-    }
-    fn method(&self) -> &'static str {
-        "Many empty regions between the start sequence (CPUID; RDTSC on x86-64) and the stop sequence (RDTSCP; CPUID); \
-         the ticks each empty region reports are what every measurement carries and has subtracted. Separately, the \
-         wall-clock cost of a whole start+stop pair including the serialising instructions, timed over a calibrated \
-         number of back-to-back pairs."
+    fn meta(&self) -> &crate::experiments::ExperimentMeta {
+        &META
     }
     fn budget(&self, p: Profile) -> Duration {
         p.scale(Duration::from_millis(600))

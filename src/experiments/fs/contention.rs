@@ -15,7 +15,7 @@ use std::time::Duration;
 pub struct Contention;
 
 /// Largest process count per profile.
-fn pmax(p: Profile) -> usize {
+const fn pmax(p: Profile) -> usize {
     match p {
         Profile::Smoke => 3,
         Profile::Quick => 6,
@@ -54,7 +54,7 @@ fn round(p: Profile) -> (Duration, usize) {
 /// File per process. Each reader continues where its last round stopped, so a block is
 /// read again only once a file is used up: sized for the rounds of a profile at about
 /// 100 us per block (a virtual or flash disk; the re-read share is reported).
-fn file_size(p: Profile) -> u64 {
+const fn file_size(p: Profile) -> u64 {
     match p {
         Profile::Smoke => 4 * MIB,
         Profile::Quick => 48 * MIB,
@@ -385,35 +385,31 @@ fn collect(shared: &Shared, clock: &dyn Clock, p: usize) -> anyhow::Result<Round
 // The model is the one analysis of this question; figures draw the same fit.
 pub(crate) use crate::analysis::fit;
 
+const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+    id: "fs.contention",
+    title: "Per-block read time with P processes reading at once",
+    description: "P = 1..Pmax processes each reading its own file uncached, released together; per-block time vs P and a fitted model",
+    method: "Pmax scratch files (incompressible, unlinked at once) are written; for each P, P forked processes each open \
+        their own file (O_DIRECT where supported, else evicted and verified with mincore before every round), signal \
+        ready on a pipe and block on a second pipe whose write end the parent closes once all are ready, so all start \
+        together. Each then reads its file sequentially in 4 KiB blocks with pread() for a fixed time, going on where \
+        its previous round stopped (distinct blocks; it wraps only once its file is used up, and the re-read share is \
+        reported), and records its start time, blocks and elapsed time in shared memory; per-block time = elapsed / blocks. \
+        Premises: the readers' start times lie within 10% of a round; the disk's sectors-read counter \
+        (/sys/block/DISK/stat) grew by at least 90% of the bytes read. \
+        Reader i is pinned to CPU (run CPU + i) mod the allowed CPUs, so P = 1 \
+        reads as fs.read does; readers die with the parent. The per-P medians are fitted with a least-squares line and \
+        with a continuous two-segment line (every P tried as the breakpoint); the bent model is kept when it halves \
+        the squared error.",
+    needs: Needs {
+        disk_bytes: pmax(Profile::Quick) as u64 * file_size(Profile::Quick),
+        ..Needs::NONE
+    },
+};
+
 impl Experiment for Contention {
-    fn id(&self) -> &'static str {
-        "fs.contention"
-    }
-    fn title(&self) -> &'static str {
-        "Per-block read time with P processes reading at once"
-    }
-    fn description(&self) -> &'static str {
-        "P = 1..Pmax processes each reading its own file uncached, released together; per-block time vs P and a fitted model"
-    }
-    fn method(&self) -> &'static str {
-        "Pmax scratch files (incompressible, unlinked at once) are written; for each P, P forked processes each open \
-         their own file (O_DIRECT where supported, else evicted and verified with mincore before every round), signal \
-         ready on a pipe and block on a second pipe whose write end the parent closes once all are ready, so all start \
-         together. Each then reads its file sequentially in 4 KiB blocks with pread() for a fixed time, going on where \
-         its previous round stopped (distinct blocks; it wraps only once its file is used up, and the re-read share is \
-         reported), and records its start time, blocks and elapsed time in shared memory; per-block time = elapsed / blocks. \
-         Premises: the readers' start times lie within 10% of a round; the disk's sectors-read counter \
-         (/sys/block/DISK/stat) grew by at least 90% of the bytes read. \
-         Reader i is pinned to CPU (run CPU + i) mod the allowed CPUs, so P = 1 \
-         reads as fs.read does; readers die with the parent. The per-P medians are fitted with a least-squares line and \
-         with a continuous two-segment line (every P tried as the breakpoint); the bent model is kept when it halves \
-         the squared error."
-    }
-    fn needs(&self) -> Needs {
-        Needs {
-            disk_bytes: pmax(Profile::Quick) as u64 * file_size(Profile::Quick),
-            ..Default::default()
-        }
+    fn meta(&self) -> &crate::experiments::ExperimentMeta {
+        &META
     }
     fn budget(&self, p: Profile) -> Duration {
         let (d, r) = round(p);

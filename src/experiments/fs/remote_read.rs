@@ -12,7 +12,7 @@ use std::time::Duration;
 
 pub struct RemoteRead;
 
-fn cap(p: Profile) -> u64 {
+const fn cap(p: Profile) -> u64 {
     match p {
         Profile::Smoke => 2 * MIB,
         Profile::Quick => 8 * MIB,
@@ -35,29 +35,25 @@ fn network_rtt(ctx: &Context) -> (f64, String) {
     )
 }
 
+const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+    id: "fs.remote-read",
+    title: "Remote file read time per 4 KiB block",
+    description: "fs.read on --remote-dir (NFS, SMB, sshfs...) and locally, with the remote/local ratio per pattern",
+    method: "The fs.read sweep (smaller sizes) run twice in the same sitting: in a new folder under --remote-dir and in \
+        the local scratch folder. Uncached remote reads use O_DIRECT where the network file system supports it \
+        (each 4 KiB read is then a request to the server), otherwise fadvise eviction verified with mincore. The \
+        ratio metrics are remote trials divided by the local median at the largest common size, per access \
+        pattern and cache state. Everything written remotely is unlinked at once and its folder removed.",
+    needs: Needs {
+        remote_dir: true,
+        disk_bytes: 2 * cap(Profile::Quick),
+        ..Needs::NONE
+    },
+};
+
 impl Experiment for RemoteRead {
-    fn id(&self) -> &'static str {
-        "fs.remote-read"
-    }
-    fn title(&self) -> &'static str {
-        "Remote file read time per 4 KiB block"
-    }
-    fn description(&self) -> &'static str {
-        "fs.read on --remote-dir (NFS, SMB, sshfs...) and locally, with the remote/local ratio per pattern"
-    }
-    fn method(&self) -> &'static str {
-        "The fs.read sweep (smaller sizes) run twice in the same sitting: in a new folder under --remote-dir and in \
-         the local scratch folder. Uncached remote reads use O_DIRECT where the network file system supports it \
-         (each 4 KiB read is then a request to the server), otherwise fadvise eviction verified with mincore. The \
-         ratio metrics are remote trials divided by the local median at the largest common size, per access \
-         pattern and cache state. Everything written remotely is unlinked at once and its folder removed."
-    }
-    fn needs(&self) -> Needs {
-        Needs {
-            remote_dir: true,
-            disk_bytes: 2 * cap(Profile::Quick),
-            ..Default::default()
-        }
+    fn meta(&self) -> &crate::experiments::ExperimentMeta {
+        &META
     }
     fn budget(&self, p: Profile) -> Duration {
         let n = crate::units::doublings(MIB, cap(p)).len() as u32;

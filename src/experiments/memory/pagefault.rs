@@ -92,7 +92,7 @@ impl Drop for FileMap {
 }
 
 /// Sizes per profile: (file for major faults, anonymous region for minor faults).
-fn sizes(p: Profile) -> (u64, u64) {
+const fn sizes(p: Profile) -> (u64, u64) {
     match p {
         Profile::Smoke => (8 << 20, 16 << 20),
         Profile::Quick => (64 << 20, 64 << 20),
@@ -186,32 +186,28 @@ fn major_faults(
     Ok((s.ns, maj1.saturating_sub(maj0)))
 }
 
+const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+    id: "mem.pagefault",
+    title: "Page fault service time",
+    description: "major faults on an evicted file mapping in random order (counted with getrusage), and minor faults on fresh anonymous memory",
+    method: "Major: a file of real (non-zero) data on the scratch disk, unlinked as soon as it is open, written, \
+        flushed (fdatasync) and evicted from the page cache with POSIX_FADV_DONTNEED, the eviction verified with \
+        mincore; a tmpfs/ramfs scratch directory is refused (its pages never touch a disk). The file is mapped \
+        read-only with MADV_RANDOM (no readahead, so one fault reads one page) and one byte of each page is read \
+        in a random order, each touch timed alone; getrusage(RUSAGE_THREAD) counts major faults before and after, \
+        and at least 90% of the touches must have been major faults. Reported per fault and per byte of page. \
+        Minor: the first write to each page of a fresh anonymous base-page mapping (MADV_NOHUGEPAGE), timed in \
+        batches of 32 pages, minor faults counted the same way; batches during which the thread was preempted \
+        are set aside.",
+    needs: crate::experiments::Needs {
+        disk_bytes: sizes(Profile::Quick).0,
+        ..crate::experiments::Needs::NONE
+    },
+};
+
 impl Experiment for PageFault {
-    fn id(&self) -> &'static str {
-        "mem.pagefault"
-    }
-    fn title(&self) -> &'static str {
-        "Page fault service time"
-    }
-    fn description(&self) -> &'static str {
-        "major faults on an evicted file mapping in random order (counted with getrusage), and minor faults on fresh anonymous memory"
-    }
-    fn method(&self) -> &'static str {
-        "Major: a file of real (non-zero) data on the scratch disk, unlinked as soon as it is open, written, \
-         flushed (fdatasync) and evicted from the page cache with POSIX_FADV_DONTNEED, the eviction verified with \
-         mincore; a tmpfs/ramfs scratch directory is refused (its pages never touch a disk). The file is mapped \
-         read-only with MADV_RANDOM (no readahead, so one fault reads one page) and one byte of each page is read \
-         in a random order, each touch timed alone; getrusage(RUSAGE_THREAD) counts major faults before and after, \
-         and at least 90% of the touches must have been major faults. Reported per fault and per byte of page. \
-         Minor: the first write to each page of a fresh anonymous base-page mapping (MADV_NOHUGEPAGE), timed in \
-         batches of 32 pages, minor faults counted the same way; batches during which the thread was preempted \
-         are set aside."
-    }
-    fn needs(&self) -> crate::experiments::Needs {
-        crate::experiments::Needs {
-            disk_bytes: sizes(Profile::Quick).0,
-            ..Default::default()
-        }
+    fn meta(&self) -> &crate::experiments::ExperimentMeta {
+        &META
     }
     fn budget(&self, p: Profile) -> Duration {
         match p {

@@ -120,30 +120,29 @@ fn ops() -> Vec<Op> {
     v
 }
 
+const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+    id: "mem.bandwidth",
+    title: "Memory bandwidth",
+    description: "read, write (and non-temporal write) and copy bandwidth on a buffer far larger than the last-level cache, 1..N threads",
+    method: "One buffer (at least 8x the last-level cache and 256 MiB; 64 MiB in smoke) in base pages (the headline \
+        figures), and again on transparent huge pages for one thread (read_thp_1t, write_thp_1t, copy_thp_1t; quick \
+        and up, when the kernel backs at least half of it, the share read from /proc/self/smaps), faulted in \
+        before timing, split into one part per thread; each thread is pinned to its own CPU and streams its part \
+        1 MiB at a time, each trial continuing where the last stopped so data is never cache-resident. read: \
+        load and add every 8-byte word into eight accumulators (vectorised, no dependency chain); write: store \
+        every word with ordinary stores (each line is read for ownership, then written back); write_nt: \
+        non-temporal 16-byte stores (x86-64); copy: memcpy of 1 MiB blocks between the two halves of the part (below \
+        glibc's non-temporal threshold, so ordinary stores), counted as bytes copied per second (STREAM counts \
+        twice that). Trials of a few ms start together (threads spin on a \
+        shared flag); the slowest thread's time is the trial's; a trial during which any thread was preempted \
+        is repeated and counted. Reported in bytes/s, shown as GB/s (10^9) and GiB/s (2^30). Thread counts \
+        1..N, N = CPUs this process may use.",
+    needs: crate::experiments::Needs::NONE,
+};
+
 impl Experiment for Bandwidth {
-    fn id(&self) -> &'static str {
-        "mem.bandwidth"
-    }
-    fn title(&self) -> &'static str {
-        "Memory bandwidth"
-    }
-    fn description(&self) -> &'static str {
-        "read, write (and non-temporal write) and copy bandwidth on a buffer far larger than the last-level cache, 1..N threads"
-    }
-    fn method(&self) -> &'static str {
-        "One buffer (at least 8x the last-level cache and 256 MiB; 64 MiB in smoke) in base pages (the headline \
-         figures), and again on transparent huge pages for one thread (read_thp_1t, write_thp_1t, copy_thp_1t; quick \
-         and up, when the kernel backs at least half of it, the share read from /proc/self/smaps), faulted in \
-         before timing, split into one part per thread; each thread is pinned to its own CPU and streams its part \
-         1 MiB at a time, each trial continuing where the last stopped so data is never cache-resident. read: \
-         load and add every 8-byte word into eight accumulators (vectorised, no dependency chain); write: store \
-         every word with ordinary stores (each line is read for ownership, then written back); write_nt: \
-         non-temporal 16-byte stores (x86-64); copy: memcpy of 1 MiB blocks between the two halves of the part (below \
-         glibc's non-temporal threshold, so ordinary stores), counted as bytes copied per second (STREAM counts \
-         twice that). Trials of a few ms start together (threads spin on a \
-         shared flag); the slowest thread's time is the trial's; a trial during which any thread was preempted \
-         is repeated and counted. Reported in bytes/s, shown as GB/s (10^9) and GiB/s (2^30). Thread counts \
-         1..N, N = CPUs this process may use."
+    fn meta(&self) -> &crate::experiments::ExperimentMeta {
+        &META
     }
     fn budget(&self, p: Profile) -> Duration {
         match p {

@@ -133,32 +133,31 @@ fn plan(profile: Profile, llc: u64, line: usize) -> Plan {
     }
 }
 
+const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+    id: "mem.latency",
+    title: "Memory load latency by working-set size",
+    description: "pointer chase over a random single cycle (Sattolo) from 1 KiB to 4x the last-level cache; cache levels detected; sequential-stride curves; huge pages",
+    method: "Nodes of one cache line each (line size from sysfs); node i's first word holds the address of the next \
+        node, so every load depends on the one before (read_volatile, 16 loads per loop iteration). Random \
+        curve: a Sattolo permutation over all nodes of the working set, so consecutive loads hit random lines \
+        of random pages (cache and TLB misses both real); before timing, the chain in memory is verified to be \
+        one cycle through every node. Sizes from 1 KiB to at least 4x the last-level cache (capped by a \
+        quarter of MemAvailable), four per doubling (one in smoke), in a base-page mapping (MADV_NOHUGEPAGE), \
+        and again in a MADV_HUGEPAGE mapping (quick and up; its backing is checked in /proc/self/smaps). \
+        Sequential curves walk the nodes in address order at fixed strides, which the prefetcher follows. \
+        Trials last about 250 us; a trial during which the thread was preempted (involuntary context switch) \
+        is repeated and counted. Levels come from the huge-page curve when it exists (the TLB then reaches \
+        past every cache): plateaus of log latency against log size (running median of three; a step of more \
+        than 10% per quarter doubling ends a plateau; plateaus within 2x merge; a point slower than the next size is measured again, the lower median kept); each level's size is where \
+        the curve crosses half-way (geometric mean) to the next level; plateaus are matched in order with the \
+        sysfs data caches, and those at more than half the largest size's latency are memory. dram is the \
+        base-page chase at the largest size, dram_thp the same with huge pages.",
+    needs: crate::experiments::Needs::NONE,
+};
+
 impl Experiment for Latency {
-    fn id(&self) -> &'static str {
-        "mem.latency"
-    }
-    fn title(&self) -> &'static str {
-        "Memory load latency by working-set size"
-    }
-    fn description(&self) -> &'static str {
-        "pointer chase over a random single cycle (Sattolo) from 1 KiB to 4x the last-level cache; cache levels detected; sequential-stride curves; huge pages"
-    }
-    fn method(&self) -> &'static str {
-        "Nodes of one cache line each (line size from sysfs); node i's first word holds the address of the next \
-         node, so every load depends on the one before (read_volatile, 16 loads per loop iteration). Random \
-         curve: a Sattolo permutation over all nodes of the working set, so consecutive loads hit random lines \
-         of random pages (cache and TLB misses both real); before timing, the chain in memory is verified to be \
-         one cycle through every node. Sizes from 1 KiB to at least 4x the last-level cache (capped by a \
-         quarter of MemAvailable), four per doubling (one in smoke), in a base-page mapping (MADV_NOHUGEPAGE), \
-         and again in a MADV_HUGEPAGE mapping (quick and up; its backing is checked in /proc/self/smaps). \
-         Sequential curves walk the nodes in address order at fixed strides, which the prefetcher follows. \
-         Trials last about 250 us; a trial during which the thread was preempted (involuntary context switch) \
-         is repeated and counted. Levels come from the huge-page curve when it exists (the TLB then reaches \
-         past every cache): plateaus of log latency against log size (running median of three; a step of more \
-         than 10% per quarter doubling ends a plateau; plateaus within 2x merge; a point slower than the next size is measured again, the lower median kept); each level's size is where \
-         the curve crosses half-way (geometric mean) to the next level; plateaus are matched in order with the \
-         sysfs data caches, and those at more than half the largest size's latency are memory. dram is the \
-         base-page chase at the largest size, dram_thp the same with huge pages."
+    fn meta(&self) -> &crate::experiments::ExperimentMeta {
+        &META
     }
     fn budget(&self, p: Profile) -> Duration {
         match p {
