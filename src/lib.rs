@@ -3,28 +3,53 @@
 //! The binary (`main.rs`) is a thin layer over this library: `runner` plans and runs
 //! experiments on the shared `harness` and `clock`, `results` is the document they
 //! produce, and `report` renders it.
+//!
+//! On Windows only the peer is built (`osmeter serve`, `peer::serve_only`): `error`,
+//! `peer` and the Windows platform layer; everything that measures is Unix-only.
 
+#[cfg(unix)]
 pub mod analysis;
+#[cfg(unix)]
 pub mod clock;
+#[cfg(unix)]
 pub mod compare;
 pub mod error;
+#[cfg(unix)]
 pub mod experiments;
+#[cfg(unix)]
 pub mod findings;
+#[cfg(unix)]
 pub mod harness;
+#[cfg(unix)]
 pub mod history;
+#[cfg(unix)]
 pub mod io;
+#[cfg(unix)]
 pub mod machine;
+#[cfg(unix)]
 pub mod pagecache;
 pub mod peer;
+#[cfg(unix)]
 pub mod platform;
+#[cfg(windows)]
+#[path = "platform/windows.rs"]
+pub mod platform;
+#[cfg(unix)]
 pub mod report;
+#[cfg(unix)]
 pub mod results;
+#[cfg(unix)]
 pub mod runner;
+#[cfg(unix)]
 pub mod scratch;
+#[cfg(unix)]
 pub mod sentinel;
+#[cfg(unix)]
 pub mod stats;
+#[cfg(unix)]
 pub mod units;
 
 /// The platform layer's former name (src/sys.rs), kept so code written against it on
 /// other branches still builds; new code names `platform`.
+#[cfg(unix)]
 pub use platform as sys;

@@ -2,13 +2,20 @@
 //! experiment or the run failed, 2 bad usage) come from `osmeter::error`, the one place
 //! errors become codes (docs/ARCHITECTURE.md, "Errors and exit codes").
 
+#[cfg(unix)]
 use clap::{Parser, Subcommand};
+#[cfg(unix)]
 use osmeter::error::{self, Error, EXIT_RUNTIME};
+#[cfg(unix)]
 use osmeter::experiments::{self, Profile, RunOptions};
+#[cfg(unix)]
 use osmeter::runner::{self, RunConfig};
+#[cfg(unix)]
 use std::path::PathBuf;
+#[cfg(unix)]
 use std::process::ExitCode;
 
+#[cfg(unix)]
 #[derive(Parser)]
 #[command(
     name = "osmeter",
@@ -20,6 +27,7 @@ struct Cli {
     cmd: Cmd,
 }
 
+#[cfg(unix)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the suite (or a selection) and write a results folder.
@@ -102,6 +110,7 @@ enum Cmd {
     Man,
 }
 
+#[cfg(unix)]
 #[derive(Subcommand)]
 enum HistoryCmd {
     /// Add collected results (results.json files, results folders, or folders of them such
@@ -112,6 +121,7 @@ enum HistoryCmd {
     },
 }
 
+#[cfg(unix)]
 const RUN_EXAMPLES: &str = "Examples:
   osmeter run                                the quick profile, table and results folder
   osmeter run --profile smoke                a 15 s check that everything works
@@ -120,6 +130,7 @@ const RUN_EXAMPLES: &str = "Examples:
   osmeter run --peer otherhost:7878 --only 'net.*'
   osmeter run --json --quiet > results.json";
 
+#[cfg(unix)]
 const IO_EXAMPLES: &str = "Examples:
   osmeter io write big.dat -b 1M -c 1024     a 1 GiB file of pseudo-random data
   osmeter io read big.dat -b 64K --cold      read it back uncached (evicted first)
@@ -129,11 +140,13 @@ const IO_EXAMPLES: &str = "Examples:
   osmeter io xor big.dat                     the fast whole-file XOR reader
 See `osmeter io SUBCOMMAND --help` for each tool's options.";
 
+#[cfg(unix)]
 const COMPARE_EXAMPLES: &str = "Examples:
   osmeter compare 3 7                        two runs from `osmeter history`
   osmeter compare before/results.json after/ a file and a folder
   osmeter compare 3 7 9 --min-diff 10 --json";
 
+#[cfg(unix)]
 #[derive(clap::Args)]
 struct RunArgs {
     /// How much the run may cost.
@@ -189,6 +202,14 @@ struct RunArgs {
     drop_caches: bool,
 }
 
+// Windows builds the peer only (docs/ARCHITECTURE.md, "Windows: the peer only"); every
+// other item of this file is Unix-only.
+#[cfg(windows)]
+fn main() -> std::process::ExitCode {
+    osmeter::peer::serve_only::main()
+}
+
+#[cfg(unix)]
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -229,6 +250,7 @@ fn main() -> ExitCode {
     }
 }
 
+#[cfg(unix)]
 fn cmd_run(a: RunArgs) -> ExitCode {
     if let Some(Err(e)) = a.peer.as_deref().map(osmeter::peer::client::parse_peer) {
         return Error::usage(e.to_string()).report();
@@ -282,6 +304,7 @@ fn cmd_run(a: RunArgs) -> ExitCode {
 }
 
 /// The man page: the top-level command, then each subcommand as its own section.
+#[cfg(unix)]
 fn cmd_man() -> ExitCode {
     let cmd = <Cli as clap::CommandFactory>::command();
     let mut out = Vec::new();
@@ -309,6 +332,7 @@ fn cmd_man() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+#[cfg(unix)]
 fn cmd_list(json: bool) -> ExitCode {
     let all = experiments::registry();
     if json {
@@ -359,6 +383,7 @@ fn cmd_list(json: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+#[cfg(unix)]
 fn cmd_machine(json: bool, snapshot: Option<PathBuf>, from: Option<PathBuf>) -> ExitCode {
     use osmeter::machine::{facts, FactRoot, Machine};
     if let Some(dir) = &from {

@@ -2,8 +2,11 @@
 //! `osmeter run` starts as a separate process (docs/METHODOLOGY.md, "The peer: `osmeter serve`").
 
 pub mod client;
+#[cfg(unix)]
 pub mod local;
 pub mod protocol;
+#[cfg(any(windows, test))]
+pub mod serve_only;
 pub mod server;
 
 use std::net::{IpAddr, SocketAddr};
