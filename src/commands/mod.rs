@@ -3,20 +3,38 @@
 //! through `crate::error` (0 success, 1 the work failed, 2 bad usage). Nothing below
 //! this layer prints results or writes them to disk on a command's behalf.
 
+#[cfg(unix)]
 mod compare;
+#[cfg(unix)]
 mod completions;
+#[cfg(unix)]
 mod history;
+#[cfg(unix)]
 mod io;
+#[cfg(unix)]
 mod list;
+#[cfg(unix)]
 mod machine;
+#[cfg(unix)]
 mod man;
+#[cfg(unix)]
 mod report;
+#[cfg(unix)]
 mod run;
 mod serve;
+// The Windows build's command line (serve only); its parsing is tested on Linux too.
+#[cfg(any(windows, test))]
+mod serve_only;
 
+#[cfg(unix)]
 use clap::{Parser, Subcommand};
+#[cfg(unix)]
 use std::process::ExitCode;
 
+#[cfg(windows)]
+pub use serve_only::main;
+
+#[cfg(unix)]
 #[derive(Parser)]
 #[command(
     name = "osmeter",
@@ -28,6 +46,7 @@ struct Cli {
     cmd: Cmd,
 }
 
+#[cfg(unix)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the suite (or a selection) and write a results folder.
@@ -61,6 +80,7 @@ enum Cmd {
 }
 
 /// The whole command line: parse, dispatch, exit code.
+#[cfg(unix)]
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -81,6 +101,7 @@ pub fn main() -> ExitCode {
 }
 
 /// The clap description of the whole command line (for completions and the man page).
+#[cfg(unix)]
 fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }

@@ -11,16 +11,16 @@ use std::time::Duration;
 pub(super) struct Args {
     /// Address to listen on: IP or IP:PORT. Loopback unless told otherwise.
     #[arg(long, default_value = "127.0.0.1")]
-    bind: String,
+    pub(super) bind: String,
     /// Port to listen on (0: any free port; printed on stdout).
     #[arg(long, default_value_t = protocol::DEFAULT_PORT)]
-    port: u16,
+    pub(super) port: u16,
     /// Shared token clients must present (also read from OSMETER_SERVE_TOKEN).
     #[arg(long)]
-    token: Option<String>,
+    pub(super) token: Option<String>,
     /// Concurrent sessions served; more are refused as busy.
     #[arg(long, default_value_t = 16)]
-    max_sessions: usize,
+    pub(super) max_sessions: usize,
     /// Longest a single test may run, in seconds.
     #[arg(long, default_value_t = 60)]
     max_duration: u64,

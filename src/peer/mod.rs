@@ -3,6 +3,7 @@
 //! separate process (docs/METHODOLOGY.md, "The peer: `osmeter serve`").
 
 pub mod client;
+#[cfg(unix)]
 pub mod local;
 pub mod protocol;
 pub mod server;

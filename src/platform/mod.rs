@@ -258,6 +258,20 @@ pub fn load_average() -> Option<f64> {
     (unsafe { libc::getloadavg(l.as_mut_ptr(), 1) } == 1).then_some(l[0])
 }
 
+/// Whether a socket (a stream or a listener) is readable (data, a pending connection or a
+/// hang-up) within `timeout`; false on timeout or error.
+pub fn socket_readable(s: &impl std::os::fd::AsRawFd, timeout: std::time::Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: s.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: pfd is one valid pollfd on the stack for the duration of the call.
+    let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+    r > 0
+}
+
 /// Fault and involuntary-switch counters of the calling thread.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ThreadUsage {
