@@ -253,6 +253,7 @@ impl Plan<'_> {
     }
 }
 
+/// The body of `Plan::run`.
 fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> {
     let Plan {
         cfg,
