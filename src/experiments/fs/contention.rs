@@ -266,7 +266,7 @@ fn round_of(rd: &mut Readers<'_>, first: &[u64], p: usize, dur: Duration) -> any
     };
     let (pids, fork_err) = spawn(rd, &bar, first, p, dur);
     let got = release(&bar, pids.len());
-    let failed = reap(&pids);
+    let failed = reap_all(&pids);
     if let Some(e) = fork_err {
         return Err(anyhow::anyhow!(
             "fork failed after {} processes: {e}",
@@ -351,7 +351,7 @@ fn release(bar: &Barrier, n: usize) -> usize {
 }
 
 /// Waits for every reader; returns how many did not exit cleanly.
-fn reap(pids: &[libc::pid_t]) -> usize {
+fn reap_all(pids: &[libc::pid_t]) -> usize {
     pids.iter()
         .filter(|&&pid| {
             !crate::platform::reap(pid, false)
