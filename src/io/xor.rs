@@ -3,9 +3,11 @@
 //!
 //! How it goes fast (docs/METHODOLOGY.md, "io xor", has the measurements behind the choices):
 //! - the file's cache state is probed with mincore; a mostly cached file is mapped
-//!   (no copy into user buffers) and XORed straight from the page cache, letting page
-//!   faults map it (fault-around maps 16 pages per fault, which is cheaper than
-//!   MADV_POPULATE_READ for small folios); an uncached one is read by two threads, each
+//!   (no copy into user buffers) and XORed straight from the page cache where the cache
+//!   holds large folios the kernel maps with one PMD entry each; each thread's first
+//!   chunk counts its page faults to find out. In small folios the page-table entries
+//!   cost more than a copy, and the thread preads the rest into a 128 KiB buffer that
+//!   stays in L2. An uncached file is read by two threads, each
 //!   a sequential buffered stream over its half with its own readahead (faster than
 //!   O_DIRECT on the disks measured), or with O_DIRECT when the load average exceeds
 //!   the CPUs (buffered reads cost ~3x its CPU time);
