@@ -64,6 +64,9 @@ const CACHED_BUF: usize = 128 << 10;
 /// bytes: the page cache holds large folios mapped with one PMD entry each (2 MiB per
 /// fault). Fault-around maps 64 KiB per fault otherwise, one PTE per page.
 const CHEAP_BYTES_PER_FAULT: u64 = 1 << 20;
+/// A thread that reads maps every this many chunks again, to see whether the folios
+/// got larger (costs ~3% where they never do: one chunk in 8 at ~1.25x).
+const REPROBE: u64 = 8;
 /// Uncached buffered reads: fewer, larger copies per readahead stream (less CPU).
 const STREAM_BLOCK: usize = 4 << 20;
 /// Uncached buffered reads: readahead streams (2 beat 1 and 4 on the virtio disk here).
@@ -391,7 +394,8 @@ enum Cached {
     Map,
     /// pread() into a cache-resident buffer, then XOR that.
     Read,
-    /// Map each thread's first chunk, counting its faults, then Map or Read for the rest.
+    /// Map while each mapped chunk's faults say mapping is cheap, else Read (and
+    /// try mapping again now and then).
     Probe,
 }
 
@@ -414,6 +418,9 @@ struct Tally {
 struct CachedReader {
     mode: Cached,
     buf: Option<AlignedBuf>,
+    /// Probe: whether this thread's last mapped chunk was cheap, and chunks since.
+    map_ok: bool,
+    chunks: u64,
 }
 
 /// XOR of a cached file, chunks claimed by `threads` threads; `m` is needed unless
@@ -437,7 +444,14 @@ fn xor_cached(
     parallel(
         threads,
         nblocks,
-        || Ok(CachedReader { mode, buf: None }),
+        || {
+            Ok(CachedReader {
+                mode,
+                buf: None,
+                map_ok: false,
+                chunks: 0,
+            })
+        },
         |st, i| {
             let off = i * chunk as u64;
             let n = (size - off).min(chunk as u64) as usize;
@@ -446,29 +460,30 @@ fn xor_cached(
                     tally.mapped.fetch_add(1, Ordering::Relaxed);
                     Ok(xor_map_chunk(m, off as usize, n))
                 }
-                (Cached::Probe, Some(m)) => {
+                // Map while mapping stays cheap, and try it again every REPROBE-th
+                // chunk while reading: folio shapes vary along a file (readahead
+                // starts with small folios and grows them).
+                (Cached::Probe, Some(m)) if st.map_ok || st.chunks % REPROBE == 0 => {
+                    st.chunks += 1;
                     let before = crate::platform::thread_usage();
                     let x = xor_map_chunk(m, off as usize, n);
                     let after = crate::platform::thread_usage();
-                    st.mode = match (before, after) {
+                    st.map_ok = match (before, after) {
                         (Ok(b), Ok(a)) if b.per_thread => {
                             let faults =
                                 a.minor_faults + a.major_faults - b.minor_faults - b.major_faults;
                             tally.probe_bytes.fetch_add(n as u64, Ordering::Relaxed);
                             tally.probe_faults.fetch_add(faults, Ordering::Relaxed);
-                            if mapping_is_cheap(n as u64, faults) {
-                                Cached::Map
-                            } else {
-                                Cached::Read
-                            }
+                            mapping_is_cheap(n as u64, faults)
                         }
                         // No per-thread counter: no evidence that mapping is cheap.
-                        _ => Cached::Read,
+                        _ => false,
                     };
                     tally.mapped.fetch_add(1, Ordering::Relaxed);
                     Ok(x)
                 }
                 _ => {
+                    st.chunks += 1;
                     tally.read.fetch_add(1, Ordering::Relaxed);
                     if st.buf.is_none() {
                         st.buf = Some(
@@ -754,8 +769,8 @@ fn plan(
 }
 
 impl Plan {
-    /// The method and request size the run ended up using: a probing run that read
-    /// any chunk reports `read` and its buffer, with a note on what the probe saw.
+    /// The method and request size most of the file went through, with a note on what
+    /// the probes saw.
     fn chosen(&self, notes: &mut Vec<String>) -> (Method, usize) {
         if !self.probe {
             return (self.method, self.block);
@@ -770,20 +785,19 @@ impl Plan {
             t.probe_faults.load(Ordering::Relaxed),
         );
         let seen = format!(
-            "{faults} page fault(s) mapping the first {} ({} per fault)",
+            "{mapped} of {} chunks mapped, {faults} page fault(s) for {} ({} per fault)",
+            mapped + read,
             fmt_bytes(bytes as f64),
             fmt_bytes(bytes as f64 / faults.max(1) as f64)
         );
-        if read == 0 {
-            notes.push(format!("mapped: {seen}, so the cache holds large folios"));
+        let why = "mapped where the cache holds PMD-mapped large folios, read with pread \
+                   into cache-resident buffers where small folios make page-table entries \
+                   cost more than a copy";
+        notes.push(format!("{seen}: {why}"));
+        // The method most of the file went through, with its request size.
+        if mapped >= read {
             (Method::Mmap, self.block)
         } else {
-            notes.push(format!(
-                "{seen}: the cache holds small folios, whose page-table entries cost more \
-                 than a copy; {read} of {} chunks read with pread into {} buffers",
-                mapped + read,
-                fmt_bytes(CACHED_BUF as f64)
-            ));
             (Method::Read, CACHED_BUF)
         }
     }
