@@ -3,9 +3,11 @@
 //!
 //! How it goes fast (docs/METHODOLOGY.md, "io xor", has the measurements behind the choices):
 //! - the file's cache state is probed with mincore; a mostly cached file is mapped
-//!   (no copy into user buffers) and XORed straight from the page cache, letting page
-//!   faults map it (fault-around maps 16 pages per fault, which is cheaper than
-//!   MADV_POPULATE_READ for small folios); an uncached one is read by two threads, each
+//!   (no copy into user buffers) and XORed straight from the page cache where the cache
+//!   holds large folios the kernel maps with one PMD entry each; each thread's first
+//!   chunk counts its page faults to find out. In small folios the page-table entries
+//!   cost more than a copy, and the thread preads the rest into a 128 KiB buffer that
+//!   stays in L2. An uncached file is read by two threads, each
 //!   a sequential buffered stream over its half with its own readahead (faster than
 //!   O_DIRECT on the disks measured), or with O_DIRECT when the load average exceeds
 //!   the CPUs (buffered reads cost ~3x its CPU time);
@@ -55,7 +57,17 @@ impl Method {
 
 /// Default chunk per request for each method (measured; see METHODOLOGY.md).
 const MMAP_CHUNK: usize = 8 << 20;
-const READ_BLOCK: usize = 1 << 20;
+/// Cached reads copy into a per-thread buffer this small, so the copy's stores and the
+/// XOR's loads stay in the core's L2 (256 KiB or more on every CPU the tool targets):
+/// memory is read once, by the kernel's copy.
+const CACHED_BUF: usize = 128 << 10;
+/// A mapped chunk is cheap when its first touch needed at most one fault per this many
+/// bytes: the page cache holds large folios mapped with one PMD entry each (2 MiB per
+/// fault). Fault-around maps 64 KiB per fault otherwise, one PTE per page.
+const CHEAP_BYTES_PER_FAULT: u64 = 1 << 20;
+/// A thread that reads maps every this many chunks again, to see whether the folios
+/// got larger (costs ~3% where they never do: one chunk in 8 at ~1.25x).
+const REPROBE: u64 = 8;
 /// Uncached buffered reads: fewer, larger copies per readahead stream (less CPU).
 const STREAM_BLOCK: usize = 4 << 20;
 /// Uncached buffered reads: readahead streams (2 beat 1 and 4 on the virtio disk here).
@@ -382,32 +394,155 @@ impl Drop for Mapping {
     }
 }
 
-/// XOR straight from the mapping, chunks claimed by `threads` threads.
-fn xor_mapped(m: &Mapping, chunk: usize, threads: usize) -> error::Result<u32> {
-    let base = m.addr as usize;
-    let len = m.len;
-    let nblocks = (len as u64).div_ceil(chunk as u64);
+/// How a cached file's chunks are read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cached {
+    /// XOR straight from the mapping.
+    Map,
+    /// pread() into a cache-resident buffer, then XOR that.
+    Read,
+    /// Map while each mapped chunk's faults say mapping is cheap, else Read (and
+    /// try mapping again now and then).
+    Probe,
+}
+
+/// Whether mapping `bytes` that took `faults` on first touch was cheap (large folios,
+/// PMD-mapped): then mapping beats copying; otherwise the per-page entries cost more
+/// than the copy into a cache-resident buffer (METHODOLOGY.md, "io xor").
+fn mapping_is_cheap(bytes: u64, faults: u64) -> bool {
+    faults.saturating_mul(CHEAP_BYTES_PER_FAULT) <= bytes
+}
+
+/// What the cached readers did: chunks mapped and read, and the probes' faults.
+#[derive(Default)]
+struct Tally {
+    mapped: AtomicU64,
+    read: AtomicU64,
+    probe_bytes: AtomicU64,
+    probe_faults: AtomicU64,
+}
+
+struct CachedReader {
+    mode: Cached,
+    buf: Option<AlignedBuf>,
+    /// Probe: whether this thread's last mapped chunk was cheap, and chunks since.
+    map_ok: bool,
+    chunks: u64,
+}
+
+/// XOR of a cached file, chunks claimed by `threads` threads; `m` is needed unless
+/// `mode` is `Read`. Nothing on the per-chunk path allocates or reads a clock: a
+/// probing thread reads its fault counter twice, once, and a reading thread allocates
+/// its buffer once.
+#[allow(clippy::too_many_arguments)]
+fn xor_cached(
+    file: &File,
+    path: &Path,
+    m: Option<&Mapping>,
+    size: u64,
+    chunk: usize,
+    buf: usize,
+    threads: usize,
+    mode: Cached,
+    tally: &Tally,
+) -> error::Result<u32> {
+    let nblocks = size.div_ceil(chunk as u64);
+    let mode = if m.is_none() { Cached::Read } else { mode };
     parallel(
         threads,
         nblocks,
-        || Ok(()),
-        |_, i| {
-            let off = i as usize * chunk;
-            let n = (len - off).min(chunk);
-            // SAFETY: off..off+n lies inside the read-only mapping, which outlives the
-            // scoped reader threads. (Truncating the file meanwhile would raise SIGBUS;
-            // that is the documented cost of mmap.)
-            let data = unsafe { std::slice::from_raw_parts((base + off) as *const u8, n) };
-            let x = at_offset(xor_words(data), off as u64);
-            // Drop this chunk's page-table entries now, in this thread, rather than
-            // in one serial munmap at the end (13 ms of ~140 for a 2 GiB file in
-            // 4 KiB entries). The page cache keeps the pages.
-            // SAFETY: advice on a range inside the live mapping; `data` is not used
-            // after this, and a later access would just fault the pages in again.
-            unsafe { libc::madvise((base + off) as *mut libc::c_void, n, libc::MADV_DONTNEED) };
-            Ok(x)
+        || {
+            Ok(CachedReader {
+                mode,
+                buf: None,
+                map_ok: false,
+                chunks: 0,
+            })
+        },
+        |st, i| {
+            let off = i * chunk as u64;
+            let n = (size - off).min(chunk as u64) as usize;
+            match (st.mode, m) {
+                (Cached::Map, Some(m)) => {
+                    tally.mapped.fetch_add(1, Ordering::Relaxed);
+                    Ok(xor_map_chunk(m, off as usize, n))
+                }
+                // Map while mapping stays cheap, and try it again every REPROBE-th
+                // chunk while reading: folio shapes vary along a file (readahead
+                // starts with small folios and grows them).
+                (Cached::Probe, Some(m)) if st.map_ok || st.chunks % REPROBE == 0 => {
+                    st.chunks += 1;
+                    let before = crate::platform::thread_usage();
+                    let x = xor_map_chunk(m, off as usize, n);
+                    let after = crate::platform::thread_usage();
+                    st.map_ok = match (before, after) {
+                        (Ok(b), Ok(a)) if b.per_thread => {
+                            let faults =
+                                a.minor_faults + a.major_faults - b.minor_faults - b.major_faults;
+                            tally.probe_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                            tally.probe_faults.fetch_add(faults, Ordering::Relaxed);
+                            mapping_is_cheap(n as u64, faults)
+                        }
+                        // No per-thread counter: no evidence that mapping is cheap.
+                        _ => false,
+                    };
+                    tally.mapped.fetch_add(1, Ordering::Relaxed);
+                    Ok(x)
+                }
+                _ => {
+                    st.chunks += 1;
+                    tally.read.fetch_add(1, Ordering::Relaxed);
+                    if st.buf.is_none() {
+                        st.buf = Some(
+                            AlignedBuf::new(buf, DIRECT_ALIGN)
+                                .map_err(|e| super::Error::runtime(format!("buffer: {e}")))?,
+                        );
+                    }
+                    let b = st.buf.as_mut().expect("allocated just above");
+                    xor_read_chunk(file, path, b, off, n)
+                }
+            }
         },
     )
+}
+
+/// XOR of `n` bytes of the mapping at `off`, whose entries are dropped afterwards.
+fn xor_map_chunk(m: &Mapping, off: usize, n: usize) -> u32 {
+    let base = m.addr as usize;
+    // SAFETY: off..off+n lies inside the read-only mapping, which outlives the scoped
+    // reader threads. (Truncating the file meanwhile would raise SIGBUS; that is the
+    // documented cost of mmap.)
+    let data = unsafe { std::slice::from_raw_parts((base + off) as *const u8, n) };
+    let x = at_offset(xor_words(data), off as u64);
+    // Drop this chunk's page-table entries now, in this thread, rather than in one
+    // serial munmap at the end (13 ms of ~140 for a 2 GiB file in 4 KiB entries). The
+    // page cache keeps the pages. Where unsupported, munmap drops them.
+    // SAFETY: a range inside the live shared mapping; `data` is not used after this.
+    unsafe { crate::platform::drop_mapped_range((base + off) as *mut u8, n) };
+    x
+}
+
+/// XOR of `n` bytes at `off`, read with pread into `buf` a buffer at a time.
+fn xor_read_chunk(
+    file: &File,
+    path: &Path,
+    buf: &mut [u8],
+    off: u64,
+    n: usize,
+) -> error::Result<u32> {
+    let mut acc = 0u32;
+    let mut done = 0usize;
+    while done < n {
+        let want = (n - done).min(buf.len());
+        let at = off + done as u64;
+        let got = pread_full(file, path, &mut buf[..want], at)?;
+        if got < want {
+            return super::runtime(format!("{}: file shrank while being read", path.display()));
+        }
+        acc ^= at_offset(xor_words(&buf[..want]), at);
+        done += want;
+    }
+    Ok(acc)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -459,8 +594,9 @@ pub fn run(cfg: &XorConfig) -> error::Result<XorOutcome> {
     let size = file.metadata().map_err(|e| os_err(path, "stat", e))?.len();
     let state = cache_state(&file, size, &mut notes);
     let plan = plan(cfg, &file, size, block_arg, &state, &mut notes)?;
-    let xor = plan.xor(path, size)?;
-    let (method, threads, block, uncached) = (plan.method, plan.threads, plan.block, plan.uncached);
+    let xor = plan.xor(&file, path, size)?;
+    let (method, block) = plan.chosen(&mut notes);
+    let (threads, uncached) = (plan.threads, plan.uncached);
     drop(plan);
     let (seconds, cpu_seconds) = (span.seconds(), span.cpu_seconds());
     if !uncached {
@@ -549,11 +685,15 @@ fn cache_state(file: &File, size: u64, notes: &mut Vec<String>) -> CacheState {
 /// How the file will be read: method, request size, threads, and what they read from.
 struct Plan {
     method: Method,
+    /// Per request: the chunk a thread claims, or for cached reads the buffer.
     block: usize,
     threads: usize,
     uncached: bool,
+    /// Auto on a cached file: each thread's first chunk decides mapping or reading.
+    probe: bool,
     mapping: Option<Mapping>,
     direct_file: Option<File>,
+    tally: Tally,
 }
 
 fn plan(
@@ -566,8 +706,16 @@ fn plan(
 ) -> error::Result<Plan> {
     let path = cfg.file.as_path();
     let cpus = crate::platform::allowed_cpus().len().max(1);
+    let cached = state.estimate >= CACHED_FRACTION;
+    // Mapping is cheap only where the cache holds PMD-mapped large folios; a thread
+    // finds out from its first chunk's faults. Without per-thread fault counters
+    // (macOS) there is no such evidence, and read() has a bounded cost everywhere.
+    let probe = cfg.method == Method::Auto
+        && cached
+        && crate::platform::thread_usage().is_ok_and(|u| u.per_thread);
     let mut method = match cfg.method {
-        Method::Auto if state.estimate >= CACHED_FRACTION => Method::Mmap,
+        Method::Auto if probe => Method::Mmap,
+        Method::Auto if cached => Method::Read,
         Method::Auto => {
             // Runnable and uninterruptible tasks; unknown counts as idle.
             let load = crate::platform::load_average().unwrap_or(0.0);
@@ -606,41 +754,117 @@ fn plan(
             }
         }
     }
-    let uncached = state.estimate < CACHED_FRACTION;
+    let uncached = !cached;
     let block = block_arg.unwrap_or(match method {
         Method::Mmap => MMAP_CHUNK,
         Method::Direct => DIRECT_BLOCK,
         _ if uncached => STREAM_BLOCK,
-        _ => READ_BLOCK,
+        _ => CACHED_BUF,
     });
     let default_threads = match method {
         Method::Direct => cpus.max(DIRECT_MIN_THREADS),
         _ if uncached => UNCACHED_STREAMS,
         _ => cpus,
     };
-    let nblocks = size.div_ceil(block as u64).max(1);
+    let claimed = if method == Method::Read && !uncached {
+        cached_read_chunk(block)
+    } else {
+        block
+    };
+    let nblocks = size.div_ceil(claimed as u64).max(1);
     let threads = (cfg.threads.unwrap_or(default_threads) as u64).min(nblocks) as usize;
     Ok(Plan {
         method,
         block,
         threads,
         uncached,
+        probe,
         mapping,
         direct_file,
+        tally: Tally::default(),
     })
 }
 
 impl Plan {
-    fn xor(&self, path: &Path, size: u64) -> error::Result<u32> {
+    /// The method and request size most of the file went through, with a note on what
+    /// the probes saw.
+    fn chosen(&self, notes: &mut Vec<String>) -> (Method, usize) {
+        if !self.probe {
+            return (self.method, self.block);
+        }
+        let t = &self.tally;
+        let (mapped, read) = (
+            t.mapped.load(Ordering::Relaxed),
+            t.read.load(Ordering::Relaxed),
+        );
+        let (bytes, faults) = (
+            t.probe_bytes.load(Ordering::Relaxed),
+            t.probe_faults.load(Ordering::Relaxed),
+        );
+        let seen = format!(
+            "{mapped} of {} chunks mapped, {faults} page fault(s) for {} ({} per fault)",
+            mapped + read,
+            fmt_bytes(bytes as f64),
+            fmt_bytes(bytes as f64 / faults.max(1) as f64)
+        );
+        let why = "mapped where the cache holds PMD-mapped large folios, read with pread \
+                   into cache-resident buffers where small folios make page-table entries \
+                   cost more than a copy";
+        notes.push(format!("{seen}: {why}"));
+        // The method most of the file went through, with its request size.
+        if mapped >= read {
+            (Method::Mmap, self.block)
+        } else {
+            (Method::Read, CACHED_BUF)
+        }
+    }
+}
+
+/// Cached reads: threads claim chunks of this size and read each a buffer at a time.
+fn cached_read_chunk(buf: usize) -> usize {
+    MMAP_CHUNK.max(buf)
+}
+
+impl Plan {
+    fn xor(&self, file: &File, path: &Path, size: u64) -> error::Result<u32> {
         if size == 0 {
             return Ok(0);
         }
         let (block, threads) = (self.block, self.threads);
         match self.method {
-            Method::Mmap => match &self.mapping {
-                Some(m) => xor_mapped(m, block, threads),
-                None => Ok(0),
-            },
+            Method::Mmap => {
+                let mode = if self.probe {
+                    Cached::Probe
+                } else {
+                    Cached::Map
+                };
+                let m = self.mapping.as_ref();
+                xor_cached(
+                    file,
+                    path,
+                    m,
+                    size,
+                    block,
+                    CACHED_BUF,
+                    threads,
+                    mode,
+                    &self.tally,
+                )
+            }
+            Method::Read if !self.uncached => {
+                let chunk = cached_read_chunk(block);
+                xor_cached(
+                    file,
+                    path,
+                    None,
+                    size,
+                    chunk,
+                    block,
+                    threads,
+                    Cached::Read,
+                    &self.tally,
+                )
+            }
             Method::Direct => match &self.direct_file {
                 Some(f) => xor_direct(f, path, size, block, threads),
                 None => xor_streams(path, size, block, threads),
@@ -770,6 +994,68 @@ mod tests {
     fn known_value() {
         assert_eq!(xor_reference(&[1, 2, 3, 4, 5]), 0x0403_0204);
         assert_eq!(xor_words(&[]), 0);
+    }
+
+    #[test]
+    fn cached_readers_match_reference_on_odd_sizes() {
+        let dir = tempfile::tempdir().unwrap();
+        let page = crate::platform::page_size();
+        let sizes = [
+            0,
+            1,
+            3,
+            page - 1,
+            page + 1,
+            CACHED_BUF + 5,
+            3 * page + CACHED_BUF * 2 + 7,
+        ];
+        for (k, &n) in sizes.iter().enumerate() {
+            let d = bytes(n, k as u64 + 41);
+            let want = xor_reference(&d);
+            let path = dir.path().join(format!("f{n}"));
+            std::fs::write(&path, &d).unwrap();
+            let file = File::open(&path).unwrap();
+            let m = (n > 0).then(|| Mapping::new(&file, &path, n).unwrap());
+            // Chunks of 3 pages, buffers of 1000 bytes: pieces end mid-word.
+            for mode in [Cached::Map, Cached::Read, Cached::Probe] {
+                for threads in [1, 3] {
+                    let t = Tally::default();
+                    let got = xor_cached(
+                        &file,
+                        &path,
+                        m.as_ref(),
+                        n as u64,
+                        3 * page,
+                        1000,
+                        threads,
+                        mode,
+                        &t,
+                    )
+                    .unwrap();
+                    assert_eq!(got, want, "size {n}, {mode:?}, {threads} thread(s)");
+                }
+            }
+            // And through the command, every method the cached path takes.
+            for method in [Method::Auto, Method::Mmap, Method::Read] {
+                let cfg = XorConfig {
+                    file: path.clone(),
+                    threads: None,
+                    method,
+                    block_size: None,
+                    cold: false,
+                };
+                assert_eq!(run(&cfg).unwrap().xor, want, "size {n}, {method:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn small_folios_make_mapping_expensive() {
+        // 2 MiB folios: 4 faults for 8 MiB; 4 KiB folios with fault-around: 128.
+        assert!(mapping_is_cheap(8 << 20, 4));
+        assert!(mapping_is_cheap(8 << 20, 0));
+        assert!(!mapping_is_cheap(8 << 20, 128));
+        assert!(!mapping_is_cheap(3, 1));
     }
 
     #[test]

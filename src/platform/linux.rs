@@ -220,6 +220,18 @@ pub fn advise_huge_pages(addr: *mut u8, len: usize, pages: HugePages) -> Support
     }
 }
 
+pub fn drop_mapped_range(addr: *mut u8, len: usize) -> Support {
+    // SAFETY: the caller guarantees a shared file mapping nothing borrows; dropping its
+    // entries only makes later accesses fault the cached pages in again.
+    if unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) } == 0 {
+        Support::Done
+    } else {
+        Support::Unsupported {
+            reason: format!("madvise(MADV_DONTNEED): {}", io::Error::last_os_error()),
+        }
+    }
+}
+
 #[inline(always)]
 pub fn raw_getppid() -> i64 {
     // SAFETY: getppid takes no arguments and cannot fail.

@@ -192,6 +192,14 @@ pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
+pub fn drop_mapped_range(_addr: *mut u8, _len: usize) -> Support {
+    Support::Unsupported {
+        reason: "macOS's MADV_DONTNEED deactivates cached file pages rather than dropping \
+                 the mapping's entries"
+            .into(),
+    }
+}
+
 pub fn advise_huge_pages(_addr: *mut u8, _len: usize, _pages: HugePages) -> Support {
     Support::Unsupported {
         reason: "macOS has no transparent huge-page advice".into(),

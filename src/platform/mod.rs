@@ -334,6 +334,18 @@ pub unsafe fn advise_huge_pages(addr: *mut u8, len: usize, pages: HugePages) -> 
     imp::advise_huge_pages(addr, len, pages)
 }
 
+/// Drops the page-table entries of part of a shared file mapping now (the page cache
+/// keeps the pages; touching the range again faults them back). Linux: MADV_DONTNEED.
+/// macOS: Unsupported (there MADV_DONTNEED deactivates the cached pages instead, pushing
+/// the file towards eviction); the entries go with the final munmap.
+///
+/// # Safety
+/// `addr..addr+len` must lie in a shared file mapping of this process that nothing
+/// borrows any more.
+pub unsafe fn drop_mapped_range(addr: *mut u8, len: usize) -> Support {
+    imp::drop_mapped_range(addr, len)
+}
+
 /// getppid and getpid through the kernel every time (no library caching), for the
 /// system-call experiment.
 #[inline(always)]
