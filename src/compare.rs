@@ -602,8 +602,7 @@ fn label(i: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::{BeforeAfter, Reading};
-    use crate::results::{Metric, MetricKind, Tool};
+    use crate::results::{BeforeAfter, Metric, MetricKind, Reading, Tool};
 
     fn sum(median: f64, lo: f64, hi: f64) -> Summary {
         let mut s = Summary::of(&[median]).unwrap();

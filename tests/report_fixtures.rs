@@ -98,6 +98,13 @@ fn old_results_round_trip() {
         let old: Value = serde_json::from_str(&text).unwrap();
         let r = osmeter::results::load::from_str(&text).unwrap();
         let new = serde_json::to_value(&r).unwrap();
+        // The typed config writes back exactly as read, key order included.
+        assert_eq!(
+            serde_json::to_string_pretty(&r.config).unwrap(),
+            serde_json::to_string_pretty(&old["config"]).unwrap(),
+            "{}",
+            dir.display()
+        );
         let mut bad = Vec::new();
         contained(&old, &new, "", &mut bad);
         assert!(bad.is_empty(), "{}: {}", dir.display(), bad.join("; "));
