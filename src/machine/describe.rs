@@ -553,9 +553,13 @@ fn virt(o: &mut Out, m: &Machine) {
             v.hypervisor.as_deref().unwrap_or("unknown hypervisor")
         )
     } else {
-        "bare metal (no hypervisor flag or signature)".into()
+        "bare metal (no virtualisation fact: cpuinfo flag, CPUID, DMI, device tree, /sys/hypervisor)"
+            .into()
     };
     o.row("machine", kind);
+    if !v.vm_evidence.is_empty() {
+        o.row("evidence", v.vm_evidence.join("; "));
+    }
     if v.dmi_sys_vendor.is_some() || v.dmi_product_name.is_some() {
         o.row(
             "DMI",
