@@ -290,8 +290,141 @@ fn arm_fixture_shows_none_of_this_machines_facts() {
     assert_eq!(flags.get("sve"), Some(&Value::Bool(true)));
     assert!(flags.get("avx2").is_none() && flags.get("hypervisor").is_none());
     assert_eq!(m["virtualization"]["hypervisor_flag"], false);
+    assert_eq!(m["virtualization"]["is_vm"], true);
     assert_eq!(m["virtualization"]["dmi_product_name"], "c7g.4xlarge");
     assert!(m["cpu"]["governors"].as_object().unwrap().is_empty());
+}
+
+/// The disk `name` of a description.
+fn disk<'a>(m: &'a Value, name: &str) -> &'a Value {
+    m["storage"]["disks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == name)
+        .unwrap_or_else(|| panic!("no disk {name} in {}", m["storage"]))
+}
+
+fn members(d: &Value) -> Vec<&str> {
+    d["members"]
+        .as_array()
+        .map(|a| a.iter().map(|m| m["name"].as_str().unwrap()).collect())
+        .unwrap_or_default()
+}
+
+/// Asserts a disk's class kind and that its reason says `why`.
+fn class_is(m: &Value, name: &str, kind: &str, why: &str) {
+    let d = disk(m, name);
+    assert_eq!(d["class"]["kind"], kind, "{name}: {}", d["class"]);
+    let w = d["class"]["why"].as_str().unwrap();
+    assert!(w.contains(why), "{name}: {w}");
+}
+
+#[test]
+fn virtio_scsi_disks_are_virtual_not_rotating() {
+    let m = describe_json(&fixture("qemu-virtio-scsi"));
+    let sda = disk(&m, "sda");
+    // QEMU sets the rotational flag and the driver is the SCSI disk driver `sd`; the
+    // virtio device above the SCSI host says what it is.
+    assert_eq!(sda["rotational"], true);
+    assert_eq!(sda["driver"], "sd");
+    assert_eq!(sda["bus"], "virtio");
+    class_is(&m, "sda", "virtual", "virtio-scsi");
+    class_is(&m, "vda", "virtual", "virtio-blk");
+    assert_eq!(m["virtualization"]["is_vm"], true);
+    let text = String::from_utf8(
+        osmeter()
+            .args(["machine", "--from"])
+            .arg(fixture("qemu-virtio-scsi"))
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(
+        text.contains("modelled as virtual disk: virtio-scsi bus"),
+        "{text}"
+    );
+    assert!(!text.contains("modelled as rotating disk"), "{text}");
+}
+
+#[test]
+fn stacked_devices_resolve_to_their_physical_disks() {
+    let m = describe_json(&fixture("laptop-luks-nvme"));
+    for (dm, layer) in [
+        ("dm-0", "dm-crypt (nvme0n1p3_crypt)"),
+        ("dm-1", "LVM (vgubuntu-root)"),
+    ] {
+        let d = disk(&m, dm);
+        assert_eq!(d["layer"], layer);
+        // LVM on LUKS: through both layers and the partition to the NVMe disk.
+        assert_eq!(members(d), ["nvme0n1"], "{dm}");
+        class_is(
+            &m,
+            dm,
+            "nvme",
+            "over nvme0n1: NVMe \"SAMSUNG MZVL21T0HCLR-00BL2\"",
+        );
+    }
+    assert_eq!(m["virtualization"]["is_vm"], false);
+    let m = describe_json(&fixture("server-md-raid"));
+    assert_eq!(disk(&m, "md0")["layer"], "md raid1");
+    assert_eq!(members(disk(&m, "md0")), ["sda", "sdb"]);
+    class_is(&m, "md0", "flash", "md raid1 over sda, sdb");
+    class_is(&m, "sdc", "rotational", "on the ata bus");
+}
+
+#[test]
+fn cloud_volumes_are_network_block_storage() {
+    let m = describe_json(&fixture("aws-ebs-nitro"));
+    class_is(&m, "nvme0n1", "network_block", "Amazon Elastic Block Store");
+    class_is(&m, "nvme1n1", "nvme", "Amazon EC2 NVMe Instance Storage");
+    let m = describe_json(&fixture("gcp-persistent-disk"));
+    class_is(&m, "sda", "network_block", "Google Persistent Disk");
+    let m = describe_json(&fixture("azure-disk"));
+    class_is(&m, "sda", "network_block", "Azure disk");
+    assert_eq!(disk(&m, "sda")["bus"], "hyperv");
+    // An older tree with plain folders (no links): the model string still decides.
+    let m = describe_json(&fixture("arm-graviton"));
+    class_is(&m, "nvme0n1", "network_block", "Amazon Elastic Block Store");
+    assert!(disk(&m, "nvme0n1")["bus"].is_null());
+}
+
+#[test]
+fn virtual_machines_are_found_on_every_architecture() {
+    // Graviton: no x86 `hypervisor` flag; DMI says it is an EC2 instance.
+    let m = describe_json(&fixture("arm-graviton"));
+    let v = &m["virtualization"];
+    assert_eq!(v["hypervisor_flag"], false);
+    assert_eq!(v["is_vm"], true, "{v}");
+    assert_eq!(v["vm_evidence"][0], "DMI: Amazon EC2 c7g.4xlarge");
+    for (name, vm) in [
+        ("gcp-persistent-disk", true),
+        ("azure-disk", true),
+        ("intel-hybrid-laptop", false),
+        ("xeon-two-socket", false),
+        ("amd-two-ccx", false),
+    ] {
+        let m = describe_json(&fixture(name));
+        assert_eq!(m["virtualization"]["is_vm"], vm, "{name}");
+    }
+}
+
+#[test]
+fn huge_page_size_is_read_from_the_kernel() {
+    let m = describe_json(&fixture("aws-ebs-nitro"));
+    assert_eq!(m["memory"]["huge_page_bytes"], 2 << 20);
+    // A 64 KiB-page arm64 kernel: 512 MiB huge pages.
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join("graviton");
+    copy_tree(&fixture("arm-graviton"), &tree);
+    std::fs::write(
+        tree.join("sys/kernel/mm/transparent_hugepage/hpage_pmd_size"),
+        "536870912\n",
+    )
+    .unwrap();
+    let m = describe_json(&tree);
+    assert_eq!(m["memory"]["huge_page_bytes"], 512u64 << 20);
 }
 
 /// Copies a tree (files, directories, symbolic links) so that a test can alter a fixture.
@@ -397,6 +530,30 @@ fn snapshot_then_from_describes_this_machine() {
     for k in ["hostname", "os", "network"] {
         assert_eq!(back[k], live[k], "{k}");
     }
+    // Disks as the kernel links them (/sys/block -> /sys/devices), layers and classes.
+    assert_eq!(back["storage"]["disks"], live["storage"]["disks"]);
+    if let Some(d) = live["storage"]["disks"].as_array().and_then(|a| a.first()) {
+        let link = snap.join("sys/block").join(d["name"].as_str().unwrap());
+        if link.is_symlink() {
+            assert!(
+                link.join("queue").is_dir(),
+                "{} does not resolve",
+                link.display()
+            );
+        }
+    }
+    for k in [
+        "is_vm",
+        "hypervisor_flag",
+        "dmi_sys_vendor",
+        "dmi_product_name",
+    ] {
+        assert_eq!(back["virtualization"][k], live["virtualization"][k], "{k}");
+    }
+    assert_eq!(
+        back["memory"]["huge_page_bytes"],
+        live["memory"]["huge_page_bytes"]
+    );
     assert_eq!(back["memory"]["total_bytes"], live["memory"]["total_bytes"]);
     assert_eq!(back["memory"]["numa_nodes"], live["memory"]["numa_nodes"]);
     assert_eq!(back["recorded"]["from"], snap.display().to_string());

@@ -1,5 +1,6 @@
 //! The human-readable machine description (`osmeter machine`).
 
+use super::storage::DiskKind;
 use super::{format_list, Machine};
 use crate::units::fmt_bytes;
 use std::fmt::Write;
@@ -405,8 +406,9 @@ fn storage(o: &mut Out, m: &Machine) {
                 None => model.clone(),
             });
         }
-        let virtual_disk =
-            m.virtualization.is_vm || d.driver.as_deref().is_some_and(|x| x.contains("virtio"));
+        let class = d.class();
+        let virtual_disk = m.virtualization.is_vm
+            || matches!(class.kind, DiskKind::Virtual | DiskKind::NetworkBlock);
         parts.push(match d.rotational {
             Some(true) if virtual_disk => "rotational flag set (virtual disk: unreliable)".into(),
             Some(true) => "rotational".into(),
@@ -422,7 +424,29 @@ fn storage(o: &mut Out, m: &Machine) {
         if let Some(x) = &d.driver {
             parts.push(x.clone());
         }
-        o.row(&d.name, parts.join(", "));
+        if let Some(b) = &d.bus {
+            parts.push(format!("{b} bus"));
+        }
+        if let Some(l) = &d.layer {
+            let members: Vec<String> = d
+                .members
+                .iter()
+                .map(|m| match &m.model {
+                    Some(model) => format!("{} ({model})", m.name),
+                    None => m.name.clone(),
+                })
+                .collect();
+            parts.push(format!("{l} over {}", members.join(", ")));
+        }
+        o.row(
+            &d.name,
+            format!(
+                "{}\nmodelled as {}: {}",
+                parts.join(", "),
+                class.kind.label(),
+                class.why
+            ),
+        );
     }
     if let Some(f) = &m.storage.cwd_filesystem {
         o.row(
@@ -529,9 +553,13 @@ fn virt(o: &mut Out, m: &Machine) {
             v.hypervisor.as_deref().unwrap_or("unknown hypervisor")
         )
     } else {
-        "bare metal (no hypervisor flag or signature)".into()
+        "bare metal (no virtualisation fact: cpuinfo flag, CPUID, DMI, device tree, /sys/hypervisor)"
+            .into()
     };
     o.row("machine", kind);
+    if !v.vm_evidence.is_empty() {
+        o.row("evidence", v.vm_evidence.join("; "));
+    }
     if v.dmi_sys_vendor.is_some() || v.dmi_product_name.is_some() {
         o.row(
             "DMI",

@@ -18,6 +18,9 @@ pub struct Memory {
     /// Transparent huge pages mode: "always", "madvise" or "never".
     pub thp_enabled: Option<String>,
     pub thp_defrag: Option<String>,
+    /// Size of a PMD-mapped transparent huge page (hpage_pmd_size): 2 MiB with 4 KiB
+    /// pages, 32 MiB with 16 KiB pages, 512 MiB with 64 KiB pages (arm64).
+    pub huge_page_bytes: Option<u64>,
     pub numa_nodes: Option<usize>,
     /// Populated memory modules (as root with dmidecode; empty otherwise).
     pub dimms: Vec<Dimm>,
@@ -282,6 +285,7 @@ pub fn gather(root: &FactRoot) -> Memory {
         thp_defrag: root
             .read_trim(format!("{thp}/defrag"))
             .and_then(|s| bracketed(&s)),
+        huge_page_bytes: root.read_u64(format!("{thp}/hpage_pmd_size")),
         numa_nodes: numa_nodes(root),
         ..Default::default()
     };

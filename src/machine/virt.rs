@@ -23,6 +23,10 @@ pub struct Virtualization {
     /// docker, podman, lxc... when this runs in a container.
     pub container: Option<String>,
     pub is_vm: bool,
+    /// The facts that say this is a virtual machine (cpuinfo flag, CPUID, DMI, device
+    /// tree, /sys/hypervisor...), each as "source: value".
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub vm_evidence: Vec<String>,
     /// Steal ticks (/proc/stat, USER_HZ) when the description was gathered.
     pub steal_ticks_at_gather: Option<u64>,
     /// CPU time stolen by the hypervisor while the experiments ran (set by the runner).
@@ -60,6 +64,94 @@ pub fn hypervisor_from_signature(sig: &str) -> Option<&'static str> {
         "Linux KVM Hv" => "KVM (Hyper-V enlightenments)",
         _ => return None,
     })
+}
+
+/// The hypervisor or cloud a DMI (SMBIOS) system vendor and product name announce;
+/// `None` for a physical machine, bare-metal cloud instances (EC2 `*.metal`) included.
+/// DMI is there on x86 and on arm64 machines with UEFI firmware (Graviton, Ampere).
+pub fn vm_from_dmi(vendor: &str, product: &str) -> Option<&'static str> {
+    let (v, p) = (vendor.trim(), product.trim());
+    if v == "Amazon EC2" {
+        return (!p.ends_with(".metal")).then_some("Amazon EC2 (Nitro)");
+    }
+    let by_vendor: &[(&str, &str)] = &[
+        ("QEMU", "QEMU"),
+        ("KVM", "KVM"),
+        ("Red Hat", "KVM (Red Hat)"),
+        ("VMware", "VMware"),
+        ("innotek GmbH", "VirtualBox"),
+        ("Xen", "Xen"),
+        ("Bochs", "Bochs"),
+        ("BHYVE", "bhyve"),
+        ("Parallels", "Parallels"),
+        ("OpenStack", "OpenStack"),
+        ("KubeVirt", "KubeVirt"),
+        ("oVirt", "oVirt"),
+        ("DigitalOcean", "DigitalOcean"),
+        ("Scaleway", "Scaleway"),
+    ];
+    let by_product: &[(&str, &str)] = &[
+        ("Google Compute Engine", "Google Compute Engine"),
+        ("Virtual Machine", "Hyper-V"),
+        ("VMware", "VMware"),
+        ("VirtualBox", "VirtualBox"),
+        ("KVM", "KVM"),
+        ("HVM domU", "Xen"),
+        ("OpenStack", "OpenStack"),
+        ("Alibaba Cloud ECS", "Alibaba Cloud ECS"),
+        ("vServer", "Hetzner vServer"),
+        ("Apple Virtualization", "Apple Virtualization"),
+        ("AHV", "Nutanix AHV"),
+        ("Parallels", "Parallels"),
+    ];
+    by_vendor
+        .iter()
+        .find(|(k, _)| v.starts_with(k))
+        .or_else(|| by_product.iter().find(|(k, _)| p.starts_with(k)))
+        .map(|(_, name)| *name)
+}
+
+/// The hypervisor a device tree names (arm64, RISC-V and POWER guests booted without
+/// ACPI): /proc/device-tree/hypervisor/compatible (Xen, KVM, VMware), the QEMU `virt`
+/// board's "linux,dummy-virt", or QEMU's fw-cfg node. Strings there end in NUL bytes.
+fn vm_from_device_tree(root: &FactRoot) -> Option<(String, String)> {
+    let dt = "/proc/device-tree";
+    let clean = |s: String| s.replace('\0', " ").trim().to_string();
+    if let Some(c) = root.read(format!("{dt}/hypervisor/compatible")).map(clean) {
+        let name = if c.contains("xen") {
+            "Xen"
+        } else if c.contains("kvm") {
+            "KVM"
+        } else if c.contains("vmware") {
+            "VMware"
+        } else {
+            "hypervisor node"
+        };
+        return Some((name.into(), format!("{dt}/hypervisor/compatible: {c}")));
+    }
+    if let Some(c) = root.read(format!("{dt}/compatible")).map(clean) {
+        if c.contains("linux,dummy-virt") || c.contains("qemu,") {
+            return Some(("QEMU".into(), format!("{dt}/compatible: {c}")));
+        }
+    }
+    root.list(dt)
+        .into_iter()
+        .find(|n| n.starts_with("fw-cfg"))
+        .map(|n| {
+            (
+                "QEMU".into(),
+                format!("{dt}/{n}: QEMU's firmware configuration device"),
+            )
+        })
+}
+
+/// The control program an s390x guest runs under (/proc/sysinfo "VM00 Control Program").
+fn vm_from_sysinfo(sysinfo: &str) -> Option<String> {
+    sysinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("VM00 Control Program:"))
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -224,15 +316,47 @@ pub fn gather(root: &FactRoot, cpu: &Cpu) -> Virtualization {
             }
         });
     let detected_vm = detected.filter(|d| !CONTAINERS.contains(d));
-    v.hypervisor = v
-        .cpuid_signature
-        .as_deref()
-        .and_then(hypervisor_from_signature)
-        .map(str::to_string)
-        .or_else(|| v.cpuid_signature.clone())
-        .or_else(|| detected_vm.map(str::to_string))
-        .or_else(|| root.read_trim("/sys/hypervisor/type"));
-    v.is_vm = v.hypervisor_flag || v.hypervisor.is_some();
+    // Every architecture's own facts, strongest name first; the evidence lists them all.
+    let (mut names, mut evidence) = (Vec::<String>::new(), Vec::<String>::new());
+    let mut found = |name: Option<String>, why: String| {
+        evidence.push(why);
+        names.extend(name);
+    };
+    if v.hypervisor_flag {
+        found(None, "/proc/cpuinfo: hypervisor flag".into());
+    }
+    if let Some(sig) = v.cpuid_signature.clone() {
+        let name = hypervisor_from_signature(&sig).map_or(sig.clone(), str::to_string);
+        found(Some(name), format!("CPUID 0x40000000: \"{sig}\""));
+    }
+    if let Some(d) = detected_vm {
+        found(Some(d.to_string()), format!("systemd-detect-virt: {d}"));
+    }
+    if let Some(t) = root.read_trim("/sys/hypervisor/type") {
+        found(Some(t.clone()), format!("/sys/hypervisor/type: {t}"));
+    }
+    if let Some((name, evidence)) = vm_from_device_tree(root) {
+        found(Some(name), evidence);
+    }
+    if let Some(cp) = root.read("/proc/sysinfo").and_then(|s| vm_from_sysinfo(&s)) {
+        found(
+            Some(cp.clone()),
+            format!("/proc/sysinfo: control program {cp}"),
+        );
+    }
+    let (vendor, product) = (
+        v.dmi_sys_vendor.clone().unwrap_or_default(),
+        v.dmi_product_name.clone().unwrap_or_default(),
+    );
+    if let Some(name) = vm_from_dmi(&vendor, &product) {
+        found(
+            Some(name.to_string()),
+            format!("DMI: {}", format!("{vendor} {product}").trim()),
+        );
+    }
+    v.is_vm = !evidence.is_empty();
+    v.vm_evidence = evidence;
+    v.hypervisor = names.into_iter().next();
     if v.is_vm && v.hypervisor.is_none() {
         v.hypervisor = v.dmi_product_name.clone();
     }
@@ -299,6 +423,93 @@ intr 1234
         assert_eq!(hypervisor_from_signature("KVMKVMKVM\0\0\0"), Some("KVM"));
         assert_eq!(hypervisor_from_signature("Microsoft Hv"), Some("Hyper-V"));
         assert_eq!(hypervisor_from_signature("whatever"), None);
+    }
+
+    #[test]
+    fn dmi_names_virtual_machines_not_metal() {
+        assert_eq!(
+            vm_from_dmi("Amazon EC2", "c7g.4xlarge"),
+            Some("Amazon EC2 (Nitro)")
+        );
+        assert_eq!(vm_from_dmi("Amazon EC2", "c7g.metal"), None);
+        assert_eq!(
+            vm_from_dmi("QEMU", "Standard PC (Q35 + ICH9, 2009)"),
+            Some("QEMU")
+        );
+        assert_eq!(
+            vm_from_dmi("Google", "Google Compute Engine"),
+            Some("Google Compute Engine")
+        );
+        assert_eq!(
+            vm_from_dmi("Microsoft Corporation", "Virtual Machine"),
+            Some("Hyper-V")
+        );
+        assert_eq!(
+            vm_from_dmi("Microsoft Corporation", "Surface Laptop 5"),
+            None
+        );
+        assert_eq!(vm_from_dmi("LENOVO", "21CBCTO1WW"), None);
+        assert_eq!(vm_from_dmi("", ""), None);
+    }
+
+    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        for (p, text) in files {
+            let f = t.path().join(p);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, text).unwrap();
+        }
+        t
+    }
+
+    /// A recorded arm64 guest: no cpuinfo flag, no CPUID; the platform's own facts decide.
+    fn judge(files: &[(&str, &str)]) -> Virtualization {
+        let t = tree(files);
+        gather(&FactRoot::recorded(t.path()), &Cpu::default())
+    }
+
+    #[test]
+    fn vms_are_found_without_the_x86_flag() {
+        let v = judge(&[
+            ("sys/class/dmi/id/sys_vendor", "Amazon EC2\n"),
+            ("sys/class/dmi/id/product_name", "m7g.large\n"),
+        ]);
+        assert!(v.is_vm && !v.hypervisor_flag, "{v:?}");
+        assert_eq!(v.hypervisor.as_deref(), Some("Amazon EC2 (Nitro)"));
+        assert_eq!(v.vm_evidence, ["DMI: Amazon EC2 m7g.large"]);
+        let v = judge(&[(
+            "proc/device-tree/hypervisor/compatible",
+            "xen,xen-4.17\0xen,xen\0",
+        )]);
+        assert!(v.is_vm && v.hypervisor.as_deref() == Some("Xen"), "{v:?}");
+        let v = judge(&[("proc/device-tree/compatible", "linux,dummy-virt\0")]);
+        assert_eq!(v.hypervisor.as_deref(), Some("QEMU"));
+        let v = judge(&[
+            (
+                "proc/device-tree/fw-cfg@9020000/compatible",
+                "qemu,fw-cfg-mmio\0",
+            ),
+            ("proc/device-tree/compatible", "acme,board\0"),
+        ]);
+        assert!(v.is_vm && v.vm_evidence[0].contains("fw-cfg"), "{v:?}");
+        let v = judge(&[("sys/hypervisor/type", "xen\n")]);
+        assert!(v.is_vm && v.hypervisor.as_deref() == Some("xen"));
+        let v = judge(&[(
+            "proc/sysinfo",
+            "Manufacturer:         IBM\nVM00 Control Program: KVM/Linux\n",
+        )]);
+        assert_eq!(v.hypervisor.as_deref(), Some("KVM/Linux"));
+        // Bare metal, arm64 with a device tree and x86 with DMI.
+        let v = judge(&[(
+            "proc/device-tree/compatible",
+            "raspberrypi,5-model-b\0brcm,bcm2712\0",
+        )]);
+        assert!(!v.is_vm && v.vm_evidence.is_empty(), "{v:?}");
+        let v = judge(&[
+            ("sys/class/dmi/id/sys_vendor", "Amazon EC2\n"),
+            ("sys/class/dmi/id/product_name", "c7g.metal\n"),
+        ]);
+        assert!(!v.is_vm, "{v:?}");
     }
 
     #[test]

@@ -756,7 +756,7 @@ fn predict_switch(kind: Kind, ctx: &Context) -> Vec<(String, Prediction)> {
         .input("getppid", sys, "ns", "cpu.syscall getppid");
     }
     let sw = switch.value;
-    let vm = ctx.machine.virtualization.hypervisor_flag;
+    let vm = ctx.machine.virtualization.is_vm;
     let ipi = if vm {
         WAKE_IPI_NS_VM
     } else {
@@ -783,7 +783,7 @@ fn predict_switch(kind: Kind, ctx: &Context) -> Vec<(String, Prediction)> {
                 ipi,
                 "ns",
                 if vm {
-                    "model: under a hypervisor (cpuinfo flag), IPI and idle exit trap"
+                    "model: under a hypervisor (machine: virtual machine), IPI and idle exit trap"
                 } else {
                     "model: bare metal IPI and idle exit"
                 },

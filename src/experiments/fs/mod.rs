@@ -486,23 +486,21 @@ impl<'a> BlockReader<'a> {
 }
 
 /// The block device behind a path, with the facts predictions use.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct Device {
     pub name: String,
     /// The disk's rotational flag.
     pub rotational: Option<bool>,
-    /// virtio, Xen or another paravirtual disk: its rotational flag describes nothing
-    /// physical, the host's storage decides.
-    pub virtual_disk: bool,
-    pub nvme: bool,
+    /// What the device is modelled as, and why (bus, model string, members of a
+    /// device-mapper or md device; `machine::storage::classify`).
+    pub class: crate::machine::storage::DiskClass,
 }
 
 /// The disk holding `path`, as the machine description describes disks.
 pub(crate) fn device_of(path: &Path) -> Option<Device> {
     let d = crate::machine::storage::disk_of(path)?;
     Some(Device {
-        nvme: d.name.starts_with("nvme"),
-        virtual_disk: d.is_paravirtual(),
+        class: d.class(),
         rotational: d.rotational,
         name: d.name,
     })
@@ -594,41 +592,47 @@ pub(crate) fn reached_device_check(
 }
 
 /// Model of one uncached 4 KiB request on a device: (random ns, sequential ns, basis).
+/// The basis names the class the device was modelled as and why.
 pub(crate) fn device_model(d: Option<&Device>) -> (f64, f64, String) {
-    match d {
-        Some(d) if d.virtual_disk => (
+    use crate::machine::storage::DiskKind;
+    let Some(d) = d else {
+        return (
             100_000.0,
             100_000.0,
-            format!(
-                "{}: paravirtual disk, one request = a round trip through the host's storage stack (~100 us); its rotational flag ({}) says nothing physical",
-                d.name,
-                d.rotational.map(|r| if r { "1" } else { "0" }).unwrap_or("?")
-            ),
+            "device unknown (no block device behind the folder): assumed flash-like, ~100 us"
+                .into(),
+        );
+    };
+    let (random, seq, model) = match d.class.kind {
+        DiskKind::Virtual => (
+            100_000.0,
+            100_000.0,
+            "one request = a round trip through the host's storage stack (~100 us)",
         ),
-        Some(d) if d.rotational == Some(true) => (
+        DiskKind::NetworkBlock => (
+            500_000.0,
+            500_000.0,
+            "one request = a network round trip to the storage service (~0.5 ms; providers state sub-millisecond to single-digit-millisecond latency)",
+        ),
+        DiskKind::Rotational => (
             12_700_000.0,
             80_000.0,
-            format!(
-                "{}: rotational; random = 8.5 ms average seek + 4.2 ms half a 7200 rpm turn; sequential = command overhead + 4 KiB at ~150 MB/s from the drive's track buffer",
-                d.name
-            ),
+            "random = 8.5 ms average seek + 4.2 ms half a 7200 rpm turn; sequential = command overhead + 4 KiB at ~150 MB/s from the drive's track buffer",
         ),
-        Some(d) if d.nvme => (
-            20_000.0,
-            20_000.0,
-            format!("{}: NVMe flash, ~20 us per 4 KiB read", d.name),
+        DiskKind::Nvme => (20_000.0, 20_000.0, "~20 us per 4 KiB read"),
+        DiskKind::Flash => (80_000.0, 80_000.0, "~80 us per 4 KiB read (SATA/SAS flash)"),
+        DiskKind::Unknown => (100_000.0, 100_000.0, "assumed flash-like, ~100 us"),
+    };
+    (
+        random,
+        seq,
+        format!(
+            "{}: modelled as {} ({}); {model}",
+            d.name,
+            d.class.kind.label(),
+            d.class.why
         ),
-        Some(d) => (
-            80_000.0,
-            80_000.0,
-            format!("{}: non-rotational (SATA/SAS flash), ~80 us per 4 KiB read", d.name),
-        ),
-        None => (
-            100_000.0,
-            100_000.0,
-            "device unknown (no block device behind the folder): assumed flash-like, ~100 us".into(),
-        ),
-    }
+    )
 }
 
 /// The measured system call cost, or a stated default.
@@ -738,6 +742,66 @@ pub(crate) fn mem_available(ctx: &Context) -> Option<(u64, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The model predictions use for each recorded machine's disk: the class it chose,
+    /// why, and never a rotating disk for a virtual or cloud disk with the flag set.
+    #[test]
+    fn device_models_name_their_class_from_recorded_sysfs() {
+        use crate::machine::{facts::FactRoot, Machine};
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/machines");
+        let cases = [
+            (
+                "qemu-virtio-scsi",
+                "sda",
+                100_000.0,
+                "virtual disk (virtio-scsi bus",
+            ),
+            (
+                "laptop-luks-nvme",
+                "dm-0",
+                20_000.0,
+                "local NVMe flash (dm-crypt (nvme0n1p3_crypt) over nvme0n1",
+            ),
+            (
+                "laptop-luks-nvme",
+                "dm-1",
+                20_000.0,
+                "(LVM (vgubuntu-root) over nvme0n1",
+            ),
+            (
+                "server-md-raid",
+                "md0",
+                80_000.0,
+                "local flash (md raid1 over sda, sdb",
+            ),
+            ("server-md-raid", "sdc", 12_700_000.0, "rotating disk"),
+            (
+                "aws-ebs-nitro",
+                "nvme0n1",
+                500_000.0,
+                "network block storage (Amazon Elastic Block Store",
+            ),
+            ("aws-ebs-nitro", "nvme1n1", 20_000.0, "local NVMe flash"),
+            (
+                "gcp-persistent-disk",
+                "sda",
+                500_000.0,
+                "network block storage (Google Persistent Disk",
+            ),
+        ];
+        for (tree, name, want, basis) in cases {
+            let m = Machine::gather_from(&FactRoot::recorded(dir.join(tree)));
+            let d = m.storage.disks.iter().find(|d| d.name == name).unwrap();
+            let dev = Device {
+                name: d.name.clone(),
+                rotational: d.rotational,
+                class: d.class(),
+            };
+            let (random, _, why) = device_model(Some(&dev));
+            assert_eq!(random, want, "{tree} {name}: {why}");
+            assert!(why.contains(basis), "{tree} {name}: {why}");
+        }
+    }
 
     #[test]
     fn reads_served_from_a_cache_fail_the_device_premise() {

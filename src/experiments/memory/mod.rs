@@ -61,7 +61,29 @@ pub fn thp_available(m: &crate::machine::Machine) -> bool {
     matches!(m.memory.thp_enabled.as_deref(), Some("always" | "madvise"))
 }
 
-pub const HUGE_PAGE: usize = 2 << 20;
+/// Huge-page size when the kernel does not say (x86-64 and 4 KiB-page arm64 kernels).
+const HUGE_PAGE_DEFAULT: usize = 2 << 20;
+
+/// The PMD huge-page size of this machine (machine description: hpage_pmd_size), or
+/// 2 MiB where the kernel has no transparent huge pages to say it.
+pub fn huge_page(m: &crate::machine::Machine) -> usize {
+    m.memory
+        .huge_page_bytes
+        .filter(|&b| b.is_power_of_two())
+        .map_or(HUGE_PAGE_DEFAULT, |b| b as usize)
+}
+
+/// Why a region of `len` bytes cannot get huge pages, when it is smaller than one.
+pub fn too_small_for_huge_pages(m: &crate::machine::Machine, len: usize) -> Option<String> {
+    let hp = huge_page(m);
+    (len < hp).then(|| {
+        format!(
+            "the region ({}) is smaller than one huge page ({}, /sys/kernel/mm/transparent_hugepage/hpage_pmd_size)",
+            crate::units::fmt_bytes(len as f64),
+            crate::units::fmt_bytes(hp as f64)
+        )
+    })
+}
 
 /// Page backing requested for an anonymous mapping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +94,7 @@ pub enum Pages {
     Huge,
 }
 
-/// An anonymous private mapping, 2 MiB-aligned so huge pages can back all of it,
+/// An anonymous private mapping, aligned to the huge-page size so huge pages can back all of it,
 /// unmapped on drop.
 pub struct Region {
     map: *mut u8,
@@ -87,11 +109,21 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 impl Region {
+    /// A region of base pages (alignment matters only for huge pages).
     pub fn new(len: usize, pages: Pages) -> anyhow::Result<Region> {
+        Region::aligned(len, pages, HUGE_PAGE_DEFAULT)
+    }
+
+    /// A region aligned to `huge` bytes (the machine's huge-page size, `huge_page`), so
+    /// that huge pages can back all of it.
+    pub fn aligned(len: usize, pages: Pages, huge: usize) -> anyhow::Result<Region> {
         if len == 0 {
             bail!("empty region");
         }
-        let map_len = len + HUGE_PAGE;
+        if !huge.is_power_of_two() {
+            bail!("huge-page size {huge} is not a power of two");
+        }
+        let map_len = len + huge;
         // SAFETY: a fresh anonymous private mapping; no existing memory is affected.
         let map = unsafe {
             libc::mmap(
@@ -108,8 +140,8 @@ impl Region {
                 .with_context(|| format!("mmap of {}", crate::units::fmt_bytes(len as f64)));
         }
         let map = map as *mut u8;
-        let off = (HUGE_PAGE - (map as usize % HUGE_PAGE)) % HUGE_PAGE;
-        // SAFETY: off < HUGE_PAGE, so ptr..ptr+len lies inside the mapping.
+        let off = (huge - (map as usize % huge)) % huge;
+        // SAFETY: off < huge, so ptr..ptr+len lies inside the mapping.
         let ptr = unsafe { map.add(off) };
         let advice = match pages {
             Pages::Base => crate::platform::HugePages::Base,
@@ -290,9 +322,28 @@ mod tests {
     }
 
     #[test]
+    fn huge_page_size_from_the_description() {
+        let mut m = crate::machine::Machine::default();
+        assert_eq!(huge_page(&m), 2 << 20, "unknown: 2 MiB");
+        m.memory.huge_page_bytes = Some(512 << 20); // 64 KiB-page arm64 kernels
+        assert_eq!(huge_page(&m), 512 << 20);
+        let why = too_small_for_huge_pages(&m, 128 << 20).unwrap();
+        assert!(
+            why.contains("128.0 MiB") && why.contains("512.0 MiB"),
+            "{why}"
+        );
+        assert!(too_small_for_huge_pages(&m, 1 << 30).is_none());
+        m.memory.huge_page_bytes = Some(3 << 20);
+        assert_eq!(huge_page(&m), 2 << 20, "not a power of two: ignored");
+        let r = Region::aligned(1 << 20, Pages::Base, 32 << 20).unwrap();
+        assert_eq!(r.as_ptr() as usize % (32 << 20), 0);
+        assert!(Region::aligned(1 << 20, Pages::Base, 3 << 20).is_err());
+    }
+
+    #[test]
     fn regions_are_aligned_and_zeroed() {
         let mut r = Region::new(3 << 20, Pages::Base).unwrap();
-        assert_eq!(r.as_ptr() as usize % HUGE_PAGE, 0);
+        assert_eq!(r.as_ptr() as usize % HUGE_PAGE_DEFAULT, 0);
         assert!(r.as_mut_slice().iter().all(|&b| b == 0));
         r.prefault();
         assert!(r.huge_bytes().is_some());

@@ -19,32 +19,40 @@ pub struct PageFault;
 const ENTRY_NS: f64 = 100.0;
 /// Zeroing bandwidth when mem.bandwidth did not run (model, bytes/s).
 const ZERO_BPS: f64 = 10e9;
-/// Device read of one 4 KiB page: flash or a virtual disk, and a rotating disk (models).
+/// Device read of one page (models): local flash or a virtual disk, network block
+/// storage (a round trip to the storage service), a rotating disk.
 const SSD_READ_NS: f64 = 100e3;
+const NET_READ_NS: f64 = 500e3;
 const HDD_READ_NS: f64 = 8e6;
 /// Pages touched per timed batch of minor faults.
 const MINOR_BATCH: usize = 32;
 
-/// The kind of device behind `path`, from sysfs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Device {
-    Rotating,
-    Flash,
-    /// A paravirtual disk (virtio, Xen): its rotational flag says nothing about the host.
-    Virtual,
-    Unknown,
-}
-
-fn device_kind(path: &std::path::Path) -> Device {
-    match crate::machine::storage::disk_of(path) {
-        None => Device::Unknown,
-        Some(d) if d.is_paravirtual() => Device::Virtual,
-        Some(d) => match d.rotational {
-            Some(true) => Device::Rotating,
-            Some(false) => Device::Flash,
-            None => Device::Unknown,
-        },
-    }
+/// The device read of one page behind `path`, by the class the machine description
+/// gives its disk, with the basis (class and why).
+fn device_read(path: &std::path::Path, page: &str) -> (f64, String) {
+    use crate::machine::storage::DiskKind;
+    let Some(d) = crate::machine::storage::disk_of(path) else {
+        return (
+            SSD_READ_NS,
+            "model: flash or virtual disk (device of the scratch dir not found in sysfs)".into(),
+        );
+    };
+    let c = d.class();
+    let (ns, what) = match c.kind {
+        DiskKind::Rotational => (HDD_READ_NS, "seek + half a rotation".to_string()),
+        DiskKind::NetworkBlock => (
+            NET_READ_NS,
+            "a network round trip to the storage service".to_string(),
+        ),
+        DiskKind::Nvme | DiskKind::Flash => (SSD_READ_NS, format!("{page} random read")),
+        DiskKind::Virtual | DiskKind::Unknown => {
+            (SSD_READ_NS, format!("{page} random read through the host"))
+        }
+    };
+    (
+        ns,
+        format!("model: {} {}, {what} ({})", d.name, c.kind.label(), c.why),
+    )
 }
 
 /// A read-only shared mapping of a file, unmapped on drop.
@@ -243,19 +251,7 @@ impl Experiment for PageFault {
             .clone()
             .or_else(|| std::env::current_dir().ok())
             .unwrap_or_default();
-        let kind = device_kind(&dir);
-        let (dev, dev_src) = match kind {
-            Device::Rotating => (HDD_READ_NS, "model: rotating disk (sysfs rotational=1), seek + half a rotation"),
-            Device::Flash => (SSD_READ_NS, "model: flash disk (sysfs rotational=0), 4 KiB random read"),
-            Device::Virtual => (
-                SSD_READ_NS,
-                "model: virtual disk (virtio/Xen; its rotational flag is not meaningful), 4 KiB random read on the host",
-            ),
-            Device::Unknown => (
-                SSD_READ_NS,
-                "model: flash or virtual disk (device of the scratch dir not found in sysfs)",
-            ),
-        };
+        let (dev, dev_src) = device_read(&dir, &page_text(ps as usize));
         vec![
             (
                 "minor_fault".into(),
@@ -422,6 +418,15 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
     Ok(true)
 }
 
+/// A page size as text: "4 KiB", "16 KiB", "64 KiB".
+fn page_text(ps: usize) -> String {
+    if ps >= 1024 && ps % 1024 == 0 {
+        format!("{} KiB", ps / 1024)
+    } else {
+        format!("{ps} B")
+    }
+}
+
 /// The metrics the finding reads.
 fn finding_sources(ctx: &Context) -> Vec<&'static str> {
     let mut from = vec!["major_fault", "minor_fault"];
@@ -435,10 +440,11 @@ fn finding(ctx: &Context, out: &Outcome) -> String {
     let ps = crate::pagecache::page_size();
     let (major, minor) = (out.median("major_fault"), out.median("minor_fault"));
     let mut text = format!(
-        "A major fault costs {} ({} per byte, {:.0} MB/s of random 4 KiB reads); a minor fault {} ({:.0}x less).",
+        "A major fault costs {} ({} per byte, {:.0} MB/s of random {} reads); a minor fault {} ({:.0}x less).",
         fmt_ns(major),
         fmt_ns(major / ps as f64),
         ps as f64 / major * 1e3,
+        page_text(ps),
         fmt_ns(minor),
         major / minor
     );
@@ -470,10 +476,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn device_kind_is_read_or_unknown() {
+    fn device_read_is_modelled_or_unknown() {
         // Any answer is fine; it must not panic on odd file systems.
-        let _ = device_kind(std::path::Path::new("."));
-        assert_eq!(device_kind(std::path::Path::new("/proc")), Device::Unknown);
+        let (ns, why) = device_read(std::path::Path::new("."), "4 KiB");
+        assert!(ns > 0.0 && why.starts_with("model: "), "{why}");
+        let (ns, why) = device_read(std::path::Path::new("/proc"), "4 KiB");
+        assert_eq!(ns, SSD_READ_NS);
+        assert!(why.contains("not found in sysfs"), "{why}");
+        assert_eq!(page_text(4096), "4 KiB");
+        assert_eq!(page_text(65536), "64 KiB");
     }
 
     #[test]

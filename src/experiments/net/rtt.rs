@@ -378,7 +378,7 @@ impl Experiment for Rtt {
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let m = model(ctx);
         let tcp = m.round_trip(TCP_STACK_CYCLES, 2.0, "TCP");
-        let vm = ctx.machine.virtualization.hypervisor_flag;
+        let vm = ctx.machine.virtualization.is_vm;
         let ipi = if vm { IPI_CYCLES_VM } else { IPI_CYCLES };
         let mut cross = tcp.clone();
         cross.value += 2.0 * ipi / m.ghz;
@@ -390,7 +390,7 @@ impl Experiment for Rtt {
             ipi,
             "cycles",
             if vm {
-                "model: IPI under a hypervisor (cpuinfo hypervisor flag): VM exit and injection"
+                "model: IPI under a hypervisor (machine: virtual machine): VM exit and injection"
             } else {
                 "model: IPI on bare metal"
             },

@@ -398,12 +398,18 @@ impl Streams<'_, '_> {
         pts
     }
 
-    /// Huge pages: a stream touches a new 4 KiB page every 64 lines, so on base pages
-    /// each trial also pays TLB misses and page walks the prediction leaves out.
+    /// Huge pages: a stream enters a new base page every page_size / line_size lines,
+    /// so on base pages each trial also pays TLB misses and page walks the prediction
+    /// leaves out.
     fn huge_pages(&mut self, out: &mut Outcome) -> anyhow::Result<()> {
         let (ctx, size) = (self.ctx, self.size);
+        if let Some(why) = super::too_small_for_huge_pages(ctx.machine, size) {
+            out.notes.push(format!("no huge-page figures: {why}"));
+            return Ok(());
+        }
         (ctx.progress)("huge-page buffer");
-        let mut region = Region::new(size, Pages::Huge)?;
+        let huge = super::huge_page(ctx.machine);
+        let mut region = Region::aligned(size, Pages::Huge, huge)?;
         region.prefault();
         region.as_mut_slice().fill(0x5a);
         let frac = region.huge_bytes().unwrap_or(0) as f64 / size as f64;

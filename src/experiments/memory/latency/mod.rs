@@ -192,10 +192,10 @@ impl Experiment for Latency {
                 ),
             ));
         }
-        let (walk, walk_src) = if ctx.machine.virtualization.hypervisor_flag {
+        let (walk, walk_src) = if ctx.machine.virtualization.is_vm {
             (
                 NESTED_WALK_NS,
-                "model: TLB miss with base pages under a hypervisor (nested paging; cpuinfo flag 'hypervisor')",
+                "model: TLB miss with base pages under a hypervisor (nested paging; machine: virtual machine)",
             )
         } else {
             (PAGE_WALK_NS, "model: TLB miss with base pages")
@@ -447,8 +447,13 @@ fn measure_thp(
     out: &mut Outcome,
 ) -> anyhow::Result<Option<(Curve, f64)>> {
     if s.thp {
+        if let Some(why) = super::too_small_for_huge_pages(ctx.machine, max as usize) {
+            out.notes.push(format!("no huge-page figure: {why}"));
+            return Ok(None);
+        }
         (ctx.progress)("huge-page region");
-        let mut region = Region::new(max as usize, Pages::Huge)?;
+        let huge = super::huge_page(ctx.machine);
+        let mut region = Region::aligned(max as usize, Pages::Huge, huge)?;
         region.prefault();
         let frac = region.huge_bytes().unwrap_or(0) as f64 / max as f64;
         let sz = if p.thp_curve {
