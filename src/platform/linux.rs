@@ -252,11 +252,8 @@ pub fn fs_kind(path: &Path) -> io::Result<FsKind> {
     }
 }
 
-pub fn sysctl_string(_name: &str) -> Option<String> {
-    None
-}
-
-pub fn sysctl_u64(_name: &str) -> Option<u64> {
+/// Linux has no sysctl machine facts (they come from /proc and /sys).
+pub fn sysctl_text(_name: &str) -> Option<String> {
     None
 }
 

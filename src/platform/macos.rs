@@ -236,13 +236,27 @@ pub fn fs_kind(path: &Path) -> io::Result<FsKind> {
     Ok(FsKind::Name(String::from_utf8_lossy(&name).into_owned()))
 }
 
-fn sysctl_raw(name: &str) -> Option<Vec<u8>> {
+/// The MIB of a sysctl name.
+fn sysctl_mib(name: &str) -> Option<Vec<libc::c_int>> {
     let c = std::ffi::CString::new(name).ok()?;
+    // XNU's CTL_MAXNAME (sys/sysctl.h); libc does not export it for Apple targets.
+    let mut mib = [0 as libc::c_int; 12];
+    let mut len: libc::size_t = mib.len();
+    // SAFETY: mib is writable for `len` ints; sysctlnametomib writes at most that many.
+    if unsafe { libc::sysctlnametomib(c.as_ptr(), mib.as_mut_ptr(), &mut len) } != 0 {
+        return None;
+    }
+    Some(mib[..len.min(mib.len())].to_vec())
+}
+
+/// sysctl(3) by MIB into a buffer sized by a first call.
+fn sysctl_by_mib(mib: &mut [libc::c_int]) -> Option<Vec<u8>> {
     let mut len: libc::size_t = 0;
     // SAFETY: a null buffer asks for the size only; len is a valid size_t.
     let rc = unsafe {
-        libc::sysctlbyname(
-            c.as_ptr(),
+        libc::sysctl(
+            mib.as_mut_ptr(),
+            mib.len() as libc::c_uint,
             std::ptr::null_mut(),
             &mut len,
             std::ptr::null_mut(),
@@ -253,10 +267,11 @@ fn sysctl_raw(name: &str) -> Option<Vec<u8>> {
         return None;
     }
     let mut buf = vec![0u8; len];
-    // SAFETY: buf is writable for len bytes; sysctlbyname writes at most len and updates it.
+    // SAFETY: buf is writable for len bytes; sysctl writes at most len and updates it.
     let rc = unsafe {
-        libc::sysctlbyname(
-            c.as_ptr(),
+        libc::sysctl(
+            mib.as_mut_ptr(),
+            mib.len() as libc::c_uint,
             buf.as_mut_ptr() as *mut libc::c_void,
             &mut len,
             std::ptr::null_mut(),
@@ -270,12 +285,16 @@ fn sysctl_raw(name: &str) -> Option<Vec<u8>> {
     Some(buf)
 }
 
-pub fn sysctl_string(name: &str) -> Option<String> {
-    super::sysctl_bytes_to_string(&sysctl_raw(name)?)
-}
-
-pub fn sysctl_u64(name: &str) -> Option<u64> {
-    super::sysctl_bytes_to_u64(&sysctl_raw(name)?)
+/// The value, decoded by the OID's declared type: {0, 4, mib...} answers a u32 kind
+/// followed by the NUL-terminated format string (as sysctl(8) asks, XNU kern_newsysctl.c).
+pub fn sysctl_text(name: &str) -> Option<String> {
+    let mut mib = sysctl_mib(name)?;
+    let mut q = vec![0, 4];
+    q.extend_from_slice(&mib);
+    let fmt = sysctl_by_mib(&mut q)?;
+    let kind = u32::from_ne_bytes(fmt.get(..4)?.try_into().ok()?);
+    let f = super::decode_sysctl(&fmt[4..], super::CTLTYPE_STRING, "A").unwrap_or_default();
+    super::decode_sysctl(&sysctl_by_mib(&mut mib)?, kind, &f)
 }
 
 /// macOS's mincore has no rule hiding other users' files.

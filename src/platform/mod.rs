@@ -327,30 +327,64 @@ pub fn fs_kind(path: &Path) -> io::Result<FsKind> {
     imp::fs_kind(path)
 }
 
-/// A sysctl string by name (macOS machine facts); None elsewhere or when absent.
-pub fn sysctl_string(name: &str) -> Option<String> {
-    imp::sysctl_string(name)
+/// A sysctl value by name as `sysctl(8)` prints it (decimal integers, text, a loadavg
+/// struct as `{ 1.20 1.31 1.45 }`), decoded by the OID's declared type (macOS machine
+/// facts); None elsewhere, when absent, or of a type osmeter does not read.
+pub fn sysctl_text(name: &str) -> Option<String> {
+    imp::sysctl_text(name)
 }
 
-/// A sysctl integer by name (macOS machine facts); None elsewhere or when absent.
-pub fn sysctl_u64(name: &str) -> Option<u64> {
-    imp::sysctl_u64(name)
-}
+/// XNU's CTLTYPE_* (the low 4 bits of an OID's kind, sys/sysctl.h).
+pub const CTLTYPE_INT: u32 = 2;
+pub const CTLTYPE_STRING: u32 = 3;
+pub const CTLTYPE_QUAD: u32 = 4;
+pub const CTLTYPE_OPAQUE: u32 = 5;
 
-/// A sysctl string value: bytes up to the first NUL, trimmed. Shared so Linux tests it.
+/// Decodes a sysctl value from the raw bytes the kernel returned and the OID's kind and
+/// format string (what `{0, 4, mib...}` answers: "I", "IU", "Q", "QU", "A", "S,loadavg").
+/// Integers are native-endian, 4 bytes for CTLTYPE_INT and 8 for CTLTYPE_QUAD, possibly
+/// several (hw.cacheconfig), printed space-separated. Shared so Linux tests it.
 #[cfg_attr(not(target_os = "macos"), allow(dead_code))]
-fn sysctl_bytes_to_string(b: &[u8]) -> Option<String> {
-    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    let s = String::from_utf8_lossy(&b[..end]).trim().to_string();
-    (!s.is_empty()).then_some(s)
-}
-
-/// A sysctl integer: 4 or 8 bytes in native order (hw.memsize is 8, most hw.* are 4).
-#[cfg_attr(not(target_os = "macos"), allow(dead_code))]
-fn sysctl_bytes_to_u64(b: &[u8]) -> Option<u64> {
-    match b.len() {
-        4 => Some(u32::from_ne_bytes(b.try_into().ok()?) as u64),
-        8 => Some(u64::from_ne_bytes(b.try_into().ok()?)),
+pub fn decode_sysctl(raw: &[u8], kind: u32, fmt: &str) -> Option<String> {
+    let unsigned = fmt.contains('U');
+    let ints = |width: usize| -> Option<String> {
+        if raw.is_empty() || raw.len() % width != 0 {
+            return None;
+        }
+        let v: Vec<String> = raw
+            .chunks_exact(width)
+            .map(|c| match (width, unsigned) {
+                (4, false) => i32::from_ne_bytes(c.try_into().unwrap_or_default()).to_string(),
+                (4, true) => u32::from_ne_bytes(c.try_into().unwrap_or_default()).to_string(),
+                (_, false) => i64::from_ne_bytes(c.try_into().unwrap_or_default()).to_string(),
+                (_, true) => u64::from_ne_bytes(c.try_into().unwrap_or_default()).to_string(),
+            })
+            .collect();
+        Some(v.join(" "))
+    };
+    match kind & 0xf {
+        CTLTYPE_STRING => {
+            let end = raw.iter().position(|&c| c == 0).unwrap_or(raw.len());
+            let s = String::from_utf8_lossy(&raw[..end]).trim().to_string();
+            (!s.is_empty()).then_some(s)
+        }
+        CTLTYPE_INT => ints(4),
+        CTLTYPE_QUAD => ints(8),
+        CTLTYPE_OPAQUE if fmt == "S,loadavg" => {
+            // struct loadavg { fixpt_t ldavg[3]; long fscale; }: 3 u32, padding, i64.
+            let fscale = i64::from_ne_bytes(raw.get(16..24)?.try_into().ok()?);
+            if fscale <= 0 {
+                return None;
+            }
+            let l: Vec<String> = raw[..12]
+                .chunks_exact(4)
+                .map(|c| {
+                    let v = u32::from_ne_bytes(c.try_into().unwrap_or_default());
+                    format!("{:.2}", v as f64 / fscale as f64)
+                })
+                .collect();
+            Some(format!("{{ {} }}", l.join(" ")))
+        }
         _ => None,
     }
 }
@@ -434,18 +468,59 @@ mod tests {
     }
 
     #[test]
-    fn sysctl_values_decode() {
+    fn sysctl_values_decode_as_xnu_returns_them() {
+        // hw.logicalcpu: CTLTYPE_INT "I", 4 bytes. 56 must not read as '8' (byte 0x38).
+        let d = |raw: &[u8], k, f| decode_sysctl(raw, k, f);
+        assert_eq!(d(&56i32.to_ne_bytes(), CTLTYPE_INT, "I"), Some("56".into()));
+        assert_eq!(d(&10i32.to_ne_bytes(), CTLTYPE_INT, "I"), Some("10".into()));
+        // hw.perflevel0.l2cachesize is an INT; 65536 has NUL bytes a string read cut short.
         assert_eq!(
-            sysctl_bytes_to_string(b"Apple M1\0"),
-            Some("Apple M1".into())
+            d(&65536i32.to_ne_bytes(), CTLTYPE_INT, "I"),
+            Some("65536".into())
         );
-        assert_eq!(sysctl_bytes_to_string(b"\0"), None);
-        assert_eq!(sysctl_bytes_to_u64(&64u32.to_ne_bytes()), Some(64));
+        // hw.cachelinesize, hw.l2cachesize, hw.memsize: CTLTYPE_QUAD "Q", 8 bytes.
         assert_eq!(
-            sysctl_bytes_to_u64(&(24u64 << 30).to_ne_bytes()),
-            Some(24 << 30)
+            d(&128i64.to_ne_bytes(), CTLTYPE_QUAD, "Q"),
+            Some("128".into())
         );
-        assert_eq!(sysctl_bytes_to_u64(&[1, 2, 3]), None);
+        assert_eq!(
+            d(&(12u64 << 20).to_ne_bytes(), CTLTYPE_QUAD, "Q"),
+            Some("12582912".into())
+        );
+        assert_eq!(
+            d(&(1u64 << 63).to_ne_bytes(), CTLTYPE_QUAD, "QU"),
+            Some("9223372036854775808".into())
+        );
+        // hw.cacheconfig: an array of quads, printed space-separated as sysctl(8) does.
+        let mut cc = Vec::new();
+        for v in [10u64, 1, 2, 0] {
+            cc.extend_from_slice(&v.to_ne_bytes());
+        }
+        assert_eq!(d(&cc, CTLTYPE_QUAD, "Q"), Some("10 1 2 0".into()));
+        // machdep.cpu.brand_string: CTLTYPE_STRING "A", NUL-terminated.
+        assert_eq!(
+            d(b"Apple M1 Pro\0", CTLTYPE_STRING, "A"),
+            Some("Apple M1 Pro".into())
+        );
+        assert_eq!(d(b"\0", CTLTYPE_STRING, "A"), None);
+        // A size that fits neither width, an unknown kind, a node: nothing.
+        assert_eq!(d(&[1, 2, 3], CTLTYPE_INT, "I"), None);
+        assert_eq!(d(&[1, 2, 3, 4, 5], CTLTYPE_QUAD, "Q"), None);
+        assert_eq!(d(&[], CTLTYPE_INT, "I"), None);
+        assert_eq!(d(&[1, 0, 0, 0], 1, "N"), None);
+        // vm.loadavg: struct loadavg, fscale 2048.
+        let mut la = Vec::new();
+        for v in [2048u32 * 3 / 2, 1024, 2048] {
+            la.extend_from_slice(&v.to_ne_bytes());
+        }
+        la.extend_from_slice(&[0; 4]);
+        la.extend_from_slice(&2048i64.to_ne_bytes());
+        assert_eq!(
+            d(&la, CTLTYPE_OPAQUE, "S,loadavg"),
+            Some("{ 1.50 0.50 1.00 }".into())
+        );
+        assert_eq!(d(&la[..12], CTLTYPE_OPAQUE, "S,loadavg"), None);
+        assert_eq!(d(&la, CTLTYPE_OPAQUE, "S,xsw_usage"), None);
     }
 
     #[test]
