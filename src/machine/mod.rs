@@ -122,7 +122,12 @@ impl Machine {
         if !root.is_live() {
             m.recorded = Some(Recording {
                 from: root.root().display().to_string(),
-                unknown: LIVE_ONLY_FACTS.iter().map(|s| s.to_string()).collect(),
+                unknown: LIVE_ONLY_FACTS
+                    .iter()
+                    // A Mac's page size is recorded (hw.pagesize).
+                    .filter(|f| !(mac && f.starts_with("page size")))
+                    .map(|s| s.to_string())
+                    .collect(),
             });
         }
         m.gather_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -151,7 +156,10 @@ impl Machine {
                 ));
             }
         }
-        w.extend(self.cpu.frequency_warnings());
+        // macOS has no governor or cpufreq: the power manager sets the clock.
+        if !self.os.kernel.starts_with("Darwin") {
+            w.extend(self.cpu.frequency_warnings());
+        }
         if let Some(v) = self.virtualization.warning() {
             w.push(v);
         }
