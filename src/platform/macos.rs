@@ -1,6 +1,7 @@
-//! macOS system calls for the platform layer. macOS has no CPU pinning, no per-file page
-//! cache eviction, no per-thread fault counters and no parent-death signal: those answer
-//! `Unsupported` (or whole-process figures, marked) and the experiments say so.
+//! macOS system calls for the platform layer. macOS has no CPU pinning, no per-thread fault
+//! or involuntary-switch counters and no parent-death signal: those answer `Unsupported`
+//! (or whole-process figures, marked; off-CPU time for preemption) and the experiments say
+//! so. A file is evicted by mapping it and msync(MS_INVALIDATE), as vmtouch does.
 
 use super::{Access, FsKind, HugePages, Pinning, Support, ThreadUsage};
 use std::fs::{File, OpenOptions};
@@ -9,6 +10,9 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
 pub const SYSTEM: &str = "macOS";
+/// Darwin leaves the echo id of datagram ICMP sockets as sent, and delivers other
+/// processes' replies too.
+pub const ICMP_DGRAM_KEEPS_ID: bool = true;
 pub const RAW_CLOCK: &str = "mach_absolute_time";
 
 const NO_PINNING: &str = "macOS offers no CPU pinning; the scheduler places threads";
@@ -127,18 +131,51 @@ pub fn fd_path(fd: RawFd) -> String {
     format!("/dev/fd/{fd}")
 }
 
+/// Clears F_NOCACHE, which a /dev/fd reopen shares with its original (fdesc_open dup()s).
+pub fn set_cached(file: &File) -> io::Result<()> {
+    // SAFETY: fcntl on an open descriptor; no memory arguments.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_NOCACHE, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 pub fn advise(file: &File, access: Access) {
     let on = i32::from(access != Access::Random);
     // SAFETY: fcntl on an open descriptor; no memory arguments.
     unsafe { libc::fcntl(file.as_raw_fd(), libc::F_RDAHEAD, on) };
 }
 
-pub fn evict_file(_file: &File) -> io::Result<Support> {
-    Ok(Support::Unsupported {
-        reason: "macOS cannot evict one file from the cache; only F_NOCACHE reads or `purge` \
-                 (root, --drop-caches) are uncached"
-            .into(),
-    })
+/// Evicts a file's pages without root the way vmtouch does on macOS: map it shared,
+/// window by window, and msync(MS_SYNC | MS_INVALIDATE) each window, which writes dirty
+/// pages back and drops the file's pages from the cache. Callers verify with mincore.
+pub fn evict_file(file: &File) -> io::Result<Support> {
+    let len = file.metadata()?.len();
+    for (off, n) in super::eviction_windows(len, 64 << 20, super::page_size() as u64) {
+        // SAFETY: a fresh shared read-only mapping of the file's own range; nothing else
+        // uses it, and it is unmapped before the next window.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                n as usize,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                off as libc::off_t,
+            );
+            if p == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            // MS_SYNC first writes dirty pages back, so invalidating never drops data.
+            let rc = libc::msync(p, n as usize, libc::MS_SYNC | libc::MS_INVALIDATE);
+            let e = io::Error::last_os_error();
+            libc::munmap(p, n as usize);
+            if rc != 0 {
+                return Err(e);
+            }
+        }
+    }
+    Ok(Support::Done)
 }
 
 pub fn drop_all_caches() -> io::Result<&'static str> {
@@ -166,19 +203,29 @@ pub fn thread_usage() -> io::Result<ThreadUsage> {
         }
         ru
     };
+    // XNU's ru_nivcsw is the task's switches minus BSD sleeps: every Mach wait of every
+    // thread (the watchdog's, the ticker's) counts. Count this thread's off-CPU spells
+    // instead (super::OffCpuCounter).
+    thread_local! {
+        static OFF_CPU: std::cell::Cell<super::OffCpuCounter> = Default::default();
+    }
+    let (wall, cpu) = (raw_clock_ns(), super::thread_cpu_ns());
+    let involuntary = OFF_CPU.with(|c| {
+        let mut v = c.get();
+        let n = v.update(wall, cpu);
+        c.set(v);
+        n
+    });
     Ok(ThreadUsage {
         minor_faults: ru.ru_minflt as u64,
         major_faults: ru.ru_majflt as u64,
-        involuntary_switches: ru.ru_nivcsw as u64,
+        involuntary_switches: involuntary,
         per_thread: false,
     })
 }
 
-pub fn die_with_parent() -> Support {
-    Support::Unsupported {
-        reason: "macOS has no parent-death signal; the child watches its pipe from the parent"
-            .into(),
-    }
+pub fn die_with_parent() -> Result<(), &'static str> {
+    Err("macOS has no parent-death signal; the child watches its pipe from the parent")
 }
 
 pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
@@ -204,10 +251,15 @@ pub fn raw_getppid() -> i64 {
     unsafe { libc::getppid() as i64 }
 }
 
+/// XNU's getpid system call number (bsd/kern/syscalls.master).
+const SYS_GETPID: libc::c_int = 20;
+
+/// Through the kernel: libSystem's getpid() returns a pid cached in user space
+/// (Libsyscall custom/__getpid.s), which would time a load, not a system call.
 #[inline(always)]
 pub fn raw_getpid() -> i64 {
-    // SAFETY: getpid takes no arguments and cannot fail.
-    unsafe { libc::getpid() as i64 }
+    // SAFETY: syscall(SYS_getpid) takes no arguments, touches no memory, cannot fail.
+    unsafe { libc::syscall(SYS_GETPID) as i64 }
 }
 
 pub fn dev_major_minor(dev: u64) -> (u64, u64) {

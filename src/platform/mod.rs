@@ -27,6 +27,8 @@ compile_error!("osmeter supports Linux and macOS only");
 
 /// Name of the system this build targets, for messages and the README's table.
 pub const SYSTEM: &str = imp::SYSTEM;
+/// Whether a datagram ICMP socket's echo replies keep the id sent (so it must be checked).
+pub const ICMP_DGRAM_KEEPS_ID: bool = imp::ICMP_DGRAM_KEEPS_ID;
 /// What `raw_clock_ns` reads, for method texts.
 pub const RAW_CLOCK: &str = imp::RAW_CLOCK;
 
@@ -192,6 +194,13 @@ pub fn open_uncached(opts: &OpenOptions, path: &Path) -> io::Result<File> {
 
 /// Another descriptor for an open file, possibly with other flags, by path (also works
 /// when the file is already unlinked).
+///
+/// On macOS opening /dev/fd/N is dup(): the new descriptor shares the open file
+/// description, and so F_NOCACHE and F_RDAHEAD, with `file` and every other reopen of it.
+/// The cache mode asked for here is therefore set explicitly (a cached reopen clears
+/// F_NOCACHE) and holds for all of them until the next reopen: callers that alternate
+/// cached and uncached reads reopen before each pass. On Linux /proc/self/fd/N opens a new
+/// description.
 pub fn reopen(file: &File, uncached: bool, write: bool) -> io::Result<File> {
     use std::os::fd::AsRawFd;
     let mut o = OpenOptions::new();
@@ -200,7 +209,9 @@ pub fn reopen(file: &File, uncached: bool, write: bool) -> io::Result<File> {
     if uncached {
         open_uncached(&o, Path::new(&path))
     } else {
-        o.open(path)
+        let f = o.open(path)?;
+        imp::set_cached(&f)?;
+        Ok(f)
     }
 }
 
@@ -221,6 +232,18 @@ pub fn advise(file: &File, access: Access) {
 /// `residency`; `Unsupported` means the next read cannot be called uncached.
 pub fn evict_file(file: &File) -> io::Result<Support> {
     imp::evict_file(file)
+}
+
+/// The windows (offset, length) a file of `len` bytes is mapped in, one at a time, to
+/// evict it by mapping (macOS: mmap MAP_SHARED + msync MS_INVALIDATE, as vmtouch does):
+/// at most `window` bytes each (bounded address space), page-aligned offsets, covering
+/// the file exactly once. Shared so Linux tests it.
+#[cfg_attr(not(target_os = "macos"), allow(dead_code))]
+fn eviction_windows(len: u64, window: u64, page: u64) -> Vec<(u64, u64)> {
+    let window = (window / page).max(1) * page;
+    (0..len.div_ceil(window))
+        .map(|i| (i * window, window.min(len - i * window)))
+        .collect()
 }
 
 /// Drops the whole page cache (root only, and only when the user asked for it).
@@ -263,8 +286,10 @@ pub fn load_average() -> Option<f64> {
 pub struct ThreadUsage {
     pub minor_faults: u64,
     pub major_faults: u64,
+    /// This thread's involuntary switches (Linux RUSAGE_THREAD); on macOS the times it
+    /// was off its CPU for more than `OFF_CPU_PREEMPTED_NS` (see `OffCpuCounter`).
     pub involuntary_switches: u64,
-    /// false where only whole-process counters exist (macOS): other threads count too.
+    /// false where only whole-process fault counters exist (macOS): other threads count too.
     pub per_thread: bool,
 }
 
@@ -272,10 +297,39 @@ pub fn thread_usage() -> io::Result<ThreadUsage> {
     imp::thread_usage()
 }
 
+/// Off-CPU time between two reads above which a thread counts as preempted where the
+/// system has no per-thread involuntary-switch counter (macOS: XNU's ru_nivcsw counts
+/// every Mach wait of every thread). A scheduler preemption lasts far longer; clock and
+/// CPU-time granularity (1 us on XNU) far less.
+pub const OFF_CPU_PREEMPTED_NS: u64 = 20_000;
+
+/// Counts preemptions of one thread from (wall, thread CPU time) readings: each reading
+/// after which the thread had been off its CPU for more than `OFF_CPU_PREEMPTED_NS`
+/// since the previous one adds one. Wall minus CPU time only grows while the thread
+/// waits, so a computing thread's count rises exactly when something took its CPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OffCpuCounter {
+    last_off_ns: Option<u64>,
+    count: u64,
+}
+
+impl OffCpuCounter {
+    pub fn update(&mut self, wall_ns: u64, cpu_ns: u64) -> u64 {
+        let off = wall_ns.saturating_sub(cpu_ns);
+        if let Some(last) = self.last_off_ns {
+            if off.saturating_sub(last) > OFF_CPU_PREEMPTED_NS {
+                self.count += 1;
+            }
+        }
+        self.last_off_ns = Some(off);
+        self.count
+    }
+}
+
 /// In a forked child: end when the parent dies (PR_SET_PDEATHSIG on Linux). Elsewhere the
-/// child must watch a pipe from the parent for end of file; `Unsupported` says so.
-/// Async-signal-safe.
-pub fn die_with_parent() -> Support {
+/// child must watch a pipe from the parent for end of file; the error says so.
+/// Async-signal-safe: nothing is allocated, the reason is static.
+pub fn die_with_parent() -> Result<(), &'static str> {
     imp::die_with_parent()
 }
 
@@ -521,6 +575,56 @@ mod tests {
         );
         assert_eq!(d(&la[..12], CTLTYPE_OPAQUE, "S,loadavg"), None);
         assert_eq!(d(&la, CTLTYPE_OPAQUE, "S,xsw_usage"), None);
+    }
+
+    #[test]
+    fn eviction_windows_cover_the_file_once() {
+        assert!(eviction_windows(0, 64 << 20, 4096).is_empty());
+        assert_eq!(eviction_windows(1, 64 << 20, 4096), [(0, 1)]);
+        let w = eviction_windows((150 << 20) + 5, 64 << 20, 16384);
+        assert_eq!(
+            w,
+            [
+                (0, 64 << 20),
+                (64 << 20, 64 << 20),
+                (128 << 20, (22 << 20) + 5)
+            ]
+        );
+        // Offsets stay page-aligned when the window is not a page multiple.
+        let w = eviction_windows(100_000, 10_000, 4096);
+        assert!(w.iter().all(|(o, _)| o % 4096 == 0));
+        assert_eq!(w.iter().map(|(_, l)| l).sum::<u64>(), 100_000);
+        assert!(w.windows(2).all(|p| p[0].0 + p[0].1 == p[1].0));
+    }
+
+    #[test]
+    fn off_cpu_time_counts_preemptions() {
+        let mut c = OffCpuCounter::default();
+        // Computing: wall and CPU time advance together (1 us of jitter).
+        assert_eq!(c.update(1_000_000, 400_000), 0);
+        assert_eq!(c.update(1_010_000, 409_000), 0);
+        // A 5 ms preemption between two reads.
+        assert_eq!(c.update(1_020_000 + 5_000_000, 419_000), 1);
+        // Computing again: the count holds.
+        assert_eq!(c.update(6_030_000, 429_000), 1);
+        // Many small gaps never add up to a preemption: each is compared with the last.
+        for i in 1..100u64 {
+            assert_eq!(c.update(6_030_000 + i * 10_000, 429_000 + i * 9_000), 1);
+        }
+        // Live, on a computing thread: no preemption counted over a short busy loop
+        // unless the machine really took the CPU (then wall - CPU grew by > 20 us).
+        let mut live = OffCpuCounter::default();
+        let read = || (raw_clock_ns(), thread_cpu_ns());
+        let (w0, c0) = read();
+        live.update(w0, c0);
+        let mut x = 0u64;
+        for i in 0..100_000u64 {
+            x = std::hint::black_box(x.wrapping_add(i));
+        }
+        let (w1, c1) = read();
+        let n = live.update(w1, c1);
+        let off = (w1 - w0).saturating_sub(c1 - c0);
+        assert_eq!(n, u64::from(off > OFF_CPU_PREEMPTED_NS), "{off} ns off CPU");
     }
 
     #[test]
