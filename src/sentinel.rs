@@ -320,7 +320,7 @@ mod tests {
         assert_eq!(scale(1.0, 1300.0), 1);
         // The 1.3 us copy on a 41.7 ns clock: 33 times, 43 us, 1000+ steps.
         assert_eq!(scale(41.7, 1300.0), 33);
-        assert!(33.0 * 1300.0 / 41.7 >= MIN_STEPS);
+        assert!(scale(41.7, 1300.0) as f64 * 1300.0 / 41.7 >= MIN_STEPS);
         // A pass that read 0 steps counts as one step, not as free.
         assert_eq!(scale(41.7, 0.0), 1000);
         assert_eq!(scale(41.7, 100_000.0), 1);
@@ -341,7 +341,8 @@ mod tests {
             fine.push(measure());
             slow.push(measure_with(&now));
         }
-        let kernels: [(&str, fn(&Reading) -> f64); 4] = [
+        type Kernel = (&'static str, fn(&Reading) -> f64);
+        let kernels: [Kernel; 4] = [
             ("chain", |r| r.chain_ns),
             ("issue", |r| r.issue_ns),
             ("chase", |r| r.chase_ns),

@@ -257,6 +257,11 @@ pub fn fs_kind(path: &Path) -> io::Result<FsKind> {
     }
 }
 
+/// Rosetta is a macOS matter.
+pub fn translated() -> bool {
+    false
+}
+
 /// Linux has no sysctl machine facts (they come from /proc and /sys).
 pub fn sysctl_text(_name: &str) -> Option<String> {
     None

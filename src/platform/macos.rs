@@ -16,14 +16,31 @@ pub const ICMP_DGRAM_KEEPS_ID: bool = true;
 pub const RAW_CLOCK: &str = "mach_absolute_time";
 
 const NO_PINNING: &str = "macOS offers no CPU pinning; the scheduler places threads";
+const QOS_HINT: &str = "macOS offers no CPU pinning; the thread asked for the performance \
+                        cores (QoS class user-interactive), which the scheduler may ignore";
 
 /// Nothing to prepare: macOS cannot pin.
 pub type Mask = ();
 
+/// sys/qos.h: QOS_CLASS_USER_INTERACTIVE (libc does not export the QoS API).
+const QOS_CLASS_USER_INTERACTIVE: libc::c_uint = 0x21;
+
+extern "C" {
+    fn pthread_set_qos_class_self_np(
+        qos: libc::c_uint,
+        relative_priority: libc::c_int,
+    ) -> libc::c_int;
+}
+
 pub fn pin_support() -> Pinning {
-    Pinning::Unsupported {
-        reason: NO_PINNING.into(),
+    Pinning::Hint {
+        reason: QOS_HINT.into(),
     }
+}
+
+/// 1 when this process is an x86_64 build translated by Rosetta 2.
+pub fn translated() -> bool {
+    sysctl_text("sysctl.proc_translated").as_deref() == Some("1")
 }
 
 pub fn mask_single(_cpu: usize) -> io::Result<Mask> {
@@ -40,6 +57,14 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<Pinning> {
             io::ErrorKind::InvalidInput,
             format!("CPU {cpu} out of range"),
         ));
+    }
+    // The closest macOS comes: user-interactive threads run on performance cores when
+    // they can (Apple's "Tuning your code's performance for Apple silicon").
+    // SAFETY: sets the calling thread's QoS class; no memory arguments.
+    if unsafe { pthread_set_qos_class_self_np(QOS_CLASS_USER_INTERACTIVE, 0) } != 0 {
+        return Ok(Pinning::Unsupported {
+            reason: NO_PINNING.into(),
+        });
     }
     Ok(pin_support())
 }

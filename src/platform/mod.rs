@@ -74,6 +74,16 @@ pub fn pin_support() -> Pinning {
     imp::pin_support()
 }
 
+/// Why this process must not measure, when it runs translated (Rosetta 2 runs an x86_64
+/// build on Apple silicon: the core-clock chains and every cycle figure would time
+/// translated code). None where it runs natively.
+pub fn translated() -> Option<&'static str> {
+    imp::translated().then_some(
+        "osmeter runs under Rosetta 2 (sysctl.proc_translated = 1): its timings would be of \
+         translated code; run the aarch64-apple-darwin build",
+    )
+}
+
 /// Holds the calling thread on `cpu` as firmly as the system allows.
 pub fn pin_to_cpu(cpu: usize) -> io::Result<Pinning> {
     imp::pin_to_cpu(cpu)

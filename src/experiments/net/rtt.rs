@@ -420,7 +420,13 @@ impl Experiment for Rtt {
             out.notes.push(format!("loopback peer process id {pid}"));
         }
         // Pinned figures only on loopback: a remote peer's CPUs are not this machine's.
+        let pin = crate::platform::pin_support();
         let plans = if t.remote() {
+            vec![]
+        } else if let Some(why) = pin.reason() {
+            out.notes.push(format!(
+                "no pinned TCP figures: they need client and peer held on chosen CPUs, and {why}"
+            ));
             vec![]
         } else {
             ctx.machine
