@@ -330,8 +330,76 @@ fn calibrate_hz(read: impl Fn() -> u64, window: Duration) -> f64 {
     rates[rates.len() / 2]
 }
 
-/// Minimum over many empty fenced regions: the ticks every measurement carries.
-fn measure_overhead<C: Clock + ?Sized>(c: &C) -> (f64, f64) {
+/// A tick this long or longer makes a counter coarse: a region of a few tens of ns spans
+/// 0 or 1 ticks, so its median says 0 or one tick. Finer counters (every TSC, and 1 GHz
+/// arm timers) keep the median, which their own jitter already dithers.
+pub const COARSE_TICK_NS: f64 = 2.0;
+
+/// True when one tick of `c` is `COARSE_TICK_NS` or longer (24-25 MHz arm timers: Apple
+/// silicon's CNTVCT_EL0 and mach_absolute_time, Ampere Altra).
+pub fn is_coarse(c: &dyn Clock) -> bool {
+    c.ticks_to_ns(1.0) >= COARSE_TICK_NS
+}
+
+/// "one tick = 41.7 ns", for texts that say a figure is below the counter's resolution.
+pub fn tick_text(c: &dyn Clock) -> String {
+    format!("one tick = {}", crate::units::fmt_ns(c.ticks_to_ns(1.0)))
+}
+
+/// The typical ticks of many short regions (the values are sorted in place). On a fine
+/// counter their median. On a coarse one the median is 0 or 1 tick whatever the region
+/// costs, but the mean is unbiased: a region of cost c starts at a uniformly spread phase
+/// of the tick, so it reads ceil or floor of c/tick with the right odds and
+/// E[ticks] = c / tick. Reads beyond median + 2 ticks (an interrupt) are left out first.
+pub fn region_ticks(values: &mut [u64], coarse: bool) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_unstable();
+    let med = values[values.len() / 2];
+    if !coarse {
+        return med as f64;
+    }
+    let kept: Vec<u64> = values.iter().copied().filter(|&v| v <= med + 2).collect();
+    kept.iter().sum::<u64>() as f64 / kept.len() as f64
+}
+
+/// The step of a nanosecond clock: a coarse clock only ever advances by multiples of its
+/// step (41-42 ns for mach_absolute_time on Apple silicon), however long a read takes, so
+/// when nearly every advance between consecutive reads is a whole multiple of the
+/// smallest one, that is the step; 1 ns otherwise (a fine clock's advances are whatever
+/// the reads cost).
+pub fn clock_step_ns(now: &dyn Fn() -> u64) -> f64 {
+    let mut prev = now();
+    let mut advances = Vec::with_capacity(400);
+    for _ in 0..400 {
+        let t = now();
+        if t > prev {
+            advances.push((t - prev) as f64);
+        }
+        prev = t;
+    }
+    let Some(step) = advances.iter().copied().reduce(f64::min) else {
+        return 1.0;
+    };
+    let whole = advances
+        .iter()
+        .filter(|&&d| {
+            let k = (d / step).round();
+            // Each advance rounds to whole ns: k steps are within k ns of k x step.
+            (d - k * step).abs() <= k.max(1.0)
+        })
+        .count();
+    if step >= COARSE_TICK_NS && whole * 10 >= advances.len() * 9 {
+        step
+    } else {
+        1.0
+    }
+}
+
+/// The typical ticks of an empty fenced region (`region_ticks`): what every measurement
+/// carries and has subtracted.
+fn measure_overhead<C: Clock + ?Sized>(c: &C, coarse: bool) -> (f64, f64) {
     let mut region: Vec<u64> = Vec::with_capacity(2000);
     let t0 = monotonic_raw_ns();
     for _ in 0..2000 {
@@ -340,10 +408,9 @@ fn measure_overhead<C: Clock + ?Sized>(c: &C) -> (f64, f64) {
         region.push(b.wrapping_sub(a));
     }
     let wall = (monotonic_raw_ns() - t0) as f64 / 2000.0;
-    region.sort_unstable();
-    // The median, not the minimum: trials see the typical cost, and the minimum would
-    // under-subtract by the occasional interrupt-free best case.
-    (region[region.len() / 2] as f64, wall)
+    // The median (fine counters), not the minimum: trials see the typical cost, and the
+    // minimum would under-subtract by the occasional interrupt-free best case.
+    (region_ticks(&mut region, coarse), wall)
 }
 
 /// Builds the best clock the platform offers and describes it. `cpuinfo_invariant` is the
@@ -394,7 +461,7 @@ pub fn detect(cpuinfo_invariant: Option<bool>) -> (HwClock, ClockInfo) {
         ticks_per_ns: hz / 1e9,
         overhead: 0.0,
     };
-    let (overhead, pair_wall) = measure_overhead(&clock);
+    let (overhead, pair_wall) = measure_overhead(&clock, is_coarse(&clock));
     clock.overhead = overhead;
     let info = ClockInfo {
         counter: clock.name().into(),
@@ -549,6 +616,48 @@ pub fn measure_core_clock() -> Option<CoreClock> {
     Some(CoreClock { hz, imul_hz })
 }
 
+/// A coarse counter for tests on any machine: CLOCK_MONOTONIC_RAW read as a counter of
+/// `hz` ticks per second (24 MHz: Apple silicon's), each read rounded down to a tick.
+#[derive(Debug)]
+pub struct CoarseClock {
+    hz: f64,
+    overhead: f64,
+}
+
+impl CoarseClock {
+    /// The counter, its empty-region overhead measured as `detect` measures the real one's.
+    pub fn new(hz: f64) -> Self {
+        let mut c = CoarseClock { hz, overhead: 0.0 };
+        c.overhead = measure_overhead(&c, is_coarse(&c)).0;
+        c
+    }
+    fn read(&self) -> u64 {
+        (monotonic_raw_ns() as f64 * self.hz / 1e9) as u64
+    }
+    /// The counter as a nanosecond clock (what `raw_clock_ns` is on a Mac).
+    pub fn ns(&self) -> u64 {
+        (self.read() as f64 * 1e9 / self.hz) as u64
+    }
+}
+
+impl Clock for CoarseClock {
+    fn start(&self) -> u64 {
+        self.read()
+    }
+    fn stop(&self) -> u64 {
+        self.read()
+    }
+    fn ticks_per_ns(&self) -> f64 {
+        self.hz / 1e9
+    }
+    fn overhead_ticks(&self) -> f64 {
+        self.overhead
+    }
+    fn name(&self) -> &'static str {
+        "coarse"
+    }
+}
+
 /// A deterministic clock for tests: one tick per nanosecond, advanced explicitly.
 #[derive(Debug, Default)]
 pub struct MockClock {
@@ -667,6 +776,42 @@ mod tests {
         assert!((hz - 6e9).abs() < 1.0, "{hz}");
         // No usable window: no estimate.
         assert_eq!(core_hz_from_windows(1, 1.0, 2, || 0.0), None);
+    }
+
+    #[test]
+    fn coarse_regions_are_averaged_without_bias() {
+        // A 30 ns region on a 41.7 ns counter at evenly spread phases reads 1 tick 72% of
+        // the time, 0 otherwise: the median says one tick (41.7 ns), the mean 30 ns.
+        let tick = 1e9 / 24e6;
+        let mut v: Vec<u64> = (0..1000)
+            .map(|i| {
+                let start = i as f64 * 7.31; // phases spread over the tick
+                (((start + 30.0) / tick).floor() - (start / tick).floor()) as u64
+            })
+            .collect();
+        v.push(500); // an interrupt
+        let mean = region_ticks(&mut v.clone(), true) * tick;
+        assert!((mean - 30.0).abs() < 1.5, "{mean}");
+        assert_eq!(region_ticks(&mut v, false), 1.0);
+        // A fine counter keeps its median.
+        assert_eq!(region_ticks(&mut [40, 42, 41, 900], false), 42.0);
+        assert_eq!(region_ticks(&mut [], true), 0.0);
+    }
+
+    #[test]
+    fn a_24_mhz_counter_is_coarse_and_its_step_is_found() {
+        let c = CoarseClock::new(24e6);
+        assert!(is_coarse(&c));
+        assert!(tick_text(&c).contains("41.7 ns"), "{}", tick_text(&c));
+        let step = clock_step_ns(&|| c.ns());
+        assert!((41.0..=42.0).contains(&step), "{step}");
+        // CLOCK_MONOTONIC_RAW here steps by 1 ns (reads never repeat).
+        assert!(clock_step_ns(&monotonic_raw_ns) < COARSE_TICK_NS);
+        let (fine, _) = detect(None);
+        assert!(!is_coarse(&fine), "this machine's counter is fine");
+        // Its overhead is the mean of ticks, not 0 or 1: a fraction of a tick.
+        let o = c.overhead_ticks();
+        assert!(o > 0.0 && o < 3.0, "{o}");
     }
 
     #[test]

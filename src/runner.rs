@@ -238,9 +238,13 @@ pub fn plan(cfg: &RunConfig, registry: Registry) -> Result<Plan<'_>, RunError> {
         hard_limit,
         on_overrun,
     } = registry;
+    let selected = validate(cfg, all)?;
+    if let Some(why) = platform::translated() {
+        return Err(RunError::Runtime(anyhow::anyhow!(why)));
+    }
     Ok(Plan {
         cfg,
-        selected: validate(cfg, all)?,
+        selected,
         hard_limit,
         on_overrun,
     })
@@ -317,6 +321,7 @@ fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> 
         progress,
         watchdog: &watchdog,
         hard_limit,
+        placement: pinning.reason().map(str::to_string),
     };
     let results = run_selected(&selected, &env);
     // Steal over the whole run, so that its figures can be judged against it.
@@ -498,6 +503,8 @@ struct Env<'a> {
     progress: &'a dyn Progress,
     watchdog: &'a Watchdog,
     hard_limit: fn(Duration) -> Duration,
+    /// Why the measuring thread's CPU is not controlled (None: hard pinning).
+    placement: Option<String>,
 }
 
 fn run_one(
@@ -550,6 +557,20 @@ fn run_one(
     for (name, p) in predictions {
         if let Some(m) = result.metrics.iter_mut().find(|m| m.name == name) {
             m.prediction = Some(p);
+        }
+    }
+    if let Some(why) = &env.placement {
+        if !result.metrics.is_empty() {
+            let names: Vec<&str> = result.metrics.iter().map(|m| m.name.as_str()).collect();
+            result.notes.push(format!(
+                "placement not controlled for {}: {why}{}",
+                names.join(", "),
+                if env.machine.topology.hybrid() {
+                    "; a figure may come from an efficiency core"
+                } else {
+                    ""
+                }
+            ));
         }
     }
     add_cycles(&mut result, env.machine);

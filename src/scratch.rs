@@ -388,7 +388,12 @@ pub fn install_cleanup_handler() {
 /// In a forked child: receive SIGKILL when the parent dies, so no child outlives a run
 /// (where the system cannot, the child must end on its pipe's end of file).
 pub fn die_with_parent() -> crate::platform::Support {
-    crate::platform::die_with_parent()
+    match crate::platform::die_with_parent() {
+        Ok(()) => crate::platform::Support::Done,
+        Err(reason) => crate::platform::Support::Unsupported {
+            reason: reason.into(),
+        },
+    }
 }
 
 #[cfg(test)]

@@ -713,3 +713,179 @@ fn without_sysfs_topology_cpuinfo_stands_in() {
     assert!(t["partners"]["same_llc"].is_null());
     assert!(t["source"].as_str().unwrap().contains("cpuinfo"));
 }
+
+/// What a recorded Mac (a sysctl.txt of Apple's real values, see each folder's
+/// SOURCES.md) must be described as, with nothing of the machine that reads it.
+#[test]
+fn recorded_macs_describe_their_machines_and_nothing_of_this_one() {
+    let live = live_json();
+    struct Mac {
+        name: &'static str,
+        model: &'static str,
+        arch: &'static str,
+        cpus: u64,
+        cores: u64,
+        llc_groups: u64,
+        llc_level: u64,
+        memory: u64,
+        page: u64,
+        line: u64,
+        /// (level, kind, bytes, shared CPUs, instances)
+        caches: &'static [(u64, &'static str, u64, u64, u64)],
+        perf: &'static [u64],
+        eff: &'static [u64],
+        chosen: u64,
+        smt_sibling: Option<u64>,
+        same_llc: Option<u64>,
+        other_llc: Option<u64>,
+    }
+    let macs = [
+        Mac {
+            name: "apple-m1-pro",
+            model: "Apple M1 Pro",
+            arch: "aarch64",
+            cpus: 10,
+            cores: 10,
+            llc_groups: 3,
+            llc_level: 2,
+            memory: 16 << 30,
+            page: 16384,
+            line: 128,
+            caches: &[
+                (1, "Data", 128 * K, 1, 8),
+                (1, "Data", 64 * K, 1, 2),
+                (1, "Instruction", 192 * K, 1, 8),
+                (1, "Instruction", 128 * K, 1, 2),
+                (2, "Unified", 12 * K * K, 4, 2),
+                (2, "Unified", 4 * K * K, 2, 1),
+            ],
+            perf: &[2, 3, 4, 5, 6, 7, 8, 9],
+            eff: &[0, 1],
+            chosen: 2,
+            smt_sibling: None,
+            same_llc: Some(3),
+            other_llc: Some(6),
+        },
+        Mac {
+            name: "macbook-pro-2017-kaby-lake",
+            model: "Intel(R) Core(TM) i5-7360U CPU @ 2.30GHz",
+            arch: "x86_64",
+            cpus: 4,
+            cores: 2,
+            llc_groups: 1,
+            llc_level: 3,
+            memory: 8 << 30,
+            page: 4096,
+            line: 64,
+            caches: &[
+                (1, "Data", 32 * K, 2, 2),
+                (1, "Instruction", 32 * K, 2, 2),
+                (2, "Unified", 256 * K, 2, 2),
+                (3, "Unified", 4 * K * K, 4, 1),
+            ],
+            perf: &[],
+            eff: &[],
+            chosen: 2,
+            smt_sibling: Some(3),
+            same_llc: Some(0),
+            other_llc: None,
+        },
+    ];
+    for e in &macs {
+        let n = e.name;
+        let m = describe_json(&fixture(n));
+        assert_eq!(m["cpu"]["model"], e.model, "{n}");
+        assert_eq!(m["os"]["arch"], e.arch, "{n}");
+        assert!(
+            m["os"]["kernel"].as_str().unwrap().starts_with("Darwin"),
+            "{n}"
+        );
+        assert_eq!(m["cpu"]["logical_cpus"], e.cpus, "{n}");
+        assert_eq!(m["cpu"]["physical_cores"], e.cores, "{n}");
+        assert_eq!(m["memory"]["total_bytes"], e.memory, "{n}");
+        assert_eq!(m["memory"]["page_bytes"], e.page, "{n}");
+        let t = &m["topology"];
+        assert_eq!(t["source"], "sysctl", "{n}");
+        assert_eq!(t["cpus"].as_array().unwrap().len() as u64, e.cpus, "{n}");
+        assert_eq!(t["cores"], e.cores, "{n}");
+        assert_eq!(t["packages"], 1, "{n}");
+        assert_eq!(t["llc_groups"], e.llc_groups, "{n}");
+        assert_eq!(t["llc_level"], e.llc_level, "{n}");
+        assert_eq!(t["chosen_cpu"], e.chosen, "{n}");
+        let p = &t["partners"];
+        assert_eq!(opt(&p["smt_sibling"]), e.smt_sibling, "{n}");
+        assert_eq!(opt(&p["same_llc"]), e.same_llc, "{n}");
+        assert_eq!(opt(&p["other_llc"]), e.other_llc, "{n}");
+        let of_kind = |k: &str| -> Vec<u64> {
+            t["cpus"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|c| c["kind"] == k)
+                .map(|c| c["cpu"].as_u64().unwrap())
+                .collect()
+        };
+        assert_eq!(of_kind("performance"), e.perf, "{n}");
+        assert_eq!(of_kind("efficiency"), e.eff, "{n}");
+        let caches: Vec<(u64, String, u64, u64, u64)> = m["cpu"]["caches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                assert_eq!(c["line_bytes"], e.line, "{n}");
+                (
+                    c["level"].as_u64().unwrap(),
+                    c["kind"].as_str().unwrap().to_string(),
+                    c["size_bytes"].as_u64().unwrap(),
+                    c["shared_cpus"].as_u64().unwrap(),
+                    c["instances"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let want: Vec<(u64, String, u64, u64, u64)> = e
+            .caches
+            .iter()
+            .map(|(l, k, s, sh, i)| (*l, k.to_string(), *s, *sh, *i))
+            .collect();
+        assert_eq!(caches, want, "{n}");
+        // Nothing of the machine reading it.
+        assert!(m["clock"].is_null(), "{n}");
+        assert!(m["cpu"]["core_clock_hz"].is_null(), "{n}");
+        assert_ne!(m["hostname"], live["hostname"], "{n}");
+        assert_ne!(m["os"]["kernel"], live["os"]["kernel"], "{n}");
+        assert!(m["os"]["distribution"].is_null(), "{n}: not this machine's");
+        assert!(m["load_average"].is_null(), "{n}");
+        assert!(m["cpu"]["flags"].as_object().unwrap().is_empty(), "{n}");
+        assert!(
+            m["cpu"]["mitigations"].as_object().unwrap().is_empty(),
+            "{n}"
+        );
+        assert!(m["storage"]["cwd_filesystem"].is_null(), "{n}");
+        assert!(m["network"].as_array().unwrap().is_empty(), "{n}");
+        let unknown = m["recorded"]["unknown"].as_array().unwrap();
+        assert!(
+            !unknown
+                .iter()
+                .any(|u| u.as_str().unwrap().contains("page size")),
+            "{n}: a Mac records hw.pagesize: {unknown:?}"
+        );
+        // The text names the P/E layout and the L2 groups where there are two kinds.
+        let out = osmeter()
+            .args(["machine", "--from"])
+            .arg(fixture(n))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(e.model), "{n}: {text}");
+        if !e.perf.is_empty() {
+            assert!(
+                text.contains("performance CPUs 2-9, efficiency CPUs 0-1"),
+                "{text}"
+            );
+        }
+        assert!(
+            !text.contains("governor unknown (no cpufreq"),
+            "{n}: {text}"
+        );
+    }
+}

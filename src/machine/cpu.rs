@@ -260,7 +260,13 @@ pub fn parse_status_allowed(status: &str) -> Vec<usize> {
 /// CPU facts and the topology, read under `root`.
 pub fn gather(root: &FactRoot) -> (Cpu, Topology) {
     if root.is_sysctl_machine() {
-        return from_sysctl(&|k| root.sysctl(k));
+        let (mut cpu, topo) = from_sysctl(&|k| root.sysctl(k));
+        if cpu.allowed_cpus.is_empty() && root.is_live() {
+            // No topology from sysctl: the CPU count alone, as everywhere else.
+            cpu.allowed_cpus = crate::platform::allowed_cpus();
+            cpu.logical_cpus = cpu.allowed_cpus.len();
+        }
+        return (cpu, topo);
     }
     let info = parse_cpuinfo(&root.read("/proc/cpuinfo").unwrap_or_default());
     let online = root
@@ -308,48 +314,58 @@ pub fn gather(root: &FactRoot) -> (Cpu, Topology) {
     (cpu, topo)
 }
 
-/// Caches from macOS sysctl values (hw.l1dcachesize, hw.l1icachesize, hw.l2cachesize,
-/// hw.l3cachesize, hw.cachelinesize, hw.perflevel0.cpusperl2/l3); `get` looks a name up.
+/// Caches from macOS sysctl values, as decoded integers; `get` looks a name up. Per
+/// performance level (hw.perflevelN.l1dcachesize, l1icachesize, l2cachesize, l3cachesize,
+/// cpusperl2, cpusperl3, logicalcpu, physicalcpu), the fastest level first; without
+/// perflevels (macOS before 12) the hw.* values. On Apple silicon hw.l1dcachesize and
+/// friends are the efficiency cores' (Apple's "Determining system capabilities"), so they
+/// stand in only where there is at most one level. L1 is per core (SMT threads share it).
 /// Shared with Linux so its tests run here.
 pub fn caches_from_sysctl(get: &dyn Fn(&str) -> Option<u64>, logical: usize) -> Vec<Cache> {
     let line = get("hw.cachelinesize").unwrap_or(0);
     let logical = logical.max(1);
-    let levels: [(u32, &str, &str, Option<&str>); 4] = [
-        (1, "Data", "hw.l1dcachesize", None),
-        (1, "Instruction", "hw.l1icachesize", None),
-        (
-            2,
-            "Unified",
-            "hw.l2cachesize",
-            Some("hw.perflevel0.cpusperl2"),
-        ),
-        (
-            3,
-            "Unified",
-            "hw.l3cachesize",
-            Some("hw.perflevel0.cpusperl3"),
-        ),
-    ];
-    levels
-        .iter()
-        .filter_map(|&(level, kind, size, sharing)| {
-            let size_bytes = get(size).filter(|&s| s > 0)?;
-            let shared = match sharing {
-                None => 1,
-                Some(n) => get(n).map(|v| v as usize).unwrap_or(logical),
-            }
-            .clamp(1, logical);
-            Some(Cache {
+    let levels = get("hw.nperflevels").unwrap_or(0) as usize;
+    let mut out: Vec<Cache> = Vec::new();
+    for lvl in 0..levels.max(1) {
+        let v = |k: &str| {
+            get(&format!("hw.perflevel{lvl}.{k}"))
+                .or_else(|| (levels <= 1).then(|| get(&format!("hw.{k}"))).flatten())
+        };
+        let plog = v("logicalcpu")
+            .map(|n| n as usize)
+            .filter(|&n| n > 0)
+            .unwrap_or(logical);
+        let pphys = v("physicalcpu")
+            .map(|n| n as usize)
+            .filter(|&n| n > 0)
+            .unwrap_or(plog);
+        let tpc = (plog / pphys.max(1)).max(1);
+        let shapes = [
+            (1, "Data", v("l1dcachesize"), Some(tpc as u64)),
+            (1, "Instruction", v("l1icachesize"), Some(tpc as u64)),
+            (2, "Unified", v("l2cachesize"), v("cpusperl2")),
+            (3, "Unified", v("l3cachesize"), v("cpusperl3")),
+        ];
+        for (level, kind, size, shared) in shapes {
+            let Some(size_bytes) = size.filter(|&s| s > 0) else {
+                continue;
+            };
+            let default = if level == 3 { plog } else { tpc };
+            let shared = shared.map_or(default, |n| n as usize).clamp(1, plog);
+            out.push(Cache {
                 level,
                 kind: kind.into(),
                 size_bytes,
                 line_bytes: line,
                 ways: None,
                 shared_cpus: shared,
-                instances: logical.div_ceil(shared),
-            })
-        })
-        .collect()
+                instances: plog.div_ceil(shared),
+            });
+        }
+    }
+    // L1 data before L1 instruction, then by level; the fastest level's first (stable).
+    out.sort_by_key(|c| (c.level, c.kind != "Data"));
+    out
 }
 
 /// Cores, sockets and SMT from the topology, else from /proc/cpuinfo's ids.
@@ -378,32 +394,6 @@ fn counts(root: &FactRoot, cpu: &mut Cpu, topo: &Topology, info: &CpuInfo) {
 pub fn from_sysctl(lookup: &dyn Fn(&str) -> Option<String>) -> (Cpu, Topology) {
     let topo = topology::from_sysctl(lookup);
     let num = |k: &str| lookup(k).and_then(|v| v.trim().parse::<u64>().ok());
-    let line = num("hw.cachelinesize").unwrap_or(0);
-    let mut caches = Vec::new();
-    let p0 = |k: &str| num(&format!("hw.perflevel0.{k}")).or_else(|| num(&format!("hw.{k}")));
-    for (level, kind, size, shared) in [
-        (1, "Data", p0("l1dcachesize"), Some(1)),
-        (1, "Instruction", p0("l1icachesize"), Some(1)),
-        (
-            2,
-            "Unified",
-            p0("l2cachesize"),
-            num("hw.perflevel0.cpusperl2"),
-        ),
-        (3, "Unified", num("hw.l3cachesize"), num("hw.logicalcpu")),
-    ] {
-        if let Some(size) = size.filter(|s| *s > 0) {
-            caches.push(Cache {
-                level,
-                kind: kind.into(),
-                size_bytes: size,
-                line_bytes: line,
-                ways: None,
-                shared_cpus: shared.unwrap_or(1) as usize,
-                instances: 0,
-            });
-        }
-    }
     let cpu = Cpu {
         model: lookup("machdep.cpu.brand_string").unwrap_or_default(),
         vendor: lookup("machdep.cpu.vendor").unwrap_or_default(),
@@ -413,7 +403,7 @@ pub fn from_sysctl(lookup: &dyn Fn(&str) -> Option<String>) -> (Cpu, Topology) {
         sockets: topo.packages,
         threads_per_core: topo.cores.map(|c| topo.cpus.len().div_ceil(c.max(1))),
         smt: topo.cores.map(|c| topo.cpus.len() > c),
-        caches,
+        caches: caches_from_sysctl(&num, topo.cpus.len()),
         ..Default::default()
     };
     (cpu, topo)
@@ -694,20 +684,86 @@ CPU part\t: 0xd0c
 
     #[test]
     fn caches_from_sysctl_values() {
-        let m1 = |n: &str| match n {
+        // An M1 Pro (values as `sysctl hw` prints them; see tests/fixtures/machines/SOURCES.md).
+        let m1pro = |n: &str| match n {
             "hw.cachelinesize" => Some(128),
-            "hw.l1dcachesize" => Some(64 << 10),
-            "hw.l1icachesize" => Some(128 << 10),
-            "hw.l2cachesize" => Some(4 << 20),
+            "hw.nperflevels" => Some(2),
+            "hw.perflevel0.logicalcpu" | "hw.perflevel0.physicalcpu" => Some(8),
+            "hw.perflevel0.l1dcachesize" => Some(128 << 10),
+            "hw.perflevel0.l1icachesize" => Some(192 << 10),
+            "hw.perflevel0.l2cachesize" => Some(12 << 20),
             "hw.perflevel0.cpusperl2" => Some(4),
+            "hw.perflevel1.logicalcpu" | "hw.perflevel1.physicalcpu" => Some(2),
+            "hw.perflevel1.l1dcachesize" => Some(64 << 10),
+            "hw.perflevel1.l1icachesize" => Some(128 << 10),
+            "hw.perflevel1.l2cachesize" => Some(4 << 20),
+            "hw.perflevel1.cpusperl2" => Some(2),
+            // The efficiency cores' values, never taken for the performance cores'.
+            "hw.l1dcachesize" => Some(64 << 10),
+            "hw.l2cachesize" => Some(4 << 20),
             _ => None,
         };
-        let c = caches_from_sysctl(&m1, 8);
-        assert_eq!(c.len(), 3, "no L3 on this machine: {c:?}");
-        assert_eq!((c[0].level, c[0].kind.as_str()), (1, "Data"));
-        assert_eq!(c[0].size_bytes, 64 << 10);
+        let c = caches_from_sysctl(&m1pro, 10);
+        let shape: Vec<(u32, &str, u64, usize, usize)> = c
+            .iter()
+            .map(|x| {
+                (
+                    x.level,
+                    x.kind.as_str(),
+                    x.size_bytes,
+                    x.shared_cpus,
+                    x.instances,
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (1, "Data", 128 << 10, 1, 8),
+                (1, "Data", 64 << 10, 1, 2),
+                (1, "Instruction", 192 << 10, 1, 8),
+                (1, "Instruction", 128 << 10, 1, 2),
+                (2, "Unified", 12 << 20, 4, 2),
+                (2, "Unified", 4 << 20, 2, 1),
+            ]
+        );
         assert!(c.iter().all(|x| x.line_bytes == 128));
-        assert_eq!((c[2].shared_cpus, c[2].instances), (4, 2));
+        let llc = c.iter().max_by_key(|x| (x.level, x.size_bytes)).unwrap();
+        assert_eq!(llc.size_bytes, 12 << 20);
+
+        // A dual-core Kaby Lake with SMT before macOS 12 (no perflevels): hw.* values.
+        let kaby = |n: &str| match n {
+            "hw.cachelinesize" => Some(64),
+            "hw.logicalcpu" => Some(4),
+            "hw.physicalcpu" => Some(2),
+            "hw.l1dcachesize" | "hw.l1icachesize" => Some(32 << 10),
+            "hw.l2cachesize" => Some(256 << 10),
+            "hw.l3cachesize" => Some(4 << 20),
+            _ => None,
+        };
+        let c = caches_from_sysctl(&kaby, 4);
+        let shape: Vec<(u32, u64, usize, usize)> = c
+            .iter()
+            .map(|x| (x.level, x.size_bytes, x.shared_cpus, x.instances))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (1, 32 << 10, 2, 2),
+                (1, 32 << 10, 2, 2),
+                (2, 256 << 10, 2, 2),
+                (3, 4 << 20, 4, 1)
+            ]
+        );
+        // macOS 12+ on the same Mac: one perflevel, the same caches.
+        let kaby12 = |n: &str| match n {
+            "hw.nperflevels" => Some(1),
+            "hw.perflevel0.cpusperl2" => Some(2),
+            "hw.perflevel0.cpusperl3" => Some(4),
+            n => kaby(&n.replace("perflevel0.", "")),
+        };
+        let c12 = caches_from_sysctl(&kaby12, 4);
+        assert_eq!(c12, c);
         assert!(caches_from_sysctl(&|_| None, 8).is_empty());
     }
 

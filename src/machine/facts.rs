@@ -154,7 +154,7 @@ impl FactRoot {
     pub fn sysctl(&self, name: &str) -> Option<String> {
         if !self.live {
             let all = std::fs::read_to_string(self.resolve("/sysctl.txt")).ok()?;
-            return super::topology::parse_sysctl_lines(&all).remove(name);
+            return parse_sysctl_lines(&all).remove(name);
         }
         let v = live_sysctl(name)?;
         if let Some(log) = &self.log {
@@ -188,14 +188,21 @@ impl FactRoot {
     }
 }
 
-#[cfg(target_os = "macos")]
+/// Asks this system, decoded by the OID's type (None off macOS).
 fn live_sysctl(name: &str) -> Option<String> {
-    crate::platform::sysctl_string(name)
+    crate::platform::sysctl_text(name)
 }
 
-#[cfg(not(target_os = "macos"))]
-fn live_sysctl(_name: &str) -> Option<String> {
-    None
+/// Parses "name: value" lines (the output of `sysctl hw machdep`, and a snapshot's
+/// sysctl.txt) into a map.
+pub fn parse_sysctl_lines(s: &str) -> BTreeMap<String, String> {
+    s.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            let k = k.trim();
+            (!k.is_empty() && !k.contains(' ')).then(|| (k.to_string(), v.trim().to_string()))
+        })
+        .collect()
 }
 
 /// A folder `--from` can describe: a directory holding proc/, sys/ or sysctl.txt.

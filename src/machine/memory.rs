@@ -289,9 +289,13 @@ pub fn gather(root: &FactRoot) -> Memory {
         numa_nodes: numa_nodes(root),
         ..Default::default()
     };
-    #[cfg(target_os = "macos")]
-    if m.total_bytes == 0 {
-        m.total_bytes = crate::platform::sysctl_u64("hw.memsize").unwrap_or(0);
+    if root.is_sysctl_machine() {
+        let (total, page, available) = from_sysctl(&|k| root.sysctl(k));
+        m.total_bytes = total.unwrap_or(0);
+        m.page_bytes = page.or(m.page_bytes);
+        m.available_bytes = available.unwrap_or(0);
+        m.peak_bandwidth_note = "DIMM facts come from dmidecode, which macOS does not have".into();
+        return m;
     }
     if !root.is_live() {
         m.peak_bandwidth_note =
@@ -324,9 +328,53 @@ pub fn gather(root: &FactRoot) -> Memory {
     m
 }
 
+/// A Mac's memory from its sysctl values: (total, page size, available). Available is
+/// what the kernel could hand out without paging anything in: free (speculative pages
+/// included, XNU vm_statistics.h) plus file-backed pageable pages (clean cache), the
+/// counterpart of Linux's MemAvailable; none when either count is missing.
+pub fn from_sysctl(
+    get: &dyn Fn(&str) -> Option<String>,
+) -> (Option<u64>, Option<u64>, Option<u64>) {
+    let num = |k: &str| get(k).and_then(|v| v.trim().parse::<u64>().ok());
+    let total = num("hw.memsize").filter(|&v| v > 0);
+    let page = num("hw.pagesize").filter(|&v| v > 0);
+    let available = match (
+        page,
+        num("vm.page_free_count"),
+        num("vm.page_pageable_external_count"),
+    ) {
+        (Some(p), Some(free), Some(file)) => Some((free + file) * p),
+        _ => None,
+    };
+    (
+        total,
+        page,
+        available.map(|a| total.map_or(a, |t| a.min(t))),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mac_memory_from_sysctl() {
+        let v = |k: &str| {
+            match k {
+                "hw.memsize" => Some("17179869184"),
+                "hw.pagesize" => Some("16384"),
+                "vm.page_free_count" => Some("100000"),
+                "vm.page_pageable_external_count" => Some("50000"),
+                _ => None,
+            }
+            .map(str::to_string)
+        };
+        assert_eq!(
+            from_sysctl(&v),
+            (Some(16 << 30), Some(16384), Some(150_000 * 16384))
+        );
+        assert_eq!(from_sysctl(&|_| None), (None, None, None));
+    }
 
     const MEMINFO: &str = "MemTotal:       24684096 kB
 MemFree:        23103392 kB

@@ -92,10 +92,14 @@ impl Machine {
             .read("/proc/cpuinfo")
             .map(|s| cpu::parse_cpuinfo(&s).arm);
         let (cpu, topology) = cpu::gather(root);
+        let mac = root.is_sysctl_machine();
         let mut m = Machine {
-            hostname: root
-                .read_trim("/proc/sys/kernel/hostname")
-                .unwrap_or_else(|| "unknown".into()),
+            hostname: if mac {
+                root.sysctl("kern.hostname")
+            } else {
+                root.read_trim("/proc/sys/kernel/hostname")
+            }
+            .unwrap_or_else(|| "unknown".into()),
             cpu,
             topology,
             memory: memory::gather(root),
@@ -103,9 +107,14 @@ impl Machine {
             network: network::gather(root),
             os: os::gather(root, cpuinfo_arm),
             cgroup: cgroup::gather(root),
-            load_average: root
-                .read("/proc/loadavg")
-                .and_then(|s| os::parse_loadavg(&s)),
+            load_average: if mac {
+                // sysctl prints vm.loadavg as "{ 1.20 1.31 1.45 }".
+                root.sysctl("vm.loadavg")
+                    .and_then(|s| os::parse_loadavg(s.trim_matches(['{', '}', ' '])))
+            } else {
+                root.read("/proc/loadavg")
+                    .and_then(|s| os::parse_loadavg(&s))
+            },
             ..Default::default()
         };
         m.virtualization = virt::gather(root, &m.cpu);
@@ -113,7 +122,12 @@ impl Machine {
         if !root.is_live() {
             m.recorded = Some(Recording {
                 from: root.root().display().to_string(),
-                unknown: LIVE_ONLY_FACTS.iter().map(|s| s.to_string()).collect(),
+                unknown: LIVE_ONLY_FACTS
+                    .iter()
+                    // A Mac's page size is recorded (hw.pagesize).
+                    .filter(|f| !(mac && f.starts_with("page size")))
+                    .map(|s| s.to_string())
+                    .collect(),
             });
         }
         m.gather_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -193,7 +207,10 @@ impl Machine {
                 ));
             }
         }
-        w.extend(self.cpu.frequency_warnings());
+        // macOS has no governor or cpufreq: the power manager sets the clock.
+        if !self.os.kernel.starts_with("Darwin") {
+            w.extend(self.cpu.frequency_warnings());
+        }
         if let Some(v) = self.virtualization.warning() {
             w.push(v);
         }

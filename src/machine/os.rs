@@ -74,9 +74,28 @@ pub fn from_sysctl(get: &dyn Fn(&str) -> Option<String>) -> Os {
     Os {
         kernel: format!("{sysname} {release}").trim().to_string(),
         kernel_version: get("kern.version"),
-        arch: std::env::consts::ARCH.to_string(),
+        arch: mac_arch(get),
         distribution: get("kern.osproductversion").map(|v| format!("macOS {v}")),
         ..Default::default()
+    }
+}
+
+/// A Mac's architecture from hw.cputype (mach/machine.h: CPU_TYPE_X86 7, CPU_TYPE_ARM 12,
+/// with or without the 64-bit ABI flag 0x01000000), else hw.machine; empty when neither
+/// was recorded. Never this build's: a recorded Mac is not the machine reading it.
+fn mac_arch(get: &dyn Fn(&str) -> Option<String>) -> String {
+    let by_type = get("hw.cputype")
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .and_then(|t| match t & 0xff_ffff {
+            7 => Some("x86_64"),
+            12 => Some("aarch64"),
+            _ => None,
+        });
+    match (by_type, get("hw.machine").as_deref()) {
+        (Some(a), _) => a.to_string(),
+        (None, Some("arm64")) => "aarch64".into(),
+        (None, Some(m)) => m.to_string(),
+        (None, None) => String::new(),
     }
 }
 
@@ -173,6 +192,18 @@ mod tests {
         assert_eq!(os.kernel, "Darwin 23.4.0");
         assert_eq!(os.distribution.as_deref(), Some("macOS 14.4"));
         assert_eq!(os.kernel_version, None);
+        assert_eq!(os.arch, "", "no type recorded: unknown, not this build's");
+        let typed = |t: &'static str, m: &'static str| {
+            move |n: &str| match n {
+                "hw.cputype" => Some(t.to_string()),
+                "hw.machine" => Some(m.to_string()),
+                _ => None,
+            }
+        };
+        // CPU_TYPE_ARM64 = 0x0100000c; the Intel Macs' `sysctl hw` prints 7.
+        assert_eq!(from_sysctl(&typed("16777228", "")).arch, "aarch64");
+        assert_eq!(from_sysctl(&typed("7", "")).arch, "x86_64");
+        assert_eq!(from_sysctl(&typed("x", "arm64")).arch, "aarch64");
     }
 
     #[test]

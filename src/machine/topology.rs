@@ -558,7 +558,16 @@ pub fn from_sysctl(lookup: &dyn Fn(&str) -> Option<String>) -> Topology {
             } else {
                 Some("efficiency".to_string())
             };
-            let per_l2 = p("cpusperl2").unwrap_or(logical).max(1);
+            // The last level: an L3 where the level has one (Intel Macs report one
+            // perflevel since macOS 12; their LLC is the L3), else the L2 cluster.
+            let l3 = p("l3cachesize")
+                .or_else(|| (levels == 1).then(|| num("hw.l3cachesize")).flatten())
+                .is_some_and(|v| v > 0);
+            let (llc_level, per_llc) = if l3 {
+                (3, p("cpusperl3").unwrap_or(logical).max(1))
+            } else {
+                (2, p("cpusperl2").unwrap_or(logical).max(1))
+            };
             let tpc = (logical / phys.max(1)).max(1);
             for i in 0..logical {
                 let first = cpu - i % tpc;
@@ -567,7 +576,7 @@ pub fn from_sysctl(lookup: &dyn Fn(&str) -> Option<String>) -> Topology {
                     package: Some(0),
                     core_key: Some(format!("c{}", core + i / tpc)),
                     siblings: (first..first + tpc).collect(),
-                    llc_key: Some((2, format!("l{}", llc + i / per_l2))),
+                    llc_key: Some((llc_level, format!("l{}", llc + i / per_llc))),
                     node: Some(0),
                     kind: kind.clone(),
                     max_mhz: None,
@@ -575,7 +584,7 @@ pub fn from_sysctl(lookup: &dyn Fn(&str) -> Option<String>) -> Topology {
                 cpu += 1;
             }
             core += phys;
-            llc += logical.div_ceil(per_l2);
+            llc += logical.div_ceil(per_llc);
         }
     } else if let (Some(phys), Some(logical)) = (num("hw.physicalcpu"), num("hw.logicalcpu")) {
         let tpc = (logical / phys.max(1)).max(1);
@@ -602,17 +611,6 @@ pub fn from_sysctl(lookup: &dyn Fn(&str) -> Option<String>) -> Topology {
     }
     let all: Vec<usize> = raw.iter().map(|r| r.cpu).collect();
     build(raw, &all, "sysctl")
-}
-
-/// Parses "name: value" lines (the output of `sysctl hw machdep`) into a map.
-pub fn parse_sysctl_lines(s: &str) -> BTreeMap<String, String> {
-    s.lines()
-        .filter_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            let k = k.trim();
-            (!k.is_empty() && !k.contains(' ')).then(|| (k.to_string(), v.trim().to_string()))
-        })
-        .collect()
 }
 
 /// One cross-CPU figure to measure (docs/METHODOLOGY.md, "Cross-CPU figures"): the
@@ -692,6 +690,7 @@ impl Topology {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::machine::facts::parse_sysctl_lines;
 
     #[test]
     fn the_cpu_to_pin_is_requested_chosen_or_the_last_allowed() {
@@ -861,6 +860,29 @@ mod tests {
         assert_eq!(t.partners.smt_sibling, Some(3));
         assert_eq!(t.partners.same_llc, Some(4));
         assert!(t.cpus.iter().all(|c| c.kind.is_none()));
+    }
+
+    #[test]
+    fn intel_mac_on_macos_12_groups_by_the_l3() {
+        // macOS 12+ defines the perflevel sysctls on Intel too: one level.
+        let s = "hw.packages: 1\nhw.physicalcpu: 2\nhw.logicalcpu: 4\nhw.nperflevels: 1\n\
+                 hw.perflevel0.physicalcpu: 2\nhw.perflevel0.logicalcpu: 4\n\
+                 hw.perflevel0.cpusperl2: 2\nhw.perflevel0.cpusperl3: 4\n\
+                 hw.perflevel0.l2cachesize: 262144\nhw.perflevel0.l3cachesize: 4194304\n\
+                 hw.perflevel0.name: Performance\nhw.l3cachesize: 4194304\n";
+        let m = parse_sysctl_lines(s);
+        let t = from_sysctl(&|k| m.get(k).cloned());
+        assert_eq!(
+            (t.packages, t.cores, t.llc_groups, t.llc_level),
+            (Some(1), Some(2), Some(1), Some(3))
+        );
+        assert!(!t.hybrid());
+        assert_eq!(t.chosen_cpu, Some(2));
+        assert_eq!(t.partners.smt_sibling, Some(3));
+        assert_eq!(t.partners.same_llc, Some(0));
+        // Without cpusperl3 the whole level shares its L3.
+        let m2 = parse_sysctl_lines(&s.replace("hw.perflevel0.cpusperl3: 4\n", ""));
+        assert_eq!(from_sysctl(&|k| m2.get(k).cloned()).llc_groups, Some(1));
     }
 
     #[test]

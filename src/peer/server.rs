@@ -341,7 +341,12 @@ fn ready(stream: &mut TcpStream, port: u16) -> Result<(), String> {
 
 fn echo(mut stream: TcpStream, cfg: &ServeConfig, size: usize, pin_cpu: i32) -> Result<(), String> {
     let _ = stream.set_nodelay(true);
-    let pinned = pin_cpu >= 0 && crate::platform::pin_to_cpu(pin_cpu as usize).is_ok();
+    // Only a hard pin counts: macOS answers Ok(Unsupported), which pins nothing.
+    let pinned = pin_cpu >= 0
+        && matches!(
+            crate::platform::pin_to_cpu(pin_cpu as usize),
+            Ok(crate::platform::Pinning::Hard)
+        );
     ready(&mut stream, 0)?;
     let mut buf = vec![0u8; size];
     let mut report = p::EchoReport {

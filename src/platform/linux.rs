@@ -7,6 +7,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
 pub const SYSTEM: &str = "Linux";
+/// Linux rewrites the echo id of datagram ICMP sockets (to the socket's port).
+pub const ICMP_DGRAM_KEEPS_ID: bool = false;
 pub const RAW_CLOCK: &str = "CLOCK_MONOTONIC_RAW";
 
 pub type Mask = libc::cpu_set_t;
@@ -120,6 +122,11 @@ pub fn fd_path(fd: RawFd) -> String {
     format!("/proc/self/fd/{fd}")
 }
 
+/// A descriptor opened without O_DIRECT reads through the cache: nothing to clear.
+pub fn set_cached(_file: &File) -> io::Result<()> {
+    Ok(())
+}
+
 pub fn advise(file: &File, access: Access) {
     let a = match access {
         Access::Normal => libc::POSIX_FADV_NORMAL,
@@ -171,15 +178,13 @@ pub fn thread_usage() -> io::Result<ThreadUsage> {
     })
 }
 
-pub fn die_with_parent() -> Support {
+pub fn die_with_parent() -> Result<(), &'static str> {
     // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number and has no memory effects;
     // it is async-signal-safe, so it may be called in a forked child.
     if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } == 0 {
-        Support::Done
+        Ok(())
     } else {
-        Support::Unsupported {
-            reason: "prctl(PR_SET_PDEATHSIG) failed".into(),
-        }
+        Err("prctl(PR_SET_PDEATHSIG) failed")
     }
 }
 
@@ -264,11 +269,13 @@ pub fn fs_kind(path: &Path) -> io::Result<FsKind> {
     }
 }
 
-pub fn sysctl_string(_name: &str) -> Option<String> {
-    None
+/// Rosetta is a macOS matter.
+pub fn translated() -> bool {
+    false
 }
 
-pub fn sysctl_u64(_name: &str) -> Option<u64> {
+/// Linux has no sysctl machine facts (they come from /proc and /sys).
+pub fn sysctl_text(_name: &str) -> Option<String> {
     None
 }
 

@@ -1,6 +1,7 @@
-//! macOS system calls for the platform layer. macOS has no CPU pinning, no per-file page
-//! cache eviction, no per-thread fault counters and no parent-death signal: those answer
-//! `Unsupported` (or whole-process figures, marked) and the experiments say so.
+//! macOS system calls for the platform layer. macOS has no CPU pinning, no per-thread fault
+//! or involuntary-switch counters and no parent-death signal: those answer `Unsupported`
+//! (or whole-process figures, marked; off-CPU time for preemption) and the experiments say
+//! so. A file is evicted by mapping it and msync(MS_INVALIDATE), as vmtouch does.
 
 use super::{Access, FsKind, HugePages, Pinning, Support, ThreadUsage};
 use std::fs::{File, OpenOptions};
@@ -9,17 +10,37 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
 pub const SYSTEM: &str = "macOS";
+/// Darwin leaves the echo id of datagram ICMP sockets as sent, and delivers other
+/// processes' replies too.
+pub const ICMP_DGRAM_KEEPS_ID: bool = true;
 pub const RAW_CLOCK: &str = "mach_absolute_time";
 
 const NO_PINNING: &str = "macOS offers no CPU pinning; the scheduler places threads";
+const QOS_HINT: &str = "macOS offers no CPU pinning; the thread asked for the performance \
+                        cores (QoS class user-interactive), which the scheduler may ignore";
 
 /// Nothing to prepare: macOS cannot pin.
 pub type Mask = ();
 
+/// sys/qos.h: QOS_CLASS_USER_INTERACTIVE (libc does not export the QoS API).
+const QOS_CLASS_USER_INTERACTIVE: libc::c_uint = 0x21;
+
+extern "C" {
+    fn pthread_set_qos_class_self_np(
+        qos: libc::c_uint,
+        relative_priority: libc::c_int,
+    ) -> libc::c_int;
+}
+
 pub fn pin_support() -> Pinning {
-    Pinning::Unsupported {
-        reason: NO_PINNING.into(),
+    Pinning::Hint {
+        reason: QOS_HINT.into(),
     }
+}
+
+/// 1 when this process is an x86_64 build translated by Rosetta 2.
+pub fn translated() -> bool {
+    sysctl_text("sysctl.proc_translated").as_deref() == Some("1")
 }
 
 pub fn mask_single(_cpu: usize) -> io::Result<Mask> {
@@ -36,6 +57,14 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<Pinning> {
             io::ErrorKind::InvalidInput,
             format!("CPU {cpu} out of range"),
         ));
+    }
+    // The closest macOS comes: user-interactive threads run on performance cores when
+    // they can (Apple's "Tuning your code's performance for Apple silicon").
+    // SAFETY: sets the calling thread's QoS class; no memory arguments.
+    if unsafe { pthread_set_qos_class_self_np(QOS_CLASS_USER_INTERACTIVE, 0) } != 0 {
+        return Ok(Pinning::Unsupported {
+            reason: NO_PINNING.into(),
+        });
     }
     Ok(pin_support())
 }
@@ -127,18 +156,51 @@ pub fn fd_path(fd: RawFd) -> String {
     format!("/dev/fd/{fd}")
 }
 
+/// Clears F_NOCACHE, which a /dev/fd reopen shares with its original (fdesc_open dup()s).
+pub fn set_cached(file: &File) -> io::Result<()> {
+    // SAFETY: fcntl on an open descriptor; no memory arguments.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_NOCACHE, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 pub fn advise(file: &File, access: Access) {
     let on = i32::from(access != Access::Random);
     // SAFETY: fcntl on an open descriptor; no memory arguments.
     unsafe { libc::fcntl(file.as_raw_fd(), libc::F_RDAHEAD, on) };
 }
 
-pub fn evict_file(_file: &File) -> io::Result<Support> {
-    Ok(Support::Unsupported {
-        reason: "macOS cannot evict one file from the cache; only F_NOCACHE reads or `purge` \
-                 (root, --drop-caches) are uncached"
-            .into(),
-    })
+/// Evicts a file's pages without root the way vmtouch does on macOS: map it shared,
+/// window by window, and msync(MS_SYNC | MS_INVALIDATE) each window, which writes dirty
+/// pages back and drops the file's pages from the cache. Callers verify with mincore.
+pub fn evict_file(file: &File) -> io::Result<Support> {
+    let len = file.metadata()?.len();
+    for (off, n) in super::eviction_windows(len, 64 << 20, super::page_size() as u64) {
+        // SAFETY: a fresh shared read-only mapping of the file's own range; nothing else
+        // uses it, and it is unmapped before the next window.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                n as usize,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                off as libc::off_t,
+            );
+            if p == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            // MS_SYNC first writes dirty pages back, so invalidating never drops data.
+            let rc = libc::msync(p, n as usize, libc::MS_SYNC | libc::MS_INVALIDATE);
+            let e = io::Error::last_os_error();
+            libc::munmap(p, n as usize);
+            if rc != 0 {
+                return Err(e);
+            }
+        }
+    }
+    Ok(Support::Done)
 }
 
 pub fn drop_all_caches() -> io::Result<&'static str> {
@@ -166,19 +228,29 @@ pub fn thread_usage() -> io::Result<ThreadUsage> {
         }
         ru
     };
+    // XNU's ru_nivcsw is the task's switches minus BSD sleeps: every Mach wait of every
+    // thread (the watchdog's, the ticker's) counts. Count this thread's off-CPU spells
+    // instead (super::OffCpuCounter).
+    thread_local! {
+        static OFF_CPU: std::cell::Cell<super::OffCpuCounter> = Default::default();
+    }
+    let (wall, cpu) = (raw_clock_ns(), super::thread_cpu_ns());
+    let involuntary = OFF_CPU.with(|c| {
+        let mut v = c.get();
+        let n = v.update(wall, cpu);
+        c.set(v);
+        n
+    });
     Ok(ThreadUsage {
         minor_faults: ru.ru_minflt as u64,
         major_faults: ru.ru_majflt as u64,
-        involuntary_switches: ru.ru_nivcsw as u64,
+        involuntary_switches: involuntary,
         per_thread: false,
     })
 }
 
-pub fn die_with_parent() -> Support {
-    Support::Unsupported {
-        reason: "macOS has no parent-death signal; the child watches its pipe from the parent"
-            .into(),
-    }
+pub fn die_with_parent() -> Result<(), &'static str> {
+    Err("macOS has no parent-death signal; the child watches its pipe from the parent")
 }
 
 pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
@@ -212,10 +284,15 @@ pub fn raw_getppid() -> i64 {
     unsafe { libc::getppid() as i64 }
 }
 
+/// XNU's getpid system call number (bsd/kern/syscalls.master).
+const SYS_GETPID: libc::c_int = 20;
+
+/// Through the kernel: libSystem's getpid() returns a pid cached in user space
+/// (Libsyscall custom/__getpid.s), which would time a load, not a system call.
 #[inline(always)]
 pub fn raw_getpid() -> i64 {
-    // SAFETY: getpid takes no arguments and cannot fail.
-    unsafe { libc::getpid() as i64 }
+    // SAFETY: syscall(SYS_getpid) takes no arguments, touches no memory, cannot fail.
+    unsafe { libc::syscall(SYS_GETPID) as i64 }
 }
 
 pub fn dev_major_minor(dev: u64) -> (u64, u64) {
@@ -244,13 +321,27 @@ pub fn fs_kind(path: &Path) -> io::Result<FsKind> {
     Ok(FsKind::Name(String::from_utf8_lossy(&name).into_owned()))
 }
 
-fn sysctl_raw(name: &str) -> Option<Vec<u8>> {
+/// The MIB of a sysctl name.
+fn sysctl_mib(name: &str) -> Option<Vec<libc::c_int>> {
     let c = std::ffi::CString::new(name).ok()?;
+    // XNU's CTL_MAXNAME (sys/sysctl.h); libc does not export it for Apple targets.
+    let mut mib = [0 as libc::c_int; 12];
+    let mut len: libc::size_t = mib.len();
+    // SAFETY: mib is writable for `len` ints; sysctlnametomib writes at most that many.
+    if unsafe { libc::sysctlnametomib(c.as_ptr(), mib.as_mut_ptr(), &mut len) } != 0 {
+        return None;
+    }
+    Some(mib[..len.min(mib.len())].to_vec())
+}
+
+/// sysctl(3) by MIB into a buffer sized by a first call.
+fn sysctl_by_mib(mib: &mut [libc::c_int]) -> Option<Vec<u8>> {
     let mut len: libc::size_t = 0;
     // SAFETY: a null buffer asks for the size only; len is a valid size_t.
     let rc = unsafe {
-        libc::sysctlbyname(
-            c.as_ptr(),
+        libc::sysctl(
+            mib.as_mut_ptr(),
+            mib.len() as libc::c_uint,
             std::ptr::null_mut(),
             &mut len,
             std::ptr::null_mut(),
@@ -261,10 +352,11 @@ fn sysctl_raw(name: &str) -> Option<Vec<u8>> {
         return None;
     }
     let mut buf = vec![0u8; len];
-    // SAFETY: buf is writable for len bytes; sysctlbyname writes at most len and updates it.
+    // SAFETY: buf is writable for len bytes; sysctl writes at most len and updates it.
     let rc = unsafe {
-        libc::sysctlbyname(
-            c.as_ptr(),
+        libc::sysctl(
+            mib.as_mut_ptr(),
+            mib.len() as libc::c_uint,
             buf.as_mut_ptr() as *mut libc::c_void,
             &mut len,
             std::ptr::null_mut(),
@@ -278,12 +370,16 @@ fn sysctl_raw(name: &str) -> Option<Vec<u8>> {
     Some(buf)
 }
 
-pub fn sysctl_string(name: &str) -> Option<String> {
-    super::sysctl_bytes_to_string(&sysctl_raw(name)?)
-}
-
-pub fn sysctl_u64(name: &str) -> Option<u64> {
-    super::sysctl_bytes_to_u64(&sysctl_raw(name)?)
+/// The value, decoded by the OID's declared type: {0, 4, mib...} answers a u32 kind
+/// followed by the NUL-terminated format string (as sysctl(8) asks, XNU kern_newsysctl.c).
+pub fn sysctl_text(name: &str) -> Option<String> {
+    let mut mib = sysctl_mib(name)?;
+    let mut q = vec![0, 4];
+    q.extend_from_slice(&mib);
+    let fmt = sysctl_by_mib(&mut q)?;
+    let kind = u32::from_ne_bytes(fmt.get(..4)?.try_into().ok()?);
+    let f = super::decode_sysctl(&fmt[4..], super::CTLTYPE_STRING, "A").unwrap_or_default();
+    super::decode_sysctl(&sysctl_by_mib(&mut mib)?, kind, &f)
 }
 
 /// macOS's mincore has no rule hiding other users' files.

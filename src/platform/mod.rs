@@ -27,6 +27,8 @@ compile_error!("osmeter supports Linux and macOS only");
 
 /// Name of the system this build targets, for messages and the README's table.
 pub const SYSTEM: &str = imp::SYSTEM;
+/// Whether a datagram ICMP socket's echo replies keep the id sent (so it must be checked).
+pub const ICMP_DGRAM_KEEPS_ID: bool = imp::ICMP_DGRAM_KEEPS_ID;
 /// What `raw_clock_ns` reads, for method texts.
 pub const RAW_CLOCK: &str = imp::RAW_CLOCK;
 
@@ -70,6 +72,16 @@ impl Support {
 /// What pinning this system offers (what `pin_to_cpu` answers when it succeeds).
 pub fn pin_support() -> Pinning {
     imp::pin_support()
+}
+
+/// Why this process must not measure, when it runs translated (Rosetta 2 runs an x86_64
+/// build on Apple silicon: the core-clock chains and every cycle figure would time
+/// translated code). None where it runs natively.
+pub fn translated() -> Option<&'static str> {
+    imp::translated().then_some(
+        "osmeter runs under Rosetta 2 (sysctl.proc_translated = 1): its timings would be of \
+         translated code; run the aarch64-apple-darwin build",
+    )
 }
 
 /// Holds the calling thread on `cpu` as firmly as the system allows.
@@ -192,6 +204,13 @@ pub fn open_uncached(opts: &OpenOptions, path: &Path) -> io::Result<File> {
 
 /// Another descriptor for an open file, possibly with other flags, by path (also works
 /// when the file is already unlinked).
+///
+/// On macOS opening /dev/fd/N is dup(): the new descriptor shares the open file
+/// description, and so F_NOCACHE and F_RDAHEAD, with `file` and every other reopen of it.
+/// The cache mode asked for here is therefore set explicitly (a cached reopen clears
+/// F_NOCACHE) and holds for all of them until the next reopen: callers that alternate
+/// cached and uncached reads reopen before each pass. On Linux /proc/self/fd/N opens a new
+/// description.
 pub fn reopen(file: &File, uncached: bool, write: bool) -> io::Result<File> {
     use std::os::fd::AsRawFd;
     let mut o = OpenOptions::new();
@@ -200,7 +219,9 @@ pub fn reopen(file: &File, uncached: bool, write: bool) -> io::Result<File> {
     if uncached {
         open_uncached(&o, Path::new(&path))
     } else {
-        o.open(path)
+        let f = o.open(path)?;
+        imp::set_cached(&f)?;
+        Ok(f)
     }
 }
 
@@ -221,6 +242,18 @@ pub fn advise(file: &File, access: Access) {
 /// `residency`; `Unsupported` means the next read cannot be called uncached.
 pub fn evict_file(file: &File) -> io::Result<Support> {
     imp::evict_file(file)
+}
+
+/// The windows (offset, length) a file of `len` bytes is mapped in, one at a time, to
+/// evict it by mapping (macOS: mmap MAP_SHARED + msync MS_INVALIDATE, as vmtouch does):
+/// at most `window` bytes each (bounded address space), page-aligned offsets, covering
+/// the file exactly once. Shared so Linux tests it.
+#[cfg_attr(not(target_os = "macos"), allow(dead_code))]
+fn eviction_windows(len: u64, window: u64, page: u64) -> Vec<(u64, u64)> {
+    let window = (window / page).max(1) * page;
+    (0..len.div_ceil(window))
+        .map(|i| (i * window, window.min(len - i * window)))
+        .collect()
 }
 
 /// Drops the whole page cache (root only, and only when the user asked for it).
@@ -277,8 +310,10 @@ pub fn socket_readable(s: &impl std::os::fd::AsRawFd, timeout: std::time::Durati
 pub struct ThreadUsage {
     pub minor_faults: u64,
     pub major_faults: u64,
+    /// This thread's involuntary switches (Linux RUSAGE_THREAD); on macOS the times it
+    /// was off its CPU for more than `OFF_CPU_PREEMPTED_NS` (see `OffCpuCounter`).
     pub involuntary_switches: u64,
-    /// false where only whole-process counters exist (macOS): other threads count too.
+    /// false where only whole-process fault counters exist (macOS): other threads count too.
     pub per_thread: bool,
 }
 
@@ -286,10 +321,39 @@ pub fn thread_usage() -> io::Result<ThreadUsage> {
     imp::thread_usage()
 }
 
+/// Off-CPU time between two reads above which a thread counts as preempted where the
+/// system has no per-thread involuntary-switch counter (macOS: XNU's ru_nivcsw counts
+/// every Mach wait of every thread). A scheduler preemption lasts far longer; clock and
+/// CPU-time granularity (1 us on XNU) far less.
+pub const OFF_CPU_PREEMPTED_NS: u64 = 20_000;
+
+/// Counts preemptions of one thread from (wall, thread CPU time) readings: each reading
+/// after which the thread had been off its CPU for more than `OFF_CPU_PREEMPTED_NS`
+/// since the previous one adds one. Wall minus CPU time only grows while the thread
+/// waits, so a computing thread's count rises exactly when something took its CPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OffCpuCounter {
+    last_off_ns: Option<u64>,
+    count: u64,
+}
+
+impl OffCpuCounter {
+    pub fn update(&mut self, wall_ns: u64, cpu_ns: u64) -> u64 {
+        let off = wall_ns.saturating_sub(cpu_ns);
+        if let Some(last) = self.last_off_ns {
+            if off.saturating_sub(last) > OFF_CPU_PREEMPTED_NS {
+                self.count += 1;
+            }
+        }
+        self.last_off_ns = Some(off);
+        self.count
+    }
+}
+
 /// In a forked child: end when the parent dies (PR_SET_PDEATHSIG on Linux). Elsewhere the
-/// child must watch a pipe from the parent for end of file; `Unsupported` says so.
-/// Async-signal-safe.
-pub fn die_with_parent() -> Support {
+/// child must watch a pipe from the parent for end of file; the error says so.
+/// Async-signal-safe: nothing is allocated, the reason is static.
+pub fn die_with_parent() -> Result<(), &'static str> {
     imp::die_with_parent()
 }
 
@@ -374,30 +438,64 @@ pub fn fs_kind(path: &Path) -> io::Result<FsKind> {
     imp::fs_kind(path)
 }
 
-/// A sysctl string by name (macOS machine facts); None elsewhere or when absent.
-pub fn sysctl_string(name: &str) -> Option<String> {
-    imp::sysctl_string(name)
+/// A sysctl value by name as `sysctl(8)` prints it (decimal integers, text, a loadavg
+/// struct as `{ 1.20 1.31 1.45 }`), decoded by the OID's declared type (macOS machine
+/// facts); None elsewhere, when absent, or of a type osmeter does not read.
+pub fn sysctl_text(name: &str) -> Option<String> {
+    imp::sysctl_text(name)
 }
 
-/// A sysctl integer by name (macOS machine facts); None elsewhere or when absent.
-pub fn sysctl_u64(name: &str) -> Option<u64> {
-    imp::sysctl_u64(name)
-}
+/// XNU's CTLTYPE_* (the low 4 bits of an OID's kind, sys/sysctl.h).
+pub const CTLTYPE_INT: u32 = 2;
+pub const CTLTYPE_STRING: u32 = 3;
+pub const CTLTYPE_QUAD: u32 = 4;
+pub const CTLTYPE_OPAQUE: u32 = 5;
 
-/// A sysctl string value: bytes up to the first NUL, trimmed. Shared so Linux tests it.
+/// Decodes a sysctl value from the raw bytes the kernel returned and the OID's kind and
+/// format string (what `{0, 4, mib...}` answers: "I", "IU", "Q", "QU", "A", "S,loadavg").
+/// Integers are native-endian, 4 bytes for CTLTYPE_INT and 8 for CTLTYPE_QUAD, possibly
+/// several (hw.cacheconfig), printed space-separated. Shared so Linux tests it.
 #[cfg_attr(not(target_os = "macos"), allow(dead_code))]
-fn sysctl_bytes_to_string(b: &[u8]) -> Option<String> {
-    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    let s = String::from_utf8_lossy(&b[..end]).trim().to_string();
-    (!s.is_empty()).then_some(s)
-}
-
-/// A sysctl integer: 4 or 8 bytes in native order (hw.memsize is 8, most hw.* are 4).
-#[cfg_attr(not(target_os = "macos"), allow(dead_code))]
-fn sysctl_bytes_to_u64(b: &[u8]) -> Option<u64> {
-    match b.len() {
-        4 => Some(u32::from_ne_bytes(b.try_into().ok()?) as u64),
-        8 => Some(u64::from_ne_bytes(b.try_into().ok()?)),
+pub fn decode_sysctl(raw: &[u8], kind: u32, fmt: &str) -> Option<String> {
+    let unsigned = fmt.contains('U');
+    let ints = |width: usize| -> Option<String> {
+        if raw.is_empty() || raw.len() % width != 0 {
+            return None;
+        }
+        let v: Vec<String> = raw
+            .chunks_exact(width)
+            .map(|c| match (width, unsigned) {
+                (4, false) => i32::from_ne_bytes(c.try_into().unwrap_or_default()).to_string(),
+                (4, true) => u32::from_ne_bytes(c.try_into().unwrap_or_default()).to_string(),
+                (_, false) => i64::from_ne_bytes(c.try_into().unwrap_or_default()).to_string(),
+                (_, true) => u64::from_ne_bytes(c.try_into().unwrap_or_default()).to_string(),
+            })
+            .collect();
+        Some(v.join(" "))
+    };
+    match kind & 0xf {
+        CTLTYPE_STRING => {
+            let end = raw.iter().position(|&c| c == 0).unwrap_or(raw.len());
+            let s = String::from_utf8_lossy(&raw[..end]).trim().to_string();
+            (!s.is_empty()).then_some(s)
+        }
+        CTLTYPE_INT => ints(4),
+        CTLTYPE_QUAD => ints(8),
+        CTLTYPE_OPAQUE if fmt == "S,loadavg" => {
+            // struct loadavg { fixpt_t ldavg[3]; long fscale; }: 3 u32, padding, i64.
+            let fscale = i64::from_ne_bytes(raw.get(16..24)?.try_into().ok()?);
+            if fscale <= 0 {
+                return None;
+            }
+            let l: Vec<String> = raw[..12]
+                .chunks_exact(4)
+                .map(|c| {
+                    let v = u32::from_ne_bytes(c.try_into().unwrap_or_default());
+                    format!("{:.2}", v as f64 / fscale as f64)
+                })
+                .collect();
+            Some(format!("{{ {} }}", l.join(" ")))
+        }
         _ => None,
     }
 }
@@ -481,18 +579,109 @@ mod tests {
     }
 
     #[test]
-    fn sysctl_values_decode() {
+    fn sysctl_values_decode_as_xnu_returns_them() {
+        // hw.logicalcpu: CTLTYPE_INT "I", 4 bytes. 56 must not read as '8' (byte 0x38).
+        let d = |raw: &[u8], k, f| decode_sysctl(raw, k, f);
+        assert_eq!(d(&56i32.to_ne_bytes(), CTLTYPE_INT, "I"), Some("56".into()));
+        assert_eq!(d(&10i32.to_ne_bytes(), CTLTYPE_INT, "I"), Some("10".into()));
+        // hw.perflevel0.l2cachesize is an INT; 65536 has NUL bytes a string read cut short.
         assert_eq!(
-            sysctl_bytes_to_string(b"Apple M1\0"),
-            Some("Apple M1".into())
+            d(&65536i32.to_ne_bytes(), CTLTYPE_INT, "I"),
+            Some("65536".into())
         );
-        assert_eq!(sysctl_bytes_to_string(b"\0"), None);
-        assert_eq!(sysctl_bytes_to_u64(&64u32.to_ne_bytes()), Some(64));
+        // hw.cachelinesize, hw.l2cachesize, hw.memsize: CTLTYPE_QUAD "Q", 8 bytes.
         assert_eq!(
-            sysctl_bytes_to_u64(&(24u64 << 30).to_ne_bytes()),
-            Some(24 << 30)
+            d(&128i64.to_ne_bytes(), CTLTYPE_QUAD, "Q"),
+            Some("128".into())
         );
-        assert_eq!(sysctl_bytes_to_u64(&[1, 2, 3]), None);
+        assert_eq!(
+            d(&(12u64 << 20).to_ne_bytes(), CTLTYPE_QUAD, "Q"),
+            Some("12582912".into())
+        );
+        assert_eq!(
+            d(&(1u64 << 63).to_ne_bytes(), CTLTYPE_QUAD, "QU"),
+            Some("9223372036854775808".into())
+        );
+        // hw.cacheconfig: an array of quads, printed space-separated as sysctl(8) does.
+        let mut cc = Vec::new();
+        for v in [10u64, 1, 2, 0] {
+            cc.extend_from_slice(&v.to_ne_bytes());
+        }
+        assert_eq!(d(&cc, CTLTYPE_QUAD, "Q"), Some("10 1 2 0".into()));
+        // machdep.cpu.brand_string: CTLTYPE_STRING "A", NUL-terminated.
+        assert_eq!(
+            d(b"Apple M1 Pro\0", CTLTYPE_STRING, "A"),
+            Some("Apple M1 Pro".into())
+        );
+        assert_eq!(d(b"\0", CTLTYPE_STRING, "A"), None);
+        // A size that fits neither width, an unknown kind, a node: nothing.
+        assert_eq!(d(&[1, 2, 3], CTLTYPE_INT, "I"), None);
+        assert_eq!(d(&[1, 2, 3, 4, 5], CTLTYPE_QUAD, "Q"), None);
+        assert_eq!(d(&[], CTLTYPE_INT, "I"), None);
+        assert_eq!(d(&[1, 0, 0, 0], 1, "N"), None);
+        // vm.loadavg: struct loadavg, fscale 2048.
+        let mut la = Vec::new();
+        for v in [2048u32 * 3 / 2, 1024, 2048] {
+            la.extend_from_slice(&v.to_ne_bytes());
+        }
+        la.extend_from_slice(&[0; 4]);
+        la.extend_from_slice(&2048i64.to_ne_bytes());
+        assert_eq!(
+            d(&la, CTLTYPE_OPAQUE, "S,loadavg"),
+            Some("{ 1.50 0.50 1.00 }".into())
+        );
+        assert_eq!(d(&la[..12], CTLTYPE_OPAQUE, "S,loadavg"), None);
+        assert_eq!(d(&la, CTLTYPE_OPAQUE, "S,xsw_usage"), None);
+    }
+
+    #[test]
+    fn eviction_windows_cover_the_file_once() {
+        assert!(eviction_windows(0, 64 << 20, 4096).is_empty());
+        assert_eq!(eviction_windows(1, 64 << 20, 4096), [(0, 1)]);
+        let w = eviction_windows((150 << 20) + 5, 64 << 20, 16384);
+        assert_eq!(
+            w,
+            [
+                (0, 64 << 20),
+                (64 << 20, 64 << 20),
+                (128 << 20, (22 << 20) + 5)
+            ]
+        );
+        // Offsets stay page-aligned when the window is not a page multiple.
+        let w = eviction_windows(100_000, 10_000, 4096);
+        assert!(w.iter().all(|(o, _)| o % 4096 == 0));
+        assert_eq!(w.iter().map(|(_, l)| l).sum::<u64>(), 100_000);
+        assert!(w.windows(2).all(|p| p[0].0 + p[0].1 == p[1].0));
+    }
+
+    #[test]
+    fn off_cpu_time_counts_preemptions() {
+        let mut c = OffCpuCounter::default();
+        // Computing: wall and CPU time advance together (1 us of jitter).
+        assert_eq!(c.update(1_000_000, 400_000), 0);
+        assert_eq!(c.update(1_010_000, 409_000), 0);
+        // A 5 ms preemption between two reads.
+        assert_eq!(c.update(1_020_000 + 5_000_000, 419_000), 1);
+        // Computing again: the count holds.
+        assert_eq!(c.update(6_030_000, 429_000), 1);
+        // Many small gaps never add up to a preemption: each is compared with the last.
+        for i in 1..100u64 {
+            assert_eq!(c.update(6_030_000 + i * 10_000, 429_000 + i * 9_000), 1);
+        }
+        // Live, on a computing thread: no preemption counted over a short busy loop
+        // unless the machine really took the CPU (then wall - CPU grew by > 20 us).
+        let mut live = OffCpuCounter::default();
+        let read = || (raw_clock_ns(), thread_cpu_ns());
+        let (w0, c0) = read();
+        live.update(w0, c0);
+        let mut x = 0u64;
+        for i in 0..100_000u64 {
+            x = std::hint::black_box(x.wrapping_add(i));
+        }
+        let (w1, c1) = read();
+        let n = live.update(w1, c1);
+        let off = (w1 - w0).saturating_sub(c1 - c0);
+        assert_eq!(n, u64::from(off > OFF_CPU_PREEMPTED_NS), "{off} ns off CPU");
     }
 
     #[test]

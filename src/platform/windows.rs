@@ -42,16 +42,23 @@ fn mask_of(cpus: &[usize]) -> io::Result<usize> {
     Ok(mask)
 }
 
+/// How firmly a thread is held on a CPU: an affinity mask is always hard here (the same
+/// name as the Unix layer's answer, which also has Hint and Unsupported).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pinning {
+    Hard,
+}
+
 /// Holds the calling thread on `cpu` (a thread affinity mask: the scheduler never runs
 /// the thread elsewhere, as sched_setaffinity on Linux).
-pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+pub fn pin_to_cpu(cpu: usize) -> io::Result<Pinning> {
     let mask = mask_of(&[cpu])?;
     // SAFETY: the pseudo-handle of the calling thread is always valid; no memory is passed.
     let previous = unsafe { SetThreadAffinityMask(GetCurrentThread(), mask) };
     if previous == 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(())
+    Ok(Pinning::Hard)
 }
 
 /// Lets the process (and so every thread it starts later) run on `cpus`. On Windows a

@@ -6,14 +6,36 @@ use std::time::Duration;
 
 pub struct Timer;
 
+#[cfg(target_arch = "x86_64")]
+const METHOD: &str = "Many empty regions between the start sequence (CPUID; RDTSC on x86-64) and the stop sequence (RDTSCP; CPUID); \
+     the ticks each empty region reports are what every measurement carries and has subtracted. Separately, the \
+     wall-clock cost of a whole start+stop pair including the serialising instructions, timed over a calibrated \
+     number of back-to-back pairs.";
+#[cfg(target_arch = "aarch64")]
+const METHOD: &str = "Many empty regions between two reads of the generic timer (ISB; MRS CNTVCT_EL0; ISB); the ticks \
+     each empty region reports are what every measurement carries and has subtracted. Where one tick is 2 ns or longer \
+     (24 MHz on Apple silicon, 25 MHz on Ampere Altra) a region reads 0 or 1 tick, so the figure is the mean of the \
+     quantised reads (unbiased), or \"below the counter's resolution\" when none spans a tick. Separately, the wall-clock \
+     cost of a whole read pair including the barriers, timed over a calibrated number of back-to-back pairs.";
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const METHOD: &str = "Many empty regions between two reads of CLOCK_MONOTONIC_RAW; the ticks each empty region reports \
+     are what every measurement carries and has subtracted. Separately, the wall-clock cost of a whole read pair, timed \
+     over a calibrated number of back-to-back pairs.";
+
+/// Why a pair costs more wall time than lands inside a region, per architecture.
+#[cfg(target_arch = "x86_64")]
+const EXPENSIVE: &str =
+    "the serialising instructions are expensive here (CPUID traps to the hypervisor in VMs)";
+#[cfg(target_arch = "aarch64")]
+const EXPENSIVE: &str = "the ISB barriers around each counter read drain the pipeline";
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const EXPENSIVE: &str = "the clock reads cost more than the interval they bracket";
+
 const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
     id: "cpu.timer",
     title: "Timestamp read cost",
     description: "cost of one serialised timestamp read pair (inside the region, and in wall time)",
-    method: "Many empty regions between the start sequence (CPUID; RDTSC on x86-64) and the stop sequence (RDTSCP; CPUID); \
-        the ticks each empty region reports are what every measurement carries and has subtracted. Separately, the \
-        wall-clock cost of a whole start+stop pair including the serialising instructions, timed over a calibrated \
-        number of back-to-back pairs.",
+    method: METHOD,
     needs: crate::experiments::Needs::NONE,
 };
 
@@ -39,12 +61,17 @@ impl Experiment for Timer {
                 .into(),
         );
         let c = ctx.clock;
-        // Empty regions, in batches: each batch's median is one trial.
+        // On a coarse counter (24 MHz on Apple silicon: 41.7 ns a tick) an empty region
+        // reads 0 or 1 tick: the mean of the reads is the figure (clock::region_ticks).
+        let coarse = crate::clock::is_coarse(c);
+        // Empty regions, in batches: each batch's typical region is one trial.
         let n_trials = ctx.profile.harness().trials;
         let deadline = crate::clock::Deadline::after(c, ctx.budget / 2);
         let mut trials = Vec::new();
         let mut all_positive = true;
+        let mut advanced = true;
         for _ in 0..n_trials {
+            let first = c.now();
             let mut v: Vec<u64> = (0..1000)
                 .map(|_| {
                     let a = c.start();
@@ -52,24 +79,54 @@ impl Experiment for Timer {
                     b.wrapping_sub(a)
                 })
                 .collect();
-            v.sort_unstable();
+            advanced &= c.now() > first;
+            let ticks = crate::clock::region_ticks(&mut v, coarse);
             all_positive &= v[0] > 0 || c.name() == "monotonic_raw";
-            trials.push(c.ticks_to_ns(v[v.len() / 2] as f64));
+            trials.push(c.ticks_to_ns(ticks));
             if deadline.passed() {
                 break;
             }
         }
-        out.metric(
-            "read_pair",
-            "ns",
-            "ticks inside an empty start/stop region (median of 1000 per trial)",
-            trials,
-        );
-        out.check(Check::sanity(
-            "counter advances",
-            all_positive,
-            "every batch had a non-zero minimum region",
-        ));
+        let below = coarse && trials.iter().all(|&t| t == 0.0);
+        if below {
+            out.notes.push(format!(
+                "read_pair: below the counter's resolution ({}): no empty region of {} batches of 1000 \
+                 spanned a tick, so the counter cannot say what it costs",
+                crate::clock::tick_text(c),
+                trials.len()
+            ));
+        } else if coarse {
+            out.metric(
+                "read_pair",
+                "ns",
+                &format!(
+                    "ticks inside an empty start/stop region (mean of 1000 per trial: the counter is coarse, {}, \
+                     and the mean of quantised reads is unbiased)",
+                    crate::clock::tick_text(c)
+                ),
+                trials,
+            );
+        } else {
+            out.metric(
+                "read_pair",
+                "ns",
+                "ticks inside an empty start/stop region (median of 1000 per trial)",
+                trials,
+            );
+        }
+        if coarse {
+            out.check(Check::sanity(
+                "counter advances",
+                advanced,
+                "the counter moved across every batch of 1000 regions (a coarse counter's single region may read 0)",
+            ));
+        } else {
+            out.check(Check::sanity(
+                "counter advances",
+                all_positive,
+                "every batch had a non-zero minimum region",
+            ));
+        }
 
         let h = ctx.cpu_harness(2);
         let m = h.measure_raw(1.0, |n| {
@@ -84,20 +141,100 @@ impl Experiment for Timer {
             "wall time of one whole start+stop pair, serialising instructions included",
             &m,
         );
-        let region = out.metrics[0].summary.median;
-        let wall = out.metrics[1].summary.median;
-        if wall > 5.0 * region {
-            out.finding(
-                format!(
-                    "A fenced timestamp pair takes {} of wall time but only {} of it lands inside a measurement: \
-                     the serialising instructions are expensive here (CPUID traps to the hypervisor in VMs), so \
-                     trials must be long, as the harness ensures.",
-                    crate::units::fmt_ns(wall),
-                    crate::units::fmt_ns(region)
-                ),
-                &["read_pair", "fenced_pair_wall"],
-            );
+        let median = |name: &str| {
+            out.metrics
+                .iter()
+                .find(|m| m.name == name)
+                .map(|m| m.summary.median)
+        };
+        if let (Some(region), Some(wall)) = (median("read_pair"), median("fenced_pair_wall")) {
+            if wall > 5.0 * region {
+                out.finding(
+                    format!(
+                        "A fenced timestamp pair takes {} of wall time but only {} of it lands inside a \
+                         measurement: {}, so trials must be long, as the harness ensures.",
+                        crate::units::fmt_ns(wall),
+                        crate::units::fmt_ns(region),
+                        EXPENSIVE
+                    ),
+                    &["read_pair", "fenced_pair_wall"],
+                );
+            }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{Clock, CoarseClock};
+
+    /// cpu.timer through a fake 24 MHz counter: the read pair is the truth within a few
+    /// percent (or below resolution), never 0 or a whole tick by quantisation.
+    #[test]
+    fn a_24_mhz_counter_gives_the_true_read_pair() {
+        let clock = CoarseClock::new(24e6);
+        let machine = crate::machine::Machine::default();
+        let options = crate::experiments::RunOptions::default();
+        let scratch = std::sync::OnceLock::new();
+        let ctx = Context {
+            profile: Profile::Smoke,
+            machine: &machine,
+            clock: &clock,
+            cpu: 0,
+            budget: Duration::from_millis(300),
+            earlier: &Vec::<crate::results::ExperimentResult>::new(),
+            options: &options,
+            loop_ticks: 0.0,
+            progress: &|_| {},
+            scratch_cell: &scratch,
+        };
+        // The truth: the same empty region through the same code path, on the same clock
+        // read at full resolution (1 tick = 1 ns), by the same estimator, before and after.
+        let fine = CoarseClock::new(1e9);
+        let truth = || {
+            let c: &dyn Clock = &fine;
+            let mut v: Vec<u64> = (0..20_000)
+                .map(|_| {
+                    let a = c.start();
+                    let b = c.stop();
+                    b - a
+                })
+                .collect();
+            v.sort_unstable();
+            let med = v[v.len() / 2];
+            let kept: Vec<u64> = v.into_iter().filter(|&x| x <= med + 84).collect();
+            kept.iter().sum::<u64>() as f64 / kept.len() as f64
+        };
+        let t0 = truth();
+        let out = Timer.run(&ctx).unwrap();
+        let t1 = truth();
+        let m = out.metrics.iter().find(|m| m.name == "read_pair");
+        match m {
+            Some(m) => {
+                let got = m.summary.median;
+                let (lo, hi) = (t0.min(t1), t0.max(t1));
+                assert!(
+                    got > 0.0 && got >= lo * 0.93 && got <= hi * 1.07,
+                    "read_pair {got} ns against {t0}-{t1} ns (one tick = {} ns)",
+                    clock.ticks_to_ns(1.0)
+                );
+                assert!(m.description.contains("mean"), "{}", m.description);
+            }
+            None => assert!(
+                out.notes
+                    .iter()
+                    .any(|n| n.contains("below the counter's resolution")
+                        && n.contains("one tick = 41.7 ns")),
+                "{:?}",
+                out.notes
+            ),
+        }
+        assert!(out.checks.iter().all(|c| c.passed), "{:?}", out.checks);
+        assert!(out
+            .findings
+            .iter()
+            .all(|f| !f.text.contains("CPUID") || cfg!(target_arch = "x86_64")));
     }
 }

@@ -127,29 +127,88 @@ impl Pinger {
                     _ => Err(e),
                 };
             }
-            let msg = &buf[..n as usize];
-            // Raw sockets deliver the IP header too (and, on loopback, our own request).
-            let icmp = if self.raw {
-                let ihl = (msg.first().copied().unwrap_or(0) & 0x0f) as usize * 4;
-                msg.get(ihl..).unwrap_or(&[])
-            } else {
-                msg
-            };
-            if icmp.len() < 8 || icmp[0] != 0 {
-                continue;
-            }
-            // The kernel rewrites the id of SOCK_DGRAM pings and filters replies itself.
-            let id_ok = !self.raw || icmp[4..6] == self.id.to_be_bytes();
-            if id_ok && icmp[6..8] == seq.to_be_bytes() {
+            if is_echo_reply(&buf[..n as usize], self.id, seq, self.check_id()) {
                 return Ok(true);
             }
         }
     }
 }
 
+impl Pinger {
+    /// Whether replies carry our echo id: raw sockets see every echo; Linux rewrites the
+    /// id of SOCK_DGRAM pings to the socket's port and filters replies itself; Darwin
+    /// does neither (`platform::ICMP_DGRAM_KEEPS_ID`).
+    fn check_id(&self) -> bool {
+        self.raw || crate::platform::ICMP_DGRAM_KEEPS_ID
+    }
+}
+
+/// Whether a received datagram is the echo reply to (id, seq). Raw sockets, and Darwin's
+/// datagram ICMP sockets unless IP_STRIPHDR is set, deliver the IPv4 header first (its
+/// first nibble is 4: no ICMP echo reply starts so); Linux's datagram sockets do not.
+/// Our own requests (type 8) seen on loopback are not replies.
+pub fn is_echo_reply(msg: &[u8], id: u16, seq: u16, check_id: bool) -> bool {
+    let icmp = match msg.first() {
+        Some(b) if b >> 4 == 4 => {
+            let ihl = (b & 0x0f) as usize * 4;
+            if ihl < 20 {
+                return false;
+            }
+            msg.get(ihl..).unwrap_or(&[])
+        }
+        _ => msg,
+    };
+    icmp.len() >= 8
+        && icmp[0] == 0
+        && (!check_id || icmp[4..6] == id.to_be_bytes())
+        && icmp[6..8] == seq.to_be_bytes()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn reply(id: u16, seq: u16) -> Vec<u8> {
+        let mut p = vec![0u8, 0, 0, 0];
+        p.extend_from_slice(&id.to_be_bytes());
+        p.extend_from_slice(&seq.to_be_bytes());
+        p.extend_from_slice(b"osmeter!");
+        p
+    }
+
+    fn with_ip_header(icmp: &[u8], ihl_words: u8) -> Vec<u8> {
+        let mut p = vec![0u8; ihl_words as usize * 4];
+        p[0] = 0x40 | ihl_words;
+        p[9] = 1; // protocol ICMP
+        p.extend_from_slice(icmp);
+        p
+    }
+
+    #[test]
+    fn echo_replies_with_and_without_an_ip_header() {
+        let r = reply(0x1234, 7);
+        // Linux SOCK_DGRAM: bare ICMP, id rewritten by the kernel (not checked).
+        assert!(is_echo_reply(&r, 0x9999, 7, false));
+        assert!(!is_echo_reply(&r, 0x9999, 8, false));
+        // Darwin SOCK_DGRAM and raw sockets: the IP header first, the id ours.
+        let h = with_ip_header(&r, 5);
+        assert!(is_echo_reply(&h, 0x1234, 7, true));
+        assert!(
+            !is_echo_reply(&h, 0x4321, 7, true),
+            "another process's echo"
+        );
+        assert!(
+            is_echo_reply(&with_ip_header(&r, 6), 0x1234, 7, true),
+            "IP options"
+        );
+        // Our own request on loopback, a truncated reply, a bogus header length.
+        let mut req = r.clone();
+        req[0] = 8;
+        assert!(!is_echo_reply(&with_ip_header(&req, 5), 0x1234, 7, true));
+        assert!(!is_echo_reply(&h[..24], 0x1234, 7, true));
+        assert!(!is_echo_reply(&with_ip_header(&r, 2), 0x1234, 7, true));
+        assert!(!is_echo_reply(&[], 0, 0, false));
+    }
 
     #[test]
     fn checksum_of_a_known_packet() {

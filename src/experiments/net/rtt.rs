@@ -312,6 +312,10 @@ fn icmp_echo(
     let mut warm = Vec::new();
     for _ in 0..warmup(ctx.profile).min(100) {
         once(&mut warm).map_err(|e| format!("ICMP echo failed: {e}"))?;
+        // Three timeouts in a row: stop waiting (each costs the 500 ms receive timeout).
+        if warm.len() >= 3 && warm[warm.len() - 3..].iter().all(|&l| l) {
+            break;
+        }
     }
     if warm.iter().all(|&l| l) {
         return Err(format!(
@@ -412,7 +416,13 @@ impl Experiment for Rtt {
             out.notes.push(format!("loopback peer process id {pid}"));
         }
         // Pinned figures only on loopback: a remote peer's CPUs are not this machine's.
+        let pin = crate::platform::pin_support();
         let plans = if t.remote() {
+            vec![]
+        } else if let Some(why) = pin.reason() {
+            out.notes.push(format!(
+                "no pinned TCP figures: they need client and peer held on chosen CPUs, and {why}"
+            ));
             vec![]
         } else {
             ctx.machine
