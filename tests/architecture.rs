@@ -786,10 +786,7 @@ fn real_tree_reads() {
     }
 }
 
-// un-ignore once issue 19's moves land (clock <-> harness, facts <-> topology, and
-// results -> sentinel -> experiments::memory -> results are cycles on main today).
 #[test]
-#[ignore]
 fn no_import_cycles() {
     let g = real_graph();
     let found = cycles(&g);
@@ -800,9 +797,7 @@ fn no_import_cycles() {
     );
 }
 
-// un-ignore once issue 19's moves land (results/ and commands/ are being built).
 #[test]
-#[ignore]
 fn layering_rules_hold() {
     let g = real_graph();
     let (bad, stale) = violations(&g, RULES, ALLOWED_UPWARD);
