@@ -311,6 +311,7 @@ pub fn gather(root: &FactRoot) -> (Cpu, Topology) {
 /// Caches from macOS sysctl values (hw.l1dcachesize, hw.l1icachesize, hw.l2cachesize,
 /// hw.l3cachesize, hw.cachelinesize, hw.perflevel0.cpusperl2/l3); `get` looks a name up.
 /// Shared with Linux so its tests run here.
+#[allow(dead_code)] // macOS's live cache parser once branch mac lands (issue 19: one parser)
 pub fn caches_from_sysctl(get: &dyn Fn(&str) -> Option<u64>, logical: usize) -> Vec<Cache> {
     let line = get("hw.cachelinesize").unwrap_or(0);
     let logical = logical.max(1);

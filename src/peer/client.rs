@@ -51,7 +51,7 @@ impl std::fmt::Display for PeerError {
 impl std::error::Error for PeerError {}
 
 /// Splits `HOST[:PORT]` (IPv6 as `[ADDR]:PORT` or a bare address) without resolving it.
-pub fn parse_peer(spec: &str) -> Result<(String, u16), PeerError> {
+pub(crate) fn parse_peer(spec: &str) -> Result<(String, u16), PeerError> {
     let bad = |why: &str| PeerError::BadAddress(format!("bad --peer '{spec}': {why}"));
     let s = spec.trim();
     if s.is_empty() {
@@ -87,7 +87,7 @@ pub fn parse_peer(spec: &str) -> Result<(String, u16), PeerError> {
 }
 
 /// Parses and resolves `HOST[:PORT]`, preferring IPv4 (the ICMP comparison is IPv4 only).
-pub fn resolve_peer(spec: &str) -> Result<SocketAddr, PeerError> {
+pub(crate) fn resolve_peer(spec: &str) -> Result<SocketAddr, PeerError> {
     let (host, port) = parse_peer(spec)?;
     let bad = |why: &str| PeerError::BadAddress(format!("bad --peer '{spec}': {why}"));
     let addrs: Vec<SocketAddr> = (host.as_str(), port)
@@ -245,7 +245,7 @@ impl Session {
     }
 
     /// `wait` covers draining what is still queued on a slow link.
-    pub fn finish_sink(mut self, wait: Duration) -> Result<p::SinkReport, PeerError> {
+    pub(crate) fn finish_sink(mut self, wait: Duration) -> Result<p::SinkReport, PeerError> {
         let payload = self.finish("sink report", wait)?;
         p::SinkReport::decode(&payload).map_err(|e| self.broken(e))
     }

@@ -6,9 +6,8 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
+#[cfg(test)]
 pub const SYSTEM: &str = "Linux";
-pub const RAW_CLOCK: &str = "CLOCK_MONOTONIC_RAW";
-
 pub type Mask = libc::cpu_set_t;
 
 pub fn pin_support() -> Pinning {

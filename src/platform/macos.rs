@@ -8,9 +8,8 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
+#[cfg(test)]
 pub const SYSTEM: &str = "macOS";
-pub const RAW_CLOCK: &str = "mach_absolute_time";
-
 const NO_PINNING: &str = "macOS offers no CPU pinning; the scheduler places threads";
 
 /// Nothing to prepare: macOS cannot pin.
