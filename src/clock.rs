@@ -423,6 +423,7 @@ pub struct CoreClock {
 /// Cycles per link of each chain. A register-register add and a 64-bit imul take 1 and 3
 /// cycles on every x86-64 core since Nehalem and Zen; AArch64 adds take 1.
 pub(crate) const ADD_LATENCY: f64 = 1.0;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // the imul chain is x86-64 only
 pub(crate) const IMUL_LATENCY: f64 = 3.0;
 const LINKS_PER_ITER: u64 = 100;
 

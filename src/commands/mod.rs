@@ -32,7 +32,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[cfg(windows)]
-pub(crate) use serve_only::main;
+pub use serve_only::main;
 
 #[cfg(unix)]
 #[derive(Parser)]

@@ -428,6 +428,7 @@ impl SinkReport {
         }
         v
     }
+    #[cfg_attr(windows, allow(dead_code))] // used by the Unix build only
     pub(crate) fn decode(p: &[u8]) -> Result<SinkReport, FrameError> {
         let mut c = Cursor::new(p, "sink report");
         let bytes = c.u64()?;

@@ -58,8 +58,11 @@ impl Pinning {
 /// Whether an optional operation was done.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Support {
+    #[cfg_attr(target_os = "macos", allow(dead_code))] // macOS can do none of them
     Done,
-    Unsupported { reason: String },
+    Unsupported {
+        reason: String,
+    },
 }
 
 /// What pinning this system offers (what `pin_to_cpu` answers when it succeeds).
@@ -342,6 +345,7 @@ pub(crate) fn dev_major_minor(dev: u64) -> (u64, u64) {
 /// File system of a path: Linux gives statfs's magic number, macOS its type name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum FsKind {
+    #[cfg_attr(target_os = "macos", allow(dead_code))] // statfs gives a number on Linux only
     Magic(u64),
     #[cfg_attr(not(target_os = "macos"), allow(dead_code))] // statfs names it on macOS only
     Name(String),
