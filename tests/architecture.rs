@@ -800,9 +800,7 @@ fn no_import_cycles() {
     );
 }
 
-// un-ignore once issue 19's moves land (results/ and commands/ are being built).
 #[test]
-#[ignore]
 fn layering_rules_hold() {
     let g = real_graph();
     let (bad, stale) = violations(&g, RULES, ALLOWED_UPWARD);
