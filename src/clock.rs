@@ -53,7 +53,7 @@ pub struct ClockInfo {
 
 /// The system's raw monotonic clock in nanoseconds (CLOCK_MONOTONIC_RAW on Linux,
 /// mach_absolute_time on macOS).
-pub fn monotonic_raw_ns() -> u64 {
+pub(crate) fn monotonic_raw_ns() -> u64 {
     crate::platform::raw_clock_ns()
 }
 
@@ -63,10 +63,10 @@ pub fn monotonic_raw_ns() -> u64 {
 mod arch {
     use core::arch::x86_64::{__cpuid, __cpuid_count, __rdtscp, _rdtsc};
 
-    pub const NAME: &str = "tsc";
+    pub(crate) const NAME: &str = "tsc";
 
     #[inline(always)]
-    pub fn start() -> u64 {
+    pub(crate) fn start() -> u64 {
         // SAFETY: CPUID and RDTSC exist on every x86-64 CPU and touch no memory.
         unsafe {
             __cpuid(0);
@@ -75,13 +75,13 @@ mod arch {
     }
 
     #[inline(always)]
-    pub fn now() -> u64 {
+    pub(crate) fn now() -> u64 {
         // SAFETY: RDTSC exists on every x86-64 CPU and touches no memory.
         unsafe { _rdtsc() }
     }
 
     #[inline(always)]
-    pub fn stop() -> u64 {
+    pub(crate) fn stop() -> u64 {
         let mut aux = 0u32;
         // SAFETY: RDTSCP writes only to `aux`, a local; CPUID touches no memory. RDTSCP is
         // checked for at start-up (`available`) before this clock is chosen.
@@ -92,7 +92,7 @@ mod arch {
         }
     }
 
-    pub fn available() -> bool {
+    pub(crate) fn available() -> bool {
         // SAFETY: CPUID is always available on x86-64.
         let ext = unsafe { __cpuid(0x8000_0000) };
         if ext.eax < 0x8000_0001 {
@@ -104,7 +104,7 @@ mod arch {
     }
 
     /// Invariant TSC bit (CPUID 0x80000007 EDX bit 8).
-    pub fn invariant() -> Option<bool> {
+    pub(crate) fn invariant() -> Option<bool> {
         // SAFETY: CPUID is always available on x86-64; leaves are range-checked.
         unsafe {
             if __cpuid(0x8000_0000).eax < 0x8000_0007 {
@@ -116,7 +116,7 @@ mod arch {
 
     /// Nominal frequency from CPUID: leaf 0x15 (crystal ratio), 0x16 (base MHz) or the
     /// hypervisor timing leaf 0x40000010 (kHz).
-    pub fn nominal_hz() -> Option<(f64, String)> {
+    pub(crate) fn nominal_hz() -> Option<(f64, String)> {
         // SAFETY: CPUID is always available; every leaf is range-checked before use.
         unsafe {
             let max = __cpuid(0).eax;
@@ -151,7 +151,7 @@ mod arch {
 
 #[cfg(target_arch = "aarch64")]
 mod arch {
-    pub const NAME: &str = "cntvct";
+    pub(crate) const NAME: &str = "cntvct";
 
     #[inline(always)]
     fn read() -> u64 {
@@ -164,25 +164,25 @@ mod arch {
         v
     }
     #[inline(always)]
-    pub fn start() -> u64 {
+    pub(crate) fn start() -> u64 {
         read()
     }
     #[inline(always)]
-    pub fn stop() -> u64 {
+    pub(crate) fn stop() -> u64 {
         read()
     }
     #[inline(always)]
-    pub fn now() -> u64 {
+    pub(crate) fn now() -> u64 {
         read()
     }
-    pub fn available() -> bool {
+    pub(crate) fn available() -> bool {
         true
     }
-    pub fn invariant() -> Option<bool> {
+    pub(crate) fn invariant() -> Option<bool> {
         // The generic timer runs at a fixed frequency by architecture.
         Some(true)
     }
-    pub fn nominal_hz() -> Option<(f64, String)> {
+    pub(crate) fn nominal_hz() -> Option<(f64, String)> {
         let f: u64;
         // SAFETY: CNTFRQ_EL0 is readable from EL0; it only reads a system register.
         unsafe { core::arch::asm!("mrs {f}, cntfrq_el0", f = out(reg) f, options(nostack, nomem)) };
@@ -192,30 +192,30 @@ mod arch {
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 mod arch {
-    pub const NAME: &str = "monotonic_raw";
-    pub fn start() -> u64 {
+    pub(crate) const NAME: &str = "monotonic_raw";
+    pub(crate) fn start() -> u64 {
         super::monotonic_raw_ns()
     }
-    pub fn stop() -> u64 {
+    pub(crate) fn stop() -> u64 {
         super::monotonic_raw_ns()
     }
-    pub fn now() -> u64 {
+    pub(crate) fn now() -> u64 {
         super::monotonic_raw_ns()
     }
-    pub fn available() -> bool {
+    pub(crate) fn available() -> bool {
         false
     }
-    pub fn invariant() -> Option<bool> {
+    pub(crate) fn invariant() -> Option<bool> {
         Some(true)
     }
-    pub fn nominal_hz() -> Option<(f64, String)> {
+    pub(crate) fn nominal_hz() -> Option<(f64, String)> {
         Some((1e9, "nanoseconds".into()))
     }
 }
 
 /// The hardware counter (TSC or CNTVCT), or CLOCK_MONOTONIC_RAW where there is none.
 #[derive(Debug, Clone)]
-pub struct HwClock {
+pub(crate) struct HwClock {
     use_counter: bool,
     ticks_per_ns: f64,
     overhead: f64,
@@ -264,24 +264,24 @@ impl Clock for HwClock {
 /// One timed span of microseconds or more (a whole read, a fill, a stream), through the
 /// run's clock. Unserialised reads: at this length the fences would only add cost.
 #[derive(Clone, Copy)]
-pub struct Stopwatch<'a> {
+pub(crate) struct Stopwatch<'a> {
     clock: &'a dyn Clock,
     t0: u64,
 }
 
 impl<'a> Stopwatch<'a> {
-    pub fn start(clock: &'a dyn Clock) -> Self {
+    pub(crate) fn start(clock: &'a dyn Clock) -> Self {
         Stopwatch {
             clock,
             t0: clock.now(),
         }
     }
     /// Nanoseconds since `start`.
-    pub fn elapsed_ns(&self) -> f64 {
+    pub(crate) fn elapsed_ns(&self) -> f64 {
         self.clock
             .ticks_to_ns(self.clock.now().saturating_sub(self.t0) as f64)
     }
-    pub fn elapsed(&self) -> Duration {
+    pub(crate) fn elapsed(&self) -> Duration {
         Duration::from_nanos(self.elapsed_ns() as u64)
     }
 }
@@ -289,24 +289,24 @@ impl<'a> Stopwatch<'a> {
 /// A point in time on the run's clock: budgets, warm-up limits and stream lengths are
 /// deadlines on the same clock the measurements use, so a `MockClock` drives them too.
 #[derive(Clone, Copy)]
-pub struct Deadline<'a> {
+pub(crate) struct Deadline<'a> {
     clock: &'a dyn Clock,
     end: u64,
 }
 
 impl<'a> Deadline<'a> {
-    pub fn after(clock: &'a dyn Clock, d: Duration) -> Self {
+    pub(crate) fn after(clock: &'a dyn Clock, d: Duration) -> Self {
         let ticks = clock.ns_to_ticks(d.as_nanos() as f64);
         Deadline {
             clock,
             end: clock.now().saturating_add(ticks as u64),
         }
     }
-    pub fn passed(&self) -> bool {
+    pub(crate) fn passed(&self) -> bool {
         self.clock.now() >= self.end
     }
     /// Time left (zero once passed).
-    pub fn remaining(&self) -> Duration {
+    pub(crate) fn remaining(&self) -> Duration {
         let left = self.end.saturating_sub(self.clock.now()) as f64;
         Duration::from_nanos(self.clock.ticks_to_ns(left) as u64)
     }
@@ -416,7 +416,7 @@ fn measure_overhead<C: Clock + ?Sized>(c: &C, coarse: bool) -> (f64, f64) {
 /// Builds the best clock the platform offers and describes it. `cpuinfo_invariant` is the
 /// operating system's word on the counter's invariance (`machine::cpu::tsc_invariant_flags`
 /// on Linux x86), used where the CPU itself does not say.
-pub fn detect(cpuinfo_invariant: Option<bool>) -> (HwClock, ClockInfo) {
+pub(crate) fn detect(cpuinfo_invariant: Option<bool>) -> (HwClock, ClockInfo) {
     let mut warnings = Vec::new();
     let use_counter = arch::available() && std::env::var_os("OSMETER_CLOCK_FALLBACK").is_none();
     let (hz, source, calibrated, invariant) = if use_counter {
@@ -489,13 +489,14 @@ pub struct CoreClock {
 
 /// Cycles per link of each chain. A register-register add and a 64-bit imul take 1 and 3
 /// cycles on every x86-64 core since Nehalem and Zen; AArch64 adds take 1.
-pub const ADD_LATENCY: f64 = 1.0;
-pub const IMUL_LATENCY: f64 = 3.0;
+pub(crate) const ADD_LATENCY: f64 = 1.0;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // the imul chain is x86-64 only
+pub(crate) const IMUL_LATENCY: f64 = 3.0;
 const LINKS_PER_ITER: u64 = 100;
 
 /// Core clock from the fastest of `windows` timed windows, each `links` dependent links of
 /// `latency` cycles: the fastest is the one least disturbed by preemption or interrupts.
-pub fn core_hz_from_windows(
+pub(crate) fn core_hz_from_windows(
     links: u64,
     latency: f64,
     windows: usize,
@@ -512,7 +513,7 @@ pub fn core_hz_from_windows(
 impl CoreClock {
     /// What is wrong with the estimate: above the hardware's maximum (cpufreq
     /// cpuinfo_max_freq, when known) or the two chains disagree.
-    pub fn warnings(&self, max_hz: Option<f64>) -> Vec<String> {
+    pub(crate) fn warnings(&self, max_hz: Option<f64>) -> Vec<String> {
         let mut w = Vec::new();
         // 3% covers timing noise at the window level; a real boost state is in max_freq.
         if let Some(max) = max_hz.filter(|m| *m > 0.0) {
@@ -672,11 +673,11 @@ impl MockClock {
             overhead,
         }
     }
-    pub fn advance(&self, ticks: u64) {
+    pub(crate) fn advance(&self, ticks: u64) {
         self.now
             .fetch_add(ticks, std::sync::atomic::Ordering::SeqCst);
     }
-    pub fn now(&self) -> u64 {
+    pub(crate) fn now(&self) -> u64 {
         self.now.load(std::sync::atomic::Ordering::SeqCst)
     }
 }

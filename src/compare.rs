@@ -149,20 +149,6 @@ pub struct Comparison {
     pub significant: usize,
 }
 
-/// Whether b's trials differ from a's beyond the within-run noise (per-trial rule).
-pub fn significant(a: &Summary, b: &Summary, min_rel_diff: f64) -> bool {
-    if !(a.median.is_finite() && b.median.is_finite()) || a.median == 0.0 {
-        return false;
-    }
-    if a.n < MIN_TRIALS || b.n < MIN_TRIALS {
-        return false;
-    }
-    let rel = (b.median - a.median).abs() / a.median.abs();
-    let spread = a.cov.max(b.cov);
-    let spread = if spread.is_finite() { spread } else { 0.0 };
-    !a.overlaps(b) && rel >= min_rel_diff && rel > spread
-}
-
 /// The run-to-run noise of a metric: log medians of earlier runs (history) and the
 /// repetitions within the two runs; the estimate with more degrees of freedom is used.
 fn run_to_run(a: &Metric, b: &Metric, history: &[f64]) -> Noise {
@@ -322,6 +308,7 @@ fn within(
 }
 
 /// Compares labelled runs; the first is the baseline. Within-run noise only.
+#[cfg(test)]
 pub fn compare(runs: &[(String, RunResults)], min_rel_diff: f64) -> Comparison {
     compare_with_history(runs, min_rel_diff, &[])
 }
@@ -604,39 +591,6 @@ mod tests {
     use super::*;
     use crate::results::{BeforeAfter, Metric, MetricKind, Reading, Tool};
 
-    fn sum(median: f64, lo: f64, hi: f64) -> Summary {
-        let mut s = Summary::of(&[median]).unwrap();
-        s.ci95 = [lo, hi];
-        s.n = 10;
-        s.cov = 0.01;
-        s
-    }
-
-    #[test]
-    fn the_rule() {
-        let a = sum(100.0, 98.0, 102.0);
-        assert!(!significant(&a, &a, MIN_REL_DIFF));
-        // Non-overlapping but tiny: not significant.
-        assert!(!significant(&a, &sum(103.0, 102.5, 103.5), MIN_REL_DIFF));
-        // Large but overlapping: not significant.
-        assert!(!significant(&a, &sum(120.0, 90.0, 150.0), MIN_REL_DIFF));
-        assert!(significant(&a, &sum(120.0, 118.0, 122.0), MIN_REL_DIFF));
-        assert!(significant(&a, &sum(80.0, 78.0, 82.0), MIN_REL_DIFF));
-        assert!(!significant(
-            &sum(0.0, 0.0, 0.0),
-            &sum(1.0, 1.0, 1.0),
-            MIN_REL_DIFF
-        ));
-        // A single value has no noise estimate.
-        let mut one = sum(200.0, 200.0, 200.0);
-        one.n = 1;
-        assert!(!significant(&a, &one, MIN_REL_DIFF));
-        // A shift within the spread of single trials is noise.
-        let mut wide = sum(120.0, 119.0, 121.0);
-        wide.cov = 0.3;
-        assert!(!significant(&a, &wide, MIN_REL_DIFF));
-    }
-
     use crate::stats::test_rng::Lcg;
 
     trait Latency {
@@ -735,9 +689,6 @@ mod tests {
             v.shift_ci95[0] > 0.0 && v.shift > 60.0 && v.shift < 140.0,
             "{v:?}"
         );
-        // The old rule misses it.
-        let b = per_op(2, 10_000, 1100.0);
-        assert!(!significant(&a.summary, &b.summary, MIN_REL_DIFF));
         // A 50% shift of a smaller sample too.
         let c = pair(
             run(vec![per_op(3, 500, 100.0)], None),

@@ -66,11 +66,13 @@ impl Error {
 }
 
 /// `Err(Error::Usage)`, for early returns.
+#[cfg_attr(windows, allow(dead_code))] // used by the Unix build only
 pub fn usage<T>(msg: impl Into<String>) -> Result<T> {
     Err(Error::usage(msg))
 }
 
 /// `Err(Error::Runtime)`, for early returns.
+#[cfg_attr(windows, allow(dead_code))] // used by the Unix build only
 pub fn runtime<T>(msg: impl std::fmt::Display) -> Result<T> {
     Err(Error::runtime(msg))
 }
@@ -85,6 +87,7 @@ pub fn exit(r: Result<()>) -> ExitCode {
 
 /// An OS error on `path` as one line of the right class: a missing file is bad input,
 /// anything else (permissions, I/O, a full disk) a runtime failure.
+#[cfg_attr(windows, allow(dead_code))] // used by the Unix build only
 pub fn os_err(path: &Path, what: &str, e: std::io::Error) -> Error {
     let msg = format!("{}: {what}: {}", path.display(), plain(&e));
     match e.kind() {
@@ -94,6 +97,7 @@ pub fn os_err(path: &Path, what: &str, e: std::io::Error) -> Error {
 }
 
 /// The OS error text without Rust's " (os error N)" suffix.
+#[cfg_attr(windows, allow(dead_code))] // used by the Unix build only
 pub fn plain(e: &std::io::Error) -> String {
     let s = e.to_string();
     match s.find(" (os error") {

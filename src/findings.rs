@@ -13,16 +13,16 @@ use crate::results::MetricRef;
 use crate::results::{ExperimentResult, Finding, Metric, RunResults, Status};
 use crate::units::{fmt_bytes, fmt_value};
 
-pub const PROCESS_SWITCH: MetricRef = MetricRef::new("cpu.process-switch", "switch");
-pub const THREAD_SWITCH: MetricRef = MetricRef::new("cpu.thread-switch", "switch");
-pub const THREAD_CREATE: MetricRef = MetricRef::new("cpu.thread-create", "create_join");
-pub const FORK: MetricRef = MetricRef::new("cpu.process-create", "fork_exit_wait");
-pub const SPAWN: MetricRef = MetricRef::new("cpu.process-create", "spawn_exec");
-pub const SYSCALL: MetricRef = MetricRef::new("cpu.syscall", "getppid");
-pub const CALL: MetricRef = MetricRef::new("cpu.call", "args_0");
-pub const DRAM: MetricRef = MetricRef::new("mem.latency", "dram");
-pub const MAJOR_FAULT: MetricRef = MetricRef::new("mem.pagefault", "major_fault");
-pub const MINOR_FAULT: MetricRef = MetricRef::new("mem.pagefault", "minor_fault");
+pub(crate) const PROCESS_SWITCH: MetricRef = MetricRef::new("cpu.process-switch", "switch");
+pub(crate) const THREAD_SWITCH: MetricRef = MetricRef::new("cpu.thread-switch", "switch");
+pub(crate) const THREAD_CREATE: MetricRef = MetricRef::new("cpu.thread-create", "create_join");
+pub(crate) const FORK: MetricRef = MetricRef::new("cpu.process-create", "fork_exit_wait");
+pub(crate) const SPAWN: MetricRef = MetricRef::new("cpu.process-create", "spawn_exec");
+pub(crate) const SYSCALL: MetricRef = MetricRef::new("cpu.syscall", "getppid");
+pub(crate) const CALL: MetricRef = MetricRef::new("cpu.call", "args_0");
+pub(crate) const DRAM: MetricRef = MetricRef::new("mem.latency", "dram");
+pub(crate) const MAJOR_FAULT: MetricRef = MetricRef::new("mem.pagefault", "major_fault");
+pub(crate) const MINOR_FAULT: MetricRef = MetricRef::new("mem.pagefault", "minor_fault");
 
 /// Every metric a cross-experiment finding reads by name.
 pub const READS: &[MetricRef] = &[
@@ -39,9 +39,9 @@ pub const READS: &[MetricRef] = &[
 ];
 
 /// The experiment whose thread-count series give the bandwidth-scaling findings.
-pub const BANDWIDTH: &str = "mem.bandwidth";
+pub(crate) const BANDWIDTH: &str = "mem.bandwidth";
 /// Experiments whose `remote_x` metrics are set against their local `x`.
-pub const REMOTE_VS_LOCAL: [&str; 4] =
+pub(crate) const REMOTE_VS_LOCAL: [&str; 4] =
     ["net.rtt", "net.bandwidth", "net.connect", "fs.remote-read"];
 
 /// Experiments whose metrics or series findings read by pattern: their ids must exist
@@ -61,7 +61,7 @@ pub fn missing(refs: &[MetricRef], r: &RunResults) -> Vec<MetricRef> {
 
 /// The findings a report shows: the ones stored with the results, computed once when the
 /// run ended; recomputed only for files written before findings were stored.
-pub fn for_report(r: &RunResults) -> Vec<Finding> {
+pub(crate) fn for_report(r: &RunResults) -> Vec<Finding> {
     if r.findings.is_empty() {
         compute(r)
     } else {
@@ -114,7 +114,7 @@ fn covered_by_experiment(r: &RunResults, f: &Finding) -> bool {
 
 /// A finding placed for the terminal: its owner (None for cross-experiment ones) and score.
 #[derive(Debug, Clone)]
-pub struct Ranked<'a> {
+pub(crate) struct Ranked<'a> {
     pub owner: Option<&'a str>,
     pub finding: &'a Finding,
     pub score: f64,
@@ -123,7 +123,7 @@ pub struct Ranked<'a> {
 /// How surprising a finding is: its `salience` when the experiment set one, else, for a
 /// finding that compares exactly two metrics of the same unit, |ln(a/b)| of their medians
 /// (a 1x ratio says nothing, 150x a lot); otherwise 0.
-pub fn score(r: &RunResults, owner: Option<&str>, f: &Finding) -> f64 {
+pub(crate) fn score(r: &RunResults, owner: Option<&str>, f: &Finding) -> f64 {
     if let Some(s) = f.salience {
         return s;
     }
@@ -167,7 +167,7 @@ fn subject(owner: Option<&str>, f: &Finding) -> (String, Vec<String>) {
 
 /// Every finding of experiments that ran with their premises holding, plus the
 /// cross-experiment ones, highest score first (ties keep document order), one per subject.
-pub fn ranked(r: &RunResults) -> Vec<Ranked<'_>> {
+pub(crate) fn ranked(r: &RunResults) -> Vec<Ranked<'_>> {
     let mut v: Vec<Ranked> = r
         .experiments
         .iter()
@@ -228,7 +228,7 @@ fn ratio_text(a: &Metric, b: &Metric) -> Option<(f64, String)> {
 }
 
 /// A ratio with as many digits as are meaningful: 155, 15.5, 1.55.
-pub fn ratio_num(r: f64) -> String {
+pub(crate) fn ratio_num(r: f64) -> String {
     if r.abs() >= 100.0 {
         format!("{r:.0}")
     } else if r.abs() >= 10.0 {

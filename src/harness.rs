@@ -98,14 +98,8 @@ impl HarnessConfig {
 pub struct Measurement {
     /// Per-operation time of each trial in ns, clock and loop overhead subtracted.
     pub per_op_ns: Vec<f64>,
-    /// Raw counter ticks of each trial, before any subtraction.
-    pub raw_ticks: Vec<u64>,
     /// Iterations per trial.
     pub iters: u64,
-    /// Operations per iteration (the body may do several per iteration).
-    pub ops_per_iter: f64,
-    /// Every trial reached the minimum trial length.
-    pub stable: bool,
     /// What went short: calibration bound hit, budget ran out, and so on.
     pub notes: Vec<String>,
     /// Trials set aside and repeated because the thread was preempted while they ran.
@@ -140,6 +134,7 @@ impl<'a> Harness<'a> {
     }
 
     /// Counts preemptions with `f` instead of getrusage (tests drive preemption with it).
+    #[cfg(test)]
     pub fn with_preemption_counter(mut self, f: fn() -> u64) -> Self {
         self.preemptions = f;
         self
@@ -147,15 +142,6 @@ impl<'a> Harness<'a> {
 
     pub fn config(&self) -> &HarnessConfig {
         &self.cfg
-    }
-
-    pub fn clock(&self) -> &dyn Clock {
-        self.clock
-    }
-
-    /// Ticks per empty loop iteration subtracted from measurements.
-    pub fn loop_ticks(&self) -> f64 {
-        self.loop_ticks
     }
 
     fn ticks(&self, d: Duration) -> f64 {
@@ -257,7 +243,6 @@ impl<'a> Harness<'a> {
     ) -> Measurement {
         let began = self.clock.start();
         let elapsed = || self.clock.stop().wrapping_sub(began) as f64;
-        let min_trial = self.ticks(self.cfg.min_trial);
         let budget = self.ticks(self.cfg.budget);
         let mut notes = Vec::new();
 
@@ -325,20 +310,18 @@ impl<'a> Harness<'a> {
                 self.clock.ticks_to_ns(per_iter) / ops_per_iter
             })
             .collect();
-        let stable = raw.iter().all(|&t| t as f64 >= min_trial);
         Measurement {
             per_op_ns,
-            raw_ticks: raw,
             iters,
-            ops_per_iter,
-            stable,
             notes,
             preempted,
             undisturbed,
         }
     }
 
-    /// Per-operation samples of `op` as `spec` says (see `SampleSpec`).
+    /// Per-operation samples of `op` as `spec` says (see `SampleSpec`); the tests' infallible
+    /// form of `try_sample`.
+    #[cfg(test)]
     pub fn sample(&self, spec: &SampleSpec, mut op: impl FnMut()) -> Samples {
         let r: Result<Samples, std::convert::Infallible> = self.try_sample(spec, || {
             op();
@@ -414,20 +397,13 @@ impl<'a> Harness<'a> {
                 disturbed.push(t1.wrapping_sub(t0));
             }
         }
-        let preempted = disturbed.len();
-        let undisturbed = raw.len();
         keep_undisturbed(&mut raw, disturbed, min_n, "samples", &mut notes);
         let overhead = clock.overhead_ticks();
         let ns = raw
             .iter()
             .map(|&t| clock.ticks_to_ns((t as f64 - overhead).max(0.0)))
             .collect();
-        Ok(Samples {
-            ns,
-            preempted,
-            undisturbed,
-            notes,
-        })
+        Ok(Samples { ns, notes })
     }
 
     /// A span timed on the run's clock (whole reads, fills, streams, start times).
@@ -542,10 +518,6 @@ impl SampleSpec {
 pub struct Samples {
     /// ns per sample, in the order taken (undisturbed ones, then any preempted fill-ins).
     pub ns: Vec<f64>,
-    /// Samples set aside and retaken because the thread was preempted.
-    pub preempted: usize,
-    /// Undisturbed samples kept.
-    pub undisturbed: usize,
     /// What went short or was set aside, in the words `measure` uses.
     pub notes: Vec<String>,
 }
@@ -659,7 +631,6 @@ mod tests {
         for v in &m.per_op_ns {
             assert!((v - 50.0).abs() < 1e-9, "{v}");
         }
-        assert!(m.stable);
         assert!(m.iters as f64 * 52.0 >= 1000.0 * 1000.0);
         assert!(m.notes.is_empty(), "{:?}", m.notes);
     }
@@ -683,7 +654,6 @@ mod tests {
         };
         let h = Harness::new(&clock, c, 0.0);
         let m = h.measure_raw(1.0, |_| clock.advance(100_000));
-        assert!(!m.stable);
         assert!(
             m.notes.iter().any(|n| n.contains("calibration stopped")),
             "{:?}",
@@ -703,7 +673,6 @@ mod tests {
         let h = Harness::new(&clock, c, 0.0);
         let m = h.measure_raw(1.0, |n| clock.advance(n));
         assert_eq!(m.iters, 1000);
-        assert!(!m.stable);
         assert!(m.notes.iter().any(|n| n.contains("cap")), "{:?}", m.notes);
     }
 
@@ -786,7 +755,6 @@ mod tests {
             }
         });
         assert_eq!(s.ns, vec![1_000.0; 10], "preempted samples kept");
-        assert_eq!((s.preempted, s.undisturbed), (4, 10));
         assert_eq!(s.notes, vec![preemption_note_for("samples", 4, 10)]);
         // Without the check the same samples pass through.
         let h = Harness::new(&clock, cfg(), 0.0).with_preemption_counter(mock_preemptions);
@@ -794,7 +762,8 @@ mod tests {
             preempt();
             clock.advance(1_000)
         });
-        assert_eq!((s.ns.len(), s.preempted), (6, 0));
+        assert_eq!(s.ns.len(), 6);
+        assert!(s.notes.is_empty(), "{:?}", s.notes);
     }
 
     #[test]
@@ -808,8 +777,7 @@ mod tests {
             t -= 1_000;
             clock.advance(t);
         });
-        assert_eq!(s.undisturbed, 0);
-        assert_eq!(s.preempted, 4);
+        assert_eq!(s.notes[0], preemption_note_for("samples", 4, 0));
         // The three fastest of the four, fastest first.
         assert_eq!(s.ns, vec![29_996_000.0, 29_997_000.0, 29_998_000.0]);
         assert!(

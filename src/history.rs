@@ -90,6 +90,7 @@ pub enum Recorded {
 }
 
 impl Recorded {
+    #[cfg(test)]
     pub fn id(self) -> i64 {
         match self {
             Recorded::New(id) | Recorded::AlreadyPresent(id) => id,

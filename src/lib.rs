@@ -9,29 +9,29 @@
 //! is Unix-only.
 
 #[cfg(unix)]
-pub mod analysis;
+pub(crate) mod analysis;
 #[cfg(unix)]
 pub mod clock;
 pub mod commands;
 #[cfg(unix)]
-pub mod compare;
-pub mod error;
+pub(crate) mod compare;
+pub(crate) mod error;
 #[cfg(unix)]
 pub mod experiments;
 #[cfg(unix)]
 pub mod findings;
 #[cfg(unix)]
-pub mod harness;
+pub(crate) mod harness;
 #[cfg(unix)]
-pub mod history;
+pub(crate) mod history;
 #[cfg(unix)]
-pub mod io;
+pub(crate) mod io;
 #[cfg(unix)]
 pub mod machine;
 #[cfg(unix)]
-pub mod opaque;
+pub(crate) mod opaque;
 #[cfg(unix)]
-pub mod pagecache;
+pub(crate) mod pagecache;
 pub mod peer;
 #[cfg(unix)]
 pub mod platform;
@@ -49,8 +49,8 @@ pub mod runner;
 #[cfg(unix)]
 pub mod scratch;
 #[cfg(unix)]
-pub mod sentinel;
+pub(crate) mod sentinel;
 #[cfg(unix)]
-pub mod stats;
+pub(crate) mod stats;
 #[cfg(unix)]
-pub mod units;
+pub(crate) mod units;

@@ -216,12 +216,6 @@ impl AlignedBuf {
             .ok_or_else(|| anyhow::anyhow!("out of memory allocating {len} bytes"))?;
         Ok(AlignedBuf { ptr, layout })
     }
-    pub fn len(&self) -> usize {
-        self.layout.size()
-    }
-    pub fn is_empty(&self) -> bool {
-        false
-    }
 }
 
 impl std::ops::Deref for AlignedBuf {

@@ -15,12 +15,12 @@ impl Rng {
     }
 
     /// Seeded from the time and the process id.
-    pub fn from_entropy() -> Rng {
+    pub(crate) fn from_entropy() -> Rng {
         let t = crate::platform::raw_clock_ns();
         Rng(t ^ ((std::process::id() as u64) << 32) ^ 0x9e37_79b9_7f4a_7c15)
     }
 
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -30,12 +30,12 @@ impl Rng {
 
     /// Uniform in 0..bound (bound > 0), by multiply-high; the bias is below 2^-32 for
     /// the bounds used here.
-    pub fn below(&mut self, bound: usize) -> usize {
+    pub(crate) fn below(&mut self, bound: usize) -> usize {
         ((self.next_u64() as u128 * bound as u128) >> 64) as usize
     }
 
     /// Fisher-Yates shuffle.
-    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+    pub(crate) fn shuffle<T>(&mut self, v: &mut [T]) {
         for i in (1..v.len()).rev() {
             let j = self.below(i + 1);
             v.swap(i, j);
@@ -43,14 +43,14 @@ impl Rng {
     }
 
     /// A uniformly shuffled 0..n.
-    pub fn permutation(&mut self, n: usize) -> Vec<u32> {
+    pub(crate) fn permutation(&mut self, n: usize) -> Vec<u32> {
         let mut v: Vec<u32> = (0..n as u32).collect();
         self.shuffle(&mut v);
         v
     }
 
     /// Fills `buf` with the next pseudo-random bytes (little-endian words, the last one cut).
-    pub fn fill(&mut self, buf: &mut [u8]) {
+    pub(crate) fn fill(&mut self, buf: &mut [u8]) {
         let mut chunks = buf.chunks_exact_mut(8);
         for c in &mut chunks {
             c.copy_from_slice(&self.next_u64().to_le_bytes());

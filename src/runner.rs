@@ -36,7 +36,7 @@ pub use crate::error::Error as RunError;
 
 /// An existing directory this process may create files in (checked with access(2), so
 /// nothing is written to find out).
-pub fn check_writable_dir(flag: &str, d: &Path) -> Result<(), RunError> {
+pub(crate) fn check_writable_dir(flag: &str, d: &Path) -> Result<(), RunError> {
     if !d.is_dir() {
         return Err(RunError::Usage(format!(
             "{flag} {}: not an existing directory",
@@ -95,11 +95,11 @@ pub fn off_cpu<T>(cpu: usize, allowed: &[usize], start: impl FnOnce() -> T) -> T
 }
 
 /// What the watchdog does when an experiment overruns its hard limit (given its id).
-pub type OnOverrun = Arc<dyn Fn(&str) + Send + Sync>;
+pub(crate) type OnOverrun = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// The real reaction to a hung experiment: nothing else can stop a thread that never
 /// returns, so the run ends.
-pub fn exit_on_overrun() -> OnOverrun {
+pub(crate) fn exit_on_overrun() -> OnOverrun {
     Arc::new(|id: &str| {
         eprintln!("osmeter: error: experiment {id} exceeded its hard time limit; aborting the run");
         std::process::exit(1);
@@ -182,7 +182,7 @@ impl Watchdog {
 }
 
 /// Hard limit for one experiment: generous over its budget, but finite.
-pub fn hard_limit(budget: Duration) -> Duration {
+pub(crate) fn hard_limit(budget: Duration) -> Duration {
     budget * 10 + Duration::from_secs(30)
 }
 
@@ -198,7 +198,7 @@ pub struct Registry {
 
 impl Registry {
     /// Every experiment, with the real limits.
-    pub fn real() -> Registry {
+    pub(crate) fn real() -> Registry {
         Registry {
             experiments: experiments::registry(),
             hard_limit,
@@ -222,7 +222,7 @@ pub fn run_with(
 }
 
 /// A validated run, not started yet.
-pub struct Plan<'a> {
+pub(crate) struct Plan<'a> {
     cfg: &'a RunConfig,
     selected: Vec<Box<dyn Experiment>>,
     hard_limit: fn(Duration) -> Duration,
@@ -232,7 +232,7 @@ pub struct Plan<'a> {
 /// Checks the request against `registry` (selection, --cpu, the directories), so that
 /// every usage error is found before anything is measured; the caller may add checks of
 /// its own between this and `Plan::run`.
-pub fn plan(cfg: &RunConfig, registry: Registry) -> Result<Plan<'_>, RunError> {
+pub(crate) fn plan(cfg: &RunConfig, registry: Registry) -> Result<Plan<'_>, RunError> {
     let Registry {
         experiments: all,
         hard_limit,
@@ -252,7 +252,7 @@ pub fn plan(cfg: &RunConfig, registry: Registry) -> Result<Plan<'_>, RunError> {
 
 impl Plan<'_> {
     /// Measures the selected experiments and assembles the results document.
-    pub fn run(self, progress: &dyn Progress) -> Result<RunResults, RunError> {
+    pub(crate) fn run(self, progress: &dyn Progress) -> Result<RunResults, RunError> {
         measure(self, progress)
     }
 }
@@ -646,7 +646,7 @@ fn judge(mut result: ExperimentResult) -> ExperimentResult {
 /// One result from the repetitions of an experiment: each metric pools the raw values of
 /// every repetition and keeps each repetition's median in `runs` (the run-to-run spread).
 /// A repetition that is not ok makes the merged result take its status and reason.
-pub fn merge_repeats(mut reps: Vec<ExperimentResult>) -> ExperimentResult {
+pub(crate) fn merge_repeats(mut reps: Vec<ExperimentResult>) -> ExperimentResult {
     if reps.len() <= 1 {
         return reps.pop().expect("at least one run");
     }

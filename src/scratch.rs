@@ -120,7 +120,7 @@ pub struct Scratch {
 impl Scratch {
     /// Makes a new folder under `base` (default: the current directory). Refuses nothing
     /// here; callers decide whether a memory-backed file system is acceptable.
-    pub fn new(base: Option<&Path>) -> anyhow::Result<Scratch> {
+    pub(crate) fn new(base: Option<&Path>) -> anyhow::Result<Scratch> {
         install_cleanup_handler();
         let base = match base {
             Some(b) => b.to_path_buf(),
@@ -156,21 +156,21 @@ impl Scratch {
         })
     }
 
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
-    pub fn fs(&self) -> &FsInfo {
+    pub(crate) fn fs(&self) -> &FsInfo {
         &self.fs
     }
 
     /// Bytes that may still be written.
-    pub fn remaining(&self) -> u64 {
+    pub(crate) fn remaining(&self) -> u64 {
         self.remaining.load(Ordering::SeqCst)
     }
 
     /// Errors unless the file system is disk-backed, with the reason.
-    pub fn require_disk(&self) -> anyhow::Result<()> {
+    pub(crate) fn require_disk(&self) -> anyhow::Result<()> {
         if self.fs.memory_backed {
             bail!(
                 "the scratch directory {} is on {} (memory-backed): files there never touch a disk; use --scratch-dir on a disk",
@@ -182,13 +182,13 @@ impl Scratch {
     }
 
     /// Books `bytes` of the free-space allowance, or says why not.
-    pub fn book(&self, bytes: u64) -> anyhow::Result<()> {
+    pub(crate) fn book(&self, bytes: u64) -> anyhow::Result<()> {
         book(&self.remaining, &self.dir, bytes)
     }
 
     /// Creates a new file of `size` bytes booked against the allowance (the content is
     /// written by the caller). Never opens an existing file.
-    pub fn create_file(&self, name: &str, size: u64) -> anyhow::Result<ScratchFile> {
+    pub(crate) fn create_file(&self, name: &str, size: u64) -> anyhow::Result<ScratchFile> {
         if name.contains('/') || name.is_empty() {
             bail!("bad scratch file name '{name}'");
         }
@@ -244,7 +244,7 @@ fn book(remaining: &AtomicU64, dir: &Path, bytes: u64) -> anyhow::Result<()> {
 
 /// What a run may write under `base` (half its free space) and its file system, read
 /// before anything is created there, so that a refusal writes nothing.
-pub fn allowance(base: Option<&Path>) -> anyhow::Result<(PathBuf, FsInfo, u64)> {
+pub(crate) fn allowance(base: Option<&Path>) -> anyhow::Result<(PathBuf, FsInfo, u64)> {
     let base = match base {
         Some(b) => b.to_path_buf(),
         None => std::env::current_dir().context("cannot read the current directory")?,
@@ -264,7 +264,7 @@ impl Drop for Scratch {
 }
 
 /// A file in the scratch folder; removed when dropped (if not unlinked earlier).
-pub struct ScratchFile {
+pub(crate) struct ScratchFile {
     pub file: File,
     path: Option<PathBuf>,
     /// Bytes booked for this file.
@@ -276,18 +276,19 @@ pub struct ScratchFile {
 impl ScratchFile {
     /// Removes the name now; the open file stays usable and vanishes when closed, even
     /// if the process is killed.
-    pub fn unlink_now(&mut self) -> std::io::Result<()> {
+    pub(crate) fn unlink_now(&mut self) -> std::io::Result<()> {
         if let Some(p) = self.path.take() {
             std::fs::remove_file(p)?;
         }
         Ok(())
     }
-    pub fn path(&self) -> Option<&Path> {
+    #[cfg(test)]
+    pub(crate) fn path(&self) -> Option<&Path> {
         self.path.as_deref()
     }
 
     /// Books more space so the file may grow to `total` bytes.
-    pub fn grow_booking(&mut self, total: u64) -> anyhow::Result<()> {
+    pub(crate) fn grow_booking(&mut self, total: u64) -> anyhow::Result<()> {
         if total > self.size {
             if let Some((pool, dir)) = &self.pool {
                 book(pool, dir, total - self.size)?;
@@ -314,7 +315,7 @@ impl Drop for ScratchFile {
 
 /// Removes every live scratch folder (used on signals). New files are refused first,
 /// and removal is retried, so a file created concurrently cannot keep a folder alive.
-pub fn cleanup_all() {
+pub(crate) fn cleanup_all() {
     STOPPING.store(true, Ordering::SeqCst);
     if let Ok(files) = PARTIAL.lock() {
         for f in files.iter() {
@@ -335,18 +336,18 @@ pub fn cleanup_all() {
 }
 
 /// Whether a signal asked the run to stop (long loops may check it).
-pub fn stopping() -> bool {
+pub(crate) fn stopping() -> bool {
     STOPPING.load(Ordering::SeqCst)
 }
 
 /// While alive, an interruption (SIGINT/SIGTERM/SIGHUP) removes `path`: a file being
 /// written that would otherwise be left partial. `finish` keeps the file.
-pub struct PartialFile {
+pub(crate) struct PartialFile {
     path: PathBuf,
 }
 
 impl PartialFile {
-    pub fn new(path: &Path) -> PartialFile {
+    pub(crate) fn new(path: &Path) -> PartialFile {
         install_cleanup_handler();
         if let Ok(mut files) = PARTIAL.lock() {
             files.push(path.to_path_buf());
@@ -356,7 +357,7 @@ impl PartialFile {
         }
     }
     /// The file is complete: an interruption from now on leaves it alone.
-    pub fn finish(self) {}
+    pub(crate) fn finish(self) {}
 }
 
 impl Drop for PartialFile {
@@ -368,7 +369,7 @@ impl Drop for PartialFile {
 }
 
 /// On SIGINT/SIGTERM/SIGHUP: remove scratch folders, then exit with 128 + signal.
-pub fn install_cleanup_handler() {
+pub(crate) fn install_cleanup_handler() {
     HANDLER.call_once(|| {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
         if let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) {
@@ -383,17 +384,6 @@ pub fn install_cleanup_handler() {
                 });
         }
     });
-}
-
-/// In a forked child: receive SIGKILL when the parent dies, so no child outlives a run
-/// (where the system cannot, the child must end on its pipe's end of file).
-pub fn die_with_parent() -> crate::platform::Support {
-    match crate::platform::die_with_parent() {
-        Ok(()) => crate::platform::Support::Done,
-        Err(reason) => crate::platform::Support::Unsupported {
-            reason: reason.into(),
-        },
-    }
 }
 
 #[cfg(test)]

@@ -144,37 +144,6 @@ impl Summary {
         });
         Some(sum)
     }
-
-    /// The same summary with every value transformed by a monotonic increasing map
-    /// (unit conversions, subtracting a constant).
-    pub fn map(&self, f: impl Fn(f64) -> f64) -> Summary {
-        let scale_sd = f(self.mean + self.stddev) - f(self.mean);
-        Summary {
-            n: self.n,
-            median: f(self.median),
-            mean: f(self.mean),
-            stddev: scale_sd.abs(),
-            min: f(self.min),
-            max: f(self.max),
-            ci95: [f(self.ci95[0]), f(self.ci95[1])],
-            cov: if f(self.mean) != 0.0 {
-                scale_sd.abs() / f(self.mean).abs()
-            } else {
-                0.0
-            },
-            outliers: self.outliers,
-            percentiles: self.percentiles.as_ref().map(|p| Percentiles {
-                p50: f(p.p50),
-                p90: f(p.p90),
-                p99: f(p.p99),
-            }),
-        }
-    }
-
-    /// Whether two medians' confidence intervals overlap (a conservative "same" test).
-    pub fn overlaps(&self, other: &Summary) -> bool {
-        self.ci95[0] <= other.ci95[1] && other.ci95[0] <= self.ci95[1]
-    }
 }
 
 /// The shift of `b` against `a` (Hodges-Lehmann: the median of all differences b_j - a_i)

@@ -12,10 +12,10 @@ use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub mod cpu;
-pub mod fs;
+pub(crate) mod cpu;
+pub(crate) mod fs;
 pub mod memory;
-pub mod net;
+pub(crate) mod net;
 
 /// How much a run may cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -28,7 +28,7 @@ pub enum Profile {
 }
 
 impl Profile {
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Profile::Smoke => "smoke",
             Profile::Quick => "quick",
@@ -37,7 +37,7 @@ impl Profile {
         }
     }
 
-    pub const ALL: [Profile; 4] = [
+    pub(crate) const ALL: [Profile; 4] = [
         Profile::Smoke,
         Profile::Quick,
         Profile::Standard,
@@ -45,7 +45,7 @@ impl Profile {
     ];
 
     /// Harness settings for this profile (the budget is set per measurement).
-    pub fn harness(&self) -> HarnessConfig {
+    pub(crate) fn harness(&self) -> HarnessConfig {
         let ms = Duration::from_millis;
         let (min_trial, trials, warmup, cal) = match self {
             // Short trials in smoke and quick: long against the clock's overhead, short
@@ -72,7 +72,7 @@ impl Profile {
     /// state (page placement, huge-page backing, the host's neighbours), so their
     /// confidence interval alone calls such differences significant (docs/METHODOLOGY.md,
     /// "Comparing runs"). Smoke is for tests and stays single.
-    pub fn default_repeat(&self) -> usize {
+    pub(crate) fn default_repeat(&self) -> usize {
         match self {
             Profile::Smoke => 1,
             Profile::Quick | Profile::Standard | Profile::Thorough => 2,
@@ -80,7 +80,7 @@ impl Profile {
     }
 
     /// Scales a quick-profile figure: smoke 1/5, standard 5x, thorough 15x.
-    pub fn scale(&self, quick: Duration) -> Duration {
+    pub(crate) fn scale(&self, quick: Duration) -> Duration {
         match self {
             Profile::Smoke => quick / 5,
             Profile::Quick => quick,
@@ -111,7 +111,7 @@ impl Needs {
         min_cpus: 0,
     };
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut v = Vec::new();
         if self.root {
             v.push("root".to_string());
@@ -179,14 +179,14 @@ pub struct Context<'a> {
 
 impl Context<'_> {
     /// A harness whose budget is this experiment's budget split `parts` ways.
-    pub fn harness(&self, parts: usize) -> Harness<'_> {
+    pub(crate) fn harness(&self, parts: usize) -> Harness<'_> {
         let cfg = self.profile.harness().for_budget(self.budget, parts);
         Harness::new(self.clock, cfg, self.loop_ticks)
     }
 
     /// As `harness`, for bodies that only compute (never block or wake another task):
     /// trials during which the thread was preempted are set aside and repeated.
-    pub fn cpu_harness(&self, parts: usize) -> Harness<'_> {
+    pub(crate) fn cpu_harness(&self, parts: usize) -> Harness<'_> {
         let cfg = self
             .profile
             .harness()
@@ -197,7 +197,7 @@ impl Context<'_> {
 
     /// The run's scratch folder (under --scratch-dir or the current directory), made on
     /// first use and removed at the end of the run. Callers check `fs()` for tmpfs.
-    pub fn scratch(&self) -> anyhow::Result<&crate::scratch::Scratch> {
+    pub(crate) fn scratch(&self) -> anyhow::Result<&crate::scratch::Scratch> {
         if let Some(s) = self.scratch_cell.get() {
             return Ok(s);
         }
@@ -209,19 +209,19 @@ impl Context<'_> {
     }
 
     /// A metric measured earlier in this run.
-    pub fn earlier_metric(&self, experiment: &str, metric: &str) -> Option<&Metric> {
+    pub(crate) fn earlier_metric(&self, experiment: &str, metric: &str) -> Option<&Metric> {
         self.earlier.metric(experiment, metric)
     }
 
     /// Median of an earlier metric.
-    pub fn earlier_median(&self, experiment: &str, metric: &str) -> Option<f64> {
+    pub(crate) fn earlier_median(&self, experiment: &str, metric: &str) -> Option<f64> {
         self.earlier_metric(experiment, metric)
             .map(|m| m.summary.median)
     }
 }
 
 /// (experiment, metric) pairs read from earlier results.
-pub type MetricReads = std::collections::BTreeSet<(String, String)>;
+pub(crate) type MetricReads = std::collections::BTreeSet<(String, String)>;
 
 /// Metrics measured earlier in the run, where `Context::earlier_metric` finds them.
 pub trait EarlierResults {
@@ -354,7 +354,7 @@ impl Outcome {
     }
 
     /// Adds a per-operation time from a harness measurement, with its notes.
-    pub fn measured(
+    pub(crate) fn measured(
         &mut self,
         name: &str,
         description: &str,
@@ -370,12 +370,12 @@ impl Outcome {
     }
 
     /// A metric already added, by name.
-    pub fn get(&self, name: &str) -> Option<&Metric> {
+    pub(crate) fn get(&self, name: &str) -> Option<&Metric> {
         self.metrics.iter().find(|m| m.name == name)
     }
 
     /// Median of a metric already added; NaN when there is none.
-    pub fn median(&self, name: &str) -> f64 {
+    pub(crate) fn median(&self, name: &str) -> f64 {
         self.get(name).map_or(f64::NAN, |m| m.summary.median)
     }
 
@@ -383,12 +383,17 @@ impl Outcome {
         self.checks.push(c);
     }
 
-    pub fn finding(&mut self, text: impl Into<String>, from: &[&str]) {
+    pub(crate) fn finding(&mut self, text: impl Into<String>, from: &[&str]) {
         self.findings.push(Finding::new(text, from));
     }
 
     /// A finding whose weight is not a ratio of two of its metrics (see `findings::score`).
-    pub fn finding_salient(&mut self, text: impl Into<String>, from: &[&str], salience: f64) {
+    pub(crate) fn finding_salient(
+        &mut self,
+        text: impl Into<String>,
+        from: &[&str],
+        salience: f64,
+    ) {
         let mut f = Finding::new(text, from);
         f.salience = salience.is_finite().then_some(salience.abs());
         self.findings.push(f);
@@ -413,7 +418,7 @@ pub struct ExperimentMeta {
 
 impl ExperimentMeta {
     /// `cpu`, `mem`, `net` or `fs`: the id's first part.
-    pub fn area(&self) -> &'static str {
+    pub(crate) fn area(&self) -> &'static str {
         self.id.split('.').next().unwrap_or("")
     }
 }
@@ -501,7 +506,7 @@ pub fn registry() -> Vec<Box<dyn Experiment>> {
 
 /// Experiments selected by `--only` and `--skip` glob patterns (comma-separated).
 /// Errors name a pattern that matches nothing.
-pub fn select(
+pub(crate) fn select(
     all: Vec<Box<dyn Experiment>>,
     only: &[String],
     skip: &[String],

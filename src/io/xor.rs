@@ -191,6 +191,7 @@ pub fn at_offset(piece_xor: u32, offset: u64) -> u32 {
 }
 
 /// Naive reference: one word at a time, for tests.
+#[cfg(test)]
 pub fn xor_reference(data: &[u8]) -> u32 {
     let mut x = 0u32;
     for (i, &b) in data.iter().enumerate() {

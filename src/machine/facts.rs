@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 /// What a read returned, kept by a recording root.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Recorded {
+pub(crate) enum Recorded {
     File(String),
     /// A symbolic link's target (the description reads links such as device/driver).
     Link(PathBuf),
@@ -30,7 +30,7 @@ pub struct FactRoot {
 
 impl FactRoot {
     /// This machine.
-    pub fn live() -> FactRoot {
+    pub(crate) fn live() -> FactRoot {
         FactRoot {
             root: PathBuf::from("/"),
             live: true,
@@ -39,7 +39,7 @@ impl FactRoot {
     }
 
     /// This machine, keeping every fact read for a snapshot.
-    pub fn live_recording() -> FactRoot {
+    pub(crate) fn live_recording() -> FactRoot {
         FactRoot {
             log: Some(Mutex::new(BTreeMap::new())),
             ..FactRoot::live()
@@ -56,17 +56,17 @@ impl FactRoot {
     }
 
     /// True when the facts are this machine's (live-only facts may then be gathered).
-    pub fn is_live(&self) -> bool {
+    pub(crate) fn is_live(&self) -> bool {
         self.live
     }
 
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
     /// Where an absolute path of the described machine lives here. `..` and other
     /// non-normal components are dropped so that no path escapes the root.
-    pub fn resolve(&self, abs: impl AsRef<Path>) -> PathBuf {
+    pub(crate) fn resolve(&self, abs: impl AsRef<Path>) -> PathBuf {
         let mut p = self.root.clone();
         for c in abs.as_ref().components() {
             if let Component::Normal(n) = c {
@@ -85,7 +85,7 @@ impl FactRoot {
     }
 
     /// Reads a small text file, `None` when it is missing or unreadable.
-    pub fn read(&self, abs: impl AsRef<Path>) -> Option<String> {
+    pub(crate) fn read(&self, abs: impl AsRef<Path>) -> Option<String> {
         let abs = abs.as_ref();
         let s = std::fs::read_to_string(self.resolve(abs)).ok()?;
         self.note(abs, Recorded::File(s.clone()));
@@ -93,18 +93,18 @@ impl FactRoot {
     }
 
     /// Reads a one-line sysfs/procfs value, trimmed; `None` when missing or empty.
-    pub fn read_trim(&self, abs: impl AsRef<Path>) -> Option<String> {
+    pub(crate) fn read_trim(&self, abs: impl AsRef<Path>) -> Option<String> {
         self.read(abs)
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
     }
 
-    pub fn read_u64(&self, abs: impl AsRef<Path>) -> Option<u64> {
+    pub(crate) fn read_u64(&self, abs: impl AsRef<Path>) -> Option<u64> {
         self.read_trim(abs)?.parse().ok()
     }
 
     /// The entry names of a directory, sorted (empty when it is missing).
-    pub fn list(&self, abs: impl AsRef<Path>) -> Vec<String> {
+    pub(crate) fn list(&self, abs: impl AsRef<Path>) -> Vec<String> {
         let abs = abs.as_ref();
         let Ok(dir) = std::fs::read_dir(self.resolve(abs)) else {
             return Vec::new();
@@ -119,7 +119,7 @@ impl FactRoot {
     }
 
     /// The target of a symbolic link.
-    pub fn read_link(&self, abs: impl AsRef<Path>) -> Option<PathBuf> {
+    pub(crate) fn read_link(&self, abs: impl AsRef<Path>) -> Option<PathBuf> {
         let abs = abs.as_ref();
         let t = std::fs::read_link(self.resolve(abs)).ok()?;
         self.note(abs, Recorded::Link(t.clone()));
@@ -127,7 +127,7 @@ impl FactRoot {
     }
 
     /// Whether a path exists (a snapshot keeps it as a directory or an empty file).
-    pub fn exists(&self, abs: impl AsRef<Path>) -> bool {
+    pub(crate) fn exists(&self, abs: impl AsRef<Path>) -> bool {
         let abs = abs.as_ref();
         match std::fs::metadata(self.resolve(abs)) {
             Ok(m) if m.is_dir() => {
@@ -151,7 +151,7 @@ impl FactRoot {
     /// A sysctl value (macOS): asked of the system live, else read from the recorded
     /// DIR/sysctl.txt ("name: value" lines). A recording root adds each value it got to
     /// its /sysctl.txt, so a Mac's snapshot holds exactly the values used.
-    pub fn sysctl(&self, name: &str) -> Option<String> {
+    pub(crate) fn sysctl(&self, name: &str) -> Option<String> {
         if !self.live {
             let all = std::fs::read_to_string(self.resolve("/sysctl.txt")).ok()?;
             return parse_sysctl_lines(&all).remove(name);
@@ -171,7 +171,7 @@ impl FactRoot {
     }
 
     /// True when the facts are a Mac's (live on macOS, or a recorded sysctl.txt).
-    pub fn is_sysctl_machine(&self) -> bool {
+    pub(crate) fn is_sysctl_machine(&self) -> bool {
         if self.live {
             cfg!(target_os = "macos")
         } else {
@@ -180,7 +180,7 @@ impl FactRoot {
     }
 
     /// Everything read so far (empty unless recording).
-    pub fn recorded_facts(&self) -> BTreeMap<PathBuf, Recorded> {
+    pub(crate) fn recorded_facts(&self) -> BTreeMap<PathBuf, Recorded> {
         self.log
             .as_ref()
             .and_then(|l| l.lock().ok().map(|l| l.clone()))
@@ -206,7 +206,7 @@ pub fn parse_sysctl_lines(s: &str) -> BTreeMap<String, String> {
 }
 
 /// A folder `--from` can describe: a directory holding proc/, sys/ or sysctl.txt.
-pub fn check_recorded_tree(dir: &Path) -> Result<(), String> {
+pub(crate) fn check_recorded_tree(dir: &Path) -> Result<(), String> {
     if !dir.is_dir() {
         return Err("not an existing directory".into());
     }
@@ -221,7 +221,7 @@ pub fn check_recorded_tree(dir: &Path) -> Result<(), String> {
 }
 
 /// A folder `--snapshot` may write: missing, or an empty directory.
-pub fn check_snapshot_dir(dir: &Path) -> Result<(), String> {
+pub(crate) fn check_snapshot_dir(dir: &Path) -> Result<(), String> {
     if !dir.exists() {
         return match dir.parent().filter(|p| !p.as_os_str().is_empty()) {
             Some(p) if !p.is_dir() => Err(format!("parent {} does not exist", p.display())),
@@ -242,7 +242,7 @@ pub fn check_snapshot_dir(dir: &Path) -> Result<(), String> {
 ///
 /// `dir` must be missing or empty, so that no user file is overwritten; on failure what
 /// was written is removed again. Returns the number of files and links written.
-pub fn write_snapshot(dir: &Path, facts: &BTreeMap<PathBuf, Recorded>) -> io::Result<usize> {
+pub(crate) fn write_snapshot(dir: &Path, facts: &BTreeMap<PathBuf, Recorded>) -> io::Result<usize> {
     let existed = dir.exists();
     if existed {
         if !dir.is_dir() {

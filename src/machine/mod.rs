@@ -5,27 +5,27 @@
 //! pure functions over strings so that it can be tested on captured samples. Files are
 //! read through a `FactRoot`, so a snapshot records them and `--from DIR` reads them back.
 
-pub mod cgroup;
-pub mod cpu;
+pub(crate) mod cgroup;
+pub(crate) mod cpu;
 mod describe;
 pub mod facts;
-pub mod memory;
-pub mod network;
-pub mod os;
-pub mod process;
-pub mod storage;
-pub mod topology;
-pub mod virt;
+pub(crate) mod memory;
+pub(crate) mod network;
+pub(crate) mod os;
+pub(crate) mod process;
+pub(crate) mod storage;
+pub(crate) mod topology;
+pub(crate) mod virt;
 
-pub use cgroup::Cgroup;
-pub use cpu::{Cache, Cpu};
-pub use facts::FactRoot;
-pub use memory::{Dimm, Memory};
-pub use network::Nic;
-pub use os::Os;
-pub use storage::{Disk, Mount, Storage};
+pub(crate) use cgroup::Cgroup;
+pub(crate) use cpu::{Cache, Cpu};
+pub(crate) use facts::FactRoot;
+pub(crate) use memory::Memory;
+pub(crate) use network::Nic;
+pub(crate) use os::Os;
+pub(crate) use storage::{Disk, Storage};
 pub use topology::{CpuPlace, CrossPlan, PartnerClass, Partners, Topology};
-pub use virt::{cpu_steal_ticks, StealMeter, StealReport, Virtualization};
+pub(crate) use virt::{StealMeter, Virtualization};
 
 use crate::clock::ClockInfo;
 use serde::{Deserialize, Serialize};
@@ -70,7 +70,7 @@ pub struct Recording {
 }
 
 /// What a recorded tree cannot hold (the description measures or asks for them live).
-pub const LIVE_ONLY_FACTS: &[&str] = &[
+pub(crate) const LIVE_ONLY_FACTS: &[&str] = &[
     "page size (sysconf)",
     "counter frequency and effective core clock (measured by running on the machine)",
     "CPUID hypervisor signature",
@@ -140,7 +140,7 @@ impl Machine {
     /// several caches (hybrid CPUs: one per kind of core), the one serving as many CPUs as
     /// there are of the chosen CPU's kind is taken, else the one serving the most CPUs,
     /// else the smallest.
-    pub fn data_caches(&self) -> Vec<Cache> {
+    pub(crate) fn data_caches(&self) -> Vec<Cache> {
         let t = &self.topology;
         let kind = t
             .chosen_cpu
@@ -172,7 +172,7 @@ impl Machine {
     /// frequency and invariance, the effective core clock (`clock::measure_core_clock`),
     /// and their warnings. Returns the counter for timing. Call it on the CPU that will
     /// be measured (the core clock is timed there).
-    pub fn add_time_base(&mut self) -> crate::clock::HwClock {
+    pub(crate) fn add_time_base(&mut self) -> crate::clock::HwClock {
         let (hw, info) = crate::clock::detect(cpu::tsc_invariant_flags());
         let core = crate::clock::measure_core_clock();
         self.cpu.core_clock_hz = core.as_ref().map(|c| c.hz);
@@ -186,7 +186,7 @@ impl Machine {
     }
 
     /// The memory an experiment may allocate: MemAvailable, capped by a cgroup limit.
-    pub fn memory_budget_bytes(&self) -> u64 {
+    pub(crate) fn memory_budget_bytes(&self) -> u64 {
         let mut b = self.memory.available_bytes;
         if let Some(limit) = self.cgroup.memory_limit_bytes {
             let used = self.cgroup.memory_usage_bytes.unwrap_or(0);
@@ -222,13 +222,13 @@ impl Machine {
     }
 
     /// Human-readable description (`osmeter machine`).
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         describe::describe(self)
     }
 }
 
 /// Parses a kernel list such as `0-3,8,10-11` into its members (empty on garbage).
-pub fn parse_list(s: &str) -> Vec<usize> {
+pub(crate) fn parse_list(s: &str) -> Vec<usize> {
     let mut out = Vec::new();
     for part in s.trim().split(',').filter(|p| !p.is_empty()) {
         match part.split_once('-') {
@@ -247,7 +247,7 @@ pub fn parse_list(s: &str) -> Vec<usize> {
 }
 
 /// Formats a list of numbers compactly: `0-3,8`.
-pub fn format_list(v: &[usize]) -> String {
+pub(crate) fn format_list(v: &[usize]) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut i = 0;
     while i < v.len() {

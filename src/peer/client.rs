@@ -51,7 +51,8 @@ impl std::fmt::Display for PeerError {
 impl std::error::Error for PeerError {}
 
 /// Splits `HOST[:PORT]` (IPv6 as `[ADDR]:PORT` or a bare address) without resolving it.
-pub fn parse_peer(spec: &str) -> Result<(String, u16), PeerError> {
+#[cfg_attr(windows, allow(dead_code))] // used by the Unix build only
+pub(crate) fn parse_peer(spec: &str) -> Result<(String, u16), PeerError> {
     let bad = |why: &str| PeerError::BadAddress(format!("bad --peer '{spec}': {why}"));
     let s = spec.trim();
     if s.is_empty() {
@@ -87,7 +88,8 @@ pub fn parse_peer(spec: &str) -> Result<(String, u16), PeerError> {
 }
 
 /// Parses and resolves `HOST[:PORT]`, preferring IPv4 (the ICMP comparison is IPv4 only).
-pub fn resolve_peer(spec: &str) -> Result<SocketAddr, PeerError> {
+#[cfg_attr(windows, allow(dead_code))] // used by the Unix build only
+pub(crate) fn resolve_peer(spec: &str) -> Result<SocketAddr, PeerError> {
     let (host, port) = parse_peer(spec)?;
     let bad = |why: &str| PeerError::BadAddress(format!("bad --peer '{spec}': {why}"));
     let addrs: Vec<SocketAddr> = (host.as_str(), port)
@@ -102,6 +104,7 @@ pub fn resolve_peer(spec: &str) -> Result<SocketAddr, PeerError> {
         .ok_or_else(|| bad("resolves to no address"))
 }
 
+#[cfg_attr(windows, allow(dead_code))] // used by the Unix build only
 fn parse_port(s: &str) -> Option<u16> {
     s.parse::<u16>().ok().filter(|&p| p > 0)
 }
@@ -245,7 +248,8 @@ impl Session {
     }
 
     /// `wait` covers draining what is still queued on a slow link.
-    pub fn finish_sink(mut self, wait: Duration) -> Result<p::SinkReport, PeerError> {
+    #[cfg_attr(windows, allow(dead_code))] // used by the Unix build only
+    pub(crate) fn finish_sink(mut self, wait: Duration) -> Result<p::SinkReport, PeerError> {
         let payload = self.finish("sink report", wait)?;
         p::SinkReport::decode(&payload).map_err(|e| self.broken(e))
     }

@@ -4,6 +4,6 @@
 
 pub mod client;
 #[cfg(unix)]
-pub mod local;
+pub(crate) mod local;
 pub mod protocol;
-pub mod server;
+pub(crate) mod server;

@@ -16,22 +16,22 @@ use std::io::{self, Read, Write};
 /// Bumped whenever any frame or data phase changes meaning.
 pub const VERSION: u16 = 1;
 /// Port `osmeter serve` listens on when none is given.
-pub const DEFAULT_PORT: u16 = 9197;
-pub const MAGIC: [u8; 2] = *b"OM";
+pub(crate) const DEFAULT_PORT: u16 = 9197;
+pub(crate) const MAGIC: [u8; 2] = *b"OM";
 /// Largest control frame payload either side accepts.
-pub const MAX_FRAME: usize = 64 * 1024;
+pub(crate) const MAX_FRAME: usize = 64 * 1024;
 /// Largest token accepted in a Hello.
-pub const MAX_TOKEN: usize = 256;
+pub(crate) const MAX_TOKEN: usize = 256;
 /// Largest echo message and UDP datagram.
-pub const MAX_MESSAGE: u32 = 64 * 1024;
+pub(crate) const MAX_MESSAGE: u32 = 64 * 1024;
 /// Largest single write the server makes in a source stream.
-pub const MAX_WRITE: u32 = 4 * 1024 * 1024;
+pub(crate) const MAX_WRITE: u32 = 4 * 1024 * 1024;
 /// At most this many interval samples in a report.
-pub const MAX_INTERVALS: usize = 4096;
+pub(crate) const MAX_INTERVALS: usize = 4096;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum FrameType {
+pub(crate) enum FrameType {
     Hello = 1,
     Welcome = 2,
     Refuse = 3,
@@ -57,7 +57,7 @@ impl FrameType {
 /// Why a server refused a client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum RefuseCode {
+pub(crate) enum RefuseCode {
     WrongVersion = 1,
     BadToken = 2,
     Busy = 3,
@@ -66,7 +66,7 @@ pub enum RefuseCode {
 }
 
 impl RefuseCode {
-    pub fn from_u8(b: u8) -> RefuseCode {
+    pub(crate) fn from_u8(b: u8) -> RefuseCode {
         match b {
             1 => RefuseCode::WrongVersion,
             2 => RefuseCode::BadToken,
@@ -79,7 +79,7 @@ impl RefuseCode {
 
 /// Errors reading a frame; each says what was wrong in one line.
 #[derive(Debug)]
-pub enum FrameError {
+pub(crate) enum FrameError {
     Io(io::Error),
     /// The stream ended before any byte of a frame.
     Closed,
@@ -114,7 +114,7 @@ impl std::fmt::Display for FrameError {
 
 impl std::error::Error for FrameError {}
 
-pub fn is_timeout(e: &io::Error) -> bool {
+pub(crate) fn is_timeout(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
@@ -122,7 +122,7 @@ pub fn is_timeout(e: &io::Error) -> bool {
 }
 
 /// Reads exactly `buf.len()` bytes; Ok(false) when the stream ended before the first byte.
-pub fn read_full(r: &mut impl Read, buf: &mut [u8]) -> Result<bool, FrameError> {
+pub(crate) fn read_full(r: &mut impl Read, buf: &mut [u8]) -> Result<bool, FrameError> {
     let mut got = 0;
     while got < buf.len() {
         match r.read(&mut buf[got..]) {
@@ -136,7 +136,7 @@ pub fn read_full(r: &mut impl Read, buf: &mut [u8]) -> Result<bool, FrameError> 
     Ok(true)
 }
 
-pub fn write_frame(w: &mut impl Write, t: FrameType, payload: &[u8]) -> io::Result<()> {
+pub(crate) fn write_frame(w: &mut impl Write, t: FrameType, payload: &[u8]) -> io::Result<()> {
     debug_assert!(payload.len() <= MAX_FRAME);
     let mut buf = Vec::with_capacity(7 + payload.len());
     buf.extend_from_slice(&MAGIC);
@@ -147,7 +147,7 @@ pub fn write_frame(w: &mut impl Write, t: FrameType, payload: &[u8]) -> io::Resu
     w.flush()
 }
 
-pub fn read_frame(r: &mut impl Read) -> Result<(FrameType, Vec<u8>), FrameError> {
+pub(crate) fn read_frame(r: &mut impl Read) -> Result<(FrameType, Vec<u8>), FrameError> {
     let mut head = [0u8; 7];
     if !read_full(r, &mut head)? {
         return Err(FrameError::Closed);
@@ -168,13 +168,13 @@ pub fn read_frame(r: &mut impl Read) -> Result<(FrameType, Vec<u8>), FrameError>
 }
 
 /// A cursor over a payload that never panics on short input.
-pub struct Cursor<'a> {
+pub(crate) struct Cursor<'a> {
     buf: &'a [u8],
     what: &'static str,
 }
 
 impl<'a> Cursor<'a> {
-    pub fn new(buf: &'a [u8], what: &'static str) -> Self {
+    pub(crate) fn new(buf: &'a [u8], what: &'static str) -> Self {
         Cursor { buf, what }
     }
     fn take(&mut self, n: usize) -> Result<&'a [u8], FrameError> {
@@ -185,27 +185,27 @@ impl<'a> Cursor<'a> {
         self.buf = b;
         Ok(a)
     }
-    pub fn u8(&mut self) -> Result<u8, FrameError> {
+    pub(crate) fn u8(&mut self) -> Result<u8, FrameError> {
         Ok(self.take(1)?[0])
     }
-    pub fn u16(&mut self) -> Result<u16, FrameError> {
+    pub(crate) fn u16(&mut self) -> Result<u16, FrameError> {
         let b = self.take(2)?;
         Ok(u16::from_be_bytes([b[0], b[1]]))
     }
-    pub fn u32(&mut self) -> Result<u32, FrameError> {
+    pub(crate) fn u32(&mut self) -> Result<u32, FrameError> {
         let b = self.take(4)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
-    pub fn i32(&mut self) -> Result<i32, FrameError> {
+    pub(crate) fn i32(&mut self) -> Result<i32, FrameError> {
         Ok(self.u32()? as i32)
     }
-    pub fn u64(&mut self) -> Result<u64, FrameError> {
+    pub(crate) fn u64(&mut self) -> Result<u64, FrameError> {
         let b = self.take(8)?;
         let mut a = [0u8; 8];
         a.copy_from_slice(b);
         Ok(u64::from_be_bytes(a))
     }
-    pub fn rest(&mut self) -> &'a [u8] {
+    pub(crate) fn rest(&mut self) -> &'a [u8] {
         std::mem::take(&mut self.buf)
     }
 }
@@ -223,7 +223,7 @@ impl Hello {
         v.extend_from_slice(&self.token);
         v
     }
-    pub fn decode(p: &[u8]) -> Result<Hello, FrameError> {
+    pub(crate) fn decode(p: &[u8]) -> Result<Hello, FrameError> {
         let mut c = Cursor::new(p, "hello");
         let version = c.u16()?;
         let token = c.rest().to_vec();
@@ -243,13 +243,13 @@ pub struct Welcome {
 }
 
 impl Welcome {
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut v = self.version.to_be_bytes().to_vec();
         v.extend_from_slice(&self.cpus.to_be_bytes());
         v.extend_from_slice(self.info.as_bytes());
         v
     }
-    pub fn decode(p: &[u8]) -> Result<Welcome, FrameError> {
+    pub(crate) fn decode(p: &[u8]) -> Result<Welcome, FrameError> {
         let mut c = Cursor::new(p, "welcome");
         Ok(Welcome {
             version: c.u16()?,
@@ -261,21 +261,21 @@ impl Welcome {
 
 /// A refusal: a code, the server's protocol version, and a message for humans.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refuse {
+pub(crate) struct Refuse {
     pub code: RefuseCode,
     pub server_version: u16,
     pub message: String,
 }
 
 impl Refuse {
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut v = vec![self.code as u8];
         v.extend_from_slice(&self.server_version.to_be_bytes());
         let msg = self.message.as_bytes();
         v.extend_from_slice(&msg[..msg.len().min(1024)]);
         v
     }
-    pub fn decode(p: &[u8]) -> Result<Refuse, FrameError> {
+    pub(crate) fn decode(p: &[u8]) -> Result<Refuse, FrameError> {
         let mut c = Cursor::new(p, "refusal");
         Ok(Refuse {
             code: RefuseCode::from_u8(c.u8()?),
@@ -333,7 +333,7 @@ impl Request {
         }
         v
     }
-    pub fn decode(p: &[u8]) -> Result<Request, FrameError> {
+    pub(crate) fn decode(p: &[u8]) -> Result<Request, FrameError> {
         let mut c = Cursor::new(p, "request");
         Ok(match c.u8()? {
             1 => Request::Echo {
@@ -357,11 +357,11 @@ impl Request {
 }
 
 /// The server's go-ahead; `port` is the fresh UDP or TCP port where the test needs one.
-pub fn encode_ready(port: u16) -> Vec<u8> {
+pub(crate) fn encode_ready(port: u16) -> Vec<u8> {
     port.to_be_bytes().to_vec()
 }
 
-pub fn decode_ready(p: &[u8]) -> Result<u16, FrameError> {
+pub(crate) fn decode_ready(p: &[u8]) -> Result<u16, FrameError> {
     Cursor::new(p, "ready").u16()
 }
 
@@ -376,7 +376,7 @@ pub struct EchoReport {
 }
 
 impl EchoReport {
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut v = self.messages.to_be_bytes().to_vec();
         v.push(self.pinned as u8);
         let n = self.cpus.len().min(1024);
@@ -387,7 +387,7 @@ impl EchoReport {
         }
         v
     }
-    pub fn decode(p: &[u8]) -> Result<EchoReport, FrameError> {
+    pub(crate) fn decode(p: &[u8]) -> Result<EchoReport, FrameError> {
         let mut c = Cursor::new(p, "echo report");
         let messages = c.u64()?;
         let pinned = c.u8()? != 0;
@@ -410,14 +410,14 @@ impl EchoReport {
 /// The end of a sink: bytes received, and (elapsed ns since the first byte, cumulative
 /// bytes) at each interval boundary, measured on the receiving side.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SinkReport {
+pub(crate) struct SinkReport {
     pub bytes: u64,
     pub elapsed_ns: u64,
     pub marks: Vec<(u64, u64)>,
 }
 
 impl SinkReport {
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut v = self.bytes.to_be_bytes().to_vec();
         v.extend_from_slice(&self.elapsed_ns.to_be_bytes());
         let n = self.marks.len().min(MAX_INTERVALS);
@@ -428,7 +428,8 @@ impl SinkReport {
         }
         v
     }
-    pub fn decode(p: &[u8]) -> Result<SinkReport, FrameError> {
+    #[cfg_attr(windows, allow(dead_code))] // used by the Unix build only
+    pub(crate) fn decode(p: &[u8]) -> Result<SinkReport, FrameError> {
         let mut c = Cursor::new(p, "sink report");
         let bytes = c.u64()?;
         let elapsed_ns = c.u64()?;

@@ -143,6 +143,7 @@ impl Server {
     }
 
     /// Runs the server on a background thread; dropping the handle stops it.
+    #[cfg_attr(windows, allow(dead_code))] // used by the Unix build only
     pub fn spawn(self) -> io::Result<ServerHandle> {
         let addr = self.local_addr()?;
         let stop = self.stop.clone();
@@ -158,6 +159,7 @@ impl Server {
 }
 
 /// An in-process server (tests, and a fallback when the binary cannot be found).
+#[cfg_attr(windows, allow(dead_code))] // used by the Unix build only
 pub struct ServerHandle {
     pub addr: SocketAddr,
     stop: Arc<AtomicBool>,

@@ -6,10 +6,10 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
+#[cfg(test)]
 pub const SYSTEM: &str = "Linux";
 /// Linux rewrites the echo id of datagram ICMP sockets (to the socket's port).
 pub const ICMP_DGRAM_KEEPS_ID: bool = false;
-pub const RAW_CLOCK: &str = "CLOCK_MONOTONIC_RAW";
 
 pub type Mask = libc::cpu_set_t;
 

@@ -9,11 +9,11 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
+#[cfg(test)]
 pub const SYSTEM: &str = "macOS";
 /// Darwin leaves the echo id of datagram ICMP sockets as sent, and delivers other
 /// processes' replies too.
 pub const ICMP_DGRAM_KEEPS_ID: bool = true;
-pub const RAW_CLOCK: &str = "mach_absolute_time";
 
 const NO_PINNING: &str = "macOS offers no CPU pinning; the scheduler places threads";
 const QOS_HINT: &str = "macOS offers no CPU pinning; the thread asked for the performance \

@@ -25,12 +25,12 @@ use macos as imp;
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
 compile_error!("osmeter supports Linux and macOS only");
 
-/// Name of the system this build targets, for messages and the README's table.
-pub const SYSTEM: &str = imp::SYSTEM;
+/// Name of the system this build targets; the Windows command line's refusal names it
+/// and is tested on Unix too.
+#[cfg(test)]
+pub(crate) const SYSTEM: &str = imp::SYSTEM;
 /// Whether a datagram ICMP socket's echo replies keep the id sent (so it must be checked).
-pub const ICMP_DGRAM_KEEPS_ID: bool = imp::ICMP_DGRAM_KEEPS_ID;
-/// What `raw_clock_ns` reads, for method texts.
-pub const RAW_CLOCK: &str = imp::RAW_CLOCK;
+pub(crate) const ICMP_DGRAM_KEEPS_ID: bool = imp::ICMP_DGRAM_KEEPS_ID;
 
 /// How firmly a thread can be held on one CPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,11 +44,12 @@ pub enum Pinning {
 }
 
 impl Pinning {
-    pub fn is_hard(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_hard(&self) -> bool {
         matches!(self, Pinning::Hard)
     }
     /// Why the thread may run elsewhere, when it may.
-    pub fn reason(&self) -> Option<&str> {
+    pub(crate) fn reason(&self) -> Option<&str> {
         match self {
             Pinning::Hard => None,
             Pinning::Hint { reason } | Pinning::Unsupported { reason } => Some(reason),
@@ -58,19 +59,16 @@ impl Pinning {
 
 /// Whether an optional operation was done.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Support {
+pub(crate) enum Support {
+    #[cfg_attr(target_os = "macos", allow(dead_code))] // macOS can do none of them
     Done,
-    Unsupported { reason: String },
-}
-
-impl Support {
-    pub fn done(&self) -> bool {
-        *self == Support::Done
-    }
+    Unsupported {
+        reason: String,
+    },
 }
 
 /// What pinning this system offers (what `pin_to_cpu` answers when it succeeds).
-pub fn pin_support() -> Pinning {
+pub(crate) fn pin_support() -> Pinning {
     imp::pin_support()
 }
 
@@ -100,31 +98,31 @@ pub fn allowed_cpus() -> Vec<usize> {
 }
 
 /// The CPU the calling thread runs on now, where the system tells.
-pub fn current_cpu() -> Option<usize> {
+pub(crate) fn current_cpu() -> Option<usize> {
     let c = current_cpu_raw();
     (c >= 0).then_some(c as usize)
 }
 
 /// As `current_cpu`, -1 when unknown. Async-signal-safe (for forked children).
-pub fn current_cpu_raw() -> i32 {
+pub(crate) fn current_cpu_raw() -> i32 {
     imp::current_cpu_raw()
 }
 
 /// A CPU set prepared before a fork, so the child can pin itself without allocating.
-pub struct CpuMask(imp::Mask);
+pub(crate) struct CpuMask(imp::Mask);
 
 impl CpuMask {
-    pub fn single(cpu: usize) -> io::Result<CpuMask> {
+    pub(crate) fn single(cpu: usize) -> io::Result<CpuMask> {
         imp::mask_single(cpu).map(CpuMask)
     }
     /// Pins the calling thread to the mask; true when done (false where unsupported).
     /// Async-signal-safe: a forked child may call it.
-    pub fn pin_self(&self) -> bool {
+    pub(crate) fn pin_self(&self) -> bool {
         imp::pin_self(&self.0)
     }
 }
 
-pub fn online_cpus() -> usize {
+pub(crate) fn online_cpus() -> usize {
     // SAFETY: sysconf with a valid name has no memory effects.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     if n > 0 {
@@ -134,7 +132,7 @@ pub fn online_cpus() -> usize {
     }
 }
 
-pub fn page_size() -> usize {
+pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf with a valid name has no memory effects.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if p > 0 {
@@ -144,30 +142,19 @@ pub fn page_size() -> usize {
     }
 }
 
-pub fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid cannot fail and has no memory effects.
     unsafe { libc::geteuid() == 0 }
 }
 
-pub fn hostname() -> String {
-    let mut b = [0u8; 256];
-    // SAFETY: b is writable for its length; gethostname NUL-terminates within it on success.
-    let rc = unsafe { libc::gethostname(b.as_mut_ptr() as *mut libc::c_char, b.len()) };
-    if rc != 0 {
-        return "unknown".into();
-    }
-    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(&b[..end]).trim().to_string()
-}
-
 /// A monotonic clock in ns that no time adjustment slews (CLOCK_MONOTONIC_RAW on Linux,
 /// mach_absolute_time scaled by mach_timebase_info on macOS).
-pub fn raw_clock_ns() -> u64 {
+pub(crate) fn raw_clock_ns() -> u64 {
     imp::raw_clock_ns()
 }
 
 /// CPU time the calling thread has used, in ns (CLOCK_THREAD_CPUTIME_ID, POSIX).
-pub fn thread_cpu_ns() -> u64 {
+pub(crate) fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -178,19 +165,19 @@ pub fn thread_cpu_ns() -> u64 {
 }
 
 /// True when the last failed call was interrupted by a signal. Async-signal-safe.
-pub fn interrupted() -> bool {
+pub(crate) fn interrupted() -> bool {
     io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
 }
 
 /// A pipe (read end, write end), both close-on-exec.
-pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let (r, w) = imp::pipe_cloexec()?;
     // SAFETY: both descriptors were just opened and are owned by nobody else.
     Ok(unsafe { (OwnedFd::from_raw_fd(r), OwnedFd::from_raw_fd(w)) })
 }
 
 /// socket(2) with close-on-exec set.
-pub fn socket(domain: i32, ty: i32, protocol: i32) -> io::Result<OwnedFd> {
+pub(crate) fn socket(domain: i32, ty: i32, protocol: i32) -> io::Result<OwnedFd> {
     let fd = imp::socket_cloexec(domain, ty, protocol)?;
     // SAFETY: fd was just opened and is owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -198,7 +185,7 @@ pub fn socket(domain: i32, ty: i32, protocol: i32) -> io::Result<OwnedFd> {
 
 /// Opens `path` with `opts` so that reads bypass the page cache (O_DIRECT on Linux,
 /// F_NOCACHE on macOS). Fails where the file system refuses.
-pub fn open_uncached(opts: &OpenOptions, path: &Path) -> io::Result<File> {
+pub(crate) fn open_uncached(opts: &OpenOptions, path: &Path) -> io::Result<File> {
     imp::open_uncached(opts, path)
 }
 
@@ -227,20 +214,20 @@ pub fn reopen(file: &File, uncached: bool, write: bool) -> io::Result<File> {
 
 /// Read-ahead advice for a whole file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
+pub(crate) enum Access {
     Normal,
     Random,
     Sequential,
 }
 
 /// Advises the kernel how a file will be read (posix_fadvise on Linux, F_RDAHEAD on macOS).
-pub fn advise(file: &File, access: Access) {
+pub(crate) fn advise(file: &File, access: Access) {
     imp::advise(file, access)
 }
 
 /// Asks the system to drop a file's clean pages from the page cache. Callers verify with
 /// `residency`; `Unsupported` means the next read cannot be called uncached.
-pub fn evict_file(file: &File) -> io::Result<Support> {
+pub(crate) fn evict_file(file: &File) -> io::Result<Support> {
     imp::evict_file(file)
 }
 
@@ -258,7 +245,7 @@ fn eviction_windows(len: u64, window: u64, page: u64) -> Vec<(u64, u64)> {
 
 /// Drops the whole page cache (root only, and only when the user asked for it).
 /// Returns how it was done.
-pub fn drop_all_caches() -> io::Result<&'static str> {
+pub(crate) fn drop_all_caches() -> io::Result<&'static str> {
     imp::drop_all_caches()
 }
 
@@ -266,26 +253,30 @@ pub fn drop_all_caches() -> io::Result<&'static str> {
 ///
 /// # Safety
 /// `addr..addr+len` must be a mapping of this process; `vec` must hold a byte per page.
-pub unsafe fn mincore(addr: *mut libc::c_void, len: usize, vec: &mut [u8]) -> io::Result<()> {
+pub(crate) unsafe fn mincore(
+    addr: *mut libc::c_void,
+    len: usize,
+    vec: &mut [u8],
+) -> io::Result<()> {
     imp::mincore(addr, len, vec)
 }
 
 /// Why `mincore` says nothing about `file`'s cache for this process, when it does not
 /// (Linux 5.2+: files the caller neither owns nor may write read as all resident).
-pub fn residency_hidden(file: &File) -> Option<String> {
+pub(crate) fn residency_hidden(file: &File) -> Option<String> {
     imp::residency_hidden(file)
 }
 
 /// Whether the byte at `offset` of `file` is in the page cache, asked with a 1-byte read
 /// that may not wait for I/O (preadv2 RWF_NOWAIT on Linux): unlike mincore it answers for
 /// every readable file. A miss starts readahead there. Err: not supported here.
-pub fn cached_nowait(file: &File, offset: u64) -> io::Result<bool> {
+pub(crate) fn cached_nowait(file: &File, offset: u64) -> io::Result<bool> {
     imp::cached_nowait(file, offset)
 }
 
 /// The 1-minute load average (runnable, and on Linux uninterruptible, tasks); None when
 /// the system does not say.
-pub fn load_average() -> Option<f64> {
+pub(crate) fn load_average() -> Option<f64> {
     let mut l = [0f64; 1];
     // SAFETY: getloadavg writes at most 1 value into the 1-element array.
     (unsafe { libc::getloadavg(l.as_mut_ptr(), 1) } == 1).then_some(l[0])
@@ -293,7 +284,7 @@ pub fn load_average() -> Option<f64> {
 
 /// Whether a socket (a stream or a listener) is readable (data, a pending connection or a
 /// hang-up) within `timeout`; false on timeout or error.
-pub fn socket_readable(s: &impl std::os::fd::AsRawFd, timeout: std::time::Duration) -> bool {
+pub(crate) fn socket_readable(s: &impl std::os::fd::AsRawFd, timeout: std::time::Duration) -> bool {
     let mut pfd = libc::pollfd {
         fd: s.as_raw_fd(),
         events: libc::POLLIN,
@@ -307,7 +298,7 @@ pub fn socket_readable(s: &impl std::os::fd::AsRawFd, timeout: std::time::Durati
 
 /// Fault and involuntary-switch counters of the calling thread.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ThreadUsage {
+pub(crate) struct ThreadUsage {
     pub minor_faults: u64,
     pub major_faults: u64,
     /// This thread's involuntary switches (Linux RUSAGE_THREAD); on macOS the times it
@@ -317,7 +308,7 @@ pub struct ThreadUsage {
     pub per_thread: bool,
 }
 
-pub fn thread_usage() -> io::Result<ThreadUsage> {
+pub(crate) fn thread_usage() -> io::Result<ThreadUsage> {
     imp::thread_usage()
 }
 
@@ -359,7 +350,7 @@ pub fn die_with_parent() -> Result<(), &'static str> {
 
 /// Waits for our child `pid` (killing it first when `kill`), retrying on EINTR; returns its
 /// wait status. Plain POSIX, here so every experiment that forks reaps the same way.
-pub fn reap(pid: libc::pid_t, kill: bool) -> io::Result<libc::c_int> {
+pub(crate) fn reap(pid: libc::pid_t, kill: bool) -> io::Result<libc::c_int> {
     if kill {
         // SAFETY: pid is our own unreaped child, so the signal cannot reach anyone else.
         unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -379,13 +370,13 @@ pub fn reap(pid: libc::pid_t, kill: bool) -> io::Result<libc::c_int> {
 }
 
 /// Fills `buf` from the system's random source.
-pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
+pub(crate) fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
     imp::random_bytes(buf)
 }
 
 /// Transparent huge pages for an anonymous mapping: on, off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HugePages {
+pub(crate) enum HugePages {
     Base,
     Huge,
 }
@@ -394,7 +385,7 @@ pub enum HugePages {
 ///
 /// # Safety
 /// `addr..addr+len` must be a mapping of this process.
-pub unsafe fn advise_huge_pages(addr: *mut u8, len: usize, pages: HugePages) -> Support {
+pub(crate) unsafe fn advise_huge_pages(addr: *mut u8, len: usize, pages: HugePages) -> Support {
     imp::advise_huge_pages(addr, len, pages)
 }
 
@@ -406,35 +397,37 @@ pub unsafe fn advise_huge_pages(addr: *mut u8, len: usize, pages: HugePages) -> 
 /// # Safety
 /// `addr..addr+len` must lie in a shared file mapping of this process that nothing
 /// borrows any more.
-pub unsafe fn drop_mapped_range(addr: *mut u8, len: usize) -> Support {
+pub(crate) unsafe fn drop_mapped_range(addr: *mut u8, len: usize) -> Support {
     imp::drop_mapped_range(addr, len)
 }
 
 /// getppid and getpid through the kernel every time (no library caching), for the
 /// system-call experiment.
 #[inline(always)]
-pub fn raw_getppid() -> i64 {
+pub(crate) fn raw_getppid() -> i64 {
     imp::raw_getppid()
 }
 
 #[inline(always)]
-pub fn raw_getpid() -> i64 {
+pub(crate) fn raw_getpid() -> i64 {
     imp::raw_getpid()
 }
 
 /// Major and minor number of a device id (st_dev).
-pub fn dev_major_minor(dev: u64) -> (u64, u64) {
+pub(crate) fn dev_major_minor(dev: u64) -> (u64, u64) {
     imp::dev_major_minor(dev)
 }
 
 /// File system of a path: Linux gives statfs's magic number, macOS its type name.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FsKind {
+pub(crate) enum FsKind {
+    #[cfg_attr(target_os = "macos", allow(dead_code))] // statfs gives a number on Linux only
     Magic(u64),
+    #[cfg_attr(not(target_os = "macos"), allow(dead_code))] // statfs names it on macOS only
     Name(String),
 }
 
-pub fn fs_kind(path: &Path) -> io::Result<FsKind> {
+pub(crate) fn fs_kind(path: &Path) -> io::Result<FsKind> {
     imp::fs_kind(path)
 }
 
@@ -502,7 +495,7 @@ pub fn decode_sysctl(raw: &[u8], kind: u32, fmt: &str) -> Option<String> {
 
 /// Premise text for a measurement that needs a thread held on one CPU: None when the
 /// pinning is hard, else why the figure is not a same-CPU figure.
-pub fn pinning_premise_failure(p: &Pinning) -> Option<String> {
+pub(crate) fn pinning_premise_failure(p: &Pinning) -> Option<String> {
     p.reason()
         .map(|r| format!("the tasks were not pinned ({r}); the figure is an unpinned measurement"))
 }
@@ -682,10 +675,5 @@ mod tests {
         let n = live.update(w1, c1);
         let off = (w1 - w0).saturating_sub(c1 - c0);
         assert_eq!(n, u64::from(off > OFF_CPU_PREEMPTED_NS), "{off} ns off CPU");
-    }
-
-    #[test]
-    fn hostname_is_not_empty() {
-        assert!(!hostname().is_empty());
     }
 }

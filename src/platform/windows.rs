@@ -14,10 +14,10 @@ use windows_sys::Win32::System::Threading::{
 };
 
 /// Name of the system this build targets, for messages.
-pub const SYSTEM: &str = "Windows";
+pub(crate) const SYSTEM: &str = "Windows";
 
 /// Logical processors of the machine (of its first processor group beyond 64).
-pub fn online_cpus() -> usize {
+pub(crate) fn online_cpus() -> usize {
     // SAFETY: SYSTEM_INFO is plain data; GetSystemInfo fills the struct it is given.
     let info = unsafe {
         let mut info: SYSTEM_INFO = std::mem::zeroed();
@@ -63,7 +63,7 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<Pinning> {
 
 /// Lets the process (and so every thread it starts later) run on `cpus`. On Windows a
 /// new thread takes the process's affinity, not its creator's, so the process's is set.
-pub fn set_affinity(cpus: &[usize]) -> io::Result<()> {
+pub(crate) fn set_affinity(cpus: &[usize]) -> io::Result<()> {
     let mask = mask_of(cpus)?;
     // SAFETY: the pseudo-handle of the current process is always valid; no memory is passed.
     if unsafe { SetProcessAffinityMask(GetCurrentProcess(), mask) } == 0 {
@@ -73,14 +73,14 @@ pub fn set_affinity(cpus: &[usize]) -> io::Result<()> {
 }
 
 /// The CPU the calling thread runs on now (its number within its processor group).
-pub fn current_cpu() -> Option<usize> {
+pub(crate) fn current_cpu() -> Option<usize> {
     // SAFETY: no arguments, no memory effects.
     Some(unsafe { GetCurrentProcessorNumber() } as usize)
 }
 
 /// Whether a socket (a stream or a listener) is readable (data, a pending connection or a
 /// hang-up) within `timeout`; false on timeout or error. WSAPoll is Windows's poll.
-pub fn socket_readable(s: &impl AsRawSocket, timeout: Duration) -> bool {
+pub(crate) fn socket_readable(s: &impl AsRawSocket, timeout: Duration) -> bool {
     let mut pfd = WSAPOLLFD {
         fd: s.as_raw_socket() as SOCKET,
         events: POLLRDNORM,

@@ -175,7 +175,7 @@ fn summary(h: &mut String, r: &RunResults) {
             );
         }
         for (i, m) in e.metrics.iter().enumerate() {
-            let row = metric_row(&e.id, m);
+            let row = metric_row(m);
             let mut cls = Vec::new();
             if i == 0 {
                 cls.push("exp-start");
@@ -293,7 +293,7 @@ fn experiment_metrics(h: &mut String, e: &ExperimentResult) {
     }
     h.push_str("<table><thead><tr><th>metric</th><th>measured (median)</th><th>95% CI</th><th>n</th><th>CoV</th><th>outliers</th><th>core cycles</th><th>predicted</th><th>meas/pred</th></tr></thead><tbody>");
     for m in &e.metrics {
-        let row = metric_row(&e.id, m);
+        let row = metric_row(m);
         let mut name = format!("<strong>{}</strong>", esc(&row.metric));
         if !row.description.is_empty() {
             let _ = write!(
@@ -328,7 +328,7 @@ fn experiment_metrics(h: &mut String, e: &ExperimentResult) {
     let preds: Vec<_> = e
         .metrics
         .iter()
-        .map(|m| metric_row(&e.id, m))
+        .map(metric_row)
         .filter(|r| !r.formula.is_empty())
         .collect();
     if !preds.is_empty() {

@@ -82,7 +82,7 @@ fn summary(s: &mut String, r: &RunResults) {
             );
         }
         for m in &e.metrics {
-            let row = metric_row(&e.id, m);
+            let row = metric_row(m);
             let id = if e.status == Status::Ok {
                 e.id.clone()
             } else {
@@ -208,7 +208,7 @@ fn experiment_metrics(s: &mut String, e: &ExperimentResult) {
         "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     );
     for m in &e.metrics {
-        let row = metric_row(&e.id, m);
+        let row = metric_row(m);
         w(
             s,
             &format!(
@@ -228,7 +228,7 @@ fn experiment_metrics(s: &mut String, e: &ExperimentResult) {
     }
     s.push('\n');
     for m in &e.metrics {
-        let row = metric_row(&e.id, m);
+        let row = metric_row(m);
         if !row.description.is_empty() || !row.percentiles.is_empty() {
             let sep = if row.description.is_empty() || row.percentiles.is_empty() {
                 ""

@@ -1,14 +1,14 @@
 //! Renderers: they read a results document (or a comparison of several) and never
 //! measure; the commands (crate::commands) decide where their output goes.
 
-pub mod compare_text;
-pub mod figures;
-pub mod fleet;
-pub mod html;
-pub mod markdown;
-pub mod plot;
+pub(crate) mod compare_text;
+pub(crate) mod figures;
+pub(crate) mod fleet;
+pub(crate) mod html;
+pub(crate) mod markdown;
+pub(crate) mod plot;
 pub mod terminal;
-pub mod view;
+pub(crate) mod view;
 
 use crate::results::RunResults;
 use std::path::{Path, PathBuf};

@@ -10,14 +10,14 @@ use comfy_table::{
 };
 
 /// Width used when neither COLUMNS nor a terminal on stdout gives one (pipes, logs).
-pub const DEFAULT_WIDTH: u16 = 100;
+pub(crate) const DEFAULT_WIDTH: u16 = 100;
 /// Narrower than this, the table cannot be laid out legibly; it is allowed to overflow.
 const MIN_WIDTH: u16 = 40;
 /// Findings shown on the terminal; the rest are in the report.
-pub const MAX_FINDINGS: usize = 12;
+pub(crate) const MAX_FINDINGS: usize = 12;
 
 /// COLUMNS when set (as `ls` does), else the width of the terminal on stdout, else 100.
-pub fn terminal_width() -> u16 {
+pub(crate) fn terminal_width() -> u16 {
     std::env::var("COLUMNS")
         .ok()
         .and_then(|c| c.trim().parse::<u16>().ok())
@@ -29,7 +29,7 @@ pub fn terminal_width() -> u16 {
 
 /// Words of `text` in lines of at most `width` columns, the first after `first`, the rest
 /// after `indent`; a word longer than a line gets a line of its own.
-pub fn wrap(text: &str, width: usize, first: &str, indent: &str) -> String {
+pub(crate) fn wrap(text: &str, width: usize, first: &str, indent: &str) -> String {
     let mut out = String::new();
     let mut line = first.to_string();
     let mut empty = true;
@@ -62,7 +62,7 @@ fn cell_value(v: f64, unit: &str) -> String {
 }
 
 /// Ratio beyond which a prediction is flagged as off.
-pub const FLAG_RATIO: f64 = 2.0;
+pub(crate) const FLAG_RATIO: f64 = 2.0;
 
 /// A confidence interval with its unit once when both ends share it: "1.23 .. 1.25 ns".
 fn interval(ci: [f64; 2], unit: &str) -> String {
@@ -83,7 +83,7 @@ fn cycles_text(c: f64) -> String {
 }
 
 /// Measured/predicted ratio with a flag when it is beyond 2x either way.
-pub fn ratio_text(measured: f64, predicted: f64) -> String {
+pub(crate) fn ratio_text(measured: f64, predicted: f64) -> String {
     if !(measured.is_finite() && predicted.is_finite()) || predicted == 0.0 {
         return "-".into();
     }

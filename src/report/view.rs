@@ -10,7 +10,6 @@ use serde_json::Value;
 
 /// One row of the predicted-vs-measured table.
 pub struct MetricRow {
-    pub experiment: String,
     pub metric: String,
     pub description: String,
     pub predicted: String,
@@ -29,7 +28,7 @@ pub struct MetricRow {
     pub percentiles: String,
 }
 
-pub fn metric_row(exp: &str, m: &Metric) -> MetricRow {
+pub fn metric_row(m: &Metric) -> MetricRow {
     let s = &m.summary;
     let pred = m.prediction.as_ref();
     let ratio = pred
@@ -37,7 +36,6 @@ pub fn metric_row(exp: &str, m: &Metric) -> MetricRow {
         .filter(|p| p.is_finite() && *p != 0.0 && s.median.is_finite())
         .map(|p| s.median / p);
     MetricRow {
-        experiment: exp.to_string(),
         metric: m.name.clone(),
         description: m.description.clone(),
         predicted: pred

@@ -7,7 +7,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// A results path as given: a results.json file or a folder holding one.
-pub fn results_file(path: &Path) -> PathBuf {
+pub(crate) fn results_file(path: &Path) -> PathBuf {
     if path.is_dir() {
         path.join("results.json")
     } else {
@@ -28,7 +28,7 @@ pub fn from_str(text: &str) -> Result<RunResults, String> {
     from_value(v)
 }
 
-pub fn from_value(v: Value) -> Result<RunResults, String> {
+pub(crate) fn from_value(v: Value) -> Result<RunResults, String> {
     let version = v
         .get("schema_version")
         .ok_or("not an osmeter results document (no schema_version)")?;

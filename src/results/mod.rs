@@ -8,15 +8,15 @@
 
 pub mod load;
 mod record;
-pub mod save;
+pub(crate) mod save;
 
-pub use record::{PeerRecord, RecordedOptions, RunRecord, Statistics};
+pub(crate) use record::{PeerRecord, RecordedOptions, RunRecord, Statistics};
 
 use crate::stats::Summary;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunResults {
@@ -52,7 +52,7 @@ pub enum Status {
 }
 
 impl Status {
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             Status::Ok => "ok",
             Status::Skipped => "skipped",
@@ -154,7 +154,7 @@ fn one() -> f64 {
 
 impl Metric {
     /// Declares the metric as derived from other metrics of the experiment.
-    pub fn derived(&mut self, inputs: &[(&str, &str, f64)]) -> &mut Self {
+    pub(crate) fn derived(&mut self, inputs: &[(&str, &str, f64)]) -> &mut Self {
         self.kind = Some(MetricKind::Derived {
             inputs: inputs
                 .iter()
@@ -169,7 +169,7 @@ impl Metric {
     }
 
     /// Declares the raw values as single operations (a distribution).
-    pub fn per_operation(&mut self) -> &mut Self {
+    pub(crate) fn per_operation(&mut self) -> &mut Self {
         self.kind = Some(MetricKind::PerOperation);
         self
     }
@@ -201,14 +201,20 @@ pub struct PredictionInput {
 }
 
 impl Prediction {
-    pub fn new(value: f64, formula: impl Into<String>) -> Self {
+    pub(crate) fn new(value: f64, formula: impl Into<String>) -> Self {
         Prediction {
             value,
             formula: formula.into(),
             inputs: BTreeMap::new(),
         }
     }
-    pub fn input(mut self, name: &str, value: f64, unit: &str, source: impl Into<String>) -> Self {
+    pub(crate) fn input(
+        mut self,
+        name: &str,
+        value: f64,
+        unit: &str,
+        source: impl Into<String>,
+    ) -> Self {
         self.inputs.insert(
             name.to_string(),
             PredictionInput {
@@ -273,7 +279,7 @@ pub struct Finding {
 }
 
 impl Finding {
-    pub fn new(text: impl Into<String>, from: &[&str]) -> Self {
+    pub(crate) fn new(text: impl Into<String>, from: &[&str]) -> Self {
         Finding {
             text: text.into(),
             from: from.iter().map(|s| s.to_string()).collect(),
@@ -325,7 +331,7 @@ impl Reading {
 
     /// Largest relative change of any kernel from `self` to `other` (signed: positive =
     /// `other` slower).
-    pub fn change_to(&self, other: &Reading) -> f64 {
+    pub(crate) fn change_to(&self, other: &Reading) -> f64 {
         self.values()
             .iter()
             .zip(other.values())
@@ -340,7 +346,7 @@ impl Reading {
     }
 
     /// The geometric mean of two readings, kernel by kernel.
-    pub fn mid(&self, other: &Reading) -> Reading {
+    pub(crate) fn mid(&self, other: &Reading) -> Reading {
         let g = |a: f64, b: f64| (a * b).sqrt();
         Reading {
             chain_ns: g(self.chain_ns, other.chain_ns),
@@ -354,10 +360,10 @@ impl Reading {
 
 impl BeforeAfter {
     /// How much the environment moved during the experiment (after over before).
-    pub fn during(&self) -> f64 {
+    pub(crate) fn during(&self) -> f64 {
         self.before.change_to(&self.after)
     }
-    pub fn mid(&self) -> Reading {
+    pub(crate) fn mid(&self) -> Reading {
         self.before.mid(&self.after)
     }
 }
@@ -372,7 +378,7 @@ pub struct MetricRef {
 }
 
 impl MetricRef {
-    pub const fn new(experiment: &'static str, metric: &'static str) -> MetricRef {
+    pub(crate) const fn new(experiment: &'static str, metric: &'static str) -> MetricRef {
         MetricRef { experiment, metric }
     }
     /// `experiment/metric`, as findings' `from` lists name it.
@@ -407,7 +413,7 @@ impl RunResults {
 }
 
 /// RFC 3339 UTC timestamp of a SystemTime, without a date library.
-pub fn rfc3339(t: std::time::SystemTime) -> String {
+pub(crate) fn rfc3339(t: std::time::SystemTime) -> String {
     let secs = t
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)

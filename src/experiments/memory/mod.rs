@@ -9,12 +9,12 @@ use crate::harness::{Harness, HarnessConfig, Measurement};
 use crate::machine::Cache;
 use anyhow::{bail, Context as _};
 
-pub mod bandwidth;
+pub(crate) mod bandwidth;
 pub mod latency;
-pub mod pagefault;
+pub(crate) mod pagefault;
 
 /// In run order: latency first (bandwidth and page-fault findings use its DRAM figure).
-pub fn experiments() -> Vec<Box<dyn Experiment>> {
+pub(crate) fn experiments() -> Vec<Box<dyn Experiment>> {
     vec![
         Box::new(latency::Latency),
         Box::new(bandwidth::Bandwidth),
@@ -23,7 +23,7 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
 }
 
 /// Cache line size: from the machine's caches, else 64 bytes.
-pub fn line_bytes(caches: &[Cache]) -> usize {
+pub(crate) fn line_bytes(caches: &[Cache]) -> usize {
     caches
         .iter()
         .map(|c| c.line_bytes as usize)
@@ -32,14 +32,18 @@ pub fn line_bytes(caches: &[Cache]) -> usize {
 }
 
 /// Last-level cache size, if known.
-pub fn llc_bytes(caches: &[Cache]) -> Option<u64> {
+pub(crate) fn llc_bytes(caches: &[Cache]) -> Option<u64> {
     caches.iter().map(|c| c.size_bytes).max()
 }
 
 /// The memory a run of an experiment may use: never more than a quarter of what is
 /// available (MemAvailable, capped by the cgroup limit).
 /// Errors when even `min` does not fit.
-pub fn memory_cap(machine: &crate::machine::Machine, want: u64, min: u64) -> anyhow::Result<u64> {
+pub(crate) fn memory_cap(
+    machine: &crate::machine::Machine,
+    want: u64,
+    min: u64,
+) -> anyhow::Result<u64> {
     let avail = machine.memory_budget_bytes();
     if avail == 0 {
         // Unknown: stay small rather than risk the machine.
@@ -57,7 +61,7 @@ pub fn memory_cap(machine: &crate::machine::Machine, want: u64, min: u64) -> any
 }
 
 /// Whether transparent huge pages can be requested with madvise.
-pub fn thp_available(m: &crate::machine::Machine) -> bool {
+pub(crate) fn thp_available(m: &crate::machine::Machine) -> bool {
     matches!(m.memory.thp_enabled.as_deref(), Some("always" | "madvise"))
 }
 
@@ -87,7 +91,7 @@ pub fn too_small_for_huge_pages(m: &crate::machine::Machine, len: usize) -> Opti
 
 /// Page backing requested for an anonymous mapping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pages {
+pub(crate) enum Pages {
     /// MADV_NOHUGEPAGE: base pages even when THP is "always".
     Base,
     /// MADV_HUGEPAGE: transparent huge pages where the kernel can provide them.
@@ -96,7 +100,7 @@ pub enum Pages {
 
 /// An anonymous private mapping, aligned to the huge-page size so huge pages can back all of it,
 /// unmapped on drop.
-pub struct Region {
+pub(crate) struct Region {
     map: *mut u8,
     map_len: usize,
     ptr: *mut u8,
@@ -158,26 +162,22 @@ impl Region {
         })
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    pub fn as_ptr(&self) -> *mut u8 {
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
         self.ptr
     }
 
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: ptr..ptr+len is inside the live mapping, zero-filled by the kernel, and
         // &mut self gives exclusive access.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 
     /// Writes one byte per page so every page is backed before timing starts.
-    pub fn prefault(&mut self) {
+    pub(crate) fn prefault(&mut self) {
         let ps = crate::pagecache::page_size();
         let s = self.as_mut_slice();
         for i in (0..s.len()).step_by(ps) {
@@ -186,7 +186,7 @@ impl Region {
     }
 
     /// Bytes of this mapping backed by transparent huge pages.
-    pub fn huge_bytes(&self) -> Option<u64> {
+    pub(crate) fn huge_bytes(&self) -> Option<u64> {
         let lo = self.map as usize;
         crate::machine::process::huge_bytes_in(lo, lo + self.map_len)
     }
@@ -201,7 +201,7 @@ impl Drop for Region {
 
 /// Faults of the calling thread so far: (minor, major), from getrusage(RUSAGE_THREAD)
 /// (the whole process where the system has no per-thread counters).
-pub fn thread_faults() -> (u64, u64) {
+pub(crate) fn thread_faults() -> (u64, u64) {
     crate::platform::thread_usage()
         .map(|u| (u.minor_faults, u.major_faults))
         .unwrap_or((0, 0))
@@ -209,7 +209,7 @@ pub fn thread_faults() -> (u64, u64) {
 
 /// Resets this process's peak RSS (VmHWM) and returns the current RSS, so that
 /// `rss_check` can compare the growth with an announced cap.
-pub fn rss_baseline() -> Option<u64> {
+pub(crate) fn rss_baseline() -> Option<u64> {
     crate::machine::process::reset_peak_rss()?;
     status_bytes("VmRSS:")
 }
@@ -219,7 +219,7 @@ fn status_bytes(field: &str) -> Option<u64> {
 }
 
 /// Peak RSS growth since `rss_baseline` against the announced cap.
-pub fn rss_check(base: Option<u64>, cap: u64) -> crate::results::Check {
+pub(crate) fn rss_check(base: Option<u64>, cap: u64) -> crate::results::Check {
     use crate::units::fmt_bytes;
     let name = "memory use within the announced cap";
     match (base, status_bytes("VmHWM:")) {
@@ -251,7 +251,7 @@ pub fn rss_check(base: Option<u64>, cap: u64) -> crate::results::Check {
 /// harness under `cfg` (`HarnessConfig::short_trials`), repeating trials during which the
 /// thread was preempted. Only the clock's overhead is subtracted (a chase or stream step
 /// dwarfs the loop's).
-pub fn measure_raw(
+pub(crate) fn measure_raw(
     clock: &dyn crate::clock::Clock,
     cfg: &HarnessConfig,
     ops_per_iter: f64,
@@ -271,7 +271,7 @@ fn without_preemption_note(mut m: Measurement) -> Measurement {
 /// As `measure_raw` over a trial the caller times itself (several threads released
 /// together): `trial(iters)` returns its ticks, clock overhead included, and whether
 /// every thread ran undisturbed.
-pub fn measure_trials(
+pub(crate) fn measure_trials(
     clock: &dyn crate::clock::Clock,
     cfg: &HarnessConfig,
     ops_per_iter: f64,
@@ -282,7 +282,7 @@ pub fn measure_trials(
 }
 
 /// "1 KiB", "32 KiB" style label for a power-of-two-ish size, for metric and series names.
-pub fn size_label(b: u64) -> String {
+pub(crate) fn size_label(b: u64) -> String {
     if b >= 1 << 30 && b % (1 << 30) == 0 {
         format!("{}GiB", b >> 30)
     } else if b >= 1 << 20 && b % (1 << 20) == 0 {

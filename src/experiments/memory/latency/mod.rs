@@ -20,9 +20,9 @@ mod levels;
 mod tests;
 mod text;
 
-pub use crate::analysis::{detect_levels, Level};
+pub(crate) use crate::analysis::detect_levels;
 pub use kernel::{lmbench_chain, Point};
-pub use levels::{llc_hit_fraction, name_levels, Named};
+pub(crate) use levels::{llc_hit_fraction, name_levels};
 
 use super::{Pages, Region};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
@@ -38,7 +38,7 @@ use {
     kernel::{chase, lay},
 };
 
-pub struct Latency;
+pub(crate) struct Latency;
 
 /// Model load-to-use latencies in core cycles (typical of current x86-64 and Arm cores).
 const L1_CYCLES: f64 = 4.5;
@@ -54,7 +54,7 @@ const NESTED_WALK_NS: f64 = 60.0;
 
 /// Working-set sizes from `min` to `max`, `per_doubling` points per doubling, rounded to
 /// whole nodes of `node` bytes, at least two nodes each.
-pub fn sizes(min: u64, max: u64, per_doubling: u32, node: u64) -> Vec<u64> {
+pub(crate) fn sizes(min: u64, max: u64, per_doubling: u32, node: u64) -> Vec<u64> {
     let mut v = Vec::new();
     let mut k = 0u32;
     loop {
