@@ -283,9 +283,17 @@ fn listens(mut c: Command) -> (String, String) {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
+    // stderr up to its own "listening on" line (written after stdout's), then kill.
+    let mut err = String::new();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    while !err.contains("listening on") {
+        if stderr.read_line(&mut err).unwrap_or(0) == 0 {
+            break;
+        }
+    }
     let _ = child.kill();
-    let out = child.wait_with_output().unwrap();
-    (line, String::from_utf8_lossy(&out.stderr).into_owned())
+    let _ = child.wait();
+    (line, err)
 }
 
 #[test]
