@@ -260,11 +260,11 @@ fn metrics_table(r: &RunResults, width: u16) -> String {
             Row::Cells(c) => s.push_str(&line(c, false)),
         }
     }
-    s.push_str(&rule("└", "─", "┴", "┘").trim_end());
+    s.push_str(rule("└", "─", "┴", "┘").trim_end());
     if !keep.contains(&5) {
         s.push('\n');
         s.push_str(
-            &wrap(
+            wrap(
                 "(cycles left out at this width; report.md has them)",
                 wd,
                 "",
