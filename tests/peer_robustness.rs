@@ -261,6 +261,99 @@ fn bad_serve_options_are_one_line_usage_errors() {
     assert!(err.contains("--bind"), "{err}");
 }
 
+/// `osmeter serve ARGS` with OSMETER_SERVE_TOKEN as given (None: unset).
+fn serve_cmd(args: &[&str], env_token: Option<&str>) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_osmeter"));
+    c.arg("serve").args(args).env_remove("OSMETER_SERVE_TOKEN");
+    if let Some(t) = env_token {
+        c.env("OSMETER_SERVE_TOKEN", t);
+    }
+    c
+}
+
+/// Starts serve, reads its "listening on" line, kills it; returns the line and stderr.
+fn listens(mut c: Command) -> (String, String) {
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start osmeter serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    // stderr up to its own "listening on" line (written after stdout's), then kill.
+    let mut err = String::new();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    while !err.contains("listening on") {
+        if stderr.read_line(&mut err).unwrap_or(0) == 0 {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    (line, err)
+}
+
+#[test]
+fn off_loopback_without_a_token_is_refused_in_one_line() {
+    for bind in ["0.0.0.0", "::"] {
+        let out = serve_cmd(&["--bind", bind, "--port", "0"], None)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bind}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("token"), "{err}");
+        assert!(out.stdout.is_empty());
+    }
+    // An empty token is no token.
+    let out = serve_cmd(&["--bind", "0.0.0.0", "--port", "0"], Some(""))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn off_loopback_serves_with_a_token_or_with_no_token_and_a_warning() {
+    let (line, err) = listens(serve_cmd(
+        &["--bind", "0.0.0.0", "--port", "0", "--no-token"],
+        None,
+    ));
+    assert!(
+        line.starts_with("osmeter serve listening on 0.0.0.0:"),
+        "{line}"
+    );
+    assert!(
+        err.lines()
+            .any(|l| l.contains("warning") && l.contains("no token")),
+        "{err}"
+    );
+    for (args, env) in [
+        (
+            &["--bind", "0.0.0.0", "--port", "0", "--token", "t"][..],
+            None,
+        ),
+        (&["--bind", "0.0.0.0", "--port", "0"][..], Some("t")),
+    ] {
+        let (line, err) = listens(serve_cmd(args, env));
+        assert!(
+            line.starts_with("osmeter serve listening on 0.0.0.0:"),
+            "{line}"
+        );
+        assert!(!err.contains("warning"), "{err}");
+        assert!(err.contains("token required"), "{err}");
+    }
+    // Loopback needs neither.
+    let (line, err) = listens(serve_cmd(&["--bind", "127.0.0.1", "--port", "0"], None));
+    assert!(
+        line.starts_with("osmeter serve listening on 127.0.0.1:"),
+        "{line}"
+    );
+    assert!(!err.contains("warning"), "{err}");
+}
+
 #[test]
 fn session_limit_refuses_as_busy() {
     let s = start(&["--port", "0", "--max-sessions", "1"]);

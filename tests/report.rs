@@ -852,3 +852,147 @@ fn default_repeats_give_compare_run_to_run_noise() {
     let r: Value = serde_json::from_slice(&std::fs::read(&single).unwrap()).unwrap();
     assert_eq!(r["config"]["repeat"], json!(1));
 }
+
+/// What stays on a pseudo-terminal, and every segment drawn (progress redraws included):
+/// ANSI escapes stripped, lines split on \n and \r.
+fn pty_text(raw: &str) -> (Vec<String>, Vec<String>) {
+    let ansi = |l: &str| {
+        let mut s = String::new();
+        let mut esc = false;
+        for c in l.chars() {
+            match (esc, c) {
+                (false, '\u{1b}') => esc = true,
+                (true, c) if c.is_ascii_alphabetic() => esc = false,
+                (true, _) => {}
+                (false, c) => s.push(c),
+            }
+        }
+        s
+    };
+    let stays = raw
+        .split('\n')
+        .map(|l| ansi(l.rsplit('\r').find(|p| !ansi(p).is_empty()).unwrap_or("")))
+        .collect();
+    let drawn = raw.split(['\n', '\r']).map(ansi).collect();
+    (stays, drawn)
+}
+
+#[test]
+fn a_smoke_run_at_100_columns_draws_nothing_wider_breaks_no_cell_and_warns_once() {
+    let test = "a_smoke_run_at_100_columns_draws_nothing_wider_breaks_no_cell_and_warns_once";
+    if !Path::new("/usr/bin/script").exists() {
+        return common::skip(
+            test,
+            "/usr/bin/script (util-linux) is absent: no pseudo-terminal",
+        );
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let bin = assert_cmd::cargo::cargo_bin("osmeter");
+    let cmd = format!(
+        "stty cols 100 rows 50; {} run --profile smoke --only cpu.timer,cpu.loop,cpu.syscall \
+         --no-history --out {}",
+        bin.display(),
+        out.display()
+    );
+    let o = std::process::Command::new("script")
+        .args(["-qfec", &cmd, "/dev/null"])
+        .env_remove("COLUMNS")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let raw = String::from_utf8_lossy(&o.stdout).to_string();
+    let (stays, drawn) = pty_text(&raw);
+    let wide: Vec<&String> = drawn.iter().filter(|l| l.chars().count() > 100).collect();
+    assert!(wide.is_empty(), "lines wider than 100 columns: {wide:#?}");
+    let doc: Value = serde_json::from_str(
+        &std::fs::read_to_string(results_folder(&out).join("results.json")).unwrap(),
+    )
+    .unwrap();
+    // Each warning once (its start fits the first line of its wrapped form).
+    let warnings: Vec<&str> = doc["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w.as_str())
+        .collect();
+    for w in &warnings {
+        let start: String = format!("warning: {w}").chars().take(50).collect();
+        let n = stays.iter().filter(|l| l.contains(&start)).count();
+        assert_eq!(n, 1, "{start:?} printed {n} times:\n{}", stays.join("\n"));
+    }
+    // No cell broken: every metric has exactly one row of figures, its name whole either
+    // in the row's first cell or alone on the line just above.
+    let exps = doc["experiments"].as_array().unwrap();
+    let ids: Vec<&str> = exps.iter().filter_map(|e| e["id"].as_str()).collect();
+    let names: Vec<&str> = exps
+        .iter()
+        .flat_map(|e| e["metrics"].as_array().unwrap())
+        .filter_map(|m| m["name"].as_str())
+        .collect();
+    let body: Vec<&String> = stays.iter().filter(|l| l.starts_with('│')).collect();
+    let mut figure_rows = 0;
+    for (i, l) in body.iter().enumerate() {
+        let cells: Vec<&str> = l.trim_matches('│').split('┆').map(|c| c.trim()).collect();
+        if cells.len() == 1 {
+            let c = cells[0];
+            let head = c.split(" (").next().unwrap();
+            assert!(
+                ids.contains(&head) || names.contains(&c) || c == "experiment / metric",
+                "a line of a broken cell: {l:?}"
+            );
+            continue;
+        }
+        if cells[1] == "predicted" {
+            continue;
+        }
+        figure_rows += 1;
+        let name = if cells[0].is_empty() {
+            body[i - 1].trim_matches('│').trim()
+        } else {
+            cells[0]
+        };
+        assert!(names.contains(&name), "a row without its whole name: {l:?}");
+    }
+    assert_eq!(
+        figure_rows,
+        names.len(),
+        "{}",
+        body.iter()
+            .map(|l| l.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let findings = stays
+        .iter()
+        .skip_while(|l| !l.starts_with("findings"))
+        .filter(|l| l.starts_with("  - "))
+        .count();
+    assert!(findings <= 12, "{findings} findings");
+}
+
+/// The summary of a full smoke run (the fixture) keeps every name whole at 80 and 100
+/// columns and draws no line wider.
+#[test]
+fn the_summary_of_a_full_run_fits_80_and_100_columns_with_names_whole() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/results/smoke-6d34f9f");
+    let r = osmeter::results::load::load(&dir).unwrap();
+    for width in [80u16, 100] {
+        let t = osmeter::report::terminal::render(&r, Some(width));
+        let widest = t.lines().map(|l| l.chars().count()).max().unwrap();
+        assert!(widest <= width as usize, "{widest} > {width}:\n{t}");
+        let rows: Vec<&str> = t.lines().filter(|l| l.starts_with('│')).collect();
+        for e in &r.experiments {
+            for m in &e.metrics {
+                let whole = rows
+                    .iter()
+                    .any(|l| l.trim_matches('│').split('┆').next().unwrap().trim() == m.name);
+                assert!(whole, "{}/{} not whole at {width}:\n{t}", e.id, m.name);
+            }
+        }
+        // Every row of figures has a median: no continuation rows.
+        let figures = rows.iter().filter(|l| l.contains('┆')).count();
+        let metrics: usize = r.experiments.iter().map(|e| e.metrics.len()).sum();
+        assert_eq!(figures, metrics + 1, "{t}");
+    }
+}

@@ -29,36 +29,145 @@ pub(super) fn run(a: Args) -> ExitCode {
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return ExitCode::SUCCESS;
     }
-    let mut t = comfy_table::Table::new();
-    t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
-        .set_content_arrangement(comfy_table::ContentArrangement::Dynamic);
-    t.set_header(vec![
-        "id",
-        "area",
-        "description",
-        "needs",
-        "smoke",
-        "quick",
-        "standard",
-        "thorough",
-    ]);
-    for e in &all {
-        let m = e.meta();
-        let mut row = vec![
-            m.id.to_string(),
-            m.area().to_string(),
-            m.description.to_string(),
-            m.needs.describe(),
-        ];
-        row.extend(Profile::ALL.iter().map(|p| {
-            format!(
-                "{:.1} s",
-                (e.budget(*p) * e.default_repeat(*p) as u32).as_secs_f64()
-            )
-        }));
-        t.add_row(row);
-    }
-    println!("{t}");
-    println!("Cost: each experiment's budget times its default runs (smoke 1, other profiles 2 except fs.cache-size; --repeat overrides).");
+    print!(
+        "{}",
+        text(&all, crate::report::terminal::terminal_width() as usize)
+    );
     ExitCode::SUCCESS
+}
+
+/// Measured wall time of whole runs of each profile (all experiments, default runs), as a
+/// basis for the typical wait; None where no reference run was timed. Measured on
+/// REFERENCE_MACHINE with the binary of the commit that added them (issue 23).
+const REFERENCE_TOTAL_S: [(Profile, Option<f64>); 4] = [
+    (Profile::Smoke, Some(5.8)),
+    (Profile::Quick, Some(83.6)),
+    (Profile::Standard, Some(496.8)),
+    (Profile::Thorough, None),
+];
+/// Where and how REFERENCE_TOTAL_S was measured.
+const REFERENCE_MACHINE: &str = "a 2-vCPU KVM guest (AMD EPYC) while others compiled \
+     on it (load average 8-10), so an upper-end typical";
+
+/// A duration as a person reads it: "0.5 s", "45 s", "6.0 min".
+fn human(s: f64) -> String {
+    if s < 10.0 {
+        format!("{s:.1} s")
+    } else if s < 120.0 {
+        format!("{s:.0} s")
+    } else {
+        format!("{:.1} min", s / 60.0)
+    }
+}
+
+/// The list, `width` columns wide: per experiment a line with its id and the most each
+/// profile can take, then its description and needs wrapped below (never cut, so a pipe
+/// gets all of it); then the totals and a reference run's measured total.
+fn text(all: &[Box<dyn experiments::Experiment>], width: usize) -> String {
+    use crate::report::terminal::wrap;
+    let most = |e: &dyn experiments::Experiment, p: Profile| {
+        (e.budget(p) * e.default_repeat(p) as u32).as_secs_f64()
+    };
+    let idw = all
+        .iter()
+        .map(|e| e.meta().id.len())
+        .max()
+        .unwrap_or(0)
+        .max(10);
+    let row = |first: &str, cells: &[String]| {
+        let mut l = format!("{first:<idw$}");
+        for c in cells {
+            l.push_str(&format!(" {c:>9}"));
+        }
+        l.trim_end().to_string() + "\n"
+    };
+    let names: Vec<String> = Profile::ALL.iter().map(|p| p.name().to_string()).collect();
+    let mut s = String::new();
+    s.push_str(&wrap(
+        "The most each experiment can take per profile: its budget times its default runs \
+         (an upper bound; most finish well within it, see the reference run below).",
+        width,
+        "",
+        "",
+    ));
+    s.push('\n');
+    s.push_str(&row("experiment", &names));
+    for e in all {
+        let m = e.meta();
+        let cells: Vec<String> = Profile::ALL
+            .iter()
+            .map(|p| human(most(e.as_ref(), *p)))
+            .collect();
+        s.push_str(&row(m.id, &cells));
+        let needs = m.needs.describe();
+        let about = if needs == "-" {
+            m.description.to_string()
+        } else {
+            format!("{} (needs {needs})", m.description)
+        };
+        s.push_str(&wrap(&about, width, "    ", "    "));
+    }
+    s.push('\n');
+    let totals: Vec<String> = Profile::ALL
+        .iter()
+        .map(|p| human(all.iter().map(|e| most(e.as_ref(), *p)).sum()))
+        .collect();
+    s.push_str(&row("at most", &totals));
+    let typical: Vec<String> = REFERENCE_TOTAL_S
+        .iter()
+        .map(|(_, t)| t.map(human).unwrap_or_else(|| "-".into()))
+        .collect();
+    s.push_str(&row("typical", &typical));
+    s.push_str(&wrap(
+        &format!(
+            "at most: every experiment's budget times its default runs (smoke 1, other profiles \
+             2 except fs.cache-size; --repeat overrides). typical: the measured wall time of a \
+             whole run of the profile on {REFERENCE_MACHINE} ('-': not timed); a faster or idle \
+             machine waits less, and a selection (--only, --skip) only its experiments' share."
+        ),
+        width,
+        "",
+        "",
+    ));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_list_fits_the_width_and_keeps_every_word() {
+        let all = experiments::registry();
+        for width in [80, 100] {
+            let t = text(&all, width);
+            let widest = t.lines().map(|l| l.chars().count()).max().unwrap();
+            assert!(widest <= width, "{widest} > {width}:\n{t}");
+            let words: String = t.split_whitespace().collect::<Vec<_>>().join(" ");
+            for e in &all {
+                let m = e.meta();
+                assert!(t.contains(m.id), "{}", m.id);
+                let d: String = m
+                    .description
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                assert!(words.contains(&d), "description of {} cut:\n{t}", m.id);
+            }
+        }
+    }
+
+    #[test]
+    fn at_most_is_budget_times_runs() {
+        let all = experiments::registry();
+        let t = text(&all, 100);
+        let sum: f64 = all
+            .iter()
+            .map(|e| {
+                (e.budget(Profile::Quick) * e.default_repeat(Profile::Quick) as u32).as_secs_f64()
+            })
+            .sum();
+        let line = t.lines().find(|l| l.starts_with("at most")).unwrap();
+        assert!(line.contains(&human(sum)), "{line} vs {sum}");
+    }
 }

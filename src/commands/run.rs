@@ -108,17 +108,27 @@ fn measure_and_publish(a: Args) -> Result<bool> {
     // After the runner's own checks, before anything is measured.
     crate::results::save::check_out_dir(&a.out).map_err(Error::Usage)?;
     let quiet = a.quiet || a.json;
+    let display = Display::default();
     let results = if quiet {
         plan.run(&runner::Silent)?
     } else {
-        plan.run(&Display::default())?
+        plan.run(&display)?
     };
     let folder = publish(&a.out, !a.no_history, &results)?;
     if a.json {
         let s = serde_json::to_string_pretty(&results).map_err(Error::runtime)?;
         println!("{s}");
     } else if !a.quiet {
-        print!("{}", crate::report::terminal::render(&results, None));
+        // Warnings the bar printed on this screen are not repeated above the table.
+        let shown = if std::io::stdout().is_terminal() {
+            display.warnings_shown()
+        } else {
+            Vec::new()
+        };
+        print!(
+            "{}",
+            crate::report::terminal::render_after(&results, None, &shown)
+        );
         println!("results: {}", folder.join("results.json").display());
         if folder.join("report.html").exists() {
             println!("report:  {}", folder.join("report.html").display());
@@ -154,6 +164,15 @@ fn publish(out: &Path, history: bool, results: &RunResults) -> Result<PathBuf> {
 struct Display {
     /// The bar, made when the run begins (only on a terminal).
     bar: OnceLock<indicatif::ProgressBar>,
+    /// Warnings printed above the bar, so that the summary does not repeat them.
+    warned: std::sync::Mutex<Vec<String>>,
+}
+
+impl Display {
+    /// The warnings printed on the terminal during the run.
+    fn warnings_shown(&self) -> Vec<String> {
+        self.warned.lock().map(|w| w.clone()).unwrap_or_default()
+    }
 }
 
 impl runner::Progress for Display {
@@ -162,9 +181,11 @@ impl runner::Progress for Display {
             return;
         }
         let bar = indicatif::ProgressBar::new(total.as_millis() as u64);
+        // wide_msg: the message is cut to what the terminal has left, so the line never
+        // wraps (a wrapped line is redrawn as two, leaving broken lines behind).
         bar.set_style(
             indicatif::ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {bar:30} {percent:>3}% ETA {eta} {msg}",
+                "{spinner} [{elapsed_precise}] {bar:20} {percent:>3}% ETA {eta} {wide_msg}",
             )
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
@@ -184,7 +205,14 @@ impl runner::Progress for Display {
         use crate::report::terminal::{terminal_width, wrap};
         match self.bar.get() {
             // On a terminal, lines fit its width like the summary does.
-            Some(b) => b.println(wrap(msg, terminal_width() as usize, "", "    ").trim_end()),
+            Some(b) => {
+                if let Some(w) = msg.strip_prefix("warning: ") {
+                    if let Ok(mut v) = self.warned.lock() {
+                        v.push(w.to_string());
+                    }
+                }
+                b.println(wrap(msg, terminal_width() as usize, "", "    ").trim_end())
+            }
             None => eprintln!("{msg}"),
         }
     }

@@ -15,9 +15,13 @@ pub(super) struct Args {
     /// Port to listen on (0: any free port; printed on stdout).
     #[arg(long, default_value_t = protocol::DEFAULT_PORT)]
     pub(super) port: u16,
-    /// Shared token clients must present (also read from OSMETER_SERVE_TOKEN).
+    /// Shared token clients must present (also read from OSMETER_SERVE_TOKEN). Required
+    /// off loopback unless --no-token.
     #[arg(long)]
     pub(super) token: Option<String>,
+    /// Serve off loopback without a token: anyone who reaches the port may use it.
+    #[arg(long, conflicts_with = "token")]
+    pub(super) no_token: bool,
     /// Concurrent sessions served; more are refused as busy.
     #[arg(long, default_value_t = 16)]
     pub(super) max_sessions: usize,
@@ -75,6 +79,18 @@ fn serve(a: Args) -> Result<()> {
             "--token longer than {} bytes",
             protocol::MAX_TOKEN
         )));
+    }
+    if token.is_none() && !bind.ip().is_loopback() {
+        if !a.no_token {
+            return Err(Error::usage(format!(
+                "--bind {}: off loopback a token is required (--token or OSMETER_SERVE_TOKEN), or --no-token to serve anyone who reaches the port",
+                bind.ip()
+            )));
+        }
+        eprintln!(
+            "osmeter serve: warning: no token on {}: anyone who reaches the port can make this host send at full speed",
+            bind.ip()
+        );
     }
     if let Some(list) = &a.affinity {
         let cpus: Vec<usize> = list.split(',').filter_map(|c| c.parse().ok()).collect();

@@ -4,10 +4,7 @@
 
 use crate::results::{RunResults, Status};
 use crate::units::fmt_value;
-use comfy_table::{
-    presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, ColumnConstraint, ContentArrangement, Table,
-    Width,
-};
+use comfy_table::Table;
 
 /// Width used when neither COLUMNS nor a terminal on stdout gives one (pipes, logs).
 pub(crate) const DEFAULT_WIDTH: u16 = 100;
@@ -98,9 +95,15 @@ pub(crate) fn ratio_text(measured: f64, predicted: f64) -> String {
 
 /// The summary, `width` columns wide at most (None: `terminal_width()`).
 pub fn render(r: &RunResults, width: Option<u16>) -> String {
+    render_after(r, width, &[])
+}
+
+/// The summary without the warnings in `shown`, which the run's progress already printed
+/// on the same screen (each warning is printed once).
+pub fn render_after(r: &RunResults, width: Option<u16>, shown: &[String]) -> String {
     let width = width.unwrap_or_else(terminal_width).max(MIN_WIDTH);
     let wd = width as usize;
-    let mut s = header(r, wd);
+    let mut s = header(r, wd, shown);
     s.push_str(&metrics_table(r, width));
     s.push('\n');
     s.push_str(&reasons_and_findings(r, wd));
@@ -114,7 +117,7 @@ pub fn render(r: &RunResults, width: Option<u16>) -> String {
 }
 
 /// The run, the host and its clocks, then the run's warnings.
-fn header(r: &RunResults, wd: usize) -> String {
+fn header(r: &RunResults, wd: usize, shown: &[String]) -> String {
     let m = &r.machine;
     let mut head = String::new();
     head.push_str(&format!(
@@ -141,96 +144,171 @@ fn header(r: &RunResults, wd: usize) -> String {
     for l in head.lines() {
         s.push_str(&wrap(l, wd, "", "  "));
     }
-    for w in &r.warnings {
+    let above = r.warnings.iter().filter(|w| shown.contains(w)).count();
+    for w in r.warnings.iter().filter(|w| !shown.contains(w)) {
         s.push_str(&wrap(w, wd, "warning: ", "  "));
+    }
+    if above > 0 {
+        s.push_str(&format!(
+            "({above} warning{} above, printed during the run)\n",
+            if above == 1 { "" } else { "s" }
+        ));
     }
     s
 }
 
-/// One heading row per experiment, then a row per metric.
+/// A table row: an experiment or a metric name across the whole width, or a metric's
+/// cells (the first blank when its name is on the line above).
+enum Row {
+    Span(String),
+    Cells(Vec<String>),
+}
+
+/// Column headers; the first column holds experiments and metric names.
+const HEADERS: [&str; 7] = [
+    "experiment / metric",
+    "predicted",
+    "median",
+    "95% CI",
+    "CoV",
+    "cycles",
+    "ratio",
+];
+
+/// One heading line per experiment, then a row per metric. Nothing is ever wrapped inside
+/// a cell: columns are as wide as their widest cell, the first takes what is left, and a
+/// metric name longer than that gets a line of its own above its figures. If the figures
+/// alone do not fit, the cycles column goes (report.md has it); below that the table
+/// overflows rather than break a number.
 fn metrics_table(r: &RunResults, width: u16) -> String {
     let wd = width as usize;
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic);
-    t.set_width(width);
-    // One column for experiment and metric (a heading row per experiment) keeps the
-    // table within 100 columns; units appear once per cell.
-    t.set_header(vec![
-        "experiment / metric",
-        "predicted",
-        "median",
-        "95% CI",
-        "CoV",
-        "cycles",
-        "ratio",
-    ]);
-    let (mut name_width, mut ci_width) = (0, 0);
+    let mut rows = Vec::new();
     for e in &r.experiments {
-        let head = if e.status == Status::Ok {
+        rows.push(Row::Span(if e.status == Status::Ok {
             e.id.clone()
         } else {
             // The reason goes below the table, where it cannot widen a column.
             format!("{} ({})", e.id, e.status.as_str())
-        };
-        name_width = name_width.max(head.chars().count());
-        t.add_row(vec![Cell::new(head)]);
+        }));
         for met in &e.metrics {
-            let name = format!("  {}", met.name);
-            name_width = name_width.max(name.chars().count());
-            let ci = interval(met.summary.ci95, &met.unit);
-            ci_width = ci_width.max(ci.chars().count());
-            t.add_row(metric_cells(met, name, ci));
+            rows.push(Row::Cells(metric_cells(met)));
         }
     }
-    // Intervals stay on one line and names mostly whole; at 100 columns the longest
-    // metric names wrap, numbers never do.
-    let at_least = |w: usize, cap: usize| {
-        ColumnConstraint::LowerBoundary(Width::Fixed((w.min(cap) + 2) as u16))
+    let names = rows.iter().filter_map(|row| match row {
+        Row::Cells(c) => Some(c[0].chars().count()),
+        Row::Span(_) => None,
+    });
+    let name_width = names.max().unwrap_or(0);
+    let mut keep: Vec<usize> = (0..HEADERS.len()).collect();
+    let figures = |keep: &[usize]| -> usize {
+        keep[1..]
+            .iter()
+            .map(|&c| column_width(&rows, c) + 3)
+            .sum::<usize>()
     };
-    if let Some(c) = t.column_mut(0) {
-        c.set_constraint(at_least(name_width, (wd / 5).max(12)));
+    // "│ " + name + " ┆ ...figures" + " │"
+    if 4 + 2 + figures(&keep) > wd {
+        keep.retain(|&c| c != 5);
     }
-    if let Some(c) = t.column_mut(2) {
-        c.set_constraint(at_least(10, 10));
+    let first = wd
+        .saturating_sub(4 + figures(&keep))
+        .clamp(2, name_width.max(HEADERS[0].len()));
+    let mut widths: Vec<usize> = keep.iter().map(|&c| column_width(&rows, c)).collect();
+    widths[0] = first;
+    let inner: usize = widths.iter().sum::<usize>() + 3 * (widths.len() - 1);
+    let rule = |l: &str, m: &str, c: &str, r: &str| {
+        let parts: Vec<String> = widths.iter().map(|w| m.repeat(w + 2)).collect();
+        format!("{l}{}{r}\n", parts.join(c))
+    };
+    let line = |cells: &[String], header: bool| {
+        let parts: Vec<String> = keep
+            .iter()
+            .zip(&widths)
+            .map(|(&c, &w)| {
+                let v = cells.get(c).map(String::as_str).unwrap_or("");
+                // Names, headers and intervals read left to right; figures align right.
+                if header || c == 0 || c == 3 {
+                    format!("{v:<w$}")
+                } else {
+                    format!("{v:>w$}")
+                }
+            })
+            .collect();
+        format!("│ {} │\n", parts.join(" ┆ "))
+    };
+    let span = |text: &str| format!("│ {text:<inner$} │\n");
+    let mut s = rule("┌", "─", "┬", "┐");
+    let head: Vec<String> = HEADERS.iter().map(|h| h.to_string()).collect();
+    if HEADERS[0].len() > first {
+        s.push_str(&span(HEADERS[0]));
+        let mut rest = head.clone();
+        rest[0].clear();
+        s.push_str(&line(&rest, true));
+    } else {
+        s.push_str(&line(&head, true));
     }
-    if let Some(c) = t.column_mut(3) {
-        c.set_constraint(at_least(ci_width, (wd / 5).max(12)));
+    s.push_str(&rule("╞", "═", "╪", "╡"));
+    for row in &rows {
+        match row {
+            Row::Span(t) => s.push_str(&span(t)),
+            Row::Cells(c) if c[0].chars().count() > first => {
+                s.push_str(&span(&c[0]));
+                let mut rest = c.clone();
+                rest[0].clear();
+                s.push_str(&line(&rest, false));
+            }
+            Row::Cells(c) => s.push_str(&line(c, false)),
+        }
     }
-    t.to_string()
+    s.push_str(rule("└", "─", "┴", "┘").trim_end());
+    if !keep.contains(&5) {
+        s.push('\n');
+        s.push_str(
+            wrap(
+                "(cycles left out at this width; report.md has them)",
+                wd,
+                "",
+                "  ",
+            )
+            .trim_end(),
+        );
+    }
+    s
 }
 
-fn metric_cells(met: &crate::results::Metric, name: String, ci: String) -> Vec<Cell> {
+/// The widest cell of column `c`, header included.
+fn column_width(rows: &[Row], c: usize) -> usize {
+    rows.iter()
+        .filter_map(|row| match row {
+            Row::Cells(cells) => cells.get(c).map(|v| v.chars().count()),
+            Row::Span(_) => None,
+        })
+        .chain([HEADERS[c].len()])
+        .max()
+        .unwrap_or(0)
+}
+
+fn metric_cells(met: &crate::results::Metric) -> Vec<String> {
     let sm = &met.summary;
     let pred = met.prediction.as_ref().map(|p| p.value);
     vec![
-        Cell::new(name),
-        Cell::new(
-            pred.map(|p| cell_value(p, &met.unit))
-                .unwrap_or_else(|| "-".into()),
-        )
-        .set_alignment(CellAlignment::Right),
-        Cell::new(cell_value(sm.median, &met.unit)).set_alignment(CellAlignment::Right),
-        Cell::new(ci),
-        Cell::new(if sm.cov.is_finite() {
+        format!("  {}", met.name),
+        pred.map(|p| cell_value(p, &met.unit))
+            .unwrap_or_else(|| "-".into()),
+        cell_value(sm.median, &met.unit),
+        interval(sm.ci95, &met.unit),
+        if sm.cov.is_finite() {
             format!("{:.1}%", sm.cov * 100.0)
         } else {
             "-".into()
-        })
-        .set_alignment(CellAlignment::Right),
-        Cell::new(
-            met.cycles
-                .as_ref()
-                .and_then(|c| c.core)
-                .map(cycles_text)
-                .unwrap_or_default(),
-        )
-        .set_alignment(CellAlignment::Right),
-        Cell::new(
-            pred.map(|p| ratio_text(sm.median, p))
-                .unwrap_or_else(|| "-".into()),
-        )
-        .set_alignment(CellAlignment::Right),
+        },
+        met.cycles
+            .as_ref()
+            .and_then(|c| c.core)
+            .map(cycles_text)
+            .unwrap_or_default(),
+        pred.map(|p| ratio_text(sm.median, p))
+            .unwrap_or_else(|| "-".into()),
     ]
 }
 
