@@ -177,7 +177,8 @@ mod tests {
     }
 
     fn with_ip_header(icmp: &[u8], ihl_words: u8) -> Vec<u8> {
-        let mut p = vec![0u8; ihl_words as usize * 4];
+        // A header of at least 20 bytes whatever length it claims (a bogus IHL too).
+        let mut p = vec![0u8; (ihl_words as usize * 4).max(20)];
         p[0] = 0x40 | ihl_words;
         p[9] = 1; // protocol ICMP
         p.extend_from_slice(icmp);
