@@ -2,6 +2,8 @@
 //! and a wrong protocol version, against a real `osmeter serve` process on loopback.
 //! Traffic goes only to 127.0.0.1.
 
+mod common;
+
 use osmeter::peer::client::{Client, PeerError};
 use osmeter::peer::protocol::{self as p, Request};
 use proptest::prelude::*;
@@ -69,36 +71,9 @@ fn shared() -> &'static Mutex<Serve> {
     })
 }
 
-fn correct_echo(addr: SocketAddr) {
-    let c = Client::new(addr, Some(TOKEN.into()));
-    let mut s = c
-        .open(&Request::Echo {
-            size: 16,
-            pin_cpu: -1,
-        })
-        .expect("a correct client is served");
-    let msg = [7u8; 16];
-    let mut back = [0u8; 16];
-    for _ in 0..20 {
-        s.stream.write_all(&msg).unwrap();
-        s.stream.read_exact(&mut back).unwrap();
-        assert_eq!(back, msg);
-    }
-    let rep = s.finish_echo().unwrap();
-    assert_eq!(rep.messages, 20);
-}
-
-fn frame(t: u8, payload: &[u8]) -> Vec<u8> {
-    let mut v = b"OM".to_vec();
-    v.push(t);
-    v.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-    v.extend_from_slice(payload);
-    v
-}
-
 /// Byte streams a broken or hostile client might send.
 fn abuse() -> impl Strategy<Value = Vec<u8>> {
-    let hello = frame(
+    let hello = common::peer_frame(
         1,
         &p::Hello {
             version: p::VERSION,
@@ -113,7 +88,7 @@ fn abuse() -> impl Strategy<Value = Vec<u8>> {
         // A good hello then a random (often invalid) request payload.
         proptest::collection::vec(any::<u8>(), 0..64).prop_map(move |r| {
             let mut v = hello.clone();
-            v.extend(frame(4, &r));
+            v.extend(common::peer_frame(4, &r));
             v
         }),
         // A valid session cut anywhere (truncated frames).
@@ -132,7 +107,7 @@ fn abuse() -> impl Strategy<Value = Vec<u8>> {
                 _ => Request::ConnectTarget { max_accepts: 5 },
             };
             let mut v = h2.clone();
-            v.extend(frame(4, &req.encode()));
+            v.extend(common::peer_frame(4, &req.encode()));
             v.extend_from_slice(&[1u8; 40]);
             v.truncate(cut.min(v.len()));
             v
@@ -170,7 +145,7 @@ proptest! {
                 let _ = c.read_to_end(&mut sink);
             }
         }
-        correct_echo(s.addr);
+        common::peer_echo_works(s.addr, TOKEN);
         let mut s = s;
         prop_assert!(matches!(s.child.try_wait(), Ok(None)), "serve exited");
     }
@@ -213,7 +188,7 @@ fn wrong_token_and_wrong_version_are_refused_clearly() {
     );
 
     // Still serving, and the refusals were logged on one line each.
-    correct_echo(s.addr);
+    common::peer_echo_works(s.addr, TOKEN);
     std::thread::sleep(Duration::from_millis(200));
     let log = s.log.lock().unwrap().join("\n");
     assert!(log.contains("refused: wrong token"), "{log}");

@@ -257,34 +257,6 @@ fn serve(w: &Wine) -> Serve {
     s
 }
 
-fn correct_echo(addr: SocketAddr) -> p::Welcome {
-    let c = Client::new(addr, Some(TOKEN.into()));
-    let mut s = c
-        .open(&Request::Echo {
-            size: 16,
-            pin_cpu: -1,
-        })
-        .expect("a correct client is served");
-    let msg = [7u8; 16];
-    let mut back = [0u8; 16];
-    for _ in 0..20 {
-        s.stream.write_all(&msg).unwrap();
-        s.stream.read_exact(&mut back).unwrap();
-        assert_eq!(back, msg);
-    }
-    let welcome = s.welcome.clone();
-    assert_eq!(s.finish_echo().unwrap().messages, 20);
-    welcome
-}
-
-fn frame(t: u8, payload: &[u8]) -> Vec<u8> {
-    let mut v = b"OM".to_vec();
-    v.push(t);
-    v.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-    v.extend_from_slice(payload);
-    v
-}
-
 fn results_json(out: &Path) -> serde_json::Value {
     let folder = std::fs::read_dir(out)
         .unwrap()
@@ -323,7 +295,7 @@ fn the_windows_peer_under_wine_serves_the_linux_client() {
         Err(why) => return common::skip(TEST, &why),
     };
     let mut s = serve(&w);
-    let welcome = correct_echo(s.addr);
+    let welcome = common::peer_echo_works(s.addr, TOKEN);
     assert!(welcome.info.starts_with("osmeter "), "{welcome:?}");
 
     // The quick net.* from the Linux binary: every experiment ok.
@@ -413,7 +385,7 @@ fn the_windows_peer_under_wine_serves_the_linux_client() {
     }
 
     // Garbage leaves it serving.
-    let hello = frame(
+    let hello = common::peer_frame(
         1,
         &p::Hello {
             version: p::VERSION,
@@ -422,7 +394,7 @@ fn the_windows_peer_under_wine_serves_the_linux_client() {
         .encode(),
     );
     let mut echo_cut = hello.clone();
-    echo_cut.extend(frame(
+    echo_cut.extend(common::peer_frame(
         4,
         &Request::Echo {
             size: 64,
@@ -434,7 +406,7 @@ fn the_windows_peer_under_wine_serves_the_linux_client() {
     let mut huge = b"OM\x01".to_vec();
     huge.extend_from_slice(&u32::MAX.to_be_bytes());
     let mut bad_request = hello.clone();
-    bad_request.extend(frame(4, &common::random_bytes(40, 7)));
+    bad_request.extend(common::peer_frame(4, &common::random_bytes(40, 7)));
     let abuse: Vec<Vec<u8>> = vec![
         common::random_bytes(3000, 1),
         b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
@@ -454,7 +426,7 @@ fn the_windows_peer_under_wine_serves_the_linux_client() {
             let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
             let _ = c.read_to_end(&mut Vec::new());
         }
-        correct_echo(s.addr);
+        common::peer_echo_works(s.addr, TOKEN);
         assert!(
             matches!(s.child.try_wait(), Ok(None)),
             "serve exited after abuse {i}: {:?}",

@@ -129,3 +129,39 @@ pub fn tempdir_others_can_enter() -> Result<tempfile::TempDir, String> {
         .map_err(|e| e.to_string())?;
     Ok(t)
 }
+
+/// A correct client's echo session against the peer at `addr`: 20 messages of 16
+/// bytes come back unchanged; the peer's welcome.
+pub fn peer_echo_works(
+    addr: std::net::SocketAddr,
+    token: &str,
+) -> osmeter::peer::protocol::Welcome {
+    use std::io::{Read, Write};
+    let c = osmeter::peer::client::Client::new(addr, Some(token.into()));
+    let mut s = c
+        .open(&osmeter::peer::protocol::Request::Echo {
+            size: 16,
+            pin_cpu: -1,
+        })
+        .expect("a correct client is served");
+    let msg = [7u8; 16];
+    let mut back = [0u8; 16];
+    for _ in 0..20 {
+        s.stream.write_all(&msg).unwrap();
+        s.stream.read_exact(&mut back).unwrap();
+        assert_eq!(back, msg);
+    }
+    let welcome = s.welcome.clone();
+    assert_eq!(s.finish_echo().unwrap().messages, 20);
+    welcome
+}
+
+/// A raw protocol frame (magic, type, big-endian length, payload), for sending the
+/// peer what a broken or hostile client would.
+pub fn peer_frame(t: u8, payload: &[u8]) -> Vec<u8> {
+    let mut v = b"OM".to_vec();
+    v.push(t);
+    v.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    v.extend_from_slice(payload);
+    v
+}
