@@ -17,6 +17,12 @@ pub trait Clock: Send + Sync {
     fn overhead_ticks(&self) -> f64;
     /// Short name of the counter ("tsc", "cntvct", "monotonic_raw", "mock").
     fn name(&self) -> &'static str;
+    /// Ticks the counter advances by at once. 1 for most, but AMD Zen's TSC is updated
+    /// every 10 ns by the P0 ratio (24.45 ticks at a 2445 MHz P0), so its resolution is
+    /// 10 ns however fine its tick.
+    fn step_ticks(&self) -> f64 {
+        1.0
+    }
     /// Counter value without serialisation: cheap enough to poll a deadline every
     /// operation, or to time spans of microseconds and longer (`Stopwatch`, `Deadline`).
     fn now(&self) -> u64 {
@@ -46,9 +52,30 @@ pub struct ClockInfo {
     pub overhead_ns: f64,
     /// Wall-clock cost of one complete start+stop pair including the fences.
     pub pair_cost_ns: f64,
+    /// Ticks the counter advances by at once (`Clock::step_ticks`); 1 in documents
+    /// written before it was measured.
+    #[serde(default = "one")]
+    pub step_ticks: f64,
     /// The counter counts core cycles (false for TSC on modern CPUs, which ticks at a fixed rate).
     pub counts_core_cycles: bool,
     pub warnings: Vec<String>,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl ClockInfo {
+    /// "advancing in steps of 10 ns (24.5 ticks)" when the counter skips ticks.
+    pub fn step_text(&self) -> Option<String> {
+        (self.step_ticks > 1.5 && self.frequency_hz > 0.0).then(|| {
+            format!(
+                "advancing in steps of {} ({:.1} ticks)",
+                crate::units::fmt_ns(self.step_ticks / self.frequency_hz * 1e9),
+                self.step_ticks
+            )
+        })
+    }
 }
 
 /// The system's raw monotonic clock in nanoseconds (CLOCK_MONOTONIC_RAW on Linux,
@@ -219,6 +246,7 @@ pub(crate) struct HwClock {
     use_counter: bool,
     ticks_per_ns: f64,
     overhead: f64,
+    step_ticks: f64,
 }
 
 impl Clock for HwClock {
@@ -243,6 +271,9 @@ impl Clock for HwClock {
     }
     fn overhead_ticks(&self) -> f64 {
         self.overhead
+    }
+    fn step_ticks(&self) -> f64 {
+        self.step_ticks
     }
     fn name(&self) -> &'static str {
         if self.use_counter {
@@ -335,71 +366,132 @@ fn calibrate_hz(read: impl Fn() -> u64, window: Duration) -> f64 {
 /// arm timers) keep the median, which their own jitter already dithers.
 pub const COARSE_TICK_NS: f64 = 2.0;
 
-/// True when one tick of `c` is `COARSE_TICK_NS` or longer (24-25 MHz arm timers: Apple
-/// silicon's CNTVCT_EL0 and mach_absolute_time, Ampere Altra).
+/// True when one step of `c` is `COARSE_TICK_NS` or longer (24-25 MHz arm timers: Apple
+/// silicon's CNTVCT_EL0 and mach_absolute_time, Ampere Altra; AMD Zen's 10 ns TSC steps).
 pub fn is_coarse(c: &dyn Clock) -> bool {
-    c.ticks_to_ns(1.0) >= COARSE_TICK_NS
+    c.ticks_to_ns(c.step_ticks()) >= COARSE_TICK_NS
 }
 
-/// "one tick = 41.7 ns", for texts that say a figure is below the counter's resolution.
+/// The step of a coarse clock in ticks, for `region_ticks`; None for a fine one.
+pub fn coarse_step(c: &dyn Clock) -> Option<f64> {
+    is_coarse(c).then(|| c.step_ticks())
+}
+
+/// "one tick = 41.7 ns" or "one step = 10.0 ns (24.5 ticks)", for texts that say a
+/// figure is below the counter's resolution.
 pub fn tick_text(c: &dyn Clock) -> String {
-    format!("one tick = {}", crate::units::fmt_ns(c.ticks_to_ns(1.0)))
+    let step = c.step_ticks();
+    if step > 1.5 {
+        format!(
+            "one step = {} ({step:.1} ticks)",
+            crate::units::fmt_ns(c.ticks_to_ns(step))
+        )
+    } else {
+        format!("one tick = {}", crate::units::fmt_ns(c.ticks_to_ns(1.0)))
+    }
 }
 
 /// The typical ticks of many short regions (the values are sorted in place). On a fine
 /// counter their median. On a coarse one the median is 0 or 1 tick whatever the region
 /// costs, but the mean is unbiased: a region of cost c starts at a uniformly spread phase
-/// of the tick, so it reads ceil or floor of c/tick with the right odds and
-/// E[ticks] = c / tick. Reads beyond median + 2 ticks (an interrupt) are left out first.
-pub fn region_ticks(values: &mut [u64], coarse: bool) -> f64 {
+/// of the step, so it reads ceil or floor of c/step with the right odds and
+/// E[ticks] = c. Reads beyond median + 2 steps (an interrupt) are left out first.
+/// `coarse_step`: the step in ticks of a coarse counter, None for a fine one.
+pub fn region_ticks(values: &mut [u64], coarse_step: Option<f64>) -> f64 {
     if values.is_empty() {
         return 0.0;
     }
     values.sort_unstable();
     let med = values[values.len() / 2];
-    if !coarse {
+    let Some(step) = coarse_step else {
         return med as f64;
-    }
-    let kept: Vec<u64> = values.iter().copied().filter(|&v| v <= med + 2).collect();
+    };
+    let limit = med as f64 + 2.0 * step.max(1.0);
+    let kept: Vec<u64> = values
+        .iter()
+        .copied()
+        .filter(|&v| v as f64 <= limit)
+        .collect();
     kept.iter().sum::<u64>() as f64 / kept.len() as f64
 }
 
-/// The step of a nanosecond clock: a coarse clock only ever advances by multiples of its
-/// step (41-42 ns for mach_absolute_time on Apple silicon), however long a read takes, so
-/// when nearly every advance between consecutive reads is a whole multiple of the
-/// smallest one, that is the step; 1 ns otherwise (a fine clock's advances are whatever
-/// the reads cost).
+/// The step of a nanosecond clock: a coarse clock's readings all lie on one lattice of
+/// its step (41.7 ns for mach_absolute_time on Apple silicon), whatever a read costs, so
+/// when nearly every reading is within 1 ns (the rounding to whole ns) of one lattice with
+/// a step of `COARSE_TICK_NS` or more, that is the step; 1 ns otherwise.
 pub fn clock_step_ns(now: &dyn Fn() -> u64) -> f64 {
-    let mut prev = now();
-    let mut advances = Vec::with_capacity(400);
-    for _ in 0..400 {
-        let t = now();
-        if t > prev {
-            advances.push((t - prev) as f64);
-        }
-        prev = t;
-    }
-    let Some(step) = advances.iter().copied().reduce(f64::min) else {
-        return 1.0;
-    };
-    let whole = advances
-        .iter()
-        .filter(|&&d| {
-            let k = (d / step).round();
-            // Each advance rounds to whole ns: k steps are within k ns of k x step.
-            (d - k * step).abs() <= k.max(1.0)
+    step_of_readings(&dithered_readings(now))
+}
+
+/// 2000 readings of `now` with a pseudo-random short spin before each: a fine clock read
+/// at perfectly regular intervals would otherwise sit on a lattice of the read's cost.
+fn dithered_readings(now: &dyn Fn() -> u64) -> Vec<u64> {
+    let mut rng = crate::rng::Rng::new(0x9e37_79b9_7f4a_7c15);
+    (0..2000)
+        .map(|_| {
+            for i in 0..rng.below(24) {
+                std::hint::black_box(i);
+            }
+            now()
         })
-        .count();
-    if step >= COARSE_TICK_NS && whole * 10 >= advances.len() * 9 {
-        step
-    } else {
-        1.0
+        .collect()
+}
+
+/// Within 1 unit of a lattice of step s by chance is 2/s: below 4 units a fine clock's jittery
+/// readings fit too often, so shorter steps are not told apart from a fine clock (and
+/// matter little beside a read's own cost).
+const LATTICE_MIN_STEP: f64 = 4.0;
+
+/// `clock_step_ns` on recorded readings. Reads faster than the step repeat values and the
+/// smallest advance is the step; reads slower (a system-call clock, an emulator) advance
+/// by several steps each, so each whole fraction of the smallest advance is tried, largest
+/// first: its guess is refined by the ratio of the advances to their step counts (the
+/// advances' rounding errors telescope), and it is the step when nearly every advance is
+/// within 1 unit of a whole number of steps. A fine clock read at jittery intervals fits
+/// no lattice.
+fn step_of_readings(readings: &[u64]) -> f64 {
+    let mut vals = readings.to_vec();
+    vals.sort_unstable();
+    vals.dedup();
+    if vals.len() < 20 {
+        return 1.0;
     }
+    let advances: Vec<f64> = vals.windows(2).map(|w| (w[1] - w[0]) as f64).collect();
+    let smallest = advances.iter().copied().fold(f64::INFINITY, f64::min);
+    for m in 1..=1024 {
+        let mut step = smallest / m as f64;
+        if step < LATTICE_MIN_STEP {
+            break;
+        }
+        // Only short advances refine the guess: a long pause's step count would be
+        // miscounted by the guess's error.
+        for _ in 0..3 {
+            let (mut d, mut k) = (0.0, 0.0);
+            for &a in &advances {
+                let n = (a / step).round();
+                if n <= 64.0 {
+                    d += a;
+                    k += n;
+                }
+            }
+            if k > 0.0 {
+                step = d / k;
+            }
+        }
+        let near = advances
+            .iter()
+            .filter(|&&a| (a - (a / step).round() * step).abs() <= 1.0)
+            .count();
+        if step >= LATTICE_MIN_STEP && near * 10 >= advances.len() * 9 {
+            return step;
+        }
+    }
+    1.0
 }
 
 /// The typical ticks of an empty fenced region (`region_ticks`): what every measurement
 /// carries and has subtracted.
-fn measure_overhead<C: Clock + ?Sized>(c: &C, coarse: bool) -> (f64, f64) {
+fn measure_overhead<C: Clock + ?Sized>(c: &C, coarse_step: Option<f64>) -> (f64, f64) {
     let mut region: Vec<u64> = Vec::with_capacity(2000);
     let t0 = monotonic_raw_ns();
     for _ in 0..2000 {
@@ -410,7 +502,7 @@ fn measure_overhead<C: Clock + ?Sized>(c: &C, coarse: bool) -> (f64, f64) {
     let wall = (monotonic_raw_ns() - t0) as f64 / 2000.0;
     // The median (fine counters), not the minimum: trials see the typical cost, and the
     // minimum would under-subtract by the occasional interrupt-free best case.
-    (region_ticks(&mut region, coarse), wall)
+    (region_ticks(&mut region, coarse_step), wall)
 }
 
 /// Builds the best clock the platform offers and describes it. `cpuinfo_invariant` is the
@@ -460,8 +552,10 @@ pub(crate) fn detect(cpuinfo_invariant: Option<bool>) -> (HwClock, ClockInfo) {
         use_counter,
         ticks_per_ns: hz / 1e9,
         overhead: 0.0,
+        step_ticks: 1.0,
     };
-    let (overhead, pair_wall) = measure_overhead(&clock, is_coarse(&clock));
+    clock.step_ticks = step_of_readings(&dithered_readings(&|| clock.now()));
+    let (overhead, pair_wall) = measure_overhead(&clock, coarse_step(&clock));
     clock.overhead = overhead;
     let info = ClockInfo {
         counter: clock.name().into(),
@@ -472,6 +566,7 @@ pub(crate) fn detect(cpuinfo_invariant: Option<bool>) -> (HwClock, ClockInfo) {
         overhead_ticks: overhead,
         overhead_ns: overhead / clock.ticks_per_ns,
         pair_cost_ns: pair_wall,
+        step_ticks: clock.step_ticks,
         counts_core_cycles: false,
         warnings,
     };
@@ -629,7 +724,7 @@ impl CoarseClock {
     /// The counter, its empty-region overhead measured as `detect` measures the real one's.
     pub fn new(hz: f64) -> Self {
         let mut c = CoarseClock { hz, overhead: 0.0 };
-        c.overhead = measure_overhead(&c, is_coarse(&c)).0;
+        c.overhead = measure_overhead(&c, coarse_step(&c)).0;
         c
     }
     fn read(&self) -> u64 {
@@ -791,12 +886,59 @@ mod tests {
             })
             .collect();
         v.push(500); // an interrupt
-        let mean = region_ticks(&mut v.clone(), true) * tick;
+        let mean = region_ticks(&mut v.clone(), Some(1.0)) * tick;
         assert!((mean - 30.0).abs() < 1.5, "{mean}");
-        assert_eq!(region_ticks(&mut v, false), 1.0);
+        assert_eq!(region_ticks(&mut v, None), 1.0);
         // A fine counter keeps its median.
-        assert_eq!(region_ticks(&mut [40, 42, 41, 900], false), 42.0);
-        assert_eq!(region_ticks(&mut [], true), 0.0);
+        assert_eq!(region_ticks(&mut [40, 42, 41, 900], None), 42.0);
+        assert_eq!(region_ticks(&mut [], Some(1.0)), 0.0);
+    }
+
+    /// Readings of a clock with step `tick` ns (1.0: fine) taken every `gap` ns plus up to
+    /// `jitter` ns, floored to whole ns as a nanosecond clock reports them.
+    fn readings(tick: f64, gap: f64, jitter: usize, seed: u64) -> Vec<u64> {
+        let mut rng = crate::rng::Rng::new(seed);
+        let mut t = 1e6 + rng.below(1000) as f64;
+        (0..2000)
+            .map(|_| {
+                t += gap + rng.below(jitter + 1) as f64;
+                ((t / tick).floor() * tick).floor() as u64
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_step_is_found_whether_reads_are_faster_or_slower_than_it() {
+        let tick = 1e9 / 24e6;
+        for seed in 1..6 {
+            // Fast reads (a Mac's vDSO-like read) repeat values; slow ones (a system call,
+            // qemu-user) skip several steps per read, as in CI's aarch64 run.
+            for (gap, jitter) in [(15.0, 10), (600.0, 400), (3000.0, 2000)] {
+                let s = step_of_readings(&readings(tick, gap, jitter, seed));
+                assert!((s - tick).abs() < 0.05, "gap {gap}: {s}");
+            }
+            // A fine clock fits no lattice however it is read.
+            for (gap, jitter) in [(15.0, 10), (600.0, 400), (3000.0, 2000)] {
+                let s = step_of_readings(&readings(1.0, gap, jitter, seed));
+                assert_eq!(s, 1.0, "gap {gap}");
+            }
+        }
+        // AMD Zen's TSC in ticks: 24.45 ticks at once (10 ns at 2445 MHz).
+        let s = step_of_readings(&readings(24.45, 30.0, 40, 3));
+        assert!((s - 24.45).abs() < 0.05, "{s}");
+        // A 10 MHz counter read slowly.
+        let s = step_of_readings(&readings(100.0, 700.0, 500, 9));
+        assert!((s - 100.0).abs() < 0.1, "{s}");
+        // A long pause after the first read (seen under qemu-user: 59 us) misleads no guess.
+        let mut r = readings(tick, 550.0, 300, 4);
+        let first = r[0];
+        let shift = ((59_000.0 / tick).round() * tick) as u64;
+        r.iter_mut().skip(1).for_each(|v| *v += shift);
+        r[0] = first;
+        let s = step_of_readings(&r);
+        assert!((s - tick).abs() < 0.05, "{s}");
+        // Too few distinct readings to judge.
+        assert_eq!(step_of_readings(&[5, 5, 5]), 1.0);
     }
 
     #[test]
@@ -806,13 +948,27 @@ mod tests {
         assert!(tick_text(&c).contains("41.7 ns"), "{}", tick_text(&c));
         let step = clock_step_ns(&|| c.ns());
         assert!((41.0..=42.0).contains(&step), "{step}");
-        // CLOCK_MONOTONIC_RAW here steps by 1 ns (reads never repeat).
-        assert!(clock_step_ns(&monotonic_raw_ns) < COARSE_TICK_NS);
-        let (fine, _) = detect(None);
-        assert!(!is_coarse(&fine), "this machine's counter is fine");
-        // Its overhead is the mean of ticks, not 0 or 1: a fraction of a tick.
+        // CLOCK_MONOTONIC_RAW's step is the hardware's: 1 ns on Intel, 10 ns on AMD Zen
+        // (its TSC steps by the P0 ratio at 100 MHz), tens of ns under an emulator.
+        let raw = clock_step_ns(&monotonic_raw_ns);
+        assert!((1.0..=100.0).contains(&raw), "{raw}");
+        // The hardware counter's step, in ns, is the raw clock's where both read one
+        // counter: both coarse or both fine.
+        let (hw, info) = detect(None);
+        assert!(info.step_ticks >= 1.0, "{}", info.step_ticks);
+        if cfg!(target_arch = "x86_64") && raw < 1.5 {
+            assert!(!is_coarse(&hw), "{}", tick_text(&hw));
+        }
+        // Its overhead is the mean of ticks, not a median of 0 or 1: above 0 and within
+        // a step of what a read pair costs in wall time (a fraction of a tick where reads
+        // are fast, a dozen under qemu-user).
         let o = c.overhead_ticks();
-        assert!(o > 0.0 && o < 3.0, "{o}");
+        let (_, pair_ns) = measure_overhead(&c, coarse_step(&c));
+        let tick_ns = c.ticks_to_ns(1.0);
+        assert!(
+            o > 0.0 && o * tick_ns <= 2.0 * pair_ns + tick_ns,
+            "{o} ticks, pair {pair_ns} ns"
+        );
     }
 
     #[test]

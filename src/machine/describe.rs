@@ -157,10 +157,11 @@ fn clocks(o: &mut Out, m: &Machine) {
         o.row(
             "counter",
             format!(
-                "{} at {:.3} GHz, {inv} ({})",
+                "{} at {:.3} GHz, {inv} ({}){}",
                 ci.counter,
                 ci.frequency_hz / 1e9,
-                ci.frequency_source
+                ci.frequency_source,
+                ci.step_text().map(|t| format!(", {t}")).unwrap_or_default()
             ),
         );
     }

@@ -252,8 +252,10 @@ fn clock_line(c: &ClockInfo) -> String {
             s.to_string()
         }
     };
+    // A counter that advances several ticks at once resolves only its step.
+    let step = c.step_text().map(|t| format!(", {t}")).unwrap_or_default();
     format!(
-        "{} at {:.1} MHz ({}), {inv}; read overhead {} (subtracted)",
+        "{} at {:.1} MHz ({}), {inv}{step}; read overhead {} (subtracted)",
         or_unknown(&c.counter),
         c.frequency_hz / 1e6,
         or_unknown(&c.frequency_source),
