@@ -53,8 +53,9 @@ pub struct ClockInfo {
     /// Wall-clock cost of one complete start+stop pair including the fences.
     pub pair_cost_ns: f64,
     /// Ticks the counter advances by at once (`Clock::step_ticks`); 1 in documents
-    /// written before it was measured.
-    #[serde(default = "one")]
+    /// written before it was measured. Left out when 1, so those documents re-save as
+    /// they were.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
     pub step_ticks: f64,
     /// The counter counts core cycles (false for TSC on modern CPUs, which ticks at a fixed rate).
     pub counts_core_cycles: bool,
@@ -63,6 +64,10 @@ pub struct ClockInfo {
 
 fn one() -> f64 {
     1.0
+}
+
+fn is_one(v: &f64) -> bool {
+    *v == 1.0
 }
 
 impl ClockInfo {
