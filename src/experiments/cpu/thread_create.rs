@@ -22,6 +22,9 @@ const CREATE_SWITCHES: f64 = 2.0;
 /// inside clone and exit beyond a minimal kernel entry, so the ratio of prediction to
 /// measurement is the share of the cost that entries and switches explain.
 fn model(ctx: &Context) -> Option<(f64, Prediction)> {
+    if !super::COUNTS_HOLD {
+        return None;
+    }
     let sys = ctx.earlier_median("cpu.syscall", "getppid")?;
     let sw = ctx.earlier_median("cpu.thread-switch", "switch")?;
     let v = CREATE_SYSCALLS * sys + CREATE_SWITCHES * sw;
@@ -34,10 +37,10 @@ fn model(ctx: &Context) -> Option<(f64, Prediction)> {
                  clone's and exit's own work beyond a kernel entry is not in the model)"
             ),
         )
-        .input("getppid", sys, "ns", "measured: cpu.syscall getppid")
-        .input("thread_switch", sw, "ns", "measured: cpu.thread-switch switch")
-        .input("system_calls", CREATE_SYSCALLS, "calls", "strace -f of create + join")
-        .input("switches", CREATE_SWITCHES, "switches", "to the thread and back"),
+        .measured("getppid", sys, "ns", "measured: cpu.syscall getppid")
+        .measured("thread_switch", sw, "ns", "measured: cpu.thread-switch switch")
+        .method("system_calls", CREATE_SYSCALLS, "calls", super::STRACE_LIBC)
+        .method("switches", CREATE_SWITCHES, "switches", "method: to the thread and back"),
     ))
 }
 
@@ -128,6 +131,12 @@ impl Experiment for ThreadCreate {
         }
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        if !super::COUNTS_HOLD {
+            return vec![(
+                "create_join".into(),
+                Prediction::withheld(super::COUNTS_WITHHELD),
+            )];
+        }
         model(ctx)
             .map(|(_, p)| vec![("create_join".into(), p)])
             .unwrap_or_default()
