@@ -332,6 +332,9 @@ pub fn core(m: &Machine) -> Result<(&'static Core, String), String> {
     }
 }
 
+/// Picks one figure of a core's entry.
+pub type Pick = fn(&Core) -> Option<Figure>;
+
 /// A figure of this machine's core: (value, key, reference), or why there is none.
 pub fn figure(
     m: &Machine,

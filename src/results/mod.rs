@@ -311,7 +311,7 @@ impl Prediction {
     }
 
     /// Another prediction of this experiment.
-    pub(crate) fn from_prediction(
+    pub(crate) fn prediction(
         self,
         name: &str,
         value: f64,

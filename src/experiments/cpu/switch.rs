@@ -737,7 +737,7 @@ fn predict_switch(_kind: Kind, ctx: &Context) -> Vec<(String, Prediction)> {
                 "pipe_cost alone, a lower bound: {what} has no published cost in the parts table"
             ),
         )
-        .from_prediction("pipe_cost", pipe, "ns", "prediction: pipe_cost above")
+        .prediction("pipe_cost", pipe, "ns", "prediction: pipe_cost above")
     };
     vec![
         ("pipe_round_trip_same_cpu".into(), bound("the two switches")),

@@ -156,7 +156,7 @@ impl Experiment for Latency {
         }
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        use crate::experiments::parts::{self, Core, Figure};
+        use crate::experiments::parts::{self, Pick};
         let (ghz, src) = crate::experiments::cpu::core_ghz(ctx);
         let m = ctx.machine;
         let mut v = Vec::new();
@@ -180,7 +180,7 @@ impl Experiment for Latency {
             v.push(("lmbench_16KiB".into(), p));
         }
         for c in &caches {
-            let (name, what, pick): (String, &str, fn(&Core) -> Option<Figure>) = match c.level {
+            let (name, what, pick): (String, &str, Pick) = match c.level {
                 1 => ("l1d".into(), "L1 data load-to-use latency", |c| {
                     c.l1d_cycles
                 }),
