@@ -31,7 +31,10 @@ fn model(ctx: &Context, syscalls: f64, switches: f64, what: &str) -> Option<(f64
         return None;
     }
     let sys = ctx.earlier_median("cpu.syscall", "getppid")?;
-    let sw = ctx.earlier_median("cpu.process-switch", "switch")?;
+    // A switch measured at or below zero is noise, not a cost to build on.
+    let sw = ctx
+        .earlier_median("cpu.process-switch", "switch")
+        .filter(|v| *v > 0.0)?;
     let v = syscalls * sys + switches * sw;
     Some((
         v,
@@ -217,6 +220,13 @@ impl Experiment for ProcessCreate {
         }
         if let Some((_, p)) = spawn_model(ctx) {
             v.push(("spawn_exec".into(), p));
+        }
+        if v.is_empty() {
+            let why = "cpu.syscall getppid or a positive cpu.process-switch switch was not measured in this run";
+            v = vec![
+                ("fork_exit_wait".into(), Prediction::withheld(why)),
+                ("spawn_exec".into(), Prediction::withheld(why)),
+            ];
         }
         v
     }

@@ -26,7 +26,10 @@ fn model(ctx: &Context) -> Option<(f64, Prediction)> {
         return None;
     }
     let sys = ctx.earlier_median("cpu.syscall", "getppid")?;
-    let sw = ctx.earlier_median("cpu.thread-switch", "switch")?;
+    // A switch measured at or below zero is noise, not a cost to build on.
+    let sw = ctx
+        .earlier_median("cpu.thread-switch", "switch")
+        .filter(|v| *v > 0.0)?;
     let v = CREATE_SYSCALLS * sys + CREATE_SWITCHES * sw;
     Some((
         v,
@@ -137,9 +140,12 @@ impl Experiment for ThreadCreate {
                 Prediction::withheld(super::COUNTS_WITHHELD),
             )];
         }
-        model(ctx)
-            .map(|(_, p)| vec![("create_join".into(), p)])
-            .unwrap_or_default()
+        let p = model(ctx).map(|(_, p)| p).unwrap_or_else(|| {
+            Prediction::withheld(
+                "cpu.syscall getppid or a positive cpu.thread-switch switch was not measured in this run",
+            )
+        });
+        vec![("create_join".into(), p)]
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
