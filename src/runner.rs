@@ -556,7 +556,12 @@ fn run_one(
     result.notes = outcome.notes;
     for (name, p) in predictions {
         if let Some(m) = result.metrics.iter_mut().find(|m| m.name == name) {
-            m.prediction = Some(p);
+            match p.withheld {
+                Some(why) => result
+                    .notes
+                    .push(format!("no prediction for {name}: {why}")),
+                None => m.prediction = Some(p),
+            }
         }
     }
     if let Some(why) = &env.placement {

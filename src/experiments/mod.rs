@@ -16,6 +16,7 @@ pub(crate) mod cpu;
 pub(crate) mod fs;
 pub mod memory;
 pub(crate) mod net;
+pub mod parts;
 
 /// How much a run may cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -259,6 +260,27 @@ impl EarlierResults for Recorder {
 /// twice: once finding no earlier metric (fallback branches), once finding all (branches that
 /// stop early without one).
 pub fn prediction_reads(machine: &Machine, clock: &dyn Clock, options: &RunOptions) -> MetricReads {
+    predict_all(machine, clock, options).0
+}
+
+/// Every prediction every experiment states on `machine`, as (experiment, metric,
+/// prediction), once finding no earlier metric and once finding all: for the tests that
+/// every input has a kind and every withheld prediction a reason.
+pub fn all_predictions(
+    machine: &Machine,
+    clock: &dyn Clock,
+    options: &RunOptions,
+) -> Vec<(String, String, Prediction)> {
+    predict_all(machine, clock, options).1
+}
+
+type Stated = Vec<(String, String, Prediction)>;
+
+fn predict_all(
+    machine: &Machine,
+    clock: &dyn Clock,
+    options: &RunOptions,
+) -> (MetricReads, Stated) {
     let scratch = std::sync::OnceLock::new();
     let stand_in = Metric {
         name: "stand-in".into(),
@@ -273,6 +295,7 @@ pub fn prediction_reads(machine: &Machine, clock: &dyn Clock, options: &RunOptio
         runs: vec![],
     };
     let mut all = MetricReads::new();
+    let mut stated = Vec::new();
     for stand_in in [None, Some(stand_in)] {
         let earlier = Recorder {
             stand_in,
@@ -291,11 +314,13 @@ pub fn prediction_reads(machine: &Machine, clock: &dyn Clock, options: &RunOptio
                 progress: &|_| {},
                 scratch_cell: &scratch,
             };
-            let _ = exp.predict(&ctx);
+            for (name, p) in exp.predict(&ctx) {
+                stated.push((exp.id().to_string(), name, p));
+            }
         }
         all.extend(earlier.reads.into_inner());
     }
-    all
+    (all, stated)
 }
 
 /// What an experiment returns. Failed premise checks make it invalid.

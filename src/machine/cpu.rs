@@ -69,6 +69,34 @@ pub struct Cpu {
     pub unequal_frequencies: Option<bool>,
     /// /sys/devices/system/cpu/vulnerabilities: name -> kernel status line.
     pub mitigations: BTreeMap<String, String>,
+    /// What identifies the part for the parts table (`experiments::parts`).
+    #[serde(skip_serializing_if = "PartId::is_empty")]
+    pub part: PartId,
+}
+
+/// What identifies a CPU part: x86 CPUID family and model (cpuinfo "cpu family" and
+/// "model"), arm64 MIDR implementer and part, macOS `hw.cpufamily`. Empty when unknown
+/// (documents written before it existed).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct PartId {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub family: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arm_implementer: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arm_part: Option<String>,
+    /// macOS `hw.cpufamily` (Apple's CPUFAMILY_* constants of <mach/machine.h>).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpufamily: Option<u64>,
+}
+
+impl PartId {
+    pub fn is_empty(&self) -> bool {
+        *self == PartId::default()
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -112,6 +140,8 @@ pub struct CpuInfo {
     pub processors: Vec<usize>,
     /// The ARM layout ("CPU implementer" lines) rather than x86's.
     pub arm: bool,
+    /// x86 family and model, arm64 implementer and part (first CPU listed).
+    pub part: PartId,
 }
 
 /// Whether the first flags line of /proc/cpuinfo lists constant_tsc and nonstop_tsc
@@ -145,6 +175,8 @@ pub fn parse_cpuinfo(s: &str) -> CpuInfo {
                 "vendor_id" if info.vendor.is_empty() => info.vendor = v.to_string(),
                 "CPU implementer" => implementer = Some(v.to_string()),
                 "CPU part" => part = Some(v.to_string()),
+                "cpu family" if info.part.family.is_none() => info.part.family = v.parse().ok(),
+                "model" if info.part.model.is_none() => info.part.model = v.parse().ok(),
                 "flags" | "Features" if info.flags.is_empty() => {
                     info.flags = v.split_whitespace().map(str::to_string).collect()
                 }
@@ -163,6 +195,10 @@ pub fn parse_cpuinfo(s: &str) -> CpuInfo {
         }
     }
     info.arm = implementer.is_some();
+    if info.arm {
+        info.part.arm_implementer = implementer.as_ref().map(|s| s.to_ascii_lowercase());
+        info.part.arm_part = part.as_ref().map(|s| s.to_ascii_lowercase());
+    }
     if info.vendor.is_empty() {
         if let Some(imp) = &implementer {
             info.vendor = arm_implementer(imp).to_string();
@@ -306,6 +342,7 @@ pub fn gather(root: &FactRoot) -> (Cpu, Topology) {
             .collect(),
         caches: read_caches(root, &online),
         mitigations: read_mitigations(root),
+        part: info.part.clone(),
         ..Default::default()
     };
     let topo = topology::from_sysfs(root, &online, &cpu.allowed_cpus, &info.topology);
@@ -404,6 +441,12 @@ pub fn from_sysctl(lookup: &dyn Fn(&str) -> Option<String>) -> (Cpu, Topology) {
         threads_per_core: topo.cores.map(|c| topo.cpus.len().div_ceil(c.max(1))),
         smt: topo.cores.map(|c| topo.cpus.len() > c),
         caches: caches_from_sysctl(&num, topo.cpus.len()),
+        part: PartId {
+            family: num("machdep.cpu.family").map(|v| v as u32),
+            model: num("machdep.cpu.model").map(|v| v as u32),
+            cpufamily: num("hw.cpufamily"),
+            ..Default::default()
+        },
         ..Default::default()
     };
     (cpu, topo)

@@ -474,9 +474,6 @@ impl Disk {
     }
 }
 
-/// What prediction inputs name as the source of a disk's rotational flag.
-pub const ROTATIONAL_SOURCE: &str = "/sys/block/*/queue/rotational";
-
 /// The whole disk holding `path` (a partition's parent), found through the file's st_dev
 /// in /sys/dev/block, described as the description describes every disk. Read live: the
 /// path (a scratch folder) is chosen by the run. `None` off Linux or for no block device.

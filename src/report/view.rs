@@ -46,7 +46,18 @@ pub fn metric_row(m: &Metric) -> MetricRow {
             .map(|p| {
                 p.inputs
                     .iter()
-                    .map(|(k, v)| format!("{k} = {} ({})", fmt_value(v.value, &v.unit), v.source))
+                    .map(|(k, v)| {
+                        let cited = v
+                            .reference
+                            .as_deref()
+                            .map(|r| format!("; reference: {r}"))
+                            .unwrap_or_default();
+                        format!(
+                            "{k} = {} ({}{cited})",
+                            fmt_value(v.value, &v.unit),
+                            v.source
+                        )
+                    })
                     .collect()
             })
             .unwrap_or_default(),

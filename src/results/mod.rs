@@ -190,14 +190,44 @@ pub struct Prediction {
     pub value: f64,
     pub formula: String,
     pub inputs: BTreeMap<String, PredictionInput>,
+    /// Set when the metric gets no prediction, with the reason (e.g. the part is not in the
+    /// table); the runner turns it into a note and attaches no prediction.
+    #[serde(skip)]
+    pub withheld: Option<String>,
+}
+
+/// What a prediction input is (issue 20: never a constant without an origin).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InputKind {
+    /// A fact of this machine (clock, cache size, page size, link speed, device class).
+    Machine,
+    /// A figure measured earlier in this run.
+    Measured,
+    /// An entry of the parts table (`experiments::parts`), with its key and reference.
+    Table,
+    /// A count the method itself fixes (two switches per round trip, P readers), or one
+    /// traced from it (strace/perf counts, with the C library they hold for).
+    Method,
+    /// Another prediction of the same experiment, itself built from the kinds above.
+    Prediction,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PredictionInput {
     pub value: f64,
     pub unit: String,
-    /// Where the input comes from: a machine fact or an earlier measured metric.
+    /// Where the input comes from: a machine fact, an earlier measured metric, a table entry.
     pub source: String,
+    /// The input's kind (absent in documents written before kinds existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<InputKind>,
+    /// For `table` inputs: the table key that matched (e.g. "x86 AuthenticAMD family 25 model 1").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// For `table` inputs: the published source of the figure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
 }
 
 impl Prediction {
@@ -206,24 +236,116 @@ impl Prediction {
             value,
             formula: formula.into(),
             inputs: BTreeMap::new(),
+            withheld: None,
         }
     }
-    pub(crate) fn input(
+
+    /// No prediction for this metric, and why (the runner records the reason as a note).
+    pub(crate) fn withheld(reason: impl Into<String>) -> Self {
+        Prediction {
+            value: f64::NAN,
+            formula: String::new(),
+            inputs: BTreeMap::new(),
+            withheld: Some(reason.into()),
+        }
+    }
+
+    fn typed(
         mut self,
         name: &str,
         value: f64,
         unit: &str,
-        source: impl Into<String>,
+        source: String,
+        kind: InputKind,
+        cited: Option<(String, String)>,
     ) -> Self {
+        let (key, reference) = match cited {
+            Some((k, r)) => (Some(k), Some(r)),
+            None => (None, None),
+        };
         self.inputs.insert(
             name.to_string(),
             PredictionInput {
                 value,
                 unit: unit.to_string(),
-                source: source.into(),
+                source,
+                kind: Some(kind),
+                key,
+                reference,
             },
         );
         self
+    }
+
+    /// An input that is a fact of this machine.
+    pub(crate) fn machine(
+        self,
+        name: &str,
+        value: f64,
+        unit: &str,
+        source: impl Into<String>,
+    ) -> Self {
+        self.typed(name, value, unit, source.into(), InputKind::Machine, None)
+    }
+
+    /// An input measured earlier in this run.
+    pub(crate) fn measured(
+        self,
+        name: &str,
+        value: f64,
+        unit: &str,
+        source: impl Into<String>,
+    ) -> Self {
+        self.typed(name, value, unit, source.into(), InputKind::Measured, None)
+    }
+
+    /// A count the method fixes or traces (say which C library a traced count holds for).
+    pub(crate) fn method(
+        self,
+        name: &str,
+        value: f64,
+        unit: &str,
+        source: impl Into<String>,
+    ) -> Self {
+        self.typed(name, value, unit, source.into(), InputKind::Method, None)
+    }
+
+    /// Another prediction of this experiment.
+    pub(crate) fn prediction(
+        self,
+        name: &str,
+        value: f64,
+        unit: &str,
+        source: impl Into<String>,
+    ) -> Self {
+        self.typed(
+            name,
+            value,
+            unit,
+            source.into(),
+            InputKind::Prediction,
+            None,
+        )
+    }
+
+    /// An entry of the parts table: `what` names the figure, `key` the entry that matched.
+    pub(crate) fn table(
+        self,
+        name: &str,
+        value: f64,
+        unit: &str,
+        what: &str,
+        key: &str,
+        reference: &str,
+    ) -> Self {
+        self.typed(
+            name,
+            value,
+            unit,
+            format!("table: {what} ({key})"),
+            InputKind::Table,
+            Some((key.to_string(), reference.to_string())),
+        )
     }
 }
 

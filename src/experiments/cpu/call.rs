@@ -85,10 +85,6 @@ fn calls(k: usize, n: u64) {
     }
 }
 
-/// Cycles for call + return with no arguments, and per register argument, in the model.
-const CALL_CYCLES: f64 = 4.0;
-const ARG_CYCLES: f64 = 0.5;
-
 const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
     id: "cpu.call",
     title: "Procedure call cost by argument count",
@@ -109,43 +105,15 @@ impl Experiment for Call {
     fn budget(&self, p: Profile) -> Duration {
         p.scale(Duration::from_millis(1600))
     }
-    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        let (ghz, src) = super::core_ghz(ctx);
-        let mut v: Vec<(String, Prediction)> = (0..8)
-            .map(|k| {
-                let cycles = CALL_CYCLES + ARG_CYCLES * k as f64;
-                (
-                    format!("args_{k}"),
-                    Prediction::new(
-                        cycles / ghz,
-                        format!("({CALL_CYCLES} + {ARG_CYCLES} x {k}) cycles / f_core"),
-                    )
-                    .input("f_core", ghz * 1e9, "Hz", src.clone())
-                    .input(
-                        "call_return_cycles",
-                        CALL_CYCLES,
-                        "cycles",
-                        "model: predicted call+ret",
-                    )
-                    .input(
-                        "cycles_per_arg",
-                        ARG_CYCLES,
-                        "cycles",
-                        "model: one register move, two per cycle",
-                    ),
-                )
-            })
-            .collect();
-        v.push((
-            "per_argument".into(),
-            Prediction::new(ARG_CYCLES / ghz, format!("{ARG_CYCLES} cycles / f_core")).input(
-                "f_core",
-                ghz * 1e9,
-                "Hz",
-                src,
-            ),
-        ));
-        v
+    fn predict(&self, _ctx: &Context) -> Vec<(String, Prediction)> {
+        // No vendor manual or published measurement in the parts table gives a call+return
+        // throughput per core, so no arity gets a number (issue 20: no "typical" cycles).
+        let why = "the parts table names no published call and return cost for any core";
+        (0..8)
+            .map(|k| format!("args_{k}"))
+            .chain(["per_argument".to_string()])
+            .map(|name| (name, Prediction::withheld(why)))
+            .collect()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();

@@ -33,7 +33,7 @@ impl Experiment for LoopCost {
                 1.0 / ghz,
                 "1 cycle / f_core (increment, compare and branch issue together)",
             )
-            .input("f_core", ghz * 1e9, "Hz", src),
+            .machine("f_core", ghz * 1e9, "Hz", src),
         )]
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {

@@ -25,6 +25,16 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
 }
 
 /// Core clock in GHz (cycles per ns) for cycle-based models, with where it came from.
+/// Whether the system-call counts traced from the methods (strace -f) hold for this build:
+/// they were counted against glibc on Linux x86-64; musl and macOS's libSystem make other calls.
+pub(crate) const COUNTS_HOLD: bool = cfg!(all(target_os = "linux", target_env = "gnu"));
+/// Where the traced counts come from, for a prediction input.
+pub(crate) const STRACE_LIBC: &str =
+    "method: strace -f of the method's loop, glibc 2.36 (Debian 12, Linux x86-64)";
+/// Why a count-based prediction is withheld off glibc.
+pub(crate) const COUNTS_WITHHELD: &str =
+    "the system-call counts were traced against glibc on Linux; this build's C library makes other calls";
+
 pub(crate) fn core_ghz(ctx: &super::Context) -> (f64, String) {
     match ctx.machine.cpu.core_clock_hz {
         Some(hz) => (

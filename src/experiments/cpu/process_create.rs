@@ -27,8 +27,14 @@ const SPAWN_SWITCHES: f64 = 3.0;
 /// parent, 50 per exec of true, by perf; mem.pagefault measures their cost later in the run),
 /// so prediction / measurement is the share the entries and switches explain.
 fn model(ctx: &Context, syscalls: f64, switches: f64, what: &str) -> Option<(f64, Prediction)> {
+    if !super::COUNTS_HOLD {
+        return None;
+    }
     let sys = ctx.earlier_median("cpu.syscall", "getppid")?;
-    let sw = ctx.earlier_median("cpu.process-switch", "switch")?;
+    // A switch measured at or below zero is noise, not a cost to build on.
+    let sw = ctx
+        .earlier_median("cpu.process-switch", "switch")
+        .filter(|v| *v > 0.0)?;
     let v = syscalls * sys + switches * sw;
     Some((
         v,
@@ -39,10 +45,10 @@ fn model(ctx: &Context, syscalls: f64, switches: f64, what: &str) -> Option<(f64
                  {what} not in the model)"
             ),
         )
-        .input("getppid", sys, "ns", "measured: cpu.syscall getppid")
-        .input("process_switch", sw, "ns", "measured: cpu.process-switch switch")
-        .input("system_calls", syscalls, "calls", "strace -f of the method")
-        .input("switches", switches, "switches", "perf stat of the method"),
+        .measured("getppid", sys, "ns", "measured: cpu.syscall getppid")
+        .measured("process_switch", sw, "ns", "measured: cpu.process-switch switch")
+        .method("system_calls", syscalls, "calls", super::STRACE_LIBC)
+        .method("switches", switches, "switches", "perf stat -e context-switches of the method"),
     ))
 }
 
@@ -186,18 +192,25 @@ impl Experiment for ProcessCreate {
         }
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        if !super::COUNTS_HOLD {
+            let why = super::COUNTS_WITHHELD;
+            return vec![
+                ("fork_exit_wait".into(), Prediction::withheld(why)),
+                ("spawn_exec".into(), Prediction::withheld(why)),
+            ];
+        }
         let (pages, vmas) = footprint();
         let mut v = Vec::new();
         if let Some((_, p)) = fork_model(ctx) {
             // The parent's size drives what the model leaves out; recorded for the reader.
             let p = p
-                .input(
+                .machine(
                     "resident_pages",
                     pages,
                     "pages",
                     crate::machine::process::RESIDENT_SOURCE,
                 )
-                .input(
+                .machine(
                     "vmas",
                     vmas,
                     "mappings",
@@ -207,6 +220,13 @@ impl Experiment for ProcessCreate {
         }
         if let Some((_, p)) = spawn_model(ctx) {
             v.push(("spawn_exec".into(), p));
+        }
+        if v.is_empty() {
+            let why = "cpu.syscall getppid or a positive cpu.process-switch switch was not measured in this run";
+            v = vec![
+                ("fork_exit_wait".into(), Prediction::withheld(why)),
+                ("spawn_exec".into(), Prediction::withheld(why)),
+            ];
         }
         v
     }

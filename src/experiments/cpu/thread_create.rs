@@ -22,8 +22,14 @@ const CREATE_SWITCHES: f64 = 2.0;
 /// inside clone and exit beyond a minimal kernel entry, so the ratio of prediction to
 /// measurement is the share of the cost that entries and switches explain.
 fn model(ctx: &Context) -> Option<(f64, Prediction)> {
+    if !super::COUNTS_HOLD {
+        return None;
+    }
     let sys = ctx.earlier_median("cpu.syscall", "getppid")?;
-    let sw = ctx.earlier_median("cpu.thread-switch", "switch")?;
+    // A switch measured at or below zero is noise, not a cost to build on.
+    let sw = ctx
+        .earlier_median("cpu.thread-switch", "switch")
+        .filter(|v| *v > 0.0)?;
     let v = CREATE_SYSCALLS * sys + CREATE_SWITCHES * sw;
     Some((
         v,
@@ -34,10 +40,10 @@ fn model(ctx: &Context) -> Option<(f64, Prediction)> {
                  clone's and exit's own work beyond a kernel entry is not in the model)"
             ),
         )
-        .input("getppid", sys, "ns", "measured: cpu.syscall getppid")
-        .input("thread_switch", sw, "ns", "measured: cpu.thread-switch switch")
-        .input("system_calls", CREATE_SYSCALLS, "calls", "strace -f of create + join")
-        .input("switches", CREATE_SWITCHES, "switches", "to the thread and back"),
+        .measured("getppid", sys, "ns", "measured: cpu.syscall getppid")
+        .measured("thread_switch", sw, "ns", "measured: cpu.thread-switch switch")
+        .method("system_calls", CREATE_SYSCALLS, "calls", super::STRACE_LIBC)
+        .method("switches", CREATE_SWITCHES, "switches", "method: to the thread and back"),
     ))
 }
 
@@ -128,9 +134,18 @@ impl Experiment for ThreadCreate {
         }
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        model(ctx)
-            .map(|(_, p)| vec![("create_join".into(), p)])
-            .unwrap_or_default()
+        if !super::COUNTS_HOLD {
+            return vec![(
+                "create_join".into(),
+                Prediction::withheld(super::COUNTS_WITHHELD),
+            )];
+        }
+        let p = model(ctx).map(|(_, p)| p).unwrap_or_else(|| {
+            Prediction::withheld(
+                "cpu.syscall getppid or a positive cpu.thread-switch switch was not measured in this run",
+            )
+        });
+        vec![("create_join".into(), p)]
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();

@@ -130,13 +130,16 @@ fn prediction(ctx: &Context) -> Prediction {
     );
     if let Some((a, src)) = avail {
         value = value.min(a as f64);
-        p = p.input("mem_available", a as f64, "bytes", src);
+        p = p.machine("mem_available", a as f64, "bytes", src);
     }
     if let Some((l, src)) = cg {
         value = value.min(l as f64);
-        p = p.input("cgroup_limit", l as f64, "bytes", src);
+        p = p.machine("cgroup_limit", l as f64, "bytes", src);
     }
-    p.value = if value.is_finite() { value } else { f64::NAN };
+    if !value.is_finite() {
+        return Prediction::withheld("neither MemAvailable nor a memory cgroup limit is known");
+    }
+    p.value = value;
     p
 }
 
@@ -178,7 +181,20 @@ impl Experiment for CacheSize {
         }
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        vec![("cache_size".into(), prediction(ctx))]
+        // A cached 1 MiB read is a copy from the page cache to the user buffer.
+        let cached = match ctx.earlier_median("mem.bandwidth", "copy_1t") {
+            Some(c) => Prediction::new(
+                c,
+                "copy rate: a cached read copies from the page cache to the user buffer (the \
+                 page-cache lookup per page is not in the model)",
+            )
+            .measured("copy_rate", c, "bytes/s", "measured: mem.bandwidth copy_1t"),
+            None => Prediction::withheld("mem.bandwidth copy_1t was not measured in this run"),
+        };
+        vec![
+            ("cache_size".into(), prediction(ctx)),
+            ("cached_read_rate".into(), cached),
+        ]
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let start = stopwatch(ctx);

@@ -422,27 +422,24 @@ impl Experiment for Contention {
         let p = pmax(ctx.profile) as f64;
         // Readers report elapsed / blocks, a mean: compare with fs.read's mean, not its
         // median (4 KiB latency has a long tail).
-        let (t1, src) = match ctx
+        let Some(t1) = ctx
             .earlier_metric("fs.read", "uncached_seq")
             .map(|m| m.summary.mean)
             .filter(|v| v.is_finite())
-        {
-            Some(v) => (v, "measured: fs.read uncached_seq (mean)".to_string()),
-            None => {
-                let dir = ctx
-                    .options
-                    .scratch_dir
-                    .clone()
-                    .unwrap_or_else(|| std::path::PathBuf::from("."));
-                let pr = super::uncached_prediction(ctx, &dir, super::Pattern::Sequential);
-                (pr.value, "model: fs.read's device prediction".to_string())
-            }
+        else {
+            let why = "fs.read uncached_seq was not measured in this run, and a device's read \
+                       latency has no published figure in the parts table";
+            return ["per_block_p1", "per_block_pmax", "model_slope"]
+                .iter()
+                .map(|n| (n.to_string(), Prediction::withheld(why)))
+                .collect();
         };
+        let src = "measured: fs.read uncached_seq (mean)";
         vec![
             (
                 "per_block_p1".into(),
                 Prediction::new(t1, "t1: one process alone reads as fs.read measured")
-                    .input("t1", t1, "ns", src.clone()),
+                    .measured("t1", t1, "ns", src),
             ),
             (
                 "per_block_pmax".into(),
@@ -450,13 +447,13 @@ impl Experiment for Contention {
                     p * t1,
                     "P x t1: the device serves one request at a time, so each reader waits for the other P-1",
                 )
-                .input("t1", t1, "ns", src.clone())
-                .input("P", p, "processes", "profile Pmax"),
+                .measured("t1", t1, "ns", src)
+                .method("P", p, "processes", "method: the profile's Pmax"),
             ),
             (
                 "model_slope".into(),
                 Prediction::new(t1, "t1 per added process (one device queue)")
-                    .input("t1", t1, "ns", src),
+                    .measured("t1", t1, "ns", src),
             ),
         ]
     }

@@ -21,18 +21,10 @@ const fn cap(p: Profile) -> u64 {
     }
 }
 
-/// A round trip to a file server on a LAN, used when no measured one is at hand.
-const DEFAULT_RTT_NS: f64 = 150_000.0;
-
-fn network_rtt(ctx: &Context) -> (f64, String) {
-    // net.rtt's tcp is a distribution: its median is the p50.
-    if let Some(v) = ctx.earlier_median("net.rtt", "tcp") {
-        return (v, "measured: net.rtt tcp (loopback unless --peer)".into());
-    }
-    (
-        DEFAULT_RTT_NS,
-        "model: a LAN request/response through a user-space or kernel file server (~150 us)".into(),
-    )
+/// The measured round trip: net.rtt's tcp median (its p50), loopback unless --peer.
+fn network_rtt(ctx: &Context) -> Option<(f64, String)> {
+    ctx.earlier_median("net.rtt", "tcp")
+        .map(|v| (v, "measured: net.rtt tcp (loopback unless --peer)".into()))
 }
 
 const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
@@ -67,31 +59,23 @@ impl Experiment for RemoteRead {
         per * 2 * n + Duration::from_secs_f64(2.0 * cap(p) as f64 / 20e6)
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        let (rtt, src) = network_rtt(ctx);
+        let rtt = network_rtt(ctx);
         let mut v = Vec::new();
         for pattern in [Pattern::Sequential, Pattern::Random] {
             let local_name = metric_name(false, pattern);
-            let (local, lsrc) = match ctx.earlier_median("fs.read", &local_name) {
-                Some(l) => (l, format!("measured: fs.read {local_name}")),
-                None => {
-                    let dir = ctx
-                        .options
-                        .scratch_dir
-                        .clone()
-                        .unwrap_or_else(|| std::path::PathBuf::from("."));
-                    let p = super::uncached_prediction(ctx, &dir, pattern);
-                    (p.value, "model: fs.read's device prediction".into())
-                }
-            };
-            v.push((
-                format!("ratio_{local_name}"),
-                Prediction::new(
+            let local = ctx.earlier_median("fs.read", &local_name);
+            let p = match (local, &rtt) {
+                (Some(local), Some((rtt, src))) => Prediction::new(
                     (local + rtt) / local,
                     "(t_local + t_round_trip) / t_local: each uncached block is one request to the server, whose own read is taken as costing what a local one does",
                 )
-                .input("t_local", local, "ns", lsrc)
-                .input("t_round_trip", rtt, "ns", src.clone()),
-            ));
+                .measured("t_local", local, "ns", format!("measured: fs.read {local_name}"))
+                .measured("t_round_trip", *rtt, "ns", src.clone()),
+                _ => Prediction::withheld(format!(
+                    "fs.read {local_name} or net.rtt tcp was not measured in this run"
+                )),
+            };
+            v.push((format!("ratio_{local_name}"), p));
             v.push((
                 format!("ratio_{}", metric_name(true, pattern)),
                 Prediction::new(

@@ -15,44 +15,25 @@ use std::time::Duration;
 
 pub struct PageFault;
 
-/// Kernel entry when cpu.syscall did not run (model).
-const ENTRY_NS: f64 = 100.0;
-/// Zeroing bandwidth when mem.bandwidth did not run (model, bytes/s).
-const ZERO_BPS: f64 = 10e9;
-/// Device read of one page (models): local flash or a virtual disk, network block
-/// storage (a round trip to the storage service), a rotating disk.
-const SSD_READ_NS: f64 = 100e3;
-const NET_READ_NS: f64 = 500e3;
-const HDD_READ_NS: f64 = 8e6;
 /// Pages touched per timed batch of minor faults.
 const MINOR_BATCH: usize = 32;
 
-/// The device read of one page behind `path`, by the class the machine description
-/// gives its disk, with the basis (class and why).
-fn device_read(path: &std::path::Path, page: &str) -> (f64, String) {
-    use crate::machine::storage::DiskKind;
-    let Some(d) = crate::machine::storage::disk_of(path) else {
-        return (
-            SSD_READ_NS,
-            "model: flash or virtual disk (device of the scratch dir not found in sysfs)".into(),
-        );
-    };
-    let c = d.class();
-    let (ns, what) = match c.kind {
-        DiskKind::Rotational => (HDD_READ_NS, "seek + half a rotation".to_string()),
-        DiskKind::NetworkBlock => (
-            NET_READ_NS,
-            "a network round trip to the storage service".to_string(),
-        ),
-        DiskKind::Nvme | DiskKind::Flash => (SSD_READ_NS, format!("{page} random read")),
-        DiskKind::Virtual | DiskKind::Unknown => {
-            (SSD_READ_NS, format!("{page} random read through the host"))
+/// Why a major fault gets no prediction: the device behind `path` and its class, whose
+/// read latency no published figure in the parts table fixes.
+fn device_unknown(path: &std::path::Path) -> String {
+    match crate::machine::storage::disk_of(path) {
+        Some(d) => {
+            let c = d.class();
+            format!(
+                "{} is {} ({}); a device class does not fix its read latency and the parts table \
+                 names no published figure for it",
+                d.name,
+                c.kind.label(),
+                c.why
+            )
         }
-    };
-    (
-        ns,
-        format!("model: {} {}, {what} ({})", d.name, c.kind.label(), c.why),
-    )
+        None => "the scratch folder's device is not found in sysfs".into(),
+    }
 }
 
 /// A read-only shared mapping of a file, unmapped on drop.
@@ -226,32 +207,27 @@ impl Experiment for PageFault {
         }
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        let (entry, entry_src) = match ctx.earlier_median("cpu.syscall", "getppid") {
-            Some(v) => (v, "measured: cpu.syscall getppid".to_string()),
-            None => (
-                ENTRY_NS,
-                "model: kernel entry (cpu.syscall did not run)".to_string(),
-            ),
-        };
-        let (bw, bw_src) = match ctx.earlier_median("mem.bandwidth", "write_1t") {
-            Some(v) => (v, "measured: mem.bandwidth write_1t".to_string()),
-            None => (
-                ZERO_BPS,
-                "model: store bandwidth (mem.bandwidth did not run)".to_string(),
-            ),
-        };
-        let ps = crate::pagecache::page_size() as f64;
-        // Primitives only, one of each per fault (the method writes one word per fresh page):
-        // a kernel entry and zeroing the page. Allocation, accounting and the PTE are not in
-        // the model; prediction / measurement is the share the primitives explain.
-        let minor = entry + ps / bw * 1e9;
         let dir = ctx
             .options
             .scratch_dir
             .clone()
             .or_else(|| std::env::current_dir().ok())
             .unwrap_or_default();
-        let (dev, dev_src) = device_read(&dir, &page_text(ps as usize));
+        let major = (
+            "major_fault".to_string(),
+            Prediction::withheld(device_unknown(&dir)),
+        );
+        let entry = ctx.earlier_median("cpu.syscall", "getppid");
+        let bw = ctx.earlier_median("mem.bandwidth", "write_1t");
+        let (Some(entry), Some(bw)) = (entry, bw) else {
+            let why = "cpu.syscall getppid or mem.bandwidth write_1t was not measured in this run";
+            return vec![("minor_fault".into(), Prediction::withheld(why)), major];
+        };
+        let ps = crate::pagecache::page_size() as f64;
+        // Primitives only, one of each per fault (the method writes one word per fresh page):
+        // a kernel entry and zeroing the page. Allocation, accounting and the PTE are not in
+        // the model; prediction / measurement is the share the primitives explain.
+        let minor = entry + ps / bw * 1e9;
         vec![
             (
                 "minor_fault".into(),
@@ -260,19 +236,11 @@ impl Experiment for PageFault {
                     "1 kernel entry + page_size / store_bandwidth (zeroing one page); allocation, accounting and \
                      the PTE are not in the model",
                 )
-                .input("entry", entry, "ns", entry_src.clone())
-                .input("page_size", ps, "bytes", "machine: page size")
-                .input("store_bandwidth", bw, "bytes/s", bw_src),
+                .measured("entry", entry, "ns", "measured: cpu.syscall getppid")
+                .machine("page_size", ps, "bytes", "machine: page size")
+                .measured("store_bandwidth", bw, "bytes/s", "measured: mem.bandwidth write_1t"),
             ),
-            (
-                "major_fault".into(),
-                Prediction::new(
-                    entry + dev,
-                    "1 kernel entry + device read of one page; page-cache insert and the PTE are not in the model",
-                )
-                .input("entry", entry, "ns", entry_src)
-                .input("device_read", dev, "ns", dev_src),
-            ),
+            major,
         ]
     }
 
@@ -476,12 +444,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn device_read_is_modelled_or_unknown() {
-        // Any answer is fine; it must not panic on odd file systems.
-        let (ns, why) = device_read(std::path::Path::new("."), "4 KiB");
-        assert!(ns > 0.0 && why.starts_with("model: "), "{why}");
-        let (ns, why) = device_read(std::path::Path::new("/proc"), "4 KiB");
-        assert_eq!(ns, SSD_READ_NS);
+    fn device_without_sysfs_gives_no_figure() {
+        let why = device_unknown(std::path::Path::new("/proc"));
         assert!(why.contains("not found in sysfs"), "{why}");
         assert_eq!(page_text(4096), "4 KiB");
         assert_eq!(page_text(65536), "64 KiB");

@@ -109,16 +109,10 @@ fn receive(
 }
 
 /// Memory copy bandwidth (bytes copied per second): mem.bandwidth's single-thread copy
-/// measured earlier in the run, else half the DIMM peak (a copy reads and writes each byte).
+/// measured earlier in the run.
 fn copy_bandwidth(ctx: &Context) -> Option<(f64, String)> {
-    if let Some(v) = ctx.earlier_median("mem.bandwidth", "copy_1t") {
-        return Some((v, "measured: mem.bandwidth copy_1t".into()));
-    }
-    let peak = ctx.machine.memory.peak_bandwidth_bytes_per_s?;
-    Some((
-        peak / 2.0,
-        "machine: DIMM peak / 2 (mem.bandwidth did not run)".into(),
-    ))
+    ctx.earlier_median("mem.bandwidth", "copy_1t")
+        .map(|v| (v, "measured: mem.bandwidth copy_1t".into()))
 }
 
 fn predict_rate(ctx: &Context) -> Option<Prediction> {
@@ -138,8 +132,8 @@ fn predict_rate(ctx: &Context) -> Option<Prediction> {
                 bps / 8.0 * eff,
                 "link speed / 8 x (MTU - 52) / (MTU + 38): line rate less Ethernet, IP and TCP overhead",
             )
-            .input("link_speed", bps, "bits/s", format!("machine: {iface} link speed"))
-            .input("mtu", mtu, "bytes", format!("machine: {iface} MTU")));
+            .machine("link_speed", bps, "bits/s", format!("machine: {iface} link speed"))
+            .machine("mtu", mtu, "bytes", format!("machine: {iface} MTU")));
         }
     }
     let (copy, src) = copy_bandwidth(ctx)?;
@@ -153,7 +147,7 @@ fn predict_rate(ctx: &Context) -> Option<Prediction> {
             copy / 2.0,
             format!("copy bandwidth / 2: each byte copied user->kernel and kernel->user ({what})"),
         )
-        .input("copy_bandwidth", copy, "bytes/s", src),
+        .measured("copy_bandwidth", copy, "bytes/s", src),
     )
 }
 

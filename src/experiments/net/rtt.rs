@@ -14,21 +14,6 @@ use std::time::Duration;
 
 pub struct Rtt;
 
-/// Model: kernel work for one TCP segment from send() to the receiver's socket (both
-/// stacks on one host), in core cycles.
-const TCP_STACK_CYCLES: f64 = 6000.0;
-/// The same for a UDP datagram and for an ICMP echo turned around in the kernel.
-const UDP_STACK_CYCLES: f64 = 4000.0;
-const ICMP_STACK_CYCLES: f64 = 3000.0;
-/// Fallback wake-up + context switch when cpu.thread-switch has not run.
-const SWITCH_CYCLES: f64 = 4000.0;
-/// Model: a cross-CPU wake-up (IPI) on bare metal, and under a hypervisor (VM exit,
-/// virtual interrupt injection), in core cycles.
-const IPI_CYCLES: f64 = 2000.0;
-const IPI_CYCLES_VM: f64 = 20000.0;
-/// Smallest Ethernet frame on the wire with preamble and gap, bits.
-const MIN_FRAME_BITS: f64 = 84.0 * 8.0;
-
 const TCP_MSG: usize = 1;
 const UDP_MSG: usize = 8;
 
@@ -46,85 +31,6 @@ fn warmup(p: Profile) -> usize {
         50
     } else {
         500
-    }
-}
-
-/// Inputs of the round-trip models.
-struct Model {
-    syscall: f64,
-    syscall_src: String,
-    switch: f64,
-    switch_src: String,
-    ghz: f64,
-    ghz_src: String,
-    link_bps: Option<(f64, String)>,
-}
-
-fn model(ctx: &Context) -> Model {
-    let (ghz, ghz_src) = crate::experiments::cpu::core_ghz(ctx);
-    let (syscall, syscall_src) = match ctx.earlier_median("cpu.syscall", "getppid") {
-        Some(v) => (v, "measured: cpu.syscall getppid".to_string()),
-        None => (
-            150.0 / ghz,
-            "model: 150 cycles (cpu.syscall did not run)".to_string(),
-        ),
-    };
-    let (switch, switch_src) = match ctx.earlier_median("cpu.thread-switch", "switch") {
-        Some(v) => (v, "measured: cpu.thread-switch switch".to_string()),
-        None => (
-            SWITCH_CYCLES / ghz + 2.0 * syscall,
-            format!("model: {SWITCH_CYCLES} cycles + 2 x syscall (cpu.thread-switch did not run)"),
-        ),
-    };
-    let link_bps = ctx.options.peer.as_ref().and_then(|spec| {
-        let addr = crate::peer::client::resolve_peer(spec).ok()?;
-        let (iface, _) = super::route_interface(addr)?;
-        super::link_speed_bps(ctx.machine, &iface)
-            .map(|b| (b, format!("machine: {iface} link speed")))
-    });
-    Model {
-        syscall,
-        syscall_src,
-        switch,
-        switch_src,
-        ghz,
-        ghz_src,
-        link_bps,
-    }
-}
-
-impl Model {
-    /// 2 x (send + receive system calls + stack traversal + wake-up) [+ wire time].
-    fn round_trip(&self, stack_cycles: f64, switches: f64, what: &str) -> Prediction {
-        let stack = stack_cycles / self.ghz;
-        let wire = self
-            .link_bps
-            .as_ref()
-            .map(|(b, _)| 2.0 * MIN_FRAME_BITS / b * 1e9);
-        let value =
-            2.0 * (2.0 * self.syscall + stack) + switches * self.switch + wire.unwrap_or(0.0);
-        let mut formula = format!(
-            "2 x (2 x syscall + {stack_cycles} cycles {what} stack / f_core) + {switches} x switch"
-        );
-        if wire.is_some() {
-            formula.push_str(" + 2 x 84-byte frame / link speed (propagation not modelled)");
-        }
-        let mut p = Prediction::new(value, formula)
-            .input("syscall", self.syscall, "ns", self.syscall_src.clone())
-            .input("f_core", self.ghz * 1e9, "Hz", self.ghz_src.clone())
-            .input(
-                "stack",
-                stack_cycles,
-                "cycles",
-                format!("model: {what} per-message kernel path"),
-            );
-        if switches > 0.0 {
-            p = p.input("switch", self.switch, "ns", self.switch_src.clone());
-        }
-        if let Some((b, src)) = &self.link_bps {
-            p = p.input("link_speed", *b, "bits/s", src.clone());
-        }
-        p
     }
 }
 
@@ -380,31 +286,74 @@ impl Experiment for Rtt {
         p.scale(Duration::from_millis(2500))
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        let m = model(ctx);
-        let tcp = m.round_trip(TCP_STACK_CYCLES, 2.0, "TCP");
-        let vm = ctx.machine.virtualization.is_vm;
-        let ipi = if vm { IPI_CYCLES_VM } else { IPI_CYCLES };
-        let mut cross = tcp.clone();
-        cross.value += 2.0 * ipi / m.ghz;
-        cross
-            .formula
-            .push_str(" + 2 x cross-CPU wake-up (IPI) / f_core");
-        let cross = cross.input(
-            "ipi",
-            ipi,
-            "cycles",
-            if vm {
-                "model: IPI under a hypervisor (machine: virtual machine): VM exit and injection"
+        // Primitives measured earlier, with the counts the method fixes: per round trip the
+        // client's send and receive and the peer's receive and send (4 system calls) and, on
+        // one CPU, a switch to the peer and one back. The protocol stack's own path and a
+        // cross-CPU wake-up have no published cost per part, so these are lower bounds.
+        let stack = "the protocol stack's path has no published cost in the parts table";
+        let sys = ctx.earlier_median("cpu.syscall", "getppid");
+        let sw = ctx
+            .earlier_median("cpu.thread-switch", "switch")
+            .filter(|v| *v > 0.0);
+        let names = ["tcp", "tcp_same_cpu", "tcp_cross_cpu", "udp", "icmp"];
+        let remote = ctx.options.peer.is_some();
+        let (Some(sys), false) = (sys, remote) else {
+            let why = if remote {
+                "a remote peer: its host's calls and the network path have no measured or published figure"
             } else {
-                "model: IPI on bare metal"
-            },
+                "cpu.syscall getppid was not measured in this run"
+            };
+            return names
+                .iter()
+                .map(|n| (n.to_string(), Prediction::withheld(why)))
+                .collect();
+        };
+        let calls = |n: f64, p: Prediction| {
+            p.measured("getppid", sys, "ns", "measured: cpu.syscall getppid")
+                .method(
+                    "system_calls",
+                    n,
+                    "calls",
+                    "method: the calls one round trip makes",
+                )
+        };
+        let with_switches = |what: &str| match sw {
+            Some(sw) => calls(
+                4.0,
+                Prediction::new(
+                    4.0 * sys + 2.0 * sw,
+                    format!("4 x getppid + 2 x thread switch, a lower bound: {what}"),
+                ),
+            )
+            .measured("switch", sw, "ns", "measured: cpu.thread-switch switch")
+            .method(
+                "switches",
+                2.0,
+                "switches",
+                "method: to the peer and back on one CPU",
+            ),
+            None => Prediction::withheld(
+                "cpu.thread-switch switch was not measured in this run (or not positive)",
+            ),
+        };
+        let cross = calls(
+            4.0,
+            Prediction::new(
+                4.0 * sys,
+                format!("4 x getppid, a lower bound: {stack}, nor has a cross-CPU wake-up"),
+            ),
+        );
+        // An ICMP echo is answered by the peer's kernel: the client's send and receive only.
+        let icmp = calls(
+            2.0,
+            Prediction::new(2.0 * sys, format!("2 x getppid, a lower bound: {stack}")),
         );
         vec![
-            ("tcp".into(), tcp.clone()),
-            ("tcp_same_cpu".into(), tcp),
+            ("tcp".into(), with_switches(stack)),
+            ("tcp_same_cpu".into(), with_switches(stack)),
             ("tcp_cross_cpu".into(), cross),
-            ("udp".into(), m.round_trip(UDP_STACK_CYCLES, 2.0, "UDP")),
-            ("icmp".into(), m.round_trip(ICMP_STACK_CYCLES, 0.0, "ICMP")),
+            ("udp".into(), with_switches(stack)),
+            ("icmp".into(), icmp),
         ]
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {

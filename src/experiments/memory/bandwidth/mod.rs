@@ -29,12 +29,6 @@ pub struct Bandwidth;
 
 /// Bytes each thread moves per iteration of a trial.
 const BLOCK: usize = 1 << 20;
-/// Cache lines in flight per core for a streaming read (line-fill buffers plus the L2
-/// prefetcher's requests): the concurrency in the Little's-law model.
-const LINES_IN_FLIGHT: f64 = 20.0;
-/// DRAM latency assumed when mem.latency has not run.
-const DRAM_NS_MODEL: f64 = 90.0;
-
 /// What a trial does to each byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
@@ -153,79 +147,36 @@ impl Experiment for Bandwidth {
         }
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        let caches = ctx.machine.data_caches();
-        let line = super::line_bytes(&caches) as f64;
-        let (lat, src) = match ctx
-            .earlier_median("mem.latency", "dram_thp")
-            .map(|v| {
-                (
-                    v,
-                    "measured: mem.latency dram_thp (no TLB misses, as in a stream)",
-                )
-            })
-            .or_else(|| {
-                ctx.earlier_median("mem.latency", "dram")
-                    .map(|v| (v, "measured: mem.latency dram"))
-            }) {
-            Some((v, s)) => (v, s.to_string()),
-            None => (
-                DRAM_NS_MODEL,
-                "model: typical DRAM latency (mem.latency did not run)".into(),
-            ),
-        };
-        let one = LINES_IN_FLIGHT * line / (lat * 1e-9);
-        let little = |f: f64, formula: &str| {
-            Prediction::new(one * f, formula.to_string())
-                .input(
-                    "lines_in_flight",
-                    LINES_IN_FLIGHT,
-                    "lines",
-                    "model: line-fill buffers and L2 prefetch per core",
-                )
-                .input("line", line, "bytes", "machine: cache line size (sysfs)")
-                .input("dram_latency", lat, "ns", src.clone())
-        };
+        // Little's law needs the lines a core keeps in flight (miss buffers plus the L2
+        // prefetcher's requests); no published count per part is in the table.
+        let why = "the parts table names no published count of a core's cache lines in flight";
+        let mut v: Vec<(String, Prediction)> = [
+            "read_1t",
+            "write_1t",
+            "copy_1t",
+            "read_thp_1t",
+            "write_thp_1t",
+            "copy_thp_1t",
+        ]
+        .iter()
+        .map(|n| (n.to_string(), Prediction::withheld(why)))
+        .collect();
         let n = ctx.machine.cpu.allowed_cpus.len().max(1);
-        let mut v = vec![
-            ("read_1t".into(), little(1.0, "Little's law: lines_in_flight x line / dram_latency")),
-            (
-                "write_1t".into(),
-                little(1.0, "Little's law on reads for ownership: lines_in_flight x line / dram_latency"),
-            ),
-            (
-                "copy_1t".into(),
-                little(0.5, "each copied line is read and written: 0.5 x lines_in_flight x line / dram_latency"),
-            ),
-            // The model has no TLB term: it is the huge-page figures' model above all.
-            ("read_thp_1t".into(), little(1.0, "Little's law: lines_in_flight x line / dram_latency")),
-            (
-                "write_thp_1t".into(),
-                little(1.0, "Little's law on reads for ownership: lines_in_flight x line / dram_latency"),
-            ),
-            (
-                "copy_thp_1t".into(),
-                little(0.5, "each copied line is read and written: 0.5 x lines_in_flight x line / dram_latency"),
-            ),
-        ];
         if n > 1 {
             let p = match dimm_peak(ctx) {
                 Ok((peak, s)) => Prediction::new(
-                    (one * n as f64).min(peak),
-                    "min(N x single-thread Little's law, DIMM peak)",
+                    peak,
+                    "the DIMMs' theoretical peak (an upper bound for N threads)",
                 )
-                .input("dimm_peak", peak, "bytes/s", s),
-                Err(why) => Prediction::new(
-                    one * n as f64,
-                    format!("N x single-thread Little's law (theoretical peak unknown: {why})"),
+                .machine("dimm_peak", peak, "bytes/s", s)
+                .machine(
+                    "threads",
+                    n as f64,
+                    "threads",
+                    "machine: CPUs this process may use",
                 ),
-            }
-            .input(
-                "threads",
-                n as f64,
-                "threads",
-                "machine: CPUs this process may use",
-            )
-            .input("dram_latency", lat, "ns", src.clone());
+                Err(e) => Prediction::withheld(format!("{why}, and the DIMM peak is unknown: {e}")),
+            };
             v.push((format!("read_{n}t"), p));
         }
         v

@@ -40,18 +40,6 @@ use {
 
 pub(crate) struct Latency;
 
-/// Model load-to-use latencies in core cycles (typical of current x86-64 and Arm cores).
-const L1_CYCLES: f64 = 4.5;
-const L2_CYCLES: f64 = 14.0;
-const L3_CYCLES: f64 = 45.0;
-/// Model DRAM latency: typical 80-100 ns of an idle DDR4/DDR5 system, plus a page walk for
-/// a random access far beyond the TLB's reach with base pages.
-const DRAM_NS: f64 = 90.0;
-const PAGE_WALK_NS: f64 = 15.0;
-/// Under a hypervisor every guest page-table access is itself translated (nested paging),
-/// so a walk costs several times more.
-const NESTED_WALK_NS: f64 = 60.0;
-
 /// Working-set sizes from `min` to `max`, `per_doubling` points per doubling, rounded to
 /// whole nodes of `node` bytes, at least two nodes each.
 pub(crate) fn sizes(min: u64, max: u64, per_doubling: u32, node: u64) -> Vec<u64> {
@@ -168,65 +156,78 @@ impl Experiment for Latency {
         }
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        use crate::experiments::parts::{self, Pick};
         let (ghz, src) = crate::experiments::cpu::core_ghz(ctx);
-        let caches = ctx.machine.data_caches();
+        let m = ctx.machine;
         let mut v = Vec::new();
-        for c in &caches {
-            let (name, cyc) = match c.level {
-                1 => ("l1d".to_string(), L1_CYCLES),
-                2 => ("l2".to_string(), L2_CYCLES),
-                l => (format!("l{l}"), L3_CYCLES),
-            };
-            v.push((
-                name,
-                Prediction::new(
+        let caches = m.data_caches();
+        // lmbench's 16 KiB point is four pages, inside any L1 data cache of 16 KiB or more.
+        if let Some(l1) = caches
+            .iter()
+            .find(|c| c.level == 1 && c.size_bytes >= 16 << 10)
+        {
+            let what = "L1 data load-to-use latency";
+            let p = match parts::figure(m, what, |c| c.l1d_cycles) {
+                Ok((cyc, key, reference)) => Prediction::new(
                     cyc / ghz,
-                    format!("{cyc} cycles (typical load-to-use for this level) / f_core"),
+                    format!("{cyc} cycles ({what}, parts table) / f_core: 16 KiB fits the L1 data cache"),
                 )
-                .input("f_core", ghz * 1e9, "Hz", src.clone())
-                .input(
+                .table("cycles", cyc, "cycles", what, &key, reference)
+                .machine("f_core", ghz * 1e9, "Hz", src.clone())
+                .machine("size", l1.size_bytes as f64, "bytes", "machine: sysfs L1 data cache size"),
+                Err(why) => Prediction::withheld(why),
+            };
+            v.push(("lmbench_16KiB".into(), p));
+        }
+        for c in &caches {
+            let (name, what, pick): (String, &str, Pick) = match c.level {
+                1 => ("l1d".into(), "L1 data load-to-use latency", |c| {
+                    c.l1d_cycles
+                }),
+                2 => ("l2".into(), "L2 load-to-use latency", |c| c.l2_cycles),
+                3 => ("l3".into(), "L3 load-to-use latency", |c| c.l3_cycles),
+                l => {
+                    let why = format!("the parts table has no level-{l} cache figures");
+                    v.push((format!("l{l}"), Prediction::withheld(why)));
+                    continue;
+                }
+            };
+            let p = match parts::figure(m, what, pick) {
+                Ok((cyc, key, reference)) => Prediction::new(
+                    cyc / ghz,
+                    format!("{cyc} cycles ({what}, parts table) / f_core"),
+                )
+                .table("cycles", cyc, "cycles", what, &key, reference)
+                .machine("f_core", ghz * 1e9, "Hz", src.clone())
+                .machine(
                     "size",
                     c.size_bytes as f64,
                     "bytes",
                     "machine: sysfs cache size",
                 ),
-            ));
+                Err(why) => Prediction::withheld(why),
+            };
+            v.push((name, p));
         }
-        let (walk, walk_src) = if ctx.machine.virtualization.is_vm {
-            (
-                NESTED_WALK_NS,
-                "model: TLB miss with base pages under a hypervisor (nested paging; machine: virtual machine)",
-            )
-        } else {
-            (PAGE_WALK_NS, "model: TLB miss with base pages")
-        };
+        // Base pages add a page walk per access far beyond the TLB's reach; no published
+        // walk cost per part (nor nested paging's under a hypervisor) is in the table.
         v.push((
             "dram".into(),
-            Prediction::new(
-                DRAM_NS + walk,
-                "DRAM 80-100 ns (model 90) + page walk for random base-page accesses",
-            )
-            .input(
-                "dram_model",
-                DRAM_NS,
-                "ns",
-                "model: typical idle DRAM latency",
-            )
-            .input("page_walk", walk, "ns", walk_src),
-        ));
-        v.push((
-            "dram_thp".into(),
-            Prediction::new(
-                DRAM_NS,
-                "DRAM 80-100 ns (model 90); huge pages keep the TLB reach",
-            )
-            .input(
-                "dram_model",
-                DRAM_NS,
-                "ns",
-                "model: typical idle DRAM latency",
+            Prediction::withheld(
+                "a random chase over base pages adds a page walk per access, and the parts table \
+                 names no published page-walk cost",
             ),
         ));
+        let dram = match parts::figure(m, "idle DRAM latency", |c| c.dram_ns) {
+            Ok((ns, key, reference)) => Prediction::new(
+                ns,
+                "published idle DRAM latency of a full random chase (parts table); huge pages \
+                 keep the TLB reach",
+            )
+            .table("dram", ns, "ns", "idle DRAM latency", &key, reference),
+            Err(why) => Prediction::withheld(why),
+        };
+        v.push(("dram_thp".into(), dram));
         v
     }
 

@@ -1,0 +1,158 @@
+//! The parts table (issue 20): lookup by what identifies the part on recorded machines,
+//! no prediction with a reason for an unknown part, and no prediction input without a kind.
+
+use osmeter::clock::MockClock;
+use osmeter::experiments::{all_predictions, parts, RunOptions};
+use osmeter::machine::{facts::FactRoot, Machine};
+use osmeter::results::InputKind;
+use std::path::Path;
+
+fn recorded(name: &str) -> Machine {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/machines")
+        .join(name);
+    Machine::gather_from(&FactRoot::recorded(dir))
+}
+
+#[test]
+fn recorded_machines_find_their_core_by_key() {
+    let cases = [
+        // (fixture, key text, core name)
+        (
+            "amd-two-ccx",
+            "x86 AuthenticAMD family 25 model 33",
+            "Zen 3",
+        ),
+        (
+            "arm-graviton",
+            "arm64 implementer 0x41 part 0xd40",
+            "Neoverse V1",
+        ),
+        ("apple-m1-pro", "Apple chip 'Apple M1 Pro'", "Apple M1"),
+        (
+            "macbook-pro-2017-kaby-lake",
+            "macOS hw.cpufamily 0xf817246",
+            "Kaby Lake",
+        ),
+        (
+            "xeon-two-socket",
+            "x86 GenuineIntel family 6 model 85",
+            "Cascade Lake",
+        ),
+        (
+            "intel-hybrid-laptop",
+            "x86 GenuineIntel family 6 model 154",
+            "Alder Lake",
+        ),
+    ];
+    for (fixture, key, core) in cases {
+        let m = recorded(fixture);
+        assert_eq!(parts::key_of(&m), key, "{fixture}");
+        let (c, matched) = parts::core(&m).unwrap_or_else(|e| panic!("{fixture}: {e}"));
+        assert!(c.name.contains(core), "{fixture}: {}", c.name);
+        assert!(matched.starts_with(key), "{fixture}: {matched}");
+    }
+}
+
+#[test]
+fn every_figure_names_its_reference() {
+    for c in parts::CORES {
+        assert!(!c.matches.is_empty(), "{}", c.name);
+        for f in [c.l1d_cycles, c.l2_cycles, c.l3_cycles, c.dram_ns]
+            .into_iter()
+            .flatten()
+        {
+            assert!(f.value > 0.0, "{}", c.name);
+            assert!(f.reference.len() > 20, "{}: {}", c.name, f.reference);
+        }
+    }
+}
+
+#[test]
+fn an_unknown_part_gets_no_prediction_and_says_why() {
+    // Ice Lake-SP (family 6 model 106) is not in the table.
+    let m = recorded("aws-ebs-nitro");
+    let why = parts::core(&m).expect_err("Ice Lake-SP is not in the table");
+    assert!(why.contains("family 6 model 106"), "{why}");
+    let clock = MockClock::new(0);
+    let all = all_predictions(&m, &clock, &RunOptions::default());
+    let l1 = all
+        .iter()
+        .find(|(e, n, _)| e == "mem.latency" && n == "l1d")
+        .expect("mem.latency states something for l1d");
+    let reason =
+        l1.2.withheld
+            .as_deref()
+            .expect("no number for an unknown part");
+    assert!(
+        reason.contains("no entry for x86 GenuineIntel family 6 model 106"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_known_part_predicts_from_its_cited_entry() {
+    let m = recorded("amd-two-ccx");
+    let clock = MockClock::new(0);
+    let all = all_predictions(&m, &clock, &RunOptions::default());
+    let l3 = all
+        .iter()
+        .find(|(e, n, p)| e == "mem.latency" && n == "l3" && p.withheld.is_none())
+        .expect("Zen 3 has a cited L3 latency");
+    let input = &l3.2.inputs["cycles"];
+    assert_eq!(input.kind, Some(InputKind::Table));
+    assert!(input.key.as_deref().unwrap().contains("Zen 3"));
+    assert!(input.reference.as_deref().unwrap().contains("AnandTech"));
+}
+
+/// Every input of every prediction any experiment states, on every recorded machine and on
+/// this one, with and without earlier results, has a kind; table inputs name their key and
+/// reference; no source is a bare model constant; a withheld prediction says why.
+#[test]
+fn no_prediction_input_is_untyped() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/machines");
+    let mut machines: Vec<(String, Machine)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            (name.clone(), recorded(&name))
+        })
+        .collect();
+    machines.push(("this machine".into(), Machine::gather()));
+    let clock = MockClock::new(0);
+    let mut stated = 0;
+    for (name, m) in &machines {
+        for (exp, metric, p) in all_predictions(m, &clock, &RunOptions::default()) {
+            stated += 1;
+            if let Some(why) = &p.withheld {
+                assert!(
+                    !why.trim().is_empty(),
+                    "{name} {exp}/{metric}: withheld without reason"
+                );
+                continue;
+            }
+            assert!(p.value.is_finite(), "{name} {exp}/{metric}: {}", p.value);
+            for (input, i) in &p.inputs {
+                let at = format!("{name} {exp}/{metric} input {input} ({})", i.source);
+                let kind = i.kind.unwrap_or_else(|| panic!("{at}: no kind"));
+                assert!(
+                    !i.source.starts_with("model:"),
+                    "{at}: a bare model constant"
+                );
+                if kind == InputKind::Table {
+                    assert!(
+                        i.key.as_deref().is_some_and(|k| !k.is_empty()),
+                        "{at}: no key"
+                    );
+                    assert!(
+                        i.reference.as_deref().is_some_and(|r| r.len() > 20),
+                        "{at}: no reference"
+                    );
+                }
+            }
+        }
+    }
+    assert!(stated > 100, "only {stated} predictions stated");
+}
