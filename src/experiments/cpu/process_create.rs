@@ -299,10 +299,10 @@ impl Experiment for ProcessCreate {
             ("spawn", spawn, spawn_model(ctx)),
         ] {
             if let (Some(c), Some((v, _))) = (measured, m) {
-                text.push_str(&format!(
-                    " Kernel entries and switches explain {:.0}% of {name} ({}).",
-                    100.0 * v / c,
-                    fmt_ns(v)
+                text.push_str(&crate::experiments::explained(
+                    &format!("For {name}, kernel entries and process switches"),
+                    v,
+                    c,
                 ));
             }
         }

@@ -185,11 +185,10 @@ impl Experiment for ThreadCreate {
         }
         text.push('.');
         if let Some((v, _)) = model(ctx) {
-            text.push_str(&format!(
-                " {CREATE_SYSCALLS} kernel entries and {CREATE_SWITCHES} switches explain {:.0}% of it ({}); the rest is \
-                 clone's and exit's own work.",
-                100.0 * v / c,
-                fmt_ns(v)
+            text.push_str(&crate::experiments::explained(
+                &format!("{CREATE_SYSCALLS} kernel entries and {CREATE_SWITCHES} thread switches"),
+                v,
+                c,
             ));
         }
         out.finding(text, &["create_join"]);
