@@ -180,4 +180,68 @@ mod failing_checks {
         }
         crate::machine::storage::FROZEN_SECTORS.with(|f| f.set(false));
     }
+
+    /// fs.contention whose files are 16 blocks long: readers read blocks again.
+    #[test]
+    fn contention_rereads_blocks() {
+        crate::experiments::fs::contention::SMALL_FILES.with(|s| s.set(Some(64 << 10)));
+        let clock = CoarseClock::new(1e9);
+        let r = World::live(&clock).run(by_id("fs.contention").as_ref());
+        if r.status == Status::Skipped {
+            return skip("contention_rereads_blocks", &format!("{:?}", r.reason));
+        }
+        assert_invalid_by(&r, "each block read at most once");
+        // The overlap figure is withheld, not printed beside a failed check.
+        assert!(
+            r.findings.iter().all(|f| !f.text.contains("serves about")),
+            "{:?}",
+            r.findings
+        );
+    }
+
+    /// cpu.process-create spawning a program that fails (/bin/false).
+    #[test]
+    fn process_create_child_that_fails() {
+        if !std::path::Path::new("/bin/false").is_file() {
+            return skip("process_create_child_that_fails", "no /bin/false");
+        }
+        crate::experiments::cpu::process_create::PROGRAM.with(|p| p.set(Some("/bin/false")));
+        let clock = CoarseClock::new(1e9);
+        let r = World::live(&clock).run(by_id("cpu.process-create").as_ref());
+        assert_invalid_by(&r, "every /bin/false child exited with status 0");
+    }
+
+    /// mem.pagefault and fs.cache-size on a file system that ignores eviction advice.
+    #[test]
+    fn eviction_that_is_ignored() {
+        crate::pagecache::IGNORED_EVICTION.with(|i| i.set(true));
+        let clock = CoarseClock::new(1e9);
+        let w = World::live(&clock);
+        let r = w.run(by_id("mem.pagefault").as_ref());
+        if r.status == Status::Skipped {
+            return skip("eviction_that_is_ignored", &format!("{:?}", r.reason));
+        }
+        assert_invalid_by(&r, "file evicted from the page cache (mincore)");
+        let r = w.run(by_id("fs.cache-size").as_ref());
+        if r.status != Status::Skipped {
+            let c = check(&r, "file evicted before every first read (mincore)");
+            assert!(!c.passed, "{}", c.detail);
+        }
+    }
+
+    /// fs.remote-read given a local folder as the remote one.
+    #[test]
+    fn remote_read_on_a_local_folder() {
+        let dir = std::env::temp_dir().join(format!("osmeter-remote-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let clock = CoarseClock::new(1e9);
+        let mut w = World::live(&clock);
+        w.options.remote_dir = Some(dir.clone());
+        let r = w.run(by_id("fs.remote-read").as_ref());
+        let _ = std::fs::remove_dir_all(&dir);
+        if r.status == Status::Skipped {
+            return skip("remote_read_on_a_local_folder", &format!("{:?}", r.reason));
+        }
+        assert_invalid_by(&r, "remote directory on a network file system");
+    }
 }

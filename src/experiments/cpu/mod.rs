@@ -4,7 +4,7 @@ use super::Experiment;
 
 mod call;
 mod loop_cost;
-mod process_create;
+pub(crate) mod process_create;
 mod switch;
 pub(crate) mod syscall;
 mod thread_create;

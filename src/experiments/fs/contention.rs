@@ -63,6 +63,13 @@ const fn file_size(p: Profile) -> u64 {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Test seam: files of this size on this thread (a few blocks: readers run past the end
+    /// and read blocks again, as they do when the device is faster than the sizing assumes).
+    pub(crate) static SMALL_FILES: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
 /// Largest spread of the readers' start times, as a share of a round, for them to count
 /// as released together.
 const RELEASE_SHARE: f64 = 0.10;
@@ -463,6 +470,8 @@ impl Experiment for Contention {
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let pm = pmax(ctx.profile);
         let fsize = file_size(ctx.profile);
+        #[cfg(test)]
+        let fsize = SMALL_FILES.with(|s| s.get()).unwrap_or(fsize);
         let scratch = match super::disk_scratch(ctx, pm as u64 * fsize)? {
             Ok(s) => s,
             Err(reason) => return Ok(Outcome::skipped(reason)),

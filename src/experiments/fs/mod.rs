@@ -22,7 +22,7 @@ use std::path::Path;
 use std::time::Duration;
 
 mod cache_size;
-mod contention;
+pub(crate) mod contention;
 mod read;
 mod remote_read;
 
