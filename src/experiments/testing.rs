@@ -222,6 +222,8 @@ mod failing_checks {
             return skip("eviction_that_is_ignored", &format!("{:?}", r.reason));
         }
         assert_invalid_by(&r, "file evicted from the page cache (mincore)");
+        // The touches of resident pages are minor faults, and that premise fails too.
+        assert_invalid_by(&r, "touches were major faults (getrusage)");
         let r = w.run(by_id("fs.cache-size").as_ref());
         if r.status != Status::Skipped {
             let c = check(&r, "file evicted before every first read (mincore)");
@@ -243,5 +245,14 @@ mod failing_checks {
             return skip("remote_read_on_a_local_folder", &format!("{:?}", r.reason));
         }
         assert_invalid_by(&r, "remote directory on a network file system");
+    }
+
+    /// cpu.thread-create where "creating" a thread runs its routine in the caller.
+    #[test]
+    fn thread_create_that_makes_no_thread() {
+        crate::experiments::cpu::thread_create::INLINE_CREATE.with(|i| i.set(true));
+        let clock = CoarseClock::new(1e9);
+        let r = World::live(&clock).run(by_id("cpu.thread-create").as_ref());
+        assert_invalid_by(&r, "every thread ran");
     }
 }
