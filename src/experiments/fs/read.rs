@@ -556,7 +556,7 @@ impl Experiment for Read {
         );
         out.finding(
             format!(
-                "At {}, a cached 4 KiB read costs {} sequential / {} random; uncached ({}) it costs {} / {}: the page cache is {:.0}x / {:.0}x faster.",
+                "At {}, a cached 4 KiB read costs {} sequential / {} random; uncached ({}) it costs {} / {} ({:.0}x / {:.0}x the cached figures).",
                 fmt_b(s.largest()),
                 crate::units::fmt_ns(cs),
                 crate::units::fmt_ns(cr),
