@@ -18,6 +18,9 @@ pub(crate) struct World<'a> {
     pub(crate) budget: Duration,
     /// Ticks of one empty loop iteration, as the runner measures it.
     pub(crate) loop_ticks: f64,
+    /// The CPU the context names, when it is not the one the thread is pinned to (a
+    /// runner whose pinning went elsewhere).
+    pub(crate) claimed_cpu: Option<usize>,
 }
 
 impl<'a> World<'a> {
@@ -30,6 +33,7 @@ impl<'a> World<'a> {
             options: RunOptions::default(),
             budget: Duration::from_millis(400),
             loop_ticks: 0.0,
+            claimed_cpu: None,
         }
     }
 
@@ -43,7 +47,7 @@ impl<'a> World<'a> {
             profile: Profile::Smoke,
             machine: &self.machine,
             clock: self.clock,
-            cpu,
+            cpu: self.claimed_cpu.unwrap_or(cpu),
             budget: self.budget,
             earlier: &self.earlier,
             options: &self.options,
@@ -254,5 +258,28 @@ mod failing_checks {
         let clock = CoarseClock::new(1e9);
         let r = World::live(&clock).run(by_id("cpu.thread-create").as_ref());
         assert_invalid_by(&r, "every thread ran");
+    }
+
+    /// net.rtt told it runs on one CPU while the thread is pinned to another: the pinned
+    /// figure's placement premise fails.
+    #[test]
+    fn rtt_client_not_where_asked() {
+        let clock = CoarseClock::new(1e9);
+        let mut w = World::live(&clock);
+        let allowed = w.machine.cpu.allowed_cpus.clone();
+        if allowed.len() < 2 {
+            return skip("rtt_client_not_where_asked", "fewer than 2 CPUs allowed");
+        }
+        // World::run pins to the last allowed CPU; the context names the first.
+        w.claimed_cpu = Some(allowed[0]);
+        let r = w.run(by_id("net.rtt").as_ref());
+        if r.status == Status::Skipped {
+            return skip("rtt_client_not_where_asked", &format!("{:?}", r.reason));
+        }
+        assert_invalid_by(&r, "tcp_same_cpu: client and peer ran where asked");
+        assert!(
+            r.metric("tcp_same_cpu").is_none(),
+            "the pinned figure is not reported"
+        );
     }
 }
