@@ -103,7 +103,7 @@ pub(super) fn sequential_vs_random(stride: usize, pt: &Point, random: &Point) ->
     );
     let tail = match apart(pt, random) {
         Separation::Below => format!(
-            ", {:.0}% less, beyond both 95% intervals (address order lets the prefetcher, the TLB and open DRAM rows help; which of them does is not measured).",
+            ", {:.0}% less, beyond both 95% intervals (prefetching, TLB hits and open DRAM rows all come with address order; they are not separated here).",
             (1.0 - pt.median / random.median) * 100.0
         ),
         Separation::Overlap => ": within noise of each other (their 95% intervals overlap).".into(),
