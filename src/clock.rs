@@ -759,6 +759,43 @@ impl Clock for CoarseClock {
     }
 }
 
+/// A clock whose stated rate is wrong by `factor` (a counter whose frequency was
+/// mis-measured): it reads CLOCK_MONOTONIC_RAW in ns but claims `factor` ticks per ns, so
+/// every figure timed with it comes out `factor` times too small. For tests that make an
+/// experiment's premise about time fail.
+#[derive(Debug)]
+pub struct MisratedClock {
+    inner: CoarseClock,
+    factor: f64,
+}
+
+impl MisratedClock {
+    pub fn new(factor: f64) -> Self {
+        MisratedClock {
+            inner: CoarseClock::new(1e9),
+            factor,
+        }
+    }
+}
+
+impl Clock for MisratedClock {
+    fn start(&self) -> u64 {
+        self.inner.start()
+    }
+    fn stop(&self) -> u64 {
+        self.inner.stop()
+    }
+    fn ticks_per_ns(&self) -> f64 {
+        self.factor
+    }
+    fn overhead_ticks(&self) -> f64 {
+        self.inner.overhead_ticks()
+    }
+    fn name(&self) -> &'static str {
+        "misrated"
+    }
+}
+
 /// A deterministic clock for tests: one tick per nanosecond, advanced explicitly.
 #[derive(Debug, Default)]
 pub struct MockClock {

@@ -648,6 +648,29 @@ fn judge(mut result: ExperimentResult) -> ExperimentResult {
     result
 }
 
+/// One experiment run in `ctx` and judged as the runner judges it (tests: an experiment
+/// as wired, in a context whose clock, machine or earlier results say what a test needs).
+#[cfg(test)]
+pub(crate) fn run_judged(exp: &dyn Experiment, ctx: &Context) -> ExperimentResult {
+    let mut result = empty_result(exp);
+    match exp.run(ctx) {
+        Err(e) => failed(result, format!("{e:#}")),
+        Ok(o) if o.skipped.is_some() => {
+            result.status = Status::Skipped;
+            result.reason = o.skipped;
+            result
+        }
+        Ok(o) => {
+            result.metrics = o.metrics;
+            result.series = o.series;
+            result.checks = o.checks;
+            result.findings = o.findings;
+            result.notes = o.notes;
+            judge(result)
+        }
+    }
+}
+
 /// One result from the repetitions of an experiment: each metric pools the raw values of
 /// every repetition and keeps each repetition's median in `runs` (the run-to-run spread).
 /// A repetition that is not ok makes the merged result take its status and reason.

@@ -122,12 +122,14 @@ fn l1_latency_is_below_dram_latency() {
     let l1 = median(e, "l1d").or(first).expect("l1 latency");
     let dram = median(e, "dram").expect("dram");
     assert!(l1 > 0.0 && l1 < dram, "l1d {l1} ns, dram {dram} ns");
-    let checks = e["checks"].as_array().unwrap();
-    let chain = checks
-        .iter()
-        .find(|c| c["name"] == "each chase visits every node (one cycle)")
-        .unwrap();
-    assert_eq!(chain["passed"], true);
+    let notes = e["notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| n
+            .as_str()
+            .unwrap_or("")
+            .contains("chains verified before timing")),
+        "{notes:?}"
+    );
 }
 
 #[test]

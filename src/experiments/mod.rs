@@ -17,6 +17,8 @@ pub(crate) mod fs;
 pub mod memory;
 pub(crate) mod net;
 pub mod parts;
+#[cfg(test)]
+pub(crate) mod testing;
 
 /// How much a run may cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -323,6 +325,31 @@ fn predict_all(
     (all, stated)
 }
 
+/// How much of a measured cost a model of parts measured elsewhere accounts for, said only
+/// as far as the numbers go: a share is never printed above 100% (parts that add up to
+/// more than the cost are not all paid in full here), and what the parts leave over is
+/// named as unexplained, never given a cause.
+pub(crate) fn explained(parts: &str, model_ns: f64, measured_ns: f64) -> String {
+    use crate::units::fmt_ns;
+    if !(model_ns.is_finite() && measured_ns.is_finite() && model_ns > 0.0 && measured_ns > 0.0) {
+        return String::new();
+    }
+    if model_ns < measured_ns {
+        format!(
+            " {parts} add up to {} ({:.0}% of it): the model explains less than the measured cost, and the other {} is not broken down here.",
+            fmt_ns(model_ns),
+            100.0 * model_ns / measured_ns,
+            fmt_ns(measured_ns - model_ns)
+        )
+    } else {
+        format!(
+            " {parts} add up to {}, {:.2}x the measured cost: they are not all paid in full here, so the model does not account for the cost.",
+            fmt_ns(model_ns),
+            model_ns / measured_ns
+        )
+    }
+}
+
 /// What an experiment returns. Failed premise checks make it invalid.
 #[derive(Debug, Default)]
 pub struct Outcome {
@@ -586,6 +613,18 @@ mod tests {
                 m.id
             );
         }
+    }
+
+    #[test]
+    fn explained_share_is_bounded() {
+        let under = explained("Entries", 50.0, 200.0);
+        assert!(
+            under.contains("25%") && under.contains("less than the measured cost"),
+            "{under}"
+        );
+        let over = explained("Entries", 300.0, 200.0);
+        assert!(!over.contains('%') && over.contains("1.50x"), "{over}");
+        assert!(explained("Entries", f64::NAN, 1.0).is_empty());
     }
 
     #[test]

@@ -165,11 +165,28 @@ impl Experiment for Call {
                 medians[7].1
             ),
         ));
+        // Arguments are said to cost more only when 7 are dearer than 0 beyond noise.
+        let sep = match (out.get("args_7"), out.get("args_0")) {
+            (Some(a), Some(b)) => crate::analysis::separation(&a.summary, &b.summary),
+            _ => crate::analysis::Separation::Overlap,
+        };
+        let tail = match sep {
+            crate::analysis::Separation::Above => format!(
+                "; each argument adds about {} (fitted), and 7 arguments cost more than none beyond both 95% intervals",
+                crate::units::fmt_ns(slope)
+            ),
+            crate::analysis::Separation::Overlap => {
+                "; 7 arguments and none are within noise of each other (their 95% intervals overlap)".into()
+            }
+            crate::analysis::Separation::Below => {
+                "; the 7-argument call is the cheaper one here, beyond both 95% intervals".into()
+            }
+        };
         out.finding(
             format!(
-                "A call costs {} with no arguments and {} more per argument; a 7-argument call costs {:.2}x a 0-argument call.",
+                "A call costs {} with no arguments and {} with 7 ({:.2}x){tail}.",
                 crate::units::fmt_ns(c0),
-                crate::units::fmt_ns(slope),
+                crate::units::fmt_ns(medians[7].1),
                 medians[7].1 / c0
             ),
             &["args_0", "args_7", "per_argument"],

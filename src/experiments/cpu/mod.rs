@@ -4,10 +4,10 @@ use super::Experiment;
 
 mod call;
 mod loop_cost;
-mod process_create;
+pub(crate) mod process_create;
 mod switch;
 pub(crate) mod syscall;
-mod thread_create;
+pub(crate) mod thread_create;
 mod timer;
 
 /// In run order: each may use the ones before it in its prediction.

@@ -73,6 +73,25 @@ fn spawn_model(ctx: &Context) -> Option<(f64, Prediction)> {
 /// Candidate tiny programs, in preference order.
 const TRUE_PATHS: [&str; 2] = ["/bin/true", "/usr/bin/true"];
 
+#[cfg(test)]
+thread_local! {
+    /// Test seam: the program spawned instead of `true` on this thread (`/bin/false`: a
+    /// child that fails, as under a seccomp filter or a broken exec).
+    pub(crate) static PROGRAM: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
+}
+
+/// The program spawned: the first of `TRUE_PATHS` that exists.
+fn program() -> Option<&'static str> {
+    #[cfg(test)]
+    if let Some(p) = PROGRAM.with(|p| p.get()) {
+        return Some(p);
+    }
+    TRUE_PATHS
+        .iter()
+        .copied()
+        .find(|p| std::path::Path::new(p).is_file())
+}
+
 /// Resident pages and mappings of this process.
 fn footprint() -> (f64, f64) {
     crate::machine::process::footprint()
@@ -232,9 +251,7 @@ impl Experiment for ProcessCreate {
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
-        let program = TRUE_PATHS
-            .iter()
-            .find(|p| std::path::Path::new(p).is_file());
+        let program = program();
         let h = super::long_trials(ctx, if program.is_some() { 2 } else { 1 }, 10);
         let err = Cell::new(None::<std::io::Error>);
 
@@ -264,7 +281,7 @@ impl Experiment for ProcessCreate {
         match program {
             Some(path) => {
                 (ctx.progress)("posix_spawn /bin/true + wait");
-                let cpath = CString::new(*path)?;
+                let cpath = CString::new(path)?;
                 let arg0 = CString::new("true")?;
                 let argv = [arg0.as_ptr() as *mut libc::c_char, std::ptr::null_mut()];
                 let envp = [std::ptr::null_mut()];
@@ -319,10 +336,10 @@ impl Experiment for ProcessCreate {
             ("spawn", spawn, spawn_model(ctx)),
         ] {
             if let (Some(c), Some((v, _))) = (measured, m) {
-                text.push_str(&format!(
-                    " Kernel entries and switches explain {:.0}% of {name} ({}).",
-                    100.0 * v / c,
-                    fmt_ns(v)
+                text.push_str(&crate::experiments::explained(
+                    &format!("For {name}, kernel entries and process switches"),
+                    v,
+                    c,
                 ));
             }
         }

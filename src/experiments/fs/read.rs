@@ -525,7 +525,7 @@ impl Experiment for Read {
             Err(reason) => return Ok(Outcome::skipped(reason)),
         };
         let mut out = Outcome::default();
-        out.check(super::scratch_check(scratch));
+        out.notes.push(super::scratch_note(scratch));
         // Never more than the allowance: shrink the largest file to fit.
         let mut largest = largest;
         // Two files of each size at a time (the random uncached pass reads its own).
@@ -556,7 +556,7 @@ impl Experiment for Read {
         );
         out.finding(
             format!(
-                "At {}, a cached 4 KiB read costs {} sequential / {} random; uncached ({}) it costs {} / {}: the page cache is {:.0}x / {:.0}x faster.",
+                "At {}, a cached 4 KiB read costs {} sequential / {} random; uncached ({}) it costs {} / {} ({:.0}x / {:.0}x the cached figures).",
                 fmt_b(s.largest()),
                 crate::units::fmt_ns(cs),
                 crate::units::fmt_ns(cr),
@@ -568,14 +568,23 @@ impl Experiment for Read {
             ),
             &["uncached_seq", "uncached_random", "cached_seq", "cached_random"],
         );
+        // Whether position matters, from the intervals; the cause (seeks, readahead, a host
+        // cache behind a virtual disk) is not measured, so it is not named.
+        let sep = match (out.get("uncached_random"), out.get("uncached_seq")) {
+            (Some(r), Some(q)) => crate::analysis::separation(&r.summary, &q.summary),
+            _ => crate::analysis::Separation::Overlap,
+        };
         out.finding(
             format!(
                 "Uncached random reads cost {:.2}x sequential ones{}.",
                 ur / us,
-                if ur / us < 1.5 {
-                    ": no seek penalty, the device behaves like flash (or a virtual disk backed by it)"
-                } else {
-                    ": position matters, as on a rotating disk or with readahead helping the sequential case"
+                match sep {
+                    crate::analysis::Separation::Above =>
+                        ", beyond both 95% intervals: the position of a read matters on this device as reached from here",
+                    crate::analysis::Separation::Overlap =>
+                        ", within noise of each other (their 95% intervals overlap): no cost of position shows here",
+                    crate::analysis::Separation::Below =>
+                        "; random reads are the faster ones here, beyond both 95% intervals",
                 }
             ),
             &["uncached_seq", "uncached_random"],

@@ -418,7 +418,7 @@ fn finding(ctx: &Context, out: &Outcome) -> String {
     );
     if let Some(d) = ctx.earlier_median("mem.latency", "dram") {
         text.push_str(&format!(
-            " That is {:.0} random DRAM loads ({}) per major fault.",
+            " That is the time of {:.0} loads of mem.latency's random chase at its largest size ({}).",
             major / d,
             fmt_ns(d)
         ));
@@ -428,12 +428,14 @@ fn finding(ctx: &Context, out: &Outcome) -> String {
         ctx.earlier_median("mem.bandwidth", "write_1t"),
     ) {
         let zero = ps as f64 / bw * 1e9;
-        text.push_str(&format!(
-            " A kernel entry ({}) and zeroing the page ({}) explain {:.0}% of the minor fault; the rest is \
-             page allocation, accounting and the page-table update.",
-            fmt_ns(e),
-            fmt_ns(zero),
-            100.0 * (e + zero) / minor
+        text.push_str(&crate::experiments::explained(
+            &format!(
+                "For the minor fault, a kernel entry ({}) and writing a page at the streaming rate ({})",
+                fmt_ns(e),
+                fmt_ns(zero)
+            ),
+            e + zero,
+            minor,
         ));
     }
     text
