@@ -554,6 +554,10 @@ fn run_one(
     result.checks = outcome.checks;
     result.findings = outcome.findings;
     result.notes = outcome.notes;
+    for m in outcome.method_notes {
+        result.method.push(' ');
+        result.method.push_str(&m);
+    }
     for (name, p) in predictions {
         if let Some(m) = result.metrics.iter_mut().find(|m| m.name == name) {
             m.prediction = Some(p);
@@ -630,7 +634,13 @@ fn judge(mut result: ExperimentResult) -> ExperimentResult {
     let failed: Vec<String> = result
         .checks
         .iter()
-        .filter(|c| c.premise && !c.passed)
+        .filter(|c| c.premise && !c.passed && !c.unverified)
+        .map(|c| format!("{}: {}", c.name, c.detail))
+        .collect();
+    let unchecked: Vec<String> = result
+        .checks
+        .iter()
+        .filter(|c| c.premise && c.unverified)
         .map(|c| format!("{}: {}", c.name, c.detail))
         .collect();
     if !failed.is_empty() {
@@ -639,6 +649,12 @@ fn judge(mut result: ExperimentResult) -> ExperimentResult {
     } else if result.metrics.is_empty() {
         result.status = Status::Failed;
         result.reason = Some("the experiment produced no metrics".into());
+    } else if !unchecked.is_empty() {
+        result.status = Status::Unverified;
+        result.reason = Some(format!(
+            "premise not verified here: {}",
+            unchecked.join("; ")
+        ));
     }
     result
 }
@@ -651,7 +667,7 @@ pub(crate) fn merge_repeats(mut reps: Vec<ExperimentResult>) -> ExperimentResult
         return reps.pop().expect("at least one run");
     }
     let n = reps.len();
-    if let Some(bad) = reps.iter().position(|r| r.status != Status::Ok) {
+    if let Some(bad) = reps.iter().position(|r| !r.status.measured()) {
         let mut r = reps.swap_remove(bad);
         r.notes.push(format!(
             "run {} of {n} (--repeat) was {}",
@@ -660,7 +676,12 @@ pub(crate) fn merge_repeats(mut reps: Vec<ExperimentResult>) -> ExperimentResult
         ));
         return r;
     }
-    let mut base = reps[0].clone();
+    // An unverified premise in any repetition leaves the pooled figures unverified.
+    let first = reps
+        .iter()
+        .position(|r| r.status == Status::Unverified)
+        .unwrap_or(0);
+    let mut base = reps[first].clone();
     base.duration_s = reps.iter().map(|r| r.duration_s).sum();
     base.sentinel = match (reps[0].sentinel, reps[n - 1].sentinel) {
         (Some(a), Some(b)) => Some(crate::results::BeforeAfter {

@@ -468,6 +468,7 @@ impl Experiment for Contention {
             Err(reason) => return Ok(Outcome::skipped(reason)),
         };
         let mut out = Outcome::default();
+        super::note_vm_host_cache(ctx, &mut out);
         out.check(super::scratch_check(scratch));
         let mut rng = Rng::new(0xc0de);
         let mut owners = Vec::with_capacity(pm);

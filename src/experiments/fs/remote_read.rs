@@ -126,6 +126,7 @@ impl Experiment for RemoteRead {
             Err(reason) => return Ok(Outcome::skipped(format!("local side: {reason}"))),
         };
         let mut out = Outcome::default();
+        super::note_vm_host_cache(ctx, &mut out);
         out.check(super::scratch_check(local));
         out.check(network_check(remote, &rfs));
         let (rs, ls) = sweeps(ctx, remote, local, largest)?;
