@@ -573,10 +573,10 @@ fn sharing_note(t: &crate::machine::Topology, cpus: &[usize], p: usize) -> Optio
     let n = cpus.len().max(1);
     if p > n {
         return Some(format!(
-            "readers shared CPUs from P = {} on: {p} readers on {n} CPU{} (reader i on CPU number i mod {n} of {}), so the per-block times there include waiting for a CPU, not only for the device",
+            "readers shared CPUs from P = {} on: {p} readers on {n} CPU{} ({}, reader i on the (i mod {n})-th), so the per-block times there include waiting for a CPU, not only for the device",
             n + 1,
             if n == 1 { "" } else { "s" },
-            cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")
+            cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
         ));
     }
     let s = t.describe_cpus(&cpus[..p]);
