@@ -729,3 +729,60 @@ pub(crate) fn merge_repeats(mut reps: Vec<ExperimentResult>) -> ExperimentResult
     }
     base
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::Check;
+
+    fn with(checks: Vec<Check>) -> ExperimentResult {
+        let mut r = ExperimentResult {
+            id: "x.y".into(),
+            area: "x".into(),
+            title: "t".into(),
+            status: Status::Ok,
+            reason: None,
+            method: String::new(),
+            duration_s: 0.0,
+            metrics: vec![],
+            series: vec![],
+            checks,
+            findings: vec![],
+            notes: vec![],
+            sentinel: None,
+        };
+        let mut o = crate::experiments::Outcome::default();
+        o.metric("m", "ns", "", vec![1.0, 2.0]);
+        r.metrics = o.metrics;
+        judge(r)
+    }
+
+    #[test]
+    fn an_unverifiable_premise_is_unverified_and_a_failed_one_wins() {
+        let ok = Check::premise("a", true, "fine");
+        let unv = Check::unverified("device counter", "no block device");
+        let bad = Check::premise("b", false, "broken");
+        assert_eq!(with(vec![ok.clone()]).status, Status::Ok);
+        let r = with(vec![ok.clone(), unv.clone()]);
+        assert_eq!(r.status, Status::Unverified);
+        assert!(r
+            .reason
+            .unwrap()
+            .contains("device counter: no block device"));
+        let r = with(vec![unv, bad]);
+        assert_eq!(r.status, Status::Invalid);
+        assert!(!r.reason.unwrap().contains("device counter"));
+        // Serialized as "unverified"; old spellings unchanged.
+        assert_eq!(
+            serde_json::to_string(&Status::Unverified).unwrap(),
+            "\"unverified\""
+        );
+        assert_eq!(
+            serde_json::to_string(&Status::Invalid).unwrap(),
+            "\"invalid\""
+        );
+        let c: Check = serde_json::from_str(r#"{"name":"n","passed":false,"detail":"d"}"#).unwrap();
+        assert!(c.premise && !c.unverified);
+        assert!(!serde_json::to_string(&ok).unwrap().contains("unverified"));
+    }
+}
