@@ -554,6 +554,10 @@ fn run_one(
     result.checks = outcome.checks;
     result.findings = outcome.findings;
     result.notes = outcome.notes;
+    for m in outcome.method_notes {
+        result.method.push(' ');
+        result.method.push_str(&m);
+    }
     for (name, p) in predictions {
         if let Some(m) = result.metrics.iter_mut().find(|m| m.name == name) {
             match p.withheld {
@@ -635,7 +639,13 @@ fn judge(mut result: ExperimentResult) -> ExperimentResult {
     let failed: Vec<String> = result
         .checks
         .iter()
-        .filter(|c| c.premise && !c.passed)
+        .filter(|c| c.premise && !c.passed && !c.unverified)
+        .map(|c| format!("{}: {}", c.name, c.detail))
+        .collect();
+    let unchecked: Vec<String> = result
+        .checks
+        .iter()
+        .filter(|c| c.premise && c.unverified)
         .map(|c| format!("{}: {}", c.name, c.detail))
         .collect();
     if !failed.is_empty() {
@@ -644,6 +654,12 @@ fn judge(mut result: ExperimentResult) -> ExperimentResult {
     } else if result.metrics.is_empty() {
         result.status = Status::Failed;
         result.reason = Some("the experiment produced no metrics".into());
+    } else if !unchecked.is_empty() {
+        result.status = Status::Unverified;
+        result.reason = Some(format!(
+            "premise not verified here: {}",
+            unchecked.join("; ")
+        ));
     }
     result
 }
@@ -679,7 +695,7 @@ pub(crate) fn merge_repeats(mut reps: Vec<ExperimentResult>) -> ExperimentResult
         return reps.pop().expect("at least one run");
     }
     let n = reps.len();
-    if let Some(bad) = reps.iter().position(|r| r.status != Status::Ok) {
+    if let Some(bad) = reps.iter().position(|r| !r.status.measured()) {
         let mut r = reps.swap_remove(bad);
         r.notes.push(format!(
             "run {} of {n} (--repeat) was {}",
@@ -688,7 +704,12 @@ pub(crate) fn merge_repeats(mut reps: Vec<ExperimentResult>) -> ExperimentResult
         ));
         return r;
     }
-    let mut base = reps[0].clone();
+    // An unverified premise in any repetition leaves the pooled figures unverified.
+    let first = reps
+        .iter()
+        .position(|r| r.status == Status::Unverified)
+        .unwrap_or(0);
+    let mut base = reps[first].clone();
     base.duration_s = reps.iter().map(|r| r.duration_s).sum();
     base.sentinel = match (reps[0].sentinel, reps[n - 1].sentinel) {
         (Some(a), Some(b)) => Some(crate::results::BeforeAfter {
@@ -735,4 +756,61 @@ pub(crate) fn merge_repeats(mut reps: Vec<ExperimentResult>) -> ExperimentResult
         }
     }
     base
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::Check;
+
+    fn with(checks: Vec<Check>) -> ExperimentResult {
+        let mut r = ExperimentResult {
+            id: "x.y".into(),
+            area: "x".into(),
+            title: "t".into(),
+            status: Status::Ok,
+            reason: None,
+            method: String::new(),
+            duration_s: 0.0,
+            metrics: vec![],
+            series: vec![],
+            checks,
+            findings: vec![],
+            notes: vec![],
+            sentinel: None,
+        };
+        let mut o = crate::experiments::Outcome::default();
+        o.metric("m", "ns", "", vec![1.0, 2.0]);
+        r.metrics = o.metrics;
+        judge(r)
+    }
+
+    #[test]
+    fn an_unverifiable_premise_is_unverified_and_a_failed_one_wins() {
+        let ok = Check::premise("a", true, "fine");
+        let unv = Check::unverified("device counter", "no block device");
+        let bad = Check::premise("b", false, "broken");
+        assert_eq!(with(vec![ok.clone()]).status, Status::Ok);
+        let r = with(vec![ok.clone(), unv.clone()]);
+        assert_eq!(r.status, Status::Unverified);
+        assert!(r
+            .reason
+            .unwrap()
+            .contains("device counter: no block device"));
+        let r = with(vec![unv, bad]);
+        assert_eq!(r.status, Status::Invalid);
+        assert!(!r.reason.unwrap().contains("device counter"));
+        // Serialized as "unverified"; old spellings unchanged.
+        assert_eq!(
+            serde_json::to_string(&Status::Unverified).unwrap(),
+            "\"unverified\""
+        );
+        assert_eq!(
+            serde_json::to_string(&Status::Invalid).unwrap(),
+            "\"invalid\""
+        );
+        let c: Check = serde_json::from_str(r#"{"name":"n","passed":false,"detail":"d"}"#).unwrap();
+        assert!(c.premise && !c.unverified);
+        assert!(!serde_json::to_string(&ok).unwrap().contains("unverified"));
+    }
 }

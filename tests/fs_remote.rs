@@ -276,7 +276,15 @@ fn remote_read_over_sshfs_from_a_network_namespace() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let e = &v["experiments"][0];
     assert_eq!(e["id"], "fs.remote-read");
-    assert_eq!(e["status"], "ok", "{e}");
+    // sshfs has no block device to count the remote reads: the uncached figures are
+    // measured but unverified, never ok.
+    assert_eq!(e["status"], "unverified", "{e}");
+    assert!(
+        e["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("sectors-read counter")),
+        "{e}"
+    );
     let med = |m: &str| {
         e["metrics"]
             .as_array()

@@ -360,6 +360,8 @@ pub struct Outcome {
     pub notes: Vec<String>,
     /// Set when the experiment could not run here, with the reason and how to enable it.
     pub skipped: Option<String>,
+    /// Sentences added to the method text for this run (what this machine changes in it).
+    pub method_notes: Vec<String>,
 }
 
 impl Outcome {

@@ -24,7 +24,7 @@ pub(crate) use memory::Memory;
 pub(crate) use network::Nic;
 pub(crate) use os::Os;
 pub(crate) use storage::{Disk, Storage};
-pub use topology::{CpuPlace, CrossPlan, PartnerClass, Partners, Topology};
+pub use topology::{CpuPlace, CrossPlan, PartnerClass, Partners, Spread, Topology};
 pub(crate) use virt::{StealMeter, Virtualization};
 
 use crate::clock::ClockInfo;

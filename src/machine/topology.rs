@@ -687,6 +687,159 @@ impl Topology {
     }
 }
 
+/// Where a team of threads runs: the CPUs in order (thread k on `cpus[k]`) and what they
+/// share, from `Topology::spread` (docs/METHODOLOGY.md, "Placing threads").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Spread {
+    pub cpus: Vec<usize>,
+    /// (cpu, earlier cpu of the same core): threads that share a core with an earlier one.
+    pub smt_shared: Vec<(usize, usize)>,
+    /// NUMA nodes the threads run on (empty where nodes are unknown).
+    pub nodes: Vec<usize>,
+}
+
+impl Spread {
+    /// "CPUs 1, 17: 17 is an SMT sibling of 1" style, for notes; None when no two threads
+    /// share a core.
+    pub fn shared_note(&self) -> Option<String> {
+        if self.smt_shared.is_empty() {
+            return None;
+        }
+        let pairs: Vec<String> = self
+            .smt_shared
+            .iter()
+            .map(|(c, e)| format!("{c} with {e}"))
+            .collect();
+        Some(format!(
+            "{} of {} threads share a physical core with another thread (SMT siblings: CPU {}): every core already had one",
+            self.smt_shared.len(),
+            self.cpus.len(),
+            pairs.join(", CPU ")
+        ))
+    }
+}
+
+impl Topology {
+    /// `n` CPUs of `allowed` for a team of threads (the placement rule of
+    /// docs/METHODOLOGY.md, "Placing threads"), in the order threads take them:
+    ///
+    /// 1. one thread per physical core before any SMT sibling: siblings only once every
+    ///    allowed core has a thread (and `spread_of` reports them);
+    /// 2. cores node by node: the chosen CPU's node first (its cores, then the next
+    ///    node's), so k threads within one node's core count share one node's memory;
+    /// 3. within a node: the chosen CPU first, performance cores before efficiency
+    ///    cores, CPU 0's core last, then by number.
+    ///
+    /// Fewer than `n` when fewer CPUs are allowed. Without topology: the chosen CPU, then
+    /// the allowed list in order. A pure function of the topology.
+    pub fn spread(&self, allowed: &[usize], n: usize) -> Vec<usize> {
+        self.spread_order(allowed).into_iter().take(n).collect()
+    }
+
+    /// `spread` with what the chosen CPUs share.
+    pub fn spread_of(&self, allowed: &[usize], n: usize) -> Spread {
+        self.describe_cpus(&self.spread(allowed, n))
+    }
+
+    /// What a given list of CPUs shares: SMT siblings and nodes.
+    pub fn describe_cpus(&self, cpus: &[usize]) -> Spread {
+        let mut smt_shared = Vec::new();
+        let mut nodes = Vec::new();
+        for (i, &c) in cpus.iter().enumerate() {
+            let Some(p) = self.place(c) else { continue };
+            if let Some(&e) = cpus[..i]
+                .iter()
+                .find(|&&e| p.core.is_some() && self.place(e).is_some_and(|q| q.core == p.core))
+            {
+                smt_shared.push((c, e));
+            }
+            if let Some(nd) = p.node {
+                if !nodes.contains(&nd) {
+                    nodes.push(nd);
+                }
+            }
+        }
+        Spread {
+            cpus: cpus.to_vec(),
+            smt_shared,
+            nodes,
+        }
+    }
+
+    /// NUMA nodes with at least one allowed CPU, the chosen CPU's first, each with its
+    /// allowed CPUs in `spread` order.
+    pub fn nodes_of(&self, allowed: &[usize]) -> Vec<(usize, Vec<usize>)> {
+        let mut out: Vec<(usize, Vec<usize>)> = Vec::new();
+        for c in self.spread_order(allowed) {
+            let Some(nd) = self.place(c).and_then(|p| p.node) else {
+                continue;
+            };
+            match out.iter_mut().find(|(n, _)| *n == nd) {
+                Some((_, v)) => v.push(c),
+                None => out.push((nd, vec![c])),
+            }
+        }
+        out
+    }
+
+    /// One CPU per NUMA node (the first of each node in `spread` order): where per-node
+    /// figures run. One entry on a one-node machine, none where nodes are unknown.
+    pub fn one_per_node(&self, allowed: &[usize]) -> Vec<usize> {
+        self.nodes_of(allowed)
+            .into_iter()
+            .map(|(_, v)| v[0])
+            .collect()
+    }
+
+    fn spread_order(&self, allowed: &[usize]) -> Vec<usize> {
+        let ok = |c: usize| allowed.is_empty() || allowed.contains(&c);
+        let first = self.chosen_cpu.filter(|&c| ok(c));
+        let mut known: Vec<&CpuPlace> = self.cpus.iter().filter(|c| ok(c.cpu)).collect();
+        if known.is_empty() {
+            let mut v: Vec<usize> = first.into_iter().collect();
+            v.extend(allowed.iter().copied().filter(|&c| Some(c) != first));
+            return v;
+        }
+        let first_node = first
+            .and_then(|f| self.place(f))
+            .and_then(|p| p.node)
+            .or(known[0].node);
+        let zero_core = self.place(0).and_then(|p| p.core);
+        known.sort_by_key(|c| {
+            (
+                c.node != first_node,
+                c.node,
+                Some(c.cpu) != first,
+                c.kind.as_deref() == Some("efficiency"),
+                c.core.is_some() && c.core == zero_core,
+                c.cpu,
+            )
+        });
+        // First pass: one thread per core; second: the rest, in the same order.
+        let mut seen_cores = Vec::new();
+        let (mut lead, mut rest) = (Vec::new(), Vec::new());
+        for c in known {
+            match c.core {
+                Some(k) if seen_cores.contains(&k) => rest.push(c.cpu),
+                Some(k) => {
+                    seen_cores.push(k);
+                    lead.push(c.cpu)
+                }
+                None => lead.push(c.cpu),
+            }
+        }
+        lead.extend(rest);
+        // Allowed CPUs the topology does not list, last.
+        let extra: Vec<usize> = allowed
+            .iter()
+            .copied()
+            .filter(|c| !lead.contains(c))
+            .collect();
+        lead.extend(extra);
+        lead
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -85,6 +85,27 @@ pub fn current_cpu_raw() -> i32 {
     unsafe { libc::sched_getcpu() }
 }
 
+/// The NUMA node holding the page at `addr` (get_mempolicy with MPOL_F_NODE |
+/// MPOL_F_ADDR); None when the kernel has no NUMA support or the page is not mapped.
+pub fn node_of_page(addr: *const u8) -> Option<usize> {
+    const MPOL_F_NODE: libc::c_ulong = 1;
+    const MPOL_F_ADDR: libc::c_ulong = 2;
+    let mut node: libc::c_int = -1;
+    // SAFETY: get_mempolicy writes one int to `node` (a valid local); a null nodemask
+    // with maxnode 0 asks for no mask; `addr` is only looked up, never dereferenced.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_get_mempolicy,
+            &mut node as *mut libc::c_int,
+            std::ptr::null_mut::<libc::c_ulong>(),
+            0 as libc::c_ulong,
+            addr,
+            MPOL_F_NODE | MPOL_F_ADDR,
+        )
+    };
+    (r == 0 && node >= 0).then_some(node as usize)
+}
+
 pub fn raw_clock_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,

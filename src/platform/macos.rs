@@ -81,6 +81,11 @@ pub fn current_cpu_raw() -> i32 {
     -1
 }
 
+/// macOS has no NUMA placement to ask about.
+pub fn node_of_page(_addr: *const u8) -> Option<usize> {
+    None
+}
+
 // libc marks the mach calls deprecated in favour of the mach2 crate; one call each does
 // not justify another dependency.
 #[allow(deprecated)]

@@ -108,6 +108,11 @@ pub(crate) fn current_cpu_raw() -> i32 {
     imp::current_cpu_raw()
 }
 
+/// The NUMA node of the page at `addr` (touched memory only), where the system tells.
+pub(crate) fn node_of_page(addr: *const u8) -> Option<usize> {
+    imp::node_of_page(addr)
+}
+
 /// A CPU set prepared before a fork, so the child can pin itself without allocating.
 pub(crate) struct CpuMask(imp::Mask);
 

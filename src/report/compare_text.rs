@@ -3,6 +3,7 @@
 //! and explained below the table. Its HTML form is the fleet page (report::fleet).
 
 use crate::compare::Comparison;
+use crate::results::Status;
 use crate::units::fmt_value;
 
 /// The comparison as a terminal table.
@@ -53,6 +54,11 @@ pub fn render(c: &Comparison) -> String {
                     }
                 ),
                 (Some(v), _) => fmt_value(v.median, &m.unit),
+            };
+            // A figure of an experiment that was not ok says so (unverified, invalid).
+            let txt = match &m.values[i] {
+                Some(v) if v.status != Status::Ok => format!("{txt} [{}]", v.status.as_str()),
+                _ => txt,
             };
             row.push(Cell::new(txt).set_alignment(CellAlignment::Right));
         }

@@ -358,9 +358,21 @@ fn experiment_lists(h: &mut String, e: &ExperimentResult) {
             let _ = write!(
                 h,
                 "<li{}><strong>{}</strong> ({}): {}</li>",
-                if c.passed { "" } else { " class=\"fail\"" },
+                if c.passed {
+                    ""
+                } else if c.unverified {
+                    " class=\"unverified\""
+                } else {
+                    " class=\"fail\""
+                },
                 esc(&c.name),
-                if c.premise { "premise" } else { "sanity check" },
+                if c.unverified {
+                    "premise, not verified here"
+                } else if c.premise {
+                    "premise"
+                } else {
+                    "sanity check"
+                },
                 esc(&c.detail)
             );
         }

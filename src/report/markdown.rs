@@ -169,7 +169,13 @@ fn experiment(s: &mut String, e: &ExperimentResult, figs: &[Figure]) {
                 s,
                 &format!(
                     "- {} {} ({}): {}",
-                    if c.passed { "passed" } else { "FAILED" },
+                    if c.passed {
+                        "passed"
+                    } else if c.unverified {
+                        "NOT VERIFIED"
+                    } else {
+                        "FAILED"
+                    },
                     c.name,
                     if c.premise { "premise" } else { "sanity" },
                     c.detail

@@ -118,15 +118,25 @@ pub fn run_line(r: &RunResults) -> String {
         .iter()
         .filter(|e| e.status == Status::Ok)
         .count();
-    let not_ok = r.experiments.len() - ok;
+    let unverified = r
+        .experiments
+        .iter()
+        .filter(|e| e.status == Status::Unverified)
+        .count();
+    let not_ok = r.experiments.len() - ok - unverified;
     format!(
-        "osmeter {}, profile {}, started {}, took {:.1} s; {} experiments, {} ok{}. Results schema version {}.",
+        "osmeter {}, profile {}, started {}, took {:.1} s; {} experiments, {} ok{}{}. Results schema version {}.",
         r.tool.version,
         r.config.profile_name(),
         r.started_at,
         r.duration_s,
         r.experiments.len(),
         ok,
+        if unverified > 0 {
+            format!(", {unverified} unverified (measured; a premise could not be checked here)")
+        } else {
+            String::new()
+        },
         if not_ok > 0 {
             format!(", {not_ok} skipped, invalid or failed (reasons below)")
         } else {

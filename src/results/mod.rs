@@ -46,6 +46,9 @@ pub struct Tool {
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     Ok,
+    /// Measured, but a premise could not be checked here (e.g. uncached reads on a file
+    /// system with no device counter): between ok and invalid.
+    Unverified,
     Skipped,
     Invalid,
     Failed,
@@ -55,10 +58,17 @@ impl Status {
     pub(crate) fn as_str(&self) -> &'static str {
         match self {
             Status::Ok => "ok",
+            Status::Unverified => "unverified",
             Status::Skipped => "skipped",
             Status::Invalid => "invalid",
             Status::Failed => "failed",
         }
+    }
+
+    /// Whether the figures stand to be shown and compared: ok, or measured with a
+    /// premise that could not be checked (shown as unverified).
+    pub(crate) fn measured(&self) -> bool {
+        matches!(self, Status::Ok | Status::Unverified)
     }
 }
 
@@ -365,6 +375,10 @@ pub struct Check {
     /// A failed premise makes the experiment invalid; a failed sanity check is reported only.
     #[serde(default = "default_true")]
     pub premise: bool,
+    /// A premise that could not be checked here (no counter, no way to ask): not passed,
+    /// not failed; it makes the experiment `unverified` rather than invalid.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unverified: bool,
 }
 
 fn default_true() -> bool {
@@ -378,6 +392,18 @@ impl Check {
             passed,
             detail: detail.into(),
             premise: true,
+            unverified: false,
+        }
+    }
+    /// A premise this system cannot check (`detail` says why): the experiment's figures
+    /// are reported with status `unverified`, never `ok`.
+    pub fn unverified(name: &str, detail: impl Into<String>) -> Self {
+        Check {
+            name: name.into(),
+            passed: false,
+            detail: detail.into(),
+            premise: true,
+            unverified: true,
         }
     }
     pub fn sanity(name: &str, passed: bool, detail: impl Into<String>) -> Self {
@@ -386,6 +412,7 @@ impl Check {
             passed,
             detail: detail.into(),
             premise: false,
+            unverified: false,
         }
     }
 }

@@ -7,7 +7,7 @@
 //! predictions, and the block-read kernel (`time_blocks`, sampled through the harness:
 //! fs reads no clock itself; docs/ARCHITECTURE.md).
 
-use super::{Context, Experiment};
+use super::{Context, Experiment, Outcome};
 use crate::clock::{Deadline, Stopwatch};
 use crate::harness::{Harness, SampleSpec};
 use crate::machine::Machine;
@@ -510,6 +510,8 @@ pub(crate) struct DeviceReads {
     pub requested: u64,
     /// Sectors counted during the passes; None once any reading of the counter failed.
     pub sectors: Option<u64>,
+    /// The file system type of the folder (for the reason when there is no disk).
+    pub fstype: Option<String>,
 }
 
 impl DeviceReads {
@@ -520,6 +522,7 @@ impl DeviceReads {
             sectors: disk.as_ref().map(|_| 0),
             disk,
             requested: 0,
+            fstype: crate::machine::storage::filesystem_of(dir).map(|m| m.fstype),
         }
     }
     /// The counter now (None without a disk or when unreadable).
@@ -535,7 +538,11 @@ impl DeviceReads {
         };
     }
     pub fn check(&self) -> Check {
-        reached_device_check(self.requested, self.sectors, self.disk.as_deref())
+        let mut c = reached_device_check(self.requested, self.sectors, self.disk.as_deref());
+        if let (None, Some(fs)) = (&self.disk, &self.fstype) {
+            c.detail = format!("{fs}: {}", c.detail);
+        }
+        c
     }
 }
 
@@ -569,18 +576,16 @@ pub(crate) fn reached_device_check(
                 ),
             )
         }
-        (Some(d), None) => Check::sanity(
+        (Some(d), None) => Check::unverified(
             name,
-            false,
             format!(
-                "{} could not be read: not verified",
+                "{} could not be read, so nothing shows the uncached reads reached the disk",
                 crate::machine::storage::sectors_read_source(d)
             ),
         ),
-        (None, _) => Check::sanity(
+        (None, _) => Check::unverified(
             name,
-            false,
-            "no local block device behind this file system (network or virtual): not verified",
+            "no block device with a sectors-read counter behind this file system (btrfs, ZFS, overlayfs, NFS, FUSE...), where a cache of the file system may answer O_DIRECT reads: the uncached figures may be cache hits",
         ),
     }
 }
@@ -598,6 +603,17 @@ pub(crate) fn device_basis(d: Option<&Device>) -> String {
             d.class.kind.label(),
             d.class.why
         ),
+    }
+}
+
+/// Method text for uncached reads in a virtual machine: the guest's counter cannot see
+/// the host's cache.
+pub(crate) const VM_HOST_CACHE: &str = "In a virtual machine the guest's sectors-read counter shows that a read left the guest, not that the host's storage served it: the host may answer uncached reads from its own page cache, unless its disk is set to cache=none.";
+
+/// Adds `VM_HOST_CACHE` to the method of an experiment with uncached reads, in a VM.
+pub(crate) fn note_vm_host_cache(ctx: &Context, out: &mut Outcome) {
+    if ctx.machine.virtualization.is_vm {
+        out.method_notes.push(VM_HOST_CACHE.into());
     }
 }
 
@@ -736,12 +752,21 @@ mod tests {
         assert!(!reached_device_check(0, Some(0), Some("vda")).passed);
         // No counter: not verified, and said so.
         let c = reached_device_check(10 * mb, None, None);
-        assert!(!c.passed && !c.premise);
+        assert!(!c.passed && c.premise && c.unverified, "{c:?}");
+        assert!(c.detail.contains("cache hits"), "{}", c.detail);
+        let c = reached_device_check(10 * mb, None, Some("vda"));
+        assert!(
+            c.unverified && c.detail.contains("/sys/block/vda/stat"),
+            "{c:?}"
+        );
+        // A counter that refutes is a failure, not an unverified premise.
+        assert!(!reached_device_check(10 * mb, Some(100), Some("vda")).unverified);
         // Accumulation: one unreadable counter spoils the sum.
         let mut d = DeviceReads {
             disk: Some("vda".into()),
             requested: 0,
             sectors: Some(0),
+            fstype: None,
         };
         d.add(Some(100), Some(2148), 1 << 20);
         assert_eq!(d.sectors, Some(2048));

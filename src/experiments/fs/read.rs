@@ -526,6 +526,7 @@ impl Experiment for Read {
         };
         let mut out = Outcome::default();
         out.notes.push(super::scratch_note(scratch));
+        super::note_vm_host_cache(ctx, &mut out);
         // Never more than the allowance: shrink the largest file to fit.
         let mut largest = largest;
         // Two files of each size at a time (the random uncached pass reads its own).

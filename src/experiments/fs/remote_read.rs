@@ -111,6 +111,7 @@ impl Experiment for RemoteRead {
         };
         let mut out = Outcome::default();
         out.notes.push(super::scratch_note(local));
+        super::note_vm_host_cache(ctx, &mut out);
         out.check(network_check(remote, &rfs));
         let (rs, ls) = sweeps(ctx, remote, local, largest)?;
         for (side, s) in [("remote", &rs), ("local", &ls)] {

@@ -143,16 +143,38 @@ pub(super) fn spin_until(cond: impl Fn() -> bool) {
     }
 }
 
-/// Aggregate bandwidth trials of `threads` threads, each pinned to its own CPU and
-/// streaming its own part. A trial's time is the slowest thread's; it is set aside when
-/// any thread was preempted. Returns ns per byte (of all threads together).
+/// What a team measured, and where its threads ran.
+pub(super) struct Team {
+    pub(super) m: Measurement,
+    /// Threads that could not be pinned or were seen on another CPU than their own.
+    pub(super) misplaced: Vec<String>,
+    /// Why where the threads ran is not known (no hard pinning, no current-CPU call).
+    pub(super) unknown: Option<String>,
+}
+
+/// Writes every byte of `part` from the calling thread: with the kernel's default
+/// (local) policy each page lands on the NUMA node of the CPU that first touches it.
+pub(super) fn touch(part: Part) {
+    // SAFETY: part.base..part.base+part.len lies inside a live mapping owned by the
+    // caller's region, and no other thread touches this part while it is being written.
+    unsafe { std::ptr::write_bytes(part.base as *mut u8, 0x5a, part.len) };
+}
+
+/// Aggregate bandwidth trials of `threads` threads, thread k pinned to `cpus[k]` (thread 0
+/// is the calling thread, already pinned to `cpus[0]` by the runner) and streaming its own
+/// part. With `first_touch` each thread first writes its own part, so its pages sit on
+/// its node. A trial's time is the slowest thread's; it is set aside when any thread was
+/// preempted. Where each thread runs is read (the current CPU) around every trial.
+/// Returns ns per byte (of all threads together).
 pub(super) fn team(
     ctx: &Context,
     op: Op,
     parts: &[Part],
     cpus: &[usize],
     spec: &HarnessConfig,
-) -> Measurement {
+    first_touch: bool,
+) -> Team {
+    use crate::platform::{current_cpu, pin_to_cpu, Pinning};
     let threads = parts.len();
     let gen = AtomicU64::new(0);
     let blocks = AtomicU64::new(0);
@@ -161,10 +183,28 @@ pub(super) fn team(
     let stop = AtomicBool::new(false);
     let ticks: Vec<AtomicU64> = (0..threads).map(|_| AtomicU64::new(0)).collect();
     let quiet: Vec<AtomicBool> = (0..threads).map(|_| AtomicBool::new(true)).collect();
+    // Per thread: checks that found it elsewhere, and the last such CPU.
+    let away: Vec<AtomicU64> = (0..threads).map(|_| AtomicU64::new(0)).collect();
+    let away_cpu: Vec<AtomicUsize> = (0..threads).map(|_| AtomicUsize::new(0)).collect();
+    let checks = AtomicU64::new(0);
+    let unknown = std::sync::Mutex::new(None::<String>);
+    let pin_errors = std::sync::Mutex::new(Vec::<String>::new());
     let clock = ctx.clock;
     let pattern = 0x0123_4567_89ab_cdefu64;
-    // One timed run of `b` blocks on this thread; records ticks and quietness.
+    let here = |t: usize| match current_cpu() {
+        Some(c) if c == cpus[t] => {}
+        Some(c) => {
+            away[t].fetch_add(1, Ordering::Relaxed);
+            away_cpu[t].store(c, Ordering::Relaxed);
+        }
+        None => {
+            let mut u = unknown.lock().unwrap_or_else(|e| e.into_inner());
+            u.get_or_insert_with(|| "this system does not say which CPU a thread runs on".into());
+        }
+    };
+    // One timed run of `b` blocks on this thread; records ticks, quietness and placement.
     let timed = |t: usize, pos: &mut usize, b: u64| {
+        here(t);
         let c0 = crate::harness::thread_preemptions();
         let t0 = clock.start();
         let x = work(op, parts[t], pos, b, pattern);
@@ -175,13 +215,30 @@ pub(super) fn team(
             crate::harness::thread_preemptions() == c0,
             Ordering::Relaxed,
         );
+        here(t);
+        checks.fetch_add(2, Ordering::Relaxed);
     };
-    std::thread::scope(|s| {
+    let m = std::thread::scope(|s| {
         for (t, &cpu) in cpus.iter().enumerate().take(threads).skip(1) {
             let (gen, blocks, done, stop, timed, ready) =
                 (&gen, &blocks, &done, &stop, &timed, &ready);
+            let (unknown, pin_errors) = (&unknown, &pin_errors);
             s.spawn(move || {
-                let _ = crate::platform::pin_to_cpu(cpu);
+                match pin_to_cpu(cpu) {
+                    Ok(Pinning::Hard) => {}
+                    Ok(p) => {
+                        let why = p.reason().unwrap_or("no hard pinning").to_string();
+                        let mut u = unknown.lock().unwrap_or_else(|e| e.into_inner());
+                        u.get_or_insert(why);
+                    }
+                    Err(e) => pin_errors
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(format!("thread {t} could not be pinned to CPU {cpu} ({e})")),
+                }
+                if first_touch {
+                    touch(parts[t]);
+                }
                 ready.fetch_add(1, Ordering::AcqRel);
                 let mut seen = 0u64;
                 let mut pos = 0usize;
@@ -197,6 +254,9 @@ pub(super) fn team(
                     done.fetch_add(1, Ordering::AcqRel);
                 }
             });
+        }
+        if first_touch {
+            touch(parts[0]);
         }
         // Wait until every worker runs on its own CPU. Yielding matters: a new thread starts
         // on this CPU, and under a real-time policy it would never run while we spin.
@@ -219,5 +279,22 @@ pub(super) fn team(
         });
         stop.store(true, Ordering::Release);
         q
-    })
+    });
+    let per_thread = checks.load(Ordering::Relaxed) / threads.max(1) as u64;
+    let mut misplaced = pin_errors.into_inner().unwrap_or_else(|e| e.into_inner());
+    for t in 0..threads {
+        let n = away[t].load(Ordering::Relaxed);
+        if n > 0 {
+            misplaced.push(format!(
+                "thread {t} (placed on CPU {}) was on CPU {} at {n} of about {per_thread} checks",
+                cpus[t],
+                away_cpu[t].load(Ordering::Relaxed)
+            ));
+        }
+    }
+    Team {
+        m,
+        misplaced,
+        unknown: unknown.into_inner().unwrap_or_else(|e| e.into_inner()),
+    }
 }

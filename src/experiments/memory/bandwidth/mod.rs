@@ -11,12 +11,13 @@
 //! mem.bandwidth, states the method.
 
 mod kernel;
+mod numa;
 mod text;
 
 use super::{Pages, Region};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::harness::HarnessConfig;
-use crate::results::{Prediction, Series};
+use crate::results::{Check, Prediction, Series};
 use crate::units::fmt_bytes;
 #[cfg(test)]
 use kernel::{
@@ -163,7 +164,10 @@ impl Experiment for Bandwidth {
         .collect();
         let n = ctx.machine.cpu.allowed_cpus.len().max(1);
         if n > 1 {
-            let p = match dimm_peak(ctx) {
+            let topo = placement_topology(ctx);
+            let allowed = &ctx.machine.cpu.allowed_cpus;
+            let cpus = topo.spread(allowed, n);
+            let p = match dimm_peak(ctx).map(|(p, s)| per_socket(&topo, &cpus, p, s)) {
                 Ok((peak, s)) => Prediction::new(
                     peak,
                     "the DIMMs' theoretical peak (an upper bound for N threads)",
@@ -192,16 +196,12 @@ impl Experiment for Bandwidth {
             allowed = vec![ctx.cpu];
         }
         let n = allowed.len();
-        // This thread first, then the other allowed CPUs in order.
-        let at = allowed.iter().position(|&c| c == ctx.cpu).unwrap_or(0);
-        let cpus: Vec<usize> = (0..n).map(|k| allowed[(at + k) % n]).collect();
+        // Thread k on cpus[k]: this thread's CPU first, then one per physical core, node
+        // by node, SMT siblings last (Topology::spread).
+        let topo = placement_topology(ctx);
+        let cpus = topo.spread(&allowed, n);
         let size = buffer_size(ctx, llc, n, &mut out)?;
         let rss0 = super::rss_baseline();
-        (ctx.progress)("faulting the buffer in");
-        let mut region = Region::new(size, Pages::Base)?;
-        region.prefault();
-        // Touch every byte once: the first write pass is not timed.
-        region.as_mut_slice().fill(0x5a);
 
         let counts = thread_counts(n, ctx.profile);
         let ops = ops();
@@ -213,7 +213,12 @@ impl Experiment for Bandwidth {
         };
         // One thread again on huge pages (not smoke), for read, write and copy.
         let thp = super::thp_available(ctx.machine) && ctx.profile != Profile::Smoke;
-        let configs = counts.len() * ops.len() + scalar.len() + if thp { THP_OPS.len() } else { 0 };
+        let nodes = topo.nodes_of(&allowed);
+        let numa = nodes.len() > 1;
+        let configs = counts.len() * ops.len()
+            + scalar.len()
+            + if thp { THP_OPS.len() } else { 0 }
+            + if numa { numa::configs(nodes.len()) } else { 0 };
         let (min_trial, trials) = match ctx.profile {
             Profile::Smoke => (Duration::from_millis(1), 5),
             Profile::Quick => (Duration::from_millis(2), 11),
@@ -224,40 +229,140 @@ impl Experiment for Bandwidth {
             .for_budget(ctx.budget.mul_f64(0.85), configs);
         let mut run = Streams {
             ctx,
+            topo: &topo,
             cpus: &cpus,
             spec: &spec,
             size,
             preempted: 0,
             kept: 0,
+            placed: Placed::default(),
         };
-        let base = region.as_ptr() as usize;
-        for &op in ops.iter().chain(scalar) {
-            let counts: &[usize] = if scalar.contains(&op) { &[1] } else { &counts };
-            let pts = run.by_threads(op, base, counts, n, &mut out);
-            if !scalar.contains(&op) {
-                out.series.push(Series {
-                    name: format!("{}_by_threads", op.name()),
-                    x_unit: "threads".into(),
-                    y_unit: "bytes/s".into(),
-                    points: pts,
-                });
+        let mut pts: Vec<(Op, Vec<[f64; 2]>)> = ops.iter().map(|&o| (o, Vec::new())).collect();
+        for &t in &counts {
+            // A fresh buffer per thread count, each thread faulting in its own part: its
+            // pages sit on the node of the CPU that reads them.
+            (ctx.progress)(&format!("{t} thread(s) fault in their parts"));
+            let region = Region::new(size, Pages::Base)?;
+            let parts = parts_of(region.as_ptr() as usize, size, t);
+            let todo: Vec<Op> = ops
+                .iter()
+                .chain(if t == 1 { scalar } else { &[] })
+                .copied()
+                .collect();
+            for (i, &op) in todo.iter().enumerate() {
+                let med = run.measure(op, &parts, n, i == 0, &mut out);
+                if let Some(p) = pts.iter_mut().find(|p| p.0 == op) {
+                    p.1.push([t as f64, med]);
+                }
             }
+            if numa {
+                run.placed
+                    .pages_on_nodes(topo_nodes(&topo, &cpus[..t]), &parts);
+            }
+            drop(region);
         }
-        drop(region);
+        for (op, points) in pts {
+            out.series.push(Series {
+                name: format!("{}_by_threads", op.name()),
+                x_unit: "threads".into(),
+                y_unit: "bytes/s".into(),
+                points,
+            });
+        }
+        // The metrics in the order of the operations, then thread counts.
+        out.metrics.sort_by_key(|m| metric_order(&m.name));
 
         if thp {
             run.huge_pages(&mut out)?;
         } else if ctx.profile != Profile::Smoke {
             out.notes.push("transparent huge pages are not available (/sys/kernel/mm/transparent_hugepage/enabled is 'never' or missing): base pages only".into());
         }
+        if numa {
+            numa::per_node(&mut run, &nodes, &mut out)?;
+        }
         out.check(super::rss_check(rss0, size as u64));
         out.notes.push(format!(
             "{} trials were preempted by other tasks and repeated; {} undisturbed trials kept",
             run.preempted, run.kept
         ));
-        text::conclusions(&mut out, n, dimm_peak(ctx));
+        let placed = std::mem::take(&mut run.placed);
+        for c in placed.checks(numa) {
+            out.check(c);
+        }
+        let peak = dimm_peak(ctx).map(|(p, src)| per_socket(&topo, &cpus, p, src));
+        text::conclusions(&mut out, n, peak);
         Ok(out)
     }
+}
+
+/// The topology with this thread's CPU as the chosen one (it may be `--cpu`).
+fn placement_topology(ctx: &Context) -> crate::machine::Topology {
+    let mut t = ctx.machine.topology.clone();
+    if t.chosen_cpu != Some(ctx.cpu) {
+        t.choose(ctx.cpu, "the CPU this run measures on");
+    }
+    t
+}
+
+/// The NUMA node of each CPU (None where unknown).
+fn topo_nodes(t: &crate::machine::Topology, cpus: &[usize]) -> Vec<Option<usize>> {
+    cpus.iter()
+        .map(|&c| t.place(c).and_then(|p| p.node))
+        .collect()
+}
+
+/// `t` parts of whole blocks over a buffer of `size` bytes at `base`.
+fn parts_of(base: usize, size: usize, t: usize) -> Vec<Part> {
+    let part_len = size / t / BLOCK * BLOCK;
+    (0..t)
+        .map(|k| Part {
+            base: base + k * part_len,
+            len: part_len,
+        })
+        .collect()
+}
+
+/// Sort key of a metric name "OP_Nt": the operation's rank, then N.
+fn metric_order(name: &str) -> (usize, usize, String) {
+    const RANK: [&str; 6] = [
+        "read",
+        "write",
+        "write_nt",
+        "copy",
+        "read_scalar",
+        "write_scalar",
+    ];
+    let (op, t) = name.rsplit_once('_').unwrap_or((name, ""));
+    let t = t.trim_end_matches('t').parse().unwrap_or(usize::MAX);
+    let rank = RANK.iter().position(|r| *r == op).unwrap_or(RANK.len());
+    (rank, t, name.to_string())
+}
+
+/// The DIMM peak of the sockets the N-thread team ran on: the machine's peak divided
+/// among its packages (assuming each socket has the same modules), times the packages
+/// used. One package: the machine's peak.
+fn per_socket(
+    t: &crate::machine::Topology,
+    cpus: &[usize],
+    peak: f64,
+    src: String,
+) -> (f64, String) {
+    let Some(packages) = t.packages.filter(|&p| p > 1) else {
+        return (peak, src);
+    };
+    let mut used: Vec<u32> = cpus
+        .iter()
+        .filter_map(|&c| t.place(c).and_then(|p| p.package))
+        .collect();
+    used.sort();
+    used.dedup();
+    let k = used.len().clamp(1, packages);
+    (
+        peak * k as f64 / packages as f64,
+        format!(
+            "{src}; the peak of the {k} of {packages} sockets the threads ran on (the machine's peak / {packages} per socket, assuming every socket has the same modules)"
+        ),
+    )
 }
 
 /// Operations measured again on huge pages, one thread.
@@ -294,59 +399,178 @@ fn buffer_size(ctx: &Context, llc: u64, n: usize, out: &mut Outcome) -> anyhow::
 /// Measures streams over the buffer and counts preempted and kept trials.
 struct Streams<'a, 'c> {
     ctx: &'a Context<'c>,
+    topo: &'a crate::machine::Topology,
     cpus: &'a [usize],
     spec: &'a HarnessConfig,
     size: usize,
     preempted: usize,
     kept: usize,
+    placed: Placed,
+}
+
+/// Where the teams ran and where their memory sat, gathered over the run.
+#[derive(Default)]
+struct Placed {
+    teams: usize,
+    /// "read_2t: thread 1 ..." for every thread not where it was placed.
+    misplaced: Vec<String>,
+    /// Why placement could not be seen (no hard pinning, no current-CPU call).
+    unknown: Option<String>,
+    /// Pages sampled and pages found on another node than their reader's.
+    pages: usize,
+    pages_away: Vec<String>,
+    pages_unknown: bool,
+}
+
+/// Pages sampled per part for the NUMA-node check.
+const PAGE_SAMPLES: usize = 16;
+
+impl Placed {
+    fn add(&mut self, name: &str, q: &kernel::Team) {
+        self.teams += 1;
+        self.misplaced
+            .extend(q.misplaced.iter().map(|m| format!("{name}: {m}")));
+        if self.unknown.is_none() {
+            self.unknown.clone_from(&q.unknown);
+        }
+    }
+
+    /// Samples pages of each part and compares their node with `nodes[k]`, the node of
+    /// the part's reader.
+    fn pages_on_nodes(&mut self, nodes: Vec<Option<usize>>, parts: &[Part]) {
+        for (k, part) in parts.iter().enumerate() {
+            let Some(want) = nodes.get(k).copied().flatten() else {
+                continue;
+            };
+            let step = (part.len / PAGE_SAMPLES).max(1);
+            for i in 0..PAGE_SAMPLES.min(part.len) {
+                let addr = (part.base + i * step) as *const u8;
+                self.pages += 1;
+                match crate::platform::node_of_page(addr) {
+                    Some(n) if n == want => {}
+                    Some(n) => self.pages_away.push(format!(
+                        "a page of part {k} of {} is on node {n}, not on node {want}",
+                        parts.len()
+                    )),
+                    None => self.pages_unknown = true,
+                }
+            }
+        }
+    }
+
+    /// The premises: every thread ran where it was placed; on several nodes, each thread's
+    /// memory sat on its own node.
+    fn checks(self, numa: bool) -> Vec<Check> {
+        let name =
+            "every thread ran on the CPU it was placed on (current CPU read around every trial)";
+        let mut v = vec![if !self.misplaced.is_empty() {
+            Check::premise(name, false, self.misplaced.join("; "))
+        } else if let Some(why) = &self.unknown {
+            Check::unverified(
+                name,
+                format!("{why}: threads may have shared a CPU, and a figure may be of fewer cores than its name says"),
+            )
+        } else {
+            Check::premise(
+                name,
+                true,
+                format!(
+                    "{} teams, every thread on its own CPU at every check",
+                    self.teams
+                ),
+            )
+        }];
+        if numa {
+            let name = "each thread's memory on its own NUMA node (first touch; get_mempolicy on sampled pages)";
+            v.push(if !self.pages_away.is_empty() {
+                let k = self.pages_away.len();
+                Check::premise(
+                    name,
+                    false,
+                    format!(
+                        "{k} of {} sampled pages away from their reader's node; first: {}",
+                        self.pages, self.pages_away[0]
+                    ),
+                )
+            } else if self.pages_unknown || self.pages == 0 {
+                Check::unverified(name, "the kernel did not say which node holds the pages")
+            } else {
+                Check::premise(
+                    name,
+                    true,
+                    format!("{} sampled pages, each on its reader's node", self.pages),
+                )
+            });
+        }
+        v
+    }
 }
 
 impl Streams<'_, '_> {
-    /// `op` with each thread count over the buffer at `base`; the metric `OP_Tt` for one
-    /// thread and for all `n`; returns the (threads, median bandwidth) points.
-    fn by_threads(
+    /// `op` with one thread per part (thread k on `cpus[k]`); the metric `OP_Tt` for one
+    /// thread and for all `n`; returns the median bandwidth. `first_touch`: the threads
+    /// fault their parts in first.
+    fn measure(
         &mut self,
         op: Op,
-        base: usize,
-        counts: &[usize],
+        parts: &[Part],
         n: usize,
+        first_touch: bool,
         out: &mut Outcome,
-    ) -> Vec<[f64; 2]> {
+    ) -> f64 {
         let (ctx, size) = (self.ctx, self.size);
-        let mut pts = Vec::new();
-        for &t in counts {
-            let part_len = size / t / BLOCK * BLOCK;
-            let parts: Vec<Part> = (0..t)
-                .map(|k| Part {
-                    base: base + k * part_len,
-                    len: part_len,
-                })
-                .collect();
-            (ctx.progress)(&format!("{} with {t} thread(s)", op.name()));
-            let q = team(ctx, op, &parts, self.cpus, self.spec);
-            self.preempted += q.preempted;
-            self.kept += q.per_op_ns.len();
-            let bw: Vec<f64> = q.per_op_ns.iter().map(|ns| 1e9 / ns).collect();
-            let name = format!("{}_{t}t", op.name());
-            for note in &q.notes {
-                out.notes.push(format!("{name}: {note}"));
-            }
-            let med = crate::stats::median(&bw);
-            pts.push([t as f64, med]);
-            if t == 1 || t == n {
-                out.metric(
-                    &name,
-                    "bytes/s",
-                    &format!(
-                        "{}, {t} thread(s), {} buffer",
-                        op.describe(),
-                        fmt_bytes(size as f64)
-                    ),
-                    bw,
-                );
-            }
+        let t = parts.len();
+        (ctx.progress)(&format!("{} with {t} thread(s)", op.name()));
+        let q = team(ctx, op, parts, self.cpus, self.spec, first_touch);
+        let name = format!("{}_{t}t", op.name());
+        self.placed.add(&name, &q);
+        let q = q.m;
+        self.preempted += q.preempted;
+        self.kept += q.per_op_ns.len();
+        let bw: Vec<f64> = q.per_op_ns.iter().map(|ns| 1e9 / ns).collect();
+        for note in &q.notes {
+            out.notes.push(format!("{name}: {note}"));
         }
-        pts
+        let med = crate::stats::median(&bw);
+        if t == 1 || t == n {
+            let placed = self.topo.describe_cpus(&self.cpus[..t]);
+            let on = if t == 1 {
+                format!("on CPU {}", self.cpus[0])
+            } else {
+                format!(
+                    "on CPUs {}, {}",
+                    self.cpus[..t]
+                        .iter()
+                        .map(|c| c.to_string())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    if placed.smt_shared.is_empty() {
+                        "one per physical core".to_string()
+                    } else {
+                        format!(
+                            "{} of them SMT siblings of another's core",
+                            placed.smt_shared.len()
+                        )
+                    }
+                )
+            };
+            if first_touch {
+                if let Some(note) = placed.shared_note() {
+                    out.notes.push(format!("{t} threads: {note}"));
+                }
+            }
+            out.metric(
+                &name,
+                "bytes/s",
+                &format!(
+                    "{}, {t} thread(s) {on}, {} buffer",
+                    op.describe(),
+                    fmt_bytes(size as f64)
+                ),
+                bw,
+            );
+        }
+        med
     }
 
     /// Huge pages: a stream enters a new base page every page_size / line_size lines,
@@ -384,7 +608,9 @@ impl Streams<'_, '_> {
         }];
         for op in THP_OPS {
             (ctx.progress)(&format!("{} with 1 thread, huge pages", op.name()));
-            let q = team(ctx, op, &part, self.cpus, self.spec);
+            let q = team(ctx, op, &part, self.cpus, self.spec, false);
+            self.placed.add(&format!("{}_thp_1t", op.name()), &q);
+            let q = q.m;
             self.preempted += q.preempted;
             self.kept += q.per_op_ns.len();
             let name = format!("{}_thp_1t", op.name());
@@ -444,6 +670,113 @@ mod tests {
         let mut pos = 0;
         work(Op::Copy, part, &mut pos, 5, 0);
         assert!(pos <= 2 * BLOCK);
+    }
+
+    #[test]
+    fn metrics_sort_by_operation_then_threads() {
+        let mut v = vec![
+            "copy_1t",
+            "read_2t",
+            "write_1t",
+            "read_scalar_1t",
+            "read_1t",
+        ];
+        v.sort_by_key(|n| metric_order(n));
+        assert_eq!(
+            v,
+            [
+                "read_1t",
+                "read_2t",
+                "write_1t",
+                "copy_1t",
+                "read_scalar_1t"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_dimm_peak_is_per_socket_used() {
+        use crate::machine::facts::FactRoot;
+        use crate::machine::Machine;
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/machines/xeon-two-socket");
+        let t = Machine::gather_from(&FactRoot::recorded(dir)).topology;
+        // Two threads on one node: half the machine's peak.
+        let (p, why) = per_socket(&t, &t.spread(&t.allowed, 2), 100e9, "dmi".into());
+        assert_eq!(p, 50e9);
+        assert!(why.contains("1 of 2 sockets"), "{why}");
+        // All threads: both sockets.
+        let (p, _) = per_socket(&t, &t.spread(&t.allowed, 32), 100e9, "dmi".into());
+        assert_eq!(p, 100e9);
+        // One package: the machine's peak, its source unchanged.
+        let one = crate::machine::Topology::default();
+        assert_eq!(
+            per_socket(&one, &[0, 1], 7e9, "x".into()),
+            (7e9, "x".into())
+        );
+    }
+
+    #[test]
+    fn threads_elsewhere_fail_and_unknown_placement_is_unverified() {
+        let team = |misplaced: Vec<String>, unknown: Option<String>| kernel::Team {
+            m: crate::harness::Measurement {
+                per_op_ns: vec![],
+                iters: 0,
+                notes: vec![],
+                preempted: 0,
+                undisturbed: 0,
+            },
+            misplaced,
+            unknown,
+        };
+        let mut p = Placed::default();
+        p.add("read_2t", &team(vec![], None));
+        let c = p.checks(false);
+        assert!(c[0].passed && !c[0].unverified, "{:?}", c[0]);
+        let mut p = Placed::default();
+        p.add("read_2t", &team(vec![], Some("no hard pinning".into())));
+        let c = p.checks(false);
+        assert!(!c[0].passed && c[0].unverified, "{:?}", c[0]);
+        let mut p = Placed::default();
+        p.add(
+            "read_2t",
+            &team(vec!["thread 1 could not be pinned".into()], None),
+        );
+        let c = p.checks(true);
+        assert!(
+            !c[0].passed && c[0].premise && !c[0].unverified,
+            "{:?}",
+            c[0]
+        );
+        assert!(
+            c[0].detail.starts_with("read_2t: thread 1"),
+            "{}",
+            c[0].detail
+        );
+        // No pages sampled on a NUMA machine: not verified.
+        assert!(c[1].unverified, "{:?}", c[1]);
+    }
+
+    #[test]
+    fn first_touched_pages_are_on_this_node() {
+        // One node (or several): a page this thread wrote is on a node the kernel names,
+        // and a wrong expectation fails the check.
+        let r = Region::new(4 * BLOCK, Pages::Base).unwrap();
+        let part = Part {
+            base: r.as_ptr() as usize,
+            len: 4 * BLOCK,
+        };
+        kernel::touch(part);
+        let Some(node) = crate::platform::node_of_page(r.as_ptr()) else {
+            return; // no NUMA support in this kernel (or macOS)
+        };
+        let mut p = Placed::default();
+        p.pages_on_nodes(vec![Some(node)], &[part]);
+        assert!(p.checks(true)[1].passed);
+        let mut p = Placed::default();
+        p.pages_on_nodes(vec![Some(node + 1)], &[part]);
+        let c = &p.checks(true)[1];
+        assert!(!c.passed && !c.unverified, "{c:?}");
     }
 
     #[test]
