@@ -427,7 +427,13 @@ fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentRe
             let before = crate::sentinel::measure();
             let limit = (env.hard_limit)(budget);
             env.watchdog.arm(exp.id(), limit);
-            let mut res = run_one(exp.as_ref(), env, budget, &results);
+            // The last run pools the earlier ones (Outcome::pool).
+            let rep = crate::experiments::Repetition {
+                index: r,
+                of: repeat,
+                before: if r + 1 == repeat { &reps } else { &[] },
+            };
+            let mut res = run_one(exp.as_ref(), env, budget, &results, rep);
             if env.watchdog.disarm() {
                 // Only reached when the overrun reaction returns (the real one exits).
                 res.status = Status::Failed;
@@ -512,6 +518,7 @@ fn run_one(
     env: &Env,
     budget: Duration,
     earlier: &dyn crate::experiments::EarlierResults,
+    repetition: crate::experiments::Repetition,
 ) -> ExperimentResult {
     let t = Instant::now();
     let sub = |msg: &str| env.progress.message(&format!("{}: {msg}", exp.id()));
@@ -526,6 +533,7 @@ fn run_one(
         loop_ticks: env.loop_ticks,
         progress: &sub,
         scratch_cell: env.scratch,
+        repetition,
     };
     let mut result = empty_result(exp);
     let predictions = exp.predict(&ctx);
@@ -549,9 +557,13 @@ fn run_one(
         result.checks = outcome.checks;
         return result;
     }
+    let (mut checks, mut series) = (outcome.checks, outcome.series);
+    if repetition.of > 1 {
+        label_run(&mut checks, &mut series, outcome.pooled_at, repetition);
+    }
     result.metrics = outcome.metrics;
-    result.series = outcome.series;
-    result.checks = outcome.checks;
+    result.series = series;
+    result.checks = checks;
     result.findings = outcome.findings;
     result.notes = outcome.notes;
     for (name, p) in predictions {
@@ -575,6 +587,30 @@ fn run_one(
     }
     add_cycles(&mut result, env.machine);
     judge(result)
+}
+
+/// Names the run that checks and series describe when an experiment runs more than once:
+/// all of them on an earlier run; on the last, those made before `Outcome::pool` (after
+/// it they describe the pooled runs and keep their names).
+fn label_run(
+    checks: &mut [crate::results::Check],
+    series: &mut [crate::results::Series],
+    pooled_at: Option<(usize, usize)>,
+    rep: crate::experiments::Repetition,
+) {
+    let last = rep.index + 1 == rep.of;
+    let (nc, ns) = match pooled_at {
+        Some(at) if last => at,
+        _ => (checks.len(), series.len()),
+    };
+    let (nc, ns) = (nc.min(checks.len()), ns.min(series.len()));
+    let k = rep.index + 1;
+    for c in &mut checks[..nc] {
+        c.name = format!("run {k}: {}", c.name);
+    }
+    for s in &mut series[..ns] {
+        s.name = format!("{} (run {k} of {})", s.name, rep.of);
+    }
 }
 
 fn empty_result(exp: &dyn Experiment) -> ExperimentResult {
@@ -643,9 +679,12 @@ fn judge(mut result: ExperimentResult) -> ExperimentResult {
     result
 }
 
-/// One result from the repetitions of an experiment: each metric pools the raw values of
-/// every repetition and keeps each repetition's median in `runs` (the run-to-run spread).
-/// A repetition that is not ok makes the merged result take its status and reason.
+/// One result from the repetitions of an experiment. The last run is kept whole: its
+/// metrics were pooled with the earlier runs' by `Outcome::pool` (each metric's raw values
+/// from every run, each run's median in `runs`), and its findings, series and later checks
+/// were stated from those pooled figures. A metric the experiment did not pool is pooled
+/// here. Every run's checks are kept, labelled by run (`label_run`), so a check failing in
+/// any run shows; a run that is not ok makes the merged result take its status and reason.
 pub(crate) fn merge_repeats(mut reps: Vec<ExperimentResult>) -> ExperimentResult {
     if reps.len() <= 1 {
         return reps.pop().expect("at least one run");
@@ -660,51 +699,37 @@ pub(crate) fn merge_repeats(mut reps: Vec<ExperimentResult>) -> ExperimentResult
         ));
         return r;
     }
-    let mut base = reps[0].clone();
-    base.duration_s = reps.iter().map(|r| r.duration_s).sum();
-    base.sentinel = match (reps[0].sentinel, reps[n - 1].sentinel) {
+    let mut base = reps.pop().expect("at least two runs");
+    base.duration_s += reps.iter().map(|r| r.duration_s).sum::<f64>();
+    base.sentinel = match (reps[0].sentinel, base.sentinel) {
         (Some(a), Some(b)) => Some(crate::results::BeforeAfter {
             before: a.before,
             after: b.after,
         }),
         _ => None,
     };
-    base.checks.clear();
-    base.notes.clear();
-    for (k, r) in reps.iter().enumerate() {
-        for c in &r.checks {
-            let mut c = c.clone();
-            c.name = format!("run {}: {}", k + 1, c.name);
-            base.checks.push(c);
-        }
-        base.notes
-            .extend(r.notes.iter().map(|x| format!("run {}: {x}", k + 1)));
+    let mut checks: Vec<crate::results::Check> =
+        reps.iter().flat_map(|r| r.checks.iter().cloned()).collect();
+    checks.append(&mut base.checks);
+    base.checks = checks;
+    let mut notes = Vec::new();
+    for (k, r) in reps.iter().chain(std::iter::once(&base)).enumerate() {
+        notes.extend(r.notes.iter().map(|x| format!("run {}: {x}", k + 1)));
     }
+    base.notes = notes;
     for m in &mut base.metrics {
-        let same: Vec<&crate::results::Metric> = reps
+        if m.runs.len() == n {
+            continue; // pooled by the experiment
+        }
+        let earlier: Vec<&crate::results::Metric> = reps
             .iter()
             .filter_map(|r| r.metric(&m.name).filter(|x| x.unit == m.unit))
             .collect();
-        if same.len() < n {
+        if earlier.len() < n - 1 {
             m.runs.clear();
             continue;
         }
-        m.runs = same.iter().map(|x| x.summary.median).collect();
-        m.raw = same.iter().flat_map(|x| x.raw.iter().copied()).collect();
-        let pooled = if m.summary.percentiles.is_some() {
-            crate::stats::Summary::with_percentiles(&m.raw)
-        } else {
-            crate::stats::Summary::of(&m.raw)
-        };
-        if let Some(s) = pooled {
-            let old = m.summary.median;
-            if let Some(c) = &mut m.cycles {
-                let k = s.median / old;
-                c.core = c.core.map(|v| v * k);
-                c.counter = c.counter.map(|v| v * k);
-            }
-            m.summary = s;
-        }
+        crate::experiments::pool_metric(m, &earlier);
     }
     base
 }

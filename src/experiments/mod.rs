@@ -6,7 +6,7 @@
 use crate::clock::Clock;
 use crate::harness::{Harness, HarnessConfig};
 use crate::machine::Machine;
-use crate::results::{Check, ExperimentResult, Finding, Metric, Prediction, Series};
+use crate::results::{Check, ExperimentResult, Finding, Metric, Prediction, Series, Status};
 use crate::stats::Summary;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -175,6 +175,29 @@ pub struct Context<'a> {
     pub progress: &'a dyn Fn(&str),
     /// The run's scratch folder, made on first use (see `scratch()`).
     pub scratch_cell: &'a std::sync::OnceLock<crate::scratch::Scratch>,
+    /// Which run of this experiment this is (`--repeat`), and the ones before it.
+    pub repetition: Repetition<'a>,
+}
+
+/// Which of the back-to-back runs of one experiment this is. On the last one `before`
+/// holds the earlier runs' results, which `Outcome::pool` merges into this run's metrics
+/// so that checks and findings stated after it use the figures the table shows.
+#[derive(Clone, Copy)]
+pub struct Repetition<'a> {
+    /// 0-based.
+    pub index: usize,
+    pub of: usize,
+    /// The earlier runs, on the last run only (empty otherwise).
+    pub before: &'a [ExperimentResult],
+}
+
+impl Repetition<'_> {
+    /// A single run.
+    pub const SINGLE: Repetition<'static> = Repetition {
+        index: 0,
+        of: 1,
+        before: &[],
+    };
 }
 
 impl Context<'_> {
@@ -290,6 +313,7 @@ pub fn prediction_reads(machine: &Machine, clock: &dyn Clock, options: &RunOptio
                 loop_ticks: 0.0,
                 progress: &|_| {},
                 scratch_cell: &scratch,
+                repetition: Repetition::SINGLE,
             };
             let _ = exp.predict(&ctx);
         }
@@ -308,6 +332,9 @@ pub struct Outcome {
     pub notes: Vec<String>,
     /// Set when the experiment could not run here, with the reason and how to enable it.
     pub skipped: Option<String>,
+    /// Set by `pool`: how many checks and series were made before it (those describe
+    /// this run alone; the ones after it, the pooled runs).
+    pub pooled_at: Option<(usize, usize)>,
 }
 
 impl Outcome {
@@ -315,6 +342,29 @@ impl Outcome {
         Outcome {
             skipped: Some(reason.into()),
             ..Default::default()
+        }
+    }
+
+    /// Merges the earlier runs of this experiment (`ctx.repetition.before`, given on the
+    /// last run) into every metric added so far: raw values pooled, the summary
+    /// recomputed, each run's median kept in `runs`. Call it once, after the metrics and
+    /// before the checks and findings that quote them, and read figures back with
+    /// `median`/`get`, so the text quotes the numbers the table shows (issue 20 item 2).
+    /// Checks and series made before it are labelled as this run's by the runner.
+    pub fn pool(&mut self, ctx: &Context) {
+        self.pooled_at = Some((self.checks.len(), self.series.len()));
+        let before = ctx.repetition.before;
+        if before.is_empty() || before.iter().any(|r| r.status != Status::Ok) {
+            return;
+        }
+        for m in &mut self.metrics {
+            let earlier: Vec<&Metric> = before
+                .iter()
+                .filter_map(|r| r.metric(&m.name).filter(|x| x.unit == m.unit))
+                .collect();
+            if earlier.len() == before.len() {
+                pool_metric(m, &earlier);
+            }
         }
     }
 
@@ -398,6 +448,31 @@ impl Outcome {
         f.salience = salience.is_finite().then_some(salience.abs());
         self.findings.push(f);
     }
+}
+
+/// Pools `m` (the last run's) with the same metric of the earlier runs, in run order:
+/// raw values concatenated, summary recomputed, each run's own median in `runs`.
+pub(crate) fn pool_metric(m: &mut Metric, earlier: &[&Metric]) {
+    let mut runs: Vec<f64> = earlier.iter().map(|x| x.summary.median).collect();
+    runs.push(m.summary.median);
+    let mut raw: Vec<f64> = earlier.iter().flat_map(|x| x.raw.iter().copied()).collect();
+    raw.extend_from_slice(&m.raw);
+    let pooled = if m.summary.percentiles.is_some() {
+        Summary::with_percentiles(&raw)
+    } else {
+        Summary::of(&raw)
+    };
+    if let Some(s) = pooled {
+        let old = m.summary.median;
+        if let Some(c) = &mut m.cycles {
+            let k = s.median / old;
+            c.core = c.core.map(|v| v * k);
+            c.counter = c.counter.map(|v| v * k);
+        }
+        m.summary = s;
+    }
+    m.raw = raw;
+    m.runs = runs;
 }
 
 /// What an experiment is, as data: one `const` per experiment, returned by

@@ -190,6 +190,7 @@ mod tests {
             loop_ticks: 0.0,
             progress: &|_| {},
             scratch_cell: &scratch,
+            repetition: crate::experiments::Repetition::SINGLE,
         };
         // The truth: the same empty region through the same code path, on the same clock
         // read at full resolution (1 tick = 1 ns), by the same estimator, before and after.
