@@ -142,6 +142,7 @@ impl Experiment for Timer {
             "wall time of one whole start+stop pair, serialising instructions included",
             &m,
         );
+        out.pool(ctx);
         let median = |name: &str| {
             out.metrics
                 .iter()
