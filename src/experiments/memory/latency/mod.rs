@@ -497,11 +497,20 @@ fn premise_and_notes(base: &BaseCurves, thp_curve: Option<&(Curve, f64)>, out: &
     let chains = curves().map(|c| c.points.len()).sum::<usize>() + base.lm_points.len();
     out.check(checks::one_cycle(&broken, chains));
     out.notes.extend(base.random.notes.iter().cloned());
+    // Which points of the other curves were measured twice, and their figures.
+    for c in curves().skip(1) {
+        out.notes.extend(
+            c.notes
+                .iter()
+                .filter(|n| n.contains(": measured twice"))
+                .cloned(),
+        );
+    }
     let (pre, kept, again) = curves().fold((base.lm_quiet.0, base.lm_quiet.1, 0), |a, c| {
         (a.0 + c.preempted, a.1 + c.kept, a.2 + c.remeasured)
     });
     out.notes.push(format!(
-        "{pre} trials were preempted by other tasks (involuntary context switch) and repeated; {kept} undisturbed trials kept; {again} points slower than the next larger size were measured again (the lower median kept)"
+        "{pre} trials were preempted by other tasks (involuntary context switch) and repeated; {kept} undisturbed trials kept; {again} points slower than the next larger size were measured again (both measurements kept: each such point is the median of all its trials)"
     ));
     if let Some(b) = base.base_huge.filter(|&b| b > 0) {
         out.notes.push(format!(
