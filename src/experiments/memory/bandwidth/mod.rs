@@ -304,6 +304,9 @@ impl Experiment for Bandwidth {
             "{} trials were preempted by other tasks and repeated; {} undisturbed trials kept",
             run.preempted, run.kept
         ));
+        // The by-thread series are this run's (the runner names it); the conclusions use
+        // the pooled metrics.
+        out.pool(ctx);
         text::conclusions(&mut out, n, dimm_peak(ctx));
         Ok(out)
     }
