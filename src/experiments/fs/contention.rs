@@ -523,7 +523,7 @@ impl Experiment for Contention {
         drop(rd);
         drop(owners);
         checks(&mut out, &m, direct, fsize, dur);
-        report(&mut out, m);
+        report(ctx, &mut out, m);
         out.notes.push(format!(
             "{pm} files of {} each; {rounds} round(s) of {} ms per P",
             fmt_b(fsize),
@@ -639,7 +639,7 @@ fn checks(out: &mut Outcome, m: &Measured, direct: bool, fsize: u64, dur: Durati
 }
 
 /// Series and metrics per P, then the fitted model.
-fn report(out: &mut Outcome, m: Measured) {
+fn report(ctx: &Context, out: &mut Outcome, m: Measured) {
     let medians: Vec<(f64, f64)> = m
         .per_p
         .iter()
@@ -675,13 +675,45 @@ fn report(out: &mut Outcome, m: Measured) {
             v.clone(),
         );
     }
-    if let Some(model) = fit(&medians) {
-        report_model(out, &model, &medians);
+    match fit(&medians) {
+        Some(model) => report_model(ctx, out, &model, &medians),
+        None => out.pool(ctx),
     }
 }
 
-/// The fitted model's metrics, its curve and the finding it supports.
-fn report_model(out: &mut Outcome, m: &crate::analysis::Model, medians: &[(f64, f64)]) {
+/// The model and the end points as the table shows them after pooling the runs: each
+/// fitted figure is its metric's pooled median (the fit itself is this run's).
+fn pooled_model(
+    out: &Outcome,
+    m: &crate::analysis::Model,
+    medians: &[(f64, f64)],
+) -> (crate::analysis::Model, Vec<(f64, f64)>) {
+    let or = |name: &str, v: f64| out.get(name).map_or(v, |x| x.summary.median);
+    let model = crate::analysis::Model {
+        intercept: or("model_intercept", m.intercept),
+        slope: or("model_slope", m.slope),
+        bend: m
+            .bend
+            .map(|(b, s2)| (or("model_breakpoint", b), or("model_slope_after", s2))),
+        sse: m.sse,
+    };
+    let mut ends = medians.to_vec();
+    let n = ends.len();
+    if n > 0 {
+        ends[0].1 = or("per_block_p1", ends[0].1);
+        ends[n - 1].1 = or("per_block_pmax", ends[n - 1].1);
+    }
+    (model, ends)
+}
+
+/// The fitted model's metrics, its curve and the finding it supports (from the pooled
+/// runs).
+fn report_model(
+    ctx: &Context,
+    out: &mut Outcome,
+    m: &crate::analysis::Model,
+    medians: &[(f64, f64)],
+) {
     out.metric(
         "model_intercept",
         "ns",
@@ -714,6 +746,8 @@ fn report_model(out: &mut Outcome, m: &crate::analysis::Model, medians: &[(f64, 
         y_unit: "ns".into(),
         points: medians.iter().map(|&(x, _)| [x, m.eval(x)]).collect(),
     });
+    out.pool(ctx);
+    let (m, medians) = &pooled_model(out, m, medians);
     let t1 = medians.first().map(|p| p.1).unwrap_or(f64::NAN);
     let (pl, tl) = medians.last().copied().unwrap_or((1.0, f64::NAN));
     let parallel = pl * t1 / tl;
