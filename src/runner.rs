@@ -733,3 +733,51 @@ pub(crate) fn merge_repeats(mut reps: Vec<ExperimentResult>) -> ExperimentResult
     }
     base
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::units::fmt_ns;
+
+    /// Issue 20 item 2, with real experiments: a default (two-run) quick run's findings
+    /// quote the pooled medians the table shows, and each metric keeps both runs' own.
+    #[test]
+    fn a_two_run_quick_runs_findings_quote_the_tables_figures() {
+        let cfg = RunConfig {
+            profile: Profile::Quick,
+            only: vec!["cpu.syscall,cpu.call,cpu.thread-switch".into()],
+            skip: vec![],
+            cpu: None,
+            options: RunOptions::default(),
+            repeat: None,
+        };
+        let r = run(&cfg, &Silent).expect("the run completes");
+        let quotes = |id: &str, metrics: &[&str]| {
+            let e = r.experiment(id).unwrap_or_else(|| panic!("{id} missing"));
+            if e.status != Status::Ok {
+                eprintln!(
+                    "{id} is {}: {:?} (no findings to check)",
+                    e.status.as_str(),
+                    e.reason
+                );
+                return;
+            }
+            let text: String = e.findings.iter().map(|f| f.text.clone()).collect();
+            for name in metrics {
+                let m = e.metric(name).unwrap_or_else(|| panic!("{id} {name}"));
+                assert_eq!(m.runs.len(), 2, "{id} {name}: both runs' medians kept");
+                let pooled = fmt_ns(m.summary.median);
+                assert!(
+                    text.contains(&pooled),
+                    "{id}: {pooled} ({name}) not in {text}"
+                );
+            }
+        };
+        quotes("cpu.syscall", &["getppid", "clock_gettime_vdso"]);
+        quotes("cpu.call", &["args_0", "per_argument"]);
+        quotes(
+            "cpu.thread-switch",
+            &["switch", "pipe_round_trip_same_cpu", "pipe_cost"],
+        );
+    }
+}
