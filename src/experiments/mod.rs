@@ -518,7 +518,8 @@ impl ExperimentMeta {
 /// - Report sub-steps with `ctx.progress`.
 /// - Verify the premises its number depends on and record them as `Check::premise` (a
 ///   failed one makes the result invalid, not wrong), and sanity checks as
-///   `Check::sanity`; state findings backed by its own metrics.
+///   `Check::sanity`; state findings backed by its own metrics, after `Outcome::pool`
+///   so that they quote the pooled figures the table shows.
 /// - Return `Outcome::skipped(reason)` when it cannot run here, saying what would enable
 ///   it, and an error for what went wrong while running (the result becomes "failed").
 ///
@@ -538,7 +539,9 @@ impl ExperimentMeta {
 /// The order (registry order, primitives first, since later predictions read them) and
 /// the selection; pinning to the measured CPU before each run; the progress display;
 /// the budget (`budget`), and the watchdog that enforces the hard limit derived from it;
-/// repeats (`--repeat`, else `default_repeat`) and merging them; the sentinel before and
+/// repeats (`--repeat`, else `default_repeat`) and merging them (the experiment's part:
+/// `Outcome::pool` on the last run, before the checks and findings that quote figures);
+/// the sentinel before and
 /// after; calling `predict` before `run` and attaching the predictions and cycle counts;
 /// the status (failed premise: invalid; no metrics, an error or a panic: failed;
 /// `Outcome::skipped`: skipped with its reason); and the scratch folder's removal at the
