@@ -151,7 +151,12 @@ pub enum Separation {
 
 /// `a` against `b` by their 95% confidence intervals.
 pub fn separation(a: &Summary, b: &Summary) -> Separation {
-    let ([alo, ahi], [blo, bhi]) = (a.ci95, b.ci95);
+    separation_of(a.ci95, b.ci95)
+}
+
+/// Interval `a` against interval `b` (e.g. a derived figure's widened interval).
+pub fn separation_of(a: [f64; 2], b: [f64; 2]) -> Separation {
+    let ([alo, ahi], [blo, bhi]) = (a, b);
     if ![alo, ahi, blo, bhi].iter().all(|v| v.is_finite()) {
         Separation::Overlap
     } else if alo > bhi {

@@ -17,7 +17,6 @@
 //! experiment.
 
 use crate::results::{ExperimentResult, Metric, MetricKind, RunResults, Status};
-use crate::stats::Summary;
 use serde::Serialize;
 
 /// Default minimum relative difference of the medians for a significant difference.
@@ -207,29 +206,6 @@ fn run_to_run(a: &Metric, b: &Metric, history: &[f64]) -> Noise {
     }
 }
 
-/// Half-widths added to a derived metric's interval by its inputs' intervals.
-fn widen(s: &Summary, kind: Option<&MetricKind>, e: &ExperimentResult) -> [f64; 2] {
-    let mut ci = s.ci95;
-    if let Some(MetricKind::Derived { inputs }) = kind {
-        for i in inputs {
-            let Some(inp) = e.metric(&i.metric) else {
-                continue;
-            };
-            let half = (inp.summary.ci95[1] - inp.summary.ci95[0]).abs() / 2.0;
-            let extra = match i.op.as_str() {
-                "div" if inp.summary.median != 0.0 => {
-                    s.median.abs() * half / inp.summary.median.abs()
-                }
-                _ => i.coefficient.abs() * half,
-            };
-            if extra.is_finite() {
-                ci = [ci[0] - extra, ci[1] + extra];
-            }
-        }
-    }
-    ci
-}
-
 /// The within-run test of b against a for one metric: (test, shift, interval, passes, why).
 fn within(
     ea: &ExperimentResult,
@@ -276,8 +252,8 @@ fn within(
         Some(_) => Test::PerTrial,
         None => Test::PerTrialInferred,
     };
-    let ca = widen(&a.summary, a.kind.as_ref(), ea);
-    let cb = widen(&b.summary, b.kind.as_ref(), eb);
+    let ca = a.interval(|n| ea.metric(n));
+    let cb = b.interval(|n| eb.metric(n));
     let shift = b.summary.median - a.summary.median;
     let ci = [cb[0] - ca[1], cb[1] - ca[0]];
     let rel = shift.abs() / base;
@@ -592,6 +568,7 @@ mod tests {
     use crate::results::{BeforeAfter, Metric, MetricKind, Reading, Tool};
 
     use crate::stats::test_rng::Lcg;
+    use crate::stats::Summary;
 
     trait Latency {
         fn latency(&mut self, med: f64) -> f64;

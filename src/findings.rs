@@ -8,7 +8,7 @@
 //! docs/METHODOLOGY.md, "Findings across experiments", states every rule.
 
 use crate::analysis::knee;
-use crate::analysis::{separation, Separation};
+use crate::analysis::{separation_of, Separation};
 use crate::results::MetricRef;
 use crate::results::{ExperimentResult, Finding, Metric, RunResults, Status};
 use crate::units::{fmt_bytes, fmt_value};
@@ -238,10 +238,21 @@ pub(crate) fn ratio_num(r: f64) -> String {
     }
 }
 
+/// A switch figure's interval, widened by its experiment's pipe cost's (a derived figure
+/// carries its inputs' uncertainty).
+fn switch_interval(r: &RunResults, x: MetricRef, m: &Metric) -> [f64; 2] {
+    let e = r.experiment(x.experiment);
+    m.interval(|n| e.and_then(|e| e.metric(n)))
+}
+
 /// Why a process switch costs what it does against a thread switch, said only as far as
-/// their 95% intervals support it.
-fn address_space_clause(p: &Metric, t: &Metric) -> &'static str {
-    match separation(&p.summary, &t.summary) {
+/// their 95% intervals (each with its pipe cost's noise) support it.
+fn address_space_clause(r: &RunResults, p: &Metric, t: &Metric) -> &'static str {
+    let (pi, ti) = (
+        switch_interval(r, PROCESS_SWITCH, p),
+        switch_interval(r, THREAD_SWITCH, t),
+    );
+    match separation_of(pi, ti) {
         Separation::Above => {
             "; the difference, beyond both 95% intervals, is the price of changing address space (page tables, TLB)"
         }
@@ -260,7 +271,7 @@ fn switch_and_creation(r: &RunResults, out: &mut Vec<Finding>) {
             out.push(finding(
                 format!(
                     "A process context switch costs {txt} a thread switch{}.",
-                    address_space_clause(p, t)
+                    address_space_clause(r, p, t)
                 ),
                 vec![PROCESS_SWITCH.path(), THREAD_SWITCH.path()],
             ));

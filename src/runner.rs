@@ -427,7 +427,13 @@ fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentRe
             let before = crate::sentinel::measure();
             let limit = (env.hard_limit)(budget);
             env.watchdog.arm(exp.id(), limit);
-            let mut res = run_one(exp.as_ref(), env, budget, &results);
+            // The last run pools the earlier ones (Outcome::pool).
+            let rep = crate::experiments::Repetition {
+                index: r,
+                of: repeat,
+                before: if r + 1 == repeat { &reps } else { &[] },
+            };
+            let mut res = run_one(exp.as_ref(), env, budget, &results, rep);
             if env.watchdog.disarm() {
                 // Only reached when the overrun reaction returns (the real one exits).
                 res.status = Status::Failed;
@@ -512,6 +518,7 @@ fn run_one(
     env: &Env,
     budget: Duration,
     earlier: &dyn crate::experiments::EarlierResults,
+    repetition: crate::experiments::Repetition,
 ) -> ExperimentResult {
     let t = Instant::now();
     let sub = |msg: &str| env.progress.message(&format!("{}: {msg}", exp.id()));
@@ -526,6 +533,7 @@ fn run_one(
         loop_ticks: env.loop_ticks,
         progress: &sub,
         scratch_cell: env.scratch,
+        repetition,
     };
     let mut result = empty_result(exp);
     let predictions = exp.predict(&ctx);
@@ -549,9 +557,13 @@ fn run_one(
         result.checks = outcome.checks;
         return result;
     }
+    let (mut checks, mut series) = (outcome.checks, outcome.series);
+    if repetition.of > 1 {
+        label_run(&mut checks, &mut series, outcome.pooled_at, repetition);
+    }
     result.metrics = outcome.metrics;
-    result.series = outcome.series;
-    result.checks = outcome.checks;
+    result.series = series;
+    result.checks = checks;
     result.findings = outcome.findings;
     result.notes = outcome.notes;
     for m in outcome.method_notes {
@@ -584,6 +596,30 @@ fn run_one(
     }
     add_cycles(&mut result, env.machine);
     judge(result)
+}
+
+/// Names the run that checks and series describe when an experiment runs more than once:
+/// all of them on an earlier run; on the last, those made before `Outcome::pool` (after
+/// it they describe the pooled runs and keep their names).
+fn label_run(
+    checks: &mut [crate::results::Check],
+    series: &mut [crate::results::Series],
+    pooled_at: Option<(usize, usize)>,
+    rep: crate::experiments::Repetition,
+) {
+    let last = rep.index + 1 == rep.of;
+    let (nc, ns) = match pooled_at {
+        Some(at) if last => at,
+        _ => (checks.len(), series.len()),
+    };
+    let (nc, ns) = (nc.min(checks.len()), ns.min(series.len()));
+    let k = rep.index + 1;
+    for c in &mut checks[..nc] {
+        c.name = format!("run {k}: {}", c.name);
+    }
+    for s in &mut series[..ns] {
+        s.name = format!("{} (run {k} of {})", s.name, rep.of);
+    }
 }
 
 fn empty_result(exp: &dyn Experiment) -> ExperimentResult {
@@ -687,9 +723,12 @@ pub(crate) fn run_judged(exp: &dyn Experiment, ctx: &Context) -> ExperimentResul
     }
 }
 
-/// One result from the repetitions of an experiment: each metric pools the raw values of
-/// every repetition and keeps each repetition's median in `runs` (the run-to-run spread).
-/// A repetition that is not ok makes the merged result take its status and reason.
+/// One result from the repetitions of an experiment. The last run is kept whole: its
+/// metrics were pooled with the earlier runs' by `Outcome::pool` (each metric's raw values
+/// from every run, each run's median in `runs`), and its findings, series and later checks
+/// were stated from those pooled figures. A metric the experiment did not pool is pooled
+/// here. Every run's checks are kept, labelled by run (`label_run`), so a check failing in
+/// any run shows; a run that is not ok makes the merged result take its status and reason.
 pub(crate) fn merge_repeats(mut reps: Vec<ExperimentResult>) -> ExperimentResult {
     if reps.len() <= 1 {
         return reps.pop().expect("at least one run");
@@ -705,55 +744,45 @@ pub(crate) fn merge_repeats(mut reps: Vec<ExperimentResult>) -> ExperimentResult
         return r;
     }
     // An unverified premise in any repetition leaves the pooled figures unverified.
-    let first = reps
+    let unverified = reps
         .iter()
-        .position(|r| r.status == Status::Unverified)
-        .unwrap_or(0);
-    let mut base = reps[first].clone();
-    base.duration_s = reps.iter().map(|r| r.duration_s).sum();
-    base.sentinel = match (reps[0].sentinel, reps[n - 1].sentinel) {
+        .find(|r| r.status == Status::Unverified)
+        .map(|r| r.reason.clone());
+    let mut base = reps.pop().expect("at least two runs");
+    if let (Some(reason), Status::Ok) = (unverified, base.status) {
+        base.status = Status::Unverified;
+        base.reason = reason;
+    }
+    base.duration_s += reps.iter().map(|r| r.duration_s).sum::<f64>();
+    base.sentinel = match (reps[0].sentinel, base.sentinel) {
         (Some(a), Some(b)) => Some(crate::results::BeforeAfter {
             before: a.before,
             after: b.after,
         }),
         _ => None,
     };
-    base.checks.clear();
-    base.notes.clear();
-    for (k, r) in reps.iter().enumerate() {
-        for c in &r.checks {
-            let mut c = c.clone();
-            c.name = format!("run {}: {}", k + 1, c.name);
-            base.checks.push(c);
-        }
-        base.notes
-            .extend(r.notes.iter().map(|x| format!("run {}: {x}", k + 1)));
+    let mut checks: Vec<crate::results::Check> =
+        reps.iter().flat_map(|r| r.checks.iter().cloned()).collect();
+    checks.append(&mut base.checks);
+    base.checks = checks;
+    let mut notes = Vec::new();
+    for (k, r) in reps.iter().chain(std::iter::once(&base)).enumerate() {
+        notes.extend(r.notes.iter().map(|x| format!("run {}: {x}", k + 1)));
     }
+    base.notes = notes;
     for m in &mut base.metrics {
-        let same: Vec<&crate::results::Metric> = reps
+        if m.runs.len() == n {
+            continue; // pooled by the experiment
+        }
+        let earlier: Vec<&crate::results::Metric> = reps
             .iter()
             .filter_map(|r| r.metric(&m.name).filter(|x| x.unit == m.unit))
             .collect();
-        if same.len() < n {
+        if earlier.len() < n - 1 {
             m.runs.clear();
             continue;
         }
-        m.runs = same.iter().map(|x| x.summary.median).collect();
-        m.raw = same.iter().flat_map(|x| x.raw.iter().copied()).collect();
-        let pooled = if m.summary.percentiles.is_some() {
-            crate::stats::Summary::with_percentiles(&m.raw)
-        } else {
-            crate::stats::Summary::of(&m.raw)
-        };
-        if let Some(s) = pooled {
-            let old = m.summary.median;
-            if let Some(c) = &mut m.cycles {
-                let k = s.median / old;
-                c.core = c.core.map(|v| v * k);
-                c.counter = c.counter.map(|v| v * k);
-            }
-            m.summary = s;
-        }
+        crate::experiments::pool_metric(m, &earlier);
     }
     base
 }
@@ -762,6 +791,7 @@ pub(crate) fn merge_repeats(mut reps: Vec<ExperimentResult>) -> ExperimentResult
 mod tests {
     use super::*;
     use crate::results::Check;
+    use crate::units::fmt_ns;
 
     fn with(checks: Vec<Check>) -> ExperimentResult {
         let mut r = ExperimentResult {
@@ -812,5 +842,47 @@ mod tests {
         let c: Check = serde_json::from_str(r#"{"name":"n","passed":false,"detail":"d"}"#).unwrap();
         assert!(c.premise && !c.unverified);
         assert!(!serde_json::to_string(&ok).unwrap().contains("unverified"));
+    }
+
+    /// Issue 20 item 2, with real experiments: a default (two-run) quick run's findings
+    /// quote the pooled medians the table shows, and each metric keeps both runs' own.
+    #[test]
+    fn a_two_run_quick_runs_findings_quote_the_tables_figures() {
+        let cfg = RunConfig {
+            profile: Profile::Quick,
+            only: vec!["cpu.syscall,cpu.call,cpu.thread-switch".into()],
+            skip: vec![],
+            cpu: None,
+            options: RunOptions::default(),
+            repeat: None,
+        };
+        let r = run(&cfg, &Silent).expect("the run completes");
+        let quotes = |id: &str, metrics: &[&str]| {
+            let e = r.experiment(id).unwrap_or_else(|| panic!("{id} missing"));
+            if e.status != Status::Ok {
+                eprintln!(
+                    "{id} is {}: {:?} (no findings to check)",
+                    e.status.as_str(),
+                    e.reason
+                );
+                return;
+            }
+            let text: String = e.findings.iter().map(|f| f.text.clone()).collect();
+            for name in metrics {
+                let m = e.metric(name).unwrap_or_else(|| panic!("{id} {name}"));
+                assert_eq!(m.runs.len(), 2, "{id} {name}: both runs' medians kept");
+                let pooled = fmt_ns(m.summary.median);
+                assert!(
+                    text.contains(&pooled),
+                    "{id}: {pooled} ({name}) not in {text}"
+                );
+            }
+        };
+        quotes("cpu.syscall", &["getppid", "clock_gettime_vdso"]);
+        quotes("cpu.call", &["args_0", "per_argument"]);
+        quotes(
+            "cpu.thread-switch",
+            &["switch", "pipe_round_trip_same_cpu", "pipe_cost"],
+        );
     }
 }

@@ -26,9 +26,39 @@ fn holds(first: &RunResults, relation: impl Fn(&RunResults) -> Result<(), String
 
 // One test runs everything in sequence: parallel tests would share the pinned CPU and
 // disturb each other's switches.
+/// The four experiments ok, or why not: a switch figure that breaks a physical relation
+/// beyond noise makes its experiment invalid, which a noisy moment can cause once.
+fn all_ok(r: &RunResults) -> Result<(), String> {
+    for id in IDS {
+        let e = r.experiment(id).ok_or(format!("{id} missing"))?;
+        let broken = e
+            .checks
+            .iter()
+            .any(|c| !c.passed && c.name.contains("switch figure"));
+        if e.status != Status::Ok || broken {
+            return Err(format!("{id}: {:?} {:?}", e.status, e.reason));
+        }
+    }
+    Ok(())
+}
+
+const IDS: [&str; 4] = [
+    "cpu.thread-switch",
+    "cpu.process-switch",
+    "cpu.thread-create",
+    "cpu.process-create",
+];
+
 #[test]
 fn scheduling_experiments_are_plausible_and_related() {
-    let r = smoke(SELECTION);
+    // One noisy run must not fail the suite, three must.
+    let mut r = smoke(SELECTION);
+    let mut why = Vec::new();
+    while let Err(e) = all_ok(&r) {
+        why.push(e);
+        assert!(why.len() < 3, "not ok in three runs: {why:?}");
+        r = smoke(SELECTION);
+    }
     for id in [
         "cpu.thread-switch",
         "cpu.process-switch",

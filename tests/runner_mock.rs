@@ -25,6 +25,9 @@ enum Behaviour {
     /// Sleeps this long, then returns a metric.
     Sleeps(Duration),
     Skipped,
+    /// Each run gives different samples (10x the run number, plus 1 to 3), pools them,
+    /// then states a check and a finding from the pooled median.
+    Pools,
 }
 
 struct Mock {
@@ -62,6 +65,25 @@ impl Experiment for Mock {
                 o.metric("x", "ns", "", vec![1.0, 2.0, 3.0]);
             }
             Behaviour::Skipped => return Ok(Outcome::skipped("needs a mock device")),
+            Behaviour::Pools => {
+                let k = self.calls.load(Ordering::SeqCst) as f64 * 10.0;
+                o.metric("x", "ns", "", vec![k + 1.0, k + 2.0, k + 3.0]);
+                o.check(Check::premise("samples taken", true, "this run's"));
+                o.series.push(osmeter::results::Series {
+                    name: "x vs trial".into(),
+                    x_unit: "trial".into(),
+                    y_unit: "ns".into(),
+                    points: vec![[0.0, k + 1.0]],
+                });
+                o.pool(ctx);
+                let x = o.metrics[0].summary.median;
+                o.check(Check::sanity("x is positive", x > 0.0, format!("{x} ns")));
+                o.findings.push(osmeter::results::Finding {
+                    text: format!("x costs {x} ns."),
+                    from: vec!["x".into()],
+                    salience: None,
+                });
+            }
         }
         Ok(o)
     }
@@ -205,6 +227,50 @@ fn selection_and_repeats() {
         r.experiment("mock.skipped").unwrap().status,
         Status::Skipped
     );
+}
+
+/// Issue 20 item 2: with two runs the finding quotes the pooled median the table shows,
+/// not the last run's own; checks and series made before pooling name their run, and
+/// every run's checks are kept.
+#[test]
+fn findings_quote_the_pooled_figures() {
+    let run_pools = |repeat| {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let registry = Registry {
+            experiments: vec![mock("mock.pools", Behaviour::Pools, &calls)],
+            hard_limit: short_limit,
+            on_overrun: Arc::new(|_: &str| {}),
+        };
+        runner::run_with(&config("", repeat), registry, &runner::Silent).unwrap()
+    };
+    let r = run_pools(2);
+    let e = r.experiment("mock.pools").unwrap();
+    let m = e.metric("x").unwrap();
+    // Run 1 gives 11, 12, 13 and run 2 gives 21, 22, 23: the pooled median lies between.
+    assert_eq!(m.runs, vec![12.0, 22.0]);
+    assert_eq!(m.raw.len(), 6);
+    assert!(m.summary.median > 13.0 && m.summary.median < 21.0, "{m:?}");
+    let quoted = format!("x costs {} ns.", m.summary.median);
+    let texts: Vec<&str> = e.findings.iter().map(|f| f.text.as_str()).collect();
+    assert_eq!(texts, [quoted.as_str()]);
+    let names: Vec<&str> = e.checks.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "run 1: samples taken",
+            "run 1: x is positive",
+            "run 2: samples taken",
+            "x is positive"
+        ]
+    );
+    let series: Vec<&str> = e.series.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(series, ["x vs trial (run 2 of 2)"]);
+    // One run: nothing is relabelled, nothing pooled.
+    let r = run_pools(1);
+    let e = r.experiment("mock.pools").unwrap();
+    assert_eq!(e.checks[0].name, "samples taken");
+    assert_eq!(e.series[0].name, "x vs trial");
+    assert!(e.metric("x").unwrap().runs.is_empty());
 }
 
 /// The document records the options as `RunOptions` serialises them (all but the peer

@@ -6,7 +6,7 @@
 use crate::clock::Clock;
 use crate::harness::{Harness, HarnessConfig};
 use crate::machine::Machine;
-use crate::results::{Check, ExperimentResult, Finding, Metric, Prediction, Series};
+use crate::results::{Check, ExperimentResult, Finding, Metric, Prediction, Series, Status};
 use crate::stats::Summary;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -178,6 +178,29 @@ pub struct Context<'a> {
     pub progress: &'a dyn Fn(&str),
     /// The run's scratch folder, made on first use (see `scratch()`).
     pub scratch_cell: &'a std::sync::OnceLock<crate::scratch::Scratch>,
+    /// Which run of this experiment this is (`--repeat`), and the ones before it.
+    pub repetition: Repetition<'a>,
+}
+
+/// Which of the back-to-back runs of one experiment this is. On the last one `before`
+/// holds the earlier runs' results, which `Outcome::pool` merges into this run's metrics
+/// so that checks and findings stated after it use the figures the table shows.
+#[derive(Clone, Copy)]
+pub struct Repetition<'a> {
+    /// 0-based.
+    pub index: usize,
+    pub of: usize,
+    /// The earlier runs, on the last run only (empty otherwise).
+    pub before: &'a [ExperimentResult],
+}
+
+impl Repetition<'_> {
+    /// A single run.
+    pub const SINGLE: Repetition<'static> = Repetition {
+        index: 0,
+        of: 1,
+        before: &[],
+    };
 }
 
 impl Context<'_> {
@@ -315,6 +338,7 @@ fn predict_all(
                 loop_ticks: 0.0,
                 progress: &|_| {},
                 scratch_cell: &scratch,
+                repetition: Repetition::SINGLE,
             };
             for (name, p) in exp.predict(&ctx) {
                 stated.push((exp.id().to_string(), name, p));
@@ -362,6 +386,9 @@ pub struct Outcome {
     pub skipped: Option<String>,
     /// Sentences added to the method text for this run (what this machine changes in it).
     pub method_notes: Vec<String>,
+    /// Set by `pool`: how many checks and series were made before it (those describe
+    /// this run alone; the ones after it, the pooled runs).
+    pub pooled_at: Option<(usize, usize)>,
 }
 
 impl Outcome {
@@ -369,6 +396,29 @@ impl Outcome {
         Outcome {
             skipped: Some(reason.into()),
             ..Default::default()
+        }
+    }
+
+    /// Merges the earlier runs of this experiment (`ctx.repetition.before`, given on the
+    /// last run) into every metric added so far: raw values pooled, the summary
+    /// recomputed, each run's median kept in `runs`. Call it once, after the metrics and
+    /// before the checks and findings that quote them, and read figures back with
+    /// `median`/`get`, so the text quotes the numbers the table shows (issue 20 item 2).
+    /// Checks and series made before it are labelled as this run's by the runner.
+    pub fn pool(&mut self, ctx: &Context) {
+        self.pooled_at = Some((self.checks.len(), self.series.len()));
+        let before = ctx.repetition.before;
+        if before.is_empty() || before.iter().any(|r| r.status != Status::Ok) {
+            return;
+        }
+        for m in &mut self.metrics {
+            let earlier: Vec<&Metric> = before
+                .iter()
+                .filter_map(|r| r.metric(&m.name).filter(|x| x.unit == m.unit))
+                .collect();
+            if earlier.len() == before.len() {
+                pool_metric(m, &earlier);
+            }
         }
     }
 
@@ -454,6 +504,31 @@ impl Outcome {
     }
 }
 
+/// Pools `m` (the last run's) with the same metric of the earlier runs, in run order:
+/// raw values concatenated, summary recomputed, each run's own median in `runs`.
+pub(crate) fn pool_metric(m: &mut Metric, earlier: &[&Metric]) {
+    let mut runs: Vec<f64> = earlier.iter().map(|x| x.summary.median).collect();
+    runs.push(m.summary.median);
+    let mut raw: Vec<f64> = earlier.iter().flat_map(|x| x.raw.iter().copied()).collect();
+    raw.extend_from_slice(&m.raw);
+    let pooled = if m.summary.percentiles.is_some() {
+        Summary::with_percentiles(&raw)
+    } else {
+        Summary::of(&raw)
+    };
+    if let Some(s) = pooled {
+        let old = m.summary.median;
+        if let Some(c) = &mut m.cycles {
+            let k = s.median / old;
+            c.core = c.core.map(|v| v * k);
+            c.counter = c.counter.map(|v| v * k);
+        }
+        m.summary = s;
+    }
+    m.raw = raw;
+    m.runs = runs;
+}
+
 /// What an experiment is, as data: one `const` per experiment, returned by
 /// `Experiment::meta` and read by `osmeter list`, the runner and the results document.
 #[derive(Debug, Clone, Copy)]
@@ -497,7 +572,8 @@ impl ExperimentMeta {
 /// - Report sub-steps with `ctx.progress`.
 /// - Verify the premises its number depends on and record them as `Check::premise` (a
 ///   failed one makes the result invalid, not wrong), and sanity checks as
-///   `Check::sanity`; state findings backed by its own metrics.
+///   `Check::sanity`; state findings backed by its own metrics, after `Outcome::pool`
+///   so that they quote the pooled figures the table shows.
 /// - Return `Outcome::skipped(reason)` when it cannot run here, saying what would enable
 ///   it, and an error for what went wrong while running (the result becomes "failed").
 ///
@@ -517,7 +593,9 @@ impl ExperimentMeta {
 /// The order (registry order, primitives first, since later predictions read them) and
 /// the selection; pinning to the measured CPU before each run; the progress display;
 /// the budget (`budget`), and the watchdog that enforces the hard limit derived from it;
-/// repeats (`--repeat`, else `default_repeat`) and merging them; the sentinel before and
+/// repeats (`--repeat`, else `default_repeat`) and merging them (the experiment's part:
+/// `Outcome::pool` on the last run, before the checks and findings that quote figures);
+/// the sentinel before and
 /// after; calling `predict` before `run` and attaching the predictions and cycle counts;
 /// the status (failed premise: invalid; no metrics, an error or a panic: failed;
 /// `Outcome::skipped`: skipped with its reason); and the scratch folder's removal at the

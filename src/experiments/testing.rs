@@ -54,6 +54,7 @@ impl<'a> World<'a> {
             loop_ticks: self.loop_ticks,
             progress: &|_| {},
             scratch_cell: &scratch,
+            repetition: crate::experiments::Repetition::SINGLE,
         };
         crate::runner::run_judged(exp, &ctx)
     }

@@ -178,6 +178,33 @@ impl Metric {
         self
     }
 
+    /// The 95% interval of the median; for a derived metric widened by each input's
+    /// interval (`input` finds an input metric by name), so a difference carries the
+    /// uncertainty of what was subtracted: `sub` adds coefficient x the input's half-width,
+    /// `div` adds the input's relative half-width.
+    pub(crate) fn interval<'a>(&self, input: impl Fn(&str) -> Option<&'a Metric>) -> [f64; 2] {
+        let s = &self.summary;
+        let mut ci = s.ci95;
+        if let Some(MetricKind::Derived { inputs }) = &self.kind {
+            for i in inputs {
+                let Some(inp) = input(&i.metric) else {
+                    continue;
+                };
+                let half = (inp.summary.ci95[1] - inp.summary.ci95[0]).abs() / 2.0;
+                let extra = match i.op.as_str() {
+                    "div" if inp.summary.median != 0.0 => {
+                        s.median.abs() * half / inp.summary.median.abs()
+                    }
+                    _ => i.coefficient.abs() * half,
+                };
+                if extra.is_finite() {
+                    ci = [ci[0] - extra, ci[1] + extra];
+                }
+            }
+        }
+        ci
+    }
+
     /// Declares the raw values as single operations (a distribution).
     pub(crate) fn per_operation(&mut self) -> &mut Self {
         self.kind = Some(MetricKind::PerOperation);

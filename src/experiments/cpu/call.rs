@@ -149,13 +149,18 @@ impl Experiment for Call {
             "least-squares increment per added argument (per-trial slopes)",
             slopes,
         );
+        out.pool(ctx);
+        // Pooled medians (the table's), for the series, the check and the finding.
+        for (k, v) in medians.iter_mut() {
+            *v = out.median(&format!("args_{k}"));
+        }
         out.series.push(crate::results::Series {
             name: "call cost vs arguments".into(),
             x_unit: "arguments".into(),
             y_unit: "ns".into(),
             points: medians.iter().map(|&(k, v)| [k, v]).collect(),
         });
-        let (_, slope) = crate::stats::linear_fit(&medians).unwrap_or((0.0, 0.0));
+        let slope = out.median("per_argument");
         let c0 = medians[0].1;
         out.check(Check::sanity(
             "cost grows with arguments within noise",

@@ -41,7 +41,8 @@ impl Experiment for LoopCost {
         let h = ctx.cpu_harness(1);
         let m = h.measure_raw(1.0, |n| repeat(n, || ()));
         out.measured("iteration", "one iteration of the empty measured loop", &m);
-        let med = m.median_ns();
+        out.pool(ctx);
+        let med = out.median("iteration");
         out.check(Check::sanity(
             "plausible",
             med > 0.0 && med < 100.0,

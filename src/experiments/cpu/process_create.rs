@@ -275,9 +275,7 @@ impl Experiment for ProcessCreate {
             "fork(), child _exit(0), parent waitpid()",
             &m,
         );
-        let fork = m.median_ns();
 
-        let mut spawn = None;
         match program {
             Some(path) => {
                 (ctx.progress)("posix_spawn /bin/true + wait");
@@ -304,7 +302,6 @@ impl Experiment for ProcessCreate {
                     &format!("posix_spawn() of {path}, then waitpid()"),
                     &m,
                 );
-                spawn = Some(m.median_ns());
             }
             None => out.notes.push(
                 "spawn_exec: skipped, neither /bin/true nor /usr/bin/true exists (install coreutils)"
@@ -312,6 +309,9 @@ impl Experiment for ProcessCreate {
             ),
         }
 
+        out.pool(ctx);
+        let fork = out.median("fork_exit_wait");
+        let spawn = out.get("spawn_exec").map(|m| m.summary.median);
         let mut text = format!("fork + exit + wait costs {}", fmt_ns(fork));
         let mut from = vec!["fork_exit_wait"];
         if let Some(t) = ctx.earlier_median("cpu.thread-create", "create_join") {

@@ -155,6 +155,7 @@ impl Experiment for Syscall {
             &m,
         );
         drop(buf);
+        out.pool(ctx);
 
         let (sys, vdso) = (out.median("getppid"), out.median("clock_gettime_vdso"));
         let loop_ns = ctx.clock.ticks_to_ns(ctx.loop_ticks);

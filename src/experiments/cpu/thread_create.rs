@@ -202,7 +202,8 @@ impl Experiment for ThreadCreate {
             "pthread_create + pthread_join of a thread that returns at once",
             &m,
         );
-        let c = m.median_ns();
+        out.pool(ctx);
+        let c = out.median("create_join");
         let mut text = format!("Creating, running and joining a thread costs {}", fmt_ns(c));
         if let Some(sys) = ctx.earlier_median("cpu.syscall", "getppid") {
             text.push_str(&format!(" ({:.0} minimal system calls)", c / sys));

@@ -153,6 +153,7 @@ impl Experiment for Timer {
             "wall time of one whole start+stop pair, serialising instructions included",
             &m,
         );
+        out.pool(ctx);
         let median = |name: &str| {
             out.metrics
                 .iter()
@@ -201,6 +202,7 @@ mod tests {
             loop_ticks: 0.0,
             progress: &|_| {},
             scratch_cell: &scratch,
+            repetition: crate::experiments::Repetition::SINGLE,
         };
         // The truth: the same empty region through the same code path, on the same clock
         // read at full resolution (1 tick = 1 ns), by the same estimator, before and after.

@@ -544,7 +544,7 @@ impl Experiment for Contention {
             .map(|c| c.name.as_str())
             .collect();
         let withheld = (!failed.is_empty()).then(|| failed.join("; "));
-        report(&mut out, m, cpus, withheld);
+        report(ctx, &mut out, m, cpus, withheld);
         out.notes.push(format!(
             "{pm} files of {} each; {rounds} round(s) of {} ms per P",
             fmt_b(fsize),
@@ -699,8 +699,14 @@ fn checks(out: &mut Outcome, m: &Measured, direct: bool, fsize: u64, dur: Durati
 }
 
 /// Series and metrics per P, then the fitted model (`cpus`: readers that each get a CPU
-/// of their own; `withheld`: the failed checks that withhold the overlap figure).
-fn report(out: &mut Outcome, m: Measured, cpus: usize, withheld: Option<String>) {
+/// of their own; `withheld`: the checks that did not pass, which withhold the overlap figure).
+fn report(
+    ctx: &Context,
+    out: &mut Outcome,
+    m: Measured,
+    cpus: usize,
+    withheld: Option<String>,
+) {
     let medians: Vec<(f64, f64)> = m
         .per_p
         .iter()
@@ -736,13 +742,41 @@ fn report(out: &mut Outcome, m: Measured, cpus: usize, withheld: Option<String>)
             v.clone(),
         );
     }
-    if let Some(model) = fit(&medians) {
-        report_model(out, &model, &medians, cpus, withheld.as_deref());
+    match fit(&medians) {
+        Some(model) => report_model(ctx, out, &model, &medians, cpus, withheld.as_deref()),
+        None => out.pool(ctx),
     }
 }
 
-/// The fitted model's metrics, its curve and the finding it supports.
+/// The model and the end points as the table shows them after pooling the runs: each
+/// fitted figure is its metric's pooled median (the fit itself is this run's).
+fn pooled_model(
+    out: &Outcome,
+    m: &crate::analysis::Model,
+    medians: &[(f64, f64)],
+) -> (crate::analysis::Model, Vec<(f64, f64)>) {
+    let or = |name: &str, v: f64| out.get(name).map_or(v, |x| x.summary.median);
+    let model = crate::analysis::Model {
+        intercept: or("model_intercept", m.intercept),
+        slope: or("model_slope", m.slope),
+        bend: m
+            .bend
+            .map(|(b, s2)| (or("model_breakpoint", b), or("model_slope_after", s2))),
+        sse: m.sse,
+    };
+    let mut ends = medians.to_vec();
+    let n = ends.len();
+    if n > 0 {
+        ends[0].1 = or("per_block_p1", ends[0].1);
+        ends[n - 1].1 = or("per_block_pmax", ends[n - 1].1);
+    }
+    (model, ends)
+}
+
+/// The fitted model's metrics, its curve and the finding it supports (from the pooled
+/// runs).
 fn report_model(
+    ctx: &Context,
     out: &mut Outcome,
     m: &crate::analysis::Model,
     medians: &[(f64, f64)],
@@ -781,6 +815,8 @@ fn report_model(
         y_unit: "ns".into(),
         points: medians.iter().map(|&(x, _)| [x, m.eval(x)]).collect(),
     });
+    out.pool(ctx);
+    let (m, medians) = &pooled_model(out, m, medians);
     let t1 = medians.first().map(|p| p.1).unwrap_or(f64::NAN);
     let (pl, tl) = medians.last().copied().unwrap_or((1.0, f64::NAN));
     let mut text = match m.bend {
@@ -823,7 +859,7 @@ fn reader_cpu_count(ctx: &Context) -> usize {
 /// serves some), and not at all when a check of the run failed.
 fn overlap_text(medians: &[(f64, f64)], cpus: usize, withheld: Option<&str>) -> String {
     if let Some(why) = withheld {
-        return format!(" No overlap of requests is estimated: the check(s) {why} failed.");
+        return format!(" No overlap of requests is estimated: the check(s) {why} did not pass.");
     }
     let t1 = medians.first().map_or(f64::NAN, |p| p.1);
     let Some(&(pc, tc)) = medians.iter().rfind(|(p, _)| *p > 1.0 && *p <= cpus as f64) else {

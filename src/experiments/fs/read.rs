@@ -548,6 +548,7 @@ impl Experiment for Read {
         }
         out.notes.extend(s.notes.iter().cloned());
         report(&mut out, &s, "");
+        out.pool(ctx);
         let med = |n: &str| out.median(n);
         let (us, ur, cs, cr) = (
             med("uncached_seq"),

@@ -127,7 +127,7 @@ impl Experiment for RemoteRead {
         }
         report(&mut out, &rs, "remote_");
         report(&mut out, &ls, "local_");
-        report_ratios(&mut out, &rs, &ls, &rfs.fs_type);
+        report_ratios(ctx, &mut out, &rs, &ls, &rfs.fs_type);
         Ok(out)
     }
 }
@@ -177,8 +177,14 @@ fn sweeps(
 }
 
 /// Remote over local per pattern and cache state at the largest common size: each
-/// remote trial over the local median.
-fn report_ratios(out: &mut Outcome, rs: &SweepOut, ls: &SweepOut, fs_type: &str) {
+/// remote trial over the local median. The finding quotes the pooled runs' ratios.
+fn report_ratios(
+    ctx: &crate::experiments::Context,
+    out: &mut Outcome,
+    rs: &SweepOut,
+    ls: &SweepOut,
+    fs_type: &str,
+) {
     let size = rs.largest().min(ls.largest());
     let mut summary = Vec::new();
     for cached in [false, true] {
@@ -201,19 +207,21 @@ fn report_ratios(out: &mut Outcome, rs: &SweepOut, ls: &SweepOut, fs_type: &str)
                 raw,
             )
             .derived(&[(&local, "div", 1.0)]);
-            let med = out
-                .metrics
-                .last()
-                .map(|m| m.summary.median)
-                .unwrap_or(f64::NAN);
-            summary.push(format!(
+            summary.push((cached, pattern, name));
+        }
+    }
+    out.pool(ctx);
+    let summary: Vec<String> = summary
+        .into_iter()
+        .map(|(cached, pattern, name)| {
+            format!(
                 "{} {} {:.2}x",
                 if cached { "cached" } else { "uncached" },
                 pattern.name(),
-                med
-            ));
-        }
-    }
+                out.median(&name)
+            )
+        })
+        .collect();
     out.finding(
         format!(
             "Remote ({fs_type}) vs local 4 KiB reads at {}: {}.",

@@ -281,6 +281,7 @@ impl Experiment for PageFault {
         // Major faults: only on a disk.
         let measured = major_section(ctx, file_len, &mut out)?;
         out.check(super::rss_check(rss0, (anon + file_len) as u64));
+        out.pool(ctx);
         if measured {
             out.finding(finding(ctx, &out), &finding_sources(ctx));
         }

@@ -207,7 +207,19 @@ impl Experiment for Bandwidth {
                 "streams ran with this thread unpinned (CPUs {cpus:?}) so that sender and receiver can run in parallel"
             ));
         }
-        let lines = res?;
+        res?;
+        out.pool(ctx);
+        let lines: Vec<String> = ["send", "receive"]
+            .iter()
+            .filter_map(|&name| {
+                let med = out.get(name)?.summary.median;
+                Some(format!(
+                    "{name} {} ({:.2} Gbit/s)",
+                    fmt_bandwidth(med),
+                    med * 8.0 / 1e9
+                ))
+            })
+            .collect();
         out.finding(
             format!("TCP bandwidth with {label}: {}.", lines.join(", ")),
             &["send", "receive"],
@@ -224,10 +236,9 @@ impl Bandwidth {
         dur: Duration,
         interval: Duration,
         out: &mut Outcome,
-    ) -> anyhow::Result<Vec<String>> {
+    ) -> anyhow::Result<()> {
         let label = &t.label;
         let h = ctx.harness(1);
-        let mut lines = Vec::new();
         for (name, dir) in [("send", "client -> peer"), ("receive", "peer -> client")] {
             (ctx.progress)(name);
             let (rates, avg) = if name == "send" {
@@ -268,13 +279,8 @@ impl Bandwidth {
                 &format!("the same in bits/s ({dir}, {label})"),
                 bits,
             );
-            lines.push(format!(
-                "{name} {} ({:.2} Gbit/s)",
-                fmt_bandwidth(med),
-                med * 8.0 / 1e9
-            ));
         }
-        Ok(lines)
+        Ok(())
     }
 }
 

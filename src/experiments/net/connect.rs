@@ -231,6 +231,7 @@ impl Experiment for Connect {
                 m.summary = s;
             }
         }
+        out.pool(ctx);
         let p = |name: &str| out.get(name).and_then(|m| m.summary.percentiles.clone());
         if let (Some(c), Some(x)) = (p("connect"), p("close")) {
             out.finding(

@@ -387,6 +387,7 @@ impl Experiment for Rtt {
             tcp_pinned(ctx, &t, &plans, slice, &mut out)?;
         }
         udp_and_icmp(ctx, &t, slice, &mut out);
+        out.pool(ctx);
         findings(&mut out, &t, &plans);
         Ok(out)
     }

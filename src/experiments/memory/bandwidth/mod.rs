@@ -290,6 +290,9 @@ impl Experiment for Bandwidth {
             out.check(c);
         }
         let peak = dimm_peak(ctx).map(|(p, src)| per_socket(&topo, &cpus, p, src));
+        // The by-thread series are this run's (the runner names it); the conclusions use
+        // the pooled metrics.
+        out.pool(ctx);
         text::conclusions(&mut out, n, peak);
         Ok(out)
     }

@@ -186,6 +186,13 @@ pub(super) fn measure_chain(
     )
 }
 
+/// Adds a second measurement of the same size to `p`: every trial kept, the median
+/// taken over all of them.
+pub(super) fn remeasure(p: &mut Point, again: Point) {
+    p.trials.extend(again.trials);
+    p.median = crate::stats::median(&p.trials);
+}
+
 /// Outcome of one curve.
 pub(super) struct Curve {
     pub(super) points: Vec<Point>,
@@ -252,9 +259,11 @@ pub(super) fn curve(
             c.points.push(pt);
         }
     }
-    // A point slower than the next larger working set was disturbed (latency cannot
-    // fall as the set grows, and interference only adds time): measure it once more
-    // and keep the lower median.
+    // A point slower than the next larger working set may have been disturbed (latency
+    // cannot fall as the set grows, and interference only adds time): measure it once
+    // more and keep both measurements, the point's figure being the median of all their
+    // trials. Keeping only the lower one would bias the point (`dram` is the largest)
+    // low and force the curve's expected shape (issue 20 item 6).
     let np = c.points.len();
     let mut suspects: Vec<usize> = (0..np.saturating_sub(1))
         .filter(|&i| c.points[i].median > REMEASURE_RATIO * c.points[i + 1].median)
@@ -275,9 +284,16 @@ pub(super) fn curve(
         let size = c.points[i].size;
         if let Some(pt) = one(&mut c, size, rng) {
             c.remeasured += 1;
-            if pt.median < c.points[i].median {
-                c.points[i] = pt;
-            }
+            let (first, again) = (c.points[i].median, pt.median);
+            remeasure(&mut c.points[i], pt);
+            c.notes.push(format!(
+                "{kind} at {}: measured twice (first median {}, then {}); its figure {} is the median of all {} trials",
+                fmt_bytes(size as f64),
+                fmt_ns(first),
+                fmt_ns(again),
+                fmt_ns(c.points[i].median),
+                c.points[i].trials.len()
+            ));
         }
     }
     c

@@ -260,9 +260,24 @@ impl Experiment for Latency {
         if base.random.points.is_empty() {
             anyhow::bail!("no point of the latency curve could be measured");
         }
-        levels_and_memory(&p, &caches, &base, thp_curve.as_ref(), max, &mut out);
-        sequential(&base, &mut out);
-        huge_pages(thp_curve.as_ref(), &base, max, &mut out);
+        let levels = levels_and_memory(&p, &caches, &base, thp_curve.as_ref(), max, &mut out);
+        let seq = sequential(&base, &mut out);
+        let thp = huge_pages(thp_curve.as_ref(), max, &mut out);
+        // Findings from the pooled runs: the figures the table shows.
+        out.pool(ctx);
+        levels_findings(ctx, &base, levels, &mut out);
+        let random = base.random.points.last().map(|r| pooled(r, "dram", &out));
+        if let (Some((s, pt)), Some(random)) = (seq, random.as_ref()) {
+            let pt = pooled(pt, "dram_sequential", &out);
+            out.finding(
+                text::sequential_vs_random(s, &pt, random),
+                &["dram_sequential", "dram"],
+            );
+        }
+        if let (Some(pt), Some(random)) = (thp, random.as_ref()) {
+            let pt = pooled(pt, "dram_thp", &out);
+            out.finding(text::huge_vs_base(&pt, random), &["dram", "dram_thp"]);
+        }
         Ok(out)
     }
 }
@@ -491,11 +506,20 @@ fn premise_and_notes(base: &BaseCurves, thp_curve: Option<&(Curve, f64)>, out: &
     let chains = curves().map(|c| c.points.len()).sum::<usize>() + base.lm_points.len();
     out.notes.push(checks::chains_note(&broken, chains));
     out.notes.extend(base.random.notes.iter().cloned());
+    // Which points of the other curves were measured twice, and their figures.
+    for c in curves().skip(1) {
+        out.notes.extend(
+            c.notes
+                .iter()
+                .filter(|n| n.contains(": measured twice"))
+                .cloned(),
+        );
+    }
     let (pre, kept, again) = curves().fold((base.lm_quiet.0, base.lm_quiet.1, 0), |a, c| {
         (a.0 + c.preempted, a.1 + c.kept, a.2 + c.remeasured)
     });
     out.notes.push(format!(
-        "{pre} trials were preempted by other tasks (involuntary context switch) and repeated; {kept} undisturbed trials kept; {again} points slower than the next larger size were measured again (the lower median kept)"
+        "{pre} trials were preempted by other tasks (involuntary context switch) and repeated; {kept} undisturbed trials kept; {again} points slower than the next larger size were measured again (both measurements kept: each such point is the median of all its trials)"
     ));
     if let Some(b) = base.base_huge.filter(|&b| b > 0) {
         out.notes.push(format!(
@@ -514,7 +538,7 @@ fn levels_and_memory(
     thp_curve: Option<&(Curve, f64)>,
     max: u64,
     out: &mut Outcome,
-) {
+) -> Levels {
     let random = &base.random;
     // Levels: from the huge-page curve where it exists (TLB reach then exceeds every
     // cache, so plateaus are cache capacities), else from the base-page curve.
@@ -575,12 +599,70 @@ fn levels_and_memory(
             pt.trials.clone(),
         );
     }
-    if let Some(lm) = base.lm_points.iter().find(|p| p.size == last.size) {
-        out.finding(text::lmbench_vs_chase(lm, last), &["lmbench_dram", "dram"]);
+    out.check(checks::levels(&named, caches.len()));
+    Levels { named, det_name }
+}
+
+/// The levels detected on one run's curve, for the findings stated after pooling.
+struct Levels {
+    named: Vec<levels::Named>,
+    det_name: &'static str,
+}
+
+/// `pt` with the pooled figure of its metric (`name`) when there is one: the median and
+/// trials the table shows.
+fn pooled(pt: &kernel::Point, name: &str, out: &Outcome) -> kernel::Point {
+    match out.get(name) {
+        Some(m) => kernel::Point {
+            size: pt.size,
+            trials: m.raw.clone(),
+            median: m.summary.median,
+        },
+        None => pt.clone(),
     }
+}
+
+/// The lmbench-layout and levels findings, from the pooled metrics; which sizes the
+/// levels span comes from the detection on this run's curve, and the text says so.
+fn levels_findings(ctx: &Context, base: &BaseCurves, lv: Levels, out: &mut Outcome) {
+    let Levels {
+        mut named,
+        det_name,
+    } = lv;
+    let Some(last) = base.random.points.last() else {
+        return;
+    };
+    let last = pooled(last, "dram", out);
+    if let Some(lm) = base.lm_points.iter().find(|p| p.size == last.size) {
+        let lm = pooled(lm, "lmbench_dram", out);
+        out.finding(
+            text::lmbench_vs_chase(&lm, &last),
+            &["lmbench_dram", "dram"],
+        );
+    }
+    // Each level's latency is its metric's (pooled) median.
+    for nl in &mut named {
+        if let Some(m) = out.get(&nl.name) {
+            nl.level.latency_ns = m.summary.median;
+        }
+    }
+    let level_text: Vec<String> = named
+        .iter()
+        .map(|nl| text::level_text(nl, det_name).line)
+        .collect();
+    let rep = ctx.repetition;
+    let which = if rep.of > 1 {
+        format!(
+            " of run {} of {}; latencies from all runs",
+            rep.index + 1,
+            rep.of
+        )
+    } else {
+        String::new()
+    };
     out.finding(
         format!(
-            "Detected levels ({det_name} random curve): {}.",
+            "Detected levels ({det_name} random curve{which}): {}.",
             level_text.join("; ")
         ),
         &named
@@ -594,17 +676,13 @@ fn levels_and_memory(
         let (t, salience) = text::size_vs_sysfs(nl);
         out.finding_salient(t, &[nl.name.as_str()], salience);
     }
-    out.check(checks::levels(&named, caches.len()));
 }
 
-/// Sequential at the largest size against random order there.
-fn sequential(base: &BaseCurves, out: &mut Outcome) {
-    let Some((s, c)) = base.seq_curves.first() else {
-        return;
-    };
-    let (Some(pt), Some(random)) = (c.points.last(), base.random.points.last()) else {
-        return;
-    };
+/// Sequential at the largest size: what the prefetcher hides. Returns the stride and
+/// point for the finding stated after pooling.
+fn sequential<'a>(base: &'a BaseCurves, out: &mut Outcome) -> Option<(usize, &'a kernel::Point)> {
+    let (s, c) = base.seq_curves.first()?;
+    let pt = c.points.last()?;
     out.metric(
         "dram_sequential",
         "ns",
@@ -614,23 +692,18 @@ fn sequential(base: &BaseCurves, out: &mut Outcome) {
         ),
         pt.trials.clone(),
     );
-    out.finding(
-        text::sequential_vs_random(*s, pt, random),
-        &["dram_sequential", "dram"],
-    );
+    Some((*s, pt))
 }
 
-/// `dram_thp`: the largest size on huge pages, when the kernel backed the region.
-fn huge_pages(thp_curve: Option<&(Curve, f64)>, base: &BaseCurves, max: u64, out: &mut Outcome) {
-    let Some((c, frac)) = thp_curve else {
-        return;
-    };
-    let Some(random) = base.random.points.last() else {
-        return;
-    };
-    let Some(pt) = c.points.last() else {
-        return;
-    };
+/// `dram_thp`: the largest size on huge pages, when the kernel backed the region; returns
+/// its point for the finding stated after pooling.
+fn huge_pages<'a>(
+    thp_curve: Option<&'a (Curve, f64)>,
+    max: u64,
+    out: &mut Outcome,
+) -> Option<&'a kernel::Point> {
+    let (c, frac) = thp_curve?;
+    let pt = c.points.last()?;
     let huge = *frac >= 0.5;
     out.check(Check::sanity(
         "huge pages back the huge-page region",
@@ -652,8 +725,9 @@ fn huge_pages(thp_curve: Option<&(Curve, f64)>, base: &BaseCurves, max: u64, out
             ),
             pt.trials.clone(),
         );
-        out.finding(text::huge_vs_base(pt, random), &["dram", "dram_thp"]);
+        Some(pt)
     } else {
         out.notes.push("the kernel did not provide huge pages for most of the region (fragmented memory or THP defrag policy): no huge-page figure".into());
+        None
     }
 }

@@ -176,3 +176,20 @@ fn chase_follows_a_verified_chain() {
     let end = unsafe { chase(start, 64) }; // 64 x 16 = one full cycle
     assert_eq!(end, start);
 }
+
+/// Issue 20 item 6: a re-measured point keeps both measurements (the median of all
+/// trials, not the lower median), so a slower second look cannot be thrown away and
+/// a faster one cannot replace the first.
+#[test]
+fn a_remeasured_point_keeps_every_trial() {
+    let pt = |trials: Vec<f64>| kernel::Point {
+        size: 1 << 30,
+        median: crate::stats::median(&trials),
+        trials,
+    };
+    let mut p = pt(vec![100.0, 101.0, 102.0]);
+    kernel::remeasure(&mut p, pt(vec![80.0, 81.0, 82.0, 83.0]));
+    assert_eq!(p.trials.len(), 7);
+    assert!(p.median > 82.0 && p.median < 101.0, "{}", p.median);
+    assert_eq!(p.median, crate::stats::median(&p.trials));
+}
