@@ -655,6 +655,7 @@ mod tests {
                 findings: vec![],
                 notes: vec![],
                 sentinel,
+                grade: None,
             }],
             findings: vec![],
         }
