@@ -370,15 +370,33 @@ fn grades(r: &RunResults, wd: usize) -> String {
             "    ",
         ));
     }
-    for (e, reasons) in own {
+    // C reasons one by one; B reasons once per kind, with the experiments they concern.
+    let mut kinds: Vec<(&str, Vec<&str>, &str)> = Vec::new();
+    for (e, reasons) in &own {
         for x in reasons {
-            s.push_str(&wrap(
-                &x.text,
-                wd,
-                &format!("  {} {}: ", e.id, x.level.as_str()),
-                "    ",
-            ));
+            if x.level == crate::results::GradeLevel::C {
+                s.push_str(&wrap(
+                    &x.text,
+                    wd,
+                    &format!("  {} {}: ", e.id, x.level.as_str()),
+                    "    ",
+                ));
+            } else if let Some(k) = kinds.iter_mut().find(|k| k.0 == x.code) {
+                if !k.1.contains(&e.id.as_str()) {
+                    k.1.push(&e.id);
+                }
+            } else {
+                kinds.push((&x.code, vec![&e.id], &x.text));
+            }
         }
+    }
+    for (_, ids, text) in kinds {
+        let first = if ids.len() == 1 {
+            format!("  {} B: ", ids[0])
+        } else {
+            format!("  {} and {} more B: ", ids[0], ids.len() - 1)
+        };
+        s.push_str(&wrap(text, wd, &first, "    "));
     }
     s
 }
