@@ -18,6 +18,9 @@ use crate::results::{
 /// one is the same evidence as the sentinel's issue kernel (it is the same loop).
 pub(crate) const ISSUE_CHECK: &str = "issued at the core's rate";
 
+/// What the harness's note says when preempted trials had to be kept (harness.rs).
+const PREEMPTED_INCLUDED: &str = "(the fastest) are included, so the figure may be inflated";
+
 /// Core cycles per iteration of the one-uop loop (`opaque::repeat`, the sentinel's issue
 /// kernel and cpu.loop) from which the issue rate counts as reduced: every current core
 /// runs it at one (a dependent decrement and a taken branch); a shared core at about two.
@@ -46,6 +49,8 @@ pub(crate) struct RunState<'a> {
     pub cpu: usize,
     /// The sentinel at the start of the run, right after the core clock was measured.
     pub reference: Option<Reading>,
+    /// The loop overhead the harness subtracts, in core cycles per iteration.
+    pub loop_cycles: Option<f64>,
     /// Why the measuring thread's CPU is not controlled (None: hard pinning).
     pub placement: Option<String>,
     /// The kernel's clock source, where it has one.
@@ -81,6 +86,20 @@ impl RunState<'_> {
         let m = self.machine;
         let b = GradeLevel::B;
         let mut v = Vec::new();
+        if let (Some(c), Some(g)) = (self.loop_cycles, self.ghz()) {
+            if c >= ISSUE_SLOW_CYCLES {
+                v.push(reason(
+                    "loop_overhead",
+                    GradeLevel::C,
+                    format!(
+                        "the loop overhead subtracted from per-operation figures was measured at {c:.1} core \
+                         cycles per iteration at the start of the run (1 on every current core; three tries): \
+                         figures that subtract it read up to {:.2} ns per operation low",
+                        (c - 1.0) / g
+                    ),
+                ));
+            }
+        }
         if m.virtualization.is_vm {
             v.push(reason(
                 "vm",
@@ -392,6 +411,14 @@ impl RunState<'_> {
                 reasons.push(r);
             }
         }
+        // The harness's own note (harness.rs) when too few undisturbed trials fitted.
+        for n in e.notes.iter().filter(|n| n.contains(PREEMPTED_INCLUDED)) {
+            reasons.push(reason(
+                "preempted",
+                GradeLevel::C,
+                format!("other tasks preempted the measuring thread so often that {n}"),
+            ));
+        }
         for c in e
             .checks
             .iter()
@@ -447,6 +474,7 @@ mod tests {
             machine: m,
             cpu: 1,
             reference: Some(reading(4.0 / 3.24, 1.0 / 3.24)),
+            loop_cycles: Some(1.0),
             placement: None,
             clock_source: Some("tsc".into()),
             user_hz: 100.0,
@@ -653,6 +681,16 @@ mod tests {
         // Skipped: no grade.
         e.status = Status::Skipped;
         assert!(st.grade(&e, &[]).is_none());
+        // The harness kept preempted trials: C, quoting its note.
+        e.status = Status::Ok;
+        e.checks.clear();
+        e.notes.push(format!("run 1: args_0: only 1 undisturbed trials fitted in the budget: 4 preempted trials {PREEMPTED_INCLUDED}"));
+        let g = st.grade(&e, &[vec![]]).unwrap();
+        assert_eq!(codes(&g.reasons), ["preempted", "vm"]);
+        // A loop overhead measured slow at the start: C for every experiment.
+        let mut slow = state(&m);
+        slow.loop_cycles = Some(6.4);
+        assert_eq!(codes(&slow.standing("cpu"))[0], "loop_overhead");
         // Memory limits count for memory experiments only.
         m.cgroup.memory_limit_bytes = Some(1 << 30);
         m.memory.total_bytes = 8 << 30;

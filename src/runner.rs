@@ -302,7 +302,20 @@ fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> 
         ));
     }
     let hw = machine.add_time_base();
-    let loop_ticks = crate::harness::measure_loop_ticks(&hw, &cfg.profile.harness());
+    let mut loop_ticks = crate::harness::measure_loop_ticks(&hw, &cfg.profile.harness());
+    // The overhead subtracted from every per-operation figure, in core cycles: every
+    // current core takes one; a disturbed measurement is retaken (twice at most), the
+    // fastest kept, and one still slow is named in every experiment's grade.
+    let core_hz = machine.cpu.core_clock_hz;
+    let loop_cycles = |t: f64| core_hz.map(|hz| t / hw.ticks_per_ns() * hz / 1e9);
+    for _ in 0..2 {
+        if loop_cycles(loop_ticks).is_some_and(|c| c >= crate::grade::ISSUE_SLOW_CYCLES) {
+            loop_ticks = loop_ticks.min(crate::harness::measure_loop_ticks(
+                &hw,
+                &cfg.profile.harness(),
+            ));
+        }
+    }
     // The sentinel at the clock the core was just measured at: what later readings are
     // judged against (the fastest of three, kernel by kernel).
     let reference =
@@ -327,6 +340,7 @@ fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> 
         machine: &machine,
         cpu,
         reference,
+        loop_cycles: loop_cycles(loop_ticks),
         placement: pinning.reason().map(str::to_string),
         clock_source: crate::machine::conditions::clock_source(),
         user_hz: crate::machine::conditions::user_hz(),
