@@ -632,6 +632,7 @@ mod tests {
                 findings: vec![],
                 notes: vec![],
                 sentinel,
+                grade: None,
             }],
             findings: vec![],
         }

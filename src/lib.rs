@@ -21,6 +21,8 @@ pub mod experiments;
 #[cfg(unix)]
 pub mod findings;
 #[cfg(unix)]
+pub(crate) mod grade;
+#[cfg(unix)]
 pub(crate) mod harness;
 #[cfg(unix)]
 pub(crate) mod history;

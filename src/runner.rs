@@ -302,7 +302,32 @@ fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> 
         ));
     }
     let hw = machine.add_time_base();
-    let loop_ticks = crate::harness::measure_loop_ticks(&hw, &cfg.profile.harness());
+    let mut loop_ticks = crate::harness::measure_loop_ticks(&hw, &cfg.profile.harness());
+    // The overhead subtracted from every per-operation figure, in core cycles: every
+    // current core takes one; a disturbed measurement is retaken (twice at most), the
+    // fastest kept, and one still slow is named in every experiment's grade.
+    let core_hz = machine.cpu.core_clock_hz;
+    let loop_cycles = |t: f64| core_hz.map(|hz| t / hw.ticks_per_ns() * hz / 1e9);
+    for _ in 0..2 {
+        if loop_cycles(loop_ticks).is_some_and(|c| c >= crate::grade::ISSUE_SLOW_CYCLES) {
+            loop_ticks = loop_ticks.min(crate::harness::measure_loop_ticks(
+                &hw,
+                &cfg.profile.harness(),
+            ));
+        }
+    }
+    // The sentinel at the clock the core was just measured at: what later readings are
+    // judged against (the fastest of three, kernel by kernel).
+    let reference =
+        (0..3)
+            .map(|_| crate::sentinel::measure())
+            .reduce(|a, b| crate::results::Reading {
+                chain_ns: a.chain_ns.min(b.chain_ns),
+                issue_ns: a.issue_ns.min(b.issue_ns),
+                chase_ns: a.chase_ns.min(b.chase_ns),
+                copy_ns_per_byte: a.copy_ns_per_byte.min(b.copy_ns_per_byte),
+                spread: a.spread.max(b.spread),
+            });
 
     // The machine's warnings include the load average at start.
     let mut warnings = machine.warnings.clone();
@@ -311,6 +336,15 @@ fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> 
     }
 
     let scratch = std::sync::OnceLock::new();
+    let host = crate::grade::RunState {
+        machine: &machine,
+        cpu,
+        reference,
+        loop_cycles: loop_cycles(loop_ticks),
+        placement: pinning.reason().map(str::to_string),
+        clock_source: crate::machine::conditions::clock_source(),
+        user_hz: crate::machine::conditions::user_hz(),
+    };
     let env = Env {
         cfg,
         machine: &machine,
@@ -322,8 +356,10 @@ fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> 
         watchdog: &watchdog,
         hard_limit,
         placement: pinning.reason().map(str::to_string),
+        host: &host,
     };
     let results = run_selected(&selected, &env);
+    drop(host);
     // Steal over the whole run, so that its figures can be judged against it.
     if let Some(report) = steal.finish() {
         machine.virtualization.steal_during_run = Some(report);
@@ -415,6 +451,8 @@ fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentRe
         let repeat = repeats(cfg, exp.as_ref());
         let budget = exp.budget(cfg.profile);
         let mut reps = Vec::with_capacity(repeat);
+        let mut observed = Vec::with_capacity(repeat);
+        let siblings = env.host.siblings();
         for r in 0..repeat {
             let run_of = if repeat > 1 {
                 format!(" (run {}/{repeat})", r + 1)
@@ -424,6 +462,7 @@ fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentRe
             progress.message(&format!("[{}/{n}] {}{run_of}", i + 1, exp.id()));
             // Experiments may move threads around; every one starts pinned.
             let _ = platform::pin_to_cpu(cpu);
+            let host_before = crate::machine::conditions::sample(cpu, &siblings);
             let before = crate::sentinel::measure();
             let limit = (env.hard_limit)(budget);
             env.watchdog.arm(exp.id(), limit);
@@ -444,10 +483,18 @@ fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentRe
             }
             let _ = platform::pin_to_cpu(cpu);
             let after = crate::sentinel::measure();
+            let host_after = crate::machine::conditions::sample(cpu, &siblings);
             res.sentinel = Some(crate::results::BeforeAfter { before, after });
+            observed.push(host_conditions(
+                env.host,
+                &mut res,
+                &host_before,
+                &host_after,
+            ));
             reps.push(res);
         }
-        let res = merge_repeats(reps);
+        let mut res = merge_repeats(reps);
+        res.grade = env.host.grade(&res, &observed);
         progress.advance(budget * repeat as u32);
         let mut line = format!(
             "[{}/{n}] {} {} ({:.1} s)",
@@ -463,6 +510,28 @@ fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentRe
         results.push(res);
     }
     results
+}
+
+/// What the host did around one repetition (`grade::RunState::observe`): the conditions
+/// that distort its figures become notes beside them; all go to its grade.
+fn host_conditions(
+    host: &crate::grade::RunState,
+    res: &mut ExperimentResult,
+    before: &crate::machine::conditions::HostSample,
+    after: &crate::machine::conditions::HostSample,
+) -> Vec<crate::results::GradeReason> {
+    let Some(sentinel) = res.sentinel else {
+        return Vec::new();
+    };
+    let names: Vec<String> = res.metrics.iter().map(|m| m.name.clone()).collect();
+    let seen = host.observe(before, after, &sentinel, &names);
+    for c in seen
+        .iter()
+        .filter(|c| c.level == crate::results::GradeLevel::C)
+    {
+        res.notes.push(format!("host condition: {}", c.text));
+    }
+    seen
 }
 
 /// Which host the network experiments measured against: the name given for it and the
@@ -511,6 +580,8 @@ struct Env<'a> {
     hard_limit: fn(Duration) -> Duration,
     /// Why the measuring thread's CPU is not controlled (None: hard pinning).
     placement: Option<String>,
+    /// The run's standing conditions and reference, for the host conditions and grades.
+    host: &'a crate::grade::RunState<'a>,
 }
 
 fn run_one(
@@ -638,6 +709,7 @@ fn empty_result(exp: &dyn Experiment) -> ExperimentResult {
         findings: vec![],
         notes: vec![],
         sentinel: None,
+        grade: None,
     }
 }
 
@@ -808,6 +880,7 @@ mod tests {
             findings: vec![],
             notes: vec![],
             sentinel: None,
+            grade: None,
         };
         let mut o = crate::experiments::Outcome::default();
         o.metric("m", "ns", "", vec![1.0, 2.0]);

@@ -453,3 +453,47 @@ fn helper_threads_avoid_the_measured_cpu() {
     platform::set_affinity(&allowed).unwrap();
     assert_eq!(late.thread_affinity(), Some(vec![cpu]));
 }
+
+/// The runner grades every experiment that ran, as it is wired: the grade's level is its
+/// worst reason, a VM is at least B, each C condition a repetition saw is also a note of
+/// that repetition; skipped and failed experiments have none.
+#[test]
+fn experiments_that_ran_are_graded() {
+    use osmeter::results::GradeLevel;
+    let (r, _, _) = run_mocks("mock.metrics,mock.premise,mock.error,mock.skipped", 2);
+    for id in ["mock.metrics", "mock.premise"] {
+        let e = r.experiment(id).unwrap();
+        let g = e
+            .grade
+            .as_ref()
+            .unwrap_or_else(|| panic!("{id} has no grade"));
+        let worst = g.reasons.iter().map(|x| x.level).max();
+        assert_eq!(g.level, worst.unwrap_or(GradeLevel::A), "{id}: {g:?}");
+        if r.machine.virtualization.is_vm {
+            assert!(g.reasons.iter().any(|x| x.code == "vm"), "{id}: {g:?}");
+        }
+        for x in g.reasons.iter().filter(|x| x.level == GradeLevel::C) {
+            let text = x
+                .text
+                .split_once(" of 2: ")
+                .map(|(_, t)| t)
+                .unwrap_or(&x.text);
+            assert!(
+                e.notes.iter().any(|n| n.ends_with(text)),
+                "{id}: C reason {text:?} not among the notes {:?}",
+                e.notes
+            );
+        }
+    }
+    for id in ["mock.error", "mock.skipped"] {
+        assert!(r.experiment(id).unwrap().grade.is_none(), "{id}");
+    }
+    // The document keeps the grade at experiments[].grade.{level, reasons}.
+    let v = serde_json::to_value(&r).unwrap();
+    let g = &v["experiments"][0]["grade"];
+    assert!(
+        ["A", "B", "C"].contains(&g["level"].as_str().unwrap()),
+        "{g}"
+    );
+    assert!(g["reasons"].is_array());
+}

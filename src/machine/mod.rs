@@ -6,6 +6,7 @@
 //! read through a `FactRoot`, so a snapshot records them and `--from DIR` reads them back.
 
 pub(crate) mod cgroup;
+pub(crate) mod conditions;
 pub(crate) mod cpu;
 mod describe;
 pub mod facts;

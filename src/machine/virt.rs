@@ -193,7 +193,7 @@ pub fn cpu_steal_ticks() -> Option<u64> {
     parse_steal(&FactRoot::live().read("/proc/stat")?)
 }
 
-fn user_hz() -> f64 {
+pub(crate) fn user_hz() -> f64 {
     // SAFETY: sysconf with a valid name has no memory effects.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if hz > 0 {

@@ -187,7 +187,7 @@ fn summary(h: &mut String, r: &RunResults) {
                 format!(
                     "<a href=\"#{}\">{}</a>{}",
                     anchor(&e.id),
-                    esc(&e.id),
+                    esc(&view::id_with_grade(e, e.id.clone())),
                     if e.status == Status::Ok {
                         String::new()
                     } else {
@@ -267,6 +267,27 @@ fn experiment(h: &mut String, e: &ExperimentResult, figs: &[Figure]) {
             e.status.as_str(),
             esc(reason)
         );
+    }
+    if let Some(g) = &e.grade {
+        let _ = write!(
+            h,
+            "<div{}><p><strong>Trust grade {}</strong> <span class=\"from\">({})</span></p>",
+            if g.level == crate::results::GradeLevel::C {
+                " class=\"warn\""
+            } else {
+                ""
+            },
+            g.level.as_str(),
+            esc(view::GRADE_LEGEND)
+        );
+        if !g.reasons.is_empty() {
+            h.push_str("<ul>");
+            for x in &g.reasons {
+                let _ = write!(h, "<li>{} ({})</li>", esc(&x.text), x.level.as_str());
+            }
+            h.push_str("</ul>");
+        }
+        h.push_str("</div>");
     }
     if !e.method.is_empty() {
         let _ = write!(h, "<p><strong>Method.</strong> {}</p>", esc(&e.method));

@@ -17,6 +17,7 @@ pub fn render(r: &RunResults, figs: &[Figure]) -> String {
     machine(&mut s, r);
     summary(&mut s, r);
     findings_and_not_ok(&mut s, r);
+    grades(&mut s, r);
     w(&mut s, "## Experiments\n");
     for e in &r.experiments {
         experiment(&mut s, e, figs);
@@ -83,11 +84,14 @@ fn summary(s: &mut String, r: &RunResults) {
         }
         for m in &e.metrics {
             let row = metric_row(m);
-            let id = if e.status == Status::Ok {
-                e.id.clone()
-            } else {
-                format!("{} ({})", e.id, e.status.as_str())
-            };
+            let id = view::id_with_grade(
+                e,
+                if e.status == Status::Ok {
+                    e.id.clone()
+                } else {
+                    format!("{} ({})", e.id, e.status.as_str())
+                },
+            );
             w(
                 s,
                 &format!(
@@ -137,6 +141,31 @@ fn findings_and_not_ok(s: &mut String, r: &RunResults) {
     }
 }
 
+/// The trust grades: what every experiment shares once, then each grade with its own
+/// reasons (nothing for documents without grades).
+fn grades(s: &mut String, r: &RunResults) {
+    let Some((common, own)) = view::grades(r) else {
+        return;
+    };
+    w(s, "## Trust grades\n");
+    w(s, &format!("{}.\n", view::GRADE_LEGEND));
+    if !common.is_empty() {
+        w(s, "Every experiment:\n");
+        for x in &common {
+            w(s, &format!("- {} ({})", x.text, x.level.as_str()));
+        }
+        s.push('\n');
+    }
+    for (e, reasons) in own {
+        let level = e.grade.as_ref().map(|g| g.level.as_str()).unwrap_or("?");
+        w(s, &format!("- **{}**: {level}", e.id));
+        for x in reasons {
+            w(s, &format!("  - {} ({})", x.text, x.level.as_str()));
+        }
+    }
+    s.push('\n');
+}
+
 /// One experiment: status, method, metrics, plots, checks, findings, notes.
 fn experiment(s: &mut String, e: &ExperimentResult, figs: &[Figure]) {
     w(
@@ -151,6 +180,15 @@ fn experiment(s: &mut String, e: &ExperimentResult, figs: &[Figure]) {
     );
     if let Some(reason) = &e.reason {
         w(s, &format!("**{}:** {reason}\n", e.status.as_str()));
+    }
+    if let Some(g) = &e.grade {
+        w(s, &format!("**Trust grade {}.**\n", g.level.as_str()));
+        for x in &g.reasons {
+            w(s, &format!("- {} ({})", x.text, x.level.as_str()));
+        }
+        if !g.reasons.is_empty() {
+            s.push('\n');
+        }
     }
     if !e.method.is_empty() {
         w(s, &format!("**Method.** {}\n", e.method));

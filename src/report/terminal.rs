@@ -184,12 +184,15 @@ fn metrics_table(r: &RunResults, width: u16) -> String {
     let wd = width as usize;
     let mut rows = Vec::new();
     for e in &r.experiments {
-        rows.push(Row::Span(if e.status == Status::Ok {
-            e.id.clone()
-        } else {
-            // The reason goes below the table, where it cannot widen a column.
-            format!("{} ({})", e.id, e.status.as_str())
-        }));
+        rows.push(Row::Span(super::view::id_with_grade(
+            e,
+            if e.status == Status::Ok {
+                e.id.clone()
+            } else {
+                // The reason goes below the table, where it cannot widen a column.
+                format!("{} ({})", e.id, e.status.as_str())
+            },
+        )));
         for met in &e.metrics {
             rows.push(Row::Cells(metric_cells(met)));
         }
@@ -323,6 +326,7 @@ fn reasons_and_findings(r: &RunResults, wd: usize) -> String {
             "    ",
         ));
     }
+    s.push_str(&grades(r, wd));
     let ranked = crate::findings::ranked(r);
     if !ranked.is_empty() {
         let shown = ranked.len().min(MAX_FINDINGS);
@@ -337,6 +341,62 @@ fn reasons_and_findings(r: &RunResults, wd: usize) -> String {
         for f in &ranked[..shown] {
             s.push_str(&wrap(&f.finding.text, wd, "  - ", "    "));
         }
+    }
+    s
+}
+
+/// The grades below A with their reasons: those every experiment shares once, then each
+/// experiment's own (nothing for documents without grades, or when all are A).
+fn grades(r: &RunResults, wd: usize) -> String {
+    let mut s = String::new();
+    let Some((common, own)) = super::view::grades(r) else {
+        return s;
+    };
+    let own: Vec<_> = own.into_iter().filter(|(_, x)| !x.is_empty()).collect();
+    if common.is_empty() && own.is_empty() {
+        return s;
+    }
+    s.push_str(&wrap(
+        &format!("trust grades ({}):", super::view::GRADE_LEGEND),
+        wd,
+        "",
+        "  ",
+    ));
+    for x in &common {
+        s.push_str(&wrap(
+            &x.text,
+            wd,
+            &format!("  every experiment {}: ", x.level.as_str()),
+            "    ",
+        ));
+    }
+    // C reasons one by one; B reasons once per kind, with the experiments they concern.
+    let mut kinds: Vec<(&str, Vec<&str>, &str)> = Vec::new();
+    for (e, reasons) in &own {
+        for x in reasons {
+            if x.level == crate::results::GradeLevel::C {
+                s.push_str(&wrap(
+                    &x.text,
+                    wd,
+                    &format!("  {} {}: ", e.id, x.level.as_str()),
+                    "    ",
+                ));
+            } else if let Some(k) = kinds.iter_mut().find(|k| k.0 == x.code) {
+                if !k.1.contains(&e.id.as_str()) {
+                    k.1.push(&e.id);
+                }
+            } else {
+                kinds.push((&x.code, vec![&e.id], &x.text));
+            }
+        }
+    }
+    for (_, ids, text) in kinds {
+        let first = if ids.len() == 1 {
+            format!("  {} B: ", ids[0])
+        } else {
+            format!("  {} and {} more B: ", ids[0], ids.len() - 1)
+        };
+        s.push_str(&wrap(text, wd, &first, "    "));
     }
     s
 }

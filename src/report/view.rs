@@ -4,9 +4,53 @@
 use super::terminal::FLAG_RATIO;
 use crate::clock::ClockInfo;
 use crate::machine::{Cache, Cpu, Disk, Machine, Memory, Nic, Topology, Virtualization};
-use crate::results::{Metric, RunResults, Status};
+use crate::results::{ExperimentResult, GradeReason, Metric, RunResults, Status};
 use crate::units::{fmt_bytes, fmt_value};
 use serde_json::Value;
+
+/// What the trust grades mean, where a report shows them.
+pub(crate) const GRADE_LEGEND: &str = "A: nothing known distorts the figures; B: a condition \
+    that can distort them, not seen to during the experiment; C: a condition seen during the \
+    experiment (docs/METHODOLOGY.md, \"Trust grades and host conditions\")";
+
+/// An experiment's id with its grade, where it has one: "cpu.loop (grade C)".
+pub(crate) fn id_with_grade(e: &ExperimentResult, id: String) -> String {
+    match &e.grade {
+        Some(g) => format!("{id} (grade {})", g.level.as_str()),
+        None => id,
+    }
+}
+
+/// An experiment and the reasons of its grade that not every experiment shares.
+pub(crate) type OwnReasons<'a> = (&'a ExperimentResult, Vec<&'a GradeReason>);
+
+/// The reasons that every graded experiment of the run shares, and each experiment's
+/// grade with the reasons of its own (so a report says a VM once, not per experiment).
+pub(crate) fn grades(r: &RunResults) -> Option<(Vec<&GradeReason>, Vec<OwnReasons<'_>>)> {
+    let graded: Vec<&ExperimentResult> =
+        r.experiments.iter().filter(|e| e.grade.is_some()).collect();
+    let first = graded.first()?.grade.as_ref()?;
+    let common: Vec<&GradeReason> = first
+        .reasons
+        .iter()
+        .filter(|x| {
+            graded
+                .iter()
+                .all(|e| e.grade.as_ref().is_some_and(|g| g.reasons.contains(x)))
+        })
+        .collect();
+    let own = graded
+        .iter()
+        .map(|e| {
+            let g = e.grade.as_ref().expect("graded");
+            (
+                *e,
+                g.reasons.iter().filter(|x| !common.contains(x)).collect(),
+            )
+        })
+        .collect();
+    Some((common, own))
+}
 
 /// One row of the predicted-vs-measured table.
 pub struct MetricRow {

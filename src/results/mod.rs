@@ -98,6 +98,51 @@ pub struct ExperimentResult {
     /// The environment sentinel measured just before and just after the experiment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sentinel: Option<BeforeAfter>,
+    /// How far the figures can be trusted, with the host conditions behind it
+    /// (`grade::assess`). Absent in older results and for skipped or failed experiments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grade: Option<Grade>,
+}
+
+/// A trust grade: A (nothing known to distort the figures), B (a condition that can
+/// distort them, not seen to during the experiment), C (a condition seen during the
+/// experiment that distorts them). The rules are in docs/METHODOLOGY.md, "Trust grades
+/// and host conditions"; `compare` reads `level`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Grade {
+    pub level: GradeLevel,
+    /// Every condition found, worst first; empty for A.
+    #[serde(default)]
+    pub reasons: Vec<GradeReason>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum GradeLevel {
+    A,
+    B,
+    C,
+}
+
+impl GradeLevel {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            GradeLevel::A => "A",
+            GradeLevel::B => "B",
+            GradeLevel::C => "C",
+        }
+    }
+}
+
+/// One condition behind a grade.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GradeReason {
+    /// A stable name for tools: `vm`, `steal`, `issue_rate`, `frequency`, `throttle`,
+    /// `busy`, `smt_sibling_busy`, `governor`, `boost`, `cgroup_cpu`, `cgroup_memory`,
+    /// `cgroup_io`, `clock_source`, `placement`, `efficiency_core`.
+    pub code: String,
+    /// The level this condition alone gives.
+    pub level: GradeLevel,
+    pub text: String,
 }
 
 impl ExperimentResult {

@@ -1102,6 +1102,7 @@ mod tests {
             findings: vec![],
             notes: vec![],
             sentinel: None,
+            grade: None,
         }
     }
 

@@ -1,0 +1,701 @@
+//! Trust grades and host conditions (docs/METHODOLOGY.md, "Trust grades and host
+//! conditions"). Before the experiments the run records what can distort any figure (a
+//! VM, the governor and boost, cgroup limits, a busy machine, the clock source, placement);
+//! around each repetition of an experiment it reads the host counters
+//! (`machine::conditions`) and the sentinel, and names what it saw distort the figures
+//! (an issue rate below the core's, steal on the measured CPU, a moved core clock,
+//! thermal throttling) in the repetition's notes. Each experiment then gets a grade:
+//! A nothing known to distort it, B a condition that can but was not seen to, C a
+//! condition seen during the experiment.
+
+use crate::machine::conditions::HostSample;
+use crate::machine::Machine;
+use crate::results::{
+    BeforeAfter, ExperimentResult, Grade, GradeLevel, GradeReason, Reading, Status,
+};
+
+/// The name of cpu.loop's check that its own loop ran at the core's issue rate: a failed
+/// one is the same evidence as the sentinel's issue kernel (it is the same loop).
+pub(crate) const ISSUE_CHECK: &str = "issued at the core's rate";
+
+/// What the harness's note says when preempted trials had to be kept (harness.rs).
+const PREEMPTED_INCLUDED: &str = "(the fastest) are included, so the figure may be inflated";
+
+/// Core cycles per iteration of the one-uop loop (`opaque::repeat`, the sentinel's issue
+/// kernel and cpu.loop) from which the issue rate counts as reduced: every current core
+/// runs it at one (a dependent decrement and a taken branch); a shared core at about two.
+pub(crate) const ISSUE_SLOW_CYCLES: f64 = 1.5;
+/// A sentinel reading whose dependent chain moved more than this from the run's start
+/// is not an issue-rate reading (the whole CPU was slowed: preemption, steal, a clock change).
+const CHAIN_HELD: f64 = 0.25;
+/// The chain moved by more than this, before and after alike: the core clock moved.
+const CLOCK_MOVED: f64 = 0.15;
+/// Steal on the measured CPU worth naming (the run-level warning's threshold).
+const STEAL_SHARE: f64 = 0.02;
+/// Steal from which a median of trials counts as affected, and at least this many ticks
+/// (USER_HZ): below it, stolen intervals hit a minority of the trials, which the median
+/// resists (2-16% steal per experiment left five quick cpu.* runs here within 0.3% of
+/// their median).
+const STEAL_SHARE_C: f64 = 0.25;
+const STEAL_TICKS_C: u64 = 5;
+/// Share of the time other tasks waited for a CPU (PSI) that makes the machine busy.
+const WAIT_SHARE: f64 = 0.10;
+/// Share of the time the SMT sibling was busy that counts.
+const SIBLING_SHARE: f64 = 0.10;
+
+/// What the run knows before its experiments: the machine and the run's own start.
+pub(crate) struct RunState<'a> {
+    pub machine: &'a Machine,
+    pub cpu: usize,
+    /// The sentinel at the start of the run, right after the core clock was measured.
+    pub reference: Option<Reading>,
+    /// The loop overhead the harness subtracts, in core cycles per iteration.
+    pub loop_cycles: Option<f64>,
+    /// Why the measuring thread's CPU is not controlled (None: hard pinning).
+    pub placement: Option<String>,
+    /// The kernel's clock source, where it has one.
+    pub clock_source: Option<String>,
+    /// USER_HZ, the unit of the steal and busy ticks.
+    pub user_hz: f64,
+}
+
+fn reason(code: &str, level: GradeLevel, text: String) -> GradeReason {
+    GradeReason {
+        code: code.into(),
+        level,
+        text,
+    }
+}
+
+impl RunState<'_> {
+    fn ghz(&self) -> Option<f64> {
+        self.machine.cpu.core_clock_hz.map(|h| h / 1e9)
+    }
+
+    /// The siblings of the measured CPU.
+    pub(crate) fn siblings(&self) -> Vec<usize> {
+        self.machine
+            .topology
+            .place(self.cpu)
+            .map(|p| p.siblings.clone())
+            .unwrap_or_default()
+    }
+
+    /// Conditions of the whole run that can distort the figures of an experiment in `area`.
+    pub(crate) fn standing(&self, area: &str) -> Vec<GradeReason> {
+        let m = self.machine;
+        let b = GradeLevel::B;
+        let mut v = Vec::new();
+        if let (Some(c), Some(g)) = (self.loop_cycles, self.ghz()) {
+            if c >= ISSUE_SLOW_CYCLES {
+                v.push(reason(
+                    "loop_overhead",
+                    GradeLevel::C,
+                    format!(
+                        "the loop overhead subtracted from per-operation figures was measured at {c:.1} core \
+                         cycles per iteration at the start of the run (1 on every current core; three tries): \
+                         figures that subtract it read up to {:.2} ns per operation low",
+                        (c - 1.0) / g
+                    ),
+                ));
+            }
+        }
+        if m.virtualization.is_vm {
+            v.push(reason(
+                "vm",
+                b,
+                format!(
+                    "a virtual machine ({}): the host can give this vCPU's core or its SMT sibling to \
+                     another guest; steal is counted and a shared core shows in the sentinel",
+                    m.virtualization.hypervisor.as_deref().unwrap_or("hypervisor unknown")
+                ),
+            ));
+        }
+        if let Some(g) = m.cpu.governors.get(&self.cpu) {
+            if g != "performance" {
+                v.push(reason(
+                    "governor",
+                    b,
+                    format!(
+                        "CPU {} runs the {g} governor: its clock follows the load",
+                        self.cpu
+                    ),
+                ));
+            }
+        }
+        if m.cpu.turbo == Some(true) {
+            v.push(reason(
+                "boost",
+                b,
+                "frequency boost is on: the core clock follows load and temperature".into(),
+            ));
+        }
+        let cpus = m.cpu.allowed_cpus.len().max(1) as f64;
+        if let Some(l) = m.cgroup.cpu_limit.filter(|l| *l < cpus) {
+            v.push(reason(
+                "cgroup_cpu",
+                b,
+                format!("a cgroup CPU quota of {l:.2} CPUs: the scheduler can throttle the run"),
+            ));
+        }
+        if matches!(area, "mem" | "fs") {
+            if let Some(l) = m
+                .cgroup
+                .memory_limit_bytes
+                .filter(|l| m.memory.total_bytes > 0 && *l < m.memory.total_bytes)
+            {
+                v.push(reason(
+                    "cgroup_memory",
+                    b,
+                    format!(
+                        "a cgroup memory limit of {}: memory and the file cache are capped below the machine's",
+                        crate::units::fmt_bytes(l as f64)
+                    ),
+                ));
+            }
+        }
+        if let Some(one) = m.load_average.map(|l| l[0]).filter(|l| *l > 0.5 * cpus) {
+            v.push(reason(
+                "busy",
+                b,
+                format!("the machine was busy at the start: load average {one:.2} on {cpus} CPUs"),
+            ));
+        }
+        if let Some(cs) = self
+            .clock_source
+            .as_deref()
+            .filter(|c| !matches!(*c, "tsc" | "arch_sys_counter"))
+        {
+            v.push(reason(
+                "clock_source",
+                b,
+                format!(
+                    "the kernel's clock source is {cs} (not the CPU's counter): clock reads are slow \
+                     and coarse"
+                ),
+            ));
+        }
+        if m.clock.as_ref().is_some_and(|c| c.invariant == Some(false)) {
+            v.push(reason(
+                "clock_source",
+                b,
+                "the time-stamp counter is not invariant: it may change rate with the clock".into(),
+            ));
+        }
+        if let Some(why) = &self.placement {
+            v.push(reason(
+                "placement",
+                b,
+                format!("the measuring thread's CPU is not controlled: {why}"),
+            ));
+        }
+        let kind = m.topology.place(self.cpu).and_then(|p| p.kind.as_deref());
+        if kind == Some("efficiency") {
+            v.push(reason(
+                "efficiency_core",
+                b,
+                format!("CPU {} is an efficiency core", self.cpu),
+            ));
+        }
+        v
+    }
+
+    /// What one repetition saw, from the counters and sentinel around it: C conditions
+    /// (each also a note of the repetition) and B ones (grade reasons only).
+    pub(crate) fn observe(
+        &self,
+        before: &HostSample,
+        after: &HostSample,
+        sentinel: &BeforeAfter,
+        metrics: &[String],
+    ) -> Vec<GradeReason> {
+        let mut v = Vec::new();
+        let figures = if metrics.is_empty() {
+            String::new()
+        } else {
+            format!(" (measured in it: {})", metrics.join(", "))
+        };
+        let secs = after.at.duration_since(before.at).as_secs_f64();
+        let delta = |f: fn(&HostSample) -> Option<u64>| match (f(before), f(after)) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        };
+        if let Some(text) = self.issue_rate(sentinel) {
+            v.push(reason(
+                "issue_rate",
+                GradeLevel::C,
+                format!("{text}{figures}"),
+            ));
+        }
+        if let Some(text) = self.clock_moved(sentinel, before.cur_khz, after.cur_khz) {
+            v.push(reason(
+                "frequency",
+                GradeLevel::C,
+                format!("{text}{figures}"),
+            ));
+        }
+        if let Some(t) = delta(|s| s.steal_ticks).filter(|t| *t >= 2 && secs > 0.0) {
+            let share = t as f64 / self.user_hz / secs;
+            if share > STEAL_SHARE {
+                let heavy = share >= STEAL_SHARE_C && t >= STEAL_TICKS_C;
+                v.push(reason(
+                    "steal",
+                    if heavy { GradeLevel::C } else { GradeLevel::B },
+                    format!(
+                        "the hypervisor stole {:.0}% of CPU {}'s time during the experiment ({:.0} ms of \
+                         {secs:.1} s; /proc/stat): a trial that spans a stolen interval reads slow, and \
+                         the guest does not see it as a preemption; {}{}",
+                        share * 100.0,
+                        self.cpu,
+                        t as f64 / self.user_hz * 1e3,
+                        if heavy {
+                            "at this share most trials can be hit, and the medians with them"
+                        } else {
+                            "below a quarter of the time it is graded B: a median of trials resists a minority of hit trials"
+                        },
+                        if heavy { figures.as_str() } else { "" }
+                    ),
+                ));
+            }
+        }
+        if let Some(n) = delta(|s| s.throttle_events).filter(|n| *n > 0) {
+            v.push(reason(
+                "throttle",
+                GradeLevel::C,
+                format!(
+                    "CPU {} was thermally throttled {n} time{} during the experiment (thermal_throttle \
+                     counters){figures}",
+                    self.cpu,
+                    if n == 1 { "" } else { "s" }
+                ),
+            ));
+        }
+        if let Some(us) = delta(|s| s.cpu_wait_us).filter(|_| secs > 0.0) {
+            let share = us as f64 / 1e6 / secs;
+            if share > WAIT_SHARE {
+                v.push(reason(
+                    "busy",
+                    GradeLevel::B,
+                    format!(
+                        "other tasks waited for a CPU {:.0}% of the time (/proc/pressure/cpu): preempted \
+                         trials are retaken, but the machine was not quiet",
+                        (share * 100.0).min(100.0)
+                    ),
+                ));
+            }
+        }
+        if let Some(t) = delta(|s| s.sibling_busy_ticks).filter(|_| secs > 0.0) {
+            let share = t as f64 / self.user_hz / secs;
+            if share > SIBLING_SHARE {
+                v.push(reason(
+                    "smt_sibling_busy",
+                    GradeLevel::B,
+                    format!(
+                        "the SMT sibling of CPU {} was busy {:.0}% of the time: it shares the core's issue \
+                         slots and caches",
+                        self.cpu,
+                        (share * 100.0).min(100.0)
+                    ),
+                ));
+            }
+        }
+        v
+    }
+
+    /// The sentinel's one-uop loop slower than the core issues it, while its dependent
+    /// chain held (a whole-CPU slowdown is preemption or a clock change, not this).
+    fn issue_rate(&self, s: &BeforeAfter) -> Option<String> {
+        let slow: Vec<(&str, f64, f64)> = [("before", &s.before), ("after", &s.after)]
+            .into_iter()
+            .filter_map(|(when, r)| {
+                if r.issue_ns <= 0.0 {
+                    return None;
+                }
+                if let Some(reference) = &self.reference {
+                    if (r.chain_ns / reference.chain_ns - 1.0).abs() > CHAIN_HELD {
+                        return None;
+                    }
+                }
+                match (self.ghz(), &self.reference) {
+                    (Some(g), _) => Some((when, r.issue_ns * g, r.chain_ns * g)),
+                    // Without a core clock: against the run's start, assumed one cycle.
+                    (None, Some(reference)) if reference.issue_ns > 0.0 => Some((
+                        when,
+                        r.issue_ns / reference.issue_ns,
+                        r.chain_ns / reference.chain_ns,
+                    )),
+                    _ => None,
+                }
+            })
+            .filter(|(_, ic, _)| *ic >= ISSUE_SLOW_CYCLES)
+            .collect();
+        if slow.is_empty() {
+            return None;
+        }
+        let unit = if self.ghz().is_some() {
+            "core cycles"
+        } else {
+            "x the run's start"
+        };
+        let what: Vec<String> = slow
+            .iter()
+            .map(|(when, ic, cc)| {
+                format!("{ic:.1} {unit} per iteration {when} the experiment (chain {cc:.1})")
+            })
+            .collect();
+        let worst = slow.iter().map(|s| s.1).fold(0.0, f64::max);
+        Some(format!(
+            "the core's issue rate was reduced: the sentinel's one-uop loop took {} where every current \
+             core takes one, while its dependent chain held, as when another hardware thread shares \
+             the core; throughput-bound figures (loops, calls, system calls) read up to {worst:.1}x slow",
+            what.join(" and ")
+        ))
+    }
+
+    /// The dependent chain moved from the run's start by more than `CLOCK_MOVED` before
+    /// and after the experiment alike, or cpufreq's current frequency moved as much.
+    fn clock_moved(&self, s: &BeforeAfter, khz0: Option<u64>, khz1: Option<u64>) -> Option<String> {
+        if let (Some(a), Some(b)) = (khz0, khz1) {
+            if a > 0 && b > 0 && ((b as f64 / a as f64) - 1.0).abs() > CLOCK_MOVED {
+                return Some(format!(
+                    "CPU {}'s clock moved from {:.0} to {:.0} MHz during the experiment (cpufreq \
+                     scaling_cur_freq): cycle figures and time figures disagree",
+                    self.cpu,
+                    a as f64 / 1e3,
+                    b as f64 / 1e3
+                ));
+            }
+        }
+        let r = self.reference.as_ref().filter(|r| r.chain_ns > 0.0)?;
+        let k0 = s.before.chain_ns / r.chain_ns;
+        let k1 = s.after.chain_ns / r.chain_ns;
+        let moved = |k: f64| (k - 1.0).abs() > CLOCK_MOVED;
+        // The same direction, both sides: one disturbed reading is not a clock change.
+        if moved(k0) && moved(k1) && (k0 > 1.0) == (k1 > 1.0) {
+            let k = (k0 * k1).sqrt();
+            return Some(format!(
+                "the core clock moved: the sentinel's dependent chain took {:.2}x and {:.2}x its time at \
+                 the run's start before and after the experiment, so the core ran at about {:.0}% of the \
+                 clock measured then (cycle figures use that clock)",
+                k0,
+                k1,
+                100.0 / k
+            ));
+        }
+        None
+    }
+
+    /// The grade of an experiment from the standing conditions, what each repetition
+    /// observed, and its own issue-rate check. None for skipped and failed experiments.
+    pub(crate) fn grade(
+        &self,
+        e: &ExperimentResult,
+        observed: &[Vec<GradeReason>],
+    ) -> Option<Grade> {
+        if matches!(e.status, Status::Skipped | Status::Failed) {
+            return None;
+        }
+        let n = observed.len();
+        let mut reasons: Vec<GradeReason> = Vec::new();
+        for (k, obs) in observed.iter().enumerate() {
+            for r in obs {
+                // Every C observation, labelled with its repetition; of the B ones the
+                // first of each kind (the same busy machine in every repetition is one reason).
+                if r.level < GradeLevel::C && reasons.iter().any(|x| x.code == r.code) {
+                    continue;
+                }
+                let mut r = r.clone();
+                if n > 1 {
+                    r.text = format!("run {} of {n}: {}", k + 1, r.text);
+                }
+                reasons.push(r);
+            }
+        }
+        // The harness's own note (harness.rs) when too few undisturbed trials fitted.
+        for n in e.notes.iter().filter(|n| n.contains(PREEMPTED_INCLUDED)) {
+            reasons.push(reason(
+                "preempted",
+                GradeLevel::C,
+                format!("other tasks preempted the measuring thread so often that {n}"),
+            ));
+        }
+        for c in e
+            .checks
+            .iter()
+            .filter(|c| !c.passed && c.name.ends_with(ISSUE_CHECK))
+        {
+            reasons.push(reason(
+                "issue_rate",
+                GradeLevel::C,
+                format!("{}: {}", c.name, c.detail),
+            ));
+        }
+        reasons.extend(self.standing(&e.area));
+        // One reason per condition and text; worst first, in the order found.
+        let mut seen = std::collections::BTreeSet::new();
+        reasons.retain(|r| seen.insert((r.code.clone(), r.text.clone())));
+        reasons.sort_by_key(|r| std::cmp::Reverse(r.level));
+        Some(Grade {
+            level: reasons
+                .iter()
+                .map(|r| r.level)
+                .max()
+                .unwrap_or(GradeLevel::A),
+            reasons,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn reading(chain: f64, issue: f64) -> Reading {
+        Reading {
+            chain_ns: chain,
+            issue_ns: issue,
+            chase_ns: 1.5,
+            copy_ns_per_byte: 0.02,
+            spread: 0.0,
+        }
+    }
+
+    /// This VM's figures: 3.24 GHz, chain 4 cycles, loop 1 cycle.
+    fn machine() -> Machine {
+        let mut m = Machine::default();
+        m.cpu.core_clock_hz = Some(3.24e9);
+        m.cpu.allowed_cpus = vec![0, 1];
+        m
+    }
+
+    fn state(m: &Machine) -> RunState<'_> {
+        RunState {
+            machine: m,
+            cpu: 1,
+            reference: Some(reading(4.0 / 3.24, 1.0 / 3.24)),
+            loop_cycles: Some(1.0),
+            placement: None,
+            clock_source: Some("tsc".into()),
+            user_hz: 100.0,
+        }
+    }
+
+    fn sample(at: Instant, steal: u64, wait_us: u64) -> HostSample {
+        HostSample {
+            at,
+            steal_ticks: Some(steal),
+            sibling_busy_ticks: None,
+            cpu_wait_us: Some(wait_us),
+            throttle_events: Some(0),
+            cur_khz: None,
+        }
+    }
+
+    fn quiet_pair() -> (HostSample, HostSample) {
+        let t = Instant::now();
+        (
+            sample(t, 100, 0),
+            sample(t + Duration::from_secs(1), 100, 1000),
+        )
+    }
+
+    fn codes(v: &[GradeReason]) -> Vec<&str> {
+        v.iter().map(|r| r.code.as_str()).collect()
+    }
+
+    #[test]
+    fn a_quiet_repetition_names_nothing() {
+        let m = machine();
+        let st = state(&m);
+        let (a, b) = quiet_pair();
+        let quiet = reading(4.0 / 3.24, 1.04 / 3.24);
+        let s = BeforeAfter {
+            before: quiet,
+            after: quiet,
+        };
+        assert!(st.observe(&a, &b, &s, &[]).is_empty());
+    }
+
+    /// The state issue 20 saw: cpu.loop at 2 cycles, the chain unchanged.
+    #[test]
+    fn a_shared_core_is_named_with_its_figures() {
+        let m = machine();
+        let st = state(&m);
+        let (a, b) = quiet_pair();
+        let s = BeforeAfter {
+            before: reading(4.0 / 3.24, 2.1 / 3.24),
+            after: reading(4.0 / 3.24, 1.0 / 3.24),
+        };
+        let v = st.observe(&a, &b, &s, &["iteration".into()]);
+        assert_eq!(codes(&v), ["issue_rate"]);
+        assert!(
+            v[0].text.contains("2.1 core cycles per iteration before"),
+            "{}",
+            v[0].text
+        );
+        assert!(
+            v[0].text.contains("measured in it: iteration"),
+            "{}",
+            v[0].text
+        );
+        assert_eq!(v[0].level, GradeLevel::C);
+    }
+
+    /// A sentinel preempted mid-way (chain and loop 3x slow alike) is not a shared core,
+    /// and one such reading is not a clock change either: seen in quiet runs here.
+    #[test]
+    fn a_disturbed_sentinel_reading_is_not_a_condition() {
+        let m = machine();
+        let st = state(&m);
+        let (a, b) = quiet_pair();
+        let s = BeforeAfter {
+            before: reading(4.0 / 3.24, 1.0 / 3.24),
+            after: reading(13.4 / 3.24, 2.58 / 3.24),
+        };
+        assert!(st.observe(&a, &b, &s, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_slower_clock_on_both_sides_is_a_frequency_change() {
+        let m = machine();
+        let st = state(&m);
+        let (a, b) = quiet_pair();
+        // The chain 1.3x slow: the clock at 77%; the loop as slow, so in start-clock
+        // cycles 1.3 (below the issue rule).
+        let s = BeforeAfter {
+            before: reading(5.2 / 3.24, 1.3 / 3.24),
+            after: reading(5.3 / 3.24, 1.3 / 3.24),
+        };
+        let v = st.observe(&a, &b, &s, &[]);
+        assert_eq!(codes(&v), ["frequency"]);
+        assert!(
+            v[0].text.contains("about 76%") || v[0].text.contains("about 77%"),
+            "{}",
+            v[0].text
+        );
+        // cpufreq says so too.
+        let (mut a, mut b) = quiet_pair();
+        a.cur_khz = Some(3_000_000);
+        b.cur_khz = Some(2_000_000);
+        let quiet = BeforeAfter {
+            before: reading(4.0 / 3.24, 1.0 / 3.24),
+            after: reading(4.0 / 3.24, 1.0 / 3.24),
+        };
+        let v = st.observe(&a, &b, &quiet, &[]);
+        assert_eq!(codes(&v), ["frequency"]);
+        assert!(v[0].text.contains("3000 to 2000 MHz"));
+    }
+
+    #[test]
+    fn steal_throttle_busy_and_sibling() {
+        let m = machine();
+        let st = state(&m);
+        let t = Instant::now();
+        let a = HostSample {
+            sibling_busy_ticks: Some(1000),
+            ..sample(t, 100, 0)
+        };
+        // 10 ticks = 100 ms stolen of 1 s; 600 ms of waiting; 2 throttle events; the
+        // sibling busy 50 ticks = 50%.
+        let b = HostSample {
+            throttle_events: Some(2),
+            sibling_busy_ticks: Some(1050),
+            ..sample(t + Duration::from_secs(1), 110, 600_000)
+        };
+        let quiet = reading(4.0 / 3.24, 1.0 / 3.24);
+        let s = BeforeAfter {
+            before: quiet,
+            after: quiet,
+        };
+        let v = st.observe(&a, &b, &s, &[]);
+        assert_eq!(codes(&v), ["steal", "throttle", "busy", "smt_sibling_busy"]);
+        assert!(
+            v[0].text.contains("stole 10% of CPU 1's time"),
+            "{}",
+            v[0].text
+        );
+        // 10%: named, but the median resists it.
+        assert_eq!(v[0].level, GradeLevel::B);
+        // 40 ticks of 1 s: a C condition, with the figures.
+        let heavy = sample(t + Duration::from_secs(1), 140, 0);
+        let v = st.observe(&a, &heavy, &s, &["getppid".into()]);
+        let steal = v.iter().find(|r| r.code == "steal").unwrap();
+        assert_eq!(steal.level, GradeLevel::C);
+        assert!(
+            steal.text.contains("measured in it: getppid"),
+            "{}",
+            steal.text
+        );
+        // One tick is within USER_HZ's resolution: not named.
+        let b1 = sample(t + Duration::from_secs(1), 101, 0);
+        assert!(st
+            .observe(&a, &b1, &s, &[])
+            .iter()
+            .all(|r| r.code != "steal"));
+    }
+
+    #[test]
+    fn grades_from_standing_and_observed_conditions() {
+        let mut m = machine();
+        let st = state(&m);
+        let mut e = ExperimentResult {
+            id: "cpu.loop".into(),
+            area: "cpu".into(),
+            title: String::new(),
+            status: Status::Ok,
+            reason: None,
+            method: String::new(),
+            duration_s: 1.0,
+            metrics: vec![],
+            series: vec![],
+            checks: vec![],
+            findings: vec![],
+            notes: vec![],
+            sentinel: None,
+            grade: None,
+        };
+        // Nothing known: A, no reasons.
+        let g = st.grade(&e, &[vec![], vec![]]).unwrap();
+        assert_eq!((g.level, g.reasons.len()), (GradeLevel::A, 0));
+        // A VM: B.
+        m.virtualization.is_vm = true;
+        m.virtualization.hypervisor = Some("KVM".into());
+        let st = state(&m);
+        let g = st.grade(&e, &[vec![]]).unwrap();
+        assert_eq!(g.level, GradeLevel::B);
+        assert_eq!(codes(&g.reasons), ["vm"]);
+        // A failed issue-rate check of cpu.loop itself: C, first.
+        e.checks.push(crate::results::Check::sanity(
+            &format!("run 2: {ISSUE_CHECK}"),
+            false,
+            "2.02 core cycles per iteration",
+        ));
+        let g = st.grade(&e, &[vec![], vec![]]).unwrap();
+        assert_eq!(g.level, GradeLevel::C);
+        assert_eq!(codes(&g.reasons), ["issue_rate", "vm"]);
+        // Observations are labelled with their repetition.
+        let obs = reason("steal", GradeLevel::C, "x".into());
+        let g = st.grade(&e, &[vec![], vec![obs]]).unwrap();
+        assert!(g.reasons.iter().any(|r| r.text == "run 2 of 2: x"));
+        // Skipped: no grade.
+        e.status = Status::Skipped;
+        assert!(st.grade(&e, &[]).is_none());
+        // The harness kept preempted trials: C, quoting its note.
+        e.status = Status::Ok;
+        e.checks.clear();
+        e.notes.push(format!("run 1: args_0: only 1 undisturbed trials fitted in the budget: 4 preempted trials {PREEMPTED_INCLUDED}"));
+        let g = st.grade(&e, &[vec![]]).unwrap();
+        assert_eq!(codes(&g.reasons), ["preempted", "vm"]);
+        // A loop overhead measured slow at the start: C for every experiment.
+        let mut slow = state(&m);
+        slow.loop_cycles = Some(6.4);
+        assert_eq!(codes(&slow.standing("cpu"))[0], "loop_overhead");
+        // Memory limits count for memory experiments only.
+        m.cgroup.memory_limit_bytes = Some(1 << 30);
+        m.memory.total_bytes = 8 << 30;
+        let st = state(&m);
+        assert!(codes(&st.standing("mem")).contains(&"cgroup_memory"));
+        assert!(!codes(&st.standing("cpu")).contains(&"cgroup_memory"));
+    }
+}
