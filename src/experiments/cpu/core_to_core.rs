@@ -216,9 +216,11 @@ fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> Bounce {
                 off += 1;
             }
             let mut p = 0usize;
+            // Yield while waiting: the thread for `a` may still be on this CPU before it
+            // pins itself, and under a real-time policy it would never run while we spin.
             while p == 0 && !stop_b.load(Ordering::Acquire) {
                 p = line_b.load(Ordering::Acquire);
-                std::hint::spin_loop();
+                std::thread::yield_now();
             }
             if p != 0 {
                 // SAFETY: the thread on `a` published a pointer to a live, aligned Line it
@@ -325,6 +327,38 @@ fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> Bounce {
     res
 }
 
+/// The premise: pinning is hard and every look found both threads on their CPUs.
+fn placement_check(
+    pin: Option<String>,
+    ok: &[&(usize, usize, Option<PartnerClass>, Bounce)],
+) -> Check {
+    let moved: Vec<String> = ok
+        .iter()
+        .filter(|r| r.3.off.iter().any(|&o| o > 0))
+        .map(|r| {
+            format!(
+                "{}<->{}: {} of {} looks off CPU {}, {} of {} off CPU {}",
+                r.0, r.1, r.3.off[0], r.3.looks[0], r.0, r.3.off[1], r.3.looks[1], r.1
+            )
+        })
+        .collect();
+    let looks: u64 = ok.iter().map(|r| r.3.looks[0] + r.3.looks[1]).sum();
+    Check::premise(
+        "both threads on their CPUs for the whole measurement",
+        pin.is_none() && moved.is_empty() && !ok.is_empty(),
+        match &pin {
+            Some(w) => w.clone(),
+            None if moved.is_empty() => {
+                format!(
+                    "{} pairs, {looks} getcpu looks, all on the pinned CPUs",
+                    ok.len()
+                )
+            }
+            None => moved.join("; "),
+        },
+    )
+}
+
 /// Metrics per class, the matrix series, the premise, and the findings.
 fn report(
     plan: &PairPlan,
@@ -338,31 +372,7 @@ fn report(
         results.iter().filter(|r| !r.3.trials.is_empty()).collect();
     // Premise: both threads stayed on their CPUs.
     let pin = crate::platform::pinning_premise_failure(&crate::platform::pin_support());
-    let moved: Vec<String> = ok
-        .iter()
-        .filter(|r| r.3.off.iter().any(|&o| o > 0))
-        .map(|r| {
-            format!(
-                "{}<->{}: {} of {} looks off CPU {}, {} of {} off CPU {}",
-                r.0, r.1, r.3.off[0], r.3.looks[0], r.0, r.3.off[1], r.3.looks[1], r.1
-            )
-        })
-        .collect();
-    let looks: u64 = ok.iter().map(|r| r.3.looks[0] + r.3.looks[1]).sum();
-    out.check(Check::premise(
-        "both threads on their CPUs for the whole measurement",
-        pin.is_none() && moved.is_empty() && !ok.is_empty(),
-        match &pin {
-            Some(w) => w.clone(),
-            None if moved.is_empty() => {
-                format!(
-                    "{} pairs, {looks} getcpu looks, all on the pinned CPUs",
-                    ok.len()
-                )
-            }
-            None => moved.join("; "),
-        },
-    ));
+    out.check(placement_check(pin, &ok));
     // The matrix: one row per first CPU.
     let mut rows: std::collections::BTreeMap<usize, Vec<[f64; 2]>> = Default::default();
     for r in &ok {
@@ -595,9 +605,38 @@ mod tests {
     }
 
     #[test]
+    fn placement_premise_fails_when_a_thread_moved_or_pinning_is_soft() {
+        let good = Bounce {
+            trials: vec![100.0],
+            looks: [4, 4],
+            ..Default::default()
+        };
+        let moved = Bounce {
+            off: [0, 1],
+            ..good.clone()
+        };
+        let a = (0, 1, Some(PartnerClass::SameLlc), good);
+        let b = (0, 2, Some(PartnerClass::SameLlc), moved);
+        assert!(placement_check(None, &[&a]).passed);
+        let c = placement_check(None, &[&a, &b]);
+        assert!(
+            !c.passed && c.premise && c.detail.contains("0<->2"),
+            "{}",
+            c.detail
+        );
+        let c = placement_check(Some("hint only".into()), &[&a]);
+        assert!(!c.passed && c.detail.contains("hint only"), "{}", c.detail);
+        assert!(!placement_check(None, &[]).passed, "nothing measured");
+    }
+
+    #[test]
     fn a_pair_bounces_on_this_machine() {
         let cpus = crate::platform::allowed_cpus();
         if cpus.len() < 2 {
+            assert!(
+                std::env::var_os("OSMETER_REQUIRE_ALL_TESTS").is_none(),
+                "OSMETER_REQUIRE_ALL_TESTS: one CPU allowed, no pair to bounce between"
+            );
             eprintln!("skipped: one CPU allowed, no pair to bounce between");
             return;
         }
