@@ -202,9 +202,9 @@ impl Experiment for LoadedLatency {
             load_huge.text(),
         ));
         let gaps = gaps(ctx.profile);
-        // Under half the budget for the points and the delay calibration; the rest lays
-        // the chain and faults the buffers.
-        let points = gaps.len() + 1;
+        // Under half the budget for the points (idle twice) and the delay calibration; the
+        // rest lays the chain and faults the buffers.
+        let points = gaps.len() + 2;
         let cfg = HarnessConfig::short_trials(Duration::from_micros(100), 11)
             .for_budget(ctx.budget.mul_f64(0.45), points + 1);
         let per_iter = delay_ns_per_iter(ctx, &cfg);
@@ -465,6 +465,21 @@ impl Team<'_, '_> {
                 ));
                 pts.push(p);
             }
+            // Idle again after the sweep, pooled with the first: on a shared machine the
+            // neighbours' memory traffic changes over time, and one short idle window
+            // would stand for all of it.
+            let again = self.point(&sh, None, 0);
+            let before = pts[0].latency_ns();
+            let idle = &mut pts[0];
+            idle.notes.push(format!(
+                "idle measured before the sweep ({}) and after it ({}); the trials are pooled",
+                fmt_ns(before),
+                fmt_ns(again.latency_ns())
+            ));
+            idle.latency.extend(again.latency);
+            idle.bandwidth.extend(again.bandwidth);
+            idle.preempted += again.preempted;
+            idle.notes.extend(again.notes);
             sh.quit.store(true, Ordering::Release);
             sh.gen.fetch_add(1, Ordering::AcqRel);
             pts
@@ -570,7 +585,17 @@ fn load_thread(
     let mut x = 0u64;
     let slack = clock.ns_to_ticks(HICCUP_SLACK_NS) as u64;
     loop {
-        spin_until(|| sh.gen.load(Ordering::Acquire) != seen);
+        // Between points, sleep rather than spin: during the idle point a spinning CPU
+        // is not idle (under a hypervisor spinning also exits to the host).
+        let mut spins = 0u32;
+        while sh.gen.load(Ordering::Acquire) == seen {
+            spins += 1;
+            if spins % 256 == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
         seen = sh.gen.load(Ordering::Acquire);
         if sh.quit.load(Ordering::Acquire) {
             break;
