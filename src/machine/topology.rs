@@ -840,6 +840,48 @@ impl Topology {
     }
 }
 
+/// Pairs of CPUs for pairwise figures (cpu.core-to-core), and a team's placement.
+impl Topology {
+    /// The class of the pair (a, b), seen symmetrically: the same core (smt_sibling), the
+    /// same last-level cache (same_llc), the same package (other_llc), or another package.
+    /// None where the topology does not say.
+    pub fn pair_class(&self, a: usize, b: usize) -> Option<PartnerClass> {
+        let (p, q) = (self.place(a)?, self.place(b)?);
+        if p.core.is_some() && p.core == q.core {
+            return Some(PartnerClass::SmtSibling);
+        }
+        if p.llc.is_some() && p.llc == q.llc {
+            return Some(PartnerClass::SameLlc);
+        }
+        match (p.package, q.package) {
+            (Some(x), Some(y)) if x == y => Some(PartnerClass::OtherLlc),
+            (Some(_), Some(_)) => Some(PartnerClass::OtherPackage),
+            _ => None,
+        }
+    }
+
+    /// Every unordered pair (a < b) of `allowed` CPUs with its class, classes nearest
+    /// first, then by (a, b).
+    pub fn pairs(&self, allowed: &[usize]) -> Vec<(usize, usize, Option<PartnerClass>)> {
+        let mut cpus = allowed.to_vec();
+        cpus.sort_unstable();
+        cpus.dedup();
+        let mut v = Vec::new();
+        for (i, &a) in cpus.iter().enumerate() {
+            for &b in &cpus[i + 1..] {
+                v.push((a, b, self.pair_class(a, b)));
+            }
+        }
+        let rank = |c: &Option<PartnerClass>| {
+            c.map_or(PartnerClass::ALL.len(), |c| {
+                PartnerClass::ALL.iter().position(|&k| k == c).unwrap_or(0)
+            })
+        };
+        v.sort_by_key(|&(a, b, c)| (rank(&c), a, b));
+        v
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,7 @@
 //! by units (same units share a plot, with a legend); some experiments get touches keyed
 //! by id that fall back to the generic plot when their data is absent.
 
-use super::plot::{Line, Marker, Plot};
+use super::plot::{Heat, Line, Marker, Plot};
 use crate::analysis::{fit, is_model_series};
 use crate::results::{ExperimentResult, RunResults, Series};
 use crate::units::fmt_bytes;
@@ -21,6 +21,7 @@ pub fn figures(r: &RunResults) -> Vec<Figure> {
     for e in &r.experiments {
         let mut figs = match e.id.as_str() {
             "net.rtt" | "net.connect" => distribution(e).into_iter().collect(),
+            "cpu.core-to-core" => heat_map(e).into_iter().collect(),
             _ => Vec::new(),
         };
         figs.extend(series_plots(r, e));
@@ -99,6 +100,9 @@ fn groups(e: &ExperimentResult) -> Vec<Vec<&Series>> {
 fn series_plots(r: &RunResults, e: &ExperimentResult) -> Vec<Figure> {
     let mut out = Vec::new();
     for g in groups(e) {
+        if e.id == "cpu.core-to-core" && g.iter().all(|s| s.name.starts_with(MATRIX_ROW)) {
+            continue; // drawn as the heat map
+        }
         let (xu, yu) = (g[0].x_unit.clone(), g[0].y_unit.clone());
         let mut p = base_plot(&g, &xu, &yu);
         let what = if g.len() == 1 {
@@ -130,6 +134,51 @@ fn series_plots(r: &RunResults, e: &ExperimentResult) -> Vec<Figure> {
         });
     }
     out
+}
+
+/// Rows of cpu.core-to-core's matrix: `one_way_from_cpuA`, x the other CPU.
+const MATRIX_ROW: &str = "one_way_from_cpu";
+
+/// cpu.core-to-core's matrix as a heat map, with which pairs were measured.
+fn heat_map(e: &ExperimentResult) -> Option<Figure> {
+    let mut cells = Vec::new();
+    for s in e.series.iter().filter(|s| s.name.starts_with(MATRIX_ROW)) {
+        let Ok(a) = s.name[MATRIX_ROW.len()..].parse::<usize>() else {
+            continue;
+        };
+        cells.extend(s.points.iter().map(|p| (a, p[0] as usize, p[1])));
+    }
+    if cells.is_empty() {
+        return None;
+    }
+    let mut labels: Vec<usize> = cells.iter().flat_map(|c| [c.0, c.1]).collect();
+    labels.sort_unstable();
+    labels.dedup();
+    let mut notes: Vec<String> = e
+        .notes
+        .iter()
+        .filter(|n| n.contains("pairs measured"))
+        .cloned()
+        .collect();
+    notes.push("row: the CPU that touched the line first".into());
+    Some(Figure {
+        experiment: e.id.clone(),
+        file: format!("plot-{}-matrix.svg", slug(&e.id)),
+        caption: "One-way cache-line latency between CPUs (half a compare-and-swap round trip); grey cells were not measured.".into(),
+        plot: Plot {
+            title: format!("{}: one-way latency between CPUs", e.id),
+            x_label: "second CPU".into(),
+            y_label: "first CPU".into(),
+            y_unit: "ns".into(),
+            notes,
+            heat: Some(Heat {
+                labels,
+                cells,
+                unit: "ns".into(),
+            }),
+            ..Default::default()
+        },
+    })
 }
 
 /// The generic plot of a group of series sharing units.
@@ -201,6 +250,48 @@ fn touches(r: &RunResults, e: &ExperimentResult, g: &[&Series], p: &mut Plot) ->
                 }
             }
             caption = "Memory bandwidth; the same work split over more threads.".into();
+        }
+        "mem.loaded-latency" if xu == "bytes/s" => {
+            p.x_label = "achieved bandwidth".into();
+            p.log_x = false;
+            p.log_y = false;
+            if yu == "ns" {
+                p.y_label = "chase latency".into();
+                if let Some(m) = e.metric("idle_latency") {
+                    p.y_markers.push(Marker {
+                        at: m.summary.median,
+                        label: "idle".into(),
+                    });
+                }
+            } else {
+                p.y_label = "misses in flight (Little's law)".into();
+            }
+            // mem.bandwidth's all-thread read, when it ran: the bandwidth to compare with.
+            let all = r
+                .experiments
+                .iter()
+                .find(|x| x.id == "mem.bandwidth")
+                .and_then(|b| {
+                    b.metrics
+                        .iter()
+                        .filter(|m| m.name.starts_with("read_") && m.name.ends_with('t'))
+                        .filter_map(|m| {
+                            let t: usize = m.name[5..m.name.len() - 1].parse().ok()?;
+                            Some((t, m.summary.median))
+                        })
+                        .max_by_key(|x| x.0)
+                });
+            if let Some((t, bw)) = all {
+                p.x_markers.push(Marker {
+                    at: bw,
+                    label: format!("mem.bandwidth read, {t} threads"),
+                });
+            }
+            caption = if yu == "ns" {
+                "Latency of a dependent chase while the other cores stream reads, from idle to unthrottled.".into()
+            } else {
+                "Misses in flight by Little's law (bandwidth / line x latency) at each load.".into()
+            };
         }
         "fs.read" | "fs.remote-read" if xu == "bytes" => {
             p.x_label = "file size".into();

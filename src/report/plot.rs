@@ -42,6 +42,20 @@ pub struct Plot {
     pub bars: Vec<Bars>,
     /// Short notes under the legend.
     pub notes: Vec<String>,
+    /// A matrix drawn as a heat map instead of lines (cpu.core-to-core).
+    pub heat: Option<Heat>,
+}
+
+/// A square matrix of values over labelled rows and columns; cells absent from `cells`
+/// were not measured and are drawn grey.
+#[derive(Debug, Clone, Default)]
+pub struct Heat {
+    /// Row and column labels (CPU numbers), in order.
+    pub labels: Vec<usize>,
+    /// (row label, column label, value) of each measured cell.
+    pub cells: Vec<(usize, usize, f64)>,
+    /// Unit of the values ("ns").
+    pub unit: String,
 }
 
 const W: f64 = 760.0;
@@ -275,6 +289,9 @@ struct Frame {
 impl Plot {
     /// True when there is anything to draw.
     pub fn has_data(&self) -> bool {
+        if let Some(h) = &self.heat {
+            return h.cells.iter().any(|c| c.2.is_finite());
+        }
         self.lines
             .iter()
             .any(|l| l.points.iter().any(|(x, y)| self.drawable(*x, *y)))
@@ -285,6 +302,9 @@ impl Plot {
     }
 
     pub fn to_svg(&self) -> String {
+        if let Some(h) = &self.heat {
+            return self.heat_svg(h);
+        }
         let f = self.frame();
         let mut s = String::new();
         let _ = write!(
@@ -571,6 +591,145 @@ impl Plot {
             "ns" => "time".into(),
             u => u.into(),
         }
+    }
+}
+
+/// Light (low) to dark blue (high): a sequential scale that prints in grey too.
+fn heat_colour(t: f64) -> String {
+    let t = if t.is_finite() {
+        t.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let lo = (0xf7 as f64, 0xfb as f64, 0xff as f64);
+    let hi = (0x08 as f64, 0x30 as f64, 0x6b as f64);
+    let c = |a: f64, b: f64| (a + (b - a) * t).round() as u8;
+    format!(
+        "#{:02x}{:02x}{:02x}",
+        c(lo.0, hi.0),
+        c(lo.1, hi.1),
+        c(lo.2, hi.2)
+    )
+}
+
+impl Plot {
+    /// The heat map: rows and columns by label, a colour scale from the lowest to the
+    /// highest value, grey where nothing was measured, the notes under the scale.
+    fn heat_svg(&self, h: &Heat) -> String {
+        let n = h.labels.len().max(1);
+        let area = (H - TOP - BOTTOM).min(W - LEFT - 240.0);
+        let cell = area / n as f64;
+        let (x0, y0) = (LEFT, TOP + 10.0);
+        let vals: Vec<f64> = h
+            .cells
+            .iter()
+            .map(|c| c.2)
+            .filter(|v| v.is_finite())
+            .collect();
+        let lo = vals.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = vals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let (div, uname) = display_unit(&h.unit, hi.abs());
+        let t = |v: f64| if hi > lo { (v - lo) / (hi - lo) } else { 0.5 };
+        let at = |l: usize| h.labels.iter().position(|&x| x == l);
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12"><title>{t}</title><rect x="0" y="0" width="{W}" height="{H}" fill="#fff"/><text x="{LEFT}" y="20" font-size="14" font-weight="bold">{t}</text>"##,
+            t = esc(&self.title)
+        );
+        let _ = write!(
+            s,
+            r##"<rect x="{x0:.1}" y="{y0:.1}" width="{a:.1}" height="{a:.1}" fill="#d9d9d9"/>"##,
+            a = cell * n as f64
+        );
+        let label_every = n.div_ceil(16).max(1);
+        for (i, l) in h.labels.iter().enumerate() {
+            if i % label_every != 0 {
+                continue;
+            }
+            let c = cell * (i as f64 + 0.5);
+            let _ = write!(
+                s,
+                r##"<text x="{:.1}" y="{:.1}" text-anchor="end" fill="#333" font-size="10">{l}</text><text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#333" font-size="10">{l}</text>"##,
+                x0 - 4.0,
+                y0 + c + 3.5,
+                x0 + c,
+                y0 + cell * n as f64 + 12.0
+            );
+        }
+        for &(r, c, v) in &h.cells {
+            let (Some(i), Some(j)) = (at(r), at(c)) else {
+                continue;
+            };
+            if !v.is_finite() {
+                continue;
+            }
+            let _ = write!(
+                s,
+                r##"<rect x="{:.1}" y="{:.1}" width="{cell:.1}" height="{cell:.1}" fill="{}"><title>CPU {r} - CPU {c}: {} {uname}</title></rect>"##,
+                x0 + cell * j as f64,
+                y0 + cell * i as f64,
+                heat_colour(t(v)),
+                trim_num(v / div)
+            );
+            if cell >= 30.0 {
+                let _ = write!(
+                    s,
+                    r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10" fill="{}">{}</text>"##,
+                    x0 + cell * (j as f64 + 0.5),
+                    y0 + cell * (i as f64 + 0.5) + 3.5,
+                    if t(v) > 0.5 { "#fff" } else { "#000" },
+                    trim_num((v / div * 10.0).round() / 10.0)
+                );
+            }
+        }
+        let _ = write!(
+            s,
+            r##"<text x="{:.1}" y="{:.1}" fill="#333">{}</text><text x="12" y="{:.1}" fill="#333" transform="rotate(-90 12 {:.1})">{}</text>"##,
+            x0,
+            y0 + cell * n as f64 + 28.0,
+            esc(&self.x_label),
+            y0 + cell * n as f64 / 2.0,
+            y0 + cell * n as f64 / 2.0,
+            esc(&self.y_label)
+        );
+        // The scale: ten steps from the lowest to the highest value.
+        let sx = x0 + cell * n as f64 + 30.0;
+        for k in 0..10 {
+            let _ = write!(
+                s,
+                r##"<rect x="{sx:.1}" y="{:.1}" width="18" height="16" fill="{}"/>"##,
+                y0 + 16.0 * (9 - k) as f64,
+                heat_colour(k as f64 / 9.0)
+            );
+        }
+        if vals.is_empty() {
+            s.push_str("</svg>");
+            return s;
+        }
+        let _ = write!(
+            s,
+            r##"<text x="{:.1}" y="{:.1}" fill="#333" font-size="11">{} {uname}</text><text x="{:.1}" y="{:.1}" fill="#333" font-size="11">{} {uname}</text><rect x="{sx:.1}" y="{:.1}" width="18" height="16" fill="#d9d9d9"/><text x="{:.1}" y="{:.1}" fill="#333" font-size="11">not measured</text>"##,
+            sx + 24.0,
+            y0 + 12.0,
+            trim_num(hi / div),
+            sx + 24.0,
+            y0 + 16.0 * 9.0 + 12.0,
+            trim_num(lo / div),
+            y0 + 16.0 * 11.0,
+            sx + 24.0,
+            y0 + 16.0 * 11.0 + 12.0
+        );
+        for (i, note) in self.notes.iter().enumerate() {
+            let _ = write!(
+                s,
+                r##"<text x="{sx:.1}" y="{:.1}" fill="#555" font-size="10">{}</text>"##,
+                y0 + 16.0 * 13.0 + 14.0 * i as f64,
+                esc(&shorten(note, 40))
+            );
+        }
+        s.push_str("</svg>");
+        s
     }
 }
 

@@ -3,6 +3,7 @@
 use super::Experiment;
 
 mod call;
+mod core_to_core;
 mod loop_cost;
 pub(crate) mod process_create;
 mod switch;
@@ -19,6 +20,7 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
         Box::new(syscall::Syscall),
         Box::new(switch::ThreadSwitch),
         Box::new(switch::ProcessSwitch),
+        Box::new(core_to_core::CoreToCore),
         Box::new(thread_create::ThreadCreate),
         Box::new(process_create::ProcessCreate),
     ]

@@ -11,13 +11,17 @@ use anyhow::{bail, Context as _};
 
 pub(crate) mod bandwidth;
 pub mod latency;
+pub(crate) mod loaded_latency;
 pub(crate) mod pagefault;
 
-/// In run order: latency first (bandwidth and page-fault findings use its DRAM figure).
+/// In run order: latency first (bandwidth and page-fault findings use its DRAM figure),
+/// loaded-latency after both (it predicts from them).
 pub(crate) fn experiments() -> Vec<Box<dyn Experiment>> {
     vec![
         Box::new(latency::Latency),
         Box::new(bandwidth::Bandwidth),
+        // After both: its predictions are their dram and all-thread read.
+        Box::new(loaded_latency::LoadedLatency),
         Box::new(pagefault::PageFault),
     ]
 }

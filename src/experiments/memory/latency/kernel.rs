@@ -9,7 +9,7 @@ use crate::rng::{sattolo, Rng};
 use crate::units::{fmt_bytes, fmt_ns};
 
 /// Loads per loop iteration of the chase (unrolled so the loop branch is negligible).
-pub(super) const UNROLL: u64 = 16;
+pub(crate) const UNROLL: u64 = 16;
 
 macro_rules! rep16 {
     ($e:expr) => {
@@ -38,7 +38,7 @@ macro_rules! rep16 {
 /// `p` must point into a chain laid by `lay`: every node's first word holds the address
 /// of another node of the same live chain.
 #[inline(never)]
-pub(super) unsafe fn chase(mut p: *const u8, iters: u64) -> *const u8 {
+pub(crate) unsafe fn chase(mut p: *const u8, iters: u64) -> *const u8 {
     for _ in 0..iters {
         // SAFETY: guaranteed by the caller; the volatile read keeps every load and its
         // order, and each address is the value of the load before it.
@@ -49,7 +49,7 @@ pub(super) unsafe fn chase(mut p: *const u8, iters: u64) -> *const u8 {
 
 /// Writes a chain over the first `next.len()` nodes of `stride` bytes: node i's first word
 /// points to node next[i]. Does nothing when the nodes would not fit in the region.
-pub(super) fn lay(region: &mut Region, stride: usize, next: &[u32]) {
+pub(crate) fn lay(region: &mut Region, stride: usize, next: &[u32]) {
     let base = region.as_ptr();
     if stride < 8 || next.len() * stride > region.len() {
         return;

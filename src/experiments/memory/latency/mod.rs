@@ -32,10 +32,10 @@ use crate::rng::Rng;
 use crate::units::fmt_bytes;
 use kernel::{curve, lmbench_point, Curve, Specs};
 use std::time::Duration;
-#[cfg(test)]
-use {
+/// The verified chase, shared with mem.loaded-latency (one kernel, one premise).
+pub(crate) use {
     checks::verify_chain,
-    kernel::{chase, lay},
+    kernel::{chase, lay, UNROLL},
 };
 
 pub(crate) struct Latency;

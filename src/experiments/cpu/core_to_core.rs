@@ -1,0 +1,677 @@
+//! cpu.core-to-core: how long a cache line takes to travel between two CPUs, for pairs
+//! of allowed CPUs (nviennot's core-to-core-latency and Intel MLC's `--c2c_latency` ask
+//! the same; docs/METHODOLOGY.md, cpu.core-to-core).
+//!
+//! Two threads, pinned one to each CPU of the pair, bounce one cache line with atomic
+//! compare-and-swap: the first sets it from 2k to 2k+1, the second from 2k+1 to 2k+2. A
+//! round trip moves the line there and back; the one-way latency is half of it. The line
+//! lives on a page the first thread maps and writes first (its NUMA node).
+
+use crate::experiments::{Context, Experiment, ExperimentMeta, Needs, Outcome, Profile};
+use crate::machine::{PartnerClass, Topology};
+use crate::results::{Check, Series};
+use crate::units::fmt_ns;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+pub(crate) struct CoreToCore;
+
+/// Round trips per trial: tens of microseconds, short against a time slice.
+const ROUND_TRIPS: u64 = 500;
+/// Trials per pair at most (and at least, past the pair's share of the budget).
+const MAX_TRIALS: usize = 201;
+const MIN_TRIALS: usize = 5;
+/// Pairs per class the quick profile samples.
+pub(crate) const QUICK_PER_CLASS: usize = 3;
+/// Standard measures every pair up to this many allowed CPUs, thorough up to twice it;
+/// beyond, they sample this many pairs per class.
+pub(crate) const ALL_PAIRS_UP_TO: usize = 64;
+
+const META: ExperimentMeta = ExperimentMeta {
+    id: "cpu.core-to-core",
+    title: "Core-to-core cache-line latency",
+    description: "two pinned threads bounce one cache line with compare-and-swap, for pairs of allowed CPUs: one-way latency matrix and per topology class (like nviennot's core-to-core-latency)",
+    method: "For each pair (a, b) of allowed CPUs, a < b, one thread is pinned to a and one to b. The thread on a maps \
+        a page and writes the line first (so the page is on a's node), then both spin on compare-and-swap: a \
+        turns the value 2k into 2k+1, b turns 2k+1 into 2k+2, so each round trip moves the line to b and back. A \
+        trial times 500 round trips on a (fenceless counter reads, a few ns against tens of microseconds) and \
+        waits for b's last answer; the one-way latency is the trial's time / (2 x 500). A pair's figure is the \
+        median of its trials (up to 201, within the pair's share of the budget, at least 5; a trial in which a \
+        partner was descheduled is long, and the median sets it aside). Pairs: every pair in standard (up to 64 \
+        allowed CPUs, thorough up to 128), else a sample per topology class spread evenly over the class's \
+        pairs (quick: 3, smoke: 1, standard and thorough beyond the bound: 64 and 128 over the CPUs' pairs per \
+        class). Classes, per pair: smt_sibling (same core), same_llc (same last-level cache), other_llc (same \
+        package), other_package. Metrics per class are named like the cross-CPU figures: the nearest class on \
+        another core keeps the name one_way, the others end in _smt_sibling, _other_llc, _other_package; \
+        each pools the trials of the class's pairs. The matrix is the series one_way_from_cpuA (x: CPU b). \
+        Premise: both threads were on their CPUs at every look (getcpu at each trial's start and end, and \
+        every 1024 answers on b).",
+    needs: Needs {
+        min_cpus: 2,
+        ..Needs::NONE
+    },
+};
+
+impl Experiment for CoreToCore {
+    fn meta(&self) -> &ExperimentMeta {
+        &META
+    }
+    fn budget(&self, p: Profile) -> Duration {
+        match p {
+            Profile::Smoke => Duration::from_millis(400),
+            Profile::Quick => Duration::from_millis(1500),
+            Profile::Standard => Duration::from_secs(20),
+            Profile::Thorough => Duration::from_secs(60),
+        }
+    }
+    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        let allowed = if ctx.machine.cpu.allowed_cpus.is_empty() {
+            crate::platform::allowed_cpus()
+        } else {
+            ctx.machine.cpu.allowed_cpus.clone()
+        };
+        let plan = plan(&ctx.machine.topology, &allowed, ctx.profile);
+        if plan.pairs.is_empty() {
+            return Ok(Outcome::skipped(
+                "only one CPU is allowed: there is no pair to bounce a line between (allow at least 2 CPUs)",
+            ));
+        }
+        let mut out = Outcome::default();
+        let share = ctx.budget.mul_f64(0.8) / plan.pairs.len() as u32;
+        let mut results = Vec::new();
+        for &(a, b, class) in &plan.pairs {
+            let r = bounce(ctx, a, b, share);
+            (ctx.progress)(&format!("CPU {a} <-> CPU {b}: {}", fmt_ns(r.one_way())));
+            results.push((a, b, class, r));
+        }
+        report(ctx, &plan, &results, &mut out);
+        Ok(out)
+    }
+}
+
+/// The pairs a profile measures, and whether they are a sample.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PairPlan {
+    pub(crate) pairs: Vec<(usize, usize, Option<PartnerClass>)>,
+    /// Every pair of the allowed CPUs.
+    pub(crate) total: usize,
+    /// Pairs per class when sampled, None when every pair is measured.
+    pub(crate) per_class: Option<usize>,
+}
+
+/// A pure function of the topology: every pair, or `per_class` pairs of each class
+/// spread evenly over the class's pairs (in `Topology::pairs` order).
+pub(crate) fn plan(t: &Topology, allowed: &[usize], profile: Profile) -> PairPlan {
+    let all = t.pairs(allowed);
+    let n = {
+        let mut v = allowed.to_vec();
+        v.sort_unstable();
+        v.dedup();
+        v.len()
+    };
+    let per_class = match profile {
+        Profile::Smoke => Some(1),
+        Profile::Quick => Some(QUICK_PER_CLASS),
+        Profile::Standard => (n > ALL_PAIRS_UP_TO).then_some(ALL_PAIRS_UP_TO),
+        Profile::Thorough => (n > 2 * ALL_PAIRS_UP_TO).then_some(2 * ALL_PAIRS_UP_TO),
+    };
+    let total = all.len();
+    let Some(k) = per_class else {
+        return PairPlan {
+            pairs: all,
+            total,
+            per_class: None,
+        };
+    };
+    let mut pairs = Vec::new();
+    let mut i = 0;
+    while i < all.len() {
+        let class = all[i].2;
+        let j = i + all[i..].iter().take_while(|p| p.2 == class).count();
+        let len = j - i;
+        let take = k.min(len);
+        // Evenly spaced over the class: the first, the last, and between.
+        for s in 0..take {
+            let at = if take == 1 {
+                0
+            } else {
+                s * (len - 1) / (take - 1)
+            };
+            pairs.push(all[i + at]);
+        }
+        i = j;
+    }
+    let sampled = pairs.len() < total;
+    PairPlan {
+        pairs,
+        total,
+        per_class: sampled.then_some(k),
+    }
+}
+
+/// The metric name of each class present, as the cross-CPU figures name them: the
+/// nearest class on another core (else the only one) keeps `one_way`.
+pub(crate) fn metric_names(
+    classes: &[Option<PartnerClass>],
+) -> Vec<(Option<PartnerClass>, String)> {
+    let mut present: Vec<Option<PartnerClass>> = Vec::new();
+    for k in std::iter::once(None).chain(PartnerClass::ALL.iter().map(|&c| Some(c))) {
+        if classes.contains(&k) {
+            present.push(k);
+        }
+    }
+    let named = present
+        .iter()
+        .position(|k| k.is_some_and(|k| k != PartnerClass::SmtSibling))
+        .unwrap_or(0);
+    present
+        .iter()
+        .enumerate()
+        .map(|(i, &k)| {
+            let name = match k {
+                Some(c) if i != named => format!("one_way_{}", c.name()),
+                None if i != named => "one_way_unclassed".to_string(),
+                _ => "one_way".to_string(),
+            };
+            (k, name)
+        })
+        .collect()
+}
+
+/// What one pair gave.
+#[derive(Debug, Clone, Default)]
+struct Bounce {
+    /// One-way ns per trial.
+    trials: Vec<f64>,
+    /// getcpu looks per side, and those that found the thread elsewhere.
+    looks: [u64; 2],
+    off: [u64; 2],
+    /// The pair could not run (a thread could not map its page).
+    error: Option<String>,
+}
+
+impl Bounce {
+    fn one_way(&self) -> f64 {
+        crate::stats::median(&self.trials)
+    }
+}
+
+/// The cache line, alone on its 128 bytes (adjacent-line prefetch works in pairs).
+#[repr(align(128))]
+struct Line(AtomicU64);
+
+/// Bounces a line between `a` (first touch, timing) and `b` for about `share`.
+fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> Bounce {
+    let clock = ctx.clock;
+    let line = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let b_side = std::sync::Mutex::new((0u64, 0u64));
+    let mut res = Bounce::default();
+    std::thread::scope(|s| {
+        let (line_b, stop_b, b_side) = (&line, &stop, &b_side);
+        s.spawn(move || {
+            let _ = crate::platform::pin_to_cpu(b);
+            let (mut looks, mut off) = (1u64, 0u64);
+            if crate::platform::current_cpu() != Some(b) {
+                off += 1;
+            }
+            let mut p = 0usize;
+            // Yield while waiting: the thread for `a` may still be on this CPU before it
+            // pins itself, and under a real-time policy it would never run while we spin.
+            while p == 0 && !stop_b.load(Ordering::Acquire) {
+                p = line_b.load(Ordering::Acquire);
+                std::thread::yield_now();
+            }
+            if p != 0 {
+                // SAFETY: the thread on `a` published a pointer to a live, aligned Line it
+                // keeps mapped until this thread has stopped (it waits for the scope).
+                let l = unsafe { &*(p as *const Line) };
+                let mut want = 1u64;
+                loop {
+                    if l.0
+                        .compare_exchange(want, want + 1, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        want += 2;
+                        if want % 2048 == 1 {
+                            looks += 1;
+                            if crate::platform::current_cpu() != Some(b) {
+                                off += 1;
+                            }
+                        }
+                    } else if stop_b.load(Ordering::Relaxed) {
+                        break;
+                    }
+                }
+            }
+            looks += 1;
+            if crate::platform::current_cpu() != Some(b) {
+                off += 1;
+            }
+            *b_side.lock().unwrap_or_else(|e| e.into_inner()) = (looks, off);
+        });
+        let a_side = s.spawn(|| {
+            let _ = crate::platform::pin_to_cpu(a);
+            let mut r = Bounce::default();
+            let page = crate::pagecache::page_size();
+            let mut region = match crate::experiments::memory::Region::new(
+                page,
+                crate::experiments::memory::Pages::Base,
+            ) {
+                Ok(r) => r,
+                Err(e) => {
+                    r.error = Some(format!("{e:#}"));
+                    stop.store(true, Ordering::Release);
+                    return r;
+                }
+            };
+            // First touch on `a`: the page (and the line) start here.
+            region.as_mut_slice()[0] = 0;
+            // SAFETY: the region is page-aligned, larger than a Line and lives until this
+            // closure returns, after the partner stopped using it (see below).
+            let l = unsafe { &*(region.as_ptr() as *const Line) };
+            l.0.store(0, Ordering::Release);
+            line.store(region.as_ptr() as usize, Ordering::Release);
+            let mut v = 0u64;
+            let round_trips = |n: u64, v: &mut u64| {
+                for _ in 0..n {
+                    while l
+                        .0
+                        .compare_exchange(*v, *v + 1, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_err()
+                    {
+                        std::hint::spin_loop();
+                    }
+                    *v += 2;
+                }
+                // The last answer.
+                while l.0.load(Ordering::Acquire) != *v {
+                    std::hint::spin_loop();
+                }
+            };
+            let look = |r: &mut Bounce| {
+                r.looks[0] += 1;
+                if crate::platform::current_cpu() != Some(a) {
+                    r.off[0] += 1;
+                }
+            };
+            round_trips(ROUND_TRIPS / 5, &mut v); // warm-up: both spinning, line bouncing
+            let deadline = crate::clock::Deadline::after(clock, share);
+            while r.trials.len() < MAX_TRIALS && (r.trials.len() < MIN_TRIALS || !deadline.passed())
+            {
+                look(&mut r);
+                let t0 = clock.now();
+                round_trips(ROUND_TRIPS, &mut v);
+                let t1 = clock.now();
+                look(&mut r);
+                let ns = clock.ticks_to_ns(t1.saturating_sub(t0) as f64);
+                r.trials.push(ns / (2 * ROUND_TRIPS) as f64);
+            }
+            stop.store(true, Ordering::Release);
+            // Keep the page until the partner has left its loop: it reads `stop` only
+            // after a failed compare-and-swap on the line.
+            while b_side.lock().map(|g| g.0 == 0).unwrap_or(false) {
+                std::thread::yield_now();
+            }
+            drop(region);
+            r
+        });
+        res = a_side.join().unwrap_or_else(|_| Bounce {
+            error: Some("the timing thread panicked".into()),
+            ..Default::default()
+        });
+    });
+    let (looks, off) = *b_side.lock().unwrap_or_else(|e| e.into_inner());
+    res.looks[1] = looks;
+    res.off[1] = off;
+    res
+}
+
+/// The premise: pinning is hard and every look found both threads on their CPUs.
+fn placement_check(
+    pin: Option<String>,
+    ok: &[&(usize, usize, Option<PartnerClass>, Bounce)],
+) -> Check {
+    let moved: Vec<String> = ok
+        .iter()
+        .filter(|r| r.3.off.iter().any(|&o| o > 0))
+        .map(|r| {
+            format!(
+                "{}<->{}: {} of {} looks off CPU {}, {} of {} off CPU {}",
+                r.0, r.1, r.3.off[0], r.3.looks[0], r.0, r.3.off[1], r.3.looks[1], r.1
+            )
+        })
+        .collect();
+    let looks: u64 = ok.iter().map(|r| r.3.looks[0] + r.3.looks[1]).sum();
+    Check::premise(
+        "both threads on their CPUs for the whole measurement",
+        pin.is_none() && moved.is_empty() && !ok.is_empty(),
+        match &pin {
+            Some(w) => w.clone(),
+            None if moved.is_empty() => {
+                format!(
+                    "{} pairs, {looks} getcpu looks, all on the pinned CPUs",
+                    ok.len()
+                )
+            }
+            None => moved.join("; "),
+        },
+    )
+}
+
+/// Metrics per class, the matrix series, the premise, and the findings.
+fn report(
+    ctx: &Context,
+    plan: &PairPlan,
+    results: &[(usize, usize, Option<PartnerClass>, Bounce)],
+    out: &mut Outcome,
+) {
+    if let Some(e) = results.iter().find_map(|r| r.3.error.as_ref()) {
+        out.notes.push(format!("a pair could not run: {e}"));
+    }
+    let ok: Vec<&(usize, usize, Option<PartnerClass>, Bounce)> =
+        results.iter().filter(|r| !r.3.trials.is_empty()).collect();
+    // Premise: both threads stayed on their CPUs.
+    let pin = crate::platform::pinning_premise_failure(&crate::platform::pin_support());
+    out.check(placement_check(pin, &ok));
+    // The matrix: one row per first CPU.
+    let mut rows: std::collections::BTreeMap<usize, Vec<[f64; 2]>> = Default::default();
+    for r in &ok {
+        rows.entry(r.0)
+            .or_default()
+            .push([r.1 as f64, r.3.one_way()]);
+    }
+    for (a, pts) in rows {
+        out.series.push(Series {
+            name: format!("one_way_from_cpu{a}"),
+            x_unit: "cpu".into(),
+            y_unit: "ns".into(),
+            points: pts,
+        });
+    }
+    let classes: Vec<Option<PartnerClass>> = ok.iter().map(|r| r.2).collect();
+    let mut by_class = Vec::new();
+    for (class, name) in metric_names(&classes) {
+        let members: Vec<_> = ok.iter().filter(|r| r.2 == class).collect();
+        let trials: Vec<f64> = members
+            .iter()
+            .flat_map(|r| r.3.trials.iter().copied())
+            .collect();
+        let pair_list: Vec<String> = members
+            .iter()
+            .take(6)
+            .map(|r| format!("{}-{}", r.0, r.1))
+            .collect();
+        let medians: Vec<f64> = members.iter().map(|r| r.3.one_way()).collect();
+        let lo = medians.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = medians.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let m = out.metric(
+            &name,
+            "ns",
+            &format!(
+                "one-way cache-line latency, {} ({} pair(s): {}{}; pair medians {} to {}), trials pooled",
+                class.map_or("unclassed (topology unknown)", |c| c.name()),
+                members.len(),
+                pair_list.join(", "),
+                if members.len() > 6 { ", ..." } else { "" },
+                fmt_ns(lo),
+                fmt_ns(hi)
+            ),
+            trials,
+        );
+        by_class.push((class, name, m.summary.median));
+    }
+    out.notes.push(match plan.per_class {
+        Some(k) => format!(
+            "{} of {} pairs measured: up to {k} per topology class, spread over the class",
+            ok.len(),
+            plan.total
+        ),
+        None => format!("all {} pairs measured", ok.len()),
+    });
+    // The findings quote the pooled runs' figures, as the table shows them.
+    out.pool(ctx);
+    for c in &mut by_class {
+        let v = out.median(&c.1);
+        if v.is_finite() {
+            c.2 = v;
+        }
+    }
+    if by_class.len() >= 2 {
+        let near = by_class
+            .iter()
+            .min_by(|a, b| a.2.total_cmp(&b.2))
+            .expect("two classes");
+        let far = by_class
+            .iter()
+            .max_by(|a, b| a.2.total_cmp(&b.2))
+            .expect("two classes");
+        out.finding_salient(
+            format!(
+                "A cache line crosses {} in {} one way and {} in {} ({:.1}x).",
+                near.0.map_or("unclassed pairs", |c| c.name()),
+                fmt_ns(near.2),
+                far.0.map_or("unclassed pairs", |c| c.name()),
+                fmt_ns(far.2),
+                far.2 / near.2
+            ),
+            &[near.1.as_str(), far.1.as_str()],
+            far.2 / near.2,
+        );
+    } else if let Some((class, name, v)) = by_class.first() {
+        out.finding(
+            format!(
+                "A cache line crosses {} in {} one way (half a compare-and-swap round trip).",
+                class.map_or("between the CPUs", |c| c.name()),
+                fmt_ns(*v)
+            ),
+            &[name.as_str()],
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::facts::FactRoot;
+    use crate::machine::Machine;
+    use std::path::Path;
+
+    fn topology(name: &str) -> Topology {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/machines")
+            .join(name);
+        Machine::gather_from(&FactRoot::recorded(dir)).topology
+    }
+
+    fn classes(p: &PairPlan) -> Vec<(Option<&'static str>, usize)> {
+        let mut v: Vec<(Option<&'static str>, usize)> = Vec::new();
+        for &(_, _, c) in &p.pairs {
+            let c = c.map(PartnerClass::name);
+            match v.iter_mut().find(|x| x.0 == c) {
+                Some(x) => x.1 += 1,
+                None => v.push((c, 1)),
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn quick_samples_three_pairs_per_class_on_two_sockets() {
+        let t = topology("xeon-two-socket");
+        let n = t.allowed.len();
+        let p = plan(&t, &t.allowed, Profile::Quick);
+        assert_eq!(p.total, n * (n - 1) / 2);
+        assert_eq!(p.per_class, Some(QUICK_PER_CLASS));
+        assert_eq!(
+            classes(&p),
+            vec![
+                (Some("smt_sibling"), 3),
+                (Some("same_llc"), 3),
+                (Some("other_package"), 3)
+            ]
+        );
+        for &(a, b, c) in &p.pairs {
+            assert!(a < b);
+            assert_eq!(t.pair_class(a, b), c);
+        }
+        // Spread over the class: the first and last pair of each class are in.
+        let all = t.pairs(&t.allowed);
+        let other: Vec<_> = all
+            .iter()
+            .filter(|x| x.2 == Some(PartnerClass::OtherPackage))
+            .collect();
+        assert!(p.pairs.contains(other[0]) && p.pairs.contains(other.last().unwrap()));
+        // Standard: every pair (this machine has no more than the bound).
+        assert!(n <= ALL_PAIRS_UP_TO);
+        let s = plan(&t, &t.allowed, Profile::Standard);
+        assert_eq!((s.pairs.len(), s.per_class), (p.total, None));
+        // Smoke: one per class.
+        assert_eq!(plan(&t, &t.allowed, Profile::Smoke).pairs.len(), 3);
+    }
+
+    #[test]
+    fn two_ccx_have_an_other_llc_class() {
+        let t = topology("amd-two-ccx");
+        let p = plan(&t, &t.allowed, Profile::Quick);
+        assert_eq!(
+            classes(&p),
+            vec![
+                (Some("smt_sibling"), 3),
+                (Some("same_llc"), 3),
+                (Some("other_llc"), 3)
+            ]
+        );
+        let names: Vec<String> = metric_names(&p.pairs.iter().map(|x| x.2).collect::<Vec<_>>())
+            .into_iter()
+            .map(|x| x.1)
+            .collect();
+        assert_eq!(
+            names,
+            ["one_way_smt_sibling", "one_way", "one_way_other_llc"]
+        );
+    }
+
+    #[test]
+    fn hybrid_laptop_pairs_by_its_topology() {
+        let t = topology("intel-hybrid-laptop");
+        let p = plan(&t, &t.allowed, Profile::Quick);
+        let all = t.pairs(&t.allowed);
+        // Every class present among all pairs is sampled, at most 3 each.
+        let mut want: Vec<Option<PartnerClass>> = all.iter().map(|x| x.2).collect();
+        want.dedup();
+        let got: Vec<Option<PartnerClass>> = {
+            let mut g: Vec<_> = p.pairs.iter().map(|x| x.2).collect();
+            g.dedup();
+            g
+        };
+        assert_eq!(got, want);
+        assert!(classes(&p).iter().all(|c| c.1 <= QUICK_PER_CLASS));
+        assert!(p.pairs.len() < all.len());
+    }
+
+    #[test]
+    fn a_single_cpu_has_no_pair_and_unknown_topology_is_unclassed() {
+        let t = topology("xeon-two-socket");
+        assert!(plan(&t, &[3], Profile::Quick).pairs.is_empty());
+        let none = Topology::default();
+        let p = plan(&none, &[0, 1, 2], Profile::Standard);
+        assert_eq!(p.pairs.len(), 3);
+        assert!(p.pairs.iter().all(|x| x.2.is_none()));
+        assert_eq!(metric_names(&[None]), vec![(None, "one_way".to_string())]);
+    }
+
+    #[test]
+    fn large_machines_sample_in_standard() {
+        // 2 packages x 40 cores x 2 threads: above the bound, so standard samples.
+        let mut raw = Vec::new();
+        for cpu in 0..160usize {
+            let core = cpu % 80;
+            let pkg = (core / 40) as u32;
+            raw.push(crate::machine::topology::RawCpu {
+                cpu,
+                package: Some(pkg),
+                core_key: Some(format!("{core}")),
+                siblings: vec![core, core + 80],
+                llc_key: Some((3, format!("p{pkg}"))),
+                node: Some(pkg as usize),
+                ..Default::default()
+            });
+        }
+        let all: Vec<usize> = (0..160).collect();
+        let t = crate::machine::topology::build(raw, &all, "test");
+        let s = plan(&t, &all, Profile::Standard);
+        assert_eq!(s.per_class, Some(ALL_PAIRS_UP_TO));
+        assert_eq!(
+            classes(&s),
+            vec![
+                (Some("smt_sibling"), 64),
+                (Some("same_llc"), 64),
+                (Some("other_package"), 64)
+            ]
+        );
+        assert_eq!(s.total, 160 * 159 / 2);
+    }
+
+    #[test]
+    fn placement_premise_fails_when_a_thread_moved_or_pinning_is_soft() {
+        let good = Bounce {
+            trials: vec![100.0],
+            looks: [4, 4],
+            ..Default::default()
+        };
+        let moved = Bounce {
+            off: [0, 1],
+            ..good.clone()
+        };
+        let a = (0, 1, Some(PartnerClass::SameLlc), good);
+        let b = (0, 2, Some(PartnerClass::SameLlc), moved);
+        assert!(placement_check(None, &[&a]).passed);
+        let c = placement_check(None, &[&a, &b]);
+        assert!(
+            !c.passed && c.premise && c.detail.contains("0<->2"),
+            "{}",
+            c.detail
+        );
+        let c = placement_check(Some("hint only".into()), &[&a]);
+        assert!(!c.passed && c.detail.contains("hint only"), "{}", c.detail);
+        assert!(!placement_check(None, &[]).passed, "nothing measured");
+    }
+
+    #[test]
+    fn a_pair_bounces_on_this_machine() {
+        let cpus = crate::platform::allowed_cpus();
+        if cpus.len() < 2 {
+            assert!(
+                std::env::var_os("OSMETER_REQUIRE_ALL_TESTS").is_none(),
+                "OSMETER_REQUIRE_ALL_TESTS: one CPU allowed, no pair to bounce between"
+            );
+            eprintln!("skipped: one CPU allowed, no pair to bounce between");
+            return;
+        }
+        let m = Machine::default();
+        let clock = crate::clock::detect(None).0;
+        let scratch = std::sync::OnceLock::new();
+        let earlier: Vec<crate::results::ExperimentResult> = Vec::new();
+        let ctx = Context {
+            profile: Profile::Smoke,
+            machine: &m,
+            clock: &clock,
+            cpu: cpus[0],
+            budget: Duration::from_millis(100),
+            earlier: &earlier,
+            options: &Default::default(),
+            loop_ticks: 0.0,
+            progress: &|_| {},
+            scratch_cell: &scratch,
+            repetition: crate::experiments::Repetition::SINGLE,
+        };
+        let r = bounce(&ctx, cpus[0], cpus[1], Duration::from_millis(20));
+        assert!(r.error.is_none(), "{:?}", r.error);
+        assert!(r.trials.len() >= MIN_TRIALS);
+        // Physically: more than a nanosecond, less than a millisecond one way.
+        let v = r.one_way();
+        assert!(v > 1.0 && v < 1e6, "{v}");
+        assert!(r.looks[0] >= 2 && r.looks[1] >= 2, "{:?}", r.looks);
+    }
+}
