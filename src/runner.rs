@@ -550,6 +550,11 @@ fn run_one(
         return result;
     }
     result.metrics = outcome.metrics;
+    // Each metric names the sentinel component compare discounts it by: its own
+    // declaration, else its experiment's.
+    for m in &mut result.metrics {
+        m.bottleneck.get_or_insert(exp.meta().bottleneck);
+    }
     result.series = outcome.series;
     result.checks = outcome.checks;
     result.findings = outcome.findings;

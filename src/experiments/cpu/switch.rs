@@ -609,7 +609,10 @@ fn cross_cpu(
             "raw round trip with the partner pinned to another CPU ({o}, {class}): cross-CPU wake-ups, no switch needed"
         ),
         &cross.m,
-    );
+    )
+    // A cross-CPU wake-up waits for the other CPU (an IPI, a vCPU the host must run),
+    // which no sentinel kernel on this CPU shares.
+    .shares(crate::results::Bottleneck::None);
     let c = cross.m.median_ns();
     out.finding(
         format!(
@@ -826,6 +829,8 @@ const THREAD_META: crate::experiments::ExperimentMeta = crate::experiments::Expe
         switch_method!()
     ),
     needs: crate::experiments::Needs::NONE,
+    // The scheduler's path at the core's clock (the cross-CPU round trip declares `None`).
+    bottleneck: crate::results::Bottleneck::Chain,
 };
 
 impl Experiment for ThreadSwitch {
@@ -863,6 +868,8 @@ const PROCESS_META: crate::experiments::ExperimentMeta = crate::experiments::Exp
          subtracted, as lmbench lat_ctx -s does; what remains is the switch plus refilling caches."
     ),
     needs: crate::experiments::Needs::NONE,
+    // The scheduler's path at the core's clock (the cross-CPU round trip declares `None`).
+    bottleneck: crate::results::Bottleneck::Chain,
 };
 
 impl Experiment for ProcessSwitch {
