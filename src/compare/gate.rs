@@ -8,7 +8,9 @@
 //! - `improved`: the whole interval is better than the floor;
 //! - `same`: the whole interval lies inside the floor;
 //! - `inconclusive`: the interval crosses the floor, or the environment moved (the runs
-//!   are of different machines, a trust grade differs, or the allowances make it cross).
+//!   are of different machines, a trust grade differs, or the allowances make it cross),
+//!   or a CPU-bound figure would change but its run-to-run noise is known only from
+//!   repetitions within one process (no history of the host).
 //!
 //! Exit codes: 0 no regression, `EXIT_REGRESSION` a regression, `EXIT_INCONCLUSIVE` no
 //! regression but no verdict where one was required.
@@ -243,7 +245,7 @@ pub struct Gate {
 
 pub fn rule_text() -> String {
     format!(
-        "regressed/improved = the change's 95% interval (within-run interval, no narrower than the trials' spread or the run-to-run noise allow, widened by the move of the sentinel component that shares the metric's bottleneck and by a change of steal time) lies wholly beyond the floor on the worse/better side; same = wholly inside the floor; inconclusive = it crosses the floor, or the runs are of different machines or trust grades. Floor: a floors-file entry, else --floor, else the file's default, else {HISTORY_SDS} run-to-run SDs of the metric in this host's history (at least {MIN_HISTORY} runs; no less than {:.0}%), else {:.0}%",
+        "regressed/improved = the change's 95% interval (within-run interval, no narrower than the trials' spread or the run-to-run noise allow, widened by the move of the sentinel component that shares the metric's bottleneck and by a change of steal time) lies wholly beyond the floor on the worse/better side; same = wholly inside the floor; inconclusive = it crosses the floor, the runs are of different machines or trust grades, or a CPU-bound metric (one a sentinel component shares) would change while its run-to-run noise is known only within each run (no history of at least {MIN_HISTORY} runs of this host). Floor: a floors-file entry, else --floor, else the file's default, else {HISTORY_SDS} run-to-run SDs of the metric in this host's history (at least {MIN_HISTORY} runs; no less than {:.0}%), else {:.0}%",
         MIN_FLOOR * 100.0,
         DEFAULT_FLOOR * 100.0
     )
@@ -377,6 +379,12 @@ pub fn gate(
         }
         _ => 0.0,
     };
+    if c.history_runs < MIN_HISTORY {
+        environment.push(format!(
+            "no history of this host ({} earlier runs, {MIN_HISTORY} needed): a CPU-bound metric (one a sentinel component shares) can be same or inconclusive, not regressed or improved; back-to-back runs of one build moved cpu.call and cpu.timer 24-36% here with the sentinel still",
+            c.history_runs
+        ));
+    }
     let mut rows: Vec<GateRow> = c
         .metrics
         .iter()
@@ -599,6 +607,21 @@ fn row(
             return r;
         }
     }
+    // A CPU-bound figure can settle in a different state in each process (code and stack
+    // placement, the host core under the vCPU) that its repetitions within the process
+    // share: only independent runs (the history) measure that noise.
+    let cpu_bound = r.component != Some(Bottleneck::None);
+    if cpu_bound
+        && !v.noise.source.starts_with("history")
+        && matches!(judged, Verdict::Regressed | Verdict::Improved)
+    {
+        r.reason = format!(
+            "{interval} would be {} against the {floor_text}, but its run-to-run noise is known only within each run ({}), whose repetitions share one process's state; a history of at least {MIN_HISTORY} runs of this host decides",
+            judged.as_str(),
+            v.noise.source
+        );
+        return r;
+    }
     r.verdict = Some(judged);
     r.reason = match judged {
         Verdict::Regressed | Verdict::Improved => format!(
@@ -680,6 +703,16 @@ mod tests {
         gate(&c, &runs, 1, history, cfg)
     }
 
+    /// Four earlier runs of the host whose `t` scatters by 0.1%: run-to-run noise from
+    /// independent runs, which a CPU-bound verdict needs.
+    fn quiet_history(b: Option<Bottleneck>) -> Vec<RunResults> {
+        [100.0, 100.1, 99.9, 100.0]
+            .iter()
+            .enumerate()
+            .map(|(i, m)| run(vec![time(50 + i as u64, *m, b)], None))
+            .collect()
+    }
+
     fn only(g: &Gate) -> &GateRow {
         assert_eq!(g.rows.len(), 1, "{g:?}");
         &g.rows[0]
@@ -688,6 +721,7 @@ mod tests {
     #[test]
     fn a_still_bottleneck_gives_a_verdict_though_another_component_doubled() {
         let cfg = GateConfig::default();
+        let hist = quiet_history(Some(Bottleneck::Chain));
         // +25% on a chain-bound figure; the issue rate halved (2x slower) meanwhile.
         let g = judge(
             run(
@@ -698,7 +732,7 @@ mod tests {
                 vec![time(2, 125.0, Some(Bottleneck::Chain))],
                 Some(reading([1.0, 2.0, 1.0, 1.0])),
             ),
-            &[],
+            &hist,
             &cfg,
         );
         let r = only(&g);
@@ -718,7 +752,7 @@ mod tests {
                 vec![time(2, 125.0, Some(Bottleneck::Chain))],
                 Some(reading([1.25, 1.0, 1.0, 1.0])),
             ),
-            &[],
+            &hist,
             &cfg,
         );
         let r = only(&g);
@@ -729,6 +763,25 @@ mod tests {
             r.reason
         );
         assert_eq!(g.exit_code, EXIT_INCONCLUSIVE);
+
+        // Without a history, a CPU-bound +25% is no verdict: the repetitions within one
+        // run share its process's state.
+        let g = judge(
+            run(
+                vec![time(1, 100.0, Some(Bottleneck::Chain))],
+                Some(reading(STILL)),
+            ),
+            run(
+                vec![time(2, 125.0, Some(Bottleneck::Chain))],
+                Some(reading(STILL)),
+            ),
+            &[],
+            &cfg,
+        );
+        let r = only(&g);
+        assert_eq!(r.verdict, Some(Verdict::Inconclusive), "{r:?}");
+        assert!(r.reason.contains("known only within"), "{}", r.reason);
+        assert!(g.environment[0].contains("no history"), "{g:?}");
 
         // compare's own significance follows the same declaration.
         let runs = |k: [f64; 4], b| {
@@ -756,14 +809,19 @@ mod tests {
 
     #[test]
     fn worse_is_known_per_metric() {
-        let cfg = GateConfig::default();
+        // A 5% floor: the quiet history alone would set 1%.
+        let cfg = GateConfig {
+            floor: Some(0.05),
+            ..Default::default()
+        };
         let rate = |seed, med| {
             let mut m = time(seed, med, Some(Bottleneck::None));
             m.unit = "bytes/s".into();
             m
         };
+        let hist = quiet_history(None);
         let one = |a: Metric, b: Metric| {
-            let g = judge(run(vec![a], None), run(vec![b], None), &[], &cfg);
+            let g = judge(run(vec![a], None), run(vec![b], None), &hist, &cfg);
             (only(&g).verdict, g.exit_code)
         };
         // A bandwidth halved regresses; doubled improves.
@@ -791,7 +849,7 @@ mod tests {
         );
         // A size has no worse side: not gated, and a gate of nothing is inconclusive.
         let size = |seed, med| {
-            let mut m = time(seed, med, None);
+            let mut m = time(seed, med, Some(Bottleneck::None));
             m.unit = "bytes".into();
             m
         };
@@ -840,9 +898,14 @@ mod tests {
 
     #[test]
     fn a_per_operation_shift_is_judged_on_its_interval() {
+        let op = |seed, med| {
+            let mut m = per_op(seed, 4000, med);
+            m.bottleneck = Some(Bottleneck::None);
+            m
+        };
         let g = judge(
-            run(vec![per_op(1, 4000, 100.0)], None),
-            run(vec![per_op(2, 4000, 130.0)], None),
+            run(vec![op(1, 100.0)], None),
+            run(vec![op(2, 130.0)], None),
             &[],
             &GateConfig::default(),
         );
@@ -853,7 +916,8 @@ mod tests {
 
     #[test]
     fn floors_come_from_the_file_the_flag_the_history_or_the_default() {
-        let t = |seed, med| time(seed, med, Some(Bottleneck::Chain));
+        // A figure no sentinel component shares (a link's): judged without a history too.
+        let t = |seed, med| time(seed, med, Some(Bottleneck::None));
         let (a, b) = (run(vec![t(1, 100.0)], None), run(vec![t(2, 108.0)], None));
         let v = |cfg: &GateConfig, hist: &[RunResults]| {
             let g = judge(a.clone(), b.clone(), hist, cfg);
@@ -924,7 +988,7 @@ mod tests {
 
     #[test]
     fn the_environment_makes_verdicts_inconclusive() {
-        let t = |seed, med| time(seed, med, Some(Bottleneck::Chain));
+        let t = |seed, med| time(seed, med, Some(Bottleneck::None));
         // Another machine: nothing can be told apart.
         let mut b = run(vec![t(2, 150.0)], None);
         b.machine.cpu.model = "Other CPU".into();
@@ -953,10 +1017,10 @@ mod tests {
 
     #[test]
     fn required_metrics_need_a_verdict() {
-        let t = |seed, med| time(seed, med, Some(Bottleneck::Chain));
+        let t = |seed, med| time(seed, med, Some(Bottleneck::None));
         let noisy = |seed, med| {
             let mut m = metric("n", trials(seed, 15, med, 0.2), Some(MetricKind::PerTrial));
-            m.bottleneck = Some(Bottleneck::Chain);
+            m.bottleneck = Some(Bottleneck::None);
             m
         };
         let a = run(vec![t(1, 100.0), noisy(3, 100.0)], None);
