@@ -691,12 +691,16 @@ fn environment_moves(runs: &[(String, RunResults)]) -> Vec<EnvironmentMove> {
                 during: db,
                 components,
                 held_to,
-                text: format!(
-                    "environment sentinel moved: {}; its metrics are held to {}: differences up to {:.0}% there are not called significant",
-                    parts.join("; "),
-                    held.join(", "),
-                    most * 100.0
-                ),
+                text: if held.is_empty() {
+                    format!("environment sentinel moved: {}", parts.join("; "))
+                } else {
+                    format!(
+                        "environment sentinel moved: {}; its metrics are held to {}: differences up to {:.0}% there are not called significant",
+                        parts.join("; "),
+                        held.join(", "),
+                        most * 100.0
+                    )
+                },
             });
         }
     }
