@@ -13,10 +13,17 @@
 //! In every case the shift must also reach `min_rel_diff` and exceed the run-to-run noise
 //! when there is an estimate of it (the repetitions of `run --repeat`, or at least
 //! `MIN_HISTORY` earlier runs of the same host, profile and version), and exceed how far
-//! the environment sentinel moved between or during the runs of a CPU-bound (cpu.*, mem.*)
-//! experiment.
+//! the environment sentinel's component that shares the metric's bottleneck
+//! (`Metric::bottleneck`) moved between or during the runs.
+//!
+//! `gate` turns one comparison of two runs into a verdict per metric (regressed, improved,
+//! same, inconclusive) against a practical-effect floor, for `compare --gate`.
 
-use crate::results::{ExperimentResult, Metric, MetricKind, RunResults, Status};
+pub mod gate;
+
+use crate::results::{
+    Bottleneck, ExperimentResult, Metric, MetricKind, Reading, RunResults, Status,
+};
 use serde::Serialize;
 
 /// Default minimum relative difference of the medians for a significant difference.
@@ -34,7 +41,7 @@ pub const ENV_NOTICE: f64 = 0.03;
 
 pub fn rule_text(min_rel_diff: f64) -> String {
     format!(
-        "significant = the shift reaches {:.0}% and its 95% interval excludes zero (per-trial and derived metrics: the medians' confidence intervals do not overlap, at least {MIN_TRIALS} trials each, beyond the larger CoV of the trials; per-operation distributions: Hodges-Lehmann shift with its Mann-Whitney interval, beyond the range of batch medians within each run), beyond the run-to-run noise where known (repeats, or history of at least {MIN_HISTORY} runs: t-test on log medians), and beyond the environment sentinel's move",
+        "significant = the shift reaches {:.0}% and its 95% interval excludes zero (per-trial and derived metrics: the medians' confidence intervals do not overlap, at least {MIN_TRIALS} trials each, beyond the larger CoV of the trials; per-operation distributions: Hodges-Lehmann shift with its Mann-Whitney interval, beyond the range of batch medians within each run), beyond the run-to-run noise where known (repeats, or history of at least {MIN_HISTORY} runs: t-test on log medians), and beyond the move of the environment sentinel's component that shares the metric's bottleneck (dependent chain, issue rate, L1 chase or copy; none for device and network figures)",
         min_rel_diff * 100.0
     )
 }
@@ -95,8 +102,15 @@ pub struct Versus {
     pub shift: f64,
     pub shift_ci95: [f64; 2],
     pub noise: Noise,
-    /// How far the environment sentinel moved for this experiment (largest of between
-    /// the runs and during either), null without sentinel readings.
+    /// The within-run level noise the shift had to exceed (relative): the larger CoV of
+    /// the trials (per trial, derived) or the range of batch medians (per operation).
+    pub spread: f64,
+    /// The sentinel component the metric is held to (its declared bottleneck; `none` for
+    /// device and network figures); null for a file from before declarations, where the
+    /// largest move of any component counts (cpu and mem experiments).
+    pub component: Option<Bottleneck>,
+    /// How far that component moved for this experiment (largest of between the runs and
+    /// during either), null without sentinel readings or for component `none`.
     pub environment: Option<f64>,
     pub significant: bool,
     /// Why the row is or is not significant, in words.
@@ -125,12 +139,27 @@ pub struct ComparedMetric {
 pub struct EnvironmentMove {
     pub experiment: String,
     pub run: String,
-    /// Sentinel of this run over the baseline's, minus 1 (positive = slower).
+    /// Sentinel of this run over the baseline's, minus 1 (positive = slower): the largest
+    /// change of any component.
     pub between: f64,
     /// After over before within the baseline and within this run, minus 1.
     pub during_baseline: f64,
     pub during: f64,
+    /// Each component's move (largest over the before/after pairings, and between).
+    pub components: Vec<ComponentMove>,
+    /// The components this experiment's metrics are held to (null: any, undeclared).
+    pub held_to: Vec<Option<Bottleneck>>,
     pub text: String,
+}
+
+/// One sentinel component's move for one experiment of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ComponentMove {
+    pub component: Bottleneck,
+    /// Largest |change| over every before/after pairing across the runs and during either.
+    pub largest: f64,
+    /// Geometric means of each run's two readings, this run over the baseline, minus 1.
+    pub between: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -146,6 +175,9 @@ pub struct Comparison {
     /// Metrics present in the baseline and at least one other run.
     pub compared: usize,
     pub significant: usize,
+    /// Verdicts per metric against a practical-effect floor (`compare --gate`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate: Option<gate::Gate>,
 }
 
 /// The run-to-run noise of a metric: log medians of earlier runs (history) and the
@@ -206,14 +238,25 @@ fn run_to_run(a: &Metric, b: &Metric, history: &[f64]) -> Noise {
     }
 }
 
-/// The within-run test of b against a for one metric: (test, shift, interval, passes, why).
+/// The within-run test of b against a for one metric.
+struct Within {
+    test: Test,
+    shift: f64,
+    ci: [f64; 2],
+    /// The within-run level noise the shift must exceed (relative).
+    spread: f64,
+    ok: bool,
+    why: String,
+}
+
+/// The within-run test of b against a for one metric.
 fn within(
     ea: &ExperimentResult,
     a: &Metric,
     eb: &ExperimentResult,
     b: &Metric,
     min_rel_diff: f64,
-) -> (Test, f64, [f64; 2], bool, String) {
+) -> Within {
     let base = a.summary.median.abs();
     let kind = a.kind.as_ref().or(b.kind.as_ref());
     let per_op = matches!(a.kind, Some(MetricKind::PerOperation))
@@ -244,7 +287,14 @@ fn within(
             } else {
                 (true, format!("shift {:+.1}%", h.estimate / base * 100.0))
             };
-            return (Test::PerOperation, h.estimate, h.ci95, ok, why);
+            return Within {
+                test: Test::PerOperation,
+                shift: h.estimate,
+                ci: h.ci95,
+                spread: drift,
+                ok,
+                why,
+            };
         }
     }
     let test = match kind {
@@ -280,7 +330,14 @@ fn within(
     } else {
         (true, format!("shift {:+.1}%", shift / base * 100.0))
     };
-    (test, shift, ci, ok, why)
+    Within {
+        test,
+        shift,
+        ci,
+        spread,
+        ok,
+        why,
+    }
 }
 
 /// Compares labelled runs; the first is the baseline. Within-run noise only.
@@ -324,6 +381,7 @@ pub fn compare_with_history(
         environment: environment_moves(runs),
         compared,
         significant,
+        gate: None,
     }
 }
 
@@ -364,24 +422,47 @@ fn rows(runs: &[(String, RunResults)]) -> Vec<ComparedMetric> {
     metrics
 }
 
-/// How the sentinel moved for `exp` between the baseline and run `i`: (largest move,
-/// between, during the baseline, during run i). "Between" is the geometric mean of each
-/// run's two readings; the largest move is over every before/after pairing across the
-/// runs: during an experiment the environment may have been anywhere between its two
-/// readings (a quiet A/A pair read cpu.loop 2.1x apart where the means moved 1.89x and
-/// run B's own readings 1.46x).
+/// The sentinel component a metric is held to: its declaration; for a file from before
+/// declarations, any component (`None`: the largest move) in the CPU-bound areas cpu and
+/// mem, and no component elsewhere (a shaped link or a disk is not slowed by a slower
+/// vCPU in proportion).
+pub(crate) fn component_of(area: &str, declared: Option<Bottleneck>) -> Option<Bottleneck> {
+    declared.or_else(|| (!matches!(area, "cpu" | "mem")).then_some(Bottleneck::None))
+}
+
+/// The change from `x` to `y` of one component, or of the one that moved most (`None`).
+fn change(x: &Reading, y: &Reading, c: Option<Bottleneck>) -> f64 {
+    match c {
+        Some(b) => x.change_in(y, b),
+        None => x.change_to(y),
+    }
+}
+
+/// How the sentinel's component `c` (`None`: any) moved for `exp` between the baseline and
+/// run `i`: (largest move, between, during the baseline, during run i). "Between" is the
+/// geometric mean of each run's two readings; the largest move is over every before/after
+/// pairing across the runs: during an experiment the environment may have been anywhere
+/// between its two readings (a quiet A/A pair read cpu.loop 2.1x apart where the means
+/// moved 1.89x and run B's own readings 1.46x). `None` for component `none`.
 fn sentinel_move(
     runs: &[(String, RunResults)],
     exp: &str,
     i: usize,
+    c: Option<Bottleneck>,
 ) -> Option<(f64, f64, f64, f64)> {
+    if c == Some(Bottleneck::None) {
+        return None;
+    }
     let sa = runs[0].1.experiment(exp)?.sentinel?;
     let sb = runs[i].1.experiment(exp)?.sentinel?;
-    let between = sa.mid().change_to(&sb.mid());
-    let (da, db) = (sa.during(), sb.during());
+    let between = change(&sa.mid(), &sb.mid(), c);
+    let (da, db) = (
+        change(&sa.before, &sa.after, c),
+        change(&sb.before, &sb.after, c),
+    );
     let cross = [sa.before, sa.after]
         .iter()
-        .flat_map(|x| [sb.before, sb.after].map(|y| x.change_to(&y).abs()))
+        .flat_map(|x| [sb.before, sb.after].map(|y| change(x, &y, c).abs()))
         .fold(0.0, f64::max);
     Some((cross.max(da.abs()).max(db.abs()), between, da, db))
 }
@@ -431,11 +512,11 @@ fn judge_row(
         let Some(ratio) = cm.ratios[i] else {
             continue;
         };
-        // Only CPU-bound experiments (areas cpu and mem) are held to the sentinel: a
-        // shaped link or a disk is not slowed by a slower vCPU in proportion.
-        let cpu_bound = matches!(ea.area.as_str(), "cpu" | "mem");
-        let moved = sentinel_move(runs, &cm.experiment, i).filter(|_| cpu_bound);
-        let v = versus(ea, a, eb, b, ratio, &hist, moved.map(|m| m.0), min_rel_diff);
+        // Held to the sentinel component that shares the metric's bottleneck only: a DRAM
+        // latency is not slowed by what slows an independent loop.
+        let component = component_of(&ea.area, a.bottleneck.or(b.bottleneck));
+        let moved = sentinel_move(runs, &cm.experiment, i, component).map(|m| m.0);
+        let v = versus(ea, a, eb, b, ratio, &hist, (component, moved), min_rel_diff);
         cm.significant_vs_baseline[i] = v.significant;
         cm.versus[i] = Some(v);
     }
@@ -453,10 +534,17 @@ fn versus(
     b: &Metric,
     ratio: f64,
     hist: &[f64],
-    moved: Option<f64>,
+    (component, moved): (Option<Bottleneck>, Option<f64>),
     min_rel_diff: f64,
 ) -> Versus {
-    let (test, shift, ci, mut ok, mut reason) = within(ea, a, eb, b, min_rel_diff);
+    let Within {
+        test,
+        shift,
+        ci,
+        spread,
+        mut ok,
+        why: mut reason,
+    } = within(ea, a, eb, b, min_rel_diff);
     let noise = run_to_run(a, b, hist);
     let rel = (ratio - 1.0).abs();
     if ok && noise.threshold > 0.0 && rel <= noise.threshold {
@@ -472,8 +560,9 @@ fn versus(
         if ok && rel <= m {
             ok = false;
             reason = format!(
-                "shift {:.1}% no larger than the environment sentinel's move ({:.1}%)",
+                "shift {:.1}% no larger than the environment sentinel's move ({}: {:.1}%)",
                 rel * 100.0,
+                component.map_or("any component", |c| c.describe()),
                 m * 100.0
             );
         }
@@ -488,18 +577,21 @@ fn versus(
         shift,
         shift_ci95: ci,
         noise,
+        spread,
+        component,
         environment: moved,
         significant: ok,
         reason,
     }
 }
 
-/// A sentence per experiment and run where the sentinel moved by at least `ENV_NOTICE`.
+/// A sentence per experiment and run where the sentinel moved by at least `ENV_NOTICE`:
+/// which components moved, and which of them the experiment's metrics are held to.
 fn environment_moves(runs: &[(String, RunResults)]) -> Vec<EnvironmentMove> {
     let mut environment = Vec::new();
     for i in 1..runs.len() {
         for e in &runs[0].1.experiments {
-            let Some((m, between, da, db)) = sentinel_move(runs, &e.id, i) else {
+            let Some((m, between, da, db)) = sentinel_move(runs, &e.id, i, None) else {
                 continue;
             };
             if m < ENV_NOTICE {
@@ -513,31 +605,78 @@ fn environment_moves(runs: &[(String, RunResults)]) -> Vec<EnvironmentMove> {
                     if x > 0.0 { "slower" } else { "faster" }
                 )
             };
-            let mut parts = Vec::new();
-            if between.abs() >= ENV_NOTICE {
-                parts.push(format!(
-                    "the host ran run {l}'s {} {} than run A's",
-                    e.id,
-                    pct(between)
-                ));
+            let components: Vec<ComponentMove> = Bottleneck::ALL
+                .iter()
+                .filter_map(|&c| {
+                    let (largest, between, _, _) = sentinel_move(runs, &e.id, i, Some(c))?;
+                    Some(ComponentMove {
+                        component: c,
+                        largest,
+                        between,
+                    })
+                })
+                .collect();
+            let mut held_to: Vec<Option<Bottleneck>> = Vec::new();
+            for mt in &e.metrics {
+                let c = component_of(&e.area, mt.bottleneck);
+                if !held_to.contains(&c) {
+                    held_to.push(c);
+                }
             }
+            let moved: Vec<String> = components
+                .iter()
+                .filter(|c| c.largest >= ENV_NOTICE)
+                .map(|c| {
+                    let mut t = format!("{} {:.0}%", c.component.describe(), c.largest * 100.0);
+                    if c.between.abs() >= ENV_NOTICE {
+                        t.push_str(&format!(" (run {l} {} than run A)", pct(c.between)));
+                    }
+                    t
+                })
+                .collect();
+            let mut parts = vec![moved.join(", ")];
             if da.abs() >= ENV_NOTICE {
                 parts.push(format!("run A got {} during {}", pct(da), e.id));
             }
             if db.abs() >= ENV_NOTICE {
                 parts.push(format!("run {l} got {} during {}", pct(db), e.id));
             }
+            // The allowance of each component the metrics are held to.
+            let allow = |c: &Option<Bottleneck>| match c {
+                Some(Bottleneck::None) => 0.0,
+                Some(b) => components
+                    .iter()
+                    .find(|x| x.component == *b)
+                    .map_or(0.0, |x| x.largest),
+                None => m,
+            };
+            let held: Vec<String> = held_to
+                .iter()
+                .map(|c| match c {
+                    Some(Bottleneck::None) => "no component (not discounted)".to_string(),
+                    Some(b) => format!("the {} ({:.0}%)", b.describe(), allow(c) * 100.0),
+                    None => format!("any component, undeclared ({:.0}%)", m * 100.0),
+                })
+                .collect();
+            let most = held_to.iter().map(allow).fold(0.0, f64::max);
             environment.push(EnvironmentMove {
                 experiment: e.id.clone(),
                 run: l,
                 between,
                 during_baseline: da,
                 during: db,
-                text: format!(
-                    "environment sentinel moved: {}; differences up to {:.0}% there are not called significant",
-                    parts.join("; "),
-                    m * 100.0
-                ),
+                components,
+                held_to,
+                text: if held.is_empty() {
+                    format!("environment sentinel moved: {}", parts.join("; "))
+                } else {
+                    format!(
+                        "environment sentinel moved: {}; its metrics are held to {}: differences up to {:.0}% there are not called significant",
+                        parts.join("; "),
+                        held.join(", "),
+                        most * 100.0
+                    )
+                },
             });
         }
     }
@@ -565,7 +704,7 @@ fn label(i: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::{BeforeAfter, Metric, MetricKind, Reading, Tool};
+    use crate::results::{BeforeAfter, Metric, MetricKind, Tool};
 
     use crate::stats::test_rng::Lcg;
     use crate::stats::Summary;
@@ -580,7 +719,7 @@ mod tests {
         }
     }
 
-    fn metric(name: &str, raw: Vec<f64>, kind: Option<MetricKind>) -> Metric {
+    pub(super) fn metric(name: &str, raw: Vec<f64>, kind: Option<MetricKind>) -> Metric {
         let summary = if kind == Some(MetricKind::PerOperation) {
             Summary::with_percentiles(&raw).unwrap()
         } else {
@@ -597,10 +736,11 @@ mod tests {
             raw,
             kind,
             runs: vec![],
+            bottleneck: None,
         }
     }
 
-    fn run(metrics: Vec<Metric>, sentinel: Option<BeforeAfter>) -> RunResults {
+    pub(super) fn run(metrics: Vec<Metric>, sentinel: Option<BeforeAfter>) -> RunResults {
         RunResults {
             schema_version: 1,
             tool: Tool {
@@ -642,13 +782,13 @@ mod tests {
         compare_with_history(&[("a".into(), a), ("b".into(), b)], MIN_REL_DIFF, hist)
     }
 
-    fn per_op(seed: u64, n: usize, med: f64) -> Metric {
+    pub(super) fn per_op(seed: u64, n: usize, med: f64) -> Metric {
         let mut r = Lcg(seed);
         let v = (0..n).map(|_| r.latency(med)).collect();
         metric("rtt", v, Some(MetricKind::PerOperation))
     }
 
-    fn trials(seed: u64, n: usize, med: f64, cov: f64) -> Vec<f64> {
+    pub(super) fn trials(seed: u64, n: usize, med: f64, cov: f64) -> Vec<f64> {
         let mut r = Lcg(seed);
         (0..n).map(|_| med * (1.0 + cov * r.normal())).collect()
     }

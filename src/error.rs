@@ -1,7 +1,8 @@
 //! The one error type of the binary and the one place it becomes an exit code
 //! (docs/ARCHITECTURE.md, "Errors and exit codes"): bad input is a usage error (exit 2),
 //! a failure while doing the work is a runtime error (exit 1). Either is printed as one
-//! line, `osmeter: error: MESSAGE`, never as a panic trace.
+//! line, `osmeter: error: MESSAGE`, never as a panic trace. `compare --gate` adds two
+//! codes that are verdicts, not errors: 3 a regression, 4 inconclusive.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -10,6 +11,13 @@ use std::process::ExitCode;
 pub const EXIT_USAGE: u8 = 2;
 /// Exit code of a failure while running (I/O, permissions, an experiment that failed).
 pub const EXIT_RUNTIME: u8 = 1;
+/// Exit code of `compare --gate` when a metric regressed (not an error: a verdict).
+#[cfg_attr(windows, allow(dead_code))] // used by the Unix build only
+pub const EXIT_REGRESSION: u8 = 3;
+/// Exit code of `compare --gate` with no regression but no verdict where one was required
+/// (every metric inconclusive, or a `--require`d one).
+#[cfg_attr(windows, allow(dead_code))] // used by the Unix build only
+pub const EXIT_INCONCLUSIVE: u8 = 4;
 
 /// An error with its class; the class alone decides the exit code.
 #[derive(Debug)]

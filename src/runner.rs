@@ -633,6 +633,11 @@ fn run_one(
         label_run(&mut checks, &mut series, outcome.pooled_at, repetition);
     }
     result.metrics = outcome.metrics;
+    // Each metric names the sentinel component compare discounts it by: its own
+    // declaration, else its experiment's.
+    for m in &mut result.metrics {
+        m.bottleneck.get_or_insert(exp.meta().bottleneck);
+    }
     result.series = series;
     result.checks = checks;
     result.findings = outcome.findings;

@@ -304,7 +304,8 @@ fn net_experiments_against_a_namespace_host() {
 }
 
 /// A/B: the namespace host's link shaped from 400 to 200 Mbit/s between two quick
-/// net.bandwidth runs; compare must flag both directions.
+/// net.bandwidth runs; compare must flag both directions, and `--gate` call them
+/// regressed and exit 3.
 #[test]
 fn compare_flags_a_halved_link() {
     const TEST: &str = "compare_flags_a_halved_link";
@@ -351,5 +352,53 @@ fn compare_flags_a_halved_link() {
         assert!(ratio > 0.4 && ratio < 0.6, "{name}: ratio {ratio}");
         assert!(v["shift_ci95"][1].as_f64().unwrap() < 0.0, "{v}");
     }
+    // The gate: both directions regressed (a bandwidth down is worse), exit 3, and the
+    // summary leads with them. No history here: a link's figure shares no sentinel
+    // component, so within-run noise decides.
+    let out = Command::new(env!("CARGO_BIN_EXE_osmeter"))
+        .env("OSMETER_HISTORY_DB", dir.path().join("h.sqlite"))
+        .arg("compare")
+        .args(&files)
+        .args([
+            "--gate",
+            "--json",
+            "--require",
+            "net.bandwidth.send,net.bandwidth.receive",
+        ])
+        .output()
+        .unwrap();
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let g = &c["gate"];
+    for name in ["send", "receive", "send_bits", "receive_bits"] {
+        let r = g["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["experiment"] == "net.bandwidth" && r["metric"] == name)
+            .unwrap_or_else(|| panic!("{name} not gated: {g}"));
+        eprintln!(
+            "gate 400 -> 200 Mbit/s: {name} {} ({})",
+            r["verdict"], r["reason"]
+        );
+        assert_eq!(r["verdict"], "regressed", "{name}: {r}");
+        assert_eq!(r["component"], "none", "{name}: {r}");
+    }
+    assert_eq!(out.status.code(), Some(3), "{g}");
+    let text = Command::new(env!("CARGO_BIN_EXE_osmeter"))
+        .env("OSMETER_HISTORY_DB", dir.path().join("h.sqlite"))
+        .arg("compare")
+        .args(&files)
+        .arg("--gate")
+        .output()
+        .unwrap();
+    assert_eq!(text.status.code(), Some(3));
+    let text = String::from_utf8_lossy(&text.stdout);
+    // After the gate's headline and its environment notes, the regressions come first.
+    let first = text
+        .lines()
+        .skip_while(|l| !l.starts_with("gate B"))
+        .skip(1)
+        .find(|l| !l.starts_with("  environment:"));
+    assert!(first.is_some_and(|l| l.starts_with("REGRESSED")), "{text}");
     drop(host);
 }

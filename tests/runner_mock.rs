@@ -8,7 +8,7 @@ use osmeter::experiments::{
     Context, Experiment, ExperimentMeta, Needs, Outcome, Profile, RunOptions,
 };
 use osmeter::platform;
-use osmeter::results::{Check, RunResults, Status};
+use osmeter::results::{Bottleneck, Check, RunResults, Status};
 use osmeter::runner::{self, Registry, RunConfig, Watchdog};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -97,6 +97,7 @@ fn mock(id: &'static str, behaviour: Behaviour, calls: &Arc<AtomicUsize>) -> Box
             description: "a mock experiment",
             method: "none",
             needs: Needs::NONE,
+            bottleneck: Bottleneck::Chain,
         },
         budget: Duration::from_millis(50),
         behaviour,

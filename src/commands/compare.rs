@@ -1,6 +1,8 @@
 //! `osmeter compare A B [...] [--min-diff PCT] [--json] [--html FILE]`: runs named by
 //! results file, folder or history id, compared by crate::compare and rendered as the
 //! terminal table (report::compare_text), JSON, or the fleet page (report::fleet).
+//! `--gate [--floor PCT] [--floors FILE] [--require PATTERN]` adds a verdict per metric
+//! (crate::compare::gate) and exits 3 on a regression, 4 when inconclusive.
 
 use crate::compare;
 use crate::error::{Error, Result};
@@ -12,7 +14,13 @@ use std::process::ExitCode;
 pub(super) const EXAMPLES: &str = "Examples:
   osmeter compare 3 7                        two runs from `osmeter history`
   osmeter compare before/results.json after/ a file and a folder
-  osmeter compare 3 7 9 --min-diff 10 --json";
+  osmeter compare 3 7 9 --min-diff 10 --json
+  osmeter compare base/ new/ --gate          CI: exit 3 on a regression
+  osmeter compare base/ new/ --gate --floor 10% --require 'net.bandwidth'
+
+Exit codes: 0 done (with --gate: no regression); 1 error; 2 bad usage;
+with --gate: 3 a metric regressed, 4 no regression but no verdict where one
+was required (every metric inconclusive, or a --require'd one).";
 
 #[derive(clap::Args)]
 pub(super) struct Args {
@@ -29,18 +37,77 @@ pub(super) struct Args {
     /// new HTML file; an existing file is never overwritten.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
+    /// Give each metric of the second run a verdict against the first: regressed,
+    /// improved, same or inconclusive; exit 3 on a regression, 4 when inconclusive.
+    #[arg(long)]
+    gate: bool,
+    /// With --gate: the practical-effect floor of every metric (a floors file entry for a
+    /// metric still wins), e.g. 5%. Default: from the metric's noise in this host's
+    /// history, else 5%.
+    #[arg(long, value_name = "PCT", requires = "gate")]
+    floor: Option<String>,
+    /// With --gate: a TOML file of floors per metric (`[floor]` "exp.metric" or a glob =
+    /// "3%"), a `default`, and `[better]` directions for metrics whose unit says none.
+    #[arg(long, value_name = "FILE", requires = "gate")]
+    floors: Option<PathBuf>,
+    /// With --gate: metrics that need a verdict (globs over experiment.metric, or
+    /// experiment ids; repeat or comma-separate): exit 4 when one is inconclusive.
+    #[arg(long, value_name = "PATTERN", value_delimiter = ',', requires = "gate")]
+    require: Vec<String>,
 }
 
 pub(super) fn run(a: Args) -> ExitCode {
-    crate::error::exit(compare_runs(a))
+    match compare_runs(a) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => e.report(),
+    }
 }
 
-fn compare_runs(a: Args) -> Result<()> {
+/// The gate's settings from the flags, checked before any work.
+fn gate_config(a: &Args) -> Result<Option<compare::gate::GateConfig>> {
+    if !a.gate {
+        return Ok(None);
+    }
+    if a.runs.len() != 2 {
+        return Err(Error::usage(
+            "--gate judges exactly two runs: the baseline and the candidate",
+        ));
+    }
+    let floor = match &a.floor {
+        Some(s) => Some(
+            compare::gate::parse_percent(s).map_err(|e| Error::usage(format!("--floor: {e}")))?,
+        ),
+        None => None,
+    };
+    let file = match &a.floors {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| crate::error::os_err(p, "cannot read the floors file", e))?;
+            Some(
+                compare::gate::FloorsFile::parse(&text)
+                    .map_err(|e| Error::usage(format!("{}: {e}", p.display())))?,
+            )
+        }
+        None => None,
+    };
+    for p in &a.require {
+        glob::Pattern::new(p).map_err(|e| Error::usage(format!("--require {p:?}: {e}")))?;
+    }
+    Ok(Some(compare::gate::GateConfig {
+        floor,
+        file,
+        require: a.require.clone(),
+    }))
+}
+
+/// The exit code: 0, or with --gate the gate's (3 a regression, 4 inconclusive).
+fn compare_runs(a: Args) -> Result<u8> {
     if !(a.min_diff.is_finite() && (0.0..100.0).contains(&a.min_diff)) {
         return Err(Error::usage(
             "--min-diff must be a percentage from 0 to below 100",
         ));
     }
+    let gate = gate_config(&a)?;
     // Checked before the work, so a typo costs nothing; create_new below closes the race.
     if let Some(f) = a.html.as_deref().filter(|f| f.exists()) {
         return Err(Error::usage(format!(
@@ -74,7 +141,10 @@ fn compare_runs(a: Args) -> Result<()> {
     } else {
         Vec::new()
     };
-    let c = compare::compare_with_history(&runs, a.min_diff / 100.0, &history);
+    let mut c = compare::compare_with_history(&runs, a.min_diff / 100.0, &history);
+    if let Some(cfg) = &gate {
+        c.gate = Some(compare::gate::gate(&c, &runs, 1, &history, cfg));
+    }
     if let Some(f) = &a.html {
         write_new(f, &crate::report::fleet::render(&c, &runs))?;
         // On stderr, so that --json output stays one document.
@@ -86,7 +156,7 @@ fn compare_runs(a: Args) -> Result<()> {
     } else {
         print!("{}", crate::report::compare_text::render(&c));
     }
-    Ok(())
+    Ok(c.gate.as_ref().map_or(0, |g| g.exit_code))
 }
 
 /// Writes `text` to a file that must not exist yet; a half-written file is removed.

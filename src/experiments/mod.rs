@@ -6,7 +6,9 @@
 use crate::clock::Clock;
 use crate::harness::{Harness, HarnessConfig};
 use crate::machine::Machine;
-use crate::results::{Check, ExperimentResult, Finding, Metric, Prediction, Series, Status};
+use crate::results::{
+    Bottleneck, Check, ExperimentResult, Finding, Metric, Prediction, Series, Status,
+};
 use crate::stats::Summary;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -318,6 +320,7 @@ fn predict_all(
         raw: vec![1.0],
         kind: None,
         runs: vec![],
+        bottleneck: None,
     };
     let mut all = MetricReads::new();
     let mut stated = Vec::new();
@@ -453,6 +456,7 @@ impl Outcome {
             raw,
             kind: Some(crate::results::MetricKind::PerTrial),
             runs: Vec::new(),
+            bottleneck: None,
         });
         self.metrics.last_mut().unwrap()
     }
@@ -543,6 +547,10 @@ pub struct ExperimentMeta {
     pub method: &'static str,
     /// What it needs beyond an ordinary user on a quiet machine, for `osmeter list`.
     pub needs: Needs,
+    /// The sentinel component that shares its figures' bottleneck (a metric may declare
+    /// its own with `Metric::bottleneck`); compare discounts differences by that
+    /// component's move only. `None` for device and network figures.
+    pub bottleneck: Bottleneck,
 }
 
 impl ExperimentMeta {

@@ -2,6 +2,7 @@
 //! baseline's medians and every other run's ratio to it, significant differences marked
 //! and explained below the table. Its HTML form is the fleet page (report::fleet).
 
+use crate::compare::gate::{Gate, Verdict};
 use crate::compare::Comparison;
 use crate::results::Status;
 use crate::units::fmt_value;
@@ -17,6 +18,9 @@ pub fn render(c: &Comparison) -> String {
             "{} = {} ({}, {}, profile {})\n",
             r.label, r.source, r.host, r.started_at, r.profile
         ));
+    }
+    if let Some(g) = &c.gate {
+        s.push_str(&gate(g));
     }
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED)
@@ -72,7 +76,7 @@ pub fn render(c: &Comparison) -> String {
                 continue;
             };
             s.push_str(&format!(
-                "* {} {} {}: {} [{}, {}] ({:?} test; noise: {})\n",
+                "* {} {} {}: {} [{}, {}] ({:?} test; noise: {}; sentinel: {})\n",
                 m.experiment,
                 m.metric,
                 c.runs[i].label,
@@ -80,7 +84,8 @@ pub fn render(c: &Comparison) -> String {
                 signed(v.shift_ci95[0], &m.unit),
                 signed(v.shift_ci95[1], &m.unit),
                 v.test,
-                v.noise.source
+                v.noise.source,
+                sentinel(v)
             ));
         }
     }
@@ -100,6 +105,65 @@ pub fn render(c: &Comparison) -> String {
         "{} of {} compared metrics differ significantly (*: {}).\n",
         c.significant, c.compared, c.rule
     ));
+    s
+}
+
+/// The sentinel component a difference was held to, and its move.
+fn sentinel(v: &crate::compare::Versus) -> String {
+    use crate::results::Bottleneck;
+    match (v.component, v.environment) {
+        (Some(Bottleneck::None), _) => "none".into(),
+        (c, Some(m)) => format!(
+            "{} moved {:.0}%",
+            c.map_or("any component", |c| c.describe()),
+            m * 100.0
+        ),
+        (c, None) => format!(
+            "{}, no readings",
+            c.map_or("any component", |c| c.describe())
+        ),
+    }
+}
+
+/// The gate's verdicts, regressions first: the lines a CI log shows.
+fn gate(g: &Gate) -> String {
+    let mut s = format!(
+        "gate {} against A: {}; {} regressed, {} improved, {} same, {} inconclusive, {} not gated\n",
+        g.run, g.outcome, g.regressed, g.improved, g.same, g.inconclusive, g.not_gated
+    );
+    for e in &g.environment {
+        s.push_str(&format!("  environment: {e}\n"));
+    }
+    for (v, title) in [
+        (Verdict::Regressed, "REGRESSED"),
+        (Verdict::Improved, "improved"),
+        (Verdict::Inconclusive, "inconclusive"),
+    ] {
+        let rows: Vec<_> = g.rows.iter().filter(|r| r.verdict == Some(v)).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        s.push_str(&format!("{title} ({}):\n", rows.len()));
+        for r in rows {
+            s.push_str(&format!(
+                "  {} {}{}: {}\n",
+                r.experiment,
+                r.metric,
+                if r.required { " (required)" } else { "" },
+                r.reason
+            ));
+        }
+    }
+    if g.same > 0 {
+        s.push_str(&format!(
+            "same: {} metrics changed less than their floor, interval and all\n",
+            g.same
+        ));
+    }
+    for p in &g.unmatched {
+        s.push_str(&format!("--require {p}: no such metric in run A\n"));
+    }
+    s.push_str(&format!("gate rule: {}\n\n", g.rule));
     s
 }
 

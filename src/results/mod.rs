@@ -178,6 +178,50 @@ pub struct Metric {
     /// pool all repetitions).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub runs: Vec<f64>,
+    /// The environment-sentinel component that shares this figure's bottleneck: compare
+    /// discounts a difference by that component's move only. Absent in files written
+    /// before it existed; compare then uses the largest move of any (cpu, mem) or none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bottleneck: Option<Bottleneck>,
+}
+
+/// Which sentinel kernel is slowed by what slows a figure (see sentinel.rs): a lower core
+/// clock slows a dependent chain, a busy SMT sibling the issue rate, a contended L1 or
+/// load port the chase, a contended memory pipe the copy. Device and network figures
+/// share none of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bottleneck {
+    /// `chain_ns`: the core's clock (system calls, switches, creation, timer reads).
+    Chain,
+    /// `issue_ns`: the front end's issue rate (loops, calls).
+    Issue,
+    /// `chase_ns`: dependent loads (memory latency).
+    Chase,
+    /// `copy_ns_per_byte`: streaming loads and stores (bandwidths, cached file reads).
+    Copy,
+    /// No sentinel component: a disk, a link, a hypervisor's wake-up.
+    None,
+}
+
+impl Bottleneck {
+    pub const ALL: [Bottleneck; 4] = [
+        Bottleneck::Chain,
+        Bottleneck::Issue,
+        Bottleneck::Chase,
+        Bottleneck::Copy,
+    ];
+
+    /// The words reports use for it.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Bottleneck::Chain => "dependent chain",
+            Bottleneck::Issue => "issue rate",
+            Bottleneck::Chase => "L1 chase",
+            Bottleneck::Copy => "copy",
+            Bottleneck::None => "none",
+        }
+    }
 }
 
 /// What the raw values of a metric are.
@@ -253,6 +297,13 @@ impl Metric {
     /// Declares the raw values as single operations (a distribution).
     pub(crate) fn per_operation(&mut self) -> &mut Self {
         self.kind = Some(MetricKind::PerOperation);
+        self
+    }
+
+    /// Declares the sentinel component that shares this figure's bottleneck, where it is
+    /// not the experiment's (`ExperimentMeta::bottleneck`).
+    pub(crate) fn shares(&mut self, b: Bottleneck) -> &mut Self {
+        self.bottleneck = Some(b);
         self
     }
 }
@@ -541,6 +592,17 @@ fn not_measured(v: &f64) -> bool {
 }
 
 impl Reading {
+    /// One kernel's reading (0 when not measured, as `issue_ns` in older results).
+    pub(crate) fn component(&self, b: Bottleneck) -> f64 {
+        match b {
+            Bottleneck::Chain => self.chain_ns,
+            Bottleneck::Issue => self.issue_ns,
+            Bottleneck::Chase => self.chase_ns,
+            Bottleneck::Copy => self.copy_ns_per_byte,
+            Bottleneck::None => 0.0,
+        }
+    }
+
     fn values(&self) -> [f64; 4] {
         [
             self.chain_ns,
@@ -566,6 +628,17 @@ impl Reading {
             .fold(0.0, |m: f64, d| if d.abs() > m.abs() { d } else { m })
     }
 
+    /// Relative change of one kernel from `self` to `other` (positive = `other` slower);
+    /// 0 when either did not measure it.
+    pub(crate) fn change_in(&self, other: &Reading, b: Bottleneck) -> f64 {
+        let (x, y) = (self.component(b), other.component(b));
+        if x > 0.0 && y > 0.0 {
+            y / x - 1.0
+        } else {
+            0.0
+        }
+    }
+
     /// The geometric mean of two readings, kernel by kernel.
     pub(crate) fn mid(&self, other: &Reading) -> Reading {
         let g = |a: f64, b: f64| (a * b).sqrt();
@@ -580,10 +653,6 @@ impl Reading {
 }
 
 impl BeforeAfter {
-    /// How much the environment moved during the experiment (after over before).
-    pub(crate) fn during(&self) -> f64 {
-        self.before.change_to(&self.after)
-    }
     pub(crate) fn mid(&self) -> Reading {
         self.before.mid(&self.after)
     }

@@ -96,6 +96,9 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
         increment per argument is the slope of a least-squares line over the arities (on x86-64 the 7th argument \
         goes on the stack).",
     needs: crate::experiments::Needs::NONE,
+    // Call and return are taken branches, front-end bound like the loop (cpu.call moved
+    // with cpu.loop, not the chain, under SMT contention).
+    bottleneck: crate::results::Bottleneck::Issue,
 };
 
 impl Experiment for Call {

@@ -16,6 +16,8 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
         time is trial time less clock overhead, divided by iterations. This is the loop overhead subtracted from \
         every other per-operation figure.",
     needs: crate::experiments::Needs::NONE,
+    // The sentinel's issue kernel is this very loop.
+    bottleneck: crate::results::Bottleneck::Issue,
 };
 
 impl Experiment for LoopCost {

@@ -195,6 +195,8 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
         small parent agrees with fork_exit_wait. Check: every child's wait status is a normal \
         exit with status 0.",
     needs: crate::experiments::Needs::NONE,
+    // Kernel work at the core's clock (page tables, exec).
+    bottleneck: crate::results::Bottleneck::Chain,
 };
 
 impl Experiment for ProcessCreate {

@@ -694,7 +694,10 @@ fn cross_cpu(
             "raw round trip with the partner pinned to another CPU ({o}, {class}): cross-CPU wake-ups, no switch needed"
         ),
         &cross.m,
-    );
+    )
+    // A cross-CPU wake-up waits for the other CPU (an IPI, a vCPU the host must run),
+    // which no sentinel kernel on this CPU shares.
+    .shares(crate::results::Bottleneck::None);
     Ok((name, class.to_string()))
 }
 
@@ -971,6 +974,8 @@ const THREAD_META: crate::experiments::ExperimentMeta = crate::experiments::Expe
         switch_method!()
     ),
     needs: crate::experiments::Needs::NONE,
+    // The scheduler's path at the core's clock (the cross-CPU round trip declares `None`).
+    bottleneck: crate::results::Bottleneck::Chain,
 };
 
 impl Experiment for ThreadSwitch {
@@ -1009,6 +1014,8 @@ const PROCESS_META: crate::experiments::ExperimentMeta = crate::experiments::Exp
          footprint (2W) where the overhead has one (W). The series is one run's (named in it)."
     ),
     needs: crate::experiments::Needs::NONE,
+    // The scheduler's path at the core's clock (the cross-CPU round trip declares `None`).
+    bottleneck: crate::results::Bottleneck::Chain,
 };
 
 impl Experiment for ProcessSwitch {

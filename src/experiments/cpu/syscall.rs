@@ -91,6 +91,9 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
         (path walk and copy), and clock_gettime(CLOCK_MONOTONIC), which the vDSO answers in user space without \
         entering the kernel. getppid is the headline figure (the same call perf bench syscall basic makes).",
     needs: crate::experiments::Needs::NONE,
+    // Kernel entry and exit: serialising, so not slowed by a busy SMT sibling's share of
+    // issue slots as a loop is.
+    bottleneck: crate::results::Bottleneck::Chain,
 };
 
 impl Experiment for Syscall {

@@ -130,6 +130,8 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
         value its thread was given, and the start routine's own count of runs (an atomic increment, a few ns \
         in the figure) equals the threads joined, none of them running as the creating thread.",
     needs: crate::experiments::Needs::NONE,
+    // Kernel work at the core's clock.
+    bottleneck: crate::results::Bottleneck::Chain,
 };
 
 impl Experiment for ThreadCreate {

@@ -48,6 +48,8 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     description: "cost of one serialised timestamp read pair (inside the region, and in wall time)",
     method: METHOD,
     needs: crate::experiments::Needs::NONE,
+    // Serialised counter reads: the core's clock, not its issue rate.
+    bottleneck: crate::results::Bottleneck::Chain,
 };
 
 impl Experiment for Timer {

@@ -159,6 +159,8 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
         disk_bytes: 1024 * MIB,
         ..Needs::NONE
     },
+    // The device and the cache's size (the cached rate declares `Copy`).
+    bottleneck: crate::results::Bottleneck::None,
 };
 
 impl Experiment for CacheSize {
@@ -445,7 +447,9 @@ fn report_rates(out: &mut Outcome, s: &Search, seconds: f64) {
             fmt_b(base.size)
         ),
         vec![1e9 / base.second_ns_per_byte],
-    );
+    )
+    // From memory: copies, not the device.
+    .shares(crate::results::Bottleneck::Copy);
     out.metric(
         "cold_read_rate",
         "bytes/s",

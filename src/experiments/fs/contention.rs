@@ -413,6 +413,8 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
         disk_bytes: pmax(Profile::Quick) as u64 * file_size(Profile::Quick),
         ..Needs::NONE
     },
+    // The device shared by the readers.
+    bottleneck: crate::results::Bottleneck::None,
 };
 
 impl Experiment for Contention {

@@ -427,6 +427,9 @@ pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
                     if let Some(sum) = crate::stats::Summary::with_percentiles(&m.raw) {
                         m.summary = sum;
                     }
+                } else {
+                    // A cached block is a system call and a 4 KiB copy from memory.
+                    m.shares(crate::results::Bottleneck::Copy);
                 }
             }
         }
@@ -477,6 +480,8 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
         disk_bytes: 2 * cap(Profile::Quick),
         ..crate::experiments::Needs::NONE
     },
+    // The device (cached reads declare `Copy` per metric).
+    bottleneck: crate::results::Bottleneck::None,
 };
 
 impl Experiment for Read {

@@ -41,6 +41,8 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
         disk_bytes: 2 * cap(Profile::Quick),
         ..Needs::NONE
     },
+    // The remote file system and the network.
+    bottleneck: crate::results::Bottleneck::None,
 };
 
 impl Experiment for RemoteRead {

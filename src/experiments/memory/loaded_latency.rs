@@ -55,6 +55,8 @@ const META: ExperimentMeta = ExperimentMeta {
         min_cpus: 2,
         ..Needs::NONE
     },
+    // a dependent chase, as mem.latency.
+    bottleneck: crate::results::Bottleneck::Chase,
 };
 
 /// Gaps between lines a load thread aims for, ns, lightest load first; the last is none.

@@ -4,7 +4,7 @@
 use super::{Pages, Region};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::harness::{SampleSpec, Samples};
-use crate::results::{Check, Prediction};
+use crate::results::{Bottleneck, Check, Prediction};
 use crate::rng::Rng;
 use crate::stats::Summary;
 use crate::units::{fmt_bytes, fmt_ns};
@@ -192,6 +192,8 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
         disk_bytes: sizes(Profile::Quick).0,
         ..crate::experiments::Needs::NONE
     },
+    // A minor fault is kernel work at the core's clock (major faults declare `None`: the device).
+    bottleneck: crate::results::Bottleneck::Chain,
 };
 
 impl Experiment for PageFault {
@@ -373,7 +375,8 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
         ),
         times.clone(),
     );
-    m.per_operation();
+    // A major fault waits for the device, which no sentinel kernel shares.
+    m.per_operation().shares(Bottleneck::None);
     if let Some(s) = Summary::with_percentiles(&times) {
         m.summary = s;
     }
@@ -383,7 +386,8 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
         "major fault time divided by the page size",
         per_byte,
     )
-    .per_operation();
+    .per_operation()
+    .shares(Bottleneck::None);
     Ok(true)
 }
 

@@ -166,6 +166,8 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
         peer: true,
         ..Needs::NONE
     },
+    // The link.
+    bottleneck: crate::results::Bottleneck::None,
 };
 
 impl Experiment for Bandwidth {

@@ -117,6 +117,8 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
         peer: true,
         ..Needs::NONE
     },
+    // The network stack and the peer.
+    bottleneck: crate::results::Bottleneck::None,
 };
 
 impl Experiment for Connect {

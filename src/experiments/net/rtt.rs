@@ -277,6 +277,8 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
         peer: true,
         ..Needs::NONE
     },
+    // A network round trip: the link, the stack and the peer's wake-up.
+    bottleneck: crate::results::Bottleneck::None,
 };
 
 impl Experiment for Rtt {

@@ -133,6 +133,8 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
         is repeated and counted. Reported in bytes/s, shown as GB/s (10^9) and GiB/s (2^30). Thread counts \
         1..N, N = CPUs this process may use.",
     needs: crate::experiments::Needs::NONE,
+    // Streaming loads and stores.
+    bottleneck: crate::results::Bottleneck::Copy,
 };
 
 impl Experiment for Bandwidth {

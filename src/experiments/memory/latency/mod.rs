@@ -141,6 +141,8 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
         sysfs data caches, and those at more than half the largest size's latency are memory. dram is the \
         base-page chase at the largest size, dram_thp the same with huge pages.",
     needs: crate::experiments::Needs::NONE,
+    // Dependent loads, as the sentinel's chase.
+    bottleneck: crate::results::Bottleneck::Chase,
 };
 
 impl Experiment for Latency {

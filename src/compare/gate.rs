@@ -1,0 +1,1065 @@
+//! `compare A B --gate`: a verdict per metric for CI. Each metric's change B/A gets an
+//! interval (its within-run 95% interval, no narrower than the within-run spread and the
+//! run-to-run noise allow), widened by the environment's allowances (the move of the
+//! sentinel component that shares its bottleneck, a change of steal time), and is judged
+//! against a practical-effect floor in the direction that is worse for that metric:
+//!
+//! - `regressed`: the whole interval is worse than the floor;
+//! - `improved`: the whole interval is better than the floor;
+//! - `same`: the whole interval lies inside the floor;
+//! - `inconclusive`: the interval crosses the floor, or the environment moved (the runs
+//!   are of different machines, a trust grade differs, or the allowances make it cross),
+//!   or a CPU-bound figure would change but its run-to-run noise is known only from
+//!   repetitions within one process (no history of the host).
+//!
+//! Exit codes: 0 no regression, `EXIT_REGRESSION` a regression, `EXIT_INCONCLUSIVE` no
+//! regression but no verdict where one was required.
+
+use super::{ComparedMetric, Comparison, Versus, MIN_HISTORY, MIN_TRIALS};
+use crate::results::{Bottleneck, ExperimentResult, RunResults, Status};
+use serde::{Deserialize, Serialize};
+
+pub use crate::error::{EXIT_INCONCLUSIVE, EXIT_REGRESSION};
+/// The floor when neither the history, `--floor` nor a floors file gives one.
+pub const DEFAULT_FLOOR: f64 = 0.05;
+/// The least floor the history's noise can set.
+pub const MIN_FLOOR: f64 = 0.01;
+/// A floor from history is this many run-to-run standard deviations of the log medians.
+pub const HISTORY_SDS: f64 = 2.0;
+
+/// Which direction of a metric is worse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Better {
+    /// Times: up is a regression.
+    Lower,
+    /// Bandwidths and rates: down is a regression.
+    Higher,
+}
+
+impl Better {
+    /// What the unit says: times (ns) are better lower, rates (bytes/s, bits/s, 1/s)
+    /// higher; sizes, counts and ratios say nothing (such a metric is not gated unless a
+    /// floors file names its direction).
+    pub fn of_unit(unit: &str) -> Option<Better> {
+        match unit {
+            "ns" => Some(Better::Lower),
+            "bytes/s" | "bits/s" | "1/s" => Some(Better::Higher),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Regressed,
+    Improved,
+    Same,
+    Inconclusive,
+}
+
+impl Verdict {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Verdict::Regressed => "regressed",
+            Verdict::Improved => "improved",
+            Verdict::Same => "same",
+            Verdict::Inconclusive => "inconclusive",
+        }
+    }
+}
+
+/// The floors file (`--floors FILE`, TOML):
+///
+/// ```toml
+/// default = "5%"                      # every metric not named below
+/// [floor]
+/// "cpu.syscall.getppid" = "3%"        # experiment.metric, or a glob over it
+/// "mem.latency.*" = "10%"
+/// [better]
+/// "fs.remote-read.ratio_*" = "lower"  # for metrics whose unit does not say
+/// ```
+///
+/// Percentages are strings ("5%") or numbers (5 = 5%).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FloorsFile {
+    #[serde(default, deserialize_with = "percent_opt")]
+    pub default: Option<f64>,
+    #[serde(default, deserialize_with = "percent_map")]
+    pub floor: Vec<(String, f64)>,
+    #[serde(default)]
+    pub better: std::collections::BTreeMap<String, Better>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Percent {
+    Text(String),
+    Number(f64),
+}
+
+/// A percentage as a fraction: "5%", "5" or 5 are 0.05; from 0 to below 100%.
+pub fn parse_percent(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let v: f64 = t
+        .strip_suffix('%')
+        .unwrap_or(t)
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a percentage (such as 5%)"))?;
+    percent(v)
+}
+
+fn percent(v: f64) -> Result<f64, String> {
+    if v.is_finite() && (0.0..100.0).contains(&v) {
+        Ok(v / 100.0)
+    } else {
+        Err(format!("{v}% is not a floor from 0 to below 100%"))
+    }
+}
+
+impl Percent {
+    fn fraction(self) -> Result<f64, String> {
+        match self {
+            Percent::Text(s) => parse_percent(&s),
+            Percent::Number(v) => percent(v),
+        }
+    }
+}
+
+fn percent_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let p = Percent::deserialize(d)?;
+    p.fraction().map(Some).map_err(serde::de::Error::custom)
+}
+
+fn percent_map<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<(String, f64)>, D::Error> {
+    let m = std::collections::BTreeMap::<String, Percent>::deserialize(d)?;
+    m.into_iter()
+        .map(|(k, p)| {
+            p.fraction()
+                .map(|f| (k.clone(), f))
+                .map_err(|e| serde::de::Error::custom(format!("floor.{k:?}: {e}")))
+        })
+        .collect()
+}
+
+impl FloorsFile {
+    pub fn parse(text: &str) -> Result<FloorsFile, String> {
+        let f: FloorsFile = toml::from_str(text).map_err(|e| {
+            // toml's messages span lines (a caret under the spot): keep the first.
+            e.to_string()
+                .lines()
+                .next()
+                .unwrap_or("bad TOML")
+                .to_string()
+        })?;
+        for p in f.floor.iter().map(|x| &x.0).chain(f.better.keys()) {
+            glob::Pattern::new(p).map_err(|e| format!("pattern {p:?}: {e}"))?;
+        }
+        Ok(f)
+    }
+}
+
+/// Whether `pattern` (a glob) names metric `metric` of experiment `exp`: it matches
+/// `exp.metric`, or the experiment id alone (all its metrics).
+pub fn names(pattern: &str, exp: &str, metric: &str) -> bool {
+    let Ok(p) = glob::Pattern::new(pattern) else {
+        return false;
+    };
+    p.matches(&format!("{exp}.{metric}")) || p.matches(exp)
+}
+
+/// The most specific entry for a metric: an exact name, else the longest matching pattern.
+fn most_specific<'a, T>(
+    entries: impl Iterator<Item = (&'a String, T)>,
+    exp: &str,
+    metric: &str,
+) -> Option<T> {
+    let key = format!("{exp}.{metric}");
+    entries
+        .filter(|(p, _)| names(p, exp, metric))
+        .max_by_key(|(p, _)| (**p == key, p.len()))
+        .map(|(_, v)| v)
+}
+
+/// What decides the floor and the verdicts.
+#[derive(Debug, Clone, Default)]
+pub struct GateConfig {
+    /// `--floor`: every metric's floor (a floors file entry for the metric still wins).
+    pub floor: Option<f64>,
+    pub file: Option<FloorsFile>,
+    /// `--require`: metrics (globs over `experiment.metric` or experiment ids) that need a
+    /// verdict; without any, a gate with no verdict at all is inconclusive.
+    pub require: Vec<String>,
+}
+
+/// One metric's verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct GateRow {
+    pub experiment: String,
+    pub metric: String,
+    pub unit: String,
+    /// Which direction is worse; null when the unit does not say (not gated).
+    pub better: Option<Better>,
+    /// Null when the metric is not gated (no direction, or not in the baseline).
+    pub verdict: Option<Verdict>,
+    /// B over A, minus 1 (NaN when there is no ratio).
+    pub change: f64,
+    /// The change's interval (relative, 95%), with the within-run and run-to-run noise.
+    pub interval: [f64; 2],
+    /// The same, widened by the environment's allowances (what the verdict judged).
+    pub judged: [f64; 2],
+    /// The practical-effect floor (relative) and where it came from.
+    pub floor: f64,
+    pub floor_source: String,
+    /// The sentinel component the metric is held to (null: any, undeclared) and its move.
+    pub component: Option<Bottleneck>,
+    pub sentinel_move: Option<f64>,
+    /// Matched by `--require`.
+    pub required: bool,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Gate {
+    pub rule: String,
+    /// The run judged against the baseline (A).
+    pub run: String,
+    /// What moved for the whole run: machine fingerprint, steal time.
+    pub environment: Vec<String>,
+    /// Regressions first, then improvements, inconclusive, same and not gated.
+    pub rows: Vec<GateRow>,
+    pub regressed: usize,
+    pub improved: usize,
+    pub same: usize,
+    pub inconclusive: usize,
+    pub not_gated: usize,
+    /// `--require` patterns that named no metric of the baseline.
+    pub unmatched: Vec<String>,
+    /// 0, `EXIT_REGRESSION` or `EXIT_INCONCLUSIVE`, and why.
+    pub exit_code: u8,
+    pub outcome: String,
+}
+
+pub fn rule_text() -> String {
+    format!(
+        "regressed/improved = the change's 95% interval (within-run interval, no narrower than the trials' spread or the run-to-run noise allow, widened by the move of the sentinel component that shares the metric's bottleneck and by a change of steal time) lies wholly beyond the floor on the worse/better side; same = wholly inside the floor; inconclusive = it crosses the floor, the runs are of different machines or trust grades, or a CPU-bound metric (one a sentinel component shares) would change while its run-to-run noise is known only within each run (no history of at least {MIN_HISTORY} runs of this host). Floor: a floors-file entry, else --floor, else the file's default, else {HISTORY_SDS} run-to-run SDs of the metric in this host's history (at least {MIN_HISTORY} runs; no less than {:.0}%), else {:.0}%",
+        MIN_FLOOR * 100.0,
+        DEFAULT_FLOOR * 100.0
+    )
+}
+
+/// What a machine is, for telling a change of the machine from a change of its figures:
+/// CPU model, logical CPUs, memory (GiB), as the history's change points key series. The
+/// kernel, its settings and the software are left out: they are what a gate is asked about.
+pub fn fingerprint(r: &RunResults) -> String {
+    let m = &r.machine;
+    format!(
+        "{} | {} CPUs | {} GiB",
+        if m.cpu.model.is_empty() {
+            "?"
+        } else {
+            &m.cpu.model
+        },
+        m.cpu.logical_cpus,
+        (m.memory.total_bytes as f64 / (1u64 << 30) as f64).round()
+    )
+}
+
+/// The experiment's trust grade, where the document carries one. Two runs of different
+/// grades are not comparable: their verdicts are inconclusive.
+fn grade(e: &ExperimentResult) -> Option<&'static str> {
+    e.grade.as_ref().map(|g| g.level.as_str())
+}
+
+/// The share of wall time the hypervisor stole during a run, as the factor it can inflate
+/// a CPU-bound time by minus 1: s / (1 - s).
+fn steal_inflation(r: &RunResults) -> Option<f64> {
+    let s = r.machine.virtualization.steal_during_run?.steal_fraction;
+    (s.is_finite() && (0.0..1.0).contains(&s)).then(|| s / (1.0 - s))
+}
+
+/// The verdict of an interval of the worse-direction log change against log floor `f`.
+fn verdict_of(lo: f64, hi: f64, f: f64) -> Verdict {
+    if lo > f {
+        Verdict::Regressed
+    } else if hi < -f {
+        Verdict::Improved
+    } else if lo >= -f && hi <= f {
+        Verdict::Same
+    } else {
+        Verdict::Inconclusive
+    }
+}
+
+fn ln1p(x: f64) -> f64 {
+    if x > -1.0 {
+        x.ln_1p()
+    } else {
+        f64::NEG_INFINITY
+    }
+}
+
+fn pct(x: f64) -> String {
+    if x.is_finite() {
+        format!("{:+.1}%", x * 100.0)
+    } else if x > 0.0 {
+        "+inf".into()
+    } else {
+        "-100%".into()
+    }
+}
+
+/// The floor for a metric and where it came from.
+fn floor_for(cfg: &GateConfig, exp: &str, metric: &str, hist: &[f64]) -> (f64, String) {
+    if let Some(f) = cfg
+        .file
+        .as_ref()
+        .and_then(|file| most_specific(file.floor.iter().map(|(p, v)| (p, *v)), exp, metric))
+    {
+        return (f, "floors file".into());
+    }
+    if let Some(f) = cfg.floor {
+        return (f, "--floor".into());
+    }
+    if let Some(f) = cfg.file.as_ref().and_then(|f| f.default) {
+        return (f, "floors file default".into());
+    }
+    let logs: Vec<f64> = hist
+        .iter()
+        .filter(|x| x.is_finite() && **x > 0.0)
+        .map(|x| x.ln())
+        .collect();
+    if logs.len() >= MIN_HISTORY {
+        let n = logs.len() as f64;
+        let mean = logs.iter().sum::<f64>() / n;
+        let sd = (logs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+        let f = ((HISTORY_SDS * sd).exp() - 1.0).max(MIN_FLOOR);
+        return (
+            f,
+            format!("{HISTORY_SDS} SDs of {} earlier runs here", logs.len()),
+        );
+    }
+    (DEFAULT_FLOOR, "default".into())
+}
+
+/// The gate of run `i` of `c` (built from `runs`) against the baseline; `history` are the
+/// earlier runs `c` used for run-to-run noise (they set the floors).
+pub fn gate(
+    c: &Comparison,
+    runs: &[(String, RunResults)],
+    i: usize,
+    history: &[RunResults],
+    cfg: &GateConfig,
+) -> Gate {
+    let (ra, rb) = (&runs[0].1, &runs[i].1);
+    let label = c.runs[i].label.clone();
+    let mut environment = Vec::new();
+    let (fa, fb) = (fingerprint(ra), fingerprint(rb));
+    let other_machine = fa != fb;
+    if other_machine {
+        environment.push(format!(
+            "different machines: A is {fa}, {label} is {fb}; no verdict can separate the machine from the change"
+        ));
+    }
+    let steal = match (steal_inflation(ra), steal_inflation(rb)) {
+        (Some(a), Some(b)) => {
+            let d = (b - a).abs();
+            if d >= 0.005 {
+                environment.push(format!(
+                    "steal time: the hypervisor took {:.1}% of run A's CPU time and {:.1}% of run {label}'s: every interval is widened by {:.1}%",
+                    a / (1.0 + a) * 100.0,
+                    b / (1.0 + b) * 100.0,
+                    d * 100.0
+                ));
+            }
+            d
+        }
+        _ => 0.0,
+    };
+    if c.history_runs < MIN_HISTORY {
+        environment.push(format!(
+            "no history of this host ({} earlier runs, {MIN_HISTORY} needed): a CPU-bound metric (one a sentinel component shares) can be same or inconclusive, not regressed or improved; back-to-back runs of one build moved cpu.call and cpu.timer 24-36% here with the sentinel still",
+            c.history_runs
+        ));
+    }
+    let mut rows: Vec<GateRow> = c
+        .metrics
+        .iter()
+        .map(|cm| row(cm, runs, i, history, cfg, other_machine, steal))
+        .collect();
+    let order = |r: &GateRow| match r.verdict {
+        Some(Verdict::Regressed) => 0,
+        Some(Verdict::Improved) => 1,
+        Some(Verdict::Inconclusive) => 2,
+        Some(Verdict::Same) => 3,
+        None => 4,
+    };
+    // Stable: within a verdict, the comparison's order (experiment by experiment).
+    rows.sort_by_key(order);
+    let count = |v: Verdict| rows.iter().filter(|r| r.verdict == Some(v)).count();
+    let (regressed, improved, same, inconclusive) = (
+        count(Verdict::Regressed),
+        count(Verdict::Improved),
+        count(Verdict::Same),
+        count(Verdict::Inconclusive),
+    );
+    let not_gated = rows.iter().filter(|r| r.verdict.is_none()).count();
+    let unmatched: Vec<String> = cfg
+        .require
+        .iter()
+        .filter(|p| !rows.iter().any(|r| names(p, &r.experiment, &r.metric)))
+        .cloned()
+        .collect();
+    let open_required: Vec<&GateRow> = rows
+        .iter()
+        .filter(|r| r.required && r.verdict == Some(Verdict::Inconclusive))
+        .collect();
+    let (exit_code, outcome) = if regressed > 0 {
+        (
+            EXIT_REGRESSION,
+            format!("{regressed} regressed: exit {EXIT_REGRESSION}"),
+        )
+    } else if !cfg.require.is_empty() && (!open_required.is_empty() || !unmatched.is_empty()) {
+        let mut why = Vec::new();
+        if !open_required.is_empty() {
+            why.push(format!(
+                "{} required metric(s) inconclusive",
+                open_required.len()
+            ));
+        }
+        if !unmatched.is_empty() {
+            why.push(format!(
+                "--require {} named no metric",
+                unmatched.join(", ")
+            ));
+        }
+        (
+            EXIT_INCONCLUSIVE,
+            format!(
+                "no regression, but {}: exit {EXIT_INCONCLUSIVE}",
+                why.join("; ")
+            ),
+        )
+    } else if cfg.require.is_empty() && regressed + improved + same == 0 {
+        (
+            EXIT_INCONCLUSIVE,
+            format!("no metric reached a verdict: exit {EXIT_INCONCLUSIVE}"),
+        )
+    } else {
+        (0, "no regression: exit 0".into())
+    };
+    Gate {
+        rule: rule_text(),
+        run: label,
+        environment,
+        rows,
+        regressed,
+        improved,
+        same,
+        inconclusive,
+        not_gated,
+        unmatched,
+        exit_code,
+        outcome,
+    }
+}
+
+/// The verdict for one metric.
+fn row(
+    cm: &ComparedMetric,
+    runs: &[(String, RunResults)],
+    i: usize,
+    history: &[RunResults],
+    cfg: &GateConfig,
+    other_machine: bool,
+    steal: f64,
+) -> GateRow {
+    let (exp, metric) = (cm.experiment.as_str(), cm.metric.as_str());
+    let hist: Vec<f64> = history
+        .iter()
+        .filter_map(|h| {
+            let e = h.experiment(exp)?;
+            let m = e.metric(metric).filter(|m| m.unit == cm.unit)?;
+            (e.status == Status::Ok).then_some(m.summary.median)
+        })
+        .collect();
+    let (floor, floor_source) = floor_for(cfg, exp, metric, &hist);
+    let better = cfg
+        .file
+        .as_ref()
+        .and_then(|f| most_specific(f.better.iter().map(|(p, b)| (p, *b)), exp, metric))
+        .or_else(|| Better::of_unit(&cm.unit));
+    let required = cfg.require.iter().any(|p| names(p, exp, metric));
+    let v: Option<&Versus> = cm.versus.get(i).and_then(|v| v.as_ref());
+    let mut r = GateRow {
+        experiment: cm.experiment.clone(),
+        metric: cm.metric.clone(),
+        unit: cm.unit.clone(),
+        better,
+        verdict: Some(Verdict::Inconclusive),
+        change: v.map_or(f64::NAN, |v| v.ratio - 1.0),
+        interval: [f64::NAN; 2],
+        judged: [f64::NAN; 2],
+        floor,
+        floor_source,
+        component: v.and_then(|v| v.component),
+        sentinel_move: v.and_then(|v| v.environment),
+        required,
+        reason: String::new(),
+    };
+    let (Some(va), vb) = (cm.values[0].as_ref(), cm.values[i].as_ref()) else {
+        r.verdict = None;
+        r.reason = "not in the baseline".into();
+        return r;
+    };
+    let Some(better) = better else {
+        r.verdict = None;
+        r.reason = format!(
+            "not gated: a figure in {} has no worse direction (name one under [better] in a floors file)",
+            cm.unit
+        );
+        return r;
+    };
+    let Some(vb) = vb else {
+        r.reason = format!("missing from run {}", super::label(i));
+        return r;
+    };
+    let (ea, eb) = (
+        runs[0]
+            .1
+            .experiment(exp)
+            .expect("a value has its experiment"),
+        runs[i]
+            .1
+            .experiment(exp)
+            .expect("a value has its experiment"),
+    );
+    if va.status != Status::Ok || vb.status != Status::Ok {
+        r.reason = format!(
+            "{exp} was {} in run A and {} in run {}",
+            va.status.as_str(),
+            vb.status.as_str(),
+            super::label(i)
+        );
+        return r;
+    }
+    let Some(v) = v else {
+        r.reason = "no comparable median (a zero or non-finite baseline)".into();
+        return r;
+    };
+    if va.n < MIN_TRIALS || vb.n < MIN_TRIALS {
+        r.reason = format!("fewer than {MIN_TRIALS} trials in a run: no interval");
+        return r;
+    }
+    let ma = va.median;
+    let l = v.ratio.ln();
+    let lo = ln1p(v.shift_ci95[0] / ma);
+    let hi = ln1p(v.shift_ci95[1] / ma);
+    if !(l.is_finite() && !lo.is_nan() && !hi.is_nan()) {
+        r.reason = "no finite interval".into();
+        return r;
+    }
+    // No narrower than the within-run spread and the run-to-run noise allow.
+    let h = v
+        .spread
+        .max(0.0)
+        .ln_1p()
+        .max(v.noise.threshold.max(0.0).ln_1p());
+    let (lo, hi) = (lo.min(l - h), hi.max(l + h));
+    let e = v.environment.unwrap_or(0.0).abs().ln_1p() + steal.ln_1p();
+    let (jlo, jhi) = (lo - e, hi + e);
+    r.interval = [lo.exp() - 1.0, hi.exp() - 1.0];
+    r.judged = [jlo.exp() - 1.0, jhi.exp() - 1.0];
+    let f = floor.ln_1p();
+    let worse = |a: f64, b: f64| match better {
+        Better::Lower => (a, b),
+        Better::Higher => (-b, -a),
+    };
+    let (wlo, whi) = worse(lo, hi);
+    let (wjlo, wjhi) = worse(jlo, jhi);
+    let plain = verdict_of(wlo, whi, f);
+    let judged = verdict_of(wjlo, wjhi, f);
+    let interval = format!(
+        "change {} [{}, {}]",
+        pct(r.change),
+        pct(r.interval[0]),
+        pct(r.interval[1])
+    );
+    let component = match r.component {
+        Some(b) => b.describe().to_string(),
+        None => "any component (undeclared)".into(),
+    };
+    let floor_text = format!("{:.1}% floor ({})", floor * 100.0, r.floor_source);
+    let side = |v: Verdict| match (v, better) {
+        (Verdict::Regressed, Better::Lower) | (Verdict::Improved, Better::Higher) => "higher",
+        _ => "lower",
+    };
+    if other_machine {
+        r.reason = format!("{interval}: the runs are of different machines");
+        return r;
+    }
+    if let (Some(ga), Some(gb)) = (grade(ea), grade(eb)) {
+        if ga != gb {
+            r.reason = format!("{interval}: trust grade {ga} in run A, {gb} in the other");
+            return r;
+        }
+    }
+    // A CPU-bound figure can settle in a different state in each process (code and stack
+    // placement, the host core under the vCPU) that its repetitions within the process
+    // share: only independent runs (the history) measure that noise.
+    let cpu_bound = r.component != Some(Bottleneck::None);
+    if cpu_bound
+        && !v.noise.source.starts_with("history")
+        && matches!(judged, Verdict::Regressed | Verdict::Improved)
+    {
+        r.reason = format!(
+            "{interval} would be {} against the {floor_text}, but its run-to-run noise is known only within each run ({}), whose repetitions share one process's state; a history of at least {MIN_HISTORY} runs of this host decides",
+            judged.as_str(),
+            v.noise.source
+        );
+        return r;
+    }
+    r.verdict = Some(judged);
+    r.reason = match judged {
+        Verdict::Regressed | Verdict::Improved => format!(
+            "{interval}, wholly {} than the {floor_text}{}",
+            side(judged),
+            allowance_text(&r, &component, steal)
+        ),
+        Verdict::Same => format!(
+            "{interval}, inside the {floor_text}{}",
+            allowance_text(&r, &component, steal)
+        ),
+        Verdict::Inconclusive if plain != Verdict::Inconclusive => format!(
+            "{interval} would be {} against the {floor_text}, but the environment moved: {}",
+            plain.as_str(),
+            allowance_text(&r, &component, steal).trim_start_matches(", ")
+        ),
+        Verdict::Inconclusive => format!("{interval} crosses the {floor_text}"),
+    };
+    r
+}
+
+/// ", allowing for ..." naming the environment's allowances, or nothing.
+fn allowance_text(r: &GateRow, component: &str, steal: f64) -> String {
+    let mut parts = Vec::new();
+    if let Some(m) = r.sentinel_move.filter(|m| *m > 0.0) {
+        parts.push(format!(
+            "the sentinel's {component} moved {:.1}%",
+            m * 100.0
+        ));
+    }
+    if steal > 0.0 {
+        parts.push(format!("steal time changed by {:.1}%", steal * 100.0));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(", allowing for {}", parts.join(" and "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::compare_with_history;
+    use crate::compare::tests::{metric, per_op, run, trials};
+    use crate::results::{BeforeAfter, Metric, MetricKind, Reading};
+
+    /// A sentinel reading: each component scaled by its factor (chain, issue, chase, copy).
+    fn reading(k: [f64; 4]) -> BeforeAfter {
+        let r = Reading {
+            chain_ns: 1.3 * k[0],
+            issue_ns: 0.33 * k[1],
+            chase_ns: 1.6 * k[2],
+            copy_ns_per_byte: 0.012 * k[3],
+            spread: 0.0,
+        };
+        BeforeAfter {
+            before: r,
+            after: r,
+        }
+    }
+
+    const STILL: [f64; 4] = [1.0; 4];
+
+    /// A per-trial time of median `med`, 15 trials with a 0.5% CoV, held to `b`.
+    fn time(seed: u64, med: f64, b: Option<Bottleneck>) -> Metric {
+        let mut m = metric(
+            "t",
+            trials(seed, 15, med, 0.005),
+            Some(MetricKind::PerTrial),
+        );
+        m.bottleneck = b;
+        m
+    }
+
+    fn judge(a: RunResults, b: RunResults, history: &[RunResults], cfg: &GateConfig) -> Gate {
+        let runs = [("a".to_string(), a), ("b".to_string(), b)];
+        let c = compare_with_history(&runs, super::super::MIN_REL_DIFF, history);
+        gate(&c, &runs, 1, history, cfg)
+    }
+
+    /// Four earlier runs of the host whose `t` scatters by 0.1%: run-to-run noise from
+    /// independent runs, which a CPU-bound verdict needs.
+    fn quiet_history(b: Option<Bottleneck>) -> Vec<RunResults> {
+        [100.0, 100.1, 99.9, 100.0]
+            .iter()
+            .enumerate()
+            .map(|(i, m)| run(vec![time(50 + i as u64, *m, b)], None))
+            .collect()
+    }
+
+    fn only(g: &Gate) -> &GateRow {
+        assert_eq!(g.rows.len(), 1, "{g:?}");
+        &g.rows[0]
+    }
+
+    #[test]
+    fn a_still_bottleneck_gives_a_verdict_though_another_component_doubled() {
+        let cfg = GateConfig::default();
+        let hist = quiet_history(Some(Bottleneck::Chain));
+        // +25% on a chain-bound figure; the issue rate halved (2x slower) meanwhile.
+        let g = judge(
+            run(
+                vec![time(1, 100.0, Some(Bottleneck::Chain))],
+                Some(reading(STILL)),
+            ),
+            run(
+                vec![time(2, 125.0, Some(Bottleneck::Chain))],
+                Some(reading([1.0, 2.0, 1.0, 1.0])),
+            ),
+            &hist,
+            &cfg,
+        );
+        let r = only(&g);
+        assert_eq!(r.verdict, Some(Verdict::Regressed), "{r:?}");
+        assert_eq!(r.component, Some(Bottleneck::Chain));
+        assert_eq!(r.sentinel_move, Some(0.0));
+        assert_eq!(g.exit_code, EXIT_REGRESSION);
+        assert!(r.reason.contains("wholly higher"), "{}", r.reason);
+
+        // The same +25% with its own component moved 25%: the environment may explain it.
+        let g = judge(
+            run(
+                vec![time(1, 100.0, Some(Bottleneck::Chain))],
+                Some(reading(STILL)),
+            ),
+            run(
+                vec![time(2, 125.0, Some(Bottleneck::Chain))],
+                Some(reading([1.25, 1.0, 1.0, 1.0])),
+            ),
+            &hist,
+            &cfg,
+        );
+        let r = only(&g);
+        assert_eq!(r.verdict, Some(Verdict::Inconclusive), "{r:?}");
+        assert!(
+            r.reason.contains("would be regressed") && r.reason.contains("dependent chain"),
+            "{}",
+            r.reason
+        );
+        assert_eq!(g.exit_code, EXIT_INCONCLUSIVE);
+
+        // Without a history, a CPU-bound +25% is no verdict: the repetitions within one
+        // run share its process's state.
+        let g = judge(
+            run(
+                vec![time(1, 100.0, Some(Bottleneck::Chain))],
+                Some(reading(STILL)),
+            ),
+            run(
+                vec![time(2, 125.0, Some(Bottleneck::Chain))],
+                Some(reading(STILL)),
+            ),
+            &[],
+            &cfg,
+        );
+        let r = only(&g);
+        assert_eq!(r.verdict, Some(Verdict::Inconclusive), "{r:?}");
+        assert!(r.reason.contains("known only within"), "{}", r.reason);
+        assert!(g.environment[0].contains("no history"), "{g:?}");
+
+        // compare's own significance follows the same declaration.
+        let runs = |k: [f64; 4], b| {
+            [
+                (
+                    "a".to_string(),
+                    run(vec![time(1, 100.0, b)], Some(reading(STILL))),
+                ),
+                (
+                    "b".to_string(),
+                    run(vec![time(2, 125.0, b)], Some(reading(k))),
+                ),
+            ]
+        };
+        let sig = |k, b| compare_with_history(&runs(k, b), 0.05, &[]).metrics[0].significant;
+        assert!(sig([1.0, 2.0, 1.0, 1.0], Some(Bottleneck::Chain)));
+        assert!(!sig([1.3, 1.0, 1.0, 1.0], Some(Bottleneck::Chain)));
+        // A copy-bound figure does not care about the issue rate either; a file from
+        // before declarations is held to the largest move of any component, as it was.
+        assert!(sig([1.0, 2.0, 1.0, 1.0], Some(Bottleneck::Copy)));
+        assert!(!sig([1.0, 2.0, 1.0, 1.0], None));
+        // A figure that shares no component is never discounted.
+        assert!(sig([2.0, 2.0, 2.0, 2.0], Some(Bottleneck::None)));
+    }
+
+    #[test]
+    fn worse_is_known_per_metric() {
+        // A 5% floor: the quiet history alone would set 1%.
+        let cfg = GateConfig {
+            floor: Some(0.05),
+            ..Default::default()
+        };
+        let rate = |seed, med| {
+            let mut m = time(seed, med, Some(Bottleneck::None));
+            m.unit = "bytes/s".into();
+            m
+        };
+        let hist = quiet_history(None);
+        let one = |a: Metric, b: Metric| {
+            let g = judge(run(vec![a], None), run(vec![b], None), &hist, &cfg);
+            (only(&g).verdict, g.exit_code)
+        };
+        // A bandwidth halved regresses; doubled improves.
+        assert_eq!(
+            one(rate(1, 400.0), rate(2, 200.0)),
+            (Some(Verdict::Regressed), EXIT_REGRESSION)
+        );
+        assert_eq!(
+            one(rate(1, 200.0), rate(2, 400.0)),
+            (Some(Verdict::Improved), 0)
+        );
+        // A time down is an improvement, up a regression.
+        assert_eq!(
+            one(time(1, 100.0, None), time(2, 80.0, None)),
+            (Some(Verdict::Improved), 0)
+        );
+        assert_eq!(
+            one(time(1, 100.0, None), time(2, 120.0, None)).0,
+            Some(Verdict::Regressed)
+        );
+        // Equal truth: same, exit 0.
+        assert_eq!(
+            one(time(1, 100.0, None), time(2, 100.0, None)),
+            (Some(Verdict::Same), 0)
+        );
+        // A size has no worse side: not gated, and a gate of nothing is inconclusive.
+        let size = |seed, med| {
+            let mut m = time(seed, med, Some(Bottleneck::None));
+            m.unit = "bytes".into();
+            m
+        };
+        assert_eq!(
+            one(size(1, 100.0), size(2, 50.0)),
+            (None, EXIT_INCONCLUSIVE)
+        );
+        // ... unless a floors file names its direction.
+        let cfg = GateConfig {
+            file: Some(FloorsFile::parse("[better]\n\"cpu.y.t\" = \"higher\"\n").unwrap()),
+            ..Default::default()
+        };
+        let g = judge(
+            run(vec![size(1, 100.0)], None),
+            run(vec![size(2, 50.0)], None),
+            &[],
+            &cfg,
+        );
+        assert_eq!(only(&g).verdict, Some(Verdict::Regressed));
+    }
+
+    #[test]
+    fn an_interval_across_the_floor_is_inconclusive() {
+        // +6% with trials so noisy (20% CoV) that the interval spans the 5% floor.
+        let noisy = |seed, med| metric("t", trials(seed, 15, med, 0.2), Some(MetricKind::PerTrial));
+        let g = judge(
+            run(vec![noisy(1, 100.0)], None),
+            run(vec![noisy(2, 106.0)], None),
+            &[],
+            &GateConfig::default(),
+        );
+        let r = only(&g);
+        assert_eq!(r.verdict, Some(Verdict::Inconclusive), "{r:?}");
+        assert!(r.reason.contains("crosses"), "{}", r.reason);
+        assert!(r.interval[0] < 0.05 && r.interval[1] > 0.05, "{r:?}");
+        // Two trials give no interval at all.
+        let few = |seed, med| metric("t", trials(seed, 2, med, 0.001), Some(MetricKind::PerTrial));
+        let g = judge(
+            run(vec![few(1, 100.0)], None),
+            run(vec![few(2, 150.0)], None),
+            &[],
+            &GateConfig::default(),
+        );
+        assert_eq!(only(&g).verdict, Some(Verdict::Inconclusive));
+    }
+
+    #[test]
+    fn a_per_operation_shift_is_judged_on_its_interval() {
+        let op = |seed, med| {
+            let mut m = per_op(seed, 4000, med);
+            m.bottleneck = Some(Bottleneck::None);
+            m
+        };
+        let g = judge(
+            run(vec![op(1, 100.0)], None),
+            run(vec![op(2, 130.0)], None),
+            &[],
+            &GateConfig::default(),
+        );
+        let r = only(&g);
+        assert_eq!(r.verdict, Some(Verdict::Regressed), "{r:?}");
+        assert!(r.interval[0] > 0.05 && r.interval[1] < 0.6, "{r:?}");
+    }
+
+    #[test]
+    fn floors_come_from_the_file_the_flag_the_history_or_the_default() {
+        // A figure no sentinel component shares (a link's): judged without a history too.
+        let t = |seed, med| time(seed, med, Some(Bottleneck::None));
+        let (a, b) = (run(vec![t(1, 100.0)], None), run(vec![t(2, 108.0)], None));
+        let v = |cfg: &GateConfig, hist: &[RunResults]| {
+            let g = judge(a.clone(), b.clone(), hist, cfg);
+            let r = only(&g).clone();
+            (r.verdict.unwrap(), r.floor, r.floor_source)
+        };
+        // Default 5%: +8% with a tight interval regressed.
+        let (vd, f, src) = v(&GateConfig::default(), &[]);
+        assert_eq!((vd, f, src.as_str()), (Verdict::Regressed, 0.05, "default"));
+        // --floor 20%: inside, same.
+        let flag = GateConfig {
+            floor: Some(0.2),
+            ..Default::default()
+        };
+        assert_eq!(v(&flag, &[]).0, Verdict::Same);
+        // A file entry for the metric wins over the flag; the longest pattern wins.
+        let file =
+            FloorsFile::parse("default = 30\n[floor]\n\"cpu.*\" = \"20%\"\n\"cpu.y.t\" = \"2%\"\n")
+                .unwrap();
+        let both = GateConfig {
+            floor: Some(0.2),
+            file: Some(file),
+            ..Default::default()
+        };
+        assert_eq!(v(&both, &[]).1, 0.02);
+        // The file's default when nothing names the metric.
+        let dflt = GateConfig {
+            file: Some(FloorsFile::parse("default = \"30%\"").unwrap()),
+            ..Default::default()
+        };
+        assert_eq!(v(&dflt, &[]).1, 0.3);
+        // History that scatters by ~6% (SD of logs) sets a floor near 12%: +8% is then
+        // inconclusive (run-to-run noise too) rather than regressed.
+        let hist: Vec<RunResults> = [100.0, 94.0, 106.0, 99.0, 108.0, 92.0]
+            .iter()
+            .enumerate()
+            .map(|(i, m)| run(vec![t(10 + i as u64, *m)], None))
+            .collect();
+        let (vh, fh, srch) = v(&GateConfig::default(), &hist);
+        assert!(fh > 0.1 && fh < 0.2, "{fh}");
+        assert!(srch.contains("6 earlier runs"), "{srch}");
+        assert_ne!(vh, Verdict::Regressed);
+        // A quiet history cannot push the floor below 1%.
+        let quiet: Vec<RunResults> = [100.0, 100.1, 99.9, 100.0]
+            .iter()
+            .enumerate()
+            .map(|(i, m)| run(vec![t(20 + i as u64, *m)], None))
+            .collect();
+        assert_eq!(v(&GateConfig::default(), &quiet).1, MIN_FLOOR);
+    }
+
+    #[test]
+    fn bad_floors_files_and_percentages_are_refused() {
+        assert_eq!(parse_percent("5%"), Ok(0.05));
+        assert_eq!(parse_percent(" 12.5 "), Ok(0.125));
+        assert!(parse_percent("-1%").is_err());
+        assert!(parse_percent("100%").is_err());
+        assert!(parse_percent("five").is_err());
+        assert!(FloorsFile::parse("default = \"x\"").is_err());
+        assert!(FloorsFile::parse("[floor]\n\"a.b\" = 150\n").is_err());
+        assert!(FloorsFile::parse("unknown = 1").is_err());
+        assert!(FloorsFile::parse("[better]\n\"a.b\" = \"up\"\n").is_err());
+        assert!(FloorsFile::parse("[floor]\n\"[\" = 5\n").is_err());
+        assert!(FloorsFile::parse("default = ").is_err());
+        let e = FloorsFile::parse("default = ").unwrap_err();
+        assert!(!e.contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn the_environment_makes_verdicts_inconclusive() {
+        let t = |seed, med| time(seed, med, Some(Bottleneck::None));
+        // Another machine: nothing can be told apart.
+        let mut b = run(vec![t(2, 150.0)], None);
+        b.machine.cpu.model = "Other CPU".into();
+        let g = judge(run(vec![t(1, 100.0)], None), b, &[], &GateConfig::default());
+        assert_eq!(only(&g).verdict, Some(Verdict::Inconclusive));
+        assert!(g.environment[0].contains("different machines"), "{g:?}");
+        assert_eq!(g.exit_code, EXIT_INCONCLUSIVE);
+        // Steal: 0% in A, 20% in B (25% inflation) hides +20%; a clean pair finds it.
+        let steal = |f: f64| crate::machine::virt::StealReport {
+            wall_seconds: 10.0,
+            steal_seconds: 20.0 * f,
+            steal_fraction: f,
+            cpus: 2,
+        };
+        let mut a = run(vec![t(1, 100.0)], None);
+        let mut b = run(vec![t(2, 120.0)], None);
+        a.machine.virtualization.steal_during_run = Some(steal(0.0));
+        b.machine.virtualization.steal_during_run = Some(steal(0.2));
+        let g = judge(a.clone(), b.clone(), &[], &GateConfig::default());
+        assert_eq!(only(&g).verdict, Some(Verdict::Inconclusive), "{g:?}");
+        assert!(g.environment[0].contains("steal"), "{g:?}");
+        b.machine.virtualization.steal_during_run = Some(steal(0.0));
+        let g = judge(a, b, &[], &GateConfig::default());
+        assert_eq!(only(&g).verdict, Some(Verdict::Regressed), "{g:?}");
+    }
+
+    #[test]
+    fn required_metrics_need_a_verdict() {
+        let t = |seed, med| time(seed, med, Some(Bottleneck::None));
+        let noisy = |seed, med| {
+            let mut m = metric("n", trials(seed, 15, med, 0.2), Some(MetricKind::PerTrial));
+            m.bottleneck = Some(Bottleneck::None);
+            m
+        };
+        let a = run(vec![t(1, 100.0), noisy(3, 100.0)], None);
+        let b = run(vec![t(2, 100.0), noisy(4, 106.0)], None);
+        // Without --require: one verdict (same) is enough.
+        let g = judge(a.clone(), b.clone(), &[], &GateConfig::default());
+        assert_eq!((g.same, g.inconclusive, g.exit_code), (1, 1, 0));
+        let req = |p: &str| GateConfig {
+            require: vec![p.into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            judge(a.clone(), b.clone(), &[], &req("cpu.y.t")).exit_code,
+            0
+        );
+        assert_eq!(
+            judge(a.clone(), b.clone(), &[], &req("cpu.y")).exit_code,
+            EXIT_INCONCLUSIVE
+        );
+        let g = judge(a.clone(), b.clone(), &[], &req("net.*"));
+        assert_eq!((g.exit_code, g.unmatched.len()), (EXIT_INCONCLUSIVE, 1));
+        // A regression decides, whatever else is open.
+        let b = run(vec![t(2, 150.0), noisy(4, 106.0)], None);
+        let g = judge(a, b, &[], &req("cpu.y"));
+        assert_eq!(g.exit_code, EXIT_REGRESSION);
+        // Regressions lead the rows.
+        assert_eq!(g.rows[0].verdict, Some(Verdict::Regressed));
+    }
+
+    #[test]
+    fn a_missing_or_failed_metric_is_inconclusive() {
+        let t = |seed, med| time(seed, med, Some(Bottleneck::Chain));
+        let mut b = run(vec![t(2, 100.0)], None);
+        b.experiments[0].status = Status::Invalid;
+        let g = judge(run(vec![t(1, 100.0)], None), b, &[], &GateConfig::default());
+        assert_eq!(only(&g).verdict, Some(Verdict::Inconclusive));
+        assert!(only(&g).reason.contains("invalid"), "{g:?}");
+        let b = run(vec![], None);
+        let g = judge(run(vec![t(1, 100.0)], None), b, &[], &GateConfig::default());
+        assert!(only(&g).reason.contains("missing"), "{g:?}");
+    }
+}
