@@ -12,7 +12,7 @@ use crate::results::{RunResults, Status};
 use crate::units::fmt_value;
 use std::fmt::Write;
 
-const CSS: &str = r#"
+pub(super) const CSS: &str = r#"
 body { font: 14px/1.4 "DejaVu Sans", Helvetica, Arial, sans-serif; color: #1b1b1b; margin: 0 auto; max-width: 1400px; padding: 16px 24px 48px; }
 h1 { font-size: 24px; margin: 6px 0 4px; } h2 { font-size: 19px; margin: 28px 0 8px; border-bottom: 2px solid #333; }
 p.lead, .muted { color: #555; }
