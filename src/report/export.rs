@@ -192,8 +192,9 @@ pub fn github_benchmark(r: &RunResults) -> (Vec<BenchEntry>, Vec<BenchEntry>) {
     (small, big)
 }
 
+/// Shortest round-trip form, with an exponent for very small or large values.
 fn fmt_num(v: f64) -> String {
-    format!("{v}")
+    format!("{v:?}")
 }
 
 /// One CSV field, quoted when it must be (RFC 4180).
@@ -316,7 +317,7 @@ mod tests {
         let lines: Vec<&str> = c.split("\r\n").filter(|l| !l.is_empty()).collect();
         assert_eq!(lines.len(), 4);
         assert!(
-            lines[2].contains(",\"a,b\",bytes/s,1000000000,"),
+            lines[2].contains(",\"a,b\",bytes/s,1000000000.0,"),
             "{}",
             lines[2]
         );
