@@ -160,6 +160,17 @@ fn a_planted_shift_is_reported_at_its_run_and_nothing_else() {
         .unwrap();
     assert_eq!(again.status.code(), Some(2));
     assert_eq!(std::fs::read_to_string(&page).unwrap(), html);
+
+    // The fleet page of two of these runs shows the hosts' history with the change.
+    let fleet = d.path().join("fleet.html");
+    osmeter(&db)
+        .args(["compare", "1", "12", "--html"])
+        .arg(&fleet)
+        .assert()
+        .success();
+    let html = std::fs::read_to_string(&fleet).unwrap();
+    assert!(html.contains("<h2 id=\"history\">History</h2>"), "{html}");
+    assert_eq!(html.matches("stroke=\"#c62828\" stroke-dasharray").count(), 1);
 }
 
 #[test]

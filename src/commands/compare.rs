@@ -76,7 +76,8 @@ fn compare_runs(a: Args) -> Result<()> {
     };
     let c = compare::compare_with_history(&runs, a.min_diff / 100.0, &history);
     if let Some(f) = &a.html {
-        write_new(f, &crate::report::fleet::render(&c, &runs))?;
+        let history = super::history_changes::fleet_section(&runs);
+        write_new(f, &crate::report::fleet::render_with(&c, &runs, &history))?;
         // On stderr, so that --json output stays one document.
         eprintln!("fleet page: {}", f.display());
     }

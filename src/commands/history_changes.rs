@@ -159,3 +159,21 @@ fn changes(a: Args, json: bool) -> Result<()> {
     println!("history: {}", h.path.display());
     Ok(())
 }
+
+/// The history section of the fleet page (`compare --html`): the compared hosts' series
+/// from the local history with their change points; empty when the history has none or
+/// cannot be read (the page is about the compared runs; their history is extra).
+pub(super) fn fleet_section(runs: &[(String, crate::results::RunResults)]) -> String {
+    let Ok(h) = crate::history::History::open_default() else {
+        return String::new();
+    };
+    let mut hosts: Vec<&str> = runs.iter().map(|(_, r)| r.host_name()).collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    let mut series = Vec::new();
+    for host in hosts {
+        series.extend(h.series(Some(host), None).unwrap_or_default());
+    }
+    let s = Settings::default();
+    crate::report::history_page::fleet_section(&changes::analyse(series, &s), &method(&s))
+}

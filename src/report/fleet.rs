@@ -67,7 +67,13 @@ fn net_value(r: &RunResults, experiment: &str, metric: &str) -> Option<(f64, Sta
 }
 
 /// The page. `runs` are the compared documents in the comparison's order.
+#[cfg(test)]
 pub fn render(c: &Comparison, runs: &[(String, RunResults)]) -> String {
+    render_with(c, runs, "")
+}
+
+/// The page with `extra` (HTML: the hosts' history with its change points) before the footer.
+pub fn render_with(c: &Comparison, runs: &[(String, RunResults)], extra: &str) -> String {
     let names: Vec<String> = runs
         .iter()
         .map(|(_, r)| r.host_name().to_string())
@@ -174,6 +180,7 @@ pub fn render(c: &Comparison, runs: &[(String, RunResults)]) -> String {
     h.push_str("</table>");
 
     h.push_str(&network_matrix(runs, &names));
+    h.push_str(extra);
     h.push_str("<footer class=\"muted\"><p>Made by osmeter compare. No script, no external resources.</p></footer></body></html>\n");
     h
 }

@@ -101,6 +101,14 @@ pub fn render(all: &[SeriesChanges], method: &str) -> String {
         n = all.len(),
         method = esc(method),
     );
+    h.push_str(&tables(all));
+    h.push_str("<footer class=\"muted\"><p>Made by osmeter history changes. No script, no external resources.</p></footer></body></html>\n");
+    h
+}
+
+/// One table per host, machine and profile, one row per metric with its plot.
+pub fn tables(all: &[SeriesChanges]) -> String {
+    let mut h = String::new();
     let mut group = None;
     for s in all {
         let g = (&s.series.host, &s.series.fingerprint, &s.series.profile);
@@ -153,6 +161,19 @@ pub fn render(all: &[SeriesChanges], method: &str) -> String {
     if group.is_some() {
         h.push_str("</table>");
     }
-    h.push_str("<footer class=\"muted\"><p>Made by osmeter history changes. No script, no external resources.</p></footer></body></html>\n");
     h
+}
+
+/// The section the fleet page (`compare --html`) gets for the compared hosts' history.
+pub fn fleet_section(all: &[SeriesChanges], method: &str) -> String {
+    if all.is_empty() {
+        return String::new();
+    }
+    let changed = all.iter().filter(|s| !s.changes.is_empty()).count();
+    format!(
+        "<h2 id=\"history\">History</h2><p class=\"lead\">The recorded runs of these hosts (osmeter history): {} series, {changed} with a change of level (red lines). {}</p>{}",
+        all.len(),
+        esc(method),
+        tables(all)
+    )
 }
