@@ -170,7 +170,10 @@ fn a_planted_shift_is_reported_at_its_run_and_nothing_else() {
         .success();
     let html = std::fs::read_to_string(&fleet).unwrap();
     assert!(html.contains("<h2 id=\"history\">History</h2>"), "{html}");
-    assert_eq!(html.matches("stroke=\"#c62828\" stroke-dasharray").count(), 1);
+    assert_eq!(
+        html.matches("stroke=\"#c62828\" stroke-dasharray").count(),
+        1
+    );
 }
 
 #[test]

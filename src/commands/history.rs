@@ -37,7 +37,7 @@ pub(super) fn run(a: Args) -> ExitCode {
     })
 }
 
-pub(super) fn open() -> Result<History> {
+fn open() -> Result<History> {
     History::open_default().map_err(|e| Error::runtime(format!("history: {e:#}")))
 }
 

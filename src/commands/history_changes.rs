@@ -1,7 +1,6 @@
 //! `osmeter history changes [--host H] [--metric PATTERN] [--json] [--html FILE]`: the
 //! runs where a metric's level shifted, per host, machine fingerprint and profile.
 
-use super::history::open;
 use crate::error::{Error, Result};
 use crate::history::changes::{self, Settings};
 use std::path::PathBuf;
@@ -61,7 +60,8 @@ fn changes(a: Args, json: bool) -> Result<()> {
             f.display()
         )));
     }
-    let h = open()?;
+    let h = crate::history::History::open_default()
+        .map_err(|e| Error::runtime(format!("history: {e:#}")))?;
     let series = h
         .series(a.host.as_deref(), pattern.as_ref())
         .map_err(|e| Error::runtime(format!("history {}: {e:#}", h.path.display())))?;
