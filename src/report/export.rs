@@ -213,7 +213,7 @@ pub fn csv(r: &RunResults) -> String {
     );
     let num = |v: f64| {
         if v.is_finite() {
-            format!("{v}")
+            fmt_num(v)
         } else {
             String::new()
         }
