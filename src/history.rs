@@ -8,7 +8,9 @@
 //! table); 1 = `runs.run_key` and `metrics`. Opening a version-0 database migrates it in
 //! one transaction, filling `metrics` from the stored documents.
 
-use crate::results::RunResults;
+pub(crate) mod changes;
+
+use crate::results::{RunResults, Status};
 use anyhow::Context;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::{Path, PathBuf};
@@ -315,6 +317,116 @@ impl History {
                 .map(Some)
                 .map_err(|e| anyhow::anyhow!("history run {id}: {e}")),
         }
+    }
+}
+
+/// What a machine is, for telling a change of level from a change of machine: the CPU
+/// model, its logical CPUs and the memory size (GiB), as a short FNV-1a hash and as text.
+/// Runs of one host name on different hardware (a replaced instance) are different series.
+pub fn fingerprint(r: &RunResults) -> (String, String) {
+    let m = &r.machine;
+    let text = format!(
+        "{} | {} CPUs | {} GiB",
+        if m.cpu.model.is_empty() {
+            "?"
+        } else {
+            &m.cpu.model
+        },
+        m.cpu.logical_cpus,
+        (m.memory.total_bytes as f64 / (1u64 << 30) as f64).round()
+    );
+    let mut h: u32 = 0x811c_9dc5;
+    for b in text.bytes() {
+        h = (h ^ b as u32).wrapping_mul(0x0100_0193);
+    }
+    (format!("{h:08x}"), text)
+}
+
+/// One recorded figure of a series.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Point {
+    pub run: i64,
+    pub started_at: String,
+    pub value: f64,
+}
+
+/// The runs of one metric on one host, machine (fingerprint) and profile, oldest first.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MetricSeries {
+    pub host: String,
+    pub fingerprint: String,
+    pub machine: String,
+    pub profile: String,
+    pub experiment: String,
+    pub metric: String,
+    pub unit: String,
+    pub points: Vec<Point>,
+}
+
+impl History {
+    /// Every metric's series, from the stored documents (the fingerprint needs the
+    /// machine), for `host` or every host, for metrics whose `experiment/metric` or
+    /// experiment id matches `pattern`. Only figures of experiments that ran ok count;
+    /// runs whose document no longer loads are left out. Ordered by start time.
+    pub fn series(
+        &self,
+        host: Option<&str>,
+        pattern: Option<&glob::Pattern>,
+    ) -> anyhow::Result<Vec<MetricSeries>> {
+        let mut st = self.conn.prepare(
+            "SELECT id, results FROM runs WHERE ?1 IS NULL OR host = ?1 ORDER BY started_at, id",
+        )?;
+        let rows = st.query_map([host], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+        })?;
+        let mut out: std::collections::BTreeMap<
+            (String, String, String, String, String),
+            MetricSeries,
+        > = Default::default();
+        for row in rows {
+            let (id, text) = row?;
+            let Ok(r) = crate::results::load::from_str(&text) else {
+                continue;
+            };
+            let (fp, machine) = fingerprint(&r);
+            let profile = r.config.profile_name();
+            for e in r.experiments.iter().filter(|e| e.status == Status::Ok) {
+                for m in &e.metrics {
+                    let path = format!("{}/{}", e.id, m.name);
+                    if pattern.is_some_and(|p| !p.matches(&path) && !p.matches(&e.id)) {
+                        continue;
+                    }
+                    if !m.summary.median.is_finite() {
+                        continue;
+                    }
+                    let key = (
+                        r.host_name().to_string(),
+                        fp.clone(),
+                        profile.to_string(),
+                        e.id.clone(),
+                        format!("{}\u{0}{}", m.name, m.unit),
+                    );
+                    out.entry(key)
+                        .or_insert_with(|| MetricSeries {
+                            host: r.host_name().to_string(),
+                            fingerprint: fp.clone(),
+                            machine: machine.clone(),
+                            profile: profile.to_string(),
+                            experiment: e.id.clone(),
+                            metric: m.name.clone(),
+                            unit: m.unit.clone(),
+                            points: Vec::new(),
+                        })
+                        .points
+                        .push(Point {
+                            run: id,
+                            started_at: r.started_at.clone(),
+                            value: m.summary.median,
+                        });
+                }
+            }
+        }
+        Ok(out.into_values().collect())
     }
 }
 

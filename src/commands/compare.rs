@@ -146,7 +146,8 @@ fn compare_runs(a: Args) -> Result<u8> {
         c.gate = Some(compare::gate::gate(&c, &runs, 1, &history, cfg));
     }
     if let Some(f) = &a.html {
-        write_new(f, &crate::report::fleet::render(&c, &runs))?;
+        let history = super::history_changes::fleet_section(&runs);
+        write_new(f, &crate::report::fleet::render_with(&c, &runs, &history))?;
         // On stderr, so that --json output stays one document.
         eprintln!("fleet page: {}", f.display());
     }

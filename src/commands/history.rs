@@ -1,5 +1,6 @@
-//! `osmeter history [--json]` and `osmeter history import PATH...`: the local run
-//! history (crate::history) listed, or results files added to it.
+//! `osmeter history [--json]`, `osmeter history import PATH...` and `osmeter history
+//! changes`: the local run history (crate::history) listed, results files added to it,
+//! or the runs where a metric's level shifted (crate::history::changes).
 
 use crate::error::{Error, Result};
 use crate::history::{self, History, Recorded};
@@ -23,12 +24,16 @@ enum Sub {
         #[arg(required = true)]
         paths: Vec<PathBuf>,
     },
+    /// Find the runs where a metric's level shifted (E-divisive means with a permutation
+    /// test), per host, machine fingerprint and profile.
+    Changes(super::history_changes::Args),
 }
 
 pub(super) fn run(a: Args) -> ExitCode {
     crate::error::exit(match a.cmd {
         None => list(a.json),
         Some(Sub::Import { paths }) => import(&paths),
+        Some(Sub::Changes(c)) => super::history_changes::run(c, a.json),
     })
 }
 

@@ -8,7 +8,11 @@ mod compare;
 #[cfg(unix)]
 mod completions;
 #[cfg(unix)]
+mod export;
+#[cfg(unix)]
 mod history;
+#[cfg(unix)]
+mod history_changes;
 #[cfg(unix)]
 mod io;
 #[cfg(unix)]

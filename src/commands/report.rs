@@ -1,5 +1,5 @@
-//! `osmeter report RESULTS [--out DIR] [--quiet]`: the reports rendered again from a
-//! results file. Missing or corrupt results are bad input (one line, exit 2).
+//! `osmeter report RESULTS [--out DIR] [--quiet] [--export FORMAT FILE]`: the reports
+//! rendered again from a results file, and its exports (commands::export). Missing or corrupt results are bad input (one line, exit 2).
 
 use crate::error::{Error, Result};
 use crate::results::load;
@@ -17,6 +17,8 @@ pub(super) struct Args {
     /// Do not print the terminal table.
     #[arg(long)]
     quiet: bool,
+    #[command(flatten)]
+    export: super::export::Args,
 }
 
 pub(super) fn run(a: Args) -> ExitCode {
@@ -25,6 +27,7 @@ pub(super) fn run(a: Args) -> ExitCode {
 
 fn render(a: Args) -> Result<()> {
     let t = Instant::now();
+    let exports = a.export.parse()?;
     let mut r = load::load(&a.results).map_err(Error::usage)?;
     // Findings were computed when the run ended; only files without them get them now.
     r.findings = crate::findings::for_report(&r);
@@ -52,5 +55,5 @@ fn render(a: Args) -> Result<()> {
             t.elapsed().as_millis()
         );
     }
-    Ok(())
+    super::export::write_all(&exports, &r)
 }

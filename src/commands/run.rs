@@ -73,6 +73,8 @@ pub(super) struct Args {
     /// Allow dropping the whole page cache (root only).
     #[arg(long)]
     drop_caches: bool,
+    #[command(flatten)]
+    export: super::export::Args,
 }
 
 pub(super) fn run(a: Args) -> ExitCode {
@@ -105,6 +107,7 @@ fn measure_and_publish(a: Args) -> Result<bool> {
         },
     };
     let plan = runner::plan(&cfg, Registry::real())?;
+    let exports = a.export.parse()?;
     // After the runner's own checks, before anything is measured.
     crate::results::save::check_out_dir(&a.out).map_err(Error::Usage)?;
     let quiet = a.quiet || a.json;
@@ -115,6 +118,7 @@ fn measure_and_publish(a: Args) -> Result<bool> {
         plan.run(&display)?
     };
     let folder = publish(&a.out, !a.no_history, &results)?;
+    super::export::write_all(&exports, &results)?;
     if a.json {
         let s = serde_json::to_string_pretty(&results).map_err(Error::runtime)?;
         println!("{s}");

@@ -12,7 +12,7 @@ use crate::results::{RunResults, Status};
 use crate::units::fmt_value;
 use std::fmt::Write;
 
-const CSS: &str = r#"
+pub(super) const CSS: &str = r#"
 body { font: 14px/1.4 "DejaVu Sans", Helvetica, Arial, sans-serif; color: #1b1b1b; margin: 0 auto; max-width: 1400px; padding: 16px 24px 48px; }
 h1 { font-size: 24px; margin: 6px 0 4px; } h2 { font-size: 19px; margin: 28px 0 8px; border-bottom: 2px solid #333; }
 p.lead, .muted { color: #555; }
@@ -67,7 +67,13 @@ fn net_value(r: &RunResults, experiment: &str, metric: &str) -> Option<(f64, Sta
 }
 
 /// The page. `runs` are the compared documents in the comparison's order.
+#[cfg(test)]
 pub fn render(c: &Comparison, runs: &[(String, RunResults)]) -> String {
+    render_with(c, runs, "")
+}
+
+/// The page with `extra` (HTML: the hosts' history with its change points) before the footer.
+pub fn render_with(c: &Comparison, runs: &[(String, RunResults)], extra: &str) -> String {
     let names: Vec<String> = runs
         .iter()
         .map(|(_, r)| r.host_name().to_string())
@@ -174,6 +180,7 @@ pub fn render(c: &Comparison, runs: &[(String, RunResults)]) -> String {
     h.push_str("</table>");
 
     h.push_str(&network_matrix(runs, &names));
+    h.push_str(extra);
     h.push_str("<footer class=\"muted\"><p>Made by osmeter compare. No script, no external resources.</p></footer></body></html>\n");
     h
 }

@@ -2,8 +2,10 @@
 //! measure; the commands (crate::commands) decide where their output goes.
 
 pub(crate) mod compare_text;
+pub(crate) mod export;
 pub(crate) mod figures;
 pub(crate) mod fleet;
+pub(crate) mod history_page;
 pub(crate) mod html;
 pub(crate) mod markdown;
 pub(crate) mod plot;
