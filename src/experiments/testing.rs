@@ -195,7 +195,13 @@ mod failing_checks {
         if r.status == Status::Skipped {
             return skip("contention_rereads_blocks", &format!("{:?}", r.reason));
         }
-        assert_eq!(r.status, Status::Unverified, "{:?} {:?}", r.reason, r.checks);
+        assert_eq!(
+            r.status,
+            Status::Unverified,
+            "{:?} {:?}",
+            r.reason,
+            r.checks
+        );
         let reason = r.reason.as_deref().unwrap_or("");
         assert!(
             reason.starts_with("premise not verified here: each block read at most once"),

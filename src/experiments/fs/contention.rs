@@ -702,13 +702,7 @@ fn checks(out: &mut Outcome, m: &Measured, direct: bool, fsize: u64, dur: Durati
 
 /// Series and metrics per P, then the fitted model (`cpus`: readers that each get a CPU
 /// of their own; `withheld`: the checks that did not pass, which withhold the overlap figure).
-fn report(
-    ctx: &Context,
-    out: &mut Outcome,
-    m: Measured,
-    cpus: usize,
-    withheld: Option<String>,
-) {
+fn report(ctx: &Context, out: &mut Outcome, m: Measured, cpus: usize, withheld: Option<String>) {
     let medians: Vec<(f64, f64)> = m
         .per_p
         .iter()
