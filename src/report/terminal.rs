@@ -2,6 +2,7 @@
 //! then skip and invalid reasons, then the findings that matter most. The long forms
 //! (both bandwidth units, every finding) are in report.md and report.html.
 
+use super::view::FLAG_RATIO;
 use crate::results::{RunResults, Status};
 use crate::units::fmt_value;
 use comfy_table::Table;
@@ -57,9 +58,6 @@ fn cell_value(v: f64, unit: &str) -> String {
         fmt_value(v, unit)
     }
 }
-
-/// Ratio beyond which a prediction is flagged as off.
-pub(crate) const FLAG_RATIO: f64 = 2.0;
 
 /// A confidence interval with its unit once when both ends share it: "1.23 .. 1.25 ns".
 fn interval(ci: [f64; 2], unit: &str) -> String {

@@ -1,12 +1,14 @@
 //! What the Markdown and HTML reports say, computed once from the results document so
 //! the two formats cannot drift apart. Values here are already formatted for people.
 
-use super::terminal::FLAG_RATIO;
 use crate::clock::ClockInfo;
 use crate::machine::{Cache, Cpu, Disk, Machine, Memory, Nic, Topology, Virtualization};
 use crate::results::{ExperimentResult, GradeReason, Metric, RunResults, Status};
 use crate::units::{fmt_bytes, fmt_value};
 use serde_json::Value;
+
+/// Ratio beyond which a prediction is flagged as off.
+pub(crate) const FLAG_RATIO: f64 = 2.0;
 
 /// What the trust grades mean, where a report shows them.
 pub(crate) const GRADE_LEGEND: &str = "A: nothing known distorts the figures; B: a condition \
