@@ -92,17 +92,37 @@ fn an_unknown_part_gets_no_prediction_and_says_why() {
 
 #[test]
 fn a_known_part_predicts_from_its_cited_entry() {
-    let m = recorded("amd-two-ccx");
+    let m = recorded("xeon-two-socket");
     let clock = MockClock::new(0);
     let all = all_predictions(&m, &clock, &RunOptions::default());
     let l3 = all
         .iter()
         .find(|(e, n, p)| e == "mem.latency" && n == "l3" && p.withheld.is_none())
-        .expect("Zen 3 has a cited L3 latency");
+        .expect("Cascade Lake has a cited L3 latency");
     let input = &l3.2.inputs["cycles"];
     assert_eq!(input.kind, Some(InputKind::Table));
-    assert!(input.key.as_deref().unwrap().contains("Zen 3"));
+    assert!(input.key.as_deref().unwrap().contains("Cascade Lake"));
     assert!(input.reference.as_deref().unwrap().contains("AnandTech"));
+}
+
+/// A known part whose figures could not be confirmed against a source has empty cells:
+/// Zen 3 gets no cache prediction, and the reason names the part.
+#[test]
+fn a_known_part_without_a_cited_figure_says_why() {
+    let m = recorded("amd-two-ccx");
+    let clock = MockClock::new(0);
+    let all = all_predictions(&m, &clock, &RunOptions::default());
+    for level in ["l1d", "l2", "l3"] {
+        let (_, _, p) = all
+            .iter()
+            .find(|(e, n, _)| e == "mem.latency" && n == level)
+            .unwrap_or_else(|| panic!("mem.latency states something for {level}"));
+        let why = p.withheld.as_deref().expect("no cited figure, no number");
+        assert!(
+            why.contains("names no published") && why.contains("Zen 3"),
+            "{level}: {why}"
+        );
+    }
 }
 
 /// Every input of every prediction any experiment states, on every recorded machine and on
