@@ -105,7 +105,9 @@ fn loop_and_call_in_core_cycles() {
     let e = r.experiment("cpu.loop").unwrap();
     for c in &e.checks {
         assert!(
-            c.passed || (c.name == "issued at the core's rate" && c.detail.contains("core cycles per iteration where")),
+            c.passed
+                || (c.name == "issued at the core's rate"
+                    && c.detail.contains("core cycles per iteration where")),
             "the loop's checks: {:?}",
             e.checks
         );

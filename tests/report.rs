@@ -166,7 +166,7 @@ fn smoke_run_report_opens_cleanly_in_chromium() {
     }
     assert!(html.contains("<svg"));
     let md = std::fs::read_to_string(folder.join("report.md")).unwrap();
-    assert!(md.contains("## Predicted vs measured") && md.contains("| cpu.syscall |"));
+    assert!(md.contains("## Predicted vs measured") && md.contains("| cpu.syscall"));
 
     // Re-render into another folder, within the time bar.
     let again = tmp.path().join("again");
