@@ -452,11 +452,14 @@ impl Team<'_, '_> {
                     load_thread(sh, t, cpu, clock, base + t * part, part, line);
                 });
             }
-            let mut pts = vec![self.point(&sh, None, 0)];
+            // One chase position for the whole sweep: restarting each point at node 0 walked
+            // the same prefix again, which then sat in the caches (35 ns "DRAM" latencies).
+            let mut at = self.chain.as_ptr() as *const u8;
+            let mut pts = vec![self.point(&sh, None, 0, &mut at)];
             (self.ctx.progress)(&format!("idle: {}", fmt_ns(pts[0].latency_ns())));
             for &g in gaps {
                 let iters = (g / ns_per_iter).round() as u64;
-                let p = self.point(&sh, Some(g), iters);
+                let p = self.point(&sh, Some(g), iters, &mut at);
                 (self.ctx.progress)(&format!(
                     "gap {}: {} at {}",
                     fmt_ns(g),
@@ -468,7 +471,7 @@ impl Team<'_, '_> {
             // Idle again after the sweep, pooled with the first: on a shared machine the
             // neighbours' memory traffic changes over time, and one short idle window
             // would stand for all of it.
-            let again = self.point(&sh, None, 0);
+            let again = self.point(&sh, None, 0, &mut at);
             let before = pts[0].latency_ns();
             let idle = &mut pts[0];
             idle.notes.push(format!(
@@ -487,7 +490,8 @@ impl Team<'_, '_> {
     }
 
     /// One point: release the load threads (unless idle), time the chase, stop them.
-    fn point(&self, sh: &Shared, gap: Option<f64>, delay_iters: u64) -> Point {
+    /// One point of the sweep; the chase continues from `at` and leaves it where it stopped.
+    fn point(&self, sh: &Shared, gap: Option<f64>, delay_iters: u64, at: &mut *const u8) -> Point {
         let clock = self.ctx.clock;
         let k = self.loaders.len();
         if gap.is_some() {
@@ -515,7 +519,6 @@ impl Team<'_, '_> {
             gap,
             ..Default::default()
         };
-        let mut at = self.chain.as_ptr() as *const u8;
         let mut first = None;
         let mut last = 0u64;
         let line = self.line as f64;
@@ -527,7 +530,7 @@ impl Team<'_, '_> {
             let t0 = clock.start();
             // SAFETY: the chain in this region was laid and verified as one cycle before
             // the sweep, and nothing writes the region while the chase runs.
-            at = unsafe { chase(at, iters) };
+            *at = unsafe { chase(*at, iters) };
             let t1 = clock.stop();
             let quiet = crate::harness::thread_preemptions() == pre;
             let (c1, v1) = count();
@@ -549,7 +552,7 @@ impl Team<'_, '_> {
             // Undisturbed trials only: the harness fills a short count with preempted ones.
             p.trials = m.undisturbed;
         }
-        std::hint::black_box(at);
+        std::hint::black_box(*at);
         if gap.is_some() {
             sh.stop.store(true, Ordering::Release);
             spin_until(|| sh.done.load(Ordering::Acquire) == k);
