@@ -240,10 +240,16 @@ mod failing_checks {
         assert_invalid_by(&r, "file evicted from the page cache (mincore)");
         // The touches of resident pages are minor faults, and that premise fails too.
         assert_invalid_by(&r, "touches were major faults (getrusage)");
+        // fs.cache-size: its check fails when a probe found pages cached; a smoke run's
+        // single probe can start with none cached by its own writing path (seen once in
+        // CI), and then the ignored advice was not exercised.
         let r = w.run(by_id("fs.cache-size").as_ref());
         if r.status != Status::Skipped {
             let c = check(&r, "file evicted before every first read (mincore)");
-            assert!(!c.passed, "{}", c.detail);
+            let exercised = !c
+                .detail
+                .starts_with("1 of 1 probes started with no page cached");
+            assert!(!c.passed || !exercised, "{}", c.detail);
         }
     }
 
