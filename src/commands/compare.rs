@@ -147,7 +147,7 @@ fn compare_runs(a: Args) -> Result<u8> {
     }
     if let Some(f) = &a.html {
         let history = super::history_changes::fleet_section(&runs);
-        write_new(f, &crate::report::fleet::render_with(&c, &runs, &history))?;
+        super::export::write_new(f, &crate::report::fleet::render_with(&c, &runs, &history))?;
         // On stderr, so that --json output stays one document.
         eprintln!("fleet page: {}", f.display());
     }
@@ -158,22 +158,6 @@ fn compare_runs(a: Args) -> Result<u8> {
         print!("{}", crate::report::compare_text::render(&c));
     }
     Ok(c.gate.as_ref().map_or(0, |g| g.exit_code))
-}
-
-/// Writes `text` to a file that must not exist yet; a half-written file is removed.
-fn write_new(f: &Path, text: &str) -> Result<()> {
-    use std::io::Write;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(f)
-        .map_err(|e| Error::runtime(format!("{}: {e}", f.display())))?;
-    if let Err(e) = file.write_all(text.as_bytes()) {
-        // Ours, and incomplete: remove it rather than leave half a page.
-        let _ = std::fs::remove_file(f);
-        return Err(Error::runtime(format!("{}: {e}", f.display())));
-    }
-    Ok(())
 }
 
 /// A run named on the command line: a results file or folder, or a history id.
