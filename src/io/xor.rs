@@ -62,10 +62,11 @@ const MMAP_CHUNK: usize = 8 << 20;
 /// memory is read once, by the kernel's copy.
 const CACHED_BUF: usize = 128 << 10;
 /// A mapped chunk is cheap when its first touch needed at most one fault per this many
-/// bytes: the page cache holds large folios mapped with one PMD entry each (2 MiB per
-/// fault). Fault-around maps 64 KiB per fault otherwise, one PTE per page.
-const CHEAP_BYTES_PER_FAULT: u64 = 1 << 20;
-/// A thread that reads maps every this many chunks again, to see whether the folios
+/// bytes: most of it is in large folios mapped with one PMD entry each (2 MiB per
+/// fault). Fault-around over small folios maps 64 KiB per fault, one PTE per page
+/// (measured both sides of this line: METHODOLOGY.md, "io xor").
+const CHEAP_BYTES_PER_FAULT: u64 = 256 << 10;
+/// A thread that reads maps again after at most this many chunks, to see whether the folios
 /// got larger (costs ~3% where they never do: one chunk in 8 at ~1.25x).
 const REPROBE: u64 = 8;
 /// Uncached buffered reads: fewer, larger copies per readahead stream (less CPU).
@@ -414,6 +415,17 @@ fn mapping_is_cheap(bytes: u64, faults: u64) -> bool {
     faults.saturating_mul(CHEAP_BYTES_PER_FAULT) <= bytes
 }
 
+/// Chunks to read before mapping again: none while mapping is cheap, else doubling
+/// from 1 up to REPROBE, so a thread returns to mapping soon where cheap and expensive
+/// stretches alternate, and pays a probe only every REPROBE-th chunk where they never end.
+fn next_wait(cheap: bool, wait: u64) -> u64 {
+    if cheap {
+        0
+    } else {
+        (wait * 2).clamp(1, REPROBE)
+    }
+}
+
 /// What the cached readers did: chunks mapped and read, and the probes' faults.
 #[derive(Default)]
 struct Tally {
@@ -426,9 +438,11 @@ struct Tally {
 struct CachedReader {
     mode: Cached,
     buf: Option<AlignedBuf>,
-    /// Probe: whether this thread's last mapped chunk was cheap, and chunks since.
+    /// Probe: whether this thread's last mapped chunk was cheap, chunks read since the
+    /// last probe, and how many to read before the next (doubling up to REPROBE).
     map_ok: bool,
-    chunks: u64,
+    since: u64,
+    wait: u64,
 }
 
 /// XOR of a cached file, chunks claimed by `threads` threads; `m` is needed unless
@@ -457,7 +471,8 @@ fn xor_cached(
                 mode,
                 buf: None,
                 map_ok: false,
-                chunks: 0,
+                since: 0,
+                wait: 0,
             })
         },
         |st, i| {
@@ -468,11 +483,11 @@ fn xor_cached(
                     tally.mapped.fetch_add(1, Ordering::Relaxed);
                     Ok(xor_map_chunk(m, off as usize, n))
                 }
-                // Map while mapping stays cheap, and try it again every REPROBE-th
-                // chunk while reading: folio shapes vary along a file (readahead
-                // starts with small folios and grows them).
-                (Cached::Probe, Some(m)) if st.map_ok || st.chunks % REPROBE == 0 => {
-                    st.chunks += 1;
+                // Map while mapping stays cheap; while reading, try it again after
+                // 1, 2, 4... up to REPROBE chunks: folio shapes vary along a file
+                // (readahead starts with small folios and grows them; files written
+                // in 1 MiB pieces mix 2 MiB folios with small ones).
+                (Cached::Probe, Some(m)) if st.map_ok || st.since >= st.wait => {
                     let before = crate::platform::thread_usage();
                     let x = xor_map_chunk(m, off as usize, n);
                     let after = crate::platform::thread_usage();
@@ -487,11 +502,13 @@ fn xor_cached(
                         // No per-thread counter: no evidence that mapping is cheap.
                         _ => false,
                     };
+                    st.since = 0;
+                    st.wait = next_wait(st.map_ok, st.wait);
                     tally.mapped.fetch_add(1, Ordering::Relaxed);
                     Ok(x)
                 }
                 _ => {
-                    st.chunks += 1;
+                    st.since += 1;
                     tally.read.fetch_add(1, Ordering::Relaxed);
                     if st.buf.is_none() {
                         st.buf = Some(
@@ -1057,6 +1074,23 @@ mod tests {
         assert!(mapping_is_cheap(8 << 20, 0));
         assert!(!mapping_is_cheap(8 << 20, 128));
         assert!(!mapping_is_cheap(3, 1));
+        // A chunk mixing 2 MiB folios with small ones (a file written 1 MiB at a time,
+        // ~570 KiB per fault measured) maps faster than it reads; 64 KiB per fault
+        // (fault-around over small folios) does not.
+        assert!(mapping_is_cheap(8 << 20, 14));
+        assert!(!mapping_is_cheap(8 << 20, 64));
+    }
+
+    #[test]
+    fn reprobing_backs_off_to_every_reprobe_th_chunk() {
+        let mut wait = 0;
+        let mut seen = vec![];
+        for _ in 0..6 {
+            wait = next_wait(false, wait);
+            seen.push(wait);
+        }
+        assert_eq!(seen, [1, 2, 4, 8, 8, 8]);
+        assert_eq!(next_wait(true, 8), 0);
     }
 
     #[test]
