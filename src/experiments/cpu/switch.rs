@@ -959,24 +959,17 @@ fn predict_switch(kind: Kind, ctx: &Context) -> Vec<(String, Prediction)> {
         )
         .prediction("pipe_cost", pipe, "ns", "prediction: pipe_cost above")
     };
-    let same = match thread("switch") {
-        Some(t) => Prediction::new(
-            pipe + 2.0 * t,
-            "pipe_cost + 2 x cpu.thread-switch's switch, a lower bound: the two address-space \
-             changes have no measured or published cost",
+    let same = match thread("pipe_round_trip_same_cpu") {
+        Some(rt) => Prediction::new(
+            rt,
+            "cpu.thread-switch's same-CPU round trip, a lower bound: the same pipe work and two \
+             switches, without the two address-space changes (no measured or published cost)",
         )
-        .prediction("pipe_cost", pipe, "ns", "prediction: pipe_cost above")
         .measured(
-            "thread_switch",
-            t,
+            "thread_same_cpu",
+            rt,
             "ns",
-            "measured: cpu.thread-switch switch",
-        )
-        .method(
-            "switches",
-            2.0,
-            "switches",
-            "method: to the partner and back on one CPU",
+            "measured: cpu.thread-switch pipe_round_trip_same_cpu",
         ),
         None => bound("the two switches"),
     };

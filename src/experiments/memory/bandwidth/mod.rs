@@ -776,6 +776,41 @@ impl Streams<'_, '_> {
 mod tests {
     use super::*;
 
+    /// The stream model's counts: a copy needs two fills per line (half the read's rate), a
+    /// non-temporal store is given the one-fill rate, cores multiply, and the DIMM cap divides
+    /// by the bus lines each line costs; without the sequential chase, only the N-thread read
+    /// keeps the DIMM bound.
+    #[test]
+    fn stream_predictions_count_fills_and_bus_lines() {
+        let (line, seq) = (64.0, 4.0); // 16 bytes/ns = 16 GB/s per core
+        let one = |op, k, cores, cap| stream_prediction(op, k, cores, line, Some(seq), cap);
+        let read = one(Op::Read, 1, 1, None).value;
+        assert!((read - 16e9).abs() < 1.0, "{read}");
+        assert_eq!(one(Op::Write, 1, 1, None).value, read);
+        assert_eq!(one(Op::Copy, 1, 1, None).value, read / 2.0);
+        assert_eq!(one(Op::WriteNt, 1, 1, None).value, read);
+        assert_eq!(one(Op::Read, 2, 2, None).value, 2.0 * read);
+        // Two threads on one core's SMT siblings: one core's fills.
+        assert_eq!(one(Op::Read, 2, 1, None).value, read);
+        let cap = Some((24e9, "machine: test peak".to_string()));
+        assert_eq!(one(Op::Read, 2, 2, cap.clone()).value, 24e9);
+        assert_eq!(one(Op::Write, 2, 2, cap.clone()).value, 12e9);
+        assert_eq!(one(Op::Copy, 2, 2, cap.clone()).value, 8e9);
+        // The cap is for teams: one thread is never capped by it.
+        assert_eq!(one(Op::Read, 1, 1, cap.clone()).value, read);
+        let p = one(Op::Copy, 1, 1, None);
+        assert_eq!(
+            p.inputs["dram_sequential"].kind,
+            Some(crate::results::InputKind::Measured)
+        );
+        assert_eq!(p.inputs["fills"].value, 2.0);
+        // Without the chase: withheld, but the N-thread read keeps its DIMM bound.
+        let none = stream_prediction(Op::Write, 2, 2, line, None, cap.clone());
+        assert!(none.withheld.as_deref().unwrap().contains("not measured"));
+        let bound = stream_prediction(Op::Read, 2, 2, line, None, cap);
+        assert_eq!(bound.value, 24e9);
+    }
+
     #[test]
     fn kernels_touch_every_word() {
         let v: Vec<u64> = (0..64).collect();
