@@ -911,7 +911,8 @@ fn kind_finding(kind: Kind, sw: &Figure, thread: Option<Figure>, out: &mut Outco
 /// changes address spaces too (no figure for that: lower bounds), and a cross-CPU round
 /// trip wakes a task on the other CPU as the thread one does.
 fn predict_switch(kind: Kind, ctx: &Context) -> Vec<(String, Prediction)> {
-    let no_switch = "the parts table names no published context-switch cost for any part";
+    let no_switch = "the parts table names no published context-switch cost for any part, and no \
+                     experiment before it measures the scheduler's path";
     let thread = |m: &str| {
         (kind == Kind::Process)
             .then(|| ctx.earlier_median(Kind::Thread.id(), m))
