@@ -2,7 +2,7 @@
 //! no prediction with a reason for an unknown part, and no prediction input without a kind.
 
 use osmeter::clock::MockClock;
-use osmeter::experiments::{all_predictions, parts, RunOptions};
+use osmeter::experiments::{all_predictions, parts, predictions_without_earlier, RunOptions};
 use osmeter::machine::{facts::FactRoot, Machine};
 use osmeter::results::InputKind;
 use std::path::Path;
@@ -106,23 +106,34 @@ fn a_known_part_predicts_from_its_cited_entry() {
 }
 
 /// A known part whose figures could not be confirmed against a source has empty cells:
-/// Zen 3 gets no cache prediction, and the reason names the part.
+/// Zen 3's L2 and L3 get no prediction, and the reason names the part; its L1D is cited
+/// from AMD's optimization guide.
 #[test]
 fn a_known_part_without_a_cited_figure_says_why() {
     let m = recorded("amd-two-ccx");
     let clock = MockClock::new(0);
     let all = all_predictions(&m, &clock, &RunOptions::default());
-    for level in ["l1d", "l2", "l3"] {
-        let (_, _, p) = all
-            .iter()
+    let stated = |level: &str| {
+        all.iter()
             .find(|(e, n, _)| e == "mem.latency" && n == level)
-            .unwrap_or_else(|| panic!("mem.latency states something for {level}"));
-        let why = p.withheld.as_deref().expect("no cited figure, no number");
+            .map(|(_, _, p)| p)
+            .unwrap_or_else(|| panic!("mem.latency states something for {level}"))
+    };
+    for level in ["l2", "l3"] {
+        let why = stated(level)
+            .withheld
+            .as_deref()
+            .expect("no cited figure, no number");
         assert!(
             why.contains("names no published") && why.contains("Zen 3"),
             "{level}: {why}"
         );
     }
+    let l1 = stated("l1d");
+    assert!(l1.withheld.is_none(), "{:?}", l1.withheld);
+    let input = &l1.inputs["cycles"];
+    assert_eq!(input.kind, Some(InputKind::Table));
+    assert!(input.reference.as_deref().unwrap().contains("Family 19h"));
 }
 
 /// Every input of every prediction any experiment states, on every recorded machine and on
@@ -175,4 +186,79 @@ fn no_prediction_input_is_untyped() {
         }
     }
     assert!(stated > 100, "only {stated} predictions stated");
+}
+
+/// Where the primitive a prediction composes did not run, the prediction is withheld and
+/// says why: with no earlier metric found, no stated prediction has a `measured` input, on
+/// every recorded machine and this one; and the models built from measured primitives
+/// (switches, memory streams, connect, device reads) are then withheld, not guessed.
+#[test]
+fn a_missing_primitive_withholds() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/machines");
+    let mut machines: Vec<(String, Machine)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            (name.clone(), recorded(&name))
+        })
+        .collect();
+    machines.push(("this machine".into(), Machine::gather()));
+    let clock = MockClock::new(0);
+    for (name, m) in &machines {
+        let none = predictions_without_earlier(m, &clock, &RunOptions::default());
+        for (exp, metric, p) in &none {
+            if let Some(why) = &p.withheld {
+                assert!(!why.trim().is_empty(), "{name} {exp}/{metric}");
+                continue;
+            }
+            for (input, i) in &p.inputs {
+                assert_ne!(
+                    i.kind,
+                    Some(InputKind::Measured),
+                    "{name} {exp}/{metric} input {input} ({}): measured, yet nothing ran before",
+                    i.source
+                );
+            }
+        }
+        let with = all_predictions(m, &clock, &RunOptions::default());
+        for (exp, metric) in [
+            ("cpu.process-switch", "switch"),
+            ("mem.bandwidth", "read_1t"),
+            ("mem.bandwidth", "copy_1t"),
+            ("mem.loaded-latency", "loaded_outstanding_misses"),
+            ("net.connect", "connect"),
+            ("fs.read", "uncached_random"),
+        ] {
+            let stated = |set: &[(String, String, osmeter::results::Prediction)]| {
+                set.iter()
+                    .find(|(e, n, _)| e == exp && n == metric)
+                    .map(|(_, _, p)| p.clone())
+            };
+            // all_predictions holds both passes: the one that found earlier figures states it.
+            let found = with
+                .iter()
+                .find(|(e, n, p)| e == exp && n == metric && p.withheld.is_none())
+                .map(|(_, _, p)| p.clone())
+                .unwrap_or_else(|| panic!("{name}: {exp}/{metric} predicted from earlier figures"));
+            assert!(
+                found
+                    .inputs
+                    .values()
+                    .any(|i| i.kind == Some(InputKind::Measured)),
+                "{name} {exp}/{metric}: no measured input"
+            );
+            let missing = stated(&none).unwrap_or_else(|| {
+                panic!("{name}: {exp}/{metric} states nothing without earlier figures")
+            });
+            let why = missing.withheld.unwrap_or_else(|| {
+                panic!("{name} {exp}/{metric}: predicted without its primitive")
+            });
+            assert!(
+                why.contains("not measured") || why.contains("did not run"),
+                "{name} {exp}/{metric}: {why}"
+            );
+        }
+    }
 }

@@ -76,6 +76,13 @@ const CNC_MTL_ZEN4: &str = "Chips and Cheese, Meteor Lake core types tested at C
     then uses a 1 MB L2 with 14 cycle latency\" (read at the feed copy \
     https://chips2873.rssing.com/chan-79114813/article174.html)";
 
+const AMD_SOG_19H: &str = "AMD, Software Optimization Guide for AMD Family 19h Processors \
+    (pub. 56665), 2.12 L1 Data Cache: the AGU and LS pipelines, optimized for simple address \
+    generation modes, \"can achieve 4-cycle load-to-use integer load latency\" (2.6.2: \"The L1 \
+    data cache has a 4- or 5- cycle integer load-to-use latency\"); a chase's load is the \
+    simple mode. Quoted from the guide in LLVM's llvm/lib/Target/X86/X86ScheduleZnver3.td \
+    (https://github.com/llvm/llvm-project/blob/main/llvm/lib/Target/X86/X86ScheduleZnver3.td)";
+
 const fn fig(value: f64, reference: &'static str) -> Option<Figure> {
     Some(Figure { value, reference })
 }
@@ -194,8 +201,8 @@ pub const CORES: &[Core] = &[
             family: 25,
             models: &[1, 8, 33, 68, 80],
         }],
-        // No figures: the 4/12/46 cycles once here were not found in the cited source.
-        l1d_cycles: None,
+        // L2 and L3: the 12/46 cycles once here were not found in the cited source.
+        l1d_cycles: fig(4.0, AMD_SOG_19H),
         l2_cycles: None,
         l3_cycles: None,
         dram_ns: None,

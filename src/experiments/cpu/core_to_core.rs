@@ -66,6 +66,15 @@ impl Experiment for CoreToCore {
             Profile::Thorough => Duration::from_secs(60),
         }
     }
+    fn predict(&self, _ctx: &Context) -> Vec<(String, crate::results::Prediction)> {
+        vec![(
+            "one_way".into(),
+            crate::results::Prediction::withheld(
+                "no experiment before it moves a cache line between cores, and the parts table \
+                 names no published core-to-core latency for any part",
+            ),
+        )]
+    }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let allowed = if ctx.machine.cpu.allowed_cpus.is_empty() {
             crate::platform::allowed_cpus()

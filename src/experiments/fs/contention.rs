@@ -465,6 +465,21 @@ impl Experiment for Contention {
                 Prediction::new(t1, "t1 per added process (one device queue)")
                     .measured("t1", t1, "ns", src),
             ),
+            (
+                "model_intercept".into(),
+                Prediction::withheld(
+                    "the one-queue model (P x t1) passes through zero at P = 0, and a ratio to \
+                     zero means nothing",
+                ),
+            ),
+            (
+                "model_breakpoint".into(),
+                Prediction::withheld("the one-queue model (P x t1) has no breakpoint"),
+            ),
+            (
+                "model_slope_after".into(),
+                Prediction::withheld("the one-queue model (P x t1) has no breakpoint"),
+            ),
         ]
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {

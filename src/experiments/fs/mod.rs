@@ -642,9 +642,50 @@ pub(crate) fn cached_prediction(ctx: &Context) -> Prediction {
     )
 }
 
-/// An uncached 4 KiB read: no prediction, with the device facts that leave it open.
-pub(crate) fn uncached_prediction(_ctx: &Context, dir: &Path, _pattern: Pattern) -> Prediction {
-    Prediction::withheld(device_basis(device_of(dir).as_ref()))
+/// An uncached 4 KiB read, from mem.pagefault's major fault measured earlier in the same
+/// scratch folder: each is one device request for a block the cache does not hold, entered
+/// through the kernel (a fault there, a read() here). Sequential reads may merge requests
+/// (readahead), so for them it is an upper bound. Without the fault: no prediction, with the
+/// device facts that leave it open (a device class does not fix its latency).
+pub(crate) fn uncached_prediction(ctx: &Context, dir: &Path, pattern: Pattern) -> Prediction {
+    let Some(fault) = ctx.earlier_median("mem.pagefault", "major_fault") else {
+        return Prediction::withheld(format!(
+            "mem.pagefault major_fault was not measured in this run, and {}",
+            device_basis(device_of(dir).as_ref())
+        ));
+    };
+    let ps = crate::pagecache::page_size() as f64;
+    let bound = match pattern {
+        Pattern::Random => "",
+        Pattern::Sequential => {
+            ", an upper bound: readahead may merge sequential blocks into fewer requests"
+        }
+    };
+    let page = if ps as usize == BLOCK {
+        String::new()
+    } else {
+        format!(" (a fault reads a {ps} B page, more than the block)")
+    };
+    Prediction::new(
+        fault,
+        format!(
+            "one device request per 4 KiB block, entered through the kernel, as mem.pagefault's \
+             major fault on an evicted file in the same folder measured it{page}{bound}"
+        ),
+    )
+    .measured(
+        "major_fault",
+        fault,
+        "ns",
+        "measured: mem.pagefault major_fault",
+    )
+    .machine("page_size", ps, "bytes", "machine: page size")
+    .method(
+        "requests",
+        1.0,
+        "requests/block",
+        "method: one device request per uncached block",
+    )
 }
 
 /// Evicts a file and reports the check; `must` makes it a premise (the uncached read

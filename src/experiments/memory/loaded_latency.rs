@@ -102,17 +102,42 @@ impl Experiment for LoadedLatency {
             ctx.earlier_median("mem.latency", "dram")
                 .map(|x| (x, "dram"))
         };
-        if let Some((x, name)) = idle {
-            v.push((
-                "idle_latency".to_string(),
-                Prediction::new(x, format!("mem.latency's {name}: the same chase, idle")).measured(
-                    name,
-                    x,
-                    "ns",
-                    format!("measured: mem.latency {name}"),
-                ),
-            ));
+        match idle {
+            Some((x, name)) => {
+                let at = |formula: String| {
+                    Prediction::new(x, formula).measured(
+                        name,
+                        x,
+                        "ns",
+                        format!("measured: mem.latency {name}"),
+                    )
+                };
+                v.push((
+                    "idle_latency".to_string(),
+                    at(format!("mem.latency's {name}: the same chase, idle")),
+                ));
+                v.push((
+                    "loaded_latency".to_string(),
+                    at(format!(
+                        "mem.latency's {name}, a lower bound: a chase whose misses queue behind \
+                         the load threads' is never faster than the idle one (the queueing is \
+                         not in the model)"
+                    )),
+                ));
+            }
+            None => {
+                let why = "mem.latency's DRAM chase was not measured in this run";
+                v.push(("idle_latency".into(), Prediction::withheld(why)));
+                v.push(("loaded_latency".into(), Prediction::withheld(why)));
+            }
         }
+        v.push((
+            "knee_bandwidth".into(),
+            Prediction::withheld(
+                "where latency starts to rise depends on the memory controller's queueing, which \
+                 no measured primitive or table entry describes",
+            ),
+        ));
         // The load threads are the allowed CPUs but the chase's: with one of them, the
         // one-thread read is the measured figure for that team, else the all-thread read
         // (memory saturates well before the last thread on most machines).
@@ -133,8 +158,9 @@ impl Experiment for LoadedLatency {
                 "mem.bandwidth's all-thread read (the load threads are all CPUs but one)",
             )
         };
-        if let Some(bw) = ctx.earlier_median("mem.bandwidth", &name) {
-            v.push((
+        let bw = ctx.earlier_median("mem.bandwidth", &name);
+        match bw {
+            Some(bw) => v.push((
                 "peak_bandwidth".to_string(),
                 Prediction::new(bw, why).measured(
                     &name,
@@ -142,8 +168,41 @@ impl Experiment for LoadedLatency {
                     "bytes/s",
                     format!("measured: mem.bandwidth {name}"),
                 ),
-            ));
+            )),
+            None => v.push((
+                "peak_bandwidth".into(),
+                Prediction::withheld(format!("mem.bandwidth {name} was not measured in this run")),
+            )),
         }
+        // Little's law on the two figures above: misses in flight = bandwidth x latency /
+        // line; with the idle latency standing for the loaded one, a lower bound.
+        let line = super::line_bytes(&ctx.machine.data_caches());
+        let misses = match (bw, idle) {
+            (Some(bw), Some((lat, lname))) => Prediction::new(
+                outstanding(bw, line, lat),
+                format!(
+                    "Little's law: {name} x {lname} / line (the idle latency for the loaded one, \
+                     so a lower bound)"
+                ),
+            )
+            .measured(
+                &name,
+                bw,
+                "bytes/s",
+                format!("measured: mem.bandwidth {name}"),
+            )
+            .measured(lname, lat, "ns", format!("measured: mem.latency {lname}"))
+            .machine(
+                "line",
+                line as f64,
+                "bytes",
+                "machine: cache line size (sysfs)",
+            ),
+            _ => Prediction::withheld(
+                "mem.bandwidth's read or mem.latency's DRAM chase was not measured in this run",
+            ),
+        };
+        v.push(("loaded_outstanding_misses".into(), misses));
         v
     }
 

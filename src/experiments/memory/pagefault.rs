@@ -219,11 +219,19 @@ impl Experiment for PageFault {
             "major_fault".to_string(),
             Prediction::withheld(device_unknown(&dir)),
         );
+        let per_byte = (
+            "major_fault_per_byte".to_string(),
+            Prediction::withheld(device_unknown(&dir)),
+        );
         let entry = ctx.earlier_median("cpu.syscall", "getppid");
         let bw = ctx.earlier_median("mem.bandwidth", "write_1t");
         let (Some(entry), Some(bw)) = (entry, bw) else {
             let why = "cpu.syscall getppid or mem.bandwidth write_1t was not measured in this run";
-            return vec![("minor_fault".into(), Prediction::withheld(why)), major];
+            return vec![
+                ("minor_fault".into(), Prediction::withheld(why)),
+                major,
+                per_byte,
+            ];
         };
         let ps = crate::pagecache::page_size() as f64;
         // Primitives only, one of each per fault (the method writes one word per fresh page):
@@ -243,6 +251,7 @@ impl Experiment for PageFault {
                 .measured("store_bandwidth", bw, "bytes/s", "measured: mem.bandwidth write_1t"),
             ),
             major,
+            per_byte,
         ]
     }
 

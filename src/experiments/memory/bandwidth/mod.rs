@@ -150,42 +150,7 @@ impl Experiment for Bandwidth {
         }
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        // Little's law needs the lines a core keeps in flight (miss buffers plus the L2
-        // prefetcher's requests); no published count per part is in the table.
-        let why = "the parts table names no published count of a core's cache lines in flight";
-        let mut v: Vec<(String, Prediction)> = [
-            "read_1t",
-            "write_1t",
-            "copy_1t",
-            "read_thp_1t",
-            "write_thp_1t",
-            "copy_thp_1t",
-        ]
-        .iter()
-        .map(|n| (n.to_string(), Prediction::withheld(why)))
-        .collect();
-        let n = ctx.machine.cpu.allowed_cpus.len().max(1);
-        if n > 1 {
-            let topo = placement_topology(ctx);
-            let allowed = &ctx.machine.cpu.allowed_cpus;
-            let cpus = topo.spread(allowed, n);
-            let p = match dimm_peak(ctx).map(|(p, s)| per_socket(&topo, &cpus, p, s)) {
-                Ok((peak, s)) => Prediction::new(
-                    peak,
-                    "the DIMMs' theoretical peak (an upper bound for N threads)",
-                )
-                .machine("dimm_peak", peak, "bytes/s", s)
-                .machine(
-                    "threads",
-                    n as f64,
-                    "threads",
-                    "machine: CPUs this process may use",
-                ),
-                Err(e) => Prediction::withheld(format!("{why}, and the DIMM peak is unknown: {e}")),
-            };
-            v.push((format!("read_{n}t"), p));
-        }
-        v
+        predict_streams(ctx)
     }
 
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
@@ -298,6 +263,175 @@ impl Experiment for Bandwidth {
         text::conclusions(&mut out, n, peak);
         Ok(out)
     }
+}
+
+/// Line fills one line of an operation's bytes needs from memory: a read fills its line,
+/// an ordinary store reads its line for ownership first, a copy does both (source and
+/// destination), a non-temporal store none (it is written through write-combining).
+fn fills_per_line(op: Op) -> f64 {
+    match op {
+        Op::Read | Op::ReadScalar | Op::Write | Op::WriteScalar => 1.0,
+        Op::Copy => 2.0,
+        Op::WriteNt => 0.0,
+    }
+}
+
+/// Lines that cross the memory bus per line of an operation's bytes: fills plus
+/// write-backs (a store's line goes back dirty), for the DIMMs' cap.
+fn bus_lines_per_line(op: Op) -> f64 {
+    match op {
+        Op::Read | Op::ReadScalar => 1.0,
+        Op::Write | Op::WriteScalar => 2.0,
+        Op::Copy => 3.0,
+        Op::WriteNt => 1.0,
+    }
+}
+
+/// Predictions from figures measured earlier (issue 20): one core streams no slower than
+/// mem.latency's sequential chase brings in lines (one line per `dram_sequential`, each
+/// load waiting for the one before, so the prefetcher alone keeps lines in flight); an
+/// operation needing k line fills per line of its bytes gets 1/k of that rate; N threads
+/// on N physical cores get N times it (SMT siblings share their core's fills), capped by
+/// the DIMMs' peak over the bus lines each line costs, where the peak is known.
+fn predict_streams(ctx: &Context) -> Vec<(String, Prediction)> {
+    let n = ctx.machine.cpu.allowed_cpus.len().max(1);
+    let topo = placement_topology(ctx);
+    let allowed = &ctx.machine.cpu.allowed_cpus;
+    let mut names: Vec<(Op, usize, String)> = Vec::new();
+    for &k in &thread_counts(n, ctx.profile) {
+        for op in ops() {
+            names.push((op, k, format!("{}_{k}t", op.name())));
+        }
+    }
+    if ctx.profile != Profile::Smoke {
+        for op in [Op::ReadScalar, Op::WriteScalar] {
+            names.push((op, 1, format!("{}_1t", op.name())));
+        }
+        for op in THP_OPS {
+            names.push((op, 1, format!("{}_thp_1t", op.name())));
+        }
+    }
+    let line = super::line_bytes(&ctx.machine.data_caches()) as f64;
+    let seq = ctx.earlier_median("mem.latency", "dram_sequential");
+    let peak = dimm_peak(ctx);
+    names
+        .into_iter()
+        .map(|(op, k, name)| {
+            let cpus = topo.spread(allowed, k);
+            let cores = k - topo.describe_cpus(&cpus).smt_shared.len();
+            let cap = peak
+                .as_ref()
+                .ok()
+                .map(|(p, s)| per_socket(&topo, &cpus, *p, s.clone()));
+            (name, stream_prediction(op, k, cores, line, seq, cap))
+        })
+        .collect()
+}
+
+/// One stream figure's prediction (see `predict_streams`), or why there is none.
+fn stream_prediction(
+    op: Op,
+    threads: usize,
+    cores: usize,
+    line: f64,
+    seq_ns: Option<f64>,
+    cap: Option<(f64, String)>,
+) -> Prediction {
+    let fills = fills_per_line(op);
+    let bus = bus_lines_per_line(op);
+    let capped =
+        |p: Prediction, rate: f64| match &cap {
+            Some((peak, src)) if threads > 1 && peak / bus < rate => {
+                Prediction {
+                    value: peak / bus,
+                    formula: format!(
+                "{}; capped by the DIMMs' peak / {bus} bus lines per line ({} each line costs)",
+                p.formula,
+                if bus > 1.0 { "fill and write-back" } else { "one transfer" }
+            ),
+                    ..p
+                }
+                .machine("dimm_peak", *peak, "bytes/s", src.clone())
+                .method(
+                    "bus_lines",
+                    bus,
+                    "lines",
+                    "method: memory-bus lines per line of the operation's bytes",
+                )
+            }
+            _ => p,
+        };
+    let Some(t) = seq_ns.filter(|t| *t > 0.0) else {
+        return match cap {
+            Some((peak, src)) if threads > 1 && op == Op::Read => Prediction::new(
+                peak,
+                "the DIMMs' theoretical peak (an upper bound for N threads)",
+            )
+            .machine("dimm_peak", peak, "bytes/s", src)
+            .machine(
+                "threads",
+                threads as f64,
+                "threads",
+                "machine: CPUs this process may use",
+            ),
+            _ => Prediction::withheld(
+                "mem.latency's dram_sequential was not measured in this run, and a core's stream \
+                 rate is predicted from it",
+            ),
+        };
+    };
+    let one = line / t * 1e9;
+    let (per_core, what) = if fills > 0.0 {
+        (
+            one / fills,
+            format!(
+                "{fills} line fill{} per line",
+                if fills > 1.0 { "s" } else { "" }
+            ),
+        )
+    } else {
+        (
+            one,
+            "no fill (no read for ownership), so at least the one-fill rate: a lower bound".into(),
+        )
+    };
+    let rate = per_core * cores as f64;
+    let scope = if cores > 1 {
+        format!(
+            "; x {cores} physical cores, each streaming as one does (the memory's own limit is \
+             in the model only where the DIMM peak is known)"
+        )
+    } else {
+        String::new()
+    };
+    let p = Prediction::new(
+        rate,
+        format!(
+            "line / dram_sequential / fills ({what}): one core receives one line per step of \
+             mem.latency's sequential chase, where each load waits for the last and only the \
+             prefetcher keeps lines in flight, so a stream that does not wait is no slower{scope}"
+        ),
+    )
+    .measured(
+        "dram_sequential",
+        t,
+        "ns",
+        "measured: mem.latency dram_sequential",
+    )
+    .machine("line", line, "bytes", "machine: cache line size (sysfs)")
+    .method(
+        "fills",
+        fills,
+        "fills/line",
+        "method: line fills per line of the operation's bytes (read 1, store 1 for ownership, copy 2, non-temporal 0)",
+    )
+    .machine(
+        "cores",
+        cores as f64,
+        "cores",
+        "machine: physical cores the threads run on (Topology::spread; SMT siblings share one)",
+    );
+    capped(p, rate)
 }
 
 /// The topology with this thread's CPU as the chosen one (it may be `--cpu`).
@@ -641,6 +775,41 @@ impl Streams<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The stream model's counts: a copy needs two fills per line (half the read's rate), a
+    /// non-temporal store is given the one-fill rate, cores multiply, and the DIMM cap divides
+    /// by the bus lines each line costs; without the sequential chase, only the N-thread read
+    /// keeps the DIMM bound.
+    #[test]
+    fn stream_predictions_count_fills_and_bus_lines() {
+        let (line, seq) = (64.0, 4.0); // 16 bytes/ns = 16 GB/s per core
+        let one = |op, k, cores, cap| stream_prediction(op, k, cores, line, Some(seq), cap);
+        let read = one(Op::Read, 1, 1, None).value;
+        assert!((read - 16e9).abs() < 1.0, "{read}");
+        assert_eq!(one(Op::Write, 1, 1, None).value, read);
+        assert_eq!(one(Op::Copy, 1, 1, None).value, read / 2.0);
+        assert_eq!(one(Op::WriteNt, 1, 1, None).value, read);
+        assert_eq!(one(Op::Read, 2, 2, None).value, 2.0 * read);
+        // Two threads on one core's SMT siblings: one core's fills.
+        assert_eq!(one(Op::Read, 2, 1, None).value, read);
+        let cap = Some((24e9, "machine: test peak".to_string()));
+        assert_eq!(one(Op::Read, 2, 2, cap.clone()).value, 24e9);
+        assert_eq!(one(Op::Write, 2, 2, cap.clone()).value, 12e9);
+        assert_eq!(one(Op::Copy, 2, 2, cap.clone()).value, 8e9);
+        // The cap is for teams: one thread is never capped by it.
+        assert_eq!(one(Op::Read, 1, 1, cap.clone()).value, read);
+        let p = one(Op::Copy, 1, 1, None);
+        assert_eq!(
+            p.inputs["dram_sequential"].kind,
+            Some(crate::results::InputKind::Measured)
+        );
+        assert_eq!(p.inputs["fills"].value, 2.0);
+        // Without the chase: withheld, but the N-thread read keeps its DIMM bound.
+        let none = stream_prediction(Op::Write, 2, 2, line, None, cap.clone());
+        assert!(none.withheld.as_deref().unwrap().contains("not measured"));
+        let bound = stream_prediction(Op::Read, 2, 2, line, None, cap);
+        assert_eq!(bound.value, 24e9);
+    }
 
     #[test]
     fn kernels_touch_every_word() {

@@ -230,6 +230,25 @@ impl Experiment for Latency {
             Err(why) => Prediction::withheld(why),
         };
         v.push(("dram_thp".into(), dram));
+        let walk = "base pages in random order add TLB misses and page walks, and the parts \
+                    table names no published walk cost";
+        v.push(("lmbench_1MiB".into(), Prediction::withheld(walk)));
+        v.push(("lmbench_dram".into(), Prediction::withheld(walk)));
+        v.push((
+            "dram_sequential".into(),
+            Prediction::withheld(
+                "how far ahead and how fast the prefetcher fetches has no published figure per part",
+            ),
+        ));
+        // Plateaus not matched to a sysfs cache level (names up to the deepest possible).
+        for k in 1..=8 {
+            v.push((
+                format!("plateau_{k}"),
+                Prediction::withheld(
+                    "a plateau matched to no cache level the machine lists: no figure describes it",
+                ),
+            ));
+        }
         v
     }
 
