@@ -1534,11 +1534,15 @@ mod tests {
             let m = r
                 .metric(&name)
                 .unwrap_or_else(|| panic!("no {name}: {:?}", r.reason));
-            // More than the chase alone (a line per microsecond), less than 10 TB/s.
+            // More than the chase alone (a line per microsecond), less than 10 TB/s, when
+            // every premise held (on a machine busy with other tests a load thread may be
+            // held up in every trial: then invalid, and the reason says so).
+            let plausible = m.summary.median > 64e6 && m.summary.median < 1e13;
             assert!(
-                m.summary.median > 64e6 && m.summary.median < 1e13,
-                "{name} {}",
-                m.summary.median
+                plausible || (r.status == Status::Invalid && r.reason.is_some()),
+                "{name} {} {:?}",
+                m.summary.median,
+                r.status
             );
             assert!(r.metric(&format!("loaded_latency{}", t.suffix())).is_some());
         }
