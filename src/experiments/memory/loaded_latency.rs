@@ -271,8 +271,10 @@ impl Experiment for LoadedLatency {
             load_huge.text(),
         ));
         let gaps = gaps(ctx.profile);
-        // Under half the budget for the points (idle twice) and the delay calibration; the
-        // rest lays the chain and faults the buffers.
+        // Under half the budget for the points (each gap twice, reads and the mix; idle
+        // twice) and the delay calibration; the rest lays the chain and faults the buffers.
+        // The budget is as before the mix: a point's cap is shorter (quick: 150 ms, was
+        // 250), against about 1 ms that its 11 trials of 100 us take when none is repeated.
         let points = 2 * gaps.len() + 2;
         let cfg = HarnessConfig::short_trials(Duration::from_micros(100), 11)
             .for_budget(ctx.budget.mul_f64(0.45), points + 1);
