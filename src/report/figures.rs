@@ -266,29 +266,45 @@ fn touches(r: &RunResults, e: &ExperimentResult, g: &[&Series], p: &mut Plot) ->
             } else {
                 p.y_label = "misses in flight (Little's law)".into();
             }
-            // mem.bandwidth's all-thread read, when it ran: the bandwidth to compare with.
-            let all = r
-                .experiments
-                .iter()
-                .find(|x| x.id == "mem.bandwidth")
-                .and_then(|b| {
-                    b.metrics
-                        .iter()
-                        .filter(|m| m.name.starts_with("read_") && m.name.ends_with('t'))
-                        .filter_map(|m| {
-                            let t: usize = m.name[5..m.name.len() - 1].parse().ok()?;
-                            Some((t, m.summary.median))
-                        })
-                        .max_by_key(|x| x.0)
+            // Two curves: the read-only load and the read/write mix (`mix_` series).
+            for l in &mut p.lines {
+                l.name = if l.name.starts_with("mix") {
+                    "2 reads : 1 write".into()
+                } else {
+                    "reads".into()
+                };
+            }
+            // The peak's prediction (mem.bandwidth's read of as many threads as load
+            // threads), else mem.bandwidth's all-thread read when it ran.
+            let team = e
+                .metric("peak_bandwidth")
+                .and_then(|m| m.prediction.as_ref())
+                .filter(|p| p.value.is_finite() && p.value > 0.0)
+                .and_then(|p| {
+                    let name = p.inputs.keys().next()?;
+                    Some((p.value, format!("mem.bandwidth {name}")))
                 });
-            if let Some((t, bw)) = all {
-                p.x_markers.push(Marker {
-                    at: bw,
-                    label: format!("mem.bandwidth read, {t} threads"),
-                });
+            let all = || {
+                r.experiments
+                    .iter()
+                    .find(|x| x.id == "mem.bandwidth")
+                    .and_then(|b| {
+                        b.metrics
+                            .iter()
+                            .filter(|m| m.name.starts_with("read_") && m.name.ends_with('t'))
+                            .filter_map(|m| {
+                                let t: usize = m.name[5..m.name.len() - 1].parse().ok()?;
+                                Some((t, m.summary.median))
+                            })
+                            .max_by_key(|x| x.0)
+                    })
+                    .map(|(t, bw)| (bw, format!("mem.bandwidth read, {t} threads")))
+            };
+            if let Some((at, label)) = team.or_else(all) {
+                p.x_markers.push(Marker { at, label });
             }
             caption = if yu == "ns" {
-                "Latency of a dependent chase while the other cores stream reads, from idle to unthrottled.".into()
+                "Latency of a dependent chase while the other cores stream reads, or read two lines and write one (ordinary stores), from idle to unthrottled.".into()
             } else {
                 "Misses in flight by Little's law (bandwidth / line x latency) at each load.".into()
             };
