@@ -306,4 +306,159 @@ mod failing_checks {
             "the pinned figure is not reported"
         );
     }
+
+    /// net.rtt against a peer that answers every message with other bytes (each byte
+    /// inverted): the echo premise fails and the TCP figure is invalid.
+    #[test]
+    fn rtt_peer_that_echoes_wrong_bytes() {
+        let peer = LyingPeer::start();
+        let clock = CoarseClock::new(1e9);
+        let mut w = World::live(&clock);
+        w.options.peer = Some(peer.addr.to_string());
+        let r = w.run(by_id("net.rtt").as_ref());
+        assert_invalid_by(&r, "tcp: the peer echoed every round trip");
+        let c = check(&r, "tcp: the peer echoed every round trip");
+        assert!(c.detail.contains("replies differing"), "{}", c.detail);
+        assert!(!c.detail.contains(" 0 replies differing"), "{}", c.detail);
+    }
+
+    /// A peer on loopback that speaks the protocol but echoes each byte inverted, and
+    /// refuses every other test.
+    struct LyingPeer {
+        addr: std::net::SocketAddr,
+    }
+
+    impl LyingPeer {
+        fn start() -> LyingPeer {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            std::thread::spawn(move || {
+                for s in l.incoming().flatten() {
+                    std::thread::spawn(move || LyingPeer::session(s));
+                }
+            });
+            LyingPeer { addr }
+        }
+
+        fn session(mut s: std::net::TcpStream) -> Option<()> {
+            use crate::peer::protocol::{self as p, FrameType};
+            use std::io::{Read, Write};
+            p::read_frame(&mut s).ok()?;
+            let welcome = p::Welcome {
+                version: p::VERSION,
+                cpus: 1,
+                info: "lying peer".into(),
+            };
+            p::write_frame(&mut s, FrameType::Welcome, &welcome.encode()).ok()?;
+            let (_, payload) = p::read_frame(&mut s).ok()?;
+            let Ok(p::Request::Echo { size, .. }) = p::Request::decode(&payload) else {
+                let no = p::Refuse {
+                    code: p::RefuseCode::BadRequest,
+                    server_version: p::VERSION,
+                    message: "this peer only echoes".into(),
+                };
+                return p::write_frame(&mut s, FrameType::Refuse, &no.encode()).ok();
+            };
+            p::write_frame(&mut s, FrameType::Ready, &p::encode_ready(0)).ok()?;
+            let _ = s.set_nodelay(true);
+            let mut buf = vec![0u8; size as usize];
+            let mut messages = 0u64;
+            while s.read_exact(&mut buf).is_ok() {
+                buf.iter_mut().for_each(|b| *b = !*b);
+                s.write_all(&buf).ok()?;
+                messages += 1;
+            }
+            let report = p::EchoReport {
+                messages,
+                pinned: false,
+                cpus: vec![],
+            };
+            p::write_frame(&mut s, FrameType::Report, &report.encode()).ok()
+        }
+    }
+
+    /// fs.contention timed by a counter that differs by seconds between CPUs: the
+    /// readers' start times, taken on their own CPUs, seem seconds apart.
+    #[test]
+    fn contention_readers_not_released_together() {
+        let clock = crate::clock::SkewedClock::new();
+        let w = World::live(&clock);
+        if w.machine.cpu.allowed_cpus.len() < 2 {
+            return skip(
+                "contention_readers_not_released_together",
+                "fewer than 2 CPUs allowed: every reader runs on one CPU",
+            );
+        }
+        let r = w.run(by_id("fs.contention").as_ref());
+        if r.status == Status::Skipped {
+            return skip(
+                "contention_readers_not_released_together",
+                &format!("{:?}", r.reason),
+            );
+        }
+        assert_invalid_by(&r, "readers released together");
+    }
+
+    /// fs.read and fs.contention on a file system that refuses O_DIRECT and ignores
+    /// eviction advice: the uncached reads' eviction premise fails.
+    #[test]
+    fn uncached_reads_without_direct_io_on_files_never_evicted() {
+        crate::experiments::fs::NO_DIRECT.with(|n| n.set(true));
+        crate::pagecache::IGNORED_EVICTION.with(|i| i.set(true));
+        let clock = CoarseClock::new(1e9);
+        let w = World::live(&clock);
+        for (id, name) in [
+            (
+                "fs.read",
+                "uncached reads: evicted with posix_fadvise(DONTNEED) and verified with mincore",
+            ),
+            (
+                "fs.contention",
+                "uncached reads: files evicted and verified (mincore) before every round",
+            ),
+        ] {
+            let r = w.run(by_id(id).as_ref());
+            if r.status == Status::Skipped {
+                return skip(
+                    "uncached_reads_without_direct_io_on_files_never_evicted",
+                    &format!("{id}: {:?}", r.reason),
+                );
+            }
+            assert_invalid_by(&r, name);
+            assert!(
+                check(&r, name).detail.contains("still cached"),
+                "{:?}",
+                r.checks
+            );
+        }
+    }
+
+    /// fs.read while memory pressure evicts its files as soon as they are read: the
+    /// cached passes are not of resident files.
+    #[test]
+    fn cached_reads_of_files_memory_pressure_evicts() {
+        crate::pagecache::EVICTED_BY_PRESSURE.with(|e| e.set(true));
+        let clock = CoarseClock::new(1e9);
+        let r = World::live(&clock).run(by_id("fs.read").as_ref());
+        if r.status == Status::Skipped {
+            return skip(
+                "cached_reads_of_files_memory_pressure_evicts",
+                &format!("{:?}", r.reason),
+            );
+        }
+        assert_invalid_by(
+            &r,
+            "cached reads: every page resident before and after (mincore)",
+        );
+    }
+
+    /// mem.pagefault where fresh memory comes already mapped: first touches take no
+    /// minor fault.
+    #[test]
+    fn minor_faults_on_memory_mapped_in_advance() {
+        crate::experiments::memory::PREFAULTED.with(|p| p.set(true));
+        let clock = CoarseClock::new(1e9);
+        let r = World::live(&clock).run(by_id("mem.pagefault").as_ref());
+        assert_invalid_by(&r, "minor faults happened");
+    }
 }
