@@ -60,6 +60,26 @@ impl<'a> World<'a> {
     }
 }
 
+/// An ok result of experiment `id` with the metrics of `o`, as earlier in a run.
+pub(crate) fn recorded(id: &str, o: crate::experiments::Outcome) -> ExperimentResult {
+    ExperimentResult {
+        id: id.into(),
+        area: id.split('.').next().unwrap_or("").into(),
+        title: String::new(),
+        status: Status::Ok,
+        reason: None,
+        method: String::new(),
+        duration_s: 0.0,
+        metrics: o.metrics,
+        series: vec![],
+        checks: vec![],
+        findings: vec![],
+        notes: vec![],
+        sentinel: None,
+        grade: None,
+    }
+}
+
 /// The check named `name` of `r`, or a panic listing those it has.
 pub(crate) fn check<'r>(r: &'r ExperimentResult, name: &str) -> &'r Check {
     r.checks
@@ -460,5 +480,101 @@ mod failing_checks {
         let clock = CoarseClock::new(1e9);
         let r = World::live(&clock).run(by_id("mem.pagefault").as_ref());
         assert_invalid_by(&r, "minor faults happened");
+    }
+
+    /// On a system whose pinning is only a hint, the experiments whose figures rest on
+    /// threads held on chosen CPUs are invalid, whatever the CPU samples say.
+    #[test]
+    fn placement_premises_on_a_system_without_hard_pinning() {
+        crate::platform::HINT_PINNING.with(|h| h.set(true));
+        let clock = CoarseClock::new(1e9);
+        let w = World::live(&clock);
+        let cpu = *w.machine.cpu.allowed_cpus.last().unwrap_or(&0);
+        for (id, name) in [
+            (
+                "cpu.thread-switch",
+                format!("both threads ran on CPU {cpu}"),
+            ),
+            (
+                "cpu.core-to-core",
+                "both threads on their CPUs for the whole measurement".to_string(),
+            ),
+            (
+                "mem.loaded-latency",
+                "the load threads ran alongside the chase for every point".to_string(),
+            ),
+        ] {
+            let r = w.run(by_id(id).as_ref());
+            if r.status == Status::Skipped {
+                skip(
+                    "placement_premises_on_a_system_without_hard_pinning",
+                    &format!("{id}: {:?}", r.reason),
+                );
+                continue;
+            }
+            assert_invalid_by(&r, &name);
+            assert!(
+                check(&r, &name).detail.contains("not pinned"),
+                "{id}: {:?}",
+                check(&r, &name)
+            );
+        }
+    }
+
+    /// The context names a CPU the measuring thread is not pinned to (a runner whose
+    /// pinning went elsewhere): the same-CPU switch and the bandwidth teams find the
+    /// thread off its CPU.
+    #[test]
+    fn measuring_thread_not_where_placed() {
+        let clock = CoarseClock::new(1e9);
+        let mut w = World::live(&clock);
+        let allowed = w.machine.cpu.allowed_cpus.clone();
+        if allowed.len() < 2 {
+            return skip(
+                "measuring_thread_not_where_placed",
+                "fewer than 2 CPUs allowed",
+            );
+        }
+        w.claimed_cpu = Some(allowed[0]);
+        let r = w.run(by_id("cpu.thread-switch").as_ref());
+        assert_invalid_by(&r, &format!("both threads ran on CPU {}", allowed[0]));
+        let r = w.run(by_id("mem.bandwidth").as_ref());
+        assert_invalid_by(
+            &r,
+            "every thread ran on the CPU it was placed on (current CPU read around every trial)",
+        );
+    }
+
+    /// mem.loaded-latency after a mem.latency that recorded DRAM at a millisecond: the
+    /// idle chase does not agree with it.
+    #[test]
+    fn loaded_latency_idle_chase_against_another_dram() {
+        let clock = CoarseClock::new(1e9);
+        let mut w = World::live(&clock);
+        let mut o = crate::experiments::Outcome::default();
+        o.metric("dram", "ns", "", vec![1e6; 20]);
+        o.metric("dram_thp", "ns", "", vec![1e6; 20]);
+        w.earlier.push(recorded("mem.latency", o));
+        let r = w.run(by_id("mem.loaded-latency").as_ref());
+        if r.status == Status::Skipped {
+            return skip(
+                "loaded_latency_idle_chase_against_another_dram",
+                &format!("{:?}", r.reason),
+            );
+        }
+        assert_invalid_by(
+            &r,
+            "the idle chase misses the caches (agrees with mem.latency)",
+        );
+    }
+
+    /// cpu.thread-switch where the pipe work measured alone costs far more than inside the
+    /// round trip: the switch figure is negative beyond noise.
+    #[test]
+    fn switch_from_a_pipe_cost_above_the_round_trip() {
+        crate::experiments::cpu::switch::PIPE_ALONE_EXTRA.with(|e| e.set(16));
+        let clock = CoarseClock::new(1e9);
+        let r = World::live(&clock).run(by_id("cpu.thread-switch").as_ref());
+        assert_invalid_by(&r, "the switch figure is positive");
     }
 }
