@@ -577,4 +577,35 @@ mod failing_checks {
         let r = World::live(&clock).run(by_id("cpu.thread-switch").as_ref());
         assert_invalid_by(&r, "the switch figure is positive");
     }
+
+    /// mem.bandwidth on a machine whose description puts the second CPU on a second NUMA
+    /// node: the pages its thread first touches are on the one real node, away from it.
+    #[test]
+    fn bandwidth_memory_on_another_node_than_described() {
+        let clock = CoarseClock::new(1e9);
+        let mut w = World::live(&clock);
+        let allowed = w.machine.cpu.allowed_cpus.clone();
+        if allowed.len() < 2 {
+            return skip(
+                "bandwidth_memory_on_another_node_than_described",
+                "fewer than 2 CPUs allowed",
+            );
+        }
+        let t = &mut w.machine.topology;
+        if t.numa_nodes.unwrap_or(1) > 1 {
+            return skip(
+                "bandwidth_memory_on_another_node_than_described",
+                "this machine has several nodes already",
+            );
+        }
+        for c in t.cpus.iter_mut() {
+            c.node = Some(usize::from(c.cpu == allowed[0]));
+        }
+        t.numa_nodes = Some(2);
+        let r = w.run(by_id("mem.bandwidth").as_ref());
+        assert_invalid_by(
+            &r,
+            "each thread's memory on its own NUMA node (first touch; get_mempolicy on sampled pages)",
+        );
+    }
 }
