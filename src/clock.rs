@@ -801,18 +801,21 @@ impl Clock for MisratedClock {
 /// readings taken on two CPUs disagree by seconds. For tests of premises that compare
 /// times taken on different CPUs.
 #[cfg(test)]
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct SkewedClock {
     inner: CoarseClock,
 }
 
 #[cfg(test)]
-impl SkewedClock {
-    pub fn new() -> Self {
-        SkewedClock {
-            inner: CoarseClock::new(1e9),
-        }
+impl Default for CoarseClock {
+    /// A 1 GHz counter.
+    fn default() -> Self {
+        CoarseClock::new(1e9)
     }
+}
+
+#[cfg(test)]
+impl SkewedClock {
     fn read(&self, base: u64) -> u64 {
         let cpu = crate::platform::current_cpu_raw().max(0) as u64;
         base + cpu * 1_000_000_000

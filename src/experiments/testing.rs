@@ -401,7 +401,7 @@ mod failing_checks {
     /// readers' start times, taken on their own CPUs, seem seconds apart.
     #[test]
     fn contention_readers_not_released_together() {
-        let clock = crate::clock::SkewedClock::new();
+        let clock = crate::clock::SkewedClock::default();
         let w = World::live(&clock);
         if w.machine.cpu.allowed_cpus.len() < 2 {
             return skip(

@@ -578,12 +578,12 @@ impl Experiment for Contention {
         super::note_vm_host_cache(ctx, &mut out);
         let mut rng = Rng::new(0xc0de);
         let mut owners = Vec::with_capacity(pm);
-        for i in 0..pm {
+        for (i, &size) in sizes.iter().enumerate() {
             (ctx.progress)(&format!("writing file {}/{pm}", i + 1));
             owners.push(make_file(
                 scratch,
                 &format!("contention-{i}"),
-                sizes[i],
+                size,
                 rng.next_u64(),
             )?);
         }
