@@ -572,9 +572,24 @@ mod failing_checks {
     /// round trip: the switch figure is negative beyond noise.
     #[test]
     fn switch_from_a_pipe_cost_above_the_round_trip() {
-        crate::experiments::cpu::switch::PIPE_ALONE_EXTRA.with(|e| e.set(16));
+        crate::experiments::cpu::switch::PIPE_ALONE_EXTRA.with(|e| e.set(200));
         let clock = CoarseClock::new(1e9);
-        let r = World::live(&clock).run(by_id("cpu.thread-switch").as_ref());
+        let w = World::live(&clock);
+        // Every run finds the figure negative; on a machine busy with other tests its
+        // interval can still reach zero (then the check is a sanity failure), so up to
+        // three runs are made for one whose interval lies wholly below zero.
+        let mut r = w.run(by_id("cpu.thread-switch").as_ref());
+        for _ in 0..2 {
+            assert!(
+                !check(&r, "the switch figure is positive").passed,
+                "{:?}",
+                r.checks
+            );
+            if r.status == Status::Invalid {
+                break;
+            }
+            r = w.run(by_id("cpu.thread-switch").as_ref());
+        }
         assert_invalid_by(&r, "the switch figure is positive");
     }
 
