@@ -796,6 +796,51 @@ impl Clock for MisratedClock {
     }
 }
 
+/// A counter not synchronised across CPUs (as a TSC can be on old or broken firmware): a
+/// 1 GHz counter offset by one second per CPU number. Spans timed on one CPU are right;
+/// readings taken on two CPUs disagree by seconds. For tests of premises that compare
+/// times taken on different CPUs.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub struct SkewedClock {
+    inner: CoarseClock,
+}
+
+#[cfg(test)]
+impl Default for CoarseClock {
+    /// A 1 GHz counter.
+    fn default() -> Self {
+        CoarseClock::new(1e9)
+    }
+}
+
+#[cfg(test)]
+impl SkewedClock {
+    fn read(&self, base: u64) -> u64 {
+        let cpu = crate::platform::current_cpu_raw().max(0) as u64;
+        base + cpu * 1_000_000_000
+    }
+}
+
+#[cfg(test)]
+impl Clock for SkewedClock {
+    fn start(&self) -> u64 {
+        self.read(self.inner.start())
+    }
+    fn stop(&self) -> u64 {
+        self.read(self.inner.stop())
+    }
+    fn ticks_per_ns(&self) -> f64 {
+        1.0
+    }
+    fn overhead_ticks(&self) -> f64 {
+        self.inner.overhead_ticks()
+    }
+    fn name(&self) -> &'static str {
+        "skewed"
+    }
+}
+
 /// A deterministic clock for tests: one tick per nanosecond, advanced explicitly.
 #[derive(Debug, Default)]
 pub struct MockClock {

@@ -12,6 +12,10 @@ pub fn page_size() -> usize {
 
 /// Pages of a file that are in the page cache: (resident, total).
 pub fn residency(file: &File) -> anyhow::Result<(u64, u64)> {
+    #[cfg(test)]
+    if EVICTED_BY_PRESSURE.with(|e| e.get()) {
+        crate::platform::evict_file(file)?;
+    }
     let len = file.metadata()?.len();
     residency_range(file, 0, len)
 }
@@ -159,6 +163,13 @@ thread_local! {
     /// Test seam: on this thread the system accepts eviction advice and does nothing, as a
     /// file system that ignores POSIX_FADV_DONTNEED does; mincore then tells the truth.
     pub(crate) static IGNORED_EVICTION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test seam: on this thread memory pressure (another tenant's) evicts a file's pages
+    /// whenever its residency is looked at, so no read keeps a file cached.
+    pub(crate) static EVICTED_BY_PRESSURE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// `evict` with the system's eviction call passed in, so tests can give other answers.

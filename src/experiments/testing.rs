@@ -60,6 +60,26 @@ impl<'a> World<'a> {
     }
 }
 
+/// An ok result of experiment `id` with the metrics of `o`, as earlier in a run.
+pub(crate) fn recorded(id: &str, o: crate::experiments::Outcome) -> ExperimentResult {
+    ExperimentResult {
+        id: id.into(),
+        area: id.split('.').next().unwrap_or("").into(),
+        title: String::new(),
+        status: Status::Ok,
+        reason: None,
+        method: String::new(),
+        duration_s: 0.0,
+        metrics: o.metrics,
+        series: vec![],
+        checks: vec![],
+        findings: vec![],
+        notes: vec![],
+        sentinel: None,
+        grade: None,
+    }
+}
+
 /// The check named `name` of `r`, or a panic listing those it has.
 pub(crate) fn check<'r>(r: &'r ExperimentResult, name: &str) -> &'r Check {
     r.checks
@@ -304,6 +324,303 @@ mod failing_checks {
         assert!(
             r.metric("tcp_same_cpu").is_none(),
             "the pinned figure is not reported"
+        );
+    }
+
+    /// net.rtt against a peer that answers every message with other bytes (each byte
+    /// inverted): the echo premise fails and the TCP figure is invalid.
+    #[test]
+    fn rtt_peer_that_echoes_wrong_bytes() {
+        let peer = LyingPeer::start();
+        let clock = CoarseClock::new(1e9);
+        let mut w = World::live(&clock);
+        w.options.peer = Some(peer.addr.to_string());
+        let r = w.run(by_id("net.rtt").as_ref());
+        assert_invalid_by(&r, "tcp: the peer echoed every round trip");
+        let c = check(&r, "tcp: the peer echoed every round trip");
+        assert!(c.detail.contains("replies differing"), "{}", c.detail);
+        assert!(!c.detail.contains(" 0 replies differing"), "{}", c.detail);
+    }
+
+    /// A peer on loopback that speaks the protocol but echoes each byte inverted, and
+    /// refuses every other test.
+    struct LyingPeer {
+        addr: std::net::SocketAddr,
+    }
+
+    impl LyingPeer {
+        fn start() -> LyingPeer {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            std::thread::spawn(move || {
+                for s in l.incoming().flatten() {
+                    std::thread::spawn(move || LyingPeer::session(s));
+                }
+            });
+            LyingPeer { addr }
+        }
+
+        fn session(mut s: std::net::TcpStream) -> Option<()> {
+            use crate::peer::protocol::{self as p, FrameType};
+            use std::io::{Read, Write};
+            p::read_frame(&mut s).ok()?;
+            let welcome = p::Welcome {
+                version: p::VERSION,
+                cpus: 1,
+                info: "lying peer".into(),
+            };
+            p::write_frame(&mut s, FrameType::Welcome, &welcome.encode()).ok()?;
+            let (_, payload) = p::read_frame(&mut s).ok()?;
+            let Ok(p::Request::Echo { size, .. }) = p::Request::decode(&payload) else {
+                let no = p::Refuse {
+                    code: p::RefuseCode::BadRequest,
+                    server_version: p::VERSION,
+                    message: "this peer only echoes".into(),
+                };
+                return p::write_frame(&mut s, FrameType::Refuse, &no.encode()).ok();
+            };
+            p::write_frame(&mut s, FrameType::Ready, &p::encode_ready(0)).ok()?;
+            let _ = s.set_nodelay(true);
+            let mut buf = vec![0u8; size as usize];
+            let mut messages = 0u64;
+            while s.read_exact(&mut buf).is_ok() {
+                buf.iter_mut().for_each(|b| *b = !*b);
+                s.write_all(&buf).ok()?;
+                messages += 1;
+            }
+            let report = p::EchoReport {
+                messages,
+                pinned: false,
+                cpus: vec![],
+            };
+            p::write_frame(&mut s, FrameType::Report, &report.encode()).ok()
+        }
+    }
+
+    /// fs.contention timed by a counter that differs by seconds between CPUs: the
+    /// readers' start times, taken on their own CPUs, seem seconds apart.
+    #[test]
+    fn contention_readers_not_released_together() {
+        let clock = crate::clock::SkewedClock::default();
+        let w = World::live(&clock);
+        if w.machine.cpu.allowed_cpus.len() < 2 {
+            return skip(
+                "contention_readers_not_released_together",
+                "fewer than 2 CPUs allowed: every reader runs on one CPU",
+            );
+        }
+        let r = w.run(by_id("fs.contention").as_ref());
+        if r.status == Status::Skipped {
+            return skip(
+                "contention_readers_not_released_together",
+                &format!("{:?}", r.reason),
+            );
+        }
+        assert_invalid_by(&r, "readers released together");
+    }
+
+    /// fs.read and fs.contention on a file system that refuses O_DIRECT and ignores
+    /// eviction advice: the uncached reads' eviction premise fails.
+    #[test]
+    fn uncached_reads_without_direct_io_on_files_never_evicted() {
+        crate::experiments::fs::NO_DIRECT.with(|n| n.set(true));
+        crate::pagecache::IGNORED_EVICTION.with(|i| i.set(true));
+        let clock = CoarseClock::new(1e9);
+        let w = World::live(&clock);
+        for (id, name) in [
+            (
+                "fs.read",
+                "uncached reads: evicted with posix_fadvise(DONTNEED) and verified with mincore",
+            ),
+            (
+                "fs.contention",
+                "uncached reads: files evicted and verified (mincore) before every round",
+            ),
+        ] {
+            let r = w.run(by_id(id).as_ref());
+            if r.status == Status::Skipped {
+                return skip(
+                    "uncached_reads_without_direct_io_on_files_never_evicted",
+                    &format!("{id}: {:?}", r.reason),
+                );
+            }
+            assert_invalid_by(&r, name);
+            assert!(
+                check(&r, name).detail.contains("still cached"),
+                "{:?}",
+                r.checks
+            );
+        }
+    }
+
+    /// fs.read while memory pressure evicts its files as soon as they are read: the
+    /// cached passes are not of resident files.
+    #[test]
+    fn cached_reads_of_files_memory_pressure_evicts() {
+        crate::pagecache::EVICTED_BY_PRESSURE.with(|e| e.set(true));
+        let clock = CoarseClock::new(1e9);
+        let r = World::live(&clock).run(by_id("fs.read").as_ref());
+        if r.status == Status::Skipped {
+            return skip(
+                "cached_reads_of_files_memory_pressure_evicts",
+                &format!("{:?}", r.reason),
+            );
+        }
+        assert_invalid_by(
+            &r,
+            "cached reads: every page resident before and after (mincore)",
+        );
+    }
+
+    /// mem.pagefault where fresh memory comes already mapped: first touches take no
+    /// minor fault.
+    #[test]
+    fn minor_faults_on_memory_mapped_in_advance() {
+        crate::experiments::memory::PREFAULTED.with(|p| p.set(true));
+        let clock = CoarseClock::new(1e9);
+        let r = World::live(&clock).run(by_id("mem.pagefault").as_ref());
+        assert_invalid_by(&r, "minor faults happened");
+    }
+
+    /// On a system whose pinning is only a hint, the experiments whose figures rest on
+    /// threads held on chosen CPUs are invalid, whatever the CPU samples say.
+    #[test]
+    fn placement_premises_on_a_system_without_hard_pinning() {
+        crate::platform::HINT_PINNING.with(|h| h.set(true));
+        let clock = CoarseClock::new(1e9);
+        let w = World::live(&clock);
+        let cpu = *w.machine.cpu.allowed_cpus.last().unwrap_or(&0);
+        for (id, name) in [
+            (
+                "cpu.thread-switch",
+                format!("both threads ran on CPU {cpu}"),
+            ),
+            (
+                "cpu.core-to-core",
+                "both threads on their CPUs for the whole measurement".to_string(),
+            ),
+            (
+                "mem.loaded-latency",
+                "the load threads ran alongside the chase for every point".to_string(),
+            ),
+        ] {
+            let r = w.run(by_id(id).as_ref());
+            if r.status == Status::Skipped {
+                skip(
+                    "placement_premises_on_a_system_without_hard_pinning",
+                    &format!("{id}: {:?}", r.reason),
+                );
+                continue;
+            }
+            assert_invalid_by(&r, &name);
+            assert!(
+                check(&r, &name).detail.contains("not pinned"),
+                "{id}: {:?}",
+                check(&r, &name)
+            );
+        }
+    }
+
+    /// The context names a CPU the measuring thread is not pinned to (a runner whose
+    /// pinning went elsewhere): the same-CPU switch and the bandwidth teams find the
+    /// thread off its CPU.
+    #[test]
+    fn measuring_thread_not_where_placed() {
+        let clock = CoarseClock::new(1e9);
+        let mut w = World::live(&clock);
+        let allowed = w.machine.cpu.allowed_cpus.clone();
+        if allowed.len() < 2 {
+            return skip(
+                "measuring_thread_not_where_placed",
+                "fewer than 2 CPUs allowed",
+            );
+        }
+        w.claimed_cpu = Some(allowed[0]);
+        let r = w.run(by_id("cpu.thread-switch").as_ref());
+        assert_invalid_by(&r, &format!("both threads ran on CPU {}", allowed[0]));
+        let r = w.run(by_id("mem.bandwidth").as_ref());
+        assert_invalid_by(
+            &r,
+            "every thread ran on the CPU it was placed on (current CPU read around every trial)",
+        );
+    }
+
+    /// mem.loaded-latency after a mem.latency that recorded DRAM at a millisecond: the
+    /// idle chase does not agree with it.
+    #[test]
+    fn loaded_latency_idle_chase_against_another_dram() {
+        let clock = CoarseClock::new(1e9);
+        let mut w = World::live(&clock);
+        let mut o = crate::experiments::Outcome::default();
+        o.metric("dram", "ns", "", vec![1e6; 20]);
+        o.metric("dram_thp", "ns", "", vec![1e6; 20]);
+        w.earlier.push(recorded("mem.latency", o));
+        let r = w.run(by_id("mem.loaded-latency").as_ref());
+        if r.status == Status::Skipped {
+            return skip(
+                "loaded_latency_idle_chase_against_another_dram",
+                &format!("{:?}", r.reason),
+            );
+        }
+        assert_invalid_by(
+            &r,
+            "the idle chase misses the caches (agrees with mem.latency)",
+        );
+    }
+
+    /// cpu.thread-switch where the pipe work measured alone costs far more than inside the
+    /// round trip: the switch figure is negative beyond noise.
+    #[test]
+    fn switch_from_a_pipe_cost_above_the_round_trip() {
+        crate::experiments::cpu::switch::PIPE_ALONE_EXTRA.with(|e| e.set(200));
+        let clock = CoarseClock::new(1e9);
+        let w = World::live(&clock);
+        // Every run finds the figure negative; on a machine busy with other tests its
+        // interval can still reach zero (then the check is a sanity failure), so up to
+        // three runs are made for one whose interval lies wholly below zero.
+        let mut r = w.run(by_id("cpu.thread-switch").as_ref());
+        for _ in 0..2 {
+            assert!(
+                !check(&r, "the switch figure is positive").passed,
+                "{:?}",
+                r.checks
+            );
+            if r.status == Status::Invalid {
+                break;
+            }
+            r = w.run(by_id("cpu.thread-switch").as_ref());
+        }
+        assert_invalid_by(&r, "the switch figure is positive");
+    }
+
+    /// mem.bandwidth on a machine whose description puts the second CPU on a second NUMA
+    /// node: the pages its thread first touches are on the one real node, away from it.
+    #[test]
+    fn bandwidth_memory_on_another_node_than_described() {
+        let clock = CoarseClock::new(1e9);
+        let mut w = World::live(&clock);
+        let allowed = w.machine.cpu.allowed_cpus.clone();
+        if allowed.len() < 2 {
+            return skip(
+                "bandwidth_memory_on_another_node_than_described",
+                "fewer than 2 CPUs allowed",
+            );
+        }
+        let t = &mut w.machine.topology;
+        if t.numa_nodes.unwrap_or(1) > 1 {
+            return skip(
+                "bandwidth_memory_on_another_node_than_described",
+                "this machine has several nodes already",
+            );
+        }
+        for c in t.cpus.iter_mut() {
+            c.node = Some(usize::from(c.cpu == allowed[0]));
+        }
+        t.numa_nodes = Some(2);
+        let r = w.run(by_id("mem.bandwidth").as_ref());
+        assert_invalid_by(
+            &r,
+            "each thread's memory on its own NUMA node (first touch; get_mempolicy on sampled pages)",
         );
     }
 }

@@ -69,7 +69,20 @@ pub(crate) enum Support {
 
 /// What pinning this system offers (what `pin_to_cpu` answers when it succeeds).
 pub(crate) fn pin_support() -> Pinning {
+    #[cfg(test)]
+    if HINT_PINNING.with(|h| h.get()) {
+        return Pinning::Hint {
+            reason: "this system's pinning is a preference the scheduler may ignore".into(),
+        };
+    }
     imp::pin_support()
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test seam: on this thread the system says its pinning is only a hint (as macOS's
+    /// QoS classes are), so no placement premise can rest on it.
+    pub(crate) static HINT_PINNING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Why this process must not measure, when it runs translated (Rosetta 2 runs an x86_64

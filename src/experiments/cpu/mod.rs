@@ -6,7 +6,7 @@ mod call;
 mod core_to_core;
 mod loop_cost;
 pub(crate) mod process_create;
-mod switch;
+pub(crate) mod switch;
 pub(crate) mod syscall;
 pub(crate) mod thread_create;
 mod timer;

@@ -51,16 +51,101 @@ fn round(p: Profile) -> (Duration, usize) {
     }
 }
 
-/// File per process. Each reader continues where its last round stopped, so a block is
-/// read again only once a file is used up: sized for the rounds of a profile at about
-/// 100 us per block (a virtual or flash disk; the re-read share is reported).
-const fn file_size(p: Profile) -> u64 {
+/// Per-block time the files are sized for when fs.read measured none in this run (a
+/// virtual or flash disk); a faster device then reads blocks again, and the re-read
+/// share is reported.
+const FALLBACK_BLOCK_NS: f64 = 100_000.0;
+
+/// Blocks a file holds beyond what its reader reads at fs.read's median pace (a reader
+/// is not held to it: a host may read ahead of sequential readers).
+const MARGIN: f64 = 1.25;
+
+/// Most bytes the readers' files take together, per profile (written before the rounds;
+/// the budget counts writing them at 400 MB/s).
+const fn max_total(p: Profile) -> u64 {
     match p {
-        Profile::Smoke => 4 * MIB,
-        Profile::Quick => 48 * MIB,
-        Profile::Standard => 96 * MIB,
-        Profile::Thorough => 128 * MIB,
+        Profile::Smoke => 64 * MIB,
+        Profile::Quick => 1536 * MIB,
+        Profile::Standard => 4096 * MIB,
+        Profile::Thorough => 8192 * MIB,
     }
+}
+
+/// Rounds reader j takes part in: every round of every P above j.
+fn reader_rounds(p: Profile) -> Vec<u64> {
+    let (_, rounds) = round(p);
+    let ps = counts(p);
+    (0..pmax(p))
+        .map(|j| (ps.iter().filter(|&&n| n > j).count() * rounds) as u64)
+        .collect()
+}
+
+/// The per-block time the files are sized for: the faster of fs.read's uncached
+/// sequential and random medians measured earlier in the run, with its source; None when
+/// fs.read gave neither. A reader's per-block time is a mean over its round, and the mean
+/// of a latency with a slow tail is no lower than its median (on the build VM fs.read's
+/// means were 58 us against 27 us medians, under steal).
+fn measured_block_ns(ctx: &Context) -> Option<(f64, String)> {
+    ["uncached_seq", "uncached_random"]
+        .iter()
+        .filter_map(|&n| {
+            let v = ctx.earlier_metric("fs.read", n)?.summary.median;
+            (v.is_finite() && v > 0.0).then(|| (v, format!("fs.read {n} (median)")))
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+}
+
+/// Each reader's file: every block it may read in its rounds at `block_ns` per block, with
+/// the margin, in whole MiB; scaled down together to fit `room` bytes. Returns the sizes
+/// and whether they were cut to fit.
+fn file_sizes(p: Profile, block_ns: f64, room: u64) -> (Vec<u64>, bool) {
+    let (dur, _) = round(p);
+    let per_round = dur.as_nanos() as f64 / block_ns * MARGIN * BLOCK as f64;
+    let want: Vec<u64> = reader_rounds(p)
+        .iter()
+        .map(|&r| (r as f64 * per_round).max(MIB as f64))
+        .map(|b| (b as u64).div_ceil(MIB) * MIB)
+        .collect();
+    let total: u64 = want.iter().sum();
+    if total <= room {
+        return (want, false);
+    }
+    let scale = room as f64 / total as f64;
+    let cut = want
+        .iter()
+        .map(|&b| ((b as f64 * scale) as u64 / MIB).max(1) * MIB)
+        .collect();
+    (cut, true)
+}
+
+/// The readers' file sizes for this run, and a note saying what they were sized for.
+fn sizing(ctx: &Context, room: u64) -> (Vec<u64>, String) {
+    let room = room.min(max_total(ctx.profile));
+    let (block_ns, basis) = match measured_block_ns(ctx) {
+        Some((ns, src)) => (ns, format!("{} per block measured by {src}", crate::units::fmt_ns(ns))),
+        None => (
+            FALLBACK_BLOCK_NS,
+            format!(
+                "{} per block assumed: fs.read's uncached per-block time was not measured in this run (or its result was not ok), so a faster device reads blocks again",
+                crate::units::fmt_ns(FALLBACK_BLOCK_NS)
+            ),
+        ),
+    };
+    let (sizes, cut) = file_sizes(ctx.profile, block_ns, room);
+    let mut note = format!(
+        "reader files sized for every block a reader may read in its rounds at {basis} ({MARGIN}x margin): {} (reader 1) down to {} (reader {}), {} in all",
+        fmt_b(sizes.first().copied().unwrap_or(0)),
+        fmt_b(sizes.last().copied().unwrap_or(0)),
+        sizes.len(),
+        fmt_b(sizes.iter().sum())
+    );
+    if cut {
+        note.push_str(&format!(
+            "; cut down to fit {} (the profile's limit or the scratch space left), so blocks may be read again",
+            fmt_b(room)
+        ));
+    }
+    (sizes, note)
 }
 
 #[cfg(test)]
@@ -69,6 +154,9 @@ thread_local! {
     /// and read blocks again, as they do when the device is faster than the sizing assumes).
     pub(crate) static SMALL_FILES: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
 }
+
+#[cfg(test)]
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Largest spread of the readers' start times, as a share of a round, for them to count
 /// as released together.
@@ -248,7 +336,8 @@ struct Readers<'c> {
     bufs: Vec<AlignedBuf>,
     shared: Shared,
     cpus: Vec<crate::platform::CpuMask>,
-    nblocks: u64,
+    /// Blocks in each reader's file.
+    nblocks: Vec<u64>,
     /// O_DIRECT works: readers may wrap around their file.
     direct: bool,
 }
@@ -310,7 +399,7 @@ fn spawn(
                 libc::close(bar.ready[0]);
                 child(
                     fd,
-                    rd.nblocks,
+                    rd.nblocks[i],
                     start,
                     rd.direct,
                     dur,
@@ -410,7 +499,7 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
         with a continuous two-segment line (every P tried as the breakpoint); the bent model is kept when it halves \
         the squared error.",
     needs: Needs {
-        disk_bytes: pmax(Profile::Quick) as u64 * file_size(Profile::Quick),
+        disk_bytes: max_total(Profile::Quick),
         ..Needs::NONE
     },
     // The device shared by the readers.
@@ -426,7 +515,7 @@ impl Experiment for Contention {
         let n = counts(p).len() as u32;
         // Rounds plus fork/teardown, and writing the files at ~200 MB/s.
         (d + Duration::from_millis(30)) * r as u32 * n
-            + Duration::from_secs_f64(pmax(p) as f64 * file_size(p) as f64 / 200e6)
+            + Duration::from_secs_f64(max_total(p) as f64 / 400e6)
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let p = pmax(ctx.profile) as f64;
@@ -483,25 +572,33 @@ impl Experiment for Contention {
         ]
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        let pm = pmax(ctx.profile);
-        let fsize = file_size(ctx.profile);
+        // Tests run experiments on parallel threads: readers forked by one run would hold
+        // copies of another run's barrier pipes, and the two would wait on each other.
         #[cfg(test)]
-        let fsize = SMALL_FILES.with(|s| s.get()).unwrap_or(fsize);
-        let scratch = match super::disk_scratch(ctx, pm as u64 * fsize)? {
+        let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let pm = pmax(ctx.profile);
+        let scratch = match super::disk_scratch(ctx, pm as u64 * MIB)? {
             Ok(s) => s,
             Err(reason) => return Ok(Outcome::skipped(reason)),
         };
+        let (sizes, sizing_note) = sizing(ctx, scratch.remaining());
+        #[cfg(test)]
+        let sizes = match SMALL_FILES.with(|s| s.get()) {
+            Some(b) => vec![b; pm],
+            None => sizes,
+        };
         let mut out = Outcome::default();
         out.notes.push(super::scratch_note(scratch));
+        out.notes.push(sizing_note);
         super::note_vm_host_cache(ctx, &mut out);
         let mut rng = Rng::new(0xc0de);
         let mut owners = Vec::with_capacity(pm);
-        for i in 0..pm {
+        for (i, &size) in sizes.iter().enumerate() {
             (ctx.progress)(&format!("writing file {}/{pm}", i + 1));
             owners.push(make_file(
                 scratch,
                 &format!("contention-{i}"),
-                fsize,
+                size,
                 rng.next_u64(),
             )?);
         }
@@ -524,7 +621,7 @@ impl Experiment for Contention {
                 .collect::<Result<_, _>>()?,
             shared: Shared::new(pm)?,
             cpus: masks,
-            nblocks: fsize / BLOCK as u64,
+            nblocks: sizes.iter().map(|b| b / BLOCK as u64).collect(),
             direct,
         };
         let (dur, rounds) = round(ctx.profile);
@@ -553,7 +650,7 @@ impl Experiment for Contention {
             out.notes
                 .extend(sharing_note(&ctx.machine.topology, &cpu_order, p));
         }
-        checks(&mut out, &m, direct, fsize, dur);
+        checks(&mut out, &m, direct, &sizes, dur);
         let failed: Vec<&str> = out
             .checks
             .iter()
@@ -563,8 +660,8 @@ impl Experiment for Contention {
         let withheld = (!failed.is_empty()).then(|| failed.join("; "));
         report(ctx, &mut out, m, cpus, withheld);
         out.notes.push(format!(
-            "{pm} files of {} each; {rounds} round(s) of {} ms per P",
-            fmt_b(fsize),
+            "{pm} files ({} in all); {rounds} round(s) of {} ms per P",
+            fmt_b(sizes.iter().sum()),
             dur.as_millis()
         ));
         Ok(out)
@@ -680,20 +777,25 @@ fn measure_p(
 
 /// The premises: device reached, no block read twice, evictions verified, readers
 /// released together.
-fn checks(out: &mut Outcome, m: &Measured, direct: bool, fsize: u64, dur: Duration) {
+fn checks(out: &mut Outcome, m: &Measured, direct: bool, sizes: &[u64], dur: Duration) {
     out.check(m.device.check());
-    let nblocks = fsize / BLOCK as u64;
-    let reread: u64 = m.cursor.iter().map(|&c| c.saturating_sub(nblocks)).sum();
+    let reread: u64 = m
+        .cursor
+        .iter()
+        .zip(sizes)
+        .map(|(&c, &b)| c.saturating_sub(b / BLOCK as u64))
+        .sum();
     let total: u64 = m.cursor.iter().sum();
     // A block read again can come from a cache below the file system (a device's or a
     // hypervisor's) that no counter here sees: the figures are then not shown to be the
     // device's, so the run is `unverified` (not `ok`, and not `invalid`: the first reads
     // were the device's).
     let detail = format!(
-        "{} of {} blocks read were read before by the same reader (files of {}; a device or host cache can serve those)",
+        "{} of {} blocks read were read before by the same reader (files of {} down to {}; a device or host cache can serve those)",
         reread,
         total,
-        fmt_b(fsize)
+        fmt_b(sizes.first().copied().unwrap_or(0)),
+        fmt_b(sizes.last().copied().unwrap_or(0))
     );
     out.check(if reread == 0 {
         Check::premise("each block read at most once", true, detail)
@@ -989,6 +1091,79 @@ mod tests {
         let m = fit(&pts).unwrap();
         assert!(m.bend.is_none());
         assert!((m.slope - 7.0).abs() < 1e-9);
+    }
+
+    /// Files hold every block a reader may read at the measured pace (reader 1 reads in
+    /// every round), and are cut down together to fit the room.
+    #[test]
+    fn files_are_sized_from_the_block_time_and_cut_to_fit() {
+        let (sizes, cut) = file_sizes(Profile::Quick, 28_000.0, u64::MAX);
+        assert!(!cut);
+        assert_eq!(sizes.len(), pmax(Profile::Quick));
+        let (dur, rounds) = round(Profile::Quick);
+        let reader1 = counts(Profile::Quick).len() * rounds;
+        let blocks = reader1 as f64 * dur.as_nanos() as f64 / 28_000.0;
+        assert!(sizes[0] as f64 >= blocks * BLOCK as f64, "{sizes:?}");
+        assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "{sizes:?}");
+        assert!(sizes.iter().all(|b| b % MIB == 0));
+        // 100 us a block needs about a quarter of that.
+        let (slow, _) = file_sizes(Profile::Quick, 100_000.0, u64::MAX);
+        assert!(slow[0] * 3 < sizes[0], "{slow:?} {sizes:?}");
+        let room = 300 * MIB;
+        let (small, cut) = file_sizes(Profile::Quick, 28_000.0, room);
+        assert!(cut);
+        assert!(small.iter().sum::<u64>() <= room, "{small:?}");
+        assert!(small.iter().all(|&b| b >= MIB));
+    }
+
+    /// As wired: the sizes come from fs.read's uncached per-block time measured earlier in
+    /// the run (1 ms a block: 1 MiB files), and the note says so; without it, the fallback.
+    #[test]
+    fn sizing_reads_fs_read_from_earlier_in_the_run() {
+        use crate::experiments::testing::World;
+        let clock = crate::clock::CoarseClock::new(1e9);
+        let mut w = World::live(&clock);
+        let mut o = Outcome::default();
+        o.metric("uncached_seq", "ns", "", vec![1e6; 20]);
+        o.metric("uncached_random", "ns", "", vec![2e6; 20]);
+        w.earlier.push(crate::results::ExperimentResult {
+            id: "fs.read".into(),
+            area: "fs".into(),
+            title: String::new(),
+            status: crate::results::Status::Ok,
+            reason: None,
+            method: String::new(),
+            duration_s: 0.0,
+            metrics: o.metrics,
+            series: vec![],
+            checks: vec![],
+            findings: vec![],
+            notes: vec![],
+            sentinel: None,
+            grade: None,
+        });
+        let r = w.run(&Contention);
+        if r.status == crate::results::Status::Skipped {
+            return crate::experiments::testing::skip(
+                "sizing_reads_fs_read_from_earlier_in_the_run",
+                &format!("{:?}", r.reason),
+            );
+        }
+        let note = r.notes.iter().find(|n| n.starts_with("reader files sized"));
+        let note = note.unwrap_or_else(|| panic!("{:?}", r.notes));
+        assert!(
+            note.contains("1.00 ms per block measured by fs.read uncached_seq (median)")
+                && note.contains("1.0 MiB (reader 1)"),
+            "{note}"
+        );
+        let r = World::live(&clock).run(&Contention);
+        assert!(
+            r.notes
+                .iter()
+                .any(|n| n.starts_with("reader files sized") && n.contains("assumed")),
+            "{:?}",
+            r.notes
+        );
     }
 
     #[test]

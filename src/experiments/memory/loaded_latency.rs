@@ -325,22 +325,15 @@ impl Experiment for LoadedLatency {
         let next = sattolo(n, &mut rng);
         lay(&mut chain, line, &next);
         drop(next);
-        let verified = verify_chain(&chain, line, n, &mut rng);
-        out.check(Check::premise(
-            "the chase visits every node (one cycle)",
-            verified,
-            if verified {
-                format!(
-                    "{n} nodes of {line} B over {}: verified in memory as one cycle",
-                    fmt_bytes(chase_len as f64)
-                )
-            } else {
-                "the chain in memory is not one cycle through every node".into()
-            },
-        ));
-        if !verified {
-            anyhow::bail!("the chase chain did not verify");
+        // A chain that does not verify is never measured, so this is a note, not a check
+        // (as a check it could not fail in any result: issue 20 item 5).
+        if !verify_chain(&chain, line, n, &mut rng) {
+            anyhow::bail!("the chase chain in memory is not one cycle through every node");
         }
+        out.notes.push(format!(
+            "{n} nodes of {line} B over {}: the chase verified in memory as one cycle",
+            fmt_bytes(chase_len as f64)
+        ));
         out.notes.push(format!(
             "chase on CPU {}; load threads on CPUs {} (one per physical core first); chase buffer {} on {}; load buffer {} ({} per thread) on {}",
             ctx.cpu,
