@@ -287,13 +287,40 @@ impl Experiment for LoadedLatency {
             ),
         };
         v.push(("loaded_outstanding_misses".into(), misses));
-        v.push((
-            "loaded_outstanding_misses_mix".into(),
-            Prediction::withheld(
-                "the mix's misses in flight include write-backs and reads for ownership, which \
-                 no measured figure of this run counts",
+        // The mix's misses count its counted lines, as its measured figure does (reads for
+        // ownership and write-backs are in neither).
+        let writes = team_figures("write", n, thp);
+        let pair = team_figures("read", n, thp)
+            .into_iter()
+            .zip(writes)
+            .find_map(|(r, w)| {
+                let rb = ctx.earlier_median("mem.bandwidth", &r)?;
+                let wb = ctx.earlier_median("mem.bandwidth", &w)?;
+                Some((r, rb, w, wb))
+            });
+        let misses_mix = match (pair, idle) {
+            (Some((r, rb, w, wb)), Some((lat, lname))) => Prediction::new(
+                outstanding(mix_bandwidth(rb, wb), line, lat),
+                format!(
+                    "Little's law on the counted lines: 3 / (2 / {r} + 1 / {w}) x {lname} / line \
+                     (the idle latency for the loaded one, so a lower bound)"
+                ),
+            )
+            .measured(&r, rb, "bytes/s", format!("measured: mem.bandwidth {r}"))
+            .measured(&w, wb, "bytes/s", format!("measured: mem.bandwidth {w}"))
+            .measured(lname, lat, "ns", format!("measured: mem.latency {lname}"))
+            .machine(
+                "line",
+                line as f64,
+                "bytes",
+                "machine: cache line size (sysfs)",
             ),
-        ));
+            _ => Prediction::withheld(
+                "mem.bandwidth's read or write or mem.latency's DRAM chase was not measured in \
+                 this run",
+            ),
+        };
+        v.push(("loaded_outstanding_misses_mix".into(), misses_mix));
         v
     }
 
