@@ -19,13 +19,13 @@ pub(crate) mod topology;
 pub(crate) mod virt;
 
 pub(crate) use cgroup::Cgroup;
-pub(crate) use cpu::{Cache, Cpu};
+pub(crate) use cpu::{Cache, Cpu, KindClock};
 pub(crate) use facts::FactRoot;
 pub(crate) use memory::Memory;
 pub(crate) use network::Nic;
 pub(crate) use os::Os;
 pub(crate) use storage::{Disk, Storage};
-pub use topology::{CpuPlace, CrossPlan, PartnerClass, Partners, Spread, Topology};
+pub use topology::{CpuPlace, CrossPlan, KindCpu, PartnerClass, Partners, Spread, Topology};
 pub(crate) use virt::{StealMeter, Virtualization};
 
 use crate::clock::ClockInfo;

@@ -57,6 +57,7 @@ const META: ExperimentMeta = ExperimentMeta {
     },
     // a dependent chase, as mem.latency.
     bottleneck: crate::results::Bottleneck::Chase,
+    per_core_kind: false,
 };
 
 /// Gaps between lines a load thread aims for, ns, lightest load first; the last is none.
