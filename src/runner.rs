@@ -1203,6 +1203,78 @@ mod tests {
         assert!(!serde_json::to_string(&ok).unwrap().contains("unverified"));
     }
 
+    /// Issue 21 item 2, with real experiments as wired: a made-up two-kind topology over
+    /// two CPUs of this machine gives every metric of a per-kind experiment twice, the
+    /// second set suffixed and converted to cycles at the clock measured on its own CPU.
+    #[test]
+    fn real_experiments_report_both_kinds_each_at_its_own_clock() {
+        use crate::machine::CpuPlace;
+        let allowed = platform::allowed_cpus();
+        if allowed.len() < 2 {
+            eprintln!("SKIPPED real_experiments_report_both_kinds: needs two allowed CPUs");
+            return;
+        }
+        let place = |cpu: usize, kind: &str| CpuPlace {
+            cpu,
+            core: Some(cpu),
+            kind: Some(kind.into()),
+            ..Default::default()
+        };
+        let topology = Topology {
+            cpus: vec![
+                place(allowed[0], "efficiency"),
+                place(allowed[1], "performance"),
+            ],
+            allowed: allowed.clone(),
+            chosen_cpu: Some(allowed[1]),
+            source: "test".into(),
+            ..Default::default()
+        };
+        let cfg = RunConfig {
+            profile: Profile::Smoke,
+            only: vec!["cpu.loop,cpu.syscall,cpu.core-to-core".into()],
+            skip: vec![],
+            cpu: None,
+            options: RunOptions::default(),
+            repeat: Some(1),
+        };
+        let registry = Registry {
+            topology: Some(topology),
+            ..Registry::real()
+        };
+        let r = run_with(&cfg, registry, &Silent).expect("the run completes");
+        let k = &r.machine.cpu.core_kinds;
+        assert_eq!(k.len(), 2, "{k:?}");
+        for id in ["cpu.loop", "cpu.syscall"] {
+            let e = r.experiment(id).unwrap();
+            if !e.status.measured() {
+                eprintln!("{id} is {}: {:?}", e.status.as_str(), e.reason);
+                continue;
+            }
+            let own: Vec<&crate::results::Metric> = e
+                .metrics
+                .iter()
+                .filter(|m| !m.name.ends_with("_efficiency"))
+                .collect();
+            assert!(!own.is_empty(), "{id}");
+            for m in own {
+                let twin = e
+                    .metric(&format!("{}_efficiency", m.name))
+                    .unwrap_or_else(|| panic!("{id}: no {}_efficiency", m.name));
+                for (x, hz) in [(m, k[0].core_clock_hz), (twin, k[1].core_clock_hz)] {
+                    let (Some(c), Some(hz)) = (x.cycles.as_ref().and_then(|c| c.core), hz) else {
+                        continue;
+                    };
+                    let want = x.summary.median * hz / 1e9;
+                    assert!((c - want).abs() <= 1e-9 * want.abs(), "{id} {}", x.name);
+                }
+            }
+        }
+        // Not per-kind: today's names only.
+        let c2c = r.experiment("cpu.core-to-core").unwrap();
+        assert!(c2c.metrics.iter().all(|m| !m.name.contains("efficiency")));
+    }
+
     /// Issue 20 item 2, with real experiments: a default (two-run) quick run's findings
     /// quote the pooled medians the table shows, and each metric keeps both runs' own.
     #[test]

@@ -28,7 +28,8 @@ enum Behaviour {
     /// Each run gives different samples (10x the run number, plus 1 to 3), pools them,
     /// then states a check and a finding from the pooled median.
     Pools,
-    /// What the context says about the CPU it runs on: `cpu` (ctx.cpu), `ran_on`
+    /// What the context says about the CPU it runs on: `cpu` (ctx.cpu), `chosen` (the
+    /// machine's chosen CPU, whose kind's caches `data_caches` gives), `ran_on`
     /// (sched_getcpu), `clock_ghz` (the core clock it was given), `earlier_cpu` (mock.kinds'
     /// `cpu` as earlier results give it, -1 when none), and `one` (1 ns, for its cycles),
     /// predicted at the context's clock in GHz.
@@ -97,6 +98,8 @@ impl Experiment for Mock {
                     .metric("mock.kinds", "cpu")
                     .map_or(-1.0, |m| m.summary.median);
                 o.metric("cpu", "", "", vec![ctx.cpu as f64]);
+                let chosen = ctx.machine.topology.chosen_cpu;
+                o.metric("chosen", "", "", vec![chosen.map_or(-1.0, |c| c as f64)]);
                 o.metric("ran_on", "", "", vec![ran_on]);
                 o.metric("clock_ghz", "GHz", "", vec![ghz]);
                 o.metric("earlier_cpu", "", "", vec![earlier]);
@@ -653,11 +656,13 @@ fn two_kinds_of_core_give_both_sets_of_figures() {
         names,
         [
             "cpu",
+            "chosen",
             "ran_on",
             "clock_ghz",
             "earlier_cpu",
             "one",
             "cpu_efficiency",
+            "chosen_efficiency",
             "ran_on_efficiency",
             "clock_ghz_efficiency",
             "earlier_cpu_efficiency",
@@ -667,6 +672,9 @@ fn two_kinds_of_core_give_both_sets_of_figures() {
     let med = |e: &osmeter::results::ExperimentResult, n: &str| e.metric(n).unwrap().summary.median;
     assert_eq!(med(e, "cpu"), p_cpu as f64);
     assert_eq!(med(e, "cpu_efficiency"), e_cpu as f64);
+    // The machine each set sees has its CPU chosen: its kind's caches and partners.
+    assert_eq!(med(e, "chosen"), p_cpu as f64);
+    assert_eq!(med(e, "chosen_efficiency"), e_cpu as f64);
     if cfg!(target_os = "linux") {
         assert_eq!(med(e, "ran_on"), p_cpu as f64);
         assert_eq!(med(e, "ran_on_efficiency"), e_cpu as f64);
