@@ -561,6 +561,22 @@ fn other_kinds(
     out
 }
 
+/// A measured input's source ("measured: cpu.syscall getppid") as another kind's
+/// prediction read it: a per-kind experiment's metric with that kind's suffix.
+fn kind_source(source: &str, per_kind: &[&'static str], suffix: &str) -> String {
+    let Some((exp, metric)) = source
+        .strip_prefix("measured: ")
+        .and_then(|r| r.split_once(' '))
+    else {
+        return source.to_string();
+    };
+    if per_kind.contains(&exp) && !metric.contains(' ') {
+        format!("measured: {exp} {metric}{suffix}")
+    } else {
+        source.to_string()
+    }
+}
+
 /// Earlier results as a run on another kind of core reads them: a per-kind experiment's
 /// metric is that kind's (suffixed) one or none, never the other kind's.
 struct KindEarlier<'a> {
@@ -589,7 +605,13 @@ impl crate::experiments::EarlierResults for KindEarlier<'_> {
 /// a note saying where each set ran and at which clock. An invalid or unverified kind
 /// makes the whole result so (as a repetition does); a kind that failed or was skipped
 /// adds only a note, having no figures.
-fn add_kind(res: &mut ExperimentResult, mut other: ExperimentResult, k: &KindRun, main: &Machine) {
+fn add_kind(
+    res: &mut ExperimentResult,
+    mut other: ExperimentResult,
+    k: &KindRun,
+    main: &Machine,
+    per_kind: &[&'static str],
+) {
     let label = format!("{} core (CPU {})", k.kind, k.cpu);
     res.duration_s += other.duration_s;
     if !matches!(
@@ -638,6 +660,10 @@ fn add_kind(res: &mut ExperimentResult, mut other: ExperimentResult, k: &KindRun
     for m in &mut other.metrics {
         m.name = format!("{}{}", m.name, k.suffix);
         m.description = format!("{} (on a {} core, CPU {})", m.description, k.kind, k.cpu);
+        // Measured inputs were read through KindEarlier: name the metric actually read.
+        for i in m.prediction.iter_mut().flat_map(|p| p.inputs.values_mut()) {
+            i.source = kind_source(&i.source, per_kind, &k.suffix);
+        }
     }
     // Series names lead with the kind: a legend cuts a name at "_vs_".
     for s in &mut other.series {
@@ -771,7 +797,7 @@ fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentRe
         }
         let mut res = merge_repeats(reps);
         for (kr, kreps) in kinds.iter().zip(kind_reps) {
-            add_kind(&mut res, merge_repeats(kreps), kr, env.machine);
+            add_kind(&mut res, merge_repeats(kreps), kr, env.machine, &per_kind);
         }
         res.grade = env.host.grade(&res, &observed);
         progress.advance(budget * runs_of(cfg, exp.as_ref(), 1 + kinds.len()));
@@ -1201,6 +1227,22 @@ mod tests {
         let c: Check = serde_json::from_str(r#"{"name":"n","passed":false,"detail":"d"}"#).unwrap();
         assert!(c.premise && !c.unverified);
         assert!(!serde_json::to_string(&ok).unwrap().contains("unverified"));
+    }
+
+    #[test]
+    fn another_kinds_measured_inputs_name_its_own_metrics() {
+        let pk = ["cpu.syscall"];
+        assert_eq!(
+            kind_source("measured: cpu.syscall getppid", &pk, "_efficiency"),
+            "measured: cpu.syscall getppid_efficiency"
+        );
+        // Not per-kind, or not a measured input: unchanged.
+        for s in [
+            "measured: mem.bandwidth copy_1t",
+            "machine: effective core clock (dependent add chain)",
+        ] {
+            assert_eq!(kind_source(s, &pk, "_efficiency"), s);
+        }
     }
 
     /// Issue 21 item 2, with real experiments as wired: a made-up two-kind topology over
