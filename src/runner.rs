@@ -197,6 +197,9 @@ pub struct Registry {
     /// A topology standing in for this machine's (tests: a CPU with two kinds of core,
     /// on a machine with one); None: the machine's own.
     pub topology: Option<Topology>,
+    /// A stand-in for the core clock (Hz) measured on another kind's CPU, given that CPU
+    /// (tests: kinds whose clocks differ); None: `clock::measure_core_clock` there.
+    pub kind_clock: Option<fn(usize) -> Option<f64>>,
 }
 
 impl Registry {
@@ -207,6 +210,7 @@ impl Registry {
             hard_limit,
             on_overrun: exit_on_overrun(),
             topology: None,
+            kind_clock: None,
         }
     }
 }
@@ -232,6 +236,7 @@ pub(crate) struct Plan<'a> {
     hard_limit: fn(Duration) -> Duration,
     on_overrun: OnOverrun,
     topology: Option<Topology>,
+    kind_clock: Option<fn(usize) -> Option<f64>>,
 }
 
 /// Checks the request against `registry` (selection, --cpu, the directories), so that
@@ -243,6 +248,7 @@ pub(crate) fn plan(cfg: &RunConfig, registry: Registry) -> Result<Plan<'_>, RunE
         hard_limit,
         on_overrun,
         topology,
+        kind_clock,
     } = registry;
     let selected = validate(cfg, all)?;
     if let Some(why) = platform::translated() {
@@ -254,6 +260,7 @@ pub(crate) fn plan(cfg: &RunConfig, registry: Registry) -> Result<Plan<'_>, RunE
         hard_limit,
         on_overrun,
         topology,
+        kind_clock,
     })
 }
 
@@ -272,6 +279,7 @@ fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> 
         hard_limit,
         on_overrun,
         topology,
+        kind_clock,
     } = plan;
     let started = SystemTime::now();
     let t0 = Instant::now();
@@ -346,7 +354,15 @@ fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> 
                 spread: a.spread.max(b.spread),
             });
 
-    let kinds = other_kinds(&mut machine, &kind_cpus, cpu, &hw, cfg.profile, progress);
+    let kinds = other_kinds(
+        &mut machine,
+        &kind_cpus,
+        cpu,
+        &hw,
+        cfg.profile,
+        kind_clock,
+        progress,
+    );
 
     // The machine's warnings include the load average at start.
     let mut warnings = machine.warnings.clone();
@@ -493,6 +509,7 @@ fn other_kinds(
     main: usize,
     hw: &dyn crate::clock::Clock,
     profile: Profile,
+    stand_in: Option<fn(usize) -> Option<f64>>,
     progress: &dyn Progress,
 ) -> Vec<KindRun> {
     let mut out = Vec::new();
@@ -511,7 +528,10 @@ fn other_kinds(
             ));
             continue;
         }
-        let core = crate::clock::measure_core_clock();
+        let core = match stand_in {
+            Some(f) => f(k.cpu).map(|hz| crate::clock::CoreClock { hz, imul_hz: None }),
+            None => crate::clock::measure_core_clock(),
+        };
         let loop_ticks = crate::harness::measure_loop_ticks(hw, &profile.harness());
         if let Some(c) = &core {
             let max_hz = machine
@@ -642,7 +662,9 @@ fn add_kind(
         .unwrap_or_default();
     let names: Vec<String> = other.metrics.iter().map(|m| m.name.clone()).collect();
     res.notes.push(format!(
-        "figures per core kind: the unsuffixed ones ran on CPU {} ({main_kind} core, core clock {}),          those ending in {} on CPU {} ({} core, core clock {} measured there); each is converted to          cycles at its own core's clock and compared with its own kind's caches",
+        "figures per core kind: the unsuffixed ones ran on CPU {} ({main_kind} core, core clock {}), \
+         those ending in {} on CPU {} ({} core, core clock {} measured there); each is converted to \
+         cycles at its own core's clock and compared with its own kind's caches",
         main.topology.chosen_cpu.map_or("?".into(), |c| c.to_string()),
         ghz(main.cpu.core_clock_hz),
         k.suffix,
@@ -1282,6 +1304,8 @@ mod tests {
         };
         let registry = Registry {
             topology: Some(topology),
+            // A clock the run's CPU cannot have: each set must be converted at its own.
+            kind_clock: Some(|_| Some(1.0e9)),
             ..Registry::real()
         };
         let r = run_with(&cfg, registry, &Silent).expect("the run completes");

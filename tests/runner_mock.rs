@@ -201,6 +201,7 @@ fn run_mocks(only: &str, repeat: usize) -> (RunResults, Vec<String>, Arc<AtomicU
         hard_limit: short_limit,
         on_overrun: Arc::new(move |id: &str| o.lock().unwrap().push(id.to_string())),
         topology: None,
+        kind_clock: None,
     };
     let results = runner::run_with(&config(only, repeat), registry, &runner::Silent)
         .unwrap_or_else(|e| panic!("run failed: {e}"));
@@ -296,6 +297,7 @@ fn findings_quote_the_pooled_figures() {
             hard_limit: short_limit,
             on_overrun: Arc::new(|_: &str| {}),
             topology: None,
+            kind_clock: None,
         };
         runner::run_with(&config("", repeat), registry, &runner::Silent).unwrap()
     };
@@ -339,6 +341,7 @@ fn the_configuration_is_recorded() {
         hard_limit: short_limit,
         on_overrun: Arc::new(|_: &str| {}),
         topology: None,
+        kind_clock: None,
     };
     let mut cfg = config("mock.*", 2);
     cfg.options = RunOptions {
@@ -385,6 +388,7 @@ fn the_configuration_is_recorded() {
         hard_limit: short_limit,
         on_overrun: Arc::new(|_: &str| {}),
         topology: None,
+        kind_clock: None,
     };
     let r = runner::run_with(&cfg, registry, &runner::Silent).unwrap();
     let c = serde_json::to_value(&r.config).unwrap();
@@ -436,6 +440,7 @@ fn progress_goes_to_the_observer() {
         hard_limit: short_limit,
         on_overrun: Arc::new(|_: &str| {}),
         topology: None,
+        kind_clock: None,
     };
     let rec = Recorder::default();
     runner::run_with(&config("", 2), registry, &rec).unwrap();
@@ -477,6 +482,7 @@ fn a_pattern_matching_no_mock_is_a_usage_error() {
         hard_limit: short_limit,
         on_overrun: Arc::new(|_: &str| {}),
         topology: None,
+        kind_clock: None,
     };
     match runner::run_with(&config("cpu.*", 1), registry, &runner::Silent) {
         Err(runner::RunError::Usage(e)) => assert!(e.contains("mock.metrics"), "{e}"),
@@ -625,6 +631,8 @@ fn two_kinds_of_core_give_both_sets_of_figures() {
         hard_limit: short_limit,
         on_overrun: Arc::new(|_: &str| {}),
         topology: Some(topology),
+        // The other kind's clock: 1 GHz, which the run's CPU (measured) is not.
+        kind_clock: Some(|_| Some(1.0e9)),
     };
     let r = runner::run_with(&config("", 2), registry, &runner::Silent).unwrap();
     // Two kinds x two runs for the per-kind ones, two runs for the other.
@@ -649,6 +657,8 @@ fn two_kinds_of_core_give_both_sets_of_figures() {
     );
     let (p_hz, e_hz) = (kinds[0].core_clock_hz, kinds[1].core_clock_hz);
     assert_eq!(r.machine.cpu.core_clock_hz, p_hz);
+    assert_eq!(e_hz, Some(1.0e9));
+    assert!(p_hz.is_none_or(|h| (h - 1.0e9).abs() > 1e6), "{p_hz:?}");
     let e = r.experiment("mock.kinds").unwrap();
     assert_eq!(e.status, Status::Ok, "{:?}", e.reason);
     let names: Vec<&str> = e.metrics.iter().map(|m| m.name.as_str()).collect();

@@ -471,7 +471,7 @@ pub(crate) fn kind_clocks(kinds: &[crate::machine::KindClock]) -> String {
         })
         .collect();
     format!(
-        "{} effective, each measured on its own core with a chain of dependent adds; a metric's \
+        "{}, each measured on its own core with a chain of dependent adds; a metric's \
          \"core cycles\" are at its own kind's clock",
         each.join(", ")
     )
