@@ -194,6 +194,12 @@ pub struct Registry {
     /// The hard wall-time limit of an experiment with a given budget.
     pub hard_limit: fn(Duration) -> Duration,
     pub on_overrun: OnOverrun,
+    /// A topology standing in for this machine's (tests: a CPU with two kinds of core,
+    /// on a machine with one); None: the machine's own.
+    pub topology: Option<Topology>,
+    /// A stand-in for the core clock (Hz) measured on another kind's CPU, given that CPU
+    /// (tests: kinds whose clocks differ); None: `clock::measure_core_clock` there.
+    pub kind_clock: Option<fn(usize) -> Option<f64>>,
 }
 
 impl Registry {
@@ -203,6 +209,8 @@ impl Registry {
             experiments: experiments::registry(),
             hard_limit,
             on_overrun: exit_on_overrun(),
+            topology: None,
+            kind_clock: None,
         }
     }
 }
@@ -227,6 +235,8 @@ pub(crate) struct Plan<'a> {
     selected: Vec<Box<dyn Experiment>>,
     hard_limit: fn(Duration) -> Duration,
     on_overrun: OnOverrun,
+    topology: Option<Topology>,
+    kind_clock: Option<fn(usize) -> Option<f64>>,
 }
 
 /// Checks the request against `registry` (selection, --cpu, the directories), so that
@@ -237,6 +247,8 @@ pub(crate) fn plan(cfg: &RunConfig, registry: Registry) -> Result<Plan<'_>, RunE
         experiments: all,
         hard_limit,
         on_overrun,
+        topology,
+        kind_clock,
     } = registry;
     let selected = validate(cfg, all)?;
     if let Some(why) = platform::translated() {
@@ -247,6 +259,8 @@ pub(crate) fn plan(cfg: &RunConfig, registry: Registry) -> Result<Plan<'_>, RunE
         selected,
         hard_limit,
         on_overrun,
+        topology,
+        kind_clock,
     })
 }
 
@@ -264,19 +278,18 @@ fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> 
         selected,
         hard_limit,
         on_overrun,
+        topology,
+        kind_clock,
     } = plan;
     let started = SystemTime::now();
     let t0 = Instant::now();
-    let total_budget: Duration = selected
-        .iter()
-        .map(|e| e.budget(cfg.profile) * repeats(cfg, e.as_ref()) as u32)
-        .sum();
-    progress.begin(total_budget);
-    progress.message("gathering machine facts");
 
     let allowed = platform::allowed_cpus();
     let steal = crate::machine::StealMeter::start();
     let mut machine = Machine::gather();
+    if let Some(t) = topology {
+        machine.topology = t;
+    }
     let cpu = machine
         .topology
         .choose_cpu(cfg.cpu, &allowed)
@@ -289,6 +302,18 @@ fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> 
         };
         machine.topology.choose(cpu, why);
     }
+    // One CPU per kind of core, for the experiments that report figures per kind.
+    let kind_cpus = if selected.iter().any(|e| e.meta().per_core_kind) {
+        machine.topology.per_kind_cpus(cpu, &allowed)
+    } else {
+        Vec::new()
+    };
+    let total_budget: Duration = selected
+        .iter()
+        .map(|e| e.budget(cfg.profile) * runs_of(cfg, e.as_ref(), kind_cpus.len()))
+        .sum();
+    progress.begin(total_budget);
+    progress.message("gathering machine facts");
     // Helper threads start before pinning, away from the measured CPU.
     let watchdog = off_cpu(cpu, &allowed, || {
         progress.start_threads();
@@ -329,6 +354,16 @@ fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> 
                 spread: a.spread.max(b.spread),
             });
 
+    let kinds = other_kinds(
+        &mut machine,
+        &kind_cpus,
+        cpu,
+        &hw,
+        cfg.profile,
+        kind_clock,
+        progress,
+    );
+
     // The machine's warnings include the load average at start.
     let mut warnings = machine.warnings.clone();
     for w in &warnings {
@@ -357,6 +392,7 @@ fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> 
         hard_limit,
         placement: pinning.reason().map(str::to_string),
         host: &host,
+        kinds: &kinds,
     };
     let results = run_selected(&selected, &env);
     drop(host);
@@ -441,15 +477,266 @@ fn repeats(cfg: &RunConfig, exp: &dyn Experiment) -> usize {
         .max(1)
 }
 
+/// Budgets `exp` takes in all: its repeats, times the kinds of core it runs on.
+fn runs_of(cfg: &RunConfig, exp: &dyn Experiment, kinds: usize) -> u32 {
+    let k = if exp.meta().per_core_kind {
+        kinds.max(1)
+    } else {
+        1
+    };
+    (repeats(cfg, exp) * k) as u32
+}
+
+/// A kind of core other than the run's CPU's, where per-kind experiments run again
+/// (docs/METHODOLOGY.md, "Core kinds"): its CPU, and the machine as its experiments see
+/// it (that CPU chosen, so its caches and partners are that kind's; its own core clock).
+pub(crate) struct KindRun {
+    pub kind: String,
+    pub cpu: usize,
+    pub suffix: String,
+    pub machine: Machine,
+    /// The harness's empty-loop cost, measured on `cpu`.
+    pub loop_ticks: f64,
+}
+
+/// The kinds of `kind_cpus` after the first (the run's own), each with its core clock and
+/// loop cost measured on its CPU; a kind whose CPU cannot be pinned is left out with a
+/// warning (its figures would come from wherever the scheduler put the thread). Records
+/// every kind's CPU and clock in `machine.cpu.core_kinds`; leaves the thread on `main`.
+fn other_kinds(
+    machine: &mut Machine,
+    kind_cpus: &[crate::machine::KindCpu],
+    main: usize,
+    hw: &dyn crate::clock::Clock,
+    profile: Profile,
+    stand_in: Option<fn(usize) -> Option<f64>>,
+    progress: &dyn Progress,
+) -> Vec<KindRun> {
+    let mut out = Vec::new();
+    for k in kind_cpus.iter().skip(1) {
+        let kind = k.kind.clone().unwrap_or_default();
+        progress.message(&format!("measuring the core clock of the {kind} cores"));
+        let pinned = platform::pin_to_cpu(k.cpu);
+        let why = match &pinned {
+            Err(e) => Some(e.to_string()),
+            Ok(p) => p.reason().map(str::to_string),
+        };
+        if let Some(why) = why {
+            machine.warnings.push(format!(
+                "no figures of the {kind} cores: this thread cannot be pinned to CPU {} ({why})",
+                k.cpu
+            ));
+            continue;
+        }
+        let core = match stand_in {
+            Some(f) => f(k.cpu).map(|hz| crate::clock::CoreClock { hz, imul_hz: None }),
+            None => crate::clock::measure_core_clock(),
+        };
+        let loop_ticks = crate::harness::measure_loop_ticks(hw, &profile.harness());
+        if let Some(c) = &core {
+            let max_hz = machine
+                .topology
+                .place(k.cpu)
+                .and_then(|p| p.max_mhz)
+                .map(|m| m * 1e6);
+            for w in c.warnings(max_hz) {
+                machine
+                    .warnings
+                    .push(format!("{kind} cores (CPU {}): {w}", k.cpu));
+            }
+        }
+        let mut m = machine.clone();
+        m.topology.choose(
+            k.cpu,
+            &format!("the {kind} cores' CPU for per-kind figures: {}", k.reason),
+        );
+        m.cpu.core_clock_hz = core.map(|c| c.hz);
+        out.push(KindRun {
+            kind,
+            cpu: k.cpu,
+            suffix: k.suffix.clone(),
+            machine: m,
+            loop_ticks,
+        });
+    }
+    let _ = platform::pin_to_cpu(main);
+    if !out.is_empty() {
+        let mut v = vec![crate::machine::KindClock {
+            kind: kind_cpus[0].kind.clone().unwrap_or_default(),
+            cpu: main,
+            suffix: String::new(),
+            core_clock_hz: machine.cpu.core_clock_hz,
+        }];
+        v.extend(out.iter().map(|k| crate::machine::KindClock {
+            kind: k.kind.clone(),
+            cpu: k.cpu,
+            suffix: k.suffix.clone(),
+            core_clock_hz: k.machine.cpu.core_clock_hz,
+        }));
+        machine.cpu.core_kinds = v.clone();
+        for k in &mut out {
+            k.machine.cpu.core_kinds = v.clone();
+        }
+    }
+    out
+}
+
+/// A measured input's source ("measured: cpu.syscall getppid") as another kind's
+/// prediction read it: a per-kind experiment's metric with that kind's suffix.
+fn kind_source(source: &str, per_kind: &[&'static str], suffix: &str) -> String {
+    let Some((exp, metric)) = source
+        .strip_prefix("measured: ")
+        .and_then(|r| r.split_once(' '))
+    else {
+        return source.to_string();
+    };
+    if per_kind.contains(&exp) && !metric.contains(' ') {
+        format!("measured: {exp} {metric}{suffix}")
+    } else {
+        source.to_string()
+    }
+}
+
+/// Earlier results as a run on another kind of core reads them: a per-kind experiment's
+/// metric is that kind's (suffixed) one or none, never the other kind's.
+struct KindEarlier<'a> {
+    results: &'a [ExperimentResult],
+    suffix: &'a str,
+    per_kind: &'a [&'static str],
+}
+
+impl crate::experiments::EarlierResults for KindEarlier<'_> {
+    fn metric(&self, experiment: &str, metric: &str) -> Option<&crate::results::Metric> {
+        let e = self
+            .results
+            .iter()
+            .find(|e| e.id == experiment && e.status == Status::Ok)?;
+        if self.per_kind.contains(&experiment) {
+            e.metric(&format!("{metric}{}", self.suffix))
+        } else {
+            e.metric(metric)
+        }
+    }
+}
+
+/// Adds one other kind's merged result to the run's own (`res`): its metrics (and the
+/// findings' references to them) named with the kind's suffix, its series, checks, findings
+/// and notes labelled with the kind, and
+/// a note saying where each set ran and at which clock. An invalid or unverified kind
+/// makes the whole result so (as a repetition does); a kind that failed or was skipped
+/// adds only a note, having no figures.
+fn add_kind(
+    res: &mut ExperimentResult,
+    mut other: ExperimentResult,
+    k: &KindRun,
+    main: &Machine,
+    per_kind: &[&'static str],
+) {
+    let label = format!("{} core (CPU {})", k.kind, k.cpu);
+    res.duration_s += other.duration_s;
+    if !matches!(
+        other.status,
+        Status::Ok | Status::Unverified | Status::Invalid
+    ) {
+        res.notes.push(format!(
+            "{label}: {}{}; no {} figures",
+            other.status.as_str(),
+            other
+                .reason
+                .as_ref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default(),
+            k.kind
+        ));
+        return;
+    }
+    let ghz = |hz: Option<f64>| {
+        hz.map(|h| format!("{:.2} GHz", h / 1e9))
+            .unwrap_or_else(|| "unknown".into())
+    };
+    let main_kind = main
+        .cpu
+        .core_kinds
+        .first()
+        .map(|c| c.kind.clone())
+        .unwrap_or_default();
+    let names: Vec<String> = other.metrics.iter().map(|m| m.name.clone()).collect();
+    res.notes.push(format!(
+        "figures per core kind: the unsuffixed ones ran on CPU {} ({main_kind} core, core clock {}), \
+         those ending in {} on CPU {} ({} core, core clock {} measured there); each is converted to \
+         cycles at its own core's clock and compared with its own kind's caches",
+        main.topology.chosen_cpu.map_or("?".into(), |c| c.to_string()),
+        ghz(main.cpu.core_clock_hz),
+        k.suffix,
+        k.cpu,
+        k.kind,
+        ghz(k.machine.cpu.core_clock_hz)
+    ));
+    let rename = |n: &str| {
+        if names.iter().any(|m| m == n) {
+            format!("{n}{}", k.suffix)
+        } else {
+            n.to_string()
+        }
+    };
+    for m in &mut other.metrics {
+        m.name = format!("{}{}", m.name, k.suffix);
+        m.description = format!("{} (on a {} core, CPU {})", m.description, k.kind, k.cpu);
+        // Measured inputs were read through KindEarlier: name the metric actually read.
+        for i in m.prediction.iter_mut().flat_map(|p| p.inputs.values_mut()) {
+            i.source = kind_source(&i.source, per_kind, &k.suffix);
+        }
+    }
+    // Series names lead with the kind: a legend cuts a name at "_vs_".
+    for s in &mut other.series {
+        s.name = format!("{} core: {}", k.kind, s.name);
+    }
+    for c in &mut other.checks {
+        c.name = format!("{label}: {}", c.name);
+    }
+    for f in &mut other.findings {
+        f.text = format!("On the {label}: {}", f.text);
+        f.from = f.from.iter().map(|n| rename(n)).collect();
+    }
+    res.metrics.append(&mut other.metrics);
+    res.series.append(&mut other.series);
+    res.checks.append(&mut other.checks);
+    res.findings.append(&mut other.findings);
+    res.notes
+        .extend(other.notes.iter().map(|n| format!("{label}: {n}")));
+    // The worse status wins: an invalid kind's figures are not the run's to stand by.
+    let rank = |s: Status| match s {
+        Status::Ok => 0,
+        Status::Unverified => 1,
+        _ => 2,
+    };
+    if rank(other.status) > rank(res.status) && res.status.measured() {
+        res.status = other.status;
+        res.reason = other.reason.map(|r| format!("{label}: {r}"));
+    }
+}
+
 /// Each selected experiment in turn, `--repeat` times, within its budget and hard limit,
 /// with the sentinel just before and just after on the pinned CPU.
 fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentResult> {
     let (cfg, progress, cpu) = (env.cfg, env.progress, env.cpu);
     let mut results: Vec<ExperimentResult> = Vec::new();
     let n = selected.len();
+    let per_kind: Vec<&'static str> = selected
+        .iter()
+        .filter(|e| e.meta().per_core_kind)
+        .map(|e| e.id())
+        .collect();
     for (i, exp) in selected.iter().enumerate() {
         let repeat = repeats(cfg, exp.as_ref());
         let budget = exp.budget(cfg.profile);
+        // The other kinds of core this experiment runs on too, each repetition.
+        let kinds: &[KindRun] = if exp.meta().per_core_kind {
+            env.kinds
+        } else {
+            &[]
+        };
+        let mut kind_reps: Vec<Vec<ExperimentResult>> = kinds.iter().map(|_| Vec::new()).collect();
         let mut reps = Vec::with_capacity(repeat);
         let mut observed = Vec::with_capacity(repeat);
         let siblings = env.host.siblings();
@@ -481,6 +768,43 @@ fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentRe
                     limit.as_secs_f64()
                 ));
             }
+            for (k, kr) in kinds.iter().enumerate() {
+                progress.message(&format!(
+                    "[{}/{n}] {} on the {} cores{run_of}",
+                    i + 1,
+                    exp.id(),
+                    kr.kind
+                ));
+                let _ = platform::pin_to_cpu(kr.cpu);
+                env.watchdog.arm(exp.id(), limit);
+                let rep = crate::experiments::Repetition {
+                    index: r,
+                    of: repeat,
+                    before: if r + 1 == repeat { &kind_reps[k] } else { &[] },
+                };
+                let earlier = KindEarlier {
+                    results: &results,
+                    suffix: &kr.suffix,
+                    per_kind: &per_kind,
+                };
+                let kenv = Env {
+                    machine: &kr.machine,
+                    cpu: kr.cpu,
+                    loop_ticks: kr.loop_ticks,
+                    // other_kinds kept only kinds whose CPU this thread can be pinned to.
+                    placement: None,
+                    ..*env
+                };
+                let mut kres = run_one(exp.as_ref(), &kenv, budget, &earlier, rep);
+                if env.watchdog.disarm() {
+                    kres.status = Status::Failed;
+                    kres.reason = Some(format!(
+                        "exceeded its hard time limit of {:.1} s",
+                        limit.as_secs_f64()
+                    ));
+                }
+                kind_reps[k].push(kres);
+            }
             let _ = platform::pin_to_cpu(cpu);
             let after = crate::sentinel::measure();
             let host_after = crate::machine::conditions::sample(cpu, &siblings);
@@ -494,8 +818,11 @@ fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentRe
             reps.push(res);
         }
         let mut res = merge_repeats(reps);
+        for (kr, kreps) in kinds.iter().zip(kind_reps) {
+            add_kind(&mut res, merge_repeats(kreps), kr, env.machine, &per_kind);
+        }
         res.grade = env.host.grade(&res, &observed);
-        progress.advance(budget * repeat as u32);
+        progress.advance(budget * runs_of(cfg, exp.as_ref(), 1 + kinds.len()));
         let mut line = format!(
             "[{}/{n}] {} {} ({:.1} s)",
             i + 1,
@@ -582,6 +909,8 @@ struct Env<'a> {
     placement: Option<String>,
     /// The run's standing conditions and reference, for the host conditions and grades.
     host: &'a crate::grade::RunState<'a>,
+    /// The other kinds of core per-kind experiments also run on (none on most CPUs).
+    kinds: &'a [KindRun],
 }
 
 fn run_one(
@@ -920,6 +1249,96 @@ mod tests {
         let c: Check = serde_json::from_str(r#"{"name":"n","passed":false,"detail":"d"}"#).unwrap();
         assert!(c.premise && !c.unverified);
         assert!(!serde_json::to_string(&ok).unwrap().contains("unverified"));
+    }
+
+    #[test]
+    fn another_kinds_measured_inputs_name_its_own_metrics() {
+        let pk = ["cpu.syscall"];
+        assert_eq!(
+            kind_source("measured: cpu.syscall getppid", &pk, "_efficiency"),
+            "measured: cpu.syscall getppid_efficiency"
+        );
+        // Not per-kind, or not a measured input: unchanged.
+        for s in [
+            "measured: mem.bandwidth copy_1t",
+            "machine: effective core clock (dependent add chain)",
+        ] {
+            assert_eq!(kind_source(s, &pk, "_efficiency"), s);
+        }
+    }
+
+    /// Issue 21 item 2, with real experiments as wired: a made-up two-kind topology over
+    /// two CPUs of this machine gives every metric of a per-kind experiment twice, the
+    /// second set suffixed and converted to cycles at the clock measured on its own CPU.
+    #[test]
+    fn real_experiments_report_both_kinds_each_at_its_own_clock() {
+        use crate::machine::CpuPlace;
+        let allowed = platform::allowed_cpus();
+        if allowed.len() < 2 {
+            eprintln!("SKIPPED real_experiments_report_both_kinds: needs two allowed CPUs");
+            return;
+        }
+        let place = |cpu: usize, kind: &str| CpuPlace {
+            cpu,
+            core: Some(cpu),
+            kind: Some(kind.into()),
+            ..Default::default()
+        };
+        let topology = Topology {
+            cpus: vec![
+                place(allowed[0], "efficiency"),
+                place(allowed[1], "performance"),
+            ],
+            allowed: allowed.clone(),
+            chosen_cpu: Some(allowed[1]),
+            source: "test".into(),
+            ..Default::default()
+        };
+        let cfg = RunConfig {
+            profile: Profile::Smoke,
+            only: vec!["cpu.loop,cpu.syscall,cpu.core-to-core".into()],
+            skip: vec![],
+            cpu: None,
+            options: RunOptions::default(),
+            repeat: Some(1),
+        };
+        let registry = Registry {
+            topology: Some(topology),
+            // A clock the run's CPU cannot have: each set must be converted at its own.
+            kind_clock: Some(|_| Some(1.0e9)),
+            ..Registry::real()
+        };
+        let r = run_with(&cfg, registry, &Silent).expect("the run completes");
+        let k = &r.machine.cpu.core_kinds;
+        assert_eq!(k.len(), 2, "{k:?}");
+        for id in ["cpu.loop", "cpu.syscall"] {
+            let e = r.experiment(id).unwrap();
+            if !e.status.measured() {
+                eprintln!("{id} is {}: {:?}", e.status.as_str(), e.reason);
+                continue;
+            }
+            let own: Vec<&crate::results::Metric> = e
+                .metrics
+                .iter()
+                .filter(|m| !m.name.ends_with("_efficiency"))
+                .collect();
+            assert!(!own.is_empty(), "{id}");
+            for m in own {
+                let twin = e
+                    .metric(&format!("{}_efficiency", m.name))
+                    .unwrap_or_else(|| panic!("{id}: no {}_efficiency", m.name));
+                for (x, hz) in [(m, k[0].core_clock_hz), (twin, k[1].core_clock_hz)] {
+                    let (Some(c), Some(hz)) = (x.cycles.as_ref().and_then(|c| c.core), hz) else {
+                        continue;
+                    };
+                    let want = x.summary.median * hz / 1e9;
+                    assert!((c - want).abs() <= 1e-9 * want.abs(), "{id} {}", x.name);
+                }
+            }
+        }
+        // Not per-kind: today's names only.
+        let c2c = r.experiment("cpu.core-to-core").unwrap();
+        assert!(c2c.metrics.iter().all(|m| !m.name.contains("efficiency")));
     }
 
     /// Issue 20 item 2, with real experiments: a default (two-run) quick run's findings

@@ -54,6 +54,24 @@ fn recorded_machines_find_their_core_by_key() {
     }
 }
 
+/// Issue 21 item 2: figures per core kind are predicted from that kind's entry, and an
+/// entry for one kind never stands for the other.
+#[test]
+fn each_kind_of_core_gets_its_own_entry_or_none() {
+    let mut m = recorded("intel-hybrid-laptop");
+    assert!(parts::core(&m).unwrap().0.name.contains("Golden Cove"));
+    m.topology.choose(12, "the efficiency cores' CPU");
+    let (c, _) = parts::core(&m).unwrap();
+    assert_eq!(c.kind, Some("efficiency"));
+    assert!(c.name.contains("Gracemont"), "{}", c.name);
+    // The M1 Pro's entry is its P-core's: its E-core gets no figure, and says why.
+    let mut m = recorded("apple-m1-pro");
+    assert!(parts::core(&m).is_ok());
+    m.topology.choose(1, "the efficiency cores' CPU");
+    let e = parts::core(&m).unwrap_err();
+    assert!(e.contains("no efficiency-core entry"), "{e}");
+}
+
 #[test]
 fn every_figure_names_its_reference() {
     for c in parts::CORES {

@@ -115,3 +115,73 @@ fn a_one_core_per_cpu_machine_keeps_its_order() {
     assert_eq!(empty.spread(&[0, 1], 2), vec![0, 1]);
     assert!(empty.one_per_node(&[0, 1]).is_empty());
 }
+
+/// Issue 21 item 2: where the figures per core kind run, as a pure function of the
+/// recorded topology (`Topology::per_kind_cpus`).
+fn kinds(t: &Topology, main: usize, allowed: &[usize]) -> Vec<(Option<String>, usize, String)> {
+    t.per_kind_cpus(main, allowed)
+        .into_iter()
+        .map(|k| (k.kind, k.cpu, k.suffix))
+        .collect()
+}
+
+#[test]
+fn hybrid_laptop_measures_a_performance_and_an_efficiency_core() {
+    let t = topology("intel-hybrid-laptop");
+    let all = t.allowed.clone();
+    let main = t.chosen_cpu.unwrap();
+    let v = t.per_kind_cpus(main, &all);
+    assert_eq!(
+        kinds(&t, main, &all),
+        [
+            (Some("performance".into()), 2, String::new()),
+            (Some("efficiency".into()), 12, "_efficiency".into())
+        ]
+    );
+    assert_eq!(t.place(12).unwrap().kind.as_deref(), Some("efficiency"));
+    assert!(v[1].reason.contains("efficiency cores"), "{}", v[1].reason);
+    // The efficiency CPU follows the chosen CPU's rule within its kind: not CPU 0's core.
+    assert_eq!(kinds(&t, main, &[0, 1, 2, 12, 13])[1].1, 12);
+    // Run on an efficiency core (--cpu 13): it keeps today's names, the P-core is suffixed.
+    assert_eq!(
+        kinds(&t, 13, &all),
+        [
+            (Some("efficiency".into()), 13, String::new()),
+            (Some("performance".into()), 2, "_performance".into())
+        ]
+    );
+    // Only performance cores allowed: one kind, today's names.
+    assert_eq!(
+        kinds(&t, 2, &[2, 3, 4, 5]),
+        [(Some("performance".into()), 2, String::new())]
+    );
+}
+
+#[test]
+fn apple_m1_pro_measures_both_perflevels() {
+    let t = topology("apple-m1-pro");
+    let all = t.allowed.clone();
+    let main = t.chosen_cpu.unwrap();
+    let v = kinds(&t, main, &all);
+    assert_eq!(v.len(), 2, "{v:?}");
+    assert_eq!(v[0], (Some("performance".into()), 2, String::new()));
+    // The E cluster is CPUs 0-1; CPU 0 is left to interrupts.
+    assert_eq!(v[1], (Some("efficiency".into()), 1, "_efficiency".into()));
+}
+
+#[test]
+fn one_kind_of_core_keeps_todays_names() {
+    let mut trees: Vec<(String, Topology)> = ["xeon-two-socket", "arm-graviton", "amd-two-ccx"]
+        .iter()
+        .map(|n| (n.to_string(), topology(n)))
+        .collect();
+    trees.push(("this machine".into(), Machine::gather().topology));
+    for (name, t) in trees {
+        let all = t.allowed.clone();
+        let Some(main) = t.chosen_cpu else { continue };
+        let v = t.per_kind_cpus(main, &all);
+        assert_eq!(v.len(), 1, "{name}: {v:?}");
+        assert_eq!((v[0].cpu, v[0].suffix.as_str()), (main, ""), "{name}");
+        assert!(!t.hybrid(), "{name}");
+    }
+}

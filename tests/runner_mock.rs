@@ -28,6 +28,12 @@ enum Behaviour {
     /// Each run gives different samples (10x the run number, plus 1 to 3), pools them,
     /// then states a check and a finding from the pooled median.
     Pools,
+    /// What the context says about the CPU it runs on: `cpu` (ctx.cpu), `chosen` (the
+    /// machine's chosen CPU, whose kind's caches `data_caches` gives), `ran_on`
+    /// (sched_getcpu), `clock_ghz` (the core clock it was given), `earlier_cpu` (mock.kinds'
+    /// `cpu` as earlier results give it, -1 when none), and `one` (1 ns, for its cycles),
+    /// predicted at the context's clock in GHz.
+    Kinds,
 }
 
 struct Mock {
@@ -43,6 +49,21 @@ impl Experiment for Mock {
     }
     fn budget(&self, _p: Profile) -> Duration {
         self.budget
+    }
+    fn predict(&self, ctx: &Context) -> Vec<(String, osmeter::results::Prediction)> {
+        let Behaviour::Kinds = self.behaviour else {
+            return vec![];
+        };
+        let ghz = ctx.machine.cpu.core_clock_hz.unwrap_or(f64::NAN) / 1e9;
+        vec![(
+            "one".into(),
+            osmeter::results::Prediction {
+                value: ghz,
+                formula: "the context's core clock in GHz".into(),
+                inputs: Default::default(),
+                withheld: None,
+            },
+        )]
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         self.calls.fetch_add(1, Ordering::SeqCst);
@@ -65,6 +86,37 @@ impl Experiment for Mock {
                 o.metric("x", "ns", "", vec![1.0, 2.0, 3.0]);
             }
             Behaviour::Skipped => return Ok(Outcome::skipped("needs a mock device")),
+            Behaviour::Kinds => {
+                #[cfg(target_os = "linux")]
+                // SAFETY: sched_getcpu has no preconditions.
+                let ran_on = unsafe { libc::sched_getcpu() } as f64;
+                #[cfg(not(target_os = "linux"))]
+                let ran_on = -1.0;
+                let ghz = ctx.machine.cpu.core_clock_hz.unwrap_or(f64::NAN) / 1e9;
+                let earlier = ctx
+                    .earlier
+                    .metric("mock.kinds", "cpu")
+                    .map_or(-1.0, |m| m.summary.median);
+                o.metric("cpu", "", "", vec![ctx.cpu as f64]);
+                let chosen = ctx.machine.topology.chosen_cpu;
+                o.metric("chosen", "", "", vec![chosen.map_or(-1.0, |c| c as f64)]);
+                o.metric("ran_on", "", "", vec![ran_on]);
+                o.metric("clock_ghz", "GHz", "", vec![ghz]);
+                o.metric("earlier_cpu", "", "", vec![earlier]);
+                o.metric("one", "ns", "one nanosecond", vec![1.0, 1.0, 1.0]);
+                o.check(Check::premise("mock premise", true, "held"));
+                o.series.push(osmeter::results::Series {
+                    name: "curve".into(),
+                    x_unit: "x".into(),
+                    y_unit: "ns".into(),
+                    points: vec![[0.0, 1.0]],
+                });
+                o.findings.push(osmeter::results::Finding {
+                    text: format!("ran on CPU {}.", ctx.cpu),
+                    from: vec!["cpu".into()],
+                    salience: None,
+                });
+            }
             Behaviour::Pools => {
                 let k = self.calls.load(Ordering::SeqCst) as f64 * 10.0;
                 o.metric("x", "ns", "", vec![k + 1.0, k + 2.0, k + 3.0]);
@@ -98,6 +150,7 @@ fn mock(id: &'static str, behaviour: Behaviour, calls: &Arc<AtomicUsize>) -> Box
             method: "none",
             needs: Needs::NONE,
             bottleneck: Bottleneck::Chain,
+            per_core_kind: false,
         },
         budget: Duration::from_millis(50),
         behaviour,
@@ -147,6 +200,8 @@ fn run_mocks(only: &str, repeat: usize) -> (RunResults, Vec<String>, Arc<AtomicU
         ],
         hard_limit: short_limit,
         on_overrun: Arc::new(move |id: &str| o.lock().unwrap().push(id.to_string())),
+        topology: None,
+        kind_clock: None,
     };
     let results = runner::run_with(&config(only, repeat), registry, &runner::Silent)
         .unwrap_or_else(|e| panic!("run failed: {e}"));
@@ -241,6 +296,8 @@ fn findings_quote_the_pooled_figures() {
             experiments: vec![mock("mock.pools", Behaviour::Pools, &calls)],
             hard_limit: short_limit,
             on_overrun: Arc::new(|_: &str| {}),
+            topology: None,
+            kind_clock: None,
         };
         runner::run_with(&config("", repeat), registry, &runner::Silent).unwrap()
     };
@@ -283,6 +340,8 @@ fn the_configuration_is_recorded() {
         experiments: vec![mock("mock.metrics", Behaviour::Metrics, &calls)],
         hard_limit: short_limit,
         on_overrun: Arc::new(|_: &str| {}),
+        topology: None,
+        kind_clock: None,
     };
     let mut cfg = config("mock.*", 2);
     cfg.options = RunOptions {
@@ -328,6 +387,8 @@ fn the_configuration_is_recorded() {
         experiments: vec![mock("mock.metrics", Behaviour::Metrics, &calls)],
         hard_limit: short_limit,
         on_overrun: Arc::new(|_: &str| {}),
+        topology: None,
+        kind_clock: None,
     };
     let r = runner::run_with(&cfg, registry, &runner::Silent).unwrap();
     let c = serde_json::to_value(&r.config).unwrap();
@@ -378,6 +439,8 @@ fn progress_goes_to_the_observer() {
         ],
         hard_limit: short_limit,
         on_overrun: Arc::new(|_: &str| {}),
+        topology: None,
+        kind_clock: None,
     };
     let rec = Recorder::default();
     runner::run_with(&config("", 2), registry, &rec).unwrap();
@@ -418,6 +481,8 @@ fn a_pattern_matching_no_mock_is_a_usage_error() {
         experiments: vec![mock("mock.metrics", Behaviour::Metrics, &calls)],
         hard_limit: short_limit,
         on_overrun: Arc::new(|_: &str| {}),
+        topology: None,
+        kind_clock: None,
     };
     match runner::run_with(&config("cpu.*", 1), registry, &runner::Silent) {
         Err(runner::RunError::Usage(e)) => assert!(e.contains("mock.metrics"), "{e}"),
@@ -497,4 +562,179 @@ fn experiments_that_ran_are_graded() {
         "{g}"
     );
     assert!(g["reasons"].is_array());
+}
+
+/// Issue 21 item 2, the runner as wired: on a CPU with two kinds of core (a made-up
+/// topology over two CPUs of this machine), a per-kind experiment runs on a CPU of each
+/// kind, the other kind's metrics suffixed, each converted to cycles at its own kind's
+/// clock and predicted from it; an experiment that is not per-kind runs once.
+#[test]
+fn two_kinds_of_core_give_both_sets_of_figures() {
+    use osmeter::machine::{CpuPlace, Topology};
+    let allowed = platform::allowed_cpus();
+    if allowed.len() < 2 {
+        common::skip(
+            "two_kinds_of_core_give_both_sets_of_figures",
+            "needs two allowed CPUs",
+        );
+        return;
+    }
+    let (e_cpu, p_cpu) = (allowed[0], allowed[1]);
+    let place = |cpu: usize, core: usize, kind: &str| CpuPlace {
+        cpu,
+        package: Some(0),
+        core: Some(core),
+        node: Some(0),
+        llc: Some(0),
+        kind: Some(kind.into()),
+        siblings: vec![],
+        max_mhz: None,
+    };
+    let topology = Topology {
+        cpus: vec![
+            place(e_cpu, 0, "efficiency"),
+            place(p_cpu, 1, "performance"),
+        ],
+        cores: Some(2),
+        allowed: allowed.clone(),
+        chosen_cpu: Some(p_cpu),
+        source: "test".into(),
+        ..Default::default()
+    };
+    let calls = Arc::new(AtomicUsize::new(0));
+    let per_kind = |id: &'static str| {
+        let mut m = Mock {
+            meta: ExperimentMeta {
+                id,
+                title: "mock",
+                description: "a mock experiment",
+                method: "none",
+                needs: Needs::NONE,
+                bottleneck: Bottleneck::Chain,
+                per_core_kind: true,
+            },
+            budget: Duration::from_millis(50),
+            behaviour: Behaviour::Kinds,
+            calls: calls.clone(),
+        };
+        if id == "mock.once" {
+            m.meta.per_core_kind = false;
+        }
+        Box::new(m) as Box<dyn Experiment>
+    };
+    let registry = Registry {
+        experiments: vec![
+            per_kind("mock.kinds"),
+            per_kind("mock.reader"),
+            per_kind("mock.once"),
+        ],
+        hard_limit: short_limit,
+        on_overrun: Arc::new(|_: &str| {}),
+        topology: Some(topology),
+        // The other kind's clock: 1 GHz, which the run's CPU (measured) is not.
+        kind_clock: Some(|_| Some(1.0e9)),
+    };
+    let r = runner::run_with(&config("", 2), registry, &runner::Silent).unwrap();
+    // Two kinds x two runs for the per-kind ones, two runs for the other.
+    assert_eq!(calls.load(Ordering::SeqCst), 4 + 4 + 2);
+    let kinds = &r.machine.cpu.core_kinds;
+    assert_eq!(kinds.len(), 2, "{kinds:?}");
+    assert_eq!(
+        (
+            kinds[0].kind.as_str(),
+            kinds[0].cpu,
+            kinds[0].suffix.as_str()
+        ),
+        ("performance", p_cpu, "")
+    );
+    assert_eq!(
+        (
+            kinds[1].kind.as_str(),
+            kinds[1].cpu,
+            kinds[1].suffix.as_str()
+        ),
+        ("efficiency", e_cpu, "_efficiency")
+    );
+    let (p_hz, e_hz) = (kinds[0].core_clock_hz, kinds[1].core_clock_hz);
+    assert_eq!(r.machine.cpu.core_clock_hz, p_hz);
+    assert_eq!(e_hz, Some(1.0e9));
+    assert!(p_hz.is_none_or(|h| (h - 1.0e9).abs() > 1e6), "{p_hz:?}");
+    let e = r.experiment("mock.kinds").unwrap();
+    assert_eq!(e.status, Status::Ok, "{:?}", e.reason);
+    let names: Vec<&str> = e.metrics.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "cpu",
+            "chosen",
+            "ran_on",
+            "clock_ghz",
+            "earlier_cpu",
+            "one",
+            "cpu_efficiency",
+            "chosen_efficiency",
+            "ran_on_efficiency",
+            "clock_ghz_efficiency",
+            "earlier_cpu_efficiency",
+            "one_efficiency"
+        ]
+    );
+    let med = |e: &osmeter::results::ExperimentResult, n: &str| e.metric(n).unwrap().summary.median;
+    assert_eq!(med(e, "cpu"), p_cpu as f64);
+    assert_eq!(med(e, "cpu_efficiency"), e_cpu as f64);
+    // The machine each set sees has its CPU chosen: its kind's caches and partners.
+    assert_eq!(med(e, "chosen"), p_cpu as f64);
+    assert_eq!(med(e, "chosen_efficiency"), e_cpu as f64);
+    if cfg!(target_os = "linux") {
+        assert_eq!(med(e, "ran_on"), p_cpu as f64);
+        assert_eq!(med(e, "ran_on_efficiency"), e_cpu as f64);
+    }
+    // Each set at its own kind's clock: the context's, the cycles and the prediction.
+    if let (Some(p_hz), Some(e_hz)) = (p_hz, e_hz) {
+        for (suffix, hz) in [("", p_hz), ("_efficiency", e_hz)] {
+            let ghz = hz / 1e9;
+            assert_eq!(med(e, &format!("clock_ghz{suffix}")), ghz);
+            let one = e.metric(&format!("one{suffix}")).unwrap();
+            let cyc = one.cycles.as_ref().unwrap().core.unwrap();
+            assert!((cyc - ghz).abs() < 1e-9 * ghz, "{suffix}: {cyc} vs {ghz}");
+            assert_eq!(one.prediction.as_ref().unwrap().value, ghz, "{suffix}");
+        }
+    }
+    // Checks, series and findings say which kind they are of.
+    let checks: Vec<&str> = e.checks.iter().map(|c| c.name.as_str()).collect();
+    assert!(
+        checks.contains(&"run 1: mock premise")
+            && checks.iter().any(
+                |c| c.starts_with("efficiency core (CPU") && c.ends_with("run 1: mock premise")
+            ),
+        "{checks:?}"
+    );
+    let series: Vec<&str> = e.series.iter().map(|s| s.name.as_str()).collect();
+    assert!(
+        series.contains(&"efficiency core: curve (run 2 of 2)"),
+        "{series:?}"
+    );
+    let f = e
+        .findings
+        .iter()
+        .find(|f| f.from == ["cpu_efficiency"])
+        .expect("the efficiency finding names its suffixed metric");
+    assert!(
+        f.text.contains(&format!("ran on CPU {e_cpu}")),
+        "{}",
+        f.text
+    );
+    assert!(
+        e.notes.iter().any(|n| n.contains("figures per core kind")),
+        "{:?}",
+        e.notes
+    );
+    // Earlier results as each kind reads them: its own kind's.
+    let rd = r.experiment("mock.reader").unwrap();
+    assert_eq!(med(rd, "earlier_cpu"), p_cpu as f64);
+    assert_eq!(med(rd, "earlier_cpu_efficiency"), e_cpu as f64);
+    // Not per-kind: once, today's names only.
+    let once = r.experiment("mock.once").unwrap();
+    assert!(once.metrics.iter().all(|m| !m.name.contains("efficiency")));
+    assert_eq!(med(once, "cpu"), p_cpu as f64);
 }

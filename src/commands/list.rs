@@ -13,6 +13,12 @@ pub(super) struct Args {
 
 pub(super) fn run(a: Args) -> ExitCode {
     let all = experiments::registry();
+    // Per-kind experiments run once per kind of core this machine lets the run use.
+    let (_, topology) = crate::machine::cpu::gather(&crate::machine::FactRoot::live());
+    let kinds = topology
+        .kinds_of(&crate::platform::allowed_cpus())
+        .len()
+        .max(1);
     if a.json {
         let v: Vec<_> = all
             .iter()
@@ -21,6 +27,7 @@ pub(super) fn run(a: Args) -> ExitCode {
                 serde_json::json!({
                     "id": m.id, "area": m.area(), "title": m.title, "description": m.description,
                     "needs": m.needs,
+                    "per_core_kind": m.per_core_kind,
                     "budget_s": Profile::ALL.iter().map(|p| (p.name(), e.budget(*p).as_secs_f64())).collect::<BTreeMap<_, _>>(),
                     "default_repeat": Profile::ALL.iter().map(|p| (p.name(), e.default_repeat(*p))).collect::<BTreeMap<_, _>>(),
                 })
@@ -31,7 +38,11 @@ pub(super) fn run(a: Args) -> ExitCode {
     }
     print!(
         "{}",
-        text(&all, crate::report::terminal::terminal_width() as usize)
+        text(
+            &all,
+            crate::report::terminal::terminal_width() as usize,
+            kinds
+        )
     );
     ExitCode::SUCCESS
 }
@@ -61,12 +72,14 @@ fn human(s: f64) -> String {
 }
 
 /// The list, `width` columns wide: per experiment a line with its id and the most each
-/// profile can take, then its description and needs wrapped below (never cut, so a pipe
-/// gets all of it); then the totals and a reference run's measured total.
-fn text(all: &[Box<dyn experiments::Experiment>], width: usize) -> String {
+/// profile can take on a machine with `kinds` kinds of core, then its description and
+/// needs wrapped below (never cut, so a pipe gets all of it); then the totals and a
+/// reference run's measured total.
+fn text(all: &[Box<dyn experiments::Experiment>], width: usize, kinds: usize) -> String {
     use crate::report::terminal::wrap;
     let most = |e: &dyn experiments::Experiment, p: Profile| {
-        (e.budget(p) * e.default_repeat(p) as u32).as_secs_f64()
+        let k = if e.meta().per_core_kind { kinds } else { 1 };
+        (e.budget(p) * (e.default_repeat(p) * k) as u32).as_secs_f64()
     };
     let idw = all
         .iter()
@@ -100,11 +113,14 @@ fn text(all: &[Box<dyn experiments::Experiment>], width: usize) -> String {
             .collect();
         s.push_str(&row(m.id, &cells));
         let needs = m.needs.describe();
-        let about = if needs == "-" {
+        let mut about = if needs == "-" {
             m.description.to_string()
         } else {
             format!("{} (needs {needs})", m.description)
         };
+        if m.per_core_kind {
+            about.push_str(" [per core kind]");
+        }
         s.push_str(&wrap(&about, width, "    ", "    "));
     }
     s.push('\n');
@@ -129,6 +145,21 @@ fn text(all: &[Box<dyn experiments::Experiment>], width: usize) -> String {
         "",
         "",
     ));
+    s.push_str(&wrap(
+        &format!(
+            "[per core kind]: on a CPU with more than one kind of core (hybrid Intel, ARM \
+             big.LITTLE, Apple perflevels) it runs once on a CPU of each kind and reports both; \
+             this machine lets a run use {}.",
+            if kinds == 1 {
+                "one kind of core, so these run once here".to_string()
+            } else {
+                format!("{kinds} kinds of core, and 'at most' counts a run on each")
+            }
+        ),
+        width,
+        "",
+        "",
+    ));
     s
 }
 
@@ -140,7 +171,7 @@ mod tests {
     fn the_list_fits_the_width_and_keeps_every_word() {
         let all = experiments::registry();
         for width in [80, 100] {
-            let t = text(&all, width);
+            let t = text(&all, width, 1);
             let widest = t.lines().map(|l| l.chars().count()).max().unwrap();
             assert!(widest <= width, "{widest} > {width}:\n{t}");
             let words: String = t.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -160,14 +191,23 @@ mod tests {
     #[test]
     fn at_most_is_budget_times_runs() {
         let all = experiments::registry();
-        let t = text(&all, 100);
-        let sum: f64 = all
-            .iter()
-            .map(|e| {
-                (e.budget(Profile::Quick) * e.default_repeat(Profile::Quick) as u32).as_secs_f64()
-            })
-            .sum();
-        let line = t.lines().find(|l| l.starts_with("at most")).unwrap();
-        assert!(line.contains(&human(sum)), "{line} vs {sum}");
+        for kinds in [1, 2] {
+            let t = text(&all, 100, kinds);
+            let sum: f64 = all
+                .iter()
+                .map(|e| {
+                    let k = if e.meta().per_core_kind { kinds } else { 1 };
+                    (e.budget(Profile::Quick) * (e.default_repeat(Profile::Quick) * k) as u32)
+                        .as_secs_f64()
+                })
+                .sum();
+            let line = t.lines().find(|l| l.starts_with("at most")).unwrap();
+            assert!(line.contains(&human(sum)), "{line} vs {sum}");
+        }
+        // Two kinds double mem.latency's row (a per-kind experiment), not mem.bandwidth's.
+        let row = |t: &str, id: &str| t.lines().find(|l| l.starts_with(id)).unwrap().to_string();
+        let (one, two) = (text(&all, 100, 1), text(&all, 100, 2));
+        assert_ne!(row(&one, "mem.latency "), row(&two, "mem.latency "));
+        assert_eq!(row(&one, "mem.bandwidth "), row(&two, "mem.bandwidth "));
     }
 }

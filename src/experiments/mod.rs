@@ -562,6 +562,10 @@ pub struct ExperimentMeta {
     /// its own with `Metric::bottleneck`); compare discounts differences by that
     /// component's move only. `None` for device and network figures.
     pub bottleneck: Bottleneck,
+    /// Figures of one core: on a CPU with more than one kind of core (hybrid Intel, ARM
+    /// big.LITTLE, Apple perflevels) the runner runs it once on a CPU of each kind, the
+    /// other kinds' metrics suffixed with their kind (docs/METHODOLOGY.md, "Core kinds").
+    pub per_core_kind: bool,
 }
 
 impl ExperimentMeta {

@@ -324,16 +324,18 @@ pub fn core(m: &Machine) -> Result<(&'static Core, String), String> {
         .iter()
         .filter(|c| c.matches.iter().any(|w| matches(m, w)))
         .collect();
-    let pick = match found.as_slice() {
-        [] => None,
-        [one] => Some(*one),
-        many => many
-            .iter()
-            .copied()
-            .find(|c| c.kind.is_none() || c.kind == Some(kind)),
-    };
+    // An entry for one kind of core never stands for the other (an E-core's figures are
+    // not a P-core's).
+    let pick = found
+        .iter()
+        .copied()
+        .find(|c| c.kind.is_none() || c.kind == Some(kind));
     match pick {
         Some(c) => Ok((c, format!("{key}: {}", c.name))),
+        None if !found.is_empty() => Err(format!(
+            "the parts table has no {kind}-core entry for {key} (only {})",
+            found.iter().map(|c| c.name).collect::<Vec<_>>().join(", ")
+        )),
         None => Err(format!("the parts table has no entry for {key}")),
     }
 }

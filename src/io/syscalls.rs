@@ -33,6 +33,20 @@ pub struct SyscallsOutcome {
     pub getppid_ns: Option<f64>,
     pub write0_ns: Option<f64>,
     pub cpu: Option<usize>,
+    /// The kind of core `cpu` is on a hybrid CPU (the kind whose cpu.syscall figures
+    /// compare: the reads run there too).
+    pub kind: Option<String>,
+}
+
+/// Where the comparison and the reads run: the CPU a run pins to (`Topology::choose_cpu`:
+/// a performance core on a hybrid CPU, so getppid and the reads are timed on one kind of
+/// core), with its kind.
+fn comparison_cpu(
+    topology: &crate::machine::Topology,
+    allowed: &[usize],
+) -> Option<(usize, Option<String>)> {
+    let cpu = topology.choose_cpu(None, allowed).ok()?;
+    Some((cpu, topology.place(cpu).and_then(|p| p.kind.clone())))
 }
 
 /// Calls per second of thread CPU time, one value per trial, through the harness's
@@ -55,13 +69,11 @@ fn trials(
 /// experiment does in the smoke profile (its kernels and harness settings, loop cost
 /// subtracted), on the CPU a run would pin to (`Topology::choose_cpu`); this thread
 /// stays pinned there.
-fn cpu_syscall() -> Option<(f64, f64, usize)> {
+fn cpu_syscall() -> Option<(f64, f64, usize, Option<String>)> {
     let profile = Profile::Smoke;
     // The topology alone: the rest of the machine description is not needed here.
     let (_, topology) = crate::machine::cpu::gather(&crate::machine::FactRoot::live());
-    let cpu = topology
-        .choose_cpu(None, &crate::platform::allowed_cpus())
-        .ok()?;
+    let (cpu, kind) = comparison_cpu(&topology, &crate::platform::allowed_cpus())?;
     let _ = crate::platform::pin_to_cpu(cpu);
     let loop_ticks = crate::harness::measure_loop_ticks(super::clock(), &profile.harness());
     let h = super::harness(syscall::harness_config(profile), loop_ticks);
@@ -73,11 +85,14 @@ fn cpu_syscall() -> Option<(f64, f64, usize)> {
     let fd = devnull.as_raw_fd();
     let write0 = h.measure(1.0, |n| syscall::write0(fd, n));
     let median = |m: &crate::harness::Measurement| Summary::of(&m.per_op_ns).map(|s| s.median);
-    Some((
-        median(&getppid)?,
-        median(&write0)?,
-        crate::platform::current_cpu()?,
-    ))
+    let now = crate::platform::current_cpu()?;
+    // The kind of the CPU the thread is on (it is the chosen one unless pinning failed).
+    let kind = if now == cpu {
+        kind
+    } else {
+        topology.place(now).and_then(|p| p.kind.clone())
+    };
+    Some((median(&getppid)?, median(&write0)?, now, kind))
 }
 
 pub fn run(path: &Path, time: Duration, compare: bool) -> error::Result<SyscallsOutcome> {
@@ -131,9 +146,10 @@ pub fn run(path: &Path, time: Duration, compare: bool) -> error::Result<Syscalls
         lseek_rates: summary(&seeks)?,
         eof_rewinds: rewinds,
         empty: size == 0,
-        getppid_ns: cmp.map(|c| c.0),
-        write0_ns: cmp.map(|c| c.1),
-        cpu: cmp.map(|c| c.2),
+        getppid_ns: cmp.as_ref().map(|c| c.0),
+        write0_ns: cmp.as_ref().map(|c| c.1),
+        cpu: cmp.as_ref().map(|c| c.2),
+        kind: cmp.and_then(|c| c.3),
     })
 }
 
@@ -162,6 +178,7 @@ impl SyscallsOutcome {
                     "read_rate_over_write0_rate": Self::ratio(r, self.write0_ns),
                     "lseek_rate_over_getppid_rate": Self::ratio(l, self.getppid_ns),
                     "pinned_cpu": self.cpu,
+                    "pinned_core_kind": self.kind,
                 },
             }));
             return;
@@ -189,8 +206,12 @@ impl SyscallsOutcome {
         }
         if let (Some(g), Some(w)) = (self.getppid_ns, self.write0_ns) {
             println!(
-                "cpu.syscall (same CPU {}): getppid {} -> {}/s; write(/dev/null, 0) {} -> {}/s",
+                "cpu.syscall (same CPU {}{}): getppid {} -> {}/s; write(/dev/null, 0) {} -> {}/s",
                 self.cpu.map(|c| c.to_string()).unwrap_or("-".into()),
+                self.kind
+                    .as_ref()
+                    .map(|k| format!(", a {k} core, where the reads ran too"))
+                    .unwrap_or_default(),
                 fmt_ns(g),
                 fmt_si(1e9 / g),
                 fmt_ns(w),
@@ -207,5 +228,31 @@ impl SyscallsOutcome {
                 fmt_ns(1e9 / r - g)
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 21: on a hybrid CPU the comparison (and the reads) run on the CPU a run
+    /// measures on, a performance core, never the last allowed CPU (an efficiency core).
+    #[test]
+    fn the_comparison_runs_on_the_runs_kind_of_core() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/machines/intel-hybrid-laptop");
+        let (_, t) = crate::machine::cpu::gather(&crate::machine::FactRoot::recorded(&dir));
+        let all = t.allowed.clone();
+        assert_eq!(
+            t.place(*all.last().unwrap()).unwrap().kind.as_deref(),
+            Some("efficiency")
+        );
+        let (cpu, kind) = comparison_cpu(&t, &all).unwrap();
+        assert_eq!(Some(cpu), t.chosen_cpu);
+        assert_eq!(kind.as_deref(), Some("performance"));
+        // Only efficiency cores allowed: one of them, named as such.
+        let (cpu, kind) = comparison_cpu(&t, &[12, 13]).unwrap();
+        assert!([12, 13].contains(&cpu));
+        assert_eq!(kind.as_deref(), Some("efficiency"));
     }
 }

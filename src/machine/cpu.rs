@@ -47,6 +47,10 @@ pub struct Cpu {
     pub smt: Option<bool>,
     /// Effective core clock measured with a dependent add chain (filled by the runner).
     pub core_clock_hz: Option<f64>,
+    /// On CPUs with more than one kind of core: where each kind's figures ran and its own
+    /// measured clock, the run's CPU first (filled by the runner; empty otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub core_kinds: Vec<KindClock>,
     /// Each flag of interest and whether /proc/cpuinfo lists it.
     pub flags: BTreeMap<String, bool>,
     pub caches: Vec<Cache>,
@@ -72,6 +76,20 @@ pub struct Cpu {
     /// What identifies the part for the parts table (`experiments::parts`).
     #[serde(skip_serializing_if = "PartId::is_empty")]
     pub part: PartId,
+}
+
+/// One kind of core a run measured per-kind figures on (`runner`, docs/METHODOLOGY.md,
+/// "Core kinds").
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct KindClock {
+    /// "performance" or "efficiency".
+    pub kind: String,
+    pub cpu: usize,
+    /// What this kind's metric names end with ("" for the run's own kind).
+    pub suffix: String,
+    /// The effective core clock measured on `cpu` (dependent add chain).
+    pub core_clock_hz: Option<f64>,
 }
 
 /// What identifies a CPU part: x86 CPUID family and model (cpuinfo "cpu family" and

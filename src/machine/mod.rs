@@ -19,13 +19,13 @@ pub(crate) mod topology;
 pub(crate) mod virt;
 
 pub(crate) use cgroup::Cgroup;
-pub(crate) use cpu::{Cache, Cpu};
+pub(crate) use cpu::{Cache, Cpu, KindClock};
 pub(crate) use facts::FactRoot;
 pub(crate) use memory::Memory;
 pub(crate) use network::Nic;
 pub(crate) use os::Os;
 pub(crate) use storage::{Disk, Storage};
-pub use topology::{CpuPlace, CrossPlan, PartnerClass, Partners, Spread, Topology};
+pub use topology::{CpuPlace, CrossPlan, KindCpu, PartnerClass, Partners, Spread, Topology};
 pub(crate) use virt::{StealMeter, Virtualization};
 
 use crate::clock::ClockInfo;
@@ -309,10 +309,36 @@ mod tests {
         assert_eq!(got, [(1, 48 << 10), (2, 1280 << 10), (3, 24 << 20)]);
         let labels: Vec<String> = m.data_caches().iter().map(|c| c.label()).collect();
         assert_eq!(labels, ["L1d", "L2", "L3"]);
+        // The efficiency cores' when one of them is chosen (per-kind figures): 32 KiB L1d
+        // and the 2 MiB L2 a cluster of four shares.
+        let mut e = m.clone();
+        e.topology.choose(12, "test");
+        let got: Vec<(u32, u64)> = e
+            .data_caches()
+            .iter()
+            .map(|c| (c.level, c.size_bytes))
+            .collect();
+        assert_eq!(got, [(1, 32 << 10), (2, 2 << 20), (3, 24 << 20)]);
         // Without a chosen kind: the cache serving the most CPUs (the 12 P-core threads).
         let mut flat = m.clone();
         flat.topology.chosen_cpu = None;
         assert_eq!(flat.data_caches()[1].size_bytes, 1280 << 10);
+    }
+
+    #[test]
+    fn data_caches_of_each_perflevel_of_an_m1_pro() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/machines/apple-m1-pro");
+        let mut m = Machine::gather_from(&FactRoot::recorded(&dir));
+        let sizes = |m: &Machine| -> Vec<(u32, u64)> {
+            m.data_caches()
+                .iter()
+                .map(|c| (c.level, c.size_bytes))
+                .collect()
+        };
+        assert_eq!(sizes(&m), [(1, 128 << 10), (2, 12 << 20)]);
+        m.topology.choose(1, "test");
+        assert_eq!(sizes(&m), [(1, 64 << 10), (2, 4 << 20)]);
     }
 
     #[test]

@@ -174,15 +174,23 @@ pub fn build(mut raw: Vec<RawCpu>, allowed: &[usize], source: &str) -> Topology 
 /// highest cpuinfo_max_freq when known (the favoured cores); not a thread of CPU 0's core
 /// when another remains; then the lowest number.
 fn choose(t: &Topology) -> (Option<usize>, String) {
+    choose_among(t, &t.allowed, None)
+}
+
+/// `choose`'s rule among `allowed`, limited to cores of `kind` when given.
+fn choose_among(t: &Topology, allowed: &[usize], kind: Option<&str>) -> (Option<usize>, String) {
     let mut cand: Vec<&CpuPlace> = t
         .cpus
         .iter()
-        .filter(|c| t.allowed.is_empty() || t.allowed.contains(&c.cpu))
+        .filter(|c| allowed.is_empty() || allowed.contains(&c.cpu))
+        .filter(|c| kind.is_none() || c.kind.as_deref() == kind)
         .collect();
+    if cand.is_empty() && kind.is_some() {
+        return (None, String::new());
+    }
     if cand.is_empty() {
         // No topology: the allowed list alone.
-        let pick = t
-            .allowed
+        let pick = allowed
             .iter()
             .copied()
             .find(|&c| c != 0)
@@ -193,7 +201,10 @@ fn choose(t: &Topology) -> (Option<usize>, String) {
                 .unwrap_or_default(),
         );
     }
-    let mut why = vec![format!("{} allowed", plural(cand.len(), "CPU"))];
+    let mut why = vec![match kind {
+        Some(k) => format!("{} allowed on {k} cores", plural(cand.len(), "CPU")),
+        None => format!("{} allowed", plural(cand.len(), "CPU")),
+    }];
     if cand.len() > 1 && cand.iter().any(|c| c.cpu == 0) {
         cand.retain(|c| c.cpu != 0);
         why.push("not CPU 0 (it takes most interrupts)".into());
@@ -684,6 +695,67 @@ impl Topology {
                 },
             })
             .collect()
+    }
+}
+
+/// Where figures per core kind run (docs/METHODOLOGY.md, "Core kinds"): one CPU of a
+/// kind, and the suffix its metric names take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KindCpu {
+    /// "performance" or "efficiency"; None on a CPU with one kind of core.
+    pub kind: Option<String>,
+    pub cpu: usize,
+    /// "" for the run's own CPU's kind (today's names), else "_" + the kind.
+    pub suffix: String,
+    /// Why this CPU, step by step.
+    pub reason: String,
+}
+
+impl Topology {
+    /// The kinds of core among `allowed` CPUs, performance first.
+    pub fn kinds_of(&self, allowed: &[usize]) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .cpus
+            .iter()
+            .filter(|c| allowed.is_empty() || allowed.contains(&c.cpu))
+            .filter_map(|c| c.kind.clone())
+            .collect();
+        v.sort_by_key(|k| (k != "performance", k.clone()));
+        v.dedup();
+        v
+    }
+
+    /// One CPU per kind of core for per-kind figures: `main` (the run's CPU) first, with
+    /// its kind and today's names; then, for each other kind with an allowed CPU, the CPU
+    /// `choose`'s rule picks among that kind's (not CPU 0, the highest maximum clock, not
+    /// CPU 0's core, the lowest number), its metrics suffixed with "_" + the kind. One
+    /// entry on a CPU with one kind of core (or where only one kind is allowed). A pure
+    /// function of the topology.
+    pub fn per_kind_cpus(&self, main: usize, allowed: &[usize]) -> Vec<KindCpu> {
+        let main_kind = self.place(main).and_then(|p| p.kind.clone());
+        let mut v = vec![KindCpu {
+            kind: main_kind.clone(),
+            cpu: main,
+            suffix: String::new(),
+            reason: "the run's CPU".into(),
+        }];
+        let Some(main_kind) = main_kind else {
+            return v;
+        };
+        for k in self.kinds_of(allowed) {
+            if k == main_kind {
+                continue;
+            }
+            if let (Some(cpu), reason) = choose_among(self, allowed, Some(&k)) {
+                v.push(KindCpu {
+                    suffix: format!("_{k}"),
+                    kind: Some(k),
+                    cpu,
+                    reason,
+                });
+            }
+        }
+        v
     }
 }
 

@@ -132,10 +132,14 @@ fn header(r: &RunResults, wd: usize, shown: &[String]) -> String {
             c.counter,
             c.frequency_hz / 1e6,
             c.frequency_source,
-            m.cpu
-                .core_clock_hz
-                .map(|h| format!("{:.2} GHz", h / 1e9))
-                .unwrap_or_else(|| "unknown".into())
+            if m.cpu.core_kinds.len() > 1 {
+                crate::report::view::kind_clocks(&m.cpu.core_kinds)
+            } else {
+                m.cpu
+                    .core_clock_hz
+                    .map(|h| format!("{:.2} GHz", h / 1e9))
+                    .unwrap_or_else(|| "unknown".into())
+            }
         ));
     }
     let mut s = String::new();

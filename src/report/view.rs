@@ -206,7 +206,9 @@ pub fn machine_facts(r: &RunResults) -> Vec<(String, String)> {
     if !m.topology.is_unknown() {
         topology_facts(&m.topology, r, &mut add);
     }
-    if let Some(hz) = m.cpu.core_clock_hz {
+    if m.cpu.core_kinds.len() > 1 {
+        add("core clock", kind_clocks(&m.cpu.core_kinds));
+    } else if let Some(hz) = m.cpu.core_clock_hz {
         add(
             "core clock",
             format!(
@@ -450,6 +452,31 @@ fn network_line(nics: &[Nic]) -> String {
     v.join(", ")
 }
 
+/// The clock of each kind of core a run measured per-kind figures on: which CPU, which
+/// metric names, and that the cycles of each are at its own clock.
+pub(crate) fn kind_clocks(kinds: &[crate::machine::KindClock]) -> String {
+    let each: Vec<String> = kinds
+        .iter()
+        .map(|k| {
+            let hz = k
+                .core_clock_hz
+                .map(|h| format!("{:.2} GHz", h / 1e9))
+                .unwrap_or_else(|| "unknown".into());
+            let names = if k.suffix.is_empty() {
+                "metrics without a kind suffix".to_string()
+            } else {
+                format!("metrics ending in {}", k.suffix)
+            };
+            format!("{hz} on CPU {} ({} core; {names})", k.cpu, k.kind)
+        })
+        .collect();
+    format!(
+        "{}, each measured on its own core with a chain of dependent adds; a metric's \
+         \"core cycles\" are at its own kind's clock",
+        each.join(", ")
+    )
+}
+
 /// Topology, the CPU the run used and why, and the partners (absent in runs recorded
 /// before the topology was described).
 fn topology_facts(t: &Topology, r: &RunResults, add: &mut dyn FnMut(&str, String)) {
@@ -565,4 +592,33 @@ pub fn statistics_rules(r: &RunResults) -> Vec<(String, String)> {
     .into_iter()
     .filter_map(|(rule, label)| Some((label.to_string(), rule.clone()?)))
     .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::KindClock;
+
+    #[test]
+    fn each_kinds_clock_is_named_with_its_cpu_and_metric_names() {
+        let k = |kind: &str, cpu, suffix: &str, ghz: f64| KindClock {
+            kind: kind.into(),
+            cpu,
+            suffix: suffix.into(),
+            core_clock_hz: Some(ghz * 1e9),
+        };
+        let t = kind_clocks(&[
+            k("performance", 2, "", 4.5),
+            k("efficiency", 12, "_efficiency", 3.3),
+        ]);
+        assert!(
+            t.contains("4.50 GHz on CPU 2 (performance core; metrics without a kind suffix)"),
+            "{t}"
+        );
+        assert!(
+            t.contains("3.30 GHz on CPU 12 (efficiency core; metrics ending in _efficiency)"),
+            "{t}"
+        );
+        assert!(t.contains("its own kind's clock"), "{t}");
+    }
 }

@@ -99,6 +99,8 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     // Call and return are taken branches, front-end bound like the loop (cpu.call moved
     // with cpu.loop, not the chain, under SMT contention).
     bottleneck: crate::results::Bottleneck::Issue,
+    // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
+    per_core_kind: true,
 };
 
 impl Experiment for Call {

@@ -52,6 +52,7 @@ const META: ExperimentMeta = ExperimentMeta {
     },
     // a cache line moving between two CPUs: no sentinel kernel on one CPU shares it.
     bottleneck: crate::results::Bottleneck::None,
+    per_core_kind: false,
 };
 
 impl Experiment for CoreToCore {

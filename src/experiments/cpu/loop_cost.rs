@@ -18,6 +18,8 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     needs: crate::experiments::Needs::NONE,
     // The sentinel's issue kernel is this very loop.
     bottleneck: crate::results::Bottleneck::Issue,
+    // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
+    per_core_kind: true,
 };
 
 impl Experiment for LoopCost {

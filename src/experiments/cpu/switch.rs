@@ -1043,6 +1043,8 @@ const THREAD_META: crate::experiments::ExperimentMeta = crate::experiments::Expe
     needs: crate::experiments::Needs::NONE,
     // The scheduler's path at the core's clock (the cross-CPU round trip declares `None`).
     bottleneck: crate::results::Bottleneck::Chain,
+    // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
+    per_core_kind: true,
 };
 
 impl Experiment for ThreadSwitch {
@@ -1083,6 +1085,8 @@ const PROCESS_META: crate::experiments::ExperimentMeta = crate::experiments::Exp
     needs: crate::experiments::Needs::NONE,
     // The scheduler's path at the core's clock (the cross-CPU round trip declares `None`).
     bottleneck: crate::results::Bottleneck::Chain,
+    // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
+    per_core_kind: true,
 };
 
 impl Experiment for ProcessSwitch {

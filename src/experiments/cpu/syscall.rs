@@ -94,6 +94,8 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     // Kernel entry and exit: serialising, so not slowed by a busy SMT sibling's share of
     // issue slots as a loop is.
     bottleneck: crate::results::Bottleneck::Chain,
+    // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
+    per_core_kind: true,
 };
 
 impl Experiment for Syscall {

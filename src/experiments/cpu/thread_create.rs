@@ -132,6 +132,8 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     needs: crate::experiments::Needs::NONE,
     // Kernel work at the core's clock.
     bottleneck: crate::results::Bottleneck::Chain,
+    // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
+    per_core_kind: true,
 };
 
 impl Experiment for ThreadCreate {

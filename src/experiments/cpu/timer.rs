@@ -50,6 +50,8 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     needs: crate::experiments::Needs::NONE,
     // Serialised counter reads: the core's clock, not its issue rate.
     bottleneck: crate::results::Bottleneck::Chain,
+    // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
+    per_core_kind: true,
 };
 
 impl Experiment for Timer {

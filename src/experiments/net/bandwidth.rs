@@ -168,6 +168,7 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     },
     // The link.
     bottleneck: crate::results::Bottleneck::None,
+    per_core_kind: false,
 };
 
 impl Experiment for Bandwidth {

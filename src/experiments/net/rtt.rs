@@ -279,6 +279,7 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     },
     // A network round trip: the link, the stack and the peer's wake-up.
     bottleneck: crate::results::Bottleneck::None,
+    per_core_kind: false,
 };
 
 impl Experiment for Rtt {

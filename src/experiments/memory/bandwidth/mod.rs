@@ -135,6 +135,7 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     needs: crate::experiments::Needs::NONE,
     // Streaming loads and stores.
     bottleneck: crate::results::Bottleneck::Copy,
+    per_core_kind: false,
 };
 
 impl Experiment for Bandwidth {

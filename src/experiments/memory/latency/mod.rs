@@ -143,6 +143,8 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     needs: crate::experiments::Needs::NONE,
     // Dependent loads, as the sentinel's chase.
     bottleneck: crate::results::Bottleneck::Chase,
+    // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
+    per_core_kind: true,
 };
 
 impl Experiment for Latency {
