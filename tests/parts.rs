@@ -123,9 +123,9 @@ fn a_known_part_predicts_from_its_cited_entry() {
     assert!(input.reference.as_deref().unwrap().contains("AnandTech"));
 }
 
-/// A known part whose figures could not be confirmed against a source has empty cells:
-/// Zen 3's L2 and L3 get no prediction, and the reason names the part; its L1D is cited
-/// from AMD's optimization guide.
+/// A known part whose figures could not be confirmed against a source has empty cells,
+/// and the metric's withheld prediction names the part: Zen 4's L3. Zen 3's levels are
+/// cited: L1D from AMD's optimization guide, L2 and L3 relative to Zen 2's.
 #[test]
 fn a_known_part_without_a_cited_figure_says_why() {
     let m = recorded("amd-two-ccx");
@@ -137,21 +137,30 @@ fn a_known_part_without_a_cited_figure_says_why() {
             .map(|(_, _, p)| p)
             .unwrap_or_else(|| panic!("mem.latency states something for {level}"))
     };
-    for level in ["l2", "l3"] {
-        let why = stated(level)
-            .withheld
-            .as_deref()
-            .expect("no cited figure, no number");
+    for (level, source) in [("l1d", "Family 19h"), ("l2", "Zen 2"), ("l3", "Zen 2")] {
+        let p = stated(level);
+        assert!(p.withheld.is_none(), "{level}: {:?}", p.withheld);
+        let input = &p.inputs["cycles"];
+        assert_eq!(input.kind, Some(InputKind::Table));
         assert!(
-            why.contains("names no published") && why.contains("Zen 3"),
-            "{level}: {why}"
+            input.reference.as_deref().unwrap().contains(source),
+            "{level}: {:?}",
+            input.reference
         );
     }
-    let l1 = stated("l1d");
-    assert!(l1.withheld.is_none(), "{:?}", l1.withheld);
-    let input = &l1.inputs["cycles"];
-    assert_eq!(input.kind, Some(InputKind::Table));
-    assert!(input.reference.as_deref().unwrap().contains("Family 19h"));
+    // The M1's P-core entry has no L1D figure: withheld, naming the part.
+    let m1 = recorded("apple-m1-pro");
+    let all = all_predictions(&m1, &clock, &RunOptions::default());
+    let l1 = all
+        .iter()
+        .find(|(e, n, _)| e == "mem.latency" && n == "l1d")
+        .map(|(_, _, p)| p)
+        .expect("mem.latency states something for l1d");
+    let why = l1.withheld.as_deref().expect("no cited figure, no number");
+    assert!(
+        why.contains("names no published") && why.contains("M1"),
+        "{why}"
+    );
 }
 
 /// Every input of every prediction any experiment states, on every recorded machine and on
