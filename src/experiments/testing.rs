@@ -618,9 +618,19 @@ mod failing_checks {
         }
         t.numa_nodes = Some(2);
         let r = w.run(by_id("mem.bandwidth").as_ref());
-        assert_invalid_by(
-            &r,
-            "each thread's memory on its own NUMA node (first touch; get_mempolicy on sampled pages)",
-        );
+        let name =
+            "each thread's memory on its own NUMA node (first touch; get_mempolicy on sampled pages)";
+        // Where the kernel cannot say which node holds a page (qemu-user has no
+        // get_mempolicy), the premise is unverified, not failed: nothing to test here.
+        if r.status == Status::Unverified && check(&r, name).unverified {
+            return skip(
+                "bandwidth_memory_on_another_node_than_described",
+                &format!(
+                    "the pages' nodes are unknown here: {}",
+                    check(&r, name).detail
+                ),
+            );
+        }
+        assert_invalid_by(&r, name);
     }
 }

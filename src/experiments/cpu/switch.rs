@@ -1166,22 +1166,7 @@ mod tests {
         o.metric("pipe_cost", "ns", "", vec![1000.0; 20]);
         o.metric("switch", "ns", "", vec![ns; 20])
             .derived(&[("pipe_cost", "sub", 0.5)]);
-        crate::results::ExperimentResult {
-            id: Kind::Thread.id().into(),
-            area: "cpu".into(),
-            title: String::new(),
-            status: crate::results::Status::Ok,
-            reason: None,
-            method: String::new(),
-            duration_s: 0.0,
-            metrics: o.metrics,
-            series: vec![],
-            checks: vec![],
-            findings: vec![],
-            notes: vec![],
-            sentinel: None,
-            grade: None,
-        }
+        crate::experiments::testing::recorded(Kind::Thread.id(), o)
     }
 
     /// cpu.process-switch as wired and judged, after a thread switch recorded at

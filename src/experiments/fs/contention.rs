@@ -1127,22 +1127,8 @@ mod tests {
         let mut o = Outcome::default();
         o.metric("uncached_seq", "ns", "", vec![1e6; 20]);
         o.metric("uncached_random", "ns", "", vec![2e6; 20]);
-        w.earlier.push(crate::results::ExperimentResult {
-            id: "fs.read".into(),
-            area: "fs".into(),
-            title: String::new(),
-            status: crate::results::Status::Ok,
-            reason: None,
-            method: String::new(),
-            duration_s: 0.0,
-            metrics: o.metrics,
-            series: vec![],
-            checks: vec![],
-            findings: vec![],
-            notes: vec![],
-            sentinel: None,
-            grade: None,
-        });
+        w.earlier
+            .push(crate::experiments::testing::recorded("fs.read", o));
         let r = w.run(&Contention);
         if r.status == crate::results::Status::Skipped {
             return crate::experiments::testing::skip(
