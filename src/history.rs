@@ -324,17 +324,7 @@ impl History {
 /// model, its logical CPUs and the memory size (GiB), as a short FNV-1a hash and as text.
 /// Runs of one host name on different hardware (a replaced instance) are different series.
 pub fn fingerprint(r: &RunResults) -> (String, String) {
-    let m = &r.machine;
-    let text = format!(
-        "{} | {} CPUs | {} GiB",
-        if m.cpu.model.is_empty() {
-            "?"
-        } else {
-            &m.cpu.model
-        },
-        m.cpu.logical_cpus,
-        (m.memory.total_bytes as f64 / (1u64 << 30) as f64).round()
-    );
+    let text = r.machine_fingerprint();
     let mut h: u32 = 0x811c_9dc5;
     for b in text.bytes() {
         h = (h ^ b as u32).wrapping_mul(0x0100_0193);

@@ -251,23 +251,6 @@ pub fn rule_text() -> String {
     )
 }
 
-/// What a machine is, for telling a change of the machine from a change of its figures:
-/// CPU model, logical CPUs, memory (GiB), as the history's change points key series. The
-/// kernel, its settings and the software are left out: they are what a gate is asked about.
-pub fn fingerprint(r: &RunResults) -> String {
-    let m = &r.machine;
-    format!(
-        "{} | {} CPUs | {} GiB",
-        if m.cpu.model.is_empty() {
-            "?"
-        } else {
-            &m.cpu.model
-        },
-        m.cpu.logical_cpus,
-        (m.memory.total_bytes as f64 / (1u64 << 30) as f64).round()
-    )
-}
-
 /// The experiment's trust grade, where the document carries one. Two runs of different
 /// grades are not comparable: their verdicts are inconclusive.
 fn grade(e: &ExperimentResult) -> Option<&'static str> {
@@ -357,7 +340,7 @@ pub fn gate(
     let (ra, rb) = (&runs[0].1, &runs[i].1);
     let label = c.runs[i].label.clone();
     let mut environment = Vec::new();
-    let (fa, fb) = (fingerprint(ra), fingerprint(rb));
+    let (fa, fb) = (ra.machine_fingerprint(), rb.machine_fingerprint());
     let other_machine = fa != fb;
     if other_machine {
         environment.push(format!(

@@ -678,6 +678,23 @@ impl MetricRef {
 }
 
 impl RunResults {
+    /// What the machine is, for telling a change of the machine from a change of its
+    /// figures: CPU model, logical CPUs, memory (GiB). The kernel, its settings and the
+    /// software are left out: they are what history and the gate are asked about.
+    pub fn machine_fingerprint(&self) -> String {
+        let m = &self.machine;
+        format!(
+            "{} | {} CPUs | {} GiB",
+            if m.cpu.model.is_empty() {
+                "?"
+            } else {
+                &m.cpu.model
+            },
+            m.cpu.logical_cpus,
+            (m.memory.total_bytes as f64 / (1u64 << 30) as f64).round()
+        )
+    }
+
     /// The host's name: the one given with `run --host-name` (a fleet's inventory name),
     /// else the machine's hostname.
     pub fn host_name(&self) -> &str {

@@ -698,7 +698,7 @@ impl Team<'_, '_> {
             sh.started.store(0, Ordering::Release);
             sh.done.store(0, Ordering::Release);
             sh.gen.fetch_add(1, Ordering::AcqRel);
-            spin_until(|| sh.started.load(Ordering::Acquire) == k);
+            super::spin_until(|| sh.started.load(Ordering::Acquire) == k);
         }
         let count = || -> (u64, Vec<(u64, u64)>) {
             let v: Vec<(u64, u64)> = sh
@@ -755,7 +755,7 @@ impl Team<'_, '_> {
         std::hint::black_box(*at);
         if gap.is_some() {
             sh.stop.store(true, Ordering::Release);
-            spin_until(|| sh.done.load(Ordering::Acquire) == k);
+            super::spin_until(|| sh.done.load(Ordering::Acquire) == k);
             p.spans = sh
                 .spans
                 .iter()
@@ -855,19 +855,6 @@ fn load_thread(
         sh.done.fetch_add(1, Ordering::AcqRel);
     }
     std::hint::black_box(acc);
-}
-
-/// Spins until `cond`, yielding now and then so a thread we wait for can run here.
-fn spin_until(cond: impl Fn() -> bool) {
-    let mut spins = 0u64;
-    while !cond() {
-        spins += 1;
-        if spins % 1024 == 0 {
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
-    }
 }
 
 /// The knee: the highest-bandwidth point still within `KNEE_RISE` of idle latency.

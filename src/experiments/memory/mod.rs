@@ -301,6 +301,20 @@ pub(crate) fn measure_trials(
 }
 
 /// "1 KiB", "32 KiB" style label for a power-of-two-ish size, for metric and series names.
+/// Spins until `cond`, yielding now and then so a thread we wait for can run here
+/// (the load and stream teams' start and stop barriers).
+pub(crate) fn spin_until(cond: impl Fn() -> bool) {
+    let mut spins = 0u64;
+    while !cond() {
+        spins += 1;
+        if spins % 1024 == 0 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 pub(crate) fn size_label(b: u64) -> String {
     if b >= 1 << 30 && b % (1 << 30) == 0 {
         format!("{}GiB", b >> 30)

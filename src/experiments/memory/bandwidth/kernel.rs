@@ -130,19 +130,6 @@ pub(super) fn work(op: Op, part: Part, pos: &mut usize, blocks: u64, pattern: u6
     x
 }
 
-/// Spins until `cond`, yielding now and then so a thread we wait for can run here.
-pub(super) fn spin_until(cond: impl Fn() -> bool) {
-    let mut spins = 0u64;
-    while !cond() {
-        spins += 1;
-        if spins % 1024 == 0 {
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
-    }
-}
-
 /// What a team measured, and where its threads ran.
 pub(super) struct Team {
     pub(super) m: Measurement,
@@ -243,7 +230,7 @@ pub(super) fn team(
                 let mut seen = 0u64;
                 let mut pos = 0usize;
                 loop {
-                    spin_until(|| {
+                    super::super::spin_until(|| {
                         gen.load(Ordering::Acquire) != seen || stop.load(Ordering::Acquire)
                     });
                     if stop.load(Ordering::Acquire) {
@@ -260,7 +247,7 @@ pub(super) fn team(
         }
         // Wait until every worker runs on its own CPU. Yielding matters: a new thread starts
         // on this CPU, and under a real-time policy it would never run while we spin.
-        spin_until(|| ready.load(Ordering::Acquire) == threads - 1);
+        super::super::spin_until(|| ready.load(Ordering::Acquire) == threads - 1);
         let mut pos = 0usize;
         let bytes_per_iter = (BLOCK * threads) as f64;
         let q = measure_trials(clock, spec, bytes_per_iter, |b| {
@@ -268,7 +255,7 @@ pub(super) fn team(
             blocks.store(b, Ordering::Release);
             gen.fetch_add(1, Ordering::AcqRel);
             timed(0, &mut pos, b);
-            spin_until(|| done.load(Ordering::Acquire) == threads - 1);
+            super::super::spin_until(|| done.load(Ordering::Acquire) == threads - 1);
             let slowest = ticks
                 .iter()
                 .map(|t| t.load(Ordering::Relaxed))
