@@ -227,19 +227,16 @@ mod tests {
 
     /// The sentinel through a fake 24 MHz counter: every kernel within a few percent of
     /// the same sentinel on the fine clock, never 0. (Without the scaling the copy, 1.3 us
-    /// here, would move in 3% steps.) Best of interleaved runs, because the
-    /// machine is shared.
+    /// here, would move in 3% steps.) Best of interleaved runs, because the machine is
+    /// shared; on the coarse clock each timed window is ~33x longer, so a busy machine
+    /// raises its best more: sampling goes on (up to 30 pairs) until the bests agree,
+    /// which a factor error in the scaling never does.
     #[test]
     fn a_24_mhz_counter_gives_the_true_readings() {
         let coarse = crate::clock::CoarseClock::new(24e6);
         let now = || coarse.ns();
         let best =
             |v: &[Reading], f: fn(&Reading) -> f64| v.iter().map(f).fold(f64::INFINITY, f64::min);
-        let (mut fine, mut slow) = (Vec::new(), Vec::new());
-        for _ in 0..5 {
-            fine.push(measure());
-            slow.push(measure_with(&now));
-        }
         type Kernel = (&'static str, fn(&Reading) -> f64);
         let kernels: [Kernel; 4] = [
             ("chain", |r| r.chain_ns),
@@ -247,23 +244,40 @@ mod tests {
             ("chase", |r| r.chase_ns),
             ("copy", |r| r.copy_ns_per_byte),
         ];
-        for (name, f) in kernels {
-            let (a, b) = (best(&fine, f), best(&slow, f));
-            // The issue loop settles in states 0.32-0.52 ns apart here whatever the clock
-            // (measured: both clocks visit them): for it, agreement is landing within the
-            // states the fine clock shows, give or take one state; the other three kernels
-            // are steady and must agree within 5%.
-            let top = fine.iter().map(f).fold(0.0, f64::max);
-            let ok = if name == "issue" {
-                b >= a * 0.85 && b <= top * 1.15
-            } else {
-                (b / a - 1.0).abs() < 0.05
-            };
-            assert!(b > 0.0, "{name}: 0 on a coarse clock");
-            assert!(
-                ok,
-                "{name}: {b} on a 24 MHz counter against {a}..{top} ({fine:?} / {slow:?})"
-            );
+        let (mut fine, mut slow) = (Vec::new(), Vec::new());
+        let disagreeing = |fine: &[Reading], slow: &[Reading]| -> Option<String> {
+            for (name, f) in kernels {
+                let (a, b) = (best(fine, f), best(slow, f));
+                assert!(b > 0.0, "{name}: 0 on a coarse clock");
+                // The issue loop settles in states 0.32-0.52 ns apart here whatever the
+                // clock (measured: both clocks visit them): for it, agreement is landing
+                // within the states the fine clock shows, give or take one state; the
+                // other three kernels are steady and must agree within 5%.
+                let top = fine.iter().map(f).fold(0.0, f64::max);
+                let ok = if name == "issue" {
+                    b >= a * 0.85 && b <= top * 1.15
+                } else {
+                    (b / a - 1.0).abs() < 0.05
+                };
+                if !ok {
+                    return Some(format!(
+                        "{name}: {b} on a 24 MHz counter against {a}..{top} ({fine:?} / {slow:?})"
+                    ));
+                }
+            }
+            None
+        };
+        for round in 1..=30 {
+            fine.push(measure());
+            slow.push(measure_with(&now));
+            if round < 5 {
+                continue;
+            }
+            match disagreeing(&fine, &slow) {
+                None => return,
+                Some(why) if round == 30 => panic!("after 30 pairs: {why}"),
+                Some(_) => {}
+            }
         }
     }
 
