@@ -759,20 +759,10 @@ mod tests {
             },
             warnings: vec![],
             experiments: vec![ExperimentResult {
-                id: "cpu.y".into(),
-                area: "cpu".into(),
-                title: "t".into(),
-                status: Status::Ok,
-                reason: None,
-                method: String::new(),
                 duration_s: 1.0,
                 metrics,
-                series: vec![],
-                checks: vec![],
-                findings: vec![],
-                notes: vec![],
                 sentinel,
-                grade: None,
+                ..ExperimentResult::new("cpu.y", "t", "")
             }],
             findings: vec![],
         }

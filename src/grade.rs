@@ -640,20 +640,8 @@ mod tests {
         let mut m = machine();
         let st = state(&m);
         let mut e = ExperimentResult {
-            id: "cpu.loop".into(),
-            area: "cpu".into(),
-            title: String::new(),
-            status: Status::Ok,
-            reason: None,
-            method: String::new(),
             duration_s: 1.0,
-            metrics: vec![],
-            series: vec![],
-            checks: vec![],
-            findings: vec![],
-            notes: vec![],
-            sentinel: None,
-            grade: None,
+            ..ExperimentResult::new("cpu.loop", "", "")
         };
         // Nothing known: A, no reasons.
         let g = st.grade(&e, &[vec![], vec![]]).unwrap();

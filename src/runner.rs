@@ -1029,22 +1029,7 @@ fn label_run(
 
 fn empty_result(exp: &dyn Experiment) -> ExperimentResult {
     let meta = exp.meta();
-    ExperimentResult {
-        id: meta.id.into(),
-        area: meta.area().into(),
-        title: meta.title.into(),
-        status: Status::Ok,
-        reason: None,
-        method: meta.method.into(),
-        duration_s: 0.0,
-        metrics: vec![],
-        series: vec![],
-        checks: vec![],
-        findings: vec![],
-        notes: vec![],
-        sentinel: None,
-        grade: None,
-    }
+    ExperimentResult::new(meta.id, meta.title, meta.method)
 }
 
 fn failed(mut result: ExperimentResult, reason: String) -> ExperimentResult {
@@ -1201,20 +1186,8 @@ mod tests {
 
     fn with(checks: Vec<Check>) -> ExperimentResult {
         let mut r = ExperimentResult {
-            id: "x.y".into(),
-            area: "x".into(),
-            title: "t".into(),
-            status: Status::Ok,
-            reason: None,
-            method: String::new(),
-            duration_s: 0.0,
-            metrics: vec![],
-            series: vec![],
             checks,
-            findings: vec![],
-            notes: vec![],
-            sentinel: None,
-            grade: None,
+            ..ExperimentResult::new("x.y", "t", "")
         };
         let mut o = crate::experiments::Outcome::default();
         o.metric("m", "ns", "", vec![1.0, 2.0]);

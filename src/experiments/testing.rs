@@ -63,20 +63,8 @@ impl<'a> World<'a> {
 /// An ok result of experiment `id` with the metrics of `o`, as earlier in a run.
 pub(crate) fn recorded(id: &str, o: crate::experiments::Outcome) -> ExperimentResult {
     ExperimentResult {
-        id: id.into(),
-        area: id.split('.').next().unwrap_or("").into(),
-        title: String::new(),
-        status: Status::Ok,
-        reason: None,
-        method: String::new(),
-        duration_s: 0.0,
         metrics: o.metrics,
-        series: vec![],
-        checks: vec![],
-        findings: vec![],
-        notes: vec![],
-        sentinel: None,
-        grade: None,
+        ..ExperimentResult::new(id, "", "")
     }
 }
 
