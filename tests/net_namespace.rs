@@ -314,13 +314,51 @@ fn compare_flags_a_halved_link() {
     };
     let peer = host.start_serve().expect("serve in the namespace");
     let dir = tempfile::tempdir().unwrap();
+    // The gate calls two runs of different trust grades inconclusive (for a link's
+    // figure, leaving out the core's clock and issue rate): a pair whose grades differ
+    // so (a busy or stolen CI host) is not the premise this test is about; it is
+    // retaken, at most three times.
+    let grade_of = |r: &serde_json::Value| {
+        r["experiments"]
+            .as_array()
+            .and_then(|v| v.iter().find(|e| e["id"] == "net.bandwidth"))
+            .map(|e| e["grade"].clone())
+            .unwrap_or_default()
+    };
     let mut files = Vec::new();
-    for mbit in [400u32, 200] {
-        host.shape(mbit).expect("tc tbf");
-        let r = osmeter(peer, "net.bandwidth", "quick");
-        let f = dir.path().join(format!("{mbit}.json"));
-        std::fs::write(&f, r.to_string()).unwrap();
-        files.push(f);
+    for attempt in 1..=3 {
+        files.clear();
+        let mut grades = Vec::new();
+        for mbit in [400u32, 200] {
+            host.shape(mbit).expect("tc tbf");
+            let r = osmeter(peer, "net.bandwidth", "quick");
+            eprintln!("{mbit} Mbit/s: net.bandwidth grade {}", grade_of(&r));
+            grades.push(grade_of(&r));
+            let f = dir.path().join(format!("{mbit}.json"));
+            std::fs::write(&f, r.to_string()).unwrap();
+            files.push(f);
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_osmeter"))
+            .arg("compare")
+            .args(&files)
+            .args(["--gate", "--json"])
+            .env("OSMETER_HISTORY_DB", dir.path().join("h.sqlite"))
+            .output()
+            .unwrap();
+        let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let graded_apart = c["gate"]["rows"].as_array().is_some_and(|rows| {
+            rows.iter().any(|r| {
+                r["experiment"] == "net.bandwidth"
+                    && r["reason"]
+                        .as_str()
+                        .is_some_and(|t| t.contains("trust grade"))
+            })
+        });
+        if !graded_apart {
+            break;
+        }
+        assert!(attempt < 3, "three pairs graded apart: {grades:?}");
+        eprintln!("attempt {attempt}: the pair's trust grades differ; retaking it");
     }
     let out = Command::new(env!("CARGO_BIN_EXE_osmeter"))
         .env("OSMETER_HISTORY_DB", dir.path().join("h.sqlite"))

@@ -245,16 +245,46 @@ pub struct Gate {
 
 pub fn rule_text() -> String {
     format!(
-        "regressed/improved = the change's 95% interval (within-run interval, no narrower than the trials' spread or the run-to-run noise allow, widened by the move of the sentinel component that shares the metric's bottleneck and by a change of steal time) lies wholly beyond the floor on the worse/better side; same = wholly inside the floor; inconclusive = it crosses the floor, the runs are of different machines or trust grades, or a CPU-bound metric (one a sentinel component shares) would change while its run-to-run noise is known only within each run (no history of at least {MIN_HISTORY} runs of this host). Floor: a floors-file entry, else --floor, else the file's default, else {HISTORY_SDS} run-to-run SDs of the metric in this host's history (at least {MIN_HISTORY} runs; no less than {:.0}%), else {:.0}%",
+        "regressed/improved = the change's 95% interval (within-run interval, no narrower than the trials' spread or the run-to-run noise allow, widened by the move of the sentinel component that shares the metric's bottleneck and by a change of steal time) lies wholly beyond the floor on the worse/better side; same = wholly inside the floor; inconclusive = it crosses the floor, the runs are of different machines or trust grades (for a figure no sentinel component shares, leaving out the core's clock and issue rate), or a CPU-bound metric (one a sentinel component shares) would change while its run-to-run noise is known only within each run (no history of at least {MIN_HISTORY} runs of this host). Floor: a floors-file entry, else --floor, else the file's default, else {HISTORY_SDS} run-to-run SDs of the metric in this host's history (at least {MIN_HISTORY} runs; no less than {:.0}%), else {:.0}%",
         MIN_FLOOR * 100.0,
         DEFAULT_FLOOR * 100.0
     )
 }
 
-/// The experiment's trust grade, where the document carries one. Two runs of different
-/// grades are not comparable: their verdicts are inconclusive.
-fn grade(e: &ExperimentResult) -> Option<&'static str> {
-    e.grade.as_ref().map(|g| g.level.as_str())
+/// Grade reasons about the core's own speed (its clock, issue rate and the loop overhead
+/// measured with them). A figure no sentinel component shares (`Bottleneck::None`: a
+/// link's, a device's, the kernel's paths) is by its declaration not bound by them.
+const CORE_SPEED: &[&str] = &[
+    "issue_rate",
+    "frequency",
+    "throttle",
+    "loop_overhead",
+    "governor",
+    "boost",
+    "efficiency_core",
+    "smt_sibling_busy",
+];
+
+/// The experiment's trust grade as it bears on a metric held to `component`, where the
+/// document carries one: the worst level of the reasons that can move that metric. Two
+/// runs of different grades are not comparable: their verdicts are inconclusive.
+fn grade(e: &ExperimentResult, component: Option<Bottleneck>) -> Option<&'static str> {
+    let g = e.grade.as_ref()?;
+    let bears = |code: &str| component != Some(Bottleneck::None) || !CORE_SPEED.contains(&code);
+    Some(
+        g.reasons
+            .iter()
+            .filter(|r| bears(&r.code))
+            .map(|r| r.level)
+            .max()
+            // A grade without reasons (or written before reasons) stands as it is.
+            .unwrap_or(if g.reasons.is_empty() {
+                g.level
+            } else {
+                crate::results::GradeLevel::A
+            })
+            .as_str(),
+    )
 }
 
 /// The share of wall time the hypervisor stole during a run, as the factor it can inflate
@@ -584,9 +614,14 @@ fn row(
         r.reason = format!("{interval}: the runs are of different machines");
         return r;
     }
-    if let (Some(ga), Some(gb)) = (grade(ea), grade(eb)) {
+    if let (Some(ga), Some(gb)) = (grade(ea, r.component), grade(eb, r.component)) {
         if ga != gb {
-            r.reason = format!("{interval}: trust grade {ga} in run A, {gb} in the other");
+            let which = if r.component == Some(Bottleneck::None) {
+                " (leaving out the core's clock and issue rate, which it does not share)"
+            } else {
+                ""
+            };
+            r.reason = format!("{interval}: trust grade {ga} in run A, {gb} in the other{which}");
             return r;
         }
     }
@@ -995,6 +1030,69 @@ mod tests {
         assert!(g.environment[0].contains("steal"), "{g:?}");
         b.machine.virtualization.steal_during_run = Some(steal(0.0));
         let g = judge(a, b, &[], &GateConfig::default());
+        assert_eq!(only(&g).verdict, Some(Verdict::Regressed), "{g:?}");
+    }
+
+    #[test]
+    fn a_grade_differing_in_what_bears_on_the_metric_is_inconclusive() {
+        use crate::results::{Grade, GradeLevel, GradeReason};
+        let graded = |b: Option<Bottleneck>, seed, med, code: Option<&str>| {
+            let mut r = run(vec![time(seed, med, b)], Some(reading(STILL)));
+            let reasons: Vec<GradeReason> = code
+                .map(|c| GradeReason {
+                    code: c.into(),
+                    level: GradeLevel::C,
+                    text: "x".into(),
+                })
+                .into_iter()
+                .collect();
+            r.experiments[0].grade = Some(Grade {
+                level: if reasons.is_empty() {
+                    GradeLevel::A
+                } else {
+                    GradeLevel::C
+                },
+                reasons,
+            });
+            r
+        };
+        let cfg = GateConfig::default();
+        let link = Some(Bottleneck::None);
+        // A link's figure halved; the second run's core ran slow. The link does not
+        // share the core's issue rate: the verdict stands.
+        let g = judge(
+            graded(link, 1, 100.0, None),
+            graded(link, 2, 200.0, Some("issue_rate")),
+            &[],
+            &cfg,
+        );
+        assert_eq!(only(&g).verdict, Some(Verdict::Regressed), "{g:?}");
+        // Preempted trials bear on any figure: inconclusive.
+        let g = judge(
+            graded(link, 1, 100.0, None),
+            graded(link, 2, 200.0, Some("preempted")),
+            &[],
+            &cfg,
+        );
+        let r = only(&g);
+        assert_eq!(r.verdict, Some(Verdict::Inconclusive), "{g:?}");
+        assert!(r.reason.contains("trust grade A in run A, C"), "{r:?}");
+        // A chain-bound figure with the issue rate disturbed: the whole grade counts.
+        let hist = quiet_history(Some(Bottleneck::Chain));
+        let chain = Some(Bottleneck::Chain);
+        let g = judge(
+            graded(chain, 1, 100.0, None),
+            graded(chain, 2, 200.0, Some("issue_rate")),
+            &hist,
+            &cfg,
+        );
+        assert_eq!(only(&g).verdict, Some(Verdict::Inconclusive), "{g:?}");
+        let g = judge(
+            graded(chain, 1, 100.0, None),
+            graded(chain, 2, 200.0, None),
+            &hist,
+            &cfg,
+        );
         assert_eq!(only(&g).verdict, Some(Verdict::Regressed), "{g:?}");
     }
 
