@@ -229,14 +229,20 @@ mod tests {
     /// the same sentinel on the fine clock, never 0. (Without the scaling the copy, 1.3 us
     /// here, would move in 3% steps.) Best of interleaved runs, because the machine is
     /// shared; on the coarse clock each timed window is ~33x longer, so a busy machine
-    /// raises its best more: sampling goes on (up to 30 pairs) until the bests agree,
-    /// which a factor error in the scaling never does.
+    /// raises its best more: sampling goes on (up to 30 pairs) until the low quantiles
+    /// agree, which a factor error in the scaling never does.
     #[test]
     fn a_24_mhz_counter_gives_the_true_readings() {
         let coarse = crate::clock::CoarseClock::new(24e6);
         let now = || coarse.ns();
-        let best =
-            |v: &[Reading], f: fn(&Reading) -> f64| v.iter().map(f).fold(f64::INFINITY, f64::min);
+        // The fifth-lowest fraction of each side, not its best: one reading taken while
+        // the host ran this vCPU faster (CI: coarse chain, chase and copy 7% below every
+        // other reading of 30 pairs, issue not) must not decide alone.
+        let best = |v: &[Reading], f: fn(&Reading) -> f64| {
+            let mut x: Vec<f64> = v.iter().map(f).collect();
+            x.sort_by(f64::total_cmp);
+            x[x.len() / 5]
+        };
         type Kernel = (&'static str, fn(&Reading) -> f64);
         let kernels: [Kernel; 4] = [
             ("chain", |r| r.chain_ns),
