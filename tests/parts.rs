@@ -165,7 +165,8 @@ fn a_known_part_without_a_cited_figure_says_why() {
 
 /// Every input of every prediction any experiment states, on every recorded machine and on
 /// this one, with and without earlier results, has a kind; table inputs name their key and
-/// reference; no source is a bare model constant; a withheld prediction says why.
+/// reference; no source is a bare model constant; a withheld prediction says why; a
+/// formula that calls itself a bound carries one (the report flags it only on its wrong side).
 #[test]
 fn no_prediction_input_is_untyped() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/machines");
@@ -192,6 +193,19 @@ fn no_prediction_input_is_untyped() {
                 continue;
             }
             assert!(p.value.is_finite(), "{name} {exp}/{metric}: {}", p.value);
+            // The report flags a bound only on its wrong side: a formula that calls itself
+            // a bound carries one, and a bound's formula says so.
+            let says_bound = ["lower bound", "upper bound", "no slower"]
+                .iter()
+                .any(|w| p.formula.contains(w))
+                && !p.formula.contains("not a bound");
+            assert_eq!(
+                p.bound.is_some(),
+                says_bound,
+                "{name} {exp}/{metric}: bound {:?}, formula {:?}",
+                p.bound,
+                p.formula
+            );
             for (input, i) in &p.inputs {
                 let at = format!("{name} {exp}/{metric} input {input} ({})", i.source);
                 let kind = i.kind.unwrap_or_else(|| panic!("{at}: no kind"));

@@ -61,6 +61,7 @@ impl Experiment for Mock {
                 value: ghz,
                 formula: "the context's core clock in GHz".into(),
                 inputs: Default::default(),
+                bound: None,
                 withheld: None,
             },
         )]

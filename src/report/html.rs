@@ -155,13 +155,22 @@ fn machine(h: &mut String, r: &RunResults) {
 /// Predicted vs measured, one row per metric.
 fn summary(h: &mut String, r: &RunResults) {
     // Summary.
-    h.push_str(
+    // Documents without bound predictions keep their old wording (and render unchanged).
+    let flags = if super::view::has_bounds(r) {
+        format!(
+            "Rows are marked <strong>!</strong> and shaded when the ratio is {}.",
+            esc(super::view::flag_legend(true))
+        )
+    } else {
+        "Rows beyond 2x either way are marked <strong>!</strong> and shaded.".into()
+    };
+    let _ = write!(
+        h,
         "<h2 id=\"summary\">Predicted vs measured</h2>\
          <p>Each metric with the prediction stated before measuring (and its formula), the measured \
-         median with its 95% confidence interval, and measured/predicted. Rows beyond 2x either way \
-         are marked <strong>!</strong> and shaded.</p>\
+         median with its 95% confidence interval, and measured/predicted. {flags}</p>\
          <table><thead><tr><th>experiment</th><th>metric</th><th>predicted</th><th>formula</th>\
-         <th>measured (median)</th><th>95% CI</th><th>meas/pred</th></tr></thead><tbody>",
+         <th>measured (median)</th><th>95% CI</th><th>meas/pred</th></tr></thead><tbody>"
     );
     for e in &r.experiments {
         if e.metrics.is_empty() {

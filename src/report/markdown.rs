@@ -59,7 +59,10 @@ fn summary(s: &mut String, r: &RunResults) {
     w(s, "## Predicted vs measured\n");
     w(
         s,
-        "Every metric: the prediction stated before measuring, the measured median with its 95% confidence interval, and measured/predicted (**!** marks a ratio beyond 2x either way).\n",
+        &format!(
+            "Every metric: the prediction stated before measuring, the measured median with its 95% confidence interval, and measured/predicted (**!** marks a ratio {}).\n",
+            super::view::flag_legend(super::view::has_bounds(r))
+        ),
     );
     w(
         s,

@@ -2,7 +2,6 @@
 //! then skip and invalid reasons, then the findings that matter most. The long forms
 //! (both bandwidth units, every finding) are in report.md and report.html.
 
-use super::view::FLAG_RATIO;
 use crate::results::{RunResults, Status};
 use crate::units::fmt_value;
 use comfy_table::Table;
@@ -77,18 +76,12 @@ fn cycles_text(c: f64) -> String {
     }
 }
 
-/// Measured/predicted ratio with a flag when it is beyond 2x either way.
-pub(crate) fn ratio_text(measured: f64, predicted: f64) -> String {
-    if !(measured.is_finite() && predicted.is_finite()) || predicted == 0.0 {
-        return "-".into();
+/// Measured/predicted with its flag (`view::judged_ratio`), or "-".
+pub(crate) fn ratio_text(m: &crate::results::Metric) -> String {
+    match super::view::judged_ratio(m) {
+        Some((r, flagged)) => format!("{r:.2}{}", if flagged { " !" } else { "" }),
+        None => "-".into(),
     }
-    let r = measured / predicted;
-    let flag = if !(1.0 / FLAG_RATIO..=FLAG_RATIO).contains(&r) {
-        " !"
-    } else {
-        ""
-    };
-    format!("{r:.2}{flag}")
 }
 
 /// The summary, `width` columns wide at most (None: `terminal_width()`).
@@ -106,7 +99,10 @@ pub fn render_after(r: &RunResults, width: Option<u16>, shown: &[String]) -> Str
     s.push('\n');
     s.push_str(&reasons_and_findings(r, wd));
     s.push_str(&wrap(
-        "ratio: measured/predicted, '!' beyond 2x either way; predictions and formulas are in results.json",
+        &format!(
+            "ratio: measured/predicted, '!' {}; predictions and formulas are in results.json",
+            super::view::flag_legend(super::view::has_bounds(r))
+        ),
         wd,
         "",
         "  ",
@@ -295,11 +291,17 @@ fn column_width(rows: &[Row], c: usize) -> usize {
 
 fn metric_cells(met: &crate::results::Metric) -> Vec<String> {
     let sm = &met.summary;
-    let pred = met.prediction.as_ref().map(|p| p.value);
+    let pred = met.prediction.as_ref();
     vec![
         format!("  {}", met.name),
-        pred.map(|p| cell_value(p, &met.unit))
-            .unwrap_or_else(|| "-".into()),
+        pred.map(|p| {
+            format!(
+                "{}{}",
+                super::view::bound_mark(p),
+                cell_value(p.value, &met.unit)
+            )
+        })
+        .unwrap_or_else(|| "-".into()),
         cell_value(sm.median, &met.unit),
         interval(sm.ci95, &met.unit),
         if sm.cov.is_finite() {
@@ -312,8 +314,7 @@ fn metric_cells(met: &crate::results::Metric) -> Vec<String> {
             .and_then(|c| c.core)
             .map(cycles_text)
             .unwrap_or_default(),
-        pred.map(|p| ratio_text(sm.median, p))
-            .unwrap_or_else(|| "-".into()),
+        ratio_text(met),
     ]
 }
 
@@ -406,12 +407,49 @@ fn grades(r: &RunResults, wd: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::results::{Bound, Metric};
+
+    /// A metric of trials around `median` (+-1%) predicted at `p`.
+    fn predicted(median: f64, p: f64, bound: Option<Bound>) -> Metric {
+        let raw: Vec<f64> = (0..15)
+            .map(|i| median * (0.99 + 0.02 * i as f64 / 14.0))
+            .collect();
+        let mut pred = crate::results::Prediction::new(p, "test");
+        pred.bound = bound;
+        Metric {
+            name: "m".into(),
+            unit: "ns".into(),
+            description: String::new(),
+            summary: crate::stats::Summary::of(&raw).unwrap(),
+            prediction: Some(pred),
+            cycles: None,
+            iterations: None,
+            raw,
+            kind: None,
+            runs: Vec::new(),
+            bottleneck: None,
+        }
+    }
 
     #[test]
     fn ratio_flags() {
-        assert_eq!(ratio_text(10.0, 10.0), "1.00");
-        assert_eq!(ratio_text(30.0, 10.0), "3.00 !");
-        assert_eq!(ratio_text(3.0, 10.0), "0.30 !");
-        assert_eq!(ratio_text(3.0, 0.0), "-");
+        let point = |m, p| ratio_text(&predicted(m, p, None));
+        assert_eq!(point(10.0, 10.0), "1.00");
+        assert_eq!(point(30.0, 10.0), "3.00 !");
+        assert_eq!(point(3.0, 10.0), "0.30 !");
+        assert_eq!(point(3.0, 0.0), "-");
+        // A lower bound: far above it agrees, below it (beyond the interval) does not.
+        let lower = |m, p| ratio_text(&predicted(m, p, Some(Bound::Lower)));
+        assert_eq!(lower(30.0, 10.0), "3.00");
+        assert_eq!(lower(9.0, 10.0), "0.90 !");
+        assert_eq!(lower(9.95, 10.0), "0.99", "inside the interval");
+        // An upper bound: far below agrees, above does not.
+        let upper = |m, p| ratio_text(&predicted(m, p, Some(Bound::Upper)));
+        assert_eq!(upper(1.0, 25.0), "0.04");
+        assert_eq!(upper(11.0, 10.0), "1.10 !");
+        // The cell says which side agrees.
+        let cells = metric_cells(&predicted(30.0, 10.0, Some(Bound::Lower)));
+        assert!(cells[1].starts_with("≥ "), "{cells:?}");
+        assert!(!metric_cells(&predicted(30.0, 10.0, None))[1].starts_with('≥'));
     }
 }

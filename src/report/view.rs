@@ -3,7 +3,9 @@
 
 use crate::clock::ClockInfo;
 use crate::machine::{Cache, Cpu, Disk, Machine, Memory, Nic, Topology, Virtualization};
-use crate::results::{ExperimentResult, GradeReason, Metric, RunResults, Status};
+use crate::results::{
+    Bound, ExperimentResult, GradeReason, Metric, Prediction, RunResults, Status,
+};
 use crate::units::{fmt_bytes, fmt_value};
 use serde_json::Value;
 
@@ -74,18 +76,62 @@ pub struct MetricRow {
     pub percentiles: String,
 }
 
+/// Measured/predicted, and whether it is flagged: a point prediction beyond `FLAG_RATIO`
+/// either way; a bound only when the measurement's whole 95% interval lies on its wrong
+/// side (a model that leaves costs out makes no claim of how many it leaves out).
+pub(crate) fn judged_ratio(m: &Metric) -> Option<(f64, bool)> {
+    let s = &m.summary;
+    let p = m.prediction.as_ref()?;
+    let v = p.value;
+    if !(v.is_finite() && v != 0.0 && s.median.is_finite()) {
+        return None;
+    }
+    let r = s.median / v;
+    let flagged = match p.bound {
+        None => !(1.0 / FLAG_RATIO..=FLAG_RATIO).contains(&r),
+        Some(Bound::Lower) => s.ci95[1] < v,
+        Some(Bound::Upper) => s.ci95[0] > v,
+    };
+    Some((r, flagged))
+}
+
+/// "≥ " or "≤ " before a bound prediction's value: the side the measurement agrees on.
+pub(crate) fn bound_mark(p: &Prediction) -> &'static str {
+    match p.bound {
+        None => "",
+        Some(Bound::Lower) => "≥ ",
+        Some(Bound::Upper) => "≤ ",
+    }
+}
+
+/// Whether any prediction of the run is a bound: the legends then say how bounds are flagged.
+pub(crate) fn has_bounds(r: &RunResults) -> bool {
+    r.experiments
+        .iter()
+        .flat_map(|e| &e.metrics)
+        .any(|m| m.prediction.as_ref().is_some_and(|p| p.bound.is_some()))
+}
+
+/// What '!' marks, for the legends; `bounds` from `has_bounds`.
+pub(crate) fn flag_legend(bounds: bool) -> &'static str {
+    if bounds {
+        "beyond 2x either way; for a bound (≥, ≤: the model leaves costs out, or caps the \
+         figure) only when the 95% interval lies wholly on its wrong side"
+    } else {
+        "beyond 2x either way"
+    }
+}
+
 pub fn metric_row(m: &Metric) -> MetricRow {
     let s = &m.summary;
     let pred = m.prediction.as_ref();
-    let ratio = pred
-        .map(|p| p.value)
-        .filter(|p| p.is_finite() && *p != 0.0 && s.median.is_finite())
-        .map(|p| s.median / p);
+    let judged = judged_ratio(m);
+    let ratio = judged.map(|j| j.0);
     MetricRow {
         metric: m.name.clone(),
         description: m.description.clone(),
         predicted: pred
-            .map(|p| fmt_value(p.value, &m.unit))
+            .map(|p| format!("{}{}", bound_mark(p), fmt_value(p.value, &m.unit)))
             .unwrap_or_else(|| "-".into()),
         formula: pred.map(|p| p.formula.clone()).unwrap_or_default(),
         inputs: pred
@@ -129,7 +175,7 @@ pub fn metric_row(m: &Metric) -> MetricRow {
         ratio: ratio
             .map(|r| format!("{r:.2}"))
             .unwrap_or_else(|| "-".into()),
-        flagged: ratio.is_some_and(|r| !(1.0 / FLAG_RATIO..=FLAG_RATIO).contains(&r)),
+        flagged: judged.is_some_and(|j| j.1),
         percentiles: s
             .percentiles
             .as_ref()

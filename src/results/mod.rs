@@ -339,11 +339,25 @@ pub struct Cycles {
     pub counter: Option<f64>,
 }
 
+/// Which side of a bound prediction the measurement agrees on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Bound {
+    /// The model leaves costs out: the measurement is at least the prediction.
+    Lower,
+    /// The prediction caps the measurement (a peak, a size the search may stop short of).
+    Upper,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Prediction {
     pub value: f64,
     pub formula: String,
     pub inputs: BTreeMap<String, PredictionInput>,
+    /// Set when the prediction is a bound, not a point: the report then flags only a
+    /// measurement on the wrong side of it (absent in documents written before bounds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound: Option<Bound>,
     /// Set when the metric gets no prediction, with the reason (e.g. the part is not in the
     /// table); the runner turns it into a note and attaches no prediction.
     #[serde(skip)]
@@ -390,8 +404,21 @@ impl Prediction {
             value,
             formula: formula.into(),
             inputs: BTreeMap::new(),
+            bound: None,
             withheld: None,
         }
+    }
+
+    /// The model leaves costs out: the measurement should be at least this.
+    pub(crate) fn lower_bound(mut self) -> Self {
+        self.bound = Some(Bound::Lower);
+        self
+    }
+
+    /// The prediction caps the measurement.
+    pub(crate) fn upper_bound(mut self) -> Self {
+        self.bound = Some(Bound::Upper);
+        self
     }
 
     /// No prediction for this metric, and why (the runner records the reason as a note).
@@ -400,6 +427,7 @@ impl Prediction {
             value: f64::NAN,
             formula: String::new(),
             inputs: BTreeMap::new(),
+            bound: None,
             withheld: Some(reason.into()),
         }
     }

@@ -939,6 +939,7 @@ fn predict_switch(kind: Kind, ctx: &Context) -> Vec<(String, Prediction)> {
             "cpu.thread-switch's switch, a lower bound: a switch between processes does that \
              work and changes address spaces too, which has no measured or published cost",
         )
+        .lower_bound()
         .measured(
             "thread_switch",
             t,
@@ -972,6 +973,7 @@ fn predict_switch(kind: Kind, ctx: &Context) -> Vec<(String, Prediction)> {
                 "pipe_cost alone, a lower bound: {what} has no published cost in the parts table"
             ),
         )
+        .lower_bound()
         .prediction("pipe_cost", pipe, "ns", "prediction: pipe_cost above")
     };
     let same = match thread("pipe_round_trip_same_cpu") {
@@ -980,6 +982,7 @@ fn predict_switch(kind: Kind, ctx: &Context) -> Vec<(String, Prediction)> {
             "cpu.thread-switch's same-CPU round trip, a lower bound: the same pipe work and two \
              switches, without the two address-space changes (no measured or published cost)",
         )
+        .lower_bound()
         .measured(
             "thread_same_cpu",
             rt,

@@ -202,6 +202,7 @@ impl Experiment for CacheSize {
                 "4096 B / fs.read uncached_seq: the rate of 4 KiB sequential reads from the \
                  device, a lower bound for 1 MiB reads (larger requests, fewer of them)",
             )
+            .lower_bound()
             .measured("uncached_seq", t, "ns", "measured: fs.read uncached_seq")
             .method(
                 "block",
@@ -213,7 +214,7 @@ impl Experiment for CacheSize {
         };
         // Where the search stops before the cache is full, the figure is a lower bound on
         // the same size: measured / predicted at or below 1 agrees with the prediction.
-        let mut bound = prediction(ctx);
+        let mut bound = prediction(ctx).upper_bound();
         if bound.withheld.is_none() {
             bound.formula.push_str(
                 "; this figure is a lower bound on that size (the search stopped first), so \

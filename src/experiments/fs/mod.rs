@@ -677,7 +677,7 @@ pub(crate) fn uncached_prediction(ctx: &Context, dir: &Path, pattern: Pattern) -
     } else {
         format!(" (a fault reads a {ps} B page, more than the block)")
     };
-    Prediction::new(
+    let p = Prediction::new(
         fault,
         format!(
             "one device request per 4 KiB block, entered through the kernel, as mem.pagefault's \
@@ -696,7 +696,11 @@ pub(crate) fn uncached_prediction(ctx: &Context, dir: &Path, pattern: Pattern) -
         1.0,
         "requests/block",
         "method: one device request per uncached block",
-    )
+    );
+    match pattern {
+        Pattern::Random => p,
+        Pattern::Sequential => p.upper_bound(),
+    }
 }
 
 /// Evicts a file and reports the check; `must` makes it a premise (the uncached read

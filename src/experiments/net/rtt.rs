@@ -327,7 +327,8 @@ impl Experiment for Rtt {
                 Prediction::new(
                     4.0 * sys + 2.0 * sw,
                     format!("4 x getppid + 2 x thread switch, a lower bound: {what}"),
-                ),
+                )
+                .lower_bound(),
             )
             .measured("switch", sw, "ns", "measured: cpu.thread-switch switch")
             .method(
@@ -355,7 +356,8 @@ impl Experiment for Rtt {
                         "4 x getppid + 2 cross-CPU wake-ups (cpu.thread-switch's cross-CPU round \
                          trip less its pipe work), a lower bound: {stack}"
                     ),
-                ),
+                )
+                .lower_bound(),
             )
             .measured(
                 "cross_cpu_round_trip",
@@ -374,13 +376,15 @@ impl Experiment for Rtt {
                 Prediction::new(
                     4.0 * sys,
                     format!("4 x getppid, a lower bound: {stack}, nor has a cross-CPU wake-up"),
-                ),
+                )
+                .lower_bound(),
             ),
         };
         // An ICMP echo is answered by the peer's kernel: the client's send and receive only.
         let icmp = calls(
             2.0,
-            Prediction::new(2.0 * sys, format!("2 x getppid, a lower bound: {stack}")),
+            Prediction::new(2.0 * sys, format!("2 x getppid, a lower bound: {stack}"))
+                .lower_bound(),
         );
         vec![
             ("tcp".into(), with_switches(stack)),

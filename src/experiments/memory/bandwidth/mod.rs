@@ -368,6 +368,7 @@ fn stream_prediction(
                 peak,
                 "the DIMMs' theoretical peak (an upper bound for N threads)",
             )
+            .upper_bound()
             .machine("dimm_peak", peak, "bytes/s", src)
             .machine(
                 "threads",
@@ -400,7 +401,7 @@ fn stream_prediction(
     let scope = if cores > 1 {
         format!(
             "; x {cores} physical cores, each streaming as one does (the memory's own limit is \
-             in the model only where the DIMM peak is known)"
+             in the model only where the DIMM peak is known), so not a bound"
         )
     } else {
         String::new()
@@ -432,6 +433,9 @@ fn stream_prediction(
         "cores",
         "machine: physical cores the threads run on (Topology::spread; SMT siblings share one)",
     );
+    // One core's stream is no slower than the chase it is built from: a lower bound. Over
+    // several cores the product assumes the memory keeps up, which nothing here bounds.
+    let p = if cores == 1 { p.lower_bound() } else { p };
     capped(p, rate)
 }
 
