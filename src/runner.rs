@@ -821,7 +821,7 @@ fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentRe
         for (kr, kreps) in kinds.iter().zip(kind_reps) {
             add_kind(&mut res, merge_repeats(kreps), kr, env.machine, &per_kind);
         }
-        res.grade = env.host.grade(&res, &observed);
+        res.grade = env.host.grade(&res, &observed, exp.meta().subtracts_loop);
         progress.advance(budget * runs_of(cfg, exp.as_ref(), 1 + kinds.len()));
         let mut line = format!(
             "[{}/{n}] {} {} ({:.1} s)",

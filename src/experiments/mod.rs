@@ -566,6 +566,9 @@ pub struct ExperimentMeta {
     /// big.LITTLE, Apple perflevels) the runner runs it once on a CPU of each kind, the
     /// other kinds' metrics suffixed with their kind (docs/METHODOLOGY.md, "Core kinds").
     pub per_core_kind: bool,
+    /// Its figures have the harness's loop overhead subtracted (`Harness::measure`): a loop
+    /// overhead measured slow at the run's start grades them, and no other experiment's.
+    pub subtracts_loop: bool,
 }
 
 impl ExperimentMeta {

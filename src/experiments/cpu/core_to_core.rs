@@ -53,6 +53,7 @@ const META: ExperimentMeta = ExperimentMeta {
     // a cache line moving between two CPUs: no sentinel kernel on one CPU shares it.
     bottleneck: crate::results::Bottleneck::None,
     per_core_kind: false,
+    subtracts_loop: false,
 };
 
 impl Experiment for CoreToCore {

@@ -20,6 +20,7 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     bottleneck: crate::results::Bottleneck::Issue,
     // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
     per_core_kind: true,
+    subtracts_loop: false,
 };
 
 impl Experiment for LoopCost {

@@ -1048,6 +1048,7 @@ const THREAD_META: crate::experiments::ExperimentMeta = crate::experiments::Expe
     bottleneck: crate::results::Bottleneck::Chain,
     // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
     per_core_kind: true,
+    subtracts_loop: true,
 };
 
 impl Experiment for ThreadSwitch {
@@ -1090,6 +1091,7 @@ const PROCESS_META: crate::experiments::ExperimentMeta = crate::experiments::Exp
     bottleneck: crate::results::Bottleneck::Chain,
     // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
     per_core_kind: true,
+    subtracts_loop: true,
 };
 
 impl Experiment for ProcessSwitch {

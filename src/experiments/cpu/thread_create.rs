@@ -134,6 +134,7 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     bottleneck: crate::results::Bottleneck::Chain,
     // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
     per_core_kind: true,
+    subtracts_loop: true,
 };
 
 impl Experiment for ThreadCreate {

@@ -162,6 +162,7 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     // The device and the cache's size (the cached rate declares `Copy`).
     bottleneck: crate::results::Bottleneck::None,
     per_core_kind: false,
+    subtracts_loop: false,
 };
 
 impl Experiment for CacheSize {

@@ -505,6 +505,7 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     // The device shared by the readers.
     bottleneck: crate::results::Bottleneck::None,
     per_core_kind: false,
+    subtracts_loop: false,
 };
 
 impl Experiment for Contention {

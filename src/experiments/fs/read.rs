@@ -483,6 +483,7 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     // The device (cached reads declare `Copy` per metric).
     bottleneck: crate::results::Bottleneck::None,
     per_core_kind: false,
+    subtracts_loop: false,
 };
 
 impl Experiment for Read {

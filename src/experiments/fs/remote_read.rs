@@ -44,6 +44,7 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     // The remote file system and the network.
     bottleneck: crate::results::Bottleneck::None,
     per_core_kind: false,
+    subtracts_loop: false,
 };
 
 impl Experiment for RemoteRead {

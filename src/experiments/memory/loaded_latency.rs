@@ -66,6 +66,7 @@ const META: ExperimentMeta = ExperimentMeta {
     // a dependent chase, as mem.latency.
     bottleneck: crate::results::Bottleneck::Chase,
     per_core_kind: false,
+    subtracts_loop: false,
 };
 
 /// What the load threads do with each line.

@@ -195,6 +195,7 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     // A minor fault is kernel work at the core's clock (major faults declare `None`: the device).
     bottleneck: crate::results::Bottleneck::Chain,
     per_core_kind: false,
+    subtracts_loop: false,
 };
 
 impl Experiment for PageFault {

@@ -169,6 +169,7 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     // The link.
     bottleneck: crate::results::Bottleneck::None,
     per_core_kind: false,
+    subtracts_loop: false,
 };
 
 impl Experiment for Bandwidth {

@@ -120,6 +120,7 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     // The network stack and the peer.
     bottleneck: crate::results::Bottleneck::None,
     per_core_kind: false,
+    subtracts_loop: false,
 };
 
 impl Experiment for Connect {

@@ -280,6 +280,7 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     // A network round trip: the link, the stack and the peer's wake-up.
     bottleneck: crate::results::Bottleneck::None,
     per_core_kind: false,
+    subtracts_loop: false,
 };
 
 impl Experiment for Rtt {

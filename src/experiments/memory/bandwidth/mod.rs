@@ -136,6 +136,7 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     // Streaming loads and stores.
     bottleneck: crate::results::Bottleneck::Copy,
     per_core_kind: false,
+    subtracts_loop: false,
 };
 
 impl Experiment for Bandwidth {
