@@ -1192,15 +1192,29 @@ mod tests {
     /// Issue 20 item 4: a process switch cheaper than the thread switch beyond both
     /// intervals (here a thread switch recorded at 1 s) makes the experiment invalid with
     /// the reason, and no finding is stated; against a 1 ns thread switch it passes.
+    /// `process_switch_after`, retaken (at most three times) until the relation is judged:
+    /// a live run can stop before it (under CI's load a same-CPU premise failed once).
+    fn judged_after(thread_ns: f64) -> crate::results::ExperimentResult {
+        let mut why = Vec::new();
+        for _ in 0..3 {
+            let out = process_switch_after(thread_ns);
+            if out.checks.iter().any(|c| c.name == RELATION) {
+                return out;
+            }
+            why.push(format!("{:?}: {:?}", out.status, out.reason));
+        }
+        panic!("the relation was never judged: {why:?}");
+    }
+
     #[test]
     fn a_process_switch_below_the_thread_switch_is_refused() {
-        let out = process_switch_after(1e9);
+        let out = judged_after(1e9);
         crate::experiments::testing::assert_invalid_by(&out, RELATION);
         let c = out.checks.iter().find(|c| c.name == RELATION).unwrap();
         assert!(c.premise && !c.passed, "{c:?}");
         assert!(c.detail.contains("thread switch 1.00 s"), "{}", c.detail);
         assert!(out.findings.is_empty(), "{:?}", out.findings);
-        let out = process_switch_after(1.0);
+        let out = judged_after(1.0);
         let c = out.checks.iter().find(|c| c.name == RELATION).unwrap();
         assert!(c.passed, "{c:?}");
     }
