@@ -720,24 +720,7 @@ mod tests {
     }
 
     pub(super) fn metric(name: &str, raw: Vec<f64>, kind: Option<MetricKind>) -> Metric {
-        let summary = if kind == Some(MetricKind::PerOperation) {
-            Summary::with_percentiles(&raw).unwrap()
-        } else {
-            Summary::of(&raw).unwrap()
-        };
-        Metric {
-            name: name.into(),
-            unit: "ns".into(),
-            description: String::new(),
-            summary,
-            prediction: None,
-            cycles: None,
-            iterations: None,
-            raw,
-            kind,
-            runs: vec![],
-            bottleneck: None,
-        }
+        Metric::test_ns(name, raw, kind)
     }
 
     pub(super) fn run(metrics: Vec<Metric>, sentinel: Option<BeforeAfter>) -> RunResults {

@@ -712,20 +712,8 @@ mod tests {
         e.notes.clear();
         let with_ns = |median: f64| {
             let mut e = e.clone();
-            let raw = vec![median; 5];
-            e.metrics.push(crate::results::Metric {
-                name: "t".into(),
-                unit: "ns".into(),
-                description: String::new(),
-                summary: crate::stats::Summary::of(&raw).unwrap(),
-                prediction: None,
-                cycles: None,
-                iterations: None,
-                raw,
-                kind: None,
-                runs: Vec::new(),
-                bottleneck: None,
-            });
+            e.metrics
+                .push(crate::results::Metric::test_ns("t", vec![median; 5], None));
             e
         };
         let level = |e: &ExperimentResult, sub: bool| {

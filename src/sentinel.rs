@@ -238,7 +238,7 @@ mod tests {
         // The fifth-lowest fraction of each side, not its best: one reading taken while
         // the host ran this vCPU faster (CI: coarse chain, chase and copy 7% below every
         // other reading of 30 pairs, issue not) must not decide alone.
-        let best = |v: &[Reading], f: fn(&Reading) -> f64| {
+        let low = |v: &[Reading], f: fn(&Reading) -> f64| {
             let mut x: Vec<f64> = v.iter().map(f).collect();
             x.sort_by(f64::total_cmp);
             x[x.len() / 5]
@@ -253,7 +253,7 @@ mod tests {
         let (mut fine, mut slow) = (Vec::new(), Vec::new());
         let disagreeing = |fine: &[Reading], slow: &[Reading]| -> Option<String> {
             for (name, f) in kernels {
-                let (a, b) = (best(fine, f), best(slow, f));
+                let (a, b) = (low(fine, f), low(slow, f));
                 assert!(b > 0.0, "{name}: 0 on a coarse clock");
                 // The issue loop settles in states 0.32-0.52 ns apart here whatever the
                 // clock (measured: both clocks visit them): for it, agreement is landing

@@ -416,19 +416,9 @@ mod tests {
             .collect();
         let mut pred = crate::results::Prediction::new(p, "test");
         pred.bound = bound;
-        Metric {
-            name: "m".into(),
-            unit: "ns".into(),
-            description: String::new(),
-            summary: crate::stats::Summary::of(&raw).unwrap(),
-            prediction: Some(pred),
-            cycles: None,
-            iterations: None,
-            raw,
-            kind: None,
-            runs: Vec::new(),
-            bottleneck: None,
-        }
+        let mut m = Metric::test_ns("m", raw, None);
+        m.prediction = Some(pred);
+        m
     }
 
     #[test]

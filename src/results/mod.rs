@@ -272,6 +272,32 @@ fn one() -> f64 {
     1.0
 }
 
+#[cfg(test)]
+impl Metric {
+    /// A metric in ns of trials `raw` (percentiles too for a per-operation one), with
+    /// nothing else set: what unit tests build their figures from.
+    pub(crate) fn test_ns(name: &str, raw: Vec<f64>, kind: Option<MetricKind>) -> Metric {
+        let summary = if kind == Some(MetricKind::PerOperation) {
+            crate::stats::Summary::with_percentiles(&raw).unwrap()
+        } else {
+            crate::stats::Summary::of(&raw).unwrap()
+        };
+        Metric {
+            name: name.into(),
+            unit: "ns".into(),
+            description: String::new(),
+            summary,
+            prediction: None,
+            cycles: None,
+            iterations: None,
+            raw,
+            kind,
+            runs: vec![],
+            bottleneck: None,
+        }
+    }
+}
+
 impl Metric {
     /// Declares the metric as derived from other metrics of the experiment.
     pub(crate) fn derived(&mut self, inputs: &[(&str, &str, f64)]) -> &mut Self {
