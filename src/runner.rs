@@ -817,6 +817,7 @@ fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentRe
             ));
             reps.push(res);
         }
+        let observed = kept_observations(&reps, observed);
         let mut res = merge_repeats(reps);
         for (kr, kreps) in kinds.iter().zip(kind_reps) {
             add_kind(&mut res, merge_repeats(kreps), kr, env.machine, &per_kind);
@@ -1114,6 +1115,19 @@ pub(crate) fn run_judged(exp: &dyn Experiment, ctx: &Context) -> ExperimentResul
     }
 }
 
+/// What the host did around the repetitions whose figures `merge_repeats` keeps: all of
+/// them, or only the one that was not measured, whose result alone is shown (a condition
+/// seen around a dropped run would grade figures it never touched, with no note beside them).
+fn kept_observations(
+    reps: &[ExperimentResult],
+    mut observed: Vec<Vec<crate::results::GradeReason>>,
+) -> Vec<Vec<crate::results::GradeReason>> {
+    match reps.iter().position(|r| !r.status.measured()) {
+        Some(bad) if reps.len() > 1 => vec![observed.swap_remove(bad)],
+        _ => observed,
+    }
+}
+
 /// One result from the repetitions of an experiment. The last run is kept whole: its
 /// metrics were pooled with the earlier runs' by `Outcome::pool` (each metric's raw values
 /// from every run, each run's median in `runs`), and its findings, series and later checks
@@ -1193,6 +1207,41 @@ mod tests {
         o.metric("m", "ns", "", vec![1.0, 2.0]);
         r.metrics = o.metrics;
         judge(r)
+    }
+
+    /// A run that was not measured is the result shown: the host conditions graded are
+    /// the ones seen around it, each with its note, not those of a run whose figures went.
+    #[test]
+    fn a_kept_invalid_run_is_graded_by_what_was_seen_around_it() {
+        use crate::results::{GradeLevel, GradeReason};
+        let seen = |t: &str| {
+            vec![GradeReason {
+                code: "issue_rate".into(),
+                level: GradeLevel::C,
+                text: t.into(),
+            }]
+        };
+        let run = |status: Status, note: &str| ExperimentResult {
+            status,
+            notes: vec![format!("host condition: {note}")],
+            ..ExperimentResult::new("x.y", "t", "")
+        };
+        for bad in [0, 1] {
+            let mut reps = vec![run(Status::Ok, "a"), run(Status::Ok, "b")];
+            reps[bad] = run(Status::Invalid, ["a", "b"][bad]);
+            let observed = kept_observations(&reps, vec![seen("a"), seen("b")]);
+            let merged = merge_repeats(reps);
+            assert_eq!(observed.len(), 1);
+            let text = &observed[0][0].text;
+            assert_eq!(text, ["a", "b"][bad]);
+            assert!(merged.notes.iter().any(|n| n.ends_with(text.as_str())));
+        }
+        // All measured: every repetition's observations.
+        let reps = vec![run(Status::Ok, "a"), run(Status::Ok, "b")];
+        assert_eq!(
+            kept_observations(&reps, vec![seen("a"), seen("b")]).len(),
+            2
+        );
     }
 
     #[test]
