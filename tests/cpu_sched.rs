@@ -135,6 +135,15 @@ fn scheduling_experiments_are_plausible_and_related() {
             .ok_or(format!("fork {f} <= thread create {t}"))
     });
     holds(&r, |r| {
+        let (big, f) = (
+            median(r, "cpu.process-create", "fork_exit_wait_32mib"),
+            median(r, "cpu.process-create", "fork_exit_wait"),
+        );
+        (big > f)
+            .then_some(())
+            .ok_or(format!("fork with 32 MiB more {big} <= fork {f}"))
+    });
+    holds(&r, |r| {
         let (t, sys) = (
             median(r, "cpu.thread-create", "create_join"),
             median(r, "cpu.syscall", "getppid"),

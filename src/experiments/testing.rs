@@ -236,6 +236,18 @@ mod failing_checks {
         assert_invalid_by(&r, "every /bin/false child exited with status 0");
     }
 
+    /// cpu.process-create with the added memory not resident while forking.
+    #[test]
+    fn process_create_added_memory_not_resident() {
+        crate::experiments::cpu::process_create::UNWRITTEN.with(|u| u.set(true));
+        let clock = CoarseClock::new(1e9);
+        let r = World::live(&clock).run(by_id("cpu.process-create").as_ref());
+        assert_invalid_by(
+            &r,
+            "the added memory was resident in base pages while forking",
+        );
+    }
+
     /// mem.pagefault and fs.cache-size on a file system that ignores eviction advice.
     #[test]
     fn eviction_that_is_ignored() {

@@ -1,5 +1,7 @@
-//! cpu.process-create: fork + _exit + waitpid, and posix_spawn of /bin/true + waitpid.
+//! cpu.process-create: fork + _exit + waitpid (also from a parent with 32 MiB more resident), and
+//! posix_spawn of /bin/true + waitpid.
 
+use crate::experiments::memory::{Pages, Region};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::opaque::repeat;
 use crate::results::{Check, Prediction};
@@ -67,6 +69,127 @@ fn spawn_model(ctx: &Context) -> Option<(f64, Prediction)> {
         SPAWN_SYSCALLS,
         SPAWN_SWITCHES,
         "the new image's mappings, minor faults",
+    )
+}
+
+/// The resident anonymous memory added to the parent for `fork_exit_wait_32mib`: large
+/// enough that its page-table entries dwarf the trial-to-trial noise of a small fork
+/// (8192 entries in 4 KiB pages), small enough for the smoke profile's trials.
+const ADDED_MIB: usize = 32;
+
+/// A region of `ADDED_MIB` of anonymous memory in base pages, every page written, so fork
+/// has its page-table entries to copy and the child's exit has them to tear down.
+fn added_region(machine: &crate::machine::Machine) -> anyhow::Result<Region> {
+    let len = (ADDED_MIB << 20) as u64;
+    // Within a quarter of the memory available, as every memory experiment.
+    crate::experiments::memory::memory_cap(machine, len, len)?;
+    let mut r = Region::new(ADDED_MIB << 20, Pages::Base)?;
+    #[cfg(test)]
+    if UNWRITTEN.with(|u| u.get()) {
+        return Ok(r);
+    }
+    r.prefault();
+    Ok(r)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test seam: the added region is left unwritten on this thread, so none of it is
+    /// resident (as memory reclaimed or swapped out before the timing).
+    pub(crate) static UNWRITTEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Pages of `r` resident (mincore), of all its pages; None where mincore fails.
+fn resident_pages(r: &Region) -> Option<(usize, usize)> {
+    let ps = crate::platform::page_size();
+    let pages = r.len().div_ceil(ps);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: the region is a live mapping of this process and vec holds a byte per page.
+    unsafe { crate::platform::mincore(r.as_ptr().cast(), r.len(), &mut vec) }.ok()?;
+    Some((vec.iter().filter(|b| *b & 1 == 1).count(), pages))
+}
+
+/// The premise of `fork_per_mib`: the added region stayed resident through the timing
+/// (`before`, `after`: mincore's counts) and was not backed by huge pages, whose entries
+/// fork copies 512 at a time (`huge`: bytes of it in transparent huge pages, None where
+/// the system keeps no such count, as macOS, which has none).
+fn region_check(
+    before: Option<(usize, usize)>,
+    after: Option<(usize, usize)>,
+    huge: Option<u64>,
+) -> Check {
+    let name = "the added memory was resident in base pages while forking";
+    match (before, after) {
+        (Some((b, n)), Some((a, _))) => {
+            let huge_bytes = huge.unwrap_or(0);
+            Check::premise(
+                name,
+                b == n && a == n && huge_bytes == 0,
+                format!(
+                    "{b} of {n} pages resident before the timing and {a} after (mincore); {}",
+                    match huge {
+                        Some(h) => format!(
+                            "{} of it in huge pages (smaps AnonHugePages)",
+                            crate::units::fmt_bytes(h as f64)
+                        ),
+                        None => "no huge-page count on this system".into(),
+                    }
+                ),
+            )
+        }
+        _ => Check::unverified(name, "mincore could not read the added region's residency"),
+    }
+}
+
+/// Adds `fork_per_mib` = (fork with the added region - pooled median fork) / ADDED_MIB
+/// per pooled trial, with each run's own figure in `runs`, after `fork_exit_wait_32mib`
+/// (docs/METHODOLOGY.md, "Derived figures").
+fn per_mib_metric(out: &mut Outcome) -> Option<(f64, [f64; 2])> {
+    let (big, small) = (
+        out.get("fork_exit_wait_32mib").cloned()?,
+        out.get("fork_exit_wait").cloned()?,
+    );
+    let mib = ADDED_MIB as f64;
+    let med = small.summary.median;
+    let m = out
+        .metric(
+            "fork_per_mib",
+            "ns",
+            "fork + exit + wait time added per MiB of the parent's resident anonymous memory in \
+             base pages: (fork_exit_wait_32mib - median fork_exit_wait) / 32, per trial",
+            big.raw.iter().map(|t| (t - med) / mib).collect(),
+        )
+        .derived(&[("fork_exit_wait", "sub", 1.0 / mib)]);
+    m.iterations = big.iterations;
+    if big.runs.len() == small.runs.len() {
+        m.runs = big
+            .runs
+            .iter()
+            .zip(&small.runs)
+            .map(|(b, s)| (b - s) / mib)
+            .collect();
+    }
+    let m = out.metrics.last().expect("just added");
+    Some((
+        m.summary.median,
+        m.interval(|n| (n == "fork_exit_wait").then_some(&small)),
+    ))
+}
+
+const PER_MIB_CHECK: &str = "added memory did not make fork faster";
+
+/// Memory added to the parent cannot make fork cheaper: a per-MiB figure below zero beyond
+/// its interval means the two forks were not measured alike (invalid).
+fn per_mib_check(v: f64, ci: [f64; 2]) -> Check {
+    Check::premise(
+        PER_MIB_CHECK,
+        ci[1] >= 0.0 || ci[1].is_nan(),
+        format!(
+            "fork_per_mib = {} (95% interval {} to {}, the small fork's included)",
+            fmt_ns(v),
+            fmt_ns(ci[0]),
+            fmt_ns(ci[1])
+        ),
     )
 }
 
@@ -181,7 +304,7 @@ impl Tally {
 const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
     id: "cpu.process-create",
     title: "Process creation",
-    description: "fork + _exit + waitpid, and posix_spawn of /bin/true + waitpid (reported separately)",
+    description: "fork + _exit + waitpid, the same from a parent with 32 MiB more resident, and posix_spawn of /bin/true + waitpid (reported separately)",
     method: "fork_exit_wait: fork(); the child calls _exit(0) at once; the parent waitpid()s for it. spawn_exec: \
         posix_spawn() of /bin/true (or /usr/bin/true) with an empty environment, then waitpid(); glibc's \
         posix_spawn is clone(CLONE_VM|CLONE_VFORK) + execve, so it copies no page tables and the figure is \
@@ -192,8 +315,12 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
         small parent (osmeter) forks faster than a large one: stress-ng --fork implies 2.5-3x this figure per op \
         because its stressor has ~4x the mappings and ~10x the anonymous resident pages, its child makes ~10 \
         system calls before exiting, and its parent also calls setpgid and kill; a plain C fork loop from a \
-        small parent agrees with fork_exit_wait. Check: every child's wait status is a normal \
-        exit with status 0.",
+        small parent agrees with fork_exit_wait. fork_exit_wait_32mib: the same from a parent with 32 MiB more \
+        anonymous memory, every page written, advised against huge pages; fork_per_mib = (that - the median \
+        fork_exit_wait) / 32, what each MiB of a parent's resident anonymous memory adds (fork copies an entry \
+        per page, the child's exit drops them). Checks: every child's wait status is a normal exit with status \
+        0; the added memory was resident (mincore) in base pages (smaps) before and after the timing; the \
+        per-MiB figure is not below zero beyond its interval.",
     needs: crate::experiments::Needs::NONE,
     // Kernel work at the core's clock (page tables, exec).
     bottleneck: crate::results::Bottleneck::Chain,
@@ -252,12 +379,17 @@ impl Experiment for ProcessCreate {
                 ("spawn_exec".into(), Prediction::withheld(why)),
             ];
         }
+        let no_entry =
+            "no figure measured in the run prices copying and tearing down a page-table entry";
+        for name in ["fork_exit_wait_32mib", "fork_per_mib"] {
+            v.push((name.into(), Prediction::withheld(no_entry)));
+        }
         v
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
         let program = program();
-        let h = super::long_trials(ctx, if program.is_some() { 2 } else { 1 }, 10);
+        let h = super::long_trials(ctx, if program.is_some() { 3 } else { 2 }, 10);
         let err = Cell::new(None::<std::io::Error>);
 
         (ctx.progress)("fork + exit + wait");
@@ -274,12 +406,43 @@ impl Experiment for ProcessCreate {
         if let Some(e) = err.take() {
             return Err(anyhow::Error::new(e).context("fork/waitpid"));
         }
-        out.check(forks.check("forked"));
         out.measured(
             "fork_exit_wait",
             "fork(), child _exit(0), parent waitpid()",
             &m,
         );
+
+        // The same fork from a parent with ADDED_MIB more resident memory; its difference
+        // from the small fork is the page tables' share, which grows with the parent.
+        match added_region(ctx.machine) {
+            Ok(region) => {
+                (ctx.progress)("fork + exit + wait with 32 MiB more resident");
+                let before = resident_pages(&region);
+                let m = h.measure(1.0, |n| {
+                    repeat(n, || {
+                        if let Some(e) = err.take() {
+                            err.set(Some(e));
+                        } else {
+                            forks.add(fork_exit_wait(), &err);
+                        }
+                    })
+                });
+                if let Some(e) = err.take() {
+                    return Err(anyhow::Error::new(e).context("fork/waitpid with the added memory"));
+                }
+                out.check(region_check(before, resident_pages(&region), region.huge_bytes()));
+                out.measured(
+                    "fork_exit_wait_32mib",
+                    "fork_exit_wait from a parent with 32 MiB more resident anonymous memory in base pages",
+                    &m,
+                );
+            }
+            Err(e) => out.notes.push(format!(
+                "fork_exit_wait_32mib, fork_per_mib: skipped, the 32 MiB region could not be made: {e:#}"
+            )),
+        }
+
+        out.check(forks.check("forked"));
 
         match program {
             Some(path) => {
@@ -315,6 +478,7 @@ impl Experiment for ProcessCreate {
         }
 
         out.pool(ctx);
+        let per_mib = per_mib_metric(&mut out);
         let fork = out.median("fork_exit_wait");
         let spawn = out.get("spawn_exec").map(|m| m.summary.median);
         let mut text = format!("fork + exit + wait costs {}", fmt_ns(fork));
@@ -336,6 +500,19 @@ impl Experiment for ProcessCreate {
             from.push("spawn_exec");
         }
         text.push('.');
+        if let Some((v, ci)) = per_mib {
+            out.check(per_mib_check(v, ci));
+            if v > 0.0 && ci[0] > 0.0 {
+                text.push_str(&format!(
+                    " Each MiB of the parent's resident anonymous memory in {} KiB pages adds {} to it \
+                     ({} from a parent with {ADDED_MIB} MiB more).",
+                    crate::platform::page_size() / 1024,
+                    fmt_ns(v),
+                    fmt_ns(out.median("fork_exit_wait_32mib")),
+                ));
+                from.extend(["fork_per_mib", "fork_exit_wait_32mib"]);
+            }
+        }
         for (name, measured, m) in [
             ("fork", Some(fork), fork_model(ctx)),
             ("spawn", spawn, spawn_model(ctx)),
@@ -350,5 +527,42 @@ impl Experiment for ProcessCreate {
         }
         out.finding(text, &from);
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The premise fails for memory that is not resident (a region never written), and
+    /// for a count of huge pages in it; it is unverified without a residency reading.
+    #[test]
+    fn the_added_region_premise_fails_when_it_is_not_resident_base_pages() {
+        let r = added_region(&crate::machine::Machine::gather()).unwrap();
+        let all = resident_pages(&r).expect("mincore reads an anonymous region");
+        assert_eq!(all.0, all.1, "every page written is resident");
+        assert!(region_check(Some(all), Some(all), Some(0)).passed);
+        assert!(region_check(Some(all), Some(all), None).passed);
+        let fresh = Region::new(ADDED_MIB << 20, Pages::Base).unwrap();
+        let none = resident_pages(&fresh).unwrap();
+        assert!(none.0 < none.1 / 2, "{none:?}");
+        for c in [
+            region_check(Some(all), Some(none), Some(0)),
+            region_check(Some(none), Some(all), Some(0)),
+            region_check(Some(all), Some(all), Some(2 << 20)),
+        ] {
+            assert!(c.premise && !c.passed && !c.unverified, "{c:?}");
+        }
+        let c = region_check(None, Some(all), Some(0));
+        assert!(c.unverified, "{c:?}");
+    }
+
+    #[test]
+    fn added_memory_that_makes_fork_faster_beyond_noise_is_invalid() {
+        assert!(per_mib_check(30e3, [25e3, 35e3]).passed);
+        // Zero within noise: a system whose fork copies no entries per page.
+        assert!(per_mib_check(-1e3, [-5e3, 4e3]).passed);
+        let c = per_mib_check(-10e3, [-15e3, -5e3]);
+        assert!(c.premise && !c.passed, "{c:?}");
     }
 }
