@@ -1128,6 +1128,24 @@ fn kept_observations(
     }
 }
 
+/// The notes of the repetitions, in run order: a note every repetition made once, unlabelled
+/// (it holds for the pooled figures: a withheld prediction's reason, a skipped part);
+/// every other labelled with its run.
+fn label_notes<'a>(runs: impl Iterator<Item = &'a ExperimentResult> + Clone) -> Vec<String> {
+    let in_every = |x: &String| runs.clone().all(|r| r.notes.contains(x));
+    let mut notes: Vec<String> = Vec::new();
+    for (k, r) in runs.clone().enumerate() {
+        for x in &r.notes {
+            if !in_every(x) {
+                notes.push(format!("run {}: {x}", k + 1));
+            } else if !notes.contains(x) {
+                notes.push(x.clone());
+            }
+        }
+    }
+    notes
+}
+
 /// One result from the repetitions of an experiment. The last run is kept whole: its
 /// metrics were pooled with the earlier runs' by `Outcome::pool` (each metric's raw values
 /// from every run, each run's median in `runs`), and its findings, series and later checks
@@ -1170,11 +1188,7 @@ pub(crate) fn merge_repeats(mut reps: Vec<ExperimentResult>) -> ExperimentResult
         reps.iter().flat_map(|r| r.checks.iter().cloned()).collect();
     checks.append(&mut base.checks);
     base.checks = checks;
-    let mut notes = Vec::new();
-    for (k, r) in reps.iter().chain(std::iter::once(&base)).enumerate() {
-        notes.extend(r.notes.iter().map(|x| format!("run {}: {x}", k + 1)));
-    }
-    base.notes = notes;
+    base.notes = label_notes(reps.iter().chain(std::iter::once(&base)));
     for m in &mut base.metrics {
         if m.runs.len() == n {
             continue; // pooled by the experiment
@@ -1207,6 +1221,31 @@ mod tests {
         o.metric("m", "ns", "", vec![1.0, 2.0]);
         r.metrics = o.metrics;
         judge(r)
+    }
+
+    /// A note every repetition made (a withheld prediction's reason) is kept once and
+    /// unlabelled; one not made in every repetition keeps its run's label.
+    #[test]
+    fn notes_made_in_every_repetition_are_kept_once() {
+        let run = |notes: &[&str]| ExperimentResult {
+            notes: notes.iter().map(|n| n.to_string()).collect(),
+            ..ExperimentResult::new("x.y", "t", "")
+        };
+        let merged = merge_repeats(vec![
+            run(&["no prediction for m: why", "host condition: a"]),
+            run(&["no prediction for m: why", "host condition: b"]),
+        ]);
+        assert_eq!(
+            merged.notes,
+            [
+                "no prediction for m: why",
+                "run 1: host condition: a",
+                "run 2: host condition: b"
+            ]
+        );
+        // The same condition seen in both runs: once, true of both.
+        let merged = merge_repeats(vec![run(&["x"]), run(&["x", "y"])]);
+        assert_eq!(merged.notes, ["x", "run 2: y"]);
     }
 
     /// A run that was not measured is the result shown: the host conditions graded are
