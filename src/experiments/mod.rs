@@ -488,6 +488,38 @@ impl Outcome {
         metric
     }
 
+    /// Adds `name` = (each trial of `minuend` - the median of `subtrahend`) x `scale`, a
+    /// derived metric whose `runs` are each run's own difference; returns its median and
+    /// its interval widened by `scale` x the subtrahend's (docs/METHODOLOGY.md, "Derived
+    /// figures"). None when either input is missing.
+    pub(crate) fn difference(
+        &mut self,
+        name: &str,
+        description: &str,
+        minuend: &str,
+        subtrahend: &str,
+        scale: f64,
+    ) -> Option<(f64, [f64; 2])> {
+        let (a, b) = (self.get(minuend)?.clone(), self.get(subtrahend)?.clone());
+        let med = b.summary.median;
+        let raw = a.raw.iter().map(|t| (t - med) * scale).collect();
+        let unit = a.unit.clone();
+        let m = self
+            .metric(name, &unit, description, raw)
+            .derived(&[(subtrahend, "sub", scale)]);
+        m.iterations = a.iterations;
+        if a.runs.len() == b.runs.len() {
+            m.runs = a
+                .runs
+                .iter()
+                .zip(&b.runs)
+                .map(|(x, y)| (x - y) * scale)
+                .collect();
+        }
+        let interval = m.interval(|n| (n == subtrahend).then_some(&b));
+        Some((m.summary.median, interval))
+    }
+
     /// A metric already added, by name.
     pub(crate) fn get(&self, name: &str) -> Option<&Metric> {
         self.metrics.iter().find(|m| m.name == name)

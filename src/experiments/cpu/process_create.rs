@@ -142,38 +142,16 @@ fn region_check(
 }
 
 /// Adds `fork_per_mib` = (fork with the added region - pooled median fork) / ADDED_MIB
-/// per pooled trial, with each run's own figure in `runs`, after `fork_exit_wait_32mib`
-/// (docs/METHODOLOGY.md, "Derived figures").
+/// per pooled trial (`Outcome::difference`), after `fork_exit_wait_32mib`.
 fn per_mib_metric(out: &mut Outcome) -> Option<(f64, [f64; 2])> {
-    let (big, small) = (
-        out.get("fork_exit_wait_32mib").cloned()?,
-        out.get("fork_exit_wait").cloned()?,
-    );
-    let mib = ADDED_MIB as f64;
-    let med = small.summary.median;
-    let m = out
-        .metric(
-            "fork_per_mib",
-            "ns",
-            "fork + exit + wait time added per MiB of the parent's resident anonymous memory in \
-             base pages: (fork_exit_wait_32mib - median fork_exit_wait) / 32, per trial",
-            big.raw.iter().map(|t| (t - med) / mib).collect(),
-        )
-        .derived(&[("fork_exit_wait", "sub", 1.0 / mib)]);
-    m.iterations = big.iterations;
-    if big.runs.len() == small.runs.len() {
-        m.runs = big
-            .runs
-            .iter()
-            .zip(&small.runs)
-            .map(|(b, s)| (b - s) / mib)
-            .collect();
-    }
-    let m = out.metrics.last().expect("just added");
-    Some((
-        m.summary.median,
-        m.interval(|n| (n == "fork_exit_wait").then_some(&small)),
-    ))
+    out.difference(
+        "fork_per_mib",
+        "fork + exit + wait time added per MiB of the parent's resident anonymous memory in \
+         base pages: (fork_exit_wait_32mib - median fork_exit_wait) / 32, per trial",
+        "fork_exit_wait_32mib",
+        "fork_exit_wait",
+        1.0 / ADDED_MIB as f64,
+    )
 }
 
 const PER_MIB_CHECK: &str = "added memory did not make fork faster";
@@ -403,20 +381,25 @@ impl Experiment for ProcessCreate {
         // The parent's own anonymous memory as the small fork sees it (the region for the
         // larger fork comes later), priced by fork_per_mib in the finding.
         let own_anon = own_anon_base_bytes();
-        (ctx.progress)("fork + exit + wait");
         let forks = Tally::default();
-        let m = h.measure(1.0, |n| {
-            repeat(n, || {
-                if let Some(e) = err.take() {
-                    err.set(Some(e));
-                } else {
-                    forks.add(fork_exit_wait(), &err);
-                }
-            })
-        });
-        if let Some(e) = err.take() {
-            return Err(anyhow::Error::new(e).context("fork/waitpid"));
-        }
+        // Times fork + exit + wait, counting every child's status; the first error ends it.
+        let time_forks = |what: &str| {
+            let m = h.measure(1.0, |n| {
+                repeat(n, || {
+                    if let Some(e) = err.take() {
+                        err.set(Some(e));
+                    } else {
+                        forks.add(fork_exit_wait(), &err);
+                    }
+                })
+            });
+            match err.take() {
+                Some(e) => Err(anyhow::Error::new(e).context(format!("fork/waitpid{what}"))),
+                None => Ok(m),
+            }
+        };
+        (ctx.progress)("fork + exit + wait");
+        let m = time_forks("")?;
         out.measured(
             "fork_exit_wait",
             "fork(), child _exit(0), parent waitpid()",
@@ -429,18 +412,7 @@ impl Experiment for ProcessCreate {
             Ok(region) => {
                 (ctx.progress)("fork + exit + wait with 32 MiB more resident");
                 let before = resident_pages(&region);
-                let m = h.measure(1.0, |n| {
-                    repeat(n, || {
-                        if let Some(e) = err.take() {
-                            err.set(Some(e));
-                        } else {
-                            forks.add(fork_exit_wait(), &err);
-                        }
-                    })
-                });
-                if let Some(e) = err.take() {
-                    return Err(anyhow::Error::new(e).context("fork/waitpid with the added memory"));
-                }
+                let m = time_forks(" with the added memory")?;
                 out.check(region_check(before, resident_pages(&region), region.huge_bytes()));
                 out.measured(
                     "fork_exit_wait_32mib",

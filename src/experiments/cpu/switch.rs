@@ -586,46 +586,27 @@ fn same_cpu(kind: Kind, ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow
 /// trial, after `pipe_cost`, with each run's own figure in `runs`; returns its median and
 /// its interval widened by half the pipe cost's (docs/METHODOLOGY.md, "Derived figures").
 fn switch_metric(out: &mut Outcome) -> Figure {
-    let (Some(rt), Some(pipe)) = (
-        out.get("pipe_round_trip_same_cpu").cloned(),
-        out.get("pipe_cost").cloned(),
+    let Some((median, interval)) = out.difference(
+        "switch",
+        "one context switch: (round trip - median pipe cost) / 2, per trial; its interval includes the pipe cost's",
+        "pipe_round_trip_same_cpu",
+        "pipe_cost",
+        0.5,
     ) else {
         return Figure {
             median: f64::NAN,
             interval: [f64::NAN; 2],
         };
     };
-    let pipe_med = pipe.summary.median;
-    let switches: Vec<f64> = rt.raw.iter().map(|t| (t - pipe_med) / 2.0).collect();
-    let m = out
-        .metric(
-            "switch",
-            "ns",
-            "one context switch: (round trip - median pipe cost) / 2, per trial; its interval includes the pipe cost's",
-            switches,
-        )
-        .derived(&[("pipe_cost", "sub", 0.5)]);
-    m.iterations = rt.iterations;
-    if rt.runs.len() == pipe.runs.len() {
-        m.runs = rt
-            .runs
-            .iter()
-            .zip(&pipe.runs)
-            .map(|(r, p)| (r - p) / 2.0)
-            .collect();
-    }
+    // Shown beside the pipe cost it subtracts.
     let m = out.metrics.pop().expect("just added");
     let at = out
         .metrics
         .iter()
         .position(|x| x.name == "pipe_cost")
         .map_or(out.metrics.len(), |i| i + 1);
-    let fig = Figure {
-        median: m.summary.median,
-        interval: m.interval(|n| (n == "pipe_cost").then_some(&pipe)),
-    };
     out.metrics.insert(at, m);
-    fig
+    Figure { median, interval }
 }
 
 const POSITIVE: &str = "the switch figure is positive";
