@@ -737,7 +737,13 @@ impl CoarseClock {
     }
     /// The counter as a nanosecond clock (what `raw_clock_ns` is on a Mac).
     pub fn ns(&self) -> u64 {
-        (self.read() as f64 * 1e9 / self.hz) as u64
+        self.ns_at(monotonic_raw_ns())
+    }
+    /// What the counter reads, in ns, at the instant the fine clock reads `fine_ns`: so a
+    /// test can time one window with both clocks at once.
+    pub fn ns_at(&self, fine_ns: u64) -> u64 {
+        let ticks = (fine_ns as f64 * self.hz / 1e9) as u64;
+        (ticks as f64 * 1e9 / self.hz) as u64
     }
 }
 
