@@ -907,12 +907,24 @@ mod tests {
         let a = c.start();
         let b = c.stop();
         assert!(b >= a);
-        // The counter agrees with CLOCK_MONOTONIC_RAW over 20 ms to within 5%.
-        let n0 = monotonic_raw_ns();
-        let c0 = c.start();
+        // The counter agrees with CLOCK_MONOTONIC_RAW over 20 ms to within 5%. Each end
+        // is a counter read bracketed by two clock reads at most 20 us apart (retried
+        // until so): a preemption between the two clocks' reads would otherwise count
+        // in one span and not the other.
+        let pair = || {
+            for _ in 0..1000 {
+                let n0 = monotonic_raw_ns();
+                let t = c.start();
+                let n1 = monotonic_raw_ns();
+                if n1 - n0 < 20_000 {
+                    return (t, (n0 + n1) / 2);
+                }
+            }
+            panic!("no counter read within 20 us of the clock's in 1000 tries");
+        };
+        let (c0, n0) = pair();
         std::thread::sleep(Duration::from_millis(20));
-        let c1 = c.stop();
-        let n1 = monotonic_raw_ns();
+        let (c1, n1) = pair();
         let ratio = c.ticks_to_ns((c1 - c0) as f64) / (n1 - n0) as f64;
         assert!((0.95..1.05).contains(&ratio), "ratio {ratio}");
     }
