@@ -177,7 +177,10 @@ fn smoke_run_report_opens_cleanly_in_chromium() {
         .arg(&folder);
     let (ok, cpu) = common::run_for_cpu_time(cmd);
     assert!(ok, "osmeter report failed");
-    assert!(cpu < Duration::from_secs(2), "re-rendering took {cpu:?} of CPU time");
+    assert!(
+        cpu < Duration::from_secs(2),
+        "re-rendering took {cpu:?} of CPU time"
+    );
     assert!(again.join("report.html").is_file() && again.join("report.md").is_file());
 
     let shot = output_dir().join("report.png");
@@ -592,7 +595,10 @@ fn a_full_synthetic_report_has_every_plot_and_finding_and_renders_fast() {
         .arg(&file);
     let (ok, took) = common::run_for_cpu_time(cmd);
     assert!(ok, "osmeter report failed");
-    assert!(took < Duration::from_secs(2), "rendering took {took:?} of CPU time");
+    assert!(
+        took < Duration::from_secs(2),
+        "rendering took {took:?} of CPU time"
+    );
     eprintln!("rendered the synthetic report in {took:?} of CPU time");
     let html = std::fs::read_to_string(tmp.path().join("report.html")).unwrap();
     assert_self_contained(&html);
