@@ -169,6 +169,8 @@ pub fn peer_frame(t: u8, payload: &[u8]) -> Vec<u8> {
 /// Runs `cmd` to its end; whether it succeeded, and the CPU time (user + system) it used.
 /// A speed bar on CPU time holds on a busy machine, where wall time also counts the time
 /// the command waited for a CPU.
+// The child is reaped by wait4 below, which std's Child cannot see.
+#[allow(clippy::zombie_processes)]
 pub fn run_for_cpu_time(mut cmd: std::process::Command) -> (bool, std::time::Duration) {
     let child = cmd
         .stdout(std::process::Stdio::null())
