@@ -709,11 +709,30 @@ pub fn measure_core_clock() -> Option<CoreClock> {
             (monotonic_raw_ns() - t0) as f64
         }
     };
-    let hz = core_hz_from_windows(iters * LINKS_PER_ITER, ADD_LATENCY, 31, timed(add_chain))?;
+    // 33 add windows with an imul window after every third: interleaved, so that both
+    // chains' best windows come from the same spell of the host (a vCPU slowed while one
+    // chain ran alone reads as the two disagreeing).
+    let add = timed(add_chain);
     #[cfg(target_arch = "x86_64")]
-    let imul_hz = core_hz_from_windows(iters * LINKS_PER_ITER, IMUL_LATENCY, 11, timed(imul_chain));
+    let imul = Some(timed(imul_chain));
     #[cfg(not(target_arch = "x86_64"))]
-    let imul_hz = None;
+    let imul = None::<fn() -> f64>;
+    let (mut add_ns, mut imul_ns) = (Vec::new(), Vec::new());
+    for i in 0..33 {
+        add_ns.push(add());
+        if let Some(imul) = imul.as_ref().filter(|_| i % 3 == 2) {
+            imul_ns.push(imul());
+        }
+    }
+    let from = |v: Vec<f64>, latency: f64| {
+        let n = v.len();
+        let mut v = v.into_iter();
+        core_hz_from_windows(iters * LINKS_PER_ITER, latency, n, || {
+            v.next().unwrap_or(0.0)
+        })
+    };
+    let hz = from(add_ns, ADD_LATENCY)?;
+    let imul_hz = from(imul_ns, IMUL_LATENCY);
     Some(CoreClock { hz, imul_hz })
 }
 
@@ -733,7 +752,7 @@ impl CoarseClock {
         c
     }
     fn read(&self) -> u64 {
-        (monotonic_raw_ns() as f64 * self.hz / 1e9) as u64
+        self.ticks_at(monotonic_raw_ns())
     }
     /// The counter as a nanosecond clock (what `raw_clock_ns` is on a Mac).
     pub fn ns(&self) -> u64 {
@@ -742,8 +761,11 @@ impl CoarseClock {
     /// What the counter reads, in ns, at the instant the fine clock reads `fine_ns`: so a
     /// test can time one window with both clocks at once.
     pub fn ns_at(&self, fine_ns: u64) -> u64 {
-        let ticks = (fine_ns as f64 * self.hz / 1e9) as u64;
-        (ticks as f64 * 1e9 / self.hz) as u64
+        (self.ticks_at(fine_ns) as f64 * 1e9 / self.hz) as u64
+    }
+    /// The counter's ticks at the instant the fine clock reads `fine_ns`.
+    pub fn ticks_at(&self, fine_ns: u64) -> u64 {
+        (fine_ns as f64 * self.hz / 1e9) as u64
     }
 }
 
