@@ -180,7 +180,7 @@ impl Kernels {
 }
 
 /// How many passes of each kernel one timed window holds: one each on a fine clock; on a
-/// coarse clock, enough that a window spans `MIN_STEPS` steps, from the fastest of three
+/// coarse clock, enough that a window spans `MIN_STEPS` steps, from the fastest of five
 /// timed passes (a pass preempted once must not shrink the count).
 fn plan(now: &dyn Fn() -> u64, kernels: &mut Kernels) -> [usize; 4] {
     let step = crate::clock::clock_step_ns(now);
@@ -189,7 +189,7 @@ fn plan(now: &dyn Fn() -> u64, kernels: &mut Kernels) -> [usize; 4] {
     }
     let mut k = [1; 4];
     for (kernel, k) in k.iter_mut().enumerate() {
-        let once = (0..3)
+        let once = (0..5)
             .map(|_| time_ns(now, || kernels.run(kernel, 1, 0)))
             .fold(f64::INFINITY, f64::min);
         *k = scale(step, once);
@@ -276,7 +276,7 @@ mod tests {
     /// fine clock gives for the very same windows: each window is read by both clocks at
     /// once (the coarse reading is the fine one rounded down to the counter's tick), so
     /// the host's swings cancel and only what the scaling controls is left: the rounding,
-    /// at most 2 steps in a window of at least `MIN_STEPS`. Without the scaling the copy's
+    /// at most 2 steps in a window of about `MIN_STEPS`. Without the scaling the copy's
     /// 1.3 us window spans ~31 steps (3% each); a repeat count not divided out is off by
     /// the count (3-33x).
     #[test]
@@ -308,10 +308,11 @@ mod tests {
                 })
                 .collect();
             for w in &fine {
-                // Half of MIN_STEPS: a window only grows when the host interrupts it, and
-                // the plan's count comes from the fastest of three passes.
+                // A quarter of MIN_STEPS: the plan's count comes from the fastest of five
+                // passes, which a busy host can all slow (seen: 480 steps beside a busy
+                // loop, 0.4% of rounding); without the scaling a window spans ~31.
                 assert!(
-                    w / step >= MIN_STEPS / 2.0,
+                    w / step >= MIN_STEPS / 4.0,
                     "{name}: a window of {:.0} steps of the 24 MHz counter ({k:?} passes)",
                     w / step
                 );
