@@ -19,9 +19,25 @@ fn basic_costs_are_plausible_and_ordered() {
     );
     let vdso = median(&r, "cpu.syscall", "clock_gettime_vdso");
     assert!(vdso < sys * 2.0, "vDSO {vdso} ns vs syscall {sys} ns");
-    // Call cost does not fall with more arguments (within noise).
-    let c0 = median(&r, "cpu.call", "args_0");
-    let c7 = median(&r, "cpu.call", "args_7");
+    // Call cost does not fall with more arguments (within noise). Both are a few cycles,
+    // timed one after the other: a host that slowed the vCPU for the one and not the other
+    // moves them by tens of percent, so the relation is taken again, up to three runs in
+    // all, and said; a call that really got cheaper with arguments fails all three.
+    let (mut c0, mut c7) = (
+        median(&r, "cpu.call", "args_0"),
+        median(&r, "cpu.call", "args_7"),
+    );
+    for again in 2..=3 {
+        if c0 > 0.0 && c7 >= 0.7 * c0 {
+            break;
+        }
+        eprintln!("args_0 {c0} ns, args_7 {c7} ns: taking cpu.call again ({again} of 3)");
+        let r = smoke("cpu.call");
+        (c0, c7) = (
+            median(&r, "cpu.call", "args_0"),
+            median(&r, "cpu.call", "args_7"),
+        );
+    }
     assert!(c0 > 0.0 && c7 >= 0.7 * c0, "args_0 {c0} ns, args_7 {c7} ns");
     assert!(sys > c0, "a system call costs more than a procedure call");
     // Every summary is internally consistent.

@@ -359,6 +359,32 @@ fn setup(test: &str, case: u32, hosts: usize) -> Option<(Fleet, PathBuf)> {
     }
 }
 
+/// Each failed experiment, with its reason, in the results.json files fetched under `dir`:
+/// what a failed playbook's "osmeter run exited with 1" does not say.
+fn failed_experiments(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.file_name().is_some_and(|n| n == "results.json") {
+                let v: serde_json::Value = std::fs::read_to_string(&p)
+                    .ok()
+                    .and_then(|t| serde_json::from_str(&t).ok())
+                    .unwrap_or_default();
+                for x in v["experiments"].as_array().into_iter().flatten() {
+                    if x["status"] == "failed" {
+                        found.push(format!("{}: {}: {}", p.display(), x["id"], x["reason"]));
+                    }
+                }
+            }
+        }
+    }
+    found
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}\n{}",
@@ -392,7 +418,12 @@ fn playbook_measures_a_ring_of_namespace_hosts() {
             "osmeter_net_pairs=true",
         ],
     );
-    assert!(o.status.success(), "playbook failed:\n{}", text(&o));
+    assert!(
+        o.status.success(),
+        "playbook failed:\n{}\nexperiments that failed: {:?}",
+        text(&o),
+        failed_experiments(&out)
+    );
     let left = fleet.leftovers();
     assert!(left.is_empty(), "left behind: {left:?}");
 

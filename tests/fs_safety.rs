@@ -250,14 +250,32 @@ fn bad_directories_are_usage_errors() {
 #[test]
 fn smoke_run_relations_and_cleanup() {
     let scratch = tmp();
-    let (v, o) = run_json(&[
-        "--only",
-        "fs.read,fs.contention,fs.cache-size,fs.remote-read",
-        "--profile",
-        "smoke",
-        "--scratch-dir",
-        scratch.path().to_str().unwrap(),
-    ]);
+    // fs.contention's readers must start within 10% of a 60 ms round; on a loaded 2-CPU
+    // host three readers sometimes cannot, and the run is rightly invalid. That premise
+    // alone failing is taken again, up to three runs in all, and said.
+    let mut tries = 0;
+    let (v, o) = loop {
+        tries += 1;
+        let (v, o) = run_json(&[
+            "--only",
+            "fs.read,fs.contention,fs.cache-size,fs.remote-read",
+            "--profile",
+            "smoke",
+            "--scratch-dir",
+            scratch.path().to_str().unwrap(),
+        ]);
+        let reason = v["experiments"]
+            .as_array()
+            .and_then(|a| a.iter().find(|e| e["id"] == "fs.contention"))
+            .and_then(|e| e["reason"].as_str())
+            .unwrap_or("")
+            .to_string();
+        if tries < 3 && reason.starts_with("premise failed: readers released together") {
+            eprintln!("retrying the smoke run ({tries} of 3): {reason}");
+            continue;
+        }
+        break (v, o);
+    };
     assert_eq!(
         o.status.code(),
         Some(0),

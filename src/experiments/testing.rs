@@ -200,7 +200,20 @@ mod failing_checks {
     fn contention_rereads_blocks() {
         crate::experiments::fs::contention::SMALL_FILES.with(|s| s.set(Some(64 << 10)));
         let clock = CoarseClock::new(1e9);
-        let r = World::live(&clock).run(by_id("fs.contention").as_ref());
+        // The readers must also start within 10% of a round, which a loaded 2-CPU host
+        // sometimes cannot give three of them (the run is then rightly invalid): that
+        // premise alone failing is taken again, up to three runs in all, and said.
+        let mut tries = 0;
+        let r = loop {
+            tries += 1;
+            let r = World::live(&clock).run(by_id("fs.contention").as_ref());
+            let reason = r.reason.as_deref().unwrap_or("");
+            if tries < 3 && reason.starts_with("premise failed: readers released together") {
+                eprintln!("contention_rereads_blocks: retrying ({tries} of 3): {reason}");
+                continue;
+            }
+            break r;
+        };
         if r.status == Status::Skipped {
             return skip("contention_rereads_blocks", &format!("{:?}", r.reason));
         }
