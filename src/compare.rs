@@ -41,7 +41,7 @@ pub const ENV_NOTICE: f64 = 0.03;
 
 pub fn rule_text(min_rel_diff: f64) -> String {
     format!(
-        "significant = the shift reaches {:.0}% and its 95% interval excludes zero (per-trial and derived metrics: the medians' confidence intervals do not overlap, at least {MIN_TRIALS} trials each, beyond the larger CoV of the trials; per-operation distributions: Hodges-Lehmann shift with its Mann-Whitney interval, beyond the range of batch medians within each run), beyond the run-to-run noise where known (repeats, or history of at least {MIN_HISTORY} runs: t-test on log medians), and beyond the move of the environment sentinel's component that shares the metric's bottleneck (dependent chain, issue rate, L1 chase or copy; none for device and network figures)",
+        "significant = the shift reaches {:.0}% and its 95% interval excludes zero (per-trial and derived metrics: the medians' confidence intervals do not overlap, at least {MIN_TRIALS} trials each, beyond the larger CoV of the trials; per-operation distributions: Hodges-Lehmann shift with its Mann-Whitney interval, beyond the range of batch medians within each run), beyond the run-to-run noise where known (a history of at least {MIN_HISTORY} runs of the host, else repeats: t-test on log medians), and beyond the move of the environment sentinel's component that shares the metric's bottleneck (dependent chain, issue rate, L1 chase or copy; none for device and network figures)",
         min_rel_diff * 100.0
     )
 }
@@ -209,19 +209,21 @@ fn run_to_run(a: &Metric, b: &Metric, history: &[f64]) -> Noise {
     } else {
         0
     };
-    let (source, runs, var, df) = if rep_df >= 2 && rep_df >= hist_df {
-        (
-            format!("repeats of {} runs", la.len() + lb.len()),
-            la.len() + lb.len(),
-            rep_ss / rep_df as f64,
-            rep_df,
-        )
-    } else if hist_df > 0 {
+    // The history first whenever it is long enough: its runs are separate processes, which
+    // is the noise a CPU-bound figure has and its repetitions within one process miss.
+    let (source, runs, var, df) = if hist_df > 0 {
         (
             format!("history of {} runs", lh.len()),
             lh.len(),
             ss(&lh) / hist_df as f64,
             hist_df,
+        )
+    } else if rep_df >= 2 {
+        (
+            format!("repeats of {} runs", la.len() + lb.len()),
+            la.len() + lb.len(),
+            rep_ss / rep_df as f64,
+            rep_df,
         )
     } else {
         return Noise {
@@ -930,6 +932,15 @@ mod tests {
             !v.significant && v.noise.source == "repeats of 6 runs",
             "{v:?}"
         );
+        // Three earlier runs outrank two repetitions in each run (README's count: the
+        // gate decides a CPU-bound figure once the history holds 3).
+        let mut r2a = a.clone();
+        let mut r2b = b.clone();
+        r2a.experiments[0].metrics[0].runs = vec![100.0, 93.0];
+        r2b.experiments[0].metrics[0].runs = vec![108.0, 101.0];
+        let c = pair(r2a, r2b, &hist[..3]);
+        let v = c.metrics[0].versus[1].clone().unwrap();
+        assert_eq!(v.noise.source, "history of 3 runs", "{v:?}");
         rb.experiments[0].metrics[0].runs = vec![130.0, 131.0, 129.0];
         ra.experiments[0].metrics[0].runs = vec![100.0, 101.0, 99.0];
         rb.experiments[0].metrics[0].summary.median = 130.0;
