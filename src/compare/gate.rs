@@ -245,7 +245,7 @@ pub struct Gate {
 
 pub fn rule_text() -> String {
     format!(
-        "regressed/improved = the change's 95% interval (within-run interval, no narrower than the trials' spread or the run-to-run noise allow, widened by the move of the sentinel component that shares the metric's bottleneck and by a change of steal time) lies wholly beyond the floor on the worse/better side; same = wholly inside the floor; inconclusive = it crosses the floor, the runs are of different machines or trust grades (for a figure no sentinel component shares, leaving out the core's clock and issue rate), or a CPU-bound metric (one a sentinel component shares) would change while its run-to-run noise is known only within each run (no history of at least {MIN_HISTORY} runs of this host). Floor: a floors-file entry, else --floor, else the file's default, else {HISTORY_SDS} run-to-run SDs of the metric in this host's history (at least {MIN_HISTORY} runs; no less than {:.0}%), else {:.0}%",
+        "regressed/improved = the change's 95% interval (within-run interval, no narrower than the trials' spread or the run-to-run noise allow, widened by the move of the sentinel component that shares the metric's bottleneck and by a change of steal time) lies wholly beyond the floor on the worse/better side; same = wholly inside the floor; inconclusive = it crosses the floor, the runs are of different machines or trust grades (for a figure no sentinel component shares, leaving out the core's clock and issue rate), or a CPU-bound metric (one a sentinel component shares), a cross-CPU wake-up or a loopback network figure would change while its run-to-run noise is known only within each run (no history of at least {MIN_HISTORY} runs of this host). Floor: a floors-file entry, else --floor, else the file's default, else {HISTORY_SDS} run-to-run SDs of the metric in this host's history (at least {MIN_HISTORY} runs; no less than {:.0}%), else {:.0}%",
         MIN_FLOOR * 100.0,
         DEFAULT_FLOOR * 100.0
     )
@@ -394,14 +394,21 @@ pub fn gate(
     };
     if c.history_runs < MIN_HISTORY {
         environment.push(format!(
-            "no history of this host ({} earlier runs, {MIN_HISTORY} needed): a CPU-bound metric (one a sentinel component shares) can be same or inconclusive, not regressed or improved; back-to-back runs of one build moved cpu.call and cpu.timer 24-36% here with the sentinel still",
+            "no history of this host ({} earlier runs, {MIN_HISTORY} needed): a CPU-bound metric (one a sentinel component shares), a cross-CPU wake-up or a loopback network figure can be same or inconclusive, not regressed or improved; back-to-back runs of one build moved cpu.call and cpu.timer 24-36% here with the sentinel still",
             c.history_runs
         ));
     }
+    // Network figures measured without a peer ran over loopback in either run.
+    let loopback = ra.peer_name().is_none() || rb.peer_name().is_none();
+    let around = Around {
+        other_machine,
+        steal,
+        loopback,
+    };
     let mut rows: Vec<GateRow> = c
         .metrics
         .iter()
-        .map(|cm| row(cm, runs, i, history, cfg, other_machine, steal))
+        .map(|cm| row(cm, runs, i, history, cfg, around))
         .collect();
     let order = |r: &GateRow| match r.verdict {
         Some(Verdict::Regressed) => 0,
@@ -480,6 +487,16 @@ pub fn gate(
     }
 }
 
+/// What the runs' circumstances bring to every row.
+#[derive(Clone, Copy)]
+struct Around {
+    other_machine: bool,
+    /// The change of steal time between the runs.
+    steal: f64,
+    /// The network figures ran over loopback in at least one run.
+    loopback: bool,
+}
+
 /// The verdict for one metric.
 fn row(
     cm: &ComparedMetric,
@@ -487,9 +504,13 @@ fn row(
     i: usize,
     history: &[RunResults],
     cfg: &GateConfig,
-    other_machine: bool,
-    steal: f64,
+    around: Around,
 ) -> GateRow {
+    let Around {
+        other_machine,
+        steal,
+        loopback,
+    } = around;
     let (exp, metric) = (cm.experiment.as_str(), cm.metric.as_str());
     let hist: Vec<f64> = history
         .iter()
@@ -627,14 +648,14 @@ fn row(
     }
     // A CPU-bound figure can settle in a different state in each process (code and stack
     // placement, the host core under the vCPU) that its repetitions within the process
-    // share: only independent runs (the history) measure that noise.
-    let cpu_bound = r.component != Some(Bottleneck::None);
-    if cpu_bound
-        && !v.noise.source.starts_with("history")
-        && matches!(judged, Verdict::Regressed | Verdict::Improved)
+    // share: only independent runs (the history) measure that noise. So can a figure
+    // that rides this machine's scheduler though no sentinel kernel shares it.
+    if let Some(kind) = process_bound(r.component, exp, loopback)
+        .filter(|_| !v.noise.source.starts_with("history"))
+        .filter(|_| matches!(judged, Verdict::Regressed | Verdict::Improved))
     {
         r.reason = format!(
-            "{interval} would be {} against the {floor_text}, but its run-to-run noise is known only within each run ({}), whose repetitions share one process's state; a history of at least {MIN_HISTORY} runs of this host decides",
+            "{interval} would be {} against the {floor_text}, but its run-to-run noise is known only within each run ({}), whose repetitions share one process's state ({kind}); a history of at least {MIN_HISTORY} runs of this host decides",
             judged.as_str(),
             v.noise.source
         );
@@ -661,6 +682,22 @@ fn row(
     r
 }
 
+/// Why a figure's noise between processes is unknown without a history, or None when its
+/// repetitions show it (a disk, a remote link): a CPU-bound figure; a cross-CPU wake-up
+/// (an IPI, a vCPU the host must run: the scheduler's and hypervisor's state); a
+/// loopback network figure (the network is this machine's CPUs and scheduler).
+fn process_bound(component: Option<Bottleneck>, exp: &str, loopback: bool) -> Option<&'static str> {
+    if component != Some(Bottleneck::None) {
+        Some("a CPU-bound figure")
+    } else if exp.starts_with("cpu.") {
+        Some("a cross-CPU wake-up")
+    } else if exp.starts_with("net.") && loopback {
+        Some("a loopback network figure")
+    } else {
+        None
+    }
+}
+
 /// ", allowing for ..." naming the environment's allowances, or nothing.
 fn allowance_text(r: &GateRow, component: &str, steal: f64) -> String {
     let mut parts = Vec::new();
@@ -684,7 +721,20 @@ fn allowance_text(r: &GateRow, component: &str, steal: f64) -> String {
 mod tests {
     use super::*;
     use crate::compare::compare_with_history;
-    use crate::compare::tests::{metric, per_op, run, trials};
+    use crate::compare::tests::{metric, per_op, run as cpu_run, trials};
+
+    /// A run of one experiment: "cpu.y", or "fs.y" when no metric shares a sentinel
+    /// component (the tests' device figure: a disk, whose repetitions show its noise).
+    fn run(metrics: Vec<Metric>, sentinel: Option<BeforeAfter>) -> RunResults {
+        let device = metrics
+            .iter()
+            .all(|m| m.bottleneck == Some(Bottleneck::None));
+        let mut r = cpu_run(metrics, sentinel);
+        if device {
+            r.experiments[0].id = "fs.y".into();
+        }
+        r
+    }
     use crate::results::{BeforeAfter, Metric, MetricKind, Reading};
 
     /// A sentinel reading: each component scaled by its factor (chain, issue, chase, copy).
@@ -877,7 +927,7 @@ mod tests {
         );
         // ... unless a floors file names its direction.
         let cfg = GateConfig {
-            file: Some(FloorsFile::parse("[better]\n\"cpu.y.t\" = \"higher\"\n").unwrap()),
+            file: Some(FloorsFile::parse("[better]\n\"fs.y.t\" = \"higher\"\n").unwrap()),
             ..Default::default()
         };
         let g = judge(
@@ -953,7 +1003,7 @@ mod tests {
         assert_eq!(v(&flag, &[]).0, Verdict::Same);
         // A file entry for the metric wins over the flag; the longest pattern wins.
         let file =
-            FloorsFile::parse("default = 30\n[floor]\n\"cpu.*\" = \"20%\"\n\"cpu.y.t\" = \"2%\"\n")
+            FloorsFile::parse("default = 30\n[floor]\n\"fs.*\" = \"20%\"\n\"fs.y.t\" = \"2%\"\n")
                 .unwrap();
         let both = GateConfig {
             floor: Some(0.2),
@@ -1114,18 +1164,18 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            judge(a.clone(), b.clone(), &[], &req("cpu.y.t")).exit_code,
+            judge(a.clone(), b.clone(), &[], &req("fs.y.t")).exit_code,
             0
         );
         assert_eq!(
-            judge(a.clone(), b.clone(), &[], &req("cpu.y")).exit_code,
+            judge(a.clone(), b.clone(), &[], &req("fs.y")).exit_code,
             EXIT_INCONCLUSIVE
         );
         let g = judge(a.clone(), b.clone(), &[], &req("net.*"));
         assert_eq!((g.exit_code, g.unmatched.len()), (EXIT_INCONCLUSIVE, 1));
         // A regression decides, whatever else is open.
         let b = run(vec![t(2, 150.0), noisy(4, 106.0)], None);
-        let g = judge(a, b, &[], &req("cpu.y"));
+        let g = judge(a, b, &[], &req("fs.y"));
         assert_eq!(g.exit_code, EXIT_REGRESSION);
         // Regressions lead the rows.
         assert_eq!(g.rows[0].verdict, Some(Verdict::Regressed));
@@ -1142,5 +1192,60 @@ mod tests {
         let b = run(vec![], None);
         let g = judge(run(vec![t(1, 100.0)], None), b, &[], &GateConfig::default());
         assert!(only(&g).reason.contains("missing"), "{g:?}");
+    }
+
+    /// A cross-CPU wake-up and a loopback network figure ride this machine's scheduler,
+    /// whose state differs from process to process (back-to-back quick runs of one build
+    /// moved a cross-CPU round trip +31% and loopback round trips -31 to -43%): without a
+    /// history they get no verdict; a remote link's figure, or a history of the host, does.
+    #[test]
+    fn wake_ups_and_loopback_need_a_history_as_cpu_bound_figures_do() {
+        let cfg = GateConfig::default();
+        let t = |seed, med| time(seed, med, Some(Bottleneck::None));
+        let pair = |exp: &str, peer: bool, hist: &[RunResults]| {
+            let mk = |seed, med| {
+                let mut r = cpu_run(vec![t(seed, med)], None);
+                r.experiments[0].id = exp.into();
+                if peer {
+                    r.config.peer = Some(Some(crate::results::PeerRecord {
+                        name: Some("far".into()),
+                        spec: Some("far:7777".into()),
+                        address: Some(Some("192.0.2.1:7777".into())),
+                        ..Default::default()
+                    }));
+                }
+                r
+            };
+            let hist: Vec<RunResults> = hist
+                .iter()
+                .cloned()
+                .map(|mut h| {
+                    h.experiments[0].id = exp.into();
+                    h
+                })
+                .collect();
+            let g = judge(mk(1, 100.0), mk(2, 130.0), &hist, &cfg);
+            only(&g).clone()
+        };
+        for (exp, kind) in [
+            ("cpu.core-to-core", "a cross-CPU wake-up"),
+            ("net.rtt", "a loopback network figure"),
+        ] {
+            let r = pair(exp, false, &[]);
+            assert_eq!(r.verdict, Some(Verdict::Inconclusive), "{r:?}");
+            assert!(
+                r.reason.contains("would be regressed") && r.reason.contains(kind),
+                "{}",
+                r.reason
+            );
+            let r = pair(exp, false, &quiet_history(Some(Bottleneck::None)));
+            assert_eq!(r.verdict, Some(Verdict::Regressed), "{r:?}");
+        }
+        // Against a remote peer the link is the bottleneck and the repetitions show it.
+        let r = pair("net.rtt", true, &[]);
+        assert_eq!(r.verdict, Some(Verdict::Regressed), "{r:?}");
+        // A disk figure likewise.
+        let r = pair("fs.read", false, &[]);
+        assert_eq!(r.verdict, Some(Verdict::Regressed), "{r:?}");
     }
 }
