@@ -563,14 +563,23 @@ fn a_failing_step_leaves_nothing_behind() {
         .args(["netns", "exec", &fleet.hosts[0].ns, "sleep", "60"])
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let seen = fleet.leftovers();
+    // The probe process takes a moment to exist in the namespace (longer on a loaded
+    // host): look until both probes are seen, for up to 10 s.
+    let found = |seen: &[String]| {
+        seen.iter().any(|l| l.contains("scratch left"))
+            && seen.iter().any(|l| l.contains("process"))
+    };
+    let t = Instant::now();
+    let mut seen = fleet.leftovers();
+    while !found(&seen) && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+        seen = fleet.leftovers();
+    }
     let _ = probe.kill();
     let _ = probe.wait();
     std::fs::remove_dir(fleet.remote_tmp().join("osmeter-h1-probe")).unwrap();
     assert!(
-        seen.iter().any(|l| l.contains("scratch left"))
-            && seen.iter().any(|l| l.contains("process")),
+        found(&seen),
         "the leftover check missed the probes: {seen:?}"
     );
     assert!(fleet.leftovers().is_empty());
@@ -605,7 +614,7 @@ fn a_failing_step_leaves_nothing_behind() {
     assert!(log.contains("Stop the peer this play started"), "{log}");
     assert!(log.contains("no.such-experiment"), "{log}");
     let left = fleet.leftovers();
-    assert!(left.is_empty(), "left behind: {left:?}");
+    assert!(left.is_empty(), "left behind: {left:?}\n{log}");
     assert!(!out.join("h1").join("results.json").exists());
 
     // Results already collected are never overwritten: a second play refuses at once.
