@@ -17,6 +17,17 @@ fn osmeter(db: &Path) -> Command {
     c
 }
 
+/// Runs `osmeter report --quiet ARGS` to success and returns the CPU time it used.
+fn report_cpu_time(db: &Path, args: &[&std::ffi::OsStr]) -> Duration {
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("osmeter"));
+    cmd.env("OSMETER_HISTORY_DB", db)
+        .args(["report", "--quiet"])
+        .args(args);
+    let (ok, cpu) = common::run_for_cpu_time(cmd);
+    assert!(ok, "osmeter report failed");
+    cpu
+}
+
 /// Where tests leave files for a person to look at (screenshots).
 fn output_dir() -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("report-e2e");
@@ -170,13 +181,10 @@ fn smoke_run_report_opens_cleanly_in_chromium() {
 
     // Re-render into another folder, within the time bar.
     let again = tmp.path().join("again");
-    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("osmeter"));
-    cmd.env("OSMETER_HISTORY_DB", &db)
-        .args(["report", "--quiet", "--out"])
-        .arg(&again)
-        .arg(&folder);
-    let (ok, cpu) = common::run_for_cpu_time(cmd);
-    assert!(ok, "osmeter report failed");
+    let cpu = report_cpu_time(
+        &db,
+        &["--out".as_ref(), again.as_os_str(), folder.as_os_str()],
+    );
     assert!(
         cpu < Duration::from_secs(2),
         "re-rendering took {cpu:?} of CPU time"
@@ -589,12 +597,7 @@ fn a_full_synthetic_report_has_every_plot_and_finding_and_renders_fast() {
     let db = tmp.path().join("history.sqlite");
     let file = tmp.path().join("results.json");
     std::fs::write(&file, serde_json::to_string(&synthetic_document()).unwrap()).unwrap();
-    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("osmeter"));
-    cmd.env("OSMETER_HISTORY_DB", &db)
-        .args(["report", "--quiet"])
-        .arg(&file);
-    let (ok, took) = common::run_for_cpu_time(cmd);
-    assert!(ok, "osmeter report failed");
+    let took = report_cpu_time(&db, &[file.as_os_str()]);
     assert!(
         took < Duration::from_secs(2),
         "rendering took {took:?} of CPU time"
