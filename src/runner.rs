@@ -303,7 +303,7 @@ fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> 
         machine.topology.choose(cpu, why);
     }
     // One CPU per kind of core, for the experiments that report figures per kind.
-    let kind_cpus = if selected.iter().any(|e| e.meta().per_core_kind) {
+    let kind_cpus = if selected.iter().any(|e| e.spec().per_core_kind) {
         machine.topology.per_kind_cpus(cpu, &allowed)
     } else {
         Vec::new()
@@ -479,7 +479,7 @@ fn repeats(cfg: &RunConfig, exp: &dyn Experiment) -> usize {
 
 /// Budgets `exp` takes in all: its repeats, times the kinds of core it runs on.
 fn runs_of(cfg: &RunConfig, exp: &dyn Experiment, kinds: usize) -> u32 {
-    let k = if exp.meta().per_core_kind {
+    let k = if exp.spec().per_core_kind {
         kinds.max(1)
     } else {
         1
@@ -724,14 +724,14 @@ fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentRe
     let n = selected.len();
     let per_kind: Vec<&'static str> = selected
         .iter()
-        .filter(|e| e.meta().per_core_kind)
+        .filter(|e| e.spec().per_core_kind)
         .map(|e| e.id())
         .collect();
     for (i, exp) in selected.iter().enumerate() {
         let repeat = repeats(cfg, exp.as_ref());
         let budget = exp.budget(cfg.profile);
         // The other kinds of core this experiment runs on too, each repetition.
-        let kinds: &[KindRun] = if exp.meta().per_core_kind {
+        let kinds: &[KindRun] = if exp.spec().per_core_kind {
             env.kinds
         } else {
             &[]
@@ -822,7 +822,7 @@ fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentRe
         for (kr, kreps) in kinds.iter().zip(kind_reps) {
             add_kind(&mut res, merge_repeats(kreps), kr, env.machine, &per_kind);
         }
-        res.grade = env.host.grade(&res, &observed, exp.meta().subtracts_loop);
+        res.grade = env.host.grade(&res, &observed, exp.spec().subtracts_loop);
         progress.advance(budget * runs_of(cfg, exp.as_ref(), 1 + kinds.len()));
         let mut line = format!(
             "[{}/{n}] {} {} ({:.1} s)",
@@ -966,7 +966,7 @@ fn run_one(
     // Each metric names the sentinel component compare discounts it by: its own
     // declaration, else its experiment's.
     for m in &mut result.metrics {
-        m.bottleneck.get_or_insert(exp.meta().bottleneck);
+        m.bottleneck.get_or_insert(exp.spec().bottleneck);
     }
     result.series = series;
     result.checks = checks;
@@ -1029,7 +1029,7 @@ fn label_run(
 }
 
 fn empty_result(exp: &dyn Experiment) -> ExperimentResult {
-    let meta = exp.meta();
+    let meta = exp.spec();
     ExperimentResult::new(meta.id, meta.title, meta.method)
 }
 

@@ -88,6 +88,20 @@ pub fn outlier_mask(values: &[f64]) -> Vec<bool> {
 }
 
 impl Summary {
+    /// No values: every figure NaN.
+    pub const EMPTY: Summary = Summary {
+        n: 0,
+        median: f64::NAN,
+        mean: f64::NAN,
+        stddev: f64::NAN,
+        min: f64::NAN,
+        max: f64::NAN,
+        ci95: [f64::NAN, f64::NAN],
+        cov: f64::NAN,
+        outliers: 0,
+        percentiles: None,
+    };
+
     /// Summarises finite values; None when there are none.
     pub fn of(values: &[f64]) -> Option<Summary> {
         let mut s: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();

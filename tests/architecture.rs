@@ -56,6 +56,30 @@ const RULES: &[Rule] = &[
         never: &["report"],
         why: "the runner returns a RunResults and renders nothing",
     },
+    Rule {
+        from: "experiments/cpu",
+        only: None,
+        never: &["experiments/memory", "experiments/fs", "experiments/net"],
+        why: "experiment areas share through experiments/kit, never import one another",
+    },
+    Rule {
+        from: "experiments/memory",
+        only: None,
+        never: &["experiments/cpu", "experiments/fs", "experiments/net"],
+        why: "experiment areas share through experiments/kit, never import one another",
+    },
+    Rule {
+        from: "experiments/fs",
+        only: None,
+        never: &["experiments/cpu", "experiments/memory", "experiments/net"],
+        why: "experiment areas share through experiments/kit, never import one another",
+    },
+    Rule {
+        from: "experiments/net",
+        only: None,
+        never: &["experiments/cpu", "experiments/memory", "experiments/fs"],
+        why: "experiment areas share through experiments/kit, never import one another",
+    },
 ];
 
 /// Arrows allowed against a rule: (from file, to file, why). Each one is named and

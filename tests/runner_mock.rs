@@ -4,9 +4,7 @@
 
 mod common;
 
-use osmeter::experiments::{
-    Context, Experiment, ExperimentMeta, Needs, Outcome, Profile, RunOptions,
-};
+use osmeter::experiments::{Context, Experiment, Needs, Outcome, Profile, RunOptions, Spec};
 use osmeter::platform;
 use osmeter::results::{Bottleneck, Check, RunResults, Status};
 use osmeter::runner::{self, Registry, RunConfig, Watchdog};
@@ -37,14 +35,14 @@ enum Behaviour {
 }
 
 struct Mock {
-    meta: ExperimentMeta,
+    meta: Spec,
     budget: Duration,
     behaviour: Behaviour,
     calls: Arc<AtomicUsize>,
 }
 
 impl Experiment for Mock {
-    fn meta(&self) -> &ExperimentMeta {
+    fn spec(&self) -> &Spec {
         &self.meta
     }
     fn budget(&self, _p: Profile) -> Duration {
@@ -144,7 +142,7 @@ impl Experiment for Mock {
 
 fn mock(id: &'static str, behaviour: Behaviour, calls: &Arc<AtomicUsize>) -> Box<dyn Experiment> {
     Box::new(Mock {
-        meta: ExperimentMeta {
+        meta: Spec {
             id,
             title: "mock",
             description: "a mock experiment",
@@ -153,6 +151,7 @@ fn mock(id: &'static str, behaviour: Behaviour, calls: &Arc<AtomicUsize>) -> Box
             bottleneck: Bottleneck::Chain,
             per_core_kind: false,
             subtracts_loop: false,
+            budget: None,
         },
         budget: Duration::from_millis(50),
         behaviour,
@@ -606,7 +605,7 @@ fn two_kinds_of_core_give_both_sets_of_figures() {
     let calls = Arc::new(AtomicUsize::new(0));
     let per_kind = |id: &'static str| {
         let mut m = Mock {
-            meta: ExperimentMeta {
+            meta: Spec {
                 id,
                 title: "mock",
                 description: "a mock experiment",
@@ -615,6 +614,7 @@ fn two_kinds_of_core_give_both_sets_of_figures() {
                 bottleneck: Bottleneck::Chain,
                 per_core_kind: true,
                 subtracts_loop: false,
+                budget: None,
             },
             budget: Duration::from_millis(50),
             behaviour: Behaviour::Kinds,

@@ -23,7 +23,7 @@ pub(super) fn run(a: Args) -> ExitCode {
         let v: Vec<_> = all
             .iter()
             .map(|e| {
-                let m = e.meta();
+                let m = e.spec();
                 serde_json::json!({
                     "id": m.id, "area": m.area(), "title": m.title, "description": m.description,
                     "needs": m.needs,
@@ -78,12 +78,12 @@ fn human(s: f64) -> String {
 fn text(all: &[Box<dyn experiments::Experiment>], width: usize, kinds: usize) -> String {
     use crate::report::terminal::wrap;
     let most = |e: &dyn experiments::Experiment, p: Profile| {
-        let k = if e.meta().per_core_kind { kinds } else { 1 };
+        let k = if e.spec().per_core_kind { kinds } else { 1 };
         (e.budget(p) * (e.default_repeat(p) * k) as u32).as_secs_f64()
     };
     let idw = all
         .iter()
-        .map(|e| e.meta().id.len())
+        .map(|e| e.spec().id.len())
         .max()
         .unwrap_or(0)
         .max(10);
@@ -106,7 +106,7 @@ fn text(all: &[Box<dyn experiments::Experiment>], width: usize, kinds: usize) ->
     s.push('\n');
     s.push_str(&row("experiment", &names));
     for e in all {
-        let m = e.meta();
+        let m = e.spec();
         let cells: Vec<String> = Profile::ALL
             .iter()
             .map(|p| human(most(e.as_ref(), *p)))
@@ -176,7 +176,7 @@ mod tests {
             assert!(widest <= width, "{widest} > {width}:\n{t}");
             let words: String = t.split_whitespace().collect::<Vec<_>>().join(" ");
             for e in &all {
-                let m = e.meta();
+                let m = e.spec();
                 assert!(t.contains(m.id), "{}", m.id);
                 let d: String = m
                     .description
@@ -196,7 +196,7 @@ mod tests {
             let sum: f64 = all
                 .iter()
                 .map(|e| {
-                    let k = if e.meta().per_core_kind { kinds } else { 1 };
+                    let k = if e.spec().per_core_kind { kinds } else { 1 };
                     (e.budget(Profile::Quick) * (e.default_repeat(Profile::Quick) * k) as u32)
                         .as_secs_f64()
                 })

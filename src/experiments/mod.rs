@@ -6,9 +6,7 @@
 use crate::clock::Clock;
 use crate::harness::{Harness, HarnessConfig};
 use crate::machine::Machine;
-use crate::results::{
-    Bottleneck, Check, ExperimentResult, Finding, Metric, Prediction, Series, Status,
-};
+use crate::results::{Check, ExperimentResult, Finding, Metric, Prediction, Series, Status};
 use crate::stats::Summary;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -16,9 +14,14 @@ use std::time::Duration;
 
 pub(crate) mod cpu;
 pub(crate) mod fs;
+pub(crate) mod kit;
 pub mod memory;
 pub(crate) mod net;
 pub mod parts;
+pub(crate) mod predict;
+pub mod spec;
+
+pub use spec::{PerProfile, Spec};
 #[cfg(test)]
 pub(crate) mod testing;
 
@@ -236,6 +239,20 @@ impl Context<'_> {
             .ok_or_else(|| anyhow::anyhow!("scratch folder unavailable"))
     }
 
+    /// Core clock in GHz (cycles per ns) for cycle-based models, with where it came from.
+    pub(crate) fn core_ghz(&self) -> (f64, String) {
+        match self.machine.cpu.core_clock_hz {
+            Some(hz) => (
+                hz / 1e9,
+                "machine: effective core clock (dependent add chain)".into(),
+            ),
+            None => (
+                self.clock.ticks_per_ns(),
+                "machine: counter frequency (core clock unknown)".into(),
+            ),
+        }
+    }
+
     /// A metric measured earlier in this run.
     pub(crate) fn earlier_metric(&self, experiment: &str, metric: &str) -> Option<&Metric> {
         self.earlier.metric(experiment, metric)
@@ -444,18 +461,7 @@ impl Outcome {
         description: &str,
         raw: Vec<f64>,
     ) -> &mut Metric {
-        let summary = Summary::of(&raw).unwrap_or(Summary {
-            n: 0,
-            median: f64::NAN,
-            mean: f64::NAN,
-            stddev: f64::NAN,
-            min: f64::NAN,
-            max: f64::NAN,
-            ci95: [f64::NAN, f64::NAN],
-            cov: f64::NAN,
-            outliers: 0,
-            percentiles: None,
-        });
+        let summary = Summary::of(&raw).unwrap_or(Summary::EMPTY);
         self.metrics.push(Metric {
             name: name.into(),
             unit: unit.into(),
@@ -470,6 +476,21 @@ impl Outcome {
             bottleneck: None,
         });
         self.metrics.last_mut().unwrap()
+    }
+
+    /// Times `kernel` (`n` operations per call) with `h` and adds it as metric `name`:
+    /// one call per named kernel, as lmbench's `benchmp` + `micro`.
+    pub(crate) fn time(
+        &mut self,
+        ctx: &Context,
+        h: &Harness,
+        name: &str,
+        description: &str,
+        kernel: impl FnMut(u64),
+    ) -> &mut Metric {
+        (ctx.progress)(name);
+        let m = h.measure(1.0, kernel);
+        self.measured(name, description, &m)
     }
 
     /// Adds a per-operation time from a harness measurement, with its notes.
@@ -576,40 +597,6 @@ pub(crate) fn pool_metric(m: &mut Metric, earlier: &[&Metric]) {
     m.runs = runs;
 }
 
-/// What an experiment is, as data: one `const` per experiment, returned by
-/// `Experiment::meta` and read by `osmeter list`, the runner and the results document.
-#[derive(Debug, Clone, Copy)]
-pub struct ExperimentMeta {
-    /// Stable id such as `cpu.syscall`; the part before the dot is the area.
-    pub id: &'static str,
-    /// A heading for results and reports.
-    pub title: &'static str,
-    /// One line for `osmeter list`.
-    pub description: &'static str,
-    /// The method in brief, for results and reports.
-    pub method: &'static str,
-    /// What it needs beyond an ordinary user on a quiet machine, for `osmeter list`.
-    pub needs: Needs,
-    /// The sentinel component that shares its figures' bottleneck (a metric may declare
-    /// its own with `Metric::bottleneck`); compare discounts differences by that
-    /// component's move only. `None` for device and network figures.
-    pub bottleneck: Bottleneck,
-    /// Figures of one core: on a CPU with more than one kind of core (hybrid Intel, ARM
-    /// big.LITTLE, Apple perflevels) the runner runs it once on a CPU of each kind, the
-    /// other kinds' metrics suffixed with their kind (docs/METHODOLOGY.md, "Core kinds").
-    pub per_core_kind: bool,
-    /// Its figures have the harness's loop overhead subtracted (`Harness::measure`): a loop
-    /// overhead measured slow at the run's start grades them, and no other experiment's.
-    pub subtracts_loop: bool,
-}
-
-impl ExperimentMeta {
-    /// `cpu`, `mem`, `net` or `fs`: the id's first part.
-    pub(crate) fn area(&self) -> &'static str {
-        self.id.split('.').next().unwrap_or("")
-    }
-}
-
 /// One experiment: a measurement of one cost of the machine or its OS, with a prediction
 /// stated before it and premise checks after it. What it is (id, title, description,
 /// method, needs) is data, its `meta`; what it costs (`budget`, `default_repeat`) and
@@ -659,11 +646,15 @@ impl ExperimentMeta {
 /// `Outcome::skipped`: skipped with its reason); and the scratch folder's removal at the
 /// end of the run.
 pub trait Experiment: Send + Sync {
-    /// What this experiment is: its `const` metadata.
-    fn meta(&self) -> &ExperimentMeta;
-    /// Wall-time budget under a profile. A function, not a table: several budgets follow
-    /// from the experiment's plan (sizes, slices, process counts) under that profile.
-    fn budget(&self, profile: Profile) -> Duration;
+    /// What this experiment is: its `const` spec.
+    fn spec(&self) -> &Spec;
+    /// Wall-time budget under a profile: the spec's table, or a function of the
+    /// experiment's plan (sizes, slices, process counts) where the spec has none.
+    fn budget(&self, profile: Profile) -> Duration {
+        self.spec()
+            .budget
+            .map_or(Duration::ZERO, |b| b.get(profile))
+    }
     /// Runs of this experiment when `--repeat` is not given.
     fn default_repeat(&self, profile: Profile) -> usize {
         profile.default_repeat()
@@ -677,9 +668,9 @@ pub trait Experiment: Send + Sync {
 }
 
 impl dyn Experiment + '_ {
-    /// `meta().id`: the key the runner, selections and the results document use.
+    /// `spec().id`: the key the runner, selections and the results document use.
     pub fn id(&self) -> &'static str {
-        self.meta().id
+        self.spec().id
     }
 }
 
@@ -741,10 +732,13 @@ mod tests {
         ids.dedup();
         assert_eq!(ids.len(), n);
         for e in &all {
-            let m = e.meta();
+            let m = e.spec();
             assert!(m.id.contains('.') && m.id == e.id(), "{}", m.id);
             assert!(["cpu", "mem", "net", "fs"].contains(&m.area()), "{}", m.id);
             assert!(!m.title.is_empty(), "{}", m.id);
+            for p in Profile::ALL {
+                assert!(e.budget(p) > Duration::ZERO, "{} {p:?}", m.id);
+            }
             assert!(
                 !m.method.is_empty() && !m.description.is_empty(),
                 "{}",

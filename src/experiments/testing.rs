@@ -37,6 +37,25 @@ impl<'a> World<'a> {
         }
     }
 
+    /// `f` given the context an experiment would see (not pinned, nothing run).
+    pub(crate) fn with_ctx<R>(&self, f: impl FnOnce(&Context) -> R) -> R {
+        let scratch = std::sync::OnceLock::new();
+        let ctx = Context {
+            profile: Profile::Smoke,
+            machine: &self.machine,
+            clock: self.clock,
+            cpu: self.claimed_cpu.unwrap_or(0),
+            budget: self.budget,
+            earlier: &self.earlier,
+            options: &self.options,
+            loop_ticks: self.loop_ticks,
+            progress: &|_| {},
+            scratch_cell: &scratch,
+            repetition: crate::experiments::Repetition::SINGLE,
+        };
+        f(&ctx)
+    }
+
     /// `exp` run once under the smoke profile, pinned where the runner pins, and judged.
     pub(crate) fn run(&self, exp: &dyn Experiment) -> ExperimentResult {
         let scratch = std::sync::OnceLock::new();
@@ -490,7 +509,7 @@ mod failing_checks {
     /// minor fault.
     #[test]
     fn minor_faults_on_memory_mapped_in_advance() {
-        crate::experiments::memory::PREFAULTED.with(|p| p.set(true));
+        crate::experiments::kit::PREFAULTED.with(|p| p.set(true));
         let clock = CoarseClock::new(1e9);
         let r = World::live(&clock).run(by_id("mem.pagefault").as_ref());
         assert_invalid_by(&r, "minor faults happened");

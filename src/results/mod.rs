@@ -348,7 +348,7 @@ impl Metric {
     }
 
     /// Declares the sentinel component that shares this figure's bottleneck, where it is
-    /// not the experiment's (`ExperimentMeta::bottleneck`).
+    /// not the experiment's (`Spec::bottleneck`).
     pub(crate) fn shares(&mut self, b: Bottleneck) -> &mut Self {
         self.bottleneck = Some(b);
         self

@@ -85,16 +85,12 @@ fn calls(k: usize, n: u64) {
     }
 }
 
-const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     id: "cpu.call",
     title: "Procedure call cost by argument count",
-    description: "cost of a non-inlined call with 0..7 integer arguments, and the increment per argument",
-    method: "One non-inlined extern \"C\" function per arity (0..7 integer arguments), called through a function pointer \
-        hidden behind black_box (once, before the loop) so the compiler can neither inline the call nor drop its \
-        arguments; the callee returns its first argument, which the register-only loop consumes in a register \
-        (no store). Each arity is measured in the calibrated loop with loop overhead subtracted. The \
-        increment per argument is the slope of a least-squares line over the arities (on x86-64 the 7th argument \
-        goes on the stack).",
+    description:
+        "cost of a non-inlined call with 0..7 integer arguments, and the increment per argument",
+    method: crate::method!("cpu.call"),
     needs: crate::experiments::Needs::NONE,
     // Call and return are taken branches, front-end bound like the loop (cpu.call moved
     // with cpu.loop, not the chain, under SMT contention).
@@ -102,11 +98,12 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
     per_core_kind: true,
     subtracts_loop: true,
+    budget: None,
 };
 
 impl Experiment for Call {
-    fn meta(&self) -> &crate::experiments::ExperimentMeta {
-        &META
+    fn spec(&self) -> &crate::experiments::Spec {
+        &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
         p.scale(Duration::from_millis(1600))

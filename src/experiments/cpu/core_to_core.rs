@@ -7,7 +7,7 @@
 //! round trip moves the line there and back; the one-way latency is half of it. The line
 //! lives on a page the first thread maps and writes first (its NUMA node).
 
-use crate::experiments::{Context, Experiment, ExperimentMeta, Needs, Outcome, Profile};
+use crate::experiments::{Context, Experiment, Needs, Outcome, Profile, Spec};
 use crate::machine::{PartnerClass, Topology};
 use crate::results::{Check, Series};
 use crate::units::fmt_ns;
@@ -27,25 +27,11 @@ pub(crate) const QUICK_PER_CLASS: usize = 3;
 /// beyond, they sample this many pairs per class.
 pub(crate) const ALL_PAIRS_UP_TO: usize = 64;
 
-const META: ExperimentMeta = ExperimentMeta {
+const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     id: "cpu.core-to-core",
     title: "Core-to-core cache-line latency",
     description: "two pinned threads bounce one cache line with compare-and-swap, for pairs of allowed CPUs: one-way latency matrix and per topology class (like nviennot's core-to-core-latency)",
-    method: "For each pair (a, b) of allowed CPUs, a < b, one thread is pinned to a and one to b. The thread on a maps \
-        a page and writes the line first (so the page is on a's node), then both spin on compare-and-swap: a \
-        turns the value 2k into 2k+1, b turns 2k+1 into 2k+2, so each round trip moves the line to b and back. A \
-        trial times 500 round trips on a (fenceless counter reads, a few ns against tens of microseconds) and \
-        waits for b's last answer; the one-way latency is the trial's time / (2 x 500). A pair's figure is the \
-        median of its trials (up to 201, within the pair's share of the budget, at least 5; a trial in which a \
-        partner was descheduled is long, and the median sets it aside). Pairs: every pair in standard (up to 64 \
-        allowed CPUs, thorough up to 128), else a sample per topology class spread evenly over the class's \
-        pairs (quick: 3, smoke: 1, standard and thorough beyond the bound: 64 and 128 over the CPUs' pairs per \
-        class). Classes, per pair: smt_sibling (same core), same_llc (same last-level cache), other_llc (same \
-        package), other_package. Metrics per class are named like the cross-CPU figures: the nearest class on \
-        another core keeps the name one_way, the others end in _smt_sibling, _other_llc, _other_package; \
-        each pools the trials of the class's pairs. The matrix is the series one_way_from_cpuA (x: CPU b). \
-        Premise: both threads were on their CPUs at every look (getcpu at each trial's start and end, and \
-        every 1024 answers on b).",
+    method: crate::method!("cpu.core-to-core"),
     needs: Needs {
         min_cpus: 2,
         ..Needs::NONE
@@ -54,11 +40,12 @@ const META: ExperimentMeta = ExperimentMeta {
     bottleneck: crate::results::Bottleneck::None,
     per_core_kind: false,
     subtracts_loop: false,
+    budget: None,
 };
 
 impl Experiment for CoreToCore {
-    fn meta(&self) -> &ExperimentMeta {
-        &META
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
         match p {
@@ -267,9 +254,9 @@ fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> Bounce {
             let _ = crate::platform::pin_to_cpu(a);
             let mut r = Bounce::default();
             let page = crate::pagecache::page_size();
-            let mut region = match crate::experiments::memory::Region::new(
+            let mut region = match crate::experiments::kit::Region::new(
                 page,
-                crate::experiments::memory::Pages::Base,
+                crate::experiments::kit::Pages::Base,
             ) {
                 Ok(r) => r,
                 Err(e) => {

@@ -7,31 +7,29 @@ use std::time::Duration;
 
 pub struct LoopCost;
 
-const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     id: "cpu.loop",
     title: "Loop iteration cost",
     description: "cost of one iteration of a loop whose body the compiler cannot remove",
-    method: "The harness's canonical loop (`repeat`: register-only; the counter passes through an empty asm statement \
-        each iteration, so the loop cannot be removed, unrolled or collapsed, and nothing is stored) with an empty body, calibrated to the profile's trial length; per-iteration \
-        time is trial time less clock overhead, divided by iterations. This is the loop overhead subtracted from \
-        every other per-operation figure.",
+    method: crate::method!("cpu.loop"),
     needs: crate::experiments::Needs::NONE,
     // The sentinel's issue kernel is this very loop.
     bottleneck: crate::results::Bottleneck::Issue,
     // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
     per_core_kind: true,
     subtracts_loop: false,
+    budget: None,
 };
 
 impl Experiment for LoopCost {
-    fn meta(&self) -> &crate::experiments::ExperimentMeta {
-        &META
+    fn spec(&self) -> &crate::experiments::Spec {
+        &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
         p.scale(Duration::from_millis(500))
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        let (ghz, src) = super::core_ghz(ctx);
+        let (ghz, src) = ctx.core_ghz();
         vec![(
             "iteration".into(),
             Prediction::new(

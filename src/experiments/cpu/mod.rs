@@ -26,7 +26,6 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
     ]
 }
 
-/// Core clock in GHz (cycles per ns) for cycle-based models, with where it came from.
 /// Whether the system-call counts traced from the methods (strace -f) hold for this build:
 /// they were counted against glibc on Linux x86-64; musl and macOS's libSystem make other calls.
 pub(crate) const COUNTS_HOLD: bool = cfg!(all(target_os = "linux", target_env = "gnu"));
@@ -36,19 +35,6 @@ pub(crate) const STRACE_LIBC: &str =
 /// Why a count-based prediction is withheld off glibc.
 pub(crate) const COUNTS_WITHHELD: &str =
     "the system-call counts were traced against glibc on Linux; this build's C library makes other calls";
-
-pub(crate) fn core_ghz(ctx: &super::Context) -> (f64, String) {
-    match ctx.machine.cpu.core_clock_hz {
-        Some(hz) => (
-            hz / 1e9,
-            "machine: effective core clock (dependent add chain)".into(),
-        ),
-        None => (
-            ctx.clock.ticks_per_ns(),
-            "machine: counter frequency (core clock unknown)".into(),
-        ),
-    }
-}
 
 /// A harness like `ctx.harness(parts)` whose trials last `factor` times the profile's
 /// minimum: operations of microseconds that go through the scheduler (switches, task

@@ -1,7 +1,7 @@
 //! cpu.process-create: fork + _exit + waitpid (also from a parent with 32 MiB more resident), and
 //! posix_spawn of /bin/true + waitpid.
 
-use crate::experiments::memory::{Pages, Region};
+use crate::experiments::kit::{Pages, Region};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::opaque::repeat;
 use crate::results::{Check, Prediction};
@@ -82,7 +82,7 @@ const ADDED_MIB: usize = 32;
 fn added_region(machine: &crate::machine::Machine) -> anyhow::Result<Region> {
     let len = (ADDED_MIB << 20) as u64;
     // Within a quarter of the memory available, as every memory experiment.
-    crate::experiments::memory::memory_cap(machine, len, len)?;
+    crate::experiments::kit::memory_cap(machine, len, len)?;
     let mut r = Region::new(ADDED_MIB << 20, Pages::Base)?;
     #[cfg(test)]
     if UNWRITTEN.with(|u| u.get()) {
@@ -287,37 +287,23 @@ impl Tally {
     }
 }
 
-const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     id: "cpu.process-create",
     title: "Process creation",
     description: "fork + _exit + waitpid, the same from a parent with 32 MiB more resident, and posix_spawn of /bin/true + waitpid (reported separately)",
-    method: "fork_exit_wait: fork(); the child calls _exit(0) at once; the parent waitpid()s for it. spawn_exec: \
-        posix_spawn() of /bin/true (or /usr/bin/true) with an empty environment, then waitpid(); glibc's \
-        posix_spawn is clone(CLONE_VM|CLONE_VFORK) + execve, so it copies no page tables and the figure is \
-        dominated by exec: a new address space, the dynamic loader mapping and faulting in libc, exit. Each \
-        create+wait is one iteration of the calibrated loop, loop overhead subtracted. Children inherit the \
-        pinning, so they run on the measuring CPU and the figure contains the switches to the child and back. \
-        fork's cost grows with the parent's resident pages and mappings (recorded as prediction inputs), so a \
-        small parent (osmeter) forks faster than a large one: stress-ng --fork implies 2.5-3x this figure per op \
-        because its stressor has ~4x the mappings and ~10x the anonymous resident pages, its child makes ~10 \
-        system calls before exiting, and its parent also calls setpgid and kill; a plain C fork loop from a \
-        small parent agrees with fork_exit_wait. fork_exit_wait_32mib: the same from a parent with 32 MiB more \
-        anonymous memory, every page written, advised against huge pages; fork_per_mib = (that - the median \
-        fork_exit_wait) / 32, what each MiB of a parent's resident anonymous memory adds (fork copies an entry \
-        per page, the child's exit drops them). Checks: every child's wait status is a normal exit with status \
-        0; the added memory was resident (mincore) in base pages (smaps) before and after the timing; the \
-        per-MiB figure is not below zero beyond its interval.",
+    method: crate::method!("cpu.process-create"),
     needs: crate::experiments::Needs::NONE,
     // Kernel work at the core's clock (page tables, exec).
     bottleneck: crate::results::Bottleneck::Chain,
     // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
     per_core_kind: true,
     subtracts_loop: true,
+    budget: None,
 };
 
 impl Experiment for ProcessCreate {
-    fn meta(&self) -> &crate::experiments::ExperimentMeta {
-        &META
+    fn spec(&self) -> &crate::experiments::Spec {
+        &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
         let ms = Duration::from_millis;

@@ -995,45 +995,22 @@ fn predict_switch(kind: Kind, ctx: &Context) -> Vec<(String, Prediction)> {
     ]
 }
 
-/// The method text both switch experiments share (a macro so `concat!` can use it).
-macro_rules! switch_method {
-    () => {
-        "Two tasks pass a one-byte token over two pipes (A out, B back) with blocking read/write, both pinned \
-         to the run's CPU, so every round trip is two context switches (as perf bench sched pipe and lmbench \
-         lat_ctx). pipe_round_trip_same_cpu is the raw round trip, calibrated, loop overhead subtracted. \
-         pipe_cost is one task doing the same pipe work alone (write+read on A, then on B) with no switch; \
-         switch = (round trip - median pipe cost) / 2 per trial, so it includes the wake-up and schedule() path, \
-         not only the register switch; the interval of its median is widened by half the pipe cost's, and a \
-         switch at or below zero, or a process switch below the thread switch beyond both intervals, makes the \
-         result invalid. With --repeat, every figure, check and finding after pooling uses all runs. Premise: the measuring task samples sched_getcpu() at the start and end \
-         of every trial and the partner every 64 rounds; any sample off the pinned CPU makes the result \
-         invalid. pipe_round_trip_cross_cpu (when 2+ CPUs are allowed) pins the partner to another CPU, one \
-         figure per topology class the machine has (SMT sibling, same LLC, other LLC, other package; the \
-         nearest other core keeps the unsuffixed name, the others end in _smt_sibling, _other_llc, \
-         _other_package), with the same premise check on both tasks: no switch is needed, but each hop wakes \
-         a task on another CPU (how, IPI or polling, is not observed). Closing pipe A makes the partner see end of file and exit; \
-         it is always joined or reaped, on error paths too."
-    };
-}
-
-const THREAD_META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+const THREAD_META: crate::experiments::Spec = crate::experiments::Spec {
     id: Kind::Thread.id(),
     title: "Context switch between threads",
     description: "two threads pinned to one CPU ping-pong a byte over two pipes; switch = (round trip - pipe cost) / 2",
-    method: concat!(
-        "Partner: a thread of the same process (std::thread) that pins itself to the CPU. ",
-        switch_method!()
-    ),
+    method: crate::method!("cpu.thread-switch"),
     needs: crate::experiments::Needs::NONE,
     // The scheduler's path at the core's clock (the cross-CPU round trip declares `None`).
     bottleneck: crate::results::Bottleneck::Chain,
     // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
     per_core_kind: true,
     subtracts_loop: true,
+budget: None,
 };
 
 impl Experiment for ThreadSwitch {
-    fn meta(&self) -> &crate::experiments::ExperimentMeta {
+    fn spec(&self) -> &crate::experiments::Spec {
         &THREAD_META
     }
     fn budget(&self, p: Profile) -> Duration {
@@ -1053,30 +1030,22 @@ impl Experiment for ThreadSwitch {
     }
 }
 
-const PROCESS_META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+const PROCESS_META: crate::experiments::Spec = crate::experiments::Spec {
     id: Kind::Process.id(),
     title: "Context switch between processes",
     description: "as cpu.thread-switch with a forked partner process, plus switch cost vs working set (lat_ctx -s)",
-    method: concat!(
-        "Partner: a forked process that makes only async-signal-safe calls (raw read, write, \
-         sched_getcpu, _exit) and reports its CPU samples back through pipe B after end of file. ",
-        switch_method!(),
-        " Switch cost vs working set (standard and thorough: W = 0, 16 KiB, 64 KiB, 256 KiB, 1 MiB; quick: \
-         0 and 64 KiB; smoke: none): each process reads and writes one word per cache line of a private W-byte \
-         buffer per round, and one process doing the pipe work and touching its own W bytes twice is \
-         subtracted, as lmbench lat_ctx -s does; what remains is the switch plus the misses of two tasks' \
-         footprint (2W) where the overhead has one (W). The series is one run's (named in it)."
-    ),
+    method: crate::method!("cpu.process-switch"),
     needs: crate::experiments::Needs::NONE,
     // The scheduler's path at the core's clock (the cross-CPU round trip declares `None`).
     bottleneck: crate::results::Bottleneck::Chain,
     // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
     per_core_kind: true,
     subtracts_loop: true,
+budget: None,
 };
 
 impl Experiment for ProcessSwitch {
-    fn meta(&self) -> &crate::experiments::ExperimentMeta {
+    fn spec(&self) -> &crate::experiments::Spec {
         &PROCESS_META
     }
     fn budget(&self, p: Profile) -> Duration {

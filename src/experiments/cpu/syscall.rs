@@ -1,11 +1,12 @@
 //! cpu.syscall: the cost of entering the kernel, against a vDSO call that does not.
 
-use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::experiments::predict::Predictions;
+use crate::experiments::spec::ms;
+use crate::experiments::{Context, Experiment, Outcome, PerProfile, Profile, Spec};
 use crate::harness::HarnessConfig;
 use crate::opaque::repeat;
 use crate::results::{Check, Prediction};
 use std::os::fd::{AsRawFd, RawFd};
-use std::time::Duration;
 
 pub struct Syscall;
 
@@ -82,31 +83,24 @@ fn entry_mitigation(m: &std::collections::BTreeMap<String, String>) -> Option<St
         .map(|(name, v)| format!("{name}: {}", v.trim()))
 }
 
-const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+const SPEC: Spec = Spec {
     id: "cpu.syscall",
     title: "System call cost",
-    description: "minimal system calls (getppid, getpid, write 0 bytes, getcwd) against a vDSO clock_gettime",
-    method: "Each call in the calibrated loop, loop overhead subtracted: raw syscall(SYS_getppid) and syscall(SYS_getpid) \
-        (no C-library caching), write() of 0 bytes to /dev/null (file descriptor lookup), getcwd() into a buffer \
-        (path walk and copy), and clock_gettime(CLOCK_MONOTONIC), which the vDSO answers in user space without \
-        entering the kernel. getppid is the headline figure (the same call perf bench syscall basic makes).",
-    needs: crate::experiments::Needs::NONE,
-    // Kernel entry and exit: serialising, so not slowed by a busy SMT sibling's share of
-    // issue slots as a loop is.
-    bottleneck: crate::results::Bottleneck::Chain,
-    // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
-    per_core_kind: true,
-    subtracts_loop: true,
+    description:
+        "minimal system calls (getppid, getpid, write 0 bytes, getcwd) against a vDSO clock_gettime",
+    method: crate::method!("cpu.syscall"),
+    budget: Some(PerProfile::scaled(ms(1500))),
+    // Kernel entry and exit are serialising: the dependent-chain bottleneck, not slowed by
+    // a busy SMT sibling's share of issue slots as a loop is.
+    ..Spec::CORE_LOOP
 };
 
 impl Experiment for Syscall {
-    fn meta(&self) -> &crate::experiments::ExperimentMeta {
-        &META
-    }
-    fn budget(&self, p: Profile) -> Duration {
-        p.scale(Duration::from_millis(1500))
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        let mut p = Predictions::new(ctx);
         // A kernel entry's cost depends on the kernel's entry code and its mitigations as
         // much as on the core; no published figure per part is in the table.
         let why = format!(
@@ -115,24 +109,17 @@ impl Experiment for Syscall {
             entry_mitigation(&ctx.machine.cpu.mitigations)
                 .unwrap_or_else(|| "none that adds entry work listed".into())
         );
-        let mut v: Vec<(String, Prediction)> = ["getppid", "getpid", "write_devnull_0", "getcwd"]
-            .iter()
-            .map(|n| (n.to_string(), Prediction::withheld(why.clone())))
-            .collect();
+        p.withhold(&["getppid", "getpid", "write_devnull_0", "getcwd"], &why);
         // The vDSO call is a counter read in user space: cpu.timer measured the fenced pair.
-        v.push((
-            "clock_gettime_vdso".into(),
-            match ctx.earlier_median("cpu.timer", "read_pair") {
-                Some(pair) => Prediction::new(
-                    pair / 2.0,
-                    "one counter read: half of cpu.timer's fenced read pair (the vDSO's conversion \
-                     arithmetic is not in the model)",
-                )
-                .measured("read_pair", pair, "ns", "measured: cpu.timer read_pair"),
-                None => Prediction::withheld("cpu.timer did not run, so no counter read was measured"),
-            },
-        ));
-        v
+        let pair = p.earlier("cpu.timer", &["read_pair"]);
+        p.state("clock_gettime_vdso", &[&pair], |v| {
+            Prediction::new(
+                v[0] / 2.0,
+                "one counter read: half of cpu.timer's fenced read pair (the vDSO's conversion \
+                 arithmetic is not in the model)",
+            )
+        });
+        p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
@@ -141,25 +128,20 @@ impl Experiment for Syscall {
         let fd = devnull.as_raw_fd();
         let mut buf = vec![0u8; 4096];
 
-        (ctx.progress)("getppid");
-        let m = h.measure(1.0, getppid);
-        out.measured("getppid", "raw syscall(SYS_getppid)", &m);
-        (ctx.progress)("getpid");
-        let m = h.measure(1.0, getpid);
-        out.measured("getpid", "raw syscall(SYS_getpid)", &m);
-        (ctx.progress)("write");
-        let m = h.measure(1.0, |n| write0(fd, n));
-        out.measured("write_devnull_0", "write() of 0 bytes to /dev/null", &m);
-        (ctx.progress)("getcwd");
-        let m = h.measure(1.0, |n| getcwd(&mut buf, n));
-        out.measured("getcwd", "getcwd() into a 4 KiB buffer", &m);
-        (ctx.progress)("clock_gettime");
-        let m = h.measure(1.0, clock_gettime);
-        out.measured(
-            "clock_gettime_vdso",
-            "clock_gettime(CLOCK_MONOTONIC) through libc (the vDSO, where the clocksource allows it)",
-            &m,
+        out.time(ctx, &h, "getppid", "raw syscall(SYS_getppid)", getppid);
+        out.time(ctx, &h, "getpid", "raw syscall(SYS_getpid)", getpid);
+        out.time(
+            ctx,
+            &h,
+            "write_devnull_0",
+            "write() of 0 bytes to /dev/null",
+            |n| write0(fd, n),
         );
+        out.time(ctx, &h, "getcwd", "getcwd() into a 4 KiB buffer", |n| {
+            getcwd(&mut buf, n)
+        });
+        let vdso = "clock_gettime(CLOCK_MONOTONIC) through libc (the vDSO, where the clocksource allows it)";
+        out.time(ctx, &h, "clock_gettime_vdso", vdso, clock_gettime);
         drop(buf);
         out.pool(ctx);
 

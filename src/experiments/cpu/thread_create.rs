@@ -117,29 +117,23 @@ fn create_join() -> Result<(), i32> {
     Ok(())
 }
 
-const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     id: "cpu.thread-create",
     title: "Thread creation",
     description: "raw pthread_create + pthread_join of a thread that returns at once",
-    method: "libc::pthread_create with default attributes, called directly (not std::thread, which adds an Arc, \
-        a name and a result slot), of a thread whose start routine returns its argument, then pthread_join; \
-        each pair is one iteration of the calibrated loop, loop overhead subtracted. The new thread inherits \
-        the caller's pinning, so it runs on the same CPU: creating it, switching to it, its exit and the switch \
-        back are all in the figure. glibc caches the stacks of joined threads, so in steady state no mmap is \
-        paid; this is the cost a thread pool avoids, not the first-thread cost. Check: every join returned the \
-        value its thread was given, and the start routine's own count of runs (an atomic increment, a few ns \
-        in the figure) equals the threads joined, none of them running as the creating thread.",
+    method: crate::method!("cpu.thread-create"),
     needs: crate::experiments::Needs::NONE,
     // Kernel work at the core's clock.
     bottleneck: crate::results::Bottleneck::Chain,
     // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
     per_core_kind: true,
     subtracts_loop: true,
+    budget: None,
 };
 
 impl Experiment for ThreadCreate {
-    fn meta(&self) -> &crate::experiments::ExperimentMeta {
-        &META
+    fn spec(&self) -> &crate::experiments::Spec {
+        &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
         let ms = Duration::from_millis;

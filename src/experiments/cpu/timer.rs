@@ -7,20 +7,11 @@ use std::time::Duration;
 pub struct Timer;
 
 #[cfg(target_arch = "x86_64")]
-const METHOD: &str = "Many empty regions between the start sequence (CPUID; RDTSC on x86-64) and the stop sequence (RDTSCP; CPUID); \
-     the ticks each empty region reports are what every measurement carries and has subtracted. Separately, the \
-     wall-clock cost of a whole start+stop pair including the serialising instructions, timed over a calibrated \
-     number of back-to-back pairs.";
+const METHOD: &str = crate::method!("cpu.timer", 1);
 #[cfg(target_arch = "aarch64")]
-const METHOD: &str = "Many empty regions between two reads of the generic timer (ISB; MRS CNTVCT_EL0; ISB); the ticks \
-     each empty region reports are what every measurement carries and has subtracted. Where one tick is 2 ns or longer \
-     (24 MHz on Apple silicon, 25 MHz on Ampere Altra) a region reads 0 or 1 tick, so the figure is the mean of the \
-     quantised reads (unbiased), or \"below the counter's resolution\" when none spans a tick. Separately, the wall-clock \
-     cost of a whole read pair including the barriers, timed over a calibrated number of back-to-back pairs.";
+const METHOD: &str = crate::method!("cpu.timer", 2);
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-const METHOD: &str = "Many empty regions between two reads of CLOCK_MONOTONIC_RAW; the ticks each empty region reports \
-     are what every measurement carries and has subtracted. Separately, the wall-clock cost of a whole read pair, timed \
-     over a calibrated number of back-to-back pairs.";
+const METHOD: &str = crate::method!("cpu.timer", 3);
 
 /// `EXPENSIVE`, with the machine fact that explains it where there is one: on x86 a
 /// virtual machine, whose hypervisor intercepts CPUID, the serialising fence (a VM exit
@@ -42,7 +33,7 @@ const EXPENSIVE: &str = "the ISB barriers around each counter read drain the pip
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const EXPENSIVE: &str = "the clock reads cost more than the interval they bracket";
 
-const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     id: "cpu.timer",
     title: "Timestamp read cost",
     description: "cost of one serialised timestamp read pair (inside the region, and in wall time)",
@@ -53,11 +44,12 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
     per_core_kind: true,
     subtracts_loop: false,
+    budget: None,
 };
 
 impl Experiment for Timer {
-    fn meta(&self) -> &crate::experiments::ExperimentMeta {
-        &META
+    fn spec(&self) -> &crate::experiments::Spec {
+        &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
         p.scale(Duration::from_millis(600))

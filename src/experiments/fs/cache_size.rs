@@ -143,18 +143,11 @@ fn prediction(ctx: &Context) -> Prediction {
     p
 }
 
-const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     id: "fs.cache-size",
     title: "File (page) cache size",
     description: "files of growing size read twice; where the second read stops coming from memory is the page cache's size",
-    method: "One scratch file (incompressible, written with O_DIRECT so writing does not fill the cache, unlinked at once) \
-        grows as needed. For each size S: evict the file (fadvise, verified with mincore), read [0, S) with 1 MiB \
-        reads, record the resident share of [0, S) with mincore, read [0, S) again and time it. S is served from \
-        memory when >= 97% was resident and the second read's time per byte is below the geometric mean of the \
-        cached and cold rates measured on the first size. S doubles from 16 MiB until it is not served, then the \
-        bracket is bisected geometrically to 6% resolution; the knee is the largest size served. Where the profile's \
-        cap, half the free disk or the time budget stops the search first, the result is 'larger than the largest \
-        size tried'. The resident bytes after the first read of the first size not served give a second estimate.",
+    method: crate::method!("fs.cache-size"),
     needs: Needs {
         disk_bytes: 1024 * MIB,
         ..Needs::NONE
@@ -163,11 +156,12 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     bottleneck: crate::results::Bottleneck::None,
     per_core_kind: false,
     subtracts_loop: false,
+    budget: None,
 };
 
 impl Experiment for CacheSize {
-    fn meta(&self) -> &crate::experiments::ExperimentMeta {
-        &META
+    fn spec(&self) -> &crate::experiments::Spec {
+        &SPEC
     }
     /// Once: a second run would write and read files up to the page cache's size again
     /// (1.5 x RAM in thorough) for a figure that is a size, not a time.

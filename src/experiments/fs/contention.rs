@@ -481,23 +481,11 @@ fn collect(shared: &Shared, clock: &dyn Clock, p: usize) -> anyhow::Result<Round
 // The model is the one analysis of this question; figures draw the same fit.
 pub(crate) use crate::analysis::fit;
 
-const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     id: "fs.contention",
     title: "Per-block read time with P processes reading at once",
     description: "P = 1..Pmax processes each reading its own file uncached, released together; per-block time vs P and a fitted model",
-    method: "Pmax scratch files (incompressible, unlinked at once) are written; for each P, P forked processes each open \
-        their own file (O_DIRECT where supported, else evicted and verified with mincore before every round), signal \
-        ready on a pipe and block on a second pipe whose write end the parent closes once all are ready, so all start \
-        together. Each then reads its file sequentially in 4 KiB blocks with pread() for a fixed time, going on where \
-        its previous round stopped (distinct blocks; it wraps only once its file is used up, and the re-read share is \
-        reported), and records its start time, blocks and elapsed time in shared memory; per-block time = elapsed / blocks. \
-        Premises: the readers' start times lie within 10% of a round; the disk's sectors-read counter \
-        (/sys/block/DISK/stat) grew by at least 90% of the bytes read. \
-        Reader i is pinned to the i-th CPU of the placement order (the run's CPU first, so P = 1 reads as fs.read \
-        does, then one per physical core, node by node, SMT siblings last), modulo the allowed CPUs: no two \
-        readers share a CPU while a free one exists, and a note says when they did; readers die with the parent. The per-P medians are fitted with a least-squares line and \
-        with a continuous two-segment line (every P tried as the breakpoint); the bent model is kept when it halves \
-        the squared error.",
+    method: crate::method!("fs.contention"),
     needs: Needs {
         disk_bytes: max_total(Profile::Quick),
         ..Needs::NONE
@@ -506,11 +494,12 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     bottleneck: crate::results::Bottleneck::None,
     per_core_kind: false,
     subtracts_loop: false,
+    budget: None,
 };
 
 impl Experiment for Contention {
-    fn meta(&self) -> &crate::experiments::ExperimentMeta {
-        &META
+    fn spec(&self) -> &crate::experiments::Spec {
+        &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
         let (d, r) = round(p);

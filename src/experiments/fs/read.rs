@@ -462,20 +462,11 @@ pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
     }
 }
 
-const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     id: "fs.read",
     title: "File read time per 4 KiB block vs file size",
     description: "per-block read time vs file size: sequential read() and random pread(), uncached and cached",
-    method: "For each size from 1 MiB doubling to the profile's cap, a new scratch file of incompressible data is written \
-        (O_DIRECT where supported), flushed and unlinked at once. Uncached: read through O_DIRECT with 4 KiB-aligned \
-        buffers where the file system supports it, otherwise after posix_fadvise(DONTNEED) verified with mincore (and \
-        with readahead off for the random order, every block read once). Cached: after the file is read until every \
-        page is resident (mincore before and after). Sequential = read() of consecutive 4 KiB blocks from the start; \
-        random = pread() over a shuffled order of every block of the file. Each pass lasts a fixed time (three times as long at \
-        the largest size). Uncached reads are timed one by one with the cycle counter (clock overhead subtracted), so \
-        the metrics carry the distribution (mean comparable to fio's mean completion latency, p50/p90/p99); cached \
-        reads are timed in fixed chunks lasting ~0.2 ms, one value per chunk. Series show the median per size; \
-        metrics are the values at the largest size.",
+    method: crate::method!("fs.read"),
     needs: crate::experiments::Needs {
         disk_bytes: 2 * cap(Profile::Quick),
         ..crate::experiments::Needs::NONE
@@ -484,11 +475,12 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     bottleneck: crate::results::Bottleneck::None,
     per_core_kind: false,
     subtracts_loop: false,
+    budget: None,
 };
 
 impl Experiment for Read {
-    fn meta(&self) -> &crate::experiments::ExperimentMeta {
-        &META
+    fn spec(&self) -> &crate::experiments::Spec {
+        &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
         let (u, c) = slices(p);

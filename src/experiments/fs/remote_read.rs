@@ -27,15 +27,11 @@ fn network_rtt(ctx: &Context) -> Option<(f64, String)> {
         .map(|v| (v, "measured: net.rtt tcp (loopback unless --peer)".into()))
 }
 
-const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     id: "fs.remote-read",
     title: "Remote file read time per 4 KiB block",
     description: "fs.read on --remote-dir (NFS, SMB, sshfs...) and locally, with the remote/local ratio per pattern",
-    method: "The fs.read sweep (smaller sizes) run twice in the same sitting: in a new folder under --remote-dir and in \
-        the local scratch folder. Uncached remote reads use O_DIRECT where the network file system supports it \
-        (each 4 KiB read is then a request to the server), otherwise fadvise eviction verified with mincore. The \
-        ratio metrics are remote trials divided by the local median at the largest common size, per access \
-        pattern and cache state. Everything written remotely is unlinked at once and its folder removed.",
+    method: crate::method!("fs.remote-read"),
     needs: Needs {
         remote_dir: true,
         disk_bytes: 2 * cap(Profile::Quick),
@@ -45,11 +41,12 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     bottleneck: crate::results::Bottleneck::None,
     per_core_kind: false,
     subtracts_loop: false,
+    budget: None,
 };
 
 impl Experiment for RemoteRead {
-    fn meta(&self) -> &crate::experiments::ExperimentMeta {
-        &META
+    fn spec(&self) -> &crate::experiments::Spec {
+        &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
         let n = crate::units::doublings(MIB, cap(p)).len() as u32;

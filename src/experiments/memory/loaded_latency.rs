@@ -11,8 +11,8 @@
 //! threads' line counters read before and after each trial).
 
 use super::latency::{chase, lay, verify_chain, UNROLL};
-use super::{measure_raw, measure_trials, Pages, Region};
-use crate::experiments::{Context, Experiment, ExperimentMeta, Needs, Outcome, Profile};
+use crate::experiments::kit::{measure_raw, measure_trials, Pages, Region};
+use crate::experiments::{Context, Experiment, Needs, Outcome, Profile, Spec};
 use crate::harness::HarnessConfig;
 use crate::results::{Check, Prediction, Series};
 use crate::rng::{sattolo, Rng};
@@ -31,34 +31,11 @@ const IDLE_AGREES: f64 = 0.2;
 /// counter is stored after every line, so even a short trial sees it move).
 const BATCH: u64 = 32;
 
-const META: ExperimentMeta = ExperimentMeta {
+const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     id: "mem.loaded-latency",
     title: "Memory latency under load",
     description: "dependent chase beyond the last-level cache while the other cores stream reads, or a 2:1 read/write mix, with a calibrated delay, idle to unthrottled: latency vs bandwidth (like Intel MLC --loaded_latency, and its -W2)",
-    method: "The chase thread runs on the run's CPU and follows mem.latency's verified Sattolo cycle (one node per \
-        cache line, each load's address from the one before) over a buffer of 8x the last-level cache (the size \
-        of mem.latency's dram point), on transparent huge pages where the kernel provides them (the backing read \
-        from /proc/self/smaps is noted; else base pages). Load threads, one per other allowed CPU, one per \
-        physical core first, each pinned, read their own part of a second buffer (4x the last-level cache, at \
-        least 128 MiB, on huge pages likewise) one cache line at a time, with a delay loop between lines whose cost \
-        per iteration is measured first; the delays are swept from a gap of microseconds per line to none, \
-        at each gap twice: reads (every word of every line loaded) and a 2:1 read/write mix (MLC's -W2: of \
-        every three lines two read whole and one written whole with ordinary stores, which read the line for \
-        ownership and write it back later; not non-temporal stores), plus an idle point without load threads, \
-        the idle point of both curves. Each point times the chase in short trials (preempted trials \
-        repeated) while the load threads stream; every load thread counts its lines, and the counters are read \
-        before and after each chase trial, so the bandwidth (load threads plus the chase's own lines) is over \
-        exactly the trials' spans; a line counts its size once, read or written (as mem.bandwidth counts a \
-        store), so the mix's figures leave out the reads for ownership: the memory moves 4/3 of them. Premises: each load thread started before the point's first trial and \
-        stopped after its last, on its CPU at every look (getcpu every 1024 lines); a trial is kept only when \
-        the chase thread was not preempted and every load thread read lines all through it without a batch of \
-        32 lines taking more than twice its quickest plus 20 us (else it is repeated), and a point needs a kept \
-        trial; the chain is one cycle (verified in memory); the idle point agrees with \
-        mem.latency's dram (dram_thp when on huge pages) within 20% or their 95% intervals. The knee is the \
-        highest-bandwidth point still within 20% of idle latency. Little's law gives the misses in flight at \
-        each point: bandwidth / line size x chase latency. The peaks are predicted from mem.bandwidth with \
-        as many threads as load threads (one load thread: read_thp_1t on huge pages, else read_1t; k threads: \
-        read_kt, else the all-thread read), the mix's as 3 / (2 / read + 1 / write) of that team.",
+    method: crate::method!("mem.loaded-latency"),
     needs: Needs {
         min_cpus: 2,
         ..Needs::NONE
@@ -67,6 +44,7 @@ const META: ExperimentMeta = ExperimentMeta {
     bottleneck: crate::results::Bottleneck::Chase,
     per_core_kind: false,
     subtracts_loop: false,
+    budget: None,
 };
 
 /// What the load threads do with each line.
@@ -171,8 +149,8 @@ fn gaps(profile: Profile) -> Vec<f64> {
 }
 
 impl Experiment for LoadedLatency {
-    fn meta(&self) -> &ExperimentMeta {
-        &META
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
         match p {
@@ -190,7 +168,7 @@ impl Experiment for LoadedLatency {
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let mut v = Vec::new();
-        let thp = super::thp_available(ctx.machine);
+        let thp = crate::experiments::kit::thp_available(ctx.machine);
         let idle = if thp {
             ctx.earlier_median("mem.latency", "dram_thp")
                 .map(|x| (x, "dram_thp"))
@@ -263,7 +241,7 @@ impl Experiment for LoadedLatency {
         // unloaded bandwidth high (here 19.2 GB/s predicted against 12.1 reached).
         let n = ctx.machine.cpu.allowed_cpus.len().max(1);
         let bw = earlier_bandwidth(ctx, &team_figures("read", n, thp));
-        let line = super::line_bytes(&ctx.machine.data_caches());
+        let line = crate::experiments::kit::line_bytes(&ctx.machine.data_caches());
         let misses = match (&bw, idle) {
             (Some((name, bw)), Some((lat, lname))) => Prediction::new(
                 outstanding(*bw, line, lat),
@@ -344,10 +322,10 @@ impl Experiment for LoadedLatency {
         let mut out = Outcome::default();
         let loaders = ctx.machine.topology.spread(&others, others.len());
         let caches = ctx.machine.data_caches();
-        let line = super::line_bytes(&caches);
-        let llc = super::llc_bytes(&caches).unwrap_or(32 << 20);
+        let line = crate::experiments::kit::line_bytes(&caches);
+        let llc = crate::experiments::kit::llc_bytes(&caches).unwrap_or(32 << 20);
         let (chase_len, load_len) = sizes(ctx, llc, line, loaders.len(), &mut out)?;
-        let rss0 = super::rss_baseline();
+        let rss0 = crate::experiments::kit::rss_baseline();
         (ctx.progress)("faulting the buffers in");
         let (mut chain, huge) = mapping(ctx, chase_len)?;
         let (mut loads, load_huge) = mapping(ctx, load_len)?;
@@ -397,7 +375,10 @@ impl Experiment for LoadedLatency {
         let sweep = team.sweep(&gaps, per_iter);
         drop(chain);
         drop(loads);
-        out.check(super::rss_check(rss0, (chase_len + load_len) as u64));
+        out.check(crate::experiments::kit::rss_check(
+            rss0,
+            (chase_len + load_len) as u64,
+        ));
         report(ctx, &mut out, &sweep, line, &huge, per_iter, &loaders);
         Ok(out)
     }
@@ -420,7 +401,7 @@ fn sizes(
     };
     // The chase's permutation (4 bytes per node) lives while the chain is laid.
     let want = chase + load + 4 * chase / line as u64;
-    let cap = super::memory_cap(ctx.machine, want, 32 << 20)?;
+    let cap = crate::experiments::kit::memory_cap(ctx.machine, want, 32 << 20)?;
     let scale = (cap as f64 / want as f64).min(1.0);
     let chase = (1u64 << (63 - ((chase as f64 * scale) as u64).max(1).leading_zeros())) as usize;
     let part = ((load as f64 * scale) as usize / threads).max(1 << 20) >> 20 << 20;
@@ -458,10 +439,10 @@ impl Backing {
 
 /// The chase region: huge pages where the kernel offers them, else base pages.
 fn mapping(ctx: &Context, len: usize) -> anyhow::Result<(Region, Backing)> {
-    let why = if !super::thp_available(ctx.machine) {
+    let why = if !crate::experiments::kit::thp_available(ctx.machine) {
         Some("transparent huge pages are not available".to_string())
     } else {
-        super::too_small_for_huge_pages(ctx.machine, len)
+        crate::experiments::kit::too_small_for_huge_pages(ctx.machine, len)
     };
     if let Some(w) = why {
         let mut r = Region::new(len, Pages::Base)?;
@@ -474,7 +455,11 @@ fn mapping(ctx: &Context, len: usize) -> anyhow::Result<(Region, Backing)> {
             },
         ));
     }
-    let mut r = Region::aligned(len, Pages::Huge, super::huge_page(ctx.machine))?;
+    let mut r = Region::aligned(
+        len,
+        Pages::Huge,
+        crate::experiments::kit::huge_page(ctx.machine),
+    )?;
     r.prefault();
     // At most all of it: smaps may count a neighbouring mapping the kernel merged with this.
     let f = (r.huge_bytes().unwrap_or(0) as f64 / len as f64).min(1.0);
@@ -703,7 +688,7 @@ impl Team<'_, '_> {
             sh.started.store(0, Ordering::Release);
             sh.done.store(0, Ordering::Release);
             sh.gen.fetch_add(1, Ordering::AcqRel);
-            super::spin_until(|| sh.started.load(Ordering::Acquire) == k);
+            crate::experiments::kit::spin_until(|| sh.started.load(Ordering::Acquire) == k);
         }
         let count = || -> (u64, Vec<(u64, u64)>) {
             let v: Vec<(u64, u64)> = sh
@@ -760,7 +745,7 @@ impl Team<'_, '_> {
         std::hint::black_box(*at);
         if gap.is_some() {
             sh.stop.store(true, Ordering::Release);
-            super::spin_until(|| sh.done.load(Ordering::Acquire) == k);
+            crate::experiments::kit::spin_until(|| sh.done.load(Ordering::Acquire) == k);
             p.spans = sh
                 .spans
                 .iter()
@@ -935,7 +920,7 @@ fn mix_bandwidth(read: f64, write: f64) -> f64 {
 /// mix, that read and the team's write combined by `mix_bandwidth`.
 fn peak_predictions(ctx: &Context) -> Vec<(String, Prediction)> {
     let n = ctx.machine.cpu.allowed_cpus.len().max(1);
-    let thp = super::thp_available(ctx.machine);
+    let thp = crate::experiments::kit::thp_available(ctx.machine);
     let k = n.saturating_sub(1).max(1);
     let mut v = Vec::new();
     let reads = team_figures("read", n, thp);

@@ -1,7 +1,7 @@
 //! mem.pagefault: service time of a major page fault (a page read from disk on first
 //! touch of a file mapping), and of a minor fault (first touch of fresh anonymous memory).
 
-use super::{Pages, Region};
+use crate::experiments::kit::{Pages, Region};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::harness::{SampleSpec, Samples};
 use crate::results::{Bottleneck, Check, Prediction};
@@ -123,7 +123,7 @@ fn minor_faults(
             // SAFETY: at + MINOR_BATCH <= pages, so the offset lies inside the live region.
             let batch = unsafe { base.add(at * ps) };
             at += MINOR_BATCH;
-            Ok((batch, super::thread_faults().0))
+            Ok((batch, crate::experiments::kit::thread_faults().0))
         },
         |&mut (batch, _)| {
             for k in 0..MINOR_BATCH {
@@ -134,7 +134,9 @@ fn minor_faults(
             Ok(())
         },
         |(_, min0), _| {
-            faults += super::thread_faults().0.saturating_sub(min0);
+            faults += crate::experiments::kit::thread_faults()
+                .0
+                .saturating_sub(min0);
             touched += MINOR_BATCH as u64;
         },
     )?;
@@ -157,7 +159,7 @@ fn major_faults(
     let mut next = order.iter().copied();
     let mut sum = 0u8;
     let spec = SampleSpec::new(order.len(), budget).min_n(16);
-    let (_, maj0) = super::thread_faults();
+    let (_, maj0) = crate::experiments::kit::thread_faults();
     let s = ctx.harness(1).try_sample_with(
         &spec,
         // max_n is the page count, so `order` never runs out.
@@ -170,24 +172,16 @@ fn major_faults(
         },
         |_, _| {},
     )?;
-    let (_, maj1) = super::thread_faults();
+    let (_, maj1) = crate::experiments::kit::thread_faults();
     std::hint::black_box(sum);
     Ok((s.ns, maj1.saturating_sub(maj0)))
 }
 
-const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     id: "mem.pagefault",
     title: "Page fault service time",
     description: "major faults on an evicted file mapping in random order (counted with getrusage), and minor faults on fresh anonymous memory",
-    method: "Major: a file of real (non-zero) data on the scratch disk, unlinked as soon as it is open, written, \
-        flushed (fdatasync) and evicted from the page cache with POSIX_FADV_DONTNEED, the eviction verified with \
-        mincore; a tmpfs/ramfs scratch directory is refused (its pages never touch a disk). The file is mapped \
-        read-only with MADV_RANDOM (no readahead, so one fault reads one page) and one byte of each page is read \
-        in a random order, each touch timed alone; getrusage(RUSAGE_THREAD) counts major faults before and after, \
-        and at least 90% of the touches must have been major faults. Reported per fault and per byte of page. \
-        Minor: the first write to each page of a fresh anonymous base-page mapping (MADV_NOHUGEPAGE), timed in \
-        batches of 32 pages, minor faults counted the same way; batches during which the thread was preempted \
-        are set aside.",
+    method: crate::method!("mem.pagefault"),
     needs: crate::experiments::Needs {
         disk_bytes: sizes(Profile::Quick).0,
         ..crate::experiments::Needs::NONE
@@ -196,11 +190,12 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     bottleneck: crate::results::Bottleneck::Chain,
     per_core_kind: false,
     subtracts_loop: false,
+    budget: None,
 };
 
 impl Experiment for PageFault {
-    fn meta(&self) -> &crate::experiments::ExperimentMeta {
-        &META
+    fn spec(&self) -> &crate::experiments::Spec {
+        &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
         match p {
@@ -261,7 +256,8 @@ impl Experiment for PageFault {
         let mut out = Outcome::default();
         let (file_bytes, anon_bytes) = sizes(ctx.profile);
         let ps = crate::pagecache::page_size();
-        let cap = super::memory_cap(ctx.machine, file_bytes + anon_bytes, 2 << 20)?;
+        let cap =
+            crate::experiments::kit::memory_cap(ctx.machine, file_bytes + anon_bytes, 2 << 20)?;
         let anon = (anon_bytes.min(cap / 2) as usize / ps).max(MINOR_BATCH) * ps;
         let file_len = (file_bytes.min(cap - anon as u64) as usize / ps).max(16) * ps;
         out.notes.push(format!(
@@ -271,7 +267,7 @@ impl Experiment for PageFault {
             fmt_bytes(file_len as f64),
             fmt_bytes(ctx.machine.memory_budget_bytes() as f64)
         ));
-        let rss0 = super::rss_baseline();
+        let rss0 = crate::experiments::kit::rss_baseline();
 
         // Minor faults: valid on any file system.
         (ctx.progress)("minor faults");
@@ -293,7 +289,10 @@ impl Experiment for PageFault {
 
         // Major faults: only on a disk.
         let measured = major_section(ctx, file_len, &mut out)?;
-        out.check(super::rss_check(rss0, (anon + file_len) as u64));
+        out.check(crate::experiments::kit::rss_check(
+            rss0,
+            (anon + file_len) as u64,
+        ));
         out.pool(ctx);
         if measured {
             out.finding(finding(ctx, &out), &finding_sources(ctx));

@@ -151,17 +151,11 @@ fn predict_rate(ctx: &Context) -> Option<Prediction> {
     )
 }
 
-const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     id: "net.bandwidth",
     title: "TCP bandwidth",
     description: "a timed TCP stream to and from the peer with 128 KiB writes; bytes/s and Gbit/s against the link speed",
-    method: "One TCP connection per direction streams 128 KiB writes for a fixed time (quick: 1.5 s; smoke \
-        0.15 s; standard 5 s; thorough 10 s). The receiving side (the peer for send, this client for \
-        receive) records bytes received at fixed intervals from its first byte to end of stream; each \
-        interval's rate is one sample, the first interval (slow start) is dropped and so are tail \
-        fragments shorter than half an interval. The whole-stream average is checked against the \
-        interval median. Prediction: the link's line rate less framing overhead where the NIC \
-        reports a speed, else (loopback) half the memory copy bandwidth.",
+    method: crate::method!("net.bandwidth"),
     needs: Needs {
         peer: true,
         ..Needs::NONE
@@ -170,11 +164,12 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     bottleneck: crate::results::Bottleneck::None,
     per_core_kind: false,
     subtracts_loop: false,
+    budget: None,
 };
 
 impl Experiment for Bandwidth {
-    fn meta(&self) -> &crate::experiments::ExperimentMeta {
-        &META
+    fn spec(&self) -> &crate::experiments::Spec {
+        &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
         plan(p).0 * 2 + Duration::from_millis(if p == Profile::Smoke { 150 } else { 500 })

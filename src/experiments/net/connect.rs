@@ -101,18 +101,11 @@ fn raw_addr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     (ss, len as libc::socklen_t)
 }
 
-const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     id: "net.connect",
     title: "TCP connection setup and teardown",
     description: "connect() until established and close(), over thousands of connections to the peer, as distributions",
-    method: "The peer opens a fresh listening port that accepts and closes at once. For each connection a \
-        socket is created untimed (SO_LINGER 0), then a blocking connect() is timed from the call until it \
-        returns established (SYN, SYN-ACK, ACK), then close() is timed; SO_LINGER 0 makes close send a \
-        reset so no connection lingers in TIME_WAIT and ephemeral ports are never exhausted (counts are \
-        bounded too: quick 4000). Each call is timed alone with the cycle counter after a warm-up; \
-        p50/p90/p99 show the heavy tail. Interleaved with these, open_close times what lmbench's lat_connect \
-        times: socket() (SO_REUSEADDR), connect() and an ordinary close() (FIN; the port stays in TIME_WAIT, \
-        so these are bounded to a quarter: quick 1000), as one span per connection.",
+    method: crate::method!("net.connect"),
     needs: Needs {
         peer: true,
         ..Needs::NONE
@@ -121,11 +114,12 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     bottleneck: crate::results::Bottleneck::None,
     per_core_kind: false,
     subtracts_loop: false,
+    budget: None,
 };
 
 impl Experiment for Connect {
-    fn meta(&self) -> &crate::experiments::ExperimentMeta {
-        &META
+    fn spec(&self) -> &crate::experiments::Spec {
+        &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
         p.scale(Duration::from_millis(1500))

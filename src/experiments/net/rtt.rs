@@ -258,21 +258,11 @@ fn pct(out: &Outcome, name: &str) -> Option<(f64, f64, f64)> {
     Some((p.p50, p.p90, p.p99))
 }
 
-const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     id: "net.rtt",
     title: "Network round-trip time",
     description: "TCP and UDP ping-pong of a small message with the peer, and ICMP echo, as distributions (p50/p90/p99)",
-    method: "TCP: a 1-byte message written and read back over one connection with TCP_NODELAY on both ends, \
-        each round trip timed alone with the cycle counter after a warm-up, thousands of times; the peer \
-        reports the CPU it served each round trip on. On loopback the run is repeated with the peer pinned \
-        to the client's CPU (tcp_same_cpu) and to one partner CPU per topology class the machine has \
-        (tcp_cross_cpu for the nearest other core, tcp_cross_cpu_smt_sibling, _other_llc, _other_package), \
-        because a cross-CPU wake-up can dominate in a VM; a pinned figure is reported only when the client \
-        (sampled before every round trip) and the peer each stayed on their CPU in over 99% of round trips. \
-        UDP: 8-byte datagrams (a sequence number) to the peer's echo port; lost datagrams are counted and \
-        not timed. ICMP: echo requests through an unprivileged ICMP socket or a raw socket (root), which \
-        the peer host's kernel answers without waking any process; skipped with the reason where neither \
-        is permitted. Loopback targets a peer this run starts as a separate process; --peer a remote one.",
+    method: crate::method!("net.rtt"),
     needs: Needs {
         peer: true,
         ..Needs::NONE
@@ -281,11 +271,12 @@ const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentM
     bottleneck: crate::results::Bottleneck::None,
     per_core_kind: false,
     subtracts_loop: false,
+    budget: None,
 };
 
 impl Experiment for Rtt {
-    fn meta(&self) -> &crate::experiments::ExperimentMeta {
-        &META
+    fn spec(&self) -> &crate::experiments::Spec {
+        &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
         p.scale(Duration::from_millis(2500))

@@ -3,7 +3,7 @@
 //! runs them in step (docs/METHODOLOGY.md, mem.bandwidth).
 
 use super::{Op, BLOCK};
-use crate::experiments::memory::measure_trials;
+use crate::experiments::kit::measure_trials;
 use crate::experiments::Context;
 use crate::harness::{HarnessConfig, Measurement};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -230,7 +230,7 @@ pub(super) fn team(
                 let mut seen = 0u64;
                 let mut pos = 0usize;
                 loop {
-                    super::super::spin_until(|| {
+                    crate::experiments::kit::spin_until(|| {
                         gen.load(Ordering::Acquire) != seen || stop.load(Ordering::Acquire)
                     });
                     if stop.load(Ordering::Acquire) {
@@ -247,7 +247,7 @@ pub(super) fn team(
         }
         // Wait until every worker runs on its own CPU. Yielding matters: a new thread starts
         // on this CPU, and under a real-time policy it would never run while we spin.
-        super::super::spin_until(|| ready.load(Ordering::Acquire) == threads - 1);
+        crate::experiments::kit::spin_until(|| ready.load(Ordering::Acquire) == threads - 1);
         let mut pos = 0usize;
         let bytes_per_iter = (BLOCK * threads) as f64;
         let q = measure_trials(clock, spec, bytes_per_iter, |b| {
@@ -255,7 +255,7 @@ pub(super) fn team(
             blocks.store(b, Ordering::Release);
             gen.fetch_add(1, Ordering::AcqRel);
             timed(0, &mut pos, b);
-            super::super::spin_until(|| done.load(Ordering::Acquire) == threads - 1);
+            crate::experiments::kit::spin_until(|| done.load(Ordering::Acquire) == threads - 1);
             let slowest = ticks
                 .iter()
                 .map(|t| t.load(Ordering::Relaxed))

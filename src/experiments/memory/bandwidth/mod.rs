@@ -14,7 +14,7 @@ mod kernel;
 mod numa;
 mod text;
 
-use super::{Pages, Region};
+use crate::experiments::kit::{Pages, Region};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::harness::HarnessConfig;
 use crate::results::{Check, Prediction, Series};
@@ -115,33 +115,22 @@ fn ops() -> Vec<Op> {
     v
 }
 
-const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     id: "mem.bandwidth",
     title: "Memory bandwidth",
     description: "read, write (and non-temporal write) and copy bandwidth on a buffer far larger than the last-level cache, 1..N threads",
-    method: "One buffer (at least 8x the last-level cache and 256 MiB; 64 MiB in smoke) in base pages (the headline \
-        figures), and again on transparent huge pages for one thread (read_thp_1t, write_thp_1t, copy_thp_1t; quick \
-        and up, when the kernel backs at least half of it, the share read from /proc/self/smaps), faulted in \
-        before timing, split into one part per thread; each thread is pinned to its own CPU and streams its part \
-        1 MiB at a time, each trial continuing where the last stopped so data is never cache-resident. read: \
-        load and add every 8-byte word into eight accumulators (vectorised, no dependency chain); write: store \
-        every word with ordinary stores (each line is read for ownership, then written back); write_nt: \
-        non-temporal 16-byte stores (x86-64); copy: memcpy of 1 MiB blocks between the two halves of the part (below \
-        glibc's non-temporal threshold, so ordinary stores), counted as bytes copied per second (STREAM counts \
-        twice that). Trials of a few ms start together (threads spin on a \
-        shared flag); the slowest thread's time is the trial's; a trial during which any thread was preempted \
-        is repeated and counted. Reported in bytes/s, shown as GB/s (10^9) and GiB/s (2^30). Thread counts \
-        1..N, N = CPUs this process may use.",
+    method: crate::method!("mem.bandwidth"),
     needs: crate::experiments::Needs::NONE,
     // Streaming loads and stores.
     bottleneck: crate::results::Bottleneck::Copy,
     per_core_kind: false,
     subtracts_loop: false,
+    budget: None,
 };
 
 impl Experiment for Bandwidth {
-    fn meta(&self) -> &crate::experiments::ExperimentMeta {
-        &META
+    fn spec(&self) -> &crate::experiments::Spec {
+        &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
         match p {
@@ -158,7 +147,7 @@ impl Experiment for Bandwidth {
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
         let caches = ctx.machine.data_caches();
-        let llc = super::llc_bytes(&caches).unwrap_or(32 << 20);
+        let llc = crate::experiments::kit::llc_bytes(&caches).unwrap_or(32 << 20);
         // The CPUs the process may use (gathered before the runner pinned this thread).
         let mut allowed = ctx.machine.cpu.allowed_cpus.clone();
         if allowed.is_empty() {
@@ -170,7 +159,7 @@ impl Experiment for Bandwidth {
         let topo = placement_topology(ctx);
         let cpus = topo.spread(&allowed, n);
         let size = buffer_size(ctx, llc, n, &mut out)?;
-        let rss0 = super::rss_baseline();
+        let rss0 = crate::experiments::kit::rss_baseline();
 
         let counts = thread_counts(n, ctx.profile);
         let ops = ops();
@@ -181,7 +170,8 @@ impl Experiment for Bandwidth {
             &[Op::ReadScalar, Op::WriteScalar]
         };
         // One thread again on huge pages (not smoke), for read, write and copy.
-        let thp = super::thp_available(ctx.machine) && ctx.profile != Profile::Smoke;
+        let thp =
+            crate::experiments::kit::thp_available(ctx.machine) && ctx.profile != Profile::Smoke;
         let nodes = topo.nodes_of(&allowed);
         let numa = nodes.len() > 1;
         let configs = counts.len() * ops.len()
@@ -249,7 +239,7 @@ impl Experiment for Bandwidth {
         if numa {
             numa::per_node(&mut run, &nodes, &mut out)?;
         }
-        out.check(super::rss_check(rss0, size as u64));
+        out.check(crate::experiments::kit::rss_check(rss0, size as u64));
         out.notes.push(format!(
             "{} trials were preempted by other tasks and repeated; {} undisturbed trials kept",
             run.preempted, run.kept
@@ -313,7 +303,7 @@ fn predict_streams(ctx: &Context) -> Vec<(String, Prediction)> {
             names.push((op, 1, format!("{}_thp_1t", op.name())));
         }
     }
-    let line = super::line_bytes(&ctx.machine.data_caches()) as f64;
+    let line = crate::experiments::kit::line_bytes(&ctx.machine.data_caches()) as f64;
     let seq = ctx.earlier_median("mem.latency", "dram_sequential");
     let peak = dimm_peak(ctx);
     names
@@ -524,7 +514,7 @@ fn buffer_size(ctx: &Context, llc: u64, n: usize, out: &mut Outcome) -> anyhow::
     };
     // Each thread's part needs at least two blocks per half for copy.
     let min = (4 * BLOCK * n) as u64;
-    let cap = super::memory_cap(ctx.machine, want, min)?;
+    let cap = crate::experiments::kit::memory_cap(ctx.machine, want, min)?;
     let size = (cap as usize / (BLOCK * n)) * BLOCK * n;
     out.notes.push(format!(
         "memory cap {} (the buffer); MemAvailable {}",
@@ -723,12 +713,12 @@ impl Streams<'_, '_> {
     /// leaves out.
     fn huge_pages(&mut self, out: &mut Outcome) -> anyhow::Result<()> {
         let (ctx, size) = (self.ctx, self.size);
-        if let Some(why) = super::too_small_for_huge_pages(ctx.machine, size) {
+        if let Some(why) = crate::experiments::kit::too_small_for_huge_pages(ctx.machine, size) {
             out.notes.push(format!("no huge-page figures: {why}"));
             return Ok(());
         }
         (ctx.progress)("huge-page buffer");
-        let huge = super::huge_page(ctx.machine);
+        let huge = crate::experiments::kit::huge_page(ctx.machine);
         let mut region = Region::aligned(size, Pages::Huge, huge)?;
         region.prefault();
         region.as_mut_slice().fill(0x5a);

@@ -4,7 +4,7 @@
 
 use super::kernel::{team, touch, Part};
 use super::{Op, Placed, Streams, BLOCK};
-use crate::experiments::memory::{measure_raw, Pages, Region};
+use crate::experiments::kit::{measure_raw, Pages, Region};
 use crate::experiments::Outcome;
 use crate::results::Series;
 use crate::rng::{sattolo, Rng};
@@ -133,8 +133,9 @@ pub(super) fn per_node(
     }
     // Load latency, CPU node x memory node: a random single-cycle chase over a buffer
     // far larger than the last-level cache, laid (first touched) on the memory node.
-    let line = super::super::line_bytes(&ctx.machine.data_caches()).max(8);
-    let llc = super::super::llc_bytes(&ctx.machine.data_caches()).unwrap_or(32 << 20) as usize;
+    let line = crate::experiments::kit::line_bytes(&ctx.machine.data_caches()).max(8);
+    let llc =
+        crate::experiments::kit::llc_bytes(&ctx.machine.data_caches()).unwrap_or(32 << 20) as usize;
     let size = (4 * llc).max(64 << 20).min(run.size);
     let lines = size / line;
     let next = sattolo(lines, &mut Rng::new(0x6e75_6d61));

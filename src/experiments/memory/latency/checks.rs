@@ -2,7 +2,7 @@
 //! nodes, as read back from memory (docs/METHODOLOGY.md, mem.latency).
 
 use super::levels::Named;
-use crate::experiments::memory::Region;
+use crate::experiments::kit::Region;
 use crate::results::Check;
 use crate::rng::Rng;
 use crate::units::fmt_bytes;

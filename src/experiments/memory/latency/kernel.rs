@@ -2,7 +2,7 @@
 //! curves of chases over working-set sizes (docs/METHODOLOGY.md, mem.latency).
 
 use super::checks::verify_chain;
-use crate::experiments::memory::{measure_raw, Region};
+use crate::experiments::kit::{measure_raw, Region};
 use crate::experiments::Context;
 use crate::harness::{HarnessConfig, Measurement};
 use crate::rng::{sattolo, Rng};

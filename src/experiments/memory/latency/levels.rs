@@ -2,7 +2,7 @@
 //! (docs/METHODOLOGY.md, mem.latency). Finding the plateaus is `analysis::detect_levels`.
 
 use crate::analysis::Level;
-use crate::experiments::memory::llc_bytes;
+use crate::experiments::kit::llc_bytes;
 use crate::machine::Cache;
 
 /// A detected level with its name and the sysfs cache it was matched with.

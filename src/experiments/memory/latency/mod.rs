@@ -24,7 +24,7 @@ pub(crate) use crate::analysis::detect_levels;
 pub use kernel::{lmbench_chain, Point};
 pub(crate) use levels::{llc_hit_fraction, name_levels};
 
-use super::{Pages, Region};
+use crate::experiments::kit::{Pages, Region};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::harness::HarnessConfig;
 use crate::results::{Check, Prediction};
@@ -121,36 +121,23 @@ fn plan(profile: Profile, llc: u64, line: usize) -> Plan {
     }
 }
 
-const META: crate::experiments::ExperimentMeta = crate::experiments::ExperimentMeta {
+const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     id: "mem.latency",
     title: "Memory load latency by working-set size",
     description: "pointer chase over a random single cycle (Sattolo) from 1 KiB to 4x the last-level cache; cache levels detected; sequential-stride curves; huge pages",
-    method: "Nodes of one cache line each (line size from sysfs); node i's first word holds the address of the next \
-        node, so every load depends on the one before (read_volatile, 16 loads per loop iteration). Random \
-        curve: a Sattolo permutation over all nodes of the working set, so consecutive loads hit random lines \
-        of random pages (cache and TLB misses both real); before timing, the chain in memory is verified to be \
-        one cycle through every node. Sizes from 1 KiB to at least 4x the last-level cache (capped by a \
-        quarter of MemAvailable), four per doubling (one in smoke), in a base-page mapping (MADV_NOHUGEPAGE), \
-        and again in a MADV_HUGEPAGE mapping (quick and up; its backing is checked in /proc/self/smaps). \
-        Sequential curves walk the nodes in address order at fixed strides, which the prefetcher follows. \
-        Trials last about 250 us; a trial during which the thread was preempted (involuntary context switch) \
-        is repeated and counted. Levels come from the huge-page curve when it exists (the TLB then reaches \
-        past every cache): plateaus of log latency against log size (running median of three; a step of more \
-        than 10% per quarter doubling ends a plateau; plateaus within 2x merge; a point slower than the next size is measured again, the lower median kept); each level's size is where \
-        the curve crosses half-way (geometric mean) to the next level; plateaus are matched in order with the \
-        sysfs data caches, and those at more than half the largest size's latency are memory. dram is the \
-        base-page chase at the largest size, dram_thp the same with huge pages.",
+    method: crate::method!("mem.latency"),
     needs: crate::experiments::Needs::NONE,
     // Dependent loads, as the sentinel's chase.
     bottleneck: crate::results::Bottleneck::Chase,
     // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
     per_core_kind: true,
     subtracts_loop: false,
+    budget: None,
 };
 
 impl Experiment for Latency {
-    fn meta(&self) -> &crate::experiments::ExperimentMeta {
-        &META
+    fn spec(&self) -> &crate::experiments::Spec {
+        &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
         match p {
@@ -162,7 +149,7 @@ impl Experiment for Latency {
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         use crate::experiments::parts::{self, Pick};
-        let (ghz, src) = crate::experiments::cpu::core_ghz(ctx);
+        let (ghz, src) = ctx.core_ghz();
         let m = ctx.machine;
         let mut v = Vec::new();
         let caches = m.data_caches();
@@ -258,17 +245,17 @@ impl Experiment for Latency {
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
         let caches = ctx.machine.data_caches();
-        let line = super::line_bytes(&caches);
-        let llc = super::llc_bytes(&caches).unwrap_or(32 << 20);
+        let line = crate::experiments::kit::line_bytes(&caches);
+        let llc = crate::experiments::kit::llc_bytes(&caches).unwrap_or(32 << 20);
         let p = plan(ctx.profile, llc, line);
         let (max, cap) = working_set(ctx, &p, line, llc, &mut out)?;
-        let rss0 = super::rss_baseline();
+        let rss0 = crate::experiments::kit::rss_baseline();
         let sched = Schedule::new(ctx, &p, max, line, llc);
         let mut rng = Rng::from_entropy();
 
         let base = measure_base(ctx, &p, &sched, max, line, &mut rng)?;
         let thp_curve = measure_thp(ctx, &p, &sched, max, line, &mut rng, &mut out)?;
-        out.check(super::rss_check(rss0, cap));
+        out.check(crate::experiments::kit::rss_check(rss0, cap));
         premise_and_notes(&base, thp_curve.as_ref(), &mut out);
 
         out.series.push(text::series("random", &base.random.points));
@@ -318,7 +305,7 @@ fn working_set(
     let node_max = p.max / line as u64;
     // The region plus the permutation (4 bytes per node) while a chain is laid.
     let want = p.max + 4 * node_max;
-    let cap = super::memory_cap(ctx.machine, want, 8 << 20)?;
+    let cap = crate::experiments::kit::memory_cap(ctx.machine, want, 8 << 20)?;
     let max = if cap < want {
         // Largest power of two that fits with its permutation.
         let fit = cap * line as u64 / (line as u64 + 4);
@@ -364,7 +351,8 @@ impl Schedule {
         };
         let random_sizes = with_max(sizes(1024, curve_max, p.per_doubling, line as u64));
         let seq_sizes = with_max(sizes(1024, curve_max, p.seq_per_doubling, line as u64));
-        let thp = super::thp_available(ctx.machine) && ctx.profile != Profile::Smoke;
+        let thp =
+            crate::experiments::kit::thp_available(ctx.machine) && ctx.profile != Profile::Smoke;
         let mut all: Vec<u64> = random_sizes.clone();
         for &s in &p.strides {
             all.extend(seq_sizes.iter().filter(|&&z| z >= 2 * s as u64));
@@ -481,12 +469,14 @@ fn measure_thp(
     out: &mut Outcome,
 ) -> anyhow::Result<Option<(Curve, f64)>> {
     if s.thp {
-        if let Some(why) = super::too_small_for_huge_pages(ctx.machine, max as usize) {
+        if let Some(why) =
+            crate::experiments::kit::too_small_for_huge_pages(ctx.machine, max as usize)
+        {
             out.notes.push(format!("no huge-page figure: {why}"));
             return Ok(None);
         }
         (ctx.progress)("huge-page region");
-        let huge = super::huge_page(ctx.machine);
+        let huge = crate::experiments::kit::huge_page(ctx.machine);
         let mut region = Region::aligned(max as usize, Pages::Huge, huge)?;
         region.prefault();
         let frac = region.huge_bytes().unwrap_or(0) as f64 / max as f64;
@@ -611,7 +601,7 @@ fn levels_and_memory(
         let name = if pt.size == max && pt.size > 1 << 20 {
             "lmbench_dram".to_string()
         } else {
-            format!("lmbench_{}", super::size_label(pt.size))
+            format!("lmbench_{}", crate::experiments::kit::size_label(pt.size))
         };
         out.metric(
             &name,

@@ -1,0 +1,87 @@
+//! The kernel kit below the experiments: what more than one experiment needs to measure
+//! (memory regions, timed trials over several threads). No experiment area imports
+//! another; they share through here.
+
+use crate::harness::{Harness, HarnessConfig, Measurement};
+
+pub(crate) mod region;
+
+#[cfg(test)]
+pub(crate) use region::PREFAULTED;
+pub(crate) use region::{
+    huge_page, line_bytes, llc_bytes, memory_cap, rss_baseline, rss_check, thp_available,
+    thread_faults, too_small_for_huge_pages, Pages, Region,
+};
+
+/// Measures `body(iters)` (`ops_per_iter` operations per iteration) with the shared
+/// harness under `cfg` (`HarnessConfig::short_trials`), repeating trials during which the
+/// thread was preempted. Only the clock's overhead is subtracted (a chase or stream step
+/// dwarfs the loop's).
+pub(crate) fn measure_raw(
+    clock: &dyn crate::clock::Clock,
+    cfg: &HarnessConfig,
+    ops_per_iter: f64,
+    body: impl FnMut(u64),
+) -> Measurement {
+    let m = Harness::new(clock, cfg.clone(), 0.0).measure_raw(ops_per_iter, body);
+    without_preemption_note(m)
+}
+
+/// Memory experiments sum preempted trials into one note of their own.
+fn without_preemption_note(mut m: Measurement) -> Measurement {
+    let note = crate::harness::preemption_note(m.preempted, m.undisturbed);
+    m.notes.retain(|n| *n != note);
+    m
+}
+
+/// As `measure_raw` over a trial the caller times itself (several threads released
+/// together): `trial(iters)` returns its ticks, clock overhead included, and whether
+/// every thread ran undisturbed.
+pub(crate) fn measure_trials(
+    clock: &dyn crate::clock::Clock,
+    cfg: &HarnessConfig,
+    ops_per_iter: f64,
+    trial: impl FnMut(u64) -> (u64, bool),
+) -> Measurement {
+    let m = Harness::new(clock, cfg.clone(), 0.0).measure_trials(ops_per_iter, trial);
+    without_preemption_note(m)
+}
+
+/// "1 KiB", "32 KiB" style label for a power-of-two-ish size, for metric and series names.
+/// Spins until `cond`, yielding now and then so a thread we wait for can run here
+/// (the load and stream teams' start and stop barriers).
+pub(crate) fn spin_until(cond: impl Fn() -> bool) {
+    let mut spins = 0u64;
+    while !cond() {
+        spins += 1;
+        if spins % 1024 == 0 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+pub(crate) fn size_label(b: u64) -> String {
+    if b >= 1 << 30 && b % (1 << 30) == 0 {
+        format!("{}GiB", b >> 30)
+    } else if b >= 1 << 20 && b % (1 << 20) == 0 {
+        format!("{}MiB", b >> 20)
+    } else if b >= 1 << 10 && b % (1 << 10) == 0 {
+        format!("{}KiB", b >> 10)
+    } else {
+        format!("{b}B")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels() {
+        assert_eq!(size_label(16 << 10), "16KiB");
+        assert_eq!(size_label(512 << 20), "512MiB");
+        assert_eq!(size_label(100), "100B");
+    }
+}

@@ -1,0 +1,301 @@
+//! Anonymous memory for the measurements: regions with huge-page advice and a residency
+//! check, and the memory facts and caps they are sized by.
+
+use crate::machine::Cache;
+use anyhow::{bail, Context as _};
+
+/// Cache line size: from the machine's caches, else 64 bytes.
+pub(crate) fn line_bytes(caches: &[Cache]) -> usize {
+    caches
+        .iter()
+        .map(|c| c.line_bytes as usize)
+        .find(|&l| l.is_power_of_two() && (16..=1024).contains(&l))
+        .unwrap_or(64)
+}
+
+/// Last-level cache size, if known.
+pub(crate) fn llc_bytes(caches: &[Cache]) -> Option<u64> {
+    caches.iter().map(|c| c.size_bytes).max()
+}
+
+/// The memory a run of an experiment may use: never more than a quarter of what is
+/// available (MemAvailable, capped by the cgroup limit).
+/// Errors when even `min` does not fit.
+pub(crate) fn memory_cap(
+    machine: &crate::machine::Machine,
+    want: u64,
+    min: u64,
+) -> anyhow::Result<u64> {
+    let avail = machine.memory_budget_bytes();
+    if avail == 0 {
+        // Unknown: stay small rather than risk the machine.
+        return Ok(want.min(256 << 20).max(min));
+    }
+    let cap = want.min(avail / 4);
+    if cap < min {
+        bail!(
+            "only {} of memory available (MemAvailable, cgroup limit); this experiment needs at least {} (a quarter of what is available)",
+            crate::units::fmt_bytes(avail as f64),
+            crate::units::fmt_bytes(min as f64 * 4.0)
+        );
+    }
+    Ok(cap)
+}
+
+/// Whether transparent huge pages can be requested with madvise.
+pub(crate) fn thp_available(m: &crate::machine::Machine) -> bool {
+    matches!(m.memory.thp_enabled.as_deref(), Some("always" | "madvise"))
+}
+
+/// Huge-page size when the kernel does not say (x86-64 and 4 KiB-page arm64 kernels).
+const HUGE_PAGE_DEFAULT: usize = 2 << 20;
+
+/// The PMD huge-page size of this machine (machine description: hpage_pmd_size), or
+/// 2 MiB where the kernel has no transparent huge pages to say it.
+pub fn huge_page(m: &crate::machine::Machine) -> usize {
+    m.memory
+        .huge_page_bytes
+        .filter(|&b| b.is_power_of_two())
+        .map_or(HUGE_PAGE_DEFAULT, |b| b as usize)
+}
+
+/// Why a region of `len` bytes cannot get huge pages, when it is smaller than one.
+pub fn too_small_for_huge_pages(m: &crate::machine::Machine, len: usize) -> Option<String> {
+    let hp = huge_page(m);
+    (len < hp).then(|| {
+        format!(
+            "the region ({}) is smaller than one huge page ({}, /sys/kernel/mm/transparent_hugepage/hpage_pmd_size)",
+            crate::units::fmt_bytes(len as f64),
+            crate::units::fmt_bytes(hp as f64)
+        )
+    })
+}
+
+/// Page backing requested for an anonymous mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pages {
+    /// MADV_NOHUGEPAGE: base pages even when THP is "always".
+    Base,
+    /// MADV_HUGEPAGE: transparent huge pages where the kernel can provide them.
+    Huge,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test seam: on this thread fresh regions come already mapped (as under
+    /// mlockall(MCL_FUTURE) or MAP_POPULATE), so a first touch takes no page fault.
+    pub(crate) static PREFAULTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// An anonymous private mapping, aligned to the huge-page size so huge pages can back all of it,
+/// unmapped on drop.
+pub(crate) struct Region {
+    map: *mut u8,
+    map_len: usize,
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: Region owns its mapping exclusively, like a Vec<u8>.
+unsafe impl Send for Region {}
+// SAFETY: shared references only give out raw pointers; writers go through &mut.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// A region of base pages (alignment matters only for huge pages).
+    pub fn new(len: usize, pages: Pages) -> anyhow::Result<Region> {
+        Region::aligned(len, pages, HUGE_PAGE_DEFAULT)
+    }
+
+    /// A region aligned to `huge` bytes (the machine's huge-page size, `huge_page`), so
+    /// that huge pages can back all of it.
+    pub fn aligned(len: usize, pages: Pages, huge: usize) -> anyhow::Result<Region> {
+        if len == 0 {
+            bail!("empty region");
+        }
+        if !huge.is_power_of_two() {
+            bail!("huge-page size {huge} is not a power of two");
+        }
+        let map_len = len + huge;
+        // SAFETY: a fresh anonymous private mapping; no existing memory is affected.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("mmap of {}", crate::units::fmt_bytes(len as f64)));
+        }
+        let map = map as *mut u8;
+        let off = (huge - (map as usize % huge)) % huge;
+        // SAFETY: off < huge, so ptr..ptr+len lies inside the mapping.
+        let ptr = unsafe { map.add(off) };
+        let advice = match pages {
+            Pages::Base => crate::platform::HugePages::Base,
+            Pages::Huge => crate::platform::HugePages::Huge,
+        };
+        // SAFETY: advice on the mapping made above. Failure (e.g. no THP support) leaves
+        // base pages, which `huge_bytes` reports.
+        unsafe { crate::platform::advise_huge_pages(map, map_len, advice) };
+        #[cfg(test)]
+        if PREFAULTED.with(|p| p.get()) {
+            let ps = crate::pagecache::page_size();
+            for i in (0..map_len).step_by(ps) {
+                // SAFETY: i < map_len, inside the writable mapping made above.
+                unsafe { std::ptr::write_volatile(map.add(i), 0) };
+            }
+        }
+        Ok(Region {
+            map,
+            map_len,
+            ptr,
+            len,
+        })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: ptr..ptr+len is inside the live mapping, zero-filled by the kernel, and
+        // &mut self gives exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+
+    /// Writes one byte per page so every page is backed before timing starts.
+    pub(crate) fn prefault(&mut self) {
+        let ps = crate::pagecache::page_size();
+        let s = self.as_mut_slice();
+        for i in (0..s.len()).step_by(ps) {
+            s[i] = 1;
+        }
+    }
+
+    /// Bytes of this mapping backed by transparent huge pages.
+    pub(crate) fn huge_bytes(&self) -> Option<u64> {
+        let lo = self.map as usize;
+        crate::machine::process::huge_bytes_in(lo, lo + self.map_len)
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping made in `new`.
+        unsafe { libc::munmap(self.map as *mut libc::c_void, self.map_len) };
+    }
+}
+
+/// Faults of the calling thread so far: (minor, major), from getrusage(RUSAGE_THREAD)
+/// (the whole process where the system has no per-thread counters).
+pub(crate) fn thread_faults() -> (u64, u64) {
+    crate::platform::thread_usage()
+        .map(|u| (u.minor_faults, u.major_faults))
+        .unwrap_or((0, 0))
+}
+
+/// Resets this process's peak RSS (VmHWM) and returns the current RSS, so that
+/// `rss_check` can compare the growth with an announced cap.
+pub(crate) fn rss_baseline() -> Option<u64> {
+    crate::machine::process::reset_peak_rss()?;
+    status_bytes("VmRSS:")
+}
+
+fn status_bytes(field: &str) -> Option<u64> {
+    crate::machine::process::status_bytes(field)
+}
+
+/// Peak RSS growth since `rss_baseline` against the announced cap.
+pub(crate) fn rss_check(base: Option<u64>, cap: u64) -> crate::results::Check {
+    use crate::units::fmt_bytes;
+    let name = "memory use within the announced cap";
+    match (base, status_bytes("VmHWM:")) {
+        (Some(b), Some(p)) => {
+            let grew = p.saturating_sub(b);
+            // 16 MiB slack for the run's own stacks, allocator and results.
+            crate::results::Check::sanity(
+                name,
+                grew <= cap + (16 << 20),
+                format!(
+                    "peak resident set grew by {} against a cap of {} (VmHWM in /proc/self/status)",
+                    fmt_bytes(grew as f64),
+                    fmt_bytes(cap as f64)
+                ),
+            )
+        }
+        _ => crate::results::Check::sanity(
+            name,
+            true,
+            format!(
+                "cap {}; peak RSS not readable here, allocations sized to the cap",
+                fmt_bytes(cap as f64)
+            ),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thp_from_the_description() {
+        let mut m = crate::machine::Machine::default();
+        assert!(!thp_available(&m), "unknown is not available");
+        for (mode, ok) in [("always", true), ("madvise", true), ("never", false)] {
+            m.memory.thp_enabled = Some(mode.into());
+            assert_eq!(thp_available(&m), ok, "{mode}");
+        }
+    }
+
+    #[test]
+    fn caches_are_read() {
+        let m = crate::machine::Machine::gather();
+        let c = m.data_caches();
+        // Where the description found caches (sysfs has them on most machines).
+        if m.cpu.caches.iter().any(|c| c.size_bytes > 0) {
+            assert!(!c.is_empty());
+            assert!(c.iter().all(|c| c.kind != "Instruction"));
+            assert!(c.windows(2).all(|w| w[0].level < w[1].level));
+        }
+        assert!(line_bytes(&c).is_power_of_two());
+    }
+
+    #[test]
+    fn huge_page_size_from_the_description() {
+        let mut m = crate::machine::Machine::default();
+        assert_eq!(huge_page(&m), 2 << 20, "unknown: 2 MiB");
+        m.memory.huge_page_bytes = Some(512 << 20); // 64 KiB-page arm64 kernels
+        assert_eq!(huge_page(&m), 512 << 20);
+        let why = too_small_for_huge_pages(&m, 128 << 20).unwrap();
+        assert!(
+            why.contains("128.0 MiB") && why.contains("512.0 MiB"),
+            "{why}"
+        );
+        assert!(too_small_for_huge_pages(&m, 1 << 30).is_none());
+        m.memory.huge_page_bytes = Some(3 << 20);
+        assert_eq!(huge_page(&m), 2 << 20, "not a power of two: ignored");
+        let r = Region::aligned(1 << 20, Pages::Base, 32 << 20).unwrap();
+        assert_eq!(r.as_ptr() as usize % (32 << 20), 0);
+        assert!(Region::aligned(1 << 20, Pages::Base, 3 << 20).is_err());
+    }
+
+    #[test]
+    fn regions_are_aligned_and_zeroed() {
+        let mut r = Region::new(3 << 20, Pages::Base).unwrap();
+        assert_eq!(r.as_ptr() as usize % HUGE_PAGE_DEFAULT, 0);
+        assert!(r.as_mut_slice().iter().all(|&b| b == 0));
+        r.prefault();
+        assert!(r.huge_bytes().is_some());
+    }
+}

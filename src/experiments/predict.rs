@@ -1,0 +1,260 @@
+//! Predictions built from typed inputs. An input carries its value, unit and source, or
+//! the reason it is missing; a prediction built from a missing input is withheld with
+//! that reason, so no experiment writes its sources or its withheld reasons by hand.
+
+// Until every family states its predictions through it.
+#![allow(dead_code)]
+
+use super::Context;
+use crate::results::{InputKind, Prediction};
+
+/// One input of a prediction: a figure with where it came from, or why there is none.
+#[derive(Debug, Clone)]
+pub(crate) struct Input {
+    /// The key it takes in the prediction's inputs.
+    name: String,
+    value: Result<f64, String>,
+    unit: String,
+    source: String,
+    kind: InputKind,
+    cited: Option<(String, String)>,
+}
+
+impl Input {
+    fn new(
+        name: &str,
+        value: Result<f64, String>,
+        unit: &str,
+        source: String,
+        kind: InputKind,
+    ) -> Input {
+        Input {
+            name: name.to_string(),
+            value,
+            unit: unit.to_string(),
+            source,
+            kind,
+            cited: None,
+        }
+    }
+
+    /// A fact of this machine, or why the description lacks it.
+    pub(crate) fn machine(
+        name: &str,
+        value: Option<f64>,
+        unit: &str,
+        source: impl Into<String>,
+        missing: impl Into<String>,
+    ) -> Input {
+        let value = value
+            .filter(|v| v.is_finite())
+            .ok_or_else(|| missing.into());
+        Input::new(name, value, unit, source.into(), InputKind::Machine)
+    }
+
+    /// A count the method itself fixes, or one traced from it.
+    pub(crate) fn method(name: &str, value: f64, unit: &str, source: impl Into<String>) -> Input {
+        Input::new(name, Ok(value), unit, source.into(), InputKind::Method)
+    }
+
+    /// An entry of the parts table: `what` names the figure, `key` the entry that matched.
+    pub(crate) fn table(
+        name: &str,
+        value: f64,
+        unit: &str,
+        what: &str,
+        key: &str,
+        reference: &str,
+    ) -> Input {
+        let mut i = Input::new(
+            name,
+            Ok(value),
+            unit,
+            format!("table: {what} ({key})"),
+            InputKind::Table,
+        );
+        i.cited = Some((key.to_string(), reference.to_string()));
+        i
+    }
+
+    /// An input that is missing, and why.
+    pub(crate) fn missing(name: &str, why: impl Into<String>) -> Input {
+        Input::new(name, Err(why.into()), "", String::new(), InputKind::Machine)
+    }
+
+    /// The same input under another key.
+    pub(crate) fn named(mut self, name: &str) -> Input {
+        self.name = name.to_string();
+        self
+    }
+
+    pub(crate) fn value(&self) -> Option<f64> {
+        self.value.as_ref().ok().copied()
+    }
+
+    /// Why the input is missing, when it is.
+    pub(crate) fn why_missing(&self) -> Option<&str> {
+        self.value.as_ref().err().map(String::as_str)
+    }
+
+    /// `p` with this input recorded among its inputs (unchanged when it is missing).
+    pub(crate) fn attach(&self, p: Prediction) -> Prediction {
+        let Ok(v) = self.value else { return p };
+        match (&self.cited, self.kind) {
+            (Some((key, reference)), InputKind::Table) => {
+                let what = self
+                    .source
+                    .strip_prefix("table: ")
+                    .and_then(|s| s.strip_suffix(&format!(" ({key})")))
+                    .unwrap_or(&self.source);
+                p.table(&self.name, v, &self.unit, what, key, reference)
+            }
+            (_, InputKind::Machine) => p.machine(&self.name, v, &self.unit, self.source.clone()),
+            (_, InputKind::Measured) => p.measured(&self.name, v, &self.unit, self.source.clone()),
+            (_, InputKind::Method) => p.method(&self.name, v, &self.unit, self.source.clone()),
+            (_, _) => p.prediction(&self.name, v, &self.unit, self.source.clone()),
+        }
+    }
+}
+
+/// The predictions an experiment states before it measures, by metric name.
+pub(crate) struct Predictions<'c, 'a> {
+    ctx: &'c Context<'a>,
+    stated: Vec<(String, Prediction)>,
+}
+
+impl<'c, 'a> Predictions<'c, 'a> {
+    pub(crate) fn new(ctx: &'c Context<'a>) -> Self {
+        Predictions {
+            ctx,
+            stated: Vec::new(),
+        }
+    }
+
+    pub(crate) fn ctx(&self) -> &'c Context<'a> {
+        self.ctx
+    }
+
+    /// The first of `metrics` that `experiment` measured earlier in this run, as an input
+    /// named after the metric; missing, with the reason, when none was.
+    pub(crate) fn earlier(&self, experiment: &str, metrics: &[&str]) -> Input {
+        for m in metrics {
+            if let Some(x) = self.ctx.earlier_metric(experiment, m) {
+                let v = x.summary.median;
+                return Input::new(
+                    m,
+                    Ok(v).and_then(|v: f64| {
+                        if v.is_finite() {
+                            Ok(v)
+                        } else {
+                            Err(format!("{experiment}'s {m} has no finite median"))
+                        }
+                    }),
+                    &x.unit,
+                    format!("measured: {experiment} {m}"),
+                    InputKind::Measured,
+                );
+            }
+        }
+        let first = metrics.first().copied().unwrap_or("figure");
+        Input::missing(
+            first,
+            format!("{experiment}'s {first} was not measured in this run"),
+        )
+    }
+
+    /// States `metric` as `f` of the inputs' values, each recorded as an input; withheld
+    /// with the first missing input's reason when any is missing.
+    pub(crate) fn state(
+        &mut self,
+        metric: &str,
+        inputs: &[&Input],
+        f: impl FnOnce(&[f64]) -> Prediction,
+    ) {
+        if let Some(why) = inputs.iter().find_map(|i| i.why_missing()) {
+            self.withhold(&[metric], why);
+            return;
+        }
+        let values: Vec<f64> = inputs.iter().filter_map(|i| i.value()).collect();
+        let p = inputs.iter().fold(f(&values), |p, i| i.attach(p));
+        self.add(metric, p);
+    }
+
+    /// `metric` should read `input` (the same figure measured another way).
+    pub(crate) fn equal(&mut self, metric: &str, input: &Input, formula: impl Into<String>) {
+        let formula = formula.into();
+        self.state(metric, &[input], |v| Prediction::new(v[0], formula));
+    }
+
+    /// `metric` should be at least `input`: the model leaves costs out.
+    pub(crate) fn at_least(&mut self, metric: &str, input: &Input, formula: impl Into<String>) {
+        let formula = formula.into();
+        self.state(metric, &[input], |v| {
+            Prediction::new(v[0], formula).lower_bound()
+        });
+    }
+
+    /// `metric` should be at most `input`.
+    pub(crate) fn at_most(&mut self, metric: &str, input: &Input, formula: impl Into<String>) {
+        let formula = formula.into();
+        self.state(metric, &[input], |v| {
+            Prediction::new(v[0], formula).upper_bound()
+        });
+    }
+
+    /// No prediction for `metrics`, and why.
+    pub(crate) fn withhold(&mut self, metrics: &[&str], why: &str) {
+        for m in metrics {
+            self.add(m, Prediction::withheld(why));
+        }
+    }
+
+    /// A prediction built by hand.
+    pub(crate) fn add(&mut self, metric: &str, p: Prediction) {
+        self.stated.push((metric.to_string(), p));
+    }
+
+    pub(crate) fn done(self) -> Vec<(String, Prediction)> {
+        self.stated
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiments::testing::World;
+
+    #[test]
+    fn a_missing_input_withholds_with_its_own_reason() {
+        let clock = crate::clock::MockClock::new(1);
+        let v = World::live(&clock).with_ctx(|ctx| {
+            let mut p = Predictions::new(ctx);
+            let pair = p.earlier("cpu.timer", &["read_pair"]);
+            assert!(pair.value().is_none());
+            p.equal("x", &pair, "half a pair");
+            let core = Input::method("core", 2.0, "reads", "method: two reads per pair");
+            p.state("y", &[&core, &pair], |v| {
+                Prediction::new(v[0] * v[1], "both")
+            });
+            p.done()
+        });
+        assert_eq!(v.len(), 2);
+        for (_, pr) in &v {
+            let why = pr.withheld.as_deref().unwrap_or("");
+            assert!(
+                why.contains("cpu.timer's read_pair was not measured"),
+                "{why}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_present_input_is_recorded_with_its_source() {
+        let core = Input::method("core", 2.0, "reads", "method: two reads per pair");
+        let table = Input::table("l1d", 4.0, "cycles", "L1D load-to-use", "arm N1", "ref");
+        let got = table.attach(core.attach(Prediction::new(8.0, "f")));
+        assert_eq!(got.inputs["core"].source, "method: two reads per pair");
+        assert_eq!(got.inputs["l1d"].source, "table: L1D load-to-use (arm N1)");
+        assert_eq!(got.inputs["l1d"].reference.as_deref(), Some("ref"));
+    }
+}
