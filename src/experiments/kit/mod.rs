@@ -4,7 +4,11 @@
 
 use crate::harness::{Harness, HarnessConfig, Measurement};
 
+pub(crate) mod children;
+pub(crate) mod files;
+pub(crate) mod place;
 pub(crate) mod region;
+pub(crate) mod team;
 
 #[cfg(test)]
 pub(crate) use region::PREFAULTED;

@@ -1,0 +1,1 @@
+//! Placement counters: whether a pinned thread stayed on its CPU throughout.
