@@ -97,7 +97,7 @@ echo "xor runs: $(python3 -c 'import json,sys; print(sorted({(d["method"], d["th
 
 # The page cache now holds the folios its writer made (about 1 MiB). Reading the file
 # uncached through a MADV_HUGEPAGE mapping refills it with 2 MiB folios, which io xor
-# maps with one PMD entry each (see docs/METHODOLOGY.md, "io xor").
+# maps with one PMD entry each (see docs/IO.md).
 echo "## cached, 2 MiB folios (cache refilled by an uncached io xor --method mmap)"
 cold; "$OSM" io xor "$F" --method mmap >/dev/null
 run warm2 dd loop xor
