@@ -7,7 +7,7 @@ use crate::machine::Cache;
 
 /// A detected level with its name and the sysfs cache it was matched with.
 #[derive(Debug, Clone)]
-pub struct Named {
+pub struct NamedLevel {
     pub name: String,
     pub level: Level,
     pub sysfs_bytes: Option<u64>,
@@ -20,7 +20,7 @@ pub struct Named {
 /// among order-preserving matchings the one with the most matches, then the smallest
 /// total |log2(transition size / sysfs size)|; a match needs the sizes within 16x (a VM
 /// may see only its share of a shared cache). Unmatched plateaus are "plateau_K".
-pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64) -> Vec<Named> {
+pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64) -> Vec<NamedLevel> {
     let mut levels = levels.to_vec();
     let llc = llc_bytes(caches).unwrap_or(0);
     let mut dram: Option<Level> = None;
@@ -73,12 +73,12 @@ pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64) -> Vec<Nam
         out
     }
     let (_, _, assign) = best(&levels, caches, 0, 0);
-    let mut out: Vec<Named> = levels
+    let mut out: Vec<NamedLevel> = levels
         .iter()
         .zip(assign)
         .enumerate()
         .map(|(k, (l, a))| match a {
-            Some(j) => Named {
+            Some(j) => NamedLevel {
                 name: if caches[j].level == 1 {
                     "l1d".into()
                 } else {
@@ -87,7 +87,7 @@ pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64) -> Vec<Nam
                 level: l.clone(),
                 sysfs_bytes: Some(caches[j].size_bytes),
             },
-            None => Named {
+            None => NamedLevel {
                 name: format!("plateau_{}", k + 1),
                 level: l.clone(),
                 sysfs_bytes: None,
@@ -95,7 +95,7 @@ pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64) -> Vec<Nam
         })
         .collect();
     if let Some(d) = dram {
-        out.push(Named {
+        out.push(NamedLevel {
             name: "dram".into(),
             level: d,
             sysfs_bytes: None,
