@@ -21,7 +21,7 @@ pub(crate) fn fmt_b(b: u64) -> String {
     crate::units::fmt_bytes(b as f64)
 }
 
-use crate::experiments::kit::files::{device_of, Device, Pattern};
+use crate::experiments::kit::files::{device_basis, device_of, Pattern};
 
 /// In run order: remote-read and contention use fs.read's figures in their predictions.
 pub fn experiments() -> Vec<Box<dyn Experiment>> {
@@ -31,22 +31,6 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
         Box::new(contention::Contention),
         Box::new(cache_size::CacheSize),
     ]
-}
-
-/// Why an uncached read of the device gets no prediction: the class the device was
-/// identified as and why; a class does not fix a device's latency, and the parts table
-/// names no published figure for one.
-pub(crate) fn device_basis(d: Option<&Device>) -> String {
-    match d {
-        None => "no block device found behind the folder".into(),
-        Some(d) => format!(
-            "{} is {} ({}); a device class does not fix its read latency and the parts table \
-             names no published figure for it",
-            d.name,
-            d.class.kind.label(),
-            d.class.why
-        ),
-    }
 }
 
 /// Method text for uncached reads in a virtual machine: the guest's counter cannot see
@@ -83,7 +67,12 @@ pub(crate) fn predict_cached(p: &mut Predictions, metric: &str) {
 pub(crate) fn predict_uncached(p: &mut Predictions, metric: &str, dir: &Path, pattern: Pattern) {
     let fault = p.earlier("mem.pagefault", &["major_fault"]);
     if let Some(why) = fault.why_missing() {
-        let why = format!("{why}, and {}", device_basis(device_of(dir).as_ref()));
+        let why = format!(
+            "{why}, and {}",
+            device_of(dir).map_or("no block device found behind the folder".into(), |d| {
+                device_basis(&d)
+            })
+        );
         return p.withhold(&[metric], &why);
     }
     let ps = crate::pagecache::page_size() as f64;
@@ -141,58 +130,6 @@ pub(crate) fn mem_available(ctx: &Context) -> Option<(u64, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The class each recorded machine's disk is identified as, and why, in the reason its
-    /// uncached reads get no prediction (never a rotating disk for a virtual or cloud disk).
-    #[test]
-    fn device_models_name_their_class_from_recorded_sysfs() {
-        use crate::machine::{facts::FactRoot, Machine};
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/machines");
-        let cases = [
-            ("qemu-virtio-scsi", "sda", "virtual disk (virtio-scsi bus"),
-            (
-                "laptop-luks-nvme",
-                "dm-0",
-                "local NVMe flash (dm-crypt (nvme0n1p3_crypt) over nvme0n1",
-            ),
-            (
-                "laptop-luks-nvme",
-                "dm-1",
-                "(LVM (vgubuntu-root) over nvme0n1",
-            ),
-            (
-                "server-md-raid",
-                "md0",
-                "local flash (md raid1 over sda, sdb",
-            ),
-            ("server-md-raid", "sdc", "rotating disk"),
-            (
-                "aws-ebs-nitro",
-                "nvme0n1",
-                "network block storage (Amazon Elastic Block Store",
-            ),
-            ("aws-ebs-nitro", "nvme1n1", "local NVMe flash"),
-            (
-                "gcp-persistent-disk",
-                "sda",
-                "network block storage (Google Persistent Disk",
-            ),
-        ];
-        for (tree, name, basis) in cases {
-            let m = Machine::gather_from(&FactRoot::recorded(dir.join(tree)));
-            let d = m.storage.disks.iter().find(|d| d.name == name).unwrap();
-            let dev = Device {
-                name: d.name.clone(),
-                class: d.class(),
-            };
-            let why = device_basis(Some(&dev));
-            assert!(why.contains(basis), "{tree} {name}: {why}");
-            assert!(
-                why.contains("names no published figure"),
-                "{tree} {name}: {why}"
-            );
-        }
-    }
 
     #[test]
     fn cgroup_limit_is_plausible() {

@@ -548,48 +548,53 @@ impl Experiment for Read {
         out.notes.extend(s.notes.iter().cloned());
         report(&mut out, &s, "");
         out.pool(ctx);
-        let med = |n: &str| out.median(n);
-        let (us, ur, cs, cr) = (
-            med("uncached_seq"),
-            med("uncached_random"),
-            med("cached_seq"),
-            med("cached_random"),
-        );
-        out.finding(
-            format!(
-                "At {}, a cached 4 KiB read costs {} sequential / {} random; uncached ({}) it costs {} / {} ({:.0}x / {:.0}x the cached figures).",
-                fmt_bytes(s.largest() as f64),
-                crate::units::fmt_ns(cs),
-                crate::units::fmt_ns(cr),
-                if s.direct { "O_DIRECT" } else { "evicted, with readahead for sequential" },
-                crate::units::fmt_ns(us),
-                crate::units::fmt_ns(ur),
-                us / cs,
-                ur / cr
-            ),
-            &["uncached_seq", "uncached_random", "cached_seq", "cached_random"],
-        );
-        // Whether position matters, from the intervals; the cause (seeks, readahead, a host
-        // cache behind a virtual disk) is not measured, so it is not named.
-        let sep = match (out.get("uncached_random"), out.get("uncached_seq")) {
-            (Some(r), Some(q)) => crate::analysis::separation(&r.summary, &q.summary),
-            _ => crate::analysis::Separation::Overlap,
-        };
-        out.finding(
-            format!(
-                "Uncached random reads cost {:.2}x sequential ones{}.",
-                ur / us,
-                match sep {
-                    crate::analysis::Separation::Above =>
-                        ", beyond both 95% intervals: the position of a read matters on this device as reached from here",
-                    crate::analysis::Separation::Overlap =>
-                        ", within noise of each other (their 95% intervals overlap): no cost of position shows here",
-                    crate::analysis::Separation::Below =>
-                        "; random reads are the faster ones here, beyond both 95% intervals",
-                }
-            ),
-            &["uncached_seq", "uncached_random"],
-        );
+        findings(&mut out, &s);
         Ok(out)
     }
+}
+
+/// The cached and uncached figures at the largest size, and whether position matters.
+fn findings(out: &mut Outcome, s: &SweepOut) {
+    let med = |n: &str| out.median(n);
+    let (us, ur, cs, cr) = (
+        med("uncached_seq"),
+        med("uncached_random"),
+        med("cached_seq"),
+        med("cached_random"),
+    );
+    out.finding(
+        format!(
+            "At {}, a cached 4 KiB read costs {} sequential / {} random; uncached ({}) it costs {} / {} ({:.0}x / {:.0}x the cached figures).",
+            fmt_bytes(s.largest() as f64),
+            crate::units::fmt_ns(cs),
+            crate::units::fmt_ns(cr),
+            if s.direct { "O_DIRECT" } else { "evicted, with readahead for sequential" },
+            crate::units::fmt_ns(us),
+            crate::units::fmt_ns(ur),
+            us / cs,
+            ur / cr
+        ),
+        &["uncached_seq", "uncached_random", "cached_seq", "cached_random"],
+    );
+    // Whether position matters, from the intervals; the cause (seeks, readahead, a host
+    // cache behind a virtual disk) is not measured, so it is not named.
+    let sep = match (out.get("uncached_random"), out.get("uncached_seq")) {
+        (Some(r), Some(q)) => crate::analysis::separation(&r.summary, &q.summary),
+        _ => crate::analysis::Separation::Overlap,
+    };
+    out.finding(
+        format!(
+            "Uncached random reads cost {:.2}x sequential ones{}.",
+            ur / us,
+            match sep {
+                crate::analysis::Separation::Above =>
+                    ", beyond both 95% intervals: the position of a read matters on this device as reached from here",
+                crate::analysis::Separation::Overlap =>
+                    ", within noise of each other (their 95% intervals overlap): no cost of position shows here",
+                crate::analysis::Separation::Below =>
+                    "; random reads are the faster ones here, beyond both 95% intervals",
+            }
+        ),
+        &["uncached_seq", "uncached_random"],
+    );
 }

@@ -486,6 +486,19 @@ pub(crate) fn device_of(path: &Path) -> Option<Device> {
     })
 }
 
+/// Why an uncached read of `d` gets no prediction: the class the device was identified as
+/// and why; a class does not fix a device's latency, and the parts table names no
+/// published figure for one.
+pub(crate) fn device_basis(d: &Device) -> String {
+    format!(
+        "{} is {} ({}); a device class does not fix its read latency and the parts table \
+         names no published figure for it",
+        d.name,
+        d.class.kind.label(),
+        d.class.why
+    )
+}
+
 /// Bytes that uncached passes asked for, and what the disk's sectors-read counter
 /// (/sys/block/DISK/stat) counted around them.
 #[derive(Debug, Clone, Default)]
@@ -600,6 +613,58 @@ pub(crate) fn evict_check(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The class each recorded machine's disk is identified as, and why, in the reason its
+    /// uncached reads get no prediction (never a rotating disk for a virtual or cloud disk).
+    #[test]
+    fn device_models_name_their_class_from_recorded_sysfs() {
+        use crate::machine::{facts::FactRoot, Machine};
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/machines");
+        let cases = [
+            ("qemu-virtio-scsi", "sda", "virtual disk (virtio-scsi bus"),
+            (
+                "laptop-luks-nvme",
+                "dm-0",
+                "local NVMe flash (dm-crypt (nvme0n1p3_crypt) over nvme0n1",
+            ),
+            (
+                "laptop-luks-nvme",
+                "dm-1",
+                "(LVM (vgubuntu-root) over nvme0n1",
+            ),
+            (
+                "server-md-raid",
+                "md0",
+                "local flash (md raid1 over sda, sdb",
+            ),
+            ("server-md-raid", "sdc", "rotating disk"),
+            (
+                "aws-ebs-nitro",
+                "nvme0n1",
+                "network block storage (Amazon Elastic Block Store",
+            ),
+            ("aws-ebs-nitro", "nvme1n1", "local NVMe flash"),
+            (
+                "gcp-persistent-disk",
+                "sda",
+                "network block storage (Google Persistent Disk",
+            ),
+        ];
+        for (tree, name, basis) in cases {
+            let m = Machine::gather_from(&FactRoot::recorded(dir.join(tree)));
+            let d = m.storage.disks.iter().find(|d| d.name == name).unwrap();
+            let dev = Device {
+                name: d.name.clone(),
+                class: d.class(),
+            };
+            let why = device_basis(&dev);
+            assert!(why.contains(basis), "{tree} {name}: {why}");
+            assert!(
+                why.contains("names no published figure"),
+                "{tree} {name}: {why}"
+            );
+        }
+    }
 
     #[test]
     fn reads_served_from_a_cache_fail_the_device_premise() {

@@ -1,6 +1,7 @@
 //! mem.pagefault: service time of a major page fault (a page read from disk on first
 //! touch of a file mapping), and of a minor fault (first touch of fresh anonymous memory).
 
+use crate::experiments::kit::files::{device_basis, device_of};
 use crate::experiments::kit::{Pages, Region};
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
@@ -23,17 +24,8 @@ const MINOR_BATCH: usize = 32;
 /// Why a major fault gets no prediction: the device behind `path` and its class, whose
 /// read latency no published figure in the parts table fixes.
 fn device_unknown(path: &std::path::Path) -> String {
-    match crate::machine::storage::disk_of(path) {
-        Some(d) => {
-            let c = d.class();
-            format!(
-                "{} is {} ({}); a device class does not fix its read latency and the parts table \
-                 names no published figure for it",
-                d.name,
-                c.kind.label(),
-                c.why
-            )
-        }
+    match device_of(path) {
+        Some(d) => device_basis(&d),
         None => "the scratch folder's device is not found in sysfs".into(),
     }
 }
@@ -305,23 +297,8 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
         ));
     }
     (ctx.progress)("writing the file");
-    let mut f = scratch.create_file("pagefault", file_len as u64)?;
-    f.unlink_now().context("unlinking the scratch file")?;
-    // Real data: a sparse file's holes would read as zeros without any I/O.
-    let mut block = vec![0u8; 1 << 20];
     let mut rng = Rng::from_entropy();
-    for chunk in block.chunks_mut(8) {
-        chunk.copy_from_slice(&rng.next_u64().to_le_bytes()[..chunk.len()]);
-    }
-    let mut left = file_len;
-    while left > 0 {
-        let n = left.min(block.len());
-        f.file
-            .write_all(&block[..n])
-            .context("writing the scratch file")?;
-        left -= n;
-    }
-    drop(block);
+    let f = write_file(scratch, file_len, &mut rng)?;
     (ctx.progress)("evicting the file from the page cache");
     let ev = crate::pagecache::evict(&f.file, ctx.options.drop_caches)?;
     out.check(Check::premise(
@@ -347,6 +324,38 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
             majors as f64 / n.max(1) as f64 * 100.0
         ),
     ));
+    major_metrics(out, times, file_len, &fs.fs_type);
+    Ok(true)
+}
+
+/// An unlinked scratch file of `len` bytes of real data: a sparse file's holes would read
+/// as zeros without any I/O.
+fn write_file(
+    scratch: &crate::scratch::Scratch,
+    len: usize,
+    rng: &mut Rng,
+) -> anyhow::Result<crate::scratch::ScratchFile> {
+    let mut f = scratch.create_file("pagefault", len as u64)?;
+    f.unlink_now().context("unlinking the scratch file")?;
+    let mut block = vec![0u8; 1 << 20];
+    for chunk in block.chunks_mut(8) {
+        chunk.copy_from_slice(&rng.next_u64().to_le_bytes()[..chunk.len()]);
+    }
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(block.len());
+        f.file
+            .write_all(&block[..n])
+            .context("writing the scratch file")?;
+        left -= n;
+    }
+    Ok(f)
+}
+
+/// `major_fault` (each touch's time, its distribution kept) and `major_fault_per_byte`.
+fn major_metrics(out: &mut Outcome, times: Vec<f64>, file_len: usize, fs_type: &str) {
+    let ps = crate::pagecache::page_size();
+    let n = times.len();
     let per_byte: Vec<f64> = times.iter().map(|t| t / ps as f64).collect();
     let m = out.metric(
         "major_fault",
@@ -355,7 +364,7 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
             "first read of a page of an evicted file mapping ({} pages of a {} file, random order, MADV_RANDOM, {})",
             n,
             fmt_bytes(file_len as f64),
-            fs.fs_type
+            fs_type
         ),
         times.clone(),
     );
@@ -372,7 +381,6 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
     )
     .per_operation()
     .shares(Bottleneck::None);
-    Ok(true)
 }
 
 /// A page size as text: "4 KiB", "16 KiB", "64 KiB".

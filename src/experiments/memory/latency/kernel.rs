@@ -193,6 +193,28 @@ pub(super) fn remeasure(p: &mut ChasePoint, again: ChasePoint) {
     p.median = crate::stats::median(&p.trials);
 }
 
+/// The points to measure again: points slower than the next larger size (a quarter of
+/// the curve at most), and the largest size when it jumps past the step before it.
+fn suspects(points: &[ChasePoint]) -> Vec<usize> {
+    let np = points.len();
+    let mut suspects: Vec<usize> = (0..np.saturating_sub(1))
+        .filter(|&i| points[i].median > REMEASURE_RATIO * points[i + 1].median)
+        .take(np / 4)
+        .collect();
+    // The largest size has no larger neighbour: a jump past the step before it is suspect.
+    if np >= 3 {
+        let (a, b, z) = (
+            points[np - 3].median,
+            points[np - 2].median,
+            points[np - 1].median,
+        );
+        if z / b > REMEASURE_RATIO * (b / a).max(1.0) {
+            suspects.push(np - 1);
+        }
+    }
+    suspects
+}
+
 /// Outcome of one curve.
 pub(super) struct ChaseCurve {
     pub(super) points: Vec<ChasePoint>,
@@ -264,23 +286,7 @@ pub(super) fn curve(
     // more and keep both measurements, the point's figure being the median of all their
     // trials. Keeping only the lower one would bias the point (`dram` is the largest)
     // low and force the curve's expected shape.
-    let np = c.points.len();
-    let mut suspects: Vec<usize> = (0..np.saturating_sub(1))
-        .filter(|&i| c.points[i].median > REMEASURE_RATIO * c.points[i + 1].median)
-        .take(np / 4)
-        .collect();
-    // The largest size has no larger neighbour: a jump past the step before it is suspect.
-    if np >= 3 {
-        let (a, b, z) = (
-            c.points[np - 3].median,
-            c.points[np - 2].median,
-            c.points[np - 1].median,
-        );
-        if z / b > REMEASURE_RATIO * (b / a).max(1.0) {
-            suspects.push(np - 1);
-        }
-    }
-    for i in suspects {
+    for i in suspects(&c.points) {
         let size = c.points[i].size;
         if let Some(pt) = one(&mut c, size, rng) {
             c.remeasured += 1;

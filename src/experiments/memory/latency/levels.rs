@@ -49,30 +49,7 @@ pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64) -> Vec<Nam
         levels.truncate(k);
         dram = Some(d);
     }
-    // Order-preserving matching of plateaus to caches (tiny: brute force by recursion).
-    fn best(lv: &[Level], cs: &[Cache], i: usize, j: usize) -> (usize, f64, Vec<Option<usize>>) {
-        if i == lv.len() {
-            return (0, 0.0, vec![]);
-        }
-        // Leave plateau i unmatched.
-        let (m, c, mut v) = best(lv, cs, i + 1, j);
-        v.insert(0, None);
-        let mut out = (m, c, v);
-        let size = lv[i].transition.unwrap_or(lv[i].last) as f64;
-        for jj in j..cs.len() {
-            let d = (size / cs[jj].size_bytes as f64).log2().abs();
-            if d > 4.0 {
-                continue;
-            }
-            let (m2, c2, mut v2) = best(lv, cs, i + 1, jj + 1);
-            v2.insert(0, Some(jj));
-            if m2 + 1 > out.0 || (m2 + 1 == out.0 && c2 + d < out.1) {
-                out = (m2 + 1, c2 + d, v2);
-            }
-        }
-        out
-    }
-    let (_, _, assign) = best(&levels, caches, 0, 0);
+    let (_, _, assign) = best_matching(&levels, caches, 0, 0);
     let mut out: Vec<NamedLevel> = levels
         .iter()
         .zip(assign)
@@ -100,6 +77,36 @@ pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64) -> Vec<Nam
             level: d,
             sysfs_bytes: None,
         });
+    }
+    out
+}
+
+/// Order-preserving matching of plateaus `lv[i..]` to caches `cs[j..]` (tiny: brute force
+/// by recursion): (matches, total |log2| distance, cache per plateau).
+fn best_matching(
+    lv: &[Level],
+    cs: &[Cache],
+    i: usize,
+    j: usize,
+) -> (usize, f64, Vec<Option<usize>>) {
+    if i == lv.len() {
+        return (0, 0.0, vec![]);
+    }
+    // Leave plateau i unmatched.
+    let (m, c, mut v) = best_matching(lv, cs, i + 1, j);
+    v.insert(0, None);
+    let mut out = (m, c, v);
+    let size = lv[i].transition.unwrap_or(lv[i].last) as f64;
+    for jj in j..cs.len() {
+        let d = (size / cs[jj].size_bytes as f64).log2().abs();
+        if d > 4.0 {
+            continue;
+        }
+        let (m2, c2, mut v2) = best_matching(lv, cs, i + 1, jj + 1);
+        v2.insert(0, Some(jj));
+        if m2 + 1 > out.0 || (m2 + 1 == out.0 && c2 + d < out.1) {
+            out = (m2 + 1, c2 + d, v2);
+        }
     }
     out
 }

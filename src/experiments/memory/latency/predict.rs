@@ -36,28 +36,7 @@ pub(super) fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
             )
         });
     }
-    for c in &caches {
-        let (name, what, pick): (String, &str, Pick) = match c.level {
-            1 => ("l1d".into(), "L1 data load-to-use latency", |c| {
-                c.l1d_cycles
-            }),
-            2 => ("l2".into(), "L2 load-to-use latency", |c| c.l2_cycles),
-            3 => ("l3".into(), "L3 load-to-use latency", |c| c.l3_cycles),
-            l => {
-                let why = format!("the parts table has no level-{l} cache figures");
-                p.withhold(&[&format!("l{l}")], &why);
-                continue;
-            }
-        };
-        let size = sysfs_size(c.size_bytes, "machine: sysfs cache size");
-        let cyc = cycles(ctx, what, pick);
-        p.state(&name, &[&cyc, &f_core, &size], |v| {
-            Prediction::new(
-                v[0] / ghz,
-                format!("{} cycles ({what}, parts table) / f_core", v[0]),
-            )
-        });
-    }
+    cache_levels(&mut p, ctx, &f_core, ghz);
     // Base pages add a page walk per access far beyond the TLB's reach; no published
     // walk cost per part (nor nested paging's under a hypervisor) is in the table.
     p.withhold(
@@ -94,6 +73,32 @@ pub(super) fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
         "a plateau matched to no cache level the machine lists: no figure describes it",
     );
     p.done()
+}
+
+/// Each sysfs cache level at the parts table's cycles over the core's clock.
+fn cache_levels(p: &mut Predictions, ctx: &Context, f_core: &Input, ghz: f64) {
+    for c in &ctx.machine.data_caches() {
+        let (name, what, pick): (String, &str, Pick) = match c.level {
+            1 => ("l1d".into(), "L1 data load-to-use latency", |c| {
+                c.l1d_cycles
+            }),
+            2 => ("l2".into(), "L2 load-to-use latency", |c| c.l2_cycles),
+            3 => ("l3".into(), "L3 load-to-use latency", |c| c.l3_cycles),
+            l => {
+                let why = format!("the parts table has no level-{l} cache figures");
+                p.withhold(&[&format!("l{l}")], &why);
+                continue;
+            }
+        };
+        let size = sysfs_size(c.size_bytes, "machine: sysfs cache size");
+        let cyc = cycles(ctx, what, pick);
+        p.state(&name, &[&cyc, f_core, &size], |v| {
+            Prediction::new(
+                v[0] / ghz,
+                format!("{} cycles ({what}, parts table) / f_core", v[0]),
+            )
+        });
+    }
 }
 
 fn sysfs_size(bytes: u64, source: &str) -> Input {
