@@ -402,28 +402,27 @@ fn bisect(pr: &mut Prober, s: &mut Search, time_left: &dyn Fn(f64) -> bool) -> a
 fn report_series(out: &mut Outcome, probes: &[Probe]) {
     let mut sorted = probes.to_vec();
     sorted.sort_by_key(|p| p.size);
-    let series = |name: &str, unit: &str, f: &dyn Fn(&Probe) -> f64| Series {
-        name: name.into(),
-        x_unit: "bytes".into(),
-        y_unit: unit.into(),
-        points: sorted.iter().map(|p| [p.size as f64, f(p)]).collect(),
-    };
-    out.series
-        .push(series("second_read_ns_per_byte_vs_size", "ns", &|p| {
+    type Of = fn(&Probe) -> f64;
+    let curves: [(&str, &str, Of); 4] = [
+        ("second_read_ns_per_byte_vs_size", "ns", |p| {
             p.second_ns_per_byte
-        }));
-    out.series
-        .push(series("first_read_ns_per_byte_vs_size", "ns", &|p| {
+        }),
+        ("first_read_ns_per_byte_vs_size", "ns", |p| {
             p.first_ns_per_byte
-        }));
-    out.series
-        .push(series("resident_fraction_vs_size", "fraction", &|p| {
-            p.resident
-        }));
-    out.series
-        .push(series("resident_bytes_vs_size", "bytes", &|p| {
+        }),
+        ("resident_fraction_vs_size", "fraction", |p| p.resident),
+        ("resident_bytes_vs_size", "bytes", |p| {
             p.resident_bytes as f64
-        }));
+        }),
+    ];
+    for (name, unit, f) in curves {
+        out.series.push(Series {
+            name: name.into(),
+            x_unit: "bytes".into(),
+            y_unit: unit.into(),
+            points: sorted.iter().map(|p| [p.size as f64, f(p)]).collect(),
+        });
+    }
 }
 
 /// The eviction check, the first size's cold and cached rates, and what decided

@@ -11,7 +11,8 @@ use crate::scratch::{Scratch, ScratchFile};
 use crate::units::fmt_bytes;
 use anyhow::Context as _;
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::io::{Read, Seek};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -127,7 +128,7 @@ pub(crate) fn direct_works(file: &File) -> bool {
     let Ok(mut buf) = AlignedBuf::new(BLOCK, BLOCK) else {
         return false;
     };
-    pread(&d, &mut buf, 0).is_ok()
+    d.read_exact_at(&mut buf, 0).is_ok()
 }
 
 /// Creates a scratch file of `size` bytes (a multiple of 1 MiB) filled with incompressible
@@ -158,7 +159,9 @@ pub(crate) fn append(file: &File, from: u64, to: u64, seed: u64) -> anyhow::Resu
         rng.fill(&mut buf);
         let n = (to - pos).min(MIB) as usize;
         let target = direct.as_ref().filter(|_| n % BLOCK == 0).unwrap_or(file);
-        pwrite_all(target, &buf[..n], pos)?;
+        target
+            .write_all_at(&buf[..n], pos)
+            .context("writing a scratch file")?;
         pos += n as u64;
         since_sync += n as u64;
         // Buffered writes: flush often so dirty pages stay few (a small memory cgroup
@@ -175,77 +178,6 @@ pub(crate) fn append(file: &File, from: u64, to: u64, seed: u64) -> anyhow::Resu
     Ok(())
 }
 
-fn pwrite_all(file: &File, mut data: &[u8], mut pos: u64) -> anyhow::Result<()> {
-    while !data.is_empty() {
-        // SAFETY: data is a valid readable slice of data.len() bytes.
-        let n = unsafe {
-            libc::pwrite(
-                file.as_raw_fd(),
-                data.as_ptr() as *const libc::c_void,
-                data.len(),
-                pos as libc::off_t,
-            )
-        };
-        if n < 0 {
-            return Err(std::io::Error::last_os_error()).context("writing a scratch file");
-        }
-        if n == 0 {
-            anyhow::bail!("writing a scratch file: no progress (disk full?)");
-        }
-        data = &data[n as usize..];
-        pos += n as u64;
-    }
-    Ok(())
-}
-
-/// One pread of a whole buffer at `pos`; errors on a short read.
-pub(crate) fn pread(file: &File, buf: &mut [u8], pos: u64) -> std::io::Result<()> {
-    // SAFETY: buf is a valid writable slice of buf.len() bytes.
-    let n = unsafe {
-        libc::pread(
-            file.as_raw_fd(),
-            buf.as_mut_ptr() as *mut libc::c_void,
-            buf.len(),
-            pos as libc::off_t,
-        )
-    };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    if n as usize != buf.len() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            "short read",
-        ));
-    }
-    Ok(())
-}
-
-/// One read() at the current offset; returns the bytes read (0 at the end).
-pub(crate) fn read_once(file: &File, buf: &mut [u8]) -> std::io::Result<usize> {
-    // SAFETY: buf is a valid writable slice of buf.len() bytes.
-    let n = unsafe {
-        libc::read(
-            file.as_raw_fd(),
-            buf.as_mut_ptr() as *mut libc::c_void,
-            buf.len(),
-        )
-    };
-    if n < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
-}
-
-pub(crate) fn seek_start(file: &File) -> std::io::Result<()> {
-    // SAFETY: lseek on an open descriptor has no memory effects.
-    if unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_SET) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// Access advice for the whole file (readahead on or off).
 pub(crate) fn advise(file: &File, access: crate::platform::Access) {
     crate::platform::advise(file, access)
@@ -257,7 +189,8 @@ pub(crate) fn read_through(file: &File, len: u64, buf: &mut [u8]) -> anyhow::Res
     let mut pos = 0u64;
     while pos < len {
         let n = ((len - pos) as usize).min(buf.len());
-        pread(file, &mut buf[..n], pos).context("reading a scratch file")?;
+        file.read_exact_at(&mut buf[..n], pos)
+            .context("reading a scratch file")?;
         pos += n as u64;
     }
     Ok(())
@@ -387,7 +320,7 @@ impl<'a> BlockReader<'a> {
         order: &'a [u32],
         timing: Timing,
     ) -> anyhow::Result<Self> {
-        seek_start(file)?;
+        (&mut &*file).rewind()?;
         let each = timing == Timing::EachRead;
         Ok(BlockReader {
             file,
@@ -437,7 +370,7 @@ impl<'a> BlockReader<'a> {
         if self.next >= self.nblocks {
             anyhow::ensure!(self.wrap, "every block was read once");
             self.next = 0;
-            seek_start(self.file)?;
+            (&mut &*self.file).rewind()?;
         }
         let n = self.chunk.min(self.nblocks - self.next);
         let start = self.next;
@@ -451,7 +384,7 @@ impl<'a> BlockReader<'a> {
         match self.pattern {
             Pattern::Sequential => {
                 for _ in 0..n {
-                    let got = read_once(self.file, &mut self.buf).context("read")?;
+                    let got = (&mut &*self.file).read(&mut self.buf).context("read")?;
                     if got != BLOCK {
                         anyhow::bail!("short read of {got} bytes");
                     }
@@ -460,7 +393,9 @@ impl<'a> BlockReader<'a> {
             Pattern::Random => {
                 for i in start..start + n {
                     let pos = self.order[i as usize] as u64 * BLOCK as u64;
-                    pread(self.file, &mut self.buf, pos).context("pread")?;
+                    self.file
+                        .read_exact_at(&mut self.buf, pos)
+                        .context("pread")?;
                 }
             }
         }

@@ -84,46 +84,42 @@ struct LatencyPlanRow {
 const NONE: u64 = u64::MAX;
 const MIB: u64 = 1 << 20;
 
+const QUICK: LatencyPlanRow = LatencyPlanRow {
+    per_doubling: 4,
+    curve_max: FromLlc::new(4, 0, NONE),
+    max: FromLlc::new(8, 0, NONE),
+    strides: &[0],
+    seq_per_doubling: 2,
+    thp_curve: true,
+    trials: 11,
+    min_trial: Duration::from_micros(250),
+};
+
 const PLANS: PerProfile<LatencyPlanRow> = PerProfile::new(
     LatencyPlanRow {
         per_doubling: 1,
         curve_max: FromLlc::new(4, 0, 64 * MIB),
         max: FromLlc::new(4, 0, 64 * MIB),
-        strides: &[0],
         seq_per_doubling: 1,
         thp_curve: false,
         trials: 5,
         min_trial: Duration::from_micros(150),
+        ..QUICK
     },
+    QUICK,
     LatencyPlanRow {
-        per_doubling: 4,
-        curve_max: FromLlc::new(4, 0, NONE),
-        max: FromLlc::new(8, 0, NONE),
-        strides: &[0],
-        seq_per_doubling: 2,
-        thp_curve: true,
-        trials: 11,
-        min_trial: Duration::from_micros(250),
-    },
-    LatencyPlanRow {
-        per_doubling: 4,
         curve_max: FromLlc::new(4, 512 * MIB, NONE),
         max: FromLlc::new(8, 512 * MIB, NONE),
         strides: &[64, 128, 256, 512, 1024, 4096, 16384],
-        seq_per_doubling: 2,
-        thp_curve: true,
-        trials: 11,
-        min_trial: Duration::from_micros(250),
+        ..QUICK
     },
     LatencyPlanRow {
-        per_doubling: 4,
         curve_max: FromLlc::new(16, 2048 * MIB, NONE),
         max: FromLlc::new(16, 2048 * MIB, NONE),
         strides: &[64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
         seq_per_doubling: 4,
-        thp_curve: true,
         trials: 21,
-        min_trial: Duration::from_micros(250),
+        ..QUICK
     },
 );
 
