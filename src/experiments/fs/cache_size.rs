@@ -18,10 +18,12 @@ pub struct CacheSize;
 const CAP: PerProfile<u64> = PerProfile::new(64 * MIB, 1024 * MIB, 8192 * MIB, 8192 * MIB);
 
 fn cap(total_ram: u64, p: Profile) -> u64 {
-    match p {
-        Profile::Thorough => CAP.get(p).max(total_ram / 2 * 3),
-        _ => CAP.get(p),
-    }
+    let ram = if p == Profile::Thorough {
+        total_ram / 2 * 3
+    } else {
+        0
+    };
+    CAP.get(p).max(ram)
 }
 
 const FIRST_SIZE: PerProfile<u64> = PerProfile::new(4 * MIB, 16 * MIB, 16 * MIB, 16 * MIB);
@@ -43,7 +45,7 @@ fn fmt_mib(b: u64) -> String {
 
 /// One size probed.
 #[derive(Debug, Clone)]
-struct Probe {
+struct SizeProbe {
     size: u64,
     first_ns_per_byte: f64,
     second_ns_per_byte: f64,
@@ -54,7 +56,7 @@ struct Probe {
     seconds: f64,
 }
 
-struct Prober<'a> {
+struct SizeProber<'a> {
     ctx: &'a Context<'a>,
     owner: crate::scratch::ScratchFile,
     reader: File,
@@ -62,9 +64,9 @@ struct Prober<'a> {
     buf: Vec<u8>,
 }
 
-impl Prober<'_> {
+impl SizeProber<'_> {
     /// Makes the file at least `size` long, evicts it, reads [0, size) twice.
-    fn probe(&mut self, size: u64, threshold: Option<f64>) -> anyhow::Result<Probe> {
+    fn probe(&mut self, size: u64, threshold: Option<f64>) -> anyhow::Result<SizeProbe> {
         let t = stopwatch(self.ctx);
         if size > self.written {
             (self.ctx.progress)(&format!("writing up to {}", fmt_mib(size)));
@@ -87,7 +89,7 @@ impl Prober<'_> {
                 second = second.min(self.read_timed(size)?);
             }
         }
-        Ok(Probe {
+        Ok(SizeProbe {
             size,
             first_ns_per_byte: first * 1e9 / size as f64,
             second_ns_per_byte: second * 1e9 / size as f64,
@@ -108,7 +110,7 @@ impl Prober<'_> {
 
 /// Whether a probe's second read came from memory: nearly all resident, and (when the
 /// cold and cached rates differ enough to tell) a time per byte nearer the cached rate.
-fn served(p: &Probe, threshold: Option<f64>) -> bool {
+fn served(p: &SizeProbe, threshold: Option<f64>) -> bool {
     p.resident >= RESIDENT_MIN && threshold.map_or(true, |t| p.second_ns_per_byte <= t)
 }
 
@@ -211,7 +213,7 @@ impl Experiment for CacheSize {
         let mut owner = scratch.create_file("cache-size", 0)?;
         owner.unlink_now()?;
         let reader = reopen(&owner.file, false, false)?;
-        let mut pr = Prober {
+        let mut pr = SizeProber {
             ctx,
             owner,
             reader,
@@ -271,9 +273,9 @@ impl Limits {
 
 /// What the search found: every probe, the first size's rates, and the bracket.
 struct Search {
-    probes: Vec<Probe>,
+    probes: Vec<SizeProbe>,
     /// The first size, whose two reads give the cold and cached rates.
-    base: Probe,
+    base: SizeProbe,
     /// Cold over cached time per byte on the first size.
     contrast: f64,
     /// Time per byte below which a second read counts as from memory; None when the
@@ -289,13 +291,13 @@ struct Search {
 }
 
 impl Search {
-    fn probe(&mut self, pr: &mut Prober, size: u64) -> anyhow::Result<bool> {
+    fn probe(&mut self, pr: &mut SizeProber, size: u64) -> anyhow::Result<bool> {
         let p = pr.probe(size, self.threshold)?;
         let ok = served(&p, self.threshold);
         self.probes.push(p);
         Ok(ok)
     }
-    fn at(&self, size: u64) -> Option<&Probe> {
+    fn at(&self, size: u64) -> Option<&SizeProbe> {
         self.probes.iter().find(|p| p.size == size)
     }
 }
@@ -304,7 +306,7 @@ impl Search {
 /// `time_left(est)` says whether a probe estimated to take `est` seconds still fits.
 fn search(
     ctx: &Context,
-    pr: &mut Prober,
+    pr: &mut SizeProber,
     s0: u64,
     limits: &Limits,
     time_left: &dyn Fn(f64) -> bool,
@@ -333,7 +335,7 @@ fn search(
 /// Doubles the size until one is not served, or a limit stops it.
 fn coarse(
     ctx: &Context,
-    pr: &mut Prober,
+    pr: &mut SizeProber,
     s: &mut Search,
     s0: u64,
     limits: &Limits,
@@ -366,7 +368,11 @@ fn coarse(
 
 /// Bisects geometrically between the largest size served and the smallest not served,
 /// down to RESOLUTION or until the time budget stops it.
-fn bisect(pr: &mut Prober, s: &mut Search, time_left: &dyn Fn(f64) -> bool) -> anyhow::Result<()> {
+fn bisect(
+    pr: &mut SizeProber,
+    s: &mut Search,
+    time_left: &dyn Fn(f64) -> bool,
+) -> anyhow::Result<()> {
     let (Some(mut g), Some(mut b)) = (s.good, s.bad) else {
         return Ok(());
     };
@@ -399,10 +405,10 @@ fn bisect(pr: &mut Prober, s: &mut Search, time_left: &dyn Fn(f64) -> bool) -> a
 }
 
 /// The probes as series over size (first and second read, residency).
-fn report_series(out: &mut Outcome, probes: &[Probe]) {
+fn report_series(out: &mut Outcome, probes: &[SizeProbe]) {
     let mut sorted = probes.to_vec();
     sorted.sort_by_key(|p| p.size);
-    type Of = fn(&Probe) -> f64;
+    type Of = fn(&SizeProbe) -> f64;
     let curves: [(&str, &str, Of); 4] = [
         ("second_read_ns_per_byte_vs_size", "ns", |p| {
             p.second_ns_per_byte
@@ -583,8 +589,8 @@ fn report_bracket(out: &mut Outcome, s: &Search, g: u64, b: u64) {
 mod tests {
     use super::*;
 
-    fn probe(size: u64, resident: f64, second: f64) -> Probe {
-        Probe {
+    fn probe(size: u64, resident: f64, second: f64) -> SizeProbe {
+        SizeProbe {
             size,
             first_ns_per_byte: 2.0,
             second_ns_per_byte: second,

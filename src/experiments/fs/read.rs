@@ -151,11 +151,9 @@ fn measure_size(
     rng: &mut Rng,
     st: &mut SweepState,
 ) -> anyhow::Result<()> {
-    (ctx.progress)(&format!(
-        "{}: writing {}",
-        plan.label,
-        fmt_bytes(size as f64)
-    ));
+    let sz = fmt_bytes(size as f64);
+    let say = |what: String| (ctx.progress)(&format!("{}: {sz} {what}", plan.label));
+    (ctx.progress)(&format!("{}: writing {sz}", plan.label));
     let name = format!("{}-{}", plan.label, size);
     let f = make_file(scratch, &name, size, rng.next_u64())?;
     let direct = *st.direct.get_or_insert_with(|| direct_works(&f.file));
@@ -173,12 +171,7 @@ fn measure_size(
         } else {
             &f.file
         };
-        (ctx.progress)(&format!(
-            "{}: {} uncached {}",
-            plan.label,
-            fmt_bytes(size as f64),
-            pattern.name()
-        ));
+        say(format!("uncached {}", pattern.name()));
         let times = uncached_pass(ctx, file, size, pattern, &order, direct, slice, plan, st)?;
         st.points.push(SweepPass {
             size,
@@ -190,12 +183,7 @@ fn measure_size(
     let fd = reopen(&f.file, false, false)?;
     warm(&fd, size, &mut st.bigbuf)?;
     for pattern in [Pattern::Sequential, Pattern::Random] {
-        (ctx.progress)(&format!(
-            "{}: {} cached {}",
-            plan.label,
-            fmt_bytes(size as f64),
-            pattern.name()
-        ));
+        say(format!("cached {}", pattern.name()));
         let times = cached_pass(ctx, &fd, size, pattern, &order, plan, st)?;
         st.points.push(SweepPass {
             size,
@@ -232,14 +220,7 @@ fn uncached_pass(
     let fd = reopen(file, direct, false)?;
     if !direct {
         // No readahead for the random order.
-        advise(
-            &fd,
-            if pattern == Pattern::Random {
-                crate::platform::Access::Random
-            } else {
-                crate::platform::Access::Normal
-            },
-        );
+        advise(&fd, pattern.access());
     }
     let before = st.device.counter();
     let times = time_blocks(

@@ -222,6 +222,13 @@ impl Pattern {
             Pattern::Random => "random",
         }
     }
+    /// The access advice for reads in this pattern (no readahead for random reads).
+    pub fn access(&self) -> crate::platform::Access {
+        match self {
+            Pattern::Sequential => crate::platform::Access::Normal,
+            Pattern::Random => crate::platform::Access::Random,
+        }
+    }
 }
 
 /// Per-block times of one (file, pattern) reading run.

@@ -1,5 +1,5 @@
 //! mem.latency's premise and sanity checks: every chase is one cycle through all its
-//! nodes, as read back from memory (docs/METHODOLOGY.md, mem.latency).
+//! nodes, as read back from memory.
 
 use super::levels::NamedLevel;
 use crate::experiments::kit::Region;

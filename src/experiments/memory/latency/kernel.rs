@@ -1,5 +1,5 @@
 //! mem.latency's kernel: laying a chain of one node per cache line, chasing it, and the
-//! curves of chases over working-set sizes (docs/METHODOLOGY.md, mem.latency).
+//! curves of chases over working-set sizes.
 
 use super::checks::verify_chain;
 use crate::experiments::kit::{measure_raw, Region};

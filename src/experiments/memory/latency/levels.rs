@@ -1,5 +1,5 @@
-//! Naming mem.latency's plateaus: which sysfs cache each one is, and which are memory
-//! (docs/METHODOLOGY.md, mem.latency). Finding the plateaus is `analysis::detect_levels`.
+//! Naming mem.latency's plateaus: which sysfs cache each one is, and which are memory.
+//! Finding the plateaus is `analysis::detect_levels`.
 
 use crate::analysis::Level;
 use crate::experiments::kit::llc_bytes;

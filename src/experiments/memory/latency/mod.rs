@@ -27,7 +27,7 @@ use crate::results::{Check, Prediction};
 use crate::rng::Rng;
 use crate::units::fmt_bytes;
 use kernel::{curve, lmbench_point, ChaseCurve};
-use plan::{plan, working_set, LatencyPlan, Schedule};
+use plan::{plan, working_set, ChaseSchedule, LatencyPlan};
 /// The verified chase, shared with mem.loaded-latency (one kernel, one premise).
 pub(crate) use {
     checks::verify_chain,
@@ -64,7 +64,7 @@ impl Experiment for Latency {
         let p = plan(ctx.profile, llc, line);
         let (max, cap) = working_set(ctx, &p, line, llc, &mut out)?;
         let rss0 = crate::experiments::kit::rss_baseline();
-        let sched = Schedule::new(ctx, &p, max, line, llc);
+        let sched = ChaseSchedule::new(ctx, &p, max, line, llc);
         let mut rng = Rng::from_entropy();
 
         let base = measure_base(ctx, &p, &sched, max, line, &mut rng)?;
@@ -123,7 +123,7 @@ struct BaseCurves {
 fn measure_base(
     ctx: &Context,
     p: &LatencyPlan,
-    s: &Schedule,
+    s: &ChaseSchedule,
     max: u64,
     line: usize,
     rng: &mut Rng,
@@ -179,7 +179,7 @@ fn measure_base(
 fn measure_thp(
     ctx: &Context,
     p: &LatencyPlan,
-    s: &Schedule,
+    s: &ChaseSchedule,
     max: u64,
     line: usize,
     rng: &mut Rng,

@@ -188,7 +188,7 @@ pub(super) fn working_set(
 }
 
 /// Every size each curve measures, and the trial settings that share the budget out.
-pub(super) struct Schedule {
+pub(super) struct ChaseSchedule {
     pub(super) random_sizes: Vec<u64>,
     pub(super) seq_sizes: Vec<u64>,
     pub(super) lm_sizes: Vec<u64>,
@@ -196,8 +196,14 @@ pub(super) struct Schedule {
     pub(super) spec: TrialSettings,
 }
 
-impl Schedule {
-    pub(super) fn new(ctx: &Context, p: &LatencyPlan, max: u64, line: usize, llc: u64) -> Schedule {
+impl ChaseSchedule {
+    pub(super) fn new(
+        ctx: &Context,
+        p: &LatencyPlan,
+        max: u64,
+        line: usize,
+        llc: u64,
+    ) -> ChaseSchedule {
         let curve_max = p.curve_max.min(max);
         let with_max = |mut v: Vec<u64>| {
             if v.last().is_some_and(|&l| l < max) {
@@ -236,7 +242,7 @@ impl Schedule {
             near,
             far_from: llc,
         };
-        Schedule {
+        ChaseSchedule {
             random_sizes,
             seq_sizes,
             lm_sizes,

@@ -1,5 +1,5 @@
 //! mem.latency's prose: series, metric descriptions and findings from measured points
-//! and named levels (docs/METHODOLOGY.md, mem.latency).
+//! and named levels.
 
 use super::kernel::ChasePoint;
 use super::levels::NamedLevel;
