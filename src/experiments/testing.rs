@@ -456,7 +456,7 @@ mod failing_checks {
     /// eviction advice: the uncached reads' eviction premise fails.
     #[test]
     fn uncached_reads_without_direct_io_on_files_never_evicted() {
-        crate::experiments::fs::NO_DIRECT.with(|n| n.set(true));
+        crate::experiments::kit::files::NO_DIRECT.with(|n| n.set(true));
         crate::pagecache::IGNORED_EVICTION.with(|i| i.set(true));
         let clock = CoarseClock::new(1e9);
         let w = World::live(&clock);

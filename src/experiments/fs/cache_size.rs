@@ -1,32 +1,32 @@
 //! fs.cache-size: how much file data the page cache holds. Files of growing size are
-//! read twice; where the second read stops being served from memory (mincore residency
-//! drops, time per byte jumps) is the capacity (docs/METHODOLOGY.md, fs.cache-size).
+//! read twice; where the second read stops being served from memory is the capacity.
 
-use super::{append, read_through, reopen, stopwatch, MIB};
-use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
+use super::{cgroup_memory_limit, mem_available};
+use crate::experiments::kit::files::{
+    append, disk_scratch, read_through, reopen, scratch_note, stopwatch, BLOCK, MIB,
+};
+use crate::experiments::predict::{Input, Predictions};
+use crate::experiments::spec::ms;
+use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
 use crate::pagecache;
 use crate::results::{Check, Prediction, Series};
 use std::fs::File;
-use std::time::Duration;
 
 pub struct CacheSize;
 
-/// Largest file per profile; thorough goes to 1.5 x RAM where the disk allows.
-fn cap(ctx_total_ram: u64, p: Profile) -> u64 {
-    match p {
-        Profile::Smoke => 64 * MIB,
-        Profile::Quick => 1024 * MIB,
-        Profile::Standard => 8192 * MIB,
-        Profile::Thorough => (ctx_total_ram / 2 * 3).max(8192 * MIB),
-    }
+/// Largest file; thorough also goes to 1.5 x RAM where the disk allows.
+const CAP: PerProfile<u64> = PerProfile::new(64 * MIB, 1024 * MIB, 8192 * MIB, 8192 * MIB);
+
+fn cap(total_ram: u64, p: Profile) -> u64 {
+    let ram = if p == Profile::Thorough {
+        total_ram / 2 * 3
+    } else {
+        0
+    };
+    CAP.get(p).max(ram)
 }
 
-fn first_size(p: Profile) -> u64 {
-    match p {
-        Profile::Smoke => 4 * MIB,
-        _ => 16 * MIB,
-    }
-}
+const FIRST_SIZE: PerProfile<u64> = PerProfile::new(4 * MIB, 16 * MIB, 16 * MIB, 16 * MIB);
 
 /// A second read counts as served from memory when at least this share of the file was
 /// resident before it.
@@ -35,7 +35,7 @@ const RESIDENT_MIN: f64 = 0.97;
 const RESOLUTION: f64 = 1.06;
 
 /// Sizes on a 1 MiB grid, exact enough to tell neighbours apart.
-fn fmt_b(b: u64) -> String {
+fn fmt_mib(b: u64) -> String {
     if b >= 10 << 30 {
         format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
     } else {
@@ -45,7 +45,7 @@ fn fmt_b(b: u64) -> String {
 
 /// One size probed.
 #[derive(Debug, Clone)]
-struct Probe {
+struct SizeProbe {
     size: u64,
     first_ns_per_byte: f64,
     second_ns_per_byte: f64,
@@ -56,7 +56,7 @@ struct Probe {
     seconds: f64,
 }
 
-struct Prober<'a> {
+struct SizeProber<'a> {
     ctx: &'a Context<'a>,
     owner: crate::scratch::ScratchFile,
     reader: File,
@@ -64,17 +64,17 @@ struct Prober<'a> {
     buf: Vec<u8>,
 }
 
-impl Prober<'_> {
+impl SizeProber<'_> {
     /// Makes the file at least `size` long, evicts it, reads [0, size) twice.
-    fn probe(&mut self, size: u64, threshold: Option<f64>) -> anyhow::Result<Probe> {
+    fn probe(&mut self, size: u64, threshold: Option<f64>) -> anyhow::Result<SizeProbe> {
         let t = stopwatch(self.ctx);
         if size > self.written {
-            (self.ctx.progress)(&format!("writing up to {}", fmt_b(size)));
+            (self.ctx.progress)(&format!("writing up to {}", fmt_mib(size)));
             self.owner.grow_booking(size)?;
             append(&self.owner.file, self.written, size, 0x5eed)?;
             self.written = size;
         }
-        (self.ctx.progress)(&format!("reading {} twice", fmt_b(size)));
+        (self.ctx.progress)(&format!("reading {} twice", fmt_mib(size)));
         let ev = pagecache::evict(&self.owner.file, self.ctx.options.drop_caches)?;
         let first = self.read_timed(size)?;
         let (res, total) = pagecache::residency_range(&self.reader, 0, size)?;
@@ -89,7 +89,7 @@ impl Prober<'_> {
                 second = second.min(self.read_timed(size)?);
             }
         }
-        Ok(Probe {
+        Ok(SizeProbe {
             size,
             first_ns_per_byte: first * 1e9 / size as f64,
             second_ns_per_byte: second * 1e9 / size as f64,
@@ -110,7 +110,7 @@ impl Prober<'_> {
 
 /// Whether a probe's second read came from memory: nearly all resident, and (when the
 /// cold and cached rates differ enough to tell) a time per byte nearer the cached rate.
-fn served(p: &Probe, threshold: Option<f64>) -> bool {
+fn served(p: &SizeProbe, threshold: Option<f64>) -> bool {
     p.resident >= RESIDENT_MIN && threshold.map_or(true, |t| p.second_ns_per_byte <= t)
 }
 
@@ -120,19 +120,18 @@ fn midpoint(lo: u64, hi: u64) -> u64 {
     ((m / MIB as f64).round() as u64).max(1) * MIB
 }
 
-fn prediction(ctx: &Context) -> Prediction {
-    let avail = super::mem_available(ctx);
-    let cg = super::cgroup_memory_limit(ctx.machine);
+/// min(MemAvailable, memory cgroup limit), from whichever of the two is known.
+fn cache_prediction(ctx: &Context) -> Prediction {
     let mut value = f64::INFINITY;
     let mut p = Prediction::new(
         0.0,
         "min(MemAvailable, memory cgroup limit): free memory plus reclaimable cache, capped by the cgroup whose page cache is charged",
     );
-    if let Some((a, src)) = avail {
+    if let Some((a, src)) = mem_available(ctx) {
         value = value.min(a as f64);
         p = p.machine("mem_available", a as f64, "bytes", src);
     }
-    if let Some((l, src)) = cg {
+    if let Some((l, src)) = cgroup_memory_limit(ctx.machine) {
         value = value.min(l as f64);
         p = p.machine("cgroup_limit", l as f64, "bytes", src);
     }
@@ -143,7 +142,7 @@ fn prediction(ctx: &Context) -> Prediction {
     p
 }
 
-const SPEC: crate::experiments::Spec = crate::experiments::Spec {
+const SPEC: Spec = Spec {
     id: "fs.cache-size",
     title: "File (page) cache size",
     description: "files of growing size read twice; where the second read stops coming from memory is the page cache's size",
@@ -152,15 +151,13 @@ const SPEC: crate::experiments::Spec = crate::experiments::Spec {
         disk_bytes: 1024 * MIB,
         ..Needs::NONE
     },
+    budget: Some(PerProfile::new(ms(3_000), ms(12_000), ms(120_000), ms(900_000))),
     // The device and the cache's size (the cached rate declares `Copy`).
-    bottleneck: crate::results::Bottleneck::None,
-    per_core_kind: false,
-    subtracts_loop: false,
-    budget: None,
+    ..Spec::DEVICE
 };
 
 impl Experiment for CacheSize {
-    fn spec(&self) -> &crate::experiments::Spec {
+    fn spec(&self) -> &Spec {
         &SPEC
     }
     /// Once: a second run would write and read files up to the page cache's size again
@@ -168,75 +165,55 @@ impl Experiment for CacheSize {
     fn default_repeat(&self, _: Profile) -> usize {
         1
     }
-
-    fn budget(&self, p: Profile) -> Duration {
-        let s = Duration::from_secs;
-        match p {
-            Profile::Smoke => s(3),
-            Profile::Quick => s(12),
-            Profile::Standard => s(120),
-            Profile::Thorough => s(900),
-        }
-    }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        // A cached 1 MiB read is a copy from the page cache to the user buffer.
-        let cached = match ctx.earlier_median("mem.bandwidth", "copy_1t") {
-            Some(c) => Prediction::new(
-                c,
-                "copy rate: a cached read copies from the page cache to the user buffer (the \
-                 page-cache lookup per page is not in the model)",
-            )
-            .measured("copy_rate", c, "bytes/s", "measured: mem.bandwidth copy_1t"),
-            None => Prediction::withheld("mem.bandwidth copy_1t was not measured in this run"),
-        };
-        // A cold 1 MiB read asks the device for the same blocks fs.read's sequential pass
-        // read 4 KiB at a time; larger requests move at least as many bytes per second.
-        let cold = match ctx.earlier_median("fs.read", "uncached_seq") {
-            Some(t) if t > 0.0 => Prediction::new(
-                super::BLOCK as f64 / t * 1e9,
-                "4096 B / fs.read uncached_seq: the rate of 4 KiB sequential reads from the \
-                 device, a lower bound for 1 MiB reads (larger requests, fewer of them)",
-            )
-            .lower_bound()
-            .measured("uncached_seq", t, "ns", "measured: fs.read uncached_seq")
-            .method(
-                "block",
-                super::BLOCK as f64,
-                "bytes",
-                "method: fs.read's block",
-            ),
-            _ => Prediction::withheld("fs.read uncached_seq was not measured in this run"),
-        };
+        let mut p = Predictions::new(ctx);
+        p.add("cache_size", cache_prediction(ctx));
         // Where the search stops before the cache is full, the figure is a lower bound on
         // the same size: measured / predicted at or below 1 agrees with the prediction.
-        let mut bound = prediction(ctx).upper_bound();
+        let mut bound = cache_prediction(ctx).upper_bound();
         if bound.withheld.is_none() {
             bound.formula.push_str(
                 "; this figure is a lower bound on that size (the search stopped first), so \
                  measured/predicted at or below 1 agrees",
             );
         }
-        vec![
-            ("cache_size".into(), prediction(ctx)),
-            ("cache_size_lower_bound".into(), bound),
-            ("cached_read_rate".into(), cached),
-            ("cold_read_rate".into(), cold),
-        ]
+        p.add("cache_size_lower_bound", bound);
+        // A cached 1 MiB read is a copy from the page cache to the user buffer.
+        let copy = p.earlier("mem.bandwidth", &["copy_1t"]).named("copy_rate");
+        p.equal(
+            "cached_read_rate",
+            &copy,
+            "copy rate: a cached read copies from the page cache to the user buffer (the \
+             page-cache lookup per page is not in the model)",
+        );
+        // A cold 1 MiB read asks the device for the same blocks fs.read's sequential pass
+        // read 4 KiB at a time; larger requests move at least as many bytes per second.
+        let seq = p.earlier("fs.read", &["uncached_seq"]);
+        let block = Input::method("block", BLOCK as f64, "bytes", "method: fs.read's block");
+        p.state("cold_read_rate", &[&seq, &block], |v| {
+            Prediction::new(
+                v[1] / v[0] * 1e9,
+                "4096 B / fs.read uncached_seq: the rate of 4 KiB sequential reads from the \
+                 device, a lower bound for 1 MiB reads (larger requests, fewer of them)",
+            )
+            .lower_bound()
+        });
+        p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let start = stopwatch(ctx);
-        let s0 = first_size(ctx.profile);
-        let scratch = match super::disk_scratch(ctx, s0)? {
+        let s0 = FIRST_SIZE.get(ctx.profile);
+        let scratch = match disk_scratch(ctx, s0)? {
             Ok(s) => s,
             Err(reason) => return Ok(Outcome::skipped(reason)),
         };
         let mut out = Outcome::default();
-        out.notes.push(super::scratch_note(scratch));
+        out.notes.push(scratch_note(scratch));
         let limits = Limits::new(ctx, scratch);
         let mut owner = scratch.create_file("cache-size", 0)?;
         owner.unlink_now()?;
         let reader = reopen(&owner.file, false, false)?;
-        let mut pr = Prober {
+        let mut pr = SizeProber {
             ctx,
             owner,
             reader,
@@ -283,12 +260,12 @@ impl Limits {
             Some(format!(
                 "the {} profile's cap of {}",
                 self.profile.name(),
-                fmt_b(self.profile_cap)
+                fmt_mib(self.profile_cap)
             ))
         } else {
             Some(format!(
                 "half the free disk space ({})",
-                fmt_b(self.disk_cap)
+                fmt_mib(self.disk_cap)
             ))
         }
     }
@@ -296,9 +273,9 @@ impl Limits {
 
 /// What the search found: every probe, the first size's rates, and the bracket.
 struct Search {
-    probes: Vec<Probe>,
+    probes: Vec<SizeProbe>,
     /// The first size, whose two reads give the cold and cached rates.
-    base: Probe,
+    base: SizeProbe,
     /// Cold over cached time per byte on the first size.
     contrast: f64,
     /// Time per byte below which a second read counts as from memory; None when the
@@ -314,13 +291,13 @@ struct Search {
 }
 
 impl Search {
-    fn probe(&mut self, pr: &mut Prober, size: u64) -> anyhow::Result<bool> {
+    fn probe(&mut self, pr: &mut SizeProber, size: u64) -> anyhow::Result<bool> {
         let p = pr.probe(size, self.threshold)?;
         let ok = served(&p, self.threshold);
         self.probes.push(p);
         Ok(ok)
     }
-    fn at(&self, size: u64) -> Option<&Probe> {
+    fn at(&self, size: u64) -> Option<&SizeProbe> {
         self.probes.iter().find(|p| p.size == size)
     }
 }
@@ -329,7 +306,7 @@ impl Search {
 /// `time_left(est)` says whether a probe estimated to take `est` seconds still fits.
 fn search(
     ctx: &Context,
-    pr: &mut Prober,
+    pr: &mut SizeProber,
     s0: u64,
     limits: &Limits,
     time_left: &dyn Fn(f64) -> bool,
@@ -358,7 +335,7 @@ fn search(
 /// Doubles the size until one is not served, or a limit stops it.
 fn coarse(
     ctx: &Context,
-    pr: &mut Prober,
+    pr: &mut SizeProber,
     s: &mut Search,
     s0: u64,
     limits: &Limits,
@@ -391,7 +368,11 @@ fn coarse(
 
 /// Bisects geometrically between the largest size served and the smallest not served,
 /// down to RESOLUTION or until the time budget stops it.
-fn bisect(pr: &mut Prober, s: &mut Search, time_left: &dyn Fn(f64) -> bool) -> anyhow::Result<()> {
+fn bisect(
+    pr: &mut SizeProber,
+    s: &mut Search,
+    time_left: &dyn Fn(f64) -> bool,
+) -> anyhow::Result<()> {
     let (Some(mut g), Some(mut b)) = (s.good, s.bad) else {
         return Ok(());
     };
@@ -407,8 +388,8 @@ fn bisect(pr: &mut Prober, s: &mut Search, time_left: &dyn Fn(f64) -> bool) -> a
         if !time_left(est) {
             s.notes.push(format!(
                 "bisection stopped by the time budget at [{}, {}]",
-                fmt_b(g),
-                fmt_b(b)
+                fmt_mib(g),
+                fmt_mib(b)
             ));
             break;
         }
@@ -424,31 +405,30 @@ fn bisect(pr: &mut Prober, s: &mut Search, time_left: &dyn Fn(f64) -> bool) -> a
 }
 
 /// The probes as series over size (first and second read, residency).
-fn report_series(out: &mut Outcome, probes: &[Probe]) {
+fn report_series(out: &mut Outcome, probes: &[SizeProbe]) {
     let mut sorted = probes.to_vec();
     sorted.sort_by_key(|p| p.size);
-    let series = |name: &str, unit: &str, f: &dyn Fn(&Probe) -> f64| Series {
-        name: name.into(),
-        x_unit: "bytes".into(),
-        y_unit: unit.into(),
-        points: sorted.iter().map(|p| [p.size as f64, f(p)]).collect(),
-    };
-    out.series
-        .push(series("second_read_ns_per_byte_vs_size", "ns", &|p| {
+    type Of = fn(&SizeProbe) -> f64;
+    let curves: [(&str, &str, Of); 4] = [
+        ("second_read_ns_per_byte_vs_size", "ns", |p| {
             p.second_ns_per_byte
-        }));
-    out.series
-        .push(series("first_read_ns_per_byte_vs_size", "ns", &|p| {
+        }),
+        ("first_read_ns_per_byte_vs_size", "ns", |p| {
             p.first_ns_per_byte
-        }));
-    out.series
-        .push(series("resident_fraction_vs_size", "fraction", &|p| {
-            p.resident
-        }));
-    out.series
-        .push(series("resident_bytes_vs_size", "bytes", &|p| {
+        }),
+        ("resident_fraction_vs_size", "fraction", |p| p.resident),
+        ("resident_bytes_vs_size", "bytes", |p| {
             p.resident_bytes as f64
-        }));
+        }),
+    ];
+    for (name, unit, f) in curves {
+        out.series.push(Series {
+            name: name.into(),
+            x_unit: "bytes".into(),
+            y_unit: unit.into(),
+            points: sorted.iter().map(|p| [p.size as f64, f(p)]).collect(),
+        });
+    }
 }
 
 /// The eviction check, the first size's cold and cached rates, and what decided
@@ -469,7 +449,7 @@ fn report_rates(out: &mut Outcome, s: &Search, seconds: f64) {
         "bytes/s",
         &format!(
             "second read of the first size ({}), from memory",
-            fmt_b(base.size)
+            fmt_mib(base.size)
         ),
         vec![1e9 / base.second_ns_per_byte],
     )
@@ -480,7 +460,7 @@ fn report_rates(out: &mut Outcome, s: &Search, seconds: f64) {
         "bytes/s",
         &format!(
             "first read of the first size ({}) after eviction, 1 MiB reads",
-            fmt_b(base.size)
+            fmt_mib(base.size)
         ),
         vec![1e9 / base.first_ns_per_byte],
     );
@@ -523,7 +503,7 @@ fn report_knee(out: &mut Outcome, s: &Search) {
             out.finding(
                 format!(
                     "Even a {} file was not kept in the page cache: it is smaller than the smallest size tried.",
-                    fmt_b(b)
+                    fmt_mib(b)
                 ),
                 &["cache_size_upper_bound"],
             );
@@ -539,14 +519,14 @@ fn report_knee(out: &mut Outcome, s: &Search) {
                 "bytes",
                 &format!(
                     "larger than the largest size tried ({}), limited by {why}",
-                    fmt_b(g)
+                    fmt_mib(g)
                 ),
                 vec![g as f64],
             );
             out.finding(
                 format!(
                     "The page cache is larger than the largest size tried, {} (the search was stopped by {why}).",
-                    fmt_b(g)
+                    fmt_mib(g)
                 ),
                 &["cache_size_lower_bound"],
             );
@@ -562,7 +542,7 @@ fn report_bracket(out: &mut Outcome, s: &Search, g: u64, b: u64) {
         "bytes",
         &format!(
             "largest file whose second read came from memory (the next size tried, {}, did not)",
-            fmt_b(b)
+            fmt_mib(b)
         ),
         vec![g as f64],
     );
@@ -573,7 +553,7 @@ fn report_bracket(out: &mut Outcome, s: &Search, g: u64, b: u64) {
             "bytes",
             &format!(
                 "bytes of the {} file resident after its first read: what the cache kept",
-                fmt_b(b)
+                fmt_mib(b)
             ),
             vec![pb.resident_bytes as f64],
         );
@@ -586,9 +566,9 @@ fn report_bracket(out: &mut Outcome, s: &Search, g: u64, b: u64) {
             format!(
                 "second read {:.3} ns/byte at {} vs {:.3} at {} ({jump:.1}x); residency {:.0}% vs {:.0}%",
                 pb.second_ns_per_byte,
-                fmt_b(b),
+                fmt_mib(b),
                 pg.second_ns_per_byte,
-                fmt_b(g),
+                fmt_mib(g),
                 pb.resident * 100.0,
                 pg.resident * 100.0
             ),
@@ -597,9 +577,9 @@ fn report_bracket(out: &mut Outcome, s: &Search, g: u64, b: u64) {
     out.finding(
         format!(
             "The page cache held a {} file but not a {} one: its capacity for file data is about {} here.",
-            fmt_b(g),
-            fmt_b(b),
-            fmt_b(g)
+            fmt_mib(g),
+            fmt_mib(b),
+            fmt_mib(g)
         ),
         &["cache_size"],
     );
@@ -609,8 +589,8 @@ fn report_bracket(out: &mut Outcome, s: &Search, g: u64, b: u64) {
 mod tests {
     use super::*;
 
-    fn probe(size: u64, resident: f64, second: f64) -> Probe {
-        Probe {
+    fn probe(size: u64, resident: f64, second: f64) -> SizeProbe {
+        SizeProbe {
             size,
             first_ns_per_byte: 2.0,
             second_ns_per_byte: second,

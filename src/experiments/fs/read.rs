@@ -1,46 +1,38 @@
 //! fs.read: per-block (4 KiB) read time vs file size, sequential and random, uncached
-//! and cached (docs/METHODOLOGY.md, fs.read). The sweep here is shared with
-//! fs.remote-read.
+//! and cached. The sweep here is shared with fs.remote-read.
 
-use super::{
-    direct_works, evict_check, fmt_b, make_file, read_through, reopen, time_blocks, BlockTimes,
-    Pattern, Tally, Timing, BLOCK, MIB,
-};
+use super::{cgroup_memory_limit, mem_available, note_vm_host_cache};
 use crate::clock::Deadline;
-use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::experiments::kit::files::{
+    advise, deadline, direct_works, disk_scratch, evict_check, make_file, read_through, reopen,
+    scratch_note, time_blocks, BlockTimes, DeviceReads, Pattern, RepeatedCheck, Timing, BLOCK, MIB,
+};
+use crate::experiments::predict::Predictions;
+use crate::experiments::spec::ms;
+use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
 use crate::pagecache;
 use crate::results::{Check, Prediction, Series};
 use crate::rng::Rng;
 use crate::scratch::Scratch;
-use crate::units::doublings;
+use crate::units::{doublings, fmt_bytes};
 use std::fs::File;
 use std::time::Duration;
 
 pub struct Read;
 
-/// Largest file per profile.
-const fn cap(p: Profile) -> u64 {
-    match p {
-        Profile::Smoke => 4 * MIB,
-        Profile::Quick => 64 * MIB,
-        Profile::Standard => 256 * MIB,
-        Profile::Thorough => 1024 * MIB,
-    }
-}
+/// Largest file.
+const CAP: PerProfile<u64> = PerProfile::new(4 * MIB, 64 * MIB, 256 * MIB, 1024 * MIB);
 
 /// Reading time per (size, pattern) pass: uncached, cached.
-fn slices(p: Profile) -> (Duration, Duration) {
-    let ms = Duration::from_millis;
-    match p {
-        Profile::Smoke => (ms(40), ms(10)),
-        Profile::Quick => (ms(100), ms(25)),
-        Profile::Standard => (ms(400), ms(80)),
-        Profile::Thorough => (ms(1000), ms(200)),
-    }
-}
+const SLICES: PerProfile<(Duration, Duration)> = PerProfile::new(
+    (ms(40), ms(10)),
+    (ms(100), ms(25)),
+    (ms(400), ms(80)),
+    (ms(1000), ms(200)),
+);
 
 /// What a sweep does: file sizes and the time each pass may take.
-pub(crate) struct Plan<'c> {
+pub(crate) struct SweepPlan<'c> {
     pub sizes: Vec<u64>,
     pub uncached: Duration,
     pub cached: Duration,
@@ -52,10 +44,10 @@ pub(crate) struct Plan<'c> {
     pub deadline: Option<Deadline<'c>>,
 }
 
-impl Plan<'_> {
+impl SweepPlan<'_> {
     pub fn for_profile(p: Profile, largest: u64, label: &'static str) -> Self {
-        let (uncached, cached) = slices(p);
-        Plan {
+        let (uncached, cached) = SLICES.get(p);
+        SweepPlan {
             sizes: doublings(MIB, largest.max(MIB)),
             uncached,
             cached,
@@ -67,7 +59,7 @@ impl Plan<'_> {
 }
 
 /// One measured pass.
-pub(crate) struct Point {
+pub(crate) struct SweepPass {
     pub size: u64,
     pub cached: bool,
     pub pattern: Pattern,
@@ -76,14 +68,14 @@ pub(crate) struct Point {
 
 /// Everything a sweep measured and verified.
 pub(crate) struct SweepOut {
-    pub points: Vec<Point>,
+    pub points: Vec<SweepPass>,
     pub checks: Vec<Check>,
     pub direct: bool,
     pub notes: Vec<String>,
 }
 
 impl SweepOut {
-    pub fn get(&self, size: u64, cached: bool, pattern: Pattern) -> Option<&Point> {
+    pub fn get(&self, size: u64, cached: bool, pattern: Pattern) -> Option<&SweepPass> {
         self.points
             .iter()
             .find(|p| p.size == size && p.cached == cached && p.pattern == pattern)
@@ -103,14 +95,18 @@ pub(crate) fn metric_name(cached: bool, pattern: Pattern) -> String {
 
 /// Runs the sweep in `scratch`: for each size a new file, read uncached (O_DIRECT, or
 /// evicted and verified) and cached (fully resident, verified), sequentially and randomly.
-pub(crate) fn sweep(ctx: &Context, scratch: &Scratch, plan: &Plan) -> anyhow::Result<SweepOut> {
+pub(crate) fn sweep(
+    ctx: &Context,
+    scratch: &Scratch,
+    plan: &SweepPlan,
+) -> anyhow::Result<SweepOut> {
     let mut st = SweepState {
         points: Vec::new(),
         notes: Vec::new(),
         direct: None,
-        evicted: Tally::default(),
-        resident: Tally::default(),
-        device: super::DeviceReads::new(scratch.dir()),
+        evicted: RepeatedCheck::default(),
+        resident: RepeatedCheck::default(),
+        device: DeviceReads::new(scratch.dir()),
         bigbuf: vec![0u8; MIB as usize],
     };
     let mut rng = Rng::new(0x05ee_d0f5 ^ plan.sizes.len() as u64);
@@ -121,7 +117,7 @@ pub(crate) fn sweep(ctx: &Context, scratch: &Scratch, plan: &Plan) -> anyhow::Re
         if !st.points.is_empty() && plan.deadline.is_some_and(|d| d.passed()) {
             st.notes.push(format!(
                 "stopped before {} by the time budget (the machine is slow or busy)",
-                fmt_b(size)
+                fmt_bytes(size as f64)
             ));
             break;
         }
@@ -132,15 +128,15 @@ pub(crate) fn sweep(ctx: &Context, scratch: &Scratch, plan: &Plan) -> anyhow::Re
 
 /// What a sweep has gathered so far.
 struct SweepState {
-    points: Vec<Point>,
+    points: Vec<SweepPass>,
     notes: Vec<String>,
     /// Whether O_DIRECT works, known once the first file exists.
     direct: Option<bool>,
     /// Evictions before uncached passes, verified with mincore.
-    evicted: Tally,
+    evicted: RepeatedCheck,
     /// Cached passes fully resident before and after.
-    resident: Tally,
-    device: super::DeviceReads,
+    resident: RepeatedCheck,
+    device: DeviceReads,
     bigbuf: Vec<u8>,
 }
 
@@ -150,12 +146,14 @@ struct SweepState {
 fn measure_size(
     ctx: &Context,
     scratch: &Scratch,
-    plan: &Plan,
+    plan: &SweepPlan,
     size: u64,
     rng: &mut Rng,
     st: &mut SweepState,
 ) -> anyhow::Result<()> {
-    (ctx.progress)(&format!("{}: writing {}", plan.label, fmt_b(size)));
+    let sz = fmt_bytes(size as f64);
+    let say = |what: String| (ctx.progress)(&format!("{}: {sz} {what}", plan.label));
+    (ctx.progress)(&format!("{}: writing {sz}", plan.label));
     let name = format!("{}-{}", plan.label, size);
     let f = make_file(scratch, &name, size, rng.next_u64())?;
     let direct = *st.direct.get_or_insert_with(|| direct_works(&f.file));
@@ -173,14 +171,9 @@ fn measure_size(
         } else {
             &f.file
         };
-        (ctx.progress)(&format!(
-            "{}: {} uncached {}",
-            plan.label,
-            fmt_b(size),
-            pattern.name()
-        ));
+        say(format!("uncached {}", pattern.name()));
         let times = uncached_pass(ctx, file, size, pattern, &order, direct, slice, plan, st)?;
-        st.points.push(Point {
+        st.points.push(SweepPass {
             size,
             cached: false,
             pattern,
@@ -190,14 +183,9 @@ fn measure_size(
     let fd = reopen(&f.file, false, false)?;
     warm(&fd, size, &mut st.bigbuf)?;
     for pattern in [Pattern::Sequential, Pattern::Random] {
-        (ctx.progress)(&format!(
-            "{}: {} cached {}",
-            plan.label,
-            fmt_b(size),
-            pattern.name()
-        ));
+        say(format!("cached {}", pattern.name()));
         let times = cached_pass(ctx, &fd, size, pattern, &order, plan, st)?;
-        st.points.push(Point {
+        st.points.push(SweepPass {
             size,
             cached: true,
             pattern,
@@ -219,22 +207,20 @@ fn uncached_pass(
     order: &[u32],
     direct: bool,
     slice: Duration,
-    plan: &Plan,
+    plan: &SweepPlan,
     st: &mut SweepState,
 ) -> anyhow::Result<BlockTimes> {
-    let c = evict_check(ctx, file, &format!("{} file", fmt_b(size)), !direct)?;
+    let c = evict_check(
+        ctx,
+        file,
+        &format!("{} file", fmt_bytes(size as f64)),
+        !direct,
+    )?;
     st.evicted.add(&c);
     let fd = reopen(file, direct, false)?;
     if !direct {
         // No readahead for the random order.
-        super::advise(
-            &fd,
-            if pattern == Pattern::Random {
-                crate::platform::Access::Random
-            } else {
-                crate::platform::Access::Normal
-            },
-        );
+        advise(&fd, pattern.access());
     }
     let before = st.device.counter();
     let times = time_blocks(
@@ -253,7 +239,7 @@ fn uncached_pass(
     if times.per_block_ns.len() < plan.min_trials {
         st.notes.push(format!(
             "{} uncached {}: only {} trials (every block read once)",
-            fmt_b(size),
+            fmt_bytes(size as f64),
             pattern.name(),
             times.per_block_ns.len()
         ));
@@ -281,7 +267,7 @@ fn cached_pass(
     size: u64,
     pattern: Pattern,
     order: &[u32],
-    plan: &Plan,
+    plan: &SweepPlan,
     st: &mut SweepState,
 ) -> anyhow::Result<BlockTimes> {
     let mut attempt = 0;
@@ -304,7 +290,7 @@ fn cached_pass(
             st.resident.record(whole, || {
                 format!(
                     "{} {}: {} of {} pages resident before, {} after (memory pressure evicted the file)",
-                    fmt_b(size),
+                    fmt_bytes(size as f64),
                     pattern.name(),
                     before.0,
                     before.1,
@@ -314,7 +300,7 @@ fn cached_pass(
             if whole && attempt > 1 {
                 st.notes.push(format!(
                     "{} cached {}: pages were evicted during a pass by memory pressure; measured again",
-                    fmt_b(size),
+                    fmt_bytes(size as f64),
                     pattern.name()
                 ));
             }
@@ -328,7 +314,11 @@ fn cached_pass(
 impl SweepState {
     /// What the harness said about a pass (a stop at twice its budget...).
     fn note_harness(&mut self, size: u64, cached: bool, pattern: Pattern, t: &BlockTimes) {
-        let pass = format!("{} {}", fmt_b(size), metric_name(cached, pattern));
+        let pass = format!(
+            "{} {}",
+            fmt_bytes(size as f64),
+            metric_name(cached, pattern)
+        );
         self.notes
             .extend(t.notes.iter().map(|n| format!("{pass}: {n}")));
     }
@@ -415,7 +405,7 @@ pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
                         } else {
                             "random pread() over a shuffled block order"
                         },
-                        fmt_b(largest),
+                        fmt_bytes(largest as f64),
                         p.times.blocks,
                         if cached { "trial of ~0.2 ms of reads" } else { "read" }
                     ),
@@ -462,32 +452,29 @@ pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
     }
 }
 
-const SPEC: crate::experiments::Spec = crate::experiments::Spec {
+const SPEC: Spec = Spec {
     id: "fs.read",
     title: "File read time per 4 KiB block vs file size",
     description: "per-block read time vs file size: sequential read() and random pread(), uncached and cached",
     method: crate::method!("fs.read"),
-    needs: crate::experiments::Needs {
-        disk_bytes: 2 * cap(Profile::Quick),
-        ..crate::experiments::Needs::NONE
+    needs: Needs {
+        disk_bytes: 2 * CAP.get(Profile::Quick),
+        ..Needs::NONE
     },
     // The device (cached reads declare `Copy` per metric).
-    bottleneck: crate::results::Bottleneck::None,
-    per_core_kind: false,
-    subtracts_loop: false,
-    budget: None,
+    ..Spec::DEVICE
 };
 
 impl Experiment for Read {
-    fn spec(&self) -> &crate::experiments::Spec {
+    fn spec(&self) -> &Spec {
         &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
-        let (u, c) = slices(p);
-        let n = doublings(MIB, cap(p)).len() as u32;
+        let (u, c) = SLICES.get(p);
+        let n = doublings(MIB, CAP.get(p)).len() as u32;
         // Passes (the largest size's uncached ones three times as long), plus writing
         // the files at ~200 MB/s.
-        (u + c) * 2 * n + u * 4 + Duration::from_secs_f64(2.0 * cap(p) as f64 / 200e6)
+        (u + c) * 2 * n + u * 4 + Duration::from_secs_f64(2.0 * CAP.get(p) as f64 / 200e6)
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let dir = ctx
@@ -495,52 +482,46 @@ impl Experiment for Read {
             .scratch_dir
             .clone()
             .unwrap_or_else(|| std::path::PathBuf::from("."));
-        vec![
-            (
-                "uncached_seq".into(),
-                super::uncached_prediction(ctx, &dir, Pattern::Sequential),
-            ),
-            (
-                "uncached_random".into(),
-                super::uncached_prediction(ctx, &dir, Pattern::Random),
-            ),
-            ("cached_seq".into(), super::cached_prediction(ctx)),
-            ("cached_random".into(), super::cached_prediction(ctx)),
-        ]
+        let mut p = Predictions::new(ctx);
+        super::predict_uncached(&mut p, "uncached_seq", &dir, Pattern::Sequential);
+        super::predict_uncached(&mut p, "uncached_random", &dir, Pattern::Random);
+        super::predict_cached(&mut p, "cached_seq");
+        super::predict_cached(&mut p, "cached_random");
+        p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        let mem = super::mem_available(ctx).map(|m| m.0).unwrap_or(u64::MAX);
-        let mem = super::cgroup_memory_limit(ctx.machine).map_or(mem, |c| c.0.min(mem));
+        let mem = mem_available(ctx).map(|m| m.0).unwrap_or(u64::MAX);
+        let mem = cgroup_memory_limit(ctx.machine).map_or(mem, |c| c.0.min(mem));
         // The cached pass needs the file in memory: at most a quarter of what is free.
-        let largest = cap(ctx.profile).min(mem / 4);
+        let largest = CAP.get(ctx.profile).min(mem / 4);
         if largest < MIB {
             return Ok(Outcome::skipped(format!(
                 "too little memory for a cached 1 MiB file (available {})",
-                fmt_b(mem)
+                fmt_bytes(mem as f64)
             )));
         }
-        let scratch = match super::disk_scratch(ctx, MIB)? {
+        let scratch = match disk_scratch(ctx, MIB)? {
             Ok(s) => s,
             Err(reason) => return Ok(Outcome::skipped(reason)),
         };
         let mut out = Outcome::default();
-        out.notes.push(super::scratch_note(scratch));
-        super::note_vm_host_cache(ctx, &mut out);
+        out.notes.push(scratch_note(scratch));
+        note_vm_host_cache(ctx, &mut out);
         // Never more than the allowance: shrink the largest file to fit.
         let mut largest = largest;
         // Two files of each size at a time (the random uncached pass reads its own).
         while largest > MIB && 2 * largest > scratch.remaining() {
             largest /= 2;
         }
-        if largest < cap(ctx.profile) {
+        if largest < CAP.get(ctx.profile) {
             out.notes.push(format!(
                 "largest file {} (profile cap {}), limited by free space or memory",
-                fmt_b(largest),
-                fmt_b(cap(ctx.profile))
+                fmt_bytes(largest as f64),
+                fmt_bytes(CAP.get(ctx.profile) as f64)
             ));
         }
-        let mut plan = Plan::for_profile(ctx.profile, largest, "read");
-        plan.deadline = Some(super::deadline(ctx, ctx.budget * 2));
+        let mut plan = SweepPlan::for_profile(ctx.profile, largest, "read");
+        plan.deadline = Some(deadline(ctx, ctx.budget * 2));
         let s = sweep(ctx, scratch, &plan)?;
         for c in &s.checks {
             out.check(c.clone());
@@ -548,48 +529,53 @@ impl Experiment for Read {
         out.notes.extend(s.notes.iter().cloned());
         report(&mut out, &s, "");
         out.pool(ctx);
-        let med = |n: &str| out.median(n);
-        let (us, ur, cs, cr) = (
-            med("uncached_seq"),
-            med("uncached_random"),
-            med("cached_seq"),
-            med("cached_random"),
-        );
-        out.finding(
-            format!(
-                "At {}, a cached 4 KiB read costs {} sequential / {} random; uncached ({}) it costs {} / {} ({:.0}x / {:.0}x the cached figures).",
-                fmt_b(s.largest()),
-                crate::units::fmt_ns(cs),
-                crate::units::fmt_ns(cr),
-                if s.direct { "O_DIRECT" } else { "evicted, with readahead for sequential" },
-                crate::units::fmt_ns(us),
-                crate::units::fmt_ns(ur),
-                us / cs,
-                ur / cr
-            ),
-            &["uncached_seq", "uncached_random", "cached_seq", "cached_random"],
-        );
-        // Whether position matters, from the intervals; the cause (seeks, readahead, a host
-        // cache behind a virtual disk) is not measured, so it is not named.
-        let sep = match (out.get("uncached_random"), out.get("uncached_seq")) {
-            (Some(r), Some(q)) => crate::analysis::separation(&r.summary, &q.summary),
-            _ => crate::analysis::Separation::Overlap,
-        };
-        out.finding(
-            format!(
-                "Uncached random reads cost {:.2}x sequential ones{}.",
-                ur / us,
-                match sep {
-                    crate::analysis::Separation::Above =>
-                        ", beyond both 95% intervals: the position of a read matters on this device as reached from here",
-                    crate::analysis::Separation::Overlap =>
-                        ", within noise of each other (their 95% intervals overlap): no cost of position shows here",
-                    crate::analysis::Separation::Below =>
-                        "; random reads are the faster ones here, beyond both 95% intervals",
-                }
-            ),
-            &["uncached_seq", "uncached_random"],
-        );
+        findings(&mut out, &s);
         Ok(out)
     }
+}
+
+/// The cached and uncached figures at the largest size, and whether position matters.
+fn findings(out: &mut Outcome, s: &SweepOut) {
+    let med = |n: &str| out.median(n);
+    let (us, ur, cs, cr) = (
+        med("uncached_seq"),
+        med("uncached_random"),
+        med("cached_seq"),
+        med("cached_random"),
+    );
+    out.finding(
+        format!(
+            "At {}, a cached 4 KiB read costs {} sequential / {} random; uncached ({}) it costs {} / {} ({:.0}x / {:.0}x the cached figures).",
+            fmt_bytes(s.largest() as f64),
+            crate::units::fmt_ns(cs),
+            crate::units::fmt_ns(cr),
+            if s.direct { "O_DIRECT" } else { "evicted, with readahead for sequential" },
+            crate::units::fmt_ns(us),
+            crate::units::fmt_ns(ur),
+            us / cs,
+            ur / cr
+        ),
+        &["uncached_seq", "uncached_random", "cached_seq", "cached_random"],
+    );
+    // Whether position matters, from the intervals; the cause (seeks, readahead, a host
+    // cache behind a virtual disk) is not measured, so it is not named.
+    let sep = match (out.get("uncached_random"), out.get("uncached_seq")) {
+        (Some(r), Some(q)) => crate::analysis::separation(&r.summary, &q.summary),
+        _ => crate::analysis::Separation::Overlap,
+    };
+    out.finding(
+        format!(
+            "Uncached random reads cost {:.2}x sequential ones{}.",
+            ur / us,
+            match sep {
+                crate::analysis::Separation::Above =>
+                    ", beyond both 95% intervals: the position of a read matters on this device as reached from here",
+                crate::analysis::Separation::Overlap =>
+                    ", within noise of each other (their 95% intervals overlap): no cost of position shows here",
+                crate::analysis::Separation::Below =>
+                    "; random reads are the faster ones here, beyond both 95% intervals",
+            }
+        ),
+        &["uncached_seq", "uncached_random"],
+    );
 }

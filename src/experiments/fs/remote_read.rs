@@ -1,91 +1,71 @@
 //! fs.remote-read: fs.read's sweep on --remote-dir and on the local scratch disk in the
-//! same sitting, with the remote/local ratio per access pattern (docs/METHODOLOGY.md,
-//! fs.remote-read).
+//! same sitting, with the remote/local ratio per access pattern.
 
-use super::read::{metric_name, report, sweep, Plan, SweepOut};
-use super::{fmt_b, Pattern, MIB};
-use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
+use super::note_vm_host_cache;
+use super::read::{metric_name, report, sweep, SweepOut, SweepPlan};
+use crate::experiments::kit::files::{deadline, disk_scratch, scratch_note, Pattern, MIB};
+use crate::experiments::predict::Predictions;
+use crate::experiments::spec::ms;
+use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
 use crate::results::{Check, Prediction};
 use crate::scratch::Scratch;
+use crate::units::fmt_bytes;
 use std::path::Path;
 use std::time::Duration;
 
 pub struct RemoteRead;
 
-const fn cap(p: Profile) -> u64 {
-    match p {
-        Profile::Smoke => 2 * MIB,
-        Profile::Quick => 8 * MIB,
-        Profile::Standard => 64 * MIB,
-        Profile::Thorough => 256 * MIB,
-    }
-}
+/// Largest file.
+const CAP: PerProfile<u64> = PerProfile::new(2 * MIB, 8 * MIB, 64 * MIB, 256 * MIB);
 
-/// The measured round trip: net.rtt's tcp median (its p50), loopback unless --peer.
-fn network_rtt(ctx: &Context) -> Option<(f64, String)> {
-    ctx.earlier_median("net.rtt", "tcp")
-        .map(|v| (v, "measured: net.rtt tcp (loopback unless --peer)".into()))
-}
+/// Reading time per size, on each side.
+const PER_SIZE: PerProfile<Duration> = PerProfile::new(ms(150), ms(300), ms(1000), ms(2500));
 
-const SPEC: crate::experiments::Spec = crate::experiments::Spec {
+const SPEC: Spec = Spec {
     id: "fs.remote-read",
     title: "Remote file read time per 4 KiB block",
     description: "fs.read on --remote-dir (NFS, SMB, sshfs...) and locally, with the remote/local ratio per pattern",
     method: crate::method!("fs.remote-read"),
     needs: Needs {
         remote_dir: true,
-        disk_bytes: 2 * cap(Profile::Quick),
+        disk_bytes: 2 * CAP.get(Profile::Quick),
         ..Needs::NONE
     },
     // The remote file system and the network.
-    bottleneck: crate::results::Bottleneck::None,
-    per_core_kind: false,
-    subtracts_loop: false,
-    budget: None,
+    ..Spec::DEVICE
 };
 
 impl Experiment for RemoteRead {
-    fn spec(&self) -> &crate::experiments::Spec {
+    fn spec(&self) -> &Spec {
         &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
-        let n = crate::units::doublings(MIB, cap(p)).len() as u32;
-        let per = match p {
-            Profile::Smoke => Duration::from_millis(150),
-            Profile::Quick => Duration::from_millis(300),
-            Profile::Standard => Duration::from_millis(1000),
-            Profile::Thorough => Duration::from_millis(2500),
-        };
+        let n = crate::units::doublings(MIB, CAP.get(p)).len() as u32;
         // Remote and local sweeps, and writing over the network at ~20 MB/s.
-        per * 2 * n + Duration::from_secs_f64(2.0 * cap(p) as f64 / 20e6)
+        PER_SIZE.get(p) * 2 * n + Duration::from_secs_f64(2.0 * CAP.get(p) as f64 / 20e6)
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        let rtt = network_rtt(ctx);
-        let mut v = Vec::new();
+        let mut p = Predictions::new(ctx);
+        // The measured round trip: net.rtt's tcp median, loopback unless --peer.
+        let rtt = p.earlier("net.rtt", &["tcp"]).named("t_round_trip");
         for pattern in [Pattern::Sequential, Pattern::Random] {
             let local_name = metric_name(false, pattern);
-            let local = ctx.earlier_median("fs.read", &local_name);
-            let p = match (local, &rtt) {
-                (Some(local), Some((rtt, src))) => Prediction::new(
-                    (local + rtt) / local,
+            let local = p.earlier("fs.read", &[&local_name]).named("t_local");
+            p.state(&format!("ratio_{local_name}"), &[&local, &rtt], |v| {
+                Prediction::new(
+                    (v[0] + v[1]) / v[0],
                     "(t_local + t_round_trip) / t_local: each uncached block is one request to the server, whose own read is taken as costing what a local one does",
                 )
-                .measured("t_local", local, "ns", format!("measured: fs.read {local_name}"))
-                .measured("t_round_trip", *rtt, "ns", src.clone()),
-                _ => Prediction::withheld(format!(
-                    "fs.read {local_name} or net.rtt tcp was not measured in this run"
-                )),
-            };
-            v.push((format!("ratio_{local_name}"), p));
-            v.push((
-                format!("ratio_{}", metric_name(true, pattern)),
+            });
+            p.add(
+                &format!("ratio_{}", metric_name(true, pattern)),
                 Prediction::new(
                     1.0,
                     "1: cached remote data sits in the same local page cache",
                 ),
-            ));
+            );
         }
-        v
+        p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let Some(remote) = ctx.options.remote_dir.as_deref() else {
@@ -93,7 +73,7 @@ impl Experiment for RemoteRead {
                 "no remote directory: pass --remote-dir PATH on a mounted network file system (NFS, SMB, sshfs...)",
             ));
         };
-        let largest = cap(ctx.profile);
+        let largest = CAP.get(ctx.profile);
         // The sweep holds two files of a size at a time (its random uncached pass reads
         // a file of its own).
         let (rbase, rfs, rhalf) = crate::scratch::allowance(Some(remote))?;
@@ -101,18 +81,18 @@ impl Experiment for RemoteRead {
             return Ok(Outcome::skipped(format!(
                 "not enough free space in {}: need {}, may use {} (half of the {} free)",
                 rbase.display(),
-                fmt_b(2 * largest),
-                fmt_b(rhalf),
-                fmt_b(rfs.free_bytes)
+                fmt_bytes((2 * largest) as f64),
+                fmt_bytes(rhalf as f64),
+                fmt_bytes(rfs.free_bytes as f64)
             )));
         }
-        let local = match super::disk_scratch(ctx, 2 * largest)? {
+        let local = match disk_scratch(ctx, 2 * largest)? {
             Ok(s) => s,
             Err(reason) => return Ok(Outcome::skipped(format!("local side: {reason}"))),
         };
         let mut out = Outcome::default();
-        out.notes.push(super::scratch_note(local));
-        super::note_vm_host_cache(ctx, &mut out);
+        out.notes.push(scratch_note(local));
+        note_vm_host_cache(ctx, &mut out);
         out.check(network_check(remote, &rfs));
         let (rs, ls) = sweeps(ctx, remote, local, largest)?;
         for (side, s) in [("remote", &rs), ("local", &ls)] {
@@ -161,12 +141,12 @@ fn sweeps(
     largest: u64,
 ) -> anyhow::Result<(SweepOut, SweepOut)> {
     let rscratch = Scratch::new(Some(remote))?;
-    let mut plan = Plan::for_profile(ctx.profile, largest, "remote");
+    let mut plan = SweepPlan::for_profile(ctx.profile, largest, "remote");
     let (u, c) = (plan.uncached, plan.cached);
     plan.uncached = u.min(Duration::from_millis(300));
     plan.cached = c.min(Duration::from_millis(60));
     // The remote side may take the budget; the local one repeats its sizes.
-    plan.deadline = Some(super::deadline(ctx, ctx.budget));
+    plan.deadline = Some(deadline(ctx, ctx.budget));
     let rs = sweep(ctx, &rscratch, &plan)?;
     drop(rscratch);
     plan.label = "local";
@@ -203,7 +183,7 @@ fn report_ratios(
                 "ratio",
                 &format!(
                     "remote / local time per 4 KiB block at {} (each remote trial over the local median)",
-                    fmt_b(size)
+                    fmt_bytes(size as f64)
                 ),
                 raw,
             )
@@ -226,7 +206,7 @@ fn report_ratios(
     out.finding(
         format!(
             "Remote ({fs_type}) vs local 4 KiB reads at {}: {}.",
-            fmt_b(size),
+            fmt_bytes(size as f64),
             summary.join(", ")
         ),
         &[

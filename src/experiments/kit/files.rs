@@ -1,2 +1,719 @@
 //! Scratch files for the file-system experiments: making, reopening uncached, timed
 //! block reads and the device-read counter.
+
+use crate::clock::{Deadline, Stopwatch};
+use crate::experiments::Context;
+use crate::harness::{Harness, SampleSpec};
+use crate::pagecache::{self, AlignedBuf};
+use crate::results::Check;
+use crate::rng::Rng;
+use crate::scratch::{Scratch, ScratchFile};
+use crate::units::fmt_bytes;
+use anyhow::Context as _;
+use std::fs::File;
+use std::io::{Read, Seek};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::Duration;
+
+/// The block every per-block figure is about.
+pub(crate) const BLOCK: usize = 4096;
+pub(crate) const MIB: u64 = 1 << 20;
+
+/// The run's scratch folder if it is on a disk and may take at least `need` bytes.
+/// Otherwise the reason, and nothing is written: the base folder is checked before the
+/// scratch folder is made.
+pub(crate) fn disk_scratch<'a>(
+    ctx: &'a Context,
+    need: u64,
+) -> anyhow::Result<Result<&'a Scratch, String>> {
+    let base = ctx.options.scratch_dir.as_deref();
+    if ctx.scratch_cell.get().is_none() {
+        let (dir, fs, half) = crate::scratch::allowance(base)?;
+        if fs.memory_backed {
+            return Ok(Err(format!(
+                "scratch directory {} is on {} (memory-backed): a file there never touches a disk; use --scratch-dir on a disk",
+                dir.display(),
+                fs.fs_type
+            )));
+        }
+        if half < need {
+            return Ok(Err(not_enough(&dir, need, half, fs.free_bytes)));
+        }
+    }
+    let s = ctx.scratch()?;
+    if let Err(e) = s.require_disk() {
+        return Ok(Err(format!("{e:#}")));
+    }
+    if s.remaining() < need {
+        return Ok(Err(format!(
+            "not enough free space in {}: need {}, may still use {} of the half of the free space this run may take; free space or use --scratch-dir elsewhere",
+            s.dir().display(),
+            fmt_bytes(need as f64),
+            fmt_bytes(s.remaining() as f64)
+        )));
+    }
+    Ok(Ok(s))
+}
+
+fn not_enough(dir: &Path, need: u64, half: u64, free: u64) -> String {
+    format!(
+        "not enough free space in {}: need {}, may use {} (half of the {} free); free space or use --scratch-dir elsewhere",
+        dir.display(),
+        fmt_bytes(need as f64),
+        fmt_bytes(half as f64),
+        fmt_bytes(free as f64)
+    )
+}
+
+/// A note recording the scratch folder's file system (`disk_scratch` has already refused
+/// memory-backed ones, so this is a record, not a check).
+pub(crate) fn scratch_note(s: &Scratch) -> String {
+    format!(
+        "scratch {} on {} ({} free at start, at most half used)",
+        s.dir().display(),
+        s.fs().fs_type,
+        fmt_bytes(s.fs().free_bytes as f64)
+    )
+}
+
+/// How many times a repeated check passed, and the last failure's detail.
+#[derive(Debug, Default)]
+pub(crate) struct RepeatedCheck {
+    pub passed: usize,
+    pub total: usize,
+    pub last_failure: String,
+}
+
+impl RepeatedCheck {
+    pub fn add(&mut self, c: &Check) {
+        self.record(c.passed, || c.detail.clone());
+    }
+    /// Counts one outcome; `detail` is only built for a failure.
+    pub fn record(&mut self, passed: bool, detail: impl FnOnce() -> String) {
+        self.total += 1;
+        if passed {
+            self.passed += 1;
+        } else {
+            self.last_failure = detail();
+        }
+    }
+    pub fn all(&self) -> bool {
+        self.passed == self.total
+    }
+}
+
+/// Opens the same file again by its descriptor's path, so a file already unlinked can get
+/// a second descriptor with other flags (uncached: O_DIRECT, F_NOCACHE).
+pub(crate) fn reopen(file: &File, direct: bool, write: bool) -> std::io::Result<File> {
+    #[cfg(test)]
+    if direct && NO_DIRECT.with(|n| n.get()) {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    crate::platform::reopen(file, direct, write)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test seam: on this thread the file system refuses O_DIRECT (EINVAL, as tmpfs and
+    /// some FUSE file systems do), so uncached reads rely on eviction alone.
+    pub(crate) static NO_DIRECT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether a descriptor of this file accepts O_DIRECT reads of aligned 4 KiB blocks.
+pub(crate) fn direct_works(file: &File) -> bool {
+    let Ok(d) = reopen(file, true, false) else {
+        return false;
+    };
+    let Ok(mut buf) = AlignedBuf::new(BLOCK, BLOCK) else {
+        return false;
+    };
+    d.read_exact_at(&mut buf, 0).is_ok()
+}
+
+/// Creates a scratch file of `size` bytes (a multiple of 1 MiB) filled with incompressible
+/// data, flushed to the device, and already unlinked so that nothing can be left behind.
+/// Written through O_DIRECT where possible, so the page cache stays untouched.
+pub(crate) fn make_file(
+    scratch: &Scratch,
+    name: &str,
+    size: u64,
+    seed: u64,
+) -> anyhow::Result<ScratchFile> {
+    let mut f = scratch.create_file(name, size)?;
+    f.unlink_now()
+        .with_context(|| format!("unlinking scratch file {name}"))?;
+    append(&f.file, 0, size, seed)?;
+    Ok(f)
+}
+
+/// Writes `[from, to)` of a file with pseudo-random data in 1 MiB pieces and flushes it;
+/// uses O_DIRECT when the file system takes it.
+pub(crate) fn append(file: &File, from: u64, to: u64, seed: u64) -> anyhow::Result<()> {
+    let direct = reopen(file, true, true).ok();
+    let mut buf = AlignedBuf::new(MIB as usize, BLOCK)?;
+    let mut rng = Rng::new(seed ^ from);
+    let mut pos = from;
+    let mut since_sync = 0u64;
+    while pos < to {
+        rng.fill(&mut buf);
+        let n = (to - pos).min(MIB) as usize;
+        let target = direct.as_ref().filter(|_| n % BLOCK == 0).unwrap_or(file);
+        target
+            .write_all_at(&buf[..n], pos)
+            .context("writing a scratch file")?;
+        pos += n as u64;
+        since_sync += n as u64;
+        // Buffered writes: flush often so dirty pages stay few (a small memory cgroup
+        // could otherwise stall or kill the run).
+        if direct.is_none() && since_sync >= 32 * MIB {
+            file.sync_data().context("flushing a scratch file")?;
+            since_sync = 0;
+        }
+        if crate::scratch::stopping() {
+            anyhow::bail!("interrupted");
+        }
+    }
+    file.sync_data().context("flushing a scratch file")?;
+    Ok(())
+}
+
+/// Access advice for the whole file (readahead on or off).
+pub(crate) fn advise(file: &File, access: crate::platform::Access) {
+    crate::platform::advise(file, access)
+}
+
+/// Reads `[0, len)` with 1 MiB pread() calls through the page cache (callers that want
+/// its duration time it with the harness's stopwatch).
+pub(crate) fn read_through(file: &File, len: u64, buf: &mut [u8]) -> anyhow::Result<()> {
+    let mut pos = 0u64;
+    while pos < len {
+        let n = ((len - pos) as usize).min(buf.len());
+        file.read_exact_at(&mut buf[..n], pos)
+            .context("reading a scratch file")?;
+        pos += n as u64;
+    }
+    Ok(())
+}
+
+/// A span on the run's clock, through the harness (fs never reads a clock itself).
+pub(crate) fn stopwatch<'a>(ctx: &'a Context) -> Stopwatch<'a> {
+    ctx.harness(1).stopwatch()
+}
+
+/// A deadline `d` from now on the run's clock, through the harness.
+pub(crate) fn deadline<'a>(ctx: &'a Context, d: Duration) -> Deadline<'a> {
+    ctx.harness(1).deadline(d)
+}
+
+/// The access patterns of a per-block read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pattern {
+    /// read() from the start, block after block.
+    Sequential,
+    /// pread() over a shuffled order of every block of the file.
+    Random,
+}
+
+impl Pattern {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Pattern::Sequential => "seq",
+            Pattern::Random => "random",
+        }
+    }
+    /// The access advice for reads in this pattern (no readahead for random reads).
+    pub fn access(&self) -> crate::platform::Access {
+        match self {
+            Pattern::Sequential => crate::platform::Access::Normal,
+            Pattern::Random => crate::platform::Access::Random,
+        }
+    }
+}
+
+/// Per-block times of one (file, pattern) reading run.
+pub(crate) struct BlockTimes {
+    /// ns per block, one value per sample (one read, or a chunk of consecutive reads).
+    pub per_block_ns: Vec<f64>,
+    /// Blocks read, preempted samples included.
+    pub blocks: u64,
+    /// What the harness set aside or stopped short.
+    pub notes: Vec<String>,
+}
+
+/// How `time_blocks` groups reads into samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Timing {
+    /// Every read timed on its own, every block at most once (slow, device-bound reads,
+    /// whose distribution is wanted).
+    EachRead,
+    /// Chunks of consecutive reads lasting about this long, wrapping around the file
+    /// (fast reads from the page cache).
+    Chunks(Duration),
+}
+
+/// Chunk length of the first sample, which sizes every later one.
+const FIRST_CHUNK: u64 = 8;
+
+/// Times 4 KiB reads of `file` (`size` bytes) through the harness's per-operation
+/// sampling (clock overhead subtracted): at least `min_trials` samples, within `budget`.
+/// Preemption is not checked: uncached reads block on purpose, and a cached chunk keeps
+/// the definition it had (every chunk counts).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn time_blocks(
+    ctx: &Context,
+    file: &File,
+    size: u64,
+    pattern: Pattern,
+    order: &[u32],
+    timing: Timing,
+    budget: Duration,
+    min_trials: usize,
+) -> anyhow::Result<BlockTimes> {
+    let h = ctx.harness(1);
+    let mut r = BlockReader::new(file, size, pattern, order, timing)?;
+    match timing {
+        Timing::EachRead => {
+            let n = (r.nblocks as usize).min(MAX_SAMPLES);
+            let spec = SampleSpec::new(n, budget).min_n(min_trials);
+            r.sample(&h, &spec)
+        }
+        Timing::Chunks(trial) => {
+            let until = h.deadline(budget);
+            let first = r.sample(&h, &SampleSpec::new(1, budget))?;
+            // The first sample sizes every later one so a sample lasts about `trial`;
+            // fixed from then on, so the mean of the samples is the mean per block (what
+            // fio reports as mean completion latency).
+            let per = first.per_block_ns.first().copied().unwrap_or(1.0).max(1.0);
+            r.chunk = ((trial.as_nanos() as f64 / per) as u64).clamp(1, 4096);
+            let spec = SampleSpec::new(MAX_SAMPLES - 1, until.remaining())
+                .min_n(min_trials.saturating_sub(1));
+            let mut rest = r.sample(&h, &spec)?;
+            let mut v = first.per_block_ns;
+            v.append(&mut rest.per_block_ns);
+            let mut notes = first.notes;
+            notes.append(&mut rest.notes);
+            Ok(BlockTimes {
+                per_block_ns: v,
+                blocks: r.total,
+                notes,
+            })
+        }
+    }
+}
+
+/// Never more samples than this in one pass.
+const MAX_SAMPLES: usize = 100_000;
+
+/// Where a block-reading pass stands: the next block of the order, and blocks read.
+struct BlockReader<'a> {
+    file: &'a File,
+    pattern: Pattern,
+    order: &'a [u32],
+    nblocks: u64,
+    wrap: bool,
+    chunk: u64,
+    /// Blocks issued so far in this pass over the file.
+    next: u64,
+    total: u64,
+    buf: AlignedBuf,
+}
+
+impl<'a> BlockReader<'a> {
+    fn new(
+        file: &'a File,
+        size: u64,
+        pattern: Pattern,
+        order: &'a [u32],
+        timing: Timing,
+    ) -> anyhow::Result<Self> {
+        (&mut &*file).rewind()?;
+        let each = timing == Timing::EachRead;
+        Ok(BlockReader {
+            file,
+            pattern,
+            order,
+            nblocks: size / BLOCK as u64,
+            wrap: !each,
+            chunk: if each { 1 } else { FIRST_CHUNK },
+            next: 0,
+            total: 0,
+            buf: AlignedBuf::new(BLOCK, BLOCK)?,
+        })
+    }
+
+    /// Samples as `spec` says; each sample reads the next chunk. Without wrapping the
+    /// pass ends once every block was read (`spec.max_n` says how many samples that is).
+    fn sample(&mut self, h: &Harness, spec: &SampleSpec) -> anyhow::Result<BlockTimes> {
+        // Every sample is kept in order (no preemption check), so each one's block count
+        // is known: a chunk at the end of the file is shorter.
+        debug_assert!(!spec.detect_preemption);
+        let mut lens = Vec::new();
+        let this = std::cell::RefCell::new(self);
+        let s = h.try_sample_with(
+            spec,
+            || this.borrow_mut().next_chunk(),
+            |&mut (start, n)| this.borrow_mut().read(start, n),
+            |(_, n), _| lens.push(n),
+        )?;
+        anyhow::ensure!(lens.len() == s.ns.len(), "a sample without its block count");
+        Ok(BlockTimes {
+            per_block_ns: s
+                .ns
+                .iter()
+                .zip(&lens)
+                .map(|(ns, &n)| ns / n as f64)
+                .collect(),
+            blocks: this.into_inner().total,
+            notes: s.notes,
+        })
+    }
+
+    /// Untimed: the first block and length of the next chunk (wrapping when allowed).
+    fn next_chunk(&mut self) -> anyhow::Result<(u64, u64)> {
+        if crate::scratch::stopping() {
+            anyhow::bail!("interrupted");
+        }
+        if self.next >= self.nblocks {
+            anyhow::ensure!(self.wrap, "every block was read once");
+            self.next = 0;
+            (&mut &*self.file).rewind()?;
+        }
+        let n = self.chunk.min(self.nblocks - self.next);
+        let start = self.next;
+        self.next += n;
+        self.total += n;
+        Ok((start, n))
+    }
+
+    /// Timed: `n` reads from block `start` of the pass.
+    fn read(&mut self, start: u64, n: u64) -> anyhow::Result<()> {
+        match self.pattern {
+            Pattern::Sequential => {
+                for _ in 0..n {
+                    let got = (&mut &*self.file).read(&mut self.buf).context("read")?;
+                    if got != BLOCK {
+                        anyhow::bail!("short read of {got} bytes");
+                    }
+                }
+            }
+            Pattern::Random => {
+                for i in start..start + n {
+                    let pos = self.order[i as usize] as u64 * BLOCK as u64;
+                    self.file
+                        .read_exact_at(&mut self.buf, pos)
+                        .context("pread")?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The block device behind a path, with the facts predictions use.
+#[derive(Debug, Clone)]
+pub(crate) struct Device {
+    pub name: String,
+    /// What the device is modelled as, and why (bus, model string, members of a
+    /// device-mapper or md device; `machine::storage::classify`).
+    pub class: crate::machine::storage::DiskClass,
+}
+
+/// The disk holding `path`, as the machine description describes disks.
+pub(crate) fn device_of(path: &Path) -> Option<Device> {
+    let d = crate::machine::storage::disk_of(path)?;
+    Some(Device {
+        class: d.class(),
+        name: d.name,
+    })
+}
+
+/// Why an uncached read of `d` gets no prediction: the class the device was identified as
+/// and why; a class does not fix a device's latency, and the parts table names no
+/// published figure for one.
+pub(crate) fn device_basis(d: &Device) -> String {
+    format!(
+        "{} is {} ({}); a device class does not fix its read latency and the parts table \
+         names no published figure for it",
+        d.name,
+        d.class.kind.label(),
+        d.class.why
+    )
+}
+
+/// Bytes that uncached passes asked for, and what the disk's sectors-read counter
+/// (/sys/block/DISK/stat) counted around them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DeviceReads {
+    /// The disk whose counter is read; None when the file system has no local block
+    /// device (network or virtual file systems).
+    pub disk: Option<String>,
+    pub requested: u64,
+    /// Sectors counted during the passes; None once any reading of the counter failed.
+    pub sectors: Option<u64>,
+    /// The file system type of the folder (for the reason when there is no disk).
+    pub fstype: Option<String>,
+}
+
+impl DeviceReads {
+    /// For files under `dir`.
+    pub fn new(dir: &Path) -> DeviceReads {
+        let disk = device_of(dir).map(|d| d.name);
+        DeviceReads {
+            sectors: disk.as_ref().map(|_| 0),
+            disk,
+            requested: 0,
+            fstype: crate::machine::storage::filesystem_of(dir).map(|m| m.fstype),
+        }
+    }
+    /// The counter now (None without a disk or when unreadable).
+    pub fn counter(&self) -> Option<u64> {
+        crate::machine::storage::sectors_read(self.disk.as_deref()?)
+    }
+    /// Adds one pass: the counter before and after it and the bytes it read.
+    pub fn add(&mut self, before: Option<u64>, after: Option<u64>, bytes: u64) {
+        self.requested += bytes;
+        self.sectors = match (self.sectors, before, after) {
+            (Some(s), Some(b), Some(a)) => Some(s + a.saturating_sub(b)),
+            _ => None,
+        };
+    }
+    pub fn check(&self) -> Check {
+        let mut c = reached_device_check(self.requested, self.sectors, self.disk.as_deref());
+        if let (None, Some(fs)) = (&self.disk, &self.fstype) {
+            c.detail = format!("{fs}: {}", c.detail);
+        }
+        c
+    }
+}
+
+/// Share of the requested bytes the device must have read for uncached reads to count as
+/// reaching it. Other processes' reads can only add to the counter, so a pass can be
+/// wrongly confirmed, never wrongly refuted.
+const REACHED_SHARE: f64 = 0.9;
+
+/// Premise "uncached reads reached the device": the disk counted at least 90% of the bytes
+/// the uncached passes read. O_DIRECT alone does not prove it: a file system may answer
+/// from its own cache (ZFS ARC), from compressed extents (btrfs) or from memory (tmpfs
+/// ignoring the flag). Without a counter the premise is reported as not verified.
+pub(crate) fn reached_device_check(
+    requested: u64,
+    sectors: Option<u64>,
+    disk: Option<&str>,
+) -> Check {
+    let name = "uncached reads reached the device (sectors-read counter)";
+    match (disk, sectors) {
+        (Some(d), Some(sec)) => {
+            let read = sec * 512;
+            Check::premise(
+                name,
+                requested > 0 && read as f64 >= REACHED_SHARE * requested as f64,
+                format!(
+                    "{d} read {} while the uncached passes asked for {} ({:.0}%; /sys/block/{d}/stat, at least {:.0}% needed)",
+                    fmt_bytes(read as f64),
+                    fmt_bytes(requested as f64),
+                    if requested > 0 { read as f64 / requested as f64 * 100.0 } else { 0.0 },
+                    REACHED_SHARE * 100.0
+                ),
+            )
+        }
+        (Some(d), None) => Check::unverified(
+            name,
+            format!(
+                "{} could not be read, so nothing shows the uncached reads reached the disk",
+                crate::machine::storage::sectors_read_source(d)
+            ),
+        ),
+        (None, _) => Check::unverified(
+            name,
+            "no block device with a sectors-read counter behind this file system (btrfs, ZFS, overlayfs, NFS, FUSE...), where a cache of the file system may answer O_DIRECT reads: the uncached figures may be cache hits",
+        ),
+    }
+}
+
+/// Evicts a file and reports the check; `must` makes it a premise (the uncached read
+/// relies on it) rather than a note (O_DIRECT bypasses the cache anyway).
+pub(crate) fn evict_check(
+    ctx: &Context,
+    file: &File,
+    what: &str,
+    must: bool,
+) -> anyhow::Result<Check> {
+    let e = pagecache::evict(file, ctx.options.drop_caches)?;
+    let name = format!("{what}: evicted from the page cache (mincore)");
+    let mut detail = e.describe();
+    if !e.verified() && !ctx.options.drop_caches {
+        detail.push_str("; run as root with --drop-caches to allow dropping the whole page cache");
+    }
+    Ok(if must {
+        Check::premise(&name, e.verified(), detail)
+    } else {
+        Check::sanity(&name, e.verified(), detail)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The class each recorded machine's disk is identified as, and why, in the reason its
+    /// uncached reads get no prediction (never a rotating disk for a virtual or cloud disk).
+    #[test]
+    fn device_models_name_their_class_from_recorded_sysfs() {
+        use crate::machine::{facts::FactRoot, Machine};
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/machines");
+        let cases = [
+            ("qemu-virtio-scsi", "sda", "virtual disk (virtio-scsi bus"),
+            (
+                "laptop-luks-nvme",
+                "dm-0",
+                "local NVMe flash (dm-crypt (nvme0n1p3_crypt) over nvme0n1",
+            ),
+            (
+                "laptop-luks-nvme",
+                "dm-1",
+                "(LVM (vgubuntu-root) over nvme0n1",
+            ),
+            (
+                "server-md-raid",
+                "md0",
+                "local flash (md raid1 over sda, sdb",
+            ),
+            ("server-md-raid", "sdc", "rotating disk"),
+            (
+                "aws-ebs-nitro",
+                "nvme0n1",
+                "network block storage (Amazon Elastic Block Store",
+            ),
+            ("aws-ebs-nitro", "nvme1n1", "local NVMe flash"),
+            (
+                "gcp-persistent-disk",
+                "sda",
+                "network block storage (Google Persistent Disk",
+            ),
+        ];
+        for (tree, name, basis) in cases {
+            let m = Machine::gather_from(&FactRoot::recorded(dir.join(tree)));
+            let d = m.storage.disks.iter().find(|d| d.name == name).unwrap();
+            let dev = Device {
+                name: d.name.clone(),
+                class: d.class(),
+            };
+            let why = device_basis(&dev);
+            assert!(why.contains(basis), "{tree} {name}: {why}");
+            assert!(
+                why.contains("names no published figure"),
+                "{tree} {name}: {why}"
+            );
+        }
+    }
+
+    #[test]
+    fn reads_served_from_a_cache_fail_the_device_premise() {
+        let mb = 1 << 20;
+        // The device read what was asked (or more: readahead, other processes).
+        assert!(reached_device_check(10 * mb, Some(20480), Some("vda")).passed);
+        assert!(reached_device_check(10 * mb, Some(40000), Some("vda")).passed);
+        // O_DIRECT answered from a cache (ZFS ARC) or compressed extents: few sectors.
+        let c = reached_device_check(10 * mb, Some(100), Some("vda"));
+        assert!(!c.passed && c.premise, "{}", c.detail);
+        assert!(!reached_device_check(0, Some(0), Some("vda")).passed);
+        // No counter: not verified, and said so.
+        let c = reached_device_check(10 * mb, None, None);
+        assert!(!c.passed && c.premise && c.unverified, "{c:?}");
+        assert!(c.detail.contains("cache hits"), "{}", c.detail);
+        let c = reached_device_check(10 * mb, None, Some("vda"));
+        assert!(
+            c.unverified && c.detail.contains("/sys/block/vda/stat"),
+            "{c:?}"
+        );
+        // A counter that refutes is a failure, not an unverified premise.
+        assert!(!reached_device_check(10 * mb, Some(100), Some("vda")).unverified);
+        // Accumulation: one unreadable counter spoils the sum.
+        let mut d = DeviceReads {
+            disk: Some("vda".into()),
+            requested: 0,
+            sectors: Some(0),
+            fstype: None,
+        };
+        d.add(Some(100), Some(2148), 1 << 20);
+        assert_eq!(d.sectors, Some(2048));
+        assert!(d.check().passed);
+        d.add(Some(5), None, 4096);
+        assert_eq!(d.sectors, None);
+        assert!(!d.check().passed);
+    }
+
+    /// A `blocks`-block file in a temporary folder.
+    fn block_file(blocks: u64) -> (tempfile::TempDir, File) {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("blocks");
+        std::fs::write(&path, vec![7u8; blocks as usize * BLOCK]).unwrap();
+        (d, File::open(&path).unwrap())
+    }
+
+    /// A harness on a mock clock: each sample costs the clock's stop overhead, which is
+    /// subtracted again, so only the budget and the file decide how many are taken.
+    fn mock_harness(clock: &crate::clock::MockClock) -> Harness<'_> {
+        Harness::new(clock, crate::harness::HarnessConfig::default(), 0.0)
+    }
+
+    #[test]
+    fn each_read_sampling_reads_every_block_at_most_once() {
+        let (_d, f) = block_file(10);
+        let clock = crate::clock::MockClock::new(100);
+        let h = mock_harness(&clock);
+        let order: Vec<u32> = (0..10).rev().collect();
+        for pattern in [Pattern::Sequential, Pattern::Random] {
+            // A long budget: the pass ends when the file does, not with an error.
+            let mut r =
+                BlockReader::new(&f, 10 * BLOCK as u64, pattern, &order, Timing::EachRead).unwrap();
+            let spec = SampleSpec::new(r.nblocks as usize, Duration::from_secs(60)).min_n(5);
+            let t = r.sample(&h, &spec).unwrap();
+            assert_eq!((t.per_block_ns.len(), t.blocks), (10, 10));
+            // The next sample would need a second pass: refused.
+            assert!(r.next_chunk().is_err());
+        }
+    }
+
+    #[test]
+    fn chunked_sampling_wraps_and_stops_at_the_budget() {
+        let (_d, f) = block_file(10);
+        // 100 ticks (ns) per sample against a 2 us budget: 20 samples of 4 blocks, the
+        // chunk at the end of each pass being 2.
+        let clock = crate::clock::MockClock::new(100);
+        let h = mock_harness(&clock);
+        let order: Vec<u32> = (0..10).collect();
+        let mut r = BlockReader::new(
+            &f,
+            10 * BLOCK as u64,
+            Pattern::Sequential,
+            &order,
+            Timing::Chunks(Duration::from_micros(1)),
+        )
+        .unwrap();
+        r.chunk = 4;
+        let t = r
+            .sample(&h, &SampleSpec::new(1000, Duration::from_micros(2)))
+            .unwrap();
+        assert!(
+            (20..=22).contains(&t.per_block_ns.len()),
+            "{}",
+            t.per_block_ns.len()
+        );
+        // Three samples per pass of 10 blocks: 4 + 4 + 2.
+        let samples = t.per_block_ns.len() as u64;
+        assert_eq!(
+            t.blocks,
+            samples / 3 * 10 + [0, 4, 8][(samples % 3) as usize]
+        );
+    }
+
+    #[test]
+    fn device_of_the_current_directory_is_found_or_none() {
+        // Either a block device with a name, or none (overlay, tmpfs): never a panic.
+        if let Some(d) = device_of(Path::new(".")) {
+            assert!(!d.name.is_empty());
+        }
+    }
+}

@@ -1,5 +1,5 @@
-//! Memory experiments (docs/METHODOLOGY.md, "The memory experiments"): load latency per working-set size with detected
-//! cache levels, bandwidth, and page-fault service time.
+//! Memory experiments: load latency per working-set size with detected cache levels,
+//! bandwidth, loaded latency and page-fault service time.
 
 use super::Experiment;
 

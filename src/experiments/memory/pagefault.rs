@@ -1,8 +1,11 @@
 //! mem.pagefault: service time of a major page fault (a page read from disk on first
 //! touch of a file mapping), and of a minor fault (first touch of fresh anonymous memory).
 
+use crate::experiments::kit::files::{device_basis, device_of};
 use crate::experiments::kit::{Pages, Region};
-use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::experiments::predict::{Input, Predictions};
+use crate::experiments::spec::ms;
+use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
 use crate::harness::{SampleSpec, Samples};
 use crate::results::{Bottleneck, Check, Prediction};
 use crate::rng::Rng;
@@ -21,17 +24,8 @@ const MINOR_BATCH: usize = 32;
 /// Why a major fault gets no prediction: the device behind `path` and its class, whose
 /// read latency no published figure in the parts table fixes.
 fn device_unknown(path: &std::path::Path) -> String {
-    match crate::machine::storage::disk_of(path) {
-        Some(d) => {
-            let c = d.class();
-            format!(
-                "{} is {} ({}); a device class does not fix its read latency and the parts table \
-                 names no published figure for it",
-                d.name,
-                c.kind.label(),
-                c.why
-            )
-        }
+    match device_of(path) {
+        Some(d) => device_basis(&d),
         None => "the scratch folder's device is not found in sysfs".into(),
     }
 }
@@ -80,15 +74,16 @@ impl Drop for FileMap {
     }
 }
 
-/// Sizes per profile: (file for major faults, anonymous region for minor faults).
-const fn sizes(p: Profile) -> (u64, u64) {
-    match p {
-        Profile::Smoke => (8 << 20, 16 << 20),
-        Profile::Quick => (64 << 20, 64 << 20),
-        Profile::Standard => (256 << 20, 256 << 20),
-        Profile::Thorough => (1 << 30, 512 << 20),
-    }
-}
+/// Sizes: (file for major faults, anonymous region for minor faults).
+const SIZES: PerProfile<(u64, u64)> = PerProfile::new(
+    (8 << 20, 16 << 20),
+    (64 << 20, 64 << 20),
+    (256 << 20, 256 << 20),
+    (1 << 30, 512 << 20),
+);
+
+/// Batches of minor faults timed.
+const MINOR_BATCHES: PerProfile<usize> = PerProfile::new(15, 41, 101, 101);
 
 /// Minor faults: first write to each page of fresh anonymous memory, timed in batches
 /// through the harness (batches during which the thread was preempted are set aside and
@@ -100,11 +95,7 @@ fn minor_faults(
 ) -> anyhow::Result<(Samples, u64, u64)> {
     let ps = crate::pagecache::page_size();
     let pages = region_bytes / ps;
-    let want = match ctx.profile {
-        Profile::Smoke => 15,
-        Profile::Quick => 41,
-        _ => 101,
-    };
+    let want = MINOR_BATCHES.get(ctx.profile);
     let (mut faults, mut touched) = (0u64, 0u64);
     let mut region: Option<Region> = None;
     let mut at = pages; // no region yet: the first batch makes one
@@ -177,84 +168,59 @@ fn major_faults(
     Ok((s.ns, maj1.saturating_sub(maj0)))
 }
 
-const SPEC: crate::experiments::Spec = crate::experiments::Spec {
+const SPEC: Spec = Spec {
     id: "mem.pagefault",
     title: "Page fault service time",
     description: "major faults on an evicted file mapping in random order (counted with getrusage), and minor faults on fresh anonymous memory",
     method: crate::method!("mem.pagefault"),
-    needs: crate::experiments::Needs {
-        disk_bytes: sizes(Profile::Quick).0,
-        ..crate::experiments::Needs::NONE
+    needs: Needs {
+        disk_bytes: SIZES.get(Profile::Quick).0,
+        ..Needs::NONE
     },
     // A minor fault is kernel work at the core's clock (major faults declare `None`: the device).
-    bottleneck: crate::results::Bottleneck::Chain,
-    per_core_kind: false,
-    subtracts_loop: false,
-    budget: None,
+    bottleneck: Bottleneck::Chain,
+    budget: Some(PerProfile::new(ms(800), ms(4_000), ms(20_000), ms(60_000))),
+    ..Spec::MEMORY
 };
 
 impl Experiment for PageFault {
-    fn spec(&self) -> &crate::experiments::Spec {
+    fn spec(&self) -> &Spec {
         &SPEC
     }
-    fn budget(&self, p: Profile) -> Duration {
-        match p {
-            Profile::Smoke => Duration::from_millis(800),
-            Profile::Quick => Duration::from_secs(4),
-            Profile::Standard => Duration::from_secs(20),
-            Profile::Thorough => Duration::from_secs(60),
-        }
-    }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        let mut p = Predictions::new(ctx);
+        // Primitives only, one of each per fault (the method writes one word per fresh page):
+        // a kernel entry and zeroing the page. Allocation, accounting and the PTE are not in
+        // the model; prediction / measurement is the share the primitives explain.
+        let entry = p.earlier("cpu.syscall", &["getppid"]).named("entry");
+        let ps = crate::pagecache::page_size() as f64;
+        let page = Input::machine("page_size", Some(ps), "bytes", "machine: page size", "");
+        let bw = p
+            .earlier("mem.bandwidth", &["write_1t"])
+            .named("store_bandwidth");
+        p.state("minor_fault", &[&entry, &page, &bw], |v| {
+            Prediction::new(
+                v[0] + v[1] / v[2] * 1e9,
+                "1 kernel entry + page_size / store_bandwidth (zeroing one page); allocation, \
+                 accounting and the PTE are not in the model",
+            )
+        });
         let dir = ctx
             .options
             .scratch_dir
             .clone()
             .or_else(|| std::env::current_dir().ok())
             .unwrap_or_default();
-        let major = (
-            "major_fault".to_string(),
-            Prediction::withheld(device_unknown(&dir)),
+        p.withhold(
+            &["major_fault", "major_fault_per_byte"],
+            &device_unknown(&dir),
         );
-        let per_byte = (
-            "major_fault_per_byte".to_string(),
-            Prediction::withheld(device_unknown(&dir)),
-        );
-        let entry = ctx.earlier_median("cpu.syscall", "getppid");
-        let bw = ctx.earlier_median("mem.bandwidth", "write_1t");
-        let (Some(entry), Some(bw)) = (entry, bw) else {
-            let why = "cpu.syscall getppid or mem.bandwidth write_1t was not measured in this run";
-            return vec![
-                ("minor_fault".into(), Prediction::withheld(why)),
-                major,
-                per_byte,
-            ];
-        };
-        let ps = crate::pagecache::page_size() as f64;
-        // Primitives only, one of each per fault (the method writes one word per fresh page):
-        // a kernel entry and zeroing the page. Allocation, accounting and the PTE are not in
-        // the model; prediction / measurement is the share the primitives explain.
-        let minor = entry + ps / bw * 1e9;
-        vec![
-            (
-                "minor_fault".into(),
-                Prediction::new(
-                    minor,
-                    "1 kernel entry + page_size / store_bandwidth (zeroing one page); allocation, accounting and \
-                     the PTE are not in the model",
-                )
-                .measured("entry", entry, "ns", "measured: cpu.syscall getppid")
-                .machine("page_size", ps, "bytes", "machine: page size")
-                .measured("store_bandwidth", bw, "bytes/s", "measured: mem.bandwidth write_1t"),
-            ),
-            major,
-            per_byte,
-        ]
+        p.done()
     }
 
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
-        let (file_bytes, anon_bytes) = sizes(ctx.profile);
+        let (file_bytes, anon_bytes) = SIZES.get(ctx.profile);
         let ps = crate::pagecache::page_size();
         let cap =
             crate::experiments::kit::memory_cap(ctx.machine, file_bytes + anon_bytes, 2 << 20)?;
@@ -331,23 +297,8 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
         ));
     }
     (ctx.progress)("writing the file");
-    let mut f = scratch.create_file("pagefault", file_len as u64)?;
-    f.unlink_now().context("unlinking the scratch file")?;
-    // Real data: a sparse file's holes would read as zeros without any I/O.
-    let mut block = vec![0u8; 1 << 20];
     let mut rng = Rng::from_entropy();
-    for chunk in block.chunks_mut(8) {
-        chunk.copy_from_slice(&rng.next_u64().to_le_bytes()[..chunk.len()]);
-    }
-    let mut left = file_len;
-    while left > 0 {
-        let n = left.min(block.len());
-        f.file
-            .write_all(&block[..n])
-            .context("writing the scratch file")?;
-        left -= n;
-    }
-    drop(block);
+    let f = write_file(scratch, file_len, &mut rng)?;
     (ctx.progress)("evicting the file from the page cache");
     let ev = crate::pagecache::evict(&f.file, ctx.options.drop_caches)?;
     out.check(Check::premise(
@@ -373,6 +324,38 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
             majors as f64 / n.max(1) as f64 * 100.0
         ),
     ));
+    major_metrics(out, times, file_len, &fs.fs_type);
+    Ok(true)
+}
+
+/// An unlinked scratch file of `len` bytes of real data: a sparse file's holes would read
+/// as zeros without any I/O.
+fn write_file(
+    scratch: &crate::scratch::Scratch,
+    len: usize,
+    rng: &mut Rng,
+) -> anyhow::Result<crate::scratch::ScratchFile> {
+    let mut f = scratch.create_file("pagefault", len as u64)?;
+    f.unlink_now().context("unlinking the scratch file")?;
+    let mut block = vec![0u8; 1 << 20];
+    for chunk in block.chunks_mut(8) {
+        chunk.copy_from_slice(&rng.next_u64().to_le_bytes()[..chunk.len()]);
+    }
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(block.len());
+        f.file
+            .write_all(&block[..n])
+            .context("writing the scratch file")?;
+        left -= n;
+    }
+    Ok(f)
+}
+
+/// `major_fault` (each touch's time, its distribution kept) and `major_fault_per_byte`.
+fn major_metrics(out: &mut Outcome, times: Vec<f64>, file_len: usize, fs_type: &str) {
+    let ps = crate::pagecache::page_size();
+    let n = times.len();
     let per_byte: Vec<f64> = times.iter().map(|t| t / ps as f64).collect();
     let m = out.metric(
         "major_fault",
@@ -381,7 +364,7 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
             "first read of a page of an evicted file mapping ({} pages of a {} file, random order, MADV_RANDOM, {})",
             n,
             fmt_bytes(file_len as f64),
-            fs.fs_type
+            fs_type
         ),
         times.clone(),
     );
@@ -398,7 +381,6 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
     )
     .per_operation()
     .shares(Bottleneck::None);
-    Ok(true)
 }
 
 /// A page size as text: "4 KiB", "16 KiB", "64 KiB".
@@ -470,7 +452,7 @@ mod tests {
 
     #[test]
     fn sizes_grow_with_the_profile() {
-        let s: Vec<(u64, u64)> = Profile::ALL.iter().map(|&p| sizes(p)).collect();
+        let s: Vec<(u64, u64)> = Profile::ALL.iter().map(|&p| SIZES.get(p)).collect();
         assert!(s.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1));
     }
 }

@@ -1,7 +1,7 @@
 //! mem.latency's premise and sanity checks: every chase is one cycle through all its
-//! nodes, as read back from memory (docs/METHODOLOGY.md, mem.latency).
+//! nodes, as read back from memory.
 
-use super::levels::Named;
+use super::levels::NamedLevel;
 use crate::experiments::kit::Region;
 use crate::results::Check;
 use crate::rng::Rng;
@@ -103,7 +103,7 @@ pub(super) fn chains_note(broken: &[u64], chains: usize) -> String {
 
 /// Sanity: every sysfs cache level was found. (Whether the levels are ordered by latency
 /// is not checked: `detect_levels` merges any plateau not well above the one before it.)
-pub(super) fn levels(named: &[Named], caches: usize) -> Check {
+pub(super) fn levels(named: &[NamedLevel], caches: usize) -> Check {
     let found = named.iter().filter(|n| n.sysfs_bytes.is_some()).count();
     Check::sanity(
         "every sysfs data cache level detected",

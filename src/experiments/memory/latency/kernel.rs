@@ -1,5 +1,5 @@
 //! mem.latency's kernel: laying a chain of one node per cache line, chasing it, and the
-//! curves of chases over working-set sizes (docs/METHODOLOGY.md, mem.latency).
+//! curves of chases over working-set sizes.
 
 use super::checks::verify_chain;
 use crate::experiments::kit::{measure_raw, Region};
@@ -97,7 +97,7 @@ pub fn lmbench_chain(npages: usize, lines: usize, rng: &mut Rng) -> Vec<u32> {
 
 /// One measured point of a curve.
 #[derive(Debug, Clone)]
-pub struct Point {
+pub struct ChasePoint {
     pub size: u64,
     /// ns per load, one value per trial.
     pub trials: Vec<f64>,
@@ -110,13 +110,13 @@ pub(super) const REMEASURE_RATIO: f64 = 1.15;
 /// Trial settings: beyond the last-level cache a point's latency depends on what other
 /// cores and guests do to the shared cache and memory, which changes over milliseconds, so
 /// those points get trials twice as long and twice as many (spread over more time).
-pub(super) struct Specs {
+pub(super) struct TrialSettings {
     pub(super) near: HarnessConfig,
     pub(super) far: HarnessConfig,
     pub(super) far_from: u64,
 }
 
-impl Specs {
+impl TrialSettings {
     pub(super) fn for_size(&self, size: u64) -> &HarnessConfig {
         if size > self.far_from {
             &self.far
@@ -139,7 +139,7 @@ pub(super) fn lmbench_point(
     rng: &mut Rng,
     broken: &mut Vec<u64>,
     quiet: &mut (usize, usize),
-) -> Option<Point> {
+) -> Option<ChasePoint> {
     let ps = crate::pagecache::page_size();
     if size as usize % ps != 0 || ps % line != 0 || size as usize > region.len() {
         return None;
@@ -169,7 +169,7 @@ pub(super) fn measure_chain(
     spec: &HarnessConfig,
     region: &Region,
     size: u64,
-) -> (Point, Measurement) {
+) -> (ChasePoint, Measurement) {
     let mut p = region.as_ptr() as *const u8;
     let m = measure_raw(ctx.clock, spec, UNROLL as f64, |iters| {
         // SAFETY: the caller laid and verified a chain over this region before measuring.
@@ -177,7 +177,7 @@ pub(super) fn measure_chain(
     });
     std::hint::black_box(p);
     (
-        Point {
+        ChasePoint {
             size,
             median: m.median_ns(),
             trials: m.per_op_ns.clone(),
@@ -188,14 +188,36 @@ pub(super) fn measure_chain(
 
 /// Adds a second measurement of the same size to `p`: every trial kept, the median
 /// taken over all of them.
-pub(super) fn remeasure(p: &mut Point, again: Point) {
+pub(super) fn remeasure(p: &mut ChasePoint, again: ChasePoint) {
     p.trials.extend(again.trials);
     p.median = crate::stats::median(&p.trials);
 }
 
+/// The points to measure again: points slower than the next larger size (a quarter of
+/// the curve at most), and the largest size when it jumps past the step before it.
+fn suspects(points: &[ChasePoint]) -> Vec<usize> {
+    let np = points.len();
+    let mut suspects: Vec<usize> = (0..np.saturating_sub(1))
+        .filter(|&i| points[i].median > REMEASURE_RATIO * points[i + 1].median)
+        .take(np / 4)
+        .collect();
+    // The largest size has no larger neighbour: a jump past the step before it is suspect.
+    if np >= 3 {
+        let (a, b, z) = (
+            points[np - 3].median,
+            points[np - 2].median,
+            points[np - 1].median,
+        );
+        if z / b > REMEASURE_RATIO * (b / a).max(1.0) {
+            suspects.push(np - 1);
+        }
+    }
+    suspects
+}
+
 /// Outcome of one curve.
-pub(super) struct Curve {
-    pub(super) points: Vec<Point>,
+pub(super) struct ChaseCurve {
+    pub(super) points: Vec<ChasePoint>,
     /// Sizes whose chain did not verify as a single full cycle.
     pub(super) broken: Vec<u64>,
     pub(super) notes: Vec<String>,
@@ -209,14 +231,14 @@ pub(super) struct Curve {
 /// Measures the random (Sattolo) or sequential chase at each size within `region`.
 pub(super) fn curve(
     ctx: &Context,
-    spec: &Specs,
+    spec: &TrialSettings,
     region: &mut Region,
     sizes: &[u64],
     stride: usize,
     random: bool,
     rng: &mut Rng,
-) -> Curve {
-    let mut c = Curve {
+) -> ChaseCurve {
+    let mut c = ChaseCurve {
         points: Vec::new(),
         broken: Vec::new(),
         notes: Vec::new(),
@@ -226,7 +248,7 @@ pub(super) fn curve(
     };
     let kind = if random { "random" } else { "sequential" };
     // Lays, verifies and measures one size.
-    let mut one = |c: &mut Curve, size: u64, rng: &mut Rng| -> Option<Point> {
+    let mut one = |c: &mut ChaseCurve, size: u64, rng: &mut Rng| -> Option<ChasePoint> {
         let n = (size as usize / stride).max(2);
         let next: Vec<u32> = if random {
             sattolo(n, rng)
@@ -263,24 +285,8 @@ pub(super) fn curve(
     // cannot fall as the set grows, and interference only adds time): measure it once
     // more and keep both measurements, the point's figure being the median of all their
     // trials. Keeping only the lower one would bias the point (`dram` is the largest)
-    // low and force the curve's expected shape (issue 20 item 6).
-    let np = c.points.len();
-    let mut suspects: Vec<usize> = (0..np.saturating_sub(1))
-        .filter(|&i| c.points[i].median > REMEASURE_RATIO * c.points[i + 1].median)
-        .take(np / 4)
-        .collect();
-    // The largest size has no larger neighbour: a jump past the step before it is suspect.
-    if np >= 3 {
-        let (a, b, z) = (
-            c.points[np - 3].median,
-            c.points[np - 2].median,
-            c.points[np - 1].median,
-        );
-        if z / b > REMEASURE_RATIO * (b / a).max(1.0) {
-            suspects.push(np - 1);
-        }
-    }
-    for i in suspects {
+    // low and force the curve's expected shape.
+    for i in suspects(&c.points) {
         let size = c.points[i].size;
         if let Some(pt) = one(&mut c, size, rng) {
             c.remeasured += 1;

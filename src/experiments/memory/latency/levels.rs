@@ -1,5 +1,5 @@
-//! Naming mem.latency's plateaus: which sysfs cache each one is, and which are memory
-//! (docs/METHODOLOGY.md, mem.latency). Finding the plateaus is `analysis::detect_levels`.
+//! Naming mem.latency's plateaus: which sysfs cache each one is, and which are memory.
+//! Finding the plateaus is `analysis::detect_levels`.
 
 use crate::analysis::Level;
 use crate::experiments::kit::llc_bytes;
@@ -7,7 +7,7 @@ use crate::machine::Cache;
 
 /// A detected level with its name and the sysfs cache it was matched with.
 #[derive(Debug, Clone)]
-pub struct Named {
+pub struct NamedLevel {
     pub name: String,
     pub level: Level,
     pub sysfs_bytes: Option<u64>,
@@ -20,7 +20,7 @@ pub struct Named {
 /// among order-preserving matchings the one with the most matches, then the smallest
 /// total |log2(transition size / sysfs size)|; a match needs the sizes within 16x (a VM
 /// may see only its share of a shared cache). Unmatched plateaus are "plateau_K".
-pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64) -> Vec<Named> {
+pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64) -> Vec<NamedLevel> {
     let mut levels = levels.to_vec();
     let llc = llc_bytes(caches).unwrap_or(0);
     let mut dram: Option<Level> = None;
@@ -49,36 +49,13 @@ pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64) -> Vec<Nam
         levels.truncate(k);
         dram = Some(d);
     }
-    // Order-preserving matching of plateaus to caches (tiny: brute force by recursion).
-    fn best(lv: &[Level], cs: &[Cache], i: usize, j: usize) -> (usize, f64, Vec<Option<usize>>) {
-        if i == lv.len() {
-            return (0, 0.0, vec![]);
-        }
-        // Leave plateau i unmatched.
-        let (m, c, mut v) = best(lv, cs, i + 1, j);
-        v.insert(0, None);
-        let mut out = (m, c, v);
-        let size = lv[i].transition.unwrap_or(lv[i].last) as f64;
-        for jj in j..cs.len() {
-            let d = (size / cs[jj].size_bytes as f64).log2().abs();
-            if d > 4.0 {
-                continue;
-            }
-            let (m2, c2, mut v2) = best(lv, cs, i + 1, jj + 1);
-            v2.insert(0, Some(jj));
-            if m2 + 1 > out.0 || (m2 + 1 == out.0 && c2 + d < out.1) {
-                out = (m2 + 1, c2 + d, v2);
-            }
-        }
-        out
-    }
-    let (_, _, assign) = best(&levels, caches, 0, 0);
-    let mut out: Vec<Named> = levels
+    let (_, _, assign) = best_matching(&levels, caches, 0, 0);
+    let mut out: Vec<NamedLevel> = levels
         .iter()
         .zip(assign)
         .enumerate()
         .map(|(k, (l, a))| match a {
-            Some(j) => Named {
+            Some(j) => NamedLevel {
                 name: if caches[j].level == 1 {
                     "l1d".into()
                 } else {
@@ -87,7 +64,7 @@ pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64) -> Vec<Nam
                 level: l.clone(),
                 sysfs_bytes: Some(caches[j].size_bytes),
             },
-            None => Named {
+            None => NamedLevel {
                 name: format!("plateau_{}", k + 1),
                 level: l.clone(),
                 sysfs_bytes: None,
@@ -95,11 +72,41 @@ pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64) -> Vec<Nam
         })
         .collect();
     if let Some(d) = dram {
-        out.push(Named {
+        out.push(NamedLevel {
             name: "dram".into(),
             level: d,
             sysfs_bytes: None,
         });
+    }
+    out
+}
+
+/// Order-preserving matching of plateaus `lv[i..]` to caches `cs[j..]` (tiny: brute force
+/// by recursion): (matches, total |log2| distance, cache per plateau).
+fn best_matching(
+    lv: &[Level],
+    cs: &[Cache],
+    i: usize,
+    j: usize,
+) -> (usize, f64, Vec<Option<usize>>) {
+    if i == lv.len() {
+        return (0, 0.0, vec![]);
+    }
+    // Leave plateau i unmatched.
+    let (m, c, mut v) = best_matching(lv, cs, i + 1, j);
+    v.insert(0, None);
+    let mut out = (m, c, v);
+    let size = lv[i].transition.unwrap_or(lv[i].last) as f64;
+    for jj in j..cs.len() {
+        let d = (size / cs[jj].size_bytes as f64).log2().abs();
+        if d > 4.0 {
+            continue;
+        }
+        let (m2, c2, mut v2) = best_matching(lv, cs, i + 1, jj + 1);
+        v2.insert(0, Some(jj));
+        if m2 + 1 > out.0 || (m2 + 1 == out.0 && c2 + d < out.1) {
+            out = (m2 + 1, c2 + d, v2);
+        }
     }
     out
 }

@@ -182,7 +182,7 @@ fn chase_follows_a_verified_chain() {
 /// a faster one cannot replace the first.
 #[test]
 fn a_remeasured_point_keeps_every_trial() {
-    let pt = |trials: Vec<f64>| kernel::Point {
+    let pt = |trials: Vec<f64>| kernel::ChasePoint {
         size: 1 << 30,
         median: crate::stats::median(&trials),
         trials,

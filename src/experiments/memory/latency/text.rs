@@ -1,14 +1,14 @@
 //! mem.latency's prose: series, metric descriptions and findings from measured points
-//! and named levels (docs/METHODOLOGY.md, mem.latency).
+//! and named levels.
 
-use super::kernel::Point;
-use super::levels::Named;
+use super::kernel::ChasePoint;
+use super::levels::NamedLevel;
 use crate::analysis::{separation, Separation};
 use crate::results::Series;
 use crate::stats::Summary;
 use crate::units::{fmt_bytes, fmt_ns};
 
-pub(super) fn series(name: &str, pts: &[Point]) -> Series {
+pub(super) fn series(name: &str, pts: &[ChasePoint]) -> Series {
     Series {
         name: name.into(),
         x_unit: "bytes".into(),
@@ -26,7 +26,7 @@ pub(super) struct LevelText {
     pub(super) line: String,
 }
 
-pub(super) fn level_text(nl: &Named, det_name: &str) -> LevelText {
+pub(super) fn level_text(nl: &NamedLevel, det_name: &str) -> LevelText {
     let l = &nl.level;
     let plateau = format!(
         "{} plateau {}..{}",
@@ -51,7 +51,7 @@ pub(super) fn level_text(nl: &Named, det_name: &str) -> LevelText {
     }
 }
 
-pub(super) fn lmbench_vs_chase(lm: &Point, last: &Point) -> String {
+pub(super) fn lmbench_vs_chase(lm: &ChasePoint, last: &ChasePoint) -> String {
     format!(
         "At {} lmbench's layout (lat_mem_rd -t: random page order, one line per page per pass) reads {} per load against {} for osmeter's chase over all lines in random order ({:+.0}%).",
         fmt_bytes(lm.size as f64),
@@ -62,7 +62,7 @@ pub(super) fn lmbench_vs_chase(lm: &Point, last: &Point) -> String {
 }
 
 /// A matched level's detected size against sysfs, and its salience (|ln| of the ratio).
-pub(super) fn size_vs_sysfs(nl: &Named) -> (String, f64) {
+pub(super) fn size_vs_sysfs(nl: &NamedLevel) -> (String, f64) {
     let s = nl.sysfs_bytes.unwrap_or(1) as f64;
     let t = nl.level.transition.unwrap_or(nl.level.last) as f64;
     let mut text = format!(
@@ -84,7 +84,7 @@ pub(super) fn size_vs_sysfs(nl: &Named) -> (String, f64) {
 }
 
 /// `a` against `b` by their trials' 95% intervals.
-fn apart(a: &Point, b: &Point) -> Separation {
+fn apart(a: &ChasePoint, b: &ChasePoint) -> Separation {
     match (Summary::of(&a.trials), Summary::of(&b.trials)) {
         (Some(x), Some(y)) => separation(&x, &y),
         _ => Separation::Overlap,
@@ -94,7 +94,7 @@ fn apart(a: &Point, b: &Point) -> Separation {
 /// The sequential chase against the random one at the same size. Prefetching, TLB hits and
 /// DRAM row locality all favour the sequential order and none is counted, so the text
 /// names no mechanism; it says whether the difference is beyond noise.
-pub(super) fn sequential_vs_random(stride: usize, pt: &Point, random: &Point) -> String {
+pub(super) fn sequential_vs_random(stride: usize, pt: &ChasePoint, random: &ChasePoint) -> String {
     let head = format!(
         "At {} a sequential chase (stride {stride} B) costs {} per load against {} in random order",
         fmt_bytes(pt.size as f64),
@@ -115,7 +115,7 @@ pub(super) fn sequential_vs_random(stride: usize, pt: &Point, random: &Point) ->
 /// The same random chase on huge pages against base pages. The page size is the one
 /// difference between the two curves, so a difference beyond noise is what the page size
 /// changes (TLB misses and page walks); otherwise the text names no cause.
-pub(super) fn huge_vs_base(pt: &Point, random: &Point) -> String {
+pub(super) fn huge_vs_base(pt: &ChasePoint, random: &ChasePoint) -> String {
     let head = format!(
         "Huge pages change the random latency at {} from {} to {} ({:+.0}%)",
         fmt_bytes(pt.size as f64),
