@@ -185,6 +185,15 @@ impl RunState<'_> {
                 format!("the machine was busy at the start: load average {one:.2} on {cpus} CPUs"),
             ));
         }
+        v.extend(self.clock_and_placement());
+        v
+    }
+
+    /// The standing conditions of the clock and of the measuring thread's placement.
+    fn clock_and_placement(&self) -> Vec<GradeReason> {
+        let m = self.machine;
+        let b = GradeLevel::B;
+        let mut v = Vec::new();
         if let Some(cs) = self
             .clock_source
             .as_deref()
