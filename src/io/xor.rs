@@ -67,7 +67,7 @@ const CACHED_BUF: usize = 128 << 10;
 /// (measured both sides of this line: METHODOLOGY.md, "io xor").
 const CHEAP_BYTES_PER_FAULT: u64 = 256 << 10;
 /// A thread that reads maps again after at most this many chunks, to see whether the folios
-/// got larger (costs 3-7% where they never do: about one chunk in 8 mapped at ~1.3x a read).
+/// got larger (where they never do, one chunk in 8 pays for the dearer mapping).
 const REPROBE: u64 = 8;
 /// Uncached buffered reads: fewer, larger copies per readahead stream (less CPU).
 const STREAM_BLOCK: usize = 4 << 20;
