@@ -179,7 +179,6 @@ pub(super) fn add_kind(
         .first()
         .map(|c| c.kind.clone())
         .unwrap_or_default();
-    let names: Vec<String> = other.metrics.iter().map(|m| m.name.clone()).collect();
     res.notes.push(format!(
         "figures per core kind: the unsuffixed ones ran on CPU {} ({main_kind} core, core clock {}), \
          those ending in {} on CPU {} ({} core, core clock {} measured there); each is converted to \
@@ -191,6 +190,29 @@ pub(super) fn add_kind(
         k.kind,
         ghz(k.machine.cpu.core_clock_hz)
     ));
+    relabel(&mut other, k, &label, per_kind);
+    res.metrics.append(&mut other.metrics);
+    res.series.append(&mut other.series);
+    res.checks.append(&mut other.checks);
+    res.findings.append(&mut other.findings);
+    res.notes
+        .extend(other.notes.iter().map(|n| format!("{label}: {n}")));
+    // The worse status wins: an invalid kind's figures are not the run's to stand by.
+    let rank = |s: Status| match s {
+        Status::Ok => 0,
+        Status::Unverified => 1,
+        _ => 2,
+    };
+    if rank(other.status) > rank(res.status) && res.status.measured() {
+        res.status = other.status;
+        res.reason = other.reason.map(|r| format!("{label}: {r}"));
+    }
+}
+
+/// Names another kind's metrics with its suffix (and the findings' references to them),
+/// and labels its series, checks and findings with the kind.
+fn relabel(other: &mut ExperimentResult, k: &KindRun, label: &str, per_kind: &[&'static str]) {
+    let names: Vec<String> = other.metrics.iter().map(|m| m.name.clone()).collect();
     let rename = |n: &str| {
         if names.iter().any(|m| m == n) {
             format!("{n}{}", k.suffix)
@@ -216,21 +238,5 @@ pub(super) fn add_kind(
     for f in &mut other.findings {
         f.text = format!("On the {label}: {}", f.text);
         f.from = f.from.iter().map(|n| rename(n)).collect();
-    }
-    res.metrics.append(&mut other.metrics);
-    res.series.append(&mut other.series);
-    res.checks.append(&mut other.checks);
-    res.findings.append(&mut other.findings);
-    res.notes
-        .extend(other.notes.iter().map(|n| format!("{label}: {n}")));
-    // The worse status wins: an invalid kind's figures are not the run's to stand by.
-    let rank = |s: Status| match s {
-        Status::Ok => 0,
-        Status::Unverified => 1,
-        _ => 2,
-    };
-    if rank(other.status) > rank(res.status) && res.status.measured() {
-        res.status = other.status;
-        res.reason = other.reason.map(|r| format!("{label}: {r}"));
     }
 }

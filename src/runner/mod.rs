@@ -432,6 +432,19 @@ fn run_one(
         result.method.push(' ');
         result.method.push_str(&m);
     }
+    attach_predictions(&mut result, predictions);
+    if let Some(why) = &env.placement {
+        placement_note(&mut result, why, env.machine);
+    }
+    add_cycles(&mut result, env.machine);
+    judge(result)
+}
+
+/// Each metric's prediction, or a note of why it was withheld.
+fn attach_predictions(
+    result: &mut ExperimentResult,
+    predictions: Vec<(String, crate::results::Prediction)>,
+) {
     for (name, p) in predictions {
         if let Some(m) = result.metrics.iter_mut().find(|m| m.name == name) {
             match p.withheld {
@@ -442,20 +455,20 @@ fn run_one(
             }
         }
     }
-    if let Some(why) = &env.placement {
-        if !result.metrics.is_empty() {
-            let names: Vec<&str> = result.metrics.iter().map(|m| m.name.as_str()).collect();
-            result.notes.push(format!(
-                "placement not controlled for {}: {why}{}",
-                names.join(", "),
-                if env.machine.topology.hybrid() {
-                    "; a figure may come from an efficiency core"
-                } else {
-                    ""
-                }
-            ));
-        }
+}
+
+/// A note naming the metrics measured where the thread's CPU is not controlled (`why`).
+fn placement_note(result: &mut ExperimentResult, why: &str, machine: &Machine) {
+    if !result.metrics.is_empty() {
+        let names: Vec<&str> = result.metrics.iter().map(|m| m.name.as_str()).collect();
+        result.notes.push(format!(
+            "placement not controlled for {}: {why}{}",
+            names.join(", "),
+            if machine.topology.hybrid() {
+                "; a figure may come from an efficiency core"
+            } else {
+                ""
+            }
+        ));
     }
-    add_cycles(&mut result, env.machine);
-    judge(result)
 }
