@@ -444,8 +444,7 @@ fn change(x: &Reading, y: &Reading, c: Option<Bottleneck>) -> f64 {
 /// run `i`: (largest move, between, during the baseline, during run i). "Between" is the
 /// geometric mean of each run's two readings; the largest move is over every before/after
 /// pairing across the runs: during an experiment the environment may have been anywhere
-/// between its two readings (a quiet A/A pair read cpu.loop 2.1x apart where the means
-/// moved 1.89x and run B's own readings 1.46x). `None` for component `none`.
+/// between its two readings. `None` for component `none`.
 fn sentinel_move(
     runs: &[(String, RunResults)],
     exp: &str,

@@ -34,8 +34,7 @@ const CLOCK_MOVED: f64 = 0.15;
 const STEAL_SHARE: f64 = 0.02;
 /// Steal from which a median of trials counts as affected, and at least this many ticks
 /// (USER_HZ): below it, stolen intervals hit a minority of the trials, which the median
-/// resists (2-16% steal per experiment left five quick cpu.* runs here within 0.3% of
-/// their median).
+/// resists.
 const STEAL_SHARE_C: f64 = 0.25;
 /// A slow loop overhead grades C where its error is this share of a figure or more.
 const LOOP_ERROR_C: f64 = 0.01;
@@ -185,6 +184,15 @@ impl RunState<'_> {
                 format!("the machine was busy at the start: load average {one:.2} on {cpus} CPUs"),
             ));
         }
+        v.extend(self.clock_and_placement());
+        v
+    }
+
+    /// The standing conditions of the clock and of the measuring thread's placement.
+    fn clock_and_placement(&self) -> Vec<GradeReason> {
+        let m = self.machine;
+        let b = GradeLevel::B;
+        let mut v = Vec::new();
         if let Some(cs) = self
             .clock_source
             .as_deref()

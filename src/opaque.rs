@@ -8,7 +8,7 @@
 ///
 /// Register-only: the counter and each result stay in registers. `black_box` would store
 /// every result to the stack, and how store forwarding and memory-dependence prediction
-/// then settle varies from run to run (the loop read 0.34 or 0.79 ns in different runs).
+/// then settle varies from run to run.
 /// The counter passes through `hide` each iteration, so the trip count is unknown to the
 /// optimiser and the loop is neither unrolled nor collapsed.
 #[inline(always)]

@@ -73,8 +73,8 @@ fn chain(n: u64, seed: u64) -> u64 {
 
 /// The empty measured loop every kernel runs in: bound by the front end (one taken
 /// branch per iteration), not by a dependency, so it slows as much as anything osmeter
-/// measures when a busy SMT sibling takes issue slots. A four-add kernel moved 1.9x where
-/// cpu.loop moved 2.2x; this one is cpu.loop's own loop.
+/// measures when a busy SMT sibling takes issue slots, more than a kernel of dependent
+/// adds slows; this one is cpu.loop's own loop.
 fn issue(n: u64) -> u64 {
     crate::opaque::repeat(n, || ());
     n

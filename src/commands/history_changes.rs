@@ -60,25 +60,7 @@ fn changes(a: Args, json: bool) -> Result<()> {
             f.display()
         )));
     }
-    let h = crate::history::History::open_default()
-        .map_err(|e| Error::runtime(format!("history: {e:#}")))?;
-    let series = h
-        .series(a.host.as_deref(), pattern.as_ref())
-        .map_err(|e| Error::runtime(format!("history {}: {e:#}", h.path.display())))?;
-    if series.is_empty() {
-        return Err(Error::usage(format!(
-            "history {}: no recorded metric matches{}{}",
-            h.path.display(),
-            a.host
-                .as_deref()
-                .map(|h| format!(" host '{h}'"))
-                .unwrap_or_default(),
-            a.metric
-                .as_deref()
-                .map(|m| format!(" pattern '{m}'"))
-                .unwrap_or_default()
-        )));
-    }
+    let (h, series) = open_series(&a, pattern.as_ref())?;
     let s = Settings {
         alpha: a.alpha,
         ..Settings::default()
@@ -94,6 +76,54 @@ fn changes(a: Args, json: bool) -> Result<()> {
         return Ok(());
     }
     let n_changes: usize = found.iter().map(|s| s.changes.len()).sum();
+    let t = table(&found, a.all);
+    if n_changes > 0 || a.all {
+        println!("{t}");
+    }
+    println!(
+        "{n_changes} change(s) in {} series ({} with too few runs to split: fewer than {}). {}",
+        found.len(),
+        found
+            .iter()
+            .filter(|x| x.series.points.len() < 2 * s.min_size)
+            .count(),
+        2 * s.min_size,
+        method(&s)
+    );
+    println!("history: {}", h.path.display());
+    Ok(())
+}
+
+/// The history and its series that `a` selects (by host and `pattern`); a usage error
+/// when none is left.
+fn open_series(
+    a: &Args,
+    pattern: Option<&glob::Pattern>,
+) -> Result<(crate::history::History, Vec<crate::history::MetricSeries>)> {
+    let h = crate::history::History::open_default()
+        .map_err(|e| Error::runtime(format!("history: {e:#}")))?;
+    let series = h
+        .series(a.host.as_deref(), pattern)
+        .map_err(|e| Error::runtime(format!("history {}: {e:#}", h.path.display())))?;
+    if series.is_empty() {
+        return Err(Error::usage(format!(
+            "history {}: no recorded metric matches{}{}",
+            h.path.display(),
+            a.host
+                .as_deref()
+                .map(|h| format!(" host '{h}'"))
+                .unwrap_or_default(),
+            a.metric
+                .as_deref()
+                .map(|m| format!(" pattern '{m}'"))
+                .unwrap_or_default()
+        )));
+    }
+    Ok((h, series))
+}
+
+/// The changes as a table, one row per change (and with `all`, one per series without).
+fn table(found: &[changes::SeriesChanges], all: bool) -> comfy_table::Table {
     let mut t = comfy_table::Table::new();
     t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
         .set_content_arrangement(comfy_table::ContentArrangement::Dynamic);
@@ -111,7 +141,7 @@ fn changes(a: Args, json: bool) -> Result<()> {
         "p",
     ]);
     use crate::units::fmt_value;
-    for sc in &found {
+    for sc in found {
         let ser = &sc.series;
         let row = |cells: Vec<String>| {
             let mut v = vec![
@@ -139,25 +169,11 @@ fn changes(a: Args, json: bool) -> Result<()> {
                 format!("{:.3}", c.p),
             ]));
         }
-        if sc.changes.is_empty() && a.all {
+        if sc.changes.is_empty() && all {
             t.add_row(row(vec!["none".into()]));
         }
     }
-    if n_changes > 0 || a.all {
-        println!("{t}");
-    }
-    println!(
-        "{n_changes} change(s) in {} series ({} with too few runs to split: fewer than {}). {}",
-        found.len(),
-        found
-            .iter()
-            .filter(|x| x.series.points.len() < 2 * s.min_size)
-            .count(),
-        2 * s.min_size,
-        method(&s)
-    );
-    println!("history: {}", h.path.display());
-    Ok(())
+    t
 }
 
 /// The history section of the fleet page (`compare --html`): the compared hosts' series

@@ -49,7 +49,7 @@ pub(super) fn run(a: Args) -> ExitCode {
 
 /// Measured wall time of whole runs of each profile (all experiments, default runs), as a
 /// basis for the typical wait; None where no reference run was timed. Measured on
-/// REFERENCE_MACHINE with the binary of the commit that added them (issue 23).
+/// REFERENCE_MACHINE with the binary of the commit that added them.
 const REFERENCE_TOTAL_S: [(Profile, Option<f64>); 4] = [
     (Profile::Smoke, Some(5.8)),
     (Profile::Quick, Some(83.6)),

@@ -245,7 +245,18 @@ pub struct Gate {
 
 pub fn rule_text() -> String {
     format!(
-        "regressed/improved = the change's 95% interval (within-run interval, no narrower than the trials' spread or the run-to-run noise allow, widened by the move of the sentinel component that shares the metric's bottleneck and by a change of steal time) lies wholly beyond the floor on the worse/better side; same = wholly inside the floor; inconclusive = it crosses the floor, the runs are of different machines or trust grades (for a figure no sentinel component shares, leaving out the core's clock and issue rate), or a CPU-bound metric (one a sentinel component shares), a cross-CPU wake-up or a loopback network figure would change while its run-to-run noise is known only within each run (no history of at least {MIN_HISTORY} runs of this host). Floor: a floors-file entry, else --floor, else the file's default, else {HISTORY_SDS} run-to-run SDs of the metric in this host's history (at least {MIN_HISTORY} runs; no less than {:.0}%), else {:.0}%",
+        "regressed/improved = the change's 95% interval (within-run interval, no narrower \
+         than the trials' spread or the run-to-run noise allow, widened by the move of \
+         the sentinel component that shares the metric's bottleneck and by a change of \
+         steal time) lies wholly beyond the floor on the worse/better side; same = wholly \
+         inside the floor; inconclusive = it crosses the floor, the runs are of different \
+         machines or trust grades (for a figure no sentinel component shares, leaving out \
+         the core's clock and issue rate), or a CPU-bound metric (one a sentinel \
+         component shares), a cross-CPU wake-up or a loopback network figure would change \
+         while its run-to-run noise is known only within each run (no history of at least \
+         {MIN_HISTORY} runs of this host). Floor: a floors-file entry, else --floor, else \
+         the file's default, else {HISTORY_SDS} run-to-run SDs of the metric in this \
+         host's history (at least {MIN_HISTORY} runs; no less than {:.0}%), else {:.0}%",
         MIN_FLOOR * 100.0,
         DEFAULT_FLOOR * 100.0
     )
@@ -367,44 +378,8 @@ pub fn gate(
     history: &[RunResults],
     cfg: &GateConfig,
 ) -> Gate {
-    let (ra, rb) = (&runs[0].1, &runs[i].1);
     let label = c.runs[i].label.clone();
-    let mut environment = Vec::new();
-    let (fa, fb) = (ra.machine_fingerprint(), rb.machine_fingerprint());
-    let other_machine = fa != fb;
-    if other_machine {
-        environment.push(format!(
-            "different machines: A is {fa}, {label} is {fb}; no verdict can separate the machine from the change"
-        ));
-    }
-    let steal = match (steal_inflation(ra), steal_inflation(rb)) {
-        (Some(a), Some(b)) => {
-            let d = (b - a).abs();
-            if d >= 0.005 {
-                environment.push(format!(
-                    "steal time: the hypervisor took {:.1}% of run A's CPU time and {:.1}% of run {label}'s: every interval is widened by {:.1}%",
-                    a / (1.0 + a) * 100.0,
-                    b / (1.0 + b) * 100.0,
-                    d * 100.0
-                ));
-            }
-            d
-        }
-        _ => 0.0,
-    };
-    if c.history_runs < MIN_HISTORY {
-        environment.push(format!(
-            "no history of this host ({} earlier runs, {MIN_HISTORY} needed): a CPU-bound metric (one a sentinel component shares), a cross-CPU wake-up or a loopback network figure can be same or inconclusive, not regressed or improved; back-to-back runs of one build moved cpu.call and cpu.timer 24-36% here with the sentinel still",
-            c.history_runs
-        ));
-    }
-    // Network figures measured without a peer ran over loopback in either run.
-    let loopback = ra.peer_name().is_none() || rb.peer_name().is_none();
-    let around = Around {
-        other_machine,
-        steal,
-        loopback,
-    };
+    let (environment, around) = surroundings(c, &runs[0].1, &runs[i].1, &label);
     let mut rows: Vec<GateRow> = c
         .metrics
         .iter()
@@ -433,22 +408,94 @@ pub fn gate(
         .filter(|p| !rows.iter().any(|r| names(p, &r.experiment, &r.metric)))
         .cloned()
         .collect();
-    let open_required: Vec<&GateRow> = rows
+    let (exit_code, outcome) = exit(&rows, &unmatched, cfg, [regressed, improved, same]);
+    Gate {
+        rule: rule_text(),
+        run: label,
+        environment,
+        rows,
+        regressed,
+        improved,
+        same,
+        inconclusive,
+        not_gated,
+        unmatched,
+        exit_code,
+        outcome,
+    }
+}
+
+/// What moved for the whole run between A (`ra`) and run `label` (`rb`): the lines the
+/// gate reports and what they bring to every row.
+fn surroundings(
+    c: &Comparison,
+    ra: &RunResults,
+    rb: &RunResults,
+    label: &str,
+) -> (Vec<String>, Around) {
+    let mut environment = Vec::new();
+    let (fa, fb) = (ra.machine_fingerprint(), rb.machine_fingerprint());
+    let other_machine = fa != fb;
+    if other_machine {
+        environment.push(format!(
+            "different machines: A is {fa}, {label} is {fb}; no verdict can separate the machine from the change"
+        ));
+    }
+    let steal = match (steal_inflation(ra), steal_inflation(rb)) {
+        (Some(a), Some(b)) => {
+            let d = (b - a).abs();
+            if d >= 0.005 {
+                environment.push(format!(
+                    "steal time: the hypervisor took {:.1}% of run A's CPU time and {:.1}% of run {label}'s: every interval is widened by {:.1}%",
+                    a / (1.0 + a) * 100.0,
+                    b / (1.0 + b) * 100.0,
+                    d * 100.0
+                ));
+            }
+            d
+        }
+        _ => 0.0,
+    };
+    if c.history_runs < MIN_HISTORY {
+        environment.push(format!(
+            "no history of this host ({} earlier runs, {MIN_HISTORY} needed): a CPU-bound metric \
+             (one a sentinel component shares), a cross-CPU wake-up or a loopback network figure \
+             can be same or inconclusive, not regressed or improved; back-to-back runs of one \
+             build moved cpu.call and cpu.timer 24-36% here with the sentinel still",
+            c.history_runs
+        ));
+    }
+    // Network figures measured without a peer ran over loopback in either run.
+    let loopback = ra.peer_name().is_none() || rb.peer_name().is_none();
+    let around = Around {
+        other_machine,
+        steal,
+        loopback,
+    };
+    (environment, around)
+}
+
+/// The exit code and its reason, from the rows and the counts of regressed, improved and
+/// same verdicts.
+fn exit(
+    rows: &[GateRow],
+    unmatched: &[String],
+    cfg: &GateConfig,
+    [regressed, improved, same]: [usize; 3],
+) -> (u8, String) {
+    let open_required = rows
         .iter()
         .filter(|r| r.required && r.verdict == Some(Verdict::Inconclusive))
-        .collect();
-    let (exit_code, outcome) = if regressed > 0 {
+        .count();
+    if regressed > 0 {
         (
             EXIT_REGRESSION,
             format!("{regressed} regressed: exit {EXIT_REGRESSION}"),
         )
-    } else if !cfg.require.is_empty() && (!open_required.is_empty() || !unmatched.is_empty()) {
+    } else if !cfg.require.is_empty() && (open_required > 0 || !unmatched.is_empty()) {
         let mut why = Vec::new();
-        if !open_required.is_empty() {
-            why.push(format!(
-                "{} required metric(s) inconclusive",
-                open_required.len()
-            ));
+        if open_required > 0 {
+            why.push(format!("{open_required} required metric(s) inconclusive"));
         }
         if !unmatched.is_empty() {
             why.push(format!(
@@ -470,20 +517,6 @@ pub fn gate(
         )
     } else {
         (0, "no regression: exit 0".into())
-    };
-    Gate {
-        rule: rule_text(),
-        run: label,
-        environment,
-        rows,
-        regressed,
-        improved,
-        same,
-        inconclusive,
-        not_gated,
-        unmatched,
-        exit_code,
-        outcome,
     }
 }
 
@@ -506,11 +539,19 @@ fn row(
     cfg: &GateConfig,
     around: Around,
 ) -> GateRow {
-    let Around {
-        other_machine,
-        steal,
-        loopback,
-    } = around;
+    let mut r = new_row(cm, i, history, cfg);
+    let Some(pair) = comparable(&mut r, cm, runs, i) else {
+        return r;
+    };
+    let Some((plain, judged)) = judge(&mut r, &pair, around.steal) else {
+        return r;
+    };
+    settle(&mut r, &pair, around, plain, judged);
+    r
+}
+
+/// A row before its verdict: the metric's floor, direction and change, inconclusive.
+fn new_row(cm: &ComparedMetric, i: usize, history: &[RunResults], cfg: &GateConfig) -> GateRow {
     let (exp, metric) = (cm.experiment.as_str(), cm.metric.as_str());
     let hist: Vec<f64> = history
         .iter()
@@ -528,7 +569,7 @@ fn row(
         .or_else(|| Better::of_unit(&cm.unit));
     let required = cfg.require.iter().any(|p| names(p, exp, metric));
     let v: Option<&Versus> = cm.versus.get(i).and_then(|v| v.as_ref());
-    let mut r = GateRow {
+    GateRow {
         experiment: cm.experiment.clone(),
         metric: cm.metric.clone(),
         unit: cm.unit.clone(),
@@ -543,34 +584,54 @@ fn row(
         sentinel_move: v.and_then(|v| v.environment),
         required,
         reason: String::new(),
-    };
+    }
+}
+
+/// What a gated metric's verdict is judged from: both runs' experiments, the change and
+/// the worse direction.
+struct Pair<'a> {
+    exp: &'a str,
+    ea: &'a ExperimentResult,
+    eb: &'a ExperimentResult,
+    v: &'a Versus,
+    /// The baseline's median.
+    ma: f64,
+    better: Better,
+}
+
+/// The pair to judge, or None with the row's reason set when the metric is not gated or
+/// cannot be judged (missing, failed, too few trials).
+fn comparable<'a>(
+    r: &mut GateRow,
+    cm: &'a ComparedMetric,
+    runs: &'a [(String, RunResults)],
+    i: usize,
+) -> Option<Pair<'a>> {
+    let exp = cm.experiment.as_str();
     let (Some(va), vb) = (cm.values[0].as_ref(), cm.values[i].as_ref()) else {
         r.verdict = None;
         r.reason = "not in the baseline".into();
-        return r;
+        return None;
     };
-    let Some(better) = better else {
+    let Some(better) = r.better else {
         r.verdict = None;
         r.reason = format!(
             "not gated: a figure in {} has no worse direction (name one under [better] in a floors file)",
             cm.unit
         );
-        return r;
+        return None;
     };
     let Some(vb) = vb else {
         r.reason = format!("missing from run {}", super::label(i));
-        return r;
+        return None;
     };
-    let (ea, eb) = (
-        runs[0]
+    let found = |k: usize| {
+        runs[k]
             .1
             .experiment(exp)
-            .expect("a value has its experiment"),
-        runs[i]
-            .1
-            .experiment(exp)
-            .expect("a value has its experiment"),
-    );
+            .expect("a value has its experiment")
+    };
+    let (ea, eb) = (found(0), found(i));
     if va.status != Status::Ok || vb.status != Status::Ok {
         r.reason = format!(
             "{exp} was {} in run A and {} in run {}",
@@ -578,23 +639,36 @@ fn row(
             vb.status.as_str(),
             super::label(i)
         );
-        return r;
+        return None;
     }
-    let Some(v) = v else {
+    let Some(v) = cm.versus.get(i).and_then(|v| v.as_ref()) else {
         r.reason = "no comparable median (a zero or non-finite baseline)".into();
-        return r;
+        return None;
     };
     if va.n < MIN_TRIALS || vb.n < MIN_TRIALS {
         r.reason = format!("fewer than {MIN_TRIALS} trials in a run: no interval");
-        return r;
+        return None;
     }
-    let ma = va.median;
+    Some(Pair {
+        exp,
+        ea,
+        eb,
+        v,
+        ma: va.median,
+        better,
+    })
+}
+
+/// Sets the row's intervals and returns the verdicts of the plain and of the judged
+/// (allowance-widened) interval, or None with the reason set when there is no interval.
+fn judge(r: &mut GateRow, p: &Pair, steal: f64) -> Option<(Verdict, Verdict)> {
+    let v = p.v;
     let l = v.ratio.ln();
-    let lo = ln1p(v.shift_ci95[0] / ma);
-    let hi = ln1p(v.shift_ci95[1] / ma);
+    let lo = ln1p(v.shift_ci95[0] / p.ma);
+    let hi = ln1p(v.shift_ci95[1] / p.ma);
     if !(l.is_finite() && !lo.is_nan() && !hi.is_nan()) {
         r.reason = "no finite interval".into();
-        return r;
+        return None;
     }
     // No narrower than the within-run spread and the run-to-run noise allow.
     let h = v
@@ -607,15 +681,20 @@ fn row(
     let (jlo, jhi) = (lo - e, hi + e);
     r.interval = [lo.exp() - 1.0, hi.exp() - 1.0];
     r.judged = [jlo.exp() - 1.0, jhi.exp() - 1.0];
-    let f = floor.ln_1p();
-    let worse = |a: f64, b: f64| match better {
+    let f = r.floor.ln_1p();
+    let worse = |a: f64, b: f64| match p.better {
         Better::Lower => (a, b),
         Better::Higher => (-b, -a),
     };
     let (wlo, whi) = worse(lo, hi);
     let (wjlo, wjhi) = worse(jlo, jhi);
-    let plain = verdict_of(wlo, whi, f);
-    let judged = verdict_of(wjlo, wjhi, f);
+    Some((verdict_of(wlo, whi, f), verdict_of(wjlo, wjhi, f)))
+}
+
+/// The row's verdict and reason from its interval's verdicts, unless the runs' machines,
+/// grades or missing history leave it inconclusive.
+fn settle(r: &mut GateRow, p: &Pair, around: Around, plain: Verdict, judged: Verdict) {
+    let (v, better, steal) = (p.v, p.better, around.steal);
     let interval = format!(
         "change {} [{}, {}]",
         pct(r.change),
@@ -626,16 +705,16 @@ fn row(
         Some(b) => b.describe().to_string(),
         None => "any component (undeclared)".into(),
     };
-    let floor_text = format!("{:.1}% floor ({})", floor * 100.0, r.floor_source);
+    let floor_text = format!("{:.1}% floor ({})", r.floor * 100.0, r.floor_source);
     let side = |v: Verdict| match (v, better) {
         (Verdict::Regressed, Better::Lower) | (Verdict::Improved, Better::Higher) => "higher",
         _ => "lower",
     };
-    if other_machine {
+    if around.other_machine {
         r.reason = format!("{interval}: the runs are of different machines");
-        return r;
+        return;
     }
-    if let (Some(ga), Some(gb)) = (grade(ea, r.component), grade(eb, r.component)) {
+    if let (Some(ga), Some(gb)) = (grade(p.ea, r.component), grade(p.eb, r.component)) {
         if ga != gb {
             let which = if r.component == Some(Bottleneck::None) {
                 " (leaving out the core's clock and issue rate, which it does not share)"
@@ -643,14 +722,14 @@ fn row(
                 ""
             };
             r.reason = format!("{interval}: trust grade {ga} in run A, {gb} in the other{which}");
-            return r;
+            return;
         }
     }
     // A CPU-bound figure can settle in a different state in each process (code and stack
     // placement, the host core under the vCPU) that its repetitions within the process
     // share: only independent runs (the history) measure that noise. So can a figure
     // that rides this machine's scheduler though no sentinel kernel shares it.
-    if let Some(kind) = process_bound(r.component, exp, loopback)
+    if let Some(kind) = process_bound(r.component, p.exp, around.loopback)
         .filter(|_| !v.noise.source.starts_with("history"))
         .filter(|_| matches!(judged, Verdict::Regressed | Verdict::Improved))
     {
@@ -659,27 +738,26 @@ fn row(
             judged.as_str(),
             v.noise.source
         );
-        return r;
+        return;
     }
     r.verdict = Some(judged);
     r.reason = match judged {
         Verdict::Regressed | Verdict::Improved => format!(
             "{interval}, wholly {} than the {floor_text}{}",
             side(judged),
-            allowance_text(&r, &component, steal)
+            allowance_text(r, &component, steal)
         ),
         Verdict::Same => format!(
             "{interval}, inside the {floor_text}{}",
-            allowance_text(&r, &component, steal)
+            allowance_text(r, &component, steal)
         ),
         Verdict::Inconclusive if plain != Verdict::Inconclusive => format!(
             "{interval} would be {} against the {floor_text}, but the environment moved: {}",
             plain.as_str(),
-            allowance_text(&r, &component, steal).trim_start_matches(", ")
+            allowance_text(r, &component, steal).trim_start_matches(", ")
         ),
         Verdict::Inconclusive => format!("{interval} crosses the {floor_text}"),
     };
-    r
 }
 
 /// Why a figure's noise between processes is unknown without a history, or None when its

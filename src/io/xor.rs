@@ -67,11 +67,11 @@ const CACHED_BUF: usize = 128 << 10;
 /// (measured both sides of this line: METHODOLOGY.md, "io xor").
 const CHEAP_BYTES_PER_FAULT: u64 = 256 << 10;
 /// A thread that reads maps again after at most this many chunks, to see whether the folios
-/// got larger (costs 3-7% where they never do: about one chunk in 8 mapped at ~1.3x a read).
+/// got larger (where they never do, one chunk in 8 pays for the dearer mapping).
 const REPROBE: u64 = 8;
 /// Uncached buffered reads: fewer, larger copies per readahead stream (less CPU).
 const STREAM_BLOCK: usize = 4 << 20;
-/// Uncached buffered reads: readahead streams (2 beat 1 and 4 on the virtio disk here).
+/// Uncached buffered reads: readahead streams (two beat one and four on a virtio disk).
 const UNCACHED_STREAMS: usize = 2;
 const DIRECT_BLOCK: usize = 4 << 20;
 /// A file at least this much cached is read through the page cache.
@@ -584,10 +584,10 @@ fn probe_cached(file: &File, size: u64) -> Option<f64> {
     Some(hits as f64 / PROBES as f64)
 }
 
-/// The method for an uncached file. Buffered readahead streams were ~2x faster than
-/// O_DIRECT on the virtio disk here when CPUs were free, but cost ~3x its CPU time
-/// (page-cache allocation and the copy): with more runnable tasks than CPUs the threads
-/// wait for a CPU, and O_DIRECT was faster (METHODOLOGY.md, "io xor").
+/// The method for an uncached file. Buffered readahead streams are faster than O_DIRECT
+/// when CPUs are free, but cost more CPU time (page-cache allocation and the copy): with
+/// more runnable tasks than CPUs the threads wait for a CPU, and O_DIRECT is faster
+/// (METHODOLOGY.md, "io xor").
 fn uncached_method(load: f64, cpus: usize) -> Method {
     if load > cpus as f64 {
         Method::Direct

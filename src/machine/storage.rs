@@ -367,27 +367,7 @@ fn emulated(vendor: &str, model: &str) -> bool {
 pub fn classify(d: &Disk) -> DiskClass {
     let class = |kind, why: String| DiskClass { kind, why };
     if let Some(layer) = &d.layer {
-        let Some(slowest) = d.members.iter().map(Disk::class).max_by_key(|c| c.kind) else {
-            return class(
-                DiskKind::Unknown,
-                format!("{layer} with no physical member found under its slaves/"),
-            );
-        };
-        let names: Vec<&str> = d.members.iter().map(|m| m.name.as_str()).collect();
-        let mixed = d.members.iter().any(|m| m.class().kind != slowest.kind);
-        return class(
-            slowest.kind,
-            format!(
-                "{layer} over {}{}: {}",
-                names.join(", "),
-                if mixed {
-                    " (members differ; the slowest decides)"
-                } else {
-                    ""
-                },
-                slowest.why
-            ),
-        );
+        return stacked(d, layer);
     }
     let vendor = d.vendor.as_deref().unwrap_or("");
     let model = d.model.as_deref().unwrap_or("");
@@ -441,6 +421,39 @@ pub fn classify(d: &Disk) -> DiskClass {
             ),
         );
     }
+    physical(d, bus, model, rot)
+}
+
+/// A stacked device (dm, md) as its slowest member.
+fn stacked(d: &Disk, layer: &str) -> DiskClass {
+    let class = |kind, why: String| DiskClass { kind, why };
+    let Some(slowest) = d.members.iter().map(Disk::class).max_by_key(|c| c.kind) else {
+        return class(
+            DiskKind::Unknown,
+            format!("{layer} with no physical member found under its slaves/"),
+        );
+    };
+    let names: Vec<&str> = d.members.iter().map(|m| m.name.as_str()).collect();
+    let mixed = d.members.iter().any(|m| m.class().kind != slowest.kind);
+    class(
+        slowest.kind,
+        format!(
+            "{layer} over {}{}: {}",
+            names.join(", "),
+            if mixed {
+                " (members differ; the slowest decides)"
+            } else {
+                ""
+            },
+            slowest.why
+        ),
+    )
+}
+
+/// A disk of this machine's own, by its rotational flag and bus.
+fn physical(d: &Disk, bus: &str, model: &str, rot: &str) -> DiskClass {
+    let class = |kind, why: String| DiskClass { kind, why };
+    let named = |s: &str| d.name.starts_with(s);
     let on = if bus.is_empty() {
         String::new()
     } else {

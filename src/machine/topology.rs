@@ -645,7 +645,7 @@ impl Topology {
     /// Cross-CPU plans for work on `main`: one per partner class the machine has, nearest
     /// first. The nearest class on another core (else the only class) keeps the historical
     /// unsuffixed name; the others are suffixed with their class. Without topology, the
-    /// first other allowed CPU, unclassed, as before classes existed.
+    /// first other allowed CPU, unclassed.
     pub fn cross_cpu_plans(&self, main: usize, allowed: &[usize]) -> Vec<CrossPlan> {
         let p = if self.chosen_cpu == Some(main) {
             self.partners

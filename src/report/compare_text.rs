@@ -9,9 +9,6 @@ use crate::units::fmt_value;
 
 /// The comparison as a terminal table.
 pub fn render(c: &Comparison) -> String {
-    use comfy_table::{
-        presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, ContentArrangement, Table,
-    };
     let mut s = String::new();
     for r in &c.runs {
         s.push_str(&format!(
@@ -22,6 +19,51 @@ pub fn render(c: &Comparison) -> String {
     if let Some(g) = &c.gate {
         s.push_str(&gate(g));
     }
+    s.push_str(&table(c));
+    s.push('\n');
+    for m in c.metrics.iter().filter(|m| m.significant) {
+        for (i, v) in m.versus.iter().enumerate() {
+            let Some(v) = v.as_ref().filter(|v| v.significant) else {
+                continue;
+            };
+            s.push_str(&format!(
+                "* {} {} {}: {} [{}, {}] ({:?} test; noise: {}; sentinel: {})\n",
+                m.experiment,
+                m.metric,
+                c.runs[i].label,
+                signed(v.shift, &m.unit),
+                signed(v.shift_ci95[0], &m.unit),
+                signed(v.shift_ci95[1], &m.unit),
+                v.test,
+                v.noise.source,
+                sentinel(v)
+            ));
+        }
+    }
+    for e in &c.environment {
+        s.push_str(&format!("{}: {}\n", e.experiment, e.text));
+    }
+    let sources: std::collections::BTreeSet<&str> = c
+        .metrics
+        .iter()
+        .flat_map(|m| m.versus.iter().flatten().map(|v| v.noise.source.as_str()))
+        .collect();
+    s.push_str(&format!(
+        "run-to-run noise: {}\n",
+        sources.into_iter().collect::<Vec<_>>().join(", ")
+    ));
+    s.push_str(&format!(
+        "{} of {} compared metrics differ significantly (*: {}).\n",
+        c.significant, c.compared, c.rule
+    ));
+    s
+}
+
+/// One row per metric: the baseline's median and every other run's with its ratio.
+fn table(c: &Comparison) -> String {
+    use comfy_table::{
+        presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, ContentArrangement, Table,
+    };
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED)
         .set_content_arrangement(ContentArrangement::Dynamic);
@@ -68,44 +110,7 @@ pub fn render(c: &Comparison) -> String {
         }
         t.add_row(row);
     }
-    s.push_str(&t.to_string());
-    s.push('\n');
-    for m in c.metrics.iter().filter(|m| m.significant) {
-        for (i, v) in m.versus.iter().enumerate() {
-            let Some(v) = v.as_ref().filter(|v| v.significant) else {
-                continue;
-            };
-            s.push_str(&format!(
-                "* {} {} {}: {} [{}, {}] ({:?} test; noise: {}; sentinel: {})\n",
-                m.experiment,
-                m.metric,
-                c.runs[i].label,
-                signed(v.shift, &m.unit),
-                signed(v.shift_ci95[0], &m.unit),
-                signed(v.shift_ci95[1], &m.unit),
-                v.test,
-                v.noise.source,
-                sentinel(v)
-            ));
-        }
-    }
-    for e in &c.environment {
-        s.push_str(&format!("{}: {}\n", e.experiment, e.text));
-    }
-    let sources: std::collections::BTreeSet<&str> = c
-        .metrics
-        .iter()
-        .flat_map(|m| m.versus.iter().flatten().map(|v| v.noise.source.as_str()))
-        .collect();
-    s.push_str(&format!(
-        "run-to-run noise: {}\n",
-        sources.into_iter().collect::<Vec<_>>().join(", ")
-    ));
-    s.push_str(&format!(
-        "{} of {} compared metrics differ significantly (*: {}).\n",
-        c.significant, c.compared, c.rule
-    ));
-    s
+    t.to_string()
 }
 
 /// The sentinel component a difference was held to, and its move.

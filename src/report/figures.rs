@@ -208,153 +208,162 @@ fn base_plot(g: &[&Series], xu: &str, yu: &str) -> Plot {
 /// What some experiments add to the generic plot (labels, markers, fits); the caption.
 fn touches(r: &RunResults, e: &ExperimentResult, g: &[&Series], p: &mut Plot) -> String {
     let (xu, yu) = (g[0].x_unit.as_str(), g[0].y_unit.as_str());
-    let mut caption = String::new();
     match e.id.as_str() {
-        "mem.latency" if yu == "ns" && xu == "bytes" => {
-            p.x_label = "working-set size".into();
-            p.y_label = "load-to-use latency".into();
-            p.log_y = span(g.iter().flat_map(|s| s.points.iter().map(|p| p[1]))) > 20.0;
-            let caches = r.machine.data_caches();
-            p.x_markers = caches
-                .iter()
-                .map(|c| Marker {
-                    at: c.size_bytes as f64,
-                    label: format!("{} {}", c.label(), fmt_bytes(c.size_bytes as f64)),
-                })
-                .collect();
-            caption = if caches.is_empty() {
-                "Latency of a dependent load vs working-set size (no sysfs cache sizes to mark)."
-                    .into()
-            } else {
-                "Latency of a dependent load vs working-set size; dashed lines mark the cache sizes sysfs reports.".into()
-            };
-        }
-        "mem.bandwidth" => {
-            if xu.contains("thread") {
-                p.x_label = "threads".into();
-                p.x_unit = String::new();
-                p.log_x = false;
-            }
-            if yu == "bytes/s" {
-                p.log_y = false;
-                if let Some(peak) = r
-                    .machine
-                    .memory
-                    .peak_bandwidth_bytes_per_s
-                    .filter(|v| *v > 0.0)
-                {
-                    p.y_markers.push(Marker {
-                        at: peak,
-                        label: "theoretical peak (DIMM facts)".into(),
-                    });
-                }
-            }
-            caption = "Memory bandwidth; the same work split over more threads.".into();
-        }
-        "mem.loaded-latency" if xu == "bytes/s" => {
-            p.x_label = "achieved bandwidth".into();
-            p.log_x = false;
-            p.log_y = false;
-            if yu == "ns" {
-                p.y_label = "chase latency".into();
-                if let Some(m) = e.metric("idle_latency") {
-                    p.y_markers.push(Marker {
-                        at: m.summary.median,
-                        label: "idle".into(),
-                    });
-                }
-            } else {
-                p.y_label = "misses in flight (Little's law)".into();
-            }
-            // Two curves: the read-only load and the read/write mix (`mix_` series).
-            for l in &mut p.lines {
-                l.name = if l.name.starts_with("mix") {
-                    "2 reads : 1 write".into()
-                } else {
-                    "reads".into()
-                };
-            }
-            // The peak's prediction (mem.bandwidth's read of as many threads as load
-            // threads), else mem.bandwidth's all-thread read when it ran.
-            let team = e
-                .metric("peak_bandwidth")
-                .and_then(|m| m.prediction.as_ref())
-                .filter(|p| p.value.is_finite() && p.value > 0.0)
-                .and_then(|p| {
-                    let name = p.inputs.keys().next()?;
-                    Some((p.value, format!("mem.bandwidth {name}")))
-                });
-            let all = || {
-                r.experiments
-                    .iter()
-                    .find(|x| x.id == "mem.bandwidth")
-                    .and_then(|b| {
-                        b.metrics
-                            .iter()
-                            .filter(|m| m.name.starts_with("read_") && m.name.ends_with('t'))
-                            .filter_map(|m| {
-                                let t: usize = m.name[5..m.name.len() - 1].parse().ok()?;
-                                Some((t, m.summary.median))
-                            })
-                            .max_by_key(|x| x.0)
-                    })
-                    .map(|(t, bw)| (bw, format!("mem.bandwidth read, {t} threads")))
-            };
-            if let Some((at, label)) = team.or_else(all) {
-                p.x_markers.push(Marker { at, label });
-            }
-            caption = if yu == "ns" {
-                "Latency of a dependent chase while the other cores stream reads, or read two lines and write one (ordinary stores), from idle to unthrottled.".into()
-            } else {
-                "Misses in flight by Little's law (bandwidth / line x latency) at each load.".into()
-            };
-        }
+        "mem.latency" if yu == "ns" && xu == "bytes" => latency_touches(r, g, p),
+        "mem.bandwidth" => bandwidth_touches(r, xu, yu, p),
+        "mem.loaded-latency" if xu == "bytes/s" => loaded_latency_touches(r, e, yu, p),
         "fs.read" | "fs.remote-read" if xu == "bytes" => {
             p.x_label = "file size".into();
             if yu == "ns" {
                 p.y_label = "time per block".into();
             }
-            caption =
-                "Per-block read time vs file size: sequential and random, cached and uncached."
-                    .into();
+            "Per-block read time vs file size: sequential and random, cached and uncached.".into()
         }
-        "fs.contention" if xu != "bytes" => {
-            p.x_label = "processes reading at once (P)".into();
-            p.x_unit = String::new();
-            p.log_x = false;
-            p.y_label = "time per block".into();
-            if !g.iter().any(|s| is_model_series(s)) {
-                let one = g.len() == 1;
-                for s in g {
-                    let pts: Vec<(f64, f64)> = s.points.iter().map(|p| (p[0], p[1])).collect();
-                    // The same fit fs.contention reports as its model.
-                    if let Some(fit) = fit(&pts) {
-                        let mut xs: Vec<f64> = s.points.iter().map(|p| p[0]).collect();
-                        xs.sort_by(f64::total_cmp);
-                        p.lines.push(Line {
-                            name: if one {
-                                "fitted model".into()
-                            } else {
-                                format!("{} fit", s.name.replace('_', " "))
-                            },
-                            points: xs.iter().map(|x| (*x, fit.eval(*x))).collect(),
-                            dashed: true,
-                        });
-                    }
-                }
-            }
-            caption = "Per-block read time with P processes reading at once; dashed: the fitted (piecewise) linear model.".into();
-        }
+        "fs.contention" if xu != "bytes" => contention_touches(g, p),
         id if xu == "bytes"
             && yu == "bytes/s"
             && (id.contains("sweep") || id.contains("block")) =>
         {
             p.x_label = "block size".into();
-            caption = "Read throughput vs block size, cold and warm cache.".into();
+            "Read throughput vs block size, cold and warm cache.".into()
         }
-        _ => {}
+        _ => String::new(),
     }
-    caption
+}
+
+/// mem.latency's curve: the cache sizes marked.
+fn latency_touches(r: &RunResults, g: &[&Series], p: &mut Plot) -> String {
+    p.x_label = "working-set size".into();
+    p.y_label = "load-to-use latency".into();
+    p.log_y = span(g.iter().flat_map(|s| s.points.iter().map(|p| p[1]))) > 20.0;
+    let caches = r.machine.data_caches();
+    p.x_markers = caches
+        .iter()
+        .map(|c| Marker {
+            at: c.size_bytes as f64,
+            label: format!("{} {}", c.label(), fmt_bytes(c.size_bytes as f64)),
+        })
+        .collect();
+    if caches.is_empty() {
+        "Latency of a dependent load vs working-set size (no sysfs cache sizes to mark).".into()
+    } else {
+        "Latency of a dependent load vs working-set size; dashed lines mark the cache sizes sysfs reports.".into()
+    }
+}
+
+/// mem.bandwidth's: threads on x, the DIMMs' theoretical peak marked.
+fn bandwidth_touches(r: &RunResults, xu: &str, yu: &str, p: &mut Plot) -> String {
+    if xu.contains("thread") {
+        p.x_label = "threads".into();
+        p.x_unit = String::new();
+        p.log_x = false;
+    }
+    if yu == "bytes/s" {
+        p.log_y = false;
+        if let Some(peak) = r
+            .machine
+            .memory
+            .peak_bandwidth_bytes_per_s
+            .filter(|v| *v > 0.0)
+        {
+            p.y_markers.push(Marker {
+                at: peak,
+                label: "theoretical peak (DIMM facts)".into(),
+            });
+        }
+    }
+    "Memory bandwidth; the same work split over more threads.".into()
+}
+
+/// mem.loaded-latency's curves against achieved bandwidth, the idle latency and the
+/// predicted peak marked.
+fn loaded_latency_touches(r: &RunResults, e: &ExperimentResult, yu: &str, p: &mut Plot) -> String {
+    p.x_label = "achieved bandwidth".into();
+    p.log_x = false;
+    p.log_y = false;
+    if yu == "ns" {
+        p.y_label = "chase latency".into();
+        if let Some(m) = e.metric("idle_latency") {
+            p.y_markers.push(Marker {
+                at: m.summary.median,
+                label: "idle".into(),
+            });
+        }
+    } else {
+        p.y_label = "misses in flight (Little's law)".into();
+    }
+    // Two curves: the read-only load and the read/write mix (`mix_` series).
+    for l in &mut p.lines {
+        l.name = if l.name.starts_with("mix") {
+            "2 reads : 1 write".into()
+        } else {
+            "reads".into()
+        };
+    }
+    // The peak's prediction (mem.bandwidth's read of as many threads as load
+    // threads), else mem.bandwidth's all-thread read when it ran.
+    let team = e
+        .metric("peak_bandwidth")
+        .and_then(|m| m.prediction.as_ref())
+        .filter(|p| p.value.is_finite() && p.value > 0.0)
+        .and_then(|p| {
+            let name = p.inputs.keys().next()?;
+            Some((p.value, format!("mem.bandwidth {name}")))
+        });
+    let all = || {
+        r.experiments
+            .iter()
+            .find(|x| x.id == "mem.bandwidth")
+            .and_then(|b| {
+                b.metrics
+                    .iter()
+                    .filter(|m| m.name.starts_with("read_") && m.name.ends_with('t'))
+                    .filter_map(|m| {
+                        let t: usize = m.name[5..m.name.len() - 1].parse().ok()?;
+                        Some((t, m.summary.median))
+                    })
+                    .max_by_key(|x| x.0)
+            })
+            .map(|(t, bw)| (bw, format!("mem.bandwidth read, {t} threads")))
+    };
+    if let Some((at, label)) = team.or_else(all) {
+        p.x_markers.push(Marker { at, label });
+    }
+    if yu == "ns" {
+        "Latency of a dependent chase while the other cores stream reads, or read two lines and write one (ordinary stores), from idle to unthrottled.".into()
+    } else {
+        "Misses in flight by Little's law (bandwidth / line x latency) at each load.".into()
+    }
+}
+
+/// fs.contention's: time per block against readers, with the fitted model when the
+/// results carry none.
+fn contention_touches(g: &[&Series], p: &mut Plot) -> String {
+    p.x_label = "processes reading at once (P)".into();
+    p.x_unit = String::new();
+    p.log_x = false;
+    p.y_label = "time per block".into();
+    if !g.iter().any(|s| is_model_series(s)) {
+        let one = g.len() == 1;
+        for s in g {
+            let pts: Vec<(f64, f64)> = s.points.iter().map(|p| (p[0], p[1])).collect();
+            // The same fit fs.contention reports as its model.
+            if let Some(fit) = fit(&pts) {
+                let mut xs: Vec<f64> = s.points.iter().map(|p| p[0]).collect();
+                xs.sort_by(f64::total_cmp);
+                p.lines.push(Line {
+                    name: if one {
+                        "fitted model".into()
+                    } else {
+                        format!("{} fit", s.name.replace('_', " "))
+                    },
+                    points: xs.iter().map(|x| (*x, fit.eval(*x))).collect(),
+                    dashed: true,
+                });
+            }
+        }
+    }
+    "Per-block read time with P processes reading at once; dashed: the fitted (piecewise) linear model.".into()
 }
 
 /// A series name for a legend: "cached_seq_vs_size" says "cached seq" (the axes say the rest).

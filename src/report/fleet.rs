@@ -7,7 +7,7 @@
 //! every fetch.
 
 use super::plot::esc;
-use crate::compare::Comparison;
+use crate::compare::{ComparedMetric, Comparison};
 use crate::results::{RunResults, Status};
 use crate::units::fmt_value;
 use std::fmt::Write;
@@ -96,6 +96,16 @@ pub fn render_with(c: &Comparison, runs: &[(String, RunResults)], extra: &str) -
         cmp = c.compared,
     );
 
+    hosts_table(&mut h, c, runs, &names);
+    metrics_table(&mut h, c, runs, &names);
+    h.push_str(&network_matrix(runs, &names));
+    h.push_str(extra);
+    h.push_str("<footer class=\"muted\"><p>Made by osmeter compare. No script, no external resources.</p></footer></body></html>\n");
+    h
+}
+
+/// The hosts: each run's host, start, profile, peer and source.
+fn hosts_table(h: &mut String, c: &Comparison, runs: &[(String, RunResults)], names: &[String]) {
     h.push_str("<h2 id=\"hosts\">Hosts</h2><table><tr><th>run</th><th>host</th><th>started (UTC)</th><th>profile</th><th>network peer</th><th>source</th></tr>");
     for (i, ((_, r), info)) in runs.iter().zip(&c.runs).enumerate() {
         let peer = match (r.peer_name(), r.peer_address()) {
@@ -116,7 +126,10 @@ pub fn render_with(c: &Comparison, runs: &[(String, RunResults)], extra: &str) -
         );
     }
     h.push_str("</table>");
+}
 
+/// The metrics: each host's median, its ratio to the baseline and the ratios' sketch.
+fn metrics_table(h: &mut String, c: &Comparison, runs: &[(String, RunResults)], names: &[String]) {
     h.push_str("<h2 id=\"metrics\">Metrics</h2><table><tr><th>experiment</th><th>metric</th>");
     for (i, n) in names.iter().enumerate() {
         let _ = write!(
@@ -144,32 +157,7 @@ pub fn render_with(c: &Comparison, runs: &[(String, RunResults)], extra: &str) -
         );
         last = &m.experiment;
         for i in 0..runs.len() {
-            let Some(v) = &m.values[i] else {
-                h.push_str("<td class=\"na\">-</td>");
-                continue;
-            };
-            let status = if v.status == Status::Ok {
-                String::new()
-            } else {
-                format!("<br><span class=\"st\">{}</span>", v.status.as_str())
-            };
-            let sig = m.significant_vs_baseline.get(i).copied().unwrap_or(false);
-            let ratio = match (i, m.ratios[i]) {
-                (0, _) | (_, None) => String::new(),
-                (_, Some(r)) => format!(
-                    "<br><span class=\"r\">{r:.3}x{}</span>",
-                    if sig { " *" } else { "" }
-                ),
-            };
-            let _ = write!(
-                h,
-                "<td class=\"num{}\" title=\"CI95 {} .. {}, n = {}\">{}{ratio}{status}</td>",
-                if sig { " sig" } else { "" },
-                esc(&fmt_value(v.ci95[0], &m.unit)),
-                esc(&fmt_value(v.ci95[1], &m.unit)),
-                v.n,
-                esc(&fmt_value(v.median, &m.unit)),
-            );
+            metric_cell(h, m, i);
         }
         let _ = write!(
             h,
@@ -178,11 +166,36 @@ pub fn render_with(c: &Comparison, runs: &[(String, RunResults)], extra: &str) -
         );
     }
     h.push_str("</table>");
+}
 
-    h.push_str(&network_matrix(runs, &names));
-    h.push_str(extra);
-    h.push_str("<footer class=\"muted\"><p>Made by osmeter compare. No script, no external resources.</p></footer></body></html>\n");
-    h
+/// Run `i`'s cell of metric `m`: its median, ratio and status, marked when significant.
+fn metric_cell(h: &mut String, m: &ComparedMetric, i: usize) {
+    let Some(v) = &m.values[i] else {
+        h.push_str("<td class=\"na\">-</td>");
+        return;
+    };
+    let status = if v.status == Status::Ok {
+        String::new()
+    } else {
+        format!("<br><span class=\"st\">{}</span>", v.status.as_str())
+    };
+    let sig = m.significant_vs_baseline.get(i).copied().unwrap_or(false);
+    let ratio = match (i, m.ratios[i]) {
+        (0, _) | (_, None) => String::new(),
+        (_, Some(r)) => format!(
+            "<br><span class=\"r\">{r:.3}x{}</span>",
+            if sig { " *" } else { "" }
+        ),
+    };
+    let _ = write!(
+        h,
+        "<td class=\"num{}\" title=\"CI95 {} .. {}, n = {}\">{}{ratio}{status}</td>",
+        if sig { " sig" } else { "" },
+        esc(&fmt_value(v.ci95[0], &m.unit)),
+        esc(&fmt_value(v.ci95[1], &m.unit)),
+        v.n,
+        esc(&fmt_value(v.median, &m.unit)),
+    );
 }
 
 /// Host-to-peer matrices, one per network metric, from the runs that measured against a

@@ -612,37 +612,63 @@ fn heat_colour(t: f64) -> String {
     )
 }
 
-impl Plot {
-    /// The heat map: rows and columns by label, a colour scale from the lowest to the
-    /// highest value, grey where nothing was measured, the notes under the scale.
-    fn heat_svg(&self, h: &Heat) -> String {
+/// Where a heat map's cells go and how its values are coloured and shown.
+struct HeatGrid {
+    x0: f64,
+    y0: f64,
+    cell: f64,
+    n: usize,
+    /// The lowest and highest measured values.
+    lo: f64,
+    hi: f64,
+    /// Values are shown divided by `div`, in `uname`.
+    div: f64,
+    uname: String,
+}
+
+impl HeatGrid {
+    fn new(h: &Heat) -> HeatGrid {
         let n = h.labels.len().max(1);
         let area = (H - TOP - BOTTOM).min(W - LEFT - 240.0);
-        let cell = area / n as f64;
-        let (x0, y0) = (LEFT, TOP + 10.0);
-        let vals: Vec<f64> = h
+        let (lo, hi) = h
             .cells
             .iter()
             .map(|c| c.2)
             .filter(|v| v.is_finite())
-            .collect();
-        let lo = vals.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = vals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+                (lo.min(v), hi.max(v))
+            });
         let (div, uname) = display_unit(&h.unit, hi.abs());
-        let t = |v: f64| if hi > lo { (v - lo) / (hi - lo) } else { 0.5 };
-        let at = |l: usize| h.labels.iter().position(|&x| x == l);
-        let mut s = String::new();
-        let _ = write!(
-            s,
-            r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12"><title>{t}</title><rect x="0" y="0" width="{W}" height="{H}" fill="#fff"/><text x="{LEFT}" y="20" font-size="14" font-weight="bold">{t}</text>"##,
-            t = esc(&self.title)
-        );
-        let _ = write!(
-            s,
-            r##"<rect x="{x0:.1}" y="{y0:.1}" width="{a:.1}" height="{a:.1}" fill="#d9d9d9"/>"##,
-            a = cell * n as f64
-        );
-        let label_every = n.div_ceil(16).max(1);
+        HeatGrid {
+            x0: LEFT,
+            y0: TOP + 10.0,
+            cell: area / n as f64,
+            n,
+            lo,
+            hi,
+            div,
+            uname,
+        }
+    }
+
+    /// A value's place on the colour scale, 0 to 1.
+    fn t(&self, v: f64) -> f64 {
+        if self.hi > self.lo {
+            (v - self.lo) / (self.hi - self.lo)
+        } else {
+            0.5
+        }
+    }
+
+    /// The side of the square of cells.
+    fn side(&self) -> f64 {
+        self.cell * self.n as f64
+    }
+
+    /// The row and column labels, at most 16 of each.
+    fn draw_labels(&self, s: &mut String, h: &Heat) {
+        let (x0, y0, cell) = (self.x0, self.y0, self.cell);
+        let label_every = self.n.div_ceil(16).max(1);
         for (i, l) in h.labels.iter().enumerate() {
             if i % label_every != 0 {
                 continue;
@@ -654,9 +680,15 @@ impl Plot {
                 x0 - 4.0,
                 y0 + c + 3.5,
                 x0 + c,
-                y0 + cell * n as f64 + 12.0
+                y0 + self.side() + 12.0
             );
         }
+    }
+
+    /// The measured cells, each with its value as a tooltip (and as text when it fits).
+    fn draw_cells(&self, s: &mut String, h: &Heat) {
+        let (x0, y0, cell, div, uname) = (self.x0, self.y0, self.cell, self.div, &self.uname);
+        let at = |l: usize| h.labels.iter().position(|&x| x == l);
         for &(r, c, v) in &h.cells {
             let (Some(i), Some(j)) = (at(r), at(c)) else {
                 continue;
@@ -669,7 +701,7 @@ impl Plot {
                 r##"<rect x="{:.1}" y="{:.1}" width="{cell:.1}" height="{cell:.1}" fill="{}"><title>CPU {r} - CPU {c}: {} {uname}</title></rect>"##,
                 x0 + cell * j as f64,
                 y0 + cell * i as f64,
-                heat_colour(t(v)),
+                heat_colour(self.t(v)),
                 trim_num(v / div)
             );
             if cell >= 30.0 {
@@ -678,23 +710,18 @@ impl Plot {
                     r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10" fill="{}">{}</text>"##,
                     x0 + cell * (j as f64 + 0.5),
                     y0 + cell * (i as f64 + 0.5) + 3.5,
-                    if t(v) > 0.5 { "#fff" } else { "#000" },
+                    if self.t(v) > 0.5 { "#fff" } else { "#000" },
                     trim_num((v / div * 10.0).round() / 10.0)
                 );
             }
         }
-        let _ = write!(
-            s,
-            r##"<text x="{:.1}" y="{:.1}" fill="#333">{}</text><text x="12" y="{:.1}" fill="#333" transform="rotate(-90 12 {:.1})">{}</text>"##,
-            x0,
-            y0 + cell * n as f64 + 28.0,
-            esc(&self.x_label),
-            y0 + cell * n as f64 / 2.0,
-            y0 + cell * n as f64 / 2.0,
-            esc(&self.y_label)
-        );
-        // The scale: ten steps from the lowest to the highest value.
-        let sx = x0 + cell * n as f64 + 30.0;
+    }
+
+    /// The scale: ten steps from the lowest to the highest value, their values and the
+    /// not-measured grey (when anything was measured), then the notes.
+    fn draw_scale(&self, s: &mut String, notes: &[String]) {
+        let (y0, div, uname) = (self.y0, self.div, &self.uname);
+        let sx = self.x0 + self.side() + 30.0;
         for k in 0..10 {
             let _ = write!(
                 s,
@@ -703,24 +730,23 @@ impl Plot {
                 heat_colour(k as f64 / 9.0)
             );
         }
-        if vals.is_empty() {
-            s.push_str("</svg>");
-            return s;
+        if self.lo > self.hi {
+            return;
         }
         let _ = write!(
             s,
             r##"<text x="{:.1}" y="{:.1}" fill="#333" font-size="11">{} {uname}</text><text x="{:.1}" y="{:.1}" fill="#333" font-size="11">{} {uname}</text><rect x="{sx:.1}" y="{:.1}" width="18" height="16" fill="#d9d9d9"/><text x="{:.1}" y="{:.1}" fill="#333" font-size="11">not measured</text>"##,
             sx + 24.0,
             y0 + 12.0,
-            trim_num(hi / div),
+            trim_num(self.hi / div),
             sx + 24.0,
             y0 + 16.0 * 9.0 + 12.0,
-            trim_num(lo / div),
+            trim_num(self.lo / div),
             y0 + 16.0 * 11.0,
             sx + 24.0,
             y0 + 16.0 * 11.0 + 12.0
         );
-        for (i, note) in self.notes.iter().enumerate() {
+        for (i, note) in notes.iter().enumerate() {
             let _ = write!(
                 s,
                 r##"<text x="{sx:.1}" y="{:.1}" fill="#555" font-size="10">{}</text>"##,
@@ -728,6 +754,39 @@ impl Plot {
                 esc(&shorten(note, 40))
             );
         }
+    }
+}
+
+impl Plot {
+    /// The heat map: rows and columns by label, a colour scale from the lowest to the
+    /// highest value, grey where nothing was measured, the notes under the scale.
+    fn heat_svg(&self, h: &Heat) -> String {
+        let g = HeatGrid::new(h);
+        let (x0, y0) = (g.x0, g.y0);
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12"><title>{t}</title><rect x="0" y="0" width="{W}" height="{H}" fill="#fff"/><text x="{LEFT}" y="20" font-size="14" font-weight="bold">{t}</text>"##,
+            t = esc(&self.title)
+        );
+        let _ = write!(
+            s,
+            r##"<rect x="{x0:.1}" y="{y0:.1}" width="{a:.1}" height="{a:.1}" fill="#d9d9d9"/>"##,
+            a = g.side()
+        );
+        g.draw_labels(&mut s, h);
+        g.draw_cells(&mut s, h);
+        let _ = write!(
+            s,
+            r##"<text x="{:.1}" y="{:.1}" fill="#333">{}</text><text x="12" y="{:.1}" fill="#333" transform="rotate(-90 12 {:.1})">{}</text>"##,
+            x0,
+            y0 + g.side() + 28.0,
+            esc(&self.x_label),
+            y0 + g.side() / 2.0,
+            y0 + g.side() / 2.0,
+            esc(&self.y_label)
+        );
+        g.draw_scale(&mut s, &self.notes);
         s.push_str("</svg>");
         s
     }

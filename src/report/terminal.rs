@@ -180,42 +180,9 @@ const HEADERS: [&str; 7] = [
 /// overflows rather than break a number.
 fn metrics_table(r: &RunResults, width: u16) -> String {
     let wd = width as usize;
-    let mut rows = Vec::new();
-    for e in &r.experiments {
-        rows.push(Row::Span(super::view::id_with_grade(
-            e,
-            if e.status == Status::Ok {
-                e.id.clone()
-            } else {
-                // The reason goes below the table, where it cannot widen a column.
-                format!("{} ({})", e.id, e.status.as_str())
-            },
-        )));
-        for met in &e.metrics {
-            rows.push(Row::Cells(metric_cells(met)));
-        }
-    }
-    let names = rows.iter().filter_map(|row| match row {
-        Row::Cells(c) => Some(c[0].chars().count()),
-        Row::Span(_) => None,
-    });
-    let name_width = names.max().unwrap_or(0);
-    let mut keep: Vec<usize> = (0..HEADERS.len()).collect();
-    let figures = |keep: &[usize]| -> usize {
-        keep[1..]
-            .iter()
-            .map(|&c| column_width(&rows, c) + 3)
-            .sum::<usize>()
-    };
-    // "│ " + name + " ┆ ...figures" + " │"
-    if 4 + 2 + figures(&keep) > wd {
-        keep.retain(|&c| c != 5);
-    }
-    let first = wd
-        .saturating_sub(4 + figures(&keep))
-        .clamp(2, name_width.max(HEADERS[0].len()));
-    let mut widths: Vec<usize> = keep.iter().map(|&c| column_width(&rows, c)).collect();
-    widths[0] = first;
+    let rows = table_rows(r);
+    let (keep, widths) = layout(&rows, wd);
+    let first = widths[0];
     let inner: usize = widths.iter().sum::<usize>() + 3 * (widths.len() - 1);
     let rule = |l: &str, m: &str, c: &str, r: &str| {
         let parts: Vec<String> = widths.iter().map(|w| m.repeat(w + 2)).collect();
@@ -275,6 +242,53 @@ fn metrics_table(r: &RunResults, width: u16) -> String {
         );
     }
     s
+}
+
+/// A heading row per experiment, then a row of cells per metric.
+fn table_rows(r: &RunResults) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for e in &r.experiments {
+        rows.push(Row::Span(super::view::id_with_grade(
+            e,
+            if e.status == Status::Ok {
+                e.id.clone()
+            } else {
+                // The reason goes below the table, where it cannot widen a column.
+                format!("{} ({})", e.id, e.status.as_str())
+            },
+        )));
+        for met in &e.metrics {
+            rows.push(Row::Cells(metric_cells(met)));
+        }
+    }
+    rows
+}
+
+/// The columns kept (the cycles go when the figures do not fit in `wd`) and their widths;
+/// the first takes what is left.
+fn layout(rows: &[Row], wd: usize) -> (Vec<usize>, Vec<usize>) {
+    let names = rows.iter().filter_map(|row| match row {
+        Row::Cells(c) => Some(c[0].chars().count()),
+        Row::Span(_) => None,
+    });
+    let name_width = names.max().unwrap_or(0);
+    let mut keep: Vec<usize> = (0..HEADERS.len()).collect();
+    let figures = |keep: &[usize]| -> usize {
+        keep[1..]
+            .iter()
+            .map(|&c| column_width(rows, c) + 3)
+            .sum::<usize>()
+    };
+    // "│ " + name + " ┆ ...figures" + " │"
+    if 4 + 2 + figures(&keep) > wd {
+        keep.retain(|&c| c != 5);
+    }
+    let first = wd
+        .saturating_sub(4 + figures(&keep))
+        .clamp(2, name_width.max(HEADERS[0].len()));
+    let mut widths: Vec<usize> = keep.iter().map(|&c| column_width(rows, c)).collect();
+    widths[0] = first;
+    (keep, widths)
 }
 
 /// The widest cell of column `c`, header included.

@@ -390,7 +390,7 @@ pub struct Prediction {
     pub withheld: Option<String>,
 }
 
-/// What a prediction input is (issue 20: never a constant without an origin).
+/// What a prediction input is: never a constant without an origin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum InputKind {

@@ -1,0 +1,98 @@
+//! The hard limit on each experiment's wall time, watched from a thread of its own.
+
+use crate::platform;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What the watchdog does when an experiment overruns its hard limit (given its id).
+pub(crate) type OnOverrun = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The real reaction to a hung experiment: nothing else can stop a thread that never
+/// returns, so the run ends.
+pub(crate) fn exit_on_overrun() -> OnOverrun {
+    Arc::new(|id: &str| {
+        eprintln!("osmeter: error: experiment {id} exceeded its hard time limit; aborting the run");
+        std::process::exit(1);
+    })
+}
+
+/// Watches the running experiment's hard limit from a thread of its own, so no
+/// experiment can hang the run.
+pub struct Watchdog {
+    deadline_ms: Arc<AtomicU64>,
+    current: Arc<Mutex<String>>,
+    overran: Arc<AtomicBool>,
+    affinity: Arc<Mutex<Option<Vec<usize>>>>,
+    epoch: Instant,
+}
+
+impl Watchdog {
+    pub fn start(on_overrun: OnOverrun) -> Watchdog {
+        let w = Watchdog {
+            deadline_ms: Arc::new(AtomicU64::new(u64::MAX)),
+            current: Arc::new(Mutex::new(String::new())),
+            overran: Arc::new(AtomicBool::new(false)),
+            affinity: Arc::new(Mutex::new(None)),
+            epoch: Instant::now(),
+        };
+        let (d, c, o, a, epoch) = (
+            w.deadline_ms.clone(),
+            w.current.clone(),
+            w.overran.clone(),
+            w.affinity.clone(),
+            w.epoch,
+        );
+        std::thread::Builder::new()
+            .name("osmeter-watchdog".into())
+            .spawn(move || {
+                if let Ok(mut a) = a.lock() {
+                    *a = Some(platform::allowed_cpus());
+                }
+                loop {
+                    std::thread::sleep(Duration::from_millis(100));
+                    let at = d.load(Ordering::SeqCst);
+                    if epoch.elapsed().as_millis() as u64 > at
+                        && d.compare_exchange(at, u64::MAX, Ordering::SeqCst, Ordering::SeqCst)
+                            .is_ok()
+                    {
+                        o.store(true, Ordering::SeqCst);
+                        let id = c.lock().map(|s| s.clone()).unwrap_or_default();
+                        on_overrun(&id);
+                    }
+                }
+            })
+            .ok();
+        w
+    }
+    pub(super) fn arm(&self, id: &str, limit: Duration) {
+        if let Ok(mut c) = self.current.lock() {
+            *c = id.to_string();
+        }
+        self.overran.store(false, Ordering::SeqCst);
+        let at = self.epoch.elapsed() + limit;
+        self.deadline_ms
+            .store(at.as_millis() as u64, Ordering::SeqCst);
+    }
+    /// Stops watching; true when the experiment overran since `arm`.
+    pub(super) fn disarm(&self) -> bool {
+        self.deadline_ms.store(u64::MAX, Ordering::SeqCst);
+        self.overran.load(Ordering::SeqCst)
+    }
+    /// The CPUs the watchdog thread may run on, as it read them through the platform
+    /// layer when it started (None until it has).
+    pub fn thread_affinity(&self) -> Option<Vec<usize>> {
+        for _ in 0..100 {
+            if let Some(a) = self.affinity.lock().ok().and_then(|a| a.clone()) {
+                return Some(a);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+}
+
+/// Hard limit for one experiment: generous over its budget, but finite.
+pub(crate) fn hard_limit(budget: Duration) -> Duration {
+    budget * 10 + Duration::from_secs(30)
+}
