@@ -561,7 +561,7 @@ struct Placed {
 const PAGE_SAMPLES: usize = 16;
 
 impl Placed {
-    fn add(&mut self, name: &str, q: &kernel::Team) {
+    fn add(&mut self, name: &str, q: &kernel::StreamRun) {
         self.teams += 1;
         self.misplaced
             .extend(q.misplaced.iter().map(|m| format!("{name}: {m}")));
@@ -888,7 +888,7 @@ mod tests {
 
     #[test]
     fn threads_elsewhere_fail_and_unknown_placement_is_unverified() {
-        let team = |misplaced: Vec<String>, unknown: Option<String>| kernel::Team {
+        let team = |misplaced: Vec<String>, unknown: Option<String>| kernel::StreamRun {
             m: crate::harness::Measurement {
                 per_op_ns: vec![],
                 iters: 0,
