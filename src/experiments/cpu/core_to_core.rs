@@ -7,11 +7,14 @@
 //! round trip moves the line there and back; the one-way latency is half of it. The line
 //! lives on a page the first thread maps and writes first (its NUMA node).
 
+use crate::experiments::kit::place::pin;
+use crate::experiments::kit::team::Team;
+use crate::experiments::kit::{Pages, Region};
 use crate::experiments::{Context, Experiment, Needs, Outcome, Profile, Spec};
 use crate::machine::{PartnerClass, Topology};
 use crate::results::{Check, Series};
 use crate::units::fmt_ns;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub(crate) struct CoreToCore;
@@ -203,128 +206,84 @@ struct Line(AtomicU64);
 /// Bounces a line between `a` (first touch, timing) and `b` for about `share`.
 fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> Bounce {
     let clock = ctx.clock;
-    let line = AtomicUsize::new(0);
-    let stop = AtomicBool::new(false);
-    let b_side = std::sync::Mutex::new((0u64, 0u64));
-    let mut res = Bounce::default();
     std::thread::scope(|s| {
-        let (line_b, stop_b, b_side) = (&line, &stop, &b_side);
-        s.spawn(move || {
-            let _ = crate::platform::pin_to_cpu(b);
-            let (mut looks, mut off) = (1u64, 0u64);
-            if crate::platform::current_cpu() != Some(b) {
-                off += 1;
-            }
-            let mut p = 0usize;
-            // Yield while waiting: the thread for `a` may still be on this CPU before it
-            // pins itself, and under a real-time policy it would never run while we spin.
-            while p == 0 && !stop_b.load(Ordering::Acquire) {
-                p = line_b.load(Ordering::Acquire);
-                std::thread::yield_now();
-            }
-            if p != 0 {
-                // SAFETY: the thread on `a` published a pointer to a live, aligned Line it
-                // keeps mapped until this thread has stopped (it waits for the scope).
-                let l = unsafe { &*(p as *const Line) };
-                let mut want = 1u64;
-                loop {
-                    if l.0
-                        .compare_exchange(want, want + 1, Ordering::AcqRel, Ordering::Relaxed)
-                        .is_ok()
-                    {
-                        want += 2;
-                        if want % 2048 == 1 {
-                            looks += 1;
-                            if crate::platform::current_cpu() != Some(b) {
-                                off += 1;
-                            }
-                        }
-                    } else if stop_b.load(Ordering::Relaxed) {
-                        break;
-                    }
-                }
-            }
-            looks += 1;
-            if crate::platform::current_cpu() != Some(b) {
-                off += 1;
-            }
-            *b_side.lock().unwrap_or_else(|e| e.into_inner()) = (looks, off);
-        });
-        let a_side = s.spawn(|| {
-            let _ = crate::platform::pin_to_cpu(a);
-            let mut r = Bounce::default();
+        s.spawn(|| {
+            let _ = pin(a);
             let page = crate::pagecache::page_size();
-            let mut region = match crate::experiments::kit::Region::new(
-                page,
-                crate::experiments::kit::Pages::Base,
-            ) {
-                Ok(r) => r,
-                Err(e) => {
-                    r.error = Some(format!("{e:#}"));
-                    stop.store(true, Ordering::Release);
-                    return r;
+            match Region::new(page, Pages::Base) {
+                Ok(mut region) => {
+                    // First touch on `a`: the page (and the line) start here.
+                    region.as_mut_slice()[0] = 0;
+                    // SAFETY: the region is page-aligned, larger than a Line, and outlives
+                    // the team, whose threads are joined before `bounce_on` returns.
+                    let line = unsafe { &*(region.as_ptr() as *const Line) };
+                    bounce_on(clock, line, [a, b], share)
                 }
-            };
-            // First touch on `a`: the page (and the line) start here.
-            region.as_mut_slice()[0] = 0;
-            // SAFETY: the region is page-aligned, larger than a Line and lives until this
-            // closure returns, after the partner stopped using it (see below).
-            let l = unsafe { &*(region.as_ptr() as *const Line) };
-            l.0.store(0, Ordering::Release);
-            line.store(region.as_ptr() as usize, Ordering::Release);
-            let mut v = 0u64;
-            let round_trips = |n: u64, v: &mut u64| {
-                for _ in 0..n {
-                    while l
-                        .0
-                        .compare_exchange(*v, *v + 1, Ordering::AcqRel, Ordering::Relaxed)
-                        .is_err()
-                    {
-                        std::hint::spin_loop();
-                    }
-                    *v += 2;
-                }
-                // The last answer.
-                while l.0.load(Ordering::Acquire) != *v {
-                    std::hint::spin_loop();
-                }
-            };
-            let look = |r: &mut Bounce| {
-                r.looks[0] += 1;
-                if crate::platform::current_cpu() != Some(a) {
-                    r.off[0] += 1;
-                }
-            };
-            round_trips(ROUND_TRIPS / 5, &mut v); // warm-up: both spinning, line bouncing
-            let deadline = crate::clock::Deadline::after(clock, share);
-            while r.trials.len() < MAX_TRIALS && (r.trials.len() < MIN_TRIALS || !deadline.passed())
-            {
-                look(&mut r);
-                let t0 = clock.now();
-                round_trips(ROUND_TRIPS, &mut v);
-                let t1 = clock.now();
-                look(&mut r);
-                let ns = clock.ticks_to_ns(t1.saturating_sub(t0) as f64);
-                r.trials.push(ns / (2 * ROUND_TRIPS) as f64);
+                Err(e) => Bounce {
+                    error: Some(format!("{e:#}")),
+                    ..Default::default()
+                },
             }
-            stop.store(true, Ordering::Release);
-            // Keep the page until the partner has left its loop: it reads `stop` only
-            // after a failed compare-and-swap on the line.
-            while b_side.lock().map(|g| g.0 == 0).unwrap_or(false) {
-                std::thread::yield_now();
-            }
-            drop(region);
-            r
-        });
-        res = a_side.join().unwrap_or_else(|_| Bounce {
+        })
+        .join()
+        .unwrap_or_else(|_| Bounce {
             error: Some("the timing thread panicked".into()),
             ..Default::default()
-        });
+        })
+    })
+}
+
+/// `n` compare-and-swaps of `line` from `*v` to `*v + 1`, each after the partner's.
+fn ping(line: &Line, v: &mut u64, n: u64) {
+    for _ in 0..n {
+        while line
+            .0
+            .compare_exchange(*v, *v + 1, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        *v += 2;
+    }
+}
+
+/// The pair's team on this thread (on `cpus[0]`): member 0 sets the line from 2k to
+/// 2k+1 and waits for the last answer, member 1 from 2k+1 to 2k+2.
+fn bounce_on(
+    clock: &dyn crate::clock::Clock,
+    line: &Line,
+    cpus: [usize; 2],
+    share: Duration,
+) -> Bounce {
+    line.0.store(0, Ordering::Release);
+    let member = |t: usize| {
+        let mut v = t as u64;
+        move |n: u64| {
+            ping(line, &mut v, n);
+            if t == 0 {
+                while line.0.load(Ordering::Acquire) != v {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    };
+    let (trials, placed) = Team::run(clock, &cpus, member, |step| {
+        step(ROUND_TRIPS / 5); // warm-up: both spinning, line bouncing
+        let deadline = crate::clock::Deadline::after(clock, share);
+        let mut trials = Vec::new();
+        while trials.len() < MAX_TRIALS && (trials.len() < MIN_TRIALS || !deadline.passed()) {
+            let (ticks, _) = step(ROUND_TRIPS);
+            trials.push(clock.ticks_to_ns(ticks as f64) / (2 * ROUND_TRIPS) as f64);
+        }
+        trials
     });
-    let (looks, off) = *b_side.lock().unwrap_or_else(|e| e.into_inner());
-    res.looks[1] = looks;
-    res.off[1] = off;
-    res
+    let side = |i: usize| placed.places.get(i).copied().unwrap_or_default();
+    Bounce {
+        trials,
+        looks: [side(0).looks, side(1).looks],
+        off: [side(0).off(), side(1).off()],
+        error: None,
+    }
 }
 
 /// The premise: pinning is hard and every look found both threads on their CPUs.

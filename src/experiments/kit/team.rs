@@ -14,6 +14,8 @@ pub(crate) struct TeamPlacement {
     pub(crate) misplaced: Vec<String>,
     /// Why where the threads ran is not known (no hard pinning, no current-CPU call).
     pub(crate) unknown: Option<String>,
+    /// Each member's looks, in member order.
+    pub(crate) places: Vec<Place>,
 }
 
 /// The state the members share: the generation they step by, the argument of the
@@ -168,6 +170,7 @@ impl<'c> Team<'c> {
                 pl.away
             ));
         }
+        p.places = places;
         p
     }
 }
