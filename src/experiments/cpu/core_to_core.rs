@@ -1,16 +1,12 @@
 //! cpu.core-to-core: how long a cache line takes to travel between two CPUs, for pairs
-//! of allowed CPUs (nviennot's core-to-core-latency and Intel MLC's `--c2c_latency` ask
-//! the same; docs/METHODOLOGY.md, cpu.core-to-core).
-//!
-//! Two threads, pinned one to each CPU of the pair, bounce one cache line with atomic
-//! compare-and-swap: the first sets it from 2k to 2k+1, the second from 2k+1 to 2k+2. A
-//! round trip moves the line there and back; the one-way latency is half of it. The line
-//! lives on a page the first thread maps and writes first (its NUMA node).
+//! of allowed CPUs (as nviennot's core-to-core-latency and Intel MLC's `--c2c_latency`).
 
 use crate::experiments::kit::place::pin;
 use crate::experiments::kit::team::Team;
 use crate::experiments::kit::{Pages, Region};
-use crate::experiments::{Context, Experiment, Needs, Outcome, Profile, Spec};
+use crate::experiments::predict::Predictions;
+use crate::experiments::spec::ms;
+use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
 use crate::machine::{PartnerClass, Topology};
 use crate::results::{Check, Series};
 use crate::units::fmt_ns;
@@ -30,7 +26,16 @@ pub(crate) const QUICK_PER_CLASS: usize = 3;
 /// beyond, they sample this many pairs per class.
 pub(crate) const ALL_PAIRS_UP_TO: usize = 64;
 
-const SPEC: crate::experiments::Spec = crate::experiments::Spec {
+/// Pairs per class a profile samples, and the allowed CPUs up to which it measures every
+/// pair instead.
+const SAMPLING: PerProfile<(usize, usize)> = PerProfile::new(
+    (1, 0),
+    (QUICK_PER_CLASS, 0),
+    (ALL_PAIRS_UP_TO, ALL_PAIRS_UP_TO),
+    (2 * ALL_PAIRS_UP_TO, 2 * ALL_PAIRS_UP_TO),
+);
+
+const SPEC: Spec = Spec {
     id: "cpu.core-to-core",
     title: "Core-to-core cache-line latency",
     description: "two pinned threads bounce one cache line with compare-and-swap, for pairs of allowed CPUs: one-way latency matrix and per topology class (like nviennot's core-to-core-latency)",
@@ -41,31 +46,22 @@ const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     },
     // a cache line moving between two CPUs: no sentinel kernel on one CPU shares it.
     bottleneck: crate::results::Bottleneck::None,
-    per_core_kind: false,
-    subtracts_loop: false,
-    budget: None,
+    budget: Some(PerProfile::new(ms(400), ms(1500), ms(20_000), ms(60_000))),
+    ..Spec::MEMORY
 };
 
 impl Experiment for CoreToCore {
     fn spec(&self) -> &Spec {
         &SPEC
     }
-    fn budget(&self, p: Profile) -> Duration {
-        match p {
-            Profile::Smoke => Duration::from_millis(400),
-            Profile::Quick => Duration::from_millis(1500),
-            Profile::Standard => Duration::from_secs(20),
-            Profile::Thorough => Duration::from_secs(60),
-        }
-    }
-    fn predict(&self, _ctx: &Context) -> Vec<(String, crate::results::Prediction)> {
-        vec![(
-            "one_way".into(),
-            crate::results::Prediction::withheld(
-                "no experiment before it moves a cache line between cores, and the parts table \
-                 names no published core-to-core latency for any part",
-            ),
-        )]
+    fn predict(&self, ctx: &Context) -> Vec<(String, crate::results::Prediction)> {
+        let mut p = Predictions::new(ctx);
+        p.withhold(
+            &["one_way"],
+            "no experiment before it moves a cache line between cores, and the parts table \
+             names no published core-to-core latency for any part",
+        );
+        p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let allowed = if ctx.machine.cpu.allowed_cpus.is_empty() {
@@ -112,12 +108,8 @@ pub(crate) fn plan(t: &Topology, allowed: &[usize], profile: Profile) -> PairPla
         v.dedup();
         v.len()
     };
-    let per_class = match profile {
-        Profile::Smoke => Some(1),
-        Profile::Quick => Some(QUICK_PER_CLASS),
-        Profile::Standard => (n > ALL_PAIRS_UP_TO).then_some(ALL_PAIRS_UP_TO),
-        Profile::Thorough => (n > 2 * ALL_PAIRS_UP_TO).then_some(2 * ALL_PAIRS_UP_TO),
-    };
+    let (k, all_up_to) = SAMPLING.get(profile);
+    let per_class = (n > all_up_to).then_some(k);
     let total = all.len();
     let Some(k) = per_class else {
         return PairPlan {
@@ -287,10 +279,7 @@ fn bounce_on(
 }
 
 /// The premise: pinning is hard and every look found both threads on their CPUs.
-fn placement_check(
-    pin: Option<String>,
-    ok: &[&(usize, usize, Option<PartnerClass>, Bounce)],
-) -> Check {
+fn placement_check(pin: Option<String>, ok: &[&PairResult]) -> Check {
     let moved: Vec<String> = ok
         .iter()
         .filter(|r| r.3.off.iter().any(|&o| o > 0))
@@ -318,24 +307,45 @@ fn placement_check(
     )
 }
 
+/// One measured pair: its CPUs, their class, and what the bounce gave.
+type PairResult = (usize, usize, Option<PartnerClass>, Bounce);
+/// A class's figure: its class, metric name and median one-way ns.
+type ClassFigure = (Option<PartnerClass>, String, f64);
+
 /// Metrics per class, the matrix series, the premise, and the findings.
-fn report(
-    ctx: &Context,
-    plan: &PairPlan,
-    results: &[(usize, usize, Option<PartnerClass>, Bounce)],
-    out: &mut Outcome,
-) {
+fn report(ctx: &Context, plan: &PairPlan, results: &[PairResult], out: &mut Outcome) {
     if let Some(e) = results.iter().find_map(|r| r.3.error.as_ref()) {
         out.notes.push(format!("a pair could not run: {e}"));
     }
-    let ok: Vec<&(usize, usize, Option<PartnerClass>, Bounce)> =
-        results.iter().filter(|r| !r.3.trials.is_empty()).collect();
+    let ok: Vec<&PairResult> = results.iter().filter(|r| !r.3.trials.is_empty()).collect();
     // Premise: both threads stayed on their CPUs.
     let pin = crate::platform::pinning_premise_failure(&crate::platform::pin_support());
     out.check(placement_check(pin, &ok));
-    // The matrix: one row per first CPU.
+    matrix(&ok, out);
+    let mut by_class = class_metrics(&ok, out);
+    out.notes.push(match plan.per_class {
+        Some(k) => format!(
+            "{} of {} pairs measured: up to {k} per topology class, spread over the class",
+            ok.len(),
+            plan.total
+        ),
+        None => format!("all {} pairs measured", ok.len()),
+    });
+    // The findings quote the pooled runs' figures, as the table shows them.
+    out.pool(ctx);
+    for c in &mut by_class {
+        let v = out.median(&c.1);
+        if v.is_finite() {
+            c.2 = v;
+        }
+    }
+    findings(&by_class, out);
+}
+
+/// The matrix series: one row per first CPU.
+fn matrix(ok: &[&PairResult], out: &mut Outcome) {
     let mut rows: std::collections::BTreeMap<usize, Vec<[f64; 2]>> = Default::default();
-    for r in &ok {
+    for r in ok {
         rows.entry(r.0)
             .or_default()
             .push([r.1 as f64, r.3.one_way()]);
@@ -348,6 +358,10 @@ fn report(
             points: pts,
         });
     }
+}
+
+/// One metric per topology class, trials of its pairs pooled: (class, metric, median).
+fn class_metrics(ok: &[&PairResult], out: &mut Outcome) -> Vec<ClassFigure> {
     let classes: Vec<Option<PartnerClass>> = ok.iter().map(|r| r.2).collect();
     let mut by_class = Vec::new();
     for (class, name) in metric_names(&classes) {
@@ -380,22 +394,11 @@ fn report(
         );
         by_class.push((class, name, m.summary.median));
     }
-    out.notes.push(match plan.per_class {
-        Some(k) => format!(
-            "{} of {} pairs measured: up to {k} per topology class, spread over the class",
-            ok.len(),
-            plan.total
-        ),
-        None => format!("all {} pairs measured", ok.len()),
-    });
-    // The findings quote the pooled runs' figures, as the table shows them.
-    out.pool(ctx);
-    for c in &mut by_class {
-        let v = out.median(&c.1);
-        if v.is_finite() {
-            c.2 = v;
-        }
-    }
+    by_class
+}
+
+/// The nearest and farthest classes side by side, or the only one.
+fn findings(by_class: &[ClassFigure], out: &mut Outcome) {
     if by_class.len() >= 2 {
         let near = by_class
             .iter()
