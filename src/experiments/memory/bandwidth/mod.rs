@@ -10,20 +10,26 @@
 //! and `text` (findings, with each claim tied to its evidence); docs/METHODOLOGY.md,
 //! mem.bandwidth, states the method.
 
+mod checks;
 mod kernel;
 mod numa;
+mod predict;
 mod text;
 
 use crate::experiments::kit::{Pages, Region};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::harness::HarnessConfig;
-use crate::results::{Check, Prediction, Series};
+use crate::results::{Prediction, Series};
 use crate::units::fmt_bytes;
+use checks::Placed;
 #[cfg(test)]
 use kernel::{
     read_words, read_words_scalar, work, write_words, write_words_nt, write_words_scalar,
 };
 use kernel::{team, Part};
+#[cfg(test)]
+use predict::stream_prediction;
+use predict::{dimm_peak, per_socket, predict_streams};
 use std::time::Duration;
 
 pub struct Bandwidth;
@@ -74,19 +80,6 @@ impl Op {
                 "one volatile 8-byte store per loop iteration (like sysbench memory)"
             }
         }
-    }
-}
-
-/// Theoretical peak of the DIMMs (speed x width x channels), or why it is unknown.
-///
-/// WIRING POINT: once the machine module provides `memory.peak_bandwidth_bytes_per_s:
-/// Option<f64>` (from dmidecode or sysfs), return it here:
-/// `ctx.machine.memory.peak_bandwidth_bytes_per_s.ok_or(...)`, with its source.
-fn dimm_peak(ctx: &Context) -> Result<(f64, String), String> {
-    let m = &ctx.machine.memory;
-    match m.peak_bandwidth_bytes_per_s {
-        Some(peak) => Ok((peak, format!("machine: {}", m.peak_bandwidth_note))),
-        None => Err(m.peak_bandwidth_note.clone()),
     }
 }
 
@@ -257,179 +250,6 @@ impl Experiment for Bandwidth {
     }
 }
 
-/// Line fills one line of an operation's bytes needs from memory: a read fills its line,
-/// an ordinary store reads its line for ownership first, a copy does both (source and
-/// destination), a non-temporal store none (it is written through write-combining).
-fn fills_per_line(op: Op) -> f64 {
-    match op {
-        Op::Read | Op::ReadScalar | Op::Write | Op::WriteScalar => 1.0,
-        Op::Copy => 2.0,
-        Op::WriteNt => 0.0,
-    }
-}
-
-/// Lines that cross the memory bus per line of an operation's bytes: fills plus
-/// write-backs (a store's line goes back dirty), for the DIMMs' cap.
-fn bus_lines_per_line(op: Op) -> f64 {
-    match op {
-        Op::Read | Op::ReadScalar => 1.0,
-        Op::Write | Op::WriteScalar => 2.0,
-        Op::Copy => 3.0,
-        Op::WriteNt => 1.0,
-    }
-}
-
-/// Predictions from figures measured earlier (issue 20): one core streams no slower than
-/// mem.latency's sequential chase brings in lines (one line per `dram_sequential`, each
-/// load waiting for the one before, so the prefetcher alone keeps lines in flight); an
-/// operation needing k line fills per line of its bytes gets 1/k of that rate; N threads
-/// on N physical cores get N times it (SMT siblings share their core's fills), capped by
-/// the DIMMs' peak over the bus lines each line costs, where the peak is known.
-fn predict_streams(ctx: &Context) -> Vec<(String, Prediction)> {
-    let n = ctx.machine.cpu.allowed_cpus.len().max(1);
-    let topo = placement_topology(ctx);
-    let allowed = &ctx.machine.cpu.allowed_cpus;
-    let mut names: Vec<(Op, usize, String)> = Vec::new();
-    for &k in &thread_counts(n, ctx.profile) {
-        for op in ops() {
-            names.push((op, k, format!("{}_{k}t", op.name())));
-        }
-    }
-    if ctx.profile != Profile::Smoke {
-        for op in [Op::ReadScalar, Op::WriteScalar] {
-            names.push((op, 1, format!("{}_1t", op.name())));
-        }
-        for op in THP_OPS {
-            names.push((op, 1, format!("{}_thp_1t", op.name())));
-        }
-    }
-    let line = crate::experiments::kit::line_bytes(&ctx.machine.data_caches()) as f64;
-    let seq = ctx.earlier_median("mem.latency", "dram_sequential");
-    let peak = dimm_peak(ctx);
-    names
-        .into_iter()
-        .map(|(op, k, name)| {
-            let cpus = topo.spread(allowed, k);
-            let cores = k - topo.describe_cpus(&cpus).smt_shared.len();
-            let cap = peak
-                .as_ref()
-                .ok()
-                .map(|(p, s)| per_socket(&topo, &cpus, *p, s.clone()));
-            (name, stream_prediction(op, k, cores, line, seq, cap))
-        })
-        .collect()
-}
-
-/// One stream figure's prediction (see `predict_streams`), or why there is none.
-fn stream_prediction(
-    op: Op,
-    threads: usize,
-    cores: usize,
-    line: f64,
-    seq_ns: Option<f64>,
-    cap: Option<(f64, String)>,
-) -> Prediction {
-    let fills = fills_per_line(op);
-    let bus = bus_lines_per_line(op);
-    let capped =
-        |p: Prediction, rate: f64| match &cap {
-            Some((peak, src)) if threads > 1 && peak / bus < rate => {
-                Prediction {
-                    value: peak / bus,
-                    formula: format!(
-                "{}; capped by the DIMMs' peak / {bus} bus lines per line ({} each line costs)",
-                p.formula,
-                if bus > 1.0 { "fill and write-back" } else { "one transfer" }
-            ),
-                    ..p
-                }
-                .machine("dimm_peak", *peak, "bytes/s", src.clone())
-                .method(
-                    "bus_lines",
-                    bus,
-                    "lines",
-                    "method: memory-bus lines per line of the operation's bytes",
-                )
-            }
-            _ => p,
-        };
-    let Some(t) = seq_ns.filter(|t| *t > 0.0) else {
-        return match cap {
-            Some((peak, src)) if threads > 1 && op == Op::Read => Prediction::new(
-                peak,
-                "the DIMMs' theoretical peak (an upper bound for N threads)",
-            )
-            .upper_bound()
-            .machine("dimm_peak", peak, "bytes/s", src)
-            .machine(
-                "threads",
-                threads as f64,
-                "threads",
-                "machine: CPUs this process may use",
-            ),
-            _ => Prediction::withheld(
-                "mem.latency's dram_sequential was not measured in this run, and a core's stream \
-                 rate is predicted from it",
-            ),
-        };
-    };
-    let one = line / t * 1e9;
-    let (per_core, what) = if fills > 0.0 {
-        (
-            one / fills,
-            format!(
-                "{fills} line fill{} per line",
-                if fills > 1.0 { "s" } else { "" }
-            ),
-        )
-    } else {
-        (
-            one,
-            "no fill (no read for ownership), so at least the one-fill rate: a lower bound".into(),
-        )
-    };
-    let rate = per_core * cores as f64;
-    let scope = if cores > 1 {
-        format!(
-            "; x {cores} physical cores, each streaming as one does (the memory's own limit is \
-             in the model only where the DIMM peak is known), so not a bound"
-        )
-    } else {
-        String::new()
-    };
-    let p = Prediction::new(
-        rate,
-        format!(
-            "line / dram_sequential / fills ({what}): one core receives one line per step of \
-             mem.latency's sequential chase, where each load waits for the last and only the \
-             prefetcher keeps lines in flight, so a stream that does not wait is no slower{scope}"
-        ),
-    )
-    .measured(
-        "dram_sequential",
-        t,
-        "ns",
-        "measured: mem.latency dram_sequential",
-    )
-    .machine("line", line, "bytes", "machine: cache line size (sysfs)")
-    .method(
-        "fills",
-        fills,
-        "fills/line",
-        "method: line fills per line of the operation's bytes (read 1, store 1 for ownership, copy 2, non-temporal 0)",
-    )
-    .machine(
-        "cores",
-        cores as f64,
-        "cores",
-        "machine: physical cores the threads run on (Topology::spread; SMT siblings share one)",
-    );
-    // One core's stream is no slower than the chase it is built from: a lower bound. Over
-    // several cores the product assumes the memory keeps up, which nothing here bounds.
-    let p = if cores == 1 { p.lower_bound() } else { p };
-    capped(p, rate)
-}
-
 /// The topology with this thread's CPU as the chosen one (it may be `--cpu`).
 fn placement_topology(ctx: &Context) -> crate::machine::Topology {
     let mut t = ctx.machine.topology.clone();
@@ -473,33 +293,6 @@ fn metric_order(name: &str) -> (usize, usize, String) {
     (rank, t, name.to_string())
 }
 
-/// The DIMM peak of the sockets the N-thread team ran on: the machine's peak divided
-/// among its packages (assuming each socket has the same modules), times the packages
-/// used. One package: the machine's peak.
-fn per_socket(
-    t: &crate::machine::Topology,
-    cpus: &[usize],
-    peak: f64,
-    src: String,
-) -> (f64, String) {
-    let Some(packages) = t.packages.filter(|&p| p > 1) else {
-        return (peak, src);
-    };
-    let mut used: Vec<u32> = cpus
-        .iter()
-        .filter_map(|&c| t.place(c).and_then(|p| p.package))
-        .collect();
-    used.sort();
-    used.dedup();
-    let k = used.len().clamp(1, packages);
-    (
-        peak * k as f64 / packages as f64,
-        format!(
-            "{src}; the peak of the {k} of {packages} sockets the threads ran on (the machine's peak / {packages} per socket, assuming every socket has the same modules)"
-        ),
-    )
-}
-
 /// Operations measured again on huge pages, one thread.
 const THP_OPS: [Op; 3] = [Op::Read, Op::Write, Op::Copy];
 
@@ -541,104 +334,6 @@ struct Streams<'a, 'c> {
     preempted: usize,
     kept: usize,
     placed: Placed,
-}
-
-/// Where the teams ran and where their memory sat, gathered over the run.
-#[derive(Default)]
-struct Placed {
-    teams: usize,
-    /// "read_2t: thread 1 ..." for every thread not where it was placed.
-    misplaced: Vec<String>,
-    /// Why placement could not be seen (no hard pinning, no current-CPU call).
-    unknown: Option<String>,
-    /// Pages sampled and pages found on another node than their reader's.
-    pages: usize,
-    pages_away: Vec<String>,
-    pages_unknown: bool,
-}
-
-/// Pages sampled per part for the NUMA-node check.
-const PAGE_SAMPLES: usize = 16;
-
-impl Placed {
-    fn add(&mut self, name: &str, q: &kernel::StreamRun) {
-        self.teams += 1;
-        self.misplaced
-            .extend(q.misplaced.iter().map(|m| format!("{name}: {m}")));
-        if self.unknown.is_none() {
-            self.unknown.clone_from(&q.unknown);
-        }
-    }
-
-    /// Samples pages of each part and compares their node with `nodes[k]`, the node of
-    /// the part's reader.
-    fn pages_on_nodes(&mut self, nodes: Vec<Option<usize>>, parts: &[Part]) {
-        for (k, part) in parts.iter().enumerate() {
-            let Some(want) = nodes.get(k).copied().flatten() else {
-                continue;
-            };
-            let step = (part.len / PAGE_SAMPLES).max(1);
-            for i in 0..PAGE_SAMPLES.min(part.len) {
-                let addr = (part.base + i * step) as *const u8;
-                self.pages += 1;
-                match crate::platform::node_of_page(addr) {
-                    Some(n) if n == want => {}
-                    Some(n) => self.pages_away.push(format!(
-                        "a page of part {k} of {} is on node {n}, not on node {want}",
-                        parts.len()
-                    )),
-                    None => self.pages_unknown = true,
-                }
-            }
-        }
-    }
-
-    /// The premises: every thread ran where it was placed; on several nodes, each thread's
-    /// memory sat on its own node.
-    fn checks(self, numa: bool) -> Vec<Check> {
-        let name =
-            "every thread ran on the CPU it was placed on (current CPU read around every trial)";
-        let mut v = vec![if !self.misplaced.is_empty() {
-            Check::premise(name, false, self.misplaced.join("; "))
-        } else if let Some(why) = &self.unknown {
-            Check::unverified(
-                name,
-                format!("{why}: threads may have shared a CPU, and a figure may be of fewer cores than its name says"),
-            )
-        } else {
-            Check::premise(
-                name,
-                true,
-                format!(
-                    "{} teams, every thread on its own CPU at every check",
-                    self.teams
-                ),
-            )
-        }];
-        if numa {
-            let name = "each thread's memory on its own NUMA node (first touch; get_mempolicy on sampled pages)";
-            v.push(if !self.pages_away.is_empty() {
-                let k = self.pages_away.len();
-                Check::premise(
-                    name,
-                    false,
-                    format!(
-                        "{k} of {} sampled pages away from their reader's node; first: {}",
-                        self.pages, self.pages_away[0]
-                    ),
-                )
-            } else if self.pages_unknown || self.pages == 0 {
-                Check::unverified(name, "the kernel did not say which node holds the pages")
-            } else {
-                Check::premise(
-                    name,
-                    true,
-                    format!("{} sampled pages, each on its reader's node", self.pages),
-                )
-            });
-        }
-        v
-    }
 }
 
 impl Streams<'_, '_> {
