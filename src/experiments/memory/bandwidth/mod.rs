@@ -1,14 +1,5 @@
 //! mem.bandwidth: read, write and copy bandwidth of main memory, one thread and 1..N.
-//!
-//! Each thread streams over its own part of one buffer far larger than the last-level
-//! cache, 1 MiB at a time, continuing where its last trial stopped, so no trial finds its
-//! data in a cache. Trials are short (a few ms), start together (spinning threads), and are
-//! repeated when a thread was preempted.
-
-//!
-//! Split along its seams: `kernel` (the streaming loops and the team of pinned threads)
-//! and `text` (findings, with each claim tied to its evidence); docs/METHODOLOGY.md,
-//! mem.bandwidth, states the method.
+//! Split as memory/latency: kernel, numa, checks, predict, text.
 
 mod checks;
 mod kernel;
@@ -17,7 +8,10 @@ mod predict;
 mod text;
 
 use crate::experiments::kit::{Pages, Region};
-use crate::experiments::{Context, Experiment, Outcome, Profile};
+#[cfg(test)]
+use crate::experiments::predict::Predictions;
+use crate::experiments::spec::ms;
+use crate::experiments::{Context, Experiment, Outcome, PerProfile, Profile, Spec};
 use crate::harness::HarnessConfig;
 use crate::results::{Prediction, Series};
 use crate::units::fmt_bytes;
@@ -108,30 +102,27 @@ fn ops() -> Vec<Op> {
     v
 }
 
-const SPEC: crate::experiments::Spec = crate::experiments::Spec {
+const SPEC: Spec = Spec {
     id: "mem.bandwidth",
     title: "Memory bandwidth",
     description: "read, write (and non-temporal write) and copy bandwidth on a buffer far larger than the last-level cache, 1..N threads",
     method: crate::method!("mem.bandwidth"),
-    needs: crate::experiments::Needs::NONE,
     // Streaming loads and stores.
     bottleneck: crate::results::Bottleneck::Copy,
-    per_core_kind: false,
-    subtracts_loop: false,
-    budget: None,
+    budget: Some(PerProfile::new(ms(900), ms(5_000), ms(40_000), ms(120_000))),
+    ..Spec::MEMORY
 };
 
+/// Shortest trial and trials per figure.
+const TRIALS: PerProfile<(Duration, usize)> =
+    PerProfile::new((ms(1), 5), (ms(2), 11), (ms(4), 21), (ms(4), 31));
+/// The buffer wanted: this many last-level caches, and at least this many bytes.
+const BUFFER: PerProfile<(u64, u64)> =
+    PerProfile::new((0, 64 << 20), (8, 256 << 20), (8, 1 << 30), (16, 2 << 30));
+
 impl Experiment for Bandwidth {
-    fn spec(&self) -> &crate::experiments::Spec {
+    fn spec(&self) -> &Spec {
         &SPEC
-    }
-    fn budget(&self, p: Profile) -> Duration {
-        match p {
-            Profile::Smoke => Duration::from_millis(900),
-            Profile::Quick => Duration::from_secs(5),
-            Profile::Standard => Duration::from_secs(40),
-            Profile::Thorough => Duration::from_secs(120),
-        }
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         predict_streams(ctx)
@@ -171,12 +162,7 @@ impl Experiment for Bandwidth {
             + scalar.len()
             + if thp { THP_OPS.len() } else { 0 }
             + if numa { numa::configs(nodes.len()) } else { 0 };
-        let (min_trial, trials) = match ctx.profile {
-            Profile::Smoke => (Duration::from_millis(1), 5),
-            Profile::Quick => (Duration::from_millis(2), 11),
-            Profile::Standard => (Duration::from_millis(4), 21),
-            Profile::Thorough => (Duration::from_millis(4), 31),
-        };
+        let (min_trial, trials) = TRIALS.get(ctx.profile);
         let spec = HarnessConfig::short_trials(min_trial, trials)
             .for_budget(ctx.budget.mul_f64(0.85), configs);
         let mut run = Streams {
@@ -189,41 +175,7 @@ impl Experiment for Bandwidth {
             kept: 0,
             placed: Placed::default(),
         };
-        let mut pts: Vec<(Op, Vec<[f64; 2]>)> = ops.iter().map(|&o| (o, Vec::new())).collect();
-        for &t in &counts {
-            // A fresh buffer per thread count, each thread faulting in its own part: its
-            // pages sit on the node of the CPU that reads them.
-            (ctx.progress)(&format!("{t} thread(s) fault in their parts"));
-            let region = Region::new(size, Pages::Base)?;
-            let parts = parts_of(region.as_ptr() as usize, size, t);
-            let todo: Vec<Op> = ops
-                .iter()
-                .chain(if t == 1 { scalar } else { &[] })
-                .copied()
-                .collect();
-            for (i, &op) in todo.iter().enumerate() {
-                let med = run.measure(op, &parts, n, i == 0, &mut out);
-                if let Some(p) = pts.iter_mut().find(|p| p.0 == op) {
-                    p.1.push([t as f64, med]);
-                }
-            }
-            if numa {
-                run.placed
-                    .pages_on_nodes(topo_nodes(&topo, &cpus[..t]), &parts);
-            }
-            drop(region);
-        }
-        for (op, points) in pts {
-            out.series.push(Series {
-                name: format!("{}_by_threads", op.name()),
-                x_unit: "threads".into(),
-                y_unit: "bytes/s".into(),
-                points,
-            });
-        }
-        // The metrics in the order of the operations, then thread counts.
-        out.metrics.sort_by_key(|m| metric_order(&m.name));
-
+        run.by_threads(&counts, &ops, scalar, numa, n, &mut out)?;
         if thp {
             run.huge_pages(&mut out)?;
         } else if ctx.profile != Profile::Smoke {
@@ -299,12 +251,8 @@ const THP_OPS: [Op; 3] = [Op::Read, Op::Write, Op::Copy];
 /// The buffer: far larger than the last-level cache, within the memory cap, a whole
 /// number of blocks per thread; noted with MemAvailable.
 fn buffer_size(ctx: &Context, llc: u64, n: usize, out: &mut Outcome) -> anyhow::Result<usize> {
-    let want: u64 = match ctx.profile {
-        Profile::Smoke => 64 << 20,
-        Profile::Quick => (8 * llc).max(256 << 20),
-        Profile::Standard => (8 * llc).max(1 << 30),
-        Profile::Thorough => (16 * llc).max(2 << 30),
-    };
+    let (llcs, floor) = BUFFER.get(ctx.profile);
+    let want = (llcs * llc).max(floor);
     // Each thread's part needs at least two blocks per half for copy.
     let min = (4 * BLOCK * n) as u64;
     let cap = crate::experiments::kit::memory_cap(ctx.machine, want, min)?;
@@ -337,6 +285,55 @@ struct Streams<'a, 'c> {
 }
 
 impl Streams<'_, '_> {
+    /// Every operation at every thread count (the scalar ones with one thread), each count
+    /// on a fresh buffer, and the by-thread series; `n` is the largest count.
+    fn by_threads(
+        &mut self,
+        counts: &[usize],
+        ops: &[Op],
+        scalar: &[Op],
+        numa: bool,
+        n: usize,
+        out: &mut Outcome,
+    ) -> anyhow::Result<()> {
+        let (ctx, size) = (self.ctx, self.size);
+        let mut pts: Vec<(Op, Vec<[f64; 2]>)> = ops.iter().map(|&o| (o, Vec::new())).collect();
+        for &t in counts {
+            // A fresh buffer per thread count, each thread faulting in its own part: its
+            // pages sit on the node of the CPU that reads them.
+            (ctx.progress)(&format!("{t} thread(s) fault in their parts"));
+            let region = Region::new(size, Pages::Base)?;
+            let parts = parts_of(region.as_ptr() as usize, size, t);
+            let todo: Vec<Op> = ops
+                .iter()
+                .chain(if t == 1 { scalar } else { &[] })
+                .copied()
+                .collect();
+            for (i, &op) in todo.iter().enumerate() {
+                let med = self.measure(op, &parts, n, i == 0, out);
+                if let Some(p) = pts.iter_mut().find(|p| p.0 == op) {
+                    p.1.push([t as f64, med]);
+                }
+            }
+            if numa {
+                self.placed
+                    .pages_on_nodes(topo_nodes(self.topo, &self.cpus[..t]), &parts);
+            }
+            drop(region);
+        }
+        for (op, points) in pts {
+            out.series.push(Series {
+                name: format!("{}_by_threads", op.name()),
+                x_unit: "threads".into(),
+                y_unit: "bytes/s".into(),
+                points,
+            });
+        }
+        // The metrics in the order of the operations, then thread counts.
+        out.metrics.sort_by_key(|m| metric_order(&m.name));
+        Ok(())
+    }
+
     /// `op` with one thread per part (thread k on `cpus[k]`); the metric `OP_Tt` for one
     /// thread and for all `n`; returns the median bandwidth. `first_touch`: the threads
     /// fault their parts in first.
@@ -473,8 +470,18 @@ mod tests {
     /// keeps the DIMM bound.
     #[test]
     fn stream_predictions_count_fills_and_bus_lines() {
-        let (line, seq) = (64.0, 4.0); // 16 bytes/ns = 16 GB/s per core
-        let one = |op, k, cores, cap| stream_prediction(op, k, cores, line, Some(seq), cap);
+        let line = 64.0; // and 4 ns per line: 16 bytes/ns = 16 GB/s per core
+        let clock = crate::clock::MockClock::new(1);
+        let mut w = crate::experiments::testing::World::live(&clock);
+        let mut o = Outcome::default();
+        o.metric("dram_sequential", "ns", "", vec![4.0; 5]);
+        w.earlier
+            .push(crate::experiments::testing::recorded("mem.latency", o));
+        let earlier = |w: &crate::experiments::testing::World| {
+            w.with_ctx(|ctx| Predictions::new(ctx).earlier("mem.latency", &["dram_sequential"]))
+        };
+        let seq = earlier(&w);
+        let one = |op, k, cores, cap| stream_prediction(op, k, cores, line, &seq, cap);
         let read = one(Op::Read, 1, 1, None).value;
         assert!((read - 16e9).abs() < 1.0, "{read}");
         assert_eq!(one(Op::Write, 1, 1, None).value, read);
@@ -496,9 +503,11 @@ mod tests {
         );
         assert_eq!(p.inputs["fills"].value, 2.0);
         // Without the chase: withheld, but the N-thread read keeps its DIMM bound.
-        let none = stream_prediction(Op::Write, 2, 2, line, None, cap.clone());
+        w.earlier.clear();
+        let unmeasured = earlier(&w);
+        let none = stream_prediction(Op::Write, 2, 2, line, &unmeasured, cap.clone());
         assert!(none.withheld.as_deref().unwrap().contains("not measured"));
-        let bound = stream_prediction(Op::Read, 2, 2, line, None, cap);
+        let bound = stream_prediction(Op::Read, 2, 2, line, &unmeasured, cap);
         assert_eq!(bound.value, 24e9);
     }
 

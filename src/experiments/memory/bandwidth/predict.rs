@@ -2,14 +2,11 @@
 //! times the cores, capped by the DIMMs' peak where it is known.
 
 use super::{ops, placement_topology, thread_counts, Op, THP_OPS};
+use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{Context, Profile};
 use crate::results::Prediction;
 
 /// Theoretical peak of the DIMMs (speed x width x channels), or why it is unknown.
-///
-/// WIRING POINT: once the machine module provides `memory.peak_bandwidth_bytes_per_s:
-/// Option<f64>` (from dmidecode or sysfs), return it here:
-/// `ctx.machine.memory.peak_bandwidth_bytes_per_s.ok_or(...)`, with its source.
 pub(super) fn dimm_peak(ctx: &Context) -> Result<(f64, String), String> {
     let m = &ctx.machine.memory;
     match m.peak_bandwidth_bytes_per_s {
@@ -40,7 +37,7 @@ pub(super) fn bus_lines_per_line(op: Op) -> f64 {
     }
 }
 
-/// Predictions from figures measured earlier (issue 20): one core streams no slower than
+/// Predictions from figures measured earlier: one core streams no slower than
 /// mem.latency's sequential chase brings in lines (one line per `dram_sequential`, each
 /// load waiting for the one before, so the prefetcher alone keeps lines in flight); an
 /// operation needing k line fills per line of its bytes gets 1/k of that rate; N threads
@@ -65,20 +62,19 @@ pub(super) fn predict_streams(ctx: &Context) -> Vec<(String, Prediction)> {
         }
     }
     let line = crate::experiments::kit::line_bytes(&ctx.machine.data_caches()) as f64;
-    let seq = ctx.earlier_median("mem.latency", "dram_sequential");
+    let mut p = Predictions::new(ctx);
+    let seq = p.earlier("mem.latency", &["dram_sequential"]);
     let peak = dimm_peak(ctx);
-    names
-        .into_iter()
-        .map(|(op, k, name)| {
-            let cpus = topo.spread(allowed, k);
-            let cores = k - topo.describe_cpus(&cpus).smt_shared.len();
-            let cap = peak
-                .as_ref()
-                .ok()
-                .map(|(p, s)| per_socket(&topo, &cpus, *p, s.clone()));
-            (name, stream_prediction(op, k, cores, line, seq, cap))
-        })
-        .collect()
+    for (op, k, name) in names {
+        let cpus = topo.spread(allowed, k);
+        let cores = k - topo.describe_cpus(&cpus).smt_shared.len();
+        let cap = peak
+            .as_ref()
+            .ok()
+            .map(|(p, s)| per_socket(&topo, &cpus, *p, s.clone()));
+        p.add(&name, stream_prediction(op, k, cores, line, &seq, cap));
+    }
+    p.done()
 }
 
 /// One stream figure's prediction (see `predict_streams`), or why there is none.
@@ -87,62 +83,17 @@ pub(super) fn stream_prediction(
     threads: usize,
     cores: usize,
     line: f64,
-    seq_ns: Option<f64>,
+    seq: &Input,
     cap: Option<(f64, String)>,
 ) -> Prediction {
-    let fills = fills_per_line(op);
-    let bus = bus_lines_per_line(op);
-    let capped =
-        |p: Prediction, rate: f64| match &cap {
-            Some((peak, src)) if threads > 1 && peak / bus < rate => {
-                Prediction {
-                    value: peak / bus,
-                    formula: format!(
-                "{}; capped by the DIMMs' peak / {bus} bus lines per line ({} each line costs)",
-                p.formula,
-                if bus > 1.0 { "fill and write-back" } else { "one transfer" }
-            ),
-                    ..p
-                }
-                .machine("dimm_peak", *peak, "bytes/s", src.clone())
-                .method(
-                    "bus_lines",
-                    bus,
-                    "lines",
-                    "method: memory-bus lines per line of the operation's bytes",
-                )
-            }
-            _ => p,
-        };
-    let Some(t) = seq_ns.filter(|t| *t > 0.0) else {
-        return match cap {
-            Some((peak, src)) if threads > 1 && op == Op::Read => Prediction::new(
-                peak,
-                "the DIMMs' theoretical peak (an upper bound for N threads)",
-            )
-            .upper_bound()
-            .machine("dimm_peak", peak, "bytes/s", src)
-            .machine(
-                "threads",
-                threads as f64,
-                "threads",
-                "machine: CPUs this process may use",
-            ),
-            _ => Prediction::withheld(
-                "mem.latency's dram_sequential was not measured in this run, and a core's stream \
-                 rate is predicted from it",
-            ),
-        };
+    let Some(t) = seq.value().filter(|t| *t > 0.0) else {
+        return without_chase(op, threads, seq, cap);
     };
+    let fills = fills_per_line(op);
     let one = line / t * 1e9;
     let (per_core, what) = if fills > 0.0 {
-        (
-            one / fills,
-            format!(
-                "{fills} line fill{} per line",
-                if fills > 1.0 { "s" } else { "" }
-            ),
-        )
+        let s = if fills > 1.0 { "s" } else { "" };
+        (one / fills, format!("{fills} line fill{s} per line"))
     } else {
         (
             one,
@@ -165,30 +116,80 @@ pub(super) fn stream_prediction(
              mem.latency's sequential chase, where each load waits for the last and only the \
              prefetcher keeps lines in flight, so a stream that does not wait is no slower{scope}"
         ),
-    )
-    .measured(
-        "dram_sequential",
-        t,
-        "ns",
-        "measured: mem.latency dram_sequential",
-    )
-    .machine("line", line, "bytes", "machine: cache line size (sysfs)")
-    .method(
-        "fills",
-        fills,
-        "fills/line",
-        "method: line fills per line of the operation's bytes (read 1, store 1 for ownership, copy 2, non-temporal 0)",
-    )
-    .machine(
-        "cores",
-        cores as f64,
-        "cores",
-        "machine: physical cores the threads run on (Topology::spread; SMT siblings share one)",
     );
+    let p = seq
+        .attach(p)
+        .machine("line", line, "bytes", "machine: cache line size (sysfs)")
+        .method(
+            "fills",
+            fills,
+            "fills/line",
+            "method: line fills per line of the operation's bytes (read 1, store 1 for ownership, copy 2, non-temporal 0)",
+        )
+        .machine(
+            "cores",
+            cores as f64,
+            "cores",
+            "machine: physical cores the threads run on (Topology::spread; SMT siblings share one)",
+        );
     // One core's stream is no slower than the chase it is built from: a lower bound. Over
     // several cores the product assumes the memory keeps up, which nothing here bounds.
     let p = if cores == 1 { p.lower_bound() } else { p };
-    capped(p, rate)
+    match cap {
+        Some(cap) if threads > 1 => dimm_capped(p, rate, op, cap),
+        _ => p,
+    }
+}
+
+/// `p` (of `rate`) capped by the DIMMs' peak over the bus lines each line of `op` costs,
+/// where that is lower.
+fn dimm_capped(p: Prediction, rate: f64, op: Op, (peak, src): (f64, String)) -> Prediction {
+    let bus = bus_lines_per_line(op);
+    if peak / bus >= rate {
+        return p;
+    }
+    let cost = if bus > 1.0 {
+        "fill and write-back"
+    } else {
+        "one transfer"
+    };
+    Prediction {
+        value: peak / bus,
+        formula: format!(
+            "{}; capped by the DIMMs' peak / {bus} bus lines per line ({cost} each line costs)",
+            p.formula
+        ),
+        ..p
+    }
+    .machine("dimm_peak", peak, "bytes/s", src)
+    .method(
+        "bus_lines",
+        bus,
+        "lines",
+        "method: memory-bus lines per line of the operation's bytes",
+    )
+}
+
+/// Without the sequential chase only the N-thread read keeps a bound: the DIMMs' peak.
+fn without_chase(op: Op, threads: usize, seq: &Input, cap: Option<(f64, String)>) -> Prediction {
+    match cap {
+        Some((peak, src)) if threads > 1 && op == Op::Read => Prediction::new(
+            peak,
+            "the DIMMs' theoretical peak (an upper bound for N threads)",
+        )
+        .upper_bound()
+        .machine("dimm_peak", peak, "bytes/s", src)
+        .machine(
+            "threads",
+            threads as f64,
+            "threads",
+            "machine: CPUs this process may use",
+        ),
+        _ => Prediction::withheld(
+            seq.why_missing()
+                .unwrap_or("mem.latency's dram_sequential is not a positive time"),
+        ),
+    }
 }
 
 /// The DIMM peak of the sockets the N-thread team ran on: the machine's peak divided
