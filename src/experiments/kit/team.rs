@@ -174,3 +174,33 @@ impl<'c> Team<'c> {
         p
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every step releases every member once with its argument, and each member looks at
+    /// its CPU on either side of each run.
+    #[test]
+    fn each_step_runs_every_member_once() {
+        let clock = crate::clock::MockClock::new(1);
+        let allowed = crate::platform::allowed_cpus();
+        let cpus: Vec<usize> = (0..3).map(|k| allowed[k % allowed.len()]).collect();
+        let sums: Vec<AtomicU64> = (0..3).map(|_| AtomicU64::new(0)).collect();
+        let member = |t: usize| {
+            let sums = &sums;
+            move |arg: u64| {
+                sums[t].fetch_add(arg, Ordering::Relaxed);
+            }
+        };
+        let (steps, placed) = Team::run(&clock, &cpus, member, |step| {
+            (1..=4).map(|arg| step(arg).1).count()
+        });
+        assert_eq!(steps, 4);
+        for s in &sums {
+            assert_eq!(s.load(Ordering::Relaxed), 1 + 2 + 3 + 4);
+        }
+        assert_eq!(placed.places.len(), 3);
+        assert!(placed.places.iter().all(|p| p.looks == 8), "{placed:?}");
+    }
+}
