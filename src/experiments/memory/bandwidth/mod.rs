@@ -12,7 +12,7 @@ use crate::experiments::kit::{Pages, Region};
 use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Outcome, PerProfile, Profile, Spec};
-use crate::harness::HarnessConfig;
+use crate::harness::{HarnessConfig, Measurement};
 use crate::results::{Prediction, Series};
 use crate::units::fmt_bytes;
 use checks::Placed;
@@ -285,6 +285,16 @@ struct Streams<'a, 'c> {
 }
 
 impl Streams<'_, '_> {
+    /// One team's trials of `op` over `parts`, its placement and trial counts recorded
+    /// under `name`.
+    fn stream(&mut self, name: &str, op: Op, parts: &[Part], first_touch: bool) -> Measurement {
+        let q = team(self.ctx, op, parts, self.cpus, self.spec, first_touch);
+        self.placed.add(name, &q);
+        self.preempted += q.m.preempted;
+        self.kept += q.m.per_op_ns.len();
+        q.m
+    }
+
     /// Every operation at every thread count (the scalar ones with one thread), each count
     /// on a fresh buffer, and the by-thread series; `n` is the largest count.
     fn by_threads(
@@ -348,12 +358,8 @@ impl Streams<'_, '_> {
         let (ctx, size) = (self.ctx, self.size);
         let t = parts.len();
         (ctx.progress)(&format!("{} with {t} thread(s)", op.name()));
-        let q = team(ctx, op, parts, self.cpus, self.spec, first_touch);
         let name = format!("{}_{t}t", op.name());
-        self.placed.add(&name, &q);
-        let q = q.m;
-        self.preempted += q.preempted;
-        self.kept += q.per_op_ns.len();
+        let q = self.stream(&name, op, parts, first_touch);
         let bw: Vec<f64> = q.per_op_ns.iter().map(|ns| 1e9 / ns).collect();
         for note in &q.notes {
             out.notes.push(format!("{name}: {note}"));
@@ -435,12 +441,8 @@ impl Streams<'_, '_> {
         }];
         for op in THP_OPS {
             (ctx.progress)(&format!("{} with 1 thread, huge pages", op.name()));
-            let q = team(ctx, op, &part, self.cpus, self.spec, false);
-            self.placed.add(&format!("{}_thp_1t", op.name()), &q);
-            let q = q.m;
-            self.preempted += q.preempted;
-            self.kept += q.per_op_ns.len();
             let name = format!("{}_thp_1t", op.name());
+            let q = self.stream(&name, op, &part, false);
             for note in &q.notes {
                 out.notes.push(format!("{name}: {note}"));
             }

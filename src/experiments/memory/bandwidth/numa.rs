@@ -1,7 +1,7 @@
 //! mem.bandwidth on several NUMA nodes: remote read bandwidth and the node-to-node load
 //! latency matrix.
 
-use super::kernel::{team, touch, Part};
+use super::kernel::{touch, Part};
 use super::{Op, Placed, Streams, BLOCK};
 use crate::experiments::kit::place::{pin, Pinned, Place, NO_CURRENT_CPU};
 use crate::experiments::kit::{measure_raw, Pages, Region};
@@ -119,11 +119,7 @@ fn remote_reads(
         (ctx.progress)(&format!("{name}: memory faulted in on node {b}"));
         on_cpu(&mut run.placed, &name, cpus_b[0], || touch(part));
         run.placed.pages_on_nodes(vec![Some(*b)], &[part]);
-        let q = team(ctx, Op::Read, &[part], run.cpus, run.spec, false);
-        run.placed.add(&name, &q);
-        let q = q.m;
-        run.preempted += q.preempted;
-        run.kept += q.per_op_ns.len();
+        let q = run.stream(&name, Op::Read, &[part], false);
         out.metric(
             &name,
             "bytes/s",
