@@ -1,17 +1,16 @@
 //! cpu.core-to-core: how long a cache line takes to travel between two CPUs, for pairs
-//! of allowed CPUs (nviennot's core-to-core-latency and Intel MLC's `--c2c_latency` ask
-//! the same; docs/METHODOLOGY.md, cpu.core-to-core).
-//!
-//! Two threads, pinned one to each CPU of the pair, bounce one cache line with atomic
-//! compare-and-swap: the first sets it from 2k to 2k+1, the second from 2k+1 to 2k+2. A
-//! round trip moves the line there and back; the one-way latency is half of it. The line
-//! lives on a page the first thread maps and writes first (its NUMA node).
+//! of allowed CPUs (as nviennot's core-to-core-latency and Intel MLC's `--c2c_latency`).
 
-use crate::experiments::{Context, Experiment, Needs, Outcome, Profile, Spec};
+use crate::experiments::kit::place::pin;
+use crate::experiments::kit::team::Team;
+use crate::experiments::kit::{Pages, Region};
+use crate::experiments::predict::Predictions;
+use crate::experiments::spec::ms;
+use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
 use crate::machine::{PartnerClass, Topology};
 use crate::results::{Check, Series};
 use crate::units::fmt_ns;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub(crate) struct CoreToCore;
@@ -27,7 +26,16 @@ pub(crate) const QUICK_PER_CLASS: usize = 3;
 /// beyond, they sample this many pairs per class.
 pub(crate) const ALL_PAIRS_UP_TO: usize = 64;
 
-const SPEC: crate::experiments::Spec = crate::experiments::Spec {
+/// Pairs per class a profile samples, and the allowed CPUs up to which it measures every
+/// pair instead.
+const SAMPLING: PerProfile<(usize, usize)> = PerProfile::new(
+    (1, 0),
+    (QUICK_PER_CLASS, 0),
+    (ALL_PAIRS_UP_TO, ALL_PAIRS_UP_TO),
+    (2 * ALL_PAIRS_UP_TO, 2 * ALL_PAIRS_UP_TO),
+);
+
+const SPEC: Spec = Spec {
     id: "cpu.core-to-core",
     title: "Core-to-core cache-line latency",
     description: "two pinned threads bounce one cache line with compare-and-swap, for pairs of allowed CPUs: one-way latency matrix and per topology class (like nviennot's core-to-core-latency)",
@@ -38,31 +46,22 @@ const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     },
     // a cache line moving between two CPUs: no sentinel kernel on one CPU shares it.
     bottleneck: crate::results::Bottleneck::None,
-    per_core_kind: false,
-    subtracts_loop: false,
-    budget: None,
+    budget: Some(PerProfile::new(ms(400), ms(1500), ms(20_000), ms(60_000))),
+    ..Spec::MEMORY
 };
 
 impl Experiment for CoreToCore {
     fn spec(&self) -> &Spec {
         &SPEC
     }
-    fn budget(&self, p: Profile) -> Duration {
-        match p {
-            Profile::Smoke => Duration::from_millis(400),
-            Profile::Quick => Duration::from_millis(1500),
-            Profile::Standard => Duration::from_secs(20),
-            Profile::Thorough => Duration::from_secs(60),
-        }
-    }
-    fn predict(&self, _ctx: &Context) -> Vec<(String, crate::results::Prediction)> {
-        vec![(
-            "one_way".into(),
-            crate::results::Prediction::withheld(
-                "no experiment before it moves a cache line between cores, and the parts table \
-                 names no published core-to-core latency for any part",
-            ),
-        )]
+    fn predict(&self, ctx: &Context) -> Vec<(String, crate::results::Prediction)> {
+        let mut p = Predictions::new(ctx);
+        p.withhold(
+            &["one_way"],
+            "no experiment before it moves a cache line between cores, and the parts table \
+             names no published core-to-core latency for any part",
+        );
+        p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let allowed = if ctx.machine.cpu.allowed_cpus.is_empty() {
@@ -109,12 +108,8 @@ pub(crate) fn plan(t: &Topology, allowed: &[usize], profile: Profile) -> PairPla
         v.dedup();
         v.len()
     };
-    let per_class = match profile {
-        Profile::Smoke => Some(1),
-        Profile::Quick => Some(QUICK_PER_CLASS),
-        Profile::Standard => (n > ALL_PAIRS_UP_TO).then_some(ALL_PAIRS_UP_TO),
-        Profile::Thorough => (n > 2 * ALL_PAIRS_UP_TO).then_some(2 * ALL_PAIRS_UP_TO),
-    };
+    let (k, all_up_to) = SAMPLING.get(profile);
+    let per_class = (n > all_up_to).then_some(k);
     let total = all.len();
     let Some(k) = per_class else {
         return PairPlan {
@@ -203,135 +198,88 @@ struct Line(AtomicU64);
 /// Bounces a line between `a` (first touch, timing) and `b` for about `share`.
 fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> Bounce {
     let clock = ctx.clock;
-    let line = AtomicUsize::new(0);
-    let stop = AtomicBool::new(false);
-    let b_side = std::sync::Mutex::new((0u64, 0u64));
-    let mut res = Bounce::default();
     std::thread::scope(|s| {
-        let (line_b, stop_b, b_side) = (&line, &stop, &b_side);
-        s.spawn(move || {
-            let _ = crate::platform::pin_to_cpu(b);
-            let (mut looks, mut off) = (1u64, 0u64);
-            if crate::platform::current_cpu() != Some(b) {
-                off += 1;
-            }
-            let mut p = 0usize;
-            // Yield while waiting: the thread for `a` may still be on this CPU before it
-            // pins itself, and under a real-time policy it would never run while we spin.
-            while p == 0 && !stop_b.load(Ordering::Acquire) {
-                p = line_b.load(Ordering::Acquire);
-                std::thread::yield_now();
-            }
-            if p != 0 {
-                // SAFETY: the thread on `a` published a pointer to a live, aligned Line it
-                // keeps mapped until this thread has stopped (it waits for the scope).
-                let l = unsafe { &*(p as *const Line) };
-                let mut want = 1u64;
-                loop {
-                    if l.0
-                        .compare_exchange(want, want + 1, Ordering::AcqRel, Ordering::Relaxed)
-                        .is_ok()
-                    {
-                        want += 2;
-                        if want % 2048 == 1 {
-                            looks += 1;
-                            if crate::platform::current_cpu() != Some(b) {
-                                off += 1;
-                            }
-                        }
-                    } else if stop_b.load(Ordering::Relaxed) {
-                        break;
-                    }
-                }
-            }
-            looks += 1;
-            if crate::platform::current_cpu() != Some(b) {
-                off += 1;
-            }
-            *b_side.lock().unwrap_or_else(|e| e.into_inner()) = (looks, off);
-        });
-        let a_side = s.spawn(|| {
-            let _ = crate::platform::pin_to_cpu(a);
-            let mut r = Bounce::default();
+        s.spawn(|| {
+            let _ = pin(a);
             let page = crate::pagecache::page_size();
-            let mut region = match crate::experiments::kit::Region::new(
-                page,
-                crate::experiments::kit::Pages::Base,
-            ) {
-                Ok(r) => r,
-                Err(e) => {
-                    r.error = Some(format!("{e:#}"));
-                    stop.store(true, Ordering::Release);
-                    return r;
+            match Region::new(page, Pages::Base) {
+                Ok(mut region) => {
+                    // First touch on `a`: the page (and the line) start here.
+                    region.as_mut_slice()[0] = 0;
+                    // SAFETY: the region is page-aligned, larger than a Line, and outlives
+                    // the team, whose threads are joined before `bounce_on` returns.
+                    let line = unsafe { &*(region.as_ptr() as *const Line) };
+                    bounce_on(clock, line, [a, b], share)
                 }
-            };
-            // First touch on `a`: the page (and the line) start here.
-            region.as_mut_slice()[0] = 0;
-            // SAFETY: the region is page-aligned, larger than a Line and lives until this
-            // closure returns, after the partner stopped using it (see below).
-            let l = unsafe { &*(region.as_ptr() as *const Line) };
-            l.0.store(0, Ordering::Release);
-            line.store(region.as_ptr() as usize, Ordering::Release);
-            let mut v = 0u64;
-            let round_trips = |n: u64, v: &mut u64| {
-                for _ in 0..n {
-                    while l
-                        .0
-                        .compare_exchange(*v, *v + 1, Ordering::AcqRel, Ordering::Relaxed)
-                        .is_err()
-                    {
-                        std::hint::spin_loop();
-                    }
-                    *v += 2;
-                }
-                // The last answer.
-                while l.0.load(Ordering::Acquire) != *v {
-                    std::hint::spin_loop();
-                }
-            };
-            let look = |r: &mut Bounce| {
-                r.looks[0] += 1;
-                if crate::platform::current_cpu() != Some(a) {
-                    r.off[0] += 1;
-                }
-            };
-            round_trips(ROUND_TRIPS / 5, &mut v); // warm-up: both spinning, line bouncing
-            let deadline = crate::clock::Deadline::after(clock, share);
-            while r.trials.len() < MAX_TRIALS && (r.trials.len() < MIN_TRIALS || !deadline.passed())
-            {
-                look(&mut r);
-                let t0 = clock.now();
-                round_trips(ROUND_TRIPS, &mut v);
-                let t1 = clock.now();
-                look(&mut r);
-                let ns = clock.ticks_to_ns(t1.saturating_sub(t0) as f64);
-                r.trials.push(ns / (2 * ROUND_TRIPS) as f64);
+                Err(e) => Bounce {
+                    error: Some(format!("{e:#}")),
+                    ..Default::default()
+                },
             }
-            stop.store(true, Ordering::Release);
-            // Keep the page until the partner has left its loop: it reads `stop` only
-            // after a failed compare-and-swap on the line.
-            while b_side.lock().map(|g| g.0 == 0).unwrap_or(false) {
-                std::thread::yield_now();
-            }
-            drop(region);
-            r
-        });
-        res = a_side.join().unwrap_or_else(|_| Bounce {
+        })
+        .join()
+        .unwrap_or_else(|_| Bounce {
             error: Some("the timing thread panicked".into()),
             ..Default::default()
-        });
+        })
+    })
+}
+
+/// `n` compare-and-swaps of `line` from `*v` to `*v + 1`, each after the partner's.
+fn ping(line: &Line, v: &mut u64, n: u64) {
+    for _ in 0..n {
+        while line
+            .0
+            .compare_exchange(*v, *v + 1, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        *v += 2;
+    }
+}
+
+/// The pair's team on this thread (on `cpus[0]`): member 0 sets the line from 2k to
+/// 2k+1 and waits for the last answer, member 1 from 2k+1 to 2k+2.
+fn bounce_on(
+    clock: &dyn crate::clock::Clock,
+    line: &Line,
+    cpus: [usize; 2],
+    share: Duration,
+) -> Bounce {
+    line.0.store(0, Ordering::Release);
+    let member = |t: usize| {
+        let mut v = t as u64;
+        move |n: u64| {
+            ping(line, &mut v, n);
+            if t == 0 {
+                while line.0.load(Ordering::Acquire) != v {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    };
+    let (trials, placed) = Team::run(clock, &cpus, member, |step| {
+        step(ROUND_TRIPS / 5); // warm-up: both spinning, line bouncing
+        let deadline = crate::clock::Deadline::after(clock, share);
+        let mut trials = Vec::new();
+        while trials.len() < MAX_TRIALS && (trials.len() < MIN_TRIALS || !deadline.passed()) {
+            let (ticks, _) = step(ROUND_TRIPS);
+            trials.push(clock.ticks_to_ns(ticks as f64) / (2 * ROUND_TRIPS) as f64);
+        }
+        trials
     });
-    let (looks, off) = *b_side.lock().unwrap_or_else(|e| e.into_inner());
-    res.looks[1] = looks;
-    res.off[1] = off;
-    res
+    let side = |i: usize| placed.places.get(i).copied().unwrap_or_default();
+    Bounce {
+        trials,
+        looks: [side(0).looks, side(1).looks],
+        off: [side(0).off(), side(1).off()],
+        error: None,
+    }
 }
 
 /// The premise: pinning is hard and every look found both threads on their CPUs.
-fn placement_check(
-    pin: Option<String>,
-    ok: &[&(usize, usize, Option<PartnerClass>, Bounce)],
-) -> Check {
+fn placement_check(pin: Option<String>, ok: &[&PairResult]) -> Check {
     let moved: Vec<String> = ok
         .iter()
         .filter(|r| r.3.off.iter().any(|&o| o > 0))
@@ -359,24 +307,45 @@ fn placement_check(
     )
 }
 
+/// One measured pair: its CPUs, their class, and what the bounce gave.
+type PairResult = (usize, usize, Option<PartnerClass>, Bounce);
+/// A class's figure: its class, metric name and median one-way ns.
+type ClassFigure = (Option<PartnerClass>, String, f64);
+
 /// Metrics per class, the matrix series, the premise, and the findings.
-fn report(
-    ctx: &Context,
-    plan: &PairPlan,
-    results: &[(usize, usize, Option<PartnerClass>, Bounce)],
-    out: &mut Outcome,
-) {
+fn report(ctx: &Context, plan: &PairPlan, results: &[PairResult], out: &mut Outcome) {
     if let Some(e) = results.iter().find_map(|r| r.3.error.as_ref()) {
         out.notes.push(format!("a pair could not run: {e}"));
     }
-    let ok: Vec<&(usize, usize, Option<PartnerClass>, Bounce)> =
-        results.iter().filter(|r| !r.3.trials.is_empty()).collect();
+    let ok: Vec<&PairResult> = results.iter().filter(|r| !r.3.trials.is_empty()).collect();
     // Premise: both threads stayed on their CPUs.
     let pin = crate::platform::pinning_premise_failure(&crate::platform::pin_support());
     out.check(placement_check(pin, &ok));
-    // The matrix: one row per first CPU.
+    matrix(&ok, out);
+    let mut by_class = class_metrics(&ok, out);
+    out.notes.push(match plan.per_class {
+        Some(k) => format!(
+            "{} of {} pairs measured: up to {k} per topology class, spread over the class",
+            ok.len(),
+            plan.total
+        ),
+        None => format!("all {} pairs measured", ok.len()),
+    });
+    // The findings quote the pooled runs' figures, as the table shows them.
+    out.pool(ctx);
+    for c in &mut by_class {
+        let v = out.median(&c.1);
+        if v.is_finite() {
+            c.2 = v;
+        }
+    }
+    findings(&by_class, out);
+}
+
+/// The matrix series: one row per first CPU.
+fn matrix(ok: &[&PairResult], out: &mut Outcome) {
     let mut rows: std::collections::BTreeMap<usize, Vec<[f64; 2]>> = Default::default();
-    for r in &ok {
+    for r in ok {
         rows.entry(r.0)
             .or_default()
             .push([r.1 as f64, r.3.one_way()]);
@@ -389,6 +358,10 @@ fn report(
             points: pts,
         });
     }
+}
+
+/// One metric per topology class, trials of its pairs pooled: (class, metric, median).
+fn class_metrics(ok: &[&PairResult], out: &mut Outcome) -> Vec<ClassFigure> {
     let classes: Vec<Option<PartnerClass>> = ok.iter().map(|r| r.2).collect();
     let mut by_class = Vec::new();
     for (class, name) in metric_names(&classes) {
@@ -421,22 +394,11 @@ fn report(
         );
         by_class.push((class, name, m.summary.median));
     }
-    out.notes.push(match plan.per_class {
-        Some(k) => format!(
-            "{} of {} pairs measured: up to {k} per topology class, spread over the class",
-            ok.len(),
-            plan.total
-        ),
-        None => format!("all {} pairs measured", ok.len()),
-    });
-    // The findings quote the pooled runs' figures, as the table shows them.
-    out.pool(ctx);
-    for c in &mut by_class {
-        let v = out.median(&c.1);
-        if v.is_finite() {
-            c.2 = v;
-        }
-    }
+    by_class
+}
+
+/// The nearest and farthest classes side by side, or the only one.
+fn findings(by_class: &[ClassFigure], out: &mut Outcome) {
     if by_class.len() >= 2 {
         let near = by_class
             .iter()

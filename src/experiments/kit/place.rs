@@ -1,1 +1,64 @@
 //! Placement counters: whether a pinned thread stayed on its CPU throughout.
+
+use crate::platform::{current_cpu, pin_to_cpu, Pinning};
+
+/// Why where a thread ran is not known on a system without a current-CPU call.
+pub(crate) const NO_CURRENT_CPU: &str = "this system does not say which CPU a thread runs on";
+
+/// Looks at where the calling thread runs, against the CPU it was placed on.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub(crate) struct Place {
+    pub(crate) cpu: usize,
+    pub(crate) looks: u64,
+    /// Looks that found the thread on another CPU, and the last such CPU.
+    pub(crate) away: u64,
+    pub(crate) last_away: Option<usize>,
+    /// Looks the system could not answer.
+    pub(crate) blind: u64,
+}
+
+impl Place {
+    pub(crate) fn new(cpu: usize) -> Self {
+        Place {
+            cpu,
+            ..Place::default()
+        }
+    }
+
+    /// Looks once; true when the thread is on its CPU.
+    pub(crate) fn look(&mut self) -> bool {
+        self.looks += 1;
+        match current_cpu() {
+            Some(c) if c == self.cpu => return true,
+            Some(c) => {
+                self.away += 1;
+                self.last_away = Some(c);
+            }
+            None => self.blind += 1,
+        }
+        false
+    }
+
+    /// Looks that did not find the thread on its CPU (elsewhere or unanswered).
+    pub(crate) fn off(&self) -> u64 {
+        self.away + self.blind
+    }
+}
+
+/// What pinning a thread told about its placement.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Pinned {
+    Hard,
+    /// Pinned as a hint only: why the placement is not known.
+    Soft(String),
+    Failed(String),
+}
+
+/// Pins the calling thread to `cpu`.
+pub(crate) fn pin(cpu: usize) -> Pinned {
+    match pin_to_cpu(cpu) {
+        Ok(Pinning::Hard) => Pinned::Hard,
+        Ok(p) => Pinned::Soft(p.reason().unwrap_or("no hard pinning").to_string()),
+        Err(e) => Pinned::Failed(e.to_string()),
+    }
+}

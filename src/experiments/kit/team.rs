@@ -1,3 +1,206 @@
 //! A pinned thread team that steps by generation, with a start barrier and per-thread
-//! start and stop stamps on the run's clock (bandwidth, numa, loaded-latency,
-//! core-to-core).
+//! start and stop stamps on the run's clock.
+
+use super::place::{pin, Pinned, Place};
+use super::spin_until;
+use crate::clock::Clock;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// Where a team's threads ran.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct TeamPlacement {
+    /// Threads that could not be pinned or were seen on another CPU than their own.
+    pub(crate) misplaced: Vec<String>,
+    /// Why where the threads ran is not known (no hard pinning, no current-CPU call).
+    pub(crate) unknown: Option<String>,
+    /// Each member's looks, in member order.
+    pub(crate) places: Vec<Place>,
+}
+
+/// The state the members share: the generation they step by, the argument of the
+/// current step, ready and done counts, the stop flag and each member's stamps.
+pub(crate) struct Team<'c> {
+    clock: &'c dyn Clock,
+    cpus: Vec<usize>,
+    gen: AtomicU64,
+    arg: AtomicU64,
+    ready: AtomicUsize,
+    done: AtomicUsize,
+    stop: AtomicBool,
+    start: Vec<AtomicU64>,
+    end: Vec<AtomicU64>,
+    quiet: Vec<AtomicBool>,
+    places: Vec<Mutex<Place>>,
+    pins: Mutex<TeamPlacement>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<'c> Team<'c> {
+    /// Runs a team of `cpus.len()` threads: member 0 is the calling thread (already on
+    /// `cpus[0]`), member t > 0 a thread pinned to `cpus[t]`. Each member first calls
+    /// `member(t)` on its own thread (setup such as a first touch) to get its step body;
+    /// `drive` then runs on the calling thread once all are ready, and each call of the
+    /// `step(arg)` it is given releases every member into one run of its body with `arg`,
+    /// returning the slowest member's ticks and whether every member ran undisturbed.
+    pub(crate) fn run<W, R>(
+        clock: &'c dyn Clock,
+        cpus: &[usize],
+        member: impl Fn(usize) -> W + Sync,
+        drive: impl FnOnce(&mut dyn FnMut(u64) -> (u64, bool)) -> R,
+    ) -> (R, TeamPlacement)
+    where
+        W: FnMut(u64),
+    {
+        let n = cpus.len();
+        let team = Team {
+            clock,
+            cpus: cpus.to_vec(),
+            gen: AtomicU64::new(0),
+            arg: AtomicU64::new(0),
+            ready: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            start: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            end: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            quiet: (0..n).map(|_| AtomicBool::new(true)).collect(),
+            places: cpus.iter().map(|&c| Mutex::new(Place::new(c))).collect(),
+            pins: Mutex::new(TeamPlacement::default()),
+        };
+        let r = std::thread::scope(|s| {
+            for t in 1..n {
+                let (team, member) = (&team, &member);
+                s.spawn(move || team.member(t, member(t)));
+            }
+            let mut body = member(0);
+            // Yielding matters: a new thread starts on this CPU, and under a real-time
+            // policy it would never run while we spin.
+            spin_until(|| team.ready.load(Ordering::Acquire) == n - 1);
+            let r = drive(&mut |arg| team.step(arg, &mut body));
+            team.stop.store(true, Ordering::Release);
+            r
+        });
+        let placement = team.placement();
+        (r, placement)
+    }
+
+    /// A member thread: pins itself, then runs one step per generation until stopped.
+    fn member(&self, t: usize, mut body: impl FnMut(u64)) {
+        let cpu = self.cpus[t];
+        match pin(cpu) {
+            Pinned::Hard => {}
+            Pinned::Soft(why) => {
+                lock(&self.pins).unknown.get_or_insert(why);
+            }
+            Pinned::Failed(e) => lock(&self.pins)
+                .misplaced
+                .push(format!("thread {t} could not be pinned to CPU {cpu} ({e})")),
+        }
+        self.ready.fetch_add(1, Ordering::AcqRel);
+        let mut seen = 0u64;
+        loop {
+            spin_until(|| {
+                self.gen.load(Ordering::Acquire) != seen || self.stop.load(Ordering::Acquire)
+            });
+            if self.stop.load(Ordering::Acquire) {
+                break;
+            }
+            seen = self.gen.load(Ordering::Acquire);
+            self.timed(t, self.arg.load(Ordering::Acquire), &mut body);
+            self.done.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// One generation, driven from member 0.
+    fn step(&self, arg: u64, body: &mut impl FnMut(u64)) -> (u64, bool) {
+        let others = self.cpus.len() - 1;
+        self.done.store(0, Ordering::Release);
+        self.arg.store(arg, Ordering::Release);
+        self.gen.fetch_add(1, Ordering::AcqRel);
+        self.timed(0, arg, body);
+        spin_until(|| self.done.load(Ordering::Acquire) == others);
+        let slowest = (0..=others)
+            .map(|t| {
+                let (a, b) = (&self.start[t], &self.end[t]);
+                b.load(Ordering::Relaxed)
+                    .wrapping_sub(a.load(Ordering::Relaxed))
+            })
+            .max()
+            .unwrap_or(0);
+        let all_quiet = self.quiet.iter().all(|q| q.load(Ordering::Relaxed));
+        (slowest, all_quiet)
+    }
+
+    /// One run of member t's body, stamped, with a placement look on either side.
+    fn timed(&self, t: usize, arg: u64, body: &mut impl FnMut(u64)) {
+        let mut place = lock(&self.places[t]);
+        place.look();
+        let c0 = crate::harness::thread_preemptions();
+        let t0 = self.clock.start();
+        body(arg);
+        let t1 = self.clock.stop();
+        self.start[t].store(t0, Ordering::Relaxed);
+        self.end[t].store(t1, Ordering::Relaxed);
+        let quiet = crate::harness::thread_preemptions() == c0;
+        self.quiet[t].store(quiet, Ordering::Relaxed);
+        place.look();
+    }
+
+    /// Pin failures first, then the members seen elsewhere.
+    fn placement(self) -> TeamPlacement {
+        let mut p = self.pins.into_inner().unwrap_or_else(|e| e.into_inner());
+        let places: Vec<Place> = self
+            .places
+            .into_iter()
+            .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
+            .collect();
+        let per_thread = places.iter().map(|p| p.looks).sum::<u64>() / places.len().max(1) as u64;
+        if places.iter().any(|p| p.blind > 0) {
+            p.unknown
+                .get_or_insert_with(|| super::place::NO_CURRENT_CPU.into());
+        }
+        for (t, pl) in places.iter().enumerate().filter(|(_, p)| p.away > 0) {
+            p.misplaced.push(format!(
+                "thread {t} (placed on CPU {}) was on CPU {} at {} of about {per_thread} checks",
+                pl.cpu,
+                pl.last_away.unwrap_or(pl.cpu),
+                pl.away
+            ));
+        }
+        p.places = places;
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every step releases every member once with its argument, and each member looks at
+    /// its CPU on either side of each run.
+    #[test]
+    fn each_step_runs_every_member_once() {
+        let clock = crate::clock::MockClock::new(1);
+        let allowed = crate::platform::allowed_cpus();
+        let cpus: Vec<usize> = (0..3).map(|k| allowed[k % allowed.len()]).collect();
+        let sums: Vec<AtomicU64> = (0..3).map(|_| AtomicU64::new(0)).collect();
+        let member = |t: usize| {
+            let sums = &sums;
+            move |arg: u64| {
+                sums[t].fetch_add(arg, Ordering::Relaxed);
+            }
+        };
+        let (steps, placed) = Team::run(&clock, &cpus, member, |step| {
+            (1..=4).map(|arg| step(arg).1).count()
+        });
+        assert_eq!(steps, 4);
+        for s in &sums {
+            assert_eq!(s.load(Ordering::Relaxed), 1 + 2 + 3 + 4);
+        }
+        assert_eq!(placed.places.len(), 3);
+        assert!(placed.places.iter().all(|p| p.looks == 8), "{placed:?}");
+    }
+}

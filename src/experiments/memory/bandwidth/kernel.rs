@@ -1,12 +1,11 @@
 //! mem.bandwidth's kernels: streaming loads, ordinary, scalar and non-temporal stores
-//! and copies over one thread's part of the buffer, and the team of pinned threads that
-//! runs them in step (docs/METHODOLOGY.md, mem.bandwidth).
+//! and copies over one thread's part of the buffer, run in step by a pinned team.
 
 use super::{Op, BLOCK};
 use crate::experiments::kit::measure_trials;
+use crate::experiments::kit::team::Team;
 use crate::experiments::Context;
 use crate::harness::{HarnessConfig, Measurement};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// Loads every word; eight accumulators so no add waits on the one before, which lets the
 /// compiler vectorise the loop.
@@ -130,8 +129,8 @@ pub(super) fn work(op: Op, part: Part, pos: &mut usize, blocks: u64, pattern: u6
     x
 }
 
-/// What a team measured, and where its threads ran.
-pub(super) struct Team {
+/// What a stream team measured, and where its threads ran.
+pub(super) struct StreamRun {
     pub(super) m: Measurement,
     /// Threads that could not be pinned or were seen on another CPU than their own.
     pub(super) misplaced: Vec<String>,
@@ -147,11 +146,10 @@ pub(super) fn touch(part: Part) {
     unsafe { std::ptr::write_bytes(part.base as *mut u8, 0x5a, part.len) };
 }
 
-/// Aggregate bandwidth trials of `threads` threads, thread k pinned to `cpus[k]` (thread 0
-/// is the calling thread, already pinned to `cpus[0]` by the runner) and streaming its own
-/// part. With `first_touch` each thread first writes its own part, so its pages sit on
-/// its node. A trial's time is the slowest thread's; it is set aside when any thread was
-/// preempted. Where each thread runs is read (the current CPU) around every trial.
+/// Aggregate bandwidth trials of `parts.len()` threads, thread k on `cpus[k]` (thread 0
+/// is the calling thread, already pinned by the runner) streaming its own part. With
+/// `first_touch` each thread first writes its own part, so its pages sit on its node. A
+/// trial's time is the slowest thread's; it is set aside when any thread was preempted.
 /// Returns ns per byte (of all threads together).
 pub(super) fn team(
     ctx: &Context,
@@ -160,128 +158,24 @@ pub(super) fn team(
     cpus: &[usize],
     spec: &HarnessConfig,
     first_touch: bool,
-) -> Team {
-    use crate::platform::{current_cpu, pin_to_cpu, Pinning};
-    let threads = parts.len();
-    let gen = AtomicU64::new(0);
-    let blocks = AtomicU64::new(0);
-    let done = AtomicUsize::new(0);
-    let ready = AtomicUsize::new(0);
-    let stop = AtomicBool::new(false);
-    let ticks: Vec<AtomicU64> = (0..threads).map(|_| AtomicU64::new(0)).collect();
-    let quiet: Vec<AtomicBool> = (0..threads).map(|_| AtomicBool::new(true)).collect();
-    // Per thread: checks that found it elsewhere, and the last such CPU.
-    let away: Vec<AtomicU64> = (0..threads).map(|_| AtomicU64::new(0)).collect();
-    let away_cpu: Vec<AtomicUsize> = (0..threads).map(|_| AtomicUsize::new(0)).collect();
-    let checks = AtomicU64::new(0);
-    let unknown = std::sync::Mutex::new(None::<String>);
-    let pin_errors = std::sync::Mutex::new(Vec::<String>::new());
-    let clock = ctx.clock;
+) -> StreamRun {
     let pattern = 0x0123_4567_89ab_cdefu64;
-    let here = |t: usize| match current_cpu() {
-        Some(c) if c == cpus[t] => {}
-        Some(c) => {
-            away[t].fetch_add(1, Ordering::Relaxed);
-            away_cpu[t].store(c, Ordering::Relaxed);
-        }
-        None => {
-            let mut u = unknown.lock().unwrap_or_else(|e| e.into_inner());
-            u.get_or_insert_with(|| "this system does not say which CPU a thread runs on".into());
-        }
-    };
-    // One timed run of `b` blocks on this thread; records ticks, quietness and placement.
-    let timed = |t: usize, pos: &mut usize, b: u64| {
-        here(t);
-        let c0 = crate::harness::thread_preemptions();
-        let t0 = clock.start();
-        let x = work(op, parts[t], pos, b, pattern);
-        let t1 = clock.stop();
-        std::hint::black_box(x);
-        ticks[t].store(t1.wrapping_sub(t0), Ordering::Relaxed);
-        quiet[t].store(
-            crate::harness::thread_preemptions() == c0,
-            Ordering::Relaxed,
-        );
-        here(t);
-        checks.fetch_add(2, Ordering::Relaxed);
-    };
-    let m = std::thread::scope(|s| {
-        for (t, &cpu) in cpus.iter().enumerate().take(threads).skip(1) {
-            let (gen, blocks, done, stop, timed, ready) =
-                (&gen, &blocks, &done, &stop, &timed, &ready);
-            let (unknown, pin_errors) = (&unknown, &pin_errors);
-            s.spawn(move || {
-                match pin_to_cpu(cpu) {
-                    Ok(Pinning::Hard) => {}
-                    Ok(p) => {
-                        let why = p.reason().unwrap_or("no hard pinning").to_string();
-                        let mut u = unknown.lock().unwrap_or_else(|e| e.into_inner());
-                        u.get_or_insert(why);
-                    }
-                    Err(e) => pin_errors
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(format!("thread {t} could not be pinned to CPU {cpu} ({e})")),
-                }
-                if first_touch {
-                    touch(parts[t]);
-                }
-                ready.fetch_add(1, Ordering::AcqRel);
-                let mut seen = 0u64;
-                let mut pos = 0usize;
-                loop {
-                    crate::experiments::kit::spin_until(|| {
-                        gen.load(Ordering::Acquire) != seen || stop.load(Ordering::Acquire)
-                    });
-                    if stop.load(Ordering::Acquire) {
-                        break;
-                    }
-                    seen = gen.load(Ordering::Acquire);
-                    timed(t, &mut pos, blocks.load(Ordering::Acquire));
-                    done.fetch_add(1, Ordering::AcqRel);
-                }
-            });
-        }
+    let member = |t: usize| {
         if first_touch {
-            touch(parts[0]);
+            touch(parts[t]);
         }
-        // Wait until every worker runs on its own CPU. Yielding matters: a new thread starts
-        // on this CPU, and under a real-time policy it would never run while we spin.
-        crate::experiments::kit::spin_until(|| ready.load(Ordering::Acquire) == threads - 1);
         let mut pos = 0usize;
-        let bytes_per_iter = (BLOCK * threads) as f64;
-        let q = measure_trials(clock, spec, bytes_per_iter, |b| {
-            done.store(0, Ordering::Release);
-            blocks.store(b, Ordering::Release);
-            gen.fetch_add(1, Ordering::AcqRel);
-            timed(0, &mut pos, b);
-            crate::experiments::kit::spin_until(|| done.load(Ordering::Acquire) == threads - 1);
-            let slowest = ticks
-                .iter()
-                .map(|t| t.load(Ordering::Relaxed))
-                .max()
-                .unwrap_or(0);
-            let all_quiet = quiet.iter().all(|q| q.load(Ordering::Relaxed));
-            (slowest, all_quiet)
-        });
-        stop.store(true, Ordering::Release);
-        q
-    });
-    let per_thread = checks.load(Ordering::Relaxed) / threads.max(1) as u64;
-    let mut misplaced = pin_errors.into_inner().unwrap_or_else(|e| e.into_inner());
-    for t in 0..threads {
-        let n = away[t].load(Ordering::Relaxed);
-        if n > 0 {
-            misplaced.push(format!(
-                "thread {t} (placed on CPU {}) was on CPU {} at {n} of about {per_thread} checks",
-                cpus[t],
-                away_cpu[t].load(Ordering::Relaxed)
-            ));
+        move |blocks: u64| {
+            std::hint::black_box(work(op, parts[t], &mut pos, blocks, pattern));
         }
-    }
-    Team {
+    };
+    let bytes_per_iter = (BLOCK * parts.len()) as f64;
+    let (m, placed) = Team::run(ctx.clock, &cpus[..parts.len()], member, |step| {
+        measure_trials(ctx.clock, spec, bytes_per_iter, step)
+    });
+    StreamRun {
         m,
-        misplaced,
-        unknown: unknown.into_inner().unwrap_or_else(|e| e.into_inner()),
+        misplaced: placed.misplaced,
+        unknown: placed.unknown,
     }
 }

@@ -1,29 +1,29 @@
 //! mem.bandwidth: read, write and copy bandwidth of main memory, one thread and 1..N.
-//!
-//! Each thread streams over its own part of one buffer far larger than the last-level
-//! cache, 1 MiB at a time, continuing where its last trial stopped, so no trial finds its
-//! data in a cache. Trials are short (a few ms), start together (spinning threads), and are
-//! repeated when a thread was preempted.
+//! Split as memory/latency: kernel, numa, checks, predict, text.
 
-//!
-//! Split along its seams: `kernel` (the streaming loops and the team of pinned threads)
-//! and `text` (findings, with each claim tied to its evidence); docs/METHODOLOGY.md,
-//! mem.bandwidth, states the method.
-
+mod checks;
 mod kernel;
 mod numa;
+mod predict;
 mod text;
 
 use crate::experiments::kit::{Pages, Region};
-use crate::experiments::{Context, Experiment, Outcome, Profile};
-use crate::harness::HarnessConfig;
-use crate::results::{Check, Prediction, Series};
+#[cfg(test)]
+use crate::experiments::predict::Predictions;
+use crate::experiments::spec::ms;
+use crate::experiments::{Context, Experiment, Outcome, PerProfile, Profile, Spec};
+use crate::harness::{HarnessConfig, Measurement};
+use crate::results::{Prediction, Series};
 use crate::units::fmt_bytes;
+use checks::Placed;
 #[cfg(test)]
 use kernel::{
     read_words, read_words_scalar, work, write_words, write_words_nt, write_words_scalar,
 };
 use kernel::{team, Part};
+#[cfg(test)]
+use predict::stream_prediction;
+use predict::{dimm_peak, per_socket, predict_streams};
 use std::time::Duration;
 
 pub struct Bandwidth;
@@ -77,19 +77,6 @@ impl Op {
     }
 }
 
-/// Theoretical peak of the DIMMs (speed x width x channels), or why it is unknown.
-///
-/// WIRING POINT: once the machine module provides `memory.peak_bandwidth_bytes_per_s:
-/// Option<f64>` (from dmidecode or sysfs), return it here:
-/// `ctx.machine.memory.peak_bandwidth_bytes_per_s.ok_or(...)`, with its source.
-fn dimm_peak(ctx: &Context) -> Result<(f64, String), String> {
-    let m = &ctx.machine.memory;
-    match m.peak_bandwidth_bytes_per_s {
-        Some(peak) => Ok((peak, format!("machine: {}", m.peak_bandwidth_note))),
-        None => Err(m.peak_bandwidth_note.clone()),
-    }
-}
-
 /// Thread counts measured: 1..N, thinned to powers of two plus N on large machines.
 fn thread_counts(n: usize, profile: Profile) -> Vec<usize> {
     let mut v: Vec<usize> = if n <= 8 || profile == Profile::Thorough {
@@ -115,30 +102,27 @@ fn ops() -> Vec<Op> {
     v
 }
 
-const SPEC: crate::experiments::Spec = crate::experiments::Spec {
+const SPEC: Spec = Spec {
     id: "mem.bandwidth",
     title: "Memory bandwidth",
     description: "read, write (and non-temporal write) and copy bandwidth on a buffer far larger than the last-level cache, 1..N threads",
     method: crate::method!("mem.bandwidth"),
-    needs: crate::experiments::Needs::NONE,
     // Streaming loads and stores.
     bottleneck: crate::results::Bottleneck::Copy,
-    per_core_kind: false,
-    subtracts_loop: false,
-    budget: None,
+    budget: Some(PerProfile::new(ms(900), ms(5_000), ms(40_000), ms(120_000))),
+    ..Spec::MEMORY
 };
 
+/// Shortest trial and trials per figure.
+const TRIALS: PerProfile<(Duration, usize)> =
+    PerProfile::new((ms(1), 5), (ms(2), 11), (ms(4), 21), (ms(4), 31));
+/// The buffer wanted: this many last-level caches, and at least this many bytes.
+const BUFFER: PerProfile<(u64, u64)> =
+    PerProfile::new((0, 64 << 20), (8, 256 << 20), (8, 1 << 30), (16, 2 << 30));
+
 impl Experiment for Bandwidth {
-    fn spec(&self) -> &crate::experiments::Spec {
+    fn spec(&self) -> &Spec {
         &SPEC
-    }
-    fn budget(&self, p: Profile) -> Duration {
-        match p {
-            Profile::Smoke => Duration::from_millis(900),
-            Profile::Quick => Duration::from_secs(5),
-            Profile::Standard => Duration::from_secs(40),
-            Profile::Thorough => Duration::from_secs(120),
-        }
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         predict_streams(ctx)
@@ -178,12 +162,7 @@ impl Experiment for Bandwidth {
             + scalar.len()
             + if thp { THP_OPS.len() } else { 0 }
             + if numa { numa::configs(nodes.len()) } else { 0 };
-        let (min_trial, trials) = match ctx.profile {
-            Profile::Smoke => (Duration::from_millis(1), 5),
-            Profile::Quick => (Duration::from_millis(2), 11),
-            Profile::Standard => (Duration::from_millis(4), 21),
-            Profile::Thorough => (Duration::from_millis(4), 31),
-        };
+        let (min_trial, trials) = TRIALS.get(ctx.profile);
         let spec = HarnessConfig::short_trials(min_trial, trials)
             .for_budget(ctx.budget.mul_f64(0.85), configs);
         let mut run = Streams {
@@ -196,41 +175,7 @@ impl Experiment for Bandwidth {
             kept: 0,
             placed: Placed::default(),
         };
-        let mut pts: Vec<(Op, Vec<[f64; 2]>)> = ops.iter().map(|&o| (o, Vec::new())).collect();
-        for &t in &counts {
-            // A fresh buffer per thread count, each thread faulting in its own part: its
-            // pages sit on the node of the CPU that reads them.
-            (ctx.progress)(&format!("{t} thread(s) fault in their parts"));
-            let region = Region::new(size, Pages::Base)?;
-            let parts = parts_of(region.as_ptr() as usize, size, t);
-            let todo: Vec<Op> = ops
-                .iter()
-                .chain(if t == 1 { scalar } else { &[] })
-                .copied()
-                .collect();
-            for (i, &op) in todo.iter().enumerate() {
-                let med = run.measure(op, &parts, n, i == 0, &mut out);
-                if let Some(p) = pts.iter_mut().find(|p| p.0 == op) {
-                    p.1.push([t as f64, med]);
-                }
-            }
-            if numa {
-                run.placed
-                    .pages_on_nodes(topo_nodes(&topo, &cpus[..t]), &parts);
-            }
-            drop(region);
-        }
-        for (op, points) in pts {
-            out.series.push(Series {
-                name: format!("{}_by_threads", op.name()),
-                x_unit: "threads".into(),
-                y_unit: "bytes/s".into(),
-                points,
-            });
-        }
-        // The metrics in the order of the operations, then thread counts.
-        out.metrics.sort_by_key(|m| metric_order(&m.name));
-
+        run.by_threads(&counts, &ops, scalar, numa, n, &mut out)?;
         if thp {
             run.huge_pages(&mut out)?;
         } else if ctx.profile != Profile::Smoke {
@@ -255,179 +200,6 @@ impl Experiment for Bandwidth {
         text::conclusions(&mut out, n, peak);
         Ok(out)
     }
-}
-
-/// Line fills one line of an operation's bytes needs from memory: a read fills its line,
-/// an ordinary store reads its line for ownership first, a copy does both (source and
-/// destination), a non-temporal store none (it is written through write-combining).
-fn fills_per_line(op: Op) -> f64 {
-    match op {
-        Op::Read | Op::ReadScalar | Op::Write | Op::WriteScalar => 1.0,
-        Op::Copy => 2.0,
-        Op::WriteNt => 0.0,
-    }
-}
-
-/// Lines that cross the memory bus per line of an operation's bytes: fills plus
-/// write-backs (a store's line goes back dirty), for the DIMMs' cap.
-fn bus_lines_per_line(op: Op) -> f64 {
-    match op {
-        Op::Read | Op::ReadScalar => 1.0,
-        Op::Write | Op::WriteScalar => 2.0,
-        Op::Copy => 3.0,
-        Op::WriteNt => 1.0,
-    }
-}
-
-/// Predictions from figures measured earlier (issue 20): one core streams no slower than
-/// mem.latency's sequential chase brings in lines (one line per `dram_sequential`, each
-/// load waiting for the one before, so the prefetcher alone keeps lines in flight); an
-/// operation needing k line fills per line of its bytes gets 1/k of that rate; N threads
-/// on N physical cores get N times it (SMT siblings share their core's fills), capped by
-/// the DIMMs' peak over the bus lines each line costs, where the peak is known.
-fn predict_streams(ctx: &Context) -> Vec<(String, Prediction)> {
-    let n = ctx.machine.cpu.allowed_cpus.len().max(1);
-    let topo = placement_topology(ctx);
-    let allowed = &ctx.machine.cpu.allowed_cpus;
-    let mut names: Vec<(Op, usize, String)> = Vec::new();
-    for &k in &thread_counts(n, ctx.profile) {
-        for op in ops() {
-            names.push((op, k, format!("{}_{k}t", op.name())));
-        }
-    }
-    if ctx.profile != Profile::Smoke {
-        for op in [Op::ReadScalar, Op::WriteScalar] {
-            names.push((op, 1, format!("{}_1t", op.name())));
-        }
-        for op in THP_OPS {
-            names.push((op, 1, format!("{}_thp_1t", op.name())));
-        }
-    }
-    let line = crate::experiments::kit::line_bytes(&ctx.machine.data_caches()) as f64;
-    let seq = ctx.earlier_median("mem.latency", "dram_sequential");
-    let peak = dimm_peak(ctx);
-    names
-        .into_iter()
-        .map(|(op, k, name)| {
-            let cpus = topo.spread(allowed, k);
-            let cores = k - topo.describe_cpus(&cpus).smt_shared.len();
-            let cap = peak
-                .as_ref()
-                .ok()
-                .map(|(p, s)| per_socket(&topo, &cpus, *p, s.clone()));
-            (name, stream_prediction(op, k, cores, line, seq, cap))
-        })
-        .collect()
-}
-
-/// One stream figure's prediction (see `predict_streams`), or why there is none.
-fn stream_prediction(
-    op: Op,
-    threads: usize,
-    cores: usize,
-    line: f64,
-    seq_ns: Option<f64>,
-    cap: Option<(f64, String)>,
-) -> Prediction {
-    let fills = fills_per_line(op);
-    let bus = bus_lines_per_line(op);
-    let capped =
-        |p: Prediction, rate: f64| match &cap {
-            Some((peak, src)) if threads > 1 && peak / bus < rate => {
-                Prediction {
-                    value: peak / bus,
-                    formula: format!(
-                "{}; capped by the DIMMs' peak / {bus} bus lines per line ({} each line costs)",
-                p.formula,
-                if bus > 1.0 { "fill and write-back" } else { "one transfer" }
-            ),
-                    ..p
-                }
-                .machine("dimm_peak", *peak, "bytes/s", src.clone())
-                .method(
-                    "bus_lines",
-                    bus,
-                    "lines",
-                    "method: memory-bus lines per line of the operation's bytes",
-                )
-            }
-            _ => p,
-        };
-    let Some(t) = seq_ns.filter(|t| *t > 0.0) else {
-        return match cap {
-            Some((peak, src)) if threads > 1 && op == Op::Read => Prediction::new(
-                peak,
-                "the DIMMs' theoretical peak (an upper bound for N threads)",
-            )
-            .upper_bound()
-            .machine("dimm_peak", peak, "bytes/s", src)
-            .machine(
-                "threads",
-                threads as f64,
-                "threads",
-                "machine: CPUs this process may use",
-            ),
-            _ => Prediction::withheld(
-                "mem.latency's dram_sequential was not measured in this run, and a core's stream \
-                 rate is predicted from it",
-            ),
-        };
-    };
-    let one = line / t * 1e9;
-    let (per_core, what) = if fills > 0.0 {
-        (
-            one / fills,
-            format!(
-                "{fills} line fill{} per line",
-                if fills > 1.0 { "s" } else { "" }
-            ),
-        )
-    } else {
-        (
-            one,
-            "no fill (no read for ownership), so at least the one-fill rate: a lower bound".into(),
-        )
-    };
-    let rate = per_core * cores as f64;
-    let scope = if cores > 1 {
-        format!(
-            "; x {cores} physical cores, each streaming as one does (the memory's own limit is \
-             in the model only where the DIMM peak is known), so not a bound"
-        )
-    } else {
-        String::new()
-    };
-    let p = Prediction::new(
-        rate,
-        format!(
-            "line / dram_sequential / fills ({what}): one core receives one line per step of \
-             mem.latency's sequential chase, where each load waits for the last and only the \
-             prefetcher keeps lines in flight, so a stream that does not wait is no slower{scope}"
-        ),
-    )
-    .measured(
-        "dram_sequential",
-        t,
-        "ns",
-        "measured: mem.latency dram_sequential",
-    )
-    .machine("line", line, "bytes", "machine: cache line size (sysfs)")
-    .method(
-        "fills",
-        fills,
-        "fills/line",
-        "method: line fills per line of the operation's bytes (read 1, store 1 for ownership, copy 2, non-temporal 0)",
-    )
-    .machine(
-        "cores",
-        cores as f64,
-        "cores",
-        "machine: physical cores the threads run on (Topology::spread; SMT siblings share one)",
-    );
-    // One core's stream is no slower than the chase it is built from: a lower bound. Over
-    // several cores the product assumes the memory keeps up, which nothing here bounds.
-    let p = if cores == 1 { p.lower_bound() } else { p };
-    capped(p, rate)
 }
 
 /// The topology with this thread's CPU as the chosen one (it may be `--cpu`).
@@ -473,45 +245,14 @@ fn metric_order(name: &str) -> (usize, usize, String) {
     (rank, t, name.to_string())
 }
 
-/// The DIMM peak of the sockets the N-thread team ran on: the machine's peak divided
-/// among its packages (assuming each socket has the same modules), times the packages
-/// used. One package: the machine's peak.
-fn per_socket(
-    t: &crate::machine::Topology,
-    cpus: &[usize],
-    peak: f64,
-    src: String,
-) -> (f64, String) {
-    let Some(packages) = t.packages.filter(|&p| p > 1) else {
-        return (peak, src);
-    };
-    let mut used: Vec<u32> = cpus
-        .iter()
-        .filter_map(|&c| t.place(c).and_then(|p| p.package))
-        .collect();
-    used.sort();
-    used.dedup();
-    let k = used.len().clamp(1, packages);
-    (
-        peak * k as f64 / packages as f64,
-        format!(
-            "{src}; the peak of the {k} of {packages} sockets the threads ran on (the machine's peak / {packages} per socket, assuming every socket has the same modules)"
-        ),
-    )
-}
-
 /// Operations measured again on huge pages, one thread.
 const THP_OPS: [Op; 3] = [Op::Read, Op::Write, Op::Copy];
 
 /// The buffer: far larger than the last-level cache, within the memory cap, a whole
 /// number of blocks per thread; noted with MemAvailable.
 fn buffer_size(ctx: &Context, llc: u64, n: usize, out: &mut Outcome) -> anyhow::Result<usize> {
-    let want: u64 = match ctx.profile {
-        Profile::Smoke => 64 << 20,
-        Profile::Quick => (8 * llc).max(256 << 20),
-        Profile::Standard => (8 * llc).max(1 << 30),
-        Profile::Thorough => (16 * llc).max(2 << 30),
-    };
+    let (llcs, floor) = BUFFER.get(ctx.profile);
+    let want = (llcs * llc).max(floor);
     // Each thread's part needs at least two blocks per half for copy.
     let min = (4 * BLOCK * n) as u64;
     let cap = crate::experiments::kit::memory_cap(ctx.machine, want, min)?;
@@ -543,105 +284,66 @@ struct Streams<'a, 'c> {
     placed: Placed,
 }
 
-/// Where the teams ran and where their memory sat, gathered over the run.
-#[derive(Default)]
-struct Placed {
-    teams: usize,
-    /// "read_2t: thread 1 ..." for every thread not where it was placed.
-    misplaced: Vec<String>,
-    /// Why placement could not be seen (no hard pinning, no current-CPU call).
-    unknown: Option<String>,
-    /// Pages sampled and pages found on another node than their reader's.
-    pages: usize,
-    pages_away: Vec<String>,
-    pages_unknown: bool,
-}
-
-/// Pages sampled per part for the NUMA-node check.
-const PAGE_SAMPLES: usize = 16;
-
-impl Placed {
-    fn add(&mut self, name: &str, q: &kernel::Team) {
-        self.teams += 1;
-        self.misplaced
-            .extend(q.misplaced.iter().map(|m| format!("{name}: {m}")));
-        if self.unknown.is_none() {
-            self.unknown.clone_from(&q.unknown);
-        }
+impl Streams<'_, '_> {
+    /// One team's trials of `op` over `parts`, its placement and trial counts recorded
+    /// under `name`.
+    fn stream(&mut self, name: &str, op: Op, parts: &[Part], first_touch: bool) -> Measurement {
+        let q = team(self.ctx, op, parts, self.cpus, self.spec, first_touch);
+        self.placed.add(name, &q);
+        self.preempted += q.m.preempted;
+        self.kept += q.m.per_op_ns.len();
+        q.m
     }
 
-    /// Samples pages of each part and compares their node with `nodes[k]`, the node of
-    /// the part's reader.
-    fn pages_on_nodes(&mut self, nodes: Vec<Option<usize>>, parts: &[Part]) {
-        for (k, part) in parts.iter().enumerate() {
-            let Some(want) = nodes.get(k).copied().flatten() else {
-                continue;
-            };
-            let step = (part.len / PAGE_SAMPLES).max(1);
-            for i in 0..PAGE_SAMPLES.min(part.len) {
-                let addr = (part.base + i * step) as *const u8;
-                self.pages += 1;
-                match crate::platform::node_of_page(addr) {
-                    Some(n) if n == want => {}
-                    Some(n) => self.pages_away.push(format!(
-                        "a page of part {k} of {} is on node {n}, not on node {want}",
-                        parts.len()
-                    )),
-                    None => self.pages_unknown = true,
+    /// Every operation at every thread count (the scalar ones with one thread), each count
+    /// on a fresh buffer, and the by-thread series; `n` is the largest count.
+    fn by_threads(
+        &mut self,
+        counts: &[usize],
+        ops: &[Op],
+        scalar: &[Op],
+        numa: bool,
+        n: usize,
+        out: &mut Outcome,
+    ) -> anyhow::Result<()> {
+        let (ctx, size) = (self.ctx, self.size);
+        let mut pts: Vec<(Op, Vec<[f64; 2]>)> = ops.iter().map(|&o| (o, Vec::new())).collect();
+        for &t in counts {
+            // A fresh buffer per thread count, each thread faulting in its own part: its
+            // pages sit on the node of the CPU that reads them.
+            (ctx.progress)(&format!("{t} thread(s) fault in their parts"));
+            let region = Region::new(size, Pages::Base)?;
+            let parts = parts_of(region.as_ptr() as usize, size, t);
+            let todo: Vec<Op> = ops
+                .iter()
+                .chain(if t == 1 { scalar } else { &[] })
+                .copied()
+                .collect();
+            for (i, &op) in todo.iter().enumerate() {
+                let med = self.measure(op, &parts, n, i == 0, out);
+                if let Some(p) = pts.iter_mut().find(|p| p.0 == op) {
+                    p.1.push([t as f64, med]);
                 }
             }
+            if numa {
+                self.placed
+                    .pages_on_nodes(topo_nodes(self.topo, &self.cpus[..t]), &parts);
+            }
+            drop(region);
         }
-    }
-
-    /// The premises: every thread ran where it was placed; on several nodes, each thread's
-    /// memory sat on its own node.
-    fn checks(self, numa: bool) -> Vec<Check> {
-        let name =
-            "every thread ran on the CPU it was placed on (current CPU read around every trial)";
-        let mut v = vec![if !self.misplaced.is_empty() {
-            Check::premise(name, false, self.misplaced.join("; "))
-        } else if let Some(why) = &self.unknown {
-            Check::unverified(
-                name,
-                format!("{why}: threads may have shared a CPU, and a figure may be of fewer cores than its name says"),
-            )
-        } else {
-            Check::premise(
-                name,
-                true,
-                format!(
-                    "{} teams, every thread on its own CPU at every check",
-                    self.teams
-                ),
-            )
-        }];
-        if numa {
-            let name = "each thread's memory on its own NUMA node (first touch; get_mempolicy on sampled pages)";
-            v.push(if !self.pages_away.is_empty() {
-                let k = self.pages_away.len();
-                Check::premise(
-                    name,
-                    false,
-                    format!(
-                        "{k} of {} sampled pages away from their reader's node; first: {}",
-                        self.pages, self.pages_away[0]
-                    ),
-                )
-            } else if self.pages_unknown || self.pages == 0 {
-                Check::unverified(name, "the kernel did not say which node holds the pages")
-            } else {
-                Check::premise(
-                    name,
-                    true,
-                    format!("{} sampled pages, each on its reader's node", self.pages),
-                )
+        for (op, points) in pts {
+            out.series.push(Series {
+                name: format!("{}_by_threads", op.name()),
+                x_unit: "threads".into(),
+                y_unit: "bytes/s".into(),
+                points,
             });
         }
-        v
+        // The metrics in the order of the operations, then thread counts.
+        out.metrics.sort_by_key(|m| metric_order(&m.name));
+        Ok(())
     }
-}
 
-impl Streams<'_, '_> {
     /// `op` with one thread per part (thread k on `cpus[k]`); the metric `OP_Tt` for one
     /// thread and for all `n`; returns the median bandwidth. `first_touch`: the threads
     /// fault their parts in first.
@@ -656,12 +358,8 @@ impl Streams<'_, '_> {
         let (ctx, size) = (self.ctx, self.size);
         let t = parts.len();
         (ctx.progress)(&format!("{} with {t} thread(s)", op.name()));
-        let q = team(ctx, op, parts, self.cpus, self.spec, first_touch);
         let name = format!("{}_{t}t", op.name());
-        self.placed.add(&name, &q);
-        let q = q.m;
-        self.preempted += q.preempted;
-        self.kept += q.per_op_ns.len();
+        let q = self.stream(&name, op, parts, first_touch);
         let bw: Vec<f64> = q.per_op_ns.iter().map(|ns| 1e9 / ns).collect();
         for note in &q.notes {
             out.notes.push(format!("{name}: {note}"));
@@ -743,12 +441,8 @@ impl Streams<'_, '_> {
         }];
         for op in THP_OPS {
             (ctx.progress)(&format!("{} with 1 thread, huge pages", op.name()));
-            let q = team(ctx, op, &part, self.cpus, self.spec, false);
-            self.placed.add(&format!("{}_thp_1t", op.name()), &q);
-            let q = q.m;
-            self.preempted += q.preempted;
-            self.kept += q.per_op_ns.len();
             let name = format!("{}_thp_1t", op.name());
+            let q = self.stream(&name, op, &part, false);
             for note in &q.notes {
                 out.notes.push(format!("{name}: {note}"));
             }
@@ -778,8 +472,18 @@ mod tests {
     /// keeps the DIMM bound.
     #[test]
     fn stream_predictions_count_fills_and_bus_lines() {
-        let (line, seq) = (64.0, 4.0); // 16 bytes/ns = 16 GB/s per core
-        let one = |op, k, cores, cap| stream_prediction(op, k, cores, line, Some(seq), cap);
+        let line = 64.0; // and 4 ns per line: 16 bytes/ns = 16 GB/s per core
+        let clock = crate::clock::MockClock::new(1);
+        let mut w = crate::experiments::testing::World::live(&clock);
+        let mut o = Outcome::default();
+        o.metric("dram_sequential", "ns", "", vec![4.0; 5]);
+        w.earlier
+            .push(crate::experiments::testing::recorded("mem.latency", o));
+        let earlier = |w: &crate::experiments::testing::World| {
+            w.with_ctx(|ctx| Predictions::new(ctx).earlier("mem.latency", &["dram_sequential"]))
+        };
+        let seq = earlier(&w);
+        let one = |op, k, cores, cap| stream_prediction(op, k, cores, line, &seq, cap);
         let read = one(Op::Read, 1, 1, None).value;
         assert!((read - 16e9).abs() < 1.0, "{read}");
         assert_eq!(one(Op::Write, 1, 1, None).value, read);
@@ -801,9 +505,11 @@ mod tests {
         );
         assert_eq!(p.inputs["fills"].value, 2.0);
         // Without the chase: withheld, but the N-thread read keeps its DIMM bound.
-        let none = stream_prediction(Op::Write, 2, 2, line, None, cap.clone());
+        w.earlier.clear();
+        let unmeasured = earlier(&w);
+        let none = stream_prediction(Op::Write, 2, 2, line, &unmeasured, cap.clone());
         assert!(none.withheld.as_deref().unwrap().contains("not measured"));
-        let bound = stream_prediction(Op::Read, 2, 2, line, None, cap);
+        let bound = stream_prediction(Op::Read, 2, 2, line, &unmeasured, cap);
         assert_eq!(bound.value, 24e9);
     }
 
@@ -888,7 +594,7 @@ mod tests {
 
     #[test]
     fn threads_elsewhere_fail_and_unknown_placement_is_unverified() {
-        let team = |misplaced: Vec<String>, unknown: Option<String>| kernel::Team {
+        let team = |misplaced: Vec<String>, unknown: Option<String>| kernel::StreamRun {
             m: crate::harness::Measurement {
                 per_op_ns: vec![],
                 iters: 0,

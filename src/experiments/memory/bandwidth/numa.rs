@@ -1,9 +1,9 @@
-//! mem.bandwidth on machines with several NUMA nodes (docs/METHODOLOGY.md, mem.bandwidth,
-//! "Several NUMA nodes"): one thread reading memory first touched on another node, and
-//! the load latency from a CPU of each node to memory of each node (the node matrix).
+//! mem.bandwidth on several NUMA nodes: remote read bandwidth and the node-to-node load
+//! latency matrix.
 
-use super::kernel::{team, touch, Part};
+use super::kernel::{touch, Part};
 use super::{Op, Placed, Streams, BLOCK};
+use crate::experiments::kit::place::{pin, Pinned, Place, NO_CURRENT_CPU};
 use crate::experiments::kit::{measure_raw, Pages, Region};
 use crate::experiments::Outcome;
 use crate::results::Series;
@@ -50,38 +50,33 @@ fn lay_at(base: usize, stride: usize, next: &[u32]) {
 
 /// Runs `f` on a thread pinned to `cpu`; records pin failures and moves in `placed`.
 fn on_cpu<R: Send>(placed: &mut Placed, what: &str, cpu: usize, f: impl FnOnce() -> R + Send) -> R {
-    use crate::platform::{current_cpu, pin_to_cpu, Pinning};
-    let (r, pin, after) = std::thread::scope(|s| {
+    let (r, pinned, place) = std::thread::scope(|s| {
         s.spawn(|| {
-            let pin = pin_to_cpu(cpu);
+            let pinned = pin(cpu);
             let r = f();
-            (r, pin, current_cpu())
+            let mut place = Place::new(cpu);
+            place.look();
+            (r, pinned, place)
         })
         .join()
         .expect("placement thread panicked")
     });
     placed.teams += 1;
-    match pin {
-        Ok(Pinning::Hard) => {}
-        Ok(p) => {
-            if placed.unknown.is_none() {
-                placed.unknown = Some(p.reason().unwrap_or("no hard pinning").to_string());
-            }
+    match pinned {
+        Pinned::Hard => {}
+        Pinned::Soft(why) => {
+            placed.unknown.get_or_insert(why);
         }
-        Err(e) => placed
+        Pinned::Failed(e) => placed
             .misplaced
             .push(format!("{what}: could not pin to CPU {cpu} ({e})")),
     }
-    match after {
-        Some(c) if c != cpu => placed
+    if let Some(c) = place.last_away {
+        placed
             .misplaced
-            .push(format!("{what}: placed on CPU {cpu}, ended on CPU {c}")),
-        Some(_) => {}
-        None => {
-            if placed.unknown.is_none() {
-                placed.unknown = Some("this system does not say which CPU a thread runs on".into());
-            }
-        }
+            .push(format!("{what}: placed on CPU {cpu}, ended on CPU {c}"));
+    } else if place.blind > 0 {
+        placed.unknown.get_or_insert_with(|| NO_CURRENT_CPU.into());
     }
     r
 }
@@ -93,31 +88,38 @@ pub(super) fn per_node(
     nodes: &[(usize, Vec<usize>)],
     out: &mut Outcome,
 ) -> anyhow::Result<()> {
+    remote_reads(run, nodes, out)?;
+    latency_matrix(run, nodes, out)
+}
+
+/// `read_remote` or `read_remote_node3` style names: the node only when there are several.
+fn remote_name(prefix: &str, nodes: usize, b: usize) -> String {
+    if nodes == 2 {
+        format!("{prefix}_remote")
+    } else {
+        format!("{prefix}_remote_node{b}")
+    }
+}
+
+/// Read bandwidth of this thread (on the home node) from each other node's memory.
+fn remote_reads(
+    run: &mut Streams,
+    nodes: &[(usize, Vec<usize>)],
+    out: &mut Outcome,
+) -> anyhow::Result<()> {
     let ctx = run.ctx;
     let home = nodes[0].0;
-    let name_of = |prefix: &str, b: usize| {
-        if nodes.len() == 2 {
-            format!("{prefix}_remote")
-        } else {
-            format!("{prefix}_remote_node{b}")
-        }
-    };
-    // Read bandwidth of this thread (on the home node) from another node's memory.
     for (b, cpus_b) in &nodes[1..] {
         let region = Region::new(run.size, Pages::Base)?;
         let part = Part {
             base: region.as_ptr() as usize,
             len: run.size / BLOCK * BLOCK,
         };
-        let name = format!("{}_1t", name_of("read", *b));
+        let name = format!("{}_1t", remote_name("read", nodes.len(), *b));
         (ctx.progress)(&format!("{name}: memory faulted in on node {b}"));
         on_cpu(&mut run.placed, &name, cpus_b[0], || touch(part));
         run.placed.pages_on_nodes(vec![Some(*b)], &[part]);
-        let q = team(ctx, Op::Read, &[part], run.cpus, run.spec, false);
-        run.placed.add(&name, &q);
-        let q = q.m;
-        run.preempted += q.preempted;
-        run.kept += q.per_op_ns.len();
+        let q = run.stream(&name, Op::Read, &[part], false);
         out.metric(
             &name,
             "bytes/s",
@@ -131,8 +133,18 @@ pub(super) fn per_node(
             q.per_op_ns.iter().map(|ns| 1e9 / ns).collect(),
         );
     }
-    // Load latency, CPU node x memory node: a random single-cycle chase over a buffer
-    // far larger than the last-level cache, laid (first touched) on the memory node.
+    Ok(())
+}
+
+/// Load latency, CPU node x memory node: a random single-cycle chase over a buffer far
+/// larger than the last-level cache, laid (first touched) on the memory node.
+fn latency_matrix(
+    run: &mut Streams,
+    nodes: &[(usize, Vec<usize>)],
+    out: &mut Outcome,
+) -> anyhow::Result<()> {
+    let ctx = run.ctx;
+    let home = nodes[0].0;
     let line = crate::experiments::kit::line_bytes(&ctx.machine.data_caches()).max(8);
     let llc =
         crate::experiments::kit::llc_bytes(&ctx.machine.data_caches()).unwrap_or(32 << 20) as usize;
@@ -175,7 +187,7 @@ pub(super) fn per_node(
                 let name = if *b == home {
                     "latency_local".to_string()
                 } else {
-                    name_of("latency", *b)
+                    remote_name("latency", nodes.len(), *b)
                 };
                 out.metric(
                     &name,

@@ -1,6 +1,5 @@
 //! mem.bandwidth's conclusions: findings and the scaling check drawn from its metrics,
-//! each claim said only as far as the data supports it (docs/METHODOLOGY.md,
-//! mem.bandwidth).
+//! each claim said only as far as the data supports it.
 
 use crate::analysis::{separation, Separation};
 use crate::experiments::Outcome;
@@ -134,28 +133,40 @@ pub(super) fn conclusions(out: &mut Outcome, n: usize, peak: Result<(f64, String
             &["write_nt_1t", "write_1t", "read_1t"],
         );
     }
-    if n > 1 {
-        let rn = format!("read_{n}t");
-        if let (Some(r), Some(rall)) = (r1, med(&rn)) {
-            out.finding(
-                format!(
-                    "{n} threads read {} together, {:.2}x one thread.",
-                    fmt_bandwidth(rall),
-                    rall / r
-                ),
-                &["read_1t", rn.as_str()],
-            );
-            out.check(Check::sanity(
-                "more threads do not read slower",
-                rall >= 0.8 * r,
-                format!(
-                    "{n} threads {}, 1 thread {}",
-                    fmt_bandwidth(rall),
-                    fmt_bandwidth(r)
-                ),
-            ));
-        }
+    scaling(out, n, r1);
+    against_peak(out, peak);
+}
+
+/// The N-thread read against one thread's, as a finding and the scaling check.
+fn scaling(out: &mut Outcome, n: usize, r1: Option<f64>) {
+    if n <= 1 {
+        return;
     }
+    let rn = format!("read_{n}t");
+    let rall = out.get(&rn).map(|m| m.summary.median);
+    if let (Some(r), Some(rall)) = (r1, rall) {
+        out.finding(
+            format!(
+                "{n} threads read {} together, {:.2}x one thread.",
+                fmt_bandwidth(rall),
+                rall / r
+            ),
+            &["read_1t", rn.as_str()],
+        );
+        out.check(Check::sanity(
+            "more threads do not read slower",
+            rall >= 0.8 * r,
+            format!(
+                "{n} threads {}, 1 thread {}",
+                fmt_bandwidth(rall),
+                fmt_bandwidth(r)
+            ),
+        ));
+    }
+}
+
+/// The best read against the DIMMs' theoretical peak, or why the peak is unknown.
+fn against_peak(out: &mut Outcome, peak: Result<(f64, String), String>) {
     match peak {
         Ok((peak, src)) => {
             let best = out

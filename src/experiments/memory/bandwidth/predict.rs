@@ -1,0 +1,220 @@
+//! mem.bandwidth's predictions: a core's stream rate from mem.latency's sequential chase,
+//! times the cores, capped by the DIMMs' peak where it is known.
+
+use super::{ops, placement_topology, thread_counts, Op, THP_OPS};
+use crate::experiments::predict::{Input, Predictions};
+use crate::experiments::{Context, Profile};
+use crate::results::Prediction;
+
+/// Theoretical peak of the DIMMs (speed x width x channels), or why it is unknown.
+pub(super) fn dimm_peak(ctx: &Context) -> Result<(f64, String), String> {
+    let m = &ctx.machine.memory;
+    match m.peak_bandwidth_bytes_per_s {
+        Some(peak) => Ok((peak, format!("machine: {}", m.peak_bandwidth_note))),
+        None => Err(m.peak_bandwidth_note.clone()),
+    }
+}
+
+/// Line fills one line of an operation's bytes needs from memory: a read fills its line,
+/// an ordinary store reads its line for ownership first, a copy does both (source and
+/// destination), a non-temporal store none (it is written through write-combining).
+pub(super) fn fills_per_line(op: Op) -> f64 {
+    match op {
+        Op::Read | Op::ReadScalar | Op::Write | Op::WriteScalar => 1.0,
+        Op::Copy => 2.0,
+        Op::WriteNt => 0.0,
+    }
+}
+
+/// Lines that cross the memory bus per line of an operation's bytes: fills plus
+/// write-backs (a store's line goes back dirty), for the DIMMs' cap.
+pub(super) fn bus_lines_per_line(op: Op) -> f64 {
+    match op {
+        Op::Read | Op::ReadScalar => 1.0,
+        Op::Write | Op::WriteScalar => 2.0,
+        Op::Copy => 3.0,
+        Op::WriteNt => 1.0,
+    }
+}
+
+/// Predictions from figures measured earlier: one core streams no slower than
+/// mem.latency's sequential chase brings in lines (one line per `dram_sequential`, each
+/// load waiting for the one before, so the prefetcher alone keeps lines in flight); an
+/// operation needing k line fills per line of its bytes gets 1/k of that rate; N threads
+/// on N physical cores get N times it (SMT siblings share their core's fills), capped by
+/// the DIMMs' peak over the bus lines each line costs, where the peak is known.
+pub(super) fn predict_streams(ctx: &Context) -> Vec<(String, Prediction)> {
+    let n = ctx.machine.cpu.allowed_cpus.len().max(1);
+    let topo = placement_topology(ctx);
+    let allowed = &ctx.machine.cpu.allowed_cpus;
+    let mut names: Vec<(Op, usize, String)> = Vec::new();
+    for &k in &thread_counts(n, ctx.profile) {
+        for op in ops() {
+            names.push((op, k, format!("{}_{k}t", op.name())));
+        }
+    }
+    if ctx.profile != Profile::Smoke {
+        for op in [Op::ReadScalar, Op::WriteScalar] {
+            names.push((op, 1, format!("{}_1t", op.name())));
+        }
+        for op in THP_OPS {
+            names.push((op, 1, format!("{}_thp_1t", op.name())));
+        }
+    }
+    let line = crate::experiments::kit::line_bytes(&ctx.machine.data_caches()) as f64;
+    let mut p = Predictions::new(ctx);
+    let seq = p.earlier("mem.latency", &["dram_sequential"]);
+    let peak = dimm_peak(ctx);
+    for (op, k, name) in names {
+        let cpus = topo.spread(allowed, k);
+        let cores = k - topo.describe_cpus(&cpus).smt_shared.len();
+        let cap = peak
+            .as_ref()
+            .ok()
+            .map(|(p, s)| per_socket(&topo, &cpus, *p, s.clone()));
+        p.add(&name, stream_prediction(op, k, cores, line, &seq, cap));
+    }
+    p.done()
+}
+
+/// One stream figure's prediction (see `predict_streams`), or why there is none.
+pub(super) fn stream_prediction(
+    op: Op,
+    threads: usize,
+    cores: usize,
+    line: f64,
+    seq: &Input,
+    cap: Option<(f64, String)>,
+) -> Prediction {
+    let Some(t) = seq.value().filter(|t| *t > 0.0) else {
+        return without_chase(op, threads, seq, cap);
+    };
+    let fills = fills_per_line(op);
+    let one = line / t * 1e9;
+    let (per_core, what) = if fills > 0.0 {
+        let s = if fills > 1.0 { "s" } else { "" };
+        (one / fills, format!("{fills} line fill{s} per line"))
+    } else {
+        (
+            one,
+            "no fill (no read for ownership), so at least the one-fill rate: a lower bound".into(),
+        )
+    };
+    let rate = per_core * cores as f64;
+    let scope = if cores > 1 {
+        format!(
+            "; x {cores} physical cores, each streaming as one does (the memory's own limit is \
+             in the model only where the DIMM peak is known), so not a bound"
+        )
+    } else {
+        String::new()
+    };
+    let p = Prediction::new(
+        rate,
+        format!(
+            "line / dram_sequential / fills ({what}): one core receives one line per step of \
+             mem.latency's sequential chase, where each load waits for the last and only the \
+             prefetcher keeps lines in flight, so a stream that does not wait is no slower{scope}"
+        ),
+    );
+    let p = seq
+        .attach(p)
+        .machine("line", line, "bytes", "machine: cache line size (sysfs)")
+        .method(
+            "fills",
+            fills,
+            "fills/line",
+            "method: line fills per line of the operation's bytes (read 1, store 1 for ownership, copy 2, non-temporal 0)",
+        )
+        .machine(
+            "cores",
+            cores as f64,
+            "cores",
+            "machine: physical cores the threads run on (Topology::spread; SMT siblings share one)",
+        );
+    // One core's stream is no slower than the chase it is built from: a lower bound. Over
+    // several cores the product assumes the memory keeps up, which nothing here bounds.
+    let p = if cores == 1 { p.lower_bound() } else { p };
+    match cap {
+        Some(cap) if threads > 1 => dimm_capped(p, rate, op, cap),
+        _ => p,
+    }
+}
+
+/// `p` (of `rate`) capped by the DIMMs' peak over the bus lines each line of `op` costs,
+/// where that is lower.
+fn dimm_capped(p: Prediction, rate: f64, op: Op, (peak, src): (f64, String)) -> Prediction {
+    let bus = bus_lines_per_line(op);
+    if peak / bus >= rate {
+        return p;
+    }
+    let cost = if bus > 1.0 {
+        "fill and write-back"
+    } else {
+        "one transfer"
+    };
+    Prediction {
+        value: peak / bus,
+        formula: format!(
+            "{}; capped by the DIMMs' peak / {bus} bus lines per line ({cost} each line costs)",
+            p.formula
+        ),
+        ..p
+    }
+    .machine("dimm_peak", peak, "bytes/s", src)
+    .method(
+        "bus_lines",
+        bus,
+        "lines",
+        "method: memory-bus lines per line of the operation's bytes",
+    )
+}
+
+/// Without the sequential chase only the N-thread read keeps a bound: the DIMMs' peak.
+fn without_chase(op: Op, threads: usize, seq: &Input, cap: Option<(f64, String)>) -> Prediction {
+    match cap {
+        Some((peak, src)) if threads > 1 && op == Op::Read => Prediction::new(
+            peak,
+            "the DIMMs' theoretical peak (an upper bound for N threads)",
+        )
+        .upper_bound()
+        .machine("dimm_peak", peak, "bytes/s", src)
+        .machine(
+            "threads",
+            threads as f64,
+            "threads",
+            "machine: CPUs this process may use",
+        ),
+        _ => Prediction::withheld(
+            seq.why_missing()
+                .unwrap_or("mem.latency's dram_sequential is not a positive time"),
+        ),
+    }
+}
+
+/// The DIMM peak of the sockets the N-thread team ran on: the machine's peak divided
+/// among its packages (assuming each socket has the same modules), times the packages
+/// used. One package: the machine's peak.
+pub(super) fn per_socket(
+    t: &crate::machine::Topology,
+    cpus: &[usize],
+    peak: f64,
+    src: String,
+) -> (f64, String) {
+    let Some(packages) = t.packages.filter(|&p| p > 1) else {
+        return (peak, src);
+    };
+    let mut used: Vec<u32> = cpus
+        .iter()
+        .filter_map(|&c| t.place(c).and_then(|p| p.package))
+        .collect();
+    used.sort();
+    used.dedup();
+    let k = used.len().clamp(1, packages);
+    (
+        peak * k as f64 / packages as f64,
+        format!(
+            "{src}; the peak of the {k} of {packages} sockets the threads ran on (the machine's peak / {packages} per socket, assuming every socket has the same modules)"
+        ),
+    )
+}
