@@ -434,7 +434,7 @@ impl Outcome {
     /// last run) into every metric added so far: raw values pooled, the summary
     /// recomputed, each run's median kept in `runs`. Call it once, after the metrics and
     /// before the checks and findings that quote them, and read figures back with
-    /// `median`/`get`, so the text quotes the numbers the table shows (issue 20 item 2).
+    /// `median`/`get`, so the text quotes the numbers the table shows.
     /// Checks and series made before it are labelled as this run's by the runner.
     pub fn pool(&mut self, ctx: &Context) {
         self.pooled_at = Some((self.checks.len(), self.series.len()));

@@ -1,7 +1,7 @@
 //! The parts table: published figures per CPU core, keyed by what identifies the part
 //! (x86 CPUID vendor, family and model; arm64 MIDR implementer and part; Apple chip), each
 //! figure with its reference. Predictions read only these, facts of the machine and
-//! figures measured earlier in the run (issue 20). A part or a figure that is not here
+//! figures measured earlier in the run. A part or a figure that is not here
 //! gives no prediction, with the reason; never a "typical" number.
 //!
 //! Entries are checked against their reference, never against a measurement of ours.
@@ -136,7 +136,7 @@ pub const CORES: &[Core] = &[
         ],
         l1d_cycles: fig(4.0, ANANDTECH_SKX),
         l2_cycles: fig(12.0, CNC_RPL_L2),
-        // 44: Intel's figure as AnandTech tabled it; the 42 once here (7-cpu.com) was not found.
+        // 44: Intel's figure as AnandTech tabled it.
         l3_cycles: fig(44.0, ANANDTECH_SKX),
         dram_ns: None,
     },
@@ -175,7 +175,7 @@ pub const CORES: &[Core] = &[
             family: 6,
             models: &[151, 154],
         }],
-        // No L1D figure: the 3 cycles once here were not found in the cited source.
+        // No L1D figure: the cited source states none.
         l1d_cycles: None,
         l2_cycles: None,
         l3_cycles: None,
@@ -191,7 +191,7 @@ pub const CORES: &[Core] = &[
             family: 6,
             models: &[143],
         }],
-        // No figures: the 5 and 16 cycles once here were not found in the cited source.
+        // No figures: the cited source states none.
         l1d_cycles: None,
         l2_cycles: None,
         l3_cycles: None,
@@ -235,7 +235,7 @@ pub const CORES: &[Core] = &[
             models: &[1, 8, 33, 68, 80],
         }],
         // L2 and L3 relative to Zen 2's cited figures, as a published measurement states
-        // them (the 12/46 cycles once here were not found in any source).
+        // them (no source read states absolute cycles).
         l1d_cycles: fig(4.0, AMD_SOG_19H),
         l2_cycles: fig(13.0, CNC_VCACHE_ZEN3_L2),
         l3_cycles: fig(41.5, CNC_VCACHE_ZEN3_L3),
@@ -264,7 +264,7 @@ pub const CORES: &[Core] = &[
             // CPUFAMILY_ARM_FIRESTORM_ICESTORM
             Match::MacFamily(0x1b588bb3),
         ],
-        // No L1D figure: the 3 cycles once here were not found in the cited source.
+        // No L1D figure: the cited source states none.
         l1d_cycles: None,
         l2_cycles: None,
         l3_cycles: None,
@@ -292,7 +292,7 @@ pub const CORES: &[Core] = &[
             implementer: "0x41",
             part: "0xd40",
         }],
-        // No L1D figure: the LDR latency once here was not found in Arm's guide. No source
+        // No L1D figure: Arm's guide states no LDR latency. No source
         // read states Graviton 3's L2, L3 or DRAM latency either.
         l1d_cycles: None,
         l2_cycles: None,
