@@ -69,73 +69,11 @@ impl Experiment for Timer {
                 .into(),
         );
         let c = ctx.clock;
-        // On a coarse counter (24 MHz on Apple silicon: 41.7 ns a tick; AMD Zen's TSC
-        // advancing in 10 ns steps) an empty region reads 0 or 1 step: the mean of the reads is the figure (clock::region_ticks).
+        // On a coarse counter (Apple silicon's 24 MHz, a TSC advancing in steps) an empty
+        // region reads 0 or 1 step: the mean of the reads is the figure (clock::region_ticks).
         let step = crate::clock::coarse_step(c);
-        let coarse = step.is_some();
-        // Empty regions, in batches: each batch's typical region is one trial.
-        let n_trials = ctx.profile.harness().trials;
-        let deadline = crate::clock::Deadline::after(c, ctx.budget / 2);
-        let mut trials = Vec::new();
-        let mut all_positive = true;
-        let mut advanced = true;
-        for _ in 0..n_trials {
-            let first = c.now();
-            let mut v: Vec<u64> = (0..1000)
-                .map(|_| {
-                    let a = c.start();
-                    let b = c.stop();
-                    b.wrapping_sub(a)
-                })
-                .collect();
-            advanced &= c.now() > first;
-            let ticks = crate::clock::region_ticks(&mut v, step);
-            all_positive &= v[0] > 0 || c.name() == "monotonic_raw";
-            trials.push(c.ticks_to_ns(ticks));
-            if deadline.passed() {
-                break;
-            }
-        }
-        let below = coarse && trials.iter().all(|&t| t == 0.0);
-        if below {
-            out.notes.push(format!(
-                "read_pair: below the counter's resolution ({}): no empty region of {} batches of 1000 \
-                 spanned a tick, so the counter cannot say what it costs",
-                crate::clock::tick_text(c),
-                trials.len()
-            ));
-        } else if coarse {
-            out.metric(
-                "read_pair",
-                "ns",
-                &format!(
-                    "ticks inside an empty start/stop region (mean of 1000 per trial: the counter is coarse, {}, \
-                     and the mean of quantised reads is unbiased)",
-                    crate::clock::tick_text(c)
-                ),
-                trials,
-            );
-        } else {
-            out.metric(
-                "read_pair",
-                "ns",
-                "ticks inside an empty start/stop region (median of 1000 per trial)",
-                trials,
-            );
-        }
-        if coarse {
-            out.check(Check::sanity(
-                "counter advances",
-                advanced,
-                "the counter moved across every batch of 1000 regions (a coarse counter's single region may read 0)",
-            ));
-        } else {
-            out.check(Check::sanity(
-                "counter advances",
-                all_positive,
-                "every batch had a non-zero minimum region",
-            ));
-        }
+        let regions = empty_regions(ctx, step);
+        add_read_pair(&mut out, c, step.is_some(), regions);
 
         let h = ctx.cpu_harness(2);
         let m = h.measure_raw(1.0, |n| {
@@ -173,6 +111,76 @@ impl Experiment for Timer {
         }
         Ok(out)
     }
+}
+
+/// Empty start/stop regions of one batch of 1000 per trial, until the trials or half the
+/// budget run out: each trial's typical region in ns, whether every batch's minimum was
+/// positive, and whether the counter advanced across every batch.
+struct EmptyRegions {
+    trials: Vec<f64>,
+    all_positive: bool,
+    advanced: bool,
+}
+
+fn empty_regions(ctx: &Context, step: Option<f64>) -> EmptyRegions {
+    let c = ctx.clock;
+    let deadline = crate::clock::Deadline::after(c, ctx.budget / 2);
+    let mut r = EmptyRegions {
+        trials: Vec::new(),
+        all_positive: true,
+        advanced: true,
+    };
+    for _ in 0..ctx.profile.harness().trials {
+        let first = c.now();
+        let mut v: Vec<u64> = (0..1000)
+            .map(|_| {
+                let a = c.start();
+                let b = c.stop();
+                b.wrapping_sub(a)
+            })
+            .collect();
+        r.advanced &= c.now() > first;
+        let ticks = crate::clock::region_ticks(&mut v, step);
+        r.all_positive &= v[0] > 0 || c.name() == "monotonic_raw";
+        r.trials.push(c.ticks_to_ns(ticks));
+        if deadline.passed() {
+            break;
+        }
+    }
+    r
+}
+
+/// `read_pair` from the empty regions (or the note that they are below the counter's
+/// resolution), and the check that the counter advanced.
+fn add_read_pair(out: &mut Outcome, c: &dyn crate::clock::Clock, coarse: bool, r: EmptyRegions) {
+    let n = r.trials.len();
+    if coarse && r.trials.iter().all(|&t| t == 0.0) {
+        out.notes.push(format!(
+            "read_pair: below the counter's resolution ({}): no empty region of {n} batches of 1000 \
+             spanned a tick, so the counter cannot say what it costs",
+            crate::clock::tick_text(c),
+        ));
+    } else {
+        let how = if coarse {
+            format!(
+                "ticks inside an empty start/stop region (mean of 1000 per trial: the counter is coarse, {}, \
+                 and the mean of quantised reads is unbiased)",
+                crate::clock::tick_text(c)
+            )
+        } else {
+            "ticks inside an empty start/stop region (median of 1000 per trial)".to_string()
+        };
+        out.metric("read_pair", "ns", &how, r.trials);
+    }
+    let (passed, detail) = if coarse {
+        (
+            r.advanced,
+            "the counter moved across every batch of 1000 regions (a coarse counter's single region may read 0)",
+        )
+    } else {
+        (r.all_positive, "every batch had a non-zero minimum region")
+    };
+    out.check(Check::sanity("counter advances", passed, detail));
 }
 
 #[cfg(test)]

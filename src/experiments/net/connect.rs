@@ -187,82 +187,24 @@ impl Experiment for Connect {
             max_accepts: (max + max_open_close(ctx.profile) + 200) as u32,
         })?;
         let dest = SocketAddr::new(t.addr().ip(), session.port);
-        let (ss, len) = raw_addr(&dest);
-        let connect = |fd: &OwnedFd| -> io::Result<()> {
-            // SAFETY: ss holds a valid address of `len` bytes; fd is an open socket.
-            let r = unsafe {
-                libc::connect(
-                    fd.as_raw_fd(),
-                    &ss as *const _ as *const libc::sockaddr,
-                    len,
-                )
-            };
-            if r != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        };
-        (ctx.progress)("connections");
-        for _ in 0..max.min(100) / 2 {
-            let fd = socket_for(&dest, true)?;
-            connect(&fd).map_err(|e| anyhow::anyhow!("connect to {dest}: {e}"))?;
-        }
-        let mut connects = Vec::with_capacity(max);
-        let mut closes = Vec::with_capacity(max);
-        let oc_max = max_open_close(ctx.profile);
-        let mut open_closes = Vec::with_capacity(oc_max);
-        let budget = ctx.budget * 8 / 10;
-        let until = ctx.harness(1).deadline(budget);
-        while connects.len() < max && !until.passed() {
-            // Sockets are made untimed in batches; each connect and close is timed alone.
-            let batch: Vec<OwnedFd> = (0..64)
-                .map(|_| socket_for(&dest, true))
-                .collect::<io::Result<_>>()?;
-            let mut fds = batch.into_iter();
-            let mut open = Vec::with_capacity(64);
-            connects.extend(
-                sample(ctx, 64, budget, || {
-                    let fd = fds.next().ok_or_else(|| io::Error::other("no socket"))?;
-                    connect(&fd)?;
-                    open.push(fd);
-                    Ok(())
-                })
-                .map_err(|e| anyhow::anyhow!("connect to {dest}: {e}"))?,
-            );
-            let mut open = open.into_iter();
-            closes.extend(sample(ctx, 64, budget, || {
-                drop(open.next());
-                Ok(())
-            })?);
-            if open_closes.len() < oc_max {
-                open_closes.extend(
-                    sample(ctx, 32, budget, || {
-                        let fd = socket_for(&dest, false)?;
-                        connect(&fd)?;
-                        drop(fd);
-                        Ok(())
-                    })
-                    .map_err(|e| anyhow::anyhow!("connect to {dest}: {e}"))?,
-                );
-            }
-        }
+        let timed = time_connections(ctx, &dest, max)?;
         drop(session);
-        let n = connects.len();
+        let n = timed.connects.len();
         out.check(Check::sanity(
             "enough connections for a distribution",
             n >= 100,
             format!("{n} connections (bound {max})"),
         ));
         for (name, v, what) in [
-            ("connect", connects, "connect() until established"),
+            ("connect", timed.connects, "connect() until established"),
             (
                 "close",
-                closes,
+                timed.closes,
                 "close() with SO_LINGER 0 (reset, no TIME_WAIT)",
             ),
             (
                 "open_close",
-                open_closes,
+                timed.open_closes,
                 "socket() + connect() + ordinary close(), as lmbench lat_connect times it",
             ),
         ] {
@@ -289,4 +231,75 @@ impl Experiment for Connect {
         }
         Ok(out)
     }
+}
+
+/// Per-operation times of connect, close and a whole open-connect-close, in ns.
+struct Connections {
+    connects: Vec<f64>,
+    closes: Vec<f64>,
+    open_closes: Vec<f64>,
+}
+
+/// connect() on a socket to `dest`, timed by the caller.
+fn connect_to(fd: &OwnedFd, ss: &libc::sockaddr_storage, len: libc::socklen_t) -> io::Result<()> {
+    // SAFETY: ss holds a valid address of `len` bytes; fd is an open socket.
+    let r = unsafe { libc::connect(fd.as_raw_fd(), ss as *const _ as *const libc::sockaddr, len) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Up to `max` connects and closes to `dest` (and up to `max_open_close` whole
+/// open-connect-closes), within 80% of the budget, after an untimed warm-up.
+fn time_connections(ctx: &Context, dest: &SocketAddr, max: usize) -> anyhow::Result<Connections> {
+    let (ss, len) = raw_addr(dest);
+    let connect = |fd: &OwnedFd| connect_to(fd, &ss, len);
+    (ctx.progress)("connections");
+    for _ in 0..max.min(100) / 2 {
+        let fd = socket_for(dest, true)?;
+        connect(&fd).map_err(|e| anyhow::anyhow!("connect to {dest}: {e}"))?;
+    }
+    let oc_max = max_open_close(ctx.profile);
+    let mut t = Connections {
+        connects: Vec::with_capacity(max),
+        closes: Vec::with_capacity(max),
+        open_closes: Vec::with_capacity(oc_max),
+    };
+    let budget = ctx.budget * 8 / 10;
+    let until = ctx.harness(1).deadline(budget);
+    while t.connects.len() < max && !until.passed() {
+        // Sockets are made untimed in batches; each connect and close is timed alone.
+        let batch: Vec<OwnedFd> = (0..64)
+            .map(|_| socket_for(dest, true))
+            .collect::<io::Result<_>>()?;
+        let mut fds = batch.into_iter();
+        let mut open = Vec::with_capacity(64);
+        t.connects.extend(
+            sample(ctx, 64, budget, || {
+                let fd = fds.next().ok_or_else(|| io::Error::other("no socket"))?;
+                connect(&fd)?;
+                open.push(fd);
+                Ok(())
+            })
+            .map_err(|e| anyhow::anyhow!("connect to {dest}: {e}"))?,
+        );
+        let mut open = open.into_iter();
+        t.closes.extend(sample(ctx, 64, budget, || {
+            drop(open.next());
+            Ok(())
+        })?);
+        if t.open_closes.len() < oc_max {
+            t.open_closes.extend(
+                sample(ctx, 32, budget, || {
+                    let fd = socket_for(dest, false)?;
+                    connect(&fd)?;
+                    drop(fd);
+                    Ok(())
+                })
+                .map_err(|e| anyhow::anyhow!("connect to {dest}: {e}"))?,
+            );
+        }
+    }
+    Ok(t)
 }

@@ -3,6 +3,7 @@
 
 use super::{describe_cpus, main_cpu, sample, target, Target};
 use crate::analysis::{separation, Separation};
+use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
 use crate::harness::SampleSpec;
 use crate::peer::protocol::{EchoReport, Request};
@@ -286,105 +287,78 @@ impl Experiment for Rtt {
         // client's send and receive and the peer's receive and send (4 system calls) and, on
         // one CPU, a switch to the peer and one back. The protocol stack's own path and a
         // cross-CPU wake-up have no published cost per part, so these are lower bounds.
+        let mut p = Predictions::new(ctx);
+        if ctx.options.peer.is_some() {
+            p.withhold(
+                &["tcp", "tcp_same_cpu", "tcp_cross_cpu", "udp", "icmp"],
+                "a remote peer: its host's calls and the network path have no measured or published figure",
+            );
+            return p.done();
+        }
         let stack = "the protocol stack's path has no published cost in the parts table";
-        let sys = ctx.earlier_median("cpu.syscall", "getppid");
-        let sw = ctx
-            .earlier_median("cpu.thread-switch", "switch")
-            .filter(|v| *v > 0.0);
-        let names = ["tcp", "tcp_same_cpu", "tcp_cross_cpu", "udp", "icmp"];
-        let remote = ctx.options.peer.is_some();
-        let (Some(sys), false) = (sys, remote) else {
-            let why = if remote {
-                "a remote peer: its host's calls and the network path have no measured or published figure"
-            } else {
-                "cpu.syscall getppid was not measured in this run"
-            };
-            return names
-                .iter()
-                .map(|n| (n.to_string(), Prediction::withheld(why)))
-                .collect();
-        };
-        let calls = |n: f64, p: Prediction| {
-            p.measured("getppid", sys, "ns", "measured: cpu.syscall getppid")
-                .method(
-                    "system_calls",
-                    n,
-                    "calls",
-                    "method: the calls one round trip makes",
-                )
-        };
-        let with_switches = |what: &str| match sw {
-            Some(sw) => calls(
-                4.0,
-                Prediction::new(
-                    4.0 * sys + 2.0 * sw,
-                    format!("4 x getppid + 2 x thread switch, a lower bound: {what}"),
-                )
-                .lower_bound(),
+        let sys = p.earlier("cpu.syscall", &["getppid"]);
+        let calls = |n: f64| {
+            Input::method(
+                "system_calls",
+                n,
+                "calls",
+                "method: the calls one round trip makes",
             )
-            .measured("switch", sw, "ns", "measured: cpu.thread-switch switch")
-            .method(
-                "switches",
-                2.0,
-                "switches",
-                "method: to the peer and back on one CPU",
-            ),
-            None => Prediction::withheld(
-                "cpu.thread-switch switch was not measured in this run (or not positive)",
-            ),
         };
+        let mut sw = p.earlier("cpu.thread-switch", &["switch"]);
+        if sw.value().is_some_and(|v| v <= 0.0) {
+            sw = Input::missing("switch", "cpu.thread-switch's switch was not positive");
+        }
+        let switches = Input::method(
+            "switches",
+            2.0,
+            "switches",
+            "method: to the peer and back on one CPU",
+        );
+        let same = [&sys, &calls(4.0), &sw, &switches];
+        let with_switches = |v: &[f64]| {
+            Prediction::new(
+                4.0 * v[0] + 2.0 * v[2],
+                format!("4 x getppid + 2 x thread switch, a lower bound: {stack}"),
+            )
+            .lower_bound()
+        };
+        p.state("tcp", &same, with_switches);
+        p.state("tcp_same_cpu", &same, with_switches);
         // The two cross-CPU wake-ups as cpu.thread-switch measured them: its round trip with
         // the partner on another CPU less its pipe work alone.
-        let wake = ctx
-            .earlier_median("cpu.thread-switch", "pipe_round_trip_cross_cpu")
-            .zip(ctx.earlier_median("cpu.thread-switch", "pipe_cost"))
-            .filter(|(rt, pipe)| rt > pipe);
-        let cross = match wake {
-            Some((rt, pipe)) => calls(
-                4.0,
-                Prediction::new(
-                    4.0 * sys + (rt - pipe),
-                    format!(
+        let rt = p
+            .earlier("cpu.thread-switch", &["pipe_round_trip_cross_cpu"])
+            .named("cross_cpu_round_trip");
+        let pipe = p.earlier("cpu.thread-switch", &["pipe_cost"]);
+        match (rt.value(), pipe.value()) {
+            (Some(r), Some(q)) if r > q => {
+                p.state("tcp_cross_cpu", &[&sys, &calls(4.0), &rt, &pipe], |v| {
+                    Prediction::new(
+                        4.0 * v[0] + (v[2] - v[3]),
+                        format!(
                         "4 x getppid + 2 cross-CPU wake-ups (cpu.thread-switch's cross-CPU round \
                          trip less its pipe work), a lower bound: {stack}"
                     ),
-                )
-                .lower_bound(),
-            )
-            .measured(
-                "cross_cpu_round_trip",
-                rt,
-                "ns",
-                "measured: cpu.thread-switch pipe_round_trip_cross_cpu",
-            )
-            .measured(
-                "pipe_cost",
-                pipe,
-                "ns",
-                "measured: cpu.thread-switch pipe_cost",
-            ),
-            None => calls(
-                4.0,
+                    )
+                    .lower_bound()
+                })
+            }
+            _ => p.state("tcp_cross_cpu", &[&sys, &calls(4.0)], |v| {
                 Prediction::new(
-                    4.0 * sys,
+                    4.0 * v[0],
                     format!("4 x getppid, a lower bound: {stack}, nor has a cross-CPU wake-up"),
                 )
-                .lower_bound(),
-            ),
-        };
+                .lower_bound()
+            }),
+        }
+        p.state("udp", &same, with_switches);
         // An ICMP echo is answered by the peer's kernel: the client's send and receive only.
-        let icmp = calls(
-            2.0,
-            Prediction::new(2.0 * sys, format!("2 x getppid, a lower bound: {stack}"))
-                .lower_bound(),
-        );
-        vec![
-            ("tcp".into(), with_switches(stack)),
-            ("tcp_same_cpu".into(), with_switches(stack)),
-            ("tcp_cross_cpu".into(), cross),
-            ("udp".into(), with_switches(stack)),
-            ("icmp".into(), icmp),
-        ]
+        p.state("icmp", &[&sys, &calls(2.0)], |v| {
+            Prediction::new(2.0 * v[0], format!("2 x getppid, a lower bound: {stack}"))
+                .lower_bound()
+        });
+        p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
