@@ -86,16 +86,6 @@ impl Profile {
             Profile::Quick | Profile::Standard | Profile::Thorough => 2,
         }
     }
-
-    /// Scales a quick-profile figure: smoke 1/5, standard 5x, thorough 15x.
-    pub(crate) fn scale(&self, quick: Duration) -> Duration {
-        match self {
-            Profile::Smoke => quick / 5,
-            Profile::Quick => quick,
-            Profile::Standard => quick * 5,
-            Profile::Thorough => quick * 15,
-        }
-    }
 }
 
 /// What an experiment needs beyond an ordinary user on a quiet machine.

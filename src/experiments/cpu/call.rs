@@ -1,10 +1,10 @@
 //! cpu.call: procedure call cost for 0..7 integer arguments.
 
-use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::experiments::{spec::ms, PerProfile, Spec};
+use crate::experiments::{Context, Experiment, Outcome};
 use crate::opaque::{hide, repeat};
 use crate::results::{Check, Prediction};
 use std::hint::black_box;
-use std::time::Duration;
 
 pub struct Call;
 
@@ -85,28 +85,22 @@ fn calls(k: usize, n: u64) {
     }
 }
 
-const SPEC: crate::experiments::Spec = crate::experiments::Spec {
+const SPEC: Spec = Spec {
     id: "cpu.call",
     title: "Procedure call cost by argument count",
     description:
         "cost of a non-inlined call with 0..7 integer arguments, and the increment per argument",
     method: crate::method!("cpu.call"),
-    needs: crate::experiments::Needs::NONE,
-    // Call and return are taken branches, front-end bound like the loop (cpu.call moved
+    budget: Some(PerProfile::scaled(ms(1600))),
+    // Call and return are taken branches, front-end bound like the loop (cpu.call moves
     // with cpu.loop, not the chain, under SMT contention).
     bottleneck: crate::results::Bottleneck::Issue,
-    // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
-    per_core_kind: true,
-    subtracts_loop: true,
-    budget: None,
+    ..Spec::CORE_LOOP
 };
 
 impl Experiment for Call {
-    fn spec(&self) -> &crate::experiments::Spec {
+    fn spec(&self) -> &Spec {
         &SPEC
-    }
-    fn budget(&self, p: Profile) -> Duration {
-        p.scale(Duration::from_millis(1600))
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         // Counted operations at a rate measured just before: a call and its return are two

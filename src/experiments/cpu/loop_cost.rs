@@ -1,32 +1,27 @@
 //! cpu.loop: the cost of one iteration of the harness's measured loop.
 
-use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::experiments::{spec::ms, PerProfile, Spec};
+use crate::experiments::{Context, Experiment, Outcome};
 use crate::opaque::repeat;
 use crate::results::{Check, Prediction};
-use std::time::Duration;
 
 pub struct LoopCost;
 
-const SPEC: crate::experiments::Spec = crate::experiments::Spec {
+const SPEC: Spec = Spec {
     id: "cpu.loop",
     title: "Loop iteration cost",
     description: "cost of one iteration of a loop whose body the compiler cannot remove",
     method: crate::method!("cpu.loop"),
-    needs: crate::experiments::Needs::NONE,
-    // The sentinel's issue kernel is this very loop.
+    budget: Some(PerProfile::scaled(ms(500))),
+    // The sentinel's issue kernel is this very loop; it is the overhead, not net of it.
     bottleneck: crate::results::Bottleneck::Issue,
-    // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
-    per_core_kind: true,
     subtracts_loop: false,
-    budget: None,
+    ..Spec::CORE_LOOP
 };
 
 impl Experiment for LoopCost {
-    fn spec(&self) -> &crate::experiments::Spec {
+    fn spec(&self) -> &Spec {
         &SPEC
-    }
-    fn budget(&self, p: Profile) -> Duration {
-        p.scale(Duration::from_millis(500))
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let (ghz, src) = ctx.core_ghz();

@@ -1,12 +1,12 @@
 //! cpu.thread-create: create, run and join a kernel thread that returns at once.
 
-use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::experiments::{spec::ms, PerProfile, Spec};
+use crate::experiments::{Context, Experiment, Outcome};
 use crate::opaque::repeat;
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 pub struct ThreadCreate;
 
@@ -117,32 +117,19 @@ fn create_join() -> Result<(), i32> {
     Ok(())
 }
 
-const SPEC: crate::experiments::Spec = crate::experiments::Spec {
+const SPEC: Spec = Spec {
     id: "cpu.thread-create",
     title: "Thread creation",
     description: "raw pthread_create + pthread_join of a thread that returns at once",
     method: crate::method!("cpu.thread-create"),
-    needs: crate::experiments::Needs::NONE,
     // Kernel work at the core's clock.
-    bottleneck: crate::results::Bottleneck::Chain,
-    // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
-    per_core_kind: true,
-    subtracts_loop: true,
-    budget: None,
+    budget: Some(PerProfile::new(ms(200), ms(1000), ms(5000), ms(15000))),
+    ..Spec::CORE_LOOP
 };
 
 impl Experiment for ThreadCreate {
-    fn spec(&self) -> &crate::experiments::Spec {
+    fn spec(&self) -> &Spec {
         &SPEC
-    }
-    fn budget(&self, p: Profile) -> Duration {
-        let ms = Duration::from_millis;
-        match p {
-            Profile::Smoke => ms(200),
-            Profile::Quick => ms(1000),
-            Profile::Standard => ms(5000),
-            Profile::Thorough => ms(15000),
-        }
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         if !super::COUNTS_HOLD {

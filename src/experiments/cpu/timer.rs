@@ -1,8 +1,8 @@
 //! cpu.timer: what one fenced timestamp pair costs.
 
-use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::experiments::{spec::ms, PerProfile, Spec};
+use crate::experiments::{Context, Experiment, Outcome};
 use crate::results::{Check, Prediction};
-use std::time::Duration;
 
 pub struct Timer;
 
@@ -33,26 +33,20 @@ const EXPENSIVE: &str = "the ISB barriers around each counter read drain the pip
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const EXPENSIVE: &str = "the clock reads cost more than the interval they bracket";
 
-const SPEC: crate::experiments::Spec = crate::experiments::Spec {
+const SPEC: Spec = Spec {
     id: "cpu.timer",
     title: "Timestamp read cost",
     description: "cost of one serialised timestamp read pair (inside the region, and in wall time)",
     method: METHOD,
-    needs: crate::experiments::Needs::NONE,
-    // Serialised counter reads: the core's clock, not its issue rate.
-    bottleneck: crate::results::Bottleneck::Chain,
-    // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
-    per_core_kind: true,
+    budget: Some(PerProfile::scaled(ms(600))),
+    // Serialised counter reads: the core's clock, not its issue rate; nothing subtracted.
     subtracts_loop: false,
-    budget: None,
+    ..Spec::CORE_LOOP
 };
 
 impl Experiment for Timer {
-    fn spec(&self) -> &crate::experiments::Spec {
+    fn spec(&self) -> &Spec {
         &SPEC
-    }
-    fn budget(&self, p: Profile) -> Duration {
-        p.scale(Duration::from_millis(600))
     }
     /// None: the only figures available before this runs are the clock's own start-up
     /// measurements of the same regions, and a prediction equal to the measurement by
@@ -187,6 +181,8 @@ fn add_read_pair(out: &mut Outcome, c: &dyn crate::clock::Clock, coarse: bool, r
 mod tests {
     use super::*;
     use crate::clock::{Clock, CoarseClock};
+    use crate::experiments::Profile;
+    use std::time::Duration;
 
     /// A 24 MHz counter (Apple silicon's) built on CLOCK_MONOTONIC_RAW that also keeps
     /// the fine reading of every read, so a test can time the same regions both ways.

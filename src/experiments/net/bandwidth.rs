@@ -3,7 +3,8 @@
 
 use super::{target, Target};
 use crate::clock::Stopwatch;
-use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
+use crate::experiments::Spec;
+use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::harness::Harness;
 use crate::peer::protocol::{is_timeout, Request};
 use crate::results::{Check, Prediction};
@@ -151,24 +152,17 @@ fn predict_rate(ctx: &Context) -> Option<Prediction> {
     )
 }
 
-const SPEC: crate::experiments::Spec = crate::experiments::Spec {
+const SPEC: Spec = Spec {
     id: "net.bandwidth",
     title: "TCP bandwidth",
     description: "a timed TCP stream to and from the peer with 128 KiB writes; bytes/s and Gbit/s against the link speed",
     method: crate::method!("net.bandwidth"),
-    needs: Needs {
-        peer: true,
-        ..Needs::NONE
-    },
     // The link.
-    bottleneck: crate::results::Bottleneck::None,
-    per_core_kind: false,
-    subtracts_loop: false,
-    budget: None,
+    ..Spec::NETWORK
 };
 
 impl Experiment for Bandwidth {
-    fn spec(&self) -> &crate::experiments::Spec {
+    fn spec(&self) -> &Spec {
         &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {

@@ -2,7 +2,8 @@
 //! at a time, as distributions (setup is heavy-tailed: SYN queue, timer retries).
 
 use super::{sample, target};
-use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
+use crate::experiments::{spec::ms, PerProfile, Spec};
+use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::peer::protocol::Request;
 use crate::results::{Check, Prediction};
 use crate::stats::Summary;
@@ -10,7 +11,6 @@ use crate::units::fmt_ns;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::time::Duration;
 
 pub struct Connect;
 
@@ -101,28 +101,19 @@ fn raw_addr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     (ss, len as libc::socklen_t)
 }
 
-const SPEC: crate::experiments::Spec = crate::experiments::Spec {
+const SPEC: Spec = Spec {
     id: "net.connect",
     title: "TCP connection setup and teardown",
     description: "connect() until established and close(), over thousands of connections to the peer, as distributions",
     method: crate::method!("net.connect"),
-    needs: Needs {
-        peer: true,
-        ..Needs::NONE
-    },
+    budget: Some(PerProfile::scaled(ms(1500))),
     // The network stack and the peer.
-    bottleneck: crate::results::Bottleneck::None,
-    per_core_kind: false,
-    subtracts_loop: false,
-    budget: None,
+    ..Spec::NETWORK
 };
 
 impl Experiment for Connect {
-    fn spec(&self) -> &crate::experiments::Spec {
+    fn spec(&self) -> &Spec {
         &SPEC
-    }
-    fn budget(&self, p: Profile) -> Duration {
-        p.scale(Duration::from_millis(1500))
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         // Segments the protocol fixes, each priced at what net.rtt measured for one trip of

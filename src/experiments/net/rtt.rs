@@ -4,7 +4,8 @@
 use super::{describe_cpus, main_cpu, sample, target, Target};
 use crate::analysis::{separation, Separation};
 use crate::experiments::predict::{Input, Predictions};
-use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
+use crate::experiments::{spec::ms, PerProfile, Spec};
+use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::harness::SampleSpec;
 use crate::peer::protocol::{EchoReport, Request};
 use crate::results::{Check, Prediction};
@@ -259,28 +260,19 @@ fn pct(out: &Outcome, name: &str) -> Option<(f64, f64, f64)> {
     Some((p.p50, p.p90, p.p99))
 }
 
-const SPEC: crate::experiments::Spec = crate::experiments::Spec {
+const SPEC: Spec = Spec {
     id: "net.rtt",
     title: "Network round-trip time",
     description: "TCP and UDP ping-pong of a small message with the peer, and ICMP echo, as distributions (p50/p90/p99)",
     method: crate::method!("net.rtt"),
-    needs: Needs {
-        peer: true,
-        ..Needs::NONE
-    },
+    budget: Some(PerProfile::scaled(ms(2500))),
     // A network round trip: the link, the stack and the peer's wake-up.
-    bottleneck: crate::results::Bottleneck::None,
-    per_core_kind: false,
-    subtracts_loop: false,
-    budget: None,
+    ..Spec::NETWORK
 };
 
 impl Experiment for Rtt {
-    fn spec(&self) -> &crate::experiments::Spec {
+    fn spec(&self) -> &Spec {
         &SPEC
-    }
-    fn budget(&self, p: Profile) -> Duration {
-        p.scale(Duration::from_millis(2500))
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         // Primitives measured earlier, with the counts the method fixes: per round trip the
