@@ -2,6 +2,7 @@
 //! at a time, as distributions (setup is heavy-tailed: SYN queue, timer retries).
 
 use super::{sample, target};
+use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{spec::ms, PerProfile, Spec};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::peer::protocol::Request;
@@ -118,54 +119,38 @@ impl Experiment for Connect {
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         // Segments the protocol fixes, each priced at what net.rtt measured for one trip of
         // a segment through both stacks (half its TCP round trip, with the same peer).
-        let Some(rtt) = ctx.earlier_median("net.rtt", "tcp") else {
-            let why = "net.rtt tcp was not measured in this run (each segment is priced from it)";
-            return ["connect", "close", "open_close"]
-                .iter()
-                .map(|n| (n.to_string(), Prediction::withheld(why)))
-                .collect();
+        let mut p = Predictions::new(ctx);
+        let rtt = p.earlier("net.rtt", &["tcp"]).named("tcp_round_trip");
+        let trips = |n: f64, what: &str| {
+            Input::method("segment_trips", n, "trips", format!("method: {what}"))
         };
-        let seg = |p: Prediction, n: f64, what: &str| {
-            p.measured("tcp_round_trip", rtt, "ns", "measured: net.rtt tcp")
-                .method("segment_trips", n, "trips", format!("method: {what}"))
-        };
-        let connect = seg(
+        let handshake = trips(2.0, "connect waits for SYN and SYN-ACK");
+        p.state("connect", &[&rtt, &handshake], |v| {
             Prediction::new(
-                rtt,
+                v[0],
                 "one round trip (SYN out, SYN-ACK back) = net.rtt tcp; that round trip also \
                  holds the peer's read and write, which a handshake does not need, and leaves \
                  out the socket's setup: a model, not a bound",
-            ),
-            2.0,
-            "connect waits for SYN and SYN-ACK",
-        );
-        let close = seg(
-            Prediction::new(
-                rtt / 2.0,
-                "one segment (the reset) sent, none awaited: half of net.rtt tcp",
-            ),
-            1.0,
-            "close with SO_LINGER 0 sends one reset",
-        );
-        let open_close = match ctx.earlier_median("cpu.syscall", "getppid") {
-            Some(sys) => seg(
-                Prediction::new(
-                    sys + 1.5 * rtt,
-                    "socket() as one kernel entry (getppid) + connect (one round trip) + close \
-                     (one FIN sent, none awaited: half a round trip); the socket's allocation \
-                     is not in the model",
-                ),
-                3.0,
-                "SYN and SYN-ACK, then one FIN",
             )
-            .measured("getppid", sys, "ns", "measured: cpu.syscall getppid"),
-            None => Prediction::withheld("cpu.syscall getppid was not measured in this run"),
-        };
-        vec![
-            ("connect".into(), connect),
-            ("close".into(), close),
-            ("open_close".into(), open_close),
-        ]
+        });
+        let reset = trips(1.0, "close with SO_LINGER 0 sends one reset");
+        p.state("close", &[&rtt, &reset], |v| {
+            Prediction::new(
+                v[0] / 2.0,
+                "one segment (the reset) sent, none awaited: half of net.rtt tcp",
+            )
+        });
+        let sys = p.earlier("cpu.syscall", &["getppid"]);
+        let whole = trips(3.0, "SYN and SYN-ACK, then one FIN");
+        p.state("open_close", &[&rtt, &whole, &sys], |v| {
+            Prediction::new(
+                v[2] + 1.5 * v[0],
+                "socket() as one kernel entry (getppid) + connect (one round trip) + close \
+                 (one FIN sent, none awaited: half a round trip); the socket's allocation \
+                 is not in the model",
+            )
+        });
+        p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
