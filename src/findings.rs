@@ -5,7 +5,7 @@
 //! `READS`, which a test runs against what the experiments emit; conclusions an
 //! experiment draws itself (cache levels, the contention fit) are never re-derived here,
 //! and the analyses (knees, interval separation) are `crate::analysis`'s.
-//! docs/METHODOLOGY.md, "Findings across experiments", states every rule.
+//! docs/REPORTS.md, "Findings across experiments", states every rule.
 
 use crate::analysis::knee;
 use crate::analysis::{separation_of, Separation};

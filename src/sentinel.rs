@@ -10,7 +10,7 @@
 //! chain. Every kernel keeps its state in registers or a fixed, aligned buffer: a
 //! `black_box` store and reload per step, or a buffer whose alignment changes from one
 //! allocation to the next, made the chase and the copy settle into states up to 2x apart
-//! on an unchanged host. See docs/METHODOLOGY.md, "Environment sentinel".
+//! on an unchanged host. See docs/REPORTS.md, "Compare and its significance rule".
 //!
 //! A measurement is a `results::Reading`: data the results document stores, so it lives
 //! with the document, which then depends on none of this measuring code.

@@ -304,7 +304,7 @@ fn smoke_run_relations_and_cleanup() {
     let cont = experiment(&v, "fs.contention");
     // Smoke's files are sized from fs.read's per-block time but bounded at 64 MiB in all,
     // so a device (or host cache) faster than that bound allows reads blocks again, and a
-    // block read twice makes the run unverified (docs/METHODOLOGY.md, fs.contention): that
+    // block read twice makes the run unverified (docs/methods/fs.contention.md): that
     // is the one reason allowed besides ok.
     let reread = cont["reason"].as_str().is_some_and(|r| {
         r.starts_with("premise not verified here: each block read at most once:")

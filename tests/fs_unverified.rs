@@ -1,6 +1,6 @@
 //! "Uncached" only when shown: a scratch folder on a file system with no block device
 //! behind it (an overlayfs mounted by the test, as containers have) gives fs.read's
-//! uncached figures with status `unverified`, never `ok` (docs/METHODOLOGY.md, fs.read).
+//! uncached figures with status `unverified`, never `ok` (docs/methods/fs.read.md).
 //! Needs root (mount); skips otherwise, and fails under OSMETER_REQUIRE_ALL_TESTS=1.
 
 mod common;

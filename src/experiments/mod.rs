@@ -78,8 +78,8 @@ impl Profile {
     /// Runs of each experiment when `--repeat` is not given. Two runs back to back give
     /// compare a run-to-run spread from a single run: trials within one run share its
     /// state (page placement, huge-page backing, the host's neighbours), so their
-    /// confidence interval alone calls such differences significant (docs/METHODOLOGY.md,
-    /// "Comparing runs"). Smoke is for tests and stays single.
+    /// confidence interval alone calls such differences significant (docs/REPORTS.md,
+    /// "Compare and its significance rule"). Smoke is for tests and stays single.
     pub(crate) fn default_repeat(&self) -> usize {
         match self {
             Profile::Smoke => 1,

@@ -1,4 +1,4 @@
-//! The block-size I/O toolkit (`osmeter io`, docs/METHODOLOGY.md "The block-size I/O toolkit";
+//! The block-size I/O toolkit (`osmeter io`, docs/IO.md;
 //! its arguments are parsed in commands::io): write and read a file with
 //! a chosen block size, calibrate a block count, sweep block sizes cold and warm, count
 //! read/lseek calls per second, and XOR a whole file as fast as the machine allows.

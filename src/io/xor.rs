@@ -1,7 +1,7 @@
 //! `io xor`: the XOR of all 32-bit little-endian words of a file (a final partial word
 //! zero-padded), read as fast as the machine allows.
 //!
-//! How it goes fast (docs/METHODOLOGY.md, "io xor", has the measurements behind the choices):
+//! How it goes fast (docs/IO.md explains the choices and docs/VALIDATION.md has the measurements behind them):
 //! - the file's cache state is probed with mincore; a mostly cached file is mapped
 //!   (no copy into user buffers) and XORed straight from the page cache where the cache
 //!   holds large folios the kernel maps with one PMD entry each; each thread's first
@@ -55,7 +55,7 @@ impl Method {
     }
 }
 
-/// Default chunk per request for each method (measured; see METHODOLOGY.md).
+/// Default chunk per request for each method (measured; see docs/IO.md).
 const MMAP_CHUNK: usize = 8 << 20;
 /// Cached reads copy into a per-thread buffer this small, so the copy's stores and the
 /// XOR's loads stay in the core's L2 (256 KiB or more on every CPU the tool targets):
@@ -64,7 +64,7 @@ const CACHED_BUF: usize = 128 << 10;
 /// A mapped chunk is cheap when its first touch needed at most one fault per this many
 /// bytes: most of it is in large folios mapped with one PMD entry each (2 MiB per
 /// fault). Fault-around over small folios maps 64 KiB per fault, one PTE per page
-/// (measured both sides of this line: METHODOLOGY.md, "io xor").
+/// (measured both sides of this line: docs/IO.md, "io xor").
 const CHEAP_BYTES_PER_FAULT: u64 = 256 << 10;
 /// A thread that reads maps again after at most this many chunks, to see whether the folios
 /// got larger (where they never do, one chunk in 8 pays for the dearer mapping).
@@ -410,7 +410,7 @@ enum Cached {
 
 /// Whether mapping `bytes` that took `faults` on first touch was cheap (large folios,
 /// PMD-mapped): then mapping beats copying; otherwise the per-page entries cost more
-/// than the copy into a cache-resident buffer (METHODOLOGY.md, "io xor").
+/// than the copy into a cache-resident buffer (docs/IO.md, "io xor").
 fn mapping_is_cheap(bytes: u64, faults: u64) -> bool {
     faults.saturating_mul(CHEAP_BYTES_PER_FAULT) <= bytes
 }
@@ -587,7 +587,7 @@ fn probe_cached(file: &File, size: u64) -> Option<f64> {
 /// The method for an uncached file. Buffered readahead streams are faster than O_DIRECT
 /// when CPUs are free, but cost more CPU time (page-cache allocation and the copy): with
 /// more runnable tasks than CPUs the threads wait for a CPU, and O_DIRECT is faster
-/// (METHODOLOGY.md, "io xor").
+/// (docs/IO.md, "io xor").
 fn uncached_method(load: f64, cpus: usize) -> Method {
     if load > cpus as f64 {
         Method::Direct

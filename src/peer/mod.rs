@@ -1,6 +1,6 @@
 //! The peer: the protocol, the server behind `osmeter serve` (its arguments are parsed in
 //! commands::serve), the client, and the loopback peer that `osmeter run` starts as a
-//! separate process (docs/METHODOLOGY.md, "The peer: `osmeter serve`").
+//! separate process (docs/PEER.md).
 
 pub mod client;
 #[cfg(unix)]

@@ -1,4 +1,4 @@
-//! CPU, scheduling and OS-service experiments (docs/METHODOLOGY.md, "Experiments: CPU and OS services").
+//! CPU, scheduling and OS-service experiments (docs/METHODOLOGY.md, "CPU and OS services").
 
 use super::Experiment;
 

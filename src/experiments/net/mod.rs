@@ -1,4 +1,4 @@
-//! Network experiments (docs/METHODOLOGY.md, "The peer and the network experiments"): round trip, bandwidth, connection cost, against
+//! Network experiments (docs/METHODOLOGY.md, "Network"; docs/PEER.md): round trip, bandwidth, connection cost, against
 //! the loopback peer this run starts (a separate `osmeter serve` process, started once
 //! and shared by every net experiment) or a remote `osmeter serve` given by `--peer`.
 
