@@ -334,7 +334,7 @@ pub fn fingerprint(r: &RunResults) -> (String, String) {
 
 /// One recorded figure of a series.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Point {
+pub struct SeriesPoint {
     pub run: i64,
     pub started_at: String,
     pub value: f64,
@@ -350,7 +350,7 @@ pub struct MetricSeries {
     pub experiment: String,
     pub metric: String,
     pub unit: String,
-    pub points: Vec<Point>,
+    pub points: Vec<SeriesPoint>,
 }
 
 impl History {
@@ -408,7 +408,7 @@ impl History {
                             points: Vec::new(),
                         })
                         .points
-                        .push(Point {
+                        .push(SeriesPoint {
                             run: id,
                             started_at: r.started_at.clone(),
                             value: m.summary.median,

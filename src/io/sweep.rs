@@ -43,7 +43,7 @@ pub struct SweepConfig {
 const MIN_NOISE: f64 = 0.05;
 
 #[derive(serde::Serialize, Clone)]
-pub struct Point {
+pub struct SweepPoint {
     pub block_bytes: u64,
     /// Throughput per repetition, bytes/s.
     pub bytes_per_s: Vec<f64>,
@@ -53,9 +53,9 @@ pub struct Point {
 }
 
 #[derive(serde::Serialize, Clone)]
-pub struct Curve {
+pub struct SweepCurve {
     pub cache: &'static str,
-    pub points: Vec<Point>,
+    pub points: Vec<SweepPoint>,
     /// Block size beyond which throughput stops improving by more than the noise.
     pub knee_block_bytes: Option<u64>,
     pub knee_is_last: bool,
@@ -70,7 +70,7 @@ pub struct SweepOutcome {
     pub cfg_repeat: usize,
     pub max_bytes: u64,
     pub point_time: Duration,
-    pub curves: Vec<Curve>,
+    pub curves: Vec<SweepCurve>,
     pub plot: PathBuf,
 }
 
@@ -166,7 +166,7 @@ fn plot_path(requested: Option<&Path>, file: &Path) -> error::Result<PathBuf> {
 }
 
 /// Every repetition's throughput per cache state and block size, with the premise data.
-struct Measured {
+struct SweepSample {
     /// values[mode][block] = throughput per repetition.
     values: Vec<Vec<Vec<f64>>>,
     /// Fewest bytes a repetition read, per mode and block.
@@ -182,12 +182,12 @@ fn measure(
     size: u64,
     blocks: &[u64],
     modes: &[bool],
-) -> error::Result<Measured> {
+) -> error::Result<SweepSample> {
     let path = cfg.file.as_path();
     let span = cfg.max_bytes.min(size);
     let mut buf = AlignedBuf::new(cfg.to as usize, DIRECT_ALIGN)
         .map_err(|e| super::Error::runtime(format!("buffer: {e}")))?;
-    let mut m = Measured {
+    let mut m = SweepSample {
         values: vec![vec![Vec::new(); blocks.len()]; modes.len()],
         least: vec![vec![u64::MAX; blocks.len()]; modes.len()],
         warm_min_fraction: 1.0,
@@ -234,14 +234,14 @@ fn prime(file: &mut std::fs::File, path: &Path, span: u64) -> error::Result<f64>
     Ok(if t > 0 { r as f64 / t as f64 } else { 1.0 })
 }
 
-impl Measured {
+impl SweepSample {
     /// One cache state's summarised curve, its knee and its premise check.
-    fn curve(&self, mi: usize, warm: bool, blocks: &[u64]) -> Curve {
-        let points: Vec<Point> = blocks
+    fn curve(&self, mi: usize, warm: bool, blocks: &[u64]) -> SweepCurve {
+        let points: Vec<SweepPoint> = blocks
             .iter()
             .enumerate()
             .filter_map(|(bi, &block)| {
-                Some(Point {
+                Some(SweepPoint {
                     block_bytes: block,
                     summary: Summary::of(&self.values[mi][bi])?,
                     bytes_per_s: self.values[mi][bi].clone(),
@@ -268,7 +268,7 @@ impl Measured {
                 self.cold_max_left == 0,
             )
         };
-        Curve {
+        SweepCurve {
             cache: if warm { "warm" } else { "cold" },
             points,
             knee_block_bytes: k.map(|x| x.0),
@@ -292,7 +292,7 @@ fn short_size(b: u64) -> String {
 
 /// Median throughput per block size on log/log axes, min-max bars, one line per cache
 /// state and a dashed marker at each knee (drawn by report::plot like the run's figures).
-pub fn plot(file: &Path, curves: &[Curve], repeat: usize) -> Plot {
+pub fn plot(file: &Path, curves: &[SweepCurve], repeat: usize) -> Plot {
     let lines = curves
         .iter()
         .map(|c| Line {
@@ -455,13 +455,13 @@ mod tests {
 
     #[test]
     fn plot_has_a_line_bars_and_knee_per_curve() {
-        let point = |b: u64, m: f64| Point {
+        let point = |b: u64, m: f64| SweepPoint {
             block_bytes: b,
             bytes_per_s: vec![m * 0.9, m, m * 1.1],
             summary: s(m, m * 0.1),
             min_bytes_read: 1 << 20,
         };
-        let curve = |cache, knee| Curve {
+        let curve = |cache, knee| SweepCurve {
             cache,
             points: vec![point(512, 1e8), point(4096, 1e9), point(8192, 1e9)],
             knee_block_bytes: knee,

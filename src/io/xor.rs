@@ -428,7 +428,7 @@ fn next_wait(cheap: bool, wait: u64) -> u64 {
 
 /// What the cached readers did: chunks mapped and read, and the probes' faults.
 #[derive(Default)]
-struct Tally {
+struct ReaderTally {
     mapped: AtomicU64,
     read: AtomicU64,
     probe_bytes: AtomicU64,
@@ -459,7 +459,7 @@ fn xor_cached(
     buf: usize,
     threads: usize,
     mode: Cached,
-    tally: &Tally,
+    tally: &ReaderTally,
 ) -> error::Result<u32> {
     let nblocks = size.div_ceil(chunk as u64);
     let mode = if m.is_none() { Cached::Read } else { mode };
@@ -701,7 +701,7 @@ fn cache_state(file: &File, size: u64, notes: &mut Vec<String>) -> CacheState {
 }
 
 /// How the file will be read: method, request size, threads, and what they read from.
-struct Plan {
+struct XorPlan {
     method: Method,
     /// Per request: the chunk a thread claims, or for cached reads the buffer.
     block: usize,
@@ -711,7 +711,7 @@ struct Plan {
     probe: bool,
     mapping: Option<Mapping>,
     direct_file: Option<File>,
-    tally: Tally,
+    tally: ReaderTally,
 }
 
 fn plan(
@@ -721,7 +721,7 @@ fn plan(
     block_arg: Option<usize>,
     state: &CacheState,
     notes: &mut Vec<String>,
-) -> error::Result<Plan> {
+) -> error::Result<XorPlan> {
     let path = cfg.file.as_path();
     let cpus = crate::platform::allowed_cpus().len().max(1);
     let cached = state.estimate >= CACHED_FRACTION;
@@ -791,7 +791,7 @@ fn plan(
     };
     let nblocks = size.div_ceil(claimed as u64).max(1);
     let threads = (cfg.threads.unwrap_or(default_threads) as u64).min(nblocks) as usize;
-    Ok(Plan {
+    Ok(XorPlan {
         method,
         block,
         threads,
@@ -799,11 +799,11 @@ fn plan(
         probe,
         mapping,
         direct_file,
-        tally: Tally::default(),
+        tally: ReaderTally::default(),
     })
 }
 
-impl Plan {
+impl XorPlan {
     /// The method and request size most of the file went through, with a note on what
     /// the probes saw.
     fn chosen(&self, notes: &mut Vec<String>) -> (Method, usize) {
@@ -843,7 +843,7 @@ fn cached_read_chunk(buf: usize) -> usize {
     MMAP_CHUNK.max(buf)
 }
 
-impl Plan {
+impl XorPlan {
     fn xor(&self, file: &File, path: &Path, size: u64) -> error::Result<u32> {
         if size == 0 {
             return Ok(0);
@@ -1037,7 +1037,7 @@ mod tests {
             // Chunks of 3 pages, buffers of 1000 bytes: pieces end mid-word.
             for mode in [Cached::Map, Cached::Read, Cached::Probe] {
                 for threads in [1, 3] {
-                    let t = Tally::default();
+                    let t = ReaderTally::default();
                     let got = xor_cached(
                         &file,
                         &path,

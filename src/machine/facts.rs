@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 /// What a read returned, kept by a recording root.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Recorded {
+pub(crate) enum ReadResult {
     File(String),
     /// A symbolic link's target (the description reads links such as device/driver).
     Link(PathBuf),
@@ -25,7 +25,7 @@ pub(crate) enum Recorded {
 pub struct FactRoot {
     root: PathBuf,
     live: bool,
-    log: Option<Mutex<BTreeMap<PathBuf, Recorded>>>,
+    log: Option<Mutex<BTreeMap<PathBuf, ReadResult>>>,
 }
 
 impl FactRoot {
@@ -76,7 +76,7 @@ impl FactRoot {
         p
     }
 
-    fn note(&self, abs: &Path, r: Recorded) {
+    fn note(&self, abs: &Path, r: ReadResult) {
         if let Some(log) = &self.log {
             if let Ok(mut l) = log.lock() {
                 l.insert(abs.to_path_buf(), r);
@@ -88,7 +88,7 @@ impl FactRoot {
     pub(crate) fn read(&self, abs: impl AsRef<Path>) -> Option<String> {
         let abs = abs.as_ref();
         let s = std::fs::read_to_string(self.resolve(abs)).ok()?;
-        self.note(abs, Recorded::File(s.clone()));
+        self.note(abs, ReadResult::File(s.clone()));
         Some(s)
     }
 
@@ -114,7 +114,7 @@ impl FactRoot {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         names.sort();
-        self.note(abs, Recorded::Dir);
+        self.note(abs, ReadResult::Dir);
         names
     }
 
@@ -122,7 +122,7 @@ impl FactRoot {
     pub(crate) fn read_link(&self, abs: impl AsRef<Path>) -> Option<PathBuf> {
         let abs = abs.as_ref();
         let t = std::fs::read_link(self.resolve(abs)).ok()?;
-        self.note(abs, Recorded::Link(t.clone()));
+        self.note(abs, ReadResult::Link(t.clone()));
         Some(t)
     }
 
@@ -131,7 +131,7 @@ impl FactRoot {
         let abs = abs.as_ref();
         match std::fs::metadata(self.resolve(abs)) {
             Ok(m) if m.is_dir() => {
-                self.note(abs, Recorded::Dir);
+                self.note(abs, ReadResult::Dir);
                 true
             }
             Ok(_) => {
@@ -139,7 +139,7 @@ impl FactRoot {
                 if let Some(log) = &self.log {
                     if let Ok(mut l) = log.lock() {
                         l.entry(abs.to_path_buf())
-                            .or_insert(Recorded::File(String::new()));
+                            .or_insert(ReadResult::File(String::new()));
                     }
                 }
                 true
@@ -161,8 +161,8 @@ impl FactRoot {
             if let Ok(mut l) = log.lock() {
                 let e = l
                     .entry(PathBuf::from("/sysctl.txt"))
-                    .or_insert_with(|| Recorded::File(String::new()));
-                if let Recorded::File(text) = e {
+                    .or_insert_with(|| ReadResult::File(String::new()));
+                if let ReadResult::File(text) = e {
                     text.push_str(&format!("{name}: {v}\n"));
                 }
             }
@@ -180,7 +180,7 @@ impl FactRoot {
     }
 
     /// Everything read so far (empty unless recording).
-    pub(crate) fn recorded_facts(&self) -> BTreeMap<PathBuf, Recorded> {
+    pub(crate) fn recorded_facts(&self) -> BTreeMap<PathBuf, ReadResult> {
         self.log
             .as_ref()
             .and_then(|l| l.lock().ok().map(|l| l.clone()))
@@ -242,7 +242,10 @@ pub(crate) fn check_snapshot_dir(dir: &Path) -> Result<(), String> {
 ///
 /// `dir` must be missing or empty, so that no user file is overwritten; on failure what
 /// was written is removed again. Returns the number of files and links written.
-pub(crate) fn write_snapshot(dir: &Path, facts: &BTreeMap<PathBuf, Recorded>) -> io::Result<usize> {
+pub(crate) fn write_snapshot(
+    dir: &Path,
+    facts: &BTreeMap<PathBuf, ReadResult>,
+) -> io::Result<usize> {
     let existed = dir.exists();
     if existed {
         if !dir.is_dir() {
@@ -279,7 +282,7 @@ pub(crate) fn write_snapshot(dir: &Path, facts: &BTreeMap<PathBuf, Recorded>) ->
     res
 }
 
-fn write_all(dir: &Path, facts: &BTreeMap<PathBuf, Recorded>) -> io::Result<usize> {
+fn write_all(dir: &Path, facts: &BTreeMap<PathBuf, ReadResult>) -> io::Result<usize> {
     let root = FactRoot::recorded(dir);
     let mut n = 0;
     // Directories first, so that a directory and a file at one path cannot collide:
@@ -287,19 +290,19 @@ fn write_all(dir: &Path, facts: &BTreeMap<PathBuf, Recorded>) -> io::Result<usiz
     for (abs, r) in facts {
         let target = root.resolve(abs);
         match r {
-            Recorded::Dir => {
+            ReadResult::Dir => {
                 if !target.exists() {
                     std::fs::create_dir_all(&target)?;
                 }
             }
-            Recorded::File(s) => {
+            ReadResult::File(s) => {
                 if let Some(parent) = target.parent() {
                     std::fs::create_dir_all(parent)?;
                 }
                 std::fs::write(&target, s)?;
                 n += 1;
             }
-            Recorded::Link(t) => {
+            ReadResult::Link(t) => {
                 if let Some(parent) = target.parent() {
                     std::fs::create_dir_all(parent)?;
                 }

@@ -54,8 +54,8 @@ pub struct Server {
 }
 
 /// Decrements a counter when a session thread ends, however it ends.
-struct Slot(Arc<AtomicUsize>);
-impl Drop for Slot {
+struct ConnSlot(Arc<AtomicUsize>);
+impl Drop for ConnSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
@@ -99,7 +99,7 @@ impl Server {
     fn dispatch(&self, stream: TcpStream, peer: SocketAddr) {
         let cfg = self.cfg.clone();
         if self.active.fetch_add(1, Ordering::SeqCst) < cfg.max_sessions {
-            let slot = Slot(self.active.clone());
+            let slot = ConnSlot(self.active.clone());
             let spawned = std::thread::Builder::new()
                 .name("osmeter-session".into())
                 .spawn(move || {
@@ -119,7 +119,7 @@ impl Server {
         }
         self.active.fetch_sub(1, Ordering::SeqCst);
         if self.refusing.fetch_add(1, Ordering::SeqCst) < MAX_REFUSING {
-            let slot = Slot(self.refusing.clone());
+            let slot = ConnSlot(self.refusing.clone());
             let max = cfg.max_sessions;
             let spawned = std::thread::Builder::new()
                 .name("osmeter-refuse".into())

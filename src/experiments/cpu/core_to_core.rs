@@ -193,7 +193,7 @@ impl Bounce {
 
 /// The cache line, alone on its 128 bytes (adjacent-line prefetch works in pairs).
 #[repr(align(128))]
-struct Line(AtomicU64);
+struct PingLine(AtomicU64);
 
 /// Bounces a line between `a` (first touch, timing) and `b` for about `share`.
 fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> Bounce {
@@ -206,9 +206,9 @@ fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> Bounce {
                 Ok(mut region) => {
                     // First touch on `a`: the page (and the line) start here.
                     region.as_mut_slice()[0] = 0;
-                    // SAFETY: the region is page-aligned, larger than a Line, and outlives
+                    // SAFETY: the region is page-aligned, larger than a PingLine, and outlives
                     // the team, whose threads are joined before `bounce_on` returns.
-                    let line = unsafe { &*(region.as_ptr() as *const Line) };
+                    let line = unsafe { &*(region.as_ptr() as *const PingLine) };
                     bounce_on(clock, line, [a, b], share)
                 }
                 Err(e) => Bounce {
@@ -226,7 +226,7 @@ fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> Bounce {
 }
 
 /// `n` compare-and-swaps of `line` from `*v` to `*v + 1`, each after the partner's.
-fn ping(line: &Line, v: &mut u64, n: u64) {
+fn ping(line: &PingLine, v: &mut u64, n: u64) {
     for _ in 0..n {
         while line
             .0
@@ -243,7 +243,7 @@ fn ping(line: &Line, v: &mut u64, n: u64) {
 /// 2k+1 and waits for the last answer, member 1 from 2k+1 to 2k+2.
 fn bounce_on(
     clock: &dyn crate::clock::Clock,
-    line: &Line,
+    line: &PingLine,
     cpus: [usize; 2],
     share: Duration,
 ) -> Bounce {
