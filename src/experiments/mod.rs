@@ -19,6 +19,7 @@ pub mod memory;
 pub(crate) mod net;
 pub mod parts;
 pub(crate) mod predict;
+pub(crate) mod seams;
 pub mod spec;
 
 pub use spec::{PerProfile, Spec};

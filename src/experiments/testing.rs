@@ -325,7 +325,7 @@ mod failing_checks {
     /// cpu.thread-create where "creating" a thread runs its routine in the caller.
     #[test]
     fn thread_create_that_makes_no_thread() {
-        crate::experiments::cpu::thread_create::INLINE_CREATE.with(|i| i.set(true));
+        crate::experiments::seams::set(|s| s.inline_create = true);
         let clock = CoarseClock::new(1e9);
         let r = World::live(&clock).run(by_id("cpu.thread-create").as_ref());
         assert_invalid_by(&r, "every thread ran");
@@ -456,7 +456,7 @@ mod failing_checks {
     /// eviction advice: the uncached reads' eviction premise fails.
     #[test]
     fn uncached_reads_without_direct_io_on_files_never_evicted() {
-        crate::experiments::kit::files::NO_DIRECT.with(|n| n.set(true));
+        crate::experiments::seams::set(|s| s.no_direct = true);
         crate::pagecache::IGNORED_EVICTION.with(|i| i.set(true));
         let clock = CoarseClock::new(1e9);
         let w = World::live(&clock);
@@ -509,7 +509,7 @@ mod failing_checks {
     /// minor fault.
     #[test]
     fn minor_faults_on_memory_mapped_in_advance() {
-        crate::experiments::kit::PREFAULTED.with(|p| p.set(true));
+        crate::experiments::seams::set(|s| s.prefaulted = true);
         let clock = CoarseClock::new(1e9);
         let r = World::live(&clock).run(by_id("mem.pagefault").as_ref());
         assert_invalid_by(&r, "minor faults happened");

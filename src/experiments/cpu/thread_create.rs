@@ -80,20 +80,12 @@ pub fn ran_check(created: u64, ran: u64, ran_as_creator: u64) -> Check {
     )
 }
 
-#[cfg(test)]
-thread_local! {
-    /// Test seam: on this thread "create + join" runs the start routine in the caller, as a
-    /// pthread library that never makes a thread would.
-    pub(crate) static INLINE_CREATE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
 /// One pthread_create + pthread_join; Err(errno-like code) on failure, Err(-1) when the
 /// thread did not return what it was given.
 #[inline(always)]
 fn create_join() -> Result<(), i32> {
     let arg = &SENTINEL as *const u8 as *mut libc::c_void;
-    #[cfg(test)]
-    if INLINE_CREATE.with(|i| i.get()) {
+    if crate::experiments::seams::get().inline_create {
         return_arg(arg);
         return Ok(());
     }

@@ -106,18 +106,10 @@ impl RepeatedCheck {
 /// Opens the same file again by its descriptor's path, so a file already unlinked can get
 /// a second descriptor with other flags (uncached: O_DIRECT, F_NOCACHE).
 pub(crate) fn reopen(file: &File, direct: bool, write: bool) -> std::io::Result<File> {
-    #[cfg(test)]
-    if direct && NO_DIRECT.with(|n| n.get()) {
+    if direct && crate::experiments::seams::get().no_direct {
         return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
     }
     crate::platform::reopen(file, direct, write)
-}
-
-#[cfg(test)]
-thread_local! {
-    /// Test seam: on this thread the file system refuses O_DIRECT (EINVAL, as tmpfs and
-    /// some FUSE file systems do), so uncached reads rely on eviction alone.
-    pub(crate) static NO_DIRECT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Whether a descriptor of this file accepts O_DIRECT reads of aligned 4 KiB blocks.

@@ -10,8 +10,6 @@ pub(crate) mod place;
 pub(crate) mod region;
 pub(crate) mod team;
 
-#[cfg(test)]
-pub(crate) use region::PREFAULTED;
 pub(crate) use region::{
     huge_page, line_bytes, llc_bytes, memory_cap, rss_baseline, rss_check, thp_available,
     thread_faults, too_small_for_huge_pages, Pages, Region,

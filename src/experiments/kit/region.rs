@@ -80,13 +80,6 @@ pub(crate) enum Pages {
     Huge,
 }
 
-#[cfg(test)]
-thread_local! {
-    /// Test seam: on this thread fresh regions come already mapped (as under
-    /// mlockall(MCL_FUTURE) or MAP_POPULATE), so a first touch takes no page fault.
-    pub(crate) static PREFAULTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
 /// An anonymous private mapping, aligned to the huge-page size so huge pages can back all of it,
 /// unmapped on drop.
 pub(crate) struct Region {
@@ -144,7 +137,7 @@ impl Region {
         // base pages, which `huge_bytes` reports.
         unsafe { crate::platform::advise_huge_pages(map, map_len, advice) };
         #[cfg(test)]
-        if PREFAULTED.with(|p| p.get()) {
+        if crate::experiments::seams::get().prefaulted {
             let ps = crate::pagecache::page_size();
             for i in (0..map_len).step_by(ps) {
                 // SAFETY: i < map_len, inside the writable mapping made above.

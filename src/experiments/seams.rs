@@ -1,0 +1,50 @@
+//! Test seams: what a unit test changes about how an experiment meets the world (a file
+//! system that refuses O_DIRECT, memory mapped in advance), gathered in one value per
+//! thread. Outside unit tests it is `Seams::NONE`, a constant, so every branch on it
+//! folds away.
+
+/// The ways a unit test may bend the world an experiment sees; all off in production.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Seams {
+    /// Fresh regions come already mapped (as under mlockall(MCL_FUTURE) or MAP_POPULATE),
+    /// so a first touch takes no page fault.
+    pub prefaulted: bool,
+    /// The file system refuses O_DIRECT (EINVAL, as tmpfs and some FUSE file systems do),
+    /// so uncached reads rely on eviction alone.
+    pub no_direct: bool,
+    /// "create + join" runs the start routine in the caller, as a pthread library that
+    /// never makes a thread would.
+    pub inline_create: bool,
+}
+
+impl Seams {
+    pub(crate) const NONE: Seams = Seams {
+        prefaulted: false,
+        no_direct: false,
+        inline_create: false,
+    };
+}
+
+#[cfg(test)]
+thread_local! {
+    static SEAMS: std::cell::Cell<Seams> = const { std::cell::Cell::new(Seams::NONE) };
+}
+
+/// This thread's seams: `Seams::NONE` outside unit tests.
+#[inline(always)]
+pub(crate) fn get() -> Seams {
+    #[cfg(test)]
+    return SEAMS.with(|s| s.get());
+    #[cfg(not(test))]
+    Seams::NONE
+}
+
+/// Bends this thread's world for the rest of a unit test.
+#[cfg(test)]
+pub(crate) fn set(f: impl FnOnce(&mut Seams)) {
+    SEAMS.with(|s| {
+        let mut v = s.get();
+        f(&mut v);
+        s.set(v);
+    });
+}
