@@ -88,6 +88,11 @@ impl Input {
         self
     }
 
+    /// The key it takes in a prediction's inputs (for `earlier`, the metric found).
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
     pub(crate) fn value(&self) -> Option<f64> {
         self.value.as_ref().ok().copied()
     }

@@ -12,6 +12,7 @@
 
 use super::latency::{chase, lay, verify_chain, UNROLL};
 use crate::experiments::kit::{measure_raw, measure_trials, Pages, Region};
+use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{Context, Experiment, Needs, Outcome, Profile, Spec};
 use crate::harness::HarnessConfig;
 use crate::results::{Check, Prediction, Series};
@@ -73,11 +74,6 @@ impl Traffic {
             Traffic::Read => false,
             Traffic::Mix => n % (MIX_READS + MIX_WRITES) >= MIX_READS,
         }
-    }
-    /// Bytes counted per line a load thread touches: the line once, read or written (as
-    /// mem.bandwidth counts a store and MLC a request; the read for ownership is not counted).
-    fn counted_bytes(self, line: usize) -> f64 {
-        line as f64
     }
     /// Bytes the memory moves per counted byte: a written line is read for ownership and
     /// later written back, so it moves twice.
@@ -167,145 +163,52 @@ impl Experiment for LoadedLatency {
         1
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        let mut v = Vec::new();
+        let mut p = Predictions::new(ctx);
         let thp = crate::experiments::kit::thp_available(ctx.machine);
-        let idle = if thp {
-            ctx.earlier_median("mem.latency", "dram_thp")
-                .map(|x| (x, "dram_thp"))
-                .or_else(|| {
-                    ctx.earlier_median("mem.latency", "dram")
-                        .map(|x| (x, "dram"))
-                })
+        let chases: &[&str] = if thp {
+            &["dram_thp", "dram"]
         } else {
-            ctx.earlier_median("mem.latency", "dram")
-                .map(|x| (x, "dram"))
+            &["dram"]
         };
-        match idle {
-            Some((x, name)) => {
-                let at = |formula: String| {
-                    Prediction::new(x, formula).measured(
-                        name,
-                        x,
-                        "ns",
-                        format!("measured: mem.latency {name}"),
-                    )
-                };
-                v.push((
-                    "idle_latency".to_string(),
-                    at(format!("mem.latency's {name}: the same chase, idle")),
-                ));
-                for loaded in ["loaded_latency", "loaded_latency_mix"] {
-                    v.push((
-                        loaded.to_string(),
-                        at(format!(
-                            "mem.latency's {name}, a lower bound: a chase whose misses queue \
-                             behind the load threads' is never faster than the idle one (the \
-                             queueing is not in the model)"
-                        ))
-                        .lower_bound(),
-                    ));
-                }
-            }
-            None => {
-                let why = "mem.latency's DRAM chase was not measured in this run";
-                for m in ["idle_latency", "loaded_latency", "loaded_latency_mix"] {
-                    v.push((m.into(), Prediction::withheld(why)));
-                }
-            }
-        }
-        for knee in ["knee_bandwidth", "knee_bandwidth_mix"] {
-            v.push((
-                knee.into(),
-                Prediction::withheld(
-                    "where latency starts to rise depends on the memory controller's queueing, \
-                     which no measured primitive or table entry describes",
+        let dram = p.earlier("mem.latency", chases);
+        let name = dram.name().to_string();
+        p.equal(
+            "idle_latency",
+            &dram,
+            format!("mem.latency's {name}: the same chase, idle"),
+        );
+        for loaded in ["loaded_latency", "loaded_latency_mix"] {
+            p.at_least(
+                loaded,
+                &dram,
+                format!(
+                    "mem.latency's {name}, a lower bound: a chase whose misses queue \
+                     behind the load threads' is never faster than the idle one (the \
+                     queueing is not in the model)"
                 ),
-            ));
+            );
         }
+        p.withhold(
+            &["knee_bandwidth", "knee_bandwidth_mix"],
+            "where latency starts to rise depends on the memory controller's queueing, \
+             which no measured primitive or table entry describes",
+        );
         // The peaks: mem.bandwidth's figures for as many threads as load threads.
         let peaks = peak_predictions(ctx);
         for name in ["peak_bandwidth", "peak_bandwidth_mix"] {
             if !peaks.iter().any(|(n, _)| n == name) {
-                v.push((
-                    name.into(),
-                    Prediction::withheld(
-                        "mem.bandwidth's figures for the load threads' team were not measured \
-                         in this run",
-                    ),
-                ));
+                p.withhold(
+                    &[name],
+                    "mem.bandwidth's figures for the load threads' team were not measured \
+                     in this run",
+                );
             }
         }
-        v.extend(peaks);
-        // Little's law on the team's read and the idle chase: misses in flight =
-        // bandwidth x latency / line. Not a bound: the idle latency errs low, the team's
-        // unloaded bandwidth high (here 19.2 GB/s predicted against 12.1 reached).
-        let n = ctx.machine.cpu.allowed_cpus.len().max(1);
-        let bw = earlier_bandwidth(ctx, &team_figures("read", n, thp));
-        let line = crate::experiments::kit::line_bytes(&ctx.machine.data_caches());
-        let misses = match (&bw, idle) {
-            (Some((name, bw)), Some((lat, lname))) => Prediction::new(
-                outstanding(*bw, line, lat),
-                format!(
-                    "Little's law: {name} x {lname} / line (the idle latency for the loaded one, \
-                     which alone would make it low; but the bandwidth is mem.bandwidth's, which \
-                     the loaded team may not reach: not a bound)"
-                ),
-            )
-            .measured(
-                name,
-                *bw,
-                "bytes/s",
-                format!("measured: mem.bandwidth {name}"),
-            )
-            .measured(lname, lat, "ns", format!("measured: mem.latency {lname}"))
-            .machine(
-                "line",
-                line as f64,
-                "bytes",
-                "machine: cache line size (sysfs)",
-            ),
-            _ => Prediction::withheld(
-                "mem.bandwidth's read or mem.latency's DRAM chase was not measured in this run",
-            ),
-        };
-        v.push(("loaded_outstanding_misses".into(), misses));
-        // The mix's misses count its counted lines, as its measured figure does (reads for
-        // ownership and write-backs are in neither).
-        let writes = team_figures("write", n, thp);
-        let pair = team_figures("read", n, thp)
-            .into_iter()
-            .zip(writes)
-            .find_map(|(r, w)| {
-                let rb = ctx.earlier_median("mem.bandwidth", &r)?;
-                let wb = ctx.earlier_median("mem.bandwidth", &w)?;
-                Some((r, rb, w, wb))
-            });
-        let misses_mix = match (pair, idle) {
-            (Some((r, rb, w, wb)), Some((lat, lname))) => Prediction::new(
-                outstanding(mix_bandwidth(rb, wb), line, lat),
-                format!(
-                    "Little's law on the counted lines: 3 / (2 / {r} + 1 / {w}) x {lname} / line \
-                     (the idle latency for the loaded one, which alone would make it low; but the \
-                     bandwidths are mem.bandwidth's, which the loaded team may not reach: not a \
-                     bound)"
-                ),
-            )
-            .measured(&r, rb, "bytes/s", format!("measured: mem.bandwidth {r}"))
-            .measured(&w, wb, "bytes/s", format!("measured: mem.bandwidth {w}"))
-            .measured(lname, lat, "ns", format!("measured: mem.latency {lname}"))
-            .machine(
-                "line",
-                line as f64,
-                "bytes",
-                "machine: cache line size (sysfs)",
-            ),
-            _ => Prediction::withheld(
-                "mem.bandwidth's read or write or mem.latency's DRAM chase was not measured in \
-                 this run",
-            ),
-        };
-        v.push(("loaded_outstanding_misses_mix".into(), misses_mix));
-        v
+        for (n, pr) in peaks {
+            p.add(&n, pr);
+        }
+        outstanding_predictions(&mut p, &dram, thp);
+        p.done()
     }
 
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
@@ -337,7 +240,7 @@ impl Experiment for LoadedLatency {
         lay(&mut chain, line, &next);
         drop(next);
         // A chain that does not verify is never measured, so this is a note, not a check
-        // (as a check it could not fail in any result: issue 20 item 5).
+        // (as a check it could fail in no result).
         if !verify_chain(&chain, line, n, &mut rng) {
             anyhow::bail!("the chase chain in memory is not one cycle through every node");
         }
@@ -356,10 +259,8 @@ impl Experiment for LoadedLatency {
             load_huge.text(),
         ));
         let gaps = gaps(ctx.profile);
-        // Under half the budget for the points (each gap twice, reads and the mix; idle
-        // twice) and the delay calibration; the rest lays the chain and faults the buffers.
-        // The budget is as before the mix: a point's cap is shorter (quick: 150 ms, was
-        // 250), against about 1 ms that its 11 trials of 100 us take when none is repeated.
+        // 45% of the budget for the points (each gap twice, reads and the mix; idle twice)
+        // and the delay calibration; laying the chain and faulting the buffers take the rest.
         let points = 2 * gaps.len() + 2;
         let cfg = HarnessConfig::short_trials(Duration::from_micros(100), 11)
             .for_budget(ctx.budget.mul_f64(0.45), points + 1);
@@ -732,8 +633,9 @@ impl Team<'_, '_> {
             let quiet = quiet && (gap.is_none() || loaded);
             let ns = clock.ticks_to_ns(t1.saturating_sub(t0) as f64);
             if quiet && ns > 0.0 {
-                let bytes = (c1 - c0) as f64 * traffic.counted_bytes(self.line)
-                    + (iters * UNROLL) as f64 * line;
+                // A load thread's line counts once, read or written (as mem.bandwidth
+                // counts a store); its read for ownership is not counted.
+                let bytes = (c1 - c0) as f64 * self.line as f64 + (iters * UNROLL) as f64 * line;
                 p.bandwidth.push(bytes / ns * 1e9);
             }
             (t1.saturating_sub(t0), quiet)
@@ -886,6 +788,70 @@ fn idle_check(
 /// Misses in flight by Little's law: bandwidth / line x latency.
 fn outstanding(bandwidth: f64, line: usize, latency_ns: f64) -> f64 {
     bandwidth / line as f64 * latency_ns * 1e-9
+}
+
+/// Little's law on the team's bandwidth and the idle chase: misses in flight = bandwidth x
+/// latency / line. Not a bound: the idle latency errs low, the team's unloaded bandwidth
+/// high. The mix's misses count its counted lines, as its measured figure does (reads for
+/// ownership and write-backs are in neither).
+fn outstanding_predictions(p: &mut Predictions, dram: &Input, thp: bool) {
+    let ctx = p.ctx();
+    let n = ctx.machine.cpu.allowed_cpus.len().max(1);
+    let line = crate::experiments::kit::line_bytes(&ctx.machine.data_caches());
+    let line_in = Input::machine(
+        "line",
+        Some(line as f64),
+        "bytes",
+        "machine: cache line size (sysfs)",
+        "no cache line size",
+    );
+    let (reads, writes) = (team_figures("read", n, thp), team_figures("write", n, thp));
+    let names: Vec<&str> = reads.iter().map(String::as_str).collect();
+    let bw = p.earlier("mem.bandwidth", &names);
+    let (bname, lname) = (bw.name().to_string(), dram.name().to_string());
+    p.state("loaded_outstanding_misses", &[&bw, dram, &line_in], |v| {
+        Prediction::new(
+            outstanding(v[0], line, v[1]),
+            format!(
+                "Little's law: {bname} x {lname} / line (the idle latency for the loaded one, \
+                 which alone would make it low; but the bandwidth is mem.bandwidth's, which \
+                 the loaded team may not reach: not a bound)"
+            ),
+        )
+    });
+    let pairs: Vec<(Input, Input)> = reads
+        .iter()
+        .zip(&writes)
+        .map(|(r, w)| {
+            (
+                p.earlier("mem.bandwidth", &[r]),
+                p.earlier("mem.bandwidth", &[w]),
+            )
+        })
+        .collect();
+    let Some((r, w)) = pairs
+        .iter()
+        .find(|(r, w)| r.value().is_some() && w.value().is_some())
+        .or(pairs.first())
+    else {
+        return;
+    };
+    let (rn, wn) = (r.name().to_string(), w.name().to_string());
+    p.state(
+        "loaded_outstanding_misses_mix",
+        &[r, w, dram, &line_in],
+        |v| {
+            Prediction::new(
+                outstanding(mix_bandwidth(v[0], v[1]), line, v[2]),
+                format!(
+                "Little's law on the counted lines: 3 / (2 / {rn} + 1 / {wn}) x {lname} / line \
+                 (the idle latency for the loaded one, which alone would make it low; but the \
+                 bandwidths are mem.bandwidth's, which the loaded team may not reach: not a \
+                 bound)"
+            ),
+            )
+        },
+    );
 }
 
 /// mem.bandwidth's figures for the load threads' team, most like it first: `op` ("read",
@@ -1081,31 +1047,9 @@ impl Curve<'_> {
     fn report(&self, ctx: &Context, out: &mut Outcome, predicted: Option<&Prediction>) {
         let (t, sfx, line) = (self.traffic, self.traffic.suffix(), self.line);
         let name = |base: &str| format!("{base}{sfx}");
-        let series = |base: &str| match t {
-            Traffic::Read => base.to_string(),
-            Traffic::Mix => format!("mix_{base}"),
-        };
         let idle = self.idle;
         let pts: Vec<&Point> = std::iter::once(idle).chain(self.loaded).collect();
-        let curve: Vec<(f64, f64)> = pts
-            .iter()
-            .map(|p| (p.bandwidth_bps(), p.latency_ns()))
-            .collect();
-        out.series.push(Series {
-            name: series("latency_vs_bandwidth"),
-            x_unit: "bytes/s".into(),
-            y_unit: "ns".into(),
-            points: curve.iter().map(|&(b, l)| [b, l]).collect(),
-        });
-        out.series.push(Series {
-            name: series("outstanding_misses_vs_bandwidth"),
-            x_unit: "bytes/s".into(),
-            y_unit: "lines".into(),
-            points: curve
-                .iter()
-                .map(|&(b, l)| [b, outstanding(b, line, l)])
-                .collect(),
-        });
+        self.push_series(out, &pts);
         let Some(full) = self.loaded.last() else {
             return;
         };
@@ -1164,6 +1108,56 @@ impl Curve<'_> {
                 .map(|(&b, &l)| outstanding(b, line, l))
                 .collect(),
         );
+        let il = idle.latency_ns();
+        self.summary_finding(out, peak, predicted, &loaded_name, &peak_name);
+        if t == Traffic::Read {
+            self.read_shares(ctx, out, peak.bandwidth_bps());
+        }
+        self.knee(out, il, peak, &knee_name, &peak_name);
+        self.points_note(out, &pts);
+    }
+
+    /// The latency and misses-in-flight curves against bandwidth, idle point first.
+    fn push_series(&self, out: &mut Outcome, pts: &[&Point]) {
+        let line = self.line;
+        let series = |base: &str| match self.traffic {
+            Traffic::Read => base.to_string(),
+            Traffic::Mix => format!("mix_{base}"),
+        };
+        let curve: Vec<(f64, f64)> = pts
+            .iter()
+            .map(|p| (p.bandwidth_bps(), p.latency_ns()))
+            .collect();
+        out.series.push(Series {
+            name: series("latency_vs_bandwidth"),
+            x_unit: "bytes/s".into(),
+            y_unit: "ns".into(),
+            points: curve.iter().map(|&(b, l)| [b, l]).collect(),
+        });
+        out.series.push(Series {
+            name: series("outstanding_misses_vs_bandwidth"),
+            x_unit: "bytes/s".into(),
+            y_unit: "lines".into(),
+            points: curve
+                .iter()
+                .map(|&(b, l)| [b, outstanding(b, line, l)])
+                .collect(),
+        });
+    }
+
+    /// The finding: idle against the unthrottled point, and the peak against its prediction.
+    fn summary_finding(
+        &self,
+        out: &mut Outcome,
+        peak: &Point,
+        predicted: Option<&Prediction>,
+        loaded_name: &str,
+        peak_name: &str,
+    ) {
+        let (t, idle) = (self.traffic, self.idle);
+        let Some(full) = self.loaded.last() else {
+            return;
+        };
         let (il, fl) = (idle.latency_ns(), full.latency_ns());
         let side = match (
             crate::stats::Summary::of(&full.latency),
@@ -1209,20 +1203,17 @@ impl Curve<'_> {
                 fmt_bandwidth(peak.bandwidth_bps() * t.memory_per_counted())
             ),
         };
-        out.finding_salient(
-            text,
-            &["idle_latency", loaded_name.as_str(), peak_name.as_str()],
-            fl / il,
-        );
-        if t == Traffic::Read {
-            self.read_shares(ctx, out, peak.bandwidth_bps());
-        }
+        out.finding_salient(text, &["idle_latency", loaded_name, peak_name], fl / il);
+    }
+
+    /// The knee: the highest bandwidth whose latency stays within `KNEE_RISE` of idle.
+    fn knee(&self, out: &mut Outcome, il: f64, peak: &Point, knee_name: &str, peak_name: &str) {
         let lp: Vec<(f64, f64)> = self
             .loaded
             .iter()
             .map(|p| (p.bandwidth_bps(), p.latency_ns()))
             .collect();
-        let label = t.label();
+        let label = self.traffic.label();
         match knee(il, &lp) {
             Some(i) if i + 1 == lp.len() || lp[i].0 >= peak.bandwidth_bps() => {
                 out.notes.push(format!(
@@ -1233,7 +1224,7 @@ impl Curve<'_> {
             Some(i) => {
                 let kp = &self.loaded[i];
                 out.metric(
-                    &knee_name,
+                    knee_name,
                     "bytes/s",
                     &format!(
                         "the highest bandwidth of the {label} sweep whose chase latency stays within {:.0}% of idle",
@@ -1249,7 +1240,7 @@ impl Curve<'_> {
                         fmt_ns(kp.latency_ns()),
                         fmt_ns(peak.latency_ns())
                     ),
-                    &[knee_name.as_str(), peak_name.as_str()],
+                    &[knee_name, peak_name],
                 );
             }
             None => out.notes.push(format!(
@@ -1257,6 +1248,11 @@ impl Curve<'_> {
                 (KNEE_RISE - 1.0) * 100.0
             )),
         }
+    }
+
+    /// Every point of the sweep as a note (gap target, bandwidth, latency, misses).
+    fn points_note(&self, out: &mut Outcome, pts: &[&Point]) {
+        let (label, line) = (self.traffic.label(), self.line);
         out.notes.push(format!(
             "points, {label} (gap target -> bandwidth, latency, misses in flight): {}",
             pts.iter()
@@ -1428,11 +1424,6 @@ mod tests {
 
     #[test]
     fn bytes_counted_per_line() {
-        for t in [Traffic::Read, Traffic::Mix] {
-            // A line counts once whether read or written.
-            assert_eq!(t.counted_bytes(64), 64.0);
-            assert_eq!(t.counted_bytes(128), 128.0);
-        }
         // Memory moves 4 lines for 3 counted in the mix: a write is an RFO read and a
         // write-back.
         assert_eq!(Traffic::Read.memory_per_counted(), 1.0);
