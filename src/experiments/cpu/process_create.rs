@@ -413,106 +413,126 @@ impl Experiment for ProcessCreate {
 
         out.check(forks.check("forked"));
 
-        match program {
-            Some(path) => {
-                (ctx.progress)("posix_spawn /bin/true + wait");
-                let cpath = CString::new(path)?;
-                let arg0 = CString::new("true")?;
-                let argv = [arg0.as_ptr() as *mut libc::c_char, std::ptr::null_mut()];
-                let envp = [std::ptr::null_mut()];
-                let spawns = Tally::default();
-                let m = h.measure(1.0, |n| {
-                    repeat(n, || {
-                        if let Some(e) = err.take() {
-                            err.set(Some(e));
-                        } else {
-                            spawns.add(spawn_wait(&cpath, &argv, &envp), &err);
-                        }
-                    })
-                });
-                if let Some(e) = err.take() {
-                    return Err(anyhow::Error::new(e).context(format!("posix_spawn {path}")));
-                }
-                out.check(spawns.check(path));
-                out.measured(
-                    "spawn_exec",
-                    &format!("posix_spawn() of {path}, then waitpid()"),
-                    &m,
-                );
-            }
-            None => out.notes.push(
-                "spawn_exec: skipped, neither /bin/true nor /usr/bin/true exists (install coreutils)"
-                    .into(),
-            ),
-        }
+        time_spawns(ctx, &h, program, &mut out)?;
 
         out.pool(ctx);
-        let per_mib = per_mib_metric(&mut out);
-        let fork = out.median("fork_exit_wait");
-        let spawn = out.get("spawn_exec").map(|m| m.summary.median);
-        let mut text = format!("fork + exit + wait costs {}", fmt_ns(fork));
-        let mut from = vec!["fork_exit_wait"];
-        if let Some(t) = ctx.earlier_median("cpu.thread-create", "create_join") {
-            text.push_str(&format!(
-                ", {:.1}x creating and joining a thread ({})",
-                fork / t,
-                fmt_ns(t)
-            ));
-            from.push("cpu.thread-create/create_join");
-        }
-        if let Some(s) = spawn {
-            text.push_str(&format!(
-                "; running a program (posix_spawn + exec of true) costs {} ({:.1}x fork)",
-                fmt_ns(s),
-                s / fork
-            ));
-            from.push("spawn_exec");
-        }
-        text.push('.');
-        if let Some((v, ci)) = per_mib {
-            out.check(per_mib_check(v, ci));
-            if v > 0.0 && ci[0] > 0.0 {
-                text.push_str(&format!(
-                    " Each MiB of the parent's resident anonymous memory in {} KiB pages adds {} to it \
-                     ({} from a parent with {ADDED_MIB} MiB more).",
-                    crate::platform::page_size() / 1024,
-                    fmt_ns(v),
-                    fmt_ns(out.median("fork_exit_wait_32mib")),
-                ));
-                from.extend(["fork_per_mib", "fork_exit_wait_32mib"]);
-            }
-        }
-        // The parent's anonymous pages at the measured per-MiB cost join fork's model here,
-        // not in its prediction: fork_per_mib is measured in this experiment.
-        let pages = match (own_anon, per_mib) {
-            (Some(b), Some((v, ci))) if v > 0.0 && ci[0] > 0.0 => {
-                let mib = b as f64 / (1u64 << 20) as f64;
-                Some((
-                    mib * v,
-                    format!(
-                        ", process switches and the parent's {mib:.1} MiB of resident anonymous \
-                         memory at fork_per_mib"
-                    ),
-                ))
-            }
-            _ => None,
-        };
-        for (name, measured, m, extra) in [
-            ("fork", Some(fork), fork_model(ctx), pages),
-            ("spawn", spawn, spawn_model(ctx), None),
-        ] {
-            if let (Some(c), Some((v, _))) = (measured, m) {
-                let (add, parts) = extra.unwrap_or((0.0, " and process switches".into()));
-                text.push_str(&crate::experiments::explained(
-                    &format!("For {name}, kernel entries{parts}"),
-                    v + add,
-                    c,
-                ));
-            }
-        }
-        out.finding(text, &from);
+        finding(ctx, &mut out, own_anon);
         Ok(out)
     }
+}
+
+/// posix_spawn of `program` and waitpid, each child's status counted; a note when there is
+/// no program to run.
+fn time_spawns(
+    ctx: &Context,
+    h: &crate::harness::Harness,
+    program: Option<&str>,
+    out: &mut Outcome,
+) -> anyhow::Result<()> {
+    let err = Cell::new(None::<std::io::Error>);
+    match program {
+        Some(path) => {
+            (ctx.progress)("posix_spawn /bin/true + wait");
+            let cpath = CString::new(path)?;
+            let arg0 = CString::new("true")?;
+            let argv = [arg0.as_ptr() as *mut libc::c_char, std::ptr::null_mut()];
+            let envp = [std::ptr::null_mut()];
+            let spawns = Tally::default();
+            let m = h.measure(1.0, |n| {
+                repeat(n, || {
+                    if let Some(e) = err.take() {
+                        err.set(Some(e));
+                    } else {
+                        spawns.add(spawn_wait(&cpath, &argv, &envp), &err);
+                    }
+                })
+            });
+            if let Some(e) = err.take() {
+                return Err(anyhow::Error::new(e).context(format!("posix_spawn {path}")));
+            }
+            out.check(spawns.check(path));
+            out.measured(
+                "spawn_exec",
+                &format!("posix_spawn() of {path}, then waitpid()"),
+                &m,
+            );
+        }
+        None => out.notes.push(
+            "spawn_exec: skipped, neither /bin/true nor /usr/bin/true exists (install coreutils)"
+                .into(),
+        ),
+    }
+
+    Ok(())
+}
+
+/// The finding: fork against thread creation and posix_spawn, what each added MiB costs,
+/// and how much of each cost the kernel-entry model explains.
+fn finding(ctx: &Context, out: &mut Outcome, own_anon: Option<u64>) {
+    let per_mib = per_mib_metric(out);
+    let fork = out.median("fork_exit_wait");
+    let spawn = out.get("spawn_exec").map(|m| m.summary.median);
+    let mut text = format!("fork + exit + wait costs {}", fmt_ns(fork));
+    let mut from = vec!["fork_exit_wait"];
+    if let Some(t) = ctx.earlier_median("cpu.thread-create", "create_join") {
+        text.push_str(&format!(
+            ", {:.1}x creating and joining a thread ({})",
+            fork / t,
+            fmt_ns(t)
+        ));
+        from.push("cpu.thread-create/create_join");
+    }
+    if let Some(s) = spawn {
+        text.push_str(&format!(
+            "; running a program (posix_spawn + exec of true) costs {} ({:.1}x fork)",
+            fmt_ns(s),
+            s / fork
+        ));
+        from.push("spawn_exec");
+    }
+    text.push('.');
+    if let Some((v, ci)) = per_mib {
+        out.check(per_mib_check(v, ci));
+        if v > 0.0 && ci[0] > 0.0 {
+            text.push_str(&format!(
+                " Each MiB of the parent's resident anonymous memory in {} KiB pages adds {} to it \
+                 ({} from a parent with {ADDED_MIB} MiB more).",
+                crate::platform::page_size() / 1024,
+                fmt_ns(v),
+                fmt_ns(out.median("fork_exit_wait_32mib")),
+            ));
+            from.extend(["fork_per_mib", "fork_exit_wait_32mib"]);
+        }
+    }
+    // The parent's anonymous pages at the measured per-MiB cost join fork's model here,
+    // not in its prediction: fork_per_mib is measured in this experiment.
+    let pages = match (own_anon, per_mib) {
+        (Some(b), Some((v, ci))) if v > 0.0 && ci[0] > 0.0 => {
+            let mib = b as f64 / (1u64 << 20) as f64;
+            Some((
+                mib * v,
+                format!(
+                    ", process switches and the parent's {mib:.1} MiB of resident anonymous \
+                     memory at fork_per_mib"
+                ),
+            ))
+        }
+        _ => None,
+    };
+    for (name, measured, m, extra) in [
+        ("fork", Some(fork), fork_model(ctx), pages),
+        ("spawn", spawn, spawn_model(ctx), None),
+    ] {
+        if let (Some(c), Some((v, _))) = (measured, m) {
+            let (add, parts) = extra.unwrap_or((0.0, " and process switches".into()));
+            text.push_str(&crate::experiments::explained(
+                &format!("For {name}, kernel entries{parts}"),
+                v + add,
+                c,
+            ));
+        }
+    }
+    out.finding(text, &from);
 }
 
 #[cfg(test)]
