@@ -640,8 +640,7 @@ fn thread_switch(ctx: &Context) -> Option<Figure> {
 }
 
 /// A process switch does all a thread switch does and also changes address spaces, so
-/// it cannot be cheaper beyond both intervals: when it is, the measurement is broken
-/// (issue 20 item 4; stored results showed 0.11x).
+/// it cannot be cheaper beyond both intervals: when it is, the measurement is broken.
 fn address_space_check(p: &Figure, t: &Figure) -> Check {
     let below = crate::analysis::separation_of(p.interval, t.interval)
         == crate::analysis::Separation::Below;
