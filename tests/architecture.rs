@@ -1009,3 +1009,194 @@ fn lexer_drops_literals_and_comments() {
     assert_eq!(idents, ["a", "b", "c", "e", "f"]);
     assert_eq!(toks.last().unwrap().line, 2);
 }
+
+// ---------------------------------------------------------------------------------------
+// Code hygiene: comments keep the reason, not the evidence; functions a person can hold.
+
+/// The production part of a source file: up to its `#[cfg(test)]` module; nothing for the
+/// test-only files.
+fn production(path: &str, src: &str) -> String {
+    if path.ends_with("experiments/testing.rs") || path.ends_with("latency/tests.rs") {
+        return String::new();
+    }
+    let lines: Vec<&str> = src.lines().collect();
+    for (k, l) in lines.iter().enumerate() {
+        if l.trim_start().starts_with("#[cfg(test)]") {
+            let next = lines.get(k + 1).map_or("", |n| n.trim_start());
+            let next = next.strip_prefix("pub(crate) ").unwrap_or(next);
+            if next.starts_with("mod ") && next.ends_with('{') {
+                return lines[..k].join("\n");
+            }
+        }
+    }
+    src.to_string()
+}
+
+/// Evidence that belongs in a commit or docs/VALIDATION.md, not in a code comment.
+const EVIDENCE: &[(&str, &str)] = &[
+    (r"\bissue \d+", "an issue number"),
+    (r"\b20\d\d-\d\d-\d\d\b", "a date"),
+    (
+        r"(?i)\b(this|the build|the development|the dev) VM\b",
+        "the development VM",
+    ),
+    (r"\bonce here\b", "a value that once stood here"),
+    (r"(, |\()was( \d|$)", "an old value"),
+    (r"\bstored results showed\b", "a sitting's figures"),
+    (
+        r"\(here [0-9.]+ ?[A-Za-z/]+|\bhere [0-9.]+ ?(GB|MB|ns|us|ms|GHz|x)\b",
+        "a figure measured here",
+    ),
+];
+
+/// `(line, what, text)` for each comment in `src` that tells history or a sitting's figures.
+fn evidence_in_comments(src: &str) -> Vec<(usize, &'static str, String)> {
+    use predicates::prelude::*;
+    let rules: Vec<_> = EVIDENCE
+        .iter()
+        .map(|(re, what)| (predicate::str::is_match(*re).unwrap(), *what))
+        .collect();
+    let mut out = Vec::new();
+    for (k, l) in src.lines().enumerate() {
+        let t = l.trim_start();
+        let comment = if t.starts_with("//") {
+            t
+        } else if let Some(i) = l
+            .find(" // ")
+            .filter(|&i| l[..i].matches('"').count() % 2 == 0)
+        {
+            &l[i + 1..]
+        } else {
+            continue;
+        };
+        for (re, what) in &rules {
+            if re.eval(comment) {
+                out.push((k + 1, *what, comment.trim().to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// Production functions longer than `limit` lines, as `(lines, first line, name)`.
+fn long_functions(src: &str, limit: usize) -> Vec<(usize, usize, String)> {
+    let t = lex(src);
+    let mut out = Vec::new();
+    for i in 0..t.len() {
+        let (Tok::Ident(kw), Some(Tok::Ident(name))) = (&t[i].tok, t.get(i + 1).map(|x| &x.tok))
+        else {
+            continue;
+        };
+        if kw != "fn" {
+            continue;
+        }
+        let Some(open) = (i + 2..t.len()).find(|&j| matches!(t[j].tok, Tok::Punct('{' | ';')))
+        else {
+            continue;
+        };
+        if t[open].tok == Tok::Punct(';') {
+            continue;
+        }
+        let mut depth = 0;
+        for tok in &t[open..] {
+            match tok.tok {
+                Tok::Punct('{') => depth += 1,
+                Tok::Punct('}') => depth -= 1,
+                _ => continue,
+            }
+            if depth == 0 {
+                let lines = tok.line - t[i].line + 1;
+                if lines > limit {
+                    out.push((lines, t[i].line, name.clone()));
+                }
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Whether the comment block above line `at` (1-based; attributes skipped) says why the
+/// function below it cannot be split.
+fn says_why_long(src: &str, at: usize) -> bool {
+    let lines: Vec<&str> = src.lines().collect();
+    let mut k = at - 1;
+    while k > 0 {
+        let l = lines[k - 1].trim_start();
+        if l.starts_with("#[") {
+            k -= 1;
+        } else if l.starts_with("//") {
+            if l.contains("cannot be split") {
+                return true;
+            }
+            k -= 1;
+        } else {
+            break;
+        }
+    }
+    false
+}
+
+fn production_tree() -> Vec<(String, String)> {
+    let root: std::path::PathBuf = std::env::var_os("OSMETER_ARCH_ROOT")
+        .map(Into::into)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    read_tree(&root)
+        .into_iter()
+        .map(|(p, s)| {
+            let prod = production(&p, &s);
+            (p, prod)
+        })
+        .collect()
+}
+
+/// Code comments keep the reason and drop the evidence: no issue numbers, dates, old values
+/// or figures of a development machine (those go to the commit or docs/VALIDATION.md).
+#[test]
+fn comments_keep_the_reason_not_the_evidence() {
+    let mut bad = String::new();
+    for (path, src) in production_tree() {
+        for (line, what, text) in evidence_in_comments(&src) {
+            bad += &format!("    {path}:{line}: {what}: {text}\n");
+        }
+    }
+    assert!(bad.is_empty(), "comments that tell history:\n{bad}");
+}
+
+/// No production function passes 100 lines without a sentence above it saying why it
+/// cannot be split, and at most five do.
+#[test]
+fn functions_are_short_or_say_why() {
+    let (mut bad, mut excused) = (String::new(), Vec::new());
+    for (path, src) in production_tree() {
+        for (lines, at, name) in long_functions(&src, 100) {
+            if says_why_long(&src, at) {
+                excused.push(format!("{path}:{at} {name} ({lines} lines)"));
+            } else {
+                bad += &format!("    {path}:{at} {name}: {lines} lines\n");
+            }
+        }
+    }
+    assert!(bad.is_empty(), "functions over 100 lines:\n{bad}");
+    assert!(
+        excused.len() <= 5,
+        "more than five long functions: {excused:?}"
+    );
+}
+
+#[test]
+fn hygiene_checks_catch_what_they_name() {
+    let src = "// 44 cycles (issue 20 item 4)\nlet x = 1; // on the build VM\n\
+               /// quick: 150 ms, was 250\n// measured 2026-11-24\n// a reason\nlet s = \"// issue 3\";\n";
+    let found: Vec<_> = evidence_in_comments(src).into_iter().map(|f| f.0).collect();
+    assert_eq!(found, vec![1, 2, 3, 4], "{found:?}");
+    let body = "fn a() {\n".to_string() + &"    x();\n".repeat(120) + "}\nfn b() { }\n";
+    let long = long_functions(&body, 100);
+    assert_eq!(long.len(), 1, "{long:?}");
+    assert_eq!((long[0].0, long[0].2.as_str()), (122, "a"));
+    assert!(!says_why_long(&body, 1));
+    let excused = format!("// A state machine that cannot be split.\n#[inline]\n{body}");
+    assert!(says_why_long(&excused, 3));
+    let with_tests = "fn p() {}\n#[cfg(test)]\nmod tests {\n fn t() {}\n}\n";
+    assert_eq!(production("src/a.rs", with_tests), "fn p() {}");
+}
