@@ -15,6 +15,19 @@ pub(crate) struct Seams {
     /// "create + join" runs the start routine in the caller, as a pthread library that
     /// never makes a thread would.
     pub inline_create: bool,
+    /// cpu.process-create's added region is left unwritten, so none of it is resident (as
+    /// memory reclaimed or swapped out before the timing).
+    pub unwritten: bool,
+    /// The program cpu.process-create spawns instead of `true` (`/bin/false`: a child that
+    /// fails, as under a seccomp filter or a broken exec).
+    pub program: Option<&'static str>,
+    /// The pipe work the switches measure alone makes this many more one-byte transfers
+    /// than the round trip does, as when the pipe alone runs slower than inside the round
+    /// trip (another cache state, another frequency).
+    pub pipe_alone_extra: usize,
+    /// fs.contention's files are this size (a few blocks: readers run past the end and read
+    /// blocks again, as when the device is faster than the sizing assumes).
+    pub small_files: Option<u64>,
 }
 
 impl Seams {
@@ -22,6 +35,10 @@ impl Seams {
         prefaulted: false,
         no_direct: false,
         inline_create: false,
+        unwritten: false,
+        program: None,
+        pipe_alone_extra: 0,
+        small_files: None,
     };
 }
 

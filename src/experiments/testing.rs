@@ -217,7 +217,7 @@ mod failing_checks {
     /// fs.contention whose files are 16 blocks long: readers read blocks again.
     #[test]
     fn contention_rereads_blocks() {
-        crate::experiments::fs::contention::SMALL_FILES.with(|s| s.set(Some(64 << 10)));
+        crate::experiments::seams::set(|s| s.small_files = Some(64 << 10));
         let clock = CoarseClock::new(1e9);
         // The readers must also start within 10% of a round, which a loaded 2-CPU host
         // sometimes cannot give three of them (the run is then rightly invalid): that
@@ -262,7 +262,7 @@ mod failing_checks {
         if !std::path::Path::new("/bin/false").is_file() {
             return skip("process_create_child_that_fails", "no /bin/false");
         }
-        crate::experiments::cpu::process_create::PROGRAM.with(|p| p.set(Some("/bin/false")));
+        crate::experiments::seams::set(|s| s.program = Some("/bin/false"));
         let clock = CoarseClock::new(1e9);
         let r = World::live(&clock).run(by_id("cpu.process-create").as_ref());
         assert_invalid_by(&r, "every /bin/false child exited with status 0");
@@ -271,7 +271,7 @@ mod failing_checks {
     /// cpu.process-create with the added memory not resident while forking.
     #[test]
     fn process_create_added_memory_not_resident() {
-        crate::experiments::cpu::process_create::UNWRITTEN.with(|u| u.set(true));
+        crate::experiments::seams::set(|s| s.unwritten = true);
         let clock = CoarseClock::new(1e9);
         let r = World::live(&clock).run(by_id("cpu.process-create").as_ref());
         assert_invalid_by(
@@ -605,7 +605,7 @@ mod failing_checks {
     /// round trip: the switch figure is negative beyond noise.
     #[test]
     fn switch_from_a_pipe_cost_above_the_round_trip() {
-        crate::experiments::cpu::switch::PIPE_ALONE_EXTRA.with(|e| e.set(200));
+        crate::experiments::seams::set(|s| s.pipe_alone_extra = 200);
         let clock = CoarseClock::new(1e9);
         let w = World::live(&clock);
         // Every run finds the figure negative; on a machine busy with other tests its

@@ -84,19 +84,11 @@ fn added_region(machine: &crate::machine::Machine) -> anyhow::Result<Region> {
     // Within a quarter of the memory available, as every memory experiment.
     crate::experiments::kit::memory_cap(machine, len, len)?;
     let mut r = Region::new(ADDED_MIB << 20, Pages::Base)?;
-    #[cfg(test)]
-    if UNWRITTEN.with(|u| u.get()) {
+    if crate::experiments::seams::get().unwritten {
         return Ok(r);
     }
     r.prefault();
     Ok(r)
-}
-
-#[cfg(test)]
-thread_local! {
-    /// Test seam: the added region is left unwritten on this thread, so none of it is
-    /// resident (as memory reclaimed or swapped out before the timing).
-    pub(crate) static UNWRITTEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Pages of `r` resident (mincore), of all its pages; None where mincore fails.
@@ -174,17 +166,9 @@ fn per_mib_check(v: f64, ci: [f64; 2]) -> Check {
 /// Candidate tiny programs, in preference order.
 const TRUE_PATHS: [&str; 2] = ["/bin/true", "/usr/bin/true"];
 
-#[cfg(test)]
-thread_local! {
-    /// Test seam: the program spawned instead of `true` on this thread (`/bin/false`: a
-    /// child that fails, as under a seccomp filter or a broken exec).
-    pub(crate) static PROGRAM: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
-}
-
 /// The program spawned: the first of `TRUE_PATHS` that exists.
 fn program() -> Option<&'static str> {
-    #[cfg(test)]
-    if let Some(p) = PROGRAM.with(|p| p.get()) {
+    if let Some(p) = crate::experiments::seams::get().program {
         return Some(p);
     }
     TRUE_PATHS

@@ -395,14 +395,6 @@ fn round_trips(h: &Harness, kind: Kind, partner_cpu: usize, ws: usize) -> anyhow
     })
 }
 
-#[cfg(test)]
-thread_local! {
-    /// Test seam: on this thread the pipe work measured alone makes this many more one-byte
-    /// transfers than the round trip does, as when the pipe alone runs slower than inside
-    /// the round trip (another cache state, another frequency).
-    pub(crate) static PIPE_ALONE_EXTRA: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
 /// One task passing the token through its own two pipes (write+read on A, then on B),
 /// touching its working set twice: everything a round trip does except the switches.
 fn pipe_cost(h: &Harness, ws: usize) -> anyhow::Result<crate::harness::Measurement> {
@@ -417,8 +409,7 @@ fn pipe_cost(h: &Harness, ws: usize) -> anyhow::Result<crate::harness::Measureme
     let mut buf = working_set(ws);
     let p = buf.as_mut_ptr() as *mut u8;
     let mut ok = true;
-    #[cfg(test)]
-    let extra = PIPE_ALONE_EXTRA.with(|e| e.get());
+    let extra = crate::experiments::seams::get().pipe_alone_extra;
     let m = h.measure(1.0, |n| {
         repeat(n, || {
             let mut b = 0u8;
@@ -426,7 +417,6 @@ fn pipe_cost(h: &Harness, ws: usize) -> anyhow::Result<crate::harness::Measureme
             ok &= write_byte(aw, 1) && read_byte(ar, &mut b) == 1;
             touch(p, ws);
             ok &= write_byte(bw, b) && read_byte(br, &mut b) == 1;
-            #[cfg(test)]
             for _ in 0..extra {
                 ok &= write_byte(aw, 1) && read_byte(ar, &mut b) == 1;
             }

@@ -148,13 +148,6 @@ fn sizing(ctx: &Context, room: u64) -> (Vec<u64>, String) {
 }
 
 #[cfg(test)]
-thread_local! {
-    /// Test seam: files of this size on this thread (a few blocks: readers run past the end
-    /// and read blocks again, as they do when the device is faster than the sizing assumes).
-    pub(crate) static SMALL_FILES: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
-}
-
-#[cfg(test)]
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Largest spread of the readers' start times, as a share of a round, for them to count
@@ -572,8 +565,7 @@ impl Experiment for Contention {
             Err(reason) => return Ok(Outcome::skipped(reason)),
         };
         let (sizes, sizing_note) = sizing(ctx, scratch.remaining());
-        #[cfg(test)]
-        let sizes = match SMALL_FILES.with(|s| s.get()) {
+        let sizes = match crate::experiments::seams::get().small_files {
             Some(b) => vec![b; pm],
             None => sizes,
         };
