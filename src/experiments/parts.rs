@@ -12,7 +12,7 @@ use crate::machine::Machine;
 
 /// One published figure and where it is published.
 #[derive(Debug, Clone, Copy)]
-pub struct Figure {
+pub struct Cited {
     pub value: f64,
     pub reference: &'static str,
 }
@@ -46,11 +46,11 @@ pub struct Core {
     /// None for single-kind CPUs.
     pub kind: Option<&'static str>,
     pub matches: &'static [Match],
-    pub l1d_cycles: Option<Figure>,
-    pub l2_cycles: Option<Figure>,
-    pub l3_cycles: Option<Figure>,
+    pub l1d_cycles: Option<Cited>,
+    pub l2_cycles: Option<Cited>,
+    pub l3_cycles: Option<Cited>,
     /// Idle load-to-use latency of DRAM with a full random chase, ns.
-    pub dram_ns: Option<Figure>,
+    pub dram_ns: Option<Cited>,
 }
 
 const INTEL_PAG: &str =
@@ -100,8 +100,8 @@ const ANANDTECH_GRAVITON2: &str = "AnandTech, 'Cloud Clash: Amazon Graviton2 Arm
     the different cores should be 4 cycles\"; \"The L2 cache of the Graviton2 falls in at 1MB \
     and the access latency here is also competitive at 11 cycles\" (read at \
     http://labs.anandtech.com/Show/Index/15578?cPage=7&all=False&sort=0&page=3&slug=cloud-clash-amazon-graviton2-arm-against-intel-and-amd)";
-const fn fig(value: f64, reference: &'static str) -> Option<Figure> {
-    Some(Figure { value, reference })
+const fn fig(value: f64, reference: &'static str) -> Option<Cited> {
+    Some(Cited { value, reference })
 }
 
 /// Every core the table knows. Sources are cited per figure; an absent figure has none.
@@ -378,13 +378,13 @@ pub fn core(m: &Machine) -> Result<(&'static Core, String), String> {
 }
 
 /// Picks one figure of a core's entry.
-pub type Pick = fn(&Core) -> Option<Figure>;
+pub type Pick = fn(&Core) -> Option<Cited>;
 
 /// A figure of this machine's core: (value, key, reference), or why there is none.
 pub fn figure(
     m: &Machine,
     what: &str,
-    pick: impl Fn(&Core) -> Option<Figure>,
+    pick: impl Fn(&Core) -> Option<Cited>,
 ) -> Result<(f64, String, &'static str), String> {
     let (c, key) = core(m)?;
     match pick(c) {

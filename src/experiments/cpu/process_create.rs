@@ -234,13 +234,13 @@ fn spawn_wait(
 
 /// Counts of children and non-zero statuses, with the first error.
 #[derive(Default)]
-struct Tally {
+struct ChildTally {
     ok: Cell<u64>,
     bad: Cell<u64>,
     bad_status: Cell<libc::c_int>,
 }
 
-impl Tally {
+impl ChildTally {
     fn add(&self, r: std::io::Result<libc::c_int>, err: &Cell<Option<std::io::Error>>) {
         match r {
             Ok(s) if libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0 => {
@@ -351,7 +351,7 @@ impl Experiment for ProcessCreate {
         // The parent's own anonymous memory as the small fork sees it (the region for the
         // larger fork comes later), priced by fork_per_mib in the finding.
         let own_anon = own_anon_base_bytes();
-        let forks = Tally::default();
+        let forks = ChildTally::default();
         // Times fork + exit + wait, counting every child's status; the first error ends it.
         let time_forks = |what: &str| {
             let m = h.measure(1.0, |n| {
@@ -421,7 +421,7 @@ fn time_spawns(
             let arg0 = CString::new("true")?;
             let argv = [arg0.as_ptr() as *mut libc::c_char, std::ptr::null_mut()];
             let envp = [std::ptr::null_mut()];
-            let spawns = Tally::default();
+            let spawns = ChildTally::default();
             let m = h.measure(1.0, |n| {
                 repeat(n, || {
                     if let Some(e) = err.take() {

@@ -540,7 +540,7 @@ fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
 
 /// The switch figure with its interval from both inputs.
 #[derive(Debug, Clone, Copy)]
-struct Figure {
+struct SwitchFigure {
     median: f64,
     /// 95% interval of the median, widened by the subtracted pipe cost's.
     interval: [f64; 2],
@@ -575,7 +575,7 @@ fn same_cpu(kind: Kind, ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow
 /// Adds `switch` = (round trip - pooled median pipe cost) / 2 per pooled round-trip
 /// trial, after `pipe_cost`, with each run's own figure in `runs`; returns its median and
 /// its interval widened by half the pipe cost's (docs/METHODOLOGY.md, "Derived figures").
-fn switch_metric(out: &mut Outcome) -> Figure {
+fn switch_metric(out: &mut Outcome) -> SwitchFigure {
     let Some((median, interval)) = out.difference(
         "switch",
         "one context switch: (round trip - median pipe cost) / 2, per trial; its interval includes the pipe cost's",
@@ -583,7 +583,7 @@ fn switch_metric(out: &mut Outcome) -> Figure {
         "pipe_cost",
         0.5,
     ) else {
-        return Figure {
+        return SwitchFigure {
             median: f64::NAN,
             interval: [f64::NAN; 2],
         };
@@ -596,7 +596,7 @@ fn switch_metric(out: &mut Outcome) -> Figure {
         .position(|x| x.name == "pipe_cost")
         .map_or(out.metrics.len(), |i| i + 1);
     out.metrics.insert(at, m);
-    Figure { median, interval }
+    SwitchFigure { median, interval }
 }
 
 const POSITIVE: &str = "the switch figure is positive";
@@ -605,7 +605,7 @@ const POSITIVE: &str = "the switch figure is positive";
 /// pipe work measured alone is not the pipe work inside the round trip, and the
 /// subtraction's premise fails (invalid); a median at or below zero within noise fails as
 /// a sanity check (the figure is reported, no finding is stated from it).
-fn switch_positive(sw: &Figure) -> Check {
+fn switch_positive(sw: &SwitchFigure) -> Check {
     let detail = format!(
             "switch = (round trip - pipe cost) / 2 = {} (95% interval {} to {}, the pipe cost's included)",
             fmt_ns(sw.median),
@@ -620,10 +620,10 @@ fn switch_positive(sw: &Figure) -> Check {
 }
 
 /// The thread switch of this run, with its interval widened by its own pipe cost's.
-fn thread_switch(ctx: &Context) -> Option<Figure> {
+fn thread_switch(ctx: &Context) -> Option<SwitchFigure> {
     let t = ctx.earlier_metric("cpu.thread-switch", "switch")?;
     let pipe = ctx.earlier_metric("cpu.thread-switch", "pipe_cost");
-    Some(Figure {
+    Some(SwitchFigure {
         median: t.summary.median,
         interval: t.interval(|n| pipe.filter(|_| n == "pipe_cost")),
     })
@@ -631,7 +631,7 @@ fn thread_switch(ctx: &Context) -> Option<Figure> {
 
 /// A process switch does all a thread switch does and also changes address spaces, so
 /// it cannot be cheaper beyond both intervals: when it is, the measurement is broken.
-fn address_space_check(p: &Figure, t: &Figure) -> Check {
+fn address_space_check(p: &SwitchFigure, t: &SwitchFigure) -> Check {
     let below = crate::analysis::separation_of(p.interval, t.interval)
         == crate::analysis::Separation::Below;
     Check::premise(
@@ -842,7 +842,7 @@ fn series_finding(pts: &[WsPoint], ctx: &Context, out: &mut Outcome) {
     );
 }
 
-fn kind_finding(kind: Kind, sw: &Figure, thread: Option<Figure>, out: &mut Outcome) {
+fn kind_finding(kind: Kind, sw: &SwitchFigure, thread: Option<SwitchFigure>, out: &mut Outcome) {
     let (rt_med, pipe_med) = (
         out.median("pipe_round_trip_same_cpu"),
         out.median("pipe_cost"),
@@ -1178,14 +1178,14 @@ mod tests {
         let names: Vec<&str> = o.metrics.iter().map(|m| m.name.as_str()).collect();
         assert_eq!(names, ["pipe_round_trip_same_cpu", "pipe_cost", "switch"]);
         assert!(switch_positive(&sw).passed);
-        let neg = Figure {
+        let neg = SwitchFigure {
             median: -50.0,
             interval: [-80.0, -20.0],
         };
         let c = switch_positive(&neg);
         assert!(c.premise && !c.passed, "{c:?}");
         // Negative within noise: reported, but flagged (a sanity check) rather than invalid.
-        let noisy = Figure {
+        let noisy = SwitchFigure {
             median: -5.0,
             interval: [-30.0, 20.0],
         };

@@ -178,7 +178,7 @@ pub(crate) fn release_check(spreads: &[(usize, u64)], round_ns: u64) -> Check {
 /// One child's figures, written into shared memory.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct Slot {
+struct ReaderSlot {
     blocks: u64,
     ns: u64,
     error: u64,
@@ -187,14 +187,14 @@ struct Slot {
 }
 
 /// An anonymous shared mapping of `n` slots, visible to forked children.
-struct Shared {
-    ptr: *mut Slot,
+struct SharedSlots {
+    ptr: *mut ReaderSlot,
     n: usize,
 }
 
-impl Shared {
-    fn new(n: usize) -> anyhow::Result<Shared> {
-        let len = n.max(1) * std::mem::size_of::<Slot>();
+impl SharedSlots {
+    fn new(n: usize) -> anyhow::Result<SharedSlots> {
+        let len = n.max(1) * std::mem::size_of::<ReaderSlot>();
         // SAFETY: a fresh anonymous shared mapping; checked for failure below.
         let p = unsafe {
             libc::mmap(
@@ -209,12 +209,12 @@ impl Shared {
         if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error().into());
         }
-        Ok(Shared {
-            ptr: p as *mut Slot,
+        Ok(SharedSlots {
+            ptr: p as *mut ReaderSlot,
             n,
         })
     }
-    fn get(&self, i: usize) -> Slot {
+    fn get(&self, i: usize) -> ReaderSlot {
         assert!(i < self.n);
         // SAFETY: i < n slots in the mapping; children have exited when this is read.
         unsafe { std::ptr::read_volatile(self.ptr.add(i)) }
@@ -222,18 +222,18 @@ impl Shared {
     fn clear(&self) {
         for i in 0..self.n {
             // SAFETY: i < n; no child is running.
-            unsafe { std::ptr::write_volatile(self.ptr.add(i), Slot::default()) }
+            unsafe { std::ptr::write_volatile(self.ptr.add(i), ReaderSlot::default()) }
         }
     }
 }
 
-impl Drop for Shared {
+impl Drop for SharedSlots {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the mapping made in `new`.
         unsafe {
             libc::munmap(
                 self.ptr as *mut libc::c_void,
-                self.n.max(1) * std::mem::size_of::<Slot>(),
+                self.n.max(1) * std::mem::size_of::<ReaderSlot>(),
             )
         };
     }
@@ -256,7 +256,7 @@ unsafe fn child(
     ready_w: i32,
     go_r: i32,
     buf: *mut u8,
-    slot: *mut Slot,
+    slot: *mut ReaderSlot,
     cpu: &crate::platform::CpuMask,
 ) -> ! {
     // Where the system has no parent-death signal, the barrier pipe's end of file and the
@@ -301,7 +301,7 @@ unsafe fn child(
     let ns = clock.ticks_to_ns(clock.now().saturating_sub(start) as f64) as u64;
     std::ptr::write_volatile(
         slot,
-        Slot {
+        ReaderSlot {
             blocks,
             ns,
             error,
@@ -326,7 +326,7 @@ struct Readers<'c> {
     clock: &'c dyn Clock,
     files: Vec<File>,
     bufs: Vec<AlignedBuf>,
-    shared: Shared,
+    shared: SharedSlots,
     cpus: Vec<crate::platform::CpuMask>,
     /// Blocks in each reader's file.
     nblocks: Vec<u64>,
@@ -449,7 +449,7 @@ fn reap_all(pids: &[libc::pid_t]) -> usize {
 }
 
 /// The round's figures from the readers' slots.
-fn collect(shared: &Shared, clock: &dyn Clock, p: usize) -> anyhow::Result<Round> {
+fn collect(shared: &SharedSlots, clock: &dyn Clock, p: usize) -> anyhow::Result<Round> {
     let mut r = Round {
         per_block: Vec::with_capacity(p),
         blocks: Vec::with_capacity(p),
@@ -601,13 +601,13 @@ impl Experiment for Contention {
             bufs: (0..pm)
                 .map(|_| AlignedBuf::new(BLOCK, BLOCK))
                 .collect::<Result<_, _>>()?,
-            shared: Shared::new(pm)?,
+            shared: SharedSlots::new(pm)?,
             cpus: masks,
             nblocks: sizes.iter().map(|b| b / BLOCK as u64).collect(),
             direct,
         };
         let (dur, rounds) = round(ctx.profile);
-        let mut m = Measured {
+        let mut m = ContentionRounds {
             cursor: vec![0u64; pm],
             spreads: Vec::new(),
             per_p: Vec::new(),
@@ -700,7 +700,7 @@ fn sharing_note(t: &crate::machine::Topology, cpus: &[usize], p: usize) -> Optio
 }
 
 /// Everything the rounds measured, and what the premise checks need.
-struct Measured {
+struct ContentionRounds {
     /// Where each reader goes on (distinct blocks across rounds): blocks read so far.
     cursor: Vec<u64>,
     /// (P, spread of the readers' start times in ns) per round.
@@ -719,7 +719,7 @@ fn measure_p(
     ctx: &Context,
     rd: &mut Readers<'_>,
     owners: &[crate::scratch::ScratchFile],
-    m: &mut Measured,
+    m: &mut ContentionRounds,
     p: usize,
     dur: Duration,
     rounds: usize,
@@ -759,7 +759,7 @@ fn measure_p(
 
 /// The premises: device reached, no block read twice, evictions verified, readers
 /// released together.
-fn checks(out: &mut Outcome, m: &Measured, direct: bool, sizes: &[u64], dur: Duration) {
+fn checks(out: &mut Outcome, m: &ContentionRounds, direct: bool, sizes: &[u64], dur: Duration) {
     out.check(m.device.check());
     let reread: u64 = m
         .cursor
@@ -801,7 +801,13 @@ fn checks(out: &mut Outcome, m: &Measured, direct: bool, sizes: &[u64], dur: Dur
 
 /// Series and metrics per P, then the fitted model (`cpus`: readers that each get a CPU
 /// of their own; `withheld`: the checks that did not pass, which withhold the overlap figure).
-fn report(ctx: &Context, out: &mut Outcome, m: Measured, cpus: usize, withheld: Option<String>) {
+fn report(
+    ctx: &Context,
+    out: &mut Outcome,
+    m: ContentionRounds,
+    cpus: usize,
+    withheld: Option<String>,
+) {
     let medians: Vec<(f64, f64)> = m
         .per_p
         .iter()

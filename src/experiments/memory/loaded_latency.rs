@@ -265,7 +265,7 @@ impl Experiment for LoadedLatency {
         let cfg = HarnessConfig::short_trials(Duration::from_micros(100), 11)
             .for_budget(ctx.budget.mul_f64(0.45), points + 1);
         let per_iter = delay_ns_per_iter(ctx, &cfg);
-        let team = Team {
+        let team = LoadTeam {
             ctx,
             cfg: &cfg,
             chain: &chain,
@@ -396,7 +396,7 @@ fn delay_ns_per_iter(ctx: &Context, cfg: &HarnessConfig) -> f64 {
 /// adjacent-line prefetch works in pairs).
 #[repr(align(128))]
 #[derive(Default)]
-struct Counter {
+struct LineCounter {
     lines: AtomicU64,
     hiccups: AtomicU64,
 }
@@ -407,7 +407,7 @@ const HICCUP_SLACK_NS: f64 = 20_000.0;
 
 /// What one load thread saw during one point.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct Span {
+struct LoadSpan {
     start: u64,
     end: u64,
     /// getcpu looks, and those that found the thread elsewhere.
@@ -417,7 +417,7 @@ struct Span {
 
 /// One point of the curve.
 #[derive(Debug, Clone, Default)]
-struct Point {
+struct LoadPoint {
     /// Target gap between a load thread's lines, ns; None for idle.
     gap: Option<f64>,
     /// What the load threads did with their lines.
@@ -432,13 +432,13 @@ struct Point {
     /// Trials kept.
     trials: usize,
     /// Spans of the load threads, and the span of the chase's trials.
-    spans: Vec<Span>,
+    spans: Vec<LoadSpan>,
     window: (u64, u64),
     notes: Vec<String>,
     preempted: usize,
 }
 
-impl Point {
+impl LoadPoint {
     fn latency_ns(&self) -> f64 {
         crate::stats::median(&self.latency)
     }
@@ -473,7 +473,7 @@ impl Point {
 }
 
 /// The chase and its load threads for one run.
-struct Team<'a, 'c> {
+struct LoadTeam<'a, 'c> {
     ctx: &'a Context<'c>,
     cfg: &'a HarnessConfig,
     chain: &'a Region,
@@ -485,13 +485,13 @@ struct Team<'a, 'c> {
 /// The measured points: idle (before and after, pooled) and each traffic's loaded points,
 /// lightest load first.
 struct Sweep {
-    idle: Point,
-    reads: Vec<Point>,
-    mix: Vec<Point>,
+    idle: LoadPoint,
+    reads: Vec<LoadPoint>,
+    mix: Vec<LoadPoint>,
 }
 
 /// What the chase thread tells the load threads.
-struct Shared {
+struct LoadSignals {
     gen: AtomicU64,
     delay: AtomicU64,
     /// The load threads write a line in three (`Traffic::Mix`) rather than only read.
@@ -500,16 +500,16 @@ struct Shared {
     quit: AtomicBool,
     started: AtomicUsize,
     done: AtomicUsize,
-    counters: Vec<Counter>,
-    spans: Vec<std::sync::Mutex<Span>>,
+    counters: Vec<LineCounter>,
+    spans: Vec<std::sync::Mutex<LoadSpan>>,
 }
 
-impl Team<'_, '_> {
+impl LoadTeam<'_, '_> {
     /// Idle, then each gap from lightest load to none, read-only and then the mix at each
     /// (so both curves see the neighbours' traffic of the same moments), then idle again.
     fn sweep(&self, gaps: &[f64], ns_per_iter: f64) -> Sweep {
         let k = self.loaders.len();
-        let sh = Shared {
+        let sh = LoadSignals {
             gen: AtomicU64::new(0),
             delay: AtomicU64::new(0),
             mix: AtomicBool::new(false),
@@ -517,7 +517,7 @@ impl Team<'_, '_> {
             quit: AtomicBool::new(false),
             started: AtomicUsize::new(0),
             done: AtomicUsize::new(0),
-            counters: (0..k).map(|_| Counter::default()).collect(),
+            counters: (0..k).map(|_| LineCounter::default()).collect(),
             spans: (0..k).map(|_| Default::default()).collect(),
         };
         let part = self.loads.len() / k / self.line * self.line;
@@ -574,12 +574,12 @@ impl Team<'_, '_> {
     /// One point of the sweep; the chase continues from `at` and leaves it where it stopped.
     fn point(
         &self,
-        sh: &Shared,
+        sh: &LoadSignals,
         gap: Option<f64>,
         traffic: Traffic,
         delay_iters: u64,
         at: &mut *const u8,
-    ) -> Point {
+    ) -> LoadPoint {
         let clock = self.ctx.clock;
         let k = self.loaders.len();
         if gap.is_some() {
@@ -604,7 +604,7 @@ impl Team<'_, '_> {
                 .collect();
             (v.iter().map(|x| x.0).sum(), v)
         };
-        let mut p = Point {
+        let mut p = LoadPoint {
             gap,
             traffic,
             ..Default::default()
@@ -665,7 +665,7 @@ impl Team<'_, '_> {
 /// A load thread: for each generation, streams its part with the set delay until told
 /// to stop, recording its span and where it ran.
 fn load_thread(
-    sh: &Shared,
+    sh: &LoadSignals,
     t: usize,
     cpu: usize,
     clock: &dyn crate::clock::Clock,
@@ -706,11 +706,11 @@ fn load_thread(
         } else {
             Traffic::Read
         };
-        let mut span = Span {
+        let mut span = LoadSpan {
             start: clock.now(),
             ..Default::default()
         };
-        let look = |span: &mut Span| {
+        let look = |span: &mut LoadSpan| {
             span.looks += 1;
             if crate::platform::current_cpu() != Some(cpu) {
                 span.off_cpu += 1;
@@ -943,7 +943,7 @@ fn report(
     loaders: &[usize],
 ) {
     let idle = &sw.idle;
-    let loaded: Vec<&Point> = sw.reads.iter().chain(&sw.mix).collect();
+    let loaded: Vec<&LoadPoint> = sw.reads.iter().chain(&sw.mix).collect();
     // Premise: the load ran alongside every loaded point, of both traffics.
     let fails: Vec<String> = loaded
         .iter()
@@ -998,7 +998,7 @@ fn report(
     );
     let predicted: Vec<(String, Prediction)> = peak_predictions(ctx);
     for (traffic, pts) in [(Traffic::Read, &sw.reads), (Traffic::Mix, &sw.mix)] {
-        let c = Curve {
+        let c = LoadCurve {
             traffic,
             idle,
             loaded: pts,
@@ -1033,22 +1033,22 @@ fn report(
 }
 
 /// One traffic's curve: the shared idle point and its loaded points, lightest first.
-struct Curve<'a> {
+struct LoadCurve<'a> {
     traffic: Traffic,
-    idle: &'a Point,
-    loaded: &'a [Point],
+    idle: &'a LoadPoint,
+    loaded: &'a [LoadPoint],
     line: usize,
     page: &'a str,
     loaders: &'a [usize],
 }
 
-impl Curve<'_> {
+impl LoadCurve<'_> {
     /// Its series, metrics (named with the traffic's suffix), knee and findings.
     fn report(&self, ctx: &Context, out: &mut Outcome, predicted: Option<&Prediction>) {
         let (t, sfx, line) = (self.traffic, self.traffic.suffix(), self.line);
         let name = |base: &str| format!("{base}{sfx}");
         let idle = self.idle;
-        let pts: Vec<&Point> = std::iter::once(idle).chain(self.loaded).collect();
+        let pts: Vec<&LoadPoint> = std::iter::once(idle).chain(self.loaded).collect();
         self.push_series(out, &pts);
         let Some(full) = self.loaded.last() else {
             return;
@@ -1118,7 +1118,7 @@ impl Curve<'_> {
     }
 
     /// The latency and misses-in-flight curves against bandwidth, idle point first.
-    fn push_series(&self, out: &mut Outcome, pts: &[&Point]) {
+    fn push_series(&self, out: &mut Outcome, pts: &[&LoadPoint]) {
         let line = self.line;
         let series = |base: &str| match self.traffic {
             Traffic::Read => base.to_string(),
@@ -1149,7 +1149,7 @@ impl Curve<'_> {
     fn summary_finding(
         &self,
         out: &mut Outcome,
-        peak: &Point,
+        peak: &LoadPoint,
         predicted: Option<&Prediction>,
         loaded_name: &str,
         peak_name: &str,
@@ -1207,7 +1207,7 @@ impl Curve<'_> {
     }
 
     /// The knee: the highest bandwidth whose latency stays within `KNEE_RISE` of idle.
-    fn knee(&self, out: &mut Outcome, il: f64, peak: &Point, knee_name: &str, peak_name: &str) {
+    fn knee(&self, out: &mut Outcome, il: f64, peak: &LoadPoint, knee_name: &str, peak_name: &str) {
         let lp: Vec<(f64, f64)> = self
             .loaded
             .iter()
@@ -1251,7 +1251,7 @@ impl Curve<'_> {
     }
 
     /// Every point of the sweep as a note (gap target, bandwidth, latency, misses).
-    fn points_note(&self, out: &mut Outcome, pts: &[&Point]) {
+    fn points_note(&self, out: &mut Outcome, pts: &[&LoadPoint]) {
         let (label, line) = (self.traffic.label(), self.line);
         out.notes.push(format!(
             "points, {label} (gap target -> bandwidth, latency, misses in flight): {}",
@@ -1322,8 +1322,8 @@ mod tests {
         assert!((v - 15.625).abs() < 1e-9, "{v}");
     }
 
-    fn span(start: u64, end: u64) -> Span {
-        Span {
+    fn span(start: u64, end: u64) -> LoadSpan {
+        LoadSpan {
             start,
             end,
             looks: 3,
@@ -1333,7 +1333,7 @@ mod tests {
 
     #[test]
     fn concurrency_premise_fails_when_a_load_thread_misses_the_window() {
-        let mut p = Point {
+        let mut p = LoadPoint {
             gap: Some(0.0),
             window: (100, 200),
             spans: vec![span(50, 250), span(60, 220)],
@@ -1345,7 +1345,7 @@ mod tests {
         assert!(p.concurrency_failure(&[0, 1]).unwrap().contains("CPU 1"));
         p.spans[1] = span(60, 150);
         assert!(p.concurrency_failure(&[0, 1]).is_some());
-        p.spans[1] = Span {
+        p.spans[1] = LoadSpan {
             off_cpu: 1,
             ..span(60, 220)
         };
@@ -1359,7 +1359,7 @@ mod tests {
         p.trials = 0;
         assert!(p.concurrency_failure(&[0, 1]).unwrap().contains("no trial"));
         // Idle points have no load to check.
-        let idle = Point::default();
+        let idle = LoadPoint::default();
         assert_eq!(idle.concurrency_failure(&[0]), None);
     }
 
@@ -1452,9 +1452,9 @@ mod tests {
     }
 
     /// mem.bandwidth's figures, as earlier results.
-    struct Bandwidth(Vec<crate::results::Metric>);
+    struct EarlierBandwidth(Vec<crate::results::Metric>);
 
-    impl crate::experiments::EarlierResults for Bandwidth {
+    impl crate::experiments::EarlierResults for EarlierBandwidth {
         fn metric(&self, experiment: &str, metric: &str) -> Option<&crate::results::Metric> {
             if experiment != "mem.bandwidth" {
                 return None;
@@ -1463,9 +1463,9 @@ mod tests {
         }
     }
 
-    fn point(gap: Option<f64>, traffic: Traffic, bw: f64, lat: f64) -> Point {
+    fn point(gap: Option<f64>, traffic: Traffic, bw: f64, lat: f64) -> LoadPoint {
         let wobble = [1.0, 1.01, 0.99, 1.005, 0.995];
-        Point {
+        LoadPoint {
             gap,
             traffic,
             latency: wobble.iter().map(|w| lat * w).collect(),
@@ -1491,7 +1491,7 @@ mod tests {
         let mut bw = Outcome::default();
         bw.metric("read_1t", "bytes/s", "", vec![18e9; 5]);
         bw.metric("write_1t", "bytes/s", "", vec![12e9; 5]);
-        let earlier = Bandwidth(bw.metrics);
+        let earlier = EarlierBandwidth(bw.metrics);
         let clock = crate::clock::detect(None).0;
         let scratch = std::sync::OnceLock::new();
         let ctx = Context {

@@ -13,7 +13,7 @@ pub(crate) mod pagefault;
 pub(crate) fn experiments() -> Vec<Box<dyn Experiment>> {
     vec![
         Box::new(latency::Latency),
-        Box::new(bandwidth::Bandwidth),
+        Box::new(bandwidth::MemBandwidth),
         // After both: its predictions are their dram and all-thread read.
         Box::new(loaded_latency::LoadedLatency),
         Box::new(pagefault::PageFault),

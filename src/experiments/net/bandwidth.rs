@@ -1,7 +1,7 @@
 //! net.bandwidth: a timed TCP stream in each direction with large writes, its rate taken
 //! on the receiving side in fixed intervals (the first, slow-start interval dropped).
 
-use super::{target, Target};
+use super::{target, PeerTarget};
 use crate::clock::Stopwatch;
 use crate::experiments::Spec;
 use crate::experiments::{Context, Experiment, Outcome, Profile};
@@ -12,7 +12,7 @@ use crate::units::fmt_bandwidth;
 use std::io::{Read, Write};
 use std::time::Duration;
 
-pub struct Bandwidth;
+pub struct NetBandwidth;
 
 /// Size of each write and read (iperf3's default for TCP).
 const CHUNK: usize = 128 * 1024;
@@ -46,7 +46,7 @@ pub(crate) fn interval_rates(marks: &[(u64, u64)], interval: Duration) -> Vec<f6
 /// Client to peer: we write, the peer counts what arrives.
 fn send(
     h: &Harness,
-    t: &Target,
+    t: &PeerTarget,
     dur: Duration,
     interval: Duration,
 ) -> anyhow::Result<(Vec<f64>, f64)> {
@@ -71,7 +71,7 @@ fn send(
 /// Peer to client: the peer writes for `dur`, we count what arrives.
 fn receive(
     h: &Harness,
-    t: &Target,
+    t: &PeerTarget,
     dur: Duration,
     interval: Duration,
 ) -> anyhow::Result<(Vec<f64>, f64)> {
@@ -161,7 +161,7 @@ const SPEC: Spec = Spec {
     ..Spec::NETWORK
 };
 
-impl Experiment for Bandwidth {
+impl Experiment for NetBandwidth {
     fn spec(&self) -> &Spec {
         &SPEC
     }
@@ -221,11 +221,11 @@ impl Experiment for Bandwidth {
     }
 }
 
-impl Bandwidth {
+impl NetBandwidth {
     fn streams(
         &self,
         ctx: &Context,
-        t: &Target,
+        t: &PeerTarget,
         dur: Duration,
         interval: Duration,
         out: &mut Outcome,

@@ -16,13 +16,13 @@ mod rtt;
 pub fn experiments() -> Vec<Box<dyn Experiment>> {
     vec![
         Box::new(rtt::Rtt),
-        Box::new(bandwidth::Bandwidth),
+        Box::new(bandwidth::NetBandwidth),
         Box::new(connect::Connect),
     ]
 }
 
 /// Where the experiments send their traffic.
-pub(crate) struct Target {
+pub(crate) struct PeerTarget {
     pub client: Client,
     /// Loopback peer started by this run (kept alive while the target is in use).
     pub local: Option<Arc<LocalPeer>>,
@@ -30,7 +30,7 @@ pub(crate) struct Target {
     pub label: String,
 }
 
-impl Target {
+impl PeerTarget {
     pub fn remote(&self) -> bool {
         self.local.is_none()
     }
@@ -81,7 +81,7 @@ fn local_peer(ctx: &Context) -> anyhow::Result<Arc<LocalPeer>> {
 }
 
 /// The peer for this run: `--peer` if given, else the loopback peer.
-pub(crate) fn target(ctx: &Context) -> anyhow::Result<Target> {
+pub(crate) fn target(ctx: &Context) -> anyhow::Result<PeerTarget> {
     match &ctx.options.peer {
         Some(spec) => {
             let addr = resolve_peer(spec)?;
@@ -90,7 +90,7 @@ pub(crate) fn target(ctx: &Context) -> anyhow::Result<Target> {
             } else {
                 format!("remote peer {} ({addr})", spec.trim())
             };
-            Ok(Target {
+            Ok(PeerTarget {
                 client: Client::new(addr, ctx.options.peer_token.clone()),
                 local: None,
                 label,
@@ -98,7 +98,7 @@ pub(crate) fn target(ctx: &Context) -> anyhow::Result<Target> {
         }
         None => {
             let peer = local_peer(ctx)?;
-            Ok(Target {
+            Ok(PeerTarget {
                 client: Client::new(peer.addr(), Some(peer.token().to_string())),
                 label: peer.describe(),
                 local: Some(peer),

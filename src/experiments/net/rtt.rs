@@ -1,7 +1,7 @@
 //! net.rtt: round-trip time of a small message over TCP and UDP to the peer, and of an
 //! ICMP echo the kernel answers itself, each as a distribution of single round trips.
 
-use super::{describe_cpus, main_cpu, sample, target, Target};
+use super::{describe_cpus, main_cpu, sample, target, PeerTarget};
 use crate::analysis::{separation, Separation};
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{spec::ms, PerProfile, Spec};
@@ -69,7 +69,12 @@ struct TcpEcho {
     client_cpus: Vec<(u32, u64)>,
 }
 
-fn tcp_echo(ctx: &Context, t: &Target, pin_cpu: i32, budget: Duration) -> anyhow::Result<TcpEcho> {
+fn tcp_echo(
+    ctx: &Context,
+    t: &PeerTarget,
+    pin_cpu: i32,
+    budget: Duration,
+) -> anyhow::Result<TcpEcho> {
     let mut s = t.client.open(&Request::Echo {
         size: TCP_MSG as u32,
         pin_cpu,
@@ -149,7 +154,7 @@ pub(crate) fn placement_check(
 }
 
 /// UDP round trips to the peer's echo port; lost datagrams are counted, not timed.
-fn udp_echo(ctx: &Context, t: &Target, budget: Duration) -> anyhow::Result<(Vec<f64>, u64)> {
+fn udp_echo(ctx: &Context, t: &PeerTarget, budget: Duration) -> anyhow::Result<(Vec<f64>, u64)> {
     let s = t.client.open(&Request::UdpEcho {
         max_size: UDP_MSG as u32,
     })?;
@@ -204,7 +209,7 @@ fn udp_echo(ctx: &Context, t: &Target, budget: Duration) -> anyhow::Result<(Vec<
 
 fn icmp_echo(
     ctx: &Context,
-    t: &Target,
+    t: &PeerTarget,
     budget: Duration,
 ) -> Result<(Vec<f64>, u64, &'static str), String> {
     let std::net::IpAddr::V4(ip) = t.addr().ip() else {
@@ -391,7 +396,7 @@ impl Experiment for Rtt {
 /// TCP round trips with the peer placed by the scheduler (or on its own host).
 fn tcp_unpinned(
     ctx: &Context,
-    t: &Target,
+    t: &PeerTarget,
     budget: Duration,
     out: &mut Outcome,
 ) -> anyhow::Result<()> {
@@ -429,7 +434,7 @@ fn tcp_unpinned(
 /// (docs/METHODOLOGY.md, "Cross-CPU figures").
 fn tcp_pinned(
     ctx: &Context,
-    t: &Target,
+    t: &PeerTarget,
     plans: &[crate::machine::CrossPlan],
     budget: Duration,
     out: &mut Outcome,
@@ -483,7 +488,7 @@ fn tcp_pinned(
     Ok(())
 }
 
-fn udp_and_icmp(ctx: &Context, t: &Target, budget: Duration, out: &mut Outcome) {
+fn udp_and_icmp(ctx: &Context, t: &PeerTarget, budget: Duration, out: &mut Outcome) {
     (ctx.progress)("UDP round trips");
     match udp_echo(ctx, t, budget) {
         Ok((v, lost)) => {
@@ -525,7 +530,7 @@ fn udp_and_icmp(ctx: &Context, t: &Target, budget: Duration, out: &mut Outcome) 
     }
 }
 
-fn findings(out: &mut Outcome, t: &Target, plans: &[crate::machine::CrossPlan]) {
+fn findings(out: &mut Outcome, t: &PeerTarget, plans: &[crate::machine::CrossPlan]) {
     if let Some((p50, p90, p99)) = pct(out, "tcp") {
         out.finding(
             format!(

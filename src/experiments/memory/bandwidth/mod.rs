@@ -26,7 +26,7 @@ use predict::stream_prediction;
 use predict::{dimm_peak, per_socket, predict_streams};
 use std::time::Duration;
 
-pub struct Bandwidth;
+pub struct MemBandwidth;
 
 /// Bytes each thread moves per iteration of a trial.
 const BLOCK: usize = 1 << 20;
@@ -120,7 +120,7 @@ const TRIALS: PerProfile<(Duration, usize)> =
 const BUFFER: PerProfile<(u64, u64)> =
     PerProfile::new((0, 64 << 20), (8, 256 << 20), (8, 1 << 30), (16, 2 << 30));
 
-impl Experiment for Bandwidth {
+impl Experiment for MemBandwidth {
     fn spec(&self) -> &Spec {
         &SPEC
     }
