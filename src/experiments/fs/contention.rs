@@ -83,8 +83,7 @@ fn reader_rounds(p: Profile) -> Vec<u64> {
 /// The per-block time the files are sized for: the faster of fs.read's uncached
 /// sequential and random medians measured earlier in the run, with its source; None when
 /// fs.read gave neither. A reader's per-block time is a mean over its round, and the mean
-/// of a latency with a slow tail is no lower than its median (on the build VM fs.read's
-/// means were 58 us against 27 us medians, under steal).
+/// of a latency with a slow tail is no lower than its median, and under steal well above it.
 fn measured_block_ns(ctx: &Context) -> Option<(f64, String)> {
     ["uncached_seq", "uncached_random"]
         .iter()
