@@ -4,6 +4,7 @@
 
 use super::{direct_works, evict_check, fmt_b, make_file, reopen, Tally, BLOCK, MIB};
 use crate::clock::{Clock, Deadline};
+use crate::experiments::kit::children::Children;
 use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
 use crate::pagecache::AlignedBuf;
 use crate::results::{Check, Prediction, Series};
@@ -182,101 +183,31 @@ pub(crate) fn release_check(spreads: &[(usize, u64)], round_ns: u64) -> Check {
     )
 }
 
-/// One child's figures, written into shared memory.
+/// One reader's figures, written into its slot.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct Slot {
+struct ReaderResult {
     blocks: u64,
     ns: u64,
     error: u64,
-    /// The run's clock (ticks) at the reader's release.
-    start: u64,
 }
 
-/// An anonymous shared mapping of `n` slots, visible to forked children.
-struct Shared {
-    ptr: *mut Slot,
-    n: usize,
-}
-
-impl Shared {
-    fn new(n: usize) -> anyhow::Result<Shared> {
-        let len = n.max(1) * std::mem::size_of::<Slot>();
-        // SAFETY: a fresh anonymous shared mapping; checked for failure below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error().into());
-        }
-        Ok(Shared {
-            ptr: p as *mut Slot,
-            n,
-        })
-    }
-    fn get(&self, i: usize) -> Slot {
-        assert!(i < self.n);
-        // SAFETY: i < n slots in the mapping; children have exited when this is read.
-        unsafe { std::ptr::read_volatile(self.ptr.add(i)) }
-    }
-    fn clear(&self) {
-        for i in 0..self.n {
-            // SAFETY: i < n; no child is running.
-            unsafe { std::ptr::write_volatile(self.ptr.add(i), Slot::default()) }
-        }
-    }
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly the mapping made in `new`.
-        unsafe {
-            libc::munmap(
-                self.ptr as *mut libc::c_void,
-                self.n.max(1) * std::mem::size_of::<Slot>(),
-            )
-        };
-    }
-}
-
-/// The body of a child: only async-signal-safe calls (the parent has threads), on
-/// memory prepared before fork. Never returns.
+/// A reader's body after its release at `start`: reads `nblocks` blocks of `fd` from
+/// block `first` into `buf` for at most `dur`, wrapping only with O_DIRECT.
 ///
 /// # Safety
-/// Call only in a freshly forked child; `slot` must point into the shared mapping and
-/// `buf` to BLOCK writable aligned bytes.
-#[allow(clippy::too_many_arguments)]
-unsafe fn child(
-    fd: i32,
-    nblocks: u64,
+/// Runs in a forked child: only async-signal-safe calls (pread, the run's clock, whose
+/// reads are plain instructions or clock_gettime), on `buf`, BLOCK writable aligned bytes
+/// prepared before the fork.
+unsafe fn read_blocks(
+    rd: &Readers<'_>,
+    i: usize,
     first: u64,
-    wrap: bool,
-    dur: Duration,
-    clock: &dyn Clock,
-    ready_w: i32,
-    go_r: i32,
     buf: *mut u8,
-    slot: *mut Slot,
-    cpu: &crate::platform::CpuMask,
-) -> ! {
-    // Where the system has no parent-death signal, the barrier pipe's end of file and the
-    // time bound below still end the child.
-    let _ = crate::platform::die_with_parent();
-    cpu.pin_self();
-    let one = [1u8];
-    libc::write(ready_w, one.as_ptr() as *const libc::c_void, 1);
-    let mut b = [0u8];
-    // Barrier: the parent closes the write end when every child is ready; read sees EOF.
-    libc::read(go_r, b.as_mut_ptr() as *mut libc::c_void, 1);
-    // The run's clock: its reads are plain instructions or clock_gettime, both safe here.
-    let start = clock.now();
+    start: u64,
+    dur: Duration,
+) -> ReaderResult {
+    let (clock, fd, nblocks) = (rd.clock, rd.files[i].as_raw_fd(), rd.nblocks[i]);
     let until = Deadline::after(clock, dur);
     let mut blocks = 0u64;
     let mut pos = first % nblocks.max(1);
@@ -284,7 +215,7 @@ unsafe fn child(
     loop {
         if pos >= nblocks {
             // Without O_DIRECT a second pass would hit the cache: stop instead.
-            if !wrap {
+            if !rd.direct {
                 break;
             }
             pos = 0;
@@ -306,16 +237,7 @@ unsafe fn child(
         }
     }
     let ns = clock.ticks_to_ns(clock.now().saturating_sub(start) as f64) as u64;
-    std::ptr::write_volatile(
-        slot,
-        Slot {
-            blocks,
-            ns,
-            error,
-            start,
-        },
-    );
-    libc::_exit(0)
+    ReaderResult { blocks, ns, error }
 }
 
 /// What one round measured.
@@ -328,12 +250,12 @@ struct Round {
     spread_ns: u64,
 }
 
-/// The readers' shared state: their files, buffers, result slots and CPUs.
+/// The readers' state: their files, buffers and CPUs, and the children that read.
 struct Readers<'c> {
     clock: &'c dyn Clock,
     files: Vec<File>,
     bufs: Vec<AlignedBuf>,
-    shared: Shared,
+    children: Children<'c, ReaderResult>,
     cpus: Vec<crate::platform::CpuMask>,
     /// Blocks in each reader's file.
     nblocks: Vec<u64>,
@@ -341,122 +263,17 @@ struct Readers<'c> {
     direct: bool,
 }
 
-/// The two pipes of a round's barrier: readers write `ready`, and block reading `go`
-/// until the parent closes its write end.
-struct Barrier {
-    ready: [i32; 2],
-    go: [i32; 2],
-}
-
 /// One round: `p` children released together, reader i starting at block `first[i]`.
 fn round_of(rd: &mut Readers<'_>, first: &[u64], p: usize, dur: Duration) -> anyhow::Result<Round> {
-    use std::os::fd::IntoRawFd;
-    rd.shared.clear();
-    let (r, w) = crate::platform::pipe()?;
-    let (gr, gw) = crate::platform::pipe()?;
-    // Raw from here on: the children close their copies with plain close() after fork.
-    let bar = Barrier {
-        ready: [r.into_raw_fd(), w.into_raw_fd()],
-        go: [gr.into_raw_fd(), gw.into_raw_fd()],
+    let bufs: Vec<*mut u8> = rd.bufs.iter_mut().map(|b| b.as_mut_ptr()).collect();
+    let rd = &*rd;
+    // SAFETY: each reader's body is `read_blocks`, async-signal-safe on its file and the
+    // buffer prepared above.
+    unsafe {
+        rd.children.run(p, &rd.cpus, "reader process", |i, start| {
+            read_blocks(rd, i, first[i], bufs[i], start, dur)
+        })?
     };
-    let (pids, fork_err) = spawn(rd, &bar, first, p, dur);
-    let got = release(&bar, pids.len());
-    let failed = reap_all(&pids);
-    if let Some(e) = fork_err {
-        return Err(anyhow::anyhow!(
-            "fork failed after {} processes: {e}",
-            pids.len()
-        ));
-    }
-    if failed > 0 || got < p {
-        anyhow::bail!("{failed} of {p} reader processes failed ({got} became ready)");
-    }
-    collect(&rd.shared, rd.clock, p)
-}
-
-/// Forks `p` readers (stopping at the first failed fork, whose error is returned).
-fn spawn(
-    rd: &mut Readers<'_>,
-    bar: &Barrier,
-    first: &[u64],
-    p: usize,
-    dur: Duration,
-) -> (Vec<libc::pid_t>, Option<std::io::Error>) {
-    let mut pids = Vec::with_capacity(p);
-    for (i, &start) in first.iter().enumerate().take(p) {
-        let fd = rd.files[i].as_raw_fd();
-        let buf = rd.bufs[i].as_mut_ptr();
-        // SAFETY: i < shared.n.
-        let slot = unsafe { rd.shared.ptr.add(i) };
-        // SAFETY: fork; the child runs only `child`, which uses async-signal-safe calls
-        // on memory prepared here, and exits.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            // SAFETY: in the child; ends with _exit.
-            unsafe {
-                libc::close(bar.go[1]);
-                libc::close(bar.ready[0]);
-                child(
-                    fd,
-                    rd.nblocks[i],
-                    start,
-                    rd.direct,
-                    dur,
-                    rd.clock,
-                    bar.ready[1],
-                    bar.go[0],
-                    buf,
-                    slot,
-                    &rd.cpus[i % rd.cpus.len()],
-                )
-            }
-        }
-        if pid < 0 {
-            return (pids, Some(std::io::Error::last_os_error()));
-        }
-        pids.push(pid);
-    }
-    (pids, None)
-}
-
-/// Waits until `n` readers are ready (or gone), then releases them all at once by
-/// closing the barrier's write end. Returns how many became ready.
-fn release(bar: &Barrier, n: usize) -> usize {
-    // SAFETY: closing our copies of the children's ends.
-    unsafe {
-        libc::close(bar.ready[1]);
-        libc::close(bar.go[0]);
-    }
-    let mut got = 0;
-    let mut b = [0u8; 64];
-    while got < n {
-        // SAFETY: b is a valid writable buffer.
-        let r = unsafe { libc::read(bar.ready[0], b.as_mut_ptr() as *mut libc::c_void, b.len()) };
-        if r <= 0 {
-            break;
-        }
-        got += r as usize;
-    }
-    // SAFETY: closing the write end releases the barrier; ready[0] is ours.
-    unsafe {
-        libc::close(bar.go[1]);
-        libc::close(bar.ready[0]);
-    }
-    got
-}
-
-/// Waits for every reader; returns how many did not exit cleanly.
-fn reap_all(pids: &[libc::pid_t]) -> usize {
-    pids.iter()
-        .filter(|&&pid| {
-            !crate::platform::reap(pid, false)
-                .is_ok_and(|s| libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0)
-        })
-        .count()
-}
-
-/// The round's figures from the readers' slots.
-fn collect(shared: &Shared, clock: &dyn Clock, p: usize) -> anyhow::Result<Round> {
     let mut r = Round {
         per_block: Vec::with_capacity(p),
         blocks: Vec::with_capacity(p),
@@ -464,16 +281,16 @@ fn collect(shared: &Shared, clock: &dyn Clock, p: usize) -> anyhow::Result<Round
     };
     let (mut lo, mut hi) = (u64::MAX, 0);
     for i in 0..p {
-        let s = shared.get(i);
+        let (start, s) = rd.children.get(i);
         if s.error != 0 || s.blocks == 0 {
             anyhow::bail!("reader process {i} could not read its file");
         }
         r.per_block.push(s.ns as f64 / s.blocks as f64);
         r.blocks.push(s.blocks);
-        lo = lo.min(s.start);
-        hi = hi.max(s.start);
+        lo = lo.min(start);
+        hi = hi.max(start);
     }
-    r.spread_ns = clock.ticks_to_ns(hi.saturating_sub(lo) as f64) as u64;
+    r.spread_ns = rd.clock.ticks_to_ns(hi.saturating_sub(lo) as f64) as u64;
     Ok(r)
 }
 
@@ -609,7 +426,7 @@ impl Experiment for Contention {
             bufs: (0..pm)
                 .map(|_| AlignedBuf::new(BLOCK, BLOCK))
                 .collect::<Result<_, _>>()?,
-            shared: Shared::new(pm)?,
+            children: Children::new(pm, ctx.clock)?,
             cpus: masks,
             nblocks: sizes.iter().map(|b| b / BLOCK as u64).collect(),
             direct,
