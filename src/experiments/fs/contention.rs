@@ -5,7 +5,8 @@
 use super::{direct_works, evict_check, fmt_b, make_file, reopen, Tally, BLOCK, MIB};
 use crate::clock::{Clock, Deadline};
 use crate::experiments::kit::children::Children;
-use crate::experiments::{Context, Experiment, Needs, Outcome, Profile};
+use crate::experiments::spec::ms;
+use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile};
 use crate::pagecache::AlignedBuf;
 use crate::results::{Check, Prediction, Series};
 use crate::rng::Rng;
@@ -16,18 +17,11 @@ use std::time::Duration;
 pub struct Contention;
 
 /// Largest process count per profile.
-const fn pmax(p: Profile) -> usize {
-    match p {
-        Profile::Smoke => 3,
-        Profile::Quick => 6,
-        Profile::Standard => 16,
-        Profile::Thorough => 50,
-    }
-}
+const PMAX: PerProfile<usize> = PerProfile::new(3, 6, 16, 50);
 
 /// Process counts tried: every P up to 8, then steps that keep about 20 points.
 fn counts(p: Profile) -> Vec<usize> {
-    let max = pmax(p);
+    let max = PMAX.get(p);
     let step = (max / 20).max(1);
     let mut v: Vec<usize> = (1..=max.min(8)).collect();
     let mut p = 8 + step.max(2);
@@ -42,15 +36,8 @@ fn counts(p: Profile) -> Vec<usize> {
 }
 
 /// How long every process reads in one round, and rounds per P.
-fn round(p: Profile) -> (Duration, usize) {
-    let ms = Duration::from_millis;
-    match p {
-        Profile::Smoke => (ms(60), 1),
-        Profile::Quick => (ms(150), 2),
-        Profile::Standard => (ms(300), 3),
-        Profile::Thorough => (ms(400), 3),
-    }
-}
+const ROUND: PerProfile<(Duration, usize)> =
+    PerProfile::new((ms(60), 1), (ms(150), 2), (ms(300), 3), (ms(400), 3));
 
 /// Per-block time the files are sized for when fs.read measured none in this run (a
 /// virtual or flash disk); a faster device then reads blocks again, and the re-read
@@ -63,20 +50,13 @@ const MARGIN: f64 = 1.25;
 
 /// Most bytes the readers' files take together, per profile (written before the rounds;
 /// the budget counts writing them at 400 MB/s).
-const fn max_total(p: Profile) -> u64 {
-    match p {
-        Profile::Smoke => 64 * MIB,
-        Profile::Quick => 1536 * MIB,
-        Profile::Standard => 4096 * MIB,
-        Profile::Thorough => 8192 * MIB,
-    }
-}
+const MAX_TOTAL: PerProfile<u64> = PerProfile::new(64 * MIB, 1536 * MIB, 4096 * MIB, 8192 * MIB);
 
 /// Rounds reader j takes part in: every round of every P above j.
 fn reader_rounds(p: Profile) -> Vec<u64> {
-    let (_, rounds) = round(p);
+    let (_, rounds) = ROUND.get(p);
     let ps = counts(p);
-    (0..pmax(p))
+    (0..PMAX.get(p))
         .map(|j| (ps.iter().filter(|&&n| n > j).count() * rounds) as u64)
         .collect()
 }
@@ -99,7 +79,7 @@ fn measured_block_ns(ctx: &Context) -> Option<(f64, String)> {
 /// the margin, in whole MiB; scaled down together to fit `room` bytes. Returns the sizes
 /// and whether they were cut to fit.
 fn file_sizes(p: Profile, block_ns: f64, room: u64) -> (Vec<u64>, bool) {
-    let (dur, _) = round(p);
+    let (dur, _) = ROUND.get(p);
     let per_round = dur.as_nanos() as f64 / block_ns * MARGIN * BLOCK as f64;
     let want: Vec<u64> = reader_rounds(p)
         .iter()
@@ -120,7 +100,7 @@ fn file_sizes(p: Profile, block_ns: f64, room: u64) -> (Vec<u64>, bool) {
 
 /// The readers' file sizes for this run, and a note saying what they were sized for.
 fn sizing(ctx: &Context, room: u64) -> (Vec<u64>, String) {
-    let room = room.min(max_total(ctx.profile));
+    let room = room.min(MAX_TOTAL.get(ctx.profile));
     let (block_ns, basis) = match measured_block_ns(ctx) {
         Some((ns, src)) => (ns, format!("{} per block measured by {src}", crate::units::fmt_ns(ns))),
         None => (
@@ -303,7 +283,7 @@ const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     description: "P = 1..Pmax processes each reading its own file uncached, released together; per-block time vs P and a fitted model",
     method: crate::method!("fs.contention"),
     needs: Needs {
-        disk_bytes: max_total(Profile::Quick),
+        disk_bytes: MAX_TOTAL.get(Profile::Quick),
         ..Needs::NONE
     },
     // The device shared by the readers.
@@ -318,14 +298,14 @@ impl Experiment for Contention {
         &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
-        let (d, r) = round(p);
+        let (d, r) = ROUND.get(p);
         let n = counts(p).len() as u32;
-        // Rounds plus fork/teardown, and writing the files at ~200 MB/s.
+        // Rounds plus fork/teardown, and writing the files at 400 MB/s.
         (d + Duration::from_millis(30)) * r as u32 * n
-            + Duration::from_secs_f64(max_total(p) as f64 / 400e6)
+            + Duration::from_secs_f64(MAX_TOTAL.get(p) as f64 / 400e6)
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        let p = pmax(ctx.profile) as f64;
+        let p = PMAX.get(ctx.profile) as f64;
         // Readers report elapsed / blocks, a mean: compare with fs.read's mean, not its
         // median (4 KiB latency has a long tail).
         let Some(t1) = ctx
@@ -383,7 +363,7 @@ impl Experiment for Contention {
         // copies of another run's barrier pipes, and the two would wait on each other.
         #[cfg(test)]
         let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        let pm = pmax(ctx.profile);
+        let pm = PMAX.get(ctx.profile);
         let scratch = match super::disk_scratch(ctx, pm as u64 * MIB)? {
             Ok(s) => s,
             Err(reason) => return Ok(Outcome::skipped(reason)),
@@ -431,8 +411,8 @@ impl Experiment for Contention {
             nblocks: sizes.iter().map(|b| b / BLOCK as u64).collect(),
             direct,
         };
-        let (dur, rounds) = round(ctx.profile);
-        let mut m = Measured {
+        let (dur, rounds) = ROUND.get(ctx.profile);
+        let mut m = ContentionRounds {
             cursor: vec![0u64; pm],
             spreads: Vec::new(),
             per_p: Vec::new(),
@@ -525,7 +505,7 @@ fn sharing_note(t: &crate::machine::Topology, cpus: &[usize], p: usize) -> Optio
 }
 
 /// Everything the rounds measured, and what the premise checks need.
-struct Measured {
+struct ContentionRounds {
     /// Where each reader goes on (distinct blocks across rounds): blocks read so far.
     cursor: Vec<u64>,
     /// (P, spread of the readers' start times in ns) per round.
@@ -544,7 +524,7 @@ fn measure_p(
     ctx: &Context,
     rd: &mut Readers<'_>,
     owners: &[crate::scratch::ScratchFile],
-    m: &mut Measured,
+    m: &mut ContentionRounds,
     p: usize,
     dur: Duration,
     rounds: usize,
@@ -584,7 +564,7 @@ fn measure_p(
 
 /// The premises: device reached, no block read twice, evictions verified, readers
 /// released together.
-fn checks(out: &mut Outcome, m: &Measured, direct: bool, sizes: &[u64], dur: Duration) {
+fn checks(out: &mut Outcome, m: &ContentionRounds, direct: bool, sizes: &[u64], dur: Duration) {
     out.check(m.device.check());
     let reread: u64 = m
         .cursor
@@ -626,7 +606,13 @@ fn checks(out: &mut Outcome, m: &Measured, direct: bool, sizes: &[u64], dur: Dur
 
 /// Series and metrics per P, then the fitted model (`cpus`: readers that each get a CPU
 /// of their own; `withheld`: the checks that did not pass, which withhold the overlap figure).
-fn report(ctx: &Context, out: &mut Outcome, m: Measured, cpus: usize, withheld: Option<String>) {
+fn report(
+    ctx: &Context,
+    out: &mut Outcome,
+    m: ContentionRounds,
+    cpus: usize,
+    withheld: Option<String>,
+) {
     let medians: Vec<(f64, f64)> = m
         .per_p
         .iter()
@@ -906,8 +892,8 @@ mod tests {
     fn files_are_sized_from_the_block_time_and_cut_to_fit() {
         let (sizes, cut) = file_sizes(Profile::Quick, 28_000.0, u64::MAX);
         assert!(!cut);
-        assert_eq!(sizes.len(), pmax(Profile::Quick));
-        let (dur, rounds) = round(Profile::Quick);
+        assert_eq!(sizes.len(), PMAX.get(Profile::Quick));
+        let (dur, rounds) = ROUND.get(Profile::Quick);
         let reader1 = counts(Profile::Quick).len() * rounds;
         let blocks = reader1 as f64 * dur.as_nanos() as f64 / 28_000.0;
         assert!(sizes[0] as f64 >= blocks * BLOCK as f64, "{sizes:?}");
@@ -964,9 +950,9 @@ mod tests {
         for p in Profile::ALL {
             let c = counts(p);
             assert_eq!(c[0], 1);
-            assert_eq!(*c.last().unwrap(), pmax(p));
+            assert_eq!(*c.last().unwrap(), PMAX.get(p));
             assert!(c.windows(2).all(|w| w[0] < w[1]));
         }
-        assert_eq!(pmax(Profile::Thorough), 50);
+        assert_eq!(PMAX.get(Profile::Thorough), 50);
     }
 }
