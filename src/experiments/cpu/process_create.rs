@@ -2,13 +2,14 @@
 //! posix_spawn of /bin/true + waitpid.
 
 use crate::experiments::kit::{Pages, Region};
-use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::experiments::spec::ms;
+use crate::experiments::{Context, Experiment, Outcome, PerProfile};
+use crate::harness::{Harness, Measurement};
 use crate::opaque::repeat;
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
 use std::cell::Cell;
 use std::ffi::CString;
-use std::time::Duration;
 
 pub struct ProcessCreate;
 
@@ -234,13 +235,13 @@ fn spawn_wait(
 
 /// Counts of children and non-zero statuses, with the first error.
 #[derive(Default)]
-struct ChildTally {
+struct ChildStatuses {
     ok: Cell<u64>,
     bad: Cell<u64>,
     bad_status: Cell<libc::c_int>,
 }
 
-impl ChildTally {
+impl ChildStatuses {
     fn add(&self, r: std::io::Result<libc::c_int>, err: &Cell<Option<std::io::Error>>) {
         match r {
             Ok(s) if libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0 => {
@@ -276,27 +277,15 @@ const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     title: "Process creation",
     description: "fork + _exit + waitpid, the same from a parent with 32 MiB more resident, and posix_spawn of /bin/true + waitpid (reported separately)",
     method: crate::method!("cpu.process-create"),
-    needs: crate::experiments::Needs::NONE,
-    // Kernel work at the core's clock (page tables, exec).
-    bottleneck: crate::results::Bottleneck::Chain,
-    // One CPU of each kind of core on hybrid CPUs (runner::per_kind).
-    per_core_kind: true,
-    subtracts_loop: true,
-    budget: None,
+    budget: Some(PerProfile::new(ms(300), ms(2000), ms(8000), ms(20000))),
+    // Kernel work at the core's clock (page tables, exec), on one CPU of each kind of core
+    // on hybrid CPUs (runner::per_kind).
+    ..crate::experiments::Spec::CORE_LOOP
 };
 
 impl Experiment for ProcessCreate {
     fn spec(&self) -> &crate::experiments::Spec {
         &SPEC
-    }
-    fn budget(&self, p: Profile) -> Duration {
-        let ms = Duration::from_millis;
-        match p {
-            Profile::Smoke => ms(300),
-            Profile::Quick => ms(2000),
-            Profile::Standard => ms(8000),
-            Profile::Thorough => ms(20000),
-        }
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         if !super::COUNTS_HOLD {
@@ -346,113 +335,105 @@ impl Experiment for ProcessCreate {
         let mut out = Outcome::default();
         let program = program();
         let h = super::long_trials(ctx, if program.is_some() { 3 } else { 2 }, 10);
-        let err = Cell::new(None::<std::io::Error>);
-
         // The parent's own anonymous memory as the small fork sees it (the region for the
         // larger fork comes later), priced by fork_per_mib in the finding.
         let own_anon = own_anon_base_bytes();
-        let forks = ChildTally::default();
-        // Times fork + exit + wait, counting every child's status; the first error ends it.
-        let time_forks = |what: &str| {
-            let m = h.measure(1.0, |n| {
-                repeat(n, || {
-                    if let Some(e) = err.take() {
-                        err.set(Some(e));
-                    } else {
-                        forks.add(fork_exit_wait(), &err);
-                    }
-                })
-            });
-            match err.take() {
-                Some(e) => Err(anyhow::Error::new(e).context(format!("fork/waitpid{what}"))),
-                None => Ok(m),
-            }
-        };
-        (ctx.progress)("fork + exit + wait");
-        let m = time_forks("")?;
-        out.measured(
-            "fork_exit_wait",
-            "fork(), child _exit(0), parent waitpid()",
-            &m,
-        );
-
-        // The same fork from a parent with ADDED_MIB more resident memory; its difference
-        // from the small fork is the page tables' share, which grows with the parent.
-        match added_region(ctx.machine) {
-            Ok(region) => {
-                (ctx.progress)("fork + exit + wait with 32 MiB more resident");
-                let before = resident_pages(&region);
-                let m = time_forks(" with the added memory")?;
-                out.check(region_check(before, resident_pages(&region), region.huge_bytes()));
-                out.measured(
-                    "fork_exit_wait_32mib",
-                    "fork_exit_wait from a parent with 32 MiB more resident anonymous memory in base pages",
-                    &m,
-                );
-            }
-            Err(e) => out.notes.push(format!(
-                "fork_exit_wait_32mib, fork_per_mib: skipped, the 32 MiB region could not be made: {e:#}"
-            )),
+        measure_forks(ctx, &h, &mut out)?;
+        match program {
+            Some(path) => measure_spawn(ctx, &h, path, &mut out)?,
+            None => out.notes.push(
+                "spawn_exec: skipped, neither /bin/true nor /usr/bin/true exists (install coreutils)"
+                    .into(),
+            ),
         }
-
-        out.check(forks.check("forked"));
-
-        time_spawns(ctx, &h, program, &mut out)?;
-
         out.pool(ctx);
-        finding(ctx, &mut out, own_anon);
+        finding(ctx, own_anon, &mut out);
         Ok(out)
     }
 }
 
-/// posix_spawn of `program` and waitpid, each child's status counted; a note when there is
-/// no program to run.
-fn time_spawns(
-    ctx: &Context,
-    h: &crate::harness::Harness,
-    program: Option<&str>,
-    out: &mut Outcome,
-) -> anyhow::Result<()> {
+/// Times `step` as the harness asks, counting every child's status in `children`; the first
+/// error ends the measurement and is returned with `what` as context.
+fn time_children(
+    h: &Harness,
+    children: &ChildStatuses,
+    what: &str,
+    step: impl Fn() -> std::io::Result<libc::c_int>,
+) -> anyhow::Result<Measurement> {
     let err = Cell::new(None::<std::io::Error>);
-    match program {
-        Some(path) => {
-            (ctx.progress)("posix_spawn /bin/true + wait");
-            let cpath = CString::new(path)?;
-            let arg0 = CString::new("true")?;
-            let argv = [arg0.as_ptr() as *mut libc::c_char, std::ptr::null_mut()];
-            let envp = [std::ptr::null_mut()];
-            let spawns = ChildTally::default();
-            let m = h.measure(1.0, |n| {
-                repeat(n, || {
-                    if let Some(e) = err.take() {
-                        err.set(Some(e));
-                    } else {
-                        spawns.add(spawn_wait(&cpath, &argv, &envp), &err);
-                    }
-                })
-            });
+    let m = h.measure(1.0, |n| {
+        repeat(n, || {
             if let Some(e) = err.take() {
-                return Err(anyhow::Error::new(e).context(format!("posix_spawn {path}")));
+                err.set(Some(e));
+            } else {
+                children.add(step(), &err);
             }
-            out.check(spawns.check(path));
+        })
+    });
+    match err.take() {
+        Some(e) => Err(anyhow::Error::new(e).context(what.to_string())),
+        None => Ok(m),
+    }
+}
+
+/// fork_exit_wait, then the same fork from a parent with ADDED_MIB more resident memory:
+/// its difference from the small fork is the page tables' share, which grows with the parent.
+fn measure_forks(ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Result<()> {
+    let forks = ChildStatuses::default();
+    (ctx.progress)("fork + exit + wait");
+    let m = time_children(h, &forks, "fork/waitpid", fork_exit_wait)?;
+    out.measured(
+        "fork_exit_wait",
+        "fork(), child _exit(0), parent waitpid()",
+        &m,
+    );
+    match added_region(ctx.machine) {
+        Ok(region) => {
+            (ctx.progress)("fork + exit + wait with 32 MiB more resident");
+            let before = resident_pages(&region);
+            let m = time_children(
+                h,
+                &forks,
+                "fork/waitpid with the added memory",
+                fork_exit_wait,
+            )?;
+            out.check(region_check(before, resident_pages(&region), region.huge_bytes()));
             out.measured(
-                "spawn_exec",
-                &format!("posix_spawn() of {path}, then waitpid()"),
+                "fork_exit_wait_32mib",
+                "fork_exit_wait from a parent with 32 MiB more resident anonymous memory in base pages",
                 &m,
             );
         }
-        None => out.notes.push(
-            "spawn_exec: skipped, neither /bin/true nor /usr/bin/true exists (install coreutils)"
-                .into(),
-        ),
+        Err(e) => out.notes.push(format!(
+            "fork_exit_wait_32mib, fork_per_mib: skipped, the 32 MiB region could not be made: {e:#}"
+        )),
     }
-
+    out.check(forks.check("forked"));
     Ok(())
 }
 
-/// The finding: fork against thread creation and posix_spawn, what each added MiB costs,
-/// and how much of each cost the kernel-entry model explains.
-fn finding(ctx: &Context, out: &mut Outcome, own_anon: Option<u64>) {
+/// spawn_exec: posix_spawn of `path` and waitpid.
+fn measure_spawn(ctx: &Context, h: &Harness, path: &str, out: &mut Outcome) -> anyhow::Result<()> {
+    (ctx.progress)("posix_spawn /bin/true + wait");
+    let cpath = CString::new(path)?;
+    let arg0 = CString::new("true")?;
+    let argv = [arg0.as_ptr() as *mut libc::c_char, std::ptr::null_mut()];
+    let envp = [std::ptr::null_mut()];
+    let spawns = ChildStatuses::default();
+    let m = time_children(h, &spawns, &format!("posix_spawn {path}"), || {
+        spawn_wait(&cpath, &argv, &envp)
+    })?;
+    out.check(spawns.check(path));
+    out.measured(
+        "spawn_exec",
+        &format!("posix_spawn() of {path}, then waitpid()"),
+        &m,
+    );
+    Ok(())
+}
+
+/// The finding: fork against thread creation and spawn, the per-MiB share, and both models.
+fn finding(ctx: &Context, own_anon: Option<u64>, out: &mut Outcome) {
     let per_mib = per_mib_metric(out);
     let fork = out.median("fork_exit_wait");
     let spawn = out.get("spawn_exec").map(|m| m.summary.median);
@@ -488,8 +469,20 @@ fn finding(ctx: &Context, out: &mut Outcome, own_anon: Option<u64>) {
             from.extend(["fork_per_mib", "fork_exit_wait_32mib"]);
         }
     }
-    // The parent's anonymous pages at the measured per-MiB cost join fork's model here,
-    // not in its prediction: fork_per_mib is measured in this experiment.
+    text.push_str(&models_text(ctx, fork, spawn, own_anon, per_mib));
+    out.finding(text, &from);
+}
+
+/// Each measured cost against its model. The parent's anonymous pages at the measured per-MiB
+/// cost join fork's model here, not in its prediction: fork_per_mib is measured in this
+/// experiment.
+fn models_text(
+    ctx: &Context,
+    fork: f64,
+    spawn: Option<f64>,
+    own_anon: Option<u64>,
+    per_mib: Option<(f64, [f64; 2])>,
+) -> String {
     let pages = match (own_anon, per_mib) {
         (Some(b), Some((v, ci))) if v > 0.0 && ci[0] > 0.0 => {
             let mib = b as f64 / (1u64 << 20) as f64;
@@ -503,6 +496,7 @@ fn finding(ctx: &Context, out: &mut Outcome, own_anon: Option<u64>) {
         }
         _ => None,
     };
+    let mut text = String::new();
     for (name, measured, m, extra) in [
         ("fork", Some(fork), fork_model(ctx), pages),
         ("spawn", spawn, spawn_model(ctx), None),
@@ -516,7 +510,7 @@ fn finding(ctx: &Context, out: &mut Outcome, own_anon: Option<u64>) {
             ));
         }
     }
-    out.finding(text, &from);
+    text
 }
 
 #[cfg(test)]

@@ -1,3 +1,248 @@
 //! Forked, pinned children released together through a pipe barrier, with result slots
-//! in shared memory and reaping that survives a panic (fs.contention, the process
-//! switch, cpu.process-create).
+//! in shared memory and reaping on every path, Drop included.
+
+use crate::clock::Clock;
+use crate::platform::CpuMask;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+/// One child's slot: its start stamp (the run's clock, in ticks, at its release) and what
+/// its body returned.
+#[derive(Clone, Copy, Default)]
+#[repr(C)]
+struct ChildSlot<T> {
+    start: u64,
+    value: T,
+}
+
+/// Up to `n` forked children per round, each pinned, dying with the parent, released at
+/// once and writing one `T` to its slot in an anonymous shared mapping.
+pub(crate) struct Children<'c, T: Copy + Default> {
+    clock: &'c dyn Clock,
+    ptr: *mut ChildSlot<T>,
+    n: usize,
+    /// Children forked and not yet reaped.
+    pids: std::cell::RefCell<Vec<libc::pid_t>>,
+}
+
+impl<'c, T: Copy + Default> Children<'c, T> {
+    /// Maps `n` slots, read with the run's `clock`.
+    pub(crate) fn new(n: usize, clock: &'c dyn Clock) -> anyhow::Result<Self> {
+        // SAFETY: a fresh anonymous shared mapping; checked for failure below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                Self::len(n),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        Ok(Children {
+            clock,
+            ptr: p as *mut ChildSlot<T>,
+            n,
+            pids: Default::default(),
+        })
+    }
+
+    fn len(n: usize) -> usize {
+        n.max(1) * std::mem::size_of::<ChildSlot<T>>()
+    }
+
+    /// Forks `p` children, child i pinned to `cpus[i % cpus.len()]`, releases them
+    /// together once all are ready, and reaps them; each runs `body(i, start)` after its
+    /// release (`start` its stamp) and stores what it returns. `what` names a child in
+    /// errors ("reader process").
+    ///
+    /// # Safety
+    /// The parent may have threads: `body` must make only async-signal-safe calls, on
+    /// memory prepared before this call, and must end in bounded time (where the system
+    /// has no parent-death signal, only the barrier's end of file and that bound end it).
+    pub(crate) unsafe fn run(
+        &self,
+        p: usize,
+        cpus: &[CpuMask],
+        what: &str,
+        body: impl Fn(usize, u64) -> T,
+    ) -> anyhow::Result<()> {
+        assert!(p <= self.n && !cpus.is_empty());
+        self.clear();
+        let (ready_r, ready_w) = crate::platform::pipe()?;
+        let (go_r, go_w) = crate::platform::pipe()?;
+        let ends = Ends {
+            ready_w: ready_w.as_raw_fd(),
+            go_r: go_r.as_raw_fd(),
+            ready_r: ready_r.as_raw_fd(),
+            go_w: go_w.as_raw_fd(),
+        };
+        let fork_err = self.fork_all(p, cpus, &ends, &body);
+        // Our copies of the children's ends: closed so a child's exit reads as end of file.
+        drop((ready_w, go_r));
+        let forked = self.pids.borrow().len();
+        let got = release(&ready_r, go_w, forked);
+        let failed = self.reap();
+        if let Some(e) = fork_err {
+            anyhow::bail!("fork failed after {forked} processes: {e}");
+        }
+        if failed > 0 || got < p {
+            anyhow::bail!("{failed} of {p} {what}es failed ({got} became ready)");
+        }
+        Ok(())
+    }
+
+    /// Forks `p` children (stopping at the first failed fork, whose error is returned).
+    fn fork_all(
+        &self,
+        p: usize,
+        cpus: &[CpuMask],
+        ends: &Ends,
+        body: &impl Fn(usize, u64) -> T,
+    ) -> Option<std::io::Error> {
+        for i in 0..p {
+            // SAFETY: i < p <= n slots in the mapping.
+            let slot = unsafe { self.ptr.add(i) };
+            let cpu = &cpus[i % cpus.len()];
+            // SAFETY: fork; the child runs only `child` (the caller's async-signal-safe
+            // body on memory prepared before the fork) and exits.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                // SAFETY: in the freshly forked child; `child` ends with _exit.
+                unsafe { child(self.clock, cpu, ends, slot, |start| body(i, start)) }
+            }
+            if pid < 0 {
+                return Some(std::io::Error::last_os_error());
+            }
+            self.pids.borrow_mut().push(pid);
+        }
+        None
+    }
+
+    /// Child i's start stamp (ticks) and result, after `run`.
+    pub(crate) fn get(&self, i: usize) -> (u64, T) {
+        assert!(i < self.n);
+        // SAFETY: i < n slots in the mapping; the children have exited when this is read.
+        let s = unsafe { std::ptr::read_volatile(self.ptr.add(i)) };
+        (s.start, s.value)
+    }
+
+    fn clear(&self) {
+        for i in 0..self.n {
+            // SAFETY: i < n; no child is running.
+            unsafe { std::ptr::write_volatile(self.ptr.add(i), ChildSlot::default()) }
+        }
+    }
+
+    /// Waits for every child forked; returns how many did not exit cleanly.
+    fn reap(&self) -> usize {
+        self.pids
+            .borrow_mut()
+            .drain(..)
+            .filter(|&pid| {
+                !crate::platform::reap(pid, false)
+                    .is_ok_and(|s| libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0)
+            })
+            .count()
+    }
+}
+
+impl<T: Copy + Default> Drop for Children<'_, T> {
+    fn drop(&mut self) {
+        // Only after a panic mid-round: the barrier's write end is closed by then, so the
+        // children are released and end in bounded time.
+        self.reap();
+        // SAFETY: unmapping exactly the mapping made in `new`.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, Self::len(self.n)) };
+    }
+}
+
+/// The barrier's raw descriptors: the children write `ready_w` and block reading `go_r`
+/// until the parent closes `go_w`.
+struct Ends {
+    ready_w: i32,
+    go_r: i32,
+    ready_r: i32,
+    go_w: i32,
+}
+
+/// The body of a child: only async-signal-safe calls (the parent has threads), on memory
+/// prepared before fork. Never returns.
+///
+/// # Safety
+/// Call only in a freshly forked child; `slot` must point into the shared mapping, and
+/// `body` must keep to the same rule.
+unsafe fn child<T>(
+    clock: &dyn Clock,
+    cpu: &CpuMask,
+    ends: &Ends,
+    slot: *mut ChildSlot<T>,
+    body: impl FnOnce(u64) -> T,
+) -> ! {
+    // The parent's ends: a child holding `go_w` open would never see the release.
+    libc::close(ends.go_w);
+    libc::close(ends.ready_r);
+    // Where the system has no parent-death signal, the barrier pipe's end of file and the
+    // body's own time bound still end the child.
+    let _ = crate::platform::die_with_parent();
+    cpu.pin_self();
+    let one = [1u8];
+    libc::write(ends.ready_w, one.as_ptr() as *const libc::c_void, 1);
+    let mut b = [0u8];
+    // Barrier: the parent closes the write end when every child is ready; read sees EOF.
+    libc::read(ends.go_r, b.as_mut_ptr() as *mut libc::c_void, 1);
+    // The run's clock: its reads are plain instructions or clock_gettime, both safe here.
+    let start = clock.now();
+    std::ptr::addr_of_mut!((*slot).start).write_volatile(start);
+    let value = body(start);
+    std::ptr::addr_of_mut!((*slot).value).write_volatile(value);
+    libc::_exit(0)
+}
+
+/// Waits until `n` children are ready (or gone), then releases them all at once by
+/// closing the barrier's write end `go`. Returns how many became ready.
+fn release(ready: &OwnedFd, go: OwnedFd, n: usize) -> usize {
+    let mut got = 0;
+    let mut b = [0u8; 64];
+    while got < n {
+        // SAFETY: b is a valid writable buffer.
+        let r = unsafe {
+            libc::read(
+                ready.as_raw_fd(),
+                b.as_mut_ptr() as *mut libc::c_void,
+                b.len(),
+            )
+        };
+        if r <= 0 {
+            break;
+        }
+        got += r as usize;
+    }
+    drop(go);
+    got
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn children_run_released_and_report_into_their_slots() {
+        let clock = crate::clock::CoarseClock::new(1e9);
+        let cpus = [crate::platform::CpuMask::single(crate::platform::allowed_cpus()[0]).unwrap()];
+        let children = Children::<u64>::new(3, &clock).unwrap();
+        let base = 7u64;
+        for _ in 0..2 {
+            // SAFETY: the body only does arithmetic on a value copied before the fork.
+            unsafe { children.run(3, &cpus, "test process", |i, _| base + i as u64) }.unwrap();
+            for i in 0..3 {
+                let (start, v) = children.get(i);
+                assert_eq!(v, base + i as u64);
+                assert!(start > 0);
+            }
+        }
+        assert!(children.pids.borrow().is_empty());
+    }
+}

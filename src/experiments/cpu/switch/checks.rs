@@ -1,0 +1,93 @@
+//! The switch experiments' premises and sanity checks.
+
+use super::*;
+
+/// The premise check: every CPU sample of both tasks is where they were pinned.
+pub(super) fn pinned_check(name: &str, trip: &Trip, main_cpu: usize, partner_cpu: usize) -> Check {
+    cpus_check(
+        name,
+        &trip.main_cpus,
+        &trip.partner,
+        main_cpu,
+        partner_cpu,
+        &crate::platform::pin_support(),
+    )
+}
+
+/// The premise from the CPU samples and the pinning the system offers: without hard
+/// pinning the figure is an unpinned measurement whatever the samples say.
+pub(super) fn cpus_check(
+    name: &str,
+    main_cpus: &[i32],
+    p: &CpuReport,
+    main_cpu: usize,
+    partner_cpu: usize,
+    pinning: &crate::platform::Pinning,
+) -> Check {
+    if let Some(why) = crate::platform::pinning_premise_failure(pinning) {
+        return Check::premise(name, false, why);
+    }
+    let main_off = main_cpus.iter().filter(|&&c| c != main_cpu as i32).count();
+    let passed = main_off == 0 && p.off == 0 && p.samples > 0 && !main_cpus.is_empty();
+    let mut detail = format!(
+        "measuring task: {} of {} samples off CPU {main_cpu}; partner: {} of {} samples off CPU {partner_cpu}",
+        main_off,
+        main_cpus.len(),
+        p.off,
+        p.samples
+    );
+    if p.seen_off >= 0 {
+        detail.push_str(&format!(" (seen on CPU {})", p.seen_off));
+    }
+    Check::premise(name, passed, detail)
+}
+
+pub(super) const POSITIVE: &str = "the switch figure is positive";
+
+/// A switch costs time: a figure below zero beyond noise (its whole interval) means the
+/// pipe work measured alone is not the pipe work inside the round trip, and the
+/// subtraction's premise fails (invalid); a median at or below zero within noise fails as
+/// a sanity check (the figure is reported, no finding is stated from it).
+pub(super) fn switch_positive(sw: &SwitchFigure) -> Check {
+    let detail = format!(
+            "switch = (round trip - pipe cost) / 2 = {} (95% interval {} to {}, the pipe cost's included)",
+            fmt_ns(sw.median),
+            fmt_ns(sw.interval[0]),
+            fmt_ns(sw.interval[1])
+    );
+    if sw.interval[1] < 0.0 || !sw.median.is_finite() {
+        Check::premise(POSITIVE, false, detail)
+    } else {
+        Check::sanity(POSITIVE, sw.median > 0.0, detail)
+    }
+}
+
+/// The thread switch of this run, with its interval widened by its own pipe cost's.
+pub(super) fn thread_switch(ctx: &Context) -> Option<SwitchFigure> {
+    let t = ctx.earlier_metric("cpu.thread-switch", "switch")?;
+    let pipe = ctx.earlier_metric("cpu.thread-switch", "pipe_cost");
+    Some(SwitchFigure {
+        median: t.summary.median,
+        interval: t.interval(|n| pipe.filter(|_| n == "pipe_cost")),
+    })
+}
+
+/// A process switch does all a thread switch does and also changes address spaces, so
+/// it cannot be cheaper beyond both intervals: when it is, the measurement is broken.
+pub(super) fn address_space_check(p: &SwitchFigure, t: &SwitchFigure) -> Check {
+    let below = crate::analysis::separation_of(p.interval, t.interval)
+        == crate::analysis::Separation::Below;
+    Check::premise(
+        "a process switch costs no less than a thread switch, within noise",
+        !below,
+        format!(
+            "process switch {} (95% interval {} to {}), thread switch {} ({} to {}), intervals including the pipe costs'",
+            fmt_ns(p.median),
+            fmt_ns(p.interval[0]),
+            fmt_ns(p.interval[1]),
+            fmt_ns(t.median),
+            fmt_ns(t.interval[0]),
+            fmt_ns(t.interval[1])
+        ),
+    )
+}

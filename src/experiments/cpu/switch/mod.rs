@@ -1,0 +1,430 @@
+//! cpu.thread-switch and cpu.process-switch: one context switch, from a pipe ping-pong
+//! between two tasks pinned to one CPU, less the pipe cost (lmbench lat_ctx's method).
+//!
+//! Both experiments share one partner loop (`echo_loop`), so the thread and process
+//! figures differ only in what a switch between the two tasks has to change.
+
+use crate::experiments::spec::ms;
+use crate::experiments::{Context, Experiment, Outcome, PerProfile, Profile, Spec};
+use crate::harness::Harness;
+use crate::opaque::repeat;
+use crate::platform;
+use crate::results::{Check, Prediction, Series};
+use crate::units::{fmt_bytes, fmt_ns};
+use anyhow::{anyhow, bail, Context as _};
+use std::cell::RefCell;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+mod checks;
+mod partner;
+mod predict;
+mod series;
+mod text;
+use checks::*;
+use partner::*;
+use predict::*;
+use series::*;
+use text::*;
+
+pub struct ThreadSwitch;
+pub struct ProcessSwitch;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Thread,
+    Process,
+}
+
+impl Kind {
+    const fn id(self) -> &'static str {
+        match self {
+            Kind::Thread => "cpu.thread-switch",
+            Kind::Process => "cpu.process-switch",
+        }
+    }
+    fn noun(self) -> &'static str {
+        match self {
+            Kind::Thread => "threads",
+            Kind::Process => "processes",
+        }
+    }
+}
+
+/// Cache-line stride for touching a working set (one word read and written per line):
+/// 128 bytes on Apple silicon (hw.cachelinesize), 64 on the x86-64 and Arm server cores
+/// osmeter runs on.
+const LINE: usize = if cfg!(all(target_os = "macos", target_arch = "aarch64")) {
+    128
+} else {
+    64
+};
+/// The partner samples its CPU every this many rounds (cheap: sched_getcpu is a vDSO call).
+const SAMPLE_EVERY: u64 = 64;
+/// Round trips done before measuring, so the partner's start-up is not measured.
+const WARM_ROUNDS: usize = 200;
+/// ... or for at most this long (cross-CPU round trips on a busy VM can take 100 us).
+const WARM_LIMIT: Duration = Duration::from_millis(10);
+/// A pipe as (read end, write end), close-on-exec so spawned programs never inherit it.
+/// Working-set sizes of the series per profile (bytes).
+fn series_sizes(p: Profile) -> &'static [usize] {
+    match p {
+        Profile::Smoke => &[],
+        Profile::Quick => &[0, 64 << 10],
+        Profile::Standard | Profile::Thorough => &[0, 16 << 10, 64 << 10, 256 << 10, 1 << 20],
+    }
+}
+
+fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
+    let mut out = Outcome::default();
+    let plans = ctx
+        .machine
+        .topology
+        .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus);
+    let sizes: &[usize] = if kind == Kind::Process {
+        series_sizes(ctx.profile)
+    } else {
+        &[]
+    };
+    // Nonzero series points need a round trip and an overhead each.
+    let extra = sizes.iter().filter(|&&w| w > 0).count() * 2;
+    let h = super::long_trials(ctx, 2 + plans.len() + extra, 5);
+
+    let run_switch = same_cpu(kind, ctx, &h, &mut out)?;
+    let mut cross = Vec::new();
+    for plan in &plans {
+        cross.push(cross_cpu(kind, ctx, &h, plan, &mut out)?);
+    }
+    if plans.is_empty() {
+        out.notes
+            .push("pipe_round_trip_cross_cpu: skipped, this process may use only one CPU".into());
+    }
+    let series = if sizes.is_empty() {
+        None
+    } else {
+        Some(working_set_series(
+            kind, ctx, &h, sizes, run_switch, &mut out,
+        )?)
+    };
+    // Everything below is stated from the pooled runs: the figures the table shows.
+    out.pool(ctx);
+    let sw = switch_metric(&mut out);
+    out.check(switch_positive(&sw));
+    let relation = (kind == Kind::Process)
+        .then(|| thread_switch(ctx))
+        .flatten()
+        .map(|t| (address_space_check(&sw, &t), t));
+    if let Some((c, _)) = &relation {
+        out.check(c.clone());
+    }
+    // A figure that breaks a physical relation (beyond noise: invalid; within noise: a
+    // failed sanity check) states no finding; the failed check says why.
+    let broken = out
+        .checks
+        .iter()
+        .any(|c| !c.passed && (c.premise || c.name == POSITIVE));
+    if broken {
+        return Ok(out);
+    }
+    for (name, class) in &cross {
+        cross_finding(name, class, &mut out);
+    }
+    if let Some(s) = &series {
+        series_finding(s, ctx, &mut out);
+    }
+    kind_finding(kind, &sw, relation.map(|(_, t)| t), &mut out);
+    Ok(out)
+}
+
+/// The switch figure with its interval from both inputs.
+#[derive(Debug, Clone, Copy)]
+struct SwitchFigure {
+    pub(super) median: f64,
+    /// 95% interval of the median, widened by the subtracted pipe cost's.
+    pub(super) interval: [f64; 2],
+}
+
+/// The same-CPU round trip and the pipe cost; returns this run's own switch figure (for
+/// its working-set series), (round trip - pipe cost) / 2 from this run's medians.
+fn same_cpu(kind: Kind, ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Result<f64> {
+    (ctx.progress)("same-CPU round trip");
+    let same = round_trips(h, kind, ctx.cpu, 0)?;
+    (ctx.progress)("pipe cost");
+    let pipe = pipe_cost(h, 0)?;
+    out.check(pinned_check(
+        &format!("both {} ran on CPU {}", kind.noun(), ctx.cpu),
+        &same,
+        ctx.cpu,
+        ctx.cpu,
+    ));
+    out.measured(
+        "pipe_round_trip_same_cpu",
+        "raw round trip of one byte over two pipes, both tasks pinned to one CPU (two switches)",
+        &same.m,
+    );
+    out.measured(
+        "pipe_cost",
+        "one task writing and reading its own two pipes, per round-trip equivalent",
+        &pipe,
+    );
+    Ok((same.m.median_ns() - pipe.median_ns()) / 2.0)
+}
+
+/// Adds `switch` = (round trip - pooled median pipe cost) / 2 per pooled round-trip
+/// trial, after `pipe_cost`, with each run's own figure in `runs`; returns its median and
+/// its interval widened by half the pipe cost's (docs/METHODOLOGY.md, "Derived figures").
+fn switch_metric(out: &mut Outcome) -> SwitchFigure {
+    let Some((median, interval)) = out.difference(
+        "switch",
+        "one context switch: (round trip - median pipe cost) / 2, per trial; its interval includes the pipe cost's",
+        "pipe_round_trip_same_cpu",
+        "pipe_cost",
+        0.5,
+    ) else {
+        return SwitchFigure {
+            median: f64::NAN,
+            interval: [f64::NAN; 2],
+        };
+    };
+    // Shown beside the pipe cost it subtracts.
+    let m = out.metrics.pop().expect("just added");
+    let at = out
+        .metrics
+        .iter()
+        .position(|x| x.name == "pipe_cost")
+        .map_or(out.metrics.len(), |i| i + 1);
+    out.metrics.insert(at, m);
+    SwitchFigure { median, interval }
+}
+
+/// One cross-CPU round trip figure, with the partner on the plan's CPU
+/// (docs/METHODOLOGY.md, "Cross-CPU figures"); returns the metric's name and the class.
+fn cross_cpu(
+    kind: Kind,
+    ctx: &Context,
+    h: &Harness,
+    plan: &crate::machine::CrossPlan,
+    out: &mut Outcome,
+) -> anyhow::Result<(String, String)> {
+    let (o, class) = (plan.cpu, plan.class_name());
+    let name = format!("pipe_round_trip_cross_cpu{}", plan.suffix);
+    (ctx.progress)(&format!("cross-CPU round trip ({class})"));
+    let cross = round_trips(h, kind, o, 0)?;
+    out.check(pinned_check(
+        &format!(
+            "the {} ran on different CPUs ({} and {o}, {class})",
+            kind.noun(),
+            ctx.cpu
+        ),
+        &cross,
+        ctx.cpu,
+        o,
+    ));
+    out.measured(
+        &name,
+        &format!(
+            "raw round trip with the partner pinned to another CPU ({o}, {class}): cross-CPU wake-ups, no switch needed"
+        ),
+        &cross.m,
+    )
+    // A cross-CPU wake-up waits for the other CPU (an IPI, a vCPU the host must run),
+    // which no sentinel kernel on this CPU shares.
+    .shares(crate::results::Bottleneck::None);
+    Ok((name, class.to_string()))
+}
+
+const THREAD_SPEC: Spec = Spec {
+    id: Kind::Thread.id(),
+    title: "Context switch between threads",
+    description: "two threads pinned to one CPU ping-pong a byte over two pipes; switch = (round trip - pipe cost) / 2",
+    method: crate::method!("cpu.thread-switch"),
+    budget: Some(PerProfile::new(ms(250), ms(1500), ms(6000), ms(15000))),
+    // The scheduler's path at the core's clock (the cross-CPU round trip declares `None`),
+    // on one CPU of each kind of core on hybrid CPUs (runner::per_kind).
+    ..Spec::CORE_LOOP
+};
+
+impl Experiment for ThreadSwitch {
+    fn spec(&self) -> &Spec {
+        &THREAD_SPEC
+    }
+    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        predict_switch(Kind::Thread, ctx)
+    }
+    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        run_switch(Kind::Thread, ctx)
+    }
+}
+
+const PROCESS_SPEC: Spec = Spec {
+    id: Kind::Process.id(),
+    title: "Context switch between processes",
+    description: "as cpu.thread-switch with a forked partner process, plus switch cost vs working set (lat_ctx -s)",
+    method: crate::method!("cpu.process-switch"),
+    budget: Some(PerProfile::new(ms(300), ms(2500), ms(12000), ms(30000))),
+    // The scheduler's path at the core's clock (the cross-CPU round trip declares `None`),
+    // on one CPU of each kind of core on hybrid CPUs (runner::per_kind).
+    ..Spec::CORE_LOOP
+};
+
+impl Experiment for ProcessSwitch {
+    fn spec(&self) -> &Spec {
+        &PROCESS_SPEC
+    }
+    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        predict_switch(Kind::Process, ctx)
+    }
+    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        run_switch(Kind::Process, ctx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finish_reports_the_partners_rounds() {
+        let cpu = crate::platform::current_cpu().unwrap_or(0);
+        for kind in [Kind::Thread, Kind::Process] {
+            let mut pp = PingPong::start(kind, cpu, 4096).unwrap();
+            for _ in 0..100 {
+                pp.round_trip().unwrap();
+            }
+            let r = pp.finish().unwrap();
+            assert_eq!(r.rounds, 100, "{kind:?}");
+            assert!(r.samples >= 3, "{kind:?}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn dropping_mid_run_never_hangs() {
+        // Drop closes pipe A: the partner sees end of file and is joined or reaped.
+        let cpu = crate::platform::current_cpu().unwrap_or(0);
+        for kind in [Kind::Thread, Kind::Process] {
+            let mut pp = PingPong::start(kind, cpu, 0).unwrap();
+            pp.round_trip().unwrap();
+            drop(pp);
+        }
+    }
+
+    #[test]
+    fn unpinned_switch_is_labelled_not_same_cpu() {
+        use crate::platform::Pinning;
+        let partner = CpuReport {
+            rounds: 10,
+            samples: 3,
+            off: 0,
+            seen_off: -1,
+        };
+        let good = cpus_check("same CPU", &[1, 1], &partner, 1, 1, &Pinning::Hard);
+        assert!(good.passed, "{good:?}");
+        let hint = Pinning::Unsupported {
+            reason: "no pinning on this system".into(),
+        };
+        let bad = cpus_check("same CPU", &[1, 1], &partner, 1, 1, &hint);
+        assert!(!bad.passed);
+        assert!(bad.detail.contains("unpinned"), "{bad:?}");
+        let moved = cpus_check("same CPU", &[1, 0], &partner, 1, 1, &Pinning::Hard);
+        assert!(!moved.passed);
+    }
+
+    /// A recorded cpu.thread-switch whose switch is `ns` with a tight interval.
+    fn thread_result(ns: f64) -> crate::results::ExperimentResult {
+        let mut o = Outcome::default();
+        o.metric("pipe_cost", "ns", "", vec![1000.0; 20]);
+        o.metric("switch", "ns", "", vec![ns; 20])
+            .derived(&[("pipe_cost", "sub", 0.5)]);
+        crate::experiments::testing::recorded(Kind::Thread.id(), o)
+    }
+
+    /// cpu.process-switch as wired and judged, after a thread switch recorded at
+    /// `thread_ns`.
+    fn process_switch_after(thread_ns: f64) -> crate::results::ExperimentResult {
+        use crate::experiments::testing::World;
+        let mut machine = crate::machine::Machine::gather();
+        let clock = machine.add_time_base();
+        let mut w = World::live(&clock);
+        w.machine = machine;
+        w.budget = Duration::from_millis(300);
+        w.earlier = vec![thread_result(thread_ns)];
+        w.run(&ProcessSwitch)
+    }
+
+    const RELATION: &str = "a process switch costs no less than a thread switch, within noise";
+
+    /// Issue 20 item 4: a process switch cheaper than the thread switch beyond both
+    /// intervals (here a thread switch recorded at 1 s) makes the experiment invalid with
+    /// the reason, and no finding is stated; against a 1 ns thread switch it passes.
+    /// `process_switch_after`, retaken (at most three times) until the relation is judged:
+    /// a live run can stop before it (under CI's load a same-CPU premise failed once).
+    fn judged_after(thread_ns: f64) -> crate::results::ExperimentResult {
+        let mut why = Vec::new();
+        for _ in 0..3 {
+            let out = process_switch_after(thread_ns);
+            if out.checks.iter().any(|c| c.name == RELATION) {
+                return out;
+            }
+            why.push(format!("{:?}: {:?}", out.status, out.reason));
+        }
+        panic!("the relation was never judged: {why:?}");
+    }
+
+    #[test]
+    fn a_process_switch_below_the_thread_switch_is_refused() {
+        let out = judged_after(1e9);
+        crate::experiments::testing::assert_invalid_by(&out, RELATION);
+        let c = out.checks.iter().find(|c| c.name == RELATION).unwrap();
+        assert!(c.premise && !c.passed, "{c:?}");
+        assert!(c.detail.contains("thread switch 1.00 s"), "{}", c.detail);
+        assert!(out.findings.is_empty(), "{:?}", out.findings);
+        let out = judged_after(1.0);
+        let c = out.checks.iter().find(|c| c.name == RELATION).unwrap();
+        assert!(c.passed, "{c:?}");
+    }
+
+    #[test]
+    fn the_switch_interval_carries_the_pipe_cost_and_a_negative_switch_fails() {
+        let mut o = Outcome::default();
+        // Round trips 10 us, tight; pipe cost 4-8 us, wide.
+        o.metric("pipe_round_trip_same_cpu", "ns", "", vec![10_000.0; 20]);
+        let pipe: Vec<f64> = (0..20).map(|i| 4000.0 + 200.0 * i as f64).collect();
+        o.metric("pipe_cost", "ns", "", pipe);
+        let sw = switch_metric(&mut o);
+        let m = o.get("switch").unwrap();
+        let own = m.summary.ci95;
+        assert!(
+            own[1] - own[0] < 1e-9,
+            "the round trips alone are tight: {own:?}"
+        );
+        assert!(sw.interval[1] - sw.interval[0] > 100.0, "{sw:?}");
+        assert!(sw.interval[0] < sw.median && sw.median < sw.interval[1]);
+        // Kept next to its input, in the table's order.
+        let names: Vec<&str> = o.metrics.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["pipe_round_trip_same_cpu", "pipe_cost", "switch"]);
+        assert!(switch_positive(&sw).passed);
+        let neg = SwitchFigure {
+            median: -50.0,
+            interval: [-80.0, -20.0],
+        };
+        let c = switch_positive(&neg);
+        assert!(c.premise && !c.passed, "{c:?}");
+        // Negative within noise: reported, but flagged (a sanity check) rather than invalid.
+        let noisy = SwitchFigure {
+            median: -5.0,
+            interval: [-30.0, 20.0],
+        };
+        let c = switch_positive(&noisy);
+        assert!(!c.premise && !c.passed, "{c:?}");
+    }
+
+    #[test]
+    fn touch_writes_one_word_per_line() {
+        let mut buf = working_set(256);
+        touch(buf.as_mut_ptr() as *mut u8, 256);
+        let touched: Vec<usize> = (0..buf.len()).filter(|&i| buf[i] == 1).collect();
+        let want: Vec<usize> = (0..256).step_by(LINE).map(|b| b / 8).collect();
+        assert_eq!(touched, want);
+    }
+}

@@ -1,0 +1,80 @@
+//! The switch experiments' findings.
+
+use super::*;
+
+/// The pooled cross-CPU round trip against the pooled same-CPU one; "dearer" or
+/// "cheaper" only when their 95% intervals are apart.
+pub(super) fn cross_finding(name: &str, class: &str, out: &mut Outcome) {
+    let (Some(c), Some(s)) = (out.get(name), out.get("pipe_round_trip_same_cpu")) else {
+        return;
+    };
+    let (cm, sm) = (c.summary.median, s.summary.median);
+    let clause = match crate::analysis::separation(&c.summary, &s.summary) {
+        crate::analysis::Separation::Above => {
+            "dearer than two switches on one CPU, beyond both 95% intervals"
+        }
+        crate::analysis::Separation::Below => {
+            "cheaper than two switches on one CPU, beyond both 95% intervals"
+        }
+        crate::analysis::Separation::Overlap => {
+            "within noise of two switches on one CPU (the 95% intervals overlap)"
+        }
+    };
+    let text = format!(
+        "With the partner on another CPU ({class}) a round trip takes {} ({:.2}x the same-CPU {}): no switch is needed, each hop wakes a task on the other CPU, {clause}.",
+        fmt_ns(cm),
+        cm / sm,
+        fmt_ns(sm),
+    );
+    out.finding(text, &[name, "pipe_round_trip_same_cpu"]);
+}
+
+pub(super) fn kind_finding(
+    kind: Kind,
+    sw: &SwitchFigure,
+    thread: Option<SwitchFigure>,
+    out: &mut Outcome,
+) {
+    let (rt_med, pipe_med) = (
+        out.median("pipe_round_trip_same_cpu"),
+        out.median("pipe_cost"),
+    );
+    let [lo, hi] = sw.interval;
+    match kind {
+        Kind::Thread => out.finding(
+            format!(
+                "A switch between two threads on one CPU costs {} (95% interval {} to {}, the pipe cost's noise included); a same-CPU round trip is {} of which {} is pipe work.",
+                fmt_ns(sw.median),
+                fmt_ns(lo),
+                fmt_ns(hi),
+                fmt_ns(rt_med),
+                fmt_ns(pipe_med)
+            ),
+            &["switch", "pipe_round_trip_same_cpu", "pipe_cost"],
+        ),
+        Kind::Process => {
+            let Some(t) = thread else {
+                return;
+            };
+            // Causal wording only with the evidence: the two intervals (each with its
+            // pipe cost's noise) apart. Below is refused earlier by the premise check.
+            let clause = match crate::analysis::separation_of(sw.interval, t.interval) {
+                crate::analysis::Separation::Above => {
+                    ", beyond both 95% intervals (the pipe costs' noise included): the price of changing address spaces"
+                }
+                _ => {
+                    " (within noise of each other, their 95% intervals overlap: changing address spaces adds nothing measurable here)"
+                }
+            };
+            out.finding(
+                format!(
+                    "A switch between processes costs {} against {} between threads: {:.2}x{clause}.",
+                    fmt_ns(sw.median),
+                    fmt_ns(t.median),
+                    sw.median / t.median,
+                ),
+                &["switch", "cpu.thread-switch/switch"],
+            );
+        }
+    }
+}

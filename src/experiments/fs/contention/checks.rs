@@ -1,0 +1,76 @@
+//! fs.contention's premises.
+
+use super::*;
+
+/// Largest spread of the readers' start times, as a share of a round, for them to count
+/// as released together.
+pub(super) const RELEASE_SHARE: f64 = 0.10;
+
+/// Premise "readers released together": in every round the readers' first timestamps
+/// (on the run's clock, read right after the barrier) lie within 10% of the round's length.
+/// `spreads` holds the largest minus the smallest start of each round, in ns.
+pub(crate) fn release_check(spreads: &[(usize, u64)], round_ns: u64) -> Check {
+    let limit = (round_ns as f64 * RELEASE_SHARE) as u64;
+    let worst = spreads.iter().max_by_key(|s| s.1).copied();
+    Check::premise(
+        "readers released together",
+        !spreads.is_empty() && worst.is_some_and(|w| w.1 <= limit),
+        match worst {
+            Some((p, w)) => format!(
+                "largest spread of start times {} (P = {p}) over {} rounds, limit {} (10% of a round); each reader timestamps its start right after a pipe barrier the parent opens once all are ready",
+                crate::units::fmt_ns(w as f64),
+                spreads.len(),
+                crate::units::fmt_ns(limit as f64)
+            ),
+            None => "no round ran".into(),
+        },
+    )
+}
+
+/// The premises: device reached, no block read twice, evictions verified, readers
+/// released together.
+pub(super) fn checks(
+    out: &mut Outcome,
+    m: &ContentionRounds,
+    direct: bool,
+    sizes: &[u64],
+    dur: Duration,
+) {
+    out.check(m.device.check());
+    let reread: u64 = m
+        .cursor
+        .iter()
+        .zip(sizes)
+        .map(|(&c, &b)| c.saturating_sub(b / BLOCK as u64))
+        .sum();
+    let total: u64 = m.cursor.iter().sum();
+    // A block read again can come from a cache below the file system (a device's or a
+    // hypervisor's) that no counter here sees: the figures are then not shown to be the
+    // device's, so the run is `unverified` (not `ok`, and not `invalid`: the first reads
+    // were the device's).
+    let detail = format!(
+        "{} of {} blocks read were read before by the same reader (files of {} down to {}; a device or host cache can serve those)",
+        reread,
+        total,
+        fmt_b(sizes.first().copied().unwrap_or(0)),
+        fmt_b(sizes.last().copied().unwrap_or(0))
+    );
+    out.check(if reread == 0 {
+        Check::premise("each block read at most once", true, detail)
+    } else {
+        Check::unverified("each block read at most once", detail)
+    });
+    if !direct {
+        let ev = &m.evictions;
+        out.check(Check::premise(
+            "uncached reads: files evicted and verified (mincore) before every round",
+            ev.all(),
+            if ev.all() {
+                format!("O_DIRECT not supported; {} of {} evictions verified (a file larger than a round's reads, random advice)", ev.passed, ev.total)
+            } else {
+                ev.last_failure.clone()
+            },
+        ));
+    }
+    out.check(release_check(&m.spreads, dur.as_nanos() as u64));
+}

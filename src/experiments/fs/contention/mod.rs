@@ -1,0 +1,538 @@
+//! fs.contention: P processes, each reading its own file uncached, released together by
+//! a barrier; per-block time vs P and a fitted (piecewise) linear model
+//! (docs/METHODOLOGY.md, fs.contention).
+
+use super::{direct_works, evict_check, fmt_b, make_file, reopen, Tally, BLOCK, MIB};
+use crate::clock::{Clock, Deadline};
+use crate::experiments::kit::children::Children;
+use crate::experiments::spec::ms;
+use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile};
+use crate::pagecache::AlignedBuf;
+use crate::results::{Check, Prediction, Series};
+use crate::rng::Rng;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+mod checks;
+mod readers;
+mod text;
+use checks::*;
+use readers::*;
+use text::*;
+
+pub struct Contention;
+
+/// Largest process count per profile.
+const PMAX: PerProfile<usize> = PerProfile::new(3, 6, 16, 50);
+
+/// Process counts tried: every P up to 8, then steps that keep about 20 points.
+fn counts(p: Profile) -> Vec<usize> {
+    let max = PMAX.get(p);
+    let step = (max / 20).max(1);
+    let mut v: Vec<usize> = (1..=max.min(8)).collect();
+    let mut p = 8 + step.max(2);
+    while p < max {
+        v.push(p);
+        p += step.max(2);
+    }
+    if *v.last().unwrap_or(&0) != max {
+        v.push(max);
+    }
+    v
+}
+
+/// How long every process reads in one round, and rounds per P.
+const ROUND: PerProfile<(Duration, usize)> =
+    PerProfile::new((ms(60), 1), (ms(150), 2), (ms(300), 3), (ms(400), 3));
+
+/// Per-block time the files are sized for when fs.read measured none in this run (a
+/// virtual or flash disk); a faster device then reads blocks again, and the re-read
+/// share is reported.
+const FALLBACK_BLOCK_NS: f64 = 100_000.0;
+
+/// Blocks a file holds beyond what its reader reads at fs.read's median pace (a reader
+/// is not held to it: a host may read ahead of sequential readers).
+const MARGIN: f64 = 1.25;
+
+/// Most bytes the readers' files take together, per profile (written before the rounds;
+/// the budget counts writing them at 400 MB/s).
+const MAX_TOTAL: PerProfile<u64> = PerProfile::new(64 * MIB, 1536 * MIB, 4096 * MIB, 8192 * MIB);
+
+/// Rounds reader j takes part in: every round of every P above j.
+fn reader_rounds(p: Profile) -> Vec<u64> {
+    let (_, rounds) = ROUND.get(p);
+    let ps = counts(p);
+    (0..PMAX.get(p))
+        .map(|j| (ps.iter().filter(|&&n| n > j).count() * rounds) as u64)
+        .collect()
+}
+
+/// The per-block time the files are sized for: the faster of fs.read's uncached
+/// sequential and random medians measured earlier in the run, with its source; None when
+/// fs.read gave neither. A reader's per-block time is a mean over its round, and the mean
+/// of a latency with a slow tail is no lower than its median, and under steal well above it.
+fn measured_block_ns(ctx: &Context) -> Option<(f64, String)> {
+    ["uncached_seq", "uncached_random"]
+        .iter()
+        .filter_map(|&n| {
+            let v = ctx.earlier_metric("fs.read", n)?.summary.median;
+            (v.is_finite() && v > 0.0).then(|| (v, format!("fs.read {n} (median)")))
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+}
+
+/// Each reader's file: every block it may read in its rounds at `block_ns` per block, with
+/// the margin, in whole MiB; scaled down together to fit `room` bytes. Returns the sizes
+/// and whether they were cut to fit.
+fn file_sizes(p: Profile, block_ns: f64, room: u64) -> (Vec<u64>, bool) {
+    let (dur, _) = ROUND.get(p);
+    let per_round = dur.as_nanos() as f64 / block_ns * MARGIN * BLOCK as f64;
+    let want: Vec<u64> = reader_rounds(p)
+        .iter()
+        .map(|&r| (r as f64 * per_round).max(MIB as f64))
+        .map(|b| (b as u64).div_ceil(MIB) * MIB)
+        .collect();
+    let total: u64 = want.iter().sum();
+    if total <= room {
+        return (want, false);
+    }
+    let scale = room as f64 / total as f64;
+    let cut = want
+        .iter()
+        .map(|&b| ((b as f64 * scale) as u64 / MIB).max(1) * MIB)
+        .collect();
+    (cut, true)
+}
+
+/// The readers' file sizes for this run, and a note saying what they were sized for.
+fn sizing(ctx: &Context, room: u64) -> (Vec<u64>, String) {
+    let room = room.min(MAX_TOTAL.get(ctx.profile));
+    let (block_ns, basis) = match measured_block_ns(ctx) {
+        Some((ns, src)) => (ns, format!("{} per block measured by {src}", crate::units::fmt_ns(ns))),
+        None => (
+            FALLBACK_BLOCK_NS,
+            format!(
+                "{} per block assumed: fs.read's uncached per-block time was not measured in this run (or its result was not ok), so a faster device reads blocks again",
+                crate::units::fmt_ns(FALLBACK_BLOCK_NS)
+            ),
+        ),
+    };
+    let (sizes, cut) = file_sizes(ctx.profile, block_ns, room);
+    let mut note = format!(
+        "reader files sized for every block a reader may read in its rounds at {basis} ({MARGIN}x margin): {} (reader 1) down to {} (reader {}), {} in all",
+        fmt_b(sizes.first().copied().unwrap_or(0)),
+        fmt_b(sizes.last().copied().unwrap_or(0)),
+        sizes.len(),
+        fmt_b(sizes.iter().sum())
+    );
+    if cut {
+        note.push_str(&format!(
+            "; cut down to fit {} (the profile's limit or the scratch space left), so blocks may be read again",
+            fmt_b(room)
+        ));
+    }
+    (sizes, note)
+}
+
+#[cfg(test)]
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+// The model is the one analysis of this question; figures draw the same fit.
+pub(crate) use crate::analysis::fit;
+
+const SPEC: crate::experiments::Spec = crate::experiments::Spec {
+    id: "fs.contention",
+    title: "Per-block read time with P processes reading at once",
+    description: "P = 1..Pmax processes each reading its own file uncached, released together; per-block time vs P and a fitted model",
+    method: crate::method!("fs.contention"),
+    needs: Needs {
+        disk_bytes: MAX_TOTAL.get(Profile::Quick),
+        ..Needs::NONE
+    },
+    // The device shared by the readers.
+    bottleneck: crate::results::Bottleneck::None,
+    per_core_kind: false,
+    subtracts_loop: false,
+    budget: None,
+};
+
+impl Experiment for Contention {
+    fn spec(&self) -> &crate::experiments::Spec {
+        &SPEC
+    }
+    fn budget(&self, p: Profile) -> Duration {
+        let (d, r) = ROUND.get(p);
+        let n = counts(p).len() as u32;
+        // Rounds plus fork/teardown, and writing the files at 400 MB/s.
+        (d + Duration::from_millis(30)) * r as u32 * n
+            + Duration::from_secs_f64(MAX_TOTAL.get(p) as f64 / 400e6)
+    }
+    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        let p = PMAX.get(ctx.profile) as f64;
+        // Readers report elapsed / blocks, a mean: compare with fs.read's mean, not its
+        // median (4 KiB latency has a long tail).
+        let Some(t1) = ctx
+            .earlier_metric("fs.read", "uncached_seq")
+            .map(|m| m.summary.mean)
+            .filter(|v| v.is_finite())
+        else {
+            let why = "fs.read uncached_seq was not measured in this run, and a device's read \
+                       latency has no published figure in the parts table";
+            return ["per_block_p1", "per_block_pmax", "model_slope"]
+                .iter()
+                .map(|n| (n.to_string(), Prediction::withheld(why)))
+                .collect();
+        };
+        let src = "measured: fs.read uncached_seq (mean)";
+        vec![
+            (
+                "per_block_p1".into(),
+                Prediction::new(t1, "t1: one process alone reads as fs.read measured")
+                    .measured("t1", t1, "ns", src),
+            ),
+            (
+                "per_block_pmax".into(),
+                Prediction::new(
+                    p * t1,
+                    "P x t1: the device serves one request at a time, so each reader waits for the other P-1",
+                )
+                .measured("t1", t1, "ns", src)
+                .method("P", p, "processes", "method: the profile's Pmax"),
+            ),
+            (
+                "model_slope".into(),
+                Prediction::new(t1, "t1 per added process (one device queue)")
+                    .measured("t1", t1, "ns", src),
+            ),
+            (
+                "model_intercept".into(),
+                Prediction::withheld(
+                    "the one-queue model (P x t1) passes through zero at P = 0, and a ratio to \
+                     zero means nothing",
+                ),
+            ),
+            (
+                "model_breakpoint".into(),
+                Prediction::withheld("the one-queue model (P x t1) has no breakpoint"),
+            ),
+            (
+                "model_slope_after".into(),
+                Prediction::withheld("the one-queue model (P x t1) has no breakpoint"),
+            ),
+        ]
+    }
+    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        // Tests run experiments on parallel threads: readers forked by one run would hold
+        // copies of another run's barrier pipes, and the two would wait on each other.
+        #[cfg(test)]
+        let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let pm = PMAX.get(ctx.profile);
+        let scratch = match super::disk_scratch(ctx, pm as u64 * MIB)? {
+            Ok(s) => s,
+            Err(reason) => return Ok(Outcome::skipped(reason)),
+        };
+        let (sizes, sizing_note) = sizing(ctx, scratch.remaining());
+        let sizes = match crate::experiments::seams::get().small_files {
+            Some(b) => vec![b; pm],
+            None => sizes,
+        };
+        let mut out = Outcome::default();
+        out.notes.push(super::scratch_note(scratch));
+        out.notes.push(sizing_note);
+        super::note_vm_host_cache(ctx, &mut out);
+        let mut rng = Rng::new(0xc0de);
+        let mut owners = Vec::with_capacity(pm);
+        for (i, &size) in sizes.iter().enumerate() {
+            (ctx.progress)(&format!("writing file {}/{pm}", i + 1));
+            owners.push(make_file(
+                scratch,
+                &format!("contention-{i}"),
+                size,
+                rng.next_u64(),
+            )?);
+        }
+        let direct = direct_works(&owners[0].file);
+        let files: Vec<File> = owners
+            .iter()
+            .map(|o| reopen(&o.file, direct, false))
+            .collect::<Result<_, _>>()?;
+        if !direct {
+            for f in &files {
+                crate::platform::advise(f, crate::platform::Access::Random);
+            }
+        }
+        let (masks, cpu_order) = reader_cpus(ctx)?;
+        let mut rd = Readers {
+            clock: ctx.clock,
+            files,
+            bufs: (0..pm)
+                .map(|_| AlignedBuf::new(BLOCK, BLOCK))
+                .collect::<Result<_, _>>()?,
+            children: Children::new(pm, ctx.clock)?,
+            cpus: masks,
+            nblocks: sizes.iter().map(|b| b / BLOCK as u64).collect(),
+            direct,
+        };
+        let (dur, rounds) = ROUND.get(ctx.profile);
+        let mut m = ContentionRounds {
+            cursor: vec![0u64; pm],
+            spreads: Vec::new(),
+            per_p: Vec::new(),
+            aggregate: Vec::new(),
+            evictions: Tally::default(),
+            device: super::DeviceReads::new(scratch.dir()),
+        };
+        let started = super::stopwatch(ctx);
+        for p in counts(ctx.profile) {
+            if m.per_p.len() >= 2 && started.elapsed() > ctx.budget * 2 {
+                out.notes.push(format!(
+                    "stopped before P = {p} by the time budget (the machine is slow or busy)"
+                ));
+                break;
+            }
+            measure_p(ctx, &mut rd, &owners, &mut m, p, dur, rounds)?;
+        }
+        let cpus = reader_cpu_count(ctx);
+        drop(rd);
+        drop(owners);
+        if let Some(&(p, _)) = m.per_p.last() {
+            out.notes
+                .extend(sharing_note(&ctx.machine.topology, &cpu_order, p));
+        }
+        checks(&mut out, &m, direct, &sizes, dur);
+        let failed: Vec<&str> = out
+            .checks
+            .iter()
+            .filter(|c| !c.passed)
+            .map(|c| c.name.as_str())
+            .collect();
+        let withheld = (!failed.is_empty()).then(|| failed.join("; "));
+        report(ctx, &mut out, m, cpus, withheld);
+        out.notes.push(format!(
+            "{pm} files ({} in all); {rounds} round(s) of {} ms per P",
+            fmt_b(sizes.iter().sum()),
+            dur.as_millis()
+        ));
+        Ok(out)
+    }
+}
+
+/// Everything the rounds measured, and what the premise checks need.
+struct ContentionRounds {
+    /// Where each reader goes on (distinct blocks across rounds): blocks read so far.
+    cursor: Vec<u64>,
+    /// (P, spread of the readers' start times in ns) per round.
+    spreads: Vec<(usize, u64)>,
+    /// Per-block times of every reader and round, per P.
+    per_p: Vec<(usize, Vec<f64>)>,
+    /// [P, median over rounds of the summed block rate].
+    aggregate: Vec<[f64; 2]>,
+    /// Evictions before rounds (only without O_DIRECT).
+    evictions: Tally,
+    device: super::DeviceReads,
+}
+
+/// The rounds of one process count `p`.
+fn measure_p(
+    ctx: &Context,
+    rd: &mut Readers<'_>,
+    owners: &[crate::scratch::ScratchFile],
+    m: &mut ContentionRounds,
+    p: usize,
+    dur: Duration,
+    rounds: usize,
+) -> anyhow::Result<()> {
+    let mut vals = Vec::new();
+    let mut rates = Vec::new();
+    for r in 0..rounds {
+        (ctx.progress)(&format!("P = {p}, round {}/{rounds}", r + 1));
+        if crate::scratch::stopping() {
+            anyhow::bail!("interrupted");
+        }
+        if !rd.direct {
+            // Without O_DIRECT each round must start from disk: evict and verify.
+            for o in owners.iter().take(p) {
+                m.evictions
+                    .add(&evict_check(ctx, &o.file, "reader file", true)?);
+            }
+        }
+        let before = m.device.counter();
+        let r = round_of(rd, &m.cursor, p, dur)?;
+        m.device.add(
+            before,
+            m.device.counter(),
+            r.blocks.iter().sum::<u64>() * BLOCK as u64,
+        );
+        for (c, b) in m.cursor.iter_mut().zip(&r.blocks) {
+            *c += b;
+        }
+        m.spreads.push((p, r.spread_ns));
+        rates.push(r.per_block.iter().map(|t| 1e9 / t).sum::<f64>());
+        vals.extend(r.per_block);
+    }
+    m.aggregate.push([p as f64, crate::stats::median(&rates)]);
+    m.per_p.push((p, vals));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readers_take_cores_first_and_say_when_they_share() {
+        use crate::machine::{facts::FactRoot, Machine};
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/machines/xeon-two-socket");
+        let t = Machine::gather_from(&FactRoot::recorded(dir)).topology;
+        let cpus = reader_order(&t, 1, &t.allowed);
+        assert_eq!(
+            &cpus[..2],
+            [1, 2],
+            "readers 0 and 1 on two cores, not SMT siblings"
+        );
+        assert_eq!(sharing_note(&t, &cpus, 16), None);
+        let n = sharing_note(&t, &cpus, 17).unwrap();
+        assert!(n.contains("SMT siblings") && n.contains("own CPU"), "{n}");
+        let n = sharing_note(&t, &cpus, 40).unwrap();
+        assert!(n.contains("shared CPUs from P = 33"), "{n}");
+        // This machine's shape: two CPUs, no topology; P = 6 shares, P = 2 does not.
+        let none = crate::machine::Topology::default();
+        let cpus = reader_order(&none, 1, &[0, 1]);
+        assert_eq!(cpus, [1, 0]);
+        assert_eq!(sharing_note(&none, &cpus, 2), None);
+        assert!(sharing_note(&none, &cpus, 6)
+            .unwrap()
+            .contains("6 readers on 2 CPUs"));
+    }
+
+    #[test]
+    fn release_check_fails_on_a_late_reader() {
+        let round = 150_000_000;
+        assert!(release_check(&[(1, 0), (4, 200_000)], round).passed);
+        // One reader started 20 ms after the others in a 150 ms round.
+        let c = release_check(&[(1, 0), (4, 20_000_000)], round);
+        assert!(!c.passed, "{}", c.detail);
+        assert!(c.premise);
+        assert!(!release_check(&[], round).passed);
+    }
+
+    #[test]
+    fn overlap_is_bounded_by_p_and_cpus_and_withheld_after_a_failed_check() {
+        // 3 readers on 2 CPUs: the figure comes from P = 2, the P = 3 point is flagged.
+        let m = [(1.0, 100.0), (2.0, 120.0), (3.0, 200.0)];
+        let t = overlap_text(&m, 2, None);
+        assert!(
+            t.contains("about 1.7 of their 2") && t.contains("share the 2 CPUs"),
+            "{t}"
+        );
+        // Faster per block with more readers: not a device overlap (the 4.8 with 3 readers).
+        let t = overlap_text(&[(1.0, 100.0), (2.0, 60.0), (3.0, 62.5)], 4, None);
+        assert!(
+            t.contains("a cache served some") && !t.contains("about"),
+            "{t}"
+        );
+        let t = overlap_text(&m, 4, Some("each block read at most once"));
+        assert!(
+            t.contains("No overlap") && t.contains("at most once"),
+            "{t}"
+        );
+        assert!(overlap_text(&m, 1, None).contains("No overlap"));
+    }
+
+    #[test]
+    fn fit_finds_a_bend() {
+        // Flat up to 4, then 100 per process.
+        let pts: Vec<(f64, f64)> = (1..=12)
+            .map(|p| {
+                let p = p as f64;
+                (p, 1000.0 + if p > 4.0 { 100.0 * (p - 4.0) } else { 0.0 })
+            })
+            .collect();
+        let m = fit(&pts).unwrap();
+        let (b, s2) = m.bend.expect("bent");
+        assert!((b - 4.0).abs() < 1e-9, "{m:?}");
+        assert!(m.slope.abs() < 1e-6 && (s2 - 100.0).abs() < 1e-6, "{m:?}");
+    }
+
+    #[test]
+    fn fit_keeps_a_line_for_linear_data() {
+        let pts: Vec<(f64, f64)> = (1..=10)
+            .map(|p| (p as f64, 50.0 + 7.0 * p as f64))
+            .collect();
+        let m = fit(&pts).unwrap();
+        assert!(m.bend.is_none());
+        assert!((m.slope - 7.0).abs() < 1e-9);
+    }
+
+    /// Files hold every block a reader may read at the measured pace (reader 1 reads in
+    /// every round), and are cut down together to fit the room.
+    #[test]
+    fn files_are_sized_from_the_block_time_and_cut_to_fit() {
+        let (sizes, cut) = file_sizes(Profile::Quick, 28_000.0, u64::MAX);
+        assert!(!cut);
+        assert_eq!(sizes.len(), PMAX.get(Profile::Quick));
+        let (dur, rounds) = ROUND.get(Profile::Quick);
+        let reader1 = counts(Profile::Quick).len() * rounds;
+        let blocks = reader1 as f64 * dur.as_nanos() as f64 / 28_000.0;
+        assert!(sizes[0] as f64 >= blocks * BLOCK as f64, "{sizes:?}");
+        assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "{sizes:?}");
+        assert!(sizes.iter().all(|b| b % MIB == 0));
+        // 100 us a block needs about a quarter of that.
+        let (slow, _) = file_sizes(Profile::Quick, 100_000.0, u64::MAX);
+        assert!(slow[0] * 3 < sizes[0], "{slow:?} {sizes:?}");
+        let room = 300 * MIB;
+        let (small, cut) = file_sizes(Profile::Quick, 28_000.0, room);
+        assert!(cut);
+        assert!(small.iter().sum::<u64>() <= room, "{small:?}");
+        assert!(small.iter().all(|&b| b >= MIB));
+    }
+
+    /// As wired: the sizes come from fs.read's uncached per-block time measured earlier in
+    /// the run (1 ms a block: 1 MiB files), and the note says so; without it, the fallback.
+    #[test]
+    fn sizing_reads_fs_read_from_earlier_in_the_run() {
+        use crate::experiments::testing::World;
+        let clock = crate::clock::CoarseClock::new(1e9);
+        let mut w = World::live(&clock);
+        let mut o = Outcome::default();
+        o.metric("uncached_seq", "ns", "", vec![1e6; 20]);
+        o.metric("uncached_random", "ns", "", vec![2e6; 20]);
+        w.earlier
+            .push(crate::experiments::testing::recorded("fs.read", o));
+        let r = w.run(&Contention);
+        if r.status == crate::results::Status::Skipped {
+            return crate::experiments::testing::skip(
+                "sizing_reads_fs_read_from_earlier_in_the_run",
+                &format!("{:?}", r.reason),
+            );
+        }
+        let note = r.notes.iter().find(|n| n.starts_with("reader files sized"));
+        let note = note.unwrap_or_else(|| panic!("{:?}", r.notes));
+        assert!(
+            note.contains("1.00 ms per block measured by fs.read uncached_seq (median)")
+                && note.contains("1.0 MiB (reader 1)"),
+            "{note}"
+        );
+        let r = World::live(&clock).run(&Contention);
+        assert!(
+            r.notes
+                .iter()
+                .any(|n| n.starts_with("reader files sized") && n.contains("assumed")),
+            "{:?}",
+            r.notes
+        );
+    }
+
+    #[test]
+    fn process_counts_cover_the_range() {
+        for p in Profile::ALL {
+            let c = counts(p);
+            assert_eq!(c[0], 1);
+            assert_eq!(*c.last().unwrap(), PMAX.get(p));
+            assert!(c.windows(2).all(|w| w[0] < w[1]));
+        }
+        assert_eq!(PMAX.get(Profile::Thorough), 50);
+    }
+}

@@ -1,0 +1,189 @@
+//! fs.contention's readers: forked children, their CPUs and one round.
+
+use super::*;
+
+/// One reader's figures, written into its slot.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(super) struct ReaderResult {
+    blocks: u64,
+    ns: u64,
+    error: u64,
+}
+
+/// A reader's body after its release at `start`: reads `nblocks` blocks of `fd` from
+/// block `first` into `buf` for at most `dur`, wrapping only with O_DIRECT.
+///
+/// # Safety
+/// Runs in a forked child: only async-signal-safe calls (pread, the run's clock, whose
+/// reads are plain instructions or clock_gettime), on `buf`, BLOCK writable aligned bytes
+/// prepared before the fork.
+pub(super) unsafe fn read_blocks(
+    rd: &Readers<'_>,
+    i: usize,
+    first: u64,
+    buf: *mut u8,
+    start: u64,
+    dur: Duration,
+) -> ReaderResult {
+    let (clock, fd, nblocks) = (rd.clock, rd.files[i].as_raw_fd(), rd.nblocks[i]);
+    let until = Deadline::after(clock, dur);
+    let mut blocks = 0u64;
+    let mut pos = first % nblocks.max(1);
+    let mut error = 0u64;
+    loop {
+        if pos >= nblocks {
+            // Without O_DIRECT a second pass would hit the cache: stop instead.
+            if !rd.direct {
+                break;
+            }
+            pos = 0;
+        }
+        let n = libc::pread(
+            fd,
+            buf as *mut libc::c_void,
+            BLOCK,
+            (pos * BLOCK as u64) as libc::off_t,
+        );
+        if n != BLOCK as isize {
+            error = 1;
+            break;
+        }
+        pos += 1;
+        blocks += 1;
+        if until.passed() {
+            break;
+        }
+    }
+    let ns = clock.ticks_to_ns(clock.now().saturating_sub(start) as f64) as u64;
+    ReaderResult { blocks, ns, error }
+}
+
+/// What one round measured.
+pub(super) struct Round {
+    /// ns per block, per reader.
+    pub(super) per_block: Vec<f64>,
+    /// Blocks each reader read.
+    pub(super) blocks: Vec<u64>,
+    /// Latest minus earliest start time.
+    pub(super) spread_ns: u64,
+}
+
+/// The readers' state: their files, buffers and CPUs, and the children that read.
+pub(super) struct Readers<'c> {
+    pub(super) clock: &'c dyn Clock,
+    pub(super) files: Vec<File>,
+    pub(super) bufs: Vec<AlignedBuf>,
+    pub(super) children: Children<'c, ReaderResult>,
+    pub(super) cpus: Vec<crate::platform::CpuMask>,
+    /// Blocks in each reader's file.
+    pub(super) nblocks: Vec<u64>,
+    /// O_DIRECT works: readers may wrap around their file.
+    pub(super) direct: bool,
+}
+
+/// One round: `p` children released together, reader i starting at block `first[i]`.
+pub(super) fn round_of(
+    rd: &mut Readers<'_>,
+    first: &[u64],
+    p: usize,
+    dur: Duration,
+) -> anyhow::Result<Round> {
+    let bufs: Vec<*mut u8> = rd.bufs.iter_mut().map(|b| b.as_mut_ptr()).collect();
+    let rd = &*rd;
+    // SAFETY: each reader's body is `read_blocks`, async-signal-safe on its file and the
+    // buffer prepared above.
+    unsafe {
+        rd.children.run(p, &rd.cpus, "reader process", |i, start| {
+            read_blocks(rd, i, first[i], bufs[i], start, dur)
+        })?
+    };
+    let mut r = Round {
+        per_block: Vec::with_capacity(p),
+        blocks: Vec::with_capacity(p),
+        spread_ns: 0,
+    };
+    let (mut lo, mut hi) = (u64::MAX, 0);
+    for i in 0..p {
+        let (start, s) = rd.children.get(i);
+        if s.error != 0 || s.blocks == 0 {
+            anyhow::bail!("reader process {i} could not read its file");
+        }
+        r.per_block.push(s.ns as f64 / s.blocks as f64);
+        r.blocks.push(s.blocks);
+        lo = lo.min(start);
+        hi = hi.max(start);
+    }
+    r.spread_ns = rd.clock.ticks_to_ns(hi.saturating_sub(lo) as f64) as u64;
+    Ok(r)
+}
+
+/// Reader i runs on the i-th CPU of the placement order (`Topology::spread`: the run's
+/// CPU first, so P = 1 reads as fs.read does, then one per physical core, node by node,
+/// SMT siblings last), modulo the allowed CPUs: no two readers share a CPU while a free
+/// one exists. Returns the masks and the CPU numbers.
+pub(super) fn reader_cpus(
+    ctx: &Context,
+) -> anyhow::Result<(Vec<crate::platform::CpuMask>, Vec<usize>)> {
+    let mut allowed = ctx.machine.cpu.allowed_cpus.clone();
+    allowed.retain(|&c| crate::platform::CpuMask::single(c).is_ok());
+    if allowed.is_empty() {
+        allowed = vec![ctx.cpu];
+    }
+    let cpus = reader_order(&ctx.machine.topology, ctx.cpu, &allowed);
+    let masks = cpus
+        .iter()
+        .map(|&c| crate::platform::CpuMask::single(c))
+        .collect::<Result<_, _>>()?;
+    Ok((masks, cpus))
+}
+
+/// The readers' CPUs in order: `Topology::spread` with `first` as the chosen CPU.
+pub(super) fn reader_order(
+    t: &crate::machine::Topology,
+    first: usize,
+    allowed: &[usize],
+) -> Vec<usize> {
+    let mut t = t.clone();
+    if t.chosen_cpu != Some(first) {
+        t.choose(first, "the CPU this run measures on");
+    }
+    t.spread(allowed, allowed.len())
+}
+
+/// What the readers shared at the largest P measured: CPUs beyond the CPU count (their
+/// per-block time then includes waiting for a CPU), else physical cores (SMT siblings).
+pub(super) fn sharing_note(
+    t: &crate::machine::Topology,
+    cpus: &[usize],
+    p: usize,
+) -> Option<String> {
+    let n = cpus.len().max(1);
+    if p > n {
+        return Some(format!(
+            "readers shared CPUs from P = {} on: {p} readers on {n} CPU{} ({}, reader i on the (i mod {n})-th), so the per-block times there include waiting for a CPU, not only for the device",
+            n + 1,
+            if n == 1 { "" } else { "s" },
+            cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let s = t.describe_cpus(&cpus[..p]);
+    s.smt_shared.first().map(|&(c, e)| {
+        format!(
+            "each reader had its own CPU, but at P = {p} {} reader{} shared a physical core with another (SMT siblings, first CPU {c} with CPU {e}): every core already had a reader",
+            s.smt_shared.len(),
+            if s.smt_shared.len() == 1 { "" } else { "s" }
+        )
+    })
+}
+
+/// How many distinct CPUs the readers are spread over (as `reader_cpus` picks them).
+pub(super) fn reader_cpu_count(ctx: &Context) -> usize {
+    ctx.machine
+        .cpu
+        .allowed_cpus
+        .iter()
+        .filter(|&&c| crate::platform::CpuMask::single(c).is_ok())
+        .count()
+        .max(1)
+}

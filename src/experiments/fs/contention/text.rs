@@ -1,0 +1,184 @@
+//! fs.contention's series, model and finding.
+
+use super::*;
+
+/// Series and metrics per P, then the fitted model (`cpus`: readers that each get a CPU
+/// of their own; `withheld`: the checks that did not pass, which withhold the overlap figure).
+pub(super) fn report(
+    ctx: &Context,
+    out: &mut Outcome,
+    m: ContentionRounds,
+    cpus: usize,
+    withheld: Option<String>,
+) {
+    let medians: Vec<(f64, f64)> = m
+        .per_p
+        .iter()
+        .map(|(p, v)| (*p as f64, crate::stats::median(v)))
+        .collect();
+    out.series.push(Series {
+        name: "per_block_vs_processes".into(),
+        x_unit: "processes".into(),
+        y_unit: "ns".into(),
+        points: medians.iter().map(|&(x, y)| [x, y]).collect(),
+    });
+    out.series.push(Series {
+        name: "aggregate_blocks_per_s_vs_processes".into(),
+        x_unit: "processes".into(),
+        y_unit: "1/s".into(),
+        points: m.aggregate,
+    });
+    if let Some((_, v)) = m.per_p.first() {
+        out.metric(
+            "per_block_p1",
+            "ns",
+            "time per 4 KiB block, one process alone (one value per round)",
+            v.clone(),
+        );
+    }
+    if let Some((p, v)) = m.per_p.last() {
+        out.metric(
+            "per_block_pmax",
+            "ns",
+            &format!(
+                "time per 4 KiB block with P = {p} processes (one value per process and round)"
+            ),
+            v.clone(),
+        );
+    }
+    match fit(&medians) {
+        Some(model) => report_model(ctx, out, &model, &medians, cpus, withheld.as_deref()),
+        None => out.pool(ctx),
+    }
+}
+
+/// The model and the end points as the table shows them after pooling the runs: each
+/// fitted figure is its metric's pooled median (the fit itself is this run's).
+pub(super) fn pooled_model(
+    out: &Outcome,
+    m: &crate::analysis::Model,
+    medians: &[(f64, f64)],
+) -> (crate::analysis::Model, Vec<(f64, f64)>) {
+    let or = |name: &str, v: f64| out.get(name).map_or(v, |x| x.summary.median);
+    let model = crate::analysis::Model {
+        intercept: or("model_intercept", m.intercept),
+        slope: or("model_slope", m.slope),
+        bend: m
+            .bend
+            .map(|(b, s2)| (or("model_breakpoint", b), or("model_slope_after", s2))),
+        sse: m.sse,
+    };
+    let mut ends = medians.to_vec();
+    let n = ends.len();
+    if n > 0 {
+        ends[0].1 = or("per_block_p1", ends[0].1);
+        ends[n - 1].1 = or("per_block_pmax", ends[n - 1].1);
+    }
+    (model, ends)
+}
+
+/// The fitted model's metrics, its curve and the finding it supports (from the pooled
+/// runs).
+pub(super) fn report_model(
+    ctx: &Context,
+    out: &mut Outcome,
+    m: &crate::analysis::Model,
+    medians: &[(f64, f64)],
+    cpus: usize,
+    withheld: Option<&str>,
+) {
+    out.metric(
+        "model_intercept",
+        "ns",
+        "fitted per-block time at P = 0 (the model's constant)",
+        vec![m.intercept],
+    );
+    out.metric(
+        "model_slope",
+        "ns",
+        "fitted added per-block time per extra process (first segment)",
+        vec![m.slope],
+    );
+    if let Some((b, s2)) = m.bend {
+        out.metric(
+            "model_breakpoint",
+            "processes",
+            "P where the fitted line bends",
+            vec![b],
+        );
+        out.metric(
+            "model_slope_after",
+            "ns",
+            "fitted added per-block time per extra process beyond the breakpoint",
+            vec![s2],
+        );
+    }
+    out.series.push(Series {
+        name: "model_per_block_vs_processes".into(),
+        x_unit: "processes".into(),
+        y_unit: "ns".into(),
+        points: medians.iter().map(|&(x, _)| [x, m.eval(x)]).collect(),
+    });
+    out.pool(ctx);
+    let (m, medians) = &pooled_model(out, m, medians);
+    let t1 = medians.first().map(|p| p.1).unwrap_or(f64::NAN);
+    let (pl, tl) = medians.last().copied().unwrap_or((1.0, f64::NAN));
+    let mut text = match m.bend {
+        Some((b, s2)) => format!(
+            "Per-block time is {} + {} x P up to P = {b:.0}, then rises {} per extra process; with {pl:.0} readers each block takes {} ({:.1}x one reader's {}).",
+            crate::units::fmt_ns(m.intercept),
+            crate::units::fmt_ns(m.slope),
+            crate::units::fmt_ns(s2),
+            crate::units::fmt_ns(tl),
+            tl / t1,
+            crate::units::fmt_ns(t1)
+        ),
+        None => format!(
+            "Per-block time grows linearly, {} + {} x P; with {pl:.0} readers each block takes {} ({:.1}x one reader's {}).",
+            crate::units::fmt_ns(m.intercept),
+            crate::units::fmt_ns(m.slope),
+            crate::units::fmt_ns(tl),
+            tl / t1,
+            crate::units::fmt_ns(t1)
+        ),
+    };
+    text.push_str(&overlap_text(medians, cpus, withheld));
+    out.finding(text, &["per_block_p1", "per_block_pmax", "model_slope"]);
+}
+
+/// The requests the device serves at once, P x t(1) / t(P), said only where it means that:
+/// at the largest P whose readers each have a CPU of their own (beyond, readers also wait
+/// for a CPU), never above P (per-block time cannot fall with more readers unless a cache
+/// serves some), and not at all when a check of the run failed.
+pub(super) fn overlap_text(medians: &[(f64, f64)], cpus: usize, withheld: Option<&str>) -> String {
+    if let Some(why) = withheld {
+        return format!(" No overlap of requests is estimated: the check(s) {why} did not pass.");
+    }
+    let t1 = medians.first().map_or(f64::NAN, |p| p.1);
+    let Some(&(pc, tc)) = medians.iter().rfind(|(p, _)| *p > 1.0 && *p <= cpus as f64) else {
+        return format!(
+            " No overlap of requests is estimated: with {cpus} CPU(s) for the readers, every P above 1 shares a CPU."
+        );
+    };
+    let parallel = pc * t1 / tc;
+    if !parallel.is_finite() {
+        return String::new();
+    }
+    let shared = medians.last().is_some_and(|&(pl, _)| pl > pc);
+    let beyond = if shared {
+        format!(" Beyond P = {pc:.0} readers share the {cpus} CPUs, so those points include waiting for a CPU.")
+    } else {
+        String::new()
+    };
+    if parallel > pc * 1.05 {
+        format!(
+            " With {pc:.0} readers, each on its own CPU, each block took less time than with one ({:.2}x), which a device serving requests side by side cannot do: a cache served some reads, so no overlap is estimated.{beyond}",
+            tc / t1
+        )
+    } else {
+        format!(
+            " With {pc:.0} readers, each on its own CPU, the device serves about {:.1} of their {pc:.0} requests at once (P x t(1) / t(P)).{beyond}",
+            parallel.min(pc)
+        )
+    }
+}
