@@ -333,3 +333,93 @@ fn gaps_end_unthrottled() {
         assert!(g.windows(2).all(|w| w[0] > w[1]), "{p:?}");
     }
 }
+
+/// mem.latency's and mem.bandwidth's figures, as earlier results.
+struct Earlier {
+    latency: Vec<crate::results::Metric>,
+    bandwidth: Vec<crate::results::Metric>,
+}
+
+impl crate::experiments::EarlierResults for Earlier {
+    fn metric(&self, experiment: &str, metric: &str) -> Option<&crate::results::Metric> {
+        let v = match experiment {
+            "mem.latency" => &self.latency,
+            "mem.bandwidth" => &self.bandwidth,
+            _ => return None,
+        };
+        v.iter().find(|m| m.name == metric)
+    }
+}
+
+/// The predictions on a 2-CPU machine without huge pages, given earlier figures.
+fn predicted(latency: &[(&str, f64)], bandwidth: &[(&str, f64)]) -> Vec<(String, Prediction)> {
+    let figures = |v: &[(&str, f64)]| {
+        let mut o = Outcome::default();
+        for (n, x) in v {
+            o.metric(n, "", "", vec![*x; 5]);
+        }
+        o.metrics
+    };
+    let earlier = Earlier {
+        latency: figures(latency),
+        bandwidth: figures(bandwidth),
+    };
+    let mut m = crate::machine::Machine::default();
+    m.cpu.allowed_cpus = vec![0, 1];
+    m.memory.thp_enabled = Some("never".into());
+    let clock = crate::clock::detect(None).0;
+    let scratch = std::sync::OnceLock::new();
+    let ctx = Context {
+        profile: Profile::Quick,
+        machine: &m,
+        clock: &clock,
+        cpu: 1,
+        budget: Duration::from_millis(100),
+        earlier: &earlier,
+        options: &Default::default(),
+        loop_ticks: 0.0,
+        progress: &|_| {},
+        scratch_cell: &scratch,
+        repetition: crate::experiments::Repetition::SINGLE,
+    };
+    LoadedLatency.predict(&ctx)
+}
+
+#[test]
+fn predictions_from_the_chase_and_the_teams_bandwidths() {
+    let v = predicted(&[("dram", 100.0)], &[("read_1t", 18e9), ("write_1t", 12e9)]);
+    let get = |n: &str| &v.iter().find(|(m, _)| m == n).expect(n).1;
+    assert_eq!(get("idle_latency").value, 100.0);
+    assert_eq!(get("loaded_latency_mix").value, 100.0);
+    assert_eq!(get("peak_bandwidth").value, 18e9);
+    assert_eq!(get("peak_bandwidth_mix").value, mix_bandwidth(18e9, 12e9));
+    let line = get("loaded_outstanding_misses").inputs["line"].value;
+    assert_eq!(
+        get("loaded_outstanding_misses").value,
+        outstanding(18e9, line as usize, 100.0)
+    );
+    assert_eq!(
+        get("loaded_outstanding_misses_mix").value,
+        outstanding(mix_bandwidth(18e9, 12e9), line as usize, 100.0)
+    );
+    let mix = get("loaded_outstanding_misses_mix");
+    let mut keys: Vec<&str> = mix.inputs.keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(keys, ["dram", "line", "read_1t", "write_1t"]);
+    assert_eq!(mix.inputs["dram"].source, "measured: mem.latency dram");
+    assert!(get("knee_bandwidth").withheld.is_some());
+    assert_eq!(v.len(), 9);
+}
+
+#[test]
+fn a_missing_figure_withholds_with_its_own_reason() {
+    let v = predicted(&[], &[("read_1t", 18e9)]);
+    let why = |n: &str| {
+        let p = &v.iter().find(|(m, _)| m == n).expect(n).1;
+        p.withheld.clone().unwrap_or_default()
+    };
+    assert!(why("idle_latency").contains("mem.latency's dram was not measured"));
+    assert!(why("loaded_outstanding_misses").contains("mem.latency's dram"));
+    assert!(why("peak_bandwidth").is_empty(), "the read was measured");
+    assert!(why("peak_bandwidth_mix").contains("mem.bandwidth's write_1t was not measured"));
+}
