@@ -177,12 +177,9 @@ struct LoadSignals {
     spans: Vec<std::sync::Mutex<LoadSpan>>,
 }
 
-impl LoadTeam<'_, '_> {
-    /// Idle, then each gap from lightest load to none, read-only and then the mix at each
-    /// (so both curves see the neighbours' traffic of the same moments), then idle again.
-    pub(super) fn sweep(&self, gaps: &[f64], ns_per_iter: f64) -> Sweep {
-        let k = self.loaders.len();
-        let sh = LoadSignals {
+impl LoadSignals {
+    fn new(k: usize) -> LoadSignals {
+        LoadSignals {
             gen: AtomicU64::new(0),
             delay: AtomicU64::new(0),
             mix: AtomicBool::new(false),
@@ -192,7 +189,55 @@ impl LoadTeam<'_, '_> {
             done: AtomicUsize::new(0),
             counters: (0..k).map(|_| LineCounter::default()).collect(),
             spans: (0..k).map(|_| Default::default()).collect(),
-        };
+        }
+    }
+
+    /// Sets the load threads streaming with `delay_iters` between lines; returns once
+    /// every one has started.
+    fn release(&self, delay_iters: u64, traffic: Traffic) {
+        self.delay.store(delay_iters, Ordering::Release);
+        self.mix.store(traffic == Traffic::Mix, Ordering::Release);
+        self.stop.store(false, Ordering::Release);
+        self.started.store(0, Ordering::Release);
+        self.done.store(0, Ordering::Release);
+        self.gen.fetch_add(1, Ordering::AcqRel);
+        let k = self.counters.len();
+        crate::experiments::kit::spin_until(|| self.started.load(Ordering::Acquire) == k);
+    }
+
+    /// The lines read by all load threads, and each one's lines and hiccups.
+    fn counts(&self) -> (u64, Vec<(u64, u64)>) {
+        let v: Vec<(u64, u64)> = self
+            .counters
+            .iter()
+            .map(|c| {
+                (
+                    c.lines.load(Ordering::Relaxed),
+                    c.hiccups.load(Ordering::Relaxed),
+                )
+            })
+            .collect();
+        (v.iter().map(|x| x.0).sum(), v)
+    }
+
+    /// Stops the load threads and returns their spans once every one has stopped.
+    fn halt(&self) -> Vec<LoadSpan> {
+        self.stop.store(true, Ordering::Release);
+        let k = self.counters.len();
+        crate::experiments::kit::spin_until(|| self.done.load(Ordering::Acquire) == k);
+        self.spans
+            .iter()
+            .map(|s| *s.lock().unwrap_or_else(|e| e.into_inner()))
+            .collect()
+    }
+}
+
+impl LoadTeam<'_, '_> {
+    /// Idle, then each gap from lightest load to none, read-only and then the mix at each
+    /// (so both curves see the neighbours' traffic of the same moments), then idle again.
+    pub(super) fn sweep(&self, gaps: &[f64], ns_per_iter: f64) -> Sweep {
+        let k = self.loaders.len();
+        let sh = LoadSignals::new(k);
         let part = self.loads.len() / k / self.line * self.line;
         let base = self.loads.as_ptr() as usize;
         std::thread::scope(|s| {
@@ -254,29 +299,9 @@ impl LoadTeam<'_, '_> {
         at: &mut *const u8,
     ) -> LoadedPoint {
         let clock = self.ctx.clock;
-        let k = self.loaders.len();
         if gap.is_some() {
-            sh.delay.store(delay_iters, Ordering::Release);
-            sh.mix.store(traffic == Traffic::Mix, Ordering::Release);
-            sh.stop.store(false, Ordering::Release);
-            sh.started.store(0, Ordering::Release);
-            sh.done.store(0, Ordering::Release);
-            sh.gen.fetch_add(1, Ordering::AcqRel);
-            crate::experiments::kit::spin_until(|| sh.started.load(Ordering::Acquire) == k);
+            sh.release(delay_iters, traffic);
         }
-        let count = || -> (u64, Vec<(u64, u64)>) {
-            let v: Vec<(u64, u64)> = sh
-                .counters
-                .iter()
-                .map(|c| {
-                    (
-                        c.lines.load(Ordering::Relaxed),
-                        c.hiccups.load(Ordering::Relaxed),
-                    )
-                })
-                .collect();
-            (v.iter().map(|x| x.0).sum(), v)
-        };
         let mut p = LoadedPoint {
             gap,
             traffic,
@@ -288,7 +313,7 @@ impl LoadTeam<'_, '_> {
         // A trial counts when this thread was not preempted and, under load, every load
         // thread read lines without a hiccup all through it; others are repeated.
         let m = measure_trials(clock, self.cfg, UNROLL as f64, |iters| {
-            let (c0, v0) = count();
+            let (c0, v0) = sh.counts();
             let pre = crate::harness::thread_preemptions();
             let t0 = clock.start();
             // SAFETY: the chain in this region was laid and verified as one cycle before
@@ -296,7 +321,7 @@ impl LoadTeam<'_, '_> {
             *at = unsafe { chase(*at, iters) };
             let t1 = clock.stop();
             let quiet = crate::harness::thread_preemptions() == pre;
-            let (c1, v1) = count();
+            let (c1, v1) = sh.counts();
             first.get_or_insert(t0);
             last = t1;
             let loaded = v0.iter().zip(&v1).all(|(a, b)| b.0 > a.0 && b.1 == a.1);
@@ -317,13 +342,7 @@ impl LoadTeam<'_, '_> {
         }
         std::hint::black_box(*at);
         if gap.is_some() {
-            sh.stop.store(true, Ordering::Release);
-            crate::experiments::kit::spin_until(|| sh.done.load(Ordering::Acquire) == k);
-            p.spans = sh
-                .spans
-                .iter()
-                .map(|s| *s.lock().unwrap_or_else(|e| e.into_inner()))
-                .collect();
+            p.spans = sh.halt();
         }
         p.window = (first.unwrap_or(0), last);
         p.latency = m.per_op_ns.clone();

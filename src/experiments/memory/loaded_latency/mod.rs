@@ -258,27 +258,20 @@ fn mapping(ctx: &Context, len: usize) -> anyhow::Result<(Region, Backing)> {
     if let Some(w) = why {
         let mut r = Region::new(len, Pages::Base)?;
         r.prefault();
-        return Ok((
-            r,
-            Backing {
-                huge_fraction: None,
-                why_base: Some(w),
-            },
-        ));
+        let base = Backing {
+            huge_fraction: None,
+            why_base: Some(w),
+        };
+        return Ok((r, base));
     }
-    let mut r = Region::aligned(
-        len,
-        Pages::Huge,
-        crate::experiments::kit::huge_page(ctx.machine),
-    )?;
+    let page = crate::experiments::kit::huge_page(ctx.machine);
+    let mut r = Region::aligned(len, Pages::Huge, page)?;
     r.prefault();
     // At most all of it: smaps may count a neighbouring mapping the kernel merged with this.
     let f = (r.huge_bytes().unwrap_or(0) as f64 / len as f64).min(1.0);
-    Ok((
-        r,
-        Backing {
-            huge_fraction: Some(f),
-            why_base: None,
-        },
-    ))
+    let huge = Backing {
+        huge_fraction: Some(f),
+        why_base: None,
+    };
+    Ok((r, huge))
 }
