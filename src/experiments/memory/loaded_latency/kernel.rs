@@ -3,7 +3,7 @@
 
 use super::{Traffic, BATCH, STORED};
 use crate::experiments::kit::place::Place;
-use crate::experiments::kit::{measure_raw, measure_trials, Region};
+use crate::experiments::kit::{measure_raw, measure_trials, spin_until, Region};
 use crate::experiments::memory::latency::{chase, UNROLL};
 use crate::experiments::Context;
 use crate::harness::HarnessConfig;
@@ -202,7 +202,7 @@ impl LoadSignals {
         self.done.store(0, Ordering::Release);
         self.gen.fetch_add(1, Ordering::AcqRel);
         let k = self.counters.len();
-        crate::experiments::kit::spin_until(|| self.started.load(Ordering::Acquire) == k);
+        spin_until(|| self.started.load(Ordering::Acquire) == k);
     }
 
     /// The lines read by all load threads, and each one's lines and hiccups.
@@ -224,7 +224,7 @@ impl LoadSignals {
     fn halt(&self) -> Vec<LoadSpan> {
         self.stop.store(true, Ordering::Release);
         let k = self.counters.len();
-        crate::experiments::kit::spin_until(|| self.done.load(Ordering::Acquire) == k);
+        spin_until(|| self.done.load(Ordering::Acquire) == k);
         self.spans
             .iter()
             .map(|s| *s.lock().unwrap_or_else(|e| e.into_inner()))
@@ -249,7 +249,7 @@ impl LoadTeam<'_, '_> {
                 });
             }
             // One chase position for the whole sweep: restarting each point at node 0 walked
-            // the same prefix again, which then sat in the caches (35 ns "DRAM" latencies).
+            // the same prefix again, which then sat in the caches.
             let mut at = self.chain.as_ptr() as *const u8;
             let mut idle = self.point(&sh, None, Traffic::Read, 0, &mut at);
             (self.ctx.progress)(&format!("idle: {}", fmt_ns(idle.latency_ns())));

@@ -8,7 +8,7 @@ mod tests;
 mod text;
 
 use super::latency::{lay, verify_chain};
-use crate::experiments::kit::{Pages, Region};
+use crate::experiments::kit::{self, Pages, Region};
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
 use crate::harness::HarnessConfig;
@@ -133,10 +133,10 @@ impl Experiment for LoadedLatency {
         let mut out = Outcome::default();
         let loaders = ctx.machine.topology.spread(&others, others.len());
         let caches = ctx.machine.data_caches();
-        let line = crate::experiments::kit::line_bytes(&caches);
-        let llc = crate::experiments::kit::llc_bytes(&caches).unwrap_or(32 << 20);
+        let line = kit::line_bytes(&caches);
+        let llc = kit::llc_bytes(&caches).unwrap_or(32 << 20);
         let (chase_len, load_len) = sizes(ctx, llc, line, loaders.len(), &mut out)?;
-        let rss0 = crate::experiments::kit::rss_baseline();
+        let rss0 = kit::rss_baseline();
         (ctx.progress)("faulting the buffers in");
         let (mut chain, huge) = mapping(ctx, chase_len)?;
         let (mut loads, load_huge) = mapping(ctx, load_len)?;
@@ -186,10 +186,7 @@ impl Experiment for LoadedLatency {
         let sweep = team.sweep(gaps, per_iter);
         drop(chain);
         drop(loads);
-        out.check(crate::experiments::kit::rss_check(
-            rss0,
-            (chase_len + load_len) as u64,
-        ));
+        out.check(kit::rss_check(rss0, (chase_len + load_len) as u64));
         text::report(ctx, &mut out, &sweep, line, &huge, per_iter, &loaders);
         Ok(out)
     }
@@ -212,7 +209,7 @@ fn sizes(
     };
     // The chase's permutation (4 bytes per node) lives while the chain is laid.
     let want = chase + load + 4 * chase / line as u64;
-    let cap = crate::experiments::kit::memory_cap(ctx.machine, want, 32 << 20)?;
+    let cap = kit::memory_cap(ctx.machine, want, 32 << 20)?;
     let scale = (cap as f64 / want as f64).min(1.0);
     let chase = (1u64 << (63 - ((chase as f64 * scale) as u64).max(1).leading_zeros())) as usize;
     let part = ((load as f64 * scale) as usize / threads).max(1 << 20) >> 20 << 20;
@@ -250,10 +247,10 @@ impl Backing {
 
 /// The chase region: huge pages where the kernel offers them, else base pages.
 fn mapping(ctx: &Context, len: usize) -> anyhow::Result<(Region, Backing)> {
-    let why = if !crate::experiments::kit::thp_available(ctx.machine) {
+    let why = if !kit::thp_available(ctx.machine) {
         Some("transparent huge pages are not available".to_string())
     } else {
-        crate::experiments::kit::too_small_for_huge_pages(ctx.machine, len)
+        kit::too_small_for_huge_pages(ctx.machine, len)
     };
     if let Some(w) = why {
         let mut r = Region::new(len, Pages::Base)?;
@@ -264,7 +261,7 @@ fn mapping(ctx: &Context, len: usize) -> anyhow::Result<(Region, Backing)> {
         };
         return Ok((r, base));
     }
-    let page = crate::experiments::kit::huge_page(ctx.machine);
+    let page = kit::huge_page(ctx.machine);
     let mut r = Region::aligned(len, Pages::Huge, page)?;
     r.prefault();
     // At most all of it: smaps may count a neighbouring mapping the kernel merged with this.

@@ -2,6 +2,7 @@
 //! mem.bandwidth's figures for the same team, misses in flight by Little's law.
 
 use super::{MIX_READS, MIX_WRITES};
+use crate::experiments::kit;
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::Context;
 use crate::results::Prediction;
@@ -61,7 +62,7 @@ impl TeamFigures {
     fn earlier(p: &Predictions) -> TeamFigures {
         let ctx = p.ctx();
         let n = ctx.machine.cpu.allowed_cpus.len().max(1);
-        let thp = crate::experiments::kit::thp_available(ctx.machine);
+        let thp = kit::thp_available(ctx.machine);
         let reads = team_figures("read", n, thp);
         let writes = team_figures("write", n, thp);
         let (read, name) = first_of(p, "mem.bandwidth", &refs(&reads));
@@ -81,7 +82,7 @@ impl TeamFigures {
                     None => r,
                 }
             });
-        let line = crate::experiments::kit::line_bytes(&ctx.machine.data_caches());
+        let line = kit::line_bytes(&ctx.machine.data_caches());
         TeamFigures {
             thp,
             threads: n.saturating_sub(1).max(1),
