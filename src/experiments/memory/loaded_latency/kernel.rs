@@ -1,0 +1,435 @@
+//! The chase and its load threads: one point per gap and traffic, timed over exactly the
+//! chase's trials.
+
+use super::{Traffic, BATCH, STORED};
+use crate::experiments::kit::place::Place;
+use crate::experiments::kit::{measure_raw, measure_trials, spin_until, Region};
+use crate::experiments::memory::latency::{chase, UNROLL};
+use crate::experiments::Context;
+use crate::harness::HarnessConfig;
+use crate::units::{fmt_bandwidth, fmt_ns};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// One line of a load thread's stream, the one at word `*pos` of its part: read (every
+/// word added into `acc`, eight lanes so no add waits on the one before) or, when the
+/// traffic writes the thread's `n`th line, every word stored with ordinary stores. Then
+/// `*pos` moves to the next line, back to 0 past the last whole line.
+#[inline(always)]
+pub(super) fn step(
+    part: &mut [u64],
+    words: usize,
+    pos: &mut usize,
+    n: u64,
+    traffic: Traffic,
+    acc: &mut [u64; 8],
+) {
+    let l = &mut part[*pos..*pos + words];
+    if traffic.writes(n) {
+        for w in l.iter_mut() {
+            *w = STORED;
+        }
+    } else {
+        let mut it = l.chunks_exact(8);
+        for c in &mut it {
+            for k in 0..8 {
+                acc[k] = acc[k].wrapping_add(c[k]);
+            }
+        }
+        for (k, w) in it.remainder().iter().enumerate() {
+            acc[k] = acc[k].wrapping_add(*w);
+        }
+    }
+    *pos += words;
+    if *pos + words > part.len() {
+        *pos = 0;
+    }
+}
+
+/// Spins `n` iterations (the delay between a load thread's lines).
+#[inline(never)]
+fn delay(n: u64) {
+    for i in 0..n {
+        std::hint::black_box(i);
+    }
+}
+
+/// ns per iteration of `delay`, measured on this thread.
+pub(super) fn delay_ns_per_iter(ctx: &Context, cfg: &HarnessConfig) -> f64 {
+    let m = measure_raw(ctx.clock, cfg, 1024.0, |iters| {
+        for _ in 0..iters {
+            delay(1024);
+        }
+    });
+    m.median_ns().max(0.01)
+}
+
+/// A load thread's lines read and hiccups (batches that took far longer than its
+/// quickest: it was descheduled or stalled), on a cache line of their own (128 bytes:
+/// adjacent-line prefetch works in pairs).
+#[repr(align(128))]
+#[derive(Default)]
+struct LineCounter {
+    lines: AtomicU64,
+    hiccups: AtomicU64,
+}
+
+/// A batch slower than twice the quickest plus this is a hiccup, ns: longer than any
+/// memory stall, shorter than a time slice.
+const HICCUP_SLACK_NS: f64 = 20_000.0;
+
+/// What one load thread saw during one point.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct LoadSpan {
+    pub(super) start: u64,
+    pub(super) end: u64,
+    /// Where the thread was at its looks.
+    pub(super) place: Place,
+}
+
+/// One point of the curve.
+#[derive(Debug, Clone, Default)]
+pub(super) struct LoadedPoint {
+    /// Target gap between a load thread's lines, ns; None for idle.
+    pub(super) gap: Option<f64>,
+    /// What the load threads did with their lines.
+    pub(super) traffic: Traffic,
+    /// Chase ns per load, per trial.
+    pub(super) latency: Vec<f64>,
+    /// Bytes/s over each trial (load threads and chase).
+    pub(super) bandwidth: Vec<f64>,
+    /// Trials set aside (and repeated) because a load thread read nothing or hiccuped
+    /// in them.
+    pub(super) stalled: usize,
+    /// Trials kept.
+    pub(super) trials: usize,
+    /// Spans of the load threads, and the span of the chase's trials.
+    pub(super) spans: Vec<LoadSpan>,
+    pub(super) window: (u64, u64),
+    pub(super) notes: Vec<String>,
+    pub(super) preempted: usize,
+}
+
+impl LoadedPoint {
+    pub(super) fn latency_ns(&self) -> f64 {
+        crate::stats::median(&self.latency)
+    }
+    pub(super) fn bandwidth_bps(&self) -> f64 {
+        crate::stats::median(&self.bandwidth)
+    }
+    /// Why the load did not run alongside the whole point, if it did not.
+    pub(super) fn concurrency_failure(&self, loaders: &[usize]) -> Option<String> {
+        self.gap?;
+        let (w0, w1) = self.window;
+        for (s, cpu) in self.spans.iter().zip(loaders) {
+            if s.start == 0 || s.start > w0 || s.end < w1 {
+                return Some(format!(
+                    "the load thread on CPU {cpu} did not span the chase's trials"
+                ));
+            }
+            if s.place.off() > 0 {
+                return Some(format!(
+                    "the load thread pinned to CPU {cpu} was elsewhere at {} of {} looks",
+                    s.place.off(),
+                    s.place.looks
+                ));
+            }
+        }
+        if self.trials == 0 {
+            return Some(format!(
+                "no trial had every load thread streaming ({} set aside)",
+                self.stalled
+            ));
+        }
+        None
+    }
+}
+
+/// The chase and its load threads for one run.
+pub(super) struct LoadTeam<'a, 'c> {
+    pub(super) ctx: &'a Context<'c>,
+    pub(super) cfg: &'a HarnessConfig,
+    pub(super) chain: &'a Region,
+    pub(super) loads: &'a Region,
+    pub(super) line: usize,
+    pub(super) loaders: &'a [usize],
+}
+
+/// The measured points: idle (before and after, pooled) and each traffic's loaded points,
+/// lightest load first.
+pub(super) struct Sweep {
+    pub(super) idle: LoadedPoint,
+    pub(super) reads: Vec<LoadedPoint>,
+    pub(super) mix: Vec<LoadedPoint>,
+}
+
+/// What the chase thread tells the load threads.
+struct LoadSignals {
+    gen: AtomicU64,
+    delay: AtomicU64,
+    /// The load threads write a line in three (`Traffic::Mix`) rather than only read.
+    mix: AtomicBool,
+    stop: AtomicBool,
+    quit: AtomicBool,
+    started: AtomicUsize,
+    done: AtomicUsize,
+    counters: Vec<LineCounter>,
+    spans: Vec<std::sync::Mutex<LoadSpan>>,
+}
+
+impl LoadSignals {
+    fn new(k: usize) -> LoadSignals {
+        LoadSignals {
+            gen: AtomicU64::new(0),
+            delay: AtomicU64::new(0),
+            mix: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            quit: AtomicBool::new(false),
+            started: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            counters: (0..k).map(|_| LineCounter::default()).collect(),
+            spans: (0..k).map(|_| Default::default()).collect(),
+        }
+    }
+
+    /// Sets the load threads streaming with `delay_iters` between lines; returns once
+    /// every one has started.
+    fn release(&self, delay_iters: u64, traffic: Traffic) {
+        self.delay.store(delay_iters, Ordering::Release);
+        self.mix.store(traffic == Traffic::Mix, Ordering::Release);
+        self.stop.store(false, Ordering::Release);
+        self.started.store(0, Ordering::Release);
+        self.done.store(0, Ordering::Release);
+        self.gen.fetch_add(1, Ordering::AcqRel);
+        let k = self.counters.len();
+        spin_until(|| self.started.load(Ordering::Acquire) == k);
+    }
+
+    /// The lines read by all load threads, and each one's lines and hiccups.
+    fn counts(&self) -> (u64, Vec<(u64, u64)>) {
+        let v: Vec<(u64, u64)> = self
+            .counters
+            .iter()
+            .map(|c| {
+                (
+                    c.lines.load(Ordering::Relaxed),
+                    c.hiccups.load(Ordering::Relaxed),
+                )
+            })
+            .collect();
+        (v.iter().map(|x| x.0).sum(), v)
+    }
+
+    /// Stops the load threads and returns their spans once every one has stopped.
+    fn halt(&self) -> Vec<LoadSpan> {
+        self.stop.store(true, Ordering::Release);
+        let k = self.counters.len();
+        spin_until(|| self.done.load(Ordering::Acquire) == k);
+        self.spans
+            .iter()
+            .map(|s| *s.lock().unwrap_or_else(|e| e.into_inner()))
+            .collect()
+    }
+}
+
+impl LoadTeam<'_, '_> {
+    /// Idle, then each gap from lightest load to none, read-only and then the mix at each
+    /// (so both curves see the neighbours' traffic of the same moments), then idle again.
+    pub(super) fn sweep(&self, gaps: &[f64], ns_per_iter: f64) -> Sweep {
+        let k = self.loaders.len();
+        let sh = LoadSignals::new(k);
+        let part = self.loads.len() / k / self.line * self.line;
+        let base = self.loads.as_ptr() as usize;
+        std::thread::scope(|s| {
+            for (t, &cpu) in self.loaders.iter().enumerate() {
+                let (sh, clock, line) = (&sh, self.ctx.clock, self.line);
+                s.spawn(move || {
+                    let _ = crate::platform::pin_to_cpu(cpu);
+                    load_thread(sh, t, cpu, clock, base + t * part, part, line);
+                });
+            }
+            // One chase position for the whole sweep: restarting each point at node 0 walked
+            // the same prefix again, which then sat in the caches.
+            let mut at = self.chain.as_ptr() as *const u8;
+            let mut idle = self.point(&sh, None, Traffic::Read, 0, &mut at);
+            (self.ctx.progress)(&format!("idle: {}", fmt_ns(idle.latency_ns())));
+            let (mut reads, mut mix) = (Vec::new(), Vec::new());
+            for &g in gaps {
+                let iters = (g / ns_per_iter).round() as u64;
+                for (traffic, pts) in [(Traffic::Read, &mut reads), (Traffic::Mix, &mut mix)] {
+                    let p = self.point(&sh, Some(g), traffic, iters, &mut at);
+                    (self.ctx.progress)(&format!(
+                        "gap {} ({}): {} at {}",
+                        fmt_ns(g),
+                        traffic.label(),
+                        fmt_ns(p.latency_ns()),
+                        fmt_bandwidth(p.bandwidth_bps())
+                    ));
+                    pts.push(p);
+                }
+            }
+            // Idle again after the sweep, pooled with the first: on a shared machine the
+            // neighbours' memory traffic changes over time, and one short idle window
+            // would stand for all of it.
+            let again = self.point(&sh, None, Traffic::Read, 0, &mut at);
+            let before = idle.latency_ns();
+            idle.notes.push(format!(
+                "idle measured before the sweep ({}) and after it ({}); the trials are pooled",
+                fmt_ns(before),
+                fmt_ns(again.latency_ns())
+            ));
+            idle.latency.extend(again.latency);
+            idle.bandwidth.extend(again.bandwidth);
+            idle.preempted += again.preempted;
+            idle.notes.extend(again.notes);
+            sh.quit.store(true, Ordering::Release);
+            sh.gen.fetch_add(1, Ordering::AcqRel);
+            Sweep { idle, reads, mix }
+        })
+    }
+
+    /// One point: release the load threads (unless idle), time the chase, stop them.
+    /// One point of the sweep; the chase continues from `at` and leaves it where it stopped.
+    fn point(
+        &self,
+        sh: &LoadSignals,
+        gap: Option<f64>,
+        traffic: Traffic,
+        delay_iters: u64,
+        at: &mut *const u8,
+    ) -> LoadedPoint {
+        let clock = self.ctx.clock;
+        if gap.is_some() {
+            sh.release(delay_iters, traffic);
+        }
+        let mut p = LoadedPoint {
+            gap,
+            traffic,
+            ..Default::default()
+        };
+        let mut first = None;
+        let mut last = 0u64;
+        let line = self.line as f64;
+        // A trial counts when this thread was not preempted and, under load, every load
+        // thread read lines without a hiccup all through it; others are repeated.
+        let m = measure_trials(clock, self.cfg, UNROLL as f64, |iters| {
+            let (c0, v0) = sh.counts();
+            let pre = crate::harness::thread_preemptions();
+            let t0 = clock.start();
+            // SAFETY: the chain in this region was laid and verified as one cycle before
+            // the sweep, and nothing writes the region while the chase runs.
+            *at = unsafe { chase(*at, iters) };
+            let t1 = clock.stop();
+            let quiet = crate::harness::thread_preemptions() == pre;
+            let (c1, v1) = sh.counts();
+            first.get_or_insert(t0);
+            last = t1;
+            let loaded = v0.iter().zip(&v1).all(|(a, b)| b.0 > a.0 && b.1 == a.1);
+            if gap.is_some() && quiet && !loaded {
+                p.stalled += 1;
+            }
+            let quiet = quiet && (gap.is_none() || loaded);
+            let ns = clock.ticks_to_ns(t1.saturating_sub(t0) as f64);
+            if quiet && ns > 0.0 {
+                let bytes = (c1 - c0) as f64 * line + (iters * UNROLL) as f64 * line;
+                p.bandwidth.push(bytes / ns * 1e9);
+            }
+            (t1.saturating_sub(t0), quiet)
+        });
+        if gap.is_some() {
+            // Undisturbed trials only: the harness fills a short count with preempted ones.
+            p.trials = m.undisturbed;
+        }
+        std::hint::black_box(*at);
+        if gap.is_some() {
+            p.spans = sh.halt();
+        }
+        p.window = (first.unwrap_or(0), last);
+        p.latency = m.per_op_ns.clone();
+        p.preempted = m.preempted;
+        p.notes = m.notes.clone();
+        p
+    }
+}
+
+/// A load thread: for each generation, streams its part with the set delay until told
+/// to stop, recording its span and where it ran.
+fn load_thread(
+    sh: &LoadSignals,
+    t: usize,
+    cpu: usize,
+    clock: &dyn crate::clock::Clock,
+    base: usize,
+    len: usize,
+    line: usize,
+) {
+    let mut seen = 0u64;
+    let mut pos = 0usize;
+    let mut lines = 0u64;
+    let mut hiccups = 0u64;
+    let mut acc = [0u64; 8];
+    let words = line / 8;
+    // SAFETY: base..base+len is this thread's part of the load region (a whole number of
+    // lines of a page-aligned mapping, so u64-aligned), which lives for the sweep's scope
+    // and which no other thread touches meanwhile.
+    let part = unsafe { std::slice::from_raw_parts_mut(base as *mut u64, len / 8) };
+    let slack = clock.ns_to_ticks(HICCUP_SLACK_NS) as u64;
+    loop {
+        // Between points, sleep rather than spin: during the idle point a spinning CPU
+        // is not idle (under a hypervisor spinning also exits to the host).
+        let mut spins = 0u32;
+        while sh.gen.load(Ordering::Acquire) == seen {
+            spins += 1;
+            if spins % 256 == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        seen = sh.gen.load(Ordering::Acquire);
+        if sh.quit.load(Ordering::Acquire) {
+            break;
+        }
+        let d = sh.delay.load(Ordering::Acquire);
+        let traffic = if sh.mix.load(Ordering::Acquire) {
+            Traffic::Mix
+        } else {
+            Traffic::Read
+        };
+        let mut span = LoadSpan {
+            start: clock.now(),
+            end: 0,
+            place: Place::new(cpu),
+        };
+        span.place.look();
+        sh.started.fetch_add(1, Ordering::AcqRel);
+        let mut last = clock.now();
+        let mut quickest = u64::MAX;
+        while !sh.stop.load(Ordering::Relaxed) {
+            for _ in 0..BATCH {
+                step(part, words, &mut pos, lines, traffic, &mut acc);
+                lines += 1;
+                sh.counters[t].lines.store(lines, Ordering::Relaxed);
+                if d > 0 {
+                    delay(d);
+                }
+            }
+            let now = clock.now();
+            let took = now.saturating_sub(last);
+            last = now;
+            quickest = quickest.min(took);
+            if took > quickest.saturating_mul(2).saturating_add(slack) {
+                hiccups += 1;
+                sh.counters[t].hiccups.store(hiccups, Ordering::Relaxed);
+            }
+            if lines % 1024 == 0 {
+                span.place.look();
+            }
+        }
+        span.place.look();
+        span.end = clock.now();
+        *sh.spans[t].lock().unwrap_or_else(|e| e.into_inner()) = span;
+        sh.done.fetch_add(1, Ordering::AcqRel);
+    }
+    std::hint::black_box(acc);
+}

@@ -1,0 +1,274 @@
+//! mem.loaded-latency: the latency of a dependent chase while the other cores stream
+//! reads, or a 2:1 read/write mix, swept from idle to unthrottled.
+
+mod kernel;
+mod predict;
+#[cfg(test)]
+mod tests;
+mod text;
+
+use super::latency::{lay, verify_chain};
+use crate::experiments::kit::{self, Pages, Region};
+use crate::experiments::spec::ms;
+use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
+use crate::harness::HarnessConfig;
+use crate::results::Prediction;
+use crate::rng::{sattolo, Rng};
+use crate::units::fmt_bytes;
+use kernel::{delay_ns_per_iter, LoadTeam};
+use std::time::Duration;
+
+pub(crate) struct LoadedLatency;
+
+/// A point whose latency is more than this over idle is past the knee.
+const KNEE_RISE: f64 = 1.2;
+/// The idle point agrees with mem.latency's figure when within this ratio (or their 95%
+/// intervals overlap): the chase then misses the caches as mem.latency's does.
+const IDLE_AGREES: f64 = 0.2;
+/// Lines a load thread reads between looks at the stop flag and the clock (its line
+/// counter is stored after every line, so even a short trial sees it move).
+const BATCH: u64 = 32;
+
+const SPEC: Spec = Spec {
+    id: "mem.loaded-latency",
+    title: "Memory latency under load",
+    description: "dependent chase beyond the last-level cache while the other cores stream reads, or a 2:1 read/write mix, with a calibrated delay, idle to unthrottled: latency vs bandwidth (like Intel MLC --loaded_latency, and its -W2)",
+    method: crate::method!("mem.loaded-latency"),
+    needs: Needs {
+        min_cpus: 2,
+        ..Needs::NONE
+    },
+    budget: Some(PerProfile::new(ms(1_500), ms(5_000), ms(30_000), ms(90_000))),
+    // a dependent chase, as mem.latency.
+    ..Spec::MEMORY
+};
+
+/// What the load threads do with each line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Traffic {
+    /// Every line read (every word loaded): MLC's default, read-only traffic.
+    #[default]
+    Read,
+    /// Of every three lines, two read and one written with ordinary stores (every word
+    /// stored; the core reads the line for ownership, then writes it back): MLC's `-W2`,
+    /// "2:1 reads-writes".
+    Mix,
+}
+
+/// The mix: lines read and lines written in each group of `MIX_READS + MIX_WRITES`.
+const MIX_READS: u64 = 2;
+const MIX_WRITES: u64 = 1;
+/// What a written line's words are set to: not a repeated byte, so the store loop stays
+/// ordinary stores rather than a memset call.
+const STORED: u64 = 0x0123_4567_89ab_cdef;
+
+impl Traffic {
+    /// Whether a load thread's `n`th line (from 0) is written rather than read.
+    fn writes(self, n: u64) -> bool {
+        match self {
+            Traffic::Read => false,
+            Traffic::Mix => n % (MIX_READS + MIX_WRITES) >= MIX_READS,
+        }
+    }
+    /// Bytes the memory moves per counted byte: a written line is read for ownership and
+    /// later written back, so it moves twice.
+    fn memory_per_counted(self) -> f64 {
+        match self {
+            Traffic::Read => 1.0,
+            Traffic::Mix => (MIX_READS + 2 * MIX_WRITES) as f64 / (MIX_READS + MIX_WRITES) as f64,
+        }
+    }
+    /// Suffix of its metric names ("" for reads, so older results keep their names).
+    fn suffix(self) -> &'static str {
+        match self {
+            Traffic::Read => "",
+            Traffic::Mix => "_mix",
+        }
+    }
+    fn label(self) -> &'static str {
+        match self {
+            Traffic::Read => "reads",
+            Traffic::Mix => "2 reads : 1 write",
+        }
+    }
+}
+
+/// The sweep of the standard and thorough profiles.
+const FULL_SWEEP: &[f64] = &[
+    4000.0, 2000.0, 1000.0, 600.0, 350.0, 200.0, 120.0, 70.0, 40.0, 20.0, 10.0, 5.0, 0.0,
+];
+/// Gaps between lines a load thread aims for, ns, lightest load first; the last is none.
+const GAPS: PerProfile<&[f64]> = PerProfile::new(
+    &[500.0, 0.0],
+    &[2000.0, 500.0, 150.0, 50.0, 15.0, 0.0],
+    FULL_SWEEP,
+    FULL_SWEEP,
+);
+
+impl Experiment for LoadedLatency {
+    fn spec(&self) -> &Spec {
+        &SPEC
+    }
+    /// Once: a second run lays and faults both buffers again for a curve whose run-to-run
+    /// spread compare takes from history, and the findings (idle, loaded, knee) are then
+    /// the one run's, as the table shows them.
+    fn default_repeat(&self, _: Profile) -> usize {
+        1
+    }
+    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        predict::predictions(ctx)
+    }
+
+    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        let mut allowed = ctx.machine.cpu.allowed_cpus.clone();
+        if allowed.is_empty() {
+            allowed = crate::platform::allowed_cpus();
+        }
+        let others: Vec<usize> = allowed.iter().copied().filter(|&c| c != ctx.cpu).collect();
+        if others.is_empty() {
+            return Ok(Outcome::skipped(
+                "only one CPU is allowed: no other core can load memory while the chase runs (allow at least 2 CPUs)",
+            ));
+        }
+        let mut out = Outcome::default();
+        let loaders = ctx.machine.topology.spread(&others, others.len());
+        let caches = ctx.machine.data_caches();
+        let line = kit::line_bytes(&caches);
+        let llc = kit::llc_bytes(&caches).unwrap_or(32 << 20);
+        let (chase_len, load_len) = sizes(ctx, llc, line, loaders.len(), &mut out)?;
+        let rss0 = kit::rss_baseline();
+        (ctx.progress)("faulting the buffers in");
+        let (mut chain, huge) = mapping(ctx, chase_len)?;
+        let (mut loads, load_huge) = mapping(ctx, load_len)?;
+        loads.as_mut_slice().fill(0x5a);
+        (ctx.progress)("laying the chase");
+        let mut rng = Rng::from_entropy();
+        let n = chase_len / line;
+        let next = sattolo(n, &mut rng);
+        lay(&mut chain, line, &next);
+        drop(next);
+        // A chain that does not verify is never measured, so this is a note, not a check:
+        // as a check it could not fail in any result.
+        if !verify_chain(&chain, line, n, &mut rng) {
+            anyhow::bail!("the chase chain in memory is not one cycle through every node");
+        }
+        out.notes.push(format!(
+            "{n} nodes of {line} B over {}: the chase verified in memory as one cycle",
+            fmt_bytes(chase_len as f64)
+        ));
+        out.notes.push(format!(
+            "chase on CPU {}; load threads on CPUs {} (one per physical core first); chase buffer {} on {}; load buffer {} ({} per thread) on {}",
+            ctx.cpu,
+            loaders.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
+            fmt_bytes(chase_len as f64),
+            huge.text(),
+            fmt_bytes(load_len as f64),
+            fmt_bytes((load_len / loaders.len()) as f64),
+            load_huge.text(),
+        ));
+        let gaps = GAPS.get(ctx.profile);
+        // Under half the budget for the points (each gap twice, reads and the mix; idle
+        // twice) and the delay calibration; the rest lays the chain and faults the buffers.
+        // A point's cap stays far above the about 1 ms that its 11 trials of 100 us take
+        // when none is repeated.
+        let points = 2 * gaps.len() + 2;
+        let cfg = HarnessConfig::short_trials(Duration::from_micros(100), 11)
+            .for_budget(ctx.budget.mul_f64(0.45), points + 1);
+        let per_iter = delay_ns_per_iter(ctx, &cfg);
+        let team = LoadTeam {
+            ctx,
+            cfg: &cfg,
+            chain: &chain,
+            loads: &loads,
+            line,
+            loaders: &loaders,
+        };
+        let sweep = team.sweep(gaps, per_iter);
+        drop(chain);
+        drop(loads);
+        out.check(kit::rss_check(rss0, (chase_len + load_len) as u64));
+        text::report(ctx, &mut out, &sweep, line, &huge, per_iter, &loaders);
+        Ok(out)
+    }
+}
+
+/// The chase buffer (8x the LLC, the size of mem.latency's dram point) and the load
+/// buffer (4x the LLC, at least 128 MiB), within the memory cap, a whole number of huge
+/// pages and of load parts.
+fn sizes(
+    ctx: &Context,
+    llc: u64,
+    line: usize,
+    threads: usize,
+    out: &mut Outcome,
+) -> anyhow::Result<(usize, usize)> {
+    let (chase, load) = if ctx.profile == Profile::Smoke {
+        (64u64 << 20, 64u64 << 20)
+    } else {
+        ((8 * llc).next_power_of_two(), (4 * llc).max(128 << 20))
+    };
+    // The chase's permutation (4 bytes per node) lives while the chain is laid.
+    let want = chase + load + 4 * chase / line as u64;
+    let cap = kit::memory_cap(ctx.machine, want, 32 << 20)?;
+    let scale = (cap as f64 / want as f64).min(1.0);
+    let chase = (1u64 << (63 - ((chase as f64 * scale) as u64).max(1).leading_zeros())) as usize;
+    let part = ((load as f64 * scale) as usize / threads).max(1 << 20) >> 20 << 20;
+    if (chase as u64) < 4 * llc {
+        out.notes.push(format!(
+            "the chase buffer ({}) is less than 4x the last-level cache ({}): some of its loads hit that cache",
+            fmt_bytes(chase as f64),
+            fmt_bytes(llc as f64)
+        ));
+    }
+    Ok((chase, part * threads))
+}
+
+/// How the chase buffer is backed.
+struct Backing {
+    huge_fraction: Option<f64>,
+    why_base: Option<String>,
+}
+
+impl Backing {
+    fn huge(&self) -> bool {
+        self.huge_fraction.is_some_and(|f| f >= 0.5)
+    }
+    fn text(&self) -> String {
+        match (self.huge_fraction, &self.why_base) {
+            (Some(f), _) => format!(
+                "transparent huge pages ({:.0}% backed, /proc/self/smaps)",
+                f * 100.0
+            ),
+            (None, Some(w)) => format!("base pages ({w})"),
+            (None, None) => "base pages".into(),
+        }
+    }
+}
+
+/// The chase region: huge pages where the kernel offers them, else base pages.
+fn mapping(ctx: &Context, len: usize) -> anyhow::Result<(Region, Backing)> {
+    let why = if !kit::thp_available(ctx.machine) {
+        Some("transparent huge pages are not available".to_string())
+    } else {
+        kit::too_small_for_huge_pages(ctx.machine, len)
+    };
+    if let Some(w) = why {
+        let mut r = Region::new(len, Pages::Base)?;
+        r.prefault();
+        let base = Backing {
+            huge_fraction: None,
+            why_base: Some(w),
+        };
+        return Ok((r, base));
+    }
+    let page = kit::huge_page(ctx.machine);
+    let mut r = Region::aligned(len, Pages::Huge, page)?;
+    r.prefault();
+    // At most all of it: smaps may count a neighbouring mapping the kernel merged with this.
+    let f = (r.huge_bytes().unwrap_or(0) as f64 / len as f64).min(1.0);
+    let huge = Backing {
+        huge_fraction: Some(f),
+        why_base: None,
+    };
+    Ok((r, huge))
+}

@@ -1,0 +1,428 @@
+//! mem.loaded-latency's metrics, series, checks, findings and notes from the sweep.
+
+use super::kernel::{LoadedPoint, Sweep};
+use super::predict::{outstanding, peak_predictions};
+use super::{Backing, Traffic, IDLE_AGREES, KNEE_RISE, MIX_READS, MIX_WRITES};
+use crate::experiments::{Context, Outcome};
+use crate::results::{Check, Prediction, Series};
+use crate::units::{fmt_bandwidth, fmt_ns};
+
+/// The knee: the highest-bandwidth point still within `KNEE_RISE` of idle latency.
+/// None when the lightest load already exceeds it. Points as (bandwidth, latency).
+pub(super) fn knee(idle: f64, pts: &[(f64, f64)]) -> Option<usize> {
+    let mut order: Vec<usize> = (0..pts.len()).collect();
+    order.sort_by(|&a, &b| pts[a].0.total_cmp(&pts[b].0));
+    let mut best = None;
+    for i in order {
+        if pts[i].1 <= KNEE_RISE * idle {
+            best = Some(i);
+        } else {
+            break;
+        }
+    }
+    best
+}
+
+/// The premise that the idle chase misses the caches as mem.latency's `refname` does.
+pub(super) fn idle_check(
+    idle: &crate::stats::Summary,
+    reference: &crate::stats::Summary,
+    refname: &str,
+) -> Check {
+    let ratio = idle.median / reference.median;
+    let overlap =
+        crate::analysis::separation(idle, reference) == crate::analysis::Separation::Overlap;
+    Check::premise(
+        "the idle chase misses the caches (agrees with mem.latency)",
+        (ratio - 1.0).abs() <= IDLE_AGREES || overlap,
+        format!(
+            "idle {} against mem.latency's {refname} {} ({ratio:.2}x; agreement: within 20% or overlapping 95% intervals)",
+            fmt_ns(idle.median),
+            fmt_ns(reference.median),
+        ),
+    )
+}
+
+/// Metrics, series, checks and findings from the measured points.
+pub(super) fn report(
+    ctx: &Context,
+    out: &mut Outcome,
+    sw: &Sweep,
+    line: usize,
+    huge: &Backing,
+    ns_per_iter: f64,
+    loaders: &[usize],
+) {
+    let idle = &sw.idle;
+    out.check(concurrency_premise(sw, loaders));
+    // Premise: the idle chase misses the caches as mem.latency's does.
+    let refname = if huge.huge() { "dram_thp" } else { "dram" };
+    let idle_sum = crate::stats::Summary::of(&idle.latency);
+    match (ctx.earlier_metric("mem.latency", refname), &idle_sum) {
+        (Some(r), Some(s)) => out.check(idle_check(s, &r.summary, refname)),
+        _ => out.notes.push(format!(
+            "mem.latency's {refname} is not in this run: the idle point is not compared with it"
+        )),
+    }
+    let page = if huge.huge() {
+        "huge pages"
+    } else {
+        "base pages"
+    };
+    out.metric(
+        "idle_latency",
+        "ns",
+        &format!(
+            "chase latency with no load thread running ({page}); the idle point of both curves"
+        ),
+        idle.latency.clone(),
+    );
+    let predicted = peak_predictions(ctx);
+    for (traffic, pts) in [(Traffic::Read, &sw.reads), (Traffic::Mix, &sw.mix)] {
+        let c = TrafficCurve {
+            traffic,
+            idle,
+            loaded: pts,
+            line,
+            page,
+            loaders,
+        };
+        let pred = predicted
+            .iter()
+            .find(|(n, _)| *n == format!("peak_bandwidth{}", traffic.suffix()))
+            .map(|(_, p)| p);
+        c.report(ctx, out, pred);
+    }
+    point_notes(out, sw, ns_per_iter);
+}
+
+/// The premise that the load ran alongside every loaded point, of both traffics.
+fn concurrency_premise(sw: &Sweep, loaders: &[usize]) -> Check {
+    let loaded: Vec<&LoadedPoint> = sw.reads.iter().chain(&sw.mix).collect();
+    let fails: Vec<String> = loaded
+        .iter()
+        .filter_map(|p| {
+            p.concurrency_failure(loaders).map(|w| {
+                format!(
+                    "gap {} ({}): {w}",
+                    fmt_ns(p.gap.unwrap_or(0.0)),
+                    p.traffic.label()
+                )
+            })
+        })
+        .collect();
+    let stalled: usize = loaded.iter().map(|p| p.stalled).sum();
+    let trials: usize = loaded.iter().map(|p| p.trials).sum();
+    let pin = crate::platform::pinning_premise_failure(&crate::platform::pin_support());
+    Check::premise(
+        "the load threads ran alongside the chase for every point",
+        fails.is_empty() && pin.is_none(),
+        match (&pin, fails.is_empty()) {
+            (Some(w), _) => w.clone(),
+            (None, true) => format!(
+                "{} loaded points ({} read-only, {} of the read/write mix): every load thread started before the chase's first trial and stopped after its last, on its CPU at every look; {trials} trials kept with every load thread streaming, {stalled} set aside and repeated (a load thread read nothing or was held up more than 20 us in them)",
+                loaded.len(),
+                sw.reads.len(),
+                sw.mix.len()
+            ),
+            (None, false) => fails.join("; "),
+        },
+    )
+}
+
+/// The delay loop's rate, the chase's preempted trials and each point's harness notes.
+fn point_notes(out: &mut Outcome, sw: &Sweep, ns_per_iter: f64) {
+    let all = || std::iter::once(&sw.idle).chain(&sw.reads).chain(&sw.mix);
+    out.notes.push(format!(
+        "delay loop: {:.2} ns per iteration (measured on the chase's CPU); {} chase trials were preempted and repeated",
+        ns_per_iter,
+        all().map(|p| p.preempted).sum::<usize>()
+    ));
+    for p in all() {
+        for n in &p.notes {
+            out.notes.push(format!(
+                "gap {}{}: {n}",
+                p.gap.map_or("idle".to_string(), fmt_ns),
+                if p.gap.is_some() {
+                    format!(" ({})", p.traffic.label())
+                } else {
+                    String::new()
+                }
+            ));
+        }
+    }
+}
+
+/// One traffic's curve: the shared idle point and its loaded points, lightest first.
+struct TrafficCurve<'a> {
+    traffic: Traffic,
+    idle: &'a LoadedPoint,
+    loaded: &'a [LoadedPoint],
+    line: usize,
+    page: &'a str,
+    loaders: &'a [usize],
+}
+
+/// A curve's unthrottled point and its highest-bandwidth point.
+struct Ends<'a> {
+    full: &'a LoadedPoint,
+    peak: &'a LoadedPoint,
+}
+
+impl TrafficCurve<'_> {
+    /// Its series, metrics (named with the traffic's suffix), knee and findings.
+    fn report(&self, ctx: &Context, out: &mut Outcome, predicted: Option<&Prediction>) {
+        self.series(out);
+        let Some(full) = self.loaded.last() else {
+            return;
+        };
+        let peak = self
+            .points()
+            .max_by(|a, b| a.bandwidth_bps().total_cmp(&b.bandwidth_bps()))
+            .unwrap_or(full);
+        let ends = Ends { full, peak };
+        self.metrics(out, &ends);
+        self.finding(out, &ends, predicted);
+        if self.traffic == Traffic::Read {
+            self.read_shares(ctx, out, peak.bandwidth_bps());
+        }
+        self.knee(out, peak);
+        self.points_note(out);
+    }
+
+    /// The idle point, then the loaded ones.
+    fn points(&self) -> impl Iterator<Item = &LoadedPoint> {
+        std::iter::once(self.idle).chain(self.loaded)
+    }
+
+    /// A metric's name: the traffic's suffix added.
+    fn name(&self, base: &str) -> String {
+        format!("{base}{}", self.traffic.suffix())
+    }
+
+    /// Latency and misses in flight against bandwidth, idle point first.
+    fn series(&self, out: &mut Outcome) {
+        let series = |base: &str| match self.traffic {
+            Traffic::Read => base.to_string(),
+            Traffic::Mix => format!("mix_{base}"),
+        };
+        let curve: Vec<(f64, f64)> = self
+            .points()
+            .map(|p| (p.bandwidth_bps(), p.latency_ns()))
+            .collect();
+        out.series.push(Series {
+            name: series("latency_vs_bandwidth"),
+            x_unit: "bytes/s".into(),
+            y_unit: "ns".into(),
+            points: curve.iter().map(|&(b, l)| [b, l]).collect(),
+        });
+        out.series.push(Series {
+            name: series("outstanding_misses_vs_bandwidth"),
+            x_unit: "bytes/s".into(),
+            y_unit: "lines".into(),
+            points: curve
+                .iter()
+                .map(|&(b, l)| [b, outstanding(b, self.line, l)])
+                .collect(),
+        });
+    }
+
+    /// The loaded latency, the peak bandwidth and the misses in flight.
+    fn metrics(&self, out: &mut Outcome, ends: &Ends) {
+        let (t, full, peak) = (self.traffic, ends.full, ends.peak);
+        let what = match t {
+            Traffic::Read => "reading".to_string(),
+            Traffic::Mix => format!(
+                "reading {MIX_READS} lines and writing {MIX_WRITES} of every {}",
+                MIX_READS + MIX_WRITES
+            ),
+        };
+        let counted = match t {
+            Traffic::Read => "load threads' and chase's lines".to_string(),
+            Traffic::Mix => format!(
+                "lines the load threads read or wrote, each once, and the chase's; a written line's read for ownership is not counted (the memory moved {:.2}x the load threads' count)",
+                t.memory_per_counted()
+            ),
+        };
+        out.metric(
+            &self.name("loaded_latency"),
+            "ns",
+            &format!(
+                "chase latency with every load thread {what} unthrottled ({} thread(s), {})",
+                self.loaders.len(),
+                self.page
+            ),
+            full.latency.clone(),
+        );
+        out.metric(
+            &self.name("peak_bandwidth"),
+            "bytes/s",
+            &format!(
+                "highest bandwidth of the {} sweep, per chase trial, at gap {}: {counted}",
+                t.label(),
+                fmt_ns(peak.gap.unwrap_or(0.0))
+            ),
+            peak.bandwidth.clone(),
+        );
+        out.metric(
+            &self.name("loaded_outstanding_misses"),
+            "lines",
+            &format!("misses in flight at the unthrottled {} point by Little's law: bandwidth / line x chase latency, per trial", t.label()),
+            full.bandwidth
+                .iter()
+                .zip(&full.latency)
+                .map(|(&b, &l)| outstanding(b, self.line, l))
+                .collect(),
+        );
+    }
+
+    /// The curve's finding: idle against unthrottled, and the peak against its prediction.
+    fn finding(&self, out: &mut Outcome, ends: &Ends, predicted: Option<&Prediction>) {
+        let (t, full, peak) = (self.traffic, ends.full, ends.peak);
+        let (il, fl) = (self.idle.latency_ns(), full.latency_ns());
+        let side = match (
+            crate::stats::Summary::of(&full.latency),
+            crate::stats::Summary::of(&self.idle.latency),
+        ) {
+            (Some(f), Some(i)) => match crate::analysis::separation(&f, &i) {
+                crate::analysis::Separation::Above => "above idle, 95% intervals apart",
+                crate::analysis::Separation::Below => "below idle, 95% intervals apart",
+                crate::analysis::Separation::Overlap => "within noise of idle",
+            },
+            _ => "too few trials to compare",
+        };
+        // The peak against its prediction: the same team's figure from mem.bandwidth.
+        let against = predicted
+            .map(|p| {
+                let inputs: Vec<&str> = p.inputs.keys().map(|k| k.as_str()).collect();
+                format!(
+                    " ({:.2}x of {}, predicted from mem.bandwidth's {} with as many threads as load threads)",
+                    peak.bandwidth_bps() / p.value,
+                    fmt_bandwidth(p.value),
+                    inputs.join(" and ")
+                )
+            })
+            .unwrap_or_default();
+        let text = match t {
+            Traffic::Read => format!(
+                "Loaded latency: {} idle, {} with {} load thread(s) reading unthrottled ({:.2}x, {side}), at {}; peak bandwidth {}{against}.",
+                fmt_ns(il),
+                fmt_ns(fl),
+                self.loaders.len(),
+                fl / il,
+                fmt_bandwidth(full.bandwidth_bps()),
+                fmt_bandwidth(peak.bandwidth_bps())
+            ),
+            Traffic::Mix => format!(
+                "Under a {} load (ordinary stores): {} with {} load thread(s) unthrottled ({:.2}x idle, {side}), at {}; peak {}{against}, counting each written line once (with its read for ownership the memory moved about {}).",
+                t.label(),
+                fmt_ns(fl),
+                self.loaders.len(),
+                fl / il,
+                fmt_bandwidth(full.bandwidth_bps()),
+                fmt_bandwidth(peak.bandwidth_bps()),
+                fmt_bandwidth(peak.bandwidth_bps() * t.memory_per_counted())
+            ),
+        };
+        let (loaded_name, peak_name) = (self.name("loaded_latency"), self.name("peak_bandwidth"));
+        out.finding_salient(
+            text,
+            &["idle_latency", loaded_name.as_str(), peak_name.as_str()],
+            fl / il,
+        );
+    }
+
+    /// The knee's metric and finding, or a note on why there is none.
+    fn knee(&self, out: &mut Outcome, peak: &LoadedPoint) {
+        let lp: Vec<(f64, f64)> = self
+            .loaded
+            .iter()
+            .map(|p| (p.bandwidth_bps(), p.latency_ns()))
+            .collect();
+        let label = self.traffic.label();
+        let rise = (KNEE_RISE - 1.0) * 100.0;
+        let i = match knee(self.idle.latency_ns(), &lp) {
+            Some(i) if i + 1 == lp.len() || lp[i].0 >= peak.bandwidth_bps() => {
+                return out.notes.push(format!(
+                    "{label}: no knee: latency stayed within {rise:.0}% of idle up to the highest bandwidth reached"
+                ));
+            }
+            Some(i) => i,
+            None => {
+                return out.notes.push(format!(
+                    "{label}: no knee: the lightest load already raised latency by more than {rise:.0}%"
+                ));
+            }
+        };
+        let (knee_name, peak_name) = (self.name("knee_bandwidth"), self.name("peak_bandwidth"));
+        let kp = &self.loaded[i];
+        out.metric(
+            &knee_name,
+            "bytes/s",
+            &format!(
+                "the highest bandwidth of the {label} sweep whose chase latency stays within {rise:.0}% of idle"
+            ),
+            kp.bandwidth.clone(),
+        );
+        out.finding(
+            format!(
+                "Knee ({label}) at {} ({:.0}% of the peak): latency {} there, {} at the peak.",
+                fmt_bandwidth(kp.bandwidth_bps()),
+                100.0 * kp.bandwidth_bps() / peak.bandwidth_bps(),
+                fmt_ns(kp.latency_ns()),
+                fmt_ns(peak.latency_ns())
+            ),
+            &[knee_name.as_str(), peak_name.as_str()],
+        );
+    }
+
+    /// Each point's gap target, bandwidth, latency and misses in flight.
+    fn points_note(&self, out: &mut Outcome) {
+        out.notes.push(format!(
+            "points, {} (gap target -> bandwidth, latency, misses in flight): {}",
+            self.traffic.label(),
+            self.points()
+                .map(|p| format!(
+                    "{} -> {}, {}, {:.1}",
+                    p.gap.map_or("idle".to_string(), fmt_ns),
+                    fmt_bandwidth(p.bandwidth_bps()),
+                    fmt_ns(p.latency_ns()),
+                    outstanding(p.bandwidth_bps(), self.line, p.latency_ns())
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
+
+    /// The read peak as a share of each of mem.bandwidth's reads this run measured with
+    /// the load threads' count, the chase's CPU added, and one thread.
+    fn read_shares(&self, ctx: &Context, out: &mut Outcome, peak: f64) {
+        let n = ctx.machine.cpu.allowed_cpus.len().max(1);
+        let teams: std::collections::BTreeSet<String> = [1, n - 1, n]
+            .iter()
+            .filter(|&&t| t >= 1)
+            .map(|t| t.to_string())
+            .collect();
+        let reads: Vec<String> = std::iter::once("thp_1".to_string())
+            .chain(teams)
+            .filter_map(|t| {
+                let name = format!("read_{t}t");
+                ctx.earlier_median("mem.bandwidth", &name).map(|bw| {
+                    format!(
+                        "{:.0}% of mem.bandwidth's {name} ({})",
+                        100.0 * peak / bw,
+                        fmt_bandwidth(bw)
+                    )
+                })
+            })
+            .collect();
+        if !reads.is_empty() {
+            out.notes.push(format!(
+                "peak bandwidth {} with {} load thread(s) and the chase: {}",
+                fmt_bandwidth(peak),
+                self.loaders.len(),
+                reads.join(", ")
+            ));
+        }
+    }
+}
