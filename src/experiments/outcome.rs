@@ -1,0 +1,224 @@
+//! What an experiment returns: its metrics, series, checks, findings and notes, and the
+//! pooling of back-to-back runs into the figures the table shows.
+
+use super::Context;
+use crate::harness::Harness;
+use crate::results::{Check, Finding, Metric, Series, Status};
+use crate::stats::Summary;
+
+/// How much of a measured cost a model of parts measured elsewhere accounts for, said only
+/// as far as the numbers go: a share is never printed above 100% (parts that add up to
+/// more than the cost are not all paid in full here), and what the parts leave over is
+/// named as unexplained, never given a cause.
+pub(crate) fn explained(parts: &str, model_ns: f64, measured_ns: f64) -> String {
+    use crate::units::fmt_ns;
+    if !(model_ns.is_finite() && measured_ns.is_finite() && model_ns > 0.0 && measured_ns > 0.0) {
+        return String::new();
+    }
+    if model_ns < measured_ns {
+        format!(
+            " {parts} add up to {} ({:.0}% of it): the model explains less than the measured cost, and the other {} is not broken down here.",
+            fmt_ns(model_ns),
+            100.0 * model_ns / measured_ns,
+            fmt_ns(measured_ns - model_ns)
+        )
+    } else {
+        format!(
+            " {parts} add up to {}, {:.2}x the measured cost: they are not all paid in full here, so the model does not account for the cost.",
+            fmt_ns(model_ns),
+            model_ns / measured_ns
+        )
+    }
+}
+
+/// What an experiment returns. Failed premise checks make it invalid.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub metrics: Vec<Metric>,
+    pub series: Vec<Series>,
+    pub checks: Vec<Check>,
+    pub findings: Vec<Finding>,
+    pub notes: Vec<String>,
+    /// Set when the experiment could not run here, with the reason and how to enable it.
+    pub skipped: Option<String>,
+    /// Sentences added to the method text for this run (what this machine changes in it).
+    pub method_notes: Vec<String>,
+    /// Set by `pool`: how many checks and series were made before it (those describe
+    /// this run alone; the ones after it, the pooled runs).
+    pub pooled_at: Option<(usize, usize)>,
+}
+
+impl Outcome {
+    pub fn skipped(reason: impl Into<String>) -> Self {
+        Outcome {
+            skipped: Some(reason.into()),
+            ..Default::default()
+        }
+    }
+
+    /// Merges the earlier runs of this experiment (`ctx.repetition.before`, given on the
+    /// last run) into every metric added so far: raw values pooled, the summary
+    /// recomputed, each run's median kept in `runs`. Call it once, after the metrics and
+    /// before the checks and findings that quote them, and read figures back with
+    /// `median`/`get`, so the text quotes the numbers the table shows.
+    /// Checks and series made before it are labelled as this run's by the runner.
+    pub fn pool(&mut self, ctx: &Context) {
+        self.pooled_at = Some((self.checks.len(), self.series.len()));
+        let before = ctx.repetition.before;
+        if before.is_empty() || before.iter().any(|r| r.status != Status::Ok) {
+            return;
+        }
+        for m in &mut self.metrics {
+            let earlier: Vec<&Metric> = before
+                .iter()
+                .filter_map(|r| r.metric(&m.name).filter(|x| x.unit == m.unit))
+                .collect();
+            if earlier.len() == before.len() {
+                pool_metric(m, &earlier);
+            }
+        }
+    }
+
+    /// Adds a metric from raw values; returns it for further decoration.
+    pub fn metric(
+        &mut self,
+        name: &str,
+        unit: &str,
+        description: &str,
+        raw: Vec<f64>,
+    ) -> &mut Metric {
+        let summary = Summary::of(&raw).unwrap_or(Summary::EMPTY);
+        self.metrics.push(Metric {
+            name: name.into(),
+            unit: unit.into(),
+            description: description.into(),
+            summary,
+            prediction: None,
+            cycles: None,
+            iterations: None,
+            raw,
+            kind: Some(crate::results::MetricKind::PerTrial),
+            runs: Vec::new(),
+            bottleneck: None,
+        });
+        self.metrics.last_mut().unwrap()
+    }
+
+    /// Times `kernel` (`n` operations per call) with `h` and adds it as metric `name`:
+    /// one call per named kernel, as lmbench's `benchmp` + `micro`.
+    pub(crate) fn time(
+        &mut self,
+        ctx: &Context,
+        h: &Harness,
+        name: &str,
+        description: &str,
+        kernel: impl FnMut(u64),
+    ) -> &mut Metric {
+        (ctx.progress)(name);
+        let m = h.measure(1.0, kernel);
+        self.measured(name, description, &m)
+    }
+
+    /// Adds a per-operation time from a harness measurement, with its notes.
+    pub(crate) fn measured(
+        &mut self,
+        name: &str,
+        description: &str,
+        m: &crate::harness::Measurement,
+    ) -> &mut Metric {
+        for n in &m.notes {
+            self.notes.push(format!("{name}: {n}"));
+        }
+        let iters = m.iters;
+        let metric = self.metric(name, "ns", description, m.per_op_ns.clone());
+        metric.iterations = Some(iters);
+        metric
+    }
+
+    /// Adds `name` = (each trial of `minuend` - the median of `subtrahend`) x `scale`, a
+    /// derived metric whose `runs` are each run's own difference; returns its median and
+    /// its interval widened by `scale` x the subtrahend's (docs/METHODOLOGY.md, "Derived
+    /// figures"). None when either input is missing.
+    pub(crate) fn difference(
+        &mut self,
+        name: &str,
+        description: &str,
+        minuend: &str,
+        subtrahend: &str,
+        scale: f64,
+    ) -> Option<(f64, [f64; 2])> {
+        let (a, b) = (self.get(minuend)?.clone(), self.get(subtrahend)?.clone());
+        let med = b.summary.median;
+        let raw = a.raw.iter().map(|t| (t - med) * scale).collect();
+        let unit = a.unit.clone();
+        let m = self
+            .metric(name, &unit, description, raw)
+            .derived(&[(subtrahend, "sub", scale)]);
+        m.iterations = a.iterations;
+        if a.runs.len() == b.runs.len() {
+            m.runs = a
+                .runs
+                .iter()
+                .zip(&b.runs)
+                .map(|(x, y)| (x - y) * scale)
+                .collect();
+        }
+        let interval = m.interval(|n| (n == subtrahend).then_some(&b));
+        Some((m.summary.median, interval))
+    }
+
+    /// A metric already added, by name.
+    pub(crate) fn get(&self, name: &str) -> Option<&Metric> {
+        self.metrics.iter().find(|m| m.name == name)
+    }
+
+    /// Median of a metric already added; NaN when there is none.
+    pub(crate) fn median(&self, name: &str) -> f64 {
+        self.get(name).map_or(f64::NAN, |m| m.summary.median)
+    }
+
+    pub fn check(&mut self, c: Check) {
+        self.checks.push(c);
+    }
+
+    pub(crate) fn finding(&mut self, text: impl Into<String>, from: &[&str]) {
+        self.findings.push(Finding::new(text, from));
+    }
+
+    /// A finding whose weight is not a ratio of two of its metrics (see `findings::score`).
+    pub(crate) fn finding_salient(
+        &mut self,
+        text: impl Into<String>,
+        from: &[&str],
+        salience: f64,
+    ) {
+        let mut f = Finding::new(text, from);
+        f.salience = salience.is_finite().then_some(salience.abs());
+        self.findings.push(f);
+    }
+}
+
+/// Pools `m` (the last run's) with the same metric of the earlier runs, in run order:
+/// raw values concatenated, summary recomputed, each run's own median in `runs`.
+pub(crate) fn pool_metric(m: &mut Metric, earlier: &[&Metric]) {
+    let mut runs: Vec<f64> = earlier.iter().map(|x| x.summary.median).collect();
+    runs.push(m.summary.median);
+    let mut raw: Vec<f64> = earlier.iter().flat_map(|x| x.raw.iter().copied()).collect();
+    raw.extend_from_slice(&m.raw);
+    let pooled = if m.summary.percentiles.is_some() {
+        Summary::with_percentiles(&raw)
+    } else {
+        Summary::of(&raw)
+    };
+    if let Some(s) = pooled {
+        let old = m.summary.median;
+        if let Some(c) = &mut m.cycles {
+            let k = s.median / old;
+            c.core = c.core.map(|v| v * k);
+            c.counter = c.counter.map(|v| v * k);
+        }
+        m.summary = s;
+    }
+    m.raw = raw;
+    m.runs = runs;
+}
