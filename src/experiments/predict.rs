@@ -2,9 +2,6 @@
 //! the reason it is missing; a prediction built from a missing input is withheld with
 //! that reason, so no experiment writes its sources or its withheld reasons by hand.
 
-// Until every family states its predictions through it.
-#![allow(dead_code)]
-
 use super::Context;
 use crate::results::{InputKind, Prediction};
 
@@ -196,14 +193,6 @@ impl<'c, 'a> Predictions<'c, 'a> {
         let formula = formula.into();
         self.state(metric, &[input], |v| {
             Prediction::new(v[0], formula).lower_bound()
-        });
-    }
-
-    /// `metric` should be at most `input`.
-    pub(crate) fn at_most(&mut self, metric: &str, input: &Input, formula: impl Into<String>) {
-        let formula = formula.into();
-        self.state(metric, &[input], |v| {
-            Prediction::new(v[0], formula).upper_bound()
         });
     }
 

@@ -184,13 +184,9 @@ fn refs(names: &[String]) -> Vec<&str> {
 /// The first of `metrics` that `experiment` measured earlier, with its name; missing
 /// (named after the first) when none was.
 fn first_of<'m>(p: &Predictions, experiment: &str, metrics: &[&'m str]) -> (Input, &'m str) {
-    for &m in metrics {
-        let i = p.earlier(experiment, &[m]);
-        if i.value().is_some() {
-            return (i, m);
-        }
-    }
-    (p.earlier(experiment, metrics), metrics[0])
+    let i = p.earlier(experiment, metrics);
+    let name = metrics.iter().copied().find(|m| *m == i.name());
+    (i, name.unwrap_or(metrics[0]))
 }
 
 /// Misses in flight by Little's law: bandwidth / line x latency.
