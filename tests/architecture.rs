@@ -1184,6 +1184,26 @@ fn functions_are_short_or_say_why() {
     );
 }
 
+/// Files a person can hold: at most two production files pass 1,000 lines. Prints the
+/// experiments' production weight (non-blank lines), which issue 32 bounds.
+#[test]
+fn files_stay_under_a_thousand_lines() {
+    let tree = production_tree();
+    let big: Vec<String> = tree
+        .iter()
+        .map(|(p, s)| (p, s.lines().count()))
+        .filter(|&(_, n)| n > 1000)
+        .map(|(p, n)| format!("{p}: {n} lines"))
+        .collect();
+    let experiments: usize = tree
+        .iter()
+        .filter(|(p, _)| p.starts_with("src/experiments/"))
+        .map(|(_, s)| s.lines().filter(|l| !l.trim().is_empty()).count())
+        .sum();
+    println!("non-blank production lines under src/experiments: {experiments}");
+    assert!(big.len() <= 2, "production files over 1,000 lines: {big:?}");
+}
+
 #[test]
 fn hygiene_checks_catch_what_they_name() {
     let src = "// 44 cycles (issue 20 item 4)\nlet x = 1; // on the build VM\n\
