@@ -79,6 +79,21 @@ impl Input {
         Input::new(name, Err(why.into()), "", String::new(), InputKind::Machine)
     }
 
+    /// Missing unless its value is above zero (a figure at or below zero is noise, not a
+    /// cost to build on).
+    pub(crate) fn positive(self) -> Input {
+        match self.value {
+            Ok(v) if v <= 0.0 => {
+                let why = format!("{} ({}) was not positive", self.source, self.name);
+                Input {
+                    value: Err(why),
+                    ..self
+                }
+            }
+            _ => self,
+        }
+    }
+
     /// The same input under another key.
     pub(crate) fn named(mut self, name: &str) -> Input {
         self.name = name.to_string();
@@ -250,5 +265,17 @@ mod tests {
         assert_eq!(got.inputs["core"].source, "method: two reads per pair");
         assert_eq!(got.inputs["l1d"].source, "table: L1D load-to-use (arm N1)");
         assert_eq!(got.inputs["l1d"].reference.as_deref(), Some("ref"));
+    }
+
+    #[test]
+    fn a_figure_at_or_below_zero_is_no_input() {
+        let neg = Input::method("switch", -3.0, "ns", "method: noise").positive();
+        let why = neg.why_missing().unwrap_or("");
+        assert!(
+            neg.value().is_none() && why.contains("not positive"),
+            "{why}"
+        );
+        let pos = Input::method("switch", 3.0, "ns", "method: a cost").positive();
+        assert_eq!(pos.value(), Some(3.0));
     }
 }

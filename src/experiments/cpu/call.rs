@@ -1,5 +1,6 @@
 //! cpu.call: procedure call cost for 0..7 integer arguments.
 
+use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{spec::ms, PerProfile, Spec};
 use crate::experiments::{Context, Experiment, Outcome};
 use crate::opaque::{hide, repeat};
@@ -108,43 +109,30 @@ impl Experiment for Call {
         // published call and return cost per core is in the parts table, and the argument
         // moves have no cost of their own to count (executed alongside, or eliminated at
         // rename), so the model has no per-argument term and per_argument no prediction.
-        let per_argument = (
-            "per_argument".to_string(),
-            Prediction::withheld(
-                "the model counts no cost per argument (a register move executes alongside the \
-                 call or is eliminated at rename), and a ratio to zero means nothing",
-            ),
+        let mut p = Predictions::new(ctx);
+        let iter = p.earlier("cpu.loop", &["iteration"]).positive();
+        let branches = Input::method(
+            "taken_branches",
+            2.0,
+            "branches",
+            "method: the call and its return",
         );
-        let Some(iter) = ctx
-            .earlier_median("cpu.loop", "iteration")
-            .filter(|v| *v > 0.0)
-        else {
-            let why = "cpu.loop iteration was not measured in this run, and the parts table names \
-                       no published call and return cost for any core";
-            return (0..8)
-                .map(|k| (format!("args_{k}"), Prediction::withheld(why)))
-                .chain([per_argument])
-                .collect();
-        };
-        (0..8)
-            .map(|k| {
-                let p = Prediction::new(
-                    2.0 * iter,
+        for k in 0..8 {
+            p.state(&format!("args_{k}"), &[&iter, &branches], |v| {
+                Prediction::new(
+                    v[1] * v[0],
                     "2 taken branches (call, return) x cpu.loop's iteration, which takes one; \
                      the return-address prediction and the stack's load and store are not in \
                      the model, nor any argument",
                 )
-                .measured("iteration", iter, "ns", "measured: cpu.loop iteration")
-                .method(
-                    "taken_branches",
-                    2.0,
-                    "branches",
-                    "method: the call and its return",
-                );
-                (format!("args_{k}"), p)
-            })
-            .chain([per_argument])
-            .collect()
+            });
+        }
+        p.withhold(
+            &["per_argument"],
+            "the model counts no cost per argument (a register move executes alongside the \
+             call or is eliminated at rename), and a ratio to zero means nothing",
+        );
+        p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();

@@ -302,10 +302,7 @@ impl Experiment for Rtt {
                 "method: the calls one round trip makes",
             )
         };
-        let mut sw = p.earlier("cpu.thread-switch", &["switch"]);
-        if sw.value().is_some_and(|v| v <= 0.0) {
-            sw = Input::missing("switch", "cpu.thread-switch's switch was not positive");
-        }
+        let sw = p.earlier("cpu.thread-switch", &["switch"]).positive();
         let switches = Input::method(
             "switches",
             2.0,
