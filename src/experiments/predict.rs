@@ -117,20 +117,14 @@ impl Input {
     /// `p` with this input recorded among its inputs (unchanged when it is missing).
     pub(crate) fn attach(&self, p: Prediction) -> Prediction {
         let Ok(v) = self.value else { return p };
-        match (&self.cited, self.kind) {
-            (Some((key, reference)), InputKind::Table) => {
-                let what = self
-                    .source
-                    .strip_prefix("table: ")
-                    .and_then(|s| s.strip_suffix(&format!(" ({key})")))
-                    .unwrap_or(&self.source);
-                p.table(&self.name, v, &self.unit, what, key, reference)
-            }
-            (_, InputKind::Machine) => p.machine(&self.name, v, &self.unit, self.source.clone()),
-            (_, InputKind::Measured) => p.measured(&self.name, v, &self.unit, self.source.clone()),
-            (_, InputKind::Method) => p.method(&self.name, v, &self.unit, self.source.clone()),
-            (_, _) => p.prediction(&self.name, v, &self.unit, self.source.clone()),
-        }
+        p.typed(
+            &self.name,
+            v,
+            &self.unit,
+            self.source.clone(),
+            self.kind,
+            self.cited.clone(),
+        )
     }
 }
 

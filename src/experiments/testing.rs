@@ -39,29 +39,12 @@ impl<'a> World<'a> {
 
     /// `f` given the context an experiment would see (not pinned, nothing run).
     pub(crate) fn with_ctx<R>(&self, f: impl FnOnce(&Context) -> R) -> R {
-        let scratch = std::sync::OnceLock::new();
-        let ctx = Context {
-            profile: Profile::Smoke,
-            machine: &self.machine,
-            clock: self.clock,
-            cpu: self.claimed_cpu.unwrap_or(0),
-            budget: self.budget,
-            earlier: &self.earlier,
-            options: &self.options,
-            loop_ticks: self.loop_ticks,
-            progress: &|_| {},
-            scratch_cell: &scratch,
-            repetition: crate::experiments::Repetition::SINGLE,
-        };
-        f(&ctx)
+        self.with_ctx_on(0, f)
     }
 
-    /// `exp` run once under the smoke profile, pinned where the runner pins, and judged.
-    pub(crate) fn run(&self, exp: &dyn Experiment) -> ExperimentResult {
+    /// As `with_ctx`, naming `cpu` unless the world claims another.
+    fn with_ctx_on<R>(&self, cpu: usize, f: impl FnOnce(&Context) -> R) -> R {
         let scratch = std::sync::OnceLock::new();
-        let allowed = &self.machine.cpu.allowed_cpus;
-        let cpu = *allowed.last().unwrap_or(&0);
-        let _ = crate::platform::pin_to_cpu(cpu);
         let ctx = Context {
             profile: Profile::Smoke,
             machine: &self.machine,
@@ -75,7 +58,15 @@ impl<'a> World<'a> {
             scratch_cell: &scratch,
             repetition: crate::experiments::Repetition::SINGLE,
         };
-        crate::runner::run_judged(exp, &ctx)
+        f(&ctx)
+    }
+
+    /// `exp` run once under the smoke profile, pinned where the runner pins, and judged.
+    pub(crate) fn run(&self, exp: &dyn Experiment) -> ExperimentResult {
+        let allowed = &self.machine.cpu.allowed_cpus;
+        let cpu = *allowed.last().unwrap_or(&0);
+        let _ = crate::platform::pin_to_cpu(cpu);
+        self.with_ctx_on(cpu, |ctx| crate::runner::run_judged(exp, ctx))
     }
 }
 

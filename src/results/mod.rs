@@ -458,7 +458,8 @@ impl Prediction {
         }
     }
 
-    fn typed(
+    /// An input of any kind, with the table key and reference for `table` inputs.
+    pub(crate) fn typed(
         mut self,
         name: &str,
         value: f64,
@@ -533,26 +534,6 @@ impl Prediction {
             source.into(),
             InputKind::Prediction,
             None,
-        )
-    }
-
-    /// An entry of the parts table: `what` names the figure, `key` the entry that matched.
-    pub(crate) fn table(
-        self,
-        name: &str,
-        value: f64,
-        unit: &str,
-        what: &str,
-        key: &str,
-        reference: &str,
-    ) -> Self {
-        self.typed(
-            name,
-            value,
-            unit,
-            format!("table: {what} ({key})"),
-            InputKind::Table,
-            Some((key.to_string(), reference.to_string())),
         )
     }
 }
