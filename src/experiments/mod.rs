@@ -79,6 +79,37 @@ impl Profile {
         }
     }
 
+    /// The most one experiment of this profile may lay out, on a machine with `avail`
+    /// bytes available (MemAvailable within the cgroup limit; 0 when unknown). Quick
+    /// stays well under 1 GiB for the whole process, or an eighth of what is available,
+    /// so that it runs beside real work on a small instance; the larger profiles may take
+    /// a quarter. Experiments run one at a time, so this bounds the run's peak too.
+    pub(crate) fn memory_limit(&self, avail: u64) -> u64 {
+        const MIB: u64 = 1 << 20;
+        let (ceiling, share) = match self {
+            Profile::Smoke => (128 * MIB, 8),
+            Profile::Quick => (768 * MIB, 8),
+            Profile::Standard => (4096 * MIB, 4),
+            Profile::Thorough => (16384 * MIB, 4),
+        };
+        if avail == 0 {
+            // Unknown: stay small rather than risk the machine.
+            return ceiling.min(256 * MIB);
+        }
+        ceiling.min(avail / share)
+    }
+
+    /// The most a whole run of this profile may take on any machine: the sum of its
+    /// experiments' ceilings (budget times runs, per kind of core included) stays below.
+    pub(crate) fn time_limit(&self) -> Duration {
+        Duration::from_secs(match self {
+            Profile::Smoke => 15,
+            Profile::Quick => 60,
+            Profile::Standard => 15 * 60,
+            Profile::Thorough => 60 * 60,
+        })
+    }
+
     /// Runs of each experiment when `--repeat` is not given. Two runs back to back give
     /// compare a run-to-run spread from a single run: trials within one run share its
     /// state (page placement, huge-page backing, the host's neighbours), so their

@@ -80,10 +80,13 @@ const ADDED_MIB: usize = 32;
 
 /// A region of `ADDED_MIB` of anonymous memory in base pages, every page written, so fork
 /// has its page-table entries to copy and the child's exit has them to tear down.
-fn added_region(machine: &crate::machine::Machine) -> anyhow::Result<Region> {
+fn added_region(
+    machine: &crate::machine::Machine,
+    profile: crate::experiments::Profile,
+) -> anyhow::Result<Region> {
     let len = (ADDED_MIB << 20) as u64;
-    // Within a quarter of the memory available, as every memory experiment.
-    crate::experiments::kit::memory_cap(machine, len, len)?;
+    // Within the profile's memory limit, as every memory experiment.
+    crate::experiments::kit::memory_cap(machine, profile, len, len)?;
     let mut r = Region::new(ADDED_MIB << 20, Pages::Base)?;
     if crate::experiments::seams::get().unwritten {
         return Ok(r);
@@ -387,7 +390,7 @@ fn measure_forks(ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Resul
         "fork(), child _exit(0), parent waitpid()",
         &m,
     );
-    match added_region(ctx.machine) {
+    match added_region(ctx.machine, ctx.profile) {
         Ok(region) => {
             (ctx.progress)("fork + exit + wait with 32 MiB more resident");
             let before = resident_pages(&region);
@@ -521,7 +524,11 @@ mod tests {
     /// for a count of huge pages in it; it is unverified without a residency reading.
     #[test]
     fn the_added_region_premise_fails_when_it_is_not_resident_base_pages() {
-        let r = added_region(&crate::machine::Machine::gather()).unwrap();
+        let r = added_region(
+            &crate::machine::Machine::gather(),
+            crate::experiments::Profile::Smoke,
+        )
+        .unwrap();
         let all = resident_pages(&r).expect("mincore reads an anonymous region");
         assert_eq!(all.0, all.1, "every page written is resident");
         assert!(region_check(Some(all), Some(all), Some(0)).passed);

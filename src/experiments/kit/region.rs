@@ -18,28 +18,46 @@ pub(crate) fn llc_bytes(caches: &[Cache]) -> Option<u64> {
     caches.iter().map(|c| c.size_bytes).max()
 }
 
-/// The memory a run of an experiment may use: never more than a quarter of what is
-/// available (MemAvailable, capped by the cgroup limit).
+/// The memory one run of an experiment may use: what it wants, never more than the
+/// profile's limit for this machine (`Profile::memory_limit`).
 /// Errors when even `min` does not fit.
 pub(crate) fn memory_cap(
     machine: &crate::machine::Machine,
+    profile: crate::experiments::Profile,
     want: u64,
     min: u64,
 ) -> anyhow::Result<u64> {
     let avail = machine.memory_budget_bytes();
+    let limit = profile.memory_limit(avail);
     if avail == 0 {
-        // Unknown: stay small rather than risk the machine.
-        return Ok(want.min(256 << 20).max(min));
+        return Ok(want.min(limit).max(min));
     }
-    let cap = want.min(avail / 4);
+    let cap = want.min(limit);
     if cap < min {
         bail!(
-            "only {} of memory available (MemAvailable, cgroup limit); this experiment needs at least {} (a quarter of what is available)",
+            "only {} of memory available (MemAvailable, cgroup limit); this experiment needs at least {} (the {} profile uses at most {} of it)",
             crate::units::fmt_bytes(avail as f64),
-            crate::units::fmt_bytes(min as f64 * 4.0)
+            crate::units::fmt_bytes(min as f64),
+            profile.name(),
+            crate::units::fmt_bytes(limit as f64)
         );
     }
     Ok(cap)
+}
+
+/// The largest power-of-two working set within `ceiling` that fits the profile's
+/// memory cap on `machine` with its permutation, and the cap.
+pub(crate) fn largest_set(
+    machine: &crate::machine::Machine,
+    profile: crate::experiments::Profile,
+    ceiling: u64,
+    line: usize,
+) -> anyhow::Result<(u64, u64)> {
+    let line = line as u64;
+    let want = ceiling.saturating_add(4 * (ceiling / line));
+    let cap = memory_cap(machine, profile, want, 8 << 20)?;
+    let fit = (cap / (line + 4) * line).min(ceiling);
+    Ok((1u64 << (63 - fit.leading_zeros()), cap))
 }
 
 /// Whether transparent huge pages can be requested with madvise.

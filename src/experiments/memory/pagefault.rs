@@ -222,8 +222,12 @@ impl Experiment for PageFault {
         let mut out = Outcome::default();
         let (file_bytes, anon_bytes) = SIZES.get(ctx.profile);
         let ps = crate::pagecache::page_size();
-        let cap =
-            crate::experiments::kit::memory_cap(ctx.machine, file_bytes + anon_bytes, 2 << 20)?;
+        let cap = crate::experiments::kit::memory_cap(
+            ctx.machine,
+            ctx.profile,
+            file_bytes + anon_bytes,
+            2 << 20,
+        )?;
         let anon = (anon_bytes.min(cap / 2) as usize / ps).max(MINOR_BATCH) * ps;
         let file_len = (file_bytes.min(cap - anon as u64) as usize / ps).max(16) * ps;
         out.notes.push(format!(

@@ -117,8 +117,9 @@ const SPEC: Spec = Spec {
 const TRIALS: PerProfile<(Duration, usize)> =
     PerProfile::new((ms(1), 5), (ms(2), 11), (ms(4), 21), (ms(4), 31));
 /// The buffer wanted: this many last-level caches, and at least this many bytes.
-const BUFFER: PerProfile<(u64, u64)> =
-    PerProfile::new((0, 64 << 20), (8, 256 << 20), (8, 1 << 30), (16, 2 << 30));
+/// The buffer wanted per profile, within the profile's memory cap: planned from memory,
+/// not from the cache sizes (a note says when it does not reach 4x the last-level cache).
+const BUFFER: PerProfile<u64> = PerProfile::new(64 << 20, 512 << 20, 2 << 30, 8 << 30);
 
 impl Experiment for MemBandwidth {
     fn spec(&self) -> &Spec {
@@ -251,11 +252,10 @@ const THP_OPS: [Op; 3] = [Op::Read, Op::Write, Op::Copy];
 /// The buffer: far larger than the last-level cache, within the memory cap, a whole
 /// number of blocks per thread; noted with MemAvailable.
 fn buffer_size(ctx: &Context, llc: u64, n: usize, out: &mut Outcome) -> anyhow::Result<usize> {
-    let (llcs, floor) = BUFFER.get(ctx.profile);
-    let want = (llcs * llc).max(floor);
+    let want = BUFFER.get(ctx.profile);
     // Each thread's part needs at least two blocks per half for copy.
     let min = (4 * BLOCK * n) as u64;
-    let cap = crate::experiments::kit::memory_cap(ctx.machine, want, min)?;
+    let cap = crate::experiments::kit::memory_cap(ctx.machine, ctx.profile, want, min)?;
     let size = (cap as usize / (BLOCK * n)) * BLOCK * n;
     out.notes.push(format!(
         "memory cap {} (the buffer); MemAvailable {}",

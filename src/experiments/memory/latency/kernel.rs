@@ -228,7 +228,43 @@ pub(super) struct ChaseCurve {
     pub(super) remeasured: usize,
 }
 
-/// Measures the random (Sattolo) or sequential chase at each size within `region`.
+/// How fast a curve went: the last chain laid, and the trials of a near and of a far
+/// point (the latest of each), in seconds.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Pace {
+    pub(super) lay_secs_per_byte: f64,
+    pub(super) near_trials: f64,
+    pub(super) far_trials: f64,
+}
+
+impl Pace {
+    fn after(mut self, size: u64, laid: f64, trials: f64, spec: &TrialSettings) -> Pace {
+        self.lay_secs_per_byte = laid / size as f64;
+        if size > spec.far_from {
+            self.far_trials = trials;
+        } else {
+            self.near_trials = trials;
+        }
+        self
+    }
+
+    /// The trials of a point of `size`: as the latest of its kind, or as the latest near
+    /// point's scaled by the budgets when no far point was measured yet.
+    pub(super) fn trials(&self, size: u64, spec: &TrialSettings) -> f64 {
+        if size <= spec.far_from {
+            self.near_trials
+        } else if self.far_trials > 0.0 {
+            self.far_trials
+        } else {
+            let ratio = spec.far.budget.as_secs_f64() / spec.near.budget.as_secs_f64().max(1e-9);
+            self.near_trials * ratio
+        }
+    }
+}
+
+/// Measures the random (Sattolo) or sequential chase at each size within `region`,
+/// while `fits(next size, pace so far)` says the next size fits the budget.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn curve(
     ctx: &Context,
     spec: &TrialSettings,
@@ -237,6 +273,7 @@ pub(super) fn curve(
     stride: usize,
     random: bool,
     rng: &mut Rng,
+    fits: &dyn Fn(u64, Pace) -> bool,
 ) -> ChaseCurve {
     let mut c = ChaseCurve {
         points: Vec::new(),
@@ -248,7 +285,9 @@ pub(super) fn curve(
     };
     let kind = if random { "random" } else { "sequential" };
     // Lays, verifies and measures one size.
+    let pace = std::cell::Cell::new(Pace::default());
     let mut one = |c: &mut ChaseCurve, size: u64, rng: &mut Rng| -> Option<ChasePoint> {
+        let laying = std::time::Instant::now();
         let n = (size as usize / stride).max(2);
         let next: Vec<u32> = if random {
             sattolo(n, rng)
@@ -261,7 +300,13 @@ pub(super) fn curve(
             c.broken.push(size);
             return None;
         }
+        let laid = laying.elapsed().as_secs_f64();
+        let trials = std::time::Instant::now();
         let (pt, q) = measure_chain(ctx, spec.for_size(size), region, size);
+        pace.set(
+            pace.get()
+                .after(size, laid, trials.elapsed().as_secs_f64(), spec),
+        );
         c.preempted += q.preempted;
         c.kept += q.per_op_ns.len();
         c.notes.extend(
@@ -277,6 +322,15 @@ pub(super) fn curve(
         Some(pt)
     };
     for &size in sizes {
+        if !c.points.is_empty() && !fits(size, pace.get()) {
+            c.notes.push(format!(
+                "{kind} curve ended at {}: {} and what follows it would not fit the time budget at the rate chains were laid ({:.1} ns per byte)",
+                fmt_bytes(c.points.last().map_or(0, |p| p.size) as f64),
+                fmt_bytes(size as f64),
+                pace.get().lay_secs_per_byte * 1e9
+            ));
+            break;
+        }
         if let Some(pt) = one(&mut c, size, rng) {
             c.points.push(pt);
         }

@@ -39,7 +39,7 @@ pub(crate) struct Latency;
 const SPEC: Spec = Spec {
     id: "mem.latency",
     title: "Memory load latency by working-set size",
-    description: "pointer chase over a random single cycle (Sattolo) from 1 KiB to 4x the last-level cache; cache levels detected; sequential-stride curves; huge pages",
+    description: "pointer chase over a random single cycle (Sattolo) from 1 KiB to as far as the memory cap and time budget reach; cache levels detected; sequential-stride curves; huge pages",
     method: crate::method!("mem.latency"),
     // Dependent loads, as the sentinel's chase; one CPU of each kind of core on hybrid
     // CPUs (runner::per_kind).
@@ -60,15 +60,18 @@ impl Experiment for Latency {
         let mut out = Outcome::default();
         let caches = ctx.machine.data_caches();
         let line = crate::experiments::kit::line_bytes(&caches);
-        let llc = crate::experiments::kit::llc_bytes(&caches).unwrap_or(32 << 20);
-        let p = plan(ctx.profile, llc, line);
-        let (max, cap) = working_set(ctx, &p, line, llc, &mut out)?;
+        let known_llc = crate::experiments::kit::llc_bytes(&caches);
+        let llc = known_llc.unwrap_or(32 << 20);
+        let p = plan(ctx.profile, line);
+        let (max, cap) = working_set(ctx, &p, line, &mut out)?;
         let rss0 = crate::experiments::kit::rss_baseline();
-        let sched = ChaseSchedule::new(ctx, &p, max, line, llc);
+        let mut sched = ChaseSchedule::new(ctx, &p, max, line, llc);
         let mut rng = Rng::from_entropy();
 
-        let base = measure_base(ctx, &p, &sched, max, line, &mut rng)?;
-        let thp_curve = measure_thp(ctx, &p, &sched, max, line, &mut rng, &mut out)?;
+        let base = measure_base(ctx, &mut sched, max, line, &mut rng)?;
+        let max = base.random.points.last().map_or(max, |p| p.size);
+        out.check(plan::dram_beyond_cache(max, known_llc));
+        let thp_curve = measure_thp(ctx, &sched, max, line, &mut rng, &mut out)?;
         out.check(crate::experiments::kit::rss_check(rss0, cap));
         premise_and_notes(&base, thp_curve.as_ref(), &mut out);
 
@@ -120,10 +123,11 @@ struct BaseCurves {
     base_huge: Option<u64>,
 }
 
+/// The random curve as far as the budget allows (the schedule then ends every curve
+/// where it stopped), the sequential curves and lmbench's layout.
 fn measure_base(
     ctx: &Context,
-    p: &LatencyPlan,
-    s: &ChaseSchedule,
+    s: &mut ChaseSchedule,
     max: u64,
     line: usize,
     rng: &mut Rng,
@@ -131,9 +135,23 @@ fn measure_base(
     (ctx.progress)("mapping and faulting the working set");
     let mut region = Region::new(max as usize, Pages::Base)?;
     region.prefault();
-    let random = curve(ctx, &s.spec, &mut region, &s.random_sizes, line, true, rng);
+    let fits = |size, rate| s.fits(size, rate);
+    let random = curve(
+        ctx,
+        &s.spec,
+        &mut region,
+        &s.random_sizes,
+        line,
+        true,
+        rng,
+        &fits,
+    );
+    if let Some(last) = random.points.last() {
+        s.truncate(last.size);
+    }
+    let all = |_, _| true;
     let mut seq_curves = Vec::new();
-    for &stride in &p.strides {
+    for &stride in &s.strides {
         let sz: Vec<u64> = s
             .seq_sizes
             .iter()
@@ -142,7 +160,7 @@ fn measure_base(
             .collect();
         seq_curves.push((
             stride,
-            curve(ctx, &s.spec, &mut region, &sz, stride, false, rng),
+            curve(ctx, &s.spec, &mut region, &sz, stride, false, rng, &all),
         ));
     }
     let mut lm_broken = Vec::new();
@@ -178,7 +196,6 @@ fn measure_base(
 /// with the fraction of the region huge pages backed.
 fn measure_thp(
     ctx: &Context,
-    p: &LatencyPlan,
     s: &ChaseSchedule,
     max: u64,
     line: usize,
@@ -197,12 +214,14 @@ fn measure_thp(
         let mut region = Region::aligned(max as usize, Pages::Huge, huge)?;
         region.prefault();
         let frac = region.huge_bytes().unwrap_or(0) as f64 / max as f64;
-        let sz = if p.thp_curve {
+        let sz = if s.thp_curve {
             s.random_sizes.clone()
         } else {
             vec![max]
         };
-        let c = curve(ctx, &s.spec, &mut region, &sz, line, true, rng);
+        let c = curve(ctx, &s.spec, &mut region, &sz, line, true, rng, &|_, _| {
+            true
+        });
         return Ok(Some((c, frac)));
     }
     if ctx.profile == Profile::Smoke {

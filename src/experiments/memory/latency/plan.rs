@@ -1,11 +1,12 @@
 //! mem.latency's plan: working-set sizes and trial settings per profile and cache size.
 
-use super::kernel::TrialSettings;
+use super::kernel::{Pace, TrialSettings};
 use super::llc_hit_fraction;
 use crate::experiments::{Context, Outcome, PerProfile, Profile};
 use crate::harness::HarnessConfig;
+use crate::results::Check;
 use crate::units::fmt_bytes;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Working-set sizes from `min` to `max`, `per_doubling` points per doubling, rounded to
 /// whole nodes of `node` bytes, at least two nodes each.
@@ -29,11 +30,8 @@ pub(crate) fn sizes(min: u64, max: u64, per_doubling: u32, node: u64) -> Vec<u64
 /// Sizes and effort per profile.
 pub(super) struct LatencyPlan {
     pub(super) per_doubling: u32,
-    /// The curve's last size at `per_doubling` points per doubling.
-    pub(super) curve_max: u64,
-    /// The largest size, where `dram` is measured: at least 8x the last-level cache so that
-    /// few loads hit it (one extra point past `curve_max` when larger).
-    pub(super) max: u64,
+    /// The largest working set wanted, before the memory cap and the time budget.
+    pub(super) ceiling: u64,
     pub(super) strides: Vec<usize>,
     pub(super) seq_per_doubling: u32,
     /// Random curve with huge pages too (else only its largest size).
@@ -42,37 +40,11 @@ pub(super) struct LatencyPlan {
     pub(super) min_trial: Duration,
 }
 
-/// A size from the last-level cache: `llc_times` x LLC rounded up to a power of two,
-/// within [`floor`, `ceiling`].
-#[derive(Clone, Copy)]
-struct FromLlc {
-    llc_times: u64,
-    floor: u64,
-    ceiling: u64,
-}
-
-impl FromLlc {
-    const fn new(llc_times: u64, floor: u64, ceiling: u64) -> FromLlc {
-        FromLlc {
-            llc_times,
-            floor,
-            ceiling,
-        }
-    }
-    fn of(&self, llc: u64) -> u64 {
-        (self.llc_times * llc)
-            .next_power_of_two()
-            .max(self.floor)
-            .min(self.ceiling)
-    }
-}
-
-/// A profile's row of the plan, before the cache sizes are known.
+/// A profile's row of the plan.
 #[derive(Clone, Copy)]
 struct LatencyPlanRow {
     per_doubling: u32,
-    curve_max: FromLlc,
-    max: FromLlc,
+    ceiling: u64,
     strides: &'static [usize],
     seq_per_doubling: u32,
     thp_curve: bool,
@@ -81,13 +53,12 @@ struct LatencyPlanRow {
     min_trial: Duration,
 }
 
+/// No ceiling but the memory cap and the time budget.
 const NONE: u64 = u64::MAX;
-const MIB: u64 = 1 << 20;
 
 const QUICK: LatencyPlanRow = LatencyPlanRow {
     per_doubling: 4,
-    curve_max: FromLlc::new(4, 0, NONE),
-    max: FromLlc::new(8, 0, NONE),
+    ceiling: NONE,
     strides: &[0],
     seq_per_doubling: 2,
     thp_curve: true,
@@ -98,8 +69,7 @@ const QUICK: LatencyPlanRow = LatencyPlanRow {
 const PLANS: PerProfile<LatencyPlanRow> = PerProfile::new(
     LatencyPlanRow {
         per_doubling: 1,
-        curve_max: FromLlc::new(4, 0, 64 * MIB),
-        max: FromLlc::new(4, 0, 64 * MIB),
+        ceiling: 64 << 20,
         seq_per_doubling: 1,
         thp_curve: false,
         trials: 5,
@@ -108,14 +78,10 @@ const PLANS: PerProfile<LatencyPlanRow> = PerProfile::new(
     },
     QUICK,
     LatencyPlanRow {
-        curve_max: FromLlc::new(4, 512 * MIB, NONE),
-        max: FromLlc::new(8, 512 * MIB, NONE),
         strides: &[64, 128, 256, 512, 1024, 4096, 16384],
         ..QUICK
     },
     LatencyPlanRow {
-        curve_max: FromLlc::new(16, 2048 * MIB, NONE),
-        max: FromLlc::new(16, 2048 * MIB, NONE),
         strides: &[64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
         seq_per_doubling: 4,
         trials: 21,
@@ -123,11 +89,10 @@ const PLANS: PerProfile<LatencyPlanRow> = PerProfile::new(
     },
 );
 
-/// The plan of `profile` for a last-level cache of `llc` bytes and lines of `line` bytes
-/// (a stride of 0 in the table is one line).
-pub(super) fn plan(profile: Profile, llc: u64, line: usize) -> LatencyPlan {
+/// The plan of `profile` for lines of `line` bytes (a stride of 0 in the table is one
+/// line).
+pub(super) fn plan(profile: Profile, line: usize) -> LatencyPlan {
     let row = PLANS.get(profile);
-    let max = row.max.of(llc);
     let mut strides: Vec<usize> = row
         .strides
         .iter()
@@ -139,8 +104,7 @@ pub(super) fn plan(profile: Profile, llc: u64, line: usize) -> LatencyPlan {
     }
     LatencyPlan {
         per_doubling: row.per_doubling,
-        curve_max: row.curve_max.of(llc).min(max),
-        max,
+        ceiling: row.ceiling,
         strides,
         seq_per_doubling: row.seq_per_doubling,
         thp_curve: row.thp_curve,
@@ -149,26 +113,19 @@ pub(super) fn plan(profile: Profile, llc: u64, line: usize) -> LatencyPlan {
     }
 }
 
-/// The largest working set that fits the memory cap with its permutation, and the cap;
-/// notes both, and the share of LLC hits when the set is below 8x the LLC.
+/// The largest working set (a power of two) that fits the memory cap with its
+/// permutation (4 bytes per node while a chain is laid), and the cap; notes both. The
+/// set is planned from memory, not from the cache sizes: the time budget may end the
+/// sweep below it (`ChaseSchedule::fits`), and the result says how far beyond the
+/// last-level cache the largest size measured reached (`dram_beyond_cache`).
 pub(super) fn working_set(
     ctx: &Context,
     p: &LatencyPlan,
     line: usize,
-    llc: u64,
     out: &mut Outcome,
 ) -> anyhow::Result<(u64, u64)> {
-    let node_max = p.max / line as u64;
-    // The region plus the permutation (4 bytes per node) while a chain is laid.
-    let want = p.max + 4 * node_max;
-    let cap = crate::experiments::kit::memory_cap(ctx.machine, want, 8 << 20)?;
-    let max = if cap < want {
-        // Largest power of two that fits with its permutation.
-        let fit = cap * line as u64 / (line as u64 + 4);
-        1u64 << (63 - fit.leading_zeros())
-    } else {
-        p.max
-    };
+    let (max, cap) =
+        crate::experiments::kit::largest_set(ctx.machine, ctx.profile, p.ceiling, line)?;
     out.notes.push(format!(
         "memory cap {} (working sets up to {} plus a {}-byte-per-node permutation); MemAvailable {}",
         fmt_bytes(cap as f64),
@@ -176,15 +133,33 @@ pub(super) fn working_set(
         4,
         fmt_bytes(ctx.machine.memory_budget_bytes() as f64)
     ));
-    if max < 8 * llc {
-        out.notes.push(format!(
-            "largest working set {} is below 8x the last-level cache ({}): about {:.0}% of the dram figure's loads may hit that cache (a random chase over S bytes finds about C/S of its lines in a cache of C bytes)",
-            fmt_bytes(max as f64),
-            fmt_bytes(llc as f64),
-            llc_hit_fraction(llc, max) * 100.0
-        ));
-    }
     Ok((max, cap))
+}
+
+/// The sanity check on the `dram` figure: whether its working set reached far enough
+/// beyond the last-level cache that few of its loads hit it (at most a quarter).
+pub(super) fn dram_beyond_cache(reached: u64, llc: Option<u64>) -> Check {
+    let Some(llc) = llc else {
+        return Check::sanity(
+            "dram: working set beyond the last-level cache",
+            true,
+            format!(
+                "largest working set {}; the machine does not say its cache sizes",
+                fmt_bytes(reached as f64)
+            ),
+        );
+    };
+    let hits = llc_hit_fraction(llc, reached);
+    Check::sanity(
+        "dram: working set beyond the last-level cache",
+        hits <= 0.25,
+        format!(
+            "largest working set {} against a {} last-level cache: about {:.0}% of the dram figure's loads may hit that cache (a random chase over S bytes finds about C/S of its lines in a cache of C bytes; at most 25% wanted); the memory cap and the time budget bound the set",
+            fmt_bytes(reached as f64),
+            fmt_bytes(llc as f64),
+            hits * 100.0
+        ),
+    )
 }
 
 /// Every size each curve measures, and the trial settings that share the budget out.
@@ -192,8 +167,13 @@ pub(super) struct ChaseSchedule {
     pub(super) random_sizes: Vec<u64>,
     pub(super) seq_sizes: Vec<u64>,
     pub(super) lm_sizes: Vec<u64>,
+    pub(super) strides: Vec<usize>,
     pub(super) thp: bool,
+    pub(super) thp_curve: bool,
     pub(super) spec: TrialSettings,
+    /// When the experiment started and the wall time it may take.
+    pub(super) start: Instant,
+    pub(super) budget: Duration,
 }
 
 impl ChaseSchedule {
@@ -204,50 +184,115 @@ impl ChaseSchedule {
         line: usize,
         llc: u64,
     ) -> ChaseSchedule {
-        let curve_max = p.curve_max.min(max);
-        let with_max = |mut v: Vec<u64>| {
-            if v.last().is_some_and(|&l| l < max) {
-                v.push(max);
-            }
-            v
-        };
-        let random_sizes = with_max(sizes(1024, curve_max, p.per_doubling, line as u64));
-        let seq_sizes = with_max(sizes(1024, curve_max, p.seq_per_doubling, line as u64));
+        let random_sizes = with_max(sizes(1024, max, p.per_doubling, line as u64), max);
+        let seq_sizes = with_max(sizes(1024, max, p.seq_per_doubling, line as u64), max);
         let thp =
             crate::experiments::kit::thp_available(ctx.machine) && ctx.profile != Profile::Smoke;
-        let mut all: Vec<u64> = random_sizes.clone();
-        for &s in &p.strides {
-            all.extend(seq_sizes.iter().filter(|&&z| z >= 2 * s as u64));
-        }
-        match (thp, p.thp_curve) {
-            (true, true) => all.extend(&random_sizes),
-            (true, false) => all.push(max),
-            _ => {}
-        }
-        // lmbench's layout at 16 KiB, 1 MiB and the largest size.
-        let lm_sizes: Vec<u64> = [16 << 10, 1 << 20, max]
-            .into_iter()
-            .filter(|&s| s <= max)
-            .collect();
-        all.extend(&lm_sizes);
+        let mut s = ChaseSchedule {
+            random_sizes,
+            seq_sizes,
+            // lmbench's layout at 16 KiB, 1 MiB and the largest size.
+            lm_sizes: [16 << 10, 1 << 20, max]
+                .into_iter()
+                .filter(|&s| s <= max)
+                .collect(),
+            strides: p.strides.clone(),
+            thp,
+            thp_curve: p.thp_curve,
+            spec: TrialSettings {
+                near: HarnessConfig::default(),
+                far: HarnessConfig::default(),
+                far_from: llc,
+            },
+            start: Instant::now(),
+            budget: ctx.budget,
+        };
+        let all = s.later_sizes(max).len() + s.random_sizes.len();
         // Far points (beyond the last-level cache) trial twice as long and twice as often;
         // they may take up to 4x a near point's share, which few near points use up.
         let far_weight = 4;
         // A third of the budget goes to laying chains and faulting pages.
-        let unit = ctx.budget.mul_f64(0.66) / all.len().max(1) as u32;
-        let near = HarnessConfig::short_trials(p.min_trial, p.trials).for_budget(unit, 1);
-        let spec = TrialSettings {
-            far: HarnessConfig::short_trials(p.min_trial * 2, p.trials * 2)
-                .for_budget(unit * far_weight as u32, 1),
-            near,
-            far_from: llc,
-        };
-        ChaseSchedule {
-            random_sizes,
-            seq_sizes,
-            lm_sizes,
-            thp,
-            spec,
-        }
+        let unit = ctx.budget.mul_f64(0.66) / all.max(1) as u32;
+        s.spec.near = HarnessConfig::short_trials(p.min_trial, p.trials).for_budget(unit, 1);
+        s.spec.far = HarnessConfig::short_trials(p.min_trial * 2, p.trials * 2)
+            .for_budget(unit * far_weight as u32, 1);
+        s
     }
+
+    /// The sizes measured after the random base-page curve if `max` is its last: the
+    /// sequential curves, lmbench's layout and the huge-page curve.
+    fn later_sizes(&self, max: u64) -> Vec<u64> {
+        let upto = |v: &[u64]| with_max(v.iter().copied().filter(|&z| z < max).collect(), max);
+        let mut all = Vec::new();
+        for &st in &self.strides {
+            all.extend(
+                upto(&self.seq_sizes)
+                    .into_iter()
+                    .filter(|&z| z >= 2 * st as u64),
+            );
+        }
+        all.extend([16 << 10, 1 << 20, max].into_iter().filter(|&z| z <= max));
+        match (self.thp, self.thp_curve) {
+            (true, true) => all.extend(upto(&self.random_sizes)),
+            (true, false) => all.push(max),
+            _ => {}
+        }
+        all
+    }
+
+    /// Whether measuring `size` next on the random curve, and everything after it, fits
+    /// the budget at the pace so far (the layout rate only grows with the set,
+    /// so a margin covers the step to the next size).
+    /// The curve goes on to the next power of two or stops before `size`, so that its
+    /// largest size, the `dram` point, is a power of two from run to run.
+    pub(super) fn fits(&self, size: u64, pace: Pace) -> bool {
+        let prev = self
+            .random_sizes
+            .iter()
+            .copied()
+            .filter(|&z| z < size)
+            .max();
+        if prev.is_some_and(|p| !p.is_power_of_two()) {
+            return true; // decided where this stretch began
+        }
+        let end = size.next_power_of_two();
+        let random: Vec<u64> = self
+            .random_sizes
+            .iter()
+            .copied()
+            .filter(|&z| z >= size && z <= end)
+            .collect();
+        let later = self.later_sizes(end);
+        // The huge-page region is faulted too; faulting is cheaper than laying a chain.
+        let bytes = (end + random.iter().sum::<u64>() + later.iter().sum::<u64>()) as f64;
+        let trials: f64 = random
+            .into_iter()
+            .chain(later)
+            .map(|z| pace.trials(z, &self.spec))
+            .sum();
+        let projected = 1.25 * (bytes * pace.lay_secs_per_byte + trials);
+        self.start.elapsed().as_secs_f64() + projected <= self.budget.as_secs_f64() * 0.95
+    }
+
+    /// Ends every curve at `reached`, where the random curve stopped.
+    pub(super) fn truncate(&mut self, reached: u64) {
+        let upto = |v: &mut Vec<u64>| {
+            v.retain(|&z| z < reached);
+            v.push(reached);
+        };
+        upto(&mut self.random_sizes);
+        upto(&mut self.seq_sizes);
+        self.lm_sizes = [16 << 10, 1 << 20, reached]
+            .into_iter()
+            .filter(|&z| z <= reached)
+            .collect();
+    }
+}
+
+/// `v` with `max` added at its end when its last size is below it.
+fn with_max(mut v: Vec<u64>, max: u64) -> Vec<u64> {
+    if v.last().is_some_and(|&l| l < max) {
+        v.push(max);
+    }
+    v
 }

@@ -192,9 +192,9 @@ impl Experiment for LoadedLatency {
     }
 }
 
-/// The chase buffer (8x the LLC, the size of mem.latency's dram point) and the load
-/// buffer (4x the LLC, at least 128 MiB), within the memory cap, a whole number of huge
-/// pages and of load parts.
+/// The chase buffer (the largest power of two within half the memory cap) and the load
+/// buffer (the rest of the cap, at most as large as the chase), planned from memory, not
+/// from the cache sizes; a whole number of huge pages and of load parts.
 fn sizes(
     ctx: &Context,
     llc: u64,
@@ -205,11 +205,13 @@ fn sizes(
     let (chase, load) = if ctx.profile == Profile::Smoke {
         (64u64 << 20, 64u64 << 20)
     } else {
-        ((8 * llc).next_power_of_two(), (4 * llc).max(128 << 20))
+        let (chase, _) = kit::largest_set(ctx.machine, ctx.profile, u64::MAX, line)?;
+        let chase = (chase / 2).max(16 << 20);
+        (chase, chase)
     };
     // The chase's permutation (4 bytes per node) lives while the chain is laid.
     let want = chase + load + 4 * chase / line as u64;
-    let cap = kit::memory_cap(ctx.machine, want, 32 << 20)?;
+    let cap = kit::memory_cap(ctx.machine, ctx.profile, want, 32 << 20)?;
     let scale = (cap as f64 / want as f64).min(1.0);
     let chase = (1u64 << (63 - ((chase as f64 * scale) as u64).max(1).leading_zeros())) as usize;
     let part = ((load as f64 * scale) as usize / threads).max(1 << 20) >> 20 << 20;
