@@ -467,6 +467,17 @@ pub trait Experiment: Send + Sync {
     fn default_repeat(&self, profile: Profile) -> usize {
         profile.default_repeat()
     }
+    /// The budget of one run on one kind of core, on a machine with `kinds` kinds: a
+    /// per-core-kind experiment shares its budget out among them, so that a hybrid CPU
+    /// does not make a run longer than the profile's limit.
+    fn kind_budget(&self, profile: Profile, kinds: usize) -> Duration {
+        let k = if self.spec().per_core_kind { kinds } else { 1 };
+        self.budget(profile) / k.max(1) as u32
+    }
+    /// The most all default runs take (on every kind of core): what `osmeter list` states.
+    fn ceiling(&self, profile: Profile) -> Duration {
+        self.budget(profile) * self.default_repeat(profile) as u32
+    }
     /// Predictions stated before measuring, by metric name.
     fn predict(&self, _ctx: &Context) -> Vec<(String, Prediction)> {
         Vec::new()
@@ -552,6 +563,24 @@ mod tests {
                 "{}",
                 m.id
             );
+        }
+    }
+
+    #[test]
+    fn every_profile_fits_its_time_limit_on_any_kind_of_cpu() {
+        for p in Profile::ALL {
+            let total: Duration = registry().iter().map(|e| e.ceiling(p)).sum();
+            assert!(
+                total <= p.time_limit(),
+                "{p:?}: the experiments' ceilings add up to {total:?}, over {:?}",
+                p.time_limit()
+            );
+            // A hybrid CPU's kinds share the budget: the runs on three kinds of core take
+            // what one run takes.
+            for e in registry() {
+                let runs = if e.spec().per_core_kind { 3 } else { 1 };
+                assert!(e.kind_budget(p, 3) * runs <= e.budget(p), "{}", e.id());
+            }
         }
     }
 

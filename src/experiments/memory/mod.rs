@@ -7,6 +7,8 @@ pub(crate) mod bandwidth;
 pub mod latency;
 pub(crate) mod loaded_latency;
 pub(crate) mod pagefault;
+#[cfg(test)]
+mod tests;
 
 /// In run order: latency first (bandwidth and page-fault findings use its DRAM figure),
 /// loaded-latency after both (it predicts from them).

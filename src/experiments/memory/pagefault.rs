@@ -75,7 +75,7 @@ impl Drop for FileMap {
 }
 
 /// Sizes: (file for major faults, anonymous region for minor faults).
-const SIZES: PerProfile<(u64, u64)> = PerProfile::new(
+pub(super) const SIZES: PerProfile<(u64, u64)> = PerProfile::new(
     (8 << 20, 16 << 20),
     (64 << 20, 64 << 20),
     (256 << 20, 256 << 20),

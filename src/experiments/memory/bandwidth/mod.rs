@@ -138,12 +138,12 @@ impl Experiment for MemBandwidth {
         if allowed.is_empty() {
             allowed = vec![ctx.cpu];
         }
-        let n = allowed.len();
+        let (size, n) = buffer(ctx.machine, ctx.profile, allowed.len())?;
+        buffer_notes(ctx, llc, size, n, allowed.len(), &mut out);
         // Thread k on cpus[k]: this thread's CPU first, then one per physical core, node
         // by node, SMT siblings last (Topology::spread).
         let topo = placement_topology(ctx);
         let cpus = topo.spread(&allowed, n);
-        let size = buffer_size(ctx, llc, n, &mut out)?;
         let rss0 = crate::experiments::kit::rss_baseline();
 
         let counts = thread_counts(n, ctx.profile);
@@ -249,19 +249,36 @@ fn metric_order(name: &str) -> (usize, usize, String) {
 /// Operations measured again on huge pages, one thread.
 const THP_OPS: [Op; 3] = [Op::Read, Op::Write, Op::Copy];
 
-/// The buffer: far larger than the last-level cache, within the memory cap, a whole
-/// number of blocks per thread; noted with MemAvailable.
-fn buffer_size(ctx: &Context, llc: u64, n: usize, out: &mut Outcome) -> anyhow::Result<usize> {
-    let want = BUFFER.get(ctx.profile);
-    // Each thread's part needs at least two blocks per half for copy.
-    let min = (4 * BLOCK * n) as u64;
-    let cap = crate::experiments::kit::memory_cap(ctx.machine, ctx.profile, want, min)?;
-    let size = (cap as usize / (BLOCK * n)) * BLOCK * n;
+/// The buffer (the profile's size within its memory cap, a whole number of blocks per
+/// thread) and the most threads that get parts of at least 4 blocks (two per half for
+/// copy) in it: all `cpus` unless the cap holds fewer.
+pub(super) fn buffer(
+    machine: &crate::machine::Machine,
+    profile: Profile,
+    cpus: usize,
+) -> anyhow::Result<(usize, usize)> {
+    let cap = crate::experiments::kit::memory_cap(
+        machine,
+        profile,
+        BUFFER.get(profile),
+        4 * BLOCK as u64,
+    )?;
+    let n = cpus.clamp(1, cap as usize / (4 * BLOCK));
+    Ok(((cap as usize / (BLOCK * n)) * BLOCK * n, n))
+}
+
+/// Notes the buffer with MemAvailable, the threads it holds and the last-level cache.
+fn buffer_notes(ctx: &Context, llc: u64, size: usize, n: usize, cpus: usize, out: &mut Outcome) {
     out.notes.push(format!(
         "memory cap {} (the buffer); MemAvailable {}",
         fmt_bytes(size as f64),
         fmt_bytes(ctx.machine.memory_budget_bytes() as f64)
     ));
+    if n < cpus {
+        out.notes.push(format!(
+            "at most {n} threads of {cpus} CPUs: the memory cap holds {n} parts of 4 MiB"
+        ));
+    }
     if (size as u64) < 4 * llc {
         out.notes.push(format!(
             "the buffer ({}) is less than 4x the last-level cache ({}): some trials may find data in the cache",
@@ -269,7 +286,6 @@ fn buffer_size(ctx: &Context, llc: u64, n: usize, out: &mut Outcome) -> anyhow::
             fmt_bytes(llc as f64)
         ));
     }
-    Ok(size)
 }
 
 /// Measures streams over the buffer and counts preempted and kept trials.

@@ -27,6 +27,7 @@ use crate::results::{Check, Prediction};
 use crate::rng::Rng;
 use crate::units::fmt_bytes;
 use kernel::{curve, lmbench_point, ChaseCurve};
+pub(crate) use plan::set_and_cap;
 use plan::{plan, working_set, ChaseSchedule, LatencyPlan};
 /// The verified chase, shared with mem.loaded-latency (one kernel, one premise).
 pub(crate) use {
@@ -63,7 +64,7 @@ impl Experiment for Latency {
         let known_llc = crate::experiments::kit::llc_bytes(&caches);
         let llc = known_llc.unwrap_or(32 << 20);
         let p = plan(ctx.profile, line);
-        let (max, cap) = working_set(ctx, &p, line, &mut out)?;
+        let (max, cap) = working_set(ctx, line, &mut out)?;
         let rss0 = crate::experiments::kit::rss_baseline();
         let mut sched = ChaseSchedule::new(ctx, &p, max, line, llc);
         let mut rng = Rng::from_entropy();

@@ -120,12 +120,10 @@ pub(super) fn plan(profile: Profile, line: usize) -> LatencyPlan {
 /// last-level cache the largest size measured reached (`dram_beyond_cache`).
 pub(super) fn working_set(
     ctx: &Context,
-    p: &LatencyPlan,
     line: usize,
     out: &mut Outcome,
 ) -> anyhow::Result<(u64, u64)> {
-    let (max, cap) =
-        crate::experiments::kit::largest_set(ctx.machine, ctx.profile, p.ceiling, line)?;
+    let (max, cap) = set_and_cap(ctx.machine, ctx.profile, line)?;
     out.notes.push(format!(
         "memory cap {} (working sets up to {} plus a {}-byte-per-node permutation); MemAvailable {}",
         fmt_bytes(cap as f64),
@@ -134,6 +132,15 @@ pub(super) fn working_set(
         fmt_bytes(ctx.machine.memory_budget_bytes() as f64)
     ));
     Ok((max, cap))
+}
+
+/// The largest working set `profile` lays out on `machine`, and its memory cap.
+pub(crate) fn set_and_cap(
+    machine: &crate::machine::Machine,
+    profile: Profile,
+    line: usize,
+) -> anyhow::Result<(u64, u64)> {
+    crate::experiments::kit::largest_set(machine, profile, plan(profile, line).ceiling, line)
 }
 
 /// The sanity check on the `dram` figure: whether its working set reached far enough

@@ -131,11 +131,24 @@ impl Experiment for LoadedLatency {
             ));
         }
         let mut out = Outcome::default();
-        let loaders = ctx.machine.topology.spread(&others, others.len());
         let caches = ctx.machine.data_caches();
         let line = kit::line_bytes(&caches);
         let llc = kit::llc_bytes(&caches).unwrap_or(32 << 20);
-        let (chase_len, load_len) = sizes(ctx, llc, line, loaders.len(), &mut out)?;
+        let (chase_len, load_len, k) = sizes(ctx.machine, ctx.profile, line, others.len())?;
+        if k < others.len() {
+            out.notes.push(format!(
+                "{k} load threads of {} other CPUs: the memory cap holds {k} parts of at least 1 MiB",
+                others.len()
+            ));
+        }
+        if (chase_len as u64) < 4 * llc {
+            out.notes.push(format!(
+                "the chase buffer ({}) is less than 4x the last-level cache ({}): some of its loads hit that cache",
+                fmt_bytes(chase_len as f64),
+                fmt_bytes(llc as f64)
+            ));
+        }
+        let loaders = ctx.machine.topology.spread(&others, k);
         let rss0 = kit::rss_baseline();
         (ctx.progress)("faulting the buffers in");
         let (mut chain, huge) = mapping(ctx, chase_len)?;
@@ -192,37 +205,32 @@ impl Experiment for LoadedLatency {
     }
 }
 
-/// The chase buffer (the largest power of two within half the memory cap) and the load
-/// buffer (the rest of the cap, at most as large as the chase), planned from memory, not
-/// from the cache sizes; a whole number of huge pages and of load parts.
-fn sizes(
-    ctx: &Context,
-    llc: u64,
+/// The chase buffer (half the largest power of two the memory cap holds) and the load
+/// buffer (as large), planned from memory, not from the cache sizes; whole MiB parts for
+/// at most `threads` load threads (fewer when the cap holds fewer parts). Returns the
+/// chase's and the load buffer's lengths and the number of load threads.
+pub(super) fn sizes(
+    machine: &crate::machine::Machine,
+    profile: Profile,
     line: usize,
     threads: usize,
-    out: &mut Outcome,
-) -> anyhow::Result<(usize, usize)> {
-    let (chase, load) = if ctx.profile == Profile::Smoke {
+) -> anyhow::Result<(usize, usize, usize)> {
+    let (chase, load) = if profile == Profile::Smoke {
         (64u64 << 20, 64u64 << 20)
     } else {
-        let (chase, _) = kit::largest_set(ctx.machine, ctx.profile, u64::MAX, line)?;
+        let (chase, _) = kit::largest_set(machine, profile, u64::MAX, line)?;
         let chase = (chase / 2).max(16 << 20);
         (chase, chase)
     };
     // The chase's permutation (4 bytes per node) lives while the chain is laid.
     let want = chase + load + 4 * chase / line as u64;
-    let cap = kit::memory_cap(ctx.machine, ctx.profile, want, 32 << 20)?;
+    let cap = kit::memory_cap(machine, profile, want, 32 << 20)?;
     let scale = (cap as f64 / want as f64).min(1.0);
     let chase = (1u64 << (63 - ((chase as f64 * scale) as u64).max(1).leading_zeros())) as usize;
-    let part = ((load as f64 * scale) as usize / threads).max(1 << 20) >> 20 << 20;
-    if (chase as u64) < 4 * llc {
-        out.notes.push(format!(
-            "the chase buffer ({}) is less than 4x the last-level cache ({}): some of its loads hit that cache",
-            fmt_bytes(chase as f64),
-            fmt_bytes(llc as f64)
-        ));
-    }
-    Ok((chase, part * threads))
+    let load = ((load as f64 * scale) as usize).max(1 << 20);
+    let threads = threads.clamp(1, load >> 20);
+    let part = (load / threads) >> 20 << 20;
+    Ok((chase, part * threads, threads))
 }
 
 /// How the chase buffer is backed.
