@@ -109,7 +109,7 @@ const SPEC: Spec = Spec {
     method: crate::method!("mem.bandwidth"),
     // Streaming loads and stores.
     bottleneck: crate::results::Bottleneck::Copy,
-    budget: Some(PerProfile::new(ms(900), ms(5_000), ms(40_000), ms(120_000))),
+    budget: Some(PerProfile::new(ms(900), ms(2_500), ms(40_000), ms(120_000))),
     ..Spec::MEMORY
 };
 
@@ -119,7 +119,7 @@ const TRIALS: PerProfile<(Duration, usize)> =
 /// The buffer wanted: this many last-level caches, and at least this many bytes.
 /// The buffer wanted per profile, within the profile's memory cap: planned from memory,
 /// not from the cache sizes (a note says when it does not reach 4x the last-level cache).
-const BUFFER: PerProfile<u64> = PerProfile::new(64 << 20, 512 << 20, 2 << 30, 8 << 30);
+const BUFFER: PerProfile<u64> = PerProfile::new(64 << 20, 256 << 20, 2 << 30, 8 << 30);
 
 impl Experiment for MemBandwidth {
     fn spec(&self) -> &Spec {

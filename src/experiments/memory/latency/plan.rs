@@ -191,8 +191,16 @@ impl ChaseSchedule {
         line: usize,
         llc: u64,
     ) -> ChaseSchedule {
-        let random_sizes = with_max(sizes(1024, max, p.per_doubling, line as u64), max);
-        let seq_sizes = with_max(sizes(1024, max, p.seq_per_doubling, line as u64), max);
+        // Past twice the last-level cache the curve is memory's plateau: one size per
+        // doubling there, so the largest sizes' chains, the costliest to lay, are few.
+        let edge = (2 * llc).next_power_of_two().min(max);
+        let curve = |per_doubling| {
+            let mut v = sizes(1024, edge, per_doubling, line as u64);
+            v.extend(sizes(edge, max, 1, line as u64).into_iter().skip(1));
+            with_max(v, max)
+        };
+        let random_sizes = curve(p.per_doubling);
+        let seq_sizes = curve(p.seq_per_doubling);
         let thp =
             crate::experiments::kit::thp_available(ctx.machine) && ctx.profile != Profile::Smoke;
         let mut s = ChaseSchedule {
