@@ -73,7 +73,7 @@ fn peaks(m: &Machine, p: Profile) -> Vec<(&'static str, Result<u64, String>)> {
     vec![
         (
             "mem.latency",
-            latency::set_and_cap(m, p, 64)
+            latency::plan::set_and_cap(m, p, 64)
                 .map(|(set, _)| set + 4 * set / 64)
                 .map_err(err),
         ),

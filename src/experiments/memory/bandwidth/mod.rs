@@ -249,20 +249,17 @@ fn metric_order(name: &str) -> (usize, usize, String) {
 /// Operations measured again on huge pages, one thread.
 const THP_OPS: [Op; 3] = [Op::Read, Op::Write, Op::Copy];
 
-/// The buffer (the profile's size within its memory cap, a whole number of blocks per
-/// thread) and the most threads that get parts of at least 4 blocks (two per half for
-/// copy) in it: all `cpus` unless the cap holds fewer.
+/// The buffer (the profile's size, larger when `cpus` threads need more, within the
+/// memory cap; a whole number of blocks per thread) and the most threads that get parts
+/// of at least 4 blocks (two per half for copy) in it: all `cpus` unless the cap holds
+/// fewer.
 pub(super) fn buffer(
     machine: &crate::machine::Machine,
     profile: Profile,
     cpus: usize,
 ) -> anyhow::Result<(usize, usize)> {
-    let cap = crate::experiments::kit::memory_cap(
-        machine,
-        profile,
-        BUFFER.get(profile),
-        4 * BLOCK as u64,
-    )?;
+    let want = BUFFER.get(profile).max((4 * BLOCK * cpus) as u64);
+    let cap = crate::experiments::kit::memory_cap(machine, profile, want, 4 * BLOCK as u64)?;
     let n = cpus.clamp(1, cap as usize / (4 * BLOCK));
     Ok(((cap as usize / (BLOCK * n)) * BLOCK * n, n))
 }

@@ -8,7 +8,7 @@
 mod checks;
 mod kernel;
 mod levels;
-mod plan;
+pub(super) mod plan;
 mod predict;
 #[cfg(test)]
 mod tests;
@@ -27,7 +27,6 @@ use crate::results::{Check, Prediction};
 use crate::rng::Rng;
 use crate::units::fmt_bytes;
 use kernel::{curve, lmbench_point, ChaseCurve};
-pub(crate) use plan::set_and_cap;
 use plan::{plan, working_set, ChaseSchedule, LatencyPlan};
 /// The verified chase, shared with mem.loaded-latency (one kernel, one premise).
 pub(crate) use {
