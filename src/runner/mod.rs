@@ -260,7 +260,7 @@ impl Turn<'_> {
         let _ = platform::pin_to_cpu(cpu);
         let host_before = crate::machine::conditions::sample(cpu, &self.siblings);
         let before = crate::sentinel::measure();
-        let limit = (env.hard_limit)(self.budget);
+        let limit = self.limit();
         env.watchdog.arm(exp.id(), limit);
         let mut res = run_one(exp, env, self.budget, self.earlier, self.rep(r, reps));
         if env.watchdog.disarm() {
@@ -283,6 +283,15 @@ impl Turn<'_> {
         res.sentinel = Some(crate::results::BeforeAfter { before, after });
         let seen = host_conditions(env.host, &mut res, &host_before, &host_after);
         (res, seen)
+    }
+
+    /// The hard limit of each repetition (short for the experiment a test makes hang).
+    fn limit(&self) -> Duration {
+        if experiments::seams::hangs(self.exp.id()) {
+            experiments::seams::HUNG_LIMIT
+        } else {
+            (self.env.hard_limit)(self.budget)
+        }
     }
 
     /// Repetition `r`; the last one pools the earlier ones (Outcome::pool).
@@ -392,6 +401,13 @@ fn run_one(
         scratch_cell: env.scratch,
         repetition,
     };
+    if experiments::seams::hangs(exp.id()) {
+        // A test's stand-in for an experiment that never returns; asleep, so that it
+        // leaves the CPU to the test's other work.
+        loop {
+            std::thread::sleep(Duration::from_secs(60));
+        }
+    }
     let mut result = empty_result(exp);
     let predictions = exp.predict(&ctx);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exp.run(&ctx)));
