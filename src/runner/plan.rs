@@ -56,6 +56,11 @@ pub(crate) fn plan(cfg: &RunConfig, registry: Registry) -> Result<Plan<'_>, RunE
 }
 
 impl Plan<'_> {
+    /// What the run does if an experiment overruns, in place of the registry's.
+    pub(crate) fn on_overrun(&mut self, react: OnOverrun) {
+        self.on_overrun = react;
+    }
+
     /// Measures the selected experiments and assembles the results document.
     pub(crate) fn run(self, progress: &dyn Progress) -> Result<RunResults, RunError> {
         measure(self, progress)
