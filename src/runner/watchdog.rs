@@ -19,7 +19,7 @@ pub struct Watchdog {
 }
 
 impl Watchdog {
-    pub fn start(on_overrun: Alarm) -> Watchdog {
+    pub fn start(alarm: Alarm) -> Watchdog {
         let w = Watchdog {
             deadline_ms: Arc::new(AtomicU64::new(u64::MAX)),
             current: Arc::new(Mutex::new(String::new())),
@@ -49,7 +49,7 @@ impl Watchdog {
                     {
                         o.store(true, Ordering::SeqCst);
                         let id = c.lock().map(|s| s.clone()).unwrap_or_default();
-                        on_overrun(&id);
+                        alarm(&id);
                     }
                 }
             })
