@@ -2,7 +2,8 @@
 //! (docs/ARCHITECTURE.md, "Errors and exit codes"): bad input is a usage error (exit 2),
 //! a failure while doing the work is a runtime error (exit 1). Either is printed as one
 //! line, `osmeter: error: MESSAGE`, never as a panic trace. `compare --gate` adds two
-//! codes that are verdicts, not errors: 3 a regression, 4 inconclusive.
+//! codes that are verdicts, not errors: 3 a regression, 4 inconclusive; `run` adds 5, a
+//! run that ended when an experiment overran its hard time limit.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -11,6 +12,9 @@ use std::process::ExitCode;
 pub const EXIT_USAGE: u8 = 2;
 /// Exit code of a failure while running (I/O, permissions, an experiment that failed).
 pub const EXIT_RUNTIME: u8 = 1;
+/// Exit code of a run that an experiment overran (exceeded its hard time limit): the run
+/// ended there, with what it measured before written.
+pub const EXIT_OVERRUN: u8 = 5;
 /// Exit code of `compare --gate` when a metric regressed (not an error: a verdict).
 #[cfg_attr(windows, allow(dead_code))] // used by the Unix build only
 pub const EXIT_REGRESSION: u8 = 3;

@@ -192,15 +192,16 @@ fn run_mocks(only: &str, repeat: usize) -> (RunResults, Vec<String>, Arc<AtomicU
             mock("mock.error", Behaviour::Errs, &calls),
             mock("mock.premise", Behaviour::PremiseFails, &calls),
             mock("mock.empty", Behaviour::NoMetrics, &calls),
+            mock("mock.skipped", Behaviour::Skipped, &calls),
+            // Last: the run ends at an overrun.
             mock(
                 "mock.sleeper",
                 Behaviour::Sleeps(Duration::from_millis(2500)),
                 &calls,
             ),
-            mock("mock.skipped", Behaviour::Skipped, &calls),
         ],
         hard_limit: short_limit,
-        on_overrun: Arc::new(move |id: &str| o.lock().unwrap().push(id.to_string())),
+        on_overrun: Arc::new(move |ov: &runner::Overrun| o.lock().unwrap().push(ov.id.clone())),
         topology: None,
         kind_clock: None,
     };
@@ -262,8 +263,67 @@ fn status_logic_budgets_and_watchdog() {
     let (s, why) = status(&r, "mock.sleeper");
     assert_eq!(s, Status::Failed);
     assert!(why.contains("hard time limit"), "{why}");
-    // Every experiment that ran got the sentinel before and after.
-    assert!(r.experiments.iter().all(|e| e.sentinel.is_some()));
+    // Every experiment that ran to its end got the sentinel before and after.
+    assert!(r
+        .experiments
+        .iter()
+        .all(|e| e.sentinel.is_some() || e.id == "mock.sleeper"));
+}
+
+/// An overrun ends the run, keeping what was measured before it: the reaction gets the
+/// document with the experiment failed (its limit and budget named) and the ones after it
+/// skipped, none of them run, not even its own next repetition; the run returns the same.
+#[test]
+fn an_overrun_ends_the_run_and_keeps_what_came_before() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let registry = Registry {
+        experiments: vec![
+            mock("mock.metrics", Behaviour::Metrics, &calls),
+            mock(
+                "mock.sleeper",
+                Behaviour::Sleeps(Duration::from_millis(2500)),
+                &calls,
+            ),
+            mock("mock.after", Behaviour::Metrics, &calls),
+        ],
+        hard_limit: short_limit,
+        on_overrun: Arc::new(move |o: &runner::Overrun| s.lock().unwrap().push(o.clone())),
+        topology: None,
+        kind_clock: None,
+    };
+    let r = runner::run_with(&config("", 2), registry, &runner::Silent).expect("run");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    let o = &seen[0];
+    assert_eq!(o.id, "mock.sleeper");
+    assert_eq!(
+        o.reason,
+        "exceeded its hard time limit of 1.0 s (budget 50 ms)"
+    );
+    // mock.metrics twice, mock.sleeper once; mock.after never.
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    for doc in [&o.results, &r] {
+        let ids: Vec<&str> = doc.experiments.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["mock.metrics", "mock.sleeper", "mock.after"]);
+        let m = doc.experiment("mock.metrics").unwrap();
+        assert_eq!(m.status, Status::Ok, "{:?}", m.reason);
+        assert_eq!(m.metric("budget").unwrap().runs.len(), 2, "both runs kept");
+        assert!(m.sentinel.is_some() && m.grade.is_some());
+        assert_eq!(
+            status(doc, "mock.sleeper"),
+            (Status::Failed, o.reason.clone())
+        );
+        assert_eq!(
+            status(doc, "mock.after"),
+            (
+                Status::Skipped,
+                "not run: the run ended after mock.sleeper overran its hard time limit".into()
+            )
+        );
+        assert_eq!(doc.config.profile.as_deref(), Some("smoke"));
+    }
 }
 
 #[test]
@@ -296,7 +356,7 @@ fn findings_quote_the_pooled_figures() {
         let registry = Registry {
             experiments: vec![mock("mock.pools", Behaviour::Pools, &calls)],
             hard_limit: short_limit,
-            on_overrun: Arc::new(|_: &str| {}),
+            on_overrun: Arc::new(|_: &runner::Overrun| {}),
             topology: None,
             kind_clock: None,
         };
@@ -340,7 +400,7 @@ fn the_configuration_is_recorded() {
     let registry = Registry {
         experiments: vec![mock("mock.metrics", Behaviour::Metrics, &calls)],
         hard_limit: short_limit,
-        on_overrun: Arc::new(|_: &str| {}),
+        on_overrun: Arc::new(|_: &runner::Overrun| {}),
         topology: None,
         kind_clock: None,
     };
@@ -387,7 +447,7 @@ fn the_configuration_is_recorded() {
     let registry = Registry {
         experiments: vec![mock("mock.metrics", Behaviour::Metrics, &calls)],
         hard_limit: short_limit,
-        on_overrun: Arc::new(|_: &str| {}),
+        on_overrun: Arc::new(|_: &runner::Overrun| {}),
         topology: None,
         kind_clock: None,
     };
@@ -439,7 +499,7 @@ fn progress_goes_to_the_observer() {
             mock("mock.skipped", Behaviour::Skipped, &calls),
         ],
         hard_limit: short_limit,
-        on_overrun: Arc::new(|_: &str| {}),
+        on_overrun: Arc::new(|_: &runner::Overrun| {}),
         topology: None,
         kind_clock: None,
     };
@@ -481,7 +541,7 @@ fn a_pattern_matching_no_mock_is_a_usage_error() {
     let registry = Registry {
         experiments: vec![mock("mock.metrics", Behaviour::Metrics, &calls)],
         hard_limit: short_limit,
-        on_overrun: Arc::new(|_: &str| {}),
+        on_overrun: Arc::new(|_: &runner::Overrun| {}),
         topology: None,
         kind_clock: None,
     };
@@ -632,7 +692,7 @@ fn two_kinds_of_core_give_both_sets_of_figures() {
             per_kind("mock.once"),
         ],
         hard_limit: short_limit,
-        on_overrun: Arc::new(|_: &str| {}),
+        on_overrun: Arc::new(|_: &runner::Overrun| {}),
         topology: Some(topology),
         // The other kind's clock: 1 GHz, which the run's CPU (measured) is not.
         kind_clock: Some(|_| Some(1.0e9)),

@@ -1,15 +1,16 @@
 //! `osmeter run`: the suite or a selection. The runner measures and returns the results
 //! document; this command shows its progress, writes the results folder, the reports and
-//! the history entry, and prints the summary (or the document with --json).
+//! the history entry, and prints the summary (or the document with --json). A run that
+//! an experiment overran is written the same way before the process ends.
 
-use crate::error::{Error, Result, EXIT_RUNTIME};
+use crate::error::{Error, Result, EXIT_OVERRUN, EXIT_RUNTIME};
 use crate::experiments::{Profile, RunOptions};
 use crate::results::{RunResults, Status};
 use crate::runner::{self, Registry, RunConfig};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 pub(super) const EXAMPLES: &str = "Examples:
@@ -106,42 +107,92 @@ fn measure_and_publish(a: Args) -> Result<bool> {
             drop_caches: a.drop_caches,
         },
     };
-    let plan = runner::plan(&cfg, Registry::real())?;
+    let mut plan = runner::plan(&cfg, Registry::real())?;
     let exports = a.export.parse()?;
     // After the runner's own checks, before anything is measured.
     crate::results::save::check_out_dir(&a.out).map_err(Error::Usage)?;
-    let quiet = a.quiet || a.json;
-    let display = Display::default();
-    let results = if quiet {
+    let output = Arc::new(Output {
+        out: a.out,
+        history: !a.no_history,
+        exports,
+        json: a.json,
+        quiet: a.quiet,
+    });
+    let display = Arc::new(Display::default());
+    plan.on_overrun(end_on_overrun(output.clone(), display.clone()));
+    let results = if a.quiet || a.json {
         plan.run(&runner::Silent)?
     } else {
-        plan.run(&display)?
+        plan.run(&*display)?
     };
-    let folder = publish(&a.out, !a.no_history, &results)?;
-    super::export::write_all(&exports, &results)?;
-    if a.json {
-        let s = serde_json::to_string_pretty(&results).map_err(Error::runtime)?;
-        println!("{s}");
-    } else if !a.quiet {
-        // Warnings the bar printed on this screen are not repeated above the table.
-        let shown = if std::io::stdout().is_terminal() {
-            display.warnings_shown()
-        } else {
-            Vec::new()
-        };
-        print!(
-            "{}",
-            crate::report::terminal::render_after(&results, None, &shown)
-        );
-        println!("results: {}", folder.join("results.json").display());
-        if folder.join("report.html").exists() {
-            println!("report:  {}", folder.join("report.html").display());
-        }
-    }
+    output.write_and_print(&results, &display)?;
     Ok(results
         .experiments
         .iter()
         .any(|e| e.status == Status::Failed))
+}
+
+/// The reaction to an experiment that overran: its thread cannot be stopped and would
+/// disturb whatever ran next, so the process ends, but first the hung experiment's
+/// scratch files go (as on Ctrl-C; its children and the loopback peer end with the
+/// process), and the run as it stands is written and printed as a normal run's. One
+/// error line names the experiment and the results folder; the exit code is its own.
+fn end_on_overrun(output: Arc<Output>, display: Arc<Display>) -> runner::OnOverrun {
+    Arc::new(move |o: &runner::Overrun| {
+        crate::scratch::cleanup_all();
+        runner::Progress::finish(&*display);
+        let written = match output.write_and_print(&o.results, &display) {
+            Ok(folder) => format!("the results are in {}", folder.display()),
+            Err(e) => format!("the results could not be written: {e}"),
+        };
+        let msg = format!(
+            "experiment {} {}; the run ended there, {written}",
+            o.id, o.reason
+        );
+        eprintln!("{}", Error::runtime(msg).line());
+        // exit runs no destructors: what was printed must reach its reader first.
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+        std::process::exit(i32::from(EXIT_OVERRUN));
+    })
+}
+
+/// Where a run's results go and what is printed: the same for a run that ended normally
+/// and one that an experiment overran.
+struct Output {
+    out: PathBuf,
+    history: bool,
+    exports: Vec<super::export::Export>,
+    json: bool,
+    quiet: bool,
+}
+
+impl Output {
+    /// Writes the results folder, the reports, the history entry and the exports, then
+    /// prints the document (--json) or the summary; returns the folder.
+    fn write_and_print(&self, results: &RunResults, display: &Display) -> Result<PathBuf> {
+        let folder = publish(&self.out, self.history, results)?;
+        super::export::write_all(&self.exports, results)?;
+        if self.json {
+            let s = serde_json::to_string_pretty(results).map_err(Error::runtime)?;
+            println!("{s}");
+        } else if !self.quiet {
+            // Warnings the bar printed on this screen are not repeated above the table.
+            let shown = if std::io::stdout().is_terminal() {
+                display.warnings_shown()
+            } else {
+                Vec::new()
+            };
+            print!(
+                "{}",
+                crate::report::terminal::render_after(results, None, &shown)
+            );
+            println!("results: {}", folder.join("results.json").display());
+            if folder.join("report.html").exists() {
+                println!("report:  {}", folder.join("report.html").display());
+            }
+        }
+        Ok(folder)
+    }
 }
 
 /// Writes the results folder, its reports and the history entry; returns the folder.

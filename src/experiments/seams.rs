@@ -65,3 +65,17 @@ pub(crate) fn set(f: impl FnOnce(&mut Seams)) {
         s.set(v);
     });
 }
+
+/// The experiment that never returns, for a test that must run the whole binary (the
+/// process, not a unit test, is what an overrun ends): the id in `OSMETER_TEST_HANG`, read
+/// once. The runner then waits on that experiment in place of running it, under
+/// `HUNG_LIMIT`, so such a test takes seconds. Unset (as in every real run), nothing hangs.
+pub(crate) fn hangs(id: &str) -> bool {
+    static HUNG: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    HUNG.get_or_init(|| std::env::var("OSMETER_TEST_HANG").ok())
+        .as_deref()
+        == Some(id)
+}
+
+/// The hard limit of the experiment `OSMETER_TEST_HANG` names.
+pub(crate) const HUNG_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);

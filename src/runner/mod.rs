@@ -6,6 +6,7 @@
 
 mod kinds;
 mod merge;
+mod overrun;
 mod plan;
 #[cfg(test)]
 mod tests;
@@ -21,13 +22,15 @@ pub(crate) use merge::merge_repeats;
 #[cfg(test)]
 pub(crate) use merge::run_judged;
 use merge::{add_cycles, empty_result, failed, judge, kept_observations, label_run};
+use overrun::Ledger;
+pub use overrun::{OnOverrun, Overrun};
 pub(crate) use plan::plan;
 use plan::{repeats, runs_of};
 use serde::Serialize;
 use std::path::Path;
 use std::time::{Duration, Instant};
+pub(crate) use watchdog::hard_limit;
 pub use watchdog::Watchdog;
-pub(crate) use watchdog::{exit_on_overrun, hard_limit, OnOverrun};
 
 /// What `osmeter run` was asked to do.
 #[derive(Debug, Clone, Serialize)]
@@ -127,7 +130,7 @@ impl Registry {
         Registry {
             experiments: experiments::registry(),
             hard_limit,
-            on_overrun: exit_on_overrun(),
+            on_overrun: overrun::exit_on_overrun(),
             topology: None,
             kind_clock: None,
         }
@@ -177,7 +180,11 @@ fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentRe
             siblings: env.host.siblings(),
         };
         let res = turn.run();
+        env.ledger.done(&res);
         results.push(res);
+        if env.ledger.ended() {
+            break;
+        }
     }
     results
 }
@@ -211,6 +218,9 @@ impl Turn<'_> {
             let (res, seen) = self.repetition(r, &reps, &mut kind_reps);
             observed.push(seen);
             reps.push(res);
+            if env.ledger.ended() {
+                break;
+            }
         }
         let observed = kept_observations(&reps, observed);
         let mut res = merge_repeats(reps);
@@ -260,14 +270,17 @@ impl Turn<'_> {
         let _ = platform::pin_to_cpu(cpu);
         let host_before = crate::machine::conditions::sample(cpu, &self.siblings);
         let before = crate::sentinel::measure();
-        let limit = (env.hard_limit)(self.budget);
+        let limit = self.limit();
+        env.ledger.running(limit, self.budget);
         env.watchdog.arm(exp.id(), limit);
         let mut res = run_one(exp, env, self.budget, self.earlier, self.rep(r, reps));
         if env.watchdog.disarm() {
-            // Only reached when the overrun reaction returns (the real one exits).
-            overran(&mut res, limit);
+            self.overran(&mut res, limit);
         }
         for (kr, kreps) in self.kinds.iter().zip(kind_reps.iter_mut()) {
+            if env.ledger.ended() {
+                break;
+            }
             env.progress.message(&format!(
                 "{} {} on the {} cores{run_of}",
                 self.step,
@@ -285,6 +298,15 @@ impl Turn<'_> {
         (res, seen)
     }
 
+    /// The hard limit of each repetition (short for the experiment a test makes hang).
+    fn limit(&self) -> Duration {
+        if experiments::seams::hangs(self.exp.id()) {
+            experiments::seams::HUNG_LIMIT
+        } else {
+            (self.env.hard_limit)(self.budget)
+        }
+    }
+
     /// Repetition `r`; the last one pools the earlier ones (Outcome::pool).
     fn rep<'b>(&self, r: usize, earlier: &'b [ExperimentResult]) -> Repetition<'b> {
         Repetition {
@@ -298,6 +320,7 @@ impl Turn<'_> {
     fn on_kind(&self, kr: &KindRun, limit: Duration, rep: Repetition) -> ExperimentResult {
         let env = self.env;
         let _ = platform::pin_to_cpu(kr.cpu);
+        env.ledger.running(limit, self.budget);
         env.watchdog.arm(self.exp.id(), limit);
         let earlier = KindEarlier {
             results: self.earlier,
@@ -314,19 +337,18 @@ impl Turn<'_> {
         };
         let mut kres = run_one(self.exp, &kenv, self.budget, &earlier, rep);
         if env.watchdog.disarm() {
-            overran(&mut kres, limit);
+            self.overran(&mut kres, limit);
         }
         kres
     }
-}
 
-/// Fails an experiment that overran its hard time limit.
-fn overran(res: &mut ExperimentResult, limit: Duration) {
-    res.status = Status::Failed;
-    res.reason = Some(format!(
-        "exceeded its hard time limit of {:.1} s",
-        limit.as_secs_f64()
-    ));
+    /// Fails a repetition that overran its hard time limit, once the reaction to the
+    /// overrun has returned (only a test's does: the real one ends the process).
+    fn overran(&self, res: &mut ExperimentResult, limit: Duration) {
+        self.env.ledger.wait();
+        res.status = Status::Failed;
+        res.reason = Some(overrun::reason(limit, self.budget));
+    }
 }
 
 /// What the host did around one repetition (`grade::RunState::observe`): the conditions
@@ -361,6 +383,8 @@ struct Env<'a> {
     scratch: &'a std::sync::OnceLock<crate::scratch::Scratch>,
     progress: &'a dyn Progress,
     watchdog: &'a Watchdog,
+    /// The results so far, for the document of a run an experiment overran.
+    ledger: &'a Ledger,
     hard_limit: fn(Duration) -> Duration,
     /// Why the measuring thread's CPU is not controlled (None: hard pinning).
     placement: Option<String>,
@@ -392,6 +416,13 @@ fn run_one(
         scratch_cell: env.scratch,
         repetition,
     };
+    if experiments::seams::hangs(exp.id()) {
+        // A test's stand-in for an experiment that never returns; asleep, so that it
+        // leaves the CPU to the test's other work.
+        loop {
+            std::thread::sleep(Duration::from_secs(60));
+        }
+    }
     let mut result = empty_result(exp);
     let predictions = exp.predict(&ctx);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exp.run(&ctx)));

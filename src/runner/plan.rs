@@ -2,7 +2,9 @@
 //! measured CPU chosen and pinned, and the results document assembled.
 
 use super::kinds::other_kinds;
-use super::watchdog::{OnOverrun, Watchdog};
+use super::merge::empty_result;
+use super::overrun::{Ledger, OnOverrun};
+use super::watchdog::Watchdog;
 use super::{
     check_writable_dir, off_cpu, run_selected, Env, Progress, Registry, RunConfig, RunError,
 };
@@ -15,6 +17,7 @@ use crate::results::{
     SCHEMA_VERSION,
 };
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 /// A validated run, not started yet.
@@ -53,6 +56,11 @@ pub(crate) fn plan(cfg: &RunConfig, registry: Registry) -> Result<Plan<'_>, RunE
 }
 
 impl Plan<'_> {
+    /// What the run does if an experiment overruns, in place of the registry's.
+    pub(crate) fn on_overrun(&mut self, react: OnOverrun) {
+        self.on_overrun = react;
+    }
+
     /// Measures the selected experiments and assembles the results document.
     pub(crate) fn run(self, progress: &dyn Progress) -> Result<RunResults, RunError> {
         measure(self, progress)
@@ -78,10 +86,13 @@ fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> 
     let kind_cpus = kind_cpus(&selected, &machine, cpu, &allowed);
     progress.begin(total_budget(cfg, &selected, kind_cpus.len()));
     progress.message("gathering machine facts");
+    let ledger = Arc::new(Ledger::new(
+        selected.iter().map(|e| empty_result(e.as_ref())).collect(),
+    ));
     // Helper threads start before pinning, away from the measured CPU.
     let watchdog = off_cpu(cpu, &allowed, || {
         progress.start_threads();
-        Watchdog::start(on_overrun)
+        Watchdog::start(ledger.alarm(on_overrun))
     });
     let placement = pin(cpu, &mut machine)?;
     let hw = machine.add_time_base();
@@ -102,6 +113,7 @@ fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> 
     for w in &warnings {
         progress.line(&format!("warning: {w}"));
     }
+    ledger.begin(head(cfg, cpu, (started, t0), &machine, &warnings));
 
     let scratch = std::sync::OnceLock::new();
     let host = crate::grade::RunState {
@@ -122,6 +134,7 @@ fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> 
         scratch: &scratch,
         progress,
         watchdog: &watchdog,
+        ledger: &ledger,
         hard_limit,
         placement,
         host: &host,
@@ -133,6 +146,9 @@ fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> 
     progress.finish();
     drop(scratch); // removes the scratch folder
     let _ = platform::set_affinity(&allowed);
+    if let Some(doc) = ledger.document() {
+        return Ok(doc);
+    }
     let mut doc = document(cfg, cpu, (started, t0), machine, warnings, results);
     doc.findings = crate::findings::compute(&doc);
     Ok(doc)
@@ -245,6 +261,23 @@ fn reference_reading() -> Option<crate::results::Reading> {
             copy_ns_per_byte: a.copy_ns_per_byte.min(b.copy_ns_per_byte),
             spread: a.spread.max(b.spread),
         })
+}
+
+/// How the ledger makes the document of a run an experiment overran: as `measure` makes
+/// it, from copies of what it holds when measuring begins.
+fn head(
+    cfg: &RunConfig,
+    cpu: usize,
+    start: (SystemTime, Instant),
+    machine: &Machine,
+    warnings: &[String],
+) -> super::overrun::Head {
+    let (cfg, machine, warnings) = (cfg.clone(), machine.clone(), warnings.to_vec());
+    Box::new(move |results| {
+        let mut doc = document(&cfg, cpu, start, machine.clone(), warnings.clone(), results);
+        doc.findings = crate::findings::compute(&doc);
+        doc
+    })
 }
 
 /// The results document of a run that started at `started` (its findings are the

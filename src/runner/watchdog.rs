@@ -6,16 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// What the watchdog does when an experiment overruns its hard limit (given its id).
-pub(crate) type OnOverrun = Arc<dyn Fn(&str) + Send + Sync>;
-
-/// The real reaction to a hung experiment: nothing else can stop a thread that never
-/// returns, so the run ends.
-pub(crate) fn exit_on_overrun() -> OnOverrun {
-    Arc::new(|id: &str| {
-        eprintln!("osmeter: error: experiment {id} exceeded its hard time limit; aborting the run");
-        std::process::exit(1);
-    })
-}
+pub(crate) type Alarm = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Watches the running experiment's hard limit from a thread of its own, so no
 /// experiment can hang the run.
@@ -28,7 +19,7 @@ pub struct Watchdog {
 }
 
 impl Watchdog {
-    pub fn start(on_overrun: OnOverrun) -> Watchdog {
+    pub fn start(alarm: Alarm) -> Watchdog {
         let w = Watchdog {
             deadline_ms: Arc::new(AtomicU64::new(u64::MAX)),
             current: Arc::new(Mutex::new(String::new())),
@@ -58,7 +49,7 @@ impl Watchdog {
                     {
                         o.store(true, Ordering::SeqCst);
                         let id = c.lock().map(|s| s.clone()).unwrap_or_default();
-                        on_overrun(&id);
+                        alarm(&id);
                     }
                 }
             })
@@ -76,8 +67,10 @@ impl Watchdog {
     }
     /// Stops watching; true when the experiment overran since `arm`.
     pub(super) fn disarm(&self) -> bool {
-        self.deadline_ms.store(u64::MAX, Ordering::SeqCst);
-        self.overran.load(Ordering::SeqCst)
+        // The watchdog takes the deadline when it fires: finding it gone means it did, even
+        // if it has not yet said so.
+        let at = self.deadline_ms.swap(u64::MAX, Ordering::SeqCst);
+        at == u64::MAX || self.overran.load(Ordering::SeqCst)
     }
     /// The CPUs the watchdog thread may run on, as it read them through the platform
     /// layer when it started (None until it has).
