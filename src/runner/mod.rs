@@ -174,7 +174,8 @@ fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentRe
             } else {
                 &[]
             },
-            budget: exp.budget(cfg.profile),
+            // Kinds of core share the budget (`Experiment::kind_budget`).
+            budget: exp.kind_budget(cfg.profile, 1 + env.kinds.len()),
             repeat: repeats(cfg, exp),
             step: format!("[{}/{}]", i + 1, selected.len()),
             siblings: env.host.siblings(),

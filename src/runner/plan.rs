@@ -173,7 +173,7 @@ fn kind_cpus(
 fn total_budget(cfg: &RunConfig, selected: &[Box<dyn Experiment>], kinds: usize) -> Duration {
     selected
         .iter()
-        .map(|e| e.budget(cfg.profile) * runs_of(cfg, e.as_ref(), kinds))
+        .map(|e| e.kind_budget(cfg.profile, kinds) * runs_of(cfg, e.as_ref(), kinds))
         .sum()
 }
 
