@@ -20,12 +20,13 @@ impl<T: Copy> PerProfile<T> {
 }
 
 impl PerProfile<Duration> {
-    /// A quick-profile figure scaled: smoke 1/5, standard 5x, thorough 15x.
-    pub const fn scaled(quick: Duration) -> Self {
-        let ns = quick.as_nanos() as u64;
+    /// A unit scaled per profile: smoke 1/5, quick 1/2 (its runs must add up to the
+    /// profile's 60 s), standard 5x, thorough 15x.
+    pub const fn scaled(unit: Duration) -> Self {
+        let ns = unit.as_nanos() as u64;
         PerProfile([
             Duration::from_nanos(ns / 5),
-            quick,
+            Duration::from_nanos(ns / 2),
             Duration::from_nanos(ns * 5),
             Duration::from_nanos(ns * 15),
         ])
@@ -179,7 +180,7 @@ mod tests {
     #[test]
     fn scaled_budgets_follow_profile_scale() {
         let b = PerProfile::scaled(ms(1500));
-        assert_eq!(b, PerProfile::new(ms(300), ms(1500), ms(7500), ms(22500)));
+        assert_eq!(b, PerProfile::new(ms(300), ms(750), ms(7500), ms(22500)));
         assert_eq!(b.get(Profile::Standard), ms(7500));
     }
 }
