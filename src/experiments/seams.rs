@@ -28,6 +28,12 @@ pub(crate) struct Seams {
     /// fs.contention's files are this size (a few blocks: readers run past the end and read
     /// blocks again, as when the device is faster than the sizing assumes).
     pub small_files: Option<u64>,
+    /// mem.loaded-latency's chase is mapped on base pages whatever the kernel offers, while
+    /// its reference chase keeps mem.latency's page kind (a chase that lost its huge pages).
+    pub chase_base_pages: bool,
+    /// mem.loaded-latency's chase is laid over only this many nodes of its buffer, while its
+    /// reference chase covers the whole working set (a chase that fits in a cache).
+    pub chase_nodes: Option<usize>,
 }
 
 impl Seams {
@@ -39,6 +45,8 @@ impl Seams {
         program: None,
         pipe_alone_extra: 0,
         small_files: None,
+        chase_base_pages: false,
+        chase_nodes: None,
     };
 }
 

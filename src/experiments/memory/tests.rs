@@ -86,7 +86,7 @@ fn peaks(m: &Machine, p: Profile) -> Vec<(&'static str, Result<u64, String>)> {
         (
             "mem.loaded-latency",
             loaded_latency::sizes(m, p, 64, cpus.saturating_sub(1).max(1))
-                .map(|(c, l, _)| (c + l) as u64 + 4 * c as u64 / 64)
+                .map(|(c, l, _)| (2 * c + l) as u64 + 4 * c as u64 / 64)
                 .map_err(err),
         ),
         (

@@ -78,6 +78,9 @@ struct LineCounter {
 /// memory stall, shorter than a time slice.
 const HICCUP_SLACK_NS: f64 = 20_000.0;
 
+/// Untimed chase before each idle and reference point.
+const QUIET_WARM_UP: Duration = Duration::from_millis(2);
+
 /// What one load thread saw during one point.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(super) struct LoadSpan {
@@ -148,19 +151,33 @@ impl LoadedPoint {
 /// The chase and its load threads for one run.
 pub(super) struct LoadTeam<'a, 'c> {
     pub(super) ctx: &'a Context<'c>,
+    /// Trial settings of the loaded points, and of the idle and reference points.
     pub(super) cfg: &'a HarnessConfig,
+    pub(super) quiet_cfg: &'a HarnessConfig,
     pub(super) chain: &'a Region,
+    /// The reference chase (mem.latency's chase, laid afresh), when memory allowed it.
+    pub(super) reference: Option<&'a Region>,
     pub(super) loads: &'a Region,
     pub(super) line: usize,
     pub(super) loaders: &'a [usize],
 }
 
-/// The measured points: idle (before and after, pooled) and each traffic's loaded points,
-/// lightest load first.
+/// The measured points: idle (every repeat's trials pooled) and each traffic's loaded
+/// points, lightest load first, with the quiet repeats taken between them.
 pub(super) struct Sweep {
     pub(super) idle: LoadedPoint,
     pub(super) reads: Vec<LoadedPoint>,
     pub(super) mix: Vec<LoadedPoint>,
+    pub(super) quiet: QuietRepeats,
+}
+
+/// The idle chase and the reference chase, measured side by side before the sweep and
+/// after each gap: each repeat's median latency, ns, in the order taken (the reference's
+/// empty without a reference).
+#[derive(Debug, Clone, Default)]
+pub(super) struct QuietRepeats {
+    pub(super) idle: Vec<f64>,
+    pub(super) reference: Vec<f64>,
 }
 
 /// What the chase thread tells the load threads.
@@ -233,8 +250,9 @@ impl LoadSignals {
 }
 
 impl LoadTeam<'_, '_> {
-    /// Idle, then each gap from lightest load to none, read-only and then the mix at each
-    /// (so both curves see the neighbours' traffic of the same moments), then idle again.
+    /// Idle and reference, then each gap from lightest load to none, read-only and then
+    /// the mix at each (so both curves see the neighbours' traffic of the same moments),
+    /// each gap followed by idle and reference again.
     pub(super) fn sweep(&self, gaps: &[f64], ns_per_iter: f64) -> Sweep {
         let k = self.loaders.len();
         let sh = LoadSignals::new(k);
@@ -250,14 +268,18 @@ impl LoadTeam<'_, '_> {
             }
             // One chase position for the whole sweep: restarting each point at node 0 walked
             // the same prefix again, which then sat in the caches.
-            let mut at = self.chain.as_ptr() as *const u8;
-            let mut idle = self.point(&sh, None, Traffic::Read, 0, &mut at);
-            (self.ctx.progress)(&format!("idle: {}", fmt_ns(idle.latency_ns())));
+            let mut at = [
+                self.chain.as_ptr() as *const u8,
+                self.reference
+                    .map_or(std::ptr::null(), |r| r.as_ptr() as *const u8),
+            ];
+            let mut quiet = Vec::new();
+            self.quiet_pair(&sh, &mut at, &mut quiet);
             let (mut reads, mut mix) = (Vec::new(), Vec::new());
             for &g in gaps {
                 let iters = (g / ns_per_iter).round() as u64;
                 for (traffic, pts) in [(Traffic::Read, &mut reads), (Traffic::Mix, &mut mix)] {
-                    let p = self.point(&sh, Some(g), traffic, iters, &mut at);
+                    let p = self.point(&sh, Some(g), traffic, iters, &mut at[0]);
                     (self.ctx.progress)(&format!(
                         "gap {} ({}): {} at {}",
                         fmt_ns(g),
@@ -267,25 +289,60 @@ impl LoadTeam<'_, '_> {
                     ));
                     pts.push(p);
                 }
+                self.quiet_pair(&sh, &mut at, &mut quiet);
             }
-            // Idle again after the sweep, pooled with the first: on a shared machine the
-            // neighbours' memory traffic changes over time, and one short idle window
-            // would stand for all of it.
-            let again = self.point(&sh, None, Traffic::Read, 0, &mut at);
-            let before = idle.latency_ns();
-            idle.notes.push(format!(
-                "idle measured before the sweep ({}) and after it ({}); the trials are pooled",
-                fmt_ns(before),
-                fmt_ns(again.latency_ns())
-            ));
-            idle.latency.extend(again.latency);
-            idle.bandwidth.extend(again.bandwidth);
-            idle.preempted += again.preempted;
-            idle.notes.extend(again.notes);
             sh.quit.store(true, Ordering::Release);
             sh.gen.fetch_add(1, Ordering::AcqRel);
-            Sweep { idle, reads, mix }
+            let (idle, quiet) = pooled(quiet);
+            Sweep {
+                idle,
+                reads,
+                mix,
+                quiet,
+            }
         })
+    }
+
+    /// The idle chase and the reference chase one after the other, in turn first (so a
+    /// drift within the pair favours neither), each continuing from its own position in
+    /// `at` (chase, reference). Pushes (idle, reference) to `quiet`.
+    fn quiet_pair(
+        &self,
+        sh: &LoadSignals,
+        at: &mut [*const u8; 2],
+        quiet: &mut Vec<(LoadedPoint, Option<LoadedPoint>)>,
+    ) {
+        let reference_first = quiet.len() % 2 == 1;
+        let mut reference = None;
+        if reference_first && self.reference.is_some() {
+            reference = Some(self.quiet_point(sh, &mut at[1]));
+        }
+        let idle = self.quiet_point(sh, &mut at[0]);
+        if !reference_first && self.reference.is_some() {
+            reference = Some(self.quiet_point(sh, &mut at[1]));
+        }
+        (self.ctx.progress)(&format!(
+            "idle: {}{}",
+            fmt_ns(idle.latency_ns()),
+            reference
+                .as_ref()
+                .map(|r| format!(", reference chase {}", fmt_ns(r.latency_ns())))
+                .unwrap_or_default()
+        ));
+        quiet.push((idle, reference));
+    }
+
+    /// A point without load, after an untimed warm-up chase from `at`: the chase buffer
+    /// was chased all through the loaded point before, the reference's not since its last
+    /// repeat, and a cold chase (its page-table entries evicted by the streams) is slower.
+    fn quiet_point(&self, sh: &LoadSignals, at: &mut *const u8) -> LoadedPoint {
+        let t = std::time::Instant::now();
+        while t.elapsed() < QUIET_WARM_UP {
+            // SAFETY: `at` is in a chain laid and verified as one cycle before the sweep,
+            // and nothing writes its region while the chase runs.
+            *at = unsafe { chase(*at, 64) };
+        }
+        self.point(sh, None, Traffic::Read, 0, at)
     }
 
     /// One point: release the load threads (unless idle), time the chase, stop them.
@@ -312,7 +369,12 @@ impl LoadTeam<'_, '_> {
         let line = self.line as f64;
         // A trial counts when this thread was not preempted and, under load, every load
         // thread read lines without a hiccup all through it; others are repeated.
-        let m = measure_trials(clock, self.cfg, UNROLL as f64, |iters| {
+        let cfg = if gap.is_some() {
+            self.cfg
+        } else {
+            self.quiet_cfg
+        };
+        let m = measure_trials(clock, cfg, UNROLL as f64, |iters| {
             let (c0, v0) = sh.counts();
             let pre = crate::harness::thread_preemptions();
             let t0 = clock.start();
@@ -350,6 +412,25 @@ impl LoadTeam<'_, '_> {
         p.notes = m.notes.clone();
         p
     }
+}
+
+/// The idle repeats pooled into one point (every trial kept: on a shared machine the
+/// neighbours' memory traffic changes over time, and one short window would stand for all
+/// of it), and each repeat's median beside the reference's.
+fn pooled(quiet: Vec<(LoadedPoint, Option<LoadedPoint>)>) -> (LoadedPoint, QuietRepeats) {
+    let mut idle = LoadedPoint::default();
+    let mut q = QuietRepeats::default();
+    for (i, r) in quiet {
+        q.idle.push(i.latency_ns());
+        idle.latency.extend(i.latency);
+        idle.bandwidth.extend(i.bandwidth);
+        idle.preempted += i.preempted;
+        idle.notes.extend(i.notes);
+        if let Some(r) = r {
+            q.reference.push(r.latency_ns());
+        }
+    }
+    (idle, q)
 }
 
 /// A load thread: for each generation, streams its part with the set delay until told

@@ -22,9 +22,18 @@ pub(crate) struct LoadedLatency;
 
 /// A point whose latency is more than this over idle is past the knee.
 const KNEE_RISE: f64 = 1.2;
-/// The idle point agrees with mem.latency's figure when within this ratio (or their 95%
-/// intervals overlap): the chase then misses the caches as mem.latency's does.
+/// Without a reference chase, the idle point agrees with mem.latency's figure from earlier
+/// in the run when within this ratio (or their 95% intervals overlap).
 const IDLE_AGREES: f64 = 0.2;
+/// The idle chase agrees with the reference chase measured beside it when the median of
+/// their paired ratios is within this many times the window's noise of 1 (the noise: how
+/// far one repeat of a chase moves from that chase's median). A ratio of paired medians
+/// moves far less than one repeat, so chance alone stays inside.
+const AGREE_NOISE_TIMES: f64 = 3.0;
+/// ... and always within this share: two chases of one kind over two buffers differ a
+/// little even in a quiet window (where the host placed their pages), while a working set
+/// that a cache holds is several times faster.
+const AGREE_FLOOR: f64 = 0.15;
 /// Lines a load thread reads between looks at the stop flag and the clock (its line
 /// counter is stored after every line, so even a short trial sees it move).
 const BATCH: u64 = 32;
@@ -38,7 +47,7 @@ const SPEC: Spec = Spec {
         min_cpus: 2,
         ..Needs::NONE
     },
-    budget: Some(PerProfile::new(ms(1_500), ms(1_500), ms(30_000), ms(90_000))),
+    budget: Some(PerProfile::new(ms(1_500), ms(2_500), ms(30_000), ms(90_000))),
     // a dependent chase, as mem.latency.
     ..Spec::MEMORY
 };
@@ -151,24 +160,29 @@ impl Experiment for LoadedLatency {
         let loaders = ctx.machine.topology.spread(&others, k);
         let rss0 = kit::rss_baseline();
         (ctx.progress)("faulting the buffers in");
-        let (mut chain, huge) = mapping(ctx, chase_len)?;
-        let (mut loads, load_huge) = mapping(ctx, load_len)?;
+        let seams = crate::experiments::seams::get();
+        let (mut chain, huge) = mapping(ctx, chase_len, !seams.chase_base_pages)?;
+        let (mut loads, load_huge) = mapping(ctx, load_len, true)?;
         loads.as_mut_slice().fill(0x5a);
         (ctx.progress)("laying the chase");
         let mut rng = Rng::from_entropy();
-        let n = chase_len / line;
-        let next = sattolo(n, &mut rng);
-        lay(&mut chain, line, &next);
-        drop(next);
-        // A chain that does not verify is never measured, so this is a note, not a check:
-        // as a check it could not fail in any result.
-        if !verify_chain(&chain, line, n, &mut rng) {
-            anyhow::bail!("the chase chain in memory is not one cycle through every node");
-        }
+        let n = seams
+            .chase_nodes
+            .unwrap_or(chase_len / line)
+            .min(chase_len / line);
+        laid_chain(&mut chain, line, n, &mut rng)?;
         out.notes.push(format!(
             "{n} nodes of {line} B over {}: the chase verified in memory as one cycle",
-            fmt_bytes(chase_len as f64)
+            fmt_bytes((n * line) as f64)
         ));
+        let reference = reference(
+            ctx,
+            chase_len,
+            chase_len + load_len,
+            line,
+            &mut rng,
+            &mut out,
+        )?;
         out.notes.push(format!(
             "chase on CPU {}; load threads on CPUs {} (one per physical core first); chase buffer {} on {}; load buffer {} ({} per thread) on {}",
             ctx.cpu,
@@ -180,57 +194,66 @@ impl Experiment for LoadedLatency {
             load_huge.text(),
         ));
         let gaps = GAPS.get(ctx.profile);
-        // Under half the budget for the points (each gap twice, reads and the mix; idle
-        // twice) and the delay calibration; the rest lays the chain and faults the buffers.
-        // A point's cap stays far above the about 1 ms that its 11 trials of 100 us take
-        // when none is repeated.
-        let points = 2 * gaps.len() + 2;
-        let cfg = HarnessConfig::short_trials(Duration::from_micros(100), 11)
-            .for_budget(ctx.budget.mul_f64(0.45), points + 1);
+        // Two fifths of the budget for the loaded points (each gap twice, reads and the
+        // mix) and the delay calibration; a tenth for the idle and reference points (before
+        // the sweep and after each gap), which wait for no load thread; the rest lays the
+        // chains and faults the buffers. A point's cap stays far above the about 1 ms that
+        // its 11 trials of 100 us take when none is repeated.
+        let trials = HarnessConfig::short_trials(Duration::from_micros(100), 11);
+        let cfg = trials
+            .clone()
+            .for_budget(ctx.budget.mul_f64(0.4), 2 * gaps.len() + 1);
+        let quiet_cfg = trials.for_budget(ctx.budget.mul_f64(0.1), 2 * (gaps.len() + 1));
         let per_iter = delay_ns_per_iter(ctx, &cfg);
         let team = LoadTeam {
             ctx,
             cfg: &cfg,
+            quiet_cfg: &quiet_cfg,
             chain: &chain,
+            reference: reference.as_ref().map(|r| &r.0),
             loads: &loads,
             line,
             loaders: &loaders,
         };
         let sweep = team.sweep(gaps, per_iter);
+        let reference_len = reference.as_ref().map_or(0, |r| r.0.len());
+        let reference_huge = reference.map(|r| r.1);
         drop(chain);
         drop(loads);
-        out.check(kit::rss_check(rss0, (chase_len + load_len) as u64));
-        text::report(ctx, &mut out, &sweep, line, &huge, per_iter, &loaders);
+        out.check(kit::rss_check(
+            rss0,
+            (chase_len + load_len + reference_len + 4 * chase_len / line) as u64,
+        ));
+        let chases = text::Chases {
+            chase: &huge,
+            reference: reference_huge.as_ref(),
+            bytes: chase_len,
+        };
+        text::report(ctx, &mut out, &sweep, line, &chases, per_iter, &loaders);
         Ok(out)
     }
 }
 
-/// The chase buffer (half the largest power of two the memory cap holds) and the load
-/// buffer (as large), planned from memory, not from the cache sizes; whole MiB parts for
-/// at most `threads` load threads (fewer when the cap holds fewer parts). Returns the
-/// chase's and the load buffer's lengths and the number of load threads.
+/// The chase buffer and the reference chase's (the largest power of two of which two
+/// chains with their permutation take at most 70% of the memory cap) and the load buffer
+/// (the rest of the cap), planned from memory, not from the cache sizes; whole MiB parts
+/// for at most `threads` load threads (fewer when the load buffer holds fewer). Returns
+/// the chase's and the load buffer's lengths and the number of load threads.
 pub(super) fn sizes(
     machine: &crate::machine::Machine,
     profile: Profile,
     line: usize,
     threads: usize,
 ) -> anyhow::Result<(usize, usize, usize)> {
-    let (chase, load) = if profile == Profile::Smoke {
-        (64u64 << 20, 64u64 << 20)
-    } else {
-        let (chase, _) = kit::largest_set(machine, profile, u64::MAX, line)?;
-        let chase = (chase / 2).max(16 << 20);
-        (chase, chase)
-    };
-    // The chase's permutation (4 bytes per node) lives while the chain is laid.
-    let want = chase + load + 4 * chase / line as u64;
-    let cap = kit::memory_cap(machine, profile, want, 32 << 20)?;
-    let scale = (cap as f64 / want as f64).min(1.0);
-    let chase = (1u64 << (63 - ((chase as f64 * scale) as u64).max(1).leading_zeros())) as usize;
-    let load = ((load as f64 * scale) as usize).max(1 << 20);
+    let line = line as u64;
+    let cap = kit::memory_cap(machine, profile, u64::MAX, 32 << 20)?;
+    let two = |c: u64| 2 * c + 4 * c / line;
+    let fit = (cap as f64 * 0.7 / two(1 << 20) as f64 * (1 << 20) as f64) as u64;
+    let chase = 1u64 << (63 - fit.max(1).leading_zeros());
+    let load = (cap - two(chase)).max(1 << 20) as usize;
     let threads = threads.clamp(1, load >> 20);
     let part = (load / threads) >> 20 << 20;
-    Ok((chase, part * threads, threads))
+    Ok((chase as usize, part * threads, threads))
 }
 
 /// How the chase buffer is backed.
@@ -255,9 +278,12 @@ impl Backing {
     }
 }
 
-/// The chase region: huge pages where the kernel offers them, else base pages.
-fn mapping(ctx: &Context, len: usize) -> anyhow::Result<(Region, Backing)> {
-    let why = if !kit::thp_available(ctx.machine) {
+/// A buffer on huge pages where the kernel offers them and `huge` asks for them, else on
+/// base pages.
+fn mapping(ctx: &Context, len: usize, huge: bool) -> anyhow::Result<(Region, Backing)> {
+    let why = if !huge {
+        Some("a test seam asked for base pages".to_string())
+    } else if !kit::thp_available(ctx.machine) {
         Some("transparent huge pages are not available".to_string())
     } else {
         kit::too_small_for_huge_pages(ctx.machine, len)
@@ -281,4 +307,45 @@ fn mapping(ctx: &Context, len: usize) -> anyhow::Result<(Region, Backing)> {
         why_base: None,
     };
     Ok((r, huge))
+}
+
+/// Lays a Sattolo cycle over the first `n` nodes of `line` bytes of `region` and verifies
+/// it in memory. A chain that does not verify is never measured, so this is an error, not a
+/// check: as a check it could not fail in any result.
+fn laid_chain(region: &mut Region, line: usize, n: usize, rng: &mut Rng) -> anyhow::Result<()> {
+    let next = sattolo(n, rng);
+    lay(region, line, &next);
+    drop(next);
+    if !verify_chain(region, line, n, rng) {
+        anyhow::bail!("the chase chain in memory is not one cycle through every node");
+    }
+    Ok(())
+}
+
+/// The reference chase: mem.latency's `dram_thp` chase (its `dram` without huge pages),
+/// the same size as the chase buffer (mem.latency's largest point) on the page kind
+/// mem.latency uses, laid afresh with the shared chase code and verified. It is measured
+/// beside the idle chase, in the same window, so the premise that the two are the same
+/// chase is judged against the noise of that window rather than of minutes apart. None,
+/// with a note, when the memory cap leaves no room for it beside the other buffers.
+fn reference(
+    ctx: &Context,
+    len: usize,
+    others: usize,
+    line: usize,
+    rng: &mut Rng,
+    out: &mut Outcome,
+) -> anyhow::Result<Option<(Region, Backing)>> {
+    let want = (others + len + 4 * len / line) as u64;
+    if kit::memory_cap(ctx.machine, ctx.profile, want, 0)? < want {
+        out.notes.push(format!(
+            "no reference chase: {} more would pass the memory cap (the profile's memory limit); the idle chase is compared with mem.latency's figure from earlier in the run",
+            fmt_bytes(len as f64)
+        ));
+        return Ok(None);
+    }
+    (ctx.progress)("laying the reference chase");
+    let (mut r, backing) = mapping(ctx, len, true)?;
+    laid_chain(&mut r, line, len / line, rng)?;
+    Ok(Some((r, backing)))
 }

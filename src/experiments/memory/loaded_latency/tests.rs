@@ -1,6 +1,6 @@
 use super::kernel::{step, LoadSpan, LoadedPoint, Sweep};
 use super::predict::{mix_bandwidth, outstanding, peak_predictions, team_figures};
-use super::text::{idle_check, knee, report};
+use super::text::{idle_check, knee, report, Agreement, Chases, SAME_CHASE};
 use super::*;
 use crate::experiments::kit::place::Place;
 
@@ -222,13 +222,19 @@ fn both_curves_report_their_metrics_by_name() {
             point(Some(2000.0), Traffic::Mix, 1e9, 108.0),
             point(Some(0.0), Traffic::Mix, 12e9, 160.0),
         ],
+        quiet: Default::default(),
     };
     let huge = Backing {
         huge_fraction: None,
         why_base: None,
     };
+    let chases = Chases {
+        chase: &huge,
+        reference: None,
+        bytes: 64 << 20,
+    };
     let mut out = Outcome::default();
-    report(&ctx, &mut out, &sw, 64, &huge, 0.5, &[0]);
+    report(&ctx, &mut out, &sw, 64, &chases, 0.5, &[0]);
     let names: Vec<&str> = out.metrics.iter().map(|m| m.name.as_str()).collect();
     for want in [
         "idle_latency",
@@ -422,4 +428,73 @@ fn a_missing_figure_withholds_with_its_own_reason() {
     assert!(why("loaded_outstanding_misses").contains("mem.latency's dram"));
     assert!(why("peak_bandwidth").is_empty(), "the read was measured");
     assert!(why("peak_bandwidth_mix").contains("mem.bandwidth's write_1t was not measured"));
+}
+
+#[test]
+fn agreement_is_judged_against_the_windows_noise() {
+    // Two chases of one kind side by side while the host's latency drifts by a third: the
+    // pairs move together, so they agree.
+    let idle = [190.0, 250.0, 200.0, 240.0, 180.0, 260.0, 210.0];
+    let same: Vec<f64> = idle.iter().map(|x| x * 1.04).collect();
+    let a = Agreement::of(&idle, &same).unwrap();
+    assert!((a.ratio - 1.0 / 1.04).abs() < 1e-9, "{a:?}");
+    assert!(a.noise > 0.1, "the drift is the window's noise: {a:?}");
+    assert!(a.agrees(), "{a:?}");
+    // Quiet repeats: the tolerance falls to its floor, which still holds a few percent.
+    let flat = [200.0, 201.0, 199.0, 200.5, 199.5];
+    let a = Agreement::of(&flat, &flat.map(|x| x * 1.08)).unwrap();
+    assert!(
+        a.noise < 0.01 && a.tolerance == AGREE_FLOOR && a.agrees(),
+        "{a:?}"
+    );
+    // A chase whose working set a cache holds is several times faster, whatever the noise.
+    let cached = [40.0, 55.0, 42.0, 50.0, 38.0, 60.0, 45.0];
+    let a = Agreement::of(&cached, &idle).unwrap();
+    assert!(!a.agrees(), "{a:?}");
+    assert_eq!(Agreement::of(&idle, &[]), None);
+}
+
+/// mem.loaded-latency run here (smoke) with `plant` bending its chase away from the
+/// reference chase; None, after a note, where it cannot run.
+fn planted(
+    test: &str,
+    plant: impl FnOnce(&mut crate::experiments::seams::Seams),
+) -> Option<crate::results::ExperimentResult> {
+    if crate::platform::allowed_cpus().len() < 2 {
+        crate::experiments::testing::skip(
+            test,
+            "one CPU allowed: no core to load memory beside the chase",
+        );
+        return None;
+    }
+    let clock = crate::clock::detect(None).0;
+    let w = crate::experiments::testing::World::live(&clock);
+    crate::experiments::seams::set(plant);
+    let r = w.run(&LoadedLatency);
+    crate::experiments::seams::set(|s| *s = crate::experiments::seams::Seams::NONE);
+    Some(r)
+}
+
+/// The planted difference in page size: the chase on base pages while the reference is on
+/// huge pages, as mem.latency's dram_thp is.
+#[test]
+fn a_chase_on_base_pages_fails_the_same_chase_premise() {
+    let test = "a_chase_on_base_pages_fails_the_same_chase_premise";
+    if !kit::thp_available(&crate::machine::Machine::gather()) {
+        return crate::experiments::testing::skip(
+            test,
+            "no transparent huge pages here: the reference is on base pages too",
+        );
+    }
+    let Some(r) = planted(test, |s| s.chase_base_pages = true) else {
+        return;
+    };
+    crate::experiments::testing::assert_invalid_by(&r, SAME_CHASE);
+    let c = crate::experiments::testing::check(&r, SAME_CHASE);
+    assert!(
+        c.detail
+            .contains("the chase is on base pages and the reference on huge pages"),
+        "{}",
+        c.detail
+    );
 }

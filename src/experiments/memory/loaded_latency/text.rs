@@ -1,10 +1,13 @@
 //! mem.loaded-latency's metrics, series, checks, findings and notes from the sweep.
 
-use super::kernel::{LoadedPoint, Sweep};
+use super::kernel::{LoadedPoint, QuietRepeats, Sweep};
 use super::predict::{outstanding, peak_predictions};
-use super::{Backing, Traffic, IDLE_AGREES, KNEE_RISE, MIX_READS, MIX_WRITES};
+use super::{
+    Backing, Traffic, AGREE_FLOOR, AGREE_NOISE_TIMES, IDLE_AGREES, KNEE_RISE, MIX_READS, MIX_WRITES,
+};
 use crate::experiments::{Context, Outcome};
 use crate::results::{Check, Prediction, Series};
+use crate::units::fmt_bytes;
 use crate::units::{fmt_bandwidth, fmt_ns};
 
 /// The knee: the highest-bandwidth point still within `KNEE_RISE` of idle latency.
@@ -23,7 +26,11 @@ pub(super) fn knee(idle: f64, pts: &[(f64, f64)]) -> Option<usize> {
     best
 }
 
-/// The premise that the idle chase misses the caches as mem.latency's `refname` does.
+/// The name of the premise that the idle chase is mem.latency's chase.
+pub(super) const SAME_CHASE: &str = "the idle chase is mem.latency's chase";
+
+/// The premise, without a reference chase, that the idle chase misses the caches as
+/// mem.latency's `refname` measured earlier in the run does.
 pub(super) fn idle_check(
     idle: &crate::stats::Summary,
     reference: &crate::stats::Summary,
@@ -33,14 +40,138 @@ pub(super) fn idle_check(
     let overlap =
         crate::analysis::separation(idle, reference) == crate::analysis::Separation::Overlap;
     Check::premise(
-        "the idle chase misses the caches (agrees with mem.latency)",
+        SAME_CHASE,
         (ratio - 1.0).abs() <= IDLE_AGREES || overlap,
         format!(
-            "idle {} against mem.latency's {refname} {} ({ratio:.2}x; agreement: within 20% or overlapping 95% intervals)",
+            "idle {} against mem.latency's {refname} {} measured earlier in the run ({ratio:.2}x; agreement: within 20% or overlapping 95% intervals; no reference chase was measured beside it)",
             fmt_ns(idle.median),
             fmt_ns(reference.median),
         ),
     )
+}
+
+/// How far apart the idle chase and the reference chase were, measured in pairs side by
+/// side, and how far the noise of that window lets them be.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Agreement {
+    /// Median over the pairs of idle / reference.
+    pub(super) ratio: f64,
+    /// Median relative deviation of each chase's repeats from that chase's median: how
+    /// much one repeat moves within the window.
+    pub(super) noise: f64,
+    /// `AGREE_NOISE_TIMES` x noise, at least `AGREE_FLOOR`.
+    pub(super) tolerance: f64,
+    pub(super) pairs: usize,
+}
+
+impl Agreement {
+    /// None without a pair.
+    pub(super) fn of(idle: &[f64], reference: &[f64]) -> Option<Agreement> {
+        let pairs = idle.len().min(reference.len());
+        if pairs == 0 {
+            return None;
+        }
+        let ratios: Vec<f64> = idle.iter().zip(reference).map(|(i, r)| i / r).collect();
+        let deviations = |v: &[f64]| {
+            let m = crate::stats::median(v);
+            v.iter().map(|x| (x / m - 1.0).abs()).collect::<Vec<f64>>()
+        };
+        let mut devs = deviations(&idle[..pairs]);
+        devs.extend(deviations(&reference[..pairs]));
+        let noise = crate::stats::median(&devs);
+        Some(Agreement {
+            ratio: crate::stats::median(&ratios),
+            noise,
+            tolerance: (AGREE_NOISE_TIMES * noise).max(AGREE_FLOOR),
+            pairs,
+        })
+    }
+
+    pub(super) fn agrees(&self) -> bool {
+        (self.ratio - 1.0).abs() <= self.tolerance
+    }
+}
+
+/// The premise that the idle chase is mem.latency's chase: on the same page kind as the
+/// reference chase (the kernel's account, /proc/self/smaps: on some hosts a chase on base
+/// pages is as close to one on huge pages as two buffers of one kind are to each other, so
+/// timing alone cannot tell them apart), and as fast as the reference measured
+/// beside it within the window's noise (a working set that a cache holds is several times
+/// faster).
+pub(super) fn reference_check(q: &QuietRepeats, chases: &Chases) -> Option<Check> {
+    let reference = chases.reference?;
+    let a = Agreement::of(&q.idle, &q.reference)?;
+    let (idle_ns, reference_ns) = (
+        crate::stats::median(&q.idle),
+        crate::stats::median(&q.reference),
+    );
+    let page = |b: &Backing| if b.huge() { "huge pages" } else { "base pages" };
+    let same_pages = chases.chase.huge() == reference.huge();
+    let kind = if reference.huge() { "dram_thp" } else { "dram" };
+    let apart = (a.ratio - 1.0).abs() * 100.0;
+    let verdict = match (same_pages, a.agrees()) {
+        (true, true) => "within the noise measured".to_string(),
+        (true, false) => "beyond the noise measured: the chase is not mem.latency's (its working set, or what backs it, differs)".to_string(),
+        (false, _) => format!(
+            "the chase is on {} and the reference on {}: not mem.latency's chase",
+            page(chases.chase),
+            page(reference)
+        ),
+    };
+    Some(Check::premise(
+        SAME_CHASE,
+        same_pages && a.agrees(),
+        format!(
+            "idle {} on {} against a reference chase {} (mem.latency's {kind} chase: {} on {}, laid afresh) measured beside it {} times in the same window: {:.2}x, {apart:.1}% apart (median of the pairs' ratios); each chase's repeats moved {:.1}% (median deviation from its median), so agreement is within {:.1}% ({AGREE_NOISE_TIMES:.0}x that, at least {:.0}%): {verdict}",
+            fmt_ns(idle_ns),
+            page(chases.chase),
+            fmt_ns(reference_ns),
+            fmt_bytes(chases.bytes as f64),
+            reference.text(),
+            a.pairs,
+            a.ratio,
+            a.noise * 100.0,
+            a.tolerance * 100.0,
+            AGREE_FLOOR * 100.0,
+        ),
+    ))
+}
+
+/// The chase's backing, the reference's when there was one, and the working set of both.
+pub(super) struct Chases<'a> {
+    pub(super) chase: &'a Backing,
+    pub(super) reference: Option<&'a Backing>,
+    pub(super) bytes: usize,
+}
+
+/// The premise that the idle chase is mem.latency's, judged against the reference chase
+/// of the same window; without one, against mem.latency's figure from earlier in the run.
+/// mem.latency's figure is noted either way.
+fn same_chase(ctx: &Context, out: &mut Outcome, sw: &Sweep, chases: &Chases) {
+    let refname = if chases.chase.huge() {
+        "dram_thp"
+    } else {
+        "dram"
+    };
+    let earlier = ctx.earlier_metric("mem.latency", refname);
+    let idle_sum = crate::stats::Summary::of(&sw.idle.latency);
+    if let Some(c) = reference_check(&sw.quiet, chases) {
+        out.check(c);
+        if let (Some(r), Some(s)) = (earlier, &idle_sum) {
+            out.notes.push(format!(
+                "mem.latency's {refname} earlier in the run: {} (idle is {:.2}x of it): measured minutes before, when other guests' memory traffic may have differed, so it is context here; the premise compares the reference chase of the same window",
+                fmt_ns(r.summary.median),
+                s.median / r.summary.median
+            ));
+        }
+        return;
+    }
+    match (earlier, &idle_sum) {
+        (Some(r), Some(s)) => out.check(idle_check(s, &r.summary, refname)),
+        _ => out.notes.push(format!(
+            "mem.latency's {refname} is not in this run and no reference chase was measured: the idle point is not compared with mem.latency's chase"
+        )),
+    }
 }
 
 /// Metrics, series, checks and findings from the measured points.
@@ -49,22 +180,14 @@ pub(super) fn report(
     out: &mut Outcome,
     sw: &Sweep,
     line: usize,
-    huge: &Backing,
+    chases: &Chases,
     ns_per_iter: f64,
     loaders: &[usize],
 ) {
     let idle = &sw.idle;
     out.check(concurrency_premise(sw, loaders));
-    // Premise: the idle chase misses the caches as mem.latency's does.
-    let refname = if huge.huge() { "dram_thp" } else { "dram" };
-    let idle_sum = crate::stats::Summary::of(&idle.latency);
-    match (ctx.earlier_metric("mem.latency", refname), &idle_sum) {
-        (Some(r), Some(s)) => out.check(idle_check(s, &r.summary, refname)),
-        _ => out.notes.push(format!(
-            "mem.latency's {refname} is not in this run: the idle point is not compared with it"
-        )),
-    }
-    let page = if huge.huge() {
+    same_chase(ctx, out, sw, chases);
+    let page = if chases.chase.huge() {
         "huge pages"
     } else {
         "base pages"
@@ -73,7 +196,8 @@ pub(super) fn report(
         "idle_latency",
         "ns",
         &format!(
-            "chase latency with no load thread running ({page}); the idle point of both curves"
+            "chase latency with no load thread running ({page}), {} repeats between the loaded points, trials pooled; the idle point of both curves",
+            sw.quiet.idle.len()
         ),
         idle.latency.clone(),
     );
@@ -93,7 +217,27 @@ pub(super) fn report(
             .map(|(_, p)| p);
         c.report(ctx, out, pred);
     }
+    quiet_note(out, &sw.quiet, chases);
     point_notes(out, sw, ns_per_iter);
+}
+
+/// The idle and reference repeats, in the order taken.
+fn quiet_note(out: &mut Outcome, q: &QuietRepeats, chases: &Chases) {
+    let list = |v: &[f64]| v.iter().map(|&x| fmt_ns(x)).collect::<Vec<_>>().join(", ");
+    let reference = match chases.reference {
+        Some(b) => format!(
+            "; the reference chase (laid afresh over {} on {}) beside each, in turn first: {}",
+            fmt_bytes(chases.bytes as f64),
+            b.text(),
+            list(&q.reference)
+        ),
+        None => String::new(),
+    };
+    out.notes.push(format!(
+        "idle measured {} times, before the sweep and after each gap, the trials pooled: {}{reference}",
+        q.idle.len(),
+        list(&q.idle)
+    ));
 }
 
 /// The premise that the load ran alongside every loaded point, of both traffics.
