@@ -7,7 +7,6 @@ use crate::experiments::{spec::ms, PerProfile, Spec};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::peer::protocol::Request;
 use crate::results::{Check, Prediction};
-use crate::stats::Summary;
 use crate::units::fmt_ns;
 use std::io;
 use std::net::SocketAddr;
@@ -184,12 +183,7 @@ impl Experiment for Connect {
                 "socket() + connect() + ordinary close(), as lmbench lat_connect times it",
             ),
         ] {
-            let s = Summary::with_percentiles(&v);
-            let m = out.metric(name, "ns", &format!("{what}, {label}"), v);
-            m.per_operation();
-            if let Some(s) = s {
-                m.summary = s;
-            }
+            out.distribution(name, "ns", &format!("{what}, {label}"), v);
         }
         out.pool(ctx);
         let p = |name: &str| out.get(name).and_then(|m| m.summary.percentiles.clone());

@@ -2,14 +2,13 @@
 //! ICMP echo the kernel answers itself, each as a distribution of single round trips.
 
 use super::{describe_cpus, main_cpu, sample, target, PeerTarget};
-use crate::analysis::{separation, Separation};
+use crate::analysis::Separation;
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{spec::ms, PerProfile, Spec};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::harness::SampleSpec;
 use crate::peer::protocol::{EchoReport, Request};
 use crate::results::{Check, Prediction};
-use crate::stats::Summary;
 use crate::units::fmt_ns;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, UdpSocket};
@@ -252,12 +251,7 @@ fn icmp_echo(
 
 /// Adds a round-trip distribution with p50/p90/p99.
 fn add(out: &mut Outcome, name: &str, desc: String, v: Vec<f64>) {
-    let s = Summary::with_percentiles(&v);
-    let m = out.metric(name, "ns", &desc, v);
-    m.per_operation();
-    if let Some(s) = s {
-        m.summary = s;
-    }
+    out.distribution(name, "ns", &desc, v);
 }
 
 fn pct(out: &Outcome, name: &str) -> Option<(f64, f64, f64)> {
@@ -545,11 +539,7 @@ fn findings(out: &mut Outcome, t: &PeerTarget, plans: &[crate::machine::CrossPla
         if let (Some(s), Some(c)) = (pct(out, "tcp_same_cpu"), pct(out, &name)) {
             // Decided on the medians' 95% intervals, not the p50s alone; no wake-up is
             // counted, so the text compares placements and names no mechanism.
-            let sep = match (out.get(&name), out.get("tcp_same_cpu")) {
-                (Some(x), Some(y)) => separation(&x.summary, &y.summary),
-                _ => Separation::Overlap,
-            };
-            let verdict = match sep {
+            let verdict = match out.separation(&name, "tcp_same_cpu") {
                 Separation::Above => "the cross-CPU placement is slower beyond both 95% intervals",
                 Separation::Overlap => "within noise of each other (their 95% intervals overlap)",
                 Separation::Below => {
