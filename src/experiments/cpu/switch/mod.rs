@@ -5,7 +5,7 @@
 //! figures differ only in what a switch between the two tasks has to change.
 
 use crate::experiments::spec::ms;
-use crate::experiments::{Context, Experiment, Outcome, PerProfile, Profile, Spec};
+use crate::experiments::{Context, Experiment, Outcome, PerProfile, Spec};
 use crate::harness::Harness;
 use crate::opaque::repeat;
 use crate::platform;
@@ -68,13 +68,12 @@ const WARM_ROUNDS: usize = 200;
 const WARM_LIMIT: Duration = Duration::from_millis(10);
 /// A pipe as (read end, write end), close-on-exec so spawned programs never inherit it.
 /// Working-set sizes of the series per profile (bytes).
-fn series_sizes(p: Profile) -> &'static [usize] {
-    match p {
-        Profile::Smoke => &[],
-        Profile::Quick => &[0, 64 << 10],
-        Profile::Standard | Profile::Thorough => &[0, 16 << 10, 64 << 10, 256 << 10, 1 << 20],
-    }
-}
+const SERIES_SIZES: PerProfile<&[usize]> = PerProfile::new(
+    &[],
+    &[0, 64 << 10],
+    &[0, 16 << 10, 64 << 10, 256 << 10, 1 << 20],
+    &[0, 16 << 10, 64 << 10, 256 << 10, 1 << 20],
+);
 
 fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
     let mut out = Outcome::default();
@@ -83,7 +82,7 @@ fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
         .topology
         .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus);
     let sizes: &[usize] = if kind == Kind::Process {
-        series_sizes(ctx.profile)
+        SERIES_SIZES.get(ctx.profile)
     } else {
         &[]
     };
