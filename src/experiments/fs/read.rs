@@ -4,7 +4,7 @@
 use super::{cgroup_memory_limit, mem_available, note_vm_host_cache};
 use crate::clock::Deadline;
 use crate::experiments::kit::files::{
-    advise, deadline, direct_works, disk_scratch, evict_check, make_file, read_through, reopen,
+    deadline, direct_works, disk_scratch, evict_check, make_file, read_through, reopen,
     scratch_note, time_blocks, BlockTimes, DeviceReads, Pattern, RepeatedCheck, Timing, BLOCK, MIB,
 };
 use crate::experiments::predict::Predictions;
@@ -220,7 +220,7 @@ fn uncached_pass(
     let fd = reopen(file, direct, false)?;
     if !direct {
         // No readahead for the random order.
-        advise(&fd, pattern.access());
+        crate::platform::advise(&fd, pattern.access());
     }
     let before = st.device.counter();
     let times = time_blocks(
