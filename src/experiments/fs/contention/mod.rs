@@ -297,7 +297,8 @@ impl Experiment for Contention {
             }
             measure_p(ctx, &mut rd, &owners, &mut m, p, dur, rounds)?;
         }
-        let cpus = reader_cpu_count(ctx);
+        // Readers that each get a CPU of their own.
+        let cpus = cpu_order.len();
         drop(rd);
         drop(owners);
         if let Some(&(p, _)) = m.per_p.last() {
