@@ -106,13 +106,6 @@ fn receive(
     Ok((interval_rates(&marks, interval), avg))
 }
 
-/// Memory copy bandwidth (bytes copied per second): mem.bandwidth's single-thread copy
-/// measured earlier in the run.
-fn copy_bandwidth(ctx: &Context) -> Option<(f64, String)> {
-    ctx.earlier_median("mem.bandwidth", "copy_1t")
-        .map(|v| (v, "measured: mem.bandwidth copy_1t".into()))
-}
-
 fn predict_rate(ctx: &Context) -> Option<Prediction> {
     let remote = ctx.options.peer.as_ref().and_then(|spec| {
         let addr = crate::peer::client::resolve_peer(spec).ok()?;
@@ -134,7 +127,8 @@ fn predict_rate(ctx: &Context) -> Option<Prediction> {
             .machine("mtu", mtu, "bytes", format!("machine: {iface} MTU")));
         }
     }
-    let (copy, src) = copy_bandwidth(ctx)?;
+    // Memory copy bandwidth (bytes copied per second): mem.bandwidth's single-thread copy.
+    let copy = ctx.earlier_median("mem.bandwidth", "copy_1t")?;
     let what = if remote.is_some() {
         "link speed unknown: host copy bound only"
     } else {
@@ -145,7 +139,12 @@ fn predict_rate(ctx: &Context) -> Option<Prediction> {
             copy / 2.0,
             format!("copy bandwidth / 2: each byte copied user->kernel and kernel->user ({what})"),
         )
-        .measured("copy_bandwidth", copy, "bytes/s", src),
+        .measured(
+            "copy_bandwidth",
+            copy,
+            "bytes/s",
+            "measured: mem.bandwidth copy_1t",
+        ),
     )
 }
 
