@@ -231,11 +231,6 @@ fn icmp_echo(
     Ok((kept, n_lost, p.kind))
 }
 
-/// Adds a round-trip distribution with p50/p90/p99.
-fn add(out: &mut Outcome, name: &str, desc: String, v: Vec<f64>) {
-    out.distribution(name, "ns", &desc, v);
-}
-
 fn pct(out: &Outcome, name: &str) -> Option<(f64, f64, f64)> {
     let p = out.get(name)?.summary.percentiles.clone()?;
     Some((p.p50, p.p90, p.p99))
@@ -389,10 +384,10 @@ fn tcp_unpinned(
         }
     };
     out.check(echo_check("tcp", e.count, rep.messages, &where_));
-    add(
-        out,
+    out.distribution(
         "tcp",
-        format!(
+        "ns",
+        &format!(
             "TCP_NODELAY ping-pong of {TCP_MSG} byte with {}; {where_}",
             t.label
         ),
@@ -444,10 +439,10 @@ fn tcp_pinned(
         let ok = placed.passed;
         out.check(placed);
         if ok {
-            add(
-                out,
+            out.distribution(
                 &name,
-                format!("TCP round trip, client on CPU {client_cpu}, {what} ({pin})"),
+                "ns",
+                &format!("TCP round trip, client on CPU {client_cpu}, {what} ({pin})"),
                 e.v,
             );
         } else {
@@ -467,10 +462,10 @@ fn udp_and_icmp(ctx: &Context, t: &PeerTarget, budget: Duration, out: &mut Outco
                 out.notes
                     .push(format!("udp: {lost} datagrams lost (not timed)"));
             }
-            add(
-                out,
+            out.distribution(
                 "udp",
-                format!("UDP ping-pong of {UDP_MSG} bytes with {}", t.label),
+                "ns",
+                &format!("UDP ping-pong of {UDP_MSG} bytes with {}", t.label),
                 v,
             );
         }
@@ -484,10 +479,10 @@ fn udp_and_icmp(ctx: &Context, t: &PeerTarget, budget: Duration, out: &mut Outco
                 out.notes
                     .push(format!("icmp: {lost} echoes unanswered (not timed)"));
             }
-            add(
-                out,
+            out.distribution(
                 "icmp",
-                format!(
+                "ns",
+                &format!(
                     "ICMP echo to {} via a {kind}, answered by the kernel",
                     t.addr().ip()
                 ),
