@@ -28,11 +28,9 @@ use predict::*;
 use series::*;
 use text::*;
 
-pub struct ThreadSwitch;
-pub struct ProcessSwitch;
-
+/// The two experiments: a switch between threads, and between processes.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Kind {
+pub(crate) enum Kind {
     Thread,
     Process,
 }
@@ -244,18 +242,6 @@ const THREAD_SPEC: Spec = Spec {
     ..Spec::CORE_LOOP
 };
 
-impl Experiment for ThreadSwitch {
-    fn spec(&self) -> &Spec {
-        &THREAD_SPEC
-    }
-    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        predict_switch(Kind::Thread, ctx)
-    }
-    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        run_switch(Kind::Thread, ctx)
-    }
-}
-
 const PROCESS_SPEC: Spec = Spec {
     id: Kind::Process.id(),
     title: "Context switch between processes",
@@ -267,15 +253,18 @@ const PROCESS_SPEC: Spec = Spec {
     ..Spec::CORE_LOOP
 };
 
-impl Experiment for ProcessSwitch {
+impl Experiment for Kind {
     fn spec(&self) -> &Spec {
-        &PROCESS_SPEC
+        match self {
+            Kind::Thread => &THREAD_SPEC,
+            Kind::Process => &PROCESS_SPEC,
+        }
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        predict_switch(Kind::Process, ctx)
+        predict_switch(*self, ctx)
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        run_switch(Kind::Process, ctx)
+        run_switch(*self, ctx)
     }
 }
 
@@ -348,7 +337,7 @@ mod tests {
         w.machine = machine;
         w.budget = Duration::from_millis(300);
         w.earlier = vec![thread_result(thread_ns)];
-        w.run(&ProcessSwitch)
+        w.run(&Kind::Process)
     }
 
     const RELATION: &str = "a process switch costs no less than a thread switch, within noise";
