@@ -165,12 +165,7 @@ fn measure_size(
     } else {
         plan.uncached
     };
-    for pattern in [Pattern::Sequential, Pattern::Random] {
-        let file = if pattern == Pattern::Random {
-            &fr.file
-        } else {
-            &f.file
-        };
+    for (pattern, file) in [(Pattern::Sequential, &f.file), (Pattern::Random, &fr.file)] {
         say(format!("uncached {}", pattern.name()));
         let times = uncached_pass(ctx, file, size, pattern, &order, direct, slice, plan, st)?;
         st.points.push(SweepPass {
