@@ -9,7 +9,7 @@ use crate::experiments::kit::files::{
     DeviceReads, RepeatedCheck, BLOCK, MIB,
 };
 use crate::experiments::spec::ms;
-use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile};
+use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
 use crate::pagecache::AlignedBuf;
 use crate::results::{Check, Prediction, Series};
 use crate::rng::Rng;
@@ -145,7 +145,7 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 // The model is the one analysis of this question; figures draw the same fit.
 pub(crate) use crate::analysis::fit;
 
-const SPEC: crate::experiments::Spec = crate::experiments::Spec {
+const SPEC: Spec = Spec {
     id: "fs.contention",
     title: "Per-block read time with P processes reading at once",
     description: "P = 1..Pmax processes each reading its own file uncached, released together; per-block time vs P and a fitted model",
@@ -155,14 +155,11 @@ const SPEC: crate::experiments::Spec = crate::experiments::Spec {
         ..Needs::NONE
     },
     // The device shared by the readers.
-    bottleneck: crate::results::Bottleneck::None,
-    per_core_kind: false,
-    subtracts_loop: false,
-    budget: None,
+    ..Spec::DEVICE
 };
 
 impl Experiment for Contention {
-    fn spec(&self) -> &crate::experiments::Spec {
+    fn spec(&self) -> &Spec {
         &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
