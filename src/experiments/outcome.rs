@@ -2,6 +2,7 @@
 //! pooling of back-to-back runs into the figures the table shows.
 
 use super::Context;
+use crate::analysis::Separation;
 use crate::harness::Harness;
 use crate::results::{Check, Finding, Metric, Series, Status};
 use crate::stats::Summary;
@@ -102,6 +103,33 @@ impl Outcome {
             bottleneck: None,
         });
         self.metrics.last_mut().unwrap()
+    }
+
+    /// Adds a distribution of single operations (one raw value per operation) with its
+    /// p50/p90/p99; returns it for further decoration.
+    pub(crate) fn distribution(
+        &mut self,
+        name: &str,
+        unit: &str,
+        description: &str,
+        raw: Vec<f64>,
+    ) -> &mut Metric {
+        let s = Summary::with_percentiles(&raw);
+        let m = self.metric(name, unit, description, raw);
+        m.per_operation();
+        if let Some(s) = s {
+            m.summary = s;
+        }
+        m
+    }
+
+    /// Whether metric `a` lies above or below metric `b` beyond both 95% intervals
+    /// (`Overlap` when either is missing).
+    pub(crate) fn separation(&self, a: &str, b: &str) -> Separation {
+        match (self.get(a), self.get(b)) {
+            (Some(x), Some(y)) => crate::analysis::separation(&x.summary, &y.summary),
+            _ => Separation::Overlap,
+        }
     }
 
     /// Times `kernel` (`n` operations per call) with `h` and adds it as metric `name`:

@@ -104,32 +104,62 @@ const fn fig(value: f64, reference: &'static str) -> Option<Cited> {
     Some(Cited { value, reference })
 }
 
+/// Intel family 6 models.
+const fn intel(models: &'static [u32]) -> Match {
+    Match::X86 {
+        vendor: "GenuineIntel",
+        family: 6,
+        models,
+    }
+}
+
+const fn amd(family: u32, models: &'static [u32]) -> Match {
+    Match::X86 {
+        vendor: "AuthenticAMD",
+        family,
+        models,
+    }
+}
+
+/// An Arm Ltd (implementer 0x41) core design.
+const fn arm(part: &'static str) -> Match {
+    Match::Arm {
+        implementer: "0x41",
+        part,
+    }
+}
+
+impl Core {
+    /// What an entry leaves out: a single kind of core, and the figures no source read
+    /// states.
+    const BLANK: Core = Core {
+        name: "",
+        kind: None,
+        matches: &[],
+        l1d_cycles: None,
+        l2_cycles: None,
+        l3_cycles: None,
+        dram_ns: None,
+    };
+}
+
 /// Every core the table knows. Sources are cited per figure; an absent figure has none.
 pub const CORES: &[Core] = &[
     Core {
         name: "Nehalem",
-        kind: None,
         // 26 Bloomfield/Gainestown, 30 Lynnfield (i7 860), 31, 46 Nehalem-EX.
-        matches: &[Match::X86 {
-            vendor: "GenuineIntel",
-            family: 6,
-            models: &[26, 30, 31, 46],
-        }],
+        matches: &[intel(&[26, 30, 31, 46])],
         l1d_cycles: fig(4.0, INTEL_PAG),
         l2_cycles: fig(10.0, INTEL_PAG),
         l3_cycles: fig(40.0, INTEL_PAG),
         dram_ns: fig(60.0, INTEL_PAG),
+        ..Core::BLANK
     },
     Core {
         name: "Skylake / Kaby Lake client",
-        kind: None,
         // 78, 94 Skylake; 142, 158 Kaby Lake (and its Coffee/Whiskey Lake steppings).
         matches: &[
-            Match::X86 {
-                vendor: "GenuineIntel",
-                family: 6,
-                models: &[78, 94, 142, 158],
-            },
+            intel(&[78, 94, 142, 158]),
             // CPUFAMILY_INTEL_SKYLAKE, CPUFAMILY_INTEL_KABYLAKE
             Match::MacFamily(0x37fc219f),
             Match::MacFamily(0x0f817246),
@@ -138,122 +168,73 @@ pub const CORES: &[Core] = &[
         l2_cycles: fig(12.0, CNC_RPL_L2),
         // 44: Intel's figure as AnandTech tabled it.
         l3_cycles: fig(44.0, ANANDTECH_SKX),
-        dram_ns: None,
+        ..Core::BLANK
     },
     Core {
         name: "Skylake-SP / Cascade Lake server",
-        kind: None,
-        matches: &[Match::X86 {
-            vendor: "GenuineIntel",
-            family: 6,
-            models: &[85],
-        }],
+        matches: &[intel(&[85])],
         l1d_cycles: fig(4.0, ANANDTECH_ROME),
         l2_cycles: fig(14.0, ANANDTECH_ROME),
         l3_cycles: fig(46.0, ANANDTECH_ROME),
-        dram_ns: None,
+        ..Core::BLANK
     },
     Core {
         name: "Golden Cove (Alder Lake P-core)",
         kind: Some("performance"),
         // 151 Alder Lake-S, 154 Alder Lake-P/U (i7-1250U, i7-12700H).
-        matches: &[Match::X86 {
-            vendor: "GenuineIntel",
-            family: 6,
-            models: &[151, 154],
-        }],
+        matches: &[intel(&[151, 154])],
         l1d_cycles: fig(5.0, CNC_GLC),
         l2_cycles: fig(15.0, CNC_RPL_L2),
-        l3_cycles: None,
-        dram_ns: None,
+        ..Core::BLANK
     },
     Core {
         name: "Gracemont (Alder Lake E-core)",
         kind: Some("efficiency"),
-        matches: &[Match::X86 {
-            vendor: "GenuineIntel",
-            family: 6,
-            models: &[151, 154],
-        }],
+        matches: &[intel(&[151, 154])],
         // No L1D figure: the cited source states none.
-        l1d_cycles: None,
-        l2_cycles: None,
-        l3_cycles: None,
-        dram_ns: None,
+        ..Core::BLANK
     },
     // Ice Lake-SP (family 6 models 106, 108) has no entry: no source read states its
     // figures, and tests/parts.rs uses it as the part the table does not know.
     Core {
         name: "Sapphire Rapids (Golden Cove server)",
-        kind: None,
-        matches: &[Match::X86 {
-            vendor: "GenuineIntel",
-            family: 6,
-            models: &[143],
-        }],
+        matches: &[intel(&[143])],
         // No figures: the cited source states none.
-        l1d_cycles: None,
-        l2_cycles: None,
-        l3_cycles: None,
-        dram_ns: None,
+        ..Core::BLANK
     },
     Core {
         name: "Emerald Rapids (Raptor Cove server)",
-        kind: None,
-        matches: &[Match::X86 {
-            vendor: "GenuineIntel",
-            family: 6,
-            models: &[207],
-        }],
+        matches: &[intel(&[207])],
         // No figures: no source read states a load-to-use latency for Emerald Rapids.
-        l1d_cycles: None,
-        l2_cycles: None,
-        l3_cycles: None,
-        dram_ns: None,
+        ..Core::BLANK
     },
     Core {
         name: "Zen 2",
-        kind: None,
         // 49 Rome, 96 Renoir, 104 Lucienne, 113 Matisse, 144 Van Gogh.
-        matches: &[Match::X86 {
-            vendor: "AuthenticAMD",
-            family: 23,
-            models: &[49, 96, 104, 113, 144],
-        }],
+        matches: &[amd(23, &[49, 96, 104, 113, 144])],
         l1d_cycles: fig(4.0, ANANDTECH_ROME),
         l2_cycles: fig(13.0, ANANDTECH_ROME),
         l3_cycles: fig(34.0, ANANDTECH_ROME),
-        dram_ns: None,
+        ..Core::BLANK
     },
     Core {
         name: "Zen 3",
-        kind: None,
         // 1 Milan, 8 Chagall, 33 Vermeer, 68 Rembrandt, 80 Cezanne.
-        matches: &[Match::X86 {
-            vendor: "AuthenticAMD",
-            family: 25,
-            models: &[1, 8, 33, 68, 80],
-        }],
+        matches: &[amd(25, &[1, 8, 33, 68, 80])],
         // L2 and L3 relative to Zen 2's cited figures, as a published measurement states
         // them (no source read states absolute cycles).
         l1d_cycles: fig(4.0, AMD_SOG_19H),
         l2_cycles: fig(13.0, CNC_VCACHE_ZEN3_L2),
         l3_cycles: fig(41.5, CNC_VCACHE_ZEN3_L3),
-        dram_ns: None,
+        ..Core::BLANK
     },
     Core {
         name: "Zen 4",
-        kind: None,
         // 17 Genoa, 24 Storm Peak, 97 Raphael, 116/120 Phoenix, 160 Bergamo/Siena.
-        matches: &[Match::X86 {
-            vendor: "AuthenticAMD",
-            family: 25,
-            models: &[17, 24, 97, 116, 120, 160],
-        }],
+        matches: &[amd(25, &[17, 24, 97, 116, 120, 160])],
         l1d_cycles: fig(4.0, CNC_MTL_ZEN4),
         l2_cycles: fig(14.0, CNC_MTL_ZEN4),
-        l3_cycles: None,
-        dram_ns: None,
+        ..Core::BLANK
     },
     Core {
         name: "Apple M1 / M2 (Firestorm / Avalanche P-core)",
@@ -265,39 +246,24 @@ pub const CORES: &[Core] = &[
             Match::MacFamily(0x1b588bb3),
         ],
         // No L1D figure: the cited source states none.
-        l1d_cycles: None,
-        l2_cycles: None,
-        l3_cycles: None,
-        dram_ns: None,
+        ..Core::BLANK
     },
     Core {
         name: "Neoverse N1 (Graviton 2, Ampere Altra)",
-        kind: None,
-        matches: &[Match::Arm {
-            implementer: "0x41",
-            part: "0xd0c",
-        }],
+        matches: &[arm("0xd0c")],
         // The core's figures, read for Graviton2. No L3 figure: the source read gives the
         // last-level cache in ns only. No DRAM figure: it is the memory system's, not the
         // core's, and this MIDR matches Graviton2 and Ampere Altra alike.
         l1d_cycles: fig(4.0, ANANDTECH_GRAVITON2),
         l2_cycles: fig(11.0, ANANDTECH_GRAVITON2),
-        l3_cycles: None,
-        dram_ns: None,
+        ..Core::BLANK
     },
     Core {
         name: "Neoverse V1 (Graviton 3)",
-        kind: None,
-        matches: &[Match::Arm {
-            implementer: "0x41",
-            part: "0xd40",
-        }],
+        matches: &[arm("0xd40")],
         // No L1D figure: Arm's guide states no LDR latency. No source
         // read states Graviton 3's L2, L3 or DRAM latency either.
-        l1d_cycles: None,
-        l2_cycles: None,
-        l3_cycles: None,
-        dram_ns: None,
+        ..Core::BLANK
     },
 ];
 

@@ -190,11 +190,7 @@ impl Experiment for Call {
             ),
         ));
         // Arguments are said to cost more only when 7 are dearer than 0 beyond noise.
-        let sep = match (out.get("args_7"), out.get("args_0")) {
-            (Some(a), Some(b)) => crate::analysis::separation(&a.summary, &b.summary),
-            _ => crate::analysis::Separation::Overlap,
-        };
-        let tail = match sep {
+        let tail = match out.separation("args_7", "args_0") {
             crate::analysis::Separation::Above => format!(
                 "; each argument adds about {} (fitted), and 7 arguments cost more than none beyond both 95% intervals",
                 crate::units::fmt_ns(slope)

@@ -102,12 +102,10 @@ pub(crate) struct PairPlan {
 /// spread evenly over the class's pairs (in `Topology::pairs` order).
 pub(crate) fn plan(t: &Topology, allowed: &[usize], profile: Profile) -> PairPlan {
     let all = t.pairs(allowed);
-    let n = {
-        let mut v = allowed.to_vec();
-        v.sort_unstable();
-        v.dedup();
-        v.len()
-    };
+    let n = allowed
+        .iter()
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
     let (k, all_up_to) = SAMPLING.get(profile);
     let per_class = (n > all_up_to).then_some(k);
     let total = all.len();

@@ -1,6 +1,8 @@
 //! CPU, scheduling and OS-service experiments (docs/METHODOLOGY.md, "CPU and OS services").
 
-use super::Experiment;
+use super::predict::{Input, Predictions};
+use super::{Context, Experiment};
+use crate::results::Prediction;
 
 mod call;
 mod core_to_core;
@@ -18,8 +20,8 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
         Box::new(loop_cost::LoopCost),
         Box::new(call::Call),
         Box::new(syscall::Syscall),
-        Box::new(switch::ThreadSwitch),
-        Box::new(switch::ProcessSwitch),
+        Box::new(switch::Kind::Thread),
+        Box::new(switch::Kind::Process),
         Box::new(core_to_core::CoreToCore),
         Box::new(thread_create::ThreadCreate),
         Box::new(process_create::ProcessCreate),
@@ -47,4 +49,56 @@ pub(crate) fn long_trials<'a>(
     let mut cfg = ctx.harness(parts).config().clone();
     cfg.min_trial *= factor.max(1);
     crate::harness::Harness::new(ctx.clock, cfg, ctx.loop_ticks)
+}
+
+/// A cost modelled from primitives measured earlier in the run: `syscalls` counted system
+/// calls at getppid's cost and `switches` counted switches at `switch_of`'s switch (a
+/// switch at or below zero is noise, not a cost to build on). It leaves out what
+/// `left_out` names, so prediction / measurement is the share entries and switches explain.
+pub(crate) struct Counted {
+    pub syscalls: f64,
+    pub switches: f64,
+    /// `cpu.thread-switch` or `cpu.process-switch`.
+    pub switch_of: &'static str,
+    /// Where the switch count comes from.
+    pub switches_source: &'static str,
+    pub left_out: &'static str,
+}
+
+impl Counted {
+    /// The model's figure, for the text; None off glibc or without its inputs.
+    pub(crate) fn value(&self, ctx: &Context) -> Option<f64> {
+        let sys = ctx.earlier_median("cpu.syscall", "getppid")?;
+        let sw = ctx
+            .earlier_median(self.switch_of, "switch")
+            .filter(|v| *v > 0.0)?;
+        COUNTS_HOLD.then_some(self.syscalls * sys + self.switches * sw)
+    }
+
+    /// States `metric` as the model, with `extra` inputs recorded beside it.
+    pub(crate) fn state(&self, p: &mut Predictions, metric: &str, extra: &[&Input]) {
+        if !COUNTS_HOLD {
+            return p.withhold(&[metric], COUNTS_WITHHELD);
+        }
+        let kind = self.switch_of.trim_start_matches("cpu.").replace('-', "_");
+        let sys = p.earlier("cpu.syscall", &["getppid"]);
+        let sw = p
+            .earlier(self.switch_of, &["switch"])
+            .positive()
+            .named(&kind);
+        let calls = Input::method("system_calls", self.syscalls, "calls", STRACE_LIBC);
+        let switches = Input::method("switches", self.switches, "switches", self.switches_source);
+        let mut inputs = vec![&sys, &sw, &calls, &switches];
+        inputs.extend(extra);
+        let (what, left_out) = (kind.replace('_', " "), self.left_out);
+        p.state(metric, &inputs, |v| {
+            Prediction::new(
+                v[2] * v[0] + v[3] * v[1],
+                format!(
+                    "{} system calls x getppid + {} x {what} (counts from the method; {left_out})",
+                    v[2], v[3]
+                ),
+            )
+        });
+    }
 }

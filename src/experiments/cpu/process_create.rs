@@ -2,9 +2,11 @@
 //! posix_spawn of /bin/true + waitpid.
 
 use crate::experiments::kit::{Pages, Region};
+use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Outcome, PerProfile};
 use crate::harness::{Harness, Measurement};
+use crate::machine::process::{MAPPINGS_SOURCE, RESIDENT_SOURCE};
 use crate::opaque::repeat;
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
@@ -13,65 +15,28 @@ use std::ffi::CString;
 
 pub struct ProcessCreate;
 
-/// System calls per fork + _exit + waitpid, counted with `strace -f` on a C loop: clone,
-/// set_robust_list in the child, exit_group, wait4.
-const FORK_SYSCALLS: f64 = 4.0;
-/// Per posix_spawn of /bin/true + waitpid (strace -f): clone3, 122 rt_sigaction (the child
-/// resets every handler), and ~36 of execve and the dynamic loader's mmap, openat, mprotect.
-const SPAWN_SYSCALLS: f64 = 159.0;
-/// Context switches per operation (perf stat -e context-switches on the same loops, pinned):
-/// to the child and back; exec adds one more.
-const FORK_SWITCHES: f64 = 2.0;
-const SPAWN_SWITCHES: f64 = 3.0;
-
-/// The model from primitives measured earlier in the run: each counted system call at
-/// getppid's cost and each switch at a process switch's. It leaves out copying or building
-/// the address space (page tables, VMAs) and the minor faults (about 20 per fork of a small
-/// parent, 50 per exec of true, by perf; mem.pagefault measures their cost later in the run),
-/// so prediction / measurement is the share the entries and switches explain.
-fn model(ctx: &Context, syscalls: f64, switches: f64, what: &str) -> Option<(f64, Prediction)> {
-    if !super::COUNTS_HOLD {
-        return None;
-    }
-    let sys = ctx.earlier_median("cpu.syscall", "getppid")?;
-    // A switch measured at or below zero is noise, not a cost to build on.
-    let sw = ctx
-        .earlier_median("cpu.process-switch", "switch")
-        .filter(|v| *v > 0.0)?;
-    let v = syscalls * sys + switches * sw;
-    Some((
-        v,
-        Prediction::new(
-            v,
-            format!(
-                "{syscalls} system calls x getppid + {switches} x process switch (counts from the method; \
-                 {what} not in the model)"
-            ),
-        )
-        .measured("getppid", sys, "ns", "measured: cpu.syscall getppid")
-        .measured("process_switch", sw, "ns", "measured: cpu.process-switch switch")
-        .method("system_calls", syscalls, "calls", super::STRACE_LIBC)
-        .method("switches", switches, "switches", "perf stat -e context-switches of the method"),
-    ))
-}
-
-fn fork_model(ctx: &Context) -> Option<(f64, Prediction)> {
-    model(
-        ctx,
-        FORK_SYSCALLS,
-        FORK_SWITCHES,
-        "address-space copy and teardown, minor faults",
-    )
-}
-
-fn spawn_model(ctx: &Context) -> Option<(f64, Prediction)> {
-    model(
-        ctx,
-        SPAWN_SYSCALLS,
-        SPAWN_SWITCHES,
-        "the new image's mappings, minor faults",
-    )
-}
+/// fork + _exit + waitpid: system calls counted with `strace -f` on a C loop (clone,
+/// set_robust_list in the child, exit_group, wait4) and context switches (perf stat -e
+/// context-switches on the same loop, pinned): to the child and back. The model leaves out
+/// copying or building the address space (page tables, VMAs) and the minor faults (about 20
+/// per fork of a small parent, 50 per exec of true, by perf; mem.pagefault measures their
+/// cost later in the run).
+const FORK: super::Counted = super::Counted {
+    syscalls: 4.0,
+    switches: 2.0,
+    switch_of: "cpu.process-switch",
+    switches_source: "perf stat -e context-switches of the method",
+    left_out: "address-space copy and teardown, minor faults not in the model",
+};
+/// posix_spawn of /bin/true + waitpid: clone3, 122 rt_sigaction (the child resets every
+/// handler), and ~36 of execve and the dynamic loader's mmap, openat, mprotect; exec adds
+/// one switch.
+const SPAWN: super::Counted = super::Counted {
+    syscalls: 159.0,
+    switches: 3.0,
+    left_out: "the new image's mappings, minor faults not in the model",
+    ..FORK
+};
 
 /// The resident anonymous memory added to the parent for `fork_exit_wait_32mib`: large
 /// enough that its page-table entries dwarf the trial-to-trial noise of a small fork
@@ -181,11 +146,6 @@ fn program() -> Option<&'static str> {
         .find(|p| std::path::Path::new(p).is_file())
 }
 
-/// Resident pages and mappings of this process.
-fn footprint() -> (f64, f64) {
-    crate::machine::process::footprint()
-}
-
 /// This process's resident anonymous memory in base pages (RssAnon less the huge pages
 /// in its mappings), None where the system does not say.
 fn own_anon_base_bytes() -> Option<u64> {
@@ -291,48 +251,23 @@ impl Experiment for ProcessCreate {
         &SPEC
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        if !super::COUNTS_HOLD {
-            let why = super::COUNTS_WITHHELD;
-            return vec![
-                ("fork_exit_wait".into(), Prediction::withheld(why)),
-                ("spawn_exec".into(), Prediction::withheld(why)),
-            ];
-        }
-        let (pages, vmas) = footprint();
-        let mut v = Vec::new();
-        if let Some((_, p)) = fork_model(ctx) {
-            // The parent's size drives what the model leaves out; recorded for the reader.
-            let p = p
-                .machine(
-                    "resident_pages",
-                    pages,
-                    "pages",
-                    crate::machine::process::RESIDENT_SOURCE,
-                )
-                .machine(
-                    "vmas",
-                    vmas,
-                    "mappings",
-                    crate::machine::process::MAPPINGS_SOURCE,
-                );
-            v.push(("fork_exit_wait".into(), p));
-        }
-        if let Some((_, p)) = spawn_model(ctx) {
-            v.push(("spawn_exec".into(), p));
-        }
-        if v.is_empty() {
-            let why = "cpu.syscall getppid or a positive cpu.process-switch switch was not measured in this run";
-            v = vec![
-                ("fork_exit_wait".into(), Prediction::withheld(why)),
-                ("spawn_exec".into(), Prediction::withheld(why)),
-            ];
-        }
-        let no_entry =
-            "no figure measured in the run prices copying and tearing down a page-table entry";
-        for name in ["fork_exit_wait_32mib", "fork_per_mib"] {
-            v.push((name.into(), Prediction::withheld(no_entry)));
-        }
-        v
+        let mut p = Predictions::new(ctx);
+        // The parent's size drives what the model leaves out; recorded for the reader.
+        let (pages, vmas) = crate::machine::process::footprint();
+        FORK.state(
+            &mut p,
+            "fork_exit_wait",
+            &[
+                &Input::machine("resident_pages", Some(pages), "pages", RESIDENT_SOURCE, ""),
+                &Input::machine("vmas", Some(vmas), "mappings", MAPPINGS_SOURCE, ""),
+            ],
+        );
+        SPAWN.state(&mut p, "spawn_exec", &[]);
+        p.withhold(
+            &["fork_exit_wait_32mib", "fork_per_mib"],
+            "no figure measured in the run prices copying and tearing down a page-table entry",
+        );
+        p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
@@ -501,10 +436,10 @@ fn models_text(
     };
     let mut text = String::new();
     for (name, measured, m, extra) in [
-        ("fork", Some(fork), fork_model(ctx), pages),
-        ("spawn", spawn, spawn_model(ctx), None),
+        ("fork", Some(fork), FORK.value(ctx), pages),
+        ("spawn", spawn, SPAWN.value(ctx), None),
     ] {
-        if let (Some(c), Some((v, _))) = (measured, m) {
+        if let (Some(c), Some(v)) = (measured, m) {
             let (add, parts) = extra.unwrap_or((0.0, " and process switches".into()));
             text.push_str(&crate::experiments::explained(
                 &format!("For {name}, kernel entries{parts}"),

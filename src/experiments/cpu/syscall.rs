@@ -159,11 +159,7 @@ impl Experiment for Syscall {
         ));
         // clock_gettime is said to stay in user space only when it is cheaper than a kernel
         // entry beyond noise (on an hpet or acpi_pm clocksource it is a system call).
-        let sep = match (out.get("clock_gettime_vdso"), out.get("getppid")) {
-            (Some(v), Some(s)) => crate::analysis::separation(&v.summary, &s.summary),
-            _ => crate::analysis::Separation::Overlap,
-        };
-        let how = match sep {
+        let how = match out.separation("clock_gettime_vdso", "getppid") {
             crate::analysis::Separation::Below => {
                 "below any kernel entry beyond both 95% intervals, so it stayed in user space (the vDSO)".to_string()
             }

@@ -1,5 +1,6 @@
 //! cpu.thread-create: create, run and join a kernel thread that returns at once.
 
+use crate::experiments::predict::Predictions;
 use crate::experiments::{spec::ms, PerProfile, Spec};
 use crate::experiments::{Context, Experiment, Outcome};
 use crate::opaque::repeat;
@@ -10,42 +11,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 pub struct ThreadCreate;
 
-/// System calls per pthread_create + join, counted with `strace -f` on a C loop (glibc
-/// 2.36+): clone3, 4 rt_sigprocmask (signals blocked around the clone and in the child),
-/// set_robust_list and rseq in the child, madvise of the cached stack, exit, one futex.
-const CREATE_SYSCALLS: f64 = 10.0;
-/// Switches per create + join: to the new thread (the parent waits in join) and back.
-const CREATE_SWITCHES: f64 = 2.0;
-
-/// The model from primitives measured earlier in the run: each counted system call at
-/// getppid's cost and each switch at a thread switch's. What it leaves out is the work
-/// inside clone and exit beyond a minimal kernel entry, so the ratio of prediction to
-/// measurement is the share of the cost that entries and switches explain.
-fn model(ctx: &Context) -> Option<(f64, Prediction)> {
-    if !super::COUNTS_HOLD {
-        return None;
-    }
-    let sys = ctx.earlier_median("cpu.syscall", "getppid")?;
-    // A switch measured at or below zero is noise, not a cost to build on.
-    let sw = ctx
-        .earlier_median("cpu.thread-switch", "switch")
-        .filter(|v| *v > 0.0)?;
-    let v = CREATE_SYSCALLS * sys + CREATE_SWITCHES * sw;
-    Some((
-        v,
-        Prediction::new(
-            v,
-            format!(
-                "{CREATE_SYSCALLS} system calls x getppid + {CREATE_SWITCHES} x thread switch (counts from the method; \
-                 clone's and exit's own work beyond a kernel entry is not in the model)"
-            ),
-        )
-        .measured("getppid", sys, "ns", "measured: cpu.syscall getppid")
-        .measured("thread_switch", sw, "ns", "measured: cpu.thread-switch switch")
-        .method("system_calls", CREATE_SYSCALLS, "calls", super::STRACE_LIBC)
-        .method("switches", CREATE_SWITCHES, "switches", "method: to the thread and back"),
-    ))
-}
+/// The model: system calls per pthread_create + join, counted with `strace -f` on a C loop
+/// (glibc 2.36+): clone3, 4 rt_sigprocmask (signals blocked around the clone and in the
+/// child), set_robust_list and rseq in the child, madvise of the cached stack, exit, one
+/// futex; and switches to the new thread (the parent waits in join) and back. What it leaves
+/// out is the work inside clone and exit beyond a minimal kernel entry.
+const MODEL: super::Counted = super::Counted {
+    syscalls: 10.0,
+    switches: 2.0,
+    switch_of: "cpu.thread-switch",
+    switches_source: "method: to the thread and back",
+    left_out: "clone's and exit's own work beyond a kernel entry is not in the model",
+};
 
 /// What the new thread returns, so join can prove it ran.
 static SENTINEL: u8 = 0;
@@ -124,18 +101,9 @@ impl Experiment for ThreadCreate {
         &SPEC
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        if !super::COUNTS_HOLD {
-            return vec![(
-                "create_join".into(),
-                Prediction::withheld(super::COUNTS_WITHHELD),
-            )];
-        }
-        let p = model(ctx).map(|(_, p)| p).unwrap_or_else(|| {
-            Prediction::withheld(
-                "cpu.syscall getppid or a positive cpu.thread-switch switch was not measured in this run",
-            )
-        });
-        vec![("create_join".into(), p)]
+        let mut p = Predictions::new(ctx);
+        MODEL.state(&mut p, "create_join", &[]);
+        p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
@@ -190,9 +158,12 @@ impl Experiment for ThreadCreate {
             text.push_str(&format!(" or {:.1} thread switches", c / sw));
         }
         text.push('.');
-        if let Some((v, _)) = model(ctx) {
+        if let Some(v) = MODEL.value(ctx) {
             text.push_str(&crate::experiments::explained(
-                &format!("{CREATE_SYSCALLS} kernel entries and {CREATE_SWITCHES} thread switches"),
+                &format!(
+                    "{} kernel entries and {} thread switches",
+                    MODEL.syscalls, MODEL.switches
+                ),
                 v,
                 c,
             ));

@@ -83,12 +83,7 @@ impl Experiment for Timer {
             &m,
         );
         out.pool(ctx);
-        let median = |name: &str| {
-            out.metrics
-                .iter()
-                .find(|m| m.name == name)
-                .map(|m| m.summary.median)
-        };
+        let median = |name: &str| out.get(name).map(|m| m.summary.median);
         if let (Some(region), Some(wall)) = (median("read_pair"), median("fenced_pair_wall")) {
             if wall > 5.0 * region {
                 out.finding(

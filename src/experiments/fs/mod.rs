@@ -12,16 +12,7 @@ pub(crate) mod contention;
 mod read;
 mod remote_read;
 
-// Paths fs/contention.rs uses, until it names `kit::files` itself.
-pub(crate) use crate::experiments::kit::files::{
-    direct_works, disk_scratch, evict_check, make_file, reopen, scratch_note, stopwatch,
-    DeviceReads, RepeatedCheck as Tally, BLOCK, MIB,
-};
-pub(crate) fn fmt_b(b: u64) -> String {
-    crate::units::fmt_bytes(b as f64)
-}
-
-use crate::experiments::kit::files::{device_basis, device_of, Pattern};
+use crate::experiments::kit::files::{device_basis, device_of, Pattern, BLOCK};
 
 /// In run order: remote-read and contention use fs.read's figures in their predictions.
 pub fn experiments() -> Vec<Box<dyn Experiment>> {

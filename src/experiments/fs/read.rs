@@ -4,7 +4,7 @@
 use super::{cgroup_memory_limit, mem_available, note_vm_host_cache};
 use crate::clock::Deadline;
 use crate::experiments::kit::files::{
-    advise, deadline, direct_works, disk_scratch, evict_check, make_file, read_through, reopen,
+    deadline, direct_works, disk_scratch, evict_check, make_file, read_through, reopen,
     scratch_note, time_blocks, BlockTimes, DeviceReads, Pattern, RepeatedCheck, Timing, BLOCK, MIB,
 };
 use crate::experiments::predict::Predictions;
@@ -165,12 +165,7 @@ fn measure_size(
     } else {
         plan.uncached
     };
-    for pattern in [Pattern::Sequential, Pattern::Random] {
-        let file = if pattern == Pattern::Random {
-            &fr.file
-        } else {
-            &f.file
-        };
+    for (pattern, file) in [(Pattern::Sequential, &f.file), (Pattern::Random, &fr.file)] {
         say(format!("uncached {}", pattern.name()));
         let times = uncached_pass(ctx, file, size, pattern, &order, direct, slice, plan, st)?;
         st.points.push(SweepPass {
@@ -220,7 +215,7 @@ fn uncached_pass(
     let fd = reopen(file, direct, false)?;
     if !direct {
         // No readahead for the random order.
-        advise(&fd, pattern.access());
+        crate::platform::advise(&fd, pattern.access());
     }
     let before = st.device.counter();
     let times = time_blocks(
@@ -393,33 +388,30 @@ pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
                 points,
             });
             if let Some(p) = s.get(largest, cached, pattern) {
-                let m =
-                    out.metric(
-                        &name,
-                        "ns",
-                        &format!(
-                        "time per 4 KiB block, {} {}, {} file ({} blocks read; one value per {})",
-                        if cached { "cached" } else { "uncached" },
-                        if pattern == Pattern::Sequential {
-                            "sequential read()"
-                        } else {
-                            "random pread() over a shuffled block order"
-                        },
-                        fmt_bytes(largest as f64),
-                        p.times.blocks,
-                        if cached { "trial of ~0.2 ms of reads" } else { "read" }
-                    ),
-                        p.times.per_block_ns.clone(),
-                    );
-                // Uncached reads are timed one by one: keep their distribution.
-                if !cached {
-                    m.per_operation();
-                    if let Some(sum) = crate::stats::Summary::with_percentiles(&m.raw) {
-                        m.summary = sum;
+                let desc = format!(
+                    "time per 4 KiB block, {} {}, {} file ({} blocks read; one value per {})",
+                    if cached { "cached" } else { "uncached" },
+                    if pattern == Pattern::Sequential {
+                        "sequential read()"
+                    } else {
+                        "random pread() over a shuffled block order"
+                    },
+                    fmt_bytes(largest as f64),
+                    p.times.blocks,
+                    if cached {
+                        "trial of ~0.2 ms of reads"
+                    } else {
+                        "read"
                     }
-                } else {
+                );
+                let raw = p.times.per_block_ns.clone();
+                if cached {
                     // A cached block is a system call and a 4 KiB copy from memory.
-                    m.shares(crate::results::Bottleneck::Copy);
+                    out.metric(&name, "ns", &desc, raw)
+                        .shares(crate::results::Bottleneck::Copy);
+                } else {
+                    // Uncached reads are timed one by one: keep their distribution.
+                    out.distribution(&name, "ns", &desc, raw);
                 }
             }
         }
@@ -559,10 +551,7 @@ fn findings(out: &mut Outcome, s: &SweepOut) {
     );
     // Whether position matters, from the intervals; the cause (seeks, readahead, a host
     // cache behind a virtual disk) is not measured, so it is not named.
-    let sep = match (out.get("uncached_random"), out.get("uncached_seq")) {
-        (Some(r), Some(q)) => crate::analysis::separation(&r.summary, &q.summary),
-        _ => crate::analysis::Separation::Overlap,
-    };
+    let sep = out.separation("uncached_random", "uncached_seq");
     out.finding(
         format!(
             "Uncached random reads cost {:.2}x sequential ones{}.",

@@ -101,10 +101,8 @@ impl Experiment for RemoteRead {
                 c.name = format!("{side}: {}", c.name);
                 out.check(c);
             }
-        }
-        for (side, s) in [("remote", &rs), ("local", &ls)] {
-            out.notes
-                .extend(s.notes.iter().map(|n| format!("{side}: {n}")));
+            let notes = s.notes.iter().map(|n| format!("{side}: {n}"));
+            out.notes.extend(notes);
         }
         report(&mut out, &rs, "remote_");
         report(&mut out, &ls, "local_");

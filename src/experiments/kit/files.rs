@@ -170,11 +170,6 @@ pub(crate) fn append(file: &File, from: u64, to: u64, seed: u64) -> anyhow::Resu
     Ok(())
 }
 
-/// Access advice for the whole file (readahead on or off).
-pub(crate) fn advise(file: &File, access: crate::platform::Access) {
-    crate::platform::advise(file, access)
-}
-
 /// Reads `[0, len)` with 1 MiB pread() calls through the page cache (callers that want
 /// its duration time it with the harness's stopwatch).
 pub(crate) fn read_through(file: &File, len: u64, buf: &mut [u8]) -> anyhow::Result<()> {

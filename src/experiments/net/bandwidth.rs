@@ -3,7 +3,7 @@
 
 use super::{target, PeerTarget};
 use crate::clock::Stopwatch;
-use crate::experiments::Spec;
+use crate::experiments::{spec::ms, PerProfile, Spec};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::harness::Harness;
 use crate::peer::protocol::{is_timeout, Request};
@@ -18,15 +18,12 @@ pub struct NetBandwidth;
 const CHUNK: usize = 128 * 1024;
 
 /// Stream length per direction and the sampling interval.
-fn plan(p: Profile) -> (Duration, Duration) {
-    let ms = Duration::from_millis;
-    match p {
-        Profile::Smoke => (ms(150), ms(15)),
-        Profile::Quick => (ms(1500), ms(100)),
-        Profile::Standard => (ms(5000), ms(250)),
-        Profile::Thorough => (ms(10000), ms(500)),
-    }
-}
+const PLAN: PerProfile<(Duration, Duration)> = PerProfile::new(
+    (ms(150), ms(15)),
+    (ms(1500), ms(100)),
+    (ms(5000), ms(250)),
+    (ms(10000), ms(500)),
+);
 
 /// Per-interval rates in bytes/s from (elapsed ns, cumulative bytes) marks, dropping the
 /// first interval (slow start, pipe filling) and tail fragments shorter than half one.
@@ -109,13 +106,6 @@ fn receive(
     Ok((interval_rates(&marks, interval), avg))
 }
 
-/// Memory copy bandwidth (bytes copied per second): mem.bandwidth's single-thread copy
-/// measured earlier in the run.
-fn copy_bandwidth(ctx: &Context) -> Option<(f64, String)> {
-    ctx.earlier_median("mem.bandwidth", "copy_1t")
-        .map(|v| (v, "measured: mem.bandwidth copy_1t".into()))
-}
-
 fn predict_rate(ctx: &Context) -> Option<Prediction> {
     let remote = ctx.options.peer.as_ref().and_then(|spec| {
         let addr = crate::peer::client::resolve_peer(spec).ok()?;
@@ -137,7 +127,8 @@ fn predict_rate(ctx: &Context) -> Option<Prediction> {
             .machine("mtu", mtu, "bytes", format!("machine: {iface} MTU")));
         }
     }
-    let (copy, src) = copy_bandwidth(ctx)?;
+    // Memory copy bandwidth (bytes copied per second): mem.bandwidth's single-thread copy.
+    let copy = ctx.earlier_median("mem.bandwidth", "copy_1t")?;
     let what = if remote.is_some() {
         "link speed unknown: host copy bound only"
     } else {
@@ -148,7 +139,12 @@ fn predict_rate(ctx: &Context) -> Option<Prediction> {
             copy / 2.0,
             format!("copy bandwidth / 2: each byte copied user->kernel and kernel->user ({what})"),
         )
-        .measured("copy_bandwidth", copy, "bytes/s", src),
+        .measured(
+            "copy_bandwidth",
+            copy,
+            "bytes/s",
+            "measured: mem.bandwidth copy_1t",
+        ),
     )
 }
 
@@ -166,7 +162,7 @@ impl Experiment for NetBandwidth {
         &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
-        plan(p).0 * 2 + Duration::from_millis(if p == Profile::Smoke { 150 } else { 500 })
+        PLAN.get(p).0 * 2 + Duration::from_millis(if p == Profile::Smoke { 150 } else { 500 })
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let Some(p) = predict_rate(ctx) else {
@@ -184,11 +180,9 @@ impl Experiment for NetBandwidth {
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
-        (ctx.progress)("starting the peer");
-        let t = target(ctx)?;
+        let t = target(ctx, &mut out)?;
         let label = t.label.clone();
-        out.notes.push(format!("target: {label}"));
-        let (dur, interval) = plan(ctx.profile);
+        let (dur, interval) = PLAN.get(ctx.profile);
         // Peak bandwidth needs sender and receiver on separate CPUs when there are two:
         // let the scheduler place this thread (as iperf3 is placed) for the streams.
         let cpus = &ctx.machine.cpu.allowed_cpus;

@@ -7,7 +7,6 @@ use crate::experiments::{spec::ms, PerProfile, Spec};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::peer::protocol::Request;
 use crate::results::{Check, Prediction};
-use crate::stats::Summary;
 use crate::units::fmt_ns;
 use std::io;
 use std::net::SocketAddr;
@@ -17,19 +16,12 @@ pub struct Connect;
 
 /// At most this many connections per run: with SO_LINGER 0 none lingers in TIME_WAIT,
 /// but the bound keeps even a misbehaving kernel far from the ephemeral port range.
-fn max_connections(p: Profile) -> usize {
-    match p {
-        Profile::Smoke => 500,
-        Profile::Quick => 4_000,
-        Profile::Standard => 10_000,
-        Profile::Thorough => 20_000,
-    }
-}
+const MAX_CONNECTIONS: PerProfile<usize> = PerProfile::new(500, 4_000, 10_000, 20_000);
 
 /// open_close connections close normally and each leaves a port in TIME_WAIT for a minute:
 /// a quarter of the bound above keeps back-to-back runs far below the ~28,000 ephemeral ports.
 fn max_open_close(p: Profile) -> usize {
-    max_connections(p) / 4
+    MAX_CONNECTIONS.get(p) / 4
 }
 
 /// A socket, not yet connected. With `reset` it resets instead of lingering when closed
@@ -154,11 +146,9 @@ impl Experiment for Connect {
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
-        (ctx.progress)("starting the peer");
-        let t = target(ctx)?;
+        let t = target(ctx, &mut out)?;
         let label = t.label.clone();
-        out.notes.push(format!("target: {label}"));
-        let max = max_connections(ctx.profile);
+        let max = MAX_CONNECTIONS.get(ctx.profile);
         let session = t.client.open(&Request::ConnectTarget {
             max_accepts: (max + max_open_close(ctx.profile) + 200) as u32,
         })?;
@@ -184,12 +174,7 @@ impl Experiment for Connect {
                 "socket() + connect() + ordinary close(), as lmbench lat_connect times it",
             ),
         ] {
-            let s = Summary::with_percentiles(&v);
-            let m = out.metric(name, "ns", &format!("{what}, {label}"), v);
-            m.per_operation();
-            if let Some(s) = s {
-                m.summary = s;
-            }
+            out.distribution(name, "ns", &format!("{what}, {label}"), v);
         }
         out.pool(ctx);
         let p = |name: &str| out.get(name).and_then(|m| m.summary.percentiles.clone());

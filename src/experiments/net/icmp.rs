@@ -16,12 +16,7 @@ pub struct Pinger {
 fn checksum(b: &[u8]) -> u16 {
     let mut sum: u32 = 0;
     for c in b.chunks(2) {
-        let w = if c.len() == 2 {
-            u16::from_be_bytes([c[0], c[1]])
-        } else {
-            u16::from_be_bytes([c[0], 0])
-        };
-        sum += w as u32;
+        sum += u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)]) as u32;
     }
     while sum >> 16 != 0 {
         sum = (sum & 0xffff) + (sum >> 16);
@@ -132,9 +127,7 @@ impl Pinger {
             }
         }
     }
-}
 
-impl Pinger {
     /// Whether replies carry our echo id: raw sockets see every echo; Linux rewrites the
     /// id of SOCK_DGRAM pings to the socket's port and filters replies itself; Darwin
     /// does neither (`platform::ICMP_DGRAM_KEEPS_ID`).

@@ -2,7 +2,7 @@
 //! the loopback peer this run starts (a separate `osmeter serve` process, started once
 //! and shared by every net experiment) or a remote `osmeter serve` given by `--peer`.
 
-use super::{Context, Experiment};
+use super::{Context, Experiment, Outcome};
 use crate::peer::client::{resolve_peer, Client};
 use crate::peer::local::LocalPeer;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -80,9 +80,10 @@ fn local_peer(ctx: &Context) -> anyhow::Result<Arc<LocalPeer>> {
     Ok(peer)
 }
 
-/// The peer for this run: `--peer` if given, else the loopback peer.
-pub(crate) fn target(ctx: &Context) -> anyhow::Result<PeerTarget> {
-    match &ctx.options.peer {
+/// The peer for this run: `--peer` if given, else the loopback peer; noted in `out`.
+pub(crate) fn target(ctx: &Context, out: &mut Outcome) -> anyhow::Result<PeerTarget> {
+    (ctx.progress)("starting the peer");
+    let t = match &ctx.options.peer {
         Some(spec) => {
             let addr = resolve_peer(spec)?;
             let label = if spec.trim() == addr.to_string() {
@@ -90,21 +91,23 @@ pub(crate) fn target(ctx: &Context) -> anyhow::Result<PeerTarget> {
             } else {
                 format!("remote peer {} ({addr})", spec.trim())
             };
-            Ok(PeerTarget {
+            PeerTarget {
                 client: Client::new(addr, ctx.options.peer_token.clone()),
                 local: None,
                 label,
-            })
+            }
         }
         None => {
             let peer = local_peer(ctx)?;
-            Ok(PeerTarget {
+            PeerTarget {
                 client: Client::new(peer.addr(), Some(peer.token().to_string())),
                 label: peer.describe(),
                 local: Some(peer),
-            })
+            }
         }
-    }
+    };
+    out.notes.push(format!("target: {}", t.label));
+    Ok(t)
 }
 
 /// The local interface traffic to `dest` leaves through (connecting a UDP socket only

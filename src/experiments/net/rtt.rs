@@ -2,14 +2,13 @@
 //! ICMP echo the kernel answers itself, each as a distribution of single round trips.
 
 use super::{describe_cpus, main_cpu, sample, target, PeerTarget};
-use crate::analysis::{separation, Separation};
+use crate::analysis::Separation;
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{spec::ms, PerProfile, Spec};
-use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::experiments::{Context, Experiment, Outcome};
 use crate::harness::SampleSpec;
 use crate::peer::protocol::{EchoReport, Request};
 use crate::results::{Check, Prediction};
-use crate::stats::Summary;
 use crate::units::fmt_ns;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, UdpSocket};
@@ -20,22 +19,8 @@ pub struct Rtt;
 const TCP_MSG: usize = 1;
 const UDP_MSG: usize = 8;
 
-fn max_samples(p: Profile) -> usize {
-    match p {
-        Profile::Smoke => 2_000,
-        Profile::Quick => 20_000,
-        Profile::Standard => 100_000,
-        Profile::Thorough => 300_000,
-    }
-}
-
-fn warmup(p: Profile) -> usize {
-    if p == Profile::Smoke {
-        50
-    } else {
-        500
-    }
-}
+const MAX_SAMPLES: PerProfile<usize> = PerProfile::new(2_000, 20_000, 100_000, 300_000);
+const WARMUP: PerProfile<usize> = PerProfile::new(50, 500, 500, 500);
 
 /// One TCP echo session: `n` timed round trips after a warm-up.
 /// What the client saw of an echo session: round trips made and replies that differed
@@ -95,11 +80,11 @@ fn tcp_echo(
         }
         Ok(())
     };
-    for _ in 0..warmup(ctx.profile) {
+    for _ in 0..WARMUP.get(ctx.profile) {
         once()?;
     }
     let mut client_cpus: Vec<(u32, u64)> = Vec::new();
-    let spec = SampleSpec::new(max_samples(ctx.profile), budget);
+    let spec = SampleSpec::new(MAX_SAMPLES.get(ctx.profile), budget);
     let v = ctx
         .harness(1)
         .try_sample_with(
@@ -189,22 +174,24 @@ fn udp_echo(ctx: &Context, t: &PeerTarget, budget: Duration) -> anyhow::Result<(
         }
     };
     let mut warm = Vec::new();
-    for _ in 0..warmup(ctx.profile) {
+    for _ in 0..WARMUP.get(ctx.profile) {
         once(&mut warm)?;
     }
     if warm.iter().all(|&l| l) {
         anyhow::bail!("no UDP reply from {dest} (a firewall may drop UDP)");
     }
-    let v = sample(ctx, max_samples(ctx.profile), budget, || once(&mut lost))?;
+    let v = sample(ctx, MAX_SAMPLES.get(ctx.profile), budget, || {
+        once(&mut lost)
+    })?;
     drop(s); // closing the control connection ends the peer's UDP echo
+    Ok(answered(v, &lost))
+}
+
+/// The round trips that got their reply, and how many did not (lost ones are not timed).
+fn answered(v: Vec<f64>, lost: &[bool]) -> (Vec<f64>, u64) {
     let n_lost = lost.iter().filter(|&&l| l).count() as u64;
-    let kept = v
-        .into_iter()
-        .zip(&lost)
-        .filter(|(_, &l)| !l)
-        .map(|(x, _)| x)
-        .collect();
-    Ok((kept, n_lost))
+    let kept = v.into_iter().zip(lost).filter(|(_, &l)| !l).map(|(x, _)| x);
+    (kept.collect(), n_lost)
 }
 
 fn icmp_echo(
@@ -224,7 +211,7 @@ fn icmp_echo(
         Ok(())
     };
     let mut warm = Vec::new();
-    for _ in 0..warmup(ctx.profile).min(100) {
+    for _ in 0..WARMUP.get(ctx.profile).min(100) {
         once(&mut warm).map_err(|e| format!("ICMP echo failed: {e}"))?;
         // Three timeouts in a row: stop waiting (each costs the 500 ms receive timeout).
         if warm.len() >= 3 && warm[warm.len() - 3..].iter().all(|&l| l) {
@@ -236,28 +223,12 @@ fn icmp_echo(
             "no ICMP echo reply from {ip} (echo replies disabled or filtered)"
         ));
     }
-    let v = sample(ctx, max_samples(ctx.profile) / 2, budget, || {
+    let v = sample(ctx, MAX_SAMPLES.get(ctx.profile) / 2, budget, || {
         once(&mut lost)
     })
     .map_err(|e| format!("ICMP echo failed: {e}"))?;
-    let n_lost = lost.iter().filter(|&&l| l).count() as u64;
-    let kept = v
-        .into_iter()
-        .zip(&lost)
-        .filter(|(_, &l)| !l)
-        .map(|(x, _)| x)
-        .collect();
+    let (kept, n_lost) = answered(v, &lost);
     Ok((kept, n_lost, p.kind))
-}
-
-/// Adds a round-trip distribution with p50/p90/p99.
-fn add(out: &mut Outcome, name: &str, desc: String, v: Vec<f64>) {
-    let s = Summary::with_percentiles(&v);
-    let m = out.metric(name, "ns", &desc, v);
-    m.per_operation();
-    if let Some(s) = s {
-        m.summary = s;
-    }
 }
 
 fn pct(out: &Outcome, name: &str) -> Option<(f64, f64, f64)> {
@@ -356,9 +327,7 @@ impl Experiment for Rtt {
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
-        (ctx.progress)("starting the peer");
-        let t = target(ctx)?;
-        out.notes.push(format!("target: {}", t.label));
+        let t = target(ctx, &mut out)?;
         if let Some(pid) = t.local.as_ref().and_then(|p| p.pid()) {
             out.notes.push(format!("loopback peer process id {pid}"));
         }
@@ -415,10 +384,10 @@ fn tcp_unpinned(
         }
     };
     out.check(echo_check("tcp", e.count, rep.messages, &where_));
-    add(
-        out,
+    out.distribution(
         "tcp",
-        format!(
+        "ns",
+        &format!(
             "TCP_NODELAY ping-pong of {TCP_MSG} byte with {}; {where_}",
             t.label
         ),
@@ -470,10 +439,10 @@ fn tcp_pinned(
         let ok = placed.passed;
         out.check(placed);
         if ok {
-            add(
-                out,
+            out.distribution(
                 &name,
-                format!("TCP round trip, client on CPU {client_cpu}, {what} ({pin})"),
+                "ns",
+                &format!("TCP round trip, client on CPU {client_cpu}, {what} ({pin})"),
                 e.v,
             );
         } else {
@@ -493,10 +462,10 @@ fn udp_and_icmp(ctx: &Context, t: &PeerTarget, budget: Duration, out: &mut Outco
                 out.notes
                     .push(format!("udp: {lost} datagrams lost (not timed)"));
             }
-            add(
-                out,
+            out.distribution(
                 "udp",
-                format!("UDP ping-pong of {UDP_MSG} bytes with {}", t.label),
+                "ns",
+                &format!("UDP ping-pong of {UDP_MSG} bytes with {}", t.label),
                 v,
             );
         }
@@ -510,10 +479,10 @@ fn udp_and_icmp(ctx: &Context, t: &PeerTarget, budget: Duration, out: &mut Outco
                 out.notes
                     .push(format!("icmp: {lost} echoes unanswered (not timed)"));
             }
-            add(
-                out,
+            out.distribution(
                 "icmp",
-                format!(
+                "ns",
+                &format!(
                     "ICMP echo to {} via a {kind}, answered by the kernel",
                     t.addr().ip()
                 ),
@@ -545,11 +514,7 @@ fn findings(out: &mut Outcome, t: &PeerTarget, plans: &[crate::machine::CrossPla
         if let (Some(s), Some(c)) = (pct(out, "tcp_same_cpu"), pct(out, &name)) {
             // Decided on the medians' 95% intervals, not the p50s alone; no wake-up is
             // counted, so the text compares placements and names no mechanism.
-            let sep = match (out.get(&name), out.get("tcp_same_cpu")) {
-                (Some(x), Some(y)) => separation(&x.summary, &y.summary),
-                _ => Separation::Overlap,
-            };
-            let verdict = match sep {
+            let verdict = match out.separation(&name, "tcp_same_cpu") {
                 Separation::Above => "the cross-CPU placement is slower beyond both 95% intervals",
                 Separation::Overlap => "within noise of each other (their 95% intervals overlap)",
                 Separation::Below => {

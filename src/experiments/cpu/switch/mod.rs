@@ -5,7 +5,7 @@
 //! figures differ only in what a switch between the two tasks has to change.
 
 use crate::experiments::spec::ms;
-use crate::experiments::{Context, Experiment, Outcome, PerProfile, Profile, Spec};
+use crate::experiments::{Context, Experiment, Outcome, PerProfile, Spec};
 use crate::harness::Harness;
 use crate::opaque::repeat;
 use crate::platform;
@@ -28,11 +28,9 @@ use predict::*;
 use series::*;
 use text::*;
 
-pub struct ThreadSwitch;
-pub struct ProcessSwitch;
-
+/// The two experiments: a switch between threads, and between processes.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Kind {
+pub(crate) enum Kind {
     Thread,
     Process,
 }
@@ -68,13 +66,12 @@ const WARM_ROUNDS: usize = 200;
 const WARM_LIMIT: Duration = Duration::from_millis(10);
 /// A pipe as (read end, write end), close-on-exec so spawned programs never inherit it.
 /// Working-set sizes of the series per profile (bytes).
-fn series_sizes(p: Profile) -> &'static [usize] {
-    match p {
-        Profile::Smoke => &[],
-        Profile::Quick => &[0, 64 << 10],
-        Profile::Standard | Profile::Thorough => &[0, 16 << 10, 64 << 10, 256 << 10, 1 << 20],
-    }
-}
+const SERIES_SIZES: PerProfile<&[usize]> = PerProfile::new(
+    &[],
+    &[0, 64 << 10],
+    &[0, 16 << 10, 64 << 10, 256 << 10, 1 << 20],
+    &[0, 16 << 10, 64 << 10, 256 << 10, 1 << 20],
+);
 
 fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
     let mut out = Outcome::default();
@@ -83,7 +80,7 @@ fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
         .topology
         .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus);
     let sizes: &[usize] = if kind == Kind::Process {
-        series_sizes(ctx.profile)
+        SERIES_SIZES.get(ctx.profile)
     } else {
         &[]
     };
@@ -245,18 +242,6 @@ const THREAD_SPEC: Spec = Spec {
     ..Spec::CORE_LOOP
 };
 
-impl Experiment for ThreadSwitch {
-    fn spec(&self) -> &Spec {
-        &THREAD_SPEC
-    }
-    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        predict_switch(Kind::Thread, ctx)
-    }
-    fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        run_switch(Kind::Thread, ctx)
-    }
-}
-
 const PROCESS_SPEC: Spec = Spec {
     id: Kind::Process.id(),
     title: "Context switch between processes",
@@ -268,15 +253,18 @@ const PROCESS_SPEC: Spec = Spec {
     ..Spec::CORE_LOOP
 };
 
-impl Experiment for ProcessSwitch {
+impl Experiment for Kind {
     fn spec(&self) -> &Spec {
-        &PROCESS_SPEC
+        match self {
+            Kind::Thread => &THREAD_SPEC,
+            Kind::Process => &PROCESS_SPEC,
+        }
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        predict_switch(Kind::Process, ctx)
+        predict_switch(*self, ctx)
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        run_switch(Kind::Process, ctx)
+        run_switch(*self, ctx)
     }
 }
 
@@ -349,7 +337,7 @@ mod tests {
         w.machine = machine;
         w.budget = Duration::from_millis(300);
         w.earlier = vec![thread_result(thread_ns)];
-        w.run(&ProcessSwitch)
+        w.run(&Kind::Process)
     }
 
     const RELATION: &str = "a process switch costs no less than a thread switch, within noise";

@@ -2,10 +2,6 @@
 
 use super::*;
 
-pub(super) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    crate::platform::pipe()
-}
-
 /// Reads one byte: 1 on success, 0 on end of file, -1 on error. Async-signal-safe.
 pub(super) fn read_byte(fd: RawFd, b: &mut u8) -> isize {
     loop {
@@ -29,10 +25,6 @@ pub(super) fn write_byte(fd: RawFd, b: u8) -> bool {
         }
         return r == 1;
     }
-}
-
-pub(super) fn getcpu() -> i32 {
-    crate::platform::current_cpu_raw()
 }
 
 /// Reads and writes one word per cache line of `len` bytes at `buf` (volatile, so the
@@ -69,7 +61,7 @@ pub(super) struct CpuReport {
 
 impl CpuReport {
     fn sample(&mut self, expect: i32) {
-        let c = getcpu();
+        let c = platform::current_cpu_raw();
         self.samples += 1;
         if c != expect {
             self.off += 1;
@@ -129,8 +121,8 @@ impl PingPong {
     /// Starts a partner of `kind` pinned to `partner_cpu` (the caller stays where it is)
     /// with a private working set of `ws` bytes.
     pub(super) fn start(kind: Kind, partner_cpu: usize, ws: usize) -> anyhow::Result<PingPong> {
-        let (a_r, a_w) = pipe().context("pipe")?;
-        let (b_r, b_w) = pipe().context("pipe")?;
+        let (a_r, a_w) = platform::pipe().context("pipe")?;
+        let (b_r, b_w) = platform::pipe().context("pipe")?;
         let expect = partner_cpu as i32;
         let partner = match kind {
             Kind::Thread => {
@@ -327,7 +319,7 @@ pub(super) fn round_trips(
     let err: RefCell<Option<io::Error>> = RefCell::new(None);
     let cpus = RefCell::new(Vec::with_capacity(256));
     let m = h.measure(1.0, |n| {
-        cpus.borrow_mut().push(getcpu());
+        cpus.borrow_mut().push(platform::current_cpu_raw());
         let mut p = pp.borrow_mut();
         let mut failed = err.borrow().is_some();
         repeat(n, || {
@@ -338,7 +330,7 @@ pub(super) fn round_trips(
                 }
             }
         });
-        cpus.borrow_mut().push(getcpu());
+        cpus.borrow_mut().push(platform::current_cpu_raw());
     });
     let pp = pp.into_inner();
     if let Some(e) = err.into_inner() {
@@ -356,8 +348,8 @@ pub(super) fn round_trips(
 /// One task passing the token through its own two pipes (write+read on A, then on B),
 /// touching its working set twice: everything a round trip does except the switches.
 pub(super) fn pipe_cost(h: &Harness, ws: usize) -> anyhow::Result<crate::harness::Measurement> {
-    let (a_r, a_w) = pipe()?;
-    let (b_r, b_w) = pipe()?;
+    let (a_r, a_w) = platform::pipe()?;
+    let (b_r, b_w) = platform::pipe()?;
     let (ar, aw, br, bw) = (
         a_r.as_raw_fd(),
         a_w.as_raw_fd(),

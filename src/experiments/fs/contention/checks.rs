@@ -52,8 +52,8 @@ pub(super) fn checks(
         "{} of {} blocks read were read before by the same reader (files of {} down to {}; a device or host cache can serve those)",
         reread,
         total,
-        fmt_b(sizes.first().copied().unwrap_or(0)),
-        fmt_b(sizes.last().copied().unwrap_or(0))
+        fmt_bytes(sizes.first().copied().unwrap_or(0) as f64),
+        fmt_bytes(sizes.last().copied().unwrap_or(0) as f64)
     );
     out.check(if reread == 0 {
         Check::premise("each block read at most once", true, detail)

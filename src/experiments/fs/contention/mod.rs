@@ -2,14 +2,18 @@
 //! a barrier; per-block time vs P and a fitted (piecewise) linear model
 //! (docs/METHODOLOGY.md, fs.contention).
 
-use super::{direct_works, evict_check, fmt_b, make_file, reopen, Tally, BLOCK, MIB};
 use crate::clock::{Clock, Deadline};
 use crate::experiments::kit::children::Children;
+use crate::experiments::kit::files::{
+    direct_works, disk_scratch, evict_check, make_file, reopen, scratch_note, stopwatch,
+    DeviceReads, RepeatedCheck, BLOCK, MIB,
+};
 use crate::experiments::spec::ms;
-use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile};
+use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
 use crate::pagecache::AlignedBuf;
 use crate::results::{Check, Prediction, Series};
 use crate::rng::Rng;
+use crate::units::fmt_bytes;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
@@ -121,15 +125,15 @@ fn sizing(ctx: &Context, room: u64) -> (Vec<u64>, String) {
     let (sizes, cut) = file_sizes(ctx.profile, block_ns, room);
     let mut note = format!(
         "reader files sized for every block a reader may read in its rounds at {basis} ({MARGIN}x margin): {} (reader 1) down to {} (reader {}), {} in all",
-        fmt_b(sizes.first().copied().unwrap_or(0)),
-        fmt_b(sizes.last().copied().unwrap_or(0)),
+        fmt_bytes(sizes.first().copied().unwrap_or(0) as f64),
+        fmt_bytes(sizes.last().copied().unwrap_or(0) as f64),
         sizes.len(),
-        fmt_b(sizes.iter().sum())
+        fmt_bytes(sizes.iter().sum::<u64>() as f64)
     );
     if cut {
         note.push_str(&format!(
             "; cut down to fit {} (the profile's limit or the scratch space left), so blocks may be read again",
-            fmt_b(room)
+            fmt_bytes(room as f64)
         ));
     }
     (sizes, note)
@@ -141,7 +145,7 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 // The model is the one analysis of this question; figures draw the same fit.
 pub(crate) use crate::analysis::fit;
 
-const SPEC: crate::experiments::Spec = crate::experiments::Spec {
+const SPEC: Spec = Spec {
     id: "fs.contention",
     title: "Per-block read time with P processes reading at once",
     description: "P = 1..Pmax processes each reading its own file uncached, released together; per-block time vs P and a fitted model",
@@ -151,14 +155,11 @@ const SPEC: crate::experiments::Spec = crate::experiments::Spec {
         ..Needs::NONE
     },
     // The device shared by the readers.
-    bottleneck: crate::results::Bottleneck::None,
-    per_core_kind: false,
-    subtracts_loop: false,
-    budget: None,
+    ..Spec::DEVICE
 };
 
 impl Experiment for Contention {
-    fn spec(&self) -> &crate::experiments::Spec {
+    fn spec(&self) -> &Spec {
         &SPEC
     }
     fn budget(&self, p: Profile) -> Duration {
@@ -228,7 +229,7 @@ impl Experiment for Contention {
         #[cfg(test)]
         let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let pm = PMAX.get(ctx.profile);
-        let scratch = match super::disk_scratch(ctx, pm as u64 * MIB)? {
+        let scratch = match disk_scratch(ctx, pm as u64 * MIB)? {
             Ok(s) => s,
             Err(reason) => return Ok(Outcome::skipped(reason)),
         };
@@ -238,7 +239,7 @@ impl Experiment for Contention {
             None => sizes,
         };
         let mut out = Outcome::default();
-        out.notes.push(super::scratch_note(scratch));
+        out.notes.push(scratch_note(scratch));
         out.notes.push(sizing_note);
         super::note_vm_host_cache(ctx, &mut out);
         let mut rng = Rng::new(0xc0de);
@@ -280,10 +281,10 @@ impl Experiment for Contention {
             spreads: Vec::new(),
             per_p: Vec::new(),
             aggregate: Vec::new(),
-            evictions: Tally::default(),
-            device: super::DeviceReads::new(scratch.dir()),
+            evictions: RepeatedCheck::default(),
+            device: DeviceReads::new(scratch.dir()),
         };
-        let started = super::stopwatch(ctx);
+        let started = stopwatch(ctx);
         for p in counts(ctx.profile) {
             if m.per_p.len() >= 2 && started.elapsed() > ctx.budget * 2 {
                 out.notes.push(format!(
@@ -293,7 +294,8 @@ impl Experiment for Contention {
             }
             measure_p(ctx, &mut rd, &owners, &mut m, p, dur, rounds)?;
         }
-        let cpus = reader_cpu_count(ctx);
+        // Readers that each get a CPU of their own.
+        let cpus = cpu_order.len();
         drop(rd);
         drop(owners);
         if let Some(&(p, _)) = m.per_p.last() {
@@ -311,7 +313,7 @@ impl Experiment for Contention {
         report(ctx, &mut out, m, cpus, withheld);
         out.notes.push(format!(
             "{pm} files ({} in all); {rounds} round(s) of {} ms per P",
-            fmt_b(sizes.iter().sum()),
+            fmt_bytes(sizes.iter().sum::<u64>() as f64),
             dur.as_millis()
         ));
         Ok(out)
@@ -329,8 +331,8 @@ struct ContentionRounds {
     /// [P, median over rounds of the summed block rate].
     aggregate: Vec<[f64; 2]>,
     /// Evictions before rounds (only without O_DIRECT).
-    evictions: Tally,
-    device: super::DeviceReads,
+    evictions: RepeatedCheck,
+    device: DeviceReads,
 }
 
 /// The rounds of one process count `p`.

@@ -176,14 +176,3 @@ pub(super) fn sharing_note(
         )
     })
 }
-
-/// How many distinct CPUs the readers are spread over (as `reader_cpus` picks them).
-pub(super) fn reader_cpu_count(ctx: &Context) -> usize {
-    ctx.machine
-        .cpu
-        .allowed_cpus
-        .iter()
-        .filter(|&&c| crate::platform::CpuMask::single(c).is_ok())
-        .count()
-        .max(1)
-}

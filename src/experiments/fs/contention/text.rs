@@ -1,6 +1,7 @@
 //! fs.contention's series, model and finding.
 
 use super::*;
+use crate::units::fmt_ns;
 
 /// Series and metrics per P, then the fitted model (`cpus`: readers that each get a CPU
 /// of their own; `withheld`: the checks that did not pass, which withhold the overlap figure).
@@ -123,25 +124,20 @@ pub(super) fn report_model(
     let (m, medians) = &pooled_model(out, m, medians);
     let t1 = medians.first().map(|p| p.1).unwrap_or(f64::NAN);
     let (pl, tl) = medians.last().copied().unwrap_or((1.0, f64::NAN));
-    let mut text = match m.bend {
+    let (a, k) = (fmt_ns(m.intercept), fmt_ns(m.slope));
+    let shape = match m.bend {
         Some((b, s2)) => format!(
-            "Per-block time is {} + {} x P up to P = {b:.0}, then rises {} per extra process; with {pl:.0} readers each block takes {} ({:.1}x one reader's {}).",
-            crate::units::fmt_ns(m.intercept),
-            crate::units::fmt_ns(m.slope),
-            crate::units::fmt_ns(s2),
-            crate::units::fmt_ns(tl),
-            tl / t1,
-            crate::units::fmt_ns(t1)
+            "is {a} + {k} x P up to P = {b:.0}, then rises {} per extra process",
+            fmt_ns(s2)
         ),
-        None => format!(
-            "Per-block time grows linearly, {} + {} x P; with {pl:.0} readers each block takes {} ({:.1}x one reader's {}).",
-            crate::units::fmt_ns(m.intercept),
-            crate::units::fmt_ns(m.slope),
-            crate::units::fmt_ns(tl),
-            tl / t1,
-            crate::units::fmt_ns(t1)
-        ),
+        None => format!("grows linearly, {a} + {k} x P"),
     };
+    let mut text = format!(
+        "Per-block time {shape}; with {pl:.0} readers each block takes {} ({:.1}x one reader's {}).",
+        fmt_ns(tl),
+        tl / t1,
+        fmt_ns(t1)
+    );
     text.push_str(&overlap_text(medians, cpus, withheld));
     out.finding(text, &["per_block_p1", "per_block_pmax", "model_slope"]);
 }
