@@ -46,7 +46,7 @@ const SPEC: Spec = Spec {
     },
     // a cache line moving between two CPUs: no sentinel kernel on one CPU shares it.
     bottleneck: crate::results::Bottleneck::None,
-    budget: Some(PerProfile::new(ms(400), ms(1500), ms(20_000), ms(60_000))),
+    budget: Some(PerProfile::new(ms(400), ms(800), ms(20_000), ms(60_000))),
     ..Spec::MEMORY
 };
 

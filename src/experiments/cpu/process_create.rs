@@ -240,7 +240,7 @@ const SPEC: crate::experiments::Spec = crate::experiments::Spec {
     title: "Process creation",
     description: "fork + _exit + waitpid, the same from a parent with 32 MiB more resident, and posix_spawn of /bin/true + waitpid (reported separately)",
     method: crate::method!("cpu.process-create"),
-    budget: Some(PerProfile::new(ms(300), ms(2000), ms(8000), ms(20000))),
+    budget: Some(PerProfile::new(ms(300), ms(1000), ms(8000), ms(20000))),
     // Kernel work at the core's clock (page tables, exec), on one CPU of each kind of core
     // on hybrid CPUs (runner::per_kind).
     ..crate::experiments::Spec::CORE_LOOP

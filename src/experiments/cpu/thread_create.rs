@@ -92,7 +92,7 @@ const SPEC: Spec = Spec {
     description: "raw pthread_create + pthread_join of a thread that returns at once",
     method: crate::method!("cpu.thread-create"),
     // Kernel work at the core's clock.
-    budget: Some(PerProfile::new(ms(200), ms(1000), ms(5000), ms(15000))),
+    budget: Some(PerProfile::new(ms(200), ms(400), ms(5000), ms(15000))),
     ..Spec::CORE_LOOP
 };
 

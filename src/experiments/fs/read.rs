@@ -26,7 +26,7 @@ const CAP: PerProfile<u64> = PerProfile::new(4 * MIB, 64 * MIB, 256 * MIB, 1024 
 /// Reading time per (size, pattern) pass: uncached, cached.
 const SLICES: PerProfile<(Duration, Duration)> = PerProfile::new(
     (ms(40), ms(10)),
-    (ms(100), ms(25)),
+    (ms(60), ms(15)),
     (ms(400), ms(80)),
     (ms(1000), ms(200)),
 );

@@ -236,7 +236,7 @@ const THREAD_SPEC: Spec = Spec {
     title: "Context switch between threads",
     description: "two threads pinned to one CPU ping-pong a byte over two pipes; switch = (round trip - pipe cost) / 2",
     method: crate::method!("cpu.thread-switch"),
-    budget: Some(PerProfile::new(ms(250), ms(1500), ms(6000), ms(15000))),
+    budget: Some(PerProfile::new(ms(250), ms(1000), ms(6000), ms(15000))),
     // The scheduler's path at the core's clock (the cross-CPU round trip declares `None`),
     // on one CPU of each kind of core on hybrid CPUs (runner::per_kind).
     ..Spec::CORE_LOOP
@@ -247,7 +247,7 @@ const PROCESS_SPEC: Spec = Spec {
     title: "Context switch between processes",
     description: "as cpu.thread-switch with a forked partner process, plus switch cost vs working set (lat_ctx -s)",
     method: crate::method!("cpu.process-switch"),
-    budget: Some(PerProfile::new(ms(300), ms(2500), ms(12000), ms(30000))),
+    budget: Some(PerProfile::new(ms(300), ms(1200), ms(12000), ms(30000))),
     // The scheduler's path at the core's clock (the cross-CPU round trip declares `None`),
     // on one CPU of each kind of core on hybrid CPUs (runner::per_kind).
     ..Spec::CORE_LOOP

@@ -48,7 +48,7 @@ fn counts(p: Profile) -> Vec<usize> {
 
 /// How long every process reads in one round, and rounds per P.
 const ROUND: PerProfile<(Duration, usize)> =
-    PerProfile::new((ms(60), 1), (ms(150), 2), (ms(300), 3), (ms(400), 3));
+    PerProfile::new((ms(60), 1), (ms(80), 2), (ms(300), 3), (ms(400), 3));
 
 /// Per-block time the files are sized for when fs.read measured none in this run (a
 /// virtual or flash disk); a faster device then reads blocks again, and the re-read
@@ -61,7 +61,7 @@ const MARGIN: f64 = 1.25;
 
 /// Most bytes the readers' files take together, per profile (written before the rounds;
 /// the budget counts writing them at 400 MB/s).
-const MAX_TOTAL: PerProfile<u64> = PerProfile::new(64 * MIB, 1536 * MIB, 4096 * MIB, 8192 * MIB);
+const MAX_TOTAL: PerProfile<u64> = PerProfile::new(64 * MIB, 384 * MIB, 4096 * MIB, 8192 * MIB);
 
 /// Rounds reader j takes part in: every round of every P above j.
 fn reader_rounds(p: Profile) -> Vec<u64> {

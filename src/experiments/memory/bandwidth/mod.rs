@@ -109,7 +109,7 @@ const SPEC: Spec = Spec {
     method: crate::method!("mem.bandwidth"),
     // Streaming loads and stores.
     bottleneck: crate::results::Bottleneck::Copy,
-    budget: Some(PerProfile::new(ms(900), ms(2_500), ms(40_000), ms(120_000))),
+    budget: Some(PerProfile::new(ms(900), ms(2_000), ms(40_000), ms(120_000))),
     ..Spec::MEMORY
 };
 

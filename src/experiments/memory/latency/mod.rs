@@ -44,7 +44,7 @@ const SPEC: Spec = Spec {
     // Dependent loads, as the sentinel's chase; one CPU of each kind of core on hybrid
     // CPUs (runner::per_kind).
     per_core_kind: true,
-    budget: Some(PerProfile::new(ms(900), ms(6_000), ms(90_000), ms(300_000))),
+    budget: Some(PerProfile::new(ms(900), ms(5_500), ms(90_000), ms(300_000))),
     ..Spec::MEMORY
 };
 

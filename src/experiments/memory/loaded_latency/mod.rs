@@ -47,7 +47,7 @@ const SPEC: Spec = Spec {
         min_cpus: 2,
         ..Needs::NONE
     },
-    budget: Some(PerProfile::new(ms(1_500), ms(2_500), ms(30_000), ms(90_000))),
+    budget: Some(PerProfile::new(ms(1_500), ms(2_000), ms(30_000), ms(90_000))),
     // a dependent chase, as mem.latency.
     ..Spec::MEMORY
 };
