@@ -16,10 +16,10 @@ use std::time::Duration;
 pub struct RemoteRead;
 
 /// Largest file.
-const CAP: PerProfile<u64> = PerProfile::new(2 * MIB, 8 * MIB, 64 * MIB, 256 * MIB);
+const CAP: PerProfile<u64> = PerProfile::new(2 * MIB, 4 * MIB, 64 * MIB, 256 * MIB);
 
 /// Reading time per size, on each side.
-const PER_SIZE: PerProfile<Duration> = PerProfile::new(ms(150), ms(120), ms(1000), ms(2500));
+const PER_SIZE: PerProfile<Duration> = PerProfile::new(ms(150), ms(80), ms(1000), ms(2500));
 
 const SPEC: Spec = Spec {
     id: "fs.remote-read",

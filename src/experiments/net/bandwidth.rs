@@ -20,7 +20,7 @@ const CHUNK: usize = 128 * 1024;
 /// Stream length per direction and the sampling interval.
 const PLAN: PerProfile<(Duration, Duration)> = PerProfile::new(
     (ms(150), ms(15)),
-    (ms(1000), ms(100)),
+    (ms(1500), ms(100)),
     (ms(5000), ms(250)),
     (ms(10000), ms(500)),
 );
