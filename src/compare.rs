@@ -517,7 +517,16 @@ fn judge_row(
         // latency is not slowed by what slows an independent loop.
         let component = component_of(&ea.area, a.bottleneck.or(b.bottleneck));
         let moved = sentinel_move(runs, &cm.experiment, i, component).map(|m| m.0);
-        let v = versus(ea, a, eb, b, ratio, &hist, (component, moved), min_rel_diff);
+        // Network figures measured without a peer ran over loopback in either run.
+        let loopback = runs[0].1.peer_name().is_none() || runs[i].1.peer_name().is_none();
+        let v = versus(
+            (ea, a),
+            (eb, b),
+            ratio,
+            &hist,
+            (component, moved, loopback),
+            min_rel_diff,
+        );
         cm.significant_vs_baseline[i] = v.significant;
         cm.versus[i] = Some(v);
     }
@@ -526,16 +535,14 @@ fn judge_row(
 }
 
 /// The verdict for b against a: the within-run test, then run-to-run noise, then the
-/// sentinel's move, then both experiments ok.
-#[allow(clippy::too_many_arguments)]
+/// sentinel's move, then a history for a figure whose noise across processes only a
+/// history measures, then both experiments ok.
 fn versus(
-    ea: &ExperimentResult,
-    a: &Metric,
-    eb: &ExperimentResult,
-    b: &Metric,
+    (ea, a): (&ExperimentResult, &Metric),
+    (eb, b): (&ExperimentResult, &Metric),
     ratio: f64,
     hist: &[f64],
-    (component, moved): (Option<Bottleneck>, Option<f64>),
+    (component, moved, loopback): (Option<Bottleneck>, Option<f64>, bool),
     min_rel_diff: f64,
 ) -> Versus {
     let Within {
@@ -567,6 +574,19 @@ fn versus(
                 m * 100.0
             );
         }
+    }
+    // As in the gate: a CPU-bound figure, a cross-CPU wake-up or a loopback network figure
+    // can settle in a different state in each process, which repetitions within one
+    // process share; only independent runs (the history) measure that noise.
+    if let Some(kind) = gate::process_bound(component, &ea.id, loopback)
+        .filter(|_| ok && !noise.source.starts_with("history"))
+    {
+        ok = false;
+        reason = format!(
+            "shift {:.1}% beyond the noise within each run ({}), but {kind} can move more between processes: a history of at least {MIN_HISTORY} runs of this host decides",
+            rel * 100.0,
+            noise.source
+        );
     }
     if ea.status != Status::Ok || eb.status != Status::Ok {
         ok = false;
@@ -752,6 +772,14 @@ mod tests {
         }
     }
 
+    /// The run as a device-bound experiment's ("fs.y"), whose significance needs no
+    /// history: the statistics' own tests.
+    fn dev(mut r: RunResults) -> RunResults {
+        r.experiments[0].id = "fs.y".into();
+        r.experiments[0].area = "fs".into();
+        r
+    }
+
     fn pair(a: RunResults, b: RunResults, hist: &[RunResults]) -> Comparison {
         compare_with_history(&[("a".into(), a), ("b".into(), b)], MIN_REL_DIFF, hist)
     }
@@ -773,7 +801,11 @@ mod tests {
         let a = per_op(1, 10_000, 1000.0);
         let b = per_op(2, 10_000, 1100.0);
         assert!(a.summary.cov > 0.5);
-        let c = pair(run(vec![a.clone()], None), run(vec![b], None), &[]);
+        let c = pair(
+            dev(run(vec![a.clone()], None)),
+            dev(run(vec![b], None)),
+            &[],
+        );
         let v = c.metrics[0].versus[1].clone().unwrap();
         assert_eq!(v.test, Test::PerOperation);
         assert!(v.significant, "{v:?}");
@@ -783,8 +815,8 @@ mod tests {
         );
         // A 50% shift of a smaller sample too.
         let c = pair(
-            run(vec![per_op(3, 500, 100.0)], None),
-            run(vec![per_op(4, 500, 150.0)], None),
+            dev(run(vec![per_op(3, 500, 100.0)], None)),
+            dev(run(vec![per_op(4, 500, 150.0)], None)),
             &[],
         );
         assert!(c.metrics[0].significant);
@@ -850,7 +882,7 @@ mod tests {
     fn old_files_without_kind_use_the_per_trial_rule() {
         let a = metric("m", trials(1, 10, 100.0, 0.01), None);
         let b = metric("m", trials(2, 10, 120.0, 0.01), None);
-        let c = pair(run(vec![a], None), run(vec![b], None), &[]);
+        let c = pair(dev(run(vec![a], None)), dev(run(vec![b], None)), &[]);
         let v = c.metrics[0].versus[1].clone().unwrap();
         assert_eq!(v.test, Test::PerTrialInferred);
         assert!(v.significant);
@@ -868,8 +900,8 @@ mod tests {
         };
         let cost = |seed| metric("cost", trials(seed, 12, 500.0, 0.1), None);
         let c = pair(
-            run(vec![cost(1), derived(2, 100.0)], None),
-            run(vec![cost(3), derived(4, 108.0)], None),
+            dev(run(vec![cost(1), derived(2, 100.0)], None)),
+            dev(run(vec![cost(3), derived(4, 108.0)], None)),
             &[],
         );
         let m = c.metrics.iter().find(|m| m.metric == "switch").unwrap();
@@ -879,8 +911,8 @@ mod tests {
         // With a certain input the same shift is significant.
         let cost = |seed| metric("cost", trials(seed, 12, 500.0, 0.0001), None);
         let c = pair(
-            run(vec![cost(1), derived(2, 100.0)], None),
-            run(vec![cost(3), derived(4, 108.0)], None),
+            dev(run(vec![cost(1), derived(2, 100.0)], None)),
+            dev(run(vec![cost(3), derived(4, 108.0)], None)),
             &[],
         );
         let m = c.metrics.iter().find(|m| m.metric == "switch").unwrap();
@@ -896,15 +928,15 @@ mod tests {
                 Some(MetricKind::PerTrial),
             )
         };
-        let a = run(vec![t(1, 100.0)], None);
-        let b = run(vec![t(2, 108.0)], None);
+        let a = dev(run(vec![t(1, 100.0)], None));
+        let b = dev(run(vec![t(2, 108.0)], None));
         // Within-run noise only: 8% is significant.
         assert!(pair(a.clone(), b.clone(), &[]).metrics[0].significant);
         // Earlier runs that scatter by ~5% make 8% ordinary.
         let hist: Vec<RunResults> = [100.0, 94.0, 105.0, 99.0]
             .iter()
             .enumerate()
-            .map(|(i, m)| run(vec![t(10 + i as u64, *m)], None))
+            .map(|(i, m)| dev(run(vec![t(10 + i as u64, *m)], None)))
             .collect();
         let c = pair(a.clone(), b.clone(), &hist);
         let v = c.metrics[0].versus[1].clone().unwrap();
@@ -917,7 +949,7 @@ mod tests {
         let tight: Vec<RunResults> = [100.0, 100.5, 99.6, 100.2]
             .iter()
             .enumerate()
-            .map(|(i, m)| run(vec![t(20 + i as u64, *m)], None))
+            .map(|(i, m)| dev(run(vec![t(20 + i as u64, *m)], None)))
             .collect();
         assert!(pair(a.clone(), b.clone(), &tight).metrics[0].significant);
         // Repeats within the runs.
@@ -985,11 +1017,17 @@ mod tests {
             "{:?}",
             c.environment
         );
-        // A change well beyond the sentinel's move is still found.
+        // A change well beyond the sentinel's move is still found (with a history: a
+        // CPU-bound figure's noise across processes is known only from one).
+        let hist: Vec<RunResults> = [100.0, 100.5, 99.6, 100.2]
+            .iter()
+            .enumerate()
+            .map(|(i, m)| run(vec![t(30 + i as u64, *m)], Some(steady)))
+            .collect();
         let c = pair(
             run(vec![t(1, 100.0)], Some(steady)),
             run(vec![t(2, 150.0)], Some(slow)),
-            &[],
+            &hist,
         );
         assert!(c.metrics[0].significant);
         // A move during a run counts as well.
@@ -1023,9 +1061,34 @@ mod tests {
         let c = pair(
             run(vec![t(1, 100.0)], Some(steady)),
             run(vec![t(2, 260.0)], Some(volatile)),
-            &[],
+            &hist,
         );
         assert!(c.metrics[0].significant);
+    }
+
+    #[test]
+    fn a_cpu_bound_shift_needs_a_history_a_device_one_does_not() {
+        // Tight trials, 20% apart: beyond any within-run noise. Between processes a
+        // CPU-bound figure moves more than its repetitions show, so only a history decides.
+        let t = |seed, med| {
+            metric(
+                "m",
+                trials(seed, 10, med, 0.005),
+                Some(MetricKind::PerTrial),
+            )
+        };
+        let (a, b) = (run(vec![t(1, 100.0)], None), run(vec![t(2, 120.0)], None));
+        let v = pair(a.clone(), b.clone(), &[]).metrics[0].versus[1]
+            .clone()
+            .unwrap();
+        assert!(!v.significant && v.reason.contains("history"), "{v:?}");
+        let hist: Vec<RunResults> = [100.0, 100.5, 99.6, 100.2]
+            .iter()
+            .enumerate()
+            .map(|(i, m)| run(vec![t(10 + i as u64, *m)], None))
+            .collect();
+        assert!(pair(a.clone(), b.clone(), &hist).metrics[0].significant);
+        assert!(pair(dev(a), dev(b), &[]).metrics[0].significant);
     }
 
     #[test]
