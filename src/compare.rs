@@ -41,7 +41,7 @@ pub const ENV_NOTICE: f64 = 0.03;
 
 pub fn rule_text(min_rel_diff: f64) -> String {
     format!(
-        "significant = the shift reaches {:.0}% and its 95% interval excludes zero (per-trial and derived metrics: the medians' confidence intervals do not overlap, at least {MIN_TRIALS} trials each, beyond the larger CoV of the trials; per-operation distributions: Hodges-Lehmann shift with its Mann-Whitney interval, beyond the range of batch medians within each run), beyond the run-to-run noise where known (a history of at least {MIN_HISTORY} runs of the host, else repeats: t-test on log medians), and beyond the move of the environment sentinel's component that shares the metric's bottleneck (dependent chain, issue rate, L1 chase or copy; none for device and network figures)",
+        "significant = the shift reaches {:.0}% and its 95% interval excludes zero (per-trial and derived metrics: the medians' confidence intervals do not overlap, at least {MIN_TRIALS} trials each, beyond the larger CoV of the trials; per-operation distributions: Hodges-Lehmann shift with its Mann-Whitney interval, beyond the range of batch medians within each run), beyond the run-to-run noise where known (a history of at least {MIN_HISTORY} runs of the host, else repeats: t-test on log medians; a CPU-bound figure, a cross-CPU wake-up or a loopback network figure needs the history), and beyond the move of the environment sentinel's component that shares the metric's bottleneck (dependent chain, issue rate, L1 chase or copy; none for device and network figures)",
         min_rel_diff * 100.0
     )
 }
