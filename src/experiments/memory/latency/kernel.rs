@@ -228,13 +228,14 @@ pub(super) struct ChaseCurve {
     pub(super) remeasured: usize,
 }
 
-/// How fast a curve went: the last chain laid, and the trials of a near and of a far
-/// point (the latest of each), in seconds.
+/// How fast a curve went: the last chain laid, the mean trials of the near points and
+/// the trials of the latest far point, in seconds.
 #[derive(Clone, Copy, Default)]
 pub(super) struct Pace {
     pub(super) lay_secs_per_byte: f64,
-    pub(super) near_trials: f64,
-    pub(super) far_trials: f64,
+    near_secs: f64,
+    near_points: u32,
+    far_trials: f64,
 }
 
 impl Pace {
@@ -243,21 +244,24 @@ impl Pace {
         if size > spec.far_from {
             self.far_trials = trials;
         } else {
-            self.near_trials = trials;
+            self.near_secs += trials;
+            self.near_points += 1;
         }
         self
     }
 
-    /// The trials of a point of `size`: as the latest of its kind, or as the latest near
-    /// point's scaled by the budgets when no far point was measured yet.
+    /// The trials of a point of `size`: a near point's as the mean so far (the later
+    /// curves measure the same sizes again), a far point's as the latest far point's, or
+    /// as the near mean scaled by the budgets when no far point was measured yet.
     pub(super) fn trials(&self, size: u64, spec: &TrialSettings) -> f64 {
+        let near = self.near_secs / self.near_points.max(1) as f64;
         if size <= spec.far_from {
-            self.near_trials
+            near
         } else if self.far_trials > 0.0 {
             self.far_trials
         } else {
             let ratio = spec.far.budget.as_secs_f64() / spec.near.budget.as_secs_f64().max(1e-9);
-            self.near_trials * ratio
+            near * ratio
         }
     }
 }

@@ -65,7 +65,27 @@ impl Experiment for Latency {
         let p = plan(ctx.profile, line);
         let (max, cap) = working_set(ctx, line, &mut out)?;
         let rss0 = crate::experiments::kit::rss_baseline();
+        // The last run ends where the earlier ones did, so that the pooled `dram` is one
+        // working set; the first run's budget decided it.
+        let earlier_end = ctx
+            .repetition
+            .before
+            .iter()
+            .filter_map(|r| {
+                // The runner names each run's series: "random (run 1 of 2)".
+                (r.series.iter()).find(|s| s.name.split(" (").next() == Some("random"))
+            })
+            .filter_map(|s| s.points.last().map(|p| p[0] as u64))
+            .min();
+        let max = earlier_end.map_or(max, |e| e.min(max));
+        if earlier_end.is_some() {
+            out.notes.push(format!(
+                "the curves go to {}, where the earlier run's ended, so that the pooled dram is one working set",
+                fmt_bytes(max as f64)
+            ));
+        }
         let mut sched = ChaseSchedule::new(ctx, &p, max, line, llc);
+        sched.decided = earlier_end.is_some();
         let mut rng = Rng::from_entropy();
 
         let base = measure_base(ctx, &mut sched, max, line, &mut rng)?;

@@ -181,6 +181,8 @@ pub(super) struct ChaseSchedule {
     /// When the experiment started and the wall time it may take.
     pub(super) start: Instant,
     pub(super) budget: Duration,
+    /// The largest size was decided by an earlier run: measure every size.
+    pub(super) decided: bool,
 }
 
 impl ChaseSchedule {
@@ -221,6 +223,7 @@ impl ChaseSchedule {
             },
             start: Instant::now(),
             budget: ctx.budget,
+            decided: false,
         };
         let all = s.later_sizes(max).len() + s.random_sizes.len();
         // Far points (beyond the last-level cache) trial twice as long and twice as often;
@@ -261,6 +264,9 @@ impl ChaseSchedule {
     /// The curve goes on to the next power of two or stops before `size`, so that its
     /// largest size, the `dram` point, is a power of two from run to run.
     pub(super) fn fits(&self, size: u64, pace: Pace) -> bool {
+        if self.decided {
+            return true;
+        }
         let prev = self
             .random_sizes
             .iter()
