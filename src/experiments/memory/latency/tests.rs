@@ -193,3 +193,44 @@ fn a_remeasured_point_keeps_every_trial() {
     assert!(p.median > 82.0 && p.median < 101.0, "{}", p.median);
     assert_eq!(p.median, crate::stats::median(&p.trials));
 }
+
+#[test]
+fn the_dram_check_fails_when_the_set_stays_near_the_cache() {
+    let llc = 32 << 20;
+    assert!(!plan::dram_beyond_cache(2 * llc, Some(llc)).passed);
+    assert!(!plan::dram_beyond_cache(llc, Some(llc)).passed);
+    let far = plan::dram_beyond_cache(8 * llc, Some(llc));
+    assert!(far.passed && far.detail.contains("12%"), "{}", far.detail);
+    // Not a premise: the rest of the curve stands when the set stayed near the cache.
+    assert!(!far.premise);
+}
+
+#[test]
+fn the_time_guard_stops_the_curve_when_laying_is_slow() {
+    let clock = crate::clock::MockClock::new(20);
+    let world = crate::experiments::testing::World::live(&clock);
+    world.with_ctx(|ctx| {
+        let p = plan(Profile::Smoke, 64);
+        let s = ChaseSchedule::new(ctx, &p, 64 << 20, 64, 32 << 20);
+        // The size after 32 MiB begins a doubling: decided there.
+        let next = s
+            .random_sizes
+            .iter()
+            .copied()
+            .find(|&z| z > 32 << 20)
+            .unwrap();
+        let pace = |secs_per_byte| {
+            let mut p = kernel::Pace::default();
+            p.lay_secs_per_byte = secs_per_byte;
+            p
+        };
+        // One microsecond per byte: the rest would take minutes of a 400 ms budget.
+        assert!(!s.fits(next, pace(1e-6)));
+        // A picosecond per byte and no trials: it fits.
+        assert!(s.fits(next, pace(1e-12)));
+        // Decided by an earlier run: every size is measured.
+        let mut d = ChaseSchedule::new(ctx, &p, 64 << 20, 64, 32 << 20);
+        d.decided = true;
+        assert!(d.fits(next, pace(1e-6)));
+    });
+}
