@@ -88,10 +88,10 @@ fn every_figure_names_its_reference() {
 
 #[test]
 fn an_unknown_part_gets_no_prediction_and_says_why() {
-    // Ice Lake-SP (family 6 model 106) is not in the table.
-    let m = recorded("aws-ebs-nitro");
-    let why = parts::core(&m).expect_err("Ice Lake-SP is not in the table");
-    assert!(why.contains("family 6 model 106"), "{why}");
+    // Rocket Lake's Xeon E-2388G (family 6 model 167) is not in the table.
+    let m = recorded("server-md-raid");
+    let why = parts::core(&m).expect_err("Rocket Lake is not in the table");
+    assert!(why.contains("family 6 model 167"), "{why}");
     let clock = MockClock::new(0);
     let all = all_predictions(&m, &clock, &RunOptions::default());
     let l1 = all
@@ -103,9 +103,152 @@ fn an_unknown_part_gets_no_prediction_and_says_why() {
             .as_deref()
             .expect("no number for an unknown part");
     assert!(
-        reason.contains("no entry for x86 GenuineIntel family 6 model 106"),
+        reason.contains("no entry for x86 GenuineIntel family 6 model 167"),
         "{reason}"
     );
+}
+
+/// A recorded machine made into another part of the same vendor: its CPUID family and
+/// model, or its MIDR part.
+fn as_part(fixture: &str, family_model: Option<(u32, u32)>, arm_part: Option<&str>) -> Machine {
+    let mut m = recorded(fixture);
+    if let Some((family, model)) = family_model {
+        m.cpu.part.family = Some(family);
+        m.cpu.part.model = Some(model);
+    }
+    if let Some(part) = arm_part {
+        m.cpu.part.arm_part = Some(part.to_string());
+    }
+    m
+}
+
+const LEVELS: [(&str, parts::Pick); 4] = [
+    ("L1 data load-to-use latency", |c| c.l1d_cycles),
+    ("L2 load-to-use latency", |c| c.l2_cycles),
+    ("L3 load-to-use latency", |c| c.l3_cycles),
+    ("idle DRAM latency", |c| c.dram_ns),
+];
+
+/// The cloud's common server parts each find their entry by key; each level's figure is
+/// the cited one (value and a word of its reference) or withheld, naming the part.
+#[test]
+fn cloud_server_parts_find_their_entries() {
+    type Figures = [Option<(f64, &'static str)>; 4];
+    let cases: [(&str, Machine, &str, Figures); 11] = [
+        (
+            "Skylake-SP / Cascade Lake, 6/85",
+            recorded("xeon-two-socket"),
+            "Cascade Lake",
+            [
+                Some((4.0, "Xeon 8280")),
+                Some((14.0, "Xeon 8280")),
+                Some((46.0, "Xeon 8280")),
+                None,
+            ],
+        ),
+        (
+            "Ice Lake-SP, 6/106",
+            recorded("aws-ebs-nitro"),
+            "Ice Lake-SP",
+            [None; 4],
+        ),
+        (
+            "Ice Lake-D, 6/108",
+            as_part("aws-ebs-nitro", Some((6, 108)), None),
+            "Ice Lake-SP",
+            [None; 4],
+        ),
+        (
+            "Sapphire Rapids, 6/143",
+            as_part("aws-ebs-nitro", Some((6, 143)), None),
+            "Sapphire Rapids",
+            [None; 4],
+        ),
+        (
+            "Emerald Rapids, 6/207",
+            as_part("aws-ebs-nitro", Some((6, 207)), None),
+            "Emerald Rapids",
+            [None; 4],
+        ),
+        (
+            "Rome, 0x17/0x31",
+            as_part("amd-two-ccx", Some((0x17, 0x31)), None),
+            "Zen 2",
+            [
+                Some((4.0, "EPYC 7742")),
+                Some((13.0, "EPYC 7742")),
+                Some((34.0, "EPYC 7742")),
+                None,
+            ],
+        ),
+        (
+            "Milan, 0x19/0x01",
+            as_part("amd-two-ccx", Some((0x19, 0x01)), None),
+            "Zen 3",
+            [
+                Some((4.0, "Family 19h")),
+                Some((13.0, "V-Cache")),
+                Some((41.5, "V-Cache")),
+                None,
+            ],
+        ),
+        (
+            "Genoa, 0x19/0x11",
+            as_part("amd-two-ccx", Some((0x19, 0x11)), None),
+            "Zen 4",
+            [
+                Some((4.0, "Zen 4's 32 KB L1D")),
+                Some((14.0, "14 cycle latency")),
+                None,
+                None,
+            ],
+        ),
+        (
+            "Genoa's range, 0x19/0x1f",
+            as_part("amd-two-ccx", Some((0x19, 0x1f)), None),
+            "Zen 4",
+            [
+                Some((4.0, "Zen 4's 32 KB L1D")),
+                Some((14.0, "14 cycle latency")),
+                None,
+                None,
+            ],
+        ),
+        (
+            "Graviton 2, MIDR 0x41/0xd0c",
+            as_part("arm-graviton", None, Some("0xd0c")),
+            "Neoverse N1",
+            [
+                Some((4.0, "Graviton2")),
+                Some((11.0, "Graviton2")),
+                None,
+                None,
+            ],
+        ),
+        (
+            "Graviton 3, MIDR 0x41/0xd40",
+            recorded("arm-graviton"),
+            "Neoverse V1",
+            [None; 4],
+        ),
+    ];
+    for (part, m, core, figures) in cases {
+        let (c, key) = parts::core(&m).unwrap_or_else(|e| panic!("{part}: {e}"));
+        assert!(c.name.contains(core), "{part}: {}", c.name);
+        for ((what, pick), want) in LEVELS.into_iter().zip(figures) {
+            match (parts::figure(&m, what, pick), want) {
+                (Ok((value, _, reference)), Some((cited, word))) => {
+                    assert_eq!(value, cited, "{part} {what}");
+                    assert!(reference.contains(word), "{part} {what}: {reference}");
+                }
+                (Err(why), None) => assert!(
+                    why.contains("names no published") && why.contains(&key),
+                    "{part} {what}: {why}"
+                ),
+                (got, want) => panic!("{part} {what}: {got:?}, expected {want:?}"),
+            }
+        }
+    }
 }
 
 #[test]

@@ -104,6 +104,28 @@ const fn fig(value: f64, reference: &'static str) -> Option<Cited> {
     Some(Cited { value, reference })
 }
 
+/// `N` consecutive CPUID models from `first`, for a range a source states as a range.
+const fn span<const N: usize>(first: u32) -> [u32; N] {
+    let mut models = [0; N];
+    let mut i = 0;
+    while i < N {
+        models[i] = first + i as u32;
+        i += 1;
+    }
+    models
+}
+
+/// Model ranges of AMD's Zen generations as Linux's `bsp_init_amd`
+/// (arch/x86/kernel/cpu/amd.c, "Figure out Zen generations") sets X86_FEATURE_ZEN2/3/4:
+/// family 0x17 models 0x30 ... 0x4f are Zen 2, family 0x19 models 0x00 ... 0x0f Zen 3
+/// and 0x10 ... 0x1f Zen 4. The server parts sit in these ranges (Rome 0x31, Milan
+/// 0x01, Genoa 0x11). V-Cache parts (Milan-X, Genoa-X) have a larger L3, 4 cycles
+/// slower (Chips and Cheese, 'Genoa-X: Server V-Cache Round 2'); no source read gives
+/// them a model of their own, so an L3 figure here may meet one.
+const ZEN2_MODELS_0X30: [u32; 16] = span(0x30);
+const ZEN3_MODELS_0X00: [u32; 16] = span(0x00);
+const ZEN4_MODELS_0X10: [u32; 16] = span(0x10);
+
 /// Intel family 6 models.
 const fn intel(models: &'static [u32]) -> Match {
     Match::X86 {
@@ -172,6 +194,8 @@ pub const CORES: &[Core] = &[
     },
     Core {
         name: "Skylake-SP / Cascade Lake server",
+        // 0x55, INTEL_FAM6_SKYLAKE_X of Linux's intel-family.h, which notes Cascade Lake
+        // (stepping 7) and Cooper Lake (stepping 11) under the same model.
         matches: &[intel(&[85])],
         l1d_cycles: fig(4.0, ANANDTECH_ROME),
         l2_cycles: fig(14.0, ANANDTECH_ROME),
@@ -194,24 +218,34 @@ pub const CORES: &[Core] = &[
         // No L1D figure: the cited source states none.
         ..Core::BLANK
     },
-    // Ice Lake-SP (family 6 models 106, 108) has no entry: no source read states its
-    // figures, and tests/parts.rs uses it as the part the table does not know.
+    Core {
+        name: "Ice Lake-SP (Sunny Cove server)",
+        // 0x6a INTEL_FAM6_ICELAKE_X (server parts) and 0x6c INTEL_FAM6_ICELAKE_D (micro
+        // server parts), both "Sunny Cove" in Linux's intel-family.h; no source read says
+        // whether the D parts' caches are the X parts'. No figures: no source text read
+        // states Ice Lake-SP's load-to-use latencies.
+        matches: &[intel(&[106, 108])],
+        ..Core::BLANK
+    },
     Core {
         name: "Sapphire Rapids (Golden Cove server)",
+        // 0x8f INTEL_FAM6_SAPPHIRERAPIDS_X, "Golden Cove", in Linux's intel-family.h.
+        // No figures: no source text read states them; the client Golden Cove's are
+        // not the server core's (its L2 is 2 MB, not 1.25 MB).
         matches: &[intel(&[143])],
-        // No figures: the cited source states none.
         ..Core::BLANK
     },
     Core {
         name: "Emerald Rapids (Raptor Cove server)",
-        matches: &[intel(&[207])],
+        // 0xcf INTEL_FAM6_EMERALDRAPIDS_X in Linux's intel-family.h.
         // No figures: no source read states a load-to-use latency for Emerald Rapids.
+        matches: &[intel(&[207])],
         ..Core::BLANK
     },
     Core {
         name: "Zen 2",
-        // 49 Rome, 96 Renoir, 104 Lucienne, 113 Matisse, 144 Van Gogh.
-        matches: &[amd(23, &[49, 96, 104, 113, 144])],
+        // 0x30 ... 0x3f (49 Rome), 96 Renoir, 104 Lucienne, 113 Matisse, 144 Van Gogh.
+        matches: &[amd(23, &ZEN2_MODELS_0X30), amd(23, &[96, 104, 113, 144])],
         l1d_cycles: fig(4.0, ANANDTECH_ROME),
         l2_cycles: fig(13.0, ANANDTECH_ROME),
         l3_cycles: fig(34.0, ANANDTECH_ROME),
@@ -219,8 +253,8 @@ pub const CORES: &[Core] = &[
     },
     Core {
         name: "Zen 3",
-        // 1 Milan, 8 Chagall, 33 Vermeer, 68 Rembrandt, 80 Cezanne.
-        matches: &[amd(25, &[1, 8, 33, 68, 80])],
+        // 0x00 ... 0x0f (1 Milan, 8 Chagall), 33 Vermeer, 68 Rembrandt, 80 Cezanne.
+        matches: &[amd(25, &ZEN3_MODELS_0X00), amd(25, &[33, 68, 80])],
         // L2 and L3 relative to Zen 2's cited figures, as a published measurement states
         // them (no source read states absolute cycles).
         l1d_cycles: fig(4.0, AMD_SOG_19H),
@@ -230,10 +264,12 @@ pub const CORES: &[Core] = &[
     },
     Core {
         name: "Zen 4",
-        // 17 Genoa, 24 Storm Peak, 97 Raphael, 116/120 Phoenix, 160 Bergamo/Siena.
-        matches: &[amd(25, &[17, 24, 97, 116, 120, 160])],
+        // 0x10 ... 0x1f (17 Genoa, 24 Storm Peak), 97 Raphael, 116/120 Phoenix,
+        // 160 Bergamo/Siena.
+        matches: &[amd(25, &ZEN4_MODELS_0X10), amd(25, &[97, 116, 120, 160])],
         l1d_cycles: fig(4.0, CNC_MTL_ZEN4),
         l2_cycles: fig(14.0, CNC_MTL_ZEN4),
+        // No L3 figure: no source text read states Zen 4's L3 latency in cycles.
         ..Core::BLANK
     },
     Core {
@@ -250,6 +286,7 @@ pub const CORES: &[Core] = &[
     },
     Core {
         name: "Neoverse N1 (Graviton 2, Ampere Altra)",
+        // ARM_CPU_PART_NEOVERSE_N1 0xD0C of Linux's arch/arm64/include/asm/cputype.h.
         matches: &[arm("0xd0c")],
         // The core's figures, read for Graviton2. No L3 figure: the source read gives the
         // last-level cache in ns only. No DRAM figure: it is the memory system's, not the
@@ -260,6 +297,7 @@ pub const CORES: &[Core] = &[
     },
     Core {
         name: "Neoverse V1 (Graviton 3)",
+        // ARM_CPU_PART_NEOVERSE_V1 0xD40 of Linux's arch/arm64/include/asm/cputype.h.
         matches: &[arm("0xd40")],
         // No L1D figure: Arm's guide states no LDR latency. No source
         // read states Graviton 3's L2, L3 or DRAM latency either.
