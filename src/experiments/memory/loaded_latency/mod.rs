@@ -140,24 +140,7 @@ impl Experiment for LoadedLatency {
             ));
         }
         let mut out = Outcome::default();
-        let caches = ctx.machine.data_caches();
-        let line = kit::line_bytes(&caches);
-        let llc = kit::llc_bytes(&caches).unwrap_or(32 << 20);
-        let (chase_len, load_len, k) = sizes(ctx.machine, ctx.profile, line, others.len())?;
-        if k < others.len() {
-            out.notes.push(format!(
-                "{k} load threads of {} other CPUs: the memory cap holds {k} parts of at least 1 MiB",
-                others.len()
-            ));
-        }
-        if (chase_len as u64) < 4 * llc {
-            out.notes.push(format!(
-                "the chase buffer ({}) is less than 4x the last-level cache ({}): some of its loads hit that cache",
-                fmt_bytes(chase_len as f64),
-                fmt_bytes(llc as f64)
-            ));
-        }
-        let loaders = ctx.machine.topology.spread(&others, k);
+        let (line, chase_len, load_len, loaders) = plan(ctx, &others, &mut out)?;
         let rss0 = kit::rss_baseline();
         (ctx.progress)("faulting the buffers in");
         let seams = crate::experiments::seams::get();
@@ -232,6 +215,34 @@ impl Experiment for LoadedLatency {
         text::report(ctx, &mut out, &sweep, line, &chases, per_iter, &loaders);
         Ok(out)
     }
+}
+
+/// The line size, the chase's and the load buffer's lengths and the load threads' CPUs
+/// (`sizes`), with notes where the cap left CPUs idle or the chase near the cache.
+fn plan(
+    ctx: &Context,
+    others: &[usize],
+    out: &mut Outcome,
+) -> anyhow::Result<(usize, usize, usize, Vec<usize>)> {
+    let caches = ctx.machine.data_caches();
+    let line = kit::line_bytes(&caches);
+    let llc = kit::llc_bytes(&caches).unwrap_or(32 << 20);
+    let (chase_len, load_len, k) = sizes(ctx.machine, ctx.profile, line, others.len())?;
+    if k < others.len() {
+        out.notes.push(format!(
+            "{k} load threads of {} other CPUs: the memory cap holds {k} parts of at least 1 MiB",
+            others.len()
+        ));
+    }
+    if (chase_len as u64) < 4 * llc {
+        out.notes.push(format!(
+            "the chase buffer ({}) is less than 4x the last-level cache ({}): some of its loads hit that cache",
+            fmt_bytes(chase_len as f64),
+            fmt_bytes(llc as f64)
+        ));
+    }
+    let loaders = ctx.machine.topology.spread(&others, k);
+    Ok((line, chase_len, load_len, loaders))
 }
 
 /// The chase buffer and the reference chase's (the largest power of two of which two
