@@ -1,6 +1,7 @@
 //! `osmeter history changes` on a history made from synthetic results files through
 //! `osmeter history import`: a planted 15% shift of one metric from run 8 on is reported
-//! at run 8 and nowhere else, and a metric that did not move has no change.
+//! at run 8 and nowhere else, and a metric that did not move has no change; and the same
+//! over twelve jittered copies of one real quick run, with all its metrics.
 
 use assert_cmd::Command;
 use std::path::Path;
@@ -245,4 +246,109 @@ fn a_different_machine_under_the_same_name_is_not_a_change() {
     for s in all {
         assert!(s["changes"].as_array().unwrap().is_empty(), "{s:#}");
     }
+}
+
+/// The results document of one real run: tests/fixtures/history/quick is
+/// `osmeter run --profile quick --no-history` of main at 1605f98 on a 2-vCPU VM (87
+/// metrics in 17 experiments that ran ok), every metric's raw values cut to the first 40
+/// to keep the file small (Python's json module; the history reads only the medians).
+fn real_quick_run() -> serde_json::Value {
+    let f = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/history/quick/results.json");
+    serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap()
+}
+
+/// Multiplies every figure of a metric (its summary and raw values) by `k`.
+fn scale_metric(m: &mut serde_json::Value, k: f64) {
+    let scale = |v: &mut serde_json::Value| {
+        if let Some(x) = v.as_f64() {
+            *v = serde_json::json!(x * k);
+        }
+    };
+    let s = &mut m["summary"];
+    for key in ["median", "mean", "min", "max", "stddev"] {
+        scale(&mut s[key]);
+    }
+    for v in s["ci95"].as_array_mut().into_iter().flatten() {
+        scale(v);
+    }
+    for v in m["raw"].as_array_mut().into_iter().flatten() {
+        scale(v);
+    }
+}
+
+/// Twelve runs made from `seed_run` in folders run01..run12 under `dir`: every metric of
+/// every run multiplied by its own lognormal jitter of 2% sd, and cpu.syscall/getppid
+/// 15% slower from the 8th run on; the runs start a day apart.
+fn twelve_jittered_runs(seed_run: &serde_json::Value, dir: &Path, seed: u64) {
+    let mut n = Noise(seed);
+    for i in 0..12 {
+        let mut r = seed_run.clone();
+        r["started_at"] = format!("2026-03-{:02}T10:00:00Z", i + 1).into();
+        for e in r["experiments"].as_array_mut().unwrap() {
+            let id = e["id"].as_str().unwrap().to_string();
+            for m in e["metrics"].as_array_mut().into_iter().flatten() {
+                // A standard normal draw g, and the factor exp(0.02 g).
+                let g = n.around(1.0, 1.0) - 1.0;
+                let mut k = (0.02 * g).exp();
+                if id == "cpu.syscall" && m["name"] == "getppid" && i >= 7 {
+                    k *= 1.15;
+                }
+                scale_metric(m, k);
+            }
+        }
+        let f = dir.join(format!("run{:02}", i + 1));
+        std::fs::create_dir_all(&f).unwrap();
+        std::fs::write(f.join("results.json"), r.to_string()).unwrap();
+    }
+}
+
+/// The bar over a real run: twelve runs made from one real quick run, each metric with
+/// 2% jitter of its own and getppid 15% slower from run 8. For each of 20 seeds the
+/// shift is the one change of its series, at run 8, and at most 2 other series of the
+/// run's 80-odd are flagged.
+#[test]
+fn a_real_quick_run_with_jitter_flags_the_shift_and_at_most_two_others() {
+    let seed_run = real_quick_run();
+    let mut counts = Vec::new();
+    for seed in 1..=20u64 {
+        let d = tempfile::tempdir().unwrap();
+        let db = d.path().join("history.sqlite");
+        let dir = d.path().join("runs");
+        twelve_jittered_runs(&seed_run, &dir, 0x5eed_0000 + seed);
+        let out = osmeter(&db)
+            .args(["history", "import"])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let all = changes_json(&db, &[]);
+        let all = all.as_array().unwrap();
+        let mut others = Vec::new();
+        let mut shift = None;
+        for s in all {
+            assert_eq!(s["points"].as_array().unwrap().len(), 12, "{s:#}");
+            let path = format!("{}/{}", s["experiment"], s["metric"]).replace('"', "");
+            let at: Vec<i64> = s["changes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["position"].as_i64().unwrap())
+                .collect();
+            if path == "cpu.syscall/getppid" {
+                shift = Some(at);
+            } else if !at.is_empty() {
+                others.push(format!("{path} at {at:?}"));
+            }
+        }
+        eprintln!(
+            "seed {seed}: {} series, getppid changes at {:?}, {} other(s) flagged {others:?}",
+            all.len(),
+            shift,
+            others.len()
+        );
+        assert_eq!(shift, Some(vec![8]), "seed {seed}: getppid");
+        counts.push(others.len());
+    }
+    eprintln!("other series flagged per seed: {counts:?}");
+    assert!(counts.iter().all(|&c| c <= 2), "{counts:?}");
 }

@@ -25,7 +25,8 @@ enum Sub {
         paths: Vec<PathBuf>,
     },
     /// Find the runs where a metric's level shifted (E-divisive means with a permutation
-    /// test), per host, machine fingerprint and profile.
+    /// test, steps kept only well above the series' run-to-run noise), per host, machine
+    /// fingerprint and profile.
     Changes(super::history_changes::Args),
 }
 

@@ -1,5 +1,6 @@
-//! `osmeter history changes [--host H] [--metric PATTERN] [--json] [--html FILE]`: the
-//! runs where a metric's level shifted, per host, machine fingerprint and profile.
+//! `osmeter history changes [--host H] [--metric PATTERN] [--alpha A] [--all] [--json]
+//! [--html FILE]`: the runs where a metric's level shifted, per host, machine fingerprint
+//! and profile.
 
 use crate::error::{Error, Result};
 use crate::history::changes::{self, Settings};

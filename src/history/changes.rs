@@ -5,8 +5,10 @@
 //! statistic Q̂ (α = 1) between its two sides is largest; the split is kept when a
 //! permutation test says a statistic that large is rare among shuffles of the segment
 //! (p ≤ `alpha`), and then both sides are searched again (binary segmentation, κ at the
-//! segment's end as in Hunter). Permutations draw from `crate::rng` with a fixed seed,
-//! so the same series always gives the same answer.
+//! segment's end as in Hunter). A significant split is then kept only when its step is at
+//! least `min_effect` times the series' run-to-run noise (`noise_sd`): over dozens of flat
+//! series some split is always significant, at a size near the noise. Permutations draw
+//! from `crate::rng` with a fixed seed, so the same series always gives the same answer.
 
 use crate::rng::Rng;
 
