@@ -165,7 +165,8 @@ impl Experiment for MemBandwidth {
             + if numa { numa::configs(nodes.len()) } else { 0 };
         let (min_trial, trials) = TRIALS.get(ctx.profile);
         let spec = HarnessConfig::short_trials(min_trial, trials)
-            .for_budget(ctx.budget.mul_f64(0.85), configs);
+            // The rest faults each team's buffer and starts its threads.
+            .for_budget(ctx.budget.mul_f64(0.75), configs);
         let mut run = Streams {
             ctx,
             topo: &topo,

@@ -245,6 +245,10 @@ fn plan(
     Ok((line, chase_len, load_len, loaders))
 }
 
+/// The most the three buffers take per profile, within the profile's memory cap: quick's
+/// faulting and laying must fit its short budget on a busy machine.
+const TOTAL: PerProfile<u64> = PerProfile::new(128 << 20, 384 << 20, 4 << 30, 16 << 30);
+
 /// The chase buffer and the reference chase's (the largest power of two of which two
 /// chains with their permutation take at most 70% of the memory cap) and the load buffer
 /// (the rest of the cap), planned from memory, not from the cache sizes; whole MiB parts
@@ -257,7 +261,7 @@ pub(super) fn sizes(
     threads: usize,
 ) -> anyhow::Result<(usize, usize, usize)> {
     let line = line as u64;
-    let cap = kit::memory_cap(machine, profile, u64::MAX, 32 << 20)?;
+    let cap = kit::memory_cap(machine, profile, TOTAL.get(profile), 32 << 20)?;
     let two = |c: u64| 2 * c + 4 * c / line;
     let fit = (cap as f64 * 0.7 / two(1 << 20) as f64 * (1 << 20) as f64) as u64;
     let chase = 1u64 << (63 - fit.max(1).leading_zeros());
