@@ -51,14 +51,14 @@ pub(super) fn run(a: Args) -> ExitCode {
 /// basis for the typical wait; None where no reference run was timed. Measured on
 /// REFERENCE_MACHINE with the binary of the commit that added them.
 const REFERENCE_TOTAL_S: [(Profile, Option<f64>); 4] = [
-    (Profile::Smoke, Some(5.8)),
-    (Profile::Quick, Some(83.6)),
-    (Profile::Standard, Some(496.8)),
+    (Profile::Smoke, Some(4.1)),
+    (Profile::Quick, Some(39.1)),
+    (Profile::Standard, Some(303.8)),
     (Profile::Thorough, None),
 ];
 /// Where and how REFERENCE_TOTAL_S was measured.
-const REFERENCE_MACHINE: &str = "a 2-vCPU KVM guest (AMD EPYC) while others compiled \
-     on it (load average 8-10), so an upper-end typical";
+const REFERENCE_MACHINE: &str = "a 2-vCPU KVM guest (AMD EPYC, 32 MiB L3) while a \
+     cargo build ran beside it (load average 2-3), so an upper-end typical";
 
 /// A duration as a person reads it: "0.5 s", "45 s", "6.0 min".
 fn human(s: f64) -> String {

@@ -38,7 +38,7 @@ const SPEC: Spec = Spec {
     title: "Timestamp read cost",
     description: "cost of one serialised timestamp read pair (inside the region, and in wall time)",
     method: METHOD,
-    budget: Some(PerProfile::scaled(ms(600))),
+    budget: Some(PerProfile::new(ms(120), ms(400), ms(3000), ms(9000))),
     // Serialised counter reads: the core's clock, not its issue rate; nothing subtracted.
     subtracts_loop: false,
     ..Spec::CORE_LOOP

@@ -151,7 +151,7 @@ const SPEC: Spec = Spec {
         disk_bytes: 1024 * MIB,
         ..Needs::NONE
     },
-    budget: Some(PerProfile::new(ms(3_000), ms(3_500), ms(120_000), ms(900_000))),
+    budget: Some(PerProfile::new(ms(3_000), ms(3_000), ms(120_000), ms(900_000))),
     // The device and the cache's size (the cached rate declares `Copy`).
     ..Spec::DEVICE
 };

@@ -179,7 +179,7 @@ const SPEC: Spec = Spec {
     },
     // A minor fault is kernel work at the core's clock (major faults declare `None`: the device).
     bottleneck: Bottleneck::Chain,
-    budget: Some(PerProfile::new(ms(800), ms(1_500), ms(20_000), ms(60_000))),
+    budget: Some(PerProfile::new(ms(800), ms(1_250), ms(20_000), ms(60_000))),
     ..Spec::MEMORY
 };
 
