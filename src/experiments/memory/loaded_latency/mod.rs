@@ -241,7 +241,7 @@ fn plan(
             fmt_bytes(llc as f64)
         ));
     }
-    let loaders = ctx.machine.topology.spread(&others, k);
+    let loaders = ctx.machine.topology.spread(others, k);
     Ok((line, chase_len, load_len, loaders))
 }
 
