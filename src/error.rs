@@ -14,6 +14,7 @@ pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_RUNTIME: u8 = 1;
 /// Exit code of a run that an experiment overran (exceeded its hard time limit): the run
 /// ended there, with what it measured before written.
+#[cfg_attr(windows, allow(dead_code))] // used by the Unix build only
 pub const EXIT_OVERRUN: u8 = 5;
 /// Exit code of `compare --gate` when a metric regressed (not an error: a verdict).
 #[cfg_attr(windows, allow(dead_code))] // used by the Unix build only
