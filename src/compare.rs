@@ -517,14 +517,18 @@ fn judge_row(
         // latency is not slowed by what slows an independent loop.
         let component = component_of(&ea.area, a.bottleneck.or(b.bottleneck));
         let moved = sentinel_move(runs, &cm.experiment, i, component).map(|m| m.0);
-        // Network figures measured without a peer ran over loopback in either run.
+        // Network figures measured without a peer ran over loopback in either run. The
+        // history that would measure a figure's noise between processes is one host's:
+        // between two machines (a fleet) none can, and the within-run tests decide.
         let loopback = runs[0].1.peer_name().is_none() || runs[i].1.peer_name().is_none();
+        let one_host = runs[0].1.host_name() == runs[i].1.host_name()
+            && runs[0].1.machine_fingerprint() == runs[i].1.machine_fingerprint();
         let v = versus(
             (ea, a),
             (eb, b),
             ratio,
             &hist,
-            (component, moved, loopback),
+            (component, moved, one_host.then_some(loopback)),
             min_rel_diff,
         );
         cm.significant_vs_baseline[i] = v.significant;
@@ -542,7 +546,7 @@ fn versus(
     (eb, b): (&ExperimentResult, &Metric),
     ratio: f64,
     hist: &[f64],
-    (component, moved, loopback): (Option<Bottleneck>, Option<f64>, bool),
+    (component, moved, one_host): (Option<Bottleneck>, Option<f64>, Option<bool>),
     min_rel_diff: f64,
 ) -> Versus {
     let Within {
@@ -578,7 +582,9 @@ fn versus(
     // As in the gate: a CPU-bound figure, a cross-CPU wake-up or a loopback network figure
     // can settle in a different state in each process, which repetitions within one
     // process share; only independent runs (the history) measure that noise.
-    if let Some(kind) = gate::process_bound(component, &ea.id, loopback)
+    // `one_host`: whether the network ran over loopback, when both runs are of one host.
+    if let Some(kind) = one_host
+        .and_then(|loopback| gate::process_bound(component, &ea.id, loopback))
         .filter(|_| ok && !noise.source.starts_with("history"))
     {
         ok = false;
