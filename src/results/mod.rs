@@ -546,6 +546,18 @@ pub struct Series {
     pub points: Vec<[f64; 2]>,
 }
 
+impl Series {
+    /// Labels a repetition's series: "random (run 1 of 2)".
+    pub(crate) fn label_run(&mut self, k: usize, of: usize) {
+        self.name = format!("{} (run {k} of {of})", self.name);
+    }
+
+    /// The name the experiment gave, without the label `label_run` added.
+    pub fn base_name(&self) -> &str {
+        self.name.split(" (run ").next().unwrap_or(&self.name)
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Check {
     pub name: String,

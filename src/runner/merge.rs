@@ -27,7 +27,7 @@ pub(super) fn label_run(
         c.name = format!("run {k}: {}", c.name);
     }
     for s in &mut series[..ns] {
-        s.name = format!("{} (run {k} of {})", s.name, rep.of);
+        s.label_run(k, rep.of);
     }
 }
 

@@ -71,10 +71,7 @@ impl Experiment for Latency {
             .repetition
             .before
             .iter()
-            .filter_map(|r| {
-                // The runner names each run's series: "random (run 1 of 2)".
-                (r.series.iter()).find(|s| s.name.split(" (").next() == Some("random"))
-            })
+            .filter_map(|r| r.series.iter().find(|s| s.base_name() == "random"))
             .filter_map(|s| s.points.last().map(|p| p[0] as u64))
             .min();
         let max = earlier_end.map_or(max, |e| e.min(max));

@@ -208,11 +208,7 @@ impl ChaseSchedule {
         let mut s = ChaseSchedule {
             random_sizes,
             seq_sizes,
-            // lmbench's layout at 16 KiB, 1 MiB and the largest size.
-            lm_sizes: [16 << 10, 1 << 20, max]
-                .into_iter()
-                .filter(|&s| s <= max)
-                .collect(),
+            lm_sizes: lm_sizes(max),
             strides: p.strides.clone(),
             thp,
             thp_curve: p.thp_curve,
@@ -249,7 +245,7 @@ impl ChaseSchedule {
                     .filter(|&z| z >= 2 * st as u64),
             );
         }
-        all.extend([16 << 10, 1 << 20, max].into_iter().filter(|&z| z <= max));
+        all.extend(lm_sizes(max));
         match (self.thp, self.thp_curve) {
             (true, true) => all.extend(upto(&self.random_sizes)),
             (true, false) => all.push(max),
@@ -303,11 +299,16 @@ impl ChaseSchedule {
         };
         upto(&mut self.random_sizes);
         upto(&mut self.seq_sizes);
-        self.lm_sizes = [16 << 10, 1 << 20, reached]
-            .into_iter()
-            .filter(|&z| z <= reached)
-            .collect();
+        self.lm_sizes = lm_sizes(reached);
     }
+}
+
+/// lmbench's layout at 16 KiB, 1 MiB and the largest size.
+fn lm_sizes(max: u64) -> Vec<u64> {
+    [16 << 10, 1 << 20, max]
+        .into_iter()
+        .filter(|&z| z <= max)
+        .collect()
 }
 
 /// `v` with `max` added at its end when its last size is below it.
