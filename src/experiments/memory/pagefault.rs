@@ -1,18 +1,16 @@
 //! mem.pagefault: service time of a major page fault (a page read from disk on first
 //! touch of a file mapping), and of a minor fault (first touch of fresh anonymous memory).
 
-use crate::experiments::kit::files::{device_basis, device_of};
-use crate::experiments::kit::{Pages, Region};
+use crate::experiments::kit::files::{device_basis, device_of, make_file};
+use crate::experiments::kit::{memory_cap, rss_baseline, rss_check, thread_faults, Pages, Region};
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
 use crate::harness::{SampleSpec, Samples};
 use crate::results::{Bottleneck, Check, Prediction};
 use crate::rng::Rng;
-use crate::stats::Summary;
 use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::Context as _;
-use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
@@ -21,8 +19,7 @@ pub struct PageFault;
 /// Pages touched per timed batch of minor faults.
 const MINOR_BATCH: usize = 32;
 
-/// Why a major fault gets no prediction: the device behind `path` and its class, whose
-/// read latency no published figure in the parts table fixes.
+/// Why a major fault gets no prediction: the device behind `path` and its class.
 fn device_unknown(path: &std::path::Path) -> String {
     match device_of(path) {
         Some(d) => device_basis(&d),
@@ -52,18 +49,15 @@ impl FileMap {
         if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error()).context("mmap of the scratch file");
         }
-        // SAFETY: advisory call on the mapping just made: no readahead around faults.
-        let rc = unsafe { libc::madvise(p, len, libc::MADV_RANDOM) };
-        if rc != 0 {
-            let e = std::io::Error::last_os_error();
-            // SAFETY: unmapping the mapping just made.
-            unsafe { libc::munmap(p, len) };
-            return Err(e).context("madvise(MADV_RANDOM)");
-        }
-        Ok(FileMap {
+        let map = FileMap {
             ptr: p as *mut u8,
             len,
-        })
+        };
+        // SAFETY: advisory call on the mapping just made: no readahead around faults.
+        if unsafe { libc::madvise(p, len, libc::MADV_RANDOM) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("madvise(MADV_RANDOM)");
+        }
+        Ok(map)
     }
 }
 
@@ -85,9 +79,8 @@ pub(super) const SIZES: PerProfile<(u64, u64)> = PerProfile::new(
 /// Batches of minor faults timed.
 const MINOR_BATCHES: PerProfile<usize> = PerProfile::new(15, 41, 101, 101);
 
-/// Minor faults: first write to each page of fresh anonymous memory, timed in batches
-/// through the harness (batches during which the thread was preempted are set aside and
-/// retaken). Returns (ns per fault of each kept batch, faults counted, pages touched).
+/// Minor faults, timed in batches: (ns per fault of each kept batch, faults counted,
+/// pages touched).
 fn minor_faults(
     ctx: &Context,
     region_bytes: usize,
@@ -105,8 +98,9 @@ fn minor_faults(
         // Untimed: a fresh region when this one is used up, and the fault count before.
         || -> anyhow::Result<(*mut u8, u64)> {
             if at + MINOR_BATCH > pages {
-                region = None; // one region at a time, within the memory cap
-                               // Base pages: with huge pages one fault would map 2 MiB.
+                // One region at a time, within the memory cap; base pages, as with huge
+                // pages one fault would map 2 MiB.
+                region = None;
                 region = Some(Region::new(region_bytes, Pages::Base)?);
                 at = 0;
             }
@@ -114,7 +108,7 @@ fn minor_faults(
             // SAFETY: at + MINOR_BATCH <= pages, so the offset lies inside the live region.
             let batch = unsafe { base.add(at * ps) };
             at += MINOR_BATCH;
-            Ok((batch, crate::experiments::kit::thread_faults().0))
+            Ok((batch, thread_faults().0))
         },
         |&mut (batch, _)| {
             for k in 0..MINOR_BATCH {
@@ -125,9 +119,7 @@ fn minor_faults(
             Ok(())
         },
         |(_, min0), _| {
-            faults += crate::experiments::kit::thread_faults()
-                .0
-                .saturating_sub(min0);
+            faults += thread_faults().0.saturating_sub(min0);
             touched += MINOR_BATCH as u64;
         },
     )?;
@@ -138,8 +130,8 @@ fn minor_faults(
     Ok((s, faults, touched))
 }
 
-/// Major faults: one byte of each page of `map` read in `order`, each touch timed alone
-/// until `budget` (at least 16). Returns (ns per touch, major faults counted).
+/// Major faults, one byte of each page of `map` in `order`, each timed alone:
+/// (ns per touch, major faults counted).
 fn major_faults(
     ctx: &Context,
     map: &FileMap,
@@ -150,7 +142,7 @@ fn major_faults(
     let mut next = order.iter().copied();
     let mut sum = 0u8;
     let spec = SampleSpec::new(order.len(), budget).min_n(16);
-    let (_, maj0) = crate::experiments::kit::thread_faults();
+    let (_, maj0) = thread_faults();
     let s = ctx.harness(1).try_sample_with(
         &spec,
         // max_n is the page count, so `order` never runs out.
@@ -163,7 +155,7 @@ fn major_faults(
         },
         |_, _| {},
     )?;
-    let (_, maj1) = crate::experiments::kit::thread_faults();
+    let (_, maj1) = thread_faults();
     std::hint::black_box(sum);
     Ok((s.ns, maj1.saturating_sub(maj0)))
 }
@@ -189,9 +181,7 @@ impl Experiment for PageFault {
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let mut p = Predictions::new(ctx);
-        // Primitives only, one of each per fault (the method writes one word per fresh page):
-        // a kernel entry and zeroing the page. Allocation, accounting and the PTE are not in
-        // the model; prediction / measurement is the share the primitives explain.
+        // Primitives only, one of each per fault: a kernel entry and zeroing the page.
         let entry = p.earlier("cpu.syscall", &["getppid"]).named("entry");
         let ps = crate::pagecache::page_size() as f64;
         let page = Input::machine("page_size", Some(ps), "bytes", "machine: page size", "");
@@ -222,12 +212,7 @@ impl Experiment for PageFault {
         let mut out = Outcome::default();
         let (file_bytes, anon_bytes) = SIZES.get(ctx.profile);
         let ps = crate::pagecache::page_size();
-        let cap = crate::experiments::kit::memory_cap(
-            ctx.machine,
-            ctx.profile,
-            file_bytes + anon_bytes,
-            2 << 20,
-        )?;
+        let cap = memory_cap(ctx.machine, ctx.profile, file_bytes + anon_bytes, 2 << 20)?;
         let anon = (anon_bytes.min(cap / 2) as usize / ps).max(MINOR_BATCH) * ps;
         let file_len = (file_bytes.min(cap - anon as u64) as usize / ps).max(16) * ps;
         out.notes.push(format!(
@@ -237,7 +222,7 @@ impl Experiment for PageFault {
             fmt_bytes(file_len as f64),
             fmt_bytes(ctx.machine.memory_budget_bytes() as f64)
         ));
-        let rss0 = crate::experiments::kit::rss_baseline();
+        let rss0 = rss_baseline();
 
         // Minor faults: valid on any file system.
         (ctx.progress)("minor faults");
@@ -259,13 +244,10 @@ impl Experiment for PageFault {
 
         // Major faults: only on a disk.
         let measured = major_section(ctx, file_len, &mut out)?;
-        out.check(crate::experiments::kit::rss_check(
-            rss0,
-            (anon + file_len) as u64,
-        ));
+        out.check(rss_check(rss0, (anon + file_len) as u64));
         out.pool(ctx);
         if measured {
-            out.finding(finding(ctx, &out), &finding_sources(ctx));
+            finding(ctx, &mut out);
         }
         Ok(out)
     }
@@ -302,7 +284,8 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
     }
     (ctx.progress)("writing the file");
     let mut rng = Rng::from_entropy();
-    let f = write_file(scratch, file_len, &mut rng)?;
+    // Real data: a sparse file's holes would read as zeros without any I/O.
+    let f = make_file(scratch, "pagefault", file_len as u64, rng.next_u64())?;
     (ctx.progress)("evicting the file from the page cache");
     let ev = crate::pagecache::evict(&f.file, ctx.options.drop_caches)?;
     out.check(Check::premise(
@@ -332,36 +315,12 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
     Ok(true)
 }
 
-/// An unlinked scratch file of `len` bytes of real data: a sparse file's holes would read
-/// as zeros without any I/O.
-fn write_file(
-    scratch: &crate::scratch::Scratch,
-    len: usize,
-    rng: &mut Rng,
-) -> anyhow::Result<crate::scratch::ScratchFile> {
-    let mut f = scratch.create_file("pagefault", len as u64)?;
-    f.unlink_now().context("unlinking the scratch file")?;
-    let mut block = vec![0u8; 1 << 20];
-    for chunk in block.chunks_mut(8) {
-        chunk.copy_from_slice(&rng.next_u64().to_le_bytes()[..chunk.len()]);
-    }
-    let mut left = len;
-    while left > 0 {
-        let n = left.min(block.len());
-        f.file
-            .write_all(&block[..n])
-            .context("writing the scratch file")?;
-        left -= n;
-    }
-    Ok(f)
-}
-
 /// `major_fault` (each touch's time, its distribution kept) and `major_fault_per_byte`.
 fn major_metrics(out: &mut Outcome, times: Vec<f64>, file_len: usize, fs_type: &str) {
     let ps = crate::pagecache::page_size();
     let n = times.len();
     let per_byte: Vec<f64> = times.iter().map(|t| t / ps as f64).collect();
-    let m = out.metric(
+    out.distribution(
         "major_fault",
         "ns",
         &format!(
@@ -370,13 +329,10 @@ fn major_metrics(out: &mut Outcome, times: Vec<f64>, file_len: usize, fs_type: &
             fmt_bytes(file_len as f64),
             fs_type
         ),
-        times.clone(),
-    );
+        times,
+    )
     // A major fault waits for the device, which no sentinel kernel shares.
-    m.per_operation().shares(Bottleneck::None);
-    if let Some(s) = Summary::with_percentiles(&times) {
-        m.summary = s;
-    }
+    .shares(Bottleneck::None);
     out.metric(
         "major_fault_per_byte",
         "ns",
@@ -396,16 +352,8 @@ fn page_text(ps: usize) -> String {
     }
 }
 
-/// The metrics the finding reads.
-fn finding_sources(ctx: &Context) -> Vec<&'static str> {
-    let mut from = vec!["major_fault", "minor_fault"];
-    if ctx.earlier_median("mem.latency", "dram").is_some() {
-        from.push("mem.latency/dram");
-    }
-    from
-}
-
-fn finding(ctx: &Context, out: &Outcome) -> String {
+/// Major against minor, against mem.latency's dram, and the minor fault's parts.
+fn finding(ctx: &Context, out: &mut Outcome) {
     let ps = crate::pagecache::page_size();
     let (major, minor) = (out.median("major_fault"), out.median("minor_fault"));
     let mut text = format!(
@@ -417,7 +365,9 @@ fn finding(ctx: &Context, out: &Outcome) -> String {
         fmt_ns(minor),
         major / minor
     );
+    let mut from = vec!["major_fault", "minor_fault"];
     if let Some(d) = ctx.earlier_median("mem.latency", "dram") {
+        from.push("mem.latency/dram");
         text.push_str(&format!(
             " That is the time of {:.0} loads of mem.latency's random chase at its largest size ({}).",
             major / d,
@@ -439,7 +389,7 @@ fn finding(ctx: &Context, out: &Outcome) -> String {
             minor,
         ));
     }
-    text
+    out.finding(text, &from);
 }
 
 #[cfg(test)]
