@@ -2,6 +2,7 @@
 //! curves of chases over working-set sizes.
 
 use super::checks::verify_chain;
+use super::plan::ChaseSchedule;
 use crate::experiments::kit::{measure_raw, Region};
 use crate::experiments::Context;
 use crate::harness::{HarnessConfig, Measurement};
@@ -11,20 +12,8 @@ use crate::units::{fmt_bytes, fmt_ns};
 /// Loads per loop iteration of the chase (unrolled so the loop branch is negligible).
 pub(crate) const UNROLL: u64 = 16;
 
-macro_rules! rep16 {
+macro_rules! rep4 {
     ($e:expr) => {
-        $e;
-        $e;
-        $e;
-        $e;
-        $e;
-        $e;
-        $e;
-        $e;
-        $e;
-        $e;
-        $e;
-        $e;
         $e;
         $e;
         $e;
@@ -42,7 +31,9 @@ pub(crate) unsafe fn chase(mut p: *const u8, iters: u64) -> *const u8 {
     for _ in 0..iters {
         // SAFETY: guaranteed by the caller; the volatile read keeps every load and its
         // order, and each address is the value of the load before it.
-        rep16!(p = unsafe { std::ptr::read_volatile(p as *const *const u8) });
+        rep4!({
+            rep4!(p = unsafe { std::ptr::read_volatile(p as *const *const u8) });
+        });
     }
     p
 }
@@ -126,43 +117,6 @@ impl TrialSettings {
     }
 }
 
-/// Lays lmbench's chain (`lmbench_chain`) over the first `size` bytes of `region` with
-/// nodes of `line` bytes, verifies it and measures it. None when `size` is not a whole
-/// number of pages or the chain does not verify (then `broken` gets the size).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn lmbench_point(
-    ctx: &Context,
-    spec: &HarnessConfig,
-    region: &mut Region,
-    size: u64,
-    line: usize,
-    rng: &mut Rng,
-    broken: &mut Vec<u64>,
-    quiet: &mut (usize, usize),
-) -> Option<ChasePoint> {
-    let ps = crate::pagecache::page_size();
-    if size as usize % ps != 0 || ps % line != 0 || size as usize > region.len() {
-        return None;
-    }
-    let next = lmbench_chain(size as usize / ps, ps / line, rng);
-    lay(region, line, &next);
-    let n = next.len();
-    drop(next);
-    if !verify_chain(region, line, n, rng) {
-        broken.push(size);
-        return None;
-    }
-    let (pt, q) = measure_chain(ctx, spec, region, size);
-    quiet.0 += q.preempted;
-    quiet.1 += q.per_op_ns.len();
-    (ctx.progress)(&format!(
-        "lmbench layout {}: {}",
-        fmt_bytes(size as f64),
-        fmt_ns(pt.median)
-    ));
-    Some(pt)
-}
-
 /// Measures the chase laid in `region`.
 pub(super) fn measure_chain(
     ctx: &Context,
@@ -216,6 +170,7 @@ fn suspects(points: &[ChasePoint]) -> Vec<usize> {
 }
 
 /// Outcome of one curve.
+#[derive(Default)]
 pub(super) struct ChaseCurve {
     pub(super) points: Vec<ChasePoint>,
     /// Sizes whose chain did not verify as a single full cycle.
@@ -266,91 +221,123 @@ impl Pace {
     }
 }
 
-/// Measures the random (Sattolo) or sequential chase at each size within `region`,
-/// while `fits(next size, pace so far)` says the next size fits the budget.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn curve(
-    ctx: &Context,
-    spec: &TrialSettings,
-    region: &mut Region,
-    sizes: &[u64],
-    stride: usize,
-    random: bool,
-    rng: &mut Rng,
-    fits: &dyn Fn(u64, Pace) -> bool,
-) -> ChaseCurve {
-    let mut c = ChaseCurve {
-        points: Vec::new(),
-        broken: Vec::new(),
-        notes: Vec::new(),
-        preempted: 0,
-        kept: 0,
-        remeasured: 0,
-    };
-    let kind = if random { "random" } else { "sequential" };
-    // Lays, verifies and measures one size.
-    let pace = std::cell::Cell::new(Pace::default());
-    let mut one = |c: &mut ChaseCurve, size: u64, rng: &mut Rng| -> Option<ChasePoint> {
-        let laying = std::time::Instant::now();
-        let n = (size as usize / stride).max(2);
-        let next: Vec<u32> = if random {
-            sattolo(n, rng)
-        } else {
-            (0..n as u32).map(|i| (i + 1) % n as u32).collect()
-        };
-        lay(region, stride, &next);
-        drop(next);
-        if !verify_chain(region, stride, n, rng) {
-            c.broken.push(size);
-            return None;
+/// The order a curve's chain visits its nodes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Order {
+    /// A Sattolo permutation of every node.
+    Random,
+    /// Address order.
+    Sequential,
+    /// lmbench's `lat_mem_rd -t` layout (`lmbench_chain`), measured once per size.
+    Lmbench,
+}
+
+impl Order {
+    fn name(self) -> &'static str {
+        match self {
+            Order::Random => "random",
+            Order::Sequential => "sequential",
+            Order::Lmbench => "lmbench layout",
         }
-        let laid = laying.elapsed().as_secs_f64();
-        let trials = std::time::Instant::now();
-        let (pt, q) = measure_chain(ctx, spec.for_size(size), region, size);
-        pace.set(
-            pace.get()
-                .after(size, laid, trials.elapsed().as_secs_f64(), spec),
-        );
-        c.preempted += q.preempted;
-        c.kept += q.per_op_ns.len();
-        c.notes.extend(
-            q.notes
-                .iter()
-                .map(|n| format!("{kind} at {}: {n}", fmt_bytes(size as f64))),
-        );
-        (ctx.progress)(&format!(
-            "{kind} {} stride {stride}: {}",
-            fmt_bytes(size as f64),
-            fmt_ns(pt.median)
-        ));
-        Some(pt)
-    };
-    for &size in sizes {
-        if !c.points.is_empty() && !fits(size, pace.get()) {
-            c.notes.push(format!(
+    }
+
+    /// The chain over `size` bytes in nodes of `stride` bytes; None for lmbench's layout
+    /// when `size` is not a whole number of pages of whole nodes.
+    fn chain(self, size: u64, stride: usize, rng: &mut Rng) -> Option<Vec<u32>> {
+        let n = (size as usize / stride).max(2);
+        let ps = crate::pagecache::page_size();
+        Some(match self {
+            Order::Random => sattolo(n, rng),
+            Order::Sequential => (0..n as u32).map(|i| (i + 1) % n as u32).collect(),
+            Order::Lmbench if size as usize % ps == 0 && ps % stride == 0 => {
+                lmbench_chain(size as usize / ps, ps / stride, rng)
+            }
+            Order::Lmbench => return None,
+        })
+    }
+}
+
+impl ChaseSchedule<'_, '_> {
+    /// Measures the chase in `order` at each size within `region`; when `guarded`, only
+    /// while the next size `fits` the budget.
+    pub(super) fn curve(
+        &mut self,
+        region: &mut Region,
+        sizes: Vec<u64>,
+        stride: usize,
+        order: Order,
+        guarded: bool,
+    ) -> ChaseCurve {
+        let (ctx, spec) = (self.ctx, &self.spec);
+        let mut c = ChaseCurve::default();
+        let kind = order.name();
+        // Lays, verifies and measures one size.
+        let pace = std::cell::Cell::new(Pace::default());
+        let mut one = |c: &mut ChaseCurve, size: u64, rng: &mut Rng| -> Option<ChasePoint> {
+            let laying = std::time::Instant::now();
+            let next = order.chain(size, stride, rng)?;
+            let n = next.len();
+            lay(region, stride, &next);
+            drop(next);
+            if !verify_chain(region, stride, n, rng) {
+                c.broken.push(size);
+                return None;
+            }
+            let laid = laying.elapsed().as_secs_f64();
+            let trials = std::time::Instant::now();
+            let (pt, q) = measure_chain(ctx, spec.for_size(size), region, size);
+            pace.set(
+                pace.get()
+                    .after(size, laid, trials.elapsed().as_secs_f64(), spec),
+            );
+            c.preempted += q.preempted;
+            c.kept += q.per_op_ns.len();
+            c.notes.extend(
+                q.notes
+                    .iter()
+                    .map(|n| format!("{kind} at {}: {n}", fmt_bytes(size as f64))),
+            );
+            let stride = match order {
+                Order::Lmbench => String::new(),
+                _ => format!(" stride {stride}"),
+            };
+            (ctx.progress)(&format!(
+                "{kind} {}{stride}: {}",
+                fmt_bytes(size as f64),
+                fmt_ns(pt.median)
+            ));
+            Some(pt)
+        };
+        for size in sizes {
+            if guarded && !c.points.is_empty() && !self.fits(size, pace.get()) {
+                c.notes.push(format!(
                 "{kind} curve ended at {}: {} and what follows it would not fit the time budget at the rate chains were laid ({:.1} ns per byte)",
                 fmt_bytes(c.points.last().map_or(0, |p| p.size) as f64),
                 fmt_bytes(size as f64),
                 pace.get().lay_secs_per_byte * 1e9
             ));
-            break;
+                break;
+            }
+            if let Some(pt) = one(&mut c, size, &mut self.rng) {
+                c.points.push(pt);
+            }
         }
-        if let Some(pt) = one(&mut c, size, rng) {
-            c.points.push(pt);
-        }
-    }
-    // A point slower than the next larger working set may have been disturbed (latency
-    // cannot fall as the set grows, and interference only adds time): measure it once
-    // more and keep both measurements, the point's figure being the median of all their
-    // trials. Keeping only the lower one would bias the point (`dram` is the largest)
-    // low and force the curve's expected shape.
-    for i in suspects(&c.points) {
-        let size = c.points[i].size;
-        if let Some(pt) = one(&mut c, size, rng) {
-            c.remeasured += 1;
-            let (first, again) = (c.points[i].median, pt.median);
-            remeasure(&mut c.points[i], pt);
-            c.notes.push(format!(
+        // A point slower than the next larger working set may have been disturbed (latency
+        // cannot fall as the set grows, and interference only adds time): measure it once
+        // more and keep both measurements, the point's figure being the median of all their
+        // trials. Keeping only the lower one would bias the point (`dram` is the largest)
+        // low and force the curve's expected shape.
+        let suspects = match order {
+            Order::Lmbench => Vec::new(),
+            _ => suspects(&c.points),
+        };
+        for i in suspects {
+            let size = c.points[i].size;
+            if let Some(pt) = one(&mut c, size, &mut self.rng) {
+                c.remeasured += 1;
+                let (first, again) = (c.points[i].median, pt.median);
+                remeasure(&mut c.points[i], pt);
+                c.notes.push(format!(
                 "{kind} at {}: measured twice (first median {}, then {}); its figure {} is the median of all {} trials",
                 fmt_bytes(size as f64),
                 fmt_ns(first),
@@ -358,7 +345,8 @@ pub(super) fn curve(
                 fmt_ns(c.points[i].median),
                 c.points[i].trials.len()
             ));
+            }
         }
+        c
     }
-    c
 }

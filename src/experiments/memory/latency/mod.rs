@@ -20,14 +20,14 @@ pub(crate) use levels::{llc_hit_fraction, name_levels};
 #[cfg(test)]
 use plan::sizes;
 
-use crate::experiments::kit::{Pages, Region};
+use crate::experiments::kit::{self, Pages, Region};
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Outcome, PerProfile, Profile, Spec};
 use crate::results::{Check, Prediction};
-use crate::rng::Rng;
 use crate::units::fmt_bytes;
-use kernel::{curve, lmbench_point, ChaseCurve};
-use plan::{plan, working_set, ChaseSchedule, LatencyPlan};
+use kernel::{ChaseCurve, Order};
+use levels::NamedLevel;
+use plan::{working_set, ChaseSchedule, LatencyPlan, PLANS};
 /// The verified chase, shared with mem.loaded-latency (one kernel, one premise).
 pub(crate) use {
     checks::verify_chain,
@@ -59,12 +59,11 @@ impl Experiment for Latency {
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
         let caches = ctx.machine.data_caches();
-        let line = crate::experiments::kit::line_bytes(&caches);
-        let known_llc = crate::experiments::kit::llc_bytes(&caches);
-        let llc = known_llc.unwrap_or(32 << 20);
-        let p = plan(ctx.profile, line);
+        let line = kit::line_bytes(&caches);
+        let known_llc = kit::llc_bytes(&caches);
+        let p = PLANS.get(ctx.profile);
         let (max, cap) = working_set(ctx, line, &mut out)?;
-        let rss0 = crate::experiments::kit::rss_baseline();
+        let rss0 = kit::rss_baseline();
         // The last run ends where the earlier ones did, so that the pooled `dram` is one
         // working set; the first run's budget decided it.
         let earlier_end = ctx
@@ -81,15 +80,14 @@ impl Experiment for Latency {
                 fmt_bytes(max as f64)
             ));
         }
-        let mut sched = ChaseSchedule::new(ctx, &p, max, line, llc);
+        let mut sched = ChaseSchedule::new(ctx, &p, max, line, known_llc.unwrap_or(32 << 20));
         sched.decided = earlier_end.is_some();
-        let mut rng = Rng::from_entropy();
 
-        let base = measure_base(ctx, &mut sched, max, line, &mut rng)?;
+        let base = measure_base(&mut sched, max, line)?;
         let max = base.random.points.last().map_or(max, |p| p.size);
         out.check(plan::dram_beyond_cache(max, known_llc));
-        let thp_curve = measure_thp(ctx, &sched, max, line, &mut rng, &mut out)?;
-        out.check(crate::experiments::kit::rss_check(rss0, cap));
+        let thp_curve = measure_thp(&mut sched, max, line, &mut out)?;
+        out.check(kit::rss_check(rss0, cap));
         premise_and_notes(&base, thp_curve.as_ref(), &mut out);
 
         out.series.push(text::series("random", &base.random.points));
@@ -105,23 +103,24 @@ impl Experiment for Latency {
         if base.random.points.is_empty() {
             anyhow::bail!("no point of the latency curve could be measured");
         }
-        let levels = levels_and_memory(&p, &caches, &base, thp_curve.as_ref(), max, &mut out);
+        let (named, det_name) =
+            levels_and_memory(&p, &caches, &base, thp_curve.as_ref(), max, &mut out);
         let seq = sequential(&base, &mut out);
         let thp = huge_pages(thp_curve.as_ref(), max, &mut out);
         // Findings from the pooled runs: the figures the table shows.
         out.pool(ctx);
-        levels_findings(ctx, &base, levels, &mut out);
-        let random = base.random.points.last().map(|r| pooled(r, "dram", &out));
-        if let (Some((s, pt)), Some(random)) = (seq, random.as_ref()) {
-            let pt = pooled(pt, "dram_sequential", &out);
-            out.finding(
-                text::sequential_vs_random(s, &pt, random),
-                &["dram_sequential", "dram"],
-            );
+        if base.lmbench.points.iter().any(|p| p.size == max) {
+            let lm = out.median(&lmbench_name(max, max));
+            let t = text::lmbench_vs_chase(max, lm, out.median("dram"));
+            out.finding(t, &["lmbench_dram", "dram"]);
         }
-        if let (Some(pt), Some(random)) = (thp, random.as_ref()) {
-            let pt = pooled(pt, "dram_thp", &out);
-            out.finding(text::huge_vs_base(&pt, random), &["dram", "dram_thp"]);
+        levels_findings(ctx, named, det_name, &mut out);
+        if let Some((stride, size)) = seq {
+            let t = text::sequential_vs_random(stride, size, &out);
+            out.finding(t, &["dram_sequential", "dram"]);
+        }
+        if let Some(size) = thp {
+            out.finding(text::huge_vs_base(size, &out), &["dram", "dram_thp"]);
         }
         Ok(out)
     }
@@ -132,102 +131,61 @@ struct BaseCurves {
     random: ChaseCurve,
     /// (stride, curve) per sequential stride.
     seq_curves: Vec<(usize, ChaseCurve)>,
-    lm_points: Vec<kernel::ChasePoint>,
-    lm_broken: Vec<u64>,
-    /// Trials set aside (preempted) and kept by the lmbench-layout points.
-    lm_quiet: (usize, usize),
+    lmbench: ChaseCurve,
     /// Bytes of the base-page region backed by huge pages anyway.
     base_huge: Option<u64>,
 }
 
 /// The random curve as far as the budget allows (the schedule then ends every curve
 /// where it stopped), the sequential curves and lmbench's layout.
-fn measure_base(
-    ctx: &Context,
-    s: &mut ChaseSchedule,
-    max: u64,
-    line: usize,
-    rng: &mut Rng,
-) -> anyhow::Result<BaseCurves> {
-    (ctx.progress)("mapping and faulting the working set");
+fn measure_base(s: &mut ChaseSchedule, max: u64, line: usize) -> anyhow::Result<BaseCurves> {
+    (s.ctx.progress)("mapping and faulting the working set");
     let mut region = Region::new(max as usize, Pages::Base)?;
     region.prefault();
-    let fits = |size, rate| s.fits(size, rate);
-    let random = curve(
-        ctx,
-        &s.spec,
+    let random = s.curve(
         &mut region,
-        &s.random_sizes,
+        s.random_sizes.clone(),
         line,
+        Order::Random,
         true,
-        rng,
-        &fits,
     );
     if let Some(last) = random.points.last() {
         s.truncate(last.size);
     }
-    let all = |_, _| true;
     let mut seq_curves = Vec::new();
-    for &stride in &s.strides {
-        let sz: Vec<u64> = s
-            .seq_sizes
-            .iter()
-            .copied()
-            .filter(|&z| z >= 2 * stride as u64)
-            .collect();
+    for stride in s.strides.clone() {
+        let sz = s.seq_sizes.iter().copied();
+        let sz = sz.filter(|&z| z >= 2 * stride as u64).collect();
         seq_curves.push((
             stride,
-            curve(ctx, &s.spec, &mut region, &sz, stride, false, rng, &all),
+            s.curve(&mut region, sz, stride, Order::Sequential, false),
         ));
     }
-    let mut lm_broken = Vec::new();
-    let mut lm_quiet = (0usize, 0usize);
-    let lm_points: Vec<kernel::ChasePoint> = s
-        .lm_sizes
-        .iter()
-        .filter_map(|&size| {
-            lmbench_point(
-                ctx,
-                s.spec.for_size(size),
-                &mut region,
-                size,
-                line,
-                rng,
-                &mut lm_broken,
-                &mut lm_quiet,
-            )
-        })
-        .collect();
-    let base_huge = region.huge_bytes();
+    let lmbench = s.curve(&mut region, s.lm_sizes.clone(), line, Order::Lmbench, false);
     Ok(BaseCurves {
         random,
         seq_curves,
-        lm_points,
-        lm_broken,
-        lm_quiet,
-        base_huge,
+        lmbench,
+        base_huge: region.huge_bytes(),
     })
 }
 
 /// Huge pages: the whole random curve (quick and up) or its largest size (not smoke),
 /// with the fraction of the region huge pages backed.
 fn measure_thp(
-    ctx: &Context,
-    s: &ChaseSchedule,
+    s: &mut ChaseSchedule,
     max: u64,
     line: usize,
-    rng: &mut Rng,
     out: &mut Outcome,
 ) -> anyhow::Result<Option<(ChaseCurve, f64)>> {
+    let ctx = s.ctx;
     if s.thp {
-        if let Some(why) =
-            crate::experiments::kit::too_small_for_huge_pages(ctx.machine, max as usize)
-        {
+        if let Some(why) = kit::too_small_for_huge_pages(ctx.machine, max as usize) {
             out.notes.push(format!("no huge-page figure: {why}"));
             return Ok(None);
         }
         (ctx.progress)("huge-page region");
-        let huge = crate::experiments::kit::huge_page(ctx.machine);
+        let huge = kit::huge_page(ctx.machine);
         let mut region = Region::aligned(max as usize, Pages::Huge, huge)?;
         region.prefault();
         let frac = region.huge_bytes().unwrap_or(0) as f64 / max as f64;
@@ -236,53 +194,35 @@ fn measure_thp(
         } else {
             vec![max]
         };
-        let c = curve(ctx, &s.spec, &mut region, &sz, line, true, rng, &|_, _| {
-            true
-        });
+        let c = s.curve(&mut region, sz, line, Order::Random, false);
         return Ok(Some((c, frac)));
     }
-    if ctx.profile == Profile::Smoke {
-        out.notes.push(
-            "smoke profile: no huge-page figure (quick and larger profiles measure one)".into(),
-        );
+    out.notes.push(if ctx.profile == Profile::Smoke {
+        "smoke profile: no huge-page figure (quick and larger profiles measure one)".into()
     } else {
-        out.notes.push(
-            "transparent huge pages are not available (/sys/kernel/mm/transparent_hugepage/enabled is 'never' or missing): no huge-page figure".into(),
-        );
-    }
+        "transparent huge pages are not available (/sys/kernel/mm/transparent_hugepage/enabled is 'never' or missing): no huge-page figure".into()
+    });
     Ok(None)
 }
 
 /// The notes on verified chains, preempted trials, remeasured points and stray huge pages.
 fn premise_and_notes(base: &BaseCurves, thp_curve: Option<&(ChaseCurve, f64)>, out: &mut Outcome) {
     let curves = || {
-        std::iter::once(&base.random)
+        [&base.random, &base.lmbench]
+            .into_iter()
             .chain(base.seq_curves.iter().map(|(_, c)| c))
             .chain(thp_curve.map(|(c, _)| c))
     };
-    let mut broken: Vec<u64> = base.random.broken.clone();
-    broken.extend(&base.lm_broken);
-    broken.extend(
-        base.seq_curves
-            .iter()
-            .flat_map(|(_, c)| c.broken.iter().copied()),
-    );
-    if let Some((c, _)) = thp_curve {
-        broken.extend(c.broken.iter().copied());
-    }
-    let chains = curves().map(|c| c.points.len()).sum::<usize>() + base.lm_points.len();
+    let broken: Vec<u64> = curves().flat_map(|c| c.broken.iter().copied()).collect();
+    let chains = curves().map(|c| c.points.len()).sum::<usize>();
     out.notes.push(checks::chains_note(&broken, chains));
     out.notes.extend(base.random.notes.iter().cloned());
     // Which points of the other curves were measured twice, and their figures.
     for c in curves().skip(1) {
-        out.notes.extend(
-            c.notes
-                .iter()
-                .filter(|n| n.contains(": measured twice"))
-                .cloned(),
-        );
+        let twice = c.notes.iter().filter(|n| n.contains(": measured twice"));
+        out.notes.extend(twice.cloned());
     }
-    let (pre, kept, again) = curves().fold((base.lm_quiet.0, base.lm_quiet.1, 0), |a, c| {
+    let (pre, kept, again) = curves().fold((0, 0, 0), |a, c| {
         (a.0 + c.preempted, a.1 + c.kept, a.2 + c.remeasured)
     });
     out.notes.push(format!(
@@ -296,8 +236,18 @@ fn premise_and_notes(base: &BaseCurves, thp_curve: Option<&(ChaseCurve, f64)>, o
     }
 }
 
+/// The lmbench-layout metric at `size`: `lmbench_dram` at the largest size past 1 MiB.
+fn lmbench_name(size: u64, max: u64) -> String {
+    if size == max && size > 1 << 20 {
+        "lmbench_dram".to_string()
+    } else {
+        format!("lmbench_{}", kit::size_label(size))
+    }
+}
+
 /// The cache levels (metrics named after the sysfs caches they match), `dram` and the
-/// lmbench-layout figures, with their findings and sanity checks.
+/// lmbench-layout figures, with the levels' sanity check; returns the levels and the
+/// curve they were detected on.
 fn levels_and_memory(
     p: &LatencyPlan,
     caches: &[crate::machine::Cache],
@@ -305,7 +255,7 @@ fn levels_and_memory(
     thp_curve: Option<&(ChaseCurve, f64)>,
     max: u64,
     out: &mut Outcome,
-) -> DetectedLevels {
+) -> (Vec<NamedLevel>, &'static str) {
     let random = &base.random;
     // Levels: from the huge-page curve where it exists (TLB reach then exceeds every
     // cache, so plateaus are cache capacities), else from the base-page curve.
@@ -316,29 +266,14 @@ fn levels_and_memory(
         _ => (&random.points, "base-page"),
     };
     let pts: Vec<(u64, f64)> = det.iter().map(|p| (p.size, p.median)).collect();
-    let min_points = (p.per_doubling as usize).clamp(2, 3);
-    let levels = detect_levels(&pts, min_points);
+    let levels = detect_levels(&pts, (p.per_doubling as usize).clamp(2, 3));
     let named = name_levels(&levels, caches, max);
-    let mut level_text = Vec::new();
-    for nl in &named {
-        let t = text::level_text(nl, det_name);
-        level_text.push(t.line);
-        if nl.name == "dram" {
-            continue; // the dram metrics below are the largest size, on both page sizes
-        }
+    // The dram metrics below are the largest size, on both page sizes.
+    for nl in named.iter().filter(|n| n.name != "dram") {
         let pt = &det[nl.level.rep];
-        out.metric(
-            &nl.name,
-            "ns",
-            &format!(
-                "random chase at {} ({}{}{})",
-                fmt_bytes(pt.size as f64),
-                t.plateau,
-                t.edge,
-                t.sys
-            ),
-            pt.trials.clone(),
-        );
+        let span = text::level_span(nl, det_name);
+        let what = format!("random chase at {} ({span})", fmt_bytes(pt.size as f64));
+        out.metric(&nl.name, "ns", &what, pt.trials.clone());
     }
     let last = random.points.last().expect("checked non-empty");
     out.metric(
@@ -350,14 +285,9 @@ fn levels_and_memory(
         ),
         last.trials.clone(),
     );
-    for pt in &base.lm_points {
-        let name = if pt.size == max && pt.size > 1 << 20 {
-            "lmbench_dram".to_string()
-        } else {
-            format!("lmbench_{}", crate::experiments::kit::size_label(pt.size))
-        };
+    for pt in &base.lmbench.points {
         out.metric(
-            &name,
+            &lmbench_name(pt.size, max),
             "ns",
             &format!(
                 "lat_mem_rd -t layout at {}, base pages: pages in random order, one line per page per pass (compare its min with lat_mem_rd, which reports the minimum)",
@@ -367,55 +297,22 @@ fn levels_and_memory(
         );
     }
     out.check(checks::levels(&named, caches.len()));
-    DetectedLevels { named, det_name }
+    (named, det_name)
 }
 
-/// The levels detected on one run's curve, for the findings stated after pooling.
-struct DetectedLevels {
-    named: Vec<levels::NamedLevel>,
-    det_name: &'static str,
-}
-
-/// `pt` with the pooled figure of its metric (`name`) when there is one: the median and
-/// trials the table shows.
-fn pooled(pt: &kernel::ChasePoint, name: &str, out: &Outcome) -> kernel::ChasePoint {
-    match out.get(name) {
-        Some(m) => kernel::ChasePoint {
-            size: pt.size,
-            trials: m.raw.clone(),
-            median: m.summary.median,
-        },
-        None => pt.clone(),
-    }
-}
-
-/// The lmbench-layout and levels findings, from the pooled metrics; which sizes the
-/// levels span comes from the detection on this run's curve, and the text says so.
-fn levels_findings(ctx: &Context, base: &BaseCurves, lv: DetectedLevels, out: &mut Outcome) {
-    let DetectedLevels {
-        mut named,
-        det_name,
-    } = lv;
-    let Some(last) = base.random.points.last() else {
-        return;
-    };
-    let last = pooled(last, "dram", out);
-    if let Some(lm) = base.lm_points.iter().find(|p| p.size == last.size) {
-        let lm = pooled(lm, "lmbench_dram", out);
-        out.finding(
-            text::lmbench_vs_chase(&lm, &last),
-            &["lmbench_dram", "dram"],
-        );
-    }
+/// The levels finding, from the pooled metrics; which sizes the levels span comes from
+/// the detection on this run's curve, and the text says so.
+fn levels_findings(ctx: &Context, named: Vec<NamedLevel>, det_name: &str, out: &mut Outcome) {
+    let mut named = named;
     // Each level's latency is its metric's (pooled) median.
     for nl in &mut named {
         if let Some(m) = out.get(&nl.name) {
             nl.level.latency_ns = m.summary.median;
         }
     }
-    let level_text: Vec<String> = named
+    let lines: Vec<String> = named
         .iter()
-        .map(|nl| text::level_text(nl, det_name).line)
+        .map(|nl| text::level_line(nl, det_name))
         .collect();
     let rep = ctx.repetition;
     let which = if rep.of > 1 {
@@ -427,16 +324,17 @@ fn levels_findings(ctx: &Context, base: &BaseCurves, lv: DetectedLevels, out: &m
     } else {
         String::new()
     };
+    let from: Vec<&str> = named
+        .iter()
+        .filter(|n| n.name != "dram")
+        .map(|n| n.name.as_str())
+        .collect();
     out.finding(
         format!(
             "Detected levels ({det_name} random curve{which}): {}.",
-            level_text.join("; ")
+            lines.join("; ")
         ),
-        &named
-            .iter()
-            .filter(|n| n.name != "dram")
-            .map(|n| n.name.as_str())
-            .collect::<Vec<_>>(),
+        &from,
     );
     for nl in named.iter().filter(|n| n.sysfs_bytes.is_some()) {
         // A level much smaller (or larger) than sysfs says is what matters most here.
@@ -445,12 +343,9 @@ fn levels_findings(ctx: &Context, base: &BaseCurves, lv: DetectedLevels, out: &m
     }
 }
 
-/// Sequential at the largest size: what the prefetcher hides. Returns the stride and
-/// point for the finding stated after pooling.
-fn sequential<'a>(
-    base: &'a BaseCurves,
-    out: &mut Outcome,
-) -> Option<(usize, &'a kernel::ChasePoint)> {
+/// `dram_sequential`, the sequential chase at its largest size: what the prefetcher
+/// hides. Returns its stride and size for the finding stated after pooling.
+fn sequential(base: &BaseCurves, out: &mut Outcome) -> Option<(usize, u64)> {
     let (s, c) = base.seq_curves.first()?;
     let pt = c.points.last()?;
     out.metric(
@@ -462,16 +357,12 @@ fn sequential<'a>(
         ),
         pt.trials.clone(),
     );
-    Some((*s, pt))
+    Some((*s, pt.size))
 }
 
 /// `dram_thp`: the largest size on huge pages, when the kernel backed the region; returns
-/// its point for the finding stated after pooling.
-fn huge_pages<'a>(
-    thp_curve: Option<&'a (ChaseCurve, f64)>,
-    max: u64,
-    out: &mut Outcome,
-) -> Option<&'a kernel::ChasePoint> {
+/// its size for the finding stated after pooling.
+fn huge_pages(thp_curve: Option<&(ChaseCurve, f64)>, max: u64, out: &mut Outcome) -> Option<u64> {
     let (c, frac) = thp_curve?;
     let pt = c.points.last()?;
     let huge = *frac >= 0.5;
@@ -484,20 +375,19 @@ fn huge_pages<'a>(
             fmt_bytes(max as f64)
         ),
     ));
-    if huge {
-        out.metric(
-            "dram_thp",
-            "ns",
-            &format!(
-                "random chase at {} with transparent huge pages ({:.0}% backed)",
-                fmt_bytes(pt.size as f64),
-                frac * 100.0
-            ),
-            pt.trials.clone(),
-        );
-        Some(pt)
-    } else {
+    if !huge {
         out.notes.push("the kernel did not provide huge pages for most of the region (fragmented memory or THP defrag policy): no huge-page figure".into());
-        None
+        return None;
     }
+    out.metric(
+        "dram_thp",
+        "ns",
+        &format!(
+            "random chase at {} with transparent huge pages ({:.0}% backed)",
+            fmt_bytes(pt.size as f64),
+            frac * 100.0
+        ),
+        pt.trials.clone(),
+    );
+    Some(pt.size)
 }

@@ -5,6 +5,7 @@ use super::llc_hit_fraction;
 use crate::experiments::{Context, Outcome, PerProfile, Profile};
 use crate::harness::HarnessConfig;
 use crate::results::Check;
+use crate::rng::Rng;
 use crate::units::fmt_bytes;
 use std::time::{Duration, Instant};
 
@@ -27,36 +28,43 @@ pub(crate) fn sizes(min: u64, max: u64, per_doubling: u32, node: u64) -> Vec<u64
     v
 }
 
-/// Sizes and effort per profile.
+/// Sizes and effort of a profile.
+#[derive(Clone, Copy)]
 pub(super) struct LatencyPlan {
     pub(super) per_doubling: u32,
     /// The largest working set wanted, before the memory cap and the time budget.
     pub(super) ceiling: u64,
-    pub(super) strides: Vec<usize>,
+    /// Sequential strides in bytes, 0 being one line.
+    strides: &'static [usize],
     pub(super) seq_per_doubling: u32,
     /// Random curve with huge pages too (else only its largest size).
     pub(super) thp_curve: bool,
     pub(super) trials: usize,
+    /// Short trials dodge the scheduler on a busy machine; longer ones in larger profiles.
     pub(super) min_trial: Duration,
 }
 
-/// A profile's row of the plan.
-#[derive(Clone, Copy)]
-struct LatencyPlanRow {
-    per_doubling: u32,
-    ceiling: u64,
-    strides: &'static [usize],
-    seq_per_doubling: u32,
-    thp_curve: bool,
-    trials: usize,
-    /// Short trials dodge the scheduler on a busy machine; longer ones in larger profiles.
-    min_trial: Duration,
+impl LatencyPlan {
+    /// The sequential strides for lines of `line` bytes, none below a line.
+    fn strides(&self, line: usize) -> Vec<usize> {
+        let v: Vec<usize> = self
+            .strides
+            .iter()
+            .map(|&s| if s == 0 { line } else { s })
+            .filter(|&s| s >= line)
+            .collect();
+        if v.is_empty() {
+            vec![line]
+        } else {
+            v
+        }
+    }
 }
 
 /// No ceiling but the memory cap and the time budget.
 const NONE: u64 = u64::MAX;
 
-const QUICK: LatencyPlanRow = LatencyPlanRow {
+const QUICK: LatencyPlan = LatencyPlan {
     per_doubling: 4,
     ceiling: NONE,
     strides: &[0],
@@ -66,8 +74,8 @@ const QUICK: LatencyPlanRow = LatencyPlanRow {
     min_trial: Duration::from_micros(250),
 };
 
-const PLANS: PerProfile<LatencyPlanRow> = PerProfile::new(
-    LatencyPlanRow {
+pub(super) const PLANS: PerProfile<LatencyPlan> = PerProfile::new(
+    LatencyPlan {
         per_doubling: 1,
         ceiling: 64 << 20,
         seq_per_doubling: 1,
@@ -77,11 +85,11 @@ const PLANS: PerProfile<LatencyPlanRow> = PerProfile::new(
         ..QUICK
     },
     QUICK,
-    LatencyPlanRow {
+    LatencyPlan {
         strides: &[64, 128, 256, 512, 1024, 4096, 16384],
         ..QUICK
     },
-    LatencyPlanRow {
+    LatencyPlan {
         strides: &[64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
         seq_per_doubling: 4,
         trials: 21,
@@ -89,35 +97,9 @@ const PLANS: PerProfile<LatencyPlanRow> = PerProfile::new(
     },
 );
 
-/// The plan of `profile` for lines of `line` bytes (a stride of 0 in the table is one
-/// line).
-pub(super) fn plan(profile: Profile, line: usize) -> LatencyPlan {
-    let row = PLANS.get(profile);
-    let mut strides: Vec<usize> = row
-        .strides
-        .iter()
-        .map(|&s| if s == 0 { line } else { s })
-        .filter(|&s| s >= line)
-        .collect();
-    if strides.is_empty() {
-        strides.push(line);
-    }
-    LatencyPlan {
-        per_doubling: row.per_doubling,
-        ceiling: row.ceiling,
-        strides,
-        seq_per_doubling: row.seq_per_doubling,
-        thp_curve: row.thp_curve,
-        trials: row.trials,
-        min_trial: row.min_trial,
-    }
-}
-
 /// The largest working set (a power of two) that fits the memory cap with its
-/// permutation (4 bytes per node while a chain is laid), and the cap; notes both. The
-/// set is planned from memory, not from the cache sizes: the time budget may end the
-/// sweep below it (`ChaseSchedule::fits`), and the result says how far beyond the
-/// last-level cache the largest size measured reached (`dram_beyond_cache`).
+/// permutation, and the cap; notes both. Planned from memory, not from the cache sizes:
+/// the time budget may end the sweep below it (`ChaseSchedule::fits`).
 pub(super) fn working_set(
     ctx: &Context,
     line: usize,
@@ -125,10 +107,9 @@ pub(super) fn working_set(
 ) -> anyhow::Result<(u64, u64)> {
     let (max, cap) = set_and_cap(ctx.machine, ctx.profile, line)?;
     out.notes.push(format!(
-        "memory cap {} (working sets up to {} plus a {}-byte-per-node permutation); MemAvailable {}",
+        "memory cap {} (working sets up to {} plus a 4-byte-per-node permutation); MemAvailable {}",
         fmt_bytes(cap as f64),
         fmt_bytes(max as f64),
-        4,
         fmt_bytes(ctx.machine.memory_budget_bytes() as f64)
     ));
     Ok((max, cap))
@@ -140,15 +121,17 @@ pub(crate) fn set_and_cap(
     profile: Profile,
     line: usize,
 ) -> anyhow::Result<(u64, u64)> {
-    crate::experiments::kit::largest_set(machine, profile, plan(profile, line).ceiling, line)
+    crate::experiments::kit::largest_set(machine, profile, PLANS.get(profile).ceiling, line)
 }
 
-/// The sanity check on the `dram` figure: whether its working set reached far enough
-/// beyond the last-level cache that few of its loads hit it (at most a quarter).
+const BEYOND_CACHE: &str = "dram: working set beyond the last-level cache";
+
+/// Whether `dram`'s working set reached far enough beyond the last-level cache that at
+/// most a quarter of its loads hit it.
 pub(super) fn dram_beyond_cache(reached: u64, llc: Option<u64>) -> Check {
     let Some(llc) = llc else {
         return Check::sanity(
-            "dram: working set beyond the last-level cache",
+            BEYOND_CACHE,
             true,
             format!(
                 "largest working set {}; the machine does not say its cache sizes",
@@ -158,7 +141,7 @@ pub(super) fn dram_beyond_cache(reached: u64, llc: Option<u64>) -> Check {
     };
     let hits = llc_hit_fraction(llc, reached);
     Check::sanity(
-        "dram: working set beyond the last-level cache",
+        BEYOND_CACHE,
         hits <= 0.25,
         format!(
             "largest working set {} against a {} last-level cache: about {:.0}% of the dram figure's loads may hit that cache (a random chase over S bytes finds about C/S of its lines in a cache of C bytes; at most 25% wanted); the memory cap and the time budget bound the set",
@@ -169,8 +152,11 @@ pub(super) fn dram_beyond_cache(reached: u64, llc: Option<u64>) -> Check {
     )
 }
 
-/// Every size each curve measures, and the trial settings that share the budget out.
-pub(super) struct ChaseSchedule {
+/// Every size each curve measures, the trial settings that share the budget out, and
+/// what the curves are measured with (`ChaseSchedule::curve`).
+pub(super) struct ChaseSchedule<'c, 'a> {
+    pub(super) ctx: &'c Context<'a>,
+    pub(super) rng: Rng,
     pub(super) random_sizes: Vec<u64>,
     pub(super) seq_sizes: Vec<u64>,
     pub(super) lm_sizes: Vec<u64>,
@@ -185,14 +171,14 @@ pub(super) struct ChaseSchedule {
     pub(super) decided: bool,
 }
 
-impl ChaseSchedule {
+impl<'c, 'a> ChaseSchedule<'c, 'a> {
     pub(super) fn new(
-        ctx: &Context,
+        ctx: &'c Context<'a>,
         p: &LatencyPlan,
         max: u64,
         line: usize,
         llc: u64,
-    ) -> ChaseSchedule {
+    ) -> Self {
         // Past twice the last-level cache the curve is memory's plateau: one size per
         // doubling there, so the largest sizes' chains, the costliest to lay, are few.
         let edge = (2 * llc).next_power_of_two().min(max);
@@ -206,10 +192,12 @@ impl ChaseSchedule {
         let thp =
             crate::experiments::kit::thp_available(ctx.machine) && ctx.profile != Profile::Smoke;
         let mut s = ChaseSchedule {
+            ctx,
+            rng: Rng::from_entropy(),
             random_sizes,
             seq_sizes,
             lm_sizes: lm_sizes(max),
-            strides: p.strides.clone(),
+            strides: p.strides(line),
             thp,
             thp_curve: p.thp_curve,
             spec: TrialSettings {

@@ -1,6 +1,7 @@
 //! Unit tests of mem.latency: sizes, level detection and naming, chain checks.
 
 use super::*;
+use crate::rng::Rng;
 
 fn synth(levels: &[(u64, f64)], max: u64) -> Vec<(u64, f64)> {
     // Latency of a random chase: hit fraction C/S at each level, like LRU caches.
@@ -210,7 +211,7 @@ fn the_time_guard_stops_the_curve_when_laying_is_slow() {
     let clock = crate::clock::MockClock::new(20);
     let world = crate::experiments::testing::World::live(&clock);
     world.with_ctx(|ctx| {
-        let p = plan(Profile::Smoke, 64);
+        let p = PLANS.get(Profile::Smoke);
         let s = ChaseSchedule::new(ctx, &p, 64 << 20, 64, 32 << 20);
         // The size after 32 MiB begins a doubling: decided there.
         let next = s

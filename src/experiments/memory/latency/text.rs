@@ -3,9 +3,9 @@
 
 use super::kernel::ChasePoint;
 use super::levels::NamedLevel;
-use crate::analysis::{separation, Separation};
+use crate::analysis::Separation;
+use crate::experiments::Outcome;
 use crate::results::Series;
-use crate::stats::Summary;
 use crate::units::{fmt_bytes, fmt_ns};
 
 pub(super) fn series(name: &str, pts: &[ChasePoint]) -> Series {
@@ -17,23 +17,10 @@ pub(super) fn series(name: &str, pts: &[ChasePoint]) -> Series {
     }
 }
 
-/// How a named level is described: its plateau, transition and sysfs size.
-pub(super) struct LevelText {
-    pub(super) plateau: String,
-    pub(super) edge: String,
-    pub(super) sys: String,
-    /// "l2 4.1 ns: huge-page plateau ..., transition at ... (sysfs ...)".
-    pub(super) line: String,
-}
-
-pub(super) fn level_text(nl: &NamedLevel, det_name: &str) -> LevelText {
+/// Where a named level lies: "huge-page plateau 1 KiB..32 KiB, transition at 40 KiB
+/// (sysfs 48 KiB)".
+pub(super) fn level_span(nl: &NamedLevel, det_name: &str) -> String {
     let l = &nl.level;
-    let plateau = format!(
-        "{} plateau {}..{}",
-        det_name,
-        fmt_bytes(l.first as f64),
-        fmt_bytes(l.last as f64)
-    );
     let edge = l
         .transition
         .map(|t| format!(", transition at {}", fmt_bytes(t as f64)))
@@ -42,22 +29,26 @@ pub(super) fn level_text(nl: &NamedLevel, det_name: &str) -> LevelText {
         .sysfs_bytes
         .map(|s| format!(" (sysfs {})", fmt_bytes(s as f64)))
         .unwrap_or_default();
-    let line = format!("{} {}: {plateau}{edge}{sys}", nl.name, fmt_ns(l.latency_ns));
-    LevelText {
-        plateau,
-        edge,
-        sys,
-        line,
-    }
+    format!(
+        "{det_name} plateau {}..{}{edge}{sys}",
+        fmt_bytes(l.first as f64),
+        fmt_bytes(l.last as f64)
+    )
 }
 
-pub(super) fn lmbench_vs_chase(lm: &ChasePoint, last: &ChasePoint) -> String {
+/// A named level with its latency and span, for the levels finding.
+pub(super) fn level_line(nl: &NamedLevel, det_name: &str) -> String {
+    let span = level_span(nl, det_name);
+    format!("{} {}: {span}", nl.name, fmt_ns(nl.level.latency_ns))
+}
+
+pub(super) fn lmbench_vs_chase(size: u64, lm: f64, chase: f64) -> String {
     format!(
         "At {} lmbench's layout (lat_mem_rd -t: random page order, one line per page per pass) reads {} per load against {} for osmeter's chase over all lines in random order ({:+.0}%).",
-        fmt_bytes(lm.size as f64),
-        fmt_ns(lm.median),
-        fmt_ns(last.median),
-        (lm.median / last.median - 1.0) * 100.0
+        fmt_bytes(size as f64),
+        fmt_ns(lm),
+        fmt_ns(chase),
+        (lm / chase - 1.0) * 100.0
     )
 }
 
@@ -83,28 +74,21 @@ pub(super) fn size_vs_sysfs(nl: &NamedLevel) -> (String, f64) {
     (text, (t / s).ln())
 }
 
-/// `a` against `b` by their trials' 95% intervals.
-fn apart(a: &ChasePoint, b: &ChasePoint) -> Separation {
-    match (Summary::of(&a.trials), Summary::of(&b.trials)) {
-        (Some(x), Some(y)) => separation(&x, &y),
-        _ => Separation::Overlap,
-    }
-}
-
 /// The sequential chase against the random one at the same size. Prefetching, TLB hits and
 /// DRAM row locality all favour the sequential order and none is counted, so the text
 /// names no mechanism; it says whether the difference is beyond noise.
-pub(super) fn sequential_vs_random(stride: usize, pt: &ChasePoint, random: &ChasePoint) -> String {
+pub(super) fn sequential_vs_random(stride: usize, size: u64, out: &Outcome) -> String {
+    let (seq, random) = (out.median("dram_sequential"), out.median("dram"));
     let head = format!(
         "At {} a sequential chase (stride {stride} B) costs {} per load against {} in random order",
-        fmt_bytes(pt.size as f64),
-        fmt_ns(pt.median),
-        fmt_ns(random.median),
+        fmt_bytes(size as f64),
+        fmt_ns(seq),
+        fmt_ns(random),
     );
-    let tail = match apart(pt, random) {
+    let tail = match out.separation("dram_sequential", "dram") {
         Separation::Below => format!(
             ", {:.0}% less, beyond both 95% intervals (prefetching, TLB hits and open DRAM rows all come with address order; they are not separated here).",
-            (1.0 - pt.median / random.median) * 100.0
+            (1.0 - seq / random) * 100.0
         ),
         Separation::Overlap => ": within noise of each other (their 95% intervals overlap).".into(),
         Separation::Above => ": the sequential order is the slower one here, beyond both 95% intervals.".into(),
@@ -115,15 +99,16 @@ pub(super) fn sequential_vs_random(stride: usize, pt: &ChasePoint, random: &Chas
 /// The same random chase on huge pages against base pages. The page size is the one
 /// difference between the two curves, so a difference beyond noise is what the page size
 /// changes (TLB misses and page walks); otherwise the text names no cause.
-pub(super) fn huge_vs_base(pt: &ChasePoint, random: &ChasePoint) -> String {
+pub(super) fn huge_vs_base(size: u64, out: &Outcome) -> String {
+    let (huge, base) = (out.median("dram_thp"), out.median("dram"));
     let head = format!(
         "Huge pages change the random latency at {} from {} to {} ({:+.0}%)",
-        fmt_bytes(pt.size as f64),
-        fmt_ns(random.median),
-        fmt_ns(pt.median),
-        (pt.median / random.median - 1.0) * 100.0
+        fmt_bytes(size as f64),
+        fmt_ns(base),
+        fmt_ns(huge),
+        (huge / base - 1.0) * 100.0
     );
-    let tail = match apart(pt, random) {
+    let tail = match out.separation("dram_thp", "dram") {
         Separation::Below => ", beyond both 95% intervals: with the chase unchanged, the difference is what the page size changes, TLB misses and page walks.",
         Separation::Overlap => ": within noise of each other (their 95% intervals overlap), so no cost of TLB misses shows here.",
         Separation::Above => ": huge pages are the slower ones here, beyond both 95% intervals, so no saving of TLB misses shows.",
