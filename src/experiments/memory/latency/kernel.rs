@@ -4,8 +4,7 @@
 use super::checks::verify_chain;
 use super::plan::ChaseSchedule;
 use crate::experiments::kit::{measure_raw, Region};
-use crate::experiments::Context;
-use crate::harness::{HarnessConfig, Measurement};
+use crate::harness::HarnessConfig;
 use crate::rng::{sattolo, Rng};
 use crate::units::{fmt_bytes, fmt_ns};
 
@@ -86,13 +85,17 @@ pub fn lmbench_chain(npages: usize, lines: usize, rng: &mut Rng) -> Vec<u32> {
     next
 }
 
-/// One measured point of a curve.
+/// One measured point of a curve: ns per load, one value per trial.
 #[derive(Debug, Clone)]
 pub struct ChasePoint {
     pub size: u64,
-    /// ns per load, one value per trial.
     pub trials: Vec<f64>,
-    pub median: f64,
+}
+
+impl ChasePoint {
+    pub fn median(&self) -> f64 {
+        crate::stats::median(&self.trials)
+    }
 }
 
 /// A point this much slower than the next larger size is measured again.
@@ -117,34 +120,9 @@ impl TrialSettings {
     }
 }
 
-/// Measures the chase laid in `region`.
-pub(super) fn measure_chain(
-    ctx: &Context,
-    spec: &HarnessConfig,
-    region: &Region,
-    size: u64,
-) -> (ChasePoint, Measurement) {
-    let mut p = region.as_ptr() as *const u8;
-    let m = measure_raw(ctx.clock, spec, UNROLL as f64, |iters| {
-        // SAFETY: the caller laid and verified a chain over this region before measuring.
-        p = unsafe { chase(p, iters) };
-    });
-    std::hint::black_box(p);
-    (
-        ChasePoint {
-            size,
-            median: m.median_ns(),
-            trials: m.per_op_ns.clone(),
-        },
-        m,
-    )
-}
-
-/// Adds a second measurement of the same size to `p`: every trial kept, the median
-/// taken over all of them.
+/// Adds a second measurement of the same size to `p`: every trial kept.
 pub(super) fn remeasure(p: &mut ChasePoint, again: ChasePoint) {
     p.trials.extend(again.trials);
-    p.median = crate::stats::median(&p.trials);
 }
 
 /// The points to measure again: points slower than the next larger size (a quarter of
@@ -152,15 +130,15 @@ pub(super) fn remeasure(p: &mut ChasePoint, again: ChasePoint) {
 fn suspects(points: &[ChasePoint]) -> Vec<usize> {
     let np = points.len();
     let mut suspects: Vec<usize> = (0..np.saturating_sub(1))
-        .filter(|&i| points[i].median > REMEASURE_RATIO * points[i + 1].median)
+        .filter(|&i| points[i].median() > REMEASURE_RATIO * points[i + 1].median())
         .take(np / 4)
         .collect();
     // The largest size has no larger neighbour: a jump past the step before it is suspect.
     if np >= 3 {
         let (a, b, z) = (
-            points[np - 3].median,
-            points[np - 2].median,
-            points[np - 1].median,
+            points[np - 3].median(),
+            points[np - 2].median(),
+            points[np - 1].median(),
         );
         if z / b > REMEASURE_RATIO * (b / a).max(1.0) {
             suspects.push(np - 1);
@@ -285,7 +263,16 @@ impl ChaseSchedule<'_, '_> {
             }
             let laid = laying.elapsed().as_secs_f64();
             let trials = std::time::Instant::now();
-            let (pt, q) = measure_chain(ctx, spec.for_size(size), region, size);
+            let mut p = region.as_ptr() as *const u8;
+            let q = measure_raw(ctx.clock, spec.for_size(size), UNROLL as f64, |iters| {
+                // SAFETY: the chain over this region was laid and verified above.
+                p = unsafe { chase(p, iters) };
+            });
+            std::hint::black_box(p);
+            let pt = ChasePoint {
+                size,
+                trials: q.per_op_ns.clone(),
+            };
             pace.set(
                 pace.get()
                     .after(size, laid, trials.elapsed().as_secs_f64(), spec),
@@ -304,7 +291,7 @@ impl ChaseSchedule<'_, '_> {
             (ctx.progress)(&format!(
                 "{kind} {}{stride}: {}",
                 fmt_bytes(size as f64),
-                fmt_ns(pt.median)
+                fmt_ns(pt.median())
             ));
             Some(pt)
         };
@@ -335,14 +322,14 @@ impl ChaseSchedule<'_, '_> {
             let size = c.points[i].size;
             if let Some(pt) = one(&mut c, size, &mut self.rng) {
                 c.remeasured += 1;
-                let (first, again) = (c.points[i].median, pt.median);
+                let (first, again) = (c.points[i].median(), pt.median());
                 remeasure(&mut c.points[i], pt);
                 c.notes.push(format!(
                 "{kind} at {}: measured twice (first median {}, then {}); its figure {} is the median of all {} trials",
                 fmt_bytes(size as f64),
                 fmt_ns(first),
                 fmt_ns(again),
-                fmt_ns(c.points[i].median),
+                fmt_ns(c.points[i].median()),
                 c.points[i].trials.len()
             ));
             }

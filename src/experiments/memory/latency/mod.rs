@@ -15,7 +15,7 @@ mod tests;
 mod text;
 
 pub(crate) use crate::analysis::detect_levels;
-pub use kernel::{lmbench_chain, ChasePoint};
+pub use kernel::lmbench_chain;
 pub(crate) use levels::{llc_hit_fraction, name_levels};
 #[cfg(test)]
 use plan::sizes;
@@ -25,7 +25,7 @@ use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Outcome, PerProfile, Profile, Spec};
 use crate::results::{Check, Prediction};
 use crate::units::fmt_bytes;
-use kernel::{ChaseCurve, Order};
+use kernel::{ChaseCurve, ChasePoint, Order};
 use levels::NamedLevel;
 use plan::{working_set, ChaseSchedule, LatencyPlan, PLANS};
 /// The verified chase, shared with mem.loaded-latency (one kernel, one premise).
@@ -83,62 +83,55 @@ impl Experiment for Latency {
         let mut sched = ChaseSchedule::new(ctx, &p, max, line, known_llc.unwrap_or(32 << 20));
         sched.decided = earlier_end.is_some();
 
-        let base = measure_base(&mut sched, max, line)?;
-        let max = base.random.points.last().map_or(max, |p| p.size);
+        let mut c = measure_base(&mut sched, max, line)?;
+        let max = c.random.points.last().map_or(max, |p| p.size);
         out.check(plan::dram_beyond_cache(max, known_llc));
-        let thp_curve = measure_thp(&mut sched, max, line, &mut out)?;
+        c.thp = measure_thp(&mut sched, max, line, &mut out)?;
         out.check(kit::rss_check(rss0, cap));
-        premise_and_notes(&base, thp_curve.as_ref(), &mut out);
+        notes(&c, &mut out);
 
-        out.series.push(text::series("random", &base.random.points));
-        for (s, c) in &base.seq_curves {
-            out.series
-                .push(text::series(&format!("sequential_stride_{s}B"), &c.points));
+        out.series.push(text::series("random", &c.random.points));
+        for (s, sc) in &c.seq {
+            let name = format!("sequential_stride_{s}B");
+            out.series.push(text::series(&name, &sc.points));
         }
-        if let Some((c, _)) = &thp_curve {
-            if p.thp_curve {
-                out.series.push(text::series("random_thp", &c.points));
-            }
+        if let Some((t, _)) = c.thp.as_ref().filter(|_| p.thp_curve) {
+            out.series.push(text::series("random_thp", &t.points));
         }
-        if base.random.points.is_empty() {
+        if c.random.points.is_empty() {
             anyhow::bail!("no point of the latency curve could be measured");
         }
-        let (named, det_name) =
-            levels_and_memory(&p, &caches, &base, thp_curve.as_ref(), max, &mut out);
-        let seq = sequential(&base, &mut out);
-        let thp = huge_pages(thp_curve.as_ref(), max, &mut out);
+        let (named, det_name) = metrics(&p, &caches, &c, max, &mut out);
         // Findings from the pooled runs: the figures the table shows.
         out.pool(ctx);
-        if base.lmbench.points.iter().any(|p| p.size == max) {
-            let lm = out.median(&lmbench_name(max, max));
-            let t = text::lmbench_vs_chase(max, lm, out.median("dram"));
-            out.finding(t, &["lmbench_dram", "dram"]);
-        }
-        levels_findings(ctx, named, det_name, &mut out);
-        if let Some((stride, size)) = seq {
-            let t = text::sequential_vs_random(stride, size, &out);
-            out.finding(t, &["dram_sequential", "dram"]);
-        }
-        if let Some(size) = thp {
-            out.finding(text::huge_vs_base(size, &out), &["dram", "dram_thp"]);
-        }
+        findings(ctx, &c, named, det_name, max, &mut out);
         Ok(out)
     }
 }
 
-/// The curves measured in the base-page region.
-struct BaseCurves {
+/// Every curve of one run.
+struct Curves {
     random: ChaseCurve,
-    /// (stride, curve) per sequential stride.
-    seq_curves: Vec<(usize, ChaseCurve)>,
     lmbench: ChaseCurve,
+    /// (stride, curve) per sequential stride.
+    seq: Vec<(usize, ChaseCurve)>,
+    /// The random curve on huge pages, and the share of its region they backed.
+    thp: Option<(ChaseCurve, f64)>,
     /// Bytes of the base-page region backed by huge pages anyway.
     base_huge: Option<u64>,
 }
 
+impl Curves {
+    /// The first sequential curve's largest point, and its stride.
+    fn sequential(&self) -> Option<(usize, &ChasePoint)> {
+        let (s, c) = self.seq.first()?;
+        Some((*s, c.points.last()?))
+    }
+}
+
 /// The random curve as far as the budget allows (the schedule then ends every curve
 /// where it stopped), the sequential curves and lmbench's layout.
-fn measure_base(s: &mut ChaseSchedule, max: u64, line: usize) -> anyhow::Result<BaseCurves> {
+fn measure_base(s: &mut ChaseSchedule, max: u64, line: usize) -> anyhow::Result<Curves> {
     (s.ctx.progress)("mapping and faulting the working set");
     let mut region = Region::new(max as usize, Pages::Base)?;
     region.prefault();
@@ -152,20 +145,21 @@ fn measure_base(s: &mut ChaseSchedule, max: u64, line: usize) -> anyhow::Result<
     if let Some(last) = random.points.last() {
         s.truncate(last.size);
     }
-    let mut seq_curves = Vec::new();
+    let mut seq = Vec::new();
     for stride in s.strides.clone() {
         let sz = s.seq_sizes.iter().copied();
         let sz = sz.filter(|&z| z >= 2 * stride as u64).collect();
-        seq_curves.push((
+        seq.push((
             stride,
             s.curve(&mut region, sz, stride, Order::Sequential, false),
         ));
     }
     let lmbench = s.curve(&mut region, s.lm_sizes.clone(), line, Order::Lmbench, false);
-    Ok(BaseCurves {
+    Ok(Curves {
         random,
-        seq_curves,
         lmbench,
+        seq,
+        thp: None,
         base_huge: region.huge_bytes(),
     })
 }
@@ -206,17 +200,17 @@ fn measure_thp(
 }
 
 /// The notes on verified chains, preempted trials, remeasured points and stray huge pages.
-fn premise_and_notes(base: &BaseCurves, thp_curve: Option<&(ChaseCurve, f64)>, out: &mut Outcome) {
+fn notes(c: &Curves, out: &mut Outcome) {
     let curves = || {
-        [&base.random, &base.lmbench]
+        [&c.random, &c.lmbench]
             .into_iter()
-            .chain(base.seq_curves.iter().map(|(_, c)| c))
-            .chain(thp_curve.map(|(c, _)| c))
+            .chain(c.seq.iter().map(|(_, s)| s))
+            .chain(c.thp.as_ref().map(|(t, _)| t))
     };
     let broken: Vec<u64> = curves().flat_map(|c| c.broken.iter().copied()).collect();
     let chains = curves().map(|c| c.points.len()).sum::<usize>();
     out.notes.push(checks::chains_note(&broken, chains));
-    out.notes.extend(base.random.notes.iter().cloned());
+    out.notes.extend(c.random.notes.iter().cloned());
     // Which points of the other curves were measured twice, and their figures.
     for c in curves().skip(1) {
         let twice = c.notes.iter().filter(|n| n.contains(": measured twice"));
@@ -228,7 +222,7 @@ fn premise_and_notes(base: &BaseCurves, thp_curve: Option<&(ChaseCurve, f64)>, o
     out.notes.push(format!(
         "{pre} trials were preempted by other tasks (involuntary context switch) and repeated; {kept} undisturbed trials kept; {again} points slower than the next larger size were measured again (both measurements kept: each such point is the median of all its trials)"
     ));
-    if let Some(b) = base.base_huge.filter(|&b| b > 0) {
+    if let Some(b) = c.base_huge.filter(|&b| b > 0) {
         out.notes.push(format!(
             "{} of the base-page region was backed by huge pages despite MADV_NOHUGEPAGE",
             fmt_bytes(b as f64)
@@ -245,27 +239,25 @@ fn lmbench_name(size: u64, max: u64) -> String {
     }
 }
 
-/// The cache levels (metrics named after the sysfs caches they match), `dram` and the
-/// lmbench-layout figures, with the levels' sanity check; returns the levels and the
-/// curve they were detected on.
-fn levels_and_memory(
+/// The metrics: each cache level (named after the sysfs cache it matches), `dram`, the
+/// lmbench-layout points, `dram_sequential` and `dram_thp`, with the sanity checks of the
+/// levels and the huge pages. Returns the levels and the curve they were found on.
+fn metrics(
     p: &LatencyPlan,
     caches: &[crate::machine::Cache],
-    base: &BaseCurves,
-    thp_curve: Option<&(ChaseCurve, f64)>,
+    c: &Curves,
     max: u64,
     out: &mut Outcome,
 ) -> (Vec<NamedLevel>, &'static str) {
-    let random = &base.random;
     // Levels: from the huge-page curve where it exists (TLB reach then exceeds every
     // cache, so plateaus are cache capacities), else from the base-page curve.
-    let thp_ok = thp_curve
-        .is_some_and(|(c, f)| *f >= 0.5 && p.thp_curve && c.points.len() == random.points.len());
-    let (det, det_name) = match (thp_curve, thp_ok) {
-        (Some((c, _)), true) => (&c.points, "huge-page"),
-        _ => (&random.points, "base-page"),
+    let (det, det_name) = match &c.thp {
+        Some((t, f)) if *f >= 0.5 && p.thp_curve && t.points.len() == c.random.points.len() => {
+            (&t.points, "huge-page")
+        }
+        _ => (&c.random.points, "base-page"),
     };
-    let pts: Vec<(u64, f64)> = det.iter().map(|p| (p.size, p.median)).collect();
+    let pts: Vec<(u64, f64)> = det.iter().map(|p| (p.size, p.median())).collect();
     let levels = detect_levels(&pts, (p.per_doubling as usize).clamp(2, 3));
     let named = name_levels(&levels, caches, max);
     // The dram metrics below are the largest size, on both page sizes.
@@ -275,7 +267,7 @@ fn levels_and_memory(
         let what = format!("random chase at {} ({span})", fmt_bytes(pt.size as f64));
         out.metric(&nl.name, "ns", &what, pt.trials.clone());
     }
-    let last = random.points.last().expect("checked non-empty");
+    let last = c.random.points.last().expect("checked non-empty");
     out.metric(
         "dram",
         "ns",
@@ -285,7 +277,7 @@ fn levels_and_memory(
         ),
         last.trials.clone(),
     );
-    for pt in &base.lmbench.points {
+    for pt in &c.lmbench.points {
         out.metric(
             &lmbench_name(pt.size, max),
             "ns",
@@ -297,13 +289,66 @@ fn levels_and_memory(
         );
     }
     out.check(checks::levels(&named, caches.len()));
+    // Sequential at the largest size: what the prefetcher hides.
+    if let Some((s, pt)) = c.sequential() {
+        out.metric(
+            "dram_sequential",
+            "ns",
+            &format!(
+                "sequential chase, stride {s} B, at {} (address order)",
+                fmt_bytes(pt.size as f64)
+            ),
+            pt.trials.clone(),
+        );
+    }
+    let Some((pt, frac)) = c
+        .thp
+        .as_ref()
+        .and_then(|(t, f)| Some((t.points.last()?, *f)))
+    else {
+        return (named, det_name);
+    };
+    out.check(Check::sanity(
+        "huge pages back the huge-page region",
+        frac >= 0.5,
+        format!(
+            "{:.0}% of {} backed by transparent huge pages (AnonHugePages in /proc/self/smaps)",
+            frac * 100.0,
+            fmt_bytes(max as f64)
+        ),
+    ));
+    if frac >= 0.5 {
+        out.metric(
+            "dram_thp",
+            "ns",
+            &format!(
+                "random chase at {} with transparent huge pages ({:.0}% backed)",
+                fmt_bytes(pt.size as f64),
+                frac * 100.0
+            ),
+            pt.trials.clone(),
+        );
+    } else {
+        out.notes.push("the kernel did not provide huge pages for most of the region (fragmented memory or THP defrag policy): no huge-page figure".into());
+    }
     (named, det_name)
 }
 
-/// The levels finding, from the pooled metrics; which sizes the levels span comes from
-/// the detection on this run's curve, and the text says so.
-fn levels_findings(ctx: &Context, named: Vec<NamedLevel>, det_name: &str, out: &mut Outcome) {
-    let mut named = named;
+/// The findings, from the pooled metrics; which sizes the levels span comes from the
+/// detection on this run's curve, and the text says so.
+fn findings(
+    ctx: &Context,
+    c: &Curves,
+    mut named: Vec<NamedLevel>,
+    det_name: &str,
+    max: u64,
+    out: &mut Outcome,
+) {
+    if c.lmbench.points.iter().any(|p| p.size == max) {
+        let lm = out.median(&lmbench_name(max, max));
+        let t = text::lmbench_vs_chase(max, lm, out.median("dram"));
+        out.finding(t, &["lmbench_dram", "dram"]);
+    }
     // Each level's latency is its metric's (pooled) median.
     for nl in &mut named {
         if let Some(m) = out.get(&nl.name) {
@@ -341,53 +386,12 @@ fn levels_findings(ctx: &Context, named: Vec<NamedLevel>, det_name: &str, out: &
         let (t, salience) = text::size_vs_sysfs(nl);
         out.finding_salient(t, &[nl.name.as_str()], salience);
     }
-}
-
-/// `dram_sequential`, the sequential chase at its largest size: what the prefetcher
-/// hides. Returns its stride and size for the finding stated after pooling.
-fn sequential(base: &BaseCurves, out: &mut Outcome) -> Option<(usize, u64)> {
-    let (s, c) = base.seq_curves.first()?;
-    let pt = c.points.last()?;
-    out.metric(
-        "dram_sequential",
-        "ns",
-        &format!(
-            "sequential chase, stride {s} B, at {} (address order)",
-            fmt_bytes(pt.size as f64)
-        ),
-        pt.trials.clone(),
-    );
-    Some((*s, pt.size))
-}
-
-/// `dram_thp`: the largest size on huge pages, when the kernel backed the region; returns
-/// its size for the finding stated after pooling.
-fn huge_pages(thp_curve: Option<&(ChaseCurve, f64)>, max: u64, out: &mut Outcome) -> Option<u64> {
-    let (c, frac) = thp_curve?;
-    let pt = c.points.last()?;
-    let huge = *frac >= 0.5;
-    out.check(Check::sanity(
-        "huge pages back the huge-page region",
-        huge,
-        format!(
-            "{:.0}% of {} backed by transparent huge pages (AnonHugePages in /proc/self/smaps)",
-            frac * 100.0,
-            fmt_bytes(max as f64)
-        ),
-    ));
-    if !huge {
-        out.notes.push("the kernel did not provide huge pages for most of the region (fragmented memory or THP defrag policy): no huge-page figure".into());
-        return None;
+    if let Some((stride, pt)) = c.sequential() {
+        let t = text::sequential_vs_random(stride, pt.size, out);
+        out.finding(t, &["dram_sequential", "dram"]);
     }
-    out.metric(
-        "dram_thp",
-        "ns",
-        &format!(
-            "random chase at {} with transparent huge pages ({:.0}% backed)",
-            fmt_bytes(pt.size as f64),
-            frac * 100.0
-        ),
-        pt.trials.clone(),
-    );
-    Some(pt.size)
+    let thp = c.thp.as_ref().and_then(|(t, _)| t.points.last());
+    if let (Some(pt), Some(_)) = (thp, out.get("dram_thp")) {
+        out.finding(text::huge_vs_base(pt.size, out), &["dram", "dram_thp"]);
+    }
 }

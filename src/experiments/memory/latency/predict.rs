@@ -5,11 +5,11 @@ use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::Context;
 use crate::results::Prediction;
 
-/// The parts table's cycles for `what`, or why it names none.
-fn cycles(ctx: &Context, what: &str, pick: Pick) -> Input {
+/// The parts table's figure for `what` as input `name`, or why it names none.
+fn table(ctx: &Context, name: &str, unit: &str, what: &str, pick: Pick) -> Input {
     match parts::figure(ctx.machine, what, pick) {
-        Ok((cyc, key, reference)) => Input::table("cycles", cyc, "cycles", what, &key, reference),
-        Err(why) => Input::missing("cycles", why),
+        Ok((v, key, reference)) => Input::table(name, v, unit, what, &key, reference),
+        Err(why) => Input::missing(name, why),
     }
 }
 
@@ -17,26 +17,35 @@ pub(super) fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
     let mut p = Predictions::new(ctx);
     let (ghz, src) = ctx.core_ghz();
     let f_core = Input::machine("f_core", Some(ghz * 1e9), "Hz", src, "");
-    let caches = ctx.machine.data_caches();
-    // lmbench's 16 KiB point is four pages, inside any L1 data cache of 16 KiB or more.
-    if let Some(l1) = caches
-        .iter()
-        .find(|c| c.level == 1 && c.size_bytes >= 16 << 10)
-    {
-        let what = "L1 data load-to-use latency";
-        let size = sysfs_size(l1.size_bytes, "machine: sysfs L1 data cache size");
-        let cyc = cycles(ctx, what, |c| c.l1d_cycles);
-        p.state("lmbench_16KiB", &[&cyc, &f_core, &size], |v| {
-            Prediction::new(
-                v[0] / ghz,
-                format!(
-                    "{} cycles ({what}, parts table) / f_core: 16 KiB fits the L1 data cache",
-                    v[0]
-                ),
-            )
-        });
+    // Each sysfs cache level at the parts table's cycles over the core's clock.
+    for c in &ctx.machine.data_caches() {
+        let (name, what, pick): (String, &str, Pick) = match c.level {
+            1 => ("l1d".into(), "L1 data load-to-use latency", |c| {
+                c.l1d_cycles
+            }),
+            2 => ("l2".into(), "L2 load-to-use latency", |c| c.l2_cycles),
+            3 => ("l3".into(), "L3 load-to-use latency", |c| c.l3_cycles),
+            l => {
+                let why = format!("the parts table has no level-{l} cache figures");
+                p.withhold(&[&format!("l{l}")], &why);
+                continue;
+            }
+        };
+        let cyc = table(ctx, "cycles", "cycles", what, pick);
+        let mut at = |metric: &str, source: &str, fits: &str| {
+            let size = Input::machine("size", Some(c.size_bytes as f64), "bytes", source, "");
+            p.state(metric, &[&cyc, &f_core, &size], |v| {
+                let f = format!("{} cycles ({what}, parts table) / f_core{fits}", v[0]);
+                Prediction::new(v[0] / ghz, f)
+            });
+        };
+        // lmbench's 16 KiB point is four pages, inside any L1 data cache of 16 KiB or more.
+        if c.level == 1 && c.size_bytes >= 16 << 10 {
+            let fits = ": 16 KiB fits the L1 data cache";
+            at("lmbench_16KiB", "machine: sysfs L1 data cache size", fits);
+        }
+        at(&name, "machine: sysfs cache size", "");
     }
-    cache_levels(&mut p, ctx, &f_core, ghz);
     // Base pages add a page walk per access far beyond the TLB's reach; no published
     // walk cost per part (nor nested paging's under a hypervisor) is in the table.
     p.withhold(
@@ -44,12 +53,7 @@ pub(super) fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
         "a random chase over base pages adds a page walk per access, and the parts table \
          names no published page-walk cost",
     );
-    let dram = match parts::figure(ctx.machine, "idle DRAM latency", |c| c.dram_ns) {
-        Ok((ns, key, reference)) => {
-            Input::table("dram", ns, "ns", "idle DRAM latency", &key, reference)
-        }
-        Err(why) => Input::missing("dram", why),
-    };
+    let dram = table(ctx, "dram", "ns", "idle DRAM latency", |c| c.dram_ns);
     p.equal(
         "dram_thp",
         &dram,
@@ -73,34 +77,4 @@ pub(super) fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
         "a plateau matched to no cache level the machine lists: no figure describes it",
     );
     p.done()
-}
-
-/// Each sysfs cache level at the parts table's cycles over the core's clock.
-fn cache_levels(p: &mut Predictions, ctx: &Context, f_core: &Input, ghz: f64) {
-    for c in &ctx.machine.data_caches() {
-        let (name, what, pick): (String, &str, Pick) = match c.level {
-            1 => ("l1d".into(), "L1 data load-to-use latency", |c| {
-                c.l1d_cycles
-            }),
-            2 => ("l2".into(), "L2 load-to-use latency", |c| c.l2_cycles),
-            3 => ("l3".into(), "L3 load-to-use latency", |c| c.l3_cycles),
-            l => {
-                let why = format!("the parts table has no level-{l} cache figures");
-                p.withhold(&[&format!("l{l}")], &why);
-                continue;
-            }
-        };
-        let size = sysfs_size(c.size_bytes, "machine: sysfs cache size");
-        let cyc = cycles(ctx, what, pick);
-        p.state(&name, &[&cyc, f_core, &size], |v| {
-            Prediction::new(
-                v[0] / ghz,
-                format!("{} cycles ({what}, parts table) / f_core", v[0]),
-            )
-        });
-    }
-}
-
-fn sysfs_size(bytes: u64, source: &str) -> Input {
-    Input::machine("size", Some(bytes as f64), "bytes", source, "")
 }

@@ -13,7 +13,7 @@ pub(super) fn series(name: &str, pts: &[ChasePoint]) -> Series {
         name: name.into(),
         x_unit: "bytes".into(),
         y_unit: "ns".into(),
-        points: pts.iter().map(|p| [p.size as f64, p.median]).collect(),
+        points: pts.iter().map(|p| [p.size as f64, p.median()]).collect(),
     }
 }
 
