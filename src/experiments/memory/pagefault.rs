@@ -1,7 +1,7 @@
 //! mem.pagefault: service time of a major page fault (a page read from disk on first
 //! touch of a file mapping), and of a minor fault (first touch of fresh anonymous memory).
 
-use crate::experiments::kit::files::{device_basis, device_of, make_file};
+use crate::experiments::kit::files::{device_basis, device_of};
 use crate::experiments::kit::{memory_cap, rss_baseline, rss_check, thread_faults, Pages, Region};
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
@@ -11,6 +11,7 @@ use crate::results::{Bottleneck, Check, Prediction};
 use crate::rng::Rng;
 use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::Context as _;
+use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
@@ -284,8 +285,7 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
     }
     (ctx.progress)("writing the file");
     let mut rng = Rng::from_entropy();
-    // Real data: a sparse file's holes would read as zeros without any I/O.
-    let f = make_file(scratch, "pagefault", file_len as u64, rng.next_u64())?;
+    let f = write_file(scratch, file_len, &mut rng)?;
     (ctx.progress)("evicting the file from the page cache");
     let ev = crate::pagecache::evict(&f.file, ctx.options.drop_caches)?;
     out.check(Check::premise(
@@ -311,14 +311,6 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
             majors as f64 / n.max(1) as f64 * 100.0
         ),
     ));
-    major_metrics(out, times, file_len, &fs.fs_type);
-    Ok(true)
-}
-
-/// `major_fault` (each touch's time, its distribution kept) and `major_fault_per_byte`.
-fn major_metrics(out: &mut Outcome, times: Vec<f64>, file_len: usize, fs_type: &str) {
-    let ps = crate::pagecache::page_size();
-    let n = times.len();
     let per_byte: Vec<f64> = times.iter().map(|t| t / ps as f64).collect();
     out.distribution(
         "major_fault",
@@ -327,7 +319,7 @@ fn major_metrics(out: &mut Outcome, times: Vec<f64>, file_len: usize, fs_type: &
             "first read of a page of an evicted file mapping ({} pages of a {} file, random order, MADV_RANDOM, {})",
             n,
             fmt_bytes(file_len as f64),
-            fs_type
+            fs.fs_type
         ),
         times,
     )
@@ -341,6 +333,29 @@ fn major_metrics(out: &mut Outcome, times: Vec<f64>, file_len: usize, fs_type: &
     )
     .per_operation()
     .shares(Bottleneck::None);
+    Ok(true)
+}
+
+/// An unlinked scratch file of `len` bytes of real data (a sparse file's holes would read
+/// as zeros without any I/O), written through the page cache, which the eviction empties.
+fn write_file(
+    scratch: &crate::scratch::Scratch,
+    len: usize,
+    rng: &mut Rng,
+) -> anyhow::Result<crate::scratch::ScratchFile> {
+    let mut f = scratch.create_file("pagefault", len as u64)?;
+    f.unlink_now().context("unlinking the scratch file")?;
+    let mut block = vec![0u8; 1 << 20];
+    rng.fill(&mut block);
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(block.len());
+        f.file
+            .write_all(&block[..n])
+            .context("writing the scratch file")?;
+        left -= n;
+    }
+    Ok(f)
 }
 
 /// A page size as text: "4 KiB", "16 KiB", "64 KiB".

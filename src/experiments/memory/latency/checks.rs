@@ -10,12 +10,10 @@ use crate::units::fmt_bytes;
 /// Cursors walked side by side while verifying (independent loads overlap in memory).
 pub(super) const VERIFY_CURSORS: usize = 16;
 
-/// Verifies that the chain in memory over the first `n` nodes of `stride` bytes is one
-/// cycle through all of them, by reading the pointers actually chased. A single serial
-/// walk would take n dependent DRAM misses; instead up to 16 cursors start at distinct
-/// random nodes ("marks") and walk side by side, each until it reaches a mark. The chain
-/// is one cycle exactly when the walks' lengths sum to n and each mark leads to the next
-/// one around a single cycle of marks; every pointer must also land on a node.
+/// Whether the chain in memory over the first `n` nodes of `stride` bytes is one cycle
+/// through all of them. Up to 16 cursors walk side by side (a serial walk would be n
+/// dependent misses) from distinct random "marks" until each reaches a mark: one cycle
+/// exactly when the walks sum to n and the marks form one cycle.
 pub(crate) fn verify_chain(region: &Region, stride: usize, n: usize, rng: &mut Rng) -> bool {
     let base = region.as_ptr() as usize;
     if n == 0 || stride < 8 || n * stride > region.len() {
@@ -83,9 +81,8 @@ pub(crate) fn verify_chain(region: &Region, stride: usize, n: usize, rng: &mut R
     at == 0
 }
 
-/// Chains that did not verify are never measured (the point is left out); this note says
-/// how many were verified and which were left out. Not a check: no figure depends on a
-/// chain that failed, and a Sattolo permutation laid in full always verifies.
+/// How many chains verified, and which were left out. Not a check: no figure depends on
+/// a chain that failed.
 pub(super) fn chains_note(broken: &[u64], chains: usize) -> String {
     if broken.is_empty() {
         format!("{chains} chains verified before timing: each is one cycle of all its nodes, read back from memory")
@@ -101,8 +98,7 @@ pub(super) fn chains_note(broken: &[u64], chains: usize) -> String {
     }
 }
 
-/// Sanity: every sysfs cache level was found. (Whether the levels are ordered by latency
-/// is not checked: `detect_levels` merges any plateau not well above the one before it.)
+/// Sanity: every sysfs cache level was found.
 pub(super) fn levels(named: &[NamedLevel], caches: usize) -> Check {
     let found = named.iter().filter(|n| n.sysfs_bytes.is_some()).count();
     Check::sanity(

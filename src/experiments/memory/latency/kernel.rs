@@ -55,11 +55,9 @@ pub(crate) fn lay(region: &mut Region, stride: usize, next: &[u32]) {
     }
 }
 
-/// The chain lmbench's `lat_mem_rd -t` lays (thrash_initialize in lib_mem.c), over
-/// `npages` pages of `lines` nodes each (node = page * lines + line): pages in a random
-/// order, every step to the next page of that order, and the line within the page turning
-/// one position per pass in bit-reversed order (so all lines are visited, one per page per
-/// pass). One cycle through every node. `lines` must be a power of two.
+/// The chain lmbench's `lat_mem_rd -t` lays (thrash_initialize in lib_mem.c) over
+/// `npages` pages of `lines` nodes (a power of two): each step to the next page of a
+/// random order, the line turning one bit-reversed position per pass. One cycle.
 pub fn lmbench_chain(npages: usize, lines: usize, rng: &mut Rng) -> Vec<u32> {
     let mut order: Vec<u32> = (0..npages as u32).collect();
     rng.shuffle(&mut order);
@@ -101,9 +99,8 @@ impl ChasePoint {
 /// A point this much slower than the next larger size is measured again.
 pub(super) const REMEASURE_RATIO: f64 = 1.15;
 
-/// Trial settings: beyond the last-level cache a point's latency depends on what other
-/// cores and guests do to the shared cache and memory, which changes over milliseconds, so
-/// those points get trials twice as long and twice as many (spread over more time).
+/// Trial settings: points beyond the last-level cache (`far_from`) depend on what other
+/// cores do to the shared cache and memory, so their trials are spread over more time.
 pub(super) struct TrialSettings {
     pub(super) near: HarnessConfig,
     pub(super) far: HarnessConfig,
@@ -125,15 +122,14 @@ pub(super) fn remeasure(p: &mut ChasePoint, again: ChasePoint) {
     p.trials.extend(again.trials);
 }
 
-/// The points to measure again: points slower than the next larger size (a quarter of
-/// the curve at most), and the largest size when it jumps past the step before it.
+/// The points to measure again: slower than the next larger size (a quarter of the
+/// curve at most), and the largest size when it jumps past the step before it.
 fn suspects(points: &[ChasePoint]) -> Vec<usize> {
     let np = points.len();
     let mut suspects: Vec<usize> = (0..np.saturating_sub(1))
         .filter(|&i| points[i].median() > REMEASURE_RATIO * points[i + 1].median())
         .take(np / 4)
         .collect();
-    // The largest size has no larger neighbour: a jump past the step before it is suspect.
     if np >= 3 {
         let (a, b, z) = (
             points[np - 3].median(),
@@ -161,8 +157,8 @@ pub(super) struct ChaseCurve {
     pub(super) remeasured: usize,
 }
 
-/// How fast a curve went: the last chain laid, the mean trials of the near points and
-/// the trials of the latest far point, in seconds.
+/// How fast a curve went, in seconds: laying the last chain, the near points' mean
+/// trials and the latest far point's.
 #[derive(Clone, Copy, Default)]
 pub(super) struct Pace {
     pub(super) lay_secs_per_byte: f64,
@@ -183,9 +179,8 @@ impl Pace {
         self
     }
 
-    /// The trials of a point of `size`: a near point's as the mean so far (the later
-    /// curves measure the same sizes again), a far point's as the latest far point's, or
-    /// as the near mean scaled by the budgets when no far point was measured yet.
+    /// The trials of a point of `size`: the near mean, the latest far point's, or the
+    /// near mean scaled by the budgets before any far point.
     pub(super) fn trials(&self, size: u64, spec: &TrialSettings) -> f64 {
         let near = self.near_secs / self.near_points.max(1) as f64;
         if size <= spec.far_from {
@@ -309,11 +304,8 @@ impl ChaseSchedule<'_, '_> {
                 c.points.push(pt);
             }
         }
-        // A point slower than the next larger working set may have been disturbed (latency
-        // cannot fall as the set grows, and interference only adds time): measure it once
-        // more and keep both measurements, the point's figure being the median of all their
-        // trials. Keeping only the lower one would bias the point (`dram` is the largest)
-        // low and force the curve's expected shape.
+        // Latency cannot fall as the set grows, so a point slower than the next was
+        // likely disturbed: measure it again and keep both (the lower alone would bias it).
         let suspects = match order {
             Order::Lmbench => Vec::new(),
             _ => suspects(&c.points),

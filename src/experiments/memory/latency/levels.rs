@@ -13,13 +13,10 @@ pub struct NamedLevel {
     pub sysfs_bytes: Option<u64>,
 }
 
-/// Names the plateaus. Memory: when the largest size is at least twice the last-level
-/// cache, the last plateau and any plateau before it at more than half its latency (TLB
-/// reach changes the DRAM figure, not the level) are "dram", merged. Caches: the other
-/// plateaus are matched with the sysfs data caches in order (level 1 first), choosing
-/// among order-preserving matchings the one with the most matches, then the smallest
-/// total |log2(transition size / sysfs size)|; a match needs the sizes within 16x (a VM
-/// may see only its share of a shared cache). Unmatched plateaus are "plateau_K".
+/// Names the plateaus (docs/methods/mem.latency.md, "Levels"): past twice the last-level
+/// cache, the last plateaus within half its latency are "dram"; the others are matched in
+/// order with the sysfs data caches (most matches, then the smallest total |log2| size
+/// distance, within 16x); the rest are "plateau_K".
 pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64) -> Vec<NamedLevel> {
     let mut levels = levels.to_vec();
     let llc = llc_bytes(caches).unwrap_or(0);
@@ -54,30 +51,21 @@ pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64) -> Vec<Nam
         .iter()
         .zip(assign)
         .enumerate()
-        .map(|(k, (l, a))| match a {
-            Some(j) => NamedLevel {
-                name: if caches[j].level == 1 {
-                    "l1d".into()
-                } else {
-                    format!("l{}", caches[j].level)
-                },
-                level: l.clone(),
-                sysfs_bytes: Some(caches[j].size_bytes),
+        .map(|(k, (l, a))| NamedLevel {
+            name: match a.map(|j| caches[j].level) {
+                Some(1) => "l1d".into(),
+                Some(n) => format!("l{n}"),
+                None => format!("plateau_{}", k + 1),
             },
-            None => NamedLevel {
-                name: format!("plateau_{}", k + 1),
-                level: l.clone(),
-                sysfs_bytes: None,
-            },
+            level: l.clone(),
+            sysfs_bytes: a.map(|j| caches[j].size_bytes),
         })
         .collect();
-    if let Some(d) = dram {
-        out.push(NamedLevel {
-            name: "dram".into(),
-            level: d,
-            sysfs_bytes: None,
-        });
-    }
+    out.extend(dram.map(|level| NamedLevel {
+        name: "dram".into(),
+        level,
+        sysfs_bytes: None,
+    }));
     out
 }
 
@@ -109,10 +97,4 @@ fn best_matching(
         }
     }
     out
-}
-
-/// Share of a random chase's loads over `size` bytes that a cache of `llc` bytes can
-/// serve (LRU-like: about C/S once the set is larger).
-pub fn llc_hit_fraction(llc: u64, size: u64) -> f64 {
-    (llc as f64 / size.max(1) as f64).min(1.0)
 }

@@ -16,7 +16,7 @@ mod text;
 
 pub(crate) use crate::analysis::detect_levels;
 pub use kernel::lmbench_chain;
-pub(crate) use levels::{llc_hit_fraction, name_levels};
+pub(crate) use levels::name_levels;
 #[cfg(test)]
 use plan::sizes;
 
@@ -27,7 +27,9 @@ use crate::results::{Check, Prediction};
 use crate::units::fmt_bytes;
 use kernel::{ChaseCurve, ChasePoint, Order};
 use levels::NamedLevel;
-use plan::{working_set, ChaseSchedule, LatencyPlan, PLANS};
+#[cfg(test)]
+use plan::llc_hit_fraction;
+use plan::{ChaseSchedule, LatencyPlan, PLANS};
 /// The verified chase, shared with mem.loaded-latency (one kernel, one premise).
 pub(crate) use {
     checks::verify_chain,
@@ -62,7 +64,13 @@ impl Experiment for Latency {
         let line = kit::line_bytes(&caches);
         let known_llc = kit::llc_bytes(&caches);
         let p = PLANS.get(ctx.profile);
-        let (max, cap) = working_set(ctx, line, &mut out)?;
+        let (max, cap) = plan::set_and_cap(ctx.machine, ctx.profile, line)?;
+        out.notes.push(format!(
+            "memory cap {} (working sets up to {} plus a 4-byte-per-node permutation); MemAvailable {}",
+            fmt_bytes(cap as f64),
+            fmt_bytes(max as f64),
+            fmt_bytes(ctx.machine.memory_budget_bytes() as f64)
+        ));
         let rss0 = kit::rss_baseline();
         // The last run ends where the earlier ones did, so that the pooled `dram` is one
         // working set; the first run's budget decided it.

@@ -1,8 +1,7 @@
 //! mem.latency's plan: working-set sizes and trial settings per profile and cache size.
 
 use super::kernel::{Pace, TrialSettings};
-use super::llc_hit_fraction;
-use crate::experiments::{Context, Outcome, PerProfile, Profile};
+use crate::experiments::{Context, PerProfile, Profile};
 use crate::harness::HarnessConfig;
 use crate::results::Check;
 use crate::rng::Rng;
@@ -97,31 +96,21 @@ pub(super) const PLANS: PerProfile<LatencyPlan> = PerProfile::new(
     },
 );
 
-/// The largest working set (a power of two) that fits the memory cap with its
-/// permutation, and the cap; notes both. Planned from memory, not from the cache sizes:
-/// the time budget may end the sweep below it (`ChaseSchedule::fits`).
-pub(super) fn working_set(
-    ctx: &Context,
-    line: usize,
-    out: &mut Outcome,
-) -> anyhow::Result<(u64, u64)> {
-    let (max, cap) = set_and_cap(ctx.machine, ctx.profile, line)?;
-    out.notes.push(format!(
-        "memory cap {} (working sets up to {} plus a 4-byte-per-node permutation); MemAvailable {}",
-        fmt_bytes(cap as f64),
-        fmt_bytes(max as f64),
-        fmt_bytes(ctx.machine.memory_budget_bytes() as f64)
-    ));
-    Ok((max, cap))
-}
-
-/// The largest working set `profile` lays out on `machine`, and its memory cap.
+/// The largest working set (a power of two) `profile` lays out on `machine` with its
+/// permutation, and the memory cap. Planned from memory, not from the cache sizes: the
+/// time budget may end the sweep below it (`ChaseSchedule::fits`).
 pub(crate) fn set_and_cap(
     machine: &crate::machine::Machine,
     profile: Profile,
     line: usize,
 ) -> anyhow::Result<(u64, u64)> {
     crate::experiments::kit::largest_set(machine, profile, PLANS.get(profile).ceiling, line)
+}
+
+/// Share of a random chase's loads over `size` bytes that a cache of `llc` bytes can
+/// serve (LRU-like: about C/S once the set is larger).
+pub(super) fn llc_hit_fraction(llc: u64, size: u64) -> f64 {
+    (llc as f64 / size.max(1) as f64).min(1.0)
 }
 
 const BEYOND_CACHE: &str = "dram: working set beyond the last-level cache";
@@ -243,10 +232,8 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
     }
 
     /// Whether measuring `size` next on the random curve, and everything after it, fits
-    /// the budget at the pace so far (the layout rate only grows with the set,
-    /// so a margin covers the step to the next size).
-    /// The curve goes on to the next power of two or stops before `size`, so that its
-    /// largest size, the `dram` point, is a power of two from run to run.
+    /// the budget at the pace so far, with a margin. Decided at powers of two only, so
+    /// the `dram` point is one from run to run.
     pub(super) fn fits(&self, size: u64, pace: Pace) -> bool {
         if self.decided {
             return true;
