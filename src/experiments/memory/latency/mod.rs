@@ -272,42 +272,25 @@ fn metrics(
     for nl in named.iter().filter(|n| n.name != "dram") {
         let pt = &det[nl.level.rep];
         let span = text::level_span(nl, det_name);
-        let what = format!("random chase at {} ({span})", fmt_bytes(pt.size as f64));
-        out.metric(&nl.name, "ns", &what, pt.trials.clone());
+        point(out, &nl.name, pt, |at| {
+            format!("random chase at {at} ({span})")
+        });
     }
     let last = c.random.points.last().expect("checked non-empty");
-    out.metric(
-        "dram",
-        "ns",
-        &format!(
-            "random chase at the largest size, {}, base pages",
-            fmt_bytes(last.size as f64)
-        ),
-        last.trials.clone(),
-    );
+    point(out, "dram", last, |at| {
+        format!("random chase at the largest size, {at}, base pages")
+    });
     for pt in &c.lmbench.points {
-        out.metric(
-            &lmbench_name(pt.size, max),
-            "ns",
-            &format!(
-                "lat_mem_rd -t layout at {}, base pages: pages in random order, one line per page per pass (compare its min with lat_mem_rd, which reports the minimum)",
-                fmt_bytes(pt.size as f64)
-            ),
-            pt.trials.clone(),
-        );
+        point(out, &lmbench_name(pt.size, max), pt, |at| {
+            format!("lat_mem_rd -t layout at {at}, base pages: pages in random order, one line per page per pass (compare its min with lat_mem_rd, which reports the minimum)")
+        });
     }
     out.check(checks::levels(&named, caches.len()));
     // Sequential at the largest size: what the prefetcher hides.
     if let Some((s, pt)) = c.sequential() {
-        out.metric(
-            "dram_sequential",
-            "ns",
-            &format!(
-                "sequential chase, stride {s} B, at {} (address order)",
-                fmt_bytes(pt.size as f64)
-            ),
-            pt.trials.clone(),
-        );
+        point(out, "dram_sequential", pt, |at| {
+            format!("sequential chase, stride {s} B, at {at} (address order)")
+        });
     }
     let Some((pt, frac)) = c
         .thp
@@ -326,20 +309,20 @@ fn metrics(
         ),
     ));
     if frac >= 0.5 {
-        out.metric(
-            "dram_thp",
-            "ns",
-            &format!(
-                "random chase at {} with transparent huge pages ({:.0}% backed)",
-                fmt_bytes(pt.size as f64),
-                frac * 100.0
-            ),
-            pt.trials.clone(),
-        );
+        let backed = frac * 100.0;
+        point(out, "dram_thp", pt, |at| {
+            format!("random chase at {at} with transparent huge pages ({backed:.0}% backed)")
+        });
     } else {
         out.notes.push("the kernel did not provide huge pages for most of the region (fragmented memory or THP defrag policy): no huge-page figure".into());
     }
     (named, det_name)
+}
+
+/// Adds `pt` as metric `name`, described by `what` of its size.
+fn point(out: &mut Outcome, name: &str, pt: &ChasePoint, what: impl Fn(String) -> String) {
+    let what = what(fmt_bytes(pt.size as f64));
+    out.metric(name, "ns", &what, pt.trials.clone());
 }
 
 /// The findings, from the pooled metrics; which sizes the levels span comes from the

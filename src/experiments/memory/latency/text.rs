@@ -74,9 +74,8 @@ pub(super) fn size_vs_sysfs(nl: &NamedLevel) -> (String, f64) {
     (text, (t / s).ln())
 }
 
-/// The sequential chase against the random one at the same size. Prefetching, TLB hits and
-/// DRAM row locality all favour the sequential order and none is counted, so the text
-/// names no mechanism; it says whether the difference is beyond noise.
+/// The sequential chase against the random one at the same size: beyond noise or not,
+/// naming no mechanism (prefetching, TLB hits and DRAM rows are not counted apart).
 pub(super) fn sequential_vs_random(stride: usize, size: u64, out: &Outcome) -> String {
     let (seq, random) = (out.median("dram_sequential"), out.median("dram"));
     let head = format!(
@@ -96,9 +95,8 @@ pub(super) fn sequential_vs_random(stride: usize, size: u64, out: &Outcome) -> S
     head + &tail
 }
 
-/// The same random chase on huge pages against base pages. The page size is the one
-/// difference between the two curves, so a difference beyond noise is what the page size
-/// changes (TLB misses and page walks); otherwise the text names no cause.
+/// The random chase on huge pages against base pages: the page size is the one
+/// difference, so a difference beyond noise is what it changes.
 pub(super) fn huge_vs_base(size: u64, out: &Outcome) -> String {
     let (huge, base) = (out.median("dram_thp"), out.median("dram"));
     let head = format!(
