@@ -39,7 +39,6 @@ pub(crate) fn verify_chain(region: &Region, stride: usize, n: usize, rng: &mut R
     }
     let marked = |i: usize| is_mark[i / 64] & (1 << (i % 64)) != 0;
     let mut cur: Vec<usize> = marks.clone();
-    let mut len = vec![0usize; k];
     let mut done = vec![false; k];
     let mut left = k;
     let mut total = 0usize;
@@ -52,7 +51,6 @@ pub(crate) fn verify_chain(region: &Region, stride: usize, n: usize, rng: &mut R
                 return false;
             };
             cur[c] = nx;
-            len[c] += 1;
             total += 1;
             if total > n {
                 return false;
