@@ -2,9 +2,8 @@
 //! curves of chases over working-set sizes.
 
 use super::checks::verify_chain;
-use super::plan::ChaseSchedule;
+use super::plan::{ChaseSchedule, Pace};
 use crate::experiments::kit::{measure_raw, Region};
-use crate::harness::HarnessConfig;
 use crate::rng::{sattolo, Rng};
 use crate::units::{fmt_bytes, fmt_ns};
 
@@ -99,24 +98,6 @@ impl ChasePoint {
 /// A point this much slower than the next larger size is measured again.
 pub(super) const REMEASURE_RATIO: f64 = 1.15;
 
-/// Trial settings: points beyond the last-level cache (`far_from`) depend on what other
-/// cores do to the shared cache and memory, so their trials are spread over more time.
-pub(super) struct TrialSettings {
-    pub(super) near: HarnessConfig,
-    pub(super) far: HarnessConfig,
-    pub(super) far_from: u64,
-}
-
-impl TrialSettings {
-    pub(super) fn for_size(&self, size: u64) -> &HarnessConfig {
-        if size > self.far_from {
-            &self.far
-        } else {
-            &self.near
-        }
-    }
-}
-
 /// Adds a second measurement of the same size to `p`: every trial kept.
 pub(super) fn remeasure(p: &mut ChasePoint, again: ChasePoint) {
     p.trials.extend(again.trials);
@@ -155,43 +136,6 @@ pub(super) struct ChaseCurve {
     pub(super) kept: usize,
     /// Points measured a second time because they were slower than the next size.
     pub(super) remeasured: usize,
-}
-
-/// How fast a curve went, in seconds: laying the last chain, the near points' mean
-/// trials and the latest far point's.
-#[derive(Clone, Copy, Default)]
-pub(super) struct Pace {
-    pub(super) lay_secs_per_byte: f64,
-    near_secs: f64,
-    near_points: u32,
-    far_trials: f64,
-}
-
-impl Pace {
-    fn after(mut self, size: u64, laid: f64, trials: f64, spec: &TrialSettings) -> Pace {
-        self.lay_secs_per_byte = laid / size as f64;
-        if size > spec.far_from {
-            self.far_trials = trials;
-        } else {
-            self.near_secs += trials;
-            self.near_points += 1;
-        }
-        self
-    }
-
-    /// The trials of a point of `size`: the near mean, the latest far point's, or the
-    /// near mean scaled by the budgets before any far point.
-    pub(super) fn trials(&self, size: u64, spec: &TrialSettings) -> f64 {
-        let near = self.near_secs / self.near_points.max(1) as f64;
-        if size <= spec.far_from {
-            near
-        } else if self.far_trials > 0.0 {
-            self.far_trials
-        } else {
-            let ratio = spec.far.budget.as_secs_f64() / spec.near.budget.as_secs_f64().max(1e-9);
-            near * ratio
-        }
-    }
 }
 
 /// The order a curve's chain visits its nodes.

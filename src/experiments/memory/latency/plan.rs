@@ -1,6 +1,5 @@
 //! mem.latency's plan: working-set sizes and trial settings per profile and cache size.
 
-use super::kernel::{Pace, TrialSettings};
 use crate::experiments::{Context, PerProfile, Profile};
 use crate::harness::HarnessConfig;
 use crate::results::Check;
@@ -139,6 +138,61 @@ pub(super) fn dram_beyond_cache(reached: u64, llc: Option<u64>) -> Check {
             hits * 100.0
         ),
     )
+}
+
+/// Trial settings: points beyond the last-level cache (`far_from`) depend on what other
+/// cores do to the shared cache and memory, so their trials are spread over more time.
+pub(super) struct TrialSettings {
+    pub(super) near: HarnessConfig,
+    pub(super) far: HarnessConfig,
+    pub(super) far_from: u64,
+}
+
+impl TrialSettings {
+    pub(super) fn for_size(&self, size: u64) -> &HarnessConfig {
+        if size > self.far_from {
+            &self.far
+        } else {
+            &self.near
+        }
+    }
+}
+
+/// How fast a curve went, in seconds: laying the last chain, the near points' mean
+/// trials and the latest far point's.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Pace {
+    pub(super) lay_secs_per_byte: f64,
+    near_secs: f64,
+    near_points: u32,
+    far_trials: f64,
+}
+
+impl Pace {
+    pub(super) fn after(mut self, size: u64, laid: f64, trials: f64, spec: &TrialSettings) -> Pace {
+        self.lay_secs_per_byte = laid / size as f64;
+        if size > spec.far_from {
+            self.far_trials = trials;
+        } else {
+            self.near_secs += trials;
+            self.near_points += 1;
+        }
+        self
+    }
+
+    /// The trials of a point of `size`: the near mean, the latest far point's, or the
+    /// near mean scaled by the budgets before any far point.
+    pub(super) fn trials(&self, size: u64, spec: &TrialSettings) -> f64 {
+        let near = self.near_secs / self.near_points.max(1) as f64;
+        if size <= spec.far_from {
+            near
+        } else if self.far_trials > 0.0 {
+            self.far_trials
+        } else {
+            let ratio = spec.far.budget.as_secs_f64() / spec.near.budget.as_secs_f64().max(1e-9);
+            near * ratio
+        }
+    }
 }
 
 /// Every size each curve measures, the trial settings that share the budget out, and

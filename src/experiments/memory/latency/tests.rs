@@ -220,7 +220,7 @@ fn the_time_guard_stops_the_curve_when_laying_is_slow() {
             .find(|&z| z > 32 << 20)
             .unwrap();
         let pace = |secs_per_byte| {
-            let mut p = kernel::Pace::default();
+            let mut p = plan::Pace::default();
             p.lay_secs_per_byte = secs_per_byte;
             p
         };
