@@ -55,25 +55,16 @@ impl<'c> Team<'c> {
     where
         W: FnMut(u64),
     {
+        let team = Team::new(clock, cpus);
         let n = cpus.len();
-        let team = Team {
-            clock,
-            cpus: cpus.to_vec(),
-            gen: AtomicU64::new(0),
-            arg: AtomicU64::new(0),
-            ready: AtomicUsize::new(0),
-            done: AtomicUsize::new(0),
-            stop: AtomicBool::new(false),
-            start: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            end: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            quiet: (0..n).map(|_| AtomicBool::new(true)).collect(),
-            places: cpus.iter().map(|&c| Mutex::new(Place::new(c))).collect(),
-            pins: Mutex::new(TeamPlacement::default()),
-        };
         let r = std::thread::scope(|s| {
             for t in 1..n {
                 let (team, member) = (&team, &member);
-                s.spawn(move || team.member(t, member(t)));
+                // Pinned before its setup, so a first touch lands on its CPU's node.
+                s.spawn(move || {
+                    team.pin(t);
+                    team.member(t, member(t))
+                });
             }
             let mut body = member(0);
             // Yielding matters: a new thread starts on this CPU, and under a real-time
@@ -87,8 +78,42 @@ impl<'c> Team<'c> {
         (r, placement)
     }
 
-    /// A member thread: pins itself, then runs one step per generation until stopped.
-    fn member(&self, t: usize, mut body: impl FnMut(u64)) {
+    /// Runs `f` once on a new thread pinned to `cpu`, a team of one, with its placement.
+    pub(crate) fn once<R: Send>(
+        clock: &'c dyn Clock,
+        cpu: usize,
+        f: impl FnOnce() -> R + Send,
+    ) -> (R, TeamPlacement) {
+        let run = || {
+            let team = Team::new(clock, &[cpu]);
+            team.pin(0);
+            let (mut f, mut r) = (Some(f), None);
+            team.timed(0, 0, &mut |_| r = f.take().map(|f| f()));
+            (r.expect("the body ran"), team.placement())
+        };
+        std::thread::scope(|s| s.spawn(run).join().expect("pinned thread panicked"))
+    }
+
+    fn new(clock: &'c dyn Clock, cpus: &[usize]) -> Team<'c> {
+        let n = cpus.len();
+        Team {
+            clock,
+            cpus: cpus.to_vec(),
+            gen: AtomicU64::new(0),
+            arg: AtomicU64::new(0),
+            ready: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            start: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            end: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            quiet: (0..n).map(|_| AtomicBool::new(true)).collect(),
+            places: cpus.iter().map(|&c| Mutex::new(Place::new(c))).collect(),
+            pins: Mutex::new(TeamPlacement::default()),
+        }
+    }
+
+    /// Pins member t to its CPU, recording a soft or failed pin.
+    fn pin(&self, t: usize) {
         let cpu = self.cpus[t];
         match pin(cpu) {
             Pinned::Hard => {}
@@ -99,6 +124,10 @@ impl<'c> Team<'c> {
                 .misplaced
                 .push(format!("thread {t} could not be pinned to CPU {cpu} ({e})")),
         }
+    }
+
+    /// A member thread: runs one step per generation until stopped.
+    fn member(&self, t: usize, mut body: impl FnMut(u64)) {
         self.ready.fetch_add(1, Ordering::AcqRel);
         let mut seen = 0u64;
         loop {

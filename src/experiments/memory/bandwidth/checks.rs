@@ -1,17 +1,18 @@
 //! mem.bandwidth's premises: every thread on its own CPU, and on several nodes each
 //! thread's memory on its own node.
 
-use super::kernel::{Part, StreamRun};
+use super::kernel::Part;
+use crate::experiments::kit::team::TeamPlacement;
 use crate::results::Check;
 
 /// Where the teams ran and where their memory sat, gathered over the run.
 #[derive(Default)]
 pub(super) struct Placed {
-    pub(super) teams: usize,
+    teams: usize,
     /// "read_2t: thread 1 ..." for every thread not where it was placed.
-    pub(super) misplaced: Vec<String>,
+    misplaced: Vec<String>,
     /// Why placement could not be seen (no hard pinning, no current-CPU call).
-    pub(super) unknown: Option<String>,
+    unknown: Option<String>,
     /// Pages sampled and pages found on another node than their reader's.
     pages: usize,
     pages_away: Vec<String>,
@@ -22,7 +23,7 @@ pub(super) struct Placed {
 const PAGE_SAMPLES: usize = 16;
 
 impl Placed {
-    pub(super) fn add(&mut self, name: &str, q: &StreamRun) {
+    pub(super) fn add(&mut self, name: &str, q: &TeamPlacement) {
         self.teams += 1;
         self.misplaced
             .extend(q.misplaced.iter().map(|m| format!("{name}: {m}")));

@@ -3,7 +3,7 @@
 
 use super::{Op, BLOCK};
 use crate::experiments::kit::measure_trials;
-use crate::experiments::kit::team::Team;
+use crate::experiments::kit::team::{Team, TeamPlacement};
 use crate::experiments::Context;
 use crate::harness::{HarnessConfig, Measurement};
 
@@ -129,15 +129,6 @@ pub(super) fn work(op: Op, part: Part, pos: &mut usize, blocks: u64, pattern: u6
     x
 }
 
-/// What a stream team measured, and where its threads ran.
-pub(super) struct StreamRun {
-    pub(super) m: Measurement,
-    /// Threads that could not be pinned or were seen on another CPU than their own.
-    pub(super) misplaced: Vec<String>,
-    /// Why where the threads ran is not known (no hard pinning, no current-CPU call).
-    pub(super) unknown: Option<String>,
-}
-
 /// Writes every byte of `part` from the calling thread: with the kernel's default
 /// (local) policy each page lands on the NUMA node of the CPU that first touches it.
 pub(super) fn touch(part: Part) {
@@ -146,11 +137,9 @@ pub(super) fn touch(part: Part) {
     unsafe { std::ptr::write_bytes(part.base as *mut u8, 0x5a, part.len) };
 }
 
-/// Aggregate bandwidth trials of `parts.len()` threads, thread k on `cpus[k]` (thread 0
-/// is the calling thread, already pinned by the runner) streaming its own part. With
-/// `first_touch` each thread first writes its own part, so its pages sit on its node. A
-/// trial's time is the slowest thread's; it is set aside when any thread was preempted.
-/// Returns ns per byte (of all threads together).
+/// Bandwidth trials of one thread per part, thread k on `cpus[k]` (thread 0 the calling
+/// thread), in ns per byte of all threads; with `first_touch` each first writes its part,
+/// so its pages sit on its node. A trial is the slowest thread's.
 pub(super) fn team(
     ctx: &Context,
     op: Op,
@@ -158,7 +147,7 @@ pub(super) fn team(
     cpus: &[usize],
     spec: &HarnessConfig,
     first_touch: bool,
-) -> StreamRun {
+) -> (Measurement, TeamPlacement) {
     let pattern = 0x0123_4567_89ab_cdefu64;
     let member = |t: usize| {
         if first_touch {
@@ -170,12 +159,7 @@ pub(super) fn team(
         }
     };
     let bytes_per_iter = (BLOCK * parts.len()) as f64;
-    let (m, placed) = Team::run(ctx.clock, &cpus[..parts.len()], member, |step| {
+    Team::run(ctx.clock, &cpus[..parts.len()], member, |step| {
         measure_trials(ctx.clock, spec, bytes_per_iter, step)
-    });
-    StreamRun {
-        m,
-        misplaced: placed.misplaced,
-        unknown: placed.unknown,
-    }
+    })
 }

@@ -302,11 +302,11 @@ impl Streams<'_, '_> {
     /// One team's trials of `op` over `parts`, its placement and trial counts recorded
     /// under `name`.
     fn stream(&mut self, name: &str, op: Op, parts: &[Part], first_touch: bool) -> Measurement {
-        let q = team(self.ctx, op, parts, self.cpus, self.spec, first_touch);
-        self.placed.add(name, &q);
-        self.preempted += q.m.preempted;
-        self.kept += q.m.per_op_ns.len();
-        q.m
+        let (m, placed) = team(self.ctx, op, parts, self.cpus, self.spec, first_touch);
+        self.placed.add(name, &placed);
+        self.preempted += m.preempted;
+        self.kept += m.per_op_ns.len();
+        m
     }
 
     /// Every operation at every thread count (the scalar ones with one thread), each count
@@ -608,16 +608,12 @@ mod tests {
 
     #[test]
     fn threads_elsewhere_fail_and_unknown_placement_is_unverified() {
-        let team = |misplaced: Vec<String>, unknown: Option<String>| kernel::StreamRun {
-            m: crate::harness::Measurement {
-                per_op_ns: vec![],
-                iters: 0,
-                notes: vec![],
-                preempted: 0,
-                undisturbed: 0,
-            },
-            misplaced,
-            unknown,
+        let team = |misplaced: Vec<String>, unknown: Option<String>| {
+            crate::experiments::kit::team::TeamPlacement {
+                misplaced,
+                unknown,
+                places: vec![],
+            }
         };
         let mut p = Placed::default();
         p.add("read_2t", &team(vec![], None));

@@ -2,8 +2,8 @@
 //! latency matrix.
 
 use super::kernel::{touch, Part};
-use super::{Op, Placed, Streams, BLOCK};
-use crate::experiments::kit::place::{pin, Pinned, Place, NO_CURRENT_CPU};
+use super::{Op, Streams, BLOCK};
+use crate::experiments::kit::team::Team;
 use crate::experiments::kit::{measure_raw, Pages, Region};
 use crate::experiments::Outcome;
 use crate::results::Series;
@@ -48,36 +48,10 @@ fn lay_at(base: usize, stride: usize, next: &[u32]) {
     }
 }
 
-/// Runs `f` on a thread pinned to `cpu`; records pin failures and moves in `placed`.
-fn on_cpu<R: Send>(placed: &mut Placed, what: &str, cpu: usize, f: impl FnOnce() -> R + Send) -> R {
-    let (r, pinned, place) = std::thread::scope(|s| {
-        s.spawn(|| {
-            let pinned = pin(cpu);
-            let r = f();
-            let mut place = Place::new(cpu);
-            place.look();
-            (r, pinned, place)
-        })
-        .join()
-        .expect("placement thread panicked")
-    });
-    placed.teams += 1;
-    match pinned {
-        Pinned::Hard => {}
-        Pinned::Soft(why) => {
-            placed.unknown.get_or_insert(why);
-        }
-        Pinned::Failed(e) => placed
-            .misplaced
-            .push(format!("{what}: could not pin to CPU {cpu} ({e})")),
-    }
-    if let Some(c) = place.last_away {
-        placed
-            .misplaced
-            .push(format!("{what}: placed on CPU {cpu}, ended on CPU {c}"));
-    } else if place.blind > 0 {
-        placed.unknown.get_or_insert_with(|| NO_CURRENT_CPU.into());
-    }
+/// Runs `f` on a thread pinned to `cpu`; records where it ran in `placed`.
+fn on_cpu<R: Send>(run: &mut Streams, what: &str, cpu: usize, f: impl FnOnce() -> R + Send) -> R {
+    let (r, placed) = Team::once(run.ctx.clock, cpu, f);
+    run.placed.add(what, &placed);
     r
 }
 
@@ -117,7 +91,7 @@ fn remote_reads(
         };
         let name = format!("{}_1t", remote_name("read", nodes.len(), *b));
         (ctx.progress)(&format!("{name}: memory faulted in on node {b}"));
-        on_cpu(&mut run.placed, &name, cpus_b[0], || touch(part));
+        on_cpu(run, &name, cpus_b[0], || touch(part));
         run.placed.pages_on_nodes(vec![Some(*b)], &[part]);
         let q = run.stream(&name, Op::Read, &[part], false);
         out.metric(
@@ -156,9 +130,7 @@ fn latency_matrix(
         let region = Region::new(lines * line, Pages::Base)?;
         let base = region.as_ptr() as usize;
         let what = format!("latency chain on node {b}");
-        on_cpu(&mut run.placed, &what, cpus_b[0], || {
-            lay_at(base, line, &next)
-        });
+        on_cpu(run, &what, cpus_b[0], || lay_at(base, line, &next));
         run.placed.pages_on_nodes(
             vec![Some(*b)],
             &[Part {
@@ -170,7 +142,7 @@ fn latency_matrix(
             (ctx.progress)(&format!("latency from node {a} to node {b}"));
             let (clock, spec) = (ctx.clock, run.spec);
             let what = format!("latency from node {a} to node {b}");
-            let m = on_cpu(&mut run.placed, &what, cpus_a[0], move || {
+            let m = on_cpu(run, &what, cpus_a[0], move || {
                 let mut p = base as *const u8;
                 let m = measure_raw(clock, spec, UNROLL as f64, |iters| {
                     // SAFETY: `lay_at` laid a single-cycle chain over the region, which
