@@ -281,6 +281,21 @@ impl Backing {
     fn huge(&self) -> bool {
         self.huge_fraction.is_some_and(|f| f >= 0.5)
     }
+    fn pages(&self) -> &'static str {
+        if self.huge() {
+            "huge pages"
+        } else {
+            "base pages"
+        }
+    }
+    /// mem.latency's figure on the same page kind.
+    fn dram(&self) -> &'static str {
+        if self.huge() {
+            "dram_thp"
+        } else {
+            "dram"
+        }
+    }
     fn text(&self) -> String {
         match (self.huge_fraction, &self.why_base) {
             (Some(f), _) => format!(

@@ -6,24 +6,19 @@ use super::{
     Backing, Traffic, AGREE_FLOOR, AGREE_NOISE_TIMES, IDLE_AGREES, KNEE_RISE, MIX_READS, MIX_WRITES,
 };
 use crate::experiments::{Context, Outcome};
-use crate::results::{Check, Prediction, Series};
+use crate::results::{Check, Prediction};
 use crate::units::fmt_bytes;
 use crate::units::{fmt_bandwidth, fmt_ns};
 
-/// The knee: the highest-bandwidth point still within `KNEE_RISE` of idle latency.
-/// None when the lightest load already exceeds it. Points as (bandwidth, latency).
+/// The knee: of the points (bandwidth, latency) by bandwidth, the last before one more
+/// than `KNEE_RISE` over idle latency.
 pub(super) fn knee(idle: f64, pts: &[(f64, f64)]) -> Option<usize> {
     let mut order: Vec<usize> = (0..pts.len()).collect();
     order.sort_by(|&a, &b| pts[a].0.total_cmp(&pts[b].0));
-    let mut best = None;
-    for i in order {
-        if pts[i].1 <= KNEE_RISE * idle {
-            best = Some(i);
-        } else {
-            break;
-        }
-    }
-    best
+    order
+        .into_iter()
+        .take_while(|&i| pts[i].1 <= KNEE_RISE * idle)
+        .last()
 }
 
 /// The name of the premise that the idle chase is mem.latency's chase.
@@ -105,17 +100,16 @@ pub(super) fn reference_check(q: &QuietRepeats, chases: &Chases) -> Option<Check
         crate::stats::median(&q.idle),
         crate::stats::median(&q.reference),
     );
-    let page = |b: &Backing| if b.huge() { "huge pages" } else { "base pages" };
     let same_pages = chases.chase.huge() == reference.huge();
-    let kind = if reference.huge() { "dram_thp" } else { "dram" };
+    let kind = reference.dram();
     let apart = (a.ratio - 1.0).abs() * 100.0;
     let verdict = match (same_pages, a.agrees()) {
         (true, true) => "within the noise measured".to_string(),
         (true, false) => "beyond the noise measured: the chase is not mem.latency's (its working set, or what backs it, differs)".to_string(),
         (false, _) => format!(
             "the chase is on {} and the reference on {}: not mem.latency's chase",
-            page(chases.chase),
-            page(reference)
+            chases.chase.pages(),
+            reference.pages()
         ),
     };
     Some(Check::premise(
@@ -124,7 +118,7 @@ pub(super) fn reference_check(q: &QuietRepeats, chases: &Chases) -> Option<Check
         format!(
             "idle {} on {} against a reference chase {} (mem.latency's {kind} chase: {} on {}, laid afresh) measured beside it {} times in the same window: {:.2}x, {apart:.1}% apart (median of the pairs' ratios); each chase's repeats moved {:.1}% (median deviation from its median), so agreement is within {:.1}% ({AGREE_NOISE_TIMES:.0}x that, at least {:.0}%): {verdict}",
             fmt_ns(idle_ns),
-            page(chases.chase),
+            chases.chase.pages(),
             fmt_ns(reference_ns),
             fmt_bytes(chases.bytes as f64),
             reference.text(),
@@ -148,11 +142,7 @@ pub(super) struct Chases<'a> {
 /// of the same window; without one, against mem.latency's figure from earlier in the run.
 /// mem.latency's figure is noted either way.
 fn same_chase(ctx: &Context, out: &mut Outcome, sw: &Sweep, chases: &Chases) {
-    let refname = if chases.chase.huge() {
-        "dram_thp"
-    } else {
-        "dram"
-    };
+    let refname = chases.chase.dram();
     let earlier = ctx.earlier_metric("mem.latency", refname);
     let idle_sum = crate::stats::Summary::of(&sw.idle.latency);
     if let Some(c) = reference_check(&sw.quiet, chases) {
@@ -187,11 +177,7 @@ pub(super) fn report(
     let idle = &sw.idle;
     out.check(concurrency_premise(sw, loaders));
     same_chase(ctx, out, sw, chases);
-    let page = if chases.chase.huge() {
-        "huge pages"
-    } else {
-        "base pages"
-    };
+    let page = chases.chase.pages();
     out.metric(
         "idle_latency",
         "ns",
@@ -202,20 +188,19 @@ pub(super) fn report(
         idle.latency.clone(),
     );
     let predicted = peak_predictions(ctx);
-    for (traffic, pts) in [(Traffic::Read, &sw.reads), (Traffic::Mix, &sw.mix)] {
+    for (traffic, loaded) in [(Traffic::Read, &sw.reads), (Traffic::Mix, &sw.mix)] {
         let c = TrafficCurve {
             traffic,
             idle,
-            loaded: pts,
+            loaded,
             line,
             page,
             loaders,
         };
         let pred = predicted
             .iter()
-            .find(|(n, _)| *n == format!("peak_bandwidth{}", traffic.suffix()))
-            .map(|(_, p)| p);
-        c.report(ctx, out, pred);
+            .find(|(n, _)| *n == c.name("peak_bandwidth"));
+        c.report(ctx, out, pred.map(|(_, p)| p));
     }
     quiet_note(out, &sw.quiet, chases);
     point_notes(out, sw, ns_per_iter);
@@ -307,12 +292,6 @@ struct TrafficCurve<'a> {
     loaders: &'a [usize],
 }
 
-/// A curve's unthrottled point and its highest-bandwidth point.
-struct Ends<'a> {
-    full: &'a LoadedPoint,
-    peak: &'a LoadedPoint,
-}
-
 impl TrafficCurve<'_> {
     /// Its series, metrics (named with the traffic's suffix), knee and findings.
     fn report(&self, ctx: &Context, out: &mut Outcome, predicted: Option<&Prediction>) {
@@ -324,9 +303,8 @@ impl TrafficCurve<'_> {
             .points()
             .max_by(|a, b| a.bandwidth_bps().total_cmp(&b.bandwidth_bps()))
             .unwrap_or(full);
-        let ends = Ends { full, peak };
-        self.metrics(out, &ends);
-        self.finding(out, &ends, predicted);
+        self.metrics(out, full, peak);
+        self.finding(out, (full, peak), predicted);
         if self.traffic == Traffic::Read {
             self.read_shares(ctx, out, peak.bandwidth_bps());
         }
@@ -346,34 +324,31 @@ impl TrafficCurve<'_> {
 
     /// Latency and misses in flight against bandwidth, idle point first.
     fn series(&self, out: &mut Outcome) {
-        let series = |base: &str| match self.traffic {
-            Traffic::Read => base.to_string(),
-            Traffic::Mix => format!("mix_{base}"),
+        let prefix = if self.traffic == Traffic::Mix {
+            "mix_"
+        } else {
+            ""
         };
-        let curve: Vec<(f64, f64)> = self
+        let curve: Vec<[f64; 2]> = self
             .points()
-            .map(|p| (p.bandwidth_bps(), p.latency_ns()))
+            .map(|p| [p.bandwidth_bps(), p.latency_ns()])
             .collect();
-        out.series.push(Series {
-            name: series("latency_vs_bandwidth"),
-            x_unit: "bytes/s".into(),
-            y_unit: "ns".into(),
-            points: curve.iter().map(|&(b, l)| [b, l]).collect(),
-        });
-        out.series.push(Series {
-            name: series("outstanding_misses_vs_bandwidth"),
-            x_unit: "bytes/s".into(),
-            y_unit: "lines".into(),
-            points: curve
-                .iter()
-                .map(|&(b, l)| [b, outstanding(b, self.line, l)])
-                .collect(),
-        });
+        let misses = curve
+            .iter()
+            .map(|&[b, l]| [b, outstanding(b, self.line, l)]);
+        let name = format!("{prefix}outstanding_misses_vs_bandwidth");
+        out.plot(
+            &format!("{prefix}latency_vs_bandwidth"),
+            "bytes/s",
+            "ns",
+            curve.clone(),
+        );
+        out.plot(&name, "bytes/s", "lines", misses.collect());
     }
 
     /// The loaded latency, the peak bandwidth and the misses in flight.
-    fn metrics(&self, out: &mut Outcome, ends: &Ends) {
-        let (t, full, peak) = (self.traffic, ends.full, ends.peak);
+    fn metrics(&self, out: &mut Outcome, full: &LoadedPoint, peak: &LoadedPoint) {
+        let t = self.traffic;
         let what = match t {
             Traffic::Read => "reading".to_string(),
             Traffic::Mix => format!(
@@ -421,8 +396,13 @@ impl TrafficCurve<'_> {
     }
 
     /// The curve's finding: idle against unthrottled, and the peak against its prediction.
-    fn finding(&self, out: &mut Outcome, ends: &Ends, predicted: Option<&Prediction>) {
-        let (t, full, peak) = (self.traffic, ends.full, ends.peak);
+    fn finding(
+        &self,
+        out: &mut Outcome,
+        (full, peak): (&LoadedPoint, &LoadedPoint),
+        predicted: Option<&Prediction>,
+    ) {
+        let t = self.traffic;
         let (il, fl) = (self.idle.latency_ns(), full.latency_ns());
         let side = match (
             crate::stats::Summary::of(&full.latency),
