@@ -11,10 +11,8 @@ use crate::units::{fmt_bandwidth, fmt_ns};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-/// One line of a load thread's stream, the one at word `*pos` of its part: read (every
-/// word added into `acc`, eight lanes so no add waits on the one before) or, when the
-/// traffic writes the thread's `n`th line, every word stored with ordinary stores. Then
-/// `*pos` moves to the next line, back to 0 past the last whole line.
+/// The load thread's `n`th line, at word `*pos` of its part: read into `acc` (eight lanes,
+/// so no add waits on the one before) or stored whole; then `*pos` moves on, wrapping.
 #[inline(always)]
 pub(super) fn step(
     part: &mut [u64],
@@ -64,9 +62,8 @@ pub(super) fn delay_ns_per_iter(ctx: &Context, cfg: &HarnessConfig) -> f64 {
     m.median_ns().max(0.01)
 }
 
-/// A load thread's lines read and hiccups (batches that took far longer than its
-/// quickest: it was descheduled or stalled), on a cache line of their own (128 bytes:
-/// adjacent-line prefetch works in pairs).
+/// A load thread's lines read and hiccups (batches far slower than its quickest), on
+/// 128 bytes of their own (adjacent-line prefetch works in pairs).
 #[repr(align(128))]
 #[derive(Default)]
 struct LineCounter {
@@ -74,7 +71,7 @@ struct LineCounter {
     hiccups: AtomicU64,
 }
 
-/// A batch slower than twice the quickest plus this is a hiccup, ns: longer than any
+/// A batch slower than twice the quickest plus this (ns) is a hiccup: longer than any
 /// memory stall, shorter than a time slice.
 const HICCUP_SLACK_NS: f64 = 20_000.0;
 
@@ -95,16 +92,12 @@ pub(super) struct LoadSpan {
 pub(super) struct LoadedPoint {
     /// Target gap between a load thread's lines, ns; None for idle.
     pub(super) gap: Option<f64>,
-    /// What the load threads did with their lines.
     pub(super) traffic: Traffic,
-    /// Chase ns per load, per trial.
+    /// Per trial: chase ns per load, and bytes/s of the load threads and the chase.
     pub(super) latency: Vec<f64>,
-    /// Bytes/s over each trial (load threads and chase).
     pub(super) bandwidth: Vec<f64>,
-    /// Trials set aside (and repeated) because a load thread read nothing or hiccuped
-    /// in them.
+    /// Trials set aside because a load thread read nothing or hiccuped, and trials kept.
     pub(super) stalled: usize,
-    /// Trials kept.
     pub(super) trials: usize,
     /// Spans of the load threads, and the span of the chase's trials.
     pub(super) spans: Vec<LoadSpan>,
@@ -155,15 +148,14 @@ pub(super) struct LoadTeam<'a, 'c> {
     pub(super) cfg: &'a HarnessConfig,
     pub(super) quiet_cfg: &'a HarnessConfig,
     pub(super) chain: &'a Region,
-    /// The reference chase (mem.latency's chase, laid afresh), when memory allowed it.
     pub(super) reference: Option<&'a Region>,
     pub(super) loads: &'a Region,
     pub(super) line: usize,
     pub(super) loaders: &'a [usize],
 }
 
-/// The measured points: idle (every repeat's trials pooled) and each traffic's loaded
-/// points, lightest load first, with the quiet repeats taken between them.
+/// The idle point (every repeat pooled), each traffic's points lightest load first, and
+/// the quiet repeats between them.
 pub(super) struct Sweep {
     pub(super) idle: LoadedPoint,
     pub(super) reads: Vec<LoadedPoint>,
@@ -171,9 +163,7 @@ pub(super) struct Sweep {
     pub(super) quiet: QuietRepeats,
 }
 
-/// The idle chase and the reference chase, measured side by side before the sweep and
-/// after each gap: each repeat's median latency, ns, in the order taken (the reference's
-/// empty without a reference).
+/// Each repeat's median latency (ns) of the idle and the reference chase, in order taken.
 #[derive(Debug, Clone, Default)]
 pub(super) struct QuietRepeats {
     pub(super) idle: Vec<f64>,
