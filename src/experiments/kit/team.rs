@@ -23,6 +23,8 @@ pub(crate) struct TeamPlacement {
 pub(crate) struct Team<'c> {
     clock: &'c dyn Clock,
     cpus: Vec<usize>,
+    /// Members sleep now and then while they wait for a step.
+    rest: bool,
     gen: AtomicU64,
     arg: AtomicU64,
     ready: AtomicUsize,
@@ -33,6 +35,20 @@ pub(crate) struct Team<'c> {
     quiet: Vec<AtomicBool>,
     places: Vec<Mutex<Place>>,
     pins: Mutex<TeamPlacement>,
+}
+
+/// Waits until `cond`, sleeping now and then: a CPU that spins is not idle (and under a
+/// hypervisor spinning also exits to the host).
+fn rest_until(cond: impl Fn() -> bool) {
+    let mut spins = 0u32;
+    while !cond() {
+        spins += 1;
+        if spins % 256 == 0 {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -55,27 +71,31 @@ impl<'c> Team<'c> {
     where
         W: FnMut(u64),
     {
-        let team = Team::new(clock, cpus);
-        let n = cpus.len();
-        let r = std::thread::scope(|s| {
-            for t in 1..n {
-                let (team, member) = (&team, &member);
-                // Pinned before its setup, so a first touch lands on its CPU's node.
-                s.spawn(move || {
-                    team.pin(t);
-                    team.member(t, member(t))
-                });
-            }
+        Team::new(clock, cpus, false).scoped(&member, |team| {
             let mut body = member(0);
-            // Yielding matters: a new thread starts on this CPU, and under a real-time
-            // policy it would never run while we spin.
-            spin_until(|| team.ready.load(Ordering::Acquire) == n - 1);
-            let r = drive(&mut |arg| team.step(arg, &mut body));
-            team.stop.store(true, Ordering::Release);
-            r
-        });
-        let placement = team.placement();
-        (r, placement)
+            drive(&mut |arg| team.step(arg, &mut body))
+        })
+    }
+
+    /// As `run`, but the calling thread leads rather than joins: each `lead(arg, f)` runs
+    /// `f` here while members 1.. run their body with `arg`, and returns when all are
+    /// done. Between steps the members sleep now and then, so a CPU without work is idle.
+    pub(crate) fn led<W, R>(
+        clock: &'c dyn Clock,
+        cpus: &[usize],
+        member: impl Fn(usize) -> W + Sync,
+        drive: impl FnOnce(&mut dyn FnMut(u64, &mut dyn FnMut())) -> R,
+    ) -> (R, TeamPlacement)
+    where
+        W: FnMut(u64),
+    {
+        Team::new(clock, cpus, true).scoped(&member, |team| {
+            drive(&mut |arg, f| {
+                team.release(arg);
+                f();
+                team.join();
+            })
+        })
     }
 
     /// Runs `f` once on a new thread pinned to `cpu`, a team of one, with its placement.
@@ -85,7 +105,7 @@ impl<'c> Team<'c> {
         f: impl FnOnce() -> R + Send,
     ) -> (R, TeamPlacement) {
         let run = || {
-            let team = Team::new(clock, &[cpu]);
+            let team = Team::new(clock, &[cpu], false);
             team.pin(0);
             let (mut f, mut r) = (Some(f), None);
             team.timed(0, 0, &mut |_| r = f.take().map(|f| f()));
@@ -94,11 +114,12 @@ impl<'c> Team<'c> {
         std::thread::scope(|s| s.spawn(run).join().expect("pinned thread panicked"))
     }
 
-    fn new(clock: &'c dyn Clock, cpus: &[usize]) -> Team<'c> {
+    fn new(clock: &'c dyn Clock, cpus: &[usize], rest: bool) -> Team<'c> {
         let n = cpus.len();
         Team {
             clock,
             cpus: cpus.to_vec(),
+            rest,
             gen: AtomicU64::new(0),
             arg: AtomicU64::new(0),
             ready: AtomicUsize::new(0),
@@ -110,6 +131,32 @@ impl<'c> Team<'c> {
             places: cpus.iter().map(|&c| Mutex::new(Place::new(c))).collect(),
             pins: Mutex::new(TeamPlacement::default()),
         }
+    }
+
+    /// Starts members 1.., runs `lead` here once they are ready, then stops them.
+    fn scoped<W: FnMut(u64), R>(
+        self,
+        member: &(impl Fn(usize) -> W + Sync),
+        lead: impl FnOnce(&Team) -> R,
+    ) -> (R, TeamPlacement) {
+        let n = self.cpus.len();
+        let r = std::thread::scope(|s| {
+            for t in 1..n {
+                let team = &self;
+                // Pinned before its setup, so a first touch lands on its CPU's node.
+                s.spawn(move || {
+                    team.pin(t);
+                    team.member(t, member(t))
+                });
+            }
+            // Yielding matters: a new thread starts on this CPU, and under a real-time
+            // policy it would never run while we spin.
+            spin_until(|| self.ready.load(Ordering::Acquire) == n - 1);
+            let r = lead(&self);
+            self.stop.store(true, Ordering::Release);
+            r
+        });
+        (r, self.placement())
     }
 
     /// Pins member t to its CPU, recording a soft or failed pin.
@@ -131,9 +178,13 @@ impl<'c> Team<'c> {
         self.ready.fetch_add(1, Ordering::AcqRel);
         let mut seen = 0u64;
         loop {
-            spin_until(|| {
-                self.gen.load(Ordering::Acquire) != seen || self.stop.load(Ordering::Acquire)
-            });
+            let next =
+                || self.gen.load(Ordering::Acquire) != seen || self.stop.load(Ordering::Acquire);
+            if self.rest {
+                rest_until(next);
+            } else {
+                spin_until(next);
+            }
             if self.stop.load(Ordering::Acquire) {
                 break;
             }
@@ -143,22 +194,29 @@ impl<'c> Team<'c> {
         }
     }
 
-    /// One generation, driven from member 0.
-    fn step(&self, arg: u64, body: &mut impl FnMut(u64)) -> (u64, bool) {
-        let others = self.cpus.len() - 1;
+    /// Releases members 1.. into one run of their body with `arg`.
+    fn release(&self, arg: u64) {
         self.done.store(0, Ordering::Release);
         self.arg.store(arg, Ordering::Release);
         self.gen.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Waits until members 1.. are done.
+    fn join(&self) {
+        spin_until(|| self.done.load(Ordering::Acquire) == self.cpus.len() - 1);
+    }
+
+    /// One generation, driven from member 0.
+    fn step(&self, arg: u64, body: &mut impl FnMut(u64)) -> (u64, bool) {
+        self.release(arg);
         self.timed(0, arg, body);
-        spin_until(|| self.done.load(Ordering::Acquire) == others);
-        let slowest = (0..=others)
-            .map(|t| {
-                let (a, b) = (&self.start[t], &self.end[t]);
-                b.load(Ordering::Relaxed)
-                    .wrapping_sub(a.load(Ordering::Relaxed))
-            })
-            .max()
-            .unwrap_or(0);
+        self.join();
+        let ticks = |t: usize| {
+            let (a, b) = (&self.start[t], &self.end[t]);
+            b.load(Ordering::Relaxed)
+                .wrapping_sub(a.load(Ordering::Relaxed))
+        };
+        let slowest = (0..self.cpus.len()).map(ticks).max().unwrap_or(0);
         let all_quiet = self.quiet.iter().all(|q| q.load(Ordering::Relaxed));
         (slowest, all_quiet)
     }
