@@ -19,7 +19,7 @@ pub(crate) struct TeamPlacement {
 }
 
 /// The state the members share: the generation they step by, the argument of the
-/// current step, ready and done counts, the stop flag and each member's stamps.
+/// current step, ready and done counts, the stop flag and each member's record.
 pub(crate) struct Team<'c> {
     clock: &'c dyn Clock,
     cpus: Vec<usize>,
@@ -30,11 +30,16 @@ pub(crate) struct Team<'c> {
     ready: AtomicUsize,
     done: AtomicUsize,
     stop: AtomicBool,
-    start: Vec<AtomicU64>,
-    end: Vec<AtomicU64>,
-    quiet: Vec<AtomicBool>,
-    places: Vec<Mutex<Place>>,
+    records: Vec<Mutex<Record>>,
     pins: Mutex<TeamPlacement>,
+}
+
+/// A member's looks, and the ticks and quietness of its last run.
+#[derive(Default)]
+struct Record {
+    place: Place,
+    ticks: u64,
+    quiet: bool,
 }
 
 /// Waits until `cond`, sleeping now and then: a CPU that spins is not idle (and under a
@@ -115,7 +120,6 @@ impl<'c> Team<'c> {
     }
 
     fn new(clock: &'c dyn Clock, cpus: &[usize], rest: bool) -> Team<'c> {
-        let n = cpus.len();
         Team {
             clock,
             cpus: cpus.to_vec(),
@@ -125,10 +129,15 @@ impl<'c> Team<'c> {
             ready: AtomicUsize::new(0),
             done: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
-            start: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            end: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            quiet: (0..n).map(|_| AtomicBool::new(true)).collect(),
-            places: cpus.iter().map(|&c| Mutex::new(Place::new(c))).collect(),
+            records: cpus
+                .iter()
+                .map(|&c| {
+                    Mutex::new(Record {
+                        place: Place::new(c),
+                        ..Default::default()
+                    })
+                })
+                .collect(),
             pins: Mutex::new(TeamPlacement::default()),
         }
     }
@@ -211,39 +220,29 @@ impl<'c> Team<'c> {
         self.release(arg);
         self.timed(0, arg, body);
         self.join();
-        let ticks = |t: usize| {
-            let (a, b) = (&self.start[t], &self.end[t]);
-            b.load(Ordering::Relaxed)
-                .wrapping_sub(a.load(Ordering::Relaxed))
-        };
-        let slowest = (0..self.cpus.len()).map(ticks).max().unwrap_or(0);
-        let all_quiet = self.quiet.iter().all(|q| q.load(Ordering::Relaxed));
-        (slowest, all_quiet)
+        let records = self.records.iter().map(|r| lock(r));
+        records.fold((0, true), |(slowest, quiet), r| {
+            (slowest.max(r.ticks), quiet && r.quiet)
+        })
     }
 
     /// One run of member t's body, stamped, with a placement look on either side.
     fn timed(&self, t: usize, arg: u64, body: &mut impl FnMut(u64)) {
-        let mut place = lock(&self.places[t]);
-        place.look();
+        let mut r = lock(&self.records[t]);
+        r.place.look();
         let c0 = crate::harness::thread_preemptions();
         let t0 = self.clock.start();
         body(arg);
-        let t1 = self.clock.stop();
-        self.start[t].store(t0, Ordering::Relaxed);
-        self.end[t].store(t1, Ordering::Relaxed);
-        let quiet = crate::harness::thread_preemptions() == c0;
-        self.quiet[t].store(quiet, Ordering::Relaxed);
-        place.look();
+        r.ticks = self.clock.stop().wrapping_sub(t0);
+        r.quiet = crate::harness::thread_preemptions() == c0;
+        r.place.look();
     }
 
     /// Pin failures first, then the members seen elsewhere.
     fn placement(self) -> TeamPlacement {
         let mut p = self.pins.into_inner().unwrap_or_else(|e| e.into_inner());
-        let places: Vec<Place> = self
-            .places
-            .into_iter()
-            .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
-            .collect();
+        let records = self.records.into_iter();
+        let places: Vec<Place> = records.map(|r| lock(&r).place).collect();
         let per_thread = places.iter().map(|p| p.looks).sum::<u64>() / places.len().max(1) as u64;
         if places.iter().any(|p| p.blind > 0) {
             p.unknown
