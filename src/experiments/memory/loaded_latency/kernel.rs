@@ -114,6 +114,13 @@ impl LoadedPoint {
     pub(super) fn bandwidth_bps(&self) -> f64 {
         crate::stats::median(&self.bandwidth)
     }
+    /// "gap 50 ns (reads)", or "gap idle".
+    pub(super) fn label(&self) -> String {
+        match self.gap {
+            Some(g) => format!("gap {} ({})", fmt_ns(g), self.traffic.label()),
+            None => "gap idle".into(),
+        }
+    }
     /// Why the load did not run alongside the whole point, if it did not.
     pub(super) fn concurrency_failure(&self, loaders: &[usize]) -> Option<String> {
         self.gap?;
@@ -254,13 +261,8 @@ impl LoadTeam<'_, '_> {
                         .iter()
                         .map(|s| *s.lock().unwrap_or_else(|e| e.into_inner()))
                         .collect();
-                    (self.ctx.progress)(&format!(
-                        "gap {} ({}): {} at {}",
-                        fmt_ns(g),
-                        traffic.label(),
-                        fmt_ns(p.latency_ns()),
-                        fmt_bandwidth(p.bandwidth_bps())
-                    ));
+                    let (l, b) = (fmt_ns(p.latency_ns()), fmt_bandwidth(p.bandwidth_bps()));
+                    (self.ctx.progress)(&format!("{}: {l} at {b}", p.label()));
                     pts.push(p);
                 }
                 self.quiet_pair(sh, &mut at, &mut quiet);

@@ -209,15 +209,11 @@ pub(super) fn report(
 /// The idle and reference repeats, in the order taken.
 fn quiet_note(out: &mut Outcome, q: &QuietRepeats, chases: &Chases) {
     let list = |v: &[f64]| v.iter().map(|&x| fmt_ns(x)).collect::<Vec<_>>().join(", ");
-    let reference = match chases.reference {
-        Some(b) => format!(
-            "; the reference chase (laid afresh over {} on {}) beside each, in turn first: {}",
-            fmt_bytes(chases.bytes as f64),
-            b.text(),
-            list(&q.reference)
-        ),
-        None => String::new(),
-    };
+    let reference = chases.reference.map_or(String::new(), |b| {
+        let bytes = fmt_bytes(chases.bytes as f64);
+        let (text, list) = (b.text(), list(&q.reference));
+        format!("; the reference chase (laid afresh over {bytes} on {text}) beside each, in turn first: {list}")
+    });
     out.notes.push(format!(
         "idle measured {} times, before the sweep and after each gap, the trials pooled: {}{reference}",
         q.idle.len(),
@@ -228,18 +224,11 @@ fn quiet_note(out: &mut Outcome, q: &QuietRepeats, chases: &Chases) {
 /// The premise that the load ran alongside every loaded point, of both traffics.
 fn concurrency_premise(sw: &Sweep, loaders: &[usize]) -> Check {
     let loaded: Vec<&LoadedPoint> = sw.reads.iter().chain(&sw.mix).collect();
-    let fails: Vec<String> = loaded
-        .iter()
-        .filter_map(|p| {
-            p.concurrency_failure(loaders).map(|w| {
-                format!(
-                    "gap {} ({}): {w}",
-                    fmt_ns(p.gap.unwrap_or(0.0)),
-                    p.traffic.label()
-                )
-            })
-        })
-        .collect();
+    let fails = loaded.iter().filter_map(|p| {
+        let w = p.concurrency_failure(loaders)?;
+        Some(format!("{}: {w}", p.label()))
+    });
+    let fails: Vec<String> = fails.collect();
     let stalled: usize = loaded.iter().map(|p| p.stalled).sum();
     let trials: usize = loaded.iter().map(|p| p.trials).sum();
     let pin = crate::platform::pinning_premise_failure(&crate::platform::pin_support());
@@ -268,17 +257,8 @@ fn point_notes(out: &mut Outcome, sw: &Sweep, ns_per_iter: f64) {
         all().map(|p| p.preempted).sum::<usize>()
     ));
     for p in all() {
-        for n in &p.notes {
-            out.notes.push(format!(
-                "gap {}{}: {n}",
-                p.gap.map_or("idle".to_string(), fmt_ns),
-                if p.gap.is_some() {
-                    format!(" ({})", p.traffic.label())
-                } else {
-                    String::new()
-                }
-            ));
-        }
+        out.notes
+            .extend(p.notes.iter().map(|n| format!("{}: {n}", p.label())));
     }
 }
 
@@ -336,14 +316,13 @@ impl TrafficCurve<'_> {
         let misses = curve
             .iter()
             .map(|&[b, l]| [b, outstanding(b, self.line, l)]);
-        let name = format!("{prefix}outstanding_misses_vs_bandwidth");
-        out.plot(
-            &format!("{prefix}latency_vs_bandwidth"),
-            "bytes/s",
-            "ns",
-            curve.clone(),
+        let misses: Vec<[f64; 2]> = misses.collect();
+        let (latency, inflight) = (
+            format!("{prefix}latency_vs_bandwidth"),
+            format!("{prefix}outstanding_misses_vs_bandwidth"),
         );
-        out.plot(&name, "bytes/s", "lines", misses.collect());
+        out.plot(&latency, "bytes/s", "ns", curve);
+        out.plot(&inflight, "bytes/s", "lines", misses);
     }
 
     /// The loaded latency, the peak bandwidth and the misses in flight.
