@@ -7,8 +7,7 @@ use crate::experiments::kit::team::{Team, TeamPlacement};
 use crate::experiments::Context;
 use crate::harness::{HarnessConfig, Measurement};
 
-/// Loads every word; eight accumulators so no add waits on the one before, which lets the
-/// compiler vectorise the loop.
+/// Loads every word; eight accumulators so no add waits on the one before (vectorised).
 #[inline(never)]
 pub(super) fn read_words(s: &[u64]) -> u64 {
     let mut acc = [0u64; 8];
@@ -20,8 +19,8 @@ pub(super) fn read_words(s: &[u64]) -> u64 {
     acc.iter().fold(0, |a, &b| a ^ b)
 }
 
-/// Stores `v` into every word. `v` is not a repeated byte, so this stays a store loop
-/// rather than becoming memset (whose large-size path uses non-temporal stores).
+/// Stores `v` into every word: not a repeated byte, so not memset (which goes
+/// non-temporal for large sizes).
 #[inline(never)]
 pub(super) fn write_words(s: &mut [u64], v: u64) {
     for w in s.iter_mut() {
@@ -80,8 +79,8 @@ pub(super) struct Part {
     pub(super) len: usize,
 }
 
-/// Streams `blocks` blocks of `op` over the part, from `*pos` (wrapping). Returns a value
-/// the caller must consume so the loads are not dead.
+/// Streams `blocks` blocks of `op` over the part from `*pos`, wrapping; the value returned
+/// keeps the loads alive.
 pub(super) fn work(op: Op, part: Part, pos: &mut usize, blocks: u64, pattern: u64) -> u64 {
     let half = part.len / 2 / BLOCK * BLOCK;
     let span = if op == Op::Copy {
@@ -98,39 +97,26 @@ pub(super) fn work(op: Op, part: Part, pos: &mut usize, blocks: u64, pattern: u6
         // SAFETY: at..at+BLOCK lies inside this thread's part (pos + BLOCK <= span <=
         // part.len; for copy the destination is the other half), the part is 1 MiB-aligned
         // (so u64-aligned), and no other thread touches it while this runs.
-        unsafe {
-            let words = BLOCK / 8;
-            match op {
-                Op::Read => x ^= read_words(std::slice::from_raw_parts(at as *const u64, words)),
-                Op::Write => write_words(
-                    std::slice::from_raw_parts_mut(at as *mut u64, words),
-                    pattern,
-                ),
-                Op::WriteNt => write_words_nt(
-                    std::slice::from_raw_parts_mut(at as *mut u64, words),
-                    pattern,
-                ),
-                Op::ReadScalar => {
-                    x ^= read_words_scalar(std::slice::from_raw_parts(at as *const u64, words))
-                }
-                Op::WriteScalar => write_words_scalar(
-                    std::slice::from_raw_parts_mut(at as *mut u64, words),
-                    pattern,
-                ),
-                Op::Copy => {
-                    let src = std::slice::from_raw_parts(at as *const u8, BLOCK);
-                    let dst = std::slice::from_raw_parts_mut((at + half) as *mut u8, BLOCK);
-                    dst.copy_from_slice(src);
-                }
-            }
+        let words = || unsafe { std::slice::from_raw_parts_mut(at as *mut u64, BLOCK / 8) };
+        match op {
+            Op::Read => x ^= read_words(words()),
+            Op::Write => write_words(words(), pattern),
+            Op::WriteNt => write_words_nt(words(), pattern),
+            Op::ReadScalar => x ^= read_words_scalar(words()),
+            Op::WriteScalar => write_words_scalar(words(), pattern),
+            // SAFETY: as above, source and destination each BLOCK bytes of the part.
+            Op::Copy => unsafe {
+                let src = std::slice::from_raw_parts(at as *const u8, BLOCK);
+                let dst = std::slice::from_raw_parts_mut((at + half) as *mut u8, BLOCK);
+                dst.copy_from_slice(src);
+            },
         }
         *pos += BLOCK;
     }
     x
 }
 
-/// Writes every byte of `part` from the calling thread: with the kernel's default
-/// (local) policy each page lands on the NUMA node of the CPU that first touches it.
+/// Writes every byte of `part`, so its pages land on this CPU's node (first touch).
 pub(super) fn touch(part: Part) {
     // SAFETY: part.base..part.base+part.len lies inside a live mapping owned by the
     // caller's region, and no other thread touches this part while it is being written.
