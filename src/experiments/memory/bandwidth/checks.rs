@@ -23,6 +23,7 @@ pub(super) struct Placed {
 const PAGE_SAMPLES: usize = 16;
 
 impl Placed {
+    /// Records where team `name`'s threads ran.
     pub(super) fn add(&mut self, name: &str, q: &TeamPlacement) {
         self.teams += 1;
         self.misplaced
@@ -32,8 +33,7 @@ impl Placed {
         }
     }
 
-    /// Samples pages of each part and compares their node with `nodes[k]`, the node of
-    /// the part's reader.
+    /// Samples pages of each part against `nodes[k]`, its reader's node.
     pub(super) fn pages_on_nodes(&mut self, nodes: Vec<Option<usize>>, parts: &[Part]) {
         for (k, part) in parts.iter().enumerate() {
             let Some(want) = nodes.get(k).copied().flatten() else {
@@ -55,8 +55,6 @@ impl Placed {
         }
     }
 
-    /// The premises: every thread ran where it was placed; on several nodes, each thread's
-    /// memory sat on its own node.
     pub(super) fn checks(self, numa: bool) -> Vec<Check> {
         let name =
             "every thread ran on the CPU it was placed on (current CPU read around every trial)";

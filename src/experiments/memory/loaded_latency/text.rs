@@ -24,8 +24,7 @@ pub(super) fn knee(idle: f64, pts: &[(f64, f64)]) -> Option<usize> {
 /// The name of the premise that the idle chase is mem.latency's chase.
 pub(super) const SAME_CHASE: &str = "the idle chase is mem.latency's chase";
 
-/// The premise, without a reference chase, that the idle chase misses the caches as
-/// mem.latency's `refname` measured earlier in the run does.
+/// Without a reference chase: the idle chase against mem.latency's earlier `refname`.
 pub(super) fn idle_check(
     idle: &crate::stats::Summary,
     reference: &crate::stats::Summary,
@@ -45,14 +44,13 @@ pub(super) fn idle_check(
     )
 }
 
-/// How far apart the idle chase and the reference chase were, measured in pairs side by
-/// side, and how far the noise of that window lets them be.
+/// How far apart the idle and reference chases were in pairs, and how far the window's
+/// noise lets them be.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Agreement {
     /// Median over the pairs of idle / reference.
     pub(super) ratio: f64,
-    /// Median relative deviation of each chase's repeats from that chase's median: how
-    /// much one repeat moves within the window.
+    /// Median relative deviation of each chase's repeats from that chase's median.
     pub(super) noise: f64,
     /// `AGREE_NOISE_TIMES` x noise, at least `AGREE_FLOOR`.
     pub(super) tolerance: f64,
@@ -87,12 +85,8 @@ impl Agreement {
     }
 }
 
-/// The premise that the idle chase is mem.latency's chase: on the same page kind as the
-/// reference chase (the kernel's account, /proc/self/smaps: on some hosts a chase on base
-/// pages is as close to one on huge pages as two buffers of one kind are to each other, so
-/// timing alone cannot tell them apart), and as fast as the reference measured
-/// beside it within the window's noise (a working set that a cache holds is several times
-/// faster).
+/// The premise that the idle chase is mem.latency's: on the reference's page kind (by
+/// smaps, as timing alone may not tell them apart) and as fast within the window's noise.
 pub(super) fn reference_check(q: &QuietRepeats, chases: &Chases) -> Option<Check> {
     let reference = chases.reference?;
     let a = Agreement::of(&q.idle, &q.reference)?;
@@ -138,9 +132,8 @@ pub(super) struct Chases<'a> {
     pub(super) bytes: usize,
 }
 
-/// The premise that the idle chase is mem.latency's, judged against the reference chase
-/// of the same window; without one, against mem.latency's figure from earlier in the run.
-/// mem.latency's figure is noted either way.
+/// The premise that the idle chase is mem.latency's, against the reference chase of the
+/// same window, else mem.latency's earlier figure (noted either way).
 fn same_chase(ctx: &Context, out: &mut Outcome, sw: &Sweep, chases: &Chases) {
     let refname = chases.chase.dram();
     let earlier = ctx.earlier_metric("mem.latency", refname);
@@ -497,8 +490,7 @@ impl TrafficCurve<'_> {
         ));
     }
 
-    /// The read peak as a share of each of mem.bandwidth's reads this run measured with
-    /// the load threads' count, the chase's CPU added, and one thread.
+    /// The read peak as a share of mem.bandwidth's reads of 1, N - 1 and N threads.
     fn read_shares(&self, ctx: &Context, out: &mut Outcome, peak: f64) {
         let n = ctx.machine.cpu.allowed_cpus.len().max(1);
         let teams: std::collections::BTreeSet<String> = [1, n - 1, n]
