@@ -7,6 +7,7 @@ use super::{
 };
 use crate::experiments::{Context, Outcome};
 use crate::results::{Check, Prediction};
+use crate::stats::Summary;
 use crate::units::fmt_bytes;
 use crate::units::{fmt_bandwidth, fmt_ns};
 
@@ -376,14 +377,12 @@ impl TrafficCurve<'_> {
     ) {
         let t = self.traffic;
         let (il, fl) = (self.idle.latency_ns(), full.latency_ns());
-        let side = match (
-            crate::stats::Summary::of(&full.latency),
-            crate::stats::Summary::of(&self.idle.latency),
-        ) {
-            (Some(f), Some(i)) => match crate::analysis::separation(&f, &i) {
-                crate::analysis::Separation::Above => "above idle, 95% intervals apart",
-                crate::analysis::Separation::Below => "below idle, 95% intervals apart",
-                crate::analysis::Separation::Overlap => "within noise of idle",
+        use crate::analysis::{separation, Separation};
+        let side = match (Summary::of(&full.latency), Summary::of(&self.idle.latency)) {
+            (Some(f), Some(i)) => match separation(&f, &i) {
+                Separation::Above => "above idle, 95% intervals apart",
+                Separation::Below => "below idle, 95% intervals apart",
+                Separation::Overlap => "within noise of idle",
             },
             _ => "too few trials to compare",
         };
@@ -399,24 +398,19 @@ impl TrafficCurve<'_> {
                 )
             })
             .unwrap_or_default();
+        let (k, ratio) = (self.loaders.len(), fl / il);
+        let (idle, loaded) = (fmt_ns(il), fmt_ns(fl));
+        let (at, pk) = (
+            fmt_bandwidth(full.bandwidth_bps()),
+            fmt_bandwidth(peak.bandwidth_bps()),
+        );
         let text = match t {
             Traffic::Read => format!(
-                "Loaded latency: {} idle, {} with {} load thread(s) reading unthrottled ({:.2}x, {side}), at {}; peak bandwidth {}{against}.",
-                fmt_ns(il),
-                fmt_ns(fl),
-                self.loaders.len(),
-                fl / il,
-                fmt_bandwidth(full.bandwidth_bps()),
-                fmt_bandwidth(peak.bandwidth_bps())
+                "Loaded latency: {idle} idle, {loaded} with {k} load thread(s) reading unthrottled ({ratio:.2}x, {side}), at {at}; peak bandwidth {pk}{against}."
             ),
             Traffic::Mix => format!(
-                "Under a {} load (ordinary stores): {} with {} load thread(s) unthrottled ({:.2}x idle, {side}), at {}; peak {}{against}, counting each written line once (with its read for ownership the memory moved about {}).",
+                "Under a {} load (ordinary stores): {loaded} with {k} load thread(s) unthrottled ({ratio:.2}x idle, {side}), at {at}; peak {pk}{against}, counting each written line once (with its read for ownership the memory moved about {}).",
                 t.label(),
-                fmt_ns(fl),
-                self.loaders.len(),
-                fl / il,
-                fmt_bandwidth(full.bandwidth_bps()),
-                fmt_bandwidth(peak.bandwidth_bps()),
                 fmt_bandwidth(peak.bandwidth_bps() * t.memory_per_counted())
             ),
         };
