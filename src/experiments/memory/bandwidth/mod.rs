@@ -224,17 +224,11 @@ fn parts_of(base: usize, size: usize, t: usize) -> Vec<Part> {
 
 /// Sort key of a metric name "OP_Nt": the operation's rank, then N.
 fn metric_order(name: &str) -> (usize, usize, String) {
-    const RANK: [&str; 6] = [
-        "read",
-        "write",
-        "write_nt",
-        "copy",
-        "read_scalar",
-        "write_scalar",
-    ];
+    use Op::*;
     let (op, t) = name.rsplit_once('_').unwrap_or((name, ""));
     let t = t.trim_end_matches('t').parse().unwrap_or(usize::MAX);
-    let rank = RANK.iter().position(|r| *r == op).unwrap_or(RANK.len());
+    let all = [Read, Write, WriteNt, Copy, ReadScalar, WriteScalar];
+    let rank = all.iter().position(|o| o.name() == op).unwrap_or(all.len());
     (rank, t, name.to_string())
 }
 
