@@ -9,7 +9,8 @@ use crate::experiments::memory::latency::{chase, UNROLL};
 use crate::experiments::Context;
 use crate::harness::HarnessConfig;
 use crate::units::{fmt_bandwidth, fmt_ns};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering::{self, Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::time::Duration;
 
 /// The load thread's `n`th line, at word `*pos` of its part: read into `acc` (eight lanes,
@@ -189,16 +190,8 @@ struct LoadSignals {
 impl LoadSignals {
     /// The lines read by all load threads, and each one's lines and hiccups.
     fn counts(&self) -> (u64, Vec<(u64, u64)>) {
-        let v: Vec<(u64, u64)> = self
-            .counters
-            .iter()
-            .map(|c| {
-                (
-                    c.lines.load(Ordering::Relaxed),
-                    c.hiccups.load(Ordering::Relaxed),
-                )
-            })
-            .collect();
+        let read = |c: &LineCounter| (c.lines.load(Relaxed), c.hiccups.load(Relaxed));
+        let v: Vec<(u64, u64)> = self.counters.iter().map(read).collect();
         (v.iter().map(|x| x.0).sum(), v)
     }
 }
