@@ -289,4 +289,38 @@ mod tests {
         assert_eq!(placed.places.len(), 3);
         assert!(placed.places.iter().all(|p| p.looks == 8), "{placed:?}");
     }
+
+    /// A led team runs the leader's closure beside one run of every member per step, and
+    /// `once` runs its closure on the CPU it is given.
+    #[test]
+    fn a_led_step_runs_the_leader_beside_every_member() {
+        let clock = crate::clock::MockClock::new(1);
+        let allowed = crate::platform::allowed_cpus();
+        let cpus: Vec<usize> = (0..3).map(|k| allowed[k % allowed.len()]).collect();
+        let sums: Vec<AtomicU64> = (0..3).map(|_| AtomicU64::new(0)).collect();
+        let member = |t: usize| {
+            let sums = &sums;
+            move |arg: u64| {
+                sums[t].fetch_add(arg, Ordering::Relaxed);
+            }
+        };
+        let (led, placed) = Team::led(&clock, &cpus, member, |lead| {
+            let mut ran = 0;
+            for arg in 1..=4 {
+                lead(arg, &mut || ran += 1);
+            }
+            ran
+        });
+        assert_eq!(led, 4);
+        assert_eq!(sums[0].load(Ordering::Relaxed), 0, "the leader has no body");
+        for s in &sums[1..] {
+            assert_eq!(s.load(Ordering::Relaxed), 1 + 2 + 3 + 4);
+        }
+        assert!(
+            placed.places[1..].iter().all(|p| p.looks == 8),
+            "{placed:?}"
+        );
+        let (v, placed) = Team::once(&clock, cpus[1], || 7);
+        assert_eq!((v, placed.places.len()), (7, 1));
+    }
 }
