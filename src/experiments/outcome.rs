@@ -195,6 +195,16 @@ impl Outcome {
         Some((m.summary.median, interval))
     }
 
+    /// Adds a series of (x, y) points.
+    pub(crate) fn plot(&mut self, name: &str, x_unit: &str, y_unit: &str, points: Vec<[f64; 2]>) {
+        self.series.push(Series {
+            name: name.into(),
+            x_unit: x_unit.into(),
+            y_unit: y_unit.into(),
+            points,
+        });
+    }
+
     /// A metric already added, by name.
     pub(crate) fn get(&self, name: &str) -> Option<&Metric> {
         self.metrics.iter().find(|m| m.name == name)

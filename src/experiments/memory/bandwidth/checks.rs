@@ -1,17 +1,18 @@
 //! mem.bandwidth's premises: every thread on its own CPU, and on several nodes each
 //! thread's memory on its own node.
 
-use super::kernel::{Part, StreamRun};
+use super::kernel::Part;
+use crate::experiments::kit::team::TeamPlacement;
 use crate::results::Check;
 
 /// Where the teams ran and where their memory sat, gathered over the run.
 #[derive(Default)]
 pub(super) struct Placed {
-    pub(super) teams: usize,
+    teams: usize,
     /// "read_2t: thread 1 ..." for every thread not where it was placed.
-    pub(super) misplaced: Vec<String>,
+    misplaced: Vec<String>,
     /// Why placement could not be seen (no hard pinning, no current-CPU call).
-    pub(super) unknown: Option<String>,
+    unknown: Option<String>,
     /// Pages sampled and pages found on another node than their reader's.
     pages: usize,
     pages_away: Vec<String>,
@@ -22,7 +23,8 @@ pub(super) struct Placed {
 const PAGE_SAMPLES: usize = 16;
 
 impl Placed {
-    pub(super) fn add(&mut self, name: &str, q: &StreamRun) {
+    /// Records where team `name`'s threads ran.
+    pub(super) fn add(&mut self, name: &str, q: &TeamPlacement) {
         self.teams += 1;
         self.misplaced
             .extend(q.misplaced.iter().map(|m| format!("{name}: {m}")));
@@ -31,8 +33,7 @@ impl Placed {
         }
     }
 
-    /// Samples pages of each part and compares their node with `nodes[k]`, the node of
-    /// the part's reader.
+    /// Samples pages of each part against `nodes[k]`, its reader's node.
     pub(super) fn pages_on_nodes(&mut self, nodes: Vec<Option<usize>>, parts: &[Part]) {
         for (k, part) in parts.iter().enumerate() {
             let Some(want) = nodes.get(k).copied().flatten() else {
@@ -54,50 +55,36 @@ impl Placed {
         }
     }
 
-    /// The premises: every thread ran where it was placed; on several nodes, each thread's
-    /// memory sat on its own node.
     pub(super) fn checks(self, numa: bool) -> Vec<Check> {
         let name =
             "every thread ran on the CPU it was placed on (current CPU read around every trial)";
-        let mut v = vec![if !self.misplaced.is_empty() {
-            Check::premise(name, false, self.misplaced.join("; "))
-        } else if let Some(why) = &self.unknown {
-            Check::unverified(
-                name,
-                format!("{why}: threads may have shared a CPU, and a figure may be of fewer cores than its name says"),
-            )
-        } else {
-            Check::premise(
-                name,
-                true,
-                format!(
-                    "{} teams, every thread on its own CPU at every check",
-                    self.teams
-                ),
-            )
-        }];
+        let failed = (!self.misplaced.is_empty()).then(|| self.misplaced.join("; "));
+        let unknown = self.unknown.map(|why| format!("{why}: threads may have shared a CPU, and a figure may be of fewer cores than its name says"));
+        let passed = format!(
+            "{} teams, every thread on its own CPU at every check",
+            self.teams
+        );
+        let mut v = vec![premise(name, failed, unknown, passed)];
         if numa {
             let name = "each thread's memory on its own NUMA node (first touch; get_mempolicy on sampled pages)";
-            v.push(if !self.pages_away.is_empty() {
-                let k = self.pages_away.len();
-                Check::premise(
-                    name,
-                    false,
-                    format!(
-                        "{k} of {} sampled pages away from their reader's node; first: {}",
-                        self.pages, self.pages_away[0]
-                    ),
-                )
-            } else if self.pages_unknown || self.pages == 0 {
-                Check::unverified(name, "the kernel did not say which node holds the pages")
-            } else {
-                Check::premise(
-                    name,
-                    true,
-                    format!("{} sampled pages, each on its reader's node", self.pages),
-                )
+            let (k, n) = (self.pages_away.len(), self.pages);
+            let failed = self.pages_away.first().map(|first| {
+                format!("{k} of {n} sampled pages away from their reader's node; first: {first}")
             });
+            let unknown = (self.pages_unknown || n == 0)
+                .then(|| "the kernel did not say which node holds the pages".to_string());
+            let passed = format!("{n} sampled pages, each on its reader's node");
+            v.push(premise(name, failed, unknown, passed));
         }
         v
+    }
+}
+
+/// A premise that failed with a detail, else could not be seen (and why), else held.
+fn premise(name: &str, failed: Option<String>, unknown: Option<String>, passed: String) -> Check {
+    match (failed, unknown) {
+        (Some(detail), _) => Check::premise(name, false, detail),
+        (None, Some(why)) => Check::unverified(name, why),
+        (None, None) => Check::premise(name, true, passed),
     }
 }

@@ -3,12 +3,11 @@
 
 use super::{Op, BLOCK};
 use crate::experiments::kit::measure_trials;
-use crate::experiments::kit::team::Team;
+use crate::experiments::kit::team::{Team, TeamPlacement};
 use crate::experiments::Context;
 use crate::harness::{HarnessConfig, Measurement};
 
-/// Loads every word; eight accumulators so no add waits on the one before, which lets the
-/// compiler vectorise the loop.
+/// Loads every word; eight accumulators so no add waits on the one before (vectorised).
 #[inline(never)]
 pub(super) fn read_words(s: &[u64]) -> u64 {
     let mut acc = [0u64; 8];
@@ -20,8 +19,8 @@ pub(super) fn read_words(s: &[u64]) -> u64 {
     acc.iter().fold(0, |a, &b| a ^ b)
 }
 
-/// Stores `v` into every word. `v` is not a repeated byte, so this stays a store loop
-/// rather than becoming memset (whose large-size path uses non-temporal stores).
+/// Stores `v` into every word: not a repeated byte, so not memset (which goes
+/// non-temporal for large sizes).
 #[inline(never)]
 pub(super) fn write_words(s: &mut [u64], v: u64) {
     for w in s.iter_mut() {
@@ -80,8 +79,8 @@ pub(super) struct Part {
     pub(super) len: usize,
 }
 
-/// Streams `blocks` blocks of `op` over the part, from `*pos` (wrapping). Returns a value
-/// the caller must consume so the loads are not dead.
+/// Streams `blocks` blocks of `op` over the part from `*pos`, wrapping; the value returned
+/// keeps the loads alive.
 pub(super) fn work(op: Op, part: Part, pos: &mut usize, blocks: u64, pattern: u64) -> u64 {
     let half = part.len / 2 / BLOCK * BLOCK;
     let span = if op == Op::Copy {
@@ -98,59 +97,35 @@ pub(super) fn work(op: Op, part: Part, pos: &mut usize, blocks: u64, pattern: u6
         // SAFETY: at..at+BLOCK lies inside this thread's part (pos + BLOCK <= span <=
         // part.len; for copy the destination is the other half), the part is 1 MiB-aligned
         // (so u64-aligned), and no other thread touches it while this runs.
-        unsafe {
-            let words = BLOCK / 8;
-            match op {
-                Op::Read => x ^= read_words(std::slice::from_raw_parts(at as *const u64, words)),
-                Op::Write => write_words(
-                    std::slice::from_raw_parts_mut(at as *mut u64, words),
-                    pattern,
-                ),
-                Op::WriteNt => write_words_nt(
-                    std::slice::from_raw_parts_mut(at as *mut u64, words),
-                    pattern,
-                ),
-                Op::ReadScalar => {
-                    x ^= read_words_scalar(std::slice::from_raw_parts(at as *const u64, words))
-                }
-                Op::WriteScalar => write_words_scalar(
-                    std::slice::from_raw_parts_mut(at as *mut u64, words),
-                    pattern,
-                ),
-                Op::Copy => {
-                    let src = std::slice::from_raw_parts(at as *const u8, BLOCK);
-                    let dst = std::slice::from_raw_parts_mut((at + half) as *mut u8, BLOCK);
-                    dst.copy_from_slice(src);
-                }
-            }
+        let words = || unsafe { std::slice::from_raw_parts_mut(at as *mut u64, BLOCK / 8) };
+        match op {
+            Op::Read => x ^= read_words(words()),
+            Op::Write => write_words(words(), pattern),
+            Op::WriteNt => write_words_nt(words(), pattern),
+            Op::ReadScalar => x ^= read_words_scalar(words()),
+            Op::WriteScalar => write_words_scalar(words(), pattern),
+            // SAFETY: as above, source and destination each BLOCK bytes of the part.
+            Op::Copy => unsafe {
+                let src = std::slice::from_raw_parts(at as *const u8, BLOCK);
+                let dst = std::slice::from_raw_parts_mut((at + half) as *mut u8, BLOCK);
+                dst.copy_from_slice(src);
+            },
         }
         *pos += BLOCK;
     }
     x
 }
 
-/// What a stream team measured, and where its threads ran.
-pub(super) struct StreamRun {
-    pub(super) m: Measurement,
-    /// Threads that could not be pinned or were seen on another CPU than their own.
-    pub(super) misplaced: Vec<String>,
-    /// Why where the threads ran is not known (no hard pinning, no current-CPU call).
-    pub(super) unknown: Option<String>,
-}
-
-/// Writes every byte of `part` from the calling thread: with the kernel's default
-/// (local) policy each page lands on the NUMA node of the CPU that first touches it.
+/// Writes every byte of `part`, so its pages land on this CPU's node (first touch).
 pub(super) fn touch(part: Part) {
     // SAFETY: part.base..part.base+part.len lies inside a live mapping owned by the
     // caller's region, and no other thread touches this part while it is being written.
     unsafe { std::ptr::write_bytes(part.base as *mut u8, 0x5a, part.len) };
 }
 
-/// Aggregate bandwidth trials of `parts.len()` threads, thread k on `cpus[k]` (thread 0
-/// is the calling thread, already pinned by the runner) streaming its own part. With
-/// `first_touch` each thread first writes its own part, so its pages sit on its node. A
-/// trial's time is the slowest thread's; it is set aside when any thread was preempted.
-/// Returns ns per byte (of all threads together).
+/// Bandwidth trials of one thread per part, thread k on `cpus[k]` (thread 0 the calling
+/// thread), in ns per byte of all threads; with `first_touch` each first writes its part,
+/// so its pages sit on its node. A trial is the slowest thread's.
 pub(super) fn team(
     ctx: &Context,
     op: Op,
@@ -158,7 +133,7 @@ pub(super) fn team(
     cpus: &[usize],
     spec: &HarnessConfig,
     first_touch: bool,
-) -> StreamRun {
+) -> (Measurement, TeamPlacement) {
     let pattern = 0x0123_4567_89ab_cdefu64;
     let member = |t: usize| {
         if first_touch {
@@ -170,12 +145,7 @@ pub(super) fn team(
         }
     };
     let bytes_per_iter = (BLOCK * parts.len()) as f64;
-    let (m, placed) = Team::run(ctx.clock, &cpus[..parts.len()], member, |step| {
+    Team::run(ctx.clock, &cpus[..parts.len()], member, |step| {
         measure_trials(ctx.clock, spec, bytes_per_iter, step)
-    });
-    StreamRun {
-        m,
-        misplaced: placed.misplaced,
-        unknown: placed.unknown,
-    }
+    })
 }

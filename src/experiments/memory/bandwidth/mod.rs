@@ -1,5 +1,4 @@
 //! mem.bandwidth: read, write and copy bandwidth of main memory, one thread and 1..N.
-//! Split as memory/latency: kernel, numa, checks, predict, text.
 
 mod checks;
 mod kernel;
@@ -7,13 +6,14 @@ mod numa;
 mod predict;
 mod text;
 
-use crate::experiments::kit::{Pages, Region};
+use crate::experiments::kit::{self, Pages, Region};
 #[cfg(test)]
 use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Outcome, PerProfile, Profile, Spec};
 use crate::harness::{HarnessConfig, Measurement};
-use crate::results::{Prediction, Series};
+use crate::machine::Topology;
+use crate::results::Prediction;
 use crate::units::fmt_bytes;
 use checks::Placed;
 #[cfg(test)]
@@ -30,21 +30,17 @@ pub struct MemBandwidth;
 
 /// Bytes each thread moves per iteration of a trial.
 const BLOCK: usize = 1 << 20;
-/// What a trial does to each byte.
+
+/// What a trial does to each byte (`describe` says how).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
-    /// Load every 8-byte word and add it into one of eight accumulators.
     Read,
-    /// Store every 8-byte word (ordinary stores: each line is read for ownership first).
     Write,
-    /// Store every 16 bytes with non-temporal stores (no read for ownership; x86-64).
+    /// x86-64 only.
     WriteNt,
-    /// memcpy (`copy_from_slice`) from one half of the part to the other.
     Copy,
-    /// One volatile 8-byte load per loop iteration, not vectorised (what simple C loops
-    /// and `sysbench memory` do).
+    /// Not vectorised: what simple C loops and `sysbench memory` do.
     ReadScalar,
-    /// One volatile 8-byte store per loop iteration.
     WriteScalar,
 }
 
@@ -79,17 +75,16 @@ impl Op {
 
 /// Thread counts measured: 1..N, thinned to powers of two plus N on large machines.
 fn thread_counts(n: usize, profile: Profile) -> Vec<usize> {
-    let mut v: Vec<usize> = if n <= 8 || profile == Profile::Thorough {
-        (1..=n).collect()
-    } else {
-        let mut v: Vec<usize> = (0..).map(|k| 1 << k).take_while(|&t| t < n).collect();
-        v.push(n);
-        v
-    };
     if profile == Profile::Smoke {
-        v = vec![1, n.min(2)];
+        let mut v = vec![1, n.min(2)];
         v.dedup();
+        return v;
     }
+    if n <= 8 || profile == Profile::Thorough {
+        return (1..=n).collect();
+    }
+    let mut v: Vec<usize> = (0..).map(|k| 1 << k).take_while(|&t| t < n).collect();
+    v.push(n);
     v
 }
 
@@ -101,6 +96,18 @@ fn ops() -> Vec<Op> {
     v.push(Op::Copy);
     v
 }
+
+/// Scalar variants, with one thread only (they explain simpler tools' figures).
+fn scalar_ops(profile: Profile) -> &'static [Op] {
+    if profile == Profile::Smoke {
+        &[]
+    } else {
+        &[Op::ReadScalar, Op::WriteScalar]
+    }
+}
+
+/// Operations measured again on huge pages, one thread.
+const THP_OPS: [Op; 3] = [Op::Read, Op::Write, Op::Copy];
 
 const SPEC: Spec = Spec {
     id: "mem.bandwidth",
@@ -116,9 +123,8 @@ const SPEC: Spec = Spec {
 /// Shortest trial and trials per figure.
 const TRIALS: PerProfile<(Duration, usize)> =
     PerProfile::new((ms(1), 5), (ms(2), 11), (ms(4), 21), (ms(4), 31));
-/// The buffer wanted: this many last-level caches, and at least this many bytes.
-/// The buffer wanted per profile, within the profile's memory cap: planned from memory,
-/// not from the cache sizes (a note says when it does not reach 4x the last-level cache).
+/// The buffer wanted, within the profile's memory cap: planned from memory, not from the
+/// cache sizes (a note says when it does not reach 4x the last-level cache).
 const BUFFER: PerProfile<u64> = PerProfile::new(64 << 20, 256 << 20, 2 << 30, 8 << 30);
 
 impl Experiment for MemBandwidth {
@@ -131,8 +137,7 @@ impl Experiment for MemBandwidth {
 
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
-        let caches = ctx.machine.data_caches();
-        let llc = crate::experiments::kit::llc_bytes(&caches).unwrap_or(32 << 20);
+        let llc = kit::llc_bytes(&ctx.machine.data_caches()).unwrap_or(32 << 20);
         // The CPUs the process may use (gathered before the runner pinned this thread).
         let mut allowed = ctx.machine.cpu.allowed_cpus.clone();
         if allowed.is_empty() {
@@ -144,19 +149,13 @@ impl Experiment for MemBandwidth {
         // by node, SMT siblings last (Topology::spread).
         let topo = placement_topology(ctx);
         let cpus = topo.spread(&allowed, n);
-        let rss0 = crate::experiments::kit::rss_baseline();
-
-        let counts = thread_counts(n, ctx.profile);
-        let ops = ops();
-        // Scalar variants with one thread only (they explain simpler tools' figures).
-        let scalar: &[Op] = if ctx.profile == Profile::Smoke {
-            &[]
-        } else {
-            &[Op::ReadScalar, Op::WriteScalar]
-        };
-        // One thread again on huge pages (not smoke), for read, write and copy.
-        let thp =
-            crate::experiments::kit::thp_available(ctx.machine) && ctx.profile != Profile::Smoke;
+        let rss0 = kit::rss_baseline();
+        let (counts, ops, scalar) = (
+            thread_counts(n, ctx.profile),
+            ops(),
+            scalar_ops(ctx.profile),
+        );
+        let thp = kit::thp_available(ctx.machine) && ctx.profile != Profile::Smoke;
         let nodes = topo.nodes_of(&allowed);
         let numa = nodes.len() > 1;
         let configs = counts.len() * ops.len()
@@ -177,7 +176,7 @@ impl Experiment for MemBandwidth {
             kept: 0,
             placed: Placed::default(),
         };
-        run.by_threads(&counts, &ops, scalar, numa, n, &mut out)?;
+        run.by_threads(&counts, &ops, scalar, numa, &mut out)?;
         if thp {
             run.huge_pages(&mut out)?;
         } else if ctx.profile != Profile::Smoke {
@@ -186,13 +185,12 @@ impl Experiment for MemBandwidth {
         if numa {
             numa::per_node(&mut run, &nodes, &mut out)?;
         }
-        out.check(crate::experiments::kit::rss_check(rss0, size as u64));
+        out.check(kit::rss_check(rss0, size as u64));
         out.notes.push(format!(
             "{} trials were preempted by other tasks and repeated; {} undisturbed trials kept",
             run.preempted, run.kept
         ));
-        let placed = std::mem::take(&mut run.placed);
-        for c in placed.checks(numa) {
+        for c in std::mem::take(&mut run.placed).checks(numa) {
             out.check(c);
         }
         let peak = dimm_peak(ctx).map(|(p, src)| per_socket(&topo, &cpus, p, src));
@@ -205,7 +203,7 @@ impl Experiment for MemBandwidth {
 }
 
 /// The topology with this thread's CPU as the chosen one (it may be `--cpu`).
-fn placement_topology(ctx: &Context) -> crate::machine::Topology {
+fn placement_topology(ctx: &Context) -> Topology {
     let mut t = ctx.machine.topology.clone();
     if t.chosen_cpu != Some(ctx.cpu) {
         t.choose(ctx.cpu, "the CPU this run measures on");
@@ -213,64 +211,47 @@ fn placement_topology(ctx: &Context) -> crate::machine::Topology {
     t
 }
 
-/// The NUMA node of each CPU (None where unknown).
-fn topo_nodes(t: &crate::machine::Topology, cpus: &[usize]) -> Vec<Option<usize>> {
-    cpus.iter()
-        .map(|&c| t.place(c).and_then(|p| p.node))
-        .collect()
-}
-
 /// `t` parts of whole blocks over a buffer of `size` bytes at `base`.
 fn parts_of(base: usize, size: usize, t: usize) -> Vec<Part> {
-    let part_len = size / t / BLOCK * BLOCK;
+    let len = size / t / BLOCK * BLOCK;
     (0..t)
         .map(|k| Part {
-            base: base + k * part_len,
-            len: part_len,
+            base: base + k * len,
+            len,
         })
         .collect()
 }
 
 /// Sort key of a metric name "OP_Nt": the operation's rank, then N.
 fn metric_order(name: &str) -> (usize, usize, String) {
-    const RANK: [&str; 6] = [
-        "read",
-        "write",
-        "write_nt",
-        "copy",
-        "read_scalar",
-        "write_scalar",
-    ];
+    use Op::*;
     let (op, t) = name.rsplit_once('_').unwrap_or((name, ""));
     let t = t.trim_end_matches('t').parse().unwrap_or(usize::MAX);
-    let rank = RANK.iter().position(|r| *r == op).unwrap_or(RANK.len());
+    let all = [Read, Write, WriteNt, Copy, ReadScalar, WriteScalar];
+    let rank = all.iter().position(|o| o.name() == op).unwrap_or(all.len());
     (rank, t, name.to_string())
 }
 
-/// Operations measured again on huge pages, one thread.
-const THP_OPS: [Op; 3] = [Op::Read, Op::Write, Op::Copy];
-
 /// The buffer (the profile's size, larger when `cpus` threads need more, within the
 /// memory cap; a whole number of blocks per thread) and the most threads that get parts
-/// of at least 4 blocks (two per half for copy) in it: all `cpus` unless the cap holds
-/// fewer.
+/// of at least 4 blocks (two per half for copy) in it.
 pub(super) fn buffer(
     machine: &crate::machine::Machine,
     profile: Profile,
     cpus: usize,
 ) -> anyhow::Result<(usize, usize)> {
     let want = BUFFER.get(profile).max((4 * BLOCK * cpus) as u64);
-    let cap = crate::experiments::kit::memory_cap(machine, profile, want, 4 * BLOCK as u64)?;
+    let cap = kit::memory_cap(machine, profile, want, 4 * BLOCK as u64)?;
     let n = cpus.clamp(1, cap as usize / (4 * BLOCK));
     Ok(((cap as usize / (BLOCK * n)) * BLOCK * n, n))
 }
 
 /// Notes the buffer with MemAvailable, the threads it holds and the last-level cache.
 fn buffer_notes(ctx: &Context, llc: u64, size: usize, n: usize, cpus: usize, out: &mut Outcome) {
+    let (buffer, available) = (fmt_bytes(size as f64), ctx.machine.memory_budget_bytes());
+    let available = fmt_bytes(available as f64);
     out.notes.push(format!(
-        "memory cap {} (the buffer); MemAvailable {}",
-        fmt_bytes(size as f64),
-        fmt_bytes(ctx.machine.memory_budget_bytes() as f64)
+        "memory cap {buffer} (the buffer); MemAvailable {available}"
     ));
     if n < cpus {
         out.notes.push(format!(
@@ -279,8 +260,7 @@ fn buffer_notes(ctx: &Context, llc: u64, size: usize, n: usize, cpus: usize, out
     }
     if (size as u64) < 4 * llc {
         out.notes.push(format!(
-            "the buffer ({}) is less than 4x the last-level cache ({}): some trials may find data in the cache",
-            fmt_bytes(size as f64),
+            "the buffer ({buffer}) is less than 4x the last-level cache ({}): some trials may find data in the cache",
             fmt_bytes(llc as f64)
         ));
     }
@@ -289,7 +269,7 @@ fn buffer_notes(ctx: &Context, llc: u64, size: usize, n: usize, cpus: usize, out
 /// Measures streams over the buffer and counts preempted and kept trials.
 struct Streams<'a, 'c> {
     ctx: &'a Context<'c>,
-    topo: &'a crate::machine::Topology,
+    topo: &'a Topology,
     cpus: &'a [usize],
     spec: &'a HarnessConfig,
     size: usize,
@@ -298,140 +278,118 @@ struct Streams<'a, 'c> {
     placed: Placed,
 }
 
+/// Adds bandwidth metric `name` (bytes/s per trial) with the measurement's notes.
+fn bandwidth(out: &mut Outcome, name: &str, description: &str, m: &Measurement) -> f64 {
+    for note in &m.notes {
+        out.notes.push(format!("{name}: {note}"));
+    }
+    let bw: Vec<f64> = m.per_op_ns.iter().map(|ns| 1e9 / ns).collect();
+    let median = crate::stats::median(&bw);
+    out.metric(name, "bytes/s", description, bw);
+    median
+}
+
 impl Streams<'_, '_> {
     /// One team's trials of `op` over `parts`, its placement and trial counts recorded
     /// under `name`.
     fn stream(&mut self, name: &str, op: Op, parts: &[Part], first_touch: bool) -> Measurement {
-        let q = team(self.ctx, op, parts, self.cpus, self.spec, first_touch);
-        self.placed.add(name, &q);
-        self.preempted += q.m.preempted;
-        self.kept += q.m.per_op_ns.len();
-        q.m
+        let (m, placed) = team(self.ctx, op, parts, self.cpus, self.spec, first_touch);
+        self.placed.add(name, &placed);
+        self.preempted += m.preempted;
+        self.kept += m.per_op_ns.len();
+        m
     }
 
     /// Every operation at every thread count (the scalar ones with one thread), each count
-    /// on a fresh buffer, and the by-thread series; `n` is the largest count.
+    /// on a fresh buffer, and the by-thread series.
     fn by_threads(
         &mut self,
         counts: &[usize],
         ops: &[Op],
         scalar: &[Op],
         numa: bool,
-        n: usize,
         out: &mut Outcome,
     ) -> anyhow::Result<()> {
         let (ctx, size) = (self.ctx, self.size);
-        let mut pts: Vec<(Op, Vec<[f64; 2]>)> = ops.iter().map(|&o| (o, Vec::new())).collect();
+        let mut pts: Vec<Vec<[f64; 2]>> = vec![Vec::new(); ops.len()];
         for &t in counts {
             // A fresh buffer per thread count, each thread faulting in its own part: its
             // pages sit on the node of the CPU that reads them.
             (ctx.progress)(&format!("{t} thread(s) fault in their parts"));
             let region = Region::new(size, Pages::Base)?;
             let parts = parts_of(region.as_ptr() as usize, size, t);
-            let todo: Vec<Op> = ops
-                .iter()
-                .chain(if t == 1 { scalar } else { &[] })
-                .copied()
-                .collect();
-            for (i, &op) in todo.iter().enumerate() {
-                let med = self.measure(op, &parts, n, i == 0, out);
-                if let Some(p) = pts.iter_mut().find(|p| p.0 == op) {
-                    p.1.push([t as f64, med]);
+            let extra = if t == 1 { scalar } else { &[] };
+            for (i, &op) in ops.iter().chain(extra).enumerate() {
+                let med = self.measure(op, &parts, i == 0, out);
+                if let Some(p) = pts.get_mut(i) {
+                    p.push([t as f64, med]);
                 }
             }
             if numa {
-                self.placed
-                    .pages_on_nodes(topo_nodes(self.topo, &self.cpus[..t]), &parts);
+                let nodes = self.cpus[..t]
+                    .iter()
+                    .map(|&c| self.topo.place(c).and_then(|p| p.node));
+                self.placed.pages_on_nodes(nodes.collect(), &parts);
             }
-            drop(region);
         }
-        for (op, points) in pts {
-            out.series.push(Series {
-                name: format!("{}_by_threads", op.name()),
-                x_unit: "threads".into(),
-                y_unit: "bytes/s".into(),
+        for (op, points) in ops.iter().zip(pts) {
+            out.plot(
+                &format!("{}_by_threads", op.name()),
+                "threads",
+                "bytes/s",
                 points,
-            });
+            );
         }
         // The metrics in the order of the operations, then thread counts.
         out.metrics.sort_by_key(|m| metric_order(&m.name));
         Ok(())
     }
 
-    /// `op` with one thread per part (thread k on `cpus[k]`); the metric `OP_Tt` for one
-    /// thread and for all `n`; returns the median bandwidth. `first_touch`: the threads
+    /// `op` with one thread per part (thread k on `cpus[k]`), kept as metric `OP_Tt` for
+    /// one thread and for all; returns the median bandwidth. `first_touch`: the threads
     /// fault their parts in first.
-    fn measure(
-        &mut self,
-        op: Op,
-        parts: &[Part],
-        n: usize,
-        first_touch: bool,
-        out: &mut Outcome,
-    ) -> f64 {
-        let (ctx, size) = (self.ctx, self.size);
-        let t = parts.len();
-        (ctx.progress)(&format!("{} with {t} thread(s)", op.name()));
+    fn measure(&mut self, op: Op, parts: &[Part], first_touch: bool, out: &mut Outcome) -> f64 {
+        let (t, cpus) = (parts.len(), &self.cpus[..parts.len()]);
+        (self.ctx.progress)(&format!("{} with {t} thread(s)", op.name()));
         let name = format!("{}_{t}t", op.name());
-        let q = self.stream(&name, op, parts, first_touch);
-        let bw: Vec<f64> = q.per_op_ns.iter().map(|ns| 1e9 / ns).collect();
-        for note in &q.notes {
-            out.notes.push(format!("{name}: {note}"));
+        let m = self.stream(&name, op, parts, first_touch);
+        if t > 1 && t < self.cpus.len() {
+            let bw: Vec<f64> = m.per_op_ns.iter().map(|ns| 1e9 / ns).collect();
+            out.notes
+                .extend(m.notes.iter().map(|note| format!("{name}: {note}")));
+            return crate::stats::median(&bw);
         }
-        let med = crate::stats::median(&bw);
-        if t == 1 || t == n {
-            let placed = self.topo.describe_cpus(&self.cpus[..t]);
-            let on = if t == 1 {
-                format!("on CPU {}", self.cpus[0])
-            } else {
-                format!(
-                    "on CPUs {}, {}",
-                    self.cpus[..t]
-                        .iter()
-                        .map(|c| c.to_string())
-                        .collect::<Vec<_>>()
-                        .join(","),
-                    if placed.smt_shared.is_empty() {
-                        "one per physical core".to_string()
-                    } else {
-                        format!(
-                            "{} of them SMT siblings of another's core",
-                            placed.smt_shared.len()
-                        )
-                    }
-                )
+        let placed = self.topo.describe_cpus(cpus);
+        let on = if t == 1 {
+            format!("on CPU {}", cpus[0])
+        } else {
+            let list: Vec<String> = cpus.iter().map(|c| c.to_string()).collect();
+            let smt = match placed.smt_shared.len() {
+                0 => "one per physical core".to_string(),
+                k => format!("{k} of them SMT siblings of another's core"),
             };
-            if first_touch {
-                if let Some(note) = placed.shared_note() {
-                    out.notes.push(format!("{t} threads: {note}"));
-                }
-            }
-            out.metric(
-                &name,
-                "bytes/s",
-                &format!(
-                    "{}, {t} thread(s) {on}, {} buffer",
-                    op.describe(),
-                    fmt_bytes(size as f64)
-                ),
-                bw,
-            );
+            format!("on CPUs {}, {smt}", list.join(","))
+        };
+        let buffer = fmt_bytes(self.size as f64);
+        let what = format!("{}, {t} thread(s) {on}, {buffer} buffer", op.describe());
+        let median = bandwidth(out, &name, &what, &m);
+        if let Some(note) = placed.shared_note().filter(|_| first_touch) {
+            out.notes.push(format!("{t} threads: {note}"));
         }
-        med
+        median
     }
 
-    /// Huge pages: a stream enters a new base page every page_size / line_size lines,
-    /// so on base pages each trial also pays TLB misses and page walks the prediction
-    /// leaves out.
+    /// Huge pages: a stream enters a new base page every page_size / line_size lines, so
+    /// on base pages each trial also pays TLB misses and page walks the prediction leaves
+    /// out.
     fn huge_pages(&mut self, out: &mut Outcome) -> anyhow::Result<()> {
         let (ctx, size) = (self.ctx, self.size);
-        if let Some(why) = crate::experiments::kit::too_small_for_huge_pages(ctx.machine, size) {
+        if let Some(why) = kit::too_small_for_huge_pages(ctx.machine, size) {
             out.notes.push(format!("no huge-page figures: {why}"));
             return Ok(());
         }
         (ctx.progress)("huge-page buffer");
-        let huge = crate::experiments::kit::huge_page(ctx.machine);
-        let mut region = Region::aligned(size, Pages::Huge, huge)?;
+        let mut region = Region::aligned(size, Pages::Huge, kit::huge_page(ctx.machine))?;
         region.prefault();
         region.as_mut_slice().fill(0x5a);
         let frac = region.huge_bytes().unwrap_or(0) as f64 / size as f64;
@@ -456,21 +414,14 @@ impl Streams<'_, '_> {
         for op in THP_OPS {
             (ctx.progress)(&format!("{} with 1 thread, huge pages", op.name()));
             let name = format!("{}_thp_1t", op.name());
-            let q = self.stream(&name, op, &part, false);
-            for note in &q.notes {
-                out.notes.push(format!("{name}: {note}"));
-            }
-            out.metric(
-                &name,
-                "bytes/s",
-                &format!(
-                    "{}, 1 thread, {} buffer on huge pages ({:.0}% backed)",
-                    op.describe(),
-                    fmt_bytes(size as f64),
-                    frac * 100.0
-                ),
-                q.per_op_ns.iter().map(|ns| 1e9 / ns).collect(),
+            let m = self.stream(&name, op, &part, false);
+            let what = format!(
+                "{}, 1 thread, {} buffer on huge pages ({:.0}% backed)",
+                op.describe(),
+                fmt_bytes(size as f64),
+                frac * 100.0
             );
+            bandwidth(out, &name, &what, &m);
         }
         Ok(())
     }
@@ -608,16 +559,12 @@ mod tests {
 
     #[test]
     fn threads_elsewhere_fail_and_unknown_placement_is_unverified() {
-        let team = |misplaced: Vec<String>, unknown: Option<String>| kernel::StreamRun {
-            m: crate::harness::Measurement {
-                per_op_ns: vec![],
-                iters: 0,
-                notes: vec![],
-                preempted: 0,
-                undisturbed: 0,
-            },
-            misplaced,
-            unknown,
+        let team = |misplaced: Vec<String>, unknown: Option<String>| {
+            crate::experiments::kit::team::TeamPlacement {
+                misplaced,
+                unknown,
+                places: vec![],
+            }
         };
         let mut p = Placed::default();
         p.add("read_2t", &team(vec![], None));

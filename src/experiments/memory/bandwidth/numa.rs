@@ -2,11 +2,11 @@
 //! latency matrix.
 
 use super::kernel::{touch, Part};
-use super::{Op, Placed, Streams, BLOCK};
-use crate::experiments::kit::place::{pin, Pinned, Place, NO_CURRENT_CPU};
-use crate::experiments::kit::{measure_raw, Pages, Region};
+use super::{Op, Streams, BLOCK};
+use crate::experiments::kit::team::Team;
+use crate::experiments::kit::{self, measure_raw, Pages, Region};
+use crate::experiments::memory::latency::{chase, lay, UNROLL};
 use crate::experiments::Outcome;
-use crate::results::Series;
 use crate::rng::{sattolo, Rng};
 use crate::units::fmt_bytes;
 
@@ -16,68 +16,10 @@ pub(super) fn configs(nodes: usize) -> usize {
     nodes.saturating_sub(1) + nodes * nodes
 }
 
-/// Loads per iteration of the chase loop.
-const UNROLL: u64 = 8;
-
-/// Follows the chain `iters * UNROLL` steps from `p`.
-///
-/// # Safety
-/// `p` must point into a chain laid by `lay_at`: each node's first word holds the address
-/// of another node of the same live chain.
-#[inline(never)]
-unsafe fn chase(mut p: *const u8, iters: u64) -> *const u8 {
-    for _ in 0..iters {
-        for _ in 0..UNROLL {
-            // SAFETY: guaranteed by the caller; volatile keeps every dependent load.
-            p = unsafe { std::ptr::read_volatile(p as *const *const u8) };
-        }
-    }
-    p
-}
-
-/// Lays a chain of `next.len()` nodes `stride` bytes apart from `base`: node i points to
-/// node next[i]. Written by the calling thread, so the pages sit on its node.
-fn lay_at(base: usize, stride: usize, next: &[u32]) {
-    for (i, &j) in next.iter().enumerate() {
-        // SAFETY: the caller's region holds next.len() * stride bytes from base (checked
-        // by `per_node`); stride >= 8 and base is page-aligned, so each slot is aligned
-        // and disjoint.
-        unsafe {
-            ((base + i * stride) as *mut usize).write(base + j as usize * stride);
-        }
-    }
-}
-
-/// Runs `f` on a thread pinned to `cpu`; records pin failures and moves in `placed`.
-fn on_cpu<R: Send>(placed: &mut Placed, what: &str, cpu: usize, f: impl FnOnce() -> R + Send) -> R {
-    let (r, pinned, place) = std::thread::scope(|s| {
-        s.spawn(|| {
-            let pinned = pin(cpu);
-            let r = f();
-            let mut place = Place::new(cpu);
-            place.look();
-            (r, pinned, place)
-        })
-        .join()
-        .expect("placement thread panicked")
-    });
-    placed.teams += 1;
-    match pinned {
-        Pinned::Hard => {}
-        Pinned::Soft(why) => {
-            placed.unknown.get_or_insert(why);
-        }
-        Pinned::Failed(e) => placed
-            .misplaced
-            .push(format!("{what}: could not pin to CPU {cpu} ({e})")),
-    }
-    if let Some(c) = place.last_away {
-        placed
-            .misplaced
-            .push(format!("{what}: placed on CPU {cpu}, ended on CPU {c}"));
-    } else if place.blind > 0 {
-        placed.unknown.get_or_insert_with(|| NO_CURRENT_CPU.into());
-    }
+/// Runs `f` on a thread pinned to `cpu`; records where it ran in `placed`.
+fn on_cpu<R: Send>(run: &mut Streams, what: &str, cpu: usize, f: impl FnOnce() -> R + Send) -> R {
+    let (r, placed) = Team::once(run.ctx.clock, cpu, f);
+    run.placed.add(what, &placed);
     r
 }
 
@@ -117,20 +59,21 @@ fn remote_reads(
         };
         let name = format!("{}_1t", remote_name("read", nodes.len(), *b));
         (ctx.progress)(&format!("{name}: memory faulted in on node {b}"));
-        on_cpu(&mut run.placed, &name, cpus_b[0], || touch(part));
+        on_cpu(run, &name, cpus_b[0], || touch(part));
         run.placed.pages_on_nodes(vec![Some(*b)], &[part]);
-        let q = run.stream(&name, Op::Read, &[part], false);
+        let m = run.stream(&name, Op::Read, &[part], false);
+        let what = format!(
+            "{}, 1 thread on CPU {} (node {home}) reading {} first touched by CPU {} (node {b})",
+            Op::Read.describe(),
+            run.cpus[0],
+            fmt_bytes(part.len as f64),
+            cpus_b[0]
+        );
         out.metric(
             &name,
             "bytes/s",
-            &format!(
-                "{}, 1 thread on CPU {} (node {home}) reading {} first touched by CPU {} (node {b})",
-                Op::Read.describe(),
-                run.cpus[0],
-                fmt_bytes(part.len as f64),
-                cpus_b[0]
-            ),
-            q.per_op_ns.iter().map(|ns| 1e9 / ns).collect(),
+            &what,
+            m.per_op_ns.iter().map(|ns| 1e9 / ns).collect(),
         );
     }
     Ok(())
@@ -145,35 +88,28 @@ fn latency_matrix(
 ) -> anyhow::Result<()> {
     let ctx = run.ctx;
     let home = nodes[0].0;
-    let line = crate::experiments::kit::line_bytes(&ctx.machine.data_caches()).max(8);
-    let llc =
-        crate::experiments::kit::llc_bytes(&ctx.machine.data_caches()).unwrap_or(32 << 20) as usize;
+    let caches = ctx.machine.data_caches();
+    let line = kit::line_bytes(&caches).max(8);
+    let llc = kit::llc_bytes(&caches).unwrap_or(32 << 20) as usize;
     let size = (4 * llc).max(64 << 20).min(run.size);
-    let lines = size / line;
-    let next = sattolo(lines, &mut Rng::new(0x6e75_6d61));
+    let len = size / line * line;
+    let next = sattolo(size / line, &mut Rng::new(0x6e75_6d61));
     let mut rows: Vec<Vec<[f64; 2]>> = vec![Vec::new(); nodes.len()];
     for (b, cpus_b) in nodes {
-        let region = Region::new(lines * line, Pages::Base)?;
-        let base = region.as_ptr() as usize;
+        let mut region = Region::new(len, Pages::Base)?;
         let what = format!("latency chain on node {b}");
-        on_cpu(&mut run.placed, &what, cpus_b[0], || {
-            lay_at(base, line, &next)
-        });
-        run.placed.pages_on_nodes(
-            vec![Some(*b)],
-            &[Part {
-                base,
-                len: lines * line,
-            }],
-        );
+        on_cpu(run, &what, cpus_b[0], || lay(&mut region, line, &next));
+        let base = region.as_ptr() as usize;
+        run.placed
+            .pages_on_nodes(vec![Some(*b)], &[Part { base, len }]);
         for (ai, (a, cpus_a)) in nodes.iter().enumerate() {
             (ctx.progress)(&format!("latency from node {a} to node {b}"));
             let (clock, spec) = (ctx.clock, run.spec);
             let what = format!("latency from node {a} to node {b}");
-            let m = on_cpu(&mut run.placed, &what, cpus_a[0], move || {
+            let m = on_cpu(run, &what, cpus_a[0], move || {
                 let mut p = base as *const u8;
                 let m = measure_raw(clock, spec, UNROLL as f64, |iters| {
-                    // SAFETY: `lay_at` laid a single-cycle chain over the region, which
+                    // SAFETY: `lay` laid a single-cycle chain over the region, which
                     // lives until after this scoped thread is joined.
                     p = unsafe { chase(p, iters) };
                 });
@@ -183,32 +119,23 @@ fn latency_matrix(
             run.preempted += m.preempted;
             run.kept += m.per_op_ns.len();
             rows[ai].push([*b as f64, m.median_ns()]);
-            if *a == home {
-                let name = if *b == home {
-                    "latency_local".to_string()
-                } else {
-                    remote_name("latency", nodes.len(), *b)
-                };
-                out.metric(
-                    &name,
-                    "ns",
-                    &format!(
-                        "one dependent load, CPU {} (node {a}) chasing a random cycle over {} of base pages first touched on node {b}",
-                        cpus_a[0],
-                        fmt_bytes(size as f64)
-                    ),
-                    m.per_op_ns.clone(),
-                );
+            if *a != home {
+                continue;
             }
+            let name = match *b == home {
+                true => "latency_local".to_string(),
+                false => remote_name("latency", nodes.len(), *b),
+            };
+            let what = format!(
+                "one dependent load, CPU {} (node {a}) chasing a random cycle over {} of base pages first touched on node {b}",
+                cpus_a[0],
+                fmt_bytes(size as f64)
+            );
+            out.metric(&name, "ns", &what, m.per_op_ns);
         }
     }
-    for (ai, (a, _)) in nodes.iter().enumerate() {
-        out.series.push(Series {
-            name: format!("latency_from_node{a}"),
-            x_unit: "node".into(),
-            y_unit: "ns".into(),
-            points: std::mem::take(&mut rows[ai]),
-        });
+    for ((a, _), points) in nodes.iter().zip(rows) {
+        out.plot(&format!("latency_from_node{a}"), "node", "ns", points);
     }
     Ok(())
 }

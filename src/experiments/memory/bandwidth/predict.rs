@@ -1,7 +1,7 @@
 //! mem.bandwidth's predictions: a core's stream rate from mem.latency's sequential chase,
 //! times the cores, capped by the DIMMs' peak where it is known.
 
-use super::{ops, placement_topology, thread_counts, Op, THP_OPS};
+use super::{ops, placement_topology, scalar_ops, thread_counts, Op, THP_OPS};
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{Context, Profile};
 use crate::results::Prediction;
@@ -15,51 +15,39 @@ pub(super) fn dimm_peak(ctx: &Context) -> Result<(f64, String), String> {
     }
 }
 
-/// Line fills one line of an operation's bytes needs from memory: a read fills its line,
-/// an ordinary store reads its line for ownership first, a copy does both (source and
-/// destination), a non-temporal store none (it is written through write-combining).
-pub(super) fn fills_per_line(op: Op) -> f64 {
+/// Per line of an operation's bytes: the line fills it needs from memory (a store reads
+/// its line for ownership, a copy fills source and destination, a non-temporal store
+/// none) and the lines crossing the bus for the DIMMs' cap (fills plus write-backs).
+fn lines_per_line(op: Op) -> (f64, f64) {
     match op {
-        Op::Read | Op::ReadScalar | Op::Write | Op::WriteScalar => 1.0,
-        Op::Copy => 2.0,
-        Op::WriteNt => 0.0,
+        Op::Read | Op::ReadScalar => (1.0, 1.0),
+        Op::Write | Op::WriteScalar => (1.0, 2.0),
+        Op::Copy => (2.0, 3.0),
+        Op::WriteNt => (0.0, 1.0),
     }
 }
 
-/// Lines that cross the memory bus per line of an operation's bytes: fills plus
-/// write-backs (a store's line goes back dirty), for the DIMMs' cap.
-pub(super) fn bus_lines_per_line(op: Op) -> f64 {
-    match op {
-        Op::Read | Op::ReadScalar => 1.0,
-        Op::Write | Op::WriteScalar => 2.0,
-        Op::Copy => 3.0,
-        Op::WriteNt => 1.0,
-    }
-}
-
-/// Predictions from figures measured earlier: one core streams no slower than
-/// mem.latency's sequential chase brings in lines (one line per `dram_sequential`, each
-/// load waiting for the one before, so the prefetcher alone keeps lines in flight); an
-/// operation needing k line fills per line of its bytes gets 1/k of that rate; N threads
-/// on N physical cores get N times it (SMT siblings share their core's fills), capped by
-/// the DIMMs' peak over the bus lines each line costs, where the peak is known.
+/// One core streams no slower than mem.latency's sequential chase brings in lines; an
+/// operation needing k fills per line gets 1/k of that; N physical cores N times it,
+/// capped by the DIMMs' peak over the bus lines each line costs, where that is known.
 pub(super) fn predict_streams(ctx: &Context) -> Vec<(String, Prediction)> {
     let n = ctx.machine.cpu.allowed_cpus.len().max(1);
     let topo = placement_topology(ctx);
     let allowed = &ctx.machine.cpu.allowed_cpus;
     let mut names: Vec<(Op, usize, String)> = Vec::new();
     for &k in &thread_counts(n, ctx.profile) {
-        for op in ops() {
-            names.push((op, k, format!("{}_{k}t", op.name())));
-        }
+        names.extend(
+            ops()
+                .into_iter()
+                .map(|op| (op, k, format!("{}_{k}t", op.name()))),
+        );
     }
+    let scalar = scalar_ops(ctx.profile)
+        .iter()
+        .map(|&op| (op, 1, format!("{}_1t", op.name())));
+    names.extend(scalar);
     if ctx.profile != Profile::Smoke {
-        for op in [Op::ReadScalar, Op::WriteScalar] {
-            names.push((op, 1, format!("{}_1t", op.name())));
-        }
-        for op in THP_OPS {
-            names.push((op, 1, format!("{}_thp_1t", op.name())));
-        }
+        names.extend(THP_OPS.map(|op| (op, 1, format!("{}_thp_1t", op.name()))));
     }
     let line = crate::experiments::kit::line_bytes(&ctx.machine.data_caches()) as f64;
     let mut p = Predictions::new(ctx);
@@ -89,7 +77,7 @@ pub(super) fn stream_prediction(
     let Some(t) = seq.value().filter(|t| *t > 0.0) else {
         return without_chase(op, threads, seq, cap);
     };
-    let fills = fills_per_line(op);
+    let fills = lines_per_line(op).0;
     let one = line / t * 1e9;
     let (per_core, what) = if fills > 0.0 {
         let s = if fills > 1.0 { "s" } else { "" };
@@ -144,7 +132,7 @@ pub(super) fn stream_prediction(
 /// `p` (of `rate`) capped by the DIMMs' peak over the bus lines each line of `op` costs,
 /// where that is lower.
 fn dimm_capped(p: Prediction, rate: f64, op: Op, (peak, src): (f64, String)) -> Prediction {
-    let bus = bus_lines_per_line(op);
+    let bus = lines_per_line(op).1;
     if peak / bus >= rate {
         return p;
     }

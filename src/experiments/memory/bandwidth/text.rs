@@ -7,10 +7,6 @@ use crate::results::Check;
 use crate::stats::Summary;
 use crate::units::fmt_bandwidth;
 
-fn summary(out: &Outcome, name: &str) -> Option<Summary> {
-    out.get(name).map(|m| m.summary.clone())
-}
-
 /// Non-temporal against ordinary stores. Reads for ownership are named as the cause only
 /// when the data shows them: ordinary stores write below the read bandwidth and
 /// non-temporal stores (which skip that read) above the ordinary ones, both beyond the
@@ -41,26 +37,27 @@ pub(super) fn nt_vs_write(r: &Summary, w: &Summary, nt: &Summary) -> String {
     head + &tail
 }
 
-/// Huge pages against base pages for one thread's read, write and copy. The page size is
-/// the one difference between the pairs, so TLB misses and page walks are named only when
-/// every pair is apart beyond the 95% intervals with huge pages faster; otherwise the text
-/// says which pairs differ beyond noise and names no cause.
+/// Huge pages against base pages for one thread's read, write and copy: TLB misses are
+/// named only when every pair is apart beyond the 95% intervals with huge pages faster.
 fn huge_vs_base(out: &Outcome) -> Option<String> {
     let mut parts = Vec::new();
     let mut seps = Vec::new();
     for (verb, name) in [("reads", "read"), ("writes", "write"), ("copies", "copy")] {
-        let base = summary(out, &format!("{name}_1t"))?;
-        let huge = summary(out, &format!("{name}_thp_1t"))?;
-        let sep = separation(&huge, &base);
+        let (base, huge) = (format!("{name}_1t"), format!("{name}_thp_1t"));
+        let (b, h) = (
+            out.get(&base)?.summary.median,
+            out.get(&huge)?.summary.median,
+        );
+        let sep = out.separation(&huge, &base);
         let mark = match sep {
             Separation::Above => "faster beyond noise",
             Separation::Overlap => "within noise",
             Separation::Below => "slower beyond noise",
         };
+        let change = (h / b - 1.0) * 100.0;
         parts.push(format!(
-            "{verb} {} ({:+.0}%, {mark})",
-            fmt_bandwidth(huge.median),
-            (huge.median / base.median - 1.0) * 100.0
+            "{verb} {} ({change:+.0}%, {mark})",
+            fmt_bandwidth(h)
         ));
         seps.push(sep);
     }
@@ -78,25 +75,13 @@ fn huge_vs_base(out: &Outcome) -> Option<String> {
 /// The findings of a run from its metrics (`n` threads at most; `peak` the DIMMs'
 /// theoretical bandwidth with its source, or why it is unknown).
 pub(super) fn conclusions(out: &mut Outcome, n: usize, peak: Result<(f64, String), String>) {
-    let medians: Vec<(String, f64)> = out
-        .metrics
-        .iter()
-        .map(|m| (m.name.clone(), m.summary.median))
-        .collect();
-    let med = |name: &str| medians.iter().find(|m| m.0 == name).map(|m| m.1);
+    let med = |name: &str| out.get(name).map(|m| m.summary.median);
     let (r1, w1, c1) = (med("read_1t"), med("write_1t"), med("copy_1t"));
+    let scalar = (med("read_scalar_1t"), med("write_scalar_1t"));
     if let Some(t) = huge_vs_base(out) {
-        out.finding(
-            t,
-            &[
-                "read_1t",
-                "read_thp_1t",
-                "write_1t",
-                "write_thp_1t",
-                "copy_1t",
-                "copy_thp_1t",
-            ],
-        );
+        let pairs = ["read", "write", "copy"].map(|o| [format!("{o}_1t"), format!("{o}_thp_1t")]);
+        let from: Vec<&str> = pairs.iter().flatten().map(String::as_str).collect();
+        out.finding(t, &from);
     }
     if let (Some(r), Some(w), Some(c)) = (r1, w1, c1) {
         out.finding(
@@ -109,9 +94,7 @@ pub(super) fn conclusions(out: &mut Outcome, n: usize, peak: Result<(f64, String
             &["read_1t", "write_1t", "copy_1t"],
         );
     }
-    if let (Some(r), Some(w), Some(rs), Some(ws)) =
-        (r1, w1, med("read_scalar_1t"), med("write_scalar_1t"))
-    {
+    if let (Some(r), Some(w), (Some(rs), Some(ws))) = (r1, w1, scalar) {
         out.finding(
                 format!(
                     "Loops of single 8-byte volatile accesses (as in sysbench memory) read {} and write {}: {:.2}x and {:.2}x the vectorised loops.",
@@ -123,15 +106,14 @@ pub(super) fn conclusions(out: &mut Outcome, n: usize, peak: Result<(f64, String
                 &["read_scalar_1t", "write_scalar_1t", "read_1t", "write_1t"],
             );
     }
+    let summary = |name: &str| out.get(name).map(|m| m.summary.clone());
     if let (Some(r), Some(w), Some(nt)) = (
-        summary(out, "read_1t"),
-        summary(out, "write_1t"),
-        summary(out, "write_nt_1t"),
+        summary("read_1t"),
+        summary("write_1t"),
+        summary("write_nt_1t"),
     ) {
-        out.finding(
-            nt_vs_write(&r, &w, &nt),
-            &["write_nt_1t", "write_1t", "read_1t"],
-        );
+        let from = ["write_nt_1t", "write_1t", "read_1t"];
+        out.finding(nt_vs_write(&r, &w, &nt), &from);
     }
     scaling(out, n, r1);
     against_peak(out, peak);
@@ -139,53 +121,44 @@ pub(super) fn conclusions(out: &mut Outcome, n: usize, peak: Result<(f64, String
 
 /// The N-thread read against one thread's, as a finding and the scaling check.
 fn scaling(out: &mut Outcome, n: usize, r1: Option<f64>) {
+    let rn = format!("read_{n}t");
+    let (Some(r), Some(rall)) = (r1, out.get(&rn).map(|m| m.summary.median)) else {
+        return;
+    };
     if n <= 1 {
         return;
     }
-    let rn = format!("read_{n}t");
-    let rall = out.get(&rn).map(|m| m.summary.median);
-    if let (Some(r), Some(rall)) = (r1, rall) {
-        out.finding(
-            format!(
-                "{n} threads read {} together, {:.2}x one thread.",
-                fmt_bandwidth(rall),
-                rall / r
-            ),
-            &["read_1t", rn.as_str()],
-        );
-        out.check(Check::sanity(
-            "more threads do not read slower",
-            rall >= 0.8 * r,
-            format!(
-                "{n} threads {}, 1 thread {}",
-                fmt_bandwidth(rall),
-                fmt_bandwidth(r)
-            ),
-        ));
-    }
+    let text = format!(
+        "{n} threads read {} together, {:.2}x one thread.",
+        fmt_bandwidth(rall),
+        rall / r
+    );
+    out.finding(text, &["read_1t", rn.as_str()]);
+    let (all, one) = (fmt_bandwidth(rall), fmt_bandwidth(r));
+    let detail = format!("{n} threads {all}, 1 thread {one}");
+    out.check(Check::sanity(
+        "more threads do not read slower",
+        rall >= 0.8 * r,
+        detail,
+    ));
 }
 
 /// The best read against the DIMMs' theoretical peak, or why the peak is unknown.
 fn against_peak(out: &mut Outcome, peak: Result<(f64, String), String>) {
-    match peak {
-        Ok((peak, src)) => {
-            let best = out
-                .metrics
-                .iter()
-                .filter(|m| m.name.starts_with("read_"))
-                .map(|m| m.summary.median)
-                .fold(0.0, f64::max);
-            out.finding(
-                format!(
-                    "The best read bandwidth is {:.0}% of the theoretical peak {} ({src}).",
-                    best / peak * 100.0,
-                    fmt_bandwidth(peak)
-                ),
-                &["read_1t"],
-            );
-        }
-        Err(why) => out.notes.push(format!("theoretical peak unknown: {why}")),
-    }
+    let (peak, src) = match peak {
+        Ok(p) => p,
+        Err(why) => return out.notes.push(format!("theoretical peak unknown: {why}")),
+    };
+    let reads = out.metrics.iter().filter(|m| m.name.starts_with("read_"));
+    let best = reads.map(|m| m.summary.median).fold(0.0, f64::max);
+    out.finding(
+        format!(
+            "The best read bandwidth is {:.0}% of the theoretical peak {} ({src}).",
+            best / peak * 100.0,
+            fmt_bandwidth(peak)
+        ),
+        &["read_1t"],
+    );
 }
 
 #[cfg(test)]

@@ -3,18 +3,18 @@
 
 use super::{Traffic, BATCH, STORED};
 use crate::experiments::kit::place::Place;
+use crate::experiments::kit::team::Team;
 use crate::experiments::kit::{measure_raw, measure_trials, spin_until, Region};
 use crate::experiments::memory::latency::{chase, UNROLL};
 use crate::experiments::Context;
 use crate::harness::HarnessConfig;
 use crate::units::{fmt_bandwidth, fmt_ns};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering::{self, Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::time::Duration;
 
-/// One line of a load thread's stream, the one at word `*pos` of its part: read (every
-/// word added into `acc`, eight lanes so no add waits on the one before) or, when the
-/// traffic writes the thread's `n`th line, every word stored with ordinary stores. Then
-/// `*pos` moves to the next line, back to 0 past the last whole line.
+/// The load thread's `n`th line, at word `*pos` of its part: read into `acc` (eight lanes,
+/// so no add waits on the one before) or stored whole; then `*pos` moves on, wrapping.
 #[inline(always)]
 pub(super) fn step(
     part: &mut [u64],
@@ -64,9 +64,8 @@ pub(super) fn delay_ns_per_iter(ctx: &Context, cfg: &HarnessConfig) -> f64 {
     m.median_ns().max(0.01)
 }
 
-/// A load thread's lines read and hiccups (batches that took far longer than its
-/// quickest: it was descheduled or stalled), on a cache line of their own (128 bytes:
-/// adjacent-line prefetch works in pairs).
+/// A load thread's lines read and hiccups (batches far slower than its quickest), on
+/// 128 bytes of their own (adjacent-line prefetch works in pairs).
 #[repr(align(128))]
 #[derive(Default)]
 struct LineCounter {
@@ -74,7 +73,7 @@ struct LineCounter {
     hiccups: AtomicU64,
 }
 
-/// A batch slower than twice the quickest plus this is a hiccup, ns: longer than any
+/// A batch slower than twice the quickest plus this (ns) is a hiccup: longer than any
 /// memory stall, shorter than a time slice.
 const HICCUP_SLACK_NS: f64 = 20_000.0;
 
@@ -95,16 +94,12 @@ pub(super) struct LoadSpan {
 pub(super) struct LoadedPoint {
     /// Target gap between a load thread's lines, ns; None for idle.
     pub(super) gap: Option<f64>,
-    /// What the load threads did with their lines.
     pub(super) traffic: Traffic,
-    /// Chase ns per load, per trial.
+    /// Per trial: chase ns per load, and bytes/s of the load threads and the chase.
     pub(super) latency: Vec<f64>,
-    /// Bytes/s over each trial (load threads and chase).
     pub(super) bandwidth: Vec<f64>,
-    /// Trials set aside (and repeated) because a load thread read nothing or hiccuped
-    /// in them.
+    /// Trials set aside because a load thread read nothing or hiccuped, and trials kept.
     pub(super) stalled: usize,
-    /// Trials kept.
     pub(super) trials: usize,
     /// Spans of the load threads, and the span of the chase's trials.
     pub(super) spans: Vec<LoadSpan>,
@@ -119,6 +114,13 @@ impl LoadedPoint {
     }
     pub(super) fn bandwidth_bps(&self) -> f64 {
         crate::stats::median(&self.bandwidth)
+    }
+    /// "gap 50 ns (reads)", or "gap idle".
+    pub(super) fn label(&self) -> String {
+        match self.gap {
+            Some(g) => format!("gap {} ({})", fmt_ns(g), self.traffic.label()),
+            None => "gap idle".into(),
+        }
     }
     /// Why the load did not run alongside the whole point, if it did not.
     pub(super) fn concurrency_failure(&self, loaders: &[usize]) -> Option<String> {
@@ -155,15 +157,14 @@ pub(super) struct LoadTeam<'a, 'c> {
     pub(super) cfg: &'a HarnessConfig,
     pub(super) quiet_cfg: &'a HarnessConfig,
     pub(super) chain: &'a Region,
-    /// The reference chase (mem.latency's chase, laid afresh), when memory allowed it.
     pub(super) reference: Option<&'a Region>,
     pub(super) loads: &'a Region,
     pub(super) line: usize,
     pub(super) loaders: &'a [usize],
 }
 
-/// The measured points: idle (every repeat's trials pooled) and each traffic's loaded
-/// points, lightest load first, with the quiet repeats taken between them.
+/// The idle point (every repeat pooled), each traffic's points lightest load first, and
+/// the quiet repeats between them.
 pub(super) struct Sweep {
     pub(super) idle: LoadedPoint,
     pub(super) reads: Vec<LoadedPoint>,
@@ -171,82 +172,33 @@ pub(super) struct Sweep {
     pub(super) quiet: QuietRepeats,
 }
 
-/// The idle chase and the reference chase, measured side by side before the sweep and
-/// after each gap: each repeat's median latency, ns, in the order taken (the reference's
-/// empty without a reference).
+/// Each repeat's median latency (ns) of the idle and the reference chase, in order taken.
 #[derive(Debug, Clone, Default)]
 pub(super) struct QuietRepeats {
     pub(super) idle: Vec<f64>,
     pub(super) reference: Vec<f64>,
 }
 
-/// What the chase thread tells the load threads.
+/// What the chase thread and the load threads share beside the team's steps.
 struct LoadSignals {
-    gen: AtomicU64,
-    delay: AtomicU64,
-    /// The load threads write a line in three (`Traffic::Mix`) rather than only read.
-    mix: AtomicBool,
     stop: AtomicBool,
-    quit: AtomicBool,
     started: AtomicUsize,
-    done: AtomicUsize,
     counters: Vec<LineCounter>,
     spans: Vec<std::sync::Mutex<LoadSpan>>,
 }
 
 impl LoadSignals {
-    fn new(k: usize) -> LoadSignals {
-        LoadSignals {
-            gen: AtomicU64::new(0),
-            delay: AtomicU64::new(0),
-            mix: AtomicBool::new(false),
-            stop: AtomicBool::new(false),
-            quit: AtomicBool::new(false),
-            started: AtomicUsize::new(0),
-            done: AtomicUsize::new(0),
-            counters: (0..k).map(|_| LineCounter::default()).collect(),
-            spans: (0..k).map(|_| Default::default()).collect(),
-        }
-    }
-
-    /// Sets the load threads streaming with `delay_iters` between lines; returns once
-    /// every one has started.
-    fn release(&self, delay_iters: u64, traffic: Traffic) {
-        self.delay.store(delay_iters, Ordering::Release);
-        self.mix.store(traffic == Traffic::Mix, Ordering::Release);
-        self.stop.store(false, Ordering::Release);
-        self.started.store(0, Ordering::Release);
-        self.done.store(0, Ordering::Release);
-        self.gen.fetch_add(1, Ordering::AcqRel);
-        let k = self.counters.len();
-        spin_until(|| self.started.load(Ordering::Acquire) == k);
-    }
-
     /// The lines read by all load threads, and each one's lines and hiccups.
     fn counts(&self) -> (u64, Vec<(u64, u64)>) {
-        let v: Vec<(u64, u64)> = self
-            .counters
-            .iter()
-            .map(|c| {
-                (
-                    c.lines.load(Ordering::Relaxed),
-                    c.hiccups.load(Ordering::Relaxed),
-                )
-            })
-            .collect();
+        let read = |c: &LineCounter| (c.lines.load(Relaxed), c.hiccups.load(Relaxed));
+        let v: Vec<(u64, u64)> = self.counters.iter().map(read).collect();
         (v.iter().map(|x| x.0).sum(), v)
     }
+}
 
-    /// Stops the load threads and returns their spans once every one has stopped.
-    fn halt(&self) -> Vec<LoadSpan> {
-        self.stop.store(true, Ordering::Release);
-        let k = self.counters.len();
-        spin_until(|| self.done.load(Ordering::Acquire) == k);
-        self.spans
-            .iter()
-            .map(|s| *s.lock().unwrap_or_else(|e| e.into_inner()))
-            .collect()
-    }
+/// A step's argument: the delay between lines, and whether the traffic is the mix.
+fn step_arg(delay_iters: u64, traffic: Traffic) -> u64 {
+    delay_iters << 1 | (traffic == Traffic::Mix) as u64
 }
 
 impl LoadTeam<'_, '_> {
@@ -255,17 +207,27 @@ impl LoadTeam<'_, '_> {
     /// each gap followed by idle and reference again.
     pub(super) fn sweep(&self, gaps: &[f64], ns_per_iter: f64) -> Sweep {
         let k = self.loaders.len();
-        let sh = LoadSignals::new(k);
+        let sh = LoadSignals {
+            stop: AtomicBool::new(false),
+            started: AtomicUsize::new(0),
+            counters: (0..k).map(|_| LineCounter::default()).collect(),
+            spans: (0..k).map(|_| Default::default()).collect(),
+        };
         let part = self.loads.len() / k / self.line * self.line;
         let base = self.loads.as_ptr() as usize;
-        std::thread::scope(|s| {
-            for (t, &cpu) in self.loaders.iter().enumerate() {
-                let (sh, clock, line) = (&sh, self.ctx.clock, self.line);
-                s.spawn(move || {
-                    let _ = crate::platform::pin_to_cpu(cpu);
-                    load_thread(sh, t, cpu, clock, base + t * part, part, line);
-                });
-            }
+        let cpus: Vec<usize> = std::iter::once(self.ctx.cpu)
+            .chain(self.loaders.iter().copied())
+            .collect();
+        let (sh, clock, line) = (&sh, self.ctx.clock, self.line);
+        // Member t > 0 is load thread t - 1 (the chase thread leads the team).
+        let member = |t: usize| {
+            let (mut stream, cpu) = (
+                LoadStream::new(clock, base + (t - 1) * part, part, line),
+                cpus[t],
+            );
+            move |arg: u64| stream.point(sh, t - 1, cpu, arg)
+        };
+        let sweep = |lead: &mut dyn FnMut(u64, &mut dyn FnMut())| {
             // One chase position for the whole sweep: restarting each point at node 0 walked
             // the same prefix again, which then sat in the caches.
             let mut at = [
@@ -274,25 +236,30 @@ impl LoadTeam<'_, '_> {
                     .map_or(std::ptr::null(), |r| r.as_ptr() as *const u8),
             ];
             let mut quiet = Vec::new();
-            self.quiet_pair(&sh, &mut at, &mut quiet);
+            self.quiet_pair(sh, &mut at, &mut quiet);
             let (mut reads, mut mix) = (Vec::new(), Vec::new());
             for &g in gaps {
                 let iters = (g / ns_per_iter).round() as u64;
                 for (traffic, pts) in [(Traffic::Read, &mut reads), (Traffic::Mix, &mut mix)] {
-                    let p = self.point(&sh, Some(g), traffic, iters, &mut at[0]);
-                    (self.ctx.progress)(&format!(
-                        "gap {} ({}): {} at {}",
-                        fmt_ns(g),
-                        traffic.label(),
-                        fmt_ns(p.latency_ns()),
-                        fmt_bandwidth(p.bandwidth_bps())
-                    ));
+                    sh.stop.store(false, Ordering::Release);
+                    sh.started.store(0, Ordering::Release);
+                    let mut p = LoadedPoint::default();
+                    lead(step_arg(iters, traffic), &mut || {
+                        spin_until(|| sh.started.load(Ordering::Acquire) == k);
+                        p = self.point(sh, Some(g), traffic, &mut at[0]);
+                        sh.stop.store(true, Ordering::Release);
+                    });
+                    p.spans = sh
+                        .spans
+                        .iter()
+                        .map(|s| *s.lock().unwrap_or_else(|e| e.into_inner()))
+                        .collect();
+                    let (l, b) = (fmt_ns(p.latency_ns()), fmt_bandwidth(p.bandwidth_bps()));
+                    (self.ctx.progress)(&format!("{}: {l} at {b}", p.label()));
                     pts.push(p);
                 }
-                self.quiet_pair(&sh, &mut at, &mut quiet);
+                self.quiet_pair(sh, &mut at, &mut quiet);
             }
-            sh.quit.store(true, Ordering::Release);
-            sh.gen.fetch_add(1, Ordering::AcqRel);
             let (idle, quiet) = pooled(quiet);
             Sweep {
                 idle,
@@ -300,7 +267,8 @@ impl LoadTeam<'_, '_> {
                 mix,
                 quiet,
             }
-        })
+        };
+        Team::led(clock, &cpus, member, sweep).0
     }
 
     /// The idle chase and the reference chase one after the other, in turn first (so a
@@ -332,9 +300,8 @@ impl LoadTeam<'_, '_> {
         quiet.push((idle, reference));
     }
 
-    /// A point without load, after an untimed warm-up chase from `at`: the chase buffer
-    /// was chased all through the loaded point before, the reference's not since its last
-    /// repeat, and a cold chase (its page-table entries evicted by the streams) is slower.
+    /// A point without load, after an untimed warm-up chase from `at`: a cold chase (its
+    /// page-table entries evicted by the streams) is slower.
     fn quiet_point(&self, sh: &LoadSignals, at: &mut *const u8) -> LoadedPoint {
         let t = std::time::Instant::now();
         while t.elapsed() < QUIET_WARM_UP {
@@ -342,23 +309,19 @@ impl LoadTeam<'_, '_> {
             // and nothing writes its region while the chase runs.
             *at = unsafe { chase(*at, 64) };
         }
-        self.point(sh, None, Traffic::Read, 0, at)
+        self.point(sh, None, Traffic::Read, at)
     }
 
-    /// One point: release the load threads (unless idle), time the chase, stop them.
-    /// One point of the sweep; the chase continues from `at` and leaves it where it stopped.
+    /// One point's chase trials (the load threads streaming unless idle), continuing from
+    /// `at` and leaving it where it stopped.
     fn point(
         &self,
         sh: &LoadSignals,
         gap: Option<f64>,
         traffic: Traffic,
-        delay_iters: u64,
         at: &mut *const u8,
     ) -> LoadedPoint {
         let clock = self.ctx.clock;
-        if gap.is_some() {
-            sh.release(delay_iters, traffic);
-        }
         let mut p = LoadedPoint {
             gap,
             traffic,
@@ -403,9 +366,6 @@ impl LoadTeam<'_, '_> {
             p.trials = m.undisturbed;
         }
         std::hint::black_box(*at);
-        if gap.is_some() {
-            p.spans = sh.halt();
-        }
         p.window = (first.unwrap_or(0), last);
         p.latency = m.per_op_ns.clone();
         p.preempted = m.preempted;
@@ -433,46 +393,39 @@ fn pooled(quiet: Vec<(LoadedPoint, Option<LoadedPoint>)>) -> (LoadedPoint, Quiet
     (idle, q)
 }
 
-/// A load thread: for each generation, streams its part with the set delay until told
-/// to stop, recording its span and where it ran.
-fn load_thread(
-    sh: &LoadSignals,
-    t: usize,
-    cpu: usize,
-    clock: &dyn crate::clock::Clock,
-    base: usize,
-    len: usize,
-    line: usize,
-) {
-    let mut seen = 0u64;
-    let mut pos = 0usize;
-    let mut lines = 0u64;
-    let mut hiccups = 0u64;
-    let mut acc = [0u64; 8];
-    let words = line / 8;
-    // SAFETY: base..base+len is this thread's part of the load region (a whole number of
-    // lines of a page-aligned mapping, so u64-aligned), which lives for the sweep's scope
-    // and which no other thread touches meanwhile.
-    let part = unsafe { std::slice::from_raw_parts_mut(base as *mut u64, len / 8) };
-    let slack = clock.ns_to_ticks(HICCUP_SLACK_NS) as u64;
-    loop {
-        // Between points, sleep rather than spin: during the idle point a spinning CPU
-        // is not idle (under a hypervisor spinning also exits to the host).
-        let mut spins = 0u32;
-        while sh.gen.load(Ordering::Acquire) == seen {
-            spins += 1;
-            if spins % 256 == 0 {
-                std::thread::sleep(Duration::from_micros(200));
-            } else {
-                std::hint::spin_loop();
-            }
+/// A load thread's stream: its part of the load buffer and where it is in it.
+struct LoadStream<'c> {
+    clock: &'c dyn crate::clock::Clock,
+    part: &'c mut [u64],
+    words: usize,
+    pos: usize,
+    lines: u64,
+    hiccups: u64,
+    acc: [u64; 8],
+}
+
+impl<'c> LoadStream<'c> {
+    fn new(clock: &'c dyn crate::clock::Clock, base: usize, len: usize, line: usize) -> Self {
+        // SAFETY: base..base+len is this thread's part of the load region (a whole number
+        // of lines of a page-aligned mapping, so u64-aligned), which lives for the sweep's
+        // scope and which no other thread touches meanwhile.
+        let part = unsafe { std::slice::from_raw_parts_mut(base as *mut u64, len / 8) };
+        LoadStream {
+            clock,
+            part,
+            words: line / 8,
+            pos: 0,
+            lines: 0,
+            hiccups: 0,
+            acc: [0; 8],
         }
-        seen = sh.gen.load(Ordering::Acquire);
-        if sh.quit.load(Ordering::Acquire) {
-            break;
-        }
-        let d = sh.delay.load(Ordering::Acquire);
-        let traffic = if sh.mix.load(Ordering::Acquire) {
+    }
+
+    /// One point of load thread `t`: streams with the step's delay and traffic until told
+    /// to stop, recording its span and where it ran.
+    fn point(&mut self, sh: &LoadSignals, t: usize, cpu: usize, arg: u64) {
+        let (clock, d) = (self.clock, arg >> 1);
+        let traffic = if arg & 1 == 1 {
             Traffic::Mix
         } else {
             Traffic::Read
@@ -484,13 +437,21 @@ fn load_thread(
         };
         span.place.look();
         sh.started.fetch_add(1, Ordering::AcqRel);
+        let slack = clock.ns_to_ticks(HICCUP_SLACK_NS) as u64;
         let mut last = clock.now();
         let mut quickest = u64::MAX;
         while !sh.stop.load(Ordering::Relaxed) {
             for _ in 0..BATCH {
-                step(part, words, &mut pos, lines, traffic, &mut acc);
-                lines += 1;
-                sh.counters[t].lines.store(lines, Ordering::Relaxed);
+                step(
+                    self.part,
+                    self.words,
+                    &mut self.pos,
+                    self.lines,
+                    traffic,
+                    &mut self.acc,
+                );
+                self.lines += 1;
+                sh.counters[t].lines.store(self.lines, Ordering::Relaxed);
                 if d > 0 {
                     delay(d);
                 }
@@ -500,17 +461,18 @@ fn load_thread(
             last = now;
             quickest = quickest.min(took);
             if took > quickest.saturating_mul(2).saturating_add(slack) {
-                hiccups += 1;
-                sh.counters[t].hiccups.store(hiccups, Ordering::Relaxed);
+                self.hiccups += 1;
+                sh.counters[t]
+                    .hiccups
+                    .store(self.hiccups, Ordering::Relaxed);
             }
-            if lines % 1024 == 0 {
+            if self.lines % 1024 == 0 {
                 span.place.look();
             }
         }
         span.place.look();
         span.end = clock.now();
         *sh.spans[t].lock().unwrap_or_else(|e| e.into_inner()) = span;
-        sh.done.fetch_add(1, Ordering::AcqRel);
+        std::hint::black_box(&self.acc);
     }
-    std::hint::black_box(acc);
 }

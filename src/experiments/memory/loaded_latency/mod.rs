@@ -22,20 +22,17 @@ pub(crate) struct LoadedLatency;
 
 /// A point whose latency is more than this over idle is past the knee.
 const KNEE_RISE: f64 = 1.2;
-/// Without a reference chase, the idle point agrees with mem.latency's figure from earlier
-/// in the run when within this ratio (or their 95% intervals overlap).
+/// Without a reference chase, the idle point agrees with mem.latency's earlier figure
+/// within this ratio (or when their 95% intervals overlap).
 const IDLE_AGREES: f64 = 0.2;
-/// The idle chase agrees with the reference chase measured beside it when the median of
-/// their paired ratios is within this many times the window's noise of 1 (the noise: how
-/// far one repeat of a chase moves from that chase's median). A ratio of paired medians
-/// moves far less than one repeat, so chance alone stays inside.
+/// The idle and reference chases agree when the median of their paired ratios is within
+/// this many times the window's noise of 1: a ratio of paired medians moves far less than
+/// one repeat, so chance alone stays inside...
 const AGREE_NOISE_TIMES: f64 = 3.0;
-/// ... and always within this share: two chases of one kind over two buffers differ a
-/// little even in a quiet window (where the host placed their pages), while a working set
-/// that a cache holds is several times faster.
+/// ... and always within this share (two buffers of one kind differ a little even when
+/// quiet, while a working set a cache holds is several times faster).
 const AGREE_FLOOR: f64 = 0.15;
-/// Lines a load thread reads between looks at the stop flag and the clock (its line
-/// counter is stored after every line, so even a short trial sees it move).
+/// Lines a load thread reads between looks at the stop flag and the clock.
 const BATCH: u64 = 32;
 
 const SPEC: Spec = Spec {
@@ -52,23 +49,19 @@ const SPEC: Spec = Spec {
     ..Spec::MEMORY
 };
 
-/// What the load threads do with each line.
+/// What the load threads do with each line: read it (MLC's default), or MLC's `-W2` mix
+/// of two lines read and one written with ordinary stores.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 enum Traffic {
-    /// Every line read (every word loaded): MLC's default, read-only traffic.
     #[default]
     Read,
-    /// Of every three lines, two read and one written with ordinary stores (every word
-    /// stored; the core reads the line for ownership, then writes it back): MLC's `-W2`,
-    /// "2:1 reads-writes".
     Mix,
 }
 
 /// The mix: lines read and lines written in each group of `MIX_READS + MIX_WRITES`.
 const MIX_READS: u64 = 2;
 const MIX_WRITES: u64 = 1;
-/// What a written line's words are set to: not a repeated byte, so the store loop stays
-/// ordinary stores rather than a memset call.
+/// A written line's words: not a repeated byte, so the loop stays stores, not memset.
 const STORED: u64 = 0x0123_4567_89ab_cdef;
 
 impl Traffic {
@@ -79,8 +72,7 @@ impl Traffic {
             Traffic::Mix => n % (MIX_READS + MIX_WRITES) >= MIX_READS,
         }
     }
-    /// Bytes the memory moves per counted byte: a written line is read for ownership and
-    /// later written back, so it moves twice.
+    /// Bytes the memory moves per counted byte (a written line is read for ownership too).
     fn memory_per_counted(self) -> f64 {
         match self {
             Traffic::Read => 1.0,
@@ -118,9 +110,8 @@ impl Experiment for LoadedLatency {
     fn spec(&self) -> &Spec {
         &SPEC
     }
-    /// Once: a second run lays and faults both buffers again for a curve whose run-to-run
-    /// spread compare takes from history, and the findings (idle, loaded, knee) are then
-    /// the one run's, as the table shows them.
+    /// Once: a second run would lay and fault both buffers again for a curve whose
+    /// run-to-run spread compare takes from history.
     fn default_repeat(&self, _: Profile) -> usize {
         1
     }
@@ -158,14 +149,7 @@ impl Experiment for LoadedLatency {
             "{n} nodes of {line} B over {}: the chase verified in memory as one cycle",
             fmt_bytes((n * line) as f64)
         ));
-        let reference = reference(
-            ctx,
-            chase_len,
-            chase_len + load_len,
-            line,
-            &mut rng,
-            &mut out,
-        )?;
+        let reference = reference(ctx, chase_len, load_len, line, &mut rng, &mut out)?;
         out.notes.push(format!(
             "chase on CPU {}; load threads on CPUs {} (one per physical core first); chase buffer {} on {}; load buffer {} ({} per thread) on {}",
             ctx.cpu,
@@ -177,11 +161,8 @@ impl Experiment for LoadedLatency {
             load_huge.text(),
         ));
         let gaps = GAPS.get(ctx.profile);
-        // Two fifths of the budget for the loaded points (each gap twice, reads and the
-        // mix) and the delay calibration; a tenth for the idle and reference points (before
-        // the sweep and after each gap), which wait for no load thread; the rest lays the
-        // chains and faults the buffers. A point's cap stays far above the about 1 ms that
-        // its 11 trials of 100 us take when none is repeated.
+        // Two fifths of the budget for the loaded points and the delay calibration, a tenth
+        // for the idle and reference points; the rest lays the chains and faults buffers.
         let trials = HarnessConfig::short_trials(Duration::from_micros(100), 11);
         let cfg = trials
             .clone()
@@ -200,16 +181,12 @@ impl Experiment for LoadedLatency {
         };
         let sweep = team.sweep(gaps, per_iter);
         let reference_len = reference.as_ref().map_or(0, |r| r.0.len());
-        let reference_huge = reference.map(|r| r.1);
-        drop(chain);
-        drop(loads);
-        out.check(kit::rss_check(
-            rss0,
-            (chase_len + load_len + reference_len + 4 * chase_len / line) as u64,
-        ));
+        drop((chain, loads));
+        let held = chase_len + load_len + reference_len + 4 * chase_len / line;
+        out.check(kit::rss_check(rss0, held as u64));
         let chases = text::Chases {
             chase: &huge,
-            reference: reference_huge.as_ref(),
+            reference: reference.as_ref().map(|r| &r.1),
             bytes: chase_len,
         };
         text::report(ctx, &mut out, &sweep, line, &chases, per_iter, &loaders);
@@ -217,8 +194,8 @@ impl Experiment for LoadedLatency {
     }
 }
 
-/// The line size, the chase's and the load buffer's lengths and the load threads' CPUs
-/// (`sizes`), with notes where the cap left CPUs idle or the chase near the cache.
+/// The line size, the chase's and the load buffer's lengths and the load threads' CPUs,
+/// with notes where the cap left CPUs idle or the chase near the cache.
 fn plan(
     ctx: &Context,
     others: &[usize],
@@ -245,15 +222,12 @@ fn plan(
     Ok((line, chase_len, load_len, loaders))
 }
 
-/// The most the three buffers take per profile, within the profile's memory cap: quick's
-/// faulting and laying must fit its short budget on a busy machine.
+/// The most the three buffers take per profile (quick's must fault in its short budget).
 const TOTAL: PerProfile<u64> = PerProfile::new(128 << 20, 384 << 20, 4 << 30, 16 << 30);
 
-/// The chase buffer and the reference chase's (the largest power of two of which two
-/// chains with their permutation take at most 70% of the memory cap) and the load buffer
-/// (the rest of the cap), planned from memory, not from the cache sizes; whole MiB parts
-/// for at most `threads` load threads (fewer when the load buffer holds fewer). Returns
-/// the chase's and the load buffer's lengths and the number of load threads.
+/// The chase's length (the largest power of two of which two chains with their
+/// permutation take at most 70% of the memory cap), the load buffer's (the rest, in whole
+/// MiB parts) and the load threads (at most `threads`, fewer when the parts run out).
 pub(super) fn sizes(
     machine: &crate::machine::Machine,
     profile: Profile,
@@ -281,6 +255,21 @@ impl Backing {
     fn huge(&self) -> bool {
         self.huge_fraction.is_some_and(|f| f >= 0.5)
     }
+    fn pages(&self) -> &'static str {
+        if self.huge() {
+            "huge pages"
+        } else {
+            "base pages"
+        }
+    }
+    /// mem.latency's figure on the same page kind.
+    fn dram(&self) -> &'static str {
+        if self.huge() {
+            "dram_thp"
+        } else {
+            "dram"
+        }
+    }
     fn text(&self) -> String {
         match (self.huge_fraction, &self.why_base) {
             (Some(f), _) => format!(
@@ -293,8 +282,7 @@ impl Backing {
     }
 }
 
-/// A buffer on huge pages where the kernel offers them and `huge` asks for them, else on
-/// base pages.
+/// A buffer on huge pages where the kernel offers them and `huge` asks, else base pages.
 fn mapping(ctx: &Context, len: usize, huge: bool) -> anyhow::Result<(Region, Backing)> {
     let why = if !huge {
         Some("a test seam asked for base pages".to_string())
@@ -303,30 +291,24 @@ fn mapping(ctx: &Context, len: usize, huge: bool) -> anyhow::Result<(Region, Bac
     } else {
         kit::too_small_for_huge_pages(ctx.machine, len)
     };
-    if let Some(w) = why {
-        let mut r = Region::new(len, Pages::Base)?;
-        r.prefault();
-        let base = Backing {
-            huge_fraction: None,
-            why_base: Some(w),
-        };
-        return Ok((r, base));
-    }
-    let page = kit::huge_page(ctx.machine);
-    let mut r = Region::aligned(len, Pages::Huge, page)?;
+    let mut r = match why {
+        Some(_) => Region::new(len, Pages::Base)?,
+        None => Region::aligned(len, Pages::Huge, kit::huge_page(ctx.machine))?,
+    };
     r.prefault();
     // At most all of it: smaps may count a neighbouring mapping the kernel merged with this.
-    let f = (r.huge_bytes().unwrap_or(0) as f64 / len as f64).min(1.0);
-    let huge = Backing {
-        huge_fraction: Some(f),
-        why_base: None,
+    let f = why
+        .is_none()
+        .then(|| (r.huge_bytes().unwrap_or(0) as f64 / len as f64).min(1.0));
+    let backing = Backing {
+        huge_fraction: f,
+        why_base: why,
     };
-    Ok((r, huge))
+    Ok((r, backing))
 }
 
-/// Lays a Sattolo cycle over the first `n` nodes of `line` bytes of `region` and verifies
-/// it in memory. A chain that does not verify is never measured, so this is an error, not a
-/// check: as a check it could not fail in any result.
+/// Lays a Sattolo cycle over the first `n` lines of `region` and verifies it in memory: an
+/// error, not a check, as a chain that does not verify is never measured.
 fn laid_chain(region: &mut Region, line: usize, n: usize, rng: &mut Rng) -> anyhow::Result<()> {
     let next = sattolo(n, rng);
     lay(region, line, &next);
@@ -337,21 +319,18 @@ fn laid_chain(region: &mut Region, line: usize, n: usize, rng: &mut Rng) -> anyh
     Ok(())
 }
 
-/// The reference chase: mem.latency's `dram_thp` chase (its `dram` without huge pages),
-/// the same size as the chase buffer (mem.latency's largest point) on the page kind
-/// mem.latency uses, laid afresh with the shared chase code and verified. It is measured
-/// beside the idle chase, in the same window, so the premise that the two are the same
-/// chase is judged against the noise of that window rather than of minutes apart. None,
-/// with a note, when the memory cap leaves no room for it beside the other buffers.
+/// The reference chase: mem.latency's `dram_thp` chase (`dram` without huge pages) of the
+/// chase's size, laid afresh, to measure beside the idle chase in the same window. None,
+/// with a note, when the memory cap leaves no room for it beside the chase and the loads.
 fn reference(
     ctx: &Context,
     len: usize,
-    others: usize,
+    load_len: usize,
     line: usize,
     rng: &mut Rng,
     out: &mut Outcome,
 ) -> anyhow::Result<Option<(Region, Backing)>> {
-    let want = (others + len + 4 * len / line) as u64;
+    let want = (2 * len + load_len + 4 * len / line) as u64;
     if kit::memory_cap(ctx.machine, ctx.profile, want, 0)? < want {
         out.notes.push(format!(
             "no reference chase: {} more would pass the memory cap (the profile's memory limit); the idle chase is compared with mem.latency's figure from earlier in the run",

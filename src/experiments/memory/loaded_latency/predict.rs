@@ -15,7 +15,7 @@ const KNEE_UNMODELLED: &str = "where latency starts to rise depends on the memor
 pub(super) fn predictions(ctx: &Context) -> Vec<(String, Prediction)> {
     let mut p = Predictions::new(ctx);
     let team = TeamFigures::earlier(&p);
-    let (idle, idle_name) = first_of(&p, "mem.latency", &team.dram());
+    let (idle, idle_name) = first_of(&p, "mem.latency", team.dram());
     p.equal(
         "idle_latency",
         &idle,
@@ -99,16 +99,11 @@ impl TeamFigures {
     }
 
     /// mem.latency's DRAM figures most like the chase's, first first.
-    fn dram(&self) -> Vec<&'static str> {
-        if self.thp {
-            vec!["dram_thp", "dram"]
-        } else {
-            vec!["dram"]
-        }
+    fn dram(&self) -> &'static [&'static str] {
+        &["dram_thp", "dram"][(!self.thp) as usize..]
     }
 
-    /// The read of the same team for reads; for the mix, that read and the team's write
-    /// combined by `mix_bandwidth`.
+    /// The same team's read for reads; for the mix, `mix_bandwidth` of its read and write.
     fn peaks(&self, p: &mut Predictions) {
         let k = self.threads;
         let (read, name) = &self.read;
@@ -135,10 +130,8 @@ impl TeamFigures {
         }
     }
 
-    /// Little's law on the team's bandwidths and the idle chase: misses in flight =
-    /// bandwidth x latency / line. Not a bound: the idle latency errs low, the team's
-    /// unloaded bandwidth high. The mix's misses count its counted lines, as its measured
-    /// figure does (reads for ownership and write-backs are in neither).
+    /// Little's law on the team's bandwidths and the idle chase (not a bound: the idle
+    /// latency errs low, the unloaded bandwidth high), on the mix's counted lines.
     fn misses(&self, p: &mut Predictions, (idle, lname): (&Input, &str)) {
         let (read, name) = &self.read;
         let line = &self.line;
@@ -194,11 +187,9 @@ pub(super) fn outstanding(bandwidth: f64, line: usize, latency_ns: f64) -> f64 {
     bandwidth / line as f64 * latency_ns * 1e-9
 }
 
-/// mem.bandwidth's figures for the load threads' team, most like it first: `op` ("read",
-/// "write") with as many threads as load threads (all allowed CPUs but the chase's), on
-/// huge pages when there is one load thread and the kernel gives them (mem.bandwidth
-/// measures huge pages with one thread only), else the all-thread figure when that count
-/// was not measured (large machines measure powers of two and N).
+/// mem.bandwidth's `op` figures for the load threads' team, most like it first: as many
+/// threads (on huge pages for one, which mem.bandwidth measures only there), else all
+/// threads (large machines measure powers of two and N).
 pub(super) fn team_figures(op: &str, allowed: usize, thp: bool) -> Vec<String> {
     let k = allowed.saturating_sub(1).max(1);
     match (k, thp) {
@@ -208,8 +199,7 @@ pub(super) fn team_figures(op: &str, allowed: usize, thp: bool) -> Vec<String> {
     }
 }
 
-/// The mix's bandwidth from a read and a write bandwidth: of every three lines two take
-/// a read's time and one a write's (bytes counted as both figures count them).
+/// The mix's bandwidth: of every three lines two take a read's time and one a write's.
 pub(super) fn mix_bandwidth(read: f64, write: f64) -> f64 {
     (MIX_READS + MIX_WRITES) as f64 / (MIX_READS as f64 / read + MIX_WRITES as f64 / write)
 }

@@ -6,31 +6,26 @@ use super::{
     Backing, Traffic, AGREE_FLOOR, AGREE_NOISE_TIMES, IDLE_AGREES, KNEE_RISE, MIX_READS, MIX_WRITES,
 };
 use crate::experiments::{Context, Outcome};
-use crate::results::{Check, Prediction, Series};
+use crate::results::{Check, Prediction};
+use crate::stats::Summary;
 use crate::units::fmt_bytes;
 use crate::units::{fmt_bandwidth, fmt_ns};
 
-/// The knee: the highest-bandwidth point still within `KNEE_RISE` of idle latency.
-/// None when the lightest load already exceeds it. Points as (bandwidth, latency).
+/// The knee: of the points (bandwidth, latency) by bandwidth, the last before one more
+/// than `KNEE_RISE` over idle latency.
 pub(super) fn knee(idle: f64, pts: &[(f64, f64)]) -> Option<usize> {
     let mut order: Vec<usize> = (0..pts.len()).collect();
     order.sort_by(|&a, &b| pts[a].0.total_cmp(&pts[b].0));
-    let mut best = None;
-    for i in order {
-        if pts[i].1 <= KNEE_RISE * idle {
-            best = Some(i);
-        } else {
-            break;
-        }
-    }
-    best
+    order
+        .into_iter()
+        .take_while(|&i| pts[i].1 <= KNEE_RISE * idle)
+        .last()
 }
 
 /// The name of the premise that the idle chase is mem.latency's chase.
 pub(super) const SAME_CHASE: &str = "the idle chase is mem.latency's chase";
 
-/// The premise, without a reference chase, that the idle chase misses the caches as
-/// mem.latency's `refname` measured earlier in the run does.
+/// Without a reference chase: the idle chase against mem.latency's earlier `refname`.
 pub(super) fn idle_check(
     idle: &crate::stats::Summary,
     reference: &crate::stats::Summary,
@@ -50,14 +45,13 @@ pub(super) fn idle_check(
     )
 }
 
-/// How far apart the idle chase and the reference chase were, measured in pairs side by
-/// side, and how far the noise of that window lets them be.
+/// How far apart the idle and reference chases were in pairs, and how far the window's
+/// noise lets them be.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Agreement {
     /// Median over the pairs of idle / reference.
     pub(super) ratio: f64,
-    /// Median relative deviation of each chase's repeats from that chase's median: how
-    /// much one repeat moves within the window.
+    /// Median relative deviation of each chase's repeats from that chase's median.
     pub(super) noise: f64,
     /// `AGREE_NOISE_TIMES` x noise, at least `AGREE_FLOOR`.
     pub(super) tolerance: f64,
@@ -92,12 +86,8 @@ impl Agreement {
     }
 }
 
-/// The premise that the idle chase is mem.latency's chase: on the same page kind as the
-/// reference chase (the kernel's account, /proc/self/smaps: on some hosts a chase on base
-/// pages is as close to one on huge pages as two buffers of one kind are to each other, so
-/// timing alone cannot tell them apart), and as fast as the reference measured
-/// beside it within the window's noise (a working set that a cache holds is several times
-/// faster).
+/// The premise that the idle chase is mem.latency's: on the reference's page kind (by
+/// smaps, as timing alone may not tell them apart) and as fast within the window's noise.
 pub(super) fn reference_check(q: &QuietRepeats, chases: &Chases) -> Option<Check> {
     let reference = chases.reference?;
     let a = Agreement::of(&q.idle, &q.reference)?;
@@ -105,17 +95,16 @@ pub(super) fn reference_check(q: &QuietRepeats, chases: &Chases) -> Option<Check
         crate::stats::median(&q.idle),
         crate::stats::median(&q.reference),
     );
-    let page = |b: &Backing| if b.huge() { "huge pages" } else { "base pages" };
     let same_pages = chases.chase.huge() == reference.huge();
-    let kind = if reference.huge() { "dram_thp" } else { "dram" };
+    let kind = reference.dram();
     let apart = (a.ratio - 1.0).abs() * 100.0;
     let verdict = match (same_pages, a.agrees()) {
         (true, true) => "within the noise measured".to_string(),
         (true, false) => "beyond the noise measured: the chase is not mem.latency's (its working set, or what backs it, differs)".to_string(),
         (false, _) => format!(
             "the chase is on {} and the reference on {}: not mem.latency's chase",
-            page(chases.chase),
-            page(reference)
+            chases.chase.pages(),
+            reference.pages()
         ),
     };
     Some(Check::premise(
@@ -124,7 +113,7 @@ pub(super) fn reference_check(q: &QuietRepeats, chases: &Chases) -> Option<Check
         format!(
             "idle {} on {} against a reference chase {} (mem.latency's {kind} chase: {} on {}, laid afresh) measured beside it {} times in the same window: {:.2}x, {apart:.1}% apart (median of the pairs' ratios); each chase's repeats moved {:.1}% (median deviation from its median), so agreement is within {:.1}% ({AGREE_NOISE_TIMES:.0}x that, at least {:.0}%): {verdict}",
             fmt_ns(idle_ns),
-            page(chases.chase),
+            chases.chase.pages(),
             fmt_ns(reference_ns),
             fmt_bytes(chases.bytes as f64),
             reference.text(),
@@ -144,15 +133,10 @@ pub(super) struct Chases<'a> {
     pub(super) bytes: usize,
 }
 
-/// The premise that the idle chase is mem.latency's, judged against the reference chase
-/// of the same window; without one, against mem.latency's figure from earlier in the run.
-/// mem.latency's figure is noted either way.
+/// The premise that the idle chase is mem.latency's, against the reference chase of the
+/// same window, else mem.latency's earlier figure (noted either way).
 fn same_chase(ctx: &Context, out: &mut Outcome, sw: &Sweep, chases: &Chases) {
-    let refname = if chases.chase.huge() {
-        "dram_thp"
-    } else {
-        "dram"
-    };
+    let refname = chases.chase.dram();
     let earlier = ctx.earlier_metric("mem.latency", refname);
     let idle_sum = crate::stats::Summary::of(&sw.idle.latency);
     if let Some(c) = reference_check(&sw.quiet, chases) {
@@ -187,11 +171,7 @@ pub(super) fn report(
     let idle = &sw.idle;
     out.check(concurrency_premise(sw, loaders));
     same_chase(ctx, out, sw, chases);
-    let page = if chases.chase.huge() {
-        "huge pages"
-    } else {
-        "base pages"
-    };
+    let page = chases.chase.pages();
     out.metric(
         "idle_latency",
         "ns",
@@ -202,20 +182,19 @@ pub(super) fn report(
         idle.latency.clone(),
     );
     let predicted = peak_predictions(ctx);
-    for (traffic, pts) in [(Traffic::Read, &sw.reads), (Traffic::Mix, &sw.mix)] {
+    for (traffic, loaded) in [(Traffic::Read, &sw.reads), (Traffic::Mix, &sw.mix)] {
         let c = TrafficCurve {
             traffic,
             idle,
-            loaded: pts,
+            loaded,
             line,
             page,
             loaders,
         };
         let pred = predicted
             .iter()
-            .find(|(n, _)| *n == format!("peak_bandwidth{}", traffic.suffix()))
-            .map(|(_, p)| p);
-        c.report(ctx, out, pred);
+            .find(|(n, _)| *n == c.name("peak_bandwidth"));
+        c.report(ctx, out, pred.map(|(_, p)| p));
     }
     quiet_note(out, &sw.quiet, chases);
     point_notes(out, sw, ns_per_iter);
@@ -224,15 +203,11 @@ pub(super) fn report(
 /// The idle and reference repeats, in the order taken.
 fn quiet_note(out: &mut Outcome, q: &QuietRepeats, chases: &Chases) {
     let list = |v: &[f64]| v.iter().map(|&x| fmt_ns(x)).collect::<Vec<_>>().join(", ");
-    let reference = match chases.reference {
-        Some(b) => format!(
-            "; the reference chase (laid afresh over {} on {}) beside each, in turn first: {}",
-            fmt_bytes(chases.bytes as f64),
-            b.text(),
-            list(&q.reference)
-        ),
-        None => String::new(),
-    };
+    let reference = chases.reference.map_or(String::new(), |b| {
+        let bytes = fmt_bytes(chases.bytes as f64);
+        let (text, list) = (b.text(), list(&q.reference));
+        format!("; the reference chase (laid afresh over {bytes} on {text}) beside each, in turn first: {list}")
+    });
     out.notes.push(format!(
         "idle measured {} times, before the sweep and after each gap, the trials pooled: {}{reference}",
         q.idle.len(),
@@ -243,18 +218,11 @@ fn quiet_note(out: &mut Outcome, q: &QuietRepeats, chases: &Chases) {
 /// The premise that the load ran alongside every loaded point, of both traffics.
 fn concurrency_premise(sw: &Sweep, loaders: &[usize]) -> Check {
     let loaded: Vec<&LoadedPoint> = sw.reads.iter().chain(&sw.mix).collect();
-    let fails: Vec<String> = loaded
-        .iter()
-        .filter_map(|p| {
-            p.concurrency_failure(loaders).map(|w| {
-                format!(
-                    "gap {} ({}): {w}",
-                    fmt_ns(p.gap.unwrap_or(0.0)),
-                    p.traffic.label()
-                )
-            })
-        })
-        .collect();
+    let fails = loaded.iter().filter_map(|p| {
+        let w = p.concurrency_failure(loaders)?;
+        Some(format!("{}: {w}", p.label()))
+    });
+    let fails: Vec<String> = fails.collect();
     let stalled: usize = loaded.iter().map(|p| p.stalled).sum();
     let trials: usize = loaded.iter().map(|p| p.trials).sum();
     let pin = crate::platform::pinning_premise_failure(&crate::platform::pin_support());
@@ -283,17 +251,8 @@ fn point_notes(out: &mut Outcome, sw: &Sweep, ns_per_iter: f64) {
         all().map(|p| p.preempted).sum::<usize>()
     ));
     for p in all() {
-        for n in &p.notes {
-            out.notes.push(format!(
-                "gap {}{}: {n}",
-                p.gap.map_or("idle".to_string(), fmt_ns),
-                if p.gap.is_some() {
-                    format!(" ({})", p.traffic.label())
-                } else {
-                    String::new()
-                }
-            ));
-        }
+        out.notes
+            .extend(p.notes.iter().map(|n| format!("{}: {n}", p.label())));
     }
 }
 
@@ -307,12 +266,6 @@ struct TrafficCurve<'a> {
     loaders: &'a [usize],
 }
 
-/// A curve's unthrottled point and its highest-bandwidth point.
-struct Ends<'a> {
-    full: &'a LoadedPoint,
-    peak: &'a LoadedPoint,
-}
-
 impl TrafficCurve<'_> {
     /// Its series, metrics (named with the traffic's suffix), knee and findings.
     fn report(&self, ctx: &Context, out: &mut Outcome, predicted: Option<&Prediction>) {
@@ -324,9 +277,8 @@ impl TrafficCurve<'_> {
             .points()
             .max_by(|a, b| a.bandwidth_bps().total_cmp(&b.bandwidth_bps()))
             .unwrap_or(full);
-        let ends = Ends { full, peak };
-        self.metrics(out, &ends);
-        self.finding(out, &ends, predicted);
+        self.metrics(out, full, peak);
+        self.finding(out, (full, peak), predicted);
         if self.traffic == Traffic::Read {
             self.read_shares(ctx, out, peak.bandwidth_bps());
         }
@@ -346,34 +298,30 @@ impl TrafficCurve<'_> {
 
     /// Latency and misses in flight against bandwidth, idle point first.
     fn series(&self, out: &mut Outcome) {
-        let series = |base: &str| match self.traffic {
-            Traffic::Read => base.to_string(),
-            Traffic::Mix => format!("mix_{base}"),
+        let prefix = if self.traffic == Traffic::Mix {
+            "mix_"
+        } else {
+            ""
         };
-        let curve: Vec<(f64, f64)> = self
+        let curve: Vec<[f64; 2]> = self
             .points()
-            .map(|p| (p.bandwidth_bps(), p.latency_ns()))
+            .map(|p| [p.bandwidth_bps(), p.latency_ns()])
             .collect();
-        out.series.push(Series {
-            name: series("latency_vs_bandwidth"),
-            x_unit: "bytes/s".into(),
-            y_unit: "ns".into(),
-            points: curve.iter().map(|&(b, l)| [b, l]).collect(),
-        });
-        out.series.push(Series {
-            name: series("outstanding_misses_vs_bandwidth"),
-            x_unit: "bytes/s".into(),
-            y_unit: "lines".into(),
-            points: curve
-                .iter()
-                .map(|&(b, l)| [b, outstanding(b, self.line, l)])
-                .collect(),
-        });
+        let misses = curve
+            .iter()
+            .map(|&[b, l]| [b, outstanding(b, self.line, l)]);
+        let misses: Vec<[f64; 2]> = misses.collect();
+        let (latency, inflight) = (
+            format!("{prefix}latency_vs_bandwidth"),
+            format!("{prefix}outstanding_misses_vs_bandwidth"),
+        );
+        out.plot(&latency, "bytes/s", "ns", curve);
+        out.plot(&inflight, "bytes/s", "lines", misses);
     }
 
     /// The loaded latency, the peak bandwidth and the misses in flight.
-    fn metrics(&self, out: &mut Outcome, ends: &Ends) {
-        let (t, full, peak) = (self.traffic, ends.full, ends.peak);
+    fn metrics(&self, out: &mut Outcome, full: &LoadedPoint, peak: &LoadedPoint) {
+        let t = self.traffic;
         let what = match t {
             Traffic::Read => "reading".to_string(),
             Traffic::Mix => format!(
@@ -421,17 +369,20 @@ impl TrafficCurve<'_> {
     }
 
     /// The curve's finding: idle against unthrottled, and the peak against its prediction.
-    fn finding(&self, out: &mut Outcome, ends: &Ends, predicted: Option<&Prediction>) {
-        let (t, full, peak) = (self.traffic, ends.full, ends.peak);
+    fn finding(
+        &self,
+        out: &mut Outcome,
+        (full, peak): (&LoadedPoint, &LoadedPoint),
+        predicted: Option<&Prediction>,
+    ) {
+        let t = self.traffic;
         let (il, fl) = (self.idle.latency_ns(), full.latency_ns());
-        let side = match (
-            crate::stats::Summary::of(&full.latency),
-            crate::stats::Summary::of(&self.idle.latency),
-        ) {
-            (Some(f), Some(i)) => match crate::analysis::separation(&f, &i) {
-                crate::analysis::Separation::Above => "above idle, 95% intervals apart",
-                crate::analysis::Separation::Below => "below idle, 95% intervals apart",
-                crate::analysis::Separation::Overlap => "within noise of idle",
+        use crate::analysis::{separation, Separation};
+        let side = match (Summary::of(&full.latency), Summary::of(&self.idle.latency)) {
+            (Some(f), Some(i)) => match separation(&f, &i) {
+                Separation::Above => "above idle, 95% intervals apart",
+                Separation::Below => "below idle, 95% intervals apart",
+                Separation::Overlap => "within noise of idle",
             },
             _ => "too few trials to compare",
         };
@@ -447,24 +398,19 @@ impl TrafficCurve<'_> {
                 )
             })
             .unwrap_or_default();
+        let (k, ratio) = (self.loaders.len(), fl / il);
+        let (idle, loaded) = (fmt_ns(il), fmt_ns(fl));
+        let (at, pk) = (
+            fmt_bandwidth(full.bandwidth_bps()),
+            fmt_bandwidth(peak.bandwidth_bps()),
+        );
         let text = match t {
             Traffic::Read => format!(
-                "Loaded latency: {} idle, {} with {} load thread(s) reading unthrottled ({:.2}x, {side}), at {}; peak bandwidth {}{against}.",
-                fmt_ns(il),
-                fmt_ns(fl),
-                self.loaders.len(),
-                fl / il,
-                fmt_bandwidth(full.bandwidth_bps()),
-                fmt_bandwidth(peak.bandwidth_bps())
+                "Loaded latency: {idle} idle, {loaded} with {k} load thread(s) reading unthrottled ({ratio:.2}x, {side}), at {at}; peak bandwidth {pk}{against}."
             ),
             Traffic::Mix => format!(
-                "Under a {} load (ordinary stores): {} with {} load thread(s) unthrottled ({:.2}x idle, {side}), at {}; peak {}{against}, counting each written line once (with its read for ownership the memory moved about {}).",
+                "Under a {} load (ordinary stores): {loaded} with {k} load thread(s) unthrottled ({ratio:.2}x idle, {side}), at {at}; peak {pk}{against}, counting each written line once (with its read for ownership the memory moved about {}).",
                 t.label(),
-                fmt_ns(fl),
-                self.loaders.len(),
-                fl / il,
-                fmt_bandwidth(full.bandwidth_bps()),
-                fmt_bandwidth(peak.bandwidth_bps()),
                 fmt_bandwidth(peak.bandwidth_bps() * t.memory_per_counted())
             ),
         };
@@ -538,8 +484,7 @@ impl TrafficCurve<'_> {
         ));
     }
 
-    /// The read peak as a share of each of mem.bandwidth's reads this run measured with
-    /// the load threads' count, the chase's CPU added, and one thread.
+    /// The read peak as a share of mem.bandwidth's reads of 1, N - 1 and N threads.
     fn read_shares(&self, ctx: &Context, out: &mut Outcome, peak: f64) {
         let n = ctx.machine.cpu.allowed_cpus.len().max(1);
         let teams: std::collections::BTreeSet<String> = [1, n - 1, n]
