@@ -12,7 +12,6 @@ use crate::platform;
 use crate::results::{Check, Prediction, Series};
 use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::{anyhow, bail, Context as _};
-use std::cell::RefCell;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
@@ -146,7 +145,7 @@ struct SwitchFigure {
 /// its working-set series), (round trip - pipe cost) / 2 from this run's medians.
 fn same_cpu(kind: Kind, ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Result<f64> {
     (ctx.progress)("same-CPU round trip");
-    let same = round_trips(h, kind, ctx.cpu, 0)?;
+    let same = round_trips(ctx, h, kind, ctx.cpu, 0)?;
     (ctx.progress)("pipe cost");
     let pipe = pipe_cost(h, 0)?;
     out.check(pinned_check(
@@ -207,7 +206,7 @@ fn cross_cpu(
     let (o, class) = (plan.cpu, plan.class_name());
     let name = format!("pipe_round_trip_cross_cpu{}", plan.suffix);
     (ctx.progress)(&format!("cross-CPU round trip ({class})"));
-    let cross = round_trips(h, kind, o, 0)?;
+    let cross = round_trips(ctx, h, kind, o, 0)?;
     out.check(pinned_check(
         &format!(
             "the {} ran on different CPUs ({} and {o}, {class})",
@@ -274,9 +273,10 @@ mod tests {
 
     #[test]
     fn finish_reports_the_partners_rounds() {
+        let clock = crate::clock::CoarseClock::new(1e9);
         let cpu = crate::platform::current_cpu().unwrap_or(0);
         for kind in [Kind::Thread, Kind::Process] {
-            let mut pp = PingPong::start(kind, cpu, 4096).unwrap();
+            let mut pp = PingPong::start(kind, &clock, cpu, 4096).unwrap();
             for _ in 0..100 {
                 pp.round_trip().unwrap();
             }
@@ -289,9 +289,10 @@ mod tests {
     #[test]
     fn dropping_mid_run_never_hangs() {
         // Drop closes pipe A: the partner sees end of file and is joined or reaped.
+        let clock = crate::clock::CoarseClock::new(1e9);
         let cpu = crate::platform::current_cpu().unwrap_or(0);
         for kind in [Kind::Thread, Kind::Process] {
-            let mut pp = PingPong::start(kind, cpu, 0).unwrap();
+            let mut pp = PingPong::start(kind, &clock, cpu, 0).unwrap();
             pp.round_trip().unwrap();
             drop(pp);
         }

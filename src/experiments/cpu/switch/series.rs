@@ -32,7 +32,7 @@ pub(super) fn working_set_series(
             continue;
         }
         (ctx.progress)(&format!("working set {}", fmt_bytes(w as f64)));
-        let t = round_trips(h, kind, ctx.cpu, w)?;
+        let t = round_trips(ctx, h, kind, ctx.cpu, w)?;
         out.check(pinned_check(
             &format!(
                 "both {} ran on CPU {} (working set {})",
