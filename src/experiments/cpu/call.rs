@@ -9,80 +9,46 @@ use std::hint::black_box;
 
 pub struct Call;
 
-// The callees return their first argument so the arguments are live but the bodies do not
-// grow with arity: the increment per argument is the cost of passing it.
-#[inline(never)]
-extern "C" fn f0() -> u64 {
-    0
-}
-#[inline(never)]
-extern "C" fn f1(a: u64) -> u64 {
-    a
-}
-#[inline(never)]
-extern "C" fn f2(a: u64, _: u64) -> u64 {
-    a
-}
-#[inline(never)]
-extern "C" fn f3(a: u64, _: u64, _: u64) -> u64 {
-    a
-}
-#[inline(never)]
-extern "C" fn f4(a: u64, _: u64, _: u64, _: u64) -> u64 {
-    a
-}
-#[inline(never)]
-extern "C" fn f5(a: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
-    a
-}
-#[inline(never)]
-extern "C" fn f6(a: u64, _: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
-    a
-}
-#[inline(never)]
-extern "C" fn f7(a: u64, _: u64, _: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
-    a
+/// The first of the callee's arguments, 0 with none.
+macro_rules! first {
+    () => {
+        0
+    };
+    ($a:ident $($rest:ident)*) => {
+        $a
+    };
 }
 
-/// Calls the arity-`k` function `n` times through a pointer the optimiser cannot see
-/// through, so every call and every argument is really made. The pointer goes through
-/// black_box once, before the loop; in the loop the pointer, the argument and the result
-/// stay in registers (`repeat` keeps results without storing them).
+/// `n` calls of a non-inlined callee taking one integer per `$a`, through a pointer the
+/// optimiser cannot see through (black_box once, before the loop), so every call and
+/// argument is made; in the loop the pointer, arguments and result stay in registers.
+/// The callee returns its first argument: its body does not grow with arity, so the
+/// increment per argument is the cost of passing it.
+macro_rules! calls {
+    ($n:expr, $x:expr; $($a:ident)*) => {{
+        #[inline(never)]
+        #[allow(unused_variables)]
+        extern "C" fn callee($($a: u64),*) -> u64 {
+            first!($($a)*)
+        }
+        let ptr = black_box(callee as extern "C" fn($($a: u64),*) -> u64);
+        $(let $a = $x;)*
+        repeat($n, || ptr($($a),*))
+    }};
+}
+
+/// Calls the arity-`k` callee `n` times.
 fn calls(k: usize, n: u64) {
     let x = hide(1);
     match k {
-        0 => {
-            let f = black_box(f0 as extern "C" fn() -> u64);
-            repeat(n, || f())
-        }
-        1 => {
-            let f = black_box(f1 as extern "C" fn(u64) -> u64);
-            repeat(n, || f(x))
-        }
-        2 => {
-            let f = black_box(f2 as extern "C" fn(u64, u64) -> u64);
-            repeat(n, || f(x, x))
-        }
-        3 => {
-            let f = black_box(f3 as extern "C" fn(u64, u64, u64) -> u64);
-            repeat(n, || f(x, x, x))
-        }
-        4 => {
-            let f = black_box(f4 as extern "C" fn(u64, u64, u64, u64) -> u64);
-            repeat(n, || f(x, x, x, x))
-        }
-        5 => {
-            let f = black_box(f5 as extern "C" fn(u64, u64, u64, u64, u64) -> u64);
-            repeat(n, || f(x, x, x, x, x))
-        }
-        6 => {
-            let f = black_box(f6 as extern "C" fn(u64, u64, u64, u64, u64, u64) -> u64);
-            repeat(n, || f(x, x, x, x, x, x))
-        }
-        _ => {
-            let f = black_box(f7 as extern "C" fn(u64, u64, u64, u64, u64, u64, u64) -> u64);
-            repeat(n, || f(x, x, x, x, x, x, x))
-        }
+        0 => calls!(n, x;),
+        1 => calls!(n, x; a),
+        2 => calls!(n, x; a b),
+        3 => calls!(n, x; a b c),
+        4 => calls!(n, x; a b c d),
+        5 => calls!(n, x; a b c d e),
+        6 => calls!(n, x; a b c d e f),
+        _ => calls!(n, x; a b c d e f g),
     }
 }
 

@@ -198,7 +198,9 @@ impl<'c> PingPong<'c> {
     pub(super) fn finish(mut self) -> anyhow::Result<CpuReport> {
         (self.to, self.from) = (None, None);
         match self.partner.take() {
-            Some(Partner::Thread(h)) => h.join().map_err(|_| anyhow!("the partner thread panicked")),
+            Some(Partner::Thread(h)) => {
+                h.join().map_err(|_| anyhow!("the partner thread panicked"))
+            }
             Some(Partner::Process(c)) => c.wait("partner process").map(|()| c.get(0).1),
             None => bail!("ping-pong already finished"),
         }
