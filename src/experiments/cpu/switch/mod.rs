@@ -148,12 +148,8 @@ fn same_cpu(kind: Kind, ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow
     let same = round_trips(ctx, h, kind, ctx.cpu, 0)?;
     (ctx.progress)("pipe cost");
     let pipe = pipe_cost(h, 0)?;
-    out.check(pinned_check(
-        &format!("both {} ran on CPU {}", kind.noun(), ctx.cpu),
-        &same,
-        ctx.cpu,
-        ctx.cpu,
-    ));
+    let name = format!("both {} ran on CPU {}", kind.noun(), ctx.cpu);
+    out.check(pinned_check(&name, &same));
     out.measured(
         "pipe_round_trip_same_cpu",
         "raw round trip of one byte over two pipes, both tasks pinned to one CPU (two switches)",
@@ -207,16 +203,9 @@ fn cross_cpu(
     let name = format!("pipe_round_trip_cross_cpu{}", plan.suffix);
     (ctx.progress)(&format!("cross-CPU round trip ({class})"));
     let cross = round_trips(ctx, h, kind, o, 0)?;
-    out.check(pinned_check(
-        &format!(
-            "the {} ran on different CPUs ({} and {o}, {class})",
-            kind.noun(),
-            ctx.cpu
-        ),
-        &cross,
-        ctx.cpu,
-        o,
-    ));
+    let (noun, cpu) = (kind.noun(), ctx.cpu);
+    let check = format!("the {noun} ran on different CPUs ({cpu} and {o}, {class})");
+    out.check(pinned_check(&check, &cross));
     out.measured(
         &name,
         &format!(
@@ -282,7 +271,7 @@ mod tests {
             }
             let r = pp.finish().unwrap();
             assert_eq!(r.rounds, 100, "{kind:?}");
-            assert!(r.samples >= 3, "{kind:?}: {r:?}");
+            assert!(r.place.looks >= 3, "{kind:?}: {r:?}");
         }
     }
 
@@ -300,23 +289,30 @@ mod tests {
 
     #[test]
     fn unpinned_switch_is_labelled_not_same_cpu() {
+        use crate::experiments::kit::place::Place;
         use crate::platform::Pinning;
-        let partner = CpuReport {
-            rounds: 10,
-            samples: 3,
-            off: 0,
-            seen_off: -1,
+        let partner = Place {
+            looks: 3,
+            ..Place::new(1)
         };
-        let good = cpus_check("same CPU", &[1, 1], &partner, 1, 1, &Pinning::Hard);
+        let main = Place {
+            looks: 2,
+            ..Place::new(1)
+        };
+        let good = cpus_check("same CPU", &main, &partner, &Pinning::Hard);
         assert!(good.passed, "{good:?}");
         let hint = Pinning::Unsupported {
             reason: "no pinning on this system".into(),
         };
-        let bad = cpus_check("same CPU", &[1, 1], &partner, 1, 1, &hint);
+        let bad = cpus_check("same CPU", &main, &partner, &hint);
         assert!(!bad.passed);
         assert!(bad.detail.contains("unpinned"), "{bad:?}");
-        let moved = cpus_check("same CPU", &[1, 0], &partner, 1, 1, &Pinning::Hard);
-        assert!(!moved.passed);
+        let moved = Place {
+            away: 1,
+            last_away: Some(0),
+            ..main
+        };
+        assert!(!cpus_check("same CPU", &moved, &partner, &Pinning::Hard).passed);
     }
 
     /// A recorded cpu.thread-switch whose switch is `ns` with a tight interval.

@@ -3,30 +3,28 @@
 use super::*;
 use crate::clock::Clock;
 use crate::experiments::kit::children::Children;
+use crate::experiments::kit::place::Place;
+
+/// `io` retried while a signal interrupts it. Async-signal-safe (errno is thread-local).
+fn retried(mut io: impl FnMut() -> isize) -> isize {
+    loop {
+        let r = io();
+        if !(r < 0 && crate::platform::interrupted()) {
+            return r;
+        }
+    }
+}
 
 /// Reads one byte: 1 on success, 0 on end of file, -1 on error. Async-signal-safe.
 pub(super) fn read_byte(fd: RawFd, b: &mut u8) -> isize {
-    loop {
-        // SAFETY: b is one writable byte.
-        let r = unsafe { libc::read(fd, b as *mut u8 as *mut libc::c_void, 1) };
-        // errno is thread-local; reading it is async-signal-safe.
-        if r < 0 && crate::platform::interrupted() {
-            continue;
-        }
-        return r;
-    }
+    // SAFETY: b is one writable byte.
+    retried(|| unsafe { libc::read(fd, b as *mut u8 as *mut libc::c_void, 1) })
 }
 
 /// Writes one byte; true when it went through. Async-signal-safe.
 pub(super) fn write_byte(fd: RawFd, b: u8) -> bool {
-    loop {
-        // SAFETY: &b is one readable byte.
-        let r = unsafe { libc::write(fd, &b as *const u8 as *const libc::c_void, 1) };
-        if r < 0 && crate::platform::interrupted() {
-            continue;
-        }
-        return r == 1;
-    }
+    // SAFETY: &b is one readable byte.
+    retried(|| unsafe { libc::write(fd, &b as *const u8 as *const libc::c_void, 1) }) == 1
 }
 
 /// Reads and writes one word per cache line of `len` bytes at `buf` (volatile, so the
@@ -49,44 +47,22 @@ pub(super) fn working_set(bytes: usize) -> Vec<u64> {
     vec![0u64; bytes.div_ceil(8).max(1)]
 }
 
-/// Where the partner ran. Plain integers so a forked child can send it through a pipe.
-#[repr(C)]
+/// The partner's round trips and where it ran (plain data, for a forked child's slot).
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct CpuReport {
     pub(super) rounds: u64,
-    pub(super) samples: u64,
-    /// Samples on a CPU other than the expected one.
-    pub(super) off: u64,
-    /// The last unexpected CPU seen, or -1.
-    pub(super) seen_off: i64,
-}
-
-impl CpuReport {
-    fn sample(&mut self, expect: i32) {
-        let c = platform::current_cpu_raw();
-        self.samples += 1;
-        if c != expect {
-            self.off += 1;
-            self.seen_off = c as i64;
-        }
-    }
+    pub(super) place: Place,
 }
 
 /// The partner: echo each byte from `rfd` back on `wfd` until end of file, touching its
-/// working set before each echo and sampling its CPU. Uses only read, write and
-/// sched_getcpu, so a forked child of a multithreaded parent may run it.
-pub(super) fn echo_loop(
-    rfd: RawFd,
-    wfd: RawFd,
-    expect: i32,
-    buf: *mut u8,
-    len: usize,
-) -> CpuReport {
+/// working set before each echo and looking at its CPU now and then. Only read, write and
+/// getcpu, so a forked child of a multithreaded parent may run it.
+pub(super) fn echo_loop(rfd: RawFd, wfd: RawFd, cpu: usize, buf: *mut u8, len: usize) -> CpuReport {
     let mut r = CpuReport {
-        seen_off: -1,
-        ..Default::default()
+        rounds: 0,
+        place: Place::new(cpu),
     };
-    r.sample(expect);
+    r.place.look();
     touch(buf, len);
     let mut b = 0u8;
     while read_byte(rfd, &mut b) == 1 {
@@ -96,10 +72,10 @@ pub(super) fn echo_loop(
         }
         r.rounds += 1;
         if r.rounds % SAMPLE_EVERY == 0 {
-            r.sample(expect);
+            r.place.look();
         }
     }
-    r.sample(expect);
+    r.place.look();
     r
 }
 
@@ -130,7 +106,6 @@ impl<'c> PingPong<'c> {
     ) -> anyhow::Result<Self> {
         let (a_r, a_w) = platform::pipe().context("pipe")?;
         let (b_r, b_w) = platform::pipe().context("pipe")?;
-        let expect = partner_cpu as i32;
         // A failed pin shows up in the CPU samples and fails the premise.
         let partner = match kind {
             Kind::Thread => Partner::Thread(
@@ -140,7 +115,7 @@ impl<'c> PingPong<'c> {
                         let _ = crate::platform::pin_to_cpu(partner_cpu);
                         let mut buf = working_set(ws);
                         let (r, w) = (a_r.as_raw_fd(), b_w.as_raw_fd());
-                        echo_loop(r, w, expect, buf.as_mut_ptr() as *mut u8, ws)
+                        echo_loop(r, w, partner_cpu, buf.as_mut_ptr() as *mut u8, ws)
                     })
                     .context("spawning the partner thread")?,
             ),
@@ -159,7 +134,7 @@ impl<'c> PingPong<'c> {
                         // Close the parent's ends, or our own copy of A would hide its EOF.
                         libc::close(aw);
                         libc::close(br);
-                        echo_loop(ar, bw, expect, cbuf, ws)
+                        echo_loop(ar, bw, partner_cpu, cbuf, ws)
                     })
                 };
                 forked.context("fork")?;
@@ -217,11 +192,11 @@ impl Drop for PingPong<'_> {
     }
 }
 
-/// Round trips with a partner on `partner_cpu`, per round trip in ns, with the CPUs the
-/// measuring task saw (start and end of each trial) and the partner's report.
+/// Round trips with a partner, per round trip in ns, with where the measuring task ran
+/// (looked at the start and end of each trial) and the partner's report.
 pub(super) struct Trip {
     pub(super) m: crate::harness::Measurement,
-    pub(super) main_cpus: Vec<i32>,
+    pub(super) main: Place,
     pub(super) partner: CpuReport,
 }
 
@@ -239,9 +214,9 @@ pub(super) fn round_trips(
     h.warm_up(WARM_ROUNDS, WARM_LIMIT, || pp.round_trip())
         .with_context(what)?;
     let mut err = None;
-    let mut main_cpus = Vec::with_capacity(256);
+    let mut main = Place::new(ctx.cpu);
     let m = h.measure(1.0, |n| {
-        main_cpus.push(platform::current_cpu_raw());
+        main.look();
         let mut failed = err.is_some();
         repeat(n, || {
             if !failed {
@@ -249,17 +224,13 @@ pub(super) fn round_trips(
                 failed = err.is_some();
             }
         });
-        main_cpus.push(platform::current_cpu_raw());
+        main.look();
     });
     if let Some(e) = err {
         return Err(e).with_context(what);
     }
     let partner = pp.finish()?;
-    Ok(Trip {
-        m,
-        main_cpus,
-        partner,
-    })
+    Ok(Trip { m, main, partner })
 }
 
 /// One task passing the token through its own two pipes (write+read on A, then on B),

@@ -33,17 +33,9 @@ pub(super) fn working_set_series(
         }
         (ctx.progress)(&format!("working set {}", fmt_bytes(w as f64)));
         let t = round_trips(ctx, h, kind, ctx.cpu, w)?;
-        out.check(pinned_check(
-            &format!(
-                "both {} ran on CPU {} (working set {})",
-                kind.noun(),
-                ctx.cpu,
-                fmt_bytes(w as f64)
-            ),
-            &t,
-            ctx.cpu,
-            ctx.cpu,
-        ));
+        let (noun, cpu, ws) = (kind.noun(), ctx.cpu, fmt_bytes(w as f64));
+        let check = format!("both {noun} ran on CPU {cpu} (working set {ws})");
+        out.check(pinned_check(&check, &t));
         let ovh = pipe_cost(h, w)?;
         pts.push(ws_point(w as f64, &t.m.per_op_ns, &ovh.per_op_ns));
     }
