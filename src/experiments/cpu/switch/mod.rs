@@ -49,9 +49,8 @@ impl Kind {
     }
 }
 
-/// Cache-line stride for touching a working set (one word read and written per line):
-/// 128 bytes on Apple silicon (hw.cachelinesize), 64 on the x86-64 and Arm server cores
-/// osmeter runs on.
+/// Cache-line stride for touching a working set: 128 bytes on Apple silicon
+/// (hw.cachelinesize), 64 elsewhere.
 const LINE: usize = if cfg!(all(target_os = "macos", target_arch = "aarch64")) {
     128
 } else {
@@ -61,9 +60,8 @@ const LINE: usize = if cfg!(all(target_os = "macos", target_arch = "aarch64")) {
 const SAMPLE_EVERY: u64 = 64;
 /// Round trips done before measuring, so the partner's start-up is not measured.
 const WARM_ROUNDS: usize = 200;
-/// ... or for at most this long (cross-CPU round trips on a busy VM can take 100 us).
+/// ... or for at most this long (a cross-CPU round trip can take 100 us).
 const WARM_LIMIT: Duration = Duration::from_millis(10);
-/// A pipe as (read end, write end), close-on-exec so spawned programs never inherit it.
 /// Working-set sizes of the series per profile (bytes).
 const SERIES_SIZES: PerProfile<&[usize]> = PerProfile::new(
     &[],
@@ -87,7 +85,7 @@ fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
     let extra = sizes.iter().filter(|&&w| w > 0).count() * 2;
     let h = super::long_trials(ctx, 2 + plans.len() + extra, 5);
 
-    let run_switch = same_cpu(kind, ctx, &h, &mut out)?;
+    same_cpu(kind, ctx, &h, &mut out)?;
     let mut cross = Vec::new();
     for plan in &plans {
         cross.push(cross_cpu(kind, ctx, &h, plan, &mut out)?);
@@ -99,9 +97,7 @@ fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
     let series = if sizes.is_empty() {
         None
     } else {
-        Some(working_set_series(
-            kind, ctx, &h, sizes, run_switch, &mut out,
-        )?)
+        Some(working_set_series(kind, ctx, &h, sizes, &mut out)?)
     };
     // Everything below is stated from the pooled runs: the figures the table shows.
     out.pool(ctx);
@@ -141,9 +137,8 @@ struct SwitchFigure {
     pub(super) interval: [f64; 2],
 }
 
-/// The same-CPU round trip and the pipe cost; returns this run's own switch figure (for
-/// its working-set series), (round trip - pipe cost) / 2 from this run's medians.
-fn same_cpu(kind: Kind, ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Result<f64> {
+/// The same-CPU round trip and the pipe cost.
+fn same_cpu(kind: Kind, ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Result<()> {
     (ctx.progress)("same-CPU round trip");
     let same = round_trips(ctx, h, kind, ctx.cpu, 0)?;
     (ctx.progress)("pipe cost");
@@ -160,7 +155,7 @@ fn same_cpu(kind: Kind, ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow
         "one task writing and reading its own two pipes, per round-trip equivalent",
         &pipe,
     );
-    Ok((same.m.median_ns() - pipe.median_ns()) / 2.0)
+    Ok(())
 }
 
 /// Adds `switch` = (round trip - pooled median pipe cost) / 2 per pooled round-trip
@@ -179,14 +174,10 @@ fn switch_metric(out: &mut Outcome) -> SwitchFigure {
             interval: [f64::NAN; 2],
         };
     };
-    // Shown beside the pipe cost it subtracts.
+    // Shown beside the pipe cost it subtracts (which `difference` found).
+    let at = out.metrics.iter().position(|x| x.name == "pipe_cost");
     let m = out.metrics.pop().expect("just added");
-    let at = out
-        .metrics
-        .iter()
-        .position(|x| x.name == "pipe_cost")
-        .map_or(out.metrics.len(), |i| i + 1);
-    out.metrics.insert(at, m);
+    out.metrics.insert(at.expect("subtracted") + 1, m);
     SwitchFigure { median, interval }
 }
 
@@ -225,8 +216,7 @@ const THREAD_SPEC: Spec = Spec {
     description: "two threads pinned to one CPU ping-pong a byte over two pipes; switch = (round trip - pipe cost) / 2",
     method: crate::method!("cpu.thread-switch"),
     budget: Some(PerProfile::new(ms(250), ms(1000), ms(6000), ms(15000))),
-    // The scheduler's path at the core's clock (the cross-CPU round trip declares `None`),
-    // on one CPU of each kind of core on hybrid CPUs (runner::per_kind).
+    // The scheduler's path at the core's clock (the cross-CPU round trip declares `None`).
     ..Spec::CORE_LOOP
 };
 
@@ -236,9 +226,7 @@ const PROCESS_SPEC: Spec = Spec {
     description: "as cpu.thread-switch with a forked partner process, plus switch cost vs working set (lat_ctx -s)",
     method: crate::method!("cpu.process-switch"),
     budget: Some(PerProfile::new(ms(300), ms(1200), ms(12000), ms(30000))),
-    // The scheduler's path at the core's clock (the cross-CPU round trip declares `None`),
-    // on one CPU of each kind of core on hybrid CPUs (runner::per_kind).
-    ..Spec::CORE_LOOP
+    ..THREAD_SPEC
 };
 
 impl Experiment for Kind {

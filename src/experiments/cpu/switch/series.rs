@@ -12,23 +12,24 @@ pub(super) struct WsPoint {
 
 /// Switch cost vs working set (lmbench lat_ctx -s): both tasks touch W private bytes
 /// per round; the same task touching W twice with its own pipes is subtracted. The
-/// points are not metrics: the series is this run's alone, and says so.
+/// points are not metrics: the series is this run's alone (the empty point from this
+/// run's same-CPU trials), and says so.
 pub(super) fn working_set_series(
     kind: Kind,
     ctx: &Context,
     h: &Harness,
     sizes: &[usize],
-    switch_run: f64,
     out: &mut Outcome,
 ) -> anyhow::Result<Vec<WsPoint>> {
     let mut pts = Vec::new();
     for &w in sizes {
         if w == 0 {
-            pts.push(WsPoint {
-                bytes: 0.0,
-                ns: switch_run,
-                interval: [switch_run; 2],
-            });
+            let raw = |name| out.get(name).map_or(&[][..], |m| &m.raw[..]);
+            pts.push(ws_point(
+                0.0,
+                raw("pipe_round_trip_same_cpu"),
+                raw("pipe_cost"),
+            ));
             continue;
         }
         (ctx.progress)(&format!("working set {}", fmt_bytes(w as f64)));
@@ -38,13 +39,6 @@ pub(super) fn working_set_series(
         out.check(pinned_check(&check, &t));
         let ovh = pipe_cost(h, w)?;
         pts.push(ws_point(w as f64, &t.m.per_op_ns, &ovh.per_op_ns));
-    }
-    // The empty point's interval from its own trials, as the others'.
-    if let Some(z) = pts.iter_mut().find(|p| p.bytes == 0.0) {
-        if let (Some(rt), Some(pipe)) = (out.get("pipe_round_trip_same_cpu"), out.get("pipe_cost"))
-        {
-            *z = ws_point(0.0, &rt.raw, &pipe.raw);
-        }
     }
     out.series.push(Series {
         name: "switch cost vs working set".into(),
