@@ -59,8 +59,7 @@ const SPEC: Spec = Spec {
         "cost of a non-inlined call with 0..7 integer arguments, and the increment per argument",
     method: crate::method!("cpu.call"),
     budget: Some(PerProfile::scaled(ms(1600))),
-    // Call and return are taken branches, front-end bound like the loop (cpu.call moves
-    // with cpu.loop, not the chain, under SMT contention).
+    // Call and return are taken branches, front-end bound like the loop.
     bottleneck: crate::results::Bottleneck::Issue,
     ..Spec::CORE_LOOP
 };
@@ -70,11 +69,8 @@ impl Experiment for Call {
         &SPEC
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        // Counted operations at a rate measured just before: a call and its return are two
-        // taken branches, and cpu.loop measured the core taking one per iteration. No
-        // published call and return cost per core is in the parts table, and the argument
-        // moves have no cost of their own to count (executed alongside, or eliminated at
-        // rename), so the model has no per-argument term and per_argument no prediction.
+        // A call and its return are two taken branches, cpu.loop's one per iteration; the
+        // argument moves have no cost of their own to count.
         let mut p = Predictions::new(ctx);
         let iter = p.earlier("cpu.loop", &["iteration"]).positive();
         let branches = Input::method(
@@ -103,19 +99,16 @@ impl Experiment for Call {
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
         let h = ctx.cpu_harness(8);
-        let mut medians = Vec::new();
         for k in 0..8 {
             (ctx.progress)(&format!("{k} arguments"));
             let m = h.measure(1.0, |n| calls(k, n));
-            medians.push((k as f64, m.median_ns()));
             out.measured(
                 &format!("args_{k}"),
                 &format!("call and return with {k} integer arguments"),
                 &m,
             );
         }
-        // Per-argument increment: slope over arities, with a bootstrap-free spread from
-        // the per-trial slopes (trial i of every arity).
+        // Per-argument increment: the slope of trial i over every arity, per trial.
         let n_trials = out.metrics.iter().map(|m| m.raw.len()).min().unwrap_or(0);
         let slopes: Vec<f64> = (0..n_trials)
             .filter_map(|i| {
@@ -136,9 +129,9 @@ impl Experiment for Call {
         );
         out.pool(ctx);
         // Pooled medians (the table's), for the series, the check and the finding.
-        for (k, v) in medians.iter_mut() {
-            *v = out.median(&format!("args_{k}"));
-        }
+        let medians: Vec<(f64, f64)> = (0..8)
+            .map(|k| (k as f64, out.median(&format!("args_{k}"))))
+            .collect();
         out.series.push(crate::results::Series {
             name: "call cost vs arguments".into(),
             x_unit: "arguments".into(),

@@ -27,8 +27,7 @@ const QUICK_PER_CLASS: usize = 3;
 /// beyond, they sample this many pairs per class.
 const ALL_PAIRS_UP_TO: usize = 64;
 
-/// Pairs per class a profile samples, and the allowed CPUs up to which it measures every
-/// pair instead.
+/// Pairs per class sampled, and the allowed CPUs up to which every pair is measured.
 const SAMPLING: PerProfile<(usize, usize)> = PerProfile::new(
     (1, 0),
     (QUICK_PER_CLASS, 0),
@@ -45,7 +44,7 @@ const SPEC: Spec = Spec {
         min_cpus: 2,
         ..Needs::NONE
     },
-    // a cache line moving between two CPUs: no sentinel kernel on one CPU shares it.
+    // A line moving between two CPUs: no sentinel kernel on one CPU shares it.
     bottleneck: crate::results::Bottleneck::None,
     budget: Some(PerProfile::new(ms(400), ms(800), ms(20_000), ms(60_000))),
     ..Spec::MEMORY

@@ -5,8 +5,7 @@ use crate::clock::Clock;
 use crate::platform::CpuMask;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-/// One child's slot: its start stamp (the run's clock, in ticks, at its release) and what
-/// its body returned.
+/// One child's slot: its start stamp (ticks, at its release) and what its body returned.
 #[derive(Clone, Copy, Default)]
 #[repr(C)]
 struct ChildSlot<T> {
