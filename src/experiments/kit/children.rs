@@ -78,7 +78,11 @@ impl<'c, T: Copy + Default> Children<'c, T> {
             ready_r: ready_r.as_raw_fd(),
             go_w: go_w.as_raw_fd(),
         };
-        let fork_err = self.fork_all(p, cpus, &ends, &body);
+        // Stops at the first failed fork.
+        let fork_err = (0..p).find_map(|i| {
+            let cpu = &cpus[i % cpus.len()];
+            self.fork(i, cpu, Some(&ends), |start| body(i, start)).err()
+        });
         // Our copies of the children's ends: closed so a child's exit reads as end of file.
         drop((ready_w, go_r));
         let forked = self.pids.borrow().len();
@@ -91,20 +95,6 @@ impl<'c, T: Copy + Default> Children<'c, T> {
             anyhow::bail!("{failed} of {p} {what}es failed ({got} became ready)");
         }
         Ok(())
-    }
-
-    /// Forks `p` children (stopping at the first failed fork, whose error is returned).
-    fn fork_all(
-        &self,
-        p: usize,
-        cpus: &[CpuMask],
-        ends: &Ends,
-        body: &impl Fn(usize, u64) -> T,
-    ) -> Option<std::io::Error> {
-        (0..p).find_map(|i| {
-            let cpu = &cpus[i % cpus.len()];
-            self.fork(i, cpu, Some(ends), |start| body(i, start)).err()
-        })
     }
 
     /// Forks child `i` on `cpu`, held at the barrier `ends` if any, running `body` once.
