@@ -129,12 +129,19 @@ fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
     Ok(out)
 }
 
-/// The switch figure with its interval from both inputs.
+/// A switch figure with the 95% interval of its median, widened by the subtracted pipe
+/// cost's.
 #[derive(Debug, Clone, Copy)]
 struct SwitchFigure {
-    pub(super) median: f64,
-    /// 95% interval of the median, widened by the subtracted pipe cost's.
-    pub(super) interval: [f64; 2],
+    median: f64,
+    interval: [f64; 2],
+}
+
+impl SwitchFigure {
+    const NONE: SwitchFigure = SwitchFigure {
+        median: f64::NAN,
+        interval: [f64::NAN; 2],
+    };
 }
 
 /// The same-CPU round trip and the pipe cost.
@@ -169,10 +176,7 @@ fn switch_metric(out: &mut Outcome) -> SwitchFigure {
         "pipe_cost",
         0.5,
     ) else {
-        return SwitchFigure {
-            median: f64::NAN,
-            interval: [f64::NAN; 2],
-        };
+        return SwitchFigure::NONE;
     };
     // Shown beside the pipe cost it subtracts (which `difference` found).
     let at = out.metrics.iter().position(|x| x.name == "pipe_cost");
