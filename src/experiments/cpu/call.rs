@@ -9,80 +9,46 @@ use std::hint::black_box;
 
 pub struct Call;
 
-// The callees return their first argument so the arguments are live but the bodies do not
-// grow with arity: the increment per argument is the cost of passing it.
-#[inline(never)]
-extern "C" fn f0() -> u64 {
-    0
-}
-#[inline(never)]
-extern "C" fn f1(a: u64) -> u64 {
-    a
-}
-#[inline(never)]
-extern "C" fn f2(a: u64, _: u64) -> u64 {
-    a
-}
-#[inline(never)]
-extern "C" fn f3(a: u64, _: u64, _: u64) -> u64 {
-    a
-}
-#[inline(never)]
-extern "C" fn f4(a: u64, _: u64, _: u64, _: u64) -> u64 {
-    a
-}
-#[inline(never)]
-extern "C" fn f5(a: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
-    a
-}
-#[inline(never)]
-extern "C" fn f6(a: u64, _: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
-    a
-}
-#[inline(never)]
-extern "C" fn f7(a: u64, _: u64, _: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
-    a
+/// The first of the callee's arguments, 0 with none.
+macro_rules! first {
+    () => {
+        0
+    };
+    ($a:ident $($rest:ident)*) => {
+        $a
+    };
 }
 
-/// Calls the arity-`k` function `n` times through a pointer the optimiser cannot see
-/// through, so every call and every argument is really made. The pointer goes through
-/// black_box once, before the loop; in the loop the pointer, the argument and the result
-/// stay in registers (`repeat` keeps results without storing them).
+/// `n` calls of a non-inlined callee taking one integer per `$a`, through a pointer the
+/// optimiser cannot see through (black_box once, before the loop), so every call and
+/// argument is made; in the loop the pointer, arguments and result stay in registers.
+/// The callee returns its first argument: its body does not grow with arity, so the
+/// increment per argument is the cost of passing it.
+macro_rules! calls {
+    ($n:expr, $x:expr; $($a:ident)*) => {{
+        #[inline(never)]
+        #[allow(unused_variables)]
+        extern "C" fn callee($($a: u64),*) -> u64 {
+            first!($($a)*)
+        }
+        let ptr = black_box(callee as extern "C" fn($($a: u64),*) -> u64);
+        $(let $a = $x;)*
+        repeat($n, || ptr($($a),*))
+    }};
+}
+
+/// Calls the arity-`k` callee `n` times.
 fn calls(k: usize, n: u64) {
     let x = hide(1);
     match k {
-        0 => {
-            let f = black_box(f0 as extern "C" fn() -> u64);
-            repeat(n, || f())
-        }
-        1 => {
-            let f = black_box(f1 as extern "C" fn(u64) -> u64);
-            repeat(n, || f(x))
-        }
-        2 => {
-            let f = black_box(f2 as extern "C" fn(u64, u64) -> u64);
-            repeat(n, || f(x, x))
-        }
-        3 => {
-            let f = black_box(f3 as extern "C" fn(u64, u64, u64) -> u64);
-            repeat(n, || f(x, x, x))
-        }
-        4 => {
-            let f = black_box(f4 as extern "C" fn(u64, u64, u64, u64) -> u64);
-            repeat(n, || f(x, x, x, x))
-        }
-        5 => {
-            let f = black_box(f5 as extern "C" fn(u64, u64, u64, u64, u64) -> u64);
-            repeat(n, || f(x, x, x, x, x))
-        }
-        6 => {
-            let f = black_box(f6 as extern "C" fn(u64, u64, u64, u64, u64, u64) -> u64);
-            repeat(n, || f(x, x, x, x, x, x))
-        }
-        _ => {
-            let f = black_box(f7 as extern "C" fn(u64, u64, u64, u64, u64, u64, u64) -> u64);
-            repeat(n, || f(x, x, x, x, x, x, x))
-        }
+        0 => calls!(n, x;),
+        1 => calls!(n, x; a),
+        2 => calls!(n, x; a b),
+        3 => calls!(n, x; a b c),
+        4 => calls!(n, x; a b c d),
+        5 => calls!(n, x; a b c d e),
+        6 => calls!(n, x; a b c d e f),
+        _ => calls!(n, x; a b c d e f g),
     }
 }
 
@@ -93,8 +59,7 @@ const SPEC: Spec = Spec {
         "cost of a non-inlined call with 0..7 integer arguments, and the increment per argument",
     method: crate::method!("cpu.call"),
     budget: Some(PerProfile::scaled(ms(1600))),
-    // Call and return are taken branches, front-end bound like the loop (cpu.call moves
-    // with cpu.loop, not the chain, under SMT contention).
+    // Call and return are taken branches, front-end bound like the loop.
     bottleneck: crate::results::Bottleneck::Issue,
     ..Spec::CORE_LOOP
 };
@@ -104,11 +69,8 @@ impl Experiment for Call {
         &SPEC
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        // Counted operations at a rate measured just before: a call and its return are two
-        // taken branches, and cpu.loop measured the core taking one per iteration. No
-        // published call and return cost per core is in the parts table, and the argument
-        // moves have no cost of their own to count (executed alongside, or eliminated at
-        // rename), so the model has no per-argument term and per_argument no prediction.
+        // A call and its return are two taken branches, cpu.loop's one per iteration; the
+        // argument moves have no cost of their own to count.
         let mut p = Predictions::new(ctx);
         let iter = p.earlier("cpu.loop", &["iteration"]).positive();
         let branches = Input::method(
@@ -137,19 +99,16 @@ impl Experiment for Call {
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
         let h = ctx.cpu_harness(8);
-        let mut medians = Vec::new();
         for k in 0..8 {
             (ctx.progress)(&format!("{k} arguments"));
             let m = h.measure(1.0, |n| calls(k, n));
-            medians.push((k as f64, m.median_ns()));
             out.measured(
                 &format!("args_{k}"),
                 &format!("call and return with {k} integer arguments"),
                 &m,
             );
         }
-        // Per-argument increment: slope over arities, with a bootstrap-free spread from
-        // the per-trial slopes (trial i of every arity).
+        // Per-argument increment: the slope of trial i over every arity, per trial.
         let n_trials = out.metrics.iter().map(|m| m.raw.len()).min().unwrap_or(0);
         let slopes: Vec<f64> = (0..n_trials)
             .filter_map(|i| {
@@ -170,9 +129,9 @@ impl Experiment for Call {
         );
         out.pool(ctx);
         // Pooled medians (the table's), for the series, the check and the finding.
-        for (k, v) in medians.iter_mut() {
-            *v = out.median(&format!("args_{k}"));
-        }
+        let medians: Vec<(f64, f64)> = (0..8)
+            .map(|k| (k as f64, out.median(&format!("args_{k}"))))
+            .collect();
         out.series.push(crate::results::Series {
             name: "call cost vs arguments".into(),
             x_unit: "arguments".into(),

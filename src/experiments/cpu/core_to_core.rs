@@ -10,6 +10,7 @@ use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profil
 use crate::machine::{PartnerClass, Topology};
 use crate::results::{Check, Series};
 use crate::units::fmt_ns;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -21,13 +22,12 @@ const ROUND_TRIPS: u64 = 500;
 const MAX_TRIALS: usize = 201;
 const MIN_TRIALS: usize = 5;
 /// Pairs per class the quick profile samples.
-pub(crate) const QUICK_PER_CLASS: usize = 3;
+const QUICK_PER_CLASS: usize = 3;
 /// Standard measures every pair up to this many allowed CPUs, thorough up to twice it;
 /// beyond, they sample this many pairs per class.
-pub(crate) const ALL_PAIRS_UP_TO: usize = 64;
+const ALL_PAIRS_UP_TO: usize = 64;
 
-/// Pairs per class a profile samples, and the allowed CPUs up to which it measures every
-/// pair instead.
+/// Pairs per class sampled, and the allowed CPUs up to which every pair is measured.
 const SAMPLING: PerProfile<(usize, usize)> = PerProfile::new(
     (1, 0),
     (QUICK_PER_CLASS, 0),
@@ -44,7 +44,7 @@ const SPEC: Spec = Spec {
         min_cpus: 2,
         ..Needs::NONE
     },
-    // a cache line moving between two CPUs: no sentinel kernel on one CPU shares it.
+    // A line moving between two CPUs: no sentinel kernel on one CPU shares it.
     bottleneck: crate::results::Bottleneck::None,
     budget: Some(PerProfile::new(ms(400), ms(800), ms(20_000), ms(60_000))),
     ..Spec::MEMORY
@@ -102,43 +102,34 @@ pub(crate) struct PairPlan {
 /// spread evenly over the class's pairs (in `Topology::pairs` order).
 pub(crate) fn plan(t: &Topology, allowed: &[usize], profile: Profile) -> PairPlan {
     let all = t.pairs(allowed);
-    let n = allowed
-        .iter()
-        .collect::<std::collections::BTreeSet<_>>()
-        .len();
+    let (total, n) = (all.len(), allowed.iter().collect::<BTreeSet<_>>().len());
     let (k, all_up_to) = SAMPLING.get(profile);
-    let per_class = (n > all_up_to).then_some(k);
-    let total = all.len();
-    let Some(k) = per_class else {
+    if n <= all_up_to {
         return PairPlan {
             pairs: all,
             total,
             per_class: None,
         };
-    };
-    let mut pairs = Vec::new();
-    let mut i = 0;
-    while i < all.len() {
-        let class = all[i].2;
-        let j = i + all[i..].iter().take_while(|p| p.2 == class).count();
-        let len = j - i;
-        let take = k.min(len);
-        // Evenly spaced over the class: the first, the last, and between.
-        for s in 0..take {
-            let at = if take == 1 {
-                0
-            } else {
-                s * (len - 1) / (take - 1)
-            };
-            pairs.push(all[i + at]);
-        }
-        i = j;
     }
-    let sampled = pairs.len() < total;
+    // Evenly spaced over each class: the first, the last, and between.
+    let pairs: Vec<_> = all
+        .chunk_by(|x, y| x.2 == y.2)
+        .flat_map(|class| {
+            let (len, take) = (class.len(), k.min(class.len()));
+            (0..take).map(move |s| {
+                class[if take == 1 {
+                    0
+                } else {
+                    s * (len - 1) / (take - 1)
+                }]
+            })
+        })
+        .collect();
+    let per_class = (pairs.len() < total).then_some(k);
     PairPlan {
         pairs,
         total,
-        per_class: sampled.then_some(k),
+        per_class,
     }
 }
 
@@ -147,27 +138,23 @@ pub(crate) fn plan(t: &Topology, allowed: &[usize], profile: Profile) -> PairPla
 pub(crate) fn metric_names(
     classes: &[Option<PartnerClass>],
 ) -> Vec<(Option<PartnerClass>, String)> {
-    let mut present: Vec<Option<PartnerClass>> = Vec::new();
-    for k in std::iter::once(None).chain(PartnerClass::ALL.iter().map(|&c| Some(c))) {
-        if classes.contains(&k) {
-            present.push(k);
-        }
-    }
+    let present: Vec<Option<PartnerClass>> = std::iter::once(None)
+        .chain(PartnerClass::ALL.iter().map(|&c| Some(c)))
+        .filter(|k| classes.contains(k))
+        .collect();
     let named = present
         .iter()
         .position(|k| k.is_some_and(|k| k != PartnerClass::SmtSibling))
         .unwrap_or(0);
+    let name = |i: usize, k: Option<PartnerClass>| match k {
+        _ if i == named => "one_way".to_string(),
+        Some(c) => format!("one_way_{}", c.name()),
+        None => "one_way_unclassed".to_string(),
+    };
     present
         .iter()
         .enumerate()
-        .map(|(i, &k)| {
-            let name = match k {
-                Some(c) if i != named => format!("one_way_{}", c.name()),
-                None if i != named => "one_way_unclassed".to_string(),
-                _ => "one_way".to_string(),
-            };
-            (k, name)
-        })
+        .map(|(i, &k)| (k, name(i, k)))
         .collect()
 }
 
@@ -187,6 +174,13 @@ impl Bounce {
     fn one_way(&self) -> f64 {
         crate::stats::median(&self.trials)
     }
+
+    fn failed(why: String) -> Bounce {
+        Bounce {
+            error: Some(why),
+            ..Default::default()
+        }
+    }
 }
 
 /// The cache line, alone on its 128 bytes (adjacent-line prefetch works in pairs).
@@ -195,31 +189,23 @@ struct PingLine(AtomicU64);
 
 /// Bounces a line between `a` (first touch, timing) and `b` for about `share`.
 fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> Bounce {
-    let clock = ctx.clock;
     std::thread::scope(|s| {
         s.spawn(|| {
             let _ = pin(a);
-            let page = crate::pagecache::page_size();
-            match Region::new(page, Pages::Base) {
+            match Region::new(crate::pagecache::page_size(), Pages::Base) {
                 Ok(mut region) => {
                     // First touch on `a`: the page (and the line) start here.
                     region.as_mut_slice()[0] = 0;
                     // SAFETY: the region is page-aligned, larger than a PingLine, and outlives
                     // the team, whose threads are joined before `bounce_on` returns.
                     let line = unsafe { &*(region.as_ptr() as *const PingLine) };
-                    bounce_on(clock, line, [a, b], share)
+                    bounce_on(ctx.clock, line, [a, b], share)
                 }
-                Err(e) => Bounce {
-                    error: Some(format!("{e:#}")),
-                    ..Default::default()
-                },
+                Err(e) => Bounce::failed(format!("{e:#}")),
             }
         })
         .join()
-        .unwrap_or_else(|_| Bounce {
-            error: Some("the timing thread panicked".into()),
-            ..Default::default()
-        })
+        .unwrap_or_else(|_| Bounce::failed("the timing thread panicked".into()))
     })
 }
 
@@ -280,35 +266,30 @@ fn bounce_on(
 fn placement_check(pin: Option<String>, ok: &[&PairResult]) -> Check {
     let moved: Vec<String> = ok
         .iter()
-        .filter(|r| r.3.off.iter().any(|&o| o > 0))
-        .map(|r| {
-            format!(
-                "{}<->{}: {} of {} looks off CPU {}, {} of {} off CPU {}",
-                r.0, r.1, r.3.off[0], r.3.looks[0], r.0, r.3.off[1], r.3.looks[1], r.1
-            )
+        .filter(|(.., r)| r.off.iter().any(|&o| o > 0))
+        .map(|(a, b, _, r)| {
+            let ([la, lb], [oa, ob]) = (r.looks, r.off);
+            format!("{a}<->{b}: {oa} of {la} looks off CPU {a}, {ob} of {lb} off CPU {b}")
         })
         .collect();
     let looks: u64 = ok.iter().map(|r| r.3.looks[0] + r.3.looks[1]).sum();
+    let detail = match &pin {
+        Some(w) => w.clone(),
+        None if moved.is_empty() => format!(
+            "{} pairs, {looks} getcpu looks, all on the pinned CPUs",
+            ok.len()
+        ),
+        None => moved.join("; "),
+    };
     Check::premise(
         "both threads on their CPUs for the whole measurement",
         pin.is_none() && moved.is_empty() && !ok.is_empty(),
-        match &pin {
-            Some(w) => w.clone(),
-            None if moved.is_empty() => {
-                format!(
-                    "{} pairs, {looks} getcpu looks, all on the pinned CPUs",
-                    ok.len()
-                )
-            }
-            None => moved.join("; "),
-        },
+        detail,
     )
 }
 
 /// One measured pair: its CPUs, their class, and what the bounce gave.
 type PairResult = (usize, usize, Option<PartnerClass>, Bounce);
-/// A class's figure: its class, metric name and median one-way ns.
-type ClassFigure = (Option<PartnerClass>, String, f64);
 
 /// Metrics per class, the matrix series, the premise, and the findings.
 fn report(ctx: &Context, plan: &PairPlan, results: &[PairResult], out: &mut Outcome) {
@@ -316,11 +297,22 @@ fn report(ctx: &Context, plan: &PairPlan, results: &[PairResult], out: &mut Outc
         out.notes.push(format!("a pair could not run: {e}"));
     }
     let ok: Vec<&PairResult> = results.iter().filter(|r| !r.3.trials.is_empty()).collect();
-    // Premise: both threads stayed on their CPUs.
     let pin = crate::platform::pinning_premise_failure(&crate::platform::pin_support());
     out.check(placement_check(pin, &ok));
-    matrix(&ok, out);
-    let mut by_class = class_metrics(&ok, out);
+    // The matrix: one series per first CPU.
+    let mut rows: std::collections::BTreeMap<usize, Vec<[f64; 2]>> = Default::default();
+    for (a, b, _, r) in &ok {
+        rows.entry(*a).or_default().push([*b as f64, r.one_way()]);
+    }
+    for (a, points) in rows {
+        out.series.push(Series {
+            name: format!("one_way_from_cpu{a}"),
+            x_unit: "cpu".into(),
+            y_unit: "ns".into(),
+            points,
+        });
+    }
+    let classes = class_metrics(&ok, out);
     out.notes.push(match plan.per_class {
         Some(k) => format!(
             "{} of {} pairs measured: up to {k} per topology class, spread over the class",
@@ -331,102 +323,69 @@ fn report(ctx: &Context, plan: &PairPlan, results: &[PairResult], out: &mut Outc
     });
     // The findings quote the pooled runs' figures, as the table shows them.
     out.pool(ctx);
-    for c in &mut by_class {
-        let v = out.median(&c.1);
-        if v.is_finite() {
-            c.2 = v;
-        }
-    }
+    let by_class: Vec<_> = classes
+        .into_iter()
+        .map(|(class, name)| (class, out.median(&name), name))
+        .collect();
     findings(&by_class, out);
 }
 
-/// The matrix series: one row per first CPU.
-fn matrix(ok: &[&PairResult], out: &mut Outcome) {
-    let mut rows: std::collections::BTreeMap<usize, Vec<[f64; 2]>> = Default::default();
-    for r in ok {
-        rows.entry(r.0)
-            .or_default()
-            .push([r.1 as f64, r.3.one_way()]);
-    }
-    for (a, pts) in rows {
-        out.series.push(Series {
-            name: format!("one_way_from_cpu{a}"),
-            x_unit: "cpu".into(),
-            y_unit: "ns".into(),
-            points: pts,
-        });
-    }
-}
-
-/// One metric per topology class, trials of its pairs pooled: (class, metric, median).
-fn class_metrics(ok: &[&PairResult], out: &mut Outcome) -> Vec<ClassFigure> {
+/// One metric per topology class, trials of its pairs pooled: (class, metric name).
+fn class_metrics(ok: &[&PairResult], out: &mut Outcome) -> Vec<(Option<PartnerClass>, String)> {
     let classes: Vec<Option<PartnerClass>> = ok.iter().map(|r| r.2).collect();
-    let mut by_class = Vec::new();
-    for (class, name) in metric_names(&classes) {
-        let members: Vec<_> = ok.iter().filter(|r| r.2 == class).collect();
-        let trials: Vec<f64> = members
-            .iter()
-            .flat_map(|r| r.3.trials.iter().copied())
-            .collect();
+    let names = metric_names(&classes);
+    for (class, name) in &names {
+        let members: Vec<_> = ok.iter().filter(|r| r.2 == *class).collect();
+        let trials = members.iter().flat_map(|r| r.3.trials.iter().copied());
         let pair_list: Vec<String> = members
             .iter()
             .take(6)
             .map(|r| format!("{}-{}", r.0, r.1))
             .collect();
-        let medians: Vec<f64> = members.iter().map(|r| r.3.one_way()).collect();
-        let lo = medians.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = medians.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let m = out.metric(
-            &name,
-            "ns",
-            &format!(
-                "one-way cache-line latency, {} ({} pair(s): {}{}; pair medians {} to {}), trials pooled",
-                class.map_or("unclassed (topology unknown)", |c| c.name()),
-                members.len(),
-                pair_list.join(", "),
-                if members.len() > 6 { ", ..." } else { "" },
-                fmt_ns(lo),
-                fmt_ns(hi)
-            ),
-            trials,
+        let medians = members.iter().map(|r| r.3.one_way());
+        let lo = medians.clone().fold(f64::INFINITY, f64::min);
+        let hi = medians.fold(f64::NEG_INFINITY, f64::max);
+        let description = format!(
+            "one-way cache-line latency, {} ({} pair(s): {}{}; pair medians {} to {}), trials pooled",
+            class.map_or("unclassed (topology unknown)", |c| c.name()),
+            members.len(),
+            pair_list.join(", "),
+            if members.len() > 6 { ", ..." } else { "" },
+            fmt_ns(lo),
+            fmt_ns(hi)
         );
-        by_class.push((class, name, m.summary.median));
+        out.metric(name, "ns", &description, trials.collect());
     }
-    by_class
+    names
 }
 
-/// The nearest and farthest classes side by side, or the only one.
-fn findings(by_class: &[ClassFigure], out: &mut Outcome) {
-    if by_class.len() >= 2 {
-        let near = by_class
-            .iter()
-            .min_by(|a, b| a.2.total_cmp(&b.2))
-            .expect("two classes");
-        let far = by_class
-            .iter()
-            .max_by(|a, b| a.2.total_cmp(&b.2))
-            .expect("two classes");
-        out.finding_salient(
+/// The nearest and farthest classes side by side, or the only one: (class, median, metric).
+fn findings(by_class: &[(Option<PartnerClass>, f64, String)], out: &mut Outcome) {
+    let class = |c: Option<PartnerClass>, none| c.map_or(none, |c| c.name());
+    let near = by_class.iter().min_by(|a, b| a.1.total_cmp(&b.1));
+    let far = by_class.iter().max_by(|a, b| a.1.total_cmp(&b.1));
+    match (near, far) {
+        (Some(near), Some(far)) if by_class.len() >= 2 => out.finding_salient(
             format!(
                 "A cache line crosses {} in {} one way and {} in {} ({:.1}x).",
-                near.0.map_or("unclassed pairs", |c| c.name()),
-                fmt_ns(near.2),
-                far.0.map_or("unclassed pairs", |c| c.name()),
-                fmt_ns(far.2),
-                far.2 / near.2
+                class(near.0, "unclassed pairs"),
+                fmt_ns(near.1),
+                class(far.0, "unclassed pairs"),
+                fmt_ns(far.1),
+                far.1 / near.1
             ),
-            &[near.1.as_str(), far.1.as_str()],
-            far.2 / near.2,
-        );
-    } else if let Some((class, name, v)) = by_class.first() {
-        out.finding(
+            &[near.2.as_str(), far.2.as_str()],
+            far.1 / near.1,
+        ),
+        (Some((c, v, name)), _) => out.finding(
             format!(
                 "A cache line crosses {} in {} one way (half a compare-and-swap round trip).",
-                class.map_or("between the CPUs", |c| c.name()),
+                class(*c, "between the CPUs"),
                 fmt_ns(*v)
             ),
             &[name.as_str()],
-        );
+        ),
+        _ => {}
     }
 }
 

@@ -54,9 +54,7 @@ impl Experiment for LoopCost {
 }
 
 /// Every current core issues this loop at one iteration per cycle; about two means the
-/// core's issue slots were shared while it ran (another hardware thread on the core, on
-/// this host or under the hypervisor). A sanity check: the figure is what the core did, but
-/// not what it does alone; the run's grade names it (`grade::ISSUE_CHECK`).
+/// core's issue slots were shared while it ran (a sanity check the run's grade names).
 fn issue_rate(iter_ns: f64, core_ghz: f64) -> Check {
     let cycles = iter_ns * core_ghz;
     let ok = cycles < crate::grade::ISSUE_SLOW_CYCLES;

@@ -38,9 +38,8 @@ pub(crate) const STRACE_LIBC: &str =
 pub(crate) const COUNTS_WITHHELD: &str =
     "the system-call counts were traced against glibc on Linux; this build's C library makes other calls";
 
-/// A harness like `ctx.harness(parts)` whose trials last `factor` times the profile's
-/// minimum: operations of microseconds that go through the scheduler (switches, task
-/// creation) need longer trials to average out other tasks' interference.
+/// `ctx.harness(parts)` with trials `factor` times longer: microsecond operations through
+/// the scheduler (switches, task creation) need them to average out other tasks.
 pub(crate) fn long_trials<'a>(
     ctx: &super::Context<'a>,
     parts: usize,
@@ -51,10 +50,8 @@ pub(crate) fn long_trials<'a>(
     crate::harness::Harness::new(ctx.clock, cfg, ctx.loop_ticks)
 }
 
-/// A cost modelled from primitives measured earlier in the run: `syscalls` counted system
-/// calls at getppid's cost and `switches` counted switches at `switch_of`'s switch (a
-/// switch at or below zero is noise, not a cost to build on). It leaves out what
-/// `left_out` names, so prediction / measurement is the share entries and switches explain.
+/// A cost modelled from primitives measured earlier in the run: `syscalls` x getppid +
+/// `switches` x `switch_of`'s (positive) switch, leaving out what `left_out` names.
 pub(crate) struct Counted {
     pub syscalls: f64,
     pub switches: f64,

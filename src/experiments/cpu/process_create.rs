@@ -4,23 +4,17 @@
 use crate::experiments::kit::{Pages, Region};
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
-use crate::experiments::{Context, Experiment, Outcome, PerProfile};
+use crate::experiments::{Context, Experiment, Outcome, PerProfile, Spec};
 use crate::harness::{Harness, Measurement};
 use crate::machine::process::{MAPPINGS_SOURCE, RESIDENT_SOURCE};
 use crate::opaque::repeat;
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
-use std::cell::Cell;
 use std::ffi::CString;
 
 pub struct ProcessCreate;
 
-/// fork + _exit + waitpid: system calls counted with `strace -f` on a C loop (clone,
-/// set_robust_list in the child, exit_group, wait4) and context switches (perf stat -e
-/// context-switches on the same loop, pinned): to the child and back. The model leaves out
-/// copying or building the address space (page tables, VMAs) and the minor faults (about 20
-/// per fork of a small parent, 50 per exec of true, by perf; mem.pagefault measures their
-/// cost later in the run).
+/// fork + _exit + waitpid, counted on a C loop (strace -f, perf stat; the method page).
 const FORK: super::Counted = super::Counted {
     syscalls: 4.0,
     switches: 2.0,
@@ -28,9 +22,8 @@ const FORK: super::Counted = super::Counted {
     switches_source: "perf stat -e context-switches of the method",
     left_out: "address-space copy and teardown, minor faults not in the model",
 };
-/// posix_spawn of /bin/true + waitpid: clone3, 122 rt_sigaction (the child resets every
-/// handler), and ~36 of execve and the dynamic loader's mmap, openat, mprotect; exec adds
-/// one switch.
+/// posix_spawn of /bin/true + waitpid: clone3, 122 rt_sigaction, ~36 of exec and the
+/// loader; exec adds one switch.
 const SPAWN: super::Counted = super::Counted {
     syscalls: 159.0,
     switches: 3.0,
@@ -38,90 +31,65 @@ const SPAWN: super::Counted = super::Counted {
     ..FORK
 };
 
-/// The resident anonymous memory added to the parent for `fork_exit_wait_32mib`: large
-/// enough that its page-table entries dwarf the trial-to-trial noise of a small fork
-/// (8192 entries in 4 KiB pages), small enough for the smoke profile's trials.
+/// Added to the parent for `fork_exit_wait_32mib`: its page-table entries dwarf a small
+/// fork's noise, and it fits the smoke profile's trials.
 const ADDED_MIB: usize = 32;
 
-/// A region of `ADDED_MIB` of anonymous memory in base pages, every page written, so fork
-/// has its page-table entries to copy and the child's exit has them to tear down.
+/// `ADDED_MIB` of anonymous memory in base pages, every page written (unless a test seam
+/// says not), within the profile's memory limit.
 fn added_region(
     machine: &crate::machine::Machine,
     profile: crate::experiments::Profile,
 ) -> anyhow::Result<Region> {
     let len = (ADDED_MIB << 20) as u64;
-    // Within the profile's memory limit, as every memory experiment.
     crate::experiments::kit::memory_cap(machine, profile, len, len)?;
     let mut r = Region::new(ADDED_MIB << 20, Pages::Base)?;
-    if crate::experiments::seams::get().unwritten {
-        return Ok(r);
+    if !crate::experiments::seams::get().unwritten {
+        r.prefault();
     }
-    r.prefault();
     Ok(r)
 }
 
 /// Pages of `r` resident (mincore), of all its pages; None where mincore fails.
 fn resident_pages(r: &Region) -> Option<(usize, usize)> {
-    let ps = crate::platform::page_size();
-    let pages = r.len().div_ceil(ps);
+    let pages = r.len().div_ceil(crate::platform::page_size());
     let mut vec = vec![0u8; pages];
     // SAFETY: the region is a live mapping of this process and vec holds a byte per page.
     unsafe { crate::platform::mincore(r.as_ptr().cast(), r.len(), &mut vec) }.ok()?;
     Some((vec.iter().filter(|b| *b & 1 == 1).count(), pages))
 }
 
-/// The premise of `fork_per_mib`: the added region stayed resident through the timing
-/// (`before`, `after`: mincore's counts) and was not backed by huge pages, whose entries
-/// fork copies 512 at a time (`huge`: bytes of it in transparent huge pages, None where
-/// the system keeps no such count, as macOS, which has none).
+/// The premise of `fork_per_mib`: the region stayed resident through the timing
+/// (mincore's counts `before` and `after`) in base pages, not huge pages, whose entries
+/// fork copies 512 at a time (`huge`: None where the system keeps no count).
 fn region_check(
     before: Option<(usize, usize)>,
     after: Option<(usize, usize)>,
     huge: Option<u64>,
 ) -> Check {
     let name = "the added memory was resident in base pages while forking";
-    match (before, after) {
-        (Some((b, n)), Some((a, _))) => {
-            let huge_bytes = huge.unwrap_or(0);
-            Check::premise(
-                name,
-                b == n && a == n && huge_bytes == 0,
-                format!(
-                    "{b} of {n} pages resident before the timing and {a} after (mincore); {}",
-                    match huge {
-                        Some(h) => format!(
-                            "{} of it in huge pages (smaps AnonHugePages)",
-                            crate::units::fmt_bytes(h as f64)
-                        ),
-                        None => "no huge-page count on this system".into(),
-                    }
-                ),
-            )
-        }
-        _ => Check::unverified(name, "mincore could not read the added region's residency"),
-    }
-}
-
-/// Adds `fork_per_mib` = (fork with the added region - pooled median fork) / ADDED_MIB
-/// per pooled trial (`Outcome::difference`), after `fork_exit_wait_32mib`.
-fn per_mib_metric(out: &mut Outcome) -> Option<(f64, [f64; 2])> {
-    out.difference(
-        "fork_per_mib",
-        "fork + exit + wait time added per MiB of the parent's resident anonymous memory in \
-         base pages: (fork_exit_wait_32mib - median fork_exit_wait) / 32, per trial",
-        "fork_exit_wait_32mib",
-        "fork_exit_wait",
-        1.0 / ADDED_MIB as f64,
+    let (Some((b, n)), Some((a, _))) = (before, after) else {
+        return Check::unverified(name, "mincore could not read the added region's residency");
+    };
+    let huge_text = match huge {
+        Some(h) => format!(
+            "{} of it in huge pages (smaps AnonHugePages)",
+            crate::units::fmt_bytes(h as f64)
+        ),
+        None => "no huge-page count on this system".into(),
+    };
+    Check::premise(
+        name,
+        b == n && a == n && huge.unwrap_or(0) == 0,
+        format!("{b} of {n} pages resident before the timing and {a} after (mincore); {huge_text}"),
     )
 }
-
-const PER_MIB_CHECK: &str = "added memory did not make fork faster";
 
 /// Memory added to the parent cannot make fork cheaper: a per-MiB figure below zero beyond
 /// its interval means the two forks were not measured alike (invalid).
 fn per_mib_check(v: f64, ci: [f64; 2]) -> Check {
     Check::premise(
-        PER_MIB_CHECK,
+        "added memory did not make fork faster",
         ci[1] >= 0.0 || ci[1].is_nan(),
         format!(
             "fork_per_mib = {} (95% interval {} to {}, the small fork's included)",
@@ -132,17 +100,13 @@ fn per_mib_check(v: f64, ci: [f64; 2]) -> Check {
     )
 }
 
-/// Candidate tiny programs, in preference order.
-const TRUE_PATHS: [&str; 2] = ["/bin/true", "/usr/bin/true"];
-
-/// The program spawned: the first of `TRUE_PATHS` that exists.
+/// The program spawned: the first of /bin/true and /usr/bin/true that exists.
 fn program() -> Option<&'static str> {
     if let Some(p) = crate::experiments::seams::get().program {
         return Some(p);
     }
-    TRUE_PATHS
-        .iter()
-        .copied()
+    ["/bin/true", "/usr/bin/true"]
+        .into_iter()
         .find(|p| std::path::Path::new(p).is_file())
 }
 
@@ -196,72 +160,77 @@ fn spawn_wait(
     crate::platform::reap(pid, false)
 }
 
-/// Counts of children and non-zero statuses, with the first error.
+/// Children that exited 0, those that did not, and the last such wait status.
 #[derive(Default)]
-struct ChildStatuses {
-    ok: Cell<u64>,
-    bad: Cell<u64>,
-    bad_status: Cell<libc::c_int>,
+struct Statuses {
+    ok: u64,
+    bad: u64,
+    bad_status: libc::c_int,
 }
 
-impl ChildStatuses {
-    fn add(&self, r: std::io::Result<libc::c_int>, err: &Cell<Option<std::io::Error>>) {
-        match r {
-            Ok(s) if libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0 => {
-                self.ok.set(self.ok.get() + 1)
-            }
-            Ok(s) => {
-                self.bad.set(self.bad.get() + 1);
-                self.bad_status.set(s);
-            }
-            Err(e) => err.set(Some(e)),
-        }
-    }
+impl Statuses {
     fn check(&self, what: &str) -> Check {
         Check::premise(
             &format!("every {what} child exited with status 0"),
-            self.bad.get() == 0 && self.ok.get() > 0,
-            if self.bad.get() == 0 {
-                format!("{} children, all exited 0", self.ok.get())
+            self.bad == 0 && self.ok > 0,
+            if self.bad == 0 {
+                format!("{} children, all exited 0", self.ok)
             } else {
                 format!(
                     "{} of {} children did not exit 0 (e.g. wait status {:#x})",
-                    self.bad.get(),
-                    self.ok.get() + self.bad.get(),
-                    self.bad_status.get()
+                    self.bad,
+                    self.ok + self.bad,
+                    self.bad_status
                 )
             },
         )
     }
 }
 
-const SPEC: crate::experiments::Spec = crate::experiments::Spec {
+/// Times `step` as the harness asks, counting every child's status in `st`; the first
+/// error ends the measurement and is returned with `what` as context.
+fn time_children(
+    h: &Harness,
+    st: &mut Statuses,
+    what: &str,
+    mut step: impl FnMut() -> std::io::Result<libc::c_int>,
+) -> anyhow::Result<Measurement> {
+    let mut err = None;
+    let m = h.measure(1.0, |n| {
+        repeat(n, || match err.is_none().then(&mut step) {
+            Some(Ok(s)) if libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0 => st.ok += 1,
+            Some(Ok(s)) => (st.bad, st.bad_status) = (st.bad + 1, s),
+            Some(Err(e)) => err = Some(e),
+            None => {}
+        })
+    });
+    match err {
+        Some(e) => Err(anyhow::Error::new(e).context(what.to_string())),
+        None => Ok(m),
+    }
+}
+
+const SPEC: Spec = Spec {
     id: "cpu.process-create",
     title: "Process creation",
     description: "fork + _exit + waitpid, the same from a parent with 32 MiB more resident, and posix_spawn of /bin/true + waitpid (reported separately)",
     method: crate::method!("cpu.process-create"),
     budget: Some(PerProfile::new(ms(300), ms(1000), ms(8000), ms(20000))),
-    // Kernel work at the core's clock (page tables, exec), on one CPU of each kind of core
-    // on hybrid CPUs (runner::per_kind).
-    ..crate::experiments::Spec::CORE_LOOP
+    // Kernel work (page tables, exec) at the core's clock.
+    ..Spec::CORE_LOOP
 };
 
 impl Experiment for ProcessCreate {
-    fn spec(&self) -> &crate::experiments::Spec {
+    fn spec(&self) -> &Spec {
         &SPEC
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let mut p = Predictions::new(ctx);
         // The parent's size drives what the model leaves out; recorded for the reader.
         let (pages, vmas) = crate::machine::process::footprint();
-        FORK.state(
-            &mut p,
-            "fork_exit_wait",
-            &[
-                &Input::machine("resident_pages", Some(pages), "pages", RESIDENT_SOURCE, ""),
-                &Input::machine("vmas", Some(vmas), "mappings", MAPPINGS_SOURCE, ""),
-            ],
-        );
+        let resident = Input::machine("resident_pages", Some(pages), "pages", RESIDENT_SOURCE, "");
+        let vmas = Input::machine("vmas", Some(vmas), "mappings", MAPPINGS_SOURCE, "");
+        FORK.state(&mut p, "fork_exit_wait", &[&resident, &vmas]);
         SPAWN.state(&mut p, "spawn_exec", &[]);
         p.withhold(
             &["fork_exit_wait_32mib", "fork_per_mib"],
@@ -273,8 +242,7 @@ impl Experiment for ProcessCreate {
         let mut out = Outcome::default();
         let program = program();
         let h = super::long_trials(ctx, if program.is_some() { 3 } else { 2 }, 10);
-        // The parent's own anonymous memory as the small fork sees it (the region for the
-        // larger fork comes later), priced by fork_per_mib in the finding.
+        // The parent's own anonymous memory as the small fork sees it, before the region.
         let own_anon = own_anon_base_bytes();
         measure_forks(ctx, &h, &mut out)?;
         match program {
@@ -290,36 +258,11 @@ impl Experiment for ProcessCreate {
     }
 }
 
-/// Times `step` as the harness asks, counting every child's status in `children`; the first
-/// error ends the measurement and is returned with `what` as context.
-fn time_children(
-    h: &Harness,
-    children: &ChildStatuses,
-    what: &str,
-    step: impl Fn() -> std::io::Result<libc::c_int>,
-) -> anyhow::Result<Measurement> {
-    let err = Cell::new(None::<std::io::Error>);
-    let m = h.measure(1.0, |n| {
-        repeat(n, || {
-            if let Some(e) = err.take() {
-                err.set(Some(e));
-            } else {
-                children.add(step(), &err);
-            }
-        })
-    });
-    match err.take() {
-        Some(e) => Err(anyhow::Error::new(e).context(what.to_string())),
-        None => Ok(m),
-    }
-}
-
-/// fork_exit_wait, then the same fork from a parent with ADDED_MIB more resident memory:
-/// its difference from the small fork is the page tables' share, which grows with the parent.
+/// fork_exit_wait, then the same from a parent with ADDED_MIB more resident memory.
 fn measure_forks(ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Result<()> {
-    let forks = ChildStatuses::default();
+    let mut forks = Statuses::default();
     (ctx.progress)("fork + exit + wait");
-    let m = time_children(h, &forks, "fork/waitpid", fork_exit_wait)?;
+    let m = time_children(h, &mut forks, "fork/waitpid", fork_exit_wait)?;
     out.measured(
         "fork_exit_wait",
         "fork(), child _exit(0), parent waitpid()",
@@ -329,12 +272,8 @@ fn measure_forks(ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Resul
         Ok(region) => {
             (ctx.progress)("fork + exit + wait with 32 MiB more resident");
             let before = resident_pages(&region);
-            let m = time_children(
-                h,
-                &forks,
-                "fork/waitpid with the added memory",
-                fork_exit_wait,
-            )?;
+            let what = "fork/waitpid with the added memory";
+            let m = time_children(h, &mut forks, what, fork_exit_wait)?;
             out.check(region_check(before, resident_pages(&region), region.huge_bytes()));
             out.measured(
                 "fork_exit_wait_32mib",
@@ -357,98 +296,85 @@ fn measure_spawn(ctx: &Context, h: &Harness, path: &str, out: &mut Outcome) -> a
     let arg0 = CString::new("true")?;
     let argv = [arg0.as_ptr() as *mut libc::c_char, std::ptr::null_mut()];
     let envp = [std::ptr::null_mut()];
-    let spawns = ChildStatuses::default();
-    let m = time_children(h, &spawns, &format!("posix_spawn {path}"), || {
-        spawn_wait(&cpath, &argv, &envp)
-    })?;
+    let mut spawns = Statuses::default();
+    let what = format!("posix_spawn {path}");
+    let m = time_children(h, &mut spawns, &what, || spawn_wait(&cpath, &argv, &envp))?;
     out.check(spawns.check(path));
-    out.measured(
-        "spawn_exec",
-        &format!("posix_spawn() of {path}, then waitpid()"),
-        &m,
-    );
+    let description = format!("posix_spawn() of {path}, then waitpid()");
+    out.measured("spawn_exec", &description, &m);
     Ok(())
 }
 
-/// The finding: fork against thread creation and spawn, the per-MiB share, and both models.
+/// The finding: fork against thread creation and spawn, the per-MiB share, and both
+/// models; the per-MiB figure and its check come first.
 fn finding(ctx: &Context, own_anon: Option<u64>, out: &mut Outcome) {
-    let per_mib = per_mib_metric(out);
+    let per_mib = out.difference(
+        "fork_per_mib",
+        "fork + exit + wait time added per MiB of the parent's resident anonymous memory in \
+         base pages: (fork_exit_wait_32mib - median fork_exit_wait) / 32, per trial",
+        "fork_exit_wait_32mib",
+        "fork_exit_wait",
+        1.0 / ADDED_MIB as f64,
+    );
     let fork = out.median("fork_exit_wait");
     let spawn = out.get("spawn_exec").map(|m| m.summary.median);
     let mut text = format!("fork + exit + wait costs {}", fmt_ns(fork));
     let mut from = vec!["fork_exit_wait"];
     if let Some(t) = ctx.earlier_median("cpu.thread-create", "create_join") {
-        text.push_str(&format!(
+        text += &format!(
             ", {:.1}x creating and joining a thread ({})",
             fork / t,
             fmt_ns(t)
-        ));
+        );
         from.push("cpu.thread-create/create_join");
     }
     if let Some(s) = spawn {
-        text.push_str(&format!(
+        text += &format!(
             "; running a program (posix_spawn + exec of true) costs {} ({:.1}x fork)",
             fmt_ns(s),
             s / fork
-        ));
+        );
         from.push("spawn_exec");
     }
     text.push('.');
+    // The parent's anonymous pages at the per-MiB cost join fork's model here, not in its
+    // prediction: fork_per_mib is measured in this experiment.
+    let mut pages = None;
     if let Some((v, ci)) = per_mib {
         out.check(per_mib_check(v, ci));
         if v > 0.0 && ci[0] > 0.0 {
-            text.push_str(&format!(
+            text += &format!(
                 " Each MiB of the parent's resident anonymous memory in {} KiB pages adds {} to it \
                  ({} from a parent with {ADDED_MIB} MiB more).",
                 crate::platform::page_size() / 1024,
                 fmt_ns(v),
                 fmt_ns(out.median("fork_exit_wait_32mib")),
-            ));
+            );
             from.extend(["fork_per_mib", "fork_exit_wait_32mib"]);
+            pages = own_anon.map(|b| (b as f64 / (1u64 << 20) as f64, v));
         }
     }
-    text.push_str(&models_text(ctx, fork, spawn, own_anon, per_mib));
-    out.finding(text, &from);
-}
-
-/// Each measured cost against its model. The parent's anonymous pages at the measured per-MiB
-/// cost join fork's model here, not in its prediction: fork_per_mib is measured in this
-/// experiment.
-fn models_text(
-    ctx: &Context,
-    fork: f64,
-    spawn: Option<f64>,
-    own_anon: Option<u64>,
-    per_mib: Option<(f64, [f64; 2])>,
-) -> String {
-    let pages = match (own_anon, per_mib) {
-        (Some(b), Some((v, ci))) if v > 0.0 && ci[0] > 0.0 => {
-            let mib = b as f64 / (1u64 << 20) as f64;
-            Some((
-                mib * v,
+    for (name, measured, model) in [
+        ("fork", Some(fork), FORK.value(ctx)),
+        ("spawn", spawn, SPAWN.value(ctx)),
+    ] {
+        let (Some(c), Some(v)) = (measured, model) else {
+            continue;
+        };
+        let (model, parts) = match pages.filter(|_| name == "fork") {
+            Some((mib, per)) => (
+                v + mib * per,
                 format!(
                     ", process switches and the parent's {mib:.1} MiB of resident anonymous \
                      memory at fork_per_mib"
                 ),
-            ))
-        }
-        _ => None,
-    };
-    let mut text = String::new();
-    for (name, measured, m, extra) in [
-        ("fork", Some(fork), FORK.value(ctx), pages),
-        ("spawn", spawn, SPAWN.value(ctx), None),
-    ] {
-        if let (Some(c), Some(v)) = (measured, m) {
-            let (add, parts) = extra.unwrap_or((0.0, " and process switches".into()));
-            text.push_str(&crate::experiments::explained(
-                &format!("For {name}, kernel entries{parts}"),
-                v + add,
-                c,
-            ));
-        }
+            ),
+            None => (v, " and process switches".to_string()),
+        };
+        let parts = format!("For {name}, kernel entries{parts}");
+        text += &crate::experiments::explained(&parts, model, c);
     }
-    text
+    out.finding(text, &from);
 }
 
 #[cfg(test)]

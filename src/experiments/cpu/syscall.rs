@@ -13,8 +13,7 @@ pub struct Syscall;
 /// Metrics measured, each with an equal part of the budget.
 const PARTS: usize = 5;
 
-/// cpu.syscall's harness settings under `profile`: its budget split over its metrics,
-/// preempted trials repeated (`ctx.cpu_harness(PARTS)` in a run; `io syscalls` outside one).
+/// cpu.syscall's harness settings, for `io syscalls` outside a run.
 pub fn harness_config(profile: Profile) -> HarnessConfig {
     profile
         .harness()
@@ -22,8 +21,7 @@ pub fn harness_config(profile: Profile) -> HarnessConfig {
         .cpu_only()
 }
 
-// The kernels, one per operation (lmbench's do_getppid shape): `n` calls in the
-// canonical loop. Not inlined, so `io syscalls` times the same code as a run.
+// The kernels (lmbench's do_getppid shape), not inlined: `io syscalls` times them too.
 
 /// `n` raw syscall(SYS_getppid) (no C-library caching).
 #[inline(never)]
@@ -90,8 +88,7 @@ const SPEC: Spec = Spec {
         "minimal system calls (getppid, getpid, write 0 bytes, getcwd) against a vDSO clock_gettime",
     method: crate::method!("cpu.syscall"),
     budget: Some(PerProfile::scaled(ms(1500))),
-    // Kernel entry and exit are serialising: the dependent-chain bottleneck, not slowed by
-    // a busy SMT sibling's share of issue slots as a loop is.
+    // Kernel entry and exit are serialising: the dependent-chain bottleneck.
     ..Spec::CORE_LOOP
 };
 
@@ -101,8 +98,6 @@ impl Experiment for Syscall {
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let mut p = Predictions::new(ctx);
-        // A kernel entry's cost depends on the kernel's entry code and its mitigations as
-        // much as on the core; no published figure per part is in the table.
         let why = format!(
             "the parts table names no published kernel-entry cost (it depends on the kernel and its \
              mitigations: {})",
@@ -157,8 +152,7 @@ impl Experiment for Syscall {
             vdso < sys,
             format!("clock_gettime {vdso:.1} ns, getppid {sys:.1} ns"),
         ));
-        // clock_gettime is said to stay in user space only when it is cheaper than a kernel
-        // entry beyond noise (on an hpet or acpi_pm clocksource it is a system call).
+        // In user space only when cheaper than a kernel entry beyond noise.
         let how = match out.separation("clock_gettime_vdso", "getppid") {
             crate::analysis::Separation::Below => {
                 "below any kernel entry beyond both 95% intervals, so it stayed in user space (the vDSO)".to_string()

@@ -6,16 +6,13 @@ use crate::experiments::{Context, Experiment, Outcome};
 use crate::opaque::repeat;
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 pub struct ThreadCreate;
 
-/// The model: system calls per pthread_create + join, counted with `strace -f` on a C loop
-/// (glibc 2.36+): clone3, 4 rt_sigprocmask (signals blocked around the clone and in the
-/// child), set_robust_list and rseq in the child, madvise of the cached stack, exit, one
-/// futex; and switches to the new thread (the parent waits in join) and back. What it leaves
-/// out is the work inside clone and exit beyond a minimal kernel entry.
+/// pthread_create + join, counted on a C loop (strace -f, glibc 2.36+): clone3, 4
+/// rt_sigprocmask, set_robust_list and rseq in the child, madvise of the cached stack,
+/// exit, one futex; and the switches to the new thread and back.
 const MODEL: super::Counted = super::Counted {
     syscalls: 10.0,
     switches: 2.0,
@@ -26,22 +23,18 @@ const MODEL: super::Counted = super::Counted {
 
 /// What the new thread returns, so join can prove it ran.
 static SENTINEL: u8 = 0;
-
-/// Threads whose start routine ran, and those of them that found themselves to be the
-/// creating thread (pthread_self equal to the creator's): what the check counts.
+/// Runs of the start routine, and those in the creating thread (`CREATOR`'s pthread_self).
 static RAN: AtomicU64 = AtomicU64::new(0);
 static RAN_AS_CREATOR: AtomicU64 = AtomicU64::new(0);
-/// pthread_self of the creating thread, as an integer.
 static CREATOR: AtomicU64 = AtomicU64::new(0);
 
 extern "C" fn return_arg(arg: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: pthread_self has no preconditions.
-    let me = unsafe { libc::pthread_self() } as u64;
-    if me == CREATOR.load(Ordering::Relaxed) {
-        RAN_AS_CREATOR.fetch_add(1, Ordering::Relaxed);
+    if unsafe { libc::pthread_self() } as u64 == CREATOR.load(Relaxed) {
+        RAN_AS_CREATOR.fetch_add(1, Relaxed);
     }
     // Relaxed: join orders the thread's writes before the creator reads them.
-    RAN.fetch_add(1, Ordering::Relaxed);
+    RAN.fetch_add(1, Relaxed);
     arg
 }
 
@@ -77,13 +70,11 @@ fn create_join() -> Result<(), i32> {
     let mut ret: *mut libc::c_void = std::ptr::null_mut();
     // SAFETY: tid is a joinable thread we created and have not joined.
     let rc = unsafe { libc::pthread_join(tid, &mut ret) };
-    if rc != 0 {
-        return Err(rc);
+    match (rc, ret == arg) {
+        (0, true) => Ok(()),
+        (0, false) => Err(-1),
+        (rc, _) => Err(rc),
     }
-    if ret != arg {
-        return Err(-1);
-    }
-    Ok(())
 }
 
 const SPEC: Spec = Spec {
@@ -108,26 +99,22 @@ impl Experiment for ThreadCreate {
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
         let h = super::long_trials(ctx, 1, 5);
-        let done = Cell::new(0u64);
-        let failed = Cell::new(None::<i32>);
+        let (mut done, mut failed) = (0u64, None::<i32>);
         (ctx.progress)("pthread_create + join");
         // SAFETY: pthread_self has no preconditions.
-        CREATOR.store(unsafe { libc::pthread_self() } as u64, Ordering::Relaxed);
-        let (ran0, same0) = (
-            RAN.load(Ordering::Relaxed),
-            RAN_AS_CREATOR.load(Ordering::Relaxed),
-        );
+        CREATOR.store(unsafe { libc::pthread_self() } as u64, Relaxed);
+        let (ran0, same0) = (RAN.load(Relaxed), RAN_AS_CREATOR.load(Relaxed));
         let m = h.measure(1.0, |n| {
             repeat(n, || {
-                if failed.get().is_none() {
+                if failed.is_none() {
                     match create_join() {
-                        Ok(()) => done.set(done.get() + 1),
-                        Err(e) => failed.set(Some(e)),
+                        Ok(()) => done += 1,
+                        Err(e) => failed = Some(e),
                     }
                 }
             })
         });
-        match failed.get() {
+        match failed {
             Some(-1) => out.check(Check::premise(
                 "every thread ran",
                 false,
@@ -138,9 +125,9 @@ impl Experiment for ThreadCreate {
                 std::io::Error::from_raw_os_error(e)
             ),
             None => out.check(ran_check(
-                done.get(),
-                RAN.load(Ordering::Relaxed) - ran0,
-                RAN_AS_CREATOR.load(Ordering::Relaxed) - same0,
+                done,
+                RAN.load(Relaxed) - ran0,
+                RAN_AS_CREATOR.load(Relaxed) - same0,
             )),
         }
         out.measured(
@@ -152,21 +139,16 @@ impl Experiment for ThreadCreate {
         let c = out.median("create_join");
         let mut text = format!("Creating, running and joining a thread costs {}", fmt_ns(c));
         if let Some(sys) = ctx.earlier_median("cpu.syscall", "getppid") {
-            text.push_str(&format!(" ({:.0} minimal system calls)", c / sys));
+            text += &format!(" ({:.0} minimal system calls)", c / sys);
         }
         if let Some(sw) = ctx.earlier_median("cpu.thread-switch", "switch") {
-            text.push_str(&format!(" or {:.1} thread switches", c / sw));
+            text += &format!(" or {:.1} thread switches", c / sw);
         }
         text.push('.');
         if let Some(v) = MODEL.value(ctx) {
-            text.push_str(&crate::experiments::explained(
-                &format!(
-                    "{} kernel entries and {} thread switches",
-                    MODEL.syscalls, MODEL.switches
-                ),
-                v,
-                c,
-            ));
+            let (sys, sw) = (MODEL.syscalls, MODEL.switches);
+            let parts = format!("{sys} kernel entries and {sw} thread switches");
+            text += &crate::experiments::explained(&parts, v, c);
         }
         out.finding(text, &["create_join"]);
         Ok(out)

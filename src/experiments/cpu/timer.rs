@@ -13,18 +13,6 @@ const METHOD: &str = crate::method!("cpu.timer", 2);
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const METHOD: &str = crate::method!("cpu.timer", 3);
 
-/// `EXPENSIVE`, with the machine fact that explains it where there is one: on x86 a
-/// virtual machine, whose hypervisor intercepts CPUID, the serialising fence (a VM exit
-/// on every CPUID under Intel VT-x, Intel SDM vol. 3C 26.1.2; an intercept KVM, Xen and
-/// Hyper-V set under AMD SVM, AMD APM vol. 2 15.9).
-fn expensive(ctx: &Context) -> String {
-    if cfg!(target_arch = "x86_64") && ctx.machine.virtualization.is_vm {
-        format!("{EXPENSIVE} (a virtual machine: the hypervisor intercepts CPUID)")
-    } else {
-        EXPENSIVE.to_string()
-    }
-}
-
 /// Why a pair costs more wall time than lands inside a region, per architecture.
 #[cfg(target_arch = "x86_64")]
 const EXPENSIVE: &str = "the serialising instructions are expensive here";
@@ -32,6 +20,16 @@ const EXPENSIVE: &str = "the serialising instructions are expensive here";
 const EXPENSIVE: &str = "the ISB barriers around each counter read drain the pipeline";
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const EXPENSIVE: &str = "the clock reads cost more than the interval they bracket";
+
+/// `EXPENSIVE`, with the reason on an x86 virtual machine: the hypervisor intercepts CPUID,
+/// the serialising fence (Intel SDM vol. 3C 26.1.2; AMD APM vol. 2 15.9).
+fn expensive(ctx: &Context) -> String {
+    if cfg!(target_arch = "x86_64") && ctx.machine.virtualization.is_vm {
+        format!("{EXPENSIVE} (a virtual machine: the hypervisor intercepts CPUID)")
+    } else {
+        EXPENSIVE.to_string()
+    }
+}
 
 const SPEC: Spec = Spec {
     id: "cpu.timer",
@@ -48,10 +46,8 @@ impl Experiment for Timer {
     fn spec(&self) -> &Spec {
         &SPEC
     }
-    /// None: the only figures available before this runs are the clock's own start-up
-    /// measurements of the same regions, and a prediction equal to the measurement by
-    /// construction says nothing. Serialising instructions (CPUID, RDTSCP) cost what the
-    /// core or the hypervisor makes them cost; no earlier primitive predicts that.
+    /// None: what serialising instructions cost depends on the core or the hypervisor, and
+    /// only the clock's start-up measurement of the same regions exists before this.
     fn predict(&self, _ctx: &Context) -> Vec<(String, Prediction)> {
         vec![]
     }
@@ -63,14 +59,11 @@ impl Experiment for Timer {
                 .into(),
         );
         let c = ctx.clock;
-        // On a coarse counter (Apple silicon's 24 MHz, a TSC advancing in steps) an empty
-        // region reads 0 or 1 step: the mean of the reads is the figure (clock::region_ticks).
+        // On a coarse counter an empty region reads 0 or 1 step: the mean of the reads is
+        // the figure (clock::region_ticks).
         let step = crate::clock::coarse_step(c);
-        let regions = empty_regions(ctx, step);
-        add_read_pair(&mut out, c, step.is_some(), regions);
-
-        let h = ctx.cpu_harness(2);
-        let m = h.measure_raw(1.0, |n| {
+        read_pair(ctx, step, &mut out);
+        let m = ctx.cpu_harness(2).measure_raw(1.0, |n| {
             for _ in 0..n {
                 // Kept in registers: a store per read would add store-forwarding effects.
                 crate::opaque::keep(c.start());
@@ -83,42 +76,31 @@ impl Experiment for Timer {
             &m,
         );
         out.pool(ctx);
-        let median = |name: &str| out.get(name).map(|m| m.summary.median);
-        if let (Some(region), Some(wall)) = (median("read_pair"), median("fenced_pair_wall")) {
-            if wall > 5.0 * region {
-                out.finding(
-                    format!(
-                        "A fenced timestamp pair takes {} of wall time but only {} of it lands inside a \
-                         measurement: {}, so trials must be long, as the harness ensures.",
-                        crate::units::fmt_ns(wall),
-                        crate::units::fmt_ns(region),
-                        expensive(ctx)
-                    ),
-                    &["read_pair", "fenced_pair_wall"],
-                );
-            }
+        let (region, wall) = (out.median("read_pair"), out.median("fenced_pair_wall"));
+        // NaN (no read_pair) compares false.
+        if wall > 5.0 * region {
+            out.finding(
+                format!(
+                    "A fenced timestamp pair takes {} of wall time but only {} of it lands inside a \
+                     measurement: {}, so trials must be long, as the harness ensures.",
+                    crate::units::fmt_ns(wall),
+                    crate::units::fmt_ns(region),
+                    expensive(ctx)
+                ),
+                &["read_pair", "fenced_pair_wall"],
+            );
         }
         Ok(out)
     }
 }
 
-/// Empty start/stop regions of one batch of 1000 per trial, until the trials or half the
-/// budget run out: each trial's typical region in ns, whether every batch's minimum was
-/// positive, and whether the counter advanced across every batch.
-struct EmptyRegions {
-    trials: Vec<f64>,
-    all_positive: bool,
-    advanced: bool,
-}
-
-fn empty_regions(ctx: &Context, step: Option<f64>) -> EmptyRegions {
-    let c = ctx.clock;
+/// `read_pair` from empty start/stop regions, one batch of 1000 per trial until the trials
+/// or half the budget run out (or the note that they are below the counter's resolution),
+/// and the check that the counter advanced.
+fn read_pair(ctx: &Context, step: Option<f64>, out: &mut Outcome) {
+    let (c, coarse) = (ctx.clock, step.is_some());
     let deadline = crate::clock::Deadline::after(c, ctx.budget / 2);
-    let mut r = EmptyRegions {
-        trials: Vec::new(),
-        all_positive: true,
-        advanced: true,
-    };
+    let (mut trials, mut all_positive, mut advanced) = (Vec::new(), true, true);
     for _ in 0..ctx.profile.harness().trials {
         let first = c.now();
         let mut v: Vec<u64> = (0..1000)
@@ -128,22 +110,16 @@ fn empty_regions(ctx: &Context, step: Option<f64>) -> EmptyRegions {
                 b.wrapping_sub(a)
             })
             .collect();
-        r.advanced &= c.now() > first;
+        advanced &= c.now() > first;
         let ticks = crate::clock::region_ticks(&mut v, step);
-        r.all_positive &= v[0] > 0 || c.name() == "monotonic_raw";
-        r.trials.push(c.ticks_to_ns(ticks));
+        all_positive &= v[0] > 0 || c.name() == "monotonic_raw";
+        trials.push(c.ticks_to_ns(ticks));
         if deadline.passed() {
             break;
         }
     }
-    r
-}
-
-/// `read_pair` from the empty regions (or the note that they are below the counter's
-/// resolution), and the check that the counter advanced.
-fn add_read_pair(out: &mut Outcome, c: &dyn crate::clock::Clock, coarse: bool, r: EmptyRegions) {
-    let n = r.trials.len();
-    if coarse && r.trials.iter().all(|&t| t == 0.0) {
+    let n = trials.len();
+    if coarse && trials.iter().all(|&t| t == 0.0) {
         out.notes.push(format!(
             "read_pair: below the counter's resolution ({}): no empty region of {n} batches of 1000 \
              spanned a tick, so the counter cannot say what it costs",
@@ -159,15 +135,15 @@ fn add_read_pair(out: &mut Outcome, c: &dyn crate::clock::Clock, coarse: bool, r
         } else {
             "ticks inside an empty start/stop region (median of 1000 per trial)".to_string()
         };
-        out.metric("read_pair", "ns", &how, r.trials);
+        out.metric("read_pair", "ns", &how, trials);
     }
     let (passed, detail) = if coarse {
         (
-            r.advanced,
+            advanced,
             "the counter moved across every batch of 1000 regions (a coarse counter's single region may read 0)",
         )
     } else {
-        (r.all_positive, "every batch had a non-zero minimum region")
+        (all_positive, "every batch had a non-zero minimum region")
     };
     out.check(Check::sanity("counter advances", passed, detail));
 }

@@ -5,8 +5,7 @@ use crate::clock::Clock;
 use crate::platform::CpuMask;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-/// One child's slot: its start stamp (the run's clock, in ticks, at its release) and what
-/// its body returned.
+/// One child's slot: its start stamp (ticks, at its release) and what its body returned.
 #[derive(Clone, Copy, Default)]
 #[repr(C)]
 struct ChildSlot<T> {
@@ -79,7 +78,11 @@ impl<'c, T: Copy + Default> Children<'c, T> {
             ready_r: ready_r.as_raw_fd(),
             go_w: go_w.as_raw_fd(),
         };
-        let fork_err = self.fork_all(p, cpus, &ends, &body);
+        // Stops at the first failed fork.
+        let fork_err = (0..p).find_map(|i| {
+            let cpu = &cpus[i % cpus.len()];
+            self.fork(i, cpu, Some(&ends), |start| body(i, start)).err()
+        });
         // Our copies of the children's ends: closed so a child's exit reads as end of file.
         drop((ready_w, go_r));
         let forked = self.pids.borrow().len();
@@ -94,31 +97,55 @@ impl<'c, T: Copy + Default> Children<'c, T> {
         Ok(())
     }
 
-    /// Forks `p` children (stopping at the first failed fork, whose error is returned).
-    fn fork_all(
+    /// Forks child `i` on `cpu`, held at the barrier `ends` if any, running `body` once.
+    fn fork(
         &self,
-        p: usize,
-        cpus: &[CpuMask],
-        ends: &Ends,
-        body: &impl Fn(usize, u64) -> T,
-    ) -> Option<std::io::Error> {
-        for i in 0..p {
-            // SAFETY: i < p <= n slots in the mapping.
-            let slot = unsafe { self.ptr.add(i) };
-            let cpu = &cpus[i % cpus.len()];
-            // SAFETY: fork; the child runs only `child` (the caller's async-signal-safe
-            // body on memory prepared before the fork) and exits.
-            let pid = unsafe { libc::fork() };
-            if pid == 0 {
-                // SAFETY: in the freshly forked child; `child` ends with _exit.
-                unsafe { child(self.clock, cpu, ends, slot, |start| body(i, start)) }
-            }
-            if pid < 0 {
-                return Some(std::io::Error::last_os_error());
-            }
-            self.pids.borrow_mut().push(pid);
+        i: usize,
+        cpu: &CpuMask,
+        ends: Option<&Ends>,
+        body: impl FnOnce(u64) -> T,
+    ) -> std::io::Result<()> {
+        assert!(i < self.n);
+        // SAFETY: i < n slots in the mapping.
+        let slot = unsafe { self.ptr.add(i) };
+        // SAFETY: fork; the child runs only `child` (the caller's async-signal-safe
+        // body on memory prepared before the fork) and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: in the freshly forked child; `child` ends with _exit.
+            unsafe { child(self.clock, cpu, ends, slot, body) }
         }
-        None
+        if pid < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        self.pids.borrow_mut().push(pid);
+        Ok(())
+    }
+
+    /// Forks a long-lived child `i` pinned to `cpu`, unheld, that runs `body` (a partner
+    /// the caller talks to and stops, through pipes of its own) and stores what it returns;
+    /// `wait` reaps it, then `get(i)` reads it.
+    ///
+    /// # Safety
+    /// As `run`: `body` makes only async-signal-safe calls on memory prepared before this
+    /// call, and ends once the caller stops it.
+    pub(crate) unsafe fn spawn(
+        &self,
+        i: usize,
+        cpu: &CpuMask,
+        body: impl FnOnce() -> T,
+    ) -> std::io::Result<()> {
+        // SAFETY: i < n (asserted in `fork`); the slot's child is not running yet.
+        unsafe { std::ptr::write_volatile(self.ptr.add(i), ChildSlot::default()) };
+        self.fork(i, cpu, None, |_| body())
+    }
+
+    /// Reaps every child `spawn` forked; an error when any did not exit cleanly.
+    pub(crate) fn wait(&self, what: &str) -> anyhow::Result<()> {
+        match self.reap() {
+            0 => Ok(()),
+            failed => anyhow::bail!("{failed} {what}es did not exit cleanly"),
+        }
     }
 
     /// Child i's start stamp (ticks) and result, after `run`.
@@ -177,22 +204,24 @@ struct Ends {
 unsafe fn child<T>(
     clock: &dyn Clock,
     cpu: &CpuMask,
-    ends: &Ends,
+    ends: Option<&Ends>,
     slot: *mut ChildSlot<T>,
     body: impl FnOnce(u64) -> T,
 ) -> ! {
-    // The parent's ends: a child holding `go_w` open would never see the release.
-    libc::close(ends.go_w);
-    libc::close(ends.ready_r);
     // Where the system has no parent-death signal, the barrier pipe's end of file and the
     // body's own time bound still end the child.
     let _ = crate::platform::die_with_parent();
     cpu.pin_self();
-    let one = [1u8];
-    libc::write(ends.ready_w, one.as_ptr() as *const libc::c_void, 1);
-    let mut b = [0u8];
-    // Barrier: the parent closes the write end when every child is ready; read sees EOF.
-    libc::read(ends.go_r, b.as_mut_ptr() as *mut libc::c_void, 1);
+    if let Some(ends) = ends {
+        // The parent's ends: a child holding `go_w` open would never see the release.
+        libc::close(ends.go_w);
+        libc::close(ends.ready_r);
+        let one = [1u8];
+        libc::write(ends.ready_w, one.as_ptr() as *const libc::c_void, 1);
+        let mut b = [0u8];
+        // Barrier: the parent closes the write end when every child is ready; read sees EOF.
+        libc::read(ends.go_r, b.as_mut_ptr() as *mut libc::c_void, 1);
+    }
     // The run's clock: its reads are plain instructions or clock_gettime, both safe here.
     let start = clock.now();
     std::ptr::addr_of_mut!((*slot).start).write_volatile(start);

@@ -1,43 +1,37 @@
 //! The switch experiments' premises and sanity checks.
 
 use super::*;
+use crate::experiments::kit::place::Place;
 
-/// The premise check: every CPU sample of both tasks is where they were pinned.
-pub(super) fn pinned_check(name: &str, trip: &Trip, main_cpu: usize, partner_cpu: usize) -> Check {
-    cpus_check(
-        name,
-        &trip.main_cpus,
-        &trip.partner,
-        main_cpu,
-        partner_cpu,
-        &crate::platform::pin_support(),
-    )
+/// The premise check: every look at both tasks found them where they were pinned.
+pub(super) fn pinned_check(name: &str, trip: &Trip) -> Check {
+    let pinning = crate::platform::pin_support();
+    cpus_check(name, &trip.main, &trip.partner.place, &pinning)
 }
 
-/// The premise from the CPU samples and the pinning the system offers: without hard
-/// pinning the figure is an unpinned measurement whatever the samples say.
+/// The premise from the CPU looks and the pinning the system offers: without hard
+/// pinning the figure is an unpinned measurement whatever the looks say.
 pub(super) fn cpus_check(
     name: &str,
-    main_cpus: &[i32],
-    p: &CpuReport,
-    main_cpu: usize,
-    partner_cpu: usize,
+    main: &Place,
+    p: &Place,
     pinning: &crate::platform::Pinning,
 ) -> Check {
     if let Some(why) = crate::platform::pinning_premise_failure(pinning) {
         return Check::premise(name, false, why);
     }
-    let main_off = main_cpus.iter().filter(|&&c| c != main_cpu as i32).count();
-    let passed = main_off == 0 && p.off == 0 && p.samples > 0 && !main_cpus.is_empty();
+    let passed = main.off() == 0 && p.off() == 0 && p.looks > 0 && main.looks > 0;
     let mut detail = format!(
-        "measuring task: {} of {} samples off CPU {main_cpu}; partner: {} of {} samples off CPU {partner_cpu}",
-        main_off,
-        main_cpus.len(),
-        p.off,
-        p.samples
+        "measuring task: {} of {} samples off CPU {}; partner: {} of {} samples off CPU {}",
+        main.off(),
+        main.looks,
+        main.cpu,
+        p.off(),
+        p.looks,
+        p.cpu
     );
-    if p.seen_off >= 0 {
-        detail.push_str(&format!(" (seen on CPU {})", p.seen_off));
+    if let Some(c) = p.last_away {
+        detail.push_str(&format!(" (seen on CPU {c})"));
     }
     Check::premise(name, passed, detail)
 }

@@ -12,7 +12,6 @@ use crate::platform;
 use crate::results::{Check, Prediction, Series};
 use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::{anyhow, bail, Context as _};
-use std::cell::RefCell;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
@@ -50,9 +49,8 @@ impl Kind {
     }
 }
 
-/// Cache-line stride for touching a working set (one word read and written per line):
-/// 128 bytes on Apple silicon (hw.cachelinesize), 64 on the x86-64 and Arm server cores
-/// osmeter runs on.
+/// Cache-line stride for touching a working set: 128 bytes on Apple silicon
+/// (hw.cachelinesize), 64 elsewhere.
 const LINE: usize = if cfg!(all(target_os = "macos", target_arch = "aarch64")) {
     128
 } else {
@@ -62,9 +60,8 @@ const LINE: usize = if cfg!(all(target_os = "macos", target_arch = "aarch64")) {
 const SAMPLE_EVERY: u64 = 64;
 /// Round trips done before measuring, so the partner's start-up is not measured.
 const WARM_ROUNDS: usize = 200;
-/// ... or for at most this long (cross-CPU round trips on a busy VM can take 100 us).
+/// ... or for at most this long (a cross-CPU round trip can take 100 us).
 const WARM_LIMIT: Duration = Duration::from_millis(10);
-/// A pipe as (read end, write end), close-on-exec so spawned programs never inherit it.
 /// Working-set sizes of the series per profile (bytes).
 const SERIES_SIZES: PerProfile<&[usize]> = PerProfile::new(
     &[],
@@ -88,7 +85,7 @@ fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
     let extra = sizes.iter().filter(|&&w| w > 0).count() * 2;
     let h = super::long_trials(ctx, 2 + plans.len() + extra, 5);
 
-    let run_switch = same_cpu(kind, ctx, &h, &mut out)?;
+    same_cpu(kind, ctx, &h, &mut out)?;
     let mut cross = Vec::new();
     for plan in &plans {
         cross.push(cross_cpu(kind, ctx, &h, plan, &mut out)?);
@@ -100,9 +97,7 @@ fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
     let series = if sizes.is_empty() {
         None
     } else {
-        Some(working_set_series(
-            kind, ctx, &h, sizes, run_switch, &mut out,
-        )?)
+        Some(working_set_series(kind, ctx, &h, sizes, &mut out)?)
     };
     // Everything below is stated from the pooled runs: the figures the table shows.
     out.pool(ctx);
@@ -134,27 +129,29 @@ fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
     Ok(out)
 }
 
-/// The switch figure with its interval from both inputs.
+/// A switch figure with the 95% interval of its median, widened by the subtracted pipe
+/// cost's.
 #[derive(Debug, Clone, Copy)]
 struct SwitchFigure {
-    pub(super) median: f64,
-    /// 95% interval of the median, widened by the subtracted pipe cost's.
-    pub(super) interval: [f64; 2],
+    median: f64,
+    interval: [f64; 2],
 }
 
-/// The same-CPU round trip and the pipe cost; returns this run's own switch figure (for
-/// its working-set series), (round trip - pipe cost) / 2 from this run's medians.
-fn same_cpu(kind: Kind, ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Result<f64> {
+impl SwitchFigure {
+    const NONE: SwitchFigure = SwitchFigure {
+        median: f64::NAN,
+        interval: [f64::NAN; 2],
+    };
+}
+
+/// The same-CPU round trip and the pipe cost.
+fn same_cpu(kind: Kind, ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Result<()> {
     (ctx.progress)("same-CPU round trip");
-    let same = round_trips(h, kind, ctx.cpu, 0)?;
+    let same = round_trips(ctx, h, kind, ctx.cpu, 0)?;
     (ctx.progress)("pipe cost");
     let pipe = pipe_cost(h, 0)?;
-    out.check(pinned_check(
-        &format!("both {} ran on CPU {}", kind.noun(), ctx.cpu),
-        &same,
-        ctx.cpu,
-        ctx.cpu,
-    ));
+    let name = format!("both {} ran on CPU {}", kind.noun(), ctx.cpu);
+    out.check(pinned_check(&name, &same));
     out.measured(
         "pipe_round_trip_same_cpu",
         "raw round trip of one byte over two pipes, both tasks pinned to one CPU (two switches)",
@@ -165,7 +162,7 @@ fn same_cpu(kind: Kind, ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow
         "one task writing and reading its own two pipes, per round-trip equivalent",
         &pipe,
     );
-    Ok((same.m.median_ns() - pipe.median_ns()) / 2.0)
+    Ok(())
 }
 
 /// Adds `switch` = (round trip - pooled median pipe cost) / 2 per pooled round-trip
@@ -179,19 +176,12 @@ fn switch_metric(out: &mut Outcome) -> SwitchFigure {
         "pipe_cost",
         0.5,
     ) else {
-        return SwitchFigure {
-            median: f64::NAN,
-            interval: [f64::NAN; 2],
-        };
+        return SwitchFigure::NONE;
     };
-    // Shown beside the pipe cost it subtracts.
+    // Shown beside the pipe cost it subtracts (which `difference` found).
+    let at = out.metrics.iter().position(|x| x.name == "pipe_cost");
     let m = out.metrics.pop().expect("just added");
-    let at = out
-        .metrics
-        .iter()
-        .position(|x| x.name == "pipe_cost")
-        .map_or(out.metrics.len(), |i| i + 1);
-    out.metrics.insert(at, m);
+    out.metrics.insert(at.expect("subtracted") + 1, m);
     SwitchFigure { median, interval }
 }
 
@@ -207,17 +197,10 @@ fn cross_cpu(
     let (o, class) = (plan.cpu, plan.class_name());
     let name = format!("pipe_round_trip_cross_cpu{}", plan.suffix);
     (ctx.progress)(&format!("cross-CPU round trip ({class})"));
-    let cross = round_trips(h, kind, o, 0)?;
-    out.check(pinned_check(
-        &format!(
-            "the {} ran on different CPUs ({} and {o}, {class})",
-            kind.noun(),
-            ctx.cpu
-        ),
-        &cross,
-        ctx.cpu,
-        o,
-    ));
+    let cross = round_trips(ctx, h, kind, o, 0)?;
+    let (noun, cpu) = (kind.noun(), ctx.cpu);
+    let check = format!("the {noun} ran on different CPUs ({cpu} and {o}, {class})");
+    out.check(pinned_check(&check, &cross));
     out.measured(
         &name,
         &format!(
@@ -237,8 +220,7 @@ const THREAD_SPEC: Spec = Spec {
     description: "two threads pinned to one CPU ping-pong a byte over two pipes; switch = (round trip - pipe cost) / 2",
     method: crate::method!("cpu.thread-switch"),
     budget: Some(PerProfile::new(ms(250), ms(1000), ms(6000), ms(15000))),
-    // The scheduler's path at the core's clock (the cross-CPU round trip declares `None`),
-    // on one CPU of each kind of core on hybrid CPUs (runner::per_kind).
+    // The scheduler's path at the core's clock (the cross-CPU round trip declares `None`).
     ..Spec::CORE_LOOP
 };
 
@@ -248,9 +230,7 @@ const PROCESS_SPEC: Spec = Spec {
     description: "as cpu.thread-switch with a forked partner process, plus switch cost vs working set (lat_ctx -s)",
     method: crate::method!("cpu.process-switch"),
     budget: Some(PerProfile::new(ms(300), ms(1200), ms(12000), ms(30000))),
-    // The scheduler's path at the core's clock (the cross-CPU round trip declares `None`),
-    // on one CPU of each kind of core on hybrid CPUs (runner::per_kind).
-    ..Spec::CORE_LOOP
+    ..THREAD_SPEC
 };
 
 impl Experiment for Kind {
@@ -274,24 +254,26 @@ mod tests {
 
     #[test]
     fn finish_reports_the_partners_rounds() {
+        let clock = crate::clock::CoarseClock::new(1e9);
         let cpu = crate::platform::current_cpu().unwrap_or(0);
         for kind in [Kind::Thread, Kind::Process] {
-            let mut pp = PingPong::start(kind, cpu, 4096).unwrap();
+            let mut pp = PingPong::start(kind, &clock, cpu, 4096).unwrap();
             for _ in 0..100 {
                 pp.round_trip().unwrap();
             }
             let r = pp.finish().unwrap();
             assert_eq!(r.rounds, 100, "{kind:?}");
-            assert!(r.samples >= 3, "{kind:?}: {r:?}");
+            assert!(r.place.looks >= 3, "{kind:?}: {r:?}");
         }
     }
 
     #[test]
     fn dropping_mid_run_never_hangs() {
         // Drop closes pipe A: the partner sees end of file and is joined or reaped.
+        let clock = crate::clock::CoarseClock::new(1e9);
         let cpu = crate::platform::current_cpu().unwrap_or(0);
         for kind in [Kind::Thread, Kind::Process] {
-            let mut pp = PingPong::start(kind, cpu, 0).unwrap();
+            let mut pp = PingPong::start(kind, &clock, cpu, 0).unwrap();
             pp.round_trip().unwrap();
             drop(pp);
         }
@@ -299,23 +281,30 @@ mod tests {
 
     #[test]
     fn unpinned_switch_is_labelled_not_same_cpu() {
+        use crate::experiments::kit::place::Place;
         use crate::platform::Pinning;
-        let partner = CpuReport {
-            rounds: 10,
-            samples: 3,
-            off: 0,
-            seen_off: -1,
+        let partner = Place {
+            looks: 3,
+            ..Place::new(1)
         };
-        let good = cpus_check("same CPU", &[1, 1], &partner, 1, 1, &Pinning::Hard);
+        let main = Place {
+            looks: 2,
+            ..Place::new(1)
+        };
+        let good = cpus_check("same CPU", &main, &partner, &Pinning::Hard);
         assert!(good.passed, "{good:?}");
         let hint = Pinning::Unsupported {
             reason: "no pinning on this system".into(),
         };
-        let bad = cpus_check("same CPU", &[1, 1], &partner, 1, 1, &hint);
+        let bad = cpus_check("same CPU", &main, &partner, &hint);
         assert!(!bad.passed);
         assert!(bad.detail.contains("unpinned"), "{bad:?}");
-        let moved = cpus_check("same CPU", &[1, 0], &partner, 1, 1, &Pinning::Hard);
-        assert!(!moved.passed);
+        let moved = Place {
+            away: 1,
+            last_away: Some(0),
+            ..main
+        };
+        assert!(!cpus_check("same CPU", &moved, &partner, &Pinning::Hard).passed);
     }
 
     /// A recorded cpu.thread-switch whose switch is `ns` with a tight interval.

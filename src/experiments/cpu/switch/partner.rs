@@ -1,30 +1,30 @@
 //! The partner task and the pipe ping-pong both switch experiments time.
 
 use super::*;
+use crate::clock::Clock;
+use crate::experiments::kit::children::Children;
+use crate::experiments::kit::place::Place;
+
+/// `io` retried while a signal interrupts it. Async-signal-safe (errno is thread-local).
+fn retried(mut io: impl FnMut() -> isize) -> isize {
+    loop {
+        let r = io();
+        if !(r < 0 && crate::platform::interrupted()) {
+            return r;
+        }
+    }
+}
 
 /// Reads one byte: 1 on success, 0 on end of file, -1 on error. Async-signal-safe.
 pub(super) fn read_byte(fd: RawFd, b: &mut u8) -> isize {
-    loop {
-        // SAFETY: b is one writable byte.
-        let r = unsafe { libc::read(fd, b as *mut u8 as *mut libc::c_void, 1) };
-        // errno is thread-local; reading it is async-signal-safe.
-        if r < 0 && crate::platform::interrupted() {
-            continue;
-        }
-        return r;
-    }
+    // SAFETY: b is one writable byte.
+    retried(|| unsafe { libc::read(fd, b as *mut u8 as *mut libc::c_void, 1) })
 }
 
 /// Writes one byte; true when it went through. Async-signal-safe.
 pub(super) fn write_byte(fd: RawFd, b: u8) -> bool {
-    loop {
-        // SAFETY: &b is one readable byte.
-        let r = unsafe { libc::write(fd, &b as *const u8 as *const libc::c_void, 1) };
-        if r < 0 && crate::platform::interrupted() {
-            continue;
-        }
-        return r == 1;
-    }
+    // SAFETY: &b is one readable byte.
+    retried(|| unsafe { libc::write(fd, &b as *const u8 as *const libc::c_void, 1) }) == 1
 }
 
 /// Reads and writes one word per cache line of `len` bytes at `buf` (volatile, so the
@@ -47,44 +47,22 @@ pub(super) fn working_set(bytes: usize) -> Vec<u64> {
     vec![0u64; bytes.div_ceil(8).max(1)]
 }
 
-/// Where the partner ran. Plain integers so a forked child can send it through a pipe.
-#[repr(C)]
+/// The partner's round trips and where it ran (plain data, for a forked child's slot).
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct CpuReport {
     pub(super) rounds: u64,
-    pub(super) samples: u64,
-    /// Samples on a CPU other than the expected one.
-    pub(super) off: u64,
-    /// The last unexpected CPU seen, or -1.
-    pub(super) seen_off: i64,
-}
-
-impl CpuReport {
-    fn sample(&mut self, expect: i32) {
-        let c = platform::current_cpu_raw();
-        self.samples += 1;
-        if c != expect {
-            self.off += 1;
-            self.seen_off = c as i64;
-        }
-    }
+    pub(super) place: Place,
 }
 
 /// The partner: echo each byte from `rfd` back on `wfd` until end of file, touching its
-/// working set before each echo and sampling its CPU. Uses only read, write and
-/// sched_getcpu, so a forked child of a multithreaded parent may run it.
-pub(super) fn echo_loop(
-    rfd: RawFd,
-    wfd: RawFd,
-    expect: i32,
-    buf: *mut u8,
-    len: usize,
-) -> CpuReport {
+/// working set before each echo and looking at its CPU now and then. Only read, write and
+/// getcpu, so a forked child of a multithreaded parent may run it.
+pub(super) fn echo_loop(rfd: RawFd, wfd: RawFd, cpu: usize, buf: *mut u8, len: usize) -> CpuReport {
     let mut r = CpuReport {
-        seen_off: -1,
-        ..Default::default()
+        rounds: 0,
+        place: Place::new(cpu),
     };
-    r.sample(expect);
+    r.place.look();
     touch(buf, len);
     let mut b = 0u8;
     while read_byte(rfd, &mut b) == 1 {
@@ -94,92 +72,74 @@ pub(super) fn echo_loop(
         }
         r.rounds += 1;
         if r.rounds % SAMPLE_EVERY == 0 {
-            r.sample(expect);
+            r.place.look();
         }
     }
-    r.sample(expect);
+    r.place.look();
     r
 }
 
-pub(super) enum Partner {
+pub(super) enum Partner<'c> {
     Thread(std::thread::JoinHandle<CpuReport>),
-    Process(libc::pid_t),
+    Process(Children<'c, CpuReport>),
 }
 
 /// The measuring task's side of a ping-pong: pipe A carries the token to the partner,
 /// pipe B brings it back. Dropping it closes A, so the partner sees end of file and
 /// exits; it is then joined or reaped, on error paths too.
-pub(super) struct PingPong {
+pub(super) struct PingPong<'c> {
     to: Option<OwnedFd>,
     from: Option<OwnedFd>,
-    partner: Option<Partner>,
+    partner: Option<Partner<'c>>,
     buf: Vec<u64>,
     ws: usize,
 }
 
-impl PingPong {
+impl<'c> PingPong<'c> {
     /// Starts a partner of `kind` pinned to `partner_cpu` (the caller stays where it is)
     /// with a private working set of `ws` bytes.
-    pub(super) fn start(kind: Kind, partner_cpu: usize, ws: usize) -> anyhow::Result<PingPong> {
+    pub(super) fn start(
+        kind: Kind,
+        clock: &'c dyn Clock,
+        partner_cpu: usize,
+        ws: usize,
+    ) -> anyhow::Result<Self> {
         let (a_r, a_w) = platform::pipe().context("pipe")?;
         let (b_r, b_w) = platform::pipe().context("pipe")?;
-        let expect = partner_cpu as i32;
+        // A failed pin shows up in the CPU samples and fails the premise.
         let partner = match kind {
-            Kind::Thread => {
-                let h = std::thread::Builder::new()
+            Kind::Thread => Partner::Thread(
+                std::thread::Builder::new()
                     .name("osmeter-switch-partner".into())
                     .spawn(move || {
-                        // A failed pin shows up in the CPU samples and fails the premise.
                         let _ = crate::platform::pin_to_cpu(partner_cpu);
                         let mut buf = working_set(ws);
-                        let r = echo_loop(
-                            a_r.as_raw_fd(),
-                            b_w.as_raw_fd(),
-                            expect,
-                            buf.as_mut_ptr() as *mut u8,
-                            ws,
-                        );
-                        drop((a_r, b_w));
-                        r
+                        let (r, w) = (a_r.as_raw_fd(), b_w.as_raw_fd());
+                        echo_loop(r, w, partner_cpu, buf.as_mut_ptr() as *mut u8, ws)
                     })
-                    .context("spawning the partner thread")?;
-                Partner::Thread(h)
-            }
+                    .context("spawning the partner thread")?,
+            ),
             Kind::Process => {
                 // Everything the child needs is prepared before fork: it may not allocate.
                 let mut child_buf = working_set(ws);
                 let cbuf = child_buf.as_mut_ptr() as *mut u8;
                 let mask = crate::platform::CpuMask::single(partner_cpu)?;
-                let (ar, aw, br, bw) = (
-                    a_r.as_raw_fd(),
-                    a_w.as_raw_fd(),
-                    b_r.as_raw_fd(),
-                    b_w.as_raw_fd(),
-                );
-                // SAFETY: fork is safe to call; the child below only makes async-signal-safe
-                // calls (close, sched_setaffinity, read, write, sched_getcpu, _exit) on
-                // memory prepared before the fork, and never returns into Rust code.
-                let pid = unsafe { libc::fork() };
-                if pid < 0 {
-                    return Err(io::Error::last_os_error()).context("fork");
-                }
-                if pid == 0 {
-                    // SAFETY: child side; raw calls on fds and memory that exist here.
-                    unsafe {
+                let (ar, aw) = (a_r.as_raw_fd(), a_w.as_raw_fd());
+                let (br, bw) = (b_r.as_raw_fd(), b_w.as_raw_fd());
+                let children = Children::new(1, clock)?;
+                // SAFETY: the child makes only close, read, write and sched_getcpu calls,
+                // on descriptors and a buffer made before the fork.
+                let forked = unsafe {
+                    children.spawn(0, &mask, || {
                         // Close the parent's ends, or our own copy of A would hide its EOF.
                         libc::close(aw);
                         libc::close(br);
-                        // A failed pin shows up in the CPU samples and fails the premise.
-                        mask.pin_self();
-                        let r = echo_loop(ar, bw, expect, cbuf, ws);
-                        // Report where we ran after the parent closed A.
-                        let p = &r as *const CpuReport as *const libc::c_void;
-                        libc::write(bw, p, std::mem::size_of::<CpuReport>());
-                        libc::_exit(0);
-                    }
-                }
+                        echo_loop(ar, bw, partner_cpu, cbuf, ws)
+                    })
+                };
+                forked.context("fork")?;
                 drop((a_r, b_w, child_buf));
-                Partner::Process(pid)
+                Partner::Process(children)
             }
         };
         Ok(PingPong {
@@ -209,140 +169,68 @@ impl PingPong {
         }
     }
 
-    /// Stops the partner and returns where it ran.
+    /// Stops the partner (end of file on A) and returns where it ran.
     pub(super) fn finish(mut self) -> anyhow::Result<CpuReport> {
-        self.to = None; // end of file for the partner
+        (self.to, self.from) = (None, None);
         match self.partner.take() {
             Some(Partner::Thread(h)) => {
-                self.from = None;
                 h.join().map_err(|_| anyhow!("the partner thread panicked"))
             }
-            Some(Partner::Process(pid)) => {
-                let from = self.from.take().ok_or_else(|| anyhow!("no pipe"))?;
-                let report = read_report(from.as_raw_fd());
-                drop(from);
-                let status = platform::reap(pid, report.is_err()).context("waitpid")?;
-                let report = report?;
-                if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
-                    bail!("the partner process ended with status {status:#x}");
-                }
-                Ok(report)
-            }
+            Some(Partner::Process(c)) => c.wait("partner process").map(|()| c.get(0).1),
             None => bail!("ping-pong already finished"),
         }
     }
 }
 
-impl Drop for PingPong {
+impl Drop for PingPong<'_> {
     fn drop(&mut self) {
-        self.to = None;
-        self.from = None;
-        match self.partner.take() {
-            Some(Partner::Thread(h)) => {
-                let _ = h.join();
-            }
-            Some(Partner::Process(pid)) => {
-                let _ = platform::reap(pid, true);
-            }
-            None => {}
+        // End of file first; a partner process is reaped by its `Children`.
+        (self.to, self.from) = (None, None);
+        if let Some(Partner::Thread(h)) = self.partner.take() {
+            let _ = h.join();
         }
     }
 }
 
-/// The child's CpuReport, read with a time bound so a stuck child cannot hang the run.
-pub(super) fn read_report(fd: RawFd) -> anyhow::Result<CpuReport> {
-    let mut r = CpuReport::default();
-    let size = std::mem::size_of::<CpuReport>();
-    let mut got = 0;
-    while got < size {
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: pfd is one valid pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, 5_000) };
-        if n == 0 {
-            bail!("the partner process did not report within 5 s");
-        }
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e).context("poll");
-        }
-        // SAFETY: the destination is the remaining bytes of r, a plain repr(C) struct of
-        // integers for which any byte pattern is valid.
-        let k = unsafe {
-            libc::read(
-                fd,
-                (&mut r as *mut CpuReport as *mut u8).add(got) as *mut libc::c_void,
-                size - got,
-            )
-        };
-        if k == 0 {
-            bail!("the partner process exited without reporting its CPUs");
-        }
-        if k < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e).context("reading the partner's report");
-        }
-        got += k as usize;
-    }
-    Ok(r)
-}
-
-/// Round trips with a partner on `partner_cpu`, per round trip in ns, with the CPUs the
-/// measuring task saw (start and end of each trial) and the partner's report.
+/// Round trips with a partner, per round trip in ns, with where the measuring task ran
+/// (looked at the start and end of each trial) and the partner's report.
 pub(super) struct Trip {
     pub(super) m: crate::harness::Measurement,
-    pub(super) main_cpus: Vec<i32>,
+    pub(super) main: Place,
     pub(super) partner: CpuReport,
 }
 
 pub(super) fn round_trips(
+    ctx: &Context,
     h: &Harness,
     kind: Kind,
     partner_cpu: usize,
     ws: usize,
 ) -> anyhow::Result<Trip> {
-    let mut pp = PingPong::start(kind, partner_cpu, ws)?;
+    let what = || format!("ping-pong between {}", kind.noun());
+    let mut pp = PingPong::start(kind, ctx.clock, partner_cpu, ws)?;
     // The first rounds pay for the partner's start (a forked child's copy-on-write faults,
     // cold caches); left in, they would stretch the harness's first calibration trial.
     h.warm_up(WARM_ROUNDS, WARM_LIMIT, || pp.round_trip())
-        .with_context(|| format!("ping-pong between {}", kind.noun()))?;
-    let pp = RefCell::new(pp);
-    let err: RefCell<Option<io::Error>> = RefCell::new(None);
-    let cpus = RefCell::new(Vec::with_capacity(256));
+        .with_context(what)?;
+    let mut err = None;
+    let mut main = Place::new(ctx.cpu);
     let m = h.measure(1.0, |n| {
-        cpus.borrow_mut().push(platform::current_cpu_raw());
-        let mut p = pp.borrow_mut();
-        let mut failed = err.borrow().is_some();
+        main.look();
+        let mut failed = err.is_some();
         repeat(n, || {
             if !failed {
-                if let Err(e) = p.round_trip() {
-                    *err.borrow_mut() = Some(e);
-                    failed = true;
-                }
+                err = pp.round_trip().err();
+                failed = err.is_some();
             }
         });
-        cpus.borrow_mut().push(platform::current_cpu_raw());
+        main.look();
     });
-    let pp = pp.into_inner();
-    if let Some(e) = err.into_inner() {
-        drop(pp);
-        return Err(e).context(format!("ping-pong between {}", kind.noun()));
+    if let Some(e) = err {
+        return Err(e).with_context(what);
     }
     let partner = pp.finish()?;
-    Ok(Trip {
-        m,
-        main_cpus: cpus.into_inner(),
-        partner,
-    })
+    Ok(Trip { m, main, partner })
 }
 
 /// One task passing the token through its own two pipes (write+read on A, then on B),

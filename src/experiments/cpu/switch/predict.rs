@@ -3,13 +3,8 @@
 use super::*;
 use crate::experiments::predict::Predictions;
 
-/// Shared predictions, from figures measured earlier only: the pipe work is four kernel
-/// entries with an fd lookup (cpu.syscall's write_devnull_0). No published figure prices a
-/// switch or a cross-CPU wake-up per part, so the thread experiment's round trips are
-/// predicted by their pipe work alone, a lower bound. The process experiment runs after it
-/// and composes its measured figures: a process switch does a thread switch's work and
-/// changes address spaces too (no figure for that: lower bounds), and a cross-CPU round
-/// trip wakes a task on the other CPU as the thread one does.
+/// From figures measured earlier only (docs/methods/cpu.thread-switch.md): the pipe work,
+/// and for the process experiment the thread experiment's figures.
 pub(super) fn predict_switch(kind: Kind, ctx: &Context) -> Vec<(String, Prediction)> {
     let mut p = Predictions::new(ctx);
     // The thread experiment's figure `m` (positive), for the process experiment only.

@@ -1,64 +1,46 @@
 //! cpu.process-switch's switch cost against working set.
 
 use super::*;
+use crate::stats::Summary;
 
-/// One point of the working-set series: W bytes, this run's switch figure at W and the
-/// 95% interval of its median (the overhead's included).
-pub(super) struct WsPoint {
-    pub(super) bytes: f64,
-    pub(super) ns: f64,
-    pub(super) interval: [f64; 2],
-}
+/// One point of the working-set series: W bytes, and this run's switch figure at W.
+pub(super) type WsPoint = (f64, SwitchFigure);
 
 /// Switch cost vs working set (lmbench lat_ctx -s): both tasks touch W private bytes
 /// per round; the same task touching W twice with its own pipes is subtracted. The
-/// points are not metrics: the series is this run's alone, and says so.
+/// points are not metrics: the series is this run's alone (the empty point from this
+/// run's same-CPU trials), and says so.
 pub(super) fn working_set_series(
     kind: Kind,
     ctx: &Context,
     h: &Harness,
     sizes: &[usize],
-    switch_run: f64,
     out: &mut Outcome,
 ) -> anyhow::Result<Vec<WsPoint>> {
     let mut pts = Vec::new();
     for &w in sizes {
         if w == 0 {
-            pts.push(WsPoint {
-                bytes: 0.0,
-                ns: switch_run,
-                interval: [switch_run; 2],
-            });
+            let raw = |name| out.get(name).map_or(&[][..], |m| &m.raw[..]);
+            pts.push(ws_point(
+                0.0,
+                raw("pipe_round_trip_same_cpu"),
+                raw("pipe_cost"),
+            ));
             continue;
         }
         (ctx.progress)(&format!("working set {}", fmt_bytes(w as f64)));
-        let t = round_trips(h, kind, ctx.cpu, w)?;
-        out.check(pinned_check(
-            &format!(
-                "both {} ran on CPU {} (working set {})",
-                kind.noun(),
-                ctx.cpu,
-                fmt_bytes(w as f64)
-            ),
-            &t,
-            ctx.cpu,
-            ctx.cpu,
-        ));
+        let t = round_trips(ctx, h, kind, ctx.cpu, w)?;
+        let (noun, cpu, ws) = (kind.noun(), ctx.cpu, fmt_bytes(w as f64));
+        let check = format!("both {noun} ran on CPU {cpu} (working set {ws})");
+        out.check(pinned_check(&check, &t));
         let ovh = pipe_cost(h, w)?;
         pts.push(ws_point(w as f64, &t.m.per_op_ns, &ovh.per_op_ns));
-    }
-    // The empty point's interval from its own trials, as the others'.
-    if let Some(z) = pts.iter_mut().find(|p| p.bytes == 0.0) {
-        if let (Some(rt), Some(pipe)) = (out.get("pipe_round_trip_same_cpu"), out.get("pipe_cost"))
-        {
-            *z = ws_point(0.0, &rt.raw, &pipe.raw);
-        }
     }
     out.series.push(Series {
         name: "switch cost vs working set".into(),
         x_unit: "bytes".into(),
         y_unit: "ns".into(),
-        points: pts.iter().map(|p| [p.bytes, p.ns]).collect(),
+        points: pts.iter().map(|(w, f)| [*w, f.median]).collect(),
     });
     Ok(pts)
 }
@@ -66,35 +48,28 @@ pub(super) fn working_set_series(
 /// (round trip - median overhead) / 2 with the interval of the round trip's median
 /// widened by half the overhead's.
 pub(super) fn ws_point(bytes: f64, rt: &[f64], ovh: &[f64]) -> WsPoint {
-    let (Some(r), Some(o)) = (
-        crate::stats::Summary::of(rt),
-        crate::stats::Summary::of(ovh),
-    ) else {
-        return WsPoint {
-            bytes,
-            ns: f64::NAN,
-            interval: [f64::NAN; 2],
-        };
+    let (Some(r), Some(o)) = (Summary::of(rt), Summary::of(ovh)) else {
+        return (bytes, SwitchFigure::NONE);
     };
     let half = (o.ci95[1] - o.ci95[0]).abs() / 4.0;
-    WsPoint {
-        bytes,
-        ns: (r.median - o.median) / 2.0,
+    let figure = SwitchFigure {
+        median: (r.median - o.median) / 2.0,
         interval: [
             (r.ci95[0] - o.median) / 2.0 - half,
             (r.ci95[1] - o.median) / 2.0 + half,
         ],
-    }
+    };
+    (bytes, figure)
 }
 
 /// The series' largest working set against its empty switch, both from the run the
 /// series shows; "more" only beyond both intervals, and no claim about why: the
 /// ping-pong's footprint (2W) is twice the subtracted overhead's (W).
 pub(super) fn series_finding(pts: &[WsPoint], ctx: &Context, out: &mut Outcome) {
-    let (Some(first), Some(last)) = (pts.first(), pts.last()) else {
+    let (Some(&(w0, first)), Some(&(w, last))) = (pts.first(), pts.last()) else {
         return;
     };
-    if last.bytes <= 0.0 || first.bytes != 0.0 {
+    if w <= 0.0 || w0 != 0.0 {
         return;
     }
     let rep = ctx.repetition;
@@ -110,8 +85,8 @@ pub(super) fn series_finding(pts: &[WsPoint], ctx: &Context, out: &mut Outcome) 
     let clause = match crate::analysis::separation_of(last.interval, first.interval) {
         crate::analysis::Separation::Above => format!(
             "{} more per switch beyond both 95% intervals; the two tasks together touch twice what the subtracted overhead touches, so part of it is misses one task touching {} would also take",
-            fmt_ns(last.ns - first.ns),
-            fmt_bytes(2.0 * last.bytes)
+            fmt_ns(last.median - first.median),
+            fmt_bytes(2.0 * w)
         ),
         crate::analysis::Separation::Overlap => {
             "within noise of each other (the 95% intervals overlap)".to_string()
@@ -123,10 +98,10 @@ pub(super) fn series_finding(pts: &[WsPoint], ctx: &Context, out: &mut Outcome) 
     out.finding(
         format!(
             "{which}ith {} of private data per process a switch costs {} against {} with none ({:.2}x): {clause}.",
-            fmt_bytes(last.bytes),
-            fmt_ns(last.ns),
-            fmt_ns(first.ns),
-            last.ns / first.ns,
+            fmt_bytes(w),
+            fmt_ns(last.median),
+            fmt_ns(first.median),
+            last.median / first.median,
         ),
         &["switch"],
     );
