@@ -171,12 +171,6 @@ fn interface_of(ip: IpAddr) -> Option<String> {
     found
 }
 
-/// Link speed of an interface in bits/s, from the machine's NICs; None where the driver
-/// reports none (loopback, virtio and others report -1).
-pub(crate) fn link_speed_bps(machine: &crate::machine::Machine, iface: &str) -> Option<f64> {
-    nic(machine, iface)?.speed_mbit_s.map(|m| m as f64 * 1e6)
-}
-
 /// A NIC of the machine description by name.
 pub(crate) fn nic<'a>(
     machine: &'a crate::machine::Machine,
@@ -228,8 +222,9 @@ mod tests {
         assert_eq!(iface, "lo");
         assert!(ip.is_loopback());
         let m = crate::machine::Machine::gather();
-        assert_eq!(link_speed_bps(&m, "lo"), None);
-        assert_eq!(link_speed_bps(&m, "../etc"), None);
+        // Loopback reports no link speed; a made-up name is no NIC.
+        assert_eq!(nic(&m, "lo").and_then(|n| n.speed_mbit_s), None);
+        assert!(nic(&m, "../etc").is_none());
     }
 
     #[test]
