@@ -38,34 +38,22 @@ fn socket_for(addr: &SocketAddr, reset: bool) -> io::Result<OwnedFd> {
         l_onoff: 1,
         l_linger: 0,
     };
-    let one: libc::c_int = 1;
-    let (opt, val, len) = if reset {
-        (
-            libc::SO_LINGER,
-            &linger as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::linger>(),
-        )
-    } else {
-        (
-            libc::SO_REUSEADDR,
-            &one as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>(),
-        )
+    let r = match reset {
+        true => set_option(&fd, libc::SO_LINGER, &linger),
+        false => set_option(&fd, libc::SO_REUSEADDR, &(1 as libc::c_int)),
     };
-    // SAFETY: val points to a live value of the size passed.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            opt,
-            val,
-            len as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
+    r.map(|()| fd)
+}
+
+/// setsockopt(SOL_SOCKET, `opt`) to `val`.
+fn set_option<T>(fd: &OwnedFd, opt: libc::c_int, val: &T) -> io::Result<()> {
+    let len = std::mem::size_of::<T>() as libc::socklen_t;
+    let val = val as *const T as *const libc::c_void;
+    // SAFETY: val points to a live T of the size passed; fd is an open socket.
+    match unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, opt, val, len) } {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
     }
-    Ok(fd)
 }
 
 /// sockaddr storage for connect().
@@ -93,6 +81,16 @@ fn raw_addr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     };
     (ss, len as libc::socklen_t)
 }
+
+/// What `time_connections` times, in its order.
+const TIMED: [(&str, &str); 3] = [
+    ("connect", "connect() until established"),
+    ("close", "close() with SO_LINGER 0 (reset, no TIME_WAIT)"),
+    (
+        "open_close",
+        "socket() + connect() + ordinary close(), as lmbench lat_connect times it",
+    ),
+];
 
 const SPEC: Spec = Spec {
     id: "net.connect",
@@ -156,25 +154,13 @@ impl Experiment for Connect {
         let dest = SocketAddr::new(t.addr().ip(), session.port);
         let timed = time_connections(ctx, &dest, max)?;
         drop(session);
-        let n = timed.connects.len();
+        let n = timed[0].len();
         out.check(Check::sanity(
             "enough connections for a distribution",
             n >= 100,
             format!("{n} connections (bound {max})"),
         ));
-        for (name, v, what) in [
-            ("connect", timed.connects, "connect() until established"),
-            (
-                "close",
-                timed.closes,
-                "close() with SO_LINGER 0 (reset, no TIME_WAIT)",
-            ),
-            (
-                "open_close",
-                timed.open_closes,
-                "socket() + connect() + ordinary close(), as lmbench lat_connect times it",
-            ),
-        ] {
+        for ((name, what), v) in TIMED.into_iter().zip(timed) {
             out.distribution(name, "ns", &format!("{what}, {label}"), v);
         }
         out.pool(ctx);
@@ -195,13 +181,6 @@ impl Experiment for Connect {
     }
 }
 
-/// Per-operation times of connect, close and a whole open-connect-close, in ns.
-struct Connections {
-    connects: Vec<f64>,
-    closes: Vec<f64>,
-    open_closes: Vec<f64>,
-}
-
 /// connect() on a socket to `dest`, timed by the caller.
 fn connect_to(fd: &OwnedFd, ss: &libc::sockaddr_storage, len: libc::socklen_t) -> io::Result<()> {
     // SAFETY: ss holds a valid address of `len` bytes; fd is an open socket.
@@ -212,56 +191,49 @@ fn connect_to(fd: &OwnedFd, ss: &libc::sockaddr_storage, len: libc::socklen_t) -
     Ok(())
 }
 
-/// Up to `max` connects and closes to `dest` (and up to `max_open_close` whole
-/// open-connect-closes), within 80% of the budget, after an untimed warm-up.
-fn time_connections(ctx: &Context, dest: &SocketAddr, max: usize) -> anyhow::Result<Connections> {
+/// Up to `max` connects and closes to `dest`, and up to `max_open_close` whole
+/// open-connect-closes among them, within 80% of the budget, after an untimed warm-up:
+/// the `TIMED` figures in ns.
+fn time_connections(ctx: &Context, dest: &SocketAddr, max: usize) -> anyhow::Result<[Vec<f64>; 3]> {
     let (ss, len) = raw_addr(dest);
     let connect = |fd: &OwnedFd| connect_to(fd, &ss, len);
+    let refused = |e: io::Error| anyhow::anyhow!("connect to {dest}: {e}");
     (ctx.progress)("connections");
     for _ in 0..max.min(100) / 2 {
-        let fd = socket_for(dest, true)?;
-        connect(&fd).map_err(|e| anyhow::anyhow!("connect to {dest}: {e}"))?;
+        connect(&socket_for(dest, true)?).map_err(refused)?;
     }
     let oc_max = max_open_close(ctx.profile);
-    let mut t = Connections {
-        connects: Vec::with_capacity(max),
-        closes: Vec::with_capacity(max),
-        open_closes: Vec::with_capacity(oc_max),
-    };
+    let [mut connects, mut closes, mut open_closes] = [max, max, oc_max].map(Vec::with_capacity);
     let budget = ctx.budget * 8 / 10;
     let until = ctx.harness(1).deadline(budget);
-    while t.connects.len() < max && !until.passed() {
+    while connects.len() < max && !until.passed() {
         // Sockets are made untimed in batches; each connect and close is timed alone.
         let batch: Vec<OwnedFd> = (0..64)
             .map(|_| socket_for(dest, true))
             .collect::<io::Result<_>>()?;
         let mut fds = batch.into_iter();
         let mut open = Vec::with_capacity(64);
-        t.connects.extend(
-            sample(ctx, 64, budget, || {
-                let fd = fds.next().ok_or_else(|| io::Error::other("no socket"))?;
-                connect(&fd)?;
-                open.push(fd);
-                Ok(())
-            })
-            .map_err(|e| anyhow::anyhow!("connect to {dest}: {e}"))?,
-        );
+        let timed = sample(ctx, 64, budget, || {
+            let fd = fds.next().ok_or_else(|| io::Error::other("no socket"))?;
+            connect(&fd)?;
+            open.push(fd);
+            Ok(())
+        });
+        connects.extend(timed.map_err(refused)?);
         let mut open = open.into_iter();
-        t.closes.extend(sample(ctx, 64, budget, || {
+        closes.extend(sample(ctx, 64, budget, || {
             drop(open.next());
             Ok(())
         })?);
-        if t.open_closes.len() < oc_max {
-            t.open_closes.extend(
-                sample(ctx, 32, budget, || {
-                    let fd = socket_for(dest, false)?;
-                    connect(&fd)?;
-                    drop(fd);
-                    Ok(())
-                })
-                .map_err(|e| anyhow::anyhow!("connect to {dest}: {e}"))?,
-            );
+        if open_closes.len() < oc_max {
+            let timed = sample(ctx, 32, budget, || {
+                let fd = socket_for(dest, false)?;
+                connect(&fd)?;
+                drop(fd);
+                Ok(())
+            });
+            open_closes.extend(timed.map_err(refused)?);
         }
     }
-    Ok(t)
+    Ok([connects, closes, open_closes])
 }
