@@ -118,44 +118,43 @@ fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
         .and_then(|spec| super::route_interface(crate::peer::client::resolve_peer(spec).ok()?));
     let nic = route
         .as_ref()
-        .and_then(|(iface, _)| super::nic(ctx.machine, iface));
-    let (inputs, formula, rate): (Vec<Input>, String, fn(&[f64]) -> f64) =
-        match nic.filter(|n| n.speed_mbit_s.is_some()) {
-            Some(n) => (
-                vec![
-                    Input::machine(
-                        "link_speed",
-                        n.speed_mbit_s.map(|m| m as f64 * 1e6),
-                        "bits/s",
-                        format!("machine: {} link speed", n.name),
-                        "",
-                    ),
-                    Input::machine(
-                        "mtu",
-                        Some(n.mtu.unwrap_or(1500) as f64),
-                        "bytes",
-                        format!("machine: {} MTU", n.name),
-                        "",
-                    ),
-                ],
-                "link speed / 8 x (MTU - 52) / (MTU + 38): line rate less Ethernet, IP and TCP overhead".into(),
-                // TCP payload per frame (IP 20 + TCP 20 + timestamps 12) over bits on the
-                // wire (Ethernet header 14, FCS 4, preamble 8, inter-frame gap 12).
-                |v| v[0] / 8.0 * ((v[1] - 52.0) / (v[1] + 38.0)),
-            ),
-            None => (
-                vec![p.earlier("mem.bandwidth", &["copy_1t"]).named("copy_bandwidth")],
+        .and_then(|(iface, _)| ctx.machine.network.iter().find(|n| n.name == *iface));
+    let (inputs, formula, rate): (Vec<Input>, String, fn(&[f64]) -> f64) = match nic
+        .filter(|n| n.speed_mbit_s.is_some())
+    {
+        Some(n) => {
+            let fact = |name, v: Option<f64>, unit, what| {
+                let source = format!("machine: {} {what}", n.name);
+                Input::machine(name, v, unit, source, "")
+            };
+            let bps = n.speed_mbit_s.map(|m| m as f64 * 1e6);
+            let mtu = Some(n.mtu.unwrap_or(1500) as f64);
+            (
+                    vec![
+                        fact("link_speed", bps, "bits/s", "link speed"),
+                        fact("mtu", mtu, "bytes", "MTU"),
+                    ],
+                    "link speed / 8 x (MTU - 52) / (MTU + 38): line rate less Ethernet, IP and TCP overhead".into(),
+                    // TCP payload per frame (IP 20 + TCP 20 + timestamps 12) over bits on
+                    // the wire (Ethernet header 14, FCS 4, preamble 8, inter-frame gap 12).
+                    |v| v[0] / 8.0 * ((v[1] - 52.0) / (v[1] + 38.0)),
+                )
+        }
+        None => {
+            let copy = p.earlier("mem.bandwidth", &["copy_1t"]);
+            let why = match route {
+                Some(_) => "link speed unknown: host copy bound only",
+                None => "loopback",
+            };
+            (
+                vec![copy.named("copy_bandwidth")],
                 format!(
-                    "copy bandwidth / 2: each byte copied user->kernel and kernel->user ({})",
-                    if route.is_some() {
-                        "link speed unknown: host copy bound only"
-                    } else {
-                        "loopback"
-                    }
+                    "copy bandwidth / 2: each byte copied user->kernel and kernel->user ({why})"
                 ),
                 |v| v[0] / 2.0,
-            ),
-        };
+            )
+        }
+    };
     let inputs: Vec<&Input> = inputs.iter().collect();
     for metric in ["send", "receive", "send_bits", "receive_bits"] {
         let (k, f) = match metric.ends_with("_bits") {

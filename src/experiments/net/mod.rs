@@ -5,7 +5,7 @@
 use super::{Context, Experiment, Outcome};
 use crate::peer::client::{resolve_peer, Client};
 use crate::peer::local::LocalPeer;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 
 mod bandwidth;
@@ -110,16 +110,21 @@ pub(crate) fn target(ctx: &Context, out: &mut Outcome) -> anyhow::Result<PeerTar
     Ok(t)
 }
 
+/// A UDP socket on any local port, connected to `dest`.
+pub(crate) fn udp_to(dest: SocketAddr) -> std::io::Result<UdpSocket> {
+    let any: IpAddr = match dest {
+        SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+        SocketAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
+    };
+    let s = UdpSocket::bind((any, 0))?;
+    s.connect(dest)?;
+    Ok(s)
+}
+
 /// The local interface traffic to `dest` leaves through (connecting a UDP socket only
 /// consults the routing table; nothing is sent).
 pub(crate) fn route_interface(dest: SocketAddr) -> Option<(String, IpAddr)> {
-    let bind: SocketAddr = if dest.is_ipv4() {
-        "0.0.0.0:0".parse().ok()?
-    } else {
-        "[::]:0".parse().ok()?
-    };
-    let s = UdpSocket::bind(bind).ok()?;
-    s.connect(dest).ok()?;
+    let s = udp_to(dest).ok()?;
     let local = s.local_addr().ok()?.ip();
     if local.is_loopback() {
         return Some(("lo".into(), local));
@@ -171,14 +176,6 @@ fn interface_of(ip: IpAddr) -> Option<String> {
     found
 }
 
-/// A NIC of the machine description by name.
-pub(crate) fn nic<'a>(
-    machine: &'a crate::machine::Machine,
-    iface: &str,
-) -> Option<&'a crate::machine::network::Nic> {
-    machine.network.iter().find(|n| n.name == iface)
-}
-
 /// Round trips per CPU as "CPU 0 (97%), CPU 1 (3%)".
 pub(crate) fn describe_cpus(cpus: &[(u32, u64)]) -> String {
     let total: u64 = cpus.iter().map(|c| c.1).sum::<u64>().max(1);
@@ -222,9 +219,10 @@ mod tests {
         assert_eq!(iface, "lo");
         assert!(ip.is_loopback());
         let m = crate::machine::Machine::gather();
+        let nic = |name: &str| m.network.iter().find(|n| n.name == name);
         // Loopback reports no link speed; a made-up name is no NIC.
-        assert_eq!(nic(&m, "lo").and_then(|n| n.speed_mbit_s), None);
-        assert!(nic(&m, "../etc").is_none());
+        assert_eq!(nic("lo").and_then(|n| n.speed_mbit_s), None);
+        assert!(nic("../etc").is_none());
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::peer::protocol::{EchoReport, Request};
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 pub struct Rtt;
@@ -168,13 +168,7 @@ fn udp_echo(ctx: &Context, t: &PeerTarget, budget: Duration) -> anyhow::Result<(
         max_size: UDP_MSG as u32,
     })?;
     let dest = SocketAddr::new(t.addr().ip(), s.port);
-    let bind: SocketAddr = if dest.is_ipv4() {
-        "0.0.0.0:0".parse()?
-    } else {
-        "[::]:0".parse()?
-    };
-    let sock = UdpSocket::bind(bind)?;
-    sock.connect(dest)?;
+    let sock = super::udp_to(dest)?;
     sock.set_read_timeout(Some(Duration::from_millis(200)))?;
     let mut seq: u64 = 0;
     let mut buf = [0u8; 64];
