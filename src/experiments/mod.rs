@@ -294,11 +294,7 @@ pub fn prediction_reads(machine: &Machine, clock: &dyn Clock, options: &RunOptio
 
 /// Every (experiment, metric, prediction) stated on `machine`, for the tests that every
 /// input has a kind and every withheld prediction a reason.
-pub fn all_predictions(
-    machine: &Machine,
-    clock: &dyn Clock,
-    options: &RunOptions,
-) -> Vec<(String, String, Prediction)> {
+pub fn all_predictions(machine: &Machine, clock: &dyn Clock, options: &RunOptions) -> Stated {
     predict_all(machine, clock, options, &[false, true]).1
 }
 
@@ -308,11 +304,12 @@ pub fn predictions_without_earlier(
     machine: &Machine,
     clock: &dyn Clock,
     options: &RunOptions,
-) -> Vec<(String, String, Prediction)> {
+) -> Stated {
     predict_all(machine, clock, options, &[false]).1
 }
 
-type Stated = Vec<(String, String, Prediction)>;
+/// (experiment, metric, prediction) triples.
+pub type Stated = Vec<(String, String, Prediction)>;
 
 /// Every prediction, once finding no earlier metric (`false`: fallback branches) and once
 /// finding all (`true`: branches that stop early without one), as `passes` asks.
