@@ -107,6 +107,9 @@ fn receive(
     Ok((interval_rates(&marks, interval), avg))
 }
 
+/// A rate model: its inputs, its formula, and the rate from the inputs' values.
+type Model = (Vec<Input>, String, fn(&[f64]) -> f64);
+
 /// Where the route to a `--peer` leaves through a NIC that reports a speed, its line
 /// rate less framing; otherwise (loopback) half the copy bandwidth.
 fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
@@ -119,9 +122,7 @@ fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
     let nic = route
         .as_ref()
         .and_then(|(iface, _)| ctx.machine.network.iter().find(|n| n.name == *iface));
-    let (inputs, formula, rate): (Vec<Input>, String, fn(&[f64]) -> f64) = match nic
-        .filter(|n| n.speed_mbit_s.is_some())
-    {
+    let (inputs, formula, rate): Model = match nic.filter(|n| n.speed_mbit_s.is_some()) {
         Some(n) => {
             let fact = |name, v: Option<f64>, unit, what| {
                 let source = format!("machine: {} {what}", n.name);
