@@ -286,34 +286,13 @@ impl EarlierResults for Recorder {
     }
 }
 
-/// Every (experiment, metric) some `predict` reads from earlier results, for the test that
-/// each names a metric some experiment emits.
-pub fn prediction_reads(machine: &Machine, clock: &dyn Clock, options: &RunOptions) -> MetricReads {
-    predict_all(machine, clock, options, &[false, true]).0
-}
-
-/// Every (experiment, metric, prediction) stated on `machine`, for the tests that every
-/// input has a kind and every withheld prediction a reason.
-pub fn all_predictions(machine: &Machine, clock: &dyn Clock, options: &RunOptions) -> Stated {
-    predict_all(machine, clock, options, &[false, true]).1
-}
-
-/// As `all_predictions` with no earlier metric, for the test that such a prediction is
-/// withheld with the reason, never guessed.
-pub fn predictions_without_earlier(
-    machine: &Machine,
-    clock: &dyn Clock,
-    options: &RunOptions,
-) -> Stated {
-    predict_all(machine, clock, options, &[false]).1
-}
-
 /// (experiment, metric, prediction) triples.
 pub type Stated = Vec<(String, String, Prediction)>;
 
-/// Every prediction, once finding no earlier metric (`false`: fallback branches) and once
-/// finding all (`true`: branches that stop early without one), as `passes` asks.
-fn predict_all(
+/// For the tests: every (experiment, metric) some `predict` reads and every prediction it
+/// states, once per pass: `false` finds no earlier metric (fallbacks, withheld with a
+/// reason), `true` finds all (branches that stop early without one).
+pub fn predict_all(
     machine: &Machine,
     clock: &dyn Clock,
     options: &RunOptions,
