@@ -6,6 +6,7 @@ use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{spec::ms, PerProfile, Spec};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::peer::protocol::Request;
+use crate::platform::net::{tcp_socket, RawAddr};
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
 use std::io;
@@ -22,64 +23,6 @@ const MAX_CONNECTIONS: PerProfile<usize> = PerProfile::new(500, 4_000, 10_000, 2
 /// a quarter of the bound above keeps back-to-back runs far below the ~28,000 ephemeral ports.
 fn max_open_close(p: Profile) -> usize {
     MAX_CONNECTIONS.get(p) / 4
-}
-
-/// A socket, not yet connected. With `reset` it resets instead of lingering when closed
-/// (SO_LINGER 0); without, it is made as lmbench's lat_connect makes it (SO_REUSEADDR) and
-/// closes normally (FIN, then TIME_WAIT).
-fn socket_for(addr: &SocketAddr, reset: bool) -> io::Result<OwnedFd> {
-    let fam = if addr.is_ipv4() {
-        libc::AF_INET
-    } else {
-        libc::AF_INET6
-    };
-    let fd = crate::platform::socket(fam, libc::SOCK_STREAM, 0)?;
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    let r = match reset {
-        true => set_option(&fd, libc::SO_LINGER, &linger),
-        false => set_option(&fd, libc::SO_REUSEADDR, &(1 as libc::c_int)),
-    };
-    r.map(|()| fd)
-}
-
-/// setsockopt(SOL_SOCKET, `opt`) to `val`.
-fn set_option<T>(fd: &OwnedFd, opt: libc::c_int, val: &T) -> io::Result<()> {
-    let len = std::mem::size_of::<T>() as libc::socklen_t;
-    let val = val as *const T as *const libc::c_void;
-    // SAFETY: val points to a live T of the size passed; fd is an open socket.
-    match unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, opt, val, len) } {
-        0 => Ok(()),
-        _ => Err(io::Error::last_os_error()),
-    }
-}
-
-/// sockaddr storage for connect().
-fn raw_addr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: an all-zero sockaddr_storage is valid; we fill the family-specific view.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
-            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
-            sin.sin_family = libc::AF_INET as libc::sa_family_t;
-            sin.sin_port = a.port().to_be();
-            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in6.
-            let sin6 = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
-            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            sin6.sin6_port = a.port().to_be();
-            sin6.sin6_addr.s6_addr = a.ip().octets();
-            sin6.sin6_scope_id = a.scope_id();
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (ss, len as libc::socklen_t)
 }
 
 /// What `time_connections` times, in its order.
@@ -182,9 +125,9 @@ impl Experiment for Connect {
 }
 
 /// connect() on a socket to `dest`, timed by the caller.
-fn connect_to(fd: &OwnedFd, ss: &libc::sockaddr_storage, len: libc::socklen_t) -> io::Result<()> {
-    // SAFETY: ss holds a valid address of `len` bytes; fd is an open socket.
-    let r = unsafe { libc::connect(fd.as_raw_fd(), ss as *const _ as *const libc::sockaddr, len) };
+fn connect_to(fd: &OwnedFd, dest: &RawAddr) -> io::Result<()> {
+    // SAFETY: dest holds a valid address of its length; fd is an open socket.
+    let r = unsafe { libc::connect(fd.as_raw_fd(), dest.ptr(), dest.len()) };
     if r != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -195,12 +138,12 @@ fn connect_to(fd: &OwnedFd, ss: &libc::sockaddr_storage, len: libc::socklen_t) -
 /// open-connect-closes among them, within 80% of the budget, after an untimed warm-up:
 /// the `TIMED` figures in ns.
 fn time_connections(ctx: &Context, dest: &SocketAddr, max: usize) -> anyhow::Result<[Vec<f64>; 3]> {
-    let (ss, len) = raw_addr(dest);
-    let connect = |fd: &OwnedFd| connect_to(fd, &ss, len);
+    let raw = RawAddr::new(dest);
+    let connect = |fd: &OwnedFd| connect_to(fd, &raw);
     let refused = |e: io::Error| anyhow::anyhow!("connect to {dest}: {e}");
     (ctx.progress)("connections");
     for _ in 0..max.min(100) / 2 {
-        connect(&socket_for(dest, true)?).map_err(refused)?;
+        connect(&tcp_socket(dest, true)?).map_err(refused)?;
     }
     let oc_max = max_open_close(ctx.profile);
     let [mut connects, mut closes, mut open_closes] = [max, max, oc_max].map(Vec::with_capacity);
@@ -209,7 +152,7 @@ fn time_connections(ctx: &Context, dest: &SocketAddr, max: usize) -> anyhow::Res
     while connects.len() < max && !until.passed() {
         // Sockets are made untimed in batches; each connect and close is timed alone.
         let batch: Vec<OwnedFd> = (0..64)
-            .map(|_| socket_for(dest, true))
+            .map(|_| tcp_socket(dest, true))
             .collect::<io::Result<_>>()?;
         let mut fds = batch.into_iter();
         let mut open = Vec::with_capacity(64);
@@ -227,7 +170,7 @@ fn time_connections(ctx: &Context, dest: &SocketAddr, max: usize) -> anyhow::Res
         })?);
         if open_closes.len() < oc_max {
             let timed = sample(ctx, 32, budget, || {
-                let fd = socket_for(dest, false)?;
+                let fd = tcp_socket(dest, false)?;
                 connect(&fd)?;
                 drop(fd);
                 Ok(())

@@ -1,9 +1,9 @@
 //! ICMP echo for the kernel-level round trip: an unprivileged ICMP socket (SOCK_DGRAM,
 //! allowed by net.ipv4.ping_group_range) or a raw socket (root / CAP_NET_RAW). IPv4 only.
 
+use crate::platform::net::icmp_socket;
 use std::io;
 use std::net::{Ipv4Addr, UdpSocket};
-use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 /// An ICMP socket connected to one host. It is held as a `UdpSocket`: std makes plain
@@ -26,16 +26,12 @@ fn checksum(b: &[u8]) -> u16 {
     !(sum as u16)
 }
 
-fn open(kind: i32) -> io::Result<OwnedFd> {
-    crate::platform::socket(libc::AF_INET, kind, libc::IPPROTO_ICMP)
-}
-
 impl Pinger {
     /// Opens an ICMP socket to `dest`, or says why it cannot and how to allow it.
     pub fn open(dest: Ipv4Addr, timeout: Duration) -> Result<Pinger, String> {
-        let (fd, raw, kind) = match open(libc::SOCK_DGRAM) {
+        let (fd, raw, kind) = match icmp_socket(false) {
             Ok(fd) => (fd, false, "unprivileged ICMP socket (SOCK_DGRAM)"),
-            Err(e1) => match open(libc::SOCK_RAW) {
+            Err(e1) => match icmp_socket(true) {
                 Ok(fd) => (fd, true, "raw ICMP socket"),
                 Err(_) => {
                     let range =

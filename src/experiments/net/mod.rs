@@ -129,51 +129,7 @@ pub(crate) fn route_interface(dest: SocketAddr) -> Option<(String, IpAddr)> {
     if local.is_loopback() {
         return Some(("lo".into(), local));
     }
-    interface_of(local).map(|n| (n, local))
-}
-
-/// The interface holding a local address (getifaddrs).
-fn interface_of(ip: IpAddr) -> Option<String> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `head` with a list we free below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return None;
-    }
-    let mut found = None;
-    let mut cur = head;
-    while !cur.is_null() {
-        // SAFETY: cur is a non-null node of the list getifaddrs returned, valid until freed.
-        let ifa = unsafe { &*cur };
-        cur = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_addr is non-null and points to a sockaddr whose family says its type.
-        let addr = unsafe {
-            match (*ifa.ifa_addr).sa_family as i32 {
-                libc::AF_INET => {
-                    let sin = &*(ifa.ifa_addr as *const libc::sockaddr_in);
-                    Some(IpAddr::from(
-                        u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
-                    ))
-                }
-                libc::AF_INET6 => {
-                    let sin6 = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
-                    Some(IpAddr::from(sin6.sin6_addr.s6_addr))
-                }
-                _ => None,
-            }
-        };
-        if addr == Some(ip) {
-            // SAFETY: ifa_name is a non-null NUL-terminated string owned by the list.
-            let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
-            found = Some(name.to_string_lossy().into_owned());
-            break;
-        }
-    }
-    // SAFETY: head came from a successful getifaddrs and is freed exactly once.
-    unsafe { libc::freeifaddrs(head) };
-    found
+    crate::platform::net::interface_of(local).map(|n| (n, local))
 }
 
 /// Round trips per CPU as "CPU 0 (97%), CPU 1 (3%)".
