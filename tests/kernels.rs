@@ -11,11 +11,8 @@ use osmeter::results::Status;
 fn predictions_read_metrics_that_exist() {
     let machine = osmeter::machine::Machine::gather();
     let clock = osmeter::clock::MockClock::new(0);
-    let reads = osmeter::experiments::prediction_reads(
-        &machine,
-        &clock,
-        &osmeter::experiments::RunOptions::default(),
-    );
+    let options = osmeter::experiments::RunOptions::default();
+    let (reads, _) = osmeter::experiments::predict_all(&machine, &clock, &options, &[false, true]);
     assert!(
         reads.contains(&("cpu.syscall".to_string(), "getppid".to_string())),
         "the probe sees predictions' lookups: {reads:?}"

@@ -2,7 +2,7 @@
 //! no prediction with a reason for an unknown part, and no prediction input without a kind.
 
 use osmeter::clock::MockClock;
-use osmeter::experiments::{all_predictions, parts, predictions_without_earlier, RunOptions};
+use osmeter::experiments::{parts, predict_all, RunOptions};
 use osmeter::machine::{facts::FactRoot, Machine};
 use osmeter::results::InputKind;
 use std::path::Path;
@@ -93,7 +93,7 @@ fn an_unknown_part_gets_no_prediction_and_says_why() {
     let why = parts::core(&m).expect_err("Rocket Lake is not in the table");
     assert!(why.contains("family 6 model 167"), "{why}");
     let clock = MockClock::new(0);
-    let all = all_predictions(&m, &clock, &RunOptions::default());
+    let all = predict_all(&m, &clock, &RunOptions::default(), &[false, true]).1;
     let l1 = all
         .iter()
         .find(|(e, n, _)| e == "mem.latency" && n == "l1d")
@@ -255,7 +255,7 @@ fn cloud_server_parts_find_their_entries() {
 fn a_known_part_predicts_from_its_cited_entry() {
     let m = recorded("xeon-two-socket");
     let clock = MockClock::new(0);
-    let all = all_predictions(&m, &clock, &RunOptions::default());
+    let all = predict_all(&m, &clock, &RunOptions::default(), &[false, true]).1;
     let l3 = all
         .iter()
         .find(|(e, n, p)| e == "mem.latency" && n == "l3" && p.withheld.is_none())
@@ -273,7 +273,7 @@ fn a_known_part_predicts_from_its_cited_entry() {
 fn a_known_part_without_a_cited_figure_says_why() {
     let m = recorded("amd-two-ccx");
     let clock = MockClock::new(0);
-    let all = all_predictions(&m, &clock, &RunOptions::default());
+    let all = predict_all(&m, &clock, &RunOptions::default(), &[false, true]).1;
     let stated = |level: &str| {
         all.iter()
             .find(|(e, n, _)| e == "mem.latency" && n == level)
@@ -293,7 +293,7 @@ fn a_known_part_without_a_cited_figure_says_why() {
     }
     // The M1's P-core entry has no L1D figure: withheld, naming the part.
     let m1 = recorded("apple-m1-pro");
-    let all = all_predictions(&m1, &clock, &RunOptions::default());
+    let all = predict_all(&m1, &clock, &RunOptions::default(), &[false, true]).1;
     let l1 = all
         .iter()
         .find(|(e, n, _)| e == "mem.latency" && n == "l1d")
@@ -326,7 +326,7 @@ fn no_prediction_input_is_untyped() {
     let clock = MockClock::new(0);
     let mut stated = 0;
     for (name, m) in &machines {
-        for (exp, metric, p) in all_predictions(m, &clock, &RunOptions::default()) {
+        for (exp, metric, p) in predict_all(m, &clock, &RunOptions::default(), &[false, true]).1 {
             stated += 1;
             if let Some(why) = &p.withheld {
                 assert!(
@@ -391,7 +391,7 @@ fn a_missing_primitive_withholds() {
     machines.push(("this machine".into(), Machine::gather()));
     let clock = MockClock::new(0);
     for (name, m) in &machines {
-        let none = predictions_without_earlier(m, &clock, &RunOptions::default());
+        let none = predict_all(m, &clock, &RunOptions::default(), &[false]).1;
         for (exp, metric, p) in &none {
             if let Some(why) = &p.withheld {
                 assert!(!why.trim().is_empty(), "{name} {exp}/{metric}");
@@ -406,7 +406,7 @@ fn a_missing_primitive_withholds() {
                 );
             }
         }
-        let with = all_predictions(m, &clock, &RunOptions::default());
+        let with = predict_all(m, &clock, &RunOptions::default(), &[false, true]).1;
         for (exp, metric) in [
             ("cpu.process-switch", "switch"),
             ("mem.bandwidth", "read_1t"),
@@ -420,7 +420,7 @@ fn a_missing_primitive_withholds() {
                     .find(|(e, n, _)| e == exp && n == metric)
                     .map(|(_, _, p)| p.clone())
             };
-            // all_predictions holds both passes: the one that found earlier figures states it.
+            // predict_all's two passes: the one that found earlier figures states it.
             let found = with
                 .iter()
                 .find(|(e, n, p)| e == exp && n == metric && p.withheld.is_none())

@@ -1,13 +1,9 @@
-//! The experiment interface, profiles and the registry of every experiment.
-//!
-//! An experiment owns only its measurement: it states a prediction, runs, and returns an
-//! `Outcome`. The runner owns order, progress, budgets, skipping and error capture.
+//! The experiment interface (its contract is `Experiment`'s), profiles and the registry.
 
 use crate::clock::Clock;
 use crate::harness::{Harness, HarnessConfig};
 use crate::machine::Machine;
 use crate::results::{ExperimentResult, Metric, Prediction};
-use crate::stats::Summary;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -25,6 +21,7 @@ pub mod spec;
 
 pub use outcome::Outcome;
 pub(crate) use outcome::{explained, pool_metric};
+use spec::ms;
 pub use spec::{PerProfile, Spec};
 #[cfg(test)]
 pub(crate) mod testing;
@@ -41,12 +38,7 @@ pub enum Profile {
 
 impl Profile {
     pub(crate) fn name(&self) -> &'static str {
-        match self {
-            Profile::Smoke => "smoke",
-            Profile::Quick => "quick",
-            Profile::Standard => "standard",
-            Profile::Thorough => "thorough",
-        }
+        ["smoke", "quick", "standard", "thorough"][*self as usize]
     }
 
     pub(crate) const ALL: [Profile; 4] = [
@@ -58,15 +50,16 @@ impl Profile {
 
     /// Harness settings for this profile (the budget is set per measurement).
     pub(crate) fn harness(&self) -> HarnessConfig {
-        let ms = Duration::from_millis;
-        let (min_trial, trials, warmup, cal) = match self {
-            // Short trials in smoke and quick: long against the clock's overhead, short
-            // against a scheduler time slice, so most run undisturbed on a busy machine.
-            Profile::Smoke => (Duration::from_micros(500), 7, ms(2), ms(50)),
-            Profile::Quick => (ms(1), 15, ms(10), ms(200)),
-            Profile::Standard => (ms(10), 31, ms(50), ms(1000)),
-            Profile::Thorough => (ms(20), 51, ms(100), ms(2000)),
-        };
+        // (shortest trial, trials, warm-up, calibration limit). Short trials in smoke and
+        // quick: long against the clock's overhead, short against a scheduler time slice,
+        // so most run undisturbed on a busy machine.
+        const TRIALS: PerProfile<(Duration, usize, Duration, Duration)> = PerProfile::new(
+            (Duration::from_micros(500), 7, ms(2), ms(50)),
+            (ms(1), 15, ms(10), ms(200)),
+            (ms(10), 31, ms(50), ms(1000)),
+            (ms(20), 51, ms(100), ms(2000)),
+        );
+        let (min_trial, trials, warmup, cal) = TRIALS.get(*self);
         HarnessConfig {
             min_trial,
             trials,
@@ -79,19 +72,19 @@ impl Profile {
         }
     }
 
-    /// The most one experiment of this profile may lay out, on a machine with `avail`
-    /// bytes available (MemAvailable within the cgroup limit; 0 when unknown). Quick
-    /// stays well under 1 GiB for the whole process, or an eighth of what is available,
-    /// so that it runs beside real work on a small instance; the larger profiles may take
-    /// a quarter. Experiments run one at a time, so this bounds the run's peak too.
+    /// The most one experiment (and so the run, one experiment at a time) may lay out
+    /// with `avail` bytes available (MemAvailable within the cgroup limit; 0 when
+    /// unknown): quick stays well under 1 GiB or an eighth of it, to run beside real
+    /// work on a small instance; the larger profiles may take a quarter.
     pub(crate) fn memory_limit(&self, avail: u64) -> u64 {
         const MIB: u64 = 1 << 20;
-        let (ceiling, share) = match self {
-            Profile::Smoke => (128 * MIB, 8),
-            Profile::Quick => (768 * MIB, 8),
-            Profile::Standard => (4096 * MIB, 4),
-            Profile::Thorough => (16384 * MIB, 4),
-        };
+        const SHARE: PerProfile<(u64, u64)> = PerProfile::new(
+            (128 * MIB, 8),
+            (768 * MIB, 8),
+            (4096 * MIB, 4),
+            (16384 * MIB, 4),
+        );
+        let (ceiling, share) = SHARE.get(*self);
         if avail == 0 {
             // Unknown: stay small rather than risk the machine.
             return ceiling.min(256 * MIB);
@@ -102,24 +95,14 @@ impl Profile {
     /// The most a whole run of this profile may take on any machine: the sum of its
     /// experiments' ceilings (budget times runs, per kind of core included) stays below.
     pub(crate) fn time_limit(&self) -> Duration {
-        Duration::from_secs(match self {
-            Profile::Smoke => 15,
-            Profile::Quick => 60,
-            Profile::Standard => 15 * 60,
-            Profile::Thorough => 60 * 60,
-        })
+        PerProfile::new(ms(15_000), ms(60_000), ms(900_000), ms(3_600_000)).get(*self)
     }
 
-    /// Runs of each experiment when `--repeat` is not given. Two runs back to back give
-    /// compare a run-to-run spread from a single run: trials within one run share its
-    /// state (page placement, huge-page backing, the host's neighbours), so their
-    /// confidence interval alone calls such differences significant (docs/REPORTS.md,
+    /// Runs of each experiment when `--repeat` is not given: two give compare a
+    /// run-to-run spread, which trials sharing one run's state cannot (docs/REPORTS.md,
     /// "Compare and its significance rule"). Smoke is for tests and stays single.
     pub(crate) fn default_repeat(&self) -> usize {
-        match self {
-            Profile::Smoke => 1,
-            Profile::Quick | Profile::Standard | Profile::Thorough => 2,
-        }
+        PerProfile::new(1, 2, 2, 2).get(*self)
     }
 }
 
@@ -135,7 +118,7 @@ pub struct Needs {
 }
 
 impl Needs {
-    /// Nothing beyond an ordinary user (`Default`, usable in a `const`).
+    /// `Default`, usable in a `const`.
     pub const NONE: Needs = Needs {
         root: false,
         peer: false,
@@ -145,25 +128,18 @@ impl Needs {
     };
 
     pub(crate) fn describe(&self) -> String {
-        let mut v = Vec::new();
-        if self.root {
-            v.push("root".to_string());
-        }
-        if self.peer {
-            v.push("a peer (loopback by default)".to_string());
-        }
-        if self.remote_dir {
-            v.push("--remote-dir".to_string());
-        }
-        if self.disk_bytes > 0 {
-            v.push(format!(
-                "{} free disk",
-                crate::units::fmt_bytes(self.disk_bytes as f64)
-            ));
-        }
-        if self.min_cpus > 1 {
-            v.push(format!("{} CPUs", self.min_cpus));
-        }
+        let disk = crate::units::fmt_bytes(self.disk_bytes as f64) + " free disk";
+        let cpus = format!("{} CPUs", self.min_cpus);
+        let v: Vec<&str> = [
+            (self.root, "root"),
+            (self.peer, "a peer (loopback by default)"),
+            (self.remote_dir, "--remote-dir"),
+            (self.disk_bytes > 0, &disk),
+            (self.min_cpus > 1, &cpus),
+        ]
+        .into_iter()
+        .filter_map(|(needed, what)| needed.then_some(what))
+        .collect();
         if v.is_empty() {
             "-".into()
         } else {
@@ -197,35 +173,26 @@ pub struct Context<'a> {
     pub clock: &'a dyn Clock,
     /// The CPU single-threaded work is pinned to.
     pub cpu: usize,
-    /// Wall time this experiment may take.
     pub budget: Duration,
-    /// Results of experiments that ran earlier in this run (the runner's list).
     pub earlier: &'a dyn EarlierResults,
     pub options: &'a RunOptions,
     /// Ticks of one empty `repeat` iteration.
     pub loop_ticks: f64,
-    /// Reports sub-steps to the progress display.
     pub progress: &'a dyn Fn(&str),
-    /// The run's scratch folder, made on first use (see `scratch()`).
     pub scratch_cell: &'a std::sync::OnceLock<crate::scratch::Scratch>,
-    /// Which run of this experiment this is (`--repeat`), and the ones before it.
     pub repetition: Repetition<'a>,
 }
 
-/// Which of the back-to-back runs of one experiment this is. On the last one `before`
-/// holds the earlier runs' results, which `Outcome::pool` merges into this run's metrics
-/// so that checks and findings stated after it use the figures the table shows.
+/// Which of the back-to-back runs of one experiment this is (`index` 0-based); on the
+/// last one `before` holds the earlier runs' results for `Outcome::pool`.
 #[derive(Clone, Copy)]
 pub struct Repetition<'a> {
-    /// 0-based.
     pub index: usize,
     pub of: usize,
-    /// The earlier runs, on the last run only (empty otherwise).
     pub before: &'a [ExperimentResult],
 }
 
 impl Repetition<'_> {
-    /// A single run.
     pub const SINGLE: Repetition<'static> = Repetition {
         index: 0,
         of: 1,
@@ -240,8 +207,7 @@ impl Context<'_> {
         Harness::new(self.clock, cfg, self.loop_ticks)
     }
 
-    /// As `harness`, for bodies that only compute (never block or wake another task):
-    /// trials during which the thread was preempted are set aside and repeated.
+    /// As `harness`, for bodies that only compute: preempted trials are repeated.
     pub(crate) fn cpu_harness(&self, parts: usize) -> Harness<'_> {
         let cfg = self
             .profile
@@ -251,8 +217,7 @@ impl Context<'_> {
         Harness::new(self.clock, cfg, self.loop_ticks)
     }
 
-    /// The run's scratch folder (under --scratch-dir or the current directory), made on
-    /// first use and removed at the end of the run. Callers check `fs()` for tmpfs.
+    /// The run's scratch folder, made on first use (callers check `fs()` for tmpfs).
     pub(crate) fn scratch(&self) -> anyhow::Result<&crate::scratch::Scratch> {
         if let Some(s) = self.scratch_cell.get() {
             return Ok(s);
@@ -264,7 +229,7 @@ impl Context<'_> {
             .ok_or_else(|| anyhow::anyhow!("scratch folder unavailable"))
     }
 
-    /// Core clock in GHz (cycles per ns) for cycle-based models, with where it came from.
+    /// Core clock in GHz (cycles per ns), with where it came from.
     pub(crate) fn core_ghz(&self) -> (f64, String) {
         match self.machine.cpu.core_clock_hz {
             Some(hz) => (
@@ -293,13 +258,11 @@ impl Context<'_> {
 /// (experiment, metric) pairs read from earlier results.
 pub(crate) type MetricReads = std::collections::BTreeSet<(String, String)>;
 
-/// Metrics measured earlier in the run, where `Context::earlier_metric` finds them.
+/// Metrics measured earlier in the run: `metric` of `experiment` when its status is ok.
 pub trait EarlierResults {
-    /// `metric` of `experiment`, when that experiment ran and its status is ok.
     fn metric(&self, experiment: &str, metric: &str) -> Option<&Metric>;
 }
 
-/// The runner's results so far.
 impl EarlierResults for Vec<ExperimentResult> {
     fn metric(&self, experiment: &str, metric: &str) -> Option<&Metric> {
         self.iter()
@@ -308,8 +271,7 @@ impl EarlierResults for Vec<ExperimentResult> {
     }
 }
 
-/// Earlier results for `prediction_reads`: every lookup is recorded and answered with one
-/// stand-in metric, or with none.
+/// Earlier results that record every lookup and answer each with one stand-in, or none.
 struct Recorder {
     stand_in: Option<Metric>,
     reads: std::cell::RefCell<MetricReads>,
@@ -324,57 +286,22 @@ impl EarlierResults for Recorder {
     }
 }
 
-/// Every (experiment, metric) that some experiment's `predict` reads from earlier results,
-/// for the test that each one names a metric some experiment emits. Every prediction runs
-/// twice: once finding no earlier metric (fallback branches), once finding all (branches that
-/// stop early without one).
-pub fn prediction_reads(machine: &Machine, clock: &dyn Clock, options: &RunOptions) -> MetricReads {
-    predict_all(machine, clock, options, &[false, true]).0
-}
+/// (experiment, metric, prediction) triples.
+pub type Stated = Vec<(String, String, Prediction)>;
 
-/// Every prediction every experiment states on `machine`, as (experiment, metric,
-/// prediction), once finding no earlier metric and once finding all: for the tests that
-/// every input has a kind and every withheld prediction a reason.
-pub fn all_predictions(
-    machine: &Machine,
-    clock: &dyn Clock,
-    options: &RunOptions,
-) -> Vec<(String, String, Prediction)> {
-    predict_all(machine, clock, options, &[false, true]).1
-}
-
-/// As `all_predictions`, with no earlier metric found: for the test that a prediction
-/// whose measured primitive did not run is withheld with the reason, never guessed.
-pub fn predictions_without_earlier(
-    machine: &Machine,
-    clock: &dyn Clock,
-    options: &RunOptions,
-) -> Vec<(String, String, Prediction)> {
-    predict_all(machine, clock, options, &[false]).1
-}
-
-type Stated = Vec<(String, String, Prediction)>;
-
-fn predict_all(
+/// For the tests: every (experiment, metric) some `predict` reads and every prediction it
+/// states, once per pass: `false` finds no earlier metric (fallbacks, withheld with a
+/// reason), `true` finds all (branches that stop early without one).
+pub fn predict_all(
     machine: &Machine,
     clock: &dyn Clock,
     options: &RunOptions,
     passes: &[bool],
 ) -> (MetricReads, Stated) {
     let scratch = std::sync::OnceLock::new();
-    let stand_in = Metric {
-        name: "stand-in".into(),
-        unit: String::new(),
-        description: String::new(),
-        summary: Summary::of(&[1.0]).expect("one value summarises"),
-        prediction: None,
-        cycles: None,
-        iterations: None,
-        raw: vec![1.0],
-        kind: None,
-        runs: vec![],
-        bottleneck: None,
-    };
+    let stand_in = Outcome::default()
+        .metric("stand-in", "", "", vec![1.0])
+        .clone();
     let mut all = MetricReads::new();
     let mut stated = Vec::new();
     for &found in passes {
@@ -406,70 +333,41 @@ fn predict_all(
 }
 
 /// One experiment: a measurement of one cost of the machine or its OS, with a prediction
-/// stated before it and premise checks after it. What it is (id, title, description,
-/// method, needs) is data, its `meta`; what it costs (`budget`, `default_repeat`) and
-/// does (`predict`, `run`) are functions of the profile and the run.
+/// stated before it and premise checks after it. What it is is data (`spec`); what it
+/// costs (`budget`, `default_repeat`) and does (`predict`, `run`) depend on the profile.
 ///
-/// # What `predict` and `run` may do
+/// `predict` and `run` may: measure through `ctx.harness(parts)` (`ctx.cpu_harness` for
+/// bodies that only compute), with its `stopwatch()` and `deadline(d)` for spans; read
+/// `ctx.machine`, live counters through `machine`, and earlier metrics
+/// (`ctx.earlier_median`); make files (only under `ctx.scratch()`), children, mappings and
+/// sockets, and remove them before returning, on error too (only `net`'s loopback peer
+/// lives until the run ends); report sub-steps with `ctx.progress`; record premises
+/// (`Check::premise`: a failed one makes the result invalid) and sanity checks, and state
+/// findings after `Outcome::pool` so that they quote the pooled figures; return
+/// `Outcome::skipped(reason)`, saying what would enable it, or an error (failed).
 ///
-/// - Measure through the harness: `ctx.harness(parts)`, or `ctx.cpu_harness(parts)` for
-///   bodies that only compute (the experiment's budget split `parts` ways); spans and time
-///   bounds with that harness's `stopwatch()` and `deadline(d)`.
-/// - Read the machine (`ctx.machine`) and the metrics of experiments that ran earlier in
-///   the run (`ctx.earlier_median`, `ctx.earlier_metric`); live counters through
-///   `machine` (e.g. `machine::process`, `machine::storage::sectors_read`).
-/// - Make what the measurement needs (files, only under `ctx.scratch()`; children;
-///   mappings; sockets) and remove or stop it before returning, on error too. The one
-///   resource that outlives an experiment is the shared loopback peer of `net`, which
-///   ends with the run.
-/// - Report sub-steps with `ctx.progress`.
-/// - Verify the premises its number depends on and record them as `Check::premise` (a
-///   failed one makes the result invalid, not wrong), and sanity checks as
-///   `Check::sanity`; state findings backed by its own metrics, after `Outcome::pool`
-///   so that they quote the pooled figures the table shows.
-/// - Return `Outcome::skipped(reason)` when it cannot run here, saying what would enable
-///   it, and an error for what went wrong while running (the result becomes "failed").
+/// They must never print, write outside the scratch folder or leave anything behind, read
+/// a clock themselves (time comes from the harness, which tests drive with a
+/// `MockClock`), call OS-specific items or read /proc, /sys or sysctl directly (that is
+/// `platform` and `machine`), or panic (the runner records "internal error": a bug).
 ///
-/// # What it must never do
-///
-/// - Print: stdout and stderr belong to the progress display and the commands.
-/// - Write outside the scratch folder, or leave anything behind.
-/// - Read a clock itself (`Instant::now`, cycle counters): time comes from the harness
-///   and the `clock` module, which tests replace with a `MockClock`.
-/// - Call OS-specific items or read /proc, /sys or sysctl directly: those live behind
-///   `platform` and `machine`.
-/// - Panic, on bad input or on an unexpected answer from the system: the runner catches a
-///   panic and records "internal error", but a panic is a bug.
-///
-/// # What the runner owns
-///
-/// The order (registry order, primitives first, since later predictions read them) and
-/// the selection; pinning to the measured CPU before each run; the progress display;
-/// the budget (`budget`), and the watchdog that enforces the hard limit derived from it;
-/// repeats (`--repeat`, else `default_repeat`) and merging them (the experiment's part:
-/// `Outcome::pool` on the last run, before the checks and findings that quote figures);
-/// the sentinel before and
-/// after; calling `predict` before `run` and attaching the predictions and cycle counts;
-/// the status (failed premise: invalid; no metrics, an error or a panic: failed;
-/// `Outcome::skipped`: skipped with its reason); and the scratch folder's removal at the
-/// end of the run.
+/// The runner owns the order (registry order) and selection, pinning to the measured
+/// CPU, progress, the budget and its watchdog, repeats (the experiment pools them), the
+/// sentinel around each run, calling `predict` before `run` and attaching predictions
+/// and cycle counts, the status, and removing the scratch folder.
 pub trait Experiment: Send + Sync {
-    /// What this experiment is: its `const` spec.
     fn spec(&self) -> &Spec;
-    /// Wall-time budget under a profile: the spec's table, or a function of the
-    /// experiment's plan (sizes, slices, process counts) where the spec has none.
+    /// Wall-time budget: the spec's table, or a function of the plan where it has none.
     fn budget(&self, profile: Profile) -> Duration {
         self.spec()
             .budget
             .map_or(Duration::ZERO, |b| b.get(profile))
     }
-    /// Runs of this experiment when `--repeat` is not given.
     fn default_repeat(&self, profile: Profile) -> usize {
         profile.default_repeat()
     }
-    /// The budget of one run on one kind of core, on a machine with `kinds` kinds: a
-    /// per-core-kind experiment shares its budget out among them, so that a hybrid CPU
-    /// does not make a run longer than the profile's limit.
+    /// The budget of one run on one of `kinds` kinds of core: a per-core-kind experiment
+    /// shares it out, so that a hybrid CPU does not lengthen the run.
     fn kind_budget(&self, profile: Profile, kinds: usize) -> Duration {
         let k = if self.spec().per_core_kind { kinds } else { 1 };
         self.budget(profile) / k.max(1) as u32
@@ -478,23 +376,19 @@ pub trait Experiment: Send + Sync {
     fn ceiling(&self, profile: Profile) -> Duration {
         self.budget(profile) * self.default_repeat(profile) as u32
     }
-    /// Predictions stated before measuring, by metric name.
     fn predict(&self, _ctx: &Context) -> Vec<(String, Prediction)> {
         Vec::new()
     }
-    /// The measurement (see the trait's contract above).
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome>;
 }
 
 impl dyn Experiment + '_ {
-    /// `spec().id`: the key the runner, selections and the results document use.
     pub fn id(&self) -> &'static str {
         self.spec().id
     }
 }
 
-/// Every experiment, in the order a run performs them (primitives first, since later
-/// predictions use them).
+/// Every experiment, primitives first: later predictions read them.
 pub fn registry() -> Vec<Box<dyn Experiment>> {
     let mut v: Vec<Box<dyn Experiment>> = Vec::new();
     v.extend(cpu::experiments());
@@ -504,8 +398,7 @@ pub fn registry() -> Vec<Box<dyn Experiment>> {
     v
 }
 
-/// Experiments selected by `--only` and `--skip` glob patterns (comma-separated).
-/// Errors name a pattern that matches nothing.
+/// Experiments selected by `--only` and `--skip` globs; a glob that matches nothing errs.
 pub(crate) fn select(
     all: Vec<Box<dyn Experiment>>,
     only: &[String],

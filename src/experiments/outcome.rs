@@ -7,10 +7,8 @@ use crate::harness::Harness;
 use crate::results::{Check, Finding, Metric, Series, Status};
 use crate::stats::Summary;
 
-/// How much of a measured cost a model of parts measured elsewhere accounts for, said only
-/// as far as the numbers go: a share is never printed above 100% (parts that add up to
-/// more than the cost are not all paid in full here), and what the parts leave over is
-/// named as unexplained, never given a cause.
+/// How much of a measured cost a model of parts measured elsewhere accounts for: never a
+/// share above 100%, and what the parts leave over unexplained, never given a cause.
 pub(crate) fn explained(parts: &str, model_ns: f64, measured_ns: f64) -> String {
     use crate::units::fmt_ns;
     if !(model_ns.is_finite() && measured_ns.is_finite() && model_ns > 0.0 && measured_ns > 0.0) {
@@ -40,12 +38,11 @@ pub struct Outcome {
     pub checks: Vec<Check>,
     pub findings: Vec<Finding>,
     pub notes: Vec<String>,
-    /// Set when the experiment could not run here, with the reason and how to enable it.
+    /// Why it could not run here, and how to enable it.
     pub skipped: Option<String>,
-    /// Sentences added to the method text for this run (what this machine changes in it).
+    /// Sentences this machine adds to the method text.
     pub method_notes: Vec<String>,
-    /// Set by `pool`: how many checks and series were made before it (those describe
-    /// this run alone; the ones after it, the pooled runs).
+    /// Checks and series made before `pool` (this run's alone, the rest the pooled runs').
     pub pooled_at: Option<(usize, usize)>,
 }
 
@@ -57,12 +54,10 @@ impl Outcome {
         }
     }
 
-    /// Merges the earlier runs of this experiment (`ctx.repetition.before`, given on the
-    /// last run) into every metric added so far: raw values pooled, the summary
-    /// recomputed, each run's median kept in `runs`. Call it once, after the metrics and
-    /// before the checks and findings that quote them, and read figures back with
-    /// `median`/`get`, so the text quotes the numbers the table shows.
-    /// Checks and series made before it are labelled as this run's by the runner.
+    /// Pools the earlier runs (`ctx.repetition.before`, on the last run) into every metric
+    /// so far (`pool_metric`). Call it once, after the metrics and before the checks and
+    /// findings that quote them (read back with `median`/`get`), so the text quotes the
+    /// table's figures.
     pub fn pool(&mut self, ctx: &Context) {
         self.pooled_at = Some((self.checks.len(), self.series.len()));
         let before = ctx.repetition.before;
@@ -80,7 +75,7 @@ impl Outcome {
         }
     }
 
-    /// Adds a metric from raw values; returns it for further decoration.
+    /// Adds a metric from raw values.
     pub fn metric(
         &mut self,
         name: &str,
@@ -105,8 +100,7 @@ impl Outcome {
         self.metrics.last_mut().unwrap()
     }
 
-    /// Adds a distribution of single operations (one raw value per operation) with its
-    /// p50/p90/p99; returns it for further decoration.
+    /// Adds a distribution of single operations with its p50/p90/p99.
     pub(crate) fn distribution(
         &mut self,
         name: &str,
@@ -123,8 +117,7 @@ impl Outcome {
         m
     }
 
-    /// Whether metric `a` lies above or below metric `b` beyond both 95% intervals
-    /// (`Overlap` when either is missing).
+    /// Metric `a` against `b` beyond both 95% intervals (`Overlap` when either is missing).
     pub(crate) fn separation(&self, a: &str, b: &str) -> Separation {
         match (self.get(a), self.get(b)) {
             (Some(x), Some(y)) => crate::analysis::separation(&x.summary, &y.summary),
@@ -163,10 +156,9 @@ impl Outcome {
         metric
     }
 
-    /// Adds `name` = (each trial of `minuend` - the median of `subtrahend`) x `scale`, a
-    /// derived metric whose `runs` are each run's own difference; returns its median and
-    /// its interval widened by `scale` x the subtrahend's (docs/METHODOLOGY.md, "Derived
-    /// figures"). None when either input is missing.
+    /// Adds `name` = (each trial of `minuend` - the median of `subtrahend`) x `scale`, each
+    /// run's own difference in `runs`; its median and interval (docs/METHODOLOGY.md,
+    /// "Derived figures"), None when either input is missing.
     pub(crate) fn difference(
         &mut self,
         name: &str,
@@ -210,7 +202,7 @@ impl Outcome {
         self.metrics.iter().find(|m| m.name == name)
     }
 
-    /// Median of a metric already added; NaN when there is none.
+    /// NaN when there is none.
     pub(crate) fn median(&self, name: &str) -> f64 {
         self.get(name).map_or(f64::NAN, |m| m.summary.median)
     }

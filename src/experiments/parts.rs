@@ -1,16 +1,10 @@
-//! The parts table: published figures per CPU core, keyed by what identifies the part
-//! (x86 CPUID vendor, family and model; arm64 MIDR implementer and part; Apple chip), each
-//! figure with its reference. Predictions read only these, facts of the machine and
-//! figures measured earlier in the run. A part or a figure that is not here
-//! gives no prediction, with the reason; never a "typical" number.
-//!
-//! Entries are checked against their reference, never against a measurement of ours.
-//! Figures are load-to-use latencies of a dependent pointer chase (what mem.latency
-//! measures), in core cycles.
+//! The parts table: published load-to-use latencies of a dependent chase (what
+//! mem.latency measures) per CPU core, each with its reference and checked against it,
+//! never against a measurement of ours. A part or figure not here gives no prediction,
+//! with the reason; never a "typical" number.
 
 use crate::machine::Machine;
 
-/// One published figure and where it is published.
 #[derive(Debug, Clone, Copy)]
 pub struct Cited {
     pub value: f64,
@@ -37,13 +31,11 @@ pub enum Match {
     MacFamily(u64),
 }
 
-/// A core's figures. `None` where no source text states one: that metric gets no prediction.
+/// A core's figures (in core cycles but DRAM's), `None` where no source text states one.
 #[derive(Debug, Clone, Copy)]
 pub struct Core {
-    /// The core's name ("Zen 3").
     pub name: &'static str,
-    /// Which core of a hybrid CPU this entry describes ("performance"/"efficiency"), or
-    /// None for single-kind CPUs.
+    /// "performance" or "efficiency" on a hybrid CPU.
     pub kind: Option<&'static str>,
     pub matches: &'static [Match],
     pub l1d_cycles: Option<Cited>,
@@ -104,7 +96,7 @@ const fn fig(value: f64, reference: &'static str) -> Option<Cited> {
     Some(Cited { value, reference })
 }
 
-/// `N` consecutive CPUID models from `first`, for a range a source states as a range.
+/// `N` consecutive CPUID models from `first`.
 const fn span<const N: usize>(first: u32) -> [u32; N] {
     let mut models = [0; N];
     let mut i = 0;
@@ -126,7 +118,6 @@ const ZEN2_MODELS_0X30: [u32; 16] = span(0x30);
 const ZEN3_MODELS_0X00: [u32; 16] = span(0x00);
 const ZEN4_MODELS_0X10: [u32; 16] = span(0x10);
 
-/// Intel family 6 models.
 const fn intel(models: &'static [u32]) -> Match {
     Match::X86 {
         vendor: "GenuineIntel",
@@ -143,7 +134,7 @@ const fn amd(family: u32, models: &'static [u32]) -> Match {
     }
 }
 
-/// An Arm Ltd (implementer 0x41) core design.
+/// An Arm Ltd (implementer 0x41) design.
 const fn arm(part: &'static str) -> Match {
     Match::Arm {
         implementer: "0x41",
@@ -152,8 +143,6 @@ const fn arm(part: &'static str) -> Match {
 }
 
 impl Core {
-    /// What an entry leaves out: a single kind of core, and the figures no source read
-    /// states.
     const BLANK: Core = Core {
         name: "",
         kind: None,
@@ -165,7 +154,6 @@ impl Core {
     };
 }
 
-/// Every core the table knows. Sources are cited per figure; an absent figure has none.
 pub const CORES: &[Core] = &[
     Core {
         name: "Nehalem",
@@ -346,21 +334,15 @@ fn matches(m: &Machine, w: &Match) -> bool {
     }
 }
 
-/// The kind of core the run measures on: the chosen CPU's, on a hybrid CPU.
-fn measured_kind(m: &Machine) -> Option<&str> {
-    let chosen = m.topology.chosen_cpu?;
-    m.topology
-        .cpus
-        .iter()
-        .find(|c| c.cpu == chosen)?
-        .kind
-        .as_deref()
-}
-
 /// The table entry for this machine's measured core and the key it matched, or why none.
 pub fn core(m: &Machine) -> Result<(&'static Core, String), String> {
     let key = key_of(m);
-    let kind = measured_kind(m).unwrap_or("performance");
+    // The chosen CPU's kind, on a hybrid CPU.
+    let t = &m.topology;
+    let chosen = t.cpus.iter().find(|c| Some(c.cpu) == t.chosen_cpu);
+    let kind = chosen
+        .and_then(|c| c.kind.as_deref())
+        .unwrap_or("performance");
     let found: Vec<&Core> = CORES
         .iter()
         .filter(|c| c.matches.iter().any(|w| matches(m, w)))
@@ -381,7 +363,6 @@ pub fn core(m: &Machine) -> Result<(&'static Core, String), String> {
     }
 }
 
-/// Picks one figure of a core's entry.
 pub type Pick = fn(&Core) -> Option<Cited>;
 
 /// A figure of this machine's core: (value, key, reference), or why there is none.

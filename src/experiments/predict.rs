@@ -1,6 +1,5 @@
-//! Predictions built from typed inputs. An input carries its value, unit and source, or
-//! the reason it is missing; a prediction built from a missing input is withheld with
-//! that reason, so no experiment writes its sources or its withheld reasons by hand.
+//! Predictions built from typed inputs, each carrying its source or the reason it is
+//! missing, so a prediction from a missing input is withheld with that input's reason.
 
 use super::Context;
 use crate::results::{InputKind, Prediction};
@@ -8,7 +7,6 @@ use crate::results::{InputKind, Prediction};
 /// One input of a prediction: a figure with where it came from, or why there is none.
 #[derive(Debug, Clone)]
 pub(crate) struct Input {
-    /// The key it takes in the prediction's inputs.
     name: String,
     value: Result<f64, String>,
     unit: String,
@@ -79,8 +77,7 @@ impl Input {
         Input::new(name, Err(why.into()), "", String::new(), InputKind::Machine)
     }
 
-    /// Missing unless its value is above zero (a figure at or below zero is noise, not a
-    /// cost to build on).
+    /// Missing unless above zero (at or below zero is noise, not a cost to build on).
     pub(crate) fn positive(self) -> Input {
         match self.value {
             Ok(v) if v <= 0.0 => {
@@ -94,13 +91,12 @@ impl Input {
         }
     }
 
-    /// The same input under another key.
     pub(crate) fn named(mut self, name: &str) -> Input {
         self.name = name.to_string();
         self
     }
 
-    /// The key it takes in a prediction's inputs (for `earlier`, the metric found).
+    /// For `earlier`, the metric found.
     pub(crate) fn name(&self) -> &str {
         &self.name
     }
@@ -109,12 +105,11 @@ impl Input {
         self.value.as_ref().ok().copied()
     }
 
-    /// Why the input is missing, when it is.
     pub(crate) fn why_missing(&self) -> Option<&str> {
         self.value.as_ref().err().map(String::as_str)
     }
 
-    /// `p` with this input recorded among its inputs (unchanged when it is missing).
+    /// `p` with this input recorded (unchanged when it is missing).
     pub(crate) fn attach(&self, p: Prediction) -> Prediction {
         let Ok(v) = self.value else { return p };
         p.typed(
@@ -151,20 +146,11 @@ impl<'c, 'a> Predictions<'c, 'a> {
     pub(crate) fn earlier(&self, experiment: &str, metrics: &[&str]) -> Input {
         for m in metrics {
             if let Some(x) = self.ctx.earlier_metric(experiment, m) {
-                let v = x.summary.median;
-                return Input::new(
-                    m,
-                    Ok(v).and_then(|v: f64| {
-                        if v.is_finite() {
-                            Ok(v)
-                        } else {
-                            Err(format!("{experiment}'s {m} has no finite median"))
-                        }
-                    }),
-                    &x.unit,
-                    format!("measured: {experiment} {m}"),
-                    InputKind::Measured,
-                );
+                let v = Some(x.summary.median)
+                    .filter(|v| v.is_finite())
+                    .ok_or_else(|| format!("{experiment}'s {m} has no finite median"));
+                let source = format!("measured: {experiment} {m}");
+                return Input::new(m, v, &x.unit, source, InputKind::Measured);
             }
         }
         let first = metrics.first().copied().unwrap_or("figure");
@@ -212,7 +198,6 @@ impl<'c, 'a> Predictions<'c, 'a> {
         }
     }
 
-    /// A prediction built by hand.
     pub(crate) fn add(&mut self, metric: &str, p: Prediction) {
         self.stated.push((metric.to_string(), p));
     }

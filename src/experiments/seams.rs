@@ -1,38 +1,28 @@
-//! Test seams: what a unit test changes about how an experiment meets the world (a file
-//! system that refuses O_DIRECT, memory mapped in advance), gathered in one value per
-//! thread. Outside unit tests it is `Seams::NONE`, a constant, so every branch on it
-//! folds away.
+//! Test seams: how a unit test bends the world an experiment meets, one value per thread;
+//! `Seams::NONE`, a constant, outside unit tests, so every branch on it folds away.
 
-/// The ways a unit test may bend the world an experiment sees; all off in production.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Seams {
-    /// Fresh regions come already mapped (as under mlockall(MCL_FUTURE) or MAP_POPULATE),
-    /// so a first touch takes no page fault.
+    /// Fresh regions come already mapped (as under mlockall(MCL_FUTURE) or MAP_POPULATE).
     pub prefaulted: bool,
-    /// The file system refuses O_DIRECT (EINVAL, as tmpfs and some FUSE file systems do),
-    /// so uncached reads rely on eviction alone.
+    /// The file system refuses O_DIRECT (EINVAL, as tmpfs and some FUSE ones do).
     pub no_direct: bool,
-    /// "create + join" runs the start routine in the caller, as a pthread library that
-    /// never makes a thread would.
+    /// "create + join" runs the start routine in the caller (a pthread that makes none).
     pub inline_create: bool,
-    /// cpu.process-create's added region is left unwritten, so none of it is resident (as
-    /// memory reclaimed or swapped out before the timing).
+    /// cpu.process-create's added region is left unwritten (reclaimed or swapped out).
     pub unwritten: bool,
-    /// The program cpu.process-create spawns instead of `true` (`/bin/false`: a child that
-    /// fails, as under a seccomp filter or a broken exec).
+    /// The program cpu.process-create spawns instead of `true` (`/bin/false`: a failing
+    /// child, as under a seccomp filter or a broken exec).
     pub program: Option<&'static str>,
-    /// The pipe work the switches measure alone makes this many more one-byte transfers
-    /// than the round trip does, as when the pipe alone runs slower than inside the round
-    /// trip (another cache state, another frequency).
+    /// The switches' pipe work alone makes this many more one-byte transfers than the
+    /// round trip (the pipe alone slower than inside the round trip).
     pub pipe_alone_extra: usize,
-    /// fs.contention's files are this size (a few blocks: readers run past the end and read
-    /// blocks again, as when the device is faster than the sizing assumes).
+    /// fs.contention's files are this size (readers run past the end and reread).
     pub small_files: Option<u64>,
-    /// mem.loaded-latency's chase is mapped on base pages whatever the kernel offers, while
-    /// its reference chase keeps mem.latency's page kind (a chase that lost its huge pages).
+    /// mem.loaded-latency's chase is on base pages, its reference keeping mem.latency's.
     pub chase_base_pages: bool,
-    /// mem.loaded-latency's chase is laid over only this many nodes of its buffer, while its
-    /// reference chase covers the whole working set (a chase that fits in a cache).
+    /// mem.loaded-latency's chase covers this many nodes, its reference the whole set
+    /// (a chase that fits in a cache).
     pub chase_nodes: Option<usize>,
 }
 
@@ -74,10 +64,9 @@ pub(crate) fn set(f: impl FnOnce(&mut Seams)) {
     });
 }
 
-/// The experiment that never returns, for a test that must run the whole binary (the
-/// process, not a unit test, is what an overrun ends): the id in `OSMETER_TEST_HANG`, read
-/// once. The runner then waits on that experiment in place of running it, under
-/// `HUNG_LIMIT`, so such a test takes seconds. Unset (as in every real run), nothing hangs.
+/// Whether `id` is the experiment named by `OSMETER_TEST_HANG` (unset in real runs): the
+/// runner then waits on it under `HUNG_LIMIT` instead of running it, for a test of the
+/// whole binary (an overrun ends the process).
 pub(crate) fn hangs(id: &str) -> bool {
     static HUNG: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     HUNG.get_or_init(|| std::env::var("OSMETER_TEST_HANG").ok())

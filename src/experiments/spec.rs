@@ -1,5 +1,4 @@
-//! What an experiment is, as data: its `Spec`, per-profile values, and the method text
-//! from its page under `docs/methods/`.
+//! What an experiment is, as data: its `Spec`, per-profile values and its method page.
 
 use super::{Needs, Profile};
 use crate::results::Bottleneck;
@@ -20,8 +19,8 @@ impl<T: Copy> PerProfile<T> {
 }
 
 impl PerProfile<Duration> {
-    /// A unit scaled per profile: smoke 1/5, quick 1/2 (its runs must add up to the
-    /// profile's 60 s), standard 5x, thorough 15x.
+    /// Smoke 1/5, quick 1/2 (its runs add up to the profile's 60 s), standard 5x,
+    /// thorough 15x.
     pub const fn scaled(unit: Duration) -> Self {
         let ns = unit.as_nanos() as u64;
         PerProfile([
@@ -38,35 +37,27 @@ pub const fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-/// What an experiment is, as data: one `const` per experiment, returned by
-/// `Experiment::spec` and read by `osmeter list`, the runner and the results document.
-/// Start from one of the family defaults (`..Spec::CORE_LOOP`) and set what differs.
+/// One `const` per experiment: a family default (`..Spec::CORE_LOOP`) and what differs.
 #[derive(Debug, Clone, Copy)]
 pub struct Spec {
     /// Stable id such as `cpu.syscall`; the part before the dot is the area.
     pub id: &'static str,
-    /// A heading for results and reports.
     pub title: &'static str,
     /// One line for `osmeter list`.
     pub description: &'static str,
-    /// The method in brief, for results and reports: `method!(id)`, the first paragraph of
-    /// `docs/methods/<id>.md`.
+    /// `method!(id)`.
     pub method: &'static str,
-    /// What it needs beyond an ordinary user on a quiet machine, for `osmeter list`.
     pub needs: Needs,
-    /// The sentinel component that shares its figures' bottleneck (a metric may declare
-    /// its own with `Metric::bottleneck`); compare discounts differences by that
-    /// component's move only. `None` for device and network figures.
+    /// The sentinel component sharing its figures' bottleneck (a metric may name its own):
+    /// compare discounts differences by that component's move only.
     pub bottleneck: Bottleneck,
-    /// Figures of one core: on a CPU with more than one kind of core (hybrid Intel, ARM
-    /// big.LITTLE, Apple perflevels) the runner runs it once on a CPU of each kind, the
-    /// other kinds' metrics suffixed with their kind (docs/METHODOLOGY.md, "Core kinds").
+    /// Figures of one core: run once per kind of core, the other kinds' metrics suffixed
+    /// with their kind (docs/METHODOLOGY.md, "Core kinds").
     pub per_core_kind: bool,
-    /// Its figures have the harness's loop overhead subtracted (`Harness::measure`): a loop
-    /// overhead measured slow at the run's start grades them, and no other experiment's.
+    /// Its figures have the loop overhead subtracted, so a slow one at the run's start
+    /// grades them (and no other experiment's).
     pub subtracts_loop: bool,
-    /// Wall-time budget per profile; `None` when it follows from the experiment's plan
-    /// (it then overrides `Experiment::budget`).
+    /// `None` when it follows from the plan (`Experiment::budget` overridden).
     pub budget: Option<PerProfile<Duration>>,
 }
 
@@ -82,26 +73,22 @@ impl Spec {
         subtracts_loop: false,
         budget: None,
     };
-    /// One core's figures from the calibrated loop, loop overhead subtracted.
     pub const CORE_LOOP: Spec = Spec {
         bottleneck: Bottleneck::Chain,
         per_core_kind: true,
         subtracts_loop: true,
         ..Spec::BASE
     };
-    /// Work that goes through the scheduler (switches, task creation, wake-ups).
+    /// Switches, task creation, wake-ups.
     pub const SCHEDULER: Spec = Spec {
         bottleneck: Bottleneck::Chain,
         ..Spec::BASE
     };
-    /// Loads and stores that reach the caches and memory.
     pub const MEMORY: Spec = Spec {
         bottleneck: Bottleneck::Chase,
         ..Spec::BASE
     };
-    /// A disk or a file system: no sentinel component.
     pub const DEVICE: Spec = Spec::BASE;
-    /// A link and a peer: no sentinel component.
     pub const NETWORK: Spec = Spec {
         needs: Needs {
             peer: true,
@@ -110,14 +97,12 @@ impl Spec {
         ..Spec::BASE
     };
 
-    /// `cpu`, `mem`, `net` or `fs`: the id's first part.
     pub(crate) fn area(&self) -> &'static str {
         self.id.split('.').next().unwrap_or("")
     }
 }
 
-/// Paragraph `n` of a method page, the `# id: title` heading being paragraph 0. The
-/// method paragraphs stay on one line each so the report can quote them whole.
+/// Paragraph `n` (one line) of a method page, the `# id: title` heading being paragraph 0.
 pub const fn paragraph(page: &'static str, n: usize) -> &'static str {
     let b = page.as_bytes();
     let (mut start, mut k) = (0, 0);
@@ -144,8 +129,7 @@ pub const fn paragraph(page: &'static str, n: usize) -> &'static str {
     }
 }
 
-/// The method text of experiment `$id`: the first paragraph of `docs/methods/$id.md`
-/// (or paragraph `$n`, for a method that differs by architecture).
+/// The first paragraph of `docs/methods/$id.md` (or paragraph `$n`, per architecture).
 #[macro_export]
 macro_rules! method {
     ($id:literal) => {

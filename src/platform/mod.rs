@@ -21,6 +21,7 @@ use linux as imp;
 mod macos;
 #[cfg(target_os = "macos")]
 use macos as imp;
+pub(crate) mod net;
 
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
 compile_error!("osmeter supports Linux and macOS only");

@@ -1,6 +1,5 @@
-//! The kernel kit below the experiments: what more than one experiment needs to measure
-//! (memory regions, timed trials over several threads). No experiment area imports
-//! another; they share through here.
+//! The kernel kit: what more than one experiment area needs to measure, so that no area
+//! imports another.
 
 use crate::harness::{Harness, HarnessConfig, Measurement};
 
@@ -36,9 +35,8 @@ fn without_preemption_note(mut m: Measurement) -> Measurement {
     m
 }
 
-/// As `measure_raw` over a trial the caller times itself (several threads released
-/// together): `trial(iters)` returns its ticks, clock overhead included, and whether
-/// every thread ran undisturbed.
+/// As `measure_raw` over a trial the caller times (threads released together):
+/// `trial(iters)` returns its ticks and whether every thread ran undisturbed.
 pub(crate) fn measure_trials(
     clock: &dyn crate::clock::Clock,
     cfg: &HarnessConfig,
@@ -49,9 +47,7 @@ pub(crate) fn measure_trials(
     without_preemption_note(m)
 }
 
-/// "1 KiB", "32 KiB" style label for a power-of-two-ish size, for metric and series names.
-/// Spins until `cond`, yielding now and then so a thread we wait for can run here
-/// (the load and stream teams' start and stop barriers).
+/// Spins until `cond`, yielding now and then so a thread we wait for can run here.
 pub(crate) fn spin_until(cond: impl Fn() -> bool) {
     let mut spins = 0u64;
     while !cond() {
@@ -64,6 +60,7 @@ pub(crate) fn spin_until(cond: impl Fn() -> bool) {
     }
 }
 
+/// "16KiB" style label of a size, for metric and series names.
 pub(crate) fn size_label(b: u64) -> String {
     if b >= 1 << 30 && b % (1 << 30) == 0 {
         format!("{}GiB", b >> 30)

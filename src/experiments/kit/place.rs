@@ -2,7 +2,6 @@
 
 use crate::platform::{current_cpu, pin_to_cpu, Pinning};
 
-/// Why where a thread ran is not known on a system without a current-CPU call.
 pub(crate) const NO_CURRENT_CPU: &str = "this system does not say which CPU a thread runs on";
 
 /// Looks at where the calling thread runs, against the CPU it was placed on.
@@ -45,11 +44,10 @@ impl Place {
     }
 }
 
-/// What pinning a thread told about its placement.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Pinned {
     Hard,
-    /// Pinned as a hint only: why the placement is not known.
+    /// A hint only: why the placement is not known.
     Soft(String),
     Failed(String),
 }

@@ -1,5 +1,4 @@
-//! Anonymous memory for the measurements: regions with huge-page advice and a residency
-//! check, and the memory facts and caps they are sized by.
+//! Anonymous memory regions with huge-page advice, and the facts and caps that size them.
 
 use crate::machine::Cache;
 use anyhow::{bail, Context as _};
@@ -18,9 +17,7 @@ pub(crate) fn llc_bytes(caches: &[Cache]) -> Option<u64> {
     caches.iter().map(|c| c.size_bytes).max()
 }
 
-/// The memory one run of an experiment may use: what it wants, never more than the
-/// profile's limit for this machine (`Profile::memory_limit`).
-/// Errors when even `min` does not fit.
+/// What one run may use: `want` within `Profile::memory_limit`; an error if `min` does not fit.
 pub(crate) fn memory_cap(
     machine: &crate::machine::Machine,
     profile: crate::experiments::Profile,
@@ -45,8 +42,8 @@ pub(crate) fn memory_cap(
     Ok(cap)
 }
 
-/// The largest power-of-two working set within `ceiling` that fits the profile's
-/// memory cap on `machine` with its permutation, and the cap.
+/// The largest power-of-two working set within `ceiling` that fits the memory cap with its
+/// permutation, and the cap.
 pub(crate) fn largest_set(
     machine: &crate::machine::Machine,
     profile: crate::experiments::Profile,
@@ -65,11 +62,10 @@ pub(crate) fn thp_available(m: &crate::machine::Machine) -> bool {
     matches!(m.memory.thp_enabled.as_deref(), Some("always" | "madvise"))
 }
 
-/// Huge-page size when the kernel does not say (x86-64 and 4 KiB-page arm64 kernels).
+/// x86-64's and 4 KiB-page arm64's.
 const HUGE_PAGE_DEFAULT: usize = 2 << 20;
 
-/// The PMD huge-page size of this machine (machine description: hpage_pmd_size), or
-/// 2 MiB where the kernel has no transparent huge pages to say it.
+/// The PMD huge-page size (hpage_pmd_size), or 2 MiB where the kernel does not say.
 pub fn huge_page(m: &crate::machine::Machine) -> usize {
     m.memory
         .huge_page_bytes
@@ -89,7 +85,6 @@ pub fn too_small_for_huge_pages(m: &crate::machine::Machine, len: usize) -> Opti
     })
 }
 
-/// Page backing requested for an anonymous mapping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pages {
     /// MADV_NOHUGEPAGE: base pages even when THP is "always".
@@ -98,8 +93,7 @@ pub(crate) enum Pages {
     Huge,
 }
 
-/// An anonymous private mapping, aligned to the huge-page size so huge pages can back all of it,
-/// unmapped on drop.
+/// An anonymous private mapping aligned so huge pages can back all of it, unmapped on drop.
 pub(crate) struct Region {
     map: *mut u8,
     map_len: usize,
@@ -113,13 +107,12 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 impl Region {
-    /// A region of base pages (alignment matters only for huge pages).
+    /// Aligned to 2 MiB.
     pub fn new(len: usize, pages: Pages) -> anyhow::Result<Region> {
         Region::aligned(len, pages, HUGE_PAGE_DEFAULT)
     }
 
-    /// A region aligned to `huge` bytes (the machine's huge-page size, `huge_page`), so
-    /// that huge pages can back all of it.
+    /// Aligned to `huge` bytes (`huge_page`).
     pub fn aligned(len: usize, pages: Pages, huge: usize) -> anyhow::Result<Region> {
         if len == 0 {
             bail!("empty region");
@@ -207,30 +200,25 @@ impl Drop for Region {
     }
 }
 
-/// Faults of the calling thread so far: (minor, major), from getrusage(RUSAGE_THREAD)
-/// (the whole process where the system has no per-thread counters).
+/// (minor, major) faults of the calling thread so far (of the process where the system
+/// has no per-thread counters).
 pub(crate) fn thread_faults() -> (u64, u64) {
     crate::platform::thread_usage()
         .map(|u| (u.minor_faults, u.major_faults))
         .unwrap_or((0, 0))
 }
 
-/// Resets this process's peak RSS (VmHWM) and returns the current RSS, so that
-/// `rss_check` can compare the growth with an announced cap.
+/// Resets this process's peak RSS (VmHWM) and returns the current RSS, for `rss_check`.
 pub(crate) fn rss_baseline() -> Option<u64> {
     crate::machine::process::reset_peak_rss()?;
-    status_bytes("VmRSS:")
-}
-
-fn status_bytes(field: &str) -> Option<u64> {
-    crate::machine::process::status_bytes(field)
+    crate::machine::process::status_bytes("VmRSS:")
 }
 
 /// Peak RSS growth since `rss_baseline` against the announced cap.
 pub(crate) fn rss_check(base: Option<u64>, cap: u64) -> crate::results::Check {
     use crate::units::fmt_bytes;
     let name = "memory use within the announced cap";
-    match (base, status_bytes("VmHWM:")) {
+    match (base, crate::machine::process::status_bytes("VmHWM:")) {
         (Some(b), Some(p)) => {
             let grew = p.saturating_sub(b);
             // 16 MiB slack for the run's own stacks, allocator and results.

@@ -3,6 +3,7 @@
 
 use super::{target, PeerTarget};
 use crate::clock::Stopwatch;
+use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{spec::ms, PerProfile, Spec};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::harness::Harness;
@@ -106,46 +107,64 @@ fn receive(
     Ok((interval_rates(&marks, interval), avg))
 }
 
-fn predict_rate(ctx: &Context) -> Option<Prediction> {
-    let remote = ctx.options.peer.as_ref().and_then(|spec| {
-        let addr = crate::peer::client::resolve_peer(spec).ok()?;
-        super::route_interface(addr)
-    });
-    if let Some((iface, _)) = &remote {
-        if let Some(bps) = super::link_speed_bps(ctx.machine, iface) {
-            let mtu = super::nic(ctx.machine, iface)
-                .and_then(|n| n.mtu)
-                .unwrap_or(1500) as f64;
-            // TCP payload per frame (IP 20 + TCP 20 + timestamps 12) over bits on the wire
-            // (Ethernet header 14, FCS 4, preamble 8, inter-frame gap 12).
-            let eff = (mtu - 52.0) / (mtu + 38.0);
-            return Some(Prediction::new(
-                bps / 8.0 * eff,
-                "link speed / 8 x (MTU - 52) / (MTU + 38): line rate less Ethernet, IP and TCP overhead",
-            )
-            .machine("link_speed", bps, "bits/s", format!("machine: {iface} link speed"))
-            .machine("mtu", mtu, "bytes", format!("machine: {iface} MTU")));
+/// A rate model: its inputs, its formula, and the rate from the inputs' values.
+type Model = (Vec<Input>, String, fn(&[f64]) -> f64);
+
+/// Where the route to a `--peer` leaves through a NIC that reports a speed, its line
+/// rate less framing; otherwise (loopback) half the copy bandwidth.
+fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
+    let mut p = Predictions::new(ctx);
+    let route = ctx
+        .options
+        .peer
+        .as_ref()
+        .and_then(|spec| super::route_interface(crate::peer::client::resolve_peer(spec).ok()?));
+    let nic = route
+        .as_ref()
+        .and_then(|(iface, _)| ctx.machine.network.iter().find(|n| n.name == *iface));
+    let (inputs, formula, rate): Model = match nic.filter(|n| n.speed_mbit_s.is_some()) {
+        Some(n) => {
+            let fact = |name, v: Option<f64>, unit, what| {
+                let source = format!("machine: {} {what}", n.name);
+                Input::machine(name, v, unit, source, "")
+            };
+            let bps = n.speed_mbit_s.map(|m| m as f64 * 1e6);
+            let mtu = Some(n.mtu.unwrap_or(1500) as f64);
+            (
+                    vec![
+                        fact("link_speed", bps, "bits/s", "link speed"),
+                        fact("mtu", mtu, "bytes", "MTU"),
+                    ],
+                    "link speed / 8 x (MTU - 52) / (MTU + 38): line rate less Ethernet, IP and TCP overhead".into(),
+                    // TCP payload per frame (IP 20 + TCP 20 + timestamps 12) over bits on
+                    // the wire (Ethernet header 14, FCS 4, preamble 8, inter-frame gap 12).
+                    |v| v[0] / 8.0 * ((v[1] - 52.0) / (v[1] + 38.0)),
+                )
         }
-    }
-    // Memory copy bandwidth (bytes copied per second): mem.bandwidth's single-thread copy.
-    let copy = ctx.earlier_median("mem.bandwidth", "copy_1t")?;
-    let what = if remote.is_some() {
-        "link speed unknown: host copy bound only"
-    } else {
-        "loopback"
+        None => {
+            let copy = p.earlier("mem.bandwidth", &["copy_1t"]);
+            let why = match route {
+                Some(_) => "link speed unknown: host copy bound only",
+                None => "loopback",
+            };
+            (
+                vec![copy.named("copy_bandwidth")],
+                format!(
+                    "copy bandwidth / 2: each byte copied user->kernel and kernel->user ({why})"
+                ),
+                |v| v[0] / 2.0,
+            )
+        }
     };
-    Some(
-        Prediction::new(
-            copy / 2.0,
-            format!("copy bandwidth / 2: each byte copied user->kernel and kernel->user ({what})"),
-        )
-        .measured(
-            "copy_bandwidth",
-            copy,
-            "bytes/s",
-            "measured: mem.bandwidth copy_1t",
-        ),
-    )
+    let inputs: Vec<&Input> = inputs.iter().collect();
+    for metric in ["send", "receive", "send_bits", "receive_bits"] {
+        let (k, f) = match metric.ends_with("_bits") {
+            true => (8.0, format!("8 x ({formula})")),
+            false => (1.0, formula.clone()),
+        };
+        p.state(metric, &inputs, |v| Prediction::new(k * rate(v), f));
+    }
+    p.done()
 }
 
 const SPEC: Spec = Spec {
@@ -165,18 +184,7 @@ impl Experiment for NetBandwidth {
         PLAN.get(p).0 * 2 + Duration::from_millis(if p == Profile::Smoke { 150 } else { 500 })
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        let Some(p) = predict_rate(ctx) else {
-            return vec![];
-        };
-        let mut bits = p.clone();
-        bits.value *= 8.0;
-        bits.formula = format!("8 x ({})", bits.formula);
-        vec![
-            ("send".into(), p.clone()),
-            ("receive".into(), p),
-            ("send_bits".into(), bits.clone()),
-            ("receive_bits".into(), bits),
-        ]
+        predict(ctx)
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
@@ -187,7 +195,7 @@ impl Experiment for NetBandwidth {
         // let the scheduler place this thread (as iperf3 is placed) for the streams.
         let cpus = &ctx.machine.cpu.allowed_cpus;
         let unpinned = cpus.len() > 1 && crate::platform::set_affinity(cpus).is_ok();
-        let res = self.streams(ctx, &t, dur, interval, &mut out);
+        let res = streams(ctx, &t, dur, interval, &mut out);
         if unpinned {
             let _ = crate::platform::pin_to_cpu(ctx.cpu);
             out.notes.push(format!(
@@ -215,60 +223,57 @@ impl Experiment for NetBandwidth {
     }
 }
 
-impl NetBandwidth {
-    fn streams(
-        &self,
-        ctx: &Context,
-        t: &PeerTarget,
-        dur: Duration,
-        interval: Duration,
-        out: &mut Outcome,
-    ) -> anyhow::Result<()> {
-        let label = &t.label;
-        let h = ctx.harness(1);
-        for (name, dir) in [("send", "client -> peer"), ("receive", "peer -> client")] {
-            (ctx.progress)(name);
-            let (rates, avg) = if name == "send" {
-                send(&h, t, dur, interval)?
-            } else {
-                receive(&h, t, dur, interval)?
-            };
-            if rates.len() < 3 {
-                anyhow::bail!(
-                    "{name}: only {} usable intervals in the stream",
-                    rates.len()
-                );
-            }
-            let med = crate::stats::median(&rates);
-            out.check(Check::sanity(
-                &format!("{name}: interval median agrees with the stream average"),
-                (med / avg - 1.0).abs() < 0.25,
-                format!(
-                    "median {} vs average {} over the whole stream",
-                    fmt_bandwidth(med),
-                    fmt_bandwidth(avg)
-                ),
-            ));
-            let bits: Vec<f64> = rates.iter().map(|r| r * 8.0).collect();
-            out.metric(
-                name,
-                "bytes/s",
-                &format!(
-                    "TCP stream {dir} ({label}), {} KiB writes, per-{} ms interval rates",
-                    CHUNK / 1024,
-                    interval.as_millis()
-                ),
-                rates,
-            );
-            out.metric(
-                &format!("{name}_bits"),
-                "bits/s",
-                &format!("the same in bits/s ({dir}, {label})"),
-                bits,
+fn streams(
+    ctx: &Context,
+    t: &PeerTarget,
+    dur: Duration,
+    interval: Duration,
+    out: &mut Outcome,
+) -> anyhow::Result<()> {
+    let label = &t.label;
+    let h = ctx.harness(1);
+    for (name, dir) in [("send", "client -> peer"), ("receive", "peer -> client")] {
+        (ctx.progress)(name);
+        let (rates, avg) = if name == "send" {
+            send(&h, t, dur, interval)?
+        } else {
+            receive(&h, t, dur, interval)?
+        };
+        if rates.len() < 3 {
+            anyhow::bail!(
+                "{name}: only {} usable intervals in the stream",
+                rates.len()
             );
         }
-        Ok(())
+        let med = crate::stats::median(&rates);
+        out.check(Check::sanity(
+            &format!("{name}: interval median agrees with the stream average"),
+            (med / avg - 1.0).abs() < 0.25,
+            format!(
+                "median {} vs average {} over the whole stream",
+                fmt_bandwidth(med),
+                fmt_bandwidth(avg)
+            ),
+        ));
+        let bits: Vec<f64> = rates.iter().map(|r| r * 8.0).collect();
+        out.metric(
+            name,
+            "bytes/s",
+            &format!(
+                "TCP stream {dir} ({label}), {} KiB writes, per-{} ms interval rates",
+                CHUNK / 1024,
+                interval.as_millis()
+            ),
+            rates,
+        );
+        out.metric(
+            &format!("{name}_bits"),
+            "bits/s",
+            &format!("the same in bits/s ({dir}, {label})"),
+            bits,
+        );
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{spec::ms, PerProfile, Spec};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::peer::protocol::Request;
+use crate::platform::net::{tcp_socket, RawAddr};
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
 use std::io;
@@ -24,75 +25,15 @@ fn max_open_close(p: Profile) -> usize {
     MAX_CONNECTIONS.get(p) / 4
 }
 
-/// A socket, not yet connected. With `reset` it resets instead of lingering when closed
-/// (SO_LINGER 0); without, it is made as lmbench's lat_connect makes it (SO_REUSEADDR) and
-/// closes normally (FIN, then TIME_WAIT).
-fn socket_for(addr: &SocketAddr, reset: bool) -> io::Result<OwnedFd> {
-    let fam = if addr.is_ipv4() {
-        libc::AF_INET
-    } else {
-        libc::AF_INET6
-    };
-    let fd = crate::platform::socket(fam, libc::SOCK_STREAM, 0)?;
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    let one: libc::c_int = 1;
-    let (opt, val, len) = if reset {
-        (
-            libc::SO_LINGER,
-            &linger as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::linger>(),
-        )
-    } else {
-        (
-            libc::SO_REUSEADDR,
-            &one as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>(),
-        )
-    };
-    // SAFETY: val points to a live value of the size passed.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            opt,
-            val,
-            len as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(fd)
-}
-
-/// sockaddr storage for connect().
-fn raw_addr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: an all-zero sockaddr_storage is valid; we fill the family-specific view.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
-            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
-            sin.sin_family = libc::AF_INET as libc::sa_family_t;
-            sin.sin_port = a.port().to_be();
-            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in6.
-            let sin6 = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
-            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            sin6.sin6_port = a.port().to_be();
-            sin6.sin6_addr.s6_addr = a.ip().octets();
-            sin6.sin6_scope_id = a.scope_id();
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (ss, len as libc::socklen_t)
-}
+/// What `time_connections` times, in its order.
+const TIMED: [(&str, &str); 3] = [
+    ("connect", "connect() until established"),
+    ("close", "close() with SO_LINGER 0 (reset, no TIME_WAIT)"),
+    (
+        "open_close",
+        "socket() + connect() + ordinary close(), as lmbench lat_connect times it",
+    ),
+];
 
 const SPEC: Spec = Spec {
     id: "net.connect",
@@ -156,25 +97,13 @@ impl Experiment for Connect {
         let dest = SocketAddr::new(t.addr().ip(), session.port);
         let timed = time_connections(ctx, &dest, max)?;
         drop(session);
-        let n = timed.connects.len();
+        let n = timed[0].len();
         out.check(Check::sanity(
             "enough connections for a distribution",
             n >= 100,
             format!("{n} connections (bound {max})"),
         ));
-        for (name, v, what) in [
-            ("connect", timed.connects, "connect() until established"),
-            (
-                "close",
-                timed.closes,
-                "close() with SO_LINGER 0 (reset, no TIME_WAIT)",
-            ),
-            (
-                "open_close",
-                timed.open_closes,
-                "socket() + connect() + ordinary close(), as lmbench lat_connect times it",
-            ),
-        ] {
+        for ((name, what), v) in TIMED.into_iter().zip(timed) {
             out.distribution(name, "ns", &format!("{what}, {label}"), v);
         }
         out.pool(ctx);
@@ -195,73 +124,59 @@ impl Experiment for Connect {
     }
 }
 
-/// Per-operation times of connect, close and a whole open-connect-close, in ns.
-struct Connections {
-    connects: Vec<f64>,
-    closes: Vec<f64>,
-    open_closes: Vec<f64>,
-}
-
 /// connect() on a socket to `dest`, timed by the caller.
-fn connect_to(fd: &OwnedFd, ss: &libc::sockaddr_storage, len: libc::socklen_t) -> io::Result<()> {
-    // SAFETY: ss holds a valid address of `len` bytes; fd is an open socket.
-    let r = unsafe { libc::connect(fd.as_raw_fd(), ss as *const _ as *const libc::sockaddr, len) };
+fn connect_to(fd: &OwnedFd, dest: &RawAddr) -> io::Result<()> {
+    // SAFETY: dest holds a valid address of its length; fd is an open socket.
+    let r = unsafe { libc::connect(fd.as_raw_fd(), dest.ptr(), dest.len()) };
     if r != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
 }
 
-/// Up to `max` connects and closes to `dest` (and up to `max_open_close` whole
-/// open-connect-closes), within 80% of the budget, after an untimed warm-up.
-fn time_connections(ctx: &Context, dest: &SocketAddr, max: usize) -> anyhow::Result<Connections> {
-    let (ss, len) = raw_addr(dest);
-    let connect = |fd: &OwnedFd| connect_to(fd, &ss, len);
+/// Up to `max` connects and closes to `dest`, and up to `max_open_close` whole
+/// open-connect-closes among them, within 80% of the budget, after an untimed warm-up:
+/// the `TIMED` figures in ns.
+fn time_connections(ctx: &Context, dest: &SocketAddr, max: usize) -> anyhow::Result<[Vec<f64>; 3]> {
+    let raw = RawAddr::new(dest);
+    let connect = |fd: &OwnedFd| connect_to(fd, &raw);
+    let refused = |e: io::Error| anyhow::anyhow!("connect to {dest}: {e}");
     (ctx.progress)("connections");
     for _ in 0..max.min(100) / 2 {
-        let fd = socket_for(dest, true)?;
-        connect(&fd).map_err(|e| anyhow::anyhow!("connect to {dest}: {e}"))?;
+        connect(&tcp_socket(dest, true)?).map_err(refused)?;
     }
     let oc_max = max_open_close(ctx.profile);
-    let mut t = Connections {
-        connects: Vec::with_capacity(max),
-        closes: Vec::with_capacity(max),
-        open_closes: Vec::with_capacity(oc_max),
-    };
+    let [mut connects, mut closes, mut open_closes] = [max, max, oc_max].map(Vec::with_capacity);
     let budget = ctx.budget * 8 / 10;
     let until = ctx.harness(1).deadline(budget);
-    while t.connects.len() < max && !until.passed() {
+    while connects.len() < max && !until.passed() {
         // Sockets are made untimed in batches; each connect and close is timed alone.
         let batch: Vec<OwnedFd> = (0..64)
-            .map(|_| socket_for(dest, true))
+            .map(|_| tcp_socket(dest, true))
             .collect::<io::Result<_>>()?;
         let mut fds = batch.into_iter();
         let mut open = Vec::with_capacity(64);
-        t.connects.extend(
-            sample(ctx, 64, budget, || {
-                let fd = fds.next().ok_or_else(|| io::Error::other("no socket"))?;
-                connect(&fd)?;
-                open.push(fd);
-                Ok(())
-            })
-            .map_err(|e| anyhow::anyhow!("connect to {dest}: {e}"))?,
-        );
+        let timed = sample(ctx, 64, budget, || {
+            let fd = fds.next().ok_or_else(|| io::Error::other("no socket"))?;
+            connect(&fd)?;
+            open.push(fd);
+            Ok(())
+        });
+        connects.extend(timed.map_err(refused)?);
         let mut open = open.into_iter();
-        t.closes.extend(sample(ctx, 64, budget, || {
+        closes.extend(sample(ctx, 64, budget, || {
             drop(open.next());
             Ok(())
         })?);
-        if t.open_closes.len() < oc_max {
-            t.open_closes.extend(
-                sample(ctx, 32, budget, || {
-                    let fd = socket_for(dest, false)?;
-                    connect(&fd)?;
-                    drop(fd);
-                    Ok(())
-                })
-                .map_err(|e| anyhow::anyhow!("connect to {dest}: {e}"))?,
-            );
+        if open_closes.len() < oc_max {
+            let timed = sample(ctx, 32, budget, || {
+                let fd = tcp_socket(dest, false)?;
+                connect(&fd)?;
+                drop(fd);
+                Ok(())
+            });
+            open_closes.extend(timed.map_err(refused)?);
         }
     }
-    Ok(t)
+    Ok([connects, closes, open_closes])
 }

@@ -1,13 +1,15 @@
 //! ICMP echo for the kernel-level round trip: an unprivileged ICMP socket (SOCK_DGRAM,
 //! allowed by net.ipv4.ping_group_range) or a raw socket (root / CAP_NET_RAW). IPv4 only.
 
+use crate::platform::net::icmp_socket;
 use std::io;
-use std::net::Ipv4Addr;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::net::{Ipv4Addr, UdpSocket};
 use std::time::Duration;
 
+/// An ICMP socket connected to one host. It is held as a `UdpSocket`: std makes plain
+/// connect, send and recv calls, which an ICMP socket takes as any datagram socket does.
 pub struct Pinger {
-    fd: OwnedFd,
+    sock: UdpSocket,
     raw: bool,
     id: u16,
     pub kind: &'static str,
@@ -24,16 +26,12 @@ fn checksum(b: &[u8]) -> u16 {
     !(sum as u16)
 }
 
-fn open(kind: i32) -> io::Result<OwnedFd> {
-    crate::platform::socket(libc::AF_INET, kind, libc::IPPROTO_ICMP)
-}
-
 impl Pinger {
     /// Opens an ICMP socket to `dest`, or says why it cannot and how to allow it.
     pub fn open(dest: Ipv4Addr, timeout: Duration) -> Result<Pinger, String> {
-        let (fd, raw, kind) = match open(libc::SOCK_DGRAM) {
+        let (fd, raw, kind) = match icmp_socket(false) {
             Ok(fd) => (fd, false, "unprivileged ICMP socket (SOCK_DGRAM)"),
-            Err(e1) => match open(libc::SOCK_RAW) {
+            Err(e1) => match icmp_socket(true) {
                 Ok(fd) => (fd, true, "raw ICMP socket"),
                 Err(_) => {
                     let range =
@@ -44,38 +42,12 @@ impl Pinger {
                 }
             },
         };
-        // SAFETY: an all-zero sockaddr_in is valid (and sets macOS's sin_len to 0, which
-        // connect() replaces with the length passed).
-        let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-        sa.sin_family = libc::AF_INET as libc::sa_family_t;
-        sa.sin_addr.s_addr = u32::from(dest).to_be();
-        let tv = libc::timeval {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_usec: timeout.subsec_micros() as libc::suseconds_t,
-        };
-        // SAFETY: sa and tv are valid for the sizes passed; fd is open.
-        let ok = unsafe {
-            libc::connect(
-                fd.as_raw_fd(),
-                &sa as *const _ as *const libc::sockaddr,
-                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-            ) == 0
-                && libc::setsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_RCVTIMEO,
-                    &tv as *const _ as *const libc::c_void,
-                    std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-                ) == 0
-        };
-        if !ok {
-            return Err(format!(
-                "ICMP socket setup failed: {}",
-                io::Error::last_os_error()
-            ));
-        }
+        let sock = UdpSocket::from(fd);
+        sock.connect((dest, 0))
+            .and_then(|()| sock.set_read_timeout(Some(timeout)))
+            .map_err(|e| format!("ICMP socket setup failed: {e}"))?;
         Ok(Pinger {
-            fd,
+            sock,
             raw,
             id: (std::process::id() as u16) ^ 0x4f4d,
             kind,
@@ -91,39 +63,19 @@ impl Pinger {
         pkt[8..16].copy_from_slice(b"osmeter!");
         let c = checksum(&pkt);
         pkt[2..4].copy_from_slice(&c.to_be_bytes());
-        // SAFETY: pkt is a valid buffer of pkt.len() bytes; the socket is connected.
-        let n = unsafe {
-            libc::send(
-                self.fd.as_raw_fd(),
-                pkt.as_ptr() as *const libc::c_void,
-                pkt.len(),
-                0,
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        self.sock.send(&pkt)?;
         let mut buf = [0u8; 256];
         loop {
-            // SAFETY: buf is a valid writable buffer of buf.len() bytes.
-            let n = unsafe {
-                libc::recv(
-                    self.fd.as_raw_fd(),
-                    buf.as_mut_ptr() as *mut libc::c_void,
-                    buf.len(),
-                    0,
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                return match e.kind() {
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Ok(false),
-                    io::ErrorKind::Interrupted => continue,
-                    _ => Err(e),
-                };
-            }
-            if is_echo_reply(&buf[..n as usize], self.id, seq, self.check_id()) {
-                return Ok(true);
+            match self.sock.recv(&mut buf) {
+                Ok(n) if is_echo_reply(&buf[..n], self.id, seq, self.check_id()) => {
+                    return Ok(true)
+                }
+                Ok(_) => {}
+                Err(e) => match e.kind() {
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => return Ok(false),
+                    io::ErrorKind::Interrupted => {}
+                    _ => return Err(e),
+                },
             }
         }
     }

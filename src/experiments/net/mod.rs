@@ -5,7 +5,7 @@
 use super::{Context, Experiment, Outcome};
 use crate::peer::client::{resolve_peer, Client};
 use crate::peer::local::LocalPeer;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 
 mod bandwidth;
@@ -110,79 +110,26 @@ pub(crate) fn target(ctx: &Context, out: &mut Outcome) -> anyhow::Result<PeerTar
     Ok(t)
 }
 
+/// A UDP socket on any local port, connected to `dest`.
+pub(crate) fn udp_to(dest: SocketAddr) -> std::io::Result<UdpSocket> {
+    let any: IpAddr = match dest {
+        SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+        SocketAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
+    };
+    let s = UdpSocket::bind((any, 0))?;
+    s.connect(dest)?;
+    Ok(s)
+}
+
 /// The local interface traffic to `dest` leaves through (connecting a UDP socket only
 /// consults the routing table; nothing is sent).
 pub(crate) fn route_interface(dest: SocketAddr) -> Option<(String, IpAddr)> {
-    let bind: SocketAddr = if dest.is_ipv4() {
-        "0.0.0.0:0".parse().ok()?
-    } else {
-        "[::]:0".parse().ok()?
-    };
-    let s = UdpSocket::bind(bind).ok()?;
-    s.connect(dest).ok()?;
+    let s = udp_to(dest).ok()?;
     let local = s.local_addr().ok()?.ip();
     if local.is_loopback() {
         return Some(("lo".into(), local));
     }
-    interface_of(local).map(|n| (n, local))
-}
-
-/// The interface holding a local address (getifaddrs).
-fn interface_of(ip: IpAddr) -> Option<String> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `head` with a list we free below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return None;
-    }
-    let mut found = None;
-    let mut cur = head;
-    while !cur.is_null() {
-        // SAFETY: cur is a non-null node of the list getifaddrs returned, valid until freed.
-        let ifa = unsafe { &*cur };
-        cur = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_addr is non-null and points to a sockaddr whose family says its type.
-        let addr = unsafe {
-            match (*ifa.ifa_addr).sa_family as i32 {
-                libc::AF_INET => {
-                    let sin = &*(ifa.ifa_addr as *const libc::sockaddr_in);
-                    Some(IpAddr::from(
-                        u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
-                    ))
-                }
-                libc::AF_INET6 => {
-                    let sin6 = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
-                    Some(IpAddr::from(sin6.sin6_addr.s6_addr))
-                }
-                _ => None,
-            }
-        };
-        if addr == Some(ip) {
-            // SAFETY: ifa_name is a non-null NUL-terminated string owned by the list.
-            let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
-            found = Some(name.to_string_lossy().into_owned());
-            break;
-        }
-    }
-    // SAFETY: head came from a successful getifaddrs and is freed exactly once.
-    unsafe { libc::freeifaddrs(head) };
-    found
-}
-
-/// Link speed of an interface in bits/s, from the machine's NICs; None where the driver
-/// reports none (loopback, virtio and others report -1).
-pub(crate) fn link_speed_bps(machine: &crate::machine::Machine, iface: &str) -> Option<f64> {
-    nic(machine, iface)?.speed_mbit_s.map(|m| m as f64 * 1e6)
-}
-
-/// A NIC of the machine description by name.
-pub(crate) fn nic<'a>(
-    machine: &'a crate::machine::Machine,
-    iface: &str,
-) -> Option<&'a crate::machine::network::Nic> {
-    machine.network.iter().find(|n| n.name == iface)
+    crate::platform::net::interface_of(local).map(|n| (n, local))
 }
 
 /// Round trips per CPU as "CPU 0 (97%), CPU 1 (3%)".
@@ -228,8 +175,10 @@ mod tests {
         assert_eq!(iface, "lo");
         assert!(ip.is_loopback());
         let m = crate::machine::Machine::gather();
-        assert_eq!(link_speed_bps(&m, "lo"), None);
-        assert_eq!(link_speed_bps(&m, "../etc"), None);
+        let nic = |name: &str| m.network.iter().find(|n| n.name == name);
+        // Loopback reports no link speed; a made-up name is no NIC.
+        assert_eq!(nic("lo").and_then(|n| n.speed_mbit_s), None);
+        assert!(nic("../etc").is_none());
     }
 
     #[test]

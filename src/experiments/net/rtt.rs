@@ -3,15 +3,17 @@
 
 use super::{describe_cpus, main_cpu, sample, target, PeerTarget};
 use crate::analysis::Separation;
+use crate::experiments::kit::place::Place;
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{spec::ms, PerProfile, Spec};
 use crate::experiments::{Context, Experiment, Outcome};
 use crate::harness::SampleSpec;
+use crate::machine::CrossPlan;
 use crate::peer::protocol::{EchoReport, Request};
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 pub struct Rtt;
@@ -22,7 +24,6 @@ const UDP_MSG: usize = 8;
 const MAX_SAMPLES: PerProfile<usize> = PerProfile::new(2_000, 20_000, 100_000, 300_000);
 const WARMUP: PerProfile<usize> = PerProfile::new(50, 500, 500, 500);
 
-/// One TCP echo session: `n` timed round trips after a warm-up.
 /// What the client saw of an echo session: round trips made and replies that differed
 /// from the message sent.
 #[derive(Debug, Clone, Copy, Default)]
@@ -31,9 +32,8 @@ pub struct EchoCount {
     pub mismatched: u64,
 }
 
-/// Premise: every round trip was a real echo: each reply equalled the message sent (the
-/// message's bytes change every round trip, so a stale or duplicated reply differs) and
-/// the peer counted as many messages as the client made round trips.
+/// Premise: every reply equalled the message sent (its bytes change every round trip, so
+/// a stale reply differs) and the peer echoed as many messages as the client sent.
 pub fn echo_check(name: &str, c: EchoCount, peer_messages: u64, where_: &str) -> Check {
     Check::premise(
         &format!("{name}: the peer echoed every round trip"),
@@ -45,13 +45,13 @@ pub fn echo_check(name: &str, c: EchoCount, peer_messages: u64, where_: &str) ->
     )
 }
 
-/// What one TCP echo session gave: round trips (ns), the peer's report, the client's
-/// count, and the CPUs the client ran each round trip on (cpu, round trips).
+/// One TCP echo session: round trips (ns), the peer's report, the client's count and
+/// where the client ran before each round trip.
 struct TcpEcho {
     v: Vec<f64>,
     report: EchoReport,
     count: EchoCount,
-    client_cpus: Vec<(u32, u64)>,
+    client: Place,
 }
 
 fn tcp_echo(
@@ -70,7 +70,6 @@ fn tcp_echo(
     let stream = &mut s.stream;
     let mut count = EchoCount::default();
     let mut once = || -> std::io::Result<()> {
-        // A different first byte each time (a counter), so a stale reply cannot match.
         msg[0] = count.round_trips as u8;
         stream.write_all(&msg)?;
         stream.read_exact(&mut back)?;
@@ -83,59 +82,84 @@ fn tcp_echo(
     for _ in 0..WARMUP.get(ctx.profile) {
         once()?;
     }
-    let mut client_cpus: Vec<(u32, u64)> = Vec::new();
+    let mut client = Place::new(ctx.cpu);
     let spec = SampleSpec::new(MAX_SAMPLES.get(ctx.profile), budget);
     let v = ctx
         .harness(1)
-        .try_sample_with(
-            &spec,
-            // Untimed: where the client runs, for the placement check.
-            || Ok(crate::platform::current_cpu_raw()),
-            |_| once(),
-            |cpu, _| tally(&mut client_cpus, cpu),
-        )?
+        .try_sample_with(&spec, || Ok(client.look()), |_| once(), |_, _| {})?
         .ns;
     let report = s.finish_echo()?;
     Ok(TcpEcho {
         v,
         report,
         count,
-        client_cpus,
+        client,
     })
 }
 
-/// Counts one round trip on `cpu` (negative: unknown, not counted).
-fn tally(cpus: &mut Vec<(u32, u64)>, cpu: i32) {
-    let Ok(cpu) = u32::try_from(cpu) else { return };
-    match cpus.iter_mut().find(|c| c.0 == cpu) {
-        Some(c) => c.1 += 1,
-        None => cpus.push((cpu, 1)),
-    }
-}
-
-/// Premise of a pinned figure: the client ran on its CPU and the peer on the CPU it was
-/// asked for, each in more than 99% of the round trips.
+/// Premise of a pinned figure: the client stayed on its CPU and the peer on the CPU it
+/// was asked for, each in more than 99% of the round trips.
 pub(crate) fn placement_check(
     name: &str,
-    client_cpu: usize,
-    client: &[(u32, u64)],
+    client: &Place,
     pin: usize,
     peer_pinned: bool,
     peer: &[(u32, u64)],
 ) -> Check {
-    let on = |cpus: &[(u32, u64)], want: usize| {
-        main_cpu(cpus).is_some_and(|(c, s)| c as usize == want && s > 0.99)
-    };
+    let peer_on = main_cpu(peer).is_some_and(|(c, s)| c as usize == pin && s > 0.99);
+    let client_on = client.looks > 0 && client.off() * 100 < client.looks;
     Check::premise(
         &format!("{name}: client and peer ran where asked"),
-        on(client, client_cpu) && peer_pinned && on(peer, pin),
+        client_on && peer_pinned && peer_on,
         format!(
-            "client asked for CPU {client_cpu}, ran on {}; peer asked for CPU {pin}{}, ran on {}",
-            describe_cpus(client),
+            "client asked for CPU {}, off it in {} of {} round trips; peer asked for CPU {pin}{}, ran on {}",
+            client.cpu,
+            client.off(),
+            client.looks,
             if peer_pinned { "" } else { " (could not pin)" },
             describe_cpus(peer)
         ),
     )
+}
+
+/// Round trips that may go unanswered (`once` says whether the reply came): an untimed
+/// warm-up, which ends after three losses in a row when `impatient` (each costs a
+/// receive timeout), then up to `max` timed ones. The answered round trips and the count
+/// of lost ones; None when no warm-up round trip was answered.
+fn lossy(
+    ctx: &Context,
+    warm: usize,
+    impatient: bool,
+    max: usize,
+    budget: Duration,
+    mut once: impl FnMut() -> std::io::Result<bool>,
+) -> std::io::Result<Option<(Vec<f64>, u64)>> {
+    let (mut any, mut run) = (false, 0);
+    for _ in 0..warm {
+        if once()? {
+            (any, run) = (true, 0);
+        } else {
+            run += 1;
+        }
+        if impatient && run >= 3 {
+            break;
+        }
+    }
+    if !any {
+        return Ok(None);
+    }
+    let mut lost = Vec::new();
+    let v = sample(ctx, max, budget, || {
+        lost.push(!once()?);
+        Ok(())
+    })?;
+    let n_lost = lost.iter().filter(|&&l| l).count() as u64;
+    let kept = v
+        .into_iter()
+        .zip(&lost)
+        .filter(|(_, &l)| !l)
+        .map(|(x, _)| x);
+    Ok(Some((kept.collect(), n_lost)))
 }
 
 /// UDP round trips to the peer's echo port; lost datagrams are counted, not timed.
@@ -144,54 +168,26 @@ fn udp_echo(ctx: &Context, t: &PeerTarget, budget: Duration) -> anyhow::Result<(
         max_size: UDP_MSG as u32,
     })?;
     let dest = SocketAddr::new(t.addr().ip(), s.port);
-    let bind: SocketAddr = if dest.is_ipv4() {
-        "0.0.0.0:0".parse()?
-    } else {
-        "[::]:0".parse()?
-    };
-    let sock = UdpSocket::bind(bind)?;
-    sock.connect(dest)?;
+    let sock = super::udp_to(dest)?;
     sock.set_read_timeout(Some(Duration::from_millis(200)))?;
     let mut seq: u64 = 0;
-    let mut lost: Vec<bool> = Vec::new();
     let mut buf = [0u8; 64];
-    let mut once = |lost: &mut Vec<bool>| -> std::io::Result<()> {
+    let once = || -> std::io::Result<bool> {
         seq += 1;
         sock.send(&seq.to_be_bytes())?;
         loop {
             match sock.recv(&mut buf) {
-                Ok(n) if n == UDP_MSG && buf[..8] == seq.to_be_bytes() => {
-                    lost.push(false);
-                    return Ok(());
-                }
+                Ok(n) if n == UDP_MSG && buf[..8] == seq.to_be_bytes() => return Ok(true),
                 Ok(_) => continue, // a late reply to an earlier, timed-out datagram
-                Err(e) if crate::peer::protocol::is_timeout(&e) => {
-                    lost.push(true);
-                    return Ok(());
-                }
+                Err(e) if crate::peer::protocol::is_timeout(&e) => return Ok(false),
                 Err(e) => return Err(e),
             }
         }
     };
-    let mut warm = Vec::new();
-    for _ in 0..WARMUP.get(ctx.profile) {
-        once(&mut warm)?;
-    }
-    if warm.iter().all(|&l| l) {
-        anyhow::bail!("no UDP reply from {dest} (a firewall may drop UDP)");
-    }
-    let v = sample(ctx, MAX_SAMPLES.get(ctx.profile), budget, || {
-        once(&mut lost)
-    })?;
+    let (warm, max) = (WARMUP.get(ctx.profile), MAX_SAMPLES.get(ctx.profile));
+    let got = lossy(ctx, warm, false, max, budget, once)?;
     drop(s); // closing the control connection ends the peer's UDP echo
-    Ok(answered(v, &lost))
-}
-
-/// The round trips that got their reply, and how many did not (lost ones are not timed).
-fn answered(v: Vec<f64>, lost: &[bool]) -> (Vec<f64>, u64) {
-    let n_lost = lost.iter().filter(|&&l| l).count() as u64;
-    let kept = v.into_iter().zip(lost).filter(|(_, &l)| !l).map(|(x, _)| x);
-    (kept.collect(), n_lost)
+    got.ok_or_else(|| anyhow::anyhow!("no UDP reply from {dest} (a firewall may drop UDP)"))
 }
 
 fn icmp_echo(
@@ -203,32 +199,21 @@ fn icmp_echo(
         return Err("ICMP echo is implemented for IPv4 peers only".into());
     };
     let mut p = super::icmp::Pinger::open(ip, Duration::from_millis(500))?;
+    let kind = p.kind;
     let mut seq: u16 = 0;
-    let mut lost: Vec<bool> = Vec::new();
-    let mut once = |lost: &mut Vec<bool>| -> std::io::Result<()> {
+    let once = || {
         seq = seq.wrapping_add(1);
-        lost.push(!p.ping(seq)?);
-        Ok(())
+        p.ping(seq)
     };
-    let mut warm = Vec::new();
-    for _ in 0..WARMUP.get(ctx.profile).min(100) {
-        once(&mut warm).map_err(|e| format!("ICMP echo failed: {e}"))?;
-        // Three timeouts in a row: stop waiting (each costs the 500 ms receive timeout).
-        if warm.len() >= 3 && warm[warm.len() - 3..].iter().all(|&l| l) {
-            break;
-        }
-    }
-    if warm.iter().all(|&l| l) {
-        return Err(format!(
+    let warm = WARMUP.get(ctx.profile).min(100);
+    let max = MAX_SAMPLES.get(ctx.profile) / 2;
+    match lossy(ctx, warm, true, max, budget, once) {
+        Ok(Some((v, lost))) => Ok((v, lost, kind)),
+        Ok(None) => Err(format!(
             "no ICMP echo reply from {ip} (echo replies disabled or filtered)"
-        ));
+        )),
+        Err(e) => Err(format!("ICMP echo failed: {e}")),
     }
-    let v = sample(ctx, MAX_SAMPLES.get(ctx.profile) / 2, budget, || {
-        once(&mut lost)
-    })
-    .map_err(|e| format!("ICMP echo failed: {e}"))?;
-    let (kept, n_lost) = answered(v, &lost);
-    Ok((kept, n_lost, p.kind))
 }
 
 fn pct(out: &Outcome, name: &str) -> Option<(f64, f64, f64)> {
@@ -246,15 +231,21 @@ const SPEC: Spec = Spec {
     ..Spec::NETWORK
 };
 
+/// Why every figure here is a lower bound.
+const STACK: &str = "the protocol stack's path has no published cost in the parts table";
+
+/// A lower bound: `formula` of the primitives, the stack's own path left out.
+fn lower(value: f64, formula: &str) -> Prediction {
+    Prediction::new(value, format!("{formula}, a lower bound: {STACK}")).lower_bound()
+}
+
 impl Experiment for Rtt {
     fn spec(&self) -> &Spec {
         &SPEC
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        // Primitives measured earlier, with the counts the method fixes: per round trip the
-        // client's send and receive and the peer's receive and send (4 system calls) and, on
-        // one CPU, a switch to the peer and one back. The protocol stack's own path and a
-        // cross-CPU wake-up have no published cost per part, so these are lower bounds.
+        // Per round trip the client's send and receive and the peer's receive and send (4
+        // system calls) and, on one CPU, a switch to the peer and one back.
         let mut p = Predictions::new(ctx);
         if ctx.options.peer.is_some() {
             p.withhold(
@@ -263,7 +254,6 @@ impl Experiment for Rtt {
             );
             return p.done();
         }
-        let stack = "the protocol stack's path has no published cost in the parts table";
         let sys = p.earlier("cpu.syscall", &["getppid"]);
         let calls = |n: f64| {
             Input::method(
@@ -281,17 +271,12 @@ impl Experiment for Rtt {
             "method: to the peer and back on one CPU",
         );
         let same = [&sys, &calls(4.0), &sw, &switches];
-        let with_switches = |v: &[f64]| {
-            Prediction::new(
-                4.0 * v[0] + 2.0 * v[2],
-                format!("4 x getppid + 2 x thread switch, a lower bound: {stack}"),
-            )
-            .lower_bound()
-        };
+        let with_switches =
+            |v: &[f64]| lower(4.0 * v[0] + 2.0 * v[2], "4 x getppid + 2 x thread switch");
         p.state("tcp", &same, with_switches);
         p.state("tcp_same_cpu", &same, with_switches);
-        // The two cross-CPU wake-ups as cpu.thread-switch measured them: its round trip with
-        // the partner on another CPU less its pipe work alone.
+        // The two cross-CPU wake-ups as cpu.thread-switch measured them: its cross-CPU
+        // round trip less its pipe work alone.
         let rt = p
             .earlier("cpu.thread-switch", &["pipe_round_trip_cross_cpu"])
             .named("cross_cpu_round_trip");
@@ -299,20 +284,17 @@ impl Experiment for Rtt {
         match (rt.value(), pipe.value()) {
             (Some(r), Some(q)) if r > q => {
                 p.state("tcp_cross_cpu", &[&sys, &calls(4.0), &rt, &pipe], |v| {
-                    Prediction::new(
+                    lower(
                         4.0 * v[0] + (v[2] - v[3]),
-                        format!(
                         "4 x getppid + 2 cross-CPU wake-ups (cpu.thread-switch's cross-CPU round \
-                         trip less its pipe work), a lower bound: {stack}"
-                    ),
+                         trip less its pipe work)",
                     )
-                    .lower_bound()
                 })
             }
             _ => p.state("tcp_cross_cpu", &[&sys, &calls(4.0)], |v| {
                 Prediction::new(
                     4.0 * v[0],
-                    format!("4 x getppid, a lower bound: {stack}, nor has a cross-CPU wake-up"),
+                    format!("4 x getppid, a lower bound: {STACK}, nor has a cross-CPU wake-up"),
                 )
                 .lower_bound()
             }),
@@ -320,8 +302,7 @@ impl Experiment for Rtt {
         p.state("udp", &same, with_switches);
         // An ICMP echo is answered by the peer's kernel: the client's send and receive only.
         p.state("icmp", &[&sys, &calls(2.0)], |v| {
-            Prediction::new(2.0 * v[0], format!("2 x getppid, a lower bound: {stack}"))
-                .lower_bound()
+            lower(2.0 * v[0], "2 x getppid")
         });
         p.done()
     }
@@ -332,18 +313,18 @@ impl Experiment for Rtt {
             out.notes.push(format!("loopback peer process id {pid}"));
         }
         // Pinned figures only on loopback: a remote peer's CPUs are not this machine's.
-        let pin = crate::platform::pin_support();
-        let plans = if t.remote() {
-            vec![]
-        } else if let Some(why) = pin.reason() {
-            out.notes.push(format!(
-                "no pinned TCP figures: they need client and peer held on chosen CPUs, and {why}"
-            ));
-            vec![]
-        } else {
-            ctx.machine
+        let plans = match crate::platform::pin_support().reason() {
+            _ if t.remote() => vec![],
+            Some(why) => {
+                out.notes.push(format!(
+                    "no pinned TCP figures: they need client and peer held on chosen CPUs, and {why}"
+                ));
+                vec![]
+            }
+            None => ctx
+                .machine
                 .topology
-                .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus)
+                .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus),
         };
         let parts = if plans.is_empty() { 4 } else { 5 + plans.len() };
         let slice = ctx.budget * 8 / 10 / parts as u32;
@@ -369,30 +350,21 @@ fn tcp_unpinned(
     let client_cpu = ctx.cpu;
     (ctx.progress)("TCP round trips");
     let e = tcp_echo(ctx, t, -1, budget)?;
-    let rep = &e.report;
-    let peer_cpus = describe_cpus(&rep.cpus);
-    let where_ = if t.remote() {
-        format!("client on CPU {client_cpu} of this host, peer on its own host ({peer_cpus} there)")
-    } else {
-        match main_cpu(&rep.cpus) {
-            Some((c, share)) => format!(
-                "client pinned to CPU {client_cpu}, peer unpinned ran on {peer_cpus}: {} for {:.0}% of round trips",
-                if c as usize == client_cpu { "same CPU" } else { "different CPUs" },
-                share * 100.0
-            ),
-            None => format!("client pinned to CPU {client_cpu}, peer CPU unknown"),
-        }
-    };
-    out.check(echo_check("tcp", e.count, rep.messages, &where_));
-    out.distribution(
-        "tcp",
-        "ns",
-        &format!(
-            "TCP_NODELAY ping-pong of {TCP_MSG} byte with {}; {where_}",
-            t.label
+    let peer_cpus = describe_cpus(&e.report.cpus);
+    let where_ = match main_cpu(&e.report.cpus) {
+        _ if t.remote() => format!(
+            "client on CPU {client_cpu} of this host, peer on its own host ({peer_cpus} there)"
         ),
-        e.v,
-    );
+        Some((c, share)) => format!(
+            "client pinned to CPU {client_cpu}, peer unpinned ran on {peer_cpus}: {} for {:.0}% of round trips",
+            if c as usize == client_cpu { "same CPU" } else { "different CPUs" },
+            share * 100.0
+        ),
+        None => format!("client pinned to CPU {client_cpu}, peer CPU unknown"),
+    };
+    out.check(echo_check("tcp", e.count, e.report.messages, &where_));
+    let what = format!("TCP_NODELAY ping-pong of {TCP_MSG} byte with {}", t.label);
+    out.distribution("tcp", "ns", &format!("{what}; {where_}"), e.v);
     Ok(())
 }
 
@@ -401,50 +373,35 @@ fn tcp_unpinned(
 fn tcp_pinned(
     ctx: &Context,
     t: &PeerTarget,
-    plans: &[crate::machine::CrossPlan],
+    plans: &[CrossPlan],
     budget: Duration,
     out: &mut Outcome,
 ) -> anyhow::Result<()> {
     let client_cpu = ctx.cpu;
-    let mut runs = vec![(
+    let same = (
         "tcp_same_cpu".to_string(),
         client_cpu,
         "peer pinned to the client's CPU".to_string(),
-    )];
-    runs.extend(plans.iter().map(|p| {
+    );
+    let cross = plans.iter().map(|p| {
         (
             format!("tcp_cross_cpu{}", p.suffix),
             p.cpu,
             format!("peer pinned to another CPU, {}", p.class_name()),
         )
-    }));
-    for (name, pin, what) in runs {
+    });
+    for (name, pin, what) in std::iter::once(same).chain(cross) {
         (ctx.progress)(&name);
         let e = tcp_echo(ctx, t, pin as i32, budget)?;
         let rep = &e.report;
-        out.check(echo_check(
-            &name,
-            e.count,
-            rep.messages,
-            &format!("peer pinned to CPU {pin}"),
-        ));
-        let placed = placement_check(
-            &name,
-            client_cpu,
-            &e.client_cpus,
-            pin,
-            rep.pinned,
-            &rep.cpus,
-        );
+        let where_ = format!("peer pinned to CPU {pin}");
+        out.check(echo_check(&name, e.count, rep.messages, &where_));
+        let placed = placement_check(&name, &e.client, pin, rep.pinned, &rep.cpus);
         let ok = placed.passed;
         out.check(placed);
         if ok {
-            out.distribution(
-                &name,
-                "ns",
-                &format!("TCP round trip, client on CPU {client_cpu}, {what} ({pin})"),
-                e.v,
-            );
+            let desc = format!("TCP round trip, client on CPU {client_cpu}, {what} ({pin})");
+            out.distribution(&name, "ns", &desc, e.v);
         } else {
             out.notes.push(format!(
                 "{name}: not reported, client or peer did not stay on its CPU ({client_cpu}, {pin})"
@@ -454,40 +411,29 @@ fn tcp_pinned(
     Ok(())
 }
 
+/// A lossy round trip's distribution, with a note of the unanswered ones.
+fn add_lossy(out: &mut Outcome, name: &str, v: Vec<f64>, lost: u64, what: &str, desc: &str) {
+    if lost > 0 {
+        out.notes.push(format!("{name}: {lost} {what} (not timed)"));
+    }
+    out.distribution(name, "ns", desc, v);
+}
+
 fn udp_and_icmp(ctx: &Context, t: &PeerTarget, budget: Duration, out: &mut Outcome) {
     (ctx.progress)("UDP round trips");
     match udp_echo(ctx, t, budget) {
         Ok((v, lost)) => {
-            if lost > 0 {
-                out.notes
-                    .push(format!("udp: {lost} datagrams lost (not timed)"));
-            }
-            out.distribution(
-                "udp",
-                "ns",
-                &format!("UDP ping-pong of {UDP_MSG} bytes with {}", t.label),
-                v,
-            );
+            let desc = format!("UDP ping-pong of {UDP_MSG} bytes with {}", t.label);
+            add_lossy(out, "udp", v, lost, "datagrams lost", &desc);
         }
         Err(e) => out.notes.push(format!("udp: not measured: {e:#}")),
     }
-
     (ctx.progress)("ICMP echo");
     match icmp_echo(ctx, t, budget) {
         Ok((v, lost, kind)) => {
-            if lost > 0 {
-                out.notes
-                    .push(format!("icmp: {lost} echoes unanswered (not timed)"));
-            }
-            out.distribution(
-                "icmp",
-                "ns",
-                &format!(
-                    "ICMP echo to {} via a {kind}, answered by the kernel",
-                    t.addr().ip()
-                ),
-                v,
-            );
+            let ip = t.addr().ip();
+            let desc = format!("ICMP echo to {ip} via a {kind}, answered by the kernel");
+            add_lossy(out, "icmp", v, lost, "echoes unanswered", &desc);
         }
         Err(why) => {
             out.notes.push(format!("icmp: skipped: {why}"));
@@ -496,42 +442,39 @@ fn udp_and_icmp(ctx: &Context, t: &PeerTarget, budget: Duration, out: &mut Outco
     }
 }
 
-fn findings(out: &mut Outcome, t: &PeerTarget, plans: &[crate::machine::CrossPlan]) {
+fn findings(out: &mut Outcome, t: &PeerTarget, plans: &[CrossPlan]) {
     if let Some((p50, p90, p99)) = pct(out, "tcp") {
-        out.finding(
-            format!(
-                "TCP round trip with {}: p50 {}, p90 {}, p99 {}.",
-                t.label,
-                fmt_ns(p50),
-                fmt_ns(p90),
-                fmt_ns(p99)
-            ),
-            &["tcp"],
+        let [p50, p90, p99] = [p50, p90, p99].map(fmt_ns);
+        let text = format!(
+            "TCP round trip with {}: p50 {p50}, p90 {p90}, p99 {p99}.",
+            t.label
         );
+        out.finding(text, &["tcp"]);
     }
     for plan in plans {
         let name = format!("tcp_cross_cpu{}", plan.suffix);
-        if let (Some(s), Some(c)) = (pct(out, "tcp_same_cpu"), pct(out, &name)) {
-            // Decided on the medians' 95% intervals, not the p50s alone; no wake-up is
-            // counted, so the text compares placements and names no mechanism.
-            let verdict = match out.separation(&name, "tcp_same_cpu") {
-                Separation::Above => "the cross-CPU placement is slower beyond both 95% intervals",
-                Separation::Overlap => "within noise of each other (their 95% intervals overlap)",
-                Separation::Below => {
-                    "the cross-CPU placement is the faster one here, beyond both 95% intervals"
-                }
-            };
-            out.finding(
-                format!(
-                    "With the peer on another CPU ({}) a round trip costs {} against {} on the same CPU ({:.2}x): {verdict}.",
-                    plan.class_name(),
-                    fmt_ns(c.0),
-                    fmt_ns(s.0),
-                    c.0 / s.0,
-                ),
-                &["tcp_same_cpu", name.as_str()],
-            );
-        }
+        let (Some(s), Some(c)) = (pct(out, "tcp_same_cpu"), pct(out, &name)) else {
+            continue;
+        };
+        // Decided on the medians' 95% intervals; no wake-up is counted, so the text
+        // compares placements and names no mechanism.
+        let verdict = match out.separation(&name, "tcp_same_cpu") {
+            Separation::Above => "the cross-CPU placement is slower beyond both 95% intervals",
+            Separation::Overlap => "within noise of each other (their 95% intervals overlap)",
+            Separation::Below => {
+                "the cross-CPU placement is the faster one here, beyond both 95% intervals"
+            }
+        };
+        out.finding(
+            format!(
+                "With the peer on another CPU ({}) a round trip costs {} against {} on the same CPU ({:.2}x): {verdict}.",
+                plan.class_name(),
+                fmt_ns(c.0),
+                fmt_ns(s.0),
+                c.0 / s.0,
+            ),
+            &["tcp_same_cpu", name.as_str()],
+        );
     }
     if let (Some(tcp), Some(icmp)) = (pct(out, "tcp"), pct(out, "icmp")) {
         out.finding(
@@ -551,25 +494,22 @@ mod tests {
 
     #[test]
     fn placement_check_fails_when_either_side_moved() {
+        let client = |away: u64| Place {
+            cpu: 1,
+            looks: 1000,
+            away,
+            ..Place::default()
+        };
         let on = |c: u32| vec![(c, 1000u64)];
-        assert!(placement_check("x", 1, &on(1), 0, true, &on(0)).passed);
+        assert!(placement_check("x", &client(0), 0, true, &on(0)).passed);
         // The client left its CPU for 2% of the round trips.
-        let c = placement_check("x", 1, &[(1, 980), (0, 20)], 0, true, &on(0));
+        let c = placement_check("x", &client(20), 0, true, &on(0));
         assert!(!c.passed && c.premise, "{}", c.detail);
         // The peer ran on the client's CPU, or could not pin itself.
-        assert!(!placement_check("x", 1, &on(1), 0, true, &on(1)).passed);
-        assert!(!placement_check("x", 1, &on(1), 0, false, &on(0)).passed);
+        assert!(!placement_check("x", &client(0), 0, true, &on(1)).passed);
+        assert!(!placement_check("x", &client(0), 0, false, &on(0)).passed);
         // No samples at all is no evidence.
-        assert!(!placement_check("x", 1, &[], 0, true, &on(0)).passed);
-    }
-
-    #[test]
-    fn tally_counts_per_cpu_and_skips_unknown() {
-        let mut v = Vec::new();
-        for c in [1, 1, 0, -1, 1] {
-            tally(&mut v, c);
-        }
-        assert_eq!(v, vec![(1, 3), (0, 1)]);
+        assert!(!placement_check("x", &Place::new(1), 0, true, &on(0)).passed);
     }
 
     #[test]
