@@ -8,6 +8,7 @@ use crate::experiments::kit::files::{
     direct_works, disk_scratch, evict_check, make_file, reopen, scratch_note, stopwatch,
     DeviceReads, RepeatedCheck, BLOCK, MIB,
 };
+use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
 use crate::pagecache::AlignedBuf;
@@ -170,58 +171,46 @@ impl Experiment for Contention {
             + Duration::from_secs_f64(MAX_TOTAL.get(p) as f64 / 400e6)
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        let p = PMAX.get(ctx.profile) as f64;
+        let mut p = Predictions::new(ctx);
         // Readers report elapsed / blocks, a mean: compare with fs.read's mean, not its
         // median (4 KiB latency has a long tail).
-        let Some(t1) = ctx
-            .earlier_metric("fs.read", "uncached_seq")
-            .map(|m| m.summary.mean)
-            .filter(|v| v.is_finite())
-        else {
-            let why = "fs.read uncached_seq was not measured in this run, and a device's read \
-                       latency has no published figure in the parts table";
-            return ["per_block_p1", "per_block_pmax", "model_slope"]
-                .iter()
-                .map(|n| (n.to_string(), Prediction::withheld(why)))
-                .collect();
-        };
-        let src = "measured: fs.read uncached_seq (mean)";
-        vec![
-            (
-                "per_block_p1".into(),
-                Prediction::new(t1, "t1: one process alone reads as fs.read measured")
-                    .measured("t1", t1, "ns", src),
-            ),
-            (
-                "per_block_pmax".into(),
-                Prediction::new(
-                    p * t1,
-                    "P x t1: the device serves one request at a time, so each reader waits for the other P-1",
-                )
-                .measured("t1", t1, "ns", src)
-                .method("P", p, "processes", "method: the profile's Pmax"),
-            ),
-            (
-                "model_slope".into(),
-                Prediction::new(t1, "t1 per added process (one device queue)")
-                    .measured("t1", t1, "ns", src),
-            ),
-            (
-                "model_intercept".into(),
-                Prediction::withheld(
-                    "the one-queue model (P x t1) passes through zero at P = 0, and a ratio to \
-                     zero means nothing",
-                ),
-            ),
-            (
-                "model_breakpoint".into(),
-                Prediction::withheld("the one-queue model (P x t1) has no breakpoint"),
-            ),
-            (
-                "model_slope_after".into(),
-                Prediction::withheld("the one-queue model (P x t1) has no breakpoint"),
-            ),
-        ]
+        let t1 = Input::measured(
+            "t1",
+            ctx.earlier_metric("fs.read", "uncached_seq")
+                .map(|m| m.summary.mean),
+            "ns",
+            "measured: fs.read uncached_seq (mean)",
+            "fs.read uncached_seq was not measured in this run, and a device's read latency \
+             has no published figure in the parts table",
+        );
+        let pmax = PMAX.get(ctx.profile) as f64;
+        let pmax = Input::method("P", pmax, "processes", "method: the profile's Pmax");
+        p.equal(
+            "per_block_p1",
+            &t1,
+            "t1: one process alone reads as fs.read measured",
+        );
+        p.state("per_block_pmax", &[&t1, &pmax], |v| {
+            Prediction::new(
+                v[1] * v[0],
+                "P x t1: the device serves one request at a time, so each reader waits for the other P-1",
+            )
+        });
+        p.equal(
+            "model_slope",
+            &t1,
+            "t1 per added process (one device queue)",
+        );
+        if t1.value().is_some() {
+            let no_bend = "the one-queue model (P x t1) has no breakpoint";
+            p.withhold(
+                &["model_intercept"],
+                "the one-queue model (P x t1) passes through zero at P = 0, and a ratio to \
+                 zero means nothing",
+            );
+            p.withhold(&["model_breakpoint", "model_slope_after"], no_bend);
+        }
+        p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         // Tests run experiments on parallel threads: readers forked by one run would hold
