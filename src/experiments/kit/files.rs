@@ -101,6 +101,15 @@ impl RepeatedCheck {
     pub fn all(&self) -> bool {
         self.passed == self.total
     }
+    /// A premise that every outcome passed: `detail` when all did, else the last failure.
+    pub fn premise(&self, name: &str, detail: String) -> Check {
+        let detail = if self.all() {
+            detail
+        } else {
+            self.last_failure.clone()
+        };
+        Check::premise(name, self.all(), detail)
+    }
 }
 
 /// Opens the same file again by its descriptor's path, so a file already unlinked can get
