@@ -14,7 +14,7 @@ use crate::pagecache;
 use crate::results::{Check, Prediction, Series};
 use crate::rng::Rng;
 use crate::scratch::Scratch;
-use crate::units::{doublings, fmt_bytes};
+use crate::units::{doublings, fmt_bytes, fmt_ns};
 use std::fs::File;
 use std::time::Duration;
 
@@ -82,6 +82,21 @@ impl SweepOut {
     }
     pub fn largest(&self) -> u64 {
         self.points.iter().map(|p| p.size).max().unwrap_or(0)
+    }
+}
+
+/// A size's passes, in the order their metrics are reported: (cached, pattern).
+pub(crate) const PASSES: [(bool, Pattern); 4] = [
+    (false, Pattern::Sequential),
+    (false, Pattern::Random),
+    (true, Pattern::Sequential),
+    (true, Pattern::Random),
+];
+
+impl SweepPass {
+    /// Median time per block.
+    pub fn median(&self) -> f64 {
+        crate::stats::median(&self.times.per_block_ns)
     }
 }
 
@@ -326,72 +341,58 @@ fn warm(fd: &File, size: u64, buf: &mut [u8]) -> anyhow::Result<()> {
 /// and relation checks to an outcome.
 pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
     let largest = s.largest();
-    for cached in [false, true] {
-        for pattern in [Pattern::Sequential, Pattern::Random] {
-            let name = format!("{prefix}{}", metric_name(cached, pattern));
-            let points: Vec<[f64; 2]> = s
-                .points
-                .iter()
-                .filter(|p| p.cached == cached && p.pattern == pattern)
-                .map(|p| [p.size as f64, crate::stats::median(&p.times.per_block_ns)])
-                .collect();
-            out.series.push(Series {
-                name: format!("{name}_vs_size"),
-                x_unit: "bytes".into(),
-                y_unit: "ns".into(),
-                points,
-            });
-            if let Some(p) = s.get(largest, cached, pattern) {
-                let desc = format!(
-                    "time per 4 KiB block, {} {}, {} file ({} blocks read; one value per {})",
-                    if cached { "cached" } else { "uncached" },
-                    if pattern == Pattern::Sequential {
-                        "sequential read()"
-                    } else {
-                        "random pread() over a shuffled block order"
-                    },
-                    fmt_bytes(largest as f64),
-                    p.times.blocks,
-                    if cached {
-                        "trial of ~0.2 ms of reads"
-                    } else {
-                        "read"
-                    }
-                );
-                let raw = p.times.per_block_ns.clone();
-                if cached {
-                    // A cached block is a system call and a 4 KiB copy from memory.
-                    out.metric(&name, "ns", &desc, raw)
-                        .shares(crate::results::Bottleneck::Copy);
-                } else {
-                    // Uncached reads are timed one by one: keep their distribution.
-                    out.distribution(&name, "ns", &desc, raw);
-                }
-            }
+    for (cached, pattern) in PASSES {
+        let name = format!("{prefix}{}", metric_name(cached, pattern));
+        let passes = s
+            .points
+            .iter()
+            .filter(|p| (p.cached, p.pattern) == (cached, pattern));
+        out.series.push(Series {
+            name: format!("{name}_vs_size"),
+            x_unit: "bytes".into(),
+            y_unit: "ns".into(),
+            points: passes.map(|p| [p.size as f64, p.median()]).collect(),
+        });
+        let Some(p) = s.get(largest, cached, pattern) else {
+            continue;
+        };
+        let (state, per) = match cached {
+            true => ("cached", "trial of ~0.2 ms of reads"),
+            false => ("uncached", "read"),
+        };
+        let desc = format!(
+            "time per 4 KiB block, {state} {}, {} file ({} blocks read; one value per {per})",
+            pattern.describe(),
+            fmt_bytes(largest as f64),
+            p.times.blocks,
+        );
+        let raw = p.times.per_block_ns.clone();
+        if cached {
+            // A cached block is a system call and a 4 KiB copy from memory.
+            out.metric(&name, "ns", &desc, raw)
+                .shares(crate::results::Bottleneck::Copy);
+        } else {
+            // Uncached reads are timed one by one: keep their distribution.
+            out.distribution(&name, "ns", &desc, raw);
         }
     }
+    let side = match prefix.trim_end_matches('_') {
+        "" => String::new(),
+        side => format!("{side}: "),
+    };
     for pattern in [Pattern::Sequential, Pattern::Random] {
         let med = |cached| {
             s.get(largest, cached, pattern)
-                .map(|p| crate::stats::median(&p.times.per_block_ns))
-                .unwrap_or(f64::NAN)
+                .map_or(f64::NAN, SweepPass::median)
         };
         let (u, c) = (med(false), med(true));
         out.check(Check::sanity(
-            &format!(
-                "{}cached {} faster than uncached",
-                if prefix.is_empty() {
-                    String::new()
-                } else {
-                    format!("{}: ", prefix.trim_end_matches('_'))
-                },
-                pattern.name()
-            ),
+            &format!("{side}cached {} faster than uncached", pattern.name()),
             c < u,
             format!(
                 "cached {} vs uncached {} ({:.1}x)",
-                crate::units::fmt_ns(c),
-                crate::units::fmt_ns(u),
+                fmt_ns(c),
+                fmt_ns(u),
                 u / c
             ),
         ));
@@ -493,11 +494,11 @@ fn findings(out: &mut Outcome, s: &SweepOut) {
         format!(
             "At {}, a cached 4 KiB read costs {} sequential / {} random; uncached ({}) it costs {} / {} ({:.0}x / {:.0}x the cached figures).",
             fmt_bytes(s.largest() as f64),
-            crate::units::fmt_ns(cs),
-            crate::units::fmt_ns(cr),
+            fmt_ns(cs),
+            fmt_ns(cr),
             if s.direct { "O_DIRECT" } else { "evicted, with readahead for sequential" },
-            crate::units::fmt_ns(us),
-            crate::units::fmt_ns(ur),
+            fmt_ns(us),
+            fmt_ns(ur),
             us / cs,
             ur / cr
         ),

@@ -218,6 +218,13 @@ impl Pattern {
             Pattern::Random => "random",
         }
     }
+    /// How its reads are made, for metric descriptions.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Pattern::Sequential => "sequential read()",
+            Pattern::Random => "random pread() over a shuffled block order",
+        }
+    }
     /// The access advice for reads in this pattern (no readahead for random reads).
     pub fn access(&self) -> crate::platform::Access {
         match self {
