@@ -4,8 +4,8 @@
 use super::{cgroup_memory_limit, mem_available, note_vm_host_cache};
 use crate::clock::Deadline;
 use crate::experiments::kit::files::{
-    deadline, direct_works, disk_scratch, evict_check, make_file, read_through, reopen,
-    scratch_note, time_blocks, BlockTimes, DeviceReads, Pattern, RepeatedCheck, Timing, BLOCK, MIB,
+    direct_works, disk_scratch, evict_check, make_file, read_through, reopen, scratch_note,
+    time_blocks, BlockTimes, DeviceReads, Pattern, RepeatedCheck, Timing, BLOCK, MIB,
 };
 use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
@@ -468,7 +468,7 @@ impl Experiment for Read {
             ));
         }
         let mut plan = SweepPlan::for_profile(ctx.profile, largest, "read");
-        plan.deadline = Some(deadline(ctx, ctx.budget * 2));
+        plan.deadline = Some(ctx.harness(1).deadline(ctx.budget * 2));
         let s = sweep(ctx, scratch, &plan)?;
         for c in &s.checks {
             out.check(c.clone());

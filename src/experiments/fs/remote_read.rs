@@ -3,7 +3,7 @@
 
 use super::note_vm_host_cache;
 use super::read::{metric_name, report, sweep, SweepOut, SweepPlan, PASSES};
-use crate::experiments::kit::files::{deadline, disk_scratch, scratch_note, Pattern, MIB};
+use crate::experiments::kit::files::{disk_scratch, scratch_note, Pattern, MIB};
 use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
@@ -144,7 +144,7 @@ fn sweeps(
     plan.uncached = u.min(Duration::from_millis(300));
     plan.cached = c.min(Duration::from_millis(60));
     // The remote side may take the budget; the local one repeats its sizes.
-    plan.deadline = Some(deadline(ctx, ctx.budget));
+    plan.deadline = Some(ctx.harness(1).deadline(ctx.budget));
     let rs = sweep(ctx, &rscratch, &plan)?;
     drop(rscratch);
     plan.label = "local";
