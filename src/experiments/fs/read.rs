@@ -39,8 +39,7 @@ pub(crate) struct SweepPlan<'c> {
     pub min_trials: usize,
     /// File name prefix.
     pub label: &'static str,
-    /// No new size is started past this (a starved or contended machine must not make
-    /// the run overstay its budget).
+    /// No new size is started past this, so a busy machine cannot overstay the budget.
     pub deadline: Option<Deadline<'c>>,
 }
 
@@ -108,8 +107,7 @@ pub(crate) fn metric_name(cached: bool, pattern: Pattern) -> String {
     )
 }
 
-/// Runs the sweep in `scratch`: for each size a new file, read uncached (O_DIRECT, or
-/// evicted and verified) and cached (fully resident, verified), sequentially and randomly.
+/// Runs the sweep in `scratch`: each size read uncached and cached, in both patterns.
 pub(crate) fn sweep(
     ctx: &Context,
     scratch: &Scratch,
@@ -160,9 +158,8 @@ struct Sweep<'a> {
 }
 
 impl Sweep<'_> {
-    /// The four passes of one size: two new files (the random uncached pass reads a file
-    /// of its own, so that no uncached pass reads a block another pass or an earlier trial
-    /// read: a device or host cache would serve it again), uncached then cached.
+    /// The four passes of one size. The random uncached pass reads a file of its own: a
+    /// block read before could come from a device or host cache.
     fn size(&mut self, scratch: &Scratch, size: u64, rng: &mut Rng) -> anyhow::Result<()> {
         let (ctx, label) = (self.ctx, self.plan.label);
         let sz = fmt_bytes(size as f64);
@@ -185,9 +182,7 @@ impl Sweep<'_> {
         Ok(())
     }
 
-    /// One uncached pass: evict (verified), open with O_DIRECT where it works, and time
-    /// every read on its own, each block at most once; the disk's sectors-read counter is
-    /// read around the pass.
+    /// One uncached pass: evicted, O_DIRECT where it works, each block read at most once.
     fn uncached(
         &mut self,
         file: &File,
@@ -223,10 +218,8 @@ impl Sweep<'_> {
         Ok(())
     }
 
-    /// One cached pass in ~0.2 ms chunks, wrapping around the file; every page must be
-    /// resident before and after. Another tenant's memory pressure can evict pages
-    /// mid-pass: warm up and measure again (twice at most) before calling the premise
-    /// failed.
+    /// One cached pass in ~0.2 ms chunks, every page resident before and after; another
+    /// tenant's memory pressure can evict pages, so it is tried up to three times.
     fn cached(
         &mut self,
         fd: &File,
@@ -337,8 +330,7 @@ fn warm(fd: &File, size: u64, buf: &mut [u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Adds a sweep's series (median per size), metrics at the largest size (with `prefix`)
-/// and relation checks to an outcome.
+/// Adds a sweep's series, its metrics at the largest size (named with `prefix`) and checks.
 pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
     let largest = s.largest();
     for (cached, pattern) in PASSES {
@@ -504,8 +496,7 @@ fn findings(out: &mut Outcome, s: &SweepOut) {
         ),
         &["uncached_seq", "uncached_random", "cached_seq", "cached_random"],
     );
-    // Whether position matters, from the intervals; the cause (seeks, readahead, a host
-    // cache behind a virtual disk) is not measured, so it is not named.
+    // Whether position matters, from the intervals; the cause is not measured, so not named.
     let sep = out.separation("uncached_random", "uncached_seq");
     out.finding(
         format!(

@@ -1,6 +1,5 @@
 //! fs.contention: P processes, each reading its own file uncached, released together by
-//! a barrier; per-block time vs P and a fitted (piecewise) linear model
-//! (docs/METHODOLOGY.md, fs.contention).
+//! a barrier; per-block time vs P and a fitted (piecewise) linear model.
 
 use crate::clock::{Clock, Deadline};
 use crate::experiments::kit::children::Children;
@@ -51,17 +50,13 @@ fn counts(p: Profile) -> Vec<usize> {
 const ROUND: PerProfile<(Duration, usize)> =
     PerProfile::new((ms(60), 1), (ms(80), 2), (ms(300), 3), (ms(400), 3));
 
-/// Per-block time the files are sized for when fs.read measured none in this run (a
-/// virtual or flash disk); a faster device then reads blocks again, and the re-read
-/// share is reported.
+/// Per-block time the files are sized for when fs.read measured none in this run.
 const FALLBACK_BLOCK_NS: f64 = 100_000.0;
 
-/// Blocks a file holds beyond what its reader reads at fs.read's median pace (a reader
-/// is not held to it: a host may read ahead of sequential readers).
+/// Blocks a file holds beyond what its reader reads at fs.read's median pace.
 const MARGIN: f64 = 1.25;
 
-/// Most bytes the readers' files take together, per profile (written before the rounds;
-/// the budget counts writing them at 400 MB/s).
+/// Most bytes the readers' files take together, per profile.
 const MAX_TOTAL: PerProfile<u64> = PerProfile::new(64 * MIB, 384 * MIB, 4096 * MIB, 8192 * MIB);
 
 /// Rounds reader j takes part in: every round of every P above j.
@@ -73,10 +68,8 @@ fn reader_rounds(p: Profile) -> Vec<u64> {
         .collect()
 }
 
-/// The per-block time the files are sized for: the faster of fs.read's uncached
-/// sequential and random medians measured earlier in the run, with its source; None when
-/// fs.read gave neither. A reader's per-block time is a mean over its round, and the mean
-/// of a latency with a slow tail is no lower than its median, and under steal well above it.
+/// The faster of fs.read's uncached medians, with its source: a reader's per-block time is
+/// a mean, never lower than the median of a latency with a slow tail.
 fn measured_block_ns(ctx: &Context) -> Option<(f64, String)> {
     ["uncached_seq", "uncached_random"]
         .iter()
@@ -87,9 +80,8 @@ fn measured_block_ns(ctx: &Context) -> Option<(f64, String)> {
         .min_by(|a, b| a.0.total_cmp(&b.0))
 }
 
-/// Each reader's file: every block it may read in its rounds at `block_ns` per block, with
-/// the margin, in whole MiB; scaled down together to fit `room` bytes. Returns the sizes
-/// and whether they were cut to fit.
+/// Each reader's file, in whole MiB: every block it may read in its rounds at `block_ns`,
+/// with the margin, scaled down together to fit `room`; and whether they were cut.
 fn file_sizes(p: Profile, block_ns: f64, room: u64) -> (Vec<u64>, bool) {
     let (dur, _) = ROUND.get(p);
     let per_round = dur.as_nanos() as f64 / block_ns * MARGIN * BLOCK as f64;
@@ -311,7 +303,7 @@ impl Experiment for Contention {
 
 /// Everything the rounds measured, and what the premise checks need.
 struct ContentionRounds {
-    /// Where each reader goes on (distinct blocks across rounds): blocks read so far.
+    /// Blocks each reader read so far: where it goes on, so no block is read twice.
     cursor: Vec<u64>,
     /// (P, spread of the readers' start times in ns) per round.
     spreads: Vec<(usize, u64)>,
