@@ -491,7 +491,7 @@ mod tests {
         SizeProbe {
             size,
             first: 2.0,
-            second: second,
+            second,
             resident,
             resident_bytes: 0,
             evicted: true,
