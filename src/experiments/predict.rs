@@ -47,6 +47,21 @@ impl Input {
         Input::new(name, value, unit, source.into(), InputKind::Machine)
     }
 
+    /// A figure measured earlier in this run that `Predictions::earlier` does not give
+    /// (a mean rather than the median), or why it is missing.
+    pub(crate) fn measured(
+        name: &str,
+        value: Option<f64>,
+        unit: &str,
+        source: impl Into<String>,
+        missing: impl Into<String>,
+    ) -> Input {
+        let value = value
+            .filter(|v| v.is_finite())
+            .ok_or_else(|| missing.into());
+        Input::new(name, value, unit, source.into(), InputKind::Measured)
+    }
+
     /// A count the method itself fixes, or one traced from it.
     pub(crate) fn method(name: &str, value: f64, unit: &str, source: impl Into<String>) -> Input {
         Input::new(name, Ok(value), unit, source.into(), InputKind::Method)

@@ -10,21 +10,13 @@ use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
 use crate::pagecache;
 use crate::results::{Check, Prediction, Series};
+use crate::scratch::ScratchFile;
 use std::fs::File;
 
 pub struct CacheSize;
 
 /// Largest file; thorough also goes to 1.5 x RAM where the disk allows.
 const CAP: PerProfile<u64> = PerProfile::new(64 * MIB, 1024 * MIB, 8192 * MIB, 8192 * MIB);
-
-fn cap(total_ram: u64, p: Profile) -> u64 {
-    let ram = if p == Profile::Thorough {
-        total_ram / 2 * 3
-    } else {
-        0
-    };
-    CAP.get(p).max(ram)
-}
 
 const FIRST_SIZE: PerProfile<u64> = PerProfile::new(4 * MIB, 16 * MIB, 16 * MIB, 16 * MIB);
 
@@ -47,8 +39,9 @@ fn fmt_mib(b: u64) -> String {
 #[derive(Debug, Clone)]
 struct SizeProbe {
     size: u64,
-    first_ns_per_byte: f64,
-    second_ns_per_byte: f64,
+    /// ns per byte of the first read (after eviction) and of the second.
+    first: f64,
+    second: f64,
     /// Share of [0, size) resident after the first read (before the second).
     resident: f64,
     resident_bytes: u64,
@@ -56,62 +49,10 @@ struct SizeProbe {
     seconds: f64,
 }
 
-struct SizeProber<'a> {
-    ctx: &'a Context<'a>,
-    owner: crate::scratch::ScratchFile,
-    reader: File,
-    written: u64,
-    buf: Vec<u8>,
-}
-
-impl SizeProber<'_> {
-    /// Makes the file at least `size` long, evicts it, reads [0, size) twice.
-    fn probe(&mut self, size: u64, threshold: Option<f64>) -> anyhow::Result<SizeProbe> {
-        let t = stopwatch(self.ctx);
-        if size > self.written {
-            (self.ctx.progress)(&format!("writing up to {}", fmt_mib(size)));
-            self.owner.grow_booking(size)?;
-            append(&self.owner.file, self.written, size, 0x5eed)?;
-            self.written = size;
-        }
-        (self.ctx.progress)(&format!("reading {} twice", fmt_mib(size)));
-        let ev = pagecache::evict(&self.owner.file, self.ctx.options.drop_caches)?;
-        let first = self.read_timed(size)?;
-        let (res, total) = pagecache::residency_range(&self.reader, 0, size)?;
-        let mut second = self.read_timed(size)?;
-        // A resident file read slowly is more likely a busy machine than a miss: take
-        // the best of up to three reads before calling it slow.
-        if let Some(t) = threshold {
-            for _ in 0..2 {
-                if res * 100 < total * 97 || second * 1e9 / size as f64 <= t {
-                    break;
-                }
-                second = second.min(self.read_timed(size)?);
-            }
-        }
-        Ok(SizeProbe {
-            size,
-            first_ns_per_byte: first * 1e9 / size as f64,
-            second_ns_per_byte: second * 1e9 / size as f64,
-            resident: res as f64 / total.max(1) as f64,
-            resident_bytes: res * pagecache::page_size() as u64,
-            evicted: ev.verified(),
-            seconds: t.elapsed_ns() * 1e-9,
-        })
-    }
-
-    /// Seconds one read of [0, size) takes.
-    fn read_timed(&mut self, size: u64) -> anyhow::Result<f64> {
-        let t = stopwatch(self.ctx);
-        read_through(&self.reader, size, &mut self.buf)?;
-        Ok(t.elapsed_ns() * 1e-9)
-    }
-}
-
 /// Whether a probe's second read came from memory: nearly all resident, and (when the
 /// cold and cached rates differ enough to tell) a time per byte nearer the cached rate.
 fn served(p: &SizeProbe, threshold: Option<f64>) -> bool {
-    p.resident >= RESIDENT_MIN && threshold.map_or(true, |t| p.second_ns_per_byte <= t)
+    p.resident >= RESIDENT_MIN && threshold.map_or(true, |t| p.second <= t)
 }
 
 /// A size between two, geometrically, on a 1 MiB grid.
@@ -209,199 +150,200 @@ impl Experiment for CacheSize {
         };
         let mut out = Outcome::default();
         out.notes.push(scratch_note(scratch));
-        let limits = Limits::new(ctx, scratch);
+        // How far the search may go: the profile's cap (MemTotal, 16 GiB when unknown,
+        // sets thorough's) and half the free disk, each with what it is.
+        let ram = match ctx.machine.memory.total_bytes {
+            0 => 16 << 30,
+            t => t,
+        };
+        let p = ctx.profile;
+        let profile_cap = CAP.get(p).max(if p == Profile::Thorough {
+            ram / 2 * 3
+        } else {
+            0
+        });
+        let disk_cap = scratch.remaining() / MIB * MIB;
+        let limits = [
+            (
+                profile_cap,
+                format!("the {} profile's cap of {}", p.name(), fmt_mib(profile_cap)),
+            ),
+            (
+                disk_cap,
+                format!("half the free disk space ({})", fmt_mib(disk_cap)),
+            ),
+        ];
         let mut owner = scratch.create_file("cache-size", 0)?;
         owner.unlink_now()?;
         let reader = reopen(&owner.file, false, false)?;
-        let mut pr = SizeProber {
+        let mut s = Search {
             ctx,
             owner,
             reader,
             written: 0,
             buf: vec![0u8; MIB as usize],
+            probes: Vec::new(),
+            threshold: None,
+            budget: ctx.budget.as_secs_f64() * 0.85,
+            start,
         };
-        let budget = ctx.budget.as_secs_f64() * 0.85;
-        let time_left = |est: f64| start.elapsed_ns() * 1e-9 + est < budget;
-        let s = search(ctx, &mut pr, s0, &limits, &time_left)?;
-        drop(pr);
-        out.notes.extend(s.notes.iter().cloned());
+        let knee = s.run(s0, &limits)?;
+        out.notes.extend(knee.note.iter().cloned());
         report_series(&mut out, &s.probes);
         report_rates(&mut out, &s, start.elapsed_ns() * 1e-9);
-        report_knee(&mut out, &s);
+        report_knee(&mut out, &s, &knee);
         Ok(out)
     }
 }
 
-/// How far the search may go: the profile's cap and half the free disk.
-struct Limits {
-    profile: Profile,
-    profile_cap: u64,
-    disk_cap: u64,
-}
-
-impl Limits {
-    fn new(ctx: &Context, scratch: &crate::scratch::Scratch) -> Limits {
-        // MemTotal from the machine description; 16 GiB when it is unknown.
-        let total_ram = match ctx.machine.memory.total_bytes {
-            0 => 16 << 30,
-            t => t,
-        };
-        Limits {
-            profile: ctx.profile,
-            profile_cap: cap(total_ram, ctx.profile),
-            disk_cap: scratch.remaining() / MIB * MIB,
-        }
-    }
-    /// Why `size` may not be probed, if it may not.
-    fn refuses(&self, size: u64) -> Option<String> {
-        if size <= self.profile_cap.min(self.disk_cap) {
-            None
-        } else if size > self.profile_cap {
-            Some(format!(
-                "the {} profile's cap of {}",
-                self.profile.name(),
-                fmt_mib(self.profile_cap)
-            ))
-        } else {
-            Some(format!(
-                "half the free disk space ({})",
-                fmt_mib(self.disk_cap)
-            ))
-        }
-    }
-}
-
-/// What the search found: every probe, the first size's rates, and the bracket.
-struct Search {
+/// The search's growing file and what it measured.
+struct Search<'a> {
+    ctx: &'a Context<'a>,
+    owner: ScratchFile,
+    reader: File,
+    written: u64,
+    buf: Vec<u8>,
+    /// Every probe, the first size's first: its two reads give the cold and cached rates.
     probes: Vec<SizeProbe>,
-    /// The first size, whose two reads give the cold and cached rates.
-    base: SizeProbe,
-    /// Cold over cached time per byte on the first size.
-    contrast: f64,
     /// Time per byte below which a second read counts as from memory; None when the
-    /// contrast is too small for timing to tell.
+    /// first size's cold/cached contrast is too small for timing to tell.
     threshold: Option<f64>,
-    /// Largest size served from memory.
-    good: Option<u64>,
-    /// Smallest size not served.
-    bad: Option<u64>,
-    /// What stopped the doubling before a size was not served.
-    stop_reason: Option<String>,
-    notes: Vec<String>,
+    /// Seconds the search may take, from `start`.
+    budget: f64,
+    start: crate::clock::Stopwatch<'a>,
 }
 
-impl Search {
-    fn probe(&mut self, pr: &mut SizeProber, size: u64) -> anyhow::Result<bool> {
-        let p = pr.probe(size, self.threshold)?;
-        let ok = served(&p, self.threshold);
-        self.probes.push(p);
-        Ok(ok)
+/// Where the search ended: the largest size served, the smallest not served, what stopped
+/// the doubling before a size was not served, and a note when the budget cut bisection.
+struct Knee {
+    good: Option<u64>,
+    bad: Option<u64>,
+    stop_reason: Option<String>,
+    note: Option<String>,
+}
+
+impl Search<'_> {
+    /// Probes the first size, doubles until a size is not served or a limit stops it, then
+    /// bisects geometrically down to RESOLUTION or until the time budget stops it.
+    fn run(&mut self, s0: u64, limits: &[(u64, String)]) -> anyhow::Result<Knee> {
+        let base = self.probe(s0)?;
+        // Cold vs cached rates from the first size tell whether timing can separate them.
+        let contrast = base.first / base.second;
+        self.threshold = (contrast >= 3.0).then(|| (base.first * base.second).sqrt());
+        let ok = served(&base, self.threshold);
+        let (mut good, mut bad) = (ok.then_some(s0), (!ok).then_some(s0));
+        let mut stop_reason = None;
+        let mut size = s0;
+        while bad.is_none() {
+            let last = self.probes.last().map_or(0.0, |p| p.seconds);
+            stop_reason = limits.iter().find(|l| size * 2 > l.0).map(|l| l.1.clone());
+            if stop_reason.is_none() && !self.time_left(last * 2.5) {
+                stop_reason = Some(format!(
+                    "the time budget ({:.0} s)",
+                    self.ctx.budget.as_secs_f64()
+                ));
+            }
+            if stop_reason.is_some() {
+                break;
+            }
+            size *= 2;
+            *(if self.served(size)? {
+                &mut good
+            } else {
+                &mut bad
+            }) = Some(size);
+        }
+        let mut note = None;
+        if let (Some(mut g), Some(mut b)) = (good, bad) {
+            while b as f64 / g as f64 > RESOLUTION {
+                let mid = midpoint(g, b);
+                if mid <= g || mid >= b {
+                    break;
+                }
+                if !self.time_left(
+                    self.at(b)
+                        .map_or(0.0, |p| p.seconds * mid as f64 / b as f64),
+                ) {
+                    note = Some(format!(
+                        "bisection stopped by the time budget at [{}, {}]",
+                        fmt_mib(g),
+                        fmt_mib(b)
+                    ));
+                    break;
+                }
+                if self.served(mid)? {
+                    g = mid;
+                } else {
+                    b = mid;
+                }
+            }
+            (good, bad) = (Some(g), Some(b));
+        }
+        Ok(Knee {
+            good,
+            bad,
+            stop_reason,
+            note,
+        })
     }
+
+    /// Whether a probe estimated to take `est` seconds still fits the budget.
+    fn time_left(&self, est: f64) -> bool {
+        self.start.elapsed_ns() * 1e-9 + est < self.budget
+    }
+
+    fn served(&mut self, size: u64) -> anyhow::Result<bool> {
+        let p = self.probe(size)?;
+        Ok(served(&p, self.threshold))
+    }
+
+    /// Makes the file at least `size` long, evicts it, reads [0, size) twice.
+    fn probe(&mut self, size: u64) -> anyhow::Result<SizeProbe> {
+        let t = stopwatch(self.ctx);
+        if size > self.written {
+            (self.ctx.progress)(&format!("writing up to {}", fmt_mib(size)));
+            self.owner.grow_booking(size)?;
+            append(&self.owner.file, self.written, size, 0x5eed)?;
+            self.written = size;
+        }
+        (self.ctx.progress)(&format!("reading {} twice", fmt_mib(size)));
+        let ev = pagecache::evict(&self.owner.file, self.ctx.options.drop_caches)?;
+        let first = self.read_timed(size)?;
+        let (res, total) = pagecache::residency_range(&self.reader, 0, size)?;
+        let mut second = self.read_timed(size)?;
+        // A resident file read slowly is more likely a busy machine than a miss: take
+        // the best of up to three reads before calling it slow.
+        if let Some(t) = self.threshold {
+            for _ in 0..2 {
+                if res * 100 < total * 97 || second * 1e9 / size as f64 <= t {
+                    break;
+                }
+                second = second.min(self.read_timed(size)?);
+            }
+        }
+        let p = SizeProbe {
+            size,
+            first: first * 1e9 / size as f64,
+            second: second * 1e9 / size as f64,
+            resident: res as f64 / total.max(1) as f64,
+            resident_bytes: res * pagecache::page_size() as u64,
+            evicted: ev.verified(),
+            seconds: t.elapsed_ns() * 1e-9,
+        };
+        self.probes.push(p.clone());
+        Ok(p)
+    }
+
+    /// Seconds one read of [0, size) takes.
+    fn read_timed(&mut self, size: u64) -> anyhow::Result<f64> {
+        let t = stopwatch(self.ctx);
+        read_through(&self.reader, size, &mut self.buf)?;
+        Ok(t.elapsed_ns() * 1e-9)
+    }
+
     fn at(&self, size: u64) -> Option<&SizeProbe> {
         self.probes.iter().find(|p| p.size == size)
     }
-}
-
-/// Probes the first size, doubles until a size is not served, then bisects the bracket.
-/// `time_left(est)` says whether a probe estimated to take `est` seconds still fits.
-fn search(
-    ctx: &Context,
-    pr: &mut SizeProber,
-    s0: u64,
-    limits: &Limits,
-    time_left: &dyn Fn(f64) -> bool,
-) -> anyhow::Result<Search> {
-    let base = pr.probe(s0, None)?;
-    // Cold vs cached rates from the first size tell whether timing can separate them.
-    let contrast = base.first_ns_per_byte / base.second_ns_per_byte;
-    let threshold =
-        (contrast >= 3.0).then(|| (base.first_ns_per_byte * base.second_ns_per_byte).sqrt());
-    let ok = served(&base, threshold);
-    let mut s = Search {
-        probes: vec![base.clone()],
-        base,
-        contrast,
-        threshold,
-        good: ok.then_some(s0),
-        bad: (!ok).then_some(s0),
-        stop_reason: None,
-        notes: Vec::new(),
-    };
-    coarse(ctx, pr, &mut s, s0, limits, time_left)?;
-    bisect(pr, &mut s, time_left)?;
-    Ok(s)
-}
-
-/// Doubles the size until one is not served, or a limit stops it.
-fn coarse(
-    ctx: &Context,
-    pr: &mut SizeProber,
-    s: &mut Search,
-    s0: u64,
-    limits: &Limits,
-    time_left: &dyn Fn(f64) -> bool,
-) -> anyhow::Result<()> {
-    let mut size = s0;
-    while s.bad.is_none() {
-        let next = size * 2;
-        let last = s.probes.last().map(|p| p.seconds).unwrap_or(0.0);
-        if let Some(why) = limits.refuses(next) {
-            s.stop_reason = Some(why);
-            break;
-        }
-        if !time_left(last * 2.5) {
-            s.stop_reason = Some(format!(
-                "the time budget ({:.0} s)",
-                ctx.budget.as_secs_f64()
-            ));
-            break;
-        }
-        size = next;
-        if s.probe(pr, size)? {
-            s.good = Some(size);
-        } else {
-            s.bad = Some(size);
-        }
-    }
-    Ok(())
-}
-
-/// Bisects geometrically between the largest size served and the smallest not served,
-/// down to RESOLUTION or until the time budget stops it.
-fn bisect(
-    pr: &mut SizeProber,
-    s: &mut Search,
-    time_left: &dyn Fn(f64) -> bool,
-) -> anyhow::Result<()> {
-    let (Some(mut g), Some(mut b)) = (s.good, s.bad) else {
-        return Ok(());
-    };
-    while b as f64 / g as f64 > RESOLUTION {
-        let mid = midpoint(g, b);
-        if mid <= g || mid >= b {
-            break;
-        }
-        let est = s
-            .at(b)
-            .map(|p| p.seconds * mid as f64 / b as f64)
-            .unwrap_or(0.0);
-        if !time_left(est) {
-            s.notes.push(format!(
-                "bisection stopped by the time budget at [{}, {}]",
-                fmt_mib(g),
-                fmt_mib(b)
-            ));
-            break;
-        }
-        if s.probe(pr, mid)? {
-            g = mid;
-        } else {
-            b = mid;
-        }
-    }
-    s.good = Some(g);
-    s.bad = Some(b);
-    Ok(())
 }
 
 /// The probes as series over size (first and second read, residency).
@@ -410,12 +352,8 @@ fn report_series(out: &mut Outcome, probes: &[SizeProbe]) {
     sorted.sort_by_key(|p| p.size);
     type Of = fn(&SizeProbe) -> f64;
     let curves: [(&str, &str, Of); 4] = [
-        ("second_read_ns_per_byte_vs_size", "ns", |p| {
-            p.second_ns_per_byte
-        }),
-        ("first_read_ns_per_byte_vs_size", "ns", |p| {
-            p.first_ns_per_byte
-        }),
+        ("second_read_ns_per_byte_vs_size", "ns", |p| p.second),
+        ("first_read_ns_per_byte_vs_size", "ns", |p| p.first),
         ("resident_fraction_vs_size", "fraction", |p| p.resident),
         ("resident_bytes_vs_size", "bytes", |p| {
             p.resident_bytes as f64
@@ -434,155 +372,115 @@ fn report_series(out: &mut Outcome, probes: &[SizeProbe]) {
 /// The eviction check, the first size's cold and cached rates, and what decided
 /// "served" (`seconds`: how long the search took).
 fn report_rates(out: &mut Outcome, s: &Search, seconds: f64) {
-    let (base, probes) = (&s.base, &s.probes);
-    let evicted = probes.iter().filter(|p| p.evicted).count();
+    let (base, n) = (&s.probes[0], s.probes.len());
+    let contrast = base.first / base.second;
+    let evicted = s.probes.iter().filter(|p| p.evicted).count();
     out.check(Check::sanity(
         "file evicted before every first read (mincore)",
-        evicted == probes.len(),
-        format!(
-            "{evicted} of {} probes started with no page cached",
-            probes.len()
-        ),
+        evicted == n,
+        format!("{evicted} of {n} probes started with no page cached"),
     ));
+    let first = fmt_mib(base.size);
+    let desc = format!("second read of the first size ({first}), from memory");
+    // From memory: copies, not the device.
     out.metric(
         "cached_read_rate",
         "bytes/s",
-        &format!(
-            "second read of the first size ({}), from memory",
-            fmt_mib(base.size)
-        ),
-        vec![1e9 / base.second_ns_per_byte],
+        &desc,
+        vec![1e9 / base.second],
     )
-    // From memory: copies, not the device.
     .shares(crate::results::Bottleneck::Copy);
-    out.metric(
-        "cold_read_rate",
-        "bytes/s",
-        &format!(
-            "first read of the first size ({}) after eviction, 1 MiB reads",
-            fmt_mib(base.size)
-        ),
-        vec![1e9 / base.first_ns_per_byte],
-    );
+    let desc = format!("first read of the first size ({first}) after eviction, 1 MiB reads");
+    out.metric("cold_read_rate", "bytes/s", &desc, vec![1e9 / base.first]);
+    let decided = match s.threshold {
+        Some(t) => format!(" and second read <= {t:.3} ns/byte"),
+        None => format!(" (cold/cached contrast only {contrast:.1}x, so residency alone decides)"),
+    };
     out.notes.push(format!(
-        "probed {} sizes in {seconds:.1} s; served = resident >= {:.0}%{}",
-        probes.len(),
-        RESIDENT_MIN * 100.0,
-        match s.threshold {
-            Some(t) => format!(" and second read <= {t:.3} ns/byte"),
-            None => format!(
-                " (cold/cached contrast only {:.1}x, so residency alone decides)",
-                s.contrast
-            ),
-        }
+        "probed {n} sizes in {seconds:.1} s; served = resident >= {:.0}%{decided}",
+        RESIDENT_MIN * 100.0
     ));
     if s.threshold.is_none() {
         out.finding(
             format!(
-                "A cold read ({:.2} GB/s) is only {:.1}x slower than a cached one ({:.2} GB/s) here, so time per byte cannot show the knee; residency (mincore) alone decides.",
-                1.0 / base.first_ns_per_byte,
-                s.contrast,
-                1.0 / base.second_ns_per_byte
+                "A cold read ({:.2} GB/s) is only {contrast:.1}x slower than a cached one ({:.2} GB/s) here, so time per byte cannot show the knee; residency (mincore) alone decides.",
+                1.0 / base.first,
+                1.0 / base.second
             ),
             &["cold_read_rate", "cached_read_rate"],
         );
     }
 }
 
-/// The capacity, or the bound the search could give, with its finding.
-fn report_knee(out: &mut Outcome, s: &Search) {
-    match (s.good, s.bad) {
-        (Some(g), Some(b)) => report_bracket(out, s, g, b),
-        (None, Some(b)) => {
-            out.metric(
-                "cache_size_upper_bound",
-                "bytes",
-                "even the smallest size tried was not served from memory",
-                vec![b as f64],
-            );
-            out.finding(
+/// The capacity, or the bound the search could give, with its finding; at a knee, also
+/// what the cache kept of the overflowing file and whether time per byte jumps across it.
+fn report_knee(out: &mut Outcome, s: &Search, k: &Knee) {
+    let (name, value, desc, finding) = match (k.good, k.bad) {
+        (Some(g), Some(b)) => {
+            let (gm, bm) = (fmt_mib(g), fmt_mib(b));
+            (
+                "cache_size",
+                g,
                 format!(
-                    "Even a {} file was not kept in the page cache: it is smaller than the smallest size tried.",
-                    fmt_mib(b)
+                    "largest file whose second read came from memory (the next size tried, {bm}, did not)"
                 ),
-                &["cache_size_upper_bound"],
-            );
-        }
-        (g, None) => {
-            let g = g.unwrap_or(s.base.size);
-            let why = s
-                .stop_reason
-                .clone()
-                .unwrap_or_else(|| "the search limits".into());
-            out.metric(
-                "cache_size_lower_bound",
-                "bytes",
-                &format!(
-                    "larger than the largest size tried ({}), limited by {why}",
-                    fmt_mib(g)
-                ),
-                vec![g as f64],
-            );
-            out.finding(
                 format!(
-                    "The page cache is larger than the largest size tried, {} (the search was stopped by {why}).",
-                    fmt_mib(g)
+                    "The page cache held a {gm} file but not a {bm} one: its capacity for file data is about {gm} here."
                 ),
-                &["cache_size_lower_bound"],
-            );
+            )
         }
-    }
-}
-
-/// A knee between `g` (served) and `b` (not served): the capacity, what the cache kept
-/// of the overflowing file, and whether time per byte jumps across it.
-fn report_bracket(out: &mut Outcome, s: &Search, g: u64, b: u64) {
-    out.metric(
-        "cache_size",
-        "bytes",
-        &format!(
-            "largest file whose second read came from memory (the next size tried, {}, did not)",
-            fmt_mib(b)
+        (None, Some(b)) => (
+            "cache_size_upper_bound",
+            b,
+            "even the smallest size tried was not served from memory".into(),
+            format!(
+                "Even a {} file was not kept in the page cache: it is smaller than the smallest size tried.",
+                fmt_mib(b)
+            ),
         ),
-        vec![g as f64],
-    );
-    let (pg, pb) = (s.at(g), s.at(b));
-    if let Some(pb) = pb {
+        (g, None) => {
+            let g = g.unwrap_or(s.probes[0].size);
+            let (gm, why) = (fmt_mib(g), k.stop_reason.as_deref().unwrap_or("the search limits"));
+            (
+                "cache_size_lower_bound",
+                g,
+                format!("larger than the largest size tried ({gm}), limited by {why}"),
+                format!(
+                    "The page cache is larger than the largest size tried, {gm} (the search was stopped by {why})."
+                ),
+            )
+        }
+    };
+    out.metric(name, "bytes", &desc, vec![value as f64]);
+    if let (Some(g), Some(pb)) = (k.good, k.bad.and_then(|b| s.at(b))) {
+        let desc = format!(
+            "bytes of the {} file resident after its first read: what the cache kept",
+            fmt_mib(pb.size)
+        );
         out.metric(
             "resident_after_overflow",
             "bytes",
-            &format!(
-                "bytes of the {} file resident after its first read: what the cache kept",
-                fmt_mib(b)
-            ),
+            &desc,
             vec![pb.resident_bytes as f64],
         );
+        if let Some(pg) = s.at(g) {
+            let jump = pb.second / pg.second;
+            out.check(Check::sanity(
+                "time per byte jumps past the knee",
+                jump >= 2.0 || s.threshold.is_none(),
+                format!(
+                    "second read {:.3} ns/byte at {} vs {:.3} at {} ({jump:.1}x); residency {:.0}% vs {:.0}%",
+                    pb.second,
+                    fmt_mib(pb.size),
+                    pg.second,
+                    fmt_mib(g),
+                    pb.resident * 100.0,
+                    pg.resident * 100.0
+                ),
+            ));
+        }
     }
-    if let (Some(pg), Some(pb)) = (pg, pb) {
-        let jump = pb.second_ns_per_byte / pg.second_ns_per_byte;
-        out.check(Check::sanity(
-            "time per byte jumps past the knee",
-            jump >= 2.0 || s.threshold.is_none(),
-            format!(
-                "second read {:.3} ns/byte at {} vs {:.3} at {} ({jump:.1}x); residency {:.0}% vs {:.0}%",
-                pb.second_ns_per_byte,
-                fmt_mib(b),
-                pg.second_ns_per_byte,
-                fmt_mib(g),
-                pb.resident * 100.0,
-                pg.resident * 100.0
-            ),
-        ));
-    }
-    out.finding(
-        format!(
-            "The page cache held a {} file but not a {} one: its capacity for file data is about {} here.",
-            fmt_mib(g),
-            fmt_mib(b),
-            fmt_mib(g)
-        ),
-        &["cache_size"],
-    );
+    out.finding(finding, &[name]);
 }
 
 #[cfg(test)]
@@ -592,8 +490,8 @@ mod tests {
     fn probe(size: u64, resident: f64, second: f64) -> SizeProbe {
         SizeProbe {
             size,
-            first_ns_per_byte: 2.0,
-            second_ns_per_byte: second,
+            first: 2.0,
+            second,
             resident,
             resident_bytes: 0,
             evicted: true,

@@ -35,9 +35,7 @@ pub(crate) fn note_vm_host_cache(ctx: &Context, out: &mut Outcome) {
     }
 }
 
-/// A cached 4 KiB read: a system call and a 4 KiB copy, both at rates measured earlier
-/// (getppid; mem.bandwidth's single-thread copy). The page-cache lookup has no published
-/// cost and is not in the model.
+/// A cached 4 KiB read: a system call and a 4 KiB copy, at rates measured earlier.
 pub(crate) fn predict_cached(p: &mut Predictions, metric: &str) {
     let sys = p.earlier("cpu.syscall", &["getppid"]).named("t_syscall");
     let copy = p.earlier("mem.bandwidth", &["copy_1t"]).named("copy_rate");
@@ -50,11 +48,8 @@ pub(crate) fn predict_cached(p: &mut Predictions, metric: &str) {
     });
 }
 
-/// An uncached 4 KiB read, from mem.pagefault's major fault measured earlier in the same
-/// scratch folder: each is one device request for a block the cache does not hold, entered
-/// through the kernel (a fault there, a read() here). Readahead may merge sequential
-/// requests, so for them it is an upper bound. Without the fault, the reason names the
-/// device facts that leave it open (a device class does not fix its latency).
+/// An uncached 4 KiB read as mem.pagefault's major fault in the same folder: one device
+/// request for a block the cache does not hold (an upper bound where readahead merges).
 pub(crate) fn predict_uncached(p: &mut Predictions, metric: &str, dir: &Path, pattern: Pattern) {
     let fault = p.earlier("mem.pagefault", &["major_fault"]);
     if let Some(why) = fault.why_missing() {
@@ -111,8 +106,7 @@ pub(crate) fn cgroup_memory_limit(machine: &Machine) -> Option<(u64, String)> {
     })
 }
 
-/// MemAvailable from the machine facts, with its source (not capped by the cgroup, unlike
-/// `Machine::memory_budget_bytes`).
+/// MemAvailable from the machine facts, with its source (not capped by the cgroup).
 pub(crate) fn mem_available(ctx: &Context) -> Option<(u64, String)> {
     let a = ctx.machine.memory.available_bytes;
     (a > 0).then(|| (a, "machine: MemAvailable".into()))

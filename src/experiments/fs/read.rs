@@ -4,8 +4,8 @@
 use super::{cgroup_memory_limit, mem_available, note_vm_host_cache};
 use crate::clock::Deadline;
 use crate::experiments::kit::files::{
-    deadline, direct_works, disk_scratch, evict_check, make_file, read_through, reopen,
-    scratch_note, time_blocks, BlockTimes, DeviceReads, Pattern, RepeatedCheck, Timing, BLOCK, MIB,
+    direct_works, disk_scratch, evict_check, make_file, read_through, reopen, scratch_note,
+    time_blocks, BlockTimes, DeviceReads, Pattern, RepeatedCheck, Timing, BLOCK, MIB,
 };
 use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
@@ -14,7 +14,7 @@ use crate::pagecache;
 use crate::results::{Check, Prediction, Series};
 use crate::rng::Rng;
 use crate::scratch::Scratch;
-use crate::units::{doublings, fmt_bytes};
+use crate::units::{doublings, fmt_bytes, fmt_ns};
 use std::fs::File;
 use std::time::Duration;
 
@@ -39,8 +39,7 @@ pub(crate) struct SweepPlan<'c> {
     pub min_trials: usize,
     /// File name prefix.
     pub label: &'static str,
-    /// No new size is started past this (a starved or contended machine must not make
-    /// the run overstay its budget).
+    /// No new size is started past this, so a busy machine cannot overstay the budget.
     pub deadline: Option<Deadline<'c>>,
 }
 
@@ -85,6 +84,21 @@ impl SweepOut {
     }
 }
 
+/// A size's passes, in the order their metrics are reported: (cached, pattern).
+pub(crate) const PASSES: [(bool, Pattern); 4] = [
+    (false, Pattern::Sequential),
+    (false, Pattern::Random),
+    (true, Pattern::Sequential),
+    (true, Pattern::Random),
+];
+
+impl SweepPass {
+    /// Median time per block.
+    pub fn median(&self) -> f64 {
+        crate::stats::median(&self.times.per_block_ns)
+    }
+}
+
 pub(crate) fn metric_name(cached: bool, pattern: Pattern) -> String {
     format!(
         "{}_{}",
@@ -93,14 +107,15 @@ pub(crate) fn metric_name(cached: bool, pattern: Pattern) -> String {
     )
 }
 
-/// Runs the sweep in `scratch`: for each size a new file, read uncached (O_DIRECT, or
-/// evicted and verified) and cached (fully resident, verified), sequentially and randomly.
+/// Runs the sweep in `scratch`: each size read uncached and cached, in both patterns.
 pub(crate) fn sweep(
     ctx: &Context,
     scratch: &Scratch,
     plan: &SweepPlan,
 ) -> anyhow::Result<SweepOut> {
-    let mut st = SweepState {
+    let mut s = Sweep {
+        ctx,
+        plan,
         points: Vec::new(),
         notes: Vec::new(),
         direct: None,
@@ -114,20 +129,22 @@ pub(crate) fn sweep(
         if crate::scratch::stopping() {
             anyhow::bail!("interrupted");
         }
-        if !st.points.is_empty() && plan.deadline.is_some_and(|d| d.passed()) {
-            st.notes.push(format!(
+        if !s.points.is_empty() && plan.deadline.is_some_and(|d| d.passed()) {
+            s.notes.push(format!(
                 "stopped before {} by the time budget (the machine is slow or busy)",
                 fmt_bytes(size as f64)
             ));
             break;
         }
-        measure_size(ctx, scratch, plan, size, &mut rng, &mut st)?;
+        s.size(scratch, size, &mut rng)?;
     }
-    Ok(st.finish())
+    Ok(s.finish())
 }
 
-/// What a sweep has gathered so far.
-struct SweepState {
+/// A sweep under way: its plan and what it has gathered so far.
+struct Sweep<'a> {
+    ctx: &'a Context<'a>,
+    plan: &'a SweepPlan<'a>,
     points: Vec<SweepPass>,
     notes: Vec<String>,
     /// Whether O_DIRECT works, known once the first file exists.
@@ -140,106 +157,166 @@ struct SweepState {
     bigbuf: Vec<u8>,
 }
 
-/// The four passes of one size: two new files (the random uncached pass reads a file of
-/// its own, so that no uncached pass reads a block another pass or an earlier trial read:
-/// a device or host cache would serve it again), uncached then cached.
-fn measure_size(
-    ctx: &Context,
-    scratch: &Scratch,
-    plan: &SweepPlan,
-    size: u64,
-    rng: &mut Rng,
-    st: &mut SweepState,
-) -> anyhow::Result<()> {
-    let sz = fmt_bytes(size as f64);
-    let say = |what: String| (ctx.progress)(&format!("{}: {sz} {what}", plan.label));
-    (ctx.progress)(&format!("{}: writing {sz}", plan.label));
-    let name = format!("{}-{}", plan.label, size);
-    let f = make_file(scratch, &name, size, rng.next_u64())?;
-    let direct = *st.direct.get_or_insert_with(|| direct_works(&f.file));
-    let order = rng.permutation((size / BLOCK as u64) as usize);
-    let fr = make_file(scratch, &format!("{name}-r"), size, rng.next_u64())?;
-    // The largest size gives the metrics: it gets three times as long.
-    let slice = if Some(&size) == plan.sizes.last() {
-        plan.uncached * 3
-    } else {
-        plan.uncached
-    };
-    for (pattern, file) in [(Pattern::Sequential, &f.file), (Pattern::Random, &fr.file)] {
-        say(format!("uncached {}", pattern.name()));
-        let times = uncached_pass(ctx, file, size, pattern, &order, direct, slice, plan, st)?;
-        st.points.push(SweepPass {
-            size,
-            cached: false,
-            pattern,
-            times,
-        });
+impl Sweep<'_> {
+    /// The four passes of one size. The random uncached pass reads a file of its own: a
+    /// block read before could come from a device or host cache.
+    fn size(&mut self, scratch: &Scratch, size: u64, rng: &mut Rng) -> anyhow::Result<()> {
+        let (ctx, label) = (self.ctx, self.plan.label);
+        let sz = fmt_bytes(size as f64);
+        (ctx.progress)(&format!("{label}: writing {sz}"));
+        let name = format!("{label}-{size}");
+        let f = make_file(scratch, &name, size, rng.next_u64())?;
+        let direct = *self.direct.get_or_insert_with(|| direct_works(&f.file));
+        let order = rng.permutation((size / BLOCK as u64) as usize);
+        let fr = make_file(scratch, &format!("{name}-r"), size, rng.next_u64())?;
+        for (pattern, file) in [(Pattern::Sequential, &f.file), (Pattern::Random, &fr.file)] {
+            (ctx.progress)(&format!("{label}: {sz} uncached {}", pattern.name()));
+            self.uncached(file, size, pattern, &order, direct)?;
+        }
+        let fd = reopen(&f.file, false, false)?;
+        warm(&fd, size, &mut self.bigbuf)?;
+        for pattern in [Pattern::Sequential, Pattern::Random] {
+            (ctx.progress)(&format!("{label}: {sz} cached {}", pattern.name()));
+            self.cached(&fd, size, pattern, &order)?;
+        }
+        Ok(())
     }
-    let fd = reopen(&f.file, false, false)?;
-    warm(&fd, size, &mut st.bigbuf)?;
-    for pattern in [Pattern::Sequential, Pattern::Random] {
-        say(format!("cached {}", pattern.name()));
-        let times = cached_pass(ctx, &fd, size, pattern, &order, plan, st)?;
-        st.points.push(SweepPass {
-            size,
-            cached: true,
-            pattern,
-            times,
-        });
-    }
-    Ok(())
-}
 
-/// One uncached pass: evict (verified), open with O_DIRECT where it works, and time
-/// every read on its own, each block at most once; the disk's sectors-read counter is
-/// read around the pass.
-#[allow(clippy::too_many_arguments)]
-fn uncached_pass(
-    ctx: &Context,
-    file: &File,
-    size: u64,
-    pattern: Pattern,
-    order: &[u32],
-    direct: bool,
-    slice: Duration,
-    plan: &SweepPlan,
-    st: &mut SweepState,
-) -> anyhow::Result<BlockTimes> {
-    let c = evict_check(
-        ctx,
-        file,
-        &format!("{} file", fmt_bytes(size as f64)),
-        !direct,
-    )?;
-    st.evicted.add(&c);
-    let fd = reopen(file, direct, false)?;
-    if !direct {
-        // No readahead for the random order.
-        crate::platform::advise(&fd, pattern.access());
+    /// One uncached pass: evicted, O_DIRECT where it works, each block read at most once.
+    fn uncached(
+        &mut self,
+        file: &File,
+        size: u64,
+        pattern: Pattern,
+        order: &[u32],
+        direct: bool,
+    ) -> anyhow::Result<()> {
+        let sz = fmt_bytes(size as f64);
+        let c = evict_check(self.ctx, file, &format!("{sz} file"), !direct)?;
+        self.evicted.add(&c);
+        let fd = reopen(file, direct, false)?;
+        if !direct {
+            // No readahead for the random order.
+            crate::platform::advise(&fd, pattern.access());
+        }
+        // The largest size gives the metrics: it gets three times as long.
+        let last = Some(&size) == self.plan.sizes.last();
+        let slice = self.plan.uncached * if last { 3 } else { 1 };
+        let (each, min) = (Timing::EachRead, self.plan.min_trials);
+        let before = self.device.counter();
+        let times = time_blocks(self.ctx, &fd, size, pattern, order, each, slice, min)?;
+        let bytes = times.blocks * BLOCK as u64;
+        self.device.add(before, self.device.counter(), bytes);
+        let n = times.per_block_ns.len();
+        self.record(size, false, pattern, times);
+        if n < min {
+            self.notes.push(format!(
+                "{sz} uncached {}: only {n} trials (every block read once)",
+                pattern.name()
+            ));
+        }
+        Ok(())
     }
-    let before = st.device.counter();
-    let times = time_blocks(
-        ctx,
-        &fd,
-        size,
-        pattern,
-        order,
-        Timing::EachRead,
-        slice,
-        plan.min_trials,
-    )?;
-    st.device
-        .add(before, st.device.counter(), times.blocks * BLOCK as u64);
-    st.note_harness(size, false, pattern, &times);
-    if times.per_block_ns.len() < plan.min_trials {
-        st.notes.push(format!(
-            "{} uncached {}: only {} trials (every block read once)",
+
+    /// One cached pass in ~0.2 ms chunks, every page resident before and after; another
+    /// tenant's memory pressure can evict pages, so it is tried up to three times.
+    fn cached(
+        &mut self,
+        fd: &File,
+        size: u64,
+        pattern: Pattern,
+        order: &[u32],
+    ) -> anyhow::Result<()> {
+        let sz = fmt_bytes(size as f64);
+        let chunks = Timing::Chunks(Duration::from_micros(200));
+        let (slice, min) = (self.plan.cached, self.plan.min_trials);
+        for attempt in 1..=3 {
+            let before = pagecache::residency(fd)?;
+            let times = time_blocks(self.ctx, fd, size, pattern, order, chunks, slice, min)?;
+            let after = pagecache::residency(fd)?;
+            let whole = before.0 == before.1 && after.0 == after.1;
+            if !whole && attempt < 3 {
+                read_through(fd, size, &mut self.bigbuf)?;
+                continue;
+            }
+            self.resident.record(whole, || {
+                format!(
+                    "{sz} {}: {} of {} pages resident before, {} after (memory pressure evicted the file)",
+                    pattern.name(),
+                    before.0,
+                    before.1,
+                    after.0
+                )
+            });
+            if whole && attempt > 1 {
+                self.notes.push(format!(
+                    "{sz} cached {}: pages were evicted during a pass by memory pressure; measured again",
+                    pattern.name()
+                ));
+            }
+            self.record(size, true, pattern, times);
+            break;
+        }
+        Ok(())
+    }
+
+    /// Keeps a pass, with what the harness said about it (a stop at twice its budget...).
+    fn record(&mut self, size: u64, cached: bool, pattern: Pattern, times: BlockTimes) {
+        let pass = format!(
+            "{} {}",
             fmt_bytes(size as f64),
-            pattern.name(),
-            times.per_block_ns.len()
-        ));
+            metric_name(cached, pattern)
+        );
+        let notes = times.notes.iter().map(|n| format!("{pass}: {n}"));
+        self.notes.extend(notes);
+        self.points.push(SweepPass {
+            size,
+            cached,
+            pattern,
+            times,
+        });
     }
-    Ok(times)
+
+    /// The sweep's premise checks, and what it measured.
+    fn finish(self) -> SweepOut {
+        let direct = self.direct.unwrap_or(false);
+        let ev = &self.evicted;
+        let (ok, n, last) = (ev.passed, ev.total, &ev.last_failure);
+        let eviction = match (direct, ev.all()) {
+            (true, all) => Check::sanity(
+                "files evicted before uncached passes (mincore)",
+                all,
+                if all {
+                    format!("{ok} of {n} passes started with no page cached")
+                } else {
+                    format!("{ok} of {n} verified; last: {last} (O_DIRECT bypasses it anyway)")
+                },
+            ),
+            (false, all) => Check::premise(
+                "uncached reads: evicted with posix_fadvise(DONTNEED) and verified with mincore",
+                all,
+                if all {
+                    format!("O_DIRECT not supported here; {ok} of {n} passes started with no page cached")
+                } else {
+                    format!("{ok} of {n} verified; last: {last}")
+                },
+            ),
+        };
+        let res = &self.resident;
+        let residency = res.premise(
+            "cached reads: every page resident before and after (mincore)",
+            format!(
+                "{} of {} cached passes fully resident",
+                res.passed, res.total
+            ),
+        );
+        SweepOut {
+            points: self.points,
+            checks: vec![self.device.check(), eviction, residency],
+            direct,
+            notes: self.notes,
+        }
+    }
 }
 
 /// Reads the whole file until every page is resident (three tries at most).
@@ -253,191 +330,61 @@ fn warm(fd: &File, size: u64, buf: &mut [u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One cached pass in ~0.2 ms chunks, wrapping around the file; every page must be
-/// resident before and after. Another tenant's memory pressure can evict pages mid-pass:
-/// warm up and measure again (twice at most) before calling the premise failed.
-fn cached_pass(
-    ctx: &Context,
-    fd: &File,
-    size: u64,
-    pattern: Pattern,
-    order: &[u32],
-    plan: &SweepPlan,
-    st: &mut SweepState,
-) -> anyhow::Result<BlockTimes> {
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let before = pagecache::residency(fd)?;
-        let times = time_blocks(
-            ctx,
-            fd,
-            size,
-            pattern,
-            order,
-            Timing::Chunks(Duration::from_micros(200)),
-            plan.cached,
-            plan.min_trials,
-        )?;
-        let after = pagecache::residency(fd)?;
-        let whole = before.0 == before.1 && after.0 == after.1;
-        if whole || attempt == 3 {
-            st.resident.record(whole, || {
-                format!(
-                    "{} {}: {} of {} pages resident before, {} after (memory pressure evicted the file)",
-                    fmt_bytes(size as f64),
-                    pattern.name(),
-                    before.0,
-                    before.1,
-                    after.0
-                )
-            });
-            if whole && attempt > 1 {
-                st.notes.push(format!(
-                    "{} cached {}: pages were evicted during a pass by memory pressure; measured again",
-                    fmt_bytes(size as f64),
-                    pattern.name()
-                ));
-            }
-            st.note_harness(size, true, pattern, &times);
-            return Ok(times);
-        }
-        read_through(fd, size, &mut st.bigbuf)?;
-    }
-}
-
-impl SweepState {
-    /// What the harness said about a pass (a stop at twice its budget...).
-    fn note_harness(&mut self, size: u64, cached: bool, pattern: Pattern, t: &BlockTimes) {
-        let pass = format!(
-            "{} {}",
-            fmt_bytes(size as f64),
-            metric_name(cached, pattern)
-        );
-        self.notes
-            .extend(t.notes.iter().map(|n| format!("{pass}: {n}")));
-    }
-
-    /// The sweep's premise checks, and what it measured.
-    fn finish(self) -> SweepOut {
-        let direct = self.direct.unwrap_or(false);
-        let (ev, res) = (&self.evicted, &self.resident);
-        let (ok, n) = (ev.passed, ev.total);
-        let eviction = if direct {
-            Check::sanity(
-                "files evicted before uncached passes (mincore)",
-                ev.all(),
-                if ev.all() {
-                    format!("{ok} of {n} passes started with no page cached")
-                } else {
-                    format!(
-                        "{ok} of {n} verified; last: {} (O_DIRECT bypasses it anyway)",
-                        ev.last_failure
-                    )
-                },
-            )
-        } else {
-            Check::premise(
-                "uncached reads: evicted with posix_fadvise(DONTNEED) and verified with mincore",
-                ev.all(),
-                if ev.all() {
-                    format!("O_DIRECT not supported here; {ok} of {n} passes started with no page cached")
-                } else {
-                    format!("{ok} of {n} verified; last: {}", ev.last_failure)
-                },
-            )
-        };
-        let residency = Check::premise(
-            "cached reads: every page resident before and after (mincore)",
-            res.all(),
-            if res.all() {
-                format!(
-                    "{} of {} cached passes fully resident",
-                    res.passed, res.total
-                )
-            } else {
-                res.last_failure.clone()
-            },
-        );
-        SweepOut {
-            points: self.points,
-            checks: vec![self.device.check(), eviction, residency],
-            direct,
-            notes: self.notes,
-        }
-    }
-}
-
-/// Adds a sweep's series (median per size), metrics at the largest size (with `prefix`)
-/// and relation checks to an outcome.
+/// Adds a sweep's series, its metrics at the largest size (named with `prefix`) and checks.
 pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
     let largest = s.largest();
-    for cached in [false, true] {
-        for pattern in [Pattern::Sequential, Pattern::Random] {
-            let name = format!("{prefix}{}", metric_name(cached, pattern));
-            let points: Vec<[f64; 2]> = s
-                .points
-                .iter()
-                .filter(|p| p.cached == cached && p.pattern == pattern)
-                .map(|p| [p.size as f64, crate::stats::median(&p.times.per_block_ns)])
-                .collect();
-            out.series.push(Series {
-                name: format!("{name}_vs_size"),
-                x_unit: "bytes".into(),
-                y_unit: "ns".into(),
-                points,
-            });
-            if let Some(p) = s.get(largest, cached, pattern) {
-                let desc = format!(
-                    "time per 4 KiB block, {} {}, {} file ({} blocks read; one value per {})",
-                    if cached { "cached" } else { "uncached" },
-                    if pattern == Pattern::Sequential {
-                        "sequential read()"
-                    } else {
-                        "random pread() over a shuffled block order"
-                    },
-                    fmt_bytes(largest as f64),
-                    p.times.blocks,
-                    if cached {
-                        "trial of ~0.2 ms of reads"
-                    } else {
-                        "read"
-                    }
-                );
-                let raw = p.times.per_block_ns.clone();
-                if cached {
-                    // A cached block is a system call and a 4 KiB copy from memory.
-                    out.metric(&name, "ns", &desc, raw)
-                        .shares(crate::results::Bottleneck::Copy);
-                } else {
-                    // Uncached reads are timed one by one: keep their distribution.
-                    out.distribution(&name, "ns", &desc, raw);
-                }
-            }
+    for (cached, pattern) in PASSES {
+        let name = format!("{prefix}{}", metric_name(cached, pattern));
+        let passes = s
+            .points
+            .iter()
+            .filter(|p| (p.cached, p.pattern) == (cached, pattern));
+        out.series.push(Series {
+            name: format!("{name}_vs_size"),
+            x_unit: "bytes".into(),
+            y_unit: "ns".into(),
+            points: passes.map(|p| [p.size as f64, p.median()]).collect(),
+        });
+        let Some(p) = s.get(largest, cached, pattern) else {
+            continue;
+        };
+        let (state, per) = match cached {
+            true => ("cached", "trial of ~0.2 ms of reads"),
+            false => ("uncached", "read"),
+        };
+        let desc = format!(
+            "time per 4 KiB block, {state} {}, {} file ({} blocks read; one value per {per})",
+            pattern.describe(),
+            fmt_bytes(largest as f64),
+            p.times.blocks,
+        );
+        let raw = p.times.per_block_ns.clone();
+        if cached {
+            // A cached block is a system call and a 4 KiB copy from memory.
+            out.metric(&name, "ns", &desc, raw)
+                .shares(crate::results::Bottleneck::Copy);
+        } else {
+            // Uncached reads are timed one by one: keep their distribution.
+            out.distribution(&name, "ns", &desc, raw);
         }
     }
+    let side = match prefix.trim_end_matches('_') {
+        "" => String::new(),
+        side => format!("{side}: "),
+    };
     for pattern in [Pattern::Sequential, Pattern::Random] {
         let med = |cached| {
             s.get(largest, cached, pattern)
-                .map(|p| crate::stats::median(&p.times.per_block_ns))
-                .unwrap_or(f64::NAN)
+                .map_or(f64::NAN, SweepPass::median)
         };
         let (u, c) = (med(false), med(true));
         out.check(Check::sanity(
-            &format!(
-                "{}cached {} faster than uncached",
-                if prefix.is_empty() {
-                    String::new()
-                } else {
-                    format!("{}: ", prefix.trim_end_matches('_'))
-                },
-                pattern.name()
-            ),
+            &format!("{side}cached {} faster than uncached", pattern.name()),
             c < u,
             format!(
                 "cached {} vs uncached {} ({:.1}x)",
-                crate::units::fmt_ns(c),
-                crate::units::fmt_ns(u),
+                fmt_ns(c),
+                fmt_ns(u),
                 u / c
             ),
         ));
@@ -513,7 +460,7 @@ impl Experiment for Read {
             ));
         }
         let mut plan = SweepPlan::for_profile(ctx.profile, largest, "read");
-        plan.deadline = Some(deadline(ctx, ctx.budget * 2));
+        plan.deadline = Some(ctx.harness(1).deadline(ctx.budget * 2));
         let s = sweep(ctx, scratch, &plan)?;
         for c in &s.checks {
             out.check(c.clone());
@@ -539,18 +486,17 @@ fn findings(out: &mut Outcome, s: &SweepOut) {
         format!(
             "At {}, a cached 4 KiB read costs {} sequential / {} random; uncached ({}) it costs {} / {} ({:.0}x / {:.0}x the cached figures).",
             fmt_bytes(s.largest() as f64),
-            crate::units::fmt_ns(cs),
-            crate::units::fmt_ns(cr),
+            fmt_ns(cs),
+            fmt_ns(cr),
             if s.direct { "O_DIRECT" } else { "evicted, with readahead for sequential" },
-            crate::units::fmt_ns(us),
-            crate::units::fmt_ns(ur),
+            fmt_ns(us),
+            fmt_ns(ur),
             us / cs,
             ur / cr
         ),
         &["uncached_seq", "uncached_random", "cached_seq", "cached_random"],
     );
-    // Whether position matters, from the intervals; the cause (seeks, readahead, a host
-    // cache behind a virtual disk) is not measured, so it is not named.
+    // Whether position matters, from the intervals; the cause is not measured, so not named.
     let sep = out.separation("uncached_random", "uncached_seq");
     out.finding(
         format!(

@@ -2,8 +2,8 @@
 //! same sitting, with the remote/local ratio per access pattern.
 
 use super::note_vm_host_cache;
-use super::read::{metric_name, report, sweep, SweepOut, SweepPlan};
-use crate::experiments::kit::files::{deadline, disk_scratch, scratch_note, Pattern, MIB};
+use super::read::{metric_name, report, sweep, SweepOut, SweepPlan, PASSES};
+use crate::experiments::kit::files::{disk_scratch, scratch_note, Pattern, MIB};
 use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
@@ -144,7 +144,7 @@ fn sweeps(
     plan.uncached = u.min(Duration::from_millis(300));
     plan.cached = c.min(Duration::from_millis(60));
     // The remote side may take the budget; the local one repeats its sizes.
-    plan.deadline = Some(deadline(ctx, ctx.budget));
+    plan.deadline = Some(ctx.harness(1).deadline(ctx.budget));
     let rs = sweep(ctx, &rscratch, &plan)?;
     drop(rscratch);
     plan.label = "local";
@@ -157,49 +157,30 @@ fn sweeps(
 
 /// Remote over local per pattern and cache state at the largest common size: each
 /// remote trial over the local median. The finding quotes the pooled runs' ratios.
-fn report_ratios(
-    ctx: &crate::experiments::Context,
-    out: &mut Outcome,
-    rs: &SweepOut,
-    ls: &SweepOut,
-    fs_type: &str,
-) {
+fn report_ratios(ctx: &Context, out: &mut Outcome, rs: &SweepOut, ls: &SweepOut, fs_type: &str) {
     let size = rs.largest().min(ls.largest());
     let mut summary = Vec::new();
-    for cached in [false, true] {
-        for pattern in [Pattern::Sequential, Pattern::Random] {
-            let (Some(r), Some(l)) = (rs.get(size, cached, pattern), ls.get(size, cached, pattern))
-            else {
-                continue;
-            };
-            let lmed = crate::stats::median(&l.times.per_block_ns);
-            let raw: Vec<f64> = r.times.per_block_ns.iter().map(|v| v / lmed).collect();
-            let name = format!("ratio_{}", metric_name(cached, pattern));
-            let local = format!("local_{}", metric_name(cached, pattern));
-            out.metric(
-                &name,
-                "ratio",
-                &format!(
-                    "remote / local time per 4 KiB block at {} (each remote trial over the local median)",
-                    fmt_bytes(size as f64)
-                ),
-                raw,
-            )
+    for (cached, pattern) in PASSES {
+        let (Some(r), Some(l)) = (rs.get(size, cached, pattern), ls.get(size, cached, pattern))
+        else {
+            continue;
+        };
+        let lmed = l.median();
+        let raw: Vec<f64> = r.times.per_block_ns.iter().map(|v| v / lmed).collect();
+        let pass = metric_name(cached, pattern);
+        let (name, local) = (format!("ratio_{pass}"), format!("local_{pass}"));
+        let desc = format!(
+            "remote / local time per 4 KiB block at {} (each remote trial over the local median)",
+            fmt_bytes(size as f64)
+        );
+        out.metric(&name, "ratio", &desc, raw)
             .derived(&[(&local, "div", 1.0)]);
-            summary.push((cached, pattern, name));
-        }
+        summary.push((pass.replace('_', " "), name));
     }
     out.pool(ctx);
     let summary: Vec<String> = summary
-        .into_iter()
-        .map(|(cached, pattern, name)| {
-            format!(
-                "{} {} {:.2}x",
-                if cached { "cached" } else { "uncached" },
-                pattern.name(),
-                out.median(&name)
-            )
-        })
+        .iter()
+        .map(|(pass, name)| format!("{pass} {:.2}x", out.median(name)))
         .collect();
     out.finding(
         format!(

@@ -1,7 +1,7 @@
 //! Scratch files for the file-system experiments: making, reopening uncached, timed
 //! block reads and the device-read counter.
 
-use crate::clock::{Deadline, Stopwatch};
+use crate::clock::Stopwatch;
 use crate::experiments::Context;
 use crate::harness::{Harness, SampleSpec};
 use crate::pagecache::{self, AlignedBuf};
@@ -20,9 +20,8 @@ use std::time::Duration;
 pub(crate) const BLOCK: usize = 4096;
 pub(crate) const MIB: u64 = 1 << 20;
 
-/// The run's scratch folder if it is on a disk and may take at least `need` bytes.
-/// Otherwise the reason, and nothing is written: the base folder is checked before the
-/// scratch folder is made.
+/// The run's scratch folder if it is on a disk and may take `need` bytes, else why not
+/// (checked before the folder is made, so nothing is written).
 pub(crate) fn disk_scratch<'a>(
     ctx: &'a Context,
     need: u64,
@@ -38,7 +37,13 @@ pub(crate) fn disk_scratch<'a>(
             )));
         }
         if half < need {
-            return Ok(Err(not_enough(&dir, need, half, fs.free_bytes)));
+            return Ok(Err(format!(
+                "not enough free space in {}: need {}, may use {} (half of the {} free); free space or use --scratch-dir elsewhere",
+                dir.display(),
+                fmt_bytes(need as f64),
+                fmt_bytes(half as f64),
+                fmt_bytes(fs.free_bytes as f64)
+            )));
         }
     }
     let s = ctx.scratch()?;
@@ -56,18 +61,7 @@ pub(crate) fn disk_scratch<'a>(
     Ok(Ok(s))
 }
 
-fn not_enough(dir: &Path, need: u64, half: u64, free: u64) -> String {
-    format!(
-        "not enough free space in {}: need {}, may use {} (half of the {} free); free space or use --scratch-dir elsewhere",
-        dir.display(),
-        fmt_bytes(need as f64),
-        fmt_bytes(half as f64),
-        fmt_bytes(free as f64)
-    )
-}
-
-/// A note recording the scratch folder's file system (`disk_scratch` has already refused
-/// memory-backed ones, so this is a record, not a check).
+/// A note recording the scratch folder's file system (a record: `disk_scratch` checked it).
 pub(crate) fn scratch_note(s: &Scratch) -> String {
     format!(
         "scratch {} on {} ({} free at start, at most half used)",
@@ -101,10 +95,18 @@ impl RepeatedCheck {
     pub fn all(&self) -> bool {
         self.passed == self.total
     }
+    /// A premise that every outcome passed: `detail` when all did, else the last failure.
+    pub fn premise(&self, name: &str, detail: String) -> Check {
+        let detail = if self.all() {
+            detail
+        } else {
+            self.last_failure.clone()
+        };
+        Check::premise(name, self.all(), detail)
+    }
 }
 
-/// Opens the same file again by its descriptor's path, so a file already unlinked can get
-/// a second descriptor with other flags (uncached: O_DIRECT, F_NOCACHE).
+/// Opens a file, even one already unlinked, again with other flags (O_DIRECT, F_NOCACHE).
 pub(crate) fn reopen(file: &File, direct: bool, write: bool) -> std::io::Result<File> {
     if direct && crate::experiments::seams::get().no_direct {
         return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
@@ -123,9 +125,8 @@ pub(crate) fn direct_works(file: &File) -> bool {
     d.read_exact_at(&mut buf, 0).is_ok()
 }
 
-/// Creates a scratch file of `size` bytes (a multiple of 1 MiB) filled with incompressible
-/// data, flushed to the device, and already unlinked so that nothing can be left behind.
-/// Written through O_DIRECT where possible, so the page cache stays untouched.
+/// A scratch file of `size` bytes of incompressible data, flushed, and already unlinked so
+/// nothing can be left behind.
 pub(crate) fn make_file(
     scratch: &Scratch,
     name: &str,
@@ -139,8 +140,8 @@ pub(crate) fn make_file(
     Ok(f)
 }
 
-/// Writes `[from, to)` of a file with pseudo-random data in 1 MiB pieces and flushes it;
-/// uses O_DIRECT when the file system takes it.
+/// Writes `[from, to)` with pseudo-random data and flushes it; through O_DIRECT where the
+/// file system takes it, so the page cache stays untouched.
 pub(crate) fn append(file: &File, from: u64, to: u64, seed: u64) -> anyhow::Result<()> {
     let direct = reopen(file, true, true).ok();
     let mut buf = AlignedBuf::new(MIB as usize, BLOCK)?;
@@ -170,8 +171,7 @@ pub(crate) fn append(file: &File, from: u64, to: u64, seed: u64) -> anyhow::Resu
     Ok(())
 }
 
-/// Reads `[0, len)` with 1 MiB pread() calls through the page cache (callers that want
-/// its duration time it with the harness's stopwatch).
+/// Reads `[0, len)` with 1 MiB pread() calls through the page cache.
 pub(crate) fn read_through(file: &File, len: u64, buf: &mut [u8]) -> anyhow::Result<()> {
     let mut pos = 0u64;
     while pos < len {
@@ -188,11 +188,6 @@ pub(crate) fn stopwatch<'a>(ctx: &'a Context) -> Stopwatch<'a> {
     ctx.harness(1).stopwatch()
 }
 
-/// A deadline `d` from now on the run's clock, through the harness.
-pub(crate) fn deadline<'a>(ctx: &'a Context, d: Duration) -> Deadline<'a> {
-    ctx.harness(1).deadline(d)
-}
-
 /// The access patterns of a per-block read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pattern {
@@ -207,6 +202,13 @@ impl Pattern {
         match self {
             Pattern::Sequential => "seq",
             Pattern::Random => "random",
+        }
+    }
+    /// How its reads are made, for metric descriptions.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Pattern::Sequential => "sequential read()",
+            Pattern::Random => "random pread() over a shuffled block order",
         }
     }
     /// The access advice for reads in this pattern (no readahead for random reads).
@@ -231,21 +233,18 @@ pub(crate) struct BlockTimes {
 /// How `time_blocks` groups reads into samples.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Timing {
-    /// Every read timed on its own, every block at most once (slow, device-bound reads,
-    /// whose distribution is wanted).
+    /// Every read timed on its own, every block at most once (device-bound reads).
     EachRead,
-    /// Chunks of consecutive reads lasting about this long, wrapping around the file
-    /// (fast reads from the page cache).
+    /// Chunks of reads lasting about this long, wrapping around the file (cached reads).
     Chunks(Duration),
 }
 
 /// Chunk length of the first sample, which sizes every later one.
 const FIRST_CHUNK: u64 = 8;
 
-/// Times 4 KiB reads of `file` (`size` bytes) through the harness's per-operation
-/// sampling (clock overhead subtracted): at least `min_trials` samples, within `budget`.
-/// Preemption is not checked: uncached reads block on purpose, and a cached chunk keeps
-/// the definition it had (every chunk counts).
+/// Times 4 KiB reads of `file` through the harness: at least `min_trials` samples within
+/// `budget`. No preemption check: uncached reads block on purpose, and every cached chunk
+/// counts.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn time_blocks(
     ctx: &Context,
@@ -329,8 +328,8 @@ impl<'a> BlockReader<'a> {
         })
     }
 
-    /// Samples as `spec` says; each sample reads the next chunk. Without wrapping the
-    /// pass ends once every block was read (`spec.max_n` says how many samples that is).
+    /// Samples as `spec` says, each reading the next chunk; without wrapping the pass ends
+    /// once every block was read.
     fn sample(&mut self, h: &Harness, spec: &SampleSpec) -> anyhow::Result<BlockTimes> {
         // Every sample is kept in order (no preemption check), so each one's block count
         // is known: a chunk at the end of the file is shorter.
@@ -401,8 +400,7 @@ impl<'a> BlockReader<'a> {
 #[derive(Debug, Clone)]
 pub(crate) struct Device {
     pub name: String,
-    /// What the device is modelled as, and why (bus, model string, members of a
-    /// device-mapper or md device; `machine::storage::classify`).
+    /// What the device is modelled as, and why (`machine::storage::classify`).
     pub class: crate::machine::storage::DiskClass,
 }
 
@@ -415,9 +413,7 @@ pub(crate) fn device_of(path: &Path) -> Option<Device> {
     })
 }
 
-/// Why an uncached read of `d` gets no prediction: the class the device was identified as
-/// and why; a class does not fix a device's latency, and the parts table names no
-/// published figure for one.
+/// Why an uncached read of `d` gets no prediction: a device class does not fix its latency.
 pub(crate) fn device_basis(d: &Device) -> String {
     format!(
         "{} is {} ({}); a device class does not fix its read latency and the parts table \
@@ -432,8 +428,7 @@ pub(crate) fn device_basis(d: &Device) -> String {
 /// (/sys/block/DISK/stat) counted around them.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DeviceReads {
-    /// The disk whose counter is read; None when the file system has no local block
-    /// device (network or virtual file systems).
+    /// The disk whose counter is read; None without a local block device.
     pub disk: Option<String>,
     pub requested: u64,
     /// Sectors counted during the passes; None once any reading of the counter failed.
@@ -474,15 +469,12 @@ impl DeviceReads {
     }
 }
 
-/// Share of the requested bytes the device must have read for uncached reads to count as
-/// reaching it. Other processes' reads can only add to the counter, so a pass can be
-/// wrongly confirmed, never wrongly refuted.
+/// Share of the requested bytes the device must read for uncached reads to count as
+/// reaching it (other processes' reads can only add to the counter).
 const REACHED_SHARE: f64 = 0.9;
 
-/// Premise "uncached reads reached the device": the disk counted at least 90% of the bytes
-/// the uncached passes read. O_DIRECT alone does not prove it: a file system may answer
-/// from its own cache (ZFS ARC), from compressed extents (btrfs) or from memory (tmpfs
-/// ignoring the flag). Without a counter the premise is reported as not verified.
+/// Premise "uncached reads reached the device": O_DIRECT alone does not prove it, as a file
+/// system may answer from its own cache (ZFS ARC), compressed extents or memory.
 pub(crate) fn reached_device_check(
     requested: u64,
     sectors: Option<u64>,
@@ -518,8 +510,7 @@ pub(crate) fn reached_device_check(
     }
 }
 
-/// Evicts a file and reports the check; `must` makes it a premise (the uncached read
-/// relies on it) rather than a note (O_DIRECT bypasses the cache anyway).
+/// Evicts a file and checks it; a premise when the uncached read relies on it (`must`).
 pub(crate) fn evict_check(
     ctx: &Context,
     file: &File,

@@ -1,6 +1,5 @@
 //! fs.contention: P processes, each reading its own file uncached, released together by
-//! a barrier; per-block time vs P and a fitted (piecewise) linear model
-//! (docs/METHODOLOGY.md, fs.contention).
+//! a barrier; per-block time vs P and a fitted (piecewise) linear model.
 
 use crate::clock::{Clock, Deadline};
 use crate::experiments::kit::children::Children;
@@ -8,6 +7,7 @@ use crate::experiments::kit::files::{
     direct_works, disk_scratch, evict_check, make_file, reopen, scratch_note, stopwatch,
     DeviceReads, RepeatedCheck, BLOCK, MIB,
 };
+use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
 use crate::pagecache::AlignedBuf;
@@ -50,17 +50,13 @@ fn counts(p: Profile) -> Vec<usize> {
 const ROUND: PerProfile<(Duration, usize)> =
     PerProfile::new((ms(60), 1), (ms(80), 2), (ms(300), 3), (ms(400), 3));
 
-/// Per-block time the files are sized for when fs.read measured none in this run (a
-/// virtual or flash disk); a faster device then reads blocks again, and the re-read
-/// share is reported.
+/// Per-block time the files are sized for when fs.read measured none in this run.
 const FALLBACK_BLOCK_NS: f64 = 100_000.0;
 
-/// Blocks a file holds beyond what its reader reads at fs.read's median pace (a reader
-/// is not held to it: a host may read ahead of sequential readers).
+/// Blocks a file holds beyond what its reader reads at fs.read's median pace.
 const MARGIN: f64 = 1.25;
 
-/// Most bytes the readers' files take together, per profile (written before the rounds;
-/// the budget counts writing them at 400 MB/s).
+/// Most bytes the readers' files take together, per profile.
 const MAX_TOTAL: PerProfile<u64> = PerProfile::new(64 * MIB, 384 * MIB, 4096 * MIB, 8192 * MIB);
 
 /// Rounds reader j takes part in: every round of every P above j.
@@ -72,10 +68,8 @@ fn reader_rounds(p: Profile) -> Vec<u64> {
         .collect()
 }
 
-/// The per-block time the files are sized for: the faster of fs.read's uncached
-/// sequential and random medians measured earlier in the run, with its source; None when
-/// fs.read gave neither. A reader's per-block time is a mean over its round, and the mean
-/// of a latency with a slow tail is no lower than its median, and under steal well above it.
+/// The faster of fs.read's uncached medians, with its source: a reader's per-block time is
+/// a mean, never lower than the median of a latency with a slow tail.
 fn measured_block_ns(ctx: &Context) -> Option<(f64, String)> {
     ["uncached_seq", "uncached_random"]
         .iter()
@@ -86,9 +80,8 @@ fn measured_block_ns(ctx: &Context) -> Option<(f64, String)> {
         .min_by(|a, b| a.0.total_cmp(&b.0))
 }
 
-/// Each reader's file: every block it may read in its rounds at `block_ns` per block, with
-/// the margin, in whole MiB; scaled down together to fit `room` bytes. Returns the sizes
-/// and whether they were cut to fit.
+/// Each reader's file, in whole MiB: every block it may read in its rounds at `block_ns`,
+/// with the margin, scaled down together to fit `room`; and whether they were cut.
 fn file_sizes(p: Profile, block_ns: f64, room: u64) -> (Vec<u64>, bool) {
     let (dur, _) = ROUND.get(p);
     let per_round = dur.as_nanos() as f64 / block_ns * MARGIN * BLOCK as f64;
@@ -170,58 +163,46 @@ impl Experiment for Contention {
             + Duration::from_secs_f64(MAX_TOTAL.get(p) as f64 / 400e6)
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        let p = PMAX.get(ctx.profile) as f64;
+        let mut p = Predictions::new(ctx);
         // Readers report elapsed / blocks, a mean: compare with fs.read's mean, not its
         // median (4 KiB latency has a long tail).
-        let Some(t1) = ctx
-            .earlier_metric("fs.read", "uncached_seq")
-            .map(|m| m.summary.mean)
-            .filter(|v| v.is_finite())
-        else {
-            let why = "fs.read uncached_seq was not measured in this run, and a device's read \
-                       latency has no published figure in the parts table";
-            return ["per_block_p1", "per_block_pmax", "model_slope"]
-                .iter()
-                .map(|n| (n.to_string(), Prediction::withheld(why)))
-                .collect();
-        };
-        let src = "measured: fs.read uncached_seq (mean)";
-        vec![
-            (
-                "per_block_p1".into(),
-                Prediction::new(t1, "t1: one process alone reads as fs.read measured")
-                    .measured("t1", t1, "ns", src),
-            ),
-            (
-                "per_block_pmax".into(),
-                Prediction::new(
-                    p * t1,
-                    "P x t1: the device serves one request at a time, so each reader waits for the other P-1",
-                )
-                .measured("t1", t1, "ns", src)
-                .method("P", p, "processes", "method: the profile's Pmax"),
-            ),
-            (
-                "model_slope".into(),
-                Prediction::new(t1, "t1 per added process (one device queue)")
-                    .measured("t1", t1, "ns", src),
-            ),
-            (
-                "model_intercept".into(),
-                Prediction::withheld(
-                    "the one-queue model (P x t1) passes through zero at P = 0, and a ratio to \
-                     zero means nothing",
-                ),
-            ),
-            (
-                "model_breakpoint".into(),
-                Prediction::withheld("the one-queue model (P x t1) has no breakpoint"),
-            ),
-            (
-                "model_slope_after".into(),
-                Prediction::withheld("the one-queue model (P x t1) has no breakpoint"),
-            ),
-        ]
+        let t1 = Input::measured(
+            "t1",
+            ctx.earlier_metric("fs.read", "uncached_seq")
+                .map(|m| m.summary.mean),
+            "ns",
+            "measured: fs.read uncached_seq (mean)",
+            "fs.read uncached_seq was not measured in this run, and a device's read latency \
+             has no published figure in the parts table",
+        );
+        let pmax = PMAX.get(ctx.profile) as f64;
+        let pmax = Input::method("P", pmax, "processes", "method: the profile's Pmax");
+        p.equal(
+            "per_block_p1",
+            &t1,
+            "t1: one process alone reads as fs.read measured",
+        );
+        p.state("per_block_pmax", &[&t1, &pmax], |v| {
+            Prediction::new(
+                v[1] * v[0],
+                "P x t1: the device serves one request at a time, so each reader waits for the other P-1",
+            )
+        });
+        p.equal(
+            "model_slope",
+            &t1,
+            "t1 per added process (one device queue)",
+        );
+        if t1.value().is_some() {
+            let no_bend = "the one-queue model (P x t1) has no breakpoint";
+            p.withhold(
+                &["model_intercept"],
+                "the one-queue model (P x t1) passes through zero at P = 0, and a ratio to \
+                 zero means nothing",
+            );
+            p.withhold(&["model_breakpoint", "model_slope_after"], no_bend);
+        }
+        p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         // Tests run experiments on parallel threads: readers forked by one run would hold
@@ -322,7 +303,7 @@ impl Experiment for Contention {
 
 /// Everything the rounds measured, and what the premise checks need.
 struct ContentionRounds {
-    /// Where each reader goes on (distinct blocks across rounds): blocks read so far.
+    /// Blocks each reader read so far: where it goes on, so no block is read twice.
     cursor: Vec<u64>,
     /// (P, spread of the readers' start times in ns) per round.
     spreads: Vec<(usize, u64)>,

@@ -11,8 +11,7 @@ pub(super) struct ReaderResult {
     error: u64,
 }
 
-/// A reader's body after its release at `start`: reads `nblocks` blocks of `fd` from
-/// block `first` into `buf` for at most `dur`, wrapping only with O_DIRECT.
+/// A reader after its release at `start`: reads its file from block `first` for `dur`.
 ///
 /// # Safety
 /// Runs in a forked child: only async-signal-safe calls (pread, the run's clock, whose
@@ -118,10 +117,8 @@ pub(super) fn round_of(
     Ok(r)
 }
 
-/// Reader i runs on the i-th CPU of the placement order (`Topology::spread`: the run's
-/// CPU first, so P = 1 reads as fs.read does, then one per physical core, node by node,
-/// SMT siblings last), modulo the allowed CPUs: no two readers share a CPU while a free
-/// one exists. Returns the masks and the CPU numbers.
+/// Reader i's CPU is the i-th of `Topology::spread` (the run's CPU first, so P = 1 reads as
+/// fs.read does; SMT siblings last), modulo the allowed CPUs: masks and CPU numbers.
 pub(super) fn reader_cpus(
     ctx: &Context,
 ) -> anyhow::Result<(Vec<crate::platform::CpuMask>, Vec<usize>)> {
@@ -151,8 +148,7 @@ pub(super) fn reader_order(
     t.spread(allowed, allowed.len())
 }
 
-/// What the readers shared at the largest P measured: CPUs beyond the CPU count (their
-/// per-block time then includes waiting for a CPU), else physical cores (SMT siblings).
+/// What the readers shared at the largest P measured: CPUs, else physical cores.
 pub(super) fn sharing_note(
     t: &crate::machine::Topology,
     cpus: &[usize],

@@ -78,8 +78,7 @@ pub(super) fn pooled_model(
     (model, ends)
 }
 
-/// The fitted model's metrics, its curve and the finding it supports (from the pooled
-/// runs).
+/// The fitted model's metrics, its curve and the finding it supports (pooled runs).
 pub(super) fn report_model(
     ctx: &Context,
     out: &mut Outcome,
@@ -143,9 +142,7 @@ pub(super) fn report_model(
 }
 
 /// The requests the device serves at once, P x t(1) / t(P), said only where it means that:
-/// at the largest P whose readers each have a CPU of their own (beyond, readers also wait
-/// for a CPU), never above P (per-block time cannot fall with more readers unless a cache
-/// serves some), and not at all when a check of the run failed.
+/// at the largest P with a CPU per reader, never above P, and not when a check failed.
 pub(super) fn overlap_text(medians: &[(f64, f64)], cpus: usize, withheld: Option<&str>) -> String {
     if let Some(why) = withheld {
         return format!(" No overlap of requests is estimated: the check(s) {why} did not pass.");
