@@ -497,17 +497,6 @@ impl Prediction {
         self.typed(name, value, unit, source.into(), InputKind::Machine, None)
     }
 
-    /// An input measured earlier in this run.
-    pub(crate) fn measured(
-        self,
-        name: &str,
-        value: f64,
-        unit: &str,
-        source: impl Into<String>,
-    ) -> Self {
-        self.typed(name, value, unit, source.into(), InputKind::Measured, None)
-    }
-
     /// A count the method fixes or traces (say which C library a traced count holds for).
     pub(crate) fn method(
         self,
