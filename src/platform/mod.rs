@@ -547,6 +547,25 @@ mod tests {
         assert_ne!(a, b);
     }
 
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_just_written_file_reads_as_cached_through_the_raw_preadv2() {
+        use std::io::Write;
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&[7u8; 8192]).unwrap();
+        // Written through the cache, so present; Err only where RWF_NOWAIT is unsupported.
+        match cached_nowait(&f, 4096) {
+            Ok(cached) => assert!(cached),
+            Err(e) => assert!(
+                matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOSYS | libc::EOPNOTSUPP | libc::EINVAL)
+                ),
+                "{e}"
+            ),
+        }
+    }
+
     #[test]
     fn raw_clock_advances() {
         let t0 = raw_clock_ns();
