@@ -371,3 +371,20 @@ pub fn cached_nowait(file: &File, offset: u64) -> io::Result<bool> {
         }
     }
 }
+
+#[cfg(target_env = "gnu")]
+pub fn c_library() -> String {
+    // SAFETY: gnu_get_libc_version takes nothing and returns a static NUL-terminated string.
+    let v = unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) };
+    format!("glibc {}", v.to_string_lossy())
+}
+
+#[cfg(target_env = "musl")]
+pub fn c_library() -> String {
+    "musl".into()
+}
+
+#[cfg(not(any(target_env = "gnu", target_env = "musl")))]
+pub fn c_library() -> String {
+    "C library unknown".into()
+}

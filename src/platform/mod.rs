@@ -292,6 +292,12 @@ pub(crate) fn cached_nowait(file: &File, offset: u64) -> io::Result<bool> {
     imp::cached_nowait(file, offset)
 }
 
+/// The C library this process runs on, asked at run time (the installed one, not the one
+/// built against): "glibc 2.36"; "musl", which has no version call; "libSystem" on macOS.
+pub(crate) fn c_library() -> String {
+    imp::c_library()
+}
+
 /// The 1-minute load average (runnable, and on Linux uninterruptible, tasks); None when
 /// the system does not say.
 pub(crate) fn load_average() -> Option<f64> {
