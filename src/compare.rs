@@ -55,6 +55,9 @@ pub struct RunInfo {
     pub profile: String,
     /// Repetitions in the run (`run --repeat`).
     pub repeat: usize,
+    /// The build that measured it (`Tool::build_line`); None when the document predates
+    /// build names.
+    pub build: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -172,6 +175,9 @@ pub struct Comparison {
     pub metrics: Vec<ComparedMetric>,
     /// Experiments where the sentinel moved by at least `ENV_NOTICE`.
     pub environment: Vec<EnvironmentMove>,
+    /// One sentence per run measured by another build than the baseline's (version,
+    /// commit, target or C library), which can move figures as a machine change does.
+    pub builds: Vec<String>,
     /// Metrics present in the baseline and at least one other run.
     pub compared: usize,
     pub significant: usize,
@@ -377,10 +383,12 @@ pub fn compare_with_history(
                 started_at: r.started_at.clone(),
                 profile: profile_of(r),
                 repeat: r.config.repeats(),
+                build: r.tool.build_line(),
             })
             .collect(),
         metrics,
         environment: environment_moves(runs),
+        builds: build_moves(runs),
         compared,
         significant,
         gate: None,
@@ -710,6 +718,39 @@ fn environment_moves(runs: &[(String, RunResults)]) -> Vec<EnvironmentMove> {
     environment
 }
 
+/// A sentence per run whose build differs from the baseline's. The C library and the
+/// target change what thread creation, fork and memcpy cost, so such a difference is
+/// part of the environment; a run that does not name its build is said to, once.
+fn build_moves(runs: &[(String, RunResults)]) -> Vec<String> {
+    let Some((_, a)) = runs.first() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (i, (_, r)) in runs.iter().enumerate().skip(1) {
+        let l = label(i);
+        let d = a.tool.build_differences(&r.tool);
+        if !d.is_empty() {
+            out.push(format!(
+                "run {l} was measured by a different build than run A ({}): a difference may come from the build, not the machine",
+                d.join(", ")
+            ));
+        }
+    }
+    let unnamed: Vec<String> = runs
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, r))| r.tool.build_line().is_none())
+        .map(|(i, _)| label(i))
+        .collect();
+    if !unnamed.is_empty() && unnamed.len() < runs.len() {
+        out.push(format!(
+            "run {} does not name its commit, target or C library (written by an older osmeter): builds compared by version only",
+            unnamed.join(", ")
+        ));
+    }
+    out
+}
+
 /// The host name the history keys runs by (`--host-name`, else the hostname).
 pub fn host_of(r: &RunResults) -> String {
     r.host_name().into()
@@ -756,6 +797,9 @@ mod tests {
             tool: Tool {
                 name: "osmeter".into(),
                 version: "0".into(),
+                commit: None,
+                target: None,
+                libc: None,
             },
             started_at: "2026-01-01T00:00:00Z".into(),
             duration_s: 1.0,
@@ -1095,6 +1139,39 @@ mod tests {
             .collect();
         assert!(pair(a.clone(), b.clone(), &hist).metrics[0].significant);
         assert!(pair(dev(a), dev(b), &[]).metrics[0].significant);
+    }
+
+    #[test]
+    fn runs_of_different_builds_say_so() {
+        let mut a = run(vec![metric("m", trials(1, 30, 100.0, 0.02), None)], None);
+        let mut b = a.clone();
+        assert!(
+            compare(&[("a".into(), a.clone()), ("b".into(), b.clone())], 0.05)
+                .builds
+                .is_empty()
+        );
+        a.tool.commit = Some("aaaa".into());
+        a.tool.libc = Some("glibc 2.36".into());
+        b.tool.commit = Some("aaaa".into());
+        b.tool.libc = Some("musl".into());
+        let c = compare(&[("a".into(), a.clone()), ("b".into(), b.clone())], 0.05);
+        assert_eq!(c.builds.len(), 1, "{:?}", c.builds);
+        assert!(
+            c.builds[0].contains("C library glibc 2.36 -> musl"),
+            "{}",
+            c.builds[0]
+        );
+        assert!(!c.builds[0].contains("commit"), "{}", c.builds[0]);
+        // An old document names no build: said once, not taken for a difference.
+        b.tool.commit = None;
+        b.tool.libc = None;
+        let c = compare(&[("a".into(), a), ("b".into(), b)], 0.05);
+        assert_eq!(c.builds.len(), 1, "{:?}", c.builds);
+        assert!(
+            c.builds[0].starts_with("run B does not name"),
+            "{}",
+            c.builds[0]
+        );
     }
 
     #[test]

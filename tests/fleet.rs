@@ -635,6 +635,87 @@ fn a_failing_step_leaves_nothing_behind() {
     drop(fleet);
 }
 
+/// A release folder as `cargo xtask dist` lays it out, holding `binary` as this machine's
+/// architecture's archive.
+fn release_dir(dir: &Path, binary: &Path) -> PathBuf {
+    let name = format!("osmeter-0.0.0-{}-unknown-linux-gnu", std::env::consts::ARCH);
+    let stage = dir.join("stage").join(&name);
+    std::fs::create_dir_all(&stage).unwrap();
+    std::fs::copy(binary, stage.join("osmeter")).unwrap();
+    let rel = dir.join("release");
+    std::fs::create_dir_all(&rel).unwrap();
+    let st = Command::new("tar")
+        .arg("-C")
+        .arg(dir.join("stage"))
+        .arg("-czf")
+        .arg(rel.join(format!("{name}.tar.gz")))
+        .arg(&name)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::remove_dir_all(dir.join("stage")).unwrap();
+    rel
+}
+
+#[test]
+fn a_host_that_cannot_start_osmeter_is_reported_and_the_others_finish() {
+    const TEST: &str = "a_host_that_cannot_start_osmeter_is_reported_and_the_others_finish";
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((fleet, bin)) = setup(TEST, 3, 2) else {
+        return;
+    };
+    let d = fleet.path();
+    // h1 gets the real release; h2 one whose binary fails to load as a binary built
+    // against a newer glibc does on an old host.
+    let good = release_dir(&d.join("good"), Path::new(env!("CARGO_BIN_EXE_osmeter")));
+    let stub = d.join("old-glibc-osmeter");
+    std::fs::write(
+        &stub,
+        "#!/bin/sh\necho \"$0: /lib/x86_64-linux-gnu/libc.so.6: version \\`GLIBC_2.99' not found (required by $0)\" >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&stub, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let bad = release_dir(&d.join("bad"), &stub);
+    let inv = std::fs::read_to_string(fleet.inventory()).unwrap();
+    let h2 = &fleet.hosts[1];
+    let line = format!("{} ansible_host={}", h2.name, h2.ip);
+    assert!(inv.contains(&line), "{inv}");
+    // The group's release, and h2's own (the inventory's host variable wins over its group's).
+    let inv = inv.replace(
+        &line,
+        &format!("{line} osmeter_release_dir={}", bad.display()),
+    );
+    let inv = inv.replace(
+        "[fleet:vars]\n",
+        &format!("[fleet:vars]\nosmeter_release_dir={}\n", good.display()),
+    );
+    std::fs::write(fleet.inventory(), inv).unwrap();
+
+    let out = d.join("out");
+    let o = fleet.playbook(
+        &bin,
+        &out,
+        &["osmeter_profile=smoke", "osmeter_only=cpu.timer"],
+    );
+    let log = text(&o);
+    assert!(
+        !o.status.success(),
+        "a host failed, so must the play:\n{log}"
+    );
+    assert!(
+        log.contains("osmeter cannot start on h2") && log.contains("GLIBC_2.99"),
+        "the failing host and its reason:\n{log}"
+    );
+    assert!(
+        out.join("h1/results.json").is_file(),
+        "h1 should have finished:\n{log}"
+    );
+    assert!(!out.join("h2/results.json").exists(), "{log}");
+    let left = fleet.leftovers();
+    assert!(left.is_empty(), "left behind: {left:?}\n{log}");
+    drop(fleet);
+}
+
 #[test]
 fn the_playbook_runs_as_an_unprivileged_user() {
     const TEST: &str = "the_playbook_runs_as_an_unprivileged_user";

@@ -441,6 +441,19 @@ fn surroundings(
             "different machines: A is {fa}, {label} is {fb}; no verdict can separate the machine from the change"
         ));
     }
+    // A commit is what a gate compares; another target or C library is the environment's.
+    let built: Vec<String> = ra
+        .tool
+        .build_differences(&rb.tool)
+        .into_iter()
+        .filter(|d| d.starts_with("target") || d.starts_with("C library"))
+        .collect();
+    if !built.is_empty() {
+        environment.push(format!(
+            "different builds: {} between A and {label}; thread creation, fork and copies go through the C library, so their figures move with it",
+            built.join(", ")
+        ));
+    }
     let steal = match (steal_inflation(ra), steal_inflation(rb)) {
         (Some(a), Some(b)) => {
             let d = (b - a).abs();

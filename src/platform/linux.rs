@@ -212,19 +212,28 @@ pub fn die_with_parent() -> Result<(), &'static str> {
 pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
     let mut got = 0;
     while got < buf.len() {
-        // SAFETY: the destination is the unfilled rest of buf.
+        // The raw system call, not glibc's getrandom() (2.25+), so the binary loads on older
+        // C libraries; a kernel older than 3.17 answers ENOSYS and /dev/urandom serves.
+        // SAFETY: the destination is the unfilled rest of buf, and the kernel writes at most
+        // its length there.
         let n = unsafe {
-            libc::getrandom(
+            libc::syscall(
+                libc::SYS_getrandom,
                 buf[got..].as_mut_ptr() as *mut libc::c_void,
                 buf.len() - got,
-                0,
+                0 as libc::c_uint,
             )
         };
         if n < 0 {
             if super::interrupted() {
                 continue;
             }
-            return Err(io::Error::last_os_error());
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENOSYS) {
+                use std::io::Read;
+                return File::open("/dev/urandom")?.read_exact(&mut buf[got..]);
+            }
+            return Err(e);
         }
         got += n as usize;
     }
@@ -331,13 +340,23 @@ pub fn cached_nowait(file: &File, offset: u64) -> io::Result<bool> {
         iov_len: 1,
     };
     loop {
+        // The raw system call, not glibc's preadv2() (2.26+), so the binary loads on older C
+        // libraries; a kernel older than 4.6 answers ENOSYS (older than 4.14, EOPNOTSUPP for
+        // RWF_NOWAIT), which the caller takes as "not supported here". The kernel takes the
+        // offset as two longs, low then high (the high one is 0 on 64-bit systems).
+        let (lo, hi) = (
+            offset as libc::c_ulong as libc::c_long,
+            ((offset as u128) >> libc::c_ulong::BITS) as libc::c_long,
+        );
         // SAFETY: one iovec over a live local byte; preadv2 writes at most 1 byte there.
         let n = unsafe {
-            libc::preadv2(
+            libc::syscall(
+                libc::SYS_preadv2,
                 file.as_raw_fd(),
-                &iov,
-                1,
-                offset as libc::off_t,
+                &iov as *const libc::iovec,
+                1 as libc::c_int,
+                lo,
+                hi,
                 libc::RWF_NOWAIT,
             )
         };
@@ -351,4 +370,21 @@ pub fn cached_nowait(file: &File, offset: u64) -> io::Result<bool> {
             _ => return Err(e),
         }
     }
+}
+
+#[cfg(target_env = "gnu")]
+pub fn c_library() -> String {
+    // SAFETY: gnu_get_libc_version takes nothing and returns a static NUL-terminated string.
+    let v = unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) };
+    format!("glibc {}", v.to_string_lossy())
+}
+
+#[cfg(target_env = "musl")]
+pub fn c_library() -> String {
+    "musl".into()
+}
+
+#[cfg(not(any(target_env = "gnu", target_env = "musl")))]
+pub fn c_library() -> String {
+    "C library unknown".into()
 }

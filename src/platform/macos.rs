@@ -398,3 +398,7 @@ pub fn cached_nowait(_file: &File, _offset: u64) -> io::Result<bool> {
         "no non-blocking buffered reads on macOS",
     ))
 }
+
+pub fn c_library() -> String {
+    "libSystem".into()
+}

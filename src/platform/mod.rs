@@ -293,6 +293,12 @@ pub(crate) fn cached_nowait(file: &File, offset: u64) -> io::Result<bool> {
     imp::cached_nowait(file, offset)
 }
 
+/// The C library this process runs on, asked at run time (the installed one, not the one
+/// built against): "glibc 2.36"; "musl", which has no version call; "libSystem" on macOS.
+pub(crate) fn c_library() -> String {
+    imp::c_library()
+}
+
 /// The 1-minute load average (runnable, and on Linux uninterruptible, tasks); None when
 /// the system does not say.
 pub(crate) fn load_average() -> Option<f64> {
@@ -546,6 +552,25 @@ mod tests {
         random_bytes(&mut a).unwrap();
         random_bytes(&mut b).unwrap();
         assert_ne!(a, b);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_just_written_file_reads_as_cached_through_the_raw_preadv2() {
+        use std::io::Write;
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&[7u8; 8192]).unwrap();
+        // Written through the cache, so present; Err only where RWF_NOWAIT is unsupported.
+        match cached_nowait(&f, 4096) {
+            Ok(cached) => assert!(cached),
+            Err(e) => assert!(
+                matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOSYS | libc::EOPNOTSUPP | libc::EINVAL)
+                ),
+                "{e}"
+            ),
+        }
     }
 
     #[test]

@@ -16,6 +16,9 @@ pub fn render(c: &Comparison) -> String {
             r.label, r.source, r.host, r.started_at, r.profile
         ));
     }
+    for b in &c.builds {
+        s.push_str(&format!("build: {b}\n"));
+    }
     if let Some(g) = &c.gate {
         s.push_str(&gate(g));
     }

@@ -122,6 +122,9 @@ fn header(r: &RunResults, wd: usize, shown: &[String]) -> String {
         r.config.profile_name(),
         r.duration_s
     ));
+    if let Some(b) = r.tool.build_line() {
+        head.push_str(&format!("build: {b}\n"));
+    }
     if let Some(c) = &m.clock {
         head.push_str(&format!(
             "clock: {} at {:.1} MHz ({}); effective core clock {}; cycles below are core cycles\n",

@@ -248,6 +248,9 @@ pub fn machine_facts(r: &RunResults) -> Vec<(String, String)> {
         }
     };
     add("host", m.hostname.clone());
+    if let Some(b) = r.tool.build_line() {
+        add("measured by", b);
+    }
     add("CPU", cpu_line(&m.cpu));
     if !m.topology.is_unknown() {
         topology_facts(&m.topology, r, &mut add);

@@ -36,10 +36,76 @@ pub struct RunResults {
     pub findings: Vec<Finding>,
 }
 
+/// What measured: osmeter's version and, since documents name their build, the commit it
+/// was built from, its target triple and the C library it ran on. Documents written
+/// before then lack the three (None), and say nothing about their build.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Tool {
     pub name: String,
     pub version: String,
+    /// The git commit of the source ("unknown" when built outside a git checkout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// The target triple the binary was built for (e.g. x86_64-unknown-linux-gnu).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// The C library it ran on, asked at run time: "glibc 2.36", "musl", "libSystem".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub libc: Option<String>,
+}
+
+impl Tool {
+    /// This binary, running on the C library `libc`.
+    pub(crate) fn this_build(libc: String) -> Tool {
+        Tool {
+            name: "osmeter".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            commit: Some(env!("OSMETER_COMMIT").into()),
+            target: Some(env!("OSMETER_TARGET").into()),
+            libc: Some(libc),
+        }
+    }
+
+    /// "osmeter 0.1.0, commit 1a2b3c, target x86_64-unknown-linux-gnu, glibc 2.36"; None
+    /// for a document that does not name its build.
+    pub fn build_line(&self) -> Option<String> {
+        if self.commit.is_none() && self.target.is_none() && self.libc.is_none() {
+            return None;
+        }
+        let unknown = |v: &Option<String>| v.clone().unwrap_or_else(|| "unknown".into());
+        Some(format!(
+            "{} {}, commit {}, target {}, {}",
+            self.name,
+            self.version,
+            unknown(&self.commit),
+            unknown(&self.target),
+            self.libc
+                .clone()
+                .unwrap_or_else(|| "C library unknown".into())
+        ))
+    }
+
+    /// What differs between this build and `other`'s (version, commit, target, C
+    /// library), as "commit a -> b" phrases; a fact one side does not record is not
+    /// compared.
+    pub fn build_differences(&self, other: &Tool) -> Vec<String> {
+        let mut d = Vec::new();
+        if self.version != other.version {
+            d.push(format!("version {} -> {}", self.version, other.version));
+        }
+        for (what, a, b) in [
+            ("commit", &self.commit, &other.commit),
+            ("target", &self.target, &other.target),
+            ("C library", &self.libc, &other.libc),
+        ] {
+            if let (Some(a), Some(b)) = (a, b) {
+                if a != b {
+                    d.push(format!("{what} {a} -> {b}"));
+                }
+            }
+        }
+        d
+    }
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]

@@ -292,10 +292,7 @@ fn document(
 ) -> RunResults {
     RunResults {
         schema_version: SCHEMA_VERSION,
-        tool: Tool {
-            name: "osmeter".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-        },
+        tool: Tool::this_build(crate::platform::c_library()),
         started_at: crate::results::rfc3339(started),
         duration_s: t0.elapsed().as_secs_f64(),
         config: RunRecord {
