@@ -9,7 +9,7 @@ use crate::experiments::{Context, Experiment, Outcome, PerProfile, Spec};
 use crate::harness::Harness;
 use crate::opaque::repeat;
 use crate::platform;
-use crate::results::{Check, Prediction, Series};
+use crate::results::{Check, Prediction};
 use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::{anyhow, bail, Context as _};
 use std::io;
