@@ -184,26 +184,53 @@ impl Bounce {
 #[repr(align(128))]
 struct PingLine(AtomicU64);
 
-/// Bounces a line between `a` (first touch, timing) and `b` for about `share`.
+/// Bounces a line between `a` (first touch, timing) and `b` for about `share`: a team run
+/// from a thread on `a`, whose member 0 sets the line from 2k to 2k+1 and waits for the
+/// last answer, member 1 from 2k+1 to 2k+2.
 fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> Bounce {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let _ = pin(a);
-            match Region::new(crate::pagecache::page_size(), Pages::Base) {
-                Ok(mut region) => {
-                    // First touch on `a`: the page (and the line) start here.
-                    region.as_mut_slice()[0] = 0;
-                    // SAFETY: the region is page-aligned, larger than a PingLine, and outlives
-                    // the team, whose threads are joined before `bounce_on` returns.
-                    let line = unsafe { &*(region.as_ptr() as *const PingLine) };
-                    bounce_on(ctx.clock, line, [a, b], share)
+    let clock = ctx.clock;
+    let on_a = || {
+        let _ = pin(a);
+        let mut region = match Region::new(crate::pagecache::page_size(), Pages::Base) {
+            Ok(region) => region,
+            Err(e) => return Bounce::failed(format!("{e:#}")),
+        };
+        // First touch on `a`: the page (and the line) start here.
+        region.as_mut_slice()[0] = 0;
+        // SAFETY: the region is page-aligned, larger than a PingLine, and outlives the
+        // team, whose threads are joined before `Team::run` returns.
+        let line = unsafe { &*(region.as_ptr() as *const PingLine) };
+        line.0.store(0, Ordering::Release);
+        let member = |t: usize| {
+            let mut v = t as u64;
+            move |n: u64| {
+                ping(line, &mut v, n);
+                if t == 0 {
+                    while line.0.load(Ordering::Acquire) != v {
+                        std::hint::spin_loop();
+                    }
                 }
-                Err(e) => Bounce::failed(format!("{e:#}")),
             }
-        })
-        .join()
+        };
+        let (trials, placed) = Team::run(clock, &[a, b], member, |step| {
+            step(ROUND_TRIPS / 5); // warm-up: both spinning, line bouncing
+            let deadline = crate::clock::Deadline::after(clock, share);
+            let mut trials = Vec::new();
+            while trials.len() < MAX_TRIALS && (trials.len() < MIN_TRIALS || !deadline.passed()) {
+                let (ticks, _) = step(ROUND_TRIPS);
+                trials.push(clock.ticks_to_ns(ticks as f64) / (2 * ROUND_TRIPS) as f64);
+            }
+            trials
+        });
+        let side = |i: usize| placed.places.get(i).copied().unwrap_or_default();
+        Bounce {
+            trials,
+            places: [side(0), side(1)],
+            error: None,
+        }
+    };
+    std::thread::scope(|s| s.spawn(on_a).join())
         .unwrap_or_else(|_| Bounce::failed("the timing thread panicked".into()))
-    })
 }
 
 /// `n` compare-and-swaps of `line` from `*v` to `*v + 1`, each after the partner's.
@@ -217,44 +244,6 @@ fn ping(line: &PingLine, v: &mut u64, n: u64) {
             std::hint::spin_loop();
         }
         *v += 2;
-    }
-}
-
-/// The pair's team on this thread (on `cpus[0]`): member 0 sets the line from 2k to
-/// 2k+1 and waits for the last answer, member 1 from 2k+1 to 2k+2.
-fn bounce_on(
-    clock: &dyn crate::clock::Clock,
-    line: &PingLine,
-    cpus: [usize; 2],
-    share: Duration,
-) -> Bounce {
-    line.0.store(0, Ordering::Release);
-    let member = |t: usize| {
-        let mut v = t as u64;
-        move |n: u64| {
-            ping(line, &mut v, n);
-            if t == 0 {
-                while line.0.load(Ordering::Acquire) != v {
-                    std::hint::spin_loop();
-                }
-            }
-        }
-    };
-    let (trials, placed) = Team::run(clock, &cpus, member, |step| {
-        step(ROUND_TRIPS / 5); // warm-up: both spinning, line bouncing
-        let deadline = crate::clock::Deadline::after(clock, share);
-        let mut trials = Vec::new();
-        while trials.len() < MAX_TRIALS && (trials.len() < MIN_TRIALS || !deadline.passed()) {
-            let (ticks, _) = step(ROUND_TRIPS);
-            trials.push(clock.ticks_to_ns(ticks as f64) / (2 * ROUND_TRIPS) as f64);
-        }
-        trials
-    });
-    let side = |i: usize| placed.places.get(i).copied().unwrap_or_default();
-    Bounce {
-        trials,
-        places: [side(0), side(1)],
-        error: None,
     }
 }
 
