@@ -132,12 +132,8 @@ impl Experiment for Call {
         let medians: Vec<(f64, f64)> = (0..8)
             .map(|k| (k as f64, out.median(&format!("args_{k}"))))
             .collect();
-        out.series.push(crate::results::Series {
-            name: "call cost vs arguments".into(),
-            x_unit: "arguments".into(),
-            y_unit: "ns".into(),
-            points: medians.iter().map(|&(k, v)| [k, v]).collect(),
-        });
+        let points = medians.iter().map(|&(k, v)| [k, v]).collect();
+        out.plot("call cost vs arguments", "arguments", "ns", points);
         let slope = out.median("per_argument");
         let c0 = medians[0].1;
         out.check(Check::sanity(

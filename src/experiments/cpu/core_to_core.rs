@@ -1,14 +1,14 @@
 //! cpu.core-to-core: how long a cache line takes to travel between two CPUs, for pairs
 //! of allowed CPUs (as nviennot's core-to-core-latency and Intel MLC's `--c2c_latency`).
 
-use crate::experiments::kit::place::pin;
+use crate::experiments::kit::place::{pin, Place};
 use crate::experiments::kit::team::Team;
 use crate::experiments::kit::{Pages, Region};
 use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
 use crate::machine::{PartnerClass, Topology};
-use crate::results::{Check, Series};
+use crate::results::Check;
 use crate::units::fmt_ns;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -158,15 +158,12 @@ pub(crate) fn metric_names(
         .collect()
 }
 
-/// What one pair gave.
+/// What one pair gave: one-way ns per trial, where each side was seen, or why it could
+/// not run.
 #[derive(Debug, Clone, Default)]
 struct Bounce {
-    /// One-way ns per trial.
     trials: Vec<f64>,
-    /// getcpu looks per side, and those that found the thread elsewhere.
-    looks: [u64; 2],
-    off: [u64; 2],
-    /// The pair could not run (a thread could not map its page).
+    places: [Place; 2],
     error: Option<String>,
 }
 
@@ -187,26 +184,53 @@ impl Bounce {
 #[repr(align(128))]
 struct PingLine(AtomicU64);
 
-/// Bounces a line between `a` (first touch, timing) and `b` for about `share`.
+/// Bounces a line between `a` (first touch, timing) and `b` for about `share`: a team run
+/// from a thread on `a`, whose member 0 sets the line from 2k to 2k+1 and waits for the
+/// last answer, member 1 from 2k+1 to 2k+2.
 fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> Bounce {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let _ = pin(a);
-            match Region::new(crate::pagecache::page_size(), Pages::Base) {
-                Ok(mut region) => {
-                    // First touch on `a`: the page (and the line) start here.
-                    region.as_mut_slice()[0] = 0;
-                    // SAFETY: the region is page-aligned, larger than a PingLine, and outlives
-                    // the team, whose threads are joined before `bounce_on` returns.
-                    let line = unsafe { &*(region.as_ptr() as *const PingLine) };
-                    bounce_on(ctx.clock, line, [a, b], share)
+    let clock = ctx.clock;
+    let on_a = || {
+        let _ = pin(a);
+        let mut region = match Region::new(crate::pagecache::page_size(), Pages::Base) {
+            Ok(region) => region,
+            Err(e) => return Bounce::failed(format!("{e:#}")),
+        };
+        // First touch on `a`: the page (and the line) start here.
+        region.as_mut_slice()[0] = 0;
+        // SAFETY: the region is page-aligned, larger than a PingLine, and outlives the
+        // team, whose threads are joined before `Team::run` returns.
+        let line = unsafe { &*(region.as_ptr() as *const PingLine) };
+        line.0.store(0, Ordering::Release);
+        let member = |t: usize| {
+            let mut v = t as u64;
+            move |n: u64| {
+                ping(line, &mut v, n);
+                if t == 0 {
+                    while line.0.load(Ordering::Acquire) != v {
+                        std::hint::spin_loop();
+                    }
                 }
-                Err(e) => Bounce::failed(format!("{e:#}")),
             }
-        })
-        .join()
+        };
+        let (trials, placed) = Team::run(clock, &[a, b], member, |step| {
+            step(ROUND_TRIPS / 5); // warm-up: both spinning, line bouncing
+            let deadline = crate::clock::Deadline::after(clock, share);
+            let mut trials = Vec::new();
+            while trials.len() < MAX_TRIALS && (trials.len() < MIN_TRIALS || !deadline.passed()) {
+                let (ticks, _) = step(ROUND_TRIPS);
+                trials.push(clock.ticks_to_ns(ticks as f64) / (2 * ROUND_TRIPS) as f64);
+            }
+            trials
+        });
+        let side = |i: usize| placed.places.get(i).copied().unwrap_or_default();
+        Bounce {
+            trials,
+            places: [side(0), side(1)],
+            error: None,
+        }
+    };
+    std::thread::scope(|s| s.spawn(on_a).join())
         .unwrap_or_else(|_| Bounce::failed("the timing thread panicked".into()))
-    })
 }
 
 /// `n` compare-and-swaps of `line` from `*v` to `*v + 1`, each after the partner's.
@@ -223,56 +247,17 @@ fn ping(line: &PingLine, v: &mut u64, n: u64) {
     }
 }
 
-/// The pair's team on this thread (on `cpus[0]`): member 0 sets the line from 2k to
-/// 2k+1 and waits for the last answer, member 1 from 2k+1 to 2k+2.
-fn bounce_on(
-    clock: &dyn crate::clock::Clock,
-    line: &PingLine,
-    cpus: [usize; 2],
-    share: Duration,
-) -> Bounce {
-    line.0.store(0, Ordering::Release);
-    let member = |t: usize| {
-        let mut v = t as u64;
-        move |n: u64| {
-            ping(line, &mut v, n);
-            if t == 0 {
-                while line.0.load(Ordering::Acquire) != v {
-                    std::hint::spin_loop();
-                }
-            }
-        }
-    };
-    let (trials, placed) = Team::run(clock, &cpus, member, |step| {
-        step(ROUND_TRIPS / 5); // warm-up: both spinning, line bouncing
-        let deadline = crate::clock::Deadline::after(clock, share);
-        let mut trials = Vec::new();
-        while trials.len() < MAX_TRIALS && (trials.len() < MIN_TRIALS || !deadline.passed()) {
-            let (ticks, _) = step(ROUND_TRIPS);
-            trials.push(clock.ticks_to_ns(ticks as f64) / (2 * ROUND_TRIPS) as f64);
-        }
-        trials
-    });
-    let side = |i: usize| placed.places.get(i).copied().unwrap_or_default();
-    Bounce {
-        trials,
-        looks: [side(0).looks, side(1).looks],
-        off: [side(0).off(), side(1).off()],
-        error: None,
-    }
-}
-
 /// The premise: pinning is hard and every look found both threads on their CPUs.
 fn placement_check(pin: Option<String>, ok: &[&PairResult]) -> Check {
     let moved: Vec<String> = ok
         .iter()
-        .filter(|(.., r)| r.off.iter().any(|&o| o > 0))
+        .filter(|(.., r)| r.places.iter().any(|p| p.off() > 0))
         .map(|(a, b, _, r)| {
-            let ([la, lb], [oa, ob]) = (r.looks, r.off);
+            let [(oa, la), (ob, lb)] = r.places.map(|p| (p.off(), p.looks));
             format!("{a}<->{b}: {oa} of {la} looks off CPU {a}, {ob} of {lb} off CPU {b}")
         })
         .collect();
-    let looks: u64 = ok.iter().map(|r| r.3.looks[0] + r.3.looks[1]).sum();
+    let looks: u64 = ok.iter().flat_map(|r| r.3.places).map(|p| p.looks).sum();
     let detail = match &pin {
         Some(w) => w.clone(),
         None if moved.is_empty() => format!(
@@ -305,12 +290,7 @@ fn report(ctx: &Context, plan: &PairPlan, results: &[PairResult], out: &mut Outc
         rows.entry(*a).or_default().push([*b as f64, r.one_way()]);
     }
     for (a, points) in rows {
-        out.series.push(Series {
-            name: format!("one_way_from_cpu{a}"),
-            x_unit: "cpu".into(),
-            y_unit: "ns".into(),
-            points,
-        });
+        out.plot(&format!("one_way_from_cpu{a}"), "cpu", "ns", points);
     }
     let classes = class_metrics(&ok, out);
     out.notes.push(match plan.per_class {
@@ -364,29 +344,26 @@ fn findings(by_class: &[(Option<PartnerClass>, f64, String)], out: &mut Outcome)
     let class = |c: Option<PartnerClass>, none| c.map_or(none, |c| c.name());
     let near = by_class.iter().min_by(|a, b| a.1.total_cmp(&b.1));
     let far = by_class.iter().max_by(|a, b| a.1.total_cmp(&b.1));
-    match (near, far) {
-        (Some(near), Some(far)) if by_class.len() >= 2 => out.finding_salient(
-            format!(
-                "A cache line crosses {} in {} one way and {} in {} ({:.1}x).",
-                class(near.0, "unclassed pairs"),
-                fmt_ns(near.1),
-                class(far.0, "unclassed pairs"),
-                fmt_ns(far.1),
-                far.1 / near.1
-            ),
-            &[near.2.as_str(), far.2.as_str()],
-            far.1 / near.1,
-        ),
-        (Some((c, v, name)), _) => out.finding(
-            format!(
-                "A cache line crosses {} in {} one way (half a compare-and-swap round trip).",
-                class(*c, "between the CPUs"),
-                fmt_ns(*v)
-            ),
-            &[name.as_str()],
-        ),
-        _ => {}
+    let (Some(near), Some(far)) = (near, far) else {
+        return;
+    };
+    if by_class.len() < 2 {
+        let text = format!(
+            "A cache line crosses {} in {} one way (half a compare-and-swap round trip).",
+            class(near.0, "between the CPUs"),
+            fmt_ns(near.1)
+        );
+        return out.finding(text, &[near.2.as_str()]);
     }
+    let text = format!(
+        "A cache line crosses {} in {} one way and {} in {} ({:.1}x).",
+        class(near.0, "unclassed pairs"),
+        fmt_ns(near.1),
+        class(far.0, "unclassed pairs"),
+        fmt_ns(far.1),
+        far.1 / near.1
+    );
+    out.finding_salient(text, &[near.2.as_str(), far.2.as_str()], far.1 / near.1);
 }
 
 #[cfg(test)]
@@ -534,13 +511,17 @@ mod tests {
 
     #[test]
     fn placement_premise_fails_when_a_thread_moved_or_pinning_is_soft() {
+        let seen = Place {
+            looks: 4,
+            ..Place::default()
+        };
         let good = Bounce {
             trials: vec![100.0],
-            looks: [4, 4],
+            places: [seen; 2],
             ..Default::default()
         };
         let moved = Bounce {
-            off: [0, 1],
+            places: [seen, Place { blind: 1, ..seen }],
             ..good.clone()
         };
         let a = (0, 1, Some(PartnerClass::SameLlc), good);
@@ -591,6 +572,6 @@ mod tests {
         // Physically: more than a nanosecond, less than a millisecond one way.
         let v = r.one_way();
         assert!(v > 1.0 && v < 1e6, "{v}");
-        assert!(r.looks[0] >= 2 && r.looks[1] >= 2, "{:?}", r.looks);
+        assert!(r.places.iter().all(|p| p.looks >= 2), "{:?}", r.places);
     }
 }

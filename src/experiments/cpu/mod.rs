@@ -63,13 +63,12 @@ pub(crate) struct Counted {
 }
 
 impl Counted {
-    /// The model's figure, for the text; None off glibc or without its inputs.
+    /// The model's figure as `state` predicts it, for the text; None where it is withheld.
     pub(crate) fn value(&self, ctx: &Context) -> Option<f64> {
-        let sys = ctx.earlier_median("cpu.syscall", "getppid")?;
-        let sw = ctx
-            .earlier_median(self.switch_of, "switch")
-            .filter(|v| *v > 0.0)?;
-        COUNTS_HOLD.then_some(self.syscalls * sys + self.switches * sw)
+        let mut p = Predictions::new(ctx);
+        self.state(&mut p, "model", &[]);
+        let (_, model) = p.done().pop()?;
+        model.withheld.is_none().then_some(model.value)
     }
 
     /// States `metric` as the model, with `extra` inputs recorded beside it.

@@ -339,7 +339,8 @@ fn finding(ctx: &Context, own_anon: Option<u64>, out: &mut Outcome) {
     text.push('.');
     // The parent's anonymous pages at the per-MiB cost join fork's model here, not in its
     // prediction: fork_per_mib is measured in this experiment.
-    let mut pages = None;
+    let switches = || " and process switches".to_string();
+    let mut fork_model = FORK.value(ctx).map(|v| (v, switches()));
     if let Some((v, ci)) = per_mib {
         out.check(per_mib_check(v, ci));
         if v > 0.0 && ci[0] > 0.0 {
@@ -351,28 +352,25 @@ fn finding(ctx: &Context, own_anon: Option<u64>, out: &mut Outcome) {
                 fmt_ns(out.median("fork_exit_wait_32mib")),
             );
             from.extend(["fork_per_mib", "fork_exit_wait_32mib"]);
-            pages = own_anon.map(|b| (b as f64 / (1u64 << 20) as f64, v));
-        }
-    }
-    for (name, measured, model) in [
-        ("fork", Some(fork), FORK.value(ctx)),
-        ("spawn", spawn, SPAWN.value(ctx)),
-    ] {
-        let (Some(c), Some(v)) = (measured, model) else {
-            continue;
-        };
-        let (model, parts) = match pages.filter(|_| name == "fork") {
-            Some((mib, per)) => (
-                v + mib * per,
-                format!(
+            if let (Some(b), Some((model, _))) = (own_anon, &fork_model) {
+                let mib = b as f64 / (1u64 << 20) as f64;
+                let parts = format!(
                     ", process switches and the parent's {mib:.1} MiB of resident anonymous \
                      memory at fork_per_mib"
-                ),
-            ),
-            None => (v, " and process switches".to_string()),
-        };
-        let parts = format!("For {name}, kernel entries{parts}");
-        text += &crate::experiments::explained(&parts, model, c);
+                );
+                fork_model = Some((model + mib * v, parts));
+            }
+        }
+    }
+    let spawn_model = SPAWN.value(ctx).map(|v| (v, switches()));
+    for (name, measured, model) in [
+        ("fork", Some(fork), fork_model),
+        ("spawn", spawn, spawn_model),
+    ] {
+        if let (Some(c), Some((v, parts))) = (measured, model) {
+            text +=
+                &crate::experiments::explained(&format!("For {name}, kernel entries{parts}"), v, c);
+        }
     }
     out.finding(text, &from);
 }

@@ -94,9 +94,8 @@ impl Experiment for Timer {
     }
 }
 
-/// `read_pair` from empty start/stop regions, one batch of 1000 per trial until the trials
-/// or half the budget run out (or the note that they are below the counter's resolution),
-/// and the check that the counter advanced.
+/// `read_pair` from batches of 1000 empty regions within half the budget, and the check
+/// that the counter advanced.
 fn read_pair(ctx: &Context, step: Option<f64>, out: &mut Outcome) {
     let (c, coarse) = (ctx.clock, step.is_some());
     let deadline = crate::clock::Deadline::after(c, ctx.budget / 2);

@@ -9,7 +9,7 @@ use crate::experiments::{Context, Experiment, Outcome, PerProfile, Spec};
 use crate::harness::Harness;
 use crate::opaque::repeat;
 use crate::platform;
-use crate::results::{Check, Prediction, Series};
+use crate::results::{Check, Prediction};
 use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::{anyhow, bail, Context as _};
 use std::io;
@@ -165,9 +165,8 @@ fn same_cpu(kind: Kind, ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow
     Ok(())
 }
 
-/// Adds `switch` = (round trip - pooled median pipe cost) / 2 per pooled round-trip
-/// trial, after `pipe_cost`, with each run's own figure in `runs`; returns its median and
-/// its interval widened by half the pipe cost's (docs/METHODOLOGY.md, "Derived figures").
+/// Adds `switch` after `pipe_cost`; its interval carries the pipe cost's (docs/METHODOLOGY.md,
+/// "Derived figures").
 fn switch_metric(out: &mut Outcome) -> SwitchFigure {
     let Some((median, interval)) = out.difference(
         "switch",

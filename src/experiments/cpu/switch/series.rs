@@ -36,12 +36,8 @@ pub(super) fn working_set_series(
         let ovh = pipe_cost(h, w)?;
         pts.push(ws_point(w as f64, &t.m.per_op_ns, &ovh.per_op_ns));
     }
-    out.series.push(Series {
-        name: "switch cost vs working set".into(),
-        x_unit: "bytes".into(),
-        y_unit: "ns".into(),
-        points: pts.iter().map(|(w, f)| [*w, f.median]).collect(),
-    });
+    let points = pts.iter().map(|(w, f)| [*w, f.median]).collect();
+    out.plot("switch cost vs working set", "bytes", "ns", points);
     Ok(pts)
 }
 

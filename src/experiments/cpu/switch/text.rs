@@ -9,7 +9,7 @@ pub(super) fn cross_finding(name: &str, class: &str, out: &mut Outcome) {
         return;
     };
     let (cm, sm) = (c.summary.median, s.summary.median);
-    let clause = match crate::analysis::separation(&c.summary, &s.summary) {
+    let clause = match out.separation(name, "pipe_round_trip_same_cpu") {
         crate::analysis::Separation::Above => {
             "dearer than two switches on one CPU, beyond both 95% intervals"
         }
