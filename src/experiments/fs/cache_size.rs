@@ -9,7 +9,7 @@ use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
 use crate::pagecache;
-use crate::results::{Check, Prediction, Series};
+use crate::results::{Check, Prediction};
 use crate::scratch::ScratchFile;
 use std::fs::File;
 
@@ -360,12 +360,8 @@ fn report_series(out: &mut Outcome, probes: &[SizeProbe]) {
         }),
     ];
     for (name, unit, f) in curves {
-        out.series.push(Series {
-            name: name.into(),
-            x_unit: "bytes".into(),
-            y_unit: unit.into(),
-            points: sorted.iter().map(|p| [p.size as f64, f(p)]).collect(),
-        });
+        let points = sorted.iter().map(|p| [p.size as f64, f(p)]).collect();
+        out.plot(name, "bytes", unit, points);
     }
 }
 

@@ -11,7 +11,7 @@ use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
 use crate::pagecache;
-use crate::results::{Check, Prediction, Series};
+use crate::results::{Check, Prediction};
 use crate::rng::Rng;
 use crate::scratch::Scratch;
 use crate::units::{doublings, fmt_bytes, fmt_ns};
@@ -281,26 +281,23 @@ impl Sweep<'_> {
     fn finish(self) -> SweepOut {
         let direct = self.direct.unwrap_or(false);
         let ev = &self.evicted;
-        let (ok, n, last) = (ev.passed, ev.total, &ev.last_failure);
-        let eviction = match (direct, ev.all()) {
-            (true, all) => Check::sanity(
+        let (ok, n, all, last) = (ev.passed, ev.total, ev.all(), &ev.last_failure);
+        let (support, bypass) = match direct {
+            true => ("", " (O_DIRECT bypasses it anyway)"),
+            false => ("O_DIRECT not supported here; ", ""),
+        };
+        let detail = match all {
+            true => format!("{support}{ok} of {n} passes started with no page cached"),
+            false => format!("{ok} of {n} verified; last: {last}{bypass}"),
+        };
+        // With O_DIRECT the eviction is only a sanity check: the reads bypass the cache.
+        let eviction = match direct {
+            true => Check::sanity(
                 "files evicted before uncached passes (mincore)",
                 all,
-                if all {
-                    format!("{ok} of {n} passes started with no page cached")
-                } else {
-                    format!("{ok} of {n} verified; last: {last} (O_DIRECT bypasses it anyway)")
-                },
+                detail,
             ),
-            (false, all) => Check::premise(
-                "uncached reads: evicted with posix_fadvise(DONTNEED) and verified with mincore",
-                all,
-                if all {
-                    format!("O_DIRECT not supported here; {ok} of {n} passes started with no page cached")
-                } else {
-                    format!("{ok} of {n} verified; last: {last}")
-                },
-            ),
+            false => Check::premise(EVICTED_UNCACHED, all, detail),
         };
         let res = &self.resident;
         let residency = res.premise(
@@ -318,6 +315,9 @@ impl Sweep<'_> {
         }
     }
 }
+
+const EVICTED_UNCACHED: &str =
+    "uncached reads: evicted with posix_fadvise(DONTNEED) and verified with mincore";
 
 /// Reads the whole file until every page is resident (three tries at most).
 fn warm(fd: &File, size: u64, buf: &mut [u8]) -> anyhow::Result<()> {
@@ -339,12 +339,8 @@ pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
             .points
             .iter()
             .filter(|p| (p.cached, p.pattern) == (cached, pattern));
-        out.series.push(Series {
-            name: format!("{name}_vs_size"),
-            x_unit: "bytes".into(),
-            y_unit: "ns".into(),
-            points: passes.map(|p| [p.size as f64, p.median()]).collect(),
-        });
+        let points = passes.map(|p| [p.size as f64, p.median()]).collect();
+        out.plot(&format!("{name}_vs_size"), "bytes", "ns", points);
         let Some(p) = s.get(largest, cached, pattern) else {
             continue;
         };

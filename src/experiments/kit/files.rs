@@ -239,8 +239,8 @@ pub(crate) enum Timing {
     Chunks(Duration),
 }
 
-/// Chunk length of the first sample, which sizes every later one.
-const FIRST_CHUNK: u64 = 8;
+/// Never more samples than this in one pass.
+const MAX_SAMPLES: usize = 100_000;
 
 /// Times 4 KiB reads of `file` through the harness: at least `min_trials` samples within
 /// `budget`. No preemption check: uncached reads block on purpose, and every cached chunk
@@ -258,38 +258,23 @@ pub(crate) fn time_blocks(
 ) -> anyhow::Result<BlockTimes> {
     let h = ctx.harness(1);
     let mut r = BlockReader::new(file, size, pattern, order, timing)?;
-    match timing {
-        Timing::EachRead => {
-            let n = (r.nblocks as usize).min(MAX_SAMPLES);
-            let spec = SampleSpec::new(n, budget).min_n(min_trials);
-            r.sample(&h, &spec)
-        }
-        Timing::Chunks(trial) => {
-            let until = h.deadline(budget);
-            let first = r.sample(&h, &SampleSpec::new(1, budget))?;
-            // The first sample sizes every later one so a sample lasts about `trial`;
-            // fixed from then on, so the mean of the samples is the mean per block (what
-            // fio reports as mean completion latency).
-            let per = first.per_block_ns.first().copied().unwrap_or(1.0).max(1.0);
-            r.chunk = ((trial.as_nanos() as f64 / per) as u64).clamp(1, 4096);
-            let spec = SampleSpec::new(MAX_SAMPLES - 1, until.remaining())
-                .min_n(min_trials.saturating_sub(1));
-            let mut rest = r.sample(&h, &spec)?;
-            let mut v = first.per_block_ns;
-            v.append(&mut rest.per_block_ns);
-            let mut notes = first.notes;
-            notes.append(&mut rest.notes);
-            Ok(BlockTimes {
-                per_block_ns: v,
-                blocks: r.total,
-                notes,
-            })
-        }
-    }
+    let Timing::Chunks(trial) = timing else {
+        let n = (r.nblocks as usize).min(MAX_SAMPLES);
+        return r.sample(&h, &SampleSpec::new(n, budget).min_n(min_trials));
+    };
+    let until = h.deadline(budget);
+    // A first chunk of 8 reads sizes every later one to last about `trial`; fixed from
+    // then on, so the mean of the samples is the mean per block (fio's mean latency).
+    let mut t = r.sample(&h, &SampleSpec::new(1, budget))?;
+    let per = t.per_block_ns.first().copied().unwrap_or(1.0).max(1.0);
+    r.chunk = ((trial.as_nanos() as f64 / per) as u64).clamp(1, 4096);
+    let spec = SampleSpec::new(MAX_SAMPLES - 1, until.remaining());
+    let rest = r.sample(&h, &spec.min_n(min_trials.saturating_sub(1)))?;
+    t.per_block_ns.extend(rest.per_block_ns);
+    t.notes.extend(rest.notes);
+    t.blocks = rest.blocks;
+    Ok(t)
 }
-
-/// Never more samples than this in one pass.
-const MAX_SAMPLES: usize = 100_000;
 
 /// Where a block-reading pass stands: the next block of the order, and blocks read.
 struct BlockReader<'a> {
@@ -297,7 +282,7 @@ struct BlockReader<'a> {
     pattern: Pattern,
     order: &'a [u32],
     nblocks: u64,
-    wrap: bool,
+    timing: Timing,
     chunk: u64,
     /// Blocks issued so far in this pass over the file.
     next: u64,
@@ -314,25 +299,22 @@ impl<'a> BlockReader<'a> {
         timing: Timing,
     ) -> anyhow::Result<Self> {
         (&mut &*file).rewind()?;
-        let each = timing == Timing::EachRead;
         Ok(BlockReader {
             file,
             pattern,
             order,
             nblocks: size / BLOCK as u64,
-            wrap: !each,
-            chunk: if each { 1 } else { FIRST_CHUNK },
+            timing,
+            chunk: if timing == Timing::EachRead { 1 } else { 8 },
             next: 0,
             total: 0,
             buf: AlignedBuf::new(BLOCK, BLOCK)?,
         })
     }
 
-    /// Samples as `spec` says, each reading the next chunk; without wrapping the pass ends
-    /// once every block was read.
+    /// Samples as `spec` says, each reading the next chunk; in order (no preemption check),
+    /// so each sample's block count is known (a chunk at the end of the file is shorter).
     fn sample(&mut self, h: &Harness, spec: &SampleSpec) -> anyhow::Result<BlockTimes> {
-        // Every sample is kept in order (no preemption check), so each one's block count
-        // is known: a chunk at the end of the file is shorter.
         debug_assert!(!spec.detect_preemption);
         let mut lens = Vec::new();
         let this = std::cell::RefCell::new(self);
@@ -340,28 +322,25 @@ impl<'a> BlockReader<'a> {
             spec,
             || this.borrow_mut().next_chunk(),
             |&mut (start, n)| this.borrow_mut().read(start, n),
-            |(_, n), _| lens.push(n),
+            |(_, n), _| lens.push(n as f64),
         )?;
         anyhow::ensure!(lens.len() == s.ns.len(), "a sample without its block count");
+        let per_block_ns = s.ns.iter().zip(&lens).map(|(ns, n)| ns / n).collect();
+        let blocks = this.into_inner().total;
         Ok(BlockTimes {
-            per_block_ns: s
-                .ns
-                .iter()
-                .zip(&lens)
-                .map(|(ns, &n)| ns / n as f64)
-                .collect(),
-            blocks: this.into_inner().total,
+            per_block_ns,
+            blocks,
             notes: s.notes,
         })
     }
 
-    /// Untimed: the first block and length of the next chunk (wrapping when allowed).
+    /// Untimed: the first block and length of the next chunk (wrapping in `Chunks`).
     fn next_chunk(&mut self) -> anyhow::Result<(u64, u64)> {
         if crate::scratch::stopping() {
             anyhow::bail!("interrupted");
         }
         if self.next >= self.nblocks {
-            anyhow::ensure!(self.wrap, "every block was read once");
+            anyhow::ensure!(self.timing != Timing::EachRead, "every block was read once");
             self.next = 0;
             (&mut &*self.file).rewind()?;
         }
@@ -374,53 +353,33 @@ impl<'a> BlockReader<'a> {
 
     /// Timed: `n` reads from block `start` of the pass.
     fn read(&mut self, start: u64, n: u64) -> anyhow::Result<()> {
-        match self.pattern {
-            Pattern::Sequential => {
-                for _ in 0..n {
-                    let got = (&mut &*self.file).read(&mut self.buf).context("read")?;
-                    if got != BLOCK {
-                        anyhow::bail!("short read of {got} bytes");
-                    }
-                }
-            }
-            Pattern::Random => {
-                for i in start..start + n {
-                    let pos = self.order[i as usize] as u64 * BLOCK as u64;
-                    self.file
-                        .read_exact_at(&mut self.buf, pos)
-                        .context("pread")?;
-                }
+        for i in start..start + n {
+            if self.pattern == Pattern::Sequential {
+                let got = (&mut &*self.file).read(&mut self.buf).context("read")?;
+                anyhow::ensure!(got == BLOCK, "short read of {got} bytes");
+            } else {
+                let pos = self.order[i as usize] as u64 * BLOCK as u64;
+                self.file
+                    .read_exact_at(&mut self.buf, pos)
+                    .context("pread")?;
             }
         }
         Ok(())
     }
 }
 
-/// The block device behind a path, with the facts predictions use.
-#[derive(Debug, Clone)]
-pub(crate) struct Device {
-    pub name: String,
-    /// What the device is modelled as, and why (`machine::storage::classify`).
-    pub class: crate::machine::storage::DiskClass,
-}
-
 /// The disk holding `path`, as the machine description describes disks.
-pub(crate) fn device_of(path: &Path) -> Option<Device> {
-    let d = crate::machine::storage::disk_of(path)?;
-    Some(Device {
-        class: d.class(),
-        name: d.name,
-    })
-}
+pub(crate) use crate::machine::storage::disk_of as device_of;
 
 /// Why an uncached read of `d` gets no prediction: a device class does not fix its latency.
-pub(crate) fn device_basis(d: &Device) -> String {
+pub(crate) fn device_basis(d: &crate::machine::storage::Disk) -> String {
+    let class = d.class();
     format!(
         "{} is {} ({}); a device class does not fix its read latency and the parts table \
          names no published figure for it",
         d.name,
-        d.class.kind.label(),
-        d.class.why
+        class.kind.label(),
+        class.why
     )
 }
 
@@ -460,55 +419,45 @@ impl DeviceReads {
             _ => None,
         };
     }
+    /// Premise "uncached reads reached the device": O_DIRECT alone does not prove it, as a
+    /// file system may answer from its own cache (ZFS ARC), compressed extents or memory.
     pub fn check(&self) -> Check {
-        let mut c = reached_device_check(self.requested, self.sectors, self.disk.as_deref());
-        if let (None, Some(fs)) = (&self.disk, &self.fstype) {
-            c.detail = format!("{fs}: {}", c.detail);
+        let name = "uncached reads reached the device (sectors-read counter)";
+        let requested = self.requested;
+        match (self.disk.as_deref(), self.sectors) {
+            (Some(d), Some(sec)) => {
+                let read = sec * 512;
+                Check::premise(
+                    name,
+                    requested > 0 && read as f64 >= REACHED_SHARE * requested as f64,
+                    format!(
+                        "{d} read {} while the uncached passes asked for {} ({:.0}%; /sys/block/{d}/stat, at least {:.0}% needed)",
+                        fmt_bytes(read as f64),
+                        fmt_bytes(requested as f64),
+                        if requested > 0 { read as f64 / requested as f64 * 100.0 } else { 0.0 },
+                        REACHED_SHARE * 100.0
+                    ),
+                )
+            }
+            (Some(d), None) => Check::unverified(
+                name,
+                format!(
+                    "{} could not be read, so nothing shows the uncached reads reached the disk",
+                    crate::machine::storage::sectors_read_source(d)
+                ),
+            ),
+            (None, _) => Check::unverified(
+                name,
+                format!("{}no block device with a sectors-read counter behind this file system (btrfs, ZFS, overlayfs, NFS, FUSE...), where a cache of the file system may answer O_DIRECT reads: the uncached figures may be cache hits",
+                    self.fstype.as_ref().map_or(String::new(), |fs| format!("{fs}: "))),
+            ),
         }
-        c
     }
 }
 
 /// Share of the requested bytes the device must read for uncached reads to count as
 /// reaching it (other processes' reads can only add to the counter).
 const REACHED_SHARE: f64 = 0.9;
-
-/// Premise "uncached reads reached the device": O_DIRECT alone does not prove it, as a file
-/// system may answer from its own cache (ZFS ARC), compressed extents or memory.
-pub(crate) fn reached_device_check(
-    requested: u64,
-    sectors: Option<u64>,
-    disk: Option<&str>,
-) -> Check {
-    let name = "uncached reads reached the device (sectors-read counter)";
-    match (disk, sectors) {
-        (Some(d), Some(sec)) => {
-            let read = sec * 512;
-            Check::premise(
-                name,
-                requested > 0 && read as f64 >= REACHED_SHARE * requested as f64,
-                format!(
-                    "{d} read {} while the uncached passes asked for {} ({:.0}%; /sys/block/{d}/stat, at least {:.0}% needed)",
-                    fmt_bytes(read as f64),
-                    fmt_bytes(requested as f64),
-                    if requested > 0 { read as f64 / requested as f64 * 100.0 } else { 0.0 },
-                    REACHED_SHARE * 100.0
-                ),
-            )
-        }
-        (Some(d), None) => Check::unverified(
-            name,
-            format!(
-                "{} could not be read, so nothing shows the uncached reads reached the disk",
-                crate::machine::storage::sectors_read_source(d)
-            ),
-        ),
-        (None, _) => Check::unverified(
-            name,
-            "no block device with a sectors-read counter behind this file system (btrfs, ZFS, overlayfs, NFS, FUSE...), where a cache of the file system may answer O_DIRECT reads: the uncached figures may be cache hits",
-        ),
-    }
-}
 
 /// Evicts a file and checks it; a premise when the uncached read relies on it (`must`).
 pub(crate) fn evict_check(
@@ -573,17 +522,26 @@ mod tests {
         for (tree, name, basis) in cases {
             let m = Machine::gather_from(&FactRoot::recorded(dir.join(tree)));
             let d = m.storage.disks.iter().find(|d| d.name == name).unwrap();
-            let dev = Device {
-                name: d.name.clone(),
-                class: d.class(),
-            };
-            let why = device_basis(&dev);
+            let why = device_basis(d);
             assert!(why.contains(basis), "{tree} {name}: {why}");
             assert!(
                 why.contains("names no published figure"),
                 "{tree} {name}: {why}"
             );
         }
+    }
+
+    /// The premise after passes that asked for `requested` bytes and counted `sectors`.
+    fn reached_device_check(requested: u64, sectors: Option<u64>, disk: Option<&str>) -> Check {
+        let disk = disk.map(Into::into);
+        let fstype = None;
+        DeviceReads {
+            disk,
+            requested,
+            sectors,
+            fstype,
+        }
+        .check()
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
 use crate::pagecache::AlignedBuf;
-use crate::results::{Check, Prediction, Series};
+use crate::results::{Check, Prediction};
 use crate::rng::Rng;
 use crate::units::fmt_bytes;
 use std::fs::File;
@@ -224,46 +224,21 @@ impl Experiment for Contention {
         out.notes.push(sizing_note);
         super::note_vm_host_cache(ctx, &mut out);
         let mut rng = Rng::new(0xc0de);
-        let mut owners = Vec::with_capacity(pm);
-        for (i, &size) in sizes.iter().enumerate() {
-            (ctx.progress)(&format!("writing file {}/{pm}", i + 1));
-            owners.push(make_file(
-                scratch,
-                &format!("contention-{i}"),
-                size,
-                rng.next_u64(),
-            )?);
-        }
-        let direct = direct_works(&owners[0].file);
-        let files: Vec<File> = owners
+        let owners = sizes
             .iter()
-            .map(|o| reopen(&o.file, direct, false))
-            .collect::<Result<_, _>>()?;
-        if !direct {
-            for f in &files {
-                crate::platform::advise(f, crate::platform::Access::Random);
-            }
-        }
-        let (masks, cpu_order) = reader_cpus(ctx)?;
-        let mut rd = Readers {
-            clock: ctx.clock,
-            files,
-            bufs: (0..pm)
-                .map(|_| AlignedBuf::new(BLOCK, BLOCK))
-                .collect::<Result<_, _>>()?,
-            children: Children::new(pm, ctx.clock)?,
-            cpus: masks,
-            nblocks: sizes.iter().map(|b| b / BLOCK as u64).collect(),
-            direct,
-        };
+            .enumerate()
+            .map(|(i, &size)| {
+                (ctx.progress)(&format!("writing file {}/{pm}", i + 1));
+                make_file(scratch, &format!("contention-{i}"), size, rng.next_u64())
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let (mut rd, cpu_order) = Readers::new(ctx, &owners, &sizes)?;
+        let direct = rd.direct;
         let (dur, rounds) = ROUND.get(ctx.profile);
         let mut m = ContentionRounds {
             cursor: vec![0u64; pm],
-            spreads: Vec::new(),
-            per_p: Vec::new(),
-            aggregate: Vec::new(),
-            evictions: RepeatedCheck::default(),
             device: DeviceReads::new(scratch.dir()),
+            ..Default::default()
         };
         let started = stopwatch(ctx);
         for p in counts(ctx.profile) {
@@ -302,6 +277,7 @@ impl Experiment for Contention {
 }
 
 /// Everything the rounds measured, and what the premise checks need.
+#[derive(Default)]
 struct ContentionRounds {
     /// Blocks each reader read so far: where it goes on, so no block is read twice.
     cursor: Vec<u64>,

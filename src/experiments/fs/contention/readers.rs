@@ -1,6 +1,8 @@
 //! fs.contention's readers: forked children, their CPUs and one round.
 
 use super::*;
+use crate::platform::CpuMask;
+use crate::scratch::ScratchFile;
 
 /// One reader's figures, written into its slot.
 #[repr(C)]
@@ -74,11 +76,52 @@ pub(super) struct Readers<'c> {
     pub(super) files: Vec<File>,
     pub(super) bufs: Vec<AlignedBuf>,
     pub(super) children: Children<'c, ReaderResult>,
-    pub(super) cpus: Vec<crate::platform::CpuMask>,
+    pub(super) cpus: Vec<CpuMask>,
     /// Blocks in each reader's file.
     pub(super) nblocks: Vec<u64>,
     /// O_DIRECT works: readers may wrap around their file.
     pub(super) direct: bool,
+}
+
+impl<'c> Readers<'c> {
+    /// A reader per file (O_DIRECT where it works, else random advice); reader i's CPU is
+    /// the i-th of `reader_order` (the run's CPU first, so P = 1 reads as fs.read does; SMT
+    /// siblings last), modulo the allowed CPUs. Also returns those CPUs' numbers.
+    pub(super) fn new(
+        ctx: &'c Context,
+        owners: &[ScratchFile],
+        sizes: &[u64],
+    ) -> anyhow::Result<(Self, Vec<usize>)> {
+        let direct = direct_works(&owners[0].file);
+        let files: Vec<File> = owners
+            .iter()
+            .map(|o| reopen(&o.file, direct, false))
+            .collect::<Result<_, _>>()?;
+        for f in files.iter().filter(|_| !direct) {
+            crate::platform::advise(f, crate::platform::Access::Random);
+        }
+        let mut allowed = ctx.machine.cpu.allowed_cpus.clone();
+        allowed.retain(|&c| CpuMask::single(c).is_ok());
+        if allowed.is_empty() {
+            allowed = vec![ctx.cpu];
+        }
+        let cpus = reader_order(&ctx.machine.topology, ctx.cpu, &allowed);
+        let rd = Readers {
+            clock: ctx.clock,
+            files,
+            bufs: (0..owners.len())
+                .map(|_| AlignedBuf::new(BLOCK, BLOCK))
+                .collect::<Result<_, _>>()?,
+            children: Children::new(owners.len(), ctx.clock)?,
+            cpus: cpus
+                .iter()
+                .map(|&c| CpuMask::single(c))
+                .collect::<Result<_, _>>()?,
+            nblocks: sizes.iter().map(|b| b / BLOCK as u64).collect(),
+            direct,
+        };
+        Ok((rd, cpus))
+    }
 }
 
 /// One round: `p` children released together, reader i starting at block `first[i]`.
@@ -115,24 +158,6 @@ pub(super) fn round_of(
     }
     r.spread_ns = rd.clock.ticks_to_ns(hi.saturating_sub(lo) as f64) as u64;
     Ok(r)
-}
-
-/// Reader i's CPU is the i-th of `Topology::spread` (the run's CPU first, so P = 1 reads as
-/// fs.read does; SMT siblings last), modulo the allowed CPUs: masks and CPU numbers.
-pub(super) fn reader_cpus(
-    ctx: &Context,
-) -> anyhow::Result<(Vec<crate::platform::CpuMask>, Vec<usize>)> {
-    let mut allowed = ctx.machine.cpu.allowed_cpus.clone();
-    allowed.retain(|&c| crate::platform::CpuMask::single(c).is_ok());
-    if allowed.is_empty() {
-        allowed = vec![ctx.cpu];
-    }
-    let cpus = reader_order(&ctx.machine.topology, ctx.cpu, &allowed);
-    let masks = cpus
-        .iter()
-        .map(|&c| crate::platform::CpuMask::single(c))
-        .collect::<Result<_, _>>()?;
-    Ok((masks, cpus))
 }
 
 /// The readers' CPUs in order: `Topology::spread` with `first` as the chosen CPU.

@@ -17,18 +17,14 @@ pub(super) fn report(
         .iter()
         .map(|(p, v)| (*p as f64, crate::stats::median(v)))
         .collect();
-    out.series.push(Series {
-        name: "per_block_vs_processes".into(),
-        x_unit: "processes".into(),
-        y_unit: "ns".into(),
-        points: medians.iter().map(|&(x, y)| [x, y]).collect(),
-    });
-    out.series.push(Series {
-        name: "aggregate_blocks_per_s_vs_processes".into(),
-        x_unit: "processes".into(),
-        y_unit: "1/s".into(),
-        points: m.aggregate,
-    });
+    let points = medians.iter().map(|&(x, y)| [x, y]).collect();
+    out.plot("per_block_vs_processes", "processes", "ns", points);
+    out.plot(
+        "aggregate_blocks_per_s_vs_processes",
+        "processes",
+        "1/s",
+        m.aggregate,
+    );
     if let Some((_, v)) = m.per_p.first() {
         out.metric(
             "per_block_p1",
@@ -113,12 +109,8 @@ pub(super) fn report_model(
             vec![s2],
         );
     }
-    out.series.push(Series {
-        name: "model_per_block_vs_processes".into(),
-        x_unit: "processes".into(),
-        y_unit: "ns".into(),
-        points: medians.iter().map(|&(x, _)| [x, m.eval(x)]).collect(),
-    });
+    let points = medians.iter().map(|&(x, _)| [x, m.eval(x)]).collect();
+    out.plot("model_per_block_vs_processes", "processes", "ns", points);
     out.pool(ctx);
     let (m, medians) = &pooled_model(out, m, medians);
     let t1 = medians.first().map(|p| p.1).unwrap_or(f64::NAN);
