@@ -399,8 +399,6 @@ struct LoadStream<'c> {
     part: &'c mut [u64],
     words: usize,
     pos: usize,
-    lines: u64,
-    hiccups: u64,
     acc: [u64; 8],
 }
 
@@ -415,8 +413,6 @@ impl<'c> LoadStream<'c> {
             part,
             words: line / 8,
             pos: 0,
-            lines: 0,
-            hiccups: 0,
             acc: [0; 8],
         }
     }
@@ -424,7 +420,7 @@ impl<'c> LoadStream<'c> {
     /// One point of load thread `t`: streams with the step's delay and traffic until told
     /// to stop, recording its span and where it ran.
     fn point(&mut self, sh: &LoadSignals, t: usize, cpu: usize, arg: u64) {
-        let (clock, d) = (self.clock, arg >> 1);
+        let (clock, d, counter) = (self.clock, arg >> 1, &sh.counters[t]);
         let traffic = if arg & 1 == 1 {
             Traffic::Mix
         } else {
@@ -441,17 +437,19 @@ impl<'c> LoadStream<'c> {
         let mut last = clock.now();
         let mut quickest = u64::MAX;
         while !sh.stop.load(Ordering::Relaxed) {
+            // Only this thread writes its counter, so the counter holds its count.
+            let mut lines = counter.lines.load(Relaxed);
             for _ in 0..BATCH {
                 step(
                     self.part,
                     self.words,
                     &mut self.pos,
-                    self.lines,
+                    lines,
                     traffic,
                     &mut self.acc,
                 );
-                self.lines += 1;
-                sh.counters[t].lines.store(self.lines, Ordering::Relaxed);
+                lines += 1;
+                counter.lines.store(lines, Relaxed);
                 if d > 0 {
                     delay(d);
                 }
@@ -461,12 +459,9 @@ impl<'c> LoadStream<'c> {
             last = now;
             quickest = quickest.min(took);
             if took > quickest.saturating_mul(2).saturating_add(slack) {
-                self.hiccups += 1;
-                sh.counters[t]
-                    .hiccups
-                    .store(self.hiccups, Ordering::Relaxed);
+                counter.hiccups.fetch_add(1, Relaxed);
             }
-            if self.lines % 1024 == 0 {
+            if lines % 1024 == 0 {
                 span.place.look();
             }
         }

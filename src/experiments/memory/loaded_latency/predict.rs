@@ -112,22 +112,27 @@ impl TeamFigures {
             read,
             format!("mem.bandwidth's {name}: the read of as many threads as load threads ({k})"),
         );
-        match &self.mix {
-            Ok((ri, r, wi, w)) => p.state("peak_bandwidth_mix", &[ri, wi], |v| {
-                Prediction::new(
-                    mix_bandwidth(v[0], v[1]),
-                    format!(
-                        "3 / (2 / {r} + 1 / {w}): of every three lines two at mem.bandwidth's \
-                         read rate and one at its write rate (ordinary stores, read for \
-                         ownership), {k} thread(s)"
-                    ),
-                )
-            }),
-            Err(missing) => p.withhold(
-                &["peak_bandwidth_mix"],
-                missing.why_missing().unwrap_or_default(),
-            ),
+        let Some((ri, r, wi, w)) = self.mix(p, "peak_bandwidth_mix") else {
+            return;
+        };
+        p.state("peak_bandwidth_mix", &[ri, wi], |v| {
+            Prediction::new(
+                mix_bandwidth(v[0], v[1]),
+                format!(
+                    "3 / (2 / {r} + 1 / {w}): of every three lines two at mem.bandwidth's \
+                     read rate and one at its write rate (ordinary stores, read for \
+                     ownership), {k} thread(s)"
+                ),
+            )
+        });
+    }
+
+    /// The mix's read and write figures, or None with `metric` withheld for want of them.
+    fn mix(&self, p: &mut Predictions, metric: &str) -> Option<&(Input, String, Input, String)> {
+        if let Err(missing) = &self.mix {
+            p.withhold(&[metric], missing.why_missing().unwrap_or_default());
         }
+        self.mix.as_ref().ok()
     }
 
     /// Little's law on the team's bandwidths and the idle chase (not a bound: the idle
@@ -145,12 +150,8 @@ impl TeamFigures {
                 ),
             )
         });
-        let (ri, r, wi, w) = match &self.mix {
-            Ok(pair) => pair,
-            Err(missing) => {
-                let why = missing.why_missing().unwrap_or_default();
-                return p.withhold(&["loaded_outstanding_misses_mix"], why);
-            }
+        let Some((ri, r, wi, w)) = self.mix(p, "loaded_outstanding_misses_mix") else {
+            return;
         };
         p.state(
             "loaded_outstanding_misses_mix",
