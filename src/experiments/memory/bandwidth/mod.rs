@@ -89,12 +89,11 @@ fn thread_counts(n: usize, profile: Profile) -> Vec<usize> {
 }
 
 fn ops() -> Vec<Op> {
-    let mut v = vec![Op::Read, Op::Write];
-    if cfg!(target_arch = "x86_64") {
-        v.push(Op::WriteNt);
-    }
-    v.push(Op::Copy);
-    v
+    let all = [Op::Read, Op::Write, Op::WriteNt, Op::Copy];
+    let nt = cfg!(target_arch = "x86_64");
+    all.into_iter()
+        .filter(|&op| nt || op != Op::WriteNt)
+        .collect()
 }
 
 /// A figure planned: an operation, its threads, and whether on huge pages.
@@ -295,14 +294,17 @@ struct Streams<'a, 'c> {
     placed: Placed,
 }
 
-/// Adds bandwidth metric `name` (bytes/s per trial) with the measurement's notes.
-fn bandwidth(out: &mut Outcome, name: &str, description: &str, m: &Measurement) -> f64 {
+/// The measurement's notes under `name`, and bandwidth metric `name` (bytes/s per trial)
+/// when it has a description; returns the median bandwidth.
+fn bandwidth(out: &mut Outcome, name: &str, description: Option<&str>, m: &Measurement) -> f64 {
     for note in &m.notes {
         out.notes.push(format!("{name}: {note}"));
     }
     let bw: Vec<f64> = m.per_op_ns.iter().map(|ns| 1e9 / ns).collect();
     let median = crate::stats::median(&bw);
-    out.metric(name, "bytes/s", description, bw);
+    if let Some(description) = description {
+        out.metric(name, "bytes/s", description, bw);
+    }
     median
 }
 
@@ -366,10 +368,7 @@ impl Streams<'_, '_> {
         let name = f.name();
         let m = self.stream(&name, op, parts, first_touch);
         if t > 1 && t < self.cpus.len() {
-            let bw: Vec<f64> = m.per_op_ns.iter().map(|ns| 1e9 / ns).collect();
-            out.notes
-                .extend(m.notes.iter().map(|note| format!("{name}: {note}")));
-            return crate::stats::median(&bw);
+            return bandwidth(out, &name, None, &m);
         }
         let placed = self.topo.describe_cpus(cpus);
         let on = if t == 1 {
@@ -384,7 +383,7 @@ impl Streams<'_, '_> {
         };
         let buffer = fmt_bytes(self.size as f64);
         let what = format!("{}, {t} thread(s) {on}, {buffer} buffer", op.describe());
-        let median = bandwidth(out, &name, &what, &m);
+        let median = bandwidth(out, &name, Some(&what), &m);
         if let Some(note) = placed.shared_note().filter(|_| first_touch) {
             out.notes.push(format!("{t} threads: {note}"));
         }
@@ -433,7 +432,7 @@ impl Streams<'_, '_> {
                 fmt_bytes(size as f64),
                 frac * 100.0
             );
-            bandwidth(out, &name, &what, &m);
+            bandwidth(out, &name, Some(&what), &m);
         }
         Ok(())
     }

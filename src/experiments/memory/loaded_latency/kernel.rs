@@ -332,11 +332,7 @@ impl LoadTeam<'_, '_> {
         let line = self.line as f64;
         // A trial counts when this thread was not preempted and, under load, every load
         // thread read lines without a hiccup all through it; others are repeated.
-        let cfg = if gap.is_some() {
-            self.cfg
-        } else {
-            self.quiet_cfg
-        };
+        let cfg = gap.map_or(self.quiet_cfg, |_| self.cfg);
         let m = measure_trials(clock, cfg, UNROLL as f64, |iters| {
             let (c0, v0) = sh.counts();
             let pre = crate::harness::thread_preemptions();
@@ -421,11 +417,7 @@ impl<'c> LoadStream<'c> {
     /// to stop, recording its span and where it ran.
     fn point(&mut self, sh: &LoadSignals, t: usize, cpu: usize, arg: u64) {
         let (clock, d, counter) = (self.clock, arg >> 1, &sh.counters[t]);
-        let traffic = if arg & 1 == 1 {
-            Traffic::Mix
-        } else {
-            Traffic::Read
-        };
+        let traffic = [Traffic::Read, Traffic::Mix][(arg & 1) as usize];
         let mut span = LoadSpan {
             start: clock.now(),
             end: 0,

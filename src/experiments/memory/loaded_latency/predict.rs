@@ -138,35 +138,30 @@ impl TeamFigures {
     /// Little's law on the team's bandwidths and the idle chase (not a bound: the idle
     /// latency errs low, the unloaded bandwidth high), on the mix's counted lines.
     fn misses(&self, p: &mut Predictions, (idle, lname): (&Input, &str)) {
-        let (read, name) = &self.read;
-        let line = &self.line;
-        p.state("loaded_outstanding_misses", &[read, idle, line], |v| {
-            Prediction::new(
-                v[0] / v[2] * v[1] * 1e-9,
-                format!(
-                    "Little's law: {name} x {lname} / line (the idle latency for the loaded \
-                     one, which alone would make it low; but the bandwidth is mem.bandwidth's, \
-                     which the loaded team may not reach: not a bound)"
-                ),
+        let ((read, name), line) = (&self.read, &self.line);
+        let law = |of: &str, bw: &str, are: &str| {
+            format!(
+                "Little's law{of}: {bw} x {lname} / line (the idle latency for the loaded one, \
+                 which alone would make it low; but the {are} mem.bandwidth's, which the loaded \
+                 team may not reach: not a bound)"
             )
+        };
+        let text = law("", name, "bandwidth is");
+        p.state("loaded_outstanding_misses", &[read, idle, line], |v| {
+            Prediction::new(v[0] / v[2] * v[1] * 1e-9, text)
         });
         let Some((ri, r, wi, w)) = self.mix(p, "loaded_outstanding_misses_mix") else {
             return;
         };
+        let text = law(
+            " on the counted lines",
+            &format!("3 / (2 / {r} + 1 / {w})"),
+            "bandwidths are",
+        );
         p.state(
             "loaded_outstanding_misses_mix",
             &[ri, wi, idle, line],
-            |v| {
-                Prediction::new(
-                    mix_bandwidth(v[0], v[1]) / v[3] * v[2] * 1e-9,
-                    format!(
-                        "Little's law on the counted lines: 3 / (2 / {r} + 1 / {w}) x {lname} / \
-                         line (the idle latency for the loaded one, which alone would make it \
-                         low; but the bandwidths are mem.bandwidth's, which the loaded team may \
-                         not reach: not a bound)"
-                    ),
-                )
-            },
+            |v| Prediction::new(mix_bandwidth(v[0], v[1]) / v[3] * v[2] * 1e-9, text),
         );
     }
 }
