@@ -165,6 +165,7 @@ pub(super) struct LoadTeam<'a, 'c> {
 
 /// The idle point (every repeat pooled), each traffic's points lightest load first, and
 /// the quiet repeats between them.
+#[derive(Default)]
 pub(super) struct Sweep {
     pub(super) idle: LoadedPoint,
     pub(super) reads: Vec<LoadedPoint>,
@@ -235,12 +236,12 @@ impl LoadTeam<'_, '_> {
                 self.reference
                     .map_or(std::ptr::null(), |r| r.as_ptr() as *const u8),
             ];
-            let mut quiet = Vec::new();
-            self.quiet_pair(sh, &mut at, &mut quiet);
-            let (mut reads, mut mix) = (Vec::new(), Vec::new());
+            let mut sw = Sweep::default();
+            self.quiet_pair(sh, &mut at, &mut sw);
             for &g in gaps {
                 let iters = (g / ns_per_iter).round() as u64;
-                for (traffic, pts) in [(Traffic::Read, &mut reads), (Traffic::Mix, &mut mix)] {
+                for (traffic, pts) in [(Traffic::Read, &mut sw.reads), (Traffic::Mix, &mut sw.mix)]
+                {
                     sh.stop.store(false, Ordering::Release);
                     sh.started.store(0, Ordering::Release);
                     let mut p = LoadedPoint::default();
@@ -258,46 +259,39 @@ impl LoadTeam<'_, '_> {
                     (self.ctx.progress)(&format!("{}: {l} at {b}", p.label()));
                     pts.push(p);
                 }
-                self.quiet_pair(sh, &mut at, &mut quiet);
+                self.quiet_pair(sh, &mut at, &mut sw);
             }
-            let (idle, quiet) = pooled(quiet);
-            Sweep {
-                idle,
-                reads,
-                mix,
-                quiet,
-            }
+            sw
         };
         Team::led(clock, &cpus, member, sweep).0
     }
 
     /// The idle chase and the reference chase one after the other, in turn first (so a
     /// drift within the pair favours neither), each continuing from its own position in
-    /// `at` (chase, reference). Pushes (idle, reference) to `quiet`.
-    fn quiet_pair(
-        &self,
-        sh: &LoadSignals,
-        at: &mut [*const u8; 2],
-        quiet: &mut Vec<(LoadedPoint, Option<LoadedPoint>)>,
-    ) {
-        let reference_first = quiet.len() % 2 == 1;
-        let mut reference = None;
-        if reference_first && self.reference.is_some() {
-            reference = Some(self.quiet_point(sh, &mut at[1]));
-        }
+    /// `at` (chase, reference). The idle trials are pooled into one point (every trial
+    /// kept: on a shared machine the neighbours' memory traffic changes over time, and one
+    /// short window would stand for all of it), each repeat's median beside the reference's.
+    fn quiet_pair(&self, sh: &LoadSignals, at: &mut [*const u8; 2], sw: &mut Sweep) {
+        let reference_first = sw.quiet.idle.len() % 2 == 1;
+        let mut reference = |at: &mut *const u8| {
+            let r = self
+                .reference
+                .map(|_| self.quiet_point(sh, at).latency_ns());
+            sw.quiet.reference.extend(r);
+            r.map(|r| format!(", reference chase {}", fmt_ns(r)))
+        };
+        let mut said = reference_first.then(|| reference(&mut at[1])).flatten();
         let idle = self.quiet_point(sh, &mut at[0]);
-        if !reference_first && self.reference.is_some() {
-            reference = Some(self.quiet_point(sh, &mut at[1]));
+        if !reference_first {
+            said = reference(&mut at[1]);
         }
-        (self.ctx.progress)(&format!(
-            "idle: {}{}",
-            fmt_ns(idle.latency_ns()),
-            reference
-                .as_ref()
-                .map(|r| format!(", reference chase {}", fmt_ns(r.latency_ns())))
-                .unwrap_or_default()
-        ));
-        quiet.push((idle, reference));
+        let l = idle.latency_ns();
+        (self.ctx.progress)(&format!("idle: {}{}", fmt_ns(l), said.unwrap_or_default()));
+        sw.quiet.idle.push(l);
+        sw.idle.latency.extend(idle.latency);
+        sw.idle.bandwidth.extend(idle.bandwidth);
+        sw.idle.preempted += idle.preempted;
+        sw.idle.notes.extend(idle.notes);
     }
 
     /// A point without load, after an untimed warm-up chase from `at`: a cold chase (its
@@ -368,25 +362,6 @@ impl LoadTeam<'_, '_> {
         p.notes = m.notes.clone();
         p
     }
-}
-
-/// The idle repeats pooled into one point (every trial kept: on a shared machine the
-/// neighbours' memory traffic changes over time, and one short window would stand for all
-/// of it), and each repeat's median beside the reference's.
-fn pooled(quiet: Vec<(LoadedPoint, Option<LoadedPoint>)>) -> (LoadedPoint, QuietRepeats) {
-    let mut idle = LoadedPoint::default();
-    let mut q = QuietRepeats::default();
-    for (i, r) in quiet {
-        q.idle.push(i.latency_ns());
-        idle.latency.extend(i.latency);
-        idle.bandwidth.extend(i.bandwidth);
-        idle.preempted += i.preempted;
-        idle.notes.extend(i.notes);
-        if let Some(r) = r {
-            q.reference.push(r.latency_ns());
-        }
-    }
-    (idle, q)
 }
 
 /// A load thread's stream: its part of the load buffer and where it is in it.
