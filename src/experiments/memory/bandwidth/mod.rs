@@ -422,9 +422,9 @@ impl Streams<'_, '_> {
             base: region.as_ptr() as usize,
             len: size / BLOCK * BLOCK,
         }];
-        for &Figure { op, .. } in plan.iter().filter(|f| f.huge) {
+        for f in plan.iter().filter(|f| f.huge) {
+            let (op, name) = (f.op, f.name());
             (ctx.progress)(&format!("{} with 1 thread, huge pages", op.name()));
-            let name = format!("{}_thp_1t", op.name());
             let m = self.stream(&name, op, &part, false);
             let what = format!(
                 "{}, 1 thread, {} buffer on huge pages ({:.0}% backed)",
