@@ -89,25 +89,47 @@ fn thread_counts(n: usize, profile: Profile) -> Vec<usize> {
 }
 
 fn ops() -> Vec<Op> {
-    let mut v = vec![Op::Read, Op::Write];
-    if cfg!(target_arch = "x86_64") {
-        v.push(Op::WriteNt);
+    let all = [Op::Read, Op::Write, Op::WriteNt, Op::Copy];
+    let nt = cfg!(target_arch = "x86_64");
+    all.into_iter()
+        .filter(|&op| nt || op != Op::WriteNt)
+        .collect()
+}
+
+/// A figure planned: an operation, its threads, and whether on huge pages.
+#[derive(Debug, Clone, Copy)]
+struct Figure {
+    op: Op,
+    threads: usize,
+    huge: bool,
+}
+
+impl Figure {
+    /// `OP_Nt`, or `OP_thp_1t` on huge pages.
+    fn name(&self) -> String {
+        let pages = if self.huge { "_thp" } else { "" };
+        format!("{}{pages}_{}t", self.op.name(), self.threads)
     }
-    v.push(Op::Copy);
+}
+
+/// The figures measured (and predicted) with at most `n` threads, by thread count: the
+/// operations, with one thread also the scalar ones (they explain simpler tools' figures);
+/// then read, write and copy again on huge pages, one thread.
+fn figures(n: usize, profile: Profile) -> Vec<Figure> {
+    let fig = |threads, huge| move |&op: &Op| Figure { op, threads, huge };
+    let full = profile != Profile::Smoke;
+    let mut v = Vec::new();
+    for k in thread_counts(n, profile) {
+        v.extend(ops().iter().map(fig(k, false)));
+        if k == 1 && full {
+            v.extend([Op::ReadScalar, Op::WriteScalar].iter().map(fig(1, false)));
+        }
+    }
+    if full {
+        v.extend([Op::Read, Op::Write, Op::Copy].iter().map(fig(1, true)));
+    }
     v
 }
-
-/// Scalar variants, with one thread only (they explain simpler tools' figures).
-fn scalar_ops(profile: Profile) -> &'static [Op] {
-    if profile == Profile::Smoke {
-        &[]
-    } else {
-        &[Op::ReadScalar, Op::WriteScalar]
-    }
-}
-
-/// Operations measured again on huge pages, one thread.
-const THP_OPS: [Op; 3] = [Op::Read, Op::Write, Op::Copy];
 
 const SPEC: Spec = Spec {
     id: "mem.bandwidth",
@@ -150,17 +172,11 @@ impl Experiment for MemBandwidth {
         let topo = placement_topology(ctx);
         let cpus = topo.spread(&allowed, n);
         let rss0 = kit::rss_baseline();
-        let (counts, ops, scalar) = (
-            thread_counts(n, ctx.profile),
-            ops(),
-            scalar_ops(ctx.profile),
-        );
+        let plan = figures(n, ctx.profile);
         let thp = kit::thp_available(ctx.machine) && ctx.profile != Profile::Smoke;
         let nodes = topo.nodes_of(&allowed);
         let numa = nodes.len() > 1;
-        let configs = counts.len() * ops.len()
-            + scalar.len()
-            + if thp { THP_OPS.len() } else { 0 }
+        let configs = plan.iter().filter(|f| thp || !f.huge).count()
             + if numa { numa::configs(nodes.len()) } else { 0 };
         let (min_trial, trials) = TRIALS.get(ctx.profile);
         let spec = HarnessConfig::short_trials(min_trial, trials)
@@ -176,9 +192,9 @@ impl Experiment for MemBandwidth {
             kept: 0,
             placed: Placed::default(),
         };
-        run.by_threads(&counts, &ops, scalar, numa, &mut out)?;
+        run.by_threads(&plan, numa, &mut out)?;
         if thp {
-            run.huge_pages(&mut out)?;
+            run.huge_pages(&plan, &mut out)?;
         } else if ctx.profile != Profile::Smoke {
             out.notes.push("transparent huge pages are not available (/sys/kernel/mm/transparent_hugepage/enabled is 'never' or missing): base pages only".into());
         }
@@ -278,14 +294,17 @@ struct Streams<'a, 'c> {
     placed: Placed,
 }
 
-/// Adds bandwidth metric `name` (bytes/s per trial) with the measurement's notes.
-fn bandwidth(out: &mut Outcome, name: &str, description: &str, m: &Measurement) -> f64 {
+/// The measurement's notes under `name`, and bandwidth metric `name` (bytes/s per trial)
+/// when it has a description; returns the median bandwidth.
+fn bandwidth(out: &mut Outcome, name: &str, description: Option<&str>, m: &Measurement) -> f64 {
     for note in &m.notes {
         out.notes.push(format!("{name}: {note}"));
     }
     let bw: Vec<f64> = m.per_op_ns.iter().map(|ns| 1e9 / ns).collect();
     let median = crate::stats::median(&bw);
-    out.metric(name, "bytes/s", description, bw);
+    if let Some(description) = description {
+        out.metric(name, "bytes/s", description, bw);
+    }
     median
 }
 
@@ -302,25 +321,20 @@ impl Streams<'_, '_> {
 
     /// Every operation at every thread count (the scalar ones with one thread), each count
     /// on a fresh buffer, and the by-thread series.
-    fn by_threads(
-        &mut self,
-        counts: &[usize],
-        ops: &[Op],
-        scalar: &[Op],
-        numa: bool,
-        out: &mut Outcome,
-    ) -> anyhow::Result<()> {
-        let (ctx, size) = (self.ctx, self.size);
+    fn by_threads(&mut self, plan: &[Figure], numa: bool, out: &mut Outcome) -> anyhow::Result<()> {
+        let (ctx, size, ops) = (self.ctx, self.size, ops());
         let mut pts: Vec<Vec<[f64; 2]>> = vec![Vec::new(); ops.len()];
-        for &t in counts {
+        let mut counts: Vec<usize> = plan.iter().filter(|f| !f.huge).map(|f| f.threads).collect();
+        counts.dedup();
+        for t in counts {
             // A fresh buffer per thread count, each thread faulting in its own part: its
             // pages sit on the node of the CPU that reads them.
             (ctx.progress)(&format!("{t} thread(s) fault in their parts"));
             let region = Region::new(size, Pages::Base)?;
             let parts = parts_of(region.as_ptr() as usize, size, t);
-            let extra = if t == 1 { scalar } else { &[] };
-            for (i, &op) in ops.iter().chain(extra).enumerate() {
-                let med = self.measure(op, &parts, i == 0, out);
+            let here = plan.iter().filter(|f| f.threads == t && !f.huge);
+            for (i, f) in here.enumerate() {
+                let med = self.measure(f, &parts, i == 0, out);
                 if let Some(p) = pts.get_mut(i) {
                     p.push([t as f64, med]);
                 }
@@ -348,16 +362,13 @@ impl Streams<'_, '_> {
     /// `op` with one thread per part (thread k on `cpus[k]`), kept as metric `OP_Tt` for
     /// one thread and for all; returns the median bandwidth. `first_touch`: the threads
     /// fault their parts in first.
-    fn measure(&mut self, op: Op, parts: &[Part], first_touch: bool, out: &mut Outcome) -> f64 {
-        let (t, cpus) = (parts.len(), &self.cpus[..parts.len()]);
+    fn measure(&mut self, f: &Figure, parts: &[Part], first_touch: bool, out: &mut Outcome) -> f64 {
+        let (op, t, cpus) = (f.op, parts.len(), &self.cpus[..parts.len()]);
         (self.ctx.progress)(&format!("{} with {t} thread(s)", op.name()));
-        let name = format!("{}_{t}t", op.name());
+        let name = f.name();
         let m = self.stream(&name, op, parts, first_touch);
         if t > 1 && t < self.cpus.len() {
-            let bw: Vec<f64> = m.per_op_ns.iter().map(|ns| 1e9 / ns).collect();
-            out.notes
-                .extend(m.notes.iter().map(|note| format!("{name}: {note}")));
-            return crate::stats::median(&bw);
+            return bandwidth(out, &name, None, &m);
         }
         let placed = self.topo.describe_cpus(cpus);
         let on = if t == 1 {
@@ -372,7 +383,7 @@ impl Streams<'_, '_> {
         };
         let buffer = fmt_bytes(self.size as f64);
         let what = format!("{}, {t} thread(s) {on}, {buffer} buffer", op.describe());
-        let median = bandwidth(out, &name, &what, &m);
+        let median = bandwidth(out, &name, Some(&what), &m);
         if let Some(note) = placed.shared_note().filter(|_| first_touch) {
             out.notes.push(format!("{t} threads: {note}"));
         }
@@ -382,7 +393,7 @@ impl Streams<'_, '_> {
     /// Huge pages: a stream enters a new base page every page_size / line_size lines, so
     /// on base pages each trial also pays TLB misses and page walks the prediction leaves
     /// out.
-    fn huge_pages(&mut self, out: &mut Outcome) -> anyhow::Result<()> {
+    fn huge_pages(&mut self, plan: &[Figure], out: &mut Outcome) -> anyhow::Result<()> {
         let (ctx, size) = (self.ctx, self.size);
         if let Some(why) = kit::too_small_for_huge_pages(ctx.machine, size) {
             out.notes.push(format!("no huge-page figures: {why}"));
@@ -411,9 +422,9 @@ impl Streams<'_, '_> {
             base: region.as_ptr() as usize,
             len: size / BLOCK * BLOCK,
         }];
-        for op in THP_OPS {
+        for f in plan.iter().filter(|f| f.huge) {
+            let (op, name) = (f.op, f.name());
             (ctx.progress)(&format!("{} with 1 thread, huge pages", op.name()));
-            let name = format!("{}_thp_1t", op.name());
             let m = self.stream(&name, op, &part, false);
             let what = format!(
                 "{}, 1 thread, {} buffer on huge pages ({:.0}% backed)",
@@ -421,7 +432,7 @@ impl Streams<'_, '_> {
                 fmt_bytes(size as f64),
                 frac * 100.0
             );
-            bandwidth(out, &name, &what, &m);
+            bandwidth(out, &name, Some(&what), &m);
         }
         Ok(())
     }

@@ -1,9 +1,9 @@
 //! mem.bandwidth's predictions: a core's stream rate from mem.latency's sequential chase,
 //! times the cores, capped by the DIMMs' peak where it is known.
 
-use super::{ops, placement_topology, scalar_ops, thread_counts, Op, THP_OPS};
+use super::{figures, placement_topology, Op};
 use crate::experiments::predict::{Input, Predictions};
-use crate::experiments::{Context, Profile};
+use crate::experiments::Context;
 use crate::results::Prediction;
 
 /// Theoretical peak of the DIMMs (speed x width x channels), or why it is unknown.
@@ -34,33 +34,22 @@ pub(super) fn predict_streams(ctx: &Context) -> Vec<(String, Prediction)> {
     let n = ctx.machine.cpu.allowed_cpus.len().max(1);
     let topo = placement_topology(ctx);
     let allowed = &ctx.machine.cpu.allowed_cpus;
-    let mut names: Vec<(Op, usize, String)> = Vec::new();
-    for &k in &thread_counts(n, ctx.profile) {
-        names.extend(
-            ops()
-                .into_iter()
-                .map(|op| (op, k, format!("{}_{k}t", op.name()))),
-        );
-    }
-    let scalar = scalar_ops(ctx.profile)
-        .iter()
-        .map(|&op| (op, 1, format!("{}_1t", op.name())));
-    names.extend(scalar);
-    if ctx.profile != Profile::Smoke {
-        names.extend(THP_OPS.map(|op| (op, 1, format!("{}_thp_1t", op.name()))));
-    }
     let line = crate::experiments::kit::line_bytes(&ctx.machine.data_caches()) as f64;
     let mut p = Predictions::new(ctx);
     let seq = p.earlier("mem.latency", &["dram_sequential"]);
     let peak = dimm_peak(ctx);
-    for (op, k, name) in names {
+    for f in figures(n, ctx.profile) {
+        let k = f.threads;
         let cpus = topo.spread(allowed, k);
         let cores = k - topo.describe_cpus(&cpus).smt_shared.len();
         let cap = peak
             .as_ref()
             .ok()
             .map(|(p, s)| per_socket(&topo, &cpus, *p, s.clone()));
-        p.add(&name, stream_prediction(op, k, cores, line, &seq, cap));
+        p.add(
+            &f.name(),
+            stream_prediction(f.op, k, cores, line, &seq, cap),
+        );
     }
     p.done()
 }

@@ -165,6 +165,7 @@ pub(super) struct LoadTeam<'a, 'c> {
 
 /// The idle point (every repeat pooled), each traffic's points lightest load first, and
 /// the quiet repeats between them.
+#[derive(Default)]
 pub(super) struct Sweep {
     pub(super) idle: LoadedPoint,
     pub(super) reads: Vec<LoadedPoint>,
@@ -235,12 +236,12 @@ impl LoadTeam<'_, '_> {
                 self.reference
                     .map_or(std::ptr::null(), |r| r.as_ptr() as *const u8),
             ];
-            let mut quiet = Vec::new();
-            self.quiet_pair(sh, &mut at, &mut quiet);
-            let (mut reads, mut mix) = (Vec::new(), Vec::new());
+            let mut sw = Sweep::default();
+            self.quiet_pair(sh, &mut at, &mut sw);
             for &g in gaps {
                 let iters = (g / ns_per_iter).round() as u64;
-                for (traffic, pts) in [(Traffic::Read, &mut reads), (Traffic::Mix, &mut mix)] {
+                for (traffic, pts) in [(Traffic::Read, &mut sw.reads), (Traffic::Mix, &mut sw.mix)]
+                {
                     sh.stop.store(false, Ordering::Release);
                     sh.started.store(0, Ordering::Release);
                     let mut p = LoadedPoint::default();
@@ -258,46 +259,39 @@ impl LoadTeam<'_, '_> {
                     (self.ctx.progress)(&format!("{}: {l} at {b}", p.label()));
                     pts.push(p);
                 }
-                self.quiet_pair(sh, &mut at, &mut quiet);
+                self.quiet_pair(sh, &mut at, &mut sw);
             }
-            let (idle, quiet) = pooled(quiet);
-            Sweep {
-                idle,
-                reads,
-                mix,
-                quiet,
-            }
+            sw
         };
         Team::led(clock, &cpus, member, sweep).0
     }
 
     /// The idle chase and the reference chase one after the other, in turn first (so a
     /// drift within the pair favours neither), each continuing from its own position in
-    /// `at` (chase, reference). Pushes (idle, reference) to `quiet`.
-    fn quiet_pair(
-        &self,
-        sh: &LoadSignals,
-        at: &mut [*const u8; 2],
-        quiet: &mut Vec<(LoadedPoint, Option<LoadedPoint>)>,
-    ) {
-        let reference_first = quiet.len() % 2 == 1;
-        let mut reference = None;
-        if reference_first && self.reference.is_some() {
-            reference = Some(self.quiet_point(sh, &mut at[1]));
-        }
+    /// `at` (chase, reference). The idle trials are pooled into one point (every trial
+    /// kept: on a shared machine the neighbours' memory traffic changes over time, and one
+    /// short window would stand for all of it), each repeat's median beside the reference's.
+    fn quiet_pair(&self, sh: &LoadSignals, at: &mut [*const u8; 2], sw: &mut Sweep) {
+        let reference_first = sw.quiet.idle.len() % 2 == 1;
+        let mut reference = |at: &mut *const u8| {
+            let r = self
+                .reference
+                .map(|_| self.quiet_point(sh, at).latency_ns());
+            sw.quiet.reference.extend(r);
+            r.map(|r| format!(", reference chase {}", fmt_ns(r)))
+        };
+        let mut said = reference_first.then(|| reference(&mut at[1])).flatten();
         let idle = self.quiet_point(sh, &mut at[0]);
-        if !reference_first && self.reference.is_some() {
-            reference = Some(self.quiet_point(sh, &mut at[1]));
+        if !reference_first {
+            said = reference(&mut at[1]);
         }
-        (self.ctx.progress)(&format!(
-            "idle: {}{}",
-            fmt_ns(idle.latency_ns()),
-            reference
-                .as_ref()
-                .map(|r| format!(", reference chase {}", fmt_ns(r.latency_ns())))
-                .unwrap_or_default()
-        ));
-        quiet.push((idle, reference));
+        let l = idle.latency_ns();
+        (self.ctx.progress)(&format!("idle: {}{}", fmt_ns(l), said.unwrap_or_default()));
+        sw.quiet.idle.push(l);
+        sw.idle.latency.extend(idle.latency);
+        sw.idle.bandwidth.extend(idle.bandwidth);
+        sw.idle.preempted += idle.preempted;
+        sw.idle.notes.extend(idle.notes);
     }
 
     /// A point without load, after an untimed warm-up chase from `at`: a cold chase (its
@@ -332,11 +326,7 @@ impl LoadTeam<'_, '_> {
         let line = self.line as f64;
         // A trial counts when this thread was not preempted and, under load, every load
         // thread read lines without a hiccup all through it; others are repeated.
-        let cfg = if gap.is_some() {
-            self.cfg
-        } else {
-            self.quiet_cfg
-        };
+        let cfg = gap.map_or(self.quiet_cfg, |_| self.cfg);
         let m = measure_trials(clock, cfg, UNROLL as f64, |iters| {
             let (c0, v0) = sh.counts();
             let pre = crate::harness::thread_preemptions();
@@ -374,33 +364,12 @@ impl LoadTeam<'_, '_> {
     }
 }
 
-/// The idle repeats pooled into one point (every trial kept: on a shared machine the
-/// neighbours' memory traffic changes over time, and one short window would stand for all
-/// of it), and each repeat's median beside the reference's.
-fn pooled(quiet: Vec<(LoadedPoint, Option<LoadedPoint>)>) -> (LoadedPoint, QuietRepeats) {
-    let mut idle = LoadedPoint::default();
-    let mut q = QuietRepeats::default();
-    for (i, r) in quiet {
-        q.idle.push(i.latency_ns());
-        idle.latency.extend(i.latency);
-        idle.bandwidth.extend(i.bandwidth);
-        idle.preempted += i.preempted;
-        idle.notes.extend(i.notes);
-        if let Some(r) = r {
-            q.reference.push(r.latency_ns());
-        }
-    }
-    (idle, q)
-}
-
 /// A load thread's stream: its part of the load buffer and where it is in it.
 struct LoadStream<'c> {
     clock: &'c dyn crate::clock::Clock,
     part: &'c mut [u64],
     words: usize,
     pos: usize,
-    lines: u64,
-    hiccups: u64,
     acc: [u64; 8],
 }
 
@@ -415,8 +384,6 @@ impl<'c> LoadStream<'c> {
             part,
             words: line / 8,
             pos: 0,
-            lines: 0,
-            hiccups: 0,
             acc: [0; 8],
         }
     }
@@ -424,12 +391,8 @@ impl<'c> LoadStream<'c> {
     /// One point of load thread `t`: streams with the step's delay and traffic until told
     /// to stop, recording its span and where it ran.
     fn point(&mut self, sh: &LoadSignals, t: usize, cpu: usize, arg: u64) {
-        let (clock, d) = (self.clock, arg >> 1);
-        let traffic = if arg & 1 == 1 {
-            Traffic::Mix
-        } else {
-            Traffic::Read
-        };
+        let (clock, d, counter) = (self.clock, arg >> 1, &sh.counters[t]);
+        let traffic = [Traffic::Read, Traffic::Mix][(arg & 1) as usize];
         let mut span = LoadSpan {
             start: clock.now(),
             end: 0,
@@ -441,17 +404,19 @@ impl<'c> LoadStream<'c> {
         let mut last = clock.now();
         let mut quickest = u64::MAX;
         while !sh.stop.load(Ordering::Relaxed) {
+            // Only this thread writes its counter, so the counter holds its count.
+            let mut lines = counter.lines.load(Relaxed);
             for _ in 0..BATCH {
                 step(
                     self.part,
                     self.words,
                     &mut self.pos,
-                    self.lines,
+                    lines,
                     traffic,
                     &mut self.acc,
                 );
-                self.lines += 1;
-                sh.counters[t].lines.store(self.lines, Ordering::Relaxed);
+                lines += 1;
+                counter.lines.store(lines, Relaxed);
                 if d > 0 {
                     delay(d);
                 }
@@ -461,12 +426,9 @@ impl<'c> LoadStream<'c> {
             last = now;
             quickest = quickest.min(took);
             if took > quickest.saturating_mul(2).saturating_add(slack) {
-                self.hiccups += 1;
-                sh.counters[t]
-                    .hiccups
-                    .store(self.hiccups, Ordering::Relaxed);
+                counter.hiccups.fetch_add(1, Relaxed);
             }
-            if self.lines % 1024 == 0 {
+            if lines % 1024 == 0 {
                 span.place.look();
             }
         }

@@ -256,19 +256,11 @@ impl Backing {
         self.huge_fraction.is_some_and(|f| f >= 0.5)
     }
     fn pages(&self) -> &'static str {
-        if self.huge() {
-            "huge pages"
-        } else {
-            "base pages"
-        }
+        ["base pages", "huge pages"][self.huge() as usize]
     }
     /// mem.latency's figure on the same page kind.
     fn dram(&self) -> &'static str {
-        if self.huge() {
-            "dram_thp"
-        } else {
-            "dram"
-        }
+        ["dram", "dram_thp"][self.huge() as usize]
     }
     fn text(&self) -> String {
         match (self.huge_fraction, &self.why_base) {

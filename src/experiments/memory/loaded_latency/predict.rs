@@ -112,60 +112,56 @@ impl TeamFigures {
             read,
             format!("mem.bandwidth's {name}: the read of as many threads as load threads ({k})"),
         );
-        match &self.mix {
-            Ok((ri, r, wi, w)) => p.state("peak_bandwidth_mix", &[ri, wi], |v| {
-                Prediction::new(
-                    mix_bandwidth(v[0], v[1]),
-                    format!(
-                        "3 / (2 / {r} + 1 / {w}): of every three lines two at mem.bandwidth's \
-                         read rate and one at its write rate (ordinary stores, read for \
-                         ownership), {k} thread(s)"
-                    ),
-                )
-            }),
-            Err(missing) => p.withhold(
-                &["peak_bandwidth_mix"],
-                missing.why_missing().unwrap_or_default(),
-            ),
+        let Some((ri, r, wi, w)) = self.mix(p, "peak_bandwidth_mix") else {
+            return;
+        };
+        p.state("peak_bandwidth_mix", &[ri, wi], |v| {
+            Prediction::new(
+                mix_bandwidth(v[0], v[1]),
+                format!(
+                    "3 / (2 / {r} + 1 / {w}): of every three lines two at mem.bandwidth's \
+                     read rate and one at its write rate (ordinary stores, read for \
+                     ownership), {k} thread(s)"
+                ),
+            )
+        });
+    }
+
+    /// The mix's read and write figures, or None with `metric` withheld for want of them.
+    fn mix(&self, p: &mut Predictions, metric: &str) -> Option<&(Input, String, Input, String)> {
+        if let Err(missing) = &self.mix {
+            p.withhold(&[metric], missing.why_missing().unwrap_or_default());
         }
+        self.mix.as_ref().ok()
     }
 
     /// Little's law on the team's bandwidths and the idle chase (not a bound: the idle
     /// latency errs low, the unloaded bandwidth high), on the mix's counted lines.
     fn misses(&self, p: &mut Predictions, (idle, lname): (&Input, &str)) {
-        let (read, name) = &self.read;
-        let line = &self.line;
-        p.state("loaded_outstanding_misses", &[read, idle, line], |v| {
-            Prediction::new(
-                v[0] / v[2] * v[1] * 1e-9,
-                format!(
-                    "Little's law: {name} x {lname} / line (the idle latency for the loaded \
-                     one, which alone would make it low; but the bandwidth is mem.bandwidth's, \
-                     which the loaded team may not reach: not a bound)"
-                ),
+        let ((read, name), line) = (&self.read, &self.line);
+        let law = |of: &str, bw: &str, are: &str| {
+            format!(
+                "Little's law{of}: {bw} x {lname} / line (the idle latency for the loaded one, \
+                 which alone would make it low; but the {are} mem.bandwidth's, which the loaded \
+                 team may not reach: not a bound)"
             )
-        });
-        let (ri, r, wi, w) = match &self.mix {
-            Ok(pair) => pair,
-            Err(missing) => {
-                let why = missing.why_missing().unwrap_or_default();
-                return p.withhold(&["loaded_outstanding_misses_mix"], why);
-            }
         };
+        let text = law("", name, "bandwidth is");
+        p.state("loaded_outstanding_misses", &[read, idle, line], |v| {
+            Prediction::new(v[0] / v[2] * v[1] * 1e-9, text)
+        });
+        let Some((ri, r, wi, w)) = self.mix(p, "loaded_outstanding_misses_mix") else {
+            return;
+        };
+        let text = law(
+            " on the counted lines",
+            &format!("3 / (2 / {r} + 1 / {w})"),
+            "bandwidths are",
+        );
         p.state(
             "loaded_outstanding_misses_mix",
             &[ri, wi, idle, line],
-            |v| {
-                Prediction::new(
-                    mix_bandwidth(v[0], v[1]) / v[3] * v[2] * 1e-9,
-                    format!(
-                        "Little's law on the counted lines: 3 / (2 / {r} + 1 / {w}) x {lname} / \
-                         line (the idle latency for the loaded one, which alone would make it \
-                         low; but the bandwidths are mem.bandwidth's, which the loaded team may \
-                         not reach: not a bound)"
-                    ),
-                )
-            },
+            |v| Prediction::new(mix_bandwidth(v[0], v[1]) / v[3] * v[2] * 1e-9, text),
         );
     }
 }

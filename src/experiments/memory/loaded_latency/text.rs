@@ -298,10 +298,9 @@ impl TrafficCurve<'_> {
 
     /// Latency and misses in flight against bandwidth, idle point first.
     fn series(&self, out: &mut Outcome) {
-        let prefix = if self.traffic == Traffic::Mix {
-            "mix_"
-        } else {
-            ""
+        let name = |base: &str| match self.traffic {
+            Traffic::Read => base.to_string(),
+            Traffic::Mix => format!("mix_{base}"),
         };
         let curve: Vec<[f64; 2]> = self
             .points()
@@ -311,12 +310,13 @@ impl TrafficCurve<'_> {
             .iter()
             .map(|&[b, l]| [b, outstanding(b, self.line, l)]);
         let misses: Vec<[f64; 2]> = misses.collect();
-        let (latency, inflight) = (
-            format!("{prefix}latency_vs_bandwidth"),
-            format!("{prefix}outstanding_misses_vs_bandwidth"),
+        out.plot(&name("latency_vs_bandwidth"), "bytes/s", "ns", curve);
+        out.plot(
+            &name("outstanding_misses_vs_bandwidth"),
+            "bytes/s",
+            "lines",
+            misses,
         );
-        out.plot(&latency, "bytes/s", "ns", curve);
-        out.plot(&inflight, "bytes/s", "lines", misses);
     }
 
     /// The loaded latency, the peak bandwidth and the misses in flight.
@@ -431,18 +431,15 @@ impl TrafficCurve<'_> {
             .collect();
         let label = self.traffic.label();
         let rise = (KNEE_RISE - 1.0) * 100.0;
-        let i = match knee(self.idle.latency_ns(), &lp) {
-            Some(i) if i + 1 == lp.len() || lp[i].0 >= peak.bandwidth_bps() => {
-                return out.notes.push(format!(
-                    "{label}: no knee: latency stayed within {rise:.0}% of idle up to the highest bandwidth reached"
-                ));
-            }
-            Some(i) => i,
-            None => {
-                return out.notes.push(format!(
-                    "{label}: no knee: the lightest load already raised latency by more than {rise:.0}%"
-                ));
-            }
+        let found = knee(self.idle.latency_ns(), &lp);
+        let Some(i) = found.filter(|&i| i + 1 < lp.len() && lp[i].0 < peak.bandwidth_bps()) else {
+            let why = match found {
+                Some(_) => format!(
+                    "latency stayed within {rise:.0}% of idle up to the highest bandwidth reached"
+                ),
+                None => format!("the lightest load already raised latency by more than {rise:.0}%"),
+            };
+            return out.notes.push(format!("{label}: no knee: {why}"));
         };
         let (knee_name, peak_name) = (self.name("knee_bandwidth"), self.name("peak_bandwidth"));
         let kp = &self.loaded[i];
