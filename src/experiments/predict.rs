@@ -56,10 +56,11 @@ impl Input {
         source: impl Into<String>,
         missing: impl Into<String>,
     ) -> Input {
-        let value = value
-            .filter(|v| v.is_finite())
-            .ok_or_else(|| missing.into());
-        Input::new(name, value, unit, source.into(), InputKind::Measured)
+        let i = Input::machine(name, value, unit, source, missing);
+        Input {
+            kind: InputKind::Measured,
+            ..i
+        }
     }
 
     /// A count the method itself fixes, or one traced from it.

@@ -265,14 +265,19 @@ impl<'c> Team<'c> {
 mod tests {
     use super::*;
 
+    /// A clock, three allowed CPUs (repeating when fewer are allowed) and a sum per member.
+    fn three() -> (crate::clock::MockClock, Vec<usize>, Vec<AtomicU64>) {
+        let allowed = crate::platform::allowed_cpus();
+        let cpus = (0..3).map(|k| allowed[k % allowed.len()]).collect();
+        let sums = (0..3).map(|_| AtomicU64::new(0)).collect();
+        (crate::clock::MockClock::new(1), cpus, sums)
+    }
+
     /// Every step releases every member once with its argument, and each member looks at
     /// its CPU on either side of each run.
     #[test]
     fn each_step_runs_every_member_once() {
-        let clock = crate::clock::MockClock::new(1);
-        let allowed = crate::platform::allowed_cpus();
-        let cpus: Vec<usize> = (0..3).map(|k| allowed[k % allowed.len()]).collect();
-        let sums: Vec<AtomicU64> = (0..3).map(|_| AtomicU64::new(0)).collect();
+        let (clock, cpus, sums) = three();
         let member = |t: usize| {
             let sums = &sums;
             move |arg: u64| {
@@ -294,10 +299,7 @@ mod tests {
     /// `once` runs its closure on the CPU it is given.
     #[test]
     fn a_led_step_runs_the_leader_beside_every_member() {
-        let clock = crate::clock::MockClock::new(1);
-        let allowed = crate::platform::allowed_cpus();
-        let cpus: Vec<usize> = (0..3).map(|k| allowed[k % allowed.len()]).collect();
-        let sums: Vec<AtomicU64> = (0..3).map(|_| AtomicU64::new(0)).collect();
+        let (clock, cpus, sums) = three();
         let member = |t: usize| {
             let sums = &sums;
             move |arg: u64| {
