@@ -728,7 +728,12 @@ fn build_moves(runs: &[(String, RunResults)]) -> Vec<String> {
     let mut out = Vec::new();
     for (i, (_, r)) in runs.iter().enumerate().skip(1) {
         let l = label(i);
-        let d = a.tool.build_differences(&r.tool);
+        let d: Vec<String> = a
+            .tool
+            .build_differences(&r.tool)
+            .into_iter()
+            .map(|(_, d)| d)
+            .collect();
         if !d.is_empty() {
             out.push(format!(
                 "run {l} was measured by a different build than run A ({}): a difference may come from the build, not the machine",

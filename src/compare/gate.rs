@@ -446,7 +446,8 @@ fn surroundings(
         .tool
         .build_differences(&rb.tool)
         .into_iter()
-        .filter(|d| d.starts_with("target") || d.starts_with("C library"))
+        .filter(|(what, _)| matches!(*what, "target" | "C library"))
+        .map(|(_, d)| d)
         .collect();
     if !built.is_empty() {
         environment.push(format!(
@@ -1185,6 +1186,24 @@ mod tests {
         b.machine.virtualization.steal_during_run = Some(steal(0.0));
         let g = judge(a, b, &[], &GateConfig::default());
         assert_eq!(only(&g).verdict, Some(Verdict::Regressed), "{g:?}");
+    }
+
+    #[test]
+    fn another_c_library_is_listed_and_another_commit_is_not() {
+        let t = |seed, med| time(seed, med, Some(Bottleneck::None));
+        let mut a = run(vec![t(1, 100.0)], None);
+        let mut b = run(vec![t(2, 120.0)], None);
+        (a.tool.commit, b.tool.commit) = (Some("aaaa".into()), Some("bbbb".into()));
+        let g = judge(a.clone(), b.clone(), &[], &GateConfig::default());
+        assert_eq!(only(&g).verdict, Some(Verdict::Regressed), "{g:?}");
+        (a.tool.libc, b.tool.libc) = (Some("glibc 2.36".into()), Some("musl".into()));
+        assert!(g.environment.iter().all(|e| !e.contains("builds")), "{g:?}");
+        let g = judge(a, b, &[], &GateConfig::default());
+        assert!(
+            g.environment[0].contains("C library glibc 2.36 -> musl")
+                && !g.environment[0].contains("commit"),
+            "{g:?}"
+        );
     }
 
     #[test]

@@ -85,26 +85,23 @@ impl Tool {
         ))
     }
 
-    /// What differs between this build and `other`'s (version, commit, target, C
-    /// library), as "commit a -> b" phrases; a fact one side does not record is not
-    /// compared.
-    pub fn build_differences(&self, other: &Tool) -> Vec<String> {
-        let mut d = Vec::new();
-        if self.version != other.version {
-            d.push(format!("version {} -> {}", self.version, other.version));
-        }
-        for (what, a, b) in [
-            ("commit", &self.commit, &other.commit),
-            ("target", &self.target, &other.target),
-            ("C library", &self.libc, &other.libc),
-        ] {
-            if let (Some(a), Some(b)) = (a, b) {
-                if a != b {
-                    d.push(format!("{what} {a} -> {b}"));
-                }
-            }
-        }
-        d
+    /// What differs between this build and `other`'s, as (fact, "fact a -> b") pairs with
+    /// fact one of "version", "commit", "target", "C library"; a fact one side does not
+    /// record is not compared.
+    pub fn build_differences(&self, other: &Tool) -> Vec<(&'static str, String)> {
+        let version = (Some(&self.version), Some(&other.version));
+        [
+            ("version", version),
+            ("commit", (self.commit.as_ref(), other.commit.as_ref())),
+            ("target", (self.target.as_ref(), other.target.as_ref())),
+            ("C library", (self.libc.as_ref(), other.libc.as_ref())),
+        ]
+        .into_iter()
+        .filter_map(|(what, ab)| match ab {
+            (Some(a), Some(b)) if a != b => Some((what, format!("{what} {a} -> {b}"))),
+            _ => None,
+        })
+        .collect()
     }
 }
 
