@@ -1,5 +1,5 @@
-//! A pinned thread team that steps by generation, with a start barrier and per-thread
-//! start and stop stamps on the run's clock.
+//! A pinned thread team that steps by generation, with a start barrier; each step reports
+//! the slowest member's ticks on the run's clock and whether every member ran undisturbed.
 
 use super::place::{pin, Pinned, Place};
 use super::spin_until;
