@@ -24,6 +24,9 @@ pub(crate) struct Seams {
     /// mem.loaded-latency's chase covers this many nodes, its reference the whole set
     /// (a chase that fits in a cache).
     pub chase_nodes: Option<usize>,
+    /// A stepped thread team runs its members one after another instead of together (as
+    /// under steal, staggered starts or throttling).
+    pub serial_team: bool,
 }
 
 impl Seams {
@@ -37,6 +40,7 @@ impl Seams {
         small_files: None,
         chase_base_pages: false,
         chase_nodes: None,
+        serial_team: false,
     };
 }
 

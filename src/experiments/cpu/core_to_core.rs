@@ -217,7 +217,7 @@ fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> Bounce {
             let deadline = crate::clock::Deadline::after(clock, share);
             let mut trials = Vec::new();
             while trials.len() < MAX_TRIALS && (trials.len() < MIN_TRIALS || !deadline.passed()) {
-                let (ticks, _) = step(ROUND_TRIPS);
+                let ticks = step(ROUND_TRIPS).slowest();
                 trials.push(clock.ticks_to_ns(ticks as f64) / (2 * ROUND_TRIPS) as f64);
             }
             trials

@@ -7,6 +7,40 @@ use crate::clock::Clock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+/// One step of a team: each member's start and stop stamps on the run's clock, in member
+/// order, and whether every member ran undisturbed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Step {
+    pub(crate) stamps: Vec<(u64, u64)>,
+    pub(crate) quiet: bool,
+}
+
+impl Step {
+    /// The slowest member's own duration, in ticks.
+    pub(crate) fn slowest(&self) -> u64 {
+        let own = self.stamps.iter().map(|&(a, b)| b.wrapping_sub(a));
+        own.max().unwrap_or(0)
+    }
+
+    /// The first start to the last stop, in ticks: the time the team's work took.
+    pub(crate) fn span(&self) -> u64 {
+        let first = self.stamps.iter().map(|s| s.0).min().unwrap_or(0);
+        let last = self.stamps.iter().map(|s| s.1).max().unwrap_or(0);
+        last.saturating_sub(first)
+    }
+
+    /// The least share of the span any member's own interval covers: 1 when all ran
+    /// together, about 1/N when N ran one after another.
+    pub(crate) fn overlap(&self) -> f64 {
+        let span = self.span();
+        if span == 0 {
+            return 1.0;
+        }
+        let own = self.stamps.iter().map(|&(a, b)| b.saturating_sub(a));
+        own.min().unwrap_or(0) as f64 / span as f64
+    }
+}
+
 /// Where a team's threads ran.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct TeamPlacement {
@@ -25,6 +59,10 @@ pub(crate) struct Team<'c> {
     cpus: Vec<usize>,
     /// Members sleep now and then while they wait for a step.
     rest: bool,
+    /// A test seam: members run their step one after another, in member order.
+    serial: bool,
+    /// Under `serial`, the member whose turn it is.
+    turn: AtomicUsize,
     gen: AtomicU64,
     arg: AtomicU64,
     ready: AtomicUsize,
@@ -34,11 +72,12 @@ pub(crate) struct Team<'c> {
     pins: Mutex<TeamPlacement>,
 }
 
-/// A member's looks, and the ticks and quietness of its last run.
+/// A member's looks, and the start and stop stamps and quietness of its last run.
 #[derive(Default)]
 struct Record {
     place: Place,
-    ticks: u64,
+    start: u64,
+    stop: u64,
     quiet: bool,
 }
 
@@ -66,12 +105,12 @@ impl<'c> Team<'c> {
     /// `member(t)` on its own thread (setup such as a first touch) to get its step body;
     /// `drive` then runs on the calling thread once all are ready, and each call of the
     /// `step(arg)` it is given releases every member into one run of its body with `arg`,
-    /// returning the slowest member's ticks and whether every member ran undisturbed.
+    /// returning each member's stamps and whether every member ran undisturbed.
     pub(crate) fn run<W, R>(
         clock: &'c dyn Clock,
         cpus: &[usize],
         member: impl Fn(usize) -> W + Sync,
-        drive: impl FnOnce(&mut dyn FnMut(u64) -> (u64, bool)) -> R,
+        drive: impl FnOnce(&mut dyn FnMut(u64) -> Step) -> R,
     ) -> (R, TeamPlacement)
     where
         W: FnMut(u64),
@@ -124,6 +163,9 @@ impl<'c> Team<'c> {
             clock,
             cpus: cpus.to_vec(),
             rest,
+            // A led team's leader takes no turn, so only stepped teams run in turns.
+            serial: !rest && crate::experiments::seams::get().serial_team,
+            turn: AtomicUsize::new(0),
             gen: AtomicU64::new(0),
             arg: AtomicU64::new(0),
             ready: AtomicUsize::new(0),
@@ -198,7 +240,11 @@ impl<'c> Team<'c> {
                 break;
             }
             seen = self.gen.load(Ordering::Acquire);
+            if self.serial {
+                spin_until(|| self.turn.load(Ordering::Acquire) == t);
+            }
             self.timed(t, self.arg.load(Ordering::Acquire), &mut body);
+            self.turn.store(t + 1, Ordering::Release);
             self.done.fetch_add(1, Ordering::AcqRel);
         }
     }
@@ -216,14 +262,24 @@ impl<'c> Team<'c> {
     }
 
     /// One generation, driven from member 0.
-    fn step(&self, arg: u64, body: &mut impl FnMut(u64)) -> (u64, bool) {
+    fn step(&self, arg: u64, body: &mut impl FnMut(u64)) -> Step {
+        self.turn.store(0, Ordering::Release);
         self.release(arg);
         self.timed(0, arg, body);
+        self.turn.store(1, Ordering::Release);
         self.join();
         let records = self.records.iter().map(|r| lock(r));
-        records.fold((0, true), |(slowest, quiet), r| {
-            (slowest.max(r.ticks), quiet && r.quiet)
-        })
+        records.fold(
+            Step {
+                stamps: Vec::new(),
+                quiet: true,
+            },
+            |mut s, r| {
+                s.stamps.push((r.start, r.stop));
+                s.quiet &= r.quiet;
+                s
+            },
+        )
     }
 
     /// One run of member t's body, stamped, with a placement look on either side.
@@ -231,9 +287,9 @@ impl<'c> Team<'c> {
         let mut r = lock(&self.records[t]);
         r.place.look();
         let c0 = crate::harness::thread_preemptions();
-        let t0 = self.clock.start();
+        r.start = self.clock.start();
         body(arg);
-        r.ticks = self.clock.stop().wrapping_sub(t0);
+        r.stop = self.clock.stop();
         r.quiet = crate::harness::thread_preemptions() == c0;
         r.place.look();
     }
@@ -285,7 +341,7 @@ mod tests {
             }
         };
         let (steps, placed) = Team::run(&clock, &cpus, member, |step| {
-            (1..=4).map(|arg| step(arg).1).count()
+            (1..=4).map(|arg| step(arg).quiet).count()
         });
         assert_eq!(steps, 4);
         for s in &sums {
@@ -324,5 +380,43 @@ mod tests {
         );
         let (v, placed) = Team::once(&clock, cpus[1], || 7);
         assert_eq!((v, placed.places.len()), (7, 1));
+    }
+
+    /// A step's span runs from the first start to the last stop, and its overlap is the
+    /// least share of the span a member covered.
+    #[test]
+    fn a_step_spans_its_members() {
+        let s = Step {
+            stamps: vec![(100, 200), (110, 190)],
+            quiet: true,
+        };
+        assert_eq!((s.slowest(), s.span()), (100, 100));
+        assert!((s.overlap() - 0.8).abs() < 1e-9);
+        let one_after_another = Step {
+            stamps: vec![(100, 200), (200, 300)],
+            quiet: true,
+        };
+        assert_eq!(one_after_another.span(), 200);
+        assert!((one_after_another.overlap() - 0.5).abs() < 1e-9);
+    }
+
+    /// Under the serial seam a stepped team's members run in member order, each after the
+    /// one before has stopped.
+    #[test]
+    fn a_serial_team_runs_its_members_in_turn() {
+        let clock = crate::clock::detect(None).0;
+        let allowed = crate::platform::allowed_cpus();
+        let cpus: Vec<usize> = (0..3).map(|k| allowed[k % allowed.len()]).collect();
+        let member =
+            |_t: usize| |_arg: u64| std::thread::sleep(std::time::Duration::from_millis(1));
+        crate::experiments::seams::set(|s| s.serial_team = true);
+        let (steps, _) = Team::run(&clock, &cpus, member, |step| {
+            (0..3).map(|_| step(0)).collect::<Vec<_>>()
+        });
+        crate::experiments::seams::set(|s| s.serial_team = false);
+        for s in steps {
+            assert!(s.stamps.windows(2).all(|w| w[0].1 <= w[1].0), "{s:?}");
+            assert!(s.overlap() < 0.5, "{s:?}");
+        }
     }
 }
