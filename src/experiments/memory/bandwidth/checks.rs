@@ -1,7 +1,7 @@
-//! mem.bandwidth's premises: every thread on its own CPU, and on several nodes each
-//! thread's memory on its own node.
+//! mem.bandwidth's premises: every thread on its own CPU, a team's threads running
+//! together, and on several nodes each thread's memory on its own node.
 
-use super::kernel::Part;
+use super::kernel::{Part, Together, TOGETHER};
 use crate::experiments::kit::team::TeamPlacement;
 use crate::results::Check;
 
@@ -17,6 +17,12 @@ pub(super) struct Placed {
     pages: usize,
     pages_away: Vec<String>,
     pages_unknown: bool,
+    /// Teams of more than one thread, their trials, those set aside because the threads
+    /// did not run together, and the teams that kept too few.
+    teams_together: usize,
+    trials_together: usize,
+    trials_apart: usize,
+    apart: Vec<String>,
 }
 
 /// Pages sampled per part for the NUMA-node check.
@@ -30,6 +36,29 @@ impl Placed {
             .extend(q.misplaced.iter().map(|m| format!("{name}: {m}")));
         if self.unknown.is_none() {
             self.unknown.clone_from(&q.unknown);
+        }
+    }
+
+    /// Records whether team `name` of `threads` threads ran together. It fails when its
+    /// figure kept fewer undisturbed trials than the harness needs while some were set
+    /// aside for it: the harness then fills up with set-aside trials.
+    pub(super) fn together(&mut self, name: &str, threads: usize, t: Together) {
+        if threads < 2 {
+            return;
+        }
+        self.teams_together += 1;
+        self.trials_together += t.ran;
+        self.trials_apart += t.apart;
+        if t.apart > 0 && t.kept < t.needed {
+            self.apart.push(format!(
+                "{name}: {} of {} trials had a thread covering less than {:.0}% of the trial's span (least {:.0}%), {} undisturbed trials kept of the {} needed",
+                t.apart,
+                t.ran,
+                TOGETHER * 100.0,
+                t.least * 100.0,
+                t.kept,
+                t.needed
+            ));
         }
     }
 
@@ -58,6 +87,7 @@ impl Placed {
     pub(super) fn checks(self, numa: bool) -> Vec<Check> {
         let name =
             "every thread ran on the CPU it was placed on (current CPU read around every trial)";
+        let together = self.together_check();
         let failed = (!self.misplaced.is_empty()).then(|| self.misplaced.join("; "));
         let unknown = self.unknown.map(|why| format!("{why}: threads may have shared a CPU, and a figure may be of fewer cores than its name says"));
         let passed = format!(
@@ -76,7 +106,23 @@ impl Placed {
             let passed = format!("{n} sampled pages, each on its reader's node");
             v.push(premise(name, failed, unknown, passed));
         }
+        v.push(together);
         v
+    }
+}
+
+impl Placed {
+    fn together_check(&self) -> Check {
+        let name = "each team's threads ran together (every thread's own interval covers at least 90% of each kept trial's span, first start to last stop)";
+        let (teams, ran, apart) = (self.teams_together, self.trials_together, self.trials_apart);
+        let counts = format!("{apart} of {ran} trials of {teams} teams of more than one thread set aside and repeated (trials of full length, warm-up included; a team fails when its figure kept fewer undisturbed trials than the harness needs)");
+        if teams == 0 {
+            return Check::premise(name, true, "no team of more than one thread ran");
+        }
+        match self.apart.is_empty() {
+            true => Check::premise(name, true, counts),
+            false => Check::premise(name, false, format!("{counts}: {}", self.apart.join("; "))),
+        }
     }
 }
 

@@ -123,9 +123,40 @@ pub(super) fn touch(part: Part) {
     unsafe { std::ptr::write_bytes(part.base as *mut u8, 0x5a, part.len) };
 }
 
+/// The least share of a trial's span (first start to last stop) every thread's own
+/// interval must cover for the trial to count as the threads running together.
+pub(super) const TOGETHER: f64 = 0.9;
+
+/// A team's trials of full length (warm-up included), those set aside because a thread
+/// covered less than `TOGETHER` of the span, the least share any trial's thread did, and
+/// the undisturbed trials its figure kept against the least the harness takes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Together {
+    pub(super) ran: usize,
+    pub(super) apart: usize,
+    pub(super) least: f64,
+    pub(super) kept: usize,
+    pub(super) needed: usize,
+}
+
+impl Default for Together {
+    fn default() -> Self {
+        Together {
+            ran: 0,
+            apart: 0,
+            least: 1.0,
+            kept: 0,
+            needed: 0,
+        }
+    }
+}
+
 /// Bandwidth trials of one thread per part, thread k on `cpus[k]` (thread 0 the calling
 /// thread), in ns per byte of all threads; with `first_touch` each first writes its part,
-/// so its pages sit on its node. A trial is the slowest thread's.
+/// so its pages sit on its node. A trial takes from the first thread's start to the last
+/// one's stop: the slowest thread's own duration would count threads that ran one after
+/// another as running together. A trial in which a thread covered less than `TOGETHER`
+/// of that span is set aside and repeated, as a preempted one is.
 pub(super) fn team(
     ctx: &Context,
     op: Op,
@@ -133,7 +164,7 @@ pub(super) fn team(
     cpus: &[usize],
     spec: &HarnessConfig,
     first_touch: bool,
-) -> (Measurement, TeamPlacement) {
+) -> (Measurement, TeamPlacement, Together) {
     let pattern = 0x0123_4567_89ab_cdefu64;
     let member = |t: usize| {
         if first_touch {
@@ -145,7 +176,25 @@ pub(super) fn team(
         }
     };
     let bytes_per_iter = (BLOCK * parts.len()) as f64;
-    Team::run(ctx.clock, &cpus[..parts.len()], member, |step| {
-        measure_trials(ctx.clock, spec, bytes_per_iter, step)
-    })
+    let mut together = Together::default();
+    // Calibration's short trials only size the next one, and in them releasing the
+    // threads takes much of the span: only trials of full length are judged.
+    let full = ctx.clock.ns_to_ticks(spec.min_trial.as_nanos() as f64) as u64;
+    let (m, placed) = Team::run(ctx.clock, &cpus[..parts.len()], member, |step| {
+        measure_trials(ctx.clock, spec, bytes_per_iter, |blocks| {
+            let s = step(blocks);
+            if s.span() < full {
+                return (s.span(), s.quiet);
+            }
+            let share = s.overlap();
+            together.ran += 1;
+            together.least = together.least.min(share);
+            let apart = share < TOGETHER;
+            together.apart += usize::from(apart);
+            (s.span(), s.quiet && !apart)
+        })
+    });
+    together.kept = m.undisturbed;
+    together.needed = spec.min_trials.max(1);
+    (m, placed, together)
 }

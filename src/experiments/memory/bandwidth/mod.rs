@@ -203,7 +203,7 @@ impl Experiment for MemBandwidth {
         }
         out.check(kit::rss_check(rss0, size as u64));
         out.notes.push(format!(
-            "{} trials were preempted by other tasks and repeated; {} undisturbed trials kept",
+            "{} trials were preempted by other tasks, or had threads that did not run together, and were repeated; {} undisturbed trials kept",
             run.preempted, run.kept
         ));
         for c in std::mem::take(&mut run.placed).checks(numa) {
@@ -312,8 +312,9 @@ impl Streams<'_, '_> {
     /// One team's trials of `op` over `parts`, its placement and trial counts recorded
     /// under `name`.
     fn stream(&mut self, name: &str, op: Op, parts: &[Part], first_touch: bool) -> Measurement {
-        let (m, placed) = team(self.ctx, op, parts, self.cpus, self.spec, first_touch);
+        let (m, placed, together) = team(self.ctx, op, parts, self.cpus, self.spec, first_touch);
         self.placed.add(name, &placed);
+        self.placed.together(name, parts.len(), together);
         self.preempted += m.preempted;
         self.kept += m.per_op_ns.len();
         m
@@ -634,5 +635,68 @@ mod tests {
         assert_eq!(thread_counts(1, Profile::Smoke), vec![1]);
         let v = thread_counts(64, Profile::Standard);
         assert_eq!((v[0], *v.last().unwrap()), (1, 64));
+    }
+
+    /// mem.bandwidth run here (smoke) with `plant` bending its world; None, after a note,
+    /// where it cannot run a team of two.
+    fn planted(
+        test: &str,
+        plant: impl FnOnce(&mut crate::experiments::seams::Seams),
+    ) -> Option<crate::results::ExperimentResult> {
+        if crate::platform::allowed_cpus().len() < 2 {
+            crate::experiments::testing::skip(test, "one CPU allowed: no team of two threads");
+            return None;
+        }
+        let clock = crate::clock::detect(None).0;
+        let w = crate::experiments::testing::World::live(&clock);
+        crate::experiments::seams::set(plant);
+        let r = w.run(&MemBandwidth);
+        crate::experiments::seams::set(|s| *s = crate::experiments::seams::Seams::NONE);
+        Some(r)
+    }
+
+    const TOGETHER_CHECK: &str = "each team's threads ran together (every thread's own interval covers at least 90% of each kept trial's span, first start to last stop)";
+
+    fn median_of(r: &crate::results::ExperimentResult, name: &str) -> f64 {
+        let m = r.metrics.iter().find(|m| m.name == name);
+        crate::stats::median(&m.unwrap_or_else(|| panic!("no {name}")).raw)
+    }
+
+    /// Two threads made to run one after the other: the trials are set aside and the
+    /// result is invalid, and the two-thread figure is not twice the one-thread figure.
+    #[test]
+    fn threads_run_one_after_another_are_set_aside() {
+        let test = "threads_run_one_after_another_are_set_aside";
+        let Some(r) = planted(test, |s| s.serial_team = true) else {
+            return;
+        };
+        crate::experiments::testing::assert_invalid_by(&r, TOGETHER_CHECK);
+        let c = crate::experiments::testing::check(&r, TOGETHER_CHECK);
+        assert!(c.detail.contains("read_2t: "), "{}", c.detail);
+        let (apart, ran) = set_aside(c);
+        assert!(ran > 0 && apart == ran, "{}", c.detail);
+        let (one, two) = (median_of(&r, "read_1t"), median_of(&r, "read_2t"));
+        assert!(two < 1.5 * one, "read_2t {two} against read_1t {one}");
+    }
+
+    /// "A of R trials" at the head of the check's detail.
+    fn set_aside(c: &crate::results::Check) -> (usize, usize) {
+        let mut w = c.detail.split_whitespace();
+        let a = w.next().and_then(|x| x.parse().ok());
+        let r = w.nth(1).and_then(|x| x.parse().ok());
+        a.zip(r).unwrap_or_else(|| panic!("{}", c.detail))
+    }
+
+    /// A team left alone keeps trials whose threads ran together (on a busy machine some
+    /// may be set aside, never all of them).
+    #[test]
+    fn threads_run_together_keep_their_trials() {
+        let test = "threads_run_together_keep_their_trials";
+        let Some(r) = planted(test, |_| {}) else {
+            return;
+        };
+        let c = crate::experiments::testing::check(&r, TOGETHER_CHECK);
+        let (apart, ran) = set_aside(c);
+        assert!(ran > 0 && apart < ran, "{}", c.detail);
     }
 }
