@@ -115,7 +115,7 @@ impl Placed {
     fn together_check(&self) -> Check {
         let name = "each team's threads ran together (every thread's own interval covers at least 90% of each kept trial's span, first start to last stop)";
         let (teams, ran, apart) = (self.teams_together, self.trials_together, self.trials_apart);
-        let counts = format!("{apart} of {ran} trials of {teams} teams of more than one thread set aside and repeated (trials of full length, warm-up included; a team fails when its figure kept fewer undisturbed trials than the harness needs)");
+        let counts = format!("{apart} of {ran} trials of {teams} teams of more than one thread set aside and repeated (calibration and warm-up included; a thread within 20 us of the span is not apart; a team fails when its figure kept fewer undisturbed trials than the harness needs)");
         if teams == 0 {
             return Check::premise(name, true, "no team of more than one thread ran");
         }

@@ -127,8 +127,12 @@ pub(super) fn touch(part: Part) {
 /// interval must cover for the trial to count as the threads running together.
 pub(super) const TOGETHER: f64 = 0.9;
 
-/// A team's trials of full length (warm-up included), those set aside because a thread
-/// covered less than `TOGETHER` of the span, the least share any trial's thread did, and
+/// How far short of a trial's span (ns) a thread may be in any case.
+pub(super) const RELEASE_SLACK_NS: f64 = 20_000.0;
+
+/// A team's trials (calibration and warm-up included), those set aside because a thread
+/// covered less than `TOGETHER` of the span (and fell short by more than the slack), the
+/// least share any trial's thread did, and
 /// the undisturbed trials its figure kept against the least the harness takes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Together {
@@ -156,7 +160,8 @@ impl Default for Together {
 /// so its pages sit on its node. A trial takes from the first thread's start to the last
 /// one's stop: the slowest thread's own duration would count threads that ran one after
 /// another as running together. A trial in which a thread covered less than `TOGETHER`
-/// of that span is set aside and repeated, as a preempted one is.
+/// of that span, and fell short of it by more than `RELEASE_SLACK_NS`, is set aside and
+/// repeated, as a preempted one is.
 pub(super) fn team(
     ctx: &Context,
     op: Op,
@@ -177,19 +182,17 @@ pub(super) fn team(
     };
     let bytes_per_iter = (BLOCK * parts.len()) as f64;
     let mut together = Together::default();
-    // Calibration's short trials only size the next one, and in them releasing the
-    // threads takes much of the span: only trials of full length are judged.
-    let full = ctx.clock.ns_to_ticks(spec.min_trial.as_nanos() as f64) as u64;
+    // Releasing the threads takes microseconds, much of calibration's shortest trials:
+    // a thread short of the span by no more than this is not apart.
+    let slack = ctx.clock.ns_to_ticks(RELEASE_SLACK_NS);
     let (m, placed) = Team::run(ctx.clock, &cpus[..parts.len()], member, |step| {
         measure_trials(ctx.clock, spec, bytes_per_iter, |blocks| {
             let s = step(blocks);
-            if s.span() < full {
-                return (s.span(), s.quiet);
-            }
             let share = s.overlap();
+            let short = s.span() as f64 * (1.0 - share);
+            let apart = share < TOGETHER && short > slack;
             together.ran += 1;
             together.least = together.least.min(share);
-            let apart = share < TOGETHER;
             together.apart += usize::from(apart);
             (s.span(), s.quiet && !apart)
         })
