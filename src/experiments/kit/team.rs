@@ -29,15 +29,16 @@ impl Step {
         last.saturating_sub(first)
     }
 
-    /// The least share of the span any member's own interval covers: 1 when all ran
-    /// together, about 1/N when N ran one after another.
+    /// The share of the span during which every member ran: near 1 when all ran
+    /// together, 0 when they ran one after another.
     pub(crate) fn overlap(&self) -> f64 {
         let span = self.span();
-        if span == 0 {
-            return 1.0;
+        let last_start = self.stamps.iter().map(|s| s.0).max().unwrap_or(0);
+        let first_stop = self.stamps.iter().map(|s| s.1).min().unwrap_or(0);
+        match span {
+            0 => 1.0,
+            _ => first_stop.saturating_sub(last_start) as f64 / span as f64,
         }
-        let own = self.stamps.iter().map(|&(a, b)| b.saturating_sub(a));
-        own.min().unwrap_or(0) as f64 / span as f64
     }
 }
 
@@ -64,6 +65,10 @@ pub(crate) struct Team<'c> {
     /// Under `serial`, the member whose turn it is.
     turn: AtomicUsize,
     gen: AtomicU64,
+    /// Members that reached a step's start line, over all steps: a stepped team's members
+    /// start only when all have, so one that is scheduled late delays the start rather
+    /// than running after the others have finished.
+    arrived: AtomicU64,
     arg: AtomicU64,
     ready: AtomicUsize,
     done: AtomicUsize,
@@ -152,7 +157,7 @@ impl<'c> Team<'c> {
             let team = Team::new(clock, &[cpu], false);
             team.pin(0);
             let (mut f, mut r) = (Some(f), None);
-            team.timed(0, 0, &mut |_| r = f.take().map(|f| f()));
+            team.timed(0, 0, None, &mut |_| r = f.take().map(|f| f()));
             (r.expect("the body ran"), team.placement())
         };
         std::thread::scope(|s| s.spawn(run).join().expect("pinned thread panicked"))
@@ -167,6 +172,7 @@ impl<'c> Team<'c> {
             serial: !rest && crate::experiments::seams::get().serial_team,
             turn: AtomicUsize::new(0),
             gen: AtomicU64::new(0),
+            arrived: AtomicU64::new(0),
             arg: AtomicU64::new(0),
             ready: AtomicUsize::new(0),
             done: AtomicUsize::new(0),
@@ -243,7 +249,8 @@ impl<'c> Team<'c> {
             if self.serial {
                 spin_until(|| self.turn.load(Ordering::Acquire) == t);
             }
-            self.timed(t, self.arg.load(Ordering::Acquire), &mut body);
+            let line = (!self.serial && !self.rest).then_some(seen);
+            self.timed(t, self.arg.load(Ordering::Acquire), line, &mut body);
             self.turn.store(t + 1, Ordering::Release);
             self.done.fetch_add(1, Ordering::AcqRel);
         }
@@ -256,6 +263,13 @@ impl<'c> Team<'c> {
         self.gen.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// Waits until every member has reached step `gen`'s start line.
+    fn start_line(&self, gen: u64) {
+        self.arrived.fetch_add(1, Ordering::AcqRel);
+        let all = gen * self.cpus.len() as u64;
+        spin_until(|| self.arrived.load(Ordering::Acquire) >= all);
+    }
+
     /// Waits until members 1.. are done.
     fn join(&self) {
         spin_until(|| self.done.load(Ordering::Acquire) == self.cpus.len() - 1);
@@ -265,7 +279,8 @@ impl<'c> Team<'c> {
     fn step(&self, arg: u64, body: &mut impl FnMut(u64)) -> Step {
         self.turn.store(0, Ordering::Release);
         self.release(arg);
-        self.timed(0, arg, body);
+        let line = (!self.serial).then(|| self.gen.load(Ordering::Acquire));
+        self.timed(0, arg, line, body);
         self.turn.store(1, Ordering::Release);
         self.join();
         let records = self.records.iter().map(|r| lock(r));
@@ -282,11 +297,16 @@ impl<'c> Team<'c> {
         )
     }
 
-    /// One run of member t's body, stamped, with a placement look on either side.
-    fn timed(&self, t: usize, arg: u64, body: &mut impl FnMut(u64)) {
+    /// One run of member t's body, stamped, with a placement look on either side. With a
+    /// start `line` it first waits for every member there; a preemption while it waits
+    /// counts, as one that comes after the line could let the others run without it.
+    fn timed(&self, t: usize, arg: u64, line: Option<u64>, body: &mut impl FnMut(u64)) {
         let mut r = lock(&self.records[t]);
         r.place.look();
         let c0 = crate::harness::thread_preemptions();
+        if let Some(gen) = line {
+            self.start_line(gen);
+        }
         r.start = self.clock.start();
         body(arg);
         r.stop = self.clock.stop();
@@ -383,7 +403,7 @@ mod tests {
     }
 
     /// A step's span runs from the first start to the last stop, and its overlap is the
-    /// least share of the span a member covered.
+    /// share of the span during which every member ran.
     #[test]
     fn a_step_spans_its_members() {
         let s = Step {
@@ -397,7 +417,7 @@ mod tests {
             quiet: true,
         };
         assert_eq!(one_after_another.span(), 200);
-        assert!((one_after_another.overlap() - 0.5).abs() < 1e-9);
+        assert_eq!(one_after_another.overlap(), 0.0);
     }
 
     /// Under the serial seam a stepped team's members run in member order, each after the

@@ -123,24 +123,21 @@ pub(super) fn touch(part: Part) {
     unsafe { std::ptr::write_bytes(part.base as *mut u8, 0x5a, part.len) };
 }
 
-/// The least share of a trial's span (first start to last stop) every thread's own
-/// interval must cover for the trial to count as the threads running together.
-pub(super) const TOGETHER: f64 = 0.9;
+/// The least share of a trial's span (first start to last stop) during which every
+/// thread must have run for the trial to count as the threads running together. Threads
+/// of unequal speed keep most of it; threads that ran one after another keep none.
+pub(super) const TOGETHER: f64 = 0.5;
 
-/// How far short of a trial's span (ns) a thread may be in any case.
-pub(super) const RELEASE_SLACK_NS: f64 = 20_000.0;
-
-/// A team's trials (calibration and warm-up included), those set aside because a thread
-/// covered less than `TOGETHER` of the span (and fell short by more than the slack), the
-/// least share any trial's thread did, and
-/// the undisturbed trials its figure kept against the least the harness takes.
+/// A team's trials (calibration and warm-up included), those set aside because its
+/// threads ran together for less than `TOGETHER` of the span with no preemption to
+/// explain it, the least share of any undisturbed trial, and the undisturbed trials its
+/// figure kept.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Together {
     pub(super) ran: usize,
     pub(super) apart: usize,
     pub(super) least: f64,
     pub(super) kept: usize,
-    pub(super) needed: usize,
 }
 
 impl Default for Together {
@@ -150,7 +147,6 @@ impl Default for Together {
             apart: 0,
             least: 1.0,
             kept: 0,
-            needed: 0,
         }
     }
 }
@@ -159,9 +155,8 @@ impl Default for Together {
 /// thread), in ns per byte of all threads; with `first_touch` each first writes its part,
 /// so its pages sit on its node. A trial takes from the first thread's start to the last
 /// one's stop: the slowest thread's own duration would count threads that ran one after
-/// another as running together. A trial in which a thread covered less than `TOGETHER`
-/// of that span, and fell short of it by more than `RELEASE_SLACK_NS`, is set aside and
-/// repeated, as a preempted one is.
+/// another as running together. A trial in which all threads ran for less than
+/// `TOGETHER` of that span is set aside and repeated, as a preempted one is.
 pub(super) fn team(
     ctx: &Context,
     op: Op,
@@ -182,22 +177,20 @@ pub(super) fn team(
     };
     let bytes_per_iter = (BLOCK * parts.len()) as f64;
     let mut together = Together::default();
-    // Releasing the threads takes microseconds, much of calibration's shortest trials:
-    // a thread short of the span by no more than this is not apart.
-    let slack = ctx.clock.ns_to_ticks(RELEASE_SLACK_NS);
     let (m, placed) = Team::run(ctx.clock, &cpus[..parts.len()], member, |step| {
         measure_trials(ctx.clock, spec, bytes_per_iter, |blocks| {
             let s = step(blocks);
             let share = s.overlap();
-            let short = s.span() as f64 * (1.0 - share);
-            let apart = share < TOGETHER && short > slack;
+            // A preempted trial is set aside anyway; counted apart are those it misses.
+            let apart = s.quiet && share < TOGETHER;
             together.ran += 1;
-            together.least = together.least.min(share);
+            if s.quiet {
+                together.least = together.least.min(share);
+            }
             together.apart += usize::from(apart);
             (s.span(), s.quiet && !apart)
         })
     });
     together.kept = m.undisturbed;
-    together.needed = spec.min_trials.max(1);
     (m, placed, together)
 }
