@@ -465,6 +465,40 @@ impl RunState<'_> {
                 format!("{}: {}", c.name, c.detail),
             ));
         }
+        if e.status == Status::Unverified {
+            let what: Vec<&str> = e
+                .checks
+                .iter()
+                .filter(|c| c.unverified)
+                .map(|c| c.name.as_str())
+                .collect();
+            let which = if what.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", what.join("; "))
+            };
+            reasons.push(reason(
+                "unverified",
+                GradeLevel::B,
+                format!(
+                    "its status is unverified: a premise could not be checked here{which}, so the \
+                     figures may not measure what they name"
+                ),
+            ));
+        }
+        // Every failed sanity check: checks are not tied to metrics, so any of them may
+        // concern a figure the report leads with.
+        for c in e
+            .checks
+            .iter()
+            .filter(|c| !c.passed && !c.premise && !c.unverified && !c.name.ends_with(ISSUE_CHECK))
+        {
+            reasons.push(reason(
+                "sanity",
+                GradeLevel::B,
+                format!("a sanity check failed: {}: {}", c.name, c.detail),
+            ));
+        }
         if subtracts_loop {
             reasons.extend(self.loop_overhead(e));
         }
@@ -517,6 +551,16 @@ mod tests {
             clock_source: Some("tsc".into()),
             user_hz: 100.0,
         }
+    }
+
+    /// A cpu experiment measuring `names`, each a per-trial figure of the harness.
+    fn cpu_exp(names: &[&str]) -> ExperimentResult {
+        let mut e = ExperimentResult::new("cpu.syscall", "", "");
+        for n in names {
+            e.metrics
+                .push(crate::results::Metric::test_ns(n, vec![100.0; 5], None));
+        }
+        e
     }
 
     fn sample(at: Instant, steal: u64, wait_us: u64) -> HostSample {
@@ -749,5 +793,63 @@ mod tests {
         let st = state(&m);
         assert!(codes(&st.standing("mem")).contains(&"cgroup_memory"));
         assert!(!codes(&st.standing("cpu")).contains(&"cgroup_memory"));
+    }
+    /// An experiment whose premise could not be checked, on a quiet host, is B, not A.
+    #[test]
+    fn an_unverified_experiment_is_not_graded_a() {
+        let m = machine();
+        let st = state(&m);
+        let mut e = ExperimentResult::new("fs.read", "", "");
+        e.status = Status::Unverified;
+        e.checks.push(crate::results::Check::unverified(
+            "uncached reads reached the device",
+            "a virtual disk: the host's page cache may answer",
+        ));
+        let g = st.grade(&e, &[vec![]], false).unwrap();
+        assert_eq!(g.level, GradeLevel::B);
+        assert_eq!(codes(&g.reasons), ["unverified"]);
+        assert!(
+            g.reasons[0]
+                .text
+                .contains("(uncached reads reached the device)"),
+            "{}",
+            g.reasons[0].text
+        );
+    }
+
+    /// A failed sanity check grades B and is named; a passed one does not count, and
+    /// cpu.loop's own issue-rate check stays C.
+    #[test]
+    fn a_failed_sanity_check_caps_at_b() {
+        let m = machine();
+        let st = state(&m);
+        let mut e = cpu_exp(&["getppid", "clock_gettime"]);
+        e.checks.push(crate::results::Check::sanity(
+            "a system call costs more than a loop iteration",
+            true,
+            "getppid 60 ns, loop 0.3 ns",
+        ));
+        let g = st.grade(&e, &[vec![]], false).unwrap();
+        assert_eq!(g.level, GradeLevel::A);
+        e.checks.push(crate::results::Check::sanity(
+            "run 2: vDSO call cheaper than a kernel entry",
+            false,
+            "clock_gettime 80.0 ns, getppid 60.0 ns",
+        ));
+        let g = st.grade(&e, &[vec![]], false).unwrap();
+        assert_eq!(g.level, GradeLevel::B);
+        assert_eq!(codes(&g.reasons), ["sanity"]);
+        assert!(
+            g.reasons[0]
+                .text
+                .contains("run 2: vDSO call cheaper than a kernel entry: clock_gettime 80.0 ns"),
+            "{}",
+            g.reasons[0].text
+        );
+        e.checks
+            .push(crate::results::Check::sanity(ISSUE_CHECK, false, "2.1"));
+        let g = st.grade(&e, &[vec![]], false).unwrap();
+        assert_eq!(g.level, GradeLevel::C);
+        assert_eq!(codes(&g.reasons), ["issue_rate", "sanity"]);
     }
 }
