@@ -11,7 +11,7 @@
 use crate::machine::conditions::HostSample;
 use crate::machine::Machine;
 use crate::results::{
-    BeforeAfter, ExperimentResult, Grade, GradeLevel, GradeReason, Reading, Status,
+    BeforeAfter, ExperimentResult, Grade, GradeLevel, GradeReason, MetricKind, Reading, Status,
 };
 
 /// The name of cpu.loop's check that its own loop ran at the core's issue rate: a failed
@@ -32,12 +32,17 @@ const CHAIN_HELD: f64 = 0.25;
 const CLOCK_MOVED: f64 = 0.15;
 /// Steal on the measured CPU worth naming (the run-level warning's threshold).
 const STEAL_SHARE: f64 = 0.02;
-/// Steal from which a median of trials counts as affected, and at least this many ticks
-/// (USER_HZ): below it, stolen intervals hit a minority of the trials, which the median
-/// resists.
-const STEAL_SHARE_C: f64 = 0.25;
+/// The shortest stolen interval assumed: once the host scheduler gives the vCPU's core to
+/// another thread, that thread keeps it for its slice, Linux's base slice on a host of eight
+/// or more CPUs (kernel/sched/fair.c `sysctl_sched_base_slice`, scaled by the CPU count; a
+/// KVM vCPU is such a thread). Shorter steals would be more of them, each hitting a trial.
+const STEAL_SLICE_S: f64 = 3e-3;
+/// Share of trials that could be hit from which the median can be a hit trial: below
+/// half, the median is an unhit trial's figure.
+const STEAL_HIT_C: f64 = 0.5;
 /// A slow loop overhead grades C where its error is this share of a figure or more.
 const LOOP_ERROR_C: f64 = 0.01;
+/// Steal ticks (USER_HZ) below which the share is too coarse to grade C.
 const STEAL_TICKS_C: u64 = 5;
 /// Share of the time other tasks waited for a CPU (PSI) that makes the machine busy.
 const WAIT_SHARE: f64 = 0.10;
@@ -58,6 +63,9 @@ pub(crate) struct RunState<'a> {
     pub clock_source: Option<String>,
     /// USER_HZ, the unit of the steal and busy ticks.
     pub user_hz: f64,
+    /// The harness's shortest trial in this run's profile: it grows a trial's iterations
+    /// until one lasts this long, so its trials last under twice it.
+    pub trial: std::time::Duration,
 }
 
 fn reason(code: &str, level: GradeLevel, text: String) -> GradeReason {
@@ -239,13 +247,14 @@ impl RunState<'_> {
         before: &HostSample,
         after: &HostSample,
         sentinel: &BeforeAfter,
-        metrics: &[String],
+        e: &ExperimentResult,
     ) -> Vec<GradeReason> {
         let mut v = Vec::new();
-        let figures = if metrics.is_empty() {
+        let names: Vec<&str> = e.metrics.iter().map(|m| m.name.as_str()).collect();
+        let figures = if names.is_empty() {
             String::new()
         } else {
-            format!(" (measured in it: {})", metrics.join(", "))
+            format!(" (measured in it: {})", names.join(", "))
         };
         let secs = after.at.duration_since(before.at).as_secs_f64();
         let delta = |f: fn(&HostSample) -> Option<u64>| match (f(before), f(after)) {
@@ -269,25 +278,7 @@ impl RunState<'_> {
         if let Some(t) = delta(|s| s.steal_ticks).filter(|t| *t >= 2 && secs > 0.0) {
             let share = t as f64 / self.user_hz / secs;
             if share > STEAL_SHARE {
-                let heavy = share >= STEAL_SHARE_C && t >= STEAL_TICKS_C;
-                v.push(reason(
-                    "steal",
-                    if heavy { GradeLevel::C } else { GradeLevel::B },
-                    format!(
-                        "the hypervisor stole {:.0}% of CPU {}'s time during the experiment ({:.0} ms of \
-                         {secs:.1} s; /proc/stat): a trial that spans a stolen interval reads slow, and \
-                         the guest does not see it as a preemption; {}{}",
-                        share * 100.0,
-                        self.cpu,
-                        t as f64 / self.user_hz * 1e3,
-                        if heavy {
-                            "at this share most trials can be hit, and the medians with them"
-                        } else {
-                            "below a quarter of the time it is graded B: a median of trials resists a minority of hit trials"
-                        },
-                        if heavy { figures.as_str() } else { "" }
-                    ),
-                ));
+                v.push(self.steal(e, t, share, secs, &figures));
             }
         }
         if let Some(n) = delta(|s| s.throttle_events).filter(|n| *n > 0) {
@@ -332,6 +323,80 @@ impl RunState<'_> {
             }
         }
         v
+    }
+
+    /// Steal of `share` of the repetition's `secs` (`ticks` USER_HZ ticks): B, or C where
+    /// up to half the trials or more could be hit. Stolen time S in intervals of at least
+    /// `STEAL_SLICE_S` is at most S / slice intervals; one interval hits the trials it
+    /// overlaps, at most its length / T + 2 of them; so of the secs / T trials that fit, at
+    /// most share x (1 + 2 T / slice) are hit.
+    fn steal(
+        &self,
+        e: &ExperimentResult,
+        ticks: u64,
+        share: f64,
+        secs: f64,
+        figures: &str,
+    ) -> GradeReason {
+        let trial = self.trial_secs(e);
+        let hit = trial.map_or(1.0, |t| (share * (1.0 + 2.0 * t / STEAL_SLICE_S)).min(1.0));
+        let heavy = hit >= STEAL_HIT_C && ticks >= STEAL_TICKS_C;
+        let trials = match trial {
+            Some(t) => format!(
+                "with trials of up to {} and stolen intervals of {:.0} ms or more (a Linux host's \
+                 scheduler slice), up to {:.0}% of the trials could be hit",
+                crate::units::fmt_value(t * 1e9, "ns"),
+                STEAL_SLICE_S * 1e3,
+                hit * 100.0
+            ),
+            None => "its trials' length is not recorded (rounds and intervals that can span a \
+                     stolen interval), so every trial could be hit"
+                .into(),
+        };
+        reason(
+            "steal",
+            if heavy { GradeLevel::C } else { GradeLevel::B },
+            format!(
+                "the hypervisor stole {:.0}% of CPU {}'s time during the experiment ({:.0} ms of \
+                 {secs:.1} s; /proc/stat): a trial that spans a stolen interval reads slow, and the \
+                 guest does not see it as a preemption; {trials}: {}{}",
+                share * 100.0,
+                self.cpu,
+                ticks as f64 / self.user_hz * 1e3,
+                if heavy {
+                    "the medians can be hit trials"
+                } else {
+                    "graded B, as a median resists a minority of hit trials"
+                },
+                if heavy { figures } else { "" }
+            ),
+        )
+    }
+
+    /// The longest trial of the experiment's figures, in seconds: a per-operation figure's
+    /// operation, a calibrated one's iterations, a cpu or mem figure's harness trial (under
+    /// twice its shortest). None where a trial's length is not recorded (fs and net rounds
+    /// and intervals, sized by the experiment).
+    fn trial_secs(&self, e: &ExperimentResult) -> Option<f64> {
+        let mut longest: f64 = 0.0;
+        for m in &e.metrics {
+            let scale = match m.unit.as_str() {
+                "ns" => Some(1e-9),
+                "us" => Some(1e-6),
+                "ms" => Some(1e-3),
+                "s" => Some(1.0),
+                _ => None,
+            };
+            let t = match (&m.kind, m.iterations, scale) {
+                (Some(MetricKind::Derived { .. }), _, _) => continue,
+                (_, Some(n), Some(k)) => n as f64 * m.summary.median * k,
+                (Some(MetricKind::PerOperation), _, Some(k)) => m.summary.median * k,
+                _ if matches!(e.area.as_str(), "cpu" | "mem") => 2.0 * self.trial.as_secs_f64(),
+                _ => return None,
+            };
+            longest = longest.max(t);
+        }
+        Some(longest)
     }
 
     /// The sentinel's one-uop loop slower than the core issues it, while its dependent
@@ -550,6 +615,7 @@ mod tests {
             placement: None,
             clock_source: Some("tsc".into()),
             user_hz: 100.0,
+            trial: Duration::from_millis(1),
         }
     }
 
@@ -596,7 +662,7 @@ mod tests {
             before: quiet,
             after: quiet,
         };
-        assert!(st.observe(&a, &b, &s, &[]).is_empty());
+        assert!(st.observe(&a, &b, &s, &cpu_exp(&[])).is_empty());
     }
 
     /// The state issue 20 saw: cpu.loop at 2 cycles, the chain unchanged.
@@ -609,7 +675,7 @@ mod tests {
             before: reading(4.0 / 3.24, 2.1 / 3.24),
             after: reading(4.0 / 3.24, 1.0 / 3.24),
         };
-        let v = st.observe(&a, &b, &s, &["iteration".into()]);
+        let v = st.observe(&a, &b, &s, &cpu_exp(&["iteration"]));
         assert_eq!(codes(&v), ["issue_rate"]);
         assert!(
             v[0].text.contains("2.1 core cycles per iteration before"),
@@ -635,7 +701,7 @@ mod tests {
             before: reading(4.0 / 3.24, 1.0 / 3.24),
             after: reading(13.4 / 3.24, 2.58 / 3.24),
         };
-        assert!(st.observe(&a, &b, &s, &[]).is_empty());
+        assert!(st.observe(&a, &b, &s, &cpu_exp(&[])).is_empty());
     }
 
     #[test]
@@ -649,7 +715,7 @@ mod tests {
             before: reading(5.2 / 3.24, 1.3 / 3.24),
             after: reading(5.3 / 3.24, 1.3 / 3.24),
         };
-        let v = st.observe(&a, &b, &s, &[]);
+        let v = st.observe(&a, &b, &s, &cpu_exp(&[]));
         assert_eq!(codes(&v), ["frequency"]);
         assert!(
             v[0].text.contains("about 76%") || v[0].text.contains("about 77%"),
@@ -664,7 +730,7 @@ mod tests {
             before: reading(4.0 / 3.24, 1.0 / 3.24),
             after: reading(4.0 / 3.24, 1.0 / 3.24),
         };
-        let v = st.observe(&a, &b, &quiet, &[]);
+        let v = st.observe(&a, &b, &quiet, &cpu_exp(&[]));
         assert_eq!(codes(&v), ["frequency"]);
         assert!(v[0].text.contains("3000 to 2000 MHz"));
     }
@@ -690,7 +756,7 @@ mod tests {
             before: quiet,
             after: quiet,
         };
-        let v = st.observe(&a, &b, &s, &[]);
+        let v = st.observe(&a, &b, &s, &cpu_exp(&[]));
         assert_eq!(codes(&v), ["steal", "throttle", "busy", "smt_sibling_busy"]);
         assert!(
             v[0].text.contains("stole 10% of CPU 1's time"),
@@ -701,7 +767,7 @@ mod tests {
         assert_eq!(v[0].level, GradeLevel::B);
         // 40 ticks of 1 s: a C condition, with the figures.
         let heavy = sample(t + Duration::from_secs(1), 140, 0);
-        let v = st.observe(&a, &heavy, &s, &["getppid".into()]);
+        let v = st.observe(&a, &heavy, &s, &cpu_exp(&["getppid"]));
         let steal = v.iter().find(|r| r.code == "steal").unwrap();
         assert_eq!(steal.level, GradeLevel::C);
         assert!(
@@ -712,7 +778,7 @@ mod tests {
         // One tick is within USER_HZ's resolution: not named.
         let b1 = sample(t + Duration::from_secs(1), 101, 0);
         assert!(st
-            .observe(&a, &b1, &s, &[])
+            .observe(&a, &b1, &s, &cpu_exp(&[]))
             .iter()
             .all(|r| r.code != "steal"));
     }
@@ -794,6 +860,7 @@ mod tests {
         assert!(codes(&st.standing("mem")).contains(&"cgroup_memory"));
         assert!(!codes(&st.standing("cpu")).contains(&"cgroup_memory"));
     }
+
     /// An experiment whose premise could not be checked, on a quiet host, is B, not A.
     #[test]
     fn an_unverified_experiment_is_not_graded_a() {
@@ -851,5 +918,65 @@ mod tests {
         let g = st.grade(&e, &[vec![]], false).unwrap();
         assert_eq!(g.level, GradeLevel::C);
         assert_eq!(codes(&g.reasons), ["issue_rate", "sanity"]);
+    }
+
+    /// 3% steal over 20 s (60 ticks): short trials are a few of them hit, and stay B;
+    /// trials that span a stolen interval are most of them hit, and grade C.
+    #[test]
+    fn steal_counts_by_trial_length() {
+        let m = machine();
+        let st = state(&m);
+        let t = Instant::now();
+        let (a, b) = (
+            sample(t, 100, 0),
+            sample(t + Duration::from_secs(20), 160, 0),
+        );
+        let quiet = reading(4.0 / 3.24, 1.0 / 3.24);
+        let s = BeforeAfter {
+            before: quiet,
+            after: quiet,
+        };
+        let steal = |e: &ExperimentResult| {
+            let v = st.observe(&a, &b, &s, e);
+            v.into_iter().find(|r| r.code == "steal").unwrap()
+        };
+        // Per-operation round trips of 20 us: about 3% of them hit.
+        let mut rtt = ExperimentResult::new("net.rtt", "", "");
+        rtt.metrics.push(crate::results::Metric::test_ns(
+            "tcp",
+            vec![20_000.0; 40],
+            Some(MetricKind::PerOperation),
+        ));
+        let r = steal(&rtt);
+        assert_eq!(r.level, GradeLevel::B, "{}", r.text);
+        assert!(r.text.contains("up to 3% of the trials"), "{}", r.text);
+        // The harness's trials of a quick cpu experiment (under 2 ms): up to 7%.
+        let r = steal(&cpu_exp(&["getppid"]));
+        assert_eq!(r.level, GradeLevel::B, "{}", r.text);
+        assert!(r.text.contains("up to 7% of the trials"), "{}", r.text);
+        // A calibrated trial of 100 ms spans stolen intervals: every trial can be hit.
+        let mut long = cpu_exp(&[]);
+        let mut f = crate::results::Metric::test_ns("t", vec![100_000.0; 5], None);
+        f.iterations = Some(1000);
+        long.metrics.push(f);
+        let r = steal(&long);
+        assert_eq!(r.level, GradeLevel::C, "{}", r.text);
+        assert!(r.text.contains("up to 100% of the trials"), "{}", r.text);
+        // fs rounds of unrecorded length: C, said so.
+        let mut fs = ExperimentResult::new("fs.contention", "", "");
+        fs.metrics.push(crate::results::Metric::test_ns(
+            "per_block_pmax",
+            vec![70_000.0; 3],
+            None,
+        ));
+        let r = steal(&fs);
+        assert_eq!(r.level, GradeLevel::C, "{}", r.text);
+        assert!(r.text.contains("every trial could be hit"), "{}", r.text);
+        assert_eq!(
+            st.grade(&fs, &[st.observe(&a, &b, &s, &fs)], false)
+                .unwrap()
+                .level,
+            GradeLevel::C
+        );
     }
 }
