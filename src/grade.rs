@@ -18,6 +18,13 @@ use crate::results::{
 /// one is the same evidence as the sentinel's issue kernel (it is the same loop).
 pub(crate) const ISSUE_CHECK: &str = "issued at the core's rate";
 
+/// Sanity checks whose failure bends no reported figure: ICMP refused leaves its figure out
+/// (the other round trips are not ICMP's), and a footprint past the announced cap is a
+/// promise to the user broken, not a measurement. The experiments name them from here.
+pub(crate) const ICMP_CHECK: &str = "icmp echo permitted";
+pub(crate) const CAP_CHECK: &str = "memory use within the announced cap";
+const NO_FIGURE_BENT: [&str; 2] = [ICMP_CHECK, CAP_CHECK];
+
 /// What the harness's note says when preempted trials had to be kept (harness.rs).
 const PREEMPTED_INCLUDED: &str = "(the fastest) are included, so the figure may be inflated";
 
@@ -40,6 +47,9 @@ const STEAL_SLICE_S: f64 = 3e-3;
 /// Share of trials that could be hit from which the median can be a hit trial: below
 /// half, the median is an unhit trial's figure.
 const STEAL_HIT_C: f64 = 0.5;
+/// Steal from which trials of a slice or longer, each slowed by about the stolen share,
+/// grade C: beyond the 15% a clock change must reach (`CLOCK_MOVED`), at a quarter.
+const STEAL_SHARE_C: f64 = 0.25;
 /// A slow loop overhead grades C where its error is this share of a figure or more.
 const LOOP_ERROR_C: f64 = 0.01;
 /// Steal ticks (USER_HZ) below which the share is too coarse to grade C.
@@ -340,18 +350,36 @@ impl RunState<'_> {
     ) -> GradeReason {
         let trial = self.trial_secs(e);
         let hit = trial.map_or(1.0, |t| (share * (1.0 + 2.0 * t / STEAL_SLICE_S)).min(1.0));
-        let heavy = hit >= STEAL_HIT_C && ticks >= STEAL_TICKS_C;
+        // Trials as long as a slice or longer (or of unknown length) are each hit by about
+        // the stolen share: their medians move with it, not with the share of trials hit.
+        let long = !matches!(trial, Some(t) if t < STEAL_SLICE_S);
+        let heavy = ticks >= STEAL_TICKS_C
+            && match long {
+                true => share >= STEAL_SHARE_C,
+                false => hit >= STEAL_HIT_C,
+            };
         let trials = match trial {
-            Some(t) => format!(
+            Some(t) if !long => format!(
                 "with trials of up to {} and stolen intervals of {:.0} ms or more (a Linux host's \
                  scheduler slice), up to {:.0}% of the trials could be hit",
                 crate::units::fmt_value(t * 1e9, "ns"),
                 STEAL_SLICE_S * 1e3,
                 hit * 100.0
             ),
-            None => "its trials' length is not recorded (rounds and intervals that can span a \
-                     stolen interval), so every trial could be hit"
-                .into(),
+            Some(t) => format!(
+                "its trials of up to {} are as long as a stolen interval ({:.0} ms or more, a \
+                 Linux host's scheduler slice) or longer, so each is slowed by about the stolen \
+                 share, C from {:.0}%",
+                crate::units::fmt_value(t * 1e9, "ns"),
+                STEAL_SLICE_S * 1e3,
+                STEAL_SHARE_C * 100.0
+            ),
+            None => format!(
+                "its trials' length is not recorded (rounds and intervals sized by the \
+                 experiment), so each is taken to be slowed by about the stolen share, C from \
+                 {:.0}%",
+                STEAL_SHARE_C * 100.0
+            ),
         };
         reason(
             "steal",
@@ -363,10 +391,10 @@ impl RunState<'_> {
                 share * 100.0,
                 self.cpu,
                 ticks as f64 / self.user_hz * 1e3,
-                if heavy {
-                    "the medians can be hit trials"
-                } else {
-                    "graded B, as a median resists a minority of hit trials"
+                match (heavy, long) {
+                    (true, _) => "the medians can be hit trials",
+                    (false, true) => "graded B, as the share is small",
+                    (false, false) => "graded B, as a median resists a minority of hit trials",
                 },
                 if heavy { figures } else { "" }
             ),
@@ -551,12 +579,18 @@ impl RunState<'_> {
                 ),
             ));
         }
-        // Every failed sanity check: checks are not tied to metrics, so any of them may
-        // concern a figure the report leads with.
+        // Every failed sanity check but those whose failure leaves a figure out rather than
+        // bending one: checks are not tied to metrics, so any other may concern a figure
+        // the report leads with.
+        let bears = |c: &&crate::results::Check| {
+            let any = |n: &&str| c.name.ends_with(n);
+            !c.name.ends_with(ISSUE_CHECK) && !NO_FIGURE_BENT.iter().any(any)
+        };
         for c in e
             .checks
             .iter()
-            .filter(|c| !c.passed && !c.premise && !c.unverified && !c.name.ends_with(ISSUE_CHECK))
+            .filter(|c| !c.passed && !c.premise && !c.unverified)
+            .filter(bears)
         {
             reasons.push(reason(
                 "sanity",
@@ -920,6 +954,20 @@ mod tests {
         assert_eq!(codes(&g.reasons), ["issue_rate", "sanity"]);
     }
 
+    /// A refused ICMP echo or a footprint past the cap bends no figure: no grade reason.
+    #[test]
+    fn checks_that_bend_no_figure_do_not_cap() {
+        let m = machine();
+        let st = state(&m);
+        let mut e = cpu_exp(&["tcp"]);
+        for name in [ICMP_CHECK, &format!("run 2: {CAP_CHECK}")] {
+            e.checks
+                .push(crate::results::Check::sanity(name, false, "refused"));
+        }
+        let g = st.grade(&e, &[vec![]], false).unwrap();
+        assert_eq!((g.level, codes(&g.reasons).len()), (GradeLevel::A, 0));
+    }
+
     /// 3% steal over 20 s (60 ticks): short trials are a few of them hit, and stay B;
     /// trials that span a stolen interval are most of them hit, and grade C.
     #[test]
@@ -954,15 +1002,19 @@ mod tests {
         let r = steal(&cpu_exp(&["getppid"]));
         assert_eq!(r.level, GradeLevel::B, "{}", r.text);
         assert!(r.text.contains("up to 7% of the trials"), "{}", r.text);
-        // A calibrated trial of 100 ms spans stolen intervals: every trial can be hit.
+        // A calibrated trial of 100 ms spans stolen intervals: each is slowed by about the
+        // stolen share, B at 3%; so are fs rounds of unrecorded length.
         let mut long = cpu_exp(&[]);
         let mut f = crate::results::Metric::test_ns("t", vec![100_000.0; 5], None);
         f.iterations = Some(1000);
         long.metrics.push(f);
         let r = steal(&long);
-        assert_eq!(r.level, GradeLevel::C, "{}", r.text);
-        assert!(r.text.contains("up to 100% of the trials"), "{}", r.text);
-        // fs rounds of unrecorded length: C, said so.
+        assert_eq!(r.level, GradeLevel::B, "{}", r.text);
+        assert!(
+            r.text.contains("slowed by about the stolen share"),
+            "{}",
+            r.text
+        );
         let mut fs = ExperimentResult::new("fs.contention", "", "");
         fs.metrics.push(crate::results::Metric::test_ns(
             "per_block_pmax",
@@ -970,10 +1022,17 @@ mod tests {
             None,
         ));
         let r = steal(&fs);
-        assert_eq!(r.level, GradeLevel::C, "{}", r.text);
-        assert!(r.text.contains("every trial could be hit"), "{}", r.text);
+        assert_eq!(r.level, GradeLevel::B, "{}", r.text);
+        assert!(r.text.contains("length is not recorded"), "{}", r.text);
+        // At 30% both are C.
+        let heavy = sample(t + Duration::from_secs(20), 700, 0);
+        for e in [&long, &fs] {
+            let v = st.observe(&a, &heavy, &s, e);
+            let r = v.into_iter().find(|r| r.code == "steal").unwrap();
+            assert_eq!(r.level, GradeLevel::C, "{}", r.text);
+        }
         assert_eq!(
-            st.grade(&fs, &[st.observe(&a, &b, &s, &fs)], false)
+            st.grade(&fs, &[st.observe(&a, &heavy, &s, &fs)], false)
                 .unwrap()
                 .level,
             GradeLevel::C
