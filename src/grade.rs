@@ -11,12 +11,19 @@
 use crate::machine::conditions::HostSample;
 use crate::machine::Machine;
 use crate::results::{
-    BeforeAfter, ExperimentResult, Grade, GradeLevel, GradeReason, Reading, Status,
+    BeforeAfter, ExperimentResult, Grade, GradeLevel, GradeReason, MetricKind, Reading, Status,
 };
 
 /// The name of cpu.loop's check that its own loop ran at the core's issue rate: a failed
 /// one is the same evidence as the sentinel's issue kernel (it is the same loop).
 pub(crate) const ISSUE_CHECK: &str = "issued at the core's rate";
+
+/// Sanity checks whose failure bends no reported figure: ICMP refused leaves its figure out
+/// (the other round trips are not ICMP's), and a footprint past the announced cap is a
+/// promise to the user broken, not a measurement. The experiments name them from here.
+pub(crate) const ICMP_CHECK: &str = "icmp echo permitted";
+pub(crate) const CAP_CHECK: &str = "memory use within the announced cap";
+const NO_FIGURE_BENT: [&str; 2] = [ICMP_CHECK, CAP_CHECK];
 
 /// What the harness's note says when preempted trials had to be kept (harness.rs).
 const PREEMPTED_INCLUDED: &str = "(the fastest) are included, so the figure may be inflated";
@@ -32,12 +39,20 @@ const CHAIN_HELD: f64 = 0.25;
 const CLOCK_MOVED: f64 = 0.15;
 /// Steal on the measured CPU worth naming (the run-level warning's threshold).
 const STEAL_SHARE: f64 = 0.02;
-/// Steal from which a median of trials counts as affected, and at least this many ticks
-/// (USER_HZ): below it, stolen intervals hit a minority of the trials, which the median
-/// resists.
+/// The shortest stolen interval assumed: once the host scheduler gives the vCPU's core to
+/// another thread, that thread keeps it for its slice, Linux's base slice on a host of eight
+/// or more CPUs (kernel/sched/fair.c `sysctl_sched_base_slice`, scaled by the CPU count; a
+/// KVM vCPU is such a thread). Shorter steals would be more of them, each hitting a trial.
+const STEAL_SLICE_S: f64 = 3e-3;
+/// Share of trials that could be hit from which the median can be a hit trial: below
+/// half, the median is an unhit trial's figure.
+const STEAL_HIT_C: f64 = 0.5;
+/// Steal from which trials of a slice or longer, each slowed by about the stolen share,
+/// grade C: beyond the 15% a clock change must reach (`CLOCK_MOVED`), at a quarter.
 const STEAL_SHARE_C: f64 = 0.25;
 /// A slow loop overhead grades C where its error is this share of a figure or more.
 const LOOP_ERROR_C: f64 = 0.01;
+/// Steal ticks (USER_HZ) below which the share is too coarse to grade C.
 const STEAL_TICKS_C: u64 = 5;
 /// Share of the time other tasks waited for a CPU (PSI) that makes the machine busy.
 const WAIT_SHARE: f64 = 0.10;
@@ -58,6 +73,9 @@ pub(crate) struct RunState<'a> {
     pub clock_source: Option<String>,
     /// USER_HZ, the unit of the steal and busy ticks.
     pub user_hz: f64,
+    /// The harness's shortest trial in this run's profile: it grows a trial's iterations
+    /// until one lasts this long, so its trials last under twice it.
+    pub trial: std::time::Duration,
 }
 
 fn reason(code: &str, level: GradeLevel, text: String) -> GradeReason {
@@ -239,13 +257,14 @@ impl RunState<'_> {
         before: &HostSample,
         after: &HostSample,
         sentinel: &BeforeAfter,
-        metrics: &[String],
+        e: &ExperimentResult,
     ) -> Vec<GradeReason> {
         let mut v = Vec::new();
-        let figures = if metrics.is_empty() {
+        let names: Vec<&str> = e.metrics.iter().map(|m| m.name.as_str()).collect();
+        let figures = if names.is_empty() {
             String::new()
         } else {
-            format!(" (measured in it: {})", metrics.join(", "))
+            format!(" (measured in it: {})", names.join(", "))
         };
         let secs = after.at.duration_since(before.at).as_secs_f64();
         let delta = |f: fn(&HostSample) -> Option<u64>| match (f(before), f(after)) {
@@ -269,25 +288,7 @@ impl RunState<'_> {
         if let Some(t) = delta(|s| s.steal_ticks).filter(|t| *t >= 2 && secs > 0.0) {
             let share = t as f64 / self.user_hz / secs;
             if share > STEAL_SHARE {
-                let heavy = share >= STEAL_SHARE_C && t >= STEAL_TICKS_C;
-                v.push(reason(
-                    "steal",
-                    if heavy { GradeLevel::C } else { GradeLevel::B },
-                    format!(
-                        "the hypervisor stole {:.0}% of CPU {}'s time during the experiment ({:.0} ms of \
-                         {secs:.1} s; /proc/stat): a trial that spans a stolen interval reads slow, and \
-                         the guest does not see it as a preemption; {}{}",
-                        share * 100.0,
-                        self.cpu,
-                        t as f64 / self.user_hz * 1e3,
-                        if heavy {
-                            "at this share most trials can be hit, and the medians with them"
-                        } else {
-                            "below a quarter of the time it is graded B: a median of trials resists a minority of hit trials"
-                        },
-                        if heavy { figures.as_str() } else { "" }
-                    ),
-                ));
+                v.push(self.steal(e, t, share, secs, &figures));
             }
         }
         if let Some(n) = delta(|s| s.throttle_events).filter(|n| *n > 0) {
@@ -332,6 +333,98 @@ impl RunState<'_> {
             }
         }
         v
+    }
+
+    /// Steal of `share` of the repetition's `secs` (`ticks` USER_HZ ticks): B, or C where
+    /// up to half the trials or more could be hit. Stolen time S in intervals of at least
+    /// `STEAL_SLICE_S` is at most S / slice intervals; one interval hits the trials it
+    /// overlaps, at most its length / T + 2 of them; so of the secs / T trials that fit, at
+    /// most share x (1 + 2 T / slice) are hit.
+    fn steal(
+        &self,
+        e: &ExperimentResult,
+        ticks: u64,
+        share: f64,
+        secs: f64,
+        figures: &str,
+    ) -> GradeReason {
+        let trial = self.trial_secs(e);
+        let hit = trial.map_or(1.0, |t| (share * (1.0 + 2.0 * t / STEAL_SLICE_S)).min(1.0));
+        // Trials as long as a slice or longer (or of unknown length) are each hit by about
+        // the stolen share: their medians move with it, not with the share of trials hit.
+        let long = !matches!(trial, Some(t) if t < STEAL_SLICE_S);
+        let heavy = ticks >= STEAL_TICKS_C
+            && match long {
+                true => share >= STEAL_SHARE_C,
+                false => hit >= STEAL_HIT_C,
+            };
+        let trials = match trial {
+            Some(t) if !long => format!(
+                "with trials of up to {} and stolen intervals of {:.0} ms or more (a Linux host's \
+                 scheduler slice), up to {:.0}% of the trials could be hit",
+                crate::units::fmt_value(t * 1e9, "ns"),
+                STEAL_SLICE_S * 1e3,
+                hit * 100.0
+            ),
+            Some(t) => format!(
+                "its trials of up to {} are as long as a stolen interval ({:.0} ms or more, a \
+                 Linux host's scheduler slice) or longer, so each is slowed by about the stolen \
+                 share, C from {:.0}%",
+                crate::units::fmt_value(t * 1e9, "ns"),
+                STEAL_SLICE_S * 1e3,
+                STEAL_SHARE_C * 100.0
+            ),
+            None => format!(
+                "its trials' length is not recorded (rounds and intervals sized by the \
+                 experiment), so each is taken to be slowed by about the stolen share, C from \
+                 {:.0}%",
+                STEAL_SHARE_C * 100.0
+            ),
+        };
+        reason(
+            "steal",
+            if heavy { GradeLevel::C } else { GradeLevel::B },
+            format!(
+                "the hypervisor stole {:.0}% of CPU {}'s time during the experiment ({:.0} ms of \
+                 {secs:.1} s; /proc/stat): a trial that spans a stolen interval reads slow, and the \
+                 guest does not see it as a preemption; {trials}: {}{}",
+                share * 100.0,
+                self.cpu,
+                ticks as f64 / self.user_hz * 1e3,
+                match (heavy, long) {
+                    (true, _) => "the medians can be hit trials",
+                    (false, true) => "graded B, as the share is small",
+                    (false, false) => "graded B, as a median resists a minority of hit trials",
+                },
+                if heavy { figures } else { "" }
+            ),
+        )
+    }
+
+    /// The longest trial of the experiment's figures, in seconds: a per-operation figure's
+    /// operation, a calibrated one's iterations, a cpu or mem figure's harness trial (under
+    /// twice its shortest). None where a trial's length is not recorded (fs and net rounds
+    /// and intervals, sized by the experiment).
+    fn trial_secs(&self, e: &ExperimentResult) -> Option<f64> {
+        let mut longest: f64 = 0.0;
+        for m in &e.metrics {
+            let scale = match m.unit.as_str() {
+                "ns" => Some(1e-9),
+                "us" => Some(1e-6),
+                "ms" => Some(1e-3),
+                "s" => Some(1.0),
+                _ => None,
+            };
+            let t = match (&m.kind, m.iterations, scale) {
+                (Some(MetricKind::Derived { .. }), _, _) => continue,
+                (_, Some(n), Some(k)) => n as f64 * m.summary.median * k,
+                (Some(MetricKind::PerOperation), _, Some(k)) => m.summary.median * k,
+                _ if matches!(e.area.as_str(), "cpu" | "mem") => 2.0 * self.trial.as_secs_f64(),
+                _ => return None,
+            };
+            longest = longest.max(t);
+        }
+        Some(longest)
     }
 
     /// The sentinel's one-uop loop slower than the core issues it, while its dependent
@@ -465,6 +558,46 @@ impl RunState<'_> {
                 format!("{}: {}", c.name, c.detail),
             ));
         }
+        if e.status == Status::Unverified {
+            let what: Vec<&str> = e
+                .checks
+                .iter()
+                .filter(|c| c.unverified)
+                .map(|c| c.name.as_str())
+                .collect();
+            let which = if what.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", what.join("; "))
+            };
+            reasons.push(reason(
+                "unverified",
+                GradeLevel::B,
+                format!(
+                    "its status is unverified: a premise could not be checked here{which}, so the \
+                     figures may not measure what they name"
+                ),
+            ));
+        }
+        // Every failed sanity check but those whose failure leaves a figure out rather than
+        // bending one: checks are not tied to metrics, so any other may concern a figure
+        // the report leads with.
+        let bears = |c: &&crate::results::Check| {
+            let any = |n: &&str| c.name.ends_with(n);
+            !c.name.ends_with(ISSUE_CHECK) && !NO_FIGURE_BENT.iter().any(any)
+        };
+        for c in e
+            .checks
+            .iter()
+            .filter(|c| !c.passed && !c.premise && !c.unverified)
+            .filter(bears)
+        {
+            reasons.push(reason(
+                "sanity",
+                GradeLevel::B,
+                format!("a sanity check failed: {}: {}", c.name, c.detail),
+            ));
+        }
         if subtracts_loop {
             reasons.extend(self.loop_overhead(e));
         }
@@ -516,7 +649,18 @@ mod tests {
             placement: None,
             clock_source: Some("tsc".into()),
             user_hz: 100.0,
+            trial: Duration::from_millis(1),
         }
+    }
+
+    /// A cpu experiment measuring `names`, each a per-trial figure of the harness.
+    fn cpu_exp(names: &[&str]) -> ExperimentResult {
+        let mut e = ExperimentResult::new("cpu.syscall", "", "");
+        for n in names {
+            e.metrics
+                .push(crate::results::Metric::test_ns(n, vec![100.0; 5], None));
+        }
+        e
     }
 
     fn sample(at: Instant, steal: u64, wait_us: u64) -> HostSample {
@@ -552,7 +696,7 @@ mod tests {
             before: quiet,
             after: quiet,
         };
-        assert!(st.observe(&a, &b, &s, &[]).is_empty());
+        assert!(st.observe(&a, &b, &s, &cpu_exp(&[])).is_empty());
     }
 
     /// The state issue 20 saw: cpu.loop at 2 cycles, the chain unchanged.
@@ -565,7 +709,7 @@ mod tests {
             before: reading(4.0 / 3.24, 2.1 / 3.24),
             after: reading(4.0 / 3.24, 1.0 / 3.24),
         };
-        let v = st.observe(&a, &b, &s, &["iteration".into()]);
+        let v = st.observe(&a, &b, &s, &cpu_exp(&["iteration"]));
         assert_eq!(codes(&v), ["issue_rate"]);
         assert!(
             v[0].text.contains("2.1 core cycles per iteration before"),
@@ -591,7 +735,7 @@ mod tests {
             before: reading(4.0 / 3.24, 1.0 / 3.24),
             after: reading(13.4 / 3.24, 2.58 / 3.24),
         };
-        assert!(st.observe(&a, &b, &s, &[]).is_empty());
+        assert!(st.observe(&a, &b, &s, &cpu_exp(&[])).is_empty());
     }
 
     #[test]
@@ -605,7 +749,7 @@ mod tests {
             before: reading(5.2 / 3.24, 1.3 / 3.24),
             after: reading(5.3 / 3.24, 1.3 / 3.24),
         };
-        let v = st.observe(&a, &b, &s, &[]);
+        let v = st.observe(&a, &b, &s, &cpu_exp(&[]));
         assert_eq!(codes(&v), ["frequency"]);
         assert!(
             v[0].text.contains("about 76%") || v[0].text.contains("about 77%"),
@@ -620,7 +764,7 @@ mod tests {
             before: reading(4.0 / 3.24, 1.0 / 3.24),
             after: reading(4.0 / 3.24, 1.0 / 3.24),
         };
-        let v = st.observe(&a, &b, &quiet, &[]);
+        let v = st.observe(&a, &b, &quiet, &cpu_exp(&[]));
         assert_eq!(codes(&v), ["frequency"]);
         assert!(v[0].text.contains("3000 to 2000 MHz"));
     }
@@ -646,7 +790,7 @@ mod tests {
             before: quiet,
             after: quiet,
         };
-        let v = st.observe(&a, &b, &s, &[]);
+        let v = st.observe(&a, &b, &s, &cpu_exp(&[]));
         assert_eq!(codes(&v), ["steal", "throttle", "busy", "smt_sibling_busy"]);
         assert!(
             v[0].text.contains("stole 10% of CPU 1's time"),
@@ -657,7 +801,7 @@ mod tests {
         assert_eq!(v[0].level, GradeLevel::B);
         // 40 ticks of 1 s: a C condition, with the figures.
         let heavy = sample(t + Duration::from_secs(1), 140, 0);
-        let v = st.observe(&a, &heavy, &s, &["getppid".into()]);
+        let v = st.observe(&a, &heavy, &s, &cpu_exp(&["getppid"]));
         let steal = v.iter().find(|r| r.code == "steal").unwrap();
         assert_eq!(steal.level, GradeLevel::C);
         assert!(
@@ -668,7 +812,7 @@ mod tests {
         // One tick is within USER_HZ's resolution: not named.
         let b1 = sample(t + Duration::from_secs(1), 101, 0);
         assert!(st
-            .observe(&a, &b1, &s, &[])
+            .observe(&a, &b1, &s, &cpu_exp(&[]))
             .iter()
             .all(|r| r.code != "steal"));
     }
@@ -749,5 +893,149 @@ mod tests {
         let st = state(&m);
         assert!(codes(&st.standing("mem")).contains(&"cgroup_memory"));
         assert!(!codes(&st.standing("cpu")).contains(&"cgroup_memory"));
+    }
+
+    /// An experiment whose premise could not be checked, on a quiet host, is B, not A.
+    #[test]
+    fn an_unverified_experiment_is_not_graded_a() {
+        let m = machine();
+        let st = state(&m);
+        let mut e = ExperimentResult::new("fs.read", "", "");
+        e.status = Status::Unverified;
+        e.checks.push(crate::results::Check::unverified(
+            "uncached reads reached the device",
+            "a virtual disk: the host's page cache may answer",
+        ));
+        let g = st.grade(&e, &[vec![]], false).unwrap();
+        assert_eq!(g.level, GradeLevel::B);
+        assert_eq!(codes(&g.reasons), ["unverified"]);
+        assert!(
+            g.reasons[0]
+                .text
+                .contains("(uncached reads reached the device)"),
+            "{}",
+            g.reasons[0].text
+        );
+    }
+
+    /// A failed sanity check grades B and is named; a passed one does not count, and
+    /// cpu.loop's own issue-rate check stays C.
+    #[test]
+    fn a_failed_sanity_check_caps_at_b() {
+        let m = machine();
+        let st = state(&m);
+        let mut e = cpu_exp(&["getppid", "clock_gettime"]);
+        e.checks.push(crate::results::Check::sanity(
+            "a system call costs more than a loop iteration",
+            true,
+            "getppid 60 ns, loop 0.3 ns",
+        ));
+        let g = st.grade(&e, &[vec![]], false).unwrap();
+        assert_eq!(g.level, GradeLevel::A);
+        e.checks.push(crate::results::Check::sanity(
+            "run 2: vDSO call cheaper than a kernel entry",
+            false,
+            "clock_gettime 80.0 ns, getppid 60.0 ns",
+        ));
+        let g = st.grade(&e, &[vec![]], false).unwrap();
+        assert_eq!(g.level, GradeLevel::B);
+        assert_eq!(codes(&g.reasons), ["sanity"]);
+        assert!(
+            g.reasons[0]
+                .text
+                .contains("run 2: vDSO call cheaper than a kernel entry: clock_gettime 80.0 ns"),
+            "{}",
+            g.reasons[0].text
+        );
+        e.checks
+            .push(crate::results::Check::sanity(ISSUE_CHECK, false, "2.1"));
+        let g = st.grade(&e, &[vec![]], false).unwrap();
+        assert_eq!(g.level, GradeLevel::C);
+        assert_eq!(codes(&g.reasons), ["issue_rate", "sanity"]);
+    }
+
+    /// A refused ICMP echo or a footprint past the cap bends no figure: no grade reason.
+    #[test]
+    fn checks_that_bend_no_figure_do_not_cap() {
+        let m = machine();
+        let st = state(&m);
+        let mut e = cpu_exp(&["tcp"]);
+        for name in [ICMP_CHECK, &format!("run 2: {CAP_CHECK}")] {
+            e.checks
+                .push(crate::results::Check::sanity(name, false, "refused"));
+        }
+        let g = st.grade(&e, &[vec![]], false).unwrap();
+        assert_eq!((g.level, codes(&g.reasons).len()), (GradeLevel::A, 0));
+    }
+
+    /// 3% steal over 20 s (60 ticks): short trials are a few of them hit, and stay B;
+    /// trials that span a stolen interval are most of them hit, and grade C.
+    #[test]
+    fn steal_counts_by_trial_length() {
+        let m = machine();
+        let st = state(&m);
+        let t = Instant::now();
+        let (a, b) = (
+            sample(t, 100, 0),
+            sample(t + Duration::from_secs(20), 160, 0),
+        );
+        let quiet = reading(4.0 / 3.24, 1.0 / 3.24);
+        let s = BeforeAfter {
+            before: quiet,
+            after: quiet,
+        };
+        let steal = |e: &ExperimentResult| {
+            let v = st.observe(&a, &b, &s, e);
+            v.into_iter().find(|r| r.code == "steal").unwrap()
+        };
+        // Per-operation round trips of 20 us: about 3% of them hit.
+        let mut rtt = ExperimentResult::new("net.rtt", "", "");
+        rtt.metrics.push(crate::results::Metric::test_ns(
+            "tcp",
+            vec![20_000.0; 40],
+            Some(MetricKind::PerOperation),
+        ));
+        let r = steal(&rtt);
+        assert_eq!(r.level, GradeLevel::B, "{}", r.text);
+        assert!(r.text.contains("up to 3% of the trials"), "{}", r.text);
+        // The harness's trials of a quick cpu experiment (under 2 ms): up to 7%.
+        let r = steal(&cpu_exp(&["getppid"]));
+        assert_eq!(r.level, GradeLevel::B, "{}", r.text);
+        assert!(r.text.contains("up to 7% of the trials"), "{}", r.text);
+        // A calibrated trial of 100 ms spans stolen intervals: each is slowed by about the
+        // stolen share, B at 3%; so are fs rounds of unrecorded length.
+        let mut long = cpu_exp(&[]);
+        let mut f = crate::results::Metric::test_ns("t", vec![100_000.0; 5], None);
+        f.iterations = Some(1000);
+        long.metrics.push(f);
+        let r = steal(&long);
+        assert_eq!(r.level, GradeLevel::B, "{}", r.text);
+        assert!(
+            r.text.contains("slowed by about the stolen share"),
+            "{}",
+            r.text
+        );
+        let mut fs = ExperimentResult::new("fs.contention", "", "");
+        fs.metrics.push(crate::results::Metric::test_ns(
+            "per_block_pmax",
+            vec![70_000.0; 3],
+            None,
+        ));
+        let r = steal(&fs);
+        assert_eq!(r.level, GradeLevel::B, "{}", r.text);
+        assert!(r.text.contains("length is not recorded"), "{}", r.text);
+        // At 30% both are C.
+        let heavy = sample(t + Duration::from_secs(20), 700, 0);
+        for e in [&long, &fs] {
+            let v = st.observe(&a, &heavy, &s, e);
+            let r = v.into_iter().find(|r| r.code == "steal").unwrap();
+            assert_eq!(r.level, GradeLevel::C, "{}", r.text);
+        }
+        assert_eq!(
+            st.grade(&fs, &[st.observe(&a, &heavy, &s, &fs)], false)
+                .unwrap()
+                .level,
+            GradeLevel::C
+        );
     }
 }

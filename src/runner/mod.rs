@@ -363,8 +363,7 @@ fn host_conditions(
     let Some(sentinel) = res.sentinel else {
         return Vec::new();
     };
-    let names: Vec<String> = res.metrics.iter().map(|m| m.name.clone()).collect();
-    let seen = host.observe(before, after, &sentinel, &names);
+    let seen = host.observe(before, after, &sentinel, res);
     for c in seen
         .iter()
         .filter(|c| c.level == crate::results::GradeLevel::C)

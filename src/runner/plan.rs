@@ -124,6 +124,7 @@ fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> 
         placement: placement.clone(),
         clock_source: crate::machine::conditions::clock_source(),
         user_hz: crate::machine::conditions::user_hz(),
+        trial: cfg.profile.harness().min_trial,
     };
     let env = Env {
         cfg,

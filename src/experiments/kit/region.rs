@@ -217,7 +217,7 @@ pub(crate) fn rss_baseline() -> Option<u64> {
 /// Peak RSS growth since `rss_baseline` against the announced cap.
 pub(crate) fn rss_check(base: Option<u64>, cap: u64) -> crate::results::Check {
     use crate::units::fmt_bytes;
-    let name = "memory use within the announced cap";
+    let name = crate::grade::CAP_CHECK;
     match (base, crate::machine::process::status_bytes("VmHWM:")) {
         (Some(b), Some(p)) => {
             let grew = p.saturating_sub(b);

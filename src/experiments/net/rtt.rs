@@ -437,7 +437,7 @@ fn udp_and_icmp(ctx: &Context, t: &PeerTarget, budget: Duration, out: &mut Outco
         }
         Err(why) => {
             out.notes.push(format!("icmp: skipped: {why}"));
-            out.check(Check::sanity("icmp echo permitted", false, why));
+            out.check(Check::sanity(crate::grade::ICMP_CHECK, false, why));
         }
     }
 }
