@@ -78,6 +78,24 @@ pub(crate) struct RunState<'a> {
     pub trial: std::time::Duration,
 }
 
+/// Every failed sanity check but those whose failure leaves a figure out rather than
+/// bending one: checks are not tied to metrics, so any other may concern a figure the
+/// report leads with.
+fn failed_sanity(e: &ExperimentResult) -> impl Iterator<Item = GradeReason> + '_ {
+    let bears = |c: &&crate::results::Check| {
+        let any = |n: &&str| c.name.ends_with(n);
+        !c.name.ends_with(ISSUE_CHECK) && !NO_FIGURE_BENT.iter().any(any)
+    };
+    let failed = e
+        .checks
+        .iter()
+        .filter(|c| !c.passed && !c.premise && !c.unverified);
+    failed.filter(bears).map(|c| {
+        let text = format!("a sanity check failed: {}: {}", c.name, c.detail);
+        reason("sanity", GradeLevel::B, text)
+    })
+}
+
 fn reason(code: &str, level: GradeLevel, text: String) -> GradeReason {
     GradeReason {
         code: code.into(),
@@ -579,25 +597,7 @@ impl RunState<'_> {
                 ),
             ));
         }
-        // Every failed sanity check but those whose failure leaves a figure out rather than
-        // bending one: checks are not tied to metrics, so any other may concern a figure
-        // the report leads with.
-        let bears = |c: &&crate::results::Check| {
-            let any = |n: &&str| c.name.ends_with(n);
-            !c.name.ends_with(ISSUE_CHECK) && !NO_FIGURE_BENT.iter().any(any)
-        };
-        for c in e
-            .checks
-            .iter()
-            .filter(|c| !c.passed && !c.premise && !c.unverified)
-            .filter(bears)
-        {
-            reasons.push(reason(
-                "sanity",
-                GradeLevel::B,
-                format!("a sanity check failed: {}: {}", c.name, c.detail),
-            ));
-        }
+        reasons.extend(failed_sanity(e));
         if subtracts_loop {
             reasons.extend(self.loop_overhead(e));
         }

@@ -291,8 +291,16 @@ fn smoke_run_relations_and_cleanup() {
             .map(|x| x["summary"]["median"].as_f64().unwrap())
             .unwrap_or_else(|| panic!("no metric {m}: {e}"))
     };
+    // In a VM with a virtual disk the host may answer uncached reads from its cache, which
+    // no guest counter tells apart: unverified, naming --host-cache none.
+    let host_cached = |e: &serde_json::Value| {
+        e["status"] == "unverified"
+            && e["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("--host-cache none"))
+    };
     let read = experiment(&v, "fs.read");
-    assert_eq!(read["status"], "ok", "{read}");
+    assert!(read["status"] == "ok" || host_cached(read), "{read}");
     for p in ["seq", "random"] {
         let (c, u) = (
             med(read, &format!("cached_{p}")),
@@ -313,7 +321,7 @@ fn smoke_run_relations_and_cleanup() {
                 .any(|other| r.contains(other))
     });
     assert!(
-        cont["status"] == "ok" || (cont["status"] == "unverified" && reread),
+        cont["status"] == "ok" || (cont["status"] == "unverified" && reread) || host_cached(cont),
         "{cont}"
     );
     assert!(med(cont, "per_block_p1") > 0.0);

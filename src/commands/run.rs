@@ -74,6 +74,10 @@ pub(super) struct Args {
     /// Allow dropping the whole page cache (root only).
     #[arg(long)]
     drop_caches: bool,
+    /// In a VM: assert the host serves its disk uncached (qemu/libvirt cache=none), so
+    /// uncached reads the guest's disk counter saw count as proven (default: unverified).
+    #[arg(long, value_name = "MODE", value_parser = ["none"])]
+    host_cache: Option<String>,
     #[command(flatten)]
     export: super::export::Args,
 }
@@ -105,6 +109,7 @@ fn measure_and_publish(a: Args) -> Result<bool> {
             remote_dir: a.remote_dir,
             scratch_dir: a.scratch_dir,
             drop_caches: a.drop_caches,
+            host_cache_none: a.host_cache.is_some(),
         },
     };
     let mut plan = runner::plan(&cfg, Registry::real())?;

@@ -164,6 +164,9 @@ pub struct RunOptions {
     pub remote_dir: Option<PathBuf>,
     pub scratch_dir: Option<PathBuf>,
     pub drop_caches: bool,
+    /// The user asserts a VM's host serves its disk uncached (`--host-cache none`), so
+    /// the guest's sectors-read counter proves an uncached read reached storage.
+    pub host_cache_none: bool,
 }
 
 /// Everything an experiment may use while it runs.

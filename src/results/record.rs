@@ -96,6 +96,8 @@ record! {
         remote_dir: Option<String>,
         scratch_dir: Option<String>,
         drop_caches: bool,
+        /// `--host-cache none`: the user asserted the VM's host does not cache its disk.
+        host_cache_none: bool,
     }
 }
 

@@ -392,6 +392,7 @@ fn recorded_options(o: &RunOptions) -> RecordedOptions {
         remote_dir: Some(path(&o.remote_dir)),
         scratch_dir: Some(path(&o.scratch_dir)),
         drop_caches: Some(o.drop_caches),
+        host_cache_none: Some(o.host_cache_none),
         ..Default::default()
     }
 }

@@ -14,12 +14,17 @@ pub fn smoke(only: &str) -> RunResults {
 
 /// A run of the selected experiments in `profile` (the runner writes nothing).
 pub fn run_profile(profile: Profile, only: &str) -> RunResults {
+    run_with(profile, only, RunOptions::default())
+}
+
+/// As `run_profile`, with the user's `options`.
+pub fn run_with(profile: Profile, only: &str, options: RunOptions) -> RunResults {
     let cfg = RunConfig {
         profile,
         only: vec![only.into()],
         skip: vec![],
         cpu: None,
-        options: RunOptions::default(),
+        options,
         repeat: Some(1),
     };
     match run(&cfg, &Silent) {

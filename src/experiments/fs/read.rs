@@ -121,7 +121,7 @@ pub(crate) fn sweep(
         direct: None,
         evicted: RepeatedCheck::default(),
         resident: RepeatedCheck::default(),
-        device: DeviceReads::new(scratch.dir()),
+        device: DeviceReads::new(ctx, scratch.dir()),
         bigbuf: vec![0u8; MIB as usize],
     };
     let mut rng = Rng::new(0x05ee_d0f5 ^ plan.sizes.len() as u64);

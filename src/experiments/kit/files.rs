@@ -394,17 +394,23 @@ pub(crate) struct DeviceReads {
     pub sectors: Option<u64>,
     /// The file system type of the folder (for the reason when there is no disk).
     pub fstype: Option<String>,
+    /// Why the host may have answered what left the guest: a VM's virtual disk, unless
+    /// the user asserted `--host-cache none`.
+    pub host: Option<String>,
 }
 
 impl DeviceReads {
     /// For files under `dir`.
-    pub fn new(dir: &Path) -> DeviceReads {
-        let disk = device_of(dir).map(|d| d.name);
+    pub fn new(ctx: &Context, dir: &Path) -> DeviceReads {
+        let disk = device_of(dir);
+        let host = disk.as_ref().and_then(|d| host_may_cache(ctx, d));
+        let disk = disk.map(|d| d.name);
         DeviceReads {
             sectors: disk.as_ref().map(|_| 0),
             disk,
             requested: 0,
             fstype: crate::machine::storage::filesystem_of(dir).map(|m| m.fstype),
+            host,
         }
     }
     /// The counter now (None without a disk or when unreadable).
@@ -427,17 +433,18 @@ impl DeviceReads {
         match (self.disk.as_deref(), self.sectors) {
             (Some(d), Some(sec)) => {
                 let read = sec * 512;
-                Check::premise(
-                    name,
-                    requested > 0 && read as f64 >= REACHED_SHARE * requested as f64,
-                    format!(
-                        "{d} read {} while the uncached passes asked for {} ({:.0}%; /sys/block/{d}/stat, at least {:.0}% needed)",
-                        fmt_bytes(read as f64),
-                        fmt_bytes(requested as f64),
-                        if requested > 0 { read as f64 / requested as f64 * 100.0 } else { 0.0 },
-                        REACHED_SHARE * 100.0
-                    ),
-                )
+                let reached = requested > 0 && read as f64 >= REACHED_SHARE * requested as f64;
+                let detail = format!(
+                    "{d} read {} while the uncached passes asked for {} ({:.0}%; /sys/block/{d}/stat, at least {:.0}% needed)",
+                    fmt_bytes(read as f64),
+                    fmt_bytes(requested as f64),
+                    if requested > 0 { read as f64 / requested as f64 * 100.0 } else { 0.0 },
+                    REACHED_SHARE * 100.0
+                );
+                match (&self.host, reached) {
+                    (Some(host), true) => Check::unverified(name, format!("{detail}; {host}")),
+                    _ => Check::premise(name, reached, detail),
+                }
             }
             (Some(d), None) => Check::unverified(
                 name,
@@ -453,6 +460,27 @@ impl DeviceReads {
             ),
         }
     }
+}
+
+/// Why a read that left the guest for disk `d` may have been the host's cache hit: in a VM,
+/// on a virtual, network or unknown disk, unless the user asserted `--host-cache none`.
+fn host_may_cache(ctx: &Context, d: &crate::machine::storage::Disk) -> Option<String> {
+    use crate::machine::storage::DiskKind;
+    let class = d.class();
+    let virtual_disk = matches!(
+        class.kind,
+        DiskKind::Virtual | DiskKind::NetworkBlock | DiskKind::Unknown
+    );
+    (ctx.machine.virtualization.is_vm && virtual_disk && !ctx.options.host_cache_none).then(|| {
+        format!(
+            "but this is a VM and {} is {} ({}): the counter shows the reads left the guest, \
+             not that the host's storage served them, as the host may answer from its page \
+             cache; pass --host-cache none where the host's disk is set to cache=none",
+            d.name,
+            class.kind.label(),
+            class.why
+        )
+    })
 }
 
 /// Share of the requested bytes the device must read for uncached reads to count as
@@ -540,8 +568,43 @@ mod tests {
             requested,
             sectors,
             fstype,
+            host: None,
         }
         .check()
+    }
+
+    /// A VM's virtual disk: a counter that saw every read proves only that they left the
+    /// guest, so the premise is unverified; `--host-cache none` makes it a premise again.
+    #[test]
+    fn a_vm_host_may_answer_what_left_the_guest() {
+        let clock = crate::clock::MockClock::new(1);
+        let mut w = crate::experiments::testing::World::live(&clock);
+        w.machine.virtualization.is_vm = true;
+        let disk = crate::machine::storage::Disk {
+            name: "vda".into(),
+            bus: Some("virtio".into()),
+            ..Default::default()
+        };
+        let read = |w: &mut crate::experiments::testing::World, host_cache_none: bool| {
+            w.options.host_cache_none = host_cache_none;
+            let host = w.with_ctx(|ctx| host_may_cache(ctx, &disk));
+            let mut d = DeviceReads {
+                disk: Some("vda".into()),
+                sectors: Some(0),
+                host,
+                ..Default::default()
+            };
+            d.add(Some(0), Some(2048), 1 << 20);
+            d.check()
+        };
+        let c = read(&mut w, false);
+        assert!(c.unverified && !c.passed, "{c:?}");
+        assert!(c.detail.contains("--host-cache none"), "{}", c.detail);
+        let c = read(&mut w, true);
+        assert!(c.passed && c.premise && !c.unverified, "{c:?}");
+        // Not a VM: the counter is the device's.
+        w.machine.virtualization.is_vm = false;
+        assert!(read(&mut w, false).passed);
     }
 
     #[test]
@@ -568,9 +631,8 @@ mod tests {
         // Accumulation: one unreadable counter spoils the sum.
         let mut d = DeviceReads {
             disk: Some("vda".into()),
-            requested: 0,
             sectors: Some(0),
-            fstype: None,
+            ..Default::default()
         };
         d.add(Some(100), Some(2148), 1 << 20);
         assert_eq!(d.sectors, Some(2048));

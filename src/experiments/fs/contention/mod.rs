@@ -237,7 +237,7 @@ impl Experiment for Contention {
         let (dur, rounds) = ROUND.get(ctx.profile);
         let mut m = ContentionRounds {
             cursor: vec![0u64; pm],
-            device: DeviceReads::new(scratch.dir()),
+            device: DeviceReads::new(ctx, scratch.dir()),
             ..Default::default()
         };
         let started = stopwatch(ctx);
