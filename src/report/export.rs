@@ -231,7 +231,11 @@ pub fn csv(r: &RunResults) -> String {
                 num(m.summary.cov),
             ];
             let sm = &m.summary;
-            let sd = if sm.n >= 2 { num(sm.stddev) } else { String::new() };
+            let sd = if sm.n >= 2 {
+                num(sm.stddev)
+            } else {
+                String::new()
+            };
             let pred = m.prediction.as_ref().filter(|p| p.value.is_finite());
             let (bound, hw, sw, note) = match pred {
                 None => Default::default(),
@@ -348,7 +352,11 @@ mod tests {
             rd.push(cells);
         }
         let head = &rd[0];
-        let col = |n: &str| head.iter().position(|h| h == n).unwrap_or_else(|| panic!("{n}"));
+        let col = |n: &str| {
+            head.iter()
+                .position(|h| h == n)
+                .unwrap_or_else(|| panic!("{n}"))
+        };
         assert!(rd.iter().all(|row| row.len() == head.len()), "{c}");
         let row = |m: &str| rd.iter().find(|r| r[col("metric")] == m).unwrap();
         assert_eq!(row("hw")[col("sd")], "0.1");

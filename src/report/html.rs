@@ -107,10 +107,11 @@ fn closing(h: &mut String, r: &RunResults) {
         esc(view::CLOSING_LEGEND)
     );
     for row in &c.rows {
-        let mark = row
-            .note
+        let mark: String = row
+            .notes
+            .iter()
             .map(|n| format!(" <sup><a href=\"#closing-note-{n}\">[{n}]</a></sup>"))
-            .unwrap_or_default();
+            .collect();
         let _ = write!(
             h,
             "<tr><td>{}{mark}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
@@ -174,8 +175,7 @@ fn contents(h: &mut String, r: &RunResults) {
     if r.experiments.iter().any(|e| e.status != Status::Ok) {
         h.push_str("<li><a href=\"#not-ok\">Skipped, invalid, failed</a></li>");
     }
-    if r
-        .experiments
+    if r.experiments
         .iter()
         .flat_map(|e| &e.metrics)
         .any(|m| m.prediction.is_some())

@@ -48,7 +48,7 @@ fn closing(s: &mut String, r: &RunResults) {
     );
     w(s, "| --- | ---: | ---: | ---: | ---: | ---: |");
     for row in &c.rows {
-        let mark = row.note.map(|n| format!(" [{n}]")).unwrap_or_default();
+        let mark: String = row.notes.iter().map(|n| format!(" [{n}]")).collect();
         w(
             s,
             &format!(

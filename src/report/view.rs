@@ -344,7 +344,9 @@ fn input_side(
                 .source
                 .strip_prefix("measured: ")
                 .and_then(|s| s.split_whitespace().next())
-                .ok_or_else(|| format!("its input {name} does not name the experiment it was measured by"))?;
+                .ok_or_else(|| {
+                    format!("its input {name} does not name the experiment it was measured by")
+                })?;
             Ok(Some(if HARDWARE_EXPERIMENTS.contains(&exp) {
                 Side::Hardware
             } else {
@@ -358,7 +360,9 @@ fn input_side(
                 .find(|m| m.name == name)
                 .and_then(|m| m.prediction.as_ref())
                 .filter(|_| depth < 4)
-                .ok_or_else(|| format!("its input {name} is a prediction not found in the results"))?;
+                .ok_or_else(|| {
+                    format!("its input {name} is a prediction not found in the results")
+                })?;
             match split_at(e, other, depth + 1) {
                 Split::Hardware => Ok(Some(Side::Hardware)),
                 Split::Software => Ok(Some(Side::Software)),
@@ -408,8 +412,8 @@ pub struct ClosingRow {
     pub mean_sd: String,
     /// "median [low, high]" (the 95% interval), or the out-of-range mark.
     pub median_ci: String,
-    /// The footnote (1-based, into `Closing::notes`) of the row, if any.
-    pub note: Option<usize>,
+    /// The row's footnotes (1-based, into `Closing::notes`).
+    pub notes: Vec<usize>,
 }
 
 /// The closing table and its numbered footnotes.
@@ -457,12 +461,12 @@ pub fn closing(r: &RunResults) -> Closing {
             };
             let s = &m.summary;
             let predicted = format!("{}{}", bound_mark(p), fmt_value(p.value, &m.unit));
-            let mut n_id = None;
+            let mut n_id = Vec::new();
             let (hardware, software) = match split(e, p) {
                 Split::Hardware => (predicted.clone(), NO_INPUT.to_string()),
                 Split::Software => (NO_INPUT.to_string(), predicted.clone()),
                 Split::NotSplit(why) => {
-                    n_id = Some(note(format!("Not split: {why}.")));
+                    n_id.push(note(format!("Not split: {why}.")));
                     ("not split".to_string(), "not split".to_string())
                 }
             };
@@ -481,8 +485,7 @@ pub fn closing(r: &RunResults) -> Closing {
             };
             let median_ci = match out_of_range(m) {
                 Some(why) => {
-                    let k = note(format!("{} {}: {why}.", e.id, m.name));
-                    n_id = n_id.or(Some(k));
+                    n_id.push(note(format!("{} {}: {why}.", e.id, m.name)));
                     OUT_OF_RANGE.to_string()
                 }
                 None => format!(
@@ -504,7 +507,7 @@ pub fn closing(r: &RunResults) -> Closing {
                 predicted,
                 mean_sd,
                 median_ci,
-                note: n_id,
+                notes: n_id,
             });
         }
     }
@@ -985,9 +988,7 @@ pub(crate) mod tests {
             serde_json::json!({"n": n, "median": median, "mean": median * 1.1, "stddev": median / 10.0,
               "min": median, "max": median, "ci95": [median - 0.08, median + 0.04], "cov": 0.1, "outliers": 0})
         };
-        let input = |kind: &str, source: &str, v: f64| {
-            serde_json::json!({"value": v, "unit": "ns", "source": source, "kind": kind})
-        };
+        let input = |kind: &str, source: &str, v: f64| serde_json::json!({"value": v, "unit": "ns", "source": source, "kind": kind});
         let loop_in = input("measured", "measured: cpu.loop iteration", 0.22);
         let taken = input("method", "method: the call and its return", 2.0);
         let shared = "2 taken branches x cpu.loop's iteration";
@@ -1000,21 +1001,21 @@ pub(crate) mod tests {
         let getppid = input("measured", "measured: cpu.syscall getppid", 100.0);
         let clock = input("machine", "machine: effective core clock", 3e9);
         let doc = serde_json::json!({"schema_version": 1, "tool": {"name": "osmeter", "version": "0.1"},
-            "started_at": "2026-01-01T00:00:00Z", "duration_s": 1, "config": {"profile": "quick"},
-            "machine": {"hostname": "h"}, "experiments": [
-              {"id": "cpu.call", "area": "cpu", "title": "t", "status": "ok", "duration_s": 1, "metrics": call},
-              {"id": "cpu.x", "area": "cpu", "title": "t", "status": "ok", "duration_s": 1, "metrics": [
-                {"name": "hw", "unit": "ns", "summary": summary(1.0, 30),
-                 "prediction": {"value": 1.0, "formula": "3 cycles / f_core", "inputs": {"f_core": clock}}},
-                {"name": "sw", "unit": "ns", "summary": summary(250.0, 1),
-                 "prediction": {"value": 200.0, "formula": "2 x getppid", "inputs": {"getppid": getppid}, "bound": "lower"}},
-                {"name": "mixed", "unit": "ns", "summary": summary(300.0, 30),
-                 "prediction": {"value": 201.0, "formula": "2 x getppid + 3 cycles / f_core", "inputs": {"getppid": getppid, "f_core": clock}}},
-                {"name": "chained", "unit": "ns", "summary": summary(400.0, 30),
-                 "prediction": {"value": 400.0, "formula": "2 x sw", "inputs": {"sw": input("prediction", "prediction: sw above", 200.0)}}},
-                {"name": "old", "unit": "ns", "summary": summary(5.0, 30),
-                 "prediction": {"value": 5.0, "formula": "f", "inputs": {"x": {"value": 1.0, "unit": "ns", "source": "s"}}}}
-              ]}]});
+        "started_at": "2026-01-01T00:00:00Z", "duration_s": 1, "config": {"profile": "quick"},
+        "machine": {"hostname": "h"}, "experiments": [
+          {"id": "cpu.call", "area": "cpu", "title": "t", "status": "ok", "duration_s": 1, "metrics": call},
+          {"id": "cpu.x", "area": "cpu", "title": "t", "status": "ok", "duration_s": 1, "metrics": [
+            {"name": "hw", "unit": "ns", "summary": summary(1.0, 30),
+             "prediction": {"value": 1.0, "formula": "3 cycles / f_core", "inputs": {"f_core": clock}}},
+            {"name": "sw", "unit": "ns", "summary": summary(250.0, 1),
+             "prediction": {"value": 200.0, "formula": "2 x getppid", "inputs": {"getppid": getppid}, "bound": "lower"}},
+            {"name": "mixed", "unit": "ns", "summary": summary(300.0, 30),
+             "prediction": {"value": 201.0, "formula": "2 x getppid + 3 cycles / f_core", "inputs": {"getppid": getppid, "f_core": clock}}},
+            {"name": "chained", "unit": "ns", "summary": summary(400.0, 30),
+             "prediction": {"value": 400.0, "formula": "2 x sw", "inputs": {"sw": input("prediction", "prediction: sw above", 200.0)}}},
+            {"name": "old", "unit": "ns", "summary": summary(5.0, 30),
+             "prediction": {"value": 5.0, "formula": "f", "inputs": {"x": {"value": 1.0, "unit": "ns", "source": "s"}}}}
+          ]}]});
         crate::results::load::from_str(&doc.to_string()).unwrap()
     }
 
@@ -1033,7 +1034,9 @@ pub(crate) mod tests {
         // A prediction input takes the side of the prediction it names.
         assert_eq!(split_of(1, "chained"), Split::Software);
         match split_of(1, "mixed") {
-            Split::NotSplit(why) => assert!(why.contains("f_core") && why.contains("getppid"), "{why}"),
+            Split::NotSplit(why) => {
+                assert!(why.contains("f_core") && why.contains("getppid"), "{why}")
+            }
             s => panic!("{s:?}"),
         }
         match split_of(1, "old") {
@@ -1049,19 +1052,35 @@ pub(crate) mod tests {
         assert_eq!(c.rows.len(), 8);
         let row = |op: &str| c.rows.iter().find(|r| r.operation == op).unwrap();
         let hw = row("cpu.x hw");
-        assert_eq!((hw.hardware.as_str(), hw.software.as_str()), ("1.00 ns", NO_INPUT));
+        assert_eq!(
+            (hw.hardware.as_str(), hw.software.as_str()),
+            ("1.00 ns", NO_INPUT)
+        );
         assert_eq!(hw.mean_sd, "1.10 ns ± 0.10 ns");
         let sw = row("cpu.x sw");
-        assert_eq!((sw.hardware.as_str(), sw.software.as_str()), (NO_INPUT, "≥ 200.0 ns"));
+        assert_eq!(
+            (sw.hardware.as_str(), sw.software.as_str()),
+            (NO_INPUT, "≥ 200.0 ns")
+        );
         // One sample: no SD, and no 0 printed for it.
         assert!(sw.mean_sd.contains("n = 1: no SD"), "{}", sw.mean_sd);
         let mixed = row("cpu.x mixed");
         assert_eq!(mixed.hardware, "not split");
         assert_eq!(mixed.predicted, "201.0 ns");
-        let n = mixed.note.unwrap();
-        assert!(c.notes[n - 1].starts_with("Not split: it combines"), "{:?}", c.notes);
+        let n = mixed.notes[0];
+        assert!(
+            c.notes[n - 1].starts_with("Not split: it combines"),
+            "{:?}",
+            c.notes
+        );
         for r in &c.rows {
-            for cell in [&r.hardware, &r.software, &r.predicted, &r.mean_sd, &r.median_ci] {
+            for cell in [
+                &r.hardware,
+                &r.software,
+                &r.predicted,
+                &r.mean_sd,
+                &r.median_ci,
+            ] {
                 assert!(!cell.is_empty(), "{r:?}");
             }
         }
@@ -1072,7 +1091,10 @@ pub(crate) mod tests {
         let r = doc();
         let m = &r.experiments[0].metrics[3];
         let why = out_of_range(m).unwrap();
-        assert!(why.contains("below zero") && why.contains("a duration"), "{why}");
+        assert!(
+            why.contains("below zero") && why.contains("a duration"),
+            "{why}"
+        );
         let row = metric_row(m);
         assert_eq!(row.measured, OUT_OF_RANGE);
         assert!(!row.ci.contains("-0.07"), "{}", row.ci);
@@ -1085,7 +1107,11 @@ pub(crate) mod tests {
         let g = formula_groups(&r.experiments[0]);
         let f = "2 taken branches x cpu.loop's iteration";
         let cells: Vec<String> = g[..3].iter().map(|g| g.cell(f)).collect();
-        assert_eq!(cells.iter().filter(|c| c.contains(f)).count(), 1, "{cells:?}");
+        assert_eq!(
+            cells.iter().filter(|c| c.contains(f)).count(),
+            1,
+            "{cells:?}"
+        );
         assert!(cells[0].contains("3 rows args_0 .. args_2"), "{}", cells[0]);
         assert_eq!(cells[1], "as for args_0");
         assert_eq!(g[3], FormulaGroup::First(vec!["per_argument".into()]));
