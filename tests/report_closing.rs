@@ -178,11 +178,16 @@ fn kinds_split_a_current_run_and_an_old_one_says_why_it_cannot() {
     // Two system calls and two switches, all measured through the kernel: software.
     let t = row("cpu.thread-create create_join");
     assert_eq!((t[1].as_str(), t[2] == t[3]), ("—", true), "{t:?}");
-    // A formula of both kinds is shown whole under "predicted" only, with the reason.
+    // Its page and mapping counts are counts, not hardware costs.
     let f = row("cpu.process-create fork_exit_wait");
+    assert_eq!((f[1].as_str(), f[2] == f[3]), ("—", true), "{f:?}");
+    // A formula of both kinds is shown whole under "predicted" only, with the reason.
+    let f = row("mem.pagefault minor_fault");
     assert_eq!((f[1].as_str(), f[2].as_str()), ("not split", "not split"));
     assert!(
-        table.contains("Not split: it combines hardware inputs"),
+        table.contains(
+            "Not split: it combines hardware inputs (page_size, store_bandwidth) with software ones (entry)"
+        ),
         "{table}"
     );
 

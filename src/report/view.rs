@@ -314,6 +314,26 @@ pub(crate) const HARDWARE_EXPERIMENTS: &[&str] = &[
     "mem.loaded-latency",
 ];
 
+/// Units of figures that are costs or what a cost is made of (times, cycles, clocks,
+/// sizes, rates); an input in any other unit is a count.
+fn is_cost_unit(unit: &str) -> bool {
+    matches!(
+        unit,
+        "ns" | "us"
+            | "µs"
+            | "ms"
+            | "s"
+            | "cycles"
+            | "Hz"
+            | "bytes"
+            | "bytes/s"
+            | "bits/s"
+            | "1/s"
+            | "ns/B"
+            | "ns/byte"
+    )
+}
+
 /// How a prediction divides into base hardware and software overhead.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Split {
@@ -336,6 +356,8 @@ fn input_side(
     use crate::results::InputKind;
     match i.kind {
         None => Err("its inputs carry no kinds (the document predates them)".into()),
+        // A count (pages, mappings, cores) scales a cost whatever its origin; it is none.
+        Some(_) if !is_cost_unit(&i.unit) => Ok(None),
         Some(InputKind::Table | InputKind::Machine) => Ok(Some(Side::Hardware)),
         Some(InputKind::Method) => Ok(None),
         Some(InputKind::Measured) => {
