@@ -248,7 +248,7 @@ pub fn csv(r: &RunResults) -> String {
                     let (hw, sw, note) = match super::view::split(e, p) {
                         Split::Hardware => (num(p.value), String::new(), String::new()),
                         Split::Software => (String::new(), num(p.value), String::new()),
-                        Split::NotSplit(why) => (String::new(), String::new(), why),
+                        Split::Unsplit(why) => (String::new(), String::new(), why),
                     };
                     (bound.to_string(), hw, sw, note)
                 }

@@ -342,7 +342,7 @@ pub(crate) enum Split {
     /// Every input that is a cost is a software one: the whole is software overhead.
     Software,
     /// Not divided, and why.
-    NotSplit(String),
+    Unsplit(String),
 }
 
 /// The side of input `name` of a prediction of `e`, None for a count (`method`), or why
@@ -388,7 +388,7 @@ fn input_side(
             match split_at(e, other, depth + 1) {
                 Split::Hardware => Ok(Some(Side::Hardware)),
                 Split::Software => Ok(Some(Side::Software)),
-                Split::NotSplit(why) => Err(format!("its input {name} is not split: {why}")),
+                Split::Unsplit(why) => Err(format!("its input {name} is not split: {why}")),
             }
         }
     }
@@ -404,7 +404,7 @@ fn split_at(e: &ExperimentResult, p: &Prediction, depth: usize) -> Split {
     let (mut hw, mut sw) = (Vec::new(), Vec::new());
     for (name, i) in &p.inputs {
         match input_side(e, name, i, depth) {
-            Err(why) => return Split::NotSplit(why),
+            Err(why) => return Split::Unsplit(why),
             Ok(Some(Side::Hardware)) => hw.push(name.as_str()),
             Ok(Some(Side::Software)) => sw.push(name.as_str()),
             Ok(None) => {}
@@ -413,8 +413,8 @@ fn split_at(e: &ExperimentResult, p: &Prediction, depth: usize) -> Split {
     match (hw.is_empty(), sw.is_empty()) {
         (false, true) => Split::Hardware,
         (true, false) => Split::Software,
-        (true, true) => Split::NotSplit("it has no input that is a cost, only counts".into()),
-        (false, false) => Split::NotSplit(format!(
+        (true, true) => Split::Unsplit("it has no input that is a cost, only counts".into()),
+        (false, false) => Split::Unsplit(format!(
             "it combines hardware inputs ({}) with software ones ({}), and results.json \
              records the inputs and the total, not the value of each term",
             hw.join(", "),
@@ -487,7 +487,7 @@ pub fn closing(r: &RunResults) -> Closing {
             let (hardware, software) = match split(e, p) {
                 Split::Hardware => (predicted.clone(), NO_INPUT.to_string()),
                 Split::Software => (NO_INPUT.to_string(), predicted.clone()),
-                Split::NotSplit(why) => {
+                Split::Unsplit(why) => {
                     n_id.push(note(format!("Not split: {why}.")));
                     ("not split".to_string(), "not split".to_string())
                 }
@@ -1056,13 +1056,13 @@ pub(crate) mod tests {
         // A prediction input takes the side of the prediction it names.
         assert_eq!(split_of(1, "chained"), Split::Software);
         match split_of(1, "mixed") {
-            Split::NotSplit(why) => {
+            Split::Unsplit(why) => {
                 assert!(why.contains("f_core") && why.contains("getppid"), "{why}")
             }
             s => panic!("{s:?}"),
         }
         match split_of(1, "old") {
-            Split::NotSplit(why) => assert!(why.contains("no kinds"), "{why}"),
+            Split::Unsplit(why) => assert!(why.contains("no kinds"), "{why}"),
             s => panic!("{s:?}"),
         }
     }
