@@ -9,8 +9,9 @@
 //!   an array of `{name, unit, value, range?, extra?}`. The action reads one direction
 //!   per file (`tool: customSmallerIsBetter` or `customBiggerIsBetter`), so times go to
 //!   one array and everything else (rates, sizes, counts) to the other.
-//! - `csv`: one row per metric (RFC 4180 quoting).
+//! - `csv`: one row per metric (RFC 4180 quoting), with mean, SD and the prediction.
 
+use super::view::Split;
 use crate::results::{ExperimentResult, RunResults, Status};
 use std::fmt::Write;
 
@@ -194,10 +195,16 @@ fn field(s: &str) -> String {
     }
 }
 
-/// One row per metric of every experiment (its status tells whether it counts).
+/// One row per metric of every experiment (its status tells whether it counts), with the
+/// mean and standard deviation of its samples (empty SD below two samples), and its
+/// prediction: value, bound (`lower`, `upper` or empty for a point), and the side of the
+/// course's split it falls on (`hardware`, `software`, or `not split` with the reason in
+/// `split_note`), as the report's closing table shows them.
 pub fn csv(r: &RunResults) -> String {
     let mut s = String::from(
-        "host,started_at,experiment,status,grade,metric,unit,median,ci95_low,ci95_high,n,cov\r\n",
+        "host,started_at,experiment,status,grade,metric,unit,median,ci95_low,ci95_high,n,cov,\
+         mean,sd,predicted,prediction_bound,predicted_hardware,predicted_software,split_note,\
+         out_of_range\r\n",
     );
     let num = |v: f64| {
         if v.is_finite() {
@@ -223,6 +230,40 @@ pub fn csv(r: &RunResults) -> String {
                 m.summary.n.to_string(),
                 num(m.summary.cov),
             ];
+            let sm = &m.summary;
+            let sd = if sm.n >= 2 {
+                num(sm.stddev)
+            } else {
+                String::new()
+            };
+            let pred = m.prediction.as_ref().filter(|p| p.value.is_finite());
+            let (bound, hw, sw, note) = match pred {
+                None => Default::default(),
+                Some(p) => {
+                    let bound = match p.bound {
+                        Some(crate::results::Bound::Lower) => "lower",
+                        Some(crate::results::Bound::Upper) => "upper",
+                        None => "",
+                    };
+                    let (hw, sw, note) = match super::view::split(e, p) {
+                        Split::Hardware => (num(p.value), String::new(), String::new()),
+                        Split::Software => (String::new(), num(p.value), String::new()),
+                        Split::Unsplit(why) => (String::new(), String::new(), why),
+                    };
+                    (bound.to_string(), hw, sw, note)
+                }
+            };
+            let tail = [
+                num(sm.mean),
+                sd,
+                pred.map(|p| num(p.value)).unwrap_or_default(),
+                bound,
+                hw,
+                sw,
+                field(&note),
+                field(&super::view::out_of_range(m).unwrap_or_default()),
+            ];
+            let f: Vec<String> = f.into_iter().chain(tail).collect();
             s.push_str(&f.join(","));
             s.push_str("\r\n");
         }
@@ -289,6 +330,45 @@ mod tests {
         assert_eq!(small[0].value, 80.0);
         assert_eq!(big.len(), 1);
         assert_eq!(big[0].unit, "bytes/s");
+    }
+
+    #[test]
+    fn csv_carries_sd_and_the_prediction_with_its_split() {
+        let r = crate::report::view::tests::doc();
+        let c = csv(&r);
+        let mut rd: Vec<Vec<String>> = Vec::new();
+        for line in c.split("\r\n").filter(|l| !l.is_empty()) {
+            // No field of this document holds a quoted comma but the notes: split them off.
+            let mut cells = Vec::new();
+            let (mut cur, mut quoted) = (String::new(), false);
+            for ch in line.chars() {
+                match ch {
+                    '"' => quoted = !quoted,
+                    ',' if !quoted => cells.push(std::mem::take(&mut cur)),
+                    c => cur.push(c),
+                }
+            }
+            cells.push(cur);
+            rd.push(cells);
+        }
+        let head = &rd[0];
+        let col = |n: &str| {
+            head.iter()
+                .position(|h| h == n)
+                .unwrap_or_else(|| panic!("{n}"))
+        };
+        assert!(rd.iter().all(|row| row.len() == head.len()), "{c}");
+        let row = |m: &str| rd.iter().find(|r| r[col("metric")] == m).unwrap();
+        assert_eq!(row("hw")[col("sd")], "0.1");
+        assert_eq!(row("hw")[col("predicted")], "1.0");
+        assert_eq!(row("hw")[col("predicted_hardware")], "1.0");
+        assert_eq!(row("hw")[col("predicted_software")], "");
+        assert_eq!(row("sw")[col("sd")], "", "one sample has no SD");
+        assert_eq!(row("sw")[col("prediction_bound")], "lower");
+        assert_eq!(row("sw")[col("predicted_software")], "200.0");
+        assert!(row("mixed")[col("split_note")].contains("combines"));
+        assert!(row("per_argument")[col("out_of_range")].contains("below zero"));
+        assert_eq!(row("per_argument")[col("predicted")], "");
     }
 
     #[test]

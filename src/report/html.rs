@@ -45,6 +45,10 @@ figure svg { max-width: 100%; height: auto; border: 1px solid var(--line); }
 figcaption { font-size: 13px; color: var(--muted); }
 details { margin: 8px 0; }
 details table td:first-child { font-family: monospace; white-space: nowrap; }
+figure.prediction-plot .panels { display: flex; flex-wrap: wrap; gap: 10px; }
+figure.prediction-plot svg { max-width: 100%; height: auto; border: 1px solid var(--line); }
+ul.left-off, p.oor { font-size: 13px; color: var(--muted); }
+table.closing td:first-child { white-space: nowrap; }
 footer { margin-top: 40px; font-size: 12px; color: var(--muted); }
 @media print {
   body { max-width: none; padding: 0; font-size: 11pt; }
@@ -84,8 +88,65 @@ pub fn render(r: &RunResults, figs: &[Figure]) -> String {
     for e in &r.experiments {
         experiment(&mut h, e, figs);
     }
+    closing(&mut h, r);
     footer(&mut h, r);
     h
+}
+
+/// The closing table in the course's columns, with its footnotes.
+fn closing(h: &mut String, r: &RunResults) {
+    let c = view::closing(r);
+    if c.rows.is_empty() {
+        return;
+    }
+    let _ = write!(
+        h,
+        "<h2 id=\"closing\">Closing table</h2><p>{}</p><table class=\"closing\"><thead><tr>\
+         <th>operation</th><th>base hardware</th><th>software overhead</th><th>predicted</th>\
+         <th>measured mean ± SD</th><th>measured median [95% CI]</th></tr></thead><tbody>",
+        esc(view::CLOSING_LEGEND)
+    );
+    for row in &c.rows {
+        let mark: String = row
+            .notes
+            .iter()
+            .map(|n| format!(" <sup><a href=\"#closing-note-{n}\">[{n}]</a></sup>"))
+            .collect();
+        let _ = write!(
+            h,
+            "<tr><td>{}{mark}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            esc(&row.operation),
+            esc(&row.hardware),
+            esc(&row.software),
+            esc(&row.predicted),
+            esc(&row.mean_sd),
+            esc(&row.median_ci)
+        );
+    }
+    h.push_str("</tbody></table>");
+    if !c.notes.is_empty() {
+        h.push_str("<ol class=\"from\">");
+        for (i, n) in c.notes.iter().enumerate() {
+            let _ = write!(h, "<li id=\"closing-note-{}\">{}</li>", i + 1, esc(n));
+        }
+        h.push_str("</ol>");
+    }
+    h.push('\n');
+}
+
+/// The notes of figures outside their physical range, under a table that marks them.
+fn out_of_range_notes(h: &mut String, e: &ExperimentResult) {
+    for m in &e.metrics {
+        if let Some(why) = view::out_of_range(m) {
+            let _ = write!(
+                h,
+                "<p class=\"oor\"><strong>{} {}</strong>: {}.</p>",
+                esc(&e.id),
+                esc(&m.name),
+                esc(&why)
+            );
+        }
+    }
 }
 
 fn head(h: &mut String, r: &RunResults) {
@@ -113,6 +174,13 @@ fn contents(h: &mut String, r: &RunResults) {
     }
     if r.experiments.iter().any(|e| e.status != Status::Ok) {
         h.push_str("<li><a href=\"#not-ok\">Skipped, invalid, failed</a></li>");
+    }
+    if r.experiments
+        .iter()
+        .flat_map(|e| &e.metrics)
+        .any(|m| m.prediction.is_some())
+    {
+        h.push_str("<li><a href=\"#closing\">Closing table</a></li>");
     }
     for e in &r.experiments {
         let _ = write!(
@@ -183,7 +251,8 @@ fn summary(h: &mut String, r: &RunResults) {
                 esc(e.reason.as_deref().unwrap_or("no summary metrics; see its plots"))
             );
         }
-        for (i, m) in e.metrics.iter().enumerate() {
+        let groups = view::formula_groups(e);
+        for (i, (m, g)) in e.metrics.iter().zip(&groups).enumerate() {
             let row = metric_row(m);
             let mut cls = Vec::new();
             if i == 0 {
@@ -212,7 +281,11 @@ fn summary(h: &mut String, r: &RunResults) {
                 cls.join(" "),
                 esc(&row.metric),
                 esc(&row.predicted),
-                esc(&row.formula),
+                esc(&if row.formula.is_empty() {
+                    String::new()
+                } else {
+                    g.cell(&row.formula)
+                }),
                 esc(&row.measured),
                 esc(&row.ci),
                 esc(&row.ratio),
@@ -221,6 +294,10 @@ fn summary(h: &mut String, r: &RunResults) {
         }
     }
     h.push_str("</tbody></table>\n");
+    for e in &r.experiments {
+        out_of_range_notes(h, e);
+    }
+    h.push_str(&super::predplot::html(r));
 }
 
 fn findings_and_not_ok(h: &mut String, r: &RunResults) {
@@ -355,15 +432,34 @@ fn experiment_metrics(h: &mut String, e: &ExperimentResult) {
         );
     }
     h.push_str("</tbody></table>");
+    out_of_range_notes(h, e);
+    let groups = view::formula_groups(e);
     let preds: Vec<_> = e
         .metrics
         .iter()
         .map(metric_row)
-        .filter(|r| !r.formula.is_empty())
+        .zip(&groups)
+        .filter(|(r, _)| !r.formula.is_empty())
         .collect();
     if !preds.is_empty() {
         h.push_str("<p><strong>Predictions.</strong></p>");
-        for p in preds {
+        for (p, g) in preds {
+            let first_inputs = g.same_as().and_then(|f| {
+                e.metrics
+                    .iter()
+                    .find(|x| x.name == f)
+                    .map(|x| metric_row(x).inputs)
+            });
+            if let (Some(first), true) = (g.same_as(), first_inputs.as_ref() == Some(&p.inputs)) {
+                let _ = write!(
+                    h,
+                    "<p class=\"pred\"><code>{}</code> predicted {}: as for <code>{}</code></p>",
+                    esc(&p.metric),
+                    esc(&p.predicted),
+                    esc(first)
+                );
+                continue;
+            }
             let _ = write!(
                 h,
                 "<p class=\"pred\"><code>{}</code> predicted {} = {}{}</p>",

@@ -30,7 +30,55 @@ pub fn render(r: &RunResults, figs: &[Figure]) -> String {
         }
         s.push('\n');
     }
+    closing(&mut s, r);
     s
+}
+
+/// The closing table in the course's columns; the report ends with it.
+fn closing(s: &mut String, r: &RunResults) {
+    let c = view::closing(r);
+    if c.rows.is_empty() {
+        return;
+    }
+    w(s, "## Closing table\n");
+    w(s, &format!("{}\n", view::CLOSING_LEGEND));
+    w(
+        s,
+        "| operation | base hardware | software overhead | predicted | measured mean ± SD | measured median [95% CI] |",
+    );
+    w(s, "| --- | ---: | ---: | ---: | ---: | ---: |");
+    for row in &c.rows {
+        let mark: String = row.notes.iter().map(|n| format!(" [{n}]")).collect();
+        w(
+            s,
+            &format!(
+                "| {}{mark} | {} | {} | {} | {} | {} |",
+                cell(&row.operation),
+                row.hardware,
+                row.software,
+                row.predicted,
+                row.mean_sd,
+                row.median_ci
+            ),
+        );
+    }
+    if !c.notes.is_empty() {
+        s.push('\n');
+        for (i, n) in c.notes.iter().enumerate() {
+            w(s, &format!("[{}] {}\n", i + 1, n));
+        }
+    } else {
+        s.push('\n');
+    }
+}
+
+/// The notes of figures outside their physical range, under a table that marks them.
+fn out_of_range_notes(s: &mut String, e: &ExperimentResult) {
+    for m in &e.metrics {
+        if let Some(why) = view::out_of_range(m) {
+            w(s, &format!("- *{} {}*: {why}.", e.id, m.name));
+        }
+    }
 }
 
 fn w(s: &mut String, t: &str) {
@@ -85,7 +133,8 @@ fn summary(s: &mut String, r: &RunResults) {
                 ),
             );
         }
-        for m in &e.metrics {
+        let groups = view::formula_groups(e);
+        for (m, g) in e.metrics.iter().zip(&groups) {
             let row = metric_row(m);
             let id = view::id_with_grade(
                 e,
@@ -101,7 +150,11 @@ fn summary(s: &mut String, r: &RunResults) {
                     "| {id} | {} | {} | {} | {} | {} | {}{} |",
                     cell(&row.metric),
                     row.predicted,
-                    cell(&row.formula),
+                    cell(&if row.formula.is_empty() {
+                        String::new()
+                    } else {
+                        g.cell(&row.formula)
+                    }),
                     row.measured,
                     row.ci,
                     row.ratio,
@@ -111,6 +164,13 @@ fn summary(s: &mut String, r: &RunResults) {
         }
     }
     s.push('\n');
+    let before = s.len();
+    for e in &r.experiments {
+        out_of_range_notes(s, e);
+    }
+    if s.len() > before {
+        s.push('\n');
+    }
 }
 
 fn findings_and_not_ok(s: &mut String, r: &RunResults) {
@@ -274,7 +334,12 @@ fn experiment_metrics(s: &mut String, e: &ExperimentResult) {
         );
     }
     s.push('\n');
-    for m in &e.metrics {
+    if e.metrics.iter().any(|m| view::out_of_range(m).is_some()) {
+        out_of_range_notes(s, e);
+        s.push('\n');
+    }
+    let groups = view::formula_groups(e);
+    for (m, g) in e.metrics.iter().zip(&groups) {
         let row = metric_row(m);
         if !row.description.is_empty() || !row.percentiles.is_empty() {
             let sep = if row.description.is_empty() || row.percentiles.is_empty() {
@@ -290,7 +355,21 @@ fn experiment_metrics(s: &mut String, e: &ExperimentResult) {
                 ),
             );
         }
-        if !row.formula.is_empty() {
+        let first_inputs = |first: &str| {
+            e.metrics
+                .iter()
+                .find(|x| x.name == first)
+                .map(|x| metric_row(x).inputs)
+        };
+        if let Some(first) = g
+            .same_as()
+            .filter(|f| first_inputs(f).as_ref() == Some(&row.inputs))
+        {
+            w(
+                s,
+                &format!("  - prediction {}: as for {first}", row.predicted),
+            );
+        } else if !row.formula.is_empty() {
             w(
                 s,
                 &format!(

@@ -9,6 +9,7 @@ pub(crate) mod history_page;
 pub(crate) mod html;
 pub(crate) mod markdown;
 pub(crate) mod plot;
+pub(crate) mod predplot;
 pub mod terminal;
 pub(crate) mod view;
 

@@ -114,7 +114,7 @@ pub fn display_unit(unit: &str, max_abs: f64) -> (f64, String) {
 }
 
 /// A compact label for a log-axis tick of a canonical unit.
-fn log_tick_label(v: f64, unit: &str) -> String {
+pub(crate) fn log_tick_label(v: f64, unit: &str) -> String {
     match unit {
         "bytes" => {
             let units = ["B", "K", "M", "G", "T"];

@@ -125,9 +125,10 @@ pub(crate) fn flag_legend(bounds: bool) -> &'static str {
 pub fn metric_row(m: &Metric) -> MetricRow {
     let s = &m.summary;
     let pred = m.prediction.as_ref();
-    let judged = judged_ratio(m);
+    let out_of_range = out_of_range(m);
+    let judged = judged_ratio(m).filter(|_| out_of_range.is_none());
     let ratio = judged.map(|j| j.0);
-    MetricRow {
+    let row = MetricRow {
         metric: m.name.clone(),
         description: m.description.clone(),
         predicted: pred
@@ -188,8 +189,362 @@ pub fn metric_row(m: &Metric) -> MetricRow {
                 )
             })
             .unwrap_or_default(),
+    };
+    // A figure below its physical range is not printed as a result; the note says why.
+    match out_of_range {
+        Some(_) => MetricRow {
+            measured: OUT_OF_RANGE.into(),
+            ci: "-".into(),
+            ..row
+        },
+        None => row,
     }
 }
+
+/// What a table prints in place of a figure outside its physical range.
+pub(crate) const OUT_OF_RANGE: &str = "out of range (see note)";
+
+/// What a figure in `unit` is, where it cannot be negative: every unit osmeter records a
+/// metric in is a duration, a rate, a size or a count (docs/METHODOLOGY.md, "Figures
+/// outside their physical range"); None for a unit not declared here.
+pub(crate) fn non_negative(unit: &str) -> Option<&'static str> {
+    match unit {
+        "ns" | "us" | "µs" | "ms" | "s" | "cycles" => Some("a duration"),
+        "ns/B" | "ns/byte" => Some("a time per byte"),
+        "bytes/s" | "bits/s" | "1/s" => Some("a rate"),
+        "bytes" => Some("a size"),
+        "lines" | "processes" | "pages" | "calls" => Some("a count"),
+        _ => None,
+    }
+}
+
+/// Why `m`'s median is no result: below zero in a unit that cannot be negative (a
+/// least-squares slope or a difference of two figures can come out so, from noise around
+/// a cost too small to resolve).
+pub(crate) fn out_of_range(m: &Metric) -> Option<String> {
+    let s = &m.summary;
+    let what = non_negative(&m.unit)?;
+    if !(s.median.is_finite() && s.median < 0.0) {
+        return None;
+    }
+    Some(format!(
+        "the median {} (95% interval {} .. {}) is below zero, and {what} cannot be: \
+         it is noise around a figure too small for this measurement to resolve, not a result",
+        fmt_value(s.median, &m.unit),
+        fmt_value(s.ci95[0], &m.unit),
+        fmt_value(s.ci95[1], &m.unit)
+    ))
+}
+
+/// Runs of consecutive metrics of one experiment whose predictions share one formula:
+/// for each metric, the name of the first metric of its run when it is not the first,
+/// and for the first of a run of several, the names of all of it.
+pub(crate) fn formula_groups(e: &ExperimentResult) -> Vec<FormulaGroup> {
+    fn formula(m: &Metric) -> Option<&str> {
+        m.prediction.as_ref().map(|p| p.formula.as_str())
+    }
+    let mut out: Vec<FormulaGroup> = Vec::with_capacity(e.metrics.len());
+    let mut start = 0;
+    for (i, m) in e.metrics.iter().enumerate() {
+        let f = formula(m).filter(|f| !f.is_empty());
+        if i > 0 && f.is_some() && f == formula(&e.metrics[i - 1]) {
+            out.push(FormulaGroup::SameAs(e.metrics[start].name.clone()));
+            if let FormulaGroup::First(names) = &mut out[start] {
+                names.push(m.name.clone());
+            }
+        } else {
+            start = i;
+            out.push(FormulaGroup::First(vec![m.name.clone()]));
+        }
+    }
+    out
+}
+
+/// A metric's place in `formula_groups`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum FormulaGroup {
+    /// The first metric of a run: the names of the run (one when the formula is its own).
+    First(Vec<String>),
+    /// Not the first: the first metric's name.
+    SameAs(String),
+}
+
+impl FormulaGroup {
+    /// The first metric's name, for a metric that is not the first of its run.
+    pub(crate) fn same_as(&self) -> Option<&str> {
+        match self {
+            FormulaGroup::SameAs(f) => Some(f),
+            FormulaGroup::First(_) => None,
+        }
+    }
+
+    /// The formula cell: the formula itself for a metric of its own, the formula and the
+    /// rows it serves for the first of several, a pointer back for the rest.
+    pub(crate) fn cell(&self, formula: &str) -> String {
+        match self {
+            FormulaGroup::First(names) if names.len() > 1 => format!(
+                "{formula} (one formula for the {} rows {} .. {})",
+                names.len(),
+                names[0],
+                names[names.len() - 1]
+            ),
+            FormulaGroup::First(_) => formula.to_string(),
+            FormulaGroup::SameAs(first) => format!("as for {first}"),
+        }
+    }
+}
+
+/// Which side of the course's split a prediction input is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    Hardware,
+    Software,
+}
+
+/// Experiments that time the hardware with no kernel call in the timed path: a figure one
+/// of them measured is a hardware input of a later prediction; one measured by any other
+/// experiment (the kernel is in its path) is a software input.
+pub(crate) const HARDWARE_EXPERIMENTS: &[&str] = &[
+    "cpu.timer",
+    "cpu.loop",
+    "cpu.call",
+    "cpu.core-to-core",
+    "mem.latency",
+    "mem.bandwidth",
+    "mem.loaded-latency",
+];
+
+/// Units of figures that are costs or what a cost is made of (times, cycles, clocks,
+/// sizes, rates); an input in any other unit is a count.
+fn is_cost_unit(unit: &str) -> bool {
+    matches!(
+        unit,
+        "ns" | "us"
+            | "µs"
+            | "ms"
+            | "s"
+            | "cycles"
+            | "Hz"
+            | "bytes"
+            | "bytes/s"
+            | "bits/s"
+            | "1/s"
+            | "ns/B"
+            | "ns/byte"
+    )
+}
+
+/// How a prediction divides into base hardware and software overhead.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Split {
+    /// Every input that is a cost is a hardware one: the whole is base hardware.
+    Hardware,
+    /// Every input that is a cost is a software one: the whole is software overhead.
+    Software,
+    /// Not divided, and why.
+    Unsplit(String),
+}
+
+/// The side of input `name` of a prediction of `e`, None for a count (`method`), or why
+/// it has none; `depth` bounds the chase through `prediction` inputs.
+fn input_side(
+    e: &ExperimentResult,
+    name: &str,
+    i: &crate::results::PredictionInput,
+    depth: usize,
+) -> Result<Option<Side>, String> {
+    use crate::results::InputKind;
+    match i.kind {
+        None => Err("its inputs carry no kinds (the document predates them)".into()),
+        // A count (pages, mappings, cores) scales a cost whatever its origin; it is none.
+        Some(_) if !is_cost_unit(&i.unit) => Ok(None),
+        Some(InputKind::Table | InputKind::Machine) => Ok(Some(Side::Hardware)),
+        Some(InputKind::Method) => Ok(None),
+        Some(InputKind::Measured) => {
+            // "measured: EXPERIMENT METRIC ...", as predict.rs writes it.
+            let exp = i
+                .source
+                .strip_prefix("measured: ")
+                .and_then(|s| s.split_whitespace().next())
+                .ok_or_else(|| {
+                    format!("its input {name} does not name the experiment it was measured by")
+                })?;
+            Ok(Some(if HARDWARE_EXPERIMENTS.contains(&exp) {
+                Side::Hardware
+            } else {
+                Side::Software
+            }))
+        }
+        Some(InputKind::Prediction) => {
+            let other = e
+                .metrics
+                .iter()
+                .find(|m| m.name == name)
+                .and_then(|m| m.prediction.as_ref())
+                .filter(|_| depth < 4)
+                .ok_or_else(|| {
+                    format!("its input {name} is a prediction not found in the results")
+                })?;
+            match split_at(e, other, depth + 1) {
+                Split::Hardware => Ok(Some(Side::Hardware)),
+                Split::Software => Ok(Some(Side::Software)),
+                Split::Unsplit(why) => Err(format!("its input {name} is not split: {why}")),
+            }
+        }
+    }
+}
+
+/// How `p`, a prediction of `e`, divides (docs/METHODOLOGY.md, "Base hardware and
+/// software overhead").
+pub(crate) fn split(e: &ExperimentResult, p: &Prediction) -> Split {
+    split_at(e, p, 0)
+}
+
+fn split_at(e: &ExperimentResult, p: &Prediction, depth: usize) -> Split {
+    let (mut hw, mut sw) = (Vec::new(), Vec::new());
+    for (name, i) in &p.inputs {
+        match input_side(e, name, i, depth) {
+            Err(why) => return Split::Unsplit(why),
+            Ok(Some(Side::Hardware)) => hw.push(name.as_str()),
+            Ok(Some(Side::Software)) => sw.push(name.as_str()),
+            Ok(None) => {}
+        }
+    }
+    match (hw.is_empty(), sw.is_empty()) {
+        (false, true) => Split::Hardware,
+        (true, false) => Split::Software,
+        (true, true) => Split::Unsplit("it has no input that is a cost, only counts".into()),
+        (false, false) => Split::Unsplit(format!(
+            "it combines hardware inputs ({}) with software ones ({}), and results.json \
+             records the inputs and the total, not the value of each term",
+            hw.join(", "),
+            sw.join(", ")
+        )),
+    }
+}
+
+/// One row of the closing table, in the course's columns.
+#[derive(Debug, Clone)]
+pub struct ClosingRow {
+    pub operation: String,
+    pub hardware: String,
+    pub software: String,
+    pub predicted: String,
+    /// "mean ± SD" of the samples, or why there is no SD.
+    pub mean_sd: String,
+    /// "median [low, high]" (the 95% interval), or the out-of-range mark.
+    pub median_ci: String,
+    /// The row's footnotes (1-based, into `Closing::notes`).
+    pub notes: Vec<usize>,
+}
+
+/// The closing table and its numbered footnotes.
+pub struct Closing {
+    pub rows: Vec<ClosingRow>,
+    pub notes: Vec<String>,
+}
+
+/// A standard deviation as `fmt_value` shows it, or with two significant digits where
+/// that would read as zero (a spread of 1.6 ps is not none).
+pub(crate) fn fmt_spread(sd: f64, unit: &str) -> String {
+    let f = fmt_value(sd, unit);
+    let shown = f.split('(').next().unwrap_or("");
+    if sd.is_nan() || sd <= 0.0 || shown.chars().any(|c| ('1'..='9').contains(&c)) {
+        return f;
+    }
+    let digits = (1 - sd.log10().floor() as i32).max(0) as usize;
+    if digits <= 6 {
+        format!("{sd:.digits$} {unit}")
+    } else {
+        format!("{sd:.1e} {unit}")
+    }
+}
+
+/// What the split columns say of a side the formula has no input on.
+pub(crate) const NO_INPUT: &str = "—";
+
+/// One row per metric with a prediction, in the order of the report.
+pub fn closing(r: &RunResults) -> Closing {
+    let mut notes: Vec<String> = Vec::new();
+    let mut note = |t: String| -> usize {
+        match notes.iter().position(|n| *n == t) {
+            Some(i) => i + 1,
+            None => {
+                notes.push(t);
+                notes.len()
+            }
+        }
+    };
+    let mut rows = Vec::new();
+    for e in &r.experiments {
+        for m in &e.metrics {
+            let Some(p) = m.prediction.as_ref().filter(|p| p.value.is_finite()) else {
+                continue;
+            };
+            let s = &m.summary;
+            let predicted = format!("{}{}", bound_mark(p), fmt_value(p.value, &m.unit));
+            let mut n_id = Vec::new();
+            let (hardware, software) = match split(e, p) {
+                Split::Hardware => (predicted.clone(), NO_INPUT.to_string()),
+                Split::Software => (NO_INPUT.to_string(), predicted.clone()),
+                Split::Unsplit(why) => {
+                    n_id.push(note(format!("Not split: {why}.")));
+                    ("not split".to_string(), "not split".to_string())
+                }
+            };
+            let mean_sd = if !s.mean.is_finite() {
+                "-".to_string()
+            } else if non_negative(&m.unit).is_some() && s.mean < 0.0 {
+                "out of range".to_string()
+            } else if s.n < 2 || !s.stddev.is_finite() {
+                format!("{} (n = {}: no SD)", fmt_value(s.mean, &m.unit), s.n)
+            } else {
+                format!(
+                    "{} ± {}",
+                    fmt_value(s.mean, &m.unit),
+                    fmt_spread(s.stddev, &m.unit)
+                )
+            };
+            let median_ci = match out_of_range(m) {
+                Some(why) => {
+                    n_id.push(note(format!("{} {}: {why}.", e.id, m.name)));
+                    OUT_OF_RANGE.to_string()
+                }
+                None => format!(
+                    "{} [{}, {}]",
+                    fmt_value(s.median, &m.unit),
+                    fmt_value(s.ci95[0], &m.unit),
+                    fmt_value(s.ci95[1], &m.unit)
+                ),
+            };
+            let operation = if e.status == Status::Ok {
+                format!("{} {}", e.id, m.name)
+            } else {
+                format!("{} {} ({})", e.id, m.name, e.status.as_str())
+            };
+            rows.push(ClosingRow {
+                operation,
+                hardware,
+                software,
+                predicted,
+                mean_sd,
+                median_ci,
+                notes: n_id,
+            });
+        }
+    }
+    Closing { rows, notes }
+}
+
+/// What the closing table's columns mean, for both reports.
+pub(crate) const CLOSING_LEGEND: &str = "Every metric with a prediction, in the columns of a \
+    systems-course report. Base hardware and software overhead: the prediction under the side \
+    its inputs are on (table entries, machine facts and figures of experiments that time the \
+    hardware with no kernel call are hardware; figures of experiments with the kernel in their \
+    path are software; counts fixed by the method are neither); — where the formula has no \
+    input of that side; a formula combining both is not split (footnote). Measured: the mean \
+    ± sample standard deviation of the recorded samples, then the median with its 95% \
+    interval (docs/METHODOLOGY.md, \"Base hardware and software overhead\").";
 
 /// The headline of the report.
 pub fn title(r: &RunResults) -> String {
@@ -644,9 +999,155 @@ pub fn statistics_rules(r: &RunResults) -> Vec<(String, String)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::machine::KindClock;
+
+    /// A document with cpu.call-like rows sharing one formula, a negative slope, a
+    /// hardware-only, a software-only, a mixed and a chained prediction, and one sample.
+    pub(crate) fn doc() -> RunResults {
+        let summary = |median: f64, n: usize| {
+            serde_json::json!({"n": n, "median": median, "mean": median * 1.1, "stddev": median / 10.0,
+              "min": median, "max": median, "ci95": [median - 0.08, median + 0.04], "cov": 0.1, "outliers": 0})
+        };
+        let input = |kind: &str, source: &str, v: f64| serde_json::json!({"value": v, "unit": "ns", "source": source, "kind": kind});
+        let loop_in = input("measured", "measured: cpu.loop iteration", 0.22);
+        let taken = input("method", "method: the call and its return", 2.0);
+        let shared = "2 taken branches x cpu.loop's iteration";
+        let mut call = Vec::new();
+        for k in 0..3 {
+            call.push(serde_json::json!({"name": format!("args_{k}"), "unit": "ns", "summary": summary(1.3, 30),
+                "prediction": {"value": 0.44, "formula": shared, "inputs": {"iteration": loop_in, "taken": taken}}}));
+        }
+        call.push(serde_json::json!({"name": "per_argument", "unit": "ns", "summary": summary(-0.07, 30)}));
+        let getppid = input("measured", "measured: cpu.syscall getppid", 100.0);
+        let clock = input("machine", "machine: effective core clock", 3e9);
+        let doc = serde_json::json!({"schema_version": 1, "tool": {"name": "osmeter", "version": "0.1"},
+        "started_at": "2026-01-01T00:00:00Z", "duration_s": 1, "config": {"profile": "quick"},
+        "machine": {"hostname": "h"}, "experiments": [
+          {"id": "cpu.call", "area": "cpu", "title": "t", "status": "ok", "duration_s": 1, "metrics": call},
+          {"id": "cpu.x", "area": "cpu", "title": "t", "status": "ok", "duration_s": 1, "metrics": [
+            {"name": "hw", "unit": "ns", "summary": summary(1.0, 30),
+             "prediction": {"value": 1.0, "formula": "3 cycles / f_core", "inputs": {"f_core": clock}}},
+            {"name": "sw", "unit": "ns", "summary": summary(250.0, 1),
+             "prediction": {"value": 200.0, "formula": "2 x getppid", "inputs": {"getppid": getppid}, "bound": "lower"}},
+            {"name": "mixed", "unit": "ns", "summary": summary(300.0, 30),
+             "prediction": {"value": 201.0, "formula": "2 x getppid + 3 cycles / f_core", "inputs": {"getppid": getppid, "f_core": clock}}},
+            {"name": "chained", "unit": "ns", "summary": summary(400.0, 30),
+             "prediction": {"value": 400.0, "formula": "2 x sw", "inputs": {"sw": input("prediction", "prediction: sw above", 200.0)}}},
+            {"name": "old", "unit": "ns", "summary": summary(5.0, 30),
+             "prediction": {"value": 5.0, "formula": "f", "inputs": {"x": {"value": 1.0, "unit": "ns", "source": "s"}}}}
+          ]}]});
+        crate::results::load::from_str(&doc.to_string()).unwrap()
+    }
+
+    #[test]
+    fn inputs_decide_the_side_and_a_mixed_formula_is_not_split() {
+        let r = doc();
+        let split_of = |e: usize, m: &str| {
+            let e = &r.experiments[e];
+            let p = e.metrics.iter().find(|x| x.name == m).unwrap();
+            split(e, p.prediction.as_ref().unwrap())
+        };
+        // A figure of cpu.loop (no kernel in its path) is hardware; method counts are neither.
+        assert_eq!(split_of(0, "args_0"), Split::Hardware);
+        assert_eq!(split_of(1, "hw"), Split::Hardware);
+        assert_eq!(split_of(1, "sw"), Split::Software);
+        // A prediction input takes the side of the prediction it names.
+        assert_eq!(split_of(1, "chained"), Split::Software);
+        match split_of(1, "mixed") {
+            Split::Unsplit(why) => {
+                assert!(why.contains("f_core") && why.contains("getppid"), "{why}")
+            }
+            s => panic!("{s:?}"),
+        }
+        match split_of(1, "old") {
+            Split::Unsplit(why) => assert!(why.contains("no kinds"), "{why}"),
+            s => panic!("{s:?}"),
+        }
+    }
+
+    #[test]
+    fn the_closing_table_has_one_full_row_per_prediction() {
+        let c = closing(&doc());
+        // Three cpu.call rows and five of cpu.x; per_argument has no prediction.
+        assert_eq!(c.rows.len(), 8);
+        let row = |op: &str| c.rows.iter().find(|r| r.operation == op).unwrap();
+        let hw = row("cpu.x hw");
+        assert_eq!(
+            (hw.hardware.as_str(), hw.software.as_str()),
+            ("1.00 ns", NO_INPUT)
+        );
+        assert_eq!(hw.mean_sd, "1.10 ns ± 0.10 ns");
+        let sw = row("cpu.x sw");
+        assert_eq!(
+            (sw.hardware.as_str(), sw.software.as_str()),
+            (NO_INPUT, "≥ 200.0 ns")
+        );
+        // One sample: no SD, and no 0 printed for it.
+        assert!(sw.mean_sd.contains("n = 1: no SD"), "{}", sw.mean_sd);
+        let mixed = row("cpu.x mixed");
+        assert_eq!(mixed.hardware, "not split");
+        assert_eq!(mixed.predicted, "201.0 ns");
+        let n = mixed.notes[0];
+        assert!(
+            c.notes[n - 1].starts_with("Not split: it combines"),
+            "{:?}",
+            c.notes
+        );
+        for r in &c.rows {
+            for cell in [
+                &r.hardware,
+                &r.software,
+                &r.predicted,
+                &r.mean_sd,
+                &r.median_ci,
+            ] {
+                assert!(!cell.is_empty(), "{r:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_negative_cost_is_marked_and_not_printed() {
+        let r = doc();
+        let m = &r.experiments[0].metrics[3];
+        let why = out_of_range(m).unwrap();
+        assert!(
+            why.contains("below zero") && why.contains("a duration"),
+            "{why}"
+        );
+        let row = metric_row(m);
+        assert_eq!(row.measured, OUT_OF_RANGE);
+        assert!(!row.ci.contains("-0.07"), "{}", row.ci);
+        assert!(out_of_range(&r.experiments[0].metrics[0]).is_none());
+    }
+
+    #[test]
+    fn a_shared_formula_is_written_once_for_its_rows() {
+        let r = doc();
+        let g = formula_groups(&r.experiments[0]);
+        let f = "2 taken branches x cpu.loop's iteration";
+        let cells: Vec<String> = g[..3].iter().map(|g| g.cell(f)).collect();
+        assert_eq!(
+            cells.iter().filter(|c| c.contains(f)).count(),
+            1,
+            "{cells:?}"
+        );
+        assert!(cells[0].contains("3 rows args_0 .. args_2"), "{}", cells[0]);
+        assert_eq!(cells[1], "as for args_0");
+        assert_eq!(g[3], FormulaGroup::First(vec!["per_argument".into()]));
+        // Different formulas stay apart.
+        let g = formula_groups(&r.experiments[1]);
+        assert!(g.iter().all(|g| g.same_as().is_none()), "{g:?}");
+    }
+
+    #[test]
+    fn a_small_spread_is_not_shown_as_zero() {
+        assert_eq!(fmt_spread(0.0016, "ns"), "0.0016 ns");
+        assert_eq!(fmt_spread(132.3, "ns"), "132.3 ns");
+        assert!(fmt_spread(1e-14, "ns").contains("e-14"));
+    }
 
     #[test]
     fn each_kinds_clock_is_named_with_its_cpu_and_metric_names() {
