@@ -177,8 +177,8 @@ impl Client {
         }
     }
 
-    /// Connects, shakes hands and starts one test.
-    pub fn open(&self, req: &Request) -> Result<Session, PeerError> {
+    /// Connects and shakes hands.
+    fn hello(&self) -> Result<(TcpStream, p::Welcome), PeerError> {
         let mut stream = TcpStream::connect_timeout(&self.addr, self.timeout)
             .map_err(|e| PeerError::Unreachable(self.addr, e))?;
         let _ = stream.set_nodelay(true);
@@ -201,23 +201,53 @@ impl Client {
         }
         let welcome = p::Welcome::decode(&payload)
             .map_err(|e| PeerError::NotAPeer(self.addr, e.to_string()))?;
-        p::write_frame(&mut stream, FrameType::Request, &req.encode())
-            .map_err(|e| self.broken(e))?;
-        let (t, payload) = self.answer(&mut stream, "after our request")?;
+        Ok((stream, welcome))
+    }
+
+    /// Sends `req` on a welcomed connection and reads the go-ahead's port.
+    fn request(&self, stream: &mut TcpStream, req: &Request) -> Result<u16, PeerError> {
+        p::write_frame(stream, FrameType::Request, &req.encode()).map_err(|e| self.broken(e))?;
+        let (t, payload) = self.answer(stream, "after our request")?;
         if t != FrameType::Ready {
             return Err(PeerError::NotAPeer(
                 self.addr,
                 format!("expected ready, got {t:?}"),
             ));
         }
-        let port =
-            p::decode_ready(&payload).map_err(|e| PeerError::NotAPeer(self.addr, e.to_string()))?;
+        p::decode_ready(&payload).map_err(|e| PeerError::NotAPeer(self.addr, e.to_string()))
+    }
+
+    /// Connects, shakes hands and starts one test.
+    pub fn open(&self, req: &Request) -> Result<Session, PeerError> {
+        let (mut stream, welcome) = self.hello()?;
+        let port = self.request(&mut stream, req)?;
         Ok(Session {
             stream,
             port,
             welcome,
             addr: self.addr,
         })
+    }
+
+    /// The peer's description of its machine. A peer older than the request refuses it
+    /// (Ok with the reason: not an error of the run); Err when the peer cannot be asked.
+    pub fn describe(&self) -> Result<Result<p::HostInfo, String>, PeerError> {
+        let (mut stream, welcome) = self.hello()?;
+        match self.request(&mut stream, &Request::Describe) {
+            Ok(_) => {}
+            Err(PeerError::Refused(..)) => {
+                return Ok(Err(format!(
+                    "the peer did not describe itself (version {}, protocol {}: older than the request)",
+                    welcome.info, welcome.version
+                )))
+            }
+            Err(e) => return Err(e),
+        }
+        match p::read_frame(&mut stream) {
+            Ok((FrameType::Report, payload)) => Ok(Ok(p::HostInfo::decode(&payload))),
+            Ok((t, _)) => Err(self.broken(format!("expected its description, got {t:?}"))),
+            Err(e) => Err(self.broken(format!("{e} waiting for its description"))),
+        }
     }
 }
 
