@@ -305,4 +305,61 @@ mod tests {
             "127.0.0.1:5".parse().unwrap()
         );
     }
+
+    /// A peer of before the describe request: it welcomes, then refuses request kind 6 as
+    /// the old server did ("malformed request (unknown kind)").
+    fn old_peer() -> SocketAddr {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let _ = p::read_frame(&mut s).unwrap();
+            let w = p::Welcome {
+                version: p::VERSION,
+                cpus: 2,
+                info: "osmeter 0.0.9".into(),
+            };
+            p::write_frame(&mut s, FrameType::Welcome, &w.encode()).unwrap();
+            let (_, req) = p::read_frame(&mut s).unwrap();
+            assert_eq!(req, [6], "the describe request is kind 6");
+            let r = p::Refuse {
+                code: RefuseCode::BadRequest,
+                server_version: p::VERSION,
+                message: "malformed request (unknown kind)".into(),
+            };
+            p::write_frame(&mut s, FrameType::Refuse, &r.encode()).unwrap();
+        });
+        addr
+    }
+
+    #[test]
+    fn an_older_peer_is_undescribed_not_an_error() {
+        let said = Client::new(old_peer(), None).describe().unwrap();
+        assert_eq!(
+            said.unwrap_err(),
+            "the peer did not describe itself (version osmeter 0.0.9, protocol 1: older than the request)"
+        );
+    }
+
+    #[test]
+    fn this_peer_describes_its_machine_on_both_families_of_a_dual_stack_bind() {
+        use crate::peer::server::{ServeConfig, Server};
+        let cfg = ServeConfig {
+            bind: "[::]:0".parse().unwrap(),
+            log: false,
+            ..Default::default()
+        };
+        let srv = Server::bind(cfg).unwrap().spawn().unwrap();
+        let port = srv.addr.port();
+        for host in ["127.0.0.1", "[::1]"] {
+            let addr: SocketAddr = format!("{host}:{port}").parse().unwrap();
+            let h = Client::new(addr, None).describe().unwrap().unwrap();
+            assert!(h.logical_cpus.is_some_and(|n| n >= 1), "{h:?}");
+            assert!(h.memory_bytes.is_some_and(|b| b > 1 << 20), "{h:?}");
+            assert!(h.os.is_some() && h.cpu_model.is_some(), "{h:?}");
+            // The connection arrived on loopback, which reports no link speed.
+            assert_eq!(h.nic.as_deref(), Some("lo"), "{host}: {h:?}");
+            assert!(h.notes.iter().any(|n| n.contains("no link speed")), "{h:?}");
+        }
+    }
 }

@@ -646,3 +646,19 @@ fn connect_target(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_sockets_keep_the_scope_and_take_ipv4_as_itself() {
+        let ll: SocketAddr = "[fe80::1%7]:9197".parse().unwrap();
+        let SocketAddr::V6(a) = any_port(ll) else {
+            panic!("stays IPv6")
+        };
+        assert_eq!((a.scope_id(), a.port()), (7, 0));
+        let mapped: SocketAddr = "[::ffff:10.0.0.2]:9197".parse().unwrap();
+        assert_eq!(any_port(mapped), "10.0.0.2:0".parse().unwrap());
+    }
+}

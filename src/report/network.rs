@@ -28,9 +28,12 @@ impl Pair {
 
 /// The link's speed in bits/s and what it is: the slower of the two interfaces that say.
 pub(crate) fn link(p: &PeerRecord) -> Option<(f64, String)> {
-    let local = p
-        .local_nic_speed_mbit_s
-        .map(|s| (s, format!("this host's {}", p.local_nic.as_deref().unwrap_or("?"))));
+    let local = p.local_nic_speed_mbit_s.map(|s| {
+        (
+            s,
+            format!("this host's {}", p.local_nic.as_deref().unwrap_or("?")),
+        )
+    });
     let m = p.machine.as_ref();
     let remote = m.and_then(|m| m.nic_speed_mbit_s).map(|s| {
         let nic = m.and_then(|m| m.nic.as_deref()).unwrap_or("?");
@@ -77,7 +80,10 @@ pub(crate) fn peer_facts(p: &PeerRecord) -> Vec<(String, String)> {
         format!(
             "{} ({})",
             p.name.as_deref().unwrap_or("?"),
-            p.address.clone().flatten().unwrap_or_else(|| "not resolved".into())
+            p.address
+                .clone()
+                .flatten()
+                .unwrap_or_else(|| "not resolved".into())
         ),
     )];
     match &p.machine {
@@ -111,7 +117,9 @@ pub(crate) fn peer_facts(p: &PeerRecord) -> Vec<(String, String)> {
         }
         None => v.push((
             "peer machine".into(),
-            p.undescribed.clone().unwrap_or_else(|| "not described".into()),
+            p.undescribed
+                .clone()
+                .unwrap_or_else(|| "not described".into()),
         )),
     }
     let local = match (&p.local_nic, p.local_nic_speed_mbit_s) {
@@ -130,7 +138,10 @@ pub(crate) fn peer_facts(p: &PeerRecord) -> Vec<(String, String)> {
 /// interface's, such as veth's 10000 Mbit/s, is nominal), and is said so.
 fn share(p: &Pair) -> String {
     match p.link_share {
-        Some(s) if s > 1.0 => format!("{:.0}% (above the reported speed: no limit here)", 100.0 * s),
+        Some(s) if s > 1.0 => format!(
+            "{:.0}% (above the reported speed: no limit here)",
+            100.0 * s
+        ),
         Some(s) => format!("{:.0}%", 100.0 * s),
         None => String::new(),
     }
@@ -229,21 +240,30 @@ pub(crate) fn terminal(r: &RunResults, wd: usize) -> String {
 mod tests {
     use super::*;
 
+    fn m(name: &str, unit: &str, median: f64) -> serde_json::Value {
+        serde_json::json!({"name": name, "unit": unit, "summary": {"n": 3, "median": median,
+            "mean": median, "stddev": 0.0, "min": median, "max": median,
+            "ci95": [median, median], "cov": 0.0, "outliers": 0}})
+    }
+
     #[test]
     fn pairs_ratios_and_the_link_share() {
-        let doc = r#"{"schema_version":1,"tool":{"name":"osmeter","version":"0"},
-          "started_at":"x","duration_s":1,"machine":{},"warnings":[],"findings":[],
-          "config":{"peer":{"name":"b","address":"10.0.0.2:9197","local_nic":"eth0",
-            "local_nic_speed_mbit_s":10000,"machine":{"cpu_model":"Xeon","logical_cpus":4,
-            "nic":"Ethernet","nic_speed_mbit_s":1000,"os":"Windows 10 Pro"}}},
-          "experiments":[{"id":"net.bandwidth","status":"ok","metrics":[
-            {"name":"send","unit":"bytes/s","summary":{"median":4e9}},
-            {"name":"remote_send","unit":"bytes/s","summary":{"median":1e8}}]},
-            {"id":"net.rtt","status":"ok","metrics":[
-            {"name":"tcp","unit":"ns","summary":{"median":10000}},
-            {"name":"remote_tcp","unit":"ns","summary":{"median":250000}},
-            {"name":"remote_udp","unit":"ns","summary":{"median":1}}]}]}"#;
-        let r: RunResults = crate::results::load::from_str(doc).unwrap();
+        let exp = |id: &str, metrics| {
+            serde_json::json!({"id": id, "area": "net", "title": "t", "duration_s": 1.0,
+                "status": "ok", "metrics": metrics})
+        };
+        let doc = serde_json::json!({"schema_version": 1,
+          "tool": {"name": "osmeter", "version": "0"}, "started_at": "", "duration_s": 1.0,
+          "machine": {},
+          "config": {"peer": {"name": "b", "address": "10.0.0.2:9197", "local_nic": "eth0",
+            "local_nic_speed_mbit_s": 10000, "machine": {"cpu_model": "Xeon", "logical_cpus": 4,
+            "nic": "Ethernet", "nic_speed_mbit_s": 1000, "os": "Windows 10 Pro"}}},
+          "experiments": [
+            exp("net.bandwidth", serde_json::json!([m("send", "bytes/s", 4e9),
+                m("remote_send", "bytes/s", 1e8)])),
+            exp("net.rtt", serde_json::json!([m("tcp", "ns", 1e4),
+                m("remote_tcp", "ns", 2.5e5), m("remote_udp", "ns", 1.0)]))]});
+        let r: RunResults = serde_json::from_value(doc).unwrap();
         let v = pairs(&r);
         assert_eq!(v.len(), 2, "remote_udp has no loopback figure");
         // The slower interface (the peer's 1 Gbit/s) is the link: 800 Mbit/s is 80% of it.
@@ -251,7 +271,10 @@ mod tests {
         assert!((v[0].link_share.unwrap() - 0.8).abs() < 1e-9);
         assert!((v[1].ratio() - 25.0).abs() < 1e-9 && v[1].link_share.is_none());
         let md = markdown(&r);
-        assert!(md.contains("| net.rtt | tcp |") && md.contains("25.00x"), "{md}");
+        assert!(
+            md.contains("| net.rtt | tcp |") && md.contains("25.00x"),
+            "{md}"
+        );
         assert!(md.contains("the peer's Ethernet, 1000 Mbit/s"), "{md}");
         assert!(md.contains("Xeon, 4 logical CPUs"), "{md}");
     }
