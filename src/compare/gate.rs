@@ -743,7 +743,9 @@ fn settle(r: &mut GateRow, p: &Pair, around: Around, plain: Verdict, judged: Ver
     // placement, the host core under the vCPU) that its repetitions within the process
     // share: only independent runs (the history) measure that noise. So can a figure
     // that rides this machine's scheduler though no sentinel kernel shares it.
-    if let Some(kind) = process_bound(r.component, p.exp, around.loopback)
+    // Unprefixed net.* figures are loopback ones even in a --peer run (`remote_` is the peer).
+    let loopback = around.loopback || !r.metric.starts_with("remote_");
+    if let Some(kind) = process_bound(r.component, p.exp, loopback)
         .filter(|_| !v.noise.source.starts_with("history"))
         .filter(|_| matches!(judged, Verdict::Regressed | Verdict::Improved))
     {
