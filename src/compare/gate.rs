@@ -1332,6 +1332,9 @@ mod tests {
                 let mut r = cpu_run(vec![t(seed, med)], None);
                 r.experiments[0].id = exp.into();
                 if peer {
+                    // A --peer run's figure of the peer; its unprefixed ones are loopback.
+                    r.experiments[0].metrics[0].name =
+                        format!("remote_{}", r.experiments[0].metrics[0].name);
                     r.config.peer = Some(Some(crate::results::PeerRecord {
                         name: Some("far".into()),
                         spec: Some("far:7777".into()),

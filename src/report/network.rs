@@ -209,12 +209,11 @@ pub(crate) fn html(r: &RunResults) -> String {
     h
 }
 
-/// The section as terminal lines ("" without `--peer`).
-pub(crate) fn terminal(r: &RunResults, wd: usize) -> String {
+/// The section as terminal lines, each through `wrap` ("" without `--peer`).
+pub(crate) fn terminal(r: &RunResults, wrap: impl Fn(&str) -> String) -> String {
     let Some(p) = r.config.peer() else {
         return String::new();
     };
-    let wrap = |t: &str| super::terminal::wrap(t, wd, "", "    ");
     let mut s = String::new();
     for (k, v) in peer_facts(p) {
         s.push_str(&wrap(&format!("{k}: {v}")));
