@@ -528,7 +528,10 @@ fn judge_row(
         // Network figures measured without a peer ran over loopback in either run. The
         // history that would measure a figure's noise between processes is one host's:
         // between two machines (a fleet) none can, and the within-run tests decide.
-        let loopback = runs[0].1.peer_name().is_none() || runs[i].1.peer_name().is_none();
+        // Unprefixed net.* figures are loopback ones even in a --peer run.
+        let loopback = runs[0].1.peer_name().is_none()
+            || runs[i].1.peer_name().is_none()
+            || !cm.metric.starts_with("remote_");
         let one_host = runs[0].1.host_name() == runs[i].1.host_name()
             && runs[0].1.machine_fingerprint() == runs[i].1.machine_fingerprint();
         let v = versus(

@@ -1,7 +1,8 @@
 //! A real second host: a network namespace joined to this one by a veth pair, with
-//! `osmeter serve` running inside it. The net experiments run against it with --peer,
-//! then the veth is shaped with tbf to known rates and net.bandwidth must report each
-//! rate within 10%. Everything is removed afterwards, also when the test fails.
+//! `osmeter serve` running inside it. The net experiments run against it with --peer
+//! (loopback and remote figures side by side, and the peer's own description), then the
+//! veth is shaped with tbf to known rates and net.bandwidth's remote figures must report
+//! each rate within 10%. Everything is removed afterwards, also when the test fails.
 //!
 //! Needs root and iproute2 (ip, tc); skips with a message otherwise. Traffic goes only to
 //! the addresses of the veth pair this test creates (10.213.0.0/16, a /30 per process).
@@ -181,7 +182,16 @@ impl Drop for Host2 {
 
 /// Runs osmeter against the peer and returns the results document.
 fn osmeter(peer: SocketAddr, only: &str, profile: &str) -> serde_json::Value {
-    let out_dir = tempfile::tempdir().unwrap();
+    osmeter_in(peer, only, profile, &tempfile::tempdir().unwrap())
+}
+
+/// As `osmeter`, its results folder in `out_dir`.
+fn osmeter_in(
+    peer: SocketAddr,
+    only: &str,
+    profile: &str,
+    out_dir: &tempfile::TempDir,
+) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_osmeter"))
         .args([
             "run",
@@ -257,26 +267,74 @@ fn net_experiments_against_a_namespace_host() {
     let peer = host.start_serve().expect("serve in the namespace");
     assert_eq!(peer.ip().to_string(), host.ns_ip);
 
-    // Unshaped: every net experiment runs and is labelled with the peer.
-    let r = osmeter(peer, "net.*", "smoke");
+    // Unshaped, quick: every net experiment measures loopback and the peer, each figure
+    // labelled with its target, and the report sets them side by side with their ratio.
+    let dir = tempfile::tempdir().unwrap();
+    let r = osmeter_in(peer, "net.*", "quick", &dir);
+    let pairs = [
+        ("net.rtt", "tcp"),
+        ("net.rtt", "udp"),
+        ("net.bandwidth", "send_bits"),
+        ("net.bandwidth", "receive_bits"),
+        ("net.connect", "connect"),
+    ];
     for id in ["net.rtt", "net.bandwidth", "net.connect"] {
         let e = experiment(&r, id);
         assert_eq!(e["status"], "ok", "{id}: {e}");
         let text = e.to_string();
         assert!(
-            text.contains(&format!("remote peer {peer}")),
-            "{id} not labelled: {text}"
+            text.contains(&format!("remote peer {peer}"))
+                && text.contains("loopback peer 127.0.0.1"),
+            "{id} not labelled with both targets: {text}"
         );
     }
-    let rtt = experiment(&r, "net.rtt");
-    let tcp = median(rtt, "tcp");
-    assert!(tcp > 1_000.0 && tcp < 10_000_000.0, "tcp rtt {tcp} ns");
-    eprintln!(
-        "namespace peer {peer}: tcp rtt {:.1} us, connect {:.1} us, send {:.2} Gbit/s",
-        tcp / 1e3,
-        median(experiment(&r, "net.connect"), "connect") / 1e3,
-        median(experiment(&r, "net.bandwidth"), "send_bits") / 1e9
+    let report = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path().join("report.md")).unwrap())
+        .next()
+        .expect("a results folder");
+    for (id, m) in pairs {
+        let e = experiment(&r, id);
+        let (local, remote) = (median(e, m), median(e, &format!("remote_{m}")));
+        // One kernel serves both ends of either path: the veth adds a device hop and a
+        // namespace, not a factor of ten either way.
+        let ratio = remote / local;
+        eprintln!("{id} {m}: loopback {local:.0}, remote {remote:.0}, remote/loopback {ratio:.2}");
+        assert!(ratio > 0.1 && ratio < 10.0, "{id} {m}: {ratio}");
+        let row = format!("| {id} | {m} | ");
+        let line = report.lines().find(|l| l.starts_with(&row));
+        let shown = format!("{ratio:.2}x");
+        assert!(
+            line.is_some_and(|l| l.contains(&shown)),
+            "{row}... {shown} not in the report's loopback and remote table:\n{report}"
+        );
+    }
+    // The veth reports a speed on both ends: the bandwidth rows give a share of the link.
+    let send = report
+        .lines()
+        .find(|l| l.starts_with("| net.bandwidth | send_bits |"));
+    assert!(send.is_some_and(|l| l.contains('%')), "{report}");
+    // The peer described its machine: the namespace's side of the veth, this kernel.
+    let m = &r["config"]["peer"]["machine"];
+    eprintln!("peer machine: {m}");
+    assert_eq!(m["nic"], host.veth_ns.as_str(), "{m}");
+    assert!(m["nic_speed_mbit_s"].as_u64().is_some_and(|s| s > 0), "{m}");
+    assert!(m["logical_cpus"].as_u64().is_some_and(|n| n >= 1), "{m}");
+    assert!(
+        m["memory_bytes"].as_u64().is_some_and(|b| b > 1 << 26),
+        "{m}"
     );
+    assert!(
+        m["os"].as_str().is_some_and(|o| o.starts_with("Linux")),
+        "{m}"
+    );
+    assert!(
+        m["cpu_model"].as_str().is_some_and(|c| !c.is_empty()),
+        "{m}"
+    );
+    assert_eq!(r["config"]["peer"]["local_nic"], host.veth_host.as_str());
+    assert!(report.contains("- **peer machine**: "), "{report}");
 
     // Shaped: net.bandwidth must report the tbf rate within 10% in both directions.
     for mbit in [50u32, 200] {
@@ -285,7 +343,7 @@ fn net_experiments_against_a_namespace_host() {
         let e = experiment(&r, "net.bandwidth");
         assert_eq!(e["status"], "ok", "{e}");
         let want = mbit as f64 * 1e6;
-        for m in ["send_bits", "receive_bits"] {
+        for m in ["remote_send_bits", "remote_receive_bits"] {
             let got = median(e, m);
             eprintln!(
                 "tbf {mbit} Mbit/s: {m} {:.1} Mbit/s ({:+.1}%)",
@@ -373,7 +431,7 @@ fn compare_flags_a_halved_link() {
         String::from_utf8_lossy(&out.stderr)
     );
     let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    for name in ["send_bits", "receive_bits"] {
+    for name in ["remote_send_bits", "remote_receive_bits"] {
         let m = c["metrics"]
             .as_array()
             .unwrap()
@@ -401,13 +459,18 @@ fn compare_flags_a_halved_link() {
             "--gate",
             "--json",
             "--require",
-            "net.bandwidth.send,net.bandwidth.receive",
+            "net.bandwidth.remote_send,net.bandwidth.remote_receive",
         ])
         .output()
         .unwrap();
     let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let g = &c["gate"];
-    for name in ["send", "receive", "send_bits", "receive_bits"] {
+    for name in [
+        "remote_send",
+        "remote_receive",
+        "remote_send_bits",
+        "remote_receive_bits",
+    ] {
         let r = g["rows"]
             .as_array()
             .unwrap()

@@ -1,7 +1,9 @@
 //! The Windows peer under Wine: `osmeter serve` cross-built for x86_64-pc-windows-gnu,
 //! started under Wine on loopback in a Wine prefix of its own, answers the Linux client's
-//! quick `net.rtt` (TCP and UDP), `net.bandwidth` and `net.connect`, refuses a wrong token
-//! with one line on both sides, keeps serving after garbage, and leaves nothing running.
+//! quick `net.rtt` (TCP and UDP), `net.bandwidth` and `net.connect` (beside loopback),
+//! describes its machine from Windows's APIs, serves IPv4 and IPv6 clients on `--bind ::`,
+//! refuses a wrong token with one line on both sides, keeps serving after garbage, and
+//! leaves nothing running.
 //! Timings under Wine mean nothing; the protocol, the limits and the shutdown are tested.
 //!
 //! The Windows binary is built here with cargo (a no-op when `.ci/run` built it first);
@@ -210,9 +212,15 @@ impl Drop for Serve {
 }
 
 fn serve(w: &Wine) -> Serve {
+    serve_on(w, "127.0.0.1")
+}
+
+fn serve_on(w: &Wine, bind: &str) -> Serve {
     let mut child = w
         .osmeter(&[
             "serve",
+            "--bind",
+            bind,
             "--port",
             "0",
             "--token",
@@ -248,11 +256,11 @@ fn serve(w: &Wine) -> Serve {
         log,
     };
     let line = line.unwrap_or_else(|_| panic!("no listening line in 120 s: {:?}", s.log));
-    assert!(
-        line.starts_with("osmeter serve listening on 127.0.0.1:"),
-        "loopback by default: {line:?} {:?}",
-        s.log
-    );
+    let want = match bind.contains(':') {
+        true => format!("osmeter serve listening on [{bind}]:"),
+        false => format!("osmeter serve listening on {bind}:"),
+    };
+    assert!(line.starts_with(&want), "{line:?} {:?}", s.log);
     s.addr = line.trim().rsplit(' ').next().unwrap().parse().unwrap();
     s
 }
@@ -335,13 +343,29 @@ fn the_windows_peer_under_wine_serves_the_linux_client() {
         .iter()
         .filter_map(|m| m["name"].as_str())
         .collect();
-    assert!(
-        names.contains(&"tcp") && names.contains(&"udp"),
-        "{names:?}"
-    );
+    // Loopback and the Windows peer, side by side.
+    for n in ["tcp", "udp", "remote_tcp", "remote_udp"] {
+        assert!(names.contains(&n), "{n}: {names:?}");
+    }
     let peer = &doc["config"]["peer"];
     assert_eq!(peer["name"], "wine-peer", "{peer}");
     assert_eq!(peer["address"], s.addr.to_string(), "{peer}");
+    // It described itself from Windows's APIs (what Wine answers is printed).
+    let m = &peer["machine"];
+    eprintln!("the Windows peer under Wine describes itself as {m}");
+    assert!(m["logical_cpus"].as_u64().is_some_and(|n| n >= 1), "{peer}");
+    assert!(
+        m["memory_bytes"].as_u64().is_some_and(|b| b > 1 << 26),
+        "{peer}"
+    );
+    assert!(
+        m["os"].as_str().is_some_and(|o| o.contains("Windows")),
+        "{peer}"
+    );
+    assert_eq!(m["arch"], "x86_64", "{peer}");
+
+    // `--bind ::` serves IPv4 and IPv6 clients, control, UDP and connect sockets alike.
+    dual_stack(&w);
 
     // A wrong token: one line on the client (the library's error and the run's reason)...
     let err = Client::new(s.addr, Some("wrong".into()))
@@ -461,5 +485,47 @@ fn the_windows_peer_under_wine_serves_the_linux_client() {
             "still running 30 s after wineserver -k: {left:?}"
         );
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A Windows peer on `--bind ::`: over 127.0.0.1 and over ::1, an echo, a description, a
+/// UDP round trip and a connection to its connect target (Windows makes IPv6 sockets
+/// IPv6-only unless told otherwise; Wine passes the option to Linux's sockets).
+fn dual_stack(w: &Wine) {
+    let s = serve_on(w, "::");
+    for host in ["127.0.0.1", "[::1]"] {
+        let addr: SocketAddr = format!("{host}:{}", s.addr.port()).parse().unwrap();
+        common::peer_echo_works(addr, TOKEN);
+        let c = Client::new(addr, Some(TOKEN.into()));
+        let h = c.describe().expect("asked").expect("described");
+        assert!(
+            h.os.as_deref().is_some_and(|o| o.contains("Windows")),
+            "{h:?}"
+        );
+        let u = c.open(&Request::UdpEcho { max_size: 8 }).expect("UDP echo");
+        let udp = std::net::UdpSocket::bind(SocketAddr::new(
+            match addr {
+                SocketAddr::V4(_) => "0.0.0.0".parse().unwrap(),
+                SocketAddr::V6(_) => "::".parse().unwrap(),
+            },
+            0,
+        ))
+        .unwrap();
+        udp.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let dest = SocketAddr::new(addr.ip(), u.port);
+        let mut back = [0u8; 16];
+        let answered = (0..5).any(|_| {
+            udp.send_to(b"12345678", dest).unwrap();
+            matches!(udp.recv_from(&mut back), Ok((8, _)))
+        });
+        assert!(answered, "{host}: no UDP echo from {dest}: {:?}", s.log);
+        drop(u);
+        let t = c
+            .open(&Request::ConnectTarget { max_accepts: 4 })
+            .expect("connect target");
+        let dest = SocketAddr::new(addr.ip(), t.port);
+        TcpStream::connect_timeout(&dest, Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("{host}: connect to {dest}: {e} {:?}", s.log));
+        eprintln!("--bind :: served {host}: echo, description, UDP, connect");
     }
 }

@@ -743,7 +743,9 @@ fn settle(r: &mut GateRow, p: &Pair, around: Around, plain: Verdict, judged: Ver
     // placement, the host core under the vCPU) that its repetitions within the process
     // share: only independent runs (the history) measure that noise. So can a figure
     // that rides this machine's scheduler though no sentinel kernel shares it.
-    if let Some(kind) = process_bound(r.component, p.exp, around.loopback)
+    // Unprefixed net.* figures are loopback ones even in a --peer run (`remote_` is the peer).
+    let loopback = around.loopback || !r.metric.starts_with("remote_");
+    if let Some(kind) = process_bound(r.component, p.exp, loopback)
         .filter(|_| !v.noise.source.starts_with("history"))
         .filter(|_| matches!(judged, Verdict::Regressed | Verdict::Improved))
     {
@@ -1330,6 +1332,9 @@ mod tests {
                 let mut r = cpu_run(vec![t(seed, med)], None);
                 r.experiments[0].id = exp.into();
                 if peer {
+                    // A --peer run's figure of the peer; its unprefixed ones are loopback.
+                    r.experiments[0].metrics[0].name =
+                        format!("remote_{}", r.experiments[0].metrics[0].name);
                     r.config.peer = Some(Some(crate::results::PeerRecord {
                         name: Some("far".into()),
                         spec: Some("far:7777".into()),

@@ -360,8 +360,8 @@ mod failing_checks {
         let mut w = World::live(&clock);
         w.options.peer = Some(peer.addr.to_string());
         let r = w.run(by_id("net.rtt").as_ref());
-        assert_invalid_by(&r, "tcp: the peer echoed every round trip");
-        let c = check(&r, "tcp: the peer echoed every round trip");
+        assert_invalid_by(&r, "remote_tcp: the peer echoed every round trip");
+        let c = check(&r, "remote_tcp: the peer echoed every round trip");
         assert!(c.detail.contains("replies differing"), "{}", c.detail);
         assert!(!c.detail.contains(" 0 replies differing"), "{}", c.detail);
     }

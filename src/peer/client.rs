@@ -177,8 +177,8 @@ impl Client {
         }
     }
 
-    /// Connects, shakes hands and starts one test.
-    pub fn open(&self, req: &Request) -> Result<Session, PeerError> {
+    /// Connects and shakes hands.
+    fn hello(&self) -> Result<(TcpStream, p::Welcome), PeerError> {
         let mut stream = TcpStream::connect_timeout(&self.addr, self.timeout)
             .map_err(|e| PeerError::Unreachable(self.addr, e))?;
         let _ = stream.set_nodelay(true);
@@ -201,23 +201,53 @@ impl Client {
         }
         let welcome = p::Welcome::decode(&payload)
             .map_err(|e| PeerError::NotAPeer(self.addr, e.to_string()))?;
-        p::write_frame(&mut stream, FrameType::Request, &req.encode())
-            .map_err(|e| self.broken(e))?;
-        let (t, payload) = self.answer(&mut stream, "after our request")?;
+        Ok((stream, welcome))
+    }
+
+    /// Sends `req` on a welcomed connection and reads the go-ahead's port.
+    fn request(&self, stream: &mut TcpStream, req: &Request) -> Result<u16, PeerError> {
+        p::write_frame(stream, FrameType::Request, &req.encode()).map_err(|e| self.broken(e))?;
+        let (t, payload) = self.answer(stream, "after our request")?;
         if t != FrameType::Ready {
             return Err(PeerError::NotAPeer(
                 self.addr,
                 format!("expected ready, got {t:?}"),
             ));
         }
-        let port =
-            p::decode_ready(&payload).map_err(|e| PeerError::NotAPeer(self.addr, e.to_string()))?;
+        p::decode_ready(&payload).map_err(|e| PeerError::NotAPeer(self.addr, e.to_string()))
+    }
+
+    /// Connects, shakes hands and starts one test.
+    pub fn open(&self, req: &Request) -> Result<Session, PeerError> {
+        let (mut stream, welcome) = self.hello()?;
+        let port = self.request(&mut stream, req)?;
         Ok(Session {
             stream,
             port,
             welcome,
             addr: self.addr,
         })
+    }
+
+    /// The peer's description of its machine. A peer older than the request refuses it
+    /// (Ok with the reason: not an error of the run); Err when the peer cannot be asked.
+    pub fn describe(&self) -> Result<Result<p::HostInfo, String>, PeerError> {
+        let (mut stream, welcome) = self.hello()?;
+        match self.request(&mut stream, &Request::Describe) {
+            Ok(_) => {}
+            Err(PeerError::Refused(..)) => {
+                return Ok(Err(format!(
+                    "the peer did not describe itself (version {}, protocol {}: older than the request)",
+                    welcome.info, welcome.version
+                )))
+            }
+            Err(e) => return Err(e),
+        }
+        match p::read_frame(&mut stream) {
+            Ok((FrameType::Report, payload)) => Ok(Ok(p::HostInfo::decode(&payload))),
+            Ok((t, _)) => Err(self.broken(format!("expected its description, got {t:?}"))),
+            Err(e) => Err(self.broken(format!("{e} waiting for its description"))),
+        }
     }
 }
 
@@ -274,5 +304,62 @@ mod tests {
             resolve_peer("127.0.0.1:5").unwrap(),
             "127.0.0.1:5".parse().unwrap()
         );
+    }
+
+    /// A peer of before the describe request: it welcomes, then refuses request kind 6 as
+    /// the old server did ("malformed request (unknown kind)").
+    fn old_peer() -> SocketAddr {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let _ = p::read_frame(&mut s).unwrap();
+            let w = p::Welcome {
+                version: p::VERSION,
+                cpus: 2,
+                info: "osmeter 0.0.9".into(),
+            };
+            p::write_frame(&mut s, FrameType::Welcome, &w.encode()).unwrap();
+            let (_, req) = p::read_frame(&mut s).unwrap();
+            assert_eq!(req, [6], "the describe request is kind 6");
+            let r = p::Refuse {
+                code: RefuseCode::BadRequest,
+                server_version: p::VERSION,
+                message: "malformed request (unknown kind)".into(),
+            };
+            p::write_frame(&mut s, FrameType::Refuse, &r.encode()).unwrap();
+        });
+        addr
+    }
+
+    #[test]
+    fn an_older_peer_is_undescribed_not_an_error() {
+        let said = Client::new(old_peer(), None).describe().unwrap();
+        assert_eq!(
+            said.unwrap_err(),
+            "the peer did not describe itself (version osmeter 0.0.9, protocol 1: older than the request)"
+        );
+    }
+
+    #[test]
+    fn this_peer_describes_its_machine_on_both_families_of_a_dual_stack_bind() {
+        use crate::peer::server::{ServeConfig, Server};
+        let cfg = ServeConfig {
+            bind: "[::]:0".parse().unwrap(),
+            log: false,
+            ..Default::default()
+        };
+        let srv = Server::bind(cfg).unwrap().spawn().unwrap();
+        let port = srv.addr.port();
+        for host in ["127.0.0.1", "[::1]"] {
+            let addr: SocketAddr = format!("{host}:{port}").parse().unwrap();
+            let h = Client::new(addr, None).describe().unwrap().unwrap();
+            assert!(h.logical_cpus.is_some_and(|n| n >= 1), "{h:?}");
+            assert!(h.memory_bytes.is_some_and(|b| b > 1 << 20), "{h:?}");
+            assert!(h.os.is_some() && h.cpu_model.is_some(), "{h:?}");
+            // The connection arrived on loopback, which reports no link speed.
+            assert_eq!(h.nic.as_deref(), Some("lo"), "{host}: {h:?}");
+            assert!(h.notes.iter().any(|n| n.contains("no link speed")), "{h:?}");
+        }
     }
 }

@@ -299,6 +299,10 @@ pub enum Request {
     UdpEcho { max_size: u32 },
     /// Accept and close connections on a fresh TCP port while this connection lives.
     ConnectTarget { max_accepts: u32 },
+    /// Describe the peer's machine: `Ready`, then a `Report` holding a `HostInfo`. A peer
+    /// older than this request refuses it as malformed (the protocol's version did not
+    /// change: every other request means what it did).
+    Describe,
 }
 
 impl Request {
@@ -330,6 +334,7 @@ impl Request {
                 v.push(5);
                 v.extend_from_slice(&max_accepts.to_be_bytes());
             }
+            Request::Describe => v.push(6),
         }
         v
     }
@@ -351,6 +356,7 @@ impl Request {
             5 => Request::ConnectTarget {
                 max_accepts: c.u32()?,
             },
+            6 => Request::Describe,
             _ => return Err(FrameError::Malformed("request (unknown kind)")),
         })
     }
@@ -449,6 +455,90 @@ impl SinkReport {
     }
 }
 
+/// What a peer says about its machine, each field only where its system says (a
+/// `Describe` report). On the wire: `key=value` lines, unknown keys ignored, so that
+/// either side may add keys without a new protocol version.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostInfo {
+    pub hostname: Option<String>,
+    pub cpu_model: Option<String>,
+    pub logical_cpus: Option<u64>,
+    pub physical_cores: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    /// "Linux 6.1.0-18-amd64", "Windows 10 Pro".
+    pub os: Option<String>,
+    /// The distribution, or Windows's version and build ("10.0.19045").
+    pub os_version: Option<String>,
+    pub arch: Option<String>,
+    /// The interface the client's control connection arrived on, its link speed and MTU.
+    pub nic: Option<String>,
+    pub nic_speed_mbit_s: Option<u64>,
+    pub nic_mtu: Option<u64>,
+    /// What the peer could not tell, and why.
+    pub notes: Vec<String>,
+}
+
+impl HostInfo {
+    fn pairs(&self) -> Vec<(&'static str, Option<String>)> {
+        let num = |v: Option<u64>| v.map(|n| n.to_string());
+        vec![
+            ("hostname", self.hostname.clone()),
+            ("cpu_model", self.cpu_model.clone()),
+            ("logical_cpus", num(self.logical_cpus)),
+            ("physical_cores", num(self.physical_cores)),
+            ("memory_bytes", num(self.memory_bytes)),
+            ("os", self.os.clone()),
+            ("os_version", self.os_version.clone()),
+            ("arch", self.arch.clone()),
+            ("nic", self.nic.clone()),
+            ("nic_speed_mbit_s", num(self.nic_speed_mbit_s)),
+            ("nic_mtu", num(self.nic_mtu)),
+        ]
+    }
+
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let clean = |v: &str| v.replace(['\n', '\r'], " ");
+        let mut s = String::new();
+        for (k, v) in self.pairs() {
+            if let Some(v) = v {
+                s.push_str(&format!("{k}={}\n", clean(&v)));
+            }
+        }
+        for n in &self.notes {
+            s.push_str(&format!("note={}\n", clean(n)));
+        }
+        let mut v = s.into_bytes();
+        v.truncate(MAX_FRAME);
+        v
+    }
+
+    pub fn decode(p: &[u8]) -> HostInfo {
+        let mut h = HostInfo::default();
+        for line in String::from_utf8_lossy(p).lines() {
+            let Some((k, v)) = line.split_once('=') else {
+                continue;
+            };
+            let (text, num) = (Some(v.trim().to_string()), v.trim().parse().ok());
+            match k {
+                "hostname" => h.hostname = text,
+                "cpu_model" => h.cpu_model = text,
+                "logical_cpus" => h.logical_cpus = num,
+                "physical_cores" => h.physical_cores = num,
+                "memory_bytes" => h.memory_bytes = num,
+                "os" => h.os = text,
+                "os_version" => h.os_version = text,
+                "arch" => h.arch = text,
+                "nic" => h.nic = text,
+                "nic_speed_mbit_s" => h.nic_speed_mbit_s = num,
+                "nic_mtu" => h.nic_mtu = num,
+                "note" if h.notes.len() < 32 => h.notes.push(v.trim().to_string()),
+                _ => {}
+            }
+        }
+        h
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -501,6 +591,7 @@ mod tests {
             },
             Request::UdpEcho { max_size: 64 },
             Request::ConnectTarget { max_accepts: 10 },
+            Request::Describe,
         ] {
             assert_eq!(Request::decode(&r.encode()).unwrap(), r);
         }
@@ -516,6 +607,23 @@ mod tests {
             marks: vec![(1, 2), (3, 4)],
         };
         assert_eq!(SinkReport::decode(&s.encode()).unwrap(), s);
+        let h = HostInfo {
+            cpu_model: Some("Intel(R) Core(TM) i7\nx".into()),
+            memory_bytes: Some(1 << 34),
+            nic_speed_mbit_s: Some(1000),
+            notes: vec!["no NIC speed".into()],
+            ..Default::default()
+        };
+        let back = HostInfo::decode(&h.encode());
+        assert_eq!(back.cpu_model.as_deref(), Some("Intel(R) Core(TM) i7 x"));
+        assert_eq!(
+            (back.memory_bytes, back.nic_speed_mbit_s),
+            (Some(1 << 34), Some(1000))
+        );
+        assert_eq!(back.notes, h.notes);
+        // Unknown keys and lines without '=' are ignored (a newer peer's keys).
+        let h = HostInfo::decode(b"future_key=1\ngarbage\nos=Windows 10 Pro\nnic_mtu=x");
+        assert_eq!((h.os.as_deref(), h.nic_mtu), (Some("Windows 10 Pro"), None));
     }
 
     proptest! {
@@ -527,6 +635,7 @@ mod tests {
             let _ = Request::decode(&p);
             let _ = EchoReport::decode(&p);
             let _ = SinkReport::decode(&p);
+            let _ = HostInfo::decode(&p);
             let _ = decode_ready(&p);
             let _ = read_frame(&mut p.as_slice());
         }

@@ -62,8 +62,9 @@ impl Drop for ConnSlot {
 }
 
 impl Server {
+    /// Listens on `cfg.bind`; an unspecified IPv6 address (`::`) takes IPv4 clients too.
     pub fn bind(cfg: ServeConfig) -> io::Result<Server> {
-        let listener = TcpListener::bind(cfg.bind)?;
+        let listener = crate::platform::net::tcp_listen(cfg.bind)?;
         Ok(Server {
             listener,
             cfg: Arc::new(cfg),
@@ -301,7 +302,54 @@ fn session(mut stream: TcpStream, peer: SocketAddr, cfg: &ServeConfig) -> Result
         } => source(stream, duration_ms, write_size as usize),
         Request::UdpEcho { max_size } => udp_echo(stream, peer, cfg, max_size as usize),
         Request::ConnectTarget { max_accepts } => connect_target(stream, cfg, max_accepts),
+        Request::Describe => describe(stream),
     }
+}
+
+/// Answers `Describe`: this machine, and the interface the client's connection arrived on.
+fn describe(mut stream: TcpStream) -> Result<(), String> {
+    let local = stream.local_addr().map_err(|e| format!("broken: {e}"))?;
+    ready(&mut stream, 0)?;
+    let info = host_info(canon(local.ip()));
+    p::write_frame(&mut stream, FrameType::Report, &info.encode())
+        .map_err(|e| format!("broken: {e} sending the description"))
+}
+
+/// This machine as `osmeter machine` describes it.
+#[cfg(unix)]
+fn host_info(local: IpAddr) -> p::HostInfo {
+    let m = crate::machine::Machine::gather();
+    let iface = crate::platform::net::interface_of(local);
+    let nic = iface
+        .as_ref()
+        .and_then(|i| m.network.iter().find(|n| &n.name == i));
+    let mut notes = Vec::new();
+    match (&iface, nic) {
+        (None, _) => notes.push(format!("no interface holds {local}")),
+        (Some(i), n) if n.and_then(|n| n.speed_mbit_s).is_none() => {
+            notes.push(format!("{i} reports no link speed"))
+        }
+        _ => {}
+    }
+    p::HostInfo {
+        hostname: Some(m.hostname.clone()),
+        cpu_model: Some(m.cpu.model.clone()).filter(|s| !s.is_empty()),
+        logical_cpus: Some(m.cpu.logical_cpus as u64),
+        physical_cores: m.cpu.physical_cores.map(|c| c as u64),
+        memory_bytes: Some(m.memory.total_bytes).filter(|&b| b > 0),
+        os: Some(m.os.kernel.clone()),
+        os_version: m.os.distribution.clone(),
+        arch: Some(m.os.arch.clone()),
+        nic: iface,
+        nic_speed_mbit_s: nic.and_then(|n| n.speed_mbit_s),
+        nic_mtu: nic.and_then(|n| n.mtu),
+        notes,
+    }
+}
+
+#[cfg(windows)]
+fn host_info(local: IpAddr) -> p::HostInfo {
+    crate::platform::host_info(local)
 }
 
 fn validate(req: &Request, cfg: &ServeConfig) -> Result<(), String> {
@@ -470,7 +518,7 @@ fn udp_echo(
     max_size: usize,
 ) -> Result<(), String> {
     let local = stream.local_addr().map_err(|e| format!("broken: {e}"))?;
-    let udp = UdpSocket::bind(SocketAddr::new(local.ip(), 0))
+    let udp = UdpSocket::bind(any_port(local))
         .map_err(|e| format!("failed: cannot bind a UDP socket: {e}"))?;
     let port = udp.local_addr().map_err(|e| e.to_string())?.port();
     udp.set_read_timeout(Some(Duration::from_millis(100)))
@@ -523,11 +571,26 @@ fn udp_echo(
     Ok(())
 }
 
-fn same_ip(a: IpAddr, b: IpAddr) -> bool {
-    let canon = |ip: IpAddr| match ip {
+/// `local` on a free port, keeping an IPv6 address's scope (a link-local `fe80::` address
+/// cannot be bound without its interface's); an IPv4 client of a dual-stack listener
+/// (`::ffff:a.b.c.d`) gets an IPv4 socket, which Windows's IPv6-only default allows.
+fn any_port(mut local: SocketAddr) -> SocketAddr {
+    if let IpAddr::V4(v4) = canon(local.ip()) {
+        return SocketAddr::new(v4.into(), 0);
+    }
+    local.set_port(0);
+    local
+}
+
+/// An IPv4 address as itself, also when a dual-stack socket gives it as `::ffff:a.b.c.d`.
+fn canon(ip: IpAddr) -> IpAddr {
+    match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
         v4 => v4,
-    };
+    }
+}
+
+fn same_ip(a: IpAddr, b: IpAddr) -> bool {
     canon(a) == canon(b)
 }
 
@@ -537,7 +600,7 @@ fn connect_target(
     max_accepts: u32,
 ) -> Result<(), String> {
     let local = stream.local_addr().map_err(|e| format!("broken: {e}"))?;
-    let listener = TcpListener::bind(SocketAddr::new(local.ip(), 0))
+    let listener = TcpListener::bind(any_port(local))
         .map_err(|e| format!("failed: cannot open a listener: {e}"))?;
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
@@ -581,5 +644,21 @@ fn connect_target(
         if last.elapsed() > cfg.idle_timeout {
             return Err("broken: idle timeout in a connect test".into());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_sockets_keep_the_scope_and_take_ipv4_as_itself() {
+        let ll: SocketAddr = "[fe80::1%7]:9197".parse().unwrap();
+        let SocketAddr::V6(a) = any_port(ll) else {
+            panic!("stays IPv6")
+        };
+        assert_eq!((a.scope_id(), a.port()), (7, 0));
+        let mapped: SocketAddr = "[::ffff:10.0.0.2]:9197".parse().unwrap();
+        assert_eq!(any_port(mapped), "10.0.0.2:0".parse().unwrap());
     }
 }

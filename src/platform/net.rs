@@ -2,7 +2,7 @@
 //! untimed, and the interface a local address belongs to. Both systems share the calls.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
 
 /// A TCP socket for `addr`, not yet connected. With `reset` it resets instead of lingering
@@ -28,13 +28,42 @@ pub(crate) fn tcp_socket(addr: &SocketAddr, reset: bool) -> io::Result<OwnedFd> 
 
 /// setsockopt(SOL_SOCKET, `opt`) to `val`.
 fn set_option<T>(fd: &OwnedFd, opt: libc::c_int, val: &T) -> io::Result<()> {
+    set_option_at(fd, libc::SOL_SOCKET, opt, val)
+}
+
+fn set_option_at<T>(fd: &OwnedFd, level: libc::c_int, opt: libc::c_int, val: &T) -> io::Result<()> {
     let len = std::mem::size_of::<T>() as libc::socklen_t;
     let val = val as *const T as *const libc::c_void;
     // SAFETY: val points to a live T of the size passed; fd is an open socket.
-    match unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, opt, val, len) } {
+    match unsafe { libc::setsockopt(fd.as_raw_fd(), level, opt, val, len) } {
         0 => Ok(()),
         _ => Err(io::Error::last_os_error()),
     }
+}
+
+/// The peer's listener on `addr`; the unspecified IPv6 address (`::`) takes IPv4 clients
+/// too, whatever the system's default (Linux's `net.ipv6.bindv6only`, and Windows, make
+/// IPv6 sockets IPv6-only).
+pub(crate) fn tcp_listen(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    if !matches!(addr, SocketAddr::V6(a) if a.ip().is_unspecified()) {
+        return std::net::TcpListener::bind(addr);
+    }
+    let fd = super::socket(libc::AF_INET6, libc::SOCK_STREAM, 0)?;
+    set_option(&fd, libc::SO_REUSEADDR, &(1 as libc::c_int))?;
+    set_option_at(
+        &fd,
+        libc::IPPROTO_IPV6,
+        libc::IPV6_V6ONLY,
+        &(0 as libc::c_int),
+    )?;
+    let raw = RawAddr::new(&addr);
+    // SAFETY: raw holds a valid address of its length; fd is an open socket.
+    if unsafe { libc::bind(fd.as_raw_fd(), raw.ptr(), raw.len()) } != 0
+        || unsafe { libc::listen(fd.as_raw_fd(), 128) } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd.into())
 }
 
 /// An ICMP socket: unprivileged (SOCK_DGRAM) or raw.
@@ -131,4 +160,26 @@ pub(crate) fn interface_of(ip: IpAddr) -> Option<String> {
     // SAFETY: head came from a successful getifaddrs and is freed exactly once.
     unsafe { libc::freeifaddrs(head) };
     found
+}
+
+/// A UDP socket on any local port, connected to `dest`.
+pub(crate) fn udp_to(dest: SocketAddr) -> io::Result<UdpSocket> {
+    let any: IpAddr = match dest {
+        SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+        SocketAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
+    };
+    let s = UdpSocket::bind((any, 0))?;
+    s.connect(dest)?;
+    Ok(s)
+}
+
+/// The local interface traffic to `dest` leaves through, and the address it leaves from
+/// (connecting a UDP socket only consults the routing table; nothing is sent).
+pub(crate) fn route_interface(dest: SocketAddr) -> Option<(String, IpAddr)> {
+    let s = udp_to(dest).ok()?;
+    let local = s.local_addr().ok()?.ip();
+    if local.is_loopback() {
+        return Some(("lo".into(), local));
+    }
+    interface_of(local).map(|n| (n, local))
 }

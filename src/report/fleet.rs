@@ -224,7 +224,8 @@ fn network_matrix(runs: &[(String, RunResults)], names: &[String]) -> String {
             .iter()
             .filter(|e| e.id.starts_with("net."))
         {
-            for m in &e.metrics {
+            // The peer's figures only: the unprefixed ones are each host's loopback.
+            for m in e.metrics.iter().filter(|m| m.name.starts_with("remote_")) {
                 let k = (e.id.clone(), m.name.clone(), m.unit.clone());
                 if !keys.contains(&k) {
                     keys.push(k);
@@ -301,7 +302,7 @@ mod tests {
                "experiments":[{{"id":"cpu.syscall","area":"cpu","title":"t","status":"ok","duration_s":1,"metrics":[{}]}},
                               {{"id":"net.rtt","area":"net","title":"t","status":"ok","duration_s":1,"metrics":[{}]}}]}}"#,
             metric("getppid", "ns", getppid),
-            metric("tcp", "ns", rtt)
+            metric("remote_tcp", "ns", rtt)
         ))
         .unwrap()
     }
@@ -327,7 +328,7 @@ mod tests {
         assert!(page.contains("class=\"num sig\""));
         // The matrix: row h1, column h2 holds h1's round trip against h2.
         assert!(page.contains("Network between hosts"));
-        assert!(page.contains("net.rtt / tcp"));
+        assert!(page.contains("net.rtt / remote_tcp"));
         let row_h1 = page.split("<tr><th>h1</th>").nth(1).unwrap();
         let row_h1 = &row_h1[..row_h1.find("</tr>").unwrap()];
         assert!(row_h1.contains("self"), "{row_h1}");

@@ -82,6 +82,7 @@ pub fn render(r: &RunResults, figs: &[Figure]) -> String {
     head(&mut h, r);
     contents(&mut h, r);
     machine(&mut h, r);
+    h.push_str(&super::network::html(r));
     summary(&mut h, r);
     findings_and_not_ok(&mut h, r);
     h.push_str("<h2 id=\"experiments\">Experiments</h2>");

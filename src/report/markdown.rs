@@ -15,6 +15,7 @@ pub fn render(r: &RunResults, figs: &[Figure]) -> String {
     w(&mut s, &format!("{}\n", view::run_line(r)));
 
     machine(&mut s, r);
+    s.push_str(&super::network::markdown(r));
     summary(&mut s, r);
     findings_and_not_ok(&mut s, r);
     grades(&mut s, r);

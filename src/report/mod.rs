@@ -8,6 +8,7 @@ pub(crate) mod fleet;
 pub(crate) mod history_page;
 pub(crate) mod html;
 pub(crate) mod markdown;
+pub(crate) mod network;
 pub(crate) mod plot;
 pub(crate) mod predplot;
 pub mod terminal;

@@ -95,6 +95,7 @@ pub fn render_after(r: &RunResults, width: Option<u16>, shown: &[String]) -> Str
     let width = width.unwrap_or_else(terminal_width).max(MIN_WIDTH);
     let wd = width as usize;
     let mut s = header(r, wd, shown);
+    s.push_str(&super::network::terminal(r, |t| wrap(t, wd, "", "    ")));
     s.push_str(&metrics_table(r, width));
     s.push('\n');
     s.push_str(&reasons_and_findings(r, wd));

@@ -10,7 +10,7 @@ pub mod load;
 mod record;
 pub(crate) mod save;
 
-pub(crate) use record::{PeerRecord, RecordedOptions, RunRecord, Statistics};
+pub(crate) use record::{PeerMachine, PeerRecord, RecordedOptions, RunRecord, Statistics};
 
 use crate::stats::Summary;
 use serde::{Deserialize, Serialize};

@@ -109,6 +109,34 @@ record! {
         spec: String,
         /// The address it resolved to; null when it did not resolve.
         address: Option<String>,
+        /// Its machine as it described itself (absent when it did not: `undescribed`).
+        machine: PeerMachine,
+        /// Why the peer's machine is not described (an older peer, or no answer).
+        undescribed: String,
+        /// This host's interface on the route to it, and that interface's link speed.
+        local_nic: String,
+        local_nic_speed_mbit_s: u64,
+    }
+}
+
+record! {
+    /// `config.peer.machine`: what the peer said of its machine, each key only where its
+    /// system said (docs/PEER.md, "Describe").
+    pub struct PeerMachine {
+        hostname: String,
+        cpu_model: String,
+        logical_cpus: u64,
+        physical_cores: u64,
+        memory_bytes: u64,
+        os: String,
+        os_version: String,
+        arch: String,
+        /// The interface the run's connection reached it on, and its link speed and MTU.
+        nic: String,
+        nic_speed_mbit_s: u64,
+        nic_mtu: u64,
+        /// What it could not tell, and why.
+        notes: Vec<String>,
     }
 }
 

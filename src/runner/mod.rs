@@ -175,7 +175,7 @@ fn run_selected(selected: &[Box<dyn Experiment>], env: &Env) -> Vec<ExperimentRe
                 &[]
             },
             // Kinds of core share the budget (`Experiment::kind_budget`).
-            budget: exp.kind_budget(cfg.profile, 1 + env.kinds.len()),
+            budget: plan::budget_of(cfg, exp, 1 + env.kinds.len()),
             repeat: repeats(cfg, exp),
             step: format!("[{}/{}]", i + 1, selected.len()),
             siblings: env.host.siblings(),

@@ -13,8 +13,8 @@ use crate::experiments::{self, Experiment, Profile, RunOptions};
 use crate::machine::{Machine, Topology};
 use crate::platform;
 use crate::results::{
-    ExperimentResult, PeerRecord, RecordedOptions, RunRecord, RunResults, Statistics, Tool,
-    SCHEMA_VERSION,
+    ExperimentResult, PeerMachine, PeerRecord, RecordedOptions, RunRecord, RunResults, Statistics,
+    Tool, SCHEMA_VERSION,
 };
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -113,7 +113,8 @@ fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> 
     for w in &warnings {
         progress.line(&format!("warning: {w}"));
     }
-    ledger.begin(head(cfg, cpu, (started, t0), &machine, &warnings));
+    let peer = peer_record(cfg, &selected, &machine, progress);
+    ledger.begin(head(cfg, cpu, (started, t0), &machine, &warnings, &peer));
 
     let scratch = std::sync::OnceLock::new();
     let host = crate::grade::RunState {
@@ -150,7 +151,7 @@ fn measure(plan: Plan, progress: &dyn Progress) -> Result<RunResults, RunError> 
     if let Some(doc) = ledger.document() {
         return Ok(doc);
     }
-    let mut doc = document(cfg, cpu, (started, t0), machine, warnings, results);
+    let mut doc = document(cfg, cpu, (started, t0), (machine, peer), warnings, results);
     doc.findings = crate::findings::compute(&doc);
     Ok(doc)
 }
@@ -174,8 +175,18 @@ fn kind_cpus(
 fn total_budget(cfg: &RunConfig, selected: &[Box<dyn Experiment>], kinds: usize) -> Duration {
     selected
         .iter()
-        .map(|e| e.kind_budget(cfg.profile, kinds) * runs_of(cfg, e.as_ref(), kinds))
+        .map(|e| budget_of(cfg, e.as_ref(), kinds) * runs_of(cfg, e.as_ref(), kinds))
         .sum()
+}
+
+/// The budget of one run of `exp` on one of `kinds` kinds of core: a network experiment
+/// with `--peer` measures loopback and the peer, each in the budget it has alone.
+pub(super) fn budget_of(cfg: &RunConfig, exp: &dyn Experiment, kinds: usize) -> Duration {
+    let targets = match exp.spec().needs.peer && cfg.options.peer.is_some() {
+        true => 2,
+        false => 1,
+    };
+    exp.kind_budget(cfg.profile, kinds) * targets
 }
 
 /// Steal over the whole run, so that its figures can be judged against it.
@@ -272,22 +283,25 @@ fn head(
     start: (SystemTime, Instant),
     machine: &Machine,
     warnings: &[String],
+    peer: &Option<PeerRecord>,
 ) -> super::overrun::Head {
     let (cfg, machine, warnings) = (cfg.clone(), machine.clone(), warnings.to_vec());
+    let peer = peer.clone();
     Box::new(move |results| {
-        let mut doc = document(&cfg, cpu, start, machine.clone(), warnings.clone(), results);
+        let hosts = (machine.clone(), peer.clone());
+        let mut doc = document(&cfg, cpu, start, hosts, warnings.clone(), results);
         doc.findings = crate::findings::compute(&doc);
         doc
     })
 }
 
-/// The results document of a run that started at `started` (its findings are the
-/// caller's to add).
+/// The results document of a run that started at `started`, of this machine and the
+/// `--peer` host (its findings are the caller's to add).
 fn document(
     cfg: &RunConfig,
     cpu: usize,
     (started, t0): (SystemTime, Instant),
-    machine: Machine,
+    (machine, peer): (Machine, Option<PeerRecord>),
     warnings: Vec<String>,
     experiments: Vec<ExperimentResult>,
 ) -> RunResults {
@@ -307,7 +321,7 @@ fn document(
                     .max(1),
             ),
             options: Some(recorded_options(&cfg.options)),
-            peer: Some(peer_identity(&cfg.options)),
+            peer: Some(peer),
             statistics: Some(Statistics {
                 outlier_rule: Some(crate::stats::OUTLIER_RULE.into()),
                 ci_method: Some(crate::stats::CI_METHOD.into()),
@@ -361,6 +375,60 @@ pub(super) fn runs_of(cfg: &RunConfig, exp: &dyn Experiment, kinds: usize) -> u3
         1
     };
     (repeats(cfg, exp) * k) as u32
+}
+
+/// The `--peer` host, described by itself when a selected experiment uses it (asked once,
+/// before measuring; an older peer's refusal or no answer is recorded as the reason).
+fn peer_record(
+    cfg: &RunConfig,
+    selected: &[Box<dyn Experiment>],
+    machine: &Machine,
+    progress: &dyn Progress,
+) -> Option<PeerRecord> {
+    let mut rec = peer_identity(&cfg.options)?;
+    if !selected.iter().any(|e| e.spec().needs.peer) {
+        return Some(rec);
+    }
+    progress.message("asking the peer to describe its machine");
+    let addr = crate::peer::client::resolve_peer(cfg.options.peer.as_deref()?);
+    if let Some((nic, _)) = addr
+        .as_ref()
+        .ok()
+        .and_then(|&a| platform::net::route_interface(a))
+    {
+        let speed = machine.network.iter().find(|n| n.name == nic);
+        rec.local_nic_speed_mbit_s = speed.and_then(|n| n.speed_mbit_s);
+        rec.local_nic = Some(nic);
+    }
+    let asked = addr.map_err(|e| e.to_string()).and_then(|a| {
+        let c = crate::peer::client::Client::new(a, cfg.options.peer_token.clone());
+        c.describe()
+            .map_err(|e| format!("the peer was not described: {e}"))
+    });
+    match asked.and_then(|d| d) {
+        Ok(h) => rec.machine = Some(peer_machine(h)),
+        Err(why) => rec.undescribed = Some(why),
+    }
+    Some(rec)
+}
+
+/// The peer's description as the document records it.
+fn peer_machine(h: crate::peer::protocol::HostInfo) -> PeerMachine {
+    PeerMachine {
+        hostname: h.hostname,
+        cpu_model: h.cpu_model,
+        logical_cpus: h.logical_cpus,
+        physical_cores: h.physical_cores,
+        memory_bytes: h.memory_bytes,
+        os: h.os,
+        os_version: h.os_version,
+        arch: h.arch,
+        nic: h.nic,
+        nic_speed_mbit_s: h.nic_speed_mbit_s,
+        nic_mtu: h.nic_mtu,
+        notes: Some(h.notes).filter(|n| !n.is_empty()),
+        extra: Default::default(),
+    }
 }
 
 /// Which host the network experiments measured against: the name given for it and the

@@ -1,7 +1,7 @@
 //! net.bandwidth: a timed TCP stream in each direction with large writes, its rate taken
 //! on the receiving side in fixed intervals (the first, slow-start interval dropped).
 
-use super::{target, PeerTarget};
+use super::{per_target, remote, targets, PeerTarget};
 use crate::clock::Stopwatch;
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{spec::ms, PerProfile, Spec};
@@ -110,15 +110,21 @@ fn receive(
 /// A rate model: its inputs, its formula, and the rate from the inputs' values.
 type Model = (Vec<Input>, String, fn(&[f64]) -> f64);
 
-/// Where the route to a `--peer` leaves through a NIC that reports a speed, its line
-/// rate less framing; otherwise (loopback) half the copy bandwidth.
+/// Loopback, and with `--peer` the peer's figures too (`remote_`).
 fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
+    let mut v = predict_to(ctx, None);
+    if let Some(spec) = &ctx.options.peer {
+        v.extend(remote(predict_to(ctx, Some(spec))));
+    }
+    v
+}
+
+/// Where the route to `peer` leaves through a NIC that reports a speed, its line rate
+/// less framing; otherwise (loopback) half the copy bandwidth.
+fn predict_to(ctx: &Context, peer: Option<&String>) -> Vec<(String, Prediction)> {
     let mut p = Predictions::new(ctx);
-    let route = ctx
-        .options
-        .peer
-        .as_ref()
-        .and_then(|spec| super::route_interface(crate::peer::client::resolve_peer(spec).ok()?));
+    let route =
+        peer.and_then(|spec| super::route_interface(crate::peer::client::resolve_peer(spec).ok()?));
     let nic = route
         .as_ref()
         .and_then(|(iface, _)| ctx.machine.network.iter().find(|n| n.name == *iface));
@@ -188,14 +194,16 @@ impl Experiment for NetBandwidth {
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
-        let t = target(ctx, &mut out)?;
-        let label = t.label.clone();
+        let targets = targets(ctx, &mut out)?;
+        let ctx = &per_target(ctx, targets.len());
         let (dur, interval) = PLAN.get(ctx.profile);
         // Peak bandwidth needs sender and receiver on separate CPUs when there are two:
         // let the scheduler place this thread (as iperf3 is placed) for the streams.
         let cpus = &ctx.machine.cpu.allowed_cpus;
         let unpinned = cpus.len() > 1 && crate::platform::set_affinity(cpus).is_ok();
-        let res = streams(ctx, &t, dur, interval, &mut out);
+        let res = targets
+            .iter()
+            .try_for_each(|t| streams(ctx, t, dur, interval, &mut out));
         if unpinned {
             let _ = crate::platform::pin_to_cpu(ctx.cpu);
             out.notes.push(format!(
@@ -204,21 +212,24 @@ impl Experiment for NetBandwidth {
         }
         res?;
         out.pool(ctx);
-        let lines: Vec<String> = ["send", "receive"]
-            .iter()
-            .filter_map(|&name| {
-                let med = out.get(name)?.summary.median;
-                Some(format!(
-                    "{name} {} ({:.2} Gbit/s)",
-                    fmt_bandwidth(med),
-                    med * 8.0 / 1e9
-                ))
-            })
-            .collect();
-        out.finding(
-            format!("TCP bandwidth with {label}: {}.", lines.join(", ")),
-            &["send", "receive"],
-        );
+        for t in &targets {
+            let names = [t.name("send"), t.name("receive")];
+            let lines: Vec<String> = names
+                .iter()
+                .filter_map(|name| {
+                    let med = out.get(name)?.summary.median;
+                    Some(format!(
+                        "{name} {} ({:.2} Gbit/s)",
+                        fmt_bandwidth(med),
+                        med * 8.0 / 1e9
+                    ))
+                })
+                .collect();
+            out.finding(
+                format!("TCP bandwidth with {}: {}.", t.label, lines.join(", ")),
+                &[&names[0], &names[1]],
+            );
+        }
         Ok(out)
     }
 }
@@ -232,9 +243,10 @@ fn streams(
 ) -> anyhow::Result<()> {
     let label = &t.label;
     let h = ctx.harness(1);
-    for (name, dir) in [("send", "client -> peer"), ("receive", "peer -> client")] {
+    for (base, dir) in [("send", "client -> peer"), ("receive", "peer -> client")] {
+        let name = &t.name(base);
         (ctx.progress)(name);
-        let (rates, avg) = if name == "send" {
+        let (rates, avg) = if base == "send" {
             send(&h, t, dur, interval)?
         } else {
             receive(&h, t, dur, interval)?

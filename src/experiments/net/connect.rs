@@ -1,7 +1,7 @@
 //! net.connect: the cost of connect() until established and of close(), one connection
 //! at a time, as distributions (setup is heavy-tailed: SYN queue, timer retries).
 
-use super::{sample, target};
+use super::{per_target, remote, sample, targets, PeerTarget};
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{spec::ms, PerProfile, Spec};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
@@ -51,77 +51,99 @@ impl Experiment for Connect {
         &SPEC
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        // Segments the protocol fixes, each priced at what net.rtt measured for one trip of
-        // a segment through both stacks (half its TCP round trip, with the same peer).
-        let mut p = Predictions::new(ctx);
-        let rtt = p.earlier("net.rtt", &["tcp"]).named("tcp_round_trip");
-        let trips = |n: f64, what: &str| {
-            Input::method("segment_trips", n, "trips", format!("method: {what}"))
-        };
-        let handshake = trips(2.0, "connect waits for SYN and SYN-ACK");
-        p.state("connect", &[&rtt, &handshake], |v| {
-            Prediction::new(
-                v[0],
-                "one round trip (SYN out, SYN-ACK back) = net.rtt tcp; that round trip also \
-                 holds the peer's read and write, which a handshake does not need, and leaves \
-                 out the socket's setup: a model, not a bound",
-            )
-        });
-        let reset = trips(1.0, "close with SO_LINGER 0 sends one reset");
-        p.state("close", &[&rtt, &reset], |v| {
-            Prediction::new(
-                v[0] / 2.0,
-                "one segment (the reset) sent, none awaited: half of net.rtt tcp",
-            )
-        });
-        let sys = p.earlier("cpu.syscall", &["getppid"]);
-        let whole = trips(3.0, "SYN and SYN-ACK, then one FIN");
-        p.state("open_close", &[&rtt, &whole, &sys], |v| {
-            Prediction::new(
-                v[2] + 1.5 * v[0],
-                "socket() as one kernel entry (getppid) + connect (one round trip) + close \
-                 (one FIN sent, none awaited: half a round trip); the socket's allocation \
-                 is not in the model",
-            )
-        });
-        p.done()
+        let mut v = predict_to(ctx, "");
+        if ctx.options.peer.is_some() {
+            v.extend(remote(predict_to(ctx, "remote_")));
+        }
+        v
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
-        let t = target(ctx, &mut out)?;
-        let label = t.label.clone();
-        let max = MAX_CONNECTIONS.get(ctx.profile);
-        let session = t.client.open(&Request::ConnectTarget {
-            max_accepts: (max + max_open_close(ctx.profile) + 200) as u32,
-        })?;
-        let dest = SocketAddr::new(t.addr().ip(), session.port);
-        let timed = time_connections(ctx, &dest, max)?;
-        drop(session);
-        let n = timed[0].len();
-        out.check(Check::sanity(
-            "enough connections for a distribution",
-            n >= 100,
-            format!("{n} connections (bound {max})"),
-        ));
-        for ((name, what), v) in TIMED.into_iter().zip(timed) {
-            out.distribution(name, "ns", &format!("{what}, {label}"), v);
+        let targets = targets(ctx, &mut out)?;
+        let ctx = &per_target(ctx, targets.len());
+        for t in &targets {
+            measure(ctx, t, &mut out)?;
         }
         out.pool(ctx);
-        let p = |name: &str| out.get(name).and_then(|m| m.summary.percentiles.clone());
-        if let (Some(c), Some(x)) = (p("connect"), p("close")) {
-            out.finding(
-                format!(
-                    "Opening a TCP connection to {label} takes {} (p99 {}, {:.1}x the median); closing it {}.",
-                    fmt_ns(c.p50),
-                    fmt_ns(c.p99),
-                    c.p99 / c.p50,
-                    fmt_ns(x.p50)
-                ),
-                &["connect", "close"],
-            );
+        for t in &targets {
+            let p = |name: &str| out.get(&t.name(name))?.summary.percentiles.clone();
+            if let (Some(c), Some(x)) = (p("connect"), p("close")) {
+                out.finding(
+                    format!(
+                        "Opening a TCP connection to {} takes {} (p99 {}, {:.1}x the median); closing it {}.",
+                        t.label,
+                        fmt_ns(c.p50),
+                        fmt_ns(c.p99),
+                        c.p99 / c.p50,
+                        fmt_ns(x.p50)
+                    ),
+                    &[&t.name("connect"), &t.name("close")],
+                );
+            }
         }
         Ok(out)
     }
+}
+
+/// Segments the protocol fixes, each priced at what net.rtt measured for one trip of a
+/// segment through both stacks (half its TCP round trip, with the same peer: net.rtt's
+/// `{prefix}tcp`).
+fn predict_to(ctx: &Context, prefix: &str) -> Vec<(String, Prediction)> {
+    let mut p = Predictions::new(ctx);
+    let rtt = p
+        .earlier("net.rtt", &[&format!("{prefix}tcp")])
+        .named("tcp_round_trip");
+    let trips =
+        |n: f64, what: &str| Input::method("segment_trips", n, "trips", format!("method: {what}"));
+    let handshake = trips(2.0, "connect waits for SYN and SYN-ACK");
+    p.state("connect", &[&rtt, &handshake], |v| {
+            Prediction::new(
+                v[0],
+                format!("one round trip (SYN out, SYN-ACK back) = net.rtt {prefix}tcp; that round trip also \
+                 holds the peer's read and write, which a handshake does not need, and leaves \
+                 out the socket's setup: a model, not a bound"),
+            )
+        });
+    let reset = trips(1.0, "close with SO_LINGER 0 sends one reset");
+    p.state("close", &[&rtt, &reset], |v| {
+        Prediction::new(
+            v[0] / 2.0,
+            format!("one segment (the reset) sent, none awaited: half of net.rtt {prefix}tcp"),
+        )
+    });
+    let sys = p.earlier("cpu.syscall", &["getppid"]);
+    let whole = trips(3.0, "SYN and SYN-ACK, then one FIN");
+    p.state("open_close", &[&rtt, &whole, &sys], |v| {
+        Prediction::new(
+            v[2] + 1.5 * v[0],
+            "socket() as one kernel entry (getppid) + connect (one round trip) + close \
+                 (one FIN sent, none awaited: half a round trip); the socket's allocation \
+                 is not in the model",
+        )
+    });
+    p.done()
+}
+
+/// One target's connections into `out`.
+fn measure(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<()> {
+    let label = &t.label;
+    let max = MAX_CONNECTIONS.get(ctx.profile);
+    let session = t.client.open(&Request::ConnectTarget {
+        max_accepts: (max + max_open_close(ctx.profile) + 200) as u32,
+    })?;
+    let dest = SocketAddr::new(t.addr().ip(), session.port);
+    let timed = time_connections(ctx, &dest, max)?;
+    drop(session);
+    let n = timed[0].len();
+    out.check(Check::sanity(
+        &format!("{}enough connections for a distribution", t.prefix),
+        n >= 100,
+        format!("{n} connections (bound {max})"),
+    ));
+    for ((name, what), v) in TIMED.into_iter().zip(timed) {
+        out.distribution(&t.name(name), "ns", &format!("{what}, {label}"), v);
+    }
+    Ok(())
 }
 
 /// connect() on a socket to `dest`, timed by the caller.

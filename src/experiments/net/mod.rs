@@ -1,11 +1,14 @@
 //! Network experiments (docs/METHODOLOGY.md, "Network"; docs/PEER.md): round trip, bandwidth, connection cost, against
 //! the loopback peer this run starts (a separate `osmeter serve` process, started once
-//! and shared by every net experiment) or a remote `osmeter serve` given by `--peer`.
+//! and shared by every net experiment) and, with `--peer`, also against that remote
+//! `osmeter serve` in the same run: its metrics are the loopback ones' names with
+//! `remote_` in front, each target measured in the budget it has alone.
 
 use super::{Context, Experiment, Outcome};
 use crate::peer::client::{resolve_peer, Client};
 use crate::peer::local::LocalPeer;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use crate::results::Prediction;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 mod bandwidth;
@@ -28,9 +31,15 @@ pub(crate) struct PeerTarget {
     pub local: Option<Arc<LocalPeer>>,
     /// "loopback peer 127.0.0.1:40000 (...)" or "remote peer HOST (ADDR)".
     pub label: String,
+    /// Put in front of every metric and check name: "" (loopback) or "remote_".
+    pub prefix: &'static str,
 }
 
 impl PeerTarget {
+    /// `metric` as this target names it.
+    pub fn name(&self, metric: &str) -> String {
+        format!("{}{metric}", self.prefix)
+    }
     pub fn remote(&self) -> bool {
         self.local.is_none()
     }
@@ -80,57 +89,52 @@ fn local_peer(ctx: &Context) -> anyhow::Result<Arc<LocalPeer>> {
     Ok(peer)
 }
 
-/// The peer for this run: `--peer` if given, else the loopback peer; noted in `out`.
-pub(crate) fn target(ctx: &Context, out: &mut Outcome) -> anyhow::Result<PeerTarget> {
+/// The run's targets, each noted in `out`: the loopback peer, then the `--peer` host.
+pub(crate) fn targets(ctx: &Context, out: &mut Outcome) -> anyhow::Result<Vec<PeerTarget>> {
     (ctx.progress)("starting the peer");
-    let t = match &ctx.options.peer {
-        Some(spec) => {
-            let addr = resolve_peer(spec)?;
-            let label = if spec.trim() == addr.to_string() {
-                format!("remote peer {addr}")
-            } else {
-                format!("remote peer {} ({addr})", spec.trim())
-            };
-            PeerTarget {
-                client: Client::new(addr, ctx.options.peer_token.clone()),
-                local: None,
-                label,
-            }
-        }
-        None => {
-            let peer = local_peer(ctx)?;
-            PeerTarget {
-                client: Client::new(peer.addr(), Some(peer.token().to_string())),
-                label: peer.describe(),
-                local: Some(peer),
-            }
-        }
-    };
-    out.notes.push(format!("target: {}", t.label));
-    Ok(t)
-}
-
-/// A UDP socket on any local port, connected to `dest`.
-pub(crate) fn udp_to(dest: SocketAddr) -> std::io::Result<UdpSocket> {
-    let any: IpAddr = match dest {
-        SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
-        SocketAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
-    };
-    let s = UdpSocket::bind((any, 0))?;
-    s.connect(dest)?;
-    Ok(s)
-}
-
-/// The local interface traffic to `dest` leaves through (connecting a UDP socket only
-/// consults the routing table; nothing is sent).
-pub(crate) fn route_interface(dest: SocketAddr) -> Option<(String, IpAddr)> {
-    let s = udp_to(dest).ok()?;
-    let local = s.local_addr().ok()?.ip();
-    if local.is_loopback() {
-        return Some(("lo".into(), local));
+    let peer = local_peer(ctx)?;
+    let mut v = vec![PeerTarget {
+        client: Client::new(peer.addr(), Some(peer.token().to_string())),
+        label: peer.describe(),
+        local: Some(peer),
+        prefix: "",
+    }];
+    if let Some(spec) = &ctx.options.peer {
+        let addr = resolve_peer(spec)?;
+        let label = if spec.trim() == addr.to_string() {
+            format!("remote peer {addr}")
+        } else {
+            format!("remote peer {} ({addr})", spec.trim())
+        };
+        v.push(PeerTarget {
+            client: Client::new(addr, ctx.options.peer_token.clone()),
+            local: None,
+            label,
+            prefix: "remote_",
+        });
     }
-    crate::platform::net::interface_of(local).map(|n| (n, local))
+    out.notes
+        .extend(v.iter().map(|t| format!("target: {}", t.label)));
+    Ok(v)
 }
+
+/// The context of one of `n` targets: the budget split evenly (the runner gives a network
+/// experiment one budget per target).
+pub(crate) fn per_target<'a>(ctx: &Context<'a>, n: usize) -> Context<'a> {
+    Context {
+        budget: ctx.budget / n.max(1) as u32,
+        ..*ctx
+    }
+}
+
+/// Prefixes the names of predictions for the `--peer` host's metrics.
+pub(crate) fn remote(p: Vec<(String, Prediction)>) -> Vec<(String, Prediction)> {
+    p.into_iter()
+        .map(|(n, x)| (format!("remote_{n}"), x))
+        .collect()
+}
+
+pub(crate) use crate::platform::net::{route_interface, udp_to};
 
 /// Round trips per CPU as "CPU 0 (97%), CPU 1 (3%)".
 pub(crate) fn describe_cpus(cpus: &[(u32, u64)]) -> String {

@@ -1,7 +1,7 @@
 //! net.rtt: round-trip time of a small message over TCP and UDP to the peer, and of an
 //! ICMP echo the kernel answers itself, each as a distribution of single round trips.
 
-use super::{describe_cpus, main_cpu, sample, target, PeerTarget};
+use super::{describe_cpus, main_cpu, per_target, remote, sample, targets, PeerTarget};
 use crate::analysis::Separation;
 use crate::experiments::kit::place::Place;
 use crate::experiments::predict::{Input, Predictions};
@@ -244,100 +244,118 @@ impl Experiment for Rtt {
         &SPEC
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        // Per round trip the client's send and receive and the peer's receive and send (4
-        // system calls) and, on one CPU, a switch to the peer and one back.
-        let mut p = Predictions::new(ctx);
+        let mut v = predict_loopback(ctx);
         if ctx.options.peer.is_some() {
+            let mut p = Predictions::new(ctx);
             p.withhold(
-                &["tcp", "tcp_same_cpu", "tcp_cross_cpu", "udp", "icmp"],
+                &["tcp", "udp", "icmp"],
                 "a remote peer: its host's calls and the network path have no measured or published figure",
             );
-            return p.done();
+            v.extend(remote(p.done()));
         }
-        let sys = p.earlier("cpu.syscall", &["getppid"]);
-        let calls = |n: f64| {
-            Input::method(
-                "system_calls",
-                n,
-                "calls",
-                "method: the calls one round trip makes",
-            )
-        };
-        let sw = p.earlier("cpu.thread-switch", &["switch"]).positive();
-        let switches = Input::method(
-            "switches",
-            2.0,
-            "switches",
-            "method: to the peer and back on one CPU",
-        );
-        let same = [&sys, &calls(4.0), &sw, &switches];
-        let with_switches =
-            |v: &[f64]| lower(4.0 * v[0] + 2.0 * v[2], "4 x getppid + 2 x thread switch");
-        p.state("tcp", &same, with_switches);
-        p.state("tcp_same_cpu", &same, with_switches);
-        // The two cross-CPU wake-ups as cpu.thread-switch measured them: its cross-CPU
-        // round trip less its pipe work alone.
-        let rt = p
-            .earlier("cpu.thread-switch", &["pipe_round_trip_cross_cpu"])
-            .named("cross_cpu_round_trip");
-        let pipe = p.earlier("cpu.thread-switch", &["pipe_cost"]);
-        match (rt.value(), pipe.value()) {
-            (Some(r), Some(q)) if r > q => {
-                p.state("tcp_cross_cpu", &[&sys, &calls(4.0), &rt, &pipe], |v| {
-                    lower(
-                        4.0 * v[0] + (v[2] - v[3]),
-                        "4 x getppid + 2 cross-CPU wake-ups (cpu.thread-switch's cross-CPU round \
-                         trip less its pipe work)",
-                    )
-                })
-            }
-            _ => p.state("tcp_cross_cpu", &[&sys, &calls(4.0)], |v| {
-                Prediction::new(
-                    4.0 * v[0],
-                    format!("4 x getppid, a lower bound: {STACK}, nor has a cross-CPU wake-up"),
-                )
-                .lower_bound()
-            }),
-        }
-        p.state("udp", &same, with_switches);
-        // An ICMP echo is answered by the peer's kernel: the client's send and receive only.
-        p.state("icmp", &[&sys, &calls(2.0)], |v| {
-            lower(2.0 * v[0], "2 x getppid")
-        });
-        p.done()
+        v
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
-        let t = target(ctx, &mut out)?;
-        if let Some(pid) = t.local.as_ref().and_then(|p| p.pid()) {
-            out.notes.push(format!("loopback peer process id {pid}"));
+        let targets = targets(ctx, &mut out)?;
+        let ctx = &per_target(ctx, targets.len());
+        let mut plans = Vec::new();
+        for t in &targets {
+            plans.push(measure(ctx, t, &mut out)?);
         }
-        // Pinned figures only on loopback: a remote peer's CPUs are not this machine's.
-        let plans = match crate::platform::pin_support().reason() {
-            _ if t.remote() => vec![],
-            Some(why) => {
-                out.notes.push(format!(
-                    "no pinned TCP figures: they need client and peer held on chosen CPUs, and {why}"
-                ));
-                vec![]
-            }
-            None => ctx
-                .machine
-                .topology
-                .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus),
-        };
-        let parts = if plans.is_empty() { 4 } else { 5 + plans.len() };
-        let slice = ctx.budget * 8 / 10 / parts as u32;
-
-        tcp_unpinned(ctx, &t, slice * 2, &mut out)?;
-        if !plans.is_empty() {
-            tcp_pinned(ctx, &t, &plans, slice, &mut out)?;
-        }
-        udp_and_icmp(ctx, &t, slice, &mut out);
         out.pool(ctx);
-        findings(&mut out, &t, &plans);
+        for (t, plans) in targets.iter().zip(&plans) {
+            findings(&mut out, t, plans);
+        }
         Ok(out)
     }
+}
+
+/// Per round trip the client's send and receive and the peer's receive and send (4 system
+/// calls) and, on one CPU, a switch to the peer and one back.
+fn predict_loopback(ctx: &Context) -> Vec<(String, Prediction)> {
+    let mut p = Predictions::new(ctx);
+    let sys = p.earlier("cpu.syscall", &["getppid"]);
+    let calls = |n: f64| {
+        Input::method(
+            "system_calls",
+            n,
+            "calls",
+            "method: the calls one round trip makes",
+        )
+    };
+    let sw = p.earlier("cpu.thread-switch", &["switch"]).positive();
+    let switches = Input::method(
+        "switches",
+        2.0,
+        "switches",
+        "method: to the peer and back on one CPU",
+    );
+    let same = [&sys, &calls(4.0), &sw, &switches];
+    let with_switches =
+        |v: &[f64]| lower(4.0 * v[0] + 2.0 * v[2], "4 x getppid + 2 x thread switch");
+    p.state("tcp", &same, with_switches);
+    p.state("tcp_same_cpu", &same, with_switches);
+    // The two cross-CPU wake-ups as cpu.thread-switch measured them: its cross-CPU
+    // round trip less its pipe work alone.
+    let rt = p
+        .earlier("cpu.thread-switch", &["pipe_round_trip_cross_cpu"])
+        .named("cross_cpu_round_trip");
+    let pipe = p.earlier("cpu.thread-switch", &["pipe_cost"]);
+    match (rt.value(), pipe.value()) {
+        (Some(r), Some(q)) if r > q => {
+            p.state("tcp_cross_cpu", &[&sys, &calls(4.0), &rt, &pipe], |v| {
+                lower(
+                    4.0 * v[0] + (v[2] - v[3]),
+                    "4 x getppid + 2 cross-CPU wake-ups (cpu.thread-switch's cross-CPU round \
+                         trip less its pipe work)",
+                )
+            })
+        }
+        _ => p.state("tcp_cross_cpu", &[&sys, &calls(4.0)], |v| {
+            Prediction::new(
+                4.0 * v[0],
+                format!("4 x getppid, a lower bound: {STACK}, nor has a cross-CPU wake-up"),
+            )
+            .lower_bound()
+        }),
+    }
+    p.state("udp", &same, with_switches);
+    // An ICMP echo is answered by the peer's kernel: the client's send and receive only.
+    p.state("icmp", &[&sys, &calls(2.0)], |v| {
+        lower(2.0 * v[0], "2 x getppid")
+    });
+    p.done()
+}
+
+/// One target's round trips into `out`; the cross-CPU plans it measured.
+fn measure(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<Vec<CrossPlan>> {
+    if let Some(pid) = t.local.as_ref().and_then(|p| p.pid()) {
+        out.notes.push(format!("loopback peer process id {pid}"));
+    }
+    // Pinned figures only on loopback: a remote peer's CPUs are not this machine's.
+    let plans = match crate::platform::pin_support().reason() {
+        _ if t.remote() => vec![],
+        Some(why) => {
+            out.notes.push(format!(
+                "no pinned TCP figures: they need client and peer held on chosen CPUs, and {why}"
+            ));
+            vec![]
+        }
+        None => ctx
+            .machine
+            .topology
+            .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus),
+    };
+    let parts = if plans.is_empty() { 4 } else { 5 + plans.len() };
+    let slice = ctx.budget * 8 / 10 / parts as u32;
+
+    tcp_unpinned(ctx, t, slice * 2, out)?;
+    if !plans.is_empty() {
+        tcp_pinned(ctx, t, &plans, slice, out)?;
+    }
+    udp_and_icmp(ctx, t, slice, out);
+    Ok(plans)
 }
 
 /// TCP round trips with the peer placed by the scheduler (or on its own host).
@@ -362,9 +380,10 @@ fn tcp_unpinned(
         ),
         None => format!("client pinned to CPU {client_cpu}, peer CPU unknown"),
     };
-    out.check(echo_check("tcp", e.count, e.report.messages, &where_));
+    let tcp = t.name("tcp");
+    out.check(echo_check(&tcp, e.count, e.report.messages, &where_));
     let what = format!("TCP_NODELAY ping-pong of {TCP_MSG} byte with {}", t.label);
-    out.distribution("tcp", "ns", &format!("{what}; {where_}"), e.v);
+    out.distribution(&tcp, "ns", &format!("{what}; {where_}"), e.v);
     Ok(())
 }
 
@@ -424,32 +443,36 @@ fn udp_and_icmp(ctx: &Context, t: &PeerTarget, budget: Duration, out: &mut Outco
     match udp_echo(ctx, t, budget) {
         Ok((v, lost)) => {
             let desc = format!("UDP ping-pong of {UDP_MSG} bytes with {}", t.label);
-            add_lossy(out, "udp", v, lost, "datagrams lost", &desc);
+            add_lossy(out, &t.name("udp"), v, lost, "datagrams lost", &desc);
         }
-        Err(e) => out.notes.push(format!("udp: not measured: {e:#}")),
+        Err(e) => out
+            .notes
+            .push(format!("{}: not measured: {e:#}", t.name("udp"))),
     }
     (ctx.progress)("ICMP echo");
     match icmp_echo(ctx, t, budget) {
         Ok((v, lost, kind)) => {
             let ip = t.addr().ip();
             let desc = format!("ICMP echo to {ip} via a {kind}, answered by the kernel");
-            add_lossy(out, "icmp", v, lost, "echoes unanswered", &desc);
+            add_lossy(out, &t.name("icmp"), v, lost, "echoes unanswered", &desc);
         }
         Err(why) => {
-            out.notes.push(format!("icmp: skipped: {why}"));
-            out.check(Check::sanity(crate::grade::ICMP_CHECK, false, why));
+            let icmp = t.name("icmp");
+            out.notes.push(format!("{icmp}: skipped: {why}"));
+            out.check(Check::sanity(&t.name(crate::grade::ICMP_CHECK), false, why));
         }
     }
 }
 
 fn findings(out: &mut Outcome, t: &PeerTarget, plans: &[CrossPlan]) {
-    if let Some((p50, p90, p99)) = pct(out, "tcp") {
+    let (tcp, icmp) = (t.name("tcp"), t.name("icmp"));
+    if let Some((p50, p90, p99)) = pct(out, &tcp) {
         let [p50, p90, p99] = [p50, p90, p99].map(fmt_ns);
         let text = format!(
             "TCP round trip with {}: p50 {p50}, p90 {p90}, p99 {p99}.",
             t.label
         );
-        out.finding(text, &["tcp"]);
+        out.finding(text, &[&tcp]);
     }
     for plan in plans {
         let name = format!("tcp_cross_cpu{}", plan.suffix);
@@ -476,14 +499,15 @@ fn findings(out: &mut Outcome, t: &PeerTarget, plans: &[CrossPlan]) {
             &["tcp_same_cpu", name.as_str()],
         );
     }
-    if let (Some(tcp), Some(icmp)) = (pct(out, "tcp"), pct(out, "icmp")) {
+    if let (Some(x), Some(y)) = (pct(out, &tcp), pct(out, &icmp)) {
         out.finding(
             format!(
-                "An ICMP echo (answered by the kernel) takes {}, {:.0}% of the TCP round trip's p50.",
-                fmt_ns(icmp.0),
-                100.0 * icmp.0 / tcp.0
+                "An ICMP echo to {} (answered by the kernel) takes {}, {:.0}% of the TCP round trip's p50.",
+                t.addr().ip(),
+                fmt_ns(y.0),
+                100.0 * y.0 / x.0
             ),
-            &["icmp", "tcp"],
+            &[&icmp, &tcp],
         );
     }
 }
