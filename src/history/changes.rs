@@ -245,6 +245,12 @@ pub struct Found {
     pub rel: f64,
     pub rel_ci95: [f64; 2],
     pub p: f64,
+    /// The conditions that changed with it (`why::annotate`; empty until then).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<super::why::Condition>,
+    /// The change as one sentence with its conditions (`why::annotate`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 /// A series with the changes found in it.
@@ -285,6 +291,8 @@ pub fn analyse(all: Vec<super::MetricSeries>, s: &Settings) -> Vec<SeriesChanges
                     rel: c.rel,
                     rel_ci95: c.rel_ci95,
                     p: c.p,
+                    conditions: Vec::new(),
+                    why: None,
                 })
                 .collect();
             SeriesChanges { series, changes }
