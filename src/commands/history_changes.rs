@@ -66,7 +66,8 @@ fn changes(a: Args, json: bool) -> Result<()> {
         alpha: a.alpha,
         ..Settings::default()
     };
-    let found = changes::analyse(series, &s);
+    let mut found = changes::analyse(series, &s);
+    crate::history::why::annotate(&h, &mut found);
     if let Some(f) = &a.html {
         super::export::write_new(f, &crate::report::history_page::render(&found, &method(&s)))?;
         eprintln!("history page: {}", f.display());
@@ -140,6 +141,7 @@ fn table(found: &[changes::SeriesChanges], all: bool) -> comfy_table::Table {
         "after",
         "size [95% CI]",
         "p",
+        "conditions that changed with it",
     ]);
     use crate::units::fmt_value;
     for sc in found {
@@ -168,6 +170,15 @@ fn table(found: &[changes::SeriesChanges], all: bool) -> comfy_table::Table {
                     100.0 * c.rel_ci95[1]
                 ),
                 format!("{:.3}", c.p),
+                if c.conditions.is_empty() {
+                    "none seen".to_string()
+                } else {
+                    c.conditions
+                        .iter()
+                        .map(|k| k.text.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                },
             ]));
         }
         if sc.changes.is_empty() && all {

@@ -423,6 +423,35 @@ mod tests {
         );
     }
 
+    /// Burst then sustained: a machine fast for its first passes (credits, a cool chip)
+    /// and slower from some pass to the end of the history. The step sustained to the
+    /// end is a change at its first slow pass, down to the last `min_size` passes; a
+    /// single slow last pass is not yet one.
+    #[test]
+    fn a_slowdown_sustained_to_the_end_is_a_change_at_its_start() {
+        let s = Settings::default();
+        let mut rng = Rng::new(40);
+        for (fast, slow) in [(9, 3), (12, 4), (20, 6), (6, 10)] {
+            let mut exact = 0;
+            for _ in 0..20 {
+                let mut x = noise(&mut rng, fast, 1.0, 0.03);
+                x.extend(noise(&mut rng, slow, 0.55, 0.03));
+                let c = detect(&x, &s);
+                exact += usize::from(c.len() == 1 && c[0].index == fast && c[0].rel < -0.3);
+            }
+            assert!(
+                exact >= 19,
+                "{fast} fast then {slow} slow: {exact} of 20 exact"
+            );
+        }
+        let mut x = noise(&mut rng, 11, 1.0, 0.03);
+        x.push(0.55);
+        assert!(
+            detect(&x, &s).is_empty(),
+            "one slow pass is not yet a level"
+        );
+    }
+
     #[test]
     fn short_and_constant_series_give_nothing() {
         let s = Settings::default();
