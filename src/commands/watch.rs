@@ -94,8 +94,6 @@ fn watch_cmd(a: Args) -> Result<()> {
         Some(d) => d.clone(),
         None => history.parent().unwrap_or(Path::new(".")).join("watch"),
     };
-    std::fs::create_dir_all(&out_dir)
-        .map_err(|e| Error::usage(format!("--out-dir {}: {e}", out_dir.display())))?;
     if let Some(f) = a.openmetrics.as_ref().filter(|f| f.is_dir()) {
         return Err(Error::usage(format!(
             "--openmetrics {}: is a directory",
@@ -146,6 +144,8 @@ fn watch_cmd(a: Args) -> Result<()> {
     };
     // Checked once before the first pass: a bad selection or peer fails at once.
     runner::plan(&cfg, Registry::real())?;
+    std::fs::create_dir_all(&out_dir)
+        .map_err(|e| Error::usage(format!("--out-dir {}: {e}", out_dir.display())))?;
     // From here an interruption removes the scratch files and ends the process; between
     // passes nothing is half-written (the exports are renamed into place, the history
     // commits in one transaction).
