@@ -44,7 +44,7 @@ pub(super) fn run(a: Args, json: bool) -> Result<()> {
 /// The method, in one sentence, for the output's head.
 fn method(s: &Settings) -> String {
     format!(
-        "Method: E-divisive means (Matteson & James 2014), each split kept when a {}-permutation test gives p <= {}; at least {} runs on each side of a change; a change kept only when its step is at least {} times the series' own run-to-run noise; size = ratio of the two segments' medians, with a 95% bootstrap interval.",
+        "A series is one metric on one host, machine fingerprint and profile. Method: E-divisive means (Matteson & James 2014), each split kept when a {}-permutation test gives p <= {}; at least {} runs on each side of a change; a change kept only when its step is at least {} times the series' own run-to-run noise; size = ratio of the two segments' medians, with a 95% bootstrap interval.",
         s.permutations, s.alpha, s.min_size, s.min_effect
     )
 }

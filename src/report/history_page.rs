@@ -100,7 +100,7 @@ pub fn render(all: &[SeriesChanges], method: &str) -> String {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>osmeter history: change points</title><style>{CSS}</style></head><body>
 <h1>osmeter history: change points</h1>
-<p class="lead">{n} series (one per host, machine fingerprint, profile and metric), {changed} with a change of level. {method}</p>
+<p class="lead">{n} series, {changed} with a change of level. {method}</p>
 "#,
         n = all.len(),
         method = esc(method),

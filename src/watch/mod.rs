@@ -34,7 +34,7 @@ pub const WINDOW: usize = 200;
 /// The method, in one sentence.
 pub fn method(s: &Settings) -> String {
     format!(
-        "Change points by E-divisive means (Matteson & James 2014) over the last {WINDOW} passes of \
+        "A series is one metric of this host's passes, across machine fingerprints (a changed machine is named at its change). Change points by E-divisive means (Matteson & James 2014) over the last {WINDOW} passes of \
          this host, each kept when a {}-permutation test gives p <= {} and its step is at least {} \
          times the series' run-to-run noise, with at least {} passes on each side; a condition is \
          named only when the runs before and after the change differ in it.",
