@@ -10,6 +10,7 @@
 //! - the systemd service and timer pass `systemd-analyze verify`, and the service's own
 //!   command makes one pass;
 //! - Ctrl-C between passes ends the watch with its scratch folder gone.
+//!
 //! Root-only parts (cgroups, namespaces) skip with a message, and fail under
 //! OSMETER_REQUIRE_ALL_TESTS=1.
 

@@ -156,22 +156,17 @@ pub fn tables(all: &[SeriesChanges]) -> String {
                 )
             })
             .collect();
+        let span =
+            |p: Option<&crate::history::SeriesPoint>| esc(p.map_or("", |p| p.started_at.as_str()));
         let _ = write!(
             h,
-            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}<br><span class=\"muted\">{} &ndash; {}</span></td><td>{}</td></tr>",
             esc(&s.series.experiment),
             esc(&s.series.metric),
             s.series.points.len(),
-            format!(
-                "{}<br><span class=\"muted\">{} &ndash; {}</span>",
-                sparkline(s),
-                esc(s
-                    .series
-                    .points
-                    .first()
-                    .map_or("", |p| p.started_at.as_str())),
-                esc(s.series.points.last().map_or("", |p| p.started_at.as_str()))
-            ),
+            sparkline(s),
+            span(s.series.points.first()),
+            span(s.series.points.last()),
             if changes.is_empty() {
                 "<span class=\"muted\">none</span>".to_string()
             } else {
