@@ -247,10 +247,19 @@ pub struct Found {
     pub p: f64,
     /// The conditions that changed with it (`why::annotate`; empty until then).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<super::why::Condition>,
+    pub conditions: Vec<Condition>,
     /// The change as one sentence with its conditions (`why::annotate`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
+}
+
+/// One condition named at a change.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Condition {
+    /// The grade's code, or `kernel`, `build`, `machine`.
+    pub code: String,
+    /// The phrase a sentence uses ("steal 12% from that run on").
+    pub text: String,
 }
 
 /// A series with the changes found in it.

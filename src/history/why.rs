@@ -8,6 +8,7 @@
 //! first at the new level differ. A condition present throughout is not a cause of
 //! the change, and is not named.
 
+use super::changes::Condition;
 use crate::results::RunResults;
 use std::collections::BTreeMap;
 
@@ -93,15 +94,6 @@ fn steal_share(text: &str) -> Option<f64> {
     let rest = &text[at..];
     let end = rest.find('%')?;
     rest[..end].trim().parse().ok()
-}
-
-/// One condition named at a change.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Condition {
-    /// The grade's code, or `kernel`, `build`, `machine`.
-    pub code: String,
-    /// The phrase a sentence uses ("steal 12% from that run on").
-    pub text: String,
 }
 
 /// The conditions that changed between `before` and `after` (the runs of the segment
