@@ -58,7 +58,7 @@ fn sparkline(s: &SeriesChanges) -> String {
         let cx = x(c.position as f64 - 1.5);
         let _ = write!(
             out,
-            r##"<line class="change" data-run="{}" x1="{cx:.1}" y1="2" x2="{cx:.1}" y2="{}" stroke="#c62828" stroke-width="2" stroke-dasharray="3 2"><title>{}</title></line>"##,
+            r##"<line class="change" data-run="{}" x1="{cx:.1}" y1="2" x2="{cx:.1}" y2="{}" stroke="#c62828" stroke-dasharray="3 2"><title>{}</title></line>"##,
             c.run,
             H - 2.0,
             esc(c.why.as_deref().unwrap_or(&c.started_at))
