@@ -9,6 +9,7 @@
 //! one transaction, filling `metrics` from the stored documents.
 
 pub(crate) mod changes;
+pub(crate) mod why;
 
 use crate::results::{RunResults, Status};
 use anyhow::Context;

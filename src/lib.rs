@@ -56,3 +56,5 @@ pub(crate) mod sentinel;
 pub(crate) mod stats;
 #[cfg(unix)]
 pub(crate) mod units;
+#[cfg(unix)]
+pub(crate) mod watch;

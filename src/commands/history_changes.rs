@@ -44,7 +44,7 @@ pub(super) fn run(a: Args, json: bool) -> Result<()> {
 /// The method, in one sentence, for the output's head.
 fn method(s: &Settings) -> String {
     format!(
-        "Method: E-divisive means (Matteson & James 2014), each split kept when a {}-permutation test gives p <= {}; at least {} runs on each side of a change; a change kept only when its step is at least {} times the series' own run-to-run noise; size = ratio of the two segments' medians, with a 95% bootstrap interval.",
+        "A series is one metric on one host, machine fingerprint and profile. Method: E-divisive means (Matteson & James 2014), each split kept when a {}-permutation test gives p <= {}; at least {} runs on each side of a change; a change kept only when its step is at least {} times the series' own run-to-run noise; size = ratio of the two segments' medians, with a 95% bootstrap interval.",
         s.permutations, s.alpha, s.min_size, s.min_effect
     )
 }
@@ -66,7 +66,8 @@ fn changes(a: Args, json: bool) -> Result<()> {
         alpha: a.alpha,
         ..Settings::default()
     };
-    let found = changes::analyse(series, &s);
+    let mut found = changes::analyse(series, &s);
+    crate::history::why::annotate(&h, &mut found);
     if let Some(f) = &a.html {
         super::export::write_new(f, &crate::report::history_page::render(&found, &method(&s)))?;
         eprintln!("history page: {}", f.display());
@@ -140,6 +141,7 @@ fn table(found: &[changes::SeriesChanges], all: bool) -> comfy_table::Table {
         "after",
         "size [95% CI]",
         "p",
+        "conditions that changed with it",
     ]);
     use crate::units::fmt_value;
     for sc in found {
@@ -168,6 +170,15 @@ fn table(found: &[changes::SeriesChanges], all: bool) -> comfy_table::Table {
                     100.0 * c.rel_ci95[1]
                 ),
                 format!("{:.3}", c.p),
+                if c.conditions.is_empty() {
+                    "none seen".to_string()
+                } else {
+                    c.conditions
+                        .iter()
+                        .map(|k| k.text.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                },
             ]));
         }
         if sc.changes.is_empty() && all {

@@ -26,6 +26,8 @@ mod report;
 #[cfg(unix)]
 mod run;
 mod serve;
+#[cfg(unix)]
+mod watch;
 // The Windows build's command line (serve only); its parsing is tested on Linux too.
 #[cfg(any(windows, test))]
 mod serve_only;
@@ -73,6 +75,9 @@ enum Cmd {
         #[command(subcommand)]
         cmd: io::IoCmd,
     },
+    /// Measure this machine now and then, record it, and say when and why it changed.
+    #[command(after_help = watch::EXAMPLES)]
+    Watch(watch::Args),
     /// Run the peer that network experiments talk to (binds 127.0.0.1 unless --bind).
     Serve(serve::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
@@ -98,6 +103,7 @@ pub fn main() -> ExitCode {
         Cmd::History(a) => history::run(a),
         Cmd::Compare(a) => compare::run(a),
         Cmd::Io { cmd } => io::run(cmd),
+        Cmd::Watch(a) => watch::run(a),
         Cmd::Serve(a) => serve::run(a),
         Cmd::Completions(a) => completions::run(a),
         Cmd::Man => man::run(),

@@ -245,6 +245,21 @@ pub struct Found {
     pub rel: f64,
     pub rel_ci95: [f64; 2],
     pub p: f64,
+    /// The conditions that changed with it (`why::annotate`; empty until then).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The change as one sentence with its conditions (`why::annotate`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+/// One condition named at a change.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Condition {
+    /// The grade's code, or `kernel`, `build`, `machine`.
+    pub code: String,
+    /// The phrase a sentence uses ("steal 12% from that run on").
+    pub text: String,
 }
 
 /// A series with the changes found in it.
@@ -285,6 +300,8 @@ pub fn analyse(all: Vec<super::MetricSeries>, s: &Settings) -> Vec<SeriesChanges
                     rel: c.rel,
                     rel_ci95: c.rel_ci95,
                     p: c.p,
+                    conditions: Vec::new(),
+                    why: None,
                 })
                 .collect();
             SeriesChanges { series, changes }
@@ -412,6 +429,35 @@ mod tests {
         assert!(
             flagged as f64 / trials as f64 <= 0.10,
             "{flagged} of {trials}"
+        );
+    }
+
+    /// Burst then sustained: a machine fast for its first passes (credits, a cool chip)
+    /// and slower from some pass to the end of the history. The step sustained to the
+    /// end is a change at its first slow pass, down to the last `min_size` passes; a
+    /// single slow last pass is not yet one.
+    #[test]
+    fn a_slowdown_sustained_to_the_end_is_a_change_at_its_start() {
+        let s = Settings::default();
+        let mut rng = Rng::new(40);
+        for (fast, slow) in [(9, 3), (12, 4), (20, 6), (6, 10)] {
+            let mut exact = 0;
+            for _ in 0..20 {
+                let mut x = noise(&mut rng, fast, 1.0, 0.03);
+                x.extend(noise(&mut rng, slow, 0.55, 0.03));
+                let c = detect(&x, &s);
+                exact += usize::from(c.len() == 1 && c[0].index == fast && c[0].rel < -0.3);
+            }
+            assert!(
+                exact >= 19,
+                "{fast} fast then {slow} slow: {exact} of 20 exact"
+            );
+        }
+        let mut x = noise(&mut rng, 11, 1.0, 0.03);
+        x.push(0.55);
+        assert!(
+            detect(&x, &s).is_empty(),
+            "one slow pass is not yet a level"
         );
     }
 

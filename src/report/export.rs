@@ -53,14 +53,14 @@ fn family(unit: &str) -> (String, f64) {
 }
 
 /// A label value escaped for the text format (backslash, double quote, newline).
-fn label(v: &str) -> String {
+pub(crate) fn label(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
 }
 
 /// A sample value: Go's float formatting accepts Rust's shortest round-trip form.
-fn value(v: f64) -> String {
+pub(crate) fn value(v: f64) -> String {
     if v.is_nan() {
         "NaN".into()
     } else if v.is_infinite() {

@@ -1,7 +1,9 @@
 //! The fleet's history page (`osmeter history changes --html FILE`): per host, machine
 //! and profile, each metric's recorded medians in run order with the change points the
 //! detector found marked (a red line before the first run at the new level, the level
-//! of each segment drawn as its median). Self-contained like the fleet page: the same
+//! of each segment drawn as its median), with the first and last run's time under it
+//! and, where `history::why` annotated them, the conditions that changed with each
+//! change beside it (`osmeter watch` writes this page every pass). Self-contained like the fleet page: the same
 //! styles, inline SVG, no script.
 
 use super::fleet::CSS;
@@ -56,8 +58,10 @@ fn sparkline(s: &SeriesChanges) -> String {
         let cx = x(c.position as f64 - 1.5);
         let _ = write!(
             out,
-            r##"<line x1="{cx:.1}" y1="2" x2="{cx:.1}" y2="{}" stroke="#c62828" stroke-dasharray="3 2"/>"##,
-            H - 2.0
+            r##"<line class="change" data-run="{}" x1="{cx:.1}" y1="2" x2="{cx:.1}" y2="{}" stroke="#c62828" stroke-dasharray="3 2"><title>{}</title></line>"##,
+            c.run,
+            H - 2.0,
+            esc(c.why.as_deref().unwrap_or(&c.started_at))
         );
     }
     let pts: Vec<String> = v
@@ -96,13 +100,13 @@ pub fn render(all: &[SeriesChanges], method: &str) -> String {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>osmeter history: change points</title><style>{CSS}</style></head><body>
 <h1>osmeter history: change points</h1>
-<p class="lead">{n} series (one per host, machine fingerprint, profile and metric), {changed} with a change of level. {method}</p>
+<p class="lead">{n} series, {changed} with a change of level. {method}</p>
 "#,
         n = all.len(),
         method = esc(method),
     );
     h.push_str(&tables(all));
-    h.push_str("<footer class=\"muted\"><p>Made by osmeter history changes. No script, no external resources.</p></footer></body></html>\n");
+    h.push_str("<footer class=\"muted\"><p>Made by osmeter (history changes, watch). No script, no external resources.</p></footer></body></html>\n");
     h
 }
 
@@ -130,8 +134,16 @@ pub fn tables(all: &[SeriesChanges]) -> String {
             .changes
             .iter()
             .map(|c| {
+                let conditions = if c.why.is_none() {
+                    String::new()
+                } else if c.conditions.is_empty() {
+                    "<br><span class=\"muted\">no condition seen to change with it</span>".to_string()
+                } else {
+                    let v: Vec<String> = c.conditions.iter().map(|k| esc(&k.text)).collect();
+                    format!("<br><span class=\"condition\">with {}</span>", v.join(", "))
+                };
                 format!(
-                    "run {} (#{}, {}): {} &rarr; {}, {:+.1}% [{:+.1}%, {:+.1}%], p = {:.3}",
+                    "run {} (#{}, {}): {} &rarr; {}, {:+.1}% [{:+.1}%, {:+.1}%], p = {:.3}{conditions}",
                     c.run,
                     c.position,
                     esc(&c.started_at),
@@ -144,13 +156,17 @@ pub fn tables(all: &[SeriesChanges]) -> String {
                 )
             })
             .collect();
+        let span =
+            |p: Option<&crate::history::SeriesPoint>| esc(p.map_or("", |p| p.started_at.as_str()));
         let _ = write!(
             h,
-            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}<br><span class=\"muted\">{} &ndash; {}</span></td><td>{}</td></tr>",
             esc(&s.series.experiment),
             esc(&s.series.metric),
             s.series.points.len(),
             sparkline(s),
+            span(s.series.points.first()),
+            span(s.series.points.last()),
             if changes.is_empty() {
                 "<span class=\"muted\">none</span>".to_string()
             } else {
