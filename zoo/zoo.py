@@ -222,6 +222,7 @@ def busybox(apt, cache, arch):
         deb = max((f for f in os.listdir(debs)
                    if f.startswith("busybox-static_") and f.endswith(f"_{debarch}.deb")),
                   key=lambda f: os.path.getmtime(os.path.join(debs, f)))
+        os.makedirs(root, exist_ok=True)
         run(["dpkg-deb", "-x", os.path.join(debs, deb), root])
     return bb
 
@@ -416,7 +417,7 @@ def qemu_cmd(g, kernel_path, initrd, disk, release):
               f"quiet loglevel=3 zoo.name={g['name']} zoo.mode={g.get('mode', 'plain')} "
               f"zoo.profile={g['profile']} zoo.only={g['only']}")
     if g.get("mode") == "container" and g.get("memquick"):
-        append += f" zoo.memquick={g['memquick']}"
+        append += f" zoo.memquick={g['memquick']} zoo.memprofile={g['memprofile']}"
     nodes = g.get("numa", [])
     mem = sum(mem_mib(n.split(":")[1]) for n in nodes) if nodes else mem_mib(g.get("mem", "1024M"))
     if g["arch"] == "aarch64":
@@ -648,14 +649,17 @@ def main():
                     "4,sockets=1,cores=2,threads=2 (replaces the list)")
     ap.add_argument("--numa", action="append", default=[], metavar="CPUS:MEM",
                     help="with --smp: a NUMA node, e.g. 0-1:512M (repeat)")
-    ap.add_argument("--mem", default="1024M", help="with --smp and no --numa: memory")
+    ap.add_argument("--mem", help="guest memory where no --numa gives it (default 1024M "
+                    "with --smp; each named guest's own otherwise)")
     ap.add_argument("--arch", default="x86_64", choices=["x86_64", "aarch64"])
     ap.add_argument("--cpu", help="with --smp: qemu's -cpu (default max, Intel vendor on x86)")
     ap.add_argument("--profile", default="smoke")
     ap.add_argument("--only", default=SMOKE_ONLY, help="experiments of the run (osmeter's "
                     "--only); default: the placement-sensitive ones and one of each kind")
     ap.add_argument("--mem-quick", default=MEM_QUICK,
-                    help="the container guest's quick run inside the limit ('' = none)")
+                    help="the container guest's run of the memory experiments inside the "
+                    "limit ('' = none)")
+    ap.add_argument("--mem-profile", default="quick", help="its profile")
     ap.add_argument("--cache", default=os.environ.get("ZOO_CACHE", "/var/tmp/osm-zoo-cache"))
     ap.add_argument("--timeout", type=int, default=600, help="seconds per guest")
     ap.add_argument("--osmeter", help="the x86_64 binary (default target/release/osmeter)")
@@ -672,7 +676,7 @@ def main():
         except (ValueError, IndexError, Fail) as err:
             ap.error(f"bad --smp/--numa: {err}")
         guests = [dict(name="custom", what="given on the command line", arch=a.arch,
-                       kernel="bookworm", smp=a.smp, numa=a.numa, mem=a.mem,
+                       kernel="bookworm", smp=a.smp, numa=a.numa, mem=a.mem or "1024M",
                        cpu=a.cpu or ("max,vendor=GenuineIntel" if a.arch == "x86_64"
                                      else "max"))]
     else:
@@ -680,8 +684,12 @@ def main():
         if unknown:
             ap.error(f"unknown guest(s) {unknown}; known: {list(GUESTS)}")
         guests = [dict(GUESTS[n], name=n) for n in (a.guests or GUESTS)]
+        if a.mem:
+            for g in guests:
+                g["mem"] = a.mem
     for g in guests:
-        g.update(profile=a.profile, only=a.only, memquick=a.mem_quick)
+        g.update(profile=a.profile, only=a.only, memquick=a.mem_quick,
+                 memprofile=a.mem_profile)
     tools = {"x86_64": "qemu-system-x86_64", "aarch64": "qemu-system-aarch64"}
     missing = [t for t in {tools[g["arch"]] for g in guests} |
                {"cpio", "mkfs.ext4", "debugfs", "apt-get", "dpkg-deb", "readelf"}

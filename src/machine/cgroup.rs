@@ -23,6 +23,11 @@ pub struct Cgroup {
     pub cpu_limit: Option<f64>,
     pub memory_limit_bytes: Option<u64>,
     pub memory_usage_bytes: Option<u64>,
+    /// This process's cgroup as /proc/self/cgroup names it, when its files cannot be read
+    /// (no cgroup file system mounted here, as in a container with /sys hidden): its
+    /// limits are unknown, not absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unseen: Option<String>,
 }
 
 /// One line of /proc/self/cgroup: hierarchy id, controllers, path.
@@ -208,6 +213,18 @@ fn locate(
     })
 }
 
+/// The cgroup path of this process when it is not the root and no cgroup file system is
+/// mounted where this process can read it.
+fn unseen(members: &[Membership], mounts: &[CgroupMount]) -> Option<String> {
+    if !mounts.is_empty() {
+        return None;
+    }
+    members
+        .iter()
+        .find(|m| m.path != "/" && !m.path.is_empty())
+        .map(|m| m.path.clone())
+}
+
 pub fn gather(root: &FactRoot) -> Cgroup {
     let members = root
         .read("/proc/self/cgroup")
@@ -217,7 +234,10 @@ pub fn gather(root: &FactRoot) -> Cgroup {
         .read("/proc/self/mountinfo")
         .map(|s| parse_cgroup_mounts(&s))
         .unwrap_or_default();
-    let mut cg = Cgroup::default();
+    let mut cg = Cgroup {
+        unseen: unseen(&members, &mounts),
+        ..Cgroup::default()
+    };
     if let Some((dir, top, v2)) = locate(root, "cpu", &members, &mounts) {
         cg.version = Some(if v2 { 2 } else { 1 });
         if let Some((q, p)) = tightest_cpu(root, &dir, &top, v2) {
@@ -245,6 +265,14 @@ impl Cgroup {
     /// Warnings when the cgroup allows less than the machine has.
     pub fn warnings(&self, total_memory: u64, cpus: usize) -> Vec<String> {
         let mut w = Vec::new();
+        if let Some(path) = &self.unseen {
+            w.push(format!(
+                "this process runs in cgroup {path}, but no cgroup file system is mounted \
+                 here (/sys hidden, as in some containers): its memory and CPU limits are \
+                 unknown, so memory experiments size themselves as if memory were unknown \
+                 (at most 256 MiB); mount /sys/fs/cgroup read-only to let them see the limit"
+            ));
+        }
         if let (Some(l), Some(q), Some(p)) = (self.cpu_limit, self.cpu_quota_us, self.cpu_period_us)
         {
             if l < cpus as f64 {
@@ -284,6 +312,26 @@ mod tests {
 35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 ";
+
+    #[test]
+    fn a_named_cgroup_without_a_mount_is_unseen() {
+        let m = parse_proc_cgroup("0::/zoo/hidden\n");
+        assert_eq!(unseen(&m, &[]), Some("/zoo/hidden".into()));
+        // The root cgroup (a host, or a cgroup namespace's view) says nothing hidden.
+        assert_eq!(unseen(&parse_proc_cgroup("0::/\n"), &[]), None);
+        // A mount that can be read: the limits are read, not unknown.
+        assert_eq!(unseen(&m, &parse_cgroup_mounts(MOUNTINFO)), None);
+        let cg = Cgroup {
+            unseen: Some("/zoo/hidden".into()),
+            ..Cgroup::default()
+        };
+        let w = cg.warnings(8 << 30, 4);
+        assert_eq!(w.len(), 1);
+        assert!(
+            w[0].contains("/zoo/hidden") && w[0].contains("unknown"),
+            "{w:?}"
+        );
+    }
 
     #[test]
     fn proc_cgroup() {

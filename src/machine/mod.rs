@@ -186,14 +186,34 @@ impl Machine {
         hw
     }
 
-    /// The memory an experiment may allocate: MemAvailable, capped by a cgroup limit.
+    /// The memory an experiment may allocate: MemAvailable, capped by a cgroup limit; 0
+    /// (unknown) when this process's cgroup cannot be read, since MemAvailable is then the
+    /// host's and a hidden limit may be far below it (portability review N4).
     pub(crate) fn memory_budget_bytes(&self) -> u64 {
+        if self.cgroup.unseen.is_some() {
+            return 0;
+        }
         let mut b = self.memory.available_bytes;
         if let Some(limit) = self.cgroup.memory_limit_bytes {
             let used = self.cgroup.memory_usage_bytes.unwrap_or(0);
             b = b.min(limit.saturating_sub(used));
         }
         b
+    }
+
+    /// What `memory_budget_bytes` came from, for the memory experiments' notes:
+    /// "MemAvailable 1.2 GiB", or why it is unknown.
+    pub(crate) fn memory_budget_text(&self) -> String {
+        match &self.cgroup.unseen {
+            Some(path) => format!(
+                "memory available unknown (cgroup {path} cannot be read, so its limit is \
+                 unknown; MemAvailable may be the host's)"
+            ),
+            None => format!(
+                "MemAvailable {}",
+                crate::units::fmt_bytes(self.memory_budget_bytes() as f64)
+            ),
+        }
     }
 
     /// One line per condition that may distort figures, each saying what to do.
