@@ -213,16 +213,23 @@ fn locate(
     })
 }
 
-/// The cgroup path of this process when it is not the root and no cgroup file system is
-/// mounted where this process can read it.
-fn unseen(members: &[Membership], mounts: &[CgroupMount]) -> Option<String> {
-    if !mounts.is_empty() {
+/// The memory cgroup path of this process when it is not the root and its directory
+/// cannot be read (`readable` false): no cgroup file system mounted, or one listed in
+/// mountinfo but hidden under another mount (a tmpfs over /sys).
+fn unseen(members: &[Membership], readable: bool) -> Option<String> {
+    if readable {
         return None;
     }
     members
         .iter()
-        .find(|m| m.path != "/" && !m.path.is_empty())
+        .find(|m| m.controllers.iter().any(|c| c == "memory"))
+        .or_else(|| {
+            members
+                .iter()
+                .find(|m| m.id == 0 && m.controllers.is_empty())
+        })
         .map(|m| m.path.clone())
+        .filter(|p| p != "/" && !p.is_empty())
 }
 
 pub fn gather(root: &FactRoot) -> Cgroup {
@@ -234,10 +241,7 @@ pub fn gather(root: &FactRoot) -> Cgroup {
         .read("/proc/self/mountinfo")
         .map(|s| parse_cgroup_mounts(&s))
         .unwrap_or_default();
-    let mut cg = Cgroup {
-        unseen: unseen(&members, &mounts),
-        ..Cgroup::default()
-    };
+    let mut cg = Cgroup::default();
     if let Some((dir, top, v2)) = locate(root, "cpu", &members, &mounts) {
         cg.version = Some(if v2 { 2 } else { 1 });
         if let Some((q, p)) = tightest_cpu(root, &dir, &top, v2) {
@@ -258,6 +262,12 @@ pub fn gather(root: &FactRoot) -> Cgroup {
         cg.memory_usage_bytes = root.read_trim(dir.join(usage)).and_then(|s| s.parse().ok());
         cg.memory_dir = Some(dir.display().to_string());
     }
+    // Every cgroup directory, v1 or v2, has cgroup.procs.
+    let readable = cg
+        .memory_dir
+        .as_ref()
+        .is_some_and(|d| root.read(Path::new(d).join("cgroup.procs")).is_some());
+    cg.unseen = unseen(&members, readable);
     cg
 }
 
@@ -316,11 +326,23 @@ mod tests {
     #[test]
     fn a_named_cgroup_without_a_mount_is_unseen() {
         let m = parse_proc_cgroup("0::/zoo/hidden\n");
-        assert_eq!(unseen(&m, &[]), Some("/zoo/hidden".into()));
+        assert_eq!(unseen(&m, false), Some("/zoo/hidden".into()));
         // The root cgroup (a host, or a cgroup namespace's view) says nothing hidden.
-        assert_eq!(unseen(&parse_proc_cgroup("0::/\n"), &[]), None);
-        // A mount that can be read: the limits are read, not unknown.
-        assert_eq!(unseen(&m, &parse_cgroup_mounts(MOUNTINFO)), None);
+        assert_eq!(unseen(&parse_proc_cgroup("0::/\n"), false), None);
+        // A directory that can be read: the limits are read, not unknown.
+        assert_eq!(unseen(&m, true), None);
+        // v1: the memory controller's path.
+        assert_eq!(
+            unseen(&parse_proc_cgroup(PROC_CGROUP_V1), false).as_deref(),
+            Some("/process_api/de0ae8e0744d865d901eb503b4ca7e28")
+        );
+        // Recorded in the zoo's container guest: cgroup2 listed in mountinfo at
+        // /sys/fs/cgroup, but a tmpfs hides /sys.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/machines/zoo-container-no-sys");
+        let cg = gather(&FactRoot::recorded(dir));
+        assert_eq!(cg.unseen.as_deref(), Some("/zoo/hidden"));
+        assert_eq!(cg.memory_limit_bytes, None);
         let cg = Cgroup {
             unseen: Some("/zoo/hidden".into()),
             ..Cgroup::default()

@@ -568,6 +568,22 @@ mod tests {
     }
 
     #[test]
+    fn the_dimm_peak_is_per_node_where_nodes_split_sockets() {
+        use crate::machine::facts::FactRoot;
+        use crate::machine::Machine;
+        // Recorded in the zoo: 2 sockets, 4 nodes (sub-NUMA clustering). A team on one
+        // node has a quarter of the machine's channels, not a socket's half (N8).
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/machines/zoo-snc");
+        let t = Machine::gather_from(&FactRoot::recorded(dir)).topology;
+        let (p, why) = per_socket(&t, &[0, 1], 100e9, "dmi".into());
+        assert_eq!(p, 25e9);
+        assert!(why.contains("1 of 4 NUMA nodes"), "{why}");
+        let (p, _) = per_socket(&t, &[0, 2, 4], 100e9, "dmi".into());
+        assert_eq!(p, 75e9);
+    }
+
+    #[test]
     fn threads_elsewhere_fail_and_unknown_placement_is_unverified() {
         let team = |misplaced: Vec<String>, unknown: Option<String>| {
             crate::experiments::kit::team::TeamPlacement {
