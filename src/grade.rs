@@ -213,7 +213,18 @@ impl RunState<'_> {
                 ));
             }
         }
-        if let Some(one) = m.load_average.map(|l| l[0]).filter(|l| *l > 0.5 * cpus) {
+        // In a cpuset, the allowed CPUs' own ticks: the load average is the machine's.
+        if let Some(busy) = m.allowed_busy {
+            if busy > 0.5 * cpus {
+                v.push(reason(
+                    "busy",
+                    b,
+                    format!(
+                        "the CPUs this process may use were busy at the start: {busy:.1} of {cpus}"
+                    ),
+                ));
+            }
+        } else if let Some(one) = m.load_average.map(|l| l[0]).filter(|l| *l > 0.5 * cpus) {
             v.push(reason(
                 "busy",
                 b,
@@ -1037,5 +1048,17 @@ mod tests {
                 .level,
             GradeLevel::C
         );
+    #[test]
+    fn busy_in_a_cpuset_is_judged_by_its_own_cpus() {
+        // The host's load average (2 on a big machine) against 2 allowed CPUs: busy by
+        // the load alone, but not when the allowed CPUs' own ticks were measured idle.
+        let mut m = machine();
+        m.load_average = Some([2.0; 3]);
+        assert!(codes(&state(&m).standing("cpu")).contains(&"busy"));
+        m.allowed_busy = Some(0.1);
+        assert!(!codes(&state(&m).standing("cpu")).contains(&"busy"));
+        m.load_average = Some([0.0; 3]);
+        m.allowed_busy = Some(1.9);
+        assert!(codes(&state(&m).standing("cpu")).contains(&"busy"));
     }
 }

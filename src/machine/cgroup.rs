@@ -23,6 +23,11 @@ pub struct Cgroup {
     pub cpu_limit: Option<f64>,
     pub memory_limit_bytes: Option<u64>,
     pub memory_usage_bytes: Option<u64>,
+    /// This process's cgroup as /proc/self/cgroup names it, when its files cannot be read
+    /// (no cgroup file system mounted here, as in a container with /sys hidden): its
+    /// limits are unknown, not absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unseen: Option<String>,
 }
 
 /// One line of /proc/self/cgroup: hierarchy id, controllers, path.
@@ -208,6 +213,25 @@ fn locate(
     })
 }
 
+/// The memory cgroup path of this process when it is not the root and its directory
+/// cannot be read (`readable` false): no cgroup file system mounted, or one listed in
+/// mountinfo but hidden under another mount (a tmpfs over /sys).
+fn unseen(members: &[Membership], readable: bool) -> Option<String> {
+    if readable {
+        return None;
+    }
+    members
+        .iter()
+        .find(|m| m.controllers.iter().any(|c| c == "memory"))
+        .or_else(|| {
+            members
+                .iter()
+                .find(|m| m.id == 0 && m.controllers.is_empty())
+        })
+        .map(|m| m.path.clone())
+        .filter(|p| p != "/" && !p.is_empty())
+}
+
 pub fn gather(root: &FactRoot) -> Cgroup {
     let members = root
         .read("/proc/self/cgroup")
@@ -238,6 +262,12 @@ pub fn gather(root: &FactRoot) -> Cgroup {
         cg.memory_usage_bytes = root.read_trim(dir.join(usage)).and_then(|s| s.parse().ok());
         cg.memory_dir = Some(dir.display().to_string());
     }
+    // Every cgroup directory, v1 or v2, has cgroup.procs.
+    let readable = cg
+        .memory_dir
+        .as_ref()
+        .is_some_and(|d| root.read(Path::new(d).join("cgroup.procs")).is_some());
+    cg.unseen = unseen(&members, readable);
     cg
 }
 
@@ -245,6 +275,14 @@ impl Cgroup {
     /// Warnings when the cgroup allows less than the machine has.
     pub fn warnings(&self, total_memory: u64, cpus: usize) -> Vec<String> {
         let mut w = Vec::new();
+        if let Some(path) = &self.unseen {
+            w.push(format!(
+                "this process runs in cgroup {path}, but no cgroup file system is mounted \
+                 here (/sys hidden, as in some containers): its memory and CPU limits are \
+                 unknown, so memory experiments size themselves as if memory were unknown \
+                 (at most 256 MiB); mount /sys/fs/cgroup read-only to let them see the limit"
+            ));
+        }
         if let (Some(l), Some(q), Some(p)) = (self.cpu_limit, self.cpu_quota_us, self.cpu_period_us)
         {
             if l < cpus as f64 {
@@ -284,6 +322,38 @@ mod tests {
 35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 ";
+
+    #[test]
+    fn a_named_cgroup_without_a_mount_is_unseen() {
+        let m = parse_proc_cgroup("0::/zoo/hidden\n");
+        assert_eq!(unseen(&m, false), Some("/zoo/hidden".into()));
+        // The root cgroup (a host, or a cgroup namespace's view) says nothing hidden.
+        assert_eq!(unseen(&parse_proc_cgroup("0::/\n"), false), None);
+        // A directory that can be read: the limits are read, not unknown.
+        assert_eq!(unseen(&m, true), None);
+        // v1: the memory controller's path.
+        assert_eq!(
+            unseen(&parse_proc_cgroup(PROC_CGROUP_V1), false).as_deref(),
+            Some("/process_api/de0ae8e0744d865d901eb503b4ca7e28")
+        );
+        // Recorded in the zoo's container guest: cgroup2 listed in mountinfo at
+        // /sys/fs/cgroup, but a tmpfs hides /sys.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/machines/zoo-container-no-sys");
+        let cg = gather(&FactRoot::recorded(dir));
+        assert_eq!(cg.unseen.as_deref(), Some("/zoo/hidden"));
+        assert_eq!(cg.memory_limit_bytes, None);
+        let cg = Cgroup {
+            unseen: Some("/zoo/hidden".into()),
+            ..Cgroup::default()
+        };
+        let w = cg.warnings(8 << 30, 4);
+        assert_eq!(w.len(), 1);
+        assert!(
+            w[0].contains("/zoo/hidden") && w[0].contains("unknown"),
+            "{w:?}"
+        );
+    }
 
     #[test]
     fn proc_cgroup() {

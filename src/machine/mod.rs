@@ -51,6 +51,11 @@ pub struct Machine {
     pub cgroup: Cgroup,
     /// 1, 5 and 15 minute load averages when the description was gathered.
     pub load_average: Option<[f64; 3]>,
+    /// Where this process may use fewer CPUs than the machine has (a cpuset, taskset):
+    /// how many of those CPUs were busy over a short window (/proc/stat), since the load
+    /// average counts the whole machine's tasks (portability review N10).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allowed_busy: Option<f64>,
     /// How long gathering took (it must stay well under a second).
     pub gather_ms: f64,
     /// Conditions that may distort measurements (busy, governor, VM, cgroup limits...).
@@ -119,6 +124,9 @@ impl Machine {
             ..Default::default()
         };
         m.virtualization = virt::gather(root, &m.cpu);
+        if root.is_live() && !mac && m.cpu.allowed_cpus.len() < m.cpu.logical_cpus {
+            m.allowed_busy = allowed_busy(root, &m.cpu.allowed_cpus);
+        }
         m.warnings = m.compute_warnings();
         if !root.is_live() {
             m.recorded = Some(Recording {
@@ -186,8 +194,13 @@ impl Machine {
         hw
     }
 
-    /// The memory an experiment may allocate: MemAvailable, capped by a cgroup limit.
+    /// The memory an experiment may allocate: MemAvailable, capped by a cgroup limit; 0
+    /// (unknown) when this process's cgroup cannot be read, since MemAvailable is then the
+    /// host's and a hidden limit may be far below it (portability review N4).
     pub(crate) fn memory_budget_bytes(&self) -> u64 {
+        if self.cgroup.unseen.is_some() {
+            return 0;
+        }
         let mut b = self.memory.available_bytes;
         if let Some(limit) = self.cgroup.memory_limit_bytes {
             let used = self.cgroup.memory_usage_bytes.unwrap_or(0);
@@ -196,11 +209,34 @@ impl Machine {
         b
     }
 
+    /// What `memory_budget_bytes` came from, for the memory experiments' notes:
+    /// "MemAvailable 1.2 GiB", or why it is unknown.
+    pub(crate) fn memory_budget_text(&self) -> String {
+        match &self.cgroup.unseen {
+            Some(path) => format!(
+                "memory available unknown (cgroup {path} cannot be read, so its limit is \
+                 unknown; MemAvailable may be the host's)"
+            ),
+            None => format!(
+                "MemAvailable {}",
+                crate::units::fmt_bytes(self.memory_budget_bytes() as f64)
+            ),
+        }
+    }
+
     /// One line per condition that may distort figures, each saying what to do.
     fn compute_warnings(&self) -> Vec<String> {
         let mut w = Vec::new();
         let cpus = self.cpu.allowed_cpus.len().max(1);
-        if let Some(one) = self.load_average.map(|l| l[0]) {
+        if let Some(busy) = self.allowed_busy {
+            if busy > 0.5 * cpus as f64 {
+                w.push(format!(
+                    "the CPUs this process may use are busy: {busy:.1} of {cpus} busy over \
+                     {BUSY_WINDOW_MS} ms (/proc/stat); figures may be inflated, run again when \
+                     they are idle"
+                ));
+            }
+        } else if let Some(one) = self.load_average.map(|l| l[0]) {
             if one > 0.5 * cpus as f64 {
                 w.push(format!(
                     "the machine is busy: load average {one:.2} on {cpus} CPUs; figures may be \
@@ -226,6 +262,16 @@ impl Machine {
     pub(crate) fn describe(&self) -> String {
         describe::describe(self)
     }
+}
+
+/// The window over which `allowed_busy` is measured.
+const BUSY_WINDOW_MS: u64 = 100;
+
+/// Busy CPUs among `allowed` over `BUSY_WINDOW_MS` (two readings of /proc/stat).
+fn allowed_busy(root: &FactRoot, allowed: &[usize]) -> Option<f64> {
+    let before = root.read("/proc/stat")?;
+    std::thread::sleep(std::time::Duration::from_millis(BUSY_WINDOW_MS));
+    os::busy_cpus(&before, &root.read("/proc/stat")?, allowed)
 }
 
 /// Parses a kernel list such as `0-3,8,10-11` into its members (empty on garbage).
@@ -288,6 +334,41 @@ mod tests {
         assert!(parse_list("5-2").is_empty());
         assert_eq!(format_list(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
         assert_eq!(format_list(&[]), "");
+    }
+
+    #[test]
+    fn an_unreadable_cgroup_leaves_the_memory_budget_unknown() {
+        // Recorded in the zoo's container guest (4 GiB, memory.max 512 MiB, /sys hidden):
+        // the guest's MemAvailable (3.8 GiB) let standard mem.bandwidth take 950 MiB and
+        // be OOM-killed (N4). Unknown now, so every profile stays at 256 MiB or less.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/machines/zoo-container-no-sys");
+        let m = Machine::gather_from(&FactRoot::recorded(&dir));
+        assert!(m.memory.available_bytes > 1 << 30);
+        assert_eq!(m.memory_budget_bytes(), 0);
+        assert!(m.memory_budget_text().contains("unknown"));
+        for p in crate::experiments::Profile::ALL {
+            assert!(p.memory_limit(m.memory_budget_bytes()) <= 256 << 20);
+        }
+    }
+
+    #[test]
+    fn a_confined_process_judges_busy_by_its_own_cpus() {
+        let mut m = Machine::default();
+        m.cpu.logical_cpus = 64;
+        m.cpu.allowed_cpus = vec![2, 3];
+        m.os.kernel = "Linux 6.1".into();
+        let busy = |m: &Machine| m.compute_warnings().iter().any(|w| w.contains("busy"));
+        // The host's load (2 of 64 CPUs) against 2 allowed CPUs: busy by the load average
+        // alone (N10) but not by the allowed CPUs' own ticks.
+        m.load_average = Some([2.0, 2.0, 2.0]);
+        assert!(busy(&m));
+        m.allowed_busy = Some(0.1);
+        assert!(!busy(&m));
+        // An idle host but both allowed CPUs busy: busy.
+        m.load_average = Some([0.0; 3]);
+        m.allowed_busy = Some(1.9);
+        assert!(busy(&m));
     }
 
     #[test]

@@ -41,6 +41,37 @@ pub fn parse_loadavg(s: &str) -> Option<[f64; 3]> {
     Some([it.next()??, it.next()??, it.next()??])
 }
 
+/// Busy (non-idle, non-iowait) ticks per CPU from /proc/stat's `cpuN` lines.
+pub fn parse_cpu_ticks(stat: &str) -> std::collections::BTreeMap<usize, (u64, u64)> {
+    stat.lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let cpu: usize = it.next()?.strip_prefix("cpu")?.parse().ok()?;
+            let v: Vec<u64> = it.map_while(|x| x.parse().ok()).collect();
+            // user nice system idle iowait irq softirq steal (guest time is in user).
+            let total: u64 = v.iter().take(8).sum();
+            let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+            (v.len() >= 4).then_some((cpu, (total - idle, total)))
+        })
+        .collect()
+}
+
+/// How many of `cpus` were busy between two /proc/stat readings (0..=cpus.len()): each
+/// CPU's busy share of its ticks, summed. None when a CPU is missing or no tick passed.
+pub fn busy_cpus(before: &str, after: &str, cpus: &[usize]) -> Option<f64> {
+    let (a, b) = (parse_cpu_ticks(before), parse_cpu_ticks(after));
+    let mut sum = 0.0;
+    for c in cpus {
+        let (&(busy0, total0), &(busy1, total1)) = (a.get(c)?, b.get(c)?);
+        let dt = total1.checked_sub(total0)?;
+        if dt == 0 {
+            return None;
+        }
+        sum += busy1.saturating_sub(busy0) as f64 / dt as f64;
+    }
+    Some(sum)
+}
+
 /// Kernel command-line parameters that change what osmeter measures.
 pub fn interesting_boot_parameters(cmdline: &str) -> Vec<String> {
     const KEYS: &[&str] = &[
@@ -144,6 +175,23 @@ pub fn gather(root: &FactRoot, cpuinfo_arm: Option<bool>) -> Os {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn busy_cpus_count_only_the_cpus_asked_for() {
+        // CPUs 0 and 1 spin (all ticks busy), 2 and 3 idle, over 100 ticks.
+        let before = "cpu  400 0 0 400 0 0 0 0 0 0\ncpu0 100 0 0 100 0 0 0 0 0 0\n\
+                      cpu1 100 0 0 100 0 0 0 0 0 0\ncpu2 100 0 0 100 0 0 0 0 0 0\n\
+                      cpu3 100 0 0 100 0 0 0 0 0 0\nintr 5\n";
+        let after = "cpu  600 0 0 600 0 0 0 0 0 0\ncpu0 190 0 10 100 0 0 0 0 0 0\n\
+                     cpu1 200 0 0 100 0 0 0 0 0 0\ncpu2 100 0 0 195 5 0 0 0 0 0\n\
+                     cpu3 110 0 0 190 0 0 0 0 0 0\n";
+        let near = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-9);
+        assert!(near(busy_cpus(before, after, &[0, 1]), 2.0));
+        assert!(near(busy_cpus(before, after, &[2, 3]), 0.1));
+        // A CPU /proc/stat does not list, or no tick passed: unknown.
+        assert_eq!(busy_cpus(before, after, &[7]), None);
+        assert_eq!(busy_cpus(before, before, &[0]), None);
+    }
 
     #[test]
     fn os_release() {

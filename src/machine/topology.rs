@@ -38,8 +38,13 @@ pub struct CpuPlace {
 pub struct Partners {
     /// Another hardware thread of the chosen CPU's core.
     pub smt_sibling: Option<usize>,
-    /// A CPU of a different core sharing the chosen CPU's last-level cache.
+    /// A CPU of a different core sharing the chosen CPU's last-level cache (and its NUMA
+    /// node, where the node is known).
     pub same_llc: Option<usize>,
+    /// A CPU sharing the chosen CPU's last-level cache on another NUMA node: sub-NUMA
+    /// clustering (SNC, NPS) splits one cache's socket into nodes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_node: Option<usize>,
     /// A CPU in the same package behind another last-level cache.
     pub other_llc: Option<usize>,
     /// A CPU in another package.
@@ -51,14 +56,16 @@ pub struct Partners {
 pub enum PartnerClass {
     SmtSibling,
     SameLlc,
+    OtherNode,
     OtherLlc,
     OtherPackage,
 }
 
 impl PartnerClass {
-    pub const ALL: [PartnerClass; 4] = [
+    pub const ALL: [PartnerClass; 5] = [
         PartnerClass::SmtSibling,
         PartnerClass::SameLlc,
+        PartnerClass::OtherNode,
         PartnerClass::OtherLlc,
         PartnerClass::OtherPackage,
     ];
@@ -67,6 +74,7 @@ impl PartnerClass {
         match self {
             PartnerClass::SmtSibling => "smt_sibling",
             PartnerClass::SameLlc => "same_llc",
+            PartnerClass::OtherNode => "other_node",
             PartnerClass::OtherLlc => "other_llc",
             PartnerClass::OtherPackage => "other_package",
         }
@@ -278,11 +286,15 @@ fn partners(t: &Topology, chosen: usize) -> Partners {
         });
         v.first().map(|c| c.cpu)
     };
+    let other_core = |c: &CpuPlace| c.core.is_some() && c.core != me.core;
     Partners {
         smt_sibling: best(&|c| me.siblings.contains(&c.cpu)),
         same_llc: me
             .llc
-            .and_then(|l| best(&|c| c.llc == Some(l) && c.core.is_some() && c.core != me.core)),
+            .and_then(|l| best(&|c| c.llc == Some(l) && other_core(c) && !other_node(me, c))),
+        other_node: me
+            .llc
+            .and_then(|l| best(&|c| c.llc == Some(l) && other_core(c) && other_node(me, c))),
         other_llc: match (me.llc, me.package) {
             (Some(l), Some(p)) => best(&|c| c.package == Some(p) && c.llc.is_some_and(|x| x != l)),
             _ => None,
@@ -291,6 +303,11 @@ fn partners(t: &Topology, chosen: usize) -> Partners {
             .package
             .and_then(|p| best(&|c| c.package.is_some_and(|x| x != p))),
     }
+}
+
+/// Whether two CPUs are on different NUMA nodes, both known.
+fn other_node(a: &CpuPlace, b: &CpuPlace) -> bool {
+    matches!((a.node, b.node), (Some(x), Some(y)) if x != y)
 }
 
 impl Topology {
@@ -333,6 +350,7 @@ impl Topology {
         match class {
             PartnerClass::SmtSibling => self.partners.smt_sibling,
             PartnerClass::SameLlc => self.partners.same_llc,
+            PartnerClass::OtherNode => self.partners.other_node,
             PartnerClass::OtherLlc => self.partners.other_llc,
             PartnerClass::OtherPackage => self.partners.other_package,
         }
@@ -412,6 +430,10 @@ fn llc_of(root: &FactRoot, cpu: usize) -> Option<(u32, String)> {
                 return None;
             }
             let level = root.read_u64(format!("{p}/level"))? as u32;
+            // A level without a size is one the firmware did not describe (arm64 with no
+            // cache nodes in the device tree or PPTT): the kernel then lists each CPU
+            // alone in shared_cpu_list, which says nothing about the sharing.
+            root.read_trim(format!("{p}/size")).filter(|s| s != "0K")?;
             let shared = parse_list(&root.read_trim(format!("{p}/shared_cpu_list"))?);
             (!shared.is_empty()).then(|| (level, format_list(&shared)))
         })
@@ -659,6 +681,7 @@ impl Topology {
                 let cpu = match k {
                     PartnerClass::SmtSibling => p.smt_sibling,
                     PartnerClass::SameLlc => p.same_llc,
+                    PartnerClass::OtherNode => p.other_node,
                     PartnerClass::OtherLlc => p.other_llc,
                     PartnerClass::OtherPackage => p.other_package,
                 };
@@ -915,19 +938,28 @@ impl Topology {
 /// Pairs of CPUs for pairwise figures (cpu.core-to-core), and a team's placement.
 impl Topology {
     /// The class of the pair (a, b), seen symmetrically: the same core (smt_sibling), the
-    /// same last-level cache (same_llc), the same package (other_llc), or another package.
-    /// None where the topology does not say.
+    /// same last-level cache and node (same_llc), the same cache on another node
+    /// (other_node: sub-NUMA clustering), the same package behind another cache
+    /// (other_llc), or another package. None where the topology does not say.
     pub fn pair_class(&self, a: usize, b: usize) -> Option<PartnerClass> {
         let (p, q) = (self.place(a)?, self.place(b)?);
         if p.core.is_some() && p.core == q.core {
             return Some(PartnerClass::SmtSibling);
         }
         if p.llc.is_some() && p.llc == q.llc {
-            return Some(PartnerClass::SameLlc);
+            return Some(if other_node(p, q) {
+                PartnerClass::OtherNode
+            } else {
+                PartnerClass::SameLlc
+            });
         }
         match (p.package, q.package) {
-            (Some(x), Some(y)) if x == y => Some(PartnerClass::OtherLlc),
-            (Some(_), Some(_)) => Some(PartnerClass::OtherPackage),
+            // Another cache only where both caches are known: an unknown LLC (no cache
+            // in sysfs, /sys hidden) leaves a pair in one package unclassed.
+            (Some(x), Some(y)) if x == y && p.llc.is_some() && q.llc.is_some() => {
+                Some(PartnerClass::OtherLlc)
+            }
+            (Some(x), Some(y)) if x != y => Some(PartnerClass::OtherPackage),
             _ => None,
         }
     }
@@ -1009,6 +1041,7 @@ mod tests {
             Partners {
                 smt_sibling: Some(5),
                 same_llc: Some(0), // the only other core of package 0 is CPU 0's
+                other_node: None,
                 other_llc: None,
                 other_package: Some(2),
             }

@@ -927,6 +927,7 @@ fn topology_facts(t: &Topology, r: &RunResults, add: &mut dyn FnMut(&str, String
     let v: Vec<String> = [
         ("smt_sibling", p.smt_sibling),
         ("same_llc", p.same_llc),
+        ("other_node", p.other_node),
         ("other_llc", p.other_llc),
         ("other_package", p.other_package),
     ]

@@ -10,8 +10,8 @@ pub(crate) mod region;
 pub(crate) mod team;
 
 pub(crate) use region::{
-    huge_page, largest_set, line_bytes, llc_bytes, memory_cap, rss_baseline, rss_check,
-    thp_available, thread_faults, too_small_for_huge_pages, Pages, Region,
+    huge_page, largest_set, line_bytes, llc_bytes, llc_or_assumed, memory_cap, rss_baseline,
+    rss_check, thp_available, thread_faults, too_small_for_huge_pages, Pages, Region, UNKNOWN_LLC,
 };
 
 /// Measures `body(iters)` (`ops_per_iter` operations per iteration) with the shared

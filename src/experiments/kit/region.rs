@@ -17,6 +17,27 @@ pub(crate) fn llc_bytes(caches: &[Cache]) -> Option<u64> {
     caches.iter().map(|c| c.size_bytes).max()
 }
 
+/// The last-level cache taken where the machine lists none (no cache in sysfs, /sys
+/// hidden, an arm64 firmware that describes none): larger than any shipping L3 but the
+/// stacked-cache parts', so sizes meant to be beyond the cache are judged against it
+/// rather than against a typical one (portability review N5).
+pub(crate) const UNKNOWN_LLC: u64 = 256 << 20;
+
+/// The last-level cache size, or `UNKNOWN_LLC` with a note saying it was assumed.
+pub(crate) fn llc_or_assumed(caches: &[Cache]) -> (u64, Option<String>) {
+    match llc_bytes(caches) {
+        Some(b) => (b, None),
+        None => (
+            UNKNOWN_LLC,
+            Some(format!(
+                "the machine lists no cache sizes: the last-level cache is taken to be {}, \
+                 so working sets meant to be beyond it are judged against that",
+                crate::units::fmt_bytes(UNKNOWN_LLC as f64)
+            )),
+        ),
+    }
+}
+
 /// What one run may use: `want` within `Profile::memory_limit`; an error if `min` does not fit.
 pub(crate) fn memory_cap(
     machine: &crate::machine::Machine,

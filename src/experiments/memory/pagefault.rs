@@ -217,11 +217,11 @@ impl Experiment for PageFault {
         let anon = (anon_bytes.min(cap / 2) as usize / ps).max(MINOR_BATCH) * ps;
         let file_len = (file_bytes.min(cap - anon as u64) as usize / ps).max(16) * ps;
         out.notes.push(format!(
-            "memory cap {} ({} anonymous region at a time + {} file mapping); MemAvailable {}",
+            "memory cap {} ({} anonymous region at a time + {} file mapping); {}",
             fmt_bytes((anon + file_len) as f64),
             fmt_bytes(anon as f64),
             fmt_bytes(file_len as f64),
-            fmt_bytes(ctx.machine.memory_budget_bytes() as f64)
+            ctx.machine.memory_budget_text()
         ));
         let rss0 = rss_baseline();
 

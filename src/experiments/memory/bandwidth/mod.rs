@@ -159,7 +159,8 @@ impl Experiment for MemBandwidth {
 
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
-        let llc = kit::llc_bytes(&ctx.machine.data_caches()).unwrap_or(32 << 20);
+        let (llc, assumed) = kit::llc_or_assumed(&ctx.machine.data_caches());
+        out.notes.extend(assumed);
         // The CPUs the process may use (gathered before the runner pinned this thread).
         let mut allowed = ctx.machine.cpu.allowed_cpus.clone();
         if allowed.is_empty() {
@@ -264,11 +265,9 @@ pub(super) fn buffer(
 
 /// Notes the buffer with MemAvailable, the threads it holds and the last-level cache.
 fn buffer_notes(ctx: &Context, llc: u64, size: usize, n: usize, cpus: usize, out: &mut Outcome) {
-    let (buffer, available) = (fmt_bytes(size as f64), ctx.machine.memory_budget_bytes());
-    let available = fmt_bytes(available as f64);
-    out.notes.push(format!(
-        "memory cap {buffer} (the buffer); MemAvailable {available}"
-    ));
+    let (buffer, available) = (fmt_bytes(size as f64), ctx.machine.memory_budget_text());
+    out.notes
+        .push(format!("memory cap {buffer} (the buffer); {available}"));
     if n < cpus {
         out.notes.push(format!(
             "at most {n} threads of {cpus} CPUs: the memory cap holds {n} parts of 4 MiB"
@@ -567,6 +566,22 @@ mod tests {
             per_socket(&one, &[0, 1], 7e9, "x".into()),
             (7e9, "x".into())
         );
+    }
+
+    #[test]
+    fn the_dimm_peak_is_per_node_where_nodes_split_sockets() {
+        use crate::machine::facts::FactRoot;
+        use crate::machine::Machine;
+        // Recorded in the zoo: 2 sockets, 4 nodes (sub-NUMA clustering). A team on one
+        // node has a quarter of the machine's channels, not a socket's half (N8).
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/machines/zoo-snc");
+        let t = Machine::gather_from(&FactRoot::recorded(dir)).topology;
+        let (p, why) = per_socket(&t, &[0, 1], 100e9, "dmi".into());
+        assert_eq!(p, 25e9);
+        assert!(why.contains("1 of 4 NUMA nodes"), "{why}");
+        let (p, _) = per_socket(&t, &[0, 2, 4], 100e9, "dmi".into());
+        assert_eq!(p, 75e9);
     }
 
     #[test]

@@ -90,7 +90,7 @@ fn latency_matrix(
     let home = nodes[0].0;
     let caches = ctx.machine.data_caches();
     let line = kit::line_bytes(&caches).max(8);
-    let llc = kit::llc_bytes(&caches).unwrap_or(32 << 20) as usize;
+    let llc = kit::llc_or_assumed(&caches).0 as usize;
     let size = (4 * llc).max(64 << 20).min(run.size);
     let len = size / line * line;
     let next = sattolo(size / line, &mut Rng::new(0x6e75_6d61));

@@ -171,27 +171,45 @@ fn without_chase(op: Op, threads: usize, seq: &Input, cap: Option<(f64, String)>
 
 /// The DIMM peak of the sockets the N-thread team ran on: the machine's peak divided
 /// among its packages (assuming each socket has the same modules), times the packages
-/// used. One package: the machine's peak.
+/// used. One package: the machine's peak. Where NUMA nodes are finer than packages
+/// (sub-NUMA clustering: each node has its share of a socket's channels), the share is
+/// per node instead.
 pub(super) fn per_socket(
     t: &crate::machine::Topology,
     cpus: &[usize],
     peak: f64,
     src: String,
 ) -> (f64, String) {
-    let Some(packages) = t.packages.filter(|&p| p > 1) else {
-        return (peak, src);
+    let packages = t.packages.unwrap_or(1);
+    let by_node =
+        t.numa_nodes.is_some_and(|n| n > packages) && t.cpus.iter().all(|c| c.node.is_some());
+    let (units, what) = if by_node {
+        (t.numa_nodes.unwrap_or(1), "NUMA nodes")
+    } else {
+        (packages, "sockets")
     };
-    let mut used: Vec<u32> = cpus
+    if units < 2 {
+        return (peak, src);
+    }
+    let mut used: Vec<usize> = cpus
         .iter()
-        .filter_map(|&c| t.place(c).and_then(|p| p.package))
+        .filter_map(|&c| {
+            let p = t.place(c)?;
+            if by_node {
+                p.node
+            } else {
+                p.package.map(|x| x as usize)
+            }
+        })
         .collect();
     used.sort();
     used.dedup();
-    let k = used.len().clamp(1, packages);
+    let k = used.len().clamp(1, units);
     (
-        peak * k as f64 / packages as f64,
+        peak * k as f64 / units as f64,
         format!(
-            "{src}; the peak of the {k} of {packages} sockets the threads ran on (the machine's peak / {packages} per socket, assuming every socket has the same modules)"
+            "{src}; the peak of the {k} of {units} {what} the threads ran on (the machine's peak / {units} per {}, assuming each has the same share of the memory channels)",
+            &what[..what.len() - 1]
         ),
     )
 }

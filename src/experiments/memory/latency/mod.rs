@@ -66,10 +66,10 @@ impl Experiment for Latency {
         let p = PLANS.get(ctx.profile);
         let (max, cap) = plan::set_and_cap(ctx.machine, ctx.profile, line)?;
         out.notes.push(format!(
-            "memory cap {} (working sets up to {} plus a 4-byte-per-node permutation); MemAvailable {}",
+            "memory cap {} (working sets up to {} plus a 4-byte-per-node permutation); {}",
             fmt_bytes(cap as f64),
             fmt_bytes(max as f64),
-            fmt_bytes(ctx.machine.memory_budget_bytes() as f64)
+            ctx.machine.memory_budget_text()
         ));
         let rss0 = kit::rss_baseline();
         // The last run ends where the earlier ones did, so that the pooled `dram` is one

@@ -117,22 +117,20 @@ const BEYOND_CACHE: &str = "dram: working set beyond the last-level cache";
 /// Whether `dram`'s working set reached far enough beyond the last-level cache that at
 /// most a quarter of its loads hit it.
 pub(super) fn dram_beyond_cache(reached: u64, llc: Option<u64>) -> Check {
-    let Some(llc) = llc else {
-        return Check::sanity(
-            BEYOND_CACHE,
-            true,
-            format!(
-                "largest working set {}; the machine does not say its cache sizes",
-                fmt_bytes(reached as f64)
-            ),
-        );
+    // Unknown: judged against a large cache rather than passed (N5), and said.
+    let (llc, said) = match llc {
+        Some(l) => (l, ""),
+        None => (
+            crate::experiments::kit::UNKNOWN_LLC,
+            " (assumed: the machine does not say its cache sizes)",
+        ),
     };
     let hits = llc_hit_fraction(llc, reached);
     Check::sanity(
         BEYOND_CACHE,
         hits <= 0.25,
         format!(
-            "largest working set {} against a {} last-level cache: about {:.0}% of the dram figure's loads may hit that cache (a random chase over S bytes finds about C/S of its lines in a cache of C bytes; at most 25% wanted); the memory cap and the time budget bound the set",
+            "largest working set {} against a {}{said} last-level cache: about {:.0}% of the dram figure's loads may hit that cache (a random chase over S bytes finds about C/S of its lines in a cache of C bytes; at most 25% wanted); the memory cap and the time budget bound the set",
             fmt_bytes(reached as f64),
             fmt_bytes(llc as f64),
             hits * 100.0

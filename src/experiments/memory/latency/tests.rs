@@ -206,6 +206,16 @@ fn the_dram_check_fails_when_the_set_stays_near_the_cache() {
 }
 
 #[test]
+fn an_unknown_cache_is_taken_large_not_passed() {
+    // No cache listed (arm64 firmware without cache nodes, /sys hidden): a 64 MiB "dram"
+    // set is not called beyond the cache (it passed silently with a 32 MiB guess).
+    let near = plan::dram_beyond_cache(64 << 20, None);
+    assert!(!near.passed, "{}", near.detail);
+    assert!(near.detail.contains("assumed"), "{}", near.detail);
+    assert!(plan::dram_beyond_cache(2 << 30, None).passed);
+}
+
+#[test]
 fn the_time_guard_stops_the_curve_when_laying_is_slow() {
     let clock = crate::clock::MockClock::new(20);
     let world = crate::experiments::testing::World::live(&clock);

@@ -203,7 +203,8 @@ fn plan(
 ) -> anyhow::Result<(usize, usize, usize, Vec<usize>)> {
     let caches = ctx.machine.data_caches();
     let line = kit::line_bytes(&caches);
-    let llc = kit::llc_bytes(&caches).unwrap_or(32 << 20);
+    let (llc, assumed) = kit::llc_or_assumed(&caches);
+    out.notes.extend(assumed);
     let (chase_len, load_len, k) = sizes(ctx.machine, ctx.profile, line, others.len())?;
     if k < others.len() {
         out.notes.push(format!(
