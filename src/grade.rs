@@ -1048,6 +1048,8 @@ mod tests {
                 .level,
             GradeLevel::C
         );
+    }
+
     #[test]
     fn busy_in_a_cpuset_is_judged_by_its_own_cpus() {
         // The host's load average (2 on a big machine) against 2 allowed CPUs: busy by

@@ -140,6 +140,7 @@ fn watch_cmd(a: Args) -> Result<()> {
             remote_dir: None,
             scratch_dir: a.scratch_dir.clone(),
             drop_caches: false,
+            host_cache_none: false,
         },
     };
     // Checked once before the first pass: a bad selection or peer fails at once.

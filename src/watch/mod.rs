@@ -143,8 +143,8 @@ pub fn sustained_for(
         placement,
         clock_source: crate::machine::conditions::clock_source(),
         user_hz: crate::machine::conditions::user_hz(),
+        trial: crate::experiments::Profile::Smoke.harness().min_trial,
     };
-    let names: Vec<String> = e.metrics.iter().map(|x| x.name.clone()).collect();
     let seen = st.observe(
         &h0,
         &h1,
@@ -152,7 +152,7 @@ pub fn sustained_for(
             before: reference,
             after,
         },
-        &names,
+        &e,
     );
     e.sentinel = Some(crate::results::BeforeAfter {
         before: reference,
