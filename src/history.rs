@@ -357,7 +357,9 @@ pub struct MetricSeries {
 impl History {
     /// Every metric's series, from the stored documents (the fingerprint needs the
     /// machine), for `host` or every host, for metrics whose `experiment/metric` or
-    /// experiment id matches `pattern`. Only figures of experiments that ran ok count;
+    /// experiment id matches `pattern`. Only figures of experiments that ran ok count, or
+    /// whose premise could not be checked here (unverified, as a VM's uncached reads
+    /// always are: their series would otherwise be empty there);
     /// runs whose document no longer loads are left out. Ordered by start time.
     pub fn series(
         &self,
@@ -381,7 +383,10 @@ impl History {
             };
             let (fp, machine) = fingerprint(&r);
             let profile = r.config.profile_name();
-            for e in r.experiments.iter().filter(|e| e.status == Status::Ok) {
+            let counted = |e: &&crate::results::ExperimentResult| {
+                matches!(e.status, Status::Ok | Status::Unverified)
+            };
+            for e in r.experiments.iter().filter(counted) {
                 for m in &e.metrics {
                     let path = format!("{}/{}", e.id, m.name);
                     if pattern.is_some_and(|p| !p.matches(&path) && !p.matches(&e.id)) {

@@ -518,7 +518,8 @@ fn a_halved_link_is_a_network_change_and_not_a_cpu_one() {
         }
     }
     let first_slow = first_slow.unwrap();
-    let send = series(&s, "net.bandwidth", "send_bits");
+    // The peer's figures; send_bits and receive_bits are loopback's.
+    let send = series(&s, "net.bandwidth", "remote_send_bits");
     let v = values(send);
     eprintln!(
         "send per pass, Mbit/s: {:.0?}",
@@ -526,7 +527,7 @@ fn a_halved_link_is_a_network_change_and_not_a_cpu_one() {
     );
     // Plausible against the shaper (a tbf burst lets a short stream run over it).
     assert!(v.iter().all(|x| *x > 150e6 && *x < 700e6), "{v:?}");
-    for metric in ["send_bits", "receive_bits"] {
+    for metric in ["remote_send_bits", "remote_receive_bits"] {
         let ser = series(&s, "net.bandwidth", metric);
         let c = changes(ser);
         assert_eq!(c.len(), 1, "{metric}: {c:?}");

@@ -170,57 +170,63 @@ fn panel(unit: &str, pts: &[&Point]) -> String {
         if pts.len() == 1 { "" } else { "s" }
     );
     for p in pts {
-        let (px, py) = (x(p.predicted), y(p.measured));
-        let colour = if p.flagged { "#c62828" } else { "#0b5cad" };
-        let ratio = p.measured / p.predicted;
-        let what = match p.bound {
-            None => format!("predicted {}", fmt_value(p.predicted, unit)),
-            Some(Bound::Lower) => format!(
-                "predicted at least {} (a lower bound)",
-                fmt_value(p.predicted, unit)
-            ),
-            Some(Bound::Upper) => format!(
-                "predicted at most {} (an upper bound)",
-                fmt_value(p.predicted, unit)
-            ),
-        };
-        let title = format!(
-            "{}: {what}, measured {} (median), ratio {ratio:.2}{}",
-            p.label,
-            fmt_value(p.measured, unit),
-            if p.flagged { ", flagged" } else { "" }
-        );
-        match p.bound {
-            None => {
-                let _ = write!(
-                    s,
-                    "<circle class=\"pp-point\" cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"4.5\" fill=\"{colour}\" fill-opacity=\"0.8\" stroke=\"#fff\"><title>{}</title></circle>",
-                    esc(&title)
-                );
-            }
-            Some(b) => {
-                // The prediction fixes only where the figure's model stops: a bar at the
-                // bound and an arrow towards the side the true prediction lies on (a
-                // lower bound on the predicted cost: to the right).
-                let dir = if b == Bound::Lower { 1.0 } else { -1.0 };
-                let tip = px + dir * 16.0;
-                let _ = write!(
-                    s,
-                    "<g class=\"pp-bound\" stroke=\"{colour}\" fill=\"{colour}\" stroke-width=\"1.6\"><title>{}</title>\
-                     <line x1=\"{px:.1}\" y1=\"{:.1}\" x2=\"{px:.1}\" y2=\"{:.1}\"/>\
-                     <line x1=\"{px:.1}\" y1=\"{py:.1}\" x2=\"{tip:.1}\" y2=\"{py:.1}\"/>\
-                     <polygon points=\"{tip:.1},{:.1} {:.1},{py:.1} {tip:.1},{:.1}\" stroke=\"none\"/></g>",
-                    esc(&title),
-                    py - 6.0,
-                    py + 6.0,
-                    py - 4.0,
-                    tip + dir * 7.0,
-                    py + 4.0
-                );
-            }
-        }
+        s.push_str(&mark(p, x(p.predicted), y(p.measured), unit));
     }
     s.push_str("</svg>");
+    s
+}
+
+/// One point's mark at (px, py): a dot, or for a bound a bar with an arrow.
+fn mark(p: &Point, px: f64, py: f64, unit: &str) -> String {
+    let mut s = String::new();
+    let colour = if p.flagged { "#c62828" } else { "#0b5cad" };
+    let ratio = p.measured / p.predicted;
+    let what = match p.bound {
+        None => format!("predicted {}", fmt_value(p.predicted, unit)),
+        Some(Bound::Lower) => format!(
+            "predicted at least {} (a lower bound)",
+            fmt_value(p.predicted, unit)
+        ),
+        Some(Bound::Upper) => format!(
+            "predicted at most {} (an upper bound)",
+            fmt_value(p.predicted, unit)
+        ),
+    };
+    let title = format!(
+        "{}: {what}, measured {} (median), ratio {ratio:.2}{}",
+        p.label,
+        fmt_value(p.measured, unit),
+        if p.flagged { ", flagged" } else { "" }
+    );
+    match p.bound {
+        None => {
+            let _ = write!(
+                s,
+                "<circle class=\"pp-point\" cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"4.5\" fill=\"{colour}\" fill-opacity=\"0.8\" stroke=\"#fff\"><title>{}</title></circle>",
+                esc(&title)
+            );
+        }
+        Some(b) => {
+            // The prediction fixes only where the figure's model stops: a bar at the
+            // bound and an arrow towards the side the true prediction lies on (a
+            // lower bound on the predicted cost: to the right).
+            let dir = if b == Bound::Lower { 1.0 } else { -1.0 };
+            let tip = px + dir * 16.0;
+            let _ = write!(
+                s,
+                "<g class=\"pp-bound\" stroke=\"{colour}\" fill=\"{colour}\" stroke-width=\"1.6\"><title>{}</title>\
+                 <line x1=\"{px:.1}\" y1=\"{:.1}\" x2=\"{px:.1}\" y2=\"{:.1}\"/>\
+                 <line x1=\"{px:.1}\" y1=\"{py:.1}\" x2=\"{tip:.1}\" y2=\"{py:.1}\"/>\
+                 <polygon points=\"{tip:.1},{:.1} {:.1},{py:.1} {tip:.1},{:.1}\" stroke=\"none\"/></g>",
+                esc(&title),
+                py - 6.0,
+                py + 6.0,
+                py - 4.0,
+                tip + dir * 7.0,
+                py + 4.0
+            );
+        }
+    }
     s
 }
 

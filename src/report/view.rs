@@ -932,6 +932,8 @@ fn topology_facts(t: &Topology, r: &RunResults, add: &mut dyn FnMut(&str, String
         ("other_package", p.other_package),
     ]
     .iter()
+    // A node inside a package exists only where nodes outnumber packages.
+    .filter(|(k, _)| *k != "other_node" || t.numa_nodes > t.packages)
     .map(|(k, c)| match c {
         Some(c) => format!("{k} {c}"),
         None => format!("{k} none"),
