@@ -24,6 +24,9 @@ pub(crate) struct Seams {
     /// mem.loaded-latency's chase covers this many nodes, its reference the whole set
     /// (a chase that fits in a cache).
     pub chase_nodes: Option<usize>,
+    /// cpu.signal's self-sent signal is ignored (SIG_IGN, as a library resetting the
+    /// disposition would leave it): kill returns with no handler run.
+    pub signal_ignored: bool,
 }
 
 impl Seams {
@@ -37,6 +40,7 @@ impl Seams {
         small_files: None,
         chase_base_pages: false,
         chase_nodes: None,
+        signal_ignored: false,
     };
 }
 

@@ -394,6 +394,55 @@ pub(crate) fn reap(pid: libc::pid_t, kill: bool) -> io::Result<libc::c_int> {
     }
 }
 
+/// Installs `handler` for signal `sig`, or ignores `sig` when None; SA_RESTART, so a
+/// read the handler interrupts resumes. Plain POSIX; async-signal-safe (forked children).
+pub(crate) fn catch_signal(sig: i32, handler: Option<extern "C" fn(libc::c_int)>) -> bool {
+    // SAFETY: an all-zero sigaction is a valid value; its fields are set below.
+    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    sa.sa_sigaction = handler.map_or(libc::SIG_IGN, |h| h as libc::sighandler_t);
+    sa.sa_flags = libc::SA_RESTART;
+    // SAFETY: sa is initialised; sigemptyset and sigaction only read and write it.
+    unsafe {
+        libc::sigemptyset(&mut sa.sa_mask) == 0
+            && libc::sigaction(sig, &sa, std::ptr::null_mut()) == 0
+    }
+}
+
+/// Sends `sig` to process `pid` (kill(2); 0 checks the target only). Async-signal-safe.
+#[inline(always)]
+pub(crate) fn send_signal(pid: i64, sig: i32) -> bool {
+    // SAFETY: kill takes plain integers and touches no memory of ours.
+    unsafe { libc::kill(pid as libc::pid_t, sig) == 0 }
+}
+
+/// A signal blocked in a single-threaded process and waited for: `wait` suspends with
+/// the mask as it was before, `sig` unblocked, so a signal sent before the wait is not
+/// lost (it stays pending). Async-signal-safe.
+pub(crate) struct SignalWait(libc::sigset_t);
+
+impl SignalWait {
+    /// Blocks `sig` (sigprocmask: the process has one thread).
+    pub(crate) fn block(sig: i32) -> Option<SignalWait> {
+        // SAFETY: zeroed sigsets are valid storage; the calls below only fill them.
+        let (mut set, mut old): (libc::sigset_t, libc::sigset_t) = unsafe { std::mem::zeroed() };
+        // SAFETY: set and old are valid sigsets of this frame.
+        let ok = unsafe {
+            libc::sigemptyset(&mut set) == 0
+                && libc::sigaddset(&mut set, sig) == 0
+                && libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old) == 0
+                && libc::sigdelset(&mut old, sig) == 0
+        };
+        ok.then_some(SignalWait(old))
+    }
+
+    /// Returns once a handler for a signal unblocked in the wait mask has run.
+    #[inline(always)]
+    pub(crate) fn wait(&self) {
+        // SAFETY: self.0 is a valid sigset; sigsuspend returns after a handler ran.
+        unsafe { libc::sigsuspend(&self.0) };
+    }
+}
+
 /// Fills `buf` from the system's random source.
 pub(crate) fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
     imp::random_bytes(buf)
