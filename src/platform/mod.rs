@@ -219,6 +219,10 @@ pub(crate) fn open_uncached(opts: &OpenOptions, path: &Path) -> io::Result<File>
 /// description.
 pub fn reopen(file: &File, uncached: bool, write: bool) -> io::Result<File> {
     use std::os::fd::AsRawFd;
+    #[cfg(all(test, target_os = "linux"))]
+    if DARWIN_FILES.with(|d| d.get()) {
+        return imp::reopen_sharing(file, uncached);
+    }
     let mut o = OpenOptions::new();
     o.read(true).write(write);
     let path = imp::fd_path(file.as_raw_fd());
@@ -229,6 +233,32 @@ pub fn reopen(file: &File, uncached: bool, write: bool) -> io::Result<File> {
         imp::set_cached(&f)?;
         Ok(f)
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test seam (review N1, N3): on this thread files behave as on macOS. A reopen shares
+    /// the open file description and its status flags with the original (on Linux dup() +
+    /// F_SETFL ±O_DIRECT, as /dev/fd and F_NOCACHE do there), and uncached reads do not
+    /// bypass pages already cached (`uncached_bypasses_cache` is false).
+    pub(crate) static DARWIN_FILES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether an uncached read misses the page cache even for pages already in it: Linux's
+/// O_DIRECT does; macOS's F_NOCACHE serves them from the cache, so there only a verified
+/// eviction makes the reads uncached.
+pub(crate) fn uncached_bypasses_cache() -> bool {
+    #[cfg(test)]
+    if DARWIN_FILES.with(|d| d.get()) {
+        return false;
+    }
+    imp::UNCACHED_BYPASSES_CACHE
+}
+
+/// Whether reads through `file` bypass the page cache (its description's O_DIRECT).
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) fn reads_uncached(file: &File) -> bool {
+    imp::reads_uncached(file)
 }
 
 /// Read-ahead advice for a whole file.
@@ -577,6 +607,38 @@ pub(crate) fn pinning_premise_failure(p: &Pinning) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The seam of review N1: a reader reopened before another reopen asks for uncached
+    /// reads shares that flag (fs.cache-size's old sequence), until a cached reopen clears
+    /// it for all; on Linux proper each reopen is a description of its own.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn darwin_reopens_share_the_uncached_flag() {
+        let path = std::env::temp_dir().join(format!("osmeter-n1-{}", std::process::id()));
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        for darwin in [false, true] {
+            DARWIN_FILES.with(|d| d.set(darwin));
+            let reader = reopen(&f, false, false).unwrap();
+            let Ok(writer) = reopen(&f, true, true) else {
+                return crate::experiments::testing::skip(
+                    "darwin_reopens_share_the_uncached_flag",
+                    "the temporary directory refuses O_DIRECT",
+                );
+            };
+            drop(writer);
+            assert_eq!(reads_uncached(&reader), darwin, "darwin {darwin}");
+            let _ = reopen(&f, false, false).unwrap();
+            assert!(!reads_uncached(&reader));
+        }
+        DARWIN_FILES.with(|d| d.set(false));
+        assert!(uncached_bypasses_cache());
+    }
 
     #[test]
     fn pipe_carries_a_byte_and_is_cloexec() {
