@@ -119,7 +119,18 @@ pub(crate) fn current_cpu() -> Option<usize> {
 
 /// As `current_cpu`, -1 when unknown. Async-signal-safe (for forked children).
 pub(crate) fn current_cpu_raw() -> i32 {
+    #[cfg(test)]
+    if CPU_UNKNOWN.with(|c| c.get()) {
+        return -1;
+    }
     imp::current_cpu_raw()
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test seam: on this thread (and children forked from it) the system does not say
+    /// which CPU a thread runs on, as on macOS.
+    pub(crate) static CPU_UNKNOWN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// The NUMA node of the page at `addr` (touched memory only), where the system tells.
