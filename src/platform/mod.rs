@@ -630,6 +630,7 @@ mod tests {
             .read(true)
             .write(true)
             .create(true)
+            .truncate(true)
             .open(&path)
             .unwrap();
         std::fs::remove_file(&path).unwrap();
