@@ -155,7 +155,24 @@ pub fn evict(file: &File, drop_all: bool) -> anyhow::Result<Eviction> {
     if IGNORED_EVICTION.with(|i| i.get()) {
         return evict_with(file, false, &|_| Ok(crate::platform::Support::Done));
     }
+    #[cfg(test)]
+    if CACHED_AT_EVICTION.with(|c| c.get()) {
+        use std::os::unix::fs::FileExt;
+        let f = crate::platform::reopen(file, false, false)?;
+        let (mut buf, mut pos) = (vec![0u8; 1 << 20], 0);
+        while let n @ 1.. = f.read_at(&mut buf, pos)? {
+            pos += n as u64;
+        }
+        return evict_with(file, false, &|_| Ok(crate::platform::Support::Done));
+    }
     evict_with(file, drop_all, &crate::platform::evict_file)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test seam: on this thread a file is wholly cached when its eviction is asked (pages
+    /// another reader brought in), and the advice is ignored, so the eviction fails.
+    pub(crate) static CACHED_AT_EVICTION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 #[cfg(test)]

@@ -24,6 +24,8 @@ pub(crate) use outcome::{explained, pool_metric};
 use spec::ms;
 pub use spec::{PerProfile, Spec};
 #[cfg(test)]
+mod personality;
+#[cfg(test)]
 pub(crate) mod testing;
 
 /// How much a run may cost.

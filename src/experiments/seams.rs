@@ -27,6 +27,9 @@ pub(crate) struct Seams {
     /// A stepped thread team runs its members one after another instead of together (as
     /// under steal, staggered starts or throttling).
     pub serial_team: bool,
+    /// cpu.signal's self-sent signal is ignored (SIG_IGN, as a library resetting the
+    /// disposition would leave it): kill returns with no handler run.
+    pub signal_ignored: bool,
 }
 
 impl Seams {
@@ -41,6 +44,7 @@ impl Seams {
         chase_base_pages: false,
         chase_nodes: None,
         serial_team: false,
+        signal_ignored: false,
     };
 }
 

@@ -462,12 +462,23 @@ pub fn from_sysctl(lookup: &dyn Fn(&str) -> Option<String>) -> (Cpu, Topology) {
         part: PartId {
             family: num("machdep.cpu.family").map(|v| v as u32),
             model: num("machdep.cpu.model").map(|v| v as u32),
-            cpufamily: num("hw.cpufamily"),
+            cpufamily: lookup("hw.cpufamily").and_then(|v| cpufamily(&v)),
             ..Default::default()
         },
         ..Default::default()
     };
     (cpu, topo)
+}
+
+/// `hw.cpufamily`, format "I" (signed): decoded like sysctl(8) an M2's 0xda33d83d reads
+/// -634136515, so it is parsed signed and kept as the 32 bits Apple's constants name.
+fn cpufamily(text: &str) -> Option<u64> {
+    let v = text.trim().parse::<i64>().ok()?;
+    i32::try_from(v)
+        .map(|v| v as u32)
+        .or_else(|_| u32::try_from(v))
+        .ok()
+        .map(u64::from)
 }
 
 fn frequency(root: &FactRoot, cpu: &mut Cpu, online: &[usize], info: &CpuInfo) {
@@ -629,6 +640,21 @@ impl Cpu {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Review N6: an M2's hw.cpufamily (0xda33d83d, CPUFAMILY_ARM_AVALANCHE_BLIZZARD)
+    /// prints negative, as in the public M2 dump; an M1's prints positive.
+    #[test]
+    fn a_negative_cpufamily_keeps_its_32_bits() {
+        let part = |v: &'static str| {
+            let lookup = move |k: &str| (k == "hw.cpufamily").then(|| v.to_string());
+            from_sysctl(&lookup).0.part.cpufamily
+        };
+        assert_eq!(part("-634136515"), Some(0xda33d83d));
+        assert_eq!(part("458787763"), Some(0x1b588bb3));
+        assert_eq!(part("3660830781"), Some(0xda33d83d), "printed unsigned");
+        assert_eq!(part("-9999999999"), None);
+        assert_eq!(part("x"), None);
+    }
 
     const CPUINFO_X86: &str = "processor\t: 0
 vendor_id\t: AuthenticAMD

@@ -10,6 +10,8 @@ use std::path::Path;
 pub const SYSTEM: &str = "Linux";
 /// Linux rewrites the echo id of datagram ICMP sockets (to the socket's port).
 pub const ICMP_DGRAM_KEEPS_ID: bool = false;
+/// O_DIRECT reads go to the device even for pages already cached.
+pub const UNCACHED_BYPASSES_CACHE: bool = true;
 
 pub type Mask = libc::cpu_set_t;
 
@@ -137,6 +139,32 @@ pub fn socket_cloexec(domain: i32, ty: i32, protocol: i32) -> io::Result<RawFd> 
 pub fn open_uncached(opts: &OpenOptions, path: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     opts.clone().custom_flags(libc::O_DIRECT).open(path)
+}
+
+/// Test seam: a reopen as /dev/fd makes on macOS. dup() shares the open file description,
+/// and F_SETFL acts on the description, so the O_DIRECT set or cleared here holds for every
+/// descriptor sharing it, as F_NOCACHE does there.
+#[cfg(test)]
+pub fn reopen_sharing(file: &File, uncached: bool) -> io::Result<File> {
+    let f = file.try_clone()?;
+    // SAFETY: fcntl on an open descriptor; no memory arguments.
+    let flags = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
+    let flags = match uncached {
+        true => flags | libc::O_DIRECT,
+        false => flags & !libc::O_DIRECT,
+    };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(f)
+}
+
+/// Whether reads through `file` bypass the page cache (O_DIRECT on its description).
+#[cfg(test)]
+pub fn reads_uncached(file: &File) -> bool {
+    // SAFETY: fcntl on an open descriptor; no memory arguments.
+    unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) & libc::O_DIRECT != 0 }
 }
 
 pub fn fd_path(fd: RawFd) -> String {

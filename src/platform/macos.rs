@@ -14,6 +14,8 @@ pub const SYSTEM: &str = "macOS";
 /// Darwin leaves the echo id of datagram ICMP sockets as sent, and delivers other
 /// processes' replies too.
 pub const ICMP_DGRAM_KEEPS_ID: bool = true;
+/// F_NOCACHE reads of pages already cached are served from the cache (fio issue #48).
+pub const UNCACHED_BYPASSES_CACHE: bool = false;
 
 const NO_PINNING: &str = "macOS offers no CPU pinning; the scheduler places threads";
 const QOS_HINT: &str = "macOS offers no CPU pinning; the thread asked for the performance \

@@ -119,7 +119,18 @@ pub(crate) fn current_cpu() -> Option<usize> {
 
 /// As `current_cpu`, -1 when unknown. Async-signal-safe (for forked children).
 pub(crate) fn current_cpu_raw() -> i32 {
+    #[cfg(test)]
+    if CPU_UNKNOWN.with(|c| c.get()) {
+        return -1;
+    }
     imp::current_cpu_raw()
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test seam: on this thread (and children forked from it) the system does not say
+    /// which CPU a thread runs on, as on macOS.
+    pub(crate) static CPU_UNKNOWN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// The NUMA node of the page at `addr` (touched memory only), where the system tells.
@@ -219,6 +230,10 @@ pub(crate) fn open_uncached(opts: &OpenOptions, path: &Path) -> io::Result<File>
 /// description.
 pub fn reopen(file: &File, uncached: bool, write: bool) -> io::Result<File> {
     use std::os::fd::AsRawFd;
+    #[cfg(all(test, target_os = "linux"))]
+    if DARWIN_FILES.with(|d| d.get()) {
+        return imp::reopen_sharing(file, uncached);
+    }
     let mut o = OpenOptions::new();
     o.read(true).write(write);
     let path = imp::fd_path(file.as_raw_fd());
@@ -229,6 +244,32 @@ pub fn reopen(file: &File, uncached: bool, write: bool) -> io::Result<File> {
         imp::set_cached(&f)?;
         Ok(f)
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test seam (review N1, N3): on this thread files behave as on macOS. A reopen shares
+    /// the open file description and its status flags with the original (on Linux dup() +
+    /// F_SETFL ±O_DIRECT, as /dev/fd and F_NOCACHE do there), and uncached reads do not
+    /// bypass pages already cached (`uncached_bypasses_cache` is false).
+    pub(crate) static DARWIN_FILES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether an uncached read misses the page cache even for pages already in it: Linux's
+/// O_DIRECT does; macOS's F_NOCACHE serves them from the cache, so there only a verified
+/// eviction makes the reads uncached.
+pub(crate) fn uncached_bypasses_cache() -> bool {
+    #[cfg(test)]
+    if DARWIN_FILES.with(|d| d.get()) {
+        return false;
+    }
+    imp::UNCACHED_BYPASSES_CACHE
+}
+
+/// Whether reads through `file` bypass the page cache (its description's O_DIRECT).
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) fn reads_uncached(file: &File) -> bool {
+    imp::reads_uncached(file)
 }
 
 /// Read-ahead advice for a whole file.
@@ -394,6 +435,55 @@ pub(crate) fn reap(pid: libc::pid_t, kill: bool) -> io::Result<libc::c_int> {
     }
 }
 
+/// Installs `handler` for signal `sig`, or ignores `sig` when None; SA_RESTART, so a
+/// read the handler interrupts resumes. Plain POSIX; async-signal-safe (forked children).
+pub(crate) fn catch_signal(sig: i32, handler: Option<extern "C" fn(libc::c_int)>) -> bool {
+    // SAFETY: an all-zero sigaction is a valid value; its fields are set below.
+    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    sa.sa_sigaction = handler.map_or(libc::SIG_IGN, |h| h as libc::sighandler_t);
+    sa.sa_flags = libc::SA_RESTART;
+    // SAFETY: sa is initialised; sigemptyset and sigaction only read and write it.
+    unsafe {
+        libc::sigemptyset(&mut sa.sa_mask) == 0
+            && libc::sigaction(sig, &sa, std::ptr::null_mut()) == 0
+    }
+}
+
+/// Sends `sig` to process `pid` (kill(2); 0 checks the target only). Async-signal-safe.
+#[inline(always)]
+pub(crate) fn send_signal(pid: i64, sig: i32) -> bool {
+    // SAFETY: kill takes plain integers and touches no memory of ours.
+    unsafe { libc::kill(pid as libc::pid_t, sig) == 0 }
+}
+
+/// A signal blocked in a single-threaded process and waited for: `wait` suspends with
+/// the mask as it was before, `sig` unblocked, so a signal sent before the wait is not
+/// lost (it stays pending). Async-signal-safe.
+pub(crate) struct SignalWait(libc::sigset_t);
+
+impl SignalWait {
+    /// Blocks `sig` (sigprocmask: the process has one thread).
+    pub(crate) fn block(sig: i32) -> Option<SignalWait> {
+        // SAFETY: zeroed sigsets are valid storage; the calls below only fill them.
+        let (mut set, mut old): (libc::sigset_t, libc::sigset_t) = unsafe { std::mem::zeroed() };
+        // SAFETY: set and old are valid sigsets of this frame.
+        let ok = unsafe {
+            libc::sigemptyset(&mut set) == 0
+                && libc::sigaddset(&mut set, sig) == 0
+                && libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old) == 0
+                && libc::sigdelset(&mut old, sig) == 0
+        };
+        ok.then_some(SignalWait(old))
+    }
+
+    /// Returns once a handler for a signal unblocked in the wait mask has run.
+    #[inline(always)]
+    pub(crate) fn wait(&self) {
+        // SAFETY: self.0 is a valid sigset; sigsuspend returns after a handler ran.
+        unsafe { libc::sigsuspend(&self.0) };
+    }
+}
+
 /// Fills `buf` from the system's random source.
 pub(crate) fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
     imp::random_bytes(buf)
@@ -528,6 +618,39 @@ pub(crate) fn pinning_premise_failure(p: &Pinning) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The seam of review N1: a reader reopened before another reopen asks for uncached
+    /// reads shares that flag (fs.cache-size's old sequence), until a cached reopen clears
+    /// it for all; on Linux proper each reopen is a description of its own.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn darwin_reopens_share_the_uncached_flag() {
+        let path = std::env::temp_dir().join(format!("osmeter-n1-{}", std::process::id()));
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        for darwin in [false, true] {
+            DARWIN_FILES.with(|d| d.set(darwin));
+            let reader = reopen(&f, false, false).unwrap();
+            let Ok(writer) = reopen(&f, true, true) else {
+                return crate::experiments::testing::skip(
+                    "darwin_reopens_share_the_uncached_flag",
+                    "the temporary directory refuses O_DIRECT",
+                );
+            };
+            drop(writer);
+            assert_eq!(reads_uncached(&reader), darwin, "darwin {darwin}");
+            let _ = reopen(&f, false, false).unwrap();
+            assert!(!reads_uncached(&reader));
+        }
+        DARWIN_FILES.with(|d| d.set(false));
+        assert!(uncached_bypasses_cache());
+    }
 
     #[test]
     fn pipe_carries_a_byte_and_is_cloexec() {

@@ -8,6 +8,7 @@ mod call;
 mod core_to_core;
 mod loop_cost;
 pub(crate) mod process_create;
+mod signal;
 pub(crate) mod switch;
 pub(crate) mod syscall;
 pub(crate) mod thread_create;
@@ -25,6 +26,7 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
         Box::new(core_to_core::CoreToCore),
         Box::new(thread_create::ThreadCreate),
         Box::new(process_create::ProcessCreate),
+        Box::new(signal::Signal),
     ]
 }
 

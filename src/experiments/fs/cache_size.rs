@@ -305,6 +305,9 @@ impl Search<'_> {
             self.owner.grow_booking(size)?;
             append(&self.owner.file, self.written, size, 0x5eed)?;
             self.written = size;
+            // On macOS `append`'s uncached reopen set F_NOCACHE on the description the
+            // reader shares (/dev/fd is dup()): a cached reopen clears it (review N1).
+            self.reader = reopen(&self.owner.file, false, false)?;
         }
         (self.ctx.progress)(&format!("reading {} twice", fmt_mib(size)));
         let ev = pagecache::evict(&self.owner.file, self.ctx.options.drop_caches)?;
@@ -501,6 +504,36 @@ mod tests {
         assert!(!served(&probe(MIB, 0.9, 0.2), Some(0.6)));
         assert!(!served(&probe(MIB, 1.0, 1.5), Some(0.6)));
         assert!(served(&probe(MIB, 1.0, 1.5), None));
+    }
+
+    /// Review N1: where reopens share the uncached flag (macOS's /dev/fd, the seam's dup +
+    /// F_SETFL here), `append` before a probe must not leave the reader uncached. Before
+    /// the fix the reader read through O_DIRECT here (unaligned: an error) and through
+    /// F_NOCACHE on a Mac ("even a 4 MiB file was not kept", status ok).
+    #[test]
+    fn the_reader_reads_cached_where_reopens_share_flags() {
+        use crate::experiments::testing::{skip, World};
+        crate::platform::DARWIN_FILES.with(|d| d.set(true));
+        let clock = crate::clock::CoarseClock::new(1e9);
+        let r = World::live(&clock).run(&CacheSize);
+        if r.status == crate::results::Status::Skipped {
+            return skip(
+                "the_reader_reads_cached_where_reopens_share_flags",
+                &format!("{:?}", r.reason),
+            );
+        }
+        assert_ne!(r.status, crate::results::Status::Failed, "{:?}", r.reason);
+        assert!(
+            r.metric("cache_size_upper_bound").is_none(),
+            "{:?}",
+            r.findings
+        );
+        let rate = |n: &str| r.metric(n).map_or(f64::NAN, |m| m.summary.median);
+        assert!(
+            rate("cached_read_rate") > rate("cold_read_rate"),
+            "{:?}",
+            r.metrics
+        );
     }
 
     #[test]

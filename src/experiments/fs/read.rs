@@ -192,7 +192,7 @@ impl Sweep<'_> {
         direct: bool,
     ) -> anyhow::Result<()> {
         let sz = fmt_bytes(size as f64);
-        let c = evict_check(self.ctx, file, &format!("{sz} file"), !direct)?;
+        let c = evict_check(self.ctx, file, &format!("{sz} file"), !bypasses(direct))?;
         self.evicted.add(&c);
         let fd = reopen(file, direct, false)?;
         if !direct {
@@ -282,16 +282,17 @@ impl Sweep<'_> {
         let direct = self.direct.unwrap_or(false);
         let ev = &self.evicted;
         let (ok, n, all, last) = (ev.passed, ev.total, ev.all(), &ev.last_failure);
-        let (support, bypass) = match direct {
-            true => ("", " (O_DIRECT bypasses it anyway)"),
-            false => ("O_DIRECT not supported here; ", ""),
+        let (support, bypass) = match (direct, bypasses(direct)) {
+            (true, true) => ("", " (O_DIRECT bypasses it anyway)"),
+            (true, false) => ("", " (uncached reads here serve pages already cached)"),
+            (false, _) => ("O_DIRECT not supported here; ", ""),
         };
         let detail = match all {
             true => format!("{support}{ok} of {n} passes started with no page cached"),
             false => format!("{ok} of {n} verified; last: {last}{bypass}"),
         };
-        // With O_DIRECT the eviction is only a sanity check: the reads bypass the cache.
-        let eviction = match direct {
+        // Where uncached reads bypass the cache the eviction is only a sanity check.
+        let eviction = match bypasses(direct) {
             true => Check::sanity(
                 "files evicted before uncached passes (mincore)",
                 all,
@@ -314,6 +315,12 @@ impl Sweep<'_> {
             notes: self.notes,
         }
     }
+}
+
+/// Whether this pass's reads miss the cache even for pages left in it: O_DIRECT on Linux;
+/// not macOS's F_NOCACHE, which serves them (review N3), so there eviction is a premise.
+fn bypasses(direct: bool) -> bool {
+    direct && crate::platform::uncached_bypasses_cache()
 }
 
 const EVICTED_UNCACHED: &str =
@@ -509,4 +516,34 @@ fn findings(out: &mut Outcome, s: &SweepOut) {
         ),
         &["uncached_seq", "uncached_random"],
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiments::testing::{assert_invalid_by, skip, World};
+
+    /// Review N3: where uncached reads serve pages already cached (macOS's F_NOCACHE), a
+    /// failed eviction makes the uncached figures invalid even though uncached reads work;
+    /// before, it was a sanity check ("O_DIRECT bypasses it anyway") and the status ok.
+    #[test]
+    fn a_failed_eviction_is_a_premise_where_uncached_reads_see_the_cache() {
+        crate::platform::DARWIN_FILES.with(|d| d.set(true));
+        pagecache::CACHED_AT_EVICTION.with(|c| c.set(true));
+        let clock = crate::clock::CoarseClock::new(1e9);
+        let r = World::live(&clock).run(&Read);
+        if r.status == crate::results::Status::Skipped {
+            return skip(
+                "a_failed_eviction_is_a_premise_where_uncached_reads_see_the_cache",
+                &format!("{:?}", r.reason),
+            );
+        }
+        assert_invalid_by(&r, EVICTED_UNCACHED);
+        let c = crate::experiments::testing::check(&r, EVICTED_UNCACHED);
+        assert!(
+            c.detail.contains("serve pages already cached"),
+            "{}",
+            c.detail
+        );
+    }
 }

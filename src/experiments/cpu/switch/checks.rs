@@ -11,7 +11,7 @@ pub(super) fn pinned_check(name: &str, trip: &Trip) -> Check {
 
 /// The premise from the CPU looks and the pinning the system offers: without hard
 /// pinning the figure is an unpinned measurement whatever the looks say.
-pub(super) fn cpus_check(
+pub(crate) fn cpus_check(
     name: &str,
     main: &Place,
     p: &Place,

@@ -16,7 +16,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-mod checks;
+pub(crate) mod checks;
 mod partner;
 mod predict;
 mod series;
