@@ -80,7 +80,14 @@ fn memory_experiments_run_in_smoke() {
     let r = smoke();
     for id in ["mem.latency", "mem.bandwidth", "mem.pagefault"] {
         let e = experiment(r, id);
-        assert_eq!(e["status"], "ok", "{id}: {}", e["reason"]);
+        // A VM's host may answer the major faults' reads from its cache: unverified, and
+        // said so, unless the user asserts --host-cache none.
+        let host_cached = id == "mem.pagefault"
+            && e["status"] == "unverified"
+            && e["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("--host-cache none"));
+        assert!(e["status"] == "ok" || host_cached, "{id}: {}", e["reason"]);
     }
 }
 

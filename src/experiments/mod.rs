@@ -253,6 +253,11 @@ impl Context<'_> {
         self.earlier.metric(experiment, metric)
     }
 
+    /// The status of an earlier experiment that ran and was not ok.
+    pub(crate) fn earlier_not_ok(&self, experiment: &str) -> Option<crate::results::Status> {
+        self.earlier.not_ok(experiment)
+    }
+
     /// Median of an earlier metric.
     pub(crate) fn earlier_median(&self, experiment: &str, metric: &str) -> Option<f64> {
         self.earlier_metric(experiment, metric)
@@ -266,6 +271,10 @@ pub(crate) type MetricReads = std::collections::BTreeSet<(String, String)>;
 /// Metrics measured earlier in the run: `metric` of `experiment` when its status is ok.
 pub trait EarlierResults {
     fn metric(&self, experiment: &str, metric: &str) -> Option<&Metric>;
+    /// The status of `experiment` where it ran earlier in the run and was not ok.
+    fn not_ok(&self, _experiment: &str) -> Option<crate::results::Status> {
+        None
+    }
 }
 
 impl EarlierResults for Vec<ExperimentResult> {
@@ -273,6 +282,10 @@ impl EarlierResults for Vec<ExperimentResult> {
         self.iter()
             .find(|e| e.id == experiment && e.status == crate::results::Status::Ok)?
             .metric(metric)
+    }
+    fn not_ok(&self, experiment: &str) -> Option<crate::results::Status> {
+        let e = self.iter().find(|e| e.id == experiment)?;
+        (e.status != crate::results::Status::Ok).then_some(e.status)
     }
 }
 

@@ -170,10 +170,14 @@ impl<'c, 'a> Predictions<'c, 'a> {
             }
         }
         let first = metrics.first().copied().unwrap_or("figure");
-        Input::missing(
-            first,
-            format!("{experiment}'s {first} was not measured in this run"),
-        )
+        let why = match self.ctx.earlier_not_ok(experiment) {
+            Some(s) => format!(
+                "{experiment} ran but is {} in this run, so its {first} is no input",
+                s.as_str()
+            ),
+            None => format!("{experiment}'s {first} was not measured in this run"),
+        };
+        Input::missing(first, why)
     }
 
     /// States `metric` as `f` of the inputs' values, each recorded as an input; withheld

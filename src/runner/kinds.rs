@@ -136,6 +136,10 @@ impl crate::experiments::EarlierResults for KindEarlier<'_> {
             e.metric(metric)
         }
     }
+    fn not_ok(&self, experiment: &str) -> Option<Status> {
+        let e = self.results.iter().find(|e| e.id == experiment)?;
+        (e.status != Status::Ok).then_some(e.status)
+    }
 }
 
 /// Adds one other kind's merged result to the run's own (`res`): its metrics (and the

@@ -1,7 +1,7 @@
 //! mem.pagefault: service time of a major page fault (a page read from disk on first
 //! touch of a file mapping), and of a minor fault (first touch of fresh anonymous memory).
 
-use crate::experiments::kit::files::{device_basis, device_of};
+use crate::experiments::kit::files::{device_basis, device_of, DeviceReads};
 use crate::experiments::kit::{memory_cap, rss_baseline, rss_check, thread_faults, Pages, Region};
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
@@ -299,10 +299,16 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
     rng.shuffle(&mut order);
 
     (ctx.progress)("major faults");
+    // The disk's sectors-read counter around the faults: a fault the page cache (or, in
+    // a VM, the host's cache) answered reads nothing from it.
+    let mut device = DeviceReads::new(ctx, scratch.dir());
+    let before = device.counter();
     let (times, majors) = major_faults(ctx, &map, &order, ctx.budget.mul_f64(0.5))?;
+    let n = times.len() as u64;
+    device.add(before, device.counter(), n * ps as u64);
+    out.check(device.check());
     drop(map);
     drop(f);
-    let n = times.len() as u64;
     out.check(Check::premise(
         "touches were major faults (getrusage)",
         majors as f64 >= 0.9 * n as f64,
