@@ -60,6 +60,7 @@ impl Experiment for Mock {
                 formula: "the context's core clock in GHz".into(),
                 inputs: Default::default(),
                 bound: None,
+                consistency: false,
                 withheld: None,
             },
         )]

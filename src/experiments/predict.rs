@@ -203,6 +203,15 @@ impl<'c, 'a> Predictions<'c, 'a> {
         self.state(metric, &[input], |v| Prediction::new(v[0], formula));
     }
 
+    /// `metric` is `input` measured another way: shown as a consistency check, since a
+    /// ratio near 1 confirms the two readings but tests no model.
+    pub(crate) fn same(&mut self, metric: &str, input: &Input, formula: impl Into<String>) {
+        let formula = formula.into();
+        self.state(metric, &[input], |v| {
+            Prediction::new(v[0], formula).consistency()
+        });
+    }
+
     /// `metric` should be at least `input`: the model leaves costs out.
     pub(crate) fn at_least(&mut self, metric: &str, input: &Input, formula: impl Into<String>) {
         let formula = formula.into();

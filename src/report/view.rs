@@ -95,28 +95,33 @@ pub(crate) fn judged_ratio(m: &Metric) -> Option<(f64, bool)> {
     Some((r, flagged))
 }
 
-/// "≥ " or "≤ " before a bound prediction's value: the side the measurement agrees on.
+/// "≥ " or "≤ " before a bound prediction's value: the side the measurement agrees on;
+/// "≈ " before a consistency check (the same quantity measured another way).
 pub(crate) fn bound_mark(p: &Prediction) -> &'static str {
     match p.bound {
+        None if p.consistency => "≈ ",
         None => "",
         Some(Bound::Lower) => "≥ ",
         Some(Bound::Upper) => "≤ ",
     }
 }
 
-/// Whether any prediction of the run is a bound: the legends then say how bounds are flagged.
+/// Whether any prediction of the run is a bound or a consistency check: the legends then
+/// say how they are read.
 pub(crate) fn has_bounds(r: &RunResults) -> bool {
-    r.experiments
-        .iter()
-        .flat_map(|e| &e.metrics)
-        .any(|m| m.prediction.as_ref().is_some_and(|p| p.bound.is_some()))
+    r.experiments.iter().flat_map(|e| &e.metrics).any(|m| {
+        m.prediction
+            .as_ref()
+            .is_some_and(|p| p.bound.is_some() || p.consistency)
+    })
 }
 
 /// What '!' marks, for the legends; `bounds` from `has_bounds`.
 pub(crate) fn flag_legend(bounds: bool) -> &'static str {
     if bounds {
         "beyond 2x either way; for a bound (≥, ≤: the model leaves costs out, or caps the \
-         figure) only when the 95% interval lies wholly on its wrong side"
+         figure) only when the 95% interval lies wholly on its wrong side; ≈ marks a \
+         consistency check, the same quantity measured another way, not a prediction"
     } else {
         "beyond 2x either way"
     }

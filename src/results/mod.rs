@@ -447,6 +447,12 @@ pub struct Prediction {
     /// measurement on the wrong side of it (absent in documents written before bounds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound: Option<Bound>,
+    /// Set when the "prediction" is the same quantity measured another way (an earlier
+    /// experiment's figure, the run's own premise): it can confirm the measurement but not
+    /// test a model, so the report shows it as a consistency check and the prediction
+    /// count leaves it out.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub consistency: bool,
     /// Set when the metric gets no prediction, with the reason (e.g. the part is not in the
     /// table); the runner turns it into a note and attaches no prediction.
     #[serde(skip)]
@@ -494,8 +500,15 @@ impl Prediction {
             formula: formula.into(),
             inputs: BTreeMap::new(),
             bound: None,
+            consistency: false,
             withheld: None,
         }
+    }
+
+    /// The same quantity measured another way: a consistency check, not a prediction.
+    pub(crate) fn consistency(mut self) -> Self {
+        self.consistency = true;
+        self
     }
 
     /// The model leaves costs out: the measurement should be at least this.
@@ -517,6 +530,7 @@ impl Prediction {
             formula: String::new(),
             inputs: BTreeMap::new(),
             bound: None,
+            consistency: false,
             withheld: Some(reason.into()),
         }
     }

@@ -471,19 +471,36 @@ fn run_one(
     judge(result)
 }
 
-/// Each metric's prediction, or a note of why it was withheld.
+/// Each metric's prediction, or a note of why it was withheld; a metric the experiment
+/// stated nothing for gets a note too, so no figure stands without a prediction or a reason.
 fn attach_predictions(
     result: &mut ExperimentResult,
     predictions: Vec<(String, crate::results::Prediction)>,
 ) {
+    let mut reasoned = std::collections::BTreeSet::new();
     for (name, p) in predictions {
-        if let Some(m) = result.metrics.iter_mut().find(|m| m.name == name) {
-            match p.withheld {
-                Some(why) => result
+        let Some(m) = result.metrics.iter_mut().find(|m| m.name == name) else {
+            if p.withheld.is_none() {
+                result
                     .notes
-                    .push(format!("no prediction for {name}: {why}")),
-                None => m.prediction = Some(p),
+                    .push(format!("{name} was predicted but not measured in this run"));
             }
+            continue;
+        };
+        reasoned.insert(name.clone());
+        match p.withheld {
+            Some(why) => result
+                .notes
+                .push(format!("no prediction for {name}: {why}")),
+            None => m.prediction = Some(p),
+        }
+    }
+    for m in &result.metrics {
+        if !reasoned.contains(&m.name) {
+            result.notes.push(format!(
+                "no prediction for {}: no model in osmeter covers it",
+                m.name
+            ));
         }
     }
 }

@@ -16,7 +16,7 @@ pub(super) fn predictions(ctx: &Context) -> Vec<(String, Prediction)> {
     let mut p = Predictions::new(ctx);
     let team = TeamFigures::earlier(&p);
     let (idle, idle_name) = first_of(&p, "mem.latency", team.dram());
-    p.equal(
+    p.same(
         "idle_latency",
         &idle,
         format!("mem.latency's {idle_name}: the same chase, idle"),
@@ -107,7 +107,7 @@ impl TeamFigures {
     fn peaks(&self, p: &mut Predictions) {
         let k = self.threads;
         let (read, name) = &self.read;
-        p.equal(
+        p.same(
             "peak_bandwidth",
             read,
             format!("mem.bandwidth's {name}: the read of as many threads as load threads ({k})"),
