@@ -127,11 +127,20 @@ pub fn from_clap(e: &clap::Error) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let text = e.to_string();
-    let first = text
-        .lines()
+    let mut lines = text.lines();
+    let mut first = lines
         .next()
         .unwrap_or("bad usage")
-        .trim_start_matches("error: ");
+        .trim_start_matches("error: ")
+        .to_string();
+    // "...were not provided:" is followed by the indented names it means.
+    if first.ends_with(':') {
+        let named: Vec<&str> = lines
+            .take_while(|l| l.starts_with("  "))
+            .map(str::trim)
+            .collect();
+        first = format!("{first} {}", named.join(", "));
+    }
     Error::usage(format!("{first} (see --help)")).report()
 }
 

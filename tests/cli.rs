@@ -28,6 +28,17 @@ fn usage_error(args: &[&str]) -> String {
     err
 }
 
+/// `run` and `watch` share their target arguments, so both refuse the same bad values.
+#[test]
+fn run_and_watch_share_the_target_arguments() {
+    for cmd in ["run", "watch"] {
+        let err = usage_error(&[cmd, "--host-cache", "writeback"]);
+        assert!(err.contains("--host-cache"), "{cmd}: {err}");
+        let err = usage_error(&[cmd, "--peer-name", "x"]);
+        assert!(err.contains("--peer"), "{cmd}: {err}");
+    }
+}
+
 #[test]
 fn bad_profile() {
     let e = usage_error(&["run", "--profile", "nope"]);

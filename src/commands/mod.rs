@@ -27,6 +27,8 @@ mod report;
 mod run;
 mod serve;
 #[cfg(unix)]
+mod target;
+#[cfg(unix)]
 mod watch;
 // The Windows build's command line (serve only); its parsing is tested on Linux too.
 #[cfg(any(windows, test))]

@@ -4,7 +4,7 @@
 //! an experiment overran is written the same way before the process ends.
 
 use crate::error::{Error, Result, EXIT_OVERRUN, EXIT_RUNTIME};
-use crate::experiments::{Profile, RunOptions};
+use crate::experiments::Profile;
 use crate::results::{RunResults, Status};
 use crate::runner::{self, Registry, RunConfig};
 use std::io::IsTerminal;
@@ -32,10 +32,6 @@ pub(super) struct Args {
     /// Skip these experiments (ids or globs).
     #[arg(long)]
     skip: Vec<String>,
-    /// Pin single-threaded work to this CPU (default: the topology's choice, a performance
-    /// core other than CPU 0's core; `osmeter machine` shows it and why).
-    #[arg(long)]
-    cpu: Option<usize>,
     /// Parent folder of the results folder (a new HOST-TIMESTAMP folder is made inside).
     #[arg(long, default_value = "osmeter-results")]
     out: PathBuf,
@@ -53,31 +49,14 @@ pub(super) struct Args {
     /// (1-100; default 2, and 1 for the smoke profile).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=100))]
     repeat: Option<u16>,
-    /// Remote peer for network experiments (HOST[:PORT]).
-    #[arg(long)]
-    peer: Option<String>,
-    /// Shared token for the peer.
-    #[arg(long)]
-    peer_token: Option<String>,
-    /// How reports and the history name the --peer host (e.g. its inventory name).
-    #[arg(long, requires = "peer")]
-    peer_name: Option<String>,
-    /// How reports and the history name this host (default: its hostname).
-    #[arg(long)]
-    host_name: Option<String>,
+    #[command(flatten)]
+    target: super::target::Args,
     /// A mounted network file system for fs.remote-read.
     #[arg(long)]
     remote_dir: Option<PathBuf>,
-    /// Where file experiments write (default: a new folder under the current directory).
-    #[arg(long)]
-    scratch_dir: Option<PathBuf>,
     /// Allow dropping the whole page cache (root only).
     #[arg(long)]
     drop_caches: bool,
-    /// In a VM: assert the host serves its disk uncached (qemu/libvirt cache=none), so
-    /// uncached reads the guest's disk counter saw count as proven (default: unverified).
-    #[arg(long, value_name = "MODE", value_parser = ["none"])]
-    host_cache: Option<String>,
     #[command(flatten)]
     export: super::export::Args,
 }
@@ -92,25 +71,13 @@ pub(super) fn run(a: Args) -> ExitCode {
 
 /// Runs, writes and prints; true when an experiment failed.
 fn measure_and_publish(a: Args) -> Result<bool> {
-    if let Some(Err(e)) = a.peer.as_deref().map(crate::peer::client::parse_peer) {
-        return Err(Error::usage(e.to_string()));
-    }
     let cfg = RunConfig {
         profile: a.profile,
         only: a.only,
         skip: a.skip,
-        cpu: a.cpu,
+        cpu: a.target.cpu,
         repeat: a.repeat.map(usize::from),
-        options: RunOptions {
-            peer: a.peer,
-            peer_token: a.peer_token,
-            host_name: a.host_name,
-            peer_name: a.peer_name,
-            remote_dir: a.remote_dir,
-            scratch_dir: a.scratch_dir,
-            drop_caches: a.drop_caches,
-            host_cache_none: a.host_cache.is_some(),
-        },
+        options: a.target.options(a.remote_dir, a.drop_caches)?,
     };
     let mut plan = runner::plan(&cfg, Registry::real())?;
     let exports = a.export.parse()?;

@@ -5,7 +5,7 @@
 //! during passes, the scratch files of a pass removed (`scratch::install_cleanup_handler`).
 
 use crate::error::{Error, Result};
-use crate::experiments::{Profile, RunOptions};
+use crate::experiments::Profile;
 use crate::history::changes::Settings;
 use crate::runner::{self, Registry, RunConfig};
 use crate::watch;
@@ -44,24 +44,8 @@ pub(super) struct Args {
     /// Wall time of the burst-and-sustained CPU measurement (watch.cpu-sustained).
     #[arg(long, default_value = "1s", value_parser = crate::units::parse_duration)]
     sustained: Duration,
-    /// Pin single-threaded work to this CPU (as `osmeter run --cpu`).
-    #[arg(long)]
-    cpu: Option<usize>,
-    /// Remote peer for the network experiments (HOST[:PORT]; default: loopback).
-    #[arg(long)]
-    peer: Option<String>,
-    /// Shared token for the peer.
-    #[arg(long)]
-    peer_token: Option<String>,
-    /// How reports and the history name the --peer host.
-    #[arg(long, requires = "peer")]
-    peer_name: Option<String>,
-    /// How the history names this host (default: its hostname).
-    #[arg(long)]
-    host_name: Option<String>,
-    /// Where the file experiments write (default: a new folder under the current directory).
-    #[arg(long)]
-    scratch_dir: Option<PathBuf>,
+    #[command(flatten)]
+    target: super::target::Args,
     /// The experiments of a pass instead of the watch selection (ids or globs;
     /// `watch.cpu-sustained` is the sustained measurement). For tests and debugging.
     #[arg(long, hide = true)]
@@ -86,9 +70,7 @@ fn watch_cmd(a: Args) -> Result<()> {
     if let Some(dir) = &a.install_systemd {
         return install_systemd(dir);
     }
-    if let Some(Err(e)) = a.peer.as_deref().map(crate::peer::client::parse_peer) {
-        return Err(Error::usage(e.to_string()));
-    }
+    let options = a.target.options(None, false)?;
     let history = crate::history::default_path().map_err(|e| Error::usage(format!("{e:#}")))?;
     let out_dir = match &a.out_dir {
         Some(d) => d.clone(),
@@ -130,18 +112,9 @@ fn watch_cmd(a: Args) -> Result<()> {
         profile: Profile::Smoke,
         only,
         skip: vec![],
-        cpu: a.cpu,
+        cpu: a.target.cpu,
         repeat: Some(1),
-        options: RunOptions {
-            peer: a.peer.clone(),
-            peer_token: a.peer_token.clone(),
-            host_name: a.host_name.clone(),
-            peer_name: a.peer_name.clone(),
-            remote_dir: None,
-            scratch_dir: a.scratch_dir.clone(),
-            drop_caches: false,
-            host_cache_none: false,
-        },
+        options,
     };
     // Checked once before the first pass: a bad selection or peer fails at once.
     runner::plan(&cfg, Registry::real())?;
