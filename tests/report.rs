@@ -9,8 +9,6 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-const CHROMIUM: &str = "/usr/bin/chromium";
-
 fn osmeter(db: &Path) -> Command {
     let mut c = Command::cargo_bin("osmeter").unwrap();
     c.env("OSMETER_HISTORY_DB", db);
@@ -87,63 +85,22 @@ fn assert_self_contained(html: &str) {
 
 /// Opens a page in headless Chromium; returns (stderr log, DOM). None when absent.
 fn chromium(page: &Path, screenshot: Option<&Path>) -> Option<(String, String)> {
-    if !Path::new(CHROMIUM).exists() {
-        common::skip(
-            "chromium checks",
-            &format!("{CHROMIUM} is absent (apt-get install chromium); browser checks not run"),
-        );
+    if !common::have_chromium("chromium checks") {
         return None;
     }
-    let profile = tempfile::tempdir().unwrap();
-    let url = format!("file://{}", page.canonicalize().unwrap().display());
-    let base = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--enable-logging=stderr",
-        "--v=0",
-    ];
-    let run = |extra: &[String]| {
-        let out = std::process::Command::new(CHROMIUM)
-            .args(base)
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .args(extra)
-            .arg(&url)
-            .output()
-            .expect("chromium runs");
-        (
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
-    let (dom, mut log) = run(&["--dump-dom".to_string()]);
+    let (dom, mut log) = common::chromium(page, &["--dump-dom".to_string()]);
     if let Some(s) = screenshot {
-        let (_, l2) = run(&[
-            format!("--screenshot={}", s.display()),
-            "--window-size=1280,4000".to_string(),
-        ]);
+        let (_, l2) = common::chromium(
+            page,
+            &[
+                format!("--screenshot={}", s.display()),
+                "--window-size=1280,4000".to_string(),
+            ],
+        );
         log.push_str(&l2);
         assert!(s.exists(), "no screenshot written: {l2}");
     }
     Some((log, dom))
-}
-
-/// Console errors and blocked or failed loads, as Chromium logs them.
-fn page_problems(log: &str) -> Vec<String> {
-    log.lines()
-        .filter(|l| {
-            l.contains("CONSOLE")
-                || l.contains("Refused to")
-                || l.contains("Content Security Policy")
-                || l.contains("net::ERR")
-        })
-        .map(|l| l.to_string())
-        .collect()
 }
 
 #[test]
@@ -197,7 +154,7 @@ fn smoke_run_report_opens_cleanly_in_chromium() {
             dom.contains("Predicted vs measured") && dom.contains("<svg"),
             "DOM not rendered"
         );
-        let problems = page_problems(&log);
+        let problems = common::page_problems(&log);
         assert!(
             problems.is_empty(),
             "console errors or blocked loads: {problems:#?}"
@@ -218,7 +175,7 @@ fn the_chromium_check_would_see_an_external_fetch() {
     .unwrap();
     if let Some((log, _)) = chromium(&page, None) {
         assert!(
-            !page_problems(&log).is_empty(),
+            !common::page_problems(&log).is_empty(),
             "blocked fetch not logged: {log}"
         );
     }
@@ -649,7 +606,7 @@ fn a_full_synthetic_report_has_every_plot_and_finding_and_renders_fast() {
         &tmp.path().join("report.html"),
         Some(&output_dir().join("synthetic.png")),
     ) {
-        let problems = page_problems(&log);
+        let problems = common::page_problems(&log);
         assert!(problems.is_empty(), "{problems:#?}");
     }
 }

@@ -8,8 +8,6 @@ mod common;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-const CHROMIUM: &str = "/usr/bin/chromium";
-
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/results")
@@ -360,47 +358,16 @@ fn a_formula_shared_by_several_rows_is_written_once() {
 
 #[test]
 fn chromium_lays_out_one_mark_per_predicted_metric() {
-    if !Path::new(CHROMIUM).exists() {
-        common::skip(
-            "chromium plot layout",
-            &format!("{CHROMIUM} is absent (apt-get install chromium); browser checks not run"),
-        );
+    if !common::have_chromium("chromium plot layout") {
         return;
     }
     let dir = fixture("quick-7c5d72d");
     let n = predicted(&dir).len();
     let (out, _, html, _) = render(&dir);
-    let profile = tempfile::tempdir().unwrap();
-    let run = |page: &Path, extra: &[String]| {
-        let o = std::process::Command::new(CHROMIUM)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--enable-logging=stderr",
-                "--v=0",
-            ])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .args(extra)
-            .arg(format!("file://{}", page.display()))
-            .output()
-            .expect("chromium runs");
-        (
-            String::from_utf8_lossy(&o.stdout).into_owned(),
-            String::from_utf8_lossy(&o.stderr).into_owned(),
-        )
-    };
     // The report itself: no console error, no refused load.
     let report = out.path().join("report.html");
-    let (_, log) = run(&report, &["--dump-dom".into()]);
-    let problems: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("CONSOLE") || l.contains("Refused to") || l.contains("net::ERR"))
-        .collect();
+    let (_, log) = common::chromium(&report, &["--dump-dom".into()]);
+    let problems = common::page_problems(&log);
     assert!(problems.is_empty(), "{problems:?}");
     // The plot alone in a page that measures it (the report forbids scripts): every mark
     // is laid out with a size, inside its panel's frame.
@@ -424,14 +391,14 @@ fn chromium_lays_out_one_mark_per_predicted_metric() {
         ),
     )
     .unwrap();
-    let (dom, _) = run(&probe, &["--dump-dom".into()]);
+    let (dom, _) = common::chromium(&probe, &["--dump-dom".into()]);
     assert!(
         dom.contains(&format!("laid out {n} of {n}")),
         "{}",
         dom.split("<pre id=\"out\">").nth(1).unwrap_or(&dom[..0])
     );
     let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("prediction-plot.png");
-    let (_, log) = run(
+    let (_, log) = common::chromium(
         &probe,
         &[
             format!("--screenshot={}", shot.display()),

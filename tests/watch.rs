@@ -23,7 +23,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_osmeter");
-const CHROMIUM: &str = "/usr/bin/chromium";
 
 /// A watch's history and exports in one temp dir.
 struct Watch {
@@ -298,43 +297,12 @@ fn a_cgroup_quota_from_pass_8_is_a_change_with_throttling_named() {
 /// The history page in headless Chromium: the series drawn, the change marked at its
 /// run, the throttling beside it.
 fn history_page_marks_the_change(page: &Path) {
-    if !Path::new(CHROMIUM).exists() {
-        common::skip(
-            "history page in chromium",
-            &format!("{CHROMIUM} is absent (apt-get install chromium)"),
-        );
+    if !common::have_chromium("history page in chromium") {
         return;
     }
-    let profile = tempfile::tempdir().unwrap();
     let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("watch-history.png");
-    let run = |extra: &[&str]| {
-        let out = Command::new(CHROMIUM)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--enable-logging=stderr",
-                "--v=0",
-            ])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .args(extra)
-            .arg(format!("file://{}", page.canonicalize().unwrap().display()))
-            .output()
-            .expect("chromium runs");
-        (
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
-    let (dom, log) = run(&["--dump-dom"]);
-    let problems: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("CONSOLE") || l.contains("Refused to") || l.contains("net::ERR"))
-        .collect();
+    let (dom, log) = common::chromium(page, &["--dump-dom".to_string()]);
+    let problems = common::page_problems(&log);
     assert!(problems.is_empty(), "{problems:?}");
     // The cpu_share row: its plot with 12 points and a change line, and the condition.
     let row = dom
@@ -344,10 +312,13 @@ fn history_page_marks_the_change(page: &Path) {
     assert_eq!(row.matches("<circle").count(), 12, "{row}");
     assert_eq!(row.matches("class=\"change\"").count(), 1, "{row}");
     assert!(row.contains("cgroup CPU throttling"), "{row}");
-    let (_, log) = run(&[
-        &format!("--screenshot={}", shot.display()),
-        "--window-size=1280,2000",
-    ]);
+    let (_, log) = common::chromium(
+        page,
+        &[
+            format!("--screenshot={}", shot.display()),
+            "--window-size=1280,2000".to_string(),
+        ],
+    );
     assert!(shot.exists(), "no screenshot: {log}");
     eprintln!("history page screenshot: {}", shot.display());
 }

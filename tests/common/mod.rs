@@ -197,3 +197,59 @@ pub fn run_for_cpu_time(mut cmd: std::process::Command) -> (bool, std::time::Dur
         std::time::Duration::from_secs_f64(cpu),
     )
 }
+
+/// Where the browser checks look for Chromium (Debian's package).
+pub const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// Whether Chromium is there; when not, says so as a skip under `test`.
+pub fn have_chromium(test: &str) -> bool {
+    let there = std::path::Path::new(CHROMIUM).exists();
+    if !there {
+        skip(
+            test,
+            &format!("{CHROMIUM} is absent (apt-get install chromium); browser checks not run"),
+        );
+    }
+    there
+}
+
+/// Opens `page` in headless Chromium with a throwaway profile and the `extra` flags
+/// (e.g. --dump-dom, --screenshot=FILE); returns (stdout, stderr), stderr being the log.
+pub fn chromium(page: &std::path::Path, extra: &[String]) -> (String, String) {
+    let profile = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(CHROMIUM)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(extra)
+        .arg(format!("file://{}", page.canonicalize().unwrap().display()))
+        .output()
+        .expect("chromium runs");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Console errors and blocked or failed loads, as Chromium logs them.
+pub fn page_problems(log: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| {
+            l.contains("CONSOLE")
+                || l.contains("Refused to")
+                || l.contains("Content Security Policy")
+                || l.contains("net::ERR")
+        })
+        .map(|l| l.to_string())
+        .collect()
+}
