@@ -18,6 +18,8 @@ pub(crate) struct Point {
     pub predicted: f64,
     pub measured: f64,
     pub bound: Option<Bound>,
+    /// The same quantity measured another way, not a model (`Prediction::consistency`).
+    pub consistency: bool,
     pub flagged: bool,
 }
 
@@ -55,6 +57,7 @@ pub(crate) fn collect(r: &RunResults) -> PredictionPlot {
                     predicted: p.value,
                     measured: med,
                     bound: p.bound,
+                    consistency: p.consistency,
                     flagged: view::judged_ratio(m).is_some_and(|j| j.1),
                 });
             }
@@ -182,6 +185,10 @@ fn mark(p: &Point, px: f64, py: f64, unit: &str) -> String {
     let colour = if p.flagged { "#c62828" } else { "#0b5cad" };
     let ratio = p.measured / p.predicted;
     let what = match p.bound {
+        None if p.consistency => format!(
+            "a consistency check: the same quantity measured another way reads {}",
+            fmt_value(p.predicted, unit)
+        ),
         None => format!("predicted {}", fmt_value(p.predicted, unit)),
         Some(Bound::Lower) => format!(
             "predicted at least {} (a lower bound)",
@@ -199,6 +206,14 @@ fn mark(p: &Point, px: f64, py: f64, unit: &str) -> String {
         if p.flagged { ", flagged" } else { "" }
     );
     match p.bound {
+        // A ring, not a dot: nothing was predicted, two readings were compared.
+        None if p.consistency => {
+            let _ = write!(
+                s,
+                "<circle class=\"pp-point\" cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"4.5\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.6\"><title>{}</title></circle>",
+                esc(&title)
+            );
+        }
         None => {
             let _ = write!(
                 s,
@@ -256,7 +271,8 @@ pub(crate) fn html(r: &RunResults) -> String {
         "</div><figcaption>Predicted (across) against measured median (up), log-log, one panel \
          per unit: {} marks for {} predicted metrics. The green line is measured = predicted; \
          the shaded band is within {FLAG_RATIO}x of it. A dot is a point prediction (red when \
-         flagged); a bar with an arrow is a bound: the model leaves costs out (arrow right: the \
+         flagged); a ring is a consistency check (the same quantity measured another way, \
+         not a prediction); a bar with an arrow is a bound: the model leaves costs out (arrow right: the \
          prediction is at least the bar) or caps the figure (arrow left). Hover a mark for its \
          metric and figures.",
         pp.points.len(),
