@@ -9,7 +9,7 @@ use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
 use crate::pagecache;
-use crate::results::{Check, Prediction};
+use crate::results::{Bound, Check, Prediction};
 use crate::scratch::ScratchFile;
 use std::fs::File;
 
@@ -109,25 +109,19 @@ impl Experiment for CacheSize {
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let mut p = Predictions::new(ctx);
         p.add("cache_size", cache_prediction(ctx));
-        // Where the search stops before the cache is full, the figure is a lower bound on
-        // the same size: measured / predicted at or below 1 agrees with the prediction.
-        let mut bound = cache_prediction(ctx).upper_bound();
-        if bound.withheld.is_none() {
-            bound.formula.push_str(
-                "; this figure is a lower bound on that size (the search stopped first), so \
-                 measured/predicted at or below 1 agrees",
-            );
+        // Where the search stops first (or the first size is not served), the figure bounds
+        // the same size, so the prediction bounds the figure.
+        for (metric, bound, what) in [
+            ("cache_size_lower_bound", Bound::Upper, "a lower bound on that size (the search stopped first), so measured/predicted at or below 1 agrees"),
+            ("cache_size_upper_bound", Bound::Lower, "an upper bound on that size (even the smallest size tried was not served), so measured/predicted at or above 1 agrees"),
+        ] {
+            let mut b = cache_prediction(ctx);
+            if b.withheld.is_none() {
+                b.formula.push_str(&format!("; this figure is {what}"));
+                b.bound = Some(bound);
+            }
+            p.add(metric, b);
         }
-        p.add("cache_size_lower_bound", bound);
-        // The smallest size not served bounds the same size from above.
-        let mut above = cache_prediction(ctx).lower_bound();
-        if above.withheld.is_none() {
-            above.formula.push_str(
-                "; this figure is an upper bound on that size (even the smallest size tried \
-                 was not served), so measured/predicted at or above 1 agrees",
-            );
-        }
-        p.add("cache_size_upper_bound", above);
         p.withhold(
             &["resident_after_overflow"],
             "what the cache keeps of a file larger than it depends on the kernel's reclaim \

@@ -167,13 +167,20 @@ impl Experiment for Contention {
         // Readers report elapsed / blocks, a mean: compare with fs.read's mean, not its
         // median (4 KiB latency has a long tail).
         let seq = ctx.earlier_metric("fs.read", "uncached_seq");
+        let why = p
+            .earlier("fs.read", &["uncached_seq"])
+            .why_missing()
+            .map(|w| {
+                format!(
+                    "{w}, and a device's read latency has no published figure in the parts table"
+                )
+            });
         let t1 = Input::measured(
             "t1",
             seq.map(|m| m.summary.mean),
             "ns",
             "measured: fs.read uncached_seq (mean)",
-            "fs.read uncached_seq was not measured in this run, and a device's read latency \
-             has no published figure in the parts table",
+            why.unwrap_or_default(),
         );
         // The readers read in order without readahead (O_DIRECT, or random advice): the
         // same reads as fs.read's sequential pass only where that pass used O_DIRECT.
@@ -208,15 +215,13 @@ impl Experiment for Contention {
             &t1,
             "t1 per added process (one device queue)",
         );
-        if t1.value().is_some() {
-            let no_bend = "the one-queue model (P x t1) has no breakpoint";
-            p.withhold(
-                &["model_intercept"],
-                "the one-queue model (P x t1) passes through zero at P = 0, and a ratio to \
-                 zero means nothing",
-            );
-            p.withhold(&["model_breakpoint", "model_slope_after"], no_bend);
-        }
+        p.withhold(
+            &["model_intercept"],
+            "the one-queue model (P x t1) passes through zero at P = 0, and a ratio to zero \
+             means nothing",
+        );
+        let no_bend = "the one-queue model (P x t1) has no breakpoint";
+        p.withhold(&["model_breakpoint", "model_slope_after"], no_bend);
         p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
