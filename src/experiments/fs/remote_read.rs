@@ -66,12 +66,13 @@ impl Experiment for RemoteRead {
             let local = p.earlier("fs.read", &[&un]).named("t_local");
             let server = "each uncached block is one request to the server, whose own read \
                           is taken as costing what a local one does";
-            p.state(&format!("remote_{un}"), &[&local, &rtt], |v| {
-                Prediction::new(v[0] + v[1], format!("t_local + t_round_trip: {server}"))
+            // The round trip first: where it is not the server's, that is the reason.
+            p.state(&format!("remote_{un}"), &[&rtt, &local], |v| {
+                Prediction::new(v[1] + v[0], format!("t_local + t_round_trip: {server}"))
             });
-            p.state(&format!("ratio_{un}"), &[&local, &rtt], |v| {
+            p.state(&format!("ratio_{un}"), &[&rtt, &local], |v| {
                 let f = format!("(t_local + t_round_trip) / t_local: {server}");
-                Prediction::new((v[0] + v[1]) / v[0], f)
+                Prediction::new((v[1] + v[0]) / v[1], f)
             });
             let same = Prediction::new(
                 1.0,
