@@ -351,13 +351,9 @@ pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
         let Some(p) = s.get(largest, cached, pattern) else {
             continue;
         };
-        let (state, per) = match cached {
-            true => ("cached", "trial of ~0.2 ms of reads"),
-            false => ("uncached", "read"),
-        };
         let desc = format!(
-            "time per 4 KiB block, {state} {}, {} file ({} blocks read; one value per {per})",
-            pattern.describe(),
+            "{}, {} file ({} blocks read)",
+            describe(cached, pattern, s.direct, pagecache::page_size()),
             fmt_bytes(largest as f64),
             p.times.blocks,
         );
@@ -392,6 +388,27 @@ pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
             ),
         ));
     }
+}
+
+/// How an uncached pass read where O_DIRECT worked (fs.contention's readers read so too).
+pub(crate) const DIRECT: &str = "through O_DIRECT";
+
+/// What a pass's figure is: how it read, and the page it read from where pages are larger
+/// than a block (`page`: the machine's page size).
+fn describe(cached: bool, pattern: Pattern, direct: bool, page: usize) -> String {
+    let how = match (cached, direct, pattern) {
+        (true, ..) => "cached (one value per ~0.2 ms of reads)",
+        (false, true, _) => "uncached through O_DIRECT (one value per read)",
+        (false, false, Pattern::Sequential) => "uncached, evicted first, readahead (one per read)",
+        (false, false, Pattern::Random) => "uncached, evicted first, no readahead (one per read)",
+    };
+    let whole = match (cached, direct) {
+        _ if page <= BLOCK => String::new(),
+        (true, _) => format!("; each copied from a {} KiB page", page / 1024),
+        (false, false) => format!("; each brings a whole {} KiB page in", page / 1024),
+        (false, true) => String::new(),
+    };
+    format!("time per 4 KiB read, {how}, {}{whole}", pattern.describe())
 }
 
 const SPEC: Spec = Spec {
@@ -522,6 +539,21 @@ fn findings(out: &mut Outcome, s: &SweepOut) {
 mod tests {
     use super::*;
     use crate::experiments::testing::{assert_invalid_by, skip, World};
+
+    /// Review §2e: with 64 KiB pages and no O_DIRECT an uncached 4 KiB read brings a whole
+    /// page in, and the description says so from the machine's page size.
+    #[test]
+    fn descriptions_name_the_page_where_it_is_larger_than_a_block() {
+        let d = describe(false, Pattern::Sequential, false, 65536);
+        assert!(
+            d.contains("whole 64 KiB page") && d.contains("readahead"),
+            "{d}"
+        );
+        assert!(describe(true, Pattern::Random, true, 65536).contains("from a 64 KiB page"));
+        let d = describe(false, Pattern::Random, true, 65536);
+        assert!(d.contains(DIRECT) && !d.contains("page"), "{d}");
+        assert!(!describe(false, Pattern::Sequential, false, 4096).contains("page"));
+    }
 
     /// Review N3: where uncached reads serve pages already cached (macOS's F_NOCACHE), a
     /// failed eviction makes the uncached figures invalid even though uncached reads work;

@@ -4,7 +4,7 @@
 use super::note_vm_host_cache;
 use super::read::{metric_name, report, sweep, SweepOut, SweepPlan, PASSES};
 use crate::experiments::kit::files::{disk_scratch, scratch_note, Pattern, MIB};
-use crate::experiments::predict::Predictions;
+use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
 use crate::results::{Check, Prediction};
@@ -46,24 +46,39 @@ impl Experiment for RemoteRead {
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let mut p = Predictions::new(ctx);
-        // The measured round trip: net.rtt's tcp median, loopback unless --peer.
-        let rtt = p.earlier("net.rtt", &["tcp"]).named("t_round_trip");
-        for pattern in [Pattern::Sequential, Pattern::Random] {
-            let local_name = metric_name(false, pattern);
-            let local = p.earlier("fs.read", &[&local_name]).named("t_local");
-            p.state(&format!("ratio_{local_name}"), &[&local, &rtt], |v| {
-                Prediction::new(
-                    (v[0] + v[1]) / v[0],
-                    "(t_local + t_round_trip) / t_local: each uncached block is one request to the server, whose own read is taken as costing what a local one does",
-                )
+        let source =
+            ctx.options.remote_dir.as_deref().map(|d| {
+                crate::machine::storage::filesystem_of(d).map_or(String::new(), |m| m.source)
             });
-            p.add(
-                &format!("ratio_{}", metric_name(true, pattern)),
-                Prediction::new(
-                    1.0,
-                    "1: cached remote data sits in the same local page cache",
-                ),
+        let rtt = server_rtt(&p, source.as_deref(), ctx.options.peer.as_deref());
+        let dir = ctx
+            .options
+            .scratch_dir
+            .clone()
+            .unwrap_or_else(|| ".".into());
+        for pattern in [Pattern::Sequential, Pattern::Random] {
+            let (un, ca) = (metric_name(false, pattern), metric_name(true, pattern));
+            // The local side is fs.read's sweep again: fs.read's models. Cached remote
+            // data sits in the same local page cache.
+            super::predict_uncached(&mut p, &format!("local_{un}"), &dir, pattern);
+            super::predict_cached(&mut p, &format!("local_{ca}"));
+            super::predict_cached(&mut p, &format!("remote_{ca}"));
+            let local = p.earlier("fs.read", &[&un]).named("t_local");
+            let server = "each uncached block is one request to the server, whose own read \
+                          is taken as costing what a local one does";
+            // The round trip first: where it is not the server's, that is the reason.
+            p.state(&format!("remote_{un}"), &[&rtt, &local], |v| {
+                Prediction::new(v[1] + v[0], format!("t_local + t_round_trip: {server}"))
+            });
+            p.state(&format!("ratio_{un}"), &[&rtt, &local], |v| {
+                let f = format!("(t_local + t_round_trip) / t_local: {server}");
+                Prediction::new((v[1] + v[0]) / v[1], f)
+            });
+            let same = Prediction::new(
+                1.0,
+                "1: cached remote data sits in the same local page cache",
             );
+            p.add(&format!("ratio_{ca}"), same);
         }
         p.done()
     }
@@ -108,6 +123,55 @@ impl Experiment for RemoteRead {
         report(&mut out, &ls, "local_");
         report_ratios(ctx, &mut out, &rs, &ls, &rfs.fs_type);
         Ok(out)
+    }
+}
+
+/// The round trip to the file server: net.rtt's to `--peer` where the peer is the server
+/// the mount `source` names (loopback's is no server's), else why there is none.
+fn server_rtt(p: &Predictions, source: Option<&str>, peer: Option<&str>) -> Input {
+    let name = "t_round_trip";
+    let Some(source) = source else {
+        return Input::missing(name, "no --remote-dir");
+    };
+    let Some(server) = server_host(source) else {
+        let why = format!("the mount source {source:?} names no file server host, so no round trip measured here is the server's");
+        return Input::missing(name, why);
+    };
+    let peer = peer.and_then(|s| crate::peer::client::parse_peer(s).ok());
+    match peer {
+        Some((host, _)) if same_host(&host, &server) => {
+            p.earlier("net.rtt", &["remote_tcp"]).named(name)
+        }
+        Some((host, _)) => Input::missing(name, format!("--peer {host} is not the file server {server}, so net.rtt's round trip is not the server's")),
+        None => Input::missing(name, format!("net.rtt measured loopback only, not a round trip to the file server {server}; pass --peer naming it (with `osmeter serve` running there)")),
+    }
+}
+
+/// The server's host in a mount source: `host:/path` (NFS, sshfs `user@host:`),
+/// `[v6]:/path`, `//host/share` (SMB).
+fn server_host(source: &str) -> Option<String> {
+    let host = if let Some(rest) = source.strip_prefix("//").or(source.strip_prefix("\\\\")) {
+        rest.split(['/', '\\']).next()?
+    } else if let Some(rest) = source.strip_prefix('[') {
+        rest.split_once("]:")?.0
+    } else {
+        let (host, _) = source.split_once(':')?;
+        host.rsplit('@').next()?
+    };
+    (!host.is_empty() && !host.contains(char::is_whitespace)).then(|| host.to_string())
+}
+
+/// Whether two host names are one host: the same name, or an address in common.
+fn same_host(a: &str, b: &str) -> bool {
+    use std::net::ToSocketAddrs;
+    let ips = |h: &str| {
+        (h, 0)
+            .to_socket_addrs()
+            .map_or(vec![], |i| i.map(|s| s.ip()).collect())
+    };
+    a.eq_ignore_ascii_case(b) || {
+        let x = ips(a);
+        ips(b).iter().any(|ip| x.contains(ip))
     }
 }
 
@@ -195,4 +259,64 @@ fn report_ratios(ctx: &Context, out: &mut Outcome, rs: &SweepOut, ls: &SweepOut,
             "ratio_cached_random",
         ],
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiments::testing::{recorded, World};
+
+    #[test]
+    fn the_server_is_read_from_the_mount_source() {
+        assert_eq!(server_host("nfs1:/export").as_deref(), Some("nfs1"));
+        assert_eq!(server_host("me@box:/home/me").as_deref(), Some("box"));
+        assert_eq!(server_host("//filer/share").as_deref(), Some("filer"));
+        assert_eq!(server_host("[fd00::1]:/x").as_deref(), Some("fd00::1"));
+        assert_eq!(server_host("/dev/vda"), None);
+        assert_eq!(server_host("overlay"), None);
+    }
+
+    /// Review §3 #7: the uncached ratio used loopback's round trip as the file server's.
+    /// Now it needs --peer to name the server; otherwise it is withheld and says why.
+    #[test]
+    fn the_round_trip_must_be_the_file_servers() {
+        let clock = crate::clock::CoarseClock::new(1e9);
+        let mut w = World::live(&clock);
+        let mut o = Outcome::default();
+        o.metric("tcp", "ns", "", vec![20e3; 9]);
+        o.metric("remote_tcp", "ns", "", vec![300e3; 9]);
+        w.earlier.push(recorded("net.rtt", o));
+        let mut o = Outcome::default();
+        o.metric("uncached_seq", "ns", "", vec![100e3; 9]);
+        o.metric("uncached_random", "ns", "", vec![100e3; 9]);
+        w.earlier.push(recorded("fs.read", o));
+        let dir = tempfile::tempdir().unwrap();
+        w.options.remote_dir = Some(dir.path().to_path_buf());
+        // A local folder: no server in its mount source, so no ratio from loopback.
+        let p = w.with_ctx(|ctx| RemoteRead.predict(ctx));
+        let get = |p: &[(String, Prediction)], n: &str| {
+            p.iter().find(|(m, _)| m == n).map(|x| x.1.clone()).unwrap()
+        };
+        let r = get(&p, "ratio_uncached_seq");
+        assert!(
+            r.withheld
+                .as_deref()
+                .is_some_and(|w| w.contains("no file server")),
+            "{r:?}"
+        );
+        // Every remote and local metric gets a prediction or a reason.
+        for side in ["remote_", "local_"] {
+            for (cached, pattern) in PASSES {
+                get(&p, &format!("{side}{}", metric_name(cached, pattern)));
+            }
+        }
+        w.with_ctx(|ctx| {
+            let p = Predictions::new(ctx);
+            let rtt = |peer| server_rtt(&p, Some("10.213.0.1:/export"), peer);
+            assert!(rtt(None).why_missing().unwrap().contains("--peer"));
+            let other = rtt(Some("10.213.0.2")).why_missing().unwrap().to_string();
+            assert!(other.contains("not the file server"), "{other}");
+            assert_eq!(rtt(Some("10.213.0.1:7000")).value(), Some(300e3));
+        });
+    }
 }

@@ -129,13 +129,20 @@ pub(super) fn report_model(
         tl / t1,
         fmt_ns(t1)
     );
-    text.push_str(&overlap_text(medians, cpus, withheld));
+    let vm = ctx.machine.virtualization.is_vm;
+    text.push_str(&overlap_text(medians, cpus, vm, withheld));
     out.finding(text, &["per_block_p1", "per_block_pmax", "model_slope"]);
 }
 
 /// The requests the device serves at once, P x t(1) / t(P), said only where it means that:
-/// at the largest P with a CPU per reader, never above P, and not when a check failed.
-pub(super) fn overlap_text(medians: &[(f64, f64)], cpus: usize, withheld: Option<&str>) -> String {
+/// at the largest P with a CPU per reader, never above P, and not when a check failed; in a
+/// VM (`vm`) the overlap is the host's, whose threads and cache may make it.
+pub(super) fn overlap_text(
+    medians: &[(f64, f64)],
+    cpus: usize,
+    vm: bool,
+    withheld: Option<&str>,
+) -> String {
     if let Some(why) = withheld {
         return format!(" No overlap of requests is estimated: the check(s) {why} did not pass.");
     }
@@ -155,15 +162,19 @@ pub(super) fn overlap_text(medians: &[(f64, f64)], cpus: usize, withheld: Option
     } else {
         String::new()
     };
+    let n = parallel.min(pc);
     if parallel > pc * 1.05 {
         format!(
-            " With {pc:.0} readers, each on its own CPU, each block took less time than with one ({:.2}x), which a device serving requests side by side cannot do: a cache served some reads, so no overlap is estimated.{beyond}",
+            " With {pc:.0} readers, each on its own CPU, each block took less time than with one ({:.2}x), which a device serving requests side by side at a fixed speed cannot do: a cache served some reads, or the device (or the CPU's clock) was faster under load, so no overlap is estimated.{beyond}",
             tc / t1
+        )
+    } else if vm {
+        format!(
+            " With {pc:.0} readers, each on its own CPU, the host serves about {n:.1} of their {pc:.0} requests at once (P x t(1) / t(P)); in a VM that may be its I/O threads or page cache overlapping them, not its device.{beyond}"
         )
     } else {
         format!(
-            " With {pc:.0} readers, each on its own CPU, the device serves about {:.1} of their {pc:.0} requests at once (P x t(1) / t(P)).{beyond}",
-            parallel.min(pc)
+            " With {pc:.0} readers, each on its own CPU, the device serves about {n:.1} of their {pc:.0} requests at once (P x t(1) / t(P)).{beyond}"
         )
     }
 }
