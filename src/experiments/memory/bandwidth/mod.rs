@@ -7,8 +7,6 @@ mod predict;
 mod text;
 
 use crate::experiments::kit::{self, Pages, Region};
-#[cfg(test)]
-use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Outcome, PerProfile, Profile, Spec};
 use crate::harness::{HarnessConfig, Measurement};
@@ -21,8 +19,6 @@ use kernel::{
     read_words, read_words_scalar, work, write_words, write_words_nt, write_words_scalar,
 };
 use kernel::{team, Part};
-#[cfg(test)]
-use predict::stream_prediction;
 use predict::{dimm_peak, per_socket, predict_streams};
 use std::time::Duration;
 
@@ -441,53 +437,6 @@ impl Streams<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The stream model's counts: a copy needs two fills per line (half the read's rate), a
-    /// non-temporal store is given the one-fill rate, cores multiply, and the DIMM cap divides
-    /// by the bus lines each line costs; without the sequential chase, only the N-thread read
-    /// keeps the DIMM bound.
-    #[test]
-    fn stream_predictions_count_fills_and_bus_lines() {
-        let line = 64.0; // and 4 ns per line: 16 bytes/ns = 16 GB/s per core
-        let clock = crate::clock::MockClock::new(1);
-        let mut w = crate::experiments::testing::World::live(&clock);
-        let mut o = Outcome::default();
-        o.metric("dram_sequential", "ns", "", vec![4.0; 5]);
-        w.earlier
-            .push(crate::experiments::testing::recorded("mem.latency", o));
-        let earlier = |w: &crate::experiments::testing::World| {
-            w.with_ctx(|ctx| Predictions::new(ctx).earlier("mem.latency", &["dram_sequential"]))
-        };
-        let seq = earlier(&w);
-        let one = |op, k, cores, cap| stream_prediction(op, k, cores, line, &seq, cap);
-        let read = one(Op::Read, 1, 1, None).value;
-        assert!((read - 16e9).abs() < 1.0, "{read}");
-        assert_eq!(one(Op::Write, 1, 1, None).value, read);
-        assert_eq!(one(Op::Copy, 1, 1, None).value, read / 2.0);
-        assert_eq!(one(Op::WriteNt, 1, 1, None).value, read);
-        assert_eq!(one(Op::Read, 2, 2, None).value, 2.0 * read);
-        // Two threads on one core's SMT siblings: one core's fills.
-        assert_eq!(one(Op::Read, 2, 1, None).value, read);
-        let cap = Some((24e9, "machine: test peak".to_string()));
-        assert_eq!(one(Op::Read, 2, 2, cap.clone()).value, 24e9);
-        assert_eq!(one(Op::Write, 2, 2, cap.clone()).value, 12e9);
-        assert_eq!(one(Op::Copy, 2, 2, cap.clone()).value, 8e9);
-        // The cap is for teams: one thread is never capped by it.
-        assert_eq!(one(Op::Read, 1, 1, cap.clone()).value, read);
-        let p = one(Op::Copy, 1, 1, None);
-        assert_eq!(
-            p.inputs["dram_sequential"].kind,
-            Some(crate::results::InputKind::Measured)
-        );
-        assert_eq!(p.inputs["fills"].value, 2.0);
-        // Without the chase: withheld, but the N-thread read keeps its DIMM bound.
-        w.earlier.clear();
-        let unmeasured = earlier(&w);
-        let none = stream_prediction(Op::Write, 2, 2, line, &unmeasured, cap.clone());
-        assert!(none.withheld.as_deref().unwrap().contains("not measured"));
-        let bound = stream_prediction(Op::Read, 2, 2, line, &unmeasured, cap);
-        assert_eq!(bound.value, 24e9);
-    }
 
     #[test]
     fn kernels_touch_every_word() {

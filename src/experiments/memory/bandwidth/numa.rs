@@ -6,7 +6,9 @@ use super::{Op, Streams, BLOCK};
 use crate::experiments::kit::team::Team;
 use crate::experiments::kit::{self, measure_raw, Pages, Region};
 use crate::experiments::memory::latency::{chase, lay, UNROLL};
+use crate::experiments::predict::Predictions;
 use crate::experiments::Outcome;
+use crate::machine::Topology;
 use crate::rng::{sattolo, Rng};
 use crate::units::fmt_bytes;
 
@@ -32,6 +34,31 @@ pub(super) fn per_node(
 ) -> anyhow::Result<()> {
     remote_reads(run, nodes, out)?;
     latency_matrix(run, nodes, out)
+}
+
+const REMOTE_READ: &str = "a stream from another node's memory is limited by the \
+    interconnect and how far ahead the prefetcher reaches across it, which no measured \
+    primitive or table entry gives (mem.latency's chases are on this node's memory)";
+
+/// The NUMA metrics' predictions, where the allowed CPUs span several nodes: the local
+/// chase is mem.latency's own (a consistency check), a remote one no faster.
+pub(super) fn predictions(p: &mut Predictions, topo: &Topology, allowed: &[usize]) {
+    let nodes = topo.nodes_of(allowed);
+    if nodes.len() < 2 {
+        return;
+    }
+    let dram = p.earlier("mem.latency", &["dram"]);
+    let same = "mem.latency's dram: a random chase over base pages on this node, at its \
+        largest size (the sizes may differ)";
+    p.same("latency_local", &dram, same);
+    for (b, _) in &nodes[1..] {
+        let read = format!("{}_1t", remote_name("read", nodes.len(), *b));
+        p.withhold(&[&read], REMOTE_READ);
+        let remote = remote_name("latency", nodes.len(), *b);
+        let why = "mem.latency's dram, a lower bound: a load from another node's memory \
+            takes the local path and crosses the interconnect too";
+        p.at_least(&remote, &dram, why);
+    }
 }
 
 /// `read_remote` or `read_remote_node3` style names: the node only when there are several.
