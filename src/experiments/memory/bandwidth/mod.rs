@@ -21,6 +21,7 @@ use kernel::{
 use kernel::{team, Part};
 use predict::{dimm_peak, per_socket, predict_streams};
 use std::time::Duration;
+pub(crate) use text::rfo_shown;
 
 pub struct MemBandwidth;
 
@@ -386,9 +387,7 @@ impl Streams<'_, '_> {
         median
     }
 
-    /// Huge pages: a stream enters a new base page every page_size / line_size lines, so
-    /// on base pages each trial also pays TLB misses and page walks the prediction leaves
-    /// out.
+    /// One thread's streams again on huge pages (the base page size's cost, by difference).
     fn huge_pages(&mut self, plan: &[Figure], out: &mut Outcome) -> anyhow::Result<()> {
         let (ctx, size) = (self.ctx, self.size);
         if let Some(why) = kit::too_small_for_huge_pages(ctx.machine, size) {

@@ -72,7 +72,7 @@ impl Traffic {
             Traffic::Mix => n % (MIX_READS + MIX_WRITES) >= MIX_READS,
         }
     }
-    /// Bytes the memory moves per counted byte (a written line is read for ownership too).
+    /// Bytes the memory moves per counted byte where a written line is read for ownership.
     fn memory_per_counted(self) -> f64 {
         match self {
             Traffic::Read => 1.0,

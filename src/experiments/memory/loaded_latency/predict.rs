@@ -120,8 +120,8 @@ impl TeamFigures {
                 mix_bandwidth(v[0], v[1]),
                 format!(
                     "3 / (2 / {r} + 1 / {w}): of every three lines two at mem.bandwidth's \
-                     read rate and one at its write rate (ordinary stores, read for \
-                     ownership), {k} thread(s)"
+                     read rate and one at its write rate (ordinary stores, whatever \
+                     they cost there), {k} thread(s)"
                 ),
             )
         });

@@ -288,6 +288,25 @@ fn both_curves_report_their_metrics_by_name() {
     let get = |n: &str| p.iter().find(|(m, _)| m == n).map(|(_, p)| p.value);
     assert_eq!(get("peak_bandwidth"), Some(18e9));
     assert_eq!(get("peak_bandwidth_mix"), Some(mix_bandwidth(18e9, 12e9)));
+    // No non-temporal figure, so no evidence of reads for ownership: none is claimed.
+    let ownership = |out: &Outcome| {
+        let mix = out.findings.iter().find(|f| f.text.starts_with("Under a"));
+        mix.map_or(false, |f| f.text.contains("ownership"))
+    };
+    assert!(!ownership(&out), "{:?}", out.findings);
+    // Non-temporal stores above ordinary ones, and those below reads: the claim is made.
+    let mut more = earlier.0.clone();
+    let mut nt = Outcome::default();
+    nt.metric("write_nt_1t", "bytes/s", "", vec![20e9; 5]);
+    more.extend(nt.metrics);
+    let shown = Bandwidth(more);
+    let ctx = Context {
+        earlier: &shown,
+        ..ctx
+    };
+    let mut out = Outcome::default();
+    report(&ctx, &mut out, &sw, 64, &chases, 0.5, &[0]);
+    assert!(ownership(&out), "{:?}", out.findings);
 }
 
 /// The experiment as the runner wires it, here (smoke: 64 MiB buffers): the mix's

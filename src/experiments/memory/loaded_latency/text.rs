@@ -182,6 +182,7 @@ pub(super) fn report(
         idle.latency.clone(),
     );
     let predicted = peak_predictions(ctx);
+    let rfo = ownership_shown(ctx);
     for (traffic, loaded) in [(Traffic::Read, &sw.reads), (Traffic::Mix, &sw.mix)] {
         let c = TrafficCurve {
             traffic,
@@ -190,6 +191,7 @@ pub(super) fn report(
             line,
             page,
             loaders,
+            rfo,
         };
         let pred = predicted
             .iter()
@@ -198,6 +200,17 @@ pub(super) fn report(
     }
     quiet_note(out, &sw.quiet, chases);
     point_notes(out, sw, ns_per_iter);
+}
+
+/// Whether mem.bandwidth's one-thread figures earlier in the run showed ordinary stores
+/// reading each line for ownership (`bandwidth::rfo_shown`): only then does the mix's
+/// finding say what the memory moved with those reads.
+pub(super) fn ownership_shown(ctx: &Context) -> bool {
+    let s = |m: &str| ctx.earlier_metric("mem.bandwidth", m).map(|x| &x.summary);
+    match (s("read_1t"), s("write_1t"), s("write_nt_1t")) {
+        (Some(r), Some(w), Some(nt)) => crate::experiments::memory::bandwidth::rfo_shown(r, w, nt),
+        _ => false,
+    }
 }
 
 /// The idle and reference repeats, in the order taken.
@@ -264,6 +277,8 @@ struct TrafficCurve<'a> {
     line: usize,
     page: &'a str,
     loaders: &'a [usize],
+    /// `ownership_shown`.
+    rfo: bool,
 }
 
 impl TrafficCurve<'_> {
@@ -331,10 +346,7 @@ impl TrafficCurve<'_> {
         };
         let counted = match t {
             Traffic::Read => "load threads' and chase's lines".to_string(),
-            Traffic::Mix => format!(
-                "lines the load threads read or wrote, each once, and the chase's; a written line's read for ownership is not counted (the memory moved {:.2}x the load threads' count)",
-                t.memory_per_counted()
-            ),
+            Traffic::Mix => "lines the load threads read or wrote, each once, and the chase's (a written line's read for ownership, where the core does one, is not counted)".to_string(),
         };
         out.metric(
             &self.name("loaded_latency"),
@@ -409,9 +421,12 @@ impl TrafficCurve<'_> {
                 "Loaded latency: {idle} idle, {loaded} with {k} load thread(s) reading unthrottled ({ratio:.2}x, {side}), at {at}; peak bandwidth {pk}{against}."
             ),
             Traffic::Mix => format!(
-                "Under a {} load (ordinary stores): {loaded} with {k} load thread(s) unthrottled ({ratio:.2}x idle, {side}), at {at}; peak {pk}{against}, counting each written line once (with its read for ownership the memory moved about {}).",
+                "Under a {} load (ordinary stores): {loaded} with {k} load thread(s) unthrottled ({ratio:.2}x idle, {side}), at {at}; peak {pk}{against}, counting each written line once{}.",
                 t.label(),
-                fmt_bandwidth(peak.bandwidth_bps() * t.memory_per_counted())
+                match self.rfo {
+                    true => format!(" (mem.bandwidth's stores showed reads for ownership: with them the memory moved about {})", fmt_bandwidth(peak.bandwidth_bps() * t.memory_per_counted())),
+                    false => String::new(),
+                }
             ),
         };
         let (loaded_name, peak_name) = (self.name("loaded_latency"), self.name("peak_bandwidth"));
