@@ -80,8 +80,7 @@ pub(super) const SIZES: PerProfile<(u64, u64)> = PerProfile::new(
 /// Batches of minor faults timed.
 const MINOR_BATCHES: PerProfile<usize> = PerProfile::new(15, 41, 101, 101);
 
-/// Minor faults, timed in batches: (ns per fault of each kept batch, faults counted,
-/// pages touched).
+/// Minor faults in batches: (ns per fault per batch, faults counted, pages touched).
 fn minor_faults(
     ctx: &Context,
     region_bytes: usize,
@@ -131,8 +130,7 @@ fn minor_faults(
     Ok((s, faults, touched))
 }
 
-/// Major faults, one byte of each page of `map` in `order`, each timed alone:
-/// (ns per touch, major faults counted).
+/// Major faults, each page of `map` in `order` timed alone: (ns each, faults counted).
 fn major_faults(
     ctx: &Context,
     map: &FileMap,
@@ -250,8 +248,7 @@ impl Experiment for PageFault {
     }
 }
 
-/// The major-fault half of the run: refuses a memory-backed scratch directory (false),
-/// else writes, evicts, maps and faults in a file and adds its metrics (true).
+/// The major-fault half: false on a memory-backed scratch directory, else true.
 fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::Result<bool> {
     let ps = crate::pagecache::page_size();
     let scratch = ctx.scratch()?;
@@ -338,8 +335,8 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
     Ok(true)
 }
 
-/// An unlinked scratch file of `len` bytes of real data (a sparse file's holes would read
-/// as zeros without any I/O), written through the page cache, which the eviction empties.
+/// An unlinked scratch file of `len` bytes of real data (a sparse file's holes read as
+/// zeros without I/O).
 fn write_file(
     scratch: &crate::scratch::Scratch,
     len: usize,

@@ -109,9 +109,8 @@ impl Figure {
     }
 }
 
-/// The figures measured (and predicted) with at most `n` threads, by thread count: the
-/// operations, with one thread also the scalar ones (they explain simpler tools' figures);
-/// then read, write and copy again on huge pages, one thread.
+/// The figures with at most `n` threads, by thread count (one thread also scalar), then
+/// one thread's read, write and copy on huge pages.
 fn figures(n: usize, profile: Profile) -> Vec<Figure> {
     let fig = |threads, huge| move |&op: &Op| Figure { op, threads, huge };
     let full = profile != Profile::Smoke;
@@ -142,8 +141,7 @@ const SPEC: Spec = Spec {
 /// Shortest trial and trials per figure.
 const TRIALS: PerProfile<(Duration, usize)> =
     PerProfile::new((ms(1), 5), (ms(2), 11), (ms(4), 21), (ms(4), 31));
-/// The buffer wanted, within the profile's memory cap: planned from memory, not from the
-/// cache sizes (a note says when it does not reach 4x the last-level cache).
+/// The buffer wanted, within the profile's memory cap (planned from memory, not caches).
 const BUFFER: PerProfile<u64> = PerProfile::new(64 << 20, 256 << 20, 2 << 30, 8 << 30);
 
 impl Experiment for MemBandwidth {
@@ -246,9 +244,8 @@ fn metric_order(name: &str) -> (usize, usize, String) {
     (rank, t, name.to_string())
 }
 
-/// The buffer (the profile's size, larger when `cpus` threads need more, within the
-/// memory cap; a whole number of blocks per thread) and the most threads that get parts
-/// of at least 4 blocks (two per half for copy) in it.
+/// The buffer (whole blocks per thread, within the memory cap) and the most threads that
+/// get parts of at least 4 blocks (two per half for copy) in it.
 pub(super) fn buffer(
     machine: &crate::machine::Machine,
     profile: Profile,
@@ -290,8 +287,7 @@ struct Streams<'a, 'c> {
     placed: Placed,
 }
 
-/// The measurement's notes under `name`, and bandwidth metric `name` (bytes/s per trial)
-/// when it has a description; returns the median bandwidth.
+/// The notes, and metric `name` in bytes/s when described; returns the median.
 fn bandwidth(out: &mut Outcome, name: &str, description: Option<&str>, m: &Measurement) -> f64 {
     for note in &m.notes {
         out.notes.push(format!("{name}: {note}"));
@@ -305,8 +301,7 @@ fn bandwidth(out: &mut Outcome, name: &str, description: Option<&str>, m: &Measu
 }
 
 impl Streams<'_, '_> {
-    /// One team's trials of `op` over `parts`, its placement and trial counts recorded
-    /// under `name`.
+    /// One team's trials of `op` over `parts`, its placement recorded under `name`.
     fn stream(&mut self, name: &str, op: Op, parts: &[Part], first_touch: bool) -> Measurement {
         let (m, placed, together) = team(self.ctx, op, parts, self.cpus, self.spec, first_touch);
         self.placed.add(name, &placed);
@@ -316,8 +311,7 @@ impl Streams<'_, '_> {
         m
     }
 
-    /// Every operation at every thread count (the scalar ones with one thread), each count
-    /// on a fresh buffer, and the by-thread series.
+    /// Every operation at every thread count, each count on a fresh buffer, and the series.
     fn by_threads(&mut self, plan: &[Figure], numa: bool, out: &mut Outcome) -> anyhow::Result<()> {
         let (ctx, size, ops) = (self.ctx, self.size, ops());
         let mut pts: Vec<Vec<[f64; 2]>> = vec![Vec::new(); ops.len()];
@@ -356,9 +350,8 @@ impl Streams<'_, '_> {
         Ok(())
     }
 
-    /// `op` with one thread per part (thread k on `cpus[k]`), kept as metric `OP_Tt` for
-    /// one thread and for all; returns the median bandwidth. `first_touch`: the threads
-    /// fault their parts in first.
+    /// `op` with one thread per part, a metric for one thread and for all; returns the
+    /// median. `first_touch`: the threads fault their parts in first.
     fn measure(&mut self, f: &Figure, parts: &[Part], first_touch: bool, out: &mut Outcome) -> f64 {
         let (op, t, cpus) = (f.op, parts.len(), &self.cpus[..parts.len()]);
         (self.ctx.progress)(&format!("{} with {t} thread(s)", op.name()));

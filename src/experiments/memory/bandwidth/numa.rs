@@ -12,8 +12,7 @@ use crate::machine::Topology;
 use crate::rng::{sattolo, Rng};
 use crate::units::fmt_bytes;
 
-/// Measurement configurations `per_node` adds for `nodes` nodes: a remote read per other
-/// node and a chase per (CPU node, memory node) pair.
+/// Configurations `per_node` adds: a remote read per other node, a chase per node pair.
 pub(super) fn configs(nodes: usize) -> usize {
     nodes.saturating_sub(1) + nodes * nodes
 }
@@ -25,8 +24,7 @@ fn on_cpu<R: Send>(run: &mut Streams, what: &str, cpu: usize, f: impl FnOnce() -
     r
 }
 
-/// Remote read bandwidth and the node latency matrix. `nodes` are (node, CPUs in spread
-/// order), this thread's node first.
+/// Remote reads and the node latency matrix; `nodes` (node, CPUs), this thread's first.
 pub(super) fn per_node(
     run: &mut Streams,
     nodes: &[(usize, Vec<usize>)],
@@ -106,8 +104,7 @@ fn remote_reads(
     Ok(())
 }
 
-/// Load latency, CPU node x memory node: a random single-cycle chase over a buffer far
-/// larger than the last-level cache, laid (first touched) on the memory node.
+/// Load latency, CPU node x memory node, of a random chase laid on the memory node.
 fn latency_matrix(
     run: &mut Streams,
     nodes: &[(usize, Vec<usize>)],

@@ -78,8 +78,7 @@ fn huge_vs_base(out: &Outcome) -> Option<String> {
     ))
 }
 
-/// The findings of a run from its metrics (`n` threads at most; `peak` the DIMMs'
-/// theoretical bandwidth with its source, or why it is unknown).
+/// The findings from the metrics (`n` threads at most; `peak` the DIMMs', or why not).
 pub(super) fn conclusions(out: &mut Outcome, n: usize, peak: Result<(f64, String), String>) {
     let med = |name: &str| out.get(name).map(|m| m.summary.median);
     let (r1, w1, c1) = (med("read_1t"), med("write_1t"), med("copy_1t"));

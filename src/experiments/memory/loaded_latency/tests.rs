@@ -1,4 +1,4 @@
-use super::kernel::{step, LoadSpan, LoadedPoint, Sweep};
+use super::kernel::{LoadSpan, LoadStream, LoadedPoint, Sweep};
 use super::predict::{mix_bandwidth, outstanding, peak_predictions, team_figures};
 use super::text::{idle_check, knee, report, Agreement, Chases, SAME_CHASE};
 use super::*;
@@ -83,10 +83,18 @@ fn idle_premise_fails_when_the_chase_hits_a_cache() {
 /// line 0: (lines written, words read into the accumulators, position after).
 fn stream(traffic: Traffic, words: usize, lines: usize, steps: u64) -> (usize, u64, usize) {
     let mut part = vec![1u64; words * lines];
-    let (mut pos, mut acc) = (0usize, [0u64; 8]);
+    let clock = crate::clock::MockClock::new(1);
+    let mut s = LoadStream {
+        clock: &clock,
+        part: &mut part,
+        words,
+        pos: 0,
+        acc: [0; 8],
+    };
     for n in 0..steps {
-        step(&mut part, words, &mut pos, n, traffic, &mut acc);
+        s.step(n, traffic);
     }
+    let (pos, acc) = (s.pos, s.acc);
     let written = part
         .chunks_exact(words)
         .filter(|l| l.iter().all(|&w| w == STORED))

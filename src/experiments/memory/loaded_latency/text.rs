@@ -5,11 +5,11 @@ use super::predict::{outstanding, peak_predictions};
 use super::{
     Backing, Traffic, AGREE_FLOOR, AGREE_NOISE_TIMES, IDLE_AGREES, KNEE_RISE, MIX_READS, MIX_WRITES,
 };
+use crate::analysis::{separation, Separation};
 use crate::experiments::{Context, Outcome};
 use crate::results::{Check, Prediction};
-use crate::stats::Summary;
-use crate::units::fmt_bytes;
-use crate::units::{fmt_bandwidth, fmt_ns};
+use crate::stats::{median, Summary};
+use crate::units::{fmt_bandwidth, fmt_bytes, fmt_ns};
 
 /// The knee: of the points (bandwidth, latency) by bandwidth, the last before one more
 /// than `KNEE_RISE` over idle latency.
@@ -26,14 +26,9 @@ pub(super) fn knee(idle: f64, pts: &[(f64, f64)]) -> Option<usize> {
 pub(super) const SAME_CHASE: &str = "the idle chase is mem.latency's chase";
 
 /// Without a reference chase: the idle chase against mem.latency's earlier `refname`.
-pub(super) fn idle_check(
-    idle: &crate::stats::Summary,
-    reference: &crate::stats::Summary,
-    refname: &str,
-) -> Check {
+pub(super) fn idle_check(idle: &Summary, reference: &Summary, refname: &str) -> Check {
     let ratio = idle.median / reference.median;
-    let overlap =
-        crate::analysis::separation(idle, reference) == crate::analysis::Separation::Overlap;
+    let overlap = separation(idle, reference) == Separation::Overlap;
     Check::premise(
         SAME_CHASE,
         (ratio - 1.0).abs() <= IDLE_AGREES || overlap,
@@ -67,14 +62,14 @@ impl Agreement {
         }
         let ratios: Vec<f64> = idle.iter().zip(reference).map(|(i, r)| i / r).collect();
         let deviations = |v: &[f64]| {
-            let m = crate::stats::median(v);
+            let m = median(v);
             v.iter().map(|x| (x / m - 1.0).abs()).collect::<Vec<f64>>()
         };
         let mut devs = deviations(&idle[..pairs]);
         devs.extend(deviations(&reference[..pairs]));
-        let noise = crate::stats::median(&devs);
+        let noise = median(&devs);
         Some(Agreement {
-            ratio: crate::stats::median(&ratios),
+            ratio: median(&ratios),
             noise,
             tolerance: (AGREE_NOISE_TIMES * noise).max(AGREE_FLOOR),
             pairs,
@@ -91,10 +86,7 @@ impl Agreement {
 pub(super) fn reference_check(q: &QuietRepeats, chases: &Chases) -> Option<Check> {
     let reference = chases.reference?;
     let a = Agreement::of(&q.idle, &q.reference)?;
-    let (idle_ns, reference_ns) = (
-        crate::stats::median(&q.idle),
-        crate::stats::median(&q.reference),
-    );
+    let (idle_ns, reference_ns) = (median(&q.idle), median(&q.reference));
     let same_pages = chases.chase.huge() == reference.huge();
     let kind = reference.dram();
     let apart = (a.ratio - 1.0).abs() * 100.0;
@@ -138,7 +130,7 @@ pub(super) struct Chases<'a> {
 fn same_chase(ctx: &Context, out: &mut Outcome, sw: &Sweep, chases: &Chases) {
     let refname = chases.chase.dram();
     let earlier = ctx.earlier_metric("mem.latency", refname);
-    let idle_sum = crate::stats::Summary::of(&sw.idle.latency);
+    let idle_sum = Summary::of(&sw.idle.latency);
     if let Some(c) = reference_check(&sw.quiet, chases) {
         out.check(c);
         if let (Some(r), Some(s)) = (earlier, &idle_sum) {
@@ -389,7 +381,6 @@ impl TrafficCurve<'_> {
     ) {
         let t = self.traffic;
         let (il, fl) = (self.idle.latency_ns(), full.latency_ns());
-        use crate::analysis::{separation, Separation};
         let side = match (Summary::of(&full.latency), Summary::of(&self.idle.latency)) {
             (Some(f), Some(i)) => match separation(&f, &i) {
                 Separation::Above => "above idle, 95% intervals apart",
@@ -423,10 +414,7 @@ impl TrafficCurve<'_> {
             Traffic::Mix => format!(
                 "Under a {} load (ordinary stores): {loaded} with {k} load thread(s) unthrottled ({ratio:.2}x idle, {side}), at {at}; peak {pk}{against}, counting each written line once{}.",
                 t.label(),
-                match self.rfo {
-                    true => format!(" (mem.bandwidth's stores showed reads for ownership: with them the memory moved about {})", fmt_bandwidth(peak.bandwidth_bps() * t.memory_per_counted())),
-                    false => String::new(),
-                }
+                self.moved(peak)
             ),
         };
         let (loaded_name, peak_name) = (self.name("loaded_latency"), self.name("peak_bandwidth"));
@@ -435,6 +423,16 @@ impl TrafficCurve<'_> {
             &["idle_latency", loaded_name.as_str(), peak_name.as_str()],
             fl / il,
         );
+    }
+
+    /// What the memory moved at `peak` with reads for ownership, when mem.bandwidth
+    /// showed them (`ownership_shown`).
+    fn moved(&self, peak: &LoadedPoint) -> String {
+        if !self.rfo {
+            return String::new();
+        }
+        let bw = fmt_bandwidth(peak.bandwidth_bps() * self.traffic.memory_per_counted());
+        format!(" (mem.bandwidth's stores showed reads for ownership: with them the memory moved about {bw})")
     }
 
     /// The knee's metric and finding, or a note on why there is none.
