@@ -6,6 +6,7 @@ use super::{buffer, figures, numa, placement_topology, Op};
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{Context, Profile};
 use crate::results::Prediction;
+use crate::units::fmt_bytes;
 
 /// Theoretical peak of the DIMMs (speed x width x channels), or why it is unknown.
 pub(super) fn dimm_peak(ctx: &Context) -> Result<(f64, String), String> {
@@ -36,7 +37,7 @@ pub(super) fn streams(ctx: &Context, profile: Profile) -> Vec<(String, Predictio
     let line = crate::experiments::kit::line_bytes(&ctx.machine.data_caches()) as f64;
     let line = Input::machine("line", Some(line), "bytes", "machine: cache line size", "");
     let mut p = Predictions::new(ctx);
-    let seq = p.earlier("mem.latency", &["dram_sequential"]).positive();
+    let seq = sequential(&p, ctx);
     for f in figures(n, profile) {
         let name = f.name();
         match (f.threads, f.op) {
@@ -54,6 +55,38 @@ pub(super) fn streams(ctx: &Context, profile: Profile) -> Vec<(String, Predictio
     }
     numa::predictions(&mut p, &topo, allowed);
     p.done()
+}
+
+/// mem.latency's sequential chase, missing unless it ran beyond twice the last-level
+/// cache (its description names the size): a chase the cache holds gives the cache's rate.
+fn sequential(p: &Predictions, ctx: &Context) -> Input {
+    let seq = p.earlier("mem.latency", &["dram_sequential"]).positive();
+    let Some(m) = ctx.earlier_metric("mem.latency", "dram_sequential") else {
+        return seq;
+    };
+    let llc = crate::experiments::kit::llc_or_assumed(&ctx.machine.data_caches()).0 as f64;
+    let why = match chase_size(&m.description) {
+        Some(s) if s >= 2.0 * llc => return seq,
+        Some(s) => format!(
+            "mem.latency's sequential chase ran at {}, within twice the last-level cache ({}): \
+             its rate is the cache's, not memory's",
+            fmt_bytes(s),
+            fmt_bytes(llc)
+        ),
+        None => "mem.latency's sequential chase does not say its size".to_string(),
+    };
+    Input::missing("dram_sequential", why)
+}
+
+/// The size after the last " at " of a description ("... at 16.0 MiB (address order)").
+fn chase_size(description: &str) -> Option<f64> {
+    let mut w = description.rsplit(" at ").next()?.split_whitespace();
+    let v: f64 = w.next()?.parse().ok()?;
+    let unit = w.next()?;
+    let k = ["B", "KiB", "MiB", "GiB", "TiB"]
+        .iter()
+        .position(|u| *u == unit)?;
+    Some(v * 1024f64.powi(k as i32))
 }
 
 /// One core at `rate` (line / dram_sequential): a bound for a vectorised read; a point for
@@ -180,7 +213,8 @@ mod tests {
         w.machine.cpu.allowed_cpus = all;
         w.machine.memory.peak_bandwidth_bytes_per_s = peak;
         let mut o = crate::experiments::Outcome::default();
-        o.metric("dram_sequential", "ns", "", vec![2.0; 5]);
+        let seq = "sequential chase, stride 64 B, at 64.0 GiB (address order)";
+        o.metric("dram_sequential", "ns", seq, vec![2.0; 5]);
         o.metric("dram", "ns", "", vec![100.0; 5]);
         w.earlier = vec![recorded("mem.latency", o)];
     }
@@ -239,5 +273,29 @@ mod tests {
             let remote = get("read_remote_1t").withheld.as_deref().unwrap();
             assert!(remote.contains("interconnect"), "{remote}");
         }
+    }
+
+    /// A sequential chase that a cache holds is no memory rate: one core's streams are
+    /// then withheld, saying so.
+    #[test]
+    fn a_chase_within_the_cache_prices_no_stream() {
+        let clock = crate::clock::MockClock::new(1);
+        let mut w = World::live(&clock);
+        let mut o = crate::experiments::Outcome::default();
+        let seq = "sequential chase, stride 64 B, at 16.0 KiB (address order)";
+        o.metric("dram_sequential", "ns", seq, vec![2.0; 5]);
+        w.earlier = vec![recorded("mem.latency", o)];
+        let v = w.with_ctx(|ctx| streams(ctx, Profile::Quick));
+        let read = &v.iter().find(|(m, _)| m == "read_1t").unwrap().1;
+        let why = read.withheld.as_deref().unwrap_or("");
+        assert!(
+            why.contains("within twice the last-level cache"),
+            "{read:?}"
+        );
+        assert_eq!(chase_size("random chase at 1.5 GiB, base pages"), None);
+        assert_eq!(
+            chase_size("x at 1.5 GiB (y)"),
+            Some(1.5 * (1u64 << 30) as f64)
+        );
     }
 }
