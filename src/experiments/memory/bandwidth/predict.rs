@@ -57,25 +57,26 @@ pub(super) fn streams(ctx: &Context, profile: Profile) -> Vec<(String, Predictio
     p.done()
 }
 
-/// mem.latency's sequential chase, missing unless it ran beyond twice the last-level
-/// cache (its description names the size): a chase the cache holds gives the cache's rate.
+/// mem.latency's sequential chase, missing where its description puts it within twice the
+/// last-level cache: a chase the cache holds gives the cache's rate, not memory's.
 fn sequential(p: &Predictions, ctx: &Context) -> Input {
     let seq = p.earlier("mem.latency", &["dram_sequential"]).positive();
     let Some(m) = ctx.earlier_metric("mem.latency", "dram_sequential") else {
         return seq;
     };
     let llc = crate::experiments::kit::llc_or_assumed(&ctx.machine.data_caches()).0 as f64;
-    let why = match chase_size(&m.description) {
-        Some(s) if s >= 2.0 * llc => return seq,
-        Some(s) => format!(
-            "mem.latency's sequential chase ran at {}, within twice the last-level cache ({}): \
-             its rate is the cache's, not memory's",
-            fmt_bytes(s),
-            fmt_bytes(llc)
+    match chase_size(&m.description) {
+        Some(s) if s < 2.0 * llc => Input::missing(
+            "dram_sequential",
+            format!(
+                "mem.latency's sequential chase ran at {}, within twice the last-level cache \
+                 ({}): its rate is the cache's, not memory's",
+                fmt_bytes(s),
+                fmt_bytes(llc)
+            ),
         ),
-        None => "mem.latency's sequential chase does not say its size".to_string(),
-    };
-    Input::missing("dram_sequential", why)
+        _ => seq,
+    }
 }
 
 /// The size after the last " at " of a description ("... at 16.0 MiB (address order)").
