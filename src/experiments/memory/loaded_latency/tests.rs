@@ -299,7 +299,7 @@ fn both_curves_report_their_metrics_by_name() {
     // No non-temporal figure, so no evidence of reads for ownership: none is claimed.
     let ownership = |out: &Outcome| {
         let mix = out.findings.iter().find(|f| f.text.starts_with("Under a"));
-        mix.map_or(false, |f| f.text.contains("ownership"))
+        mix.is_some_and(|f| f.text.contains("ownership"))
     };
     assert!(!ownership(&out), "{:?}", out.findings);
     // Non-temporal stores above ordinary ones, and those below reads: the claim is made.
