@@ -7,15 +7,13 @@ use crate::results::Check;
 use crate::stats::Summary;
 use crate::units::fmt_bandwidth;
 
-/// Whether one thread's figures show reads for ownership: ordinary stores write below the
-/// read bandwidth and non-temporal stores (which skip that read) above the ordinary ones,
-/// both beyond the 95% intervals.
+/// Whether one thread's figures show reads for ownership: ordinary stores below reads and
+/// non-temporal ones (which skip that read) above them, beyond the 95% intervals.
 pub(crate) fn rfo_shown(r: &Summary, w: &Summary, nt: &Summary) -> bool {
     separation(nt, w) == Separation::Above && separation(w, r) == Separation::Below
 }
 
-/// Non-temporal against ordinary stores; reads for ownership named as the cause only when
-/// `rfo_shown`.
+/// Non-temporal against ordinary stores; reads for ownership named only when `rfo_shown`.
 pub(super) fn nt_vs_write(r: &Summary, w: &Summary, nt: &Summary) -> String {
     let head = format!(
         "Non-temporal stores write {} against {} for ordinary stores ({:.2}x)",
@@ -42,9 +40,8 @@ pub(super) fn nt_vs_write(r: &Summary, w: &Summary, nt: &Summary) -> String {
     head + &tail
 }
 
-/// Huge pages against base pages for one thread's read, write and copy: the page size is
-/// named as the cause only when every pair is apart beyond the 95% intervals with huge
-/// pages faster.
+/// Huge against base pages, one thread: the page size named as the cause only when every
+/// stream is faster beyond the 95% intervals.
 fn huge_vs_base(out: &Outcome) -> Option<String> {
     let mut parts = Vec::new();
     let mut seps = Vec::new();

@@ -256,8 +256,7 @@ impl LoadTeam<'_, '_> {
         sw.idle.notes.extend(idle.notes);
     }
 
-    /// A point without load, after an untimed warm-up chase from `at`: a cold chase (its
-    /// page-table entries evicted by the streams) is slower.
+    /// A point without load, after an untimed warm-up (a chase the streams left cold is slower).
     fn quiet_point(&self, sh: &LoadSignals, at: &mut *const u8) -> LoadedPoint {
         let t = std::time::Instant::now();
         while t.elapsed() < QUIET_WARM_UP {

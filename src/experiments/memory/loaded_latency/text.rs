@@ -11,8 +11,7 @@ use crate::results::{Check, Prediction};
 use crate::stats::{median, Summary};
 use crate::units::{fmt_bandwidth, fmt_bytes, fmt_ns};
 
-/// The knee: of the points (bandwidth, latency) by bandwidth, the last before one more
-/// than `KNEE_RISE` over idle latency.
+/// The knee: by bandwidth, the last point before one more than `KNEE_RISE` over idle.
 pub(super) fn knee(idle: f64, pts: &[(f64, f64)]) -> Option<usize> {
     let mut order: Vec<usize> = (0..pts.len()).collect();
     order.sort_by(|&a, &b| pts[a].0.total_cmp(&pts[b].0));
@@ -40,8 +39,7 @@ pub(super) fn idle_check(idle: &Summary, reference: &Summary, refname: &str) -> 
     )
 }
 
-/// How far apart the idle and reference chases were in pairs, and how far the window's
-/// noise lets them be.
+/// How far apart the paired idle and reference chases were, and the noise allows.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Agreement {
     /// Median over the pairs of idle / reference.
@@ -125,8 +123,7 @@ pub(super) struct Chases<'a> {
     pub(super) bytes: usize,
 }
 
-/// The premise that the idle chase is mem.latency's, against the reference chase of the
-/// same window, else mem.latency's earlier figure (noted either way).
+/// The premise that the idle chase is mem.latency's: against the reference, else earlier.
 fn same_chase(ctx: &Context, out: &mut Outcome, sw: &Sweep, chases: &Chases) {
     let refname = chases.chase.dram();
     let earlier = ctx.earlier_metric("mem.latency", refname);
@@ -194,9 +191,8 @@ pub(super) fn report(
     point_notes(out, sw, ns_per_iter);
 }
 
-/// Whether mem.bandwidth's one-thread figures earlier in the run showed ordinary stores
-/// reading each line for ownership (`bandwidth::rfo_shown`): only then does the mix's
-/// finding say what the memory moved with those reads.
+/// Whether mem.bandwidth's figures earlier in the run showed reads for ownership
+/// (`bandwidth::rfo_shown`): only then does the mix's finding count them.
 pub(super) fn ownership_shown(ctx: &Context) -> bool {
     let s = |m: &str| ctx.earlier_metric("mem.bandwidth", m).map(|x| &x.summary);
     match (s("read_1t"), s("write_1t"), s("write_nt_1t")) {
@@ -425,8 +421,7 @@ impl TrafficCurve<'_> {
         );
     }
 
-    /// What the memory moved at `peak` with reads for ownership, when mem.bandwidth
-    /// showed them (`ownership_shown`).
+    /// What the memory moved at `peak` with reads for ownership, where they were shown.
     fn moved(&self, peak: &LoadedPoint) -> String {
         if !self.rfo {
             return String::new();
