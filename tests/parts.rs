@@ -410,7 +410,7 @@ fn a_missing_primitive_withholds() {
         for (exp, metric) in [
             ("cpu.process-switch", "switch"),
             ("mem.bandwidth", "read_1t"),
-            ("mem.bandwidth", "copy_1t"),
+            ("mem.bandwidth", "write_1t"),
             ("mem.loaded-latency", "loaded_outstanding_misses"),
             ("net.connect", "connect"),
             ("fs.read", "uncached_random"),

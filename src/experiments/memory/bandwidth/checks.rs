@@ -17,8 +17,7 @@ pub(super) struct Placed {
     pages: usize,
     pages_away: Vec<String>,
     pages_unknown: bool,
-    /// Teams of more than one thread, their trials, those set aside because the threads
-    /// did not run together, and the teams that kept too few.
+    /// Teams of several threads, their trials, those set aside, and the teams that failed.
     teams_together: usize,
     trials_together: usize,
     trials_apart: usize,
@@ -39,9 +38,8 @@ impl Placed {
         }
     }
 
-    /// Records whether team `name` of `threads` threads ran together. It fails when its
-    /// figure kept fewer undisturbed trials than the harness needs while some were set
-    /// aside for it: the harness then fills up with set-aside trials.
+    /// Records whether team `name` ran together: it fails when as many trials were set
+    /// aside as were kept (the harness then fills up with set-aside trials).
     pub(super) fn together(&mut self, name: &str, threads: usize, t: Together) {
         if threads < 2 {
             return;

@@ -79,8 +79,7 @@ pub(super) struct Part {
     pub(super) len: usize,
 }
 
-/// Streams `blocks` blocks of `op` over the part from `*pos`, wrapping; the value returned
-/// keeps the loads alive.
+/// Streams `blocks` blocks of `op` over the part from `*pos`, wrapping.
 pub(super) fn work(op: Op, part: Part, pos: &mut usize, blocks: u64, pattern: u64) -> u64 {
     let half = part.len / 2 / BLOCK * BLOCK;
     let span = if op == Op::Copy {
@@ -123,15 +122,12 @@ pub(super) fn touch(part: Part) {
     unsafe { std::ptr::write_bytes(part.base as *mut u8, 0x5a, part.len) };
 }
 
-/// The least share of a trial's span (first start to last stop) during which every
-/// thread must have run for the trial to count as the threads running together. Threads
-/// of unequal speed keep most of it; threads that ran one after another keep none.
+/// The least share of a trial's span during which every thread must have run: threads of
+/// unequal speed keep most of it; threads that ran one after another keep none.
 pub(super) const TOGETHER: f64 = 0.5;
 
-/// A team's trials (calibration and warm-up included), those set aside because its
-/// threads ran together for less than `TOGETHER` of the span with no preemption to
-/// explain it, the least share of any undisturbed trial, and the undisturbed trials its
-/// figure kept.
+/// A team's trials, those set aside for running together less than `TOGETHER` of the
+/// span, the least share of any undisturbed trial, and the undisturbed trials kept.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Together {
     pub(super) ran: usize,
@@ -151,12 +147,10 @@ impl Default for Together {
     }
 }
 
-/// Bandwidth trials of one thread per part, thread k on `cpus[k]` (thread 0 the calling
-/// thread), in ns per byte of all threads; with `first_touch` each first writes its part,
-/// so its pages sit on its node. A trial takes from the first thread's start to the last
-/// one's stop: the slowest thread's own duration would count threads that ran one after
-/// another as running together. A trial in which all threads ran for less than
-/// `TOGETHER` of that span is set aside and repeated, as a preempted one is.
+/// Trials of one thread per part, thread k on `cpus[k]`, in ns per byte of all threads,
+/// each timed from the first start to the last stop (the slowest thread's own duration
+/// would count threads that ran one after another as together); `first_touch`: each
+/// thread first writes its part, so its pages sit on its node.
 pub(super) fn team(
     ctx: &Context,
     op: Op,

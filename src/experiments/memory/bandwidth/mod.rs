@@ -7,8 +7,6 @@ mod predict;
 mod text;
 
 use crate::experiments::kit::{self, Pages, Region};
-#[cfg(test)]
-use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Outcome, PerProfile, Profile, Spec};
 use crate::harness::{HarnessConfig, Measurement};
@@ -21,10 +19,9 @@ use kernel::{
     read_words, read_words_scalar, work, write_words, write_words_nt, write_words_scalar,
 };
 use kernel::{team, Part};
-#[cfg(test)]
-use predict::stream_prediction;
 use predict::{dimm_peak, per_socket, predict_streams};
 use std::time::Duration;
+pub(crate) use text::rfo_shown;
 
 pub struct MemBandwidth;
 
@@ -112,9 +109,8 @@ impl Figure {
     }
 }
 
-/// The figures measured (and predicted) with at most `n` threads, by thread count: the
-/// operations, with one thread also the scalar ones (they explain simpler tools' figures);
-/// then read, write and copy again on huge pages, one thread.
+/// The figures with at most `n` threads, by thread count (one thread also scalar), then
+/// one thread's read, write and copy on huge pages.
 fn figures(n: usize, profile: Profile) -> Vec<Figure> {
     let fig = |threads, huge| move |&op: &Op| Figure { op, threads, huge };
     let full = profile != Profile::Smoke;
@@ -145,8 +141,7 @@ const SPEC: Spec = Spec {
 /// Shortest trial and trials per figure.
 const TRIALS: PerProfile<(Duration, usize)> =
     PerProfile::new((ms(1), 5), (ms(2), 11), (ms(4), 21), (ms(4), 31));
-/// The buffer wanted, within the profile's memory cap: planned from memory, not from the
-/// cache sizes (a note says when it does not reach 4x the last-level cache).
+/// The buffer wanted, within the profile's memory cap (planned from memory, not caches).
 const BUFFER: PerProfile<u64> = PerProfile::new(64 << 20, 256 << 20, 2 << 30, 8 << 30);
 
 impl Experiment for MemBandwidth {
@@ -249,9 +244,8 @@ fn metric_order(name: &str) -> (usize, usize, String) {
     (rank, t, name.to_string())
 }
 
-/// The buffer (the profile's size, larger when `cpus` threads need more, within the
-/// memory cap; a whole number of blocks per thread) and the most threads that get parts
-/// of at least 4 blocks (two per half for copy) in it.
+/// The buffer (whole blocks per thread, within the memory cap) and the most threads that
+/// get parts of at least 4 blocks (two per half for copy) in it.
 pub(super) fn buffer(
     machine: &crate::machine::Machine,
     profile: Profile,
@@ -293,8 +287,7 @@ struct Streams<'a, 'c> {
     placed: Placed,
 }
 
-/// The measurement's notes under `name`, and bandwidth metric `name` (bytes/s per trial)
-/// when it has a description; returns the median bandwidth.
+/// The notes, and metric `name` in bytes/s when described; returns the median.
 fn bandwidth(out: &mut Outcome, name: &str, description: Option<&str>, m: &Measurement) -> f64 {
     for note in &m.notes {
         out.notes.push(format!("{name}: {note}"));
@@ -308,8 +301,7 @@ fn bandwidth(out: &mut Outcome, name: &str, description: Option<&str>, m: &Measu
 }
 
 impl Streams<'_, '_> {
-    /// One team's trials of `op` over `parts`, its placement and trial counts recorded
-    /// under `name`.
+    /// One team's trials of `op` over `parts`, its placement recorded under `name`.
     fn stream(&mut self, name: &str, op: Op, parts: &[Part], first_touch: bool) -> Measurement {
         let (m, placed, together) = team(self.ctx, op, parts, self.cpus, self.spec, first_touch);
         self.placed.add(name, &placed);
@@ -319,8 +311,7 @@ impl Streams<'_, '_> {
         m
     }
 
-    /// Every operation at every thread count (the scalar ones with one thread), each count
-    /// on a fresh buffer, and the by-thread series.
+    /// Every operation at every thread count, each count on a fresh buffer, and the series.
     fn by_threads(&mut self, plan: &[Figure], numa: bool, out: &mut Outcome) -> anyhow::Result<()> {
         let (ctx, size, ops) = (self.ctx, self.size, ops());
         let mut pts: Vec<Vec<[f64; 2]>> = vec![Vec::new(); ops.len()];
@@ -359,9 +350,8 @@ impl Streams<'_, '_> {
         Ok(())
     }
 
-    /// `op` with one thread per part (thread k on `cpus[k]`), kept as metric `OP_Tt` for
-    /// one thread and for all; returns the median bandwidth. `first_touch`: the threads
-    /// fault their parts in first.
+    /// `op` with one thread per part, a metric for one thread and for all; returns the
+    /// median. `first_touch`: the threads fault their parts in first.
     fn measure(&mut self, f: &Figure, parts: &[Part], first_touch: bool, out: &mut Outcome) -> f64 {
         let (op, t, cpus) = (f.op, parts.len(), &self.cpus[..parts.len()]);
         (self.ctx.progress)(&format!("{} with {t} thread(s)", op.name()));
@@ -390,9 +380,7 @@ impl Streams<'_, '_> {
         median
     }
 
-    /// Huge pages: a stream enters a new base page every page_size / line_size lines, so
-    /// on base pages each trial also pays TLB misses and page walks the prediction leaves
-    /// out.
+    /// One thread's streams again on huge pages (the base page size's cost, by difference).
     fn huge_pages(&mut self, plan: &[Figure], out: &mut Outcome) -> anyhow::Result<()> {
         let (ctx, size) = (self.ctx, self.size);
         if let Some(why) = kit::too_small_for_huge_pages(ctx.machine, size) {
@@ -441,53 +429,6 @@ impl Streams<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The stream model's counts: a copy needs two fills per line (half the read's rate), a
-    /// non-temporal store is given the one-fill rate, cores multiply, and the DIMM cap divides
-    /// by the bus lines each line costs; without the sequential chase, only the N-thread read
-    /// keeps the DIMM bound.
-    #[test]
-    fn stream_predictions_count_fills_and_bus_lines() {
-        let line = 64.0; // and 4 ns per line: 16 bytes/ns = 16 GB/s per core
-        let clock = crate::clock::MockClock::new(1);
-        let mut w = crate::experiments::testing::World::live(&clock);
-        let mut o = Outcome::default();
-        o.metric("dram_sequential", "ns", "", vec![4.0; 5]);
-        w.earlier
-            .push(crate::experiments::testing::recorded("mem.latency", o));
-        let earlier = |w: &crate::experiments::testing::World| {
-            w.with_ctx(|ctx| Predictions::new(ctx).earlier("mem.latency", &["dram_sequential"]))
-        };
-        let seq = earlier(&w);
-        let one = |op, k, cores, cap| stream_prediction(op, k, cores, line, &seq, cap);
-        let read = one(Op::Read, 1, 1, None).value;
-        assert!((read - 16e9).abs() < 1.0, "{read}");
-        assert_eq!(one(Op::Write, 1, 1, None).value, read);
-        assert_eq!(one(Op::Copy, 1, 1, None).value, read / 2.0);
-        assert_eq!(one(Op::WriteNt, 1, 1, None).value, read);
-        assert_eq!(one(Op::Read, 2, 2, None).value, 2.0 * read);
-        // Two threads on one core's SMT siblings: one core's fills.
-        assert_eq!(one(Op::Read, 2, 1, None).value, read);
-        let cap = Some((24e9, "machine: test peak".to_string()));
-        assert_eq!(one(Op::Read, 2, 2, cap.clone()).value, 24e9);
-        assert_eq!(one(Op::Write, 2, 2, cap.clone()).value, 12e9);
-        assert_eq!(one(Op::Copy, 2, 2, cap.clone()).value, 8e9);
-        // The cap is for teams: one thread is never capped by it.
-        assert_eq!(one(Op::Read, 1, 1, cap.clone()).value, read);
-        let p = one(Op::Copy, 1, 1, None);
-        assert_eq!(
-            p.inputs["dram_sequential"].kind,
-            Some(crate::results::InputKind::Measured)
-        );
-        assert_eq!(p.inputs["fills"].value, 2.0);
-        // Without the chase: withheld, but the N-thread read keeps its DIMM bound.
-        w.earlier.clear();
-        let unmeasured = earlier(&w);
-        let none = stream_prediction(Op::Write, 2, 2, line, &unmeasured, cap.clone());
-        assert!(none.withheld.as_deref().unwrap().contains("not measured"));
-        let bound = stream_prediction(Op::Read, 2, 2, line, &unmeasured, cap);
-        assert_eq!(bound.value, 24e9);
-    }
 
     #[test]
     fn kernels_touch_every_word() {

@@ -6,12 +6,13 @@ use super::{Op, Streams, BLOCK};
 use crate::experiments::kit::team::Team;
 use crate::experiments::kit::{self, measure_raw, Pages, Region};
 use crate::experiments::memory::latency::{chase, lay, UNROLL};
+use crate::experiments::predict::Predictions;
 use crate::experiments::Outcome;
+use crate::machine::Topology;
 use crate::rng::{sattolo, Rng};
 use crate::units::fmt_bytes;
 
-/// Measurement configurations `per_node` adds for `nodes` nodes: a remote read per other
-/// node and a chase per (CPU node, memory node) pair.
+/// Configurations `per_node` adds: a remote read per other node, a chase per node pair.
 pub(super) fn configs(nodes: usize) -> usize {
     nodes.saturating_sub(1) + nodes * nodes
 }
@@ -23,8 +24,7 @@ fn on_cpu<R: Send>(run: &mut Streams, what: &str, cpu: usize, f: impl FnOnce() -
     r
 }
 
-/// Remote read bandwidth and the node latency matrix. `nodes` are (node, CPUs in spread
-/// order), this thread's node first.
+/// Remote reads and the node latency matrix; `nodes` (node, CPUs), this thread's first.
 pub(super) fn per_node(
     run: &mut Streams,
     nodes: &[(usize, Vec<usize>)],
@@ -32,6 +32,31 @@ pub(super) fn per_node(
 ) -> anyhow::Result<()> {
     remote_reads(run, nodes, out)?;
     latency_matrix(run, nodes, out)
+}
+
+const REMOTE_READ: &str = "a stream from another node's memory is limited by the \
+    interconnect and how far ahead the prefetcher reaches across it, which no measured \
+    primitive or table entry gives (mem.latency's chases are on this node's memory)";
+
+/// The NUMA metrics' predictions, where the allowed CPUs span several nodes: the local
+/// chase is mem.latency's own (a consistency check), a remote one no faster.
+pub(super) fn predictions(p: &mut Predictions, topo: &Topology, allowed: &[usize]) {
+    let nodes = topo.nodes_of(allowed);
+    if nodes.len() < 2 {
+        return;
+    }
+    let dram = p.earlier("mem.latency", &["dram"]);
+    let same = "mem.latency's dram: a random chase over base pages on this node, at its \
+        largest size (the sizes may differ)";
+    p.same("latency_local", &dram, same);
+    for (b, _) in &nodes[1..] {
+        let read = format!("{}_1t", remote_name("read", nodes.len(), *b));
+        p.withhold(&[&read], REMOTE_READ);
+        let remote = remote_name("latency", nodes.len(), *b);
+        let why = "mem.latency's dram, a lower bound: a load from another node's memory \
+            takes the local path and crosses the interconnect too";
+        p.at_least(&remote, &dram, why);
+    }
 }
 
 /// `read_remote` or `read_remote_node3` style names: the node only when there are several.
@@ -79,8 +104,7 @@ fn remote_reads(
     Ok(())
 }
 
-/// Load latency, CPU node x memory node: a random single-cycle chase over a buffer far
-/// larger than the last-level cache, laid (first touched) on the memory node.
+/// Load latency, CPU node x memory node, of a random chase laid on the memory node.
 fn latency_matrix(
     run: &mut Streams,
     nodes: &[(usize, Vec<usize>)],

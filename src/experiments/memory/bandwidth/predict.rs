@@ -1,10 +1,12 @@
-//! mem.bandwidth's predictions: a core's stream rate from mem.latency's sequential chase,
-//! times the cores, capped by the DIMMs' peak where it is known.
+//! mem.bandwidth's predictions: one core's read from mem.latency's sequential chase (a
+//! lower bound), its stores as a point at the same fill rate, and a team only below the
+//! DIMMs' peak, where that is known.
 
-use super::{figures, placement_topology, Op};
+use super::{buffer, figures, numa, placement_topology, Op};
 use crate::experiments::predict::{Input, Predictions};
-use crate::experiments::Context;
+use crate::experiments::{Context, Profile};
 use crate::results::Prediction;
+use crate::units::fmt_bytes;
 
 /// Theoretical peak of the DIMMs (speed x width x channels), or why it is unknown.
 pub(super) fn dimm_peak(ctx: &Context) -> Result<(f64, String), String> {
@@ -15,158 +17,133 @@ pub(super) fn dimm_peak(ctx: &Context) -> Result<(f64, String), String> {
     }
 }
 
-/// Per line of an operation's bytes: the line fills it needs from memory (a store reads
-/// its line for ownership, a copy fills source and destination, a non-temporal store
-/// none) and the lines crossing the bus for the DIMMs' cap (fills plus write-backs).
-fn lines_per_line(op: Op) -> (f64, f64) {
-    match op {
-        Op::Read | Op::ReadScalar => (1.0, 1.0),
-        Op::Write | Op::WriteScalar => (1.0, 2.0),
-        Op::Copy => (2.0, 3.0),
-        Op::WriteNt => (0.0, 1.0),
-    }
+const COPY_UNKNOWN: &str = "memcpy picks its stores by size and CPU (rep movsb, vector or \
+    non-temporal stores), so whether each destination line is first read for ownership (2 \
+    fills per line, or 1) is not known here, and no measured primitive prices the copy";
+const NT_UNKNOWN: &str = "non-temporal stores fill no line: their rate is how fast the \
+    write-combining buffers drain to memory, which no measured primitive or table entry gives";
+
+pub(super) fn predict_streams(ctx: &Context) -> Vec<(String, Prediction)> {
+    streams(ctx, ctx.profile)
 }
 
-/// One core streams no slower than mem.latency's sequential chase brings in lines; an
-/// operation needing k fills per line gets 1/k of that; N physical cores N times it,
-/// capped by the DIMMs' peak over the bus lines each line costs, where that is known.
-pub(super) fn predict_streams(ctx: &Context) -> Vec<(String, Prediction)> {
-    let n = ctx.machine.cpu.allowed_cpus.len().max(1);
-    let topo = placement_topology(ctx);
+/// The predictions of the figures `run` keeps as metrics (one thread, and all `n`), and of
+/// the NUMA metrics.
+pub(super) fn streams(ctx: &Context, profile: Profile) -> Vec<(String, Prediction)> {
     let allowed = &ctx.machine.cpu.allowed_cpus;
+    let cpus = allowed.len().max(1);
+    let n = buffer(ctx.machine, profile, cpus).map_or(cpus, |b| b.1);
+    let topo = placement_topology(ctx);
     let line = crate::experiments::kit::line_bytes(&ctx.machine.data_caches()) as f64;
+    let line = Input::machine("line", Some(line), "bytes", "machine: cache line size", "");
     let mut p = Predictions::new(ctx);
-    let seq = p.earlier("mem.latency", &["dram_sequential"]);
-    let peak = dimm_peak(ctx);
-    for f in figures(n, ctx.profile) {
-        let k = f.threads;
-        let cpus = topo.spread(allowed, k);
-        let cores = k - topo.describe_cpus(&cpus).smt_shared.len();
-        let cap = peak
-            .as_ref()
-            .ok()
-            .map(|(p, s)| per_socket(&topo, &cpus, *p, s.clone()));
-        p.add(
-            &f.name(),
-            stream_prediction(f.op, k, cores, line, &seq, cap),
-        );
+    let seq = sequential(&p, ctx);
+    for f in figures(n, profile) {
+        let name = f.name();
+        match (f.threads, f.op) {
+            (1, Op::Copy) => p.withhold(&[&name], COPY_UNKNOWN),
+            (1, Op::WriteNt) => p.withhold(&[&name], NT_UNKNOWN),
+            (1, op) => p.state(&name, &[&line, &seq], |v| one_core(op, v[0] / v[1] * 1e9)),
+            (k, op) if k == n => {
+                let peak = dimm_peak(ctx)
+                    .map(|(pk, src)| per_socket(&topo, &topo.spread(allowed, k), pk, src));
+                p.add(&name, team_bound(op, k, peak));
+            }
+            // Intermediate teams are a series, not metrics.
+            _ => {}
+        }
     }
+    numa::predictions(&mut p, &topo, allowed);
     p.done()
 }
 
-/// One stream figure's prediction (see `predict_streams`), or why there is none.
-pub(super) fn stream_prediction(
-    op: Op,
-    threads: usize,
-    cores: usize,
-    line: f64,
-    seq: &Input,
-    cap: Option<(f64, String)>,
-) -> Prediction {
-    let Some(t) = seq.value().filter(|t| *t > 0.0) else {
-        return without_chase(op, threads, seq, cap);
+/// mem.latency's sequential chase, missing where its description puts it within twice the
+/// last-level cache: a chase the cache holds gives the cache's rate, not memory's.
+fn sequential(p: &Predictions, ctx: &Context) -> Input {
+    let seq = p.earlier("mem.latency", &["dram_sequential"]).positive();
+    let Some(m) = ctx.earlier_metric("mem.latency", "dram_sequential") else {
+        return seq;
     };
-    let fills = lines_per_line(op).0;
-    let one = line / t * 1e9;
-    let (per_core, what) = if fills > 0.0 {
-        let s = if fills > 1.0 { "s" } else { "" };
-        (one / fills, format!("{fills} line fill{s} per line"))
-    } else {
-        (
-            one,
-            "no fill (no read for ownership), so at least the one-fill rate: a lower bound".into(),
-        )
-    };
-    let rate = per_core * cores as f64;
-    let scope = if cores > 1 {
-        format!(
-            "; x {cores} physical cores, each streaming as one does (the memory's own limit is \
-             in the model only where the DIMM peak is known), so not a bound"
-        )
-    } else {
-        String::new()
-    };
-    let p = Prediction::new(
-        rate,
-        format!(
-            "line / dram_sequential / fills ({what}): one core receives one line per step of \
-             mem.latency's sequential chase, where each load waits for the last and only the \
-             prefetcher keeps lines in flight, so a stream that does not wait is no slower{scope}"
+    let llc = crate::experiments::kit::llc_or_assumed(&ctx.machine.data_caches()).0 as f64;
+    match chase_size(&m.description) {
+        Some(s) if s < 2.0 * llc => Input::missing(
+            "dram_sequential",
+            format!(
+                "mem.latency's sequential chase ran at {}, within twice the last-level cache \
+                 ({}): its rate is the cache's, not memory's",
+                fmt_bytes(s),
+                fmt_bytes(llc)
+            ),
         ),
-    );
-    let p = seq
-        .attach(p)
-        .machine("line", line, "bytes", "machine: cache line size (sysfs)")
-        .method(
-            "fills",
-            fills,
-            "fills/line",
-            "method: line fills per line of the operation's bytes (read 1, store 1 for ownership, copy 2, non-temporal 0)",
-        )
-        .machine(
-            "cores",
-            cores as f64,
-            "cores",
-            "machine: physical cores the threads run on (Topology::spread; SMT siblings share one)",
-        );
-    // One core's stream is no slower than the chase it is built from: a lower bound. Over
-    // several cores the product assumes the memory keeps up, which nothing here bounds.
-    let p = if cores == 1 { p.lower_bound() } else { p };
-    match cap {
-        Some(cap) if threads > 1 => dimm_capped(p, rate, op, cap),
-        _ => p,
+        _ => seq,
     }
 }
 
-/// `p` (of `rate`) capped by the DIMMs' peak over the bus lines each line of `op` costs,
-/// where that is lower.
-fn dimm_capped(p: Prediction, rate: f64, op: Op, (peak, src): (f64, String)) -> Prediction {
-    let bus = lines_per_line(op).1;
-    if peak / bus >= rate {
-        return p;
-    }
-    let cost = if bus > 1.0 {
-        "fill and write-back"
-    } else {
-        "one transfer"
+/// The size after the last " at " of a description ("... at 16.0 MiB (address order)").
+fn chase_size(description: &str) -> Option<f64> {
+    let mut w = description.rsplit(" at ").next()?.split_whitespace();
+    let v: f64 = w.next()?.parse().ok()?;
+    let unit = w.next()?;
+    let k = ["B", "KiB", "MiB", "GiB", "TiB"]
+        .iter()
+        .position(|u| *u == unit)?;
+    Some(v * 1024f64.powi(k as i32))
+}
+
+/// One core at `rate` (line / dram_sequential): a bound for a vectorised read; a point for
+/// a scalar loop (the core's issue may be the limit) and for stores.
+fn one_core(op: Op, rate: f64) -> Prediction {
+    let chase = "line / dram_sequential: one core receives one line per step of \
+        mem.latency's sequential chase, where each load waits for the last and only the \
+        prefetcher keeps lines in flight";
+    let why = match op {
+        Op::Read => {
+            let why = "a stream whose loads do not wait for each other is no slower: a lower bound";
+            return Prediction::new(rate, format!("{chase}; {why}")).lower_bound();
+        }
+        Op::ReadScalar => {
+            "the scalar loop issues one load per word, 8 per 64-byte line, so the \
+            core, not memory, may set its rate: a point, not a bound"
+        }
+        _ => {
+            "a store fills its line as a load does (the read for ownership) and the write-back \
+            shares the bus; a core that streams stores without reading them is faster: a \
+            point, not a bound"
+        }
     };
-    Prediction {
-        value: peak / bus,
-        formula: format!(
-            "{}; capped by the DIMMs' peak / {bus} bus lines per line ({cost} each line costs)",
-            p.formula
+    Prediction::new(rate, format!("{chase}; {why}"))
+}
+
+/// A team of `k` threads: only the DIMMs' peak over the bus lines each line of `op` needs
+/// at least bounds it; without the peak, nothing.
+fn team_bound(op: Op, k: usize, peak: Result<(f64, String), String>) -> Prediction {
+    let (peak, src) = match peak {
+        Ok(p) => p,
+        Err(why) => {
+            return Prediction::withheld(format!(
+                "{k} threads share the memory system, which no measured figure prices (one \
+                 core's rate times {k} ignores it); only the DIMMs' peak would bound them, and \
+                 it is unknown: {why}"
+            ))
+        }
+    };
+    let bus = if op == Op::Copy { 2.0 } else { 1.0 };
+    Prediction::new(
+        peak / bus,
+        format!(
+            "the DIMMs' peak / {bus} bus line(s) per line of the operation's bytes, an upper \
+             bound (each line crosses the bus at least once, a copy's twice; a read for \
+             ownership, where the core does one, adds more)"
         ),
-        ..p
-    }
+    )
+    .upper_bound()
     .machine("dimm_peak", peak, "bytes/s", src)
     .method(
         "bus_lines",
         bus,
         "lines",
-        "method: memory-bus lines per line of the operation's bytes",
+        "method: the fewest memory-bus lines per line of the operation's bytes",
     )
-}
-
-/// Without the sequential chase only the N-thread read keeps a bound: the DIMMs' peak.
-fn without_chase(op: Op, threads: usize, seq: &Input, cap: Option<(f64, String)>) -> Prediction {
-    match cap {
-        Some((peak, src)) if threads > 1 && op == Op::Read => Prediction::new(
-            peak,
-            "the DIMMs' theoretical peak (an upper bound for N threads)",
-        )
-        .upper_bound()
-        .machine("dimm_peak", peak, "bytes/s", src)
-        .machine(
-            "threads",
-            threads as f64,
-            "threads",
-            "machine: CPUs this process may use",
-        ),
-        _ => Prediction::withheld(
-            seq.why_missing()
-                .unwrap_or("mem.latency's dram_sequential is not a positive time"),
-        ),
-    }
 }
 
 /// The DIMM peak of the sockets the N-thread team ran on: the machine's peak divided
@@ -212,4 +189,114 @@ pub(super) fn per_socket(
             &what[..what.len() - 1]
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiments::testing::{recorded, World};
+    use crate::results::Bound;
+
+    /// A 2-socket server of 64 cores (no SMT, a node per socket), after a mem.latency that
+    /// measured a 2 ns sequential chase (32 GB/s per core: 2 TB/s for 64 cores uncapped).
+    fn server(w: &mut World, peak: Option<f64>) {
+        use crate::machine::topology::{build, RawCpu};
+        let raw = (0..64usize).map(|c| RawCpu {
+            cpu: c,
+            package: Some((c / 32) as u32),
+            core_key: Some(c.to_string()),
+            llc_key: Some((3, (c / 32).to_string())),
+            node: Some(c / 32),
+            ..Default::default()
+        });
+        let all: Vec<usize> = (0..64).collect();
+        w.machine.topology = build(raw.collect(), &all, "test");
+        w.machine.cpu.allowed_cpus = all;
+        w.machine.memory.peak_bandwidth_bytes_per_s = peak;
+        let mut o = crate::experiments::Outcome::default();
+        let seq = "sequential chase, stride 64 B, at 64.0 GiB (address order)";
+        o.metric("dram_sequential", "ns", seq, vec![2.0; 5]);
+        o.metric("dram", "ns", "", vec![100.0; 5]);
+        w.earlier = vec![recorded("mem.latency", o)];
+    }
+
+    /// Threads of a figure "OP_Nt".
+    fn threads(name: &str) -> usize {
+        let t = name.rsplit('_').next().unwrap_or("");
+        t.trim_end_matches('t').parse().unwrap_or(0)
+    }
+
+    /// On a many-core server no team figure is a point of cores x one core's rate: without
+    /// the DIMMs' peak each is withheld, with it each is an upper bound at or below the
+    /// peak, built from no chase figure (so no other core kind's).
+    #[test]
+    fn a_64_core_team_is_never_cores_times_one_core() {
+        let clock = crate::clock::MockClock::new(1);
+        let mut w = World::live(&clock);
+        for peak in [None, Some(400e9)] {
+            server(&mut w, peak);
+            let v = w.with_ctx(|ctx| streams(ctx, Profile::Standard));
+            let teams: Vec<_> = v.iter().filter(|(n, _)| threads(n) > 1).collect();
+            assert!(teams.len() >= 4, "{v:?}");
+            for (n, p) in teams {
+                match peak {
+                    None => {
+                        let why = p.withheld.as_deref().unwrap_or("");
+                        assert!(why.contains("DIMMs' peak"), "{n}: {p:?}");
+                    }
+                    Some(pk) => {
+                        assert_eq!(p.bound, Some(Bound::Upper), "{n}: {p:?}");
+                        assert!(p.value <= pk, "{n}: {p:?}");
+                        assert!(!p.inputs.contains_key("dram_sequential"), "{n}");
+                    }
+                }
+            }
+            let get = |n: &str| &v.iter().find(|(m, _)| m == n).unwrap().1;
+            // One core: the read a lower bound at 32 GB/s, stores a point, copy and
+            // non-temporal stores withheld for want of a model.
+            let read = get("read_1t");
+            assert_eq!(read.bound, Some(Bound::Lower));
+            assert!((read.value - 32e9).abs() < 1e3, "{read:?}");
+            assert_eq!(get("write_1t").bound, None);
+            assert_eq!(get("read_scalar_1t").bound, None);
+            assert!(get("copy_1t")
+                .withheld
+                .as_deref()
+                .unwrap()
+                .contains("memcpy"));
+            if cfg!(target_arch = "x86_64") {
+                assert!(get("write_nt_1t").withheld.is_some());
+            }
+            // Two nodes: the local chase restates mem.latency's, the remote one is bounded
+            // below by it, the remote read is withheld with its reason.
+            assert!(get("latency_local").consistency);
+            assert_eq!(get("latency_remote").bound, Some(Bound::Lower));
+            let remote = get("read_remote_1t").withheld.as_deref().unwrap();
+            assert!(remote.contains("interconnect"), "{remote}");
+        }
+    }
+
+    /// A sequential chase that a cache holds is no memory rate: one core's streams are
+    /// then withheld, saying so.
+    #[test]
+    fn a_chase_within_the_cache_prices_no_stream() {
+        let clock = crate::clock::MockClock::new(1);
+        let mut w = World::live(&clock);
+        let mut o = crate::experiments::Outcome::default();
+        let seq = "sequential chase, stride 64 B, at 16.0 KiB (address order)";
+        o.metric("dram_sequential", "ns", seq, vec![2.0; 5]);
+        w.earlier = vec![recorded("mem.latency", o)];
+        let v = w.with_ctx(|ctx| streams(ctx, Profile::Quick));
+        let read = &v.iter().find(|(m, _)| m == "read_1t").unwrap().1;
+        let why = read.withheld.as_deref().unwrap_or("");
+        assert!(
+            why.contains("within twice the last-level cache"),
+            "{read:?}"
+        );
+        assert_eq!(chase_size("random chase at 1.5 GiB, base pages"), None);
+        assert_eq!(
+            chase_size("x at 1.5 GiB (y)"),
+            Some(1.5 * (1u64 << 30) as f64)
+        );
+    }
 }

@@ -7,10 +7,13 @@ use crate::results::Check;
 use crate::stats::Summary;
 use crate::units::fmt_bandwidth;
 
-/// Non-temporal against ordinary stores. Reads for ownership are named as the cause only
-/// when the data shows them: ordinary stores write below the read bandwidth and
-/// non-temporal stores (which skip that read) above the ordinary ones, both beyond the
-/// 95% intervals.
+/// Whether one thread's figures show reads for ownership: ordinary stores below reads and
+/// non-temporal ones (which skip that read) above them, beyond the 95% intervals.
+pub(crate) fn rfo_shown(r: &Summary, w: &Summary, nt: &Summary) -> bool {
+    separation(nt, w) == Separation::Above && separation(w, r) == Separation::Below
+}
+
+/// Non-temporal against ordinary stores; reads for ownership named only when `rfo_shown`.
 pub(super) fn nt_vs_write(r: &Summary, w: &Summary, nt: &Summary) -> String {
     let head = format!(
         "Non-temporal stores write {} against {} for ordinary stores ({:.2}x)",
@@ -18,8 +21,8 @@ pub(super) fn nt_vs_write(r: &Summary, w: &Summary, nt: &Summary) -> String {
         fmt_bandwidth(w.median),
         nt.median / w.median
     );
-    let tail = match (separation(nt, w), separation(w, r)) {
-        (Separation::Above, Separation::Below) => format!(
+    let tail = match (separation(nt, w), rfo_shown(r, w, nt)) {
+        (Separation::Above, true) => format!(
             ": ordinary stores first read each line for ownership (they write {:.2}x the read bandwidth, and skipping that read is faster, both beyond the 95% intervals).",
             w.median / r.median
         ),
@@ -37,8 +40,8 @@ pub(super) fn nt_vs_write(r: &Summary, w: &Summary, nt: &Summary) -> String {
     head + &tail
 }
 
-/// Huge pages against base pages for one thread's read, write and copy: TLB misses are
-/// named only when every pair is apart beyond the 95% intervals with huge pages faster.
+/// Huge against base pages, one thread: the page size named as the cause only when every
+/// stream is faster beyond the 95% intervals.
 fn huge_vs_base(out: &Outcome) -> Option<String> {
     let mut parts = Vec::new();
     let mut seps = Vec::new();
@@ -62,9 +65,9 @@ fn huge_vs_base(out: &Outcome) -> Option<String> {
         seps.push(sep);
     }
     let cause = if seps.iter().all(|&s| s == Separation::Above) {
-        ": with the loops unchanged, the difference is what the page size changes, TLB misses and page walks"
+        ": with the loops unchanged, the difference is what the page size changes: TLB misses and page walks, and how the buffer lies in physical memory (its spread over DRAM channels and banks, and the page boundaries where the prefetcher stops)"
     } else {
-        " (95% intervals): no cost of TLB misses is shown for every stream"
+        " (95% intervals): no cost of the base page size is shown for every stream"
     };
     Some(format!(
         "On huge pages one thread {}, {} and {} against base pages{cause}. The headline figures (read_1t, write_1t, copy_1t) are base pages, what a program gets from malloc unless THP is 'always'.",
@@ -72,8 +75,7 @@ fn huge_vs_base(out: &Outcome) -> Option<String> {
     ))
 }
 
-/// The findings of a run from its metrics (`n` threads at most; `peak` the DIMMs'
-/// theoretical bandwidth with its source, or why it is unknown).
+/// The findings from the metrics (`n` threads at most; `peak` the DIMMs', or why not).
 pub(super) fn conclusions(out: &mut Outcome, n: usize, peak: Result<(f64, String), String>) {
     let med = |name: &str| out.get(name).map(|m| m.summary.median);
     let (r1, w1, c1) = (med("read_1t"), med("write_1t"), med("copy_1t"));

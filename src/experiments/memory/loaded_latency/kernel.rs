@@ -1,5 +1,4 @@
-//! The chase and its load threads: one point per gap and traffic, timed over exactly the
-//! chase's trials.
+//! The chase and its load threads: one point per gap and traffic.
 
 use super::{Traffic, BATCH, STORED};
 use crate::experiments::kit::place::Place;
@@ -12,39 +11,6 @@ use crate::units::{fmt_bandwidth, fmt_ns};
 use std::sync::atomic::Ordering::{self, Relaxed};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::time::Duration;
-
-/// The load thread's `n`th line, at word `*pos` of its part: read into `acc` (eight lanes,
-/// so no add waits on the one before) or stored whole; then `*pos` moves on, wrapping.
-#[inline(always)]
-pub(super) fn step(
-    part: &mut [u64],
-    words: usize,
-    pos: &mut usize,
-    n: u64,
-    traffic: Traffic,
-    acc: &mut [u64; 8],
-) {
-    let l = &mut part[*pos..*pos + words];
-    if traffic.writes(n) {
-        for w in l.iter_mut() {
-            *w = STORED;
-        }
-    } else {
-        let mut it = l.chunks_exact(8);
-        for c in &mut it {
-            for k in 0..8 {
-                acc[k] = acc[k].wrapping_add(c[k]);
-            }
-        }
-        for (k, w) in it.remainder().iter().enumerate() {
-            acc[k] = acc[k].wrapping_add(*w);
-        }
-    }
-    *pos += words;
-    if *pos + words > part.len() {
-        *pos = 0;
-    }
-}
 
 /// Spins `n` iterations (the delay between a load thread's lines).
 #[inline(never)]
@@ -163,8 +129,7 @@ pub(super) struct LoadTeam<'a, 'c> {
     pub(super) loaders: &'a [usize],
 }
 
-/// The idle point (every repeat pooled), each traffic's points lightest load first, and
-/// the quiet repeats between them.
+/// The idle point (repeats pooled), each traffic's points, and the quiet repeats.
 #[derive(Default)]
 pub(super) struct Sweep {
     pub(super) idle: LoadedPoint,
@@ -203,9 +168,8 @@ fn step_arg(delay_iters: u64, traffic: Traffic) -> u64 {
 }
 
 impl LoadTeam<'_, '_> {
-    /// Idle and reference, then each gap from lightest load to none, read-only and then
-    /// the mix at each (so both curves see the neighbours' traffic of the same moments),
-    /// each gap followed by idle and reference again.
+    /// Idle and reference, then each gap, lightest first, read-only and then the mix (both
+    /// curves see the same moments' neighbours), each followed by idle and reference.
     pub(super) fn sweep(&self, gaps: &[f64], ns_per_iter: f64) -> Sweep {
         let k = self.loaders.len();
         let sh = LoadSignals {
@@ -266,11 +230,9 @@ impl LoadTeam<'_, '_> {
         Team::led(clock, &cpus, member, sweep).0
     }
 
-    /// The idle chase and the reference chase one after the other, in turn first (so a
-    /// drift within the pair favours neither), each continuing from its own position in
-    /// `at` (chase, reference). The idle trials are pooled into one point (every trial
-    /// kept: on a shared machine the neighbours' memory traffic changes over time, and one
-    /// short window would stand for all of it), each repeat's median beside the reference's.
+    /// The idle and reference chases, in turn first so a drift favours neither, each from
+    /// its own position in `at`; every idle trial is pooled (neighbours' traffic changes
+    /// over time, and one short window would stand for all of it).
     fn quiet_pair(&self, sh: &LoadSignals, at: &mut [*const u8; 2], sw: &mut Sweep) {
         let reference_first = sw.quiet.idle.len() % 2 == 1;
         let mut reference = |at: &mut *const u8| {
@@ -294,8 +256,7 @@ impl LoadTeam<'_, '_> {
         sw.idle.notes.extend(idle.notes);
     }
 
-    /// A point without load, after an untimed warm-up chase from `at`: a cold chase (its
-    /// page-table entries evicted by the streams) is slower.
+    /// A point without load, after an untimed warm-up (a chase the streams left cold is slower).
     fn quiet_point(&self, sh: &LoadSignals, at: &mut *const u8) -> LoadedPoint {
         let t = std::time::Instant::now();
         while t.elapsed() < QUIET_WARM_UP {
@@ -306,8 +267,7 @@ impl LoadTeam<'_, '_> {
         self.point(sh, None, Traffic::Read, at)
     }
 
-    /// One point's chase trials (the load threads streaming unless idle), continuing from
-    /// `at` and leaving it where it stopped.
+    /// One point's chase trials (the load threads streaming unless idle), from `at` on.
     fn point(
         &self,
         sh: &LoadSignals,
@@ -364,13 +324,13 @@ impl LoadTeam<'_, '_> {
     }
 }
 
-/// A load thread's stream: its part of the load buffer and where it is in it.
-struct LoadStream<'c> {
-    clock: &'c dyn crate::clock::Clock,
-    part: &'c mut [u64],
-    words: usize,
-    pos: usize,
-    acc: [u64; 8],
+/// A load thread's stream: its part of the load buffer, where it is in it, its read lanes.
+pub(super) struct LoadStream<'c> {
+    pub(super) clock: &'c dyn crate::clock::Clock,
+    pub(super) part: &'c mut [u64],
+    pub(super) words: usize,
+    pub(super) pos: usize,
+    pub(super) acc: [u64; 8],
 }
 
 impl<'c> LoadStream<'c> {
@@ -388,8 +348,34 @@ impl<'c> LoadStream<'c> {
         }
     }
 
-    /// One point of load thread `t`: streams with the step's delay and traffic until told
-    /// to stop, recording its span and where it ran.
+    /// The `n`th line, at word `pos`: read into `acc` (eight lanes, so no add waits on the
+    /// one before) or stored whole; then `pos` moves on, wrapping.
+    #[inline(always)]
+    pub(super) fn step(&mut self, n: u64, traffic: Traffic) {
+        let (words, acc) = (self.words, &mut self.acc);
+        let l = &mut self.part[self.pos..self.pos + words];
+        if traffic.writes(n) {
+            for w in l.iter_mut() {
+                *w = STORED;
+            }
+        } else {
+            let mut it = l.chunks_exact(8);
+            for c in &mut it {
+                for k in 0..8 {
+                    acc[k] = acc[k].wrapping_add(c[k]);
+                }
+            }
+            for (k, w) in it.remainder().iter().enumerate() {
+                acc[k] = acc[k].wrapping_add(*w);
+            }
+        }
+        self.pos += words;
+        if self.pos + words > self.part.len() {
+            self.pos = 0;
+        }
+    }
+
+    /// Load thread `t` streams one point until told to stop, recording its span.
     fn point(&mut self, sh: &LoadSignals, t: usize, cpu: usize, arg: u64) {
         let (clock, d, counter) = (self.clock, arg >> 1, &sh.counters[t]);
         let traffic = [Traffic::Read, Traffic::Mix][(arg & 1) as usize];
@@ -407,14 +393,7 @@ impl<'c> LoadStream<'c> {
             // Only this thread writes its counter, so the counter holds its count.
             let mut lines = counter.lines.load(Relaxed);
             for _ in 0..BATCH {
-                step(
-                    self.part,
-                    self.words,
-                    &mut self.pos,
-                    lines,
-                    traffic,
-                    &mut self.acc,
-                );
+                self.step(lines, traffic);
                 lines += 1;
                 counter.lines.store(lines, Relaxed);
                 if d > 0 {

@@ -22,15 +22,12 @@ pub(crate) struct LoadedLatency;
 
 /// A point whose latency is more than this over idle is past the knee.
 const KNEE_RISE: f64 = 1.2;
-/// Without a reference chase, the idle point agrees with mem.latency's earlier figure
-/// within this ratio (or when their 95% intervals overlap).
+/// Without a reference chase, the idle point agrees with mem.latency's within this ratio.
 const IDLE_AGREES: f64 = 0.2;
-/// The idle and reference chases agree when the median of their paired ratios is within
-/// this many times the window's noise of 1: a ratio of paired medians moves far less than
-/// one repeat, so chance alone stays inside...
+/// The idle and reference chases agree when their paired ratios' median is within this
+/// many times the window's noise of 1...
 const AGREE_NOISE_TIMES: f64 = 3.0;
-/// ... and always within this share (two buffers of one kind differ a little even when
-/// quiet, while a working set a cache holds is several times faster).
+/// ... and always within this share (two buffers of one kind differ a little).
 const AGREE_FLOOR: f64 = 0.15;
 /// Lines a load thread reads between looks at the stop flag and the clock.
 const BATCH: u64 = 32;
@@ -49,8 +46,7 @@ const SPEC: Spec = Spec {
     ..Spec::MEMORY
 };
 
-/// What the load threads do with each line: read it (MLC's default), or MLC's `-W2` mix
-/// of two lines read and one written with ordinary stores.
+/// What the load threads do with each line: MLC's default reads, or its `-W2` mix.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 enum Traffic {
     #[default]
@@ -58,7 +54,7 @@ enum Traffic {
     Mix,
 }
 
-/// The mix: lines read and lines written in each group of `MIX_READS + MIX_WRITES`.
+/// The mix: lines read and written in each group.
 const MIX_READS: u64 = 2;
 const MIX_WRITES: u64 = 1;
 /// A written line's words: not a repeated byte, so the loop stays stores, not memset.
@@ -72,7 +68,7 @@ impl Traffic {
             Traffic::Mix => n % (MIX_READS + MIX_WRITES) >= MIX_READS,
         }
     }
-    /// Bytes the memory moves per counted byte (a written line is read for ownership too).
+    /// Bytes the memory moves per counted byte where a written line is read for ownership.
     fn memory_per_counted(self) -> f64 {
         match self {
             Traffic::Read => 1.0,
@@ -110,8 +106,7 @@ impl Experiment for LoadedLatency {
     fn spec(&self) -> &Spec {
         &SPEC
     }
-    /// Once: a second run would lay and fault both buffers again for a curve whose
-    /// run-to-run spread compare takes from history.
+    /// Once: a second run would lay and fault both buffers again.
     fn default_repeat(&self, _: Profile) -> usize {
         1
     }
@@ -194,8 +189,7 @@ impl Experiment for LoadedLatency {
     }
 }
 
-/// The line size, the chase's and the load buffer's lengths and the load threads' CPUs,
-/// with notes where the cap left CPUs idle or the chase near the cache.
+/// The line size, the buffers' lengths and the load threads' CPUs, with notes.
 fn plan(
     ctx: &Context,
     others: &[usize],
@@ -223,12 +217,10 @@ fn plan(
     Ok((line, chase_len, load_len, loaders))
 }
 
-/// The most the three buffers take per profile (quick's must fault in its short budget).
+/// The most the three buffers take per profile.
 const TOTAL: PerProfile<u64> = PerProfile::new(128 << 20, 384 << 20, 4 << 30, 16 << 30);
 
-/// The chase's length (the largest power of two of which two chains with their
-/// permutation take at most 70% of the memory cap), the load buffer's (the rest, in whole
-/// MiB parts) and the load threads (at most `threads`, fewer when the parts run out).
+/// The chase's length, the load buffer's and the load threads (docs/methods).
 pub(super) fn sizes(
     machine: &crate::machine::Machine,
     profile: Profile,
@@ -300,8 +292,7 @@ fn mapping(ctx: &Context, len: usize, huge: bool) -> anyhow::Result<(Region, Bac
     Ok((r, backing))
 }
 
-/// Lays a Sattolo cycle over the first `n` lines of `region` and verifies it in memory: an
-/// error, not a check, as a chain that does not verify is never measured.
+/// Lays a Sattolo cycle over `n` lines and verifies it: a chain that fails is an error.
 fn laid_chain(region: &mut Region, line: usize, n: usize, rng: &mut Rng) -> anyhow::Result<()> {
     let next = sattolo(n, rng);
     lay(region, line, &next);
@@ -312,9 +303,8 @@ fn laid_chain(region: &mut Region, line: usize, n: usize, rng: &mut Rng) -> anyh
     Ok(())
 }
 
-/// The reference chase: mem.latency's `dram_thp` chase (`dram` without huge pages) of the
-/// chase's size, laid afresh, to measure beside the idle chase in the same window. None,
-/// with a note, when the memory cap leaves no room for it beside the chase and the loads.
+/// The reference chase (mem.latency's, the chase's size, laid afresh), or None with a note
+/// when the memory cap leaves no room for it.
 fn reference(
     ctx: &Context,
     len: usize,

@@ -15,26 +15,21 @@ const KNEE_UNMODELLED: &str = "where latency starts to rise depends on the memor
 pub(super) fn predictions(ctx: &Context) -> Vec<(String, Prediction)> {
     let mut p = Predictions::new(ctx);
     let team = TeamFigures::earlier(&p);
-    let (idle, idle_name) = first_of(&p, "mem.latency", team.dram());
-    p.same(
-        "idle_latency",
-        &idle,
-        format!("mem.latency's {idle_name}: the same chase, idle"),
+    // mem.latency's DRAM figures most like the chase's, first first.
+    let dram = &["dram_thp", "dram"][(!team.thp) as usize..];
+    let idle = p.earlier("mem.latency", dram);
+    let name = idle.name().to_string();
+    let same = format!("mem.latency's {name}: the same chase, idle");
+    p.same("idle_latency", &idle, same);
+    let bound = format!(
+        "mem.latency's {name}, a lower bound: a chase whose misses queue behind the load \
+         threads' is never faster than the idle one (the queueing is not in the model)"
     );
-    for loaded in ["loaded_latency", "loaded_latency_mix"] {
-        p.at_least(
-            loaded,
-            &idle,
-            format!(
-                "mem.latency's {idle_name}, a lower bound: a chase whose misses queue behind \
-                 the load threads' is never faster than the idle one (the queueing is not in \
-                 the model)"
-            ),
-        );
-    }
+    p.at_least("loaded_latency", &idle, &bound);
+    p.at_least("loaded_latency_mix", &idle, bound);
     p.withhold(&["knee_bandwidth", "knee_bandwidth_mix"], KNEE_UNMODELLED);
     team.peaks(&mut p);
-    team.misses(&mut p, (&idle, idle_name));
+    team.misses(&mut p, &idle);
     p.done()
 }
 
@@ -42,10 +37,8 @@ pub(super) fn predictions(ctx: &Context) -> Vec<(String, Prediction)> {
 pub(super) fn peak_predictions(ctx: &Context) -> Vec<(String, Prediction)> {
     let mut p = Predictions::new(ctx);
     TeamFigures::earlier(&p).peaks(&mut p);
-    p.done()
-        .into_iter()
-        .filter(|(_, pr)| pr.withheld.is_none())
-        .collect()
+    let v = p.done().into_iter();
+    v.filter(|(_, pr)| pr.withheld.is_none()).collect()
 }
 
 /// mem.bandwidth's read, and its read and write pair, for the load threads' team.
@@ -53,8 +46,9 @@ struct TeamFigures {
     thp: bool,
     /// Load threads.
     threads: usize,
-    read: (Input, String),
-    mix: Result<(Input, String, Input, String), Input>,
+    read: Input,
+    /// The first team with both measured, else the first team's (missing, saying why).
+    mix: (Input, Input),
     line: Input,
 }
 
@@ -63,121 +57,70 @@ impl TeamFigures {
         let ctx = p.ctx();
         let n = ctx.machine.cpu.allowed_cpus.len().max(1);
         let thp = kit::thp_available(ctx.machine);
-        let reads = team_figures("read", n, thp);
-        let writes = team_figures("write", n, thp);
-        let (read, name) = first_of(p, "mem.bandwidth", &refs(&reads));
-        let mix = reads
+        let (reads, writes) = (team_figures("read", n, thp), team_figures("write", n, thp));
+        let pairs = reads.iter().zip(&writes).map(|(r, w)| {
+            let r = p.earlier("mem.bandwidth", &[r]);
+            (r, p.earlier("mem.bandwidth", &[w]))
+        });
+        let pairs: Vec<(Input, Input)> = pairs.collect();
+        let both = pairs
             .iter()
-            .zip(&writes)
-            .find_map(|(r, w)| {
-                let ri = p.earlier("mem.bandwidth", &[r]);
-                let wi = p.earlier("mem.bandwidth", &[w]);
-                (ri.value().is_some() && wi.value().is_some())
-                    .then(|| (ri, r.clone(), wi, w.clone()))
-            })
-            .ok_or_else(|| {
-                let r = p.earlier("mem.bandwidth", &refs(&reads));
-                match r.value() {
-                    Some(_) => p.earlier("mem.bandwidth", &refs(&writes)),
-                    None => r,
-                }
-            });
-        let line = kit::line_bytes(&ctx.machine.data_caches());
+            .find(|(r, w)| r.value().is_some() && w.value().is_some());
+        let line = kit::line_bytes(&ctx.machine.data_caches()) as f64;
+        let refs: Vec<&str> = reads.iter().map(String::as_str).collect();
         TeamFigures {
             thp,
             threads: n.saturating_sub(1).max(1),
-            read: (read, name.to_string()),
-            mix,
-            line: Input::machine(
-                "line",
-                Some(line as f64),
-                "bytes",
-                "machine: cache line size (sysfs)",
-                "the cache line size is not known",
-            ),
+            read: p.earlier("mem.bandwidth", &refs),
+            mix: both.unwrap_or(&pairs[0]).clone(),
+            line: Input::machine("line", Some(line), "bytes", "machine: cache line size", ""),
         }
-    }
-
-    /// mem.latency's DRAM figures most like the chase's, first first.
-    fn dram(&self) -> &'static [&'static str] {
-        &["dram_thp", "dram"][(!self.thp) as usize..]
     }
 
     /// The same team's read for reads; for the mix, `mix_bandwidth` of its read and write.
     fn peaks(&self, p: &mut Predictions) {
-        let k = self.threads;
-        let (read, name) = &self.read;
-        p.same(
-            "peak_bandwidth",
-            read,
-            format!("mem.bandwidth's {name}: the read of as many threads as load threads ({k})"),
+        let (k, name) = (self.threads, self.read.name());
+        let same =
+            format!("mem.bandwidth's {name}: the read of as many threads as load threads ({k})");
+        p.same("peak_bandwidth", &self.read, same);
+        let (r, w) = (self.mix.0.name(), self.mix.1.name());
+        let text = format!(
+            "3 / (2 / {r} + 1 / {w}): of every three lines two at mem.bandwidth's read rate \
+             and one at its write rate (ordinary stores, whatever they cost there), {k} \
+             thread(s)"
         );
-        let Some((ri, r, wi, w)) = self.mix(p, "peak_bandwidth_mix") else {
-            return;
-        };
-        p.state("peak_bandwidth_mix", &[ri, wi], |v| {
-            Prediction::new(
-                mix_bandwidth(v[0], v[1]),
-                format!(
-                    "3 / (2 / {r} + 1 / {w}): of every three lines two at mem.bandwidth's \
-                     read rate and one at its write rate (ordinary stores, read for \
-                     ownership), {k} thread(s)"
-                ),
-            )
+        p.state("peak_bandwidth_mix", &[&self.mix.0, &self.mix.1], |v| {
+            Prediction::new(mix_bandwidth(v[0], v[1]), text)
         });
-    }
-
-    /// The mix's read and write figures, or None with `metric` withheld for want of them.
-    fn mix(&self, p: &mut Predictions, metric: &str) -> Option<&(Input, String, Input, String)> {
-        if let Err(missing) = &self.mix {
-            p.withhold(&[metric], missing.why_missing().unwrap_or_default());
-        }
-        self.mix.as_ref().ok()
     }
 
     /// Little's law on the team's bandwidths and the idle chase (not a bound: the idle
     /// latency errs low, the unloaded bandwidth high), on the mix's counted lines.
-    fn misses(&self, p: &mut Predictions, (idle, lname): (&Input, &str)) {
-        let ((read, name), line) = (&self.read, &self.line);
+    fn misses(&self, p: &mut Predictions, idle: &Input) {
         let law = |of: &str, bw: &str, are: &str| {
             format!(
-                "Little's law{of}: {bw} x {lname} / line (the idle latency for the loaded one, \
+                "Little's law{of}: {bw} x {} / line (the idle latency for the loaded one, \
                  which alone would make it low; but the {are} mem.bandwidth's, which the loaded \
-                 team may not reach: not a bound)"
+                 team may not reach: not a bound)",
+                idle.name()
             )
         };
-        let text = law("", name, "bandwidth is");
-        p.state("loaded_outstanding_misses", &[read, idle, line], |v| {
-            Prediction::new(v[0] / v[2] * v[1] * 1e-9, text)
-        });
-        let Some((ri, r, wi, w)) = self.mix(p, "loaded_outstanding_misses_mix") else {
-            return;
-        };
-        let text = law(
-            " on the counted lines",
-            &format!("3 / (2 / {r} + 1 / {w})"),
-            "bandwidths are",
+        let text = law("", self.read.name(), "bandwidth is");
+        p.state(
+            "loaded_outstanding_misses",
+            &[&self.read, idle, &self.line],
+            |v| Prediction::new(v[0] / v[2] * v[1] * 1e-9, text),
         );
+        let (ri, wi) = &self.mix;
+        let bw = format!("3 / (2 / {} + 1 / {})", ri.name(), wi.name());
+        let text = law(" on the counted lines", &bw, "bandwidths are");
         p.state(
             "loaded_outstanding_misses_mix",
-            &[ri, wi, idle, line],
+            &[ri, wi, idle, &self.line],
             |v| Prediction::new(mix_bandwidth(v[0], v[1]) / v[3] * v[2] * 1e-9, text),
         );
     }
 }
-
-fn refs(names: &[String]) -> Vec<&str> {
-    names.iter().map(String::as_str).collect()
-}
-
-/// The first of `metrics` that `experiment` measured earlier, with its name; missing
-/// (named after the first) when none was.
-fn first_of<'m>(p: &Predictions, experiment: &str, metrics: &[&'m str]) -> (Input, &'m str) {
-    let i = p.earlier(experiment, metrics);
-    let name = metrics.iter().copied().find(|m| *m == i.name());
-    (i, name.unwrap_or(metrics[0]))
-}
-
 /// Misses in flight by Little's law: bandwidth / line x latency.
 pub(super) fn outstanding(bandwidth: f64, line: usize, latency_ns: f64) -> f64 {
     bandwidth / line as f64 * latency_ns * 1e-9

@@ -1,4 +1,4 @@
-use super::kernel::{step, LoadSpan, LoadedPoint, Sweep};
+use super::kernel::{LoadSpan, LoadStream, LoadedPoint, Sweep};
 use super::predict::{mix_bandwidth, outstanding, peak_predictions, team_figures};
 use super::text::{idle_check, knee, report, Agreement, Chases, SAME_CHASE};
 use super::*;
@@ -83,10 +83,18 @@ fn idle_premise_fails_when_the_chase_hits_a_cache() {
 /// line 0: (lines written, words read into the accumulators, position after).
 fn stream(traffic: Traffic, words: usize, lines: usize, steps: u64) -> (usize, u64, usize) {
     let mut part = vec![1u64; words * lines];
-    let (mut pos, mut acc) = (0usize, [0u64; 8]);
+    let clock = crate::clock::MockClock::new(1);
+    let mut s = LoadStream {
+        clock: &clock,
+        part: &mut part,
+        words,
+        pos: 0,
+        acc: [0; 8],
+    };
     for n in 0..steps {
-        step(&mut part, words, &mut pos, n, traffic, &mut acc);
+        s.step(n, traffic);
     }
+    let (pos, acc) = (s.pos, s.acc);
     let written = part
         .chunks_exact(words)
         .filter(|l| l.iter().all(|&w| w == STORED))
@@ -288,6 +296,25 @@ fn both_curves_report_their_metrics_by_name() {
     let get = |n: &str| p.iter().find(|(m, _)| m == n).map(|(_, p)| p.value);
     assert_eq!(get("peak_bandwidth"), Some(18e9));
     assert_eq!(get("peak_bandwidth_mix"), Some(mix_bandwidth(18e9, 12e9)));
+    // No non-temporal figure, so no evidence of reads for ownership: none is claimed.
+    let ownership = |out: &Outcome| {
+        let mix = out.findings.iter().find(|f| f.text.starts_with("Under a"));
+        mix.is_some_and(|f| f.text.contains("ownership"))
+    };
+    assert!(!ownership(&out), "{:?}", out.findings);
+    // Non-temporal stores above ordinary ones, and those below reads: the claim is made.
+    let mut more = earlier.0.clone();
+    let mut nt = Outcome::default();
+    nt.metric("write_nt_1t", "bytes/s", "", vec![20e9; 5]);
+    more.extend(nt.metrics);
+    let shown = Bandwidth(more);
+    let ctx = Context {
+        earlier: &shown,
+        ..ctx
+    };
+    let mut out = Outcome::default();
+    report(&ctx, &mut out, &sw, 64, &chases, 0.5, &[0]);
+    assert!(ownership(&out), "{:?}", out.findings);
 }
 
 /// The experiment as the runner wires it, here (smoke: 64 MiB buffers): the mix's

@@ -5,14 +5,13 @@ use super::predict::{outstanding, peak_predictions};
 use super::{
     Backing, Traffic, AGREE_FLOOR, AGREE_NOISE_TIMES, IDLE_AGREES, KNEE_RISE, MIX_READS, MIX_WRITES,
 };
+use crate::analysis::{separation, Separation};
 use crate::experiments::{Context, Outcome};
 use crate::results::{Check, Prediction};
-use crate::stats::Summary;
-use crate::units::fmt_bytes;
-use crate::units::{fmt_bandwidth, fmt_ns};
+use crate::stats::{median, Summary};
+use crate::units::{fmt_bandwidth, fmt_bytes, fmt_ns};
 
-/// The knee: of the points (bandwidth, latency) by bandwidth, the last before one more
-/// than `KNEE_RISE` over idle latency.
+/// The knee: by bandwidth, the last point before one more than `KNEE_RISE` over idle.
 pub(super) fn knee(idle: f64, pts: &[(f64, f64)]) -> Option<usize> {
     let mut order: Vec<usize> = (0..pts.len()).collect();
     order.sort_by(|&a, &b| pts[a].0.total_cmp(&pts[b].0));
@@ -26,14 +25,9 @@ pub(super) fn knee(idle: f64, pts: &[(f64, f64)]) -> Option<usize> {
 pub(super) const SAME_CHASE: &str = "the idle chase is mem.latency's chase";
 
 /// Without a reference chase: the idle chase against mem.latency's earlier `refname`.
-pub(super) fn idle_check(
-    idle: &crate::stats::Summary,
-    reference: &crate::stats::Summary,
-    refname: &str,
-) -> Check {
+pub(super) fn idle_check(idle: &Summary, reference: &Summary, refname: &str) -> Check {
     let ratio = idle.median / reference.median;
-    let overlap =
-        crate::analysis::separation(idle, reference) == crate::analysis::Separation::Overlap;
+    let overlap = separation(idle, reference) == Separation::Overlap;
     Check::premise(
         SAME_CHASE,
         (ratio - 1.0).abs() <= IDLE_AGREES || overlap,
@@ -45,8 +39,7 @@ pub(super) fn idle_check(
     )
 }
 
-/// How far apart the idle and reference chases were in pairs, and how far the window's
-/// noise lets them be.
+/// How far apart the paired idle and reference chases were, and the noise allows.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Agreement {
     /// Median over the pairs of idle / reference.
@@ -67,14 +60,14 @@ impl Agreement {
         }
         let ratios: Vec<f64> = idle.iter().zip(reference).map(|(i, r)| i / r).collect();
         let deviations = |v: &[f64]| {
-            let m = crate::stats::median(v);
+            let m = median(v);
             v.iter().map(|x| (x / m - 1.0).abs()).collect::<Vec<f64>>()
         };
         let mut devs = deviations(&idle[..pairs]);
         devs.extend(deviations(&reference[..pairs]));
-        let noise = crate::stats::median(&devs);
+        let noise = median(&devs);
         Some(Agreement {
-            ratio: crate::stats::median(&ratios),
+            ratio: median(&ratios),
             noise,
             tolerance: (AGREE_NOISE_TIMES * noise).max(AGREE_FLOOR),
             pairs,
@@ -91,10 +84,7 @@ impl Agreement {
 pub(super) fn reference_check(q: &QuietRepeats, chases: &Chases) -> Option<Check> {
     let reference = chases.reference?;
     let a = Agreement::of(&q.idle, &q.reference)?;
-    let (idle_ns, reference_ns) = (
-        crate::stats::median(&q.idle),
-        crate::stats::median(&q.reference),
-    );
+    let (idle_ns, reference_ns) = (median(&q.idle), median(&q.reference));
     let same_pages = chases.chase.huge() == reference.huge();
     let kind = reference.dram();
     let apart = (a.ratio - 1.0).abs() * 100.0;
@@ -133,12 +123,11 @@ pub(super) struct Chases<'a> {
     pub(super) bytes: usize,
 }
 
-/// The premise that the idle chase is mem.latency's, against the reference chase of the
-/// same window, else mem.latency's earlier figure (noted either way).
+/// The premise that the idle chase is mem.latency's: against the reference, else earlier.
 fn same_chase(ctx: &Context, out: &mut Outcome, sw: &Sweep, chases: &Chases) {
     let refname = chases.chase.dram();
     let earlier = ctx.earlier_metric("mem.latency", refname);
-    let idle_sum = crate::stats::Summary::of(&sw.idle.latency);
+    let idle_sum = Summary::of(&sw.idle.latency);
     if let Some(c) = reference_check(&sw.quiet, chases) {
         out.check(c);
         if let (Some(r), Some(s)) = (earlier, &idle_sum) {
@@ -182,6 +171,7 @@ pub(super) fn report(
         idle.latency.clone(),
     );
     let predicted = peak_predictions(ctx);
+    let rfo = ownership_shown(ctx);
     for (traffic, loaded) in [(Traffic::Read, &sw.reads), (Traffic::Mix, &sw.mix)] {
         let c = TrafficCurve {
             traffic,
@@ -190,6 +180,7 @@ pub(super) fn report(
             line,
             page,
             loaders,
+            rfo,
         };
         let pred = predicted
             .iter()
@@ -198,6 +189,16 @@ pub(super) fn report(
     }
     quiet_note(out, &sw.quiet, chases);
     point_notes(out, sw, ns_per_iter);
+}
+
+/// Whether mem.bandwidth's figures earlier in the run showed reads for ownership
+/// (`bandwidth::rfo_shown`): only then does the mix's finding count them.
+pub(super) fn ownership_shown(ctx: &Context) -> bool {
+    let s = |m: &str| ctx.earlier_metric("mem.bandwidth", m).map(|x| &x.summary);
+    match (s("read_1t"), s("write_1t"), s("write_nt_1t")) {
+        (Some(r), Some(w), Some(nt)) => crate::experiments::memory::bandwidth::rfo_shown(r, w, nt),
+        _ => false,
+    }
 }
 
 /// The idle and reference repeats, in the order taken.
@@ -264,6 +265,8 @@ struct TrafficCurve<'a> {
     line: usize,
     page: &'a str,
     loaders: &'a [usize],
+    /// `ownership_shown`.
+    rfo: bool,
 }
 
 impl TrafficCurve<'_> {
@@ -331,10 +334,7 @@ impl TrafficCurve<'_> {
         };
         let counted = match t {
             Traffic::Read => "load threads' and chase's lines".to_string(),
-            Traffic::Mix => format!(
-                "lines the load threads read or wrote, each once, and the chase's; a written line's read for ownership is not counted (the memory moved {:.2}x the load threads' count)",
-                t.memory_per_counted()
-            ),
+            Traffic::Mix => "lines the load threads read or wrote, each once, and the chase's (a written line's read for ownership, where the core does one, is not counted)".to_string(),
         };
         out.metric(
             &self.name("loaded_latency"),
@@ -377,7 +377,6 @@ impl TrafficCurve<'_> {
     ) {
         let t = self.traffic;
         let (il, fl) = (self.idle.latency_ns(), full.latency_ns());
-        use crate::analysis::{separation, Separation};
         let side = match (Summary::of(&full.latency), Summary::of(&self.idle.latency)) {
             (Some(f), Some(i)) => match separation(&f, &i) {
                 Separation::Above => "above idle, 95% intervals apart",
@@ -409,9 +408,9 @@ impl TrafficCurve<'_> {
                 "Loaded latency: {idle} idle, {loaded} with {k} load thread(s) reading unthrottled ({ratio:.2}x, {side}), at {at}; peak bandwidth {pk}{against}."
             ),
             Traffic::Mix => format!(
-                "Under a {} load (ordinary stores): {loaded} with {k} load thread(s) unthrottled ({ratio:.2}x idle, {side}), at {at}; peak {pk}{against}, counting each written line once (with its read for ownership the memory moved about {}).",
+                "Under a {} load (ordinary stores): {loaded} with {k} load thread(s) unthrottled ({ratio:.2}x idle, {side}), at {at}; peak {pk}{against}, counting each written line once{}.",
                 t.label(),
-                fmt_bandwidth(peak.bandwidth_bps() * t.memory_per_counted())
+                self.moved(peak)
             ),
         };
         let (loaded_name, peak_name) = (self.name("loaded_latency"), self.name("peak_bandwidth"));
@@ -420,6 +419,15 @@ impl TrafficCurve<'_> {
             &["idle_latency", loaded_name.as_str(), peak_name.as_str()],
             fl / il,
         );
+    }
+
+    /// What the memory moved at `peak` with reads for ownership, where they were shown.
+    fn moved(&self, peak: &LoadedPoint) -> String {
+        if !self.rfo {
+            return String::new();
+        }
+        let bw = fmt_bandwidth(peak.bandwidth_bps() * self.traffic.memory_per_counted());
+        format!(" (mem.bandwidth's stores showed reads for ownership: with them the memory moved about {bw})")
     }
 
     /// The knee's metric and finding, or a note on why there is none.
