@@ -200,28 +200,4 @@ pub(crate) fn sample(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn loopback_routes_through_lo() {
-        let (iface, ip) = route_interface("127.0.0.1:9".parse().unwrap()).unwrap();
-        assert_eq!(iface, "lo");
-        assert!(ip.is_loopback());
-        let m = crate::machine::Machine::gather();
-        let nic = |name: &str| m.network.iter().find(|n| n.name == name);
-        // Loopback reports no link speed; a made-up name is no NIC.
-        assert_eq!(nic("lo").and_then(|n| n.speed_mbit_s), None);
-        assert!(nic("../etc").is_none());
-    }
-
-    #[test]
-    fn cpu_descriptions() {
-        assert_eq!(describe_cpus(&[(1, 1), (0, 3)]), "CPU 0 (75%), CPU 1 (25%)");
-        assert_eq!(main_cpu(&[(1, 1), (0, 3)]), Some((0, 0.75)));
-        assert_eq!(main_cpu(&[]), None);
-    }
-}
-
-#[cfg(test)]
-mod predictions;
+mod tests;

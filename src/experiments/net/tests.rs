@@ -1,7 +1,8 @@
-//! The net experiments' predictions as the runner asks for them (`Experiment::predict` in
+//! The net helpers, and the experiments' predictions as the runner asks for them (`Experiment::predict` in
 //! a context whose earlier results a test records), on loopback and against a `--peer`.
 
 use super::{bandwidth::NetBandwidth, connect::Connect, rtt::Rtt};
+use super::{describe_cpus, main_cpu, route_interface};
 use crate::experiments::testing::{recorded, World};
 use crate::experiments::{Experiment, Outcome};
 use crate::results::{Bound, Prediction};
@@ -145,4 +146,23 @@ fn unpinned_round_trips_take_the_cheaper_placement() {
     for m in ["remote_tcp", "remote_udp", "remote_icmp"] {
         assert!(withheld(&p, m).contains("remote peer"), "{m}");
     }
+}
+
+#[test]
+fn loopback_routes_through_lo() {
+    let (iface, ip) = route_interface("127.0.0.1:9".parse().unwrap()).unwrap();
+    assert_eq!(iface, "lo");
+    assert!(ip.is_loopback());
+    let m = crate::machine::Machine::gather();
+    let nic = |name: &str| m.network.iter().find(|n| n.name == name);
+    // Loopback reports no link speed; a made-up name is no NIC.
+    assert_eq!(nic("lo").and_then(|n| n.speed_mbit_s), None);
+    assert!(nic("../etc").is_none());
+}
+
+#[test]
+fn cpu_descriptions() {
+    assert_eq!(describe_cpus(&[(1, 1), (0, 3)]), "CPU 0 (75%), CPU 1 (25%)");
+    assert_eq!(main_cpu(&[(1, 1), (0, 3)]), Some((0, 0.75)));
+    assert_eq!(main_cpu(&[]), None);
 }
