@@ -236,6 +236,64 @@ fn median(e: &serde_json::Value, metric: &str) -> f64 {
         .unwrap()
 }
 
+fn metric<'a>(e: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    e["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == name)
+        .unwrap_or_else(|| panic!("no metric {name} in {e}"))
+}
+
+/// Issue 34 item 7, through a real second host: the veth's speed is nominal, so the remote
+/// bandwidth gets no prediction (and no copy rate stands in), with the reason; connect is
+/// bounded by the same peer's ICMP echo, not net.rtt's round trip; the unpinned round
+/// trip's bound is no higher than either pinned placement's.
+fn predictions_against_the_namespace_host(r: &serde_json::Value, host: &Host2) {
+    let bw = experiment(r, "net.bandwidth");
+    let notes = bw["notes"].to_string();
+    for m in ["send", "receive_bits", "remote_send", "remote_receive_bits"] {
+        assert!(metric(bw, m)["prediction"].is_null(), "{m}: {bw}");
+    }
+    let why = format!(
+        "no prediction for remote_send: the route leaves through {}, a virtual device",
+        host.veth_host
+    );
+    assert!(notes.contains(&why), "{notes}");
+    let c = experiment(r, "net.connect");
+    for (m, echo) in [("connect", "icmp"), ("remote_connect", "remote_icmp")] {
+        let p = &metric(c, m)["prediction"];
+        if p.is_null() {
+            // ICMP refused: the bound is withheld with net.rtt's echo as the reason.
+            assert!(c["notes"].to_string().contains(echo), "{m}: {c}");
+            continue;
+        }
+        assert_eq!(p["bound"], "lower", "{m}: {p}");
+        let want = format!("measured: net.rtt {echo}");
+        assert_eq!(
+            p["inputs"]["icmp_echo"]["source"],
+            want.as_str(),
+            "{m}: {p}"
+        );
+        assert!(p["inputs"].get("tcp_round_trip").is_none(), "{m}: {p}");
+    }
+    let rtt = experiment(r, "net.rtt");
+    let bound = |m: &str| metric(rtt, m)["prediction"]["value"].as_f64();
+    let tcp = bound("tcp").expect("a bound for the unpinned tcp");
+    for m in ["tcp_same_cpu", "tcp_cross_cpu"] {
+        if let Some(b) = rtt["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == m)
+        {
+            let b = b["prediction"]["value"].as_f64().unwrap_or(f64::INFINITY);
+            assert!(tcp <= b, "unpinned bound {tcp} above {m}'s {b}");
+        }
+    }
+    assert!(metric(rtt, "remote_tcp")["prediction"].is_null(), "{rtt}");
+}
+
 /// The namespace host, or None after `common::skip` says what is missing.
 fn namespace_host(test: &str) -> Option<Host2> {
     if !common::is_root() {
@@ -270,7 +328,9 @@ fn net_experiments_against_a_namespace_host() {
     // Unshaped, quick: every net experiment measures loopback and the peer, each figure
     // labelled with its target, and the report sets them side by side with their ratio.
     let dir = tempfile::tempdir().unwrap();
-    let r = osmeter_in(peer, "net.*", "quick", &dir);
+    // The primitives first, so the net predictions have their inputs.
+    let only = "cpu.syscall,cpu.thread-switch,net.*";
+    let r = osmeter_in(peer, only, "quick", &dir);
     let pairs = [
         ("net.rtt", "tcp"),
         ("net.rtt", "udp"),
@@ -310,6 +370,7 @@ fn net_experiments_against_a_namespace_host() {
             "{row}... {shown} not in the report's loopback and remote table:\n{report}"
         );
     }
+    predictions_against_the_namespace_host(&r, &host);
     // The veth reports a speed on both ends: the bandwidth rows give a share of the link.
     let send = report
         .lines()

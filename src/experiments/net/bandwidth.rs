@@ -1,7 +1,7 @@
 //! net.bandwidth: a timed TCP stream in each direction with large writes, its rate taken
 //! on the receiving side in fixed intervals (the first, slow-start interval dropped).
 
-use super::{per_target, remote, targets, PeerTarget};
+use super::{each_target, predict_each, PeerTarget};
 use crate::clock::Stopwatch;
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{spec::ms, PerProfile, Spec};
@@ -107,70 +107,64 @@ fn receive(
     Ok((interval_rates(&marks, interval), avg))
 }
 
-/// A rate model: its inputs, its formula, and the rate from the inputs' values.
-type Model = (Vec<Input>, String, fn(&[f64]) -> f64);
-
-/// Loopback, and with `--peer` the peer's figures too (`remote_`).
-fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
-    let mut v = predict_to(ctx, None);
-    if let Some(spec) = &ctx.options.peer {
-        v.extend(remote(predict_to(ctx, Some(spec))));
-    }
-    v
-}
-
-/// Where the route to `peer` leaves through a NIC that reports a speed, its line rate
-/// less framing; otherwise (loopback) half the copy bandwidth.
-fn predict_to(ctx: &Context, peer: Option<&String>) -> Vec<(String, Prediction)> {
-    let mut p = Predictions::new(ctx);
-    let route =
-        peer.and_then(|spec| super::route_interface(crate::peer::client::resolve_peer(spec).ok()?));
-    let nic = route
-        .as_ref()
-        .and_then(|(iface, _)| ctx.machine.network.iter().find(|n| n.name == *iface));
-    let (inputs, formula, rate): Model = match nic.filter(|n| n.speed_mbit_s.is_some()) {
-        Some(n) => {
-            let fact = |name, v: Option<f64>, unit, what| {
-                let source = format!("machine: {} {what}", n.name);
-                Input::machine(name, v, unit, source, "")
-            };
-            let bps = n.speed_mbit_s.map(|m| m as f64 * 1e6);
-            let mtu = Some(n.mtu.unwrap_or(1500) as f64);
-            (
-                    vec![
-                        fact("link_speed", bps, "bits/s", "link speed"),
-                        fact("mtu", mtu, "bytes", "MTU"),
-                    ],
-                    "link speed / 8 x (MTU - 52) / (MTU + 38): line rate less Ethernet, IP and TCP overhead".into(),
-                    // TCP payload per frame (IP 20 + TCP 20 + timestamps 12) over bits on
-                    // the wire (Ethernet header 14, FCS 4, preamble 8, inter-frame gap 12).
-                    |v| v[0] / 8.0 * ((v[1] - 52.0) / (v[1] + 38.0)),
-                )
-        }
-        None => {
-            let copy = p.earlier("mem.bandwidth", &["copy_1t"]);
-            let why = match route {
-                Some(_) => "link speed unknown: host copy bound only",
-                None => "loopback",
-            };
-            (
-                vec![copy.named("copy_bandwidth")],
-                format!(
-                    "copy bandwidth / 2: each byte copied user->kernel and kernel->user ({why})"
-                ),
-                |v| v[0] / 2.0,
-            )
-        }
+/// The link's line rate less framing, an upper bound, where the route to the `--peer`
+/// host leaves through a device that reports a speed; otherwise withheld with the reason.
+fn predict_to(p: &mut Predictions, peer: Option<&str>) {
+    let metrics = ["send", "receive", "send_bits", "receive_bits"];
+    let Some(spec) = peer else {
+        return p.withhold(
+            &metrics,
+            "loopback: each byte is copied into and out of socket buffers that stay in cache, \
+             and no cache-resident copy rate is measured before it (mem.bandwidth's copy_1t \
+             copies a buffer far larger than the caches)",
+        );
     };
-    let inputs: Vec<&Input> = inputs.iter().collect();
-    for metric in ["send", "receive", "send_bits", "receive_bits"] {
-        let (k, f) = match metric.ends_with("_bits") {
-            true => (8.0, format!("8 x ({formula})")),
-            false => (1.0, formula.clone()),
-        };
-        p.state(metric, &inputs, |v| Prediction::new(k * rate(v), f));
+    let route = crate::peer::client::resolve_peer(spec)
+        .ok()
+        .and_then(super::route_interface);
+    let Some((iface, _)) = route else {
+        return p.withhold(&metrics, "the route to the peer could not be read");
+    };
+    let nic = p.ctx().machine.network.iter().find(|n| n.name == iface);
+    let why = match nic {
+        None => format!("the route leaves through {iface}, which the machine description does not list"),
+        Some(n) if n.speed_mbit_s.is_none() => format!(
+            "the route leaves through {iface}, which reports no link speed, and no figure measured \
+             on this host prices the path to the peer"
+        ),
+        Some(n) if n.virtual_device || n.loopback => format!(
+            "the route leaves through {iface}, a virtual device whose reported speed is nominal, not a limit"
+        ),
+        Some(_) => String::new(),
+    };
+    let Some(n) = nic.filter(|_| why.is_empty()) else {
+        return p.withhold(&metrics, &why);
+    };
+    let fact = |name, v: Option<f64>, unit, what| {
+        Input::machine(name, v, unit, format!("machine: {iface} {what}"), "")
+    };
+    let speed = fact(
+        "link_speed",
+        n.speed_mbit_s.map(|m| m as f64 * 1e6),
+        "bits/s",
+        "link speed",
+    );
+    let mtu = fact("mtu", Some(n.mtu.unwrap_or(1500) as f64), "bytes", "MTU");
+    for metric in metrics {
+        let k = if metric.ends_with("_bits") { 8.0 } else { 1.0 };
+        p.state(metric, &[&speed, &mtu], |v| {
+            // TCP payload per frame (at least IP 20 + TCP 20 of headers) over the bits on
+            // the wire (at least Ethernet header 14, FCS 4, preamble 8, inter-frame gap 12).
+            let f = "link speed / 8 x (MTU - 40) / (MTU + 38): the line rate less the least \
+                     IP, TCP and Ethernet overhead, an upper bound";
+            let f = if k == 8.0 {
+                format!("8 x ({f})")
+            } else {
+                f.to_string()
+            };
+            Prediction::new(k * v[0] / 8.0 * ((v[1] - 40.0) / (v[1] + 38.0)), f).upper_bound()
+        });
     }
-    p.done()
 }
 
 const SPEC: Spec = Spec {
@@ -190,57 +184,43 @@ impl Experiment for NetBandwidth {
         PLAN.get(p).0 * 2 + Duration::from_millis(if p == Profile::Smoke { 150 } else { 500 })
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        predict(ctx)
+        predict_each(ctx, predict_to)
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        let mut out = Outcome::default();
-        let targets = targets(ctx, &mut out)?;
-        let ctx = &per_target(ctx, targets.len());
-        let (dur, interval) = PLAN.get(ctx.profile);
         // Peak bandwidth needs sender and receiver on separate CPUs when there are two:
         // let the scheduler place this thread (as iperf3 is placed) for the streams.
         let cpus = &ctx.machine.cpu.allowed_cpus;
         let unpinned = cpus.len() > 1 && crate::platform::set_affinity(cpus).is_ok();
-        let res = targets
-            .iter()
-            .try_for_each(|t| streams(ctx, t, dur, interval, &mut out));
-        if unpinned {
-            let _ = crate::platform::pin_to_cpu(ctx.cpu);
-            out.notes.push(format!(
-                "streams ran with this thread unpinned (CPUs {cpus:?}) so that sender and receiver can run in parallel"
-            ));
-        }
-        res?;
-        out.pool(ctx);
-        for t in &targets {
+        let res = each_target(ctx, streams, |out, t, _| {
             let names = [t.name("send"), t.name("receive")];
             let lines: Vec<String> = names
                 .iter()
                 .filter_map(|name| {
                     let med = out.get(name)?.summary.median;
-                    Some(format!(
-                        "{name} {} ({:.2} Gbit/s)",
-                        fmt_bandwidth(med),
-                        med * 8.0 / 1e9
-                    ))
+                    let gbit = med * 8.0 / 1e9;
+                    Some(format!("{name} {} ({gbit:.2} Gbit/s)", fmt_bandwidth(med)))
                 })
                 .collect();
             out.finding(
                 format!("TCP bandwidth with {}: {}.", t.label, lines.join(", ")),
                 &[&names[0], &names[1]],
             );
+        });
+        if unpinned {
+            let _ = crate::platform::pin_to_cpu(ctx.cpu);
+        }
+        let mut out = res?;
+        if unpinned {
+            out.notes.push(format!(
+                "streams ran with this thread unpinned (CPUs {cpus:?}) so that sender and receiver can run in parallel"
+            ));
         }
         Ok(out)
     }
 }
 
-fn streams(
-    ctx: &Context,
-    t: &PeerTarget,
-    dur: Duration,
-    interval: Duration,
-    out: &mut Outcome,
-) -> anyhow::Result<()> {
+fn streams(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<()> {
+    let (dur, interval) = PLAN.get(ctx.profile);
     let label = &t.label;
     let h = ctx.harness(1);
     for (base, dir) in [("send", "client -> peer"), ("receive", "peer -> client")] {

@@ -1,8 +1,8 @@
 //! net.connect: the cost of connect() until established and of close(), one connection
 //! at a time, as distributions (setup is heavy-tailed: SYN queue, timer retries).
 
-use super::{per_target, remote, sample, targets, PeerTarget};
-use crate::experiments::predict::{Input, Predictions};
+use super::{each_target, predict_each, sample, PeerTarget};
+use crate::experiments::predict::Predictions;
 use crate::experiments::{spec::ms, PerProfile, Spec};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::peer::protocol::Request;
@@ -51,21 +51,10 @@ impl Experiment for Connect {
         &SPEC
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        let mut v = predict_to(ctx, "");
-        if ctx.options.peer.is_some() {
-            v.extend(remote(predict_to(ctx, "remote_")));
-        }
-        v
+        predict_each(ctx, |p, peer| predict_to(p, peer.is_some()))
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        let mut out = Outcome::default();
-        let targets = targets(ctx, &mut out)?;
-        let ctx = &per_target(ctx, targets.len());
-        for t in &targets {
-            measure(ctx, t, &mut out)?;
-        }
-        out.pool(ctx);
-        for t in &targets {
+        each_target(ctx, measure, |out, t, _| {
             let p = |name: &str| out.get(&t.name(name))?.summary.percentiles.clone();
             if let (Some(c), Some(x)) = (p("connect"), p("close")) {
                 out.finding(
@@ -80,48 +69,46 @@ impl Experiment for Connect {
                     &[&t.name("connect"), &t.name("close")],
                 );
             }
-        }
-        Ok(out)
+        })
     }
 }
 
-/// Segments the protocol fixes, each priced at what net.rtt measured for one trip of a
-/// segment through both stacks (half its TCP round trip, with the same peer: net.rtt's
-/// `{prefix}tcp`).
-fn predict_to(ctx: &Context, prefix: &str) -> Vec<(String, Prediction)> {
-    let mut p = Predictions::new(ctx);
-    let rtt = p
-        .earlier("net.rtt", &[&format!("{prefix}tcp")])
-        .named("tcp_round_trip");
-    let trips =
-        |n: f64, what: &str| Input::method("segment_trips", n, "trips", format!("method: {what}"));
-    let handshake = trips(2.0, "connect waits for SYN and SYN-ACK");
-    p.state("connect", &[&rtt, &handshake], |v| {
-            Prediction::new(
-                v[0],
-                format!("one round trip (SYN out, SYN-ACK back) = net.rtt {prefix}tcp; that round trip also \
-                 holds the peer's read and write, which a handshake does not need, and leaves \
-                 out the socket's setup: a model, not a bound"),
-            )
-        });
-    let reset = trips(1.0, "close with SO_LINGER 0 sends one reset");
-    p.state("close", &[&rtt, &reset], |v| {
-        Prediction::new(
-            v[0] / 2.0,
-            format!("one segment (the reset) sent, none awaited: half of net.rtt {prefix}tcp"),
-        )
-    });
+/// Lower bounds from net.rtt's ICMP echo with the same peer (docs/methods/net.connect.md):
+/// its request and reply take the device and IP path SYN and SYN-ACK take, and the peer's
+/// kernel answers without waking a process, as it answers a SYN.
+fn predict_to(p: &mut Predictions, remote: bool) {
+    let prefix = if remote { "remote_" } else { "" };
+    let echo = p
+        .earlier("net.rtt", &[&format!("{prefix}icmp")])
+        .named("icmp_echo");
     let sys = p.earlier("cpu.syscall", &["getppid"]);
-    let whole = trips(3.0, "SYN and SYN-ACK, then one FIN");
-    p.state("open_close", &[&rtt, &whole, &sys], |v| {
+    let bound =
+        "TCP's own segment work, the ACK and the sockets' allocation are left out: a lower bound";
+    p.state("connect", &[&echo, &sys], |v| {
         Prediction::new(
-            v[2] + 1.5 * v[0],
-            "socket() as one kernel entry (getppid) + connect (one round trip) + close \
-                 (one FIN sent, none awaited: half a round trip); the socket's allocation \
-                 is not in the model",
+            v[0] - v[1],
+            format!("net.rtt {prefix}icmp less one getppid (the echo makes two calls, connect one); {bound}"),
         )
+        .lower_bound()
     });
-    p.done()
+    p.state("open_close", &[&echo, &sys], |v| {
+        Prediction::new(
+            v[0] + v[1],
+            format!("socket() and close() at least a kernel entry each (2 x getppid) + connect's bound (net.rtt {prefix}icmp less one getppid); {bound}"),
+        )
+        .lower_bound()
+    });
+    p.withhold(
+        &["close"],
+        if remote {
+            "close with SO_LINGER 0 sends a reset and awaits nothing: against a remote peer it is \
+             this host's socket teardown and one transmit, which nothing measured before it prices"
+        } else {
+            "close with SO_LINGER 0 hands its reset to the loopback peer's socket within the call: \
+             one segment's trip and two sockets' teardown, and the ICMP echo's trip does not split \
+             into a one-way share"
+        },
+    );
 }
 
 /// One target's connections into `out`.

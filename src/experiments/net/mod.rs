@@ -4,6 +4,7 @@
 //! `osmeter serve` in the same run: its metrics are the loopback ones' names with
 //! `remote_` in front, each target measured in the budget it has alone.
 
+use super::predict::Predictions;
 use super::{Context, Experiment, Outcome};
 use crate::peer::client::{resolve_peer, Client};
 use crate::peer::local::LocalPeer;
@@ -90,7 +91,7 @@ fn local_peer(ctx: &Context) -> anyhow::Result<Arc<LocalPeer>> {
 }
 
 /// The run's targets, each noted in `out`: the loopback peer, then the `--peer` host.
-pub(crate) fn targets(ctx: &Context, out: &mut Outcome) -> anyhow::Result<Vec<PeerTarget>> {
+fn targets(ctx: &Context, out: &mut Outcome) -> anyhow::Result<Vec<PeerTarget>> {
     (ctx.progress)("starting the peer");
     let peer = local_peer(ctx)?;
     let mut v = vec![PeerTarget {
@@ -118,20 +119,49 @@ pub(crate) fn targets(ctx: &Context, out: &mut Outcome) -> anyhow::Result<Vec<Pe
     Ok(v)
 }
 
-/// The context of one of `n` targets: the budget split evenly (the runner gives a network
-/// experiment one budget per target).
-pub(crate) fn per_target<'a>(ctx: &Context<'a>, n: usize) -> Context<'a> {
-    Context {
-        budget: ctx.budget / n.max(1) as u32,
+/// Each target measured by `measure` with its share of the budget (the runner gives a
+/// network experiment one budget per target), the metrics pooled, then `findings` per target.
+pub(crate) fn each_target<M>(
+    ctx: &Context,
+    mut measure: impl FnMut(&Context, &PeerTarget, &mut Outcome) -> anyhow::Result<M>,
+    mut findings: impl FnMut(&mut Outcome, &PeerTarget, &M),
+) -> anyhow::Result<Outcome> {
+    let mut out = Outcome::default();
+    let targets = targets(ctx, &mut out)?;
+    let ctx = &Context {
+        budget: ctx.budget / targets.len().max(1) as u32,
         ..*ctx
+    };
+    let mut measured = Vec::new();
+    for t in &targets {
+        measured.push(measure(ctx, t, &mut out)?);
     }
+    out.pool(ctx);
+    for (t, m) in targets.iter().zip(&measured) {
+        findings(&mut out, t, m);
+    }
+    Ok(out)
 }
 
-/// Prefixes the names of predictions for the `--peer` host's metrics.
-pub(crate) fn remote(p: Vec<(String, Prediction)>) -> Vec<(String, Prediction)> {
-    p.into_iter()
-        .map(|(n, x)| (format!("remote_{n}"), x))
-        .collect()
+/// `state`'s predictions for the loopback peer, then for the `--peer` host (its spec given,
+/// the names it states prefixed `remote_`).
+pub(crate) fn predict_each(
+    ctx: &Context,
+    mut state: impl FnMut(&mut Predictions, Option<&str>),
+) -> Vec<(String, Prediction)> {
+    let mut p = Predictions::new(ctx);
+    state(&mut p, None);
+    let mut v = p.done();
+    if let Some(spec) = &ctx.options.peer {
+        let mut p = Predictions::new(ctx);
+        state(&mut p, Some(spec));
+        v.extend(
+            p.done()
+                .into_iter()
+                .map(|(n, x)| (format!("remote_{n}"), x)),
+        );
+    }
+    v
 }
 
 pub(crate) use crate::platform::net::{route_interface, udp_to};
@@ -170,25 +200,4 @@ pub(crate) fn sample(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn loopback_routes_through_lo() {
-        let (iface, ip) = route_interface("127.0.0.1:9".parse().unwrap()).unwrap();
-        assert_eq!(iface, "lo");
-        assert!(ip.is_loopback());
-        let m = crate::machine::Machine::gather();
-        let nic = |name: &str| m.network.iter().find(|n| n.name == name);
-        // Loopback reports no link speed; a made-up name is no NIC.
-        assert_eq!(nic("lo").and_then(|n| n.speed_mbit_s), None);
-        assert!(nic("../etc").is_none());
-    }
-
-    #[test]
-    fn cpu_descriptions() {
-        assert_eq!(describe_cpus(&[(1, 1), (0, 3)]), "CPU 0 (75%), CPU 1 (25%)");
-        assert_eq!(main_cpu(&[(1, 1), (0, 3)]), Some((0, 0.75)));
-        assert_eq!(main_cpu(&[]), None);
-    }
-}
+mod tests;

@@ -1,7 +1,7 @@
 //! net.rtt: round-trip time of a small message over TCP and UDP to the peer, and of an
 //! ICMP echo the kernel answers itself, each as a distribution of single round trips.
 
-use super::{describe_cpus, main_cpu, per_target, remote, sample, targets, PeerTarget};
+use super::{describe_cpus, each_target, main_cpu, predict_each, sample, PeerTarget};
 use crate::analysis::Separation;
 use crate::experiments::kit::place::Place;
 use crate::experiments::predict::{Input, Predictions};
@@ -244,37 +244,34 @@ impl Experiment for Rtt {
         &SPEC
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        let mut v = predict_loopback(ctx);
-        if ctx.options.peer.is_some() {
-            let mut p = Predictions::new(ctx);
-            p.withhold(
+        predict_each(ctx, |p, peer| {
+            match peer {
+            None => predict_loopback(p),
+            Some(_) => p.withhold(
                 &["tcp", "udp", "icmp"],
-                "a remote peer: its host's calls and the network path have no measured or published figure",
-            );
-            v.extend(remote(p.done()));
+                "a remote peer: its host's system calls and wake-ups and the path to it have no \
+                 figure measured there or published, and this host's figures would price it as loopback",
+            ),
         }
-        v
+        })
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        let mut out = Outcome::default();
-        let targets = targets(ctx, &mut out)?;
-        let ctx = &per_target(ctx, targets.len());
-        let mut plans = Vec::new();
-        for t in &targets {
-            plans.push(measure(ctx, t, &mut out)?);
-        }
-        out.pool(ctx);
-        for (t, plans) in targets.iter().zip(&plans) {
-            findings(&mut out, t, plans);
-        }
-        Ok(out)
+        each_target(ctx, measure, |o, t, plans| findings(o, t, plans))
     }
 }
 
-/// Per round trip the client's send and receive and the peer's receive and send (4 system
-/// calls) and, on one CPU, a switch to the peer and one back.
-fn predict_loopback(ctx: &Context) -> Vec<(String, Prediction)> {
-    let mut p = Predictions::new(ctx);
+/// The loopback peer on a CPU of its own for the pinned figures: one per partner class.
+pub(super) fn cross_plans(ctx: &Context) -> Vec<CrossPlan> {
+    let allowed = &ctx.machine.cpu.allowed_cpus;
+    ctx.machine.topology.cross_cpu_plans(ctx.cpu, allowed)
+}
+
+/// Lower bounds: per round trip the client's send and receive and the peer's receive and
+/// send (4 system calls) and the peer's two wake-ups, as two switches on one CPU or two
+/// cross-CPU wake-ups (cpu.thread-switch's cross-CPU round trip less its pipe work); the
+/// unpinned peer may run on either, so it gets the cheaper.
+fn predict_loopback(p: &mut Predictions) {
+    let ctx = p.ctx();
     let sys = p.earlier("cpu.syscall", &["getppid"]);
     let calls = |n: f64| {
         Input::method(
@@ -284,48 +281,80 @@ fn predict_loopback(ctx: &Context) -> Vec<(String, Prediction)> {
             "method: the calls one round trip makes",
         )
     };
+    let four = calls(4.0);
     let sw = p.earlier("cpu.thread-switch", &["switch"]).positive();
-    let switches = Input::method(
+    let two = Input::method(
         "switches",
         2.0,
         "switches",
         "method: to the peer and back on one CPU",
     );
-    let same = [&sys, &calls(4.0), &sw, &switches];
-    let with_switches =
-        |v: &[f64]| lower(4.0 * v[0] + 2.0 * v[2], "4 x getppid + 2 x thread switch");
-    p.state("tcp", &same, with_switches);
-    p.state("tcp_same_cpu", &same, with_switches);
-    // The two cross-CPU wake-ups as cpu.thread-switch measured them: its cross-CPU
-    // round trip less its pipe work alone.
-    let rt = p
-        .earlier("cpu.thread-switch", &["pipe_round_trip_cross_cpu"])
-        .named("cross_cpu_round_trip");
     let pipe = p.earlier("cpu.thread-switch", &["pipe_cost"]);
-    match (rt.value(), pipe.value()) {
-        (Some(r), Some(q)) if r > q => {
-            p.state("tcp_cross_cpu", &[&sys, &calls(4.0), &rt, &pipe], |v| {
-                lower(
-                    4.0 * v[0] + (v[2] - v[3]),
-                    "4 x getppid + 2 cross-CPU wake-ups (cpu.thread-switch's cross-CPU round \
-                         trip less its pipe work)",
-                )
-            })
-        }
-        _ => p.state("tcp_cross_cpu", &[&sys, &calls(4.0)], |v| {
-            Prediction::new(
-                4.0 * v[0],
-                format!("4 x getppid, a lower bound: {STACK}, nor has a cross-CPU wake-up"),
+    let plans = cross_plans(ctx);
+    let wakes: Vec<Input> = plans
+        .iter()
+        .map(|plan| {
+            let rt = format!("pipe_round_trip_cross_cpu{}", plan.suffix);
+            let measured = p.earlier("cpu.thread-switch", &[&rt]);
+            let why = measured
+                .why_missing()
+                .or(pipe.why_missing())
+                .map(str::to_string);
+            let v = measured.value().zip(pipe.value()).map(|(r, q)| r - q);
+            Input::measured(
+                &format!("cross_cpu_wake_ups{}", plan.suffix),
+                v.filter(|w| *w > 0.0),
+                "ns",
+                format!("measured: cpu.thread-switch {rt} less pipe_cost"),
+                why.unwrap_or_else(|| {
+                    format!("cpu.thread-switch's {rt} was not above its pipe_cost")
+                }),
             )
-            .lower_bound()
-        }),
+        })
+        .collect();
+    let calls_only = |why: &str| {
+        let why = format!("{why}; a lower bound: {STACK}");
+        move |v: &[f64]| Prediction::new(4.0 * v[0], format!("4 x getppid ({why})")).lower_bound()
+    };
+    let same = [&sys, &four, &sw, &two];
+    let one_cpu = |v: &[f64]| lower(4.0 * v[0] + 2.0 * v[2], "4 x getppid + 2 x thread switch");
+    if crate::platform::pin_support().reason().is_none() && !plans.is_empty() {
+        p.state("tcp_same_cpu", &same, one_cpu);
+        for (plan, w) in plans.iter().zip(&wakes) {
+            let name = format!("tcp_cross_cpu{}", plan.suffix);
+            match w.why_missing() {
+                None => p.state(&name, &[&sys, &four, w], |v| {
+                    lower(4.0 * v[0] + v[2], "4 x getppid + 2 cross-CPU wake-ups")
+                }),
+                Some(why) => p.state(&name, &[&sys, &four], calls_only(why)),
+            }
+        }
     }
-    p.state("udp", &same, with_switches);
+    for name in ["tcp", "udp"] {
+        if plans.is_empty() {
+            // No other CPU: the peer shares the client's.
+            p.state(name, &same, one_cpu);
+        } else if let Some(why) = sw
+            .why_missing()
+            .or(wakes.iter().find_map(|w| w.why_missing()))
+        {
+            p.state(name, &[&sys, &four], calls_only(why));
+        } else {
+            let inputs: Vec<&Input> = same.iter().copied().chain(&wakes).collect();
+            p.state(name, &inputs, |v| {
+                let cross = v[4..].iter().copied().fold(f64::INFINITY, f64::min);
+                lower(
+                    4.0 * v[0] + (2.0 * v[2]).min(cross),
+                    "4 x getppid + the cheaper of 2 thread switches (the peer on the client's \
+                     CPU) and 2 cross-CPU wake-ups (on another: the scheduler places it)",
+                )
+            });
+        }
+    }
     // An ICMP echo is answered by the peer's kernel: the client's send and receive only.
     p.state("icmp", &[&sys, &calls(2.0)], |v| {
         lower(2.0 * v[0], "2 x getppid")
     });
-    p.done()
 }
 
 /// One target's round trips into `out`; the cross-CPU plans it measured.
@@ -342,77 +371,37 @@ fn measure(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<V
             ));
             vec![]
         }
-        None => ctx
-            .machine
-            .topology
-            .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus),
+        None => cross_plans(ctx),
     };
     let parts = if plans.is_empty() { 4 } else { 5 + plans.len() };
     let slice = ctx.budget * 8 / 10 / parts as u32;
-
-    tcp_unpinned(ctx, t, slice * 2, out)?;
-    if !plans.is_empty() {
-        tcp_pinned(ctx, t, &plans, slice, out)?;
-    }
-    udp_and_icmp(ctx, t, slice, out);
-    Ok(plans)
-}
-
-/// TCP round trips with the peer placed by the scheduler (or on its own host).
-fn tcp_unpinned(
-    ctx: &Context,
-    t: &PeerTarget,
-    budget: Duration,
-    out: &mut Outcome,
-) -> anyhow::Result<()> {
     let client_cpu = ctx.cpu;
-    (ctx.progress)("TCP round trips");
-    let e = tcp_echo(ctx, t, -1, budget)?;
-    let peer_cpus = describe_cpus(&e.report.cpus);
-    let where_ = match main_cpu(&e.report.cpus) {
-        _ if t.remote() => format!(
-            "client on CPU {client_cpu} of this host, peer on its own host ({peer_cpus} there)"
-        ),
-        Some((c, share)) => format!(
-            "client pinned to CPU {client_cpu}, peer unpinned ran on {peer_cpus}: {} for {:.0}% of round trips",
-            if c as usize == client_cpu { "same CPU" } else { "different CPUs" },
-            share * 100.0
-        ),
-        None => format!("client pinned to CPU {client_cpu}, peer CPU unknown"),
-    };
-    let tcp = t.name("tcp");
-    out.check(echo_check(&tcp, e.count, e.report.messages, &where_));
-    let what = format!("TCP_NODELAY ping-pong of {TCP_MSG} byte with {}", t.label);
-    out.distribution(&tcp, "ns", &format!("{what}; {where_}"), e.v);
-    Ok(())
-}
-
-/// Loopback: the peer pinned to the client's CPU, then to one partner per topology class
-/// (docs/METHODOLOGY.md, "Cross-CPU figures").
-fn tcp_pinned(
-    ctx: &Context,
-    t: &PeerTarget,
-    plans: &[CrossPlan],
-    budget: Duration,
-    out: &mut Outcome,
-) -> anyhow::Result<()> {
-    let client_cpu = ctx.cpu;
-    let same = (
-        "tcp_same_cpu".to_string(),
-        client_cpu,
-        "peer pinned to the client's CPU".to_string(),
-    );
-    let cross = plans.iter().map(|p| {
-        (
-            format!("tcp_cross_cpu{}", p.suffix),
-            p.cpu,
-            format!("peer pinned to another CPU, {}", p.class_name()),
-        )
+    let pinned = plans.iter().map(|p| {
+        let what = format!("peer pinned to another CPU, {}", p.class_name());
+        (format!("tcp_cross_cpu{}", p.suffix), Some(p.cpu), what)
     });
-    for (name, pin, what) in std::iter::once(same).chain(cross) {
+    let same = (
+        "tcp_same_cpu".into(),
+        Some(client_cpu),
+        "peer pinned to the client's CPU".into(),
+    );
+    let unpinned = std::iter::once((t.name("tcp"), None, String::new()));
+    let pinned = (!plans.is_empty())
+        .then_some(same)
+        .into_iter()
+        .chain(pinned);
+    for (name, pin, what) in unpinned.chain(pinned) {
         (ctx.progress)(&name);
-        let e = tcp_echo(ctx, t, pin as i32, budget)?;
+        let budget = if pin.is_none() { slice * 2 } else { slice };
+        let e = tcp_echo(ctx, t, pin.map_or(-1, |c| c as i32), budget)?;
         let rep = &e.report;
+        let Some(pin) = pin else {
+            let where_ = unpinned_where(t, client_cpu, &rep.cpus);
+            out.check(echo_check(&name, e.count, rep.messages, &where_));
+            let what = format!("TCP_NODELAY ping-pong of {TCP_MSG} byte with {}", t.label);
+            out.distribution(&name, "ns", &format!("{what}; {where_}"), e.v);
+            continue;
+        };
         let where_ = format!("peer pinned to CPU {pin}");
         out.check(echo_check(&name, e.count, rep.messages, &where_));
         let placed = placement_check(&name, &e.client, pin, rep.pinned, &rep.cpus);
@@ -427,7 +416,24 @@ fn tcp_pinned(
             ));
         }
     }
-    Ok(())
+    udp_and_icmp(ctx, t, slice, out);
+    Ok(plans)
+}
+
+/// Where the unpinned round trips ran (docs/methods/net.rtt.md).
+fn unpinned_where(t: &PeerTarget, client_cpu: usize, cpus: &[(u32, u64)]) -> String {
+    let peer_cpus = describe_cpus(cpus);
+    match main_cpu(cpus) {
+        _ if t.remote() => format!(
+            "client on CPU {client_cpu} of this host, peer on its own host ({peer_cpus} there)"
+        ),
+        Some((c, share)) => format!(
+            "client pinned to CPU {client_cpu}, peer unpinned ran on {peer_cpus}: {} for {:.0}% of round trips",
+            if c as usize == client_cpu { "same CPU" } else { "different CPUs" },
+            share * 100.0
+        ),
+        None => format!("client pinned to CPU {client_cpu}, peer CPU unknown"),
+    }
 }
 
 /// A lossy round trip's distribution, with a note of the unanswered ones.
