@@ -106,6 +106,17 @@ pub(crate) fn set_and_cap(
     crate::experiments::kit::largest_set(machine, profile, PLANS.get(profile).ceiling, line)
 }
 
+/// Whether `profile` measures on huge pages here (not smoke, THP available).
+fn thp_figure(machine: &crate::machine::Machine, profile: Profile) -> bool {
+    crate::experiments::kit::thp_available(machine) && profile != Profile::Smoke
+}
+
+/// Whether the levels are planned on the huge-page curve (`metrics` falls back to the
+/// base-page curve when huge pages back under half of its region, and says so).
+pub(super) fn huge_page_levels(machine: &crate::machine::Machine, profile: Profile) -> bool {
+    thp_figure(machine, profile) && PLANS.get(profile).thp_curve
+}
+
 /// Share of a random chase's loads over `size` bytes that a cache of `llc` bytes can
 /// serve (LRU-like: about C/S once the set is larger).
 pub(super) fn llc_hit_fraction(llc: u64, size: u64) -> f64 {
@@ -230,8 +241,7 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
         };
         let random_sizes = curve(p.per_doubling);
         let seq_sizes = curve(p.seq_per_doubling);
-        let thp =
-            crate::experiments::kit::thp_available(ctx.machine) && ctx.profile != Profile::Smoke;
+        let thp = thp_figure(ctx.machine, ctx.profile);
         let mut s = ChaseSchedule {
             ctx,
             rng: Rng::from_entropy(),
