@@ -367,15 +367,15 @@ fn findings(
         .map(|nl| text::level_line(nl, det_name))
         .collect();
     let rep = ctx.repetition;
-    let which = if rep.of > 1 {
-        format!(
-            " of run {} of {}; latencies from all runs",
-            rep.index + 1,
-            rep.of
-        )
-    } else {
-        String::new()
-    };
+    let which = (rep.of > 1)
+        .then(|| {
+            format!(
+                " of run {} of {}; latencies from all runs",
+                rep.index + 1,
+                rep.of
+            )
+        })
+        .unwrap_or_default();
     let from: Vec<&str> = named
         .iter()
         .filter(|n| n.name != "dram")
