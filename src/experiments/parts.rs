@@ -133,23 +133,24 @@ const ANANDTECH_GRAVITON2: &str = "AnandTech, 'Cloud Clash: Amazon Graviton2 Arm
     and the access latency here is also competitive at 11 cycles\"; \"we're accounting for TLB \
     misses in our patterns with 4KB pages\" (read at \
     http://labs.anandtech.com/Show/Index/15578?cPage=7&all=False&sort=0&page=3&slug=cloud-clash-amazon-graviton2-arm-against-intel-and-amd)";
-/// A figure in core cycles.
-const fn cyc(value: f64, kind: Kind, reference: &'static str) -> Option<Cited> {
-    Some(Cited {
+const fn cited(value: f64, kind: Kind, unit: Unit, reference: &'static str) -> Cited {
+    Cited {
         value,
         kind,
-        unit: Unit::CoreCycles,
+        unit,
         reference,
         disputed: None,
-    })
+    }
+}
+
+/// A figure in core cycles.
+const fn cyc(value: f64, kind: Kind, reference: &'static str) -> Option<Cited> {
+    Some(cited(value, kind, Unit::CoreCycles, reference))
 }
 
 /// A figure in cycles of the uncore clock (ring or mesh), which osmeter does not read.
 const fn uncore(value: f64, kind: Kind, reference: &'static str) -> Option<Cited> {
-    Some(Cited {
-        unit: Unit::UncoreCycles,
-        ..cyc(value, kind, reference).unwrap()
-    })
+    Some(cited(value, kind, Unit::UncoreCycles, reference))
 }
 
 /// `N` consecutive CPUID models from `first`.
@@ -218,10 +219,7 @@ pub const CORES: &[Core] = &[
         l1d_cycles: cyc(4.0, Nominal, INTEL_PAG),
         l2_cycles: cyc(10.0, Nominal, INTEL_PAG),
         l3_cycles: uncore(40.0, Nominal, INTEL_PAG),
-        dram_ns: Some(Cited {
-            unit: Unit::Ns,
-            ..cyc(60.0, Nominal, INTEL_PAG).unwrap()
-        }),
+        dram_ns: Some(cited(60.0, Nominal, Unit::Ns, INTEL_PAG)),
         ..Core::BLANK
     },
     Core {
@@ -247,7 +245,7 @@ pub const CORES: &[Core] = &[
         l2_cycles: cyc(14.0, Structural, ANANDTECH_ROME),
         l3_cycles: Some(Cited {
             disputed: Some(SKX_L3_77),
-            ..uncore(46.0, Structural, ANANDTECH_ROME).unwrap()
+            ..cited(46.0, Structural, Unit::UncoreCycles, ANANDTECH_ROME)
         }),
         ..Core::BLANK
     },

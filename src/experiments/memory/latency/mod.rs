@@ -367,15 +367,10 @@ fn findings(
         .map(|nl| text::level_line(nl, det_name))
         .collect();
     let rep = ctx.repetition;
-    let which = (rep.of > 1)
-        .then(|| {
-            format!(
-                " of run {} of {}; latencies from all runs",
-                rep.index + 1,
-                rep.of
-            )
-        })
-        .unwrap_or_default();
+    let which = match rep.of {
+        0 | 1 => String::new(),
+        n => format!(" of run {} of {n}; latencies from all runs", rep.index + 1),
+    };
     let from: Vec<&str> = named
         .iter()
         .filter(|n| n.name != "dram")
