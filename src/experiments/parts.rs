@@ -1,14 +1,55 @@
-//! The parts table: published load-to-use latencies of a dependent chase (what
-//! mem.latency measures) per CPU core, each with its reference and checked against it,
-//! never against a measurement of ours. A part or figure not here gives no prediction,
-//! with the reason; never a "typical" number.
+//! The parts table: published load-to-use latencies per CPU core, each with its reference
+//! (checked against the source text, never against a measurement of ours), how the source
+//! obtained it (`Kind`) and the clock it counts (`Unit`). None of the kinds counts a page
+//! walk. A part or figure not here gives no prediction, with the reason; never a
+//! "typical" number, and never a figure composed from two sources.
 
 use crate::machine::Machine;
+use Kind::*;
+
+/// How a source obtained its figure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A dependent chase measured on 2 MB pages.
+    HugePageChase,
+    /// A dependent chase measured with the source's tool; it does not state the page size.
+    Chase,
+    /// A chase on 4 KiB pages with the TLB misses estimated and removed (AnandTech).
+    Structural,
+    /// The vendor's nominal figure.
+    Nominal,
+    /// A simulator's parameter for the core, not a measurement.
+    Simulator,
+}
+
+impl Kind {
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::HugePageChase => "a chase measured on huge pages",
+            Kind::Chase => "a chase measurement, page size not stated",
+            Kind::Structural => "a structural estimate, TLB misses removed",
+            Kind::Nominal => "the vendor's nominal figure",
+            Kind::Simulator => "a simulator's parameter, not a measurement",
+        }
+    }
+}
+
+/// The clock a figure counts: the core's, or the uncore's (ring or mesh: Intel's L3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    CoreCycles,
+    UncoreCycles,
+    Ns,
+}
 
 #[derive(Debug, Clone, Copy)]
 pub struct Cited {
     pub value: f64,
+    pub kind: Kind,
+    pub unit: Unit,
     pub reference: &'static str,
+    /// Another published figure for the same level that this one contradicts.
+    pub disputed: Option<&'static str>,
 }
 
 /// What identifies a core in the table.
@@ -31,7 +72,7 @@ pub enum Match {
     MacFamily(u64),
 }
 
-/// A core's figures (in core cycles but DRAM's), `None` where no source text states one.
+/// A core's figures, `None` where no source text states one.
 #[derive(Debug, Clone, Copy)]
 pub struct Core {
     pub name: &'static str,
@@ -58,8 +99,12 @@ const CNC_RPL_L2: &str = "Chips and Cheese, 'A Preview of Raptor Lake's Improved
     Golden Cove (Client) 1280 KB 10-Way 15 cycles \
     (https://chipsandcheese.com/2022/08/23/a-preview-of-raptor-lakes-improved-l2-caches/)";
 const ANANDTECH_ROME: &str = "AnandTech, 'AMD Rome Second Generation EPYC Review' (2019-08-07), \
-    Memory Subsystem: Latency: EPYC 7742 L1 4 cycles, L2 13 cycles, L3 ~34 cycles (avg), \
-    128 MB full random ~122 ns (NPS1); Xeon 8280 L1 4, L2 14, L3 ~46 cycles (avg)";
+    Memory Subsystem: Latency (\"estimated structural latency\", TLB misses accounted for and \
+    disregarded): EPYC 7742 L1 4 cycles, L2 13 cycles, L3 ~34 cycles (avg), 128 MB full \
+    random ~122 ns (NPS1); Xeon 8280 L1 4, L2 14, L3 ~46 cycles (avg)";
+const SKX_L3_77: &str = "AnandTech's Skylake-X review, table 'Comparison: Skylake-S and \
+    Skylake-SP Caches', gives Skylake-SP's L3 as 77-cycle, against the Rome review's ~46 \
+    (structural)";
 const CNC_GLC: &str = "Chips and Cheese, 'Going Armchair Quarterback on Golden Cove's Caches' \
     (2022-02-11), table of the simulation's 'Golden Cove' Baseline L1 Data Cache: Latency 5 cycles, Capacity 48 KB \
     (https://chipsandcheese.com/2022/02/11/going-armchair-quarterback-on-golden-coves-caches/)";
@@ -75,25 +120,37 @@ const AMD_SOG_19H: &str = "AMD, Software Optimization Guide for AMD Family 19h P
     simple mode. Quoted from the guide in LLVM's llvm/lib/Target/X86/X86ScheduleZnver3.td \
     (https://github.com/llvm/llvm-project/blob/main/llvm/lib/Target/X86/X86ScheduleZnver3.td)";
 
-const CNC_VCACHE_ZEN3_L2: &str = "Chips and Cheese, 'Deep Diving Zen 3 V-Cache' (2022-01-21), \
-    'A Bit More on Latency': \"AMD has kept the same L1 and L2 for all released generations of \
-    Zen\", so Zen 2's L2 figure, 13 cycles: AnandTech, 'AMD Rome Second Generation EPYC Review' \
-    (2019-08-07), EPYC 7742 L2 13 cycles \
-    (https://chipsandcheese.com/2022/01/21/deep-diving-zen-3-v-cache/)";
-const CNC_VCACHE_ZEN3_L3: &str = "Chips and Cheese, 'Deep Diving Zen 3 V-Cache' (2022-01-21), \
-    'A Bit More on Latency': \"the move from Zen 2 to Zen 3 which unified the 2 16MB L3s on a \
-    CCD into a single 32MB L3 added 7 to 8 cycles to the L3 latency\"; added at 7.5 to Zen 2's \
-    L3, ~34 cycles (avg): AnandTech, 'AMD Rome Second Generation EPYC Review' (2019-08-07) \
-    (https://chipsandcheese.com/2022/01/21/deep-diving-zen-3-v-cache/)";
+const CNC_5800X3D: &str = "Chips and Cheese, 'AMD's 7950X3D: Zen 4 Gets VCache' (2023-04-23), \
+    opening table: \"2020: AMD Ryzen 5800X3D at 4.5 GHz L1: 32 KB Data, 4 cycle latency L2: 512 KB, \
+    12 cycle latency\"; \"All cycle count latencies are measured latencies using our memory \
+    latency tool\" (a Zen 3 core; its stacked cache is L3 only) \
+    (https://chipsandcheese.com/2023/04/23/amds-7950x3d-zen-4-gets-vcache/)";
 
 const ANANDTECH_GRAVITON2: &str = "AnandTech, 'Cloud Clash: Amazon Graviton2 Arm Against \
     Intel and AMD', page 'Memory Subsystem & Latency' (Graviton2, 64 Neoverse N1 cores): \
     \"we see the N1 cores' advantage in the doubled 64KB L1D cache. Access latencies between \
     the different cores should be 4 cycles\"; \"The L2 cache of the Graviton2 falls in at 1MB \
-    and the access latency here is also competitive at 11 cycles\" (read at \
+    and the access latency here is also competitive at 11 cycles\"; \"we're accounting for TLB \
+    misses in our patterns with 4KB pages\" (read at \
     http://labs.anandtech.com/Show/Index/15578?cPage=7&all=False&sort=0&page=3&slug=cloud-clash-amazon-graviton2-arm-against-intel-and-amd)";
-const fn fig(value: f64, reference: &'static str) -> Option<Cited> {
-    Some(Cited { value, reference })
+const fn cited(value: f64, kind: Kind, unit: Unit, reference: &'static str) -> Cited {
+    Cited {
+        value,
+        kind,
+        unit,
+        reference,
+        disputed: None,
+    }
+}
+
+/// A figure in core cycles.
+const fn cyc(value: f64, kind: Kind, reference: &'static str) -> Option<Cited> {
+    Some(cited(value, kind, Unit::CoreCycles, reference))
+}
+
+/// A figure in cycles of the uncore clock (ring or mesh), which osmeter does not read.
+const fn uncore(value: f64, kind: Kind, reference: &'static str) -> Option<Cited> {
+    Some(cited(value, kind, Unit::UncoreCycles, reference))
 }
 
 /// `N` consecutive CPUID models from `first`.
@@ -159,10 +216,10 @@ pub const CORES: &[Core] = &[
         name: "Nehalem",
         // 26 Bloomfield/Gainestown, 30 Lynnfield (i7 860), 31, 46 Nehalem-EX.
         matches: &[intel(&[26, 30, 31, 46])],
-        l1d_cycles: fig(4.0, INTEL_PAG),
-        l2_cycles: fig(10.0, INTEL_PAG),
-        l3_cycles: fig(40.0, INTEL_PAG),
-        dram_ns: fig(60.0, INTEL_PAG),
+        l1d_cycles: cyc(4.0, Nominal, INTEL_PAG),
+        l2_cycles: cyc(10.0, Nominal, INTEL_PAG),
+        l3_cycles: uncore(40.0, Nominal, INTEL_PAG),
+        dram_ns: Some(cited(60.0, Nominal, Unit::Ns, INTEL_PAG)),
         ..Core::BLANK
     },
     Core {
@@ -174,10 +231,9 @@ pub const CORES: &[Core] = &[
             Match::MacFamily(0x37fc219f),
             Match::MacFamily(0x0f817246),
         ],
-        l1d_cycles: fig(4.0, ANANDTECH_SKX),
-        l2_cycles: fig(12.0, CNC_RPL_L2),
-        // 44: Intel's figure as AnandTech tabled it.
-        l3_cycles: fig(44.0, ANANDTECH_SKX),
+        l1d_cycles: cyc(4.0, Nominal, ANANDTECH_SKX),
+        l2_cycles: cyc(12.0, HugePageChase, CNC_RPL_L2),
+        l3_cycles: uncore(44.0, Nominal, ANANDTECH_SKX),
         ..Core::BLANK
     },
     Core {
@@ -185,9 +241,12 @@ pub const CORES: &[Core] = &[
         // 0x55, INTEL_FAM6_SKYLAKE_X of Linux's intel-family.h, which notes Cascade Lake
         // (stepping 7) and Cooper Lake (stepping 11) under the same model.
         matches: &[intel(&[85])],
-        l1d_cycles: fig(4.0, ANANDTECH_ROME),
-        l2_cycles: fig(14.0, ANANDTECH_ROME),
-        l3_cycles: fig(46.0, ANANDTECH_ROME),
+        l1d_cycles: cyc(4.0, Structural, ANANDTECH_ROME),
+        l2_cycles: cyc(14.0, Structural, ANANDTECH_ROME),
+        l3_cycles: Some(Cited {
+            disputed: Some(SKX_L3_77),
+            ..cited(46.0, Structural, Unit::UncoreCycles, ANANDTECH_ROME)
+        }),
         ..Core::BLANK
     },
     Core {
@@ -195,8 +254,9 @@ pub const CORES: &[Core] = &[
         kind: Some("performance"),
         // 151 Alder Lake-S, 154 Alder Lake-P/U (i7-1250U, i7-12700H).
         matches: &[intel(&[151, 154])],
-        l1d_cycles: fig(5.0, CNC_GLC),
-        l2_cycles: fig(15.0, CNC_RPL_L2),
+        // No measurement of its L1D was found in the sources read.
+        l1d_cycles: cyc(5.0, Simulator, CNC_GLC),
+        l2_cycles: cyc(15.0, HugePageChase, CNC_RPL_L2),
         ..Core::BLANK
     },
     Core {
@@ -234,20 +294,19 @@ pub const CORES: &[Core] = &[
         name: "Zen 2",
         // 0x30 ... 0x3f (49 Rome), 96 Renoir, 104 Lucienne, 113 Matisse, 144 Van Gogh.
         matches: &[amd(23, &ZEN2_MODELS_0X30), amd(23, &[96, 104, 113, 144])],
-        l1d_cycles: fig(4.0, ANANDTECH_ROME),
-        l2_cycles: fig(13.0, ANANDTECH_ROME),
-        l3_cycles: fig(34.0, ANANDTECH_ROME),
+        l1d_cycles: cyc(4.0, Structural, ANANDTECH_ROME),
+        l2_cycles: cyc(13.0, Structural, ANANDTECH_ROME),
+        l3_cycles: cyc(34.0, Structural, ANANDTECH_ROME),
         ..Core::BLANK
     },
     Core {
         name: "Zen 3",
         // 0x00 ... 0x0f (1 Milan, 8 Chagall), 33 Vermeer, 68 Rembrandt, 80 Cezanne.
         matches: &[amd(25, &ZEN3_MODELS_0X00), amd(25, &[33, 68, 80])],
-        // L2 and L3 relative to Zen 2's cited figures, as a published measurement states
-        // them (no source read states absolute cycles).
-        l1d_cycles: fig(4.0, AMD_SOG_19H),
-        l2_cycles: fig(13.0, CNC_VCACHE_ZEN3_L2),
-        l3_cycles: fig(41.5, CNC_VCACHE_ZEN3_L3),
+        l1d_cycles: cyc(4.0, Nominal, AMD_SOG_19H),
+        l2_cycles: cyc(12.0, Chase, CNC_5800X3D),
+        // No L3 figure: the one measured Zen 3 L3 read (the 5800X3D's 49 cycles) is a
+        // V-Cache part's, and these models hold parts with and without V-Cache.
         ..Core::BLANK
     },
     Core {
@@ -255,8 +314,8 @@ pub const CORES: &[Core] = &[
         // 0x10 ... 0x1f (17 Genoa, 24 Storm Peak), 97 Raphael, 116/120 Phoenix,
         // 160 Bergamo/Siena.
         matches: &[amd(25, &ZEN4_MODELS_0X10), amd(25, &[97, 116, 120, 160])],
-        l1d_cycles: fig(4.0, CNC_MTL_ZEN4),
-        l2_cycles: fig(14.0, CNC_MTL_ZEN4),
+        l1d_cycles: cyc(4.0, HugePageChase, CNC_MTL_ZEN4),
+        l2_cycles: cyc(14.0, HugePageChase, CNC_MTL_ZEN4),
         // No L3 figure: no source text read states Zen 4's L3 latency in cycles.
         ..Core::BLANK
     },
@@ -279,8 +338,8 @@ pub const CORES: &[Core] = &[
         // The core's figures, read for Graviton2. No L3 figure: the source read gives the
         // last-level cache in ns only. No DRAM figure: it is the memory system's, not the
         // core's, and this MIDR matches Graviton2 and Ampere Altra alike.
-        l1d_cycles: fig(4.0, ANANDTECH_GRAVITON2),
-        l2_cycles: fig(11.0, ANANDTECH_GRAVITON2),
+        l1d_cycles: cyc(4.0, Structural, ANANDTECH_GRAVITON2),
+        l2_cycles: cyc(11.0, Structural, ANANDTECH_GRAVITON2),
         ..Core::BLANK
     },
     Core {
@@ -365,17 +424,10 @@ pub fn core(m: &Machine) -> Result<(&'static Core, String), String> {
 
 pub type Pick = fn(&Core) -> Option<Cited>;
 
-/// A figure of this machine's core: (value, key, reference), or why there is none.
-pub fn figure(
-    m: &Machine,
-    what: &str,
-    pick: impl Fn(&Core) -> Option<Cited>,
-) -> Result<(f64, String, &'static str), String> {
+/// A figure of this machine's core and the key it matched, or why there is none.
+pub fn figure(m: &Machine, what: &str, pick: Pick) -> Result<(Cited, String), String> {
     let (c, key) = core(m)?;
-    match pick(c) {
-        Some(f) => Ok((f.value, key, f.reference)),
-        None => Err(format!(
-            "the parts table names no published {what} for {key}"
-        )),
-    }
+    let f =
+        pick(c).ok_or_else(|| format!("the parts table names no published {what} for {key}"))?;
+    Ok((f, key))
 }

@@ -106,22 +106,17 @@ pub(super) fn remeasure(p: &mut ChasePoint, again: ChasePoint) {
 /// The points to measure again: slower than the next larger size (a quarter of the
 /// curve at most), and the largest size when it jumps past the step before it.
 fn suspects(points: &[ChasePoint]) -> Vec<usize> {
-    let np = points.len();
-    let mut suspects: Vec<usize> = (0..np.saturating_sub(1))
-        .filter(|&i| points[i].median() > REMEASURE_RATIO * points[i + 1].median())
-        .take(np / 4)
+    let m: Vec<f64> = points.iter().map(ChasePoint::median).collect();
+    let n = m.len();
+    let slower = |i: &usize| m[*i] > REMEASURE_RATIO * m[i + 1];
+    let mut v: Vec<usize> = (0..n.saturating_sub(1))
+        .filter(slower)
+        .take(n / 4)
         .collect();
-    if np >= 3 {
-        let (a, b, z) = (
-            points[np - 3].median(),
-            points[np - 2].median(),
-            points[np - 1].median(),
-        );
-        if z / b > REMEASURE_RATIO * (b / a).max(1.0) {
-            suspects.push(np - 1);
-        }
+    if n >= 3 && m[n - 1] / m[n - 2] > REMEASURE_RATIO * (m[n - 2] / m[n - 3]).max(1.0) {
+        v.push(n - 1);
     }
-    suspects
+    v
 }
 
 /// Outcome of one curve.
@@ -208,30 +203,21 @@ impl ChaseSchedule<'_, '_> {
                 p = unsafe { chase(p, iters) };
             });
             std::hint::black_box(p);
-            let pt = ChasePoint {
-                size,
-                trials: q.per_op_ns.clone(),
-            };
+            let at = fmt_bytes(size as f64);
             pace.set(
                 pace.get()
                     .after(size, laid, trials.elapsed().as_secs_f64(), spec),
             );
             c.preempted += q.preempted;
             c.kept += q.per_op_ns.len();
-            c.notes.extend(
-                q.notes
-                    .iter()
-                    .map(|n| format!("{kind} at {}: {n}", fmt_bytes(size as f64))),
-            );
-            let stride = match order {
-                Order::Lmbench => String::new(),
-                _ => format!(" stride {stride}"),
+            c.notes
+                .extend(q.notes.iter().map(|n| format!("{kind} at {at}: {n}")));
+            let pt = ChasePoint {
+                size,
+                trials: q.per_op_ns,
             };
-            (ctx.progress)(&format!(
-                "{kind} {}{stride}: {}",
-                fmt_bytes(size as f64),
-                fmt_ns(pt.median())
-            ));
+            let median = fmt_ns(pt.median());
+            (ctx.progress)(&format!("{kind} {at} stride {stride}: {median}"));
             Some(pt)
         };
         for size in sizes {

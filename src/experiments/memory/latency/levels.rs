@@ -11,87 +11,104 @@ pub struct NamedLevel {
     pub name: String,
     pub level: Level,
     pub sysfs_bytes: Option<u64>,
+    /// Matched outside the ¼-2x window: a VM's share of the host's last-level cache.
+    pub widened: bool,
 }
 
-/// Names the plateaus (docs/methods/mem.latency.md, "Levels"): past twice the last-level
-/// cache, the last plateaus within half its latency are "dram"; the others are matched in
-/// order with the sysfs data caches (most matches, then the smallest total |log2| size
-/// distance, within 16x); the rest are "plateau_K".
-pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64) -> Vec<NamedLevel> {
-    let mut levels = levels.to_vec();
-    let llc = llc_bytes(caches).unwrap_or(0);
-    let mut dram: Option<Level> = None;
-    if levels.len() > 1 && max_size >= 2 * llc.max(1) {
-        // Memory's latency: the last plateau of more than one point (a single disturbed
-        // point at the end must not make the real memory plateau look like a cache).
-        let top = levels
+/// log2 of how far a level's transition may lie below (`.0`) and above (`.1`) its cache's
+/// size: ¼x to 2x, and down to 1/16x for the last-level cache in a VM, where a guest may
+/// get only its share of the host's cache.
+const WINDOW: (f64, f64) = (-2.0, 1.0);
+const VM_LLC_BELOW: f64 = -4.0;
+
+/// Names the plateaus (docs/methods/mem.latency.md, "Levels"): those holding a working set
+/// beyond twice the last-level cache are memory, merged into one "dram"; the others
+/// are matched in order with the sysfs data caches by their transition (most matches,
+/// then the smallest total |log2| size distance, within `WINDOW`); the rest are
+/// "plateau_K". A plateau still running at the largest size, `max_size`, has no measured
+/// capacity and takes no cache's name.
+pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64, vm: bool) -> Vec<NamedLevel> {
+    let llc = llc_bytes(caches);
+    let k = llc.map_or(levels.len(), |l| {
+        levels
             .iter()
-            .rev()
-            .find(|l| l.span.1 > l.span.0)
-            .or(levels.last())
-            .map(|l| l.latency_ns)
-            .unwrap_or(0.0);
-        let mut k = levels.len() - 1;
-        while k > 1 && levels[k - 1].latency_ns > top / 2.0 {
-            k -= 1;
-        }
-        let mut d = levels[k].clone();
-        let last = levels.last().cloned().unwrap_or_else(|| d.clone());
-        d.last = last.last;
-        d.span.1 = last.span.1;
-        d.transition = None;
-        // The level is what the whole memory region shows: median of its plateaus.
-        let lats: Vec<f64> = levels[k..].iter().map(|l| l.latency_ns).collect();
-        d.latency_ns = crate::stats::median(&lats);
-        levels.truncate(k);
-        dram = Some(d);
-    }
-    let (_, _, assign) = best_matching(&levels, caches, 0, 0);
-    let mut out: Vec<NamedLevel> = levels
+            .position(|v| v.last > 2 * l)
+            .unwrap_or(levels.len())
+    });
+    let (cached, memory) = levels.split_at(k);
+    let assign = best_matching(cached, caches, (max_size, vm), 0, 0).2;
+    let mut out: Vec<NamedLevel> = cached
         .iter()
         .zip(assign)
         .enumerate()
-        .map(|(k, (l, a))| NamedLevel {
-            name: match a.map(|j| caches[j].level) {
+        .map(|(i, (l, a))| NamedLevel {
+            name: match a.map(|(j, _)| caches[j].level) {
                 Some(1) => "l1d".into(),
                 Some(n) => format!("l{n}"),
-                None => format!("plateau_{}", k + 1),
+                None => format!("plateau_{}", i + 1),
             },
             level: l.clone(),
-            sysfs_bytes: a.map(|j| caches[j].size_bytes),
+            sysfs_bytes: a.map(|(j, _)| caches[j].size_bytes),
+            widened: a.is_some_and(|(_, w)| w),
         })
         .collect();
-    out.extend(dram.map(|level| NamedLevel {
-        name: "dram".into(),
-        level,
-        sysfs_bytes: None,
-    }));
+    if let (Some(first), Some(last)) = (memory.first(), memory.last()) {
+        // The level is what the whole memory region shows: the median of its plateaus.
+        let lats: Vec<f64> = memory.iter().map(|l| l.latency_ns).collect();
+        let level = Level {
+            last: last.last,
+            span: (first.span.0, last.span.1),
+            transition: None,
+            latency_ns: crate::stats::median(&lats),
+            ..first.clone()
+        };
+        out.push(NamedLevel {
+            name: "dram".into(),
+            level,
+            sysfs_bytes: None,
+            widened: false,
+        });
+    }
     out
 }
 
+/// How far (|log2|) `lv`'s capacity (its transition, else the end of a plateau that ends
+/// before `max`) lies from cache `c`, and whether only the VM's wider window admits it;
+/// None outside the window or without a capacity.
+fn distance(lv: &Level, c: &Cache, llc: bool, (max, vm): (u64, bool)) -> Option<(f64, bool)> {
+    let size = lv.transition.or(Some(lv.last).filter(|&l| l < max))?;
+    let d = (size as f64 / c.size_bytes as f64).log2();
+    let below = if llc && vm { VM_LLC_BELOW } else { WINDOW.0 };
+    (below..=WINDOW.1)
+        .contains(&d)
+        .then_some((d.abs(), d < WINDOW.0))
+}
+
+type Assignment = Vec<Option<(usize, bool)>>;
+
 /// Order-preserving matching of plateaus `lv[i..]` to caches `cs[j..]` (tiny: brute force
-/// by recursion): (matches, total |log2| distance, cache per plateau).
+/// by recursion): (matches, total |log2| distance, (cache, widened) per plateau).
 fn best_matching(
     lv: &[Level],
     cs: &[Cache],
+    at: (u64, bool),
     i: usize,
     j: usize,
-) -> (usize, f64, Vec<Option<usize>>) {
+) -> (usize, f64, Assignment) {
     if i == lv.len() {
         return (0, 0.0, vec![]);
     }
     // Leave plateau i unmatched.
-    let (m, c, mut v) = best_matching(lv, cs, i + 1, j);
+    let (m, c, mut v) = best_matching(lv, cs, at, i + 1, j);
     v.insert(0, None);
     let mut out = (m, c, v);
-    let size = lv[i].transition.unwrap_or(lv[i].last) as f64;
     for jj in j..cs.len() {
-        let d = (size / cs[jj].size_bytes as f64).log2().abs();
-        if d > 4.0 {
+        let llc = Some(cs[jj].size_bytes) == llc_bytes(cs);
+        let Some((d, wide)) = distance(&lv[i], &cs[jj], llc, at) else {
             continue;
-        }
-        let (m2, c2, mut v2) = best_matching(lv, cs, i + 1, jj + 1);
-        v2.insert(0, Some(jj));
+        };
+        let (m2, c2, mut v2) = best_matching(lv, cs, at, i + 1, jj + 1);
+        v2.insert(0, Some((jj, wide)));
         if m2 + 1 > out.0 || (m2 + 1 == out.0 && c2 + d < out.1) {
             out = (m2 + 1, c2 + d, v2);
         }

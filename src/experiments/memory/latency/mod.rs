@@ -109,7 +109,7 @@ impl Experiment for Latency {
         if c.random.points.is_empty() {
             anyhow::bail!("no point of the latency curve could be measured");
         }
-        let (named, det_name) = metrics(&p, &caches, &c, max, &mut out);
+        let (named, det_name) = metrics(ctx, &p, &caches, &c, max, &mut out);
         // Findings from the pooled runs: the figures the table shows.
         out.pool(ctx);
         findings(ctx, &c, named, det_name, max, &mut out);
@@ -251,6 +251,7 @@ fn lmbench_name(size: u64, max: u64) -> String {
 /// lmbench-layout points, `dram_sequential` and `dram_thp`, with the sanity checks of the
 /// levels and the huge pages. Returns the levels and the curve they were found on.
 fn metrics(
+    ctx: &Context,
     p: &LatencyPlan,
     caches: &[crate::machine::Cache],
     c: &Curves,
@@ -267,7 +268,22 @@ fn metrics(
     };
     let pts: Vec<(u64, f64)> = det.iter().map(|p| (p.size, p.median())).collect();
     let levels = detect_levels(&pts, (p.per_doubling as usize).clamp(2, 3));
-    let named = name_levels(&levels, caches, max);
+    let named = name_levels(&levels, caches, max, ctx.machine.virtualization.is_vm);
+    if det_name == "base-page" && plan::huge_page_levels(ctx.machine, ctx.profile) {
+        out.notes.push("the levels come from the base-page curve (the huge-page curve did not cover it or huge pages backed under half of its region): the cache predictions, stated as points for huge pages, leave out page walks, so read them as lower bounds".into());
+    }
+    for nl in named.iter().filter(|n| n.widened) {
+        let (t, s) = (
+            nl.level.transition.unwrap_or(0),
+            nl.sysfs_bytes.unwrap_or(1),
+        );
+        out.notes.push(format!(
+            "{} is named for the last-level cache although its transition, {}, is {:.2}x the sysfs size, below the 1/4 that names a level elsewhere: in a VM the guest may get only its share of the host's cache",
+            nl.name,
+            fmt_bytes(t as f64),
+            t as f64 / s as f64
+        ));
+    }
     // The dram metrics below are the largest size, on both page sizes.
     for nl in named.iter().filter(|n| n.name != "dram") {
         let pt = &det[nl.level.rep];
@@ -351,14 +367,9 @@ fn findings(
         .map(|nl| text::level_line(nl, det_name))
         .collect();
     let rep = ctx.repetition;
-    let which = if rep.of > 1 {
-        format!(
-            " of run {} of {}; latencies from all runs",
-            rep.index + 1,
-            rep.of
-        )
-    } else {
-        String::new()
+    let which = match rep.of {
+        0 | 1 => String::new(),
+        n => format!(" of run {} of {n}; latencies from all runs", rep.index + 1),
     };
     let from: Vec<&str> = named
         .iter()

@@ -43,19 +43,11 @@ pub(super) struct LatencyPlan {
 }
 
 impl LatencyPlan {
-    /// The sequential strides for lines of `line` bytes, none below a line.
+    /// The sequential strides for lines of `line` bytes, none below a line (0 is one).
     fn strides(&self, line: usize) -> Vec<usize> {
-        let v: Vec<usize> = self
-            .strides
-            .iter()
-            .map(|&s| if s == 0 { line } else { s })
-            .filter(|&s| s >= line)
-            .collect();
-        if v.is_empty() {
-            vec![line]
-        } else {
-            v
-        }
+        let mut v: Vec<usize> = self.strides.iter().map(|&s| s.max(line)).collect();
+        v.dedup();
+        v
     }
 }
 
@@ -106,28 +98,32 @@ pub(crate) fn set_and_cap(
     crate::experiments::kit::largest_set(machine, profile, PLANS.get(profile).ceiling, line)
 }
 
+/// Whether `profile` measures on huge pages here (not smoke, THP available).
+fn thp_figure(machine: &crate::machine::Machine, profile: Profile) -> bool {
+    crate::experiments::kit::thp_available(machine) && profile != Profile::Smoke
+}
+
+/// Whether the levels are planned on the huge-page curve (`metrics` falls back to the
+/// base-page curve when huge pages back under half of its region, and says so).
+pub(super) fn huge_page_levels(machine: &crate::machine::Machine, profile: Profile) -> bool {
+    thp_figure(machine, profile) && PLANS.get(profile).thp_curve
+}
+
 /// Share of a random chase's loads over `size` bytes that a cache of `llc` bytes can
 /// serve (LRU-like: about C/S once the set is larger).
 pub(super) fn llc_hit_fraction(llc: u64, size: u64) -> f64 {
     (llc as f64 / size.max(1) as f64).min(1.0)
 }
 
-const BEYOND_CACHE: &str = "dram: working set beyond the last-level cache";
-
 /// Whether `dram`'s working set reached far enough beyond the last-level cache that at
 /// most a quarter of its loads hit it.
 pub(super) fn dram_beyond_cache(reached: u64, llc: Option<u64>) -> Check {
     // Unknown: judged against a large cache rather than passed (N5), and said.
-    let (llc, said) = match llc {
-        Some(l) => (l, ""),
-        None => (
-            crate::experiments::kit::UNKNOWN_LLC,
-            " (assumed: the machine does not say its cache sizes)",
-        ),
-    };
+    let assumed = " (assumed: the machine does not say its cache sizes)";
+    let (llc, said) = llc.map_or((crate::experiments::kit::UNKNOWN_LLC, assumed), |l| (l, ""));
     let hits = llc_hit_fraction(llc, reached);
     Check::sanity(
-        BEYOND_CACHE,
+        "dram: working set beyond the last-level cache",
         hits <= 0.25,
         format!(
             "largest working set {} against a {}{said} last-level cache: about {:.0}% of the dram figure's loads may hit that cache (a random chase over S bytes finds about C/S of its lines in a cache of C bytes; at most 25% wanted); the memory cap and the time budget bound the set",
@@ -205,9 +201,8 @@ pub(super) struct ChaseSchedule<'c, 'a> {
     pub(super) thp: bool,
     pub(super) thp_curve: bool,
     pub(super) spec: TrialSettings,
-    /// When the experiment started and the wall time it may take.
+    /// When the experiment started (its budget is `ctx.budget`).
     pub(super) start: Instant,
-    pub(super) budget: Duration,
     /// The largest size was decided by an earlier run: measure every size.
     pub(super) decided: bool,
 }
@@ -230,8 +225,7 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
         };
         let random_sizes = curve(p.per_doubling);
         let seq_sizes = curve(p.seq_per_doubling);
-        let thp =
-            crate::experiments::kit::thp_available(ctx.machine) && ctx.profile != Profile::Smoke;
+        let thp = thp_figure(ctx.machine, ctx.profile);
         let mut s = ChaseSchedule {
             ctx,
             rng: Rng::from_entropy(),
@@ -247,7 +241,6 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
                 far_from: llc,
             },
             start: Instant::now(),
-            budget: ctx.budget,
             decided: false,
         };
         let all = s.later_sizes(max).len() + s.random_sizes.len();
@@ -266,15 +259,11 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
     /// sequential curves, lmbench's layout and the huge-page curve.
     fn later_sizes(&self, max: u64) -> Vec<u64> {
         let upto = |v: &[u64]| with_max(v.iter().copied().filter(|&z| z < max).collect(), max);
-        let mut all = Vec::new();
-        for &st in &self.strides {
-            all.extend(
-                upto(&self.seq_sizes)
-                    .into_iter()
-                    .filter(|&z| z >= 2 * st as u64),
-            );
-        }
-        all.extend(lm_sizes(max));
+        let seq = upto(&self.seq_sizes);
+        let mut all: Vec<u64> = (self.strides.iter())
+            .flat_map(|&st| seq.iter().copied().filter(move |&z| z >= 2 * st as u64))
+            .chain(lm_sizes(max))
+            .collect();
         match (self.thp, self.thp_curve) {
             (true, true) => all.extend(upto(&self.random_sizes)),
             (true, false) => all.push(max),
@@ -290,22 +279,14 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
         if self.decided {
             return true;
         }
-        let prev = self
+        let (done, rest) = self
             .random_sizes
-            .iter()
-            .copied()
-            .filter(|&z| z < size)
-            .max();
-        if prev.is_some_and(|p| !p.is_power_of_two()) {
+            .split_at(self.random_sizes.partition_point(|&z| z < size));
+        if done.last().is_some_and(|p| !p.is_power_of_two()) {
             return true; // decided where this stretch began
         }
         let end = size.next_power_of_two();
-        let random: Vec<u64> = self
-            .random_sizes
-            .iter()
-            .copied()
-            .filter(|&z| z >= size && z <= end)
-            .collect();
+        let random: Vec<u64> = rest.iter().copied().take_while(|&z| z <= end).collect();
         let later = self.later_sizes(end);
         // The huge-page region is faulted too; faulting is cheaper than laying a chain.
         let bytes = (end + random.iter().sum::<u64>() + later.iter().sum::<u64>()) as f64;
@@ -315,7 +296,7 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
             .map(|z| pace.trials(z, &self.spec))
             .sum();
         let projected = 1.25 * (bytes * pace.lay_secs_per_byte + trials);
-        self.start.elapsed().as_secs_f64() + projected <= self.budget.as_secs_f64() * 0.95
+        self.start.elapsed().as_secs_f64() + projected <= self.ctx.budget.as_secs_f64() * 0.95
     }
 
     /// Ends every curve at `reached`, where the random curve stopped.

@@ -1,23 +1,38 @@
 //! mem.latency's predictions: cache levels from the parts table at the core's clock.
 
-use crate::experiments::parts::{self, Pick};
+use crate::experiments::parts::{self, Pick, Unit};
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::Context;
 use crate::results::Prediction;
 
-/// The parts table's figure for `what` as input `name`, or why it names none.
-fn table(ctx: &Context, name: &str, unit: &str, what: &str, pick: Pick) -> Input {
-    match parts::figure(ctx.machine, what, pick) {
-        Ok((v, key, reference)) => Input::table(name, v, unit, what, &key, reference),
-        Err(why) => Input::missing(name, why),
+/// The table's figure for `what` as input "cycles", or why it gives none: no figure, two
+/// published figures that disagree, or cycles of a clock osmeter does not read.
+fn cycles(ctx: &Context, what: &str, pick: Pick) -> Input {
+    let (f, key) = match parts::figure(ctx.machine, what, pick) {
+        Ok(found) => found,
+        Err(why) => return Input::missing("cycles", why),
+    };
+    let stated = format!("the parts table's {what} for {key}, {} cycles", f.value);
+    if let Some(other) = f.disputed {
+        return Input::missing("cycles", format!("{stated}, is disputed: {other}"));
     }
+    if f.unit == Unit::UncoreCycles {
+        let why = format!("{stated}, counts the uncore (ring or mesh) clock, which osmeter does not read: the core clock would convert it wrongly");
+        return Input::missing("cycles", why);
+    }
+    let what = format!("{what}, {}", f.kind.label());
+    Input::table("cycles", f.value, "cycles", &what, &key, f.reference)
 }
+
+const WALKS: &str = ": a lower bound, since the levels come from the base-page curve, whose \
+    page walks the table's figure leaves out";
 
 pub(super) fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
     let mut p = Predictions::new(ctx);
     let (ghz, src) = ctx.core_ghz();
     let f_core = Input::machine("f_core", Some(ghz * 1e9), "Hz", src, "");
-    // Each sysfs cache level at the parts table's cycles over the core's clock.
+    // The table's figures leave page walks out; a plateau of the base-page curve has them.
+    let huge = super::plan::huge_page_levels(ctx.machine, ctx.profile);
     for c in &ctx.machine.data_caches() {
         let (name, what, pick): (String, &str, Pick) = match c.level {
             1 => ("l1d".into(), "L1 data load-to-use latency", |c| {
@@ -31,29 +46,39 @@ pub(super) fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
                 continue;
             }
         };
-        let cyc = table(ctx, "cycles", "cycles", what, pick);
-        let mut at = |metric: &str, source: &str, fits: &str| {
+        let cyc = cycles(ctx, what, pick);
+        let mut at = |metric: &str, source: &str, fits: &str, walks: bool| {
             let size = Input::machine("size", Some(c.size_bytes as f64), "bytes", source, "");
             p.state(metric, &[&cyc, &f_core, &size], |v| {
                 let f = format!("{} cycles ({what}, parts table) / f_core{fits}", v[0]);
-                Prediction::new(v[0] / ghz, f)
+                match walks {
+                    true => Prediction::new(v[0] / ghz, f + WALKS).lower_bound(),
+                    false => Prediction::new(v[0] / ghz, f),
+                }
             });
         };
-        // lmbench's 16 KiB point is four pages, inside any L1 data cache of 16 KiB or more.
+        // lmbench's 16 KiB point is four pages, inside any L1 data cache of 16 KiB or more
+        // and any first-level TLB.
         if c.level == 1 && c.size_bytes >= 16 << 10 {
             let fits = ": 16 KiB fits the L1 data cache";
-            at("lmbench_16KiB", "machine: sysfs L1 data cache size", fits);
+            at(
+                "lmbench_16KiB",
+                "machine: sysfs L1 data cache size",
+                fits,
+                false,
+            );
         }
-        at(&name, "machine: sysfs cache size", "");
+        at(&name, "machine: sysfs cache size", "", !huge);
     }
-    // Base pages add a page walk per access far beyond the TLB's reach; no published
-    // walk cost per part (nor nested paging's under a hypervisor) is in the table.
     p.withhold(
         &["dram"],
         "a random chase over base pages adds a page walk per access, and the parts table \
          names no published page-walk cost",
     );
-    let dram = table(ctx, "dram", "ns", "idle DRAM latency", |c| c.dram_ns);
+    let dram = match parts::figure(ctx.machine, "idle DRAM latency", |c| c.dram_ns) {
+        Ok((f, key)) => Input::table("dram", f.value, "ns", f.kind.label(), &key, f.reference),
+        Err(why) => Input::missing("dram", why),
+    };
     p.equal(
         "dram_thp",
         &dram,

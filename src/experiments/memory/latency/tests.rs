@@ -55,30 +55,8 @@ fn detects_synthetic_levels() {
     );
     let lv = detect_levels(&pts, 3);
     assert!(lv.len() >= 3, "{lv:?}");
-    let caches = vec![
-        crate::machine::Cache {
-            level: 1,
-            kind: "Data".into(),
-            size_bytes: 32 << 10,
-            line_bytes: 64,
-            ..Default::default()
-        },
-        crate::machine::Cache {
-            level: 2,
-            kind: "Unified".into(),
-            size_bytes: 512 << 10,
-            line_bytes: 64,
-            ..Default::default()
-        },
-        crate::machine::Cache {
-            level: 3,
-            kind: "Unified".into(),
-            size_bytes: 32 << 20,
-            line_bytes: 64,
-            ..Default::default()
-        },
-    ];
-    let named = name_levels(&lv, &caches, 128 << 20);
+    let caches = caches3();
+    let named = name_levels(&lv, &caches, 128 << 20, false);
     let get = |n: &str| named.iter().find(|x| x.name == n).map(|x| x.level.clone());
     let l1 = get("l1d").expect("l1d");
     let l2 = get("l2").expect("l2");
@@ -97,10 +75,60 @@ fn a_spike_at_the_largest_size_is_still_memory() {
     let last = pts.len() - 1;
     pts[last].1 *= 3.0;
     let lv = detect_levels(&pts, 3);
-    let named = name_levels(&lv, &caches3(), 128 << 20);
+    // In a VM: a 4 MiB step is named for the 32 MiB L3 only there (widened).
+    let named = name_levels(&lv, &caches3(), 128 << 20, true);
     let dram = named.iter().find(|n| n.name == "dram").expect("dram");
     assert!(dram.level.first < 64 << 20, "{named:?}");
     assert!(named.iter().any(|n| n.name == "l3"), "{named:?}");
+}
+
+/// The names a synthetic curve with caches of `caps` gets against `caches3`'s sysfs sizes.
+fn names(caps: &[(u64, f64)], vm: bool) -> Vec<levels::NamedLevel> {
+    let lv = detect_levels(&synth(caps, 128 << 20), 3);
+    name_levels(&lv, &caches3(), 128 << 20, vm)
+}
+
+/// Issue 34 item 5: a plateau takes a cache's name only when its transition lies within
+/// 1/4x-2x of that cache's sysfs size (16x was accepted).
+#[test]
+fn a_plateau_twice_or_an_eighth_of_a_cache_is_not_that_cache() {
+    // A cache of 80 KiB against a 32 KiB L1D: the transition is past twice the sysfs size.
+    let twice = names(
+        &[(80 << 10, 1.0), (512 << 10, 3.5), (32 << 20, 12.0)],
+        false,
+    );
+    assert!(twice.iter().all(|n| n.name != "l1d"), "{twice:?}");
+    assert!(twice.iter().any(|n| n.name == "plateau_1"), "{twice:?}");
+    assert!(twice.iter().any(|n| n.name == "l2"), "{twice:?}");
+    // A 4 KiB cache against the 32 KiB L1D, an eighth of it.
+    let eighth = names(&[(4 << 10, 1.0), (512 << 10, 3.5), (32 << 20, 12.0)], false);
+    assert!(eighth.iter().all(|n| n.name != "l1d"), "{eighth:?}");
+    // A 4 MiB step against the 32 MiB L3: an eighth, named l3 only in a VM, and marked.
+    let caps = [(32 << 10, 1.0), (512 << 10, 3.5), (4 << 20, 12.0)];
+    let bare = names(&caps, false);
+    assert!(bare.iter().all(|n| n.name != "l3"), "{bare:?}");
+    let vm = names(&caps, true);
+    let l3 = vm.iter().find(|n| n.name == "l3").expect("l3 in a VM");
+    assert!(l3.widened, "{vm:?}");
+    assert!(vm.iter().all(|n| n.name == "l3" || !n.widened), "{vm:?}");
+}
+
+/// Issue 34 item 5: memory is named by size, not by latency: with the curve ending at
+/// twice the last-level cache while latency still climbs, the last plateau (the L3's) is
+/// not "dram" (it was, as the top plateau).
+#[test]
+fn a_step_below_twice_the_llc_is_not_dram() {
+    let caps = [(32 << 10, 1.0), (512 << 10, 3.5), (32 << 20, 12.0)];
+    let lv = detect_levels(&synth(&caps, 64 << 20), 3);
+    let named = name_levels(&lv, &caches3(), 64 << 20, false);
+    assert!(named.iter().all(|n| n.name != "dram"), "{named:?}");
+    let l3 = named.iter().find(|n| n.name == "l3").expect("l3");
+    assert!(l3.level.last < 64 << 20, "{named:?}");
+    // A plateau still running at the largest size has no capacity: no cache's name.
+    let lv = detect_levels(&synth(&caps[..2], 32 << 20), 3);
+    let short = name_levels(&lv, &caches3(), 32 << 20, false);
+    let last = short.last().expect("levels");
+    assert!(last.name.starts_with("plateau_"), "{short:?}");
 }
 
 #[test]
