@@ -1,6 +1,6 @@
 //! Every sentence template the report can print that names a cause or a comparison is
 //! registered in docs/SENTENCES.md with the gate that must hold for it to print and the
-//! test that shows the gate closing (issue 34, Deliver 4).
+//! test that shows the gate closing.
 //!
 //! The scan reads the string literals of the production code that builds findings, notes,
 //! check names and details, grade reasons and the `io` reports, and the sentences of the
