@@ -283,11 +283,18 @@ impl<'c> Team<'c> {
         self.timed(0, arg, line, body);
         self.turn.store(1, Ordering::Release);
         self.join();
-        let records: Vec<_> = self.records.iter().map(|r| lock(r)).collect();
-        Step {
-            stamps: records.iter().map(|r| (r.start, r.stop)).collect(),
-            quiet: records.iter().all(|r| r.quiet),
-        }
+        let records = self.records.iter().map(|r| lock(r));
+        records.fold(
+            Step {
+                stamps: Vec::new(),
+                quiet: true,
+            },
+            |mut s, r| {
+                s.stamps.push((r.start, r.stop));
+                s.quiet &= r.quiet;
+                s
+            },
+        )
     }
 
     /// One run of member t's body, stamped, with a placement look on either side. With a
