@@ -58,8 +58,12 @@ const TERMS: &[(&str, bool)] = &[
     ("nx more", true),
 ];
 
+/// The tree scanned: this crate, or `OSMETER_SENTENCES_ROOT` (another checkout, e.g. a
+/// branch about to be merged).
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("OSMETER_SENTENCES_ROOT")
+        .map(Into::into)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
 }
 
 /// The production part of a source file: up to its `#[cfg(test)]` module; nothing for the
