@@ -303,7 +303,9 @@ fn syscall_vs_call(r: &RunResults, out: &mut Vec<Finding>) {
     };
     if let Some((_, txt)) = ratio_text(sys, call) {
         out.push(finding(
-            format!("A minimal system call (getppid) costs {txt} a procedure call without arguments: entering the kernel is the price."),
+            format!(
+                "A minimal system call (getppid) costs {txt} a procedure call without arguments."
+            ),
             vec![SYSCALL.path(), CALL.path()],
         ));
     }
@@ -322,7 +324,7 @@ fn page_fault_vs_dram(r: &RunResults, out: &mut Vec<Finding>) {
             let ratio = m.summary.median / dram_ns;
             out.push(finding(
                 format!(
-                    "{what} ({}) costs {} DRAM accesses ({dram_txt} each).",
+                    "{what} ({}) takes the time of {} loads of mem.latency's base-page chase at its largest size ({dram_txt} each).",
                     fmt_value(m.summary.median, "ns"),
                     if ratio >= 100.0 {
                         format!("{ratio:.0}")
@@ -336,38 +338,64 @@ fn page_fault_vs_dram(r: &RunResults, out: &mut Vec<Finding>) {
     }
 }
 
+/// The pooled metrics `OP_Tt` of operation `op`, by thread count.
+fn by_threads<'a>(e: &'a ExperimentResult, op: &str) -> Vec<(usize, &'a Metric)> {
+    let mut v: Vec<(usize, &Metric)> = e
+        .metrics
+        .iter()
+        .filter(|m| m.summary.median.is_finite() && m.summary.median > 0.0)
+        .filter_map(|m| {
+            let t = m
+                .name
+                .strip_prefix(op)?
+                .strip_prefix('_')?
+                .strip_suffix('t')?;
+            Some((t.parse().ok()?, m))
+        })
+        .collect();
+    v.sort_by_key(|x| x.0);
+    v
+}
+
+/// For each operation with a by-thread series (`OP_by_threads`, one per run), its best
+/// pooled multi-thread median against its one-thread figure, the direction said only
+/// beyond both 95% intervals.
 fn bandwidth_scaling(r: &RunResults, out: &mut Vec<Finding>) {
     let Some(e) = ok(r, BANDWIDTH) else {
         return;
     };
-    for s in e
+    let mut ops: Vec<&str> = e
         .series
         .iter()
         .filter(|s| s.y_unit == "bytes/s" && s.x_unit.contains("thread"))
-    {
-        let mut p = s.points.clone();
-        p.sort_by(|a, b| a[0].total_cmp(&b[0]));
-        let (Some(first), Some(best)) = (
-            p.first(),
-            p.iter().max_by(|a, b| a[1].total_cmp(&b[1])).copied(),
-        ) else {
+        .filter_map(|s| s.name.split_once("_by_threads").map(|p| p.0))
+        .collect();
+    ops.dedup();
+    for op in ops {
+        let kept = by_threads(e, op);
+        let Some(&(1, one)) = kept.first() else {
             continue;
         };
-        if p.len() < 2 || first[1] <= 0.0 {
+        let Some(&(t, best)) = kept[1..]
+            .iter()
+            .max_by(|a, b| a.1.summary.median.total_cmp(&b.1.summary.median))
+        else {
             continue;
-        }
+        };
+        let (x, y) = (best.summary.median, one.summary.median);
+        let how = match separation_of(best.summary.ci95, one.summary.ci95) {
+            Separation::Above => "more than one thread, beyond both 95% intervals",
+            Separation::Overlap => "within noise of one thread (the 95% intervals overlap)",
+            Separation::Below => "less than one thread, beyond both 95% intervals",
+        };
         out.push(finding(
             format!(
-                "{} bandwidth: {} with {} thread{}, at most {} with {} ({:.2}x).",
-                s.name,
-                fmt_value(first[1], "bytes/s"),
-                first[0],
-                if first[0] == 1.0 { "" } else { "s" },
-                fmt_value(best[1], "bytes/s"),
-                best[0],
-                best[1] / first[1]
+                "{op} bandwidth: {t} threads move {} together (the best pooled median of the thread counts kept), {}x one thread's {}: {how}.",
+                fmt_value(x, "bytes/s"),
+                ratio_num(x / y),
+                fmt_value(y, "bytes/s"),
             ),
-            vec![reference(BANDWIDTH, &s.name)],
+            vec![reference(BANDWIDTH, &one.name), reference(BANDWIDTH, &best.name)],
         ));
     }
 }
@@ -562,6 +590,57 @@ mod tests {
             "{below}"
         );
         assert!(!below.contains("within noise"), "{below}");
+    }
+
+    /// A mem.bandwidth result with pooled `read_1t`/`read_2t` of these intervals, and a
+    /// series of one run whose 2-thread point is far above both.
+    fn scaling(one: (f64, f64), two: (f64, f64)) -> Vec<String> {
+        const G: f64 = 1e9;
+        let r = doc(serde_json::json!([
+            {"id": "mem.bandwidth",
+             "metrics": [ci("read_1t", one.0 * G, one.1 * G), ci("read_2t", two.0 * G, two.1 * G),
+                         ci("read_scalar_1t", 1.0, 2.0), ci("read_thp_1t", 1e12, 2e12)],
+             "series": [{"name": "read_by_threads (run 2 of 2)", "x_unit": "threads",
+                         "y_unit": "bytes/s", "points": [[1.0, 1e9], [2.0, 1e12]]}]}
+        ]));
+        let mut f = Vec::new();
+        bandwidth_scaling(&r, &mut f);
+        f.into_iter().map(|f| f.text).collect()
+    }
+
+    #[test]
+    fn bandwidth_scaling_quotes_pooled_medians_and_says_more_only_beyond_the_intervals() {
+        let apart = scaling((90.0, 110.0), (150.0, 170.0));
+        assert_eq!(apart.len(), 1, "{apart:?}");
+        // The pooled read_2t (median 160), not the series' one-run point or another
+        // operation's metric; "at most" is gone.
+        assert!(apart[0].contains("2 threads move 160.00 GB/s"), "{apart:?}");
+        assert!(apart[0].contains("1.60x") && apart[0].contains("more than one thread"));
+        assert!(
+            !apart[0].contains("at most") && !apart[0].contains("1000"),
+            "{apart:?}"
+        );
+        let overlap = scaling((90.0, 130.0), (120.0, 140.0));
+        assert!(overlap[0].contains("within noise"), "{overlap:?}");
+        assert!(!overlap[0].contains("more than"), "{overlap:?}");
+        let below = scaling((90.0, 110.0), (50.0, 70.0));
+        assert!(below[0].contains("less than one thread"), "{below:?}");
+    }
+
+    #[test]
+    fn cross_findings_name_no_cause_and_no_dram_access() {
+        let r = doc(serde_json::json!([
+            {"id": "cpu.syscall", "metrics": [m("getppid", "ns", 195.0)]},
+            {"id": "cpu.call", "metrics": [m("args_0", "ns", 1.2)]},
+            {"id": "mem.latency", "metrics": [m("dram", "ns", 100.0)]},
+            {"id": "mem.pagefault", "metrics": [m("major_fault", "ns", 50_000.0)]}
+        ]));
+        let f = compute(&r);
+        let text: Vec<&str> = f.iter().map(|f| f.text.as_str()).collect();
+        assert_eq!(text.len(), 2, "{text:?}");
+        assert!(text[0].contains("procedure call") && !text[0].contains("price"));
+        assert!(text[1].contains("500 loads of mem.latency's base-page chase"));
+        assert!(!text[1].contains("DRAM"), "{text:?}");
     }
 
     #[test]

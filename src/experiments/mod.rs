@@ -504,6 +504,11 @@ mod tests {
         );
         let over = explained("Entries", 300.0, 200.0);
         assert!(!over.contains('%') && over.contains("1.50x"), "{over}");
+        // An over-prediction names no cause: a part not paid in full and an input
+        // measured high are both possible.
+        assert!(over.contains("over-predicts"), "{over}");
+        assert!(!over.contains("so the model"), "{over}");
+        assert!(over.contains("not paid in full") && over.contains("measured high"));
         assert!(explained("Entries", f64::NAN, 1.0).is_empty());
     }
 

@@ -8,7 +8,8 @@ use crate::results::{Check, Finding, Metric, Series, Status};
 use crate::stats::Summary;
 
 /// How much of a measured cost a model of parts measured elsewhere accounts for: never a
-/// share above 100%, and what the parts leave over unexplained, never given a cause.
+/// share above 100%, what the parts leave over unexplained, and an over-prediction never
+/// given a cause (a part not paid in full and an input measured high look the same).
 pub(crate) fn explained(parts: &str, model_ns: f64, measured_ns: f64) -> String {
     use crate::units::fmt_ns;
     if !(model_ns.is_finite() && measured_ns.is_finite() && model_ns > 0.0 && measured_ns > 0.0) {
@@ -23,7 +24,7 @@ pub(crate) fn explained(parts: &str, model_ns: f64, measured_ns: f64) -> String 
         )
     } else {
         format!(
-            " {parts} add up to {}, {:.2}x the measured cost: they are not all paid in full here, so the model does not account for the cost.",
+            " {parts} add up to {}, {:.2}x the measured cost: the model over-predicts, and this run does not show whether a part is not paid in full here or an input was measured high.",
             fmt_ns(model_ns),
             model_ns / measured_ns
         )
