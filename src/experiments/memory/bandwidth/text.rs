@@ -197,4 +197,32 @@ mod tests {
             "{t}"
         );
     }
+
+    /// The page size is named as the cause only when every stream is faster on huge pages
+    /// beyond the intervals; one stream within noise closes the gate.
+    #[test]
+    fn the_page_size_is_named_only_when_every_stream_gains() {
+        let with = |write_thp: f64| {
+            let mut o = Outcome::default();
+            for (name, v) in [
+                ("read_1t", 10.0),
+                ("write_1t", 8.0),
+                ("copy_1t", 6.0),
+                ("read_thp_1t", 12.0),
+                ("write_thp_1t", write_thp),
+                ("copy_thp_1t", 7.0),
+            ] {
+                let spread: Vec<f64> = (0..9).map(|i| v * (1.0 + 0.001 * i as f64)).collect();
+                o.metric(name, "bytes/s", "", spread);
+            }
+            huge_vs_base(&o).unwrap_or_default()
+        };
+        let all = with(9.6);
+        assert!(all.contains("what the page size changes"), "{all}");
+        let one_flat = with(8.0);
+        assert!(
+            !one_flat.contains("page size changes") && one_flat.contains("no cost"),
+            "{one_flat}"
+        );
+    }
 }
