@@ -1,6 +1,6 @@
 //! cpu.call: procedure call cost for 0..7 integer arguments.
 
-use crate::experiments::predict::{Input, Predictions};
+use crate::experiments::predict::Predictions;
 use crate::experiments::{spec::ms, PerProfile, Spec};
 use crate::experiments::{Context, Experiment, Outcome};
 use crate::opaque::{hide, repeat};
@@ -69,30 +69,19 @@ impl Experiment for Call {
         &SPEC
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        // A call and its return are two taken branches, cpu.loop's one per iteration; the
-        // argument moves have no cost of their own to count.
         let mut p = Predictions::new(ctx);
-        let iter = p.earlier("cpu.loop", &["iteration"]).positive();
-        let branches = Input::method(
-            "taken_branches",
-            2.0,
-            "branches",
-            "method: the call and its return",
+        let args: Vec<String> = (0..8).map(|k| format!("args_{k}")).collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        p.withhold(
+            &args,
+            "no figure measured before it prices a call and its return: cpu.loop's iteration is \
+             bound by its one-cycle dependent decrement, not by how fast the core takes branches, \
+             and the parts table names no call or return cost for any part",
         );
-        for k in 0..8 {
-            p.state(&format!("args_{k}"), &[&iter, &branches], |v| {
-                Prediction::new(
-                    v[1] * v[0],
-                    "2 taken branches (call, return) x cpu.loop's iteration, which takes one; \
-                     the return-address prediction and the stack's load and store are not in \
-                     the model, nor any argument",
-                )
-            });
-        }
         p.withhold(
             &["per_argument"],
-            "the model counts no cost per argument (a register move executes alongside the \
-             call or is eliminated at rename), and a ratio to zero means nothing",
+            "no model in the run prices an argument (a register move can execute alongside the \
+             call or be eliminated at rename), and a ratio to zero means nothing",
         );
         p.done()
     }

@@ -55,21 +55,20 @@ impl Experiment for CoreToCore {
         &SPEC
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, crate::results::Prediction)> {
+        // Every class metric the run will name, as `report` names them from the same plan.
+        let plan = plan(&ctx.machine.topology, &allowed(ctx), ctx.profile);
+        let names = metric_names(&plan.pairs.iter().map(|x| x.2).collect::<Vec<_>>());
+        let names: Vec<&str> = names.iter().map(|(_, n)| n.as_str()).collect();
         let mut p = Predictions::new(ctx);
         p.withhold(
-            &["one_way"],
+            &names,
             "no experiment before it moves a cache line between cores, and the parts table \
              names no published core-to-core latency for any part",
         );
         p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        let allowed = if ctx.machine.cpu.allowed_cpus.is_empty() {
-            crate::platform::allowed_cpus()
-        } else {
-            ctx.machine.cpu.allowed_cpus.clone()
-        };
-        let plan = plan(&ctx.machine.topology, &allowed, ctx.profile);
+        let plan = plan(&ctx.machine.topology, &allowed(ctx), ctx.profile);
         if plan.pairs.is_empty() {
             return Ok(Outcome::skipped(
                 "only one CPU is allowed: there is no pair to bounce a line between (allow at least 2 CPUs)",
@@ -85,6 +84,14 @@ impl Experiment for CoreToCore {
         }
         report(ctx, &plan, &results, &mut out);
         Ok(out)
+    }
+}
+
+/// The CPUs this process may use, from the machine description or else the system.
+fn allowed(ctx: &Context) -> Vec<usize> {
+    match &ctx.machine.cpu.allowed_cpus {
+        a if a.is_empty() => crate::platform::allowed_cpus(),
+        a => a.clone(),
     }
 }
 
@@ -355,15 +362,24 @@ fn findings(by_class: &[(Option<PartnerClass>, f64, String)], out: &mut Outcome)
         );
         return out.finding(text, &[near.2.as_str()]);
     }
+    // "x times" only when the two classes' intervals are apart.
+    let (n, f) = (near.2.as_str(), far.2.as_str());
+    let apart = out.separation(f, n) == crate::analysis::Separation::Above;
     let text = format!(
-        "A cache line crosses {} in {} one way and {} in {} ({:.1}x).",
+        "A cache line crosses {} in {} one way and {} in {} ({}).",
         class(near.0, "unclassed pairs"),
         fmt_ns(near.1),
         class(far.0, "unclassed pairs"),
         fmt_ns(far.1),
-        far.1 / near.1
+        match apart {
+            true => format!("{:.1}x, beyond both 95% intervals", far.1 / near.1),
+            false => "within noise of each other: their 95% intervals overlap".into(),
+        }
     );
-    out.finding_salient(text, &[near.2.as_str(), far.2.as_str()], far.1 / near.1);
+    match apart {
+        true => out.finding_salient(text, &[n, f], far.1 / near.1),
+        false => out.finding(text, &[n, f]),
+    }
 }
 
 #[cfg(test)]
@@ -507,6 +523,65 @@ mod tests {
             ]
         );
         assert_eq!(s.total, 160 * 159 / 2);
+    }
+
+    /// Issue 34: every class metric the run will name (suffixed too) has a specific reason.
+    #[test]
+    fn every_class_metric_has_a_reason() {
+        let clock = crate::clock::MockClock::new(1);
+        let mut w = crate::experiments::testing::World::live(&clock);
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/machines/amd-two-ccx");
+        w.machine = Machine::gather_from(&FactRoot::recorded(dir));
+        w.machine.cpu.allowed_cpus = w.machine.topology.allowed.clone();
+        let got = w.with_ctx(|ctx| CoreToCore.predict(ctx));
+        let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["one_way_smt_sibling", "one_way", "one_way_other_llc"]
+        );
+        for (n, p) in &got {
+            let why = p.withheld.as_deref().unwrap_or("");
+            assert!(why.contains("core-to-core latency"), "{n}: {why}");
+        }
+    }
+
+    /// Issue 34: the farthest class against the nearest as "Nx" only beyond both
+    /// intervals; within noise it says so and is not ranked by the ratio.
+    #[test]
+    fn the_class_ratio_needs_separate_intervals() {
+        let run = |far: Vec<f64>| {
+            let mut o = Outcome::default();
+            let near: Vec<f64> = (0..20).map(|i| 40.0 + i as f64).collect();
+            o.metric("one_way", "ns", "", near);
+            o.metric("one_way_other_llc", "ns", "", far);
+            let by_class = vec![
+                (
+                    Some(PartnerClass::SameLlc),
+                    o.median("one_way"),
+                    "one_way".to_string(),
+                ),
+                (
+                    Some(PartnerClass::OtherLlc),
+                    o.median("one_way_other_llc"),
+                    "one_way_other_llc".to_string(),
+                ),
+            ];
+            findings(&by_class, &mut o);
+            o.findings.pop().unwrap()
+        };
+        let apart = run(vec![120.0; 20]);
+        assert!(
+            apart.text.contains("x, beyond both 95% intervals"),
+            "{}",
+            apart.text
+        );
+        let noisy = run((0..20).map(|i| 42.0 + i as f64).collect());
+        assert!(
+            noisy.text.contains("within noise") && !noisy.text.contains("x,"),
+            "{}",
+            noisy.text
+        );
+        assert!(noisy.salience.is_none(), "{:?}", noisy.salience);
     }
 
     #[test]

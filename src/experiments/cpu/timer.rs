@@ -17,7 +17,8 @@ const METHOD: &str = crate::method!("cpu.timer", 3);
 #[cfg(target_arch = "x86_64")]
 const EXPENSIVE: &str = "the serialising instructions are expensive here";
 #[cfg(target_arch = "aarch64")]
-const EXPENSIVE: &str = "the ISB barriers around each counter read drain the pipeline";
+const EXPENSIVE: &str =
+    "the barriers (ISB) and counter reads of a pair cost far more than the region between them";
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const EXPENSIVE: &str = "the clock reads cost more than the interval they bracket";
 

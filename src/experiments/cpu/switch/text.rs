@@ -21,7 +21,7 @@ pub(super) fn cross_finding(name: &str, class: &str, out: &mut Outcome) {
         }
     };
     let text = format!(
-        "With the partner on another CPU ({class}) a round trip takes {} ({:.2}x the same-CPU {}): no switch is needed, each hop wakes a task on the other CPU, {clause}.",
+        "With the partner on another CPU ({class}) a round trip takes {} ({:.2}x the same-CPU {}): the two tasks do not share a CPU, and each hop wakes a task on the other CPU, which switches to it (from idle, when nothing else runs there); {clause}.",
         fmt_ns(cm),
         cm / sm,
         fmt_ns(sm),
