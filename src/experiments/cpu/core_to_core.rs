@@ -149,20 +149,14 @@ pub(crate) fn metric_names(
         .chain(PartnerClass::ALL.iter().map(|&c| Some(c)))
         .filter(|k| classes.contains(k))
         .collect();
-    let named = present
-        .iter()
-        .position(|k| k.is_some_and(|k| k != PartnerClass::SmtSibling))
-        .unwrap_or(0);
-    let name = |i: usize, k: Option<PartnerClass>| match k {
-        _ if i == named => "one_way".to_string(),
-        Some(c) => format!("one_way_{}", c.name()),
-        None => "one_way_unclassed".to_string(),
-    };
-    present
-        .iter()
-        .enumerate()
-        .map(|(i, &k)| (k, name(i, k)))
-        .collect()
+    let other_core = |k: &Option<PartnerClass>| k.is_some_and(|k| k != PartnerClass::SmtSibling);
+    let named = present.iter().position(other_core).unwrap_or(0);
+    let name = |k: Option<PartnerClass>| k.map_or("unclassed", |c| c.name());
+    let names = present.iter().enumerate().map(|(i, &k)| match i == named {
+        true => (k, "one_way".to_string()),
+        false => (k, format!("one_way_{}", name(k))),
+    });
+    names.collect()
 }
 
 /// What one pair gave: one-way ns per trial, where each side was seen, or why it could
@@ -300,13 +294,12 @@ fn report(ctx: &Context, plan: &PairPlan, results: &[PairResult], out: &mut Outc
         out.plot(&format!("one_way_from_cpu{a}"), "cpu", "ns", points);
     }
     let classes = class_metrics(&ok, out);
+    let (n, total) = (ok.len(), plan.total);
     out.notes.push(match plan.per_class {
         Some(k) => format!(
-            "{} of {} pairs measured: up to {k} per topology class, spread over the class",
-            ok.len(),
-            plan.total
+            "{n} of {total} pairs measured: up to {k} per topology class, spread over the class"
         ),
-        None => format!("all {} pairs measured", ok.len()),
+        None => format!("all {n} pairs measured"),
     });
     // The findings quote the pooled runs' figures, as the table shows them.
     out.pool(ctx);
@@ -324,22 +317,19 @@ fn class_metrics(ok: &[&PairResult], out: &mut Outcome) -> Vec<(Option<PartnerCl
     for (class, name) in &names {
         let members: Vec<_> = ok.iter().filter(|r| r.2 == *class).collect();
         let trials = members.iter().flat_map(|r| r.3.trials.iter().copied());
-        let pair_list: Vec<String> = members
-            .iter()
-            .take(6)
-            .map(|r| format!("{}-{}", r.0, r.1))
-            .collect();
+        let mut pairs: Vec<String> = members.iter().map(|r| format!("{}-{}", r.0, r.1)).collect();
+        if pairs.len() > 6 {
+            pairs.truncate(6);
+            pairs.push("...".into());
+        }
         let medians = members.iter().map(|r| r.3.one_way());
-        let lo = medians.clone().fold(f64::INFINITY, f64::min);
-        let hi = medians.fold(f64::NEG_INFINITY, f64::max);
+        let lo = fmt_ns(medians.clone().fold(f64::INFINITY, f64::min));
+        let hi = fmt_ns(medians.fold(f64::NEG_INFINITY, f64::max));
         let description = format!(
-            "one-way cache-line latency, {} ({} pair(s): {}{}; pair medians {} to {}), trials pooled",
+            "one-way cache-line latency, {} ({} pair(s): {}; pair medians {lo} to {hi}), trials pooled",
             class.map_or("unclassed (topology unknown)", |c| c.name()),
             members.len(),
-            pair_list.join(", "),
-            if members.len() > 6 { ", ..." } else { "" },
-            fmt_ns(lo),
-            fmt_ns(hi)
+            pairs.join(", "),
         );
         out.metric(name, "ns", &description, trials.collect());
     }

@@ -69,16 +69,21 @@ pub fn clock_gettime(n: u64) {
     })
 }
 
+/// Mitigations (sysfs name, what its state says) that add work to every kernel entry.
+const ENTRY_WORK: [(&str, &str); 5] = [
+    ("meltdown", "PTI"),
+    ("mds", "Clear CPU buffers"),
+    ("retbleed", "IBPB"),
+    ("retbleed", "untrained return"),
+    ("spec_rstack_overflow", "Safe RET"),
+];
+
 /// A mitigation from the machine description that adds work to every kernel entry.
 fn entry_mitigation(m: &std::collections::BTreeMap<String, String>) -> Option<String> {
+    let adds =
+        |(n, v): &(&String, &String)| ENTRY_WORK.iter().any(|(k, s)| n == k && v.contains(s));
     m.iter()
-        .find(|(name, v)| {
-            (name.as_str() == "meltdown" && v.contains("PTI"))
-                || (name.as_str() == "mds" && v.contains("Clear CPU buffers"))
-                || (name.as_str() == "retbleed"
-                    && (v.contains("IBPB") || v.contains("untrained return")))
-                || (name.as_str() == "spec_rstack_overflow" && v.contains("Safe RET"))
-        })
+        .find(adds)
         .map(|(name, v)| format!("{name}: {}", v.trim()))
 }
 

@@ -142,6 +142,12 @@ impl SwitchFigure {
         median: f64::NAN,
         interval: [f64::NAN; 2],
     };
+
+    /// "1.50 us (95% interval 1.40 us to 1.60 us)".
+    fn text(&self) -> String {
+        let [m, lo, hi] = [self.median, self.interval[0], self.interval[1]].map(fmt_ns);
+        format!("{m} (95% interval {lo} to {hi})")
+    }
 }
 
 /// The same-CPU round trip and the pipe cost.
