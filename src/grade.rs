@@ -29,8 +29,9 @@ const NO_FIGURE_BENT: [&str; 2] = [ICMP_CHECK, CAP_CHECK];
 const PREEMPTED_INCLUDED: &str = "(the fastest) are included, so the figure may be inflated";
 
 /// Core cycles per iteration of the one-uop loop (`opaque::repeat`, the sentinel's issue
-/// kernel and cpu.loop) from which the issue rate counts as reduced: every current core
-/// runs it at one (a dependent decrement and a taken branch); a shared core at about two.
+/// kernel and cpu.loop) from which the issue rate counts as reduced: one is assumed (its
+/// dependent decrement), uncited for every core; a core shared with a busy SMT sibling
+/// reads about two.
 pub(crate) const ISSUE_SLOW_CYCLES: f64 = 1.5;
 /// A sentinel reading whose dependent chain moved more than this from the run's start
 /// is not an issue-rate reading (the whole CPU was slowed: preemption, steal, a clock change).
@@ -143,7 +144,7 @@ impl RunState<'_> {
             },
             format!(
                 "the loop overhead subtracted from per-operation figures was measured at {c:.1} core \
-                 cycles per iteration at the start of the run (1 on every current core; three tries): \
+                 cycles per iteration at the start of the run (1 assumed; three tries): \
                  its figures read up to {err:.2} ns per operation low{}",
                 if least.is_finite() {
                     format!(", {:.1}% of the smallest ({})", share * 100.0, crate::units::fmt_value(least, "ns"))
@@ -300,7 +301,10 @@ impl RunState<'_> {
             (Some(a), Some(b)) => Some(b.saturating_sub(a)),
             _ => None,
         };
-        if let Some(text) = self.issue_rate(sentinel) {
+        let sibling_share = delta(|s| s.sibling_busy_ticks)
+            .filter(|_| secs > 0.0)
+            .map(|t| t as f64 / self.user_hz / secs);
+        if let Some(text) = self.issue_rate(sentinel, sibling_share) {
             v.push(reason(
                 "issue_rate",
                 GradeLevel::C,
@@ -346,8 +350,7 @@ impl RunState<'_> {
                 ));
             }
         }
-        if let Some(t) = delta(|s| s.sibling_busy_ticks).filter(|_| secs > 0.0) {
-            let share = t as f64 / self.user_hz / secs;
+        if let Some(share) = sibling_share {
             if share > SIBLING_SHARE {
                 v.push(reason(
                     "smt_sibling_busy",
@@ -456,9 +459,11 @@ impl RunState<'_> {
         Some(longest)
     }
 
-    /// The sentinel's one-uop loop slower than the core issues it, while its dependent
-    /// chain held (a whole-CPU slowdown is preemption or a clock change, not this).
-    fn issue_rate(&self, s: &BeforeAfter) -> Option<String> {
+    /// The sentinel's one-uop loop slower than the 1 cycle assumed, while its dependent
+    /// chain held (a whole-CPU slowdown is preemption or a clock change, not this). An SMT
+    /// sibling is named only where the topology shows one, and not where its busy share
+    /// (`sibling_share`, where counted) was below `SIBLING_SHARE`.
+    fn issue_rate(&self, s: &BeforeAfter, sibling_share: Option<f64>) -> Option<String> {
         let slow: Vec<(&str, f64, f64)> = [("before", &s.before), ("after", &s.after)]
             .into_iter()
             .filter_map(|(when, r)| {
@@ -498,10 +503,31 @@ impl RunState<'_> {
             })
             .collect();
         let worst = slow.iter().map(|s| s.1).fold(0.0, f64::max);
+        let siblings = self.siblings();
+        let list = || {
+            let v: Vec<String> = siblings.iter().map(usize::to_string).collect();
+            v.join(", ")
+        };
+        let smt = match sibling_share {
+            _ if siblings.is_empty() => String::new(),
+            Some(share) if share > SIBLING_SHARE => format!(
+                ", and CPU {}'s SMT sibling (CPU {}), which shares its issue slots, was busy {:.0}% of the time",
+                self.cpu,
+                list(),
+                (share * 100.0).min(100.0)
+            ),
+            Some(_) => String::new(),
+            None => format!(
+                " (CPU {} shares its core with CPU {} (SMT), whose work would take its issue slots; \
+                 how busy it was is not counted here)",
+                self.cpu,
+                list()
+            ),
+        };
         Some(format!(
-            "the core's issue rate was reduced: the sentinel's one-uop loop took {} where every current \
-             core takes one, while its dependent chain held, as when another hardware thread shares \
-             the core; throughput-bound figures (loops, calls, system calls) read up to {worst:.1}x slow",
+            "a slower issue rate than the 1 cycle assumed: the sentinel's one-uop loop took {} while its \
+             dependent chain held{smt}; throughput-bound figures (loops, calls, system calls) read up to \
+             {worst:.1}x slow",
             what.join(" and ")
         ))
     }
@@ -733,6 +759,53 @@ mod tests {
             v[0].text
         );
         assert_eq!(v[0].level, GradeLevel::C);
+    }
+
+    /// Issue 34: the slow issue rate names an SMT sibling only where the topology shows
+    /// one for the measured CPU, and not when its counted busy share was small.
+    #[test]
+    fn a_slow_issue_rate_names_smt_only_with_a_sibling() {
+        let slow = BeforeAfter {
+            before: reading(4.0 / 3.24, 2.1 / 3.24),
+            after: reading(4.0 / 3.24, 2.1 / 3.24),
+        };
+        let (a, b) = quiet_pair();
+        let text = |m: &Machine, a: &HostSample, b: &HostSample| {
+            let v = state(m).observe(a, b, &slow, &cpu_exp(&[]));
+            let r = v
+                .iter()
+                .find(|r| r.code == "issue_rate")
+                .expect("issue_rate");
+            r.text.clone()
+        };
+        let alone = machine();
+        let t = text(&alone, &a, &b);
+        assert!(
+            t.contains("slower issue rate than the 1 cycle assumed"),
+            "{t}"
+        );
+        assert!(!t.contains("SMT") && !t.contains("hardware thread"), "{t}");
+        let mut smt = machine();
+        smt.topology.cpus = vec![crate::machine::topology::CpuPlace {
+            cpu: 1,
+            siblings: vec![3],
+            ..Default::default()
+        }];
+        let t = text(&smt, &a, &b);
+        assert!(t.contains("CPU 1 shares its core with CPU 3 (SMT)"), "{t}");
+        // The sibling counted 50% busy is named with its share; 1% is not blamed.
+        let t0 = Instant::now();
+        let at = |ticks, s| HostSample {
+            sibling_busy_ticks: Some(ticks),
+            ..sample(t0 + Duration::from_secs(s), 0, 0)
+        };
+        let t = text(&smt, &at(1000, 0), &at(1050, 1));
+        assert!(
+            t.contains("SMT sibling (CPU 3)") && t.contains("busy 50%"),
+            "{t}"
+        );
+        let t = text(&smt, &at(1000, 0), &at(1001, 1));
+        assert!(!t.contains("SMT"), "{t}");
     }
 
     /// A sentinel preempted mid-way (chain and loop 3x slow alike) is not a shared core,

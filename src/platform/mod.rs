@@ -86,6 +86,26 @@ thread_local! {
     pub(crate) static HINT_PINNING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// What answers clock_gettime without entering the kernel here, for text: the vDSO that
+/// Linux maps into every process, or the commpage macOS's libSystem reads the clock from.
+pub(crate) fn user_clock() -> &'static str {
+    #[cfg(test)]
+    if AS_MACOS.with(|m| m.get()) {
+        return "the commpage";
+    }
+    if cfg!(target_os = "macos") {
+        "the commpage"
+    } else {
+        "the vDSO"
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test seam: on this thread the system answers `user_clock` as macOS does.
+    pub(crate) static AS_MACOS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Why this process must not measure, when it runs translated (Rosetta 2 runs an x86_64
 /// build on Apple silicon: the core-clock chains and every cycle figure would time
 /// translated code). None where it runs natively.

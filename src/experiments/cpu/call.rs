@@ -1,6 +1,6 @@
 //! cpu.call: procedure call cost for 0..7 integer arguments.
 
-use crate::experiments::predict::{Input, Predictions};
+use crate::experiments::predict::Predictions;
 use crate::experiments::{spec::ms, PerProfile, Spec};
 use crate::experiments::{Context, Experiment, Outcome};
 use crate::opaque::{hide, repeat};
@@ -69,30 +69,18 @@ impl Experiment for Call {
         &SPEC
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        // A call and its return are two taken branches, cpu.loop's one per iteration; the
-        // argument moves have no cost of their own to count.
         let mut p = Predictions::new(ctx);
-        let iter = p.earlier("cpu.loop", &["iteration"]).positive();
-        let branches = Input::method(
-            "taken_branches",
-            2.0,
-            "branches",
-            "method: the call and its return",
+        let args = (0..8).map(|k| format!("args_{k}")).collect::<Vec<_>>();
+        p.withhold(
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+            "no figure measured before it prices a call and its return: cpu.loop's iteration is \
+             bound by its one-cycle dependent decrement, not by how fast the core takes branches, \
+             and the parts table names no call or return cost for any part",
         );
-        for k in 0..8 {
-            p.state(&format!("args_{k}"), &[&iter, &branches], |v| {
-                Prediction::new(
-                    v[1] * v[0],
-                    "2 taken branches (call, return) x cpu.loop's iteration, which takes one; \
-                     the return-address prediction and the stack's load and store are not in \
-                     the model, nor any argument",
-                )
-            });
-        }
         p.withhold(
             &["per_argument"],
-            "the model counts no cost per argument (a register move executes alongside the \
-             call or is eliminated at rename), and a ratio to zero means nothing",
+            "no model in the run prices an argument (a register move can execute alongside the \
+             call or be eliminated at rename), and a ratio to zero means nothing",
         );
         p.done()
     }
@@ -101,23 +89,19 @@ impl Experiment for Call {
         let h = ctx.cpu_harness(8);
         for k in 0..8 {
             (ctx.progress)(&format!("{k} arguments"));
-            let m = h.measure(1.0, |n| calls(k, n));
+            let what = format!("call and return with {k} integer arguments");
             out.measured(
                 &format!("args_{k}"),
-                &format!("call and return with {k} integer arguments"),
-                &m,
+                &what,
+                &h.measure(1.0, |n| calls(k, n)),
             );
         }
         // Per-argument increment: the slope of trial i over every arity, per trial.
         let n_trials = out.metrics.iter().map(|m| m.raw.len()).min().unwrap_or(0);
         let slopes: Vec<f64> = (0..n_trials)
             .filter_map(|i| {
-                let pts: Vec<(f64, f64)> = out
-                    .metrics
-                    .iter()
-                    .enumerate()
-                    .map(|(k, m)| (k as f64, m.raw[i]))
-                    .collect();
+                let arity = out.metrics.iter().enumerate();
+                let pts: Vec<(f64, f64)> = arity.map(|(k, m)| (k as f64, m.raw[i])).collect();
                 crate::stats::linear_fit(&pts).map(|(_, b)| b)
             })
             .collect();
@@ -129,20 +113,15 @@ impl Experiment for Call {
         );
         out.pool(ctx);
         // Pooled medians (the table's), for the series, the check and the finding.
-        let medians: Vec<(f64, f64)> = (0..8)
-            .map(|k| (k as f64, out.median(&format!("args_{k}"))))
+        let points: Vec<[f64; 2]> = (0..8)
+            .map(|k| [k as f64, out.median(&format!("args_{k}"))])
             .collect();
-        let points = medians.iter().map(|&(k, v)| [k, v]).collect();
+        let (slope, c0, c7) = (out.median("per_argument"), points[0][1], points[7][1]);
         out.plot("call cost vs arguments", "arguments", "ns", points);
-        let slope = out.median("per_argument");
-        let c0 = medians[0].1;
         out.check(Check::sanity(
             "cost grows with arguments within noise",
-            medians[7].1 >= c0 * 0.9 && slope > -0.05 * c0,
-            format!(
-                "0 args {c0:.3} ns, 7 args {:.3} ns, slope {slope:.3} ns/arg",
-                medians[7].1
-            ),
+            c7 >= c0 * 0.9 && slope > -0.05 * c0,
+            format!("0 args {c0:.3} ns, 7 args {c7:.3} ns, slope {slope:.3} ns/arg"),
         ));
         // Arguments are said to cost more only when 7 are dearer than 0 beyond noise.
         let tail = match out.separation("args_7", "args_0") {
@@ -157,12 +136,11 @@ impl Experiment for Call {
                 "; the 7-argument call is the cheaper one here, beyond both 95% intervals".into()
             }
         };
+        let (ns0, ns7) = (crate::units::fmt_ns(c0), crate::units::fmt_ns(c7));
         out.finding(
             format!(
-                "A call costs {} with no arguments and {} with 7 ({:.2}x){tail}.",
-                crate::units::fmt_ns(c0),
-                crate::units::fmt_ns(medians[7].1),
-                medians[7].1 / c0
+                "A call costs {ns0} with no arguments and {ns7} with 7 ({:.2}x){tail}.",
+                c7 / c0
             ),
             &["args_0", "args_7", "per_argument"],
         );

@@ -55,21 +55,20 @@ impl Experiment for CoreToCore {
         &SPEC
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, crate::results::Prediction)> {
+        // Every class metric the run will name, as `report` names them from the same plan.
+        let plan = plan(&ctx.machine.topology, &allowed(ctx), ctx.profile);
+        let names = metric_names(&plan.pairs.iter().map(|x| x.2).collect::<Vec<_>>());
+        let names: Vec<&str> = names.iter().map(|(_, n)| n.as_str()).collect();
         let mut p = Predictions::new(ctx);
         p.withhold(
-            &["one_way"],
+            &names,
             "no experiment before it moves a cache line between cores, and the parts table \
              names no published core-to-core latency for any part",
         );
         p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        let allowed = if ctx.machine.cpu.allowed_cpus.is_empty() {
-            crate::platform::allowed_cpus()
-        } else {
-            ctx.machine.cpu.allowed_cpus.clone()
-        };
-        let plan = plan(&ctx.machine.topology, &allowed, ctx.profile);
+        let plan = plan(&ctx.machine.topology, &allowed(ctx), ctx.profile);
         if plan.pairs.is_empty() {
             return Ok(Outcome::skipped(
                 "only one CPU is allowed: there is no pair to bounce a line between (allow at least 2 CPUs)",
@@ -85,6 +84,14 @@ impl Experiment for CoreToCore {
         }
         report(ctx, &plan, &results, &mut out);
         Ok(out)
+    }
+}
+
+/// The CPUs this process may use, from the machine description or else the system.
+fn allowed(ctx: &Context) -> Vec<usize> {
+    match &ctx.machine.cpu.allowed_cpus {
+        a if a.is_empty() => crate::platform::allowed_cpus(),
+        a => a.clone(),
     }
 }
 
@@ -142,20 +149,14 @@ pub(crate) fn metric_names(
         .chain(PartnerClass::ALL.iter().map(|&c| Some(c)))
         .filter(|k| classes.contains(k))
         .collect();
-    let named = present
-        .iter()
-        .position(|k| k.is_some_and(|k| k != PartnerClass::SmtSibling))
-        .unwrap_or(0);
-    let name = |i: usize, k: Option<PartnerClass>| match k {
-        _ if i == named => "one_way".to_string(),
-        Some(c) => format!("one_way_{}", c.name()),
-        None => "one_way_unclassed".to_string(),
-    };
-    present
-        .iter()
-        .enumerate()
-        .map(|(i, &k)| (k, name(i, k)))
-        .collect()
+    let other_core = |k: &Option<PartnerClass>| k.is_some_and(|k| k != PartnerClass::SmtSibling);
+    let named = present.iter().position(other_core).unwrap_or(0);
+    let name = |k: Option<PartnerClass>| k.map_or("unclassed", |c| c.name());
+    let names = present.iter().enumerate().map(|(i, &k)| match i == named {
+        true => (k, "one_way".to_string()),
+        false => (k, format!("one_way_{}", name(k))),
+    });
+    names.collect()
 }
 
 /// What one pair gave: one-way ns per trial, where each side was seen, or why it could
@@ -293,13 +294,12 @@ fn report(ctx: &Context, plan: &PairPlan, results: &[PairResult], out: &mut Outc
         out.plot(&format!("one_way_from_cpu{a}"), "cpu", "ns", points);
     }
     let classes = class_metrics(&ok, out);
+    let (n, total) = (ok.len(), plan.total);
     out.notes.push(match plan.per_class {
         Some(k) => format!(
-            "{} of {} pairs measured: up to {k} per topology class, spread over the class",
-            ok.len(),
-            plan.total
+            "{n} of {total} pairs measured: up to {k} per topology class, spread over the class"
         ),
-        None => format!("all {} pairs measured", ok.len()),
+        None => format!("all {n} pairs measured"),
     });
     // The findings quote the pooled runs' figures, as the table shows them.
     out.pool(ctx);
@@ -317,22 +317,19 @@ fn class_metrics(ok: &[&PairResult], out: &mut Outcome) -> Vec<(Option<PartnerCl
     for (class, name) in &names {
         let members: Vec<_> = ok.iter().filter(|r| r.2 == *class).collect();
         let trials = members.iter().flat_map(|r| r.3.trials.iter().copied());
-        let pair_list: Vec<String> = members
-            .iter()
-            .take(6)
-            .map(|r| format!("{}-{}", r.0, r.1))
-            .collect();
+        let mut pairs: Vec<String> = members.iter().map(|r| format!("{}-{}", r.0, r.1)).collect();
+        if pairs.len() > 6 {
+            pairs.truncate(6);
+            pairs.push("...".into());
+        }
         let medians = members.iter().map(|r| r.3.one_way());
-        let lo = medians.clone().fold(f64::INFINITY, f64::min);
-        let hi = medians.fold(f64::NEG_INFINITY, f64::max);
+        let lo = fmt_ns(medians.clone().fold(f64::INFINITY, f64::min));
+        let hi = fmt_ns(medians.fold(f64::NEG_INFINITY, f64::max));
         let description = format!(
-            "one-way cache-line latency, {} ({} pair(s): {}{}; pair medians {} to {}), trials pooled",
+            "one-way cache-line latency, {} ({} pair(s): {}; pair medians {lo} to {hi}), trials pooled",
             class.map_or("unclassed (topology unknown)", |c| c.name()),
             members.len(),
-            pair_list.join(", "),
-            if members.len() > 6 { ", ..." } else { "" },
-            fmt_ns(lo),
-            fmt_ns(hi)
+            pairs.join(", "),
         );
         out.metric(name, "ns", &description, trials.collect());
     }
@@ -355,15 +352,24 @@ fn findings(by_class: &[(Option<PartnerClass>, f64, String)], out: &mut Outcome)
         );
         return out.finding(text, &[near.2.as_str()]);
     }
+    // "x times" only when the two classes' intervals are apart.
+    let (n, f) = (near.2.as_str(), far.2.as_str());
+    let apart = out.separation(f, n) == crate::analysis::Separation::Above;
     let text = format!(
-        "A cache line crosses {} in {} one way and {} in {} ({:.1}x).",
+        "A cache line crosses {} in {} one way and {} in {} ({}).",
         class(near.0, "unclassed pairs"),
         fmt_ns(near.1),
         class(far.0, "unclassed pairs"),
         fmt_ns(far.1),
-        far.1 / near.1
+        match apart {
+            true => format!("{:.1}x, beyond both 95% intervals", far.1 / near.1),
+            false => "within noise of each other: their 95% intervals overlap".into(),
+        }
     );
-    out.finding_salient(text, &[near.2.as_str(), far.2.as_str()], far.1 / near.1);
+    match apart {
+        true => out.finding_salient(text, &[n, f], far.1 / near.1),
+        false => out.finding(text, &[n, f]),
+    }
 }
 
 #[cfg(test)]
@@ -507,6 +513,65 @@ mod tests {
             ]
         );
         assert_eq!(s.total, 160 * 159 / 2);
+    }
+
+    /// Issue 34: every class metric the run will name (suffixed too) has a specific reason.
+    #[test]
+    fn every_class_metric_has_a_reason() {
+        let clock = crate::clock::MockClock::new(1);
+        let mut w = crate::experiments::testing::World::live(&clock);
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/machines/amd-two-ccx");
+        w.machine = Machine::gather_from(&FactRoot::recorded(dir));
+        w.machine.cpu.allowed_cpus = w.machine.topology.allowed.clone();
+        let got = w.with_ctx(|ctx| CoreToCore.predict(ctx));
+        let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["one_way_smt_sibling", "one_way", "one_way_other_llc"]
+        );
+        for (n, p) in &got {
+            let why = p.withheld.as_deref().unwrap_or("");
+            assert!(why.contains("core-to-core latency"), "{n}: {why}");
+        }
+    }
+
+    /// Issue 34: the farthest class against the nearest as "Nx" only beyond both
+    /// intervals; within noise it says so and is not ranked by the ratio.
+    #[test]
+    fn the_class_ratio_needs_separate_intervals() {
+        let run = |far: Vec<f64>| {
+            let mut o = Outcome::default();
+            let near: Vec<f64> = (0..20).map(|i| 40.0 + i as f64).collect();
+            o.metric("one_way", "ns", "", near);
+            o.metric("one_way_other_llc", "ns", "", far);
+            let by_class = vec![
+                (
+                    Some(PartnerClass::SameLlc),
+                    o.median("one_way"),
+                    "one_way".to_string(),
+                ),
+                (
+                    Some(PartnerClass::OtherLlc),
+                    o.median("one_way_other_llc"),
+                    "one_way_other_llc".to_string(),
+                ),
+            ];
+            findings(&by_class, &mut o);
+            o.findings.pop().unwrap()
+        };
+        let apart = run(vec![120.0; 20]);
+        assert!(
+            apart.text.contains("x, beyond both 95% intervals"),
+            "{}",
+            apart.text
+        );
+        let noisy = run((0..20).map(|i| 42.0 + i as f64).collect());
+        assert!(
+            noisy.text.contains("within noise") && !noisy.text.contains("x,"),
+            "{}",
+            noisy.text
+        );
+        assert!(noisy.salience.is_none(), "{:?}", noisy.salience);
     }
 
     #[test]

@@ -53,7 +53,10 @@ pub(crate) fn long_trials<'a>(
 }
 
 /// A cost modelled from primitives measured earlier in the run: `syscalls` x getppid +
-/// `switches` x `switch_of`'s (positive) switch, leaving out what `left_out` names.
+/// `switches` x `switch_of`'s (positive) switch, leaving out what `left_out` names. A lower
+/// bound where pinning is hard (each call is at least a minimal kernel entry, the children
+/// inherit the pinning so the switches happen on the measuring CPU, and what is left out
+/// only adds); elsewhere a task may run on another CPU with no switch, so a point.
 pub(crate) struct Counted {
     pub syscalls: f64,
     pub switches: f64,
@@ -89,14 +92,20 @@ impl Counted {
         let mut inputs = vec![&sys, &sw, &calls, &switches];
         inputs.extend(extra);
         let (what, left_out) = (kind.replace('_', " "), self.left_out);
+        let pinned = crate::platform::pinning_premise_failure(&crate::platform::pin_support());
         p.state(metric, &inputs, |v| {
-            Prediction::new(
-                v[2] * v[0] + v[3] * v[1],
-                format!(
-                    "{} system calls x getppid + {} x {what} (counts from the method; {left_out})",
-                    v[2], v[3]
-                ),
-            )
+            let model = format!("{} system calls x getppid + {} x {what}", v[2], v[3]);
+            let p = |text| Prediction::new(v[2] * v[0] + v[3] * v[1], text);
+            match pinned {
+                None => p(format!(
+                    "{model}, a lower bound (counts from the method; {left_out})"
+                ))
+                .lower_bound(),
+                Some(_) => p(format!(
+                    "{model} (counts from the method; {left_out}; not a bound: unpinned, a task \
+                     may run on another CPU without the switch)"
+                )),
+            }
         });
     }
 }

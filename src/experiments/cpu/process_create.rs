@@ -88,15 +88,13 @@ fn region_check(
 /// Memory added to the parent cannot make fork cheaper: a per-MiB figure below zero beyond
 /// its interval means the two forks were not measured alike (invalid).
 fn per_mib_check(v: f64, ci: [f64; 2]) -> Check {
+    let [v, lo, hi] = [v, ci[0], ci[1]].map(fmt_ns);
+    let detail =
+        format!("fork_per_mib = {v} (95% interval {lo} to {hi}, the small fork's included)");
     Check::premise(
         "added memory did not make fork faster",
         ci[1] >= 0.0 || ci[1].is_nan(),
-        format!(
-            "fork_per_mib = {} (95% interval {} to {}, the small fork's included)",
-            fmt_ns(v),
-            fmt_ns(ci[0]),
-            fmt_ns(ci[1])
-        ),
+        detail,
     )
 }
 
@@ -170,20 +168,13 @@ struct Statuses {
 
 impl Statuses {
     fn check(&self, what: &str) -> Check {
-        Check::premise(
-            &format!("every {what} child exited with status 0"),
-            self.bad == 0 && self.ok > 0,
-            if self.bad == 0 {
-                format!("{} children, all exited 0", self.ok)
-            } else {
-                format!(
-                    "{} of {} children did not exit 0 (e.g. wait status {:#x})",
-                    self.bad,
-                    self.ok + self.bad,
-                    self.bad_status
-                )
-            },
-        )
+        let (bad, all, status) = (self.bad, self.ok + self.bad, self.bad_status);
+        let detail = match bad {
+            0 => format!("{all} children, all exited 0"),
+            _ => format!("{bad} of {all} children did not exit 0 (e.g. wait status {status:#x})"),
+        };
+        let name = format!("every {what} child exited with status 0");
+        Check::premise(&name, bad == 0 && self.ok > 0, detail)
     }
 }
 
@@ -321,19 +312,14 @@ fn finding(ctx: &Context, own_anon: Option<u64>, out: &mut Outcome) {
     let mut text = format!("fork + exit + wait costs {}", fmt_ns(fork));
     let mut from = vec!["fork_exit_wait"];
     if let Some(t) = ctx.earlier_median("cpu.thread-create", "create_join") {
-        text += &format!(
-            ", {:.1}x creating and joining a thread ({})",
-            fork / t,
-            fmt_ns(t)
-        );
+        let (k, t) = (fork / t, fmt_ns(t));
+        text += &format!(", {k:.1}x creating and joining a thread ({t})");
         from.push("cpu.thread-create/create_join");
     }
     if let Some(s) = spawn {
-        text += &format!(
-            "; running a program (posix_spawn + exec of true) costs {} ({:.1}x fork)",
-            fmt_ns(s),
-            s / fork
-        );
+        let (k, s) = (s / fork, fmt_ns(s));
+        text +=
+            &format!("; running a program (posix_spawn + exec of true) costs {s} ({k:.1}x fork)");
         from.push("spawn_exec");
     }
     text.push('.');
@@ -344,12 +330,11 @@ fn finding(ctx: &Context, own_anon: Option<u64>, out: &mut Outcome) {
     if let Some((v, ci)) = per_mib {
         out.check(per_mib_check(v, ci));
         if v > 0.0 && ci[0] > 0.0 {
+            let kib = crate::platform::page_size() / 1024;
+            let (add, big) = (fmt_ns(v), fmt_ns(out.median("fork_exit_wait_32mib")));
             text += &format!(
-                " Each MiB of the parent's resident anonymous memory in {} KiB pages adds {} to it \
-                 ({} from a parent with {ADDED_MIB} MiB more).",
-                crate::platform::page_size() / 1024,
-                fmt_ns(v),
-                fmt_ns(out.median("fork_exit_wait_32mib")),
+                " Each MiB of the parent's resident anonymous memory in {kib} KiB pages adds {add} to \
+                 it ({big} from a parent with {ADDED_MIB} MiB more)."
             );
             from.extend(["fork_per_mib", "fork_exit_wait_32mib"]);
             if let (Some(b), Some((model, _))) = (own_anon, &fork_model) {

@@ -243,13 +243,14 @@ impl<'c> Pair<'c> {
 /// signals were handled exactly once.
 fn handled_check(tally: &[[u64; 2]; 3], partner: u64) -> Check {
     let ([cs, ch], [rs, rh]) = (tally[CATCH], tally[ROUND]);
+    let detail = format!(
+        "kill to self: {cs} sent, {ch} handler runs; round trips: {rs} sent, the measuring \
+         process's handler ran {rh} times, the partner's {partner}"
+    );
     Check::premise(
         HANDLED_ONCE,
         cs == ch && rs == rh && rs == partner && cs > 0,
-        format!(
-            "kill to self: {cs} sent, {ch} handler runs; round trips: {rs} sent, the measuring \
-             process's handler ran {rh} times, the partner's {partner}"
-        ),
+        detail,
     )
 }
 
@@ -352,27 +353,19 @@ impl Experiment for Signal {
             format!("kill_caught - kill_null = {}", fmt_ns(catch)),
         ));
         if out.checks.iter().all(|c| c.passed || !c.premise) {
+            let mut from = vec!["kill_caught"];
             let trip = match round.is_finite() {
-                true => format!(
-                    "; a round trip of signals between two processes on one CPU costs {} \
-                     ({:.1}x a caught signal)",
-                    fmt_ns(round),
-                    round / caught
-                ),
+                true => {
+                    from.push("round_trip_same_cpu");
+                    let (r, k) = (fmt_ns(round), round / caught);
+                    format!("; a round trip of signals between two processes on one CPU costs {r} ({k:.1}x a caught signal)")
+                }
                 false => String::new(),
             };
-            let from: &[&str] = match round.is_finite() {
-                true => &["kill_caught", "round_trip_same_cpu"],
-                false => &["kill_caught"],
-            };
+            let (caught, catch) = (fmt_ns(caught), fmt_ns(catch));
             out.finding(
-                format!(
-                    "A signal a process sends itself and catches costs {} ({} beyond the send, \
-                     lat_sig catch's figure){trip}.",
-                    fmt_ns(caught),
-                    fmt_ns(catch),
-                ),
-                from,
+                format!("A signal a process sends itself and catches costs {caught} ({catch} beyond the send, lat_sig catch's figure){trip}."),
+                &from,
             );
         }
         Ok(out)

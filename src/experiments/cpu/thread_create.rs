@@ -137,12 +137,18 @@ impl Experiment for ThreadCreate {
         );
         out.pool(ctx);
         let c = out.median("create_join");
+        let earlier = |e, m| ctx.earlier_median(e, m).filter(|v| *v > 0.0);
         let mut text = format!("Creating, running and joining a thread costs {}", fmt_ns(c));
-        if let Some(sys) = ctx.earlier_median("cpu.syscall", "getppid") {
-            text += &format!(" ({:.0} minimal system calls)", c / sys);
-        }
-        if let Some(sw) = ctx.earlier_median("cpu.thread-switch", "switch") {
-            text += &format!(" or {:.1} thread switches", c / sw);
+        // Only positive figures as units: a switch measured at or below zero is noise.
+        let units: Vec<String> = [
+            earlier("cpu.syscall", "getppid").map(|s| format!("{:.0} minimal system calls", c / s)),
+            earlier("cpu.thread-switch", "switch").map(|w| format!("{:.1} thread switches", c / w)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if !units.is_empty() {
+            text += &format!(" ({})", units.join(" or "));
         }
         text.push('.');
         if let Some(v) = MODEL.value(ctx) {
@@ -158,6 +164,27 @@ impl Experiment for ThreadCreate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 34: a thread switch measured at or below zero gives no count of switches
+    /// (and no model), through the experiment as wired; a positive one does.
+    #[test]
+    fn a_negative_thread_switch_prints_no_switch_count() {
+        use crate::experiments::testing::{recorded, World};
+        let clock = crate::clock::detect(None).0;
+        let text = |switch: f64| {
+            let mut o = crate::experiments::Outcome::default();
+            o.metric("switch", "ns", "", vec![switch; 5]);
+            let mut w = World::live(&clock);
+            w.earlier = vec![recorded("cpu.thread-switch", o)];
+            let r = w.run(&ThreadCreate);
+            assert!(r.status.measured(), "{:?} {:?}", r.status, r.reason);
+            r.findings[0].text.clone()
+        };
+        let t = text(-500.0);
+        assert!(!t.contains("thread switches") && !t.contains("-"), "{t}");
+        let t = text(1000.0);
+        assert!(t.contains(" thread switches)"), "{t}");
+    }
 
     #[test]
     fn ran_check_fails_when_a_thread_did_not_run() {

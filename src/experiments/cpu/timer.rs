@@ -6,28 +6,24 @@ use crate::results::{Check, Prediction};
 
 pub struct Timer;
 
-#[cfg(target_arch = "x86_64")]
-const METHOD: &str = crate::method!("cpu.timer", 1);
-#[cfg(target_arch = "aarch64")]
-const METHOD: &str = crate::method!("cpu.timer", 2);
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-const METHOD: &str = crate::method!("cpu.timer", 3);
+/// The method paragraph of this architecture's counter (x86-64, aarch64, others).
+const METHOD: &str = match (cfg!(target_arch = "x86_64"), cfg!(target_arch = "aarch64")) {
+    (true, _) => crate::method!("cpu.timer", 1),
+    (_, true) => crate::method!("cpu.timer", 2),
+    _ => crate::method!("cpu.timer", 3),
+};
 
-/// Why a pair costs more wall time than lands inside a region, per architecture.
-#[cfg(target_arch = "x86_64")]
-const EXPENSIVE: &str = "the serialising instructions are expensive here";
-#[cfg(target_arch = "aarch64")]
-const EXPENSIVE: &str = "the ISB barriers around each counter read drain the pipeline";
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-const EXPENSIVE: &str = "the clock reads cost more than the interval they bracket";
-
-/// `EXPENSIVE`, with the reason on an x86 virtual machine: the hypervisor intercepts CPUID,
-/// the serialising fence (Intel SDM vol. 3C 26.1.2; AMD APM vol. 2 15.9).
-fn expensive(ctx: &Context) -> String {
-    if cfg!(target_arch = "x86_64") && ctx.machine.virtualization.is_vm {
-        format!("{EXPENSIVE} (a virtual machine: the hypervisor intercepts CPUID)")
-    } else {
-        EXPENSIVE.to_string()
+/// Why a pair costs more wall time than lands inside a region: what is measured, with the
+/// reason on an x86 virtual machine (the hypervisor intercepts CPUID, the serialising
+/// fence: Intel SDM vol. 3C 26.1.2; AMD APM vol. 2 15.9).
+fn expensive(ctx: &Context) -> &'static str {
+    match (cfg!(target_arch = "x86_64"), cfg!(target_arch = "aarch64")) {
+        (true, _) if ctx.machine.virtualization.is_vm => {
+            "the serialising instructions are expensive here (a virtual machine: the hypervisor intercepts CPUID)"
+        }
+        (true, _) => "the serialising instructions are expensive here",
+        (_, true) => "the barriers (ISB) and counter reads of a pair cost far more than the region between them",
+        _ => "the clock reads cost more than the interval they bracket",
     }
 }
 
@@ -46,18 +42,17 @@ impl Experiment for Timer {
     fn spec(&self) -> &Spec {
         &SPEC
     }
-    /// None: what serialising instructions cost depends on the core or the hypervisor, and
-    /// only the clock's start-up measurement of the same regions exists before this.
-    fn predict(&self, _ctx: &Context) -> Vec<(String, Prediction)> {
-        vec![]
+    fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
+        let mut p = crate::experiments::predict::Predictions::new(ctx);
+        p.withhold(
+            &["read_pair", "fenced_pair_wall"],
+            "no independent prediction: before this experiment only the clock's start-up \
+             measurement of the same regions exists, which would match by construction",
+        );
+        p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
-        out.notes.push(
-            "no independent prediction: before this experiment only the clock's start-up measurement of the same \
-             regions exists, which would match by construction"
-                .into(),
-        );
         let c = ctx.clock;
         // On a coarse counter an empty region reads 0 or 1 step: the mean of the reads is
         // the figure (clock::region_ticks).
@@ -79,12 +74,11 @@ impl Experiment for Timer {
         let (region, wall) = (out.median("read_pair"), out.median("fenced_pair_wall"));
         // NaN (no read_pair) compares false.
         if wall > 5.0 * region {
+            let (w, r) = (crate::units::fmt_ns(wall), crate::units::fmt_ns(region));
             out.finding(
                 format!(
-                    "A fenced timestamp pair takes {} of wall time but only {} of it lands inside a \
+                    "A fenced timestamp pair takes {w} of wall time but only {r} of it lands inside a \
                      measurement: {}, so trials must be long, as the harness ensures.",
-                    crate::units::fmt_ns(wall),
-                    crate::units::fmt_ns(region),
                     expensive(ctx)
                 ),
                 &["read_pair", "fenced_pair_wall"],
@@ -136,15 +130,10 @@ fn read_pair(ctx: &Context, step: Option<f64>, out: &mut Outcome) {
         };
         out.metric("read_pair", "ns", &how, trials);
     }
-    let (passed, detail) = if coarse {
-        (
-            advanced,
-            "the counter moved across every batch of 1000 regions (a coarse counter's single region may read 0)",
-        )
-    } else {
-        (all_positive, "every batch had a non-zero minimum region")
-    };
-    out.check(Check::sanity("counter advances", passed, detail));
+    out.check(match coarse {
+        true => Check::sanity("counter advances", advanced, "the counter moved across every batch of 1000 regions (a coarse counter's single region may read 0)"),
+        false => Check::sanity("counter advances", all_positive, "every batch had a non-zero minimum region"),
+    });
 }
 
 #[cfg(test)]

@@ -21,15 +21,8 @@ pub(crate) fn cpus_check(
         return Check::premise(name, false, why);
     }
     let passed = main.off() == 0 && p.off() == 0 && p.looks > 0 && main.looks > 0;
-    let mut detail = format!(
-        "measuring task: {} of {} samples off CPU {}; partner: {} of {} samples off CPU {}",
-        main.off(),
-        main.looks,
-        main.cpu,
-        p.off(),
-        p.looks,
-        p.cpu
-    );
+    let side = |x: &Place| format!("{} of {} samples off CPU {}", x.off(), x.looks, x.cpu);
+    let mut detail = format!("measuring task: {}; partner: {}", side(main), side(p));
     if let Some(c) = p.last_away {
         detail.push_str(&format!(" (seen on CPU {c})"));
     }
@@ -44,10 +37,8 @@ pub(super) const POSITIVE: &str = "the switch figure is positive";
 /// a sanity check (the figure is reported, no finding is stated from it).
 pub(super) fn switch_positive(sw: &SwitchFigure) -> Check {
     let detail = format!(
-            "switch = (round trip - pipe cost) / 2 = {} (95% interval {} to {}, the pipe cost's included)",
-            fmt_ns(sw.median),
-            fmt_ns(sw.interval[0]),
-            fmt_ns(sw.interval[1])
+        "switch = (round trip - pipe cost) / 2 = {}, the pipe cost's included)",
+        sw.text().trim_end_matches(')')
     );
     if sw.interval[1] < 0.0 || !sw.median.is_finite() {
         Check::premise(POSITIVE, false, detail)
@@ -71,17 +62,14 @@ pub(super) fn thread_switch(ctx: &Context) -> Option<SwitchFigure> {
 pub(super) fn address_space_check(p: &SwitchFigure, t: &SwitchFigure) -> Check {
     let below = crate::analysis::separation_of(p.interval, t.interval)
         == crate::analysis::Separation::Below;
+    let detail = format!(
+        "process switch {}, thread switch {}, intervals including the pipe costs'",
+        p.text(),
+        t.text().replace("95% interval ", "")
+    );
     Check::premise(
         "a process switch costs no less than a thread switch, within noise",
         !below,
-        format!(
-            "process switch {} (95% interval {} to {}), thread switch {} ({} to {}), intervals including the pipe costs'",
-            fmt_ns(p.median),
-            fmt_ns(p.interval[0]),
-            fmt_ns(p.interval[1]),
-            fmt_ns(t.median),
-            fmt_ns(t.interval[0]),
-            fmt_ns(t.interval[1])
-        ),
+        detail,
     )
 }

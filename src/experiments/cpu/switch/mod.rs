@@ -142,6 +142,12 @@ impl SwitchFigure {
         median: f64::NAN,
         interval: [f64::NAN; 2],
     };
+
+    /// "1.50 us (95% interval 1.40 us to 1.60 us)".
+    fn text(&self) -> String {
+        let [m, lo, hi] = [self.median, self.interval[0], self.interval[1]].map(fmt_ns);
+        format!("{m} (95% interval {lo} to {hi})")
+    }
 }
 
 /// The same-CPU round trip and the pipe cost.
@@ -203,7 +209,7 @@ fn cross_cpu(
     out.measured(
         &name,
         &format!(
-            "raw round trip with the partner pinned to another CPU ({o}, {class}): cross-CPU wake-ups, no switch needed"
+            "raw round trip with the partner pinned to another CPU ({o}, {class}): the tasks do not share a CPU, each hop wakes a task on the other CPU"
         ),
         &cross.m,
     )
@@ -393,6 +399,75 @@ mod tests {
         };
         let c = switch_positive(&noisy);
         assert!(!c.premise && !c.passed, "{c:?}");
+    }
+
+    /// A recorded machine's facts (tests/fixtures/machines/`name`).
+    fn recorded_machine(name: &str) -> crate::machine::Machine {
+        use crate::machine::facts::FactRoot;
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/machines")
+            .join(name);
+        let mut m = crate::machine::Machine::gather_from(&FactRoot::recorded(dir));
+        m.cpu.allowed_cpus = m.topology.allowed.clone();
+        m
+    }
+
+    /// Issue 34: on machines with SMT, several LLCs or sockets, every cross-CPU figure the
+    /// run plans (suffixed too) gets a prediction, from the thread experiment's figure of
+    /// the same name or the pipe cost.
+    #[test]
+    fn every_planned_cross_cpu_figure_is_predicted() {
+        use crate::experiments::testing::{recorded, World};
+        let clock = crate::clock::MockClock::new(1);
+        for name in ["amd-two-ccx", "xeon-two-socket"] {
+            let mut w = World::live(&clock);
+            w.machine = recorded_machine(name);
+            let plans = w.with_ctx(|ctx| {
+                let t = &ctx.machine.topology;
+                t.cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus)
+            });
+            let names: Vec<String> = plans
+                .iter()
+                .map(|p| format!("pipe_round_trip_cross_cpu{}", p.suffix))
+                .collect();
+            assert!(names.iter().any(|n| n.len() > 25), "{name}: {names:?}");
+            let mut sys = Outcome::default();
+            sys.metric("write_devnull_0", "ns", "", vec![100.0; 5]);
+            let mut thread = Outcome::default();
+            for n in &names {
+                thread.metric(n, "ns", "", vec![5000.0; 5]);
+            }
+            w.earlier = vec![
+                recorded("cpu.syscall", sys),
+                recorded(Kind::Thread.id(), thread),
+            ];
+            for kind in [Kind::Thread, Kind::Process] {
+                let got = w.with_ctx(|ctx| predict_switch(kind, ctx));
+                for n in &names {
+                    let p = got.iter().find(|(m, _)| m == n).map(|x| &x.1);
+                    let p = p.unwrap_or_else(|| panic!("{name} {kind:?}: no prediction for {n}"));
+                    assert!(p.withheld.is_none(), "{name} {kind:?} {n}: {p:?}");
+                    let want = if kind == Kind::Thread { 400.0 } else { 5000.0 };
+                    assert_eq!(p.value, want, "{name} {kind:?} {n}");
+                }
+            }
+        }
+    }
+
+    /// Issue 34: the cross-CPU sentence says the tasks do not share a CPU, never that no
+    /// switch is needed (the other CPU still switches to the woken task).
+    #[test]
+    fn the_cross_cpu_sentence_claims_no_switchless_hop() {
+        let mut o = Outcome::default();
+        o.metric("pipe_round_trip_same_cpu", "ns", "", vec![4000.0; 20]);
+        o.metric("pipe_round_trip_cross_cpu", "ns", "", vec![50_000.0; 20]);
+        cross_finding("pipe_round_trip_cross_cpu", "same_llc", &mut o);
+        let t = &o.findings[0].text;
+        assert!(!t.contains("no switch"), "{t}");
+        assert!(
+            t.contains("do not share a CPU") && t.contains("dearer"),
+            "{t}"
+        );
     }
 
     #[test]

@@ -36,9 +36,10 @@ pub(super) fn predict_switch(kind: Kind, ctx: &Context) -> Vec<(String, Predicti
     p.state("pipe_cost", &[&fdw], |v| {
         Prediction::new(
             4.0 * v[0],
-            "4 x write_devnull_0: two writes and two reads, each a kernel entry with an fd lookup \
-             (the pipe's lock, one-byte copy and wake-up check are not in the model)",
+            "4 x write_devnull_0, a lower bound: two writes and two reads, each a kernel entry \
+             with an fd lookup, and the pipe's lock, one-byte copy and wake-up check besides",
         )
+        .lower_bound()
     });
     let bound = |what: &str| {
         Prediction::new(
@@ -59,15 +60,24 @@ pub(super) fn predict_switch(kind: Kind, ctx: &Context) -> Vec<(String, Predicti
         ),
         None => p.add("pipe_round_trip_same_cpu", bound("the two switches")),
     }
-    match thread(&p, "pipe_round_trip_cross_cpu", "thread_cross_cpu") {
-        Some(rt) => p.equal(
-            "pipe_round_trip_cross_cpu",
-            &rt,
-            "cpu.thread-switch's cross-CPU round trip: the same pipe work and the same two \
-             wake-ups on the other CPU, where each task keeps its CPU and needs no switch of \
-             address space per hop",
-        ),
-        None => p.add("pipe_round_trip_cross_cpu", bound("a cross-CPU wake-up")),
+    // One per cross-CPU figure the run measures, suffixed ones too, as `run_switch` plans them.
+    let ctx = p.ctx();
+    let plans = ctx
+        .machine
+        .topology
+        .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus);
+    for plan in plans {
+        let name = format!("pipe_round_trip_cross_cpu{}", plan.suffix);
+        match thread(&p, &name, "thread_cross_cpu") {
+            Some(rt) => p.equal(
+                &name,
+                &rt,
+                "cpu.thread-switch's round trip with the partner on the same CPU as here: the same \
+                 pipe work and the same two cross-CPU wake-ups; each task keeps its CPU, so no hop \
+                 switches between the two address spaces",
+            ),
+            None => p.add(&name, bound("a cross-CPU wake-up")),
+        }
     }
     p.done()
 }

@@ -68,15 +68,10 @@ pub(super) fn series_finding(pts: &[WsPoint], ctx: &Context, out: &mut Outcome) 
     if w <= 0.0 || w0 != 0.0 {
         return;
     }
-    let rep = ctx.repetition;
-    let which = if rep.of > 1 {
-        format!(
-            "In run {} of {} (the series shown), w",
-            rep.index + 1,
-            rep.of
-        )
-    } else {
-        "W".to_string()
+    let (k, of) = (ctx.repetition.index + 1, ctx.repetition.of);
+    let which = match of {
+        1 => "W".to_string(),
+        _ => format!("In run {k} of {of} (the series shown), w"),
     };
     let clause = match crate::analysis::separation_of(last.interval, first.interval) {
         crate::analysis::Separation::Above => format!(
@@ -91,14 +86,10 @@ pub(super) fn series_finding(pts: &[WsPoint], ctx: &Context, out: &mut Outcome) 
             "less beyond both 95% intervals, which touching more memory should not give: treat the series with care".to_string()
         }
     };
+    let (ws, at, none) = (fmt_bytes(w), fmt_ns(last.median), fmt_ns(first.median));
+    let k = last.median / first.median;
     out.finding(
-        format!(
-            "{which}ith {} of private data per process a switch costs {} against {} with none ({:.2}x): {clause}.",
-            fmt_bytes(w),
-            fmt_ns(last.median),
-            fmt_ns(first.median),
-            last.median / first.median,
-        ),
+        format!("{which}ith {ws} of private data per process a switch costs {at} against {none} with none ({k:.2}x): {clause}."),
         &["switch"],
     );
 }

@@ -20,11 +20,9 @@ pub(super) fn cross_finding(name: &str, class: &str, out: &mut Outcome) {
             "within noise of two switches on one CPU (the 95% intervals overlap)"
         }
     };
+    let (c, k, s) = (fmt_ns(cm), cm / sm, fmt_ns(sm));
     let text = format!(
-        "With the partner on another CPU ({class}) a round trip takes {} ({:.2}x the same-CPU {}): no switch is needed, each hop wakes a task on the other CPU, {clause}.",
-        fmt_ns(cm),
-        cm / sm,
-        fmt_ns(sm),
+        "With the partner on another CPU ({class}) a round trip takes {c} ({k:.2}x the same-CPU {s}): the two tasks do not share a CPU, and each hop wakes a task on the other CPU, which switches to it (from idle, when nothing else runs there); {clause}.",
     );
     out.finding(text, &[name, "pipe_round_trip_same_cpu"]);
 }
@@ -39,14 +37,11 @@ pub(super) fn kind_finding(
         out.median("pipe_round_trip_same_cpu"),
         out.median("pipe_cost"),
     );
-    let [lo, hi] = sw.interval;
     match kind {
         Kind::Thread => out.finding(
             format!(
-                "A switch between two threads on one CPU costs {} (95% interval {} to {}, the pipe cost's noise included); a same-CPU round trip is {} of which {} is pipe work.",
-                fmt_ns(sw.median),
-                fmt_ns(lo),
-                fmt_ns(hi),
+                "A switch between two threads on one CPU costs {}, the pipe cost's noise included); a same-CPU round trip is {} of which {} is pipe work.",
+                sw.text().trim_end_matches(')'),
                 fmt_ns(rt_med),
                 fmt_ns(pipe_med)
             ),
@@ -66,13 +61,9 @@ pub(super) fn kind_finding(
                     " (within noise of each other, their 95% intervals overlap: changing address spaces adds nothing measurable here)"
                 }
             };
+            let (p, th, k) = (fmt_ns(sw.median), fmt_ns(t.median), sw.median / t.median);
             out.finding(
-                format!(
-                    "A switch between processes costs {} against {} between threads: {:.2}x{clause}.",
-                    fmt_ns(sw.median),
-                    fmt_ns(t.median),
-                    sw.median / t.median,
-                ),
+                format!("A switch between processes costs {p} against {th} between threads: {k:.2}x{clause}."),
                 &["switch", "cpu.thread-switch/switch"],
             );
         }
