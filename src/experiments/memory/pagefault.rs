@@ -371,13 +371,16 @@ fn finding(ctx: &Context, out: &mut Outcome) {
     let ps = crate::pagecache::page_size();
     let (major, minor) = (out.median("major_fault"), out.median("minor_fault"));
     let mut text = format!(
-        "A major fault costs {} ({} per byte, {:.0} MB/s of random {} reads); a minor fault {} ({:.0}x less).",
+        "A major fault costs {} ({} per byte, {:.0} MB/s of random {} reads); a minor fault {} ({}).",
         fmt_ns(major),
         fmt_ns(major / ps as f64),
         ps as f64 / major * 1e3,
         page_text(ps),
         fmt_ns(minor),
-        major / minor
+        match out.separation("minor_fault", "major_fault") {
+            crate::analysis::Separation::Below => format!("{:.0}x less", major / minor),
+            _ => "not less beyond both 95% intervals".to_string(),
+        }
     );
     let mut from = vec!["major_fault", "minor_fault"];
     if let Some(d) = ctx.earlier_median("mem.latency", "dram") {

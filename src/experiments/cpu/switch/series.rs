@@ -75,7 +75,7 @@ pub(super) fn series_finding(pts: &[WsPoint], ctx: &Context, out: &mut Outcome) 
     };
     let clause = match crate::analysis::separation_of(last.interval, first.interval) {
         crate::analysis::Separation::Above => format!(
-            "{} more per switch beyond both 95% intervals; the two tasks together touch twice what the subtracted overhead touches, so part of it is misses one task touching {} would also take",
+            "{} more per switch beyond both 95% intervals; the two tasks together touch twice what the subtracted overhead touches ({}); whether the rest is cache misses is not counted here",
             fmt_ns(last.median - first.median),
             fmt_bytes(2.0 * w)
         ),

@@ -272,3 +272,23 @@ fn the_time_guard_stops_the_curve_when_laying_is_slow() {
         assert!(d.fits(next, pace(1e-6)));
     });
 }
+
+/// The page size is named as what changed the chase only when huge pages are faster
+/// beyond both intervals; overlapping intervals name nothing.
+#[test]
+fn the_page_size_is_named_only_beyond_noise() {
+    let with = |huge: f64| {
+        let mut o = Outcome::default();
+        let spread = |v: f64| (0..9).map(|i| v * (1.0 + 0.001 * i as f64)).collect();
+        o.metric("dram", "ns", "", spread(100.0));
+        o.metric("dram_thp", "ns", "", spread(huge));
+        text::huge_vs_base(1 << 28, &o)
+    };
+    let faster = with(80.0);
+    assert!(faster.contains("what the page size changes"), "{faster}");
+    let same = with(100.05);
+    assert!(
+        !same.contains("page size changes") && same.contains("within noise"),
+        "{same}"
+    );
+}

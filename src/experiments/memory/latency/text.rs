@@ -107,7 +107,7 @@ pub(super) fn huge_vs_base(size: u64, out: &Outcome) -> String {
         (huge / base - 1.0) * 100.0
     );
     let tail = match out.separation("dram_thp", "dram") {
-        Separation::Below => ", beyond both 95% intervals: with the chase unchanged, the difference is what the page size changes, TLB misses and page walks.",
+        Separation::Below => ", beyond both 95% intervals: with the chase unchanged, the difference is what the page size changes: TLB misses and page walks, and how the buffer lies in physical memory (its spread over DRAM channels and banks).",
         Separation::Overlap => ": within noise of each other (their 95% intervals overlap), so no cost of TLB misses shows here.",
         Separation::Above => ": huge pages are the slower ones here, beyond both 95% intervals, so no saving of TLB misses shows.",
     };
