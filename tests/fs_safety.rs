@@ -327,7 +327,7 @@ fn smoke_run_relations_and_cleanup() {
     assert!(med(cont, "per_block_p1") > 0.0);
     assert!(med(cont, "per_block_pmax") > 0.0);
     let cs = experiment(&v, "fs.cache-size");
-    assert_eq!(cs["status"], "ok", "{cs}");
+    assert!(cs["status"] == "ok" || host_cached(cs), "{cs}");
     let remote = experiment(&v, "fs.remote-read");
     assert_eq!(remote["status"], "skipped");
     assert!(remote["reason"].as_str().unwrap().contains("--remote-dir"));
