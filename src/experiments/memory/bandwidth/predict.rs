@@ -194,8 +194,24 @@ pub(super) fn per_socket(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::experiments::memory::latency::sequential_description;
     use crate::experiments::testing::{recorded, World};
     use crate::results::Bound;
+
+    /// The size is read back from mem.latency's own description of the chase, as written.
+    #[test]
+    fn the_chase_size_reads_back_from_mem_latency_s_description() {
+        for b in [
+            16.0 * 1024.0,
+            3.0 * 1024f64.powi(2),
+            256.0 * 1024f64.powi(2),
+            64.0 * 1024f64.powi(3),
+        ] {
+            let d = sequential_description(64, &fmt_bytes(b));
+            let got = chase_size(&d).unwrap_or(f64::NAN);
+            assert!((got / b - 1.0).abs() < 0.01, "{d}: {got}");
+        }
+    }
 
     /// A 2-socket server of 64 cores (no SMT, a node per socket), after a mem.latency that
     /// measured a 2 ns sequential chase (32 GB/s per core: 2 TB/s for 64 cores uncapped).
@@ -214,7 +230,7 @@ mod tests {
         w.machine.cpu.allowed_cpus = all;
         w.machine.memory.peak_bandwidth_bytes_per_s = peak;
         let mut o = crate::experiments::Outcome::default();
-        let seq = "sequential chase, stride 64 B, at 64.0 GiB (address order)";
+        let seq = &sequential_description(64, &fmt_bytes(64.0 * 1024f64.powi(3)));
         o.metric("dram_sequential", "ns", seq, vec![2.0; 5]);
         o.metric("dram", "ns", "", vec![100.0; 5]);
         w.earlier = vec![recorded("mem.latency", o)];
@@ -283,7 +299,7 @@ mod tests {
         let clock = crate::clock::MockClock::new(1);
         let mut w = World::live(&clock);
         let mut o = crate::experiments::Outcome::default();
-        let seq = "sequential chase, stride 64 B, at 16.0 KiB (address order)";
+        let seq = &sequential_description(64, &fmt_bytes(16.0 * 1024.0));
         o.metric("dram_sequential", "ns", seq, vec![2.0; 5]);
         w.earlier = vec![recorded("mem.latency", o)];
         let v = w.with_ctx(|ctx| streams(ctx, Profile::Quick));

@@ -305,7 +305,7 @@ fn metrics(
     // Sequential at the largest size: what the prefetcher hides.
     if let Some((s, pt)) = c.sequential() {
         point(out, "dram_sequential", pt, |at| {
-            format!("sequential chase, stride {s} B, at {at} (address order)")
+            sequential_description(s, &at)
         });
     }
     let Some((pt, frac)) = c
@@ -396,4 +396,10 @@ fn findings(
     if let (Some(pt), Some(_)) = (thp, out.get("dram_thp")) {
         out.finding(text::huge_vs_base(pt.size, out), &["dram", "dram_thp"]);
     }
+}
+
+/// dram_sequential's description; mem.bandwidth reads the size back from it (the size
+/// after the last " at ") to tell a chase the cache holds from one of memory.
+pub(crate) fn sequential_description(stride: impl std::fmt::Display, at: &str) -> String {
+    format!("sequential chase, stride {stride} B, at {at} (address order)")
 }
