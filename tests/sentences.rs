@@ -27,7 +27,7 @@ const REGISTRY: &str = "docs/SENTENCES.md";
 
 /// Rows whose gate is "none: ..." (ungated sentences, each a known defect): lower this as
 /// they are gated or reworded; never raise it to let a new one in.
-const OPEN_AT_MOST: usize = 1;
+const OPEN_AT_MOST: usize = 0;
 
 /// Gated rows whose test cell says `untested` (no test shows the gate closing yet): lower
 /// this as tests are named.
