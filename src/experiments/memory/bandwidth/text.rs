@@ -219,10 +219,19 @@ mod tests {
         };
         let all = with(9.6);
         assert!(all.contains("what the page size changes"), "{all}");
+        assert!(
+            all.contains("faster beyond noise") && !all.contains("slower"),
+            "{all}"
+        );
         let one_flat = with(8.0);
         assert!(
             !one_flat.contains("page size changes") && one_flat.contains("no cost"),
             "{one_flat}"
+        );
+        let one_slower = with(7.0);
+        assert!(
+            one_slower.contains("slower beyond noise") && !one_slower.contains("page size changes"),
+            "{one_slower}"
         );
     }
 }

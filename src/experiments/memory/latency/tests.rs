@@ -288,7 +288,34 @@ fn the_page_size_is_named_only_beyond_noise() {
     assert!(faster.contains("what the page size changes"), "{faster}");
     let same = with(100.05);
     assert!(
-        !same.contains("page size changes") && same.contains("within noise"),
+        !same.contains("page size changes") && same.contains("no cost of TLB misses shows"),
         "{same}"
     );
+    let slower = with(120.0);
+    assert!(
+        slower.contains("huge pages are the slower ones here")
+            && !slower.contains("page size changes"),
+        "{slower}"
+    );
+}
+
+/// The sequential chase is said to be the slower one only beyond both intervals.
+#[test]
+fn the_sequential_chase_is_slower_only_beyond_noise() {
+    let with = |seq: f64| {
+        let mut o = Outcome::default();
+        let spread = |v: f64| (0..9).map(|i| v * (1.0 + 0.001 * i as f64)).collect();
+        o.metric("dram", "ns", "", spread(100.0));
+        o.metric("dram_sequential", "ns", "", spread(seq));
+        text::sequential_vs_random(64, 1 << 28, &o)
+    };
+    let slower = with(130.0);
+    assert!(
+        slower.contains("the sequential order is the slower one here"),
+        "{slower}"
+    );
+    for seq in [100.05, 10.0] {
+        let t = with(seq);
+        assert!(!t.contains("slower one"), "{t}");
+    }
 }
