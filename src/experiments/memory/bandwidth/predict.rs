@@ -253,7 +253,8 @@ mod tests {
             server(&mut w, peak);
             let v = w.with_ctx(|ctx| streams(ctx, Profile::Standard));
             let teams: Vec<_> = v.iter().filter(|(n, _)| threads(n) > 1).collect();
-            assert!(teams.len() >= 4, "{v:?}");
+            // read, write and copy; write_nt too where the target has non-temporal stores.
+            assert!(teams.len() >= 3, "{v:?}");
             for (n, p) in teams {
                 match peak {
                     None => {
