@@ -237,3 +237,37 @@ fn a_two_run_quick_runs_findings_quote_the_tables_figures() {
         &["switch", "pipe_round_trip_same_cpu", "pipe_cost"],
     );
 }
+
+/// Every metric ends with a prediction or a reason: one the experiment stated nothing for
+/// gets the runner's note, a withheld one its own reason, and a prediction of a metric
+/// that did not appear is said too.
+#[test]
+fn every_metric_gets_a_prediction_or_a_reason() {
+    let mut r = ExperimentResult::new("x.y", "t", "");
+    let mut o = crate::experiments::Outcome::default();
+    for m in ["predicted", "withheld", "unstated"] {
+        o.metric(m, "ns", "", vec![1.0, 2.0]);
+    }
+    r.metrics = o.metrics;
+    let p = crate::results::Prediction::new(1.5, "f");
+    attach_predictions(
+        &mut r,
+        vec![
+            ("predicted".into(), p.clone()),
+            (
+                "withheld".into(),
+                crate::results::Prediction::withheld("no input"),
+            ),
+            ("absent".into(), p),
+        ],
+    );
+    assert!(r.metric("predicted").unwrap().prediction.is_some());
+    for want in [
+        "no prediction for withheld: no input",
+        "no prediction for unstated: no model in osmeter covers it",
+        "absent was predicted but not measured in this run",
+    ] {
+        assert!(r.notes.iter().any(|n| n == want), "{want}: {:?}", r.notes);
+    }
+    assert_eq!(r.notes.len(), 3, "{:?}", r.notes);
+}
