@@ -12,6 +12,8 @@
 //! Run `cargo test --test architecture -- --include-ignored --nocapture` to see every
 //! cycle and every arrow against a rule, each with the line that makes it.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
 
@@ -1013,25 +1015,6 @@ fn lexer_drops_literals_and_comments() {
 // ---------------------------------------------------------------------------------------
 // Code hygiene: comments keep the reason, not the evidence; functions a person can hold.
 
-/// The production part of a source file: up to its `#[cfg(test)]` module; nothing for the
-/// test-only files.
-fn production(path: &str, src: &str) -> String {
-    if path.ends_with("experiments/testing.rs") || path.ends_with("/tests.rs") {
-        return String::new();
-    }
-    let lines: Vec<&str> = src.lines().collect();
-    for (k, l) in lines.iter().enumerate() {
-        if l.trim_start().starts_with("#[cfg(test)]") {
-            let next = lines.get(k + 1).map_or("", |n| n.trim_start());
-            let next = next.strip_prefix("pub(crate) ").unwrap_or(next);
-            if next.starts_with("mod ") && next.ends_with('{') {
-                return lines[..k].join("\n");
-            }
-        }
-    }
-    src.to_string()
-}
-
 /// Evidence that belongs in a commit or docs/VALIDATION.md, not in a code comment.
 const EVIDENCE: &[(&str, &str)] = &[
     (r"\bissue \d+", "an issue number"),
@@ -1144,7 +1127,7 @@ fn production_tree() -> Vec<(String, String)> {
     read_tree(&root)
         .into_iter()
         .map(|(p, s)| {
-            let prod = production(&p, &s);
+            let prod = common::production(&p, &s);
             (p, prod)
         })
         .collect()
@@ -1218,5 +1201,5 @@ fn hygiene_checks_catch_what_they_name() {
     let excused = format!("// A state machine that cannot be split.\n#[inline]\n{body}");
     assert!(says_why_long(&excused, 3));
     let with_tests = "fn p() {}\n#[cfg(test)]\nmod tests {\n fn t() {}\n}\n";
-    assert_eq!(production("src/a.rs", with_tests), "fn p() {}");
+    assert_eq!(common::production("src/a.rs", with_tests), "fn p() {}");
 }

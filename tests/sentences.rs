@@ -12,6 +12,8 @@
 //! and "fact:" rows (a check's own name or detail, a relation printed beside its figures)
 //! need no test.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 /// Where the report's sentences are built.
@@ -67,25 +69,13 @@ fn root() -> PathBuf {
 }
 
 /// The production part of a source file: up to its `#[cfg(test)]` module; nothing for the
-/// test-only files (as tests/architecture.rs cuts it).
+/// test-only files (`common::production`, as tests/architecture.rs cuts it, and
+/// personality.rs, whose table serves tests only).
 fn production(path: &str, src: &str) -> String {
-    if path.ends_with("experiments/testing.rs")
-        || path.ends_with("/tests.rs")
-        || path.ends_with("experiments/personality.rs")
-    {
+    if path.ends_with("experiments/personality.rs") {
         return String::new();
     }
-    let lines: Vec<&str> = src.lines().collect();
-    for (k, l) in lines.iter().enumerate() {
-        if l.trim_start().starts_with("#[cfg(test)]") {
-            let next = lines.get(k + 1).map_or("", |n| n.trim_start());
-            let next = next.strip_prefix("pub(crate) ").unwrap_or(next);
-            if next.starts_with("mod ") && next.ends_with('{') {
-                return lines[..k].join("\n");
-            }
-        }
-    }
-    src.to_string()
+    common::production(path, src)
 }
 
 /// The string literals of `src` (ordinary and raw; comments, chars and byte strings

@@ -253,3 +253,22 @@ pub fn page_problems(log: &str) -> Vec<String> {
         .map(|l| l.to_string())
         .collect()
 }
+
+/// The production part of a source file: up to its `#[cfg(test)]` module; nothing for the
+/// test-only files.
+pub fn production(path: &str, src: &str) -> String {
+    if path.ends_with("experiments/testing.rs") || path.ends_with("/tests.rs") {
+        return String::new();
+    }
+    let lines: Vec<&str> = src.lines().collect();
+    for (k, l) in lines.iter().enumerate() {
+        if l.trim_start().starts_with("#[cfg(test)]") {
+            let next = lines.get(k + 1).map_or("", |n| n.trim_start());
+            let next = next.strip_prefix("pub(crate) ").unwrap_or(next);
+            if next.starts_with("mod ") && next.ends_with('{') {
+                return lines[..k].join("\n");
+            }
+        }
+    }
+    src.to_string()
+}
