@@ -1202,4 +1202,6 @@ fn hygiene_checks_catch_what_they_name() {
     assert!(says_why_long(&excused, 3));
     let with_tests = "fn p() {}\n#[cfg(test)]\nmod tests {\n fn t() {}\n}\n";
     assert_eq!(common::production("src/a.rs", with_tests), "fn p() {}");
+    let test_only = "//! A test rig.\n#![cfg(test)]\nfn rig() {}\n";
+    assert_eq!(common::production("src/rig.rs", test_only), "");
 }

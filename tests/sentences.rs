@@ -68,16 +68,6 @@ fn root() -> PathBuf {
         .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
 }
 
-/// The production part of a source file: up to its `#[cfg(test)]` module; nothing for the
-/// test-only files (`common::production`, as tests/architecture.rs cuts it, and
-/// personality.rs, whose table serves tests only).
-fn production(path: &str, src: &str) -> String {
-    if path.ends_with("experiments/personality.rs") {
-        return String::new();
-    }
-    common::production(path, src)
-}
-
 /// The string literals of `src` (ordinary and raw; comments, chars and byte strings
 /// skipped) as (line, text as written between the quotes).
 fn literals(src: &str) -> Vec<(usize, String)> {
@@ -256,7 +246,7 @@ fn scan() -> Vec<Literal> {
             .to_string_lossy()
             .into_owned();
         let src = std::fs::read_to_string(&p).expect("read source");
-        let prod = production(&rel, &src);
+        let prod = common::production(&rel, &src);
         pages.extend(method_paragraphs(&prod));
         for (line, lit) in literals(&prod) {
             out.push(Literal {
@@ -495,7 +485,7 @@ fn the_scan_finds_causal_literals_and_skips_the_rest() {
                let d = 'x';\n    let e = \"a long \\\n        sentence, so that it waits\";\n    \
                let g = \"which a device cannot do\";\n}\n#[cfg(test)]\nmod tests {\n    \
                const T: &str = \"because\";\n}\n";
-    let lits: Vec<(usize, String)> = literals(&production("src/x.rs", src))
+    let lits: Vec<(usize, String)> = literals(&common::production("src/x.rs", src))
         .into_iter()
         .map(|(l, t)| (l, normal(&t)))
         .collect();

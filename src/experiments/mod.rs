@@ -23,9 +23,7 @@ pub use outcome::Outcome;
 pub(crate) use outcome::{explained, pool_metric};
 use spec::ms;
 pub use spec::{PerProfile, Spec};
-#[cfg(test)]
 mod personality;
-#[cfg(test)]
 pub(crate) mod testing;
 
 /// How much a run may cost.

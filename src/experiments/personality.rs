@@ -1,6 +1,7 @@
 //! Review N13: README's table of what macOS marks invalid or unverified, checked against
 //! every experiment run here under macOS's personality: pinning only a hint, no current
 //! CPU, reopens sharing status flags and uncached reads that serve cached pages.
+#![cfg(test)]
 
 use super::testing::{skip, World};
 use std::collections::BTreeMap;

@@ -2,6 +2,7 @@
 //! (its clock, machine facts and earlier results), judged as the runner judges it. The
 //! failing-path tests of premise checks go through here, so a check is shown to fail
 //! where the experiment meets the world, not in a helper fed made-up inputs.
+#![cfg(test)]
 
 use super::{Context, Experiment, Profile, RunOptions};
 use crate::clock::Clock;

@@ -254,10 +254,11 @@ pub fn page_problems(log: &str) -> Vec<String> {
         .collect()
 }
 
-/// The production part of a source file: up to its `#[cfg(test)]` module; nothing for the
-/// test-only files.
+/// The production part of a source file: up to its `#[cfg(test)]` module; nothing for a
+/// test-only file (`tests.rs`, or one that opens with `#![cfg(test)]`).
 pub fn production(path: &str, src: &str) -> String {
-    if path.ends_with("experiments/testing.rs") || path.ends_with("/tests.rs") {
+    let test_only = src.lines().any(|l| l.trim() == "#![cfg(test)]");
+    if test_only || path.ends_with("/tests.rs") {
         return String::new();
     }
     let lines: Vec<&str> = src.lines().collect();
