@@ -6,6 +6,7 @@ use super::plan::{ChaseSchedule, Pace};
 use crate::experiments::kit::{measure_raw, Region};
 use crate::rng::{sattolo, Rng};
 use crate::units::{fmt_bytes, fmt_ns};
+use std::time::Instant;
 
 /// Loads per loop iteration of the chase (unrolled so the loop branch is negligible).
 pub(crate) const UNROLL: u64 = 16;
@@ -170,6 +171,48 @@ impl Order {
 }
 
 impl ChaseSchedule<'_, '_> {
+    /// Lays, verifies and measures the chase in `order` over `size` bytes.
+    fn point(
+        &mut self,
+        c: &mut ChaseCurve,
+        region: &mut Region,
+        size: u64,
+        stride: usize,
+        order: Order,
+    ) -> Option<ChasePoint> {
+        let laying = Instant::now();
+        let next = order.chain(size, stride, &mut self.rng)?;
+        let n = next.len();
+        lay(region, stride, &next);
+        drop(next);
+        if !verify_chain(region, stride, n, &mut self.rng) {
+            c.broken.push(size);
+            return None;
+        }
+        let laid = laying.elapsed().as_secs_f64();
+        let trials = Instant::now();
+        let mut p = region.as_ptr() as *const u8;
+        let cfg = self.trials_for(size);
+        let q = measure_raw(self.ctx.clock, cfg, UNROLL as f64, |iters| {
+            // SAFETY: the chain over this region was laid and verified above.
+            p = unsafe { chase(p, iters) };
+        });
+        std::hint::black_box(p);
+        let (kind, at) = (order.name(), fmt_bytes(size as f64));
+        self.paced(size, laid, trials.elapsed().as_secs_f64());
+        c.preempted += q.preempted;
+        c.kept += q.per_op_ns.len();
+        c.notes
+            .extend(q.notes.iter().map(|n| format!("{kind} at {at}: {n}")));
+        let pt = ChasePoint {
+            size,
+            trials: q.per_op_ns,
+        };
+        let median = fmt_ns(pt.median());
+        (self.ctx.progress)(&format!("{kind} {at} stride {stride}: {median}"));
+        Some(pt)
+    }
+
     /// Measures the chase in `order` at each size within `region`; when `guarded`, only
     /// while the next size `fits` the budget.
     pub(super) fn curve(
@@ -180,57 +223,20 @@ impl ChaseSchedule<'_, '_> {
         order: Order,
         guarded: bool,
     ) -> ChaseCurve {
-        let (ctx, spec) = (self.ctx, &self.spec);
         let mut c = ChaseCurve::default();
         let kind = order.name();
-        // Lays, verifies and measures one size.
-        let pace = std::cell::Cell::new(Pace::default());
-        let mut one = |c: &mut ChaseCurve, size: u64, rng: &mut Rng| -> Option<ChasePoint> {
-            let laying = std::time::Instant::now();
-            let next = order.chain(size, stride, rng)?;
-            let n = next.len();
-            lay(region, stride, &next);
-            drop(next);
-            if !verify_chain(region, stride, n, rng) {
-                c.broken.push(size);
-                return None;
-            }
-            let laid = laying.elapsed().as_secs_f64();
-            let trials = std::time::Instant::now();
-            let mut p = region.as_ptr() as *const u8;
-            let q = measure_raw(ctx.clock, spec.for_size(size), UNROLL as f64, |iters| {
-                // SAFETY: the chain over this region was laid and verified above.
-                p = unsafe { chase(p, iters) };
-            });
-            std::hint::black_box(p);
-            let at = fmt_bytes(size as f64);
-            pace.set(
-                pace.get()
-                    .after(size, laid, trials.elapsed().as_secs_f64(), spec),
-            );
-            c.preempted += q.preempted;
-            c.kept += q.per_op_ns.len();
-            c.notes
-                .extend(q.notes.iter().map(|n| format!("{kind} at {at}: {n}")));
-            let pt = ChasePoint {
-                size,
-                trials: q.per_op_ns,
-            };
-            let median = fmt_ns(pt.median());
-            (ctx.progress)(&format!("{kind} {at} stride {stride}: {median}"));
-            Some(pt)
-        };
+        self.pace = Pace::default();
         for size in sizes {
-            if guarded && !c.points.is_empty() && !self.fits(size, pace.get()) {
+            if guarded && !c.points.is_empty() && !self.fits(size) {
                 c.notes.push(format!(
                 "{kind} curve ended at {}: {} and what follows it would not fit the time budget at the rate chains were laid ({:.1} ns per byte)",
                 fmt_bytes(c.points.last().map_or(0, |p| p.size) as f64),
                 fmt_bytes(size as f64),
-                pace.get().lay_secs_per_byte * 1e9
+                self.pace.lay_secs_per_byte * 1e9
             ));
                 break;
             }
-            if let Some(pt) = one(&mut c, size, &mut self.rng) {
+            if let Some(pt) = self.point(&mut c, region, size, stride, order) {
                 c.points.push(pt);
             }
         }
@@ -242,7 +248,7 @@ impl ChaseSchedule<'_, '_> {
         };
         for i in suspects {
             let size = c.points[i].size;
-            if let Some(pt) = one(&mut c, size, &mut self.rng) {
+            if let Some(pt) = self.point(&mut c, region, size, stride, order) {
                 c.remeasured += 1;
                 let (first, again) = (c.points[i].median(), pt.median());
                 remeasure(&mut c.points[i], pt);

@@ -1,9 +1,5 @@
 //! mem.latency: load-to-use latency against working-set size, with the cache levels
 //! derived from the curve.
-//!
-//! Split along its seams: `plan` (sizes and trial settings per profile), `kernel` (laying
-//! and chasing chains, curves), `checks` (the one-cycle premise and level sanity),
-//! `levels` (naming plateaus against sysfs), `predict` and `text` (series, findings).
 
 mod checks;
 mod kernel;
@@ -14,11 +10,9 @@ mod predict;
 mod tests;
 mod text;
 
-pub(crate) use crate::analysis::detect_levels;
+use crate::analysis::detect_levels;
 pub use kernel::lmbench_chain;
-pub(crate) use levels::name_levels;
-#[cfg(test)]
-use plan::sizes;
+use levels::name_levels;
 
 use crate::experiments::kit::{self, Pages, Region};
 use crate::experiments::spec::ms;
@@ -27,8 +21,6 @@ use crate::results::{Check, Prediction};
 use crate::units::fmt_bytes;
 use kernel::{ChaseCurve, ChasePoint, Order};
 use levels::NamedLevel;
-#[cfg(test)]
-use plan::llc_hit_fraction;
 use plan::{ChaseSchedule, LatencyPlan, PLANS};
 /// The verified chase, shared with mem.loaded-latency (one kernel, one premise).
 pub(crate) use {
@@ -98,13 +90,12 @@ impl Experiment for Latency {
         out.check(kit::rss_check(rss0, cap));
         notes(&c, &mut out);
 
-        out.series.push(text::series("random", &c.random.points));
+        c.random.plot(&mut out, "random");
         for (s, sc) in &c.seq {
-            let name = format!("sequential_stride_{s}B");
-            out.series.push(text::series(&name, &sc.points));
+            sc.plot(&mut out, &format!("sequential_stride_{s}B"));
         }
         if let Some((t, _)) = c.thp.as_ref().filter(|_| p.thp_curve) {
-            out.series.push(text::series("random_thp", &t.points));
+            t.plot(&mut out, "random_thp");
         }
         if c.random.points.is_empty() {
             anyhow::bail!("no point of the latency curve could be measured");

@@ -33,22 +33,13 @@ pub(super) struct LatencyPlan {
     /// The largest working set wanted, before the memory cap and the time budget.
     pub(super) ceiling: u64,
     /// Sequential strides in bytes, 0 being one line.
-    strides: &'static [usize],
+    pub(super) strides: &'static [usize],
     pub(super) seq_per_doubling: u32,
     /// Random curve with huge pages too (else only its largest size).
     pub(super) thp_curve: bool,
     pub(super) trials: usize,
     /// Short trials dodge the scheduler on a busy machine; longer ones in larger profiles.
     pub(super) min_trial: Duration,
-}
-
-impl LatencyPlan {
-    /// The sequential strides for lines of `line` bytes, none below a line (0 is one).
-    fn strides(&self, line: usize) -> Vec<usize> {
-        let mut v: Vec<usize> = self.strides.iter().map(|&s| s.max(line)).collect();
-        v.dedup();
-        v
-    }
 }
 
 /// No ceiling but the memory cap and the time budget.
@@ -134,24 +125,6 @@ pub(super) fn dram_beyond_cache(reached: u64, llc: Option<u64>) -> Check {
     )
 }
 
-/// Trial settings: points beyond the last-level cache (`far_from`) depend on what other
-/// cores do to the shared cache and memory, so their trials are spread over more time.
-pub(super) struct TrialSettings {
-    pub(super) near: HarnessConfig,
-    pub(super) far: HarnessConfig,
-    pub(super) far_from: u64,
-}
-
-impl TrialSettings {
-    pub(super) fn for_size(&self, size: u64) -> &HarnessConfig {
-        if size > self.far_from {
-            &self.far
-        } else {
-            &self.near
-        }
-    }
-}
-
 /// How fast a curve went, in seconds: laying the last chain, the near points' mean
 /// trials and the latest far point's.
 #[derive(Clone, Copy, Default)]
@@ -160,33 +133,6 @@ pub(super) struct Pace {
     near_secs: f64,
     near_points: u32,
     far_trials: f64,
-}
-
-impl Pace {
-    pub(super) fn after(mut self, size: u64, laid: f64, trials: f64, spec: &TrialSettings) -> Pace {
-        self.lay_secs_per_byte = laid / size as f64;
-        if size > spec.far_from {
-            self.far_trials = trials;
-        } else {
-            self.near_secs += trials;
-            self.near_points += 1;
-        }
-        self
-    }
-
-    /// The trials of a point of `size`: the near mean, the latest far point's, or the
-    /// near mean scaled by the budgets before any far point.
-    pub(super) fn trials(&self, size: u64, spec: &TrialSettings) -> f64 {
-        let near = self.near_secs / self.near_points.max(1) as f64;
-        if size <= spec.far_from {
-            near
-        } else if self.far_trials > 0.0 {
-            self.far_trials
-        } else {
-            let ratio = spec.far.budget.as_secs_f64() / spec.near.budget.as_secs_f64().max(1e-9);
-            near * ratio
-        }
-    }
 }
 
 /// Every size each curve measures, the trial settings that share the budget out, and
@@ -200,7 +146,14 @@ pub(super) struct ChaseSchedule<'c, 'a> {
     pub(super) strides: Vec<usize>,
     pub(super) thp: bool,
     pub(super) thp_curve: bool,
-    pub(super) spec: TrialSettings,
+    /// Trial settings up to the last-level cache (`llc`) and beyond: points beyond it
+    /// depend on what other cores do to the shared cache and memory, so their trials are
+    /// spread over more time.
+    near: HarnessConfig,
+    far: HarnessConfig,
+    llc: u64,
+    /// The pace of the curve being measured.
+    pub(super) pace: Pace,
     /// When the experiment started (its budget is `ctx.budget`).
     pub(super) start: Instant,
     /// The largest size was decided by an earlier run: measure every size.
@@ -226,20 +179,22 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
         let random_sizes = curve(p.per_doubling);
         let seq_sizes = curve(p.seq_per_doubling);
         let thp = thp_figure(ctx.machine, ctx.profile);
+        // Sequential strides in bytes, none below a line (0 is one).
+        let mut strides: Vec<usize> = p.strides.iter().map(|&s| s.max(line)).collect();
+        strides.dedup();
         let mut s = ChaseSchedule {
             ctx,
             rng: Rng::from_entropy(),
             random_sizes,
             seq_sizes,
             lm_sizes: lm_sizes(max),
-            strides: p.strides(line),
+            strides,
             thp,
             thp_curve: p.thp_curve,
-            spec: TrialSettings {
-                near: HarnessConfig::default(),
-                far: HarnessConfig::default(),
-                far_from: llc,
-            },
+            near: HarnessConfig::default(),
+            far: HarnessConfig::default(),
+            llc,
+            pace: Pace::default(),
             start: Instant::now(),
             decided: false,
         };
@@ -249,8 +204,8 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
         let far_weight = 4;
         // A third of the budget goes to laying chains and faulting pages.
         let unit = ctx.budget.mul_f64(0.66) / all.max(1) as u32;
-        s.spec.near = HarnessConfig::short_trials(p.min_trial, p.trials).for_budget(unit, 1);
-        s.spec.far = HarnessConfig::short_trials(p.min_trial * 2, p.trials * 2)
+        s.near = HarnessConfig::short_trials(p.min_trial, p.trials).for_budget(unit, 1);
+        s.far = HarnessConfig::short_trials(p.min_trial * 2, p.trials * 2)
             .for_budget(unit * far_weight as u32, 1);
         s
     }
@@ -272,10 +227,44 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
         all
     }
 
+    pub(super) fn trials_for(&self, size: u64) -> &HarnessConfig {
+        if size > self.llc {
+            &self.far
+        } else {
+            &self.near
+        }
+    }
+
+    /// Records a point of `size`: `laid` seconds laying its chain, `trials` timing it.
+    pub(super) fn paced(&mut self, size: u64, laid: f64, trials: f64) {
+        let p = &mut self.pace;
+        p.lay_secs_per_byte = laid / size as f64;
+        if size > self.llc {
+            p.far_trials = trials;
+        } else {
+            p.near_secs += trials;
+            p.near_points += 1;
+        }
+    }
+
+    /// The trials of a point of `size` at the pace so far: the near mean, the latest far
+    /// point's, or the near mean scaled by the budgets before any far point.
+    fn trial_secs(&self, size: u64) -> f64 {
+        let p = &self.pace;
+        let near = p.near_secs / p.near_points.max(1) as f64;
+        if size <= self.llc {
+            near
+        } else if p.far_trials > 0.0 {
+            p.far_trials
+        } else {
+            near * (self.far.budget.as_secs_f64() / self.near.budget.as_secs_f64().max(1e-9))
+        }
+    }
+
     /// Whether measuring `size` next on the random curve, and everything after it, fits
     /// the budget at the pace so far, with a margin. Decided at powers of two only, so
     /// the `dram` point is one from run to run.
-    pub(super) fn fits(&self, size: u64, pace: Pace) -> bool {
+    pub(super) fn fits(&self, size: u64) -> bool {
         if self.decided {
             return true;
         }
@@ -293,9 +282,9 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
         let trials: f64 = random
             .into_iter()
             .chain(later)
-            .map(|z| pace.trials(z, &self.spec))
+            .map(|z| self.trial_secs(z))
             .sum();
-        let projected = 1.25 * (bytes * pace.lay_secs_per_byte + trials);
+        let projected = 1.25 * (bytes * self.pace.lay_secs_per_byte + trials);
         self.start.elapsed().as_secs_f64() + projected <= self.ctx.budget.as_secs_f64() * 0.95
     }
 

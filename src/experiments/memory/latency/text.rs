@@ -1,19 +1,16 @@
 //! mem.latency's prose: series, metric descriptions and findings from measured points
 //! and named levels.
 
-use super::kernel::ChasePoint;
+use super::kernel::ChaseCurve;
 use super::levels::NamedLevel;
 use crate::analysis::Separation;
 use crate::experiments::Outcome;
-use crate::results::Series;
 use crate::units::{fmt_bytes, fmt_ns};
 
-pub(super) fn series(name: &str, pts: &[ChasePoint]) -> Series {
-    Series {
-        name: name.into(),
-        x_unit: "bytes".into(),
-        y_unit: "ns".into(),
-        points: pts.iter().map(|p| [p.size as f64, p.median()]).collect(),
+impl ChaseCurve {
+    pub(super) fn plot(&self, out: &mut Outcome, name: &str) {
+        let xy = self.points.iter().map(|p| [p.size as f64, p.median()]);
+        out.plot(name, "bytes", "ns", xy.collect());
     }
 }
 
