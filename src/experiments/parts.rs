@@ -383,9 +383,8 @@ fn matches(m: &Machine, w: &Match) -> bool {
 /// The table entry for this machine's measured core and the key it matched, or why none.
 pub fn core(m: &Machine) -> Result<(&'static Core, String), String> {
     let key = key_of(m);
-    // The chosen CPU's kind, on a hybrid CPU.
     let t = &m.topology;
-    let chosen = t.cpus.iter().find(|c| Some(c.cpu) == t.chosen_cpu);
+    let chosen = t.chosen_cpu.and_then(|c| t.place(c));
     let kind = chosen
         .and_then(|c| c.kind.as_deref())
         .unwrap_or("performance");
@@ -395,12 +394,11 @@ pub fn core(m: &Machine) -> Result<(&'static Core, String), String> {
         .collect();
     // An entry for one kind of core never stands for the other (an E-core's figures are
     // not a P-core's).
-    let pick = found
+    match found
         .iter()
-        .copied()
-        .find(|c| c.kind.is_none() || c.kind == Some(kind));
-    match pick {
-        Some(c) => Ok((c, format!("{key}: {}", c.name))),
+        .find(|c| c.kind.is_none() || c.kind == Some(kind))
+    {
+        Some(c) => Ok((*c, format!("{key}: {}", c.name))),
         None if !found.is_empty() => Err(format!(
             "the parts table has no {kind}-core entry for {key} (only {})",
             found.iter().map(|c| c.name).collect::<Vec<_>>().join(", ")

@@ -1,5 +1,4 @@
-//! mem.latency's kernel: laying a chain of one node per cache line, chasing it, and the
-//! curves of chases over working-set sizes.
+//! mem.latency's kernel: laying and chasing a chain of one node per line, and its curves.
 
 use super::checks::verify_chain;
 use super::plan::{ChaseSchedule, Pace};
@@ -37,8 +36,7 @@ pub(crate) unsafe fn chase(mut p: *const u8, iters: u64) -> *const u8 {
     p
 }
 
-/// Writes a chain over the first `next.len()` nodes of `stride` bytes: node i's first word
-/// points to node next[i]. Does nothing when the nodes would not fit in the region.
+/// Points node i's first word to node next[i] (nodes of `stride` bytes), if they all fit.
 pub(crate) fn lay(region: &mut Region, stride: usize, next: &[u32]) {
     let base = region.as_ptr();
     if stride < 8 || next.len() * stride > region.len() {
@@ -120,7 +118,6 @@ fn suspects(points: &[ChasePoint]) -> Vec<usize> {
     v
 }
 
-/// Outcome of one curve.
 #[derive(Default)]
 pub(super) struct ChaseCurve {
     pub(super) points: Vec<ChasePoint>,
@@ -130,7 +127,6 @@ pub(super) struct ChaseCurve {
     /// Trials set aside because the thread was preempted, and trials kept.
     pub(super) preempted: usize,
     pub(super) kept: usize,
-    /// Points measured a second time because they were slower than the next size.
     pub(super) remeasured: usize,
 }
 
@@ -139,7 +135,6 @@ pub(super) struct ChaseCurve {
 pub(super) enum Order {
     /// A Sattolo permutation of every node.
     Random,
-    /// Address order.
     Sequential,
     /// lmbench's `lat_mem_rd -t` layout (`lmbench_chain`), measured once per size.
     Lmbench,
@@ -154,8 +149,7 @@ impl Order {
         }
     }
 
-    /// The chain over `size` bytes in nodes of `stride` bytes; None for lmbench's layout
-    /// when `size` is not a whole number of pages of whole nodes.
+    /// The chain over `size` bytes; None for lmbench's layout unless whole pages of nodes.
     fn chain(self, size: u64, stride: usize, rng: &mut Rng) -> Option<Vec<u32>> {
         let n = (size as usize / stride).max(2);
         let ps = crate::pagecache::page_size();

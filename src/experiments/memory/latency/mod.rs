@@ -18,7 +18,7 @@ use crate::experiments::kit::{self, Pages, Region};
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Outcome, PerProfile, Profile, Spec};
 use crate::results::{Check, Prediction};
-use crate::units::fmt_bytes;
+use crate::units::{fmt_bytes, fmt_ns};
 use kernel::{ChaseCurve, ChasePoint, Order};
 use levels::NamedLevel;
 use plan::{ChaseSchedule, LatencyPlan, PLANS};
@@ -112,7 +112,6 @@ impl Experiment for Latency {
 struct Curves {
     random: ChaseCurve,
     lmbench: ChaseCurve,
-    /// (stride, curve) per sequential stride.
     seq: Vec<(usize, ChaseCurve)>,
     /// The random curve on huge pages, and the share of its region they backed.
     thp: Option<(ChaseCurve, f64)>,
@@ -128,19 +127,14 @@ impl Curves {
     }
 }
 
-/// The random curve as far as the budget allows (the schedule then ends every curve
-/// where it stopped), the sequential curves and lmbench's layout.
+/// The random curve as far as the budget allows (every curve then ends there), the
+/// sequential curves and lmbench's layout.
 fn measure_base(s: &mut ChaseSchedule, max: u64, line: usize) -> anyhow::Result<Curves> {
     (s.ctx.progress)("mapping and faulting the working set");
     let mut region = Region::new(max as usize, Pages::Base)?;
     region.prefault();
-    let random = s.curve(
-        &mut region,
-        s.random_sizes.clone(),
-        line,
-        Order::Random,
-        true,
-    );
+    let sizes = s.random_sizes.clone();
+    let random = s.curve(&mut region, sizes, line, Order::Random, true);
     if let Some(last) = random.points.last() {
         s.truncate(last.size);
     }
@@ -148,12 +142,11 @@ fn measure_base(s: &mut ChaseSchedule, max: u64, line: usize) -> anyhow::Result<
     for stride in s.strides.clone() {
         let sz = s.seq_sizes.iter().copied();
         let sz = sz.filter(|&z| z >= 2 * stride as u64).collect();
-        seq.push((
-            stride,
-            s.curve(&mut region, sz, stride, Order::Sequential, false),
-        ));
+        let c = s.curve(&mut region, sz, stride, Order::Sequential, false);
+        seq.push((stride, c));
     }
-    let lmbench = s.curve(&mut region, s.lm_sizes.clone(), line, Order::Lmbench, false);
+    let sizes = s.lm_sizes.clone();
+    let lmbench = s.curve(&mut region, sizes, line, Order::Lmbench, false);
     Ok(Curves {
         random,
         lmbench,
@@ -238,9 +231,8 @@ fn lmbench_name(size: u64, max: u64) -> String {
     }
 }
 
-/// The metrics: each cache level (named after the sysfs cache it matches), `dram`, the
-/// lmbench-layout points, `dram_sequential` and `dram_thp`, with the sanity checks of the
-/// levels and the huge pages. Returns the levels and the curve they were found on.
+/// The metrics and the sanity checks of the levels and the huge pages; returns the levels
+/// and the curve they were found on.
 fn metrics(
     ctx: &Context,
     p: &LatencyPlan,
@@ -264,10 +256,8 @@ fn metrics(
         out.notes.push("the levels come from the base-page curve (the huge-page curve did not cover it or huge pages backed under half of its region): the cache predictions, stated as points for huge pages, leave out page walks, so read them as lower bounds".into());
     }
     for nl in named.iter().filter(|n| n.widened) {
-        let (t, s) = (
-            nl.level.transition.unwrap_or(0),
-            nl.sysfs_bytes.unwrap_or(1),
-        );
+        let t = nl.level.transition.unwrap_or(0);
+        let s = nl.sysfs_bytes.unwrap_or(1);
         out.notes.push(format!(
             "{} is named for the last-level cache although its transition, {}, is {:.2}x the sysfs size, below the 1/4 that names a level elsewhere: in a VM the guest may get only its share of the host's cache",
             nl.name,
@@ -355,7 +345,10 @@ fn findings(
     }
     let lines: Vec<String> = named
         .iter()
-        .map(|nl| text::level_line(nl, det_name))
+        .map(|nl| {
+            let (lat, span) = (fmt_ns(nl.level.latency_ns), text::level_span(nl, det_name));
+            format!("{} {lat}: {span}", nl.name)
+        })
         .collect();
     let rep = ctx.repetition;
     let which = match rep.of {

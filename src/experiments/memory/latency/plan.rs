@@ -1,10 +1,12 @@
 //! mem.latency's plan: working-set sizes and trial settings per profile and cache size.
 
-use crate::experiments::{Context, PerProfile, Profile};
+use crate::experiments::{kit, Context, PerProfile, Profile};
 use crate::harness::HarnessConfig;
+use crate::machine::Machine;
 use crate::results::Check;
 use crate::rng::Rng;
 use crate::units::fmt_bytes;
+use anyhow::Result;
 use std::time::{Duration, Instant};
 
 /// Working-set sizes from `min` to `max`, `per_doubling` points per doubling, rounded to
@@ -42,12 +44,9 @@ pub(super) struct LatencyPlan {
     pub(super) min_trial: Duration,
 }
 
-/// No ceiling but the memory cap and the time budget.
-const NONE: u64 = u64::MAX;
-
 const QUICK: LatencyPlan = LatencyPlan {
     per_doubling: 4,
-    ceiling: NONE,
+    ceiling: u64::MAX,
     strides: &[0],
     seq_per_doubling: 2,
     thp_curve: true,
@@ -81,22 +80,18 @@ pub(super) const PLANS: PerProfile<LatencyPlan> = PerProfile::new(
 /// The largest working set (a power of two) `profile` lays out on `machine` with its
 /// permutation, and the memory cap. Planned from memory, not from the cache sizes: the
 /// time budget may end the sweep below it (`ChaseSchedule::fits`).
-pub(crate) fn set_and_cap(
-    machine: &crate::machine::Machine,
-    profile: Profile,
-    line: usize,
-) -> anyhow::Result<(u64, u64)> {
-    crate::experiments::kit::largest_set(machine, profile, PLANS.get(profile).ceiling, line)
+pub(crate) fn set_and_cap(m: &Machine, profile: Profile, line: usize) -> Result<(u64, u64)> {
+    kit::largest_set(m, profile, PLANS.get(profile).ceiling, line)
 }
 
 /// Whether `profile` measures on huge pages here (not smoke, THP available).
-fn thp_figure(machine: &crate::machine::Machine, profile: Profile) -> bool {
-    crate::experiments::kit::thp_available(machine) && profile != Profile::Smoke
+fn thp_figure(machine: &Machine, profile: Profile) -> bool {
+    kit::thp_available(machine) && profile != Profile::Smoke
 }
 
 /// Whether the levels are planned on the huge-page curve (`metrics` falls back to the
 /// base-page curve when huge pages back under half of its region, and says so).
-pub(super) fn huge_page_levels(machine: &crate::machine::Machine, profile: Profile) -> bool {
+pub(super) fn huge_page_levels(machine: &Machine, profile: Profile) -> bool {
     thp_figure(machine, profile) && PLANS.get(profile).thp_curve
 }
 
@@ -111,7 +106,7 @@ pub(super) fn llc_hit_fraction(llc: u64, size: u64) -> f64 {
 pub(super) fn dram_beyond_cache(reached: u64, llc: Option<u64>) -> Check {
     // Unknown: judged against a large cache rather than passed (N5), and said.
     let assumed = " (assumed: the machine does not say its cache sizes)";
-    let (llc, said) = llc.map_or((crate::experiments::kit::UNKNOWN_LLC, assumed), |l| (l, ""));
+    let (llc, said) = llc.map_or((kit::UNKNOWN_LLC, assumed), |l| (l, ""));
     let hits = llc_hit_fraction(llc, reached);
     Check::sanity(
         "dram: working set beyond the last-level cache",
@@ -135,8 +130,7 @@ pub(super) struct Pace {
     far_trials: f64,
 }
 
-/// Every size each curve measures, the trial settings that share the budget out, and
-/// what the curves are measured with (`ChaseSchedule::curve`).
+/// Every size each curve measures and the trial settings that share the budget out.
 pub(super) struct ChaseSchedule<'c, 'a> {
     pub(super) ctx: &'c Context<'a>,
     pub(super) rng: Rng,
@@ -146,15 +140,13 @@ pub(super) struct ChaseSchedule<'c, 'a> {
     pub(super) strides: Vec<usize>,
     pub(super) thp: bool,
     pub(super) thp_curve: bool,
-    /// Trial settings up to the last-level cache (`llc`) and beyond: points beyond it
-    /// depend on what other cores do to the shared cache and memory, so their trials are
-    /// spread over more time.
+    /// Trial settings up to the last-level cache and beyond: far points depend on what
+    /// other cores do to the shared cache and memory, so their trials spread over more time.
     near: HarnessConfig,
     far: HarnessConfig,
     llc: u64,
-    /// The pace of the curve being measured.
     pub(super) pace: Pace,
-    /// When the experiment started (its budget is `ctx.budget`).
+    /// When the experiment started.
     pub(super) start: Instant,
     /// The largest size was decided by an earlier run: measure every size.
     pub(super) decided: bool,
@@ -199,14 +191,13 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
             decided: false,
         };
         let all = s.later_sizes(max).len() + s.random_sizes.len();
-        // Far points (beyond the last-level cache) trial twice as long and twice as often;
-        // they may take up to 4x a near point's share, which few near points use up.
-        let far_weight = 4;
         // A third of the budget goes to laying chains and faulting pages.
         let unit = ctx.budget.mul_f64(0.66) / all.max(1) as u32;
         s.near = HarnessConfig::short_trials(p.min_trial, p.trials).for_budget(unit, 1);
-        s.far = HarnessConfig::short_trials(p.min_trial * 2, p.trials * 2)
-            .for_budget(unit * far_weight as u32, 1);
+        // Far points trial twice as long and twice as often; they may take up to 4x a near
+        // point's share, which few near points use up.
+        let far = HarnessConfig::short_trials(p.min_trial * 2, p.trials * 2);
+        s.far = far.for_budget(unit * 4, 1);
         s
     }
 
