@@ -236,11 +236,8 @@ impl ChaseSchedule<'_, '_> {
         }
         // Latency cannot fall as the set grows, so a point slower than the next was
         // likely disturbed: measure it again and keep both (the lower alone would bias it).
-        let suspects = match order {
-            Order::Lmbench => Vec::new(),
-            _ => suspects(&c.points),
-        };
-        for i in suspects {
+        let lmbench = order == Order::Lmbench;
+        for i in suspects(&c.points).into_iter().filter(|_| !lmbench) {
             let size = c.points[i].size;
             if let Some(pt) = self.point(&mut c, region, size, stride, order) {
                 c.remeasured += 1;

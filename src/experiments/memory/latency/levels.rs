@@ -23,12 +23,9 @@ const VM_LLC_BELOW: f64 = -4.0;
 /// data cache's name (most matches, then the least total |log2| distance) or "plateau_K".
 pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64, vm: bool) -> Vec<NamedLevel> {
     let llc = llc_bytes(caches);
-    let k = llc.map_or(levels.len(), |l| {
-        levels
-            .iter()
-            .position(|v| v.last > 2 * l)
-            .unwrap_or(levels.len())
-    });
+    let k = (levels.iter())
+        .position(|v| llc.is_some_and(|l| v.last > 2 * l))
+        .unwrap_or(levels.len());
     let (cached, memory) = levels.split_at(k);
     let assign = best_matching(cached, caches, (max_size, vm), 0, 0).2;
     let mut out: Vec<NamedLevel> = cached

@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 /// whole nodes of `node` bytes, at least two nodes each.
 pub(crate) fn sizes(min: u64, max: u64, per_doubling: u32, node: u64) -> Vec<u64> {
     let mut v = Vec::new();
-    let mut k = 0u32;
-    loop {
+    for k in 0u32.. {
         let s = min as f64 * 2f64.powf(k as f64 / per_doubling as f64);
         if s > max as f64 * 1.0001 {
             break;
@@ -23,7 +22,6 @@ pub(crate) fn sizes(min: u64, max: u64, per_doubling: u32, node: u64) -> Vec<u64
         if v.last() != Some(&s) {
             v.push(s);
         }
-        k += 1;
     }
     v
 }
