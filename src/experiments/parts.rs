@@ -341,12 +341,12 @@ pub const CORES: &[Core] = &[
 
 /// The key a machine is looked up by, as text ("x86 AuthenticAMD family 25 model 1").
 pub fn key_of(m: &Machine) -> String {
-    let p = &m.cpu.part;
+    let (p, model) = (&m.cpu.part, &m.cpu.model);
     if let (Some(i), Some(part)) = (&p.arm_implementer, &p.arm_part) {
         return format!("arm64 implementer {i} part {part}");
     }
-    if m.cpu.model.starts_with("Apple M") {
-        return format!("Apple chip '{}'", m.cpu.model);
+    if model.starts_with("Apple M") {
+        return format!("Apple chip '{model}'");
     }
     if let (Some(f), Some(mo)) = (p.family, p.model) {
         return format!("x86 {} family {f} model {mo}", m.cpu.vendor);
@@ -354,10 +354,7 @@ pub fn key_of(m: &Machine) -> String {
     if let Some(cf) = p.cpufamily {
         return format!("macOS hw.cpufamily {cf:#x}");
     }
-    format!(
-        "'{}' (no CPUID family/model, MIDR or chip name recorded)",
-        m.cpu.model
-    )
+    format!("'{model}' (no CPUID family/model, MIDR or chip name recorded)")
 }
 
 fn matches(m: &Machine, w: &Match) -> bool {

@@ -350,6 +350,7 @@ fn findings(
             format!("{} {lat}: {span}", nl.name)
         })
         .collect();
+    let lines = lines.join("; ");
     let rep = ctx.repetition;
     let which = match rep.of {
         0 | 1 => String::new(),
@@ -360,13 +361,8 @@ fn findings(
         .filter(|n| n.name != "dram")
         .map(|n| n.name.as_str())
         .collect();
-    out.finding(
-        format!(
-            "Detected levels ({det_name} random curve{which}): {}.",
-            lines.join("; ")
-        ),
-        &from,
-    );
+    let t = format!("Detected levels ({det_name} random curve{which}): {lines}.");
+    out.finding(t, &from);
     for nl in named.iter().filter(|n| n.sysfs_bytes.is_some()) {
         // A level much smaller (or larger) than sysfs says is what matters most here.
         let (t, salience) = text::size_vs_sysfs(nl);

@@ -75,9 +75,8 @@ pub(super) const PLANS: PerProfile<LatencyPlan> = PerProfile::new(
     },
 );
 
-/// The largest working set (a power of two) `profile` lays out on `machine` with its
-/// permutation, and the memory cap. Planned from memory, not from the cache sizes: the
-/// time budget may end the sweep below it (`ChaseSchedule::fits`).
+/// The largest working set (a power of two) `profile` lays out with its permutation, and
+/// the memory cap; the time budget may end the sweep below it (`ChaseSchedule::fits`).
 pub(crate) fn set_and_cap(m: &Machine, profile: Profile, line: usize) -> Result<(u64, u64)> {
     kit::largest_set(m, profile, PLANS.get(profile).ceiling, line)
 }
