@@ -7,18 +7,14 @@
 use crate::machine::Machine;
 use Kind::*;
 
-/// How a source obtained its figure.
+/// How a source obtained its figure (`label`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    /// A dependent chase measured on 2 MB pages.
     HugePageChase,
-    /// A dependent chase measured with the source's tool; it does not state the page size.
     Chase,
-    /// A chase on 4 KiB pages with the TLB misses estimated and removed (AnandTech).
+    /// AnandTech's: a chase on 4 KiB pages with the TLB misses estimated and removed.
     Structural,
-    /// The vendor's nominal figure.
     Nominal,
-    /// A simulator's parameter for the core, not a measurement.
     Simulator,
 }
 
@@ -144,13 +140,22 @@ const fn cited(value: f64, kind: Kind, unit: Unit, reference: &'static str) -> C
 }
 
 /// A figure in core cycles.
-const fn cyc(value: f64, kind: Kind, reference: &'static str) -> Option<Cited> {
-    Some(cited(value, kind, Unit::CoreCycles, reference))
+const fn cyc(value: f64, kind: Kind, reference: &'static str) -> Cited {
+    cited(value, kind, Unit::CoreCycles, reference)
 }
 
 /// A figure in cycles of the uncore clock (ring or mesh), which osmeter does not read.
-const fn uncore(value: f64, kind: Kind, reference: &'static str) -> Option<Cited> {
-    Some(cited(value, kind, Unit::UncoreCycles, reference))
+const fn uncore(value: f64, kind: Kind, reference: &'static str) -> Cited {
+    cited(value, kind, Unit::UncoreCycles, reference)
+}
+
+impl Cited {
+    const fn disputed(self, by: &'static str) -> Cited {
+        Cited {
+            disputed: Some(by),
+            ..self
+        }
+    }
 }
 
 /// `N` consecutive CPUID models from `first`.
@@ -200,166 +205,148 @@ const fn arm(part: &'static str) -> Match {
 }
 
 impl Core {
-    const BLANK: Core = Core {
-        name: "",
-        kind: None,
-        matches: &[],
-        l1d_cycles: None,
-        l2_cycles: None,
-        l3_cycles: None,
-        dram_ns: None,
-    };
+    const fn new(name: &'static str, matches: &'static [Match]) -> Core {
+        Core {
+            name,
+            kind: None,
+            matches,
+            l1d_cycles: None,
+            l2_cycles: None,
+            l3_cycles: None,
+            dram_ns: None,
+        }
+    }
+
+    const fn kind(mut self, kind: &'static str) -> Core {
+        self.kind = Some(kind);
+        self
+    }
+
+    const fn l1d(mut self, f: Cited) -> Core {
+        self.l1d_cycles = Some(f);
+        self
+    }
+
+    const fn l2(mut self, f: Cited) -> Core {
+        self.l2_cycles = Some(f);
+        self
+    }
+
+    const fn l3(mut self, f: Cited) -> Core {
+        self.l3_cycles = Some(f);
+        self
+    }
+
+    const fn dram(mut self, f: Cited) -> Core {
+        self.dram_ns = Some(f);
+        self
+    }
 }
 
 pub const CORES: &[Core] = &[
-    Core {
-        name: "Nehalem",
-        // 26 Bloomfield/Gainestown, 30 Lynnfield (i7 860), 31, 46 Nehalem-EX.
-        matches: &[intel(&[26, 30, 31, 46])],
-        l1d_cycles: cyc(4.0, Nominal, INTEL_PAG),
-        l2_cycles: cyc(10.0, Nominal, INTEL_PAG),
-        l3_cycles: uncore(40.0, Nominal, INTEL_PAG),
-        dram_ns: Some(cited(60.0, Nominal, Unit::Ns, INTEL_PAG)),
-        ..Core::BLANK
-    },
-    Core {
-        name: "Skylake / Kaby Lake client",
-        // 78, 94 Skylake; 142, 158 Kaby Lake (and its Coffee/Whiskey Lake steppings).
-        matches: &[
+    // 26 Bloomfield/Gainestown, 30 Lynnfield (i7 860), 31, 46 Nehalem-EX.
+    Core::new("Nehalem", &[intel(&[26, 30, 31, 46])])
+        .l1d(cyc(4.0, Nominal, INTEL_PAG))
+        .l2(cyc(10.0, Nominal, INTEL_PAG))
+        .l3(uncore(40.0, Nominal, INTEL_PAG))
+        .dram(cited(60.0, Nominal, Unit::Ns, INTEL_PAG)),
+    Core::new(
+        "Skylake / Kaby Lake client",
+        &[
+            // 78, 94 Skylake; 142, 158 Kaby Lake (and its Coffee/Whiskey Lake steppings).
             intel(&[78, 94, 142, 158]),
             // CPUFAMILY_INTEL_SKYLAKE, CPUFAMILY_INTEL_KABYLAKE
             Match::MacFamily(0x37fc219f),
             Match::MacFamily(0x0f817246),
         ],
-        l1d_cycles: cyc(4.0, Nominal, ANANDTECH_SKX),
-        l2_cycles: cyc(12.0, HugePageChase, CNC_RPL_L2),
-        l3_cycles: uncore(44.0, Nominal, ANANDTECH_SKX),
-        ..Core::BLANK
-    },
-    Core {
-        name: "Skylake-SP / Cascade Lake server",
-        // 0x55, INTEL_FAM6_SKYLAKE_X of Linux's intel-family.h, which notes Cascade Lake
-        // (stepping 7) and Cooper Lake (stepping 11) under the same model.
-        matches: &[intel(&[85])],
-        l1d_cycles: cyc(4.0, Structural, ANANDTECH_ROME),
-        l2_cycles: cyc(14.0, Structural, ANANDTECH_ROME),
-        l3_cycles: Some(Cited {
-            disputed: Some(SKX_L3_77),
-            ..cited(46.0, Structural, Unit::UncoreCycles, ANANDTECH_ROME)
-        }),
-        ..Core::BLANK
-    },
-    Core {
-        name: "Golden Cove (Alder Lake P-core)",
-        kind: Some("performance"),
-        // 151 Alder Lake-S, 154 Alder Lake-P/U (i7-1250U, i7-12700H).
-        matches: &[intel(&[151, 154])],
-        // No measurement of its L1D was found in the sources read.
-        l1d_cycles: cyc(5.0, Simulator, CNC_GLC),
-        l2_cycles: cyc(15.0, HugePageChase, CNC_RPL_L2),
-        ..Core::BLANK
-    },
-    Core {
-        name: "Gracemont (Alder Lake E-core)",
-        kind: Some("efficiency"),
-        matches: &[intel(&[151, 154])],
-        // No L1D figure: the cited source states none.
-        ..Core::BLANK
-    },
-    Core {
-        name: "Ice Lake-SP (Sunny Cove server)",
-        // 0x6a INTEL_FAM6_ICELAKE_X (server parts) and 0x6c INTEL_FAM6_ICELAKE_D (micro
-        // server parts), both "Sunny Cove" in Linux's intel-family.h; no source read says
-        // whether the D parts' caches are the X parts'. No figures: no source text read
-        // states Ice Lake-SP's load-to-use latencies.
-        matches: &[intel(&[106, 108])],
-        ..Core::BLANK
-    },
-    Core {
-        name: "Sapphire Rapids (Golden Cove server)",
-        // 0x8f INTEL_FAM6_SAPPHIRERAPIDS_X, "Golden Cove", in Linux's intel-family.h.
-        // No figures: no source text read states them; the client Golden Cove's are
-        // not the server core's (its L2 is 2 MB, not 1.25 MB).
-        matches: &[intel(&[143])],
-        ..Core::BLANK
-    },
-    Core {
-        name: "Emerald Rapids (Raptor Cove server)",
-        // 0xcf INTEL_FAM6_EMERALDRAPIDS_X in Linux's intel-family.h.
-        // No figures: no source read states a load-to-use latency for Emerald Rapids.
-        matches: &[intel(&[207])],
-        ..Core::BLANK
-    },
-    Core {
-        name: "Zen 2",
-        // 0x30 ... 0x3f (49 Rome), 96 Renoir, 104 Lucienne, 113 Matisse, 144 Van Gogh.
-        matches: &[amd(23, &ZEN2_MODELS_0X30), amd(23, &[96, 104, 113, 144])],
-        l1d_cycles: cyc(4.0, Structural, ANANDTECH_ROME),
-        l2_cycles: cyc(13.0, Structural, ANANDTECH_ROME),
-        l3_cycles: cyc(34.0, Structural, ANANDTECH_ROME),
-        ..Core::BLANK
-    },
-    Core {
-        name: "Zen 3",
-        // 0x00 ... 0x0f (1 Milan, 8 Chagall), 33 Vermeer, 68 Rembrandt, 80 Cezanne.
-        matches: &[amd(25, &ZEN3_MODELS_0X00), amd(25, &[33, 68, 80])],
-        l1d_cycles: cyc(4.0, Nominal, AMD_SOG_19H),
-        l2_cycles: cyc(12.0, Chase, CNC_5800X3D),
-        // No L3 figure: the one measured Zen 3 L3 read (the 5800X3D's 49 cycles) is a
-        // V-Cache part's, and these models hold parts with and without V-Cache.
-        ..Core::BLANK
-    },
-    Core {
-        name: "Zen 4",
-        // 0x10 ... 0x1f (17 Genoa, 24 Storm Peak), 97 Raphael, 116/120 Phoenix,
-        // 160 Bergamo/Siena.
-        matches: &[amd(25, &ZEN4_MODELS_0X10), amd(25, &[97, 116, 120, 160])],
-        l1d_cycles: cyc(4.0, HugePageChase, CNC_MTL_ZEN4),
-        l2_cycles: cyc(14.0, HugePageChase, CNC_MTL_ZEN4),
-        // No L3 figure: no source text read states Zen 4's L3 latency in cycles.
-        ..Core::BLANK
-    },
-    Core {
-        name: "Apple M1 / M2 (Firestorm / Avalanche P-core)",
-        kind: Some("performance"),
-        matches: &[
+    )
+    .l1d(cyc(4.0, Nominal, ANANDTECH_SKX))
+    .l2(cyc(12.0, HugePageChase, CNC_RPL_L2))
+    .l3(uncore(44.0, Nominal, ANANDTECH_SKX)),
+    // 0x55, INTEL_FAM6_SKYLAKE_X of Linux's intel-family.h, which notes Cascade Lake
+    // (stepping 7) and Cooper Lake (stepping 11) under the same model.
+    Core::new("Skylake-SP / Cascade Lake server", &[intel(&[85])])
+        .l1d(cyc(4.0, Structural, ANANDTECH_ROME))
+        .l2(cyc(14.0, Structural, ANANDTECH_ROME))
+        .l3(uncore(46.0, Structural, ANANDTECH_ROME).disputed(SKX_L3_77)),
+    // 151 Alder Lake-S, 154 Alder Lake-P/U (i7-1250U, i7-12700H). No measurement of its
+    // L1D was found in the sources read.
+    Core::new("Golden Cove (Alder Lake P-core)", &[intel(&[151, 154])])
+        .kind("performance")
+        .l1d(cyc(5.0, Simulator, CNC_GLC))
+        .l2(cyc(15.0, HugePageChase, CNC_RPL_L2)),
+    // No L1D figure: the cited source states none.
+    Core::new("Gracemont (Alder Lake E-core)", &[intel(&[151, 154])]).kind("efficiency"),
+    // 0x6a INTEL_FAM6_ICELAKE_X (server parts) and 0x6c INTEL_FAM6_ICELAKE_D (micro
+    // server parts), both "Sunny Cove" in Linux's intel-family.h; no source read says
+    // whether the D parts' caches are the X parts'. No figures: no source text read
+    // states Ice Lake-SP's load-to-use latencies.
+    Core::new("Ice Lake-SP (Sunny Cove server)", &[intel(&[106, 108])]),
+    // 0x8f INTEL_FAM6_SAPPHIRERAPIDS_X, "Golden Cove", in Linux's intel-family.h.
+    // No figures: no source text read states them; the client Golden Cove's are
+    // not the server core's (its L2 is 2 MB, not 1.25 MB).
+    Core::new("Sapphire Rapids (Golden Cove server)", &[intel(&[143])]),
+    // 0xcf INTEL_FAM6_EMERALDRAPIDS_X in Linux's intel-family.h.
+    // No figures: no source read states a load-to-use latency for Emerald Rapids.
+    Core::new("Emerald Rapids (Raptor Cove server)", &[intel(&[207])]),
+    // 0x30 ... 0x3f (49 Rome), 96 Renoir, 104 Lucienne, 113 Matisse, 144 Van Gogh.
+    Core::new(
+        "Zen 2",
+        &[amd(23, &ZEN2_MODELS_0X30), amd(23, &[96, 104, 113, 144])],
+    )
+    .l1d(cyc(4.0, Structural, ANANDTECH_ROME))
+    .l2(cyc(13.0, Structural, ANANDTECH_ROME))
+    .l3(cyc(34.0, Structural, ANANDTECH_ROME)),
+    // 0x00 ... 0x0f (1 Milan, 8 Chagall), 33 Vermeer, 68 Rembrandt, 80 Cezanne.
+    // No L3 figure: the one measured Zen 3 L3 read (the 5800X3D's 49 cycles) is a
+    // V-Cache part's, and these models hold parts with and without V-Cache.
+    Core::new(
+        "Zen 3",
+        &[amd(25, &ZEN3_MODELS_0X00), amd(25, &[33, 68, 80])],
+    )
+    .l1d(cyc(4.0, Nominal, AMD_SOG_19H))
+    .l2(cyc(12.0, Chase, CNC_5800X3D)),
+    // 0x10 ... 0x1f (17 Genoa, 24 Storm Peak), 97 Raphael, 116/120 Phoenix,
+    // 160 Bergamo/Siena. No L3 figure: no source text read states Zen 4's L3 latency
+    // in cycles.
+    Core::new(
+        "Zen 4",
+        &[amd(25, &ZEN4_MODELS_0X10), amd(25, &[97, 116, 120, 160])],
+    )
+    .l1d(cyc(4.0, HugePageChase, CNC_MTL_ZEN4))
+    .l2(cyc(14.0, HugePageChase, CNC_MTL_ZEN4)),
+    // No L1D figure: the cited source states none.
+    Core::new(
+        "Apple M1 / M2 (Firestorm / Avalanche P-core)",
+        &[
             Match::AppleChip("Apple M1"),
             Match::AppleChip("Apple M2"),
             // CPUFAMILY_ARM_FIRESTORM_ICESTORM
             Match::MacFamily(0x1b588bb3),
         ],
-        // No L1D figure: the cited source states none.
-        ..Core::BLANK
-    },
-    Core {
-        name: "Neoverse N1 (Graviton 2, Ampere Altra)",
-        // ARM_CPU_PART_NEOVERSE_N1 0xD0C of Linux's arch/arm64/include/asm/cputype.h.
-        matches: &[arm("0xd0c")],
-        // The core's figures, read for Graviton2. No L3 figure: the source read gives the
-        // last-level cache in ns only. No DRAM figure: it is the memory system's, not the
-        // core's, and this MIDR matches Graviton2 and Ampere Altra alike.
-        l1d_cycles: cyc(4.0, Structural, ANANDTECH_GRAVITON2),
-        l2_cycles: cyc(11.0, Structural, ANANDTECH_GRAVITON2),
-        ..Core::BLANK
-    },
-    Core {
-        name: "Neoverse V1 (Graviton 3)",
-        // ARM_CPU_PART_NEOVERSE_V1 0xD40 of Linux's arch/arm64/include/asm/cputype.h.
-        matches: &[arm("0xd40")],
-        // No L1D figure: Arm's guide states no LDR latency. No source
-        // read states Graviton 3's L2, L3 or DRAM latency either.
-        ..Core::BLANK
-    },
+    )
+    .kind("performance"),
+    // ARM_CPU_PART_NEOVERSE_N1 0xD0C of Linux's arch/arm64/include/asm/cputype.h. The
+    // core's figures, read for Graviton2. No L3 figure: the source read gives the
+    // last-level cache in ns only. No DRAM figure: it is the memory system's, not the
+    // core's, and this MIDR matches Graviton2 and Ampere Altra alike.
+    Core::new("Neoverse N1 (Graviton 2, Ampere Altra)", &[arm("0xd0c")])
+        .l1d(cyc(4.0, Structural, ANANDTECH_GRAVITON2))
+        .l2(cyc(11.0, Structural, ANANDTECH_GRAVITON2)),
+    // ARM_CPU_PART_NEOVERSE_V1 0xD40 of Linux's arch/arm64/include/asm/cputype.h. No L1D
+    // figure: Arm's guide states no LDR latency. No source read states Graviton 3's L2,
+    // L3 or DRAM latency either.
+    Core::new("Neoverse V1 (Graviton 3)", &[arm("0xd40")]),
 ];
 
 /// The key a machine is looked up by, as text ("x86 AuthenticAMD family 25 model 1").
 pub fn key_of(m: &Machine) -> String {
-    let p = &m.cpu.part;
+    let (p, model) = (&m.cpu.part, &m.cpu.model);
     if let (Some(i), Some(part)) = (&p.arm_implementer, &p.arm_part) {
         return format!("arm64 implementer {i} part {part}");
     }
-    if m.cpu.model.starts_with("Apple M") {
-        return format!("Apple chip '{}'", m.cpu.model);
+    if model.starts_with("Apple M") {
+        return format!("Apple chip '{model}'");
     }
     if let (Some(f), Some(mo)) = (p.family, p.model) {
         return format!("x86 {} family {f} model {mo}", m.cpu.vendor);
@@ -367,10 +354,7 @@ pub fn key_of(m: &Machine) -> String {
     if let Some(cf) = p.cpufamily {
         return format!("macOS hw.cpufamily {cf:#x}");
     }
-    format!(
-        "'{}' (no CPUID family/model, MIDR or chip name recorded)",
-        m.cpu.model
-    )
+    format!("'{model}' (no CPUID family/model, MIDR or chip name recorded)")
 }
 
 fn matches(m: &Machine, w: &Match) -> bool {
@@ -396,9 +380,8 @@ fn matches(m: &Machine, w: &Match) -> bool {
 /// The table entry for this machine's measured core and the key it matched, or why none.
 pub fn core(m: &Machine) -> Result<(&'static Core, String), String> {
     let key = key_of(m);
-    // The chosen CPU's kind, on a hybrid CPU.
     let t = &m.topology;
-    let chosen = t.cpus.iter().find(|c| Some(c.cpu) == t.chosen_cpu);
+    let chosen = t.chosen_cpu.and_then(|c| t.place(c));
     let kind = chosen
         .and_then(|c| c.kind.as_deref())
         .unwrap_or("performance");
@@ -408,12 +391,11 @@ pub fn core(m: &Machine) -> Result<(&'static Core, String), String> {
         .collect();
     // An entry for one kind of core never stands for the other (an E-core's figures are
     // not a P-core's).
-    let pick = found
+    match found
         .iter()
-        .copied()
-        .find(|c| c.kind.is_none() || c.kind == Some(kind));
-    match pick {
-        Some(c) => Ok((c, format!("{key}: {}", c.name))),
+        .find(|c| c.kind.is_none() || c.kind == Some(kind))
+    {
+        Some(c) => Ok((*c, format!("{key}: {}", c.name))),
         None if !found.is_empty() => Err(format!(
             "the parts table has no {kind}-core entry for {key} (only {})",
             found.iter().map(|c| c.name).collect::<Vec<_>>().join(", ")

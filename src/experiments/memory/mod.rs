@@ -16,7 +16,6 @@ pub(crate) fn experiments() -> Vec<Box<dyn Experiment>> {
     vec![
         Box::new(latency::Latency),
         Box::new(bandwidth::MemBandwidth),
-        // After both: its predictions are their dram and all-thread read.
         Box::new(loaded_latency::LoadedLatency),
         Box::new(pagefault::PageFault),
     ]

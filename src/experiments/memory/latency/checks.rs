@@ -7,13 +7,11 @@ use crate::results::Check;
 use crate::rng::Rng;
 use crate::units::fmt_bytes;
 
-/// Cursors walked side by side while verifying (independent loads overlap in memory).
+/// Independent cursors overlap their loads: a serial walk would be n dependent misses.
 pub(super) const VERIFY_CURSORS: usize = 16;
 
 /// Whether the chain in memory over the first `n` nodes of `stride` bytes is one cycle
-/// through all of them. Up to 16 cursors walk side by side (a serial walk would be n
-/// dependent misses) from distinct random "marks" until each reaches a mark: one cycle
-/// exactly when the walks sum to n and the marks form one cycle.
+/// through all of them (docs/methods/mem.latency.md, "Verified premise").
 pub(crate) fn verify_chain(region: &Region, stride: usize, n: usize, rng: &mut Rng) -> bool {
     let base = region.as_ptr() as usize;
     if n == 0 || stride < 8 || n * stride > region.len() {
@@ -61,22 +59,11 @@ pub(crate) fn verify_chain(region: &Region, stride: usize, n: usize, rng: &mut R
             }
         }
     }
-    if total != n {
-        return false;
-    }
-    // The marks must form one cycle: follow "mark -> mark its walk reached" k steps.
+    // The marks must form one cycle: "mark -> mark its walk reached" leads from mark 0
+    // back to it in k steps, not fewer.
     let idx = |m: usize| marks.iter().position(|&x| x == m);
-    let mut at = 0usize;
-    for step in 1..=k {
-        let Some(j) = idx(cur[at]) else {
-            return false;
-        };
-        at = j;
-        if at == 0 && step < k {
-            return false;
-        }
-    }
-    at == 0
+    let back = (1..=k).try_fold(0, |at, step| idx(cur[at]).filter(|&j| j != 0 || step == k));
+    total == n && back == Some(0)
 }
 
 /// How many chains verified, and which were left out. Not a check: no figure depends on

@@ -1,11 +1,11 @@
-//! mem.latency's kernel: laying a chain of one node per cache line, chasing it, and the
-//! curves of chases over working-set sizes.
+//! mem.latency's kernel: laying and chasing a chain of one node per line, and its curves.
 
 use super::checks::verify_chain;
 use super::plan::{ChaseSchedule, Pace};
 use crate::experiments::kit::{measure_raw, Region};
 use crate::rng::{sattolo, Rng};
 use crate::units::{fmt_bytes, fmt_ns};
+use std::time::Instant;
 
 /// Loads per loop iteration of the chase (unrolled so the loop branch is negligible).
 pub(crate) const UNROLL: u64 = 16;
@@ -36,8 +36,7 @@ pub(crate) unsafe fn chase(mut p: *const u8, iters: u64) -> *const u8 {
     p
 }
 
-/// Writes a chain over the first `next.len()` nodes of `stride` bytes: node i's first word
-/// points to node next[i]. Does nothing when the nodes would not fit in the region.
+/// Points node i's first word to node next[i] (nodes of `stride` bytes), if they all fit.
 pub(crate) fn lay(region: &mut Region, stride: usize, next: &[u32]) {
     let base = region.as_ptr();
     if stride < 8 || next.len() * stride > region.len() {
@@ -119,7 +118,6 @@ fn suspects(points: &[ChasePoint]) -> Vec<usize> {
     v
 }
 
-/// Outcome of one curve.
 #[derive(Default)]
 pub(super) struct ChaseCurve {
     pub(super) points: Vec<ChasePoint>,
@@ -129,7 +127,6 @@ pub(super) struct ChaseCurve {
     /// Trials set aside because the thread was preempted, and trials kept.
     pub(super) preempted: usize,
     pub(super) kept: usize,
-    /// Points measured a second time because they were slower than the next size.
     pub(super) remeasured: usize,
 }
 
@@ -138,7 +135,6 @@ pub(super) struct ChaseCurve {
 pub(super) enum Order {
     /// A Sattolo permutation of every node.
     Random,
-    /// Address order.
     Sequential,
     /// lmbench's `lat_mem_rd -t` layout (`lmbench_chain`), measured once per size.
     Lmbench,
@@ -153,8 +149,7 @@ impl Order {
         }
     }
 
-    /// The chain over `size` bytes in nodes of `stride` bytes; None for lmbench's layout
-    /// when `size` is not a whole number of pages of whole nodes.
+    /// The chain over `size` bytes; None for lmbench's layout unless whole pages of nodes.
     fn chain(self, size: u64, stride: usize, rng: &mut Rng) -> Option<Vec<u32>> {
         let n = (size as usize / stride).max(2);
         let ps = crate::pagecache::page_size();
@@ -170,6 +165,48 @@ impl Order {
 }
 
 impl ChaseSchedule<'_, '_> {
+    /// Lays, verifies and measures the chase in `order` over `size` bytes.
+    fn point(
+        &mut self,
+        c: &mut ChaseCurve,
+        region: &mut Region,
+        size: u64,
+        stride: usize,
+        order: Order,
+    ) -> Option<ChasePoint> {
+        let laying = Instant::now();
+        let next = order.chain(size, stride, &mut self.rng)?;
+        let n = next.len();
+        lay(region, stride, &next);
+        drop(next);
+        if !verify_chain(region, stride, n, &mut self.rng) {
+            c.broken.push(size);
+            return None;
+        }
+        let laid = laying.elapsed().as_secs_f64();
+        let trials = Instant::now();
+        let mut p = region.as_ptr() as *const u8;
+        let cfg = self.trials_for(size);
+        let q = measure_raw(self.ctx.clock, cfg, UNROLL as f64, |iters| {
+            // SAFETY: the chain over this region was laid and verified above.
+            p = unsafe { chase(p, iters) };
+        });
+        std::hint::black_box(p);
+        let (kind, at) = (order.name(), fmt_bytes(size as f64));
+        self.paced(size, laid, trials.elapsed().as_secs_f64());
+        c.preempted += q.preempted;
+        c.kept += q.per_op_ns.len();
+        c.notes
+            .extend(q.notes.iter().map(|n| format!("{kind} at {at}: {n}")));
+        let pt = ChasePoint {
+            size,
+            trials: q.per_op_ns,
+        };
+        let median = fmt_ns(pt.median());
+        (self.ctx.progress)(&format!("{kind} {at} stride {stride}: {median}"));
+        Some(pt)
+    }
+
     /// Measures the chase in `order` at each size within `region`; when `guarded`, only
     /// while the next size `fits` the budget.
     pub(super) fn curve(
@@ -180,69 +217,29 @@ impl ChaseSchedule<'_, '_> {
         order: Order,
         guarded: bool,
     ) -> ChaseCurve {
-        let (ctx, spec) = (self.ctx, &self.spec);
         let mut c = ChaseCurve::default();
         let kind = order.name();
-        // Lays, verifies and measures one size.
-        let pace = std::cell::Cell::new(Pace::default());
-        let mut one = |c: &mut ChaseCurve, size: u64, rng: &mut Rng| -> Option<ChasePoint> {
-            let laying = std::time::Instant::now();
-            let next = order.chain(size, stride, rng)?;
-            let n = next.len();
-            lay(region, stride, &next);
-            drop(next);
-            if !verify_chain(region, stride, n, rng) {
-                c.broken.push(size);
-                return None;
-            }
-            let laid = laying.elapsed().as_secs_f64();
-            let trials = std::time::Instant::now();
-            let mut p = region.as_ptr() as *const u8;
-            let q = measure_raw(ctx.clock, spec.for_size(size), UNROLL as f64, |iters| {
-                // SAFETY: the chain over this region was laid and verified above.
-                p = unsafe { chase(p, iters) };
-            });
-            std::hint::black_box(p);
-            let at = fmt_bytes(size as f64);
-            pace.set(
-                pace.get()
-                    .after(size, laid, trials.elapsed().as_secs_f64(), spec),
-            );
-            c.preempted += q.preempted;
-            c.kept += q.per_op_ns.len();
-            c.notes
-                .extend(q.notes.iter().map(|n| format!("{kind} at {at}: {n}")));
-            let pt = ChasePoint {
-                size,
-                trials: q.per_op_ns,
-            };
-            let median = fmt_ns(pt.median());
-            (ctx.progress)(&format!("{kind} {at} stride {stride}: {median}"));
-            Some(pt)
-        };
+        self.pace = Pace::default();
         for size in sizes {
-            if guarded && !c.points.is_empty() && !self.fits(size, pace.get()) {
+            if guarded && !c.points.is_empty() && !self.fits(size) {
                 c.notes.push(format!(
                 "{kind} curve ended at {}: {} and what follows it would not fit the time budget at the rate chains were laid ({:.1} ns per byte)",
                 fmt_bytes(c.points.last().map_or(0, |p| p.size) as f64),
                 fmt_bytes(size as f64),
-                pace.get().lay_secs_per_byte * 1e9
+                self.pace.lay_secs_per_byte * 1e9
             ));
                 break;
             }
-            if let Some(pt) = one(&mut c, size, &mut self.rng) {
+            if let Some(pt) = self.point(&mut c, region, size, stride, order) {
                 c.points.push(pt);
             }
         }
         // Latency cannot fall as the set grows, so a point slower than the next was
         // likely disturbed: measure it again and keep both (the lower alone would bias it).
-        let suspects = match order {
-            Order::Lmbench => Vec::new(),
-            _ => suspects(&c.points),
-        };
-        for i in suspects {
+        let lmbench = order == Order::Lmbench;
+        for i in suspects(&c.points).into_iter().filter(|_| !lmbench) {
             let size = c.points[i].size;
-            if let Some(pt) = one(&mut c, size, &mut self.rng) {
+            if let Some(pt) = self.point(&mut c, region, size, stride, order) {
                 c.remeasured += 1;
                 let (first, again) = (c.points[i].median(), pt.median());
                 remeasure(&mut c.points[i], pt);

@@ -1,5 +1,4 @@
-//! Naming mem.latency's plateaus: which sysfs cache each one is, and which are memory.
-//! Finding the plateaus is `analysis::detect_levels`.
+//! Naming mem.latency's plateaus (found by `analysis::detect_levels`) after sysfs caches.
 
 use crate::analysis::Level;
 use crate::experiments::kit::llc_bytes;
@@ -16,25 +15,17 @@ pub struct NamedLevel {
 }
 
 /// log2 of how far a level's transition may lie below (`.0`) and above (`.1`) its cache's
-/// size: ¼x to 2x, and down to 1/16x for the last-level cache in a VM, where a guest may
-/// get only its share of the host's cache.
+/// size; down to 1/16x for a VM's last-level cache, of which the guest may get a share.
 const WINDOW: (f64, f64) = (-2.0, 1.0);
 const VM_LLC_BELOW: f64 = -4.0;
 
-/// Names the plateaus (docs/methods/mem.latency.md, "Levels"): those holding a working set
-/// beyond twice the last-level cache are memory, merged into one "dram"; the others
-/// are matched in order with the sysfs data caches by their transition (most matches,
-/// then the smallest total |log2| size distance, within `WINDOW`); the rest are
-/// "plateau_K". A plateau still running at the largest size, `max_size`, has no measured
-/// capacity and takes no cache's name.
+/// Names the plateaus (docs/methods/mem.latency.md, "Levels"): memory ("dram"), a sysfs
+/// data cache's name (most matches, then the least total |log2| distance) or "plateau_K".
 pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64, vm: bool) -> Vec<NamedLevel> {
     let llc = llc_bytes(caches);
-    let k = llc.map_or(levels.len(), |l| {
-        levels
-            .iter()
-            .position(|v| v.last > 2 * l)
-            .unwrap_or(levels.len())
-    });
+    let k = (levels.iter())
+        .position(|v| llc.is_some_and(|l| v.last > 2 * l))
+        .unwrap_or(levels.len());
     let (cached, memory) = levels.split_at(k);
     let assign = best_matching(cached, caches, (max_size, vm), 0, 0).2;
     let mut out: Vec<NamedLevel> = cached

@@ -1,9 +1,5 @@
 //! mem.latency: load-to-use latency against working-set size, with the cache levels
 //! derived from the curve.
-//!
-//! Split along its seams: `plan` (sizes and trial settings per profile), `kernel` (laying
-//! and chasing chains, curves), `checks` (the one-cycle premise and level sanity),
-//! `levels` (naming plateaus against sysfs), `predict` and `text` (series, findings).
 
 mod checks;
 mod kernel;
@@ -14,21 +10,17 @@ mod predict;
 mod tests;
 mod text;
 
-pub(crate) use crate::analysis::detect_levels;
+use crate::analysis::detect_levels;
 pub use kernel::lmbench_chain;
-pub(crate) use levels::name_levels;
-#[cfg(test)]
-use plan::sizes;
+use levels::name_levels;
 
 use crate::experiments::kit::{self, Pages, Region};
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Outcome, PerProfile, Profile, Spec};
 use crate::results::{Check, Prediction};
-use crate::units::fmt_bytes;
+use crate::units::{fmt_bytes, fmt_ns};
 use kernel::{ChaseCurve, ChasePoint, Order};
 use levels::NamedLevel;
-#[cfg(test)]
-use plan::llc_hit_fraction;
 use plan::{ChaseSchedule, LatencyPlan, PLANS};
 /// The verified chase, shared with mem.loaded-latency (one kernel, one premise).
 pub(crate) use {
@@ -98,13 +90,12 @@ impl Experiment for Latency {
         out.check(kit::rss_check(rss0, cap));
         notes(&c, &mut out);
 
-        out.series.push(text::series("random", &c.random.points));
+        c.random.plot(&mut out, "random");
         for (s, sc) in &c.seq {
-            let name = format!("sequential_stride_{s}B");
-            out.series.push(text::series(&name, &sc.points));
+            sc.plot(&mut out, &format!("sequential_stride_{s}B"));
         }
         if let Some((t, _)) = c.thp.as_ref().filter(|_| p.thp_curve) {
-            out.series.push(text::series("random_thp", &t.points));
+            t.plot(&mut out, "random_thp");
         }
         if c.random.points.is_empty() {
             anyhow::bail!("no point of the latency curve could be measured");
@@ -121,7 +112,6 @@ impl Experiment for Latency {
 struct Curves {
     random: ChaseCurve,
     lmbench: ChaseCurve,
-    /// (stride, curve) per sequential stride.
     seq: Vec<(usize, ChaseCurve)>,
     /// The random curve on huge pages, and the share of its region they backed.
     thp: Option<(ChaseCurve, f64)>,
@@ -137,19 +127,14 @@ impl Curves {
     }
 }
 
-/// The random curve as far as the budget allows (the schedule then ends every curve
-/// where it stopped), the sequential curves and lmbench's layout.
+/// The random curve as far as the budget allows (every curve then ends there), the
+/// sequential curves and lmbench's layout.
 fn measure_base(s: &mut ChaseSchedule, max: u64, line: usize) -> anyhow::Result<Curves> {
     (s.ctx.progress)("mapping and faulting the working set");
     let mut region = Region::new(max as usize, Pages::Base)?;
     region.prefault();
-    let random = s.curve(
-        &mut region,
-        s.random_sizes.clone(),
-        line,
-        Order::Random,
-        true,
-    );
+    let sizes = s.random_sizes.clone();
+    let random = s.curve(&mut region, sizes, line, Order::Random, true);
     if let Some(last) = random.points.last() {
         s.truncate(last.size);
     }
@@ -157,12 +142,11 @@ fn measure_base(s: &mut ChaseSchedule, max: u64, line: usize) -> anyhow::Result<
     for stride in s.strides.clone() {
         let sz = s.seq_sizes.iter().copied();
         let sz = sz.filter(|&z| z >= 2 * stride as u64).collect();
-        seq.push((
-            stride,
-            s.curve(&mut region, sz, stride, Order::Sequential, false),
-        ));
+        let c = s.curve(&mut region, sz, stride, Order::Sequential, false);
+        seq.push((stride, c));
     }
-    let lmbench = s.curve(&mut region, s.lm_sizes.clone(), line, Order::Lmbench, false);
+    let sizes = s.lm_sizes.clone();
+    let lmbench = s.curve(&mut region, sizes, line, Order::Lmbench, false);
     Ok(Curves {
         random,
         lmbench,
@@ -247,9 +231,8 @@ fn lmbench_name(size: u64, max: u64) -> String {
     }
 }
 
-/// The metrics: each cache level (named after the sysfs cache it matches), `dram`, the
-/// lmbench-layout points, `dram_sequential` and `dram_thp`, with the sanity checks of the
-/// levels and the huge pages. Returns the levels and the curve they were found on.
+/// The metrics and the sanity checks of the levels and the huge pages; returns the levels
+/// and the curve they were found on.
 fn metrics(
     ctx: &Context,
     p: &LatencyPlan,
@@ -273,10 +256,8 @@ fn metrics(
         out.notes.push("the levels come from the base-page curve (the huge-page curve did not cover it or huge pages backed under half of its region): the cache predictions, stated as points for huge pages, leave out page walks, so read them as lower bounds".into());
     }
     for nl in named.iter().filter(|n| n.widened) {
-        let (t, s) = (
-            nl.level.transition.unwrap_or(0),
-            nl.sysfs_bytes.unwrap_or(1),
-        );
+        let t = nl.level.transition.unwrap_or(0);
+        let s = nl.sysfs_bytes.unwrap_or(1);
         out.notes.push(format!(
             "{} is named for the last-level cache although its transition, {}, is {:.2}x the sysfs size, below the 1/4 that names a level elsewhere: in a VM the guest may get only its share of the host's cache",
             nl.name,
@@ -364,8 +345,12 @@ fn findings(
     }
     let lines: Vec<String> = named
         .iter()
-        .map(|nl| text::level_line(nl, det_name))
+        .map(|nl| {
+            let (lat, span) = (fmt_ns(nl.level.latency_ns), text::level_span(nl, det_name));
+            format!("{} {lat}: {span}", nl.name)
+        })
         .collect();
+    let lines = lines.join("; ");
     let rep = ctx.repetition;
     let which = match rep.of {
         0 | 1 => String::new(),
@@ -376,13 +361,8 @@ fn findings(
         .filter(|n| n.name != "dram")
         .map(|n| n.name.as_str())
         .collect();
-    out.finding(
-        format!(
-            "Detected levels ({det_name} random curve{which}): {}.",
-            lines.join("; ")
-        ),
-        &from,
-    );
+    let t = format!("Detected levels ({det_name} random curve{which}): {lines}.");
+    out.finding(t, &from);
     for nl in named.iter().filter(|n| n.sysfs_bytes.is_some()) {
         // A level much smaller (or larger) than sysfs says is what matters most here.
         let (t, salience) = text::size_vs_sysfs(nl);

@@ -1,18 +1,19 @@
 //! mem.latency's plan: working-set sizes and trial settings per profile and cache size.
 
-use crate::experiments::{Context, PerProfile, Profile};
+use crate::experiments::{kit, Context, PerProfile, Profile};
 use crate::harness::HarnessConfig;
+use crate::machine::Machine;
 use crate::results::Check;
 use crate::rng::Rng;
 use crate::units::fmt_bytes;
+use anyhow::Result;
 use std::time::{Duration, Instant};
 
 /// Working-set sizes from `min` to `max`, `per_doubling` points per doubling, rounded to
 /// whole nodes of `node` bytes, at least two nodes each.
 pub(crate) fn sizes(min: u64, max: u64, per_doubling: u32, node: u64) -> Vec<u64> {
     let mut v = Vec::new();
-    let mut k = 0u32;
-    loop {
+    for k in 0u32.. {
         let s = min as f64 * 2f64.powf(k as f64 / per_doubling as f64);
         if s > max as f64 * 1.0001 {
             break;
@@ -21,7 +22,6 @@ pub(crate) fn sizes(min: u64, max: u64, per_doubling: u32, node: u64) -> Vec<u64
         if v.last() != Some(&s) {
             v.push(s);
         }
-        k += 1;
     }
     v
 }
@@ -33,7 +33,7 @@ pub(super) struct LatencyPlan {
     /// The largest working set wanted, before the memory cap and the time budget.
     pub(super) ceiling: u64,
     /// Sequential strides in bytes, 0 being one line.
-    strides: &'static [usize],
+    pub(super) strides: &'static [usize],
     pub(super) seq_per_doubling: u32,
     /// Random curve with huge pages too (else only its largest size).
     pub(super) thp_curve: bool,
@@ -42,21 +42,9 @@ pub(super) struct LatencyPlan {
     pub(super) min_trial: Duration,
 }
 
-impl LatencyPlan {
-    /// The sequential strides for lines of `line` bytes, none below a line (0 is one).
-    fn strides(&self, line: usize) -> Vec<usize> {
-        let mut v: Vec<usize> = self.strides.iter().map(|&s| s.max(line)).collect();
-        v.dedup();
-        v
-    }
-}
-
-/// No ceiling but the memory cap and the time budget.
-const NONE: u64 = u64::MAX;
-
 const QUICK: LatencyPlan = LatencyPlan {
     per_doubling: 4,
-    ceiling: NONE,
+    ceiling: u64::MAX,
     strides: &[0],
     seq_per_doubling: 2,
     thp_curve: true,
@@ -87,25 +75,20 @@ pub(super) const PLANS: PerProfile<LatencyPlan> = PerProfile::new(
     },
 );
 
-/// The largest working set (a power of two) `profile` lays out on `machine` with its
-/// permutation, and the memory cap. Planned from memory, not from the cache sizes: the
-/// time budget may end the sweep below it (`ChaseSchedule::fits`).
-pub(crate) fn set_and_cap(
-    machine: &crate::machine::Machine,
-    profile: Profile,
-    line: usize,
-) -> anyhow::Result<(u64, u64)> {
-    crate::experiments::kit::largest_set(machine, profile, PLANS.get(profile).ceiling, line)
+/// The largest working set (a power of two) `profile` lays out with its permutation, and
+/// the memory cap; the time budget may end the sweep below it (`ChaseSchedule::fits`).
+pub(crate) fn set_and_cap(m: &Machine, profile: Profile, line: usize) -> Result<(u64, u64)> {
+    kit::largest_set(m, profile, PLANS.get(profile).ceiling, line)
 }
 
 /// Whether `profile` measures on huge pages here (not smoke, THP available).
-fn thp_figure(machine: &crate::machine::Machine, profile: Profile) -> bool {
-    crate::experiments::kit::thp_available(machine) && profile != Profile::Smoke
+fn thp_figure(machine: &Machine, profile: Profile) -> bool {
+    kit::thp_available(machine) && profile != Profile::Smoke
 }
 
 /// Whether the levels are planned on the huge-page curve (`metrics` falls back to the
 /// base-page curve when huge pages back under half of its region, and says so).
-pub(super) fn huge_page_levels(machine: &crate::machine::Machine, profile: Profile) -> bool {
+pub(super) fn huge_page_levels(machine: &Machine, profile: Profile) -> bool {
     thp_figure(machine, profile) && PLANS.get(profile).thp_curve
 }
 
@@ -120,7 +103,7 @@ pub(super) fn llc_hit_fraction(llc: u64, size: u64) -> f64 {
 pub(super) fn dram_beyond_cache(reached: u64, llc: Option<u64>) -> Check {
     // Unknown: judged against a large cache rather than passed (N5), and said.
     let assumed = " (assumed: the machine does not say its cache sizes)";
-    let (llc, said) = llc.map_or((crate::experiments::kit::UNKNOWN_LLC, assumed), |l| (l, ""));
+    let (llc, said) = llc.map_or((kit::UNKNOWN_LLC, assumed), |l| (l, ""));
     let hits = llc_hit_fraction(llc, reached);
     Check::sanity(
         "dram: working set beyond the last-level cache",
@@ -134,24 +117,6 @@ pub(super) fn dram_beyond_cache(reached: u64, llc: Option<u64>) -> Check {
     )
 }
 
-/// Trial settings: points beyond the last-level cache (`far_from`) depend on what other
-/// cores do to the shared cache and memory, so their trials are spread over more time.
-pub(super) struct TrialSettings {
-    pub(super) near: HarnessConfig,
-    pub(super) far: HarnessConfig,
-    pub(super) far_from: u64,
-}
-
-impl TrialSettings {
-    pub(super) fn for_size(&self, size: u64) -> &HarnessConfig {
-        if size > self.far_from {
-            &self.far
-        } else {
-            &self.near
-        }
-    }
-}
-
 /// How fast a curve went, in seconds: laying the last chain, the near points' mean
 /// trials and the latest far point's.
 #[derive(Clone, Copy, Default)]
@@ -162,35 +127,7 @@ pub(super) struct Pace {
     far_trials: f64,
 }
 
-impl Pace {
-    pub(super) fn after(mut self, size: u64, laid: f64, trials: f64, spec: &TrialSettings) -> Pace {
-        self.lay_secs_per_byte = laid / size as f64;
-        if size > spec.far_from {
-            self.far_trials = trials;
-        } else {
-            self.near_secs += trials;
-            self.near_points += 1;
-        }
-        self
-    }
-
-    /// The trials of a point of `size`: the near mean, the latest far point's, or the
-    /// near mean scaled by the budgets before any far point.
-    pub(super) fn trials(&self, size: u64, spec: &TrialSettings) -> f64 {
-        let near = self.near_secs / self.near_points.max(1) as f64;
-        if size <= spec.far_from {
-            near
-        } else if self.far_trials > 0.0 {
-            self.far_trials
-        } else {
-            let ratio = spec.far.budget.as_secs_f64() / spec.near.budget.as_secs_f64().max(1e-9);
-            near * ratio
-        }
-    }
-}
-
-/// Every size each curve measures, the trial settings that share the budget out, and
-/// what the curves are measured with (`ChaseSchedule::curve`).
+/// Every size each curve measures and the trial settings that share the budget out.
 pub(super) struct ChaseSchedule<'c, 'a> {
     pub(super) ctx: &'c Context<'a>,
     pub(super) rng: Rng,
@@ -200,8 +137,13 @@ pub(super) struct ChaseSchedule<'c, 'a> {
     pub(super) strides: Vec<usize>,
     pub(super) thp: bool,
     pub(super) thp_curve: bool,
-    pub(super) spec: TrialSettings,
-    /// When the experiment started (its budget is `ctx.budget`).
+    /// Trial settings up to the last-level cache and beyond: far points depend on what
+    /// other cores do to the shared cache and memory, so their trials spread over more time.
+    near: HarnessConfig,
+    far: HarnessConfig,
+    llc: u64,
+    pub(super) pace: Pace,
+    /// When the experiment started.
     pub(super) start: Instant,
     /// The largest size was decided by an earlier run: measure every size.
     pub(super) decided: bool,
@@ -226,32 +168,33 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
         let random_sizes = curve(p.per_doubling);
         let seq_sizes = curve(p.seq_per_doubling);
         let thp = thp_figure(ctx.machine, ctx.profile);
+        // Sequential strides in bytes, none below a line (0 is one).
+        let mut strides: Vec<usize> = p.strides.iter().map(|&s| s.max(line)).collect();
+        strides.dedup();
         let mut s = ChaseSchedule {
             ctx,
             rng: Rng::from_entropy(),
             random_sizes,
             seq_sizes,
             lm_sizes: lm_sizes(max),
-            strides: p.strides(line),
+            strides,
             thp,
             thp_curve: p.thp_curve,
-            spec: TrialSettings {
-                near: HarnessConfig::default(),
-                far: HarnessConfig::default(),
-                far_from: llc,
-            },
+            near: HarnessConfig::default(),
+            far: HarnessConfig::default(),
+            llc,
+            pace: Pace::default(),
             start: Instant::now(),
             decided: false,
         };
         let all = s.later_sizes(max).len() + s.random_sizes.len();
-        // Far points (beyond the last-level cache) trial twice as long and twice as often;
-        // they may take up to 4x a near point's share, which few near points use up.
-        let far_weight = 4;
         // A third of the budget goes to laying chains and faulting pages.
         let unit = ctx.budget.mul_f64(0.66) / all.max(1) as u32;
-        s.spec.near = HarnessConfig::short_trials(p.min_trial, p.trials).for_budget(unit, 1);
-        s.spec.far = HarnessConfig::short_trials(p.min_trial * 2, p.trials * 2)
-            .for_budget(unit * far_weight as u32, 1);
+        s.near = HarnessConfig::short_trials(p.min_trial, p.trials).for_budget(unit, 1);
+        // Far points trial twice as long and twice as often; they may take up to 4x a near
+        // point's share, which few near points use up.
+        let far = HarnessConfig::short_trials(p.min_trial * 2, p.trials * 2);
+        s.far = far.for_budget(unit * 4, 1);
         s
     }
 
@@ -272,10 +215,44 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
         all
     }
 
+    pub(super) fn trials_for(&self, size: u64) -> &HarnessConfig {
+        if size > self.llc {
+            &self.far
+        } else {
+            &self.near
+        }
+    }
+
+    /// Records a point of `size`: `laid` seconds laying its chain, `trials` timing it.
+    pub(super) fn paced(&mut self, size: u64, laid: f64, trials: f64) {
+        let p = &mut self.pace;
+        p.lay_secs_per_byte = laid / size as f64;
+        if size > self.llc {
+            p.far_trials = trials;
+        } else {
+            p.near_secs += trials;
+            p.near_points += 1;
+        }
+    }
+
+    /// The trials of a point of `size` at the pace so far: the near mean, the latest far
+    /// point's, or the near mean scaled by the budgets before any far point.
+    fn trial_secs(&self, size: u64) -> f64 {
+        let p = &self.pace;
+        let near = p.near_secs / p.near_points.max(1) as f64;
+        if size <= self.llc {
+            near
+        } else if p.far_trials > 0.0 {
+            p.far_trials
+        } else {
+            near * (self.far.budget.as_secs_f64() / self.near.budget.as_secs_f64().max(1e-9))
+        }
+    }
+
     /// Whether measuring `size` next on the random curve, and everything after it, fits
     /// the budget at the pace so far, with a margin. Decided at powers of two only, so
     /// the `dram` point is one from run to run.
-    pub(super) fn fits(&self, size: u64, pace: Pace) -> bool {
+    pub(super) fn fits(&self, size: u64) -> bool {
         if self.decided {
             return true;
         }
@@ -293,9 +270,9 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
         let trials: f64 = random
             .into_iter()
             .chain(later)
-            .map(|z| pace.trials(z, &self.spec))
+            .map(|z| self.trial_secs(z))
             .sum();
-        let projected = 1.25 * (bytes * pace.lay_secs_per_byte + trials);
+        let projected = 1.25 * (bytes * self.pace.lay_secs_per_byte + trials);
         self.start.elapsed().as_secs_f64() + projected <= self.ctx.budget.as_secs_f64() * 0.95
     }
 

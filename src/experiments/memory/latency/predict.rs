@@ -24,6 +24,13 @@ fn cycles(ctx: &Context, what: &str, pick: Pick) -> Input {
     Input::table("cycles", f.value, "cycles", &what, &key, f.reference)
 }
 
+/// The metric, the figure's name and its cell of each level the table covers.
+const LEVELS: [(&str, &str, Pick); 3] = [
+    ("l1d", "L1 data load-to-use latency", |c| c.l1d_cycles),
+    ("l2", "L2 load-to-use latency", |c| c.l2_cycles),
+    ("l3", "L3 load-to-use latency", |c| c.l3_cycles),
+];
+
 const WALKS: &str = ": a lower bound, since the levels come from the base-page curve, whose \
     page walks the table's figure leaves out";
 
@@ -34,17 +41,10 @@ pub(super) fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
     // The table's figures leave page walks out; a plateau of the base-page curve has them.
     let huge = super::plan::huge_page_levels(ctx.machine, ctx.profile);
     for c in &ctx.machine.data_caches() {
-        let (name, what, pick): (String, &str, Pick) = match c.level {
-            1 => ("l1d".into(), "L1 data load-to-use latency", |c| {
-                c.l1d_cycles
-            }),
-            2 => ("l2".into(), "L2 load-to-use latency", |c| c.l2_cycles),
-            3 => ("l3".into(), "L3 load-to-use latency", |c| c.l3_cycles),
-            l => {
-                let why = format!("the parts table has no level-{l} cache figures");
-                p.withhold(&[&format!("l{l}")], &why);
-                continue;
-            }
+        let Some(&(name, what, pick)) = LEVELS.get((c.level as usize).wrapping_sub(1)) else {
+            let why = format!("the parts table has no level-{} cache figures", c.level);
+            p.withhold(&[&format!("l{}", c.level)], &why);
+            continue;
         };
         let cyc = cycles(ctx, what, pick);
         let mut at = |metric: &str, source: &str, fits: &str, walks: bool| {
@@ -60,15 +60,15 @@ pub(super) fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
         // lmbench's 16 KiB point is four pages, inside any L1 data cache of 16 KiB or more
         // and any first-level TLB.
         if c.level == 1 && c.size_bytes >= 16 << 10 {
-            let fits = ": 16 KiB fits the L1 data cache";
+            let l1 = "machine: sysfs L1 data cache size";
             at(
                 "lmbench_16KiB",
-                "machine: sysfs L1 data cache size",
-                fits,
+                l1,
+                ": 16 KiB fits the L1 data cache",
                 false,
             );
         }
-        at(&name, "machine: sysfs cache size", "", !huge);
+        at(name, "machine: sysfs cache size", "", !huge);
     }
     p.withhold(
         &["dram"],
@@ -95,11 +95,9 @@ pub(super) fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
         "how far ahead and how fast the prefetcher fetches has no published figure per part",
     );
     // Plateaus not matched to a sysfs cache level (names up to the deepest possible).
-    let plateaus: Vec<String> = (1..=8).map(|k| format!("plateau_{k}")).collect();
-    let plateaus: Vec<&str> = plateaus.iter().map(String::as_str).collect();
-    p.withhold(
-        &plateaus,
-        "a plateau matched to no cache level the machine lists: no figure describes it",
-    );
+    for k in 1..=8 {
+        let why = "a plateau matched to no cache level the machine lists: no figure describes it";
+        p.withhold(&[&format!("plateau_{k}")], why);
+    }
     p.done()
 }

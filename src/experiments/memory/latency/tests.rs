@@ -1,5 +1,6 @@
 //! Unit tests of mem.latency: sizes, level detection and naming, chain checks.
 
+use super::plan::{llc_hit_fraction, sizes};
 use super::*;
 use crate::rng::Rng;
 
@@ -249,7 +250,7 @@ fn the_time_guard_stops_the_curve_when_laying_is_slow() {
     let world = crate::experiments::testing::World::live(&clock);
     world.with_ctx(|ctx| {
         let p = PLANS.get(Profile::Smoke);
-        let s = ChaseSchedule::new(ctx, &p, 64 << 20, 64, 32 << 20);
+        let mut s = ChaseSchedule::new(ctx, &p, 64 << 20, 64, 32 << 20);
         // The size after 32 MiB begins a doubling: decided there.
         let next = s
             .random_sizes
@@ -257,19 +258,17 @@ fn the_time_guard_stops_the_curve_when_laying_is_slow() {
             .copied()
             .find(|&z| z > 32 << 20)
             .unwrap();
-        let pace = |secs_per_byte| {
-            let mut p = plan::Pace::default();
-            p.lay_secs_per_byte = secs_per_byte;
-            p
-        };
         // One microsecond per byte: the rest would take minutes of a 400 ms budget.
-        assert!(!s.fits(next, pace(1e-6)));
+        s.pace.lay_secs_per_byte = 1e-6;
+        assert!(!s.fits(next));
         // A picosecond per byte and no trials: it fits.
-        assert!(s.fits(next, pace(1e-12)));
+        s.pace.lay_secs_per_byte = 1e-12;
+        assert!(s.fits(next));
         // Decided by an earlier run: every size is measured.
         let mut d = ChaseSchedule::new(ctx, &p, 64 << 20, 64, 32 << 20);
         d.decided = true;
-        assert!(d.fits(next, pace(1e-6)));
+        d.pace.lay_secs_per_byte = 1e-6;
+        assert!(d.fits(next));
     });
 }
 

@@ -1,19 +1,15 @@
-//! mem.latency's prose: series, metric descriptions and findings from measured points
-//! and named levels.
+//! mem.latency's prose: series, descriptions and findings from points and named levels.
 
-use super::kernel::ChasePoint;
+use super::kernel::ChaseCurve;
 use super::levels::NamedLevel;
 use crate::analysis::Separation;
 use crate::experiments::Outcome;
-use crate::results::Series;
 use crate::units::{fmt_bytes, fmt_ns};
 
-pub(super) fn series(name: &str, pts: &[ChasePoint]) -> Series {
-    Series {
-        name: name.into(),
-        x_unit: "bytes".into(),
-        y_unit: "ns".into(),
-        points: pts.iter().map(|p| [p.size as f64, p.median()]).collect(),
+impl ChaseCurve {
+    pub(super) fn plot(&self, out: &mut Outcome, name: &str) {
+        let xy = self.points.iter().map(|p| [p.size as f64, p.median()]);
+        out.plot(name, "bytes", "ns", xy.collect());
     }
 }
 
@@ -34,12 +30,6 @@ pub(super) fn level_span(nl: &NamedLevel, det_name: &str) -> String {
         fmt_bytes(l.first as f64),
         fmt_bytes(l.last as f64)
     )
-}
-
-/// A named level with its latency and span, for the levels finding.
-pub(super) fn level_line(nl: &NamedLevel, det_name: &str) -> String {
-    let span = level_span(nl, det_name);
-    format!("{} {}: {span}", nl.name, fmt_ns(nl.level.latency_ns))
 }
 
 pub(super) fn lmbench_vs_chase(size: u64, lm: f64, chase: f64) -> String {
