@@ -21,14 +21,16 @@ fn cycles(ctx: &Context, what: &str, pick: Pick) -> Input {
         return Input::missing("cycles", why);
     }
     let what = format!("{what}, {}", f.kind.label());
-    Input::table("cycles", f.value, "cycles", &what, &key, f.reference)
+    Input::table("cycles", f.value, "cycles", &what, &key, &f.reference)
 }
 
 /// The metric, the figure's name and its cell of each level the table covers.
 const LEVELS: [(&str, &str, Pick); 3] = [
-    ("l1d", "L1 data load-to-use latency", |c| c.l1d_cycles),
-    ("l2", "L2 load-to-use latency", |c| c.l2_cycles),
-    ("l3", "L3 load-to-use latency", |c| c.l3_cycles),
+    ("l1d", "L1 data load-to-use latency", |c| {
+        c.l1d_cycles.as_ref()
+    }),
+    ("l2", "L2 load-to-use latency", |c| c.l2_cycles.as_ref()),
+    ("l3", "L3 load-to-use latency", |c| c.l3_cycles.as_ref()),
 ];
 
 const WALKS: &str = ": a lower bound, since the levels come from the base-page curve, whose \
@@ -75,8 +77,8 @@ pub(super) fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
         "a random chase over base pages adds a page walk per access, and the parts table \
          names no published page-walk cost",
     );
-    let dram = match parts::figure(ctx.machine, "idle DRAM latency", |c| c.dram_ns) {
-        Ok((f, key)) => Input::table("dram", f.value, "ns", f.kind.label(), &key, f.reference),
+    let dram = match parts::figure(ctx.machine, "idle DRAM latency", |c| c.dram_ns.as_ref()) {
+        Ok((f, key)) => Input::table("dram", f.value, "ns", f.kind.label(), &key, &f.reference),
         Err(why) => Input::missing("dram", why),
     };
     p.equal(
