@@ -2,7 +2,10 @@
 
 use super::predict::{Input, Predictions};
 use super::{Context, Experiment};
+use crate::harness::{Harness, Measurement};
+use crate::opaque::repeat;
 use crate::results::Prediction;
+use std::os::fd::RawFd;
 
 mod call;
 mod core_to_core;
@@ -42,14 +45,52 @@ pub(crate) const COUNTS_WITHHELD: &str =
 
 /// `ctx.harness(parts)` with trials `factor` times longer: microsecond operations through
 /// the scheduler (switches, task creation) need them to average out other tasks.
-pub(crate) fn long_trials<'a>(
-    ctx: &super::Context<'a>,
-    parts: usize,
-    factor: u32,
-) -> crate::harness::Harness<'a> {
+pub(crate) fn long_trials<'a>(ctx: &Context<'a>, parts: usize, factor: u32) -> Harness<'a> {
     let mut cfg = ctx.harness(parts).config().clone();
     cfg.min_trial *= factor.max(1);
-    crate::harness::Harness::new(ctx.clock, cfg, ctx.loop_ticks)
+    Harness::new(ctx.clock, cfg, ctx.loop_ticks)
+}
+
+/// What a partner task stores when it ends: what it counted (round trips, handler runs)
+/// and where it ran.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Report {
+    pub(crate) count: u64,
+    pub(crate) place: super::kit::place::Place,
+}
+
+/// One read() or write() of all of `buf` on a pipe, retried while a signal interrupts it:
+/// the bytes moved, 0 at end of file, below 0 on error. Async-signal-safe.
+pub(crate) fn pipe_io<T>(fd: RawFd, buf: &mut [T], write: bool) -> isize {
+    let len = std::mem::size_of_val(buf);
+    loop {
+        // SAFETY: buf is `len` valid bytes, readable and writable.
+        let r = unsafe {
+            match write {
+                true => libc::write(fd, buf.as_ptr().cast(), len),
+                false => libc::read(fd, buf.as_mut_ptr().cast(), len),
+            }
+        };
+        if !(r < 0 && crate::platform::interrupted()) {
+            return r;
+        }
+    }
+}
+
+/// `h.measure` of one `op` per iteration until its first error, returned beside it.
+pub(crate) fn measure_ops<E>(
+    h: &Harness,
+    mut op: impl FnMut() -> Result<(), E>,
+) -> (Measurement, Option<E>) {
+    let mut err = None;
+    let m = h.measure(1.0, |n| {
+        repeat(n, || {
+            if err.is_none() {
+                err = op().err();
+            }
+        })
+    });
+    (m, err)
 }
 
 /// A cost modelled from primitives measured earlier in the run: `syscalls` x getppid +

@@ -7,7 +7,7 @@ use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Outcome, PerProfile, Spec};
 use crate::harness::{Harness, Measurement};
 use crate::machine::process::{MAPPINGS_SOURCE, RESIDENT_SOURCE};
-use crate::opaque::repeat;
+use anyhow::Context as _;
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
 use std::ffi::CString;
@@ -167,6 +167,24 @@ struct Statuses {
 }
 
 impl Statuses {
+    /// Times `step` as the harness asks, counting every child's status; the first error
+    /// ends the measurement and is returned with `what` as context.
+    fn time(
+        &mut self,
+        h: &Harness,
+        what: &str,
+        mut step: impl FnMut() -> std::io::Result<libc::c_int>,
+    ) -> anyhow::Result<Measurement> {
+        let (m, err) = super::measure_ops(h, || {
+            match step()? {
+                s if libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0 => self.ok += 1,
+                s => (self.bad, self.bad_status) = (self.bad + 1, s),
+            }
+            Ok::<_, std::io::Error>(())
+        });
+        err.map_or(Ok(m), Err).context(what.to_string())
+    }
+
     fn check(&self, what: &str) -> Check {
         let (bad, all, status) = (self.bad, self.ok + self.bad, self.bad_status);
         let detail = match bad {
@@ -175,29 +193,6 @@ impl Statuses {
         };
         let name = format!("every {what} child exited with status 0");
         Check::premise(&name, bad == 0 && self.ok > 0, detail)
-    }
-}
-
-/// Times `step` as the harness asks, counting every child's status in `st`; the first
-/// error ends the measurement and is returned with `what` as context.
-fn time_children(
-    h: &Harness,
-    st: &mut Statuses,
-    what: &str,
-    mut step: impl FnMut() -> std::io::Result<libc::c_int>,
-) -> anyhow::Result<Measurement> {
-    let mut err = None;
-    let m = h.measure(1.0, |n| {
-        repeat(n, || match err.is_none().then(&mut step) {
-            Some(Ok(s)) if libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0 => st.ok += 1,
-            Some(Ok(s)) => (st.bad, st.bad_status) = (st.bad + 1, s),
-            Some(Err(e)) => err = Some(e),
-            None => {}
-        })
-    });
-    match err {
-        Some(e) => Err(anyhow::Error::new(e).context(what.to_string())),
-        None => Ok(m),
     }
 }
 
@@ -253,7 +248,7 @@ impl Experiment for ProcessCreate {
 fn measure_forks(ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Result<()> {
     let mut forks = Statuses::default();
     (ctx.progress)("fork + exit + wait");
-    let m = time_children(h, &mut forks, "fork/waitpid", fork_exit_wait)?;
+    let m = forks.time(h, "fork/waitpid", fork_exit_wait)?;
     out.measured(
         "fork_exit_wait",
         "fork(), child _exit(0), parent waitpid()",
@@ -264,7 +259,7 @@ fn measure_forks(ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Resul
             (ctx.progress)("fork + exit + wait with 32 MiB more resident");
             let before = resident_pages(&region);
             let what = "fork/waitpid with the added memory";
-            let m = time_children(h, &mut forks, what, fork_exit_wait)?;
+            let m = forks.time(h, what, fork_exit_wait)?;
             out.check(region_check(before, resident_pages(&region), region.huge_bytes()));
             out.measured(
                 "fork_exit_wait_32mib",
@@ -289,7 +284,7 @@ fn measure_spawn(ctx: &Context, h: &Harness, path: &str, out: &mut Outcome) -> a
     let envp = [std::ptr::null_mut()];
     let mut spawns = Statuses::default();
     let what = format!("posix_spawn {path}");
-    let m = time_children(h, &mut spawns, &what, || spawn_wait(&cpath, &argv, &envp))?;
+    let m = spawns.time(h, &what, || spawn_wait(&cpath, &argv, &envp))?;
     out.check(spawns.check(path));
     let description = format!("posix_spawn() of {path}, then waitpid()");
     out.measured("spawn_exec", &description, &m);

@@ -2,8 +2,8 @@
 
 use crate::experiments::predict::Predictions;
 use crate::experiments::{spec::ms, PerProfile, Spec};
+use super::measure_ops;
 use crate::experiments::{Context, Experiment, Outcome};
-use crate::opaque::repeat;
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -99,21 +99,12 @@ impl Experiment for ThreadCreate {
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
         let h = super::long_trials(ctx, 1, 5);
-        let (mut done, mut failed) = (0u64, None::<i32>);
+        let mut done = 0u64;
         (ctx.progress)("pthread_create + join");
         // SAFETY: pthread_self has no preconditions.
         CREATOR.store(unsafe { libc::pthread_self() } as u64, Relaxed);
         let (ran0, same0) = (RAN.load(Relaxed), RAN_AS_CREATOR.load(Relaxed));
-        let m = h.measure(1.0, |n| {
-            repeat(n, || {
-                if failed.is_none() {
-                    match create_join() {
-                        Ok(()) => done += 1,
-                        Err(e) => failed = Some(e),
-                    }
-                }
-            })
-        });
+        let (m, failed) = measure_ops(&h, || create_join().map(|()| done += 1));
         match failed {
             Some(-1) => out.check(Check::premise(
                 "every thread ran",
