@@ -109,12 +109,23 @@ pub(crate) struct Counted {
 }
 
 impl Counted {
-    /// The model's figure as `state` predicts it, for the text; None where it is withheld.
-    pub(crate) fn value(&self, ctx: &Context) -> Option<f64> {
+    /// `explained` of the model plus `extra_ns` (further parts) against `measured_ns`, for
+    /// the text; empty where the prediction is withheld.
+    pub(crate) fn explained(
+        &self,
+        ctx: &Context,
+        parts: &str,
+        extra_ns: f64,
+        measured_ns: f64,
+    ) -> String {
         let mut p = Predictions::new(ctx);
         self.state(&mut p, "model", &[]);
-        let (_, model) = p.done().pop()?;
-        model.withheld.is_none().then_some(model.value)
+        match p.done().pop() {
+            Some((_, m)) if m.withheld.is_none() => {
+                super::explained(parts, m.value + extra_ns, measured_ns)
+            }
+            _ => String::new(),
+        }
     }
 
     /// States `metric` as the model, with `extra` inputs recorded beside it.

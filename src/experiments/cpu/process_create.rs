@@ -7,9 +7,9 @@ use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Outcome, PerProfile, Spec};
 use crate::harness::{Harness, Measurement};
 use crate::machine::process::{MAPPINGS_SOURCE, RESIDENT_SOURCE};
-use anyhow::Context as _;
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
+use anyhow::Context as _;
 use std::ffi::CString;
 
 pub struct ProcessCreate;
@@ -31,12 +31,10 @@ const SPAWN: super::Counted = super::Counted {
     ..FORK
 };
 
-/// Added to the parent for `fork_exit_wait_32mib`: its page-table entries dwarf a small
-/// fork's noise, and it fits the smoke profile's trials.
+/// Its page-table entries dwarf a small fork's noise, and it fits the smoke profile.
 const ADDED_MIB: usize = 32;
 
-/// `ADDED_MIB` of anonymous memory in base pages, every page written (unless a test seam
-/// says not), within the profile's memory limit.
+/// `ADDED_MIB` of anonymous memory in base pages, written, within the profile's limit.
 fn added_region(
     machine: &crate::machine::Machine,
     profile: crate::experiments::Profile,
@@ -59,9 +57,8 @@ fn resident_pages(r: &Region) -> Option<(usize, usize)> {
     Some((vec.iter().filter(|b| *b & 1 == 1).count(), pages))
 }
 
-/// The premise of `fork_per_mib`: the region stayed resident through the timing
-/// (mincore's counts `before` and `after`) in base pages, not huge pages, whose entries
-/// fork copies 512 at a time (`huge`: None where the system keeps no count).
+/// The premise of `fork_per_mib`: the region stayed resident in base pages (fork copies
+/// huge pages' entries 512 at a time) through the timing.
 fn region_check(
     before: Option<(usize, usize)>,
     after: Option<(usize, usize)>,
@@ -85,8 +82,7 @@ fn region_check(
     )
 }
 
-/// Memory added to the parent cannot make fork cheaper: a per-MiB figure below zero beyond
-/// its interval means the two forks were not measured alike (invalid).
+/// Memory added to the parent cannot make fork cheaper beyond noise.
 fn per_mib_check(v: f64, ci: [f64; 2]) -> Check {
     let [v, lo, hi] = [v, ci[0], ci[1]].map(fmt_ns);
     let detail =
@@ -108,8 +104,7 @@ fn program() -> Option<&'static str> {
         .find(|p| std::path::Path::new(p).is_file())
 }
 
-/// This process's resident anonymous memory in base pages (RssAnon less the huge pages
-/// in its mappings), None where the system does not say.
+/// This process's resident anonymous memory in base pages (RssAnon less huge pages).
 fn own_anon_base_bytes() -> Option<u64> {
     let anon = crate::machine::process::status_bytes("RssAnon:")?;
     let huge = crate::machine::process::huge_bytes_in(0, usize::MAX)?;
@@ -139,9 +134,8 @@ fn spawn_wait(
     envp: &[*mut libc::c_char; 1],
 ) -> std::io::Result<libc::c_int> {
     let mut pid: libc::pid_t = 0;
-    // SAFETY: path is a NUL-terminated string, argv and envp are NULL-terminated arrays
-    // of NUL-terminated strings that outlive the call; null file actions and attributes
-    // mean defaults.
+    // SAFETY: path, argv and envp are NUL- and NULL-terminated and outlive the call;
+    // null file actions and attributes mean defaults.
     let rc = unsafe {
         libc::posix_spawn(
             &mut pid,
@@ -167,8 +161,7 @@ struct Statuses {
 }
 
 impl Statuses {
-    /// Times `step` as the harness asks, counting every child's status; the first error
-    /// ends the measurement and is returned with `what` as context.
+    /// Times `step`, counting every child's status; its first error, with `what`.
     fn time(
         &mut self,
         h: &Harness,
@@ -212,7 +205,7 @@ impl Experiment for ProcessCreate {
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let mut p = Predictions::new(ctx);
-        // The parent's size drives what the model leaves out; recorded for the reader.
+        // The parent's size drives what the model leaves out.
         let (pages, vmas) = crate::machine::process::footprint();
         let resident = Input::machine("resident_pages", Some(pages), "pages", RESIDENT_SOURCE, "");
         let vmas = Input::machine("vmas", Some(vmas), "mappings", MAPPINGS_SOURCE, "");
@@ -291,8 +284,7 @@ fn measure_spawn(ctx: &Context, h: &Harness, path: &str, out: &mut Outcome) -> a
     Ok(())
 }
 
-/// The finding: fork against thread creation and spawn, the per-MiB share, and both
-/// models; the per-MiB figure and its check come first.
+/// fork against thread creation and spawn, the per-MiB share, and both models.
 fn finding(ctx: &Context, own_anon: Option<u64>, out: &mut Outcome) {
     let per_mib = out.difference(
         "fork_per_mib",
@@ -320,8 +312,7 @@ fn finding(ctx: &Context, own_anon: Option<u64>, out: &mut Outcome) {
     text.push('.');
     // The parent's anonymous pages at the per-MiB cost join fork's model here, not in its
     // prediction: fork_per_mib is measured in this experiment.
-    let switches = || " and process switches".to_string();
-    let mut fork_model = FORK.value(ctx).map(|v| (v, switches()));
+    let (mut extra, mut parts) = (0.0, " and process switches".to_string());
     if let Some((v, ci)) = per_mib {
         out.check(per_mib_check(v, ci));
         if v > 0.0 && ci[0] > 0.0 {
@@ -332,25 +323,25 @@ fn finding(ctx: &Context, own_anon: Option<u64>, out: &mut Outcome) {
                  it ({big} from a parent with {ADDED_MIB} MiB more)."
             );
             from.extend(["fork_per_mib", "fork_exit_wait_32mib"]);
-            if let (Some(b), Some((model, _))) = (own_anon, &fork_model) {
+            if let Some(b) = own_anon {
                 let mib = b as f64 / (1u64 << 20) as f64;
-                let parts = format!(
+                extra = mib * v;
+                parts = format!(
                     ", process switches and the parent's {mib:.1} MiB of resident anonymous \
                      memory at fork_per_mib"
                 );
-                fork_model = Some((model + mib * v, parts));
             }
         }
     }
-    let spawn_model = SPAWN.value(ctx).map(|v| (v, switches()));
-    for (name, measured, model) in [
-        ("fork", Some(fork), fork_model),
-        ("spawn", spawn, spawn_model),
-    ] {
-        if let (Some(c), Some((v, parts))) = (measured, model) {
-            text +=
-                &crate::experiments::explained(&format!("For {name}, kernel entries{parts}"), v, c);
-        }
+    text += &FORK.explained(
+        ctx,
+        &format!("For fork, kernel entries{parts}"),
+        extra,
+        fork,
+    );
+    if let Some(s) = spawn {
+        let parts = "For spawn, kernel entries and process switches";
+        text += &SPAWN.explained(ctx, parts, 0.0, s);
     }
     out.finding(text, &from);
 }

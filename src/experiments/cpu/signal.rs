@@ -20,10 +20,9 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 pub(crate) struct Signal;
 
-/// The signal sent to self, and the one the round trip passes.
 const SELF_SIG: i32 = libc::SIGUSR1;
 const PING: i32 = libc::SIGUSR2;
-/// The measuring child's commands, with what it repeats `n` times, and the metric.
+/// The measuring child's commands: the kernel it repeats `n` times, and its metric.
 const NULL: usize = 0;
 const CATCH: usize = 1;
 const ROUND: usize = 2;
@@ -40,8 +39,7 @@ const LOOK_EVERY: u64 = 64;
 const INHERITED_BELOW: RawFd = 1024;
 pub(crate) const HANDLED_ONCE: &str = "the handler ran once per signal sent";
 
-// Per process (each child has its own copy): handler runs, and the partner's peer, CPU
-// and looks at it.
+// Per process (each child has its own copy).
 static HANDLED: AtomicU64 = AtomicU64::new(0);
 static PEER: AtomicI64 = AtomicI64::new(0);
 static CPU: AtomicI64 = AtomicI64::new(-1);
@@ -70,8 +68,8 @@ fn words(fd: RawFd, w: &mut [u64], write: bool) -> bool {
     pipe_io(fd, w, write) == std::mem::size_of_val(w) as isize
 }
 
-/// The measuring child: swaps pids with the partner, then answers each command
-/// [kernel, n] on `cmd` with [ticks, handler runs] on `rep` until end of file.
+/// The measuring child: swaps pids with the partner, then answers each [kernel, n] on
+/// `cmd` with [ticks, handler runs] on `rep` until end of file.
 fn measurer(fd: [RawFd; 4], clock: &dyn Clock, cpu: usize, ignore: bool) -> Report {
     let [cmd, rep, to_b, from_b] = fd;
     let me = platform::raw_getpid();
@@ -111,8 +109,7 @@ fn measurer(fd: [RawFd; 4], clock: &dyn Clock, cpu: usize, ignore: bool) -> Repo
     }
 }
 
-/// The partner: answers each PING from its handler until `stop` reads end of file (the
-/// read resumes after each handler, SA_RESTART).
+/// The partner: answers each PING from its handler until `stop` reads end of file.
 fn partner(from_a: RawFd, to_a: RawFd, stop: RawFd, cpu: usize) -> Report {
     CPU.store(cpu as i64, Relaxed);
     let mut w = [0u64];
@@ -200,7 +197,6 @@ impl<'c> Pair<'c> {
         r[0]
     }
 
-    /// The first trial's error, if any.
     fn ok(&mut self) -> anyhow::Result<()> {
         self.failed.take().map_or(Ok(()), Err)
     }
@@ -213,8 +209,7 @@ impl<'c> Pair<'c> {
     }
 }
 
-/// The handler-count premise: every signal sent to self and every round trip's two
-/// signals were handled exactly once.
+/// Every signal sent to self and both of each round trip's were handled exactly once.
 fn handled_check(tally: &[[u64; 2]; 3], partner: u64) -> Check {
     let ([cs, ch], [rs, rh]) = (tally[CATCH], tally[ROUND]);
     let detail = format!(

@@ -1,8 +1,8 @@
 //! cpu.thread-create: create, run and join a kernel thread that returns at once.
 
+use super::measure_ops;
 use crate::experiments::predict::Predictions;
 use crate::experiments::{spec::ms, PerProfile, Spec};
-use super::measure_ops;
 use crate::experiments::{Context, Experiment, Outcome};
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
@@ -142,11 +142,9 @@ impl Experiment for ThreadCreate {
             text += &format!(" ({})", units.join(" or "));
         }
         text.push('.');
-        if let Some(v) = MODEL.value(ctx) {
-            let (sys, sw) = (MODEL.syscalls, MODEL.switches);
-            let parts = format!("{sys} kernel entries and {sw} thread switches");
-            text += &crate::experiments::explained(&parts, v, c);
-        }
+        let (sys, sw) = (MODEL.syscalls, MODEL.switches);
+        let parts = format!("{sys} kernel entries and {sw} thread switches");
+        text += &MODEL.explained(ctx, &parts, 0.0, c);
         out.finding(text, &["create_join"]);
         Ok(out)
     }

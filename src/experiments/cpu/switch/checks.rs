@@ -3,14 +3,7 @@
 use super::*;
 use crate::experiments::kit::place::Place;
 
-/// The premise check: every look at both tasks found them where they were pinned.
-pub(super) fn pinned_check(name: &str, trip: &Trip) -> Check {
-    let pinning = crate::platform::pin_support();
-    cpus_check(name, &trip.main, &trip.partner.place, &pinning)
-}
-
-/// The premise from the CPU looks and the pinning the system offers: without hard
-/// pinning the figure is an unpinned measurement whatever the looks say.
+/// Every look found both tasks where they were pinned, and the pinning was hard.
 pub(crate) fn cpus_check(
     name: &str,
     main: &Place,
@@ -31,10 +24,8 @@ pub(crate) fn cpus_check(
 
 pub(super) const POSITIVE: &str = "the switch figure is positive";
 
-/// A switch costs time: a figure below zero beyond noise (its whole interval) means the
-/// pipe work measured alone is not the pipe work inside the round trip, and the
-/// subtraction's premise fails (invalid); a median at or below zero within noise fails as
-/// a sanity check (the figure is reported, no finding is stated from it).
+/// A switch costs time: below zero beyond noise the subtraction's premise fails (the
+/// pipe work alone is not that of the round trip); within noise, a sanity check.
 pub(super) fn switch_positive(sw: &SwitchFigure) -> Check {
     let detail = format!(
         "switch = (round trip - pipe cost) / 2 = {}, the pipe cost's included)",
@@ -57,8 +48,7 @@ pub(super) fn thread_switch(ctx: &Context) -> Option<SwitchFigure> {
     })
 }
 
-/// A process switch does all a thread switch does and also changes address spaces, so
-/// it cannot be cheaper beyond both intervals: when it is, the measurement is broken.
+/// A process switch does all a thread switch does and more: not cheaper beyond noise.
 pub(super) fn address_space_check(p: &SwitchFigure, t: &SwitchFigure) -> Check {
     let below = crate::analysis::separation_of(p.interval, t.interval)
         == crate::analysis::Separation::Below;

@@ -1,8 +1,5 @@
 //! cpu.thread-switch and cpu.process-switch: one context switch, from a pipe ping-pong
 //! between two tasks pinned to one CPU, less the pipe cost (lmbench lat_ctx's method).
-//!
-//! Both experiments share one partner loop (`echo_loop`), so the thread and process
-//! figures differ only in what a switch between the two tasks has to change.
 
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Outcome, PerProfile, Spec};
@@ -27,7 +24,6 @@ use predict::*;
 use series::*;
 use text::*;
 
-/// The two experiments: a switch between threads, and between processes.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Kind {
     Thread,
@@ -49,8 +45,7 @@ impl Kind {
     }
 }
 
-/// Cache-line stride for touching a working set: 128 bytes on Apple silicon
-/// (hw.cachelinesize), 64 elsewhere.
+/// Cache-line stride for touching a working set (Apple silicon's hw.cachelinesize is 128).
 const LINE: usize = if cfg!(all(target_os = "macos", target_arch = "aarch64")) {
     128
 } else {
@@ -58,11 +53,9 @@ const LINE: usize = if cfg!(all(target_os = "macos", target_arch = "aarch64")) {
 };
 /// The partner samples its CPU every this many rounds (cheap: sched_getcpu is a vDSO call).
 const SAMPLE_EVERY: u64 = 64;
-/// Round trips done before measuring, so the partner's start-up is not measured.
+/// Round trips before measuring, or for at most this long (a cross-CPU one can take 100 us).
 const WARM_ROUNDS: usize = 200;
-/// ... or for at most this long (a cross-CPU round trip can take 100 us).
 const WARM_LIMIT: Duration = Duration::from_millis(10);
-/// Working-set sizes of the series per profile (bytes).
 const SERIES_SIZES: PerProfile<&[usize]> = PerProfile::new(
     &[],
     &[0, 64 << 10],
@@ -99,7 +92,6 @@ fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
     } else {
         Some(working_set_series(kind, ctx, &h, sizes, &mut out)?)
     };
-    // Everything below is stated from the pooled runs: the figures the table shows.
     out.pool(ctx);
     let sw = switch_metric(&mut out);
     out.check(switch_positive(&sw));
@@ -129,8 +121,7 @@ fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
     Ok(out)
 }
 
-/// A switch figure with the 95% interval of its median, widened by the subtracted pipe
-/// cost's.
+/// A switch figure with the 95% interval of its median, widened by the pipe cost's.
 #[derive(Debug, Clone, Copy)]
 struct SwitchFigure {
     median: f64,
@@ -153,15 +144,14 @@ impl SwitchFigure {
 /// The same-CPU round trip and the pipe cost.
 fn same_cpu(kind: Kind, ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Result<()> {
     (ctx.progress)("same-CPU round trip");
-    let same = round_trips(ctx, h, kind, ctx.cpu, 0)?;
+    let check = format!("both {} ran on CPU {}", kind.noun(), ctx.cpu);
+    let same = round_trips(ctx, h, kind, (ctx.cpu, 0), &check, out)?;
     (ctx.progress)("pipe cost");
     let pipe = pipe_cost(h, 0)?;
-    let name = format!("both {} ran on CPU {}", kind.noun(), ctx.cpu);
-    out.check(pinned_check(&name, &same));
     out.measured(
         "pipe_round_trip_same_cpu",
         "raw round trip of one byte over two pipes, both tasks pinned to one CPU (two switches)",
-        &same.m,
+        &same,
     );
     out.measured(
         "pipe_cost",
@@ -171,8 +161,7 @@ fn same_cpu(kind: Kind, ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow
     Ok(())
 }
 
-/// Adds `switch` after `pipe_cost`; its interval carries the pipe cost's (docs/METHODOLOGY.md,
-/// "Derived figures").
+/// Adds `switch` after `pipe_cost`, its interval carrying the pipe cost's.
 fn switch_metric(out: &mut Outcome) -> SwitchFigure {
     let Some((median, interval)) = out.difference(
         "switch",
@@ -190,8 +179,7 @@ fn switch_metric(out: &mut Outcome) -> SwitchFigure {
     SwitchFigure { median, interval }
 }
 
-/// One cross-CPU round trip figure, with the partner on the plan's CPU
-/// (docs/METHODOLOGY.md, "Cross-CPU figures"); returns the metric's name and the class.
+/// One cross-CPU round trip, the partner on the plan's CPU: the metric's name and class.
 fn cross_cpu(
     kind: Kind,
     ctx: &Context,
@@ -202,19 +190,17 @@ fn cross_cpu(
     let (o, class) = (plan.cpu, plan.class_name());
     let name = format!("pipe_round_trip_cross_cpu{}", plan.suffix);
     (ctx.progress)(&format!("cross-CPU round trip ({class})"));
-    let cross = round_trips(ctx, h, kind, o, 0)?;
     let (noun, cpu) = (kind.noun(), ctx.cpu);
     let check = format!("the {noun} ran on different CPUs ({cpu} and {o}, {class})");
-    out.check(pinned_check(&check, &cross));
+    let cross = round_trips(ctx, h, kind, (o, 0), &check, out)?;
     out.measured(
         &name,
         &format!(
             "raw round trip with the partner pinned to another CPU ({o}, {class}): the tasks do not share a CPU, each hop wakes a task on the other CPU"
         ),
-        &cross.m,
+        &cross,
     )
-    // A cross-CPU wake-up waits for the other CPU (an IPI, a vCPU the host must run),
-    // which no sentinel kernel on this CPU shares.
+    // A wake-up waits for the other CPU (an IPI, a vCPU the host must run).
     .shares(crate::results::Bottleneck::None);
     Ok((name, class.to_string()))
 }

@@ -5,9 +5,9 @@ use crate::clock::Clock;
 use crate::experiments::cpu::{measure_ops, pipe_io, Report};
 use crate::experiments::kit::children::Children;
 use crate::experiments::kit::place::Place;
+use crate::harness::Measurement;
 
-/// Reads and writes one word per cache line of `len` bytes at `buf` (volatile, so the
-/// compiler keeps every access). Async-signal-safe.
+/// Reads and writes one word per cache line of `len` bytes at `buf`. Async-signal-safe.
 pub(super) fn touch(buf: *mut u8, len: usize) {
     let mut off = 0;
     while off + 8 <= len {
@@ -26,9 +26,8 @@ pub(super) fn working_set(bytes: usize) -> Vec<u64> {
     vec![0u64; bytes.div_ceil(8).max(1)]
 }
 
-/// The partner: echo each byte from `rfd` back on `wfd` until end of file, touching its
-/// working set before each echo and looking at its CPU now and then. Only read, write and
-/// getcpu, so a forked child of a multithreaded parent may run it.
+/// The partner: echoes each byte from `rfd` back on `wfd` until end of file, touching its
+/// working set first. Async-signal-safe, for a forked child of a multithreaded parent.
 pub(super) fn echo_loop(rfd: RawFd, wfd: RawFd, cpu: usize, buf: *mut u8, len: usize) -> Report {
     let mut r = Report {
         count: 0,
@@ -56,9 +55,8 @@ pub(super) enum Partner<'c> {
     Process(Children<'c, Report>),
 }
 
-/// The measuring task's side of a ping-pong: pipe A carries the token to the partner,
-/// pipe B brings it back. Dropping it closes A, so the partner sees end of file and
-/// exits; it is then joined or reaped, on error paths too.
+/// The measuring task's side: pipe A carries the token to the partner, pipe B brings it
+/// back. Dropping it closes A, so the partner ends and is joined or reaped on any path.
 pub(super) struct PingPong<'c> {
     to: Option<OwnedFd>,
     from: Option<OwnedFd>,
@@ -68,8 +66,7 @@ pub(super) struct PingPong<'c> {
 }
 
 impl<'c> PingPong<'c> {
-    /// Starts a partner of `kind` pinned to `partner_cpu` (the caller stays where it is)
-    /// with a private working set of `ws` bytes.
+    /// Starts a partner of `kind` pinned to `partner_cpu`, with `ws` bytes of its own.
     pub(super) fn start(
         kind: Kind,
         clock: &'c dyn Clock,
@@ -123,7 +120,6 @@ impl<'c> PingPong<'c> {
         })
     }
 
-    /// One round trip: touch our working set, send the token, wait for it to come back.
     #[inline(always)]
     pub(super) fn round_trip(&mut self) -> io::Result<()> {
         let (Some(to), Some(from)) = (&self.to, &self.from) else {
@@ -164,25 +160,19 @@ impl Drop for PingPong<'_> {
     }
 }
 
-/// Round trips with a partner, per round trip in ns, with where the measuring task ran
-/// (looked at the start and end of each trial) and the partner's report.
-pub(super) struct Trip {
-    pub(super) m: crate::harness::Measurement,
-    pub(super) main: Place,
-    pub(super) partner: Report,
-}
-
+/// Round trips with a partner on `partner_cpu`, adding the premise `check` that both
+/// tasks stayed where they were pinned.
 pub(super) fn round_trips(
     ctx: &Context,
     h: &Harness,
     kind: Kind,
-    partner_cpu: usize,
-    ws: usize,
-) -> anyhow::Result<Trip> {
+    (partner_cpu, ws): (usize, usize),
+    check: &str,
+    out: &mut Outcome,
+) -> anyhow::Result<Measurement> {
     let what = || format!("ping-pong between {}", kind.noun());
     let mut pp = PingPong::start(kind, ctx.clock, partner_cpu, ws)?;
-    // The first rounds pay for the partner's start (a forked child's copy-on-write faults,
-    // cold caches); left in, they would stretch the harness's first calibration trial.
+    // The partner's start (copy-on-write faults, cold caches) would stretch calibration.
     h.warm_up(WARM_ROUNDS, WARM_LIMIT, || pp.round_trip())
         .with_context(what)?;
     let mut err = None;
@@ -201,15 +191,14 @@ pub(super) fn round_trips(
     if let Some(e) = err {
         return Err(e).with_context(what);
     }
-    let partner = pp.finish()?;
-    Ok(Trip { m, main, partner })
+    let partner = pp.finish()?.place;
+    out.check(cpus_check(check, &main, &partner, &platform::pin_support()));
+    Ok(m)
 }
 
-/// One task passing the token through its own two pipes (write+read on A, then on B),
-/// touching its working set twice: everything a round trip does except the switches.
-pub(super) fn pipe_cost(h: &Harness, ws: usize) -> anyhow::Result<crate::harness::Measurement> {
+/// One task passing the token through its own two pipes: a round trip without switches.
+pub(super) fn pipe_cost(h: &Harness, ws: usize) -> anyhow::Result<Measurement> {
     let (a, b) = (platform::pipe()?, platform::pipe()?);
-    // Write the token into a pipe and read it back.
     let hop = |(r, w): &(OwnedFd, OwnedFd), t: &mut [u8; 1]| {
         pipe_io(w.as_raw_fd(), t, true) == 1 && pipe_io(r.as_raw_fd(), t, false) == 1
     };

@@ -3,8 +3,7 @@
 use super::*;
 use crate::experiments::predict::Predictions;
 
-/// From figures measured earlier only (docs/methods/cpu.thread-switch.md): the pipe work,
-/// and for the process experiment the thread experiment's figures.
+/// From figures measured earlier only (docs/methods/cpu.thread-switch.md).
 pub(super) fn predict_switch(kind: Kind, ctx: &Context) -> Vec<(String, Prediction)> {
     let mut p = Predictions::new(ctx);
     // The thread experiment's figure `m` (positive), for the process experiment only.

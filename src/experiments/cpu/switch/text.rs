@@ -2,8 +2,7 @@
 
 use super::*;
 
-/// The pooled cross-CPU round trip against the pooled same-CPU one; "dearer" or
-/// "cheaper" only when their 95% intervals are apart.
+/// The cross-CPU round trip against the same-CPU one.
 pub(super) fn cross_finding(name: &str, class: &str, out: &mut Outcome) {
     let (Some(c), Some(s)) = (out.get(name), out.get("pipe_round_trip_same_cpu")) else {
         return;
@@ -51,8 +50,7 @@ pub(super) fn kind_finding(
             let Some(t) = thread else {
                 return;
             };
-            // Causal wording only with the evidence: the two intervals (each with its
-            // pipe cost's noise) apart. Below is refused earlier by the premise check.
+            // Causal wording only with the intervals apart (below fails a premise).
             let clause = match crate::analysis::separation_of(sw.interval, t.interval) {
                 crate::analysis::Separation::Above => {
                     ", beyond both 95% intervals (the pipe costs' noise included): the price of changing address spaces"
