@@ -33,13 +33,10 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
     ]
 }
 
-/// Whether the system-call counts traced from the methods (strace -f) hold for this build:
-/// they were counted against glibc on Linux x86-64; musl and macOS's libSystem make other calls.
+/// The system-call counts were traced (strace -f) against glibc on Linux x86-64.
 pub(crate) const COUNTS_HOLD: bool = cfg!(all(target_os = "linux", target_env = "gnu"));
-/// Where the traced counts come from, for a prediction input.
 pub(crate) const STRACE_LIBC: &str =
     "method: strace -f of the method's loop, glibc 2.36 (Debian 12, Linux x86-64)";
-/// Why a count-based prediction is withheld off glibc.
 pub(crate) const COUNTS_WITHHELD: &str =
     "the system-call counts were traced against glibc on Linux; this build's C library makes other calls";
 
@@ -93,15 +90,12 @@ pub(crate) fn measure_ops<E>(
     (m, err)
 }
 
-/// A cost modelled from primitives measured earlier in the run: `syscalls` x getppid +
-/// `switches` x `switch_of`'s (positive) switch, leaving out what `left_out` names. A lower
-/// bound where pinning is hard (each call is at least a minimal kernel entry, the children
-/// inherit the pinning so the switches happen on the measuring CPU, and what is left out
-/// only adds); elsewhere a task may run on another CPU with no switch, so a point.
+/// `syscalls` x getppid + `switches` x `switch_of`'s switch, from earlier in the run: a lower
+/// bound where pinning is hard (the switches happen on the measuring CPU, and what is left
+/// out only adds); else a task may run on another CPU without a switch, so a point.
 pub(crate) struct Counted {
     pub syscalls: f64,
     pub switches: f64,
-    /// `cpu.thread-switch` or `cpu.process-switch`.
     pub switch_of: &'static str,
     /// Where the switch count comes from.
     pub switches_source: &'static str,

@@ -21,7 +21,6 @@ const MODEL: super::Counted = super::Counted {
     left_out: "clone's and exit's own work beyond a kernel entry is not in the model",
 };
 
-/// What the new thread returns, so join can prove it ran.
 static SENTINEL: u8 = 0;
 /// Runs of the start routine, and those in the creating thread (`CREATOR`'s pthread_self).
 static RAN: AtomicU64 = AtomicU64::new(0);
@@ -38,8 +37,7 @@ extern "C" fn return_arg(arg: *mut libc::c_void) -> *mut libc::c_void {
     arg
 }
 
-/// Premise "every thread ran": the start routine ran once per successful create + join
-/// (its own count, not the creator's), each time in a thread other than the creator.
+/// The start routine ran once per create + join, never in the creating thread.
 pub fn ran_check(created: u64, ran: u64, ran_as_creator: u64) -> Check {
     Check::premise(
         "every thread ran",
@@ -50,8 +48,7 @@ pub fn ran_check(created: u64, ran: u64, ran_as_creator: u64) -> Check {
     )
 }
 
-/// One pthread_create + pthread_join; Err(errno-like code) on failure, Err(-1) when the
-/// thread did not return what it was given.
+/// One pthread_create + pthread_join; Err(-1) when the thread did not return its argument.
 #[inline(always)]
 fn create_join() -> Result<(), i32> {
     let arg = &SENTINEL as *const u8 as *mut libc::c_void;

@@ -58,8 +58,8 @@ pub(super) enum Partner<'c> {
 /// The measuring task's side: pipe A carries the token to the partner, pipe B brings it
 /// back. Dropping it closes A, so the partner ends and is joined or reaped on any path.
 pub(super) struct PingPong<'c> {
-    to: Option<OwnedFd>,
-    from: Option<OwnedFd>,
+    /// The write end of A and the read end of B.
+    pipes: Option<(OwnedFd, OwnedFd)>,
     partner: Option<Partner<'c>>,
     buf: Vec<u64>,
     ws: usize,
@@ -112,8 +112,7 @@ impl<'c> PingPong<'c> {
             }
         };
         Ok(PingPong {
-            to: Some(a_w),
-            from: Some(b_r),
+            pipes: Some((a_w, b_r)),
             partner: Some(partner),
             buf: working_set(ws),
             ws,
@@ -122,7 +121,7 @@ impl<'c> PingPong<'c> {
 
     #[inline(always)]
     pub(super) fn round_trip(&mut self) -> io::Result<()> {
-        let (Some(to), Some(from)) = (&self.to, &self.from) else {
+        let Some((to, from)) = &self.pipes else {
             return Err(io::Error::other("ping-pong already finished"));
         };
         touch(self.buf.as_mut_ptr() as *mut u8, self.ws);
@@ -138,8 +137,8 @@ impl<'c> PingPong<'c> {
     }
 
     /// Stops the partner (end of file on A) and returns where it ran.
-    pub(super) fn finish(mut self) -> anyhow::Result<Report> {
-        (self.to, self.from) = (None, None);
+    pub(super) fn finish(&mut self) -> anyhow::Result<Report> {
+        self.pipes = None;
         match self.partner.take() {
             Some(Partner::Thread(h)) => {
                 h.join().map_err(|_| anyhow!("the partner thread panicked"))
@@ -152,11 +151,7 @@ impl<'c> PingPong<'c> {
 
 impl Drop for PingPong<'_> {
     fn drop(&mut self) {
-        // End of file first; a partner process is reaped by its `Children`.
-        (self.to, self.from) = (None, None);
-        if let Some(Partner::Thread(h)) = self.partner.take() {
-            let _ = h.join();
-        }
+        let _ = self.finish();
     }
 }
 
