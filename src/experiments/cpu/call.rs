@@ -35,7 +35,6 @@ macro_rules! calls {
     }};
 }
 
-/// Calls the arity-`k` callee `n` times.
 fn calls(k: usize, n: u64) {
     let x = hide(1);
     match k {

@@ -263,7 +263,6 @@ fn placement_check(pin: Option<String>, ok: &[&PairResult]) -> Check {
     )
 }
 
-/// One measured pair: its CPUs, their class, and what the bounce gave.
 type PairResult = (usize, usize, Option<PartnerClass>, Bounce);
 
 /// Metrics per class, the matrix series (one per first CPU), the premise, and the findings.

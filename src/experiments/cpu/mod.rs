@@ -1,20 +1,21 @@
 //! CPU, scheduling and OS-service experiments (docs/METHODOLOGY.md, "CPU and OS services").
 
+use super::kit::place::Place;
 use super::predict::{Input, Predictions};
 use super::{Context, Experiment};
 use crate::harness::{Harness, Measurement};
 use crate::opaque::repeat;
-use crate::results::Prediction;
+use crate::results::{Check, Prediction};
 use std::os::fd::RawFd;
 
 mod call;
 mod core_to_core;
 mod loop_cost;
-pub(crate) mod process_create;
+mod process_create;
 mod signal;
-pub(crate) mod switch;
+mod switch;
 pub(crate) mod syscall;
-pub(crate) mod thread_create;
+mod thread_create;
 mod timer;
 
 /// In run order: each may use the ones before it in its prediction.
@@ -48,12 +49,31 @@ pub(crate) fn long_trials<'a>(ctx: &Context<'a>, parts: usize, factor: u32) -> H
     Harness::new(ctx.clock, cfg, ctx.loop_ticks)
 }
 
+/// Every look found both tasks where they were pinned, and the pinning was hard.
+pub(crate) fn cpus_check(
+    name: &str,
+    main: &Place,
+    p: &Place,
+    pinning: &crate::platform::Pinning,
+) -> Check {
+    if let Some(why) = crate::platform::pinning_premise_failure(pinning) {
+        return Check::premise(name, false, why);
+    }
+    let passed = main.off() == 0 && p.off() == 0 && p.looks > 0 && main.looks > 0;
+    let side = |x: &Place| format!("{} of {} samples off CPU {}", x.off(), x.looks, x.cpu);
+    let mut detail = format!("measuring task: {}; partner: {}", side(main), side(p));
+    if let Some(c) = p.last_away {
+        detail.push_str(&format!(" (seen on CPU {c})"));
+    }
+    Check::premise(name, passed, detail)
+}
+
 /// What a partner task stores when it ends: what it counted (round trips, handler runs)
 /// and where it ran.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Report {
     pub(crate) count: u64,
-    pub(crate) place: super::kit::place::Place,
+    pub(crate) place: Place,
 }
 
 /// One read() or write() of all of `buf` on a pipe, retried while a signal interrupts it:

@@ -48,7 +48,7 @@ fn added_region(
     Ok(r)
 }
 
-/// Pages of `r` resident (mincore), of all its pages; None where mincore fails.
+/// Pages of `r` resident (mincore), of all its pages.
 fn resident_pages(r: &Region) -> Option<(usize, usize)> {
     let pages = r.len().div_ceil(crate::platform::page_size());
     let mut vec = vec![0u8; pages];
@@ -111,7 +111,6 @@ fn own_anon_base_bytes() -> Option<u64> {
     Some(anon.saturating_sub(huge))
 }
 
-/// fork + _exit(0) + waitpid; the child's wait status.
 #[inline(always)]
 fn fork_exit_wait() -> std::io::Result<libc::c_int> {
     // SAFETY: the child calls only _exit, which is async-signal-safe.
@@ -126,7 +125,6 @@ fn fork_exit_wait() -> std::io::Result<libc::c_int> {
     crate::platform::reap(pid, false)
 }
 
-/// posix_spawn of `path` with argv [path] and an empty environment, then waitpid.
 #[inline(always)]
 fn spawn_wait(
     path: &CString,
@@ -237,7 +235,6 @@ impl Experiment for ProcessCreate {
     }
 }
 
-/// fork_exit_wait, then the same from a parent with ADDED_MIB more resident memory.
 fn measure_forks(ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Result<()> {
     let mut forks = Statuses::default();
     (ctx.progress)("fork + exit + wait");
@@ -268,7 +265,6 @@ fn measure_forks(ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Resul
     Ok(())
 }
 
-/// spawn_exec: posix_spawn of `path` and waitpid.
 fn measure_spawn(ctx: &Context, h: &Harness, path: &str, out: &mut Outcome) -> anyhow::Result<()> {
     (ctx.progress)("posix_spawn /bin/true + wait");
     let cpath = CString::new(path)?;

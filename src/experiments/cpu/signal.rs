@@ -2,8 +2,7 @@
 //! signal round trip between two processes pinned to one CPU, each timed in a forked
 //! single-threaded child (the method page says why).
 
-use super::switch::checks::cpus_check;
-use super::{pipe_io, Counted, Report};
+use super::{cpus_check, pipe_io, Counted, Report};
 use crate::clock::Clock;
 use crate::experiments::kit::children::Children;
 use crate::experiments::kit::place::Place;
@@ -201,7 +200,7 @@ impl<'c> Pair<'c> {
         self.failed.take().map_or(Ok(()), Err)
     }
 
-    /// Stops both children: (the measuring child's report, the partner's).
+    /// Stops both children: the measuring child's report and the partner's.
     fn finish(mut self) -> anyhow::Result<(Report, Report)> {
         self.pipes = None;
         self.children.wait("signal process")?;

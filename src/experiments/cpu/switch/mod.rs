@@ -1,6 +1,8 @@
 //! cpu.thread-switch and cpu.process-switch: one context switch, from a pipe ping-pong
 //! between two tasks pinned to one CPU, less the pipe cost (lmbench lat_ctx's method).
 
+use super::cpus_check;
+use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Outcome, PerProfile, Spec};
 use crate::harness::Harness;
@@ -13,14 +15,10 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-pub(crate) mod checks;
 mod partner;
-mod predict;
 mod series;
 mod text;
-use checks::*;
 use partner::*;
-use predict::*;
 use series::*;
 use text::*;
 
@@ -138,7 +136,6 @@ impl SwitchFigure {
     }
 }
 
-/// The same-CPU round trip and the pipe cost.
 fn same_cpu(kind: Kind, ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Result<()> {
     (ctx.progress)("same-CPU round trip");
     let check = format!("both {} ran on CPU {}", kind.noun(), ctx.cpu);
@@ -176,6 +173,48 @@ fn switch_metric(out: &mut Outcome) -> SwitchFigure {
     SwitchFigure { median, interval }
 }
 
+const POSITIVE: &str = "the switch figure is positive";
+
+/// A switch costs time: below zero beyond noise the subtraction's premise fails (the
+/// pipe work alone is not that of the round trip); within noise, a sanity check.
+fn switch_positive(sw: &SwitchFigure) -> Check {
+    let detail = format!(
+        "switch = (round trip - pipe cost) / 2 = {}, the pipe cost's included)",
+        sw.text().trim_end_matches(')')
+    );
+    if sw.interval[1] < 0.0 || !sw.median.is_finite() {
+        Check::premise(POSITIVE, false, detail)
+    } else {
+        Check::sanity(POSITIVE, sw.median > 0.0, detail)
+    }
+}
+
+/// The thread switch of this run, with its interval widened by its own pipe cost's.
+fn thread_switch(ctx: &Context) -> Option<SwitchFigure> {
+    let t = ctx.earlier_metric("cpu.thread-switch", "switch")?;
+    let pipe = ctx.earlier_metric("cpu.thread-switch", "pipe_cost");
+    Some(SwitchFigure {
+        median: t.summary.median,
+        interval: t.interval(|n| pipe.filter(|_| n == "pipe_cost")),
+    })
+}
+
+/// A process switch does all a thread switch does and more: not cheaper beyond noise.
+fn address_space_check(p: &SwitchFigure, t: &SwitchFigure) -> Check {
+    let below = crate::analysis::separation_of(p.interval, t.interval)
+        == crate::analysis::Separation::Below;
+    let detail = format!(
+        "process switch {}, thread switch {}, intervals including the pipe costs'",
+        p.text(),
+        t.text().replace("95% interval ", "")
+    );
+    Check::premise(
+        "a process switch costs no less than a thread switch, within noise",
+        !below,
+        detail,
+    )
+}
+
 /// One cross-CPU round trip, the partner on the plan's CPU: the metric's name and class.
 fn cross_cpu(
     kind: Kind,
@@ -200,6 +239,84 @@ fn cross_cpu(
     // A wake-up waits for the other CPU (an IPI, a vCPU the host must run).
     .shares(crate::results::Bottleneck::None);
     Ok((name, class.to_string()))
+}
+
+/// From figures measured earlier only (docs/methods/cpu.thread-switch.md).
+fn predict_switch(kind: Kind, ctx: &Context) -> Vec<(String, Prediction)> {
+    let mut p = Predictions::new(ctx);
+    // The thread experiment's figure `m` (positive), for the process experiment only.
+    let thread = |p: &Predictions, m: &str, name: &str| {
+        let i = p.earlier(Kind::Thread.id(), &[m]).positive().named(name);
+        (kind == Kind::Process && i.value().is_some()).then_some(i)
+    };
+    match thread(&p, "switch", "thread_switch") {
+        Some(t) => p.at_least(
+            "switch",
+            &t,
+            "cpu.thread-switch's switch, a lower bound: a switch between processes does that \
+             work and changes address spaces too, which has no measured or published cost",
+        ),
+        None if kind == Kind::Process => p.withhold(
+            &["switch"],
+            "cpu.thread-switch switch was not measured in this run (or not positive)",
+        ),
+        None => p.withhold(
+            &["switch"],
+            "the parts table names no published context-switch cost for any part, and no \
+             experiment before it measures the scheduler's path",
+        ),
+    }
+    let fdw = p.earlier("cpu.syscall", &["write_devnull_0"]);
+    let Some(pipe) = fdw.value().map(|v| 4.0 * v) else {
+        return p.done();
+    };
+    p.state("pipe_cost", &[&fdw], |v| {
+        Prediction::new(
+            4.0 * v[0],
+            "4 x write_devnull_0, a lower bound: two writes and two reads, each a kernel entry \
+             with an fd lookup, and the pipe's lock, one-byte copy and wake-up check besides",
+        )
+        .lower_bound()
+    });
+    let bound = |what: &str| {
+        Prediction::new(
+            pipe,
+            format!(
+                "pipe_cost alone, a lower bound: {what} has no published cost in the parts table"
+            ),
+        )
+        .lower_bound()
+        .prediction("pipe_cost", pipe, "ns", "prediction: pipe_cost above")
+    };
+    match thread(&p, "pipe_round_trip_same_cpu", "thread_same_cpu") {
+        Some(rt) => p.at_least(
+            "pipe_round_trip_same_cpu",
+            &rt,
+            "cpu.thread-switch's same-CPU round trip, a lower bound: the same pipe work and two \
+             switches, without the two address-space changes (no measured or published cost)",
+        ),
+        None => p.add("pipe_round_trip_same_cpu", bound("the two switches")),
+    }
+    // One per cross-CPU figure the run measures, suffixed ones too, as `run_switch` plans them.
+    let ctx = p.ctx();
+    let plans = ctx
+        .machine
+        .topology
+        .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus);
+    for plan in plans {
+        let name = format!("pipe_round_trip_cross_cpu{}", plan.suffix);
+        match thread(&p, &name, "thread_cross_cpu") {
+            Some(rt) => p.equal(
+                &name,
+                &rt,
+                "cpu.thread-switch's round trip with the partner on the same CPU as here: the same \
+                 pipe work and the same two cross-CPU wake-ups; each task keeps its CPU, so no hop \
+                 switches between the two address spaces",
+            ),
+            None => p.add(&name, bound("a cross-CPU wake-up")),
+        }
+    }
+    p.done()
 }
 
 const THREAD_SPEC: Spec = Spec {
