@@ -67,16 +67,28 @@ fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
         .machine
         .topology
         .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus);
-    let sizes: &[usize] = if kind == Kind::Process {
-        SERIES_SIZES.get(ctx.profile)
-    } else {
-        &[]
+    let sizes = match kind {
+        Kind::Process => SERIES_SIZES.get(ctx.profile),
+        Kind::Thread => &[],
     };
     // Nonzero series points need a round trip and an overhead each.
     let extra = sizes.iter().filter(|&&w| w > 0).count() * 2;
     let h = super::long_trials(ctx, 2 + plans.len() + extra, 5);
-
-    same_cpu(kind, ctx, &h, &mut out)?;
+    (ctx.progress)("same-CPU round trip");
+    let check = format!("both {} ran on CPU {}", kind.noun(), ctx.cpu);
+    let same = round_trips(ctx, &h, kind, (ctx.cpu, 0), &check, &mut out)?;
+    (ctx.progress)("pipe cost");
+    let pipe = pipe_cost(&h, 0)?;
+    out.measured(
+        "pipe_round_trip_same_cpu",
+        "raw round trip of one byte over two pipes, both tasks pinned to one CPU (two switches)",
+        &same,
+    );
+    out.measured(
+        "pipe_cost",
+        "one task writing and reading its own two pipes, per round-trip equivalent",
+        &pipe,
+    );
     let mut cross = Vec::new();
     for plan in &plans {
         cross.push(cross_cpu(kind, ctx, &h, plan, &mut out)?);
@@ -134,25 +146,6 @@ impl SwitchFigure {
         let [m, lo, hi] = [self.median, self.interval[0], self.interval[1]].map(fmt_ns);
         format!("{m} (95% interval {lo} to {hi})")
     }
-}
-
-fn same_cpu(kind: Kind, ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Result<()> {
-    (ctx.progress)("same-CPU round trip");
-    let check = format!("both {} ran on CPU {}", kind.noun(), ctx.cpu);
-    let same = round_trips(ctx, h, kind, (ctx.cpu, 0), &check, out)?;
-    (ctx.progress)("pipe cost");
-    let pipe = pipe_cost(h, 0)?;
-    out.measured(
-        "pipe_round_trip_same_cpu",
-        "raw round trip of one byte over two pipes, both tasks pinned to one CPU (two switches)",
-        &same,
-    );
-    out.measured(
-        "pipe_cost",
-        "one task writing and reading its own two pipes, per round-trip equivalent",
-        &pipe,
-    );
-    Ok(())
 }
 
 /// Adds `switch` after `pipe_cost`, its interval carrying the pipe cost's.
