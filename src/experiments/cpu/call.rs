@@ -87,11 +87,8 @@ impl Experiment for Call {
         for k in 0..8 {
             (ctx.progress)(&format!("{k} arguments"));
             let what = format!("call and return with {k} integer arguments");
-            out.measured(
-                &format!("args_{k}"),
-                &what,
-                &h.measure(1.0, |n| calls(k, n)),
-            );
+            let m = h.measure(1.0, |n| calls(k, n));
+            out.measured(&format!("args_{k}"), &what, &m);
         }
         // Per-argument increment: the slope of trial i over every arity, per trial.
         let n_trials = out.metrics.iter().map(|m| m.raw.len()).min().unwrap_or(0);

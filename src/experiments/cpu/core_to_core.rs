@@ -127,8 +127,8 @@ pub(crate) fn plan(t: &Topology, allowed: &[usize], profile: Profile) -> PairPla
     }
 }
 
-/// The metric name of each class present, as the cross-CPU figures name them: the
-/// nearest class on another core (else the only one) keeps `one_way`.
+/// Each class's metric name: the nearest class on another core (else the only one) keeps
+/// `one_way`, as the cross-CPU figures do.
 pub(crate) fn metric_names(
     classes: &[Option<PartnerClass>],
 ) -> Vec<(Option<PartnerClass>, String)> {
@@ -148,8 +148,7 @@ pub(crate) fn metric_names(
     names.collect()
 }
 
-/// What one pair gave: one-way ns per trial and where each side was seen, or why it
-/// could not run.
+/// One pair's one-way ns per trial and where each side was seen, or why it could not run.
 #[derive(Debug, Clone, Default)]
 struct Bounce {
     trials: Vec<f64>,
@@ -174,9 +173,7 @@ impl Bounce {
 #[repr(align(128))]
 struct PingLine(AtomicU64);
 
-/// Bounces a line between `a` (first touch, timing) and `b` for about `share`: member 0
-/// of a team run from a thread on `a` sets it from 2k to 2k+1 and waits for the last
-/// answer, member 1 from 2k+1 to 2k+2.
+/// Bounces a line between `a` (first touch, timing) and `b` for about `share`.
 fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> Bounce {
     let clock = ctx.clock;
     let on_a = || {

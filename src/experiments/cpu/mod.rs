@@ -41,8 +41,7 @@ pub(crate) const STRACE_LIBC: &str =
 pub(crate) const COUNTS_WITHHELD: &str =
     "the system-call counts were traced against glibc on Linux; this build's C library makes other calls";
 
-/// `ctx.harness(parts)` with trials `factor` times longer: microsecond operations through
-/// the scheduler (switches, task creation) need them to average out other tasks.
+/// `ctx.harness(parts)` with trials `factor` times longer, to average out other tasks.
 pub(crate) fn long_trials<'a>(ctx: &Context<'a>, parts: usize, factor: u32) -> Harness<'a> {
     let mut cfg = ctx.harness(parts).config().clone();
     cfg.min_trial *= factor.max(1);
@@ -68,8 +67,7 @@ pub(crate) fn cpus_check(
     Check::premise(name, passed, detail)
 }
 
-/// What a partner task stores when it ends: what it counted (round trips, handler runs)
-/// and where it ran.
+/// What a partner task counted (round trips, handler runs) and where it ran.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Report {
     pub(crate) count: u64,
@@ -123,8 +121,7 @@ pub(crate) struct Counted {
 }
 
 impl Counted {
-    /// `explained` of the model plus `extra_ns` (further parts) against `measured_ns`, for
-    /// the text; empty where the prediction is withheld.
+    /// `explained` of the model plus `extra_ns` against `measured_ns`; empty if withheld.
     pub(crate) fn explained(
         &self,
         ctx: &Context,

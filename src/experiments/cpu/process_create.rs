@@ -22,8 +22,7 @@ const FORK: super::Counted = super::Counted {
     switches_source: "perf stat -e context-switches of the method",
     left_out: "address-space copy and teardown, minor faults not in the model",
 };
-/// posix_spawn of /bin/true + waitpid: clone3, 122 rt_sigaction, ~36 of exec and the
-/// loader; exec adds one switch.
+/// posix_spawn of /bin/true + waitpid (the method page); exec adds one switch.
 const SPAWN: super::Counted = super::Counted {
     syscalls: 159.0,
     switches: 3.0,
@@ -306,8 +305,7 @@ fn finding(ctx: &Context, own_anon: Option<u64>, out: &mut Outcome) {
         from.push("spawn_exec");
     }
     text.push('.');
-    // The parent's anonymous pages at the per-MiB cost join fork's model here, not in its
-    // prediction: fork_per_mib is measured in this experiment.
+    // The parent's pages at the per-MiB cost join fork's model here: measured just now.
     let (mut extra, mut parts) = (0.0, " and process switches".to_string());
     if let Some((v, ci)) = per_mib {
         out.check(per_mib_check(v, ci));

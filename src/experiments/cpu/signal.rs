@@ -61,8 +61,7 @@ extern "C" fn answer(_: libc::c_int) {
     }
 }
 
-/// Reads or writes `w` whole in one call (at most PIPE_BUF bytes, so atomic); false at end
-/// of file or on error. Async-signal-safe.
+/// Reads or writes `w` whole (at most PIPE_BUF bytes, so atomic). Async-signal-safe.
 fn words(fd: RawFd, w: &mut [u64], write: bool) -> bool {
     pipe_io(fd, w, write) == std::mem::size_of_val(w) as isize
 }
@@ -130,9 +129,8 @@ fn partner(from_a: RawFd, to_a: RawFd, stop: RawFd, cpu: usize) -> Report {
     }
 }
 
-/// The parent's side: the pipes [commands, replies, the partner's stop], per kernel
-/// [signals sent, handler runs], and the first error. Fields drop in order: the pipes
-/// close first, so the children end before `children` reaps them.
+/// The parent's side: pipes [commands, replies, the partner's stop], per kernel [signals
+/// sent, handler runs]. Fields drop in order: the children end before they are reaped.
 struct Pair<'c> {
     pipes: Option<[OwnedFd; 3]>,
     tally: [[u64; 2]; 3],

@@ -10,9 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 pub struct ThreadCreate;
 
-/// pthread_create + join, counted on a C loop (strace -f, glibc 2.36+): clone3, 4
-/// rt_sigprocmask, set_robust_list and rseq in the child, madvise of the cached stack,
-/// exit, one futex; and the switches to the new thread and back.
+/// pthread_create + join, counted on a C loop (strace -f, glibc 2.36+; the method page).
 const MODEL: super::Counted = super::Counted {
     syscalls: 10.0,
     switches: 2.0,

@@ -53,8 +53,7 @@ impl Experiment for Timer {
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
         let c = ctx.clock;
-        // On a coarse counter an empty region reads 0 or 1 step: the mean of the reads is
-        // the figure (clock::region_ticks).
+        // On a coarse counter the mean of the reads is the figure (clock::region_ticks).
         let step = crate::clock::coarse_step(c);
         read_pair(ctx, step, &mut out);
         let m = ctx.cpu_harness(2).measure_raw(1.0, |n| {

@@ -109,8 +109,7 @@ fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
     if let Some(t) = &thread {
         out.check(address_space_check(&sw, t));
     }
-    // A figure that breaks a physical relation (beyond noise: invalid; within noise: a
-    // failed sanity check) states no finding; the failed check says why.
+    // A figure that breaks a physical relation states no finding; the check says why.
     let broken = out
         .checks
         .iter()
