@@ -61,72 +61,6 @@ const SERIES_SIZES: PerProfile<&[usize]> = PerProfile::new(
     &[0, 16 << 10, 64 << 10, 256 << 10, 1 << 20],
 );
 
-fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
-    let mut out = Outcome::default();
-    let plans = ctx
-        .machine
-        .topology
-        .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus);
-    let sizes = match kind {
-        Kind::Process => SERIES_SIZES.get(ctx.profile),
-        Kind::Thread => &[],
-    };
-    // Nonzero series points need a round trip and an overhead each.
-    let extra = sizes.iter().filter(|&&w| w > 0).count() * 2;
-    let h = super::long_trials(ctx, 2 + plans.len() + extra, 5);
-    (ctx.progress)("same-CPU round trip");
-    let check = format!("both {} ran on CPU {}", kind.noun(), ctx.cpu);
-    let same = round_trips(ctx, &h, kind, (ctx.cpu, 0), &check, &mut out)?;
-    (ctx.progress)("pipe cost");
-    let pipe = pipe_cost(&h, 0)?;
-    out.measured(
-        "pipe_round_trip_same_cpu",
-        "raw round trip of one byte over two pipes, both tasks pinned to one CPU (two switches)",
-        &same,
-    );
-    out.measured(
-        "pipe_cost",
-        "one task writing and reading its own two pipes, per round-trip equivalent",
-        &pipe,
-    );
-    let mut cross = Vec::new();
-    for plan in &plans {
-        cross.push(cross_cpu(kind, ctx, &h, plan, &mut out)?);
-    }
-    if plans.is_empty() {
-        out.notes
-            .push("pipe_round_trip_cross_cpu: skipped, this process may use only one CPU".into());
-    }
-    let series = (!sizes.is_empty())
-        .then(|| working_set_series(kind, ctx, &h, sizes, &mut out))
-        .transpose()?;
-    out.pool(ctx);
-    let sw = switch_metric(&mut out);
-    out.check(switch_positive(&sw));
-    let thread = (kind == Kind::Process)
-        .then(|| thread_switch(ctx))
-        .flatten();
-    if let Some(t) = &thread {
-        out.check(address_space_check(&sw, t));
-    }
-    // A figure that breaks a physical relation states no finding; the check says why.
-    let broken = out
-        .checks
-        .iter()
-        .any(|c| !c.passed && (c.premise || c.name == POSITIVE));
-    if broken {
-        return Ok(out);
-    }
-    for (name, class) in &cross {
-        cross_finding(name, class, &mut out);
-    }
-    if let Some(s) = &series {
-        series_finding(s, ctx, &mut out);
-    }
-    kind_finding(kind, &sw, thread, &mut out);
-    Ok(out)
-}
-
 /// A switch figure with the 95% interval of its median, widened by the pipe cost's.
 #[derive(Debug, Clone, Copy)]
 struct SwitchFigure {
@@ -233,84 +167,6 @@ fn cross_cpu(
     Ok((name, class.to_string()))
 }
 
-/// From figures measured earlier only (docs/methods/cpu.thread-switch.md).
-fn predict_switch(kind: Kind, ctx: &Context) -> Vec<(String, Prediction)> {
-    let mut p = Predictions::new(ctx);
-    // The thread experiment's figure `m` (positive), for the process experiment only.
-    let thread = |p: &Predictions, m: &str, name: &str| {
-        let i = p.earlier(Kind::Thread.id(), &[m]).positive().named(name);
-        (kind == Kind::Process && i.value().is_some()).then_some(i)
-    };
-    match thread(&p, "switch", "thread_switch") {
-        Some(t) => p.at_least(
-            "switch",
-            &t,
-            "cpu.thread-switch's switch, a lower bound: a switch between processes does that \
-             work and changes address spaces too, which has no measured or published cost",
-        ),
-        None if kind == Kind::Process => p.withhold(
-            &["switch"],
-            "cpu.thread-switch switch was not measured in this run (or not positive)",
-        ),
-        None => p.withhold(
-            &["switch"],
-            "the parts table names no published context-switch cost for any part, and no \
-             experiment before it measures the scheduler's path",
-        ),
-    }
-    let fdw = p.earlier("cpu.syscall", &["write_devnull_0"]);
-    let Some(pipe) = fdw.value().map(|v| 4.0 * v) else {
-        return p.done();
-    };
-    p.state("pipe_cost", &[&fdw], |v| {
-        Prediction::new(
-            4.0 * v[0],
-            "4 x write_devnull_0, a lower bound: two writes and two reads, each a kernel entry \
-             with an fd lookup, and the pipe's lock, one-byte copy and wake-up check besides",
-        )
-        .lower_bound()
-    });
-    let bound = |what: &str| {
-        Prediction::new(
-            pipe,
-            format!(
-                "pipe_cost alone, a lower bound: {what} has no published cost in the parts table"
-            ),
-        )
-        .lower_bound()
-        .prediction("pipe_cost", pipe, "ns", "prediction: pipe_cost above")
-    };
-    match thread(&p, "pipe_round_trip_same_cpu", "thread_same_cpu") {
-        Some(rt) => p.at_least(
-            "pipe_round_trip_same_cpu",
-            &rt,
-            "cpu.thread-switch's same-CPU round trip, a lower bound: the same pipe work and two \
-             switches, without the two address-space changes (no measured or published cost)",
-        ),
-        None => p.add("pipe_round_trip_same_cpu", bound("the two switches")),
-    }
-    // One per cross-CPU figure the run measures, suffixed ones too, as `run_switch` plans them.
-    let ctx = p.ctx();
-    let plans = ctx
-        .machine
-        .topology
-        .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus);
-    for plan in plans {
-        let name = format!("pipe_round_trip_cross_cpu{}", plan.suffix);
-        match thread(&p, &name, "thread_cross_cpu") {
-            Some(rt) => p.equal(
-                &name,
-                &rt,
-                "cpu.thread-switch's round trip with the partner on the same CPU as here: the same \
-                 pipe work and the same two cross-CPU wake-ups; each task keeps its CPU, so no hop \
-                 switches between the two address spaces",
-            ),
-            None => p.add(&name, bound("a cross-CPU wake-up")),
-        }
-    }
-    p.done()
-}
-
 const THREAD_SPEC: Spec = Spec {
     id: Kind::Thread.id(),
     title: "Context switch between threads",
@@ -337,11 +193,150 @@ impl Experiment for Kind {
             Kind::Process => &PROCESS_SPEC,
         }
     }
+    /// From figures measured earlier only (docs/methods/cpu.thread-switch.md).
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        predict_switch(*self, ctx)
+        let kind = *self;
+        let mut p = Predictions::new(ctx);
+        // The thread experiment's figure `m` (positive), for the process experiment only.
+        let thread = |p: &Predictions, m: &str, name: &str| {
+            let i = p.earlier(Kind::Thread.id(), &[m]).positive().named(name);
+            (kind == Kind::Process && i.value().is_some()).then_some(i)
+        };
+        match thread(&p, "switch", "thread_switch") {
+            Some(t) => p.at_least(
+                "switch",
+                &t,
+                "cpu.thread-switch's switch, a lower bound: a switch between processes does that \
+                 work and changes address spaces too, which has no measured or published cost",
+            ),
+            None if kind == Kind::Process => p.withhold(
+                &["switch"],
+                "cpu.thread-switch switch was not measured in this run (or not positive)",
+            ),
+            None => p.withhold(
+                &["switch"],
+                "the parts table names no published context-switch cost for any part, and no \
+                 experiment before it measures the scheduler's path",
+            ),
+        }
+        let fdw = p.earlier("cpu.syscall", &["write_devnull_0"]);
+        let Some(pipe) = fdw.value().map(|v| 4.0 * v) else {
+            return p.done();
+        };
+        p.state("pipe_cost", &[&fdw], |v| {
+            Prediction::new(
+                4.0 * v[0],
+                "4 x write_devnull_0, a lower bound: two writes and two reads, each a kernel entry \
+                 with an fd lookup, and the pipe's lock, one-byte copy and wake-up check besides",
+            )
+            .lower_bound()
+        });
+        let bound = |what: &str| {
+            Prediction::new(
+                pipe,
+                format!(
+                    "pipe_cost alone, a lower bound: {what} has no published cost in the parts table"
+                ),
+            )
+            .lower_bound()
+            .prediction("pipe_cost", pipe, "ns", "prediction: pipe_cost above")
+        };
+        match thread(&p, "pipe_round_trip_same_cpu", "thread_same_cpu") {
+            Some(rt) => p.at_least(
+                "pipe_round_trip_same_cpu",
+                &rt,
+                "cpu.thread-switch's same-CPU round trip, a lower bound: the same pipe work and two \
+                 switches, without the two address-space changes (no measured or published cost)",
+            ),
+            None => p.add("pipe_round_trip_same_cpu", bound("the two switches")),
+        }
+        // One per cross-CPU figure the run measures, suffixed ones too, as `run_switch` plans them.
+        let ctx = p.ctx();
+        let plans = ctx
+            .machine
+            .topology
+            .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus);
+        for plan in plans {
+            let name = format!("pipe_round_trip_cross_cpu{}", plan.suffix);
+            match thread(&p, &name, "thread_cross_cpu") {
+                Some(rt) => p.equal(
+                    &name,
+                    &rt,
+                    "cpu.thread-switch's round trip with the partner on the same CPU as here: the same \
+                     pipe work and the same two cross-CPU wake-ups; each task keeps its CPU, so no hop \
+                     switches between the two address spaces",
+                ),
+                None => p.add(&name, bound("a cross-CPU wake-up")),
+            }
+        }
+        p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        run_switch(*self, ctx)
+        let kind = *self;
+        let mut out = Outcome::default();
+        let plans = ctx
+            .machine
+            .topology
+            .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus);
+        let sizes = match kind {
+            Kind::Process => SERIES_SIZES.get(ctx.profile),
+            Kind::Thread => &[],
+        };
+        // Nonzero series points need a round trip and an overhead each.
+        let extra = sizes.iter().filter(|&&w| w > 0).count() * 2;
+        let h = super::long_trials(ctx, 2 + plans.len() + extra, 5);
+        (ctx.progress)("same-CPU round trip");
+        let check = format!("both {} ran on CPU {}", kind.noun(), ctx.cpu);
+        let same = round_trips(ctx, &h, kind, (ctx.cpu, 0), &check, &mut out)?;
+        (ctx.progress)("pipe cost");
+        let pipe = pipe_cost(&h, 0)?;
+        out.measured(
+            "pipe_round_trip_same_cpu",
+            "raw round trip of one byte over two pipes, both tasks pinned to one CPU (two switches)",
+            &same,
+        );
+        out.measured(
+            "pipe_cost",
+            "one task writing and reading its own two pipes, per round-trip equivalent",
+            &pipe,
+        );
+        let mut cross = Vec::new();
+        for plan in &plans {
+            cross.push(cross_cpu(kind, ctx, &h, plan, &mut out)?);
+        }
+        if plans.is_empty() {
+            out.notes.push(
+                "pipe_round_trip_cross_cpu: skipped, this process may use only one CPU".into(),
+            );
+        }
+        let series = (!sizes.is_empty())
+            .then(|| working_set_series(kind, ctx, &h, sizes, &mut out))
+            .transpose()?;
+        out.pool(ctx);
+        let sw = switch_metric(&mut out);
+        out.check(switch_positive(&sw));
+        let thread = (kind == Kind::Process)
+            .then(|| thread_switch(ctx))
+            .flatten();
+        if let Some(t) = &thread {
+            out.check(address_space_check(&sw, t));
+        }
+        // A figure that breaks a physical relation states no finding; the check says why.
+        let broken = out
+            .checks
+            .iter()
+            .any(|c| !c.passed && (c.premise || c.name == POSITIVE));
+        if broken {
+            return Ok(out);
+        }
+        for (name, class) in &cross {
+            cross_finding(name, class, &mut out);
+        }
+        if let Some(s) = &series {
+            series_finding(s, ctx, &mut out);
+        }
+        kind_finding(kind, &sw, thread, &mut out);
+        Ok(out)
     }
 }
 
@@ -534,7 +529,7 @@ mod tests {
                 recorded(Kind::Thread.id(), thread),
             ];
             for kind in [Kind::Thread, Kind::Process] {
-                let got = w.with_ctx(|ctx| predict_switch(kind, ctx));
+                let got = w.with_ctx(|ctx| kind.predict(ctx));
                 for n in &names {
                     let p = got.iter().find(|(m, _)| m == n).map(|x| &x.1);
                     let p = p.unwrap_or_else(|| panic!("{name} {kind:?}: no prediction for {n}"));

@@ -32,17 +32,13 @@ pub(super) fn kind_finding(
     thread: Option<SwitchFigure>,
     out: &mut Outcome,
 ) {
-    let (rt_med, pipe_med) = (
-        out.median("pipe_round_trip_same_cpu"),
-        out.median("pipe_cost"),
-    );
     match kind {
         Kind::Thread => out.finding(
             format!(
                 "A switch between two threads on one CPU costs {}, the pipe cost's noise included); a same-CPU round trip is {} of which {} is pipe work.",
                 sw.text().trim_end_matches(')'),
-                fmt_ns(rt_med),
-                fmt_ns(pipe_med)
+                fmt_ns(out.median("pipe_round_trip_same_cpu")),
+                fmt_ns(out.median("pipe_cost"))
             ),
             &["switch", "pipe_round_trip_same_cpu", "pipe_cost"],
         ),
