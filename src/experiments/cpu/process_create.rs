@@ -8,7 +8,7 @@ use crate::experiments::{Context, Experiment, Outcome, PerProfile, Spec};
 use crate::harness::{Harness, Measurement};
 use crate::machine::process::{MAPPINGS_SOURCE, RESIDENT_SOURCE};
 use crate::results::{Check, Prediction};
-use crate::units::fmt_ns;
+use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::Context as _;
 use std::ffi::CString;
 
@@ -67,13 +67,12 @@ fn region_check(
     let (Some((b, n)), Some((a, _))) = (before, after) else {
         return Check::unverified(name, "mincore could not read the added region's residency");
     };
-    let huge_text = match huge {
-        Some(h) => format!(
+    let huge_text = huge.map_or("no huge-page count on this system".into(), |h| {
+        format!(
             "{} of it in huge pages (smaps AnonHugePages)",
-            crate::units::fmt_bytes(h as f64)
-        ),
-        None => "no huge-page count on this system".into(),
-    };
+            fmt_bytes(h as f64)
+        )
+    });
     Check::premise(
         name,
         b == n && a == n && huge.unwrap_or(0) == 0,
