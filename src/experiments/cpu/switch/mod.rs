@@ -2,6 +2,7 @@
 //! between two tasks pinned to one CPU, less the pipe cost (lmbench lat_ctx's method).
 
 use super::cpus_check;
+use crate::analysis::{separation_of, Separation};
 use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Outcome, PerProfile, Spec};
@@ -17,10 +18,8 @@ use std::time::Duration;
 
 mod partner;
 mod series;
-mod text;
 use partner::*;
 use series::*;
-use text::*;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Kind {
@@ -127,8 +126,7 @@ fn thread_switch(ctx: &Context) -> Option<SwitchFigure> {
 
 /// A process switch does all a thread switch does and more: not cheaper beyond noise.
 fn address_space_check(p: &SwitchFigure, t: &SwitchFigure) -> Check {
-    let below = crate::analysis::separation_of(p.interval, t.interval)
-        == crate::analysis::Separation::Below;
+    let below = separation_of(p.interval, t.interval) == Separation::Below;
     let detail = format!(
         "process switch {}, thread switch {}, intervals including the pipe costs'",
         p.text(),
@@ -165,6 +163,59 @@ fn cross_cpu(
     // A wake-up waits for the other CPU (an IPI, a vCPU the host must run).
     .shares(crate::results::Bottleneck::None);
     Ok((name, class.to_string()))
+}
+
+/// The cross-CPU round trip against the same-CPU one.
+fn cross_finding(name: &str, class: &str, out: &mut Outcome) {
+    let (Some(c), Some(s)) = (out.get(name), out.get("pipe_round_trip_same_cpu")) else {
+        return;
+    };
+    let (cm, sm) = (c.summary.median, s.summary.median);
+    let clause = match out.separation(name, "pipe_round_trip_same_cpu") {
+        Separation::Above => "dearer than two switches on one CPU, beyond both 95% intervals",
+        Separation::Below => "cheaper than two switches on one CPU, beyond both 95% intervals",
+        Separation::Overlap => {
+            "within noise of two switches on one CPU (the 95% intervals overlap)"
+        }
+    };
+    let (c, k, s) = (fmt_ns(cm), cm / sm, fmt_ns(sm));
+    let text = format!(
+        "With the partner on another CPU ({class}) a round trip takes {c} ({k:.2}x the same-CPU {s}): the two tasks do not share a CPU, and each hop wakes a task on the other CPU, which switches to it (from idle, when nothing else runs there); {clause}.",
+    );
+    out.finding(text, &[name, "pipe_round_trip_same_cpu"]);
+}
+
+fn kind_finding(kind: Kind, sw: &SwitchFigure, thread: Option<SwitchFigure>, out: &mut Outcome) {
+    match kind {
+        Kind::Thread => out.finding(
+            format!(
+                "A switch between two threads on one CPU costs {}, the pipe cost's noise included); a same-CPU round trip is {} of which {} is pipe work.",
+                sw.text().trim_end_matches(')'),
+                fmt_ns(out.median("pipe_round_trip_same_cpu")),
+                fmt_ns(out.median("pipe_cost"))
+            ),
+            &["switch", "pipe_round_trip_same_cpu", "pipe_cost"],
+        ),
+        Kind::Process => {
+            let Some(t) = thread else {
+                return;
+            };
+            // Causal wording only with the intervals apart (below fails a premise).
+            let clause = match separation_of(sw.interval, t.interval) {
+                Separation::Above => {
+                    ", beyond both 95% intervals (the pipe costs' noise included): the price of changing address spaces"
+                }
+                _ => {
+                    " (within noise of each other, their 95% intervals overlap: changing address spaces adds nothing measurable here)"
+                }
+            };
+            let (p, th, k) = (fmt_ns(sw.median), fmt_ns(t.median), sw.median / t.median);
+            out.finding(
+                format!("A switch between processes costs {p} against {th} between threads: {k:.2}x{clause}."),
+                &["switch", "cpu.thread-switch/switch"],
+            );
+        }
+    }
 }
 
 const THREAD_SPEC: Spec = Spec {

@@ -68,16 +68,16 @@ pub(super) fn series_finding(pts: &[WsPoint], ctx: &Context, out: &mut Outcome) 
         1 => "W".to_string(),
         _ => format!("In run {k} of {of} (the series shown), w"),
     };
-    let clause = match crate::analysis::separation_of(last.interval, first.interval) {
-        crate::analysis::Separation::Above => format!(
+    let clause = match separation_of(last.interval, first.interval) {
+        Separation::Above => format!(
             "{} more per switch beyond both 95% intervals; the two tasks together touch twice what the subtracted overhead touches ({}); whether the rest is cache misses is not counted here",
             fmt_ns(last.median - first.median),
             fmt_bytes(2.0 * w)
         ),
-        crate::analysis::Separation::Overlap => {
+        Separation::Overlap => {
             "within noise of each other (the 95% intervals overlap)".to_string()
         }
-        crate::analysis::Separation::Below => {
+        Separation::Below => {
             "less beyond both 95% intervals, which touching more memory should not give: treat the series with care".to_string()
         }
     };
