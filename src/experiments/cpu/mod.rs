@@ -35,10 +35,10 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
 }
 
 /// The system-call counts were traced (strace -f) against glibc on Linux x86-64.
-pub(crate) const COUNTS_HOLD: bool = cfg!(all(target_os = "linux", target_env = "gnu"));
-pub(crate) const STRACE_LIBC: &str =
+const COUNTS_HOLD: bool = cfg!(all(target_os = "linux", target_env = "gnu"));
+const STRACE_LIBC: &str =
     "method: strace -f of the method's loop, glibc 2.36 (Debian 12, Linux x86-64)";
-pub(crate) const COUNTS_WITHHELD: &str =
+const COUNTS_WITHHELD: &str =
     "the system-call counts were traced against glibc on Linux; this build's C library makes other calls";
 
 /// `ctx.harness(parts)` with trials `factor` times longer, to average out other tasks.
