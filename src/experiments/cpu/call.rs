@@ -20,10 +20,8 @@ macro_rules! first {
 }
 
 /// `n` calls of a non-inlined callee taking one integer per `$a`, through a pointer the
-/// optimiser cannot see through (black_box once, before the loop), so every call and
-/// argument is made; in the loop the pointer, arguments and result stay in registers.
-/// The callee returns its first argument: its body does not grow with arity, so the
-/// increment per argument is the cost of passing it.
+/// optimiser cannot see through; it returns its first argument, so its body does not grow
+/// with arity.
 macro_rules! calls {
     ($n:expr, $x:expr; $($a:ident)*) => {{
         #[inline(never)]
@@ -37,7 +35,6 @@ macro_rules! calls {
     }};
 }
 
-/// Calls the arity-`k` callee `n` times.
 fn calls(k: usize, n: u64) {
     let x = hide(1);
     match k {
@@ -90,11 +87,8 @@ impl Experiment for Call {
         for k in 0..8 {
             (ctx.progress)(&format!("{k} arguments"));
             let what = format!("call and return with {k} integer arguments");
-            out.measured(
-                &format!("args_{k}"),
-                &what,
-                &h.measure(1.0, |n| calls(k, n)),
-            );
+            let m = h.measure(1.0, |n| calls(k, n));
+            out.measured(&format!("args_{k}"), &what, &m);
         }
         // Per-argument increment: the slope of trial i over every arity, per trial.
         let n_trials = out.metrics.iter().map(|m| m.raw.len()).min().unwrap_or(0);
@@ -112,7 +106,6 @@ impl Experiment for Call {
             slopes,
         );
         out.pool(ctx);
-        // Pooled medians (the table's), for the series, the check and the finding.
         let points: Vec<[f64; 2]> = (0..8)
             .map(|k| [k as f64, out.median(&format!("args_{k}"))])
             .collect();

@@ -18,15 +18,11 @@ pub(crate) struct CoreToCore;
 
 /// Round trips per trial: tens of microseconds, short against a time slice.
 const ROUND_TRIPS: u64 = 500;
-/// Trials per pair at most (and at least, past the pair's share of the budget).
+/// Trials per pair at most, and at least (past the pair's share of the budget).
 const MAX_TRIALS: usize = 201;
 const MIN_TRIALS: usize = 5;
-/// Pairs per class the quick profile samples.
 const QUICK_PER_CLASS: usize = 3;
-/// Standard measures every pair up to this many allowed CPUs, thorough up to twice it;
-/// beyond, they sample this many pairs per class.
 const ALL_PAIRS_UP_TO: usize = 64;
-
 /// Pairs per class sampled, and the allowed CPUs up to which every pair is measured.
 const SAMPLING: PerProfile<(usize, usize)> = PerProfile::new(
     (1, 0),
@@ -95,18 +91,16 @@ fn allowed(ctx: &Context) -> Vec<usize> {
     }
 }
 
-/// The pairs a profile measures, and whether they are a sample.
+/// The pairs a profile measures, of `total`; `per_class` when they are a sample.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PairPlan {
     pub(crate) pairs: Vec<(usize, usize, Option<PartnerClass>)>,
-    /// Every pair of the allowed CPUs.
     pub(crate) total: usize,
-    /// Pairs per class when sampled, None when every pair is measured.
     pub(crate) per_class: Option<usize>,
 }
 
-/// A pure function of the topology: every pair, or `per_class` pairs of each class
-/// spread evenly over the class's pairs (in `Topology::pairs` order).
+/// Every pair, or `per_class` pairs of each class spread evenly over the class's pairs
+/// (in `Topology::pairs` order): the first, the last, and between.
 pub(crate) fn plan(t: &Topology, allowed: &[usize], profile: Profile) -> PairPlan {
     let all = t.pairs(allowed);
     let (total, n) = (all.len(), allowed.iter().collect::<BTreeSet<_>>().len());
@@ -118,18 +112,11 @@ pub(crate) fn plan(t: &Topology, allowed: &[usize], profile: Profile) -> PairPla
             per_class: None,
         };
     }
-    // Evenly spaced over each class: the first, the last, and between.
     let pairs: Vec<_> = all
         .chunk_by(|x, y| x.2 == y.2)
         .flat_map(|class| {
             let (len, take) = (class.len(), k.min(class.len()));
-            (0..take).map(move |s| {
-                class[if take == 1 {
-                    0
-                } else {
-                    s * (len - 1) / (take - 1)
-                }]
-            })
+            (0..take).map(move |s| class[s * (len - 1) / (take - 1).max(1)])
         })
         .collect();
     let per_class = (pairs.len() < total).then_some(k);
@@ -140,8 +127,8 @@ pub(crate) fn plan(t: &Topology, allowed: &[usize], profile: Profile) -> PairPla
     }
 }
 
-/// The metric name of each class present, as the cross-CPU figures name them: the
-/// nearest class on another core (else the only one) keeps `one_way`.
+/// Each class's metric name: the nearest class on another core (else the only one) keeps
+/// `one_way`, as the cross-CPU figures do.
 pub(crate) fn metric_names(
     classes: &[Option<PartnerClass>],
 ) -> Vec<(Option<PartnerClass>, String)> {
@@ -151,16 +138,17 @@ pub(crate) fn metric_names(
         .collect();
     let other_core = |k: &Option<PartnerClass>| k.is_some_and(|k| k != PartnerClass::SmtSibling);
     let named = present.iter().position(other_core).unwrap_or(0);
-    let name = |k: Option<PartnerClass>| k.map_or("unclassed", |c| c.name());
     let names = present.iter().enumerate().map(|(i, &k)| match i == named {
         true => (k, "one_way".to_string()),
-        false => (k, format!("one_way_{}", name(k))),
+        false => (
+            k,
+            format!("one_way_{}", k.map_or("unclassed", |c| c.name())),
+        ),
     });
     names.collect()
 }
 
-/// What one pair gave: one-way ns per trial, where each side was seen, or why it could
-/// not run.
+/// One pair's one-way ns per trial and where each side was seen, or why it could not run.
 #[derive(Debug, Clone, Default)]
 struct Bounce {
     trials: Vec<f64>,
@@ -185,9 +173,7 @@ impl Bounce {
 #[repr(align(128))]
 struct PingLine(AtomicU64);
 
-/// Bounces a line between `a` (first touch, timing) and `b` for about `share`: a team run
-/// from a thread on `a`, whose member 0 sets the line from 2k to 2k+1 and waits for the
-/// last answer, member 1 from 2k+1 to 2k+2.
+/// Bounces a line between `a` (first touch, timing) and `b` for about `share`.
 fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> Bounce {
     let clock = ctx.clock;
     let on_a = || {
@@ -274,10 +260,9 @@ fn placement_check(pin: Option<String>, ok: &[&PairResult]) -> Check {
     )
 }
 
-/// One measured pair: its CPUs, their class, and what the bounce gave.
 type PairResult = (usize, usize, Option<PartnerClass>, Bounce);
 
-/// Metrics per class, the matrix series, the premise, and the findings.
+/// Metrics per class, the matrix series (one per first CPU), the premise, and the findings.
 fn report(ctx: &Context, plan: &PairPlan, results: &[PairResult], out: &mut Outcome) {
     if let Some(e) = results.iter().find_map(|r| r.3.error.as_ref()) {
         out.notes.push(format!("a pair could not run: {e}"));
@@ -285,7 +270,6 @@ fn report(ctx: &Context, plan: &PairPlan, results: &[PairResult], out: &mut Outc
     let ok: Vec<&PairResult> = results.iter().filter(|r| !r.3.trials.is_empty()).collect();
     let pin = crate::platform::pinning_premise_failure(&crate::platform::pin_support());
     out.check(placement_check(pin, &ok));
-    // The matrix: one series per first CPU.
     let mut rows: std::collections::BTreeMap<usize, Vec<[f64; 2]>> = Default::default();
     for (a, b, _, r) in &ok {
         rows.entry(*a).or_default().push([*b as f64, r.one_way()]);
@@ -301,7 +285,6 @@ fn report(ctx: &Context, plan: &PairPlan, results: &[PairResult], out: &mut Outc
         ),
         None => format!("all {n} pairs measured"),
     });
-    // The findings quote the pooled runs' figures, as the table shows them.
     out.pool(ctx);
     let by_class: Vec<_> = classes
         .into_iter()
@@ -312,8 +295,7 @@ fn report(ctx: &Context, plan: &PairPlan, results: &[PairResult], out: &mut Outc
 
 /// One metric per topology class, trials of its pairs pooled: (class, metric name).
 fn class_metrics(ok: &[&PairResult], out: &mut Outcome) -> Vec<(Option<PartnerClass>, String)> {
-    let classes: Vec<Option<PartnerClass>> = ok.iter().map(|r| r.2).collect();
-    let names = metric_names(&classes);
+    let names = metric_names(&ok.iter().map(|r| r.2).collect::<Vec<_>>());
     for (class, name) in &names {
         let members: Vec<_> = ok.iter().filter(|r| r.2 == *class).collect();
         let trials = members.iter().flat_map(|r| r.3.trials.iter().copied());
@@ -336,7 +318,8 @@ fn class_metrics(ok: &[&PairResult], out: &mut Outcome) -> Vec<(Option<PartnerCl
     names
 }
 
-/// The nearest and farthest classes side by side, or the only one: (class, median, metric).
+/// The nearest and farthest classes side by side ("x times" only when their intervals
+/// are apart), or the only one: (class, median, metric).
 fn findings(by_class: &[(Option<PartnerClass>, f64, String)], out: &mut Outcome) {
     let class = |c: Option<PartnerClass>, none| c.map_or(none, |c| c.name());
     let near = by_class.iter().min_by(|a, b| a.1.total_cmp(&b.1));
@@ -352,7 +335,6 @@ fn findings(by_class: &[(Option<PartnerClass>, f64, String)], out: &mut Outcome)
         );
         return out.finding(text, &[near.2.as_str()]);
     }
-    // "x times" only when the two classes' intervals are apart.
     let (n, f) = (near.2.as_str(), far.2.as_str());
     let apart = out.separation(f, n) == crate::analysis::Separation::Above;
     let text = format!(

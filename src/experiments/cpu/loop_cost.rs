@@ -57,9 +57,8 @@ impl Experiment for LoopCost {
     }
 }
 
-/// The loop is assumed to issue at one iteration per core cycle (its dependent decrement);
-/// slower is a sanity failure the run's grade names. An SMT sibling is named as a possible
-/// cause only where the topology shows one for `cpu`.
+/// The loop should issue one iteration per core cycle (its dependent decrement); an SMT
+/// sibling is named as a cause only where the topology shows one.
 fn issue_rate(iter_ns: f64, core_ghz: f64, cpu: usize, siblings: &[usize]) -> Check {
     let cycles = iter_ns * core_ghz;
     let ok = cycles < crate::grade::ISSUE_SLOW_CYCLES;

@@ -1,17 +1,21 @@
 //! CPU, scheduling and OS-service experiments (docs/METHODOLOGY.md, "CPU and OS services").
 
+use super::kit::place::Place;
 use super::predict::{Input, Predictions};
 use super::{Context, Experiment};
-use crate::results::Prediction;
+use crate::harness::{Harness, Measurement};
+use crate::opaque::repeat;
+use crate::results::{Check, Prediction};
+use std::os::fd::RawFd;
 
 mod call;
 mod core_to_core;
 mod loop_cost;
-pub(crate) mod process_create;
+mod process_create;
 mod signal;
-pub(crate) mod switch;
+mod switch;
 pub(crate) mod syscall;
-pub(crate) mod thread_create;
+mod thread_create;
 mod timer;
 
 /// In run order: each may use the ones before it in its prediction.
@@ -30,37 +34,86 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
     ]
 }
 
-/// Whether the system-call counts traced from the methods (strace -f) hold for this build:
-/// they were counted against glibc on Linux x86-64; musl and macOS's libSystem make other calls.
-pub(crate) const COUNTS_HOLD: bool = cfg!(all(target_os = "linux", target_env = "gnu"));
-/// Where the traced counts come from, for a prediction input.
-pub(crate) const STRACE_LIBC: &str =
+/// The system-call counts were traced (strace -f) against glibc on Linux x86-64.
+const COUNTS_HOLD: bool = cfg!(all(target_os = "linux", target_env = "gnu"));
+const STRACE_LIBC: &str =
     "method: strace -f of the method's loop, glibc 2.36 (Debian 12, Linux x86-64)";
-/// Why a count-based prediction is withheld off glibc.
-pub(crate) const COUNTS_WITHHELD: &str =
+const COUNTS_WITHHELD: &str =
     "the system-call counts were traced against glibc on Linux; this build's C library makes other calls";
 
-/// `ctx.harness(parts)` with trials `factor` times longer: microsecond operations through
-/// the scheduler (switches, task creation) need them to average out other tasks.
-pub(crate) fn long_trials<'a>(
-    ctx: &super::Context<'a>,
-    parts: usize,
-    factor: u32,
-) -> crate::harness::Harness<'a> {
+/// `ctx.harness(parts)` with trials `factor` times longer, to average out other tasks.
+pub(crate) fn long_trials<'a>(ctx: &Context<'a>, parts: usize, factor: u32) -> Harness<'a> {
     let mut cfg = ctx.harness(parts).config().clone();
     cfg.min_trial *= factor.max(1);
-    crate::harness::Harness::new(ctx.clock, cfg, ctx.loop_ticks)
+    Harness::new(ctx.clock, cfg, ctx.loop_ticks)
 }
 
-/// A cost modelled from primitives measured earlier in the run: `syscalls` x getppid +
-/// `switches` x `switch_of`'s (positive) switch, leaving out what `left_out` names. A lower
-/// bound where pinning is hard (each call is at least a minimal kernel entry, the children
-/// inherit the pinning so the switches happen on the measuring CPU, and what is left out
-/// only adds); elsewhere a task may run on another CPU with no switch, so a point.
+/// Every look found both tasks where they were pinned, and the pinning was hard.
+pub(crate) fn cpus_check(
+    name: &str,
+    main: &Place,
+    p: &Place,
+    pinning: &crate::platform::Pinning,
+) -> Check {
+    if let Some(why) = crate::platform::pinning_premise_failure(pinning) {
+        return Check::premise(name, false, why);
+    }
+    let passed = main.off() == 0 && p.off() == 0 && p.looks > 0 && main.looks > 0;
+    let side = |x: &Place| format!("{} of {} samples off CPU {}", x.off(), x.looks, x.cpu);
+    let mut detail = format!("measuring task: {}; partner: {}", side(main), side(p));
+    if let Some(c) = p.last_away {
+        detail.push_str(&format!(" (seen on CPU {c})"));
+    }
+    Check::premise(name, passed, detail)
+}
+
+/// What a partner task counted (round trips, handler runs) and where it ran.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Report {
+    pub(crate) count: u64,
+    pub(crate) place: Place,
+}
+
+/// One read() or write() of all of `buf` on a pipe, retried while a signal interrupts it:
+/// the bytes moved, 0 at end of file, below 0 on error. Async-signal-safe.
+pub(crate) fn pipe_io<T>(fd: RawFd, buf: &mut [T], write: bool) -> isize {
+    let len = std::mem::size_of_val(buf);
+    loop {
+        // SAFETY: buf is `len` valid bytes, readable and writable.
+        let r = unsafe {
+            match write {
+                true => libc::write(fd, buf.as_ptr().cast(), len),
+                false => libc::read(fd, buf.as_mut_ptr().cast(), len),
+            }
+        };
+        if !(r < 0 && crate::platform::interrupted()) {
+            return r;
+        }
+    }
+}
+
+/// `h.measure` of one `op` per iteration until its first error, returned beside it.
+pub(crate) fn measure_ops<E>(
+    h: &Harness,
+    mut op: impl FnMut() -> Result<(), E>,
+) -> (Measurement, Option<E>) {
+    let mut err = None;
+    let m = h.measure(1.0, |n| {
+        repeat(n, || {
+            if err.is_none() {
+                err = op().err();
+            }
+        })
+    });
+    (m, err)
+}
+
+/// `syscalls` x getppid + `switches` x `switch_of`'s switch, from earlier in the run: a lower
+/// bound where pinning is hard (the switches happen on the measuring CPU, and what is left
+/// out only adds); else a task may run on another CPU without a switch, so a point.
 pub(crate) struct Counted {
     pub syscalls: f64,
     pub switches: f64,
-    /// `cpu.thread-switch` or `cpu.process-switch`.
     pub switch_of: &'static str,
     /// Where the switch count comes from.
     pub switches_source: &'static str,
@@ -68,12 +121,22 @@ pub(crate) struct Counted {
 }
 
 impl Counted {
-    /// The model's figure as `state` predicts it, for the text; None where it is withheld.
-    pub(crate) fn value(&self, ctx: &Context) -> Option<f64> {
+    /// `explained` of the model plus `extra_ns` against `measured_ns`; empty if withheld.
+    pub(crate) fn explained(
+        &self,
+        ctx: &Context,
+        parts: &str,
+        extra_ns: f64,
+        measured_ns: f64,
+    ) -> String {
         let mut p = Predictions::new(ctx);
         self.state(&mut p, "model", &[]);
-        let (_, model) = p.done().pop()?;
-        model.withheld.is_none().then_some(model.value)
+        match p.done().pop() {
+            Some((_, m)) if m.withheld.is_none() => {
+                super::explained(parts, m.value + extra_ns, measured_ns)
+            }
+            _ => String::new(),
+        }
     }
 
     /// States `metric` as the model, with `extra` inputs recorded beside it.

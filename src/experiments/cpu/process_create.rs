@@ -7,9 +7,9 @@ use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Outcome, PerProfile, Spec};
 use crate::harness::{Harness, Measurement};
 use crate::machine::process::{MAPPINGS_SOURCE, RESIDENT_SOURCE};
-use crate::opaque::repeat;
 use crate::results::{Check, Prediction};
-use crate::units::fmt_ns;
+use crate::units::{fmt_bytes, fmt_ns};
+use anyhow::Context as _;
 use std::ffi::CString;
 
 pub struct ProcessCreate;
@@ -22,8 +22,7 @@ const FORK: super::Counted = super::Counted {
     switches_source: "perf stat -e context-switches of the method",
     left_out: "address-space copy and teardown, minor faults not in the model",
 };
-/// posix_spawn of /bin/true + waitpid: clone3, 122 rt_sigaction, ~36 of exec and the
-/// loader; exec adds one switch.
+/// posix_spawn of /bin/true + waitpid (the method page); exec adds one switch.
 const SPAWN: super::Counted = super::Counted {
     syscalls: 159.0,
     switches: 3.0,
@@ -31,12 +30,10 @@ const SPAWN: super::Counted = super::Counted {
     ..FORK
 };
 
-/// Added to the parent for `fork_exit_wait_32mib`: its page-table entries dwarf a small
-/// fork's noise, and it fits the smoke profile's trials.
+/// Its page-table entries dwarf a small fork's noise, and it fits the smoke profile.
 const ADDED_MIB: usize = 32;
 
-/// `ADDED_MIB` of anonymous memory in base pages, every page written (unless a test seam
-/// says not), within the profile's memory limit.
+/// `ADDED_MIB` of anonymous memory in base pages, written, within the profile's limit.
 fn added_region(
     machine: &crate::machine::Machine,
     profile: crate::experiments::Profile,
@@ -50,7 +47,7 @@ fn added_region(
     Ok(r)
 }
 
-/// Pages of `r` resident (mincore), of all its pages; None where mincore fails.
+/// Pages of `r` resident (mincore), of all its pages.
 fn resident_pages(r: &Region) -> Option<(usize, usize)> {
     let pages = r.len().div_ceil(crate::platform::page_size());
     let mut vec = vec![0u8; pages];
@@ -59,9 +56,8 @@ fn resident_pages(r: &Region) -> Option<(usize, usize)> {
     Some((vec.iter().filter(|b| *b & 1 == 1).count(), pages))
 }
 
-/// The premise of `fork_per_mib`: the region stayed resident through the timing
-/// (mincore's counts `before` and `after`) in base pages, not huge pages, whose entries
-/// fork copies 512 at a time (`huge`: None where the system keeps no count).
+/// The premise of `fork_per_mib`: the region stayed resident in base pages (fork copies
+/// huge pages' entries 512 at a time) through the timing.
 fn region_check(
     before: Option<(usize, usize)>,
     after: Option<(usize, usize)>,
@@ -71,13 +67,12 @@ fn region_check(
     let (Some((b, n)), Some((a, _))) = (before, after) else {
         return Check::unverified(name, "mincore could not read the added region's residency");
     };
-    let huge_text = match huge {
-        Some(h) => format!(
+    let huge_text = huge.map_or("no huge-page count on this system".into(), |h| {
+        format!(
             "{} of it in huge pages (smaps AnonHugePages)",
-            crate::units::fmt_bytes(h as f64)
-        ),
-        None => "no huge-page count on this system".into(),
-    };
+            fmt_bytes(h as f64)
+        )
+    });
     Check::premise(
         name,
         b == n && a == n && huge.unwrap_or(0) == 0,
@@ -85,8 +80,7 @@ fn region_check(
     )
 }
 
-/// Memory added to the parent cannot make fork cheaper: a per-MiB figure below zero beyond
-/// its interval means the two forks were not measured alike (invalid).
+/// Memory added to the parent cannot make fork cheaper beyond noise.
 fn per_mib_check(v: f64, ci: [f64; 2]) -> Check {
     let [v, lo, hi] = [v, ci[0], ci[1]].map(fmt_ns);
     let detail =
@@ -108,15 +102,13 @@ fn program() -> Option<&'static str> {
         .find(|p| std::path::Path::new(p).is_file())
 }
 
-/// This process's resident anonymous memory in base pages (RssAnon less the huge pages
-/// in its mappings), None where the system does not say.
+/// This process's resident anonymous memory in base pages (RssAnon less huge pages).
 fn own_anon_base_bytes() -> Option<u64> {
     let anon = crate::machine::process::status_bytes("RssAnon:")?;
     let huge = crate::machine::process::huge_bytes_in(0, usize::MAX)?;
     Some(anon.saturating_sub(huge))
 }
 
-/// fork + _exit(0) + waitpid; the child's wait status.
 #[inline(always)]
 fn fork_exit_wait() -> std::io::Result<libc::c_int> {
     // SAFETY: the child calls only _exit, which is async-signal-safe.
@@ -131,7 +123,6 @@ fn fork_exit_wait() -> std::io::Result<libc::c_int> {
     crate::platform::reap(pid, false)
 }
 
-/// posix_spawn of `path` with argv [path] and an empty environment, then waitpid.
 #[inline(always)]
 fn spawn_wait(
     path: &CString,
@@ -139,9 +130,8 @@ fn spawn_wait(
     envp: &[*mut libc::c_char; 1],
 ) -> std::io::Result<libc::c_int> {
     let mut pid: libc::pid_t = 0;
-    // SAFETY: path is a NUL-terminated string, argv and envp are NULL-terminated arrays
-    // of NUL-terminated strings that outlive the call; null file actions and attributes
-    // mean defaults.
+    // SAFETY: path, argv and envp are NUL- and NULL-terminated and outlive the call;
+    // null file actions and attributes mean defaults.
     let rc = unsafe {
         libc::posix_spawn(
             &mut pid,
@@ -167,6 +157,23 @@ struct Statuses {
 }
 
 impl Statuses {
+    /// Times `step`, counting every child's status; its first error, with `what`.
+    fn time(
+        &mut self,
+        h: &Harness,
+        what: &str,
+        mut step: impl FnMut() -> std::io::Result<libc::c_int>,
+    ) -> anyhow::Result<Measurement> {
+        let (m, err) = super::measure_ops(h, || {
+            match step()? {
+                s if libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0 => self.ok += 1,
+                s => (self.bad, self.bad_status) = (self.bad + 1, s),
+            }
+            Ok::<_, std::io::Error>(())
+        });
+        err.map_or(Ok(m), Err).context(what.to_string())
+    }
+
     fn check(&self, what: &str) -> Check {
         let (bad, all, status) = (self.bad, self.ok + self.bad, self.bad_status);
         let detail = match bad {
@@ -175,29 +182,6 @@ impl Statuses {
         };
         let name = format!("every {what} child exited with status 0");
         Check::premise(&name, bad == 0 && self.ok > 0, detail)
-    }
-}
-
-/// Times `step` as the harness asks, counting every child's status in `st`; the first
-/// error ends the measurement and is returned with `what` as context.
-fn time_children(
-    h: &Harness,
-    st: &mut Statuses,
-    what: &str,
-    mut step: impl FnMut() -> std::io::Result<libc::c_int>,
-) -> anyhow::Result<Measurement> {
-    let mut err = None;
-    let m = h.measure(1.0, |n| {
-        repeat(n, || match err.is_none().then(&mut step) {
-            Some(Ok(s)) if libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0 => st.ok += 1,
-            Some(Ok(s)) => (st.bad, st.bad_status) = (st.bad + 1, s),
-            Some(Err(e)) => err = Some(e),
-            None => {}
-        })
-    });
-    match err {
-        Some(e) => Err(anyhow::Error::new(e).context(what.to_string())),
-        None => Ok(m),
     }
 }
 
@@ -217,7 +201,7 @@ impl Experiment for ProcessCreate {
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let mut p = Predictions::new(ctx);
-        // The parent's size drives what the model leaves out; recorded for the reader.
+        // The parent's size drives what the model leaves out.
         let (pages, vmas) = crate::machine::process::footprint();
         let resident = Input::machine("resident_pages", Some(pages), "pages", RESIDENT_SOURCE, "");
         let vmas = Input::machine("vmas", Some(vmas), "mappings", MAPPINGS_SOURCE, "");
@@ -249,11 +233,10 @@ impl Experiment for ProcessCreate {
     }
 }
 
-/// fork_exit_wait, then the same from a parent with ADDED_MIB more resident memory.
 fn measure_forks(ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Result<()> {
     let mut forks = Statuses::default();
     (ctx.progress)("fork + exit + wait");
-    let m = time_children(h, &mut forks, "fork/waitpid", fork_exit_wait)?;
+    let m = forks.time(h, "fork/waitpid", fork_exit_wait)?;
     out.measured(
         "fork_exit_wait",
         "fork(), child _exit(0), parent waitpid()",
@@ -264,7 +247,7 @@ fn measure_forks(ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Resul
             (ctx.progress)("fork + exit + wait with 32 MiB more resident");
             let before = resident_pages(&region);
             let what = "fork/waitpid with the added memory";
-            let m = time_children(h, &mut forks, what, fork_exit_wait)?;
+            let m = forks.time(h, what, fork_exit_wait)?;
             out.check(region_check(before, resident_pages(&region), region.huge_bytes()));
             out.measured(
                 "fork_exit_wait_32mib",
@@ -280,7 +263,6 @@ fn measure_forks(ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Resul
     Ok(())
 }
 
-/// spawn_exec: posix_spawn of `path` and waitpid.
 fn measure_spawn(ctx: &Context, h: &Harness, path: &str, out: &mut Outcome) -> anyhow::Result<()> {
     (ctx.progress)("posix_spawn /bin/true + wait");
     let cpath = CString::new(path)?;
@@ -289,15 +271,14 @@ fn measure_spawn(ctx: &Context, h: &Harness, path: &str, out: &mut Outcome) -> a
     let envp = [std::ptr::null_mut()];
     let mut spawns = Statuses::default();
     let what = format!("posix_spawn {path}");
-    let m = time_children(h, &mut spawns, &what, || spawn_wait(&cpath, &argv, &envp))?;
+    let m = spawns.time(h, &what, || spawn_wait(&cpath, &argv, &envp))?;
     out.check(spawns.check(path));
     let description = format!("posix_spawn() of {path}, then waitpid()");
     out.measured("spawn_exec", &description, &m);
     Ok(())
 }
 
-/// The finding: fork against thread creation and spawn, the per-MiB share, and both
-/// models; the per-MiB figure and its check come first.
+/// fork against thread creation and spawn, the per-MiB share, and both models.
 fn finding(ctx: &Context, own_anon: Option<u64>, out: &mut Outcome) {
     let per_mib = out.difference(
         "fork_per_mib",
@@ -323,10 +304,8 @@ fn finding(ctx: &Context, own_anon: Option<u64>, out: &mut Outcome) {
         from.push("spawn_exec");
     }
     text.push('.');
-    // The parent's anonymous pages at the per-MiB cost join fork's model here, not in its
-    // prediction: fork_per_mib is measured in this experiment.
-    let switches = || " and process switches".to_string();
-    let mut fork_model = FORK.value(ctx).map(|v| (v, switches()));
+    // The parent's pages at the per-MiB cost join fork's model here: measured just now.
+    let (mut extra, mut parts) = (0.0, " and process switches".to_string());
     if let Some((v, ci)) = per_mib {
         out.check(per_mib_check(v, ci));
         if v > 0.0 && ci[0] > 0.0 {
@@ -337,25 +316,25 @@ fn finding(ctx: &Context, own_anon: Option<u64>, out: &mut Outcome) {
                  it ({big} from a parent with {ADDED_MIB} MiB more)."
             );
             from.extend(["fork_per_mib", "fork_exit_wait_32mib"]);
-            if let (Some(b), Some((model, _))) = (own_anon, &fork_model) {
+            if let Some(b) = own_anon {
                 let mib = b as f64 / (1u64 << 20) as f64;
-                let parts = format!(
+                extra = mib * v;
+                parts = format!(
                     ", process switches and the parent's {mib:.1} MiB of resident anonymous \
                      memory at fork_per_mib"
                 );
-                fork_model = Some((model + mib * v, parts));
             }
         }
     }
-    let spawn_model = SPAWN.value(ctx).map(|v| (v, switches()));
-    for (name, measured, model) in [
-        ("fork", Some(fork), fork_model),
-        ("spawn", spawn, spawn_model),
-    ] {
-        if let (Some(c), Some((v, parts))) = (measured, model) {
-            text +=
-                &crate::experiments::explained(&format!("For {name}, kernel entries{parts}"), v, c);
-        }
+    text += &FORK.explained(
+        ctx,
+        &format!("For fork, kernel entries{parts}"),
+        extra,
+        fork,
+    );
+    if let Some(s) = spawn {
+        let parts = "For spawn, kernel entries and process switches";
+        text += &SPAWN.explained(ctx, parts, 0.0, s);
     }
     out.finding(text, &from);
 }

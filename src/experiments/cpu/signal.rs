@@ -1,12 +1,8 @@
 //! cpu.signal: a signal a process sends itself and catches (lmbench lat_sig catch), and a
-//! signal round trip between two processes pinned to one CPU, each handler answering.
-//!
-//! Both are timed inside forked single-threaded children: a signal sent to a process goes
-//! to any thread not blocking it, and osmeter has several, so only there is kill() to self
-//! delivered to the sender before kill returns (POSIX kill), as in lat_sig.
+//! signal round trip between two processes pinned to one CPU, each timed in a forked
+//! single-threaded child (the method page says why).
 
-use super::switch::checks::cpus_check;
-use super::Counted;
+use super::{cpus_check, pipe_io, Counted, Report};
 use crate::clock::Clock;
 use crate::experiments::kit::children::Children;
 use crate::experiments::kit::place::Place;
@@ -17,16 +13,15 @@ use crate::opaque::repeat;
 use crate::platform::{self, catch_signal, send_signal, SignalWait};
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
-use anyhow::{bail, Context as _};
+use anyhow::{anyhow, Context as _};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 pub(crate) struct Signal;
 
-/// The signal sent to self, and the one the round trip passes.
 const SELF_SIG: i32 = libc::SIGUSR1;
 const PING: i32 = libc::SIGUSR2;
-/// The measuring child's commands, with what it repeats `n` times, and the metric.
+/// The measuring child's commands: the kernel it repeats `n` times, and its metric.
 const NULL: usize = 0;
 const CATCH: usize = 1;
 const ROUND: usize = 2;
@@ -43,8 +38,7 @@ const LOOK_EVERY: u64 = 64;
 const INHERITED_BELOW: RawFd = 1024;
 pub(crate) const HANDLED_ONCE: &str = "the handler ran once per signal sent";
 
-// Per process (each child has its own copy): handler runs, and the partner's peer, CPU
-// and looks at it.
+// Per process (each child has its own copy).
 static HANDLED: AtomicU64 = AtomicU64::new(0);
 static PEER: AtomicI64 = AtomicI64::new(0);
 static CPU: AtomicI64 = AtomicI64::new(-1);
@@ -67,34 +61,13 @@ extern "C" fn answer(_: libc::c_int) {
     }
 }
 
-/// Reads or writes `w` whole through a pipe in one call (at most PIPE_BUF bytes, so
-/// atomic), retried on EINTR; false at end of file or on error. Async-signal-safe.
+/// Reads or writes `w` whole (at most PIPE_BUF bytes, so atomic). Async-signal-safe.
 fn words(fd: RawFd, w: &mut [u64], write: bool) -> bool {
-    let len = std::mem::size_of_val(w);
-    loop {
-        // SAFETY: w is `len` valid bytes, readable and writable.
-        let r = unsafe {
-            if write {
-                libc::write(fd, w.as_ptr().cast(), len)
-            } else {
-                libc::read(fd, w.as_mut_ptr().cast(), len)
-            }
-        };
-        if !(r < 0 && platform::interrupted()) {
-            return r == len as isize;
-        }
-    }
+    pipe_io(fd, w, write) == std::mem::size_of_val(w) as isize
 }
 
-/// What a child stores when it ends: its handler runs and where it ran.
-#[derive(Clone, Copy, Default, Debug)]
-struct Report {
-    handled: u64,
-    place: Place,
-}
-
-/// The measuring child: swaps pids with the partner, then answers each command
-/// [kernel, n] on `cmd` with [ticks, handler runs] on `rep` until end of file.
+/// The measuring child: swaps pids with the partner, then answers each [kernel, n] on
+/// `cmd` with [ticks, handler runs] on `rep` until end of file.
 fn measurer(fd: [RawFd; 4], clock: &dyn Clock, cpu: usize, ignore: bool) -> Report {
     let [cmd, rep, to_b, from_b] = fd;
     let me = platform::raw_getpid();
@@ -129,13 +102,12 @@ fn measurer(fd: [RawFd; 4], clock: &dyn Clock, cpu: usize, ignore: bool) -> Repo
         }
     }
     Report {
-        handled: HANDLED.load(Relaxed),
+        count: HANDLED.load(Relaxed),
         place,
     }
 }
 
-/// The partner: answers each PING from its handler until `stop` reads end of file (the
-/// read resumes after each handler, SA_RESTART).
+/// The partner: answers each PING from its handler until `stop` reads end of file.
 fn partner(from_a: RawFd, to_a: RawFd, stop: RawFd, cpu: usize) -> Report {
     CPU.store(cpu as i64, Relaxed);
     let mut w = [0u64];
@@ -148,7 +120,7 @@ fn partner(from_a: RawFd, to_a: RawFd, stop: RawFd, cpu: usize) -> Report {
         while words(stop, &mut w, false) {}
     }
     Report {
-        handled: HANDLED.load(Relaxed),
+        count: HANDLED.load(Relaxed),
         place: Place {
             looks: LOOKS.load(Relaxed),
             away: AWAY.load(Relaxed),
@@ -157,14 +129,12 @@ fn partner(from_a: RawFd, to_a: RawFd, stop: RawFd, cpu: usize) -> Report {
     }
 }
 
-/// The parent's side: commands to the measuring child (1), the partner's (0) stop, and
-/// per kernel [signals sent, handler runs]. Fields drop in order: the pipes close first,
-/// so the children end before `children` reaps them.
+/// The parent's side: pipes [commands, replies, the partner's stop], per kernel [signals
+/// sent, handler runs]. Fields drop in order: the children end before they are reaped.
 struct Pair<'c> {
-    cmd: Option<OwnedFd>,
-    rep: Option<OwnedFd>,
-    stop: Option<OwnedFd>,
+    pipes: Option<[OwnedFd; 3]>,
     tally: [[u64; 2]; 3],
+    failed: Option<anyhow::Error>,
     children: Children<'c, Report>,
 }
 
@@ -182,15 +152,8 @@ impl<'c> Pair<'c> {
                 unsafe { libc::close(fd) };
             }
         };
-        let (a, b) = (
-            [
-                cmd.0.as_raw_fd(),
-                rep.1.as_raw_fd(),
-                ab.1.as_raw_fd(),
-                ba.0.as_raw_fd(),
-            ],
-            [ab.0.as_raw_fd(), ba.1.as_raw_fd(), stop.0.as_raw_fd()],
-        );
+        let a = [&cmd.0, &rep.1, &ab.1, &ba.0].map(|f| f.as_raw_fd());
+        let b = [&ab.0, &ba.1, &stop.0].map(|f| f.as_raw_fd());
         let mask = platform::CpuMask::single(ctx.cpu)?;
         let (clock, cpu, ignore) = (ctx.clock, ctx.cpu, seams::get().signal_ignored);
         // SAFETY: the children make only close, read, write, kill, sigaction, sigprocmask,
@@ -206,41 +169,44 @@ impl<'c> Pair<'c> {
             })?;
         }
         Ok(Pair {
-            cmd: Some(cmd.1),
-            rep: Some(rep.0),
-            stop: Some(stop.1),
+            pipes: Some([cmd.1, rep.0, stop.1]),
             tally: [[0; 2]; 3],
+            failed: None,
             children,
         })
     }
 
-    /// `n` of `kernel` in the measuring child: its ticks.
-    fn trial(&mut self, kernel: usize, n: u64) -> anyhow::Result<u64> {
-        let (Some(cmd), Some(rep)) = (&self.cmd, &self.rep) else {
-            bail!("the signal processes were stopped");
-        };
+    /// `n` of `kernel` in the measuring child: its ticks (0 once a trial failed).
+    fn trial(&mut self, kernel: usize, n: u64) -> u64 {
         let mut r = [0u64; 2];
-        if !words(cmd.as_raw_fd(), &mut [kernel as u64, n], true)
-            || !words(rep.as_raw_fd(), &mut r, false)
-        {
-            bail!("the measuring process exited early");
+        let done = match (&self.pipes, &self.failed) {
+            (Some([cmd, rep, _]), None) => {
+                words(cmd.as_raw_fd(), &mut [kernel as u64, n], true)
+                    && words(rep.as_raw_fd(), &mut r, false)
+            }
+            _ => return 0,
+        };
+        if !done {
+            self.failed = Some(anyhow!("the measuring process exited early"));
         }
-        let sent = if kernel == NULL { 0 } else { n };
-        self.tally[kernel][0] += sent;
+        self.tally[kernel][0] += if kernel == NULL { 0 } else { n };
         self.tally[kernel][1] += r[1];
-        Ok(r[0])
+        r[0]
     }
 
-    /// Stops both children: (the measuring child's report, the partner's).
+    fn ok(&mut self) -> anyhow::Result<()> {
+        self.failed.take().map_or(Ok(()), Err)
+    }
+
+    /// Stops both children: the measuring child's report and the partner's.
     fn finish(mut self) -> anyhow::Result<(Report, Report)> {
-        (self.cmd, self.rep, self.stop) = (None, None, None);
+        self.pipes = None;
         self.children.wait("signal process")?;
         Ok((self.children.get(1).1, self.children.get(0).1))
     }
 }
 
-/// The handler-count premise: every signal sent to self and every round trip's two
-/// signals were handled exactly once.
+/// Every signal sent to self and both of each round trip's were handled exactly once.
 fn handled_check(tally: &[[u64; 2]; 3], partner: u64) -> Check {
     let ([cs, ch], [rs, rh]) = (tally[CATCH], tally[ROUND]);
     let detail = format!(
@@ -301,23 +267,13 @@ impl Experiment for Signal {
         let h = ctx.harness(kernels.len());
         let mut pair = Pair::start(ctx).context("starting the signal processes")?;
         if unpinned.is_none() {
-            pair.trial(ROUND, WARM_ROUNDS)?;
+            pair.trial(ROUND, WARM_ROUNDS);
+            pair.ok()?;
         }
         for (k, (name, what)) in kernels.iter().enumerate() {
             (ctx.progress)(name);
-            let mut err = None;
-            let m = h.measure_trials(1.0, |n| {
-                if err.is_none() {
-                    match pair.trial(k, n) {
-                        Ok(t) => return (t, true),
-                        Err(e) => err = Some(e),
-                    }
-                }
-                (0, true)
-            });
-            if let Some(e) = err {
-                return Err(e);
-            }
+            let m = h.measure_trials(1.0, |n| (pair.trial(k, n), true));
+            pair.ok()?;
             out.measured(name, what, &m);
         }
         let tally = pair.tally;
@@ -330,7 +286,7 @@ impl Experiment for Signal {
             "kill_null",
             1.0,
         );
-        out.check(handled_check(&tally, b.handled));
+        out.check(handled_check(&tally, b.count));
         match unpinned {
             Some(why) => out
                 .notes
@@ -354,14 +310,12 @@ impl Experiment for Signal {
         ));
         if out.checks.iter().all(|c| c.passed || !c.premise) {
             let mut from = vec!["kill_caught"];
-            let trip = match round.is_finite() {
-                true => {
-                    from.push("round_trip_same_cpu");
-                    let (r, k) = (fmt_ns(round), round / caught);
-                    format!("; a round trip of signals between two processes on one CPU costs {r} ({k:.1}x a caught signal)")
-                }
-                false => String::new(),
-            };
+            let mut trip = String::new();
+            if round.is_finite() {
+                from.push("round_trip_same_cpu");
+                let (r, k) = (fmt_ns(round), round / caught);
+                trip = format!("; a round trip of signals between two processes on one CPU costs {r} ({k:.1}x a caught signal)");
+            }
             let (caught, catch) = (fmt_ns(caught), fmt_ns(catch));
             out.finding(
                 format!("A signal a process sends itself and catches costs {caught} ({catch} beyond the send, lat_sig catch's figure){trip}."),

@@ -11,7 +11,6 @@ use std::os::fd::{AsRawFd, RawFd};
 
 pub struct Syscall;
 
-/// Metrics measured, each with an equal part of the budget.
 const PARTS: usize = 5;
 
 /// cpu.syscall's harness settings, for `io syscalls` outside a run.
@@ -54,8 +53,7 @@ pub fn getcwd(buf: &mut [u8], n: u64) {
     repeat(n, || unsafe { libc::getcwd(p, len) })
 }
 
-/// `n` clock_gettime(CLOCK_MONOTONIC) calls, which the vDSO answers without entering
-/// the kernel.
+/// `n` clock_gettime(CLOCK_MONOTONIC) calls, answered by the vDSO without a kernel entry.
 #[inline(never)]
 pub fn clock_gettime(n: u64) {
     repeat(n, || {
@@ -145,7 +143,6 @@ impl Experiment for Syscall {
             "clock_gettime(CLOCK_MONOTONIC) through libc ({page}, where the clocksource allows it)"
         );
         out.time(ctx, &h, "clock_gettime_vdso", &what, clock_gettime);
-        drop(buf);
         out.pool(ctx);
 
         let (sys, vdso) = (out.median("getppid"), out.median("clock_gettime_vdso"));

@@ -1,18 +1,16 @@
 //! cpu.thread-create: create, run and join a kernel thread that returns at once.
 
+use super::measure_ops;
 use crate::experiments::predict::Predictions;
 use crate::experiments::{spec::ms, PerProfile, Spec};
 use crate::experiments::{Context, Experiment, Outcome};
-use crate::opaque::repeat;
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 pub struct ThreadCreate;
 
-/// pthread_create + join, counted on a C loop (strace -f, glibc 2.36+): clone3, 4
-/// rt_sigprocmask, set_robust_list and rseq in the child, madvise of the cached stack,
-/// exit, one futex; and the switches to the new thread and back.
+/// pthread_create + join, counted on a C loop (strace -f, glibc 2.36+; the method page).
 const MODEL: super::Counted = super::Counted {
     syscalls: 10.0,
     switches: 2.0,
@@ -21,7 +19,6 @@ const MODEL: super::Counted = super::Counted {
     left_out: "clone's and exit's own work beyond a kernel entry is not in the model",
 };
 
-/// What the new thread returns, so join can prove it ran.
 static SENTINEL: u8 = 0;
 /// Runs of the start routine, and those in the creating thread (`CREATOR`'s pthread_self).
 static RAN: AtomicU64 = AtomicU64::new(0);
@@ -38,8 +35,7 @@ extern "C" fn return_arg(arg: *mut libc::c_void) -> *mut libc::c_void {
     arg
 }
 
-/// Premise "every thread ran": the start routine ran once per successful create + join
-/// (its own count, not the creator's), each time in a thread other than the creator.
+/// The start routine ran once per create + join, never in the creating thread.
 pub fn ran_check(created: u64, ran: u64, ran_as_creator: u64) -> Check {
     Check::premise(
         "every thread ran",
@@ -50,8 +46,7 @@ pub fn ran_check(created: u64, ran: u64, ran_as_creator: u64) -> Check {
     )
 }
 
-/// One pthread_create + pthread_join; Err(errno-like code) on failure, Err(-1) when the
-/// thread did not return what it was given.
+/// One pthread_create + pthread_join; Err(-1) when the thread did not return its argument.
 #[inline(always)]
 fn create_join() -> Result<(), i32> {
     let arg = &SENTINEL as *const u8 as *mut libc::c_void;
@@ -99,21 +94,12 @@ impl Experiment for ThreadCreate {
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
         let h = super::long_trials(ctx, 1, 5);
-        let (mut done, mut failed) = (0u64, None::<i32>);
+        let mut done = 0u64;
         (ctx.progress)("pthread_create + join");
         // SAFETY: pthread_self has no preconditions.
         CREATOR.store(unsafe { libc::pthread_self() } as u64, Relaxed);
         let (ran0, same0) = (RAN.load(Relaxed), RAN_AS_CREATOR.load(Relaxed));
-        let m = h.measure(1.0, |n| {
-            repeat(n, || {
-                if failed.is_none() {
-                    match create_join() {
-                        Ok(()) => done += 1,
-                        Err(e) => failed = Some(e),
-                    }
-                }
-            })
-        });
+        let (m, failed) = measure_ops(&h, || create_join().map(|()| done += 1));
         match failed {
             Some(-1) => out.check(Check::premise(
                 "every thread ran",
@@ -151,11 +137,9 @@ impl Experiment for ThreadCreate {
             text += &format!(" ({})", units.join(" or "));
         }
         text.push('.');
-        if let Some(v) = MODEL.value(ctx) {
-            let (sys, sw) = (MODEL.syscalls, MODEL.switches);
-            let parts = format!("{sys} kernel entries and {sw} thread switches");
-            text += &crate::experiments::explained(&parts, v, c);
-        }
+        let (sys, sw) = (MODEL.syscalls, MODEL.switches);
+        let parts = format!("{sys} kernel entries and {sw} thread switches");
+        text += &MODEL.explained(ctx, &parts, 0.0, c);
         out.finding(text, &["create_join"]);
         Ok(out)
     }

@@ -13,9 +13,8 @@ const METHOD: &str = match (cfg!(target_arch = "x86_64"), cfg!(target_arch = "aa
     _ => crate::method!("cpu.timer", 3),
 };
 
-/// Why a pair costs more wall time than lands inside a region: what is measured, with the
-/// reason on an x86 virtual machine (the hypervisor intercepts CPUID, the serialising
-/// fence: Intel SDM vol. 3C 26.1.2; AMD APM vol. 2 15.9).
+/// Why a pair costs more wall time than lands inside a region (a hypervisor intercepts
+/// CPUID: Intel SDM vol. 3C 26.1.2; AMD APM vol. 2 15.9).
 fn expensive(ctx: &Context) -> &'static str {
     match (cfg!(target_arch = "x86_64"), cfg!(target_arch = "aarch64")) {
         (true, _) if ctx.machine.virtualization.is_vm => {
@@ -54,8 +53,7 @@ impl Experiment for Timer {
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let mut out = Outcome::default();
         let c = ctx.clock;
-        // On a coarse counter an empty region reads 0 or 1 step: the mean of the reads is
-        // the figure (clock::region_ticks).
+        // On a coarse counter the mean of the reads is the figure (clock::region_ticks).
         let step = crate::clock::coarse_step(c);
         read_pair(ctx, step, &mut out);
         let m = ctx.cpu_harness(2).measure_raw(1.0, |n| {
@@ -88,8 +86,7 @@ impl Experiment for Timer {
     }
 }
 
-/// `read_pair` from batches of 1000 empty regions within half the budget, and the check
-/// that the counter advanced.
+/// `read_pair` from batches of 1000 empty regions within half the budget.
 fn read_pair(ctx: &Context, step: Option<f64>, out: &mut Outcome) {
     let (c, coarse) = (ctx.clock, step.is_some());
     let deadline = crate::clock::Deadline::after(c, ctx.budget / 2);

@@ -1,9 +1,9 @@
 //! cpu.thread-switch and cpu.process-switch: one context switch, from a pipe ping-pong
 //! between two tasks pinned to one CPU, less the pipe cost (lmbench lat_ctx's method).
-//!
-//! Both experiments share one partner loop (`echo_loop`), so the thread and process
-//! figures differ only in what a switch between the two tasks has to change.
 
+use super::cpus_check;
+use crate::analysis::{separation_of, Separation};
+use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Outcome, PerProfile, Spec};
 use crate::harness::Harness;
@@ -16,18 +16,11 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-pub(crate) mod checks;
 mod partner;
-mod predict;
 mod series;
-mod text;
-use checks::*;
 use partner::*;
-use predict::*;
 use series::*;
-use text::*;
 
-/// The two experiments: a switch between threads, and between processes.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Kind {
     Thread,
@@ -49,8 +42,7 @@ impl Kind {
     }
 }
 
-/// Cache-line stride for touching a working set: 128 bytes on Apple silicon
-/// (hw.cachelinesize), 64 elsewhere.
+/// Cache-line stride for touching a working set (Apple silicon's hw.cachelinesize is 128).
 const LINE: usize = if cfg!(all(target_os = "macos", target_arch = "aarch64")) {
     128
 } else {
@@ -58,11 +50,9 @@ const LINE: usize = if cfg!(all(target_os = "macos", target_arch = "aarch64")) {
 };
 /// The partner samples its CPU every this many rounds (cheap: sched_getcpu is a vDSO call).
 const SAMPLE_EVERY: u64 = 64;
-/// Round trips done before measuring, so the partner's start-up is not measured.
+/// Round trips before measuring, or for at most this long (a cross-CPU one can take 100 us).
 const WARM_ROUNDS: usize = 200;
-/// ... or for at most this long (a cross-CPU round trip can take 100 us).
 const WARM_LIMIT: Duration = Duration::from_millis(10);
-/// Working-set sizes of the series per profile (bytes).
 const SERIES_SIZES: PerProfile<&[usize]> = PerProfile::new(
     &[],
     &[0, 64 << 10],
@@ -70,67 +60,7 @@ const SERIES_SIZES: PerProfile<&[usize]> = PerProfile::new(
     &[0, 16 << 10, 64 << 10, 256 << 10, 1 << 20],
 );
 
-fn run_switch(kind: Kind, ctx: &Context) -> anyhow::Result<Outcome> {
-    let mut out = Outcome::default();
-    let plans = ctx
-        .machine
-        .topology
-        .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus);
-    let sizes: &[usize] = if kind == Kind::Process {
-        SERIES_SIZES.get(ctx.profile)
-    } else {
-        &[]
-    };
-    // Nonzero series points need a round trip and an overhead each.
-    let extra = sizes.iter().filter(|&&w| w > 0).count() * 2;
-    let h = super::long_trials(ctx, 2 + plans.len() + extra, 5);
-
-    same_cpu(kind, ctx, &h, &mut out)?;
-    let mut cross = Vec::new();
-    for plan in &plans {
-        cross.push(cross_cpu(kind, ctx, &h, plan, &mut out)?);
-    }
-    if plans.is_empty() {
-        out.notes
-            .push("pipe_round_trip_cross_cpu: skipped, this process may use only one CPU".into());
-    }
-    let series = if sizes.is_empty() {
-        None
-    } else {
-        Some(working_set_series(kind, ctx, &h, sizes, &mut out)?)
-    };
-    // Everything below is stated from the pooled runs: the figures the table shows.
-    out.pool(ctx);
-    let sw = switch_metric(&mut out);
-    out.check(switch_positive(&sw));
-    let relation = (kind == Kind::Process)
-        .then(|| thread_switch(ctx))
-        .flatten()
-        .map(|t| (address_space_check(&sw, &t), t));
-    if let Some((c, _)) = &relation {
-        out.check(c.clone());
-    }
-    // A figure that breaks a physical relation (beyond noise: invalid; within noise: a
-    // failed sanity check) states no finding; the failed check says why.
-    let broken = out
-        .checks
-        .iter()
-        .any(|c| !c.passed && (c.premise || c.name == POSITIVE));
-    if broken {
-        return Ok(out);
-    }
-    for (name, class) in &cross {
-        cross_finding(name, class, &mut out);
-    }
-    if let Some(s) = &series {
-        series_finding(s, ctx, &mut out);
-    }
-    kind_finding(kind, &sw, relation.map(|(_, t)| t), &mut out);
-    Ok(out)
-}
-
-/// A switch figure with the 95% interval of its median, widened by the subtracted pipe
-/// cost's.
+/// A switch figure with the 95% interval of its median, widened by the pipe cost's.
 #[derive(Debug, Clone, Copy)]
 struct SwitchFigure {
     median: f64,
@@ -150,29 +80,7 @@ impl SwitchFigure {
     }
 }
 
-/// The same-CPU round trip and the pipe cost.
-fn same_cpu(kind: Kind, ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Result<()> {
-    (ctx.progress)("same-CPU round trip");
-    let same = round_trips(ctx, h, kind, ctx.cpu, 0)?;
-    (ctx.progress)("pipe cost");
-    let pipe = pipe_cost(h, 0)?;
-    let name = format!("both {} ran on CPU {}", kind.noun(), ctx.cpu);
-    out.check(pinned_check(&name, &same));
-    out.measured(
-        "pipe_round_trip_same_cpu",
-        "raw round trip of one byte over two pipes, both tasks pinned to one CPU (two switches)",
-        &same.m,
-    );
-    out.measured(
-        "pipe_cost",
-        "one task writing and reading its own two pipes, per round-trip equivalent",
-        &pipe,
-    );
-    Ok(())
-}
-
-/// Adds `switch` after `pipe_cost`; its interval carries the pipe cost's (docs/METHODOLOGY.md,
-/// "Derived figures").
+/// Adds `switch` after `pipe_cost`, its interval carrying the pipe cost's.
 fn switch_metric(out: &mut Outcome) -> SwitchFigure {
     let Some((median, interval)) = out.difference(
         "switch",
@@ -190,8 +98,48 @@ fn switch_metric(out: &mut Outcome) -> SwitchFigure {
     SwitchFigure { median, interval }
 }
 
-/// One cross-CPU round trip figure, with the partner on the plan's CPU
-/// (docs/METHODOLOGY.md, "Cross-CPU figures"); returns the metric's name and the class.
+const POSITIVE: &str = "the switch figure is positive";
+
+/// A switch costs time: below zero beyond noise the subtraction's premise fails (the
+/// pipe work alone is not that of the round trip); within noise, a sanity check.
+fn switch_positive(sw: &SwitchFigure) -> Check {
+    let detail = format!(
+        "switch = (round trip - pipe cost) / 2 = {}, the pipe cost's included)",
+        sw.text().trim_end_matches(')')
+    );
+    if sw.interval[1] < 0.0 || !sw.median.is_finite() {
+        Check::premise(POSITIVE, false, detail)
+    } else {
+        Check::sanity(POSITIVE, sw.median > 0.0, detail)
+    }
+}
+
+/// The thread switch of this run, with its interval widened by its own pipe cost's.
+fn thread_switch(ctx: &Context) -> Option<SwitchFigure> {
+    let t = ctx.earlier_metric("cpu.thread-switch", "switch")?;
+    let pipe = ctx.earlier_metric("cpu.thread-switch", "pipe_cost");
+    Some(SwitchFigure {
+        median: t.summary.median,
+        interval: t.interval(|n| pipe.filter(|_| n == "pipe_cost")),
+    })
+}
+
+/// A process switch does all a thread switch does and more: not cheaper beyond noise.
+fn address_space_check(p: &SwitchFigure, t: &SwitchFigure) -> Check {
+    let below = separation_of(p.interval, t.interval) == Separation::Below;
+    let detail = format!(
+        "process switch {}, thread switch {}, intervals including the pipe costs'",
+        p.text(),
+        t.text().replace("95% interval ", "")
+    );
+    Check::premise(
+        "a process switch costs no less than a thread switch, within noise",
+        !below,
+        detail,
+    )
+}
+
+/// One cross-CPU round trip, the partner on the plan's CPU: the metric's name and class.
 fn cross_cpu(
     kind: Kind,
     ctx: &Context,
@@ -202,21 +150,72 @@ fn cross_cpu(
     let (o, class) = (plan.cpu, plan.class_name());
     let name = format!("pipe_round_trip_cross_cpu{}", plan.suffix);
     (ctx.progress)(&format!("cross-CPU round trip ({class})"));
-    let cross = round_trips(ctx, h, kind, o, 0)?;
     let (noun, cpu) = (kind.noun(), ctx.cpu);
     let check = format!("the {noun} ran on different CPUs ({cpu} and {o}, {class})");
-    out.check(pinned_check(&check, &cross));
+    let cross = round_trips(ctx, h, kind, (o, 0), &check, out)?;
     out.measured(
         &name,
         &format!(
             "raw round trip with the partner pinned to another CPU ({o}, {class}): the tasks do not share a CPU, each hop wakes a task on the other CPU"
         ),
-        &cross.m,
+        &cross,
     )
-    // A cross-CPU wake-up waits for the other CPU (an IPI, a vCPU the host must run),
-    // which no sentinel kernel on this CPU shares.
+    // A wake-up waits for the other CPU (an IPI, a vCPU the host must run).
     .shares(crate::results::Bottleneck::None);
     Ok((name, class.to_string()))
+}
+
+/// The cross-CPU round trip against the same-CPU one.
+fn cross_finding(name: &str, class: &str, out: &mut Outcome) {
+    let (Some(c), Some(s)) = (out.get(name), out.get("pipe_round_trip_same_cpu")) else {
+        return;
+    };
+    let (cm, sm) = (c.summary.median, s.summary.median);
+    let clause = match out.separation(name, "pipe_round_trip_same_cpu") {
+        Separation::Above => "dearer than two switches on one CPU, beyond both 95% intervals",
+        Separation::Below => "cheaper than two switches on one CPU, beyond both 95% intervals",
+        Separation::Overlap => {
+            "within noise of two switches on one CPU (the 95% intervals overlap)"
+        }
+    };
+    let (c, k, s) = (fmt_ns(cm), cm / sm, fmt_ns(sm));
+    let text = format!(
+        "With the partner on another CPU ({class}) a round trip takes {c} ({k:.2}x the same-CPU {s}): the two tasks do not share a CPU, and each hop wakes a task on the other CPU, which switches to it (from idle, when nothing else runs there); {clause}.",
+    );
+    out.finding(text, &[name, "pipe_round_trip_same_cpu"]);
+}
+
+fn kind_finding(kind: Kind, sw: &SwitchFigure, thread: Option<SwitchFigure>, out: &mut Outcome) {
+    match kind {
+        Kind::Thread => out.finding(
+            format!(
+                "A switch between two threads on one CPU costs {}, the pipe cost's noise included); a same-CPU round trip is {} of which {} is pipe work.",
+                sw.text().trim_end_matches(')'),
+                fmt_ns(out.median("pipe_round_trip_same_cpu")),
+                fmt_ns(out.median("pipe_cost"))
+            ),
+            &["switch", "pipe_round_trip_same_cpu", "pipe_cost"],
+        ),
+        Kind::Process => {
+            let Some(t) = thread else {
+                return;
+            };
+            // Causal wording only with the intervals apart (below fails a premise).
+            let clause = match separation_of(sw.interval, t.interval) {
+                Separation::Above => {
+                    ", beyond both 95% intervals (the pipe costs' noise included): the price of changing address spaces"
+                }
+                _ => {
+                    " (within noise of each other, their 95% intervals overlap: changing address spaces adds nothing measurable here)"
+                }
+            };
+            let (p, th, k) = (fmt_ns(sw.median), fmt_ns(t.median), sw.median / t.median);
+            out.finding(
+                format!("A switch between processes costs {p} against {th} between threads: {k:.2}x{clause}."),
+                &["switch", "cpu.thread-switch/switch"],
+            );
+        }
+    }
 }
 
 const THREAD_SPEC: Spec = Spec {
@@ -245,11 +244,150 @@ impl Experiment for Kind {
             Kind::Process => &PROCESS_SPEC,
         }
     }
+    /// From figures measured earlier only (docs/methods/cpu.thread-switch.md).
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        predict_switch(*self, ctx)
+        let kind = *self;
+        let mut p = Predictions::new(ctx);
+        // The thread experiment's figure `m` (positive), for the process experiment only.
+        let thread = |p: &Predictions, m: &str, name: &str| {
+            let i = p.earlier(Kind::Thread.id(), &[m]).positive().named(name);
+            (kind == Kind::Process && i.value().is_some()).then_some(i)
+        };
+        match thread(&p, "switch", "thread_switch") {
+            Some(t) => p.at_least(
+                "switch",
+                &t,
+                "cpu.thread-switch's switch, a lower bound: a switch between processes does that \
+                 work and changes address spaces too, which has no measured or published cost",
+            ),
+            None if kind == Kind::Process => p.withhold(
+                &["switch"],
+                "cpu.thread-switch switch was not measured in this run (or not positive)",
+            ),
+            None => p.withhold(
+                &["switch"],
+                "the parts table names no published context-switch cost for any part, and no \
+                 experiment before it measures the scheduler's path",
+            ),
+        }
+        let fdw = p.earlier("cpu.syscall", &["write_devnull_0"]);
+        let Some(pipe) = fdw.value().map(|v| 4.0 * v) else {
+            return p.done();
+        };
+        p.state("pipe_cost", &[&fdw], |v| {
+            Prediction::new(
+                4.0 * v[0],
+                "4 x write_devnull_0, a lower bound: two writes and two reads, each a kernel entry \
+                 with an fd lookup, and the pipe's lock, one-byte copy and wake-up check besides",
+            )
+            .lower_bound()
+        });
+        let bound = |what: &str| {
+            Prediction::new(
+                pipe,
+                format!(
+                    "pipe_cost alone, a lower bound: {what} has no published cost in the parts table"
+                ),
+            )
+            .lower_bound()
+            .prediction("pipe_cost", pipe, "ns", "prediction: pipe_cost above")
+        };
+        match thread(&p, "pipe_round_trip_same_cpu", "thread_same_cpu") {
+            Some(rt) => p.at_least(
+                "pipe_round_trip_same_cpu",
+                &rt,
+                "cpu.thread-switch's same-CPU round trip, a lower bound: the same pipe work and two \
+                 switches, without the two address-space changes (no measured or published cost)",
+            ),
+            None => p.add("pipe_round_trip_same_cpu", bound("the two switches")),
+        }
+        // One per cross-CPU figure the run measures, suffixed ones too, as `run_switch` plans them.
+        let ctx = p.ctx();
+        let plans = ctx
+            .machine
+            .topology
+            .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus);
+        for plan in plans {
+            let name = format!("pipe_round_trip_cross_cpu{}", plan.suffix);
+            match thread(&p, &name, "thread_cross_cpu") {
+                Some(rt) => p.equal(
+                    &name,
+                    &rt,
+                    "cpu.thread-switch's round trip with the partner on the same CPU as here: the same \
+                     pipe work and the same two cross-CPU wake-ups; each task keeps its CPU, so no hop \
+                     switches between the two address spaces",
+                ),
+                None => p.add(&name, bound("a cross-CPU wake-up")),
+            }
+        }
+        p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        run_switch(*self, ctx)
+        let kind = *self;
+        let mut out = Outcome::default();
+        let plans = ctx
+            .machine
+            .topology
+            .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus);
+        let sizes = match kind {
+            Kind::Process => SERIES_SIZES.get(ctx.profile),
+            Kind::Thread => &[],
+        };
+        // Nonzero series points need a round trip and an overhead each.
+        let extra = sizes.iter().filter(|&&w| w > 0).count() * 2;
+        let h = super::long_trials(ctx, 2 + plans.len() + extra, 5);
+        (ctx.progress)("same-CPU round trip");
+        let check = format!("both {} ran on CPU {}", kind.noun(), ctx.cpu);
+        let same = round_trips(ctx, &h, kind, (ctx.cpu, 0), &check, &mut out)?;
+        (ctx.progress)("pipe cost");
+        let pipe = pipe_cost(&h, 0)?;
+        out.measured(
+            "pipe_round_trip_same_cpu",
+            "raw round trip of one byte over two pipes, both tasks pinned to one CPU (two switches)",
+            &same,
+        );
+        out.measured(
+            "pipe_cost",
+            "one task writing and reading its own two pipes, per round-trip equivalent",
+            &pipe,
+        );
+        let mut cross = Vec::new();
+        for plan in &plans {
+            cross.push(cross_cpu(kind, ctx, &h, plan, &mut out)?);
+        }
+        if plans.is_empty() {
+            out.notes.push(
+                "pipe_round_trip_cross_cpu: skipped, this process may use only one CPU".into(),
+            );
+        }
+        let series = (!sizes.is_empty())
+            .then(|| working_set_series(kind, ctx, &h, sizes, &mut out))
+            .transpose()?;
+        out.pool(ctx);
+        let sw = switch_metric(&mut out);
+        out.check(switch_positive(&sw));
+        let thread = (kind == Kind::Process)
+            .then(|| thread_switch(ctx))
+            .flatten();
+        if let Some(t) = &thread {
+            out.check(address_space_check(&sw, t));
+        }
+        // A figure that breaks a physical relation states no finding; the check says why.
+        let broken = out
+            .checks
+            .iter()
+            .any(|c| !c.passed && (c.premise || c.name == POSITIVE));
+        if broken {
+            return Ok(out);
+        }
+        for (name, class) in &cross {
+            cross_finding(name, class, &mut out);
+        }
+        if let Some(s) = &series {
+            series_finding(s, ctx, &mut out);
+        }
+        kind_finding(kind, &sw, thread, &mut out);
+        Ok(out)
     }
 }
 
@@ -267,7 +405,7 @@ mod tests {
                 pp.round_trip().unwrap();
             }
             let r = pp.finish().unwrap();
-            assert_eq!(r.rounds, 100, "{kind:?}");
+            assert_eq!(r.count, 100, "{kind:?}");
             assert!(r.place.looks >= 3, "{kind:?}: {r:?}");
         }
     }
@@ -442,7 +580,7 @@ mod tests {
                 recorded(Kind::Thread.id(), thread),
             ];
             for kind in [Kind::Thread, Kind::Process] {
-                let got = w.with_ctx(|ctx| predict_switch(kind, ctx));
+                let got = w.with_ctx(|ctx| kind.predict(ctx));
                 for n in &names {
                     let p = got.iter().find(|(m, _)| m == n).map(|x| &x.1);
                     let p = p.unwrap_or_else(|| panic!("{name} {kind:?}: no prediction for {n}"));

@@ -2,33 +2,12 @@
 
 use super::*;
 use crate::clock::Clock;
+use crate::experiments::cpu::{measure_ops, pipe_io, Report};
 use crate::experiments::kit::children::Children;
 use crate::experiments::kit::place::Place;
+use crate::harness::Measurement;
 
-/// `io` retried while a signal interrupts it. Async-signal-safe (errno is thread-local).
-fn retried(mut io: impl FnMut() -> isize) -> isize {
-    loop {
-        let r = io();
-        if !(r < 0 && crate::platform::interrupted()) {
-            return r;
-        }
-    }
-}
-
-/// Reads one byte: 1 on success, 0 on end of file, -1 on error. Async-signal-safe.
-pub(super) fn read_byte(fd: RawFd, b: &mut u8) -> isize {
-    // SAFETY: b is one writable byte.
-    retried(|| unsafe { libc::read(fd, b as *mut u8 as *mut libc::c_void, 1) })
-}
-
-/// Writes one byte; true when it went through. Async-signal-safe.
-pub(super) fn write_byte(fd: RawFd, b: u8) -> bool {
-    // SAFETY: &b is one readable byte.
-    retried(|| unsafe { libc::write(fd, &b as *const u8 as *const libc::c_void, 1) }) == 1
-}
-
-/// Reads and writes one word per cache line of `len` bytes at `buf` (volatile, so the
-/// compiler keeps every access). Async-signal-safe.
+/// Reads and writes one word per cache line of `len` bytes at `buf`. Async-signal-safe.
 pub(super) fn touch(buf: *mut u8, len: usize) {
     let mut off = 0;
     while off + 8 <= len {
@@ -47,31 +26,23 @@ pub(super) fn working_set(bytes: usize) -> Vec<u64> {
     vec![0u64; bytes.div_ceil(8).max(1)]
 }
 
-/// The partner's round trips and where it ran (plain data, for a forked child's slot).
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct CpuReport {
-    pub(super) rounds: u64,
-    pub(super) place: Place,
-}
-
-/// The partner: echo each byte from `rfd` back on `wfd` until end of file, touching its
-/// working set before each echo and looking at its CPU now and then. Only read, write and
-/// getcpu, so a forked child of a multithreaded parent may run it.
-pub(super) fn echo_loop(rfd: RawFd, wfd: RawFd, cpu: usize, buf: *mut u8, len: usize) -> CpuReport {
-    let mut r = CpuReport {
-        rounds: 0,
+/// The partner: echoes each byte from `rfd` back on `wfd` until end of file, touching its
+/// working set first. Async-signal-safe, for a forked child of a multithreaded parent.
+pub(super) fn echo_loop(rfd: RawFd, wfd: RawFd, cpu: usize, buf: *mut u8, len: usize) -> Report {
+    let mut r = Report {
+        count: 0,
         place: Place::new(cpu),
     };
     r.place.look();
     touch(buf, len);
-    let mut b = 0u8;
-    while read_byte(rfd, &mut b) == 1 {
+    let mut b = [0u8];
+    while pipe_io(rfd, &mut b, false) == 1 {
         touch(buf, len);
-        if !write_byte(wfd, b) {
+        if pipe_io(wfd, &mut b, true) != 1 {
             break;
         }
-        r.rounds += 1;
-        if r.rounds % SAMPLE_EVERY == 0 {
+        r.count += 1;
+        if r.count % SAMPLE_EVERY == 0 {
             r.place.look();
         }
     }
@@ -80,24 +51,22 @@ pub(super) fn echo_loop(rfd: RawFd, wfd: RawFd, cpu: usize, buf: *mut u8, len: u
 }
 
 pub(super) enum Partner<'c> {
-    Thread(std::thread::JoinHandle<CpuReport>),
-    Process(Children<'c, CpuReport>),
+    Thread(std::thread::JoinHandle<Report>),
+    Process(Children<'c, Report>),
 }
 
-/// The measuring task's side of a ping-pong: pipe A carries the token to the partner,
-/// pipe B brings it back. Dropping it closes A, so the partner sees end of file and
-/// exits; it is then joined or reaped, on error paths too.
+/// The measuring task's side: pipe A carries the token to the partner, pipe B brings it
+/// back. Dropping it closes A, so the partner ends and is joined or reaped on any path.
 pub(super) struct PingPong<'c> {
-    to: Option<OwnedFd>,
-    from: Option<OwnedFd>,
+    /// The write end of A and the read end of B.
+    pipes: Option<(OwnedFd, OwnedFd)>,
     partner: Option<Partner<'c>>,
     buf: Vec<u64>,
     ws: usize,
 }
 
 impl<'c> PingPong<'c> {
-    /// Starts a partner of `kind` pinned to `partner_cpu` (the caller stays where it is)
-    /// with a private working set of `ws` bytes.
+    /// Starts a partner of `kind` pinned to `partner_cpu`, with `ws` bytes of its own.
     pub(super) fn start(
         kind: Kind,
         clock: &'c dyn Clock,
@@ -143,26 +112,24 @@ impl<'c> PingPong<'c> {
             }
         };
         Ok(PingPong {
-            to: Some(a_w),
-            from: Some(b_r),
+            pipes: Some((a_w, b_r)),
             partner: Some(partner),
             buf: working_set(ws),
             ws,
         })
     }
 
-    /// One round trip: touch our working set, send the token, wait for it to come back.
     #[inline(always)]
     pub(super) fn round_trip(&mut self) -> io::Result<()> {
-        let (Some(to), Some(from)) = (&self.to, &self.from) else {
+        let Some((to, from)) = &self.pipes else {
             return Err(io::Error::other("ping-pong already finished"));
         };
         touch(self.buf.as_mut_ptr() as *mut u8, self.ws);
-        if !write_byte(to.as_raw_fd(), 1) {
+        let mut b = [1u8];
+        if pipe_io(to.as_raw_fd(), &mut b, true) != 1 {
             return Err(io::Error::last_os_error());
         }
-        let mut b = 0u8;
-        match read_byte(from.as_raw_fd(), &mut b) {
+        match pipe_io(from.as_raw_fd(), &mut b, false) {
             1 => Ok(()),
             0 => Err(io::Error::other("the partner exited early")),
             _ => Err(io::Error::last_os_error()),
@@ -170,8 +137,8 @@ impl<'c> PingPong<'c> {
     }
 
     /// Stops the partner (end of file on A) and returns where it ran.
-    pub(super) fn finish(mut self) -> anyhow::Result<CpuReport> {
-        (self.to, self.from) = (None, None);
+    pub(super) fn finish(&mut self) -> anyhow::Result<Report> {
+        self.pipes = None;
         match self.partner.take() {
             Some(Partner::Thread(h)) => {
                 h.join().map_err(|_| anyhow!("the partner thread panicked"))
@@ -184,33 +151,23 @@ impl<'c> PingPong<'c> {
 
 impl Drop for PingPong<'_> {
     fn drop(&mut self) {
-        // End of file first; a partner process is reaped by its `Children`.
-        (self.to, self.from) = (None, None);
-        if let Some(Partner::Thread(h)) = self.partner.take() {
-            let _ = h.join();
-        }
+        let _ = self.finish();
     }
 }
 
-/// Round trips with a partner, per round trip in ns, with where the measuring task ran
-/// (looked at the start and end of each trial) and the partner's report.
-pub(super) struct Trip {
-    pub(super) m: crate::harness::Measurement,
-    pub(super) main: Place,
-    pub(super) partner: CpuReport,
-}
-
+/// Round trips with a partner on `partner_cpu`, adding the premise `check` that both
+/// tasks stayed where they were pinned.
 pub(super) fn round_trips(
     ctx: &Context,
     h: &Harness,
     kind: Kind,
-    partner_cpu: usize,
-    ws: usize,
-) -> anyhow::Result<Trip> {
+    (partner_cpu, ws): (usize, usize),
+    check: &str,
+    out: &mut Outcome,
+) -> anyhow::Result<Measurement> {
     let what = || format!("ping-pong between {}", kind.noun());
     let mut pp = PingPong::start(kind, ctx.clock, partner_cpu, ws)?;
-    // The first rounds pay for the partner's start (a forked child's copy-on-write faults,
-    // cold caches); left in, they would stretch the harness's first calibration trial.
+    // The partner's start (copy-on-write faults, cold caches) would stretch calibration.
     h.warm_up(WARM_ROUNDS, WARM_LIMIT, || pp.round_trip())
         .with_context(what)?;
     let mut err = None;
@@ -229,39 +186,30 @@ pub(super) fn round_trips(
     if let Some(e) = err {
         return Err(e).with_context(what);
     }
-    let partner = pp.finish()?;
-    Ok(Trip { m, main, partner })
+    let partner = pp.finish()?.place;
+    out.check(cpus_check(check, &main, &partner, &platform::pin_support()));
+    Ok(m)
 }
 
-/// One task passing the token through its own two pipes (write+read on A, then on B),
-/// touching its working set twice: everything a round trip does except the switches.
-pub(super) fn pipe_cost(h: &Harness, ws: usize) -> anyhow::Result<crate::harness::Measurement> {
-    let (a_r, a_w) = platform::pipe()?;
-    let (b_r, b_w) = platform::pipe()?;
-    let (ar, aw, br, bw) = (
-        a_r.as_raw_fd(),
-        a_w.as_raw_fd(),
-        b_r.as_raw_fd(),
-        b_w.as_raw_fd(),
-    );
+/// One task passing the token through its own two pipes: a round trip without switches.
+pub(super) fn pipe_cost(h: &Harness, ws: usize) -> anyhow::Result<Measurement> {
+    let (a, b) = (platform::pipe()?, platform::pipe()?);
+    let hop = |(r, w): &(OwnedFd, OwnedFd), t: &mut [u8; 1]| {
+        pipe_io(w.as_raw_fd(), t, true) == 1 && pipe_io(r.as_raw_fd(), t, false) == 1
+    };
     let mut buf = working_set(ws);
     let p = buf.as_mut_ptr() as *mut u8;
-    let mut ok = true;
     let extra = crate::experiments::seams::get().pipe_alone_extra;
-    let m = h.measure(1.0, |n| {
-        repeat(n, || {
-            let mut b = 0u8;
-            touch(p, ws);
-            ok &= write_byte(aw, 1) && read_byte(ar, &mut b) == 1;
-            touch(p, ws);
-            ok &= write_byte(bw, b) && read_byte(br, &mut b) == 1;
-            for _ in 0..extra {
-                ok &= write_byte(aw, 1) && read_byte(ar, &mut b) == 1;
-            }
-        })
+    let (m, err) = measure_ops(h, || {
+        let mut t = [1u8];
+        touch(p, ws);
+        let mut ok = hop(&a, &mut t);
+        touch(p, ws);
+        ok &= hop(&b, &mut t);
+        for _ in 0..extra {
+            ok &= hop(&a, &mut t);
+        }
+        ok.then_some(()).ok_or_else(io::Error::last_os_error)
     });
-    if !ok {
-        return Err(io::Error::last_os_error()).context("pipe cost loop");
-    }
-    Ok(m)
+    err.map_or(Ok(m), Err).context("pipe cost loop")
 }

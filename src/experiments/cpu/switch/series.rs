@@ -6,10 +6,7 @@ use crate::stats::Summary;
 /// One point of the working-set series: W bytes, and this run's switch figure at W.
 pub(super) type WsPoint = (f64, SwitchFigure);
 
-/// Switch cost vs working set (lmbench lat_ctx -s): both tasks touch W private bytes
-/// per round; the same task touching W twice with its own pipes is subtracted. The
-/// points are not metrics: the series is this run's alone (the empty point from this
-/// run's same-CPU trials), and says so.
+/// Switch cost vs working set (lmbench lat_ctx -s), this run's alone (not metrics).
 pub(super) fn working_set_series(
     kind: Kind,
     ctx: &Context,
@@ -29,12 +26,11 @@ pub(super) fn working_set_series(
             continue;
         }
         (ctx.progress)(&format!("working set {}", fmt_bytes(w as f64)));
-        let t = round_trips(ctx, h, kind, ctx.cpu, w)?;
         let (noun, cpu, ws) = (kind.noun(), ctx.cpu, fmt_bytes(w as f64));
         let check = format!("both {noun} ran on CPU {cpu} (working set {ws})");
-        out.check(pinned_check(&check, &t));
+        let t = round_trips(ctx, h, kind, (cpu, w), &check, out)?;
         let ovh = pipe_cost(h, w)?;
-        pts.push(ws_point(w as f64, &t.m.per_op_ns, &ovh.per_op_ns));
+        pts.push(ws_point(w as f64, &t.per_op_ns, &ovh.per_op_ns));
     }
     let points = pts.iter().map(|(w, f)| [*w, f.median]).collect();
     out.plot("switch cost vs working set", "bytes", "ns", points);
@@ -58,9 +54,8 @@ pub(super) fn ws_point(bytes: f64, rt: &[f64], ovh: &[f64]) -> WsPoint {
     (bytes, figure)
 }
 
-/// The series' largest working set against its empty switch, both from the run the
-/// series shows; "more" only beyond both intervals, and no claim about why: the
-/// ping-pong's footprint (2W) is twice the subtracted overhead's (W).
+/// The series' largest working set against its empty switch; "more" only beyond both
+/// intervals, and no cause claimed (the ping-pong touches 2W, the overhead W).
 pub(super) fn series_finding(pts: &[WsPoint], ctx: &Context, out: &mut Outcome) {
     let (Some(&(w0, first)), Some(&(w, last))) = (pts.first(), pts.last()) else {
         return;
@@ -73,16 +68,16 @@ pub(super) fn series_finding(pts: &[WsPoint], ctx: &Context, out: &mut Outcome) 
         1 => "W".to_string(),
         _ => format!("In run {k} of {of} (the series shown), w"),
     };
-    let clause = match crate::analysis::separation_of(last.interval, first.interval) {
-        crate::analysis::Separation::Above => format!(
+    let clause = match separation_of(last.interval, first.interval) {
+        Separation::Above => format!(
             "{} more per switch beyond both 95% intervals; the two tasks together touch twice what the subtracted overhead touches ({}); whether the rest is cache misses is not counted here",
             fmt_ns(last.median - first.median),
             fmt_bytes(2.0 * w)
         ),
-        crate::analysis::Separation::Overlap => {
+        Separation::Overlap => {
             "within noise of each other (the 95% intervals overlap)".to_string()
         }
-        crate::analysis::Separation::Below => {
+        Separation::Below => {
             "less beyond both 95% intervals, which touching more memory should not give: treat the series with care".to_string()
         }
     };
