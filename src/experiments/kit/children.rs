@@ -26,20 +26,7 @@ pub(crate) struct Children<'c, T: Copy + Default> {
 impl<'c, T: Copy + Default> Children<'c, T> {
     /// Maps `n` slots, read with the run's `clock`.
     pub(crate) fn new(n: usize, clock: &'c dyn Clock) -> anyhow::Result<Self> {
-        // SAFETY: a fresh anonymous shared mapping; checked for failure below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                Self::len(n),
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error().into());
-        }
+        let p = super::region::anonymous(Self::len(n), libc::MAP_SHARED)?;
         Ok(Children {
             clock,
             ptr: p as *mut ChildSlot<T>,

@@ -198,25 +198,26 @@ pub(crate) enum Pattern {
 }
 
 impl Pattern {
+    /// Its metric-name part, how its reads are made (for descriptions), and its access
+    /// advice (no readahead for random reads).
+    fn row(&self) -> (&'static str, &'static str, crate::platform::Access) {
+        match self {
+            Pattern::Sequential => ("seq", "sequential read()", crate::platform::Access::Normal),
+            Pattern::Random => (
+                "random",
+                "random pread() over a shuffled block order",
+                crate::platform::Access::Random,
+            ),
+        }
+    }
     pub fn name(&self) -> &'static str {
-        match self {
-            Pattern::Sequential => "seq",
-            Pattern::Random => "random",
-        }
+        self.row().0
     }
-    /// How its reads are made, for metric descriptions.
     pub fn describe(&self) -> &'static str {
-        match self {
-            Pattern::Sequential => "sequential read()",
-            Pattern::Random => "random pread() over a shuffled block order",
-        }
+        self.row().1
     }
-    /// The access advice for reads in this pattern (no readahead for random reads).
     pub fn access(&self) -> crate::platform::Access {
-        match self {
-            Pattern::Sequential => crate::platform::Access::Normal,
-            Pattern::Random => crate::platform::Access::Random,
-        }
+        self.row().2
     }
 }
 

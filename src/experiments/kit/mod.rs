@@ -49,11 +49,16 @@ pub(crate) fn measure_trials(
 
 /// Spins until `cond`, yielding now and then so a thread we wait for can run here.
 pub(crate) fn spin_until(cond: impl Fn() -> bool) {
+    poll_until(cond, 1024, std::thread::yield_now);
+}
+
+/// Spins until `cond`, calling `pause` every `every` spins.
+fn poll_until(cond: impl Fn() -> bool, every: u64, pause: impl Fn()) {
     let mut spins = 0u64;
     while !cond() {
         spins += 1;
-        if spins % 1024 == 0 {
-            std::thread::yield_now();
+        if spins % every == 0 {
+            pause();
         } else {
             std::hint::spin_loop();
         }

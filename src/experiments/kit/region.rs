@@ -114,6 +114,18 @@ pub(crate) enum Pages {
     Huge,
 }
 
+/// A fresh anonymous read-write mapping of `len` bytes, `MAP_PRIVATE` or `MAP_SHARED`.
+pub(super) fn anonymous(len: usize, sharing: i32) -> std::io::Result<*mut u8> {
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    let flags = sharing | libc::MAP_ANONYMOUS;
+    // SAFETY: a new mapping at an address the kernel picks; no existing memory is affected.
+    let map = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, -1, 0) };
+    if map == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(map as *mut u8)
+}
+
 /// An anonymous private mapping aligned so huge pages can back all of it, unmapped on drop.
 pub(crate) struct Region {
     map: *mut u8,
@@ -142,22 +154,8 @@ impl Region {
             bail!("huge-page size {huge} is not a power of two");
         }
         let map_len = len + huge;
-        // SAFETY: a fresh anonymous private mapping; no existing memory is affected.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if map == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error())
-                .with_context(|| format!("mmap of {}", crate::units::fmt_bytes(len as f64)));
-        }
-        let map = map as *mut u8;
+        let map = anonymous(map_len, libc::MAP_PRIVATE)
+            .with_context(|| format!("mmap of {}", crate::units::fmt_bytes(len as f64)))?;
         let off = (huge - (map as usize % huge)) % huge;
         // SAFETY: off < huge, so ptr..ptr+len lies inside the mapping.
         let ptr = unsafe { map.add(off) };

@@ -2,7 +2,7 @@
 //! the slowest member's ticks on the run's clock and whether every member ran undisturbed.
 
 use super::place::{pin, Pinned, Place};
-use super::spin_until;
+use super::{poll_until, spin_until};
 use crate::clock::Clock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -84,20 +84,6 @@ struct Record {
     start: u64,
     stop: u64,
     quiet: bool,
-}
-
-/// Waits until `cond`, sleeping now and then: a CPU that spins is not idle (and under a
-/// hypervisor spinning also exits to the host).
-fn rest_until(cond: impl Fn() -> bool) {
-    let mut spins = 0u32;
-    while !cond() {
-        spins += 1;
-        if spins % 256 == 0 {
-            std::thread::sleep(std::time::Duration::from_micros(200));
-        } else {
-            std::hint::spin_loop();
-        }
-    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -238,7 +224,10 @@ impl<'c> Team<'c> {
             let next =
                 || self.gen.load(Ordering::Acquire) != seen || self.stop.load(Ordering::Acquire);
             if self.rest {
-                rest_until(next);
+                // A CPU that spins is not idle (and under a hypervisor spinning exits to the host).
+                poll_until(next, 256, || {
+                    std::thread::sleep(std::time::Duration::from_micros(200))
+                });
             } else {
                 spin_until(next);
             }
@@ -283,18 +272,11 @@ impl<'c> Team<'c> {
         self.timed(0, arg, line, body);
         self.turn.store(1, Ordering::Release);
         self.join();
-        let records = self.records.iter().map(|r| lock(r));
-        records.fold(
-            Step {
-                stamps: Vec::new(),
-                quiet: true,
-            },
-            |mut s, r| {
-                s.stamps.push((r.start, r.stop));
-                s.quiet &= r.quiet;
-                s
-            },
-        )
+        let records: Vec<_> = self.records.iter().map(|r| lock(r)).collect();
+        Step {
+            stamps: records.iter().map(|r| (r.start, r.stop)).collect(),
+            quiet: records.iter().all(|r| r.quiet),
+        }
     }
 
     /// One run of member t's body, stamped, with a placement look on either side. With a

@@ -1,7 +1,7 @@
 //! net.rtt: round-trip time of a small message over TCP and UDP to the peer, and of an
 //! ICMP echo the kernel answers itself, each as a distribution of single round trips.
 
-use super::{describe_cpus, each_target, main_cpu, predict_each, sample, PeerTarget};
+use super::{describe_cpus, each_target, main_cpu, percentiles, predict_each, sample, PeerTarget};
 use crate::analysis::Separation;
 use crate::experiments::kit::place::Place;
 use crate::experiments::predict::{Input, Predictions};
@@ -153,13 +153,13 @@ fn lossy(
         lost.push(!once()?);
         Ok(())
     })?;
-    let n_lost = lost.iter().filter(|&&l| l).count() as u64;
-    let kept = v
+    let kept: Vec<f64> = v
         .into_iter()
         .zip(&lost)
-        .filter(|(_, &l)| !l)
-        .map(|(x, _)| x);
-    Ok(Some((kept.collect(), n_lost)))
+        .filter(|x| !x.1)
+        .map(|x| x.0)
+        .collect();
+    Ok(Some((kept, lost.iter().filter(|&&l| l).count() as u64)))
 }
 
 /// UDP round trips to the peer's echo port; lost datagrams are counted, not timed.
@@ -216,11 +216,6 @@ fn icmp_echo(
     }
 }
 
-fn pct(out: &Outcome, name: &str) -> Option<(f64, f64, f64)> {
-    let p = out.get(name)?.summary.percentiles.clone()?;
-    Some((p.p50, p.p90, p.p99))
-}
-
 const SPEC: Spec = Spec {
     id: "net.rtt",
     title: "Network round-trip time",
@@ -266,95 +261,85 @@ pub(super) fn cross_plans(ctx: &Context) -> Vec<CrossPlan> {
     ctx.machine.topology.cross_cpu_plans(ctx.cpu, allowed)
 }
 
-/// Lower bounds: per round trip the client's send and receive and the peer's receive and
-/// send (4 system calls) and the peer's two wake-ups, as two switches on one CPU or two
-/// cross-CPU wake-ups (cpu.thread-switch's cross-CPU round trip less its pipe work); the
-/// unpinned peer may run on either, so it gets the cheaper.
+/// Lower bounds of 4 system calls and the peer's two wake-ups per round trip, on one CPU
+/// or across (docs/methods/net.rtt.md); the unpinned peer may run on either, so it gets
+/// the cheaper.
 fn predict_loopback(p: &mut Predictions) {
-    let ctx = p.ctx();
     let sys = p.earlier("cpu.syscall", &["getppid"]);
     let calls = |n: f64| {
-        Input::method(
-            "system_calls",
-            n,
-            "calls",
-            "method: the calls one round trip makes",
-        )
+        let why = "method: the calls one round trip makes";
+        Input::method("system_calls", n, "calls", why)
     };
     let four = calls(4.0);
     let sw = p.earlier("cpu.thread-switch", &["switch"]).positive();
-    let two = Input::method(
-        "switches",
-        2.0,
-        "switches",
-        "method: to the peer and back on one CPU",
-    );
+    let why = "method: to the peer and back on one CPU";
+    let two = Input::method("switches", 2.0, "switches", why);
     let pipe = p.earlier("cpu.thread-switch", &["pipe_cost"]);
-    let plans = cross_plans(ctx);
+    let plans = cross_plans(p.ctx());
     let wakes: Vec<Input> = plans
         .iter()
         .map(|plan| {
             let rt = format!("pipe_round_trip_cross_cpu{}", plan.suffix);
             let measured = p.earlier("cpu.thread-switch", &[&rt]);
-            let why = measured
+            let why = (measured
                 .why_missing()
                 .or(pipe.why_missing())
-                .map(str::to_string);
+                .map(str::to_string))
+            .unwrap_or_else(|| format!("cpu.thread-switch's {rt} was not above its pipe_cost"));
             let v = measured.value().zip(pipe.value()).map(|(r, q)| r - q);
-            Input::measured(
-                &format!("cross_cpu_wake_ups{}", plan.suffix),
-                v.filter(|w| *w > 0.0),
-                "ns",
-                format!("measured: cpu.thread-switch {rt} less pipe_cost"),
-                why.unwrap_or_else(|| {
-                    format!("cpu.thread-switch's {rt} was not above its pipe_cost")
-                }),
-            )
+            let source = format!("measured: cpu.thread-switch {rt} less pipe_cost");
+            let name = format!("cross_cpu_wake_ups{}", plan.suffix);
+            Input::measured(&name, v.filter(|w| *w > 0.0), "ns", source, why)
         })
         .collect();
-    let calls_only = |why: &str| {
-        let why = format!("{why}; a lower bound: {STACK}");
-        move |v: &[f64]| Prediction::new(4.0 * v[0], format!("4 x getppid ({why})")).lower_bound()
-    };
     let same = [&sys, &four, &sw, &two];
     let one_cpu = |v: &[f64]| lower(4.0 * v[0] + 2.0 * v[2], "4 x getppid + 2 x thread switch");
     if crate::platform::pin_support().reason().is_none() && !plans.is_empty() {
         p.state("tcp_same_cpu", &same, one_cpu);
         for (plan, w) in plans.iter().zip(&wakes) {
             let name = format!("tcp_cross_cpu{}", plan.suffix);
-            match w.why_missing() {
-                None => p.state(&name, &[&sys, &four, w], |v| {
-                    lower(4.0 * v[0] + v[2], "4 x getppid + 2 cross-CPU wake-ups")
-                }),
-                Some(why) => p.state(&name, &[&sys, &four], calls_only(why)),
-            }
+            or_calls(p, [&sys, &four], &name, &[w], |v| {
+                lower(4.0 * v[0] + v[2], "4 x getppid + 2 cross-CPU wake-ups")
+            });
         }
     }
+    let either: Vec<&Input> = [&sw, &two].into_iter().chain(&wakes).collect();
     for name in ["tcp", "udp"] {
         if plans.is_empty() {
             // No other CPU: the peer shares the client's.
             p.state(name, &same, one_cpu);
-        } else if let Some(why) = sw
-            .why_missing()
-            .or(wakes.iter().find_map(|w| w.why_missing()))
-        {
-            p.state(name, &[&sys, &four], calls_only(why));
-        } else {
-            let inputs: Vec<&Input> = same.iter().copied().chain(&wakes).collect();
-            p.state(name, &inputs, |v| {
-                let cross = v[4..].iter().copied().fold(f64::INFINITY, f64::min);
-                lower(
-                    4.0 * v[0] + (2.0 * v[2]).min(cross),
-                    "4 x getppid + the cheaper of 2 thread switches (the peer on the client's \
-                     CPU) and 2 cross-CPU wake-ups (on another: the scheduler places it)",
-                )
-            });
+            continue;
         }
+        or_calls(p, [&sys, &four], name, &either, |v| {
+            let cross = v[4..].iter().copied().fold(f64::INFINITY, f64::min);
+            lower(
+                4.0 * v[0] + (2.0 * v[2]).min(cross),
+                "4 x getppid + the cheaper of 2 thread switches (the peer on the client's \
+                 CPU) and 2 cross-CPU wake-ups (on another: the scheduler places it)",
+            )
+        });
     }
     // An ICMP echo is answered by the peer's kernel: the client's send and receive only.
     p.state("icmp", &[&sys, &calls(2.0)], |v| {
         lower(2.0 * v[0], "2 x getppid")
     });
+}
+
+/// `name` from the calls and `extra`, or from the calls alone where an extra input is missing.
+fn or_calls(
+    p: &mut Predictions,
+    calls: [&Input; 2],
+    name: &str,
+    extra: &[&Input],
+    f: impl FnOnce(&[f64]) -> Prediction,
+) {
+    match extra.iter().find_map(|i| i.why_missing()) {
+        None => p.state(name, &[&calls[..], extra].concat(), f),
+        Some(why) => p.state(name, &calls, |v| {
+            let f = format!("4 x getppid ({why}; a lower bound: {STACK})");
+            Prediction::new(4.0 * v[0], f).lower_bound()
+        }),
+    }
 }
 
 /// One target's round trips into `out`; the cross-CPU plans it measured.
@@ -376,38 +361,31 @@ fn measure(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<V
     let parts = if plans.is_empty() { 4 } else { 5 + plans.len() };
     let slice = ctx.budget * 8 / 10 / parts as u32;
     let client_cpu = ctx.cpu;
-    let pinned = plans.iter().map(|p| {
+    let mut runs = vec![(t.name("tcp"), None, String::new())];
+    if !plans.is_empty() {
+        let what = "peer pinned to the client's CPU".into();
+        runs.push(("tcp_same_cpu".into(), Some(client_cpu), what));
+    }
+    runs.extend(plans.iter().map(|p| {
         let what = format!("peer pinned to another CPU, {}", p.class_name());
         (format!("tcp_cross_cpu{}", p.suffix), Some(p.cpu), what)
-    });
-    let same = (
-        "tcp_same_cpu".into(),
-        Some(client_cpu),
-        "peer pinned to the client's CPU".into(),
-    );
-    let unpinned = std::iter::once((t.name("tcp"), None, String::new()));
-    let pinned = (!plans.is_empty())
-        .then_some(same)
-        .into_iter()
-        .chain(pinned);
-    for (name, pin, what) in unpinned.chain(pinned) {
+    }));
+    for (name, pin, what) in runs {
         (ctx.progress)(&name);
         let budget = if pin.is_none() { slice * 2 } else { slice };
         let e = tcp_echo(ctx, t, pin.map_or(-1, |c| c as i32), budget)?;
-        let rep = &e.report;
+        let (messages, cpus) = (e.report.messages, &e.report.cpus);
         let Some(pin) = pin else {
-            let where_ = unpinned_where(t, client_cpu, &rep.cpus);
-            out.check(echo_check(&name, e.count, rep.messages, &where_));
+            let where_ = unpinned_where(t, client_cpu, cpus);
+            out.check(echo_check(&name, e.count, messages, &where_));
             let what = format!("TCP_NODELAY ping-pong of {TCP_MSG} byte with {}", t.label);
             out.distribution(&name, "ns", &format!("{what}; {where_}"), e.v);
             continue;
         };
         let where_ = format!("peer pinned to CPU {pin}");
-        out.check(echo_check(&name, e.count, rep.messages, &where_));
-        let placed = placement_check(&name, &e.client, pin, rep.pinned, &rep.cpus);
-        let ok = placed.passed;
-        out.check(placed);
-        if ok {
+        out.check(echo_check(&name, e.count, messages, &where_));
+        let placed = placement_check(&name, &e.client, pin, e.report.pinned, cpus);
+        if placed.passed {
             let desc = format!("TCP round trip, client on CPU {client_cpu}, {what} ({pin})");
             out.distribution(&name, "ns", &desc, e.v);
         } else {
@@ -415,6 +393,7 @@ fn measure(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<V
                 "{name}: not reported, client or peer did not stay on its CPU ({client_cpu}, {pin})"
             ));
         }
+        out.check(placed);
     }
     udp_and_icmp(ctx, t, slice, out);
     Ok(plans)
@@ -472,8 +451,8 @@ fn udp_and_icmp(ctx: &Context, t: &PeerTarget, budget: Duration, out: &mut Outco
 
 fn findings(out: &mut Outcome, t: &PeerTarget, plans: &[CrossPlan]) {
     let (tcp, icmp) = (t.name("tcp"), t.name("icmp"));
-    if let Some((p50, p90, p99)) = pct(out, &tcp) {
-        let [p50, p90, p99] = [p50, p90, p99].map(fmt_ns);
+    if let Some(p) = percentiles(out, &tcp) {
+        let [p50, p90, p99] = [p.p50, p.p90, p.p99].map(fmt_ns);
         let text = format!(
             "TCP round trip with {}: p50 {p50}, p90 {p90}, p99 {p99}.",
             t.label
@@ -482,7 +461,7 @@ fn findings(out: &mut Outcome, t: &PeerTarget, plans: &[CrossPlan]) {
     }
     for plan in plans {
         let name = format!("tcp_cross_cpu{}", plan.suffix);
-        let (Some(s), Some(c)) = (pct(out, "tcp_same_cpu"), pct(out, &name)) else {
+        let (Some(s), Some(c)) = (percentiles(out, "tcp_same_cpu"), percentiles(out, &name)) else {
             continue;
         };
         // Decided on the medians' 95% intervals; no wake-up is counted, so the text
@@ -498,20 +477,20 @@ fn findings(out: &mut Outcome, t: &PeerTarget, plans: &[CrossPlan]) {
             format!(
                 "With the peer on another CPU ({}) a round trip costs {} against {} on the same CPU ({:.2}x): {verdict}.",
                 plan.class_name(),
-                fmt_ns(c.0),
-                fmt_ns(s.0),
-                c.0 / s.0,
+                fmt_ns(c.p50),
+                fmt_ns(s.p50),
+                c.p50 / s.p50,
             ),
             &["tcp_same_cpu", name.as_str()],
         );
     }
-    if let (Some(x), Some(y)) = (pct(out, &tcp), pct(out, &icmp)) {
+    if let (Some(x), Some(y)) = (percentiles(out, &tcp), percentiles(out, &icmp)) {
         out.finding(
             format!(
                 "An ICMP echo to {} (answered by the kernel) takes {}, {:.0}% of the TCP round trip's p50.",
                 t.addr().ip(),
-                fmt_ns(y.0),
-                100.0 * y.0 / x.0
+                fmt_ns(y.p50),
+                100.0 * y.p50 / x.p50
             ),
             &[&icmp, &tcp],
         );
