@@ -14,10 +14,8 @@ pub(crate) use region::{
     rss_check, thp_available, thread_faults, too_small_for_huge_pages, Pages, Region, UNKNOWN_LLC,
 };
 
-/// Measures `body(iters)` (`ops_per_iter` operations per iteration) with the shared
-/// harness under `cfg` (`HarnessConfig::short_trials`), repeating trials during which the
-/// thread was preempted. Only the clock's overhead is subtracted (a chase or stream step
-/// dwarfs the loop's).
+/// Measures `body(iters)` under `cfg`, repeating preempted trials; only the clock's
+/// overhead is subtracted (a chase or stream step dwarfs the loop's).
 pub(crate) fn measure_raw(
     clock: &dyn crate::clock::Clock,
     cfg: &HarnessConfig,

@@ -237,29 +237,22 @@ pub(crate) fn rss_baseline() -> Option<u64> {
 pub(crate) fn rss_check(base: Option<u64>, cap: u64) -> crate::results::Check {
     use crate::units::fmt_bytes;
     let name = crate::grade::CAP_CHECK;
-    match (base, crate::machine::process::status_bytes("VmHWM:")) {
+    let cap_text = fmt_bytes(cap as f64);
+    let (ok, detail) = match (base, crate::machine::process::status_bytes("VmHWM:")) {
         (Some(b), Some(p)) => {
             let grew = p.saturating_sub(b);
             // 16 MiB slack for the run's own stacks, allocator and results.
-            crate::results::Check::sanity(
-                name,
-                grew <= cap + (16 << 20),
-                format!(
-                    "peak resident set grew by {} against a cap of {} (VmHWM in /proc/self/status)",
-                    fmt_bytes(grew as f64),
-                    fmt_bytes(cap as f64)
-                ),
-            )
+            let ok = grew <= cap + (16 << 20);
+            let grew = fmt_bytes(grew as f64);
+            let detail = format!("peak resident set grew by {grew} against a cap of {cap_text} (VmHWM in /proc/self/status)");
+            (ok, detail)
         }
-        _ => crate::results::Check::sanity(
-            name,
+        _ => (
             true,
-            format!(
-                "cap {}; peak RSS not readable here, allocations sized to the cap",
-                fmt_bytes(cap as f64)
-            ),
+            format!("cap {cap_text}; peak RSS not readable here, allocations sized to the cap"),
         ),
-    }
+    };
+    crate::results::Check::sanity(name, ok, detail)
 }
 
 #[cfg(test)]

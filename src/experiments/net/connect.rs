@@ -73,9 +73,8 @@ impl Experiment for Connect {
     }
 }
 
-/// Lower bounds from net.rtt's ICMP echo with the same peer (docs/methods/net.connect.md):
-/// its request and reply take the device and IP path SYN and SYN-ACK take, and the peer's
-/// kernel answers without waking a process, as it answers a SYN.
+/// Lower bounds from net.rtt's ICMP echo with the same peer, which takes the path of SYN
+/// and SYN-ACK (docs/methods/net.connect.md).
 fn predict_to(p: &mut Predictions, remote: bool) {
     let prefix = if remote { "remote_" } else { "" };
     let echo = p
@@ -133,22 +132,16 @@ fn measure(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<(
     Ok(())
 }
 
-/// connect() on a socket to `dest`, timed by the caller.
-fn connect_to(fd: &OwnedFd, dest: &RawAddr) -> io::Result<()> {
-    // SAFETY: dest holds a valid address of its length; fd is an open socket.
-    let r = unsafe { libc::connect(fd.as_raw_fd(), dest.ptr(), dest.len()) };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Up to `max` connects and closes to `dest`, and up to `max_open_close` whole
-/// open-connect-closes among them, within 80% of the budget, after an untimed warm-up:
-/// the `TIMED` figures in ns.
+/// The `TIMED` figures in ns to `dest`, within 80% of the budget, after an untimed warm-up.
 fn time_connections(ctx: &Context, dest: &SocketAddr, max: usize) -> anyhow::Result<[Vec<f64>; 3]> {
     let raw = RawAddr::new(dest);
-    let connect = |fd: &OwnedFd| connect_to(fd, &raw);
+    let connect = |fd: &OwnedFd| {
+        // SAFETY: raw holds a valid address of its length; fd is an open socket.
+        match unsafe { libc::connect(fd.as_raw_fd(), raw.ptr(), raw.len()) } {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        }
+    };
     let refused = |e: io::Error| anyhow::anyhow!("connect to {dest}: {e}");
     (ctx.progress)("connections");
     for _ in 0..max.min(100) / 2 {

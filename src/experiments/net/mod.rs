@@ -1,8 +1,6 @@
-//! Network experiments (docs/METHODOLOGY.md, "Network"; docs/PEER.md): round trip, bandwidth, connection cost, against
-//! the loopback peer this run starts (a separate `osmeter serve` process, started once
-//! and shared by every net experiment) and, with `--peer`, also against that remote
-//! `osmeter serve` in the same run: its metrics are the loopback ones' names with
-//! `remote_` in front, each target measured in the budget it has alone.
+//! Network experiments (docs/METHODOLOGY.md, "Network"; docs/PEER.md): round trip,
+//! bandwidth, connection cost, against the loopback peer this run starts and, with
+//! `--peer`, that remote `osmeter serve` too, its metrics named with `remote_` in front.
 
 use super::predict::Predictions;
 use super::{Context, Experiment, Outcome};
@@ -65,13 +63,12 @@ fn local_peer(ctx: &Context) -> anyhow::Result<Arc<LocalPeer>> {
     let mut g = LOCAL_PEER
         .lock()
         .map_err(|_| anyhow::anyhow!("loopback peer lock poisoned"))?;
-    if let Some(p) = g.as_mut() {
-        // A peer some experiment still holds is alive by construction; check only ours.
-        if let Some(peer) = Arc::get_mut(p) {
-            if !peer.alive() {
-                *g = None;
-            }
-        }
+    // A peer some experiment still holds is alive by construction; check only ours.
+    if g.as_mut()
+        .and_then(Arc::get_mut)
+        .is_some_and(|p| !p.alive())
+    {
+        *g = None;
     }
     if let Some(p) = g.as_ref() {
         return Ok(p.clone());
@@ -191,9 +188,8 @@ pub(crate) fn percentiles(out: &Outcome, name: &str) -> Option<crate::stats::Per
     out.get(name)?.summary.percentiles.clone()
 }
 
-/// Times `op` once per call through the harness (`Harness::try_sample`) until `max_n`
-/// samples or `budget`, stopping at the first error. Returns ns per call, clock overhead
-/// subtracted. Preemption is not checked: every operation here waits for another task.
+/// ns per call of `op`, up to `max_n` within `budget`, stopping at the first error; no
+/// preemption check, as every operation here waits for another task.
 pub(crate) fn sample(
     ctx: &Context,
     max_n: usize,

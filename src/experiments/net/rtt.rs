@@ -122,10 +122,9 @@ pub(crate) fn placement_check(
     )
 }
 
-/// Round trips that may go unanswered (`once` says whether the reply came): an untimed
-/// warm-up, which ends after three losses in a row when `impatient` (each costs a
-/// receive timeout), then up to `max` timed ones. The answered round trips and the count
-/// of lost ones; None when no warm-up round trip was answered.
+/// Round trips that may go unanswered (`once` says whether the reply came), answered ones
+/// timed and lost ones counted; None when no warm-up round trip was answered, and the
+/// warm-up ends after three losses in a row when `impatient` (each costs a timeout).
 fn lossy(
     ctx: &Context,
     warm: usize,
