@@ -57,17 +57,10 @@ impl Experiment for Connect {
         each_target(ctx, measure, |out, t, _| {
             let p = |name: &str| out.get(&t.name(name))?.summary.percentiles.clone();
             if let (Some(c), Some(x)) = (p("connect"), p("close")) {
-                out.finding(
-                    format!(
-                        "Opening a TCP connection to {} takes {} (p99 {}, {:.1}x the median); closing it {}.",
-                        t.label,
-                        fmt_ns(c.p50),
-                        fmt_ns(c.p99),
-                        c.p99 / c.p50,
-                        fmt_ns(x.p50)
-                    ),
-                    &[&t.name("connect"), &t.name("close")],
-                );
+                let (label, tail) = (&t.label, c.p99 / c.p50);
+                let [p50, p99, close] = [c.p50, c.p99, x.p50].map(fmt_ns);
+                let text = format!("Opening a TCP connection to {label} takes {p50} (p99 {p99}, {tail:.1}x the median); closing it {close}.");
+                out.finding(text, &[&t.name("connect"), &t.name("close")]);
             }
         })
     }

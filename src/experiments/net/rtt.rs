@@ -35,14 +35,10 @@ pub struct EchoCount {
 /// Premise: every reply equalled the message sent (its bytes change every round trip, so
 /// a stale reply differs) and the peer echoed as many messages as the client sent.
 pub fn echo_check(name: &str, c: EchoCount, peer_messages: u64, where_: &str) -> Check {
-    Check::premise(
-        &format!("{name}: the peer echoed every round trip"),
-        c.round_trips > 0 && c.mismatched == 0 && peer_messages == c.round_trips,
-        format!(
-            "{} round trips, {} replies differing from the message sent, {} messages echoed by the peer; {where_}",
-            c.round_trips, c.mismatched, peer_messages
-        ),
-    )
+    let (n, bad, echoed) = (c.round_trips, c.mismatched, peer_messages);
+    let detail = format!("{n} round trips, {bad} replies differing from the message sent, {echoed} messages echoed by the peer; {where_}");
+    let name = format!("{name}: the peer echoed every round trip");
+    Check::premise(&name, n > 0 && bad == 0 && echoed == n, detail)
 }
 
 /// One TCP echo session: round trips (ns), the peer's report, the client's count and
@@ -107,19 +103,13 @@ pub(crate) fn placement_check(
     peer: &[(u32, u64)],
 ) -> Check {
     let peer_on = main_cpu(peer).is_some_and(|(c, s)| c as usize == pin && s > 0.99);
-    let client_on = client.looks > 0 && client.off() * 100 < client.looks;
-    Check::premise(
-        &format!("{name}: client and peer ran where asked"),
-        client_on && peer_pinned && peer_on,
-        format!(
-            "client asked for CPU {}, off it in {} of {} round trips; peer asked for CPU {pin}{}, ran on {}",
-            client.cpu,
-            client.off(),
-            client.looks,
-            if peer_pinned { "" } else { " (could not pin)" },
-            describe_cpus(peer)
-        ),
-    )
+    let (cpu, off, looks) = (client.cpu, client.off(), client.looks);
+    let client_on = looks > 0 && off * 100 < looks;
+    let unpinned = if peer_pinned { "" } else { " (could not pin)" };
+    let ran = describe_cpus(peer);
+    let detail = format!("client asked for CPU {cpu}, off it in {off} of {looks} round trips; peer asked for CPU {pin}{unpinned}, ran on {ran}");
+    let name = format!("{name}: client and peer ran where asked");
+    Check::premise(&name, client_on && peer_pinned && peer_on, detail)
 }
 
 /// Round trips that may go unanswered (`once` says whether the reply came), answered ones
@@ -449,13 +439,10 @@ fn udp_and_icmp(ctx: &Context, t: &PeerTarget, budget: Duration, out: &mut Outco
 }
 
 fn findings(out: &mut Outcome, t: &PeerTarget, plans: &[CrossPlan]) {
-    let (tcp, icmp) = (t.name("tcp"), t.name("icmp"));
+    let (tcp, icmp, label) = (t.name("tcp"), t.name("icmp"), &t.label);
     if let Some(p) = percentiles(out, &tcp) {
         let [p50, p90, p99] = [p.p50, p.p90, p.p99].map(fmt_ns);
-        let text = format!(
-            "TCP round trip with {}: p50 {p50}, p90 {p90}, p99 {p99}.",
-            t.label
-        );
+        let text = format!("TCP round trip with {label}: p50 {p50}, p90 {p90}, p99 {p99}.");
         out.finding(text, &[&tcp]);
     }
     for plan in plans {
@@ -472,27 +459,15 @@ fn findings(out: &mut Outcome, t: &PeerTarget, plans: &[CrossPlan]) {
                 "the cross-CPU placement is the faster one here, beyond both 95% intervals"
             }
         };
-        out.finding(
-            format!(
-                "With the peer on another CPU ({}) a round trip costs {} against {} on the same CPU ({:.2}x): {verdict}.",
-                plan.class_name(),
-                fmt_ns(c.p50),
-                fmt_ns(s.p50),
-                c.p50 / s.p50,
-            ),
-            &["tcp_same_cpu", name.as_str()],
-        );
+        let (class, ratio) = (plan.class_name(), c.p50 / s.p50);
+        let [cross, same] = [c.p50, s.p50].map(fmt_ns);
+        let text = format!("With the peer on another CPU ({class}) a round trip costs {cross} against {same} on the same CPU ({ratio:.2}x): {verdict}.");
+        out.finding(text, &["tcp_same_cpu", name.as_str()]);
     }
     if let (Some(x), Some(y)) = (percentiles(out, &tcp), percentiles(out, &icmp)) {
-        out.finding(
-            format!(
-                "An ICMP echo to {} (answered by the kernel) takes {}, {:.0}% of the TCP round trip's p50.",
-                t.addr().ip(),
-                fmt_ns(y.p50),
-                100.0 * y.p50 / x.p50
-            ),
-            &[&icmp, &tcp],
-        );
+        let (ip, echo, share) = (t.addr().ip(), fmt_ns(y.p50), 100.0 * y.p50 / x.p50);
+        let text = format!("An ICMP echo to {ip} (answered by the kernel) takes {echo}, {share:.0}% of the TCP round trip's p50.");
+        out.finding(text, &[&icmp, &tcp]);
     }
 }
 
