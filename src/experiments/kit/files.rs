@@ -229,9 +229,8 @@ pub(crate) enum Timing {
 /// Never more samples than this in one pass.
 const MAX_SAMPLES: usize = 100_000;
 
-/// Times 4 KiB reads of `file` through the harness: at least `min_trials` samples within
-/// `budget`. No preemption check: uncached reads block on purpose, and every cached chunk
-/// counts.
+/// Times 4 KiB reads of `file`: at least `min_trials` samples within `budget`, with no
+/// preemption check (uncached reads block on purpose, and every cached chunk counts).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn time_blocks(
     ctx: &Context,
@@ -299,8 +298,7 @@ impl<'a> BlockReader<'a> {
         })
     }
 
-    /// Samples as `spec` says, each reading the next chunk; in order (no preemption check),
-    /// so each sample's block count is known (a chunk at the end of the file is shorter).
+    /// Samples as `spec` says, each the next chunk, in order (a chunk at the end is shorter).
     fn sample(&mut self, h: &Harness, spec: &SampleSpec) -> anyhow::Result<BlockTimes> {
         debug_assert!(!spec.detect_preemption);
         let mut lens = Vec::new();
@@ -447,8 +445,7 @@ impl DeviceReads {
     }
 }
 
-/// Why a read that left the guest for disk `d` may have been the host's cache hit: in a VM,
-/// on a virtual, network or unknown disk, unless the user asserted `--host-cache none`.
+/// Why a read that left the guest for disk `d` may have been the host's cache hit.
 fn host_may_cache(ctx: &Context, d: &crate::machine::storage::Disk) -> Option<String> {
     use crate::machine::storage::DiskKind;
     let class = d.class();

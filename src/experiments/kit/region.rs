@@ -17,10 +17,8 @@ pub(crate) fn llc_bytes(caches: &[Cache]) -> Option<u64> {
     caches.iter().map(|c| c.size_bytes).max()
 }
 
-/// The last-level cache taken where the machine lists none (no cache in sysfs, /sys
-/// hidden, an arm64 firmware that describes none): larger than any shipping L3 but the
-/// stacked-cache parts', so sizes meant to be beyond the cache are judged against it
-/// rather than against a typical one (portability review N5).
+/// The last-level cache taken where the machine lists none: larger than any shipping L3
+/// but the stacked-cache parts', so sizes meant to be beyond the cache are beyond it.
 pub(crate) const UNKNOWN_LLC: u64 = 256 << 20;
 
 /// The last-level cache size, or `UNKNOWN_LLC` with a note saying it was assumed.

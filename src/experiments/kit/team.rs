@@ -53,8 +53,7 @@ pub(crate) struct TeamPlacement {
     pub(crate) places: Vec<Place>,
 }
 
-/// The state the members share: the generation they step by, the argument of the
-/// current step, ready and done counts, the stop flag and each member's record.
+/// The state the members share.
 pub(crate) struct Team<'c> {
     clock: &'c dyn Clock,
     cpus: Vec<usize>,
@@ -65,9 +64,8 @@ pub(crate) struct Team<'c> {
     /// Under `serial`, the member whose turn it is.
     turn: AtomicUsize,
     gen: AtomicU64,
-    /// Members that reached a step's start line, over all steps: a stepped team's members
-    /// start only when all have, so one that is scheduled late delays the start rather
-    /// than running after the others have finished.
+    /// Members that reached a step's start line, over all steps: one scheduled late delays
+    /// the start rather than running after the others have finished.
     arrived: AtomicU64,
     arg: AtomicU64,
     ready: AtomicUsize,
@@ -279,9 +277,9 @@ impl<'c> Team<'c> {
         }
     }
 
-    /// One run of member t's body, stamped, with a placement look on either side. With a
-    /// start `line` it first waits for every member there; a preemption while it waits
-    /// counts, as one that comes after the line could let the others run without it.
+    /// One stamped run of member t's body between two placement looks, after every member
+    /// reached the start `line` if any (a preemption while waiting counts: it could let the
+    /// others run without this member).
     fn timed(&self, t: usize, arg: u64, line: Option<u64>, body: &mut impl FnMut(u64)) {
         let mut r = lock(&self.records[t]);
         r.place.look();

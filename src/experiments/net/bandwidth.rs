@@ -91,7 +91,9 @@ fn receive(
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) if is_timeout(&e) => anyhow::bail!("the peer at {} stopped sending", t.addr()),
+            Err(e) if is_timeout(&e) => {
+                anyhow::bail!("the peer at {} stopped sending", t.client.addr)
+            }
             Err(e) => return Err(e.into()),
         };
         let t0 = *first.get_or_insert_with(|| h.stopwatch());

@@ -110,7 +110,7 @@ fn measure(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<(
     let session = t.client.open(&Request::ConnectTarget {
         max_accepts: (max + max_open_close(ctx.profile) + 200) as u32,
     })?;
-    let dest = SocketAddr::new(t.addr().ip(), session.port);
+    let dest = SocketAddr::new(t.client.addr.ip(), session.port);
     let timed = time_connections(ctx, &dest, max)?;
     drop(session);
     let n = timed[0].len();

@@ -7,7 +7,6 @@ use super::{Context, Experiment, Outcome};
 use crate::peer::client::{resolve_peer, Client};
 use crate::peer::local::LocalPeer;
 use crate::results::Prediction;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 mod bandwidth;
@@ -41,9 +40,6 @@ impl PeerTarget {
     }
     pub fn remote(&self) -> bool {
         self.local.is_none()
-    }
-    pub fn addr(&self) -> SocketAddr {
-        self.client.addr
     }
 }
 

@@ -43,19 +43,12 @@ pub fn echo_check(name: &str, c: EchoCount, peer_messages: u64, where_: &str) ->
 
 /// One TCP echo session: round trips (ns), the peer's report, the client's count and
 /// where the client ran before each round trip.
-struct TcpEcho {
-    v: Vec<f64>,
-    report: EchoReport,
-    count: EchoCount,
-    client: Place,
-}
-
 fn tcp_echo(
     ctx: &Context,
     t: &PeerTarget,
     pin_cpu: i32,
     budget: Duration,
-) -> anyhow::Result<TcpEcho> {
+) -> anyhow::Result<(Vec<f64>, EchoReport, EchoCount, Place)> {
     let mut s = t.client.open(&Request::Echo {
         size: TCP_MSG as u32,
         pin_cpu,
@@ -84,13 +77,7 @@ fn tcp_echo(
         .harness(1)
         .try_sample_with(&spec, || Ok(client.look()), |_| once(), |_, _| {})?
         .ns;
-    let report = s.finish_echo()?;
-    Ok(TcpEcho {
-        v,
-        report,
-        count,
-        client,
-    })
+    Ok((v, s.finish_echo()?, count, client))
 }
 
 /// Premise of a pinned figure: the client stayed on its CPU and the peer on the CPU it
@@ -156,7 +143,7 @@ fn udp_echo(ctx: &Context, t: &PeerTarget, budget: Duration) -> anyhow::Result<(
     let s = t.client.open(&Request::UdpEcho {
         max_size: UDP_MSG as u32,
     })?;
-    let dest = SocketAddr::new(t.addr().ip(), s.port);
+    let dest = SocketAddr::new(t.client.addr.ip(), s.port);
     let sock = super::udp_to(dest)?;
     sock.set_read_timeout(Some(Duration::from_millis(200)))?;
     let mut seq: u64 = 0;
@@ -184,7 +171,7 @@ fn icmp_echo(
     t: &PeerTarget,
     budget: Duration,
 ) -> Result<(Vec<f64>, u64, &'static str), String> {
-    let std::net::IpAddr::V4(ip) = t.addr().ip() else {
+    let std::net::IpAddr::V4(ip) = t.client.addr.ip() else {
         return Err("ICMP echo is implemented for IPv4 peers only".into());
     };
     let mut p = super::icmp::Pinger::open(ip, Duration::from_millis(500))?;
@@ -362,21 +349,21 @@ fn measure(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<V
     for (name, pin, what) in runs {
         (ctx.progress)(&name);
         let budget = if pin.is_none() { slice * 2 } else { slice };
-        let e = tcp_echo(ctx, t, pin.map_or(-1, |c| c as i32), budget)?;
-        let (messages, cpus) = (e.report.messages, &e.report.cpus);
+        let (v, report, count, client) = tcp_echo(ctx, t, pin.map_or(-1, |c| c as i32), budget)?;
+        let (messages, cpus) = (report.messages, &report.cpus);
         let Some(pin) = pin else {
             let where_ = unpinned_where(t, client_cpu, cpus);
-            out.check(echo_check(&name, e.count, messages, &where_));
+            out.check(echo_check(&name, count, messages, &where_));
             let what = format!("TCP_NODELAY ping-pong of {TCP_MSG} byte with {}", t.label);
-            out.distribution(&name, "ns", &format!("{what}; {where_}"), e.v);
+            out.distribution(&name, "ns", &format!("{what}; {where_}"), v);
             continue;
         };
         let where_ = format!("peer pinned to CPU {pin}");
-        out.check(echo_check(&name, e.count, messages, &where_));
-        let placed = placement_check(&name, &e.client, pin, e.report.pinned, cpus);
+        out.check(echo_check(&name, count, messages, &where_));
+        let placed = placement_check(&name, &client, pin, report.pinned, cpus);
         if placed.passed {
             let desc = format!("TCP round trip, client on CPU {client_cpu}, {what} ({pin})");
-            out.distribution(&name, "ns", &desc, e.v);
+            out.distribution(&name, "ns", &desc, v);
         } else {
             out.notes.push(format!(
                 "{name}: not reported, client or peer did not stay on its CPU ({client_cpu}, {pin})"
@@ -426,7 +413,7 @@ fn udp_and_icmp(ctx: &Context, t: &PeerTarget, budget: Duration, out: &mut Outco
     (ctx.progress)("ICMP echo");
     match icmp_echo(ctx, t, budget) {
         Ok((v, lost, kind)) => {
-            let ip = t.addr().ip();
+            let ip = t.client.addr.ip();
             let desc = format!("ICMP echo to {ip} via a {kind}, answered by the kernel");
             add_lossy(out, &t.name("icmp"), v, lost, "echoes unanswered", &desc);
         }
@@ -465,7 +452,7 @@ fn findings(out: &mut Outcome, t: &PeerTarget, plans: &[CrossPlan]) {
         out.finding(text, &["tcp_same_cpu", name.as_str()]);
     }
     if let (Some(x), Some(y)) = (percentiles(out, &tcp), percentiles(out, &icmp)) {
-        let (ip, echo, share) = (t.addr().ip(), fmt_ns(y.p50), 100.0 * y.p50 / x.p50);
+        let (ip, echo, share) = (t.client.addr.ip(), fmt_ns(y.p50), 100.0 * y.p50 / x.p50);
         let text = format!("An ICMP echo to {ip} (answered by the kernel) takes {echo}, {share:.0}% of the TCP round trip's p50.");
         out.finding(text, &[&icmp, &tcp]);
     }
