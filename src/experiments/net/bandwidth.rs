@@ -143,9 +143,8 @@ fn predict_to(p: &mut Predictions, peer: Option<&str>) {
     p.withhold(&metrics, &why);
 }
 
-/// The line rate of `n` less the least framing: TCP payload per frame (at least IP 20 +
-/// TCP 20 of headers) over the bits on the wire (at least Ethernet header 14, FCS 4,
-/// preamble 8, inter-frame gap 12).
+/// The line rate of `n` less the least framing: TCP payload per frame (IP 20 + TCP 20 of
+/// headers at least) over its bits on the wire (Ethernet 14, FCS 4, preamble 8, gap 12).
 fn line_rate(p: &mut Predictions, metrics: &[&str], iface: &str, n: &Nic) {
     let fact = |name, v: Option<f64>, unit, what| {
         Input::machine(name, v, unit, format!("machine: {iface} {what}"), "")

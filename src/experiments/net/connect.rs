@@ -1,7 +1,7 @@
 //! net.connect: the cost of connect() until established and of close(), one connection
 //! at a time, as distributions (setup is heavy-tailed: SYN queue, timer retries).
 
-use super::{each_target, predict_each, sample, PeerTarget};
+use super::{each_target, percentiles, predict_each, sample, PeerTarget};
 use crate::experiments::predict::Predictions;
 use crate::experiments::{spec::ms, PerProfile, Spec};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
@@ -55,7 +55,7 @@ impl Experiment for Connect {
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         each_target(ctx, measure, |out, t, _| {
-            let p = |name: &str| out.get(&t.name(name))?.summary.percentiles.clone();
+            let p = |name: &str| percentiles(out, &t.name(name));
             if let (Some(c), Some(x)) = (p("connect"), p("close")) {
                 let (label, tail) = (&t.label, c.p99 / c.p50);
                 let [p50, p99, close] = [c.p50, c.p99, x.p50].map(fmt_ns);

@@ -46,8 +46,7 @@ impl PeerTarget {
 static LOCAL_PEER: Mutex<Option<Arc<LocalPeer>>> = Mutex::new(None);
 static CLEANUP: std::sync::Once = std::sync::Once::new();
 
-/// Stops the shared loopback peer at process exit (normal return or `exit`); a killed
-/// run's peer exits by itself when its stdin closes.
+/// Stops the shared loopback peer at exit; a killed run's peer exits when its stdin closes.
 extern "C" fn stop_local_peer() {
     if let Ok(mut g) = LOCAL_PEER.try_lock() {
         g.take();
@@ -136,8 +135,8 @@ pub(crate) fn each_target<M>(
     Ok(out)
 }
 
-/// `state`'s predictions for the loopback peer, then for the `--peer` host (its spec given,
-/// the names it states prefixed `remote_`).
+/// `state`'s predictions for the loopback peer, then for the `--peer` host (its spec given),
+/// whose names get `remote_` in front.
 pub(crate) fn predict_each(
     ctx: &Context,
     mut state: impl FnMut(&mut Predictions, Option<&str>),

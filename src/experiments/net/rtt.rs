@@ -24,8 +24,7 @@ const UDP_MSG: usize = 8;
 const MAX_SAMPLES: PerProfile<usize> = PerProfile::new(2_000, 20_000, 100_000, 300_000);
 const WARMUP: PerProfile<usize> = PerProfile::new(50, 500, 500, 500);
 
-/// What the client saw of an echo session: round trips made and replies that differed
-/// from the message sent.
+/// Round trips the client made in an echo session, and replies unlike the message sent.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EchoCount {
     pub round_trips: u64,
@@ -129,13 +128,12 @@ fn lossy(
         lost.push(!once()?);
         Ok(())
     })?;
-    let kept: Vec<f64> = v
+    let n_lost = lost.iter().filter(|&&l| l).count() as u64;
+    let kept = v
         .into_iter()
         .zip(&lost)
-        .filter(|x| !x.1)
-        .map(|x| x.0)
-        .collect();
-    Ok(Some((kept, lost.iter().filter(|&&l| l).count() as u64)))
+        .filter_map(|(x, &l)| (!l).then_some(x));
+    Ok(Some((kept.collect(), n_lost)))
 }
 
 /// UDP round trips to the peer's echo port; lost datagrams are counted, not timed.
@@ -205,6 +203,11 @@ const SPEC: Spec = Spec {
 /// Why every figure here is a lower bound.
 const STACK: &str = "the protocol stack's path has no published cost in the parts table";
 
+/// Why a remote peer's round trips get no prediction.
+const REMOTE: &str = "a remote peer: its host's system calls and wake-ups and the path to it \
+                      have no figure measured there or published, and this host's figures would \
+                      price it as loopback";
+
 /// A lower bound: `formula` of the primitives, the stack's own path left out.
 fn lower(value: f64, formula: &str) -> Prediction {
     Prediction::new(value, format!("{formula}, a lower bound: {STACK}")).lower_bound()
@@ -215,15 +218,9 @@ impl Experiment for Rtt {
         &SPEC
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        predict_each(ctx, |p, peer| {
-            match peer {
+        predict_each(ctx, |p, peer| match peer {
             None => predict_loopback(p),
-            Some(_) => p.withhold(
-                &["tcp", "udp", "icmp"],
-                "a remote peer: its host's system calls and wake-ups and the path to it have no \
-                 figure measured there or published, and this host's figures would price it as loopback",
-            ),
-        }
+            Some(_) => p.withhold(&["tcp", "udp", "icmp"], REMOTE),
         })
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
