@@ -177,9 +177,7 @@ pub(crate) fn stopwatch<'a>(ctx: &'a Context) -> Stopwatch<'a> {
 /// The access patterns of a per-block read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pattern {
-    /// read() from the start, block after block.
     Sequential,
-    /// pread() over a shuffled order of every block of the file.
     Random,
 }
 
@@ -226,7 +224,6 @@ pub(crate) enum Timing {
     Chunks(Duration),
 }
 
-/// Never more samples than this in one pass.
 const MAX_SAMPLES: usize = 100_000;
 
 /// Times 4 KiB reads of `file`: at least `min_trials` samples within `budget`, with no
@@ -422,7 +419,11 @@ impl DeviceReads {
             (Some(d), Some(sec)) => {
                 let (read, asked) = ((sec * 512) as f64, requested as f64);
                 let reached = requested > 0 && read >= REACHED_SHARE * asked;
-                let pct = (requested > 0).then(|| read / asked * 100.0).unwrap_or(0.0);
+                let pct = if asked > 0.0 {
+                    read / asked * 100.0
+                } else {
+                    0.0
+                };
                 let need = REACHED_SHARE * 100.0;
                 let [read, asked] = [read, asked].map(fmt_bytes);
                 let detail = format!("{d} read {read} while the uncached passes asked for {asked} ({pct:.0}%; /sys/block/{d}/stat, at least {need:.0}% needed)");

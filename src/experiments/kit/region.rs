@@ -1,6 +1,7 @@
 //! Anonymous memory regions with huge-page advice, and the facts and caps that size them.
 
 use crate::machine::Cache;
+use crate::units::fmt_bytes;
 use anyhow::{bail, Context as _};
 
 /// Cache line size: from the machine's caches, else 64 bytes.
@@ -30,7 +31,7 @@ pub(crate) fn llc_or_assumed(caches: &[Cache]) -> (u64, Option<String>) {
             Some(format!(
                 "the machine lists no cache sizes: the last-level cache is taken to be {}, \
                  so working sets meant to be beyond it are judged against that",
-                crate::units::fmt_bytes(UNKNOWN_LLC as f64)
+                fmt_bytes(UNKNOWN_LLC as f64)
             )),
         ),
     }
@@ -50,13 +51,9 @@ pub(crate) fn memory_cap(
     }
     let cap = want.min(limit);
     if cap < min {
-        bail!(
-            "only {} of memory available (MemAvailable, cgroup limit); this experiment needs at least {} (the {} profile uses at most {} of it)",
-            crate::units::fmt_bytes(avail as f64),
-            crate::units::fmt_bytes(min as f64),
-            profile.name(),
-            crate::units::fmt_bytes(limit as f64)
-        );
+        let [avail, min, limit] = [avail, min, limit].map(|b| fmt_bytes(b as f64));
+        let name = profile.name();
+        bail!("only {avail} of memory available (MemAvailable, cgroup limit); this experiment needs at least {min} (the {name} profile uses at most {limit} of it)");
     }
     Ok(cap)
 }
@@ -96,11 +93,8 @@ pub fn huge_page(m: &crate::machine::Machine) -> usize {
 pub fn too_small_for_huge_pages(m: &crate::machine::Machine, len: usize) -> Option<String> {
     let hp = huge_page(m);
     (len < hp).then(|| {
-        format!(
-            "the region ({}) is smaller than one huge page ({}, /sys/kernel/mm/transparent_hugepage/hpage_pmd_size)",
-            crate::units::fmt_bytes(len as f64),
-            crate::units::fmt_bytes(hp as f64)
-        )
+        let [len, hp] = [len, hp].map(|b| fmt_bytes(b as f64));
+        format!("the region ({len}) is smaller than one huge page ({hp}, /sys/kernel/mm/transparent_hugepage/hpage_pmd_size)")
     })
 }
 
@@ -153,7 +147,7 @@ impl Region {
         }
         let map_len = len + huge;
         let map = anonymous(map_len, libc::MAP_PRIVATE)
-            .with_context(|| format!("mmap of {}", crate::units::fmt_bytes(len as f64)))?;
+            .with_context(|| format!("mmap of {}", fmt_bytes(len as f64)))?;
         let off = (huge - (map as usize % huge)) % huge;
         // SAFETY: off < huge, so ptr..ptr+len lies inside the mapping.
         let ptr = unsafe { map.add(off) };
@@ -233,7 +227,6 @@ pub(crate) fn rss_baseline() -> Option<u64> {
 
 /// Peak RSS growth since `rss_baseline` against the announced cap.
 pub(crate) fn rss_check(base: Option<u64>, cap: u64) -> crate::results::Check {
-    use crate::units::fmt_bytes;
     let name = crate::grade::CAP_CHECK;
     let cap_text = fmt_bytes(cap as f64);
     let (ok, detail) = match (base, crate::machine::process::status_bytes("VmHWM:")) {

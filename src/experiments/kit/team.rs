@@ -257,7 +257,6 @@ impl<'c> Team<'c> {
         spin_until(|| self.arrived.load(Ordering::Acquire) >= all);
     }
 
-    /// Waits until members 1.. are done.
     fn join(&self) {
         spin_until(|| self.done.load(Ordering::Acquire) == self.cpus.len() - 1);
     }
