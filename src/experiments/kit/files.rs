@@ -432,11 +432,13 @@ impl DeviceReads {
                     _ => Check::premise(name, reached, detail),
                 }
             }
-            (Some(d), None) => {
-                let source = crate::machine::storage::sectors_read_source(d);
-                let why = "could not be read, so nothing shows the uncached reads reached the disk";
-                Check::unverified(name, format!("{source} {why}"))
-            }
+            (Some(d), None) => Check::unverified(
+                name,
+                format!(
+                    "{} could not be read, so nothing shows the uncached reads reached the disk",
+                    crate::machine::storage::sectors_read_source(d)
+                ),
+            ),
             (None, _) => {
                 let fs = self.fstype.as_deref().map(|fs| format!("{fs}: "));
                 let fs = fs.unwrap_or_default();
