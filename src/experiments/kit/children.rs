@@ -26,20 +26,7 @@ pub(crate) struct Children<'c, T: Copy + Default> {
 impl<'c, T: Copy + Default> Children<'c, T> {
     /// Maps `n` slots, read with the run's `clock`.
     pub(crate) fn new(n: usize, clock: &'c dyn Clock) -> anyhow::Result<Self> {
-        // SAFETY: a fresh anonymous shared mapping; checked for failure below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                Self::len(n),
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error().into());
-        }
+        let p = super::region::anonymous(Self::len(n), libc::MAP_SHARED)?;
         Ok(Children {
             clock,
             ptr: p as *mut ChildSlot<T>,
@@ -122,13 +109,11 @@ impl<'c, T: Copy + Default> Children<'c, T> {
         Ok(())
     }
 
-    /// Forks a long-lived child `i` pinned to `cpu`, unheld, that runs `body` (a partner
-    /// the caller talks to and stops, through pipes of its own) and stores what it returns;
-    /// `wait` reaps it, then `get(i)` reads it.
+    /// Forks a long-lived child `i` on `cpu`, not held at a barrier, that runs `body` (a
+    /// partner the caller stops through pipes of its own); `wait`, then `get(i)`.
     ///
     /// # Safety
-    /// As `run`: `body` makes only async-signal-safe calls on memory prepared before this
-    /// call, and ends once the caller stops it.
+    /// As `run`, except that `body` ends once the caller stops it.
     pub(crate) unsafe fn spawn(
         &self,
         i: usize,
@@ -186,8 +171,7 @@ impl<T: Copy + Default> Drop for Children<'_, T> {
     }
 }
 
-/// The barrier's raw descriptors: the children write `ready_w` and block reading `go_r`
-/// until the parent closes `go_w`.
+/// The barrier: children write `ready_w`, then block reading `go_r` until `go_w` closes.
 struct Ends {
     ready_w: i32,
     go_r: i32,
@@ -195,12 +179,11 @@ struct Ends {
     go_w: i32,
 }
 
-/// The body of a child: only async-signal-safe calls (the parent has threads), on memory
-/// prepared before fork. Never returns.
+/// The body of a child; never returns.
 ///
 /// # Safety
-/// Call only in a freshly forked child; `slot` must point into the shared mapping, and
-/// `body` must keep to the same rule.
+/// Only in a freshly forked child (the parent has threads: async-signal-safe calls only,
+/// on memory prepared before fork, `body` too); `slot` points into the shared mapping.
 unsafe fn child<T>(
     clock: &dyn Clock,
     cpu: &CpuMask,
@@ -230,8 +213,8 @@ unsafe fn child<T>(
     libc::_exit(0)
 }
 
-/// Waits until `n` children are ready (or gone), then releases them all at once by
-/// closing the barrier's write end `go`. Returns how many became ready.
+/// Waits until `n` children are ready (or gone), then releases them all by closing `go`;
+/// how many became ready.
 fn release(ready: &OwnedFd, go: OwnedFd, n: usize) -> usize {
     let mut got = 0;
     let mut b = [0u8; 64];

@@ -29,21 +29,13 @@ pub(crate) fn disk_scratch<'a>(
     let base = ctx.options.scratch_dir.as_deref();
     if ctx.scratch_cell.get().is_none() {
         let (dir, fs, half) = crate::scratch::allowance(base)?;
+        let (dir, kind) = (dir.display(), &fs.fs_type);
         if fs.memory_backed {
-            return Ok(Err(format!(
-                "scratch directory {} is on {} (memory-backed): a file there never touches a disk; use --scratch-dir on a disk",
-                dir.display(),
-                fs.fs_type
-            )));
+            return Ok(Err(format!("scratch directory {dir} is on {kind} (memory-backed): a file there never touches a disk; use --scratch-dir on a disk")));
         }
         if half < need {
-            return Ok(Err(format!(
-                "not enough free space in {}: need {}, may use {} (half of the {} free); free space or use --scratch-dir elsewhere",
-                dir.display(),
-                fmt_bytes(need as f64),
-                fmt_bytes(half as f64),
-                fmt_bytes(fs.free_bytes as f64)
-            )));
+            let [need, half, free] = [need, half, fs.free_bytes].map(|b| fmt_bytes(b as f64));
+            return Ok(Err(format!("not enough free space in {dir}: need {need}, may use {half} (half of the {free} free); free space or use --scratch-dir elsewhere")));
         }
     }
     let s = ctx.scratch()?;
@@ -51,24 +43,18 @@ pub(crate) fn disk_scratch<'a>(
         return Ok(Err(format!("{e:#}")));
     }
     if s.remaining() < need {
-        return Ok(Err(format!(
-            "not enough free space in {}: need {}, may still use {} of the half of the free space this run may take; free space or use --scratch-dir elsewhere",
-            s.dir().display(),
-            fmt_bytes(need as f64),
-            fmt_bytes(s.remaining() as f64)
-        )));
+        let dir = s.dir().display();
+        let [need, left] = [need, s.remaining()].map(|b| fmt_bytes(b as f64));
+        return Ok(Err(format!("not enough free space in {dir}: need {need}, may still use {left} of the half of the free space this run may take; free space or use --scratch-dir elsewhere")));
     }
     Ok(Ok(s))
 }
 
 /// A note recording the scratch folder's file system (a record: `disk_scratch` checked it).
 pub(crate) fn scratch_note(s: &Scratch) -> String {
-    format!(
-        "scratch {} on {} ({} free at start, at most half used)",
-        s.dir().display(),
-        s.fs().fs_type,
-        fmt_bytes(s.fs().free_bytes as f64)
-    )
+    let (dir, kind) = (s.dir().display(), &s.fs().fs_type);
+    let free = fmt_bytes(s.fs().free_bytes as f64);
+    format!("scratch {dir} on {kind} ({free} free at start, at most half used)")
 }
 
 /// How many times a repeated check passed, and the last failure's detail.
@@ -191,32 +177,31 @@ pub(crate) fn stopwatch<'a>(ctx: &'a Context) -> Stopwatch<'a> {
 /// The access patterns of a per-block read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pattern {
-    /// read() from the start, block after block.
     Sequential,
-    /// pread() over a shuffled order of every block of the file.
     Random,
 }
 
 impl Pattern {
+    /// Its metric-name part, how its reads are made (for descriptions), and its access
+    /// advice (no readahead for random reads).
+    fn row(&self) -> (&'static str, &'static str, crate::platform::Access) {
+        match self {
+            Pattern::Sequential => ("seq", "sequential read()", crate::platform::Access::Normal),
+            Pattern::Random => (
+                "random",
+                "random pread() over a shuffled block order",
+                crate::platform::Access::Random,
+            ),
+        }
+    }
     pub fn name(&self) -> &'static str {
-        match self {
-            Pattern::Sequential => "seq",
-            Pattern::Random => "random",
-        }
+        self.row().0
     }
-    /// How its reads are made, for metric descriptions.
     pub fn describe(&self) -> &'static str {
-        match self {
-            Pattern::Sequential => "sequential read()",
-            Pattern::Random => "random pread() over a shuffled block order",
-        }
+        self.row().1
     }
-    /// The access advice for reads in this pattern (no readahead for random reads).
     pub fn access(&self) -> crate::platform::Access {
-        match self {
-            Pattern::Sequential => crate::platform::Access::Normal,
-            Pattern::Random => crate::platform::Access::Random,
-        }
+        self.row().2
     }
 }
 
@@ -239,12 +224,10 @@ pub(crate) enum Timing {
     Chunks(Duration),
 }
 
-/// Never more samples than this in one pass.
 const MAX_SAMPLES: usize = 100_000;
 
-/// Times 4 KiB reads of `file` through the harness: at least `min_trials` samples within
-/// `budget`. No preemption check: uncached reads block on purpose, and every cached chunk
-/// counts.
+/// Times 4 KiB reads of `file`: at least `min_trials` samples within `budget`, with no
+/// preemption check (uncached reads block on purpose, and every cached chunk counts).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn time_blocks(
     ctx: &Context,
@@ -312,8 +295,7 @@ impl<'a> BlockReader<'a> {
         })
     }
 
-    /// Samples as `spec` says, each reading the next chunk; in order (no preemption check),
-    /// so each sample's block count is known (a chunk at the end of the file is shorter).
+    /// Samples as `spec` says, each the next chunk, in order (a chunk at the end is shorter).
     fn sample(&mut self, h: &Harness, spec: &SampleSpec) -> anyhow::Result<BlockTimes> {
         debug_assert!(!spec.detect_preemption);
         let mut lens = Vec::new();
@@ -373,14 +355,17 @@ pub(crate) use crate::machine::storage::disk_of as device_of;
 
 /// Why an uncached read of `d` gets no prediction: a device class does not fix its latency.
 pub(crate) fn device_basis(d: &crate::machine::storage::Disk) -> String {
-    let class = d.class();
     format!(
-        "{} is {} ({}); a device class does not fix its read latency and the parts table \
-         names no published figure for it",
-        d.name,
-        class.kind.label(),
-        class.why
+        "{}; a device class does not fix its read latency and the parts table names no \
+         published figure for it",
+        disk_class(d)
     )
+}
+
+/// "sda is rotating disk (...)": the disk's class and why it was so classed.
+fn disk_class(d: &crate::machine::storage::Disk) -> String {
+    let class = d.class();
+    format!("{} is {} ({})", d.name, class.kind.label(), class.why)
 }
 
 /// Bytes that uncached passes asked for, and what the disk's sectors-read counter
@@ -432,15 +417,16 @@ impl DeviceReads {
         let requested = self.requested;
         match (self.disk.as_deref(), self.sectors) {
             (Some(d), Some(sec)) => {
-                let read = sec * 512;
-                let reached = requested > 0 && read as f64 >= REACHED_SHARE * requested as f64;
-                let detail = format!(
-                    "{d} read {} while the uncached passes asked for {} ({:.0}%; /sys/block/{d}/stat, at least {:.0}% needed)",
-                    fmt_bytes(read as f64),
-                    fmt_bytes(requested as f64),
-                    if requested > 0 { read as f64 / requested as f64 * 100.0 } else { 0.0 },
-                    REACHED_SHARE * 100.0
-                );
+                let (read, asked) = ((sec * 512) as f64, requested as f64);
+                let reached = requested > 0 && read >= REACHED_SHARE * asked;
+                let pct = if asked > 0.0 {
+                    read / asked * 100.0
+                } else {
+                    0.0
+                };
+                let need = REACHED_SHARE * 100.0;
+                let [read, asked] = [read, asked].map(fmt_bytes);
+                let detail = format!("{d} read {read} while the uncached passes asked for {asked} ({pct:.0}%; /sys/block/{d}/stat, at least {need:.0}% needed)");
                 match (&self.host, reached) {
                     (Some(host), true) => Check::unverified(name, format!("{detail}; {host}")),
                     _ => Check::premise(name, reached, detail),
@@ -453,17 +439,16 @@ impl DeviceReads {
                     crate::machine::storage::sectors_read_source(d)
                 ),
             ),
-            (None, _) => Check::unverified(
-                name,
-                format!("{}no block device with a sectors-read counter behind this file system (btrfs, ZFS, overlayfs, NFS, FUSE...), where a cache of the file system may answer O_DIRECT reads: the uncached figures may be cache hits",
-                    self.fstype.as_ref().map_or(String::new(), |fs| format!("{fs}: "))),
-            ),
+            (None, _) => {
+                let fs = self.fstype.as_deref().map(|fs| format!("{fs}: "));
+                let fs = fs.unwrap_or_default();
+                Check::unverified(name, format!("{fs}no block device with a sectors-read counter behind this file system (btrfs, ZFS, overlayfs, NFS, FUSE...), where a cache of the file system may answer O_DIRECT reads: the uncached figures may be cache hits"))
+            }
         }
     }
 }
 
-/// Why a read that left the guest for disk `d` may have been the host's cache hit: in a VM,
-/// on a virtual, network or unknown disk, unless the user asserted `--host-cache none`.
+/// Why a read that left the guest for disk `d` may have been the host's cache hit.
 fn host_may_cache(ctx: &Context, d: &crate::machine::storage::Disk) -> Option<String> {
     use crate::machine::storage::DiskKind;
     let class = d.class();
@@ -473,12 +458,10 @@ fn host_may_cache(ctx: &Context, d: &crate::machine::storage::Disk) -> Option<St
     );
     (ctx.machine.virtualization.is_vm && virtual_disk && !ctx.options.host_cache_none).then(|| {
         format!(
-            "but this is a VM and {} is {} ({}): the counter shows the reads left the guest, \
-             not that the host's storage served them, as the host may answer from its page \
-             cache; pass --host-cache none where the host's disk is set to cache=none",
-            d.name,
-            class.kind.label(),
-            class.why
+            "but this is a VM and {}: the counter shows the reads left the guest, not that the \
+             host's storage served them, as the host may answer from its page cache; pass \
+             --host-cache none where the host's disk is set to cache=none",
+            disk_class(d)
         )
     })
 }

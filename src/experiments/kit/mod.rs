@@ -14,10 +14,8 @@ pub(crate) use region::{
     rss_check, thp_available, thread_faults, too_small_for_huge_pages, Pages, Region, UNKNOWN_LLC,
 };
 
-/// Measures `body(iters)` (`ops_per_iter` operations per iteration) with the shared
-/// harness under `cfg` (`HarnessConfig::short_trials`), repeating trials during which the
-/// thread was preempted. Only the clock's overhead is subtracted (a chase or stream step
-/// dwarfs the loop's).
+/// Measures `body(iters)` under `cfg`, repeating preempted trials; only the clock's
+/// overhead is subtracted (a chase or stream step dwarfs the loop's).
 pub(crate) fn measure_raw(
     clock: &dyn crate::clock::Clock,
     cfg: &HarnessConfig,
@@ -49,11 +47,16 @@ pub(crate) fn measure_trials(
 
 /// Spins until `cond`, yielding now and then so a thread we wait for can run here.
 pub(crate) fn spin_until(cond: impl Fn() -> bool) {
+    poll_until(cond, 1024, std::thread::yield_now);
+}
+
+/// Spins until `cond`, calling `pause` every `every` spins.
+fn poll_until(cond: impl Fn() -> bool, every: u64, pause: impl Fn()) {
     let mut spins = 0u64;
     while !cond() {
         spins += 1;
-        if spins % 1024 == 0 {
-            std::thread::yield_now();
+        if spins % every == 0 {
+            pause();
         } else {
             std::hint::spin_loop();
         }

@@ -1,6 +1,7 @@
 //! Anonymous memory regions with huge-page advice, and the facts and caps that size them.
 
 use crate::machine::Cache;
+use crate::units::fmt_bytes;
 use anyhow::{bail, Context as _};
 
 /// Cache line size: from the machine's caches, else 64 bytes.
@@ -17,10 +18,8 @@ pub(crate) fn llc_bytes(caches: &[Cache]) -> Option<u64> {
     caches.iter().map(|c| c.size_bytes).max()
 }
 
-/// The last-level cache taken where the machine lists none (no cache in sysfs, /sys
-/// hidden, an arm64 firmware that describes none): larger than any shipping L3 but the
-/// stacked-cache parts', so sizes meant to be beyond the cache are judged against it
-/// rather than against a typical one (portability review N5).
+/// The last-level cache taken where the machine lists none: larger than any shipping L3
+/// but the stacked-cache parts', so sizes meant to be beyond the cache are beyond it.
 pub(crate) const UNKNOWN_LLC: u64 = 256 << 20;
 
 /// The last-level cache size, or `UNKNOWN_LLC` with a note saying it was assumed.
@@ -32,7 +31,7 @@ pub(crate) fn llc_or_assumed(caches: &[Cache]) -> (u64, Option<String>) {
             Some(format!(
                 "the machine lists no cache sizes: the last-level cache is taken to be {}, \
                  so working sets meant to be beyond it are judged against that",
-                crate::units::fmt_bytes(UNKNOWN_LLC as f64)
+                fmt_bytes(UNKNOWN_LLC as f64)
             )),
         ),
     }
@@ -52,13 +51,9 @@ pub(crate) fn memory_cap(
     }
     let cap = want.min(limit);
     if cap < min {
-        bail!(
-            "only {} of memory available (MemAvailable, cgroup limit); this experiment needs at least {} (the {} profile uses at most {} of it)",
-            crate::units::fmt_bytes(avail as f64),
-            crate::units::fmt_bytes(min as f64),
-            profile.name(),
-            crate::units::fmt_bytes(limit as f64)
-        );
+        let [avail, min, limit] = [avail, min, limit].map(|b| fmt_bytes(b as f64));
+        let name = profile.name();
+        bail!("only {avail} of memory available (MemAvailable, cgroup limit); this experiment needs at least {min} (the {name} profile uses at most {limit} of it)");
     }
     Ok(cap)
 }
@@ -98,11 +93,8 @@ pub fn huge_page(m: &crate::machine::Machine) -> usize {
 pub fn too_small_for_huge_pages(m: &crate::machine::Machine, len: usize) -> Option<String> {
     let hp = huge_page(m);
     (len < hp).then(|| {
-        format!(
-            "the region ({}) is smaller than one huge page ({}, /sys/kernel/mm/transparent_hugepage/hpage_pmd_size)",
-            crate::units::fmt_bytes(len as f64),
-            crate::units::fmt_bytes(hp as f64)
-        )
+        let [len, hp] = [len, hp].map(|b| fmt_bytes(b as f64));
+        format!("the region ({len}) is smaller than one huge page ({hp}, /sys/kernel/mm/transparent_hugepage/hpage_pmd_size)")
     })
 }
 
@@ -112,6 +104,18 @@ pub(crate) enum Pages {
     Base,
     /// MADV_HUGEPAGE: transparent huge pages where the kernel can provide them.
     Huge,
+}
+
+/// A fresh anonymous read-write mapping of `len` bytes, `MAP_PRIVATE` or `MAP_SHARED`.
+pub(super) fn anonymous(len: usize, sharing: i32) -> std::io::Result<*mut u8> {
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    let flags = sharing | libc::MAP_ANONYMOUS;
+    // SAFETY: a new mapping at an address the kernel picks; no existing memory is affected.
+    let map = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, -1, 0) };
+    if map == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(map as *mut u8)
 }
 
 /// An anonymous private mapping aligned so huge pages can back all of it, unmapped on drop.
@@ -142,22 +146,8 @@ impl Region {
             bail!("huge-page size {huge} is not a power of two");
         }
         let map_len = len + huge;
-        // SAFETY: a fresh anonymous private mapping; no existing memory is affected.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if map == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error())
-                .with_context(|| format!("mmap of {}", crate::units::fmt_bytes(len as f64)));
-        }
-        let map = map as *mut u8;
+        let map = anonymous(map_len, libc::MAP_PRIVATE)
+            .with_context(|| format!("mmap of {}", fmt_bytes(len as f64)))?;
         let off = (huge - (map as usize % huge)) % huge;
         // SAFETY: off < huge, so ptr..ptr+len lies inside the mapping.
         let ptr = unsafe { map.add(off) };
@@ -237,31 +227,23 @@ pub(crate) fn rss_baseline() -> Option<u64> {
 
 /// Peak RSS growth since `rss_baseline` against the announced cap.
 pub(crate) fn rss_check(base: Option<u64>, cap: u64) -> crate::results::Check {
-    use crate::units::fmt_bytes;
     let name = crate::grade::CAP_CHECK;
-    match (base, crate::machine::process::status_bytes("VmHWM:")) {
+    let cap_text = fmt_bytes(cap as f64);
+    let (ok, detail) = match (base, crate::machine::process::status_bytes("VmHWM:")) {
         (Some(b), Some(p)) => {
             let grew = p.saturating_sub(b);
             // 16 MiB slack for the run's own stacks, allocator and results.
-            crate::results::Check::sanity(
-                name,
-                grew <= cap + (16 << 20),
-                format!(
-                    "peak resident set grew by {} against a cap of {} (VmHWM in /proc/self/status)",
-                    fmt_bytes(grew as f64),
-                    fmt_bytes(cap as f64)
-                ),
-            )
+            let ok = grew <= cap + (16 << 20);
+            let grew = fmt_bytes(grew as f64);
+            let detail = format!("peak resident set grew by {grew} against a cap of {cap_text} (VmHWM in /proc/self/status)");
+            (ok, detail)
         }
-        _ => crate::results::Check::sanity(
-            name,
+        _ => (
             true,
-            format!(
-                "cap {}; peak RSS not readable here, allocations sized to the cap",
-                fmt_bytes(cap as f64)
-            ),
+            format!("cap {cap_text}; peak RSS not readable here, allocations sized to the cap"),
         ),
-    }
+    };
+    crate::results::Check::sanity(name, ok, detail)
 }
 
 #[cfg(test)]

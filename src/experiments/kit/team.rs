@@ -2,7 +2,7 @@
 //! the slowest member's ticks on the run's clock and whether every member ran undisturbed.
 
 use super::place::{pin, Pinned, Place};
-use super::spin_until;
+use super::{poll_until, spin_until};
 use crate::clock::Clock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -53,8 +53,7 @@ pub(crate) struct TeamPlacement {
     pub(crate) places: Vec<Place>,
 }
 
-/// The state the members share: the generation they step by, the argument of the
-/// current step, ready and done counts, the stop flag and each member's record.
+/// The state the members share.
 pub(crate) struct Team<'c> {
     clock: &'c dyn Clock,
     cpus: Vec<usize>,
@@ -65,9 +64,8 @@ pub(crate) struct Team<'c> {
     /// Under `serial`, the member whose turn it is.
     turn: AtomicUsize,
     gen: AtomicU64,
-    /// Members that reached a step's start line, over all steps: a stepped team's members
-    /// start only when all have, so one that is scheduled late delays the start rather
-    /// than running after the others have finished.
+    /// Members that reached a step's start line, over all steps: one scheduled late delays
+    /// the start rather than running after the others have finished.
     arrived: AtomicU64,
     arg: AtomicU64,
     ready: AtomicUsize,
@@ -84,20 +82,6 @@ struct Record {
     start: u64,
     stop: u64,
     quiet: bool,
-}
-
-/// Waits until `cond`, sleeping now and then: a CPU that spins is not idle (and under a
-/// hypervisor spinning also exits to the host).
-fn rest_until(cond: impl Fn() -> bool) {
-    let mut spins = 0u32;
-    while !cond() {
-        spins += 1;
-        if spins % 256 == 0 {
-            std::thread::sleep(std::time::Duration::from_micros(200));
-        } else {
-            std::hint::spin_loop();
-        }
-    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -238,7 +222,10 @@ impl<'c> Team<'c> {
             let next =
                 || self.gen.load(Ordering::Acquire) != seen || self.stop.load(Ordering::Acquire);
             if self.rest {
-                rest_until(next);
+                // A CPU that spins is not idle (and under a hypervisor spinning exits to the host).
+                poll_until(next, 256, || {
+                    std::thread::sleep(std::time::Duration::from_micros(200))
+                });
             } else {
                 spin_until(next);
             }
@@ -270,7 +257,6 @@ impl<'c> Team<'c> {
         spin_until(|| self.arrived.load(Ordering::Acquire) >= all);
     }
 
-    /// Waits until members 1.. are done.
     fn join(&self) {
         spin_until(|| self.done.load(Ordering::Acquire) == self.cpus.len() - 1);
     }
@@ -283,23 +269,16 @@ impl<'c> Team<'c> {
         self.timed(0, arg, line, body);
         self.turn.store(1, Ordering::Release);
         self.join();
-        let records = self.records.iter().map(|r| lock(r));
-        records.fold(
-            Step {
-                stamps: Vec::new(),
-                quiet: true,
-            },
-            |mut s, r| {
-                s.stamps.push((r.start, r.stop));
-                s.quiet &= r.quiet;
-                s
-            },
-        )
+        let records: Vec<_> = self.records.iter().map(|r| lock(r)).collect();
+        Step {
+            stamps: records.iter().map(|r| (r.start, r.stop)).collect(),
+            quiet: records.iter().all(|r| r.quiet),
+        }
     }
 
-    /// One run of member t's body, stamped, with a placement look on either side. With a
-    /// start `line` it first waits for every member there; a preemption while it waits
-    /// counts, as one that comes after the line could let the others run without it.
+    /// One stamped run of member t's body between two placement looks, after every member
+    /// reached the start `line` if any (a preemption while waiting counts: it could let the
+    /// others run without this member).
     fn timed(&self, t: usize, arg: u64, line: Option<u64>, body: &mut impl FnMut(u64)) {
         let mut r = lock(&self.records[t]);
         r.place.look();

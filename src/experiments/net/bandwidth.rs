@@ -7,6 +7,7 @@ use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{spec::ms, PerProfile, Spec};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
 use crate::harness::Harness;
+use crate::machine::network::Nic;
 use crate::peer::protocol::{is_timeout, Request};
 use crate::results::{Check, Prediction};
 use crate::units::fmt_bandwidth;
@@ -90,7 +91,9 @@ fn receive(
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) if is_timeout(&e) => anyhow::bail!("the peer at {} stopped sending", t.addr()),
+            Err(e) if is_timeout(&e) => {
+                anyhow::bail!("the peer at {} stopped sending", t.client.addr)
+            }
             Err(e) => return Err(e.into()),
         };
         let t0 = *first.get_or_insert_with(|| h.stopwatch());
@@ -135,33 +138,28 @@ fn predict_to(p: &mut Predictions, peer: Option<&str>) {
         Some(n) if n.virtual_device || n.loopback => format!(
             "the route leaves through {iface}, a virtual device whose reported speed is nominal, not a limit"
         ),
-        Some(_) => String::new(),
+        Some(n) => return line_rate(p, &metrics, &iface, n),
     };
-    let Some(n) = nic.filter(|_| why.is_empty()) else {
-        return p.withhold(&metrics, &why);
-    };
+    p.withhold(&metrics, &why);
+}
+
+/// The line rate of `n` less the least framing: TCP payload per frame (IP 20 + TCP 20 of
+/// headers at least) over its bits on the wire (Ethernet 14, FCS 4, preamble 8, gap 12).
+fn line_rate(p: &mut Predictions, metrics: &[&str], iface: &str, n: &Nic) {
     let fact = |name, v: Option<f64>, unit, what| {
         Input::machine(name, v, unit, format!("machine: {iface} {what}"), "")
     };
-    let speed = fact(
-        "link_speed",
-        n.speed_mbit_s.map(|m| m as f64 * 1e6),
-        "bits/s",
-        "link speed",
-    );
+    let bits = n.speed_mbit_s.map(|m| m as f64 * 1e6);
+    let speed = fact("link_speed", bits, "bits/s", "link speed");
     let mtu = fact("mtu", Some(n.mtu.unwrap_or(1500) as f64), "bytes", "MTU");
-    for metric in metrics {
-        let k = if metric.ends_with("_bits") { 8.0 } else { 1.0 };
-        p.state(metric, &[&speed, &mtu], |v| {
-            // TCP payload per frame (at least IP 20 + TCP 20 of headers) over the bits on
-            // the wire (at least Ethernet header 14, FCS 4, preamble 8, inter-frame gap 12).
-            let f = "link speed / 8 x (MTU - 40) / (MTU + 38): the line rate less the least \
+    const F: &str = "link speed / 8 x (MTU - 40) / (MTU + 38): the line rate less the least \
                      IP, TCP and Ethernet overhead, an upper bound";
-            let f = if k == 8.0 {
-                format!("8 x ({f})")
-            } else {
-                f.to_string()
-            };
+    for metric in metrics {
+        let (k, f) = match metric.ends_with("_bits") {
+            true => (8.0, format!("8 x ({F})")),
+            false => (1.0, F.to_string()),
+        };
+        p.state(metric, &[&speed, &mtu], |v| {
             Prediction::new(k * v[0] / 8.0 * ((v[1] - 40.0) / (v[1] + 38.0)), f).upper_bound()
         });
     }
@@ -219,18 +217,21 @@ impl Experiment for NetBandwidth {
     }
 }
 
+/// A stream in one direction: its per-interval rates and whole-stream average (bytes/s).
+type Stream = fn(&Harness, &PeerTarget, Duration, Duration) -> anyhow::Result<(Vec<f64>, f64)>;
+
 fn streams(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<()> {
     let (dur, interval) = PLAN.get(ctx.profile);
     let label = &t.label;
     let h = ctx.harness(1);
-    for (base, dir) in [("send", "client -> peer"), ("receive", "peer -> client")] {
+    let ways: [(&str, &str, Stream); 2] = [
+        ("send", "client -> peer", send),
+        ("receive", "peer -> client", receive),
+    ];
+    for (base, dir, stream) in ways {
         let name = &t.name(base);
         (ctx.progress)(name);
-        let (rates, avg) = if base == "send" {
-            send(&h, t, dur, interval)?
-        } else {
-            receive(&h, t, dur, interval)?
-        };
+        let (rates, avg) = stream(&h, t, dur, interval)?;
         if rates.len() < 3 {
             anyhow::bail!(
                 "{name}: only {} usable intervals in the stream",
@@ -238,32 +239,19 @@ fn streams(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<(
             );
         }
         let med = crate::stats::median(&rates);
+        let (m, a) = (fmt_bandwidth(med), fmt_bandwidth(avg));
         out.check(Check::sanity(
             &format!("{name}: interval median agrees with the stream average"),
             (med / avg - 1.0).abs() < 0.25,
-            format!(
-                "median {} vs average {} over the whole stream",
-                fmt_bandwidth(med),
-                fmt_bandwidth(avg)
-            ),
+            format!("median {m} vs average {a} over the whole stream"),
         ));
         let bits: Vec<f64> = rates.iter().map(|r| r * 8.0).collect();
-        out.metric(
-            name,
-            "bytes/s",
-            &format!(
-                "TCP stream {dir} ({label}), {} KiB writes, per-{} ms interval rates",
-                CHUNK / 1024,
-                interval.as_millis()
-            ),
-            rates,
-        );
-        out.metric(
-            &format!("{name}_bits"),
-            "bits/s",
-            &format!("the same in bits/s ({dir}, {label})"),
-            bits,
-        );
+        let (kib, ms) = (CHUNK / 1024, interval.as_millis());
+        let what =
+            format!("TCP stream {dir} ({label}), {kib} KiB writes, per-{ms} ms interval rates");
+        out.metric(name, "bytes/s", &what, rates);
+        let what = format!("the same in bits/s ({dir}, {label})");
+        out.metric(&format!("{name}_bits"), "bits/s", &what, bits);
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! net.connect: the cost of connect() until established and of close(), one connection
 //! at a time, as distributions (setup is heavy-tailed: SYN queue, timer retries).
 
-use super::{each_target, predict_each, sample, PeerTarget};
+use super::{each_target, percentiles, predict_each, sample, PeerTarget};
 use crate::experiments::predict::Predictions;
 use crate::experiments::{spec::ms, PerProfile, Spec};
 use crate::experiments::{Context, Experiment, Outcome, Profile};
@@ -55,27 +55,19 @@ impl Experiment for Connect {
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         each_target(ctx, measure, |out, t, _| {
-            let p = |name: &str| out.get(&t.name(name))?.summary.percentiles.clone();
+            let p = |name: &str| percentiles(out, &t.name(name));
             if let (Some(c), Some(x)) = (p("connect"), p("close")) {
-                out.finding(
-                    format!(
-                        "Opening a TCP connection to {} takes {} (p99 {}, {:.1}x the median); closing it {}.",
-                        t.label,
-                        fmt_ns(c.p50),
-                        fmt_ns(c.p99),
-                        c.p99 / c.p50,
-                        fmt_ns(x.p50)
-                    ),
-                    &[&t.name("connect"), &t.name("close")],
-                );
+                let (label, tail) = (&t.label, c.p99 / c.p50);
+                let [p50, p99, close] = [c.p50, c.p99, x.p50].map(fmt_ns);
+                let text = format!("Opening a TCP connection to {label} takes {p50} (p99 {p99}, {tail:.1}x the median); closing it {close}.");
+                out.finding(text, &[&t.name("connect"), &t.name("close")]);
             }
         })
     }
 }
 
-/// Lower bounds from net.rtt's ICMP echo with the same peer (docs/methods/net.connect.md):
-/// its request and reply take the device and IP path SYN and SYN-ACK take, and the peer's
-/// kernel answers without waking a process, as it answers a SYN.
+/// Lower bounds from net.rtt's ICMP echo with the same peer, which takes the path of SYN
+/// and SYN-ACK (docs/methods/net.connect.md).
 fn predict_to(p: &mut Predictions, remote: bool) {
     let prefix = if remote { "remote_" } else { "" };
     let echo = p
@@ -118,7 +110,7 @@ fn measure(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<(
     let session = t.client.open(&Request::ConnectTarget {
         max_accepts: (max + max_open_close(ctx.profile) + 200) as u32,
     })?;
-    let dest = SocketAddr::new(t.addr().ip(), session.port);
+    let dest = SocketAddr::new(t.client.addr.ip(), session.port);
     let timed = time_connections(ctx, &dest, max)?;
     drop(session);
     let n = timed[0].len();
@@ -133,22 +125,16 @@ fn measure(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<(
     Ok(())
 }
 
-/// connect() on a socket to `dest`, timed by the caller.
-fn connect_to(fd: &OwnedFd, dest: &RawAddr) -> io::Result<()> {
-    // SAFETY: dest holds a valid address of its length; fd is an open socket.
-    let r = unsafe { libc::connect(fd.as_raw_fd(), dest.ptr(), dest.len()) };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Up to `max` connects and closes to `dest`, and up to `max_open_close` whole
-/// open-connect-closes among them, within 80% of the budget, after an untimed warm-up:
-/// the `TIMED` figures in ns.
+/// The `TIMED` figures in ns to `dest`, within 80% of the budget, after an untimed warm-up.
 fn time_connections(ctx: &Context, dest: &SocketAddr, max: usize) -> anyhow::Result<[Vec<f64>; 3]> {
     let raw = RawAddr::new(dest);
-    let connect = |fd: &OwnedFd| connect_to(fd, &raw);
+    let connect = |fd: &OwnedFd| {
+        // SAFETY: raw holds a valid address of its length; fd is an open socket.
+        match unsafe { libc::connect(fd.as_raw_fd(), raw.ptr(), raw.len()) } {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        }
+    };
     let refused = |e: io::Error| anyhow::anyhow!("connect to {dest}: {e}");
     (ctx.progress)("connections");
     for _ in 0..max.min(100) / 2 {

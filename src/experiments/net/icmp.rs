@@ -10,7 +10,10 @@ use std::time::Duration;
 /// connect, send and recv calls, which an ICMP socket takes as any datagram socket does.
 pub struct Pinger {
     sock: UdpSocket,
-    raw: bool,
+    /// Whether replies carry our echo id: raw sockets see every echo; Linux rewrites the
+    /// id of SOCK_DGRAM pings to the socket's port and filters replies itself; Darwin
+    /// does neither (`platform::ICMP_DGRAM_KEEPS_ID`).
+    check_id: bool,
     id: u16,
     pub kind: &'static str,
 }
@@ -48,7 +51,7 @@ impl Pinger {
             .map_err(|e| format!("ICMP socket setup failed: {e}"))?;
         Ok(Pinger {
             sock,
-            raw,
+            check_id: raw || crate::platform::ICMP_DGRAM_KEEPS_ID,
             id: (std::process::id() as u16) ^ 0x4f4d,
             kind,
         })
@@ -67,9 +70,7 @@ impl Pinger {
         let mut buf = [0u8; 256];
         loop {
             match self.sock.recv(&mut buf) {
-                Ok(n) if is_echo_reply(&buf[..n], self.id, seq, self.check_id()) => {
-                    return Ok(true)
-                }
+                Ok(n) if is_echo_reply(&buf[..n], self.id, seq, self.check_id) => return Ok(true),
                 Ok(_) => {}
                 Err(e) => match e.kind() {
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => return Ok(false),
@@ -78,13 +79,6 @@ impl Pinger {
                 },
             }
         }
-    }
-
-    /// Whether replies carry our echo id: raw sockets see every echo; Linux rewrites the
-    /// id of SOCK_DGRAM pings to the socket's port and filters replies itself; Darwin
-    /// does neither (`platform::ICMP_DGRAM_KEEPS_ID`).
-    fn check_id(&self) -> bool {
-        self.raw || crate::platform::ICMP_DGRAM_KEEPS_ID
     }
 }
 

@@ -1,15 +1,12 @@
-//! Network experiments (docs/METHODOLOGY.md, "Network"; docs/PEER.md): round trip, bandwidth, connection cost, against
-//! the loopback peer this run starts (a separate `osmeter serve` process, started once
-//! and shared by every net experiment) and, with `--peer`, also against that remote
-//! `osmeter serve` in the same run: its metrics are the loopback ones' names with
-//! `remote_` in front, each target measured in the budget it has alone.
+//! Network experiments (docs/METHODOLOGY.md, "Network"; docs/PEER.md): round trip,
+//! bandwidth, connection cost, against the loopback peer this run starts and, with
+//! `--peer`, that remote `osmeter serve` too, its metrics named with `remote_` in front.
 
 use super::predict::Predictions;
 use super::{Context, Experiment, Outcome};
 use crate::peer::client::{resolve_peer, Client};
 use crate::peer::local::LocalPeer;
 use crate::results::Prediction;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 mod bandwidth;
@@ -44,16 +41,12 @@ impl PeerTarget {
     pub fn remote(&self) -> bool {
         self.local.is_none()
     }
-    pub fn addr(&self) -> SocketAddr {
-        self.client.addr
-    }
 }
 
 static LOCAL_PEER: Mutex<Option<Arc<LocalPeer>>> = Mutex::new(None);
 static CLEANUP: std::sync::Once = std::sync::Once::new();
 
-/// Stops the shared loopback peer at process exit (normal return or `exit`); a killed
-/// run's peer exits by itself when its stdin closes.
+/// Stops the shared loopback peer at exit; a killed run's peer exits when its stdin closes.
 extern "C" fn stop_local_peer() {
     if let Ok(mut g) = LOCAL_PEER.try_lock() {
         g.take();
@@ -65,13 +58,12 @@ fn local_peer(ctx: &Context) -> anyhow::Result<Arc<LocalPeer>> {
     let mut g = LOCAL_PEER
         .lock()
         .map_err(|_| anyhow::anyhow!("loopback peer lock poisoned"))?;
-    if let Some(p) = g.as_mut() {
-        // A peer some experiment still holds is alive by construction; check only ours.
-        if let Some(peer) = Arc::get_mut(p) {
-            if !peer.alive() {
-                *g = None;
-            }
-        }
+    // A peer some experiment still holds is alive by construction; check only ours.
+    if g.as_mut()
+        .and_then(Arc::get_mut)
+        .is_some_and(|p| !p.alive())
+    {
+        *g = None;
     }
     if let Some(p) = g.as_ref() {
         return Ok(p.clone());
@@ -143,8 +135,8 @@ pub(crate) fn each_target<M>(
     Ok(out)
 }
 
-/// `state`'s predictions for the loopback peer, then for the `--peer` host (its spec given,
-/// the names it states prefixed `remote_`).
+/// `state`'s predictions for the loopback peer, then for the `--peer` host (its spec given),
+/// whose names get `remote_` in front.
 pub(crate) fn predict_each(
     ctx: &Context,
     mut state: impl FnMut(&mut Predictions, Option<&str>),
@@ -186,9 +178,13 @@ pub(crate) fn main_cpu(cpus: &[(u32, u64)]) -> Option<(u32, f64)> {
         .map(|&(c, n)| (c, n as f64 / total as f64))
 }
 
-/// Times `op` once per call through the harness (`Harness::try_sample`) until `max_n`
-/// samples or `budget`, stopping at the first error. Returns ns per call, clock overhead
-/// subtracted. Preemption is not checked: every operation here waits for another task.
+/// The p50/p90/p99 of distribution `name`, where it was measured.
+pub(crate) fn percentiles(out: &Outcome, name: &str) -> Option<crate::stats::Percentiles> {
+    out.get(name)?.summary.percentiles.clone()
+}
+
+/// ns per call of `op`, up to `max_n` within `budget`, stopping at the first error; no
+/// preemption check, as every operation here waits for another task.
 pub(crate) fn sample(
     ctx: &Context,
     max_n: usize,

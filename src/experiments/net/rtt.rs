@@ -1,7 +1,7 @@
 //! net.rtt: round-trip time of a small message over TCP and UDP to the peer, and of an
 //! ICMP echo the kernel answers itself, each as a distribution of single round trips.
 
-use super::{describe_cpus, each_target, main_cpu, predict_each, sample, PeerTarget};
+use super::{describe_cpus, each_target, main_cpu, percentiles, predict_each, sample, PeerTarget};
 use crate::analysis::Separation;
 use crate::experiments::kit::place::Place;
 use crate::experiments::predict::{Input, Predictions};
@@ -24,8 +24,7 @@ const UDP_MSG: usize = 8;
 const MAX_SAMPLES: PerProfile<usize> = PerProfile::new(2_000, 20_000, 100_000, 300_000);
 const WARMUP: PerProfile<usize> = PerProfile::new(50, 500, 500, 500);
 
-/// What the client saw of an echo session: round trips made and replies that differed
-/// from the message sent.
+/// Round trips the client made in an echo session, and replies unlike the message sent.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EchoCount {
     pub round_trips: u64,
@@ -35,31 +34,20 @@ pub struct EchoCount {
 /// Premise: every reply equalled the message sent (its bytes change every round trip, so
 /// a stale reply differs) and the peer echoed as many messages as the client sent.
 pub fn echo_check(name: &str, c: EchoCount, peer_messages: u64, where_: &str) -> Check {
-    Check::premise(
-        &format!("{name}: the peer echoed every round trip"),
-        c.round_trips > 0 && c.mismatched == 0 && peer_messages == c.round_trips,
-        format!(
-            "{} round trips, {} replies differing from the message sent, {} messages echoed by the peer; {where_}",
-            c.round_trips, c.mismatched, peer_messages
-        ),
-    )
+    let (n, bad, echoed) = (c.round_trips, c.mismatched, peer_messages);
+    let detail = format!("{n} round trips, {bad} replies differing from the message sent, {echoed} messages echoed by the peer; {where_}");
+    let name = format!("{name}: the peer echoed every round trip");
+    Check::premise(&name, n > 0 && bad == 0 && echoed == n, detail)
 }
 
 /// One TCP echo session: round trips (ns), the peer's report, the client's count and
 /// where the client ran before each round trip.
-struct TcpEcho {
-    v: Vec<f64>,
-    report: EchoReport,
-    count: EchoCount,
-    client: Place,
-}
-
 fn tcp_echo(
     ctx: &Context,
     t: &PeerTarget,
     pin_cpu: i32,
     budget: Duration,
-) -> anyhow::Result<TcpEcho> {
+) -> anyhow::Result<(Vec<f64>, EchoReport, EchoCount, Place)> {
     let mut s = t.client.open(&Request::Echo {
         size: TCP_MSG as u32,
         pin_cpu,
@@ -88,13 +76,7 @@ fn tcp_echo(
         .harness(1)
         .try_sample_with(&spec, || Ok(client.look()), |_| once(), |_, _| {})?
         .ns;
-    let report = s.finish_echo()?;
-    Ok(TcpEcho {
-        v,
-        report,
-        count,
-        client,
-    })
+    Ok((v, s.finish_echo()?, count, client))
 }
 
 /// Premise of a pinned figure: the client stayed on its CPU and the peer on the CPU it
@@ -107,25 +89,18 @@ pub(crate) fn placement_check(
     peer: &[(u32, u64)],
 ) -> Check {
     let peer_on = main_cpu(peer).is_some_and(|(c, s)| c as usize == pin && s > 0.99);
-    let client_on = client.looks > 0 && client.off() * 100 < client.looks;
-    Check::premise(
-        &format!("{name}: client and peer ran where asked"),
-        client_on && peer_pinned && peer_on,
-        format!(
-            "client asked for CPU {}, off it in {} of {} round trips; peer asked for CPU {pin}{}, ran on {}",
-            client.cpu,
-            client.off(),
-            client.looks,
-            if peer_pinned { "" } else { " (could not pin)" },
-            describe_cpus(peer)
-        ),
-    )
+    let (cpu, off, looks) = (client.cpu, client.off(), client.looks);
+    let client_on = looks > 0 && off * 100 < looks;
+    let unpinned = if peer_pinned { "" } else { " (could not pin)" };
+    let ran = describe_cpus(peer);
+    let detail = format!("client asked for CPU {cpu}, off it in {off} of {looks} round trips; peer asked for CPU {pin}{unpinned}, ran on {ran}");
+    let name = format!("{name}: client and peer ran where asked");
+    Check::premise(&name, client_on && peer_pinned && peer_on, detail)
 }
 
-/// Round trips that may go unanswered (`once` says whether the reply came): an untimed
-/// warm-up, which ends after three losses in a row when `impatient` (each costs a
-/// receive timeout), then up to `max` timed ones. The answered round trips and the count
-/// of lost ones; None when no warm-up round trip was answered.
+/// Round trips that may go unanswered (`once` says whether the reply came), answered ones
+/// timed and lost ones counted; None when no warm-up round trip was answered, and the
+/// warm-up ends after three losses in a row when `impatient` (each costs a timeout).
 fn lossy(
     ctx: &Context,
     warm: usize,
@@ -157,8 +132,7 @@ fn lossy(
     let kept = v
         .into_iter()
         .zip(&lost)
-        .filter(|(_, &l)| !l)
-        .map(|(x, _)| x);
+        .filter_map(|(x, &l)| (!l).then_some(x));
     Ok(Some((kept.collect(), n_lost)))
 }
 
@@ -167,7 +141,7 @@ fn udp_echo(ctx: &Context, t: &PeerTarget, budget: Duration) -> anyhow::Result<(
     let s = t.client.open(&Request::UdpEcho {
         max_size: UDP_MSG as u32,
     })?;
-    let dest = SocketAddr::new(t.addr().ip(), s.port);
+    let dest = SocketAddr::new(t.client.addr.ip(), s.port);
     let sock = super::udp_to(dest)?;
     sock.set_read_timeout(Some(Duration::from_millis(200)))?;
     let mut seq: u64 = 0;
@@ -195,7 +169,7 @@ fn icmp_echo(
     t: &PeerTarget,
     budget: Duration,
 ) -> Result<(Vec<f64>, u64, &'static str), String> {
-    let std::net::IpAddr::V4(ip) = t.addr().ip() else {
+    let std::net::IpAddr::V4(ip) = t.client.addr.ip() else {
         return Err("ICMP echo is implemented for IPv4 peers only".into());
     };
     let mut p = super::icmp::Pinger::open(ip, Duration::from_millis(500))?;
@@ -216,11 +190,6 @@ fn icmp_echo(
     }
 }
 
-fn pct(out: &Outcome, name: &str) -> Option<(f64, f64, f64)> {
-    let p = out.get(name)?.summary.percentiles.clone()?;
-    Some((p.p50, p.p90, p.p99))
-}
-
 const SPEC: Spec = Spec {
     id: "net.rtt",
     title: "Network round-trip time",
@@ -234,6 +203,11 @@ const SPEC: Spec = Spec {
 /// Why every figure here is a lower bound.
 const STACK: &str = "the protocol stack's path has no published cost in the parts table";
 
+/// Why a remote peer's round trips get no prediction.
+const REMOTE: &str = "a remote peer: its host's system calls and wake-ups and the path to it \
+                      have no figure measured there or published, and this host's figures would \
+                      price it as loopback";
+
 /// A lower bound: `formula` of the primitives, the stack's own path left out.
 fn lower(value: f64, formula: &str) -> Prediction {
     Prediction::new(value, format!("{formula}, a lower bound: {STACK}")).lower_bound()
@@ -244,15 +218,9 @@ impl Experiment for Rtt {
         &SPEC
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        predict_each(ctx, |p, peer| {
-            match peer {
+        predict_each(ctx, |p, peer| match peer {
             None => predict_loopback(p),
-            Some(_) => p.withhold(
-                &["tcp", "udp", "icmp"],
-                "a remote peer: its host's system calls and wake-ups and the path to it have no \
-                 figure measured there or published, and this host's figures would price it as loopback",
-            ),
-        }
+            Some(_) => p.withhold(&["tcp", "udp", "icmp"], REMOTE),
         })
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
@@ -266,95 +234,85 @@ pub(super) fn cross_plans(ctx: &Context) -> Vec<CrossPlan> {
     ctx.machine.topology.cross_cpu_plans(ctx.cpu, allowed)
 }
 
-/// Lower bounds: per round trip the client's send and receive and the peer's receive and
-/// send (4 system calls) and the peer's two wake-ups, as two switches on one CPU or two
-/// cross-CPU wake-ups (cpu.thread-switch's cross-CPU round trip less its pipe work); the
-/// unpinned peer may run on either, so it gets the cheaper.
+/// Lower bounds of 4 system calls and the peer's two wake-ups per round trip, on one CPU
+/// or across (docs/methods/net.rtt.md); the unpinned peer may run on either, so it gets
+/// the cheaper.
 fn predict_loopback(p: &mut Predictions) {
-    let ctx = p.ctx();
     let sys = p.earlier("cpu.syscall", &["getppid"]);
     let calls = |n: f64| {
-        Input::method(
-            "system_calls",
-            n,
-            "calls",
-            "method: the calls one round trip makes",
-        )
+        let why = "method: the calls one round trip makes";
+        Input::method("system_calls", n, "calls", why)
     };
     let four = calls(4.0);
     let sw = p.earlier("cpu.thread-switch", &["switch"]).positive();
-    let two = Input::method(
-        "switches",
-        2.0,
-        "switches",
-        "method: to the peer and back on one CPU",
-    );
+    let why = "method: to the peer and back on one CPU";
+    let two = Input::method("switches", 2.0, "switches", why);
     let pipe = p.earlier("cpu.thread-switch", &["pipe_cost"]);
-    let plans = cross_plans(ctx);
+    let plans = cross_plans(p.ctx());
     let wakes: Vec<Input> = plans
         .iter()
         .map(|plan| {
             let rt = format!("pipe_round_trip_cross_cpu{}", plan.suffix);
             let measured = p.earlier("cpu.thread-switch", &[&rt]);
-            let why = measured
+            let why = (measured
                 .why_missing()
                 .or(pipe.why_missing())
-                .map(str::to_string);
+                .map(str::to_string))
+            .unwrap_or_else(|| format!("cpu.thread-switch's {rt} was not above its pipe_cost"));
             let v = measured.value().zip(pipe.value()).map(|(r, q)| r - q);
-            Input::measured(
-                &format!("cross_cpu_wake_ups{}", plan.suffix),
-                v.filter(|w| *w > 0.0),
-                "ns",
-                format!("measured: cpu.thread-switch {rt} less pipe_cost"),
-                why.unwrap_or_else(|| {
-                    format!("cpu.thread-switch's {rt} was not above its pipe_cost")
-                }),
-            )
+            let source = format!("measured: cpu.thread-switch {rt} less pipe_cost");
+            let name = format!("cross_cpu_wake_ups{}", plan.suffix);
+            Input::measured(&name, v.filter(|w| *w > 0.0), "ns", source, why)
         })
         .collect();
-    let calls_only = |why: &str| {
-        let why = format!("{why}; a lower bound: {STACK}");
-        move |v: &[f64]| Prediction::new(4.0 * v[0], format!("4 x getppid ({why})")).lower_bound()
-    };
     let same = [&sys, &four, &sw, &two];
     let one_cpu = |v: &[f64]| lower(4.0 * v[0] + 2.0 * v[2], "4 x getppid + 2 x thread switch");
     if crate::platform::pin_support().reason().is_none() && !plans.is_empty() {
         p.state("tcp_same_cpu", &same, one_cpu);
         for (plan, w) in plans.iter().zip(&wakes) {
             let name = format!("tcp_cross_cpu{}", plan.suffix);
-            match w.why_missing() {
-                None => p.state(&name, &[&sys, &four, w], |v| {
-                    lower(4.0 * v[0] + v[2], "4 x getppid + 2 cross-CPU wake-ups")
-                }),
-                Some(why) => p.state(&name, &[&sys, &four], calls_only(why)),
-            }
+            or_calls(p, [&sys, &four], &name, &[w], |v| {
+                lower(4.0 * v[0] + v[2], "4 x getppid + 2 cross-CPU wake-ups")
+            });
         }
     }
+    let either: Vec<&Input> = [&sw, &two].into_iter().chain(&wakes).collect();
     for name in ["tcp", "udp"] {
         if plans.is_empty() {
             // No other CPU: the peer shares the client's.
             p.state(name, &same, one_cpu);
-        } else if let Some(why) = sw
-            .why_missing()
-            .or(wakes.iter().find_map(|w| w.why_missing()))
-        {
-            p.state(name, &[&sys, &four], calls_only(why));
-        } else {
-            let inputs: Vec<&Input> = same.iter().copied().chain(&wakes).collect();
-            p.state(name, &inputs, |v| {
-                let cross = v[4..].iter().copied().fold(f64::INFINITY, f64::min);
-                lower(
-                    4.0 * v[0] + (2.0 * v[2]).min(cross),
-                    "4 x getppid + the cheaper of 2 thread switches (the peer on the client's \
-                     CPU) and 2 cross-CPU wake-ups (on another: the scheduler places it)",
-                )
-            });
+            continue;
         }
+        or_calls(p, [&sys, &four], name, &either, |v| {
+            let cross = v[4..].iter().copied().fold(f64::INFINITY, f64::min);
+            lower(
+                4.0 * v[0] + (2.0 * v[2]).min(cross),
+                "4 x getppid + the cheaper of 2 thread switches (the peer on the client's \
+                 CPU) and 2 cross-CPU wake-ups (on another: the scheduler places it)",
+            )
+        });
     }
     // An ICMP echo is answered by the peer's kernel: the client's send and receive only.
     p.state("icmp", &[&sys, &calls(2.0)], |v| {
         lower(2.0 * v[0], "2 x getppid")
     });
+}
+
+/// `name` from the calls and `extra`, or from the calls alone where an extra input is missing.
+fn or_calls(
+    p: &mut Predictions,
+    calls: [&Input; 2],
+    name: &str,
+    extra: &[&Input],
+    f: impl FnOnce(&[f64]) -> Prediction,
+) {
+    match extra.iter().find_map(|i| i.why_missing()) {
+        None => p.state(name, &[&calls[..], extra].concat(), f),
+        Some(why) => p.state(name, &calls, |v| {
+            let f = format!("4 x getppid ({why}; a lower bound: {STACK})");
+            Prediction::new(4.0 * v[0], f).lower_bound()
+        }),
+    }
 }
 
 /// One target's round trips into `out`; the cross-CPU plans it measured.
@@ -376,45 +334,39 @@ fn measure(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<V
     let parts = if plans.is_empty() { 4 } else { 5 + plans.len() };
     let slice = ctx.budget * 8 / 10 / parts as u32;
     let client_cpu = ctx.cpu;
-    let pinned = plans.iter().map(|p| {
+    let mut runs = vec![(t.name("tcp"), None, String::new())];
+    if !plans.is_empty() {
+        let what = "peer pinned to the client's CPU".into();
+        runs.push(("tcp_same_cpu".into(), Some(client_cpu), what));
+    }
+    runs.extend(plans.iter().map(|p| {
         let what = format!("peer pinned to another CPU, {}", p.class_name());
         (format!("tcp_cross_cpu{}", p.suffix), Some(p.cpu), what)
-    });
-    let same = (
-        "tcp_same_cpu".into(),
-        Some(client_cpu),
-        "peer pinned to the client's CPU".into(),
-    );
-    let unpinned = std::iter::once((t.name("tcp"), None, String::new()));
-    let pinned = (!plans.is_empty())
-        .then_some(same)
-        .into_iter()
-        .chain(pinned);
-    for (name, pin, what) in unpinned.chain(pinned) {
+    }));
+    for (name, pin, what) in runs {
         (ctx.progress)(&name);
         let budget = if pin.is_none() { slice * 2 } else { slice };
-        let e = tcp_echo(ctx, t, pin.map_or(-1, |c| c as i32), budget)?;
-        let rep = &e.report;
+        let (v, report, count, client) = tcp_echo(ctx, t, pin.map_or(-1, |c| c as i32), budget)?;
+        let (messages, cpus) = (report.messages, &report.cpus);
         let Some(pin) = pin else {
-            let where_ = unpinned_where(t, client_cpu, &rep.cpus);
-            out.check(echo_check(&name, e.count, rep.messages, &where_));
+            let where_ = unpinned_where(t, client_cpu, cpus);
+            out.check(echo_check(&name, count, messages, &where_));
             let what = format!("TCP_NODELAY ping-pong of {TCP_MSG} byte with {}", t.label);
-            out.distribution(&name, "ns", &format!("{what}; {where_}"), e.v);
+            out.distribution(&name, "ns", &format!("{what}; {where_}"), v);
             continue;
         };
         let where_ = format!("peer pinned to CPU {pin}");
-        out.check(echo_check(&name, e.count, rep.messages, &where_));
-        let placed = placement_check(&name, &e.client, pin, rep.pinned, &rep.cpus);
-        let ok = placed.passed;
-        out.check(placed);
-        if ok {
+        out.check(echo_check(&name, count, messages, &where_));
+        let placed = placement_check(&name, &client, pin, report.pinned, cpus);
+        if placed.passed {
             let desc = format!("TCP round trip, client on CPU {client_cpu}, {what} ({pin})");
-            out.distribution(&name, "ns", &desc, e.v);
+            out.distribution(&name, "ns", &desc, v);
         } else {
             out.notes.push(format!(
                 "{name}: not reported, client or peer did not stay on its CPU ({client_cpu}, {pin})"
             ));
         }
+        out.check(placed);
     }
     udp_and_icmp(ctx, t, slice, out);
     Ok(plans)
@@ -458,7 +410,7 @@ fn udp_and_icmp(ctx: &Context, t: &PeerTarget, budget: Duration, out: &mut Outco
     (ctx.progress)("ICMP echo");
     match icmp_echo(ctx, t, budget) {
         Ok((v, lost, kind)) => {
-            let ip = t.addr().ip();
+            let ip = t.client.addr.ip();
             let desc = format!("ICMP echo to {ip} via a {kind}, answered by the kernel");
             add_lossy(out, &t.name("icmp"), v, lost, "echoes unanswered", &desc);
         }
@@ -471,18 +423,15 @@ fn udp_and_icmp(ctx: &Context, t: &PeerTarget, budget: Duration, out: &mut Outco
 }
 
 fn findings(out: &mut Outcome, t: &PeerTarget, plans: &[CrossPlan]) {
-    let (tcp, icmp) = (t.name("tcp"), t.name("icmp"));
-    if let Some((p50, p90, p99)) = pct(out, &tcp) {
-        let [p50, p90, p99] = [p50, p90, p99].map(fmt_ns);
-        let text = format!(
-            "TCP round trip with {}: p50 {p50}, p90 {p90}, p99 {p99}.",
-            t.label
-        );
+    let (tcp, icmp, label) = (t.name("tcp"), t.name("icmp"), &t.label);
+    if let Some(p) = percentiles(out, &tcp) {
+        let [p50, p90, p99] = [p.p50, p.p90, p.p99].map(fmt_ns);
+        let text = format!("TCP round trip with {label}: p50 {p50}, p90 {p90}, p99 {p99}.");
         out.finding(text, &[&tcp]);
     }
     for plan in plans {
         let name = format!("tcp_cross_cpu{}", plan.suffix);
-        let (Some(s), Some(c)) = (pct(out, "tcp_same_cpu"), pct(out, &name)) else {
+        let (Some(s), Some(c)) = (percentiles(out, "tcp_same_cpu"), percentiles(out, &name)) else {
             continue;
         };
         // Decided on the medians' 95% intervals; no wake-up is counted, so the text
@@ -494,27 +443,15 @@ fn findings(out: &mut Outcome, t: &PeerTarget, plans: &[CrossPlan]) {
                 "the cross-CPU placement is the faster one here, beyond both 95% intervals"
             }
         };
-        out.finding(
-            format!(
-                "With the peer on another CPU ({}) a round trip costs {} against {} on the same CPU ({:.2}x): {verdict}.",
-                plan.class_name(),
-                fmt_ns(c.0),
-                fmt_ns(s.0),
-                c.0 / s.0,
-            ),
-            &["tcp_same_cpu", name.as_str()],
-        );
+        let (class, ratio) = (plan.class_name(), c.p50 / s.p50);
+        let [cross, same] = [c.p50, s.p50].map(fmt_ns);
+        let text = format!("With the peer on another CPU ({class}) a round trip costs {cross} against {same} on the same CPU ({ratio:.2}x): {verdict}.");
+        out.finding(text, &["tcp_same_cpu", name.as_str()]);
     }
-    if let (Some(x), Some(y)) = (pct(out, &tcp), pct(out, &icmp)) {
-        out.finding(
-            format!(
-                "An ICMP echo to {} (answered by the kernel) takes {}, {:.0}% of the TCP round trip's p50.",
-                t.addr().ip(),
-                fmt_ns(y.0),
-                100.0 * y.0 / x.0
-            ),
-            &[&icmp, &tcp],
-        );
+    if let (Some(x), Some(y)) = (percentiles(out, &tcp), percentiles(out, &icmp)) {
+        let (ip, echo, share) = (t.client.addr.ip(), fmt_ns(y.p50), 100.0 * y.p50 / x.p50);
+        let text = format!("An ICMP echo to {ip} (answered by the kernel) takes {echo}, {share:.0}% of the TCP round trip's p50.");
+        out.finding(text, &[&icmp, &tcp]);
     }
 }
 
