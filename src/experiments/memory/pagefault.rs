@@ -1,7 +1,7 @@
 //! mem.pagefault: service time of a major page fault (a page read from disk on first
 //! touch of a file mapping), and of a minor fault (first touch of fresh anonymous memory).
 
-use crate::experiments::kit::files::{device_basis, device_of, DeviceReads};
+use crate::experiments::kit::files::{device_basis, device_of, make_file, DeviceReads};
 use crate::experiments::kit::{memory_cap, rss_baseline, rss_check, thread_faults, Pages, Region};
 use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
@@ -11,7 +11,6 @@ use crate::results::{Bottleneck, Check, Prediction};
 use crate::rng::Rng;
 use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::Context as _;
-use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
@@ -123,7 +122,6 @@ fn minor_faults(
             touched += MINOR_BATCH as u64;
         },
     )?;
-    drop(region);
     for v in &mut s.ns {
         *v /= MINOR_BATCH as f64;
     }
@@ -253,19 +251,15 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
     let ps = crate::pagecache::page_size();
     let scratch = ctx.scratch()?;
     let fs = scratch.fs().clone();
+    let memory =
+        ": its pages live in memory and never fault in from a disk; use --scratch-dir on a disk";
+    let why = if fs.memory_backed { memory } else { "" };
+    let dir = scratch.dir().display();
+    let detail = format!("{dir} is on {}{why}", fs.fs_type);
     out.check(Check::premise(
         "scratch file system is disk-backed",
         !fs.memory_backed,
-        format!(
-            "{} is on {}{}",
-            scratch.dir().display(),
-            fs.fs_type,
-            if fs.memory_backed {
-                ": its pages live in memory and never fault in from a disk; use --scratch-dir on a disk"
-            } else {
-                ""
-            }
-        ),
+        detail,
     ));
     if fs.memory_backed {
         return Ok(false);
@@ -278,7 +272,7 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
     }
     (ctx.progress)("writing the file");
     let mut rng = Rng::from_entropy();
-    let f = write_file(scratch, file_len, &mut rng)?;
+    let f = make_file(scratch, "pagefault", file_len as u64, rng.next_u64())?;
     (ctx.progress)("evicting the file from the page cache");
     let ev = crate::pagecache::evict(&f.file, ctx.options.drop_caches)?;
     out.check(Check::premise(
@@ -300,8 +294,6 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
     let n = times.len() as u64;
     device.add(before, device.counter(), n * ps as u64);
     out.check(device.check());
-    drop(map);
-    drop(f);
     out.check(Check::premise(
         "touches were major faults (getrusage)",
         majors as f64 >= 0.9 * n as f64,
@@ -333,28 +325,6 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
     .per_operation()
     .shares(Bottleneck::None);
     Ok(true)
-}
-
-/// An unlinked scratch file of `len` bytes of real data (a sparse file's holes read as
-/// zeros without I/O).
-fn write_file(
-    scratch: &crate::scratch::Scratch,
-    len: usize,
-    rng: &mut Rng,
-) -> anyhow::Result<crate::scratch::ScratchFile> {
-    let mut f = scratch.create_file("pagefault", len as u64)?;
-    f.unlink_now().context("unlinking the scratch file")?;
-    let mut block = vec![0u8; 1 << 20];
-    rng.fill(&mut block);
-    let mut left = len;
-    while left > 0 {
-        let n = left.min(block.len());
-        f.file
-            .write_all(&block[..n])
-            .context("writing the scratch file")?;
-        left -= n;
-    }
-    Ok(f)
 }
 
 /// A page size as text: "4 KiB", "16 KiB", "64 KiB".

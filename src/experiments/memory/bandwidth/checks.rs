@@ -106,9 +106,7 @@ impl Placed {
         v.push(together);
         v
     }
-}
 
-impl Placed {
     fn together_check(&self) -> Check {
         let name = "each team's threads ran together (all of them running for at least half of each kept trial's span, first start to last stop)";
         let (teams, ran, apart) = (self.teams_together, self.trials_together, self.trials_apart);

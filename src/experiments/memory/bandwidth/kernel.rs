@@ -128,23 +128,12 @@ pub(super) const TOGETHER: f64 = 0.5;
 
 /// A team's trials, those set aside for running together less than `TOGETHER` of the
 /// span, the least share of any undisturbed trial, and the undisturbed trials kept.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(super) struct Together {
     pub(super) ran: usize,
     pub(super) apart: usize,
     pub(super) least: f64,
     pub(super) kept: usize,
-}
-
-impl Default for Together {
-    fn default() -> Self {
-        Together {
-            ran: 0,
-            apart: 0,
-            least: 1.0,
-            kept: 0,
-        }
-    }
 }
 
 /// Trials of one thread per part, thread k on `cpus[k]`, in ns per byte of all threads,
@@ -170,7 +159,10 @@ pub(super) fn team(
         }
     };
     let bytes_per_iter = (BLOCK * parts.len()) as f64;
-    let mut together = Together::default();
+    let mut together = Together {
+        least: 1.0,
+        ..Together::default()
+    };
     let (m, placed) = Team::run(ctx.clock, &cpus[..parts.len()], member, |step| {
         measure_trials(ctx.clock, spec, bytes_per_iter, |blocks| {
             let s = step(blocks);

@@ -14,12 +14,8 @@ use crate::machine::Topology;
 use crate::results::Prediction;
 use crate::units::fmt_bytes;
 use checks::Placed;
-#[cfg(test)]
-use kernel::{
-    read_words, read_words_scalar, work, write_words, write_words_nt, write_words_scalar,
-};
 use kernel::{team, Part};
-use predict::{dimm_peak, per_socket, predict_streams};
+use predict::team_peak;
 use std::time::Duration;
 pub(crate) use text::rfo_shown;
 
@@ -149,7 +145,7 @@ impl Experiment for MemBandwidth {
         &SPEC
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        predict_streams(ctx)
+        predict::streams(ctx, ctx.profile)
     }
 
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
@@ -195,7 +191,8 @@ impl Experiment for MemBandwidth {
             out.notes.push("transparent huge pages are not available (/sys/kernel/mm/transparent_hugepage/enabled is 'never' or missing): base pages only".into());
         }
         if numa {
-            numa::per_node(&mut run, &nodes, &mut out)?;
+            numa::remote_reads(&mut run, &nodes, &mut out)?;
+            numa::latency_matrix(&mut run, &nodes, &mut out)?;
         }
         out.check(kit::rss_check(rss0, size as u64));
         out.notes.push(format!(
@@ -205,7 +202,7 @@ impl Experiment for MemBandwidth {
         for c in std::mem::take(&mut run.placed).checks(numa) {
             out.check(c);
         }
-        let peak = dimm_peak(ctx).map(|(p, src)| per_socket(&topo, &cpus, p, src));
+        let peak = team_peak(ctx, &topo, &cpus);
         // The by-thread series are this run's (the runner names it); the conclusions use
         // the pooled metrics.
         out.pool(ctx);
@@ -223,9 +220,9 @@ fn placement_topology(ctx: &Context) -> Topology {
     t
 }
 
-/// `t` parts of whole blocks over a buffer of `size` bytes at `base`.
-fn parts_of(base: usize, size: usize, t: usize) -> Vec<Part> {
-    let len = size / t / BLOCK * BLOCK;
+/// `t` parts of whole blocks over `region`.
+fn parts_of(region: &Region, t: usize) -> Vec<Part> {
+    let (base, len) = (region.as_ptr() as usize, region.len() / t / BLOCK * BLOCK);
     (0..t)
         .map(|k| Part {
             base: base + k * len,
@@ -322,7 +319,7 @@ impl Streams<'_, '_> {
             // pages sit on the node of the CPU that reads them.
             (ctx.progress)(&format!("{t} thread(s) fault in their parts"));
             let region = Region::new(size, Pages::Base)?;
-            let parts = parts_of(region.as_ptr() as usize, size, t);
+            let parts = parts_of(&region, t);
             let here = plan.iter().filter(|f| f.threads == t && !f.huge);
             for (i, f) in here.enumerate() {
                 let med = self.measure(f, &parts, i == 0, out);
@@ -392,33 +389,24 @@ impl Streams<'_, '_> {
         region.prefault();
         region.as_mut_slice().fill(0x5a);
         let frac = region.huge_bytes().unwrap_or(0) as f64 / size as f64;
-        let backed = frac >= 0.5;
+        let (backed, pct, buffer) = (frac >= 0.5, frac * 100.0, fmt_bytes(size as f64));
         out.check(crate::results::Check::sanity(
             "huge pages back the huge-page buffer",
             backed,
-            format!(
-                "{:.0}% of {} backed by transparent huge pages (AnonHugePages in /proc/self/smaps)",
-                frac * 100.0,
-                fmt_bytes(size as f64)
-            ),
+            format!("{pct:.0}% of {buffer} backed by transparent huge pages (AnonHugePages in /proc/self/smaps)"),
         ));
         if !backed {
             out.notes.push("the kernel did not back most of the huge-page buffer with huge pages (fragmented memory or THP defrag policy): no huge-page figures".into());
             return Ok(());
         }
-        let part = [Part {
-            base: region.as_ptr() as usize,
-            len: size / BLOCK * BLOCK,
-        }];
+        let part = parts_of(&region, 1);
         for f in plan.iter().filter(|f| f.huge) {
             let (op, name) = (f.op, f.name());
             (ctx.progress)(&format!("{} with 1 thread, huge pages", op.name()));
             let m = self.stream(&name, op, &part, false);
             let what = format!(
-                "{}, 1 thread, {} buffer on huge pages ({:.0}% backed)",
-                op.describe(),
-                fmt_bytes(size as f64),
-                frac * 100.0
+                "{}, 1 thread, {buffer} buffer on huge pages ({pct:.0}% backed)",
+                op.describe()
             );
             bandwidth(out, &name, Some(&what), &m);
         }
@@ -428,6 +416,10 @@ impl Streams<'_, '_> {
 
 #[cfg(test)]
 mod tests {
+    use super::kernel::{
+        read_words, read_words_scalar, work, write_words, write_words_nt, write_words_scalar,
+    };
+    use super::predict::per_socket;
     use super::*;
 
     #[test]

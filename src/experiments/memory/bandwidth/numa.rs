@@ -2,7 +2,7 @@
 //! latency matrix.
 
 use super::kernel::{touch, Part};
-use super::{Op, Streams, BLOCK};
+use super::{parts_of, Op, Streams};
 use crate::experiments::kit::team::Team;
 use crate::experiments::kit::{self, measure_raw, Pages, Region};
 use crate::experiments::memory::latency::{chase, lay, UNROLL};
@@ -22,16 +22,6 @@ fn on_cpu<R: Send>(run: &mut Streams, what: &str, cpu: usize, f: impl FnOnce() -
     let (r, placed) = Team::once(run.ctx.clock, cpu, f);
     run.placed.add(what, &placed);
     r
-}
-
-/// Remote reads and the node latency matrix; `nodes` (node, CPUs), this thread's first.
-pub(super) fn per_node(
-    run: &mut Streams,
-    nodes: &[(usize, Vec<usize>)],
-    out: &mut Outcome,
-) -> anyhow::Result<()> {
-    remote_reads(run, nodes, out)?;
-    latency_matrix(run, nodes, out)
 }
 
 const REMOTE_READ: &str = "a stream from another node's memory is limited by the \
@@ -68,8 +58,9 @@ fn remote_name(prefix: &str, nodes: usize, b: usize) -> String {
     }
 }
 
-/// Read bandwidth of this thread (on the home node) from each other node's memory.
-fn remote_reads(
+/// Read bandwidth of this thread (on the home node, `nodes[0]`) from each other node's
+/// memory.
+pub(super) fn remote_reads(
     run: &mut Streams,
     nodes: &[(usize, Vec<usize>)],
     out: &mut Outcome,
@@ -78,10 +69,7 @@ fn remote_reads(
     let home = nodes[0].0;
     for (b, cpus_b) in &nodes[1..] {
         let region = Region::new(run.size, Pages::Base)?;
-        let part = Part {
-            base: region.as_ptr() as usize,
-            len: run.size / BLOCK * BLOCK,
-        };
+        let part = parts_of(&region, 1)[0];
         let name = format!("{}_1t", remote_name("read", nodes.len(), *b));
         (ctx.progress)(&format!("{name}: memory faulted in on node {b}"));
         on_cpu(run, &name, cpus_b[0], || touch(part));
@@ -105,7 +93,7 @@ fn remote_reads(
 }
 
 /// Load latency, CPU node x memory node, of a random chase laid on the memory node.
-fn latency_matrix(
+pub(super) fn latency_matrix(
     run: &mut Streams,
     nodes: &[(usize, Vec<usize>)],
     out: &mut Outcome,

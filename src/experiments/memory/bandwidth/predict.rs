@@ -5,27 +5,31 @@
 use super::{buffer, figures, numa, placement_topology, Op};
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{Context, Profile};
+use crate::machine::Topology;
 use crate::results::Prediction;
 use crate::units::fmt_bytes;
 
-/// Theoretical peak of the DIMMs (speed x width x channels), or why it is unknown.
-pub(super) fn dimm_peak(ctx: &Context) -> Result<(f64, String), String> {
+/// The DIMMs' theoretical peak (speed x width x channels) of the sockets `cpus` are on,
+/// or why it is unknown.
+pub(super) fn team_peak(ctx: &Context, topo: &Topology, cpus: &[usize]) -> Peak {
     let m = &ctx.machine.memory;
-    match m.peak_bandwidth_bytes_per_s {
-        Some(peak) => Ok((peak, format!("machine: {}", m.peak_bandwidth_note))),
-        None => Err(m.peak_bandwidth_note.clone()),
-    }
+    let peak = m.peak_bandwidth_bytes_per_s.ok_or(&m.peak_bandwidth_note)?;
+    Ok(per_socket(
+        topo,
+        cpus,
+        peak,
+        format!("machine: {}", m.peak_bandwidth_note),
+    ))
 }
+
+/// The DIMMs' peak and its source, or why it is unknown.
+pub(super) type Peak = Result<(f64, String), String>;
 
 const COPY_UNKNOWN: &str = "memcpy picks its stores by size and CPU (rep movsb, vector or \
     non-temporal stores), so whether each destination line is first read for ownership (2 \
     fills per line, or 1) is not known here, and no measured primitive prices the copy";
 const NT_UNKNOWN: &str = "non-temporal stores fill no line: their rate is how fast the \
     write-combining buffers drain to memory, which no measured primitive or table entry gives";
-
-pub(super) fn predict_streams(ctx: &Context) -> Vec<(String, Prediction)> {
-    streams(ctx, ctx.profile)
-}
 
 /// The predictions of the figures `run` keeps as metrics (one thread, and all `n`), and of
 /// the NUMA metrics.
@@ -45,8 +49,7 @@ pub(super) fn streams(ctx: &Context, profile: Profile) -> Vec<(String, Predictio
             (1, Op::WriteNt) => p.withhold(&[&name], NT_UNKNOWN),
             (1, op) => p.state(&name, &[&line, &seq], |v| one_core(op, v[0] / v[1] * 1e9)),
             (k, op) if k == n => {
-                let peak = dimm_peak(ctx)
-                    .map(|(pk, src)| per_socket(&topo, &topo.spread(allowed, k), pk, src));
+                let peak = team_peak(ctx, &topo, &topo.spread(allowed, k));
                 p.add(&name, team_bound(op, k, peak));
             }
             // Intermediate teams are a series, not metrics.
@@ -116,7 +119,7 @@ fn one_core(op: Op, rate: f64) -> Prediction {
 
 /// A team of `k` threads: only the DIMMs' peak over the bus lines each line of `op` needs
 /// at least bounds it; without the peak, nothing.
-fn team_bound(op: Op, k: usize, peak: Result<(f64, String), String>) -> Prediction {
+fn team_bound(op: Op, k: usize, peak: Peak) -> Prediction {
     let (peak, src) = match peak {
         Ok(p) => p,
         Err(why) => {
@@ -151,12 +154,7 @@ fn team_bound(op: Op, k: usize, peak: Result<(f64, String), String>) -> Predicti
 /// used. One package: the machine's peak. Where NUMA nodes are finer than packages
 /// (sub-NUMA clustering: each node has its share of a socket's channels), the share is
 /// per node instead.
-pub(super) fn per_socket(
-    t: &crate::machine::Topology,
-    cpus: &[usize],
-    peak: f64,
-    src: String,
-) -> (f64, String) {
+pub(super) fn per_socket(t: &Topology, cpus: &[usize], peak: f64, src: String) -> (f64, String) {
     let packages = t.packages.unwrap_or(1);
     let by_node =
         t.numa_nodes.is_some_and(|n| n > packages) && t.cpus.iter().all(|c| c.node.is_some());

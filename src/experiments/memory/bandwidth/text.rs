@@ -1,6 +1,7 @@
 //! mem.bandwidth's conclusions: findings and the scaling check drawn from its metrics,
 //! each claim said only as far as the data supports it.
 
+use super::predict::Peak;
 use crate::analysis::{separation, Separation};
 use crate::experiments::Outcome;
 use crate::results::Check;
@@ -76,7 +77,7 @@ fn huge_vs_base(out: &Outcome) -> Option<String> {
 }
 
 /// The findings from the metrics (`n` threads at most; `peak` the DIMMs', or why not).
-pub(super) fn conclusions(out: &mut Outcome, n: usize, peak: Result<(f64, String), String>) {
+pub(super) fn conclusions(out: &mut Outcome, n: usize, peak: Peak) {
     let med = |name: &str| out.get(name).map(|m| m.summary.median);
     let (r1, w1, c1) = (med("read_1t"), med("write_1t"), med("copy_1t"));
     let scalar = (med("read_scalar_1t"), med("write_scalar_1t"));
@@ -108,12 +109,8 @@ pub(super) fn conclusions(out: &mut Outcome, n: usize, peak: Result<(f64, String
                 &["read_scalar_1t", "write_scalar_1t", "read_1t", "write_1t"],
             );
     }
-    let summary = |name: &str| out.get(name).map(|m| m.summary.clone());
-    if let (Some(r), Some(w), Some(nt)) = (
-        summary("read_1t"),
-        summary("write_1t"),
-        summary("write_nt_1t"),
-    ) {
+    let s = |name: &str| out.get(name).map(|m| m.summary.clone());
+    if let (Some(r), Some(w), Some(nt)) = (s("read_1t"), s("write_1t"), s("write_nt_1t")) {
         let from = ["write_nt_1t", "write_1t", "read_1t"];
         out.finding(nt_vs_write(&r, &w, &nt), &from);
     }
@@ -124,29 +121,23 @@ pub(super) fn conclusions(out: &mut Outcome, n: usize, peak: Result<(f64, String
 /// The N-thread read against one thread's, as a finding and the scaling check.
 fn scaling(out: &mut Outcome, n: usize, r1: Option<f64>) {
     let rn = format!("read_{n}t");
-    let (Some(r), Some(rall)) = (r1, out.get(&rn).map(|m| m.summary.median)) else {
+    let rall = out.get(&rn).filter(|_| n > 1).map(|m| m.summary.median);
+    let (Some(r), Some(rall)) = (r1, rall) else {
         return;
     };
-    if n <= 1 {
-        return;
-    }
+    let (all, one) = (fmt_bandwidth(rall), fmt_bandwidth(r));
     let text = format!(
-        "{n} threads read {} together, {:.2}x one thread.",
-        fmt_bandwidth(rall),
+        "{n} threads read {all} together, {:.2}x one thread.",
         rall / r
     );
     out.finding(text, &["read_1t", rn.as_str()]);
-    let (all, one) = (fmt_bandwidth(rall), fmt_bandwidth(r));
     let detail = format!("{n} threads {all}, 1 thread {one}");
-    out.check(Check::sanity(
-        "more threads do not read slower",
-        rall >= 0.8 * r,
-        detail,
-    ));
+    let name = "more threads do not read slower";
+    out.check(Check::sanity(name, rall >= 0.8 * r, detail));
 }
 
 /// The best read against the DIMMs' theoretical peak, or why the peak is unknown.
-fn against_peak(out: &mut Outcome, peak: Result<(f64, String), String>) {
+fn against_peak(out: &mut Outcome, peak: Peak) {
     let (peak, src) = match peak {
         Ok(p) => p,
         Err(why) => return out.notes.push(format!("theoretical peak unknown: {why}")),
