@@ -114,10 +114,9 @@ impl Placed {
         if teams == 0 {
             return Check::premise(name, true, "no team of more than one thread ran");
         }
-        match self.apart.is_empty() {
-            true => Check::premise(name, true, counts),
-            false => Check::premise(name, false, format!("{counts}: {}", self.apart.join("; "))),
-        }
+        let failed =
+            (!self.apart.is_empty()).then(|| format!("{counts}: {}", self.apart.join("; ")));
+        premise(name, failed, None, counts)
     }
 }
 

@@ -81,12 +81,8 @@ pub(super) struct Part {
 
 /// Streams `blocks` blocks of `op` over the part from `*pos`, wrapping.
 pub(super) fn work(op: Op, part: Part, pos: &mut usize, blocks: u64, pattern: u64) -> u64 {
-    let half = part.len / 2 / BLOCK * BLOCK;
-    let span = if op == Op::Copy {
-        half
-    } else {
-        part.len / BLOCK * BLOCK
-    };
+    let (half, whole) = (part.len / 2 / BLOCK * BLOCK, part.len / BLOCK * BLOCK);
+    let span = if op == Op::Copy { half } else { whole };
     let mut x = 0u64;
     for _ in 0..blocks {
         if *pos + BLOCK > span {

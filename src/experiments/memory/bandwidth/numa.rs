@@ -51,10 +51,9 @@ pub(super) fn predictions(p: &mut Predictions, topo: &Topology, allowed: &[usize
 
 /// `read_remote` or `read_remote_node3` style names: the node only when there are several.
 fn remote_name(prefix: &str, nodes: usize, b: usize) -> String {
-    if nodes == 2 {
-        format!("{prefix}_remote")
-    } else {
-        format!("{prefix}_remote_node{b}")
+    match nodes {
+        2 => format!("{prefix}_remote"),
+        _ => format!("{prefix}_remote_node{b}"),
     }
 }
 
@@ -106,6 +105,7 @@ pub(super) fn latency_matrix(
     let size = (4 * llc).max(64 << 20).min(run.size);
     let len = size / line * line;
     let next = sattolo(size / line, &mut Rng::new(0x6e75_6d61));
+    let (clock, spec) = (ctx.clock, run.spec);
     let mut rows: Vec<Vec<[f64; 2]>> = vec![Vec::new(); nodes.len()];
     for (b, cpus_b) in nodes {
         let mut region = Region::new(len, Pages::Base)?;
@@ -115,9 +115,8 @@ pub(super) fn latency_matrix(
         run.placed
             .pages_on_nodes(vec![Some(*b)], &[Part { base, len }]);
         for (ai, (a, cpus_a)) in nodes.iter().enumerate() {
-            (ctx.progress)(&format!("latency from node {a} to node {b}"));
-            let (clock, spec) = (ctx.clock, run.spec);
             let what = format!("latency from node {a} to node {b}");
+            (ctx.progress)(&what);
             let m = on_cpu(run, &what, cpus_a[0], move || {
                 let mut p = base as *const u8;
                 let m = measure_raw(clock, spec, UNROLL as f64, |iters| {

@@ -43,37 +43,36 @@ pub(super) fn nt_vs_write(r: &Summary, w: &Summary, nt: &Summary) -> String {
 
 /// Huge against base pages, one thread: the page size named as the cause only when every
 /// stream is faster beyond the 95% intervals.
-fn huge_vs_base(out: &Outcome) -> Option<String> {
-    let mut parts = Vec::new();
-    let mut seps = Vec::new();
+fn huge_vs_base(out: &mut Outcome) {
+    let (mut parts, mut from, mut all_faster) = (Vec::new(), Vec::new(), true);
     for (verb, name) in [("reads", "read"), ("writes", "write"), ("copies", "copy")] {
         let (base, huge) = (format!("{name}_1t"), format!("{name}_thp_1t"));
-        let (b, h) = (
-            out.get(&base)?.summary.median,
-            out.get(&huge)?.summary.median,
-        );
+        let (Some(b), Some(h)) = (out.get(&base), out.get(&huge)) else {
+            return;
+        };
+        let (b, h) = (b.summary.median, h.summary.median);
         let sep = out.separation(&huge, &base);
         let mark = match sep {
             Separation::Above => "faster beyond noise",
             Separation::Overlap => "within noise",
             Separation::Below => "slower beyond noise",
         };
-        let change = (h / b - 1.0) * 100.0;
-        parts.push(format!(
-            "{verb} {} ({change:+.0}%, {mark})",
-            fmt_bandwidth(h)
-        ));
-        seps.push(sep);
+        all_faster &= sep == Separation::Above;
+        let (bw, change) = (fmt_bandwidth(h), (h / b - 1.0) * 100.0);
+        parts.push(format!("{verb} {bw} ({change:+.0}%, {mark})"));
+        from.extend([base, huge]);
     }
-    let cause = if seps.iter().all(|&s| s == Separation::Above) {
+    let cause = if all_faster {
         ": with the loops unchanged, the difference is what the page size changes: TLB misses and page walks, and how the buffer lies in physical memory (its spread over DRAM channels and banks, and the page boundaries where the prefetcher stops)"
     } else {
         " (95% intervals): no cost of the base page size is shown for every stream"
     };
-    Some(format!(
+    let text = format!(
         "On huge pages one thread {}, {} and {} against base pages{cause}. The headline figures (read_1t, write_1t, copy_1t) are base pages, what a program gets from malloc unless THP is 'always'.",
         parts[0], parts[1], parts[2]
-    ))
+    );
+    let from: Vec<&str> = from.iter().map(String::as_str).collect();
+    out.finding(text, &from);
 }
 
 /// The findings from the metrics (`n` threads at most; `peak` the DIMMs', or why not).
@@ -81,11 +80,7 @@ pub(super) fn conclusions(out: &mut Outcome, n: usize, peak: Peak) {
     let med = |name: &str| out.get(name).map(|m| m.summary.median);
     let (r1, w1, c1) = (med("read_1t"), med("write_1t"), med("copy_1t"));
     let scalar = (med("read_scalar_1t"), med("write_scalar_1t"));
-    if let Some(t) = huge_vs_base(out) {
-        let pairs = ["read", "write", "copy"].map(|o| [format!("{o}_1t"), format!("{o}_thp_1t")]);
-        let from: Vec<&str> = pairs.iter().flatten().map(String::as_str).collect();
-        out.finding(t, &from);
-    }
+    huge_vs_base(out);
     if let (Some(r), Some(w), Some(c)) = (r1, w1, c1) {
         out.finding(
             format!(
@@ -206,7 +201,8 @@ mod tests {
                 let spread: Vec<f64> = (0..9).map(|i| v * (1.0 + 0.001 * i as f64)).collect();
                 o.metric(name, "bytes/s", "", spread);
             }
-            huge_vs_base(&o).unwrap_or_default()
+            huge_vs_base(&mut o);
+            o.findings.pop().map(|f| f.text).unwrap_or_default()
         };
         let all = with(9.6);
         assert!(all.contains("what the page size changes"), "{all}");
