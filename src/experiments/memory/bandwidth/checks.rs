@@ -59,10 +59,10 @@ impl Placed {
         }
     }
 
-    /// Samples pages of each part against `nodes[k]`, its reader's node.
-    pub(super) fn pages_on_nodes(&mut self, nodes: Vec<Option<usize>>, parts: &[Part]) {
-        for (k, part) in parts.iter().enumerate() {
-            let Some(want) = nodes.get(k).copied().flatten() else {
+    /// Samples pages of each part against its reader's node, where known.
+    pub(super) fn pages_on_nodes(&mut self, nodes: &[Option<usize>], parts: &[Part]) {
+        for (k, (part, &want)) in parts.iter().zip(nodes).enumerate() {
+            let Some(want) = want else {
                 continue;
             };
             let step = (part.len / PAGE_SAMPLES).max(1);

@@ -311,9 +311,7 @@ impl Streams<'_, '_> {
     fn by_threads(&mut self, plan: &[Figure], numa: bool, out: &mut Outcome) -> anyhow::Result<()> {
         let (ctx, size, ops) = (self.ctx, self.size, ops());
         let mut pts: Vec<Vec<[f64; 2]>> = vec![Vec::new(); ops.len()];
-        let mut counts: Vec<usize> = plan.iter().filter(|f| !f.huge).map(|f| f.threads).collect();
-        counts.dedup();
-        for t in counts {
+        for t in thread_counts(self.cpus.len(), ctx.profile) {
             // A fresh buffer per thread count, each thread faulting in its own part: its
             // pages sit on the node of the CPU that reads them.
             (ctx.progress)(&format!("{t} thread(s) fault in their parts"));
@@ -327,10 +325,12 @@ impl Streams<'_, '_> {
                 }
             }
             if numa {
-                let nodes = self.cpus[..t]
+                let nodes: Vec<_> = self
+                    .cpus
                     .iter()
-                    .map(|&c| self.topo.place(c).and_then(|p| p.node));
-                self.placed.pages_on_nodes(nodes.collect(), &parts);
+                    .map(|&c| self.topo.place(c)?.node)
+                    .collect();
+                self.placed.pages_on_nodes(&nodes, &parts);
             }
         }
         for (op, points) in ops.iter().zip(pts) {
@@ -567,10 +567,10 @@ mod tests {
             return; // no NUMA support in this kernel (or macOS)
         };
         let mut p = Placed::default();
-        p.pages_on_nodes(vec![Some(node)], &[part]);
+        p.pages_on_nodes(&[Some(node)], &[part]);
         assert!(p.checks(true)[1].passed);
         let mut p = Placed::default();
-        p.pages_on_nodes(vec![Some(node + 1)], &[part]);
+        p.pages_on_nodes(&[Some(node + 1)], &[part]);
         let c = &p.checks(true)[1];
         assert!(!c.passed && !c.unverified, "{c:?}");
     }

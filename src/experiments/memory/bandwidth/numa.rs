@@ -72,7 +72,7 @@ pub(super) fn remote_reads(
         let name = format!("{}_1t", remote_name("read", nodes.len(), *b));
         (ctx.progress)(&format!("{name}: memory faulted in on node {b}"));
         on_cpu(run, &name, cpus_b[0], || touch(part));
-        run.placed.pages_on_nodes(vec![Some(*b)], &[part]);
+        run.placed.pages_on_nodes(&[Some(*b)], &[part]);
         let m = run.stream(&name, Op::Read, &[part], false);
         let what = format!(
             "{}, 1 thread on CPU {} (node {home}) reading {} first touched by CPU {} (node {b})",
@@ -113,7 +113,7 @@ pub(super) fn latency_matrix(
         on_cpu(run, &what, cpus_b[0], || lay(&mut region, line, &next));
         let base = region.as_ptr() as usize;
         run.placed
-            .pages_on_nodes(vec![Some(*b)], &[Part { base, len }]);
+            .pages_on_nodes(&[Some(*b)], &[Part { base, len }]);
         for (ai, (a, cpus_a)) in nodes.iter().enumerate() {
             let what = format!("latency from node {a} to node {b}");
             (ctx.progress)(&what);
