@@ -111,8 +111,7 @@ fn minor_faults(
         },
         |&mut (batch, _)| {
             for k in 0..MINOR_BATCH {
-                // SAFETY: the batch's MINOR_BATCH pages lie inside the live region; this
-                // is each page's first touch (every batch is handed out once).
+                // SAFETY: inside the live region; each batch is handed out once.
                 unsafe { std::ptr::write_volatile(batch.add(k * ps), 1u8) };
             }
             Ok(())

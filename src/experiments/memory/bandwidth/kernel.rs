@@ -19,8 +19,7 @@ pub(super) fn read_words(s: &[u64]) -> u64 {
     acc.iter().fold(0, |a, &b| a ^ b)
 }
 
-/// Stores `v` into every word: not a repeated byte, so not memset (which goes
-/// non-temporal for large sizes).
+/// Stores `v`, not a repeated byte, so not memset (non-temporal for large sizes).
 #[inline(never)]
 pub(super) fn write_words(s: &mut [u64], v: u64) {
     for w in s.iter_mut() {
@@ -122,8 +121,7 @@ pub(super) fn touch(part: Part) {
 /// unequal speed keep most of it; threads that ran one after another keep none.
 pub(super) const TOGETHER: f64 = 0.5;
 
-/// A team's trials, those set aside for running together less than `TOGETHER` of the
-/// span, the least share of any undisturbed trial, and the undisturbed trials kept.
+/// A team's trials, those set aside as run apart, the least share together, and those kept.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(super) struct Together {
     pub(super) ran: usize,
@@ -132,10 +130,8 @@ pub(super) struct Together {
     pub(super) kept: usize,
 }
 
-/// Trials of one thread per part, thread k on `cpus[k]`, in ns per byte of all threads,
-/// each timed from the first start to the last stop (the slowest thread's own duration
-/// would count threads that ran one after another as together); `first_touch`: each
-/// thread first writes its part, so its pages sit on its node.
+/// Trials of one thread per part on `cpus`, in ns per byte of all threads, each timed from
+/// the first start to the last stop (threads that ran one after another are not together).
 pub(super) fn team(
     ctx: &Context,
     op: Op,

@@ -127,7 +127,6 @@ const SPEC: Spec = Spec {
     title: "Memory bandwidth",
     description: "read, write (and non-temporal write) and copy bandwidth on a buffer far larger than the last-level cache, 1..N threads",
     method: crate::method!("mem.bandwidth"),
-    // Streaming loads and stores.
     bottleneck: crate::results::Bottleneck::Copy,
     budget: Some(PerProfile::new(ms(900), ms(2_000), ms(40_000), ms(120_000))),
     ..Spec::MEMORY
@@ -158,8 +157,7 @@ impl Experiment for MemBandwidth {
         }
         let (size, n) = buffer(ctx.machine, ctx.profile, allowed.len())?;
         buffer_notes(ctx, llc, size, n, allowed.len(), &mut out);
-        // Thread k on cpus[k]: this thread's CPU first, then one per physical core, node
-        // by node, SMT siblings last (Topology::spread).
+        // Thread k on cpus[k]: this CPU first, one per core node by node, SMT siblings last.
         let topo = placement_topology(ctx);
         let cpus = topo.spread(&allowed, n);
         let rss0 = kit::rss_baseline();
@@ -202,8 +200,7 @@ impl Experiment for MemBandwidth {
             out.check(c);
         }
         let peak = team_peak(ctx, &topo, &cpus);
-        // The by-thread series are this run's (the runner names it); the conclusions use
-        // the pooled metrics.
+        // The series are this run's; the conclusions quote the pooled metrics.
         out.pool(ctx);
         text::conclusions(&mut out, n, peak);
         Ok(out)
@@ -312,8 +309,7 @@ impl Streams<'_, '_> {
         let (ctx, size, ops) = (self.ctx, self.size, ops());
         let mut pts: Vec<Vec<[f64; 2]>> = vec![Vec::new(); ops.len()];
         for t in thread_counts(self.cpus.len(), ctx.profile) {
-            // A fresh buffer per thread count, each thread faulting in its own part: its
-            // pages sit on the node of the CPU that reads them.
+            // Each thread faults its own part in: its pages sit on its reader's node.
             (ctx.progress)(&format!("{t} thread(s) fault in their parts"));
             let region = Region::new(size, Pages::Base)?;
             let parts = parts_of(&region, t);
@@ -346,8 +342,7 @@ impl Streams<'_, '_> {
         Ok(())
     }
 
-    /// `op` with one thread per part, a metric for one thread and for all; returns the
-    /// median. `first_touch`: the threads fault their parts in first.
+    /// `f` with one thread per part (a metric for one thread and for all); its median.
     fn measure(&mut self, f: &Figure, parts: &[Part], first_touch: bool, out: &mut Outcome) -> f64 {
         let (op, t, cpus) = (f.op, parts.len(), &self.cpus[..parts.len()]);
         (self.ctx.progress)(&format!("{} with {t} thread(s)", op.name()));

@@ -12,7 +12,7 @@ use crate::machine::Topology;
 use crate::rng::{sattolo, Rng};
 use crate::units::fmt_bytes;
 
-/// Configurations `per_node` adds: a remote read per other node, a chase per node pair.
+/// Configurations the NUMA figures add: a remote read per other node, a chase per pair.
 pub(super) fn configs(nodes: usize) -> usize {
     nodes.saturating_sub(1) + nodes * nodes
 }
@@ -57,8 +57,7 @@ fn remote_name(prefix: &str, nodes: usize, b: usize) -> String {
     }
 }
 
-/// Read bandwidth of this thread (on the home node, `nodes[0]`) from each other node's
-/// memory.
+/// Read bandwidth of this thread (on node `nodes[0]`) from each other node's memory.
 pub(super) fn remote_reads(
     run: &mut Streams,
     nodes: &[(usize, Vec<usize>)],

@@ -9,8 +9,7 @@ use crate::machine::Topology;
 use crate::results::Prediction;
 use crate::units::fmt_bytes;
 
-/// The DIMMs' theoretical peak (speed x width x channels) of the sockets `cpus` are on,
-/// or why it is unknown.
+/// The DIMMs' theoretical peak of the sockets `cpus` are on (`per_socket`).
 pub(super) fn team_peak(ctx: &Context, topo: &Topology, cpus: &[usize]) -> Peak {
     let m = &ctx.machine.memory;
     let peak = m.peak_bandwidth_bytes_per_s.ok_or(&m.peak_bandwidth_note)?;
@@ -31,8 +30,7 @@ const COPY_UNKNOWN: &str = "memcpy picks its stores by size and CPU (rep movsb, 
 const NT_UNKNOWN: &str = "non-temporal stores fill no line: their rate is how fast the \
     write-combining buffers drain to memory, which no measured primitive or table entry gives";
 
-/// The predictions of the figures `run` keeps as metrics (one thread, and all `n`), and of
-/// the NUMA metrics.
+/// The predictions of the metrics: one thread's, all `n` threads', and the NUMA ones.
 pub(super) fn streams(ctx: &Context, profile: Profile) -> Vec<(String, Prediction)> {
     let allowed = &ctx.machine.cpu.allowed_cpus;
     let cpus = allowed.len().max(1);
@@ -149,11 +147,8 @@ fn team_bound(op: Op, k: usize, peak: Peak) -> Prediction {
     )
 }
 
-/// The DIMM peak of the sockets the N-thread team ran on: the machine's peak divided
-/// among its packages (assuming each socket has the same modules), times the packages
-/// used. One package: the machine's peak. Where NUMA nodes are finer than packages
-/// (sub-NUMA clustering: each node has its share of a socket's channels), the share is
-/// per node instead.
+/// The machine's peak shared evenly among its packages, times the packages `cpus` use; per
+/// node instead where nodes are finer than packages (sub-NUMA clustering).
 pub(super) fn per_socket(t: &Topology, cpus: &[usize], peak: f64, src: String) -> (f64, String) {
     let packages = t.packages.unwrap_or(1);
     let by_node =
