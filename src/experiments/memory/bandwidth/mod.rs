@@ -321,11 +321,8 @@ impl Streams<'_, '_> {
                 }
             }
             if numa {
-                let nodes: Vec<_> = self
-                    .cpus
-                    .iter()
-                    .map(|&c| self.topo.place(c)?.node)
-                    .collect();
+                let node = |&c: &usize| self.topo.place(c)?.node;
+                let nodes: Vec<_> = self.cpus.iter().map(node).collect();
                 self.placed.pages_on_nodes(&nodes, &parts);
             }
         }
