@@ -360,10 +360,8 @@ fn finding(ctx: &Context, out: &mut Outcome) {
             fmt_ns(d)
         ));
     }
-    if let Some(e) = ctx
-        .earlier_median("cpu.syscall", "getppid")
-        .filter(|&e| e < minor)
-    {
+    let entry = ctx.earlier_median("cpu.syscall", "getppid");
+    if let Some(e) = entry.filter(|&e| e < minor) {
         from.push("cpu.syscall/getppid");
         text.push_str(&format!(
             " Of the minor fault, a kernel entry (cpu.syscall's getppid, {}) is {:.0}%; allocating, zeroing and mapping the page, the other {}, are not broken down here.",

@@ -82,27 +82,20 @@ pub(super) fn conclusions(out: &mut Outcome, n: usize, peak: Peak) {
     let scalar = (med("read_scalar_1t"), med("write_scalar_1t"));
     huge_vs_base(out);
     if let (Some(r), Some(w), Some(c)) = (r1, w1, c1) {
-        out.finding(
-            format!(
-                "One thread reads {}, writes {} and copies {} (bytes copied per second).",
-                fmt_bandwidth(r),
-                fmt_bandwidth(w),
-                fmt_bandwidth(c)
-            ),
-            &["read_1t", "write_1t", "copy_1t"],
-        );
+        let [r, w, c] = [r, w, c].map(fmt_bandwidth);
+        let text =
+            format!("One thread reads {r}, writes {w} and copies {c} (bytes copied per second).");
+        out.finding(text, &["read_1t", "write_1t", "copy_1t"]);
     }
     if let (Some(r), Some(w), (Some(rs), Some(ws))) = (r1, w1, scalar) {
-        out.finding(
-                format!(
-                    "Loops of single 8-byte volatile accesses (as in sysbench memory) read {} and write {}: {:.2}x and {:.2}x the vectorised loops.",
-                    fmt_bandwidth(rs),
-                    fmt_bandwidth(ws),
-                    rs / r,
-                    ws / w
-                ),
-                &["read_scalar_1t", "write_scalar_1t", "read_1t", "write_1t"],
-            );
+        let (rate_r, rate_w) = (fmt_bandwidth(rs), fmt_bandwidth(ws));
+        let text = format!(
+            "Loops of single 8-byte volatile accesses (as in sysbench memory) read {rate_r} and write {rate_w}: {:.2}x and {:.2}x the vectorised loops.",
+            rs / r,
+            ws / w
+        );
+        let from = ["read_scalar_1t", "write_scalar_1t", "read_1t", "write_1t"];
+        out.finding(text, &from);
     }
     let s = |name: &str| out.get(name).map(|m| m.summary.clone());
     if let (Some(r), Some(w), Some(nt)) = (s("read_1t"), s("write_1t"), s("write_nt_1t")) {
@@ -139,14 +132,10 @@ fn against_peak(out: &mut Outcome, peak: Peak) {
     };
     let reads = out.metrics.iter().filter(|m| m.name.starts_with("read_"));
     let best = reads.map(|m| m.summary.median).fold(0.0, f64::max);
-    out.finding(
-        format!(
-            "The best read bandwidth is {:.0}% of the theoretical peak {} ({src}).",
-            best / peak * 100.0,
-            fmt_bandwidth(peak)
-        ),
-        &["read_1t"],
-    );
+    let (share, peak) = (best / peak * 100.0, fmt_bandwidth(peak));
+    let text =
+        format!("The best read bandwidth is {share:.0}% of the theoretical peak {peak} ({src}).");
+    out.finding(text, &["read_1t"]);
 }
 
 #[cfg(test)]
