@@ -227,12 +227,9 @@ impl Experiment for PageFault {
         for n in &minor.notes {
             out.notes.push(format!("minor faults: {n}"));
         }
-        out.metric(
-            "minor_fault",
-            "ns",
-            "first write to a page of fresh anonymous memory (allocate, zero, map), batches of 32",
-            minor.ns,
-        );
+        let what =
+            "first write to a page of fresh anonymous memory (allocate, zero, map), batches of 32";
+        out.metric("minor_fault", "ns", what, minor.ns);
 
         // Major faults: only on a disk.
         let measured = major_section(ctx, file_len, &mut out)?;
@@ -293,36 +290,26 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
     let n = times.len() as u64;
     device.add(before, device.counter(), n * ps as u64);
     out.check(device.check());
-    out.check(Check::premise(
-        "touches were major faults (getrusage)",
-        majors as f64 >= 0.9 * n as f64,
-        format!(
-            "{majors} major faults counted for {n} pages touched ({:.0}%; at least 90% required)",
-            majors as f64 / n.max(1) as f64 * 100.0
-        ),
-    ));
+    let share = majors as f64 / n.max(1) as f64 * 100.0;
+    let detail = format!(
+        "{majors} major faults counted for {n} pages touched ({share:.0}%; at least 90% required)"
+    );
+    let held = majors as f64 >= 0.9 * n as f64;
+    let name = "touches were major faults (getrusage)";
+    out.check(Check::premise(name, held, detail));
     let per_byte: Vec<f64> = times.iter().map(|t| t / ps as f64).collect();
-    out.distribution(
-        "major_fault",
-        "ns",
-        &format!(
-            "first read of a page of an evicted file mapping ({} pages of a {} file, random order, MADV_RANDOM, {})",
-            n,
-            fmt_bytes(file_len as f64),
-            fs.fs_type
-        ),
-        times,
-    )
+    let file = fmt_bytes(file_len as f64);
+    let what = format!(
+        "first read of a page of an evicted file mapping ({n} pages of a {file} file, random order, MADV_RANDOM, {})",
+        fs.fs_type
+    );
     // A major fault waits for the device, which no sentinel kernel shares.
-    .shares(Bottleneck::None);
-    out.metric(
-        "major_fault_per_byte",
-        "ns",
-        "major fault time divided by the page size",
-        per_byte,
-    )
-    .per_operation()
-    .shares(Bottleneck::None);
+    out.distribution("major_fault", "ns", &what, times)
+        .shares(Bottleneck::None);
+    let per_page = "major fault time divided by the page size";
+    out.metric("major_fault_per_byte", "ns", per_page, per_byte)
+        .per_operation()
+        .shares(Bottleneck::None);
     Ok(true)
 }
 
