@@ -327,12 +327,8 @@ impl Streams<'_, '_> {
             }
         }
         for (op, points) in ops.iter().zip(pts) {
-            out.plot(
-                &format!("{}_by_threads", op.name()),
-                "threads",
-                "bytes/s",
-                points,
-            );
+            let name = format!("{}_by_threads", op.name());
+            out.plot(&name, "threads", "bytes/s", points);
         }
         // The metrics in the order of the operations, then thread counts.
         out.metrics.sort_by_key(|m| metric_order(&m.name));

@@ -80,12 +80,8 @@ pub(super) fn remote_reads(
             fmt_bytes(part.len as f64),
             cpus_b[0]
         );
-        out.metric(
-            &name,
-            "bytes/s",
-            &what,
-            m.per_op_ns.iter().map(|ns| 1e9 / ns).collect(),
-        );
+        let bw = m.per_op_ns.iter().map(|ns| 1e9 / ns).collect();
+        out.metric(&name, "bytes/s", &what, bw);
     }
     Ok(())
 }

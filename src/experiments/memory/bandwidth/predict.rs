@@ -13,12 +13,8 @@ use crate::units::fmt_bytes;
 pub(super) fn team_peak(ctx: &Context, topo: &Topology, cpus: &[usize]) -> Peak {
     let m = &ctx.machine.memory;
     let peak = m.peak_bandwidth_bytes_per_s.ok_or(&m.peak_bandwidth_note)?;
-    Ok(per_socket(
-        topo,
-        cpus,
-        peak,
-        format!("machine: {}", m.peak_bandwidth_note),
-    ))
+    let src = format!("machine: {}", m.peak_bandwidth_note);
+    Ok(per_socket(topo, cpus, peak, src))
 }
 
 /// The DIMMs' peak and its source, or why it is unknown.
