@@ -180,23 +180,18 @@ impl Experiment for PageFault {
         // Zeroing the page is cache-resident work no experiment prices (mem.bandwidth's
         // stores stream to DRAM), so only the kernel entry bounds the fault from below.
         let entry = p.earlier("cpu.syscall", &["getppid"]);
-        p.at_least(
-            "minor_fault",
-            &entry,
-            "cpu.syscall's getppid, a lower bound: a fault enters and leaves the kernel as a \
-             system call does, then allocates, zeroes and maps a page, which are not in the \
-             model (zeroing a page that stays in the cache has no measured rate here)",
-        );
+        let why = "cpu.syscall's getppid, a lower bound: a fault enters and leaves the kernel \
+            as a system call does, then allocates, zeroes and maps a page, which are not in the \
+            model (zeroing a page that stays in the cache has no measured rate here)";
+        p.at_least("minor_fault", &entry, why);
         let dir = ctx
             .options
             .scratch_dir
             .clone()
             .or_else(|| std::env::current_dir().ok())
             .unwrap_or_default();
-        p.withhold(
-            &["major_fault", "major_fault_per_byte"],
-            &device_unknown(&dir),
-        );
+        let majors = ["major_fault", "major_fault_per_byte"];
+        p.withhold(&majors, &device_unknown(&dir));
         p.done()
     }
 
@@ -207,12 +202,10 @@ impl Experiment for PageFault {
         let cap = memory_cap(ctx.machine, ctx.profile, file_bytes + anon_bytes, 2 << 20)?;
         let anon = (anon_bytes.min(cap / 2) as usize / ps).max(MINOR_BATCH) * ps;
         let file_len = (file_bytes.min(cap - anon as u64) as usize / ps).max(16) * ps;
+        let [total, region, file] = [anon + file_len, anon, file_len].map(|b| fmt_bytes(b as f64));
+        let available = ctx.machine.memory_budget_text();
         out.notes.push(format!(
-            "memory cap {} ({} anonymous region at a time + {} file mapping); {}",
-            fmt_bytes((anon + file_len) as f64),
-            fmt_bytes(anon as f64),
-            fmt_bytes(file_len as f64),
-            ctx.machine.memory_budget_text()
+            "memory cap {total} ({region} anonymous region at a time + {file} file mapping); {available}"
         ));
         let rss0 = rss_baseline();
 
@@ -252,11 +245,8 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
     let why = if fs.memory_backed { memory } else { "" };
     let dir = scratch.dir().display();
     let detail = format!("{dir} is on {}{why}", fs.fs_type);
-    out.check(Check::premise(
-        "scratch file system is disk-backed",
-        !fs.memory_backed,
-        detail,
-    ));
+    let name = "scratch file system is disk-backed";
+    out.check(Check::premise(name, !fs.memory_backed, detail));
     if fs.memory_backed {
         return Ok(false);
     }
@@ -271,11 +261,8 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
     let f = make_file(scratch, "pagefault", file_len as u64, rng.next_u64())?;
     (ctx.progress)("evicting the file from the page cache");
     let ev = crate::pagecache::evict(&f.file, ctx.options.drop_caches)?;
-    out.check(Check::premise(
-        "file evicted from the page cache (mincore)",
-        ev.verified(),
-        ev.describe(),
-    ));
+    let name = "file evicted from the page cache (mincore)";
+    out.check(Check::premise(name, ev.verified(), ev.describe()));
     let map = FileMap::new(&f.file, file_len)?;
     let pages = file_len / ps;
     let mut order: Vec<usize> = (0..pages).collect();
