@@ -62,18 +62,15 @@ fn sequential(p: &Predictions, ctx: &Context) -> Input {
         return seq;
     };
     let llc = crate::experiments::kit::llc_or_assumed(&ctx.machine.data_caches()).0 as f64;
-    match chase_size(&m.description) {
-        Some(s) if s < 2.0 * llc => Input::missing(
-            "dram_sequential",
-            format!(
-                "mem.latency's sequential chase ran at {}, within twice the last-level cache \
-                 ({}): its rate is the cache's, not memory's",
-                fmt_bytes(s),
-                fmt_bytes(llc)
-            ),
-        ),
-        _ => seq,
-    }
+    let Some(s) = chase_size(&m.description).filter(|&s| s < 2.0 * llc) else {
+        return seq;
+    };
+    let (at, cache) = (fmt_bytes(s), fmt_bytes(llc));
+    let why = format!(
+        "mem.latency's sequential chase ran at {at}, within twice the last-level cache \
+         ({cache}): its rate is the cache's, not memory's"
+    );
+    Input::missing("dram_sequential", why)
 }
 
 /// The size after the last " at " of a description ("... at 16.0 MiB (address order)").
