@@ -275,10 +275,11 @@ mod failing_checks {
         );
     }
 
-    /// mem.pagefault and fs.cache-size on a file system that ignores eviction advice.
+    /// mem.pagefault and fs.cache-size on a file system that ignores eviction advice, the
+    /// file cached when its eviction is asked (their writing paths leave none cached).
     #[test]
     fn eviction_that_is_ignored() {
-        crate::pagecache::IGNORED_EVICTION.with(|i| i.set(true));
+        crate::pagecache::CACHED_AT_EVICTION.with(|c| c.set(true));
         let clock = CoarseClock::new(1e9);
         let w = World::live(&clock);
         let r = w.run(by_id("mem.pagefault").as_ref());
@@ -288,11 +289,8 @@ mod failing_checks {
         assert_invalid_by(&r, "file evicted from the page cache (mincore)");
         // The touches of resident pages are minor faults, and that premise fails too.
         assert_invalid_by(&r, "touches were major faults (getrusage)");
-        // fs.cache-size: ignored advice shows only where the file was cached when it was
-        // asked (its writing path leaves none cached), so here it is cached then: the check
-        // fails, and the cold read, served from memory, never reached the device.
-        crate::pagecache::IGNORED_EVICTION.with(|i| i.set(false));
-        crate::pagecache::CACHED_AT_EVICTION.with(|c| c.set(true));
+        // fs.cache-size: the check fails, and the cold read, served from memory, never
+        // reached the device.
         let r = w.run(by_id("fs.cache-size").as_ref());
         if r.status == Status::Skipped {
             return skip("eviction_that_is_ignored", &format!("{:?}", r.reason));

@@ -1,7 +1,7 @@
 //! mem.pagefault: service time of a major page fault (a page read from disk on first
 //! touch of a file mapping), and of a minor fault (first touch of fresh anonymous memory).
 
-use crate::experiments::kit::files::{device_basis, device_of, DeviceReads};
+use crate::experiments::kit::files::{device_basis, device_of, make_file, DeviceReads};
 use crate::experiments::kit::{memory_cap, rss_baseline, rss_check, thread_faults, Pages, Region};
 use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
@@ -11,7 +11,6 @@ use crate::results::{Bottleneck, Check, Prediction};
 use crate::rng::Rng;
 use crate::units::{fmt_bytes, fmt_ns};
 use anyhow::Context as _;
-use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
@@ -112,8 +111,7 @@ fn minor_faults(
         },
         |&mut (batch, _)| {
             for k in 0..MINOR_BATCH {
-                // SAFETY: the batch's MINOR_BATCH pages lie inside the live region; this
-                // is each page's first touch (every batch is handed out once).
+                // SAFETY: inside the live region; each batch is handed out once.
                 unsafe { std::ptr::write_volatile(batch.add(k * ps), 1u8) };
             }
             Ok(())
@@ -123,7 +121,6 @@ fn minor_faults(
             touched += MINOR_BATCH as u64;
         },
     )?;
-    drop(region);
     for v in &mut s.ns {
         *v /= MINOR_BATCH as f64;
     }
@@ -183,23 +180,18 @@ impl Experiment for PageFault {
         // Zeroing the page is cache-resident work no experiment prices (mem.bandwidth's
         // stores stream to DRAM), so only the kernel entry bounds the fault from below.
         let entry = p.earlier("cpu.syscall", &["getppid"]);
-        p.at_least(
-            "minor_fault",
-            &entry,
-            "cpu.syscall's getppid, a lower bound: a fault enters and leaves the kernel as a \
-             system call does, then allocates, zeroes and maps a page, which are not in the \
-             model (zeroing a page that stays in the cache has no measured rate here)",
-        );
+        let why = "cpu.syscall's getppid, a lower bound: a fault enters and leaves the kernel \
+            as a system call does, then allocates, zeroes and maps a page, which are not in the \
+            model (zeroing a page that stays in the cache has no measured rate here)";
+        p.at_least("minor_fault", &entry, why);
         let dir = ctx
             .options
             .scratch_dir
             .clone()
             .or_else(|| std::env::current_dir().ok())
             .unwrap_or_default();
-        p.withhold(
-            &["major_fault", "major_fault_per_byte"],
-            &device_unknown(&dir),
-        );
+        let majors = ["major_fault", "major_fault_per_byte"];
+        p.withhold(&majors, &device_unknown(&dir));
         p.done()
     }
 
@@ -210,12 +202,10 @@ impl Experiment for PageFault {
         let cap = memory_cap(ctx.machine, ctx.profile, file_bytes + anon_bytes, 2 << 20)?;
         let anon = (anon_bytes.min(cap / 2) as usize / ps).max(MINOR_BATCH) * ps;
         let file_len = (file_bytes.min(cap - anon as u64) as usize / ps).max(16) * ps;
+        let [total, region, file] = [anon + file_len, anon, file_len].map(|b| fmt_bytes(b as f64));
+        let available = ctx.machine.memory_budget_text();
         out.notes.push(format!(
-            "memory cap {} ({} anonymous region at a time + {} file mapping); {}",
-            fmt_bytes((anon + file_len) as f64),
-            fmt_bytes(anon as f64),
-            fmt_bytes(file_len as f64),
-            ctx.machine.memory_budget_text()
+            "memory cap {total} ({region} anonymous region at a time + {file} file mapping); {available}"
         ));
         let rss0 = rss_baseline();
 
@@ -230,12 +220,9 @@ impl Experiment for PageFault {
         for n in &minor.notes {
             out.notes.push(format!("minor faults: {n}"));
         }
-        out.metric(
-            "minor_fault",
-            "ns",
-            "first write to a page of fresh anonymous memory (allocate, zero, map), batches of 32",
-            minor.ns,
-        );
+        let what =
+            "first write to a page of fresh anonymous memory (allocate, zero, map), batches of 32";
+        out.metric("minor_fault", "ns", what, minor.ns);
 
         // Major faults: only on a disk.
         let measured = major_section(ctx, file_len, &mut out)?;
@@ -253,20 +240,13 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
     let ps = crate::pagecache::page_size();
     let scratch = ctx.scratch()?;
     let fs = scratch.fs().clone();
-    out.check(Check::premise(
-        "scratch file system is disk-backed",
-        !fs.memory_backed,
-        format!(
-            "{} is on {}{}",
-            scratch.dir().display(),
-            fs.fs_type,
-            if fs.memory_backed {
-                ": its pages live in memory and never fault in from a disk; use --scratch-dir on a disk"
-            } else {
-                ""
-            }
-        ),
-    ));
+    let memory =
+        ": its pages live in memory and never fault in from a disk; use --scratch-dir on a disk";
+    let why = if fs.memory_backed { memory } else { "" };
+    let dir = scratch.dir().display();
+    let detail = format!("{dir} is on {}{why}", fs.fs_type);
+    let name = "scratch file system is disk-backed";
+    out.check(Check::premise(name, !fs.memory_backed, detail));
     if fs.memory_backed {
         return Ok(false);
     }
@@ -278,14 +258,11 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
     }
     (ctx.progress)("writing the file");
     let mut rng = Rng::from_entropy();
-    let f = write_file(scratch, file_len, &mut rng)?;
+    let f = make_file(scratch, "pagefault", file_len as u64, rng.next_u64())?;
     (ctx.progress)("evicting the file from the page cache");
     let ev = crate::pagecache::evict(&f.file, ctx.options.drop_caches)?;
-    out.check(Check::premise(
-        "file evicted from the page cache (mincore)",
-        ev.verified(),
-        ev.describe(),
-    ));
+    let name = "file evicted from the page cache (mincore)";
+    out.check(Check::premise(name, ev.verified(), ev.describe()));
     let map = FileMap::new(&f.file, file_len)?;
     let pages = file_len / ps;
     let mut order: Vec<usize> = (0..pages).collect();
@@ -300,61 +277,27 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
     let n = times.len() as u64;
     device.add(before, device.counter(), n * ps as u64);
     out.check(device.check());
-    drop(map);
-    drop(f);
-    out.check(Check::premise(
-        "touches were major faults (getrusage)",
-        majors as f64 >= 0.9 * n as f64,
-        format!(
-            "{majors} major faults counted for {n} pages touched ({:.0}%; at least 90% required)",
-            majors as f64 / n.max(1) as f64 * 100.0
-        ),
-    ));
+    let share = majors as f64 / n.max(1) as f64 * 100.0;
+    let detail = format!(
+        "{majors} major faults counted for {n} pages touched ({share:.0}%; at least 90% required)"
+    );
+    let held = majors as f64 >= 0.9 * n as f64;
+    let name = "touches were major faults (getrusage)";
+    out.check(Check::premise(name, held, detail));
     let per_byte: Vec<f64> = times.iter().map(|t| t / ps as f64).collect();
-    out.distribution(
-        "major_fault",
-        "ns",
-        &format!(
-            "first read of a page of an evicted file mapping ({} pages of a {} file, random order, MADV_RANDOM, {})",
-            n,
-            fmt_bytes(file_len as f64),
-            fs.fs_type
-        ),
-        times,
-    )
+    let file = fmt_bytes(file_len as f64);
+    let what = format!(
+        "first read of a page of an evicted file mapping ({n} pages of a {file} file, random order, MADV_RANDOM, {})",
+        fs.fs_type
+    );
     // A major fault waits for the device, which no sentinel kernel shares.
-    .shares(Bottleneck::None);
-    out.metric(
-        "major_fault_per_byte",
-        "ns",
-        "major fault time divided by the page size",
-        per_byte,
-    )
-    .per_operation()
-    .shares(Bottleneck::None);
+    out.distribution("major_fault", "ns", &what, times)
+        .shares(Bottleneck::None);
+    let per_page = "major fault time divided by the page size";
+    out.metric("major_fault_per_byte", "ns", per_page, per_byte)
+        .per_operation()
+        .shares(Bottleneck::None);
     Ok(true)
-}
-
-/// An unlinked scratch file of `len` bytes of real data (a sparse file's holes read as
-/// zeros without I/O).
-fn write_file(
-    scratch: &crate::scratch::Scratch,
-    len: usize,
-    rng: &mut Rng,
-) -> anyhow::Result<crate::scratch::ScratchFile> {
-    let mut f = scratch.create_file("pagefault", len as u64)?;
-    f.unlink_now().context("unlinking the scratch file")?;
-    let mut block = vec![0u8; 1 << 20];
-    rng.fill(&mut block);
-    let mut left = len;
-    while left > 0 {
-        let n = left.min(block.len());
-        f.file
-            .write_all(&block[..n])
-            .context("writing the scratch file")?;
-        left -= n;
-    }
-    Ok(f)
 }
 
 /// A page size as text: "4 KiB", "16 KiB", "64 KiB".
@@ -391,10 +334,8 @@ fn finding(ctx: &Context, out: &mut Outcome) {
             fmt_ns(d)
         ));
     }
-    if let Some(e) = ctx
-        .earlier_median("cpu.syscall", "getppid")
-        .filter(|&e| e < minor)
-    {
+    let entry = ctx.earlier_median("cpu.syscall", "getppid");
+    if let Some(e) = entry.filter(|&e| e < minor) {
         from.push("cpu.syscall/getppid");
         text.push_str(&format!(
             " Of the minor fault, a kernel entry (cpu.syscall's getppid, {}) is {:.0}%; allocating, zeroing and mapping the page, the other {}, are not broken down here.",

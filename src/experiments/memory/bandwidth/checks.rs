@@ -59,10 +59,10 @@ impl Placed {
         }
     }
 
-    /// Samples pages of each part against `nodes[k]`, its reader's node.
-    pub(super) fn pages_on_nodes(&mut self, nodes: Vec<Option<usize>>, parts: &[Part]) {
-        for (k, part) in parts.iter().enumerate() {
-            let Some(want) = nodes.get(k).copied().flatten() else {
+    /// Samples pages of each part against its reader's node, where known.
+    pub(super) fn pages_on_nodes(&mut self, nodes: &[Option<usize>], parts: &[Part]) {
+        for (k, (part, &want)) in parts.iter().zip(nodes).enumerate() {
+            let Some(want) = want else {
                 continue;
             };
             let step = (part.len / PAGE_SAMPLES).max(1);
@@ -106,9 +106,7 @@ impl Placed {
         v.push(together);
         v
     }
-}
 
-impl Placed {
     fn together_check(&self) -> Check {
         let name = "each team's threads ran together (all of them running for at least half of each kept trial's span, first start to last stop)";
         let (teams, ran, apart) = (self.teams_together, self.trials_together, self.trials_apart);
@@ -116,10 +114,9 @@ impl Placed {
         if teams == 0 {
             return Check::premise(name, true, "no team of more than one thread ran");
         }
-        match self.apart.is_empty() {
-            true => Check::premise(name, true, counts),
-            false => Check::premise(name, false, format!("{counts}: {}", self.apart.join("; "))),
-        }
+        let failed =
+            (!self.apart.is_empty()).then(|| format!("{counts}: {}", self.apart.join("; ")));
+        premise(name, failed, None, counts)
     }
 }
 

@@ -19,8 +19,7 @@ pub(super) fn read_words(s: &[u64]) -> u64 {
     acc.iter().fold(0, |a, &b| a ^ b)
 }
 
-/// Stores `v` into every word: not a repeated byte, so not memset (which goes
-/// non-temporal for large sizes).
+/// Stores `v`, not a repeated byte, so not memset (non-temporal for large sizes).
 #[inline(never)]
 pub(super) fn write_words(s: &mut [u64], v: u64) {
     for w in s.iter_mut() {
@@ -81,12 +80,8 @@ pub(super) struct Part {
 
 /// Streams `blocks` blocks of `op` over the part from `*pos`, wrapping.
 pub(super) fn work(op: Op, part: Part, pos: &mut usize, blocks: u64, pattern: u64) -> u64 {
-    let half = part.len / 2 / BLOCK * BLOCK;
-    let span = if op == Op::Copy {
-        half
-    } else {
-        part.len / BLOCK * BLOCK
-    };
+    let (half, whole) = (part.len / 2 / BLOCK * BLOCK, part.len / BLOCK * BLOCK);
+    let span = if op == Op::Copy { half } else { whole };
     let mut x = 0u64;
     for _ in 0..blocks {
         if *pos + BLOCK > span {
@@ -126,9 +121,8 @@ pub(super) fn touch(part: Part) {
 /// unequal speed keep most of it; threads that ran one after another keep none.
 pub(super) const TOGETHER: f64 = 0.5;
 
-/// A team's trials, those set aside for running together less than `TOGETHER` of the
-/// span, the least share of any undisturbed trial, and the undisturbed trials kept.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// A team's trials, those set aside as run apart, the least share together, and those kept.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(super) struct Together {
     pub(super) ran: usize,
     pub(super) apart: usize,
@@ -136,21 +130,8 @@ pub(super) struct Together {
     pub(super) kept: usize,
 }
 
-impl Default for Together {
-    fn default() -> Self {
-        Together {
-            ran: 0,
-            apart: 0,
-            least: 1.0,
-            kept: 0,
-        }
-    }
-}
-
-/// Trials of one thread per part, thread k on `cpus[k]`, in ns per byte of all threads,
-/// each timed from the first start to the last stop (the slowest thread's own duration
-/// would count threads that ran one after another as together); `first_touch`: each
-/// thread first writes its part, so its pages sit on its node.
+/// Trials of one thread per part on `cpus`, in ns per byte of all threads, each timed from
+/// the first start to the last stop (threads that ran one after another are not together).
 pub(super) fn team(
     ctx: &Context,
     op: Op,
@@ -170,7 +151,10 @@ pub(super) fn team(
         }
     };
     let bytes_per_iter = (BLOCK * parts.len()) as f64;
-    let mut together = Together::default();
+    let mut together = Together {
+        least: 1.0,
+        ..Together::default()
+    };
     let (m, placed) = Team::run(ctx.clock, &cpus[..parts.len()], member, |step| {
         measure_trials(ctx.clock, spec, bytes_per_iter, |blocks| {
             let s = step(blocks);

@@ -14,12 +14,8 @@ use crate::machine::Topology;
 use crate::results::Prediction;
 use crate::units::fmt_bytes;
 use checks::Placed;
-#[cfg(test)]
-use kernel::{
-    read_words, read_words_scalar, work, write_words, write_words_nt, write_words_scalar,
-};
 use kernel::{team, Part};
-use predict::{dimm_peak, per_socket, predict_streams};
+use predict::team_peak;
 use std::time::Duration;
 pub(crate) use text::rfo_shown;
 
@@ -85,12 +81,11 @@ fn thread_counts(n: usize, profile: Profile) -> Vec<usize> {
     v
 }
 
+/// The streams of every thread count: non-temporal stores on x86-64 only.
 fn ops() -> Vec<Op> {
-    let all = [Op::Read, Op::Write, Op::WriteNt, Op::Copy];
-    let nt = cfg!(target_arch = "x86_64");
-    all.into_iter()
-        .filter(|&op| nt || op != Op::WriteNt)
-        .collect()
+    let mut v = vec![Op::Read, Op::Write, Op::WriteNt, Op::Copy];
+    v.retain(|&op| cfg!(target_arch = "x86_64") || op != Op::WriteNt);
+    v
 }
 
 /// A figure planned: an operation, its threads, and whether on huge pages.
@@ -132,7 +127,6 @@ const SPEC: Spec = Spec {
     title: "Memory bandwidth",
     description: "read, write (and non-temporal write) and copy bandwidth on a buffer far larger than the last-level cache, 1..N threads",
     method: crate::method!("mem.bandwidth"),
-    // Streaming loads and stores.
     bottleneck: crate::results::Bottleneck::Copy,
     budget: Some(PerProfile::new(ms(900), ms(2_000), ms(40_000), ms(120_000))),
     ..Spec::MEMORY
@@ -149,7 +143,7 @@ impl Experiment for MemBandwidth {
         &SPEC
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        predict_streams(ctx)
+        predict::streams(ctx, ctx.profile)
     }
 
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
@@ -163,8 +157,7 @@ impl Experiment for MemBandwidth {
         }
         let (size, n) = buffer(ctx.machine, ctx.profile, allowed.len())?;
         buffer_notes(ctx, llc, size, n, allowed.len(), &mut out);
-        // Thread k on cpus[k]: this thread's CPU first, then one per physical core, node
-        // by node, SMT siblings last (Topology::spread).
+        // Thread k on cpus[k]: this CPU first, one per core node by node, SMT siblings last.
         let topo = placement_topology(ctx);
         let cpus = topo.spread(&allowed, n);
         let rss0 = kit::rss_baseline();
@@ -195,7 +188,8 @@ impl Experiment for MemBandwidth {
             out.notes.push("transparent huge pages are not available (/sys/kernel/mm/transparent_hugepage/enabled is 'never' or missing): base pages only".into());
         }
         if numa {
-            numa::per_node(&mut run, &nodes, &mut out)?;
+            numa::remote_reads(&mut run, &nodes, &mut out)?;
+            numa::latency_matrix(&mut run, &nodes, &mut out)?;
         }
         out.check(kit::rss_check(rss0, size as u64));
         out.notes.push(format!(
@@ -205,9 +199,8 @@ impl Experiment for MemBandwidth {
         for c in std::mem::take(&mut run.placed).checks(numa) {
             out.check(c);
         }
-        let peak = dimm_peak(ctx).map(|(p, src)| per_socket(&topo, &cpus, p, src));
-        // The by-thread series are this run's (the runner names it); the conclusions use
-        // the pooled metrics.
+        let peak = team_peak(ctx, &topo, &cpus);
+        // The series are this run's; the conclusions quote the pooled metrics.
         out.pool(ctx);
         text::conclusions(&mut out, n, peak);
         Ok(out)
@@ -223,9 +216,9 @@ fn placement_topology(ctx: &Context) -> Topology {
     t
 }
 
-/// `t` parts of whole blocks over a buffer of `size` bytes at `base`.
-fn parts_of(base: usize, size: usize, t: usize) -> Vec<Part> {
-    let len = size / t / BLOCK * BLOCK;
+/// `t` parts of whole blocks over `region`.
+fn parts_of(region: &Region, t: usize) -> Vec<Part> {
+    let (base, len) = (region.as_ptr() as usize, region.len() / t / BLOCK * BLOCK);
     (0..t)
         .map(|k| Part {
             base: base + k * len,
@@ -315,14 +308,11 @@ impl Streams<'_, '_> {
     fn by_threads(&mut self, plan: &[Figure], numa: bool, out: &mut Outcome) -> anyhow::Result<()> {
         let (ctx, size, ops) = (self.ctx, self.size, ops());
         let mut pts: Vec<Vec<[f64; 2]>> = vec![Vec::new(); ops.len()];
-        let mut counts: Vec<usize> = plan.iter().filter(|f| !f.huge).map(|f| f.threads).collect();
-        counts.dedup();
-        for t in counts {
-            // A fresh buffer per thread count, each thread faulting in its own part: its
-            // pages sit on the node of the CPU that reads them.
+        for t in thread_counts(self.cpus.len(), ctx.profile) {
+            // Each thread faults its own part in: its pages sit on its reader's node.
             (ctx.progress)(&format!("{t} thread(s) fault in their parts"));
             let region = Region::new(size, Pages::Base)?;
-            let parts = parts_of(region.as_ptr() as usize, size, t);
+            let parts = parts_of(&region, t);
             let here = plan.iter().filter(|f| f.threads == t && !f.huge);
             for (i, f) in here.enumerate() {
                 let med = self.measure(f, &parts, i == 0, out);
@@ -331,27 +321,21 @@ impl Streams<'_, '_> {
                 }
             }
             if numa {
-                let nodes = self.cpus[..t]
-                    .iter()
-                    .map(|&c| self.topo.place(c).and_then(|p| p.node));
-                self.placed.pages_on_nodes(nodes.collect(), &parts);
+                let node = |&c: &usize| self.topo.place(c)?.node;
+                let nodes: Vec<_> = self.cpus.iter().map(node).collect();
+                self.placed.pages_on_nodes(&nodes, &parts);
             }
         }
         for (op, points) in ops.iter().zip(pts) {
-            out.plot(
-                &format!("{}_by_threads", op.name()),
-                "threads",
-                "bytes/s",
-                points,
-            );
+            let name = format!("{}_by_threads", op.name());
+            out.plot(&name, "threads", "bytes/s", points);
         }
         // The metrics in the order of the operations, then thread counts.
         out.metrics.sort_by_key(|m| metric_order(&m.name));
         Ok(())
     }
 
-    /// `op` with one thread per part, a metric for one thread and for all; returns the
-    /// median. `first_touch`: the threads fault their parts in first.
+    /// `f` with one thread per part (a metric for one thread and for all); its median.
     fn measure(&mut self, f: &Figure, parts: &[Part], first_touch: bool, out: &mut Outcome) -> f64 {
         let (op, t, cpus) = (f.op, parts.len(), &self.cpus[..parts.len()]);
         (self.ctx.progress)(&format!("{} with {t} thread(s)", op.name()));
@@ -392,33 +376,24 @@ impl Streams<'_, '_> {
         region.prefault();
         region.as_mut_slice().fill(0x5a);
         let frac = region.huge_bytes().unwrap_or(0) as f64 / size as f64;
-        let backed = frac >= 0.5;
+        let (backed, pct, buffer) = (frac >= 0.5, frac * 100.0, fmt_bytes(size as f64));
         out.check(crate::results::Check::sanity(
             "huge pages back the huge-page buffer",
             backed,
-            format!(
-                "{:.0}% of {} backed by transparent huge pages (AnonHugePages in /proc/self/smaps)",
-                frac * 100.0,
-                fmt_bytes(size as f64)
-            ),
+            format!("{pct:.0}% of {buffer} backed by transparent huge pages (AnonHugePages in /proc/self/smaps)"),
         ));
         if !backed {
             out.notes.push("the kernel did not back most of the huge-page buffer with huge pages (fragmented memory or THP defrag policy): no huge-page figures".into());
             return Ok(());
         }
-        let part = [Part {
-            base: region.as_ptr() as usize,
-            len: size / BLOCK * BLOCK,
-        }];
+        let part = parts_of(&region, 1);
         for f in plan.iter().filter(|f| f.huge) {
             let (op, name) = (f.op, f.name());
             (ctx.progress)(&format!("{} with 1 thread, huge pages", op.name()));
             let m = self.stream(&name, op, &part, false);
             let what = format!(
-                "{}, 1 thread, {} buffer on huge pages ({:.0}% backed)",
-                op.describe(),
-                fmt_bytes(size as f64),
-                frac * 100.0
+                "{}, 1 thread, {buffer} buffer on huge pages ({pct:.0}% backed)",
+                op.describe()
             );
             bandwidth(out, &name, Some(&what), &m);
         }
@@ -428,6 +403,10 @@ impl Streams<'_, '_> {
 
 #[cfg(test)]
 mod tests {
+    use super::kernel::{
+        read_words, read_words_scalar, work, write_words, write_words_nt, write_words_scalar,
+    };
+    use super::predict::per_socket;
     use super::*;
 
     #[test]
@@ -576,10 +555,10 @@ mod tests {
             return; // no NUMA support in this kernel (or macOS)
         };
         let mut p = Placed::default();
-        p.pages_on_nodes(vec![Some(node)], &[part]);
+        p.pages_on_nodes(&[Some(node)], &[part]);
         assert!(p.checks(true)[1].passed);
         let mut p = Placed::default();
-        p.pages_on_nodes(vec![Some(node + 1)], &[part]);
+        p.pages_on_nodes(&[Some(node + 1)], &[part]);
         let c = &p.checks(true)[1];
         assert!(!c.passed && !c.unverified, "{c:?}");
     }

@@ -2,7 +2,7 @@
 //! latency matrix.
 
 use super::kernel::{touch, Part};
-use super::{Op, Streams, BLOCK};
+use super::{parts_of, Op, Streams};
 use crate::experiments::kit::team::Team;
 use crate::experiments::kit::{self, measure_raw, Pages, Region};
 use crate::experiments::memory::latency::{chase, lay, UNROLL};
@@ -12,7 +12,7 @@ use crate::machine::Topology;
 use crate::rng::{sattolo, Rng};
 use crate::units::fmt_bytes;
 
-/// Configurations `per_node` adds: a remote read per other node, a chase per node pair.
+/// Configurations the NUMA figures add: a remote read per other node, a chase per pair.
 pub(super) fn configs(nodes: usize) -> usize {
     nodes.saturating_sub(1) + nodes * nodes
 }
@@ -22,16 +22,6 @@ fn on_cpu<R: Send>(run: &mut Streams, what: &str, cpu: usize, f: impl FnOnce() -
     let (r, placed) = Team::once(run.ctx.clock, cpu, f);
     run.placed.add(what, &placed);
     r
-}
-
-/// Remote reads and the node latency matrix; `nodes` (node, CPUs), this thread's first.
-pub(super) fn per_node(
-    run: &mut Streams,
-    nodes: &[(usize, Vec<usize>)],
-    out: &mut Outcome,
-) -> anyhow::Result<()> {
-    remote_reads(run, nodes, out)?;
-    latency_matrix(run, nodes, out)
 }
 
 const REMOTE_READ: &str = "a stream from another node's memory is limited by the \
@@ -61,15 +51,14 @@ pub(super) fn predictions(p: &mut Predictions, topo: &Topology, allowed: &[usize
 
 /// `read_remote` or `read_remote_node3` style names: the node only when there are several.
 fn remote_name(prefix: &str, nodes: usize, b: usize) -> String {
-    if nodes == 2 {
-        format!("{prefix}_remote")
-    } else {
-        format!("{prefix}_remote_node{b}")
+    match nodes {
+        2 => format!("{prefix}_remote"),
+        _ => format!("{prefix}_remote_node{b}"),
     }
 }
 
-/// Read bandwidth of this thread (on the home node) from each other node's memory.
-fn remote_reads(
+/// Read bandwidth of this thread (on node `nodes[0]`) from each other node's memory.
+pub(super) fn remote_reads(
     run: &mut Streams,
     nodes: &[(usize, Vec<usize>)],
     out: &mut Outcome,
@@ -78,14 +67,11 @@ fn remote_reads(
     let home = nodes[0].0;
     for (b, cpus_b) in &nodes[1..] {
         let region = Region::new(run.size, Pages::Base)?;
-        let part = Part {
-            base: region.as_ptr() as usize,
-            len: run.size / BLOCK * BLOCK,
-        };
+        let part = parts_of(&region, 1)[0];
         let name = format!("{}_1t", remote_name("read", nodes.len(), *b));
         (ctx.progress)(&format!("{name}: memory faulted in on node {b}"));
         on_cpu(run, &name, cpus_b[0], || touch(part));
-        run.placed.pages_on_nodes(vec![Some(*b)], &[part]);
+        run.placed.pages_on_nodes(&[Some(*b)], &[part]);
         let m = run.stream(&name, Op::Read, &[part], false);
         let what = format!(
             "{}, 1 thread on CPU {} (node {home}) reading {} first touched by CPU {} (node {b})",
@@ -94,18 +80,14 @@ fn remote_reads(
             fmt_bytes(part.len as f64),
             cpus_b[0]
         );
-        out.metric(
-            &name,
-            "bytes/s",
-            &what,
-            m.per_op_ns.iter().map(|ns| 1e9 / ns).collect(),
-        );
+        let bw = m.per_op_ns.iter().map(|ns| 1e9 / ns).collect();
+        out.metric(&name, "bytes/s", &what, bw);
     }
     Ok(())
 }
 
 /// Load latency, CPU node x memory node, of a random chase laid on the memory node.
-fn latency_matrix(
+pub(super) fn latency_matrix(
     run: &mut Streams,
     nodes: &[(usize, Vec<usize>)],
     out: &mut Outcome,
@@ -118,6 +100,7 @@ fn latency_matrix(
     let size = (4 * llc).max(64 << 20).min(run.size);
     let len = size / line * line;
     let next = sattolo(size / line, &mut Rng::new(0x6e75_6d61));
+    let (clock, spec) = (ctx.clock, run.spec);
     let mut rows: Vec<Vec<[f64; 2]>> = vec![Vec::new(); nodes.len()];
     for (b, cpus_b) in nodes {
         let mut region = Region::new(len, Pages::Base)?;
@@ -125,11 +108,10 @@ fn latency_matrix(
         on_cpu(run, &what, cpus_b[0], || lay(&mut region, line, &next));
         let base = region.as_ptr() as usize;
         run.placed
-            .pages_on_nodes(vec![Some(*b)], &[Part { base, len }]);
+            .pages_on_nodes(&[Some(*b)], &[Part { base, len }]);
         for (ai, (a, cpus_a)) in nodes.iter().enumerate() {
-            (ctx.progress)(&format!("latency from node {a} to node {b}"));
-            let (clock, spec) = (ctx.clock, run.spec);
             let what = format!("latency from node {a} to node {b}");
+            (ctx.progress)(&what);
             let m = on_cpu(run, &what, cpus_a[0], move || {
                 let mut p = base as *const u8;
                 let m = measure_raw(clock, spec, UNROLL as f64, |iters| {

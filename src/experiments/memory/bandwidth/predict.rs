@@ -5,17 +5,20 @@
 use super::{buffer, figures, numa, placement_topology, Op};
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{Context, Profile};
+use crate::machine::Topology;
 use crate::results::Prediction;
 use crate::units::fmt_bytes;
 
-/// Theoretical peak of the DIMMs (speed x width x channels), or why it is unknown.
-pub(super) fn dimm_peak(ctx: &Context) -> Result<(f64, String), String> {
+/// The DIMMs' theoretical peak of the sockets `cpus` are on (`per_socket`).
+pub(super) fn team_peak(ctx: &Context, topo: &Topology, cpus: &[usize]) -> Peak {
     let m = &ctx.machine.memory;
-    match m.peak_bandwidth_bytes_per_s {
-        Some(peak) => Ok((peak, format!("machine: {}", m.peak_bandwidth_note))),
-        None => Err(m.peak_bandwidth_note.clone()),
-    }
+    let peak = m.peak_bandwidth_bytes_per_s.ok_or(&m.peak_bandwidth_note)?;
+    let src = format!("machine: {}", m.peak_bandwidth_note);
+    Ok(per_socket(topo, cpus, peak, src))
 }
+
+/// The DIMMs' peak and its source, or why it is unknown.
+pub(super) type Peak = Result<(f64, String), String>;
 
 const COPY_UNKNOWN: &str = "memcpy picks its stores by size and CPU (rep movsb, vector or \
     non-temporal stores), so whether each destination line is first read for ownership (2 \
@@ -23,12 +26,7 @@ const COPY_UNKNOWN: &str = "memcpy picks its stores by size and CPU (rep movsb, 
 const NT_UNKNOWN: &str = "non-temporal stores fill no line: their rate is how fast the \
     write-combining buffers drain to memory, which no measured primitive or table entry gives";
 
-pub(super) fn predict_streams(ctx: &Context) -> Vec<(String, Prediction)> {
-    streams(ctx, ctx.profile)
-}
-
-/// The predictions of the figures `run` keeps as metrics (one thread, and all `n`), and of
-/// the NUMA metrics.
+/// The predictions of the metrics: one thread's, all `n` threads', and the NUMA ones.
 pub(super) fn streams(ctx: &Context, profile: Profile) -> Vec<(String, Prediction)> {
     let allowed = &ctx.machine.cpu.allowed_cpus;
     let cpus = allowed.len().max(1);
@@ -45,8 +43,7 @@ pub(super) fn streams(ctx: &Context, profile: Profile) -> Vec<(String, Predictio
             (1, Op::WriteNt) => p.withhold(&[&name], NT_UNKNOWN),
             (1, op) => p.state(&name, &[&line, &seq], |v| one_core(op, v[0] / v[1] * 1e9)),
             (k, op) if k == n => {
-                let peak = dimm_peak(ctx)
-                    .map(|(pk, src)| per_socket(&topo, &topo.spread(allowed, k), pk, src));
+                let peak = team_peak(ctx, &topo, &topo.spread(allowed, k));
                 p.add(&name, team_bound(op, k, peak));
             }
             // Intermediate teams are a series, not metrics.
@@ -65,18 +62,15 @@ fn sequential(p: &Predictions, ctx: &Context) -> Input {
         return seq;
     };
     let llc = crate::experiments::kit::llc_or_assumed(&ctx.machine.data_caches()).0 as f64;
-    match chase_size(&m.description) {
-        Some(s) if s < 2.0 * llc => Input::missing(
-            "dram_sequential",
-            format!(
-                "mem.latency's sequential chase ran at {}, within twice the last-level cache \
-                 ({}): its rate is the cache's, not memory's",
-                fmt_bytes(s),
-                fmt_bytes(llc)
-            ),
-        ),
-        _ => seq,
-    }
+    let Some(s) = chase_size(&m.description).filter(|&s| s < 2.0 * llc) else {
+        return seq;
+    };
+    let (at, cache) = (fmt_bytes(s), fmt_bytes(llc));
+    let why = format!(
+        "mem.latency's sequential chase ran at {at}, within twice the last-level cache \
+         ({cache}): its rate is the cache's, not memory's"
+    );
+    Input::missing("dram_sequential", why)
 }
 
 /// The size after the last " at " of a description ("... at 16.0 MiB (address order)").
@@ -116,7 +110,7 @@ fn one_core(op: Op, rate: f64) -> Prediction {
 
 /// A team of `k` threads: only the DIMMs' peak over the bus lines each line of `op` needs
 /// at least bounds it; without the peak, nothing.
-fn team_bound(op: Op, k: usize, peak: Result<(f64, String), String>) -> Prediction {
+fn team_bound(op: Op, k: usize, peak: Peak) -> Prediction {
     let (peak, src) = match peak {
         Ok(p) => p,
         Err(why) => {
@@ -146,17 +140,9 @@ fn team_bound(op: Op, k: usize, peak: Result<(f64, String), String>) -> Predicti
     )
 }
 
-/// The DIMM peak of the sockets the N-thread team ran on: the machine's peak divided
-/// among its packages (assuming each socket has the same modules), times the packages
-/// used. One package: the machine's peak. Where NUMA nodes are finer than packages
-/// (sub-NUMA clustering: each node has its share of a socket's channels), the share is
-/// per node instead.
-pub(super) fn per_socket(
-    t: &crate::machine::Topology,
-    cpus: &[usize],
-    peak: f64,
-    src: String,
-) -> (f64, String) {
+/// The machine's peak shared evenly among its packages, times the packages `cpus` use; per
+/// node instead where nodes are finer than packages (sub-NUMA clustering).
+pub(super) fn per_socket(t: &Topology, cpus: &[usize], peak: f64, src: String) -> (f64, String) {
     let packages = t.packages.unwrap_or(1);
     let by_node =
         t.numa_nodes.is_some_and(|n| n > packages) && t.cpus.iter().all(|c| c.node.is_some());

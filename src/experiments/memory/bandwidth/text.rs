@@ -1,6 +1,7 @@
 //! mem.bandwidth's conclusions: findings and the scaling check drawn from its metrics,
 //! each claim said only as far as the data supports it.
 
+use super::predict::Peak;
 use crate::analysis::{separation, Separation};
 use crate::experiments::Outcome;
 use crate::results::Check;
@@ -42,78 +43,62 @@ pub(super) fn nt_vs_write(r: &Summary, w: &Summary, nt: &Summary) -> String {
 
 /// Huge against base pages, one thread: the page size named as the cause only when every
 /// stream is faster beyond the 95% intervals.
-fn huge_vs_base(out: &Outcome) -> Option<String> {
-    let mut parts = Vec::new();
-    let mut seps = Vec::new();
+fn huge_vs_base(out: &mut Outcome) {
+    let (mut parts, mut from, mut all_faster) = (Vec::new(), Vec::new(), true);
     for (verb, name) in [("reads", "read"), ("writes", "write"), ("copies", "copy")] {
         let (base, huge) = (format!("{name}_1t"), format!("{name}_thp_1t"));
-        let (b, h) = (
-            out.get(&base)?.summary.median,
-            out.get(&huge)?.summary.median,
-        );
+        let (Some(b), Some(h)) = (out.get(&base), out.get(&huge)) else {
+            return;
+        };
+        let (b, h) = (b.summary.median, h.summary.median);
         let sep = out.separation(&huge, &base);
         let mark = match sep {
             Separation::Above => "faster beyond noise",
             Separation::Overlap => "within noise",
             Separation::Below => "slower beyond noise",
         };
-        let change = (h / b - 1.0) * 100.0;
-        parts.push(format!(
-            "{verb} {} ({change:+.0}%, {mark})",
-            fmt_bandwidth(h)
-        ));
-        seps.push(sep);
+        all_faster &= sep == Separation::Above;
+        let (bw, change) = (fmt_bandwidth(h), (h / b - 1.0) * 100.0);
+        parts.push(format!("{verb} {bw} ({change:+.0}%, {mark})"));
+        from.extend([base, huge]);
     }
-    let cause = if seps.iter().all(|&s| s == Separation::Above) {
+    let cause = if all_faster {
         ": with the loops unchanged, the difference is what the page size changes: TLB misses and page walks, and how the buffer lies in physical memory (its spread over DRAM channels and banks, and the page boundaries where the prefetcher stops)"
     } else {
         " (95% intervals): no cost of the base page size is shown for every stream"
     };
-    Some(format!(
+    let text = format!(
         "On huge pages one thread {}, {} and {} against base pages{cause}. The headline figures (read_1t, write_1t, copy_1t) are base pages, what a program gets from malloc unless THP is 'always'.",
         parts[0], parts[1], parts[2]
-    ))
+    );
+    let from: Vec<&str> = from.iter().map(String::as_str).collect();
+    out.finding(text, &from);
 }
 
 /// The findings from the metrics (`n` threads at most; `peak` the DIMMs', or why not).
-pub(super) fn conclusions(out: &mut Outcome, n: usize, peak: Result<(f64, String), String>) {
+pub(super) fn conclusions(out: &mut Outcome, n: usize, peak: Peak) {
     let med = |name: &str| out.get(name).map(|m| m.summary.median);
     let (r1, w1, c1) = (med("read_1t"), med("write_1t"), med("copy_1t"));
     let scalar = (med("read_scalar_1t"), med("write_scalar_1t"));
-    if let Some(t) = huge_vs_base(out) {
-        let pairs = ["read", "write", "copy"].map(|o| [format!("{o}_1t"), format!("{o}_thp_1t")]);
-        let from: Vec<&str> = pairs.iter().flatten().map(String::as_str).collect();
-        out.finding(t, &from);
-    }
+    huge_vs_base(out);
     if let (Some(r), Some(w), Some(c)) = (r1, w1, c1) {
-        out.finding(
-            format!(
-                "One thread reads {}, writes {} and copies {} (bytes copied per second).",
-                fmt_bandwidth(r),
-                fmt_bandwidth(w),
-                fmt_bandwidth(c)
-            ),
-            &["read_1t", "write_1t", "copy_1t"],
-        );
+        let [r, w, c] = [r, w, c].map(fmt_bandwidth);
+        let text =
+            format!("One thread reads {r}, writes {w} and copies {c} (bytes copied per second).");
+        out.finding(text, &["read_1t", "write_1t", "copy_1t"]);
     }
     if let (Some(r), Some(w), (Some(rs), Some(ws))) = (r1, w1, scalar) {
-        out.finding(
-                format!(
-                    "Loops of single 8-byte volatile accesses (as in sysbench memory) read {} and write {}: {:.2}x and {:.2}x the vectorised loops.",
-                    fmt_bandwidth(rs),
-                    fmt_bandwidth(ws),
-                    rs / r,
-                    ws / w
-                ),
-                &["read_scalar_1t", "write_scalar_1t", "read_1t", "write_1t"],
-            );
+        let (rate_r, rate_w) = (fmt_bandwidth(rs), fmt_bandwidth(ws));
+        let text = format!(
+            "Loops of single 8-byte volatile accesses (as in sysbench memory) read {rate_r} and write {rate_w}: {:.2}x and {:.2}x the vectorised loops.",
+            rs / r,
+            ws / w
+        );
+        let from = ["read_scalar_1t", "write_scalar_1t", "read_1t", "write_1t"];
+        out.finding(text, &from);
     }
-    let summary = |name: &str| out.get(name).map(|m| m.summary.clone());
-    if let (Some(r), Some(w), Some(nt)) = (
-        summary("read_1t"),
-        summary("write_1t"),
-        summary("write_nt_1t"),
-    ) {
+    let s = |name: &str| out.get(name).map(|m| m.summary.clone());
+    if let (Some(r), Some(w), Some(nt)) = (s("read_1t"), s("write_1t"), s("write_nt_1t")) {
         let from = ["write_nt_1t", "write_1t", "read_1t"];
         out.finding(nt_vs_write(&r, &w, &nt), &from);
     }
@@ -124,43 +109,33 @@ pub(super) fn conclusions(out: &mut Outcome, n: usize, peak: Result<(f64, String
 /// The N-thread read against one thread's, as a finding and the scaling check.
 fn scaling(out: &mut Outcome, n: usize, r1: Option<f64>) {
     let rn = format!("read_{n}t");
-    let (Some(r), Some(rall)) = (r1, out.get(&rn).map(|m| m.summary.median)) else {
+    let rall = out.get(&rn).filter(|_| n > 1).map(|m| m.summary.median);
+    let (Some(r), Some(rall)) = (r1, rall) else {
         return;
     };
-    if n <= 1 {
-        return;
-    }
+    let (all, one) = (fmt_bandwidth(rall), fmt_bandwidth(r));
     let text = format!(
-        "{n} threads read {} together, {:.2}x one thread.",
-        fmt_bandwidth(rall),
+        "{n} threads read {all} together, {:.2}x one thread.",
         rall / r
     );
     out.finding(text, &["read_1t", rn.as_str()]);
-    let (all, one) = (fmt_bandwidth(rall), fmt_bandwidth(r));
     let detail = format!("{n} threads {all}, 1 thread {one}");
-    out.check(Check::sanity(
-        "more threads do not read slower",
-        rall >= 0.8 * r,
-        detail,
-    ));
+    let name = "more threads do not read slower";
+    out.check(Check::sanity(name, rall >= 0.8 * r, detail));
 }
 
 /// The best read against the DIMMs' theoretical peak, or why the peak is unknown.
-fn against_peak(out: &mut Outcome, peak: Result<(f64, String), String>) {
+fn against_peak(out: &mut Outcome, peak: Peak) {
     let (peak, src) = match peak {
         Ok(p) => p,
         Err(why) => return out.notes.push(format!("theoretical peak unknown: {why}")),
     };
     let reads = out.metrics.iter().filter(|m| m.name.starts_with("read_"));
     let best = reads.map(|m| m.summary.median).fold(0.0, f64::max);
-    out.finding(
-        format!(
-            "The best read bandwidth is {:.0}% of the theoretical peak {} ({src}).",
-            best / peak * 100.0,
-            fmt_bandwidth(peak)
-        ),
-        &["read_1t"],
-    );
+    let (share, peak) = (best / peak * 100.0, fmt_bandwidth(peak));
+    let text =
+        format!("The best read bandwidth is {share:.0}% of the theoretical peak {peak} ({src}).");
+    out.finding(text, &["read_1t"]);
 }
 
 #[cfg(test)]
@@ -215,7 +190,8 @@ mod tests {
                 let spread: Vec<f64> = (0..9).map(|i| v * (1.0 + 0.001 * i as f64)).collect();
                 o.metric(name, "bytes/s", "", spread);
             }
-            huge_vs_base(&o).unwrap_or_default()
+            huge_vs_base(&mut o);
+            o.findings.pop().map(|f| f.text).unwrap_or_default()
         };
         let all = with(9.6);
         assert!(all.contains("what the page size changes"), "{all}");
