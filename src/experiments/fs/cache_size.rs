@@ -1,9 +1,9 @@
 //! fs.cache-size: how much file data the page cache holds. Files of growing size are
 //! read twice; where the second read stops being served from memory is the capacity.
 
-use super::{cgroup_memory_limit, mem_available};
+use super::{memory_limits, on_disk};
 use crate::experiments::kit::files::{
-    append, disk_scratch, read_through, reopen, scratch_note, stopwatch, DeviceReads, BLOCK, MIB,
+    append, make_file, read_through, reopen, stopwatch, DeviceReads, BLOCK, MIB,
 };
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
@@ -63,24 +63,18 @@ fn midpoint(lo: u64, hi: u64) -> u64 {
 
 /// min(MemAvailable, memory cgroup limit), from whichever of the two is known.
 fn cache_prediction(ctx: &Context) -> Prediction {
-    let mut value = f64::INFINITY;
-    let mut p = Prediction::new(
-        0.0,
+    let limits = memory_limits(ctx.machine);
+    let Some(value) = limits.iter().map(|l| l.1).min() else {
+        return Prediction::withheld("neither MemAvailable nor a memory cgroup limit is known");
+    };
+    let p = Prediction::new(
+        value as f64,
         "min(MemAvailable, memory cgroup limit): free memory plus reclaimable cache, capped by the cgroup whose page cache is charged",
     );
-    if let Some((a, src)) = mem_available(ctx) {
-        value = value.min(a as f64);
-        p = p.machine("mem_available", a as f64, "bytes", src);
-    }
-    if let Some((l, src)) = cgroup_memory_limit(ctx.machine) {
-        value = value.min(l as f64);
-        p = p.machine("cgroup_limit", l as f64, "bytes", src);
-    }
-    if !value.is_finite() {
-        return Prediction::withheld("neither MemAvailable nor a memory cgroup limit is known");
-    }
-    p.value = value;
-    p
+    let add = |p: Prediction, (name, v, src): (&str, u64, String)| {
+        p.machine(name, v as f64, "bytes", src)
+    };
+    limits.into_iter().fold(p, add)
 }
 
 const SPEC: Spec = Spec {
@@ -152,13 +146,10 @@ impl Experiment for CacheSize {
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let start = stopwatch(ctx);
         let s0 = FIRST_SIZE.get(ctx.profile);
-        let scratch = match disk_scratch(ctx, s0)? {
-            Ok(s) => s,
+        let (scratch, mut out) = match on_disk(ctx, s0)? {
+            Ok(x) => x,
             Err(reason) => return Ok(Outcome::skipped(reason)),
         };
-        let mut out = Outcome::default();
-        out.notes.push(scratch_note(scratch));
-        super::note_vm_host_cache(ctx, &mut out);
         // How far the search may go: the profile's cap (MemTotal, 16 GiB when unknown,
         // sets thorough's) and half the free disk, each with what it is.
         let ram = match ctx.machine.memory.total_bytes {
@@ -182,8 +173,7 @@ impl Experiment for CacheSize {
                 format!("half the free disk space ({})", fmt_mib(disk_cap)),
             ),
         ];
-        let mut owner = scratch.create_file("cache-size", 0)?;
-        owner.unlink_now()?;
+        let owner = make_file(scratch, "cache-size", 0, 0)?;
         let reader = reopen(&owner.file, false, false)?;
         let mut s = Search {
             ctx,

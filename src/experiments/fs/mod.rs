@@ -12,7 +12,10 @@ pub(crate) mod contention;
 mod read;
 mod remote_read;
 
-use crate::experiments::kit::files::{device_basis, device_of, Pattern, BLOCK};
+use crate::experiments::kit::files::{
+    device_basis, device_of, disk_scratch, scratch_note, Pattern, BLOCK,
+};
+use crate::scratch::Scratch;
 
 /// In run order: remote-read and contention use fs.read's figures in their predictions.
 pub fn experiments() -> Vec<Box<dyn Experiment>> {
@@ -28,11 +31,20 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
 /// the host's cache.
 pub(crate) const VM_HOST_CACHE: &str = "In a virtual machine the guest's sectors-read counter shows that a read left the guest, not that the host's storage served it: the host may answer uncached reads from its own page cache, unless its disk is set to cache=none.";
 
-/// Adds `VM_HOST_CACHE` to the method of an experiment with uncached reads, in a VM.
-pub(crate) fn note_vm_host_cache(ctx: &Context, out: &mut Outcome) {
-    if ctx.machine.virtualization.is_vm {
-        out.method_notes.push(VM_HOST_CACHE.into());
-    }
+/// The run's disk scratch folder with `need` bytes and an outcome noting it (and, in a VM,
+/// `VM_HOST_CACHE`), or why there is none.
+pub(crate) fn on_disk<'a>(
+    ctx: &'a Context,
+    need: u64,
+) -> anyhow::Result<Result<(&'a Scratch, Outcome), String>> {
+    Ok(disk_scratch(ctx, need)?.map(|scratch| {
+        let mut out = Outcome::default();
+        out.notes.push(scratch_note(scratch));
+        if ctx.machine.virtualization.is_vm {
+            out.method_notes.push(VM_HOST_CACHE.into());
+        }
+        (scratch, out)
+    }))
 }
 
 /// A cached 4 KiB read: a system call and a 4 KiB copy, at rates measured earlier.
@@ -97,19 +109,19 @@ pub(crate) fn predict_uncached(p: &mut Predictions, metric: &str, dir: &Path, pa
     });
 }
 
-/// The tightest memory cgroup limit over this process's cgroups, from the machine facts.
-pub(crate) fn cgroup_memory_limit(machine: &Machine) -> Option<(u64, String)> {
-    let cg = &machine.cgroup;
-    cg.memory_limit_bytes.map(|l| {
+/// MemAvailable and the tightest memory cgroup limit, where known, from the machine facts.
+pub(crate) fn memory_limits(machine: &Machine) -> Vec<(&'static str, u64, String)> {
+    let (a, cg) = (machine.memory.available_bytes, &machine.cgroup);
+    let avail = (a > 0).then(|| ("mem_available", a, "machine: MemAvailable".into()));
+    let cgroup = cg.memory_limit_bytes.map(|l| {
         let dir = cg.memory_dir.as_deref().unwrap_or("?");
-        (l, format!("machine: memory cgroup limit ({dir})"))
-    })
-}
-
-/// MemAvailable from the machine facts, with its source (not capped by the cgroup).
-pub(crate) fn mem_available(ctx: &Context) -> Option<(u64, String)> {
-    let a = ctx.machine.memory.available_bytes;
-    (a > 0).then(|| (a, "machine: MemAvailable".into()))
+        (
+            "cgroup_limit",
+            l,
+            format!("machine: memory cgroup limit ({dir})"),
+        )
+    });
+    avail.into_iter().chain(cgroup).collect()
 }
 
 #[cfg(test)]
@@ -118,7 +130,7 @@ mod tests {
 
     #[test]
     fn cgroup_limit_is_plausible() {
-        if let Some((l, src)) = cgroup_memory_limit(&Machine::gather()) {
+        for (_, l, src) in memory_limits(&Machine::gather()) {
             assert!(l > 0, "{src}");
         }
     }

@@ -1,11 +1,11 @@
 //! fs.read: per-block (4 KiB) read time vs file size, sequential and random, uncached
 //! and cached. The sweep here is shared with fs.remote-read.
 
-use super::{cgroup_memory_limit, mem_available, note_vm_host_cache};
+use super::{memory_limits, on_disk, predict_cached, predict_uncached};
 use crate::clock::Deadline;
 use crate::experiments::kit::files::{
-    direct_works, disk_scratch, evict_check, make_file, read_through, reopen, scratch_note,
-    time_blocks, BlockTimes, DeviceReads, Pattern, RepeatedCheck, Timing, BLOCK, MIB,
+    direct_works, evict_check, make_file, read_through, reopen, time_blocks, BlockTimes,
+    DeviceReads, Pattern, RepeatedCheck, Timing, BLOCK, MIB,
 };
 use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
@@ -31,12 +31,14 @@ const SLICES: PerProfile<(Duration, Duration)> = PerProfile::new(
     (ms(1000), ms(200)),
 );
 
+/// Fewest samples a pass aims for.
+const MIN_TRIALS: usize = 5;
+
 /// What a sweep does: file sizes and the time each pass may take.
 pub(crate) struct SweepPlan<'c> {
     pub sizes: Vec<u64>,
     pub uncached: Duration,
     pub cached: Duration,
-    pub min_trials: usize,
     /// File name prefix.
     pub label: &'static str,
     /// No new size is started past this, so a busy machine cannot overstay the budget.
@@ -46,11 +48,11 @@ pub(crate) struct SweepPlan<'c> {
 impl SweepPlan<'_> {
     pub fn for_profile(p: Profile, largest: u64, label: &'static str) -> Self {
         let (uncached, cached) = SLICES.get(p);
+        let sizes = doublings(MIB, largest.max(MIB));
         SweepPlan {
-            sizes: doublings(MIB, largest.max(MIB)),
+            sizes,
             uncached,
             cached,
-            min_trials: 5,
             label,
             deadline: None,
         }
@@ -65,7 +67,15 @@ pub(crate) struct SweepPass {
     pub times: BlockTimes,
 }
 
+impl SweepPass {
+    /// Median time per block.
+    pub fn median(&self) -> f64 {
+        crate::stats::median(&self.times.per_block_ns)
+    }
+}
+
 /// Everything a sweep measured and verified.
+#[derive(Default)]
 pub(crate) struct SweepOut {
     pub points: Vec<SweepPass>,
     pub checks: Vec<Check>,
@@ -92,19 +102,26 @@ pub(crate) const PASSES: [(bool, Pattern); 4] = [
     (true, Pattern::Random),
 ];
 
-impl SweepPass {
-    /// Median time per block.
-    pub fn median(&self) -> f64 {
-        crate::stats::median(&self.times.per_block_ns)
-    }
-}
-
 pub(crate) fn metric_name(cached: bool, pattern: Pattern) -> String {
     format!(
         "{}_{}",
         if cached { "cached" } else { "uncached" },
         pattern.name()
     )
+}
+
+/// fs.read's models for a sweep's metrics, named with `prefix`.
+pub(crate) fn predict_sweep(p: &mut Predictions, prefix: &str) {
+    let dir = p.ctx().options.scratch_dir.clone();
+    let dir = dir.unwrap_or_else(|| ".".into());
+    for (cached, pattern) in PASSES {
+        let name = format!("{prefix}{}", metric_name(cached, pattern));
+        if cached {
+            predict_cached(p, &name);
+        } else {
+            predict_uncached(p, &name, &dir, pattern);
+        }
+    }
 }
 
 /// Runs the sweep in `scratch`: each size read uncached and cached, in both patterns.
@@ -116,8 +133,7 @@ pub(crate) fn sweep(
     let mut s = Sweep {
         ctx,
         plan,
-        points: Vec::new(),
-        notes: Vec::new(),
+        out: SweepOut::default(),
         direct: None,
         evicted: RepeatedCheck::default(),
         resident: RepeatedCheck::default(),
@@ -129,8 +145,8 @@ pub(crate) fn sweep(
         if crate::scratch::stopping() {
             anyhow::bail!("interrupted");
         }
-        if !s.points.is_empty() && plan.deadline.is_some_and(|d| d.passed()) {
-            s.notes.push(format!(
+        if !s.out.points.is_empty() && plan.deadline.is_some_and(|d| d.passed()) {
+            s.out.notes.push(format!(
                 "stopped before {} by the time budget (the machine is slow or busy)",
                 fmt_bytes(size as f64)
             ));
@@ -145,8 +161,7 @@ pub(crate) fn sweep(
 struct Sweep<'a> {
     ctx: &'a Context<'a>,
     plan: &'a SweepPlan<'a>,
-    points: Vec<SweepPass>,
-    notes: Vec<String>,
+    out: SweepOut,
     /// Whether O_DIRECT works, known once the first file exists.
     direct: Option<bool>,
     /// Evictions before uncached passes, verified with mincore.
@@ -202,7 +217,7 @@ impl Sweep<'_> {
         // The largest size gives the metrics: it gets three times as long.
         let last = Some(&size) == self.plan.sizes.last();
         let slice = self.plan.uncached * if last { 3 } else { 1 };
-        let (each, min) = (Timing::EachRead, self.plan.min_trials);
+        let (each, min) = (Timing::EachRead, MIN_TRIALS);
         let before = self.device.counter();
         let times = time_blocks(self.ctx, &fd, size, pattern, order, each, slice, min)?;
         let bytes = times.blocks * BLOCK as u64;
@@ -210,7 +225,7 @@ impl Sweep<'_> {
         let n = times.per_block_ns.len();
         self.record(size, false, pattern, times);
         if n < min {
-            self.notes.push(format!(
+            self.out.notes.push(format!(
                 "{sz} uncached {}: only {n} trials (every block read once)",
                 pattern.name()
             ));
@@ -229,7 +244,7 @@ impl Sweep<'_> {
     ) -> anyhow::Result<()> {
         let sz = fmt_bytes(size as f64);
         let chunks = Timing::Chunks(Duration::from_micros(200));
-        let (slice, min) = (self.plan.cached, self.plan.min_trials);
+        let (slice, min) = (self.plan.cached, MIN_TRIALS);
         for attempt in 1..=3 {
             let before = pagecache::residency(fd)?;
             let times = time_blocks(self.ctx, fd, size, pattern, order, chunks, slice, min)?;
@@ -249,7 +264,7 @@ impl Sweep<'_> {
                 )
             });
             if whole && attempt > 1 {
-                self.notes.push(format!(
+                self.out.notes.push(format!(
                     "{sz} cached {}: pages were evicted during a pass by memory pressure; measured again",
                     pattern.name()
                 ));
@@ -268,8 +283,8 @@ impl Sweep<'_> {
             metric_name(cached, pattern)
         );
         let notes = times.notes.iter().map(|n| format!("{pass}: {n}"));
-        self.notes.extend(notes);
-        self.points.push(SweepPass {
+        self.out.notes.extend(notes);
+        self.out.points.push(SweepPass {
             size,
             cached,
             pattern,
@@ -278,7 +293,7 @@ impl Sweep<'_> {
     }
 
     /// The sweep's premise checks, and what it measured.
-    fn finish(self) -> SweepOut {
+    fn finish(mut self) -> SweepOut {
         let direct = self.direct.unwrap_or(false);
         let ev = &self.evicted;
         let (ok, n, all, last) = (ev.passed, ev.total, ev.all(), &ev.last_failure);
@@ -308,12 +323,9 @@ impl Sweep<'_> {
                 res.passed, res.total
             ),
         );
-        SweepOut {
-            points: self.points,
-            checks: vec![self.device.check(), eviction, residency],
-            direct,
-            notes: self.notes,
-        }
+        self.out.checks = vec![self.device.check(), eviction, residency];
+        self.out.direct = direct;
+        self.out
     }
 }
 
@@ -337,8 +349,19 @@ fn warm(fd: &File, size: u64, buf: &mut [u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Adds a sweep's series, its metrics at the largest size (named with `prefix`) and checks.
+/// Adds a sweep's checks and notes, its series, its metrics at the largest size and a check
+/// per pattern, named with `prefix` (a side's checks and notes with "side: ").
 pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
+    let side = match prefix.trim_end_matches('_') {
+        "" => String::new(),
+        side => format!("{side}: "),
+    };
+    for c in &s.checks {
+        let name = format!("{side}{}", c.name);
+        out.check(Check { name, ..c.clone() });
+    }
+    out.notes
+        .extend(s.notes.iter().map(|n| format!("{side}{n}")));
     let largest = s.largest();
     for (cached, pattern) in PASSES {
         let name = format!("{prefix}{}", metric_name(cached, pattern));
@@ -367,10 +390,6 @@ pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
             out.distribution(&name, "ns", &desc, raw);
         }
     }
-    let side = match prefix.trim_end_matches('_') {
-        "" => String::new(),
-        side => format!("{side}: "),
-    };
     for pattern in [Pattern::Sequential, Pattern::Random] {
         let med = |cached| {
             s.get(largest, cached, pattern)
@@ -436,56 +455,41 @@ impl Experiment for Read {
         (u + c) * 2 * n + u * 4 + Duration::from_secs_f64(2.0 * CAP.get(p) as f64 / 200e6)
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        let dir = ctx
-            .options
-            .scratch_dir
-            .clone()
-            .unwrap_or_else(|| std::path::PathBuf::from("."));
         let mut p = Predictions::new(ctx);
-        super::predict_uncached(&mut p, "uncached_seq", &dir, Pattern::Sequential);
-        super::predict_uncached(&mut p, "uncached_random", &dir, Pattern::Random);
-        super::predict_cached(&mut p, "cached_seq");
-        super::predict_cached(&mut p, "cached_random");
+        predict_sweep(&mut p, "");
         p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        let mem = mem_available(ctx).map(|m| m.0).unwrap_or(u64::MAX);
-        let mem = cgroup_memory_limit(ctx.machine).map_or(mem, |c| c.0.min(mem));
+        let limits = memory_limits(ctx.machine);
+        let mem = limits.iter().map(|l| l.1).min().unwrap_or(u64::MAX);
         // The cached pass needs the file in memory: at most a quarter of what is free.
-        let largest = CAP.get(ctx.profile).min(mem / 4);
+        let cap = CAP.get(ctx.profile);
+        let mut largest = cap.min(mem / 4);
         if largest < MIB {
             return Ok(Outcome::skipped(format!(
                 "too little memory for a cached 1 MiB file (available {})",
                 fmt_bytes(mem as f64)
             )));
         }
-        let scratch = match disk_scratch(ctx, MIB)? {
-            Ok(s) => s,
+        let (scratch, mut out) = match on_disk(ctx, MIB)? {
+            Ok(x) => x,
             Err(reason) => return Ok(Outcome::skipped(reason)),
         };
-        let mut out = Outcome::default();
-        out.notes.push(scratch_note(scratch));
-        note_vm_host_cache(ctx, &mut out);
-        // Never more than the allowance: shrink the largest file to fit.
-        let mut largest = largest;
-        // Two files of each size at a time (the random uncached pass reads its own).
+        // Two files of each size at a time (the random uncached pass reads its own), never
+        // more than the allowance.
         while largest > MIB && 2 * largest > scratch.remaining() {
             largest /= 2;
         }
-        if largest < CAP.get(ctx.profile) {
+        if largest < cap {
             out.notes.push(format!(
                 "largest file {} (profile cap {}), limited by free space or memory",
                 fmt_bytes(largest as f64),
-                fmt_bytes(CAP.get(ctx.profile) as f64)
+                fmt_bytes(cap as f64)
             ));
         }
         let mut plan = SweepPlan::for_profile(ctx.profile, largest, "read");
         plan.deadline = Some(ctx.harness(1).deadline(ctx.budget * 2));
         let s = sweep(ctx, scratch, &plan)?;
-        for c in &s.checks {
-            out.check(c.clone());
-        }
-        out.notes.extend(s.notes.iter().cloned());
         report(&mut out, &s, "");
         out.pool(ctx);
         findings(&mut out, &s);

@@ -1,9 +1,8 @@
 //! fs.remote-read: fs.read's sweep on --remote-dir and on the local scratch disk in the
 //! same sitting, with the remote/local ratio per access pattern.
 
-use super::note_vm_host_cache;
-use super::read::{metric_name, report, sweep, SweepOut, SweepPlan, PASSES};
-use crate::experiments::kit::files::{disk_scratch, scratch_note, Pattern, MIB};
+use super::read::{metric_name, predict_sweep, report, sweep, SweepOut, SweepPlan, PASSES};
+use crate::experiments::kit::files::{Pattern, MIB};
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
@@ -51,17 +50,11 @@ impl Experiment for RemoteRead {
                 crate::machine::storage::filesystem_of(d).map_or(String::new(), |m| m.source)
             });
         let rtt = server_rtt(&p, source.as_deref(), ctx.options.peer.as_deref());
-        let dir = ctx
-            .options
-            .scratch_dir
-            .clone()
-            .unwrap_or_else(|| ".".into());
+        // The local side is fs.read's sweep again: fs.read's models.
+        predict_sweep(&mut p, "local_");
         for pattern in [Pattern::Sequential, Pattern::Random] {
             let (un, ca) = (metric_name(false, pattern), metric_name(true, pattern));
-            // The local side is fs.read's sweep again: fs.read's models. Cached remote
-            // data sits in the same local page cache.
-            super::predict_uncached(&mut p, &format!("local_{un}"), &dir, pattern);
-            super::predict_cached(&mut p, &format!("local_{ca}"));
+            // Cached remote data sits in the same local page cache.
             super::predict_cached(&mut p, &format!("remote_{ca}"));
             let local = p.earlier("fs.read", &[&un]).named("t_local");
             let server = "each uncached block is one request to the server, whose own read \
@@ -101,24 +94,12 @@ impl Experiment for RemoteRead {
                 fmt_bytes(rfs.free_bytes as f64)
             )));
         }
-        let local = match disk_scratch(ctx, 2 * largest)? {
-            Ok(s) => s,
+        let (local, mut out) = match super::on_disk(ctx, 2 * largest)? {
+            Ok(x) => x,
             Err(reason) => return Ok(Outcome::skipped(format!("local side: {reason}"))),
         };
-        let mut out = Outcome::default();
-        out.notes.push(scratch_note(local));
-        note_vm_host_cache(ctx, &mut out);
         out.check(network_check(remote, &rfs));
         let (rs, ls) = sweeps(ctx, remote, local, largest)?;
-        for (side, s) in [("remote", &rs), ("local", &ls)] {
-            for c in &s.checks {
-                let mut c = c.clone();
-                c.name = format!("{side}: {}", c.name);
-                out.check(c);
-            }
-            let notes = s.notes.iter().map(|n| format!("{side}: {n}"));
-            out.notes.extend(notes);
-        }
         report(&mut out, &rs, "remote_");
         report(&mut out, &ls, "local_");
         report_ratios(ctx, &mut out, &rs, &ls, &rfs.fs_type);

@@ -4,8 +4,7 @@
 use crate::clock::{Clock, Deadline};
 use crate::experiments::kit::children::Children;
 use crate::experiments::kit::files::{
-    direct_works, disk_scratch, evict_check, make_file, reopen, scratch_note, stopwatch,
-    DeviceReads, RepeatedCheck, BLOCK, MIB,
+    direct_works, evict_check, make_file, reopen, stopwatch, DeviceReads, RepeatedCheck, BLOCK, MIB,
 };
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
@@ -230,8 +229,8 @@ impl Experiment for Contention {
         #[cfg(test)]
         let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let pm = PMAX.get(ctx.profile);
-        let scratch = match disk_scratch(ctx, pm as u64 * MIB)? {
-            Ok(s) => s,
+        let (scratch, mut out) = match super::on_disk(ctx, pm as u64 * MIB)? {
+            Ok(x) => x,
             Err(reason) => return Ok(Outcome::skipped(reason)),
         };
         let (sizes, sizing_note) = sizing(ctx, scratch.remaining());
@@ -239,10 +238,7 @@ impl Experiment for Contention {
             Some(b) => vec![b; pm],
             None => sizes,
         };
-        let mut out = Outcome::default();
-        out.notes.push(scratch_note(scratch));
         out.notes.push(sizing_note);
-        super::note_vm_host_cache(ctx, &mut out);
         let mut rng = Rng::new(0xc0de);
         let owners = sizes
             .iter()
