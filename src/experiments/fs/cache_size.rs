@@ -184,7 +184,6 @@ impl Experiment for CacheSize {
             buf: vec![0u8; MIB as usize],
             probes: Vec::new(),
             threshold: None,
-            budget: ctx.budget.as_secs_f64() * 0.85,
             start,
         };
         let knee = s.run(s0, &limits)?;
@@ -210,18 +209,28 @@ struct Search<'a> {
     /// Time per byte below which a second read counts as from memory; None when the
     /// first size's cold/cached contrast is too small for timing to tell.
     threshold: Option<f64>,
-    /// Seconds the search may take, from `start`.
-    budget: f64,
     start: crate::clock::Stopwatch<'a>,
 }
 
 /// Where the search ended: the largest size served, the smallest not served, what stopped
 /// the doubling before a size was not served, and a note when the budget cut bisection.
+#[derive(Default)]
 struct Knee {
     good: Option<u64>,
     bad: Option<u64>,
     stop_reason: Option<String>,
     note: Option<String>,
+}
+
+impl Knee {
+    /// Moves the bracket's served or not-served end to `size`.
+    fn place(&mut self, size: u64, served: bool) {
+        *(if served {
+            &mut self.good
+        } else {
+            &mut self.bad
+        }) = Some(size);
+    }
 }
 
 impl Search<'_> {
@@ -232,71 +241,46 @@ impl Search<'_> {
         // Cold vs cached rates from the first size tell whether timing can separate them.
         let contrast = base.first / base.second;
         self.threshold = (contrast >= 3.0).then(|| (base.first * base.second).sqrt());
-        let ok = served(&base, self.threshold);
-        let (mut good, mut bad) = (ok.then_some(s0), (!ok).then_some(s0));
-        let mut stop_reason = None;
-        let mut size = s0;
-        while bad.is_none() {
+        let mut k = Knee::default();
+        k.place(s0, served(&base, self.threshold));
+        let budget = format!("the time budget ({:.0} s)", self.ctx.budget.as_secs_f64());
+        while let (Some(g), None) = (k.good, k.bad) {
             let last = self.probes.last().map_or(0.0, |p| p.seconds);
-            stop_reason = limits.iter().find(|l| size * 2 > l.0).map(|l| l.1.clone());
-            if stop_reason.is_none() && !self.time_left(last * 2.5) {
-                stop_reason = Some(format!(
-                    "the time budget ({:.0} s)",
-                    self.ctx.budget.as_secs_f64()
-                ));
-            }
-            if stop_reason.is_some() {
+            let limit = limits.iter().find(|l| g * 2 > l.0).map(|l| l.1.clone());
+            k.stop_reason = limit.or_else(|| (!self.time_left(last * 2.5)).then(|| budget.clone()));
+            if k.stop_reason.is_some() {
                 break;
             }
-            size *= 2;
-            *(if self.served(size)? {
-                &mut good
-            } else {
-                &mut bad
-            }) = Some(size);
+            k.place(g * 2, self.served(g * 2)?);
         }
-        let mut note = None;
-        if let (Some(mut g), Some(mut b)) = (good, bad) {
-            while b as f64 / g as f64 > RESOLUTION {
-                let mid = midpoint(g, b);
-                if mid <= g || mid >= b {
-                    break;
-                }
-                if !self.time_left(
-                    self.at(b)
-                        .map_or(0.0, |p| p.seconds * mid as f64 / b as f64),
-                ) {
-                    note = Some(format!(
-                        "bisection stopped by the time budget at [{}, {}]",
-                        fmt_mib(g),
-                        fmt_mib(b)
-                    ));
-                    break;
-                }
-                if self.served(mid)? {
-                    g = mid;
-                } else {
-                    b = mid;
-                }
+        while let (Some(g), Some(b)) = (k.good, k.bad) {
+            let mid = midpoint(g, b);
+            if b as f64 / g as f64 <= RESOLUTION || mid <= g || mid >= b {
+                break;
             }
-            (good, bad) = (Some(g), Some(b));
+            let est = self
+                .at(b)
+                .map_or(0.0, |p| p.seconds * mid as f64 / b as f64);
+            if !self.time_left(est) {
+                let (gm, bm) = (fmt_mib(g), fmt_mib(b));
+                k.note = Some(format!(
+                    "bisection stopped by the time budget at [{gm}, {bm}]"
+                ));
+                break;
+            }
+            k.place(mid, self.served(mid)?);
         }
-        Ok(Knee {
-            good,
-            bad,
-            stop_reason,
-            note,
-        })
-    }
-
-    /// Whether a probe estimated to take `est` seconds still fits the budget.
-    fn time_left(&self, est: f64) -> bool {
-        self.start.elapsed_ns() * 1e-9 + est < self.budget
+        Ok(k)
     }
 
     fn served(&mut self, size: u64) -> anyhow::Result<bool> {
         let p = self.probe(size)?;
         Ok(served(&p, self.threshold))
+    }
+
+    /// Whether a probe estimated to take `est` seconds still fits 85% of the budget.
+    fn time_left(&self, est: f64) -> bool {
+        self.start.elapsed_ns() * 1e-9 + est < self.ctx.budget.as_secs_f64() * 0.85
     }
 
     /// Makes the file at least `size` long, evicts it, reads [0, size) twice.

@@ -281,14 +281,7 @@ impl Experiment for Contention {
                 .extend(sharing_note(&ctx.machine.topology, &cpu_order, p));
         }
         checks(&mut out, &m, direct, &sizes, dur);
-        let failed: Vec<&str> = out
-            .checks
-            .iter()
-            .filter(|c| !c.passed)
-            .map(|c| c.name.as_str())
-            .collect();
-        let withheld = (!failed.is_empty()).then(|| failed.join("; "));
-        report(ctx, &mut out, m, cpus, withheld);
+        report(ctx, &mut out, m, cpus);
         out.notes.push(format!(
             "{pm} files ({} in all); {rounds} round(s) of {} ms per P",
             fmt_bytes(sizes.iter().sum::<u64>() as f64),
@@ -338,19 +331,9 @@ fn measure_p(
                     .add(&evict_check(ctx, &o.file, "reader file", true)?);
             }
         }
-        let before = m.device.counter();
-        let r = round_of(rd, &m.cursor, p, dur)?;
-        m.device.add(
-            before,
-            m.device.counter(),
-            r.blocks.iter().sum::<u64>() * BLOCK as u64,
-        );
-        for (c, b) in m.cursor.iter_mut().zip(&r.blocks) {
-            *c += b;
-        }
-        m.spreads.push((p, r.spread_ns));
-        rates.push(r.per_block.iter().map(|t| 1e9 / t).sum::<f64>());
-        vals.extend(r.per_block);
+        let per_block = round_of(rd, m, p, dur)?;
+        rates.push(per_block.iter().map(|t| 1e9 / t).sum::<f64>());
+        vals.extend(per_block);
     }
     m.aggregate.push([p as f64, crate::stats::median(&rates)]);
     m.per_p.push((p, vals));

@@ -60,16 +60,6 @@ pub(super) unsafe fn read_blocks(
     ReaderResult { blocks, ns, error }
 }
 
-/// What one round measured.
-pub(super) struct Round {
-    /// ns per block, per reader.
-    pub(super) per_block: Vec<f64>,
-    /// Blocks each reader read.
-    pub(super) blocks: Vec<u64>,
-    /// Latest minus earliest start time.
-    pub(super) spread_ns: u64,
-}
-
 /// The readers' state: their files, buffers and CPUs, and the children that read.
 pub(super) struct Readers<'c> {
     pub(super) clock: &'c dyn Clock,
@@ -124,15 +114,17 @@ impl<'c> Readers<'c> {
     }
 }
 
-/// One round: `p` children released together, reader i starting at block `first[i]`.
+/// One round: `p` children released together, each going on from its cursor in `m`;
+/// adds what they read to `m` and returns each reader's ns per block.
 pub(super) fn round_of(
     rd: &mut Readers<'_>,
-    first: &[u64],
+    m: &mut ContentionRounds,
     p: usize,
     dur: Duration,
-) -> anyhow::Result<Round> {
+) -> anyhow::Result<Vec<f64>> {
     let bufs: Vec<*mut u8> = rd.bufs.iter_mut().map(|b| b.as_mut_ptr()).collect();
-    let rd = &*rd;
+    let (rd, first) = (&*rd, &m.cursor);
+    let before = m.device.counter();
     // SAFETY: each reader's body is `read_blocks`, async-signal-safe on its file and the
     // buffer prepared above.
     unsafe {
@@ -140,24 +132,23 @@ pub(super) fn round_of(
             read_blocks(rd, i, first[i], bufs[i], start, dur)
         })?
     };
-    let mut r = Round {
-        per_block: Vec::with_capacity(p),
-        blocks: Vec::with_capacity(p),
-        spread_ns: 0,
-    };
-    let (mut lo, mut hi) = (u64::MAX, 0);
+    let (mut lo, mut hi, mut per_block, mut blocks) = (u64::MAX, 0, Vec::new(), 0);
     for i in 0..p {
         let (start, s) = rd.children.get(i);
         if s.error != 0 || s.blocks == 0 {
             anyhow::bail!("reader process {i} could not read its file");
         }
-        r.per_block.push(s.ns as f64 / s.blocks as f64);
-        r.blocks.push(s.blocks);
+        per_block.push(s.ns as f64 / s.blocks as f64);
+        m.cursor[i] += s.blocks;
+        blocks += s.blocks;
         lo = lo.min(start);
         hi = hi.max(start);
     }
-    r.spread_ns = rd.clock.ticks_to_ns(hi.saturating_sub(lo) as f64) as u64;
-    Ok(r)
+    m.device
+        .add(before, m.device.counter(), blocks * BLOCK as u64);
+    let spread = rd.clock.ticks_to_ns(hi.saturating_sub(lo) as f64) as u64;
+    m.spreads.push((p, spread));
+    Ok(per_block)
 }
 
 /// The readers' CPUs in order: `Topology::spread` with `first` as the chosen CPU.

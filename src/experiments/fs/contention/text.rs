@@ -1,17 +1,12 @@
 //! fs.contention's series, model and finding.
 
 use super::*;
+use crate::analysis::Model;
 use crate::units::fmt_ns;
 
 /// Series and metrics per P, then the fitted model (`cpus`: readers that each get a CPU
-/// of their own; `withheld`: the checks that did not pass, which withhold the overlap figure).
-pub(super) fn report(
-    ctx: &Context,
-    out: &mut Outcome,
-    m: ContentionRounds,
-    cpus: usize,
-    withheld: Option<String>,
-) {
+/// of their own).
+pub(super) fn report(ctx: &Context, out: &mut Outcome, m: ContentionRounds, cpus: usize) {
     let medians: Vec<(f64, f64)> = m
         .per_p
         .iter()
@@ -44,25 +39,56 @@ pub(super) fn report(
         );
     }
     match fit(&medians) {
-        Some(model) => report_model(ctx, out, &model, &medians, cpus, withheld.as_deref()),
+        Some(model) => report_model(ctx, out, &model, &medians, cpus),
         None => out.pool(ctx),
     }
 }
 
+/// The fitted model's metrics, in the order of `figures`: (name, unit, description).
+const MODEL: [(&str, &str, &str); 4] = [
+    (
+        "model_intercept",
+        "ns",
+        "fitted per-block time at P = 0 (the model's constant)",
+    ),
+    (
+        "model_slope",
+        "ns",
+        "fitted added per-block time per extra process (first segment)",
+    ),
+    (
+        "model_breakpoint",
+        "processes",
+        "P where the fitted line bends",
+    ),
+    (
+        "model_slope_after",
+        "ns",
+        "fitted added per-block time per extra process beyond the breakpoint",
+    ),
+];
+
+/// The model's figures: intercept and slope, and the breakpoint and slope after it where
+/// the line bends.
+fn figures(m: &Model) -> Vec<f64> {
+    let mut v = vec![m.intercept, m.slope];
+    v.extend(m.bend.map_or(vec![], |(b, s2)| vec![b, s2]));
+    v
+}
+
 /// The model and the end points as the table shows them after pooling the runs: each
 /// fitted figure is its metric's pooled median (the fit itself is this run's).
-pub(super) fn pooled_model(
-    out: &Outcome,
-    m: &crate::analysis::Model,
-    medians: &[(f64, f64)],
-) -> (crate::analysis::Model, Vec<(f64, f64)>) {
+fn pooled_model(out: &Outcome, m: &Model, medians: &[(f64, f64)]) -> (Model, Vec<(f64, f64)>) {
     let or = |name: &str, v: f64| out.get(name).map_or(v, |x| x.summary.median);
-    let model = crate::analysis::Model {
-        intercept: or("model_intercept", m.intercept),
-        slope: or("model_slope", m.slope),
-        bend: m
-            .bend
-            .map(|(b, s2)| (or("model_breakpoint", b), or("model_slope_after", s2))),
+    let f: Vec<f64> = MODEL
+        .iter()
+        .zip(figures(m))
+        .map(|(d, v)| or(d.0, v))
+        .collect();
+    let model = Model {
+        intercept: f[0],
+        slope: f[1],
+        bend: m.bend.map(|_| (f[2], f[3])),
         sse: m.sse,
     };
     let mut ends = medians.to_vec();
@@ -74,43 +100,21 @@ pub(super) fn pooled_model(
     (model, ends)
 }
 
-/// The fitted model's metrics, its curve and the finding it supports (pooled runs).
-pub(super) fn report_model(
-    ctx: &Context,
-    out: &mut Outcome,
-    m: &crate::analysis::Model,
-    medians: &[(f64, f64)],
-    cpus: usize,
-    withheld: Option<&str>,
-) {
-    out.metric(
-        "model_intercept",
-        "ns",
-        "fitted per-block time at P = 0 (the model's constant)",
-        vec![m.intercept],
-    );
-    out.metric(
-        "model_slope",
-        "ns",
-        "fitted added per-block time per extra process (first segment)",
-        vec![m.slope],
-    );
-    if let Some((b, s2)) = m.bend {
-        out.metric(
-            "model_breakpoint",
-            "processes",
-            "P where the fitted line bends",
-            vec![b],
-        );
-        out.metric(
-            "model_slope_after",
-            "ns",
-            "fitted added per-block time per extra process beyond the breakpoint",
-            vec![s2],
-        );
+/// The fitted model's metrics, its curve and the finding it supports (pooled runs); the
+/// checks that did not pass withhold the overlap figure.
+fn report_model(ctx: &Context, out: &mut Outcome, m: &Model, medians: &[(f64, f64)], cpus: usize) {
+    for ((name, unit, desc), v) in MODEL.iter().zip(figures(m)) {
+        out.metric(name, unit, desc, vec![v]);
     }
     let points = medians.iter().map(|&(x, _)| [x, m.eval(x)]).collect();
     out.plot("model_per_block_vs_processes", "processes", "ns", points);
+    let failed: Vec<&str> = out
+        .checks
+        .iter()
+        .filter(|c| !c.passed)
+        .map(|c| c.name.as_str())
+        .collect();
+    let withheld = (!failed.is_empty()).then(|| failed.join("; "));
     out.pool(ctx);
     let (m, medians) = &pooled_model(out, m, medians);
     let t1 = medians.first().map(|p| p.1).unwrap_or(f64::NAN);
@@ -130,7 +134,7 @@ pub(super) fn report_model(
         fmt_ns(t1)
     );
     let vm = ctx.machine.virtualization.is_vm;
-    text.push_str(&overlap_text(medians, cpus, vm, withheld));
+    text.push_str(&overlap_text(medians, cpus, vm, withheld.as_deref()));
     out.finding(text, &["per_block_p1", "per_block_pmax", "model_slope"]);
 }
 
