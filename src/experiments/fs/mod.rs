@@ -8,7 +8,7 @@ use crate::results::Prediction;
 use std::path::Path;
 
 mod cache_size;
-pub(crate) mod contention;
+mod contention;
 mod read;
 mod remote_read;
 

@@ -1,7 +1,7 @@
 //! fs.contention: P processes, each reading its own file uncached, released together by
 //! a barrier; per-block time vs P and a fitted (piecewise) linear model.
 
-use crate::clock::{Clock, Deadline};
+use crate::clock::Deadline;
 use crate::experiments::kit::children::Children;
 use crate::experiments::kit::files::{
     direct_works, evict_check, make_file, reopen, stopwatch, DeviceReads, RepeatedCheck, BLOCK, MIB,
@@ -135,7 +135,7 @@ fn sizing(ctx: &Context, room: u64) -> (Vec<u64>, String) {
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 // The model is the one analysis of this question; figures draw the same fit.
-pub(crate) use crate::analysis::fit;
+use crate::analysis::fit;
 
 const SPEC: Spec = Spec {
     id: "fs.contention",
@@ -248,8 +248,7 @@ impl Experiment for Contention {
                 make_file(scratch, &format!("contention-{i}"), size, rng.next_u64())
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let (mut rd, cpu_order) = Readers::new(ctx, &owners, &sizes)?;
-        let direct = rd.direct;
+        let mut rd = Readers::new(ctx, owners, &sizes)?;
         let (dur, rounds) = ROUND.get(ctx.profile);
         let mut m = ContentionRounds {
             cursor: vec![0u64; pm],
@@ -264,7 +263,7 @@ impl Experiment for Contention {
                 skipped.push(p.to_string());
                 continue;
             }
-            measure_p(ctx, &mut rd, &owners, &mut m, p, dur, rounds)?;
+            rd.measure(&mut m, p)?;
         }
         if !skipped.is_empty() {
             out.notes.push(format!(
@@ -272,14 +271,13 @@ impl Experiment for Contention {
                 skipped.join(", ")
             ));
         }
-        // Readers that each get a CPU of their own.
-        let cpus = cpu_order.len();
-        drop(rd);
-        drop(owners);
         if let Some(&(p, _)) = m.per_p.last() {
             out.notes
-                .extend(sharing_note(&ctx.machine.topology, &cpu_order, p));
+                .extend(sharing_note(&ctx.machine.topology, &rd.order, p));
         }
+        // Readers that each get a CPU of their own.
+        let (cpus, direct) = (rd.order.len(), rd.direct);
+        drop(rd);
         checks(&mut out, &m, direct, &sizes, dur);
         report(ctx, &mut out, m, cpus);
         out.notes.push(format!(
@@ -305,39 +303,6 @@ struct ContentionRounds {
     /// Evictions before rounds (only without O_DIRECT).
     evictions: RepeatedCheck,
     device: DeviceReads,
-}
-
-/// The rounds of one process count `p`.
-fn measure_p(
-    ctx: &Context,
-    rd: &mut Readers<'_>,
-    owners: &[crate::scratch::ScratchFile],
-    m: &mut ContentionRounds,
-    p: usize,
-    dur: Duration,
-    rounds: usize,
-) -> anyhow::Result<()> {
-    let mut vals = Vec::new();
-    let mut rates = Vec::new();
-    for r in 0..rounds {
-        (ctx.progress)(&format!("P = {p}, round {}/{rounds}", r + 1));
-        if crate::scratch::stopping() {
-            anyhow::bail!("interrupted");
-        }
-        if !rd.direct {
-            // Without O_DIRECT each round must start from disk: evict and verify.
-            for o in owners.iter().take(p) {
-                m.evictions
-                    .add(&evict_check(ctx, &o.file, "reader file", true)?);
-            }
-        }
-        let per_block = round_of(rd, m, p, dur)?;
-        rates.push(per_block.iter().map(|t| 1e9 / t).sum::<f64>());
-        vals.extend(per_block);
-    }
-    m.aggregate.push([p as f64, crate::stats::median(&rates)]);
-    m.per_p.push((p, vals));
-    Ok(())
 }
 
 #[cfg(test)]

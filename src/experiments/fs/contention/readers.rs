@@ -27,7 +27,7 @@ pub(super) unsafe fn read_blocks(
     start: u64,
     dur: Duration,
 ) -> ReaderResult {
-    let (clock, fd, nblocks) = (rd.clock, rd.files[i].as_raw_fd(), rd.nblocks[i]);
+    let (clock, fd, nblocks) = (rd.ctx.clock, rd.files[i].as_raw_fd(), rd.nblocks[i]);
     let until = Deadline::after(clock, dur);
     let mut blocks = 0u64;
     let mut pos = first % nblocks.max(1);
@@ -62,13 +62,17 @@ pub(super) unsafe fn read_blocks(
 
 /// The readers' state: their files, buffers and CPUs, and the children that read.
 pub(super) struct Readers<'c> {
-    pub(super) clock: &'c dyn Clock,
-    pub(super) files: Vec<File>,
-    pub(super) bufs: Vec<AlignedBuf>,
-    pub(super) children: Children<'c, ReaderResult>,
-    pub(super) cpus: Vec<CpuMask>,
+    ctx: &'c Context<'c>,
+    files: Vec<File>,
+    /// The scratch files, evicted before each round without O_DIRECT.
+    owners: Vec<ScratchFile>,
+    bufs: Vec<AlignedBuf>,
+    children: Children<'c, ReaderResult>,
+    /// The readers' CPUs in order, and their masks.
+    pub(super) order: Vec<usize>,
+    cpus: Vec<CpuMask>,
     /// Blocks in each reader's file.
-    pub(super) nblocks: Vec<u64>,
+    nblocks: Vec<u64>,
     /// O_DIRECT works: readers may wrap around their file.
     pub(super) direct: bool,
 }
@@ -76,12 +80,12 @@ pub(super) struct Readers<'c> {
 impl<'c> Readers<'c> {
     /// A reader per file (O_DIRECT where it works, else random advice); reader i's CPU is
     /// the i-th of `reader_order` (the run's CPU first, so P = 1 reads as fs.read does; SMT
-    /// siblings last), modulo the allowed CPUs. Also returns those CPUs' numbers.
+    /// siblings last), modulo the allowed CPUs.
     pub(super) fn new(
-        ctx: &'c Context,
-        owners: &[ScratchFile],
+        ctx: &'c Context<'c>,
+        owners: Vec<ScratchFile>,
         sizes: &[u64],
-    ) -> anyhow::Result<(Self, Vec<usize>)> {
+    ) -> anyhow::Result<Self> {
         let direct = direct_works(&owners[0].file);
         let files: Vec<File> = owners
             .iter()
@@ -95,60 +99,86 @@ impl<'c> Readers<'c> {
         if allowed.is_empty() {
             allowed = vec![ctx.cpu];
         }
-        let cpus = reader_order(&ctx.machine.topology, ctx.cpu, &allowed);
-        let rd = Readers {
-            clock: ctx.clock,
+        let order = reader_order(&ctx.machine.topology, ctx.cpu, &allowed);
+        Ok(Readers {
+            ctx,
             files,
             bufs: (0..owners.len())
                 .map(|_| AlignedBuf::new(BLOCK, BLOCK))
                 .collect::<Result<_, _>>()?,
             children: Children::new(owners.len(), ctx.clock)?,
-            cpus: cpus
+            cpus: order
                 .iter()
                 .map(|&c| CpuMask::single(c))
                 .collect::<Result<_, _>>()?,
+            order,
+            owners,
             nblocks: sizes.iter().map(|b| b / BLOCK as u64).collect(),
             direct,
-        };
-        Ok((rd, cpus))
+        })
     }
-}
 
-/// One round: `p` children released together, each going on from its cursor in `m`;
-/// adds what they read to `m` and returns each reader's ns per block.
-pub(super) fn round_of(
-    rd: &mut Readers<'_>,
-    m: &mut ContentionRounds,
-    p: usize,
-    dur: Duration,
-) -> anyhow::Result<Vec<f64>> {
-    let bufs: Vec<*mut u8> = rd.bufs.iter_mut().map(|b| b.as_mut_ptr()).collect();
-    let (rd, first) = (&*rd, &m.cursor);
-    let before = m.device.counter();
-    // SAFETY: each reader's body is `read_blocks`, async-signal-safe on its file and the
-    // buffer prepared above.
-    unsafe {
-        rd.children.run(p, &rd.cpus, "reader process", |i, start| {
-            read_blocks(rd, i, first[i], bufs[i], start, dur)
-        })?
-    };
-    let (mut lo, mut hi, mut per_block, mut blocks) = (u64::MAX, 0, Vec::new(), 0);
-    for i in 0..p {
-        let (start, s) = rd.children.get(i);
-        if s.error != 0 || s.blocks == 0 {
-            anyhow::bail!("reader process {i} could not read its file");
+    /// The rounds of one process count `p`, added to `m`.
+    pub(super) fn measure(&mut self, m: &mut ContentionRounds, p: usize) -> anyhow::Result<()> {
+        let (dur, rounds) = ROUND.get(self.ctx.profile);
+        let (mut vals, mut rates) = (Vec::new(), Vec::new());
+        for r in 0..rounds {
+            (self.ctx.progress)(&format!("P = {p}, round {}/{rounds}", r + 1));
+            if crate::scratch::stopping() {
+                anyhow::bail!("interrupted");
+            }
+            if !self.direct {
+                // Without O_DIRECT each round must start from disk: evict and verify.
+                for o in self.owners.iter().take(p) {
+                    let c = evict_check(self.ctx, &o.file, "reader file", true)?;
+                    m.evictions.add(&c);
+                }
+            }
+            let per_block = self.round(m, p, dur)?;
+            rates.push(per_block.iter().map(|t| 1e9 / t).sum::<f64>());
+            vals.extend(per_block);
         }
-        per_block.push(s.ns as f64 / s.blocks as f64);
-        m.cursor[i] += s.blocks;
-        blocks += s.blocks;
-        lo = lo.min(start);
-        hi = hi.max(start);
+        m.aggregate.push([p as f64, crate::stats::median(&rates)]);
+        m.per_p.push((p, vals));
+        Ok(())
     }
-    m.device
-        .add(before, m.device.counter(), blocks * BLOCK as u64);
-    let spread = rd.clock.ticks_to_ns(hi.saturating_sub(lo) as f64) as u64;
-    m.spreads.push((p, spread));
-    Ok(per_block)
+
+    /// One round: `p` children released together, each going on from its cursor in `m`;
+    /// adds what they read to `m` and returns each reader's ns per block.
+    fn round(
+        &mut self,
+        m: &mut ContentionRounds,
+        p: usize,
+        dur: Duration,
+    ) -> anyhow::Result<Vec<f64>> {
+        let bufs: Vec<*mut u8> = self.bufs.iter_mut().map(|b| b.as_mut_ptr()).collect();
+        let (rd, first) = (&*self, &m.cursor);
+        let before = m.device.counter();
+        // SAFETY: each reader's body is `read_blocks`, async-signal-safe on its file and
+        // the buffer prepared above.
+        unsafe {
+            rd.children.run(p, &rd.cpus, "reader process", |i, start| {
+                read_blocks(rd, i, first[i], bufs[i], start, dur)
+            })?
+        };
+        let (mut lo, mut hi, mut per_block, mut blocks) = (u64::MAX, 0, Vec::new(), 0);
+        for i in 0..p {
+            let (start, s) = rd.children.get(i);
+            if s.error != 0 || s.blocks == 0 {
+                anyhow::bail!("reader process {i} could not read its file");
+            }
+            per_block.push(s.ns as f64 / s.blocks as f64);
+            m.cursor[i] += s.blocks;
+            blocks += s.blocks;
+            lo = lo.min(start);
+            hi = hi.max(start);
+        }
+        m.device
+            .add(before, m.device.counter(), blocks * BLOCK as u64);
+        let spread = rd.ctx.clock.ticks_to_ns(hi.saturating_sub(lo) as f64) as u64;
+        m.spreads.push((p, spread));
+        Ok(per_block)
+    }
 }
 
 /// The readers' CPUs in order: `Topology::spread` with `first` as the chosen CPU.
