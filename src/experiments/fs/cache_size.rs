@@ -20,8 +20,7 @@ const CAP: PerProfile<u64> = PerProfile::new(64 * MIB, 1024 * MIB, 8192 * MIB, 8
 
 const FIRST_SIZE: PerProfile<u64> = PerProfile::new(4 * MIB, 16 * MIB, 16 * MIB, 16 * MIB);
 
-/// A second read counts as served from memory when at least this share of the file was
-/// resident before it.
+/// Share of the file resident before a second read for it to count as from memory.
 const RESIDENT_MIN: f64 = 0.97;
 /// Bisection stops when the bracket is this narrow (ratio of sizes).
 const RESOLUTION: f64 = 1.06;
@@ -35,7 +34,6 @@ fn fmt_mib(b: u64) -> String {
     }
 }
 
-/// One size probed.
 #[derive(Debug, Clone)]
 struct SizeProbe {
     size: u64,
@@ -49,8 +47,8 @@ struct SizeProbe {
     seconds: f64,
 }
 
-/// Whether a probe's second read came from memory: nearly all resident, and (when the
-/// cold and cached rates differ enough to tell) a time per byte nearer the cached rate.
+/// Whether a probe's second read came from memory: resident and, where timing can tell,
+/// nearer the cached rate.
 fn served(p: &SizeProbe, threshold: Option<f64>) -> bool {
     p.resident >= RESIDENT_MIN && threshold.map_or(true, |t| p.second <= t)
 }
@@ -195,7 +193,7 @@ impl Experiment for CacheSize {
     }
 }
 
-/// The search's growing file and what it measured.
+/// The search's growing file and its probes.
 struct Search<'a> {
     ctx: &'a Context<'a>,
     owner: ScratchFile,
@@ -206,14 +204,12 @@ struct Search<'a> {
     buf: Vec<u8>,
     /// Every probe, the first size's first: its two reads give the cold and cached rates.
     probes: Vec<SizeProbe>,
-    /// Time per byte below which a second read counts as from memory; None when the
-    /// first size's cold/cached contrast is too small for timing to tell.
+    /// ns per byte below which a second read is from memory; None where timing cannot tell.
     threshold: Option<f64>,
     start: crate::clock::Stopwatch<'a>,
 }
 
-/// Where the search ended: the largest size served, the smallest not served, what stopped
-/// the doubling before a size was not served, and a note when the budget cut bisection.
+/// Where the search ended: the bracket, what stopped the doubling, what cut bisection.
 #[derive(Default)]
 struct Knee {
     good: Option<u64>,
@@ -234,8 +230,7 @@ impl Knee {
 }
 
 impl Search<'_> {
-    /// Probes the first size, doubles until a size is not served or a limit stops it, then
-    /// bisects geometrically down to RESOLUTION or until the time budget stops it.
+    /// Doubles from the first size until one is not served or a limit stops it, then bisects.
     fn run(&mut self, s0: u64, limits: &[(u64, String)]) -> anyhow::Result<Knee> {
         let base = self.probe(s0)?;
         // Cold vs cached rates from the first size tell whether timing can separate them.
@@ -327,7 +322,6 @@ impl Search<'_> {
         Ok(p)
     }
 
-    /// Seconds one read of [0, size) takes.
     fn read_timed(&mut self, size: u64) -> anyhow::Result<f64> {
         let t = stopwatch(self.ctx);
         read_through(&self.reader, size, &mut self.buf)?;
@@ -358,8 +352,7 @@ fn report_series(out: &mut Outcome, probes: &[SizeProbe]) {
     }
 }
 
-/// The eviction check, the first size's cold and cached rates, and what decided
-/// "served" (`seconds`: how long the search took).
+/// The eviction check, the first size's cold and cached rates, and what decided "served".
 fn report_rates(out: &mut Outcome, s: &Search, seconds: f64) {
     let (base, n) = (&s.probes[0], s.probes.len());
     let contrast = base.first / base.second;
@@ -402,8 +395,7 @@ fn report_rates(out: &mut Outcome, s: &Search, seconds: f64) {
     }
 }
 
-/// The capacity, or the bound the search could give, with its finding; at a knee, also
-/// what the cache kept of the overflowing file and whether time per byte jumps across it.
+/// The capacity or a bound on it; at a knee, also what the cache kept past it.
 fn report_knee(out: &mut Outcome, s: &Search, k: &Knee) {
     let (name, value, desc, finding) = match (k.good, k.bad) {
         (Some(g), Some(b)) => {

@@ -1,5 +1,5 @@
 //! File-system experiments: read time vs file size, the file cache's size, remote files,
-//! and contention between processes. Their scratch files are in `kit::files`.
+//! and contention between processes.
 
 use super::predict::{Input, Predictions};
 use super::{Context, Experiment, Outcome};
@@ -27,8 +27,7 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
     ]
 }
 
-/// Method text for uncached reads in a virtual machine: the guest's counter cannot see
-/// the host's cache.
+/// Method text for uncached reads in a virtual machine.
 pub(crate) const VM_HOST_CACHE: &str = "In a virtual machine the guest's sectors-read counter shows that a read left the guest, not that the host's storage served it: the host may answer uncached reads from its own page cache, unless its disk is set to cache=none.";
 
 /// The run's disk scratch folder with `need` bytes and an outcome noting it (and, in a VM,
@@ -61,7 +60,7 @@ pub(crate) fn predict_cached(p: &mut Predictions, metric: &str) {
 }
 
 /// An uncached 4 KiB read as mem.pagefault's major fault in the same folder: one device
-/// request for a block the cache does not hold (an upper bound where readahead merges).
+/// request per block (an upper bound where readahead merges).
 pub(crate) fn predict_uncached(p: &mut Predictions, metric: &str, dir: &Path, pattern: Pattern) {
     let fault = p.earlier("mem.pagefault", &["major_fault"]);
     if let Some(why) = fault.why_missing() {

@@ -34,12 +34,11 @@ const SLICES: PerProfile<(Duration, Duration)> = PerProfile::new(
 /// Fewest samples a pass aims for.
 const MIN_TRIALS: usize = 5;
 
-/// What a sweep does: file sizes and the time each pass may take.
+/// A sweep's file sizes and the time each pass may take.
 pub(crate) struct SweepPlan<'c> {
     pub sizes: Vec<u64>,
     pub uncached: Duration,
     pub cached: Duration,
-    /// File name prefix.
     pub label: &'static str,
     /// No new size is started past this, so a busy machine cannot overstay the budget.
     pub deadline: Option<Deadline<'c>>,
@@ -59,7 +58,6 @@ impl SweepPlan<'_> {
     }
 }
 
-/// One measured pass.
 pub(crate) struct SweepPass {
     pub size: u64,
     pub cached: bool,
@@ -68,13 +66,12 @@ pub(crate) struct SweepPass {
 }
 
 impl SweepPass {
-    /// Median time per block.
     pub fn median(&self) -> f64 {
         crate::stats::median(&self.times.per_block_ns)
     }
 }
 
-/// Everything a sweep measured and verified.
+/// What a sweep measured and verified.
 #[derive(Default)]
 pub(crate) struct SweepOut {
     pub points: Vec<SweepPass>,
@@ -157,24 +154,21 @@ pub(crate) fn sweep(
     Ok(s.finish())
 }
 
-/// A sweep under way: its plan and what it has gathered so far.
 struct Sweep<'a> {
     ctx: &'a Context<'a>,
     plan: &'a SweepPlan<'a>,
     out: SweepOut,
     /// Whether O_DIRECT works, known once the first file exists.
     direct: Option<bool>,
-    /// Evictions before uncached passes, verified with mincore.
     evicted: RepeatedCheck,
-    /// Cached passes fully resident before and after.
     resident: RepeatedCheck,
     device: DeviceReads,
     bigbuf: Vec<u8>,
 }
 
 impl Sweep<'_> {
-    /// The four passes of one size. The random uncached pass reads a file of its own: a
-    /// block read before could come from a device or host cache.
+    /// The four passes of one size; the random uncached pass reads a file of its own, as
+    /// a block read before could come from a device or host cache.
     fn size(&mut self, scratch: &Scratch, size: u64, rng: &mut Rng) -> anyhow::Result<()> {
         let (ctx, label) = (self.ctx, self.plan.label);
         let sz = fmt_bytes(size as f64);
@@ -233,8 +227,8 @@ impl Sweep<'_> {
         Ok(())
     }
 
-    /// One cached pass in ~0.2 ms chunks, every page resident before and after; another
-    /// tenant's memory pressure can evict pages, so it is tried up to three times.
+    /// One cached pass in ~0.2 ms chunks, every page resident before and after (three tries:
+    /// another tenant's memory pressure can evict pages).
     fn cached(
         &mut self,
         fd: &File,
@@ -275,7 +269,7 @@ impl Sweep<'_> {
         Ok(())
     }
 
-    /// Keeps a pass, with what the harness said about it (a stop at twice its budget...).
+    /// Keeps a pass, with the harness's notes on it.
     fn record(&mut self, size: u64, cached: bool, pattern: Pattern, times: BlockTimes) {
         let pass = format!(
             "{} {}",
@@ -292,7 +286,6 @@ impl Sweep<'_> {
         });
     }
 
-    /// The sweep's premise checks, and what it measured.
     fn finish(mut self) -> SweepOut {
         let direct = self.direct.unwrap_or(false);
         let ev = &self.evicted;
@@ -349,8 +342,8 @@ fn warm(fd: &File, size: u64, buf: &mut [u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Adds a sweep's checks and notes, its series, its metrics at the largest size and a check
-/// per pattern, named with `prefix` (a side's checks and notes with "side: ").
+/// Adds a sweep's checks and notes, series, metrics at the largest size and a check per
+/// pattern, named with `prefix` (checks and notes with "side: ").
 pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
     let side = match prefix.trim_end_matches('_') {
         "" => String::new(),
@@ -412,8 +405,7 @@ pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
 /// How an uncached pass read where O_DIRECT worked (fs.contention's readers read so too).
 pub(crate) const DIRECT: &str = "through O_DIRECT";
 
-/// What a pass's figure is: how it read, and the page it read from where pages are larger
-/// than a block (`page`: the machine's page size).
+/// How a pass read, and the page behind each block where pages are larger.
 fn describe(cached: bool, pattern: Pattern, direct: bool, page: usize) -> String {
     let how = match (cached, direct, pattern) {
         (true, ..) => "cached (one value per ~0.2 ms of reads)",
@@ -450,8 +442,7 @@ impl Experiment for Read {
     fn budget(&self, p: Profile) -> Duration {
         let (u, c) = SLICES.get(p);
         let n = doublings(MIB, CAP.get(p)).len() as u32;
-        // Passes (the largest size's uncached ones three times as long), plus writing
-        // the files at ~200 MB/s.
+        // Passes (the largest size's uncached three times as long), writing at ~200 MB/s.
         (u + c) * 2 * n + u * 4 + Duration::from_secs_f64(2.0 * CAP.get(p) as f64 / 200e6)
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {

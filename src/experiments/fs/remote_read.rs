@@ -82,8 +82,7 @@ impl Experiment for RemoteRead {
             ));
         };
         let largest = CAP.get(ctx.profile);
-        // The sweep holds two files of a size at a time (its random uncached pass reads
-        // a file of its own).
+        // The sweep holds two files of a size at a time.
         let (rbase, rfs, rhalf) = crate::scratch::allowance(Some(remote))?;
         if rhalf < 2 * largest {
             return Ok(Outcome::skipped(format!(
@@ -107,8 +106,8 @@ impl Experiment for RemoteRead {
     }
 }
 
-/// The round trip to the file server: net.rtt's to `--peer` where the peer is the server
-/// the mount `source` names (loopback's is no server's), else why there is none.
+/// net.rtt's round trip to `--peer` where it is the server the mount `source` names, else
+/// why there is none.
 fn server_rtt(p: &Predictions, source: Option<&str>, peer: Option<&str>) -> Input {
     let name = "t_round_trip";
     let Some(source) = source else {
@@ -175,8 +174,7 @@ fn network_check(remote: &Path, rfs: &crate::scratch::FsInfo) -> Check {
     )
 }
 
-/// The remote sweep (within the budget), then the local one over the sizes the remote
-/// side completed, so the ratios compare like with like.
+/// The remote sweep within the budget, then the local one over the sizes it completed.
 fn sweeps(
     ctx: &Context,
     remote: &Path,
@@ -200,8 +198,8 @@ fn sweeps(
     Ok((rs, ls))
 }
 
-/// Remote over local per pattern and cache state at the largest common size: each
-/// remote trial over the local median. The finding quotes the pooled runs' ratios.
+/// Remote over local per pass at the largest common size: each remote trial over the
+/// local median.
 fn report_ratios(ctx: &Context, out: &mut Outcome, rs: &SweepOut, ls: &SweepOut, fs_type: &str) {
     let size = rs.largest().min(ls.largest());
     let mut summary = Vec::new();

@@ -26,7 +26,6 @@ use text::*;
 
 pub struct Contention;
 
-/// Largest process count per profile.
 const PMAX: PerProfile<usize> = PerProfile::new(3, 6, 16, 50);
 
 /// Process counts tried: every P up to 8, then steps that keep about 20 points.
@@ -67,8 +66,7 @@ fn reader_rounds(p: Profile) -> Vec<u64> {
         .collect()
 }
 
-/// The faster of fs.read's uncached medians, with its source: a reader's per-block time is
-/// a mean, never lower than the median of a latency with a slow tail.
+/// The faster of fs.read's uncached medians, with its source (a reader's mean is no lower).
 fn measured_block_ns(ctx: &Context) -> Option<(f64, String)> {
     ["uncached_seq", "uncached_random"]
         .iter()
@@ -79,8 +77,8 @@ fn measured_block_ns(ctx: &Context) -> Option<(f64, String)> {
         .min_by(|a, b| a.0.total_cmp(&b.0))
 }
 
-/// Each reader's file, in whole MiB: every block it may read in its rounds at `block_ns`,
-/// with the margin, scaled down together to fit `room`; and whether they were cut.
+/// Each reader's file in whole MiB, for every block it may read at `block_ns` with the
+/// margin, cut down together to fit `room`; and whether they were cut.
 fn file_sizes(p: Profile, block_ns: f64, room: u64) -> (Vec<u64>, bool) {
     let (dur, _) = ROUND.get(p);
     let per_round = dur.as_nanos() as f64 / block_ns * MARGIN * BLOCK as f64;
@@ -134,7 +132,6 @@ fn sizing(ctx: &Context, room: u64) -> (Vec<u64>, String) {
 #[cfg(test)]
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-// The model is the one analysis of this question; figures draw the same fit.
 use crate::analysis::fit;
 
 const SPEC: Spec = Spec {
@@ -163,8 +160,7 @@ impl Experiment for Contention {
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let mut p = Predictions::new(ctx);
-        // Readers report elapsed / blocks, a mean: compare with fs.read's mean, not its
-        // median (4 KiB latency has a long tail).
+        // Readers report a mean: compare with fs.read's mean (latency has a long tail).
         let seq = ctx.earlier_metric("fs.read", "uncached_seq");
         let why = p
             .earlier("fs.read", &["uncached_seq"])
@@ -181,8 +177,7 @@ impl Experiment for Contention {
             "measured: fs.read uncached_seq (mean)",
             why.unwrap_or_default(),
         );
-        // The readers read in order without readahead (O_DIRECT, or random advice): the
-        // same reads as fs.read's sequential pass only where that pass used O_DIRECT.
+        // The readers never read ahead: fs.read's sequential pass read so only with O_DIRECT.
         match seq.filter(|m| !m.description.contains(super::read::DIRECT)) {
             Some(_) => p.withhold(
                 &["per_block_p1"],
@@ -289,7 +284,7 @@ impl Experiment for Contention {
     }
 }
 
-/// Everything the rounds measured, and what the premise checks need.
+/// What the rounds measured, and what the premises need.
 #[derive(Default)]
 struct ContentionRounds {
     /// Blocks each reader read so far: where it goes on, so no block is read twice.

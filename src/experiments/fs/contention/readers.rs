@@ -4,7 +4,6 @@ use super::*;
 use crate::platform::CpuMask;
 use crate::scratch::ScratchFile;
 
-/// One reader's figures, written into its slot.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub(super) struct ReaderResult {
@@ -16,9 +15,8 @@ pub(super) struct ReaderResult {
 /// A reader after its release at `start`: reads its file from block `first` for `dur`.
 ///
 /// # Safety
-/// Runs in a forked child: only async-signal-safe calls (pread, the run's clock, whose
-/// reads are plain instructions or clock_gettime), on `buf`, BLOCK writable aligned bytes
-/// prepared before the fork.
+/// In a forked child: only async-signal-safe calls (pread, the run's clock), on `buf`,
+/// BLOCK writable aligned bytes prepared before the fork.
 pub(super) unsafe fn read_blocks(
     rd: &Readers<'_>,
     i: usize,
@@ -60,7 +58,7 @@ pub(super) unsafe fn read_blocks(
     ReaderResult { blocks, ns, error }
 }
 
-/// The readers' state: their files, buffers and CPUs, and the children that read.
+/// The readers: their files, buffers and CPUs, and the children that read.
 pub(super) struct Readers<'c> {
     ctx: &'c Context<'c>,
     files: Vec<File>,
@@ -68,19 +66,17 @@ pub(super) struct Readers<'c> {
     owners: Vec<ScratchFile>,
     bufs: Vec<AlignedBuf>,
     children: Children<'c, ReaderResult>,
-    /// The readers' CPUs in order, and their masks.
+    /// The readers' CPUs in order.
     pub(super) order: Vec<usize>,
     cpus: Vec<CpuMask>,
-    /// Blocks in each reader's file.
     nblocks: Vec<u64>,
     /// O_DIRECT works: readers may wrap around their file.
     pub(super) direct: bool,
 }
 
 impl<'c> Readers<'c> {
-    /// A reader per file (O_DIRECT where it works, else random advice); reader i's CPU is
-    /// the i-th of `reader_order` (the run's CPU first, so P = 1 reads as fs.read does; SMT
-    /// siblings last), modulo the allowed CPUs.
+    /// A reader per file (O_DIRECT where it works, else random advice); reader i on the i-th
+    /// CPU of `reader_order`, modulo the allowed CPUs.
     pub(super) fn new(
         ctx: &'c Context<'c>,
         owners: Vec<ScratchFile>,
@@ -118,7 +114,7 @@ impl<'c> Readers<'c> {
         })
     }
 
-    /// The rounds of one process count `p`, added to `m`.
+    /// The rounds of `p` readers, added to `m`.
     pub(super) fn measure(&mut self, m: &mut ContentionRounds, p: usize) -> anyhow::Result<()> {
         let (dur, rounds) = ROUND.get(self.ctx.profile);
         let (mut vals, mut rates) = (Vec::new(), Vec::new());
@@ -143,8 +139,8 @@ impl<'c> Readers<'c> {
         Ok(())
     }
 
-    /// One round: `p` children released together, each going on from its cursor in `m`;
-    /// adds what they read to `m` and returns each reader's ns per block.
+    /// One round of `p` readers released together, from their cursors in `m`: their ns per
+    /// block.
     fn round(
         &mut self,
         m: &mut ContentionRounds,
@@ -181,7 +177,8 @@ impl<'c> Readers<'c> {
     }
 }
 
-/// The readers' CPUs in order: `Topology::spread` with `first` as the chosen CPU.
+/// The readers' CPUs: `Topology::spread` from `first`, the run's CPU, so P = 1 reads as
+/// fs.read does; SMT siblings last.
 pub(super) fn reader_order(
     t: &crate::machine::Topology,
     first: usize,

@@ -4,8 +4,7 @@ use super::*;
 use crate::analysis::Model;
 use crate::units::fmt_ns;
 
-/// Series and metrics per P, then the fitted model (`cpus`: readers that each get a CPU
-/// of their own).
+/// Series and metrics per P, then the fitted model (`cpus`: readers with a CPU each).
 pub(super) fn report(ctx: &Context, out: &mut Outcome, m: ContentionRounds, cpus: usize) {
     let medians: Vec<(f64, f64)> = m
         .per_p
@@ -44,7 +43,7 @@ pub(super) fn report(ctx: &Context, out: &mut Outcome, m: ContentionRounds, cpus
     }
 }
 
-/// The fitted model's metrics, in the order of `figures`: (name, unit, description).
+/// The fitted model's metrics, in the order of `figures`.
 const MODEL: [(&str, &str, &str); 4] = [
     (
         "model_intercept",
@@ -68,8 +67,6 @@ const MODEL: [(&str, &str, &str); 4] = [
     ),
 ];
 
-/// The model's figures: intercept and slope, and the breakpoint and slope after it where
-/// the line bends.
 fn figures(m: &Model) -> Vec<f64> {
     let mut v = vec![m.intercept, m.slope];
     v.extend(m.bend.map_or(vec![], |(b, s2)| vec![b, s2]));
@@ -100,8 +97,8 @@ fn pooled_model(out: &Outcome, m: &Model, medians: &[(f64, f64)]) -> (Model, Vec
     (model, ends)
 }
 
-/// The fitted model's metrics, its curve and the finding it supports (pooled runs); the
-/// checks that did not pass withhold the overlap figure.
+/// The fitted model's metrics, its curve and its finding; a failed check withholds the
+/// overlap.
 fn report_model(ctx: &Context, out: &mut Outcome, m: &Model, medians: &[(f64, f64)], cpus: usize) {
     for ((name, unit, desc), v) in MODEL.iter().zip(figures(m)) {
         out.metric(name, unit, desc, vec![v]);
@@ -138,9 +135,8 @@ fn report_model(ctx: &Context, out: &mut Outcome, m: &Model, medians: &[(f64, f6
     out.finding(text, &["per_block_p1", "per_block_pmax", "model_slope"]);
 }
 
-/// The requests the device serves at once, P x t(1) / t(P), said only where it means that:
-/// at the largest P with a CPU per reader, never above P, and not when a check failed; in a
-/// VM (`vm`) the overlap is the host's, whose threads and cache may make it.
+/// The requests the device (in a VM, the host) serves at once, P x t(1) / t(P), at the
+/// largest P with a CPU per reader, never above P, and not after a failed check.
 pub(super) fn overlap_text(
     medians: &[(f64, f64)],
     cpus: usize,
