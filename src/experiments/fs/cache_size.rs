@@ -148,27 +148,21 @@ impl Experiment for CacheSize {
             Ok(x) => x,
             Err(reason) => return Ok(Outcome::skipped(reason)),
         };
-        // How far the search may go: the profile's cap (MemTotal, 16 GiB when unknown,
-        // sets thorough's) and half the free disk, each with what it is.
-        let ram = match ctx.machine.memory.total_bytes {
-            0 => 16 << 30,
-            t => t,
-        };
+        // How far the search may go: the profile's cap (thorough's 1.5 x MemTotal, 16 GiB
+        // when unknown) and half the free disk, each with what it is.
         let p = ctx.profile;
-        let profile_cap = CAP.get(p).max(if p == Profile::Thorough {
-            ram / 2 * 3
-        } else {
-            0
-        });
-        let disk_cap = scratch.remaining() / MIB * MIB;
+        let ram = Some(ctx.machine.memory.total_bytes).filter(|&t| t > 0);
+        let thorough = (p == Profile::Thorough).then(|| ram.unwrap_or(16 << 30) / 2 * 3);
+        let cap = CAP.get(p).max(thorough.unwrap_or(0));
+        let disk = scratch.remaining() / MIB * MIB;
         let limits = [
             (
-                profile_cap,
-                format!("the {} profile's cap of {}", p.name(), fmt_mib(profile_cap)),
+                cap,
+                format!("the {} profile's cap of {}", p.name(), fmt_mib(cap)),
             ),
             (
-                disk_cap,
-                format!("half the free disk space ({})", fmt_mib(disk_cap)),
+                disk,
+                format!("half the free disk space ({})", fmt_mib(disk)),
             ),
         ];
         let owner = make_file(scratch, "cache-size", 0, 0)?;
@@ -187,7 +181,7 @@ impl Experiment for CacheSize {
         let knee = s.run(s0, &limits)?;
         out.notes.extend(knee.note.iter().cloned());
         report_series(&mut out, &s.probes);
-        report_rates(&mut out, &s, start.elapsed_ns() * 1e-9);
+        report_rates(&mut out, &s);
         report_knee(&mut out, &s, &knee);
         Ok(out)
     }
@@ -353,7 +347,8 @@ fn report_series(out: &mut Outcome, probes: &[SizeProbe]) {
 }
 
 /// The eviction check, the first size's cold and cached rates, and what decided "served".
-fn report_rates(out: &mut Outcome, s: &Search, seconds: f64) {
+fn report_rates(out: &mut Outcome, s: &Search) {
+    let seconds = s.start.elapsed_ns() * 1e-9;
     let (base, n) = (&s.probes[0], s.probes.len());
     let contrast = base.first / base.second;
     let evicted = s.probes.iter().filter(|p| p.evicted).count();

@@ -31,14 +31,11 @@ const PMAX: PerProfile<usize> = PerProfile::new(3, 6, 16, 50);
 /// Process counts tried: every P up to 8, then steps that keep about 20 points.
 fn counts(p: Profile) -> Vec<usize> {
     let max = PMAX.get(p);
-    let step = (max / 20).max(1);
-    let mut v: Vec<usize> = (1..=max.min(8)).collect();
-    let mut p = 8 + step.max(2);
-    while p < max {
-        v.push(p);
-        p += step.max(2);
-    }
-    if *v.last().unwrap_or(&0) != max {
+    let step = (max / 20).max(2);
+    let mut v: Vec<usize> = (1..=max.min(8))
+        .chain((8 + step..max).step_by(step))
+        .collect();
+    if v.last() != Some(&max) {
         v.push(max);
     }
     v
@@ -57,15 +54,6 @@ const MARGIN: f64 = 1.25;
 /// Most bytes the readers' files take together, per profile.
 const MAX_TOTAL: PerProfile<u64> = PerProfile::new(64 * MIB, 384 * MIB, 4096 * MIB, 8192 * MIB);
 
-/// Rounds reader j takes part in: every round of every P above j.
-fn reader_rounds(p: Profile) -> Vec<u64> {
-    let (_, rounds) = ROUND.get(p);
-    let ps = counts(p);
-    (0..PMAX.get(p))
-        .map(|j| (ps.iter().filter(|&&n| n > j).count() * rounds) as u64)
-        .collect()
-}
-
 /// The faster of fs.read's uncached medians, with its source (a reader's mean is no lower).
 fn measured_block_ns(ctx: &Context) -> Option<(f64, String)> {
     ["uncached_seq", "uncached_random"]
@@ -80,12 +68,12 @@ fn measured_block_ns(ctx: &Context) -> Option<(f64, String)> {
 /// Each reader's file in whole MiB, for every block it may read at `block_ns` with the
 /// margin, cut down together to fit `room`; and whether they were cut.
 fn file_sizes(p: Profile, block_ns: f64, room: u64) -> (Vec<u64>, bool) {
-    let (dur, _) = ROUND.get(p);
+    let ((dur, rounds), ps) = (ROUND.get(p), counts(p));
     let per_round = dur.as_nanos() as f64 / block_ns * MARGIN * BLOCK as f64;
-    let want: Vec<u64> = reader_rounds(p)
-        .iter()
-        .map(|&r| (r as f64 * per_round).max(MIB as f64))
-        .map(|b| (b as u64).div_ceil(MIB) * MIB)
+    // Reader j reads in every round of every P above j.
+    let want: Vec<u64> = (0..PMAX.get(p))
+        .map(|j| (ps.iter().filter(|&&n| n > j).count() * rounds) as f64 * per_round)
+        .map(|b| (b.max(MIB as f64) as u64).div_ceil(MIB) * MIB)
         .collect();
     let total: u64 = want.iter().sum();
     if total <= room {

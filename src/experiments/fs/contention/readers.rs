@@ -7,9 +7,9 @@ use crate::scratch::ScratchFile;
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub(super) struct ReaderResult {
+    /// None read where a read failed.
     blocks: u64,
     ns: u64,
-    error: u64,
 }
 
 /// A reader after its release at `start`: reads its file from block `first` for `dur`.
@@ -27,9 +27,7 @@ pub(super) unsafe fn read_blocks(
 ) -> ReaderResult {
     let (clock, fd, nblocks) = (rd.ctx.clock, rd.files[i].as_raw_fd(), rd.nblocks[i]);
     let until = Deadline::after(clock, dur);
-    let mut blocks = 0u64;
-    let mut pos = first % nblocks.max(1);
-    let mut error = 0u64;
+    let (mut blocks, mut pos) = (0u64, first % nblocks.max(1));
     loop {
         if pos >= nblocks {
             // Without O_DIRECT a second pass would hit the cache: stop instead.
@@ -45,8 +43,7 @@ pub(super) unsafe fn read_blocks(
             (pos * BLOCK as u64) as libc::off_t,
         );
         if n != BLOCK as isize {
-            error = 1;
-            break;
+            return ReaderResult::default();
         }
         pos += 1;
         blocks += 1;
@@ -55,7 +52,7 @@ pub(super) unsafe fn read_blocks(
         }
     }
     let ns = clock.ticks_to_ns(clock.now().saturating_sub(start) as f64) as u64;
-    ReaderResult { blocks, ns, error }
+    ReaderResult { blocks, ns }
 }
 
 /// The readers: their files, buffers and CPUs, and the children that read.
@@ -160,7 +157,7 @@ impl<'c> Readers<'c> {
         let (mut lo, mut hi, mut per_block, mut blocks) = (u64::MAX, 0, Vec::new(), 0);
         for i in 0..p {
             let (start, s) = rd.children.get(i);
-            if s.error != 0 || s.blocks == 0 {
+            if s.blocks == 0 {
                 anyhow::bail!("reader process {i} could not read its file");
             }
             per_block.push(s.ns as f64 / s.blocks as f64);
