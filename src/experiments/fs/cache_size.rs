@@ -42,7 +42,7 @@ struct SizeProbe {
     second: f64,
     /// Share of [0, size) resident after the first read (before the second).
     resident: f64,
-    resident_bytes: u64,
+    resident_bytes: f64,
     evicted: bool,
     seconds: f64,
 }
@@ -308,7 +308,7 @@ impl Search<'_> {
             first: first * 1e9 / size as f64,
             second: second * 1e9 / size as f64,
             resident: res as f64 / total.max(1) as f64,
-            resident_bytes: res * pagecache::page_size() as u64,
+            resident_bytes: (res * pagecache::page_size() as u64) as f64,
             evicted: ev.verified(),
             seconds: t.elapsed_ns() * 1e-9,
         };
@@ -336,9 +336,7 @@ fn report_series(out: &mut Outcome, probes: &[SizeProbe]) {
         ("second_read_ns_per_byte_vs_size", "ns", |p| p.second),
         ("first_read_ns_per_byte_vs_size", "ns", |p| p.first),
         ("resident_fraction_vs_size", "fraction", |p| p.resident),
-        ("resident_bytes_vs_size", "bytes", |p| {
-            p.resident_bytes as f64
-        }),
+        ("resident_bytes_vs_size", "bytes", |p| p.resident_bytes),
     ];
     for (name, unit, f) in curves {
         let points = sorted.iter().map(|p| [p.size as f64, f(p)]).collect();
@@ -438,7 +436,7 @@ fn report_knee(out: &mut Outcome, s: &Search, k: &Knee) {
             "resident_after_overflow",
             "bytes",
             &desc,
-            vec![pb.resident_bytes as f64],
+            vec![pb.resident_bytes],
         );
         if let Some(pg) = s.at(g) {
             let jump = pb.second / pg.second;
@@ -470,7 +468,7 @@ mod tests {
             first: 2.0,
             second,
             resident,
-            resident_bytes: 0,
+            resident_bytes: 0.0,
             evicted: true,
             seconds: 0.1,
         }

@@ -490,13 +490,8 @@ impl Experiment for Read {
 
 /// The cached and uncached figures at the largest size, and whether position matters.
 fn findings(out: &mut Outcome, s: &SweepOut) {
-    let med = |n: &str| out.median(n);
-    let (us, ur, cs, cr) = (
-        med("uncached_seq"),
-        med("uncached_random"),
-        med("cached_seq"),
-        med("cached_random"),
-    );
+    let names = PASSES.map(|(cached, pattern)| metric_name(cached, pattern));
+    let [us, ur, cs, cr] = names.each_ref().map(|n| out.median(n));
     out.finding(
         format!(
             "At {}, a cached 4 KiB read costs {} sequential / {} random; uncached ({}) it costs {} / {} ({:.0}x / {:.0}x the cached figures).",
@@ -509,7 +504,7 @@ fn findings(out: &mut Outcome, s: &SweepOut) {
             us / cs,
             ur / cr
         ),
-        &["uncached_seq", "uncached_random", "cached_seq", "cached_random"],
+        &names.each_ref().map(String::as_str),
     );
     // Whether position matters, from the intervals; the cause is not measured, so not named.
     let sep = out.separation("uncached_random", "uncached_seq");
