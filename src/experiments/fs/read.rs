@@ -107,11 +107,11 @@ pub(crate) fn metric_name(cached: bool, pattern: Pattern) -> String {
     )
 }
 
-/// fs.read's models for a sweep's metrics, named with `prefix`.
-pub(crate) fn predict_sweep(p: &mut Predictions, prefix: &str) {
+/// fs.read's models for a sweep's `passes`, named with `prefix`.
+pub(crate) fn predict_sweep(p: &mut Predictions, prefix: &str, passes: &[(bool, Pattern)]) {
     let dir = p.ctx().options.scratch_dir.clone();
     let dir = dir.unwrap_or_else(|| ".".into());
-    for (cached, pattern) in PASSES {
+    for &(cached, pattern) in passes {
         let name = format!("{prefix}{}", metric_name(cached, pattern));
         if cached {
             predict_cached(p, &name);
@@ -447,7 +447,7 @@ impl Experiment for Read {
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let mut p = Predictions::new(ctx);
-        predict_sweep(&mut p, "");
+        predict_sweep(&mut p, "", &PASSES);
         p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {

@@ -50,11 +50,11 @@ impl Experiment for RemoteRead {
                 crate::machine::storage::filesystem_of(d).map_or(String::new(), |m| m.source)
             });
         let rtt = server_rtt(&p, source.as_deref(), ctx.options.peer.as_deref());
-        // The local side is fs.read's sweep again: fs.read's models.
-        predict_sweep(&mut p, "local_");
         for pattern in [Pattern::Sequential, Pattern::Random] {
             let (un, ca) = (metric_name(false, pattern), metric_name(true, pattern));
-            // Cached remote data sits in the same local page cache.
+            // The local side is fs.read's sweep again: fs.read's models. Cached remote
+            // data sits in the same local page cache.
+            predict_sweep(&mut p, "local_", &[(false, pattern), (true, pattern)]);
             super::predict_cached(&mut p, &format!("remote_{ca}"));
             let local = p.earlier("fs.read", &[&un]).named("t_local");
             let server = "each uncached block is one request to the server, whose own read \
