@@ -114,19 +114,15 @@ impl Experiment for CacheSize {
             }
             p.add(metric, b);
         }
-        p.withhold(
-            &["resident_after_overflow"],
-            "what the cache keeps of a file larger than it depends on the kernel's reclaim \
-             policy (active and inactive lists, MGLRU generations), which no model here covers",
-        );
+        let reclaim = "what the cache keeps of a file larger than it depends on the kernel's \
+                       reclaim policy (active and inactive lists, MGLRU generations), which no \
+                       model here covers";
+        p.withhold(&["resident_after_overflow"], reclaim);
         // A cached 1 MiB read is a copy from the page cache to the user buffer.
         let copy = p.earlier("mem.bandwidth", &["copy_1t"]).named("copy_rate");
-        p.equal(
-            "cached_read_rate",
-            &copy,
-            "copy rate: a cached read copies from the page cache to the user buffer (the \
-             page-cache lookup per page is not in the model)",
-        );
+        let f = "copy rate: a cached read copies from the page cache to the user buffer (the \
+                 page-cache lookup per page is not in the model)";
+        p.equal("cached_read_rate", &copy, f);
         // A cold 1 MiB read asks the device for the same blocks fs.read's sequential pass
         // read 4 KiB at a time; larger requests move at least as many bytes per second.
         let seq = p.earlier("fs.read", &["uncached_seq"]);
@@ -358,14 +354,10 @@ fn report_rates(out: &mut Outcome, s: &Search) {
     out.check(s.device.check());
     let first = fmt_mib(base.size);
     let desc = format!("second read of the first size ({first}), from memory");
+    let rate = vec![1e9 / base.second];
     // From memory: copies, not the device.
-    out.metric(
-        "cached_read_rate",
-        "bytes/s",
-        &desc,
-        vec![1e9 / base.second],
-    )
-    .shares(crate::results::Bottleneck::Copy);
+    out.metric("cached_read_rate", "bytes/s", &desc, rate)
+        .shares(crate::results::Bottleneck::Copy);
     let desc = format!("first read of the first size ({first}) after eviction, 1 MiB reads");
     out.metric("cold_read_rate", "bytes/s", &desc, vec![1e9 / base.first]);
     let decided = match s.threshold {

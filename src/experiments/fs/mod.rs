@@ -74,12 +74,8 @@ pub(crate) fn predict_uncached(p: &mut Predictions, metric: &str, dir: &Path, pa
     }
     let ps = crate::pagecache::page_size() as f64;
     let page_size = Input::machine("page_size", Some(ps), "bytes", "machine: page size", "");
-    let requests = Input::method(
-        "requests",
-        1.0,
-        "requests/block",
-        "method: one device request per uncached block",
-    );
+    let src = "method: one device request per uncached block";
+    let requests = Input::method("requests", 1.0, "requests/block", src);
     let sequential = pattern == Pattern::Sequential;
     let bound = if sequential {
         ", an upper bound: readahead may merge sequential blocks into fewer requests"

@@ -451,8 +451,8 @@ impl Experiment for Read {
         p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        let limits = memory_limits(ctx.machine);
-        let mem = limits.iter().map(|l| l.1).min().unwrap_or(u64::MAX);
+        let mem = memory_limits(ctx.machine).iter().map(|l| l.1).min();
+        let mem = mem.unwrap_or(u64::MAX);
         // The cached pass needs the file in memory: at most a quarter of what is free.
         let cap = CAP.get(ctx.profile);
         let mut largest = cap.min(mem / 4);

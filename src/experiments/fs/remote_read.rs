@@ -67,11 +67,8 @@ impl Experiment for RemoteRead {
                 let f = format!("(t_local + t_round_trip) / t_local: {server}");
                 Prediction::new((v[1] + v[0]) / v[1], f)
             });
-            let same = Prediction::new(
-                1.0,
-                "1: cached remote data sits in the same local page cache",
-            );
-            p.add(&format!("ratio_{ca}"), same);
+            let same = "1: cached remote data sits in the same local page cache";
+            p.add(&format!("ratio_{ca}"), Prediction::new(1.0, same));
         }
         p.done()
     }

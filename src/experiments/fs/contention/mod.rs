@@ -150,42 +150,24 @@ impl Experiment for Contention {
         let mut p = Predictions::new(ctx);
         // Readers report a mean: compare with fs.read's mean (latency has a long tail).
         let seq = ctx.earlier_metric("fs.read", "uncached_seq");
-        let why = p
-            .earlier("fs.read", &["uncached_seq"])
+        let none = ", and a device's read latency has no published figure in the parts table";
+        let median = p.earlier("fs.read", &["uncached_seq"]);
+        let why = median
             .why_missing()
-            .map(|w| {
-                format!(
-                    "{w}, and a device's read latency has no published figure in the parts table"
-                )
-            });
-        let t1 = Input::measured(
-            "t1",
-            seq.map(|m| m.summary.mean),
-            "ns",
-            "measured: fs.read uncached_seq (mean)",
-            why.unwrap_or_default(),
-        );
+            .map_or(String::new(), |w| format!("{w}{none}"));
+        let src = "measured: fs.read uncached_seq (mean)";
+        let t1 = Input::measured("t1", seq.map(|m| m.summary.mean), "ns", src, why);
         // The readers never read ahead: fs.read's sequential pass read so only with O_DIRECT.
+        let readahead = "fs.read's sequential pass read with readahead (no O_DIRECT here) and \
+                         the readers read without it (random advice), so its figure is not theirs";
+        let same = "t1: one process alone reads as fs.read's sequential pass did (4 KiB blocks \
+                    in order through O_DIRECT, no readahead)";
         match seq.filter(|m| !m.description.contains(super::read::DIRECT)) {
-            Some(_) => p.withhold(
-                &["per_block_p1"],
-                "fs.read's sequential pass read with readahead (no O_DIRECT here) and the \
-                 readers read without it (random advice), so its figure is not theirs",
-            ),
-            None => p.same(
-                "per_block_p1",
-                &t1,
-                "t1: one process alone reads as fs.read's sequential pass did (4 KiB blocks \
-                 in order through O_DIRECT, no readahead)",
-            ),
+            Some(_) => p.withhold(&["per_block_p1"], readahead),
+            None => p.same("per_block_p1", &t1, same),
         }
-        let pmax = PMAX.get(ctx.profile) as f64;
-        let pmax = Input::method(
-            "P",
-            pmax,
-            "processes",
-            "method: the profile's Pmax, always measured last",
-        );
+        let src = "method: the profile's Pmax, always measured last";
+        let pmax = Input::method("P", PMAX.get(ctx.profile) as f64, "processes", src);
         p.state("per_block_pmax", &[&t1, &pmax], |v| {
             Prediction::new(
                 v[1] * v[0],
@@ -197,11 +179,9 @@ impl Experiment for Contention {
             &t1,
             "t1 per added process (one device queue)",
         );
-        p.withhold(
-            &["model_intercept"],
-            "the one-queue model (P x t1) passes through zero at P = 0, and a ratio to zero \
-             means nothing",
-        );
+        let zero = "the one-queue model (P x t1) passes through zero at P = 0, and a ratio to \
+                    zero means nothing";
+        p.withhold(&["model_intercept"], zero);
         let no_bend = "the one-queue model (P x t1) has no breakpoint";
         p.withhold(&["model_breakpoint", "model_slope_after"], no_bend);
         p.done()

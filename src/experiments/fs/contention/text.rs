@@ -20,22 +20,14 @@ pub(super) fn report(ctx: &Context, out: &mut Outcome, m: ContentionRounds, cpus
         m.aggregate,
     );
     if let Some((_, v)) = m.per_p.first() {
-        out.metric(
-            "per_block_p1",
-            "ns",
-            "time per 4 KiB block, one process alone (one value per round)",
-            v.clone(),
-        );
+        let desc = "time per 4 KiB block, one process alone (one value per round)";
+        out.metric("per_block_p1", "ns", desc, v.clone());
     }
     if let Some((p, v)) = m.per_p.last() {
-        out.metric(
-            "per_block_pmax",
-            "ns",
-            &format!(
-                "time per 4 KiB block with P = {p} processes (one value per process and round)"
-            ),
-            v.clone(),
+        let desc = format!(
+            "time per 4 KiB block with P = {p} processes (one value per process and round)"
         );
+        out.metric("per_block_pmax", "ns", &desc, v.clone());
     }
     match fit(&medians) {
         Some(model) => report_model(ctx, out, &model, &medians, cpus),
