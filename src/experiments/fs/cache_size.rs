@@ -346,11 +346,9 @@ fn report_rates(out: &mut Outcome, s: &Search) {
     let (base, n) = (&s.probes[0], s.probes.len());
     let contrast = base.first / base.second;
     let evicted = s.probes.iter().filter(|p| p.evicted).count();
-    out.check(Check::sanity(
-        "file evicted before every first read (mincore)",
-        evicted == n,
-        format!("{evicted} of {n} probes started with no page cached"),
-    ));
+    let detail = format!("{evicted} of {n} probes started with no page cached");
+    let name = "file evicted before every first read (mincore)";
+    out.check(Check::sanity(name, evicted == n, detail));
     out.check(s.device.check());
     let first = fmt_mib(base.size);
     let desc = format!("second read of the first size ({first}), from memory");
@@ -424,12 +422,8 @@ fn report_knee(out: &mut Outcome, s: &Search, k: &Knee) {
             "bytes of the {} file resident after its first read: what the cache kept",
             fmt_mib(pb.size)
         );
-        out.metric(
-            "resident_after_overflow",
-            "bytes",
-            &desc,
-            vec![pb.resident_bytes],
-        );
+        let kept = vec![pb.resident_bytes];
+        out.metric("resident_after_overflow", "bytes", &desc, kept);
         if let Some(pg) = s.at(g) {
             let jump = pb.second / pg.second;
             out.check(Check::sanity(

@@ -386,19 +386,17 @@ pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
     for pattern in [Pattern::Sequential, Pattern::Random] {
         let med = |cached| {
             s.get(largest, cached, pattern)
-                .map_or(f64::NAN, SweepPass::median)
+                .map_or(f64::NAN, |p| p.median())
         };
         let (u, c) = (med(false), med(true));
-        out.check(Check::sanity(
-            &format!("{side}cached {} faster than uncached", pattern.name()),
-            c < u,
-            format!(
-                "cached {} vs uncached {} ({:.1}x)",
-                fmt_ns(c),
-                fmt_ns(u),
-                u / c
-            ),
-        ));
+        let detail = format!(
+            "cached {} vs uncached {} ({:.1}x)",
+            fmt_ns(c),
+            fmt_ns(u),
+            u / c
+        );
+        let name = format!("{side}cached {} faster than uncached", pattern.name());
+        out.check(Check::sanity(&name, c < u, detail));
     }
 }
 
