@@ -151,16 +151,9 @@ impl Experiment for CacheSize {
         let thorough = (p == Profile::Thorough).then(|| ram.unwrap_or(16 << 30) / 2 * 3);
         let cap = CAP.get(p).max(thorough.unwrap_or(0));
         let disk = scratch.remaining() / MIB * MIB;
-        let limits = [
-            (
-                cap,
-                format!("the {} profile's cap of {}", p.name(), fmt_mib(cap)),
-            ),
-            (
-                disk,
-                format!("half the free disk space ({})", fmt_mib(disk)),
-            ),
-        ];
+        let cap_is = format!("the {} profile's cap of {}", p.name(), fmt_mib(cap));
+        let disk_is = format!("half the free disk space ({})", fmt_mib(disk));
+        let limits = [(cap, cap_is), (disk, disk_is)];
         let owner = make_file(scratch, "cache-size", 0, 0)?;
         let reader = reopen(&owner.file, false, false)?;
         let mut s = Search {
@@ -426,18 +419,20 @@ fn report_knee(out: &mut Outcome, s: &Search, k: &Knee) {
         out.metric("resident_after_overflow", "bytes", &desc, kept);
         if let Some(pg) = s.at(g) {
             let jump = pb.second / pg.second;
+            let detail = format!(
+                "second read {:.3} ns/byte at {} vs {:.3} at {} ({jump:.1}x); residency {:.0}% vs {:.0}%",
+                pb.second,
+                fmt_mib(pb.size),
+                pg.second,
+                fmt_mib(g),
+                pb.resident * 100.0,
+                pg.resident * 100.0
+            );
+            let jumps = jump >= 2.0 || s.threshold.is_none();
             out.check(Check::sanity(
                 "time per byte jumps past the knee",
-                jump >= 2.0 || s.threshold.is_none(),
-                format!(
-                    "second read {:.3} ns/byte at {} vs {:.3} at {} ({jump:.1}x); residency {:.0}% vs {:.0}%",
-                    pb.second,
-                    fmt_mib(pb.size),
-                    pg.second,
-                    fmt_mib(g),
-                    pb.resident * 100.0,
-                    pg.resident * 100.0
-                ),
+                jumps,
+                detail,
             ));
         }
     }

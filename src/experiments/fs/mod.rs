@@ -87,15 +87,12 @@ pub(crate) fn predict_uncached(p: &mut Predictions, metric: &str, dir: &Path, pa
     } else {
         format!(" (a fault reads a {ps} B page, more than the block)")
     };
+    let formula = format!(
+        "one device request per 4 KiB block, entered through the kernel, as mem.pagefault's \
+         major fault on an evicted file in the same folder measured it{page}{bound}"
+    );
     p.state(metric, &[&fault, &page_size, &requests], |v| {
-        let p = Prediction::new(
-            v[0],
-            format!(
-                "one device request per 4 KiB block, entered through the kernel, as \
-                 mem.pagefault's major fault on an evicted file in the same folder measured \
-                 it{page}{bound}"
-            ),
-        );
+        let p = Prediction::new(v[0], formula);
         if sequential {
             p.upper_bound()
         } else {

@@ -154,21 +154,12 @@ fn same_host(a: &str, b: &str) -> bool {
 
 /// Premise: the remote folder is on a network file system (else the ratio means nothing).
 fn network_check(remote: &Path, rfs: &crate::scratch::FsInfo) -> Check {
-    Check::premise(
-        "remote directory on a network file system",
-        rfs.network,
-        format!(
-            "{} is on {} (statfs magic {:#x}){}",
-            remote.display(),
-            rfs.fs_type,
-            rfs.magic,
-            if rfs.network {
-                ""
-            } else {
-                ": a local file system, so a remote/local ratio means nothing"
-            }
-        ),
-    )
+    let local = ": a local file system, so a remote/local ratio means nothing";
+    let why = if rfs.network { "" } else { local };
+    let (dir, fs, magic) = (remote.display(), &rfs.fs_type, rfs.magic);
+    let detail = format!("{dir} is on {fs} (statfs magic {magic:#x}){why}");
+    let name = "remote directory on a network file system";
+    Check::premise(name, rfs.network, detail)
 }
 
 /// The remote sweep within the budget, then the local one over the sizes it completed.
@@ -222,19 +213,10 @@ fn report_ratios(ctx: &Context, out: &mut Outcome, rs: &SweepOut, ls: &SweepOut,
         .iter()
         .map(|(pass, name)| format!("{pass} {:.2}x", out.median(name)))
         .collect();
-    out.finding(
-        format!(
-            "Remote ({fs_type}) vs local 4 KiB reads at {}: {}.",
-            fmt_bytes(size as f64),
-            summary.join(", ")
-        ),
-        &[
-            "ratio_uncached_seq",
-            "ratio_uncached_random",
-            "ratio_cached_seq",
-            "ratio_cached_random",
-        ],
-    );
+    let (at, summary) = (fmt_bytes(size as f64), summary.join(", "));
+    let text = format!("Remote ({fs_type}) vs local 4 KiB reads at {at}: {summary}.");
+    let ratios = PASSES.map(|(cached, pattern)| format!("ratio_{}", metric_name(cached, pattern)));
+    out.finding(text, &ratios.each_ref().map(String::as_str));
 }
 
 #[cfg(test)]

@@ -10,19 +10,17 @@ pub(super) const RELEASE_SHARE: f64 = 0.10;
 pub(crate) fn release_check(spreads: &[(usize, u64)], round_ns: u64) -> Check {
     let limit = (round_ns as f64 * RELEASE_SHARE) as u64;
     let worst = spreads.iter().max_by_key(|s| s.1).copied();
-    Check::premise(
-        "readers released together",
-        !spreads.is_empty() && worst.is_some_and(|w| w.1 <= limit),
-        match worst {
-            Some((p, w)) => format!(
-                "largest spread of start times {} (P = {p}) over {} rounds, limit {} (10% of a round); each reader timestamps its start right after a pipe barrier the parent opens once all are ready",
-                crate::units::fmt_ns(w as f64),
-                spreads.len(),
-                crate::units::fmt_ns(limit as f64)
-            ),
-            None => "no round ran".into(),
-        },
-    )
+    let detail = match worst {
+        Some((p, w)) => format!(
+            "largest spread of start times {} (P = {p}) over {} rounds, limit {} (10% of a round); each reader timestamps its start right after a pipe barrier the parent opens once all are ready",
+            crate::units::fmt_ns(w as f64),
+            spreads.len(),
+            crate::units::fmt_ns(limit as f64)
+        ),
+        None => "no round ran".into(),
+    };
+    let together = worst.is_some_and(|w| w.1 <= limit);
+    Check::premise("readers released together", together, detail)
 }
 
 /// The premises: device reached, no block read twice, evictions verified, one release.
