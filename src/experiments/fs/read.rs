@@ -271,11 +271,8 @@ impl Sweep<'_> {
 
     /// Keeps a pass, with the harness's notes on it.
     fn record(&mut self, size: u64, cached: bool, pattern: Pattern, times: BlockTimes) {
-        let pass = format!(
-            "{} {}",
-            fmt_bytes(size as f64),
-            metric_name(cached, pattern)
-        );
+        let (sz, name) = (fmt_bytes(size as f64), metric_name(cached, pattern));
+        let pass = format!("{sz} {name}");
         let notes = times.notes.iter().map(|n| format!("{pass}: {n}"));
         self.out.notes.extend(notes);
         self.out.points.push(SweepPass {
@@ -300,22 +297,18 @@ impl Sweep<'_> {
             false => format!("{ok} of {n} verified; last: {last}{bypass}"),
         };
         // Where uncached reads bypass the cache the eviction is only a sanity check.
+        let evicted = "files evicted before uncached passes (mincore)";
         let eviction = match bypasses(direct) {
-            true => Check::sanity(
-                "files evicted before uncached passes (mincore)",
-                all,
-                detail,
-            ),
+            true => Check::sanity(evicted, all, detail),
             false => Check::premise(EVICTED_UNCACHED, all, detail),
         };
         let res = &self.resident;
-        let residency = res.premise(
-            "cached reads: every page resident before and after (mincore)",
-            format!(
-                "{} of {} cached passes fully resident",
-                res.passed, res.total
-            ),
+        let detail = format!(
+            "{} of {} cached passes fully resident",
+            res.passed, res.total
         );
+        let name = "cached reads: every page resident before and after (mincore)";
+        let residency = res.premise(name, detail);
         self.out.checks = vec![self.device.check(), eviction, residency];
         self.out.direct = direct;
         self.out

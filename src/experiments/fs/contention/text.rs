@@ -13,12 +13,8 @@ pub(super) fn report(ctx: &Context, out: &mut Outcome, m: ContentionRounds, cpus
         .collect();
     let points = medians.iter().map(|&(x, y)| [x, y]).collect();
     out.plot("per_block_vs_processes", "processes", "ns", points);
-    out.plot(
-        "aggregate_blocks_per_s_vs_processes",
-        "processes",
-        "1/s",
-        m.aggregate,
-    );
+    let aggregate = "aggregate_blocks_per_s_vs_processes";
+    out.plot(aggregate, "processes", "1/s", m.aggregate);
     if let Some((_, v)) = m.per_p.first() {
         let desc = "time per 4 KiB block, one process alone (one value per round)";
         out.metric("per_block_p1", "ns", desc, v.clone());
