@@ -286,7 +286,7 @@ impl Search<'_> {
         // the best of up to three reads before calling it slow.
         if let Some(t) = self.threshold {
             for _ in 0..2 {
-                if res * 100 < total * 97 || second * 1e9 / size as f64 <= t {
+                if res * 100 < total * 97 || second <= t {
                     break;
                 }
                 second = second.min(self.read_timed(size)?);
@@ -294,8 +294,8 @@ impl Search<'_> {
         }
         let p = SizeProbe {
             size,
-            first: first * 1e9 / size as f64,
-            second: second * 1e9 / size as f64,
+            first,
+            second,
             resident: res as f64 / total.max(1) as f64,
             resident_bytes: (res * pagecache::page_size() as u64) as f64,
             evicted: ev.verified(),
@@ -305,10 +305,11 @@ impl Search<'_> {
         Ok(p)
     }
 
+    /// ns per byte of one read of [0, size).
     fn read_timed(&mut self, size: u64) -> anyhow::Result<f64> {
         let t = stopwatch(self.ctx);
         read_through(&self.reader, size, &mut self.buf)?;
-        Ok(t.elapsed_ns() * 1e-9)
+        Ok(t.elapsed_ns() / size as f64)
     }
 
     fn at(&self, size: u64) -> Option<&SizeProbe> {
