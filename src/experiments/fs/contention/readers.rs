@@ -136,8 +136,7 @@ impl<'c> Readers<'c> {
         Ok(())
     }
 
-    /// One round of `p` readers released together, from their cursors in `m`: their ns per
-    /// block.
+    /// One round of `p` readers released together, from their cursors: ns per block each.
     fn round(
         &mut self,
         m: &mut ContentionRounds,
