@@ -382,12 +382,8 @@ pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
                 .map_or(f64::NAN, |p| p.median())
         };
         let (u, c) = (med(false), med(true));
-        let detail = format!(
-            "cached {} vs uncached {} ({:.1}x)",
-            fmt_ns(c),
-            fmt_ns(u),
-            u / c
-        );
+        let (cs, us) = (fmt_ns(c), fmt_ns(u));
+        let detail = format!("cached {cs} vs uncached {us} ({:.1}x)", u / c);
         let name = format!("{side}cached {} faster than uncached", pattern.name());
         out.check(Check::sanity(&name, c < u, detail));
     }
