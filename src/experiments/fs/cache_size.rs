@@ -1,9 +1,9 @@
 //! fs.cache-size: how much file data the page cache holds. Files of growing size are
 //! read twice; where the second read stops being served from memory is the capacity.
 
-use super::{cgroup_memory_limit, mem_available};
+use super::{memory_limits, on_disk};
 use crate::experiments::kit::files::{
-    append, disk_scratch, read_through, reopen, scratch_note, stopwatch, DeviceReads, BLOCK, MIB,
+    append, make_file, read_through, reopen, stopwatch, DeviceReads, BLOCK, MIB,
 };
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
@@ -20,8 +20,7 @@ const CAP: PerProfile<u64> = PerProfile::new(64 * MIB, 1024 * MIB, 8192 * MIB, 8
 
 const FIRST_SIZE: PerProfile<u64> = PerProfile::new(4 * MIB, 16 * MIB, 16 * MIB, 16 * MIB);
 
-/// A second read counts as served from memory when at least this share of the file was
-/// resident before it.
+/// Share of the file resident before a second read for it to count as from memory.
 const RESIDENT_MIN: f64 = 0.97;
 /// Bisection stops when the bracket is this narrow (ratio of sizes).
 const RESOLUTION: f64 = 1.06;
@@ -35,7 +34,6 @@ fn fmt_mib(b: u64) -> String {
     }
 }
 
-/// One size probed.
 #[derive(Debug, Clone)]
 struct SizeProbe {
     size: u64,
@@ -44,13 +42,13 @@ struct SizeProbe {
     second: f64,
     /// Share of [0, size) resident after the first read (before the second).
     resident: f64,
-    resident_bytes: u64,
+    resident_bytes: f64,
     evicted: bool,
     seconds: f64,
 }
 
-/// Whether a probe's second read came from memory: nearly all resident, and (when the
-/// cold and cached rates differ enough to tell) a time per byte nearer the cached rate.
+/// Whether a probe's second read came from memory: resident and, where timing can tell,
+/// nearer the cached rate.
 fn served(p: &SizeProbe, threshold: Option<f64>) -> bool {
     p.resident >= RESIDENT_MIN && threshold.map_or(true, |t| p.second <= t)
 }
@@ -63,24 +61,18 @@ fn midpoint(lo: u64, hi: u64) -> u64 {
 
 /// min(MemAvailable, memory cgroup limit), from whichever of the two is known.
 fn cache_prediction(ctx: &Context) -> Prediction {
-    let mut value = f64::INFINITY;
-    let mut p = Prediction::new(
-        0.0,
+    let limits = memory_limits(ctx.machine);
+    let Some(value) = limits.iter().map(|l| l.1).min() else {
+        return Prediction::withheld("neither MemAvailable nor a memory cgroup limit is known");
+    };
+    let p = Prediction::new(
+        value as f64,
         "min(MemAvailable, memory cgroup limit): free memory plus reclaimable cache, capped by the cgroup whose page cache is charged",
     );
-    if let Some((a, src)) = mem_available(ctx) {
-        value = value.min(a as f64);
-        p = p.machine("mem_available", a as f64, "bytes", src);
-    }
-    if let Some((l, src)) = cgroup_memory_limit(ctx.machine) {
-        value = value.min(l as f64);
-        p = p.machine("cgroup_limit", l as f64, "bytes", src);
-    }
-    if !value.is_finite() {
-        return Prediction::withheld("neither MemAvailable nor a memory cgroup limit is known");
-    }
-    p.value = value;
-    p
+    let add = |p: Prediction, (name, v, src): (&str, u64, String)| {
+        p.machine(name, v as f64, "bytes", src)
+    };
+    limits.into_iter().fold(p, add)
 }
 
 const SPEC: Spec = Spec {
@@ -122,19 +114,15 @@ impl Experiment for CacheSize {
             }
             p.add(metric, b);
         }
-        p.withhold(
-            &["resident_after_overflow"],
-            "what the cache keeps of a file larger than it depends on the kernel's reclaim \
-             policy (active and inactive lists, MGLRU generations), which no model here covers",
-        );
+        let reclaim = "what the cache keeps of a file larger than it depends on the kernel's \
+                       reclaim policy (active and inactive lists, MGLRU generations), which no \
+                       model here covers";
+        p.withhold(&["resident_after_overflow"], reclaim);
         // A cached 1 MiB read is a copy from the page cache to the user buffer.
         let copy = p.earlier("mem.bandwidth", &["copy_1t"]).named("copy_rate");
-        p.equal(
-            "cached_read_rate",
-            &copy,
-            "copy rate: a cached read copies from the page cache to the user buffer (the \
-             page-cache lookup per page is not in the model)",
-        );
+        let f = "copy rate: a cached read copies from the page cache to the user buffer (the \
+                 page-cache lookup per page is not in the model)";
+        p.equal("cached_read_rate", &copy, f);
         // A cold 1 MiB read asks the device for the same blocks fs.read's sequential pass
         // read 4 KiB at a time; larger requests move at least as many bytes per second.
         let seq = p.earlier("fs.read", &["uncached_seq"]);
@@ -152,38 +140,21 @@ impl Experiment for CacheSize {
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let start = stopwatch(ctx);
         let s0 = FIRST_SIZE.get(ctx.profile);
-        let scratch = match disk_scratch(ctx, s0)? {
-            Ok(s) => s,
+        let (scratch, mut out) = match on_disk(ctx, s0)? {
+            Ok(x) => x,
             Err(reason) => return Ok(Outcome::skipped(reason)),
         };
-        let mut out = Outcome::default();
-        out.notes.push(scratch_note(scratch));
-        super::note_vm_host_cache(ctx, &mut out);
-        // How far the search may go: the profile's cap (MemTotal, 16 GiB when unknown,
-        // sets thorough's) and half the free disk, each with what it is.
-        let ram = match ctx.machine.memory.total_bytes {
-            0 => 16 << 30,
-            t => t,
-        };
+        // How far the search may go: the profile's cap (thorough's 1.5 x MemTotal, 16 GiB
+        // when unknown) and half the free disk, each with what it is.
         let p = ctx.profile;
-        let profile_cap = CAP.get(p).max(if p == Profile::Thorough {
-            ram / 2 * 3
-        } else {
-            0
-        });
-        let disk_cap = scratch.remaining() / MIB * MIB;
-        let limits = [
-            (
-                profile_cap,
-                format!("the {} profile's cap of {}", p.name(), fmt_mib(profile_cap)),
-            ),
-            (
-                disk_cap,
-                format!("half the free disk space ({})", fmt_mib(disk_cap)),
-            ),
-        ];
-        let mut owner = scratch.create_file("cache-size", 0)?;
-        owner.unlink_now()?;
+        let ram = Some(ctx.machine.memory.total_bytes).filter(|&t| t > 0);
+        let thorough = (p == Profile::Thorough).then(|| ram.unwrap_or(16 << 30) / 2 * 3);
+        let cap = CAP.get(p).max(thorough.unwrap_or(0));
+        let disk = scratch.remaining() / MIB * MIB;
+        let cap_is = format!("the {} profile's cap of {}", p.name(), fmt_mib(cap));
+        let disk_is = format!("half the free disk space ({})", fmt_mib(disk));
+        let limits = [(cap, cap_is), (disk, disk_is)];
+        let owner = make_file(scratch, "cache-size", 0, 0)?;
         let reader = reopen(&owner.file, false, false)?;
         let mut s = Search {
             ctx,
@@ -194,19 +165,18 @@ impl Experiment for CacheSize {
             buf: vec![0u8; MIB as usize],
             probes: Vec::new(),
             threshold: None,
-            budget: ctx.budget.as_secs_f64() * 0.85,
             start,
         };
         let knee = s.run(s0, &limits)?;
         out.notes.extend(knee.note.iter().cloned());
         report_series(&mut out, &s.probes);
-        report_rates(&mut out, &s, start.elapsed_ns() * 1e-9);
+        report_rates(&mut out, &s);
         report_knee(&mut out, &s, &knee);
         Ok(out)
     }
 }
 
-/// The search's growing file and what it measured.
+/// The search's growing file and its probes.
 struct Search<'a> {
     ctx: &'a Context<'a>,
     owner: ScratchFile,
@@ -217,16 +187,13 @@ struct Search<'a> {
     buf: Vec<u8>,
     /// Every probe, the first size's first: its two reads give the cold and cached rates.
     probes: Vec<SizeProbe>,
-    /// Time per byte below which a second read counts as from memory; None when the
-    /// first size's cold/cached contrast is too small for timing to tell.
+    /// ns per byte below which a second read is from memory; None where timing cannot tell.
     threshold: Option<f64>,
-    /// Seconds the search may take, from `start`.
-    budget: f64,
     start: crate::clock::Stopwatch<'a>,
 }
 
-/// Where the search ended: the largest size served, the smallest not served, what stopped
-/// the doubling before a size was not served, and a note when the budget cut bisection.
+/// Where the search ended: the bracket, what stopped the doubling, what cut bisection.
+#[derive(Default)]
 struct Knee {
     good: Option<u64>,
     bad: Option<u64>,
@@ -234,79 +201,64 @@ struct Knee {
     note: Option<String>,
 }
 
+impl Knee {
+    /// Moves the bracket's served or not-served end to `size`.
+    fn place(&mut self, size: u64, served: bool) {
+        *(if served {
+            &mut self.good
+        } else {
+            &mut self.bad
+        }) = Some(size);
+    }
+}
+
 impl Search<'_> {
-    /// Probes the first size, doubles until a size is not served or a limit stops it, then
-    /// bisects geometrically down to RESOLUTION or until the time budget stops it.
+    /// Doubles from the first size until one is not served or a limit stops it, then bisects.
     fn run(&mut self, s0: u64, limits: &[(u64, String)]) -> anyhow::Result<Knee> {
         let base = self.probe(s0)?;
         // Cold vs cached rates from the first size tell whether timing can separate them.
         let contrast = base.first / base.second;
         self.threshold = (contrast >= 3.0).then(|| (base.first * base.second).sqrt());
-        let ok = served(&base, self.threshold);
-        let (mut good, mut bad) = (ok.then_some(s0), (!ok).then_some(s0));
-        let mut stop_reason = None;
-        let mut size = s0;
-        while bad.is_none() {
+        let mut k = Knee::default();
+        k.place(s0, served(&base, self.threshold));
+        let budget = format!("the time budget ({:.0} s)", self.ctx.budget.as_secs_f64());
+        while let (Some(g), None) = (k.good, k.bad) {
             let last = self.probes.last().map_or(0.0, |p| p.seconds);
-            stop_reason = limits.iter().find(|l| size * 2 > l.0).map(|l| l.1.clone());
-            if stop_reason.is_none() && !self.time_left(last * 2.5) {
-                stop_reason = Some(format!(
-                    "the time budget ({:.0} s)",
-                    self.ctx.budget.as_secs_f64()
-                ));
-            }
-            if stop_reason.is_some() {
+            let limit = limits.iter().find(|l| g * 2 > l.0).map(|l| l.1.clone());
+            k.stop_reason = limit.or_else(|| (!self.time_left(last * 2.5)).then(|| budget.clone()));
+            if k.stop_reason.is_some() {
                 break;
             }
-            size *= 2;
-            *(if self.served(size)? {
-                &mut good
-            } else {
-                &mut bad
-            }) = Some(size);
+            k.place(g * 2, self.served(g * 2)?);
         }
-        let mut note = None;
-        if let (Some(mut g), Some(mut b)) = (good, bad) {
-            while b as f64 / g as f64 > RESOLUTION {
-                let mid = midpoint(g, b);
-                if mid <= g || mid >= b {
-                    break;
-                }
-                if !self.time_left(
-                    self.at(b)
-                        .map_or(0.0, |p| p.seconds * mid as f64 / b as f64),
-                ) {
-                    note = Some(format!(
-                        "bisection stopped by the time budget at [{}, {}]",
-                        fmt_mib(g),
-                        fmt_mib(b)
-                    ));
-                    break;
-                }
-                if self.served(mid)? {
-                    g = mid;
-                } else {
-                    b = mid;
-                }
+        while let (Some(g), Some(b)) = (k.good, k.bad) {
+            let mid = midpoint(g, b);
+            if b as f64 / g as f64 <= RESOLUTION || mid <= g || mid >= b {
+                break;
             }
-            (good, bad) = (Some(g), Some(b));
+            let est = self
+                .at(b)
+                .map_or(0.0, |p| p.seconds * mid as f64 / b as f64);
+            if !self.time_left(est) {
+                let (gm, bm) = (fmt_mib(g), fmt_mib(b));
+                k.note = Some(format!(
+                    "bisection stopped by the time budget at [{gm}, {bm}]"
+                ));
+                break;
+            }
+            k.place(mid, self.served(mid)?);
         }
-        Ok(Knee {
-            good,
-            bad,
-            stop_reason,
-            note,
-        })
-    }
-
-    /// Whether a probe estimated to take `est` seconds still fits the budget.
-    fn time_left(&self, est: f64) -> bool {
-        self.start.elapsed_ns() * 1e-9 + est < self.budget
+        Ok(k)
     }
 
     fn served(&mut self, size: u64) -> anyhow::Result<bool> {
         let p = self.probe(size)?;
         Ok(served(&p, self.threshold))
+    }
+
+    /// Whether a probe estimated to take `est` seconds still fits 85% of the budget.
+    fn time_left(&self, est: f64) -> bool {
+        self.start.elapsed_ns() * 1e-9 + est < self.ctx.budget.as_secs_f64() * 0.85
     }
 
     /// Makes the file at least `size` long, evicts it, reads [0, size) twice.
@@ -334,7 +286,7 @@ impl Search<'_> {
         // the best of up to three reads before calling it slow.
         if let Some(t) = self.threshold {
             for _ in 0..2 {
-                if res * 100 < total * 97 || second * 1e9 / size as f64 <= t {
+                if res * 100 < total * 97 || second <= t {
                     break;
                 }
                 second = second.min(self.read_timed(size)?);
@@ -342,10 +294,10 @@ impl Search<'_> {
         }
         let p = SizeProbe {
             size,
-            first: first * 1e9 / size as f64,
-            second: second * 1e9 / size as f64,
+            first,
+            second,
             resident: res as f64 / total.max(1) as f64,
-            resident_bytes: res * pagecache::page_size() as u64,
+            resident_bytes: (res * pagecache::page_size() as u64) as f64,
             evicted: ev.verified(),
             seconds: t.elapsed_ns() * 1e-9,
         };
@@ -353,11 +305,11 @@ impl Search<'_> {
         Ok(p)
     }
 
-    /// Seconds one read of [0, size) takes.
+    /// ns per byte of one read of [0, size).
     fn read_timed(&mut self, size: u64) -> anyhow::Result<f64> {
         let t = stopwatch(self.ctx);
         read_through(&self.reader, size, &mut self.buf)?;
-        Ok(t.elapsed_ns() * 1e-9)
+        Ok(t.elapsed_ns() / size as f64)
     }
 
     fn at(&self, size: u64) -> Option<&SizeProbe> {
@@ -374,9 +326,7 @@ fn report_series(out: &mut Outcome, probes: &[SizeProbe]) {
         ("second_read_ns_per_byte_vs_size", "ns", |p| p.second),
         ("first_read_ns_per_byte_vs_size", "ns", |p| p.first),
         ("resident_fraction_vs_size", "fraction", |p| p.resident),
-        ("resident_bytes_vs_size", "bytes", |p| {
-            p.resident_bytes as f64
-        }),
+        ("resident_bytes_vs_size", "bytes", |p| p.resident_bytes),
     ];
     for (name, unit, f) in curves {
         let points = sorted.iter().map(|p| [p.size as f64, f(p)]).collect();
@@ -384,28 +334,22 @@ fn report_series(out: &mut Outcome, probes: &[SizeProbe]) {
     }
 }
 
-/// The eviction check, the first size's cold and cached rates, and what decided
-/// "served" (`seconds`: how long the search took).
-fn report_rates(out: &mut Outcome, s: &Search, seconds: f64) {
+/// The eviction check, the first size's cold and cached rates, and what decided "served".
+fn report_rates(out: &mut Outcome, s: &Search) {
+    let seconds = s.start.elapsed_ns() * 1e-9;
     let (base, n) = (&s.probes[0], s.probes.len());
     let contrast = base.first / base.second;
     let evicted = s.probes.iter().filter(|p| p.evicted).count();
-    out.check(Check::sanity(
-        "file evicted before every first read (mincore)",
-        evicted == n,
-        format!("{evicted} of {n} probes started with no page cached"),
-    ));
+    let detail = format!("{evicted} of {n} probes started with no page cached");
+    let name = "file evicted before every first read (mincore)";
+    out.check(Check::sanity(name, evicted == n, detail));
     out.check(s.device.check());
     let first = fmt_mib(base.size);
     let desc = format!("second read of the first size ({first}), from memory");
+    let rate = vec![1e9 / base.second];
     // From memory: copies, not the device.
-    out.metric(
-        "cached_read_rate",
-        "bytes/s",
-        &desc,
-        vec![1e9 / base.second],
-    )
-    .shares(crate::results::Bottleneck::Copy);
+    out.metric("cached_read_rate", "bytes/s", &desc, rate)
+        .shares(crate::results::Bottleneck::Copy);
     let desc = format!("first read of the first size ({first}) after eviction, 1 MiB reads");
     out.metric("cold_read_rate", "bytes/s", &desc, vec![1e9 / base.first]);
     let decided = match s.threshold {
@@ -428,8 +372,7 @@ fn report_rates(out: &mut Outcome, s: &Search, seconds: f64) {
     }
 }
 
-/// The capacity, or the bound the search could give, with its finding; at a knee, also
-/// what the cache kept of the overflowing file and whether time per byte jumps across it.
+/// The capacity or a bound on it; at a knee, also what the cache kept past it.
 fn report_knee(out: &mut Outcome, s: &Search, k: &Knee) {
     let (name, value, desc, finding) = match (k.good, k.bad) {
         (Some(g), Some(b)) => {
@@ -473,26 +416,24 @@ fn report_knee(out: &mut Outcome, s: &Search, k: &Knee) {
             "bytes of the {} file resident after its first read: what the cache kept",
             fmt_mib(pb.size)
         );
-        out.metric(
-            "resident_after_overflow",
-            "bytes",
-            &desc,
-            vec![pb.resident_bytes as f64],
-        );
+        let kept = vec![pb.resident_bytes];
+        out.metric("resident_after_overflow", "bytes", &desc, kept);
         if let Some(pg) = s.at(g) {
             let jump = pb.second / pg.second;
+            let detail = format!(
+                "second read {:.3} ns/byte at {} vs {:.3} at {} ({jump:.1}x); residency {:.0}% vs {:.0}%",
+                pb.second,
+                fmt_mib(pb.size),
+                pg.second,
+                fmt_mib(g),
+                pb.resident * 100.0,
+                pg.resident * 100.0
+            );
+            let jumps = jump >= 2.0 || s.threshold.is_none();
             out.check(Check::sanity(
                 "time per byte jumps past the knee",
-                jump >= 2.0 || s.threshold.is_none(),
-                format!(
-                    "second read {:.3} ns/byte at {} vs {:.3} at {} ({jump:.1}x); residency {:.0}% vs {:.0}%",
-                    pb.second,
-                    fmt_mib(pb.size),
-                    pg.second,
-                    fmt_mib(g),
-                    pb.resident * 100.0,
-                    pg.resident * 100.0
-                ),
+                jumps,
+                detail,
             ));
         }
     }
@@ -509,7 +450,7 @@ mod tests {
             first: 2.0,
             second,
             resident,
-            resident_bytes: 0,
+            resident_bytes: 0.0,
             evicted: true,
             seconds: 0.1,
         }

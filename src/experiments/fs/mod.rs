@@ -1,5 +1,5 @@
 //! File-system experiments: read time vs file size, the file cache's size, remote files,
-//! and contention between processes. Their scratch files are in `kit::files`.
+//! and contention between processes.
 
 use super::predict::{Input, Predictions};
 use super::{Context, Experiment, Outcome};
@@ -8,11 +8,14 @@ use crate::results::Prediction;
 use std::path::Path;
 
 mod cache_size;
-pub(crate) mod contention;
+mod contention;
 mod read;
 mod remote_read;
 
-use crate::experiments::kit::files::{device_basis, device_of, Pattern, BLOCK};
+use crate::experiments::kit::files::{
+    device_basis, device_of, disk_scratch, scratch_note, Pattern, BLOCK,
+};
+use crate::scratch::Scratch;
 
 /// In run order: remote-read and contention use fs.read's figures in their predictions.
 pub fn experiments() -> Vec<Box<dyn Experiment>> {
@@ -24,15 +27,23 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
     ]
 }
 
-/// Method text for uncached reads in a virtual machine: the guest's counter cannot see
-/// the host's cache.
+/// Method text for uncached reads in a virtual machine.
 pub(crate) const VM_HOST_CACHE: &str = "In a virtual machine the guest's sectors-read counter shows that a read left the guest, not that the host's storage served it: the host may answer uncached reads from its own page cache, unless its disk is set to cache=none.";
 
-/// Adds `VM_HOST_CACHE` to the method of an experiment with uncached reads, in a VM.
-pub(crate) fn note_vm_host_cache(ctx: &Context, out: &mut Outcome) {
-    if ctx.machine.virtualization.is_vm {
-        out.method_notes.push(VM_HOST_CACHE.into());
-    }
+/// The run's disk scratch folder with `need` bytes and an outcome noting it (and, in a VM,
+/// `VM_HOST_CACHE`), or why there is none.
+pub(crate) fn on_disk<'a>(
+    ctx: &'a Context,
+    need: u64,
+) -> anyhow::Result<Result<(&'a Scratch, Outcome), String>> {
+    Ok(disk_scratch(ctx, need)?.map(|scratch| {
+        let mut out = Outcome::default();
+        out.notes.push(scratch_note(scratch));
+        if ctx.machine.virtualization.is_vm {
+            out.method_notes.push(VM_HOST_CACHE.into());
+        }
+        (scratch, out)
+    }))
 }
 
 /// A cached 4 KiB read: a system call and a 4 KiB copy, at rates measured earlier.
@@ -49,7 +60,7 @@ pub(crate) fn predict_cached(p: &mut Predictions, metric: &str) {
 }
 
 /// An uncached 4 KiB read as mem.pagefault's major fault in the same folder: one device
-/// request for a block the cache does not hold (an upper bound where readahead merges).
+/// request per block (an upper bound where readahead merges).
 pub(crate) fn predict_uncached(p: &mut Predictions, metric: &str, dir: &Path, pattern: Pattern) {
     let fault = p.earlier("mem.pagefault", &["major_fault"]);
     if let Some(why) = fault.why_missing() {
@@ -63,12 +74,8 @@ pub(crate) fn predict_uncached(p: &mut Predictions, metric: &str, dir: &Path, pa
     }
     let ps = crate::pagecache::page_size() as f64;
     let page_size = Input::machine("page_size", Some(ps), "bytes", "machine: page size", "");
-    let requests = Input::method(
-        "requests",
-        1.0,
-        "requests/block",
-        "method: one device request per uncached block",
-    );
+    let src = "method: one device request per uncached block";
+    let requests = Input::method("requests", 1.0, "requests/block", src);
     let sequential = pattern == Pattern::Sequential;
     let bound = if sequential {
         ", an upper bound: readahead may merge sequential blocks into fewer requests"
@@ -80,15 +87,12 @@ pub(crate) fn predict_uncached(p: &mut Predictions, metric: &str, dir: &Path, pa
     } else {
         format!(" (a fault reads a {ps} B page, more than the block)")
     };
+    let formula = format!(
+        "one device request per 4 KiB block, entered through the kernel, as mem.pagefault's \
+         major fault on an evicted file in the same folder measured it{page}{bound}"
+    );
     p.state(metric, &[&fault, &page_size, &requests], |v| {
-        let p = Prediction::new(
-            v[0],
-            format!(
-                "one device request per 4 KiB block, entered through the kernel, as \
-                 mem.pagefault's major fault on an evicted file in the same folder measured \
-                 it{page}{bound}"
-            ),
-        );
+        let p = Prediction::new(v[0], formula);
         if sequential {
             p.upper_bound()
         } else {
@@ -97,19 +101,19 @@ pub(crate) fn predict_uncached(p: &mut Predictions, metric: &str, dir: &Path, pa
     });
 }
 
-/// The tightest memory cgroup limit over this process's cgroups, from the machine facts.
-pub(crate) fn cgroup_memory_limit(machine: &Machine) -> Option<(u64, String)> {
-    let cg = &machine.cgroup;
-    cg.memory_limit_bytes.map(|l| {
+/// MemAvailable and the tightest memory cgroup limit, where known, from the machine facts.
+pub(crate) fn memory_limits(machine: &Machine) -> Vec<(&'static str, u64, String)> {
+    let (a, cg) = (machine.memory.available_bytes, &machine.cgroup);
+    let avail = (a > 0).then(|| ("mem_available", a, "machine: MemAvailable".into()));
+    let cgroup = cg.memory_limit_bytes.map(|l| {
         let dir = cg.memory_dir.as_deref().unwrap_or("?");
-        (l, format!("machine: memory cgroup limit ({dir})"))
-    })
-}
-
-/// MemAvailable from the machine facts, with its source (not capped by the cgroup).
-pub(crate) fn mem_available(ctx: &Context) -> Option<(u64, String)> {
-    let a = ctx.machine.memory.available_bytes;
-    (a > 0).then(|| (a, "machine: MemAvailable".into()))
+        (
+            "cgroup_limit",
+            l,
+            format!("machine: memory cgroup limit ({dir})"),
+        )
+    });
+    avail.into_iter().chain(cgroup).collect()
 }
 
 #[cfg(test)]
@@ -118,7 +122,7 @@ mod tests {
 
     #[test]
     fn cgroup_limit_is_plausible() {
-        if let Some((l, src)) = cgroup_memory_limit(&Machine::gather()) {
+        for (_, l, src) in memory_limits(&Machine::gather()) {
             assert!(l > 0, "{src}");
         }
     }

@@ -1,11 +1,11 @@
 //! fs.read: per-block (4 KiB) read time vs file size, sequential and random, uncached
 //! and cached. The sweep here is shared with fs.remote-read.
 
-use super::{cgroup_memory_limit, mem_available, note_vm_host_cache};
+use super::{memory_limits, on_disk, predict_cached, predict_uncached};
 use crate::clock::Deadline;
 use crate::experiments::kit::files::{
-    direct_works, disk_scratch, evict_check, make_file, read_through, reopen, scratch_note,
-    time_blocks, BlockTimes, DeviceReads, Pattern, RepeatedCheck, Timing, BLOCK, MIB,
+    direct_works, evict_check, make_file, read_through, reopen, time_blocks, BlockTimes,
+    DeviceReads, Pattern, RepeatedCheck, Timing, BLOCK, MIB,
 };
 use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
@@ -31,13 +31,14 @@ const SLICES: PerProfile<(Duration, Duration)> = PerProfile::new(
     (ms(1000), ms(200)),
 );
 
-/// What a sweep does: file sizes and the time each pass may take.
+/// Fewest samples a pass aims for.
+const MIN_TRIALS: usize = 5;
+
+/// A sweep's file sizes and the time each pass may take.
 pub(crate) struct SweepPlan<'c> {
     pub sizes: Vec<u64>,
     pub uncached: Duration,
     pub cached: Duration,
-    pub min_trials: usize,
-    /// File name prefix.
     pub label: &'static str,
     /// No new size is started past this, so a busy machine cannot overstay the budget.
     pub deadline: Option<Deadline<'c>>,
@@ -46,18 +47,17 @@ pub(crate) struct SweepPlan<'c> {
 impl SweepPlan<'_> {
     pub fn for_profile(p: Profile, largest: u64, label: &'static str) -> Self {
         let (uncached, cached) = SLICES.get(p);
+        let sizes = doublings(MIB, largest.max(MIB));
         SweepPlan {
-            sizes: doublings(MIB, largest.max(MIB)),
+            sizes,
             uncached,
             cached,
-            min_trials: 5,
             label,
             deadline: None,
         }
     }
 }
 
-/// One measured pass.
 pub(crate) struct SweepPass {
     pub size: u64,
     pub cached: bool,
@@ -65,7 +65,14 @@ pub(crate) struct SweepPass {
     pub times: BlockTimes,
 }
 
-/// Everything a sweep measured and verified.
+impl SweepPass {
+    pub fn median(&self) -> f64 {
+        crate::stats::median(&self.times.per_block_ns)
+    }
+}
+
+/// What a sweep measured and verified.
+#[derive(Default)]
 pub(crate) struct SweepOut {
     pub points: Vec<SweepPass>,
     pub checks: Vec<Check>,
@@ -92,19 +99,26 @@ pub(crate) const PASSES: [(bool, Pattern); 4] = [
     (true, Pattern::Random),
 ];
 
-impl SweepPass {
-    /// Median time per block.
-    pub fn median(&self) -> f64 {
-        crate::stats::median(&self.times.per_block_ns)
-    }
-}
-
 pub(crate) fn metric_name(cached: bool, pattern: Pattern) -> String {
     format!(
         "{}_{}",
         if cached { "cached" } else { "uncached" },
         pattern.name()
     )
+}
+
+/// fs.read's models for a sweep's `passes`, named with `prefix`.
+pub(crate) fn predict_sweep(p: &mut Predictions, prefix: &str, passes: &[(bool, Pattern)]) {
+    let dir = p.ctx().options.scratch_dir.clone();
+    let dir = dir.unwrap_or_else(|| ".".into());
+    for &(cached, pattern) in passes {
+        let name = format!("{prefix}{}", metric_name(cached, pattern));
+        if cached {
+            predict_cached(p, &name);
+        } else {
+            predict_uncached(p, &name, &dir, pattern);
+        }
+    }
 }
 
 /// Runs the sweep in `scratch`: each size read uncached and cached, in both patterns.
@@ -116,8 +130,7 @@ pub(crate) fn sweep(
     let mut s = Sweep {
         ctx,
         plan,
-        points: Vec::new(),
-        notes: Vec::new(),
+        out: SweepOut::default(),
         direct: None,
         evicted: RepeatedCheck::default(),
         resident: RepeatedCheck::default(),
@@ -129,8 +142,8 @@ pub(crate) fn sweep(
         if crate::scratch::stopping() {
             anyhow::bail!("interrupted");
         }
-        if !s.points.is_empty() && plan.deadline.is_some_and(|d| d.passed()) {
-            s.notes.push(format!(
+        if !s.out.points.is_empty() && plan.deadline.is_some_and(|d| d.passed()) {
+            s.out.notes.push(format!(
                 "stopped before {} by the time budget (the machine is slow or busy)",
                 fmt_bytes(size as f64)
             ));
@@ -141,25 +154,21 @@ pub(crate) fn sweep(
     Ok(s.finish())
 }
 
-/// A sweep under way: its plan and what it has gathered so far.
 struct Sweep<'a> {
     ctx: &'a Context<'a>,
     plan: &'a SweepPlan<'a>,
-    points: Vec<SweepPass>,
-    notes: Vec<String>,
+    out: SweepOut,
     /// Whether O_DIRECT works, known once the first file exists.
     direct: Option<bool>,
-    /// Evictions before uncached passes, verified with mincore.
     evicted: RepeatedCheck,
-    /// Cached passes fully resident before and after.
     resident: RepeatedCheck,
     device: DeviceReads,
     bigbuf: Vec<u8>,
 }
 
 impl Sweep<'_> {
-    /// The four passes of one size. The random uncached pass reads a file of its own: a
-    /// block read before could come from a device or host cache.
+    /// The four passes of one size; the random uncached pass reads a file of its own, as
+    /// a block read before could come from a device or host cache.
     fn size(&mut self, scratch: &Scratch, size: u64, rng: &mut Rng) -> anyhow::Result<()> {
         let (ctx, label) = (self.ctx, self.plan.label);
         let sz = fmt_bytes(size as f64);
@@ -202,7 +211,7 @@ impl Sweep<'_> {
         // The largest size gives the metrics: it gets three times as long.
         let last = Some(&size) == self.plan.sizes.last();
         let slice = self.plan.uncached * if last { 3 } else { 1 };
-        let (each, min) = (Timing::EachRead, self.plan.min_trials);
+        let (each, min) = (Timing::EachRead, MIN_TRIALS);
         let before = self.device.counter();
         let times = time_blocks(self.ctx, &fd, size, pattern, order, each, slice, min)?;
         let bytes = times.blocks * BLOCK as u64;
@@ -210,7 +219,7 @@ impl Sweep<'_> {
         let n = times.per_block_ns.len();
         self.record(size, false, pattern, times);
         if n < min {
-            self.notes.push(format!(
+            self.out.notes.push(format!(
                 "{sz} uncached {}: only {n} trials (every block read once)",
                 pattern.name()
             ));
@@ -218,8 +227,8 @@ impl Sweep<'_> {
         Ok(())
     }
 
-    /// One cached pass in ~0.2 ms chunks, every page resident before and after; another
-    /// tenant's memory pressure can evict pages, so it is tried up to three times.
+    /// One cached pass in ~0.2 ms chunks, every page resident before and after (three tries:
+    /// another tenant's memory pressure can evict pages).
     fn cached(
         &mut self,
         fd: &File,
@@ -229,7 +238,7 @@ impl Sweep<'_> {
     ) -> anyhow::Result<()> {
         let sz = fmt_bytes(size as f64);
         let chunks = Timing::Chunks(Duration::from_micros(200));
-        let (slice, min) = (self.plan.cached, self.plan.min_trials);
+        let (slice, min) = (self.plan.cached, MIN_TRIALS);
         for attempt in 1..=3 {
             let before = pagecache::residency(fd)?;
             let times = time_blocks(self.ctx, fd, size, pattern, order, chunks, slice, min)?;
@@ -249,7 +258,7 @@ impl Sweep<'_> {
                 )
             });
             if whole && attempt > 1 {
-                self.notes.push(format!(
+                self.out.notes.push(format!(
                     "{sz} cached {}: pages were evicted during a pass by memory pressure; measured again",
                     pattern.name()
                 ));
@@ -260,16 +269,13 @@ impl Sweep<'_> {
         Ok(())
     }
 
-    /// Keeps a pass, with what the harness said about it (a stop at twice its budget...).
+    /// Keeps a pass, with the harness's notes on it.
     fn record(&mut self, size: u64, cached: bool, pattern: Pattern, times: BlockTimes) {
-        let pass = format!(
-            "{} {}",
-            fmt_bytes(size as f64),
-            metric_name(cached, pattern)
-        );
+        let (sz, name) = (fmt_bytes(size as f64), metric_name(cached, pattern));
+        let pass = format!("{sz} {name}");
         let notes = times.notes.iter().map(|n| format!("{pass}: {n}"));
-        self.notes.extend(notes);
-        self.points.push(SweepPass {
+        self.out.notes.extend(notes);
+        self.out.points.push(SweepPass {
             size,
             cached,
             pattern,
@@ -277,8 +283,7 @@ impl Sweep<'_> {
         });
     }
 
-    /// The sweep's premise checks, and what it measured.
-    fn finish(self) -> SweepOut {
+    fn finish(mut self) -> SweepOut {
         let direct = self.direct.unwrap_or(false);
         let ev = &self.evicted;
         let (ok, n, all, last) = (ev.passed, ev.total, ev.all(), &ev.last_failure);
@@ -292,28 +297,21 @@ impl Sweep<'_> {
             false => format!("{ok} of {n} verified; last: {last}{bypass}"),
         };
         // Where uncached reads bypass the cache the eviction is only a sanity check.
+        let evicted = "files evicted before uncached passes (mincore)";
         let eviction = match bypasses(direct) {
-            true => Check::sanity(
-                "files evicted before uncached passes (mincore)",
-                all,
-                detail,
-            ),
+            true => Check::sanity(evicted, all, detail),
             false => Check::premise(EVICTED_UNCACHED, all, detail),
         };
         let res = &self.resident;
-        let residency = res.premise(
-            "cached reads: every page resident before and after (mincore)",
-            format!(
-                "{} of {} cached passes fully resident",
-                res.passed, res.total
-            ),
+        let detail = format!(
+            "{} of {} cached passes fully resident",
+            res.passed, res.total
         );
-        SweepOut {
-            points: self.points,
-            checks: vec![self.device.check(), eviction, residency],
-            direct,
-            notes: self.notes,
-        }
+        let name = "cached reads: every page resident before and after (mincore)";
+        let residency = res.premise(name, detail);
+        self.out.checks = vec![self.device.check(), eviction, residency];
+        self.out.direct = direct;
+        self.out
     }
 }
 
@@ -337,8 +335,19 @@ fn warm(fd: &File, size: u64, buf: &mut [u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Adds a sweep's series, its metrics at the largest size (named with `prefix`) and checks.
+/// Adds a sweep's checks and notes, series, metrics at the largest size and a check per
+/// pattern, named with `prefix` (checks and notes with "side: ").
 pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
+    let side = match prefix.trim_end_matches('_') {
+        "" => String::new(),
+        side => format!("{side}: "),
+    };
+    for c in &s.checks {
+        let name = format!("{side}{}", c.name);
+        out.check(Check { name, ..c.clone() });
+    }
+    out.notes
+        .extend(s.notes.iter().map(|n| format!("{side}{n}")));
     let largest = s.largest();
     for (cached, pattern) in PASSES {
         let name = format!("{prefix}{}", metric_name(cached, pattern));
@@ -367,34 +376,23 @@ pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
             out.distribution(&name, "ns", &desc, raw);
         }
     }
-    let side = match prefix.trim_end_matches('_') {
-        "" => String::new(),
-        side => format!("{side}: "),
-    };
     for pattern in [Pattern::Sequential, Pattern::Random] {
         let med = |cached| {
             s.get(largest, cached, pattern)
-                .map_or(f64::NAN, SweepPass::median)
+                .map_or(f64::NAN, |p| p.median())
         };
         let (u, c) = (med(false), med(true));
-        out.check(Check::sanity(
-            &format!("{side}cached {} faster than uncached", pattern.name()),
-            c < u,
-            format!(
-                "cached {} vs uncached {} ({:.1}x)",
-                fmt_ns(c),
-                fmt_ns(u),
-                u / c
-            ),
-        ));
+        let (cs, us) = (fmt_ns(c), fmt_ns(u));
+        let detail = format!("cached {cs} vs uncached {us} ({:.1}x)", u / c);
+        let name = format!("{side}cached {} faster than uncached", pattern.name());
+        out.check(Check::sanity(&name, c < u, detail));
     }
 }
 
 /// How an uncached pass read where O_DIRECT worked (fs.contention's readers read so too).
 pub(crate) const DIRECT: &str = "through O_DIRECT";
 
-/// What a pass's figure is: how it read, and the page it read from where pages are larger
-/// than a block (`page`: the machine's page size).
+/// How a pass read, and the page behind each block where pages are larger.
 fn describe(cached: bool, pattern: Pattern, direct: bool, page: usize) -> String {
     let how = match (cached, direct, pattern) {
         (true, ..) => "cached (one value per ~0.2 ms of reads)",
@@ -431,61 +429,45 @@ impl Experiment for Read {
     fn budget(&self, p: Profile) -> Duration {
         let (u, c) = SLICES.get(p);
         let n = doublings(MIB, CAP.get(p)).len() as u32;
-        // Passes (the largest size's uncached ones three times as long), plus writing
-        // the files at ~200 MB/s.
+        // Passes (the largest size's uncached three times as long), writing at ~200 MB/s.
         (u + c) * 2 * n + u * 4 + Duration::from_secs_f64(2.0 * CAP.get(p) as f64 / 200e6)
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
-        let dir = ctx
-            .options
-            .scratch_dir
-            .clone()
-            .unwrap_or_else(|| std::path::PathBuf::from("."));
         let mut p = Predictions::new(ctx);
-        super::predict_uncached(&mut p, "uncached_seq", &dir, Pattern::Sequential);
-        super::predict_uncached(&mut p, "uncached_random", &dir, Pattern::Random);
-        super::predict_cached(&mut p, "cached_seq");
-        super::predict_cached(&mut p, "cached_random");
+        predict_sweep(&mut p, "", &PASSES);
         p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        let mem = mem_available(ctx).map(|m| m.0).unwrap_or(u64::MAX);
-        let mem = cgroup_memory_limit(ctx.machine).map_or(mem, |c| c.0.min(mem));
+        let mem = memory_limits(ctx.machine).iter().map(|l| l.1).min();
+        let mem = mem.unwrap_or(u64::MAX);
         // The cached pass needs the file in memory: at most a quarter of what is free.
-        let largest = CAP.get(ctx.profile).min(mem / 4);
+        let cap = CAP.get(ctx.profile);
+        let mut largest = cap.min(mem / 4);
         if largest < MIB {
             return Ok(Outcome::skipped(format!(
                 "too little memory for a cached 1 MiB file (available {})",
                 fmt_bytes(mem as f64)
             )));
         }
-        let scratch = match disk_scratch(ctx, MIB)? {
-            Ok(s) => s,
+        let (scratch, mut out) = match on_disk(ctx, MIB)? {
+            Ok(x) => x,
             Err(reason) => return Ok(Outcome::skipped(reason)),
         };
-        let mut out = Outcome::default();
-        out.notes.push(scratch_note(scratch));
-        note_vm_host_cache(ctx, &mut out);
-        // Never more than the allowance: shrink the largest file to fit.
-        let mut largest = largest;
-        // Two files of each size at a time (the random uncached pass reads its own).
+        // Two files of each size at a time (the random uncached pass reads its own), never
+        // more than the allowance.
         while largest > MIB && 2 * largest > scratch.remaining() {
             largest /= 2;
         }
-        if largest < CAP.get(ctx.profile) {
+        if largest < cap {
             out.notes.push(format!(
                 "largest file {} (profile cap {}), limited by free space or memory",
                 fmt_bytes(largest as f64),
-                fmt_bytes(CAP.get(ctx.profile) as f64)
+                fmt_bytes(cap as f64)
             ));
         }
         let mut plan = SweepPlan::for_profile(ctx.profile, largest, "read");
         plan.deadline = Some(ctx.harness(1).deadline(ctx.budget * 2));
         let s = sweep(ctx, scratch, &plan)?;
-        for c in &s.checks {
-            out.check(c.clone());
-        }
-        out.notes.extend(s.notes.iter().cloned());
         report(&mut out, &s, "");
         out.pool(ctx);
         findings(&mut out, &s);
@@ -495,13 +477,8 @@ impl Experiment for Read {
 
 /// The cached and uncached figures at the largest size, and whether position matters.
 fn findings(out: &mut Outcome, s: &SweepOut) {
-    let med = |n: &str| out.median(n);
-    let (us, ur, cs, cr) = (
-        med("uncached_seq"),
-        med("uncached_random"),
-        med("cached_seq"),
-        med("cached_random"),
-    );
+    let names = PASSES.map(|(cached, pattern)| metric_name(cached, pattern));
+    let [us, ur, cs, cr] = names.each_ref().map(|n| out.median(n));
     out.finding(
         format!(
             "At {}, a cached 4 KiB read costs {} sequential / {} random; uncached ({}) it costs {} / {} ({:.0}x / {:.0}x the cached figures).",
@@ -514,7 +491,7 @@ fn findings(out: &mut Outcome, s: &SweepOut) {
             us / cs,
             ur / cr
         ),
-        &["uncached_seq", "uncached_random", "cached_seq", "cached_random"],
+        &names.each_ref().map(String::as_str),
     );
     // Whether position matters, from the intervals; the cause is not measured, so not named.
     let sep = out.separation("uncached_random", "uncached_seq");

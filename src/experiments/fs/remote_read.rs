@@ -1,9 +1,8 @@
 //! fs.remote-read: fs.read's sweep on --remote-dir and on the local scratch disk in the
 //! same sitting, with the remote/local ratio per access pattern.
 
-use super::note_vm_host_cache;
-use super::read::{metric_name, report, sweep, SweepOut, SweepPlan, PASSES};
-use crate::experiments::kit::files::{disk_scratch, scratch_note, Pattern, MIB};
+use super::read::{metric_name, predict_sweep, report, sweep, SweepOut, SweepPlan, PASSES};
+use crate::experiments::kit::files::{Pattern, MIB};
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
@@ -51,17 +50,11 @@ impl Experiment for RemoteRead {
                 crate::machine::storage::filesystem_of(d).map_or(String::new(), |m| m.source)
             });
         let rtt = server_rtt(&p, source.as_deref(), ctx.options.peer.as_deref());
-        let dir = ctx
-            .options
-            .scratch_dir
-            .clone()
-            .unwrap_or_else(|| ".".into());
         for pattern in [Pattern::Sequential, Pattern::Random] {
             let (un, ca) = (metric_name(false, pattern), metric_name(true, pattern));
             // The local side is fs.read's sweep again: fs.read's models. Cached remote
             // data sits in the same local page cache.
-            super::predict_uncached(&mut p, &format!("local_{un}"), &dir, pattern);
-            super::predict_cached(&mut p, &format!("local_{ca}"));
+            predict_sweep(&mut p, "local_", &[(false, pattern), (true, pattern)]);
             super::predict_cached(&mut p, &format!("remote_{ca}"));
             let local = p.earlier("fs.read", &[&un]).named("t_local");
             let server = "each uncached block is one request to the server, whose own read \
@@ -74,11 +67,8 @@ impl Experiment for RemoteRead {
                 let f = format!("(t_local + t_round_trip) / t_local: {server}");
                 Prediction::new((v[1] + v[0]) / v[1], f)
             });
-            let same = Prediction::new(
-                1.0,
-                "1: cached remote data sits in the same local page cache",
-            );
-            p.add(&format!("ratio_{ca}"), same);
+            let same = "1: cached remote data sits in the same local page cache";
+            p.add(&format!("ratio_{ca}"), Prediction::new(1.0, same));
         }
         p.done()
     }
@@ -89,8 +79,7 @@ impl Experiment for RemoteRead {
             ));
         };
         let largest = CAP.get(ctx.profile);
-        // The sweep holds two files of a size at a time (its random uncached pass reads
-        // a file of its own).
+        // The sweep holds two files of a size at a time.
         let (rbase, rfs, rhalf) = crate::scratch::allowance(Some(remote))?;
         if rhalf < 2 * largest {
             return Ok(Outcome::skipped(format!(
@@ -101,24 +90,12 @@ impl Experiment for RemoteRead {
                 fmt_bytes(rfs.free_bytes as f64)
             )));
         }
-        let local = match disk_scratch(ctx, 2 * largest)? {
-            Ok(s) => s,
+        let (local, mut out) = match super::on_disk(ctx, 2 * largest)? {
+            Ok(x) => x,
             Err(reason) => return Ok(Outcome::skipped(format!("local side: {reason}"))),
         };
-        let mut out = Outcome::default();
-        out.notes.push(scratch_note(local));
-        note_vm_host_cache(ctx, &mut out);
         out.check(network_check(remote, &rfs));
         let (rs, ls) = sweeps(ctx, remote, local, largest)?;
-        for (side, s) in [("remote", &rs), ("local", &ls)] {
-            for c in &s.checks {
-                let mut c = c.clone();
-                c.name = format!("{side}: {}", c.name);
-                out.check(c);
-            }
-            let notes = s.notes.iter().map(|n| format!("{side}: {n}"));
-            out.notes.extend(notes);
-        }
         report(&mut out, &rs, "remote_");
         report(&mut out, &ls, "local_");
         report_ratios(ctx, &mut out, &rs, &ls, &rfs.fs_type);
@@ -126,8 +103,8 @@ impl Experiment for RemoteRead {
     }
 }
 
-/// The round trip to the file server: net.rtt's to `--peer` where the peer is the server
-/// the mount `source` names (loopback's is no server's), else why there is none.
+/// net.rtt's round trip to `--peer` where it is the server the mount `source` names, else
+/// why there is none.
 fn server_rtt(p: &Predictions, source: Option<&str>, peer: Option<&str>) -> Input {
     let name = "t_round_trip";
     let Some(source) = source else {
@@ -177,25 +154,15 @@ fn same_host(a: &str, b: &str) -> bool {
 
 /// Premise: the remote folder is on a network file system (else the ratio means nothing).
 fn network_check(remote: &Path, rfs: &crate::scratch::FsInfo) -> Check {
-    Check::premise(
-        "remote directory on a network file system",
-        rfs.network,
-        format!(
-            "{} is on {} (statfs magic {:#x}){}",
-            remote.display(),
-            rfs.fs_type,
-            rfs.magic,
-            if rfs.network {
-                ""
-            } else {
-                ": a local file system, so a remote/local ratio means nothing"
-            }
-        ),
-    )
+    let local = ": a local file system, so a remote/local ratio means nothing";
+    let why = if rfs.network { "" } else { local };
+    let (dir, fs, magic) = (remote.display(), &rfs.fs_type, rfs.magic);
+    let detail = format!("{dir} is on {fs} (statfs magic {magic:#x}){why}");
+    let name = "remote directory on a network file system";
+    Check::premise(name, rfs.network, detail)
 }
 
-/// The remote sweep (within the budget), then the local one over the sizes the remote
-/// side completed, so the ratios compare like with like.
+/// The remote sweep within the budget, then the local one over the sizes it completed.
 fn sweeps(
     ctx: &Context,
     remote: &Path,
@@ -219,8 +186,8 @@ fn sweeps(
     Ok((rs, ls))
 }
 
-/// Remote over local per pattern and cache state at the largest common size: each
-/// remote trial over the local median. The finding quotes the pooled runs' ratios.
+/// Remote over local per pass at the largest common size: each remote trial over the
+/// local median.
 fn report_ratios(ctx: &Context, out: &mut Outcome, rs: &SweepOut, ls: &SweepOut, fs_type: &str) {
     let size = rs.largest().min(ls.largest());
     let mut summary = Vec::new();
@@ -246,19 +213,10 @@ fn report_ratios(ctx: &Context, out: &mut Outcome, rs: &SweepOut, ls: &SweepOut,
         .iter()
         .map(|(pass, name)| format!("{pass} {:.2}x", out.median(name)))
         .collect();
-    out.finding(
-        format!(
-            "Remote ({fs_type}) vs local 4 KiB reads at {}: {}.",
-            fmt_bytes(size as f64),
-            summary.join(", ")
-        ),
-        &[
-            "ratio_uncached_seq",
-            "ratio_uncached_random",
-            "ratio_cached_seq",
-            "ratio_cached_random",
-        ],
-    );
+    let (at, summary) = (fmt_bytes(size as f64), summary.join(", "));
+    let text = format!("Remote ({fs_type}) vs local 4 KiB reads at {at}: {summary}.");
+    let ratios = PASSES.map(|(cached, pattern)| format!("ratio_{}", metric_name(cached, pattern)));
+    out.finding(text, &ratios.each_ref().map(String::as_str));
 }
 
 #[cfg(test)]

@@ -2,33 +2,28 @@
 
 use super::*;
 
-/// Largest spread of the readers' start times, as a share of a round, for them to count
-/// as released together.
+/// Largest spread of the readers' start times, as a share of a round.
 pub(super) const RELEASE_SHARE: f64 = 0.10;
 
-/// Premise "readers released together": in every round the readers' first timestamps
-/// (on the run's clock, read right after the barrier) lie within 10% of the round's length.
-/// `spreads` holds the largest minus the smallest start of each round, in ns.
+/// Premise "readers released together": every round's spread of start times (`spreads`,
+/// ns) within RELEASE_SHARE of the round.
 pub(crate) fn release_check(spreads: &[(usize, u64)], round_ns: u64) -> Check {
     let limit = (round_ns as f64 * RELEASE_SHARE) as u64;
     let worst = spreads.iter().max_by_key(|s| s.1).copied();
-    Check::premise(
-        "readers released together",
-        !spreads.is_empty() && worst.is_some_and(|w| w.1 <= limit),
-        match worst {
-            Some((p, w)) => format!(
-                "largest spread of start times {} (P = {p}) over {} rounds, limit {} (10% of a round); each reader timestamps its start right after a pipe barrier the parent opens once all are ready",
-                crate::units::fmt_ns(w as f64),
-                spreads.len(),
-                crate::units::fmt_ns(limit as f64)
-            ),
-            None => "no round ran".into(),
-        },
-    )
+    let detail = match worst {
+        Some((p, w)) => format!(
+            "largest spread of start times {} (P = {p}) over {} rounds, limit {} (10% of a round); each reader timestamps its start right after a pipe barrier the parent opens once all are ready",
+            crate::units::fmt_ns(w as f64),
+            spreads.len(),
+            crate::units::fmt_ns(limit as f64)
+        ),
+        None => "no round ran".into(),
+    };
+    let together = worst.is_some_and(|w| w.1 <= limit);
+    Check::premise("readers released together", together, detail)
 }
 
-/// The premises: device reached, no block read twice, evictions verified, readers
-/// released together.
+/// The premises: device reached, no block read twice, evictions verified, one release.
 pub(super) fn checks(
     out: &mut Outcome,
     m: &ContentionRounds,
@@ -44,10 +39,8 @@ pub(super) fn checks(
         .map(|(&c, &b)| c.saturating_sub(b / BLOCK as u64))
         .sum();
     let total: u64 = m.cursor.iter().sum();
-    // A block read again can come from a cache below the file system (a device's or a
-    // hypervisor's) that no counter here sees: the figures are then not shown to be the
-    // device's, so the run is `unverified` (not `ok`, and not `invalid`: the first reads
-    // were the device's).
+    // A block read again may come from a device or host cache no counter sees: unverified,
+    // not invalid, as the first reads were the device's.
     let detail = format!(
         "{} of {} blocks read were read before by the same reader (files of {} down to {}; a device or host cache can serve those)",
         reread,

@@ -1,11 +1,10 @@
 //! fs.contention: P processes, each reading its own file uncached, released together by
 //! a barrier; per-block time vs P and a fitted (piecewise) linear model.
 
-use crate::clock::{Clock, Deadline};
+use crate::clock::Deadline;
 use crate::experiments::kit::children::Children;
 use crate::experiments::kit::files::{
-    direct_works, disk_scratch, evict_check, make_file, reopen, scratch_note, stopwatch,
-    DeviceReads, RepeatedCheck, BLOCK, MIB,
+    direct_works, evict_check, make_file, reopen, stopwatch, DeviceReads, RepeatedCheck, BLOCK, MIB,
 };
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
@@ -27,20 +26,16 @@ use text::*;
 
 pub struct Contention;
 
-/// Largest process count per profile.
 const PMAX: PerProfile<usize> = PerProfile::new(3, 6, 16, 50);
 
 /// Process counts tried: every P up to 8, then steps that keep about 20 points.
 fn counts(p: Profile) -> Vec<usize> {
     let max = PMAX.get(p);
-    let step = (max / 20).max(1);
-    let mut v: Vec<usize> = (1..=max.min(8)).collect();
-    let mut p = 8 + step.max(2);
-    while p < max {
-        v.push(p);
-        p += step.max(2);
-    }
-    if *v.last().unwrap_or(&0) != max {
+    let step = (max / 20).max(2);
+    let mut v: Vec<usize> = (1..=max.min(8))
+        .chain((8 + step..max).step_by(step))
+        .collect();
+    if v.last() != Some(&max) {
         v.push(max);
     }
     v
@@ -59,17 +54,7 @@ const MARGIN: f64 = 1.25;
 /// Most bytes the readers' files take together, per profile.
 const MAX_TOTAL: PerProfile<u64> = PerProfile::new(64 * MIB, 384 * MIB, 4096 * MIB, 8192 * MIB);
 
-/// Rounds reader j takes part in: every round of every P above j.
-fn reader_rounds(p: Profile) -> Vec<u64> {
-    let (_, rounds) = ROUND.get(p);
-    let ps = counts(p);
-    (0..PMAX.get(p))
-        .map(|j| (ps.iter().filter(|&&n| n > j).count() * rounds) as u64)
-        .collect()
-}
-
-/// The faster of fs.read's uncached medians, with its source: a reader's per-block time is
-/// a mean, never lower than the median of a latency with a slow tail.
+/// The faster of fs.read's uncached medians, with its source (a reader's mean is no lower).
 fn measured_block_ns(ctx: &Context) -> Option<(f64, String)> {
     ["uncached_seq", "uncached_random"]
         .iter()
@@ -80,15 +65,15 @@ fn measured_block_ns(ctx: &Context) -> Option<(f64, String)> {
         .min_by(|a, b| a.0.total_cmp(&b.0))
 }
 
-/// Each reader's file, in whole MiB: every block it may read in its rounds at `block_ns`,
-/// with the margin, scaled down together to fit `room`; and whether they were cut.
+/// Each reader's file in whole MiB, for every block it may read at `block_ns` with the
+/// margin, cut down together to fit `room`; and whether they were cut.
 fn file_sizes(p: Profile, block_ns: f64, room: u64) -> (Vec<u64>, bool) {
-    let (dur, _) = ROUND.get(p);
+    let ((dur, rounds), ps) = (ROUND.get(p), counts(p));
     let per_round = dur.as_nanos() as f64 / block_ns * MARGIN * BLOCK as f64;
-    let want: Vec<u64> = reader_rounds(p)
-        .iter()
-        .map(|&r| (r as f64 * per_round).max(MIB as f64))
-        .map(|b| (b as u64).div_ceil(MIB) * MIB)
+    // Reader j reads in every round of every P above j.
+    let want: Vec<u64> = (0..PMAX.get(p))
+        .map(|j| (ps.iter().filter(|&&n| n > j).count() * rounds) as f64 * per_round)
+        .map(|b| (b.max(MIB as f64) as u64).div_ceil(MIB) * MIB)
         .collect();
     let total: u64 = want.iter().sum();
     if total <= room {
@@ -135,8 +120,7 @@ fn sizing(ctx: &Context, room: u64) -> (Vec<u64>, String) {
 #[cfg(test)]
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-// The model is the one analysis of this question; figures draw the same fit.
-pub(crate) use crate::analysis::fit;
+use crate::analysis::fit;
 
 const SPEC: Spec = Spec {
     id: "fs.contention",
@@ -164,46 +148,26 @@ impl Experiment for Contention {
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let mut p = Predictions::new(ctx);
-        // Readers report elapsed / blocks, a mean: compare with fs.read's mean, not its
-        // median (4 KiB latency has a long tail).
+        // Readers report a mean: compare with fs.read's mean (latency has a long tail).
         let seq = ctx.earlier_metric("fs.read", "uncached_seq");
-        let why = p
-            .earlier("fs.read", &["uncached_seq"])
+        let none = ", and a device's read latency has no published figure in the parts table";
+        let median = p.earlier("fs.read", &["uncached_seq"]);
+        let why = median
             .why_missing()
-            .map(|w| {
-                format!(
-                    "{w}, and a device's read latency has no published figure in the parts table"
-                )
-            });
-        let t1 = Input::measured(
-            "t1",
-            seq.map(|m| m.summary.mean),
-            "ns",
-            "measured: fs.read uncached_seq (mean)",
-            why.unwrap_or_default(),
-        );
-        // The readers read in order without readahead (O_DIRECT, or random advice): the
-        // same reads as fs.read's sequential pass only where that pass used O_DIRECT.
+            .map_or(String::new(), |w| format!("{w}{none}"));
+        let src = "measured: fs.read uncached_seq (mean)";
+        let t1 = Input::measured("t1", seq.map(|m| m.summary.mean), "ns", src, why);
+        // The readers never read ahead: fs.read's sequential pass read so only with O_DIRECT.
+        let readahead = "fs.read's sequential pass read with readahead (no O_DIRECT here) and \
+                         the readers read without it (random advice), so its figure is not theirs";
+        let same = "t1: one process alone reads as fs.read's sequential pass did (4 KiB blocks \
+                    in order through O_DIRECT, no readahead)";
         match seq.filter(|m| !m.description.contains(super::read::DIRECT)) {
-            Some(_) => p.withhold(
-                &["per_block_p1"],
-                "fs.read's sequential pass read with readahead (no O_DIRECT here) and the \
-                 readers read without it (random advice), so its figure is not theirs",
-            ),
-            None => p.same(
-                "per_block_p1",
-                &t1,
-                "t1: one process alone reads as fs.read's sequential pass did (4 KiB blocks \
-                 in order through O_DIRECT, no readahead)",
-            ),
+            Some(_) => p.withhold(&["per_block_p1"], readahead),
+            None => p.same("per_block_p1", &t1, same),
         }
-        let pmax = PMAX.get(ctx.profile) as f64;
-        let pmax = Input::method(
-            "P",
-            pmax,
-            "processes",
-            "method: the profile's Pmax, always measured last",
-        );
+        let src = "method: the profile's Pmax, always measured last";
+        let pmax = Input::method("P", PMAX.get(ctx.profile) as f64, "processes", src);
         p.state("per_block_pmax", &[&t1, &pmax], |v| {
             Prediction::new(
                 v[1] * v[0],
@@ -215,11 +179,9 @@ impl Experiment for Contention {
             &t1,
             "t1 per added process (one device queue)",
         );
-        p.withhold(
-            &["model_intercept"],
-            "the one-queue model (P x t1) passes through zero at P = 0, and a ratio to zero \
-             means nothing",
-        );
+        let zero = "the one-queue model (P x t1) passes through zero at P = 0, and a ratio to \
+                    zero means nothing";
+        p.withhold(&["model_intercept"], zero);
         let no_bend = "the one-queue model (P x t1) has no breakpoint";
         p.withhold(&["model_breakpoint", "model_slope_after"], no_bend);
         p.done()
@@ -230,8 +192,8 @@ impl Experiment for Contention {
         #[cfg(test)]
         let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let pm = PMAX.get(ctx.profile);
-        let scratch = match disk_scratch(ctx, pm as u64 * MIB)? {
-            Ok(s) => s,
+        let (scratch, mut out) = match super::on_disk(ctx, pm as u64 * MIB)? {
+            Ok(x) => x,
             Err(reason) => return Ok(Outcome::skipped(reason)),
         };
         let (sizes, sizing_note) = sizing(ctx, scratch.remaining());
@@ -239,10 +201,7 @@ impl Experiment for Contention {
             Some(b) => vec![b; pm],
             None => sizes,
         };
-        let mut out = Outcome::default();
-        out.notes.push(scratch_note(scratch));
         out.notes.push(sizing_note);
-        super::note_vm_host_cache(ctx, &mut out);
         let mut rng = Rng::new(0xc0de);
         let owners = sizes
             .iter()
@@ -252,8 +211,7 @@ impl Experiment for Contention {
                 make_file(scratch, &format!("contention-{i}"), size, rng.next_u64())
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let (mut rd, cpu_order) = Readers::new(ctx, &owners, &sizes)?;
-        let direct = rd.direct;
+        let mut rd = Readers::new(ctx, owners, &sizes)?;
         let (dur, rounds) = ROUND.get(ctx.profile);
         let mut m = ContentionRounds {
             cursor: vec![0u64; pm],
@@ -268,7 +226,7 @@ impl Experiment for Contention {
                 skipped.push(p.to_string());
                 continue;
             }
-            measure_p(ctx, &mut rd, &owners, &mut m, p, dur, rounds)?;
+            rd.measure(&mut m, p)?;
         }
         if !skipped.is_empty() {
             out.notes.push(format!(
@@ -276,23 +234,15 @@ impl Experiment for Contention {
                 skipped.join(", ")
             ));
         }
-        // Readers that each get a CPU of their own.
-        let cpus = cpu_order.len();
-        drop(rd);
-        drop(owners);
         if let Some(&(p, _)) = m.per_p.last() {
             out.notes
-                .extend(sharing_note(&ctx.machine.topology, &cpu_order, p));
+                .extend(sharing_note(&ctx.machine.topology, &rd.order, p));
         }
+        // Readers that each get a CPU of their own.
+        let (cpus, direct) = (rd.order.len(), rd.direct);
+        drop(rd);
         checks(&mut out, &m, direct, &sizes, dur);
-        let failed: Vec<&str> = out
-            .checks
-            .iter()
-            .filter(|c| !c.passed)
-            .map(|c| c.name.as_str())
-            .collect();
-        let withheld = (!failed.is_empty()).then(|| failed.join("; "));
-        report(ctx, &mut out, m, cpus, withheld);
+        report(ctx, &mut out, m, cpus);
         out.notes.push(format!(
             "{pm} files ({} in all); {rounds} round(s) of {} ms per P",
             fmt_bytes(sizes.iter().sum::<u64>() as f64),
@@ -302,7 +252,7 @@ impl Experiment for Contention {
     }
 }
 
-/// Everything the rounds measured, and what the premise checks need.
+/// What the rounds measured, and what the premises need.
 #[derive(Default)]
 struct ContentionRounds {
     /// Blocks each reader read so far: where it goes on, so no block is read twice.
@@ -316,49 +266,6 @@ struct ContentionRounds {
     /// Evictions before rounds (only without O_DIRECT).
     evictions: RepeatedCheck,
     device: DeviceReads,
-}
-
-/// The rounds of one process count `p`.
-fn measure_p(
-    ctx: &Context,
-    rd: &mut Readers<'_>,
-    owners: &[crate::scratch::ScratchFile],
-    m: &mut ContentionRounds,
-    p: usize,
-    dur: Duration,
-    rounds: usize,
-) -> anyhow::Result<()> {
-    let mut vals = Vec::new();
-    let mut rates = Vec::new();
-    for r in 0..rounds {
-        (ctx.progress)(&format!("P = {p}, round {}/{rounds}", r + 1));
-        if crate::scratch::stopping() {
-            anyhow::bail!("interrupted");
-        }
-        if !rd.direct {
-            // Without O_DIRECT each round must start from disk: evict and verify.
-            for o in owners.iter().take(p) {
-                m.evictions
-                    .add(&evict_check(ctx, &o.file, "reader file", true)?);
-            }
-        }
-        let before = m.device.counter();
-        let r = round_of(rd, &m.cursor, p, dur)?;
-        m.device.add(
-            before,
-            m.device.counter(),
-            r.blocks.iter().sum::<u64>() * BLOCK as u64,
-        );
-        for (c, b) in m.cursor.iter_mut().zip(&r.blocks) {
-            *c += b;
-        }
-        m.spreads.push((p, r.spread_ns));
-        rates.push(r.per_block.iter().map(|t| 1e9 / t).sum::<f64>());
-        vals.extend(r.per_block);
-    }
-    m.aggregate.push([p as f64, crate::stats::median(&rates)]);
-    m.per_p.push((p, vals));
-    Ok(())
 }
 
 #[cfg(test)]

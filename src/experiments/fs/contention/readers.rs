@@ -4,21 +4,19 @@ use super::*;
 use crate::platform::CpuMask;
 use crate::scratch::ScratchFile;
 
-/// One reader's figures, written into its slot.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub(super) struct ReaderResult {
+    /// None read where a read failed.
     blocks: u64,
     ns: u64,
-    error: u64,
 }
 
 /// A reader after its release at `start`: reads its file from block `first` for `dur`.
 ///
 /// # Safety
-/// Runs in a forked child: only async-signal-safe calls (pread, the run's clock, whose
-/// reads are plain instructions or clock_gettime), on `buf`, BLOCK writable aligned bytes
-/// prepared before the fork.
+/// In a forked child: only async-signal-safe calls (pread, the run's clock), on `buf`,
+/// BLOCK writable aligned bytes prepared before the fork.
 pub(super) unsafe fn read_blocks(
     rd: &Readers<'_>,
     i: usize,
@@ -27,11 +25,9 @@ pub(super) unsafe fn read_blocks(
     start: u64,
     dur: Duration,
 ) -> ReaderResult {
-    let (clock, fd, nblocks) = (rd.clock, rd.files[i].as_raw_fd(), rd.nblocks[i]);
+    let (clock, fd, nblocks) = (rd.ctx.clock, rd.files[i].as_raw_fd(), rd.nblocks[i]);
     let until = Deadline::after(clock, dur);
-    let mut blocks = 0u64;
-    let mut pos = first % nblocks.max(1);
-    let mut error = 0u64;
+    let (mut blocks, mut pos) = (0u64, first % nblocks.max(1));
     loop {
         if pos >= nblocks {
             // Without O_DIRECT a second pass would hit the cache: stop instead.
@@ -47,8 +43,7 @@ pub(super) unsafe fn read_blocks(
             (pos * BLOCK as u64) as libc::off_t,
         );
         if n != BLOCK as isize {
-            error = 1;
-            break;
+            return ReaderResult::default();
         }
         pos += 1;
         blocks += 1;
@@ -57,41 +52,33 @@ pub(super) unsafe fn read_blocks(
         }
     }
     let ns = clock.ticks_to_ns(clock.now().saturating_sub(start) as f64) as u64;
-    ReaderResult { blocks, ns, error }
+    ReaderResult { blocks, ns }
 }
 
-/// What one round measured.
-pub(super) struct Round {
-    /// ns per block, per reader.
-    pub(super) per_block: Vec<f64>,
-    /// Blocks each reader read.
-    pub(super) blocks: Vec<u64>,
-    /// Latest minus earliest start time.
-    pub(super) spread_ns: u64,
-}
-
-/// The readers' state: their files, buffers and CPUs, and the children that read.
+/// The readers: their files, buffers and CPUs, and the children that read.
 pub(super) struct Readers<'c> {
-    pub(super) clock: &'c dyn Clock,
-    pub(super) files: Vec<File>,
-    pub(super) bufs: Vec<AlignedBuf>,
-    pub(super) children: Children<'c, ReaderResult>,
-    pub(super) cpus: Vec<CpuMask>,
-    /// Blocks in each reader's file.
-    pub(super) nblocks: Vec<u64>,
+    ctx: &'c Context<'c>,
+    files: Vec<File>,
+    /// The scratch files, evicted before each round without O_DIRECT.
+    owners: Vec<ScratchFile>,
+    bufs: Vec<AlignedBuf>,
+    children: Children<'c, ReaderResult>,
+    /// The readers' CPUs in order.
+    pub(super) order: Vec<usize>,
+    cpus: Vec<CpuMask>,
+    nblocks: Vec<u64>,
     /// O_DIRECT works: readers may wrap around their file.
     pub(super) direct: bool,
 }
 
 impl<'c> Readers<'c> {
-    /// A reader per file (O_DIRECT where it works, else random advice); reader i's CPU is
-    /// the i-th of `reader_order` (the run's CPU first, so P = 1 reads as fs.read does; SMT
-    /// siblings last), modulo the allowed CPUs. Also returns those CPUs' numbers.
+    /// A reader per file (O_DIRECT where it works, else random advice); reader i on the i-th
+    /// CPU of `reader_order`, modulo the allowed CPUs.
     pub(super) fn new(
-        ctx: &'c Context,
-        owners: &[ScratchFile],
+        ctx: &'c Context<'c>,
+        owners: Vec<ScratchFile>,
         sizes: &[u64],
-    ) -> anyhow::Result<(Self, Vec<usize>)> {
+    ) -> anyhow::Result<Self> {
         let direct = direct_works(&owners[0].file);
         let files: Vec<File> = owners
             .iter()
@@ -105,62 +92,89 @@ impl<'c> Readers<'c> {
         if allowed.is_empty() {
             allowed = vec![ctx.cpu];
         }
-        let cpus = reader_order(&ctx.machine.topology, ctx.cpu, &allowed);
-        let rd = Readers {
-            clock: ctx.clock,
+        let order = reader_order(&ctx.machine.topology, ctx.cpu, &allowed);
+        Ok(Readers {
+            ctx,
             files,
             bufs: (0..owners.len())
                 .map(|_| AlignedBuf::new(BLOCK, BLOCK))
                 .collect::<Result<_, _>>()?,
             children: Children::new(owners.len(), ctx.clock)?,
-            cpus: cpus
+            cpus: order
                 .iter()
                 .map(|&c| CpuMask::single(c))
                 .collect::<Result<_, _>>()?,
+            order,
+            owners,
             nblocks: sizes.iter().map(|b| b / BLOCK as u64).collect(),
             direct,
-        };
-        Ok((rd, cpus))
+        })
     }
-}
 
-/// One round: `p` children released together, reader i starting at block `first[i]`.
-pub(super) fn round_of(
-    rd: &mut Readers<'_>,
-    first: &[u64],
-    p: usize,
-    dur: Duration,
-) -> anyhow::Result<Round> {
-    let bufs: Vec<*mut u8> = rd.bufs.iter_mut().map(|b| b.as_mut_ptr()).collect();
-    let rd = &*rd;
-    // SAFETY: each reader's body is `read_blocks`, async-signal-safe on its file and the
-    // buffer prepared above.
-    unsafe {
-        rd.children.run(p, &rd.cpus, "reader process", |i, start| {
-            read_blocks(rd, i, first[i], bufs[i], start, dur)
-        })?
-    };
-    let mut r = Round {
-        per_block: Vec::with_capacity(p),
-        blocks: Vec::with_capacity(p),
-        spread_ns: 0,
-    };
-    let (mut lo, mut hi) = (u64::MAX, 0);
-    for i in 0..p {
-        let (start, s) = rd.children.get(i);
-        if s.error != 0 || s.blocks == 0 {
-            anyhow::bail!("reader process {i} could not read its file");
+    /// The rounds of `p` readers, added to `m`.
+    pub(super) fn measure(&mut self, m: &mut ContentionRounds, p: usize) -> anyhow::Result<()> {
+        let (dur, rounds) = ROUND.get(self.ctx.profile);
+        let (mut vals, mut rates) = (Vec::new(), Vec::new());
+        for r in 0..rounds {
+            (self.ctx.progress)(&format!("P = {p}, round {}/{rounds}", r + 1));
+            if crate::scratch::stopping() {
+                anyhow::bail!("interrupted");
+            }
+            if !self.direct {
+                // Without O_DIRECT each round must start from disk: evict and verify.
+                for o in self.owners.iter().take(p) {
+                    let c = evict_check(self.ctx, &o.file, "reader file", true)?;
+                    m.evictions.add(&c);
+                }
+            }
+            let per_block = self.round(m, p, dur)?;
+            rates.push(per_block.iter().map(|t| 1e9 / t).sum::<f64>());
+            vals.extend(per_block);
         }
-        r.per_block.push(s.ns as f64 / s.blocks as f64);
-        r.blocks.push(s.blocks);
-        lo = lo.min(start);
-        hi = hi.max(start);
+        m.aggregate.push([p as f64, crate::stats::median(&rates)]);
+        m.per_p.push((p, vals));
+        Ok(())
     }
-    r.spread_ns = rd.clock.ticks_to_ns(hi.saturating_sub(lo) as f64) as u64;
-    Ok(r)
+
+    /// One round of `p` readers released together, from their cursors: ns per block each.
+    fn round(
+        &mut self,
+        m: &mut ContentionRounds,
+        p: usize,
+        dur: Duration,
+    ) -> anyhow::Result<Vec<f64>> {
+        let bufs: Vec<*mut u8> = self.bufs.iter_mut().map(|b| b.as_mut_ptr()).collect();
+        let (rd, first) = (&*self, &m.cursor);
+        let before = m.device.counter();
+        // SAFETY: each reader's body is `read_blocks`, async-signal-safe on its file and
+        // the buffer prepared above.
+        unsafe {
+            rd.children.run(p, &rd.cpus, "reader process", |i, start| {
+                read_blocks(rd, i, first[i], bufs[i], start, dur)
+            })?
+        };
+        let (mut lo, mut hi, mut per_block, mut blocks) = (u64::MAX, 0, Vec::new(), 0);
+        for i in 0..p {
+            let (start, s) = rd.children.get(i);
+            if s.blocks == 0 {
+                anyhow::bail!("reader process {i} could not read its file");
+            }
+            per_block.push(s.ns as f64 / s.blocks as f64);
+            m.cursor[i] += s.blocks;
+            blocks += s.blocks;
+            lo = lo.min(start);
+            hi = hi.max(start);
+        }
+        m.device
+            .add(before, m.device.counter(), blocks * BLOCK as u64);
+        let spread = rd.ctx.clock.ticks_to_ns(hi.saturating_sub(lo) as f64) as u64;
+        m.spreads.push((p, spread));
+        Ok(per_block)
+    }
 }
 
-/// The readers' CPUs in order: `Topology::spread` with `first` as the chosen CPU.
+/// The readers' CPUs: `Topology::spread` from `first`, the run's CPU, so P = 1 reads as
+/// fs.read does; SMT siblings last.
 pub(super) fn reader_order(
     t: &crate::machine::Topology,
     first: usize,

@@ -1,17 +1,11 @@
 //! fs.contention's series, model and finding.
 
 use super::*;
+use crate::analysis::Model;
 use crate::units::fmt_ns;
 
-/// Series and metrics per P, then the fitted model (`cpus`: readers that each get a CPU
-/// of their own; `withheld`: the checks that did not pass, which withhold the overlap figure).
-pub(super) fn report(
-    ctx: &Context,
-    out: &mut Outcome,
-    m: ContentionRounds,
-    cpus: usize,
-    withheld: Option<String>,
-) {
+/// Series and metrics per P, then the fitted model (`cpus`: readers with a CPU each).
+pub(super) fn report(ctx: &Context, out: &mut Outcome, m: ContentionRounds, cpus: usize) {
     let medians: Vec<(f64, f64)> = m
         .per_p
         .iter()
@@ -19,50 +13,67 @@ pub(super) fn report(
         .collect();
     let points = medians.iter().map(|&(x, y)| [x, y]).collect();
     out.plot("per_block_vs_processes", "processes", "ns", points);
-    out.plot(
-        "aggregate_blocks_per_s_vs_processes",
-        "processes",
-        "1/s",
-        m.aggregate,
-    );
+    let aggregate = "aggregate_blocks_per_s_vs_processes";
+    out.plot(aggregate, "processes", "1/s", m.aggregate);
     if let Some((_, v)) = m.per_p.first() {
-        out.metric(
-            "per_block_p1",
-            "ns",
-            "time per 4 KiB block, one process alone (one value per round)",
-            v.clone(),
-        );
+        let desc = "time per 4 KiB block, one process alone (one value per round)";
+        out.metric("per_block_p1", "ns", desc, v.clone());
     }
     if let Some((p, v)) = m.per_p.last() {
-        out.metric(
-            "per_block_pmax",
-            "ns",
-            &format!(
-                "time per 4 KiB block with P = {p} processes (one value per process and round)"
-            ),
-            v.clone(),
+        let desc = format!(
+            "time per 4 KiB block with P = {p} processes (one value per process and round)"
         );
+        out.metric("per_block_pmax", "ns", &desc, v.clone());
     }
     match fit(&medians) {
-        Some(model) => report_model(ctx, out, &model, &medians, cpus, withheld.as_deref()),
+        Some(model) => report_model(ctx, out, &model, &medians, cpus),
         None => out.pool(ctx),
     }
 }
 
+/// The fitted model's metrics, in the order of `figures`.
+const MODEL: [(&str, &str, &str); 4] = [
+    (
+        "model_intercept",
+        "ns",
+        "fitted per-block time at P = 0 (the model's constant)",
+    ),
+    (
+        "model_slope",
+        "ns",
+        "fitted added per-block time per extra process (first segment)",
+    ),
+    (
+        "model_breakpoint",
+        "processes",
+        "P where the fitted line bends",
+    ),
+    (
+        "model_slope_after",
+        "ns",
+        "fitted added per-block time per extra process beyond the breakpoint",
+    ),
+];
+
+fn figures(m: &Model) -> Vec<f64> {
+    let mut v = vec![m.intercept, m.slope];
+    v.extend(m.bend.map_or(vec![], |(b, s2)| vec![b, s2]));
+    v
+}
+
 /// The model and the end points as the table shows them after pooling the runs: each
 /// fitted figure is its metric's pooled median (the fit itself is this run's).
-pub(super) fn pooled_model(
-    out: &Outcome,
-    m: &crate::analysis::Model,
-    medians: &[(f64, f64)],
-) -> (crate::analysis::Model, Vec<(f64, f64)>) {
+fn pooled_model(out: &Outcome, m: &Model, medians: &[(f64, f64)]) -> (Model, Vec<(f64, f64)>) {
     let or = |name: &str, v: f64| out.get(name).map_or(v, |x| x.summary.median);
-    let model = crate::analysis::Model {
-        intercept: or("model_intercept", m.intercept),
-        slope: or("model_slope", m.slope),
-        bend: m
-            .bend
-            .map(|(b, s2)| (or("model_breakpoint", b), or("model_slope_after", s2))),
+    let f: Vec<f64> = MODEL
+        .iter()
+        .zip(figures(m))
+        .map(|(d, v)| or(d.0, v))
+        .collect();
+    let model = Model {
+        intercept: f[0],
+        slope: f[1],
+        bend: m.bend.map(|_| (f[2], f[3])),
         sse: m.sse,
     };
     let mut ends = medians.to_vec();
@@ -74,43 +85,21 @@ pub(super) fn pooled_model(
     (model, ends)
 }
 
-/// The fitted model's metrics, its curve and the finding it supports (pooled runs).
-pub(super) fn report_model(
-    ctx: &Context,
-    out: &mut Outcome,
-    m: &crate::analysis::Model,
-    medians: &[(f64, f64)],
-    cpus: usize,
-    withheld: Option<&str>,
-) {
-    out.metric(
-        "model_intercept",
-        "ns",
-        "fitted per-block time at P = 0 (the model's constant)",
-        vec![m.intercept],
-    );
-    out.metric(
-        "model_slope",
-        "ns",
-        "fitted added per-block time per extra process (first segment)",
-        vec![m.slope],
-    );
-    if let Some((b, s2)) = m.bend {
-        out.metric(
-            "model_breakpoint",
-            "processes",
-            "P where the fitted line bends",
-            vec![b],
-        );
-        out.metric(
-            "model_slope_after",
-            "ns",
-            "fitted added per-block time per extra process beyond the breakpoint",
-            vec![s2],
-        );
+/// The fitted model's metrics, its curve and its finding; a failed check withholds the
+/// overlap.
+fn report_model(ctx: &Context, out: &mut Outcome, m: &Model, medians: &[(f64, f64)], cpus: usize) {
+    for ((name, unit, desc), v) in MODEL.iter().zip(figures(m)) {
+        out.metric(name, unit, desc, vec![v]);
     }
     let points = medians.iter().map(|&(x, _)| [x, m.eval(x)]).collect();
     out.plot("model_per_block_vs_processes", "processes", "ns", points);
+    let failed: Vec<&str> = out
+        .checks
+        .iter()
+        .filter(|c| !c.passed)
+        .map(|c| c.name.as_str())
+        .collect();
+    let withheld = (!failed.is_empty()).then(|| failed.join("; "));
     out.pool(ctx);
     let (m, medians) = &pooled_model(out, m, medians);
     let t1 = medians.first().map(|p| p.1).unwrap_or(f64::NAN);
@@ -130,13 +119,12 @@ pub(super) fn report_model(
         fmt_ns(t1)
     );
     let vm = ctx.machine.virtualization.is_vm;
-    text.push_str(&overlap_text(medians, cpus, vm, withheld));
+    text.push_str(&overlap_text(medians, cpus, vm, withheld.as_deref()));
     out.finding(text, &["per_block_p1", "per_block_pmax", "model_slope"]);
 }
 
-/// The requests the device serves at once, P x t(1) / t(P), said only where it means that:
-/// at the largest P with a CPU per reader, never above P, and not when a check failed; in a
-/// VM (`vm`) the overlap is the host's, whose threads and cache may make it.
+/// The requests the device (in a VM, the host) serves at once, P x t(1) / t(P), at the
+/// largest P with a CPU per reader, never above P, and not after a failed check.
 pub(super) fn overlap_text(
     medians: &[(f64, f64)],
     cpus: usize,
