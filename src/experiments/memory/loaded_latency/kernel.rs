@@ -21,7 +21,7 @@ fn delay(n: u64) {
 }
 
 /// ns per iteration of `delay`, measured on this thread.
-pub(super) fn delay_ns_per_iter(ctx: &Context, cfg: &HarnessConfig) -> f64 {
+fn delay_ns_per_iter(ctx: &Context, cfg: &HarnessConfig) -> f64 {
     let m = measure_raw(ctx.clock, cfg, 1024.0, |iters| {
         for _ in 0..iters {
             delay(1024);
@@ -136,6 +136,8 @@ pub(super) struct Sweep {
     pub(super) reads: Vec<LoadedPoint>,
     pub(super) mix: Vec<LoadedPoint>,
     pub(super) quiet: QuietRepeats,
+    /// The delay loop's cost, measured on the chase's CPU.
+    pub(super) ns_per_iter: f64,
 }
 
 /// Each repeat's median latency (ns) of the idle and the reference chase, in order taken.
@@ -154,11 +156,10 @@ struct LoadSignals {
 }
 
 impl LoadSignals {
-    /// The lines read by all load threads, and each one's lines and hiccups.
-    fn counts(&self) -> (u64, Vec<(u64, u64)>) {
+    /// Each load thread's lines and hiccups.
+    fn counts(&self) -> Vec<(u64, u64)> {
         let read = |c: &LineCounter| (c.lines.load(Relaxed), c.hiccups.load(Relaxed));
-        let v: Vec<(u64, u64)> = self.counters.iter().map(read).collect();
-        (v.iter().map(|x| x.0).sum(), v)
+        self.counters.iter().map(read).collect()
     }
 }
 
@@ -170,7 +171,8 @@ fn step_arg(delay_iters: u64, traffic: Traffic) -> u64 {
 impl LoadTeam<'_, '_> {
     /// Idle and reference, then each gap, lightest first, read-only and then the mix (both
     /// curves see the same moments' neighbours), each followed by idle and reference.
-    pub(super) fn sweep(&self, gaps: &[f64], ns_per_iter: f64) -> Sweep {
+    pub(super) fn sweep(&self, gaps: &[f64]) -> Sweep {
+        let ns_per_iter = delay_ns_per_iter(self.ctx, self.cfg);
         let k = self.loaders.len();
         let sh = LoadSignals {
             stop: AtomicBool::new(false),
@@ -186,10 +188,20 @@ impl LoadTeam<'_, '_> {
         let (sh, clock, line) = (&sh, self.ctx.clock, self.line);
         // Member t > 0 is load thread t - 1 (the chase thread leads the team).
         let member = |t: usize| {
-            let (mut stream, cpu) = (
-                LoadStream::new(clock, base + (t - 1) * part, part, line),
-                cpus[t],
-            );
+            // SAFETY: this is thread t's part of the load region (whole lines of a
+            // page-aligned mapping, so u64-aligned), which outlives the team and which no
+            // other thread touches meanwhile.
+            let part = unsafe {
+                std::slice::from_raw_parts_mut((base + (t - 1) * part) as *mut u64, part / 8)
+            };
+            let mut stream = LoadStream {
+                clock,
+                part,
+                words: line / 8,
+                pos: 0,
+                acc: [0; 8],
+            };
+            let cpu = cpus[t];
             move |arg: u64| stream.point(sh, t - 1, cpu, arg)
         };
         let sweep = |lead: &mut dyn FnMut(u64, &mut dyn FnMut())| {
@@ -200,7 +212,10 @@ impl LoadTeam<'_, '_> {
                 self.reference
                     .map_or(std::ptr::null(), |r| r.as_ptr() as *const u8),
             ];
-            let mut sw = Sweep::default();
+            let mut sw = Sweep {
+                ns_per_iter,
+                ..Default::default()
+            };
             self.quiet_pair(sh, &mut at, &mut sw);
             for &g in gaps {
                 let iters = (g / ns_per_iter).round() as u64;
@@ -234,21 +249,23 @@ impl LoadTeam<'_, '_> {
     /// its own position in `at`; every idle trial is pooled (neighbours' traffic changes
     /// over time, and one short window would stand for all of it).
     fn quiet_pair(&self, sh: &LoadSignals, at: &mut [*const u8; 2], sw: &mut Sweep) {
-        let reference_first = sw.quiet.idle.len() % 2 == 1;
-        let mut reference = |at: &mut *const u8| {
-            let r = self
-                .reference
-                .map(|_| self.quiet_point(sh, at).latency_ns());
-            sw.quiet.reference.extend(r);
-            r.map(|r| format!(", reference chase {}", fmt_ns(r)))
-        };
-        let mut said = reference_first.then(|| reference(&mut at[1])).flatten();
-        let idle = self.quiet_point(sh, &mut at[0]);
-        if !reference_first {
-            said = reference(&mut at[1]);
+        let order = [[0, 1], [1, 0]][sw.quiet.idle.len() % 2];
+        let mut got = [None, None];
+        for c in order
+            .into_iter()
+            .filter(|&c| c == 0 || self.reference.is_some())
+        {
+            got[c] = Some(self.quiet_point(sh, &mut at[c]));
         }
+        let [idle, reference] = got;
+        let idle = idle.expect("the idle chase ran");
+        let reference = reference.map(|r| r.latency_ns());
+        sw.quiet.reference.extend(reference);
+        let said = reference.map_or(String::new(), |r| {
+            format!(", reference chase {}", fmt_ns(r))
+        });
         let l = idle.latency_ns();
-        (self.ctx.progress)(&format!("idle: {}{}", fmt_ns(l), said.unwrap_or_default()));
+        (self.ctx.progress)(&format!("idle: {}{said}", fmt_ns(l)));
         sw.quiet.idle.push(l);
         sw.idle.latency.extend(idle.latency);
         sw.idle.bandwidth.extend(idle.bandwidth);
@@ -288,7 +305,7 @@ impl LoadTeam<'_, '_> {
         // thread read lines without a hiccup all through it; others are repeated.
         let cfg = gap.map_or(self.quiet_cfg, |_| self.cfg);
         let m = measure_trials(clock, cfg, UNROLL as f64, |iters| {
-            let (c0, v0) = sh.counts();
+            let v0 = sh.counts();
             let pre = crate::harness::thread_preemptions();
             let t0 = clock.start();
             // SAFETY: the chain in this region was laid and verified as one cycle before
@@ -296,20 +313,21 @@ impl LoadTeam<'_, '_> {
             *at = unsafe { chase(*at, iters) };
             let t1 = clock.stop();
             let quiet = crate::harness::thread_preemptions() == pre;
-            let (c1, v1) = sh.counts();
+            let v1 = sh.counts();
             first.get_or_insert(t0);
             last = t1;
-            let loaded = v0.iter().zip(&v1).all(|(a, b)| b.0 > a.0 && b.1 == a.1);
-            if gap.is_some() && quiet && !loaded {
+            let pairs = || v0.iter().zip(&v1);
+            let loaded = gap.is_none() || pairs().all(|(a, b)| b.0 > a.0 && b.1 == a.1);
+            if quiet && !loaded {
                 p.stalled += 1;
             }
-            let quiet = quiet && (gap.is_none() || loaded);
             let ns = clock.ticks_to_ns(t1.saturating_sub(t0) as f64);
-            if quiet && ns > 0.0 {
-                let bytes = (c1 - c0) as f64 * line + (iters * UNROLL) as f64 * line;
+            if quiet && loaded && ns > 0.0 {
+                let lines: u64 = pairs().map(|(a, b)| b.0 - a.0).sum();
+                let bytes = lines as f64 * line + (iters * UNROLL) as f64 * line;
                 p.bandwidth.push(bytes / ns * 1e9);
             }
-            (t1.saturating_sub(t0), quiet)
+            (t1.saturating_sub(t0), quiet && loaded)
         });
         if gap.is_some() {
             // Undisturbed trials only: the harness fills a short count with preempted ones.
@@ -333,21 +351,7 @@ pub(super) struct LoadStream<'c> {
     pub(super) acc: [u64; 8],
 }
 
-impl<'c> LoadStream<'c> {
-    fn new(clock: &'c dyn crate::clock::Clock, base: usize, len: usize, line: usize) -> Self {
-        // SAFETY: base..base+len is this thread's part of the load region (a whole number
-        // of lines of a page-aligned mapping, so u64-aligned), which lives for the sweep's
-        // scope and which no other thread touches meanwhile.
-        let part = unsafe { std::slice::from_raw_parts_mut(base as *mut u64, len / 8) };
-        LoadStream {
-            clock,
-            part,
-            words: line / 8,
-            pos: 0,
-            acc: [0; 8],
-        }
-    }
-
+impl LoadStream<'_> {
     /// The `n`th line, at word `pos`: read into `acc` (eight lanes, so no add waits on the
     /// one before) or stored whole; then `pos` moves on, wrapping.
     #[inline(always)]
