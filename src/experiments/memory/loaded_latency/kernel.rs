@@ -51,7 +51,6 @@ const QUIET_WARM_UP: Duration = Duration::from_millis(2);
 pub(super) struct LoadSpan {
     pub(super) start: u64,
     pub(super) end: u64,
-    /// Where the thread was at its looks.
     pub(super) place: Place,
 }
 
@@ -81,7 +80,6 @@ impl LoadedPoint {
     pub(super) fn bandwidth_bps(&self) -> f64 {
         crate::stats::median(&self.bandwidth)
     }
-    /// "gap 50 ns (reads)", or "gap idle".
     pub(super) fn label(&self) -> String {
         match self.gap {
             Some(g) => format!("gap {} ({})", fmt_ns(g), self.traffic.label()),
@@ -93,26 +91,20 @@ impl LoadedPoint {
         self.gap?;
         let (w0, w1) = self.window;
         for (s, cpu) in self.spans.iter().zip(loaders) {
+            let (off, looks) = (s.place.off(), s.place.looks);
             if s.start == 0 || s.start > w0 || s.end < w1 {
                 return Some(format!(
                     "the load thread on CPU {cpu} did not span the chase's trials"
                 ));
-            }
-            if s.place.off() > 0 {
+            } else if off > 0 {
                 return Some(format!(
-                    "the load thread pinned to CPU {cpu} was elsewhere at {} of {} looks",
-                    s.place.off(),
-                    s.place.looks
+                    "the load thread pinned to CPU {cpu} was elsewhere at {off} of {looks} looks"
                 ));
             }
         }
-        if self.trials == 0 {
-            return Some(format!(
-                "no trial had every load thread streaming ({} set aside)",
-                self.stalled
-            ));
-        }
-        None
+        let stalled = self.stalled;
+        let none = format!("no trial had every load thread streaming ({stalled} set aside)");
+        (self.trials == 0).then_some(none)
     }
 }
 
@@ -129,22 +121,17 @@ pub(super) struct LoadTeam<'a, 'c> {
     pub(super) loaders: &'a [usize],
 }
 
-/// The idle point (repeats pooled), each traffic's points, and the quiet repeats.
+/// The idle point (repeats pooled), each traffic's points, and each repeat's median
+/// latency of the idle and the reference chase, in the order taken.
 #[derive(Default)]
 pub(super) struct Sweep {
     pub(super) idle: LoadedPoint,
     pub(super) reads: Vec<LoadedPoint>,
     pub(super) mix: Vec<LoadedPoint>,
-    pub(super) quiet: QuietRepeats,
+    pub(super) idle_repeats: Vec<f64>,
+    pub(super) reference_repeats: Vec<f64>,
     /// The delay loop's cost, measured on the chase's CPU.
     pub(super) ns_per_iter: f64,
-}
-
-/// Each repeat's median latency (ns) of the idle and the reference chase, in order taken.
-#[derive(Debug, Clone, Default)]
-pub(super) struct QuietRepeats {
-    pub(super) idle: Vec<f64>,
-    pub(super) reference: Vec<f64>,
 }
 
 /// What the chase thread and the load threads share beside the team's steps.
@@ -163,14 +150,9 @@ impl LoadSignals {
     }
 }
 
-/// A step's argument: the delay between lines, and whether the traffic is the mix.
-fn step_arg(delay_iters: u64, traffic: Traffic) -> u64 {
-    delay_iters << 1 | (traffic == Traffic::Mix) as u64
-}
-
 impl LoadTeam<'_, '_> {
-    /// Idle and reference, then each gap, lightest first, read-only and then the mix (both
-    /// curves see the same moments' neighbours), each followed by idle and reference.
+    /// Idle and reference, then at each gap, lightest first, reads and the mix (so both see
+    /// the same moments' neighbours), then idle and reference again.
     pub(super) fn sweep(&self, gaps: &[f64]) -> Sweep {
         let ns_per_iter = delay_ns_per_iter(self.ctx, self.cfg);
         let k = self.loaders.len();
@@ -224,7 +206,8 @@ impl LoadTeam<'_, '_> {
                     sh.stop.store(false, Ordering::Release);
                     sh.started.store(0, Ordering::Release);
                     let mut p = LoadedPoint::default();
-                    lead(step_arg(iters, traffic), &mut || {
+                    // The step's argument: the delay between lines, and whether it is the mix.
+                    lead(iters << 1 | (traffic == Traffic::Mix) as u64, &mut || {
                         spin_until(|| sh.started.load(Ordering::Acquire) == k);
                         p = self.point(sh, Some(g), traffic, &mut at[0]);
                         sh.stop.store(true, Ordering::Release);
@@ -249,7 +232,7 @@ impl LoadTeam<'_, '_> {
     /// its own position in `at`; every idle trial is pooled (neighbours' traffic changes
     /// over time, and one short window would stand for all of it).
     fn quiet_pair(&self, sh: &LoadSignals, at: &mut [*const u8; 2], sw: &mut Sweep) {
-        let order = [[0, 1], [1, 0]][sw.quiet.idle.len() % 2];
+        let order = [[0, 1], [1, 0]][sw.idle_repeats.len() % 2];
         let mut got = [None, None];
         for c in order
             .into_iter()
@@ -260,13 +243,13 @@ impl LoadTeam<'_, '_> {
         let [idle, reference] = got;
         let idle = idle.expect("the idle chase ran");
         let reference = reference.map(|r| r.latency_ns());
-        sw.quiet.reference.extend(reference);
+        sw.reference_repeats.extend(reference);
         let said = reference.map_or(String::new(), |r| {
             format!(", reference chase {}", fmt_ns(r))
         });
         let l = idle.latency_ns();
         (self.ctx.progress)(&format!("idle: {}{said}", fmt_ns(l)));
-        sw.quiet.idle.push(l);
+        sw.idle_repeats.push(l);
         sw.idle.latency.extend(idle.latency);
         sw.idle.bandwidth.extend(idle.bandwidth);
         sw.idle.preempted += idle.preempted;

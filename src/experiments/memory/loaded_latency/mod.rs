@@ -25,9 +25,8 @@ const KNEE_RISE: f64 = 1.2;
 /// Without a reference chase, the idle point agrees with mem.latency's within this ratio.
 const IDLE_AGREES: f64 = 0.2;
 /// The idle and reference chases agree when their paired ratios' median is within this
-/// many times the window's noise of 1...
+/// many times the window's noise of 1, and always within the floor (two buffers differ).
 const AGREE_NOISE_TIMES: f64 = 3.0;
-/// ... and always within this share (two buffers of one kind differ a little).
 const AGREE_FLOOR: f64 = 0.15;
 /// Lines a load thread reads between looks at the stop flag and the clock.
 const BATCH: u64 = 32;
@@ -77,20 +76,13 @@ impl Traffic {
     }
     /// Suffix of its metric names ("" for reads, so older results keep their names).
     fn suffix(self) -> &'static str {
-        match self {
-            Traffic::Read => "",
-            Traffic::Mix => "_mix",
-        }
+        ["", "_mix"][self as usize]
     }
     fn label(self) -> &'static str {
-        match self {
-            Traffic::Read => "reads",
-            Traffic::Mix => "2 reads : 1 write",
-        }
+        ["reads", "2 reads : 1 write"][self as usize]
     }
 }
 
-/// The sweep of the standard and thorough profiles.
 const FULL_SWEEP: &[f64] = &[
     4000.0, 2000.0, 1000.0, 600.0, 350.0, 200.0, 120.0, 70.0, 40.0, 20.0, 10.0, 5.0, 0.0,
 ];
@@ -172,8 +164,15 @@ impl Experiment for LoadedLatency {
         let held = chase_len + load_len + reference.as_ref().map_or(0, |r| r.0.len());
         drop((chain, loads));
         out.check(kit::rss_check(rss0, (held + 4 * chase_len / line) as u64));
-        let reference = reference.as_ref().map(|r| &r.1);
-        text::report(ctx, &mut out, &sweep, line, &chase, reference, &loaders);
+        let report = text::Report {
+            ctx,
+            sw: &sweep,
+            line,
+            chase: &chase,
+            reference: reference.as_ref().map(|r| &r.1),
+            loaders: &loaders,
+        };
+        report.write(&mut out);
         Ok(out)
     }
 }
@@ -275,12 +274,12 @@ fn mapping(ctx: &Context, len: usize, huge: bool) -> anyhow::Result<(Region, Bac
 
 /// Lays a Sattolo cycle over `n` lines and verifies it: a chain that fails is an error.
 fn laid_chain(region: &mut Region, line: usize, n: usize, rng: &mut Rng) -> anyhow::Result<()> {
-    let next = sattolo(n, rng);
-    lay(region, line, &next);
-    drop(next);
-    if !verify_chain(region, line, n, rng) {
-        anyhow::bail!("the chase chain in memory is not one cycle through every node");
-    }
+    lay(region, line, &sattolo(n, rng));
+    let one_cycle = verify_chain(region, line, n, rng);
+    anyhow::ensure!(
+        one_cycle,
+        "the chase chain in memory is not one cycle through every node"
+    );
     Ok(())
 }
 

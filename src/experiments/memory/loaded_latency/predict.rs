@@ -7,7 +7,6 @@ use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::Context;
 use crate::results::Prediction;
 
-/// Why the knees are not predicted.
 const KNEE_UNMODELLED: &str = "where latency starts to rise depends on the memory \
     controller's queueing, which no measured primitive or table entry describes";
 

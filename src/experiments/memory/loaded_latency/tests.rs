@@ -1,6 +1,6 @@
 use super::kernel::{LoadSpan, LoadStream, LoadedPoint, Sweep};
 use super::predict::{mix_bandwidth, outstanding, team_figures};
-use super::text::{idle_check, knee, report, Agreement, SAME_CHASE};
+use super::text::{idle_check, knee, Agreement, Report, SAME_CHASE};
 use super::*;
 use crate::experiments::kit::place::Place;
 
@@ -237,8 +237,21 @@ fn both_curves_report_their_metrics_by_name() {
         text: "base pages".into(),
         bytes: 64 << 20,
     };
+    let report = |ctx: &Context, out: &mut Outcome| {
+        let (sw, chase, loaders) = (&sw, &chase, &[0][..]);
+        let (line, reference) = (64, None);
+        Report {
+            ctx,
+            sw,
+            line,
+            chase,
+            reference,
+            loaders,
+        }
+        .write(out)
+    };
     let mut out = Outcome::default();
-    report(&ctx, &mut out, &sw, 64, &chase, None, &[0]);
+    report(&ctx, &mut out);
     let names: Vec<&str> = out.metrics.iter().map(|m| m.name.as_str()).collect();
     for want in [
         "idle_latency",
@@ -309,7 +322,7 @@ fn both_curves_report_their_metrics_by_name() {
         ..ctx
     };
     let mut out = Outcome::default();
-    report(&ctx, &mut out, &sw, 64, &chase, None, &[0]);
+    report(&ctx, &mut out);
     assert!(ownership(&out), "{:?}", out.findings);
 }
 

@@ -1,6 +1,6 @@
 //! mem.loaded-latency's metrics, series, checks, findings and notes from the sweep.
 
-use super::kernel::{LoadedPoint, QuietRepeats, Sweep};
+use super::kernel::{LoadedPoint, Sweep};
 use super::predict::outstanding;
 use super::{
     Backing, Traffic, AGREE_FLOOR, AGREE_NOISE_TIMES, IDLE_AGREES, KNEE_RISE, MIX_READS, MIX_WRITES,
@@ -21,7 +21,6 @@ pub(super) fn knee(idle: f64, pts: &[(f64, f64)]) -> Option<usize> {
         .last()
 }
 
-/// The name of the premise that the idle chase is mem.latency's chase.
 pub(super) const SAME_CHASE: &str = "the idle chase is mem.latency's chase";
 
 /// Without a reference chase: the idle chase against mem.latency's earlier `refname`.
@@ -77,113 +76,165 @@ impl Agreement {
     }
 }
 
-/// The premise that the idle chase is mem.latency's: on the reference's page kind (by
-/// smaps, as timing alone may not tell them apart) and as fast within the window's noise.
-fn reference_check(
-    q: &QuietRepeats,
-    chase: &Backing,
-    reference: Option<&Backing>,
-) -> Option<Check> {
-    let reference = reference?;
-    let a = Agreement::of(&q.idle, &q.reference)?;
-    let same_pages = chase.huge == reference.huge;
-    let (kind, apart) = (reference.dram(), (a.ratio - 1.0).abs() * 100.0);
-    let verdict = match (same_pages, a.agrees()) {
-        (true, true) => "within the noise measured".to_string(),
-        (true, false) => "beyond the noise measured: the chase is not mem.latency's (its working set, or what backs it, differs)".to_string(),
-        (false, _) => format!(
-            "the chase is on {} and the reference on {}: not mem.latency's chase",
-            chase.pages(),
-            reference.pages()
-        ),
-    };
-    Some(Check::premise(
-        SAME_CHASE,
-        same_pages && a.agrees(),
-        format!(
-            "idle {} on {} against a reference chase {} (mem.latency's {kind} chase: {} on {}, laid afresh) measured beside it {} times in the same window: {:.2}x, {apart:.1}% apart (median of the pairs' ratios); each chase's repeats moved {:.1}% (median deviation from its median), so agreement is within {:.1}% ({AGREE_NOISE_TIMES:.0}x that, at least {:.0}%): {verdict}",
-            fmt_ns(median(&q.idle)),
-            chase.pages(),
-            fmt_ns(median(&q.reference)),
-            fmt_bytes(chase.bytes as f64),
-            reference.text,
-            a.pairs,
-            a.ratio,
-            a.noise * 100.0,
-            a.tolerance * 100.0,
-            AGREE_FLOOR * 100.0,
-        ),
-    ))
+/// What the text is made of: the sweep, and what the run laid out for it.
+pub(super) struct Report<'a, 'c> {
+    pub(super) ctx: &'a Context<'c>,
+    pub(super) sw: &'a Sweep,
+    pub(super) line: usize,
+    pub(super) chase: &'a Backing,
+    pub(super) reference: Option<&'a Backing>,
+    pub(super) loaders: &'a [usize],
 }
 
-/// The premise that the idle chase is mem.latency's: against the reference, else earlier.
-fn same_chase(
-    ctx: &Context,
-    out: &mut Outcome,
-    sw: &Sweep,
-    chase: &Backing,
-    reference: Option<&Backing>,
-) {
-    let refname = chase.dram();
-    let earlier = ctx
-        .earlier_metric("mem.latency", refname)
-        .map(|r| &r.summary);
-    let pair = earlier.zip(Summary::of(&sw.idle.latency));
-    match (reference_check(&sw.quiet, chase, reference), pair) {
-        (Some(c), Some((r, s))) => {
-            out.check(c);
-            out.notes.push(format!(
-                "mem.latency's {refname} earlier in the run: {} (idle is {:.2}x of it): measured minutes before, when other guests' memory traffic may have differed, so it is context here; the premise compares the reference chase of the same window",
-                fmt_ns(r.median),
-                s.median / r.median
-            ));
+impl Report<'_, '_> {
+    /// Metrics, series, checks, findings and notes.
+    pub(super) fn write(&self, out: &mut Outcome) {
+        let (sw, ctx) = (self.sw, self.ctx);
+        out.check(self.concurrency_premise());
+        self.same_chase(out);
+        out.metric(
+            "idle_latency",
+            "ns",
+            &format!(
+                "chase latency with no load thread running ({}), {} repeats between the loaded points, trials pooled; the idle point of both curves",
+                self.chase.pages(),
+                sw.idle_repeats.len()
+            ),
+            sw.idle.latency.clone(),
+        );
+        let predicted = super::predict::predictions(ctx);
+        let rfo = ownership_shown(ctx);
+        for (traffic, loaded) in [(Traffic::Read, &sw.reads), (Traffic::Mix, &sw.mix)] {
+            let r = self;
+            TrafficCurve {
+                r,
+                traffic,
+                loaded,
+                rfo,
+            }
+            .write(out, &predicted);
         }
-        (Some(c), None) => out.check(c),
-        (None, Some((r, s))) => out.check(idle_check(&s, r, refname)),
-        (None, None) => out.notes.push(format!(
-            "mem.latency's {refname} is not in this run and no reference chase was measured: the idle point is not compared with mem.latency's chase"
-        )),
+        self.quiet_note(out);
+        self.point_notes(out);
     }
-}
 
-/// Metrics, series, checks and findings from the measured points.
-pub(super) fn report(
-    ctx: &Context,
-    out: &mut Outcome,
-    sw: &Sweep,
-    line: usize,
-    chase: &Backing,
-    reference: Option<&Backing>,
-    loaders: &[usize],
-) {
-    out.check(concurrency_premise(sw, loaders));
-    same_chase(ctx, out, sw, chase, reference);
-    let page = chase.pages();
-    out.metric(
-        "idle_latency",
-        "ns",
-        &format!(
-            "chase latency with no load thread running ({page}), {} repeats between the loaded points, trials pooled; the idle point of both curves",
-            sw.quiet.idle.len()
-        ),
-        sw.idle.latency.clone(),
-    );
-    let predicted = super::predict::predictions(ctx);
-    let rfo = ownership_shown(ctx);
-    for (traffic, loaded) in [(Traffic::Read, &sw.reads), (Traffic::Mix, &sw.mix)] {
-        let c = TrafficCurve {
-            traffic,
-            idle: &sw.idle,
-            loaded,
-            line,
-            page,
-            loaders,
-            rfo,
-        };
-        c.report(ctx, out, &predicted);
+    /// The premise that the idle chase is mem.latency's: against the reference, else earlier.
+    fn same_chase(&self, out: &mut Outcome) {
+        let refname = self.chase.dram();
+        let earlier = self.ctx.earlier_metric("mem.latency", refname);
+        let pair = earlier
+            .map(|r| &r.summary)
+            .zip(Summary::of(&self.sw.idle.latency));
+        match (self.reference_check(), pair) {
+            (Some(c), Some((r, s))) => {
+                out.check(c);
+                out.notes.push(format!(
+                    "mem.latency's {refname} earlier in the run: {} (idle is {:.2}x of it): measured minutes before, when other guests' memory traffic may have differed, so it is context here; the premise compares the reference chase of the same window",
+                    fmt_ns(r.median),
+                    s.median / r.median
+                ));
+            }
+            (Some(c), None) => out.check(c),
+            (None, Some((r, s))) => out.check(idle_check(&s, r, refname)),
+            (None, None) => out.notes.push(format!(
+                "mem.latency's {refname} is not in this run and no reference chase was measured: the idle point is not compared with mem.latency's chase"
+            )),
+        }
     }
-    quiet_note(out, &sw.quiet, chase, reference);
-    point_notes(out, sw);
+
+    /// The premise that the idle chase is mem.latency's: on the reference's page kind (by
+    /// smaps, as timing alone may not tell them apart) and as fast within the window's noise.
+    fn reference_check(&self) -> Option<Check> {
+        let (sw, chase, reference) = (self.sw, self.chase, self.reference?);
+        let a = Agreement::of(&sw.idle_repeats, &sw.reference_repeats)?;
+        let same_pages = chase.huge == reference.huge;
+        let (kind, apart) = (reference.dram(), (a.ratio - 1.0).abs() * 100.0);
+        let verdict = match (same_pages, a.agrees()) {
+            (true, true) => "within the noise measured".to_string(),
+            (true, false) => "beyond the noise measured: the chase is not mem.latency's (its working set, or what backs it, differs)".to_string(),
+            (false, _) => format!(
+                "the chase is on {} and the reference on {}: not mem.latency's chase",
+                chase.pages(),
+                reference.pages()
+            ),
+        };
+        Some(Check::premise(
+            SAME_CHASE,
+            same_pages && a.agrees(),
+            format!(
+                "idle {} on {} against a reference chase {} (mem.latency's {kind} chase: {} on {}, laid afresh) measured beside it {} times in the same window: {:.2}x, {apart:.1}% apart (median of the pairs' ratios); each chase's repeats moved {:.1}% (median deviation from its median), so agreement is within {:.1}% ({AGREE_NOISE_TIMES:.0}x that, at least {:.0}%): {verdict}",
+                fmt_ns(median(&sw.idle_repeats)),
+                chase.pages(),
+                fmt_ns(median(&sw.reference_repeats)),
+                fmt_bytes(chase.bytes as f64),
+                reference.text,
+                a.pairs,
+                a.ratio,
+                a.noise * 100.0,
+                a.tolerance * 100.0,
+                AGREE_FLOOR * 100.0,
+            ),
+        ))
+    }
+
+    /// The idle and reference repeats, in the order taken.
+    fn quiet_note(&self, out: &mut Outcome) {
+        let sw = self.sw;
+        let list = |v: &[f64]| v.iter().map(|&x| fmt_ns(x)).collect::<Vec<_>>().join(", ");
+        let reference = self.reference.map_or(String::new(), |b| {
+            let bytes = fmt_bytes(self.chase.bytes as f64);
+            let (text, list) = (&b.text, list(&sw.reference_repeats));
+            format!("; the reference chase (laid afresh over {bytes} on {text}) beside each, in turn first: {list}")
+        });
+        out.notes.push(format!(
+            "idle measured {} times, before the sweep and after each gap, the trials pooled: {}{reference}",
+            sw.idle_repeats.len(),
+            list(&sw.idle_repeats)
+        ));
+    }
+
+    /// The premise that the load ran alongside every loaded point, of both traffics.
+    fn concurrency_premise(&self) -> Check {
+        let sw = self.sw;
+        let loaded: Vec<&LoadedPoint> = sw.reads.iter().chain(&sw.mix).collect();
+        let fails = loaded.iter().filter_map(|p| {
+            let w = p.concurrency_failure(self.loaders)?;
+            Some(format!("{}: {w}", p.label()))
+        });
+        let fails: Vec<String> = fails.collect();
+        let stalled: usize = loaded.iter().map(|p| p.stalled).sum();
+        let trials: usize = loaded.iter().map(|p| p.trials).sum();
+        let pin = crate::platform::pinning_premise_failure(&crate::platform::pin_support());
+        Check::premise(
+            "the load threads ran alongside the chase for every point",
+            fails.is_empty() && pin.is_none(),
+            match (pin, fails.is_empty()) {
+                (Some(w), _) => w,
+                (None, true) => format!(
+                    "{} loaded points ({} read-only, {} of the read/write mix): every load thread started before the chase's first trial and stopped after its last, on its CPU at every look; {trials} trials kept with every load thread streaming, {stalled} set aside and repeated (a load thread read nothing or was held up more than 20 us in them)",
+                    loaded.len(),
+                    sw.reads.len(),
+                    sw.mix.len()
+                ),
+                (None, false) => fails.join("; "),
+            },
+        )
+    }
+
+    /// The delay loop's rate, the chase's preempted trials and each point's harness notes.
+    fn point_notes(&self, out: &mut Outcome) {
+        let sw = self.sw;
+        let all = || std::iter::once(&sw.idle).chain(&sw.reads).chain(&sw.mix);
+        out.notes.push(format!(
+            "delay loop: {:.2} ns per iteration (measured on the chase's CPU); {} chase trials were preempted and repeated",
+            sw.ns_per_iter,
+            all().map(|p| p.preempted).sum::<usize>()
+        ));
+        for p in all() {
+            out.notes
+                .extend(p.notes.iter().map(|n| format!("{}: {n}", p.label())));
+        }
+    }
 }
 
 /// Whether mem.bandwidth's figures earlier in the run showed reads for ownership
@@ -196,89 +247,29 @@ pub(super) fn ownership_shown(ctx: &Context) -> bool {
     }
 }
 
-/// The idle and reference repeats, in the order taken.
-fn quiet_note(out: &mut Outcome, q: &QuietRepeats, chase: &Backing, reference: Option<&Backing>) {
-    let list = |v: &[f64]| v.iter().map(|&x| fmt_ns(x)).collect::<Vec<_>>().join(", ");
-    let reference = reference.map_or(String::new(), |b| {
-        let bytes = fmt_bytes(chase.bytes as f64);
-        let (text, list) = (&b.text, list(&q.reference));
-        format!("; the reference chase (laid afresh over {bytes} on {text}) beside each, in turn first: {list}")
-    });
-    out.notes.push(format!(
-        "idle measured {} times, before the sweep and after each gap, the trials pooled: {}{reference}",
-        q.idle.len(),
-        list(&q.idle)
-    ));
-}
-
-/// The premise that the load ran alongside every loaded point, of both traffics.
-fn concurrency_premise(sw: &Sweep, loaders: &[usize]) -> Check {
-    let loaded: Vec<&LoadedPoint> = sw.reads.iter().chain(&sw.mix).collect();
-    let fails = loaded.iter().filter_map(|p| {
-        let w = p.concurrency_failure(loaders)?;
-        Some(format!("{}: {w}", p.label()))
-    });
-    let fails: Vec<String> = fails.collect();
-    let stalled: usize = loaded.iter().map(|p| p.stalled).sum();
-    let trials: usize = loaded.iter().map(|p| p.trials).sum();
-    let pin = crate::platform::pinning_premise_failure(&crate::platform::pin_support());
-    Check::premise(
-        "the load threads ran alongside the chase for every point",
-        fails.is_empty() && pin.is_none(),
-        match (pin, fails.is_empty()) {
-            (Some(w), _) => w,
-            (None, true) => format!(
-                "{} loaded points ({} read-only, {} of the read/write mix): every load thread started before the chase's first trial and stopped after its last, on its CPU at every look; {trials} trials kept with every load thread streaming, {stalled} set aside and repeated (a load thread read nothing or was held up more than 20 us in them)",
-                loaded.len(),
-                sw.reads.len(),
-                sw.mix.len()
-            ),
-            (None, false) => fails.join("; "),
-        },
-    )
-}
-
-/// The delay loop's rate, the chase's preempted trials and each point's harness notes.
-fn point_notes(out: &mut Outcome, sw: &Sweep) {
-    let all = || std::iter::once(&sw.idle).chain(&sw.reads).chain(&sw.mix);
-    out.notes.push(format!(
-        "delay loop: {:.2} ns per iteration (measured on the chase's CPU); {} chase trials were preempted and repeated",
-        sw.ns_per_iter,
-        all().map(|p| p.preempted).sum::<usize>()
-    ));
-    for p in all() {
-        out.notes
-            .extend(p.notes.iter().map(|n| format!("{}: {n}", p.label())));
-    }
-}
-
 /// One traffic's curve: the shared idle point and its loaded points, lightest first.
 struct TrafficCurve<'a> {
+    r: &'a Report<'a, 'a>,
     traffic: Traffic,
-    idle: &'a LoadedPoint,
     loaded: &'a [LoadedPoint],
-    line: usize,
-    page: &'a str,
-    loaders: &'a [usize],
     /// `ownership_shown`.
     rfo: bool,
 }
 
 impl TrafficCurve<'_> {
     /// Its series, metrics (named with the traffic's suffix), knee and findings.
-    fn report(&self, ctx: &Context, out: &mut Outcome, predicted: &[(String, Prediction)]) {
+    fn write(&self, out: &mut Outcome, predicted: &[(String, Prediction)]) {
         self.series(out);
         let Some(full) = self.loaded.last() else {
             return;
         };
-        let peak = self
-            .points()
-            .max_by(|a, b| a.bandwidth_bps().total_cmp(&b.bandwidth_bps()));
-        let peak = peak.unwrap_or(full);
+        let by_bandwidth =
+            |a: &&LoadedPoint, b: &&LoadedPoint| a.bandwidth_bps().total_cmp(&b.bandwidth_bps());
+        let peak = self.points().max_by(by_bandwidth).unwrap_or(full);
         self.metrics(out, full, peak);
         self.finding(out, (full, peak), predicted);
         if self.traffic == Traffic::Read {
-            self.read_shares(ctx, out, peak.bandwidth_bps());
+            self.read_shares(out, peak.bandwidth_bps());
         }
         self.knee(out, peak);
         self.points_note(out);
@@ -286,7 +277,7 @@ impl TrafficCurve<'_> {
 
     /// The idle point, then the loaded ones.
     fn points(&self) -> impl Iterator<Item = &LoadedPoint> {
-        std::iter::once(self.idle).chain(self.loaded)
+        std::iter::once(&self.r.sw.idle).chain(self.loaded)
     }
 
     fn name(&self, base: &str) -> String {
@@ -295,28 +286,28 @@ impl TrafficCurve<'_> {
 
     /// Latency and misses in flight against bandwidth, idle point first.
     fn series(&self, out: &mut Outcome) {
-        let curve: Vec<[f64; 2]> = self
-            .points()
-            .map(|p| [p.bandwidth_bps(), p.latency_ns()])
-            .collect();
-        let misses = curve
+        let curve = self.points().map(|p| [p.bandwidth_bps(), p.latency_ns()]);
+        let curve: Vec<[f64; 2]> = curve.collect();
+        let line = self.r.line;
+        let misses: Vec<[f64; 2]> = curve
             .iter()
-            .map(|&[b, l]| [b, outstanding(b, self.line, l)]);
-        let misses: Vec<[f64; 2]> = misses.collect();
-        let prefix = ["", "mix_"][(self.traffic == Traffic::Mix) as usize];
+            .map(|&[b, l]| [b, outstanding(b, line, l)])
+            .collect();
+        let prefix = ["", "mix_"][self.traffic as usize];
+        let name = |base: &str| format!("{prefix}{base}");
+        out.plot(&name("latency_vs_bandwidth"), "bytes/s", "ns", curve);
         out.plot(
-            &format!("{prefix}latency_vs_bandwidth"),
+            &name("outstanding_misses_vs_bandwidth"),
             "bytes/s",
-            "ns",
-            curve,
+            "lines",
+            misses,
         );
-        let name = format!("{prefix}outstanding_misses_vs_bandwidth");
-        out.plot(&name, "bytes/s", "lines", misses);
     }
 
     /// The loaded latency, the peak bandwidth and the misses in flight.
     fn metrics(&self, out: &mut Outcome, full: &LoadedPoint, peak: &LoadedPoint) {
-        let (label, k, page) = (self.traffic.label(), self.loaders.len(), self.page);
+        let (label, k, line) = (self.traffic.label(), self.r.loaders.len(), self.r.line);
+        let page = self.r.chase.pages();
         let (what, counted) = match self.traffic {
             Traffic::Read => ("reading".to_string(), "load threads' and chase's lines"),
             Traffic::Mix => (
@@ -327,37 +318,31 @@ impl TrafficCurve<'_> {
                 "lines the load threads read or wrote, each once, and the chase's (a written line's read for ownership, where the core does one, is not counted)",
             ),
         };
-        let what = format!(
-            "chase latency with every load thread {what} unthrottled ({k} thread(s), {page})"
-        );
-        out.metric(
-            &self.name("loaded_latency"),
-            "ns",
-            &what,
-            full.latency.clone(),
-        );
-        let what = format!(
-            "highest bandwidth of the {label} sweep, per chase trial, at gap {}: {counted}",
-            fmt_ns(peak.gap.unwrap_or(0.0))
-        );
-        let peak_bandwidth = peak.bandwidth.clone();
-        out.metric(
-            &self.name("peak_bandwidth"),
-            "bytes/s",
-            &what,
-            peak_bandwidth,
-        );
-        let what = format!("misses in flight at the unthrottled {label} point by Little's law: bandwidth / line x chase latency, per trial");
         let misses = full.bandwidth.iter().zip(&full.latency);
-        let misses = misses
-            .map(|(&b, &l)| outstanding(b, self.line, l))
-            .collect();
-        out.metric(
-            &self.name("loaded_outstanding_misses"),
-            "lines",
-            &what,
-            misses,
-        );
+        let misses = misses.map(|(&b, &l)| outstanding(b, line, l)).collect();
+        let gap = fmt_ns(peak.gap.unwrap_or(0.0));
+        for (name, unit, description, raw) in [
+            (
+                "loaded_latency",
+                "ns",
+                format!("chase latency with every load thread {what} unthrottled ({k} thread(s), {page})"),
+                full.latency.clone(),
+            ),
+            (
+                "peak_bandwidth",
+                "bytes/s",
+                format!("highest bandwidth of the {label} sweep, per chase trial, at gap {gap}: {counted}"),
+                peak.bandwidth.clone(),
+            ),
+            (
+                "loaded_outstanding_misses",
+                "lines",
+                format!("misses in flight at the unthrottled {label} point by Little's law: bandwidth / line x chase latency, per trial"),
+                misses,
+            ),
+        ] {
+            out.metric(&self.name(name), unit, &description, raw);
+        }
     }
 
     /// The curve's finding: idle against unthrottled, and the peak against its prediction
@@ -368,8 +353,8 @@ impl TrafficCurve<'_> {
         (full, peak): (&LoadedPoint, &LoadedPoint),
         predicted: &[(String, Prediction)],
     ) {
-        let (il, fl) = (self.idle.latency_ns(), full.latency_ns());
-        let side = match Summary::of(&full.latency).zip(Summary::of(&self.idle.latency)) {
+        let (il, fl) = (self.r.sw.idle.latency_ns(), full.latency_ns());
+        let side = match Summary::of(&full.latency).zip(Summary::of(&self.r.sw.idle.latency)) {
             Some((f, i)) => match separation(&f, &i) {
                 Separation::Above => "above idle, 95% intervals apart",
                 Separation::Below => "below idle, 95% intervals apart",
@@ -390,7 +375,7 @@ impl TrafficCurve<'_> {
                 inputs.join(" and ")
             )
         });
-        let (k, ratio, idle, loaded) = (self.loaders.len(), fl / il, fmt_ns(il), fmt_ns(fl));
+        let (k, ratio, idle, loaded) = (self.r.loaders.len(), fl / il, fmt_ns(il), fmt_ns(fl));
         let at = fmt_bandwidth(full.bandwidth_bps());
         let pk = fmt_bandwidth(peak.bandwidth_bps());
         let text = match self.traffic {
@@ -423,7 +408,7 @@ impl TrafficCurve<'_> {
             .map(|p| (p.bandwidth_bps(), p.latency_ns()))
             .collect();
         let (label, rise) = (self.traffic.label(), (KNEE_RISE - 1.0) * 100.0);
-        let found = knee(self.idle.latency_ns(), &lp);
+        let found = knee(self.r.sw.idle.latency_ns(), &lp);
         let Some(i) = found.filter(|&i| i + 1 < lp.len() && lp[i].0 < peak.bandwidth_bps()) else {
             let why = match found {
                 Some(_) => format!(
@@ -459,7 +444,7 @@ impl TrafficCurve<'_> {
         let points = self.points().map(|p| {
             let (b, l) = (p.bandwidth_bps(), p.latency_ns());
             let gap = p.gap.map_or("idle".to_string(), fmt_ns);
-            let misses = outstanding(b, self.line, l);
+            let misses = outstanding(b, self.r.line, l);
             format!("{gap} -> {}, {}, {misses:.1}", fmt_bandwidth(b), fmt_ns(l))
         });
         out.notes.push(format!(
@@ -470,7 +455,8 @@ impl TrafficCurve<'_> {
     }
 
     /// The read peak as a share of mem.bandwidth's reads of 1, N - 1 and N threads.
-    fn read_shares(&self, ctx: &Context, out: &mut Outcome, peak: f64) {
+    fn read_shares(&self, out: &mut Outcome, peak: f64) {
+        let ctx = self.r.ctx;
         let n = ctx.machine.cpu.allowed_cpus.len().max(1);
         let teams = [1, n - 1, n].into_iter().filter(|&t| t >= 1);
         let teams: std::collections::BTreeSet<String> = teams.map(|t| t.to_string()).collect();
@@ -490,7 +476,7 @@ impl TrafficCurve<'_> {
             out.notes.push(format!(
                 "peak bandwidth {} with {} load thread(s) and the chase: {}",
                 fmt_bandwidth(peak),
-                self.loaders.len(),
+                self.r.loaders.len(),
                 reads.join(", ")
             ));
         }
