@@ -10,6 +10,7 @@ use crate::harness::HarnessConfig;
 use crate::units::{fmt_bandwidth, fmt_ns};
 use std::sync::atomic::Ordering::{self, Relaxed};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// Spins `n` iterations (the delay between a load thread's lines).
@@ -139,7 +140,7 @@ struct LoadSignals {
     stop: AtomicBool,
     started: AtomicUsize,
     counters: Vec<LineCounter>,
-    spans: Vec<std::sync::Mutex<LoadSpan>>,
+    spans: Vec<Mutex<LoadSpan>>,
 }
 
 impl LoadSignals {
@@ -164,9 +165,7 @@ impl LoadTeam<'_, '_> {
         };
         let part = self.loads.len() / k / self.line * self.line;
         let base = self.loads.as_ptr() as usize;
-        let cpus: Vec<usize> = std::iter::once(self.ctx.cpu)
-            .chain(self.loaders.iter().copied())
-            .collect();
+        let cpus = [&[self.ctx.cpu][..], self.loaders].concat();
         let (sh, clock, line) = (&sh, self.ctx.clock, self.line);
         // Member t > 0 is load thread t - 1 (the chase thread leads the team).
         let member = |t: usize| {
@@ -189,10 +188,10 @@ impl LoadTeam<'_, '_> {
         let sweep = |lead: &mut dyn FnMut(u64, &mut dyn FnMut())| {
             // One chase position for the whole sweep: restarting each point at node 0 walked
             // the same prefix again, which then sat in the caches.
+            let reference = self.reference.map(|r| r.as_ptr() as *const u8);
             let mut at = [
                 self.chain.as_ptr() as *const u8,
-                self.reference
-                    .map_or(std::ptr::null(), |r| r.as_ptr() as *const u8),
+                reference.unwrap_or(std::ptr::null()),
             ];
             let mut sw = Sweep {
                 ns_per_iter,
@@ -212,11 +211,8 @@ impl LoadTeam<'_, '_> {
                         p = self.point(sh, Some(g), traffic, &mut at[0]);
                         sh.stop.store(true, Ordering::Release);
                     });
-                    p.spans = sh
-                        .spans
-                        .iter()
-                        .map(|s| *s.lock().unwrap_or_else(|e| e.into_inner()))
-                        .collect();
+                    let span = |s: &Mutex<LoadSpan>| *s.lock().unwrap_or_else(|e| e.into_inner());
+                    p.spans = sh.spans.iter().map(span).collect();
                     let (l, b) = (fmt_ns(p.latency_ns()), fmt_bandwidth(p.bandwidth_bps()));
                     (self.ctx.progress)(&format!("{}: {l} at {b}", p.label()));
                     pts.push(p);
@@ -233,21 +229,17 @@ impl LoadTeam<'_, '_> {
     /// over time, and one short window would stand for all of it).
     fn quiet_pair(&self, sh: &LoadSignals, at: &mut [*const u8; 2], sw: &mut Sweep) {
         let order = [[0, 1], [1, 0]][sw.idle_repeats.len() % 2];
-        let mut got = [None, None];
-        for c in order
-            .into_iter()
-            .filter(|&c| c == 0 || self.reference.is_some())
-        {
+        let (mut got, chases) = ([None, None], [true, self.reference.is_some()]);
+        for c in order.into_iter().filter(|&c| chases[c]) {
             got[c] = Some(self.quiet_point(sh, &mut at[c]));
         }
         let [idle, reference] = got;
         let idle = idle.expect("the idle chase ran");
         let reference = reference.map(|r| r.latency_ns());
         sw.reference_repeats.extend(reference);
-        let said = reference.map_or(String::new(), |r| {
-            format!(", reference chase {}", fmt_ns(r))
-        });
+        let said = reference.map(|r| format!(", reference chase {}", fmt_ns(r)));
         let l = idle.latency_ns();
+        let said = said.unwrap_or_default();
         (self.ctx.progress)(&format!("idle: {}{said}", fmt_ns(l)));
         sw.idle_repeats.push(l);
         sw.idle.latency.extend(idle.latency);
@@ -281,9 +273,7 @@ impl LoadTeam<'_, '_> {
             traffic,
             ..Default::default()
         };
-        let mut first = None;
-        let mut last = 0u64;
-        let line = self.line as f64;
+        let (mut first, mut last, line) = (None, 0u64, self.line as f64);
         // A trial counts when this thread was not preempted and, under load, every load
         // thread read lines without a hiccup all through it; others are repeated.
         let cfg = gap.map_or(self.quiet_cfg, |_| self.cfg);

@@ -60,9 +60,8 @@ impl Agreement {
             let m = median(v);
             v.iter().map(|x| (x / m - 1.0).abs()).collect::<Vec<f64>>()
         };
-        let mut devs = deviations(&idle[..pairs]);
-        devs.extend(deviations(&reference[..pairs]));
-        let noise = median(&devs);
+        let devs = [deviations(&idle[..pairs]), deviations(&reference[..pairs])];
+        let noise = median(&devs.concat());
         Some(Agreement {
             ratio: median(&ratios),
             noise,
@@ -363,10 +362,8 @@ impl TrafficCurve<'_> {
             None => "too few trials to compare",
         };
         let (loaded_name, peak_name) = (self.name("loaded_latency"), self.name("peak_bandwidth"));
-        let predicted = predicted
-            .iter()
-            .find(|(n, p)| *n == peak_name && p.withheld.is_none());
-        let against = predicted.map_or(String::new(), |(_, p)| {
+        let stated = |(n, p): &&(String, Prediction)| *n == peak_name && p.withheld.is_none();
+        let against = predicted.iter().find(stated).map_or(String::new(), |(_, p)| {
             let inputs: Vec<&str> = p.inputs.keys().map(|k| k.as_str()).collect();
             format!(
                 " ({:.2}x of {}, predicted from mem.bandwidth's {} with as many threads as load threads)",
@@ -402,11 +399,11 @@ impl TrafficCurve<'_> {
 
     /// The knee's metric and finding, or a note on why there is none.
     fn knee(&self, out: &mut Outcome, peak: &LoadedPoint) {
-        let lp: Vec<(f64, f64)> = self
+        let lp = self
             .loaded
             .iter()
-            .map(|p| (p.bandwidth_bps(), p.latency_ns()))
-            .collect();
+            .map(|p| (p.bandwidth_bps(), p.latency_ns()));
+        let lp: Vec<(f64, f64)> = lp.collect();
         let (label, rise) = (self.traffic.label(), (KNEE_RISE - 1.0) * 100.0);
         let found = knee(self.r.sw.idle.latency_ns(), &lp);
         let Some(i) = found.filter(|&i| i + 1 < lp.len() && lp[i].0 < peak.bandwidth_bps()) else {
@@ -460,25 +457,20 @@ impl TrafficCurve<'_> {
         let n = ctx.machine.cpu.allowed_cpus.len().max(1);
         let teams = [1, n - 1, n].into_iter().filter(|&t| t >= 1);
         let teams: std::collections::BTreeSet<String> = teams.map(|t| t.to_string()).collect();
+        let share = |t: String| {
+            let name = format!("read_{t}t");
+            let bw = ctx.earlier_median("mem.bandwidth", &name)?;
+            let (share, bw) = (100.0 * peak / bw, fmt_bandwidth(bw));
+            Some(format!("{share:.0}% of mem.bandwidth's {name} ({bw})"))
+        };
         let reads = std::iter::once("thp_1".to_string()).chain(teams);
-        let reads: Vec<String> = reads
-            .filter_map(|t| {
-                let name = format!("read_{t}t");
-                let bw = ctx.earlier_median("mem.bandwidth", &name)?;
-                let share = 100.0 * peak / bw;
-                Some(format!(
-                    "{share:.0}% of mem.bandwidth's {name} ({})",
-                    fmt_bandwidth(bw)
-                ))
-            })
-            .collect();
+        let reads: Vec<String> = reads.filter_map(share).collect();
         if !reads.is_empty() {
-            out.notes.push(format!(
-                "peak bandwidth {} with {} load thread(s) and the chase: {}",
-                fmt_bandwidth(peak),
-                self.r.loaders.len(),
-                reads.join(", ")
-            ));
+            let (peak, k) = (fmt_bandwidth(peak), self.r.loaders.len());
+            let reads = reads.join(", ");
+            let note =
+                format!("peak bandwidth {peak} with {k} load thread(s) and the chase: {reads}");
+            out.notes.push(note);
         }
     }
 }
