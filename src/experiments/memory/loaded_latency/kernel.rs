@@ -122,8 +122,7 @@ pub(super) struct LoadTeam<'a, 'c> {
     pub(super) loaders: &'a [usize],
 }
 
-/// The idle point (repeats pooled), each traffic's points, and each repeat's median
-/// latency of the idle and the reference chase, in the order taken.
+/// The idle point (repeats pooled), each traffic's points, and the quiet repeats' medians.
 #[derive(Default)]
 pub(super) struct Sweep {
     pub(super) idle: LoadedPoint,
@@ -224,9 +223,8 @@ impl LoadTeam<'_, '_> {
         Team::led(clock, &cpus, member, sweep).0
     }
 
-    /// The idle and reference chases, in turn first so a drift favours neither, each from
-    /// its own position in `at`; every idle trial is pooled (neighbours' traffic changes
-    /// over time, and one short window would stand for all of it).
+    /// The idle and reference chases, in turn first so a drift favours neither; every idle
+    /// trial is pooled (the neighbours' traffic changes, and one window would stand for all).
     fn quiet_pair(&self, sh: &LoadSignals, at: &mut [*const u8; 2], sw: &mut Sweep) {
         let order = [[0, 1], [1, 0]][sw.idle_repeats.len() % 2];
         let (mut got, chases) = ([None, None], [true, self.reference.is_some()]);

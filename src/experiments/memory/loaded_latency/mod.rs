@@ -283,8 +283,7 @@ fn laid_chain(region: &mut Region, line: usize, n: usize, rng: &mut Rng) -> anyh
     Ok(())
 }
 
-/// The reference chase (mem.latency's, the chase's size, laid afresh), or None with a note
-/// when the memory cap leaves no room for it.
+/// The reference chase (mem.latency's, laid afresh), or None and a note where the cap is full.
 fn reference(
     ctx: &Context,
     len: usize,

@@ -89,9 +89,8 @@ pub(super) fn outstanding(bandwidth: f64, line: usize, latency_ns: f64) -> f64 {
     bandwidth / line as f64 * latency_ns * 1e-9
 }
 
-/// mem.bandwidth's `op` figures for the load threads' team, most like it first: as many
-/// threads (on huge pages for one, which mem.bandwidth measures only there), else all
-/// threads (large machines measure powers of two and N).
+/// mem.bandwidth's `op` figures for the load threads' team, most like it first (huge pages
+/// only for one thread, all threads where that count was not measured).
 pub(super) fn team_figures(op: &str, allowed: usize, thp: bool) -> Vec<String> {
     let k = allowed.saturating_sub(1).max(1);
     match (k, thp) {

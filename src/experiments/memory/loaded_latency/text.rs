@@ -344,8 +344,7 @@ impl TrafficCurve<'_> {
         }
     }
 
-    /// The curve's finding: idle against unthrottled, and the peak against its prediction
-    /// (the same team's figure from mem.bandwidth).
+    /// The curve's finding: idle against unthrottled, and the peak against its prediction.
     fn finding(
         &self,
         out: &mut Outcome,
