@@ -91,16 +91,11 @@ impl Report<'_, '_> {
         let (sw, ctx) = (self.sw, self.ctx);
         out.check(self.concurrency_premise());
         self.same_chase(out);
-        out.metric(
-            "idle_latency",
-            "ns",
-            &format!(
-                "chase latency with no load thread running ({}), {} repeats between the loaded points, trials pooled; the idle point of both curves",
-                self.chase.pages(),
-                sw.idle_repeats.len()
-            ),
-            sw.idle.latency.clone(),
+        let (page, repeats) = (self.chase.pages(), sw.idle_repeats.len());
+        let what = format!(
+            "chase latency with no load thread running ({page}), {repeats} repeats between the loaded points, trials pooled; the idle point of both curves"
         );
+        out.metric("idle_latency", "ns", &what, sw.idle.latency.clone());
         let predicted = super::predict::predictions(ctx);
         let rfo = ownership_shown(ctx);
         for (traffic, loaded) in [(Traffic::Read, &sw.reads), (Traffic::Mix, &sw.mix)] {
@@ -224,10 +219,9 @@ impl Report<'_, '_> {
     fn point_notes(&self, out: &mut Outcome) {
         let sw = self.sw;
         let all = || std::iter::once(&sw.idle).chain(&sw.reads).chain(&sw.mix);
+        let (rate, preempted) = (sw.ns_per_iter, all().map(|p| p.preempted).sum::<usize>());
         out.notes.push(format!(
-            "delay loop: {:.2} ns per iteration (measured on the chase's CPU); {} chase trials were preempted and repeated",
-            sw.ns_per_iter,
-            all().map(|p| p.preempted).sum::<usize>()
+            "delay loop: {rate:.2} ns per iteration (measured on the chase's CPU); {preempted} chase trials were preempted and repeated"
         ));
         for p in all() {
             out.notes
@@ -324,19 +318,25 @@ impl TrafficCurve<'_> {
             (
                 "loaded_latency",
                 "ns",
-                format!("chase latency with every load thread {what} unthrottled ({k} thread(s), {page})"),
+                format!(
+                    "chase latency with every load thread {what} unthrottled ({k} thread(s), {page})"
+                ),
                 full.latency.clone(),
             ),
             (
                 "peak_bandwidth",
                 "bytes/s",
-                format!("highest bandwidth of the {label} sweep, per chase trial, at gap {gap}: {counted}"),
+                format!(
+                    "highest bandwidth of the {label} sweep, per chase trial, at gap {gap}: {counted}"
+                ),
                 peak.bandwidth.clone(),
             ),
             (
                 "loaded_outstanding_misses",
                 "lines",
-                format!("misses in flight at the unthrottled {label} point by Little's law: bandwidth / line x chase latency, per trial"),
+                format!(
+                    "misses in flight at the unthrottled {label} point by Little's law: bandwidth / line x chase latency, per trial"
+                ),
                 misses,
             ),
         ] {
@@ -415,14 +415,10 @@ impl TrafficCurve<'_> {
             return out.notes.push(format!("{label}: no knee: {why}"));
         };
         let (knee_name, kp) = (self.name("knee_bandwidth"), &self.loaded[i]);
-        out.metric(
-            &knee_name,
-            "bytes/s",
-            &format!(
-                "the highest bandwidth of the {label} sweep whose chase latency stays within {rise:.0}% of idle"
-            ),
-            kp.bandwidth.clone(),
+        let what = format!(
+            "the highest bandwidth of the {label} sweep whose chase latency stays within {rise:.0}% of idle"
         );
+        out.metric(&knee_name, "bytes/s", &what, kp.bandwidth.clone());
         out.finding(
             format!(
                 "Knee ({label}) at {} ({:.0}% of the peak): latency {} there, {} at the peak.",
