@@ -10,6 +10,7 @@ use crate::harness::HarnessConfig;
 use crate::units::{fmt_bandwidth, fmt_ns};
 use std::sync::atomic::Ordering::{self, Relaxed};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// Spins `n` iterations (the delay between a load thread's lines).
@@ -21,7 +22,7 @@ fn delay(n: u64) {
 }
 
 /// ns per iteration of `delay`, measured on this thread.
-pub(super) fn delay_ns_per_iter(ctx: &Context, cfg: &HarnessConfig) -> f64 {
+fn delay_ns_per_iter(ctx: &Context, cfg: &HarnessConfig) -> f64 {
     let m = measure_raw(ctx.clock, cfg, 1024.0, |iters| {
         for _ in 0..iters {
             delay(1024);
@@ -51,7 +52,6 @@ const QUIET_WARM_UP: Duration = Duration::from_millis(2);
 pub(super) struct LoadSpan {
     pub(super) start: u64,
     pub(super) end: u64,
-    /// Where the thread was at its looks.
     pub(super) place: Place,
 }
 
@@ -81,7 +81,6 @@ impl LoadedPoint {
     pub(super) fn bandwidth_bps(&self) -> f64 {
         crate::stats::median(&self.bandwidth)
     }
-    /// "gap 50 ns (reads)", or "gap idle".
     pub(super) fn label(&self) -> String {
         match self.gap {
             Some(g) => format!("gap {} ({})", fmt_ns(g), self.traffic.label()),
@@ -93,26 +92,20 @@ impl LoadedPoint {
         self.gap?;
         let (w0, w1) = self.window;
         for (s, cpu) in self.spans.iter().zip(loaders) {
+            let (off, looks) = (s.place.off(), s.place.looks);
             if s.start == 0 || s.start > w0 || s.end < w1 {
                 return Some(format!(
                     "the load thread on CPU {cpu} did not span the chase's trials"
                 ));
-            }
-            if s.place.off() > 0 {
+            } else if off > 0 {
                 return Some(format!(
-                    "the load thread pinned to CPU {cpu} was elsewhere at {} of {} looks",
-                    s.place.off(),
-                    s.place.looks
+                    "the load thread pinned to CPU {cpu} was elsewhere at {off} of {looks} looks"
                 ));
             }
         }
-        if self.trials == 0 {
-            return Some(format!(
-                "no trial had every load thread streaming ({} set aside)",
-                self.stalled
-            ));
-        }
-        None
+        let stalled = self.stalled;
+        let none = format!("no trial had every load thread streaming ({stalled} set aside)");
+        (self.trials == 0).then_some(none)
     }
 }
 
@@ -129,20 +122,16 @@ pub(super) struct LoadTeam<'a, 'c> {
     pub(super) loaders: &'a [usize],
 }
 
-/// The idle point (repeats pooled), each traffic's points, and the quiet repeats.
+/// The idle point (repeats pooled), each traffic's points, and the quiet repeats' medians.
 #[derive(Default)]
 pub(super) struct Sweep {
     pub(super) idle: LoadedPoint,
     pub(super) reads: Vec<LoadedPoint>,
     pub(super) mix: Vec<LoadedPoint>,
-    pub(super) quiet: QuietRepeats,
-}
-
-/// Each repeat's median latency (ns) of the idle and the reference chase, in order taken.
-#[derive(Debug, Clone, Default)]
-pub(super) struct QuietRepeats {
-    pub(super) idle: Vec<f64>,
-    pub(super) reference: Vec<f64>,
+    pub(super) idle_repeats: Vec<f64>,
+    pub(super) reference_repeats: Vec<f64>,
+    /// The delay loop's cost, measured on the chase's CPU.
+    pub(super) ns_per_iter: f64,
 }
 
 /// What the chase thread and the load threads share beside the team's steps.
@@ -150,27 +139,22 @@ struct LoadSignals {
     stop: AtomicBool,
     started: AtomicUsize,
     counters: Vec<LineCounter>,
-    spans: Vec<std::sync::Mutex<LoadSpan>>,
+    spans: Vec<Mutex<LoadSpan>>,
 }
 
 impl LoadSignals {
-    /// The lines read by all load threads, and each one's lines and hiccups.
-    fn counts(&self) -> (u64, Vec<(u64, u64)>) {
+    /// Each load thread's lines and hiccups.
+    fn counts(&self) -> Vec<(u64, u64)> {
         let read = |c: &LineCounter| (c.lines.load(Relaxed), c.hiccups.load(Relaxed));
-        let v: Vec<(u64, u64)> = self.counters.iter().map(read).collect();
-        (v.iter().map(|x| x.0).sum(), v)
+        self.counters.iter().map(read).collect()
     }
 }
 
-/// A step's argument: the delay between lines, and whether the traffic is the mix.
-fn step_arg(delay_iters: u64, traffic: Traffic) -> u64 {
-    delay_iters << 1 | (traffic == Traffic::Mix) as u64
-}
-
 impl LoadTeam<'_, '_> {
-    /// Idle and reference, then each gap, lightest first, read-only and then the mix (both
-    /// curves see the same moments' neighbours), each followed by idle and reference.
-    pub(super) fn sweep(&self, gaps: &[f64], ns_per_iter: f64) -> Sweep {
+    /// Idle and reference, then at each gap, lightest first, reads and the mix (so both see
+    /// the same moments' neighbours), then idle and reference again.
+    pub(super) fn sweep(&self, gaps: &[f64]) -> Sweep {
+        let ns_per_iter = delay_ns_per_iter(self.ctx, self.cfg);
         let k = self.loaders.len();
         let sh = LoadSignals {
             stop: AtomicBool::new(false),
@@ -180,27 +164,38 @@ impl LoadTeam<'_, '_> {
         };
         let part = self.loads.len() / k / self.line * self.line;
         let base = self.loads.as_ptr() as usize;
-        let cpus: Vec<usize> = std::iter::once(self.ctx.cpu)
-            .chain(self.loaders.iter().copied())
-            .collect();
+        let cpus = [&[self.ctx.cpu][..], self.loaders].concat();
         let (sh, clock, line) = (&sh, self.ctx.clock, self.line);
         // Member t > 0 is load thread t - 1 (the chase thread leads the team).
         let member = |t: usize| {
-            let (mut stream, cpu) = (
-                LoadStream::new(clock, base + (t - 1) * part, part, line),
-                cpus[t],
-            );
+            // SAFETY: this is thread t's part of the load region (whole lines of a
+            // page-aligned mapping, so u64-aligned), which outlives the team and which no
+            // other thread touches meanwhile.
+            let part = unsafe {
+                std::slice::from_raw_parts_mut((base + (t - 1) * part) as *mut u64, part / 8)
+            };
+            let mut stream = LoadStream {
+                clock,
+                part,
+                words: line / 8,
+                pos: 0,
+                acc: [0; 8],
+            };
+            let cpu = cpus[t];
             move |arg: u64| stream.point(sh, t - 1, cpu, arg)
         };
         let sweep = |lead: &mut dyn FnMut(u64, &mut dyn FnMut())| {
             // One chase position for the whole sweep: restarting each point at node 0 walked
             // the same prefix again, which then sat in the caches.
+            let reference = self.reference.map(|r| r.as_ptr() as *const u8);
             let mut at = [
                 self.chain.as_ptr() as *const u8,
-                self.reference
-                    .map_or(std::ptr::null(), |r| r.as_ptr() as *const u8),
+                reference.unwrap_or(std::ptr::null()),
             ];
-            let mut sw = Sweep::default();
+            let mut sw = Sweep {
+                ns_per_iter,
+                ..Default::default()
+            };
             self.quiet_pair(sh, &mut at, &mut sw);
             for &g in gaps {
                 let iters = (g / ns_per_iter).round() as u64;
@@ -209,16 +204,14 @@ impl LoadTeam<'_, '_> {
                     sh.stop.store(false, Ordering::Release);
                     sh.started.store(0, Ordering::Release);
                     let mut p = LoadedPoint::default();
-                    lead(step_arg(iters, traffic), &mut || {
+                    // The step's argument: the delay between lines, and whether it is the mix.
+                    lead(iters << 1 | (traffic == Traffic::Mix) as u64, &mut || {
                         spin_until(|| sh.started.load(Ordering::Acquire) == k);
                         p = self.point(sh, Some(g), traffic, &mut at[0]);
                         sh.stop.store(true, Ordering::Release);
                     });
-                    p.spans = sh
-                        .spans
-                        .iter()
-                        .map(|s| *s.lock().unwrap_or_else(|e| e.into_inner()))
-                        .collect();
+                    let span = |s: &Mutex<LoadSpan>| *s.lock().unwrap_or_else(|e| e.into_inner());
+                    p.spans = sh.spans.iter().map(span).collect();
                     let (l, b) = (fmt_ns(p.latency_ns()), fmt_bandwidth(p.bandwidth_bps()));
                     (self.ctx.progress)(&format!("{}: {l} at {b}", p.label()));
                     pts.push(p);
@@ -230,26 +223,23 @@ impl LoadTeam<'_, '_> {
         Team::led(clock, &cpus, member, sweep).0
     }
 
-    /// The idle and reference chases, in turn first so a drift favours neither, each from
-    /// its own position in `at`; every idle trial is pooled (neighbours' traffic changes
-    /// over time, and one short window would stand for all of it).
+    /// The idle and reference chases, in turn first so a drift favours neither; every idle
+    /// trial is pooled (the neighbours' traffic changes, and one window would stand for all).
     fn quiet_pair(&self, sh: &LoadSignals, at: &mut [*const u8; 2], sw: &mut Sweep) {
-        let reference_first = sw.quiet.idle.len() % 2 == 1;
-        let mut reference = |at: &mut *const u8| {
-            let r = self
-                .reference
-                .map(|_| self.quiet_point(sh, at).latency_ns());
-            sw.quiet.reference.extend(r);
-            r.map(|r| format!(", reference chase {}", fmt_ns(r)))
-        };
-        let mut said = reference_first.then(|| reference(&mut at[1])).flatten();
-        let idle = self.quiet_point(sh, &mut at[0]);
-        if !reference_first {
-            said = reference(&mut at[1]);
+        let order = [[0, 1], [1, 0]][sw.idle_repeats.len() % 2];
+        let (mut got, chases) = ([None, None], [true, self.reference.is_some()]);
+        for c in order.into_iter().filter(|&c| chases[c]) {
+            got[c] = Some(self.quiet_point(sh, &mut at[c]));
         }
+        let [idle, reference] = got;
+        let idle = idle.expect("the idle chase ran");
+        let reference = reference.map(|r| r.latency_ns());
+        sw.reference_repeats.extend(reference);
+        let said = reference.map(|r| format!(", reference chase {}", fmt_ns(r)));
         let l = idle.latency_ns();
-        (self.ctx.progress)(&format!("idle: {}{}", fmt_ns(l), said.unwrap_or_default()));
-        sw.quiet.idle.push(l);
+        let said = said.unwrap_or_default();
+        (self.ctx.progress)(&format!("idle: {}{said}", fmt_ns(l)));
+        sw.idle_repeats.push(l);
         sw.idle.latency.extend(idle.latency);
         sw.idle.bandwidth.extend(idle.bandwidth);
         sw.idle.preempted += idle.preempted;
@@ -281,14 +271,12 @@ impl LoadTeam<'_, '_> {
             traffic,
             ..Default::default()
         };
-        let mut first = None;
-        let mut last = 0u64;
-        let line = self.line as f64;
+        let (mut first, mut last, line) = (None, 0u64, self.line as f64);
         // A trial counts when this thread was not preempted and, under load, every load
         // thread read lines without a hiccup all through it; others are repeated.
         let cfg = gap.map_or(self.quiet_cfg, |_| self.cfg);
         let m = measure_trials(clock, cfg, UNROLL as f64, |iters| {
-            let (c0, v0) = sh.counts();
+            let v0 = sh.counts();
             let pre = crate::harness::thread_preemptions();
             let t0 = clock.start();
             // SAFETY: the chain in this region was laid and verified as one cycle before
@@ -296,20 +284,21 @@ impl LoadTeam<'_, '_> {
             *at = unsafe { chase(*at, iters) };
             let t1 = clock.stop();
             let quiet = crate::harness::thread_preemptions() == pre;
-            let (c1, v1) = sh.counts();
+            let v1 = sh.counts();
             first.get_or_insert(t0);
             last = t1;
-            let loaded = v0.iter().zip(&v1).all(|(a, b)| b.0 > a.0 && b.1 == a.1);
-            if gap.is_some() && quiet && !loaded {
+            let pairs = || v0.iter().zip(&v1);
+            let loaded = gap.is_none() || pairs().all(|(a, b)| b.0 > a.0 && b.1 == a.1);
+            if quiet && !loaded {
                 p.stalled += 1;
             }
-            let quiet = quiet && (gap.is_none() || loaded);
             let ns = clock.ticks_to_ns(t1.saturating_sub(t0) as f64);
-            if quiet && ns > 0.0 {
-                let bytes = (c1 - c0) as f64 * line + (iters * UNROLL) as f64 * line;
+            if quiet && loaded && ns > 0.0 {
+                let lines: u64 = pairs().map(|(a, b)| b.0 - a.0).sum();
+                let bytes = lines as f64 * line + (iters * UNROLL) as f64 * line;
                 p.bandwidth.push(bytes / ns * 1e9);
             }
-            (t1.saturating_sub(t0), quiet)
+            (t1.saturating_sub(t0), quiet && loaded)
         });
         if gap.is_some() {
             // Undisturbed trials only: the harness fills a short count with preempted ones.
@@ -333,21 +322,7 @@ pub(super) struct LoadStream<'c> {
     pub(super) acc: [u64; 8],
 }
 
-impl<'c> LoadStream<'c> {
-    fn new(clock: &'c dyn crate::clock::Clock, base: usize, len: usize, line: usize) -> Self {
-        // SAFETY: base..base+len is this thread's part of the load region (a whole number
-        // of lines of a page-aligned mapping, so u64-aligned), which lives for the sweep's
-        // scope and which no other thread touches meanwhile.
-        let part = unsafe { std::slice::from_raw_parts_mut(base as *mut u64, len / 8) };
-        LoadStream {
-            clock,
-            part,
-            words: line / 8,
-            pos: 0,
-            acc: [0; 8],
-        }
-    }
-
+impl LoadStream<'_> {
     /// The `n`th line, at word `pos`: read into `acc` (eight lanes, so no add waits on the
     /// one before) or stored whole; then `pos` moves on, wrapping.
     #[inline(always)]

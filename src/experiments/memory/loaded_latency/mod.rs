@@ -15,7 +15,7 @@ use crate::harness::HarnessConfig;
 use crate::results::Prediction;
 use crate::rng::{sattolo, Rng};
 use crate::units::fmt_bytes;
-use kernel::{delay_ns_per_iter, LoadTeam};
+use kernel::LoadTeam;
 use std::time::Duration;
 
 pub(crate) struct LoadedLatency;
@@ -25,9 +25,8 @@ const KNEE_RISE: f64 = 1.2;
 /// Without a reference chase, the idle point agrees with mem.latency's within this ratio.
 const IDLE_AGREES: f64 = 0.2;
 /// The idle and reference chases agree when their paired ratios' median is within this
-/// many times the window's noise of 1...
+/// many times the window's noise of 1, and always within the floor (two buffers differ).
 const AGREE_NOISE_TIMES: f64 = 3.0;
-/// ... and always within this share (two buffers of one kind differ a little).
 const AGREE_FLOOR: f64 = 0.15;
 /// Lines a load thread reads between looks at the stop flag and the clock.
 const BATCH: u64 = 32;
@@ -77,20 +76,13 @@ impl Traffic {
     }
     /// Suffix of its metric names ("" for reads, so older results keep their names).
     fn suffix(self) -> &'static str {
-        match self {
-            Traffic::Read => "",
-            Traffic::Mix => "_mix",
-        }
+        ["", "_mix"][self as usize]
     }
     fn label(self) -> &'static str {
-        match self {
-            Traffic::Read => "reads",
-            Traffic::Mix => "2 reads : 1 write",
-        }
+        ["reads", "2 reads : 1 write"][self as usize]
     }
 }
 
-/// The sweep of the standard and thorough profiles.
 const FULL_SWEEP: &[f64] = &[
     4000.0, 2000.0, 1000.0, 600.0, 350.0, 200.0, 120.0, 70.0, 40.0, 20.0, 10.0, 5.0, 0.0,
 ];
@@ -130,61 +122,57 @@ impl Experiment for LoadedLatency {
         let rss0 = kit::rss_baseline();
         (ctx.progress)("faulting the buffers in");
         let seams = crate::experiments::seams::get();
-        let (mut chain, huge) = mapping(ctx, chase_len, !seams.chase_base_pages)?;
-        let (mut loads, load_huge) = mapping(ctx, load_len, true)?;
+        let (mut chain, chase) = mapping(ctx, chase_len, !seams.chase_base_pages)?;
+        let (mut loads, load) = mapping(ctx, load_len, true)?;
         loads.as_mut_slice().fill(0x5a);
         (ctx.progress)("laying the chase");
         let mut rng = Rng::from_entropy();
-        let n = seams
-            .chase_nodes
-            .unwrap_or(chase_len / line)
-            .min(chase_len / line);
+        let n = (chase_len / line).min(seams.chase_nodes.unwrap_or(usize::MAX));
         laid_chain(&mut chain, line, n, &mut rng)?;
         out.notes.push(format!(
             "{n} nodes of {line} B over {}: the chase verified in memory as one cycle",
             fmt_bytes((n * line) as f64)
         ));
         let reference = reference(ctx, chase_len, load_len, line, &mut rng, &mut out)?;
+        let cpus: Vec<String> = loaders.iter().map(|c| c.to_string()).collect();
         out.notes.push(format!(
             "chase on CPU {}; load threads on CPUs {} (one per physical core first); chase buffer {} on {}; load buffer {} ({} per thread) on {}",
             ctx.cpu,
-            loaders.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
+            cpus.join(","),
             fmt_bytes(chase_len as f64),
-            huge.text(),
+            chase.text,
             fmt_bytes(load_len as f64),
             fmt_bytes((load_len / loaders.len()) as f64),
-            load_huge.text(),
+            load.text,
         ));
         let gaps = GAPS.get(ctx.profile);
         // Two fifths of the budget for the loaded points and the delay calibration, a tenth
         // for the idle and reference points; the rest lays the chains and faults buffers.
         let trials = HarnessConfig::short_trials(Duration::from_micros(100), 11);
-        let cfg = trials
-            .clone()
-            .for_budget(ctx.budget.mul_f64(0.4), 2 * gaps.len() + 1);
-        let quiet_cfg = trials.for_budget(ctx.budget.mul_f64(0.1), 2 * (gaps.len() + 1));
-        let per_iter = delay_ns_per_iter(ctx, &cfg);
+        let budget = |share: f64| ctx.budget.mul_f64(share);
         let team = LoadTeam {
             ctx,
-            cfg: &cfg,
-            quiet_cfg: &quiet_cfg,
+            cfg: &trials.clone().for_budget(budget(0.4), 2 * gaps.len() + 1),
+            quiet_cfg: &trials.for_budget(budget(0.1), 2 * (gaps.len() + 1)),
             chain: &chain,
             reference: reference.as_ref().map(|r| &r.0),
             loads: &loads,
             line,
             loaders: &loaders,
         };
-        let sweep = team.sweep(gaps, per_iter);
-        let reference_len = reference.as_ref().map_or(0, |r| r.0.len());
+        let sweep = team.sweep(gaps);
+        let held = chase_len + load_len + reference.as_ref().map_or(0, |r| r.0.len());
         drop((chain, loads));
-        let held = chase_len + load_len + reference_len + 4 * chase_len / line;
-        out.check(kit::rss_check(rss0, held as u64));
-        let chases = text::Chases {
-            chase: &huge,
+        out.check(kit::rss_check(rss0, (held + 4 * chase_len / line) as u64));
+        let report = text::Report {
+            ctx,
+            sw: &sweep,
+            line,
+            chase: &chase,
             reference: reference.as_ref().map(|r| &r.1),
-            bytes: chase_len,
+            loaders: &loaders,
         };
-        text::report(ctx, &mut out, &sweep, line, &chases, per_iter, &loaders);
+        report.write(&mut out);
         Ok(out)
     }
 }
@@ -238,32 +226,21 @@ pub(super) fn sizes(
     Ok((chase as usize, part * threads, threads))
 }
 
-/// How the chase buffer is backed.
-struct Backing {
-    huge_fraction: Option<f64>,
-    why_base: Option<String>,
+/// How a buffer is backed, and its size.
+pub(super) struct Backing {
+    pub(super) huge: bool,
+    /// Huge pages and the share they back (/proc/self/smaps), or base pages and why.
+    pub(super) text: String,
+    pub(super) bytes: usize,
 }
 
 impl Backing {
-    fn huge(&self) -> bool {
-        self.huge_fraction.is_some_and(|f| f >= 0.5)
-    }
     fn pages(&self) -> &'static str {
-        ["base pages", "huge pages"][self.huge() as usize]
+        ["base pages", "huge pages"][self.huge as usize]
     }
     /// mem.latency's figure on the same page kind.
     fn dram(&self) -> &'static str {
-        ["dram", "dram_thp"][self.huge() as usize]
-    }
-    fn text(&self) -> String {
-        match (self.huge_fraction, &self.why_base) {
-            (Some(f), _) => format!(
-                "transparent huge pages ({:.0}% backed, /proc/self/smaps)",
-                f * 100.0
-            ),
-            (None, Some(w)) => format!("base pages ({w})"),
-            (None, None) => "base pages".into(),
-        }
+        ["dram", "dram_thp"][self.huge as usize]
     }
 }
 
@@ -281,30 +258,32 @@ fn mapping(ctx: &Context, len: usize, huge: bool) -> anyhow::Result<(Region, Bac
         None => Region::aligned(len, Pages::Huge, kit::huge_page(ctx.machine))?,
     };
     r.prefault();
-    // At most all of it: smaps may count a neighbouring mapping the kernel merged with this.
-    let f = why
-        .is_none()
-        .then(|| (r.huge_bytes().unwrap_or(0) as f64 / len as f64).min(1.0));
-    let backing = Backing {
-        huge_fraction: f,
-        why_base: why,
+    let (huge, text) = match why {
+        Some(w) => (false, format!("base pages ({w})")),
+        None => {
+            // At most all of it: smaps may count a neighbouring mapping merged with this.
+            let f = (r.huge_bytes().unwrap_or(0) as f64 / len as f64).min(1.0);
+            let pct = f * 100.0;
+            let text = format!("transparent huge pages ({pct:.0}% backed, /proc/self/smaps)");
+            (f >= 0.5, text)
+        }
     };
-    Ok((r, backing))
+    let bytes = len;
+    Ok((r, Backing { huge, text, bytes }))
 }
 
 /// Lays a Sattolo cycle over `n` lines and verifies it: a chain that fails is an error.
 fn laid_chain(region: &mut Region, line: usize, n: usize, rng: &mut Rng) -> anyhow::Result<()> {
-    let next = sattolo(n, rng);
-    lay(region, line, &next);
-    drop(next);
-    if !verify_chain(region, line, n, rng) {
-        anyhow::bail!("the chase chain in memory is not one cycle through every node");
-    }
+    lay(region, line, &sattolo(n, rng));
+    let one_cycle = verify_chain(region, line, n, rng);
+    anyhow::ensure!(
+        one_cycle,
+        "the chase chain in memory is not one cycle through every node"
+    );
     Ok(())
 }
 
-/// The reference chase (mem.latency's, the chase's size, laid afresh), or None with a note
-/// when the memory cap leaves no room for it.
+/// The reference chase (mem.latency's, laid afresh), or None and a note where the cap is full.
 fn reference(
     ctx: &Context,
     len: usize,

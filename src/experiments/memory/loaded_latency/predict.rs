@@ -7,17 +7,16 @@ use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::Context;
 use crate::results::Prediction;
 
-/// Why the knees are not predicted.
 const KNEE_UNMODELLED: &str = "where latency starts to rise depends on the memory \
     controller's queueing, which no measured primitive or table entry describes";
 
 /// Every prediction, by metric name.
 pub(super) fn predictions(ctx: &Context) -> Vec<(String, Prediction)> {
     let mut p = Predictions::new(ctx);
-    let team = TeamFigures::earlier(&p);
+    let n = ctx.machine.cpu.allowed_cpus.len().max(1);
+    let thp = kit::thp_available(ctx.machine);
     // mem.latency's DRAM figures most like the chase's, first first.
-    let dram = &["dram_thp", "dram"][(!team.thp) as usize..];
-    let idle = p.earlier("mem.latency", dram);
+    let idle = p.earlier("mem.latency", &["dram_thp", "dram"][(!thp) as usize..]);
     let name = idle.name().to_string();
     let same = format!("mem.latency's {name}: the same chase, idle");
     p.same("idle_latency", &idle, same);
@@ -28,107 +27,70 @@ pub(super) fn predictions(ctx: &Context) -> Vec<(String, Prediction)> {
     p.at_least("loaded_latency", &idle, &bound);
     p.at_least("loaded_latency_mix", &idle, bound);
     p.withhold(&["knee_bandwidth", "knee_bandwidth_mix"], KNEE_UNMODELLED);
-    team.peaks(&mut p);
-    team.misses(&mut p, &idle);
+    // The load threads' team: its read, and the first read and write pair measured (else
+    // the first pair, missing, saying why).
+    let (reads, writes) = (team_figures("read", n, thp), team_figures("write", n, thp));
+    let bw = |m: &str| p.earlier("mem.bandwidth", &[m]);
+    let pairs = reads.iter().zip(&writes).map(|(r, w)| [bw(r), bw(w)]);
+    let pairs: Vec<[Input; 2]> = pairs.collect();
+    let both = pairs.iter().find(|m| m.iter().all(|i| i.value().is_some()));
+    let mix = both.unwrap_or(&pairs[0]).clone();
+    let reads: Vec<&str> = reads.iter().map(String::as_str).collect();
+    let read = p.earlier("mem.bandwidth", &reads);
+    let line = kit::line_bytes(&ctx.machine.data_caches()) as f64;
+    let line = Input::machine("line", Some(line), "bytes", "machine: cache line size", "");
+    peaks(&mut p, n.saturating_sub(1).max(1), &read, &mix);
+    misses(&mut p, &idle, &read, &mix, &line);
     p.done()
 }
 
-/// The peak predictions alone, for the findings that compare the peaks with them.
-pub(super) fn peak_predictions(ctx: &Context) -> Vec<(String, Prediction)> {
-    let mut p = Predictions::new(ctx);
-    TeamFigures::earlier(&p).peaks(&mut p);
-    let v = p.done().into_iter();
-    v.filter(|(_, pr)| pr.withheld.is_none()).collect()
+/// The same team's read for reads; for the mix, `mix_bandwidth` of its read and write.
+fn peaks(p: &mut Predictions, k: usize, read: &Input, [r, w]: &[Input; 2]) {
+    let name = read.name();
+    let same = format!("mem.bandwidth's {name}: the read of as many threads as load threads ({k})");
+    p.same("peak_bandwidth", read, same);
+    let (rn, wn) = (r.name(), w.name());
+    let text = format!(
+        "3 / (2 / {rn} + 1 / {wn}): of every three lines two at mem.bandwidth's read rate \
+         and one at its write rate (ordinary stores, whatever they cost there), {k} \
+         thread(s)"
+    );
+    p.state("peak_bandwidth_mix", &[r, w], |v| {
+        Prediction::new(mix_bandwidth(v[0], v[1]), text)
+    });
 }
 
-/// mem.bandwidth's read, and its read and write pair, for the load threads' team.
-struct TeamFigures {
-    thp: bool,
-    /// Load threads.
-    threads: usize,
-    read: Input,
-    /// The first team with both measured, else the first team's (missing, saying why).
-    mix: (Input, Input),
-    line: Input,
+/// Little's law on the team's bandwidths and the idle chase (not a bound: the idle
+/// latency errs low, the unloaded bandwidth high), on the mix's counted lines.
+fn misses(p: &mut Predictions, idle: &Input, read: &Input, [ri, wi]: &[Input; 2], line: &Input) {
+    let law = |of: &str, bw: &str, are: &str| {
+        format!(
+            "Little's law{of}: {bw} x {} / line (the idle latency for the loaded one, \
+             which alone would make it low; but the {are} mem.bandwidth's, which the loaded \
+             team may not reach: not a bound)",
+            idle.name()
+        )
+    };
+    let text = law("", read.name(), "bandwidth is");
+    p.state("loaded_outstanding_misses", &[read, idle, line], |v| {
+        Prediction::new(v[0] / v[2] * v[1] * 1e-9, text)
+    });
+    let bw = format!("3 / (2 / {} + 1 / {})", ri.name(), wi.name());
+    let text = law(" on the counted lines", &bw, "bandwidths are");
+    p.state(
+        "loaded_outstanding_misses_mix",
+        &[ri, wi, idle, line],
+        |v| Prediction::new(mix_bandwidth(v[0], v[1]) / v[3] * v[2] * 1e-9, text),
+    );
 }
 
-impl TeamFigures {
-    fn earlier(p: &Predictions) -> TeamFigures {
-        let ctx = p.ctx();
-        let n = ctx.machine.cpu.allowed_cpus.len().max(1);
-        let thp = kit::thp_available(ctx.machine);
-        let (reads, writes) = (team_figures("read", n, thp), team_figures("write", n, thp));
-        let pairs = reads.iter().zip(&writes).map(|(r, w)| {
-            let r = p.earlier("mem.bandwidth", &[r]);
-            (r, p.earlier("mem.bandwidth", &[w]))
-        });
-        let pairs: Vec<(Input, Input)> = pairs.collect();
-        let both = pairs
-            .iter()
-            .find(|(r, w)| r.value().is_some() && w.value().is_some());
-        let line = kit::line_bytes(&ctx.machine.data_caches()) as f64;
-        let refs: Vec<&str> = reads.iter().map(String::as_str).collect();
-        TeamFigures {
-            thp,
-            threads: n.saturating_sub(1).max(1),
-            read: p.earlier("mem.bandwidth", &refs),
-            mix: both.unwrap_or(&pairs[0]).clone(),
-            line: Input::machine("line", Some(line), "bytes", "machine: cache line size", ""),
-        }
-    }
-
-    /// The same team's read for reads; for the mix, `mix_bandwidth` of its read and write.
-    fn peaks(&self, p: &mut Predictions) {
-        let (k, name) = (self.threads, self.read.name());
-        let same =
-            format!("mem.bandwidth's {name}: the read of as many threads as load threads ({k})");
-        p.same("peak_bandwidth", &self.read, same);
-        let (r, w) = (self.mix.0.name(), self.mix.1.name());
-        let text = format!(
-            "3 / (2 / {r} + 1 / {w}): of every three lines two at mem.bandwidth's read rate \
-             and one at its write rate (ordinary stores, whatever they cost there), {k} \
-             thread(s)"
-        );
-        p.state("peak_bandwidth_mix", &[&self.mix.0, &self.mix.1], |v| {
-            Prediction::new(mix_bandwidth(v[0], v[1]), text)
-        });
-    }
-
-    /// Little's law on the team's bandwidths and the idle chase (not a bound: the idle
-    /// latency errs low, the unloaded bandwidth high), on the mix's counted lines.
-    fn misses(&self, p: &mut Predictions, idle: &Input) {
-        let law = |of: &str, bw: &str, are: &str| {
-            format!(
-                "Little's law{of}: {bw} x {} / line (the idle latency for the loaded one, \
-                 which alone would make it low; but the {are} mem.bandwidth's, which the loaded \
-                 team may not reach: not a bound)",
-                idle.name()
-            )
-        };
-        let text = law("", self.read.name(), "bandwidth is");
-        p.state(
-            "loaded_outstanding_misses",
-            &[&self.read, idle, &self.line],
-            |v| Prediction::new(v[0] / v[2] * v[1] * 1e-9, text),
-        );
-        let (ri, wi) = &self.mix;
-        let bw = format!("3 / (2 / {} + 1 / {})", ri.name(), wi.name());
-        let text = law(" on the counted lines", &bw, "bandwidths are");
-        p.state(
-            "loaded_outstanding_misses_mix",
-            &[ri, wi, idle, &self.line],
-            |v| Prediction::new(mix_bandwidth(v[0], v[1]) / v[3] * v[2] * 1e-9, text),
-        );
-    }
-}
 /// Misses in flight by Little's law: bandwidth / line x latency.
 pub(super) fn outstanding(bandwidth: f64, line: usize, latency_ns: f64) -> f64 {
     bandwidth / line as f64 * latency_ns * 1e-9
 }
 
-/// mem.bandwidth's `op` figures for the load threads' team, most like it first: as many
-/// threads (on huge pages for one, which mem.bandwidth measures only there), else all
-/// threads (large machines measure powers of two and N).
+/// mem.bandwidth's `op` figures for the load threads' team, most like it first (huge pages
+/// only for one thread, all threads where that count was not measured).
 pub(super) fn team_figures(op: &str, allowed: usize, thp: bool) -> Vec<String> {
     let k = allowed.saturating_sub(1).max(1);
     match (k, thp) {

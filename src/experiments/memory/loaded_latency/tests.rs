@@ -1,6 +1,6 @@
 use super::kernel::{LoadSpan, LoadStream, LoadedPoint, Sweep};
-use super::predict::{mix_bandwidth, outstanding, peak_predictions, team_figures};
-use super::text::{idle_check, knee, report, Agreement, Chases, SAME_CHASE};
+use super::predict::{mix_bandwidth, outstanding, team_figures};
+use super::text::{idle_check, knee, Agreement, Report, SAME_CHASE};
 use super::*;
 use crate::experiments::kit::place::Place;
 
@@ -230,19 +230,28 @@ fn both_curves_report_their_metrics_by_name() {
             point(Some(2000.0), Traffic::Mix, 1e9, 108.0),
             point(Some(0.0), Traffic::Mix, 12e9, 160.0),
         ],
-        quiet: Default::default(),
+        ..Default::default()
     };
-    let huge = Backing {
-        huge_fraction: None,
-        why_base: None,
-    };
-    let chases = Chases {
-        chase: &huge,
-        reference: None,
+    let chase = Backing {
+        huge: false,
+        text: "base pages".into(),
         bytes: 64 << 20,
     };
+    let report = |ctx: &Context, out: &mut Outcome| {
+        let (sw, chase, loaders) = (&sw, &chase, &[0][..]);
+        let (line, reference) = (64, None);
+        Report {
+            ctx,
+            sw,
+            line,
+            chase,
+            reference,
+            loaders,
+        }
+        .write(out)
+    };
     let mut out = Outcome::default();
-    report(&ctx, &mut out, &sw, 64, &chases, 0.5, &[0]);
+    report(&ctx, &mut out);
     let names: Vec<&str> = out.metrics.iter().map(|m| m.name.as_str()).collect();
     for want in [
         "idle_latency",
@@ -292,7 +301,7 @@ fn both_curves_report_their_metrics_by_name() {
     );
     assert!(mix.text.contains("read_1t and write_1t"), "{}", mix.text);
     // Predictions: the one-thread read, and the mix of the one-thread read and write.
-    let p = peak_predictions(&ctx);
+    let p = LoadedLatency.predict(&ctx);
     let get = |n: &str| p.iter().find(|(m, _)| m == n).map(|(_, p)| p.value);
     assert_eq!(get("peak_bandwidth"), Some(18e9));
     assert_eq!(get("peak_bandwidth_mix"), Some(mix_bandwidth(18e9, 12e9)));
@@ -313,7 +322,7 @@ fn both_curves_report_their_metrics_by_name() {
         ..ctx
     };
     let mut out = Outcome::default();
-    report(&ctx, &mut out, &sw, 64, &chases, 0.5, &[0]);
+    report(&ctx, &mut out);
     assert!(ownership(&out), "{:?}", out.findings);
 }
 

@@ -1,7 +1,7 @@
 //! mem.loaded-latency's metrics, series, checks, findings and notes from the sweep.
 
-use super::kernel::{LoadedPoint, QuietRepeats, Sweep};
-use super::predict::{outstanding, peak_predictions};
+use super::kernel::{LoadedPoint, Sweep};
+use super::predict::outstanding;
 use super::{
     Backing, Traffic, AGREE_FLOOR, AGREE_NOISE_TIMES, IDLE_AGREES, KNEE_RISE, MIX_READS, MIX_WRITES,
 };
@@ -21,7 +21,6 @@ pub(super) fn knee(idle: f64, pts: &[(f64, f64)]) -> Option<usize> {
         .last()
 }
 
-/// The name of the premise that the idle chase is mem.latency's chase.
 pub(super) const SAME_CHASE: &str = "the idle chase is mem.latency's chase";
 
 /// Without a reference chase: the idle chase against mem.latency's earlier `refname`.
@@ -39,20 +38,18 @@ pub(super) fn idle_check(idle: &Summary, reference: &Summary, refname: &str) -> 
     )
 }
 
-/// How far apart the paired idle and reference chases were, and the noise allows.
+/// How far apart the paired idle and reference chases were, and how far the noise allows.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Agreement {
     /// Median over the pairs of idle / reference.
     pub(super) ratio: f64,
     /// Median relative deviation of each chase's repeats from that chase's median.
     pub(super) noise: f64,
-    /// `AGREE_NOISE_TIMES` x noise, at least `AGREE_FLOOR`.
     pub(super) tolerance: f64,
     pub(super) pairs: usize,
 }
 
 impl Agreement {
-    /// None without a pair.
     pub(super) fn of(idle: &[f64], reference: &[f64]) -> Option<Agreement> {
         let pairs = idle.len().min(reference.len());
         if pairs == 0 {
@@ -63,9 +60,8 @@ impl Agreement {
             let m = median(v);
             v.iter().map(|x| (x / m - 1.0).abs()).collect::<Vec<f64>>()
         };
-        let mut devs = deviations(&idle[..pairs]);
-        devs.extend(deviations(&reference[..pairs]));
-        let noise = median(&devs);
+        let devs = [deviations(&idle[..pairs]), deviations(&reference[..pairs])];
+        let noise = median(&devs.concat());
         Some(Agreement {
             ratio: median(&ratios),
             noise,
@@ -79,116 +75,159 @@ impl Agreement {
     }
 }
 
-/// The premise that the idle chase is mem.latency's: on the reference's page kind (by
-/// smaps, as timing alone may not tell them apart) and as fast within the window's noise.
-pub(super) fn reference_check(q: &QuietRepeats, chases: &Chases) -> Option<Check> {
-    let reference = chases.reference?;
-    let a = Agreement::of(&q.idle, &q.reference)?;
-    let (idle_ns, reference_ns) = (median(&q.idle), median(&q.reference));
-    let same_pages = chases.chase.huge() == reference.huge();
-    let kind = reference.dram();
-    let apart = (a.ratio - 1.0).abs() * 100.0;
-    let verdict = match (same_pages, a.agrees()) {
-        (true, true) => "within the noise measured".to_string(),
-        (true, false) => "beyond the noise measured: the chase is not mem.latency's (its working set, or what backs it, differs)".to_string(),
-        (false, _) => format!(
-            "the chase is on {} and the reference on {}: not mem.latency's chase",
-            chases.chase.pages(),
-            reference.pages()
-        ),
-    };
-    Some(Check::premise(
-        SAME_CHASE,
-        same_pages && a.agrees(),
-        format!(
-            "idle {} on {} against a reference chase {} (mem.latency's {kind} chase: {} on {}, laid afresh) measured beside it {} times in the same window: {:.2}x, {apart:.1}% apart (median of the pairs' ratios); each chase's repeats moved {:.1}% (median deviation from its median), so agreement is within {:.1}% ({AGREE_NOISE_TIMES:.0}x that, at least {:.0}%): {verdict}",
-            fmt_ns(idle_ns),
-            chases.chase.pages(),
-            fmt_ns(reference_ns),
-            fmt_bytes(chases.bytes as f64),
-            reference.text(),
-            a.pairs,
-            a.ratio,
-            a.noise * 100.0,
-            a.tolerance * 100.0,
-            AGREE_FLOOR * 100.0,
-        ),
-    ))
-}
-
-/// The chase's backing, the reference's when there was one, and the working set of both.
-pub(super) struct Chases<'a> {
+/// What the text is made of: the sweep, and what the run laid out for it.
+pub(super) struct Report<'a, 'c> {
+    pub(super) ctx: &'a Context<'c>,
+    pub(super) sw: &'a Sweep,
+    pub(super) line: usize,
     pub(super) chase: &'a Backing,
     pub(super) reference: Option<&'a Backing>,
-    pub(super) bytes: usize,
+    pub(super) loaders: &'a [usize],
 }
 
-/// The premise that the idle chase is mem.latency's: against the reference, else earlier.
-fn same_chase(ctx: &Context, out: &mut Outcome, sw: &Sweep, chases: &Chases) {
-    let refname = chases.chase.dram();
-    let earlier = ctx.earlier_metric("mem.latency", refname);
-    let idle_sum = Summary::of(&sw.idle.latency);
-    if let Some(c) = reference_check(&sw.quiet, chases) {
-        out.check(c);
-        if let (Some(r), Some(s)) = (earlier, &idle_sum) {
-            out.notes.push(format!(
-                "mem.latency's {refname} earlier in the run: {} (idle is {:.2}x of it): measured minutes before, when other guests' memory traffic may have differed, so it is context here; the premise compares the reference chase of the same window",
-                fmt_ns(r.summary.median),
-                s.median / r.summary.median
-            ));
+impl Report<'_, '_> {
+    /// Metrics, series, checks, findings and notes.
+    pub(super) fn write(&self, out: &mut Outcome) {
+        let (sw, ctx) = (self.sw, self.ctx);
+        out.check(self.concurrency_premise());
+        self.same_chase(out);
+        let (page, repeats) = (self.chase.pages(), sw.idle_repeats.len());
+        let what = format!(
+            "chase latency with no load thread running ({page}), {repeats} repeats between the loaded points, trials pooled; the idle point of both curves"
+        );
+        out.metric("idle_latency", "ns", &what, sw.idle.latency.clone());
+        let predicted = super::predict::predictions(ctx);
+        let rfo = ownership_shown(ctx);
+        for (traffic, loaded) in [(Traffic::Read, &sw.reads), (Traffic::Mix, &sw.mix)] {
+            let r = self;
+            TrafficCurve {
+                r,
+                traffic,
+                loaded,
+                rfo,
+            }
+            .write(out, &predicted);
         }
-        return;
+        self.quiet_note(out);
+        self.point_notes(out);
     }
-    match (earlier, &idle_sum) {
-        (Some(r), Some(s)) => out.check(idle_check(s, &r.summary, refname)),
-        _ => out.notes.push(format!(
-            "mem.latency's {refname} is not in this run and no reference chase was measured: the idle point is not compared with mem.latency's chase"
-        )),
-    }
-}
 
-/// Metrics, series, checks and findings from the measured points.
-pub(super) fn report(
-    ctx: &Context,
-    out: &mut Outcome,
-    sw: &Sweep,
-    line: usize,
-    chases: &Chases,
-    ns_per_iter: f64,
-    loaders: &[usize],
-) {
-    let idle = &sw.idle;
-    out.check(concurrency_premise(sw, loaders));
-    same_chase(ctx, out, sw, chases);
-    let page = chases.chase.pages();
-    out.metric(
-        "idle_latency",
-        "ns",
-        &format!(
-            "chase latency with no load thread running ({page}), {} repeats between the loaded points, trials pooled; the idle point of both curves",
-            sw.quiet.idle.len()
-        ),
-        idle.latency.clone(),
-    );
-    let predicted = peak_predictions(ctx);
-    let rfo = ownership_shown(ctx);
-    for (traffic, loaded) in [(Traffic::Read, &sw.reads), (Traffic::Mix, &sw.mix)] {
-        let c = TrafficCurve {
-            traffic,
-            idle,
-            loaded,
-            line,
-            page,
-            loaders,
-            rfo,
-        };
-        let pred = predicted
-            .iter()
-            .find(|(n, _)| *n == c.name("peak_bandwidth"));
-        c.report(ctx, out, pred.map(|(_, p)| p));
+    /// The premise that the idle chase is mem.latency's: against the reference, else earlier.
+    fn same_chase(&self, out: &mut Outcome) {
+        let refname = self.chase.dram();
+        let earlier = self.ctx.earlier_metric("mem.latency", refname);
+        let pair = earlier
+            .map(|r| &r.summary)
+            .zip(Summary::of(&self.sw.idle.latency));
+        match (self.reference_check(), pair) {
+            (Some(c), Some((r, s))) => {
+                out.check(c);
+                out.notes.push(format!(
+                    "mem.latency's {refname} earlier in the run: {} (idle is {:.2}x of it): measured minutes before, when other guests' memory traffic may have differed, so it is context here; the premise compares the reference chase of the same window",
+                    fmt_ns(r.median),
+                    s.median / r.median
+                ));
+            }
+            (Some(c), None) => out.check(c),
+            (None, Some((r, s))) => out.check(idle_check(&s, r, refname)),
+            (None, None) => out.notes.push(format!(
+                "mem.latency's {refname} is not in this run and no reference chase was measured: the idle point is not compared with mem.latency's chase"
+            )),
+        }
     }
-    quiet_note(out, &sw.quiet, chases);
-    point_notes(out, sw, ns_per_iter);
+
+    /// The premise that the idle chase is mem.latency's: on the reference's page kind (by
+    /// smaps, as timing alone may not tell them apart) and as fast within the window's noise.
+    fn reference_check(&self) -> Option<Check> {
+        let (sw, chase, reference) = (self.sw, self.chase, self.reference?);
+        let a = Agreement::of(&sw.idle_repeats, &sw.reference_repeats)?;
+        let same_pages = chase.huge == reference.huge;
+        let (kind, apart) = (reference.dram(), (a.ratio - 1.0).abs() * 100.0);
+        let verdict = match (same_pages, a.agrees()) {
+            (true, true) => "within the noise measured".to_string(),
+            (true, false) => "beyond the noise measured: the chase is not mem.latency's (its working set, or what backs it, differs)".to_string(),
+            (false, _) => format!(
+                "the chase is on {} and the reference on {}: not mem.latency's chase",
+                chase.pages(),
+                reference.pages()
+            ),
+        };
+        Some(Check::premise(
+            SAME_CHASE,
+            same_pages && a.agrees(),
+            format!(
+                "idle {} on {} against a reference chase {} (mem.latency's {kind} chase: {} on {}, laid afresh) measured beside it {} times in the same window: {:.2}x, {apart:.1}% apart (median of the pairs' ratios); each chase's repeats moved {:.1}% (median deviation from its median), so agreement is within {:.1}% ({AGREE_NOISE_TIMES:.0}x that, at least {:.0}%): {verdict}",
+                fmt_ns(median(&sw.idle_repeats)),
+                chase.pages(),
+                fmt_ns(median(&sw.reference_repeats)),
+                fmt_bytes(chase.bytes as f64),
+                reference.text,
+                a.pairs,
+                a.ratio,
+                a.noise * 100.0,
+                a.tolerance * 100.0,
+                AGREE_FLOOR * 100.0,
+            ),
+        ))
+    }
+
+    /// The idle and reference repeats, in the order taken.
+    fn quiet_note(&self, out: &mut Outcome) {
+        let sw = self.sw;
+        let list = |v: &[f64]| v.iter().map(|&x| fmt_ns(x)).collect::<Vec<_>>().join(", ");
+        let reference = self.reference.map_or(String::new(), |b| {
+            let bytes = fmt_bytes(self.chase.bytes as f64);
+            let (text, list) = (&b.text, list(&sw.reference_repeats));
+            format!("; the reference chase (laid afresh over {bytes} on {text}) beside each, in turn first: {list}")
+        });
+        out.notes.push(format!(
+            "idle measured {} times, before the sweep and after each gap, the trials pooled: {}{reference}",
+            sw.idle_repeats.len(),
+            list(&sw.idle_repeats)
+        ));
+    }
+
+    /// The premise that the load ran alongside every loaded point, of both traffics.
+    fn concurrency_premise(&self) -> Check {
+        let sw = self.sw;
+        let loaded: Vec<&LoadedPoint> = sw.reads.iter().chain(&sw.mix).collect();
+        let fails = loaded.iter().filter_map(|p| {
+            let w = p.concurrency_failure(self.loaders)?;
+            Some(format!("{}: {w}", p.label()))
+        });
+        let fails: Vec<String> = fails.collect();
+        let stalled: usize = loaded.iter().map(|p| p.stalled).sum();
+        let trials: usize = loaded.iter().map(|p| p.trials).sum();
+        let pin = crate::platform::pinning_premise_failure(&crate::platform::pin_support());
+        Check::premise(
+            "the load threads ran alongside the chase for every point",
+            fails.is_empty() && pin.is_none(),
+            match (pin, fails.is_empty()) {
+                (Some(w), _) => w,
+                (None, true) => format!(
+                    "{} loaded points ({} read-only, {} of the read/write mix): every load thread started before the chase's first trial and stopped after its last, on its CPU at every look; {trials} trials kept with every load thread streaming, {stalled} set aside and repeated (a load thread read nothing or was held up more than 20 us in them)",
+                    loaded.len(),
+                    sw.reads.len(),
+                    sw.mix.len()
+                ),
+                (None, false) => fails.join("; "),
+            },
+        )
+    }
+
+    /// The delay loop's rate, the chase's preempted trials and each point's harness notes.
+    fn point_notes(&self, out: &mut Outcome) {
+        let sw = self.sw;
+        let all = || std::iter::once(&sw.idle).chain(&sw.reads).chain(&sw.mix);
+        let (rate, preempted) = (sw.ns_per_iter, all().map(|p| p.preempted).sum::<usize>());
+        out.notes.push(format!(
+            "delay loop: {rate:.2} ns per iteration (measured on the chase's CPU); {preempted} chase trials were preempted and repeated"
+        ));
+        for p in all() {
+            out.notes
+                .extend(p.notes.iter().map(|n| format!("{}: {n}", p.label())));
+        }
+    }
 }
 
 /// Whether mem.bandwidth's figures earlier in the run showed reads for ownership
@@ -201,89 +240,29 @@ pub(super) fn ownership_shown(ctx: &Context) -> bool {
     }
 }
 
-/// The idle and reference repeats, in the order taken.
-fn quiet_note(out: &mut Outcome, q: &QuietRepeats, chases: &Chases) {
-    let list = |v: &[f64]| v.iter().map(|&x| fmt_ns(x)).collect::<Vec<_>>().join(", ");
-    let reference = chases.reference.map_or(String::new(), |b| {
-        let bytes = fmt_bytes(chases.bytes as f64);
-        let (text, list) = (b.text(), list(&q.reference));
-        format!("; the reference chase (laid afresh over {bytes} on {text}) beside each, in turn first: {list}")
-    });
-    out.notes.push(format!(
-        "idle measured {} times, before the sweep and after each gap, the trials pooled: {}{reference}",
-        q.idle.len(),
-        list(&q.idle)
-    ));
-}
-
-/// The premise that the load ran alongside every loaded point, of both traffics.
-fn concurrency_premise(sw: &Sweep, loaders: &[usize]) -> Check {
-    let loaded: Vec<&LoadedPoint> = sw.reads.iter().chain(&sw.mix).collect();
-    let fails = loaded.iter().filter_map(|p| {
-        let w = p.concurrency_failure(loaders)?;
-        Some(format!("{}: {w}", p.label()))
-    });
-    let fails: Vec<String> = fails.collect();
-    let stalled: usize = loaded.iter().map(|p| p.stalled).sum();
-    let trials: usize = loaded.iter().map(|p| p.trials).sum();
-    let pin = crate::platform::pinning_premise_failure(&crate::platform::pin_support());
-    Check::premise(
-        "the load threads ran alongside the chase for every point",
-        fails.is_empty() && pin.is_none(),
-        match (&pin, fails.is_empty()) {
-            (Some(w), _) => w.clone(),
-            (None, true) => format!(
-                "{} loaded points ({} read-only, {} of the read/write mix): every load thread started before the chase's first trial and stopped after its last, on its CPU at every look; {trials} trials kept with every load thread streaming, {stalled} set aside and repeated (a load thread read nothing or was held up more than 20 us in them)",
-                loaded.len(),
-                sw.reads.len(),
-                sw.mix.len()
-            ),
-            (None, false) => fails.join("; "),
-        },
-    )
-}
-
-/// The delay loop's rate, the chase's preempted trials and each point's harness notes.
-fn point_notes(out: &mut Outcome, sw: &Sweep, ns_per_iter: f64) {
-    let all = || std::iter::once(&sw.idle).chain(&sw.reads).chain(&sw.mix);
-    out.notes.push(format!(
-        "delay loop: {:.2} ns per iteration (measured on the chase's CPU); {} chase trials were preempted and repeated",
-        ns_per_iter,
-        all().map(|p| p.preempted).sum::<usize>()
-    ));
-    for p in all() {
-        out.notes
-            .extend(p.notes.iter().map(|n| format!("{}: {n}", p.label())));
-    }
-}
-
 /// One traffic's curve: the shared idle point and its loaded points, lightest first.
 struct TrafficCurve<'a> {
+    r: &'a Report<'a, 'a>,
     traffic: Traffic,
-    idle: &'a LoadedPoint,
     loaded: &'a [LoadedPoint],
-    line: usize,
-    page: &'a str,
-    loaders: &'a [usize],
     /// `ownership_shown`.
     rfo: bool,
 }
 
 impl TrafficCurve<'_> {
     /// Its series, metrics (named with the traffic's suffix), knee and findings.
-    fn report(&self, ctx: &Context, out: &mut Outcome, predicted: Option<&Prediction>) {
+    fn write(&self, out: &mut Outcome, predicted: &[(String, Prediction)]) {
         self.series(out);
         let Some(full) = self.loaded.last() else {
             return;
         };
-        let peak = self
-            .points()
-            .max_by(|a, b| a.bandwidth_bps().total_cmp(&b.bandwidth_bps()))
-            .unwrap_or(full);
+        let by_bandwidth =
+            |a: &&LoadedPoint, b: &&LoadedPoint| a.bandwidth_bps().total_cmp(&b.bandwidth_bps());
+        let peak = self.points().max_by(by_bandwidth).unwrap_or(full);
         self.metrics(out, full, peak);
         self.finding(out, (full, peak), predicted);
         if self.traffic == Traffic::Read {
-            self.read_shares(ctx, out, peak.bandwidth_bps());
+            self.read_shares(out, peak.bandwidth_bps());
         }
         self.knee(out, peak);
         self.points_note(out);
@@ -291,28 +270,24 @@ impl TrafficCurve<'_> {
 
     /// The idle point, then the loaded ones.
     fn points(&self) -> impl Iterator<Item = &LoadedPoint> {
-        std::iter::once(self.idle).chain(self.loaded)
+        std::iter::once(&self.r.sw.idle).chain(self.loaded)
     }
 
-    /// A metric's name: the traffic's suffix added.
     fn name(&self, base: &str) -> String {
         format!("{base}{}", self.traffic.suffix())
     }
 
     /// Latency and misses in flight against bandwidth, idle point first.
     fn series(&self, out: &mut Outcome) {
-        let name = |base: &str| match self.traffic {
-            Traffic::Read => base.to_string(),
-            Traffic::Mix => format!("mix_{base}"),
-        };
-        let curve: Vec<[f64; 2]> = self
-            .points()
-            .map(|p| [p.bandwidth_bps(), p.latency_ns()])
-            .collect();
-        let misses = curve
+        let curve = self.points().map(|p| [p.bandwidth_bps(), p.latency_ns()]);
+        let curve: Vec<[f64; 2]> = curve.collect();
+        let line = self.r.line;
+        let misses: Vec<[f64; 2]> = curve
             .iter()
-            .map(|&[b, l]| [b, outstanding(b, self.line, l)]);
-        let misses: Vec<[f64; 2]> = misses.collect();
+            .map(|&[b, l]| [b, outstanding(b, line, l)])
+            .collect();
+        let prefix = ["", "mix_"][self.traffic as usize];
+        let name = |base: &str| format!("{prefix}{base}");
         out.plot(&name("latency_vs_bandwidth"), "bytes/s", "ns", curve);
         out.plot(
             &name("outstanding_misses_vs_bandwidth"),
@@ -324,48 +299,49 @@ impl TrafficCurve<'_> {
 
     /// The loaded latency, the peak bandwidth and the misses in flight.
     fn metrics(&self, out: &mut Outcome, full: &LoadedPoint, peak: &LoadedPoint) {
-        let t = self.traffic;
-        let what = match t {
-            Traffic::Read => "reading".to_string(),
-            Traffic::Mix => format!(
-                "reading {MIX_READS} lines and writing {MIX_WRITES} of every {}",
-                MIX_READS + MIX_WRITES
+        let (label, k, line) = (self.traffic.label(), self.r.loaders.len(), self.r.line);
+        let page = self.r.chase.pages();
+        let (what, counted) = match self.traffic {
+            Traffic::Read => ("reading".to_string(), "load threads' and chase's lines"),
+            Traffic::Mix => (
+                format!(
+                    "reading {MIX_READS} lines and writing {MIX_WRITES} of every {}",
+                    MIX_READS + MIX_WRITES
+                ),
+                "lines the load threads read or wrote, each once, and the chase's (a written line's read for ownership, where the core does one, is not counted)",
             ),
         };
-        let counted = match t {
-            Traffic::Read => "load threads' and chase's lines".to_string(),
-            Traffic::Mix => "lines the load threads read or wrote, each once, and the chase's (a written line's read for ownership, where the core does one, is not counted)".to_string(),
-        };
-        out.metric(
-            &self.name("loaded_latency"),
-            "ns",
-            &format!(
-                "chase latency with every load thread {what} unthrottled ({} thread(s), {})",
-                self.loaders.len(),
-                self.page
+        let misses = full.bandwidth.iter().zip(&full.latency);
+        let misses = misses.map(|(&b, &l)| outstanding(b, line, l)).collect();
+        let gap = fmt_ns(peak.gap.unwrap_or(0.0));
+        for (name, unit, description, raw) in [
+            (
+                "loaded_latency",
+                "ns",
+                format!(
+                    "chase latency with every load thread {what} unthrottled ({k} thread(s), {page})"
+                ),
+                full.latency.clone(),
             ),
-            full.latency.clone(),
-        );
-        out.metric(
-            &self.name("peak_bandwidth"),
-            "bytes/s",
-            &format!(
-                "highest bandwidth of the {} sweep, per chase trial, at gap {}: {counted}",
-                t.label(),
-                fmt_ns(peak.gap.unwrap_or(0.0))
+            (
+                "peak_bandwidth",
+                "bytes/s",
+                format!(
+                    "highest bandwidth of the {label} sweep, per chase trial, at gap {gap}: {counted}"
+                ),
+                peak.bandwidth.clone(),
             ),
-            peak.bandwidth.clone(),
-        );
-        out.metric(
-            &self.name("loaded_outstanding_misses"),
-            "lines",
-            &format!("misses in flight at the unthrottled {} point by Little's law: bandwidth / line x chase latency, per trial", t.label()),
-            full.bandwidth
-                .iter()
-                .zip(&full.latency)
-                .map(|(&b, &l)| outstanding(b, self.line, l))
-                .collect(),
-        );
+            (
+                "loaded_outstanding_misses",
+                "lines",
+                format!(
+                    "misses in flight at the unthrottled {label} point by Little's law: bandwidth / line x chase latency, per trial"
+                ),
+                misses,
+            ),
+        ] {
+            out.metric(&self.name(name), unit, &description, raw);
+        }
     }
 
     /// The curve's finding: idle against unthrottled, and the peak against its prediction.
@@ -373,52 +349,42 @@ impl TrafficCurve<'_> {
         &self,
         out: &mut Outcome,
         (full, peak): (&LoadedPoint, &LoadedPoint),
-        predicted: Option<&Prediction>,
+        predicted: &[(String, Prediction)],
     ) {
-        let t = self.traffic;
-        let (il, fl) = (self.idle.latency_ns(), full.latency_ns());
-        let side = match (Summary::of(&full.latency), Summary::of(&self.idle.latency)) {
-            (Some(f), Some(i)) => match separation(&f, &i) {
+        let (il, fl) = (self.r.sw.idle.latency_ns(), full.latency_ns());
+        let side = match Summary::of(&full.latency).zip(Summary::of(&self.r.sw.idle.latency)) {
+            Some((f, i)) => match separation(&f, &i) {
                 Separation::Above => "above idle, 95% intervals apart",
                 Separation::Below => "below idle, 95% intervals apart",
                 Separation::Overlap => "within noise of idle",
             },
-            _ => "too few trials to compare",
+            None => "too few trials to compare",
         };
-        // The peak against its prediction: the same team's figure from mem.bandwidth.
-        let against = predicted
-            .map(|p| {
-                let inputs: Vec<&str> = p.inputs.keys().map(|k| k.as_str()).collect();
-                format!(
-                    " ({:.2}x of {}, predicted from mem.bandwidth's {} with as many threads as load threads)",
-                    peak.bandwidth_bps() / p.value,
-                    fmt_bandwidth(p.value),
-                    inputs.join(" and ")
-                )
-            })
-            .unwrap_or_default();
-        let (k, ratio) = (self.loaders.len(), fl / il);
-        let (idle, loaded) = (fmt_ns(il), fmt_ns(fl));
-        let (at, pk) = (
-            fmt_bandwidth(full.bandwidth_bps()),
-            fmt_bandwidth(peak.bandwidth_bps()),
-        );
-        let text = match t {
+        let (loaded_name, peak_name) = (self.name("loaded_latency"), self.name("peak_bandwidth"));
+        let stated = |(n, p): &&(String, Prediction)| *n == peak_name && p.withheld.is_none();
+        let against = predicted.iter().find(stated).map_or(String::new(), |(_, p)| {
+            let inputs: Vec<&str> = p.inputs.keys().map(|k| k.as_str()).collect();
+            format!(
+                " ({:.2}x of {}, predicted from mem.bandwidth's {} with as many threads as load threads)",
+                peak.bandwidth_bps() / p.value,
+                fmt_bandwidth(p.value),
+                inputs.join(" and ")
+            )
+        });
+        let (k, ratio, idle, loaded) = (self.r.loaders.len(), fl / il, fmt_ns(il), fmt_ns(fl));
+        let at = fmt_bandwidth(full.bandwidth_bps());
+        let pk = fmt_bandwidth(peak.bandwidth_bps());
+        let text = match self.traffic {
             Traffic::Read => format!(
                 "Loaded latency: {idle} idle, {loaded} with {k} load thread(s) reading unthrottled ({ratio:.2}x, {side}), at {at}; peak bandwidth {pk}{against}."
             ),
             Traffic::Mix => format!(
                 "Under a {} load (ordinary stores): {loaded} with {k} load thread(s) unthrottled ({ratio:.2}x idle, {side}), at {at}; peak {pk}{against}, counting each written line once{}.",
-                t.label(),
+                self.traffic.label(),
                 self.moved(peak)
             ),
         };
-        let (loaded_name, peak_name) = (self.name("loaded_latency"), self.name("peak_bandwidth"));
-        out.finding_salient(
-            text,
-            &["idle_latency", loaded_name.as_str(), peak_name.as_str()],
-            fl / il,
-        );
+        out.finding_salient(text, &["idle_latency", &loaded_name, &peak_name], ratio);
     }
 
     /// What the memory moved at `peak` with reads for ownership, where they were shown.
@@ -432,14 +398,13 @@ impl TrafficCurve<'_> {
 
     /// The knee's metric and finding, or a note on why there is none.
     fn knee(&self, out: &mut Outcome, peak: &LoadedPoint) {
-        let lp: Vec<(f64, f64)> = self
+        let lp = self
             .loaded
             .iter()
-            .map(|p| (p.bandwidth_bps(), p.latency_ns()))
-            .collect();
-        let label = self.traffic.label();
-        let rise = (KNEE_RISE - 1.0) * 100.0;
-        let found = knee(self.idle.latency_ns(), &lp);
+            .map(|p| (p.bandwidth_bps(), p.latency_ns()));
+        let lp: Vec<(f64, f64)> = lp.collect();
+        let (label, rise) = (self.traffic.label(), (KNEE_RISE - 1.0) * 100.0);
+        let found = knee(self.r.sw.idle.latency_ns(), &lp);
         let Some(i) = found.filter(|&i| i + 1 < lp.len() && lp[i].0 < peak.bandwidth_bps()) else {
             let why = match found {
                 Some(_) => format!(
@@ -449,16 +414,11 @@ impl TrafficCurve<'_> {
             };
             return out.notes.push(format!("{label}: no knee: {why}"));
         };
-        let (knee_name, peak_name) = (self.name("knee_bandwidth"), self.name("peak_bandwidth"));
-        let kp = &self.loaded[i];
-        out.metric(
-            &knee_name,
-            "bytes/s",
-            &format!(
-                "the highest bandwidth of the {label} sweep whose chase latency stays within {rise:.0}% of idle"
-            ),
-            kp.bandwidth.clone(),
+        let (knee_name, kp) = (self.name("knee_bandwidth"), &self.loaded[i]);
+        let what = format!(
+            "the highest bandwidth of the {label} sweep whose chase latency stays within {rise:.0}% of idle"
         );
+        out.metric(&knee_name, "bytes/s", &what, kp.bandwidth.clone());
         out.finding(
             format!(
                 "Knee ({label}) at {} ({:.0}% of the peak): latency {} there, {} at the peak.",
@@ -467,56 +427,45 @@ impl TrafficCurve<'_> {
                 fmt_ns(kp.latency_ns()),
                 fmt_ns(peak.latency_ns())
             ),
-            &[knee_name.as_str(), peak_name.as_str()],
+            &[&knee_name, &self.name("peak_bandwidth")],
         );
     }
 
     /// Each point's gap target, bandwidth, latency and misses in flight.
     fn points_note(&self, out: &mut Outcome) {
+        let points = self.points().map(|p| {
+            let (b, l) = (p.bandwidth_bps(), p.latency_ns());
+            let gap = p.gap.map_or("idle".to_string(), fmt_ns);
+            let misses = outstanding(b, self.r.line, l);
+            format!("{gap} -> {}, {}, {misses:.1}", fmt_bandwidth(b), fmt_ns(l))
+        });
         out.notes.push(format!(
             "points, {} (gap target -> bandwidth, latency, misses in flight): {}",
             self.traffic.label(),
-            self.points()
-                .map(|p| format!(
-                    "{} -> {}, {}, {:.1}",
-                    p.gap.map_or("idle".to_string(), fmt_ns),
-                    fmt_bandwidth(p.bandwidth_bps()),
-                    fmt_ns(p.latency_ns()),
-                    outstanding(p.bandwidth_bps(), self.line, p.latency_ns())
-                ))
-                .collect::<Vec<_>>()
-                .join("; ")
+            points.collect::<Vec<_>>().join("; ")
         ));
     }
 
     /// The read peak as a share of mem.bandwidth's reads of 1, N - 1 and N threads.
-    fn read_shares(&self, ctx: &Context, out: &mut Outcome, peak: f64) {
+    fn read_shares(&self, out: &mut Outcome, peak: f64) {
+        let ctx = self.r.ctx;
         let n = ctx.machine.cpu.allowed_cpus.len().max(1);
-        let teams: std::collections::BTreeSet<String> = [1, n - 1, n]
-            .iter()
-            .filter(|&&t| t >= 1)
-            .map(|t| t.to_string())
-            .collect();
-        let reads: Vec<String> = std::iter::once("thp_1".to_string())
-            .chain(teams)
-            .filter_map(|t| {
-                let name = format!("read_{t}t");
-                ctx.earlier_median("mem.bandwidth", &name).map(|bw| {
-                    format!(
-                        "{:.0}% of mem.bandwidth's {name} ({})",
-                        100.0 * peak / bw,
-                        fmt_bandwidth(bw)
-                    )
-                })
-            })
-            .collect();
+        let teams = [1, n - 1, n].into_iter().filter(|&t| t >= 1);
+        let teams: std::collections::BTreeSet<String> = teams.map(|t| t.to_string()).collect();
+        let share = |t: String| {
+            let name = format!("read_{t}t");
+            let bw = ctx.earlier_median("mem.bandwidth", &name)?;
+            let (share, bw) = (100.0 * peak / bw, fmt_bandwidth(bw));
+            Some(format!("{share:.0}% of mem.bandwidth's {name} ({bw})"))
+        };
+        let reads = std::iter::once("thp_1".to_string()).chain(teams);
+        let reads: Vec<String> = reads.filter_map(share).collect();
         if !reads.is_empty() {
-            out.notes.push(format!(
-                "peak bandwidth {} with {} load thread(s) and the chase: {}",
-                fmt_bandwidth(peak),
-                self.loaders.len(),
-                reads.join(", ")
-            ));
+            let (peak, k) = (fmt_bandwidth(peak), self.r.loaders.len());
+            let reads = reads.join(", ");
+            let note =
+                format!("peak bandwidth {peak} with {k} load thread(s) and the chase: {reads}");
+            out.notes.push(note);
         }
     }
 }
