@@ -350,7 +350,9 @@ impl LoadStream<'_> {
         }
     }
 
-    /// Load thread `t` streams one point until told to stop, recording its span.
+    /// Load thread `t` streams one point until told to stop, recording its span. Out of
+    /// line, so the stream loop's code does not change with what is inlined around it.
+    #[inline(never)]
     fn point(&mut self, sh: &LoadSignals, t: usize, cpu: usize, arg: u64) {
         let (clock, d, counter) = (self.clock, arg >> 1, &sh.counters[t]);
         let traffic = [Traffic::Read, Traffic::Mix][(arg & 1) as usize];
