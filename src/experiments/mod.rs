@@ -232,6 +232,14 @@ impl Context<'_> {
             .ok_or_else(|| anyhow::anyhow!("scratch folder unavailable"))
     }
 
+    /// The CPUs this run may use: the description's, else the process's affinity.
+    pub(crate) fn allowed_cpus(&self) -> Vec<usize> {
+        match &self.machine.cpu.allowed_cpus {
+            a if a.is_empty() => crate::platform::allowed_cpus(),
+            a => a.clone(),
+        }
+    }
+
     /// Core clock in GHz (cycles per ns), with where it came from.
     pub(crate) fn core_ghz(&self) -> (f64, String) {
         match self.machine.cpu.core_clock_hz {

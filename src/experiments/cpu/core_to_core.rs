@@ -52,7 +52,7 @@ impl Experiment for CoreToCore {
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, crate::results::Prediction)> {
         // Every class metric the run will name, as `report` names them from the same plan.
-        let plan = plan(&ctx.machine.topology, &allowed(ctx), ctx.profile);
+        let plan = plan(&ctx.machine.topology, &ctx.allowed_cpus(), ctx.profile);
         let names = metric_names(&plan.pairs.iter().map(|x| x.2).collect::<Vec<_>>());
         let names: Vec<&str> = names.iter().map(|(_, n)| n.as_str()).collect();
         let mut p = Predictions::new(ctx);
@@ -64,7 +64,7 @@ impl Experiment for CoreToCore {
         p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        let plan = plan(&ctx.machine.topology, &allowed(ctx), ctx.profile);
+        let plan = plan(&ctx.machine.topology, &ctx.allowed_cpus(), ctx.profile);
         if plan.pairs.is_empty() {
             return Ok(Outcome::skipped(
                 "only one CPU is allowed: there is no pair to bounce a line between (allow at least 2 CPUs)",
@@ -80,14 +80,6 @@ impl Experiment for CoreToCore {
         }
         report(ctx, &plan, &results, &mut out);
         Ok(out)
-    }
-}
-
-/// The CPUs this process may use, from the machine description or else the system.
-fn allowed(ctx: &Context) -> Vec<usize> {
-    match &ctx.machine.cpu.allowed_cpus {
-        a if a.is_empty() => crate::platform::allowed_cpus(),
-        a => a.clone(),
     }
 }
 

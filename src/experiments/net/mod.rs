@@ -68,12 +68,7 @@ fn local_peer(ctx: &Context) -> anyhow::Result<Arc<LocalPeer>> {
     if let Some(p) = g.as_ref() {
         return Ok(p.clone());
     }
-    let cpus = if ctx.machine.cpu.allowed_cpus.is_empty() {
-        (0..crate::platform::online_cpus()).collect()
-    } else {
-        ctx.machine.cpu.allowed_cpus.clone()
-    };
-    let peer = Arc::new(LocalPeer::start(&cpus)?);
+    let peer = Arc::new(LocalPeer::start(&ctx.allowed_cpus())?);
     CLEANUP.call_once(|| {
         // SAFETY: registering a plain extern "C" fn with no arguments is always sound.
         unsafe { libc::atexit(stop_local_peer) };
