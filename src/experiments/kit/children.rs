@@ -3,6 +3,7 @@
 
 use crate::clock::Clock;
 use crate::platform::CpuMask;
+use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
 
 /// One child's slot: its start stamp (ticks, at its release) and what its body returned.
@@ -56,24 +57,16 @@ impl<'c, T: Copy + Default> Children<'c, T> {
         body: impl Fn(usize, u64) -> T,
     ) -> anyhow::Result<()> {
         assert!(p <= self.n && !cpus.is_empty());
-        self.clear();
-        let (ready_r, ready_w) = crate::platform::pipe()?;
-        let (go_r, go_w) = crate::platform::pipe()?;
-        let ends = Ends {
-            ready_w: ready_w.as_raw_fd(),
-            go_r: go_r.as_raw_fd(),
-            ready_r: ready_r.as_raw_fd(),
-            go_w: go_w.as_raw_fd(),
-        };
+        let (ready, go) = (crate::platform::pipe()?, crate::platform::pipe()?);
+        let barrier = Barrier { ready, go };
         // Stops at the first failed fork.
         let fork_err = (0..p).find_map(|i| {
             let cpu = &cpus[i % cpus.len()];
-            self.fork(i, cpu, Some(&ends), |start| body(i, start)).err()
+            self.fork(i, cpu, Some(&barrier), |start| body(i, start))
+                .err()
         });
-        // Our copies of the children's ends: closed so a child's exit reads as end of file.
-        drop((ready_w, go_r));
         let forked = self.pids.borrow().len();
-        let got = release(&ready_r, go_w, forked);
+        let got = barrier.release(forked);
         let failed = self.reap();
         if let Some(e) = fork_err {
             anyhow::bail!("fork failed after {forked} processes: {e}");
@@ -84,23 +77,26 @@ impl<'c, T: Copy + Default> Children<'c, T> {
         Ok(())
     }
 
-    /// Forks child `i` on `cpu`, held at the barrier `ends` if any, running `body` once.
+    /// Forks child `i` on `cpu` into a cleared slot, held at `barrier` if any, running
+    /// `body` once.
     fn fork(
         &self,
         i: usize,
         cpu: &CpuMask,
-        ends: Option<&Ends>,
+        barrier: Option<&Barrier>,
         body: impl FnOnce(u64) -> T,
     ) -> std::io::Result<()> {
         assert!(i < self.n);
-        // SAFETY: i < n slots in the mapping.
+        // SAFETY: i < n slots in the mapping; its child is not running yet.
         let slot = unsafe { self.ptr.add(i) };
+        // SAFETY: as above.
+        unsafe { slot.write_volatile(ChildSlot::default()) };
         // SAFETY: fork; the child runs only `child` (the caller's async-signal-safe
         // body on memory prepared before the fork) and exits.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
             // SAFETY: in the freshly forked child; `child` ends with _exit.
-            unsafe { child(self.clock, cpu, ends, slot, body) }
+            unsafe { child(self.clock, cpu, barrier, slot, body) }
         }
         if pid < 0 {
             return Err(std::io::Error::last_os_error());
@@ -120,8 +116,6 @@ impl<'c, T: Copy + Default> Children<'c, T> {
         cpu: &CpuMask,
         body: impl FnOnce() -> T,
     ) -> std::io::Result<()> {
-        // SAFETY: i < n (asserted in `fork`); the slot's child is not running yet.
-        unsafe { std::ptr::write_volatile(self.ptr.add(i), ChildSlot::default()) };
         self.fork(i, cpu, None, |_| body())
     }
 
@@ -139,13 +133,6 @@ impl<'c, T: Copy + Default> Children<'c, T> {
         // SAFETY: i < n slots in the mapping; the children have exited when this is read.
         let s = unsafe { std::ptr::read_volatile(self.ptr.add(i)) };
         (s.start, s.value)
-    }
-
-    fn clear(&self) {
-        for i in 0..self.n {
-            // SAFETY: i < n; no child is running.
-            unsafe { std::ptr::write_volatile(self.ptr.add(i), ChildSlot::default()) }
-        }
     }
 
     /// Waits for every child forked; returns how many did not exit cleanly.
@@ -171,12 +158,33 @@ impl<T: Copy + Default> Drop for Children<'_, T> {
     }
 }
 
-/// The barrier: children write `ready_w`, then block reading `go_r` until `go_w` closes.
-struct Ends {
-    ready_w: i32,
-    go_r: i32,
-    ready_r: i32,
-    go_w: i32,
+/// Two pipes (read end, write end): each child writes `ready`, then blocks reading `go`
+/// until the parent closes `go`'s write end.
+struct Barrier {
+    ready: (OwnedFd, OwnedFd),
+    go: (OwnedFd, OwnedFd),
+}
+
+impl Barrier {
+    /// Closes the children's ends, so a child's exit reads as end of file, waits until
+    /// `n` children are ready (or gone), then releases them all; how many became ready.
+    fn release(self, n: usize) -> usize {
+        let Barrier {
+            ready: (ready, ready_w),
+            go: (go_r, go_w),
+        } = self;
+        drop((ready_w, go_r));
+        let mut ready = std::fs::File::from(ready);
+        let (mut got, mut b) = (0, [0u8; 64]);
+        while got < n {
+            match ready.read(&mut b) {
+                Ok(0) | Err(_) => break,
+                Ok(r) => got += r,
+            }
+        }
+        drop(go_w);
+        got
+    }
 }
 
 /// The body of a child; never returns.
@@ -187,7 +195,7 @@ struct Ends {
 unsafe fn child<T>(
     clock: &dyn Clock,
     cpu: &CpuMask,
-    ends: Option<&Ends>,
+    barrier: Option<&Barrier>,
     slot: *mut ChildSlot<T>,
     body: impl FnOnce(u64) -> T,
 ) -> ! {
@@ -195,15 +203,15 @@ unsafe fn child<T>(
     // body's own time bound still end the child.
     let _ = crate::platform::die_with_parent();
     cpu.pin_self();
-    if let Some(ends) = ends {
-        // The parent's ends: a child holding `go_w` open would never see the release.
-        libc::close(ends.go_w);
-        libc::close(ends.ready_r);
+    if let Some(Barrier { ready, go }) = barrier {
+        // The parent's ends: a child holding `go`'s write end open would never be released.
+        libc::close(go.1.as_raw_fd());
+        libc::close(ready.0.as_raw_fd());
         let one = [1u8];
-        libc::write(ends.ready_w, one.as_ptr() as *const libc::c_void, 1);
+        libc::write(ready.1.as_raw_fd(), one.as_ptr() as *const libc::c_void, 1);
         let mut b = [0u8];
-        // Barrier: the parent closes the write end when every child is ready; read sees EOF.
-        libc::read(ends.go_r, b.as_mut_ptr() as *mut libc::c_void, 1);
+        // Released: the parent closes the write end when every child is ready; read sees EOF.
+        libc::read(go.0.as_raw_fd(), b.as_mut_ptr() as *mut libc::c_void, 1);
     }
     // The run's clock: its reads are plain instructions or clock_gettime, both safe here.
     let start = clock.now();
@@ -211,29 +219,6 @@ unsafe fn child<T>(
     let value = body(start);
     std::ptr::addr_of_mut!((*slot).value).write_volatile(value);
     libc::_exit(0)
-}
-
-/// Waits until `n` children are ready (or gone), then releases them all by closing `go`;
-/// how many became ready.
-fn release(ready: &OwnedFd, go: OwnedFd, n: usize) -> usize {
-    let mut got = 0;
-    let mut b = [0u8; 64];
-    while got < n {
-        // SAFETY: b is a valid writable buffer.
-        let r = unsafe {
-            libc::read(
-                ready.as_raw_fd(),
-                b.as_mut_ptr() as *mut libc::c_void,
-                b.len(),
-            )
-        };
-        if r <= 0 {
-            break;
-        }
-        got += r as usize;
-    }
-    drop(go);
-    got
 }
 
 #[cfg(test)]

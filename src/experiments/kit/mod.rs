@@ -65,15 +65,12 @@ fn poll_until(cond: impl Fn() -> bool, every: u64, pause: impl Fn()) {
 
 /// "16KiB" style label of a size, for metric and series names.
 pub(crate) fn size_label(b: u64) -> String {
-    if b >= 1 << 30 && b % (1 << 30) == 0 {
-        format!("{}GiB", b >> 30)
-    } else if b >= 1 << 20 && b % (1 << 20) == 0 {
-        format!("{}MiB", b >> 20)
-    } else if b >= 1 << 10 && b % (1 << 10) == 0 {
-        format!("{}KiB", b >> 10)
-    } else {
-        format!("{b}B")
+    for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if b >= 1 << shift && b % (1 << shift) == 0 {
+            return format!("{}{unit}", b >> shift);
+        }
     }
+    format!("{b}B")
 }
 
 #[cfg(test)]

@@ -98,13 +98,9 @@ pub fn too_small_for_huge_pages(m: &crate::machine::Machine, len: usize) -> Opti
     })
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Pages {
-    /// MADV_NOHUGEPAGE: base pages even when THP is "always".
-    Base,
-    /// MADV_HUGEPAGE: transparent huge pages where the kernel can provide them.
-    Huge,
-}
+/// Base pages (MADV_NOHUGEPAGE, even when THP is "always") or transparent huge pages
+/// (MADV_HUGEPAGE, where the kernel can provide them).
+pub(crate) use crate::platform::HugePages as Pages;
 
 /// A fresh anonymous read-write mapping of `len` bytes, `MAP_PRIVATE` or `MAP_SHARED`.
 pub(super) fn anonymous(len: usize, sharing: i32) -> std::io::Result<*mut u8> {
@@ -151,13 +147,9 @@ impl Region {
         let off = (huge - (map as usize % huge)) % huge;
         // SAFETY: off < huge, so ptr..ptr+len lies inside the mapping.
         let ptr = unsafe { map.add(off) };
-        let advice = match pages {
-            Pages::Base => crate::platform::HugePages::Base,
-            Pages::Huge => crate::platform::HugePages::Huge,
-        };
         // SAFETY: advice on the mapping made above. Failure (e.g. no THP support) leaves
         // base pages, which `huge_bytes` reports.
-        unsafe { crate::platform::advise_huge_pages(map, map_len, advice) };
+        unsafe { crate::platform::advise_huge_pages(map, map_len, pages) };
         #[cfg(test)]
         if crate::experiments::seams::get().prefaulted {
             let ps = crate::pagecache::page_size();

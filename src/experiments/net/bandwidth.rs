@@ -59,12 +59,11 @@ fn send(
         s.stream.write_all(&buf)?;
     }
     let r = s.finish_sink(Duration::from_secs(30))?;
-    let total = if r.elapsed_ns > 0 {
-        r.bytes as f64 / r.elapsed_ns as f64 * 1e9
-    } else {
-        f64::NAN
-    };
-    Ok((interval_rates(&r.marks, interval), total))
+    let total = (r.elapsed_ns > 0).then(|| r.bytes as f64 / r.elapsed_ns as f64 * 1e9);
+    Ok((
+        interval_rates(&r.marks, interval),
+        total.unwrap_or(f64::NAN),
+    ))
 }
 
 /// Peer to client: the peer writes for `dur`, we count what arrives.
@@ -80,11 +79,9 @@ fn receive(
     })?;
     s.stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut buf = vec![0u8; CHUNK];
-    let mut marks = Vec::new();
-    let mut total: u64 = 0;
+    let (mut marks, mut total, mut next) = (Vec::new(), 0u64, 0.0);
     // The stream's clock starts on its first byte: connection setup is not transfer time.
     let mut first: Option<Stopwatch> = None;
-    let mut next = 0.0;
     let interval_ns = interval.as_nanos() as f64;
     loop {
         let n = match s.stream.read(&mut buf) {
@@ -189,20 +186,16 @@ impl Experiment for NetBandwidth {
         // let the scheduler place this thread (as iperf3 is placed) for the streams.
         let cpus = &ctx.machine.cpu.allowed_cpus;
         let unpinned = cpus.len() > 1 && crate::platform::set_affinity(cpus).is_ok();
+        // `streams` fails unless both directions were measured.
         let res = each_target(ctx, streams, |out, t, _| {
             let names = [t.name("send"), t.name("receive")];
-            let lines: Vec<String> = names
-                .iter()
-                .filter_map(|name| {
-                    let med = out.get(name)?.summary.median;
-                    let gbit = med * 8.0 / 1e9;
-                    Some(format!("{name} {} ({gbit:.2} Gbit/s)", fmt_bandwidth(med)))
-                })
-                .collect();
-            out.finding(
-                format!("TCP bandwidth with {}: {}.", t.label, lines.join(", ")),
-                &[&names[0], &names[1]],
-            );
+            let [send, receive] = names.each_ref().map(|name| {
+                let med = out.median(name);
+                let gbit = med * 8.0 / 1e9;
+                format!("{name} {} ({gbit:.2} Gbit/s)", fmt_bandwidth(med))
+            });
+            let text = format!("TCP bandwidth with {}: {send}, {receive}.", t.label);
+            out.finding(text, &[&names[0], &names[1]]);
         });
         if unpinned {
             let _ = crate::platform::pin_to_cpu(ctx.cpu);
@@ -232,11 +225,9 @@ fn streams(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<(
         let name = &t.name(base);
         (ctx.progress)(name);
         let (rates, avg) = stream(&h, t, dur, interval)?;
-        if rates.len() < 3 {
-            anyhow::bail!(
-                "{name}: only {} usable intervals in the stream",
-                rates.len()
-            );
+        let n = rates.len();
+        if n < 3 {
+            anyhow::bail!("{name}: only {n} usable intervals in the stream");
         }
         let med = crate::stats::median(&rates);
         let (m, a) = (fmt_bandwidth(med), fmt_bandwidth(avg));

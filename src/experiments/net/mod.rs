@@ -1,6 +1,5 @@
-//! Network experiments (docs/METHODOLOGY.md, "Network"; docs/PEER.md): round trip,
-//! bandwidth, connection cost, against the loopback peer this run starts and, with
-//! `--peer`, that remote `osmeter serve` too, its metrics named with `remote_` in front.
+//! Network experiments (docs/PEER.md): round trip, bandwidth and connection cost against
+//! the loopback peer and, with `--peer`, a remote `osmeter serve` (metrics `remote_`...).
 
 use super::predict::Predictions;
 use super::{Context, Experiment, Outcome};
@@ -25,16 +24,15 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
 /// Where the experiments send their traffic.
 pub(crate) struct PeerTarget {
     pub client: Client,
-    /// Loopback peer started by this run (kept alive while the target is in use).
+    /// The loopback peer, held alive while the target is in use; None for a remote one.
     pub local: Option<Arc<LocalPeer>>,
     /// "loopback peer 127.0.0.1:40000 (...)" or "remote peer HOST (ADDR)".
     pub label: String,
-    /// Put in front of every metric and check name: "" (loopback) or "remote_".
+    /// "" (loopback) or "remote_", in front of every metric and check name.
     pub prefix: &'static str,
 }
 
 impl PeerTarget {
-    /// `metric` as this target names it.
     pub fn name(&self, metric: &str) -> String {
         format!("{}{metric}", self.prefix)
     }
@@ -119,10 +117,10 @@ pub(crate) fn each_target<M>(
         budget: ctx.budget / targets.len().max(1) as u32,
         ..*ctx
     };
-    let mut measured = Vec::new();
-    for t in &targets {
-        measured.push(measure(ctx, t, &mut out)?);
-    }
+    let measured: Vec<M> = targets
+        .iter()
+        .map(|t| measure(ctx, t, &mut out))
+        .collect::<anyhow::Result<_>>()?;
     out.pool(ctx);
     for (t, m) in targets.iter().zip(&measured) {
         findings(&mut out, t, m);

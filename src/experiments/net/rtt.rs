@@ -98,17 +98,25 @@ pub(crate) fn placement_check(
     Check::premise(&name, client_on && peer_pinned && peer_on, detail)
 }
 
-/// Round trips that may go unanswered (`once` says whether the reply came), answered ones
-/// timed and lost ones counted; None when no warm-up round trip was answered, and the
-/// warm-up ends after three losses in a row when `impatient` (each costs a timeout).
+/// Round trips that may go unanswered (`once` says whether the reply came) into `out`:
+/// answered ones timed, lost ones noted; false when no warm-up round trip was answered.
+/// An ICMP loss costs a long timeout: its warm-up ends after three in a row, and it takes
+/// at most 100 warm-ups and half the samples.
 fn lossy(
     ctx: &Context,
-    warm: usize,
-    impatient: bool,
-    max: usize,
+    t: &PeerTarget,
+    out: &mut Outcome,
+    icmp: bool,
+    desc: &str,
     budget: Duration,
     mut once: impl FnMut() -> std::io::Result<bool>,
-) -> std::io::Result<Option<(Vec<f64>, u64)>> {
+) -> std::io::Result<bool> {
+    let (warm, max) = (WARMUP.get(ctx.profile), MAX_SAMPLES.get(ctx.profile));
+    let (warm, max) = if icmp {
+        (warm.min(100), max / 2)
+    } else {
+        (warm, max)
+    };
     let (mut any, mut run) = (false, 0);
     for _ in 0..warm {
         if once()? {
@@ -116,28 +124,38 @@ fn lossy(
         } else {
             run += 1;
         }
-        if impatient && run >= 3 {
+        if icmp && run >= 3 {
             break;
         }
     }
     if !any {
-        return Ok(None);
+        return Ok(false);
     }
     let mut lost = Vec::new();
     let v = sample(ctx, max, budget, || {
         lost.push(!once()?);
         Ok(())
     })?;
-    let n_lost = lost.iter().filter(|&&l| l).count() as u64;
+    let (name, what) = match icmp {
+        true => (t.name("icmp"), "echoes unanswered"),
+        false => (t.name("udp"), "datagrams lost"),
+    };
+    let n_lost = lost.iter().filter(|&&l| l).count();
+    if n_lost > 0 {
+        out.notes
+            .push(format!("{name}: {n_lost} {what} (not timed)"));
+    }
     let kept = v
         .into_iter()
         .zip(&lost)
         .filter_map(|(x, &l)| (!l).then_some(x));
-    Ok(Some((kept.collect(), n_lost)))
+    out.distribution(&name, "ns", desc, kept.collect());
+    Ok(true)
 }
 
 /// UDP round trips to the peer's echo port; lost datagrams are counted, not timed.
-fn udp_echo(ctx: &Context, t: &PeerTarget, budget: Duration) -> anyhow::Result<(Vec<f64>, u64)> {
+fn udp(ctx: &Context, t: &PeerTarget, budget: Duration, out: &mut Outcome) -> anyhow::Result<()> {
+    // Dropping this control connection, on return, ends the peer's UDP echo.
     let s = t.client.open(&Request::UdpEcho {
         max_size: UDP_MSG as u32,
     })?;
@@ -158,32 +176,28 @@ fn udp_echo(ctx: &Context, t: &PeerTarget, budget: Duration) -> anyhow::Result<(
             }
         }
     };
-    let (warm, max) = (WARMUP.get(ctx.profile), MAX_SAMPLES.get(ctx.profile));
-    let got = lossy(ctx, warm, false, max, budget, once)?;
-    drop(s); // closing the control connection ends the peer's UDP echo
-    got.ok_or_else(|| anyhow::anyhow!("no UDP reply from {dest} (a firewall may drop UDP)"))
+    let desc = format!("UDP ping-pong of {UDP_MSG} bytes with {}", t.label);
+    if !lossy(ctx, t, out, false, &desc, budget, once)? {
+        anyhow::bail!("no UDP reply from {dest} (a firewall may drop UDP)");
+    }
+    Ok(())
 }
 
-fn icmp_echo(
-    ctx: &Context,
-    t: &PeerTarget,
-    budget: Duration,
-) -> Result<(Vec<f64>, u64, &'static str), String> {
+/// ICMP echoes, answered by the peer's kernel; why not, when none could be sent or answered.
+fn icmp(ctx: &Context, t: &PeerTarget, budget: Duration, out: &mut Outcome) -> Result<(), String> {
     let std::net::IpAddr::V4(ip) = t.client.addr.ip() else {
         return Err("ICMP echo is implemented for IPv4 peers only".into());
     };
     let mut p = super::icmp::Pinger::open(ip, Duration::from_millis(500))?;
-    let kind = p.kind;
+    let desc = format!("ICMP echo to {ip} via a {}, answered by the kernel", p.kind);
     let mut seq: u16 = 0;
     let once = || {
         seq = seq.wrapping_add(1);
         p.ping(seq)
     };
-    let warm = WARMUP.get(ctx.profile).min(100);
-    let max = MAX_SAMPLES.get(ctx.profile) / 2;
-    match lossy(ctx, warm, true, max, budget, once) {
-        Ok(Some((v, lost))) => Ok((v, lost, kind)),
-        Ok(None) => Err(format!(
+    match lossy(ctx, t, out, true, &desc, budget, once) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(format!(
             "no ICMP echo reply from {ip} (echo replies disabled or filtered)"
         )),
         Err(e) => Err(format!("ICMP echo failed: {e}")),
@@ -388,37 +402,17 @@ fn unpinned_where(t: &PeerTarget, client_cpu: usize, cpus: &[(u32, u64)]) -> Str
     }
 }
 
-/// A lossy round trip's distribution, with a note of the unanswered ones.
-fn add_lossy(out: &mut Outcome, name: &str, v: Vec<f64>, lost: u64, what: &str, desc: &str) {
-    if lost > 0 {
-        out.notes.push(format!("{name}: {lost} {what} (not timed)"));
-    }
-    out.distribution(name, "ns", desc, v);
-}
-
 fn udp_and_icmp(ctx: &Context, t: &PeerTarget, budget: Duration, out: &mut Outcome) {
     (ctx.progress)("UDP round trips");
-    match udp_echo(ctx, t, budget) {
-        Ok((v, lost)) => {
-            let desc = format!("UDP ping-pong of {UDP_MSG} bytes with {}", t.label);
-            add_lossy(out, &t.name("udp"), v, lost, "datagrams lost", &desc);
-        }
-        Err(e) => out
-            .notes
-            .push(format!("{}: not measured: {e:#}", t.name("udp"))),
+    if let Err(e) = udp(ctx, t, budget, out) {
+        let udp = t.name("udp");
+        out.notes.push(format!("{udp}: not measured: {e:#}"));
     }
     (ctx.progress)("ICMP echo");
-    match icmp_echo(ctx, t, budget) {
-        Ok((v, lost, kind)) => {
-            let ip = t.client.addr.ip();
-            let desc = format!("ICMP echo to {ip} via a {kind}, answered by the kernel");
-            add_lossy(out, &t.name("icmp"), v, lost, "echoes unanswered", &desc);
-        }
-        Err(why) => {
-            let icmp = t.name("icmp");
-            out.notes.push(format!("{icmp}: skipped: {why}"));
-            out.check(Check::sanity(&t.name(crate::grade::ICMP_CHECK), false, why));
-        }
+    if let Err(why) = icmp(ctx, t, budget, out) {
+        let icmp = t.name("icmp");
+        out.notes.push(format!("{icmp}: skipped: {why}"));
+        out.check(Check::sanity(&t.name(crate::grade::ICMP_CHECK), false, why));
     }
 }
 
