@@ -13,7 +13,6 @@ pub(crate) fn line_bytes(caches: &[Cache]) -> usize {
         .unwrap_or(64)
 }
 
-/// Last-level cache size, if known.
 pub(crate) fn llc_bytes(caches: &[Cache]) -> Option<u64> {
     caches.iter().map(|c| c.size_bytes).max()
 }
@@ -219,7 +218,6 @@ pub(crate) fn rss_baseline() -> Option<u64> {
 
 /// Peak RSS growth since `rss_baseline` against the announced cap.
 pub(crate) fn rss_check(base: Option<u64>, cap: u64) -> crate::results::Check {
-    let name = crate::grade::CAP_CHECK;
     let cap_text = fmt_bytes(cap as f64);
     let (ok, detail) = match (base, crate::machine::process::status_bytes("VmHWM:")) {
         (Some(b), Some(p)) => {
@@ -235,7 +233,7 @@ pub(crate) fn rss_check(base: Option<u64>, cap: u64) -> crate::results::Check {
             format!("cap {cap_text}; peak RSS not readable here, allocations sized to the cap"),
         ),
     };
-    crate::results::Check::sanity(name, ok, detail)
+    crate::results::Check::sanity(crate::grade::CAP_CHECK, ok, detail)
 }
 
 #[cfg(test)]

@@ -43,12 +43,7 @@ pub(crate) fn interval_rates(marks: &[(u64, u64)], interval: Duration) -> Vec<f6
 }
 
 /// Client to peer: we write, the peer counts what arrives.
-fn send(
-    h: &Harness,
-    t: &PeerTarget,
-    dur: Duration,
-    interval: Duration,
-) -> anyhow::Result<(Vec<f64>, f64)> {
+fn send(h: &Harness, t: &PeerTarget, dur: Duration, interval: Duration) -> anyhow::Result<Marks> {
     let mut s = t.client.open(&Request::Sink {
         interval_ms: interval.as_millis().max(1) as u32,
     })?;
@@ -59,11 +54,7 @@ fn send(
         s.stream.write_all(&buf)?;
     }
     let r = s.finish_sink(Duration::from_secs(30))?;
-    let total = (r.elapsed_ns > 0).then(|| r.bytes as f64 / r.elapsed_ns as f64 * 1e9);
-    Ok((
-        interval_rates(&r.marks, interval),
-        total.unwrap_or(f64::NAN),
-    ))
+    Ok((r.marks, r.bytes, r.elapsed_ns))
 }
 
 /// Peer to client: the peer writes for `dur`, we count what arrives.
@@ -72,7 +63,7 @@ fn receive(
     t: &PeerTarget,
     dur: Duration,
     interval: Duration,
-) -> anyhow::Result<(Vec<f64>, f64)> {
+) -> anyhow::Result<Marks> {
     let mut s = t.client.open(&Request::Source {
         duration_ms: dur.as_millis() as u32,
         write_size: CHUNK as u32,
@@ -101,10 +92,9 @@ fn receive(
             next = el + interval_ns;
         }
     }
-    let el = first.map(|t| t.elapsed_ns()).unwrap_or_default();
-    marks.push((el as u64, total));
-    let avg = total as f64 / (el * 1e-9).max(1e-9);
-    Ok((interval_rates(&marks, interval), avg))
+    let el = first.map(|t| t.elapsed_ns()).unwrap_or_default() as u64;
+    marks.push((el, total));
+    Ok((marks, total, el))
 }
 
 /// The link's line rate less framing, an upper bound, where the route to the `--peer`
@@ -197,21 +187,21 @@ impl Experiment for NetBandwidth {
             let text = format!("TCP bandwidth with {}: {send}, {receive}.", t.label);
             out.finding(text, &[&names[0], &names[1]]);
         });
-        if unpinned {
-            let _ = crate::platform::pin_to_cpu(ctx.cpu);
+        if !unpinned {
+            return res;
         }
+        let _ = crate::platform::pin_to_cpu(ctx.cpu);
         let mut out = res?;
-        if unpinned {
-            out.notes.push(format!(
-                "streams ran with this thread unpinned (CPUs {cpus:?}) so that sender and receiver can run in parallel"
-            ));
-        }
+        out.notes.push(format!(
+            "streams ran with this thread unpinned (CPUs {cpus:?}) so that sender and receiver can run in parallel"
+        ));
         Ok(out)
     }
 }
 
-/// A stream in one direction: its per-interval rates and whole-stream average (bytes/s).
-type Stream = fn(&Harness, &PeerTarget, Duration, Duration) -> anyhow::Result<(Vec<f64>, f64)>;
+/// A stream in one direction: its (elapsed ns, cumulative bytes) marks, bytes and ns in all.
+type Stream = fn(&Harness, &PeerTarget, Duration, Duration) -> anyhow::Result<Marks>;
+type Marks = (Vec<(u64, u64)>, u64, u64);
 
 fn streams(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<()> {
     let (dur, interval) = PLAN.get(ctx.profile);
@@ -224,11 +214,13 @@ fn streams(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<(
     for (base, dir, stream) in ways {
         let name = &t.name(base);
         (ctx.progress)(name);
-        let (rates, avg) = stream(&h, t, dur, interval)?;
+        let (marks, bytes, ns) = stream(&h, t, dur, interval)?;
+        let rates = interval_rates(&marks, interval);
         let n = rates.len();
         if n < 3 {
             anyhow::bail!("{name}: only {n} usable intervals in the stream");
         }
+        let avg = bytes as f64 / ns as f64 * 1e9;
         let med = crate::stats::median(&rates);
         let (m, a) = (fmt_bandwidth(med), fmt_bandwidth(avg));
         out.check(Check::sanity(

@@ -74,22 +74,18 @@ fn predict_to(p: &mut Predictions, remote: bool) {
         .earlier("net.rtt", &[&format!("{prefix}icmp")])
         .named("icmp_echo");
     let sys = p.earlier("cpu.syscall", &["getppid"]);
-    let bound =
-        "TCP's own segment work, the ACK and the sockets' allocation are left out: a lower bound";
-    p.state("connect", &[&echo, &sys], |v| {
-        Prediction::new(
-            v[0] - v[1],
-            format!("net.rtt {prefix}icmp less one getppid (the echo makes two calls, connect one); {bound}"),
-        )
-        .lower_bound()
-    });
-    p.state("open_close", &[&echo, &sys], |v| {
-        Prediction::new(
-            v[0] + v[1],
-            format!("socket() and close() at least a kernel entry each (2 x getppid) + connect's bound (net.rtt {prefix}icmp less one getppid); {bound}"),
-        )
-        .lower_bound()
-    });
+    let bound = "TCP's own segment work, the ACK and the sockets' allocation are left out";
+    let connect = format!("net.rtt {prefix}icmp less one getppid");
+    let bounds = [
+        ("connect", -1.0, format!("{connect} (the echo makes two calls, connect one)")),
+        ("open_close", 1.0, format!("socket() and close() at least a kernel entry each (2 x getppid) + connect's bound ({connect})")),
+    ];
+    for (name, sign, formula) in bounds {
+        p.state(name, &[&echo, &sys], |v| {
+            let f = format!("{formula}; {bound}: a lower bound");
+            Prediction::new(v[0] + sign * v[1], f).lower_bound()
+        });
+    }
     p.withhold(
         &["close"],
         if remote {

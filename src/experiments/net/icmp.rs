@@ -72,11 +72,9 @@ impl Pinger {
             match self.sock.recv(&mut buf) {
                 Ok(n) if is_echo_reply(&buf[..n], self.id, seq, self.check_id) => return Ok(true),
                 Ok(_) => {}
-                Err(e) => match e.kind() {
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => return Ok(false),
-                    io::ErrorKind::Interrupted => {}
-                    _ => return Err(e),
-                },
+                Err(e) if crate::peer::protocol::is_timeout(&e) => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
         }
     }

@@ -13,6 +13,7 @@ use crate::peer::protocol::{EchoReport, Request};
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
 use std::io::{Read, Write};
+use std::iter::zip;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -111,12 +112,10 @@ fn lossy(
     budget: Duration,
     mut once: impl FnMut() -> std::io::Result<bool>,
 ) -> std::io::Result<bool> {
-    let (warm, max) = (WARMUP.get(ctx.profile), MAX_SAMPLES.get(ctx.profile));
-    let (warm, max) = if icmp {
-        (warm.min(100), max / 2)
-    } else {
-        (warm, max)
-    };
+    let (mut warm, mut max) = (WARMUP.get(ctx.profile), MAX_SAMPLES.get(ctx.profile));
+    if icmp {
+        (warm, max) = (warm.min(100), max / 2);
+    }
     let (mut any, mut run) = (false, 0);
     for _ in 0..warm {
         if once()? {
@@ -131,24 +130,20 @@ fn lossy(
     if !any {
         return Ok(false);
     }
-    let mut lost = Vec::new();
+    let mut answered = Vec::new();
     let v = sample(ctx, max, budget, || {
-        lost.push(!once()?);
+        answered.push(once()?);
         Ok(())
     })?;
     let (name, what) = match icmp {
         true => (t.name("icmp"), "echoes unanswered"),
         false => (t.name("udp"), "datagrams lost"),
     };
-    let n_lost = lost.iter().filter(|&&l| l).count();
-    if n_lost > 0 {
-        out.notes
-            .push(format!("{name}: {n_lost} {what} (not timed)"));
+    match answered.iter().filter(|&&a| !a).count() {
+        0 => {}
+        n => out.notes.push(format!("{name}: {n} {what} (not timed)")),
     }
-    let kept = v
-        .into_iter()
-        .zip(&lost)
-        .filter_map(|(x, &l)| (!l).then_some(x));
+    let kept = zip(v, answered).filter_map(|(x, a)| a.then_some(x));
     out.distribution(&name, "ns", desc, kept.collect());
     Ok(true)
 }
@@ -248,9 +243,8 @@ pub(super) fn cross_plans(ctx: &Context) -> Vec<CrossPlan> {
     ctx.machine.topology.cross_cpu_plans(ctx.cpu, allowed)
 }
 
-/// Lower bounds of 4 system calls and the peer's two wake-ups per round trip, on one CPU
-/// or across (docs/methods/net.rtt.md); the unpinned peer may run on either, so it gets
-/// the cheaper.
+/// Lower bounds (docs/methods/net.rtt.md); the unpinned peer may run on the client's CPU
+/// or another, so it gets the cheaper.
 fn predict_loopback(p: &mut Predictions) {
     let sys = p.earlier("cpu.syscall", &["getppid"]);
     let calls = |n: f64| {
@@ -268,11 +262,10 @@ fn predict_loopback(p: &mut Predictions) {
         .map(|plan| {
             let rt = format!("pipe_round_trip_cross_cpu{}", plan.suffix);
             let measured = p.earlier("cpu.thread-switch", &[&rt]);
-            let why = (measured
-                .why_missing()
-                .or(pipe.why_missing())
-                .map(str::to_string))
-            .unwrap_or_else(|| format!("cpu.thread-switch's {rt} was not above its pipe_cost"));
+            let why = match measured.why_missing().or(pipe.why_missing()) {
+                Some(why) => why.to_string(),
+                None => format!("cpu.thread-switch's {rt} was not above its pipe_cost"),
+            };
             let v = measured.value().zip(pipe.value()).map(|(r, q)| r - q);
             let source = format!("measured: cpu.thread-switch {rt} less pipe_cost");
             let name = format!("cross_cpu_wake_ups{}", plan.suffix);
