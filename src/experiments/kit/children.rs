@@ -25,7 +25,6 @@ pub(crate) struct Children<'c, T: Copy + Default> {
 }
 
 impl<'c, T: Copy + Default> Children<'c, T> {
-    /// Maps `n` slots, read with the run's `clock`.
     pub(crate) fn new(n: usize, clock: &'c dyn Clock) -> anyhow::Result<Self> {
         let p = super::region::anonymous(Self::len(n), libc::MAP_SHARED)?;
         Ok(Children {
@@ -59,7 +58,6 @@ impl<'c, T: Copy + Default> Children<'c, T> {
         assert!(p <= self.n && !cpus.is_empty());
         let (ready, go) = (crate::platform::pipe()?, crate::platform::pipe()?);
         let barrier = Barrier { ready, go };
-        // Stops at the first failed fork.
         let fork_err = (0..p).find_map(|i| {
             let cpu = &cpus[i % cpus.len()];
             self.fork(i, cpu, Some(&barrier), |start| body(i, start))
@@ -77,8 +75,7 @@ impl<'c, T: Copy + Default> Children<'c, T> {
         Ok(())
     }
 
-    /// Forks child `i` on `cpu` into a cleared slot, held at `barrier` if any, running
-    /// `body` once.
+    /// Forks child `i` on `cpu` into a cleared slot, held at `barrier` if any.
     fn fork(
         &self,
         i: usize,
@@ -187,8 +184,6 @@ impl Barrier {
     }
 }
 
-/// The body of a child; never returns.
-///
 /// # Safety
 /// Only in a freshly forked child (the parent has threads: async-signal-safe calls only,
 /// on memory prepared before fork, `body` too); `slot` points into the shared mapping.

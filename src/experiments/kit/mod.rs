@@ -50,7 +50,6 @@ pub(crate) fn spin_until(cond: impl Fn() -> bool) {
     poll_until(cond, 1024, std::thread::yield_now);
 }
 
-/// Spins until `cond`, calling `pause` every `every` spins.
 fn poll_until(cond: impl Fn() -> bool, every: u64, pause: impl Fn()) {
     let mut spins = 0u64;
     while !cond() {

@@ -70,7 +70,6 @@ pub(crate) fn largest_set(
     Ok((1u64 << (63 - fit.leading_zeros()), cap))
 }
 
-/// Whether transparent huge pages can be requested with madvise.
 pub(crate) fn thp_available(m: &crate::machine::Machine) -> bool {
     matches!(m.memory.thp_enabled.as_deref(), Some("always" | "madvise"))
 }

@@ -171,7 +171,6 @@ pub(crate) fn main_cpu(cpus: &[(u32, u64)]) -> Option<(u32, f64)> {
         .map(|&(c, n)| (c, n as f64 / total as f64))
 }
 
-/// The p50/p90/p99 of distribution `name`, where it was measured.
 pub(crate) fn percentiles(out: &Outcome, name: &str) -> Option<crate::stats::Percentiles> {
     out.get(name)?.summary.percentiles.clone()
 }

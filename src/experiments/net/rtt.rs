@@ -54,8 +54,7 @@ fn tcp_echo(
         pin_cpu,
     })?;
     s.stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut msg = [0x5au8; TCP_MSG];
-    let mut back = [0u8; TCP_MSG];
+    let (mut msg, mut back) = ([0x5au8; TCP_MSG], [0u8; TCP_MSG]);
     let stream = &mut s.stream;
     let mut count = EchoCount::default();
     let mut once = || -> std::io::Result<()> {
@@ -341,7 +340,8 @@ fn measure(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<V
     let parts = if plans.is_empty() { 4 } else { 5 + plans.len() };
     let slice = ctx.budget * 8 / 10 / parts as u32;
     let client_cpu = ctx.cpu;
-    let mut runs = vec![(t.name("tcp"), None, String::new())];
+    let nodelay = format!("TCP_NODELAY ping-pong of {TCP_MSG} byte with {}", t.label);
+    let mut runs = vec![(t.name("tcp"), None, nodelay)];
     if !plans.is_empty() {
         let what = "peer pinned to the client's CPU".into();
         runs.push(("tcp_same_cpu".into(), Some(client_cpu), what));
@@ -355,15 +355,15 @@ fn measure(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<V
         let budget = if pin.is_none() { slice * 2 } else { slice };
         let (v, report, count, client) = tcp_echo(ctx, t, pin.map_or(-1, |c| c as i32), budget)?;
         let (messages, cpus) = (report.messages, &report.cpus);
+        let where_ = match pin {
+            None => unpinned_where(t, client_cpu, cpus),
+            Some(pin) => format!("peer pinned to CPU {pin}"),
+        };
+        out.check(echo_check(&name, count, messages, &where_));
         let Some(pin) = pin else {
-            let where_ = unpinned_where(t, client_cpu, cpus);
-            out.check(echo_check(&name, count, messages, &where_));
-            let what = format!("TCP_NODELAY ping-pong of {TCP_MSG} byte with {}", t.label);
             out.distribution(&name, "ns", &format!("{what}; {where_}"), v);
             continue;
         };
-        let where_ = format!("peer pinned to CPU {pin}");
-        out.check(echo_check(&name, count, messages, &where_));
         let placed = placement_check(&name, &client, pin, report.pinned, cpus);
         if placed.passed {
             let desc = format!("TCP round trip, client on CPU {client_cpu}, {what} ({pin})");
