@@ -134,17 +134,18 @@ pub(crate) fn predict_each(
     ctx: &Context,
     mut state: impl FnMut(&mut Predictions, Option<&str>),
 ) -> Vec<(String, Prediction)> {
-    let mut p = Predictions::new(ctx);
-    state(&mut p, None);
-    let mut v = p.done();
-    if let Some(spec) = &ctx.options.peer {
+    let remote = ctx
+        .options
+        .peer
+        .as_deref()
+        .map(|spec| (Some(spec), "remote_"));
+    let mut v = Vec::new();
+    for (spec, prefix) in [(None, "")].into_iter().chain(remote) {
         let mut p = Predictions::new(ctx);
-        state(&mut p, Some(spec));
-        v.extend(
-            p.done()
-                .into_iter()
-                .map(|(n, x)| (format!("remote_{n}"), x)),
-        );
+        state(&mut p, spec);
+        for (name, x) in p.done() {
+            v.push((format!("{prefix}{name}"), x));
+        }
     }
     v
 }

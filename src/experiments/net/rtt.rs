@@ -355,9 +355,19 @@ fn measure(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<V
         let budget = if pin.is_none() { slice * 2 } else { slice };
         let (v, report, count, client) = tcp_echo(ctx, t, pin.map_or(-1, |c| c as i32), budget)?;
         let (messages, cpus) = (report.messages, &report.cpus);
-        let where_ = match pin {
-            None => unpinned_where(t, client_cpu, cpus),
-            Some(pin) => format!("peer pinned to CPU {pin}"),
+        // Where the round trips ran (docs/methods/net.rtt.md).
+        let peer_cpus = describe_cpus(cpus);
+        let where_ = match (pin, main_cpu(cpus)) {
+            (Some(pin), _) => format!("peer pinned to CPU {pin}"),
+            _ if t.remote() => format!(
+                "client on CPU {client_cpu} of this host, peer on its own host ({peer_cpus} there)"
+            ),
+            (None, Some((c, share))) => format!(
+                "client pinned to CPU {client_cpu}, peer unpinned ran on {peer_cpus}: {} for {:.0}% of round trips",
+                if c as usize == client_cpu { "same CPU" } else { "different CPUs" },
+                share * 100.0
+            ),
+            (None, None) => format!("client pinned to CPU {client_cpu}, peer CPU unknown"),
         };
         out.check(echo_check(&name, count, messages, &where_));
         let Some(pin) = pin else {
@@ -377,22 +387,6 @@ fn measure(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<V
     }
     udp_and_icmp(ctx, t, slice, out);
     Ok(plans)
-}
-
-/// Where the unpinned round trips ran (docs/methods/net.rtt.md).
-fn unpinned_where(t: &PeerTarget, client_cpu: usize, cpus: &[(u32, u64)]) -> String {
-    let peer_cpus = describe_cpus(cpus);
-    match main_cpu(cpus) {
-        _ if t.remote() => format!(
-            "client on CPU {client_cpu} of this host, peer on its own host ({peer_cpus} there)"
-        ),
-        Some((c, share)) => format!(
-            "client pinned to CPU {client_cpu}, peer unpinned ran on {peer_cpus}: {} for {:.0}% of round trips",
-            if c as usize == client_cpu { "same CPU" } else { "different CPUs" },
-            share * 100.0
-        ),
-        None => format!("client pinned to CPU {client_cpu}, peer CPU unknown"),
-    }
 }
 
 fn udp_and_icmp(ctx: &Context, t: &PeerTarget, budget: Duration, out: &mut Outcome) {
