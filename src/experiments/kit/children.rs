@@ -166,12 +166,8 @@ impl Barrier {
     /// Closes the children's ends, so a child's exit reads as end of file, waits until
     /// `n` children are ready (or gone), then releases them all; how many became ready.
     fn release(self, n: usize) -> usize {
-        let Barrier {
-            ready: (ready, ready_w),
-            go: (go_r, go_w),
-        } = self;
-        drop((ready_w, go_r));
-        let mut ready = std::fs::File::from(ready);
+        drop((self.ready.1, self.go.0));
+        let mut ready = std::fs::File::from(self.ready.0);
         let (mut got, mut b) = (0, [0u8; 64]);
         while got < n {
             match ready.read(&mut b) {
@@ -179,7 +175,7 @@ impl Barrier {
                 Ok(r) => got += r,
             }
         }
-        drop(go_w);
+        drop(self.go.1);
         got
     }
 }

@@ -101,7 +101,6 @@ fn predict_to(p: &mut Predictions, remote: bool) {
 
 /// One target's connections into `out`.
 fn measure(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<()> {
-    let label = &t.label;
     let max = MAX_CONNECTIONS.get(ctx.profile);
     let session = t.client.open(&Request::ConnectTarget {
         max_accepts: (max + max_open_close(ctx.profile) + 200) as u32,
@@ -116,7 +115,7 @@ fn measure(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<(
         format!("{n} connections (bound {max})"),
     ));
     for ((name, what), v) in TIMED.into_iter().zip(timed) {
-        out.distribution(&t.name(name), "ns", &format!("{what}, {label}"), v);
+        out.distribution(&t.name(name), "ns", &format!("{what}, {}", t.label), v);
     }
     Ok(())
 }

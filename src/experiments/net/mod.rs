@@ -117,10 +117,10 @@ pub(crate) fn each_target<M>(
         budget: ctx.budget / targets.len().max(1) as u32,
         ..*ctx
     };
-    let measured: Vec<M> = targets
-        .iter()
-        .map(|t| measure(ctx, t, &mut out))
-        .collect::<anyhow::Result<_>>()?;
+    let mut measured = Vec::new();
+    for t in &targets {
+        measured.push(measure(ctx, t, &mut out)?);
+    }
     out.pool(ctx);
     for (t, m) in targets.iter().zip(&measured) {
         findings(&mut out, t, m);
@@ -134,11 +134,8 @@ pub(crate) fn predict_each(
     ctx: &Context,
     mut state: impl FnMut(&mut Predictions, Option<&str>),
 ) -> Vec<(String, Prediction)> {
-    let remote = ctx
-        .options
-        .peer
-        .as_deref()
-        .map(|spec| (Some(spec), "remote_"));
+    let peer = ctx.options.peer.as_deref();
+    let remote = peer.map(|spec| (Some(spec), "remote_"));
     let mut v = Vec::new();
     for (spec, prefix) in [(None, "")].into_iter().chain(remote) {
         let mut p = Predictions::new(ctx);
