@@ -24,10 +24,10 @@ pub(crate) const UNKNOWN_LLC: u64 = 256 << 20;
 /// The last-level cache size, or `UNKNOWN_LLC` with a note saying it was assumed.
 pub(crate) fn llc_or_assumed(caches: &[Cache]) -> (u64, Option<String>) {
     let Some(b) = llc_bytes(caches) else {
-        let llc = fmt_bytes(UNKNOWN_LLC as f64);
         let note = format!(
-            "the machine lists no cache sizes: the last-level cache is taken to be {llc}, \
-             so working sets meant to be beyond it are judged against that"
+            "the machine lists no cache sizes: the last-level cache is taken to be {}, \
+             so working sets meant to be beyond it are judged against that",
+            fmt_bytes(UNKNOWN_LLC as f64)
         );
         return (UNKNOWN_LLC, Some(note));
     };
