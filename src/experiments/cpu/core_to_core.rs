@@ -72,11 +72,18 @@ impl Experiment for CoreToCore {
         }
         let mut out = Outcome::default();
         let share = ctx.budget.mul_f64(0.8) / plan.pairs.len() as u32;
-        let mut results = Vec::new();
+        let (mut results, mut failed) = (Vec::new(), None);
         for &(a, b, class) in &plan.pairs {
-            let r = bounce(ctx, a, b, share);
-            (ctx.progress)(&format!("CPU {a} <-> CPU {b}: {}", fmt_ns(r.one_way())));
-            results.push((a, b, class, r));
+            let r = bounce(ctx, a, b, share).map_err(|e| format!("{e:#}"));
+            let said = r.as_ref().map_or_else(String::clone, |r| fmt_ns(r.one_way()));
+            (ctx.progress)(&format!("CPU {a} <-> CPU {b}: {said}"));
+            match r {
+                Ok(r) => results.push((a, b, class, r)),
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        if let Some(e) = failed {
+            out.notes.push(format!("a pair could not run: {e}"));
         }
         report(ctx, &plan, &results, &mut out);
         Ok(out)
@@ -140,24 +147,16 @@ pub(crate) fn metric_names(
     names.collect()
 }
 
-/// One pair's one-way ns per trial and where each side was seen, or why it could not run.
+/// One pair's one-way ns per trial and where each side was seen.
 #[derive(Debug, Clone, Default)]
 struct Bounce {
     trials: Vec<f64>,
     places: [Place; 2],
-    error: Option<String>,
 }
 
 impl Bounce {
     fn one_way(&self) -> f64 {
         crate::stats::median(&self.trials)
-    }
-
-    fn failed(why: String) -> Bounce {
-        Bounce {
-            error: Some(why),
-            ..Default::default()
-        }
     }
 }
 
@@ -166,14 +165,11 @@ impl Bounce {
 struct PingLine(AtomicU64);
 
 /// Bounces a line between `a` (first touch, timing) and `b` for about `share`.
-fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> Bounce {
+fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> anyhow::Result<Bounce> {
     let clock = ctx.clock;
     let on_a = || {
         let _ = pin(a);
-        let mut region = match Region::new(crate::pagecache::page_size(), Pages::Base) {
-            Ok(region) => region,
-            Err(e) => return Bounce::failed(format!("{e:#}")),
-        };
+        let mut region = Region::new(crate::pagecache::page_size(), Pages::Base)?;
         // First touch on `a`: the page (and the line) start here.
         region.as_mut_slice()[0] = 0;
         // SAFETY: the region is page-aligned, larger than a PingLine, and outlives the
@@ -202,14 +198,13 @@ fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> Bounce {
             trials
         });
         let side = |i: usize| placed.places.get(i).copied().unwrap_or_default();
-        Bounce {
+        Ok(Bounce {
             trials,
             places: [side(0), side(1)],
-            error: None,
-        }
+        })
     };
     std::thread::scope(|s| s.spawn(on_a).join())
-        .unwrap_or_else(|_| Bounce::failed("the timing thread panicked".into()))
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("the timing thread panicked")))
 }
 
 /// `n` compare-and-swaps of `line` from `*v` to `*v + 1`, each after the partner's.
@@ -227,7 +222,7 @@ fn ping(line: &PingLine, v: &mut u64, n: u64) {
 }
 
 /// The premise: pinning is hard and every look found both threads on their CPUs.
-fn placement_check(pin: Option<String>, ok: &[&PairResult]) -> Check {
+fn placement_check(pin: Option<String>, ok: &[PairResult]) -> Check {
     let moved: Vec<String> = ok
         .iter()
         .filter(|(.., r)| r.places.iter().any(|p| p.off() > 0))
@@ -255,21 +250,17 @@ fn placement_check(pin: Option<String>, ok: &[&PairResult]) -> Check {
 type PairResult = (usize, usize, Option<PartnerClass>, Bounce);
 
 /// Metrics per class, the matrix series (one per first CPU), the premise, and the findings.
-fn report(ctx: &Context, plan: &PairPlan, results: &[PairResult], out: &mut Outcome) {
-    if let Some(e) = results.iter().find_map(|r| r.3.error.as_ref()) {
-        out.notes.push(format!("a pair could not run: {e}"));
-    }
-    let ok: Vec<&PairResult> = results.iter().filter(|r| !r.3.trials.is_empty()).collect();
+fn report(ctx: &Context, plan: &PairPlan, ok: &[PairResult], out: &mut Outcome) {
     let pin = crate::platform::pinning_premise_failure(&crate::platform::pin_support());
-    out.check(placement_check(pin, &ok));
+    out.check(placement_check(pin, ok));
     let mut rows: std::collections::BTreeMap<usize, Vec<[f64; 2]>> = Default::default();
-    for (a, b, _, r) in &ok {
+    for (a, b, _, r) in ok {
         rows.entry(*a).or_default().push([*b as f64, r.one_way()]);
     }
     for (a, points) in rows {
         out.plot(&format!("one_way_from_cpu{a}"), "cpu", "ns", points);
     }
-    let classes = class_metrics(&ok, out);
+    let classes = class_metrics(ok, out);
     let (n, total) = (ok.len(), plan.total);
     out.notes.push(match plan.per_class {
         Some(k) => format!(
@@ -278,15 +269,11 @@ fn report(ctx: &Context, plan: &PairPlan, results: &[PairResult], out: &mut Outc
         None => format!("all {n} pairs measured"),
     });
     out.pool(ctx);
-    let by_class: Vec<_> = classes
-        .into_iter()
-        .map(|(class, name)| (class, out.median(&name), name))
-        .collect();
-    findings(&by_class, out);
+    findings(&classes, out);
 }
 
 /// One metric per topology class, trials of its pairs pooled: (class, metric name).
-fn class_metrics(ok: &[&PairResult], out: &mut Outcome) -> Vec<(Option<PartnerClass>, String)> {
+fn class_metrics(ok: &[PairResult], out: &mut Outcome) -> Vec<(Option<PartnerClass>, String)> {
     let names = metric_names(&ok.iter().map(|r| r.2).collect::<Vec<_>>());
     for (class, name) in &names {
         let members: Vec<_> = ok.iter().filter(|r| r.2 == *class).collect();
@@ -311,8 +298,9 @@ fn class_metrics(ok: &[&PairResult], out: &mut Outcome) -> Vec<(Option<PartnerCl
 }
 
 /// The nearest and farthest classes side by side ("x times" only when their intervals
-/// are apart), or the only one: (class, median, metric).
-fn findings(by_class: &[(Option<PartnerClass>, f64, String)], out: &mut Outcome) {
+/// are apart), or the only one.
+fn findings(classes: &[(Option<PartnerClass>, String)], out: &mut Outcome) {
+    let by_class: Vec<_> = classes.iter().map(|(c, n)| (*c, out.median(n), n)).collect();
     let class = |c: Option<PartnerClass>, none| c.map_or(none, |c| c.name());
     let near = by_class.iter().min_by(|a, b| a.1.total_cmp(&b.1));
     let far = by_class.iter().max_by(|a, b| a.1.total_cmp(&b.1));
@@ -518,19 +506,11 @@ mod tests {
             let near: Vec<f64> = (0..20).map(|i| 40.0 + i as f64).collect();
             o.metric("one_way", "ns", "", near);
             o.metric("one_way_other_llc", "ns", "", far);
-            let by_class = vec![
-                (
-                    Some(PartnerClass::SameLlc),
-                    o.median("one_way"),
-                    "one_way".to_string(),
-                ),
-                (
-                    Some(PartnerClass::OtherLlc),
-                    o.median("one_way_other_llc"),
-                    "one_way_other_llc".to_string(),
-                ),
+            let classes = [
+                (Some(PartnerClass::SameLlc), "one_way".to_string()),
+                (Some(PartnerClass::OtherLlc), "one_way_other_llc".to_string()),
             ];
-            findings(&by_class, &mut o);
+            findings(&classes, &mut o);
             o.findings.pop().unwrap()
         };
         let apart = run(vec![120.0; 20]);
@@ -557,7 +537,6 @@ mod tests {
         let good = Bounce {
             trials: vec![100.0],
             places: [seen; 2],
-            ..Default::default()
         };
         let moved = Bounce {
             places: [seen, Place { blind: 1, ..seen }],
@@ -565,14 +544,14 @@ mod tests {
         };
         let a = (0, 1, Some(PartnerClass::SameLlc), good);
         let b = (0, 2, Some(PartnerClass::SameLlc), moved);
-        assert!(placement_check(None, &[&a]).passed);
-        let c = placement_check(None, &[&a, &b]);
+        assert!(placement_check(None, std::slice::from_ref(&a)).passed);
+        let c = placement_check(None, &[a.clone(), b]);
         assert!(
             !c.passed && c.premise && c.detail.contains("0<->2"),
             "{}",
             c.detail
         );
-        let c = placement_check(Some("hint only".into()), &[&a]);
+        let c = placement_check(Some("hint only".into()), &[a]);
         assert!(!c.passed && c.detail.contains("hint only"), "{}", c.detail);
         assert!(!placement_check(None, &[]).passed, "nothing measured");
     }
@@ -605,8 +584,7 @@ mod tests {
             scratch_cell: &scratch,
             repetition: crate::experiments::Repetition::SINGLE,
         };
-        let r = bounce(&ctx, cpus[0], cpus[1], Duration::from_millis(20));
-        assert!(r.error.is_none(), "{:?}", r.error);
+        let r = bounce(&ctx, cpus[0], cpus[1], Duration::from_millis(20)).unwrap();
         assert!(r.trials.len() >= MIN_TRIALS);
         // Physically: more than a nanosecond, less than a millisecond one way.
         let v = r.one_way();

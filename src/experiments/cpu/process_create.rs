@@ -102,13 +102,6 @@ fn program() -> Option<&'static str> {
         .find(|p| std::path::Path::new(p).is_file())
 }
 
-/// This process's resident anonymous memory in base pages (RssAnon less huge pages).
-fn own_anon_base_bytes() -> Option<u64> {
-    let anon = crate::machine::process::status_bytes("RssAnon:")?;
-    let huge = crate::machine::process::huge_bytes_in(0, usize::MAX)?;
-    Some(anon.saturating_sub(huge))
-}
-
 #[inline(always)]
 fn fork_exit_wait() -> std::io::Result<libc::c_int> {
     // SAFETY: the child calls only _exit, which is async-signal-safe.
@@ -124,12 +117,8 @@ fn fork_exit_wait() -> std::io::Result<libc::c_int> {
 }
 
 #[inline(always)]
-fn spawn_wait(
-    path: &CString,
-    argv: &[*mut libc::c_char; 2],
-    envp: &[*mut libc::c_char; 1],
-) -> std::io::Result<libc::c_int> {
-    let mut pid: libc::pid_t = 0;
+fn spawn_wait(path: &CString, argv: &[*mut libc::c_char; 2]) -> std::io::Result<libc::c_int> {
+    let (mut pid, envp): (libc::pid_t, [*mut libc::c_char; 1]) = (0, [std::ptr::null_mut()]);
     // SAFETY: path, argv and envp are NUL- and NULL-terminated and outlive the call;
     // null file actions and attributes mean defaults.
     let rc = unsafe {
@@ -214,14 +203,52 @@ impl Experiment for ProcessCreate {
         p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        use crate::machine::process::{huge_bytes_in, status_bytes};
         let mut out = Outcome::default();
         let program = program();
         let h = super::long_trials(ctx, if program.is_some() { 3 } else { 2 }, 10);
-        // The parent's own anonymous memory as the small fork sees it, before the region.
-        let own_anon = own_anon_base_bytes();
-        measure_forks(ctx, &h, &mut out)?;
+        // The parent's own anonymous memory in base pages as the small fork sees it.
+        let own_anon = status_bytes("RssAnon:")
+            .zip(huge_bytes_in(0, usize::MAX))
+            .map(|(anon, huge)| anon.saturating_sub(huge));
+        let mut forks = Statuses::default();
+        (ctx.progress)("fork + exit + wait");
+        let m = forks.time(&h, "fork/waitpid", fork_exit_wait)?;
+        out.measured(
+            "fork_exit_wait",
+            "fork(), child _exit(0), parent waitpid()",
+            &m,
+        );
+        match added_region(ctx.machine, ctx.profile) {
+            Ok(region) => {
+                (ctx.progress)("fork + exit + wait with 32 MiB more resident");
+                let before = resident_pages(&region);
+                let what = "fork/waitpid with the added memory";
+                let m = forks.time(&h, what, fork_exit_wait)?;
+                out.check(region_check(before, resident_pages(&region), region.huge_bytes()));
+                out.measured(
+                    "fork_exit_wait_32mib",
+                    "fork_exit_wait from a parent with 32 MiB more resident anonymous memory in base pages",
+                    &m,
+                );
+            }
+            Err(e) => out.notes.push(format!(
+                "fork_exit_wait_32mib, fork_per_mib: skipped, the 32 MiB region could not be made: {e:#}"
+            )),
+        }
+        out.check(forks.check("forked"));
         match program {
-            Some(path) => measure_spawn(ctx, &h, path, &mut out)?,
+            Some(path) => {
+                (ctx.progress)("posix_spawn /bin/true + wait");
+                let (cpath, arg0) = (CString::new(path)?, CString::new("true")?);
+                let argv = [arg0.as_ptr() as *mut libc::c_char, std::ptr::null_mut()];
+                let mut spawns = Statuses::default();
+                let what = format!("posix_spawn {path}");
+                let m = spawns.time(&h, &what, || spawn_wait(&cpath, &argv))?;
+                out.check(spawns.check(path));
+                let description = format!("posix_spawn() of {path}, then waitpid()");
+                out.measured("spawn_exec", &description, &m);
+            }
             None => out.notes.push(
                 "spawn_exec: skipped, neither /bin/true nor /usr/bin/true exists (install coreutils)"
                     .into(),
@@ -231,51 +258,6 @@ impl Experiment for ProcessCreate {
         finding(ctx, own_anon, &mut out);
         Ok(out)
     }
-}
-
-fn measure_forks(ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Result<()> {
-    let mut forks = Statuses::default();
-    (ctx.progress)("fork + exit + wait");
-    let m = forks.time(h, "fork/waitpid", fork_exit_wait)?;
-    out.measured(
-        "fork_exit_wait",
-        "fork(), child _exit(0), parent waitpid()",
-        &m,
-    );
-    match added_region(ctx.machine, ctx.profile) {
-        Ok(region) => {
-            (ctx.progress)("fork + exit + wait with 32 MiB more resident");
-            let before = resident_pages(&region);
-            let what = "fork/waitpid with the added memory";
-            let m = forks.time(h, what, fork_exit_wait)?;
-            out.check(region_check(before, resident_pages(&region), region.huge_bytes()));
-            out.measured(
-                "fork_exit_wait_32mib",
-                "fork_exit_wait from a parent with 32 MiB more resident anonymous memory in base pages",
-                &m,
-            );
-        }
-        Err(e) => out.notes.push(format!(
-            "fork_exit_wait_32mib, fork_per_mib: skipped, the 32 MiB region could not be made: {e:#}"
-        )),
-    }
-    out.check(forks.check("forked"));
-    Ok(())
-}
-
-fn measure_spawn(ctx: &Context, h: &Harness, path: &str, out: &mut Outcome) -> anyhow::Result<()> {
-    (ctx.progress)("posix_spawn /bin/true + wait");
-    let cpath = CString::new(path)?;
-    let arg0 = CString::new("true")?;
-    let argv = [arg0.as_ptr() as *mut libc::c_char, std::ptr::null_mut()];
-    let envp = [std::ptr::null_mut()];
-    let mut spawns = Statuses::default();
-    let what = format!("posix_spawn {path}");
-    let m = spawns.time(h, &what, || spawn_wait(&cpath, &argv, &envp))?;
-    out.check(spawns.check(path));
-    let description = format!("posix_spawn() of {path}, then waitpid()");
-    out.measured("spawn_exec", &description, &m);
-    Ok(())
 }
 
 /// fork against thread creation and spawn, the per-MiB share, and both models.

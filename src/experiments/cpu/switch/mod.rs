@@ -68,10 +68,11 @@ struct SwitchFigure {
 }
 
 impl SwitchFigure {
-    const NONE: SwitchFigure = SwitchFigure {
-        median: f64::NAN,
-        interval: [f64::NAN; 2],
-    };
+    /// From `Outcome::difference`'s median and interval; NaN without one.
+    fn of(d: Option<(f64, [f64; 2])>) -> SwitchFigure {
+        let (median, interval) = d.unwrap_or((f64::NAN, [f64::NAN; 2]));
+        SwitchFigure { median, interval }
+    }
 
     /// "1.50 us (95% interval 1.40 us to 1.60 us)".
     fn text(&self) -> String {
@@ -80,22 +81,22 @@ impl SwitchFigure {
     }
 }
 
-/// Adds `switch` after `pipe_cost`, its interval carrying the pipe cost's.
-fn switch_metric(out: &mut Outcome) -> SwitchFigure {
-    let Some((median, interval)) = out.difference(
+/// Adds `switch` = (`round_trip` - median `pipe_cost`) / 2 after `pipe_cost`, its interval
+/// carrying the pipe cost's.
+fn switch_metric(out: &mut Outcome, round_trip: &str, pipe_cost: &str) -> SwitchFigure {
+    let d = out.difference(
         "switch",
         "one context switch: (round trip - median pipe cost) / 2, per trial; its interval includes the pipe cost's",
-        "pipe_round_trip_same_cpu",
-        "pipe_cost",
+        round_trip,
+        pipe_cost,
         0.5,
-    ) else {
-        return SwitchFigure::NONE;
-    };
-    // Shown beside the pipe cost it subtracts (which `difference` found).
-    let at = out.metrics.iter().position(|x| x.name == "pipe_cost");
-    let m = out.metrics.pop().expect("just added");
-    out.metrics.insert(at.expect("subtracted") + 1, m);
-    SwitchFigure { median, interval }
+    );
+    // Shown beside the pipe cost it subtracts.
+    if let Some(at) = d.and(out.metrics.iter().position(|x| x.name == pipe_cost)) {
+        let m = out.metrics.pop().expect("just added");
+        out.metrics.insert(at + 1, m);
+    }
+    SwitchFigure::of(d)
 }
 
 const POSITIVE: &str = "the switch figure is positive";
@@ -351,10 +352,9 @@ impl Experiment for Kind {
             "one task writing and reading its own two pipes, per round-trip equivalent",
             &pipe,
         );
-        let mut cross = Vec::new();
-        for plan in &plans {
-            cross.push(cross_cpu(kind, ctx, &h, plan, &mut out)?);
-        }
+        let cross: Vec<_> = (plans.iter())
+            .map(|plan| cross_cpu(kind, ctx, &h, plan, &mut out))
+            .collect::<anyhow::Result<_>>()?;
         if plans.is_empty() {
             out.notes.push(
                 "pipe_round_trip_cross_cpu: skipped, this process may use only one CPU".into(),
@@ -364,11 +364,9 @@ impl Experiment for Kind {
             .then(|| working_set_series(kind, ctx, &h, sizes, &mut out))
             .transpose()?;
         out.pool(ctx);
-        let sw = switch_metric(&mut out);
+        let sw = switch_metric(&mut out, "pipe_round_trip_same_cpu", "pipe_cost");
         out.check(switch_positive(&sw));
-        let thread = (kind == Kind::Process)
-            .then(|| thread_switch(ctx))
-            .flatten();
+        let thread = thread_switch(ctx).filter(|_| kind == Kind::Process);
         if let Some(t) = &thread {
             out.check(address_space_check(&sw, t));
         }
@@ -511,7 +509,7 @@ mod tests {
         o.metric("pipe_round_trip_same_cpu", "ns", "", vec![10_000.0; 20]);
         let pipe: Vec<f64> = (0..20).map(|i| 4000.0 + 200.0 * i as f64).collect();
         o.metric("pipe_cost", "ns", "", pipe);
-        let sw = switch_metric(&mut o);
+        let sw = switch_metric(&mut o, "pipe_round_trip_same_cpu", "pipe_cost");
         let m = o.get("switch").unwrap();
         let own = m.summary.ci95;
         assert!(

@@ -1,7 +1,6 @@
 //! cpu.process-switch's switch cost against working set.
 
 use super::*;
-use crate::stats::Summary;
 
 /// One point of the working-set series: W bytes, and this run's switch figure at W.
 pub(super) type WsPoint = (f64, SwitchFigure);
@@ -37,21 +36,12 @@ pub(super) fn working_set_series(
     Ok(pts)
 }
 
-/// (round trip - median overhead) / 2 with the interval of the round trip's median
-/// widened by half the overhead's.
+/// The switch figure at `bytes` from this run's round trips and overheads alone.
 pub(super) fn ws_point(bytes: f64, rt: &[f64], ovh: &[f64]) -> WsPoint {
-    let (Some(r), Some(o)) = (Summary::of(rt), Summary::of(ovh)) else {
-        return (bytes, SwitchFigure::NONE);
-    };
-    let half = (o.ci95[1] - o.ci95[0]).abs() / 4.0;
-    let figure = SwitchFigure {
-        median: (r.median - o.median) / 2.0,
-        interval: [
-            (r.ci95[0] - o.median) / 2.0 - half,
-            (r.ci95[1] - o.median) / 2.0 + half,
-        ],
-    };
-    (bytes, figure)
+    let mut o = Outcome::default();
+    o.metric("round_trip", "ns", "", rt.to_vec());
+    o.metric("overhead", "ns", "", ovh.to_vec());
+    (bytes, switch_metric(&mut o, "round_trip", "overhead"))
 }
 
 /// The series' largest working set against its empty switch; "more" only beyond both
