@@ -153,7 +153,7 @@ impl Statuses {
         what: &str,
         mut step: impl FnMut() -> std::io::Result<libc::c_int>,
     ) -> anyhow::Result<Measurement> {
-        let (m, err) = super::measure_ops(h, || {
+        let (m, err) = super::measure_ops(h, None, || {
             match step()? {
                 s if libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0 => self.ok += 1,
                 s => (self.bad, self.bad_status) = (self.bad + 1, s),

@@ -170,19 +170,8 @@ pub(super) fn round_trips(
     // The partner's start (copy-on-write faults, cold caches) would stretch calibration.
     h.warm_up(WARM_ROUNDS, WARM_LIMIT, || pp.round_trip())
         .with_context(what)?;
-    let mut err = None;
     let mut main = Place::new(ctx.cpu);
-    let m = h.measure(1.0, |n| {
-        main.look();
-        let mut failed = err.is_some();
-        repeat(n, || {
-            if !failed {
-                err = pp.round_trip().err();
-                failed = err.is_some();
-            }
-        });
-        main.look();
-    });
+    let (m, err) = measure_ops(h, Some(&mut main), || pp.round_trip());
     if let Some(e) = err {
         return Err(e).with_context(what);
     }
@@ -200,7 +189,7 @@ pub(super) fn pipe_cost(h: &Harness, ws: usize) -> anyhow::Result<Measurement> {
     let mut buf = working_set(ws);
     let p = buf.as_mut_ptr() as *mut u8;
     let extra = crate::experiments::seams::get().pipe_alone_extra;
-    let (m, err) = measure_ops(h, || {
+    let (m, err) = measure_ops(h, None, || {
         let mut t = [1u8];
         touch(p, ws);
         let mut ok = hop(&a, &mut t);
