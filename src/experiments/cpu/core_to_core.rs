@@ -75,7 +75,9 @@ impl Experiment for CoreToCore {
         let (mut results, mut failed) = (Vec::new(), None);
         for &(a, b, class) in &plan.pairs {
             let r = bounce(ctx, a, b, share).map_err(|e| format!("{e:#}"));
-            let said = r.as_ref().map_or_else(String::clone, |r| fmt_ns(r.one_way()));
+            let said = r
+                .as_ref()
+                .map_or_else(String::clone, |r| fmt_ns(r.one_way()));
             (ctx.progress)(&format!("CPU {a} <-> CPU {b}: {said}"));
             match r {
                 Ok(r) => results.push((a, b, class, r)),
@@ -98,8 +100,7 @@ pub(crate) struct PairPlan {
     pub(crate) per_class: Option<usize>,
 }
 
-/// Every pair, or `per_class` pairs of each class spread evenly over the class's pairs
-/// (in `Topology::pairs` order): the first, the last, and between.
+/// Every pair, or `per_class` of each class spread evenly over it (first, last, between).
 pub(crate) fn plan(t: &Topology, allowed: &[usize], profile: Profile) -> PairPlan {
     let all = t.pairs(allowed);
     let (total, n) = (all.len(), allowed.iter().collect::<BTreeSet<_>>().len());
@@ -126,8 +127,7 @@ pub(crate) fn plan(t: &Topology, allowed: &[usize], profile: Profile) -> PairPla
     }
 }
 
-/// Each class's metric name: the nearest class on another core (else the only one) keeps
-/// `one_way`, as the cross-CPU figures do.
+/// Metric names per class: the nearest on another core (else the only one) keeps `one_way`.
 pub(crate) fn metric_names(
     classes: &[Option<PartnerClass>],
 ) -> Vec<(Option<PartnerClass>, String)> {
@@ -297,10 +297,12 @@ fn class_metrics(ok: &[PairResult], out: &mut Outcome) -> Vec<(Option<PartnerCla
     names
 }
 
-/// The nearest and farthest classes side by side ("x times" only when their intervals
-/// are apart), or the only one.
+/// Nearest against farthest class ("x times" only with the intervals apart), or the only one.
 fn findings(classes: &[(Option<PartnerClass>, String)], out: &mut Outcome) {
-    let by_class: Vec<_> = classes.iter().map(|(c, n)| (*c, out.median(n), n)).collect();
+    let by_class: Vec<_> = classes
+        .iter()
+        .map(|(c, n)| (*c, out.median(n), n))
+        .collect();
     let class = |c: Option<PartnerClass>, none| c.map_or(none, |c| c.name());
     let near = by_class.iter().min_by(|a, b| a.1.total_cmp(&b.1));
     let far = by_class.iter().max_by(|a, b| a.1.total_cmp(&b.1));
@@ -508,7 +510,10 @@ mod tests {
             o.metric("one_way_other_llc", "ns", "", far);
             let classes = [
                 (Some(PartnerClass::SameLlc), "one_way".to_string()),
-                (Some(PartnerClass::OtherLlc), "one_way_other_llc".to_string()),
+                (
+                    Some(PartnerClass::OtherLlc),
+                    "one_way_other_llc".to_string(),
+                ),
             ];
             findings(&classes, &mut o);
             o.findings.pop().unwrap()

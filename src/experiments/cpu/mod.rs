@@ -92,8 +92,7 @@ pub(crate) fn pipe_io<T>(fd: RawFd, buf: &mut [T], write: bool) -> isize {
     }
 }
 
-/// `h.measure` of one `op` per iteration until its first error, returned beside it; `place`
-/// looks at the CPU on either side of each trial.
+/// `h.measure` of `op` until its first error, beside it; `place` looks around each trial.
 pub(crate) fn measure_ops<E>(
     h: &Harness,
     mut place: Option<&mut Place>,

@@ -1,6 +1,6 @@
-//! cpu.process-create: fork + _exit + waitpid (also from a parent with 32 MiB more resident), and
-//! posix_spawn of /bin/true + waitpid.
+//! cpu.process-create: fork + _exit + waitpid (also with 32 MiB more), posix_spawn + waitpid.
 
+use crate::experiments::kit::files::RepeatedCheck;
 use crate::experiments::kit::{Pages, Region};
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
@@ -137,41 +137,31 @@ fn spawn_wait(path: &CString, argv: &[*mut libc::c_char; 2]) -> std::io::Result<
     crate::platform::reap(pid, false)
 }
 
-/// Children that exited 0, those that did not, and the last such wait status.
-#[derive(Default)]
-struct Statuses {
-    ok: u64,
-    bad: u64,
-    bad_status: libc::c_int,
+/// Times `step`, counting whether each child exited 0 into `exits`; its first error, with `what`.
+fn time_children(
+    h: &Harness,
+    what: &str,
+    exits: &mut RepeatedCheck,
+    mut step: impl FnMut() -> std::io::Result<libc::c_int>,
+) -> anyhow::Result<Measurement> {
+    let (m, err) = super::measure_ops(h, None, || {
+        let s = step()?;
+        exits.record(libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0, || {
+            format!("{s:#x}")
+        });
+        Ok::<_, std::io::Error>(())
+    });
+    err.map_or(Ok(m), Err).context(what.to_string())
 }
 
-impl Statuses {
-    /// Times `step`, counting every child's status; its first error, with `what`.
-    fn time(
-        &mut self,
-        h: &Harness,
-        what: &str,
-        mut step: impl FnMut() -> std::io::Result<libc::c_int>,
-    ) -> anyhow::Result<Measurement> {
-        let (m, err) = super::measure_ops(h, None, || {
-            match step()? {
-                s if libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0 => self.ok += 1,
-                s => (self.bad, self.bad_status) = (self.bad + 1, s),
-            }
-            Ok::<_, std::io::Error>(())
-        });
-        err.map_or(Ok(m), Err).context(what.to_string())
-    }
-
-    fn check(&self, what: &str) -> Check {
-        let (bad, all, status) = (self.bad, self.ok + self.bad, self.bad_status);
-        let detail = match bad {
-            0 => format!("{all} children, all exited 0"),
-            _ => format!("{bad} of {all} children did not exit 0 (e.g. wait status {status:#x})"),
-        };
-        let name = format!("every {what} child exited with status 0");
-        Check::premise(&name, bad == 0 && self.ok > 0, detail)
-    }
+fn exits_check(exits: &RepeatedCheck, what: &str) -> Check {
+    let (bad, all, status) = (exits.total - exits.passed, exits.total, &exits.last_failure);
+    let detail = match bad {
+        0 => format!("{all} children, all exited 0"),
+        _ => format!("{bad} of {all} children did not exit 0 (e.g. wait status {status})"),
+    };
+    let name = format!("every {what} child exited with status 0");
+    Check::premise(&name, bad == 0 && all > 0, detail)
 }
 
 const SPEC: Spec = Spec {
@@ -211,9 +201,9 @@ impl Experiment for ProcessCreate {
         let own_anon = status_bytes("RssAnon:")
             .zip(huge_bytes_in(0, usize::MAX))
             .map(|(anon, huge)| anon.saturating_sub(huge));
-        let mut forks = Statuses::default();
+        let mut forks = RepeatedCheck::default();
         (ctx.progress)("fork + exit + wait");
-        let m = forks.time(&h, "fork/waitpid", fork_exit_wait)?;
+        let m = time_children(&h, "fork/waitpid", &mut forks, fork_exit_wait)?;
         out.measured(
             "fork_exit_wait",
             "fork(), child _exit(0), parent waitpid()",
@@ -224,7 +214,7 @@ impl Experiment for ProcessCreate {
                 (ctx.progress)("fork + exit + wait with 32 MiB more resident");
                 let before = resident_pages(&region);
                 let what = "fork/waitpid with the added memory";
-                let m = forks.time(&h, what, fork_exit_wait)?;
+                let m = time_children(&h, what, &mut forks, fork_exit_wait)?;
                 out.check(region_check(before, resident_pages(&region), region.huge_bytes()));
                 out.measured(
                     "fork_exit_wait_32mib",
@@ -236,16 +226,16 @@ impl Experiment for ProcessCreate {
                 "fork_exit_wait_32mib, fork_per_mib: skipped, the 32 MiB region could not be made: {e:#}"
             )),
         }
-        out.check(forks.check("forked"));
+        out.check(exits_check(&forks, "forked"));
         match program {
             Some(path) => {
                 (ctx.progress)("posix_spawn /bin/true + wait");
                 let (cpath, arg0) = (CString::new(path)?, CString::new("true")?);
                 let argv = [arg0.as_ptr() as *mut libc::c_char, std::ptr::null_mut()];
-                let mut spawns = Statuses::default();
+                let mut spawns = RepeatedCheck::default();
                 let what = format!("posix_spawn {path}");
-                let m = spawns.time(&h, &what, || spawn_wait(&cpath, &argv))?;
-                out.check(spawns.check(path));
+                let m = time_children(&h, &what, &mut spawns, || spawn_wait(&cpath, &argv))?;
+                out.check(exits_check(&spawns, path));
                 let description = format!("posix_spawn() of {path}, then waitpid()");
                 out.measured("spawn_exec", &description, &m);
             }

@@ -26,12 +26,6 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    const fn id(self) -> &'static str {
-        match self {
-            Kind::Thread => "cpu.thread-switch",
-            Kind::Process => "cpu.process-switch",
-        }
-    }
     fn noun(self) -> &'static str {
         match self {
             Kind::Thread => "threads",
@@ -79,8 +73,7 @@ impl SwitchFigure {
     }
 }
 
-/// Adds `switch` = (`round_trip` - median `pipe_cost`) / 2 after `pipe_cost`, its interval
-/// carrying the pipe cost's.
+/// Adds `switch` = (`round_trip` - median `pipe_cost`) / 2 after `pipe_cost`, interval widened.
 fn switch_metric(out: &mut Outcome, round_trip: &str, pipe_cost: &str) -> SwitchFigure {
     let d = out.difference(
         "switch",
@@ -115,8 +108,8 @@ fn switch_positive(sw: &SwitchFigure) -> Check {
 
 /// The thread switch of this run, with its interval widened by its own pipe cost's.
 fn thread_switch(ctx: &Context) -> Option<SwitchFigure> {
-    let t = ctx.earlier_metric("cpu.thread-switch", "switch")?;
-    let pipe = ctx.earlier_metric("cpu.thread-switch", "pipe_cost");
+    let t = ctx.earlier_metric(THREAD_SPEC.id, "switch")?;
+    let pipe = ctx.earlier_metric(THREAD_SPEC.id, "pipe_cost");
     Some(SwitchFigure {
         median: t.summary.median,
         interval: t.interval(|n| pipe.filter(|_| n == "pipe_cost")),
@@ -227,7 +220,7 @@ fn kind_finding(kind: Kind, sw: &SwitchFigure, thread: Option<SwitchFigure>, out
 }
 
 const THREAD_SPEC: Spec = Spec {
-    id: Kind::Thread.id(),
+    id: "cpu.thread-switch",
     title: "Context switch between threads",
     description: "two threads pinned to one CPU ping-pong a byte over two pipes; switch = (round trip - pipe cost) / 2",
     method: crate::method!("cpu.thread-switch"),
@@ -237,7 +230,7 @@ const THREAD_SPEC: Spec = Spec {
 };
 
 const PROCESS_SPEC: Spec = Spec {
-    id: Kind::Process.id(),
+    id: "cpu.process-switch",
     title: "Context switch between processes",
     description: "as cpu.thread-switch with a forked partner process, plus switch cost vs working set (lat_ctx -s)",
     method: crate::method!("cpu.process-switch"),
@@ -258,7 +251,7 @@ impl Experiment for Kind {
         let mut p = Predictions::new(ctx);
         // The thread experiment's figure `m` (positive), for the process experiment only.
         let thread = |p: &Predictions, m: &str, name: &str| {
-            let i = p.earlier(Kind::Thread.id(), &[m]).positive().named(name);
+            let i = p.earlier(THREAD_SPEC.id, &[m]).positive().named(name);
             (kind == Kind::Process && i.value().is_some()).then_some(i)
         };
         match thread(&p, "switch", "thread_switch") {
@@ -530,7 +523,7 @@ mod tests {
         o.metric("pipe_cost", "ns", "", vec![1000.0; 20]);
         o.metric("switch", "ns", "", vec![ns; 20])
             .derived(&[("pipe_cost", "sub", 0.5)]);
-        crate::experiments::testing::recorded(Kind::Thread.id(), o)
+        crate::experiments::testing::recorded(THREAD_SPEC.id, o)
     }
 
     /// cpu.process-switch as wired and judged, after a thread switch recorded at
@@ -651,7 +644,7 @@ mod tests {
             }
             w.earlier = vec![
                 recorded("cpu.syscall", sys),
-                recorded(Kind::Thread.id(), thread),
+                recorded(THREAD_SPEC.id, thread),
             ];
             for kind in [Kind::Thread, Kind::Process] {
                 let got = w.with_ctx(|ctx| kind.predict(ctx));

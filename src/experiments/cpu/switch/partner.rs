@@ -155,8 +155,7 @@ impl Drop for PingPong<'_> {
     }
 }
 
-/// Round trips with a partner on `partner_cpu`, adding the premise `check` that both
-/// tasks stayed where they were pinned.
+/// Round trips with a partner on `partner_cpu`; `check` is the premise that both stayed put.
 pub(super) fn round_trips(
     ctx: &Context,
     h: &Harness,
