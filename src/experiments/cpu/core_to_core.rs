@@ -11,7 +11,7 @@ use crate::machine::{PartnerClass, Topology};
 use crate::results::Check;
 use crate::units::fmt_ns;
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::Duration;
 
 pub(crate) struct CoreToCore;
@@ -105,20 +105,15 @@ pub(crate) fn plan(t: &Topology, allowed: &[usize], profile: Profile) -> PairPla
     let all = t.pairs(allowed);
     let (total, n) = (all.len(), allowed.iter().collect::<BTreeSet<_>>().len());
     let (k, all_up_to) = SAMPLING.get(profile);
-    if n <= all_up_to {
-        return PairPlan {
-            pairs: all,
-            total,
-            per_class: None,
-        };
-    }
-    let pairs: Vec<_> = all
-        .chunk_by(|x, y| x.2 == y.2)
-        .flat_map(|class| {
-            let (len, take) = (class.len(), k.min(class.len()));
-            (0..take).map(move |s| class[s * (len - 1) / (take - 1).max(1)])
-        })
-        .collect();
+    let pairs: Vec<_> = match n <= all_up_to {
+        true => all,
+        false => (all.chunk_by(|x, y| x.2 == y.2))
+            .flat_map(|class| {
+                let (len, take) = (class.len(), k.min(class.len()));
+                (0..take).map(move |s| class[s * (len - 1) / (take - 1).max(1)])
+            })
+            .collect(),
+    };
     let per_class = (pairs.len() < total).then_some(k);
     PairPlan {
         pairs,
@@ -175,15 +170,19 @@ fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> anyhow::Result<
         // SAFETY: the region is page-aligned, larger than a PingLine, and outlives the
         // team, whose threads are joined before `Team::run` returns.
         let line = unsafe { &*(region.as_ptr() as *const PingLine) };
-        line.0.store(0, Ordering::Release);
+        line.0.store(0, Release);
+        // Member t turns 2k + t into 2k + t + 1; the timer (0) then waits for the last answer.
         let member = |t: usize| {
             let mut v = t as u64;
             move |n: u64| {
-                ping(line, &mut v, n);
-                if t == 0 {
-                    while line.0.load(Ordering::Acquire) != v {
+                for _ in 0..n {
+                    while line.0.compare_exchange(v, v + 1, AcqRel, Relaxed).is_err() {
                         std::hint::spin_loop();
                     }
+                    v += 2;
+                }
+                while t == 0 && line.0.load(Acquire) != v {
+                    std::hint::spin_loop();
                 }
             }
         };
@@ -205,20 +204,6 @@ fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> anyhow::Result<
     };
     std::thread::scope(|s| s.spawn(on_a).join())
         .unwrap_or_else(|_| Err(anyhow::anyhow!("the timing thread panicked")))
-}
-
-/// `n` compare-and-swaps of `line` from `*v` to `*v + 1`, each after the partner's.
-fn ping(line: &PingLine, v: &mut u64, n: u64) {
-    for _ in 0..n {
-        while line
-            .0
-            .compare_exchange(*v, *v + 1, Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
-        {
-            std::hint::spin_loop();
-        }
-        *v += 2;
-    }
 }
 
 /// The premise: pinning is hard and every look found both threads on their CPUs.
