@@ -302,7 +302,6 @@ impl Experiment for Kind {
             ),
             None => p.add("pipe_round_trip_same_cpu", bound("the two switches")),
         }
-        // One per cross-CPU figure the run measures, suffixed ones too, as `run_switch` plans them.
         for plan in cross_plans(p.ctx()) {
             let name = cross_name(&plan);
             match thread(&p, &name, "thread_cross_cpu") {
