@@ -92,7 +92,6 @@ fn per_mib_check(v: f64, ci: [f64; 2]) -> Check {
     )
 }
 
-/// The program spawned: the first of /bin/true and /usr/bin/true that exists.
 fn program() -> Option<&'static str> {
     if let Some(p) = crate::experiments::seams::get().program {
         return Some(p);

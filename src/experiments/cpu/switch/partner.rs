@@ -171,9 +171,7 @@ pub(super) fn round_trips(
         .with_context(what)?;
     let mut main = Place::new(ctx.cpu);
     let (m, err) = measure_ops(h, Some(&mut main), || pp.round_trip());
-    if let Some(e) = err {
-        return Err(e).with_context(what);
-    }
+    err.map_or(Ok(()), Err).with_context(what)?;
     let partner = pp.finish()?.place;
     out.check(cpus_check(check, &main, &partner, &platform::pin_support()));
     Ok(m)
