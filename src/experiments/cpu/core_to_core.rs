@@ -84,9 +84,8 @@ impl Experiment for CoreToCore {
                 Err(e) => failed = failed.or(Some(e)),
             }
         }
-        if let Some(e) = failed {
-            out.notes.push(format!("a pair could not run: {e}"));
-        }
+        out.notes
+            .extend(failed.map(|e| format!("a pair could not run: {e}")));
         report(ctx, &plan, &results, &mut out);
         Ok(out)
     }

@@ -276,7 +276,7 @@ fn finding(ctx: &Context, own_anon: Option<u64>, out: &mut Outcome) {
     }
     text.push('.');
     // The parent's pages at the per-MiB cost join fork's model here: measured just now.
-    let (mut extra, mut parts) = (0.0, " and process switches".to_string());
+    let (mut extra, mut parts) = (0.0, "kernel entries and process switches".to_string());
     if let Some((v, ci)) = per_mib {
         out.check(per_mib_check(v, ci));
         if v > 0.0 && ci[0] > 0.0 {
@@ -291,18 +291,13 @@ fn finding(ctx: &Context, own_anon: Option<u64>, out: &mut Outcome) {
                 let mib = b as f64 / (1u64 << 20) as f64;
                 extra = mib * v;
                 parts = format!(
-                    ", process switches and the parent's {mib:.1} MiB of resident anonymous \
-                     memory at fork_per_mib"
+                    "kernel entries, process switches and the parent's {mib:.1} MiB of resident \
+                     anonymous memory at fork_per_mib"
                 );
             }
         }
     }
-    text += &FORK.explained(
-        ctx,
-        &format!("For fork, kernel entries{parts}"),
-        extra,
-        fork,
-    );
+    text += &FORK.explained(ctx, &format!("For fork, {parts}"), extra, fork);
     if let Some(s) = spawn {
         let parts = "For spawn, kernel entries and process switches";
         text += &SPAWN.explained(ctx, parts, 0.0, s);

@@ -11,7 +11,7 @@ use crate::machine::CrossPlan;
 use crate::platform;
 use crate::results::{Check, Prediction};
 use crate::units::{fmt_bytes, fmt_ns};
-use anyhow::{anyhow, bail, Context as _};
+use anyhow::{anyhow, Context as _};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
