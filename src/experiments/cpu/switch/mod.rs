@@ -395,11 +395,8 @@ fn working_set_series(
     for &w in sizes {
         if w == 0 {
             let raw = |name| out.get(name).map_or(&[][..], |m| &m.raw[..]);
-            pts.push(ws_point(
-                0.0,
-                raw("pipe_round_trip_same_cpu"),
-                raw("pipe_cost"),
-            ));
+            let (rt, pipe) = (raw("pipe_round_trip_same_cpu"), raw("pipe_cost"));
+            pts.push(ws_point(0.0, rt, pipe));
             continue;
         }
         (ctx.progress)(&format!("working set {}", fmt_bytes(w as f64)));
