@@ -19,9 +19,8 @@ macro_rules! first {
     };
 }
 
-/// `n` calls of a non-inlined callee taking one integer per `$a`, through a pointer the
-/// optimiser cannot see through; it returns its first argument, so its body does not grow
-/// with arity.
+/// `n` calls through an opaque pointer of a non-inlined callee taking one integer per `$a`;
+/// it returns its first argument, so its body does not grow with arity.
 macro_rules! calls {
     ($n:expr, $x:expr; $($a:ident)*) => {{
         #[inline(never)]

@@ -11,7 +11,7 @@ use crate::machine::{PartnerClass, Topology};
 use crate::results::Check;
 use crate::units::fmt_ns;
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::Duration;
 
 pub(crate) struct CoreToCore;
@@ -72,12 +72,20 @@ impl Experiment for CoreToCore {
         }
         let mut out = Outcome::default();
         let share = ctx.budget.mul_f64(0.8) / plan.pairs.len() as u32;
-        let mut results = Vec::new();
+        let (mut results, mut failed) = (Vec::new(), None);
         for &(a, b, class) in &plan.pairs {
-            let r = bounce(ctx, a, b, share);
-            (ctx.progress)(&format!("CPU {a} <-> CPU {b}: {}", fmt_ns(r.one_way())));
-            results.push((a, b, class, r));
+            let r = bounce(ctx, a, b, share).map_err(|e| format!("{e:#}"));
+            let said = r
+                .as_ref()
+                .map_or_else(String::clone, |r| fmt_ns(r.one_way()));
+            (ctx.progress)(&format!("CPU {a} <-> CPU {b}: {said}"));
+            match r {
+                Ok(r) => results.push((a, b, class, r)),
+                Err(e) => failed = failed.or(Some(e)),
+            }
         }
+        out.notes
+            .extend(failed.map(|e| format!("a pair could not run: {e}")));
         report(ctx, &plan, &results, &mut out);
         Ok(out)
     }
@@ -91,26 +99,20 @@ pub(crate) struct PairPlan {
     pub(crate) per_class: Option<usize>,
 }
 
-/// Every pair, or `per_class` pairs of each class spread evenly over the class's pairs
-/// (in `Topology::pairs` order): the first, the last, and between.
+/// Every pair, or `per_class` of each class spread evenly over it (first, last, between).
 pub(crate) fn plan(t: &Topology, allowed: &[usize], profile: Profile) -> PairPlan {
     let all = t.pairs(allowed);
     let (total, n) = (all.len(), allowed.iter().collect::<BTreeSet<_>>().len());
     let (k, all_up_to) = SAMPLING.get(profile);
-    if n <= all_up_to {
-        return PairPlan {
-            pairs: all,
-            total,
-            per_class: None,
-        };
-    }
-    let pairs: Vec<_> = all
-        .chunk_by(|x, y| x.2 == y.2)
-        .flat_map(|class| {
-            let (len, take) = (class.len(), k.min(class.len()));
-            (0..take).map(move |s| class[s * (len - 1) / (take - 1).max(1)])
-        })
-        .collect();
+    let pairs: Vec<_> = match n <= all_up_to {
+        true => all,
+        false => (all.chunk_by(|x, y| x.2 == y.2))
+            .flat_map(|class| {
+                let (len, take) = (class.len(), k.min(class.len()));
+                (0..take).map(move |s| class[s * (len - 1) / (take - 1).max(1)])
+            })
+            .collect(),
+    };
     let per_class = (pairs.len() < total).then_some(k);
     PairPlan {
         pairs,
@@ -119,8 +121,7 @@ pub(crate) fn plan(t: &Topology, allowed: &[usize], profile: Profile) -> PairPla
     }
 }
 
-/// Each class's metric name: the nearest class on another core (else the only one) keeps
-/// `one_way`, as the cross-CPU figures do.
+/// Metric names per class: the nearest on another core (else the only one) keeps `one_way`.
 pub(crate) fn metric_names(
     classes: &[Option<PartnerClass>],
 ) -> Vec<(Option<PartnerClass>, String)> {
@@ -140,24 +141,16 @@ pub(crate) fn metric_names(
     names.collect()
 }
 
-/// One pair's one-way ns per trial and where each side was seen, or why it could not run.
+/// One pair's one-way ns per trial and where each side was seen.
 #[derive(Debug, Clone, Default)]
 struct Bounce {
     trials: Vec<f64>,
     places: [Place; 2],
-    error: Option<String>,
 }
 
 impl Bounce {
     fn one_way(&self) -> f64 {
         crate::stats::median(&self.trials)
-    }
-
-    fn failed(why: String) -> Bounce {
-        Bounce {
-            error: Some(why),
-            ..Default::default()
-        }
     }
 }
 
@@ -166,28 +159,29 @@ impl Bounce {
 struct PingLine(AtomicU64);
 
 /// Bounces a line between `a` (first touch, timing) and `b` for about `share`.
-fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> Bounce {
+fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> anyhow::Result<Bounce> {
     let clock = ctx.clock;
     let on_a = || {
         let _ = pin(a);
-        let mut region = match Region::new(crate::pagecache::page_size(), Pages::Base) {
-            Ok(region) => region,
-            Err(e) => return Bounce::failed(format!("{e:#}")),
-        };
+        let mut region = Region::new(crate::pagecache::page_size(), Pages::Base)?;
         // First touch on `a`: the page (and the line) start here.
         region.as_mut_slice()[0] = 0;
         // SAFETY: the region is page-aligned, larger than a PingLine, and outlives the
         // team, whose threads are joined before `Team::run` returns.
         let line = unsafe { &*(region.as_ptr() as *const PingLine) };
-        line.0.store(0, Ordering::Release);
+        line.0.store(0, Release);
+        // Member t turns 2k + t into 2k + t + 1; the timer (0) then waits for the last answer.
         let member = |t: usize| {
             let mut v = t as u64;
             move |n: u64| {
-                ping(line, &mut v, n);
-                if t == 0 {
-                    while line.0.load(Ordering::Acquire) != v {
+                for _ in 0..n {
+                    while line.0.compare_exchange(v, v + 1, AcqRel, Relaxed).is_err() {
                         std::hint::spin_loop();
                     }
+                    v += 2;
+                }
+                while t == 0 && line.0.load(Acquire) != v {
+                    std::hint::spin_loop();
                 }
             }
         };
@@ -202,32 +196,17 @@ fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> Bounce {
             trials
         });
         let side = |i: usize| placed.places.get(i).copied().unwrap_or_default();
-        Bounce {
+        Ok(Bounce {
             trials,
             places: [side(0), side(1)],
-            error: None,
-        }
+        })
     };
     std::thread::scope(|s| s.spawn(on_a).join())
-        .unwrap_or_else(|_| Bounce::failed("the timing thread panicked".into()))
-}
-
-/// `n` compare-and-swaps of `line` from `*v` to `*v + 1`, each after the partner's.
-fn ping(line: &PingLine, v: &mut u64, n: u64) {
-    for _ in 0..n {
-        while line
-            .0
-            .compare_exchange(*v, *v + 1, Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
-        {
-            std::hint::spin_loop();
-        }
-        *v += 2;
-    }
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("the timing thread panicked")))
 }
 
 /// The premise: pinning is hard and every look found both threads on their CPUs.
-fn placement_check(pin: Option<String>, ok: &[&PairResult]) -> Check {
+fn placement_check(pin: Option<String>, ok: &[PairResult]) -> Check {
     let moved: Vec<String> = ok
         .iter()
         .filter(|(.., r)| r.places.iter().any(|p| p.off() > 0))
@@ -255,21 +234,17 @@ fn placement_check(pin: Option<String>, ok: &[&PairResult]) -> Check {
 type PairResult = (usize, usize, Option<PartnerClass>, Bounce);
 
 /// Metrics per class, the matrix series (one per first CPU), the premise, and the findings.
-fn report(ctx: &Context, plan: &PairPlan, results: &[PairResult], out: &mut Outcome) {
-    if let Some(e) = results.iter().find_map(|r| r.3.error.as_ref()) {
-        out.notes.push(format!("a pair could not run: {e}"));
-    }
-    let ok: Vec<&PairResult> = results.iter().filter(|r| !r.3.trials.is_empty()).collect();
+fn report(ctx: &Context, plan: &PairPlan, ok: &[PairResult], out: &mut Outcome) {
     let pin = crate::platform::pinning_premise_failure(&crate::platform::pin_support());
-    out.check(placement_check(pin, &ok));
+    out.check(placement_check(pin, ok));
     let mut rows: std::collections::BTreeMap<usize, Vec<[f64; 2]>> = Default::default();
-    for (a, b, _, r) in &ok {
+    for (a, b, _, r) in ok {
         rows.entry(*a).or_default().push([*b as f64, r.one_way()]);
     }
     for (a, points) in rows {
         out.plot(&format!("one_way_from_cpu{a}"), "cpu", "ns", points);
     }
-    let classes = class_metrics(&ok, out);
+    let classes = class_metrics(ok, out);
     let (n, total) = (ok.len(), plan.total);
     out.notes.push(match plan.per_class {
         Some(k) => format!(
@@ -278,15 +253,11 @@ fn report(ctx: &Context, plan: &PairPlan, results: &[PairResult], out: &mut Outc
         None => format!("all {n} pairs measured"),
     });
     out.pool(ctx);
-    let by_class: Vec<_> = classes
-        .into_iter()
-        .map(|(class, name)| (class, out.median(&name), name))
-        .collect();
-    findings(&by_class, out);
+    findings(&classes, out);
 }
 
 /// One metric per topology class, trials of its pairs pooled: (class, metric name).
-fn class_metrics(ok: &[&PairResult], out: &mut Outcome) -> Vec<(Option<PartnerClass>, String)> {
+fn class_metrics(ok: &[PairResult], out: &mut Outcome) -> Vec<(Option<PartnerClass>, String)> {
     let names = metric_names(&ok.iter().map(|r| r.2).collect::<Vec<_>>());
     for (class, name) in &names {
         let members: Vec<_> = ok.iter().filter(|r| r.2 == *class).collect();
@@ -310,9 +281,12 @@ fn class_metrics(ok: &[&PairResult], out: &mut Outcome) -> Vec<(Option<PartnerCl
     names
 }
 
-/// The nearest and farthest classes side by side ("x times" only when their intervals
-/// are apart), or the only one: (class, median, metric).
-fn findings(by_class: &[(Option<PartnerClass>, f64, String)], out: &mut Outcome) {
+/// Nearest against farthest class ("x times" only with the intervals apart), or the only one.
+fn findings(classes: &[(Option<PartnerClass>, String)], out: &mut Outcome) {
+    let by_class: Vec<_> = classes
+        .iter()
+        .map(|(c, n)| (*c, out.median(n), n))
+        .collect();
     let class = |c: Option<PartnerClass>, none| c.map_or(none, |c| c.name());
     let near = by_class.iter().min_by(|a, b| a.1.total_cmp(&b.1));
     let far = by_class.iter().max_by(|a, b| a.1.total_cmp(&b.1));
@@ -518,19 +492,14 @@ mod tests {
             let near: Vec<f64> = (0..20).map(|i| 40.0 + i as f64).collect();
             o.metric("one_way", "ns", "", near);
             o.metric("one_way_other_llc", "ns", "", far);
-            let by_class = vec![
-                (
-                    Some(PartnerClass::SameLlc),
-                    o.median("one_way"),
-                    "one_way".to_string(),
-                ),
+            let classes = [
+                (Some(PartnerClass::SameLlc), "one_way".to_string()),
                 (
                     Some(PartnerClass::OtherLlc),
-                    o.median("one_way_other_llc"),
                     "one_way_other_llc".to_string(),
                 ),
             ];
-            findings(&by_class, &mut o);
+            findings(&classes, &mut o);
             o.findings.pop().unwrap()
         };
         let apart = run(vec![120.0; 20]);
@@ -557,7 +526,6 @@ mod tests {
         let good = Bounce {
             trials: vec![100.0],
             places: [seen; 2],
-            ..Default::default()
         };
         let moved = Bounce {
             places: [seen, Place { blind: 1, ..seen }],
@@ -565,14 +533,14 @@ mod tests {
         };
         let a = (0, 1, Some(PartnerClass::SameLlc), good);
         let b = (0, 2, Some(PartnerClass::SameLlc), moved);
-        assert!(placement_check(None, &[&a]).passed);
-        let c = placement_check(None, &[&a, &b]);
+        assert!(placement_check(None, std::slice::from_ref(&a)).passed);
+        let c = placement_check(None, &[a.clone(), b]);
         assert!(
             !c.passed && c.premise && c.detail.contains("0<->2"),
             "{}",
             c.detail
         );
-        let c = placement_check(Some("hint only".into()), &[&a]);
+        let c = placement_check(Some("hint only".into()), &[a]);
         assert!(!c.passed && c.detail.contains("hint only"), "{}", c.detail);
         assert!(!placement_check(None, &[]).passed, "nothing measured");
     }
@@ -605,8 +573,7 @@ mod tests {
             scratch_cell: &scratch,
             repetition: crate::experiments::Repetition::SINGLE,
         };
-        let r = bounce(&ctx, cpus[0], cpus[1], Duration::from_millis(20));
-        assert!(r.error.is_none(), "{:?}", r.error);
+        let r = bounce(&ctx, cpus[0], cpus[1], Duration::from_millis(20)).unwrap();
         assert!(r.trials.len() >= MIN_TRIALS);
         // Physically: more than a nanosecond, less than a millisecond one way.
         let v = r.one_way();

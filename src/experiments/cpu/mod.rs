@@ -92,18 +92,22 @@ pub(crate) fn pipe_io<T>(fd: RawFd, buf: &mut [T], write: bool) -> isize {
     }
 }
 
-/// `h.measure` of one `op` per iteration until its first error, returned beside it.
+/// `h.measure` of `op` until its first error, beside it; `place` looks around each trial.
 pub(crate) fn measure_ops<E>(
     h: &Harness,
+    mut place: Option<&mut Place>,
     mut op: impl FnMut() -> Result<(), E>,
 ) -> (Measurement, Option<E>) {
     let mut err = None;
+    let mut look = || place.as_mut().map(|p| p.look());
     let m = h.measure(1.0, |n| {
+        look();
         repeat(n, || {
             if err.is_none() {
                 err = op().err();
             }
-        })
+        });
+        look();
     });
     (m, err)
 }

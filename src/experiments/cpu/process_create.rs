@@ -1,6 +1,6 @@
-//! cpu.process-create: fork + _exit + waitpid (also from a parent with 32 MiB more resident), and
-//! posix_spawn of /bin/true + waitpid.
+//! cpu.process-create: fork + _exit + waitpid (also with 32 MiB more), posix_spawn + waitpid.
 
+use crate::experiments::kit::files::RepeatedCheck;
 use crate::experiments::kit::{Pages, Region};
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
@@ -92,7 +92,6 @@ fn per_mib_check(v: f64, ci: [f64; 2]) -> Check {
     )
 }
 
-/// The program spawned: the first of /bin/true and /usr/bin/true that exists.
 fn program() -> Option<&'static str> {
     if let Some(p) = crate::experiments::seams::get().program {
         return Some(p);
@@ -100,13 +99,6 @@ fn program() -> Option<&'static str> {
     ["/bin/true", "/usr/bin/true"]
         .into_iter()
         .find(|p| std::path::Path::new(p).is_file())
-}
-
-/// This process's resident anonymous memory in base pages (RssAnon less huge pages).
-fn own_anon_base_bytes() -> Option<u64> {
-    let anon = crate::machine::process::status_bytes("RssAnon:")?;
-    let huge = crate::machine::process::huge_bytes_in(0, usize::MAX)?;
-    Some(anon.saturating_sub(huge))
 }
 
 #[inline(always)]
@@ -124,12 +116,8 @@ fn fork_exit_wait() -> std::io::Result<libc::c_int> {
 }
 
 #[inline(always)]
-fn spawn_wait(
-    path: &CString,
-    argv: &[*mut libc::c_char; 2],
-    envp: &[*mut libc::c_char; 1],
-) -> std::io::Result<libc::c_int> {
-    let mut pid: libc::pid_t = 0;
+fn spawn_wait(path: &CString, argv: &[*mut libc::c_char; 2]) -> std::io::Result<libc::c_int> {
+    let (mut pid, envp): (libc::pid_t, [*mut libc::c_char; 1]) = (0, [std::ptr::null_mut()]);
     // SAFETY: path, argv and envp are NUL- and NULL-terminated and outlive the call;
     // null file actions and attributes mean defaults.
     let rc = unsafe {
@@ -148,41 +136,31 @@ fn spawn_wait(
     crate::platform::reap(pid, false)
 }
 
-/// Children that exited 0, those that did not, and the last such wait status.
-#[derive(Default)]
-struct Statuses {
-    ok: u64,
-    bad: u64,
-    bad_status: libc::c_int,
+/// Times `step`, counting whether each child exited 0 into `exits`; its first error, with `what`.
+fn time_children(
+    h: &Harness,
+    what: &str,
+    exits: &mut RepeatedCheck,
+    mut step: impl FnMut() -> std::io::Result<libc::c_int>,
+) -> anyhow::Result<Measurement> {
+    let (m, err) = super::measure_ops(h, None, || {
+        let s = step()?;
+        exits.record(libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0, || {
+            format!("{s:#x}")
+        });
+        Ok::<_, std::io::Error>(())
+    });
+    err.map_or(Ok(m), Err).context(what.to_string())
 }
 
-impl Statuses {
-    /// Times `step`, counting every child's status; its first error, with `what`.
-    fn time(
-        &mut self,
-        h: &Harness,
-        what: &str,
-        mut step: impl FnMut() -> std::io::Result<libc::c_int>,
-    ) -> anyhow::Result<Measurement> {
-        let (m, err) = super::measure_ops(h, || {
-            match step()? {
-                s if libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0 => self.ok += 1,
-                s => (self.bad, self.bad_status) = (self.bad + 1, s),
-            }
-            Ok::<_, std::io::Error>(())
-        });
-        err.map_or(Ok(m), Err).context(what.to_string())
-    }
-
-    fn check(&self, what: &str) -> Check {
-        let (bad, all, status) = (self.bad, self.ok + self.bad, self.bad_status);
-        let detail = match bad {
-            0 => format!("{all} children, all exited 0"),
-            _ => format!("{bad} of {all} children did not exit 0 (e.g. wait status {status:#x})"),
-        };
-        let name = format!("every {what} child exited with status 0");
-        Check::premise(&name, bad == 0 && self.ok > 0, detail)
-    }
+fn exits_check(exits: &RepeatedCheck, what: &str) -> Check {
+    let (bad, all, status) = (exits.total - exits.passed, exits.total, &exits.last_failure);
+    let detail = match bad {
+        0 => format!("{all} children, all exited 0"),
+        _ => format!("{bad} of {all} children did not exit 0 (e.g. wait status {status})"),
+    };
+    let name = format!("every {what} child exited with status 0");
+    Check::premise(&name, bad == 0 && all > 0, detail)
 }
 
 const SPEC: Spec = Spec {
@@ -214,14 +192,52 @@ impl Experiment for ProcessCreate {
         p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
+        use crate::machine::process::{huge_bytes_in, status_bytes};
         let mut out = Outcome::default();
         let program = program();
         let h = super::long_trials(ctx, if program.is_some() { 3 } else { 2 }, 10);
-        // The parent's own anonymous memory as the small fork sees it, before the region.
-        let own_anon = own_anon_base_bytes();
-        measure_forks(ctx, &h, &mut out)?;
+        // The parent's own anonymous memory in base pages as the small fork sees it.
+        let own_anon = status_bytes("RssAnon:")
+            .zip(huge_bytes_in(0, usize::MAX))
+            .map(|(anon, huge)| anon.saturating_sub(huge));
+        let mut forks = RepeatedCheck::default();
+        (ctx.progress)("fork + exit + wait");
+        let m = time_children(&h, "fork/waitpid", &mut forks, fork_exit_wait)?;
+        out.measured(
+            "fork_exit_wait",
+            "fork(), child _exit(0), parent waitpid()",
+            &m,
+        );
+        match added_region(ctx.machine, ctx.profile) {
+            Ok(region) => {
+                (ctx.progress)("fork + exit + wait with 32 MiB more resident");
+                let before = resident_pages(&region);
+                let what = "fork/waitpid with the added memory";
+                let m = time_children(&h, what, &mut forks, fork_exit_wait)?;
+                out.check(region_check(before, resident_pages(&region), region.huge_bytes()));
+                out.measured(
+                    "fork_exit_wait_32mib",
+                    "fork_exit_wait from a parent with 32 MiB more resident anonymous memory in base pages",
+                    &m,
+                );
+            }
+            Err(e) => out.notes.push(format!(
+                "fork_exit_wait_32mib, fork_per_mib: skipped, the 32 MiB region could not be made: {e:#}"
+            )),
+        }
+        out.check(exits_check(&forks, "forked"));
         match program {
-            Some(path) => measure_spawn(ctx, &h, path, &mut out)?,
+            Some(path) => {
+                (ctx.progress)("posix_spawn /bin/true + wait");
+                let (cpath, arg0) = (CString::new(path)?, CString::new("true")?);
+                let argv = [arg0.as_ptr() as *mut libc::c_char, std::ptr::null_mut()];
+                let mut spawns = RepeatedCheck::default();
+                let what = format!("posix_spawn {path}");
+                let m = time_children(&h, &what, &mut spawns, || spawn_wait(&cpath, &argv))?;
+                out.check(exits_check(&spawns, path));
+                let description = format!("posix_spawn() of {path}, then waitpid()");
+                out.measured("spawn_exec", &description, &m);
+            }
             None => out.notes.push(
                 "spawn_exec: skipped, neither /bin/true nor /usr/bin/true exists (install coreutils)"
                     .into(),
@@ -231,51 +247,6 @@ impl Experiment for ProcessCreate {
         finding(ctx, own_anon, &mut out);
         Ok(out)
     }
-}
-
-fn measure_forks(ctx: &Context, h: &Harness, out: &mut Outcome) -> anyhow::Result<()> {
-    let mut forks = Statuses::default();
-    (ctx.progress)("fork + exit + wait");
-    let m = forks.time(h, "fork/waitpid", fork_exit_wait)?;
-    out.measured(
-        "fork_exit_wait",
-        "fork(), child _exit(0), parent waitpid()",
-        &m,
-    );
-    match added_region(ctx.machine, ctx.profile) {
-        Ok(region) => {
-            (ctx.progress)("fork + exit + wait with 32 MiB more resident");
-            let before = resident_pages(&region);
-            let what = "fork/waitpid with the added memory";
-            let m = forks.time(h, what, fork_exit_wait)?;
-            out.check(region_check(before, resident_pages(&region), region.huge_bytes()));
-            out.measured(
-                "fork_exit_wait_32mib",
-                "fork_exit_wait from a parent with 32 MiB more resident anonymous memory in base pages",
-                &m,
-            );
-        }
-        Err(e) => out.notes.push(format!(
-            "fork_exit_wait_32mib, fork_per_mib: skipped, the 32 MiB region could not be made: {e:#}"
-        )),
-    }
-    out.check(forks.check("forked"));
-    Ok(())
-}
-
-fn measure_spawn(ctx: &Context, h: &Harness, path: &str, out: &mut Outcome) -> anyhow::Result<()> {
-    (ctx.progress)("posix_spawn /bin/true + wait");
-    let cpath = CString::new(path)?;
-    let arg0 = CString::new("true")?;
-    let argv = [arg0.as_ptr() as *mut libc::c_char, std::ptr::null_mut()];
-    let envp = [std::ptr::null_mut()];
-    let mut spawns = Statuses::default();
-    let what = format!("posix_spawn {path}");
-    let m = spawns.time(h, &what, || spawn_wait(&cpath, &argv, &envp))?;
-    out.check(spawns.check(path));
-    let description = format!("posix_spawn() of {path}, then waitpid()");
-    out.measured("spawn_exec", &description, &m);
-    Ok(())
 }
 
 /// fork against thread creation and spawn, the per-MiB share, and both models.
@@ -305,7 +276,7 @@ fn finding(ctx: &Context, own_anon: Option<u64>, out: &mut Outcome) {
     }
     text.push('.');
     // The parent's pages at the per-MiB cost join fork's model here: measured just now.
-    let (mut extra, mut parts) = (0.0, " and process switches".to_string());
+    let (mut extra, mut parts) = (0.0, "kernel entries and process switches".to_string());
     if let Some((v, ci)) = per_mib {
         out.check(per_mib_check(v, ci));
         if v > 0.0 && ci[0] > 0.0 {
@@ -320,18 +291,13 @@ fn finding(ctx: &Context, own_anon: Option<u64>, out: &mut Outcome) {
                 let mib = b as f64 / (1u64 << 20) as f64;
                 extra = mib * v;
                 parts = format!(
-                    ", process switches and the parent's {mib:.1} MiB of resident anonymous \
-                     memory at fork_per_mib"
+                    "kernel entries, process switches and the parent's {mib:.1} MiB of resident \
+                     anonymous memory at fork_per_mib"
                 );
             }
         }
     }
-    text += &FORK.explained(
-        ctx,
-        &format!("For fork, kernel entries{parts}"),
-        extra,
-        fork,
-    );
+    text += &FORK.explained(ctx, &format!("For fork, {parts}"), extra, fork);
     if let Some(s) = spawn {
         let parts = "For spawn, kernel entries and process switches";
         text += &SPAWN.explained(ctx, parts, 0.0, s);

@@ -13,7 +13,7 @@ use crate::opaque::repeat;
 use crate::platform::{self, catch_signal, send_signal, SignalWait};
 use crate::results::{Check, Prediction};
 use crate::units::fmt_ns;
-use anyhow::{anyhow, Context as _};
+use anyhow::Context as _;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
@@ -132,9 +132,9 @@ fn partner(from_a: RawFd, to_a: RawFd, stop: RawFd, cpu: usize) -> Report {
 /// The parent's side: pipes [commands, replies, the partner's stop], per kernel [signals
 /// sent, handler runs]. Fields drop in order: the children end before they are reaped.
 struct Pair<'c> {
-    pipes: Option<[OwnedFd; 3]>,
+    pipes: [OwnedFd; 3],
     tally: [[u64; 2]; 3],
-    failed: Option<anyhow::Error>,
+    failed: bool,
     children: Children<'c, Report>,
 }
 
@@ -169,38 +169,32 @@ impl<'c> Pair<'c> {
             })?;
         }
         Ok(Pair {
-            pipes: Some([cmd.1, rep.0, stop.1]),
+            pipes: [cmd.1, rep.0, stop.1],
             tally: [[0; 2]; 3],
-            failed: None,
+            failed: false,
             children,
         })
     }
 
     /// `n` of `kernel` in the measuring child: its ticks (0 once a trial failed).
     fn trial(&mut self, kernel: usize, n: u64) -> u64 {
-        let mut r = [0u64; 2];
-        let done = match (&self.pipes, &self.failed) {
-            (Some([cmd, rep, _]), None) => {
-                words(cmd.as_raw_fd(), &mut [kernel as u64, n], true)
-                    && words(rep.as_raw_fd(), &mut r, false)
-            }
-            _ => return 0,
-        };
-        if !done {
-            self.failed = Some(anyhow!("the measuring process exited early"));
-        }
+        let ([cmd, rep, _], mut r) = (&self.pipes, [0u64; 2]);
+        self.failed = self.failed
+            || !(words(cmd.as_raw_fd(), &mut [kernel as u64, n], true)
+                && words(rep.as_raw_fd(), &mut r, false));
         self.tally[kernel][0] += if kernel == NULL { 0 } else { n };
         self.tally[kernel][1] += r[1];
         r[0]
     }
 
-    fn ok(&mut self) -> anyhow::Result<()> {
-        self.failed.take().map_or(Ok(()), Err)
+    fn ok(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(!self.failed, "the measuring process exited early");
+        Ok(())
     }
 
     /// Stops both children: the measuring child's report and the partner's.
-    fn finish(mut self) -> anyhow::Result<(Report, Report)> {
-        self.pipes = None;
+    fn finish(self) -> anyhow::Result<(Report, Report)> {
+        drop(self.pipes);
         self.children.wait("signal process")?;
         Ok((self.children.get(1).1, self.children.get(0).1))
     }

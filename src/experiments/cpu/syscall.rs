@@ -76,7 +76,6 @@ const ENTRY_WORK: [(&str, &str); 5] = [
     ("spec_rstack_overflow", "Safe RET"),
 ];
 
-/// A mitigation from the machine description that adds work to every kernel entry.
 fn entry_mitigation(m: &std::collections::BTreeMap<String, String>) -> Option<String> {
     let adds =
         |(n, v): &(&String, &String)| ENTRY_WORK.iter().any(|(k, s)| n == k && v.contains(s));

@@ -99,7 +99,7 @@ impl Experiment for ThreadCreate {
         // SAFETY: pthread_self has no preconditions.
         CREATOR.store(unsafe { libc::pthread_self() } as u64, Relaxed);
         let (ran0, same0) = (RAN.load(Relaxed), RAN_AS_CREATOR.load(Relaxed));
-        let (m, failed) = measure_ops(&h, || create_join().map(|()| done += 1));
+        let (m, failed) = measure_ops(&h, None, || create_join().map(|()| done += 1));
         match failed {
             Some(-1) => out.check(Check::premise(
                 "every thread ran",

@@ -52,7 +52,6 @@ pub(crate) enum Pinned {
     Failed(String),
 }
 
-/// Pins the calling thread to `cpu`.
 pub(crate) fn pin(cpu: usize) -> Pinned {
     match pin_to_cpu(cpu) {
         Ok(Pinning::Hard) => Pinned::Hard,

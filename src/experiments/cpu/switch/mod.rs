@@ -7,19 +7,17 @@ use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Outcome, PerProfile, Spec};
 use crate::harness::Harness;
-use crate::opaque::repeat;
+use crate::machine::CrossPlan;
 use crate::platform;
 use crate::results::{Check, Prediction};
 use crate::units::{fmt_bytes, fmt_ns};
-use anyhow::{anyhow, bail, Context as _};
+use anyhow::{anyhow, Context as _};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 mod partner;
-mod series;
 use partner::*;
-use series::*;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Kind {
@@ -28,12 +26,6 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    const fn id(self) -> &'static str {
-        match self {
-            Kind::Thread => "cpu.thread-switch",
-            Kind::Process => "cpu.process-switch",
-        }
-    }
     fn noun(self) -> &'static str {
         match self {
             Kind::Thread => "threads",
@@ -68,10 +60,11 @@ struct SwitchFigure {
 }
 
 impl SwitchFigure {
-    const NONE: SwitchFigure = SwitchFigure {
-        median: f64::NAN,
-        interval: [f64::NAN; 2],
-    };
+    /// From `Outcome::difference`'s median and interval; NaN without one.
+    fn of(d: Option<(f64, [f64; 2])>) -> SwitchFigure {
+        let (median, interval) = d.unwrap_or((f64::NAN, [f64::NAN; 2]));
+        SwitchFigure { median, interval }
+    }
 
     /// "1.50 us (95% interval 1.40 us to 1.60 us)".
     fn text(&self) -> String {
@@ -80,22 +73,21 @@ impl SwitchFigure {
     }
 }
 
-/// Adds `switch` after `pipe_cost`, its interval carrying the pipe cost's.
-fn switch_metric(out: &mut Outcome) -> SwitchFigure {
-    let Some((median, interval)) = out.difference(
+/// Adds `switch` = (`round_trip` - median `pipe_cost`) / 2 after `pipe_cost`, interval widened.
+fn switch_metric(out: &mut Outcome, round_trip: &str, pipe_cost: &str) -> SwitchFigure {
+    let d = out.difference(
         "switch",
         "one context switch: (round trip - median pipe cost) / 2, per trial; its interval includes the pipe cost's",
-        "pipe_round_trip_same_cpu",
-        "pipe_cost",
+        round_trip,
+        pipe_cost,
         0.5,
-    ) else {
-        return SwitchFigure::NONE;
-    };
-    // Shown beside the pipe cost it subtracts (which `difference` found).
-    let at = out.metrics.iter().position(|x| x.name == "pipe_cost");
-    let m = out.metrics.pop().expect("just added");
-    out.metrics.insert(at.expect("subtracted") + 1, m);
-    SwitchFigure { median, interval }
+    );
+    // Shown beside the pipe cost it subtracts.
+    if let Some(at) = d.and(out.metrics.iter().position(|x| x.name == pipe_cost)) {
+        let m = out.metrics.pop().expect("just added");
+        out.metrics.insert(at + 1, m);
+    }
+    SwitchFigure::of(d)
 }
 
 const POSITIVE: &str = "the switch figure is positive";
@@ -116,8 +108,8 @@ fn switch_positive(sw: &SwitchFigure) -> Check {
 
 /// The thread switch of this run, with its interval widened by its own pipe cost's.
 fn thread_switch(ctx: &Context) -> Option<SwitchFigure> {
-    let t = ctx.earlier_metric("cpu.thread-switch", "switch")?;
-    let pipe = ctx.earlier_metric("cpu.thread-switch", "pipe_cost");
+    let t = ctx.earlier_metric(THREAD_SPEC.id, "switch")?;
+    let pipe = ctx.earlier_metric(THREAD_SPEC.id, "pipe_cost");
     Some(SwitchFigure {
         median: t.summary.median,
         interval: t.interval(|n| pipe.filter(|_| n == "pipe_cost")),
@@ -139,16 +131,25 @@ fn address_space_check(p: &SwitchFigure, t: &SwitchFigure) -> Check {
     )
 }
 
+/// The cross-CPU round trips the run measures, one per partner class.
+fn cross_plans(ctx: &Context) -> Vec<CrossPlan> {
+    let allowed = &ctx.machine.cpu.allowed_cpus;
+    ctx.machine.topology.cross_cpu_plans(ctx.cpu, allowed)
+}
+
+fn cross_name(plan: &CrossPlan) -> String {
+    format!("pipe_round_trip_cross_cpu{}", plan.suffix)
+}
+
 /// One cross-CPU round trip, the partner on the plan's CPU: the metric's name and class.
 fn cross_cpu(
     kind: Kind,
     ctx: &Context,
     h: &Harness,
-    plan: &crate::machine::CrossPlan,
+    plan: &CrossPlan,
     out: &mut Outcome,
 ) -> anyhow::Result<(String, String)> {
-    let (o, class) = (plan.cpu, plan.class_name());
-    let name = format!("pipe_round_trip_cross_cpu{}", plan.suffix);
+    let (o, class, name) = (plan.cpu, plan.class_name(), cross_name(plan));
     (ctx.progress)(&format!("cross-CPU round trip ({class})"));
     let (noun, cpu) = (kind.noun(), ctx.cpu);
     let check = format!("the {noun} ran on different CPUs ({cpu} and {o}, {class})");
@@ -219,7 +220,7 @@ fn kind_finding(kind: Kind, sw: &SwitchFigure, thread: Option<SwitchFigure>, out
 }
 
 const THREAD_SPEC: Spec = Spec {
-    id: Kind::Thread.id(),
+    id: "cpu.thread-switch",
     title: "Context switch between threads",
     description: "two threads pinned to one CPU ping-pong a byte over two pipes; switch = (round trip - pipe cost) / 2",
     method: crate::method!("cpu.thread-switch"),
@@ -229,7 +230,7 @@ const THREAD_SPEC: Spec = Spec {
 };
 
 const PROCESS_SPEC: Spec = Spec {
-    id: Kind::Process.id(),
+    id: "cpu.process-switch",
     title: "Context switch between processes",
     description: "as cpu.thread-switch with a forked partner process, plus switch cost vs working set (lat_ctx -s)",
     method: crate::method!("cpu.process-switch"),
@@ -250,7 +251,7 @@ impl Experiment for Kind {
         let mut p = Predictions::new(ctx);
         // The thread experiment's figure `m` (positive), for the process experiment only.
         let thread = |p: &Predictions, m: &str, name: &str| {
-            let i = p.earlier(Kind::Thread.id(), &[m]).positive().named(name);
+            let i = p.earlier(THREAD_SPEC.id, &[m]).positive().named(name);
             (kind == Kind::Process && i.value().is_some()).then_some(i)
         };
         match thread(&p, "switch", "thread_switch") {
@@ -301,14 +302,8 @@ impl Experiment for Kind {
             ),
             None => p.add("pipe_round_trip_same_cpu", bound("the two switches")),
         }
-        // One per cross-CPU figure the run measures, suffixed ones too, as `run_switch` plans them.
-        let ctx = p.ctx();
-        let plans = ctx
-            .machine
-            .topology
-            .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus);
-        for plan in plans {
-            let name = format!("pipe_round_trip_cross_cpu{}", plan.suffix);
+        for plan in cross_plans(p.ctx()) {
+            let name = cross_name(&plan);
             match thread(&p, &name, "thread_cross_cpu") {
                 Some(rt) => p.equal(
                     &name,
@@ -325,10 +320,7 @@ impl Experiment for Kind {
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
         let kind = *self;
         let mut out = Outcome::default();
-        let plans = ctx
-            .machine
-            .topology
-            .cross_cpu_plans(ctx.cpu, &ctx.machine.cpu.allowed_cpus);
+        let plans = cross_plans(ctx);
         let sizes = match kind {
             Kind::Process => SERIES_SIZES.get(ctx.profile),
             Kind::Thread => &[],
@@ -351,10 +343,9 @@ impl Experiment for Kind {
             "one task writing and reading its own two pipes, per round-trip equivalent",
             &pipe,
         );
-        let mut cross = Vec::new();
-        for plan in &plans {
-            cross.push(cross_cpu(kind, ctx, &h, plan, &mut out)?);
-        }
+        let cross: Vec<_> = (plans.iter())
+            .map(|plan| cross_cpu(kind, ctx, &h, plan, &mut out))
+            .collect::<anyhow::Result<_>>()?;
         if plans.is_empty() {
             out.notes.push(
                 "pipe_round_trip_cross_cpu: skipped, this process may use only one CPU".into(),
@@ -364,11 +355,9 @@ impl Experiment for Kind {
             .then(|| working_set_series(kind, ctx, &h, sizes, &mut out))
             .transpose()?;
         out.pool(ctx);
-        let sw = switch_metric(&mut out);
+        let sw = switch_metric(&mut out, "pipe_round_trip_same_cpu", "pipe_cost");
         out.check(switch_positive(&sw));
-        let thread = (kind == Kind::Process)
-            .then(|| thread_switch(ctx))
-            .flatten();
+        let thread = thread_switch(ctx).filter(|_| kind == Kind::Process);
         if let Some(t) = &thread {
             out.check(address_space_check(&sw, t));
         }
@@ -389,6 +378,80 @@ impl Experiment for Kind {
         kind_finding(kind, &sw, thread, &mut out);
         Ok(out)
     }
+}
+
+/// One point of the working-set series: W bytes, and this run's switch figure at W.
+type WsPoint = (f64, SwitchFigure);
+
+/// Switch cost vs working set (lmbench lat_ctx -s), this run's alone (not metrics).
+fn working_set_series(
+    kind: Kind,
+    ctx: &Context,
+    h: &Harness,
+    sizes: &[usize],
+    out: &mut Outcome,
+) -> anyhow::Result<Vec<WsPoint>> {
+    let mut pts = Vec::new();
+    for &w in sizes {
+        if w == 0 {
+            let raw = |name| out.get(name).map_or(&[][..], |m| &m.raw[..]);
+            let (rt, pipe) = (raw("pipe_round_trip_same_cpu"), raw("pipe_cost"));
+            pts.push(ws_point(0.0, rt, pipe));
+            continue;
+        }
+        (ctx.progress)(&format!("working set {}", fmt_bytes(w as f64)));
+        let (noun, cpu, ws) = (kind.noun(), ctx.cpu, fmt_bytes(w as f64));
+        let check = format!("both {noun} ran on CPU {cpu} (working set {ws})");
+        let t = round_trips(ctx, h, kind, (cpu, w), &check, out)?;
+        let ovh = pipe_cost(h, w)?;
+        pts.push(ws_point(w as f64, &t.per_op_ns, &ovh.per_op_ns));
+    }
+    let points = pts.iter().map(|(w, f)| [*w, f.median]).collect();
+    out.plot("switch cost vs working set", "bytes", "ns", points);
+    Ok(pts)
+}
+
+/// The switch figure at `bytes` from this run's round trips and overheads alone.
+fn ws_point(bytes: f64, rt: &[f64], ovh: &[f64]) -> WsPoint {
+    let mut o = Outcome::default();
+    o.metric("round_trip", "ns", "", rt.to_vec());
+    o.metric("overhead", "ns", "", ovh.to_vec());
+    (bytes, switch_metric(&mut o, "round_trip", "overhead"))
+}
+
+/// The series' largest working set against its empty switch; "more" only beyond both
+/// intervals, and no cause claimed (the ping-pong touches 2W, the overhead W).
+fn series_finding(pts: &[WsPoint], ctx: &Context, out: &mut Outcome) {
+    let (Some(&(w0, first)), Some(&(w, last))) = (pts.first(), pts.last()) else {
+        return;
+    };
+    if w <= 0.0 || w0 != 0.0 {
+        return;
+    }
+    let (k, of) = (ctx.repetition.index + 1, ctx.repetition.of);
+    let which = match of {
+        1 => "W".to_string(),
+        _ => format!("In run {k} of {of} (the series shown), w"),
+    };
+    let clause = match separation_of(last.interval, first.interval) {
+        Separation::Above => format!(
+            "{} more per switch beyond both 95% intervals; the two tasks together touch twice what the subtracted overhead touches ({}); whether the rest is cache misses is not counted here",
+            fmt_ns(last.median - first.median),
+            fmt_bytes(2.0 * w)
+        ),
+        Separation::Overlap => {
+            "within noise of each other (the 95% intervals overlap)".to_string()
+        }
+        Separation::Below => {
+            "less beyond both 95% intervals, which touching more memory should not give: treat the series with care".to_string()
+        }
+    };
+    let (ws, at, none) = (fmt_bytes(w), fmt_ns(last.median), fmt_ns(first.median));
+    let k = last.median / first.median;
+    out.finding(
+        format!("{which}ith {ws} of private data per process a switch costs {at} against {none} with none ({k:.2}x): {clause}."),
+        &["switch"],
+    );
 }
 
 #[cfg(test)]
@@ -456,7 +519,7 @@ mod tests {
         o.metric("pipe_cost", "ns", "", vec![1000.0; 20]);
         o.metric("switch", "ns", "", vec![ns; 20])
             .derived(&[("pipe_cost", "sub", 0.5)]);
-        crate::experiments::testing::recorded(Kind::Thread.id(), o)
+        crate::experiments::testing::recorded(THREAD_SPEC.id, o)
     }
 
     /// cpu.process-switch as wired and judged, after a thread switch recorded at
@@ -511,7 +574,7 @@ mod tests {
         o.metric("pipe_round_trip_same_cpu", "ns", "", vec![10_000.0; 20]);
         let pipe: Vec<f64> = (0..20).map(|i| 4000.0 + 200.0 * i as f64).collect();
         o.metric("pipe_cost", "ns", "", pipe);
-        let sw = switch_metric(&mut o);
+        let sw = switch_metric(&mut o, "pipe_round_trip_same_cpu", "pipe_cost");
         let m = o.get("switch").unwrap();
         let own = m.summary.ci95;
         assert!(
@@ -577,7 +640,7 @@ mod tests {
             }
             w.earlier = vec![
                 recorded("cpu.syscall", sys),
-                recorded(Kind::Thread.id(), thread),
+                recorded(THREAD_SPEC.id, thread),
             ];
             for kind in [Kind::Thread, Kind::Process] {
                 let got = w.with_ctx(|ctx| kind.predict(ctx));

@@ -50,10 +50,8 @@ pub(super) fn echo_loop(rfd: RawFd, wfd: RawFd, cpu: usize, buf: *mut u8, len: u
     r
 }
 
-pub(super) enum Partner<'c> {
-    Thread(std::thread::JoinHandle<Report>),
-    Process(Children<'c, Report>),
-}
+/// Joins or reaps the partner (once pipe A is closed) and returns its report.
+type Partner<'c> = Box<dyn FnOnce() -> anyhow::Result<Report> + 'c>;
 
 /// The measuring task's side: pipe A carries the token to the partner, pipe B brings it
 /// back. Dropping it closes A, so the partner ends and is joined or reaped on any path.
@@ -76,9 +74,9 @@ impl<'c> PingPong<'c> {
         let (a_r, a_w) = platform::pipe().context("pipe")?;
         let (b_r, b_w) = platform::pipe().context("pipe")?;
         // A failed pin shows up in the CPU samples and fails the premise.
-        let partner = match kind {
-            Kind::Thread => Partner::Thread(
-                std::thread::Builder::new()
+        let partner: Partner = match kind {
+            Kind::Thread => {
+                let thread = std::thread::Builder::new()
                     .name("osmeter-switch-partner".into())
                     .spawn(move || {
                         let _ = crate::platform::pin_to_cpu(partner_cpu);
@@ -86,8 +84,13 @@ impl<'c> PingPong<'c> {
                         let (r, w) = (a_r.as_raw_fd(), b_w.as_raw_fd());
                         echo_loop(r, w, partner_cpu, buf.as_mut_ptr() as *mut u8, ws)
                     })
-                    .context("spawning the partner thread")?,
-            ),
+                    .context("spawning the partner thread")?;
+                Box::new(|| {
+                    thread
+                        .join()
+                        .map_err(|_| anyhow!("the partner thread panicked"))
+                })
+            }
             Kind::Process => {
                 // Everything the child needs is prepared before fork: it may not allocate.
                 let mut child_buf = working_set(ws);
@@ -108,7 +111,7 @@ impl<'c> PingPong<'c> {
                 };
                 forked.context("fork")?;
                 drop((a_r, b_w, child_buf));
-                Partner::Process(children)
+                Box::new(move || children.wait("partner process").map(|()| children.get(0).1))
             }
         };
         Ok(PingPong {
@@ -139,13 +142,8 @@ impl<'c> PingPong<'c> {
     /// Stops the partner (end of file on A) and returns where it ran.
     pub(super) fn finish(&mut self) -> anyhow::Result<Report> {
         self.pipes = None;
-        match self.partner.take() {
-            Some(Partner::Thread(h)) => {
-                h.join().map_err(|_| anyhow!("the partner thread panicked"))
-            }
-            Some(Partner::Process(c)) => c.wait("partner process").map(|()| c.get(0).1),
-            None => bail!("ping-pong already finished"),
-        }
+        let join = self.partner.take();
+        join.ok_or_else(|| anyhow!("ping-pong already finished"))?()
     }
 }
 
@@ -155,8 +153,7 @@ impl Drop for PingPong<'_> {
     }
 }
 
-/// Round trips with a partner on `partner_cpu`, adding the premise `check` that both
-/// tasks stayed where they were pinned.
+/// Round trips with a partner on `partner_cpu`; `check` is the premise that both stayed put.
 pub(super) fn round_trips(
     ctx: &Context,
     h: &Harness,
@@ -170,22 +167,9 @@ pub(super) fn round_trips(
     // The partner's start (copy-on-write faults, cold caches) would stretch calibration.
     h.warm_up(WARM_ROUNDS, WARM_LIMIT, || pp.round_trip())
         .with_context(what)?;
-    let mut err = None;
     let mut main = Place::new(ctx.cpu);
-    let m = h.measure(1.0, |n| {
-        main.look();
-        let mut failed = err.is_some();
-        repeat(n, || {
-            if !failed {
-                err = pp.round_trip().err();
-                failed = err.is_some();
-            }
-        });
-        main.look();
-    });
-    if let Some(e) = err {
-        return Err(e).with_context(what);
-    }
+    let (m, err) = measure_ops(h, Some(&mut main), || pp.round_trip());
+    err.map_or(Ok(()), Err).with_context(what)?;
     let partner = pp.finish()?.place;
     out.check(cpus_check(check, &main, &partner, &platform::pin_support()));
     Ok(m)
@@ -200,7 +184,7 @@ pub(super) fn pipe_cost(h: &Harness, ws: usize) -> anyhow::Result<Measurement> {
     let mut buf = working_set(ws);
     let p = buf.as_mut_ptr() as *mut u8;
     let extra = crate::experiments::seams::get().pipe_alone_extra;
-    let (m, err) = measure_ops(h, || {
+    let (m, err) = measure_ops(h, None, || {
         let mut t = [1u8];
         touch(p, ws);
         let mut ok = hop(&a, &mut t);
