@@ -4,8 +4,8 @@
 use super::{memory_limits, on_disk, predict_cached, predict_uncached};
 use crate::clock::Deadline;
 use crate::experiments::kit::files::{
-    direct_works, evict_check, make_file, read_through, reopen, time_blocks, BlockTimes,
-    DeviceReads, Pattern, RepeatedCheck, Timing, BLOCK, MIB,
+    direct_works, evict_check, make_file, read_through, reopen, BlockReader, BlockTimes,
+    DeviceReads, Pattern, RepeatedCheck, Timing, BLOCK, MIB, MIN_SAMPLES,
 };
 use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
@@ -31,9 +31,6 @@ const SLICES: PerProfile<(Duration, Duration)> = PerProfile::new(
     (ms(1000), ms(200)),
 );
 
-/// Fewest samples a pass aims for.
-const MIN_TRIALS: usize = 5;
-
 /// A sweep's file sizes and the time each pass may take.
 pub(crate) struct SweepPlan<'c> {
     pub sizes: Vec<u64>,
@@ -44,16 +41,20 @@ pub(crate) struct SweepPlan<'c> {
     pub deadline: Option<Deadline<'c>>,
 }
 
-impl SweepPlan<'_> {
-    pub fn for_profile(p: Profile, largest: u64, label: &'static str) -> Self {
-        let (uncached, cached) = SLICES.get(p);
-        let sizes = doublings(MIB, largest.max(MIB));
+impl<'c> SweepPlan<'c> {
+    pub fn for_profile(
+        ctx: &'c Context,
+        largest: u64,
+        label: &'static str,
+        within: Duration,
+    ) -> Self {
+        let (uncached, cached) = SLICES.get(ctx.profile);
         SweepPlan {
-            sizes,
+            sizes: doublings(MIB, largest.max(MIB)),
             uncached,
             cached,
             label,
-            deadline: None,
+            deadline: Some(ctx.harness(1).deadline(within)),
         }
     }
 }
@@ -68,26 +69,6 @@ pub(crate) struct SweepPass {
 impl SweepPass {
     pub fn median(&self) -> f64 {
         crate::stats::median(&self.times.per_block_ns)
-    }
-}
-
-/// What a sweep measured and verified.
-#[derive(Default)]
-pub(crate) struct SweepOut {
-    pub points: Vec<SweepPass>,
-    pub checks: Vec<Check>,
-    pub direct: bool,
-    pub notes: Vec<String>,
-}
-
-impl SweepOut {
-    pub fn get(&self, size: u64, cached: bool, pattern: Pattern) -> Option<&SweepPass> {
-        self.points
-            .iter()
-            .find(|p| p.size == size && p.cached == cached && p.pattern == pattern)
-    }
-    pub fn largest(&self) -> u64 {
-        self.points.iter().map(|p| p.size).max().unwrap_or(0)
     }
 }
 
@@ -121,29 +102,44 @@ pub(crate) fn predict_sweep(p: &mut Predictions, prefix: &str, passes: &[(bool, 
     }
 }
 
+/// A sweep: its plan, what it measured, and what its checks count.
+pub(crate) struct Sweep<'a> {
+    ctx: &'a Context<'a>,
+    pub plan: SweepPlan<'a>,
+    pub points: Vec<SweepPass>,
+    notes: Vec<String>,
+    /// Whether O_DIRECT works, known once the first file exists.
+    direct: Option<bool>,
+    evicted: RepeatedCheck,
+    resident: RepeatedCheck,
+    device: DeviceReads,
+    bigbuf: Vec<u8>,
+}
+
 /// Runs the sweep in `scratch`: each size read uncached and cached, in both patterns.
-pub(crate) fn sweep(
-    ctx: &Context,
+pub(crate) fn sweep<'a>(
+    ctx: &'a Context,
     scratch: &Scratch,
-    plan: &SweepPlan,
-) -> anyhow::Result<SweepOut> {
+    plan: SweepPlan<'a>,
+) -> anyhow::Result<Sweep<'a>> {
+    let mut rng = Rng::new(0x05ee_d0f5 ^ plan.sizes.len() as u64);
     let mut s = Sweep {
         ctx,
         plan,
-        out: SweepOut::default(),
+        points: Vec::new(),
+        notes: Vec::new(),
         direct: None,
         evicted: RepeatedCheck::default(),
         resident: RepeatedCheck::default(),
         device: DeviceReads::new(ctx, scratch.dir()),
         bigbuf: vec![0u8; MIB as usize],
     };
-    let mut rng = Rng::new(0x05ee_d0f5 ^ plan.sizes.len() as u64);
-    for &size in &plan.sizes {
+    for size in s.plan.sizes.clone() {
         if crate::scratch::stopping() {
             anyhow::bail!("interrupted");
         }
-        if !s.out.points.is_empty() && plan.deadline.is_some_and(|d| d.passed()) {
-            s.out.notes.push(format!(
+        if !s.points.is_empty() && s.plan.deadline.is_some_and(|d| d.passed()) {
+            s.notes.push(format!(
                 "stopped before {} by the time budget (the machine is slow or busy)",
                 fmt_bytes(size as f64)
             ));
@@ -151,19 +147,7 @@ pub(crate) fn sweep(
         }
         s.size(scratch, size, &mut rng)?;
     }
-    Ok(s.finish())
-}
-
-struct Sweep<'a> {
-    ctx: &'a Context<'a>,
-    plan: &'a SweepPlan<'a>,
-    out: SweepOut,
-    /// Whether O_DIRECT works, known once the first file exists.
-    direct: Option<bool>,
-    evicted: RepeatedCheck,
-    resident: RepeatedCheck,
-    device: DeviceReads,
-    bigbuf: Vec<u8>,
+    Ok(s)
 }
 
 impl Sweep<'_> {
@@ -211,15 +195,15 @@ impl Sweep<'_> {
         // The largest size gives the metrics: it gets three times as long.
         let last = Some(&size) == self.plan.sizes.last();
         let slice = self.plan.uncached * if last { 3 } else { 1 };
-        let (each, min) = (Timing::EachRead, MIN_TRIALS);
+        let reader = BlockReader::new(&fd, size, pattern, order, Timing::EachRead)?;
         let before = self.device.counter();
-        let times = time_blocks(self.ctx, &fd, size, pattern, order, each, slice, min)?;
+        let times = reader.time(self.ctx, slice)?;
         let bytes = times.blocks * BLOCK as u64;
         self.device.add(before, self.device.counter(), bytes);
         let n = times.per_block_ns.len();
         self.record(size, false, pattern, times);
-        if n < min {
-            self.out.notes.push(format!(
+        if n < MIN_SAMPLES {
+            self.notes.push(format!(
                 "{sz} uncached {}: only {n} trials (every block read once)",
                 pattern.name()
             ));
@@ -238,10 +222,10 @@ impl Sweep<'_> {
     ) -> anyhow::Result<()> {
         let sz = fmt_bytes(size as f64);
         let chunks = Timing::Chunks(Duration::from_micros(200));
-        let (slice, min) = (self.plan.cached, MIN_TRIALS);
         for attempt in 1..=3 {
             let before = pagecache::residency(fd)?;
-            let times = time_blocks(self.ctx, fd, size, pattern, order, chunks, slice, min)?;
+            let reader = BlockReader::new(fd, size, pattern, order, chunks)?;
+            let times = reader.time(self.ctx, self.plan.cached)?;
             let after = pagecache::residency(fd)?;
             let whole = before.0 == before.1 && after.0 == after.1;
             if !whole && attempt < 3 {
@@ -258,7 +242,7 @@ impl Sweep<'_> {
                 )
             });
             if whole && attempt > 1 {
-                self.out.notes.push(format!(
+                self.notes.push(format!(
                     "{sz} cached {}: pages were evicted during a pass by memory pressure; measured again",
                     pattern.name()
                 ));
@@ -274,8 +258,8 @@ impl Sweep<'_> {
         let (sz, name) = (fmt_bytes(size as f64), metric_name(cached, pattern));
         let pass = format!("{sz} {name}");
         let notes = times.notes.iter().map(|n| format!("{pass}: {n}"));
-        self.out.notes.extend(notes);
-        self.out.points.push(SweepPass {
+        self.notes.extend(notes);
+        self.points.push(SweepPass {
             size,
             cached,
             pattern,
@@ -283,8 +267,23 @@ impl Sweep<'_> {
         });
     }
 
-    fn finish(mut self) -> SweepOut {
-        let direct = self.direct.unwrap_or(false);
+    fn direct(&self) -> bool {
+        self.direct.unwrap_or(false)
+    }
+
+    pub fn get(&self, size: u64, cached: bool, pattern: Pattern) -> Option<&SweepPass> {
+        self.points
+            .iter()
+            .find(|p| p.size == size && p.cached == cached && p.pattern == pattern)
+    }
+
+    pub fn largest(&self) -> u64 {
+        self.points.iter().map(|p| p.size).max().unwrap_or(0)
+    }
+
+    /// The device premise, the eviction check and the residency premise.
+    fn checks(&self) -> [Check; 3] {
+        let direct = self.direct();
         let ev = &self.evicted;
         let (ok, n, all, last) = (ev.passed, ev.total, ev.all(), &ev.last_failure);
         let (support, bypass) = match (direct, bypasses(direct)) {
@@ -308,10 +307,7 @@ impl Sweep<'_> {
             res.passed, res.total
         );
         let name = "cached reads: every page resident before and after (mincore)";
-        let residency = res.premise(name, detail);
-        self.out.checks = vec![self.device.check(), eviction, residency];
-        self.out.direct = direct;
-        self.out
+        [self.device.check(), eviction, res.premise(name, detail)]
     }
 }
 
@@ -337,14 +333,14 @@ fn warm(fd: &File, size: u64, buf: &mut [u8]) -> anyhow::Result<()> {
 
 /// Adds a sweep's checks and notes, series, metrics at the largest size and a check per
 /// pattern, named with `prefix` (checks and notes with "side: ").
-pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
+pub(crate) fn report(out: &mut Outcome, s: &Sweep, prefix: &str) {
     let side = match prefix.trim_end_matches('_') {
         "" => String::new(),
         side => format!("{side}: "),
     };
-    for c in &s.checks {
+    for c in s.checks() {
         let name = format!("{side}{}", c.name);
-        out.check(Check { name, ..c.clone() });
+        out.check(Check { name, ..c });
     }
     out.notes
         .extend(s.notes.iter().map(|n| format!("{side}{n}")));
@@ -362,7 +358,7 @@ pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
         };
         let desc = format!(
             "{}, {} file ({} blocks read)",
-            describe(cached, pattern, s.direct, pagecache::page_size()),
+            describe(cached, pattern, s.direct(), pagecache::page_size()),
             fmt_bytes(largest as f64),
             p.times.blocks,
         );
@@ -465,9 +461,8 @@ impl Experiment for Read {
                 fmt_bytes(cap as f64)
             ));
         }
-        let mut plan = SweepPlan::for_profile(ctx.profile, largest, "read");
-        plan.deadline = Some(ctx.harness(1).deadline(ctx.budget * 2));
-        let s = sweep(ctx, scratch, &plan)?;
+        let plan = SweepPlan::for_profile(ctx, largest, "read", ctx.budget * 2);
+        let s = sweep(ctx, scratch, plan)?;
         report(&mut out, &s, "");
         out.pool(ctx);
         findings(&mut out, &s);
@@ -476,7 +471,7 @@ impl Experiment for Read {
 }
 
 /// The cached and uncached figures at the largest size, and whether position matters.
-fn findings(out: &mut Outcome, s: &SweepOut) {
+fn findings(out: &mut Outcome, s: &Sweep) {
     let names = PASSES.map(|(cached, pattern)| metric_name(cached, pattern));
     let [us, ur, cs, cr] = names.each_ref().map(|n| out.median(n));
     out.finding(
@@ -485,7 +480,7 @@ fn findings(out: &mut Outcome, s: &SweepOut) {
             fmt_bytes(s.largest() as f64),
             fmt_ns(cs),
             fmt_ns(cr),
-            if s.direct { "O_DIRECT" } else { "evicted, with readahead for sequential" },
+            if s.direct() { "O_DIRECT" } else { "evicted, with readahead for sequential" },
             fmt_ns(us),
             fmt_ns(ur),
             us / cs,

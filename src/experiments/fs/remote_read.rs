@@ -1,7 +1,7 @@
 //! fs.remote-read: fs.read's sweep on --remote-dir and on the local scratch disk in the
 //! same sitting, with the remote/local ratio per access pattern.
 
-use super::read::{metric_name, predict_sweep, report, sweep, SweepOut, SweepPlan, PASSES};
+use super::read::{metric_name, predict_sweep, report, sweep, Sweep, SweepPlan, PASSES};
 use crate::experiments::kit::files::{Pattern, MIB};
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
@@ -163,32 +163,35 @@ fn network_check(remote: &Path, rfs: &crate::scratch::FsInfo) -> Check {
 }
 
 /// The remote sweep within the budget, then the local one over the sizes it completed.
-fn sweeps(
-    ctx: &Context,
+fn sweeps<'a>(
+    ctx: &'a Context,
     remote: &Path,
     local: &Scratch,
     largest: u64,
-) -> anyhow::Result<(SweepOut, SweepOut)> {
+) -> anyhow::Result<(Sweep<'a>, Sweep<'a>)> {
     let rscratch = Scratch::new(Some(remote))?;
-    let mut plan = SweepPlan::for_profile(ctx.profile, largest, "remote");
-    let (u, c) = (plan.uncached, plan.cached);
-    plan.uncached = u.min(Duration::from_millis(300));
-    plan.cached = c.min(Duration::from_millis(60));
     // The remote side may take the budget; the local one repeats its sizes.
-    plan.deadline = Some(ctx.harness(1).deadline(ctx.budget));
-    let rs = sweep(ctx, &rscratch, &plan)?;
+    let mut plan = SweepPlan::for_profile(ctx, largest, "remote", ctx.budget);
+    plan.uncached = plan.uncached.min(Duration::from_millis(300));
+    plan.cached = plan.cached.min(Duration::from_millis(60));
+    let rs = sweep(ctx, &rscratch, plan)?;
     drop(rscratch);
-    plan.label = "local";
-    let done: std::collections::BTreeSet<u64> = rs.points.iter().map(|p| p.size).collect();
-    plan.sizes.retain(|s| done.contains(s));
-    plan.deadline = None;
-    let ls = sweep(ctx, local, &plan)?;
+    let mut sizes: Vec<u64> = rs.points.iter().map(|p| p.size).collect();
+    sizes.dedup();
+    let (label, deadline) = ("local", None);
+    let plan = SweepPlan {
+        sizes,
+        label,
+        deadline,
+        ..rs.plan
+    };
+    let ls = sweep(ctx, local, plan)?;
     Ok((rs, ls))
 }
 
 /// Remote over local per pass at the largest common size: each remote trial over the
 /// local median.
-fn report_ratios(ctx: &Context, out: &mut Outcome, rs: &SweepOut, ls: &SweepOut, fs_type: &str) {
+fn report_ratios(ctx: &Context, out: &mut Outcome, rs: &Sweep, ls: &Sweep, fs_type: &str) {
     let size = rs.largest().min(ls.largest());
     let mut summary = Vec::new();
     for (cached, pattern) in PASSES {

@@ -225,42 +225,11 @@ pub(crate) enum Timing {
 }
 
 const MAX_SAMPLES: usize = 100_000;
+/// Fewest samples a pass aims for.
+pub(crate) const MIN_SAMPLES: usize = 5;
 
-/// Times 4 KiB reads of `file`: at least `min_trials` samples within `budget`, with no
-/// preemption check (uncached reads block on purpose, and every cached chunk counts).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn time_blocks(
-    ctx: &Context,
-    file: &File,
-    size: u64,
-    pattern: Pattern,
-    order: &[u32],
-    timing: Timing,
-    budget: Duration,
-    min_trials: usize,
-) -> anyhow::Result<BlockTimes> {
-    let h = ctx.harness(1);
-    let mut r = BlockReader::new(file, size, pattern, order, timing)?;
-    let Timing::Chunks(trial) = timing else {
-        let n = (r.nblocks as usize).min(MAX_SAMPLES);
-        return r.sample(&h, &SampleSpec::new(n, budget).min_n(min_trials));
-    };
-    let until = h.deadline(budget);
-    // A first chunk of 8 reads sizes every later one to last about `trial`; fixed from
-    // then on, so the mean of the samples is the mean per block (fio's mean latency).
-    let mut t = r.sample(&h, &SampleSpec::new(1, budget))?;
-    let per = t.per_block_ns.first().copied().unwrap_or(1.0).max(1.0);
-    r.chunk = ((trial.as_nanos() as f64 / per) as u64).clamp(1, 4096);
-    let spec = SampleSpec::new(MAX_SAMPLES - 1, until.remaining());
-    let rest = r.sample(&h, &spec.min_n(min_trials.saturating_sub(1)))?;
-    t.per_block_ns.extend(rest.per_block_ns);
-    t.notes.extend(rest.notes);
-    t.blocks = rest.blocks;
-    Ok(t)
-}
-
-/// Where a block-reading pass stands: the next block of the order, and blocks read.
-struct BlockReader<'a> {
+/// A pass of 4 KiB reads over a file: the next block of the order, and blocks read.
+pub(crate) struct BlockReader<'a> {
     file: &'a File,
     pattern: Pattern,
     order: &'a [u32],
@@ -274,7 +243,7 @@ struct BlockReader<'a> {
 }
 
 impl<'a> BlockReader<'a> {
-    fn new(
+    pub fn new(
         file: &'a File,
         size: u64,
         pattern: Pattern,
@@ -293,6 +262,28 @@ impl<'a> BlockReader<'a> {
             total: 0,
             buf: AlignedBuf::new(BLOCK, BLOCK)?,
         })
+    }
+
+    /// Times the reads: at least 5 samples within `budget`, with no preemption check
+    /// (uncached reads block on purpose, and every cached chunk counts).
+    pub fn time(mut self, ctx: &Context, budget: Duration) -> anyhow::Result<BlockTimes> {
+        let h = ctx.harness(1);
+        let Timing::Chunks(trial) = self.timing else {
+            let n = (self.nblocks as usize).min(MAX_SAMPLES);
+            return self.sample(&h, &SampleSpec::new(n, budget).min_n(MIN_SAMPLES));
+        };
+        let until = h.deadline(budget);
+        // A first chunk of 8 reads sizes every later one to last about `trial`; fixed from
+        // then on, so the mean of the samples is the mean per block (fio's mean latency).
+        let mut t = self.sample(&h, &SampleSpec::new(1, budget))?;
+        let per = t.per_block_ns.first().copied().unwrap_or(1.0).max(1.0);
+        self.chunk = ((trial.as_nanos() as f64 / per) as u64).clamp(1, 4096);
+        let spec = SampleSpec::new(MAX_SAMPLES - 1, until.remaining());
+        let rest = self.sample(&h, &spec.min_n(MIN_SAMPLES - 1))?;
+        t.per_block_ns.extend(rest.per_block_ns);
+        t.notes.extend(rest.notes);
+        t.blocks = rest.blocks;
+        Ok(t)
     }
 
     /// Samples as `spec` says, each the next chunk, in order (a chunk at the end is shorter).
