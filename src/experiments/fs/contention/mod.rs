@@ -17,10 +17,8 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-mod checks;
 mod readers;
 mod text;
-use checks::*;
 use readers::*;
 use text::*;
 
@@ -202,31 +200,17 @@ impl Experiment for Contention {
             None => sizes,
         };
         out.notes.push(sizing_note);
-        let mut rng = Rng::new(0xc0de);
-        let owners = sizes
-            .iter()
-            .enumerate()
-            .map(|(i, &size)| {
-                (ctx.progress)(&format!("writing file {}/{pm}", i + 1));
-                make_file(scratch, &format!("contention-{i}"), size, rng.next_u64())
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let mut rd = Readers::new(ctx, owners, &sizes)?;
+        let mut rd = Readers::new(ctx, scratch, &sizes)?;
         let (dur, rounds) = ROUND.get(ctx.profile);
-        let mut m = ContentionRounds {
-            cursor: vec![0u64; pm],
-            device: DeviceReads::new(ctx, scratch.dir()),
-            ..Default::default()
-        };
         let started = stopwatch(ctx);
         let (ps, mut skipped) = (counts(ctx.profile), Vec::new());
         for (i, &p) in ps.iter().enumerate() {
             // Past the budget only Pmax is still measured: per_block_pmax is predicted there.
-            if i + 1 < ps.len() && m.per_p.len() >= 2 && started.elapsed() > ctx.budget * 2 {
+            if i + 1 < ps.len() && rd.per_p.len() >= 2 && started.elapsed() > ctx.budget * 2 {
                 skipped.push(p.to_string());
                 continue;
             }
-            rd.measure(&mut m, p)?;
+            rd.measure(p)?;
         }
         if !skipped.is_empty() {
             out.notes.push(format!(
@@ -234,15 +218,12 @@ impl Experiment for Contention {
                 skipped.join(", ")
             ));
         }
-        if let Some(&(p, _)) = m.per_p.last() {
+        if let Some(&(p, _)) = rd.per_p.last() {
             out.notes
                 .extend(sharing_note(&ctx.machine.topology, &rd.order, p));
         }
-        // Readers that each get a CPU of their own.
-        let (cpus, direct) = (rd.order.len(), rd.direct);
-        drop(rd);
-        checks(&mut out, &m, direct, &sizes, dur);
-        report(ctx, &mut out, m, cpus);
+        rd.checks(&mut out, dur);
+        report(ctx, &mut out, &rd);
         out.notes.push(format!(
             "{pm} files ({} in all); {rounds} round(s) of {} ms per P",
             fmt_bytes(sizes.iter().sum::<u64>() as f64),
@@ -250,22 +231,6 @@ impl Experiment for Contention {
         ));
         Ok(out)
     }
-}
-
-/// What the rounds measured, and what the premises need.
-#[derive(Default)]
-struct ContentionRounds {
-    /// Blocks each reader read so far: where it goes on, so no block is read twice.
-    cursor: Vec<u64>,
-    /// (P, spread of the readers' start times in ns) per round.
-    spreads: Vec<(usize, u64)>,
-    /// Per-block times of every reader and round, per P.
-    per_p: Vec<(usize, Vec<f64>)>,
-    /// [P, median over rounds of the summed block rate].
-    aggregate: Vec<[f64; 2]>,
-    /// Evictions before rounds (only without O_DIRECT).
-    evictions: RepeatedCheck,
-    device: DeviceReads,
 }
 
 #[cfg(test)]

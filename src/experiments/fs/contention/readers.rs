@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::platform::CpuMask;
-use crate::scratch::ScratchFile;
+use crate::scratch::{Scratch, ScratchFile};
 
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -55,7 +55,8 @@ pub(super) unsafe fn read_blocks(
     ReaderResult { blocks, ns }
 }
 
-/// The readers: their files, buffers and CPUs, and the children that read.
+/// The readers: their files, buffers and CPUs, the children that read, and what the rounds
+/// measured.
 pub(super) struct Readers<'c> {
     ctx: &'c Context<'c>,
     files: Vec<File>,
@@ -69,16 +70,36 @@ pub(super) struct Readers<'c> {
     nblocks: Vec<u64>,
     /// O_DIRECT works: readers may wrap around their file.
     pub(super) direct: bool,
+    /// Blocks each reader read so far: where it goes on, so no block is read twice.
+    cursor: Vec<u64>,
+    /// (P, spread of the readers' start times in ns) per round.
+    spreads: Vec<(usize, u64)>,
+    /// Per-block times of every reader and round, per P.
+    pub(super) per_p: Vec<(usize, Vec<f64>)>,
+    /// [P, median over rounds of the summed block rate].
+    pub(super) aggregate: Vec<[f64; 2]>,
+    /// Evictions before rounds (only without O_DIRECT).
+    evictions: RepeatedCheck,
+    device: DeviceReads,
 }
 
 impl<'c> Readers<'c> {
-    /// A reader per file (O_DIRECT where it works, else random advice); reader i on the i-th
-    /// CPU of `reader_order`, modulo the allowed CPUs.
+    /// A reader per file of `sizes` (O_DIRECT where it works, else random advice); reader i
+    /// on the i-th CPU of `reader_order`, modulo the allowed CPUs.
     pub(super) fn new(
         ctx: &'c Context<'c>,
-        owners: Vec<ScratchFile>,
+        scratch: &Scratch,
         sizes: &[u64],
     ) -> anyhow::Result<Self> {
+        let (n, mut rng) = (sizes.len(), Rng::new(0xc0de));
+        let owners = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &size)| {
+                (ctx.progress)(&format!("writing file {}/{n}", i + 1));
+                make_file(scratch, &format!("contention-{i}"), size, rng.next_u64())
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let direct = direct_works(&owners[0].file);
         let files: Vec<File> = owners
             .iter()
@@ -95,24 +116,30 @@ impl<'c> Readers<'c> {
         let order = reader_order(&ctx.machine.topology, ctx.cpu, &allowed);
         Ok(Readers {
             ctx,
-            files,
-            bufs: (0..owners.len())
+            bufs: (0..n)
                 .map(|_| AlignedBuf::new(BLOCK, BLOCK))
                 .collect::<Result<_, _>>()?,
-            children: Children::new(owners.len(), ctx.clock)?,
+            children: Children::new(n, ctx.clock)?,
             cpus: order
                 .iter()
                 .map(|&c| CpuMask::single(c))
                 .collect::<Result<_, _>>()?,
             order,
-            owners,
             nblocks: sizes.iter().map(|b| b / BLOCK as u64).collect(),
+            files,
+            owners,
             direct,
+            cursor: vec![0; n],
+            spreads: Vec::new(),
+            per_p: Vec::new(),
+            aggregate: Vec::new(),
+            evictions: RepeatedCheck::default(),
+            device: DeviceReads::new(ctx, scratch.dir()),
         })
     }
 
-    /// The rounds of `p` readers, added to `m`.
-    pub(super) fn measure(&mut self, m: &mut ContentionRounds, p: usize) -> anyhow::Result<()> {
+    /// The rounds of `p` readers.
+    pub(super) fn measure(&mut self, p: usize) -> anyhow::Result<()> {
         let (dur, rounds) = ROUND.get(self.ctx.profile);
         let (mut vals, mut rates) = (Vec::new(), Vec::new());
         for r in 0..rounds {
@@ -124,53 +151,105 @@ impl<'c> Readers<'c> {
                 // Without O_DIRECT each round must start from disk: evict and verify.
                 for o in self.owners.iter().take(p) {
                     let c = evict_check(self.ctx, &o.file, "reader file", true)?;
-                    m.evictions.add(&c);
+                    self.evictions.add(&c);
                 }
             }
-            let per_block = self.round(m, p, dur)?;
+            let per_block = self.round(p, dur)?;
             rates.push(per_block.iter().map(|t| 1e9 / t).sum::<f64>());
             vals.extend(per_block);
         }
-        m.aggregate.push([p as f64, crate::stats::median(&rates)]);
-        m.per_p.push((p, vals));
+        self.aggregate
+            .push([p as f64, crate::stats::median(&rates)]);
+        self.per_p.push((p, vals));
         Ok(())
     }
 
     /// One round of `p` readers released together, from their cursors: ns per block each.
-    fn round(
-        &mut self,
-        m: &mut ContentionRounds,
-        p: usize,
-        dur: Duration,
-    ) -> anyhow::Result<Vec<f64>> {
+    fn round(&mut self, p: usize, dur: Duration) -> anyhow::Result<Vec<f64>> {
         let bufs: Vec<*mut u8> = self.bufs.iter_mut().map(|b| b.as_mut_ptr()).collect();
-        let (rd, first) = (&*self, &m.cursor);
-        let before = m.device.counter();
+        let before = self.device.counter();
+        let rd = &*self;
         // SAFETY: each reader's body is `read_blocks`, async-signal-safe on its file and
         // the buffer prepared above.
         unsafe {
             rd.children.run(p, &rd.cpus, "reader process", |i, start| {
-                read_blocks(rd, i, first[i], bufs[i], start, dur)
+                read_blocks(rd, i, rd.cursor[i], bufs[i], start, dur)
             })?
         };
         let (mut lo, mut hi, mut per_block, mut blocks) = (u64::MAX, 0, Vec::new(), 0);
         for i in 0..p {
-            let (start, s) = rd.children.get(i);
+            let (start, s) = self.children.get(i);
             if s.blocks == 0 {
                 anyhow::bail!("reader process {i} could not read its file");
             }
             per_block.push(s.ns as f64 / s.blocks as f64);
-            m.cursor[i] += s.blocks;
+            self.cursor[i] += s.blocks;
             blocks += s.blocks;
             lo = lo.min(start);
             hi = hi.max(start);
         }
-        m.device
-            .add(before, m.device.counter(), blocks * BLOCK as u64);
-        let spread = rd.ctx.clock.ticks_to_ns(hi.saturating_sub(lo) as f64) as u64;
-        m.spreads.push((p, spread));
+        let after = self.device.counter();
+        self.device.add(before, after, blocks * BLOCK as u64);
+        let spread = self.ctx.clock.ticks_to_ns(hi.saturating_sub(lo) as f64) as u64;
+        self.spreads.push((p, spread));
         Ok(per_block)
     }
+
+    /// The premises: device reached, no block read twice, evictions verified, one release.
+    pub(super) fn checks(&self, out: &mut Outcome, dur: Duration) {
+        out.check(self.device.check());
+        let reread: u64 = self
+            .cursor
+            .iter()
+            .zip(&self.nblocks)
+            .map(|(&c, &b)| c.saturating_sub(b))
+            .sum();
+        let total: u64 = self.cursor.iter().sum();
+        let size = |b: Option<&u64>| fmt_bytes((b.copied().unwrap_or(0) * BLOCK as u64) as f64);
+        // A block read again may come from a device or host cache no counter sees:
+        // unverified, not invalid, as the first reads were the device's.
+        let detail = format!(
+            "{} of {} blocks read were read before by the same reader (files of {} down to {}; a device or host cache can serve those)",
+            reread,
+            total,
+            size(self.nblocks.first()),
+            size(self.nblocks.last())
+        );
+        out.check(if reread == 0 {
+            Check::premise("each block read at most once", true, detail)
+        } else {
+            Check::unverified("each block read at most once", detail)
+        });
+        if !self.direct {
+            let ev = &self.evictions;
+            out.check(ev.premise(
+                "uncached reads: files evicted and verified (mincore) before every round",
+                format!("O_DIRECT not supported; {} of {} evictions verified (a file larger than a round's reads, random advice)", ev.passed, ev.total),
+            ));
+        }
+        out.check(release_check(&self.spreads, dur.as_nanos() as u64));
+    }
+}
+
+/// Largest spread of the readers' start times, as a share of a round.
+const RELEASE_SHARE: f64 = 0.10;
+
+/// Premise "readers released together": every round's spread of start times (`spreads`,
+/// ns) within RELEASE_SHARE of the round.
+pub(super) fn release_check(spreads: &[(usize, u64)], round_ns: u64) -> Check {
+    let limit = (round_ns as f64 * RELEASE_SHARE) as u64;
+    let worst = spreads.iter().max_by_key(|s| s.1).copied();
+    let detail = match worst {
+        Some((p, w)) => format!(
+            "largest spread of start times {} (P = {p}) over {} rounds, limit {} (10% of a round); each reader timestamps its start right after a pipe barrier the parent opens once all are ready",
+            crate::units::fmt_ns(w as f64),
+            spreads.len(),
+            crate::units::fmt_ns(limit as f64)
+        ),
+        None => "no round ran".into(),
+    };
+    let together = worst.is_some_and(|w| w.1 <= limit);
+    Check::premise("readers released together", together, detail)
 }
 
 /// The readers' CPUs: `Topology::spread` from `first`, the run's CPU, so P = 1 reads as

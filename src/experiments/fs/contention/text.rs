@@ -4,8 +4,8 @@ use super::*;
 use crate::analysis::Model;
 use crate::units::fmt_ns;
 
-/// Series and metrics per P, then the fitted model (`cpus`: readers with a CPU each).
-pub(super) fn report(ctx: &Context, out: &mut Outcome, m: ContentionRounds, cpus: usize) {
+/// Series and metrics per P, then the fitted model.
+pub(super) fn report(ctx: &Context, out: &mut Outcome, m: &Readers) {
     let medians: Vec<(f64, f64)> = m
         .per_p
         .iter()
@@ -14,7 +14,7 @@ pub(super) fn report(ctx: &Context, out: &mut Outcome, m: ContentionRounds, cpus
     let points = medians.iter().map(|&(x, y)| [x, y]).collect();
     out.plot("per_block_vs_processes", "processes", "ns", points);
     let aggregate = "aggregate_blocks_per_s_vs_processes";
-    out.plot(aggregate, "processes", "1/s", m.aggregate);
+    out.plot(aggregate, "processes", "1/s", m.aggregate.clone());
     if let Some((_, v)) = m.per_p.first() {
         let desc = "time per 4 KiB block, one process alone (one value per round)";
         out.metric("per_block_p1", "ns", desc, v.clone());
@@ -26,7 +26,7 @@ pub(super) fn report(ctx: &Context, out: &mut Outcome, m: ContentionRounds, cpus
         out.metric("per_block_pmax", "ns", &desc, v.clone());
     }
     match fit(&medians) {
-        Some(model) => report_model(ctx, out, &model, &medians, cpus),
+        Some(model) => report_model(ctx, out, &model, &medians, m.order.len()),
         None => out.pool(ctx),
     }
 }
