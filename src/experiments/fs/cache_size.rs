@@ -166,12 +166,16 @@ impl Experiment for CacheSize {
             probes: Vec::new(),
             threshold: None,
             start,
+            good: None,
+            bad: None,
+            stop_reason: None,
+            note: None,
         };
-        let knee = s.run(s0, &limits)?;
-        out.notes.extend(knee.note.iter().cloned());
+        s.run(s0, &limits)?;
+        out.notes.extend(s.note.iter().cloned());
         report_series(&mut out, &s.probes);
         report_rates(&mut out, &s);
-        report_knee(&mut out, &s, &knee);
+        report_knee(&mut out, &s);
         Ok(out)
     }
 }
@@ -190,48 +194,35 @@ struct Search<'a> {
     /// ns per byte below which a second read is from memory; None where timing cannot tell.
     threshold: Option<f64>,
     start: crate::clock::Stopwatch<'a>,
-}
-
-/// Where the search ended: the bracket, what stopped the doubling, what cut bisection.
-#[derive(Default)]
-struct Knee {
+    /// The bracket: the largest size served and the smallest not served so far.
     good: Option<u64>,
     bad: Option<u64>,
+    /// What stopped the doubling, and what cut bisection short.
     stop_reason: Option<String>,
     note: Option<String>,
 }
 
-impl Knee {
-    /// Moves the bracket's served or not-served end to `size`.
-    fn place(&mut self, size: u64, served: bool) {
-        *(if served {
-            &mut self.good
-        } else {
-            &mut self.bad
-        }) = Some(size);
-    }
-}
-
 impl Search<'_> {
     /// Doubles from the first size until one is not served or a limit stops it, then bisects.
-    fn run(&mut self, s0: u64, limits: &[(u64, String)]) -> anyhow::Result<Knee> {
+    fn run(&mut self, s0: u64, limits: &[(u64, String)]) -> anyhow::Result<()> {
         let base = self.probe(s0)?;
         // Cold vs cached rates from the first size tell whether timing can separate them.
         let contrast = base.first / base.second;
         self.threshold = (contrast >= 3.0).then(|| (base.first * base.second).sqrt());
-        let mut k = Knee::default();
-        k.place(s0, served(&base, self.threshold));
+        self.place(&base);
         let budget = format!("the time budget ({:.0} s)", self.ctx.budget.as_secs_f64());
-        while let (Some(g), None) = (k.good, k.bad) {
+        while let (Some(g), None) = (self.good, self.bad) {
             let last = self.probes.last().map_or(0.0, |p| p.seconds);
             let limit = limits.iter().find(|l| g * 2 > l.0).map(|l| l.1.clone());
-            k.stop_reason = limit.or_else(|| (!self.time_left(last * 2.5)).then(|| budget.clone()));
-            if k.stop_reason.is_some() {
+            self.stop_reason =
+                limit.or_else(|| (!self.time_left(last * 2.5)).then(|| budget.clone()));
+            if self.stop_reason.is_some() {
                 break;
             }
-            k.place(g * 2, self.served(g * 2)?);
+            let p = self.probe(g * 2)?;
+            self.place(&p);
         }
-        while let (Some(g), Some(b)) = (k.good, k.bad) {
+        while let (Some(g), Some(b)) = (self.good, self.bad) {
             let mid = midpoint(g, b);
             if b as f64 / g as f64 <= RESOLUTION || mid <= g || mid >= b {
                 break;
@@ -241,19 +232,24 @@ impl Search<'_> {
                 .map_or(0.0, |p| p.seconds * mid as f64 / b as f64);
             if !self.time_left(est) {
                 let (gm, bm) = (fmt_mib(g), fmt_mib(b));
-                k.note = Some(format!(
+                self.note = Some(format!(
                     "bisection stopped by the time budget at [{gm}, {bm}]"
                 ));
                 break;
             }
-            k.place(mid, self.served(mid)?);
+            let p = self.probe(mid)?;
+            self.place(&p);
         }
-        Ok(k)
+        Ok(())
     }
 
-    fn served(&mut self, size: u64) -> anyhow::Result<bool> {
-        let p = self.probe(size)?;
-        Ok(served(&p, self.threshold))
+    /// Moves the bracket's served or not-served end to `p`'s size.
+    fn place(&mut self, p: &SizeProbe) {
+        let end = match served(p, self.threshold) {
+            true => &mut self.good,
+            false => &mut self.bad,
+        };
+        *end = Some(p.size);
     }
 
     /// Whether a probe estimated to take `est` seconds still fits 85% of the budget.
@@ -373,8 +369,8 @@ fn report_rates(out: &mut Outcome, s: &Search) {
 }
 
 /// The capacity or a bound on it; at a knee, also what the cache kept past it.
-fn report_knee(out: &mut Outcome, s: &Search, k: &Knee) {
-    let (name, value, desc, finding) = match (k.good, k.bad) {
+fn report_knee(out: &mut Outcome, s: &Search) {
+    let (name, value, desc, finding) = match (s.good, s.bad) {
         (Some(g), Some(b)) => {
             let (gm, bm) = (fmt_mib(g), fmt_mib(b));
             (
@@ -399,7 +395,7 @@ fn report_knee(out: &mut Outcome, s: &Search, k: &Knee) {
         ),
         (g, None) => {
             let g = g.unwrap_or(s.probes[0].size);
-            let (gm, why) = (fmt_mib(g), k.stop_reason.as_deref().unwrap_or("the search limits"));
+            let (gm, why) = (fmt_mib(g), s.stop_reason.as_deref().unwrap_or("the search limits"));
             (
                 "cache_size_lower_bound",
                 g,
@@ -411,7 +407,7 @@ fn report_knee(out: &mut Outcome, s: &Search, k: &Knee) {
         }
     };
     out.metric(name, "bytes", &desc, vec![value as f64]);
-    if let (Some(g), Some(pb)) = (k.good, k.bad.and_then(|b| s.at(b))) {
+    if let (Some(g), Some(pb)) = (s.good, s.bad.and_then(|b| s.at(b))) {
         let desc = format!(
             "bytes of the {} file resident after its first read: what the cache kept",
             fmt_mib(pb.size)
