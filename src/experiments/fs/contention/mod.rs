@@ -12,7 +12,7 @@ use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profil
 use crate::pagecache::AlignedBuf;
 use crate::results::{Check, Prediction};
 use crate::rng::Rng;
-use crate::units::fmt_bytes;
+use crate::units::{fmt_bytes, fmt_ns};
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
@@ -52,17 +52,6 @@ const MARGIN: f64 = 1.25;
 /// Most bytes the readers' files take together, per profile.
 const MAX_TOTAL: PerProfile<u64> = PerProfile::new(64 * MIB, 384 * MIB, 4096 * MIB, 8192 * MIB);
 
-/// The faster of fs.read's uncached medians, with its source (a reader's mean is no lower).
-fn measured_block_ns(ctx: &Context) -> Option<(f64, String)> {
-    ["uncached_seq", "uncached_random"]
-        .iter()
-        .filter_map(|&n| {
-            let v = ctx.earlier_metric("fs.read", n)?.summary.median;
-            (v.is_finite() && v > 0.0).then(|| (v, format!("fs.read {n} (median)")))
-        })
-        .min_by(|a, b| a.0.total_cmp(&b.0))
-}
-
 /// Each reader's file in whole MiB, for every block it may read at `block_ns` with the
 /// margin, cut down together to fit `room`; and whether they were cut.
 fn file_sizes(p: Profile, block_ns: f64, room: u64) -> (Vec<u64>, bool) {
@@ -88,23 +77,22 @@ fn file_sizes(p: Profile, block_ns: f64, room: u64) -> (Vec<u64>, bool) {
 /// The readers' file sizes for this run, and a note saying what they were sized for.
 fn sizing(ctx: &Context, room: u64) -> (Vec<u64>, String) {
     let room = room.min(MAX_TOTAL.get(ctx.profile));
-    let (block_ns, basis) = match measured_block_ns(ctx) {
-        Some((ns, src)) => (ns, format!("{} per block measured by {src}", crate::units::fmt_ns(ns))),
-        None => (
-            FALLBACK_BLOCK_NS,
-            format!(
-                "{} per block assumed: fs.read's uncached per-block time was not measured in this run (or its result was not ok), so a faster device reads blocks again",
-                crate::units::fmt_ns(FALLBACK_BLOCK_NS)
-            ),
-        ),
-    };
+    // The faster of fs.read's uncached medians (a reader's mean is no lower).
+    let measured = ["uncached_seq", "uncached_random"].iter().filter_map(|&n| {
+        let v = ctx.earlier_metric("fs.read", n)?.summary.median;
+        let basis = format!("{} per block measured by fs.read {n} (median)", fmt_ns(v));
+        (v.is_finite() && v > 0.0).then_some((v, basis))
+    });
+    let (block_ns, basis) = measured.min_by(|a, b| a.0.total_cmp(&b.0)).unwrap_or_else(|| {
+        let ns = fmt_ns(FALLBACK_BLOCK_NS);
+        (FALLBACK_BLOCK_NS, format!("{ns} per block assumed: fs.read's uncached per-block time was not measured in this run (or its result was not ok), so a faster device reads blocks again"))
+    });
     let (sizes, cut) = file_sizes(ctx.profile, block_ns, room);
+    let [first, last, all] =
+        [sizes[0], sizes[sizes.len() - 1], sizes.iter().sum()].map(|b| fmt_bytes(b as f64));
+    let n = sizes.len();
     let mut note = format!(
-        "reader files sized for every block a reader may read in its rounds at {basis} ({MARGIN}x margin): {} (reader 1) down to {} (reader {}), {} in all",
-        fmt_bytes(sizes.first().copied().unwrap_or(0) as f64),
-        fmt_bytes(sizes.last().copied().unwrap_or(0) as f64),
-        sizes.len(),
-        fmt_bytes(sizes.iter().sum::<u64>() as f64)
+        "reader files sized for every block a reader may read in its rounds at {basis} ({MARGIN}x margin): {first} (reader 1) down to {last} (reader {n}), {all} in all"
     );
     if cut {
         note.push_str(&format!(

@@ -65,22 +65,18 @@ fn figures(m: &Model) -> Vec<f64> {
 /// fitted figure is its metric's pooled median (the fit itself is this run's).
 fn pooled_model(out: &Outcome, m: &Model, medians: &[(f64, f64)]) -> (Model, Vec<(f64, f64)>) {
     let or = |name: &str, v: f64| out.get(name).map_or(v, |x| x.summary.median);
-    let f: Vec<f64> = MODEL
-        .iter()
-        .zip(figures(m))
-        .map(|(d, v)| or(d.0, v))
-        .collect();
-    let model = Model {
-        intercept: f[0],
-        slope: f[1],
-        bend: m.bend.map(|_| (f[2], f[3])),
-        sse: m.sse,
-    };
+    let mut model = m.clone();
+    model.intercept = or("model_intercept", m.intercept);
+    model.slope = or("model_slope", m.slope);
+    model.bend = m
+        .bend
+        .map(|(b, s)| (or("model_breakpoint", b), or("model_slope_after", s)));
     let mut ends = medians.to_vec();
-    let n = ends.len();
-    if n > 0 {
-        ends[0].1 = or("per_block_p1", ends[0].1);
-        ends[n - 1].1 = or("per_block_pmax", ends[n - 1].1);
+    if let Some(first) = ends.first_mut() {
+        first.1 = or("per_block_p1", first.1);
+    }
+    if let Some(last) = ends.last_mut() {
+        last.1 = or("per_block_pmax", last.1);
     }
     (model, ends)
 }
@@ -151,18 +147,21 @@ pub(super) fn overlap_text(
         String::new()
     };
     let n = parallel.min(pc);
+    let (who, why) = match vm {
+        true => (
+            "host",
+            "; in a VM that may be its I/O threads or page cache overlapping them, not its device",
+        ),
+        false => ("device", ""),
+    };
     if parallel > pc * 1.05 {
         format!(
             " With {pc:.0} readers, each on its own CPU, each block took less time than with one ({:.2}x), which a device serving requests side by side at a fixed speed cannot do: a cache served some reads, or the device (or the CPU's clock) was faster under load, so no overlap is estimated.{beyond}",
             tc / t1
         )
-    } else if vm {
-        format!(
-            " With {pc:.0} readers, each on its own CPU, the host serves about {n:.1} of their {pc:.0} requests at once (P x t(1) / t(P)); in a VM that may be its I/O threads or page cache overlapping them, not its device.{beyond}"
-        )
     } else {
         format!(
-            " With {pc:.0} readers, each on its own CPU, the device serves about {n:.1} of their {pc:.0} requests at once (P x t(1) / t(P)).{beyond}"
+            " With {pc:.0} readers, each on its own CPU, the {who} serves about {n:.1} of their {pc:.0} requests at once (P x t(1) / t(P)){why}.{beyond}"
         )
     }
 }
