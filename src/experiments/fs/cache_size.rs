@@ -47,8 +47,7 @@ struct SizeProbe {
     seconds: f64,
 }
 
-/// Whether a probe's second read came from memory: resident and, where timing can tell,
-/// nearer the cached rate.
+/// Whether a probe's second read came from memory: resident and, where timing tells, fast.
 fn served(p: &SizeProbe, threshold: Option<f64>) -> bool {
     p.resident >= RESIDENT_MIN && threshold.map_or(true, |t| p.second <= t)
 }
@@ -93,16 +92,14 @@ impl Experiment for CacheSize {
     fn spec(&self) -> &Spec {
         &SPEC
     }
-    /// Once: a second run would write and read files up to the page cache's size again
-    /// (1.5 x RAM in thorough) for a figure that is a size, not a time.
+    /// Once: the figure is a size, not a time, and a run writes up to the cache's size.
     fn default_repeat(&self, _: Profile) -> usize {
         1
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let mut p = Predictions::new(ctx);
         p.add("cache_size", cache_prediction(ctx));
-        // Where the search stops first (or the first size is not served), the figure bounds
-        // the same size, so the prediction bounds the figure.
+        // A bound on the size is bounded by the size's prediction.
         for (metric, bound, what) in [
             ("cache_size_lower_bound", Bound::Upper, "a lower bound on that size (the search stopped first), so measured/predicted at or below 1 agrees"),
             ("cache_size_upper_bound", Bound::Lower, "an upper bound on that size (even the smallest size tried was not served), so measured/predicted at or above 1 agrees"),
@@ -123,8 +120,7 @@ impl Experiment for CacheSize {
         let f = "copy rate: a cached read copies from the page cache to the user buffer (the \
                  page-cache lookup per page is not in the model)";
         p.equal("cached_read_rate", &copy, f);
-        // A cold 1 MiB read asks the device for the same blocks fs.read's sequential pass
-        // read 4 KiB at a time; larger requests move at least as many bytes per second.
+        // A cold 1 MiB read is fs.read's sequential pass in larger (no slower) requests.
         let seq = p.earlier("fs.read", &["uncached_seq"]);
         let block = Input::method("block", BLOCK as f64, "bytes", "method: fs.read's block");
         p.state("cold_read_rate", &[&seq, &block], |v| {
@@ -144,8 +140,7 @@ impl Experiment for CacheSize {
             Ok(x) => x,
             Err(reason) => return Ok(Outcome::skipped(reason)),
         };
-        // How far the search may go: the profile's cap (thorough's 1.5 x MemTotal, 16 GiB
-        // when unknown) and half the free disk, each with what it is.
+        // The search's limits (thorough: 1.5 x MemTotal, else 16 GiB), each with what it is.
         let p = ctx.profile;
         let ram = Some(ctx.machine.memory.total_bytes).filter(|&t| t > 0);
         let thorough = (p == Profile::Thorough).then(|| ram.unwrap_or(16 << 30) / 2 * 3);
@@ -185,7 +180,7 @@ struct Search<'a> {
     ctx: &'a Context<'a>,
     owner: ScratchFile,
     reader: File,
-    /// The device's reads around the first size's cold read, which gives `cold_read_rate`.
+    /// The device's reads around the first size's cold read (`cold_read_rate`).
     device: DeviceReads,
     written: u64,
     buf: Vec<u8>,
@@ -265,8 +260,7 @@ impl Search<'_> {
             self.owner.grow_booking(size)?;
             append(&self.owner.file, self.written, size, 0x5eed)?;
             self.written = size;
-            // On macOS `append`'s uncached reopen set F_NOCACHE on the description the
-            // reader shares (/dev/fd is dup()): a cached reopen clears it (review N1).
+            // `append` may set F_NOCACHE on the description the reader shares (macOS, N1).
             self.reader = reopen(&self.owner.file, false, false)?;
         }
         (self.ctx.progress)(&format!("reading {} twice", fmt_mib(size)));
@@ -278,8 +272,7 @@ impl Search<'_> {
         }
         let (res, total) = pagecache::residency_range(&self.reader, 0, size)?;
         let mut second = self.read_timed(size)?;
-        // A resident file read slowly is more likely a busy machine than a miss: take
-        // the best of up to three reads before calling it slow.
+        // A resident file read slowly is likelier a busy machine: best of up to three.
         if let Some(t) = self.threshold {
             for _ in 0..2 {
                 if res * 100 < total * 97 || second <= t {

@@ -30,8 +30,7 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
 /// Method text for uncached reads in a virtual machine.
 pub(crate) const VM_HOST_CACHE: &str = "In a virtual machine the guest's sectors-read counter shows that a read left the guest, not that the host's storage served it: the host may answer uncached reads from its own page cache, unless its disk is set to cache=none.";
 
-/// The run's disk scratch folder with `need` bytes and an outcome noting it (and, in a VM,
-/// `VM_HOST_CACHE`), or why there is none.
+/// The run's disk scratch folder with `need` bytes and an outcome noting it, or why not.
 pub(crate) fn on_disk<'a>(
     ctx: &'a Context,
     need: u64,
@@ -59,8 +58,7 @@ pub(crate) fn predict_cached(p: &mut Predictions, metric: &str) {
     });
 }
 
-/// An uncached 4 KiB read as mem.pagefault's major fault in the same folder: one device
-/// request per block (an upper bound where readahead merges).
+/// An uncached 4 KiB read as mem.pagefault's major fault in the same folder.
 pub(crate) fn predict_uncached(p: &mut Predictions, metric: &str, dir: &Path, pattern: Pattern) {
     let fault = p.earlier("mem.pagefault", &["major_fault"]);
     if let Some(why) = fault.why_missing() {

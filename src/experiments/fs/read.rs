@@ -151,8 +151,7 @@ pub(crate) fn sweep<'a>(
 }
 
 impl Sweep<'_> {
-    /// The four passes of one size; the random uncached pass reads a file of its own, as
-    /// a block read before could come from a device or host cache.
+    /// The four passes of one size; the random uncached one reads its own file (no cache).
     fn size(&mut self, scratch: &Scratch, size: u64, rng: &mut Rng) -> anyhow::Result<()> {
         let (ctx, label) = (self.ctx, self.plan.label);
         let sz = fmt_bytes(size as f64);
@@ -211,8 +210,7 @@ impl Sweep<'_> {
         Ok(())
     }
 
-    /// One cached pass in ~0.2 ms chunks, every page resident before and after (three tries:
-    /// another tenant's memory pressure can evict pages).
+    /// One cached pass in ~0.2 ms chunks, every page resident throughout (three tries).
     fn cached(
         &mut self,
         fd: &File,
@@ -331,8 +329,7 @@ fn warm(fd: &File, size: u64, buf: &mut [u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Adds a sweep's checks and notes, series, metrics at the largest size and a check per
-/// pattern, named with `prefix` (checks and notes with "side: ").
+/// A sweep's checks, notes, series and metrics, named with `prefix` (checks with "side: ").
 pub(crate) fn report(out: &mut Outcome, s: &Sweep, prefix: &str) {
     let side = match prefix.trim_end_matches('_') {
         "" => String::new(),
@@ -449,8 +446,7 @@ impl Experiment for Read {
             Ok(x) => x,
             Err(reason) => return Ok(Outcome::skipped(reason)),
         };
-        // Two files of each size at a time (the random uncached pass reads its own), never
-        // more than the allowance.
+        // Two files of each size at a time, within the allowance.
         while largest > MIB && 2 * largest > scratch.remaining() {
             largest /= 2;
         }

@@ -52,8 +52,7 @@ impl Experiment for RemoteRead {
         let rtt = server_rtt(&p, source.as_deref(), ctx.options.peer.as_deref());
         for pattern in [Pattern::Sequential, Pattern::Random] {
             let (un, ca) = (metric_name(false, pattern), metric_name(true, pattern));
-            // The local side is fs.read's sweep again: fs.read's models. Cached remote
-            // data sits in the same local page cache.
+            // The local side is fs.read's sweep; cached remote data is in the local cache.
             predict_sweep(&mut p, "local_", &[(false, pattern), (true, pattern)]);
             super::predict_cached(&mut p, &format!("remote_{ca}"));
             let local = p.earlier("fs.read", &[&un]).named("t_local");
@@ -103,8 +102,7 @@ impl Experiment for RemoteRead {
     }
 }
 
-/// net.rtt's round trip to `--peer` where it is the server the mount `source` names, else
-/// why there is none.
+/// net.rtt's round trip to `--peer` where it is the mount `source`'s server, else why not.
 fn server_rtt(p: &Predictions, source: Option<&str>, peer: Option<&str>) -> Input {
     let name = "t_round_trip";
     let Some(source) = source else {
@@ -189,8 +187,7 @@ fn sweeps<'a>(
     Ok((rs, ls))
 }
 
-/// Remote over local per pass at the largest common size: each remote trial over the
-/// local median.
+/// Remote over local per pass at the largest common size (remote trials / local median).
 fn report_ratios(ctx: &Context, out: &mut Outcome, rs: &Sweep, ls: &Sweep, fs_type: &str) {
     let size = rs.largest().min(ls.largest());
     let mut summary = Vec::new();

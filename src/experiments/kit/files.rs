@@ -20,8 +20,7 @@ use std::time::Duration;
 pub(crate) const BLOCK: usize = 4096;
 pub(crate) const MIB: u64 = 1 << 20;
 
-/// The run's scratch folder if it is on a disk and may take `need` bytes, else why not
-/// (checked before the folder is made, so nothing is written).
+/// The run's scratch folder if it is on a disk and may take `need` bytes, else why not.
 pub(crate) fn disk_scratch<'a>(
     ctx: &'a Context,
     need: u64,
@@ -111,8 +110,7 @@ pub(crate) fn direct_works(file: &File) -> bool {
     d.read_exact_at(&mut buf, 0).is_ok()
 }
 
-/// A scratch file of `size` bytes of incompressible data, flushed, and already unlinked so
-/// nothing can be left behind.
+/// A scratch file of `size` bytes of incompressible data, flushed, and already unlinked.
 pub(crate) fn make_file(
     scratch: &Scratch,
     name: &str,
@@ -126,8 +124,7 @@ pub(crate) fn make_file(
     Ok(f)
 }
 
-/// Writes `[from, to)` with pseudo-random data and flushes it; through O_DIRECT where the
-/// file system takes it, so the page cache stays untouched.
+/// Writes `[from, to)` with pseudo-random data, through O_DIRECT where it works, and flushes.
 pub(crate) fn append(file: &File, from: u64, to: u64, seed: u64) -> anyhow::Result<()> {
     let direct = reopen(file, true, true).ok();
     let mut buf = AlignedBuf::new(MIB as usize, BLOCK)?;
@@ -143,8 +140,7 @@ pub(crate) fn append(file: &File, from: u64, to: u64, seed: u64) -> anyhow::Resu
             .context("writing a scratch file")?;
         pos += n as u64;
         since_sync += n as u64;
-        // Buffered writes: flush often so dirty pages stay few (a small memory cgroup
-        // could otherwise stall or kill the run).
+        // Few dirty pages: a small memory cgroup could otherwise stall or kill the run.
         if direct.is_none() && since_sync >= 32 * MIB {
             file.sync_data().context("flushing a scratch file")?;
             since_sync = 0;
@@ -182,8 +178,7 @@ pub(crate) enum Pattern {
 }
 
 impl Pattern {
-    /// Its metric-name part, how its reads are made (for descriptions), and its access
-    /// advice (no readahead for random reads).
+    /// Its metric-name part, how its reads are made, and its access advice.
     fn row(&self) -> (&'static str, &'static str, crate::platform::Access) {
         match self {
             Pattern::Sequential => ("seq", "sequential read()", crate::platform::Access::Normal),
@@ -264,8 +259,7 @@ impl<'a> BlockReader<'a> {
         })
     }
 
-    /// Times the reads: at least 5 samples within `budget`, with no preemption check
-    /// (uncached reads block on purpose, and every cached chunk counts).
+    /// Times the reads within `budget`, with no preemption check (reads block on purpose).
     pub fn time(mut self, ctx: &Context, budget: Duration) -> anyhow::Result<BlockTimes> {
         let h = ctx.harness(1);
         let Timing::Chunks(trial) = self.timing else {
@@ -359,8 +353,7 @@ fn disk_class(d: &crate::machine::storage::Disk) -> String {
     format!("{} is {} ({})", d.name, class.kind.label(), class.why)
 }
 
-/// Bytes that uncached passes asked for, and what the disk's sectors-read counter
-/// (/sys/block/DISK/stat) counted around them.
+/// Bytes that uncached passes asked for, and what the disk's sectors-read counter counted.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DeviceReads {
     /// The disk whose counter is read; None without a local block device.
@@ -370,8 +363,7 @@ pub(crate) struct DeviceReads {
     pub sectors: Option<u64>,
     /// The file system type of the folder (for the reason when there is no disk).
     pub fstype: Option<String>,
-    /// Why the host may have answered what left the guest: a VM's virtual disk, unless
-    /// the user asserted `--host-cache none`.
+    /// Why the host may have answered what left the guest (a VM's virtual disk).
     pub host: Option<String>,
 }
 
@@ -457,8 +449,7 @@ fn host_may_cache(ctx: &Context, d: &crate::machine::storage::Disk) -> Option<St
     })
 }
 
-/// Share of the requested bytes the device must read for uncached reads to count as
-/// reaching it (other processes' reads can only add to the counter).
+/// Share of the requested bytes the device must read (others' reads only add to it).
 const REACHED_SHARE: f64 = 0.9;
 
 /// Evicts a file and checks it; a premise when the uncached read relies on it (`must`).

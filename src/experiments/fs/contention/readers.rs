@@ -55,8 +55,7 @@ pub(super) unsafe fn read_blocks(
     ReaderResult { blocks, ns }
 }
 
-/// The readers: their files, buffers and CPUs, the children that read, and what the rounds
-/// measured.
+/// The readers: their files, buffers, CPUs and children, and what their rounds measured.
 pub(super) struct Readers<'c> {
     ctx: &'c Context<'c>,
     files: Vec<File>,
@@ -84,8 +83,7 @@ pub(super) struct Readers<'c> {
 }
 
 impl<'c> Readers<'c> {
-    /// A reader per file of `sizes` (O_DIRECT where it works, else random advice); reader i
-    /// on the i-th CPU of `reader_order`, modulo the allowed CPUs.
+    /// A reader per file of `sizes`, reader i on the i-th CPU of `reader_order` (modulo).
     pub(super) fn new(
         ctx: &'c Context<'c>,
         scratch: &Scratch,
@@ -169,8 +167,7 @@ impl<'c> Readers<'c> {
         let bufs: Vec<*mut u8> = self.bufs.iter_mut().map(|b| b.as_mut_ptr()).collect();
         let before = self.device.counter();
         let rd = &*self;
-        // SAFETY: each reader's body is `read_blocks`, async-signal-safe on its file and
-        // the buffer prepared above.
+        // SAFETY: `read_blocks` is async-signal-safe on its file and the buffer above.
         unsafe {
             rd.children.run(p, &rd.cpus, "reader process", |i, start| {
                 read_blocks(rd, i, rd.cursor[i], bufs[i], start, dur)
@@ -206,8 +203,7 @@ impl<'c> Readers<'c> {
             .sum();
         let total: u64 = self.cursor.iter().sum();
         let size = |b: Option<&u64>| fmt_bytes((b.copied().unwrap_or(0) * BLOCK as u64) as f64);
-        // A block read again may come from a device or host cache no counter sees:
-        // unverified, not invalid, as the first reads were the device's.
+        // A block read again may come from a cache no counter sees: unverified, not invalid.
         let detail = format!(
             "{} of {} blocks read were read before by the same reader (files of {} down to {}; a device or host cache can serve those)",
             reread,
@@ -234,8 +230,7 @@ impl<'c> Readers<'c> {
 /// Largest spread of the readers' start times, as a share of a round.
 const RELEASE_SHARE: f64 = 0.10;
 
-/// Premise "readers released together": every round's spread of start times (`spreads`,
-/// ns) within RELEASE_SHARE of the round.
+/// Premise: every round's spread of start times (`spreads`, ns) within RELEASE_SHARE.
 pub(super) fn release_check(spreads: &[(usize, u64)], round_ns: u64) -> Check {
     let limit = (round_ns as f64 * RELEASE_SHARE) as u64;
     let worst = spreads.iter().max_by_key(|s| s.1).copied();
@@ -252,8 +247,7 @@ pub(super) fn release_check(spreads: &[(usize, u64)], round_ns: u64) -> Check {
     Check::premise("readers released together", together, detail)
 }
 
-/// The readers' CPUs: `Topology::spread` from `first`, the run's CPU, so P = 1 reads as
-/// fs.read does; SMT siblings last.
+/// The readers' CPUs: `Topology::spread` from the run's CPU (P = 1 reads as fs.read does).
 pub(super) fn reader_order(
     t: &crate::machine::Topology,
     first: usize,

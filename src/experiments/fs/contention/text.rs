@@ -61,8 +61,7 @@ fn figures(m: &Model) -> Vec<f64> {
     v
 }
 
-/// The model and the end points as the table shows them after pooling the runs: each
-/// fitted figure is its metric's pooled median (the fit itself is this run's).
+/// The model and the end points as the table shows them: each its metric's pooled median.
 fn pooled_model(out: &Outcome, m: &Model, medians: &[(f64, f64)]) -> (Model, Vec<(f64, f64)>) {
     let or = |name: &str, v: f64| out.get(name).map_or(v, |x| x.summary.median);
     let mut model = m.clone();
@@ -81,8 +80,7 @@ fn pooled_model(out: &Outcome, m: &Model, medians: &[(f64, f64)]) -> (Model, Vec
     (model, ends)
 }
 
-/// The fitted model's metrics, its curve and its finding; a failed check withholds the
-/// overlap.
+/// The fitted model's metrics, its curve and its finding.
 fn report_model(ctx: &Context, out: &mut Outcome, m: &Model, medians: &[(f64, f64)], cpus: usize) {
     for ((name, unit, desc), v) in MODEL.iter().zip(figures(m)) {
         out.metric(name, unit, desc, vec![v]);
@@ -119,8 +117,7 @@ fn report_model(ctx: &Context, out: &mut Outcome, m: &Model, medians: &[(f64, f6
     out.finding(text, &["per_block_p1", "per_block_pmax", "model_slope"]);
 }
 
-/// The requests the device (in a VM, the host) serves at once, P x t(1) / t(P), at the
-/// largest P with a CPU per reader, never above P, and not after a failed check.
+/// The requests served at once, P x t(1) / t(P), at the largest P with a CPU per reader.
 pub(super) fn overlap_text(
     medians: &[(f64, f64)],
     cpus: usize,
