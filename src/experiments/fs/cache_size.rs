@@ -3,7 +3,7 @@
 
 use super::{memory_limits, on_disk};
 use crate::experiments::kit::files::{
-    append, make_file, read_through, reopen, stopwatch, DeviceReads, BLOCK, MIB,
+    append, make_file, read_through, reopen, DeviceReads, BLOCK, MIB,
 };
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
@@ -134,7 +134,7 @@ impl Experiment for CacheSize {
         p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        let start = stopwatch(ctx);
+        let start = ctx.harness(1).stopwatch();
         let s0 = FIRST_SIZE.get(ctx.profile);
         let (scratch, mut out) = match on_disk(ctx, s0)? {
             Ok(x) => x,
@@ -254,7 +254,7 @@ impl Search<'_> {
 
     /// Makes the file at least `size` long, evicts it, reads [0, size) twice.
     fn probe(&mut self, size: u64) -> anyhow::Result<SizeProbe> {
-        let t = stopwatch(self.ctx);
+        let t = self.ctx.harness(1).stopwatch();
         if size > self.written {
             (self.ctx.progress)(&format!("writing up to {}", fmt_mib(size)));
             self.owner.grow_booking(size)?;
@@ -296,7 +296,7 @@ impl Search<'_> {
 
     /// ns per byte of one read of [0, size).
     fn read_timed(&mut self, size: u64) -> anyhow::Result<f64> {
-        let t = stopwatch(self.ctx);
+        let t = self.ctx.harness(1).stopwatch();
         read_through(&self.reader, size, &mut self.buf)?;
         Ok(t.elapsed_ns() / size as f64)
     }

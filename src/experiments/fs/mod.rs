@@ -12,10 +12,9 @@ mod contention;
 mod read;
 mod remote_read;
 
-use crate::experiments::kit::files::{
-    device_basis, device_of, disk_scratch, scratch_note, Pattern, BLOCK,
-};
+use crate::experiments::kit::files::{device_basis, device_of, Pattern, BLOCK};
 use crate::scratch::Scratch;
+use crate::units::fmt_bytes;
 
 /// In run order: remote-read and contention use fs.read's figures in their predictions.
 pub fn experiments() -> Vec<Box<dyn Experiment>> {
@@ -30,19 +29,42 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
 /// Method text for uncached reads in a virtual machine.
 pub(crate) const VM_HOST_CACHE: &str = "In a virtual machine the guest's sectors-read counter shows that a read left the guest, not that the host's storage served it: the host may answer uncached reads from its own page cache, unless its disk is set to cache=none.";
 
-/// The run's disk scratch folder with `need` bytes and an outcome noting it, or why not.
+/// The run's scratch folder if it is on a disk and may take `need` bytes, with an outcome
+/// noting it (and, in a VM, `VM_HOST_CACHE`), else why not.
 pub(crate) fn on_disk<'a>(
     ctx: &'a Context,
     need: u64,
 ) -> anyhow::Result<Result<(&'a Scratch, Outcome), String>> {
-    Ok(disk_scratch(ctx, need)?.map(|scratch| {
-        let mut out = Outcome::default();
-        out.notes.push(scratch_note(scratch));
-        if ctx.machine.virtualization.is_vm {
-            out.method_notes.push(VM_HOST_CACHE.into());
+    let base = ctx.options.scratch_dir.as_deref();
+    if ctx.scratch_cell.get().is_none() {
+        let (dir, fs, half) = crate::scratch::allowance(base)?;
+        let (dir, kind) = (dir.display(), &fs.fs_type);
+        if fs.memory_backed {
+            return Ok(Err(format!("scratch directory {dir} is on {kind} (memory-backed): a file there never touches a disk; use --scratch-dir on a disk")));
         }
-        (scratch, out)
-    }))
+        if half < need {
+            let [need, half, free] = [need, half, fs.free_bytes].map(|b| fmt_bytes(b as f64));
+            return Ok(Err(format!("not enough free space in {dir}: need {need}, may use {half} (half of the {free} free); free space or use --scratch-dir elsewhere")));
+        }
+    }
+    let s = ctx.scratch()?;
+    if let Err(e) = s.require_disk() {
+        return Ok(Err(format!("{e:#}")));
+    }
+    let dir = s.dir().display();
+    if s.remaining() < need {
+        let [need, left] = [need, s.remaining()].map(|b| fmt_bytes(b as f64));
+        return Ok(Err(format!("not enough free space in {dir}: need {need}, may still use {left} of the half of the free space this run may take; free space or use --scratch-dir elsewhere")));
+    }
+    let (kind, free) = (&s.fs().fs_type, fmt_bytes(s.fs().free_bytes as f64));
+    let mut out = Outcome::default();
+    out.notes.push(format!(
+        "scratch {dir} on {kind} ({free} free at start, at most half used)"
+    ));
+    if ctx.machine.virtualization.is_vm {
+        out.method_notes.push(VM_HOST_CACHE.into());
+    }
+    Ok(Ok((s, out)))
 }
 
 /// A cached 4 KiB read: a system call and a 4 KiB copy, at rates measured earlier.

@@ -1,7 +1,6 @@
 //! Scratch files for the file-system experiments: making, reopening uncached, timed
 //! block reads and the device-read counter.
 
-use crate::clock::Stopwatch;
 use crate::experiments::Context;
 use crate::harness::{Harness, SampleSpec};
 use crate::pagecache::{self, AlignedBuf};
@@ -19,42 +18,6 @@ use std::time::Duration;
 /// The block every per-block figure is about.
 pub(crate) const BLOCK: usize = 4096;
 pub(crate) const MIB: u64 = 1 << 20;
-
-/// The run's scratch folder if it is on a disk and may take `need` bytes, else why not.
-pub(crate) fn disk_scratch<'a>(
-    ctx: &'a Context,
-    need: u64,
-) -> anyhow::Result<Result<&'a Scratch, String>> {
-    let base = ctx.options.scratch_dir.as_deref();
-    if ctx.scratch_cell.get().is_none() {
-        let (dir, fs, half) = crate::scratch::allowance(base)?;
-        let (dir, kind) = (dir.display(), &fs.fs_type);
-        if fs.memory_backed {
-            return Ok(Err(format!("scratch directory {dir} is on {kind} (memory-backed): a file there never touches a disk; use --scratch-dir on a disk")));
-        }
-        if half < need {
-            let [need, half, free] = [need, half, fs.free_bytes].map(|b| fmt_bytes(b as f64));
-            return Ok(Err(format!("not enough free space in {dir}: need {need}, may use {half} (half of the {free} free); free space or use --scratch-dir elsewhere")));
-        }
-    }
-    let s = ctx.scratch()?;
-    if let Err(e) = s.require_disk() {
-        return Ok(Err(format!("{e:#}")));
-    }
-    if s.remaining() < need {
-        let dir = s.dir().display();
-        let [need, left] = [need, s.remaining()].map(|b| fmt_bytes(b as f64));
-        return Ok(Err(format!("not enough free space in {dir}: need {need}, may still use {left} of the half of the free space this run may take; free space or use --scratch-dir elsewhere")));
-    }
-    Ok(Ok(s))
-}
-
-/// A note recording the scratch folder's file system (a record: `disk_scratch` checked it).
-pub(crate) fn scratch_note(s: &Scratch) -> String {
-    let (dir, kind) = (s.dir().display(), &s.fs().fs_type);
-    let free = fmt_bytes(s.fs().free_bytes as f64);
-    format!("scratch {dir} on {kind} ({free} free at start, at most half used)")
-}
 
 /// How many times a repeated check passed, and the last failure's detail.
 #[derive(Debug, Default)]
@@ -163,11 +126,6 @@ pub(crate) fn read_through(file: &File, len: u64, buf: &mut [u8]) -> anyhow::Res
         pos += n as u64;
     }
     Ok(())
-}
-
-/// A span on the run's clock, through the harness (fs never reads a clock itself).
-pub(crate) fn stopwatch<'a>(ctx: &'a Context) -> Stopwatch<'a> {
-    ctx.harness(1).stopwatch()
 }
 
 /// The access patterns of a per-block read.

@@ -4,7 +4,7 @@
 use crate::clock::Deadline;
 use crate::experiments::kit::children::Children;
 use crate::experiments::kit::files::{
-    direct_works, evict_check, make_file, reopen, stopwatch, DeviceReads, RepeatedCheck, BLOCK, MIB,
+    direct_works, evict_check, make_file, reopen, DeviceReads, RepeatedCheck, BLOCK, MIB,
 };
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
@@ -190,7 +190,7 @@ impl Experiment for Contention {
         out.notes.push(sizing_note);
         let mut rd = Readers::new(ctx, scratch, &sizes)?;
         let (dur, rounds) = ROUND.get(ctx.profile);
-        let started = stopwatch(ctx);
+        let started = ctx.harness(1).stopwatch();
         let (ps, mut skipped) = (counts(ctx.profile), Vec::new());
         for (i, &p) in ps.iter().enumerate() {
             // Past the budget only Pmax is still measured: per_block_pmax is predicted there.
