@@ -12,49 +12,6 @@ pub(super) struct ReaderResult {
     ns: u64,
 }
 
-/// A reader after its release at `start`: reads its file from block `first` for `dur`.
-///
-/// # Safety
-/// In a forked child: only async-signal-safe calls (pread, the run's clock), on `buf`,
-/// BLOCK writable aligned bytes prepared before the fork.
-pub(super) unsafe fn read_blocks(
-    rd: &Readers<'_>,
-    i: usize,
-    first: u64,
-    buf: *mut u8,
-    start: u64,
-    dur: Duration,
-) -> ReaderResult {
-    let (clock, fd, nblocks) = (rd.ctx.clock, rd.files[i].as_raw_fd(), rd.nblocks[i]);
-    let until = Deadline::after(clock, dur);
-    let (mut blocks, mut pos) = (0u64, first % nblocks.max(1));
-    loop {
-        if pos >= nblocks {
-            // Without O_DIRECT a second pass would hit the cache: stop instead.
-            if !rd.direct {
-                break;
-            }
-            pos = 0;
-        }
-        let n = libc::pread(
-            fd,
-            buf as *mut libc::c_void,
-            BLOCK,
-            (pos * BLOCK as u64) as libc::off_t,
-        );
-        if n != BLOCK as isize {
-            return ReaderResult::default();
-        }
-        pos += 1;
-        blocks += 1;
-        if until.passed() {
-            break;
-        }
-    }
-    let ns = clock.ticks_to_ns(clock.now().saturating_sub(start) as f64) as u64;
-    ReaderResult { blocks, ns }
-}
-
 /// The readers: their files, buffers, CPUs and children, and what their rounds measured.
 pub(super) struct Readers<'c> {
     ctx: &'c Context<'c>,
@@ -170,7 +127,7 @@ impl<'c> Readers<'c> {
         // SAFETY: `read_blocks` is async-signal-safe on its file and the buffer above.
         unsafe {
             rd.children.run(p, &rd.cpus, "reader process", |i, start| {
-                read_blocks(rd, i, rd.cursor[i], bufs[i], start, dur)
+                rd.read_blocks(i, bufs[i], start, dur)
             })?
         };
         let (mut lo, mut hi, mut per_block, mut blocks) = (u64::MAX, 0, Vec::new(), 0);
@@ -190,6 +147,48 @@ impl<'c> Readers<'c> {
         let spread = self.ctx.clock.ticks_to_ns(hi.saturating_sub(lo) as f64) as u64;
         self.spreads.push((p, spread));
         Ok(per_block)
+    }
+
+    /// Reader `i` after its release at `start`: reads its file from its cursor for `dur`.
+    ///
+    /// # Safety
+    /// In a forked child: only async-signal-safe calls (pread, the run's clock), on `buf`,
+    /// BLOCK writable aligned bytes prepared before the fork.
+    unsafe fn read_blocks(
+        &self,
+        i: usize,
+        buf: *mut u8,
+        start: u64,
+        dur: Duration,
+    ) -> ReaderResult {
+        let (clock, fd, nblocks) = (self.ctx.clock, self.files[i].as_raw_fd(), self.nblocks[i]);
+        let until = Deadline::after(clock, dur);
+        let (mut blocks, mut pos) = (0u64, self.cursor[i] % nblocks.max(1));
+        loop {
+            if pos >= nblocks {
+                // Without O_DIRECT a second pass would hit the cache: stop instead.
+                if !self.direct {
+                    break;
+                }
+                pos = 0;
+            }
+            let n = libc::pread(
+                fd,
+                buf as *mut libc::c_void,
+                BLOCK,
+                (pos * BLOCK as u64) as libc::off_t,
+            );
+            if n != BLOCK as isize {
+                return ReaderResult::default();
+            }
+            pos += 1;
+            blocks += 1;
+            if until.passed() {
+                break;
+            }
+        }
+        let ns = clock.ticks_to_ns(clock.now().saturating_sub(start) as f64) as u64;
+        ReaderResult { blocks, ns }
     }
 
     /// The premises: device reached, no block read twice, evictions verified, one release.
