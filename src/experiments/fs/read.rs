@@ -166,7 +166,13 @@ impl Sweep<'_> {
             self.uncached(file, size, pattern, &order, direct)?;
         }
         let fd = reopen(&f.file, false, false)?;
-        warm(&fd, size, &mut self.bigbuf)?;
+        // Read the whole file until every page is resident (three tries at most).
+        for _ in 0..3 {
+            read_through(&fd, size, &mut self.bigbuf)?;
+            if pagecache::residency(&fd)?.0 == size / pagecache::page_size() as u64 {
+                break;
+            }
+        }
         for pattern in [Pattern::Sequential, Pattern::Random] {
             (ctx.progress)(&format!("{label}: {sz} cached {}", pattern.name()));
             self.cached(&fd, size, pattern, &order)?;
@@ -317,17 +323,6 @@ fn bypasses(direct: bool) -> bool {
 
 const EVICTED_UNCACHED: &str =
     "uncached reads: evicted with posix_fadvise(DONTNEED) and verified with mincore";
-
-/// Reads the whole file until every page is resident (three tries at most).
-fn warm(fd: &File, size: u64, buf: &mut [u8]) -> anyhow::Result<()> {
-    for _ in 0..3 {
-        read_through(fd, size, buf)?;
-        if pagecache::residency(fd)?.0 == size / pagecache::page_size() as u64 {
-            break;
-        }
-    }
-    Ok(())
-}
 
 /// A sweep's checks, notes, series and metrics, named with `prefix` (checks with "side: ").
 pub(crate) fn report(out: &mut Outcome, s: &Sweep, prefix: &str) {

@@ -81,20 +81,33 @@ impl Experiment for RemoteRead {
         // The sweep holds two files of a size at a time.
         let (rbase, rfs, rhalf) = crate::scratch::allowance(Some(remote))?;
         if rhalf < 2 * largest {
-            return Ok(Outcome::skipped(format!(
-                "not enough free space in {}: need {}, may use {} (half of the {} free)",
-                rbase.display(),
-                fmt_bytes((2 * largest) as f64),
-                fmt_bytes(rhalf as f64),
-                fmt_bytes(rfs.free_bytes as f64)
-            )));
+            let [need, half, free] =
+                [2 * largest, rhalf, rfs.free_bytes].map(|b| fmt_bytes(b as f64));
+            let dir = rbase.display();
+            return Ok(Outcome::skipped(format!("not enough free space in {dir}: need {need}, may use {half} (half of the {free} free)")));
         }
         let (local, mut out) = match super::on_disk(ctx, 2 * largest)? {
             Ok(x) => x,
             Err(reason) => return Ok(Outcome::skipped(format!("local side: {reason}"))),
         };
         out.check(network_check(remote, &rfs));
-        let (rs, ls) = sweeps(ctx, remote, local, largest)?;
+        // The remote side may take the budget; the local one repeats the sizes it completed.
+        let rscratch = Scratch::new(Some(remote))?;
+        let mut plan = SweepPlan::for_profile(ctx, largest, "remote", ctx.budget);
+        plan.uncached = plan.uncached.min(Duration::from_millis(300));
+        plan.cached = plan.cached.min(Duration::from_millis(60));
+        let rs = sweep(ctx, &rscratch, plan)?;
+        drop(rscratch);
+        let mut sizes: Vec<u64> = rs.points.iter().map(|p| p.size).collect();
+        sizes.dedup();
+        let (label, deadline) = ("local", None);
+        let plan = SweepPlan {
+            sizes,
+            label,
+            deadline,
+            ..rs.plan
+        };
+        let ls = sweep(ctx, local, plan)?;
         report(&mut out, &rs, "remote_");
         report(&mut out, &ls, "local_");
         report_ratios(ctx, &mut out, &rs, &ls, &rfs.fs_type);
@@ -158,33 +171,6 @@ fn network_check(remote: &Path, rfs: &crate::scratch::FsInfo) -> Check {
     let detail = format!("{dir} is on {fs} (statfs magic {magic:#x}){why}");
     let name = "remote directory on a network file system";
     Check::premise(name, rfs.network, detail)
-}
-
-/// The remote sweep within the budget, then the local one over the sizes it completed.
-fn sweeps<'a>(
-    ctx: &'a Context,
-    remote: &Path,
-    local: &Scratch,
-    largest: u64,
-) -> anyhow::Result<(Sweep<'a>, Sweep<'a>)> {
-    let rscratch = Scratch::new(Some(remote))?;
-    // The remote side may take the budget; the local one repeats its sizes.
-    let mut plan = SweepPlan::for_profile(ctx, largest, "remote", ctx.budget);
-    plan.uncached = plan.uncached.min(Duration::from_millis(300));
-    plan.cached = plan.cached.min(Duration::from_millis(60));
-    let rs = sweep(ctx, &rscratch, plan)?;
-    drop(rscratch);
-    let mut sizes: Vec<u64> = rs.points.iter().map(|p| p.size).collect();
-    sizes.dedup();
-    let (label, deadline) = ("local", None);
-    let plan = SweepPlan {
-        sizes,
-        label,
-        deadline,
-        ..rs.plan
-    };
-    let ls = sweep(ctx, local, plan)?;
-    Ok((rs, ls))
 }
 
 /// Remote over local per pass at the largest common size (remote trials / local median).

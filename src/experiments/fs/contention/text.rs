@@ -31,7 +31,7 @@ pub(super) fn report(ctx: &Context, out: &mut Outcome, m: &Readers) {
     }
 }
 
-/// The fitted model's metrics, in the order of `figures`.
+/// The fitted model's metrics: intercept and slope, then the bend's where it bends.
 const MODEL: [(&str, &str, &str); 4] = [
     (
         "model_intercept",
@@ -55,12 +55,6 @@ const MODEL: [(&str, &str, &str); 4] = [
     ),
 ];
 
-fn figures(m: &Model) -> Vec<f64> {
-    let mut v = vec![m.intercept, m.slope];
-    v.extend(m.bend.map_or(vec![], |(b, s2)| vec![b, s2]));
-    v
-}
-
 /// The model and the end points as the table shows them: each its metric's pooled median.
 fn pooled_model(out: &Outcome, m: &Model, medians: &[(f64, f64)]) -> (Model, Vec<(f64, f64)>) {
     let or = |name: &str, v: f64| out.get(name).map_or(v, |x| x.summary.median);
@@ -82,7 +76,11 @@ fn pooled_model(out: &Outcome, m: &Model, medians: &[(f64, f64)]) -> (Model, Vec
 
 /// The fitted model's metrics, its curve and its finding.
 fn report_model(ctx: &Context, out: &mut Outcome, m: &Model, medians: &[(f64, f64)], cpus: usize) {
-    for ((name, unit, desc), v) in MODEL.iter().zip(figures(m)) {
+    let bend = m.bend.map_or(vec![], |(b, s2)| vec![b, s2]);
+    for ((name, unit, desc), v) in MODEL
+        .iter()
+        .zip([m.intercept, m.slope].into_iter().chain(bend))
+    {
         out.metric(name, unit, desc, vec![v]);
     }
     let points = medians.iter().map(|&(x, _)| [x, m.eval(x)]).collect();
