@@ -366,16 +366,9 @@ fn report_knee(out: &mut Outcome, s: &Search) {
     let (name, value, desc, finding) = match (s.good, s.bad) {
         (Some(g), Some(b)) => {
             let (gm, bm) = (fmt_mib(g), fmt_mib(b));
-            (
-                "cache_size",
-                g,
-                format!(
-                    "largest file whose second read came from memory (the next size tried, {bm}, did not)"
-                ),
-                format!(
-                    "The page cache held a {gm} file but not a {bm} one: its capacity for file data is about {gm} here."
-                ),
-            )
+            let desc = format!("largest file whose second read came from memory (the next size tried, {bm}, did not)");
+            let finding = format!("The page cache held a {gm} file but not a {bm} one: its capacity for file data is about {gm} here.");
+            ("cache_size", g, desc, finding)
         }
         (None, Some(b)) => (
             "cache_size_upper_bound",
@@ -389,14 +382,9 @@ fn report_knee(out: &mut Outcome, s: &Search) {
         (g, None) => {
             let g = g.unwrap_or(s.probes[0].size);
             let (gm, why) = (fmt_mib(g), s.stop_reason.as_deref().unwrap_or("the search limits"));
-            (
-                "cache_size_lower_bound",
-                g,
-                format!("larger than the largest size tried ({gm}), limited by {why}"),
-                format!(
-                    "The page cache is larger than the largest size tried, {gm} (the search was stopped by {why})."
-                ),
-            )
+            let desc = format!("larger than the largest size tried ({gm}), limited by {why}");
+            let finding = format!("The page cache is larger than the largest size tried, {gm} (the search was stopped by {why}).");
+            ("cache_size_lower_bound", g, desc, finding)
         }
     };
     out.metric(name, "bytes", &desc, vec![value as f64]);
@@ -418,12 +406,8 @@ fn report_knee(out: &mut Outcome, s: &Search) {
                 pb.resident * 100.0,
                 pg.resident * 100.0
             );
-            let jumps = jump >= 2.0 || s.threshold.is_none();
-            out.check(Check::sanity(
-                "time per byte jumps past the knee",
-                jumps,
-                detail,
-            ));
+            let (name, jumps) = ("time per byte jumps past the knee", jump >= 2.0);
+            out.check(Check::sanity(name, jumps || s.threshold.is_none(), detail));
         }
     }
     out.finding(finding, &[name]);
