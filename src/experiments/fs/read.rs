@@ -463,39 +463,28 @@ impl Experiment for Read {
 
 /// The cached and uncached figures at the largest size, and whether position matters.
 fn findings(out: &mut Outcome, s: &Sweep) {
+    use crate::analysis::Separation;
     let names = PASSES.map(|(cached, pattern)| metric_name(cached, pattern));
     let [us, ur, cs, cr] = names.each_ref().map(|n| out.median(n));
-    out.finding(
-        format!(
-            "At {}, a cached 4 KiB read costs {} sequential / {} random; uncached ({}) it costs {} / {} ({:.0}x / {:.0}x the cached figures).",
-            fmt_bytes(s.largest() as f64),
-            fmt_ns(cs),
-            fmt_ns(cr),
-            if s.direct() { "O_DIRECT" } else { "evicted, with readahead for sequential" },
-            fmt_ns(us),
-            fmt_ns(ur),
-            us / cs,
-            ur / cr
-        ),
-        &names.each_ref().map(String::as_str),
-    );
+    let [tus, tur, tcs, tcr] = [us, ur, cs, cr].map(fmt_ns);
+    let (at, rs, rr) = (fmt_bytes(s.largest() as f64), us / cs, ur / cr);
+    let how = match s.direct() {
+        true => "O_DIRECT",
+        false => "evicted, with readahead for sequential",
+    };
+    let text = format!("At {at}, a cached 4 KiB read costs {tcs} sequential / {tcr} random; uncached ({how}) it costs {tus} / {tur} ({rs:.0}x / {rr:.0}x the cached figures).");
+    out.finding(text, &names.each_ref().map(String::as_str));
     // Whether position matters, from the intervals; the cause is not measured, so not named.
-    let sep = out.separation("uncached_random", "uncached_seq");
-    out.finding(
-        format!(
-            "Uncached random reads cost {:.2}x sequential ones{}.",
-            ur / us,
-            match sep {
-                crate::analysis::Separation::Above =>
-                    ", beyond both 95% intervals: the position of a read matters on this device as reached from here",
-                crate::analysis::Separation::Overlap =>
-                    ", within noise of each other (their 95% intervals overlap): no cost of position shows here",
-                crate::analysis::Separation::Below =>
-                    "; random reads are the faster ones here, beyond both 95% intervals",
-            }
-        ),
-        &["uncached_seq", "uncached_random"],
+    let position = match out.separation("uncached_random", "uncached_seq") {
+        Separation::Above => ", beyond both 95% intervals: the position of a read matters on this device as reached from here",
+        Separation::Overlap => ", within noise of each other (their 95% intervals overlap): no cost of position shows here",
+        Separation::Below => "; random reads are the faster ones here, beyond both 95% intervals",
+    };
+    let text = format!(
+        "Uncached random reads cost {:.2}x sequential ones{position}.",
+        ur / us
     );
+    out.finding(text, &["uncached_seq", "uncached_random"]);
 }
 
 #[cfg(test)]
