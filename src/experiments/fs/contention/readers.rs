@@ -265,21 +265,16 @@ pub(super) fn sharing_note(
     cpus: &[usize],
     p: usize,
 ) -> Option<String> {
+    let plural = |k: usize| if k == 1 { "" } else { "s" };
     let n = cpus.len().max(1);
     if p > n {
-        return Some(format!(
-            "readers shared CPUs from P = {} on: {p} readers on {n} CPU{} ({}, reader i on the (i mod {n})-th), so the per-block times there include waiting for a CPU, not only for the device",
-            n + 1,
-            if n == 1 { "" } else { "s" },
-            cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
-        ));
+        let list: Vec<String> = cpus.iter().map(|c| c.to_string()).collect();
+        let (s, first) = (plural(n), n + 1);
+        return Some(format!("readers shared CPUs from P = {first} on: {p} readers on {n} CPU{s} ({}, reader i on the (i mod {n})-th), so the per-block times there include waiting for a CPU, not only for the device", list.join(", ")));
     }
-    let s = t.describe_cpus(&cpus[..p]);
-    s.smt_shared.first().map(|&(c, e)| {
-        format!(
-            "each reader had its own CPU, but at P = {p} {} reader{} shared a physical core with another (SMT siblings, first CPU {c} with CPU {e}): every core already had a reader",
-            s.smt_shared.len(),
-            if s.smt_shared.len() == 1 { "" } else { "s" }
-        )
+    let shared = t.describe_cpus(&cpus[..p]).smt_shared;
+    let (k, s) = (shared.len(), plural(shared.len()));
+    shared.first().map(|&(c, e)| {
+        format!("each reader had its own CPU, but at P = {p} {k} reader{s} shared a physical core with another (SMT siblings, first CPU {c} with CPU {e}): every core already had a reader")
     })
 }

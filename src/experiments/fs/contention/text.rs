@@ -85,18 +85,17 @@ fn report_model(ctx: &Context, out: &mut Outcome, m: &Model, medians: &[(f64, f6
     }
     let points = medians.iter().map(|&(x, _)| [x, m.eval(x)]).collect();
     out.plot("model_per_block_vs_processes", "processes", "ns", points);
-    let failed: Vec<&str> = out
+    let failed = out
         .checks
         .iter()
         .filter(|c| !c.passed)
-        .map(|c| c.name.as_str())
-        .collect();
-    let withheld = (!failed.is_empty()).then(|| failed.join("; "));
+        .map(|c| c.name.as_str());
+    let withheld = Some(failed.collect::<Vec<_>>().join("; ")).filter(|f| !f.is_empty());
     out.pool(ctx);
     let (m, medians) = &pooled_model(out, m, medians);
     let t1 = medians.first().map(|p| p.1).unwrap_or(f64::NAN);
     let (pl, tl) = medians.last().copied().unwrap_or((1.0, f64::NAN));
-    let (a, k) = (fmt_ns(m.intercept), fmt_ns(m.slope));
+    let [a, k, t1s, tls] = [m.intercept, m.slope, t1, tl].map(fmt_ns);
     let shape = match m.bend {
         Some((b, s2)) => format!(
             "is {a} + {k} x P up to P = {b:.0}, then rises {} per extra process",
@@ -104,12 +103,7 @@ fn report_model(ctx: &Context, out: &mut Outcome, m: &Model, medians: &[(f64, f6
         ),
         None => format!("grows linearly, {a} + {k} x P"),
     };
-    let mut text = format!(
-        "Per-block time {shape}; with {pl:.0} readers each block takes {} ({:.1}x one reader's {}).",
-        fmt_ns(tl),
-        tl / t1,
-        fmt_ns(t1)
-    );
+    let mut text = format!("Per-block time {shape}; with {pl:.0} readers each block takes {tls} ({:.1}x one reader's {t1s}).", tl / t1);
     let vm = ctx.machine.virtualization.is_vm;
     text.push_str(&overlap_text(medians, cpus, vm, withheld.as_deref()));
     out.finding(text, &["per_block_p1", "per_block_pmax", "model_slope"]);
