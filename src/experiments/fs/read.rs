@@ -348,12 +348,9 @@ pub(crate) fn report(out: &mut Outcome, s: &Sweep, prefix: &str) {
         let Some(p) = s.get(largest, cached, pattern) else {
             continue;
         };
-        let desc = format!(
-            "{}, {} file ({} blocks read)",
-            describe(cached, pattern, s.direct(), pagecache::page_size()),
-            fmt_bytes(largest as f64),
-            p.times.blocks,
-        );
+        let how = describe(cached, pattern, s.direct(), pagecache::page_size());
+        let at = fmt_bytes(largest as f64);
+        let desc = format!("{how}, {at} file ({} blocks read)", p.times.blocks);
         let raw = p.times.per_block_ns.clone();
         if cached {
             // A cached block is a system call and a 4 KiB copy from memory.

@@ -194,26 +194,17 @@ impl<'c> Readers<'c> {
     /// The premises: device reached, no block read twice, evictions verified, one release.
     pub(super) fn checks(&self, out: &mut Outcome, dur: Duration) {
         out.check(self.device.check());
-        let reread: u64 = self
-            .cursor
-            .iter()
-            .zip(&self.nblocks)
-            .map(|(&c, &b)| c.saturating_sub(b))
-            .sum();
+        let reread = self.cursor.iter().zip(&self.nblocks);
+        let reread: u64 = reread.map(|(&c, &b)| c.saturating_sub(b)).sum();
         let total: u64 = self.cursor.iter().sum();
         let size = |b: Option<&u64>| fmt_bytes((b.copied().unwrap_or(0) * BLOCK as u64) as f64);
+        let (big, small) = (size(self.nblocks.first()), size(self.nblocks.last()));
+        let detail = format!("{reread} of {total} blocks read were read before by the same reader (files of {big} down to {small}; a device or host cache can serve those)");
         // A block read again may come from a cache no counter sees: unverified, not invalid.
-        let detail = format!(
-            "{} of {} blocks read were read before by the same reader (files of {} down to {}; a device or host cache can serve those)",
-            reread,
-            total,
-            size(self.nblocks.first()),
-            size(self.nblocks.last())
-        );
-        out.check(if reread == 0 {
-            Check::premise("each block read at most once", true, detail)
-        } else {
-            Check::unverified("each block read at most once", detail)
+        let name = "each block read at most once";
+        out.check(match reread {
+            0 => Check::premise(name, true, detail),
+            _ => Check::unverified(name, detail),
         });
         if !self.direct {
             let ev = &self.evictions;
@@ -233,15 +224,10 @@ const RELEASE_SHARE: f64 = 0.10;
 pub(super) fn release_check(spreads: &[(usize, u64)], round_ns: u64) -> Check {
     let limit = (round_ns as f64 * RELEASE_SHARE) as u64;
     let worst = spreads.iter().max_by_key(|s| s.1).copied();
-    let detail = match worst {
-        Some((p, w)) => format!(
-            "largest spread of start times {} (P = {p}) over {} rounds, limit {} (10% of a round); each reader timestamps its start right after a pipe barrier the parent opens once all are ready",
-            crate::units::fmt_ns(w as f64),
-            spreads.len(),
-            crate::units::fmt_ns(limit as f64)
-        ),
-        None => "no round ran".into(),
-    };
+    let (n, lim) = (spreads.len(), fmt_ns(limit as f64));
+    let detail = worst.map_or("no round ran".into(), |(p, w)| {
+        format!("largest spread of start times {} (P = {p}) over {n} rounds, limit {lim} (10% of a round); each reader timestamps its start right after a pipe barrier the parent opens once all are ready", fmt_ns(w as f64))
+    });
     let together = worst.is_some_and(|w| w.1 <= limit);
     Check::premise("readers released together", together, detail)
 }
