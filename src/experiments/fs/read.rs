@@ -443,11 +443,10 @@ impl Experiment for Read {
             largest /= 2;
         }
         if largest < cap {
-            out.notes.push(format!(
-                "largest file {} (profile cap {}), limited by free space or memory",
-                fmt_bytes(largest as f64),
-                fmt_bytes(cap as f64)
-            ));
+            let [at, cap] = [largest, cap].map(|b| fmt_bytes(b as f64));
+            let note =
+                format!("largest file {at} (profile cap {cap}), limited by free space or memory");
+            out.notes.push(note);
         }
         let plan = SweepPlan::for_profile(ctx, largest, "read", ctx.budget * 2);
         let s = sweep(ctx, scratch, plan)?;

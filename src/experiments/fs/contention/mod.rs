@@ -95,10 +95,8 @@ fn sizing(ctx: &Context, room: u64) -> (Vec<u64>, String) {
         "reader files sized for every block a reader may read in its rounds at {basis} ({MARGIN}x margin): {first} (reader 1) down to {last} (reader {n}), {all} in all"
     );
     if cut {
-        note.push_str(&format!(
-            "; cut down to fit {} (the profile's limit or the scratch space left), so blocks may be read again",
-            fmt_bytes(room as f64)
-        ));
+        let room = fmt_bytes(room as f64);
+        note.push_str(&format!("; cut down to fit {room} (the profile's limit or the scratch space left), so blocks may be read again"));
     }
     (sizes, note)
 }
@@ -212,11 +210,9 @@ impl Experiment for Contention {
         }
         rd.checks(&mut out, dur);
         report(ctx, &mut out, &rd);
-        out.notes.push(format!(
-            "{pm} files ({} in all); {rounds} round(s) of {} ms per P",
-            fmt_bytes(sizes.iter().sum::<u64>() as f64),
-            dur.as_millis()
-        ));
+        let (all, ms) = (fmt_bytes(sizes.iter().sum::<u64>() as f64), dur.as_millis());
+        let note = format!("{pm} files ({all} in all); {rounds} round(s) of {ms} ms per P");
+        out.notes.push(note);
         Ok(out)
     }
 }
