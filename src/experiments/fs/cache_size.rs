@@ -345,19 +345,18 @@ fn report_rates(out: &mut Outcome, s: &Search) {
         Some(t) => format!(" and second read <= {t:.3} ns/byte"),
         None => format!(" (cold/cached contrast only {contrast:.1}x, so residency alone decides)"),
     };
-    out.notes.push(format!(
-        "probed {n} sizes in {seconds:.1} s; served = resident >= {:.0}%{decided}",
-        RESIDENT_MIN * 100.0
-    ));
+    let share = RESIDENT_MIN * 100.0;
+    let note =
+        format!("probed {n} sizes in {seconds:.1} s; served = resident >= {share:.0}%{decided}");
+    out.notes.push(note);
     if s.threshold.is_none() {
-        out.finding(
-            format!(
-                "A cold read ({:.2} GB/s) is only {contrast:.1}x slower than a cached one ({:.2} GB/s) here, so time per byte cannot show the knee; residency (mincore) alone decides.",
-                1.0 / base.first,
-                1.0 / base.second
-            ),
-            &["cold_read_rate", "cached_read_rate"],
+        let (cold, cached) = (1.0 / base.first, 1.0 / base.second);
+        let text = format!(
+            "A cold read ({:.2} GB/s) is only {contrast:.1}x slower than a cached one ({:.2} GB/s) here, so time per byte cannot show the knee; residency (mincore) alone decides.",
+            cold,
+            cached
         );
+        out.finding(text, &["cold_read_rate", "cached_read_rate"]);
     }
 }
 
@@ -389,23 +388,16 @@ fn report_knee(out: &mut Outcome, s: &Search) {
     };
     out.metric(name, "bytes", &desc, vec![value as f64]);
     if let (Some(g), Some(pb)) = (s.good, s.bad.and_then(|b| s.at(b))) {
-        let desc = format!(
-            "bytes of the {} file resident after its first read: what the cache kept",
-            fmt_mib(pb.size)
-        );
+        let bm = fmt_mib(pb.size);
+        let desc =
+            format!("bytes of the {bm} file resident after its first read: what the cache kept");
         let kept = vec![pb.resident_bytes];
         out.metric("resident_after_overflow", "bytes", &desc, kept);
         if let Some(pg) = s.at(g) {
             let jump = pb.second / pg.second;
-            let detail = format!(
-                "second read {:.3} ns/byte at {} vs {:.3} at {} ({jump:.1}x); residency {:.0}% vs {:.0}%",
-                pb.second,
-                fmt_mib(pb.size),
-                pg.second,
-                fmt_mib(g),
-                pb.resident * 100.0,
-                pg.resident * 100.0
-            );
+            let (sb, sg, gm) = (pb.second, pg.second, fmt_mib(g));
+            let (rb, rg) = (pb.resident * 100.0, pg.resident * 100.0);
+            let detail = format!("second read {sb:.3} ns/byte at {bm} vs {sg:.3} at {gm} ({jump:.1}x); residency {rb:.0}% vs {rg:.0}%");
             let (name, jumps) = ("time per byte jumps past the knee", jump >= 2.0);
             out.check(Check::sanity(name, jumps || s.threshold.is_none(), detail));
         }

@@ -84,13 +84,9 @@ pub(crate) fn predict_cached(p: &mut Predictions, metric: &str) {
 pub(crate) fn predict_uncached(p: &mut Predictions, metric: &str, dir: &Path, pattern: Pattern) {
     let fault = p.earlier("mem.pagefault", &["major_fault"]);
     if let Some(why) = fault.why_missing() {
-        let why = format!(
-            "{why}, and {}",
-            device_of(dir).map_or("no block device found behind the folder".into(), |d| {
-                device_basis(&d)
-            })
-        );
-        return p.withhold(&[metric], &why);
+        let none = "no block device found behind the folder".to_string();
+        let device = device_of(dir).map_or(none, |d| device_basis(&d));
+        return p.withhold(&[metric], &format!("{why}, and {device}"));
     }
     let ps = crate::pagecache::page_size() as f64;
     let page_size = Input::machine("page_size", Some(ps), "bytes", "machine: page size", "");

@@ -208,10 +208,9 @@ impl Sweep<'_> {
         let n = times.per_block_ns.len();
         self.record(size, false, pattern, times);
         if n < MIN_SAMPLES {
-            self.notes.push(format!(
-                "{sz} uncached {}: only {n} trials (every block read once)",
-                pattern.name()
-            ));
+            let pat = pattern.name();
+            let note = format!("{sz} uncached {pat}: only {n} trials (every block read once)");
+            self.notes.push(note);
         }
         Ok(())
     }
@@ -224,7 +223,7 @@ impl Sweep<'_> {
         pattern: Pattern,
         order: &[u32],
     ) -> anyhow::Result<()> {
-        let sz = fmt_bytes(size as f64);
+        let (sz, pat) = (fmt_bytes(size as f64), pattern.name());
         let chunks = Timing::Chunks(Duration::from_micros(200));
         for attempt in 1..=3 {
             let before = pagecache::residency(fd)?;
@@ -236,20 +235,12 @@ impl Sweep<'_> {
                 read_through(fd, size, &mut self.bigbuf)?;
                 continue;
             }
+            let ((b0, b1), a0) = (before, after.0);
             self.resident.record(whole, || {
-                format!(
-                    "{sz} {}: {} of {} pages resident before, {} after (memory pressure evicted the file)",
-                    pattern.name(),
-                    before.0,
-                    before.1,
-                    after.0
-                )
+                format!("{sz} {pat}: {b0} of {b1} pages resident before, {a0} after (memory pressure evicted the file)")
             });
             if whole && attempt > 1 {
-                self.notes.push(format!(
-                    "{sz} cached {}: pages were evicted during a pass by memory pressure; measured again",
-                    pattern.name()
-                ));
+                self.notes.push(format!("{sz} cached {pat}: pages were evicted during a pass by memory pressure; measured again"));
             }
             self.record(size, true, pattern, times);
             break;

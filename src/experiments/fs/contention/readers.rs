@@ -226,7 +226,10 @@ pub(super) fn release_check(spreads: &[(usize, u64)], round_ns: u64) -> Check {
     let worst = spreads.iter().max_by_key(|s| s.1).copied();
     let (n, lim) = (spreads.len(), fmt_ns(limit as f64));
     let detail = worst.map_or("no round ran".into(), |(p, w)| {
-        format!("largest spread of start times {} (P = {p}) over {n} rounds, limit {lim} (10% of a round); each reader timestamps its start right after a pipe barrier the parent opens once all are ready", fmt_ns(w as f64))
+        format!(
+            "largest spread of start times {} (P = {p}) over {n} rounds, limit {lim} (10% of a round); each reader timestamps its start right after a pipe barrier the parent opens once all are ready",
+            fmt_ns(w as f64)
+        )
     });
     let together = worst.is_some_and(|w| w.1 <= limit);
     Check::premise("readers released together", together, detail)
@@ -256,7 +259,10 @@ pub(super) fn sharing_note(
     if p > n {
         let list: Vec<String> = cpus.iter().map(|c| c.to_string()).collect();
         let (s, first) = (plural(n), n + 1);
-        return Some(format!("readers shared CPUs from P = {first} on: {p} readers on {n} CPU{s} ({}, reader i on the (i mod {n})-th), so the per-block times there include waiting for a CPU, not only for the device", list.join(", ")));
+        return Some(format!(
+            "readers shared CPUs from P = {first} on: {p} readers on {n} CPU{s} ({}, reader i on the (i mod {n})-th), so the per-block times there include waiting for a CPU, not only for the device",
+            list.join(", ")
+        ));
     }
     let shared = t.describe_cpus(&cpus[..p]).smt_shared;
     let (k, s) = (shared.len(), plural(shared.len()));

@@ -103,7 +103,10 @@ fn report_model(ctx: &Context, out: &mut Outcome, m: &Model, medians: &[(f64, f6
         ),
         None => format!("grows linearly, {a} + {k} x P"),
     };
-    let mut text = format!("Per-block time {shape}; with {pl:.0} readers each block takes {tls} ({:.1}x one reader's {t1s}).", tl / t1);
+    let mut text = format!(
+        "Per-block time {shape}; with {pl:.0} readers each block takes {tls} ({:.1}x one reader's {t1s}).",
+        tl / t1
+    );
     let vm = ctx.machine.virtualization.is_vm;
     text.push_str(&overlap_text(medians, cpus, vm, withheld.as_deref()));
     out.finding(text, &["per_block_p1", "per_block_pmax", "model_slope"]);
