@@ -123,13 +123,10 @@ impl Experiment for CacheSize {
         // A cold 1 MiB read is fs.read's sequential pass in larger (no slower) requests.
         let seq = p.earlier("fs.read", &["uncached_seq"]);
         let block = Input::method("block", BLOCK as f64, "bytes", "method: fs.read's block");
+        let f = "4096 B / fs.read uncached_seq: the rate of 4 KiB sequential reads from the \
+                 device, a lower bound for 1 MiB reads (larger requests, fewer of them)";
         p.state("cold_read_rate", &[&seq, &block], |v| {
-            Prediction::new(
-                v[1] / v[0] * 1e9,
-                "4096 B / fs.read uncached_seq: the rate of 4 KiB sequential reads from the \
-                 device, a lower bound for 1 MiB reads (larger requests, fewer of them)",
-            )
-            .lower_bound()
+            Prediction::new(v[1] / v[0] * 1e9, f).lower_bound()
         });
         p.done()
     }

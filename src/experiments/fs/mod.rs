@@ -71,12 +71,10 @@ pub(crate) fn on_disk<'a>(
 pub(crate) fn predict_cached(p: &mut Predictions, metric: &str) {
     let sys = p.earlier("cpu.syscall", &["getppid"]).named("t_syscall");
     let copy = p.earlier("mem.bandwidth", &["copy_1t"]).named("copy_rate");
+    let f = "t_syscall + 4096 B / copy rate (page cache to user buffer); the page-cache lookup \
+             is not in the model";
     p.state(metric, &[&sys, &copy], |v| {
-        Prediction::new(
-            v[0] + BLOCK as f64 / v[1] * 1e9,
-            "t_syscall + 4096 B / copy rate (page cache to user buffer); the page-cache lookup \
-             is not in the model",
-        )
+        Prediction::new(v[0] + BLOCK as f64 / v[1] * 1e9, f)
     });
 }
 

@@ -81,11 +81,8 @@ pub(crate) const PASSES: [(bool, Pattern); 4] = [
 ];
 
 pub(crate) fn metric_name(cached: bool, pattern: Pattern) -> String {
-    format!(
-        "{}_{}",
-        if cached { "cached" } else { "uncached" },
-        pattern.name()
-    )
+    let how = if cached { "cached" } else { "uncached" };
+    format!("{how}_{}", pattern.name())
 }
 
 /// fs.read's models for a sweep's `passes`, named with `prefix`.
@@ -135,9 +132,7 @@ pub(crate) fn sweep<'a>(
         bigbuf: vec![0u8; MIB as usize],
     };
     for size in s.plan.sizes.clone() {
-        if crate::scratch::stopping() {
-            anyhow::bail!("interrupted");
-        }
+        anyhow::ensure!(!crate::scratch::stopping(), "interrupted");
         if !s.points.is_empty() && s.plan.deadline.is_some_and(|d| d.passed()) {
             s.notes.push(format!(
                 "stopped before {} by the time budget (the machine is slow or busy)",
@@ -325,8 +320,8 @@ pub(crate) fn report(out: &mut Outcome, s: &Sweep, prefix: &str) {
         let name = format!("{side}{}", c.name);
         out.check(Check { name, ..c });
     }
-    out.notes
-        .extend(s.notes.iter().map(|n| format!("{side}{n}")));
+    let notes = s.notes.iter().map(|n| format!("{side}{n}"));
+    out.notes.extend(notes);
     let largest = s.largest();
     for (cached, pattern) in PASSES {
         let name = format!("{prefix}{}", metric_name(cached, pattern));

@@ -45,10 +45,12 @@ impl Experiment for RemoteRead {
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let mut p = Predictions::new(ctx);
-        let source =
-            ctx.options.remote_dir.as_deref().map(|d| {
-                crate::machine::storage::filesystem_of(d).map_or(String::new(), |m| m.source)
-            });
+        let mount = |d: &Path| crate::machine::storage::filesystem_of(d).map(|m| m.source);
+        let source = ctx
+            .options
+            .remote_dir
+            .as_deref()
+            .map(|d| mount(d).unwrap_or_default());
         let rtt = server_rtt(&p, source.as_deref(), ctx.options.peer.as_deref());
         for pattern in [Pattern::Sequential, Pattern::Random] {
             let (un, ca) = (metric_name(false, pattern), metric_name(true, pattern));

@@ -108,9 +108,7 @@ pub(crate) fn append(file: &File, from: u64, to: u64, seed: u64) -> anyhow::Resu
             file.sync_data().context("flushing a scratch file")?;
             since_sync = 0;
         }
-        if crate::scratch::stopping() {
-            anyhow::bail!("interrupted");
-        }
+        anyhow::ensure!(!crate::scratch::stopping(), "interrupted");
     }
     file.sync_data().context("flushing a scratch file")?;
     Ok(())
@@ -261,9 +259,7 @@ impl<'a> BlockReader<'a> {
 
     /// Untimed: the first block and length of the next chunk (wrapping in `Chunks`).
     fn next_chunk(&mut self) -> anyhow::Result<(u64, u64)> {
-        if crate::scratch::stopping() {
-            anyhow::bail!("interrupted");
-        }
+        anyhow::ensure!(!crate::scratch::stopping(), "interrupted");
         if self.next >= self.nblocks {
             anyhow::ensure!(self.timing != Timing::EachRead, "every block was read once");
             self.next = 0;
@@ -283,10 +279,8 @@ impl<'a> BlockReader<'a> {
                 let got = (&mut &*self.file).read(&mut self.buf).context("read")?;
                 anyhow::ensure!(got == BLOCK, "short read of {got} bytes");
             } else {
-                let pos = self.order[i as usize] as u64 * BLOCK as u64;
-                self.file
-                    .read_exact_at(&mut self.buf, pos)
-                    .context("pread")?;
+                let (buf, pos) = (&mut self.buf, self.order[i as usize] as u64 * BLOCK as u64);
+                self.file.read_exact_at(buf, pos).context("pread")?;
             }
         }
         Ok(())

@@ -152,17 +152,12 @@ impl Experiment for Contention {
         }
         let src = "method: the profile's Pmax, always measured last";
         let pmax = Input::method("P", PMAX.get(ctx.profile) as f64, "processes", src);
+        let queue = "P x t1: the device serves one request at a time, so each reader waits for the other P-1";
         p.state("per_block_pmax", &[&t1, &pmax], |v| {
-            Prediction::new(
-                v[1] * v[0],
-                "P x t1: the device serves one request at a time, so each reader waits for the other P-1",
-            )
+            Prediction::new(v[1] * v[0], queue)
         });
-        p.equal(
-            "model_slope",
-            &t1,
-            "t1 per added process (one device queue)",
-        );
+        let slope = "t1 per added process (one device queue)";
+        p.equal("model_slope", &t1, slope);
         let zero = "the one-queue model (P x t1) passes through zero at P = 0, and a ratio to \
                     zero means nothing";
         p.withhold(&["model_intercept"], zero);

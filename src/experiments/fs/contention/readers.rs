@@ -99,9 +99,7 @@ impl<'c> Readers<'c> {
         let (mut vals, mut rates) = (Vec::new(), Vec::new());
         for r in 0..rounds {
             (self.ctx.progress)(&format!("P = {p}, round {}/{rounds}", r + 1));
-            if crate::scratch::stopping() {
-                anyhow::bail!("interrupted");
-            }
+            anyhow::ensure!(!crate::scratch::stopping(), "interrupted");
             if !self.direct {
                 // Without O_DIRECT each round must start from disk: evict and verify.
                 for o in self.owners.iter().take(p) {
