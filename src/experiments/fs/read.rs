@@ -42,12 +42,7 @@ pub(crate) struct SweepPlan<'c> {
 }
 
 impl<'c> SweepPlan<'c> {
-    pub fn for_profile(
-        ctx: &'c Context,
-        largest: u64,
-        label: &'static str,
-        within: Duration,
-    ) -> Self {
+    pub fn new(ctx: &'c Context, largest: u64, label: &'static str, within: Duration) -> Self {
         let (uncached, cached) = SLICES.get(ctx.profile);
         SweepPlan {
             sizes: doublings(MIB, largest.max(MIB)),
@@ -146,7 +141,7 @@ pub(crate) fn sweep<'a>(
 }
 
 impl Sweep<'_> {
-    /// The four passes of one size; the random uncached one reads its own file (no cache).
+    /// The four passes of one size; the random uncached one reads a fresh file, uncached.
     fn size(&mut self, scratch: &Scratch, size: u64, rng: &mut Rng) -> anyhow::Result<()> {
         let (ctx, label) = (self.ctx, self.plan.label);
         let sz = fmt_bytes(size as f64);
@@ -235,7 +230,9 @@ impl Sweep<'_> {
                 format!("{sz} {pat}: {b0} of {b1} pages resident before, {a0} after (memory pressure evicted the file)")
             });
             if whole && attempt > 1 {
-                self.notes.push(format!("{sz} cached {pat}: pages were evicted during a pass by memory pressure; measured again"));
+                self.notes.push(format!(
+                    "{sz} cached {pat}: pages were evicted during a pass by memory pressure; measured again"
+                ));
             }
             self.record(size, true, pattern, times);
             break;
@@ -434,7 +431,7 @@ impl Experiment for Read {
                 format!("largest file {at} (profile cap {cap}), limited by free space or memory");
             out.notes.push(note);
         }
-        let plan = SweepPlan::for_profile(ctx, largest, "read", ctx.budget * 2);
+        let plan = SweepPlan::new(ctx, largest, "read", ctx.budget * 2);
         let s = sweep(ctx, scratch, plan)?;
         report(&mut out, &s, "");
         out.pool(ctx);

@@ -95,7 +95,7 @@ impl Experiment for RemoteRead {
         out.check(network_check(remote, &rfs));
         // The remote side may take the budget; the local one repeats the sizes it completed.
         let rscratch = Scratch::new(Some(remote))?;
-        let mut plan = SweepPlan::for_profile(ctx, largest, "remote", ctx.budget);
+        let mut plan = SweepPlan::new(ctx, largest, "remote", ctx.budget);
         plan.uncached = plan.uncached.min(Duration::from_millis(300));
         plan.cached = plan.cached.min(Duration::from_millis(60));
         let rs = sweep(ctx, &rscratch, plan)?;
