@@ -29,8 +29,8 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
 /// Method text for uncached reads in a virtual machine.
 pub(crate) const VM_HOST_CACHE: &str = "In a virtual machine the guest's sectors-read counter shows that a read left the guest, not that the host's storage served it: the host may answer uncached reads from its own page cache, unless its disk is set to cache=none.";
 
-/// The run's scratch folder if it is on a disk and may take `need` bytes, with an outcome
-/// noting it (and, in a VM, `VM_HOST_CACHE`), else why not.
+/// The run's scratch folder if it is on a disk and may take `need` bytes (checked before it
+/// is made), with an outcome noting it (in a VM also `VM_HOST_CACHE`), else why not.
 pub(crate) fn on_disk<'a>(
     ctx: &'a Context,
     need: u64,
