@@ -354,7 +354,7 @@ impl DeviceReads {
             (Some(d), Some(sec)) => {
                 let (read, asked) = ((sec * 512) as f64, requested as f64);
                 let reached = requested > 0 && read >= REACHED_SHARE * asked;
-                let pct = (asked > 0.0).then(|| read / asked * 100.0).unwrap_or(0.0);
+                let pct = 100.0 * if asked > 0.0 { read / asked } else { 0.0 };
                 let need = REACHED_SHARE * 100.0;
                 let [read, asked] = [read, asked].map(fmt_bytes);
                 let detail = format!("{d} read {read} while the uncached passes asked for {asked} ({pct:.0}%; /sys/block/{d}/stat, at least {need:.0}% needed)");
