@@ -3,7 +3,7 @@
 
 use super::{memory_limits, on_disk};
 use crate::experiments::kit::files::{
-    append, make_file, read_through, reopen, stopwatch, DeviceReads, BLOCK, MIB,
+    append, make_file, read_through, reopen, DeviceReads, BLOCK, MIB,
 };
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
@@ -47,8 +47,7 @@ struct SizeProbe {
     seconds: f64,
 }
 
-/// Whether a probe's second read came from memory: resident and, where timing can tell,
-/// nearer the cached rate.
+/// Whether a probe's second read came from memory: resident and, where timing tells, fast.
 fn served(p: &SizeProbe, threshold: Option<f64>) -> bool {
     p.resident >= RESIDENT_MIN && threshold.map_or(true, |t| p.second <= t)
 }
@@ -93,16 +92,14 @@ impl Experiment for CacheSize {
     fn spec(&self) -> &Spec {
         &SPEC
     }
-    /// Once: a second run would write and read files up to the page cache's size again
-    /// (1.5 x RAM in thorough) for a figure that is a size, not a time.
+    /// Once: the figure is a size, not a time, and a run writes up to the cache's size.
     fn default_repeat(&self, _: Profile) -> usize {
         1
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let mut p = Predictions::new(ctx);
         p.add("cache_size", cache_prediction(ctx));
-        // Where the search stops first (or the first size is not served), the figure bounds
-        // the same size, so the prediction bounds the figure.
+        // A bound on the size is bounded by the size's prediction.
         for (metric, bound, what) in [
             ("cache_size_lower_bound", Bound::Upper, "a lower bound on that size (the search stopped first), so measured/predicted at or below 1 agrees"),
             ("cache_size_upper_bound", Bound::Lower, "an upper bound on that size (even the smallest size tried was not served), so measured/predicted at or above 1 agrees"),
@@ -123,29 +120,24 @@ impl Experiment for CacheSize {
         let f = "copy rate: a cached read copies from the page cache to the user buffer (the \
                  page-cache lookup per page is not in the model)";
         p.equal("cached_read_rate", &copy, f);
-        // A cold 1 MiB read asks the device for the same blocks fs.read's sequential pass
-        // read 4 KiB at a time; larger requests move at least as many bytes per second.
+        // A cold 1 MiB read is fs.read's sequential pass in larger (no slower) requests.
         let seq = p.earlier("fs.read", &["uncached_seq"]);
         let block = Input::method("block", BLOCK as f64, "bytes", "method: fs.read's block");
+        let f = "4096 B / fs.read uncached_seq: the rate of 4 KiB sequential reads from the \
+                 device, a lower bound for 1 MiB reads (larger requests, fewer of them)";
         p.state("cold_read_rate", &[&seq, &block], |v| {
-            Prediction::new(
-                v[1] / v[0] * 1e9,
-                "4096 B / fs.read uncached_seq: the rate of 4 KiB sequential reads from the \
-                 device, a lower bound for 1 MiB reads (larger requests, fewer of them)",
-            )
-            .lower_bound()
+            Prediction::new(v[1] / v[0] * 1e9, f).lower_bound()
         });
         p.done()
     }
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        let start = stopwatch(ctx);
+        let start = ctx.harness(1).stopwatch();
         let s0 = FIRST_SIZE.get(ctx.profile);
         let (scratch, mut out) = match on_disk(ctx, s0)? {
             Ok(x) => x,
             Err(reason) => return Ok(Outcome::skipped(reason)),
         };
-        // How far the search may go: the profile's cap (thorough's 1.5 x MemTotal, 16 GiB
-        // when unknown) and half the free disk, each with what it is.
+        // The search's limits (thorough: 1.5 x MemTotal, else 16 GiB), each with what it is.
         let p = ctx.profile;
         let ram = Some(ctx.machine.memory.total_bytes).filter(|&t| t > 0);
         let thorough = (p == Profile::Thorough).then(|| ram.unwrap_or(16 << 30) / 2 * 3);
@@ -166,12 +158,16 @@ impl Experiment for CacheSize {
             probes: Vec::new(),
             threshold: None,
             start,
+            good: None,
+            bad: None,
+            stop_reason: None,
+            note: None,
         };
-        let knee = s.run(s0, &limits)?;
-        out.notes.extend(knee.note.iter().cloned());
+        s.run(s0, &limits)?;
+        out.notes.extend(s.note.iter().cloned());
         report_series(&mut out, &s.probes);
         report_rates(&mut out, &s);
-        report_knee(&mut out, &s, &knee);
+        report_knee(&mut out, &s);
         Ok(out)
     }
 }
@@ -181,7 +177,7 @@ struct Search<'a> {
     ctx: &'a Context<'a>,
     owner: ScratchFile,
     reader: File,
-    /// The device's reads around the first size's cold read, which gives `cold_read_rate`.
+    /// The device's reads around the first size's cold read (`cold_read_rate`).
     device: DeviceReads,
     written: u64,
     buf: Vec<u8>,
@@ -190,48 +186,35 @@ struct Search<'a> {
     /// ns per byte below which a second read is from memory; None where timing cannot tell.
     threshold: Option<f64>,
     start: crate::clock::Stopwatch<'a>,
-}
-
-/// Where the search ended: the bracket, what stopped the doubling, what cut bisection.
-#[derive(Default)]
-struct Knee {
+    /// The bracket: the largest size served and the smallest not served so far.
     good: Option<u64>,
     bad: Option<u64>,
+    /// What stopped the doubling, and what cut bisection short.
     stop_reason: Option<String>,
     note: Option<String>,
 }
 
-impl Knee {
-    /// Moves the bracket's served or not-served end to `size`.
-    fn place(&mut self, size: u64, served: bool) {
-        *(if served {
-            &mut self.good
-        } else {
-            &mut self.bad
-        }) = Some(size);
-    }
-}
-
 impl Search<'_> {
     /// Doubles from the first size until one is not served or a limit stops it, then bisects.
-    fn run(&mut self, s0: u64, limits: &[(u64, String)]) -> anyhow::Result<Knee> {
+    fn run(&mut self, s0: u64, limits: &[(u64, String)]) -> anyhow::Result<()> {
         let base = self.probe(s0)?;
         // Cold vs cached rates from the first size tell whether timing can separate them.
         let contrast = base.first / base.second;
         self.threshold = (contrast >= 3.0).then(|| (base.first * base.second).sqrt());
-        let mut k = Knee::default();
-        k.place(s0, served(&base, self.threshold));
+        self.place(&base);
         let budget = format!("the time budget ({:.0} s)", self.ctx.budget.as_secs_f64());
-        while let (Some(g), None) = (k.good, k.bad) {
+        while let (Some(g), None) = (self.good, self.bad) {
             let last = self.probes.last().map_or(0.0, |p| p.seconds);
             let limit = limits.iter().find(|l| g * 2 > l.0).map(|l| l.1.clone());
-            k.stop_reason = limit.or_else(|| (!self.time_left(last * 2.5)).then(|| budget.clone()));
-            if k.stop_reason.is_some() {
+            self.stop_reason =
+                limit.or_else(|| (!self.time_left(last * 2.5)).then(|| budget.clone()));
+            if self.stop_reason.is_some() {
                 break;
             }
-            k.place(g * 2, self.served(g * 2)?);
+            let p = self.probe(g * 2)?;
+            self.place(&p);
         }
-        while let (Some(g), Some(b)) = (k.good, k.bad) {
+        while let (Some(g), Some(b)) = (self.good, self.bad) {
             let mid = midpoint(g, b);
             if b as f64 / g as f64 <= RESOLUTION || mid <= g || mid >= b {
                 break;
@@ -241,19 +224,24 @@ impl Search<'_> {
                 .map_or(0.0, |p| p.seconds * mid as f64 / b as f64);
             if !self.time_left(est) {
                 let (gm, bm) = (fmt_mib(g), fmt_mib(b));
-                k.note = Some(format!(
+                self.note = Some(format!(
                     "bisection stopped by the time budget at [{gm}, {bm}]"
                 ));
                 break;
             }
-            k.place(mid, self.served(mid)?);
+            let p = self.probe(mid)?;
+            self.place(&p);
         }
-        Ok(k)
+        Ok(())
     }
 
-    fn served(&mut self, size: u64) -> anyhow::Result<bool> {
-        let p = self.probe(size)?;
-        Ok(served(&p, self.threshold))
+    /// Moves the bracket's served or not-served end to `p`'s size.
+    fn place(&mut self, p: &SizeProbe) {
+        let end = match served(p, self.threshold) {
+            true => &mut self.good,
+            false => &mut self.bad,
+        };
+        *end = Some(p.size);
     }
 
     /// Whether a probe estimated to take `est` seconds still fits 85% of the budget.
@@ -263,14 +251,13 @@ impl Search<'_> {
 
     /// Makes the file at least `size` long, evicts it, reads [0, size) twice.
     fn probe(&mut self, size: u64) -> anyhow::Result<SizeProbe> {
-        let t = stopwatch(self.ctx);
+        let t = self.ctx.harness(1).stopwatch();
         if size > self.written {
             (self.ctx.progress)(&format!("writing up to {}", fmt_mib(size)));
             self.owner.grow_booking(size)?;
             append(&self.owner.file, self.written, size, 0x5eed)?;
             self.written = size;
-            // On macOS `append`'s uncached reopen set F_NOCACHE on the description the
-            // reader shares (/dev/fd is dup()): a cached reopen clears it (review N1).
+            // `append` may set F_NOCACHE on the description the reader shares (macOS, N1).
             self.reader = reopen(&self.owner.file, false, false)?;
         }
         (self.ctx.progress)(&format!("reading {} twice", fmt_mib(size)));
@@ -282,8 +269,7 @@ impl Search<'_> {
         }
         let (res, total) = pagecache::residency_range(&self.reader, 0, size)?;
         let mut second = self.read_timed(size)?;
-        // A resident file read slowly is more likely a busy machine than a miss: take
-        // the best of up to three reads before calling it slow.
+        // A resident file read slowly is likelier a busy machine: best of up to three.
         if let Some(t) = self.threshold {
             for _ in 0..2 {
                 if res * 100 < total * 97 || second <= t {
@@ -307,7 +293,7 @@ impl Search<'_> {
 
     /// ns per byte of one read of [0, size).
     fn read_timed(&mut self, size: u64) -> anyhow::Result<f64> {
-        let t = stopwatch(self.ctx);
+        let t = self.ctx.harness(1).stopwatch();
         read_through(&self.reader, size, &mut self.buf)?;
         Ok(t.elapsed_ns() / size as f64)
     }
@@ -356,37 +342,29 @@ fn report_rates(out: &mut Outcome, s: &Search) {
         Some(t) => format!(" and second read <= {t:.3} ns/byte"),
         None => format!(" (cold/cached contrast only {contrast:.1}x, so residency alone decides)"),
     };
-    out.notes.push(format!(
-        "probed {n} sizes in {seconds:.1} s; served = resident >= {:.0}%{decided}",
-        RESIDENT_MIN * 100.0
-    ));
+    let share = RESIDENT_MIN * 100.0;
+    let note =
+        format!("probed {n} sizes in {seconds:.1} s; served = resident >= {share:.0}%{decided}");
+    out.notes.push(note);
     if s.threshold.is_none() {
-        out.finding(
-            format!(
-                "A cold read ({:.2} GB/s) is only {contrast:.1}x slower than a cached one ({:.2} GB/s) here, so time per byte cannot show the knee; residency (mincore) alone decides.",
-                1.0 / base.first,
-                1.0 / base.second
-            ),
-            &["cold_read_rate", "cached_read_rate"],
+        let (cold, cached) = (1.0 / base.first, 1.0 / base.second);
+        let text = format!(
+            "A cold read ({:.2} GB/s) is only {contrast:.1}x slower than a cached one ({:.2} GB/s) here, so time per byte cannot show the knee; residency (mincore) alone decides.",
+            cold,
+            cached
         );
+        out.finding(text, &["cold_read_rate", "cached_read_rate"]);
     }
 }
 
 /// The capacity or a bound on it; at a knee, also what the cache kept past it.
-fn report_knee(out: &mut Outcome, s: &Search, k: &Knee) {
-    let (name, value, desc, finding) = match (k.good, k.bad) {
+fn report_knee(out: &mut Outcome, s: &Search) {
+    let (name, value, desc, finding) = match (s.good, s.bad) {
         (Some(g), Some(b)) => {
             let (gm, bm) = (fmt_mib(g), fmt_mib(b));
-            (
-                "cache_size",
-                g,
-                format!(
-                    "largest file whose second read came from memory (the next size tried, {bm}, did not)"
-                ),
-                format!(
-                    "The page cache held a {gm} file but not a {bm} one: its capacity for file data is about {gm} here."
-                ),
-            )
+            let desc = format!("largest file whose second read came from memory (the next size tried, {bm}, did not)");
+            let finding = format!("The page cache held a {gm} file but not a {bm} one: its capacity for file data is about {gm} here.");
+            ("cache_size", g, desc, finding)
         }
         (None, Some(b)) => (
             "cache_size_upper_bound",
@@ -399,42 +377,26 @@ fn report_knee(out: &mut Outcome, s: &Search, k: &Knee) {
         ),
         (g, None) => {
             let g = g.unwrap_or(s.probes[0].size);
-            let (gm, why) = (fmt_mib(g), k.stop_reason.as_deref().unwrap_or("the search limits"));
-            (
-                "cache_size_lower_bound",
-                g,
-                format!("larger than the largest size tried ({gm}), limited by {why}"),
-                format!(
-                    "The page cache is larger than the largest size tried, {gm} (the search was stopped by {why})."
-                ),
-            )
+            let (gm, why) = (fmt_mib(g), s.stop_reason.as_deref().unwrap_or("the search limits"));
+            let desc = format!("larger than the largest size tried ({gm}), limited by {why}");
+            let finding = format!("The page cache is larger than the largest size tried, {gm} (the search was stopped by {why}).");
+            ("cache_size_lower_bound", g, desc, finding)
         }
     };
     out.metric(name, "bytes", &desc, vec![value as f64]);
-    if let (Some(g), Some(pb)) = (k.good, k.bad.and_then(|b| s.at(b))) {
-        let desc = format!(
-            "bytes of the {} file resident after its first read: what the cache kept",
-            fmt_mib(pb.size)
-        );
+    if let (Some(g), Some(pb)) = (s.good, s.bad.and_then(|b| s.at(b))) {
+        let bm = fmt_mib(pb.size);
+        let desc =
+            format!("bytes of the {bm} file resident after its first read: what the cache kept");
         let kept = vec![pb.resident_bytes];
         out.metric("resident_after_overflow", "bytes", &desc, kept);
         if let Some(pg) = s.at(g) {
             let jump = pb.second / pg.second;
-            let detail = format!(
-                "second read {:.3} ns/byte at {} vs {:.3} at {} ({jump:.1}x); residency {:.0}% vs {:.0}%",
-                pb.second,
-                fmt_mib(pb.size),
-                pg.second,
-                fmt_mib(g),
-                pb.resident * 100.0,
-                pg.resident * 100.0
-            );
-            let jumps = jump >= 2.0 || s.threshold.is_none();
-            out.check(Check::sanity(
-                "time per byte jumps past the knee",
-                jumps,
-                detail,
-            ));
+            let (sb, sg, gm) = (pb.second, pg.second, fmt_mib(g));
+            let (rb, rg) = (pb.resident * 100.0, pg.resident * 100.0);
+            let detail = format!("second read {sb:.3} ns/byte at {bm} vs {sg:.3} at {gm} ({jump:.1}x); residency {rb:.0}% vs {rg:.0}%");
+            let (name, jumps) = ("time per byte jumps past the knee", jump >= 2.0);
+            out.check(Check::sanity(name, jumps || s.threshold.is_none(), detail));
         }
     }
     out.finding(finding, &[name]);

@@ -12,10 +12,9 @@ mod contention;
 mod read;
 mod remote_read;
 
-use crate::experiments::kit::files::{
-    device_basis, device_of, disk_scratch, scratch_note, Pattern, BLOCK,
-};
+use crate::experiments::kit::files::{device_basis, device_of, Pattern, BLOCK};
 use crate::scratch::Scratch;
+use crate::units::fmt_bytes;
 
 /// In run order: remote-read and contention use fs.read's figures in their predictions.
 pub fn experiments() -> Vec<Box<dyn Experiment>> {
@@ -30,47 +29,62 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
 /// Method text for uncached reads in a virtual machine.
 pub(crate) const VM_HOST_CACHE: &str = "In a virtual machine the guest's sectors-read counter shows that a read left the guest, not that the host's storage served it: the host may answer uncached reads from its own page cache, unless its disk is set to cache=none.";
 
-/// The run's disk scratch folder with `need` bytes and an outcome noting it (and, in a VM,
-/// `VM_HOST_CACHE`), or why there is none.
+/// The run's scratch folder if it is on a disk and may take `need` bytes (checked before it
+/// is made), with an outcome noting it (in a VM also `VM_HOST_CACHE`), else why not.
 pub(crate) fn on_disk<'a>(
     ctx: &'a Context,
     need: u64,
 ) -> anyhow::Result<Result<(&'a Scratch, Outcome), String>> {
-    Ok(disk_scratch(ctx, need)?.map(|scratch| {
-        let mut out = Outcome::default();
-        out.notes.push(scratch_note(scratch));
-        if ctx.machine.virtualization.is_vm {
-            out.method_notes.push(VM_HOST_CACHE.into());
+    let base = ctx.options.scratch_dir.as_deref();
+    if ctx.scratch_cell.get().is_none() {
+        let (dir, fs, half) = crate::scratch::allowance(base)?;
+        let (dir, kind) = (dir.display(), &fs.fs_type);
+        if fs.memory_backed {
+            return Ok(Err(format!("scratch directory {dir} is on {kind} (memory-backed): a file there never touches a disk; use --scratch-dir on a disk")));
         }
-        (scratch, out)
-    }))
+        if half < need {
+            let [need, half, free] = [need, half, fs.free_bytes].map(|b| fmt_bytes(b as f64));
+            return Ok(Err(format!("not enough free space in {dir}: need {need}, may use {half} (half of the {free} free); free space or use --scratch-dir elsewhere")));
+        }
+    }
+    let s = ctx.scratch()?;
+    if let Err(e) = s.require_disk() {
+        return Ok(Err(format!("{e:#}")));
+    }
+    let dir = s.dir().display();
+    if s.remaining() < need {
+        let [need, left] = [need, s.remaining()].map(|b| fmt_bytes(b as f64));
+        return Ok(Err(format!("not enough free space in {dir}: need {need}, may still use {left} of the half of the free space this run may take; free space or use --scratch-dir elsewhere")));
+    }
+    let (kind, free) = (&s.fs().fs_type, fmt_bytes(s.fs().free_bytes as f64));
+    let mut out = Outcome::default();
+    out.notes.push(format!(
+        "scratch {dir} on {kind} ({free} free at start, at most half used)"
+    ));
+    if ctx.machine.virtualization.is_vm {
+        out.method_notes.push(VM_HOST_CACHE.into());
+    }
+    Ok(Ok((s, out)))
 }
 
 /// A cached 4 KiB read: a system call and a 4 KiB copy, at rates measured earlier.
 pub(crate) fn predict_cached(p: &mut Predictions, metric: &str) {
     let sys = p.earlier("cpu.syscall", &["getppid"]).named("t_syscall");
     let copy = p.earlier("mem.bandwidth", &["copy_1t"]).named("copy_rate");
+    let f = "t_syscall + 4096 B / copy rate (page cache to user buffer); the page-cache lookup \
+             is not in the model";
     p.state(metric, &[&sys, &copy], |v| {
-        Prediction::new(
-            v[0] + BLOCK as f64 / v[1] * 1e9,
-            "t_syscall + 4096 B / copy rate (page cache to user buffer); the page-cache lookup \
-             is not in the model",
-        )
+        Prediction::new(v[0] + BLOCK as f64 / v[1] * 1e9, f)
     });
 }
 
-/// An uncached 4 KiB read as mem.pagefault's major fault in the same folder: one device
-/// request per block (an upper bound where readahead merges).
+/// An uncached 4 KiB read as mem.pagefault's major fault in the same folder.
 pub(crate) fn predict_uncached(p: &mut Predictions, metric: &str, dir: &Path, pattern: Pattern) {
     let fault = p.earlier("mem.pagefault", &["major_fault"]);
     if let Some(why) = fault.why_missing() {
-        let why = format!(
-            "{why}, and {}",
-            device_of(dir).map_or("no block device found behind the folder".into(), |d| {
-                device_basis(&d)
-            })
-        );
-        return p.withhold(&[metric], &why);
+        let none = "no block device found behind the folder".to_string();
+        let device = device_of(dir).map_or(none, |d| device_basis(&d));
+        return p.withhold(&[metric], &format!("{why}, and {device}"));
     }
     let ps = crate::pagecache::page_size() as f64;
     let page_size = Input::machine("page_size", Some(ps), "bytes", "machine: page size", "");

@@ -4,8 +4,8 @@
 use super::{memory_limits, on_disk, predict_cached, predict_uncached};
 use crate::clock::Deadline;
 use crate::experiments::kit::files::{
-    direct_works, evict_check, make_file, read_through, reopen, time_blocks, BlockTimes,
-    DeviceReads, Pattern, RepeatedCheck, Timing, BLOCK, MIB,
+    direct_works, evict_check, make_file, read_through, reopen, BlockReader, BlockTimes,
+    DeviceReads, Pattern, RepeatedCheck, Timing, BLOCK, MIB, MIN_SAMPLES,
 };
 use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
@@ -31,9 +31,6 @@ const SLICES: PerProfile<(Duration, Duration)> = PerProfile::new(
     (ms(1000), ms(200)),
 );
 
-/// Fewest samples a pass aims for.
-const MIN_TRIALS: usize = 5;
-
 /// A sweep's file sizes and the time each pass may take.
 pub(crate) struct SweepPlan<'c> {
     pub sizes: Vec<u64>,
@@ -44,16 +41,15 @@ pub(crate) struct SweepPlan<'c> {
     pub deadline: Option<Deadline<'c>>,
 }
 
-impl SweepPlan<'_> {
-    pub fn for_profile(p: Profile, largest: u64, label: &'static str) -> Self {
-        let (uncached, cached) = SLICES.get(p);
-        let sizes = doublings(MIB, largest.max(MIB));
+impl<'c> SweepPlan<'c> {
+    pub fn new(ctx: &'c Context, largest: u64, label: &'static str, within: Duration) -> Self {
+        let (uncached, cached) = SLICES.get(ctx.profile);
         SweepPlan {
-            sizes,
+            sizes: doublings(MIB, largest.max(MIB)),
             uncached,
             cached,
             label,
-            deadline: None,
+            deadline: Some(ctx.harness(1).deadline(within)),
         }
     }
 }
@@ -71,26 +67,6 @@ impl SweepPass {
     }
 }
 
-/// What a sweep measured and verified.
-#[derive(Default)]
-pub(crate) struct SweepOut {
-    pub points: Vec<SweepPass>,
-    pub checks: Vec<Check>,
-    pub direct: bool,
-    pub notes: Vec<String>,
-}
-
-impl SweepOut {
-    pub fn get(&self, size: u64, cached: bool, pattern: Pattern) -> Option<&SweepPass> {
-        self.points
-            .iter()
-            .find(|p| p.size == size && p.cached == cached && p.pattern == pattern)
-    }
-    pub fn largest(&self) -> u64 {
-        self.points.iter().map(|p| p.size).max().unwrap_or(0)
-    }
-}
-
 /// A size's passes, in the order their metrics are reported: (cached, pattern).
 pub(crate) const PASSES: [(bool, Pattern); 4] = [
     (false, Pattern::Sequential),
@@ -100,11 +76,8 @@ pub(crate) const PASSES: [(bool, Pattern); 4] = [
 ];
 
 pub(crate) fn metric_name(cached: bool, pattern: Pattern) -> String {
-    format!(
-        "{}_{}",
-        if cached { "cached" } else { "uncached" },
-        pattern.name()
-    )
+    let how = if cached { "cached" } else { "uncached" };
+    format!("{how}_{}", pattern.name())
 }
 
 /// fs.read's models for a sweep's `passes`, named with `prefix`.
@@ -121,43 +94,12 @@ pub(crate) fn predict_sweep(p: &mut Predictions, prefix: &str, passes: &[(bool, 
     }
 }
 
-/// Runs the sweep in `scratch`: each size read uncached and cached, in both patterns.
-pub(crate) fn sweep(
-    ctx: &Context,
-    scratch: &Scratch,
-    plan: &SweepPlan,
-) -> anyhow::Result<SweepOut> {
-    let mut s = Sweep {
-        ctx,
-        plan,
-        out: SweepOut::default(),
-        direct: None,
-        evicted: RepeatedCheck::default(),
-        resident: RepeatedCheck::default(),
-        device: DeviceReads::new(ctx, scratch.dir()),
-        bigbuf: vec![0u8; MIB as usize],
-    };
-    let mut rng = Rng::new(0x05ee_d0f5 ^ plan.sizes.len() as u64);
-    for &size in &plan.sizes {
-        if crate::scratch::stopping() {
-            anyhow::bail!("interrupted");
-        }
-        if !s.out.points.is_empty() && plan.deadline.is_some_and(|d| d.passed()) {
-            s.out.notes.push(format!(
-                "stopped before {} by the time budget (the machine is slow or busy)",
-                fmt_bytes(size as f64)
-            ));
-            break;
-        }
-        s.size(scratch, size, &mut rng)?;
-    }
-    Ok(s.finish())
-}
-
-struct Sweep<'a> {
+/// A sweep: its plan, what it measured, and what its checks count.
+pub(crate) struct Sweep<'a> {
     ctx: &'a Context<'a>,
-    plan: &'a SweepPlan<'a>,
-    out: SweepOut,
+    pub plan: SweepPlan<'a>,
+    pub points: Vec<SweepPass>,
+    notes: Vec<String>,
     /// Whether O_DIRECT works, known once the first file exists.
     direct: Option<bool>,
     evicted: RepeatedCheck,
@@ -166,9 +108,40 @@ struct Sweep<'a> {
     bigbuf: Vec<u8>,
 }
 
+/// Runs the sweep in `scratch`: each size read uncached and cached, in both patterns.
+pub(crate) fn sweep<'a>(
+    ctx: &'a Context,
+    scratch: &Scratch,
+    plan: SweepPlan<'a>,
+) -> anyhow::Result<Sweep<'a>> {
+    let mut rng = Rng::new(0x05ee_d0f5 ^ plan.sizes.len() as u64);
+    let mut s = Sweep {
+        ctx,
+        plan,
+        points: Vec::new(),
+        notes: Vec::new(),
+        direct: None,
+        evicted: RepeatedCheck::default(),
+        resident: RepeatedCheck::default(),
+        device: DeviceReads::new(ctx, scratch.dir()),
+        bigbuf: vec![0u8; MIB as usize],
+    };
+    for size in s.plan.sizes.clone() {
+        anyhow::ensure!(!crate::scratch::stopping(), "interrupted");
+        if !s.points.is_empty() && s.plan.deadline.is_some_and(|d| d.passed()) {
+            s.notes.push(format!(
+                "stopped before {} by the time budget (the machine is slow or busy)",
+                fmt_bytes(size as f64)
+            ));
+            break;
+        }
+        s.size(scratch, size, &mut rng)?;
+    }
+    Ok(s)
+}
+
 impl Sweep<'_> {
-    /// The four passes of one size; the random uncached pass reads a file of its own, as
-    /// a block read before could come from a device or host cache.
+    /// The four passes of one size; the random uncached one reads a fresh file, uncached.
     fn size(&mut self, scratch: &Scratch, size: u64, rng: &mut Rng) -> anyhow::Result<()> {
         let (ctx, label) = (self.ctx, self.plan.label);
         let sz = fmt_bytes(size as f64);
@@ -183,7 +156,13 @@ impl Sweep<'_> {
             self.uncached(file, size, pattern, &order, direct)?;
         }
         let fd = reopen(&f.file, false, false)?;
-        warm(&fd, size, &mut self.bigbuf)?;
+        // Read the whole file until every page is resident (three tries at most).
+        for _ in 0..3 {
+            read_through(&fd, size, &mut self.bigbuf)?;
+            if pagecache::residency(&fd)?.0 == size / pagecache::page_size() as u64 {
+                break;
+            }
+        }
         for pattern in [Pattern::Sequential, Pattern::Random] {
             (ctx.progress)(&format!("{label}: {sz} cached {}", pattern.name()));
             self.cached(&fd, size, pattern, &order)?;
@@ -211,24 +190,22 @@ impl Sweep<'_> {
         // The largest size gives the metrics: it gets three times as long.
         let last = Some(&size) == self.plan.sizes.last();
         let slice = self.plan.uncached * if last { 3 } else { 1 };
-        let (each, min) = (Timing::EachRead, MIN_TRIALS);
+        let reader = BlockReader::new(&fd, size, pattern, order, Timing::EachRead)?;
         let before = self.device.counter();
-        let times = time_blocks(self.ctx, &fd, size, pattern, order, each, slice, min)?;
+        let times = reader.time(self.ctx, slice)?;
         let bytes = times.blocks * BLOCK as u64;
         self.device.add(before, self.device.counter(), bytes);
         let n = times.per_block_ns.len();
         self.record(size, false, pattern, times);
-        if n < min {
-            self.out.notes.push(format!(
-                "{sz} uncached {}: only {n} trials (every block read once)",
-                pattern.name()
-            ));
+        if n < MIN_SAMPLES {
+            let pat = pattern.name();
+            let note = format!("{sz} uncached {pat}: only {n} trials (every block read once)");
+            self.notes.push(note);
         }
         Ok(())
     }
 
-    /// One cached pass in ~0.2 ms chunks, every page resident before and after (three tries:
-    /// another tenant's memory pressure can evict pages).
+    /// One cached pass in ~0.2 ms chunks, every page resident throughout (three tries).
     fn cached(
         &mut self,
         fd: &File,
@@ -236,31 +213,25 @@ impl Sweep<'_> {
         pattern: Pattern,
         order: &[u32],
     ) -> anyhow::Result<()> {
-        let sz = fmt_bytes(size as f64);
+        let (sz, pat) = (fmt_bytes(size as f64), pattern.name());
         let chunks = Timing::Chunks(Duration::from_micros(200));
-        let (slice, min) = (self.plan.cached, MIN_TRIALS);
         for attempt in 1..=3 {
             let before = pagecache::residency(fd)?;
-            let times = time_blocks(self.ctx, fd, size, pattern, order, chunks, slice, min)?;
+            let reader = BlockReader::new(fd, size, pattern, order, chunks)?;
+            let times = reader.time(self.ctx, self.plan.cached)?;
             let after = pagecache::residency(fd)?;
             let whole = before.0 == before.1 && after.0 == after.1;
             if !whole && attempt < 3 {
                 read_through(fd, size, &mut self.bigbuf)?;
                 continue;
             }
+            let ((b0, b1), a0) = (before, after.0);
             self.resident.record(whole, || {
-                format!(
-                    "{sz} {}: {} of {} pages resident before, {} after (memory pressure evicted the file)",
-                    pattern.name(),
-                    before.0,
-                    before.1,
-                    after.0
-                )
+                format!("{sz} {pat}: {b0} of {b1} pages resident before, {a0} after (memory pressure evicted the file)")
             });
             if whole && attempt > 1 {
-                self.out.notes.push(format!(
-                    "{sz} cached {}: pages were evicted during a pass by memory pressure; measured again",
-                    pattern.name()
+                self.notes.push(format!(
+                    "{sz} cached {pat}: pages were evicted during a pass by memory pressure; measured again"
                 ));
             }
             self.record(size, true, pattern, times);
@@ -274,8 +245,8 @@ impl Sweep<'_> {
         let (sz, name) = (fmt_bytes(size as f64), metric_name(cached, pattern));
         let pass = format!("{sz} {name}");
         let notes = times.notes.iter().map(|n| format!("{pass}: {n}"));
-        self.out.notes.extend(notes);
-        self.out.points.push(SweepPass {
+        self.notes.extend(notes);
+        self.points.push(SweepPass {
             size,
             cached,
             pattern,
@@ -283,8 +254,23 @@ impl Sweep<'_> {
         });
     }
 
-    fn finish(mut self) -> SweepOut {
-        let direct = self.direct.unwrap_or(false);
+    fn direct(&self) -> bool {
+        self.direct.unwrap_or(false)
+    }
+
+    pub fn get(&self, size: u64, cached: bool, pattern: Pattern) -> Option<&SweepPass> {
+        self.points
+            .iter()
+            .find(|p| p.size == size && p.cached == cached && p.pattern == pattern)
+    }
+
+    pub fn largest(&self) -> u64 {
+        self.points.iter().map(|p| p.size).max().unwrap_or(0)
+    }
+
+    /// The device premise, the eviction check and the residency premise.
+    fn checks(&self) -> [Check; 3] {
+        let direct = self.direct();
         let ev = &self.evicted;
         let (ok, n, all, last) = (ev.passed, ev.total, ev.all(), &ev.last_failure);
         let (support, bypass) = match (direct, bypasses(direct)) {
@@ -308,10 +294,7 @@ impl Sweep<'_> {
             res.passed, res.total
         );
         let name = "cached reads: every page resident before and after (mincore)";
-        let residency = res.premise(name, detail);
-        self.out.checks = vec![self.device.check(), eviction, residency];
-        self.out.direct = direct;
-        self.out
+        [self.device.check(), eviction, res.premise(name, detail)]
     }
 }
 
@@ -324,30 +307,18 @@ fn bypasses(direct: bool) -> bool {
 const EVICTED_UNCACHED: &str =
     "uncached reads: evicted with posix_fadvise(DONTNEED) and verified with mincore";
 
-/// Reads the whole file until every page is resident (three tries at most).
-fn warm(fd: &File, size: u64, buf: &mut [u8]) -> anyhow::Result<()> {
-    for _ in 0..3 {
-        read_through(fd, size, buf)?;
-        if pagecache::residency(fd)?.0 == size / pagecache::page_size() as u64 {
-            break;
-        }
-    }
-    Ok(())
-}
-
-/// Adds a sweep's checks and notes, series, metrics at the largest size and a check per
-/// pattern, named with `prefix` (checks and notes with "side: ").
-pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
+/// A sweep's checks, notes, series and metrics, named with `prefix` (checks with "side: ").
+pub(crate) fn report(out: &mut Outcome, s: &Sweep, prefix: &str) {
     let side = match prefix.trim_end_matches('_') {
         "" => String::new(),
         side => format!("{side}: "),
     };
-    for c in &s.checks {
+    for c in s.checks() {
         let name = format!("{side}{}", c.name);
-        out.check(Check { name, ..c.clone() });
+        out.check(Check { name, ..c });
     }
-    out.notes
-        .extend(s.notes.iter().map(|n| format!("{side}{n}")));
+    let notes = s.notes.iter().map(|n| format!("{side}{n}"));
+    out.notes.extend(notes);
     let largest = s.largest();
     for (cached, pattern) in PASSES {
         let name = format!("{prefix}{}", metric_name(cached, pattern));
@@ -360,12 +331,9 @@ pub(crate) fn report(out: &mut Outcome, s: &SweepOut, prefix: &str) {
         let Some(p) = s.get(largest, cached, pattern) else {
             continue;
         };
-        let desc = format!(
-            "{}, {} file ({} blocks read)",
-            describe(cached, pattern, s.direct, pagecache::page_size()),
-            fmt_bytes(largest as f64),
-            p.times.blocks,
-        );
+        let how = describe(cached, pattern, s.direct(), pagecache::page_size());
+        let at = fmt_bytes(largest as f64);
+        let desc = format!("{how}, {at} file ({} blocks read)", p.times.blocks);
         let raw = p.times.per_block_ns.clone();
         if cached {
             // A cached block is a system call and a 4 KiB copy from memory.
@@ -453,21 +421,18 @@ impl Experiment for Read {
             Ok(x) => x,
             Err(reason) => return Ok(Outcome::skipped(reason)),
         };
-        // Two files of each size at a time (the random uncached pass reads its own), never
-        // more than the allowance.
+        // Two files of each size at a time, within the allowance.
         while largest > MIB && 2 * largest > scratch.remaining() {
             largest /= 2;
         }
         if largest < cap {
-            out.notes.push(format!(
-                "largest file {} (profile cap {}), limited by free space or memory",
-                fmt_bytes(largest as f64),
-                fmt_bytes(cap as f64)
-            ));
+            let [at, cap] = [largest, cap].map(|b| fmt_bytes(b as f64));
+            let note =
+                format!("largest file {at} (profile cap {cap}), limited by free space or memory");
+            out.notes.push(note);
         }
-        let mut plan = SweepPlan::for_profile(ctx.profile, largest, "read");
-        plan.deadline = Some(ctx.harness(1).deadline(ctx.budget * 2));
-        let s = sweep(ctx, scratch, &plan)?;
+        let plan = SweepPlan::new(ctx, largest, "read", ctx.budget * 2);
+        let s = sweep(ctx, scratch, plan)?;
         report(&mut out, &s, "");
         out.pool(ctx);
         findings(&mut out, &s);
@@ -476,40 +441,29 @@ impl Experiment for Read {
 }
 
 /// The cached and uncached figures at the largest size, and whether position matters.
-fn findings(out: &mut Outcome, s: &SweepOut) {
+fn findings(out: &mut Outcome, s: &Sweep) {
+    use crate::analysis::Separation;
     let names = PASSES.map(|(cached, pattern)| metric_name(cached, pattern));
     let [us, ur, cs, cr] = names.each_ref().map(|n| out.median(n));
-    out.finding(
-        format!(
-            "At {}, a cached 4 KiB read costs {} sequential / {} random; uncached ({}) it costs {} / {} ({:.0}x / {:.0}x the cached figures).",
-            fmt_bytes(s.largest() as f64),
-            fmt_ns(cs),
-            fmt_ns(cr),
-            if s.direct { "O_DIRECT" } else { "evicted, with readahead for sequential" },
-            fmt_ns(us),
-            fmt_ns(ur),
-            us / cs,
-            ur / cr
-        ),
-        &names.each_ref().map(String::as_str),
-    );
+    let [tus, tur, tcs, tcr] = [us, ur, cs, cr].map(fmt_ns);
+    let (at, rs, rr) = (fmt_bytes(s.largest() as f64), us / cs, ur / cr);
+    let how = match s.direct() {
+        true => "O_DIRECT",
+        false => "evicted, with readahead for sequential",
+    };
+    let text = format!("At {at}, a cached 4 KiB read costs {tcs} sequential / {tcr} random; uncached ({how}) it costs {tus} / {tur} ({rs:.0}x / {rr:.0}x the cached figures).");
+    out.finding(text, &names.each_ref().map(String::as_str));
     // Whether position matters, from the intervals; the cause is not measured, so not named.
-    let sep = out.separation("uncached_random", "uncached_seq");
-    out.finding(
-        format!(
-            "Uncached random reads cost {:.2}x sequential ones{}.",
-            ur / us,
-            match sep {
-                crate::analysis::Separation::Above =>
-                    ", beyond both 95% intervals: the position of a read matters on this device as reached from here",
-                crate::analysis::Separation::Overlap =>
-                    ", within noise of each other (their 95% intervals overlap): no cost of position shows here",
-                crate::analysis::Separation::Below =>
-                    "; random reads are the faster ones here, beyond both 95% intervals",
-            }
-        ),
-        &["uncached_seq", "uncached_random"],
+    let position = match out.separation("uncached_random", "uncached_seq") {
+        Separation::Above => ", beyond both 95% intervals: the position of a read matters on this device as reached from here",
+        Separation::Overlap => ", within noise of each other (their 95% intervals overlap): no cost of position shows here",
+        Separation::Below => "; random reads are the faster ones here, beyond both 95% intervals",
+    };
+    let text = format!(
+        "Uncached random reads cost {:.2}x sequential ones{position}.",
+        ur / us
     );
+    out.finding(text, &["uncached_seq", "uncached_random"]);
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! fs.remote-read: fs.read's sweep on --remote-dir and on the local scratch disk in the
 //! same sitting, with the remote/local ratio per access pattern.
 
-use super::read::{metric_name, predict_sweep, report, sweep, SweepOut, SweepPlan, PASSES};
+use super::read::{metric_name, predict_sweep, report, sweep, Sweep, SweepPlan, PASSES};
 use crate::experiments::kit::files::{Pattern, MIB};
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
@@ -45,15 +45,16 @@ impl Experiment for RemoteRead {
     }
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let mut p = Predictions::new(ctx);
-        let source =
-            ctx.options.remote_dir.as_deref().map(|d| {
-                crate::machine::storage::filesystem_of(d).map_or(String::new(), |m| m.source)
-            });
+        let mount = |d: &Path| crate::machine::storage::filesystem_of(d).map(|m| m.source);
+        let source = ctx
+            .options
+            .remote_dir
+            .as_deref()
+            .map(|d| mount(d).unwrap_or_default());
         let rtt = server_rtt(&p, source.as_deref(), ctx.options.peer.as_deref());
         for pattern in [Pattern::Sequential, Pattern::Random] {
             let (un, ca) = (metric_name(false, pattern), metric_name(true, pattern));
-            // The local side is fs.read's sweep again: fs.read's models. Cached remote
-            // data sits in the same local page cache.
+            // The local side is fs.read's sweep; cached remote data is in the local cache.
             predict_sweep(&mut p, "local_", &[(false, pattern), (true, pattern)]);
             super::predict_cached(&mut p, &format!("remote_{ca}"));
             let local = p.earlier("fs.read", &[&un]).named("t_local");
@@ -82,20 +83,33 @@ impl Experiment for RemoteRead {
         // The sweep holds two files of a size at a time.
         let (rbase, rfs, rhalf) = crate::scratch::allowance(Some(remote))?;
         if rhalf < 2 * largest {
-            return Ok(Outcome::skipped(format!(
-                "not enough free space in {}: need {}, may use {} (half of the {} free)",
-                rbase.display(),
-                fmt_bytes((2 * largest) as f64),
-                fmt_bytes(rhalf as f64),
-                fmt_bytes(rfs.free_bytes as f64)
-            )));
+            let [need, half, free] =
+                [2 * largest, rhalf, rfs.free_bytes].map(|b| fmt_bytes(b as f64));
+            let dir = rbase.display();
+            return Ok(Outcome::skipped(format!("not enough free space in {dir}: need {need}, may use {half} (half of the {free} free)")));
         }
         let (local, mut out) = match super::on_disk(ctx, 2 * largest)? {
             Ok(x) => x,
             Err(reason) => return Ok(Outcome::skipped(format!("local side: {reason}"))),
         };
         out.check(network_check(remote, &rfs));
-        let (rs, ls) = sweeps(ctx, remote, local, largest)?;
+        // The remote side may take the budget; the local one repeats the sizes it completed.
+        let rscratch = Scratch::new(Some(remote))?;
+        let mut plan = SweepPlan::new(ctx, largest, "remote", ctx.budget);
+        plan.uncached = plan.uncached.min(Duration::from_millis(300));
+        plan.cached = plan.cached.min(Duration::from_millis(60));
+        let rs = sweep(ctx, &rscratch, plan)?;
+        drop(rscratch);
+        let mut sizes: Vec<u64> = rs.points.iter().map(|p| p.size).collect();
+        sizes.dedup();
+        let (label, deadline) = ("local", None);
+        let plan = SweepPlan {
+            sizes,
+            label,
+            deadline,
+            ..rs.plan
+        };
+        let ls = sweep(ctx, local, plan)?;
         report(&mut out, &rs, "remote_");
         report(&mut out, &ls, "local_");
         report_ratios(ctx, &mut out, &rs, &ls, &rfs.fs_type);
@@ -103,8 +117,7 @@ impl Experiment for RemoteRead {
     }
 }
 
-/// net.rtt's round trip to `--peer` where it is the server the mount `source` names, else
-/// why there is none.
+/// net.rtt's round trip to `--peer` where it is the mount `source`'s server, else why not.
 fn server_rtt(p: &Predictions, source: Option<&str>, peer: Option<&str>) -> Input {
     let name = "t_round_trip";
     let Some(source) = source else {
@@ -162,33 +175,8 @@ fn network_check(remote: &Path, rfs: &crate::scratch::FsInfo) -> Check {
     Check::premise(name, rfs.network, detail)
 }
 
-/// The remote sweep within the budget, then the local one over the sizes it completed.
-fn sweeps(
-    ctx: &Context,
-    remote: &Path,
-    local: &Scratch,
-    largest: u64,
-) -> anyhow::Result<(SweepOut, SweepOut)> {
-    let rscratch = Scratch::new(Some(remote))?;
-    let mut plan = SweepPlan::for_profile(ctx.profile, largest, "remote");
-    let (u, c) = (plan.uncached, plan.cached);
-    plan.uncached = u.min(Duration::from_millis(300));
-    plan.cached = c.min(Duration::from_millis(60));
-    // The remote side may take the budget; the local one repeats its sizes.
-    plan.deadline = Some(ctx.harness(1).deadline(ctx.budget));
-    let rs = sweep(ctx, &rscratch, &plan)?;
-    drop(rscratch);
-    plan.label = "local";
-    let done: std::collections::BTreeSet<u64> = rs.points.iter().map(|p| p.size).collect();
-    plan.sizes.retain(|s| done.contains(s));
-    plan.deadline = None;
-    let ls = sweep(ctx, local, &plan)?;
-    Ok((rs, ls))
-}
-
-/// Remote over local per pass at the largest common size: each remote trial over the
-/// local median.
-fn report_ratios(ctx: &Context, out: &mut Outcome, rs: &SweepOut, ls: &SweepOut, fs_type: &str) {
+/// Remote over local per pass at the largest common size (remote trials / local median).
+fn report_ratios(ctx: &Context, out: &mut Outcome, rs: &Sweep, ls: &Sweep, fs_type: &str) {
     let size = rs.largest().min(ls.largest());
     let mut summary = Vec::new();
     for (cached, pattern) in PASSES {

@@ -1,7 +1,6 @@
 //! Scratch files for the file-system experiments: making, reopening uncached, timed
 //! block reads and the device-read counter.
 
-use crate::clock::Stopwatch;
 use crate::experiments::Context;
 use crate::harness::{Harness, SampleSpec};
 use crate::pagecache::{self, AlignedBuf};
@@ -19,43 +18,6 @@ use std::time::Duration;
 /// The block every per-block figure is about.
 pub(crate) const BLOCK: usize = 4096;
 pub(crate) const MIB: u64 = 1 << 20;
-
-/// The run's scratch folder if it is on a disk and may take `need` bytes, else why not
-/// (checked before the folder is made, so nothing is written).
-pub(crate) fn disk_scratch<'a>(
-    ctx: &'a Context,
-    need: u64,
-) -> anyhow::Result<Result<&'a Scratch, String>> {
-    let base = ctx.options.scratch_dir.as_deref();
-    if ctx.scratch_cell.get().is_none() {
-        let (dir, fs, half) = crate::scratch::allowance(base)?;
-        let (dir, kind) = (dir.display(), &fs.fs_type);
-        if fs.memory_backed {
-            return Ok(Err(format!("scratch directory {dir} is on {kind} (memory-backed): a file there never touches a disk; use --scratch-dir on a disk")));
-        }
-        if half < need {
-            let [need, half, free] = [need, half, fs.free_bytes].map(|b| fmt_bytes(b as f64));
-            return Ok(Err(format!("not enough free space in {dir}: need {need}, may use {half} (half of the {free} free); free space or use --scratch-dir elsewhere")));
-        }
-    }
-    let s = ctx.scratch()?;
-    if let Err(e) = s.require_disk() {
-        return Ok(Err(format!("{e:#}")));
-    }
-    if s.remaining() < need {
-        let dir = s.dir().display();
-        let [need, left] = [need, s.remaining()].map(|b| fmt_bytes(b as f64));
-        return Ok(Err(format!("not enough free space in {dir}: need {need}, may still use {left} of the half of the free space this run may take; free space or use --scratch-dir elsewhere")));
-    }
-    Ok(Ok(s))
-}
-
-/// A note recording the scratch folder's file system (a record: `disk_scratch` checked it).
-pub(crate) fn scratch_note(s: &Scratch) -> String {
-    let (dir, kind) = (s.dir().display(), &s.fs().fs_type);
-    let free = fmt_bytes(s.fs().free_bytes as f64);
-    format!("scratch {dir} on {kind} ({free} free at start, at most half used)")
-}
 
 /// How many times a repeated check passed, and the last failure's detail.
 #[derive(Debug, Default)]
@@ -111,8 +73,7 @@ pub(crate) fn direct_works(file: &File) -> bool {
     d.read_exact_at(&mut buf, 0).is_ok()
 }
 
-/// A scratch file of `size` bytes of incompressible data, flushed, and already unlinked so
-/// nothing can be left behind.
+/// A scratch file of `size` bytes of incompressible data, flushed, and already unlinked.
 pub(crate) fn make_file(
     scratch: &Scratch,
     name: &str,
@@ -126,8 +87,7 @@ pub(crate) fn make_file(
     Ok(f)
 }
 
-/// Writes `[from, to)` with pseudo-random data and flushes it; through O_DIRECT where the
-/// file system takes it, so the page cache stays untouched.
+/// Writes `[from, to)` with pseudo-random data, through O_DIRECT where it works, and flushes.
 pub(crate) fn append(file: &File, from: u64, to: u64, seed: u64) -> anyhow::Result<()> {
     let direct = reopen(file, true, true).ok();
     let mut buf = AlignedBuf::new(MIB as usize, BLOCK)?;
@@ -143,15 +103,12 @@ pub(crate) fn append(file: &File, from: u64, to: u64, seed: u64) -> anyhow::Resu
             .context("writing a scratch file")?;
         pos += n as u64;
         since_sync += n as u64;
-        // Buffered writes: flush often so dirty pages stay few (a small memory cgroup
-        // could otherwise stall or kill the run).
+        // Few dirty pages: a small memory cgroup could otherwise stall or kill the run.
         if direct.is_none() && since_sync >= 32 * MIB {
             file.sync_data().context("flushing a scratch file")?;
             since_sync = 0;
         }
-        if crate::scratch::stopping() {
-            anyhow::bail!("interrupted");
-        }
+        anyhow::ensure!(!crate::scratch::stopping(), "interrupted");
     }
     file.sync_data().context("flushing a scratch file")?;
     Ok(())
@@ -169,11 +126,6 @@ pub(crate) fn read_through(file: &File, len: u64, buf: &mut [u8]) -> anyhow::Res
     Ok(())
 }
 
-/// A span on the run's clock, through the harness (fs never reads a clock itself).
-pub(crate) fn stopwatch<'a>(ctx: &'a Context) -> Stopwatch<'a> {
-    ctx.harness(1).stopwatch()
-}
-
 /// The access patterns of a per-block read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pattern {
@@ -182,8 +134,7 @@ pub(crate) enum Pattern {
 }
 
 impl Pattern {
-    /// Its metric-name part, how its reads are made (for descriptions), and its access
-    /// advice (no readahead for random reads).
+    /// Its metric-name part, how its reads are made, and its access advice.
     fn row(&self) -> (&'static str, &'static str, crate::platform::Access) {
         match self {
             Pattern::Sequential => ("seq", "sequential read()", crate::platform::Access::Normal),
@@ -225,42 +176,11 @@ pub(crate) enum Timing {
 }
 
 const MAX_SAMPLES: usize = 100_000;
+/// Fewest samples a pass aims for.
+pub(crate) const MIN_SAMPLES: usize = 5;
 
-/// Times 4 KiB reads of `file`: at least `min_trials` samples within `budget`, with no
-/// preemption check (uncached reads block on purpose, and every cached chunk counts).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn time_blocks(
-    ctx: &Context,
-    file: &File,
-    size: u64,
-    pattern: Pattern,
-    order: &[u32],
-    timing: Timing,
-    budget: Duration,
-    min_trials: usize,
-) -> anyhow::Result<BlockTimes> {
-    let h = ctx.harness(1);
-    let mut r = BlockReader::new(file, size, pattern, order, timing)?;
-    let Timing::Chunks(trial) = timing else {
-        let n = (r.nblocks as usize).min(MAX_SAMPLES);
-        return r.sample(&h, &SampleSpec::new(n, budget).min_n(min_trials));
-    };
-    let until = h.deadline(budget);
-    // A first chunk of 8 reads sizes every later one to last about `trial`; fixed from
-    // then on, so the mean of the samples is the mean per block (fio's mean latency).
-    let mut t = r.sample(&h, &SampleSpec::new(1, budget))?;
-    let per = t.per_block_ns.first().copied().unwrap_or(1.0).max(1.0);
-    r.chunk = ((trial.as_nanos() as f64 / per) as u64).clamp(1, 4096);
-    let spec = SampleSpec::new(MAX_SAMPLES - 1, until.remaining());
-    let rest = r.sample(&h, &spec.min_n(min_trials.saturating_sub(1)))?;
-    t.per_block_ns.extend(rest.per_block_ns);
-    t.notes.extend(rest.notes);
-    t.blocks = rest.blocks;
-    Ok(t)
-}
-
-/// Where a block-reading pass stands: the next block of the order, and blocks read.
-struct BlockReader<'a> {
+/// A pass of 4 KiB reads over a file: the next block of the order, and blocks read.
+pub(crate) struct BlockReader<'a> {
     file: &'a File,
     pattern: Pattern,
     order: &'a [u32],
@@ -274,7 +194,7 @@ struct BlockReader<'a> {
 }
 
 impl<'a> BlockReader<'a> {
-    fn new(
+    pub fn new(
         file: &'a File,
         size: u64,
         pattern: Pattern,
@@ -293,6 +213,27 @@ impl<'a> BlockReader<'a> {
             total: 0,
             buf: AlignedBuf::new(BLOCK, BLOCK)?,
         })
+    }
+
+    /// Times the reads within `budget`, with no preemption check (reads block on purpose).
+    pub fn time(mut self, ctx: &Context, budget: Duration) -> anyhow::Result<BlockTimes> {
+        let h = ctx.harness(1);
+        let Timing::Chunks(trial) = self.timing else {
+            let n = (self.nblocks as usize).min(MAX_SAMPLES);
+            return self.sample(&h, &SampleSpec::new(n, budget).min_n(MIN_SAMPLES));
+        };
+        let until = h.deadline(budget);
+        // A first chunk of 8 reads sizes every later one to last about `trial`; fixed from
+        // then on, so the mean of the samples is the mean per block (fio's mean latency).
+        let mut t = self.sample(&h, &SampleSpec::new(1, budget))?;
+        let per = t.per_block_ns.first().copied().unwrap_or(1.0).max(1.0);
+        self.chunk = ((trial.as_nanos() as f64 / per) as u64).clamp(1, 4096);
+        let spec = SampleSpec::new(MAX_SAMPLES - 1, until.remaining());
+        let rest = self.sample(&h, &spec.min_n(MIN_SAMPLES - 1))?;
+        t.per_block_ns.extend(rest.per_block_ns);
+        t.notes.extend(rest.notes);
+        t.blocks = rest.blocks;
+        Ok(t)
     }
 
     /// Samples as `spec` says, each the next chunk, in order (a chunk at the end is shorter).
@@ -318,9 +259,7 @@ impl<'a> BlockReader<'a> {
 
     /// Untimed: the first block and length of the next chunk (wrapping in `Chunks`).
     fn next_chunk(&mut self) -> anyhow::Result<(u64, u64)> {
-        if crate::scratch::stopping() {
-            anyhow::bail!("interrupted");
-        }
+        anyhow::ensure!(!crate::scratch::stopping(), "interrupted");
         if self.next >= self.nblocks {
             anyhow::ensure!(self.timing != Timing::EachRead, "every block was read once");
             self.next = 0;
@@ -340,10 +279,8 @@ impl<'a> BlockReader<'a> {
                 let got = (&mut &*self.file).read(&mut self.buf).context("read")?;
                 anyhow::ensure!(got == BLOCK, "short read of {got} bytes");
             } else {
-                let pos = self.order[i as usize] as u64 * BLOCK as u64;
-                self.file
-                    .read_exact_at(&mut self.buf, pos)
-                    .context("pread")?;
+                let (buf, pos) = (&mut self.buf, self.order[i as usize] as u64 * BLOCK as u64);
+                self.file.read_exact_at(buf, pos).context("pread")?;
             }
         }
         Ok(())
@@ -368,8 +305,7 @@ fn disk_class(d: &crate::machine::storage::Disk) -> String {
     format!("{} is {} ({})", d.name, class.kind.label(), class.why)
 }
 
-/// Bytes that uncached passes asked for, and what the disk's sectors-read counter
-/// (/sys/block/DISK/stat) counted around them.
+/// Bytes that uncached passes asked for, and what the disk's sectors-read counter counted.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DeviceReads {
     /// The disk whose counter is read; None without a local block device.
@@ -379,8 +315,7 @@ pub(crate) struct DeviceReads {
     pub sectors: Option<u64>,
     /// The file system type of the folder (for the reason when there is no disk).
     pub fstype: Option<String>,
-    /// Why the host may have answered what left the guest: a VM's virtual disk, unless
-    /// the user asserted `--host-cache none`.
+    /// Why the host may have answered what left the guest (a VM's virtual disk).
     pub host: Option<String>,
 }
 
@@ -419,11 +354,7 @@ impl DeviceReads {
             (Some(d), Some(sec)) => {
                 let (read, asked) = ((sec * 512) as f64, requested as f64);
                 let reached = requested > 0 && read >= REACHED_SHARE * asked;
-                let pct = if asked > 0.0 {
-                    read / asked * 100.0
-                } else {
-                    0.0
-                };
+                let pct = 100.0 * if asked > 0.0 { read / asked } else { 0.0 };
                 let need = REACHED_SHARE * 100.0;
                 let [read, asked] = [read, asked].map(fmt_bytes);
                 let detail = format!("{d} read {read} while the uncached passes asked for {asked} ({pct:.0}%; /sys/block/{d}/stat, at least {need:.0}% needed)");
@@ -466,8 +397,7 @@ fn host_may_cache(ctx: &Context, d: &crate::machine::storage::Disk) -> Option<St
     })
 }
 
-/// Share of the requested bytes the device must read for uncached reads to count as
-/// reaching it (other processes' reads can only add to the counter).
+/// Share of the requested bytes the device must read (others' reads only add to it).
 const REACHED_SHARE: f64 = 0.9;
 
 /// Evicts a file and checks it; a premise when the uncached read relies on it (`must`).

@@ -4,7 +4,7 @@
 use crate::clock::Deadline;
 use crate::experiments::kit::children::Children;
 use crate::experiments::kit::files::{
-    direct_works, evict_check, make_file, reopen, stopwatch, DeviceReads, RepeatedCheck, BLOCK, MIB,
+    direct_works, evict_check, make_file, reopen, DeviceReads, RepeatedCheck, BLOCK, MIB,
 };
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::spec::ms;
@@ -12,15 +12,13 @@ use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profil
 use crate::pagecache::AlignedBuf;
 use crate::results::{Check, Prediction};
 use crate::rng::Rng;
-use crate::units::fmt_bytes;
+use crate::units::{fmt_bytes, fmt_ns};
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-mod checks;
 mod readers;
 mod text;
-use checks::*;
 use readers::*;
 use text::*;
 
@@ -54,17 +52,6 @@ const MARGIN: f64 = 1.25;
 /// Most bytes the readers' files take together, per profile.
 const MAX_TOTAL: PerProfile<u64> = PerProfile::new(64 * MIB, 384 * MIB, 4096 * MIB, 8192 * MIB);
 
-/// The faster of fs.read's uncached medians, with its source (a reader's mean is no lower).
-fn measured_block_ns(ctx: &Context) -> Option<(f64, String)> {
-    ["uncached_seq", "uncached_random"]
-        .iter()
-        .filter_map(|&n| {
-            let v = ctx.earlier_metric("fs.read", n)?.summary.median;
-            (v.is_finite() && v > 0.0).then(|| (v, format!("fs.read {n} (median)")))
-        })
-        .min_by(|a, b| a.0.total_cmp(&b.0))
-}
-
 /// Each reader's file in whole MiB, for every block it may read at `block_ns` with the
 /// margin, cut down together to fit `room`; and whether they were cut.
 fn file_sizes(p: Profile, block_ns: f64, room: u64) -> (Vec<u64>, bool) {
@@ -90,29 +77,26 @@ fn file_sizes(p: Profile, block_ns: f64, room: u64) -> (Vec<u64>, bool) {
 /// The readers' file sizes for this run, and a note saying what they were sized for.
 fn sizing(ctx: &Context, room: u64) -> (Vec<u64>, String) {
     let room = room.min(MAX_TOTAL.get(ctx.profile));
-    let (block_ns, basis) = match measured_block_ns(ctx) {
-        Some((ns, src)) => (ns, format!("{} per block measured by {src}", crate::units::fmt_ns(ns))),
-        None => (
-            FALLBACK_BLOCK_NS,
-            format!(
-                "{} per block assumed: fs.read's uncached per-block time was not measured in this run (or its result was not ok), so a faster device reads blocks again",
-                crate::units::fmt_ns(FALLBACK_BLOCK_NS)
-            ),
-        ),
-    };
+    // The faster of fs.read's uncached medians (a reader's mean is no lower).
+    let measured = ["uncached_seq", "uncached_random"].iter().filter_map(|&n| {
+        let v = ctx.earlier_metric("fs.read", n)?.summary.median;
+        let basis = format!("{} per block measured by fs.read {n} (median)", fmt_ns(v));
+        (v.is_finite() && v > 0.0).then_some((v, basis))
+    });
+    let (block_ns, basis) = measured.min_by(|a, b| a.0.total_cmp(&b.0)).unwrap_or_else(|| {
+        let ns = fmt_ns(FALLBACK_BLOCK_NS);
+        (FALLBACK_BLOCK_NS, format!("{ns} per block assumed: fs.read's uncached per-block time was not measured in this run (or its result was not ok), so a faster device reads blocks again"))
+    });
     let (sizes, cut) = file_sizes(ctx.profile, block_ns, room);
+    let [first, last, all] =
+        [sizes[0], sizes[sizes.len() - 1], sizes.iter().sum()].map(|b| fmt_bytes(b as f64));
+    let n = sizes.len();
     let mut note = format!(
-        "reader files sized for every block a reader may read in its rounds at {basis} ({MARGIN}x margin): {} (reader 1) down to {} (reader {}), {} in all",
-        fmt_bytes(sizes.first().copied().unwrap_or(0) as f64),
-        fmt_bytes(sizes.last().copied().unwrap_or(0) as f64),
-        sizes.len(),
-        fmt_bytes(sizes.iter().sum::<u64>() as f64)
+        "reader files sized for every block a reader may read in its rounds at {basis} ({MARGIN}x margin): {first} (reader 1) down to {last} (reader {n}), {all} in all"
     );
     if cut {
-        note.push_str(&format!(
-            "; cut down to fit {} (the profile's limit or the scratch space left), so blocks may be read again",
-            fmt_bytes(room as f64)
-        ));
+        let room = fmt_bytes(room as f64);
+        note.push_str(&format!("; cut down to fit {room} (the profile's limit or the scratch space left), so blocks may be read again"));
     }
     (sizes, note)
 }
@@ -168,17 +152,12 @@ impl Experiment for Contention {
         }
         let src = "method: the profile's Pmax, always measured last";
         let pmax = Input::method("P", PMAX.get(ctx.profile) as f64, "processes", src);
+        let queue = "P x t1: the device serves one request at a time, so each reader waits for the other P-1";
         p.state("per_block_pmax", &[&t1, &pmax], |v| {
-            Prediction::new(
-                v[1] * v[0],
-                "P x t1: the device serves one request at a time, so each reader waits for the other P-1",
-            )
+            Prediction::new(v[1] * v[0], queue)
         });
-        p.equal(
-            "model_slope",
-            &t1,
-            "t1 per added process (one device queue)",
-        );
+        let slope = "t1 per added process (one device queue)";
+        p.equal("model_slope", &t1, slope);
         let zero = "the one-queue model (P x t1) passes through zero at P = 0, and a ratio to \
                     zero means nothing";
         p.withhold(&["model_intercept"], zero);
@@ -202,31 +181,17 @@ impl Experiment for Contention {
             None => sizes,
         };
         out.notes.push(sizing_note);
-        let mut rng = Rng::new(0xc0de);
-        let owners = sizes
-            .iter()
-            .enumerate()
-            .map(|(i, &size)| {
-                (ctx.progress)(&format!("writing file {}/{pm}", i + 1));
-                make_file(scratch, &format!("contention-{i}"), size, rng.next_u64())
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let mut rd = Readers::new(ctx, owners, &sizes)?;
+        let mut rd = Readers::new(ctx, scratch, &sizes)?;
         let (dur, rounds) = ROUND.get(ctx.profile);
-        let mut m = ContentionRounds {
-            cursor: vec![0u64; pm],
-            device: DeviceReads::new(ctx, scratch.dir()),
-            ..Default::default()
-        };
-        let started = stopwatch(ctx);
+        let started = ctx.harness(1).stopwatch();
         let (ps, mut skipped) = (counts(ctx.profile), Vec::new());
         for (i, &p) in ps.iter().enumerate() {
             // Past the budget only Pmax is still measured: per_block_pmax is predicted there.
-            if i + 1 < ps.len() && m.per_p.len() >= 2 && started.elapsed() > ctx.budget * 2 {
+            if i + 1 < ps.len() && rd.per_p.len() >= 2 && started.elapsed() > ctx.budget * 2 {
                 skipped.push(p.to_string());
                 continue;
             }
-            rd.measure(&mut m, p)?;
+            rd.measure(p)?;
         }
         if !skipped.is_empty() {
             out.notes.push(format!(
@@ -234,38 +199,17 @@ impl Experiment for Contention {
                 skipped.join(", ")
             ));
         }
-        if let Some(&(p, _)) = m.per_p.last() {
+        if let Some(&(p, _)) = rd.per_p.last() {
             out.notes
                 .extend(sharing_note(&ctx.machine.topology, &rd.order, p));
         }
-        // Readers that each get a CPU of their own.
-        let (cpus, direct) = (rd.order.len(), rd.direct);
-        drop(rd);
-        checks(&mut out, &m, direct, &sizes, dur);
-        report(ctx, &mut out, m, cpus);
-        out.notes.push(format!(
-            "{pm} files ({} in all); {rounds} round(s) of {} ms per P",
-            fmt_bytes(sizes.iter().sum::<u64>() as f64),
-            dur.as_millis()
-        ));
+        rd.checks(&mut out, dur);
+        report(ctx, &mut out, &rd);
+        let (all, ms) = (fmt_bytes(sizes.iter().sum::<u64>() as f64), dur.as_millis());
+        let note = format!("{pm} files ({all} in all); {rounds} round(s) of {ms} ms per P");
+        out.notes.push(note);
         Ok(out)
     }
-}
-
-/// What the rounds measured, and what the premises need.
-#[derive(Default)]
-struct ContentionRounds {
-    /// Blocks each reader read so far: where it goes on, so no block is read twice.
-    cursor: Vec<u64>,
-    /// (P, spread of the readers' start times in ns) per round.
-    spreads: Vec<(usize, u64)>,
-    /// Per-block times of every reader and round, per P.
-    per_p: Vec<(usize, Vec<f64>)>,
-    /// [P, median over rounds of the summed block rate].
-    aggregate: Vec<[f64; 2]>,
-    /// Evictions before rounds (only without O_DIRECT).
-    evictions: RepeatedCheck,
-    device: DeviceReads,
 }
 
 #[cfg(test)]

@@ -4,8 +4,8 @@ use super::*;
 use crate::analysis::Model;
 use crate::units::fmt_ns;
 
-/// Series and metrics per P, then the fitted model (`cpus`: readers with a CPU each).
-pub(super) fn report(ctx: &Context, out: &mut Outcome, m: ContentionRounds, cpus: usize) {
+/// Series and metrics per P, then the fitted model.
+pub(super) fn report(ctx: &Context, out: &mut Outcome, m: &Readers) {
     let medians: Vec<(f64, f64)> = m
         .per_p
         .iter()
@@ -14,7 +14,7 @@ pub(super) fn report(ctx: &Context, out: &mut Outcome, m: ContentionRounds, cpus
     let points = medians.iter().map(|&(x, y)| [x, y]).collect();
     out.plot("per_block_vs_processes", "processes", "ns", points);
     let aggregate = "aggregate_blocks_per_s_vs_processes";
-    out.plot(aggregate, "processes", "1/s", m.aggregate);
+    out.plot(aggregate, "processes", "1/s", m.aggregate.clone());
     if let Some((_, v)) = m.per_p.first() {
         let desc = "time per 4 KiB block, one process alone (one value per round)";
         out.metric("per_block_p1", "ns", desc, v.clone());
@@ -26,12 +26,12 @@ pub(super) fn report(ctx: &Context, out: &mut Outcome, m: ContentionRounds, cpus
         out.metric("per_block_pmax", "ns", &desc, v.clone());
     }
     match fit(&medians) {
-        Some(model) => report_model(ctx, out, &model, &medians, cpus),
+        Some(model) => report_model(ctx, out, &model, &medians, m.order.len()),
         None => out.pool(ctx),
     }
 }
 
-/// The fitted model's metrics, in the order of `figures`.
+/// The fitted model's metrics: intercept and slope, then the bend's where it bends.
 const MODEL: [(&str, &str, &str); 4] = [
     (
         "model_intercept",
@@ -55,56 +55,47 @@ const MODEL: [(&str, &str, &str); 4] = [
     ),
 ];
 
-fn figures(m: &Model) -> Vec<f64> {
-    let mut v = vec![m.intercept, m.slope];
-    v.extend(m.bend.map_or(vec![], |(b, s2)| vec![b, s2]));
-    v
-}
-
-/// The model and the end points as the table shows them after pooling the runs: each
-/// fitted figure is its metric's pooled median (the fit itself is this run's).
+/// The model and the end points as the table shows them: each its metric's pooled median.
 fn pooled_model(out: &Outcome, m: &Model, medians: &[(f64, f64)]) -> (Model, Vec<(f64, f64)>) {
     let or = |name: &str, v: f64| out.get(name).map_or(v, |x| x.summary.median);
-    let f: Vec<f64> = MODEL
-        .iter()
-        .zip(figures(m))
-        .map(|(d, v)| or(d.0, v))
-        .collect();
-    let model = Model {
-        intercept: f[0],
-        slope: f[1],
-        bend: m.bend.map(|_| (f[2], f[3])),
-        sse: m.sse,
-    };
+    let mut model = m.clone();
+    model.intercept = or("model_intercept", m.intercept);
+    model.slope = or("model_slope", m.slope);
+    model.bend = m
+        .bend
+        .map(|(b, s)| (or("model_breakpoint", b), or("model_slope_after", s)));
     let mut ends = medians.to_vec();
-    let n = ends.len();
-    if n > 0 {
-        ends[0].1 = or("per_block_p1", ends[0].1);
-        ends[n - 1].1 = or("per_block_pmax", ends[n - 1].1);
+    if let Some(first) = ends.first_mut() {
+        first.1 = or("per_block_p1", first.1);
+    }
+    if let Some(last) = ends.last_mut() {
+        last.1 = or("per_block_pmax", last.1);
     }
     (model, ends)
 }
 
-/// The fitted model's metrics, its curve and its finding; a failed check withholds the
-/// overlap.
+/// The fitted model's metrics, its curve and its finding.
 fn report_model(ctx: &Context, out: &mut Outcome, m: &Model, medians: &[(f64, f64)], cpus: usize) {
-    for ((name, unit, desc), v) in MODEL.iter().zip(figures(m)) {
+    let bend = m.bend.map_or(vec![], |(b, s2)| vec![b, s2]);
+    for ((name, unit, desc), v) in MODEL
+        .iter()
+        .zip([m.intercept, m.slope].into_iter().chain(bend))
+    {
         out.metric(name, unit, desc, vec![v]);
     }
     let points = medians.iter().map(|&(x, _)| [x, m.eval(x)]).collect();
     out.plot("model_per_block_vs_processes", "processes", "ns", points);
-    let failed: Vec<&str> = out
+    let failed = out
         .checks
         .iter()
         .filter(|c| !c.passed)
-        .map(|c| c.name.as_str())
-        .collect();
-    let withheld = (!failed.is_empty()).then(|| failed.join("; "));
+        .map(|c| c.name.as_str());
+    let withheld = Some(failed.collect::<Vec<_>>().join("; ")).filter(|f| !f.is_empty());
     out.pool(ctx);
     let (m, medians) = &pooled_model(out, m, medians);
     let t1 = medians.first().map(|p| p.1).unwrap_or(f64::NAN);
     let (pl, tl) = medians.last().copied().unwrap_or((1.0, f64::NAN));
-    let (a, k) = (fmt_ns(m.intercept), fmt_ns(m.slope));
+    let [a, k, t1s, tls] = [m.intercept, m.slope, t1, tl].map(fmt_ns);
     let shape = match m.bend {
         Some((b, s2)) => format!(
             "is {a} + {k} x P up to P = {b:.0}, then rises {} per extra process",
@@ -113,18 +104,15 @@ fn report_model(ctx: &Context, out: &mut Outcome, m: &Model, medians: &[(f64, f6
         None => format!("grows linearly, {a} + {k} x P"),
     };
     let mut text = format!(
-        "Per-block time {shape}; with {pl:.0} readers each block takes {} ({:.1}x one reader's {}).",
-        fmt_ns(tl),
-        tl / t1,
-        fmt_ns(t1)
+        "Per-block time {shape}; with {pl:.0} readers each block takes {tls} ({:.1}x one reader's {t1s}).",
+        tl / t1
     );
     let vm = ctx.machine.virtualization.is_vm;
     text.push_str(&overlap_text(medians, cpus, vm, withheld.as_deref()));
     out.finding(text, &["per_block_p1", "per_block_pmax", "model_slope"]);
 }
 
-/// The requests the device (in a VM, the host) serves at once, P x t(1) / t(P), at the
-/// largest P with a CPU per reader, never above P, and not after a failed check.
+/// The requests served at once, P x t(1) / t(P), at the largest P with a CPU per reader.
 pub(super) fn overlap_text(
     medians: &[(f64, f64)],
     cpus: usize,
@@ -151,18 +139,21 @@ pub(super) fn overlap_text(
         String::new()
     };
     let n = parallel.min(pc);
+    let (who, why) = match vm {
+        true => (
+            "host",
+            "; in a VM that may be its I/O threads or page cache overlapping them, not its device",
+        ),
+        false => ("device", ""),
+    };
     if parallel > pc * 1.05 {
         format!(
             " With {pc:.0} readers, each on its own CPU, each block took less time than with one ({:.2}x), which a device serving requests side by side at a fixed speed cannot do: a cache served some reads, or the device (or the CPU's clock) was faster under load, so no overlap is estimated.{beyond}",
             tc / t1
         )
-    } else if vm {
-        format!(
-            " With {pc:.0} readers, each on its own CPU, the host serves about {n:.1} of their {pc:.0} requests at once (P x t(1) / t(P)); in a VM that may be its I/O threads or page cache overlapping them, not its device.{beyond}"
-        )
     } else {
         format!(
-            " With {pc:.0} readers, each on its own CPU, the device serves about {n:.1} of their {pc:.0} requests at once (P x t(1) / t(P)).{beyond}"
+            " With {pc:.0} readers, each on its own CPU, the {who} serves about {n:.1} of their {pc:.0} requests at once (P x t(1) / t(P)){why}.{beyond}"
         )
     }
 }
