@@ -7,12 +7,13 @@ use crate::clock::Clock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-/// One step of a team: each member's start and stop stamps on the run's clock, in member
-/// order, and whether every member ran undisturbed.
+/// One step of a team: each member's start and stop stamps on the run's clock and its
+/// placement looks during the step, in member order, and whether every member ran undisturbed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Step {
     pub(crate) stamps: Vec<(u64, u64)>,
     pub(crate) quiet: bool,
+    pub(crate) places: Vec<Place>,
 }
 
 impl Step {
@@ -75,10 +76,11 @@ pub(crate) struct Team<'c> {
     pins: Mutex<TeamPlacement>,
 }
 
-/// A member's looks, and the start and stop stamps and quietness of its last run.
+/// A member's looks (all, and its last run's), and the stamps and quietness of its last run.
 #[derive(Default)]
 struct Record {
     place: Place,
+    last: Place,
     start: u64,
     stop: u64,
     quiet: bool,
@@ -104,6 +106,10 @@ impl<'c> Team<'c> {
     where
         W: FnMut(u64),
     {
+        let member = |t| {
+            let mut body = member(t);
+            move |arg, _: &mut Place| body(arg)
+        };
         Team::new(clock, cpus, false).scoped(&member, |team| {
             let mut body = member(0);
             drive(&mut |arg| team.step(arg, &mut body))
@@ -111,22 +117,24 @@ impl<'c> Team<'c> {
     }
 
     /// As `run`, but the calling thread leads rather than joins: each `lead(arg, f)` runs
-    /// `f` here while members 1.. run their body with `arg`, and returns when all are
-    /// done. Between steps the members sleep now and then, so a CPU without work is idle.
+    /// `f` here while members 1.. run their body with `arg` and their placement (to look
+    /// at it as they go), and returns their step when all are done. Between steps the
+    /// members sleep now and then, so a CPU without work is idle.
     pub(crate) fn led<W, R>(
         clock: &'c dyn Clock,
         cpus: &[usize],
         member: impl Fn(usize) -> W + Sync,
-        drive: impl FnOnce(&mut dyn FnMut(u64, &mut dyn FnMut())) -> R,
+        drive: impl FnOnce(&mut dyn FnMut(u64, &mut dyn FnMut()) -> Step) -> R,
     ) -> (R, TeamPlacement)
     where
-        W: FnMut(u64),
+        W: FnMut(u64, &mut Place),
     {
         Team::new(clock, cpus, true).scoped(&member, |team| {
             drive(&mut |arg, f| {
                 team.release(arg);
                 f();
                 team.join();
+                team.last_step(1)
             })
         })
     }
@@ -141,7 +149,7 @@ impl<'c> Team<'c> {
             let team = Team::new(clock, &[cpu], false);
             team.pin(0);
             let (mut f, mut r) = (Some(f), None);
-            team.timed(0, 0, None, &mut |_| r = f.take().map(|f| f()));
+            team.timed(0, 0, None, &mut |_, _| r = f.take().map(|f| f()));
             (r.expect("the body ran"), team.placement())
         };
         std::thread::scope(|s| s.spawn(run).join().expect("pinned thread panicked"))
@@ -175,7 +183,7 @@ impl<'c> Team<'c> {
     }
 
     /// Starts members 1.., runs `lead` here once they are ready, then stops them.
-    fn scoped<W: FnMut(u64), R>(
+    fn scoped<W: FnMut(u64, &mut Place), R>(
         self,
         member: &(impl Fn(usize) -> W + Sync),
         lead: impl FnOnce(&Team) -> R,
@@ -215,7 +223,7 @@ impl<'c> Team<'c> {
     }
 
     /// A member thread: runs one step per generation until stopped.
-    fn member(&self, t: usize, mut body: impl FnMut(u64)) {
+    fn member(&self, t: usize, mut body: impl FnMut(u64, &mut Place)) {
         self.ready.fetch_add(1, Ordering::AcqRel);
         let mut seen = 0u64;
         loop {
@@ -262,35 +270,46 @@ impl<'c> Team<'c> {
     }
 
     /// One generation, driven from member 0.
-    fn step(&self, arg: u64, body: &mut impl FnMut(u64)) -> Step {
+    fn step(&self, arg: u64, body: &mut impl FnMut(u64, &mut Place)) -> Step {
         self.turn.store(0, Ordering::Release);
         self.release(arg);
         let line = (!self.serial).then(|| self.gen.load(Ordering::Acquire));
         self.timed(0, arg, line, body);
         self.turn.store(1, Ordering::Release);
         self.join();
-        let records: Vec<_> = self.records.iter().map(|r| lock(r)).collect();
+        self.last_step(0)
+    }
+
+    /// The last step of members `from..`.
+    fn last_step(&self, from: usize) -> Step {
+        let records: Vec<_> = self.records[from..].iter().map(|r| lock(r)).collect();
         Step {
             stamps: records.iter().map(|r| (r.start, r.stop)).collect(),
             quiet: records.iter().all(|r| r.quiet),
+            places: records.iter().map(|r| r.last).collect(),
         }
     }
 
     /// One stamped run of member t's body between two placement looks, after every member
     /// reached the start `line` if any (a preemption while waiting counts: it could let the
     /// others run without this member).
-    fn timed(&self, t: usize, arg: u64, line: Option<u64>, body: &mut impl FnMut(u64)) {
-        let mut r = lock(&self.records[t]);
+    fn timed(&self, t: usize, arg: u64, line: Option<u64>, body: &mut impl FnMut(u64, &mut Place)) {
+        let r = &mut *lock(&self.records[t]);
+        let before = r.place;
         r.place.look();
         let c0 = crate::harness::thread_preemptions();
         if let Some(gen) = line {
             self.start_line(gen);
         }
         r.start = self.clock.start();
-        body(arg);
+        body(arg, &mut r.place);
         r.stop = self.clock.stop();
         r.quiet = crate::harness::thread_preemptions() == c0;
         r.place.look();
+        r.last = r.place;
+        r.last.looks -= before.looks;
+        r.last.away -= before.away;
+        r.last.blind -= before.blind;
     }
 
     /// Pin failures first, then the members seen elsewhere.

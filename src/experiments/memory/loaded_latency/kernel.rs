@@ -1,16 +1,15 @@
 //! The chase and its load threads: one point per gap and traffic.
 
-use super::{Traffic, BATCH, STORED};
+use super::{Run, Traffic, BATCH, STORED};
 use crate::experiments::kit::place::Place;
-use crate::experiments::kit::team::Team;
-use crate::experiments::kit::{measure_raw, measure_trials, spin_until, Region};
+use crate::experiments::kit::team::{Step, Team};
+use crate::experiments::kit::{measure_raw, measure_trials, spin_until};
 use crate::experiments::memory::latency::{chase, UNROLL};
 use crate::experiments::Context;
 use crate::harness::HarnessConfig;
 use crate::units::{fmt_bandwidth, fmt_ns};
 use std::sync::atomic::Ordering::{self, Relaxed};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
-use std::sync::Mutex;
 use std::time::Duration;
 
 /// Spins `n` iterations (the delay between a load thread's lines).
@@ -47,14 +46,6 @@ const HICCUP_SLACK_NS: f64 = 20_000.0;
 /// Untimed chase before each idle and reference point.
 const QUIET_WARM_UP: Duration = Duration::from_millis(2);
 
-/// What one load thread saw during one point.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(super) struct LoadSpan {
-    pub(super) start: u64,
-    pub(super) end: u64,
-    pub(super) place: Place,
-}
-
 /// One point of the curve.
 #[derive(Debug, Clone, Default)]
 pub(super) struct LoadedPoint {
@@ -67,8 +58,8 @@ pub(super) struct LoadedPoint {
     /// Trials set aside because a load thread read nothing or hiccuped, and trials kept.
     pub(super) stalled: usize,
     pub(super) trials: usize,
-    /// Spans of the load threads, and the span of the chase's trials.
-    pub(super) spans: Vec<LoadSpan>,
+    /// The load threads' team step (their stamps and looks), and the chase's trials' span.
+    pub(super) load: Step,
     pub(super) window: (u64, u64),
     pub(super) notes: Vec<String>,
     pub(super) preempted: usize,
@@ -91,9 +82,10 @@ impl LoadedPoint {
     pub(super) fn concurrency_failure(&self, loaders: &[usize]) -> Option<String> {
         self.gap?;
         let (w0, w1) = self.window;
-        for (s, cpu) in self.spans.iter().zip(loaders) {
-            let (off, looks) = (s.place.off(), s.place.looks);
-            if s.start == 0 || s.start > w0 || s.end < w1 {
+        let load = self.load.stamps.iter().zip(&self.load.places);
+        for ((&(start, end), place), cpu) in load.zip(loaders) {
+            let (off, looks) = (place.off(), place.looks);
+            if start == 0 || start > w0 || end < w1 {
                 return Some(format!(
                     "the load thread on CPU {cpu} did not span the chase's trials"
                 ));
@@ -109,21 +101,8 @@ impl LoadedPoint {
     }
 }
 
-/// The chase and its load threads for one run.
-pub(super) struct LoadTeam<'a, 'c> {
-    pub(super) ctx: &'a Context<'c>,
-    /// Trial settings of the loaded points, and of the idle and reference points.
-    pub(super) cfg: &'a HarnessConfig,
-    pub(super) quiet_cfg: &'a HarnessConfig,
-    pub(super) chain: &'a Region,
-    pub(super) reference: Option<&'a Region>,
-    pub(super) loads: &'a Region,
-    pub(super) line: usize,
-    pub(super) loaders: &'a [usize],
-}
-
 /// The idle point (repeats pooled), each traffic's points, and the quiet repeats' medians.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(super) struct Sweep {
     pub(super) idle: LoadedPoint,
     pub(super) reads: Vec<LoadedPoint>,
@@ -139,7 +118,6 @@ struct LoadSignals {
     stop: AtomicBool,
     started: AtomicUsize,
     counters: Vec<LineCounter>,
-    spans: Vec<Mutex<LoadSpan>>,
 }
 
 impl LoadSignals {
@@ -150,21 +128,20 @@ impl LoadSignals {
     }
 }
 
-impl LoadTeam<'_, '_> {
+impl Run<'_, '_> {
     /// Idle and reference, then at each gap, lightest first, reads and the mix (so both see
     /// the same moments' neighbours), then idle and reference again.
     pub(super) fn sweep(&self, gaps: &[f64]) -> Sweep {
-        let ns_per_iter = delay_ns_per_iter(self.ctx, self.cfg);
+        let ns_per_iter = delay_ns_per_iter(self.ctx, &self.cfg);
         let k = self.loaders.len();
         let sh = LoadSignals {
             stop: AtomicBool::new(false),
             started: AtomicUsize::new(0),
             counters: (0..k).map(|_| LineCounter::default()).collect(),
-            spans: (0..k).map(|_| Default::default()).collect(),
         };
-        let part = self.loads.len() / k / self.line * self.line;
-        let base = self.loads.as_ptr() as usize;
-        let cpus = [&[self.ctx.cpu][..], self.loaders].concat();
+        let part = self.loads.region.len() / k / self.line * self.line;
+        let base = self.loads.region.as_ptr() as usize;
+        let cpus = [&[self.ctx.cpu][..], &self.loaders].concat();
         let (sh, clock, line) = (&sh, self.ctx.clock, self.line);
         // Member t > 0 is load thread t - 1 (the chase thread leads the team).
         let member = |t: usize| {
@@ -181,15 +158,17 @@ impl LoadTeam<'_, '_> {
                 pos: 0,
                 acc: [0; 8],
             };
-            let cpu = cpus[t];
-            move |arg: u64| stream.point(sh, t - 1, cpu, arg)
+            move |arg: u64, place: &mut Place| stream.point(sh, t - 1, place, arg)
         };
-        let sweep = |lead: &mut dyn FnMut(u64, &mut dyn FnMut())| {
+        let sweep = |lead: &mut dyn FnMut(u64, &mut dyn FnMut()) -> Step| {
             // One chase position for the whole sweep: restarting each point at node 0 walked
             // the same prefix again, which then sat in the caches.
-            let reference = self.reference.map(|r| r.as_ptr() as *const u8);
+            let reference = self
+                .reference
+                .as_ref()
+                .map(|r| r.region.as_ptr() as *const u8);
             let mut at = [
-                self.chain.as_ptr() as *const u8,
+                self.chase.region.as_ptr() as *const u8,
                 reference.unwrap_or(std::ptr::null()),
             ];
             let mut sw = Sweep {
@@ -205,13 +184,12 @@ impl LoadTeam<'_, '_> {
                     sh.started.store(0, Ordering::Release);
                     let mut p = LoadedPoint::default();
                     // The step's argument: the delay between lines, and whether it is the mix.
-                    lead(iters << 1 | (traffic == Traffic::Mix) as u64, &mut || {
+                    let load = lead(iters << 1 | (traffic == Traffic::Mix) as u64, &mut || {
                         spin_until(|| sh.started.load(Ordering::Acquire) == k);
                         p = self.point(sh, Some(g), traffic, &mut at[0]);
                         sh.stop.store(true, Ordering::Release);
                     });
-                    let span = |s: &Mutex<LoadSpan>| *s.lock().unwrap_or_else(|e| e.into_inner());
-                    p.spans = sh.spans.iter().map(span).collect();
+                    p.load = load;
                     let (l, b) = (fmt_ns(p.latency_ns()), fmt_bandwidth(p.bandwidth_bps()));
                     (self.ctx.progress)(&format!("{}: {l} at {b}", p.label()));
                     pts.push(p);
@@ -274,7 +252,7 @@ impl LoadTeam<'_, '_> {
         let (mut first, mut last, line) = (None, 0u64, self.line as f64);
         // A trial counts when this thread was not preempted and, under load, every load
         // thread read lines without a hiccup all through it; others are repeated.
-        let cfg = gap.map_or(self.quiet_cfg, |_| self.cfg);
+        let cfg = gap.map_or(&self.quiet_cfg, |_| &self.cfg);
         let m = measure_trials(clock, cfg, UNROLL as f64, |iters| {
             let v0 = sh.counts();
             let pre = crate::harness::thread_preemptions();
@@ -350,18 +328,12 @@ impl LoadStream<'_> {
         }
     }
 
-    /// Load thread `t` streams one point until told to stop, recording its span. Out of
-    /// line, so the stream loop's code does not change with what is inlined around it.
+    /// Load thread `t` streams one point until told to stop, looking at its `place`. Out
+    /// of line, so the stream loop's code does not change with what is inlined around it.
     #[inline(never)]
-    fn point(&mut self, sh: &LoadSignals, t: usize, cpu: usize, arg: u64) {
+    fn point(&mut self, sh: &LoadSignals, t: usize, place: &mut Place, arg: u64) {
         let (clock, d, counter) = (self.clock, arg >> 1, &sh.counters[t]);
         let traffic = [Traffic::Read, Traffic::Mix][(arg & 1) as usize];
-        let mut span = LoadSpan {
-            start: clock.now(),
-            end: 0,
-            place: Place::new(cpu),
-        };
-        span.place.look();
         sh.started.fetch_add(1, Ordering::AcqRel);
         let slack = clock.ns_to_ticks(HICCUP_SLACK_NS) as u64;
         let mut last = clock.now();
@@ -385,12 +357,9 @@ impl LoadStream<'_> {
                 counter.hiccups.fetch_add(1, Relaxed);
             }
             if lines % 1024 == 0 {
-                span.place.look();
+                place.look();
             }
         }
-        span.place.look();
-        span.end = clock.now();
-        *sh.spans[t].lock().unwrap_or_else(|e| e.into_inner()) = span;
         std::hint::black_box(&self.acc);
     }
 }

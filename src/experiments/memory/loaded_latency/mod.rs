@@ -15,7 +15,7 @@ use crate::harness::HarnessConfig;
 use crate::results::Prediction;
 use crate::rng::{sattolo, Rng};
 use crate::units::fmt_bytes;
-use kernel::LoadTeam;
+use kernel::Sweep;
 use std::time::Duration;
 
 pub(crate) struct LoadedLatency;
@@ -107,11 +107,11 @@ impl Experiment for LoadedLatency {
     }
 
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        let mut allowed = ctx.machine.cpu.allowed_cpus.clone();
-        if allowed.is_empty() {
-            allowed = crate::platform::allowed_cpus();
-        }
-        let others: Vec<usize> = allowed.iter().copied().filter(|&c| c != ctx.cpu).collect();
+        let others: Vec<usize> = ctx
+            .allowed_cpus()
+            .into_iter()
+            .filter(|&c| c != ctx.cpu)
+            .collect();
         if others.is_empty() {
             return Ok(Outcome::skipped(
                 "only one CPU is allowed: no other core can load memory while the chase runs (allow at least 2 CPUs)",
@@ -122,13 +122,13 @@ impl Experiment for LoadedLatency {
         let rss0 = kit::rss_baseline();
         (ctx.progress)("faulting the buffers in");
         let seams = crate::experiments::seams::get();
-        let (mut chain, chase) = mapping(ctx, chase_len, !seams.chase_base_pages)?;
-        let (mut loads, load) = mapping(ctx, load_len, true)?;
-        loads.as_mut_slice().fill(0x5a);
+        let mut chase = mapping(ctx, chase_len, !seams.chase_base_pages)?;
+        let mut loads = mapping(ctx, load_len, true)?;
+        loads.region.as_mut_slice().fill(0x5a);
         (ctx.progress)("laying the chase");
         let mut rng = Rng::from_entropy();
         let n = (chase_len / line).min(seams.chase_nodes.unwrap_or(usize::MAX));
-        laid_chain(&mut chain, line, n, &mut rng)?;
+        laid_chain(&mut chase.region, line, n, &mut rng)?;
         out.notes.push(format!(
             "{n} nodes of {line} B over {}: the chase verified in memory as one cycle",
             fmt_bytes((n * line) as f64)
@@ -143,38 +143,44 @@ impl Experiment for LoadedLatency {
             chase.text,
             fmt_bytes(load_len as f64),
             fmt_bytes((load_len / loaders.len()) as f64),
-            load.text,
+            loads.text,
         ));
         let gaps = GAPS.get(ctx.profile);
         // Two fifths of the budget for the loaded points and the delay calibration, a tenth
         // for the idle and reference points; the rest lays the chains and faults buffers.
         let trials = HarnessConfig::short_trials(Duration::from_micros(100), 11);
         let budget = |share: f64| ctx.budget.mul_f64(share);
-        let team = LoadTeam {
+        let held = chase_len + load_len + reference.as_ref().map_or(0, |r| r.region.len());
+        let mut run = Run {
             ctx,
-            cfg: &trials.clone().for_budget(budget(0.4), 2 * gaps.len() + 1),
-            quiet_cfg: &trials.for_budget(budget(0.1), 2 * (gaps.len() + 1)),
-            chain: &chain,
-            reference: reference.as_ref().map(|r| &r.0),
-            loads: &loads,
+            cfg: trials.clone().for_budget(budget(0.4), 2 * gaps.len() + 1),
+            quiet_cfg: trials.for_budget(budget(0.1), 2 * (gaps.len() + 1)),
             line,
-            loaders: &loaders,
+            loaders,
+            chase,
+            reference,
+            loads,
+            sw: Sweep::default(),
         };
-        let sweep = team.sweep(gaps);
-        let held = chase_len + load_len + reference.as_ref().map_or(0, |r| r.0.len());
-        drop((chain, loads));
+        run.sw = run.sweep(gaps);
         out.check(kit::rss_check(rss0, (held + 4 * chase_len / line) as u64));
-        let report = text::Report {
-            ctx,
-            sw: &sweep,
-            line,
-            chase: &chase,
-            reference: reference.as_ref().map(|r| &r.1),
-            loaders: &loaders,
-        };
-        report.write(&mut out);
+        run.write(&mut out);
         Ok(out)
     }
+}
+
+/// One run: its CPUs, buffers and trial settings (loaded points, then idle and reference
+/// points), and the sweep once measured.
+struct Run<'a, 'c> {
+    ctx: &'a Context<'c>,
+    cfg: HarnessConfig,
+    quiet_cfg: HarnessConfig,
+    line: usize,
+    loaders: Vec<usize>,
+    chase: Buffer,
+    reference: Option<Buffer>,
+    loads: Buffer,
+    sw: Sweep,
 }
 
 /// The line size, the buffers' lengths and the load threads' CPUs, with notes.
@@ -226,15 +232,15 @@ pub(super) fn sizes(
     Ok((chase as usize, part * threads, threads))
 }
 
-/// How a buffer is backed, and its size.
-pub(super) struct Backing {
-    pub(super) huge: bool,
+/// A buffer and how it is backed.
+struct Buffer {
+    region: Region,
+    huge: bool,
     /// Huge pages and the share they back (/proc/self/smaps), or base pages and why.
-    pub(super) text: String,
-    pub(super) bytes: usize,
+    text: String,
 }
 
-impl Backing {
+impl Buffer {
     fn pages(&self) -> &'static str {
         ["base pages", "huge pages"][self.huge as usize]
     }
@@ -245,7 +251,7 @@ impl Backing {
 }
 
 /// A buffer on huge pages where the kernel offers them and `huge` asks, else base pages.
-fn mapping(ctx: &Context, len: usize, huge: bool) -> anyhow::Result<(Region, Backing)> {
+fn mapping(ctx: &Context, len: usize, huge: bool) -> anyhow::Result<Buffer> {
     let why = if !huge {
         Some("a test seam asked for base pages".to_string())
     } else if !kit::thp_available(ctx.machine) {
@@ -253,23 +259,22 @@ fn mapping(ctx: &Context, len: usize, huge: bool) -> anyhow::Result<(Region, Bac
     } else {
         kit::too_small_for_huge_pages(ctx.machine, len)
     };
-    let mut r = match why {
+    let mut region = match why {
         Some(_) => Region::new(len, Pages::Base)?,
         None => Region::aligned(len, Pages::Huge, kit::huge_page(ctx.machine))?,
     };
-    r.prefault();
+    region.prefault();
     let (huge, text) = match why {
         Some(w) => (false, format!("base pages ({w})")),
         None => {
             // At most all of it: smaps may count a neighbouring mapping merged with this.
-            let f = (r.huge_bytes().unwrap_or(0) as f64 / len as f64).min(1.0);
+            let f = (region.huge_bytes().unwrap_or(0) as f64 / len as f64).min(1.0);
             let pct = f * 100.0;
             let text = format!("transparent huge pages ({pct:.0}% backed, /proc/self/smaps)");
             (f >= 0.5, text)
         }
     };
-    let bytes = len;
-    Ok((r, Backing { huge, text, bytes }))
+    Ok(Buffer { region, huge, text })
 }
 
 /// Lays a Sattolo cycle over `n` lines and verifies it: a chain that fails is an error.
@@ -291,7 +296,7 @@ fn reference(
     line: usize,
     rng: &mut Rng,
     out: &mut Outcome,
-) -> anyhow::Result<Option<(Region, Backing)>> {
+) -> anyhow::Result<Option<Buffer>> {
     let want = (2 * len + load_len + 4 * len / line) as u64;
     if kit::memory_cap(ctx.machine, ctx.profile, want, 0)? < want {
         out.notes.push(format!(
@@ -301,7 +306,7 @@ fn reference(
         return Ok(None);
     }
     (ctx.progress)("laying the reference chase");
-    let (mut r, backing) = mapping(ctx, len, true)?;
-    laid_chain(&mut r, line, len / line, rng)?;
-    Ok(Some((r, backing)))
+    let mut r = mapping(ctx, len, true)?;
+    laid_chain(&mut r.region, line, len / line, rng)?;
+    Ok(Some(r))
 }

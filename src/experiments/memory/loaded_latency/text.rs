@@ -1,10 +1,9 @@
 //! mem.loaded-latency's metrics, series, checks, findings and notes from the sweep.
 
-use super::kernel::{LoadedPoint, Sweep};
+use super::kernel::LoadedPoint;
 use super::predict::outstanding;
-use super::{
-    Backing, Traffic, AGREE_FLOOR, AGREE_NOISE_TIMES, IDLE_AGREES, KNEE_RISE, MIX_READS, MIX_WRITES,
-};
+use super::{Run, Traffic, AGREE_FLOOR, AGREE_NOISE_TIMES, IDLE_AGREES, KNEE_RISE};
+use super::{MIX_READS, MIX_WRITES};
 use crate::analysis::{separation, Separation};
 use crate::experiments::{Context, Outcome};
 use crate::results::{Check, Prediction};
@@ -75,20 +74,10 @@ impl Agreement {
     }
 }
 
-/// What the text is made of: the sweep, and what the run laid out for it.
-pub(super) struct Report<'a, 'c> {
-    pub(super) ctx: &'a Context<'c>,
-    pub(super) sw: &'a Sweep,
-    pub(super) line: usize,
-    pub(super) chase: &'a Backing,
-    pub(super) reference: Option<&'a Backing>,
-    pub(super) loaders: &'a [usize],
-}
-
-impl Report<'_, '_> {
+impl Run<'_, '_> {
     /// Metrics, series, checks, findings and notes.
     pub(super) fn write(&self, out: &mut Outcome) {
-        let (sw, ctx) = (self.sw, self.ctx);
+        let (sw, ctx) = (&self.sw, self.ctx);
         out.check(self.concurrency_premise());
         self.same_chase(out);
         let (page, repeats) = (self.chase.pages(), sw.idle_repeats.len());
@@ -97,14 +86,11 @@ impl Report<'_, '_> {
         );
         out.metric("idle_latency", "ns", &what, sw.idle.latency.clone());
         let predicted = super::predict::predictions(ctx);
-        let rfo = ownership_shown(ctx);
         for (traffic, loaded) in [(Traffic::Read, &sw.reads), (Traffic::Mix, &sw.mix)] {
-            let r = self;
             TrafficCurve {
-                r,
+                r: self,
                 traffic,
                 loaded,
-                rfo,
             }
             .write(out, &predicted);
         }
@@ -139,7 +125,7 @@ impl Report<'_, '_> {
     /// The premise that the idle chase is mem.latency's: on the reference's page kind (by
     /// smaps, as timing alone may not tell them apart) and as fast within the window's noise.
     fn reference_check(&self) -> Option<Check> {
-        let (sw, chase, reference) = (self.sw, self.chase, self.reference?);
+        let (sw, chase, reference) = (&self.sw, &self.chase, self.reference.as_ref()?);
         let a = Agreement::of(&sw.idle_repeats, &sw.reference_repeats)?;
         let same_pages = chase.huge == reference.huge;
         let (kind, apart) = (reference.dram(), (a.ratio - 1.0).abs() * 100.0);
@@ -160,7 +146,7 @@ impl Report<'_, '_> {
                 fmt_ns(median(&sw.idle_repeats)),
                 chase.pages(),
                 fmt_ns(median(&sw.reference_repeats)),
-                fmt_bytes(chase.bytes as f64),
+                fmt_bytes(chase.region.len() as f64),
                 reference.text,
                 a.pairs,
                 a.ratio,
@@ -173,10 +159,10 @@ impl Report<'_, '_> {
 
     /// The idle and reference repeats, in the order taken.
     fn quiet_note(&self, out: &mut Outcome) {
-        let sw = self.sw;
+        let sw = &self.sw;
         let list = |v: &[f64]| v.iter().map(|&x| fmt_ns(x)).collect::<Vec<_>>().join(", ");
-        let reference = self.reference.map_or(String::new(), |b| {
-            let bytes = fmt_bytes(self.chase.bytes as f64);
+        let reference = self.reference.as_ref().map_or(String::new(), |b| {
+            let bytes = fmt_bytes(self.chase.region.len() as f64);
             let (text, list) = (&b.text, list(&sw.reference_repeats));
             format!("; the reference chase (laid afresh over {bytes} on {text}) beside each, in turn first: {list}")
         });
@@ -189,10 +175,10 @@ impl Report<'_, '_> {
 
     /// The premise that the load ran alongside every loaded point, of both traffics.
     fn concurrency_premise(&self) -> Check {
-        let sw = self.sw;
+        let sw = &self.sw;
         let loaded: Vec<&LoadedPoint> = sw.reads.iter().chain(&sw.mix).collect();
         let fails = loaded.iter().filter_map(|p| {
-            let w = p.concurrency_failure(self.loaders)?;
+            let w = p.concurrency_failure(&self.loaders)?;
             Some(format!("{}: {w}", p.label()))
         });
         let fails: Vec<String> = fails.collect();
@@ -217,7 +203,7 @@ impl Report<'_, '_> {
 
     /// The delay loop's rate, the chase's preempted trials and each point's harness notes.
     fn point_notes(&self, out: &mut Outcome) {
-        let sw = self.sw;
+        let sw = &self.sw;
         let all = || std::iter::once(&sw.idle).chain(&sw.reads).chain(&sw.mix);
         let (rate, preempted) = (sw.ns_per_iter, all().map(|p| p.preempted).sum::<usize>());
         out.notes.push(format!(
@@ -242,11 +228,9 @@ pub(super) fn ownership_shown(ctx: &Context) -> bool {
 
 /// One traffic's curve: the shared idle point and its loaded points, lightest first.
 struct TrafficCurve<'a> {
-    r: &'a Report<'a, 'a>,
+    r: &'a Run<'a, 'a>,
     traffic: Traffic,
     loaded: &'a [LoadedPoint],
-    /// `ownership_shown`.
-    rfo: bool,
 }
 
 impl TrafficCurve<'_> {
@@ -314,34 +298,33 @@ impl TrafficCurve<'_> {
         let misses = full.bandwidth.iter().zip(&full.latency);
         let misses = misses.map(|(&b, &l)| outstanding(b, line, l)).collect();
         let gap = fmt_ns(peak.gap.unwrap_or(0.0));
-        for (name, unit, description, raw) in [
-            (
-                "loaded_latency",
-                "ns",
-                format!(
-                    "chase latency with every load thread {what} unthrottled ({k} thread(s), {page})"
-                ),
-                full.latency.clone(),
-            ),
-            (
-                "peak_bandwidth",
-                "bytes/s",
-                format!(
-                    "highest bandwidth of the {label} sweep, per chase trial, at gap {gap}: {counted}"
-                ),
-                peak.bandwidth.clone(),
-            ),
-            (
-                "loaded_outstanding_misses",
-                "lines",
-                format!(
-                    "misses in flight at the unthrottled {label} point by Little's law: bandwidth / line x chase latency, per trial"
-                ),
-                misses,
-            ),
-        ] {
-            out.metric(&self.name(name), unit, &description, raw);
-        }
+        let what = format!(
+            "chase latency with every load thread {what} unthrottled ({k} thread(s), {page})"
+        );
+        out.metric(
+            &self.name("loaded_latency"),
+            "ns",
+            &what,
+            full.latency.clone(),
+        );
+        let what = format!(
+            "highest bandwidth of the {label} sweep, per chase trial, at gap {gap}: {counted}"
+        );
+        out.metric(
+            &self.name("peak_bandwidth"),
+            "bytes/s",
+            &what,
+            peak.bandwidth.clone(),
+        );
+        let what = format!(
+            "misses in flight at the unthrottled {label} point by Little's law: bandwidth / line x chase latency, per trial"
+        );
+        out.metric(
+            &self.name("loaded_outstanding_misses"),
+            "lines",
+            &what,
+            misses,
+        );
     }
 
     /// The curve's finding: idle against unthrottled, and the peak against its prediction.
@@ -389,7 +372,7 @@ impl TrafficCurve<'_> {
 
     /// What the memory moved at `peak` with reads for ownership, where they were shown.
     fn moved(&self, peak: &LoadedPoint) -> String {
-        if !self.rfo {
+        if !ownership_shown(self.r.ctx) {
             return String::new();
         }
         let bw = fmt_bandwidth(peak.bandwidth_bps() * self.traffic.memory_per_counted());
