@@ -105,8 +105,7 @@ impl LoadedPoint {
 #[derive(Default, Clone)]
 pub(super) struct Sweep {
     pub(super) idle: LoadedPoint,
-    pub(super) reads: Vec<LoadedPoint>,
-    pub(super) mix: Vec<LoadedPoint>,
+    pub(super) curves: [Vec<LoadedPoint>; 2],
     pub(super) idle_repeats: Vec<f64>,
     pub(super) reference_repeats: Vec<f64>,
     /// The delay loop's cost, measured on the chase's CPU.
@@ -178,8 +177,7 @@ impl Run<'_, '_> {
             self.quiet_pair(sh, &mut at, &mut sw);
             for &g in gaps {
                 let iters = (g / ns_per_iter).round() as u64;
-                for (traffic, pts) in [(Traffic::Read, &mut sw.reads), (Traffic::Mix, &mut sw.mix)]
-                {
+                for traffic in Traffic::BOTH {
                     sh.stop.store(false, Ordering::Release);
                     sh.started.store(0, Ordering::Release);
                     let mut p = LoadedPoint::default();
@@ -192,7 +190,7 @@ impl Run<'_, '_> {
                     p.load = load;
                     let (l, b) = (fmt_ns(p.latency_ns()), fmt_bandwidth(p.bandwidth_bps()));
                     (self.ctx.progress)(&format!("{}: {l} at {b}", p.label()));
-                    pts.push(p);
+                    sw.curves[traffic as usize].push(p);
                 }
                 self.quiet_pair(sh, &mut at, &mut sw);
             }

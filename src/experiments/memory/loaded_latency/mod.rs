@@ -60,6 +60,7 @@ const MIX_WRITES: u64 = 1;
 const STORED: u64 = 0x0123_4567_89ab_cdef;
 
 impl Traffic {
+    const BOTH: [Traffic; 2] = [Traffic::Read, Traffic::Mix];
     /// Whether a load thread's `n`th line (from 0) is written rather than read.
     fn writes(self, n: u64) -> bool {
         match self {

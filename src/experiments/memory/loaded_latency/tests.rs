@@ -215,13 +215,15 @@ fn both_curves_report_their_metrics_by_name() {
     };
     let sw = Sweep {
         idle: point(None, Traffic::Read, 0.4e9, 100.0),
-        reads: vec![
-            point(Some(2000.0), Traffic::Read, 1e9, 105.0),
-            point(Some(0.0), Traffic::Read, 15e9, 150.0),
-        ],
-        mix: vec![
-            point(Some(2000.0), Traffic::Mix, 1e9, 108.0),
-            point(Some(0.0), Traffic::Mix, 12e9, 160.0),
+        curves: [
+            vec![
+                point(Some(2000.0), Traffic::Read, 1e9, 105.0),
+                point(Some(0.0), Traffic::Read, 15e9, 150.0),
+            ],
+            vec![
+                point(Some(2000.0), Traffic::Mix, 1e9, 108.0),
+                point(Some(0.0), Traffic::Mix, 12e9, 160.0),
+            ],
         ],
         ..Default::default()
     };

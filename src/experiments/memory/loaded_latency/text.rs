@@ -86,13 +86,8 @@ impl Run<'_, '_> {
         );
         out.metric("idle_latency", "ns", &what, sw.idle.latency.clone());
         let predicted = super::predict::predictions(ctx);
-        for (traffic, loaded) in [(Traffic::Read, &sw.reads), (Traffic::Mix, &sw.mix)] {
-            TrafficCurve {
-                r: self,
-                traffic,
-                loaded,
-            }
-            .write(out, &predicted);
+        for traffic in Traffic::BOTH {
+            TrafficCurve { r: self, traffic }.write(out, &predicted);
         }
         self.quiet_note(out);
         self.point_notes(out);
@@ -176,7 +171,7 @@ impl Run<'_, '_> {
     /// The premise that the load ran alongside every loaded point, of both traffics.
     fn concurrency_premise(&self) -> Check {
         let sw = &self.sw;
-        let loaded: Vec<&LoadedPoint> = sw.reads.iter().chain(&sw.mix).collect();
+        let loaded: Vec<&LoadedPoint> = sw.curves.iter().flatten().collect();
         let fails = loaded.iter().filter_map(|p| {
             let w = p.concurrency_failure(&self.loaders)?;
             Some(format!("{}: {w}", p.label()))
@@ -193,8 +188,8 @@ impl Run<'_, '_> {
                 (None, true) => format!(
                     "{} loaded points ({} read-only, {} of the read/write mix): every load thread started before the chase's first trial and stopped after its last, on its CPU at every look; {trials} trials kept with every load thread streaming, {stalled} set aside and repeated (a load thread read nothing or was held up more than 20 us in them)",
                     loaded.len(),
-                    sw.reads.len(),
-                    sw.mix.len()
+                    sw.curves[0].len(),
+                    sw.curves[1].len()
                 ),
                 (None, false) => fails.join("; "),
             },
@@ -204,7 +199,7 @@ impl Run<'_, '_> {
     /// The delay loop's rate, the chase's preempted trials and each point's harness notes.
     fn point_notes(&self, out: &mut Outcome) {
         let sw = &self.sw;
-        let all = || std::iter::once(&sw.idle).chain(&sw.reads).chain(&sw.mix);
+        let all = || std::iter::once(&sw.idle).chain(sw.curves.iter().flatten());
         let (rate, preempted) = (sw.ns_per_iter, all().map(|p| p.preempted).sum::<usize>());
         out.notes.push(format!(
             "delay loop: {rate:.2} ns per iteration (measured on the chase's CPU); {preempted} chase trials were preempted and repeated"
@@ -216,28 +211,30 @@ impl Run<'_, '_> {
     }
 }
 
-/// Whether mem.bandwidth's figures earlier in the run showed reads for ownership
-/// (`bandwidth::rfo_shown`): only then does the mix's finding count them.
-pub(super) fn ownership_shown(ctx: &Context) -> bool {
+/// What the memory moved with reads for ownership, where mem.bandwidth's figures earlier in
+/// the run showed them (`bandwidth::rfo_shown`): only then does the mix's finding count them.
+fn moved(ctx: &Context, bandwidth: f64) -> String {
     let s = |m: &str| ctx.earlier_metric("mem.bandwidth", m).map(|x| &x.summary);
-    match (s("read_1t"), s("write_1t"), s("write_nt_1t")) {
+    let shown = match (s("read_1t"), s("write_1t"), s("write_nt_1t")) {
         (Some(r), Some(w), Some(nt)) => crate::experiments::memory::bandwidth::rfo_shown(r, w, nt),
         _ => false,
-    }
+    };
+    let bw = fmt_bandwidth(bandwidth);
+    let text = format!(" (mem.bandwidth's stores showed reads for ownership: with them the memory moved about {bw})");
+    shown.then_some(text).unwrap_or_default()
 }
 
 /// One traffic's curve: the shared idle point and its loaded points, lightest first.
 struct TrafficCurve<'a> {
     r: &'a Run<'a, 'a>,
     traffic: Traffic,
-    loaded: &'a [LoadedPoint],
 }
 
 impl TrafficCurve<'_> {
     /// Its series, metrics (named with the traffic's suffix), knee and findings.
     fn write(&self, out: &mut Outcome, predicted: &[(String, Prediction)]) {
         self.series(out);
-        let Some(full) = self.loaded.last() else {
+        let Some(full) = self.loaded().last() else {
             return;
         };
         let by_bandwidth =
@@ -252,9 +249,13 @@ impl TrafficCurve<'_> {
         self.points_note(out);
     }
 
+    fn loaded(&self) -> &[LoadedPoint] {
+        &self.r.sw.curves[self.traffic as usize]
+    }
+
     /// The idle point, then the loaded ones.
     fn points(&self) -> impl Iterator<Item = &LoadedPoint> {
-        std::iter::once(&self.r.sw.idle).chain(self.loaded)
+        std::iter::once(&self.r.sw.idle).chain(self.loaded())
     }
 
     fn name(&self, base: &str) -> String {
@@ -265,20 +266,19 @@ impl TrafficCurve<'_> {
     fn series(&self, out: &mut Outcome) {
         let curve = self.points().map(|p| [p.bandwidth_bps(), p.latency_ns()]);
         let curve: Vec<[f64; 2]> = curve.collect();
-        let line = self.r.line;
-        let misses: Vec<[f64; 2]> = curve
+        let misses = curve
             .iter()
-            .map(|&[b, l]| [b, outstanding(b, line, l)])
-            .collect();
+            .map(|&[b, l]| [b, outstanding(b, self.r.line, l)]);
+        let misses = misses.collect();
         let prefix = ["", "mix_"][self.traffic as usize];
-        let name = |base: &str| format!("{prefix}{base}");
-        out.plot(&name("latency_vs_bandwidth"), "bytes/s", "ns", curve);
         out.plot(
-            &name("outstanding_misses_vs_bandwidth"),
+            &format!("{prefix}latency_vs_bandwidth"),
             "bytes/s",
-            "lines",
-            misses,
+            "ns",
+            curve,
         );
+        let name = format!("{prefix}outstanding_misses_vs_bandwidth");
+        out.plot(&name, "bytes/s", "lines", misses);
     }
 
     /// The loaded latency, the peak bandwidth and the misses in flight.
@@ -297,34 +297,19 @@ impl TrafficCurve<'_> {
         };
         let misses = full.bandwidth.iter().zip(&full.latency);
         let misses = misses.map(|(&b, &l)| outstanding(b, line, l)).collect();
-        let gap = fmt_ns(peak.gap.unwrap_or(0.0));
-        let what = format!(
+        let (gap, n) = (fmt_ns(peak.gap.unwrap_or(0.0)), |base| self.name(base));
+        let w = format!(
             "chase latency with every load thread {what} unthrottled ({k} thread(s), {page})"
         );
-        out.metric(
-            &self.name("loaded_latency"),
-            "ns",
-            &what,
-            full.latency.clone(),
-        );
-        let what = format!(
+        out.metric(&n("loaded_latency"), "ns", &w, full.latency.clone());
+        let w = format!(
             "highest bandwidth of the {label} sweep, per chase trial, at gap {gap}: {counted}"
         );
-        out.metric(
-            &self.name("peak_bandwidth"),
-            "bytes/s",
-            &what,
-            peak.bandwidth.clone(),
-        );
-        let what = format!(
+        out.metric(&n("peak_bandwidth"), "bytes/s", &w, peak.bandwidth.clone());
+        let w = format!(
             "misses in flight at the unthrottled {label} point by Little's law: bandwidth / line x chase latency, per trial"
         );
-        out.metric(
-            &self.name("loaded_outstanding_misses"),
-            "lines",
-            &what,
-            misses,
-        );
+        out.metric(&n("loaded_outstanding_misses"), "lines", &w, misses);
     }
 
     /// The curve's finding: idle against unthrottled, and the peak against its prediction.
@@ -364,25 +349,16 @@ impl TrafficCurve<'_> {
             Traffic::Mix => format!(
                 "Under a {} load (ordinary stores): {loaded} with {k} load thread(s) unthrottled ({ratio:.2}x idle, {side}), at {at}; peak {pk}{against}, counting each written line once{}.",
                 self.traffic.label(),
-                self.moved(peak)
+                moved(self.r.ctx, peak.bandwidth_bps() * self.traffic.memory_per_counted())
             ),
         };
         out.finding_salient(text, &["idle_latency", &loaded_name, &peak_name], ratio);
     }
 
-    /// What the memory moved at `peak` with reads for ownership, where they were shown.
-    fn moved(&self, peak: &LoadedPoint) -> String {
-        if !ownership_shown(self.r.ctx) {
-            return String::new();
-        }
-        let bw = fmt_bandwidth(peak.bandwidth_bps() * self.traffic.memory_per_counted());
-        format!(" (mem.bandwidth's stores showed reads for ownership: with them the memory moved about {bw})")
-    }
-
     /// The knee's metric and finding, or a note on why there is none.
     fn knee(&self, out: &mut Outcome, peak: &LoadedPoint) {
         let lp = self
-            .loaded
+            .loaded()
             .iter()
             .map(|p| (p.bandwidth_bps(), p.latency_ns()));
         let lp: Vec<(f64, f64)> = lp.collect();
@@ -397,7 +373,7 @@ impl TrafficCurve<'_> {
             };
             return out.notes.push(format!("{label}: no knee: {why}"));
         };
-        let (knee_name, kp) = (self.name("knee_bandwidth"), &self.loaded[i]);
+        let (knee_name, kp) = (self.name("knee_bandwidth"), &self.loaded()[i]);
         let what = format!(
             "the highest bandwidth of the {label} sweep whose chase latency stays within {rise:.0}% of idle"
         );
