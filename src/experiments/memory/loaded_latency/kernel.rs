@@ -1,12 +1,10 @@
 //! The chase and its load threads: one point per gap and traffic.
 
-use super::{Run, Traffic, BATCH, STORED};
+use super::{Buffer, Run, Traffic, BATCH, STORED};
 use crate::experiments::kit::place::Place;
 use crate::experiments::kit::team::{Step, Team};
 use crate::experiments::kit::{measure_raw, measure_trials, spin_until};
 use crate::experiments::memory::latency::{chase, UNROLL};
-use crate::experiments::Context;
-use crate::harness::HarnessConfig;
 use crate::units::{fmt_bandwidth, fmt_ns};
 use std::sync::atomic::Ordering::{self, Relaxed};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
@@ -18,16 +16,6 @@ fn delay(n: u64) {
     for i in 0..n {
         std::hint::black_box(i);
     }
-}
-
-/// ns per iteration of `delay`, measured on this thread.
-fn delay_ns_per_iter(ctx: &Context, cfg: &HarnessConfig) -> f64 {
-    let m = measure_raw(ctx.clock, cfg, 1024.0, |iters| {
-        for _ in 0..iters {
-            delay(1024);
-        }
-    });
-    m.median_ns().max(0.01)
 }
 
 /// A load thread's lines read and hiccups (batches far slower than its quickest), on
@@ -119,19 +107,14 @@ struct LoadSignals {
     counters: Vec<LineCounter>,
 }
 
-impl LoadSignals {
-    /// Each load thread's lines and hiccups.
-    fn counts(&self) -> Vec<(u64, u64)> {
-        let read = |c: &LineCounter| (c.lines.load(Relaxed), c.hiccups.load(Relaxed));
-        self.counters.iter().map(read).collect()
-    }
-}
-
 impl Run<'_, '_> {
     /// Idle and reference, then at each gap, lightest first, reads and the mix (so both see
     /// the same moments' neighbours), then idle and reference again.
-    pub(super) fn sweep(&self, gaps: &[f64]) -> Sweep {
-        let ns_per_iter = delay_ns_per_iter(self.ctx, &self.cfg);
+    pub(super) fn sweep(&self) -> Sweep {
+        // The delay loop's cost per iteration, measured on the chase's CPU.
+        let calibration = |iters: u64| (0..iters).for_each(|_| delay(1024));
+        let m = measure_raw(self.ctx.clock, &self.cfg, 1024.0, calibration);
+        let ns_per_iter = m.median_ns().max(0.01);
         let k = self.loaders.len();
         let sh = LoadSignals {
             stop: AtomicBool::new(false),
@@ -162,20 +145,18 @@ impl Run<'_, '_> {
         let sweep = |lead: &mut dyn FnMut(u64, &mut dyn FnMut()) -> Step| {
             // One chase position for the whole sweep: restarting each point at node 0 walked
             // the same prefix again, which then sat in the caches.
-            let reference = self
-                .reference
-                .as_ref()
-                .map(|r| r.region.as_ptr() as *const u8);
+            let start = |b: &Buffer| b.region.as_ptr() as *const u8;
+            let reference = self.reference.as_ref();
             let mut at = [
-                self.chase.region.as_ptr() as *const u8,
-                reference.unwrap_or(std::ptr::null()),
+                start(&self.chase),
+                reference.map_or(std::ptr::null(), start),
             ];
             let mut sw = Sweep {
                 ns_per_iter,
                 ..Default::default()
             };
             self.quiet_pair(sh, &mut at, &mut sw);
-            for &g in gaps {
+            for &g in self.gaps {
                 let iters = (g / ns_per_iter).round() as u64;
                 for traffic in Traffic::BOTH {
                     sh.stop.store(false, Ordering::Release);
@@ -199,38 +180,37 @@ impl Run<'_, '_> {
         Team::led(clock, &cpus, member, sweep).0
     }
 
-    /// The idle and reference chases, in turn first so a drift favours neither; every idle
-    /// trial is pooled (the neighbours' traffic changes, and one window would stand for all).
+    /// The idle and reference chases, in turn first so a drift favours neither, each after
+    /// an untimed warm-up (a chase the streams left cold is slower); every idle trial is
+    /// pooled (the neighbours' traffic changes, and one window would stand for all).
     fn quiet_pair(&self, sh: &LoadSignals, at: &mut [*const u8; 2], sw: &mut Sweep) {
         let order = [[0, 1], [1, 0]][sw.idle_repeats.len() % 2];
-        let (mut got, chases) = ([None, None], [true, self.reference.is_some()]);
-        for c in order.into_iter().filter(|&c| chases[c]) {
-            got[c] = Some(self.quiet_point(sh, &mut at[c]));
+        let mut got = [None, None];
+        for c in order
+            .into_iter()
+            .filter(|&c| c == 0 || self.reference.is_some())
+        {
+            let t = std::time::Instant::now();
+            while t.elapsed() < QUIET_WARM_UP {
+                // SAFETY: `at` is in a chain laid and verified as one cycle before the sweep,
+                // and nothing writes its region while the chase runs.
+                at[c] = unsafe { chase(at[c], 64) };
+            }
+            got[c] = Some(self.point(sh, None, Traffic::Read, &mut at[c]));
         }
         let [idle, reference] = got;
         let idle = idle.expect("the idle chase ran");
-        let reference = reference.map(|r| r.latency_ns());
-        sw.reference_repeats.extend(reference);
-        let said = reference.map(|r| format!(", reference chase {}", fmt_ns(r)));
-        let l = idle.latency_ns();
-        let said = said.unwrap_or_default();
+        let (l, reference) = (idle.latency_ns(), reference.map(|r| r.latency_ns()));
+        let said = reference.map_or(String::new(), |r| {
+            format!(", reference chase {}", fmt_ns(r))
+        });
         (self.ctx.progress)(&format!("idle: {}{said}", fmt_ns(l)));
         sw.idle_repeats.push(l);
+        sw.reference_repeats.extend(reference);
         sw.idle.latency.extend(idle.latency);
         sw.idle.bandwidth.extend(idle.bandwidth);
         sw.idle.preempted += idle.preempted;
         sw.idle.notes.extend(idle.notes);
-    }
-
-    /// A point without load, after an untimed warm-up (a chase the streams left cold is slower).
-    fn quiet_point(&self, sh: &LoadSignals, at: &mut *const u8) -> LoadedPoint {
-        let t = std::time::Instant::now();
-        while t.elapsed() < QUIET_WARM_UP {
-            // SAFETY: `at` is in a chain laid and verified as one cycle before the sweep,
-            // and nothing writes its region while the chase runs.
-            *at = unsafe { chase(*at, 64) };
-        }
-        self.point(sh, None, Traffic::Read, at)
     }
 
     /// One point's chase trials (the load threads streaming unless idle), from `at` on.
@@ -248,11 +228,13 @@ impl Run<'_, '_> {
             ..Default::default()
         };
         let (mut first, mut last, line) = (None, 0u64, self.line as f64);
+        let read = |c: &LineCounter| (c.lines.load(Relaxed), c.hiccups.load(Relaxed));
+        let counts = || sh.counters.iter().map(read).collect::<Vec<_>>();
         // A trial counts when this thread was not preempted and, under load, every load
         // thread read lines without a hiccup all through it; others are repeated.
         let cfg = gap.map_or(&self.quiet_cfg, |_| &self.cfg);
         let m = measure_trials(clock, cfg, UNROLL as f64, |iters| {
-            let v0 = sh.counts();
+            let v0 = counts();
             let pre = crate::harness::thread_preemptions();
             let t0 = clock.start();
             // SAFETY: the chain in this region was laid and verified as one cycle before
@@ -260,7 +242,7 @@ impl Run<'_, '_> {
             *at = unsafe { chase(*at, iters) };
             let t1 = clock.stop();
             let quiet = crate::harness::thread_preemptions() == pre;
-            let v1 = sh.counts();
+            let v1 = counts();
             first.get_or_insert(t0);
             last = t1;
             let pairs = || v0.iter().zip(&v1);

@@ -108,19 +108,62 @@ impl Experiment for LoadedLatency {
     }
 
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        let others: Vec<usize> = ctx
-            .allowed_cpus()
-            .into_iter()
-            .filter(|&c| c != ctx.cpu)
-            .collect();
+        let allowed = ctx.allowed_cpus();
+        let others: Vec<usize> = allowed.into_iter().filter(|&c| c != ctx.cpu).collect();
         if others.is_empty() {
             return Ok(Outcome::skipped(
                 "only one CPU is allowed: no other core can load memory while the chase runs (allow at least 2 CPUs)",
             ));
         }
-        let mut out = Outcome::default();
-        let (line, chase_len, load_len, loaders) = plan(ctx, &others, &mut out)?;
-        let rss0 = kit::rss_baseline();
+        let (mut out, rss0) = (Outcome::default(), kit::rss_baseline());
+        let mut run = Run::new(ctx, &others, &mut out)?;
+        run.sw = run.sweep();
+        let reference = run.reference.as_ref().map_or(0, |r| r.region.len());
+        let (chase, line) = (run.chase.region.len(), run.line);
+        let held = chase + run.loads.region.len() + reference + 4 * chase / line;
+        out.check(kit::rss_check(rss0, held as u64));
+        run.write(&mut out);
+        Ok(out)
+    }
+}
+
+/// One run: its CPUs, buffers, gaps and trial settings (loaded points, then idle and
+/// reference points), and the sweep once measured.
+struct Run<'a, 'c> {
+    ctx: &'a Context<'c>,
+    gaps: &'static [f64],
+    cfg: HarnessConfig,
+    quiet_cfg: HarnessConfig,
+    line: usize,
+    loaders: Vec<usize>,
+    chase: Buffer,
+    reference: Option<Buffer>,
+    loads: Buffer,
+    sw: Sweep,
+}
+
+impl<'a, 'c> Run<'a, 'c> {
+    /// Plans the buffers and load threads, lays the chains and faults the buffers in.
+    fn new(ctx: &'a Context<'c>, others: &[usize], out: &mut Outcome) -> anyhow::Result<Self> {
+        let caches = ctx.machine.data_caches();
+        let line = kit::line_bytes(&caches);
+        let (llc, assumed) = kit::llc_or_assumed(&caches);
+        out.notes.extend(assumed);
+        let (chase_len, load_len, k) = sizes(ctx.machine, ctx.profile, line, others.len())?;
+        if k < others.len() {
+            out.notes.push(format!(
+                "{k} load threads of {} other CPUs: the memory cap holds {k} parts of at least 1 MiB",
+                others.len()
+            ));
+        }
+        if (chase_len as u64) < 4 * llc {
+            out.notes.push(format!(
+                "the chase buffer ({}) is less than 4x the last-level cache ({}): some of its loads hit that cache",
+                fmt_bytes(chase_len as f64),
+                fmt_bytes(llc as f64)
+            ));
+        }
+        let loaders = ctx.machine.topology.spread(others, k);
         (ctx.progress)("faulting the buffers in");
         let seams = crate::experiments::seams::get();
         let mut chase = mapping(ctx, chase_len, !seams.chase_base_pages)?;
@@ -134,7 +177,7 @@ impl Experiment for LoadedLatency {
             "{n} nodes of {line} B over {}: the chase verified in memory as one cycle",
             fmt_bytes((n * line) as f64)
         ));
-        let reference = reference(ctx, chase_len, load_len, line, &mut rng, &mut out)?;
+        let reference = reference(ctx, chase_len, load_len, line, &mut rng, out)?;
         let cpus: Vec<String> = loaders.iter().map(|c| c.to_string()).collect();
         out.notes.push(format!(
             "chase on CPU {}; load threads on CPUs {} (one per physical core first); chase buffer {} on {}; load buffer {} ({} per thread) on {}",
@@ -151,9 +194,9 @@ impl Experiment for LoadedLatency {
         // for the idle and reference points; the rest lays the chains and faults buffers.
         let trials = HarnessConfig::short_trials(Duration::from_micros(100), 11);
         let budget = |share: f64| ctx.budget.mul_f64(share);
-        let held = chase_len + load_len + reference.as_ref().map_or(0, |r| r.region.len());
-        let mut run = Run {
+        Ok(Run {
             ctx,
+            gaps,
             cfg: trials.clone().for_budget(budget(0.4), 2 * gaps.len() + 1),
             quiet_cfg: trials.for_budget(budget(0.1), 2 * (gaps.len() + 1)),
             line,
@@ -162,54 +205,8 @@ impl Experiment for LoadedLatency {
             reference,
             loads,
             sw: Sweep::default(),
-        };
-        run.sw = run.sweep(gaps);
-        out.check(kit::rss_check(rss0, (held + 4 * chase_len / line) as u64));
-        run.write(&mut out);
-        Ok(out)
+        })
     }
-}
-
-/// One run: its CPUs, buffers and trial settings (loaded points, then idle and reference
-/// points), and the sweep once measured.
-struct Run<'a, 'c> {
-    ctx: &'a Context<'c>,
-    cfg: HarnessConfig,
-    quiet_cfg: HarnessConfig,
-    line: usize,
-    loaders: Vec<usize>,
-    chase: Buffer,
-    reference: Option<Buffer>,
-    loads: Buffer,
-    sw: Sweep,
-}
-
-/// The line size, the buffers' lengths and the load threads' CPUs, with notes.
-fn plan(
-    ctx: &Context,
-    others: &[usize],
-    out: &mut Outcome,
-) -> anyhow::Result<(usize, usize, usize, Vec<usize>)> {
-    let caches = ctx.machine.data_caches();
-    let line = kit::line_bytes(&caches);
-    let (llc, assumed) = kit::llc_or_assumed(&caches);
-    out.notes.extend(assumed);
-    let (chase_len, load_len, k) = sizes(ctx.machine, ctx.profile, line, others.len())?;
-    if k < others.len() {
-        out.notes.push(format!(
-            "{k} load threads of {} other CPUs: the memory cap holds {k} parts of at least 1 MiB",
-            others.len()
-        ));
-    }
-    if (chase_len as u64) < 4 * llc {
-        out.notes.push(format!(
-            "the chase buffer ({}) is less than 4x the last-level cache ({}): some of its loads hit that cache",
-            fmt_bytes(chase_len as f64),
-            fmt_bytes(llc as f64)
-        ));
-    }
-    let loaders = ctx.machine.topology.spread(others, k);
-    Ok((line, chase_len, load_len, loaders))
 }
 
 /// The most the three buffers take per profile.

@@ -239,6 +239,7 @@ fn both_curves_report_their_metrics_by_name() {
         let (chase, loads) = (buffer(), buffer());
         Run {
             ctx,
+            gaps: &[],
             cfg,
             quiet_cfg,
             line,

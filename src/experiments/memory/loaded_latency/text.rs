@@ -14,10 +14,8 @@ use crate::units::{fmt_bandwidth, fmt_bytes, fmt_ns};
 pub(super) fn knee(idle: f64, pts: &[(f64, f64)]) -> Option<usize> {
     let mut order: Vec<usize> = (0..pts.len()).collect();
     order.sort_by(|&a, &b| pts[a].0.total_cmp(&pts[b].0));
-    order
-        .into_iter()
-        .take_while(|&i| pts[i].1 <= KNEE_RISE * idle)
-        .last()
+    let near_idle = |&i: &usize| pts[i].1 <= KNEE_RISE * idle;
+    order.into_iter().take_while(near_idle).last()
 }
 
 pub(super) const SAME_CHASE: &str = "the idle chase is mem.latency's chase";
@@ -419,12 +417,8 @@ impl TrafficCurve<'_> {
         };
         let reads = std::iter::once("thp_1".to_string()).chain(teams);
         let reads: Vec<String> = reads.filter_map(share).collect();
-        if !reads.is_empty() {
-            let (peak, k) = (fmt_bandwidth(peak), self.r.loaders.len());
-            let reads = reads.join(", ");
-            let note =
-                format!("peak bandwidth {peak} with {k} load thread(s) and the chase: {reads}");
-            out.notes.push(note);
-        }
+        let (peak, k, list) = (fmt_bandwidth(peak), self.r.loaders.len(), reads.join(", "));
+        let note = format!("peak bandwidth {peak} with {k} load thread(s) and the chase: {list}");
+        out.notes.extend((!reads.is_empty()).then_some(note));
     }
 }
