@@ -279,10 +279,8 @@ fn mapping(ctx: &Context, len: usize, huge: bool) -> anyhow::Result<Buffer> {
 fn laid_chain(region: &mut Region, line: usize, n: usize, rng: &mut Rng) -> anyhow::Result<()> {
     lay(region, line, &sattolo(n, rng));
     let one_cycle = verify_chain(region, line, n, rng);
-    anyhow::ensure!(
-        one_cycle,
-        "the chase chain in memory is not one cycle through every node"
-    );
+    let not = "the chase chain in memory is not one cycle through every node";
+    anyhow::ensure!(one_cycle, not);
     Ok(())
 }
 

@@ -75,7 +75,7 @@ impl Agreement {
 impl Run<'_, '_> {
     /// Metrics, series, checks, findings and notes.
     pub(super) fn write(&self, out: &mut Outcome) {
-        let (sw, ctx) = (&self.sw, self.ctx);
+        let sw = &self.sw;
         out.check(self.concurrency_premise());
         self.same_chase(out);
         let (page, repeats) = (self.chase.pages(), sw.idle_repeats.len());
@@ -83,9 +83,8 @@ impl Run<'_, '_> {
             "chase latency with no load thread running ({page}), {repeats} repeats between the loaded points, trials pooled; the idle point of both curves"
         );
         out.metric("idle_latency", "ns", &what, sw.idle.latency.clone());
-        let predicted = super::predict::predictions(ctx);
         for traffic in Traffic::BOTH {
-            TrafficCurve { r: self, traffic }.write(out, &predicted);
+            TrafficCurve { r: self, traffic }.write(out);
         }
         self.quiet_note(out);
         self.point_notes(out);
@@ -95,19 +94,17 @@ impl Run<'_, '_> {
     fn same_chase(&self, out: &mut Outcome) {
         let refname = self.chase.dram();
         let earlier = self.ctx.earlier_metric("mem.latency", refname);
-        let pair = earlier
-            .map(|r| &r.summary)
-            .zip(Summary::of(&self.sw.idle.latency));
+        let idle = Summary::of(&self.sw.idle.latency);
+        let pair = earlier.map(|r| &r.summary).zip(idle);
         match (self.reference_check(), pair) {
-            (Some(c), Some((r, s))) => {
+            (Some(c), pair) => {
                 out.check(c);
-                out.notes.push(format!(
+                out.notes.extend(pair.map(|(r, s)| format!(
                     "mem.latency's {refname} earlier in the run: {} (idle is {:.2}x of it): measured minutes before, when other guests' memory traffic may have differed, so it is context here; the premise compares the reference chase of the same window",
                     fmt_ns(r.median),
                     s.median / r.median
-                ));
+                )));
             }
-            (Some(c), None) => out.check(c),
             (None, Some((r, s))) => out.check(idle_check(&s, r, refname)),
             (None, None) => out.notes.push(format!(
                 "mem.latency's {refname} is not in this run and no reference chase was measured: the idle point is not compared with mem.latency's chase"
@@ -230,7 +227,7 @@ struct TrafficCurve<'a> {
 
 impl TrafficCurve<'_> {
     /// Its series, metrics (named with the traffic's suffix), knee and findings.
-    fn write(&self, out: &mut Outcome, predicted: &[(String, Prediction)]) {
+    fn write(&self, out: &mut Outcome) {
         self.series(out);
         let Some(full) = self.loaded().last() else {
             return;
@@ -239,7 +236,7 @@ impl TrafficCurve<'_> {
             |a: &&LoadedPoint, b: &&LoadedPoint| a.bandwidth_bps().total_cmp(&b.bandwidth_bps());
         let peak = self.points().max_by(by_bandwidth).unwrap_or(full);
         self.metrics(out, full, peak);
-        self.finding(out, (full, peak), predicted);
+        self.finding(out, full, peak);
         if self.traffic == Traffic::Read {
             self.read_shares(out, peak.bandwidth_bps());
         }
@@ -264,19 +261,13 @@ impl TrafficCurve<'_> {
     fn series(&self, out: &mut Outcome) {
         let curve = self.points().map(|p| [p.bandwidth_bps(), p.latency_ns()]);
         let curve: Vec<[f64; 2]> = curve.collect();
-        let misses = curve
-            .iter()
-            .map(|&[b, l]| [b, outstanding(b, self.r.line, l)]);
-        let misses = misses.collect();
+        let misses = |&[b, l]: &[f64; 2]| [b, outstanding(b, self.r.line, l)];
+        let misses = curve.iter().map(misses).collect();
         let prefix = ["", "mix_"][self.traffic as usize];
-        out.plot(
-            &format!("{prefix}latency_vs_bandwidth"),
-            "bytes/s",
-            "ns",
-            curve,
-        );
-        let name = format!("{prefix}outstanding_misses_vs_bandwidth");
-        out.plot(&name, "bytes/s", "lines", misses);
+        let name = |base: &str| format!("{prefix}{base}");
+        out.plot(&name("latency_vs_bandwidth"), "bytes/s", "ns", curve);
+        let misses_name = name("outstanding_misses_vs_bandwidth");
+        out.plot(&misses_name, "bytes/s", "lines", misses);
     }
 
     /// The loaded latency, the peak bandwidth and the misses in flight.
@@ -311,12 +302,8 @@ impl TrafficCurve<'_> {
     }
 
     /// The curve's finding: idle against unthrottled, and the peak against its prediction.
-    fn finding(
-        &self,
-        out: &mut Outcome,
-        (full, peak): (&LoadedPoint, &LoadedPoint),
-        predicted: &[(String, Prediction)],
-    ) {
+    fn finding(&self, out: &mut Outcome, full: &LoadedPoint, peak: &LoadedPoint) {
+        let predicted = super::predict::predictions(self.r.ctx);
         let (il, fl) = (self.r.sw.idle.latency_ns(), full.latency_ns());
         let side = match Summary::of(&full.latency).zip(Summary::of(&self.r.sw.idle.latency)) {
             Some((f, i)) => match separation(&f, &i) {
