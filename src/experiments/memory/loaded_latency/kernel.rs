@@ -258,10 +258,8 @@ impl Run<'_, '_> {
             }
             (t1.saturating_sub(t0), quiet && loaded)
         });
-        if gap.is_some() {
-            // Undisturbed trials only: the harness fills a short count with preempted ones.
-            p.trials = m.undisturbed;
-        }
+        // Undisturbed trials only: the harness fills a short count with preempted ones.
+        p.trials = m.undisturbed;
         std::hint::black_box(*at);
         p.window = (first.unwrap_or(0), last);
         p.latency = m.per_op_ns.clone();

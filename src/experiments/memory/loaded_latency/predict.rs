@@ -51,13 +51,11 @@ fn peaks(p: &mut Predictions, k: usize, read: &Input, [r, w]: &[Input; 2]) {
     p.same("peak_bandwidth", read, same);
     let (rn, wn) = (r.name(), w.name());
     let text = format!(
-        "3 / (2 / {rn} + 1 / {wn}): of every three lines two at mem.bandwidth's read rate \
-         and one at its write rate (ordinary stores, whatever they cost there), {k} \
-         thread(s)"
+        "3 / (2 / {rn} + 1 / {wn}): of every three lines two at mem.bandwidth's read rate and \
+         one at its write rate (ordinary stores, whatever they cost there), {k} thread(s)"
     );
-    p.state("peak_bandwidth_mix", &[r, w], |v| {
-        Prediction::new(mix_bandwidth(v[0], v[1]), text)
-    });
+    let mix = |v: &[f64]| Prediction::new(mix_bandwidth(v[0], v[1]), text);
+    p.state("peak_bandwidth_mix", &[r, w], mix);
 }
 
 /// Little's law on the team's bandwidths and the idle chase (not a bound: the idle
@@ -72,16 +70,12 @@ fn misses(p: &mut Predictions, idle: &Input, read: &Input, [ri, wi]: &[Input; 2]
         )
     };
     let text = law("", read.name(), "bandwidth is");
-    p.state("loaded_outstanding_misses", &[read, idle, line], |v| {
-        Prediction::new(v[0] / v[2] * v[1] * 1e-9, text)
-    });
+    let little = |v: &[f64]| Prediction::new(v[0] / v[2] * v[1] * 1e-9, text);
+    p.state("loaded_outstanding_misses", &[read, idle, line], little);
     let bw = format!("3 / (2 / {} + 1 / {})", ri.name(), wi.name());
     let text = law(" on the counted lines", &bw, "bandwidths are");
-    p.state(
-        "loaded_outstanding_misses_mix",
-        &[ri, wi, idle, line],
-        |v| Prediction::new(mix_bandwidth(v[0], v[1]) / v[3] * v[2] * 1e-9, text),
-    );
+    let mix = |v: &[f64]| Prediction::new(mix_bandwidth(v[0], v[1]) / v[3] * v[2] * 1e-9, text);
+    p.state("loaded_outstanding_misses_mix", &[ri, wi, idle, line], mix);
 }
 
 /// Misses in flight by Little's law: bandwidth / line x latency.

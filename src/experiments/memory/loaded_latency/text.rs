@@ -86,8 +86,7 @@ impl Run<'_, '_> {
         for traffic in Traffic::BOTH {
             TrafficCurve { r: self, traffic }.write(out);
         }
-        self.quiet_note(out);
-        self.point_notes(out);
+        self.notes(out);
     }
 
     /// The premise that the idle chase is mem.latency's: against the reference, else earlier.
@@ -147,22 +146,6 @@ impl Run<'_, '_> {
         ))
     }
 
-    /// The idle and reference repeats, in the order taken.
-    fn quiet_note(&self, out: &mut Outcome) {
-        let sw = &self.sw;
-        let list = |v: &[f64]| v.iter().map(|&x| fmt_ns(x)).collect::<Vec<_>>().join(", ");
-        let reference = self.reference.as_ref().map_or(String::new(), |b| {
-            let bytes = fmt_bytes(self.chase.region.len() as f64);
-            let (text, list) = (&b.text, list(&sw.reference_repeats));
-            format!("; the reference chase (laid afresh over {bytes} on {text}) beside each, in turn first: {list}")
-        });
-        out.notes.push(format!(
-            "idle measured {} times, before the sweep and after each gap, the trials pooled: {}{reference}",
-            sw.idle_repeats.len(),
-            list(&sw.idle_repeats)
-        ));
-    }
-
     /// The premise that the load ran alongside every loaded point, of both traffics.
     fn concurrency_premise(&self) -> Check {
         let sw = &self.sw;
@@ -191,9 +174,21 @@ impl Run<'_, '_> {
         )
     }
 
-    /// The delay loop's rate, the chase's preempted trials and each point's harness notes.
-    fn point_notes(&self, out: &mut Outcome) {
+    /// The idle and reference repeats in the order taken, the delay loop's rate, the chase's
+    /// preempted trials and each point's harness notes.
+    fn notes(&self, out: &mut Outcome) {
         let sw = &self.sw;
+        let list = |v: &[f64]| v.iter().map(|&x| fmt_ns(x)).collect::<Vec<_>>().join(", ");
+        let reference = self.reference.as_ref().map_or(String::new(), |b| {
+            let bytes = fmt_bytes(self.chase.region.len() as f64);
+            let (text, list) = (&b.text, list(&sw.reference_repeats));
+            format!("; the reference chase (laid afresh over {bytes} on {text}) beside each, in turn first: {list}")
+        });
+        out.notes.push(format!(
+            "idle measured {} times, before the sweep and after each gap, the trials pooled: {}{reference}",
+            sw.idle_repeats.len(),
+            list(&sw.idle_repeats)
+        ));
         let all = || std::iter::once(&sw.idle).chain(sw.curves.iter().flatten());
         let (rate, preempted) = (sw.ns_per_iter, all().map(|p| p.preempted).sum::<usize>());
         out.notes.push(format!(
@@ -317,12 +312,9 @@ impl TrafficCurve<'_> {
         let stated = |(n, p): &&(String, Prediction)| *n == peak_name && p.withheld.is_none();
         let against = predicted.iter().find(stated).map_or(String::new(), |(_, p)| {
             let inputs: Vec<&str> = p.inputs.keys().map(|k| k.as_str()).collect();
-            format!(
-                " ({:.2}x of {}, predicted from mem.bandwidth's {} with as many threads as load threads)",
-                peak.bandwidth_bps() / p.value,
-                fmt_bandwidth(p.value),
-                inputs.join(" and ")
-            )
+            let (ratio, value) = (peak.bandwidth_bps() / p.value, fmt_bandwidth(p.value));
+            let inputs = inputs.join(" and ");
+            format!(" ({ratio:.2}x of {value}, predicted from mem.bandwidth's {inputs} with as many threads as load threads)")
         });
         let (k, ratio, idle, loaded) = (self.r.loaders.len(), fl / il, fmt_ns(il), fmt_ns(fl));
         let at = fmt_bandwidth(full.bandwidth_bps());
@@ -363,16 +355,13 @@ impl TrafficCurve<'_> {
             "the highest bandwidth of the {label} sweep whose chase latency stays within {rise:.0}% of idle"
         );
         out.metric(&knee_name, "bytes/s", &what, kp.bandwidth.clone());
-        out.finding(
-            format!(
-                "Knee ({label}) at {} ({:.0}% of the peak): latency {} there, {} at the peak.",
-                fmt_bandwidth(kp.bandwidth_bps()),
-                100.0 * kp.bandwidth_bps() / peak.bandwidth_bps(),
-                fmt_ns(kp.latency_ns()),
-                fmt_ns(peak.latency_ns())
-            ),
-            &[&knee_name, &self.name("peak_bandwidth")],
+        let (at, there) = (fmt_bandwidth(kp.bandwidth_bps()), fmt_ns(kp.latency_ns()));
+        let share = 100.0 * kp.bandwidth_bps() / peak.bandwidth_bps();
+        let text = format!(
+            "Knee ({label}) at {at} ({share:.0}% of the peak): latency {there} there, {} at the peak.",
+            fmt_ns(peak.latency_ns())
         );
+        out.finding(text, &[&knee_name, &self.name("peak_bandwidth")]);
     }
 
     /// Each point's gap target, bandwidth, latency and misses in flight.
