@@ -30,8 +30,7 @@ impl Step {
         last.saturating_sub(first)
     }
 
-    /// The share of the span during which every member ran: near 1 when all ran
-    /// together, 0 when they ran one after another.
+    /// The share of the span during which every member ran (1: all together, 0: in turn).
     pub(crate) fn overlap(&self) -> f64 {
         let span = self.span();
         let last_start = self.stamps.iter().map(|s| s.0).max().unwrap_or(0);
@@ -92,11 +91,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl<'c> Team<'c> {
     /// Runs a team of `cpus.len()` threads: member 0 is the calling thread (already on
-    /// `cpus[0]`), member t > 0 a thread pinned to `cpus[t]`. Each member first calls
-    /// `member(t)` on its own thread (setup such as a first touch) to get its step body;
-    /// `drive` then runs on the calling thread once all are ready, and each call of the
-    /// `step(arg)` it is given releases every member into one run of its body with `arg`,
-    /// returning each member's stamps and whether every member ran undisturbed.
+    /// `cpus[0]`), member t > 0 a thread pinned to `cpus[t]`, each with the body `member(t)`
+    /// made on its own thread (setup such as a first touch). `drive` runs here once all are
+    /// ready; each `step(arg)` it calls runs every body once with `arg` and gives the Step.
     pub(crate) fn run<W, R>(
         clock: &'c dyn Clock,
         cpus: &[usize],
@@ -116,10 +113,9 @@ impl<'c> Team<'c> {
         })
     }
 
-    /// As `run`, but the calling thread leads rather than joins: each `lead(arg, f)` runs
-    /// `f` here while members 1.. run their body with `arg` and their placement (to look
-    /// at it as they go), and returns their step when all are done. Between steps the
-    /// members sleep now and then, so a CPU without work is idle.
+    /// As `run`, but the calling thread leads: each `lead(arg, f)` runs `f` here while members
+    /// 1.. run their body with `arg` and their placement (to look at as they go), and gives
+    /// their Step. Between steps they sleep now and then, so a CPU without work is idle.
     pub(crate) fn led<W, R>(
         clock: &'c dyn Clock,
         cpus: &[usize],
@@ -231,9 +227,8 @@ impl<'c> Team<'c> {
                 || self.gen.load(Ordering::Acquire) != seen || self.stop.load(Ordering::Acquire);
             if self.rest {
                 // A CPU that spins is not idle (and under a hypervisor spinning exits to the host).
-                poll_until(next, 256, || {
-                    std::thread::sleep(std::time::Duration::from_micros(200))
-                });
+                let nap = || std::thread::sleep(std::time::Duration::from_micros(200));
+                poll_until(next, 256, nap);
             } else {
                 spin_until(next);
             }

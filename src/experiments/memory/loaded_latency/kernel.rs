@@ -31,10 +31,8 @@ struct LineCounter {
 /// memory stall, shorter than a time slice.
 const HICCUP_SLACK_NS: f64 = 20_000.0;
 
-/// Untimed chase before each idle and reference point.
 const QUIET_WARM_UP: Duration = Duration::from_millis(2);
 
-/// One point of the curve.
 #[derive(Debug, Clone, Default)]
 pub(super) struct LoadedPoint {
     /// Target gap between a load thread's lines, ns; None for idle.
@@ -61,10 +59,8 @@ impl LoadedPoint {
         crate::stats::median(&self.bandwidth)
     }
     pub(super) fn label(&self) -> String {
-        match self.gap {
-            Some(g) => format!("gap {} ({})", fmt_ns(g), self.traffic.label()),
-            None => "gap idle".into(),
-        }
+        let gap = |g| format!("gap {} ({})", fmt_ns(g), self.traffic.label());
+        self.gap.map_or("gap idle".into(), gap)
     }
     /// Why the load did not run alongside the whole point, if it did not.
     pub(super) fn concurrency_failure(&self, loaders: &[usize]) -> Option<String> {
@@ -111,7 +107,6 @@ impl Run<'_, '_> {
     /// Idle and reference, then at each gap, lightest first, reads and the mix (so both see
     /// the same moments' neighbours), then idle and reference again.
     pub(super) fn sweep(&self) -> Sweep {
-        // The delay loop's cost per iteration, measured on the chase's CPU.
         let calibration = |iters: u64| (0..iters).for_each(|_| delay(1024));
         let m = measure_raw(self.ctx.clock, &self.cfg, 1024.0, calibration);
         let ns_per_iter = m.median_ns().max(0.01);
@@ -165,10 +160,10 @@ impl Run<'_, '_> {
                     // The step's argument: the delay between lines, and whether it is the mix.
                     let load = lead(iters << 1 | (traffic == Traffic::Mix) as u64, &mut || {
                         spin_until(|| sh.started.load(Ordering::Acquire) == k);
-                        p = self.point(sh, Some(g), traffic, &mut at[0]);
+                        p = self.point(sh, Some(g), &mut at[0]);
                         sh.stop.store(true, Ordering::Release);
                     });
-                    p.load = load;
+                    (p.load, p.traffic) = (load, traffic);
                     let (l, b) = (fmt_ns(p.latency_ns()), fmt_bandwidth(p.bandwidth_bps()));
                     (self.ctx.progress)(&format!("{}: {l} at {b}", p.label()));
                     sw.curves[traffic as usize].push(p);
@@ -196,7 +191,7 @@ impl Run<'_, '_> {
                 // and nothing writes its region while the chase runs.
                 at[c] = unsafe { chase(at[c], 64) };
             }
-            got[c] = Some(self.point(sh, None, Traffic::Read, &mut at[c]));
+            got[c] = Some(self.point(sh, None, &mut at[c]));
         }
         let [idle, reference] = got;
         let idle = idle.expect("the idle chase ran");
@@ -214,17 +209,10 @@ impl Run<'_, '_> {
     }
 
     /// One point's chase trials (the load threads streaming unless idle), from `at` on.
-    fn point(
-        &self,
-        sh: &LoadSignals,
-        gap: Option<f64>,
-        traffic: Traffic,
-        at: &mut *const u8,
-    ) -> LoadedPoint {
+    fn point(&self, sh: &LoadSignals, gap: Option<f64>, at: &mut *const u8) -> LoadedPoint {
         let clock = self.ctx.clock;
         let mut p = LoadedPoint {
             gap,
-            traffic,
             ..Default::default()
         };
         let (mut first, mut last, line) = (None, 0u64, self.line as f64);

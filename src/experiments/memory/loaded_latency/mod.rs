@@ -61,7 +61,6 @@ const STORED: u64 = 0x0123_4567_89ab_cdef;
 
 impl Traffic {
     const BOTH: [Traffic; 2] = [Traffic::Read, Traffic::Mix];
-    /// Whether a load thread's `n`th line (from 0) is written rather than read.
     fn writes(self, n: u64) -> bool {
         match self {
             Traffic::Read => false,
@@ -127,8 +126,7 @@ impl Experiment for LoadedLatency {
     }
 }
 
-/// One run: its CPUs, buffers, gaps and trial settings (loaded points, then idle and
-/// reference points), and the sweep once measured.
+/// One run's CPUs, buffers, gaps, trial settings (loaded, then quiet points) and sweep.
 struct Run<'a, 'c> {
     ctx: &'a Context<'c>,
     gaps: &'static [f64],
@@ -177,7 +175,20 @@ impl<'a, 'c> Run<'a, 'c> {
             "{n} nodes of {line} B over {}: the chase verified in memory as one cycle",
             fmt_bytes((n * line) as f64)
         ));
-        let reference = reference(ctx, chase_len, load_len, line, &mut rng, out)?;
+        // The reference chase (mem.latency's, laid afresh), unless the memory cap is full.
+        let want = (2 * chase_len + load_len + 4 * chase_len / line) as u64;
+        let reference = if kit::memory_cap(ctx.machine, ctx.profile, want, 0)? < want {
+            out.notes.push(format!(
+                "no reference chase: {} more would pass the memory cap (the profile's memory limit); the idle chase is compared with mem.latency's figure from earlier in the run",
+                fmt_bytes(chase_len as f64)
+            ));
+            None
+        } else {
+            (ctx.progress)("laying the reference chase");
+            let mut r = mapping(ctx, chase_len, true)?;
+            laid_chain(&mut r.region, line, chase_len / line, &mut rng)?;
+            Some(r)
+        };
         let cpus: Vec<String> = loaders.iter().map(|c| c.to_string()).collect();
         out.notes.push(format!(
             "chase on CPU {}; load threads on CPUs {} (one per physical core first); chase buffer {} on {}; load buffer {} ({} per thread) on {}",
@@ -230,7 +241,6 @@ pub(super) fn sizes(
     Ok((chase as usize, part * threads, threads))
 }
 
-/// A buffer and how it is backed.
 struct Buffer {
     region: Region,
     huge: bool,
@@ -282,27 +292,4 @@ fn laid_chain(region: &mut Region, line: usize, n: usize, rng: &mut Rng) -> anyh
     let not = "the chase chain in memory is not one cycle through every node";
     anyhow::ensure!(one_cycle, not);
     Ok(())
-}
-
-/// The reference chase (mem.latency's, laid afresh), or None and a note where the cap is full.
-fn reference(
-    ctx: &Context,
-    len: usize,
-    load_len: usize,
-    line: usize,
-    rng: &mut Rng,
-    out: &mut Outcome,
-) -> anyhow::Result<Option<Buffer>> {
-    let want = (2 * len + load_len + 4 * len / line) as u64;
-    if kit::memory_cap(ctx.machine, ctx.profile, want, 0)? < want {
-        out.notes.push(format!(
-            "no reference chase: {} more would pass the memory cap (the profile's memory limit); the idle chase is compared with mem.latency's figure from earlier in the run",
-            fmt_bytes(len as f64)
-        ));
-        return Ok(None);
-    }
-    (ctx.progress)("laying the reference chase");
-    let mut r = mapping(ctx, len, true)?;
-    laid_chain(&mut r.region, line, len / line, rng)?;
-    Ok(Some(r))
 }

@@ -10,7 +10,6 @@ use crate::results::Prediction;
 const KNEE_UNMODELLED: &str = "where latency starts to rise depends on the memory \
     controller's queueing, which no measured primitive or table entry describes";
 
-/// Every prediction, by metric name.
 pub(super) fn predictions(ctx: &Context) -> Vec<(String, Prediction)> {
     let mut p = Predictions::new(ctx);
     let n = ctx.machine.cpu.allowed_cpus.len().max(1);
@@ -58,8 +57,7 @@ fn peaks(p: &mut Predictions, k: usize, read: &Input, [r, w]: &[Input; 2]) {
     p.state("peak_bandwidth_mix", &[r, w], mix);
 }
 
-/// Little's law on the team's bandwidths and the idle chase (not a bound: the idle
-/// latency errs low, the unloaded bandwidth high), on the mix's counted lines.
+/// Little's law on the team's bandwidths and the idle chase, on the mix's counted lines.
 fn misses(p: &mut Predictions, idle: &Input, read: &Input, [ri, wi]: &[Input; 2], line: &Input) {
     let law = |of: &str, bw: &str, are: &str| {
         format!(
@@ -83,8 +81,7 @@ pub(super) fn outstanding(bandwidth: f64, line: usize, latency_ns: f64) -> f64 {
     bandwidth / line as f64 * latency_ns * 1e-9
 }
 
-/// mem.bandwidth's `op` figures for the load threads' team, most like it first (huge pages
-/// only for one thread, all threads where that count was not measured).
+/// mem.bandwidth's `op` figures for the load threads' team, most like it first (docs/methods).
 pub(super) fn team_figures(op: &str, allowed: usize, thp: bool) -> Vec<String> {
     let k = allowed.saturating_sub(1).max(1);
     match (k, thp) {

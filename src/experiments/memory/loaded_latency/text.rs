@@ -73,7 +73,6 @@ impl Agreement {
 }
 
 impl Run<'_, '_> {
-    /// Metrics, series, checks, findings and notes.
     pub(super) fn write(&self, out: &mut Outcome) {
         let sw = &self.sw;
         out.check(self.concurrency_premise());
@@ -252,7 +251,6 @@ impl TrafficCurve<'_> {
         format!("{base}{}", self.traffic.suffix())
     }
 
-    /// Latency and misses in flight against bandwidth, idle point first.
     fn series(&self, out: &mut Outcome) {
         let curve = self.points().map(|p| [p.bandwidth_bps(), p.latency_ns()]);
         let curve: Vec<[f64; 2]> = curve.collect();
@@ -265,7 +263,6 @@ impl TrafficCurve<'_> {
         out.plot(&misses_name, "bytes/s", "lines", misses);
     }
 
-    /// The loaded latency, the peak bandwidth and the misses in flight.
     fn metrics(&self, out: &mut Outcome, full: &LoadedPoint, peak: &LoadedPoint) {
         let (label, k, line) = (self.traffic.label(), self.r.loaders.len(), self.r.line);
         let page = self.r.chase.pages();
