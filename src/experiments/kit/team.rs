@@ -365,20 +365,24 @@ mod tests {
     }
 
     /// A led team runs the leader's closure beside one run of every member per step, and
+    /// gives each step's stamps and looks of members 1.. (a member may look as it goes);
     /// `once` runs its closure on the CPU it is given.
     #[test]
     fn a_led_step_runs_the_leader_beside_every_member() {
         let (clock, cpus, sums) = three();
         let member = |t: usize| {
             let sums = &sums;
-            move |arg: u64| {
+            move |arg: u64, place: &mut Place| {
                 sums[t].fetch_add(arg, Ordering::Relaxed);
+                place.look();
             }
         };
         let (led, placed) = Team::led(&clock, &cpus, member, |lead| {
             let mut ran = 0;
             for arg in 1..=4 {
-                lead(arg, &mut || ran += 1);
+                let step = lead(arg, &mut || ran += 1);
+                assert_eq!((step.stamps.len(), step.places.len()), (2, 2), "{step:?}");
+                assert!(step.places.iter().all(|p| p.looks == 3), "{step:?}");
             }
             ran
         });
@@ -388,7 +392,7 @@ mod tests {
             assert_eq!(s.load(Ordering::Relaxed), 1 + 2 + 3 + 4);
         }
         assert!(
-            placed.places[1..].iter().all(|p| p.looks == 8),
+            placed.places[1..].iter().all(|p| p.looks == 12),
             "{placed:?}"
         );
         let (v, placed) = Team::once(&clock, cpus[1], || 7);
@@ -402,12 +406,14 @@ mod tests {
         let s = Step {
             stamps: vec![(100, 200), (110, 190)],
             quiet: true,
+            places: vec![],
         };
         assert_eq!((s.slowest(), s.span()), (100, 100));
         assert!((s.overlap() - 0.8).abs() < 1e-9);
         let one_after_another = Step {
             stamps: vec![(100, 200), (200, 300)],
             quiet: true,
+            places: vec![],
         };
         assert_eq!(one_after_another.span(), 200);
         assert_eq!(one_after_another.overlap(), 0.0);
