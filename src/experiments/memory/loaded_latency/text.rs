@@ -204,13 +204,13 @@ impl Run<'_, '_> {
 /// the run showed them (`bandwidth::rfo_shown`): only then does the mix's finding count them.
 fn moved(ctx: &Context, bandwidth: f64) -> String {
     let s = |m: &str| ctx.earlier_metric("mem.bandwidth", m).map(|x| &x.summary);
-    let shown = match (s("read_1t"), s("write_1t"), s("write_nt_1t")) {
-        (Some(r), Some(w), Some(nt)) => crate::experiments::memory::bandwidth::rfo_shown(r, w, nt),
-        _ => false,
-    };
     let bw = fmt_bandwidth(bandwidth);
-    let text = format!(" (mem.bandwidth's stores showed reads for ownership: with them the memory moved about {bw})");
-    shown.then_some(text).unwrap_or_default()
+    match (s("read_1t"), s("write_1t"), s("write_nt_1t")) {
+        (Some(r), Some(w), Some(nt)) if super::super::bandwidth::rfo_shown(r, w, nt) => {
+            format!(" (mem.bandwidth's stores showed reads for ownership: with them the memory moved about {bw})")
+        }
+        _ => String::new(),
+    }
 }
 
 /// One traffic's curve: the shared idle point and its loaded points, lightest first.
