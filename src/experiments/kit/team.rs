@@ -7,12 +7,13 @@ use crate::clock::Clock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-/// One step of a team: each member's start and stop stamps on the run's clock, in member
-/// order, and whether every member ran undisturbed.
+/// One step of a team: each member's start and stop stamps on the run's clock and its
+/// placement looks during the step, in member order, and whether every member ran undisturbed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Step {
     pub(crate) stamps: Vec<(u64, u64)>,
     pub(crate) quiet: bool,
+    pub(crate) places: Vec<Place>,
 }
 
 impl Step {
@@ -29,8 +30,7 @@ impl Step {
         last.saturating_sub(first)
     }
 
-    /// The share of the span during which every member ran: near 1 when all ran
-    /// together, 0 when they ran one after another.
+    /// The share of the span during which every member ran (1: all together, 0: in turn).
     pub(crate) fn overlap(&self) -> f64 {
         let span = self.span();
         let last_start = self.stamps.iter().map(|s| s.0).max().unwrap_or(0);
@@ -75,10 +75,11 @@ pub(crate) struct Team<'c> {
     pins: Mutex<TeamPlacement>,
 }
 
-/// A member's looks, and the start and stop stamps and quietness of its last run.
+/// A member's looks (all, and its last run's), and the stamps and quietness of its last run.
 #[derive(Default)]
 struct Record {
     place: Place,
+    last: Place,
     start: u64,
     stop: u64,
     quiet: bool,
@@ -90,11 +91,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl<'c> Team<'c> {
     /// Runs a team of `cpus.len()` threads: member 0 is the calling thread (already on
-    /// `cpus[0]`), member t > 0 a thread pinned to `cpus[t]`. Each member first calls
-    /// `member(t)` on its own thread (setup such as a first touch) to get its step body;
-    /// `drive` then runs on the calling thread once all are ready, and each call of the
-    /// `step(arg)` it is given releases every member into one run of its body with `arg`,
-    /// returning each member's stamps and whether every member ran undisturbed.
+    /// `cpus[0]`), member t > 0 a thread pinned to `cpus[t]`, each with the body `member(t)`
+    /// made on its own thread (setup such as a first touch). `drive` runs here once all are
+    /// ready; each `step(arg)` it calls runs every body once with `arg` and gives the Step.
     pub(crate) fn run<W, R>(
         clock: &'c dyn Clock,
         cpus: &[usize],
@@ -104,29 +103,34 @@ impl<'c> Team<'c> {
     where
         W: FnMut(u64),
     {
+        let member = |t| {
+            let mut body = member(t);
+            move |arg, _: &mut Place| body(arg)
+        };
         Team::new(clock, cpus, false).scoped(&member, |team| {
             let mut body = member(0);
             drive(&mut |arg| team.step(arg, &mut body))
         })
     }
 
-    /// As `run`, but the calling thread leads rather than joins: each `lead(arg, f)` runs
-    /// `f` here while members 1.. run their body with `arg`, and returns when all are
-    /// done. Between steps the members sleep now and then, so a CPU without work is idle.
+    /// As `run`, but the calling thread leads: each `lead(arg, f)` runs `f` here while members
+    /// 1.. run their body with `arg` and their placement (to look at as they go), and gives
+    /// their Step. Between steps they sleep now and then, so a CPU without work is idle.
     pub(crate) fn led<W, R>(
         clock: &'c dyn Clock,
         cpus: &[usize],
         member: impl Fn(usize) -> W + Sync,
-        drive: impl FnOnce(&mut dyn FnMut(u64, &mut dyn FnMut())) -> R,
+        drive: impl FnOnce(&mut dyn FnMut(u64, &mut dyn FnMut()) -> Step) -> R,
     ) -> (R, TeamPlacement)
     where
-        W: FnMut(u64),
+        W: FnMut(u64, &mut Place),
     {
         Team::new(clock, cpus, true).scoped(&member, |team| {
             drive(&mut |arg, f| {
                 team.release(arg);
                 f();
                 team.join();
+                team.last_step(1)
             })
         })
     }
@@ -141,7 +145,7 @@ impl<'c> Team<'c> {
             let team = Team::new(clock, &[cpu], false);
             team.pin(0);
             let (mut f, mut r) = (Some(f), None);
-            team.timed(0, 0, None, &mut |_| r = f.take().map(|f| f()));
+            team.timed(0, 0, None, &mut |_, _| r = f.take().map(|f| f()));
             (r.expect("the body ran"), team.placement())
         };
         std::thread::scope(|s| s.spawn(run).join().expect("pinned thread panicked"))
@@ -175,7 +179,7 @@ impl<'c> Team<'c> {
     }
 
     /// Starts members 1.., runs `lead` here once they are ready, then stops them.
-    fn scoped<W: FnMut(u64), R>(
+    fn scoped<W: FnMut(u64, &mut Place), R>(
         self,
         member: &(impl Fn(usize) -> W + Sync),
         lead: impl FnOnce(&Team) -> R,
@@ -215,7 +219,7 @@ impl<'c> Team<'c> {
     }
 
     /// A member thread: runs one step per generation until stopped.
-    fn member(&self, t: usize, mut body: impl FnMut(u64)) {
+    fn member(&self, t: usize, mut body: impl FnMut(u64, &mut Place)) {
         self.ready.fetch_add(1, Ordering::AcqRel);
         let mut seen = 0u64;
         loop {
@@ -223,9 +227,8 @@ impl<'c> Team<'c> {
                 || self.gen.load(Ordering::Acquire) != seen || self.stop.load(Ordering::Acquire);
             if self.rest {
                 // A CPU that spins is not idle (and under a hypervisor spinning exits to the host).
-                poll_until(next, 256, || {
-                    std::thread::sleep(std::time::Duration::from_micros(200))
-                });
+                let nap = || std::thread::sleep(std::time::Duration::from_micros(200));
+                poll_until(next, 256, nap);
             } else {
                 spin_until(next);
             }
@@ -262,35 +265,46 @@ impl<'c> Team<'c> {
     }
 
     /// One generation, driven from member 0.
-    fn step(&self, arg: u64, body: &mut impl FnMut(u64)) -> Step {
+    fn step(&self, arg: u64, body: &mut impl FnMut(u64, &mut Place)) -> Step {
         self.turn.store(0, Ordering::Release);
         self.release(arg);
         let line = (!self.serial).then(|| self.gen.load(Ordering::Acquire));
         self.timed(0, arg, line, body);
         self.turn.store(1, Ordering::Release);
         self.join();
-        let records: Vec<_> = self.records.iter().map(|r| lock(r)).collect();
+        self.last_step(0)
+    }
+
+    /// The last step of members `from..`.
+    fn last_step(&self, from: usize) -> Step {
+        let records: Vec<_> = self.records[from..].iter().map(|r| lock(r)).collect();
         Step {
             stamps: records.iter().map(|r| (r.start, r.stop)).collect(),
             quiet: records.iter().all(|r| r.quiet),
+            places: records.iter().map(|r| r.last).collect(),
         }
     }
 
     /// One stamped run of member t's body between two placement looks, after every member
     /// reached the start `line` if any (a preemption while waiting counts: it could let the
     /// others run without this member).
-    fn timed(&self, t: usize, arg: u64, line: Option<u64>, body: &mut impl FnMut(u64)) {
-        let mut r = lock(&self.records[t]);
+    fn timed(&self, t: usize, arg: u64, line: Option<u64>, body: &mut impl FnMut(u64, &mut Place)) {
+        let r = &mut *lock(&self.records[t]);
+        let before = r.place;
         r.place.look();
         let c0 = crate::harness::thread_preemptions();
         if let Some(gen) = line {
             self.start_line(gen);
         }
         r.start = self.clock.start();
-        body(arg);
+        body(arg, &mut r.place);
         r.stop = self.clock.stop();
         r.quiet = crate::harness::thread_preemptions() == c0;
         r.place.look();
+        r.last = r.place;
+        r.last.looks -= before.looks;
+        r.last.away -= before.away;
+        r.last.blind -= before.blind;
     }
 
     /// Pin failures first, then the members seen elsewhere.
@@ -351,20 +365,24 @@ mod tests {
     }
 
     /// A led team runs the leader's closure beside one run of every member per step, and
+    /// gives each step's stamps and looks of members 1.. (a member may look as it goes);
     /// `once` runs its closure on the CPU it is given.
     #[test]
     fn a_led_step_runs_the_leader_beside_every_member() {
         let (clock, cpus, sums) = three();
         let member = |t: usize| {
             let sums = &sums;
-            move |arg: u64| {
+            move |arg: u64, place: &mut Place| {
                 sums[t].fetch_add(arg, Ordering::Relaxed);
+                place.look();
             }
         };
         let (led, placed) = Team::led(&clock, &cpus, member, |lead| {
             let mut ran = 0;
             for arg in 1..=4 {
-                lead(arg, &mut || ran += 1);
+                let step = lead(arg, &mut || ran += 1);
+                assert_eq!((step.stamps.len(), step.places.len()), (2, 2), "{step:?}");
+                assert!(step.places.iter().all(|p| p.looks == 3), "{step:?}");
             }
             ran
         });
@@ -374,7 +392,7 @@ mod tests {
             assert_eq!(s.load(Ordering::Relaxed), 1 + 2 + 3 + 4);
         }
         assert!(
-            placed.places[1..].iter().all(|p| p.looks == 8),
+            placed.places[1..].iter().all(|p| p.looks == 12),
             "{placed:?}"
         );
         let (v, placed) = Team::once(&clock, cpus[1], || 7);
@@ -388,12 +406,14 @@ mod tests {
         let s = Step {
             stamps: vec![(100, 200), (110, 190)],
             quiet: true,
+            places: vec![],
         };
         assert_eq!((s.slowest(), s.span()), (100, 100));
         assert!((s.overlap() - 0.8).abs() < 1e-9);
         let one_after_another = Step {
             stamps: vec![(100, 200), (200, 300)],
             quiet: true,
+            places: vec![],
         };
         assert_eq!(one_after_another.span(), 200);
         assert_eq!(one_after_another.overlap(), 0.0);

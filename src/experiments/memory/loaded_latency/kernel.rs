@@ -1,16 +1,13 @@
 //! The chase and its load threads: one point per gap and traffic.
 
-use super::{Traffic, BATCH, STORED};
+use super::{Buffer, Run, Traffic, BATCH, STORED};
 use crate::experiments::kit::place::Place;
-use crate::experiments::kit::team::Team;
-use crate::experiments::kit::{measure_raw, measure_trials, spin_until, Region};
+use crate::experiments::kit::team::{Step, Team};
+use crate::experiments::kit::{measure_raw, measure_trials, spin_until};
 use crate::experiments::memory::latency::{chase, UNROLL};
-use crate::experiments::Context;
-use crate::harness::HarnessConfig;
 use crate::units::{fmt_bandwidth, fmt_ns};
 use std::sync::atomic::Ordering::{self, Relaxed};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
-use std::sync::Mutex;
 use std::time::Duration;
 
 /// Spins `n` iterations (the delay between a load thread's lines).
@@ -19,16 +16,6 @@ fn delay(n: u64) {
     for i in 0..n {
         std::hint::black_box(i);
     }
-}
-
-/// ns per iteration of `delay`, measured on this thread.
-fn delay_ns_per_iter(ctx: &Context, cfg: &HarnessConfig) -> f64 {
-    let m = measure_raw(ctx.clock, cfg, 1024.0, |iters| {
-        for _ in 0..iters {
-            delay(1024);
-        }
-    });
-    m.median_ns().max(0.01)
 }
 
 /// A load thread's lines read and hiccups (batches far slower than its quickest), on
@@ -44,18 +31,8 @@ struct LineCounter {
 /// memory stall, shorter than a time slice.
 const HICCUP_SLACK_NS: f64 = 20_000.0;
 
-/// Untimed chase before each idle and reference point.
 const QUIET_WARM_UP: Duration = Duration::from_millis(2);
 
-/// What one load thread saw during one point.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(super) struct LoadSpan {
-    pub(super) start: u64,
-    pub(super) end: u64,
-    pub(super) place: Place,
-}
-
-/// One point of the curve.
 #[derive(Debug, Clone, Default)]
 pub(super) struct LoadedPoint {
     /// Target gap between a load thread's lines, ns; None for idle.
@@ -67,8 +44,8 @@ pub(super) struct LoadedPoint {
     /// Trials set aside because a load thread read nothing or hiccuped, and trials kept.
     pub(super) stalled: usize,
     pub(super) trials: usize,
-    /// Spans of the load threads, and the span of the chase's trials.
-    pub(super) spans: Vec<LoadSpan>,
+    /// The load threads' team step (their stamps and looks), and the chase's trials' span.
+    pub(super) load: Step,
     pub(super) window: (u64, u64),
     pub(super) notes: Vec<String>,
     pub(super) preempted: usize,
@@ -82,18 +59,17 @@ impl LoadedPoint {
         crate::stats::median(&self.bandwidth)
     }
     pub(super) fn label(&self) -> String {
-        match self.gap {
-            Some(g) => format!("gap {} ({})", fmt_ns(g), self.traffic.label()),
-            None => "gap idle".into(),
-        }
+        let gap = |g| format!("gap {} ({})", fmt_ns(g), self.traffic.label());
+        self.gap.map_or("gap idle".into(), gap)
     }
     /// Why the load did not run alongside the whole point, if it did not.
     pub(super) fn concurrency_failure(&self, loaders: &[usize]) -> Option<String> {
         self.gap?;
         let (w0, w1) = self.window;
-        for (s, cpu) in self.spans.iter().zip(loaders) {
-            let (off, looks) = (s.place.off(), s.place.looks);
-            if s.start == 0 || s.start > w0 || s.end < w1 {
+        let load = self.load.stamps.iter().zip(&self.load.places);
+        for ((&(start, end), place), cpu) in load.zip(loaders) {
+            let (off, looks) = (place.off(), place.looks);
+            if start == 0 || start > w0 || end < w1 {
                 return Some(format!(
                     "the load thread on CPU {cpu} did not span the chase's trials"
                 ));
@@ -109,25 +85,11 @@ impl LoadedPoint {
     }
 }
 
-/// The chase and its load threads for one run.
-pub(super) struct LoadTeam<'a, 'c> {
-    pub(super) ctx: &'a Context<'c>,
-    /// Trial settings of the loaded points, and of the idle and reference points.
-    pub(super) cfg: &'a HarnessConfig,
-    pub(super) quiet_cfg: &'a HarnessConfig,
-    pub(super) chain: &'a Region,
-    pub(super) reference: Option<&'a Region>,
-    pub(super) loads: &'a Region,
-    pub(super) line: usize,
-    pub(super) loaders: &'a [usize],
-}
-
 /// The idle point (repeats pooled), each traffic's points, and the quiet repeats' medians.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(super) struct Sweep {
     pub(super) idle: LoadedPoint,
-    pub(super) reads: Vec<LoadedPoint>,
-    pub(super) mix: Vec<LoadedPoint>,
+    pub(super) curves: [Vec<LoadedPoint>; 2],
     pub(super) idle_repeats: Vec<f64>,
     pub(super) reference_repeats: Vec<f64>,
     /// The delay loop's cost, measured on the chase's CPU.
@@ -139,32 +101,24 @@ struct LoadSignals {
     stop: AtomicBool,
     started: AtomicUsize,
     counters: Vec<LineCounter>,
-    spans: Vec<Mutex<LoadSpan>>,
 }
 
-impl LoadSignals {
-    /// Each load thread's lines and hiccups.
-    fn counts(&self) -> Vec<(u64, u64)> {
-        let read = |c: &LineCounter| (c.lines.load(Relaxed), c.hiccups.load(Relaxed));
-        self.counters.iter().map(read).collect()
-    }
-}
-
-impl LoadTeam<'_, '_> {
+impl Run<'_, '_> {
     /// Idle and reference, then at each gap, lightest first, reads and the mix (so both see
     /// the same moments' neighbours), then idle and reference again.
-    pub(super) fn sweep(&self, gaps: &[f64]) -> Sweep {
-        let ns_per_iter = delay_ns_per_iter(self.ctx, self.cfg);
+    pub(super) fn sweep(&self) -> Sweep {
+        let calibration = |iters: u64| (0..iters).for_each(|_| delay(1024));
+        let m = measure_raw(self.ctx.clock, &self.cfg, 1024.0, calibration);
+        let ns_per_iter = m.median_ns().max(0.01);
         let k = self.loaders.len();
         let sh = LoadSignals {
             stop: AtomicBool::new(false),
             started: AtomicUsize::new(0),
             counters: (0..k).map(|_| LineCounter::default()).collect(),
-            spans: (0..k).map(|_| Default::default()).collect(),
         };
-        let part = self.loads.len() / k / self.line * self.line;
-        let base = self.loads.as_ptr() as usize;
-        let cpus = [&[self.ctx.cpu][..], self.loaders].concat();
+        let part = self.loads.region.len() / k / self.line * self.line;
+        let base = self.loads.region.as_ptr() as usize;
+        let cpus = [&[self.ctx.cpu][..], &self.loaders].concat();
         let (sh, clock, line) = (&sh, self.ctx.clock, self.line);
         // Member t > 0 is load thread t - 1 (the chase thread leads the team).
         let member = |t: usize| {
@@ -181,40 +135,38 @@ impl LoadTeam<'_, '_> {
                 pos: 0,
                 acc: [0; 8],
             };
-            let cpu = cpus[t];
-            move |arg: u64| stream.point(sh, t - 1, cpu, arg)
+            move |arg: u64, place: &mut Place| stream.point(sh, t - 1, place, arg)
         };
-        let sweep = |lead: &mut dyn FnMut(u64, &mut dyn FnMut())| {
+        let sweep = |lead: &mut dyn FnMut(u64, &mut dyn FnMut()) -> Step| {
             // One chase position for the whole sweep: restarting each point at node 0 walked
             // the same prefix again, which then sat in the caches.
-            let reference = self.reference.map(|r| r.as_ptr() as *const u8);
+            let start = |b: &Buffer| b.region.as_ptr() as *const u8;
+            let reference = self.reference.as_ref();
             let mut at = [
-                self.chain.as_ptr() as *const u8,
-                reference.unwrap_or(std::ptr::null()),
+                start(&self.chase),
+                reference.map_or(std::ptr::null(), start),
             ];
             let mut sw = Sweep {
                 ns_per_iter,
                 ..Default::default()
             };
             self.quiet_pair(sh, &mut at, &mut sw);
-            for &g in gaps {
+            for &g in self.gaps {
                 let iters = (g / ns_per_iter).round() as u64;
-                for (traffic, pts) in [(Traffic::Read, &mut sw.reads), (Traffic::Mix, &mut sw.mix)]
-                {
+                for traffic in Traffic::BOTH {
                     sh.stop.store(false, Ordering::Release);
                     sh.started.store(0, Ordering::Release);
                     let mut p = LoadedPoint::default();
                     // The step's argument: the delay between lines, and whether it is the mix.
-                    lead(iters << 1 | (traffic == Traffic::Mix) as u64, &mut || {
+                    let load = lead(iters << 1 | (traffic == Traffic::Mix) as u64, &mut || {
                         spin_until(|| sh.started.load(Ordering::Acquire) == k);
-                        p = self.point(sh, Some(g), traffic, &mut at[0]);
+                        p = self.point(sh, Some(g), &mut at[0]);
                         sh.stop.store(true, Ordering::Release);
                     });
-                    let span = |s: &Mutex<LoadSpan>| *s.lock().unwrap_or_else(|e| e.into_inner());
-                    p.spans = sh.spans.iter().map(span).collect();
+                    (p.load, p.traffic) = (load, traffic);
                     let (l, b) = (fmt_ns(p.latency_ns()), fmt_bandwidth(p.bandwidth_bps()));
                     (self.ctx.progress)(&format!("{}: {l} at {b}", p.label()));
-                    pts.push(p);
+                    sw.curves[traffic as usize].push(p);
                 }
                 self.quiet_pair(sh, &mut at, &mut sw);
             }
@@ -223,60 +175,54 @@ impl LoadTeam<'_, '_> {
         Team::led(clock, &cpus, member, sweep).0
     }
 
-    /// The idle and reference chases, in turn first so a drift favours neither; every idle
-    /// trial is pooled (the neighbours' traffic changes, and one window would stand for all).
+    /// The idle and reference chases, in turn first so a drift favours neither, each after
+    /// an untimed warm-up (a chase the streams left cold is slower); every idle trial is
+    /// pooled (the neighbours' traffic changes, and one window would stand for all).
     fn quiet_pair(&self, sh: &LoadSignals, at: &mut [*const u8; 2], sw: &mut Sweep) {
         let order = [[0, 1], [1, 0]][sw.idle_repeats.len() % 2];
-        let (mut got, chases) = ([None, None], [true, self.reference.is_some()]);
-        for c in order.into_iter().filter(|&c| chases[c]) {
-            got[c] = Some(self.quiet_point(sh, &mut at[c]));
+        let mut got = [None, None];
+        for c in order
+            .into_iter()
+            .filter(|&c| c == 0 || self.reference.is_some())
+        {
+            let t = std::time::Instant::now();
+            while t.elapsed() < QUIET_WARM_UP {
+                // SAFETY: `at` is in a chain laid and verified as one cycle before the sweep,
+                // and nothing writes its region while the chase runs.
+                at[c] = unsafe { chase(at[c], 64) };
+            }
+            got[c] = Some(self.point(sh, None, &mut at[c]));
         }
         let [idle, reference] = got;
         let idle = idle.expect("the idle chase ran");
-        let reference = reference.map(|r| r.latency_ns());
-        sw.reference_repeats.extend(reference);
-        let said = reference.map(|r| format!(", reference chase {}", fmt_ns(r)));
-        let l = idle.latency_ns();
-        let said = said.unwrap_or_default();
+        let (l, reference) = (idle.latency_ns(), reference.map(|r| r.latency_ns()));
+        let said = reference.map_or(String::new(), |r| {
+            format!(", reference chase {}", fmt_ns(r))
+        });
         (self.ctx.progress)(&format!("idle: {}{said}", fmt_ns(l)));
         sw.idle_repeats.push(l);
+        sw.reference_repeats.extend(reference);
         sw.idle.latency.extend(idle.latency);
         sw.idle.bandwidth.extend(idle.bandwidth);
         sw.idle.preempted += idle.preempted;
         sw.idle.notes.extend(idle.notes);
     }
 
-    /// A point without load, after an untimed warm-up (a chase the streams left cold is slower).
-    fn quiet_point(&self, sh: &LoadSignals, at: &mut *const u8) -> LoadedPoint {
-        let t = std::time::Instant::now();
-        while t.elapsed() < QUIET_WARM_UP {
-            // SAFETY: `at` is in a chain laid and verified as one cycle before the sweep,
-            // and nothing writes its region while the chase runs.
-            *at = unsafe { chase(*at, 64) };
-        }
-        self.point(sh, None, Traffic::Read, at)
-    }
-
     /// One point's chase trials (the load threads streaming unless idle), from `at` on.
-    fn point(
-        &self,
-        sh: &LoadSignals,
-        gap: Option<f64>,
-        traffic: Traffic,
-        at: &mut *const u8,
-    ) -> LoadedPoint {
+    fn point(&self, sh: &LoadSignals, gap: Option<f64>, at: &mut *const u8) -> LoadedPoint {
         let clock = self.ctx.clock;
         let mut p = LoadedPoint {
             gap,
-            traffic,
             ..Default::default()
         };
         let (mut first, mut last, line) = (None, 0u64, self.line as f64);
+        let read = |c: &LineCounter| (c.lines.load(Relaxed), c.hiccups.load(Relaxed));
+        let counts = || sh.counters.iter().map(read).collect::<Vec<_>>();
         // A trial counts when this thread was not preempted and, under load, every load
         // thread read lines without a hiccup all through it; others are repeated.
-        let cfg = gap.map_or(self.quiet_cfg, |_| self.cfg);
+        let cfg = gap.map_or(&self.quiet_cfg, |_| &self.cfg);
         let m = measure_trials(clock, cfg, UNROLL as f64, |iters| {
-            let v0 = sh.counts();
+            let v0 = counts();
             let pre = crate::harness::thread_preemptions();
             let t0 = clock.start();
             // SAFETY: the chain in this region was laid and verified as one cycle before
@@ -284,7 +230,7 @@ impl LoadTeam<'_, '_> {
             *at = unsafe { chase(*at, iters) };
             let t1 = clock.stop();
             let quiet = crate::harness::thread_preemptions() == pre;
-            let v1 = sh.counts();
+            let v1 = counts();
             first.get_or_insert(t0);
             last = t1;
             let pairs = || v0.iter().zip(&v1);
@@ -300,10 +246,8 @@ impl LoadTeam<'_, '_> {
             }
             (t1.saturating_sub(t0), quiet && loaded)
         });
-        if gap.is_some() {
-            // Undisturbed trials only: the harness fills a short count with preempted ones.
-            p.trials = m.undisturbed;
-        }
+        // Undisturbed trials only: the harness fills a short count with preempted ones.
+        p.trials = m.undisturbed;
         std::hint::black_box(*at);
         p.window = (first.unwrap_or(0), last);
         p.latency = m.per_op_ns.clone();
@@ -350,18 +294,12 @@ impl LoadStream<'_> {
         }
     }
 
-    /// Load thread `t` streams one point until told to stop, recording its span. Out of
-    /// line, so the stream loop's code does not change with what is inlined around it.
+    /// Load thread `t` streams one point until told to stop, looking at its `place`. Out
+    /// of line, so the stream loop's code does not change with what is inlined around it.
     #[inline(never)]
-    fn point(&mut self, sh: &LoadSignals, t: usize, cpu: usize, arg: u64) {
+    fn point(&mut self, sh: &LoadSignals, t: usize, place: &mut Place, arg: u64) {
         let (clock, d, counter) = (self.clock, arg >> 1, &sh.counters[t]);
         let traffic = [Traffic::Read, Traffic::Mix][(arg & 1) as usize];
-        let mut span = LoadSpan {
-            start: clock.now(),
-            end: 0,
-            place: Place::new(cpu),
-        };
-        span.place.look();
         sh.started.fetch_add(1, Ordering::AcqRel);
         let slack = clock.ns_to_ticks(HICCUP_SLACK_NS) as u64;
         let mut last = clock.now();
@@ -385,12 +323,9 @@ impl LoadStream<'_> {
                 counter.hiccups.fetch_add(1, Relaxed);
             }
             if lines % 1024 == 0 {
-                span.place.look();
+                place.look();
             }
         }
-        span.place.look();
-        span.end = clock.now();
-        *sh.spans[t].lock().unwrap_or_else(|e| e.into_inner()) = span;
         std::hint::black_box(&self.acc);
     }
 }

@@ -15,7 +15,7 @@ use crate::harness::HarnessConfig;
 use crate::results::Prediction;
 use crate::rng::{sattolo, Rng};
 use crate::units::fmt_bytes;
-use kernel::LoadTeam;
+use kernel::Sweep;
 use std::time::Duration;
 
 pub(crate) struct LoadedLatency;
@@ -60,7 +60,7 @@ const MIX_WRITES: u64 = 1;
 const STORED: u64 = 0x0123_4567_89ab_cdef;
 
 impl Traffic {
-    /// Whether a load thread's `n`th line (from 0) is written rather than read.
+    const BOTH: [Traffic; 2] = [Traffic::Read, Traffic::Mix];
     fn writes(self, n: u64) -> bool {
         match self {
             Traffic::Read => false,
@@ -107,33 +107,88 @@ impl Experiment for LoadedLatency {
     }
 
     fn run(&self, ctx: &Context) -> anyhow::Result<Outcome> {
-        let mut allowed = ctx.machine.cpu.allowed_cpus.clone();
-        if allowed.is_empty() {
-            allowed = crate::platform::allowed_cpus();
-        }
-        let others: Vec<usize> = allowed.iter().copied().filter(|&c| c != ctx.cpu).collect();
+        let allowed = ctx.allowed_cpus();
+        let others: Vec<usize> = allowed.into_iter().filter(|&c| c != ctx.cpu).collect();
         if others.is_empty() {
             return Ok(Outcome::skipped(
                 "only one CPU is allowed: no other core can load memory while the chase runs (allow at least 2 CPUs)",
             ));
         }
-        let mut out = Outcome::default();
-        let (line, chase_len, load_len, loaders) = plan(ctx, &others, &mut out)?;
-        let rss0 = kit::rss_baseline();
+        let (mut out, rss0) = (Outcome::default(), kit::rss_baseline());
+        let mut run = Run::new(ctx, &others, &mut out)?;
+        run.sw = run.sweep();
+        let reference = run.reference.as_ref().map_or(0, |r| r.region.len());
+        let (chase, line) = (run.chase.region.len(), run.line);
+        let held = chase + run.loads.region.len() + reference + 4 * chase / line;
+        out.check(kit::rss_check(rss0, held as u64));
+        run.write(&mut out);
+        Ok(out)
+    }
+}
+
+/// One run's CPUs, buffers, gaps, trial settings (loaded, then quiet points) and sweep.
+struct Run<'a, 'c> {
+    ctx: &'a Context<'c>,
+    gaps: &'static [f64],
+    cfg: HarnessConfig,
+    quiet_cfg: HarnessConfig,
+    line: usize,
+    loaders: Vec<usize>,
+    chase: Buffer,
+    reference: Option<Buffer>,
+    loads: Buffer,
+    sw: Sweep,
+}
+
+impl<'a, 'c> Run<'a, 'c> {
+    /// Plans the buffers and load threads, lays the chains and faults the buffers in.
+    fn new(ctx: &'a Context<'c>, others: &[usize], out: &mut Outcome) -> anyhow::Result<Self> {
+        let caches = ctx.machine.data_caches();
+        let line = kit::line_bytes(&caches);
+        let (llc, assumed) = kit::llc_or_assumed(&caches);
+        out.notes.extend(assumed);
+        let (chase_len, load_len, k) = sizes(ctx.machine, ctx.profile, line, others.len())?;
+        if k < others.len() {
+            out.notes.push(format!(
+                "{k} load threads of {} other CPUs: the memory cap holds {k} parts of at least 1 MiB",
+                others.len()
+            ));
+        }
+        if (chase_len as u64) < 4 * llc {
+            out.notes.push(format!(
+                "the chase buffer ({}) is less than 4x the last-level cache ({}): some of its loads hit that cache",
+                fmt_bytes(chase_len as f64),
+                fmt_bytes(llc as f64)
+            ));
+        }
+        let loaders = ctx.machine.topology.spread(others, k);
         (ctx.progress)("faulting the buffers in");
         let seams = crate::experiments::seams::get();
-        let (mut chain, chase) = mapping(ctx, chase_len, !seams.chase_base_pages)?;
-        let (mut loads, load) = mapping(ctx, load_len, true)?;
-        loads.as_mut_slice().fill(0x5a);
+        let mut chase = mapping(ctx, chase_len, !seams.chase_base_pages)?;
+        let mut loads = mapping(ctx, load_len, true)?;
+        loads.region.as_mut_slice().fill(0x5a);
         (ctx.progress)("laying the chase");
         let mut rng = Rng::from_entropy();
         let n = (chase_len / line).min(seams.chase_nodes.unwrap_or(usize::MAX));
-        laid_chain(&mut chain, line, n, &mut rng)?;
+        laid_chain(&mut chase.region, line, n, &mut rng)?;
         out.notes.push(format!(
             "{n} nodes of {line} B over {}: the chase verified in memory as one cycle",
             fmt_bytes((n * line) as f64)
         ));
-        let reference = reference(ctx, chase_len, load_len, line, &mut rng, &mut out)?;
+        // The reference chase (mem.latency's, laid afresh), unless the memory cap is full.
+        let want = (2 * chase_len + load_len + 4 * chase_len / line) as u64;
+        let reference = if kit::memory_cap(ctx.machine, ctx.profile, want, 0)? < want {
+            out.notes.push(format!(
+                "no reference chase: {} more would pass the memory cap (the profile's memory limit); the idle chase is compared with mem.latency's figure from earlier in the run",
+                fmt_bytes(chase_len as f64)
+            ));
+            None
+        } else {
+            (ctx.progress)("laying the reference chase");
+            let mut r = mapping(ctx, chase_len, true)?;
+            laid_chain(&mut r.region, line, chase_len / line, &mut rng)?;
+            Some(r)
+        };
         let cpus: Vec<String> = loaders.iter().map(|c| c.to_string()).collect();
         out.notes.push(format!(
             "chase on CPU {}; load threads on CPUs {} (one per physical core first); chase buffer {} on {}; load buffer {} ({} per thread) on {}",
@@ -143,66 +198,26 @@ impl Experiment for LoadedLatency {
             chase.text,
             fmt_bytes(load_len as f64),
             fmt_bytes((load_len / loaders.len()) as f64),
-            load.text,
+            loads.text,
         ));
         let gaps = GAPS.get(ctx.profile);
         // Two fifths of the budget for the loaded points and the delay calibration, a tenth
         // for the idle and reference points; the rest lays the chains and faults buffers.
         let trials = HarnessConfig::short_trials(Duration::from_micros(100), 11);
         let budget = |share: f64| ctx.budget.mul_f64(share);
-        let team = LoadTeam {
+        Ok(Run {
             ctx,
-            cfg: &trials.clone().for_budget(budget(0.4), 2 * gaps.len() + 1),
-            quiet_cfg: &trials.for_budget(budget(0.1), 2 * (gaps.len() + 1)),
-            chain: &chain,
-            reference: reference.as_ref().map(|r| &r.0),
-            loads: &loads,
+            gaps,
+            cfg: trials.clone().for_budget(budget(0.4), 2 * gaps.len() + 1),
+            quiet_cfg: trials.for_budget(budget(0.1), 2 * (gaps.len() + 1)),
             line,
-            loaders: &loaders,
-        };
-        let sweep = team.sweep(gaps);
-        let held = chase_len + load_len + reference.as_ref().map_or(0, |r| r.0.len());
-        drop((chain, loads));
-        out.check(kit::rss_check(rss0, (held + 4 * chase_len / line) as u64));
-        let report = text::Report {
-            ctx,
-            sw: &sweep,
-            line,
-            chase: &chase,
-            reference: reference.as_ref().map(|r| &r.1),
-            loaders: &loaders,
-        };
-        report.write(&mut out);
-        Ok(out)
+            loaders,
+            chase,
+            reference,
+            loads,
+            sw: Sweep::default(),
+        })
     }
-}
-
-/// The line size, the buffers' lengths and the load threads' CPUs, with notes.
-fn plan(
-    ctx: &Context,
-    others: &[usize],
-    out: &mut Outcome,
-) -> anyhow::Result<(usize, usize, usize, Vec<usize>)> {
-    let caches = ctx.machine.data_caches();
-    let line = kit::line_bytes(&caches);
-    let (llc, assumed) = kit::llc_or_assumed(&caches);
-    out.notes.extend(assumed);
-    let (chase_len, load_len, k) = sizes(ctx.machine, ctx.profile, line, others.len())?;
-    if k < others.len() {
-        out.notes.push(format!(
-            "{k} load threads of {} other CPUs: the memory cap holds {k} parts of at least 1 MiB",
-            others.len()
-        ));
-    }
-    if (chase_len as u64) < 4 * llc {
-        out.notes.push(format!(
-            "the chase buffer ({}) is less than 4x the last-level cache ({}): some of its loads hit that cache",
-            fmt_bytes(chase_len as f64),
-            fmt_bytes(llc as f64)
-        ));
-    }
-    let loaders = ctx.machine.topology.spread(others, k);
-    Ok((line, chase_len, load_len, loaders))
 }
 
 /// The most the three buffers take per profile.
@@ -226,15 +241,14 @@ pub(super) fn sizes(
     Ok((chase as usize, part * threads, threads))
 }
 
-/// How a buffer is backed, and its size.
-pub(super) struct Backing {
-    pub(super) huge: bool,
+struct Buffer {
+    region: Region,
+    huge: bool,
     /// Huge pages and the share they back (/proc/self/smaps), or base pages and why.
-    pub(super) text: String,
-    pub(super) bytes: usize,
+    text: String,
 }
 
-impl Backing {
+impl Buffer {
     fn pages(&self) -> &'static str {
         ["base pages", "huge pages"][self.huge as usize]
     }
@@ -245,7 +259,7 @@ impl Backing {
 }
 
 /// A buffer on huge pages where the kernel offers them and `huge` asks, else base pages.
-fn mapping(ctx: &Context, len: usize, huge: bool) -> anyhow::Result<(Region, Backing)> {
+fn mapping(ctx: &Context, len: usize, huge: bool) -> anyhow::Result<Buffer> {
     let why = if !huge {
         Some("a test seam asked for base pages".to_string())
     } else if !kit::thp_available(ctx.machine) {
@@ -253,55 +267,29 @@ fn mapping(ctx: &Context, len: usize, huge: bool) -> anyhow::Result<(Region, Bac
     } else {
         kit::too_small_for_huge_pages(ctx.machine, len)
     };
-    let mut r = match why {
+    let mut region = match why {
         Some(_) => Region::new(len, Pages::Base)?,
         None => Region::aligned(len, Pages::Huge, kit::huge_page(ctx.machine))?,
     };
-    r.prefault();
+    region.prefault();
     let (huge, text) = match why {
         Some(w) => (false, format!("base pages ({w})")),
         None => {
             // At most all of it: smaps may count a neighbouring mapping merged with this.
-            let f = (r.huge_bytes().unwrap_or(0) as f64 / len as f64).min(1.0);
+            let f = (region.huge_bytes().unwrap_or(0) as f64 / len as f64).min(1.0);
             let pct = f * 100.0;
             let text = format!("transparent huge pages ({pct:.0}% backed, /proc/self/smaps)");
             (f >= 0.5, text)
         }
     };
-    let bytes = len;
-    Ok((r, Backing { huge, text, bytes }))
+    Ok(Buffer { region, huge, text })
 }
 
 /// Lays a Sattolo cycle over `n` lines and verifies it: a chain that fails is an error.
 fn laid_chain(region: &mut Region, line: usize, n: usize, rng: &mut Rng) -> anyhow::Result<()> {
     lay(region, line, &sattolo(n, rng));
     let one_cycle = verify_chain(region, line, n, rng);
-    anyhow::ensure!(
-        one_cycle,
-        "the chase chain in memory is not one cycle through every node"
-    );
+    let not = "the chase chain in memory is not one cycle through every node";
+    anyhow::ensure!(one_cycle, not);
     Ok(())
-}
-
-/// The reference chase (mem.latency's, laid afresh), or None and a note where the cap is full.
-fn reference(
-    ctx: &Context,
-    len: usize,
-    load_len: usize,
-    line: usize,
-    rng: &mut Rng,
-    out: &mut Outcome,
-) -> anyhow::Result<Option<(Region, Backing)>> {
-    let want = (2 * len + load_len + 4 * len / line) as u64;
-    if kit::memory_cap(ctx.machine, ctx.profile, want, 0)? < want {
-        out.notes.push(format!(
-            "no reference chase: {} more would pass the memory cap (the profile's memory limit); the idle chase is compared with mem.latency's figure from earlier in the run",
-            fmt_bytes(len as f64)
-        ));
-        return Ok(None);
-    }
-    (ctx.progress)("laying the reference chase");
-    let (mut r, backing) = mapping(ctx, len, true)?;
-    laid_chain(&mut r, line, len / line, rng)?;
-    Ok(Some((r, backing)))
 }

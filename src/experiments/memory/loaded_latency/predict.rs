@@ -10,7 +10,6 @@ use crate::results::Prediction;
 const KNEE_UNMODELLED: &str = "where latency starts to rise depends on the memory \
     controller's queueing, which no measured primitive or table entry describes";
 
-/// Every prediction, by metric name.
 pub(super) fn predictions(ctx: &Context) -> Vec<(String, Prediction)> {
     let mut p = Predictions::new(ctx);
     let n = ctx.machine.cpu.allowed_cpus.len().max(1);
@@ -51,17 +50,14 @@ fn peaks(p: &mut Predictions, k: usize, read: &Input, [r, w]: &[Input; 2]) {
     p.same("peak_bandwidth", read, same);
     let (rn, wn) = (r.name(), w.name());
     let text = format!(
-        "3 / (2 / {rn} + 1 / {wn}): of every three lines two at mem.bandwidth's read rate \
-         and one at its write rate (ordinary stores, whatever they cost there), {k} \
-         thread(s)"
+        "3 / (2 / {rn} + 1 / {wn}): of every three lines two at mem.bandwidth's read rate and \
+         one at its write rate (ordinary stores, whatever they cost there), {k} thread(s)"
     );
-    p.state("peak_bandwidth_mix", &[r, w], |v| {
-        Prediction::new(mix_bandwidth(v[0], v[1]), text)
-    });
+    let mix = |v: &[f64]| Prediction::new(mix_bandwidth(v[0], v[1]), text);
+    p.state("peak_bandwidth_mix", &[r, w], mix);
 }
 
-/// Little's law on the team's bandwidths and the idle chase (not a bound: the idle
-/// latency errs low, the unloaded bandwidth high), on the mix's counted lines.
+/// Little's law on the team's bandwidths and the idle chase, on the mix's counted lines.
 fn misses(p: &mut Predictions, idle: &Input, read: &Input, [ri, wi]: &[Input; 2], line: &Input) {
     let law = |of: &str, bw: &str, are: &str| {
         format!(
@@ -72,16 +68,12 @@ fn misses(p: &mut Predictions, idle: &Input, read: &Input, [ri, wi]: &[Input; 2]
         )
     };
     let text = law("", read.name(), "bandwidth is");
-    p.state("loaded_outstanding_misses", &[read, idle, line], |v| {
-        Prediction::new(v[0] / v[2] * v[1] * 1e-9, text)
-    });
+    let little = |v: &[f64]| Prediction::new(v[0] / v[2] * v[1] * 1e-9, text);
+    p.state("loaded_outstanding_misses", &[read, idle, line], little);
     let bw = format!("3 / (2 / {} + 1 / {})", ri.name(), wi.name());
     let text = law(" on the counted lines", &bw, "bandwidths are");
-    p.state(
-        "loaded_outstanding_misses_mix",
-        &[ri, wi, idle, line],
-        |v| Prediction::new(mix_bandwidth(v[0], v[1]) / v[3] * v[2] * 1e-9, text),
-    );
+    let mix = |v: &[f64]| Prediction::new(mix_bandwidth(v[0], v[1]) / v[3] * v[2] * 1e-9, text);
+    p.state("loaded_outstanding_misses_mix", &[ri, wi, idle, line], mix);
 }
 
 /// Misses in flight by Little's law: bandwidth / line x latency.
@@ -89,8 +81,7 @@ pub(super) fn outstanding(bandwidth: f64, line: usize, latency_ns: f64) -> f64 {
     bandwidth / line as f64 * latency_ns * 1e-9
 }
 
-/// mem.bandwidth's `op` figures for the load threads' team, most like it first (huge pages
-/// only for one thread, all threads where that count was not measured).
+/// mem.bandwidth's `op` figures for the load threads' team, most like it first (docs/methods).
 pub(super) fn team_figures(op: &str, allowed: usize, thp: bool) -> Vec<String> {
     let k = allowed.saturating_sub(1).max(1);
     match (k, thp) {

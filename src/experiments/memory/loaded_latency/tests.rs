@@ -1,8 +1,9 @@
-use super::kernel::{LoadSpan, LoadStream, LoadedPoint, Sweep};
+use super::kernel::{LoadStream, LoadedPoint, Sweep};
 use super::predict::{mix_bandwidth, outstanding, team_figures};
-use super::text::{idle_check, knee, Agreement, Report, SAME_CHASE};
+use super::text::{idle_check, knee, Agreement, SAME_CHASE};
 use super::*;
 use crate::experiments::kit::place::Place;
+use crate::experiments::kit::team::Step;
 
 #[test]
 fn knee_is_the_last_point_near_idle() {
@@ -21,14 +22,16 @@ fn littles_law() {
     assert!((v - 15.625).abs() < 1e-9, "{v}");
 }
 
-fn span(start: u64, end: u64) -> LoadSpan {
-    LoadSpan {
-        start,
-        end,
-        place: Place {
-            looks: 3,
-            ..Place::new(1)
-        },
+/// The load threads' step: their spans, each on its CPU at three looks.
+fn load(spans: &[(u64, u64)]) -> Step {
+    let place = Place {
+        looks: 3,
+        ..Place::new(1)
+    };
+    Step {
+        stamps: spans.to_vec(),
+        quiet: true,
+        places: vec![place; spans.len()],
     }
 }
 
@@ -37,28 +40,22 @@ fn concurrency_premise_fails_when_a_load_thread_misses_the_window() {
     let mut p = LoadedPoint {
         gap: Some(0.0),
         window: (100, 200),
-        spans: vec![span(50, 250), span(60, 220)],
+        load: load(&[(50, 250), (60, 220)]),
         trials: 8,
         ..Default::default()
     };
     assert_eq!(p.concurrency_failure(&[0, 1]), None);
-    p.spans[1] = span(120, 220);
+    p.load.stamps[1] = (120, 220);
     assert!(p.concurrency_failure(&[0, 1]).unwrap().contains("CPU 1"));
-    p.spans[1] = span(60, 150);
+    p.load.stamps[1] = (60, 150);
     assert!(p.concurrency_failure(&[0, 1]).is_some());
-    let away = span(60, 220);
-    p.spans[1] = LoadSpan {
-        place: Place {
-            away: 1,
-            ..away.place
-        },
-        ..away
-    };
+    p.load.stamps[1] = (60, 220);
+    p.load.places[1].away = 1;
     assert!(p
         .concurrency_failure(&[0, 1])
         .unwrap()
         .contains("elsewhere"));
-    p.spans[1] = span(60, 220);
+    p.load.places[1].away = 0;
     p.stalled = 3;
     assert_eq!(p.concurrency_failure(&[0, 1]), None, "some trials kept");
     p.trials = 0;
@@ -184,11 +181,7 @@ fn point(gap: Option<f64>, traffic: Traffic, bw: f64, lat: f64) -> LoadedPoint {
         latency: wobble.iter().map(|w| lat * w).collect(),
         bandwidth: wobble.iter().map(|w| bw * w).collect(),
         trials: 5,
-        spans: if gap.is_some() {
-            vec![span(1, 100)]
-        } else {
-            vec![]
-        },
+        load: load(if gap.is_some() { &[(1, 100)] } else { &[] }),
         window: (10, 90),
         ..Default::default()
     }
@@ -222,31 +215,39 @@ fn both_curves_report_their_metrics_by_name() {
     };
     let sw = Sweep {
         idle: point(None, Traffic::Read, 0.4e9, 100.0),
-        reads: vec![
-            point(Some(2000.0), Traffic::Read, 1e9, 105.0),
-            point(Some(0.0), Traffic::Read, 15e9, 150.0),
-        ],
-        mix: vec![
-            point(Some(2000.0), Traffic::Mix, 1e9, 108.0),
-            point(Some(0.0), Traffic::Mix, 12e9, 160.0),
+        curves: [
+            vec![
+                point(Some(2000.0), Traffic::Read, 1e9, 105.0),
+                point(Some(0.0), Traffic::Read, 15e9, 150.0),
+            ],
+            vec![
+                point(Some(2000.0), Traffic::Mix, 1e9, 108.0),
+                point(Some(0.0), Traffic::Mix, 12e9, 160.0),
+            ],
         ],
         ..Default::default()
     };
-    let chase = Backing {
+    let buffer = || Buffer {
+        region: Region::new(4096, Pages::Base).unwrap(),
         huge: false,
         text: "base pages".into(),
-        bytes: 64 << 20,
     };
     let report = |ctx: &Context, out: &mut Outcome| {
-        let (sw, chase, loaders) = (&sw, &chase, &[0][..]);
-        let (line, reference) = (64, None);
-        Report {
+        let cfg = HarnessConfig::default();
+        let (quiet_cfg, sw) = (cfg.clone(), sw.clone());
+        let (line, loaders, reference) = (64, vec![0], None);
+        let (chase, loads) = (buffer(), buffer());
+        Run {
             ctx,
-            sw,
+            gaps: &[],
+            cfg,
+            quiet_cfg,
             line,
+            loaders,
             chase,
             reference,
-            loaders,
+            loads,
+            sw,
         }
         .write(out)
     };

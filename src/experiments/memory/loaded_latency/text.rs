@@ -1,10 +1,9 @@
 //! mem.loaded-latency's metrics, series, checks, findings and notes from the sweep.
 
-use super::kernel::{LoadedPoint, Sweep};
+use super::kernel::LoadedPoint;
 use super::predict::outstanding;
-use super::{
-    Backing, Traffic, AGREE_FLOOR, AGREE_NOISE_TIMES, IDLE_AGREES, KNEE_RISE, MIX_READS, MIX_WRITES,
-};
+use super::{Run, Traffic, AGREE_FLOOR, AGREE_NOISE_TIMES, IDLE_AGREES, KNEE_RISE};
+use super::{MIX_READS, MIX_WRITES};
 use crate::analysis::{separation, Separation};
 use crate::experiments::{Context, Outcome};
 use crate::results::{Check, Prediction};
@@ -15,10 +14,8 @@ use crate::units::{fmt_bandwidth, fmt_bytes, fmt_ns};
 pub(super) fn knee(idle: f64, pts: &[(f64, f64)]) -> Option<usize> {
     let mut order: Vec<usize> = (0..pts.len()).collect();
     order.sort_by(|&a, &b| pts[a].0.total_cmp(&pts[b].0));
-    order
-        .into_iter()
-        .take_while(|&i| pts[i].1 <= KNEE_RISE * idle)
-        .last()
+    let near_idle = |&i: &usize| pts[i].1 <= KNEE_RISE * idle;
+    order.into_iter().take_while(near_idle).last()
 }
 
 pub(super) const SAME_CHASE: &str = "the idle chase is mem.latency's chase";
@@ -75,20 +72,9 @@ impl Agreement {
     }
 }
 
-/// What the text is made of: the sweep, and what the run laid out for it.
-pub(super) struct Report<'a, 'c> {
-    pub(super) ctx: &'a Context<'c>,
-    pub(super) sw: &'a Sweep,
-    pub(super) line: usize,
-    pub(super) chase: &'a Backing,
-    pub(super) reference: Option<&'a Backing>,
-    pub(super) loaders: &'a [usize],
-}
-
-impl Report<'_, '_> {
-    /// Metrics, series, checks, findings and notes.
+impl Run<'_, '_> {
     pub(super) fn write(&self, out: &mut Outcome) {
-        let (sw, ctx) = (self.sw, self.ctx);
+        let sw = &self.sw;
         out.check(self.concurrency_premise());
         self.same_chase(out);
         let (page, repeats) = (self.chase.pages(), sw.idle_repeats.len());
@@ -96,39 +82,27 @@ impl Report<'_, '_> {
             "chase latency with no load thread running ({page}), {repeats} repeats between the loaded points, trials pooled; the idle point of both curves"
         );
         out.metric("idle_latency", "ns", &what, sw.idle.latency.clone());
-        let predicted = super::predict::predictions(ctx);
-        let rfo = ownership_shown(ctx);
-        for (traffic, loaded) in [(Traffic::Read, &sw.reads), (Traffic::Mix, &sw.mix)] {
-            let r = self;
-            TrafficCurve {
-                r,
-                traffic,
-                loaded,
-                rfo,
-            }
-            .write(out, &predicted);
+        for traffic in Traffic::BOTH {
+            TrafficCurve { r: self, traffic }.write(out);
         }
-        self.quiet_note(out);
-        self.point_notes(out);
+        self.notes(out);
     }
 
     /// The premise that the idle chase is mem.latency's: against the reference, else earlier.
     fn same_chase(&self, out: &mut Outcome) {
         let refname = self.chase.dram();
         let earlier = self.ctx.earlier_metric("mem.latency", refname);
-        let pair = earlier
-            .map(|r| &r.summary)
-            .zip(Summary::of(&self.sw.idle.latency));
+        let idle = Summary::of(&self.sw.idle.latency);
+        let pair = earlier.map(|r| &r.summary).zip(idle);
         match (self.reference_check(), pair) {
-            (Some(c), Some((r, s))) => {
+            (Some(c), pair) => {
                 out.check(c);
-                out.notes.push(format!(
+                out.notes.extend(pair.map(|(r, s)| format!(
                     "mem.latency's {refname} earlier in the run: {} (idle is {:.2}x of it): measured minutes before, when other guests' memory traffic may have differed, so it is context here; the premise compares the reference chase of the same window",
                     fmt_ns(r.median),
                     s.median / r.median
-                ));
+                )));
             }
-            (Some(c), None) => out.check(c),
             (None, Some((r, s))) => out.check(idle_check(&s, r, refname)),
             (None, None) => out.notes.push(format!(
                 "mem.latency's {refname} is not in this run and no reference chase was measured: the idle point is not compared with mem.latency's chase"
@@ -139,7 +113,7 @@ impl Report<'_, '_> {
     /// The premise that the idle chase is mem.latency's: on the reference's page kind (by
     /// smaps, as timing alone may not tell them apart) and as fast within the window's noise.
     fn reference_check(&self) -> Option<Check> {
-        let (sw, chase, reference) = (self.sw, self.chase, self.reference?);
+        let (sw, chase, reference) = (&self.sw, &self.chase, self.reference.as_ref()?);
         let a = Agreement::of(&sw.idle_repeats, &sw.reference_repeats)?;
         let same_pages = chase.huge == reference.huge;
         let (kind, apart) = (reference.dram(), (a.ratio - 1.0).abs() * 100.0);
@@ -160,7 +134,7 @@ impl Report<'_, '_> {
                 fmt_ns(median(&sw.idle_repeats)),
                 chase.pages(),
                 fmt_ns(median(&sw.reference_repeats)),
-                fmt_bytes(chase.bytes as f64),
+                fmt_bytes(chase.region.len() as f64),
                 reference.text,
                 a.pairs,
                 a.ratio,
@@ -171,28 +145,12 @@ impl Report<'_, '_> {
         ))
     }
 
-    /// The idle and reference repeats, in the order taken.
-    fn quiet_note(&self, out: &mut Outcome) {
-        let sw = self.sw;
-        let list = |v: &[f64]| v.iter().map(|&x| fmt_ns(x)).collect::<Vec<_>>().join(", ");
-        let reference = self.reference.map_or(String::new(), |b| {
-            let bytes = fmt_bytes(self.chase.bytes as f64);
-            let (text, list) = (&b.text, list(&sw.reference_repeats));
-            format!("; the reference chase (laid afresh over {bytes} on {text}) beside each, in turn first: {list}")
-        });
-        out.notes.push(format!(
-            "idle measured {} times, before the sweep and after each gap, the trials pooled: {}{reference}",
-            sw.idle_repeats.len(),
-            list(&sw.idle_repeats)
-        ));
-    }
-
     /// The premise that the load ran alongside every loaded point, of both traffics.
     fn concurrency_premise(&self) -> Check {
-        let sw = self.sw;
-        let loaded: Vec<&LoadedPoint> = sw.reads.iter().chain(&sw.mix).collect();
+        let sw = &self.sw;
+        let loaded: Vec<&LoadedPoint> = sw.curves.iter().flatten().collect();
         let fails = loaded.iter().filter_map(|p| {
-            let w = p.concurrency_failure(self.loaders)?;
+            let w = p.concurrency_failure(&self.loaders)?;
             Some(format!("{}: {w}", p.label()))
         });
         let fails: Vec<String> = fails.collect();
@@ -207,18 +165,30 @@ impl Report<'_, '_> {
                 (None, true) => format!(
                     "{} loaded points ({} read-only, {} of the read/write mix): every load thread started before the chase's first trial and stopped after its last, on its CPU at every look; {trials} trials kept with every load thread streaming, {stalled} set aside and repeated (a load thread read nothing or was held up more than 20 us in them)",
                     loaded.len(),
-                    sw.reads.len(),
-                    sw.mix.len()
+                    sw.curves[0].len(),
+                    sw.curves[1].len()
                 ),
                 (None, false) => fails.join("; "),
             },
         )
     }
 
-    /// The delay loop's rate, the chase's preempted trials and each point's harness notes.
-    fn point_notes(&self, out: &mut Outcome) {
-        let sw = self.sw;
-        let all = || std::iter::once(&sw.idle).chain(&sw.reads).chain(&sw.mix);
+    /// The idle and reference repeats in the order taken, the delay loop's rate, the chase's
+    /// preempted trials and each point's harness notes.
+    fn notes(&self, out: &mut Outcome) {
+        let sw = &self.sw;
+        let list = |v: &[f64]| v.iter().map(|&x| fmt_ns(x)).collect::<Vec<_>>().join(", ");
+        let reference = self.reference.as_ref().map_or(String::new(), |b| {
+            let bytes = fmt_bytes(self.chase.region.len() as f64);
+            let (text, list) = (&b.text, list(&sw.reference_repeats));
+            format!("; the reference chase (laid afresh over {bytes} on {text}) beside each, in turn first: {list}")
+        });
+        out.notes.push(format!(
+            "idle measured {} times, before the sweep and after each gap, the trials pooled: {}{reference}",
+            sw.idle_repeats.len(),
+            list(&sw.idle_repeats)
+        ));
+        let all = || std::iter::once(&sw.idle).chain(sw.curves.iter().flatten());
         let (rate, preempted) = (sw.ns_per_iter, all().map(|p| p.preempted).sum::<usize>());
         out.notes.push(format!(
             "delay loop: {rate:.2} ns per iteration (measured on the chase's CPU); {preempted} chase trials were preempted and repeated"
@@ -230,37 +200,37 @@ impl Report<'_, '_> {
     }
 }
 
-/// Whether mem.bandwidth's figures earlier in the run showed reads for ownership
-/// (`bandwidth::rfo_shown`): only then does the mix's finding count them.
-pub(super) fn ownership_shown(ctx: &Context) -> bool {
+/// What the memory moved with reads for ownership, where mem.bandwidth's figures earlier in
+/// the run showed them (`bandwidth::rfo_shown`): only then does the mix's finding count them.
+fn moved(ctx: &Context, bandwidth: f64) -> String {
     let s = |m: &str| ctx.earlier_metric("mem.bandwidth", m).map(|x| &x.summary);
+    let bw = fmt_bandwidth(bandwidth);
     match (s("read_1t"), s("write_1t"), s("write_nt_1t")) {
-        (Some(r), Some(w), Some(nt)) => crate::experiments::memory::bandwidth::rfo_shown(r, w, nt),
-        _ => false,
+        (Some(r), Some(w), Some(nt)) if super::super::bandwidth::rfo_shown(r, w, nt) => {
+            format!(" (mem.bandwidth's stores showed reads for ownership: with them the memory moved about {bw})")
+        }
+        _ => String::new(),
     }
 }
 
 /// One traffic's curve: the shared idle point and its loaded points, lightest first.
 struct TrafficCurve<'a> {
-    r: &'a Report<'a, 'a>,
+    r: &'a Run<'a, 'a>,
     traffic: Traffic,
-    loaded: &'a [LoadedPoint],
-    /// `ownership_shown`.
-    rfo: bool,
 }
 
 impl TrafficCurve<'_> {
     /// Its series, metrics (named with the traffic's suffix), knee and findings.
-    fn write(&self, out: &mut Outcome, predicted: &[(String, Prediction)]) {
+    fn write(&self, out: &mut Outcome) {
         self.series(out);
-        let Some(full) = self.loaded.last() else {
+        let Some(full) = self.loaded().last() else {
             return;
         };
         let by_bandwidth =
             |a: &&LoadedPoint, b: &&LoadedPoint| a.bandwidth_bps().total_cmp(&b.bandwidth_bps());
         let peak = self.points().max_by(by_bandwidth).unwrap_or(full);
         self.metrics(out, full, peak);
-        self.finding(out, (full, peak), predicted);
+        self.finding(out, full, peak);
         if self.traffic == Traffic::Read {
             self.read_shares(out, peak.bandwidth_bps());
         }
@@ -268,36 +238,31 @@ impl TrafficCurve<'_> {
         self.points_note(out);
     }
 
+    fn loaded(&self) -> &[LoadedPoint] {
+        &self.r.sw.curves[self.traffic as usize]
+    }
+
     /// The idle point, then the loaded ones.
     fn points(&self) -> impl Iterator<Item = &LoadedPoint> {
-        std::iter::once(&self.r.sw.idle).chain(self.loaded)
+        std::iter::once(&self.r.sw.idle).chain(self.loaded())
     }
 
     fn name(&self, base: &str) -> String {
         format!("{base}{}", self.traffic.suffix())
     }
 
-    /// Latency and misses in flight against bandwidth, idle point first.
     fn series(&self, out: &mut Outcome) {
         let curve = self.points().map(|p| [p.bandwidth_bps(), p.latency_ns()]);
         let curve: Vec<[f64; 2]> = curve.collect();
-        let line = self.r.line;
-        let misses: Vec<[f64; 2]> = curve
-            .iter()
-            .map(|&[b, l]| [b, outstanding(b, line, l)])
-            .collect();
+        let misses = |&[b, l]: &[f64; 2]| [b, outstanding(b, self.r.line, l)];
+        let misses = curve.iter().map(misses).collect();
         let prefix = ["", "mix_"][self.traffic as usize];
         let name = |base: &str| format!("{prefix}{base}");
         out.plot(&name("latency_vs_bandwidth"), "bytes/s", "ns", curve);
-        out.plot(
-            &name("outstanding_misses_vs_bandwidth"),
-            "bytes/s",
-            "lines",
-            misses,
-        );
+        let misses_name = name("outstanding_misses_vs_bandwidth");
+        out.plot(&misses_name, "bytes/s", "lines", misses);
     }
 
-    /// The loaded latency, the peak bandwidth and the misses in flight.
     fn metrics(&self, out: &mut Outcome, full: &LoadedPoint, peak: &LoadedPoint) {
         let (label, k, line) = (self.traffic.label(), self.r.loaders.len(), self.r.line);
         let page = self.r.chase.pages();
@@ -313,44 +278,24 @@ impl TrafficCurve<'_> {
         };
         let misses = full.bandwidth.iter().zip(&full.latency);
         let misses = misses.map(|(&b, &l)| outstanding(b, line, l)).collect();
-        let gap = fmt_ns(peak.gap.unwrap_or(0.0));
-        for (name, unit, description, raw) in [
-            (
-                "loaded_latency",
-                "ns",
-                format!(
-                    "chase latency with every load thread {what} unthrottled ({k} thread(s), {page})"
-                ),
-                full.latency.clone(),
-            ),
-            (
-                "peak_bandwidth",
-                "bytes/s",
-                format!(
-                    "highest bandwidth of the {label} sweep, per chase trial, at gap {gap}: {counted}"
-                ),
-                peak.bandwidth.clone(),
-            ),
-            (
-                "loaded_outstanding_misses",
-                "lines",
-                format!(
-                    "misses in flight at the unthrottled {label} point by Little's law: bandwidth / line x chase latency, per trial"
-                ),
-                misses,
-            ),
-        ] {
-            out.metric(&self.name(name), unit, &description, raw);
-        }
+        let (gap, n) = (fmt_ns(peak.gap.unwrap_or(0.0)), |base| self.name(base));
+        let w = format!(
+            "chase latency with every load thread {what} unthrottled ({k} thread(s), {page})"
+        );
+        out.metric(&n("loaded_latency"), "ns", &w, full.latency.clone());
+        let w = format!(
+            "highest bandwidth of the {label} sweep, per chase trial, at gap {gap}: {counted}"
+        );
+        out.metric(&n("peak_bandwidth"), "bytes/s", &w, peak.bandwidth.clone());
+        let w = format!(
+            "misses in flight at the unthrottled {label} point by Little's law: bandwidth / line x chase latency, per trial"
+        );
+        out.metric(&n("loaded_outstanding_misses"), "lines", &w, misses);
     }
 
     /// The curve's finding: idle against unthrottled, and the peak against its prediction.
-    fn finding(
-        &self,
-        out: &mut Outcome,
-        (full, peak): (&LoadedPoint, &LoadedPoint),
-        predicted: &[(String, Prediction)],
-    ) {
+    fn finding(&self, out: &mut Outcome, full: &LoadedPoint, peak: &LoadedPoint) {
+        let predicted = super::predict::predictions(self.r.ctx);
         let (il, fl) = (self.r.sw.idle.latency_ns(), full.latency_ns());
         let side = match Summary::of(&full.latency).zip(Summary::of(&self.r.sw.idle.latency)) {
             Some((f, i)) => match separation(&f, &i) {
@@ -364,12 +309,9 @@ impl TrafficCurve<'_> {
         let stated = |(n, p): &&(String, Prediction)| *n == peak_name && p.withheld.is_none();
         let against = predicted.iter().find(stated).map_or(String::new(), |(_, p)| {
             let inputs: Vec<&str> = p.inputs.keys().map(|k| k.as_str()).collect();
-            format!(
-                " ({:.2}x of {}, predicted from mem.bandwidth's {} with as many threads as load threads)",
-                peak.bandwidth_bps() / p.value,
-                fmt_bandwidth(p.value),
-                inputs.join(" and ")
-            )
+            let (ratio, value) = (peak.bandwidth_bps() / p.value, fmt_bandwidth(p.value));
+            let inputs = inputs.join(" and ");
+            format!(" ({ratio:.2}x of {value}, predicted from mem.bandwidth's {inputs} with as many threads as load threads)")
         });
         let (k, ratio, idle, loaded) = (self.r.loaders.len(), fl / il, fmt_ns(il), fmt_ns(fl));
         let at = fmt_bandwidth(full.bandwidth_bps());
@@ -381,25 +323,16 @@ impl TrafficCurve<'_> {
             Traffic::Mix => format!(
                 "Under a {} load (ordinary stores): {loaded} with {k} load thread(s) unthrottled ({ratio:.2}x idle, {side}), at {at}; peak {pk}{against}, counting each written line once{}.",
                 self.traffic.label(),
-                self.moved(peak)
+                moved(self.r.ctx, peak.bandwidth_bps() * self.traffic.memory_per_counted())
             ),
         };
         out.finding_salient(text, &["idle_latency", &loaded_name, &peak_name], ratio);
     }
 
-    /// What the memory moved at `peak` with reads for ownership, where they were shown.
-    fn moved(&self, peak: &LoadedPoint) -> String {
-        if !self.rfo {
-            return String::new();
-        }
-        let bw = fmt_bandwidth(peak.bandwidth_bps() * self.traffic.memory_per_counted());
-        format!(" (mem.bandwidth's stores showed reads for ownership: with them the memory moved about {bw})")
-    }
-
     /// The knee's metric and finding, or a note on why there is none.
     fn knee(&self, out: &mut Outcome, peak: &LoadedPoint) {
         let lp = self
-            .loaded
+            .loaded()
             .iter()
             .map(|p| (p.bandwidth_bps(), p.latency_ns()));
         let lp: Vec<(f64, f64)> = lp.collect();
@@ -414,21 +347,18 @@ impl TrafficCurve<'_> {
             };
             return out.notes.push(format!("{label}: no knee: {why}"));
         };
-        let (knee_name, kp) = (self.name("knee_bandwidth"), &self.loaded[i]);
+        let (knee_name, kp) = (self.name("knee_bandwidth"), &self.loaded()[i]);
         let what = format!(
             "the highest bandwidth of the {label} sweep whose chase latency stays within {rise:.0}% of idle"
         );
         out.metric(&knee_name, "bytes/s", &what, kp.bandwidth.clone());
-        out.finding(
-            format!(
-                "Knee ({label}) at {} ({:.0}% of the peak): latency {} there, {} at the peak.",
-                fmt_bandwidth(kp.bandwidth_bps()),
-                100.0 * kp.bandwidth_bps() / peak.bandwidth_bps(),
-                fmt_ns(kp.latency_ns()),
-                fmt_ns(peak.latency_ns())
-            ),
-            &[&knee_name, &self.name("peak_bandwidth")],
+        let (at, there) = (fmt_bandwidth(kp.bandwidth_bps()), fmt_ns(kp.latency_ns()));
+        let share = 100.0 * kp.bandwidth_bps() / peak.bandwidth_bps();
+        let text = format!(
+            "Knee ({label}) at {at} ({share:.0}% of the peak): latency {there} there, {} at the peak.",
+            fmt_ns(peak.latency_ns())
         );
+        out.finding(text, &[&knee_name, &self.name("peak_bandwidth")]);
     }
 
     /// Each point's gap target, bandwidth, latency and misses in flight.
@@ -460,12 +390,8 @@ impl TrafficCurve<'_> {
         };
         let reads = std::iter::once("thp_1".to_string()).chain(teams);
         let reads: Vec<String> = reads.filter_map(share).collect();
-        if !reads.is_empty() {
-            let (peak, k) = (fmt_bandwidth(peak), self.r.loaders.len());
-            let reads = reads.join(", ");
-            let note =
-                format!("peak bandwidth {peak} with {k} load thread(s) and the chase: {reads}");
-            out.notes.push(note);
-        }
+        let (peak, k, list) = (fmt_bandwidth(peak), self.r.loaders.len(), reads.join(", "));
+        let note = format!("peak bandwidth {peak} with {k} load thread(s) and the chase: {list}");
+        out.notes.extend((!reads.is_empty()).then_some(note));
     }
 }
