@@ -454,7 +454,7 @@ mod tests {
             threads,
             huge: false,
         };
-        let mut v = vec![
+        let mut v = [
             fig(Copy, 1),
             fig(Read, 2),
             fig(Write, 1),
