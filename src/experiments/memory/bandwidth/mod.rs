@@ -156,7 +156,21 @@ impl Experiment for MemBandwidth {
             allowed = vec![ctx.cpu];
         }
         let (size, n) = buffer(ctx.machine, ctx.profile, allowed.len())?;
-        buffer_notes(ctx, llc, size, n, allowed.len(), &mut out);
+        let (buf, available) = (fmt_bytes(size as f64), ctx.machine.memory_budget_text());
+        out.notes
+            .push(format!("memory cap {buf} (the buffer); {available}"));
+        if n < allowed.len() {
+            out.notes.push(format!(
+                "at most {n} threads of {} CPUs: the memory cap holds {n} parts of 4 MiB",
+                allowed.len()
+            ));
+        }
+        if (size as u64) < 4 * llc {
+            out.notes.push(format!(
+                "the buffer ({buf}) is less than 4x the last-level cache ({}): some trials may find data in the cache",
+                fmt_bytes(llc as f64)
+            ));
+        }
         // Thread k on cpus[k]: this CPU first, one per core node by node, SMT siblings last.
         let topo = placement_topology(ctx);
         let cpus = topo.spread(&allowed, n);
@@ -240,24 +254,6 @@ pub(super) fn buffer(
     let cap = kit::memory_cap(machine, profile, want, 4 * BLOCK as u64)?;
     let n = cpus.clamp(1, cap as usize / (4 * BLOCK));
     Ok(((cap as usize / (BLOCK * n)) * BLOCK * n, n))
-}
-
-/// Notes the buffer with MemAvailable, the threads it holds and the last-level cache.
-fn buffer_notes(ctx: &Context, llc: u64, size: usize, n: usize, cpus: usize, out: &mut Outcome) {
-    let (buffer, available) = (fmt_bytes(size as f64), ctx.machine.memory_budget_text());
-    out.notes
-        .push(format!("memory cap {buffer} (the buffer); {available}"));
-    if n < cpus {
-        out.notes.push(format!(
-            "at most {n} threads of {cpus} CPUs: the memory cap holds {n} parts of 4 MiB"
-        ));
-    }
-    if (size as u64) < 4 * llc {
-        out.notes.push(format!(
-            "the buffer ({buffer}) is less than 4x the last-level cache ({}): some trials may find data in the cache",
-            fmt_bytes(llc as f64)
-        ));
-    }
 }
 
 /// Measures streams over the buffer and counts preempted and kept trials.
