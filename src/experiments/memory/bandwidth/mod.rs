@@ -156,9 +156,9 @@ impl Experiment for MemBandwidth {
             allowed = vec![ctx.cpu];
         }
         let (size, n) = buffer(ctx.machine, ctx.profile, allowed.len())?;
-        let (buf, available) = (fmt_bytes(size as f64), ctx.machine.memory_budget_text());
+        let (buffer, available) = (fmt_bytes(size as f64), ctx.machine.memory_budget_text());
         out.notes
-            .push(format!("memory cap {buf} (the buffer); {available}"));
+            .push(format!("memory cap {buffer} (the buffer); {available}"));
         if n < allowed.len() {
             out.notes.push(format!(
                 "at most {n} threads of {} CPUs: the memory cap holds {n} parts of 4 MiB",
@@ -167,7 +167,7 @@ impl Experiment for MemBandwidth {
         }
         if (size as u64) < 4 * llc {
             out.notes.push(format!(
-                "the buffer ({buf}) is less than 4x the last-level cache ({}): some trials may find data in the cache",
+                "the buffer ({buffer}) is less than 4x the last-level cache ({}): some trials may find data in the cache",
                 fmt_bytes(llc as f64)
             ));
         }
