@@ -6,7 +6,7 @@ use crate::experiments::kit::{memory_cap, rss_baseline, rss_check, thread_faults
 use crate::experiments::predict::Predictions;
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Needs, Outcome, PerProfile, Profile, Spec};
-use crate::harness::{SampleSpec, Samples};
+use crate::harness::SampleSpec;
 use crate::results::{Bottleneck, Check, Prediction};
 use crate::rng::Rng;
 use crate::units::{fmt_bytes, fmt_ns};
@@ -21,17 +21,12 @@ const MINOR_BATCH: usize = 32;
 
 /// Why a major fault gets no prediction: the device behind `path` and its class.
 fn device_unknown(path: &std::path::Path) -> String {
-    match device_of(path) {
-        Some(d) => device_basis(&d),
-        None => "the scratch folder's device is not found in sysfs".into(),
-    }
+    let none = "the scratch folder's device is not found in sysfs";
+    device_of(path).map_or(none.into(), |d| device_basis(&d))
 }
 
-/// A read-only shared mapping of a file, unmapped on drop.
-struct FileMap {
-    ptr: *mut u8,
-    len: usize,
-}
+/// A read-only shared mapping of a file (address, length), unmapped on drop.
+struct FileMap(*mut u8, usize);
 
 impl FileMap {
     fn new(file: &std::fs::File, len: usize) -> anyhow::Result<FileMap> {
@@ -49,10 +44,7 @@ impl FileMap {
         if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error()).context("mmap of the scratch file");
         }
-        let map = FileMap {
-            ptr: p as *mut u8,
-            len,
-        };
+        let map = FileMap(p as *mut u8, len);
         // SAFETY: advisory call on the mapping just made: no readahead around faults.
         if unsafe { libc::madvise(p, len, libc::MADV_RANDOM) } != 0 {
             return Err(std::io::Error::last_os_error()).context("madvise(MADV_RANDOM)");
@@ -64,7 +56,7 @@ impl FileMap {
 impl Drop for FileMap {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the mapping made in `new`.
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+        unsafe { libc::munmap(self.0 as *mut libc::c_void, self.1) };
     }
 }
 
@@ -79,26 +71,21 @@ pub(super) const SIZES: PerProfile<(u64, u64)> = PerProfile::new(
 /// Batches of minor faults timed.
 const MINOR_BATCHES: PerProfile<usize> = PerProfile::new(15, 41, 101, 101);
 
-/// Minor faults in batches: (ns per fault per batch, faults counted, pages touched).
-fn minor_faults(
-    ctx: &Context,
-    region_bytes: usize,
-    budget: Duration,
-) -> anyhow::Result<(Samples, u64, u64)> {
+/// Minor faults in batches, and the premise that they happened.
+fn minor_faults(ctx: &Context, region_bytes: usize, out: &mut Outcome) -> anyhow::Result<()> {
     let ps = crate::pagecache::page_size();
     let pages = region_bytes / ps;
     let want = MINOR_BATCHES.get(ctx.profile);
     let (mut faults, mut touched) = (0u64, 0u64);
     let mut region: Option<Region> = None;
     let mut at = pages; // no region yet: the first batch makes one
-    let spec = SampleSpec::new(want, budget).detect_preemption(true);
-    let mut s = ctx.harness(1).try_sample_with(
+    let spec = SampleSpec::new(want, ctx.budget / 4).detect_preemption(true);
+    let s = ctx.harness(1).try_sample_with(
         &spec,
         // Untimed: a fresh region when this one is used up, and the fault count before.
         || -> anyhow::Result<(*mut u8, u64)> {
             if at + MINOR_BATCH > pages {
-                // One region at a time, within the memory cap; base pages, as with huge
-                // pages one fault would map 2 MiB.
+                // One region at a time; base pages, as a huge-page fault would map 2 MiB.
                 region = None;
                 region = Some(Region::new(region_bytes, Pages::Base)?);
                 at = 0;
@@ -121,10 +108,19 @@ fn minor_faults(
             touched += MINOR_BATCH as u64;
         },
     )?;
-    for v in &mut s.ns {
-        *v /= MINOR_BATCH as f64;
+    out.check(Check::premise(
+        "minor faults happened",
+        touched > 0 && faults as f64 >= 0.9 * touched as f64,
+        format!("{faults} minor faults counted (getrusage) for {touched} first touches"),
+    ));
+    for n in &s.notes {
+        out.notes.push(format!("minor faults: {n}"));
     }
-    Ok((s, faults, touched))
+    let what =
+        "first write to a page of fresh anonymous memory (allocate, zero, map), batches of 32";
+    let per_fault = s.ns.iter().map(|v| v / MINOR_BATCH as f64).collect();
+    out.metric("minor_fault", "ns", what, per_fault);
+    Ok(())
 }
 
 /// Major faults, each page of `map` in `order` timed alone: (ns each, faults counted).
@@ -145,7 +141,7 @@ fn major_faults(
         || Ok::<usize, anyhow::Error>(next.next().unwrap_or(0)),
         |&mut pg| {
             // SAFETY: pg < pages, so the byte lies inside the live read-only mapping.
-            let b = unsafe { std::ptr::read_volatile(map.ptr.add(pg * ps)) };
+            let b = unsafe { std::ptr::read_volatile(map.0.add(pg * ps)) };
             sum = sum.wrapping_add(b);
             Ok(())
         },
@@ -184,12 +180,8 @@ impl Experiment for PageFault {
             as a system call does, then allocates, zeroes and maps a page, which are not in the \
             model (zeroing a page that stays in the cache has no measured rate here)";
         p.at_least("minor_fault", &entry, why);
-        let dir = ctx
-            .options
-            .scratch_dir
-            .clone()
-            .or_else(|| std::env::current_dir().ok())
-            .unwrap_or_default();
+        let here = std::env::current_dir().unwrap_or_default();
+        let dir = ctx.options.scratch_dir.clone().unwrap_or(here);
         let majors = ["major_fault", "major_fault_per_byte"];
         p.withhold(&majors, &device_unknown(&dir));
         p.done()
@@ -211,18 +203,7 @@ impl Experiment for PageFault {
 
         // Minor faults: valid on any file system.
         (ctx.progress)("minor faults");
-        let (minor, faults, touched) = minor_faults(ctx, anon, ctx.budget / 4)?;
-        out.check(Check::premise(
-            "minor faults happened",
-            touched > 0 && faults as f64 >= 0.9 * touched as f64,
-            format!("{faults} minor faults counted (getrusage) for {touched} first touches"),
-        ));
-        for n in &minor.notes {
-            out.notes.push(format!("minor faults: {n}"));
-        }
-        let what =
-            "first write to a page of fresh anonymous memory (allocate, zero, map), batches of 32";
-        out.metric("minor_fault", "ns", what, minor.ns);
+        minor_faults(ctx, anon, &mut out)?;
 
         // Major faults: only on a disk.
         let measured = major_section(ctx, file_len, &mut out)?;

@@ -1,9 +1,52 @@
 //! mem.bandwidth's premises: every thread on its own CPU, a team's threads running
 //! together, and on several nodes each thread's memory on its own node.
 
-use super::kernel::{Part, Together, TOGETHER};
-use crate::experiments::kit::team::TeamPlacement;
+use super::kernel::Part;
+use crate::experiments::kit::team::{Step, TeamPlacement};
 use crate::results::Check;
+
+/// The least share of a trial's span during which every thread must have run: threads of
+/// unequal speed keep most of it; threads that ran one after another keep none.
+const TOGETHER: f64 = 0.5;
+
+/// A team's trials, those set aside as run apart, and the least share together.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Together {
+    ran: usize,
+    apart: usize,
+    least: f64,
+}
+
+impl Together {
+    pub(super) const NONE: Together = Together {
+        ran: 0,
+        apart: 0,
+        least: 1.0,
+    };
+
+    /// Counts a step; whether it is kept (a preempted one is set aside as such, not apart).
+    pub(super) fn kept(&mut self, s: &Step) -> bool {
+        let share = s.overlap();
+        let apart = s.quiet && share < TOGETHER;
+        self.ran += 1;
+        if s.quiet {
+            self.least = self.least.min(share);
+        }
+        self.apart += usize::from(apart);
+        s.quiet && !apart
+    }
+
+    /// Why a team failed: as many trials set aside as kept (then running apart is the rule).
+    fn failure((name, t, kept): &(String, Together, usize)) -> Option<String> {
+        (t.apart > 0 && t.apart >= *kept).then(|| format!(
+            "{name}: in {} of {} trials its threads ran together for less than {:.0}% of the trial's span (least {:.0}%), against {kept} undisturbed trials kept",
+            t.apart,
+            t.ran,
+            TOGETHER * 100.0,
+            t.least * 100.0,
+        ))
+    }
+}
 
 /// Where the teams ran and where their memory sat, gathered over the run.
 #[derive(Default)]
@@ -17,11 +60,8 @@ pub(super) struct Placed {
     pages: usize,
     pages_away: Vec<String>,
     pages_unknown: bool,
-    /// Teams of several threads, their trials, those set aside, and the teams that failed.
-    teams_together: usize,
-    trials_together: usize,
-    trials_apart: usize,
-    apart: Vec<String>,
+    /// Teams of several threads: name, trials together or apart, and undisturbed trials kept.
+    together: Vec<(String, Together, usize)>,
 }
 
 /// Pages sampled per part for the NUMA-node check.
@@ -33,29 +73,13 @@ impl Placed {
         self.teams += 1;
         self.misplaced
             .extend(q.misplaced.iter().map(|m| format!("{name}: {m}")));
-        if self.unknown.is_none() {
-            self.unknown.clone_from(&q.unknown);
-        }
+        self.unknown = self.unknown.take().or_else(|| q.unknown.clone());
     }
 
-    /// Records whether team `name` ran together: it fails when as many trials were set
-    /// aside as were kept (the harness then fills up with set-aside trials).
-    pub(super) fn together(&mut self, name: &str, threads: usize, t: Together) {
-        if threads < 2 {
-            return;
-        }
-        self.teams_together += 1;
-        self.trials_together += t.ran;
-        self.trials_apart += t.apart;
-        if t.apart > 0 && t.apart >= t.kept {
-            self.apart.push(format!(
-                "{name}: in {} of {} trials its threads ran together for less than {:.0}% of the trial's span (least {:.0}%), against {} undisturbed trials kept",
-                t.apart,
-                t.ran,
-                TOGETHER * 100.0,
-                t.least * 100.0,
-                t.kept
-            ));
+    /// Records whether team `name` ran together, against the undisturbed trials it kept.
+    pub(super) fn together(&mut self, name: &str, threads: usize, t: Together, kept: usize) {
+        if threads > 1 {
+            self.together.push((name.to_string(), t, kept));
         }
     }
 
@@ -84,7 +108,6 @@ impl Placed {
     pub(super) fn checks(self, numa: bool) -> Vec<Check> {
         let name =
             "every thread ran on the CPU it was placed on (current CPU read around every trial)";
-        let together = self.together_check();
         let failed = (!self.misplaced.is_empty()).then(|| self.misplaced.join("; "));
         let unknown = self.unknown.map(|why| format!("{why}: threads may have shared a CPU, and a figure may be of fewer cores than its name says"));
         let passed = format!(
@@ -103,20 +126,17 @@ impl Placed {
             let passed = format!("{n} sampled pages, each on its reader's node");
             v.push(premise(name, failed, unknown, passed));
         }
-        v.push(together);
-        v
-    }
-
-    fn together_check(&self) -> Check {
         let name = "each team's threads ran together (all of them running for at least half of each kept trial's span, first start to last stop)";
-        let (teams, ran, apart) = (self.teams_together, self.trials_together, self.trials_apart);
+        let teams = self.together.len();
+        let ran: usize = self.together.iter().map(|x| x.1.ran).sum();
+        let apart: usize = self.together.iter().map(|x| x.1.apart).sum();
         let counts = format!("{apart} of {ran} trials of {teams} teams of more than one thread set aside and repeated (calibration and warm-up included; a preempted trial is set aside as such, not counted here; a team fails when as many of its trials ran apart as it kept undisturbed: then running apart is the rule, not an accident)");
-        if teams == 0 {
-            return Check::premise(name, true, "no team of more than one thread ran");
-        }
-        let failed =
-            (!self.apart.is_empty()).then(|| format!("{counts}: {}", self.apart.join("; ")));
-        premise(name, failed, None, counts)
+        let failed: Vec<String> = self.together.iter().filter_map(Together::failure).collect();
+        let failed = (!failed.is_empty()).then(|| format!("{counts}: {}", failed.join("; ")));
+        let none = "no team of more than one thread ran".to_string();
+        let passed = if teams == 0 { none } else { counts };
+        v.push(premise(name, failed, None, passed));
+        v
     }
 }
 

@@ -2,10 +2,6 @@
 //! and copies over one thread's part of the buffer, run in step by a pinned team.
 
 use super::{Op, BLOCK};
-use crate::experiments::kit::measure_trials;
-use crate::experiments::kit::team::{Team, TeamPlacement};
-use crate::experiments::Context;
-use crate::harness::{HarnessConfig, Measurement};
 
 /// Loads every word; eight accumulators so no add waits on the one before (vectorised).
 #[inline(never)]
@@ -115,60 +111,4 @@ pub(super) fn touch(part: Part) {
     // SAFETY: part.base..part.base+part.len lies inside a live mapping owned by the
     // caller's region, and no other thread touches this part while it is being written.
     unsafe { std::ptr::write_bytes(part.base as *mut u8, 0x5a, part.len) };
-}
-
-/// The least share of a trial's span during which every thread must have run: threads of
-/// unequal speed keep most of it; threads that ran one after another keep none.
-pub(super) const TOGETHER: f64 = 0.5;
-
-/// A team's trials, those set aside as run apart, the least share together, and those kept.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub(super) struct Together {
-    pub(super) ran: usize,
-    pub(super) apart: usize,
-    pub(super) least: f64,
-    pub(super) kept: usize,
-}
-
-/// Trials of one thread per part on `cpus`, in ns per byte of all threads, each timed from
-/// the first start to the last stop (threads that ran one after another are not together).
-pub(super) fn team(
-    ctx: &Context,
-    op: Op,
-    parts: &[Part],
-    cpus: &[usize],
-    spec: &HarnessConfig,
-    first_touch: bool,
-) -> (Measurement, TeamPlacement, Together) {
-    let pattern = 0x0123_4567_89ab_cdefu64;
-    let member = |t: usize| {
-        if first_touch {
-            touch(parts[t]);
-        }
-        let mut pos = 0usize;
-        move |blocks: u64| {
-            std::hint::black_box(work(op, parts[t], &mut pos, blocks, pattern));
-        }
-    };
-    let bytes_per_iter = (BLOCK * parts.len()) as f64;
-    let mut together = Together {
-        least: 1.0,
-        ..Together::default()
-    };
-    let (m, placed) = Team::run(ctx.clock, &cpus[..parts.len()], member, |step| {
-        measure_trials(ctx.clock, spec, bytes_per_iter, |blocks| {
-            let s = step(blocks);
-            let share = s.overlap();
-            // A preempted trial is set aside anyway; counted apart are those it misses.
-            let apart = s.quiet && share < TOGETHER;
-            together.ran += 1;
-            if s.quiet {
-                together.least = together.least.min(share);
-            }
-            together.apart += usize::from(apart);
-            (s.span(), s.quiet && !apart)
-        })
-    });
-    together.kept = m.undisturbed;
-    (m, placed, together)
 }

@@ -6,15 +6,16 @@ mod numa;
 mod predict;
 mod text;
 
-use crate::experiments::kit::{self, Pages, Region};
+use crate::experiments::kit::team::Team;
+use crate::experiments::kit::{self, measure_trials, Pages, Region};
 use crate::experiments::spec::ms;
 use crate::experiments::{Context, Experiment, Outcome, PerProfile, Profile, Spec};
-use crate::harness::{HarnessConfig, Measurement};
+use crate::harness::HarnessConfig;
 use crate::machine::Topology;
 use crate::results::Prediction;
 use crate::units::fmt_bytes;
-use checks::Placed;
-use kernel::{team, Part};
+use checks::{Placed, Together};
+use kernel::Part;
 use predict::team_peak;
 use std::time::Duration;
 pub(crate) use text::rfo_shown;
@@ -25,7 +26,7 @@ pub struct MemBandwidth;
 const BLOCK: usize = 1 << 20;
 
 /// What a trial does to each byte (`describe` says how).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Op {
     Read,
     Write,
@@ -68,16 +69,16 @@ impl Op {
 
 /// Thread counts measured: 1..N, thinned to powers of two plus N on large machines.
 fn thread_counts(n: usize, profile: Profile) -> Vec<usize> {
-    if profile == Profile::Smoke {
-        let mut v = vec![1, n.min(2)];
-        v.dedup();
-        return v;
-    }
-    if n <= 8 || profile == Profile::Thorough {
-        return (1..=n).collect();
-    }
-    let mut v: Vec<usize> = (0..).map(|k| 1 << k).take_while(|&t| t < n).collect();
-    v.push(n);
+    let mut v: Vec<usize> = match profile {
+        Profile::Smoke => vec![1, n.min(2)],
+        _ if n <= 8 || profile == Profile::Thorough => (1..=n).collect(),
+        _ => (0..)
+            .map(|k| 1 << k)
+            .take_while(|&t| t < n)
+            .chain([n])
+            .collect(),
+    };
+    v.dedup();
     v
 }
 
@@ -88,8 +89,8 @@ fn ops() -> Vec<Op> {
     v
 }
 
-/// A figure planned: an operation, its threads, and whether on huge pages.
-#[derive(Debug, Clone, Copy)]
+/// A figure planned: an operation, its threads, and whether on huge pages (in metric order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Figure {
     op: Op,
     threads: usize,
@@ -104,8 +105,7 @@ impl Figure {
     }
 }
 
-/// The figures with at most `n` threads, by thread count (one thread also scalar), then
-/// one thread's read, write and copy on huge pages.
+/// By thread count (one thread also scalar), then one thread's streams on huge pages.
 fn figures(n: usize, profile: Profile) -> Vec<Figure> {
     let fig = |threads, huge| move |&op: &Op| Figure { op, threads, huge };
     let full = profile != Profile::Smoke;
@@ -156,7 +156,21 @@ impl Experiment for MemBandwidth {
             allowed = vec![ctx.cpu];
         }
         let (size, n) = buffer(ctx.machine, ctx.profile, allowed.len())?;
-        buffer_notes(ctx, llc, size, n, allowed.len(), &mut out);
+        let (buffer, available) = (fmt_bytes(size as f64), ctx.machine.memory_budget_text());
+        out.notes
+            .push(format!("memory cap {buffer} (the buffer); {available}"));
+        if n < allowed.len() {
+            out.notes.push(format!(
+                "at most {n} threads of {} CPUs: the memory cap holds {n} parts of 4 MiB",
+                allowed.len()
+            ));
+        }
+        if (size as u64) < 4 * llc {
+            out.notes.push(format!(
+                "the buffer ({buffer}) is less than 4x the last-level cache ({}): some trials may find data in the cache",
+                fmt_bytes(llc as f64)
+            ));
+        }
         // Thread k on cpus[k]: this CPU first, one per core node by node, SMT siblings last.
         let topo = placement_topology(ctx);
         let cpus = topo.spread(&allowed, n);
@@ -165,8 +179,10 @@ impl Experiment for MemBandwidth {
         let thp = kit::thp_available(ctx.machine) && ctx.profile != Profile::Smoke;
         let nodes = topo.nodes_of(&allowed);
         let numa = nodes.len() > 1;
-        let configs = plan.iter().filter(|f| thp || !f.huge).count()
-            + if numa { numa::configs(nodes.len()) } else { 0 };
+        // NUMA adds a remote read per other node and a chase per pair of nodes.
+        let k = nodes.len();
+        let configs =
+            plan.iter().filter(|f| thp || !f.huge).count() + if numa { k - 1 + k * k } else { 0 };
         let (min_trial, trials) = TRIALS.get(ctx.profile);
         let spec = HarnessConfig::short_trials(min_trial, trials)
             // The rest faults each team's buffer and starts its threads.
@@ -227,16 +243,6 @@ fn parts_of(region: &Region, t: usize) -> Vec<Part> {
         .collect()
 }
 
-/// Sort key of a metric name "OP_Nt": the operation's rank, then N.
-fn metric_order(name: &str) -> (usize, usize, String) {
-    use Op::*;
-    let (op, t) = name.rsplit_once('_').unwrap_or((name, ""));
-    let t = t.trim_end_matches('t').parse().unwrap_or(usize::MAX);
-    let all = [Read, Write, WriteNt, Copy, ReadScalar, WriteScalar];
-    let rank = all.iter().position(|o| o.name() == op).unwrap_or(all.len());
-    (rank, t, name.to_string())
-}
-
 /// The buffer (whole blocks per thread, within the memory cap) and the most threads that
 /// get parts of at least 4 blocks (two per half for copy) in it.
 pub(super) fn buffer(
@@ -248,24 +254,6 @@ pub(super) fn buffer(
     let cap = kit::memory_cap(machine, profile, want, 4 * BLOCK as u64)?;
     let n = cpus.clamp(1, cap as usize / (4 * BLOCK));
     Ok(((cap as usize / (BLOCK * n)) * BLOCK * n, n))
-}
-
-/// Notes the buffer with MemAvailable, the threads it holds and the last-level cache.
-fn buffer_notes(ctx: &Context, llc: u64, size: usize, n: usize, cpus: usize, out: &mut Outcome) {
-    let (buffer, available) = (fmt_bytes(size as f64), ctx.machine.memory_budget_text());
-    out.notes
-        .push(format!("memory cap {buffer} (the buffer); {available}"));
-    if n < cpus {
-        out.notes.push(format!(
-            "at most {n} threads of {cpus} CPUs: the memory cap holds {n} parts of 4 MiB"
-        ));
-    }
-    if (size as u64) < 4 * llc {
-        out.notes.push(format!(
-            "the buffer ({buffer}) is less than 4x the last-level cache ({}): some trials may find data in the cache",
-            fmt_bytes(llc as f64)
-        ));
-    }
 }
 
 /// Measures streams over the buffer and counts preempted and kept trials.
@@ -280,88 +268,99 @@ struct Streams<'a, 'c> {
     placed: Placed,
 }
 
-/// The notes, and metric `name` in bytes/s when described; returns the median.
-fn bandwidth(out: &mut Outcome, name: &str, description: Option<&str>, m: &Measurement) -> f64 {
-    for note in &m.notes {
-        out.notes.push(format!("{name}: {note}"));
-    }
-    let bw: Vec<f64> = m.per_op_ns.iter().map(|ns| 1e9 / ns).collect();
-    let median = crate::stats::median(&bw);
-    if let Some(description) = description {
-        out.metric(name, "bytes/s", description, bw);
-    }
-    median
-}
-
 impl Streams<'_, '_> {
-    /// One team's trials of `op` over `parts`, its placement recorded under `name`.
-    fn stream(&mut self, name: &str, op: Op, parts: &[Part], first_touch: bool) -> Measurement {
-        let (m, placed, together) = team(self.ctx, op, parts, self.cpus, self.spec, first_touch);
+    /// A team's trials of `op`, a thread per part, timed from the first start to the last
+    /// stop; metric `name` in bytes/s when described. Returns the median.
+    fn figure(
+        &mut self,
+        out: &mut Outcome,
+        name: &str,
+        op: Op,
+        parts: &[Part],
+        first_touch: bool,
+        what: Option<&str>,
+    ) -> f64 {
+        let member = |t: usize| {
+            if first_touch {
+                kernel::touch(parts[t]);
+            }
+            let mut pos = 0usize;
+            move |blocks: u64| {
+                let pattern = 0x0123_4567_89ab_cdefu64;
+                std::hint::black_box(kernel::work(op, parts[t], &mut pos, blocks, pattern));
+            }
+        };
+        let (clock, spec, bytes) = (self.ctx.clock, self.spec, (BLOCK * parts.len()) as f64);
+        let mut together = Together::NONE;
+        let (m, placed) = Team::run(clock, &self.cpus[..parts.len()], member, |step| {
+            measure_trials(clock, spec, bytes, |blocks| {
+                let s = step(blocks);
+                (s.span(), together.kept(&s))
+            })
+        });
         self.placed.add(name, &placed);
-        self.placed.together(name, parts.len(), together);
+        self.placed
+            .together(name, parts.len(), together, m.undisturbed);
         self.preempted += m.preempted;
         self.kept += m.per_op_ns.len();
-        m
+        for note in &m.notes {
+            out.notes.push(format!("{name}: {note}"));
+        }
+        let bw: Vec<f64> = m.per_op_ns.iter().map(|ns| 1e9 / ns).collect();
+        let median = crate::stats::median(&bw);
+        if let Some(what) = what {
+            out.metric(name, "bytes/s", what, bw);
+        }
+        median
     }
 
-    /// Every operation at every thread count, each count on a fresh buffer, and the series.
+    /// Every count on a fresh buffer: a metric for one thread and for all, the rest a series.
     fn by_threads(&mut self, plan: &[Figure], numa: bool, out: &mut Outcome) -> anyhow::Result<()> {
-        let (ctx, size, ops) = (self.ctx, self.size, ops());
-        let mut pts: Vec<Vec<[f64; 2]>> = vec![Vec::new(); ops.len()];
-        for t in thread_counts(self.cpus.len(), ctx.profile) {
+        let (ctx, n, buffer) = (self.ctx, self.cpus.len(), fmt_bytes(self.size as f64));
+        let mut medians: Vec<(Op, [f64; 2])> = Vec::new();
+        for t in thread_counts(n, ctx.profile) {
             // Each thread faults its own part in: its pages sit on its reader's node.
             (ctx.progress)(&format!("{t} thread(s) fault in their parts"));
-            let region = Region::new(size, Pages::Base)?;
-            let parts = parts_of(&region, t);
+            let region = Region::new(self.size, Pages::Base)?;
+            let (parts, cpus) = (parts_of(&region, t), &self.cpus[..t]);
+            let placed = self.topo.describe_cpus(cpus);
+            let on = if t == 1 {
+                format!("on CPU {}", cpus[0])
+            } else {
+                let list: Vec<String> = cpus.iter().map(|c| c.to_string()).collect();
+                let smt = match placed.smt_shared.len() {
+                    0 => "one per physical core".to_string(),
+                    k => format!("{k} of them SMT siblings of another's core"),
+                };
+                format!("on CPUs {}, {smt}", list.join(","))
+            };
+            let shown = t == 1 || t == n;
             let here = plan.iter().filter(|f| f.threads == t && !f.huge);
             for (i, f) in here.enumerate() {
-                let med = self.measure(f, &parts, i == 0, out);
-                if let Some(p) = pts.get_mut(i) {
-                    p.push([t as f64, med]);
+                (ctx.progress)(&format!("{} with {t} thread(s)", f.op.name()));
+                let what = format!("{}, {t} thread(s) {on}, {buffer} buffer", f.op.describe());
+                let what = shown.then_some(what);
+                let med = self.figure(out, &f.name(), f.op, &parts, i == 0, what.as_deref());
+                medians.push((f.op, [t as f64, med]));
+                if let Some(note) = placed.shared_note().filter(|_| shown && i == 0) {
+                    out.notes.push(format!("{t} threads: {note}"));
                 }
             }
             if numa {
                 let node = |&c: &usize| self.topo.place(c)?.node;
-                let nodes: Vec<_> = self.cpus.iter().map(node).collect();
+                let nodes: Vec<_> = cpus.iter().map(node).collect();
                 self.placed.pages_on_nodes(&nodes, &parts);
             }
         }
-        for (op, points) in ops.iter().zip(pts) {
+        for op in ops() {
+            let points = medians.iter().filter(|m| m.0 == op).map(|m| m.1).collect();
             let name = format!("{}_by_threads", op.name());
             out.plot(&name, "threads", "bytes/s", points);
         }
         // The metrics in the order of the operations, then thread counts.
-        out.metrics.sort_by_key(|m| metric_order(&m.name));
+        out.metrics
+            .sort_by_key(|m| plan.iter().find(|f| f.name() == m.name).copied());
         Ok(())
-    }
-
-    /// `f` with one thread per part (a metric for one thread and for all); its median.
-    fn measure(&mut self, f: &Figure, parts: &[Part], first_touch: bool, out: &mut Outcome) -> f64 {
-        let (op, t, cpus) = (f.op, parts.len(), &self.cpus[..parts.len()]);
-        (self.ctx.progress)(&format!("{} with {t} thread(s)", op.name()));
-        let name = f.name();
-        let m = self.stream(&name, op, parts, first_touch);
-        if t > 1 && t < self.cpus.len() {
-            return bandwidth(out, &name, None, &m);
-        }
-        let placed = self.topo.describe_cpus(cpus);
-        let on = if t == 1 {
-            format!("on CPU {}", cpus[0])
-        } else {
-            let list: Vec<String> = cpus.iter().map(|c| c.to_string()).collect();
-            let smt = match placed.smt_shared.len() {
-                0 => "one per physical core".to_string(),
-                k => format!("{k} of them SMT siblings of another's core"),
-            };
-            format!("on CPUs {}, {smt}", list.join(","))
-        };
-        let buffer = fmt_bytes(self.size as f64);
-        let what = format!("{}, {t} thread(s) {on}, {buffer} buffer", op.describe());
-        let median = bandwidth(out, &name, Some(&what), &m);
-        if let Some(note) = placed.shared_note().filter(|_| first_touch) {
-            out.notes.push(format!("{t} threads: {note}"));
-        }
-        median
     }
 
     /// One thread's streams again on huge pages (the base page size's cost, by difference).
@@ -390,12 +389,11 @@ impl Streams<'_, '_> {
         for f in plan.iter().filter(|f| f.huge) {
             let (op, name) = (f.op, f.name());
             (ctx.progress)(&format!("{} with 1 thread, huge pages", op.name()));
-            let m = self.stream(&name, op, &part, false);
             let what = format!(
                 "{}, 1 thread, {buffer} buffer on huge pages ({pct:.0}% backed)",
                 op.describe()
             );
-            bandwidth(out, &name, Some(&what), &m);
+            self.figure(out, &name, op, &part, false, Some(&what));
         }
         Ok(())
     }
@@ -446,16 +444,22 @@ mod tests {
 
     #[test]
     fn metrics_sort_by_operation_then_threads() {
-        let mut v = vec![
-            "copy_1t",
-            "read_2t",
-            "write_1t",
-            "read_scalar_1t",
-            "read_1t",
+        use Op::*;
+        let fig = |op, threads| Figure {
+            op,
+            threads,
+            huge: false,
+        };
+        let mut v = [
+            fig(Copy, 1),
+            fig(Read, 2),
+            fig(Write, 1),
+            fig(ReadScalar, 1),
+            fig(Read, 1),
         ];
-        v.sort_by_key(|n| metric_order(n));
+        v.sort();
         assert_eq!(
-            v,
+            v.iter().map(Figure::name).collect::<Vec<_>>(),
             [
                 "read_1t",
                 "read_2t",

@@ -12,11 +12,6 @@ use crate::machine::Topology;
 use crate::rng::{sattolo, Rng};
 use crate::units::fmt_bytes;
 
-/// Configurations the NUMA figures add: a remote read per other node, a chase per pair.
-pub(super) fn configs(nodes: usize) -> usize {
-    nodes.saturating_sub(1) + nodes * nodes
-}
-
 /// Runs `f` on a thread pinned to `cpu`; records where it ran in `placed`.
 fn on_cpu<R: Send>(run: &mut Streams, what: &str, cpu: usize, f: impl FnOnce() -> R + Send) -> R {
     let (r, placed) = Team::once(run.ctx.clock, cpu, f);
@@ -72,7 +67,6 @@ pub(super) fn remote_reads(
         (ctx.progress)(&format!("{name}: memory faulted in on node {b}"));
         on_cpu(run, &name, cpus_b[0], || touch(part));
         run.placed.pages_on_nodes(&[Some(*b)], &[part]);
-        let m = run.stream(&name, Op::Read, &[part], false);
         let what = format!(
             "{}, 1 thread on CPU {} (node {home}) reading {} first touched by CPU {} (node {b})",
             Op::Read.describe(),
@@ -80,8 +74,7 @@ pub(super) fn remote_reads(
             fmt_bytes(part.len as f64),
             cpus_b[0]
         );
-        let bw = m.per_op_ns.iter().map(|ns| 1e9 / ns).collect();
-        out.metric(&name, "bytes/s", &what, bw);
+        run.figure(out, &name, Op::Read, &[part], false, Some(&what));
     }
     Ok(())
 }

@@ -5,9 +5,11 @@
 use super::{buffer, figures, numa, placement_topology, Op};
 use crate::experiments::predict::{Input, Predictions};
 use crate::experiments::{Context, Profile};
+use crate::machine::topology::CpuPlace;
 use crate::machine::Topology;
 use crate::results::Prediction;
 use crate::units::fmt_bytes;
+use std::collections::BTreeSet;
 
 /// The DIMMs' theoretical peak of the sockets `cpus` are on (`per_socket`).
 pub(super) fn team_peak(ctx: &Context, topo: &Topology, cpus: &[usize]) -> Peak {
@@ -91,10 +93,7 @@ fn one_core(op: Op, rate: f64) -> Prediction {
         mem.latency's sequential chase, where each load waits for the last and only the \
         prefetcher keeps lines in flight";
     let why = match op {
-        Op::Read => {
-            let why = "a stream whose loads do not wait for each other is no slower: a lower bound";
-            return Prediction::new(rate, format!("{chase}; {why}")).lower_bound();
-        }
+        Op::Read => "a stream whose loads do not wait for each other is no slower: a lower bound",
         Op::ReadScalar => {
             "the scalar loop issues one load per word, 8 per 64-byte line, so the \
             core, not memory, may set its rate: a point, not a bound"
@@ -105,7 +104,11 @@ fn one_core(op: Op, rate: f64) -> Prediction {
             point, not a bound"
         }
     };
-    Prediction::new(rate, format!("{chase}; {why}"))
+    let p = Prediction::new(rate, format!("{chase}; {why}"));
+    match op {
+        Op::Read => p.lower_bound(),
+        _ => p,
+    }
 }
 
 /// A team of `k` threads: only the DIMMs' peak over the bus lines each line of `op` needs
@@ -147,32 +150,26 @@ pub(super) fn per_socket(t: &Topology, cpus: &[usize], peak: f64, src: String) -
     let by_node =
         t.numa_nodes.is_some_and(|n| n > packages) && t.cpus.iter().all(|c| c.node.is_some());
     let (units, what) = if by_node {
-        (t.numa_nodes.unwrap_or(1), "NUMA nodes")
+        (t.numa_nodes.unwrap_or(1), "NUMA node")
     } else {
-        (packages, "sockets")
+        (packages, "socket")
     };
     if units < 2 {
         return (peak, src);
     }
-    let mut used: Vec<usize> = cpus
-        .iter()
-        .filter_map(|&c| {
-            let p = t.place(c)?;
-            if by_node {
-                p.node
-            } else {
-                p.package.map(|x| x as usize)
-            }
-        })
-        .collect();
-    used.sort();
-    used.dedup();
+    let unit = |p: &CpuPlace| {
+        if by_node {
+            p.node
+        } else {
+            p.package.map(|x| x as usize)
+        }
+    };
+    let used: BTreeSet<usize> = cpus.iter().filter_map(|&c| unit(t.place(c)?)).collect();
     let k = used.len().clamp(1, units);
     (
         peak * k as f64 / units as f64,
         format!(
-            "{src}; the peak of the {k} of {units} {what} the threads ran on (the machine's peak / {units} per {}, assuming each has the same share of the memory channels)",
-            &what[..what.len() - 1]
+            "{src}; the peak of the {k} of {units} {what}s the threads ran on (the machine's peak / {units} per {what}, assuming each has the same share of the memory channels)"
         ),
     )
 }
