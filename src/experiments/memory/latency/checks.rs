@@ -5,7 +5,6 @@ use super::levels::NamedLevel;
 use crate::experiments::kit::Region;
 use crate::results::Check;
 use crate::rng::Rng;
-use crate::units::fmt_bytes;
 
 /// Independent cursors overlap their loads: a serial walk would be n dependent misses.
 pub(super) const VERIFY_CURSORS: usize = 16;
@@ -64,23 +63,6 @@ pub(crate) fn verify_chain(region: &Region, stride: usize, n: usize, rng: &mut R
     let idx = |m: usize| marks.iter().position(|&x| x == m);
     let back = (1..=k).try_fold(0, |at, step| idx(cur[at]).filter(|&j| j != 0 || step == k));
     total == n && back == Some(0)
-}
-
-/// How many chains verified, and which were left out. Not a check: no figure depends on
-/// a chain that failed.
-pub(super) fn chains_note(broken: &[u64], chains: usize) -> String {
-    if broken.is_empty() {
-        format!("{chains} chains verified before timing: each is one cycle of all its nodes, read back from memory")
-    } else {
-        format!(
-            "chains at {} did not verify and were not measured",
-            broken
-                .iter()
-                .map(|&b| fmt_bytes(b as f64))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    }
 }
 
 /// Sanity: every sysfs cache level was found.

@@ -118,18 +118,6 @@ fn suspects(points: &[ChasePoint]) -> Vec<usize> {
     v
 }
 
-#[derive(Default)]
-pub(super) struct ChaseCurve {
-    pub(super) points: Vec<ChasePoint>,
-    /// Sizes whose chain did not verify as a single full cycle.
-    pub(super) broken: Vec<u64>,
-    pub(super) notes: Vec<String>,
-    /// Trials set aside because the thread was preempted, and trials kept.
-    pub(super) preempted: usize,
-    pub(super) kept: usize,
-    pub(super) remeasured: usize,
-}
-
 /// The order a curve's chain visits its nodes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Order {
@@ -165,14 +153,15 @@ impl Order {
 }
 
 impl ChaseSchedule<'_, '_> {
-    /// Lays, verifies and measures the chase in `order` over `size` bytes.
+    /// Lays, verifies and measures the chase in `order` over `size` bytes; the harness's
+    /// notes are kept when `noted`.
     fn point(
         &mut self,
-        c: &mut ChaseCurve,
         region: &mut Region,
         size: u64,
         stride: usize,
         order: Order,
+        noted: bool,
     ) -> Option<ChasePoint> {
         let laying = Instant::now();
         let next = order.chain(size, stride, &mut self.rng)?;
@@ -180,7 +169,7 @@ impl ChaseSchedule<'_, '_> {
         lay(region, stride, &next);
         drop(next);
         if !verify_chain(region, stride, n, &mut self.rng) {
-            c.broken.push(size);
+            self.broken.push(size);
             return None;
         }
         let laid = laying.elapsed().as_secs_f64();
@@ -194,10 +183,12 @@ impl ChaseSchedule<'_, '_> {
         std::hint::black_box(p);
         let (kind, at) = (order.name(), fmt_bytes(size as f64));
         self.paced(size, laid, trials.elapsed().as_secs_f64());
-        c.preempted += q.preempted;
-        c.kept += q.per_op_ns.len();
-        c.notes
-            .extend(q.notes.iter().map(|n| format!("{kind} at {at}: {n}")));
+        self.preempted += q.preempted;
+        self.kept += q.per_op_ns.len();
+        if noted {
+            let notes = q.notes.iter().map(|n| format!("{kind} at {at}: {n}"));
+            self.notes.extend(notes);
+        }
         let pt = ChasePoint {
             size,
             trials: q.per_op_ns,
@@ -207,8 +198,8 @@ impl ChaseSchedule<'_, '_> {
         Some(pt)
     }
 
-    /// Measures the chase in `order` at each size within `region`; when `guarded`, only
-    /// while the next size `fits` the budget.
+    /// Measures the chase in `order` at each size within `region`; when `guarded` (the
+    /// random base-page curve), only while the next size `fits` the budget.
     pub(super) fn curve(
         &mut self,
         region: &mut Region,
@@ -216,40 +207,39 @@ impl ChaseSchedule<'_, '_> {
         stride: usize,
         order: Order,
         guarded: bool,
-    ) -> ChaseCurve {
-        let mut c = ChaseCurve::default();
+    ) -> Vec<ChasePoint> {
+        let mut c: Vec<ChasePoint> = Vec::new();
         let kind = order.name();
         self.pace = Pace::default();
         for size in sizes {
-            if guarded && !c.points.is_empty() && !self.fits(size) {
-                c.notes.push(format!(
+            if guarded && !c.is_empty() && !self.fits(size) {
+                self.notes.push(format!(
                 "{kind} curve ended at {}: {} and what follows it would not fit the time budget at the rate chains were laid ({:.1} ns per byte)",
-                fmt_bytes(c.points.last().map_or(0, |p| p.size) as f64),
+                fmt_bytes(c.last().map_or(0, |p| p.size) as f64),
                 fmt_bytes(size as f64),
                 self.pace.lay_secs_per_byte * 1e9
             ));
                 break;
             }
-            if let Some(pt) = self.point(&mut c, region, size, stride, order) {
-                c.points.push(pt);
-            }
+            c.extend(self.point(region, size, stride, order, guarded));
         }
+        self.chains += c.len();
         // Latency cannot fall as the set grows, so a point slower than the next was
         // likely disturbed: measure it again and keep both (the lower alone would bias it).
         let lmbench = order == Order::Lmbench;
-        for i in suspects(&c.points).into_iter().filter(|_| !lmbench) {
-            let size = c.points[i].size;
-            if let Some(pt) = self.point(&mut c, region, size, stride, order) {
-                c.remeasured += 1;
-                let (first, again) = (c.points[i].median(), pt.median());
-                remeasure(&mut c.points[i], pt);
-                c.notes.push(format!(
+        for i in suspects(&c).into_iter().filter(|_| !lmbench) {
+            let size = c[i].size;
+            if let Some(pt) = self.point(region, size, stride, order, guarded) {
+                self.remeasured += 1;
+                let (first, again) = (c[i].median(), pt.median());
+                remeasure(&mut c[i], pt);
+                self.notes.push(format!(
                 "{kind} at {}: measured twice (first median {}, then {}); its figure {} is the median of all {} trials",
                 fmt_bytes(size as f64),
                 fmt_ns(first),
                 fmt_ns(again),
-                fmt_ns(c.points[i].median()),
-                c.points[i].trials.len()
+                fmt_ns(c[i].median()),
+                c[i].trials.len()
             ));
             }
         }

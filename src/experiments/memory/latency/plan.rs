@@ -35,8 +35,8 @@ pub(super) struct LatencyPlan {
     /// Sequential strides in bytes, 0 being one line.
     pub(super) strides: &'static [usize],
     pub(super) seq_per_doubling: u32,
-    /// Random curve with huge pages too (else only its largest size).
-    pub(super) thp_curve: bool,
+    /// The random curve again on huge pages, where THP is available.
+    pub(super) thp: bool,
     pub(super) trials: usize,
     /// Short trials dodge the scheduler on a busy machine; longer ones in larger profiles.
     pub(super) min_trial: Duration,
@@ -47,7 +47,7 @@ const QUICK: LatencyPlan = LatencyPlan {
     ceiling: u64::MAX,
     strides: &[0],
     seq_per_doubling: 2,
-    thp_curve: true,
+    thp: true,
     trials: 11,
     min_trial: Duration::from_micros(250),
 };
@@ -57,7 +57,7 @@ pub(super) const PLANS: PerProfile<LatencyPlan> = PerProfile::new(
         per_doubling: 1,
         ceiling: 64 << 20,
         seq_per_doubling: 1,
-        thp_curve: false,
+        thp: false,
         trials: 5,
         min_trial: Duration::from_micros(150),
         ..QUICK
@@ -81,15 +81,10 @@ pub(crate) fn set_and_cap(m: &Machine, profile: Profile, line: usize) -> Result<
     kit::largest_set(m, profile, PLANS.get(profile).ceiling, line)
 }
 
-/// Whether `profile` measures on huge pages here (not smoke, THP available).
-fn thp_figure(machine: &Machine, profile: Profile) -> bool {
-    kit::thp_available(machine) && profile != Profile::Smoke
-}
-
-/// Whether the levels are planned on the huge-page curve (`metrics` falls back to the
-/// base-page curve when huge pages back under half of its region, and says so).
+/// Whether `profile` measures on huge pages here, so that the levels come from that curve
+/// (`metrics` falls back to the base-page curve when huge pages back under half of it).
 pub(super) fn huge_page_levels(machine: &Machine, profile: Profile) -> bool {
-    thp_figure(machine, profile) && PLANS.get(profile).thp_curve
+    kit::thp_available(machine) && PLANS.get(profile).thp
 }
 
 /// Share of a random chase's loads over `size` bytes that a cache of `llc` bytes can
@@ -127,92 +122,113 @@ pub(super) struct Pace {
     far_trials: f64,
 }
 
-/// Every size each curve measures and the trial settings that share the budget out.
+/// Every size each curve measures, the trial settings that share the budget out, and
+/// what every curve's trials came to (`ChaseSchedule::notes`).
 pub(super) struct ChaseSchedule<'c, 'a> {
     pub(super) ctx: &'c Context<'a>,
     pub(super) rng: Rng,
+    pub(super) plan: LatencyPlan,
+    /// The random curve's sizes; every other curve ends where it did (`upto`).
     pub(super) random_sizes: Vec<u64>,
-    pub(super) seq_sizes: Vec<u64>,
-    pub(super) lm_sizes: Vec<u64>,
+    seq_sizes: Vec<u64>,
     pub(super) strides: Vec<usize>,
+    /// Huge pages are measured (the profile's plan, THP available).
     pub(super) thp: bool,
-    pub(super) thp_curve: bool,
     /// Trial settings up to the last-level cache and beyond: far points depend on what
     /// other cores do to the shared cache and memory, so their trials spread over more time.
     near: HarnessConfig,
     far: HarnessConfig,
     llc: u64,
     pub(super) pace: Pace,
-    /// When the experiment started.
     pub(super) start: Instant,
     /// The largest size was decided by an earlier run: measure every size.
     pub(super) decided: bool,
+    /// The random base-page curve's notes, and which points of the others were measured
+    /// twice.
+    pub(super) notes: Vec<String>,
+    /// Sizes whose chain did not verify, and chains that did.
+    pub(super) broken: Vec<u64>,
+    pub(super) chains: usize,
+    /// Trials repeated because the thread was preempted, trials kept, points remeasured.
+    pub(super) preempted: usize,
+    pub(super) kept: usize,
+    pub(super) remeasured: usize,
 }
 
 impl<'c, 'a> ChaseSchedule<'c, 'a> {
     pub(super) fn new(
         ctx: &'c Context<'a>,
-        p: &LatencyPlan,
         max: u64,
         line: usize,
         llc: u64,
+        decided: bool,
     ) -> Self {
+        let plan = PLANS.get(ctx.profile);
         // Past twice the last-level cache the curve is memory's plateau: one size per
         // doubling there, so the largest sizes' chains, the costliest to lay, are few.
         let edge = (2 * llc).next_power_of_two().min(max);
         let curve = |per_doubling| {
             let mut v = sizes(1024, edge, per_doubling, line as u64);
             v.extend(sizes(edge, max, 1, line as u64).into_iter().skip(1));
-            with_max(v, max)
+            upto(&v, max)
         };
-        let random_sizes = curve(p.per_doubling);
-        let seq_sizes = curve(p.seq_per_doubling);
-        let thp = thp_figure(ctx.machine, ctx.profile);
         // Sequential strides in bytes, none below a line (0 is one).
-        let mut strides: Vec<usize> = p.strides.iter().map(|&s| s.max(line)).collect();
+        let mut strides: Vec<usize> = plan.strides.iter().map(|&s| s.max(line)).collect();
         strides.dedup();
         let mut s = ChaseSchedule {
             ctx,
             rng: Rng::from_entropy(),
-            random_sizes,
-            seq_sizes,
-            lm_sizes: lm_sizes(max),
+            plan,
+            random_sizes: curve(plan.per_doubling),
+            seq_sizes: curve(plan.seq_per_doubling),
             strides,
-            thp,
-            thp_curve: p.thp_curve,
+            thp: huge_page_levels(ctx.machine, ctx.profile),
             near: HarnessConfig::default(),
             far: HarnessConfig::default(),
             llc,
             pace: Pace::default(),
             start: Instant::now(),
-            decided: false,
+            decided,
+            notes: Vec::new(),
+            broken: Vec::new(),
+            chains: 0,
+            preempted: 0,
+            kept: 0,
+            remeasured: 0,
         };
         let all = s.later_sizes(max).len() + s.random_sizes.len();
         // A third of the budget goes to laying chains and faulting pages.
         let unit = ctx.budget.mul_f64(0.66) / all.max(1) as u32;
-        s.near = HarnessConfig::short_trials(p.min_trial, p.trials).for_budget(unit, 1);
+        let (min_trial, trials) = (plan.min_trial, plan.trials);
+        s.near = HarnessConfig::short_trials(min_trial, trials).for_budget(unit, 1);
         // Far points trial twice as long and twice as often; they may take up to 4x a near
         // point's share, which few near points use up.
-        let far = HarnessConfig::short_trials(p.min_trial * 2, p.trials * 2);
+        let far = HarnessConfig::short_trials(min_trial * 2, trials * 2);
         s.far = far.for_budget(unit * 4, 1);
         s
+    }
+
+    /// The sequential curve of `stride` if the random curve ends at `max`.
+    pub(super) fn seq_sizes(&self, stride: usize, max: u64) -> Vec<u64> {
+        let v = upto(&self.seq_sizes, max).into_iter();
+        v.filter(|&z| z >= 2 * stride as u64).collect()
+    }
+
+    /// The huge-page curve if the random curve ends at `max`.
+    pub(super) fn thp_sizes(&self, max: u64) -> Vec<u64> {
+        match self.thp {
+            true => upto(&self.random_sizes, max),
+            false => Vec::new(),
+        }
     }
 
     /// The sizes measured after the random base-page curve if `max` is its last: the
     /// sequential curves, lmbench's layout and the huge-page curve.
     fn later_sizes(&self, max: u64) -> Vec<u64> {
-        let upto = |v: &[u64]| with_max(v.iter().copied().filter(|&z| z < max).collect(), max);
-        let seq = upto(&self.seq_sizes);
-        let mut all: Vec<u64> = (self.strides.iter())
-            .flat_map(|&st| seq.iter().copied().filter(move |&z| z >= 2 * st as u64))
-            .chain(lm_sizes(max))
-            .collect();
-        match (self.thp, self.thp_curve) {
-            (true, true) => all.extend(upto(&self.random_sizes)),
-            (true, false) => all.push(max),
-            _ => {}
-        }
-        all
+        let seq = self.strides.iter().flat_map(|&st| self.seq_sizes(st, max));
+        seq.chain(lm_sizes(max))
+            .chain(self.thp_sizes(max))
+            .collect()
     }
 
     pub(super) fn trials_for(&self, size: u64) -> &HarnessConfig {
@@ -275,31 +291,18 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
         let projected = 1.25 * (bytes * self.pace.lay_secs_per_byte + trials);
         self.start.elapsed().as_secs_f64() + projected <= self.ctx.budget.as_secs_f64() * 0.95
     }
-
-    /// Ends every curve at `reached`, where the random curve stopped.
-    pub(super) fn truncate(&mut self, reached: u64) {
-        let upto = |v: &mut Vec<u64>| {
-            v.retain(|&z| z < reached);
-            v.push(reached);
-        };
-        upto(&mut self.random_sizes);
-        upto(&mut self.seq_sizes);
-        self.lm_sizes = lm_sizes(reached);
-    }
 }
 
 /// lmbench's layout at 16 KiB, 1 MiB and the largest size.
-fn lm_sizes(max: u64) -> Vec<u64> {
+pub(super) fn lm_sizes(max: u64) -> Vec<u64> {
     [16 << 10, 1 << 20, max]
         .into_iter()
         .filter(|&z| z <= max)
         .collect()
 }
 
-/// `v` with `max` added at its end when its last size is below it.
-fn with_max(mut v: Vec<u64>, max: u64) -> Vec<u64> {
-    if v.last().is_some_and(|&l| l < max) {
-        v.push(max);
-    }
-    v
+/// The sizes of `v` below `max`, then `max`.
+fn upto(v: &[u64], max: u64) -> Vec<u64> {
+    let below = v.iter().copied().take_while(|&z| z < max);
+    below.chain([max]).collect()
 }

@@ -1,15 +1,34 @@
 //! mem.latency's prose: series, descriptions and findings from points and named levels.
 
-use super::kernel::ChaseCurve;
+use super::kernel::ChasePoint;
 use super::levels::NamedLevel;
+use super::plan::ChaseSchedule;
 use crate::analysis::Separation;
 use crate::experiments::Outcome;
 use crate::units::{fmt_bytes, fmt_ns};
 
-impl ChaseCurve {
-    pub(super) fn plot(&self, out: &mut Outcome, name: &str) {
-        let xy = self.points.iter().map(|p| [p.size as f64, p.median()]);
-        out.plot(name, "bytes", "ns", xy.collect());
+pub(super) fn plot(out: &mut Outcome, name: &str, curve: &[ChasePoint]) {
+    let xy = curve.iter().map(|p| [p.size as f64, p.median()]);
+    out.plot(name, "bytes", "ns", xy.collect());
+}
+
+impl ChaseSchedule<'_, '_> {
+    /// The notes on verified chains, preempted trials and remeasured points. Not a check:
+    /// no figure depends on a chain that failed.
+    pub(super) fn report(&mut self, out: &mut Outcome) {
+        out.notes.push(if self.broken.is_empty() {
+            let chains = self.chains;
+            format!("{chains} chains verified before timing: each is one cycle of all its nodes, read back from memory")
+        } else {
+            let broken: Vec<String> = self.broken.iter().map(|&b| fmt_bytes(b as f64)).collect();
+            let broken = broken.join(", ");
+            format!("chains at {broken} did not verify and were not measured")
+        });
+        out.notes.append(&mut self.notes);
+        let (pre, kept, again) = (self.preempted, self.kept, self.remeasured);
+        out.notes.push(format!(
+            "{pre} trials were preempted by other tasks (involuntary context switch) and repeated; {kept} undisturbed trials kept; {again} points slower than the next larger size were measured again (both measurements kept: each such point is the median of all its trials)"
+        ));
     }
 }
 
