@@ -37,25 +37,18 @@ pub(crate) fn verify_chain(region: &Region, stride: usize, n: usize, rng: &mut R
     let marked = |i: usize| is_mark[i / 64] & (1 << (i % 64)) != 0;
     let mut cur: Vec<usize> = marks.clone();
     let mut done = vec![false; k];
-    let mut left = k;
     let mut total = 0usize;
-    while left > 0 {
-        for c in 0..k {
-            if done[c] {
-                continue;
-            }
-            let Some(nx) = read(cur[c]) else {
+    while done.contains(&false) {
+        for (at, d) in cur.iter_mut().zip(&mut done).filter(|(_, d)| !**d) {
+            let Some(nx) = read(*at) else {
                 return false;
             };
-            cur[c] = nx;
+            *at = nx;
             total += 1;
             if total > n {
                 return false;
             }
-            if marked(nx) {
-                done[c] = true;
-                left -= 1;
-            }
+            *d = marked(nx);
         }
     }
     // The marks must form one cycle: "mark -> mark its walk reached" leads from mark 0

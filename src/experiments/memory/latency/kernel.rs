@@ -1,7 +1,7 @@
 //! mem.latency's kernel: laying and chasing a chain of one node per line, and its curves.
 
 use super::checks::verify_chain;
-use super::plan::{ChaseSchedule, Pace};
+use super::plan::ChaseSchedule;
 use crate::experiments::kit::{measure_raw, Region};
 use crate::rng::{sattolo, Rng};
 use crate::units::{fmt_bytes, fmt_ns};
@@ -59,14 +59,9 @@ pub(crate) fn lay(region: &mut Region, stride: usize, next: &[u32]) {
 pub fn lmbench_chain(npages: usize, lines: usize, rng: &mut Rng) -> Vec<u32> {
     let mut order: Vec<u32> = (0..npages as u32).collect();
     rng.shuffle(&mut order);
-    let bits = lines.trailing_zeros();
-    let word = |k: usize| -> usize {
-        if bits == 0 {
-            0
-        } else {
-            (k % lines).reverse_bits() >> (usize::BITS - bits)
-        }
-    };
+    // The bit-reversed position of line k; a shift by all the bits (one line) is none.
+    let shift = usize::BITS - lines.trailing_zeros();
+    let word = |k: usize| (k % lines).reverse_bits().checked_shr(shift).unwrap_or(0);
     let mut next = vec![0u32; npages * lines];
     for i in 0..npages {
         let (cp, np) = (order[i] as usize, order[(i + 1) % npages] as usize);
@@ -95,7 +90,7 @@ impl ChasePoint {
 }
 
 /// A point this much slower than the next larger size is measured again.
-pub(super) const REMEASURE_RATIO: f64 = 1.15;
+const REMEASURE_RATIO: f64 = 1.15;
 
 /// Adds a second measurement of the same size to `p`: every trial kept.
 pub(super) fn remeasure(p: &mut ChasePoint, again: ChasePoint) {
@@ -210,7 +205,6 @@ impl ChaseSchedule<'_, '_> {
     ) -> Vec<ChasePoint> {
         let mut c: Vec<ChasePoint> = Vec::new();
         let kind = order.name();
-        self.pace = Pace::default();
         for size in sizes {
             if guarded && !c.is_empty() && !self.fits(size) {
                 self.notes.push(format!(

@@ -102,8 +102,7 @@ impl Experiment for Latency {
         if c.random.is_empty() {
             anyhow::bail!("no point of the latency curve could be measured");
         }
-        let per_doubling = sched.plan.per_doubling as usize;
-        let (named, det_name) = metrics(ctx, per_doubling, &caches, &c, max, &mut out);
+        let (named, det_name) = metrics(&sched, &caches, &c, max, &mut out);
         // Findings from the pooled runs: the figures the table shows.
         out.pool(ctx);
         findings(ctx, &c, &named, det_name, max, &mut out);
@@ -204,8 +203,7 @@ fn lmbench_name(size: u64, max: u64) -> String {
 /// The metrics and the sanity checks of the levels and the huge pages; returns the levels
 /// and the curve they were found on.
 fn metrics(
-    ctx: &Context,
-    per_doubling: usize,
+    s: &ChaseSchedule,
     caches: &[crate::machine::Cache],
     c: &Curves,
     max: u64,
@@ -218,9 +216,9 @@ fn metrics(
         _ => (&c.random, "base-page"),
     };
     let pts: Vec<(u64, f64)> = det.iter().map(|p| (p.size, p.median())).collect();
-    let levels = detect_levels(&pts, per_doubling.clamp(2, 3));
-    let named = name_levels(&levels, caches, max, ctx.machine.virtualization.is_vm);
-    if det_name == "base-page" && plan::huge_page_levels(ctx.machine, ctx.profile) {
+    let levels = detect_levels(&pts, (s.plan.per_doubling as usize).clamp(2, 3));
+    let named = name_levels(&levels, caches, max, s.ctx.machine.virtualization.is_vm);
+    if det_name == "base-page" && s.thp {
         out.notes.push("the levels come from the base-page curve (the huge-page curve did not cover it or huge pages backed under half of its region): the cache predictions, stated as points for huge pages, leave out page walks, so read them as lower bounds".into());
     }
     for nl in named.iter().filter(|n| n.widened) {

@@ -112,8 +112,8 @@ pub(super) fn dram_beyond_cache(reached: u64, llc: Option<u64>) -> Check {
     )
 }
 
-/// How fast a curve went, in seconds: laying the last chain, the near points' mean
-/// trials and the latest far point's.
+/// How fast the random curve goes, in seconds: laying the last chain, the near points'
+/// mean trials and the latest far point's.
 #[derive(Clone, Copy, Default)]
 pub(super) struct Pace {
     pub(super) lay_secs_per_byte: f64,
@@ -197,14 +197,15 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
             remeasured: 0,
         };
         let all = s.later_sizes(max).len() + s.random_sizes.len();
-        // A third of the budget goes to laying chains and faulting pages.
+        // A third of the budget goes to laying chains and faulting pages. Far points trial
+        // twice as long and twice as often; they may take up to 4x a near point's share,
+        // which few near points use up.
         let unit = ctx.budget.mul_f64(0.66) / all.max(1) as u32;
-        let (min_trial, trials) = (plan.min_trial, plan.trials);
-        s.near = HarnessConfig::short_trials(min_trial, trials).for_budget(unit, 1);
-        // Far points trial twice as long and twice as often; they may take up to 4x a near
-        // point's share, which few near points use up.
-        let far = HarnessConfig::short_trials(min_trial * 2, trials * 2);
-        s.far = far.for_budget(unit * 4, 1);
+        let trials = |k: u32| {
+            let t = HarnessConfig::short_trials(plan.min_trial * k, plan.trials * k as usize);
+            t.for_budget(unit * k * k, 1)
+        };
+        (s.near, s.far) = (trials(1), trials(2));
         s
     }
 
