@@ -44,13 +44,11 @@ pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64, vm: bool) 
         })
         .collect();
     if let (Some(first), Some(last)) = (memory.first(), memory.last()) {
-        // The level is what the whole memory region shows: the median of its plateaus.
-        let lats: Vec<f64> = memory.iter().map(|l| l.latency_ns).collect();
+        // One level over the whole memory region; its figure is the `dram` metric's.
         let level = Level {
             last: last.last,
-            span: (first.span.0, last.span.1),
             transition: None,
-            latency_ns: crate::stats::median(&lats),
+            latency_ns: f64::NAN,
             ..first.clone()
         };
         out.push(NamedLevel {

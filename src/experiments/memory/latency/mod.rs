@@ -221,21 +221,20 @@ fn metrics(
     if det_name == "base-page" && s.thp {
         out.notes.push("the levels come from the base-page curve (the huge-page curve did not cover it or huge pages backed under half of its region): the cache predictions, stated as points for huge pages, leave out page walks, so read them as lower bounds".into());
     }
-    for nl in named.iter().filter(|n| n.widened) {
-        let t = nl.level.transition.unwrap_or(0);
-        let s = nl.sysfs_bytes.unwrap_or(1);
-        out.notes.push(format!(
-            "{} is named for the last-level cache although its transition, {}, is {:.2}x the sysfs size, below the 1/4 that names a level elsewhere: in a VM the guest may get only its share of the host's cache",
-            nl.name,
-            fmt_bytes(t as f64),
-            t as f64 / s as f64
-        ));
-    }
     // The dram metrics below are the largest size, on both page sizes.
     for nl in named.iter().filter(|n| n.name != "dram") {
-        let pt = &det[nl.level.rep];
+        if nl.widened {
+            let t = nl.level.transition.unwrap_or(0);
+            let s = nl.sysfs_bytes.unwrap_or(1);
+            out.notes.push(format!(
+                "{} is named for the last-level cache although its transition, {}, is {:.2}x the sysfs size, below the 1/4 that names a level elsewhere: in a VM the guest may get only its share of the host's cache",
+                nl.name,
+                fmt_bytes(t as f64),
+                t as f64 / s as f64
+            ));
+        }
         let span = text::level_span(nl, det_name);
-        point(out, &nl.name, pt, |at| {
+        point(out, &nl.name, &det[nl.level.rep], |at| {
             format!("random chase at {at} ({span})")
         });
     }
@@ -302,11 +301,8 @@ fn findings(
     let lines: Vec<String> = named
         .iter()
         .map(|nl| {
-            let lat = out
-                .get(&nl.name)
-                .map_or(nl.level.latency_ns, |m| m.summary.median);
             let span = text::level_span(nl, det_name);
-            format!("{} {}: {span}", nl.name, fmt_ns(lat))
+            format!("{} {}: {span}", nl.name, fmt_ns(out.median(&nl.name)))
         })
         .collect();
     let lines = lines.join("; ");
