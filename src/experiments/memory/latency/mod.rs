@@ -77,7 +77,8 @@ impl Experiment for Latency {
             ));
         }
         let llc = known_llc.unwrap_or(32 << 20);
-        let mut sched = ChaseSchedule::new(ctx, max, line, llc, earlier_end.is_some());
+        let mut sched = ChaseSchedule::new(ctx, max, line, llc);
+        sched.decided = earlier_end.is_some();
 
         let mut c = measure_base(&mut sched, max, line)?;
         let max = c.random.last().map_or(max, |p| p.size);

@@ -156,13 +156,7 @@ pub(super) struct ChaseSchedule<'c, 'a> {
 }
 
 impl<'c, 'a> ChaseSchedule<'c, 'a> {
-    pub(super) fn new(
-        ctx: &'c Context<'a>,
-        max: u64,
-        line: usize,
-        llc: u64,
-        decided: bool,
-    ) -> Self {
+    pub(super) fn new(ctx: &'c Context<'a>, max: u64, line: usize, llc: u64) -> Self {
         let plan = PLANS.get(ctx.profile);
         // Past twice the last-level cache the curve is memory's plateau: one size per
         // doubling there, so the largest sizes' chains, the costliest to lay, are few.
@@ -188,7 +182,7 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
             llc,
             pace: Pace::default(),
             start: Instant::now(),
-            decided,
+            decided: false,
             notes: Vec::new(),
             broken: Vec::new(),
             chains: 0,
@@ -215,12 +209,10 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
         v.filter(|&z| z >= 2 * stride as u64).collect()
     }
 
-    /// The huge-page curve if the random curve ends at `max`.
+    /// The huge-page curve if the random curve ends at `max`: none without huge pages.
     pub(super) fn thp_sizes(&self, max: u64) -> Vec<u64> {
-        match self.thp {
-            true => upto(&self.random_sizes, max),
-            false => Vec::new(),
-        }
+        let v = upto(&self.random_sizes, max).into_iter();
+        v.filter(|_| self.thp).collect()
     }
 
     /// The sizes measured after the random base-page curve if `max` is its last: the

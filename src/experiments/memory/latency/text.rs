@@ -36,19 +36,12 @@ impl ChaseSchedule<'_, '_> {
 /// (sysfs 48 KiB)".
 pub(super) fn level_span(nl: &NamedLevel, det_name: &str) -> String {
     let l = &nl.level;
-    let edge = l
-        .transition
-        .map(|t| format!(", transition at {}", fmt_bytes(t as f64)))
-        .unwrap_or_default();
-    let sys = nl
-        .sysfs_bytes
-        .map(|s| format!(" (sysfs {})", fmt_bytes(s as f64)))
-        .unwrap_or_default();
-    format!(
-        "{det_name} plateau {}..{}{edge}{sys}",
-        fmt_bytes(l.first as f64),
-        fmt_bytes(l.last as f64)
-    )
+    let b = |x: u64| fmt_bytes(x as f64);
+    let (first, last) = (b(l.first), b(l.last));
+    let edge = l.transition.map(|t| format!(", transition at {}", b(t)));
+    let sys = nl.sysfs_bytes.map(|s| format!(" (sysfs {})", b(s)));
+    let (edge, sys) = (edge.unwrap_or_default(), sys.unwrap_or_default());
+    format!("{det_name} plateau {first}..{last}{edge}{sys}")
 }
 
 pub(super) fn lmbench_vs_chase(size: u64, lm: f64, chase: f64) -> String {
