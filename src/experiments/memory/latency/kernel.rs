@@ -103,10 +103,8 @@ fn suspects(points: &[ChasePoint]) -> Vec<usize> {
     let m: Vec<f64> = points.iter().map(ChasePoint::median).collect();
     let n = m.len();
     let slower = |i: &usize| m[*i] > REMEASURE_RATIO * m[i + 1];
-    let mut v: Vec<usize> = (0..n.saturating_sub(1))
-        .filter(slower)
-        .take(n / 4)
-        .collect();
+    let pairs = 0..n.saturating_sub(1);
+    let mut v: Vec<usize> = pairs.filter(slower).take(n / 4).collect();
     if n >= 3 && m[n - 1] / m[n - 2] > REMEASURE_RATIO * (m[n - 2] / m[n - 3]).max(1.0) {
         v.push(n - 1);
     }
@@ -148,8 +146,7 @@ impl Order {
 }
 
 impl ChaseSchedule<'_, '_> {
-    /// Lays, verifies and measures the chase in `order` over `size` bytes; the harness's
-    /// notes are kept when `noted`.
+    /// Lays, verifies and times the chase over `size` bytes (harness notes kept if `noted`).
     fn point(
         &mut self,
         region: &mut Region,

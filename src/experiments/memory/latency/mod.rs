@@ -35,8 +35,7 @@ const SPEC: Spec = Spec {
     title: "Memory load latency by working-set size",
     description: "pointer chase over a random single cycle (Sattolo) from 1 KiB to as far as the memory cap and time budget reach; cache levels detected; sequential-stride curves; huge pages",
     method: crate::method!("mem.latency"),
-    // Dependent loads, as the sentinel's chase; one CPU of each kind of core on hybrid
-    // CPUs (runner::per_kind).
+    // Dependent loads, as the sentinel's chase: one CPU of each kind (runner::per_kind).
     per_core_kind: true,
     budget: Some(PerProfile::new(ms(900), ms(5_500), ms(90_000), ms(300_000))),
     ..Spec::MEMORY
@@ -63,8 +62,7 @@ impl Experiment for Latency {
             ctx.machine.memory_budget_text()
         ));
         let rss0 = kit::rss_baseline();
-        // The last run ends where the earlier ones did, so that the pooled `dram` is one
-        // working set; the first run's budget decided it.
+        // The last run ends where the earlier ones did: the pooled `dram` is one set.
         let earlier_end = (ctx.repetition.before.iter())
             .filter_map(|r| r.series.iter().find(|s| s.base_name() == "random"))
             .filter_map(|s| s.points.last().map(|p| p[0] as u64))
@@ -130,8 +128,7 @@ impl Curves {
     }
 }
 
-/// The random curve as far as the budget allows (every curve then ends there), the
-/// sequential curves and lmbench's layout.
+/// The random curve as far as the budget allows, then the sequential and lmbench ones.
 fn measure_base(s: &mut ChaseSchedule, max: u64, line: usize) -> anyhow::Result<Curves> {
     (s.ctx.progress)("mapping and faulting the working set");
     let mut region = Region::new(max as usize, Pages::Base)?;
@@ -142,18 +139,11 @@ fn measure_base(s: &mut ChaseSchedule, max: u64, line: usize) -> anyhow::Result<
     let mut seq = Vec::new();
     for stride in s.strides.clone() {
         let sizes = s.seq_sizes(stride, max);
-        seq.push((
-            stride,
-            s.curve(&mut region, sizes, stride, Order::Sequential, false),
-        ));
+        let c = s.curve(&mut region, sizes, stride, Order::Sequential, false);
+        seq.push((stride, c));
     }
-    let lmbench = s.curve(
-        &mut region,
-        plan::lm_sizes(max),
-        line,
-        Order::Lmbench,
-        false,
-    );
+    let sizes = plan::lm_sizes(max);
+    let lmbench = s.curve(&mut region, sizes, line, Order::Lmbench, false);
     Ok(Curves {
         random,
         lmbench,
@@ -201,8 +191,7 @@ fn lmbench_name(size: u64, max: u64) -> String {
     }
 }
 
-/// The metrics and the sanity checks of the levels and the huge pages; returns the levels
-/// and the curve they were found on.
+/// The metrics and the checks of levels and huge pages; returns the levels and their curve.
 fn metrics(
     s: &ChaseSchedule,
     caches: &[crate::machine::Cache],
@@ -210,8 +199,7 @@ fn metrics(
     max: u64,
     out: &mut Outcome,
 ) -> (Vec<NamedLevel>, &'static str) {
-    // Levels: from the huge-page curve where it exists (TLB reach then exceeds every
-    // cache, so plateaus are cache capacities), else from the base-page curve.
+    // Levels from the huge-page curve where it can: its TLB reach passes every cache.
     let (det, det_name) = match &c.thp {
         Some((t, f)) if *f >= 0.5 && t.len() == c.random.len() => (t, "huge-page"),
         _ => (&c.random, "base-page"),
@@ -283,8 +271,7 @@ fn point(out: &mut Outcome, name: &str, pt: &ChasePoint, what: impl Fn(String) -
     out.metric(name, "ns", &what, pt.trials.clone());
 }
 
-/// The findings, from the pooled metrics; which sizes the levels span comes from the
-/// detection on this run's curve, and the text says so.
+/// The findings, from the pooled metrics (the levels' sizes from this run's curve).
 fn findings(
     ctx: &Context,
     c: &Curves,
@@ -298,25 +285,19 @@ fn findings(
         let t = text::lmbench_vs_chase(max, lm, out.median("dram"));
         out.finding(t, &["lmbench_dram", "dram"]);
     }
-    // Each level's latency is its metric's (pooled) median.
-    let lines: Vec<String> = named
-        .iter()
-        .map(|nl| {
-            let span = text::level_span(nl, det_name);
-            format!("{} {}: {span}", nl.name, fmt_ns(out.median(&nl.name)))
-        })
-        .collect();
-    let lines = lines.join("; ");
+    let line = |nl: &NamedLevel| {
+        let span = text::level_span(nl, det_name);
+        format!("{} {}: {span}", nl.name, fmt_ns(out.median(&nl.name)))
+    };
+    let lines: Vec<String> = named.iter().map(line).collect();
     let rep = ctx.repetition;
     let which = match rep.of {
         0 | 1 => String::new(),
         n => format!(" of run {} of {n}; latencies from all runs", rep.index + 1),
     };
-    let from: Vec<&str> = named
-        .iter()
-        .filter(|n| n.name != "dram")
-        .map(|n| n.name.as_str())
-        .collect();
+    let names = named.iter().map(|n| n.name.as_str());
+    let from: Vec<&str> = names.filter(|&n| n != "dram").collect();
+    let lines = lines.join("; ");
     let t = format!("Detected levels ({det_name} random curve{which}): {lines}.");
     out.finding(t, &from);
     for nl in named.iter().filter(|n| n.sysfs_bytes.is_some()) {

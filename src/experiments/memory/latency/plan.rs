@@ -9,8 +9,7 @@ use crate::units::fmt_bytes;
 use anyhow::Result;
 use std::time::{Duration, Instant};
 
-/// Working-set sizes from `min` to `max`, `per_doubling` points per doubling, rounded to
-/// whole nodes of `node` bytes, at least two nodes each.
+/// Sizes from `min` to `max`, `per_doubling` per doubling, in whole nodes (two at least).
 pub(crate) fn sizes(min: u64, max: u64, per_doubling: u32, node: u64) -> Vec<u64> {
     let mut v = Vec::new();
     for k in 0u32.. {
@@ -75,26 +74,22 @@ pub(super) const PLANS: PerProfile<LatencyPlan> = PerProfile::new(
     },
 );
 
-/// The largest working set (a power of two) `profile` lays out with its permutation, and
-/// the memory cap; the time budget may end the sweep below it (`ChaseSchedule::fits`).
+/// The largest power-of-two set `profile` lays out with its permutation, and the cap.
 pub(crate) fn set_and_cap(m: &Machine, profile: Profile, line: usize) -> Result<(u64, u64)> {
     kit::largest_set(m, profile, PLANS.get(profile).ceiling, line)
 }
 
-/// Whether `profile` measures on huge pages here, so that the levels come from that curve
-/// (`metrics` falls back to the base-page curve when huge pages back under half of it).
+/// Whether `profile` measures on huge pages here, and so plans the levels on that curve.
 pub(super) fn huge_page_levels(machine: &Machine, profile: Profile) -> bool {
     kit::thp_available(machine) && PLANS.get(profile).thp
 }
 
-/// Share of a random chase's loads over `size` bytes that a cache of `llc` bytes can
-/// serve (LRU-like: about C/S once the set is larger).
+/// Share of a random chase's loads over `size` bytes a cache of `llc` bytes serves (C/S).
 pub(super) fn llc_hit_fraction(llc: u64, size: u64) -> f64 {
     (llc as f64 / size.max(1) as f64).min(1.0)
 }
 
-/// Whether `dram`'s working set reached far enough beyond the last-level cache that at
-/// most a quarter of its loads hit it.
+/// Sanity: at most a quarter of `dram`'s loads can hit the last-level cache.
 pub(super) fn dram_beyond_cache(reached: u64, llc: Option<u64>) -> Check {
     // Unknown: judged against a large cache rather than passed (N5), and said.
     let assumed = " (assumed: the machine does not say its cache sizes)";
@@ -112,8 +107,7 @@ pub(super) fn dram_beyond_cache(reached: u64, llc: Option<u64>) -> Check {
     )
 }
 
-/// How fast the random curve goes, in seconds: laying the last chain, the near points'
-/// mean trials and the latest far point's.
+/// The random curve's pace in seconds: per byte laid, near points' trials, latest far's.
 #[derive(Clone, Copy, Default)]
 pub(super) struct Pace {
     pub(super) lay_secs_per_byte: f64,
@@ -123,7 +117,7 @@ pub(super) struct Pace {
 }
 
 /// Every size each curve measures, the trial settings that share the budget out, and
-/// what every curve's trials came to (`ChaseSchedule::notes`).
+/// what every curve's trials came to (`ChaseSchedule::report`).
 pub(super) struct ChaseSchedule<'c, 'a> {
     pub(super) ctx: &'c Context<'a>,
     pub(super) rng: Rng,
@@ -143,8 +137,7 @@ pub(super) struct ChaseSchedule<'c, 'a> {
     pub(super) start: Instant,
     /// The largest size was decided by an earlier run: measure every size.
     pub(super) decided: bool,
-    /// The random base-page curve's notes, and which points of the others were measured
-    /// twice.
+    /// The random base-page curve's notes, and the others' points measured twice.
     pub(super) notes: Vec<String>,
     /// Sizes whose chain did not verify, and chains that did.
     pub(super) broken: Vec<u64>,
@@ -191,9 +184,8 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
             remeasured: 0,
         };
         let all = s.later_sizes(max).len() + s.random_sizes.len();
-        // A third of the budget goes to laying chains and faulting pages. Far points trial
-        // twice as long and twice as often; they may take up to 4x a near point's share,
-        // which few near points use up.
+        // A third of the budget lays chains and faults pages. Far points trial twice as
+        // long, twice as often, in up to 4x a near point's share (few near points use it).
         let unit = ctx.budget.mul_f64(0.66) / all.max(1) as u32;
         let trials = |k: u32| {
             let t = HarnessConfig::short_trials(plan.min_trial * k, plan.trials * k as usize);
@@ -215,13 +207,11 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
         v.filter(|_| self.thp).collect()
     }
 
-    /// The sizes measured after the random base-page curve if `max` is its last: the
-    /// sequential curves, lmbench's layout and the huge-page curve.
+    /// Every size measured after the random base-page curve if `max` is its last.
     fn later_sizes(&self, max: u64) -> Vec<u64> {
         let seq = self.strides.iter().flat_map(|&st| self.seq_sizes(st, max));
-        seq.chain(lm_sizes(max))
-            .chain(self.thp_sizes(max))
-            .collect()
+        let lm_thp = lm_sizes(max).into_iter().chain(self.thp_sizes(max));
+        seq.chain(lm_thp).collect()
     }
 
     pub(super) fn trials_for(&self, size: u64) -> &HarnessConfig {
@@ -258,16 +248,14 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
         }
     }
 
-    /// Whether measuring `size` next on the random curve, and everything after it, fits
-    /// the budget at the pace so far, with a margin. Decided at powers of two only, so
-    /// the `dram` point is one from run to run.
+    /// Whether `size` next on the random curve, and all after it, fits the budget at the
+    /// pace so far; decided at powers of two only, so `dram` is one size from run to run.
     pub(super) fn fits(&self, size: u64) -> bool {
         if self.decided {
             return true;
         }
-        let (done, rest) = self
-            .random_sizes
-            .split_at(self.random_sizes.partition_point(|&z| z < size));
+        let next = self.random_sizes.partition_point(|&z| z < size);
+        let (done, rest) = self.random_sizes.split_at(next);
         if done.last().is_some_and(|p| !p.is_power_of_two()) {
             return true; // decided where this stretch began
         }
@@ -276,11 +264,8 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
         let later = self.later_sizes(end);
         // The huge-page region is faulted too; faulting is cheaper than laying a chain.
         let bytes = (end + random.iter().sum::<u64>() + later.iter().sum::<u64>()) as f64;
-        let trials: f64 = random
-            .into_iter()
-            .chain(later)
-            .map(|z| self.trial_secs(z))
-            .sum();
+        let all = random.into_iter().chain(later);
+        let trials: f64 = all.map(|z| self.trial_secs(z)).sum();
         let projected = 1.25 * (bytes * self.pace.lay_secs_per_byte + trials);
         self.start.elapsed().as_secs_f64() + projected <= self.ctx.budget.as_secs_f64() * 0.95
     }
@@ -288,10 +273,8 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
 
 /// lmbench's layout at 16 KiB, 1 MiB and the largest size.
 pub(super) fn lm_sizes(max: u64) -> Vec<u64> {
-    [16 << 10, 1 << 20, max]
-        .into_iter()
-        .filter(|&z| z <= max)
-        .collect()
+    let v = [16 << 10, 1 << 20, max];
+    v.into_iter().filter(|&z| z <= max).collect()
 }
 
 /// The sizes of `v` below `max`, then `max`.
