@@ -5,7 +5,6 @@ use super::levels::NamedLevel;
 use crate::experiments::kit::Region;
 use crate::results::Check;
 use crate::rng::Rng;
-use crate::units::fmt_bytes;
 
 /// Independent cursors overlap their loads: a serial walk would be n dependent misses.
 pub(super) const VERIFY_CURSORS: usize = 16;
@@ -38,25 +37,18 @@ pub(crate) fn verify_chain(region: &Region, stride: usize, n: usize, rng: &mut R
     let marked = |i: usize| is_mark[i / 64] & (1 << (i % 64)) != 0;
     let mut cur: Vec<usize> = marks.clone();
     let mut done = vec![false; k];
-    let mut left = k;
     let mut total = 0usize;
-    while left > 0 {
-        for c in 0..k {
-            if done[c] {
-                continue;
-            }
-            let Some(nx) = read(cur[c]) else {
+    while done.contains(&false) {
+        for (at, d) in cur.iter_mut().zip(&mut done).filter(|(_, d)| !**d) {
+            let Some(nx) = read(*at) else {
                 return false;
             };
-            cur[c] = nx;
+            *at = nx;
             total += 1;
             if total > n {
                 return false;
             }
-            if marked(nx) {
-                done[c] = true;
-                left -= 1;
-            }
+            *d = marked(nx);
         }
     }
     // The marks must form one cycle: "mark -> mark its walk reached" leads from mark 0
@@ -64,23 +56,6 @@ pub(crate) fn verify_chain(region: &Region, stride: usize, n: usize, rng: &mut R
     let idx = |m: usize| marks.iter().position(|&x| x == m);
     let back = (1..=k).try_fold(0, |at, step| idx(cur[at]).filter(|&j| j != 0 || step == k));
     total == n && back == Some(0)
-}
-
-/// How many chains verified, and which were left out. Not a check: no figure depends on
-/// a chain that failed.
-pub(super) fn chains_note(broken: &[u64], chains: usize) -> String {
-    if broken.is_empty() {
-        format!("{chains} chains verified before timing: each is one cycle of all its nodes, read back from memory")
-    } else {
-        format!(
-            "chains at {} did not verify and were not measured",
-            broken
-                .iter()
-                .map(|&b| fmt_bytes(b as f64))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    }
 }
 
 /// Sanity: every sysfs cache level was found.

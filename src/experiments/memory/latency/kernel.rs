@@ -1,7 +1,7 @@
 //! mem.latency's kernel: laying and chasing a chain of one node per line, and its curves.
 
 use super::checks::verify_chain;
-use super::plan::{ChaseSchedule, Pace};
+use super::plan::ChaseSchedule;
 use crate::experiments::kit::{measure_raw, Region};
 use crate::rng::{sattolo, Rng};
 use crate::units::{fmt_bytes, fmt_ns};
@@ -59,14 +59,9 @@ pub(crate) fn lay(region: &mut Region, stride: usize, next: &[u32]) {
 pub fn lmbench_chain(npages: usize, lines: usize, rng: &mut Rng) -> Vec<u32> {
     let mut order: Vec<u32> = (0..npages as u32).collect();
     rng.shuffle(&mut order);
-    let bits = lines.trailing_zeros();
-    let word = |k: usize| -> usize {
-        if bits == 0 {
-            0
-        } else {
-            (k % lines).reverse_bits() >> (usize::BITS - bits)
-        }
-    };
+    // The bit-reversed position of line k; a shift by all the bits (one line) is none.
+    let shift = usize::BITS - lines.trailing_zeros();
+    let word = |k: usize| (k % lines).reverse_bits().checked_shr(shift).unwrap_or(0);
     let mut next = vec![0u32; npages * lines];
     for i in 0..npages {
         let (cp, np) = (order[i] as usize, order[(i + 1) % npages] as usize);
@@ -95,7 +90,7 @@ impl ChasePoint {
 }
 
 /// A point this much slower than the next larger size is measured again.
-pub(super) const REMEASURE_RATIO: f64 = 1.15;
+const REMEASURE_RATIO: f64 = 1.15;
 
 /// Adds a second measurement of the same size to `p`: every trial kept.
 pub(super) fn remeasure(p: &mut ChasePoint, again: ChasePoint) {
@@ -108,26 +103,12 @@ fn suspects(points: &[ChasePoint]) -> Vec<usize> {
     let m: Vec<f64> = points.iter().map(ChasePoint::median).collect();
     let n = m.len();
     let slower = |i: &usize| m[*i] > REMEASURE_RATIO * m[i + 1];
-    let mut v: Vec<usize> = (0..n.saturating_sub(1))
-        .filter(slower)
-        .take(n / 4)
-        .collect();
+    let pairs = 0..n.saturating_sub(1);
+    let mut v: Vec<usize> = pairs.filter(slower).take(n / 4).collect();
     if n >= 3 && m[n - 1] / m[n - 2] > REMEASURE_RATIO * (m[n - 2] / m[n - 3]).max(1.0) {
         v.push(n - 1);
     }
     v
-}
-
-#[derive(Default)]
-pub(super) struct ChaseCurve {
-    pub(super) points: Vec<ChasePoint>,
-    /// Sizes whose chain did not verify as a single full cycle.
-    pub(super) broken: Vec<u64>,
-    pub(super) notes: Vec<String>,
-    /// Trials set aside because the thread was preempted, and trials kept.
-    pub(super) preempted: usize,
-    pub(super) kept: usize,
-    pub(super) remeasured: usize,
 }
 
 /// The order a curve's chain visits its nodes.
@@ -165,14 +146,14 @@ impl Order {
 }
 
 impl ChaseSchedule<'_, '_> {
-    /// Lays, verifies and measures the chase in `order` over `size` bytes.
+    /// Lays, verifies and times the chase over `size` bytes (harness notes kept if `noted`).
     fn point(
         &mut self,
-        c: &mut ChaseCurve,
         region: &mut Region,
         size: u64,
         stride: usize,
         order: Order,
+        noted: bool,
     ) -> Option<ChasePoint> {
         let laying = Instant::now();
         let next = order.chain(size, stride, &mut self.rng)?;
@@ -180,7 +161,7 @@ impl ChaseSchedule<'_, '_> {
         lay(region, stride, &next);
         drop(next);
         if !verify_chain(region, stride, n, &mut self.rng) {
-            c.broken.push(size);
+            self.broken.push(size);
             return None;
         }
         let laid = laying.elapsed().as_secs_f64();
@@ -194,10 +175,12 @@ impl ChaseSchedule<'_, '_> {
         std::hint::black_box(p);
         let (kind, at) = (order.name(), fmt_bytes(size as f64));
         self.paced(size, laid, trials.elapsed().as_secs_f64());
-        c.preempted += q.preempted;
-        c.kept += q.per_op_ns.len();
-        c.notes
-            .extend(q.notes.iter().map(|n| format!("{kind} at {at}: {n}")));
+        self.preempted += q.preempted;
+        self.kept += q.per_op_ns.len();
+        if noted {
+            let notes = q.notes.iter().map(|n| format!("{kind} at {at}: {n}"));
+            self.notes.extend(notes);
+        }
         let pt = ChasePoint {
             size,
             trials: q.per_op_ns,
@@ -207,8 +190,8 @@ impl ChaseSchedule<'_, '_> {
         Some(pt)
     }
 
-    /// Measures the chase in `order` at each size within `region`; when `guarded`, only
-    /// while the next size `fits` the budget.
+    /// Measures the chase in `order` at each size within `region`; when `guarded` (the
+    /// random base-page curve), only while the next size `fits` the budget.
     pub(super) fn curve(
         &mut self,
         region: &mut Region,
@@ -216,40 +199,38 @@ impl ChaseSchedule<'_, '_> {
         stride: usize,
         order: Order,
         guarded: bool,
-    ) -> ChaseCurve {
-        let mut c = ChaseCurve::default();
+    ) -> Vec<ChasePoint> {
+        let mut c: Vec<ChasePoint> = Vec::new();
         let kind = order.name();
-        self.pace = Pace::default();
         for size in sizes {
-            if guarded && !c.points.is_empty() && !self.fits(size) {
-                c.notes.push(format!(
+            if guarded && !c.is_empty() && !self.fits(size) {
+                self.notes.push(format!(
                 "{kind} curve ended at {}: {} and what follows it would not fit the time budget at the rate chains were laid ({:.1} ns per byte)",
-                fmt_bytes(c.points.last().map_or(0, |p| p.size) as f64),
+                fmt_bytes(c.last().map_or(0, |p| p.size) as f64),
                 fmt_bytes(size as f64),
                 self.pace.lay_secs_per_byte * 1e9
             ));
                 break;
             }
-            if let Some(pt) = self.point(&mut c, region, size, stride, order) {
-                c.points.push(pt);
-            }
+            c.extend(self.point(region, size, stride, order, guarded));
         }
+        self.chains += c.len();
         // Latency cannot fall as the set grows, so a point slower than the next was
         // likely disturbed: measure it again and keep both (the lower alone would bias it).
         let lmbench = order == Order::Lmbench;
-        for i in suspects(&c.points).into_iter().filter(|_| !lmbench) {
-            let size = c.points[i].size;
-            if let Some(pt) = self.point(&mut c, region, size, stride, order) {
-                c.remeasured += 1;
-                let (first, again) = (c.points[i].median(), pt.median());
-                remeasure(&mut c.points[i], pt);
-                c.notes.push(format!(
+        for i in suspects(&c).into_iter().filter(|_| !lmbench) {
+            let size = c[i].size;
+            if let Some(pt) = self.point(region, size, stride, order, guarded) {
+                self.remeasured += 1;
+                let (first, again) = (c[i].median(), pt.median());
+                remeasure(&mut c[i], pt);
+                self.notes.push(format!(
                 "{kind} at {}: measured twice (first median {}, then {}); its figure {} is the median of all {} trials",
                 fmt_bytes(size as f64),
                 fmt_ns(first),
                 fmt_ns(again),
-                fmt_ns(c.points[i].median()),
-                c.points[i].trials.len()
+                fmt_ns(c[i].median()),
+                c[i].trials.len()
             ));
             }
         }

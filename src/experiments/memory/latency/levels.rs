@@ -44,13 +44,11 @@ pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64, vm: bool) 
         })
         .collect();
     if let (Some(first), Some(last)) = (memory.first(), memory.last()) {
-        // The level is what the whole memory region shows: the median of its plateaus.
-        let lats: Vec<f64> = memory.iter().map(|l| l.latency_ns).collect();
+        // One level over the whole memory region; its figure is the `dram` metric's.
         let level = Level {
             last: last.last,
-            span: (first.span.0, last.span.1),
             transition: None,
-            latency_ns: crate::stats::median(&lats),
+            latency_ns: f64::NAN,
             ..first.clone()
         };
         out.push(NamedLevel {
@@ -63,9 +61,8 @@ pub fn name_levels(levels: &[Level], caches: &[Cache], max_size: u64, vm: bool) 
     out
 }
 
-/// How far (|log2|) `lv`'s capacity (its transition, else the end of a plateau that ends
-/// before `max`) lies from cache `c`, and whether only the VM's wider window admits it;
-/// None outside the window or without a capacity.
+/// How far (|log2|) `lv`'s capacity (transition, else a plateau's end before `max`) lies
+/// from cache `c`, and whether only the VM's wider window admits it; None outside it.
 fn distance(lv: &Level, c: &Cache, llc: bool, (max, vm): (u64, bool)) -> Option<(f64, bool)> {
     let size = lv.transition.or(Some(lv.last).filter(|&l| l < max))?;
     let d = (size as f64 / c.size_bytes as f64).log2();

@@ -9,8 +9,7 @@ use crate::units::fmt_bytes;
 use anyhow::Result;
 use std::time::{Duration, Instant};
 
-/// Working-set sizes from `min` to `max`, `per_doubling` points per doubling, rounded to
-/// whole nodes of `node` bytes, at least two nodes each.
+/// Sizes from `min` to `max`, `per_doubling` per doubling, in whole nodes (two at least).
 pub(crate) fn sizes(min: u64, max: u64, per_doubling: u32, node: u64) -> Vec<u64> {
     let mut v = Vec::new();
     for k in 0u32.. {
@@ -35,8 +34,8 @@ pub(super) struct LatencyPlan {
     /// Sequential strides in bytes, 0 being one line.
     pub(super) strides: &'static [usize],
     pub(super) seq_per_doubling: u32,
-    /// Random curve with huge pages too (else only its largest size).
-    pub(super) thp_curve: bool,
+    /// The random curve again on huge pages, where THP is available.
+    pub(super) thp: bool,
     pub(super) trials: usize,
     /// Short trials dodge the scheduler on a busy machine; longer ones in larger profiles.
     pub(super) min_trial: Duration,
@@ -47,7 +46,7 @@ const QUICK: LatencyPlan = LatencyPlan {
     ceiling: u64::MAX,
     strides: &[0],
     seq_per_doubling: 2,
-    thp_curve: true,
+    thp: true,
     trials: 11,
     min_trial: Duration::from_micros(250),
 };
@@ -57,7 +56,7 @@ pub(super) const PLANS: PerProfile<LatencyPlan> = PerProfile::new(
         per_doubling: 1,
         ceiling: 64 << 20,
         seq_per_doubling: 1,
-        thp_curve: false,
+        thp: false,
         trials: 5,
         min_trial: Duration::from_micros(150),
         ..QUICK
@@ -75,31 +74,22 @@ pub(super) const PLANS: PerProfile<LatencyPlan> = PerProfile::new(
     },
 );
 
-/// The largest working set (a power of two) `profile` lays out with its permutation, and
-/// the memory cap; the time budget may end the sweep below it (`ChaseSchedule::fits`).
+/// The largest power-of-two set `profile` lays out with its permutation, and the cap.
 pub(crate) fn set_and_cap(m: &Machine, profile: Profile, line: usize) -> Result<(u64, u64)> {
     kit::largest_set(m, profile, PLANS.get(profile).ceiling, line)
 }
 
-/// Whether `profile` measures on huge pages here (not smoke, THP available).
-fn thp_figure(machine: &Machine, profile: Profile) -> bool {
-    kit::thp_available(machine) && profile != Profile::Smoke
-}
-
-/// Whether the levels are planned on the huge-page curve (`metrics` falls back to the
-/// base-page curve when huge pages back under half of its region, and says so).
+/// Whether `profile` measures on huge pages here, and so plans the levels on that curve.
 pub(super) fn huge_page_levels(machine: &Machine, profile: Profile) -> bool {
-    thp_figure(machine, profile) && PLANS.get(profile).thp_curve
+    kit::thp_available(machine) && PLANS.get(profile).thp
 }
 
-/// Share of a random chase's loads over `size` bytes that a cache of `llc` bytes can
-/// serve (LRU-like: about C/S once the set is larger).
+/// Share of a random chase's loads over `size` bytes a cache of `llc` bytes serves (C/S).
 pub(super) fn llc_hit_fraction(llc: u64, size: u64) -> f64 {
     (llc as f64 / size.max(1) as f64).min(1.0)
 }
 
-/// Whether `dram`'s working set reached far enough beyond the last-level cache that at
-/// most a quarter of its loads hit it.
+/// Sanity: at most a quarter of `dram`'s loads can hit the last-level cache.
 pub(super) fn dram_beyond_cache(reached: u64, llc: Option<u64>) -> Check {
     // Unknown: judged against a large cache rather than passed (N5), and said.
     let assumed = " (assumed: the machine does not say its cache sizes)";
@@ -117,8 +107,7 @@ pub(super) fn dram_beyond_cache(reached: u64, llc: Option<u64>) -> Check {
     )
 }
 
-/// How fast a curve went, in seconds: laying the last chain, the near points' mean
-/// trials and the latest far point's.
+/// The random curve's pace in seconds: per byte laid, near points' trials, latest far's.
 #[derive(Clone, Copy, Default)]
 pub(super) struct Pace {
     pub(super) lay_secs_per_byte: f64,
@@ -127,92 +116,102 @@ pub(super) struct Pace {
     far_trials: f64,
 }
 
-/// Every size each curve measures and the trial settings that share the budget out.
+/// Every size each curve measures, the trial settings that share the budget out, and
+/// what every curve's trials came to (`ChaseSchedule::report`).
 pub(super) struct ChaseSchedule<'c, 'a> {
     pub(super) ctx: &'c Context<'a>,
     pub(super) rng: Rng,
+    pub(super) plan: LatencyPlan,
+    /// The random curve's sizes; every other curve ends where it did (`upto`).
     pub(super) random_sizes: Vec<u64>,
-    pub(super) seq_sizes: Vec<u64>,
-    pub(super) lm_sizes: Vec<u64>,
+    seq_sizes: Vec<u64>,
     pub(super) strides: Vec<usize>,
+    /// Huge pages are measured (the profile's plan, THP available).
     pub(super) thp: bool,
-    pub(super) thp_curve: bool,
     /// Trial settings up to the last-level cache and beyond: far points depend on what
     /// other cores do to the shared cache and memory, so their trials spread over more time.
     near: HarnessConfig,
     far: HarnessConfig,
     llc: u64,
     pub(super) pace: Pace,
-    /// When the experiment started.
     pub(super) start: Instant,
     /// The largest size was decided by an earlier run: measure every size.
     pub(super) decided: bool,
+    /// The random base-page curve's notes, and the others' points measured twice.
+    pub(super) notes: Vec<String>,
+    /// Sizes whose chain did not verify, and chains that did.
+    pub(super) broken: Vec<u64>,
+    pub(super) chains: usize,
+    /// Trials repeated because the thread was preempted, trials kept, points remeasured.
+    pub(super) preempted: usize,
+    pub(super) kept: usize,
+    pub(super) remeasured: usize,
 }
 
 impl<'c, 'a> ChaseSchedule<'c, 'a> {
-    pub(super) fn new(
-        ctx: &'c Context<'a>,
-        p: &LatencyPlan,
-        max: u64,
-        line: usize,
-        llc: u64,
-    ) -> Self {
+    pub(super) fn new(ctx: &'c Context<'a>, max: u64, line: usize, llc: u64) -> Self {
+        let plan = PLANS.get(ctx.profile);
         // Past twice the last-level cache the curve is memory's plateau: one size per
         // doubling there, so the largest sizes' chains, the costliest to lay, are few.
         let edge = (2 * llc).next_power_of_two().min(max);
         let curve = |per_doubling| {
             let mut v = sizes(1024, edge, per_doubling, line as u64);
             v.extend(sizes(edge, max, 1, line as u64).into_iter().skip(1));
-            with_max(v, max)
+            upto(&v, max)
         };
-        let random_sizes = curve(p.per_doubling);
-        let seq_sizes = curve(p.seq_per_doubling);
-        let thp = thp_figure(ctx.machine, ctx.profile);
         // Sequential strides in bytes, none below a line (0 is one).
-        let mut strides: Vec<usize> = p.strides.iter().map(|&s| s.max(line)).collect();
+        let mut strides: Vec<usize> = plan.strides.iter().map(|&s| s.max(line)).collect();
         strides.dedup();
         let mut s = ChaseSchedule {
             ctx,
             rng: Rng::from_entropy(),
-            random_sizes,
-            seq_sizes,
-            lm_sizes: lm_sizes(max),
+            plan,
+            random_sizes: curve(plan.per_doubling),
+            seq_sizes: curve(plan.seq_per_doubling),
             strides,
-            thp,
-            thp_curve: p.thp_curve,
+            thp: huge_page_levels(ctx.machine, ctx.profile),
             near: HarnessConfig::default(),
             far: HarnessConfig::default(),
             llc,
             pace: Pace::default(),
             start: Instant::now(),
             decided: false,
+            notes: Vec::new(),
+            broken: Vec::new(),
+            chains: 0,
+            preempted: 0,
+            kept: 0,
+            remeasured: 0,
         };
         let all = s.later_sizes(max).len() + s.random_sizes.len();
-        // A third of the budget goes to laying chains and faulting pages.
+        // A third of the budget lays chains and faults pages. Far points trial twice as
+        // long, twice as often, in up to 4x a near point's share (few near points use it).
         let unit = ctx.budget.mul_f64(0.66) / all.max(1) as u32;
-        s.near = HarnessConfig::short_trials(p.min_trial, p.trials).for_budget(unit, 1);
-        // Far points trial twice as long and twice as often; they may take up to 4x a near
-        // point's share, which few near points use up.
-        let far = HarnessConfig::short_trials(p.min_trial * 2, p.trials * 2);
-        s.far = far.for_budget(unit * 4, 1);
+        let trials = |k: u32| {
+            let t = HarnessConfig::short_trials(plan.min_trial * k, plan.trials * k as usize);
+            t.for_budget(unit * k * k, 1)
+        };
+        (s.near, s.far) = (trials(1), trials(2));
         s
     }
 
-    /// The sizes measured after the random base-page curve if `max` is its last: the
-    /// sequential curves, lmbench's layout and the huge-page curve.
+    /// The sequential curve of `stride` if the random curve ends at `max`.
+    pub(super) fn seq_sizes(&self, stride: usize, max: u64) -> Vec<u64> {
+        let v = upto(&self.seq_sizes, max).into_iter();
+        v.filter(|&z| z >= 2 * stride as u64).collect()
+    }
+
+    /// The huge-page curve if the random curve ends at `max`: none without huge pages.
+    pub(super) fn thp_sizes(&self, max: u64) -> Vec<u64> {
+        let v = upto(&self.random_sizes, max).into_iter();
+        v.filter(|_| self.thp).collect()
+    }
+
+    /// Every size measured after the random base-page curve if `max` is its last.
     fn later_sizes(&self, max: u64) -> Vec<u64> {
-        let upto = |v: &[u64]| with_max(v.iter().copied().filter(|&z| z < max).collect(), max);
-        let seq = upto(&self.seq_sizes);
-        let mut all: Vec<u64> = (self.strides.iter())
-            .flat_map(|&st| seq.iter().copied().filter(move |&z| z >= 2 * st as u64))
-            .chain(lm_sizes(max))
-            .collect();
-        match (self.thp, self.thp_curve) {
-            (true, true) => all.extend(upto(&self.random_sizes)),
-            (true, false) => all.push(max),
-            _ => {}
-        }
-        all
+        let seq = self.strides.iter().flat_map(|&st| self.seq_sizes(st, max));
+        let lm_thp = lm_sizes(max).into_iter().chain(self.thp_sizes(max));
+        seq.chain(lm_thp).collect()
     }
 
     pub(super) fn trials_for(&self, size: u64) -> &HarnessConfig {
@@ -249,16 +248,14 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
         }
     }
 
-    /// Whether measuring `size` next on the random curve, and everything after it, fits
-    /// the budget at the pace so far, with a margin. Decided at powers of two only, so
-    /// the `dram` point is one from run to run.
+    /// Whether `size` next on the random curve, and all after it, fits the budget at the
+    /// pace so far; decided at powers of two only, so `dram` is one size from run to run.
     pub(super) fn fits(&self, size: u64) -> bool {
         if self.decided {
             return true;
         }
-        let (done, rest) = self
-            .random_sizes
-            .split_at(self.random_sizes.partition_point(|&z| z < size));
+        let next = self.random_sizes.partition_point(|&z| z < size);
+        let (done, rest) = self.random_sizes.split_at(next);
         if done.last().is_some_and(|p| !p.is_power_of_two()) {
             return true; // decided where this stretch began
         }
@@ -267,39 +264,21 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
         let later = self.later_sizes(end);
         // The huge-page region is faulted too; faulting is cheaper than laying a chain.
         let bytes = (end + random.iter().sum::<u64>() + later.iter().sum::<u64>()) as f64;
-        let trials: f64 = random
-            .into_iter()
-            .chain(later)
-            .map(|z| self.trial_secs(z))
-            .sum();
+        let all = random.into_iter().chain(later);
+        let trials: f64 = all.map(|z| self.trial_secs(z)).sum();
         let projected = 1.25 * (bytes * self.pace.lay_secs_per_byte + trials);
         self.start.elapsed().as_secs_f64() + projected <= self.ctx.budget.as_secs_f64() * 0.95
-    }
-
-    /// Ends every curve at `reached`, where the random curve stopped.
-    pub(super) fn truncate(&mut self, reached: u64) {
-        let upto = |v: &mut Vec<u64>| {
-            v.retain(|&z| z < reached);
-            v.push(reached);
-        };
-        upto(&mut self.random_sizes);
-        upto(&mut self.seq_sizes);
-        self.lm_sizes = lm_sizes(reached);
     }
 }
 
 /// lmbench's layout at 16 KiB, 1 MiB and the largest size.
-fn lm_sizes(max: u64) -> Vec<u64> {
-    [16 << 10, 1 << 20, max]
-        .into_iter()
-        .filter(|&z| z <= max)
-        .collect()
+pub(super) fn lm_sizes(max: u64) -> Vec<u64> {
+    let v = [16 << 10, 1 << 20, max];
+    v.into_iter().filter(|&z| z <= max).collect()
 }
 
-/// `v` with `max` added at its end when its last size is below it.
-fn with_max(mut v: Vec<u64>, max: u64) -> Vec<u64> {
-    if v.last().is_some_and(|&l| l < max) {
-        v.push(max);
-    }
-    v
+/// The sizes of `v` below `max`, then `max`.
+fn upto(v: &[u64], max: u64) -> Vec<u64> {
+    let below = v.iter().copied().take_while(|&z| z < max);
+    below.chain([max]).collect()
 }

@@ -40,7 +40,8 @@ pub(super) fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
     let mut p = Predictions::new(ctx);
     let (ghz, src) = ctx.core_ghz();
     let f_core = Input::machine("f_core", Some(ghz * 1e9), "Hz", src, "");
-    // The table's figures leave page walks out; a plateau of the base-page curve has them.
+    // The table's figures leave page walks out; a plateau of the base-page curve has them,
+    // so the level's own metric is a lower bound there.
     let huge = super::plan::huge_page_levels(ctx.machine, ctx.profile);
     for c in &ctx.machine.data_caches() {
         let Some(&(name, what, pick)) = LEVELS.get((c.level as usize).wrapping_sub(1)) else {
@@ -49,11 +50,11 @@ pub(super) fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
             continue;
         };
         let cyc = cycles(ctx, what, pick);
-        let mut at = |metric: &str, source: &str, fits: &str, walks: bool| {
+        let mut at = |metric: &str, source: &str, fits: &str| {
             let size = Input::machine("size", Some(c.size_bytes as f64), "bytes", source, "");
             p.state(metric, &[&cyc, &f_core, &size], |v| {
                 let f = format!("{} cycles ({what}, parts table) / f_core{fits}", v[0]);
-                match walks {
+                match metric == name && !huge {
                     true => Prediction::new(v[0] / ghz, f + WALKS).lower_bound(),
                     false => Prediction::new(v[0] / ghz, f),
                 }
@@ -62,15 +63,10 @@ pub(super) fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
         // lmbench's 16 KiB point is four pages, inside any L1 data cache of 16 KiB or more
         // and any first-level TLB.
         if c.level == 1 && c.size_bytes >= 16 << 10 {
-            let l1 = "machine: sysfs L1 data cache size";
-            at(
-                "lmbench_16KiB",
-                l1,
-                ": 16 KiB fits the L1 data cache",
-                false,
-            );
+            let fits = ": 16 KiB fits the L1 data cache";
+            at("lmbench_16KiB", "machine: sysfs L1 data cache size", fits);
         }
-        at(name, "machine: sysfs cache size", "", !huge);
+        at(name, "machine: sysfs cache size", "");
     }
     p.withhold(
         &["dram"],

@@ -249,8 +249,7 @@ fn the_time_guard_stops_the_curve_when_laying_is_slow() {
     let clock = crate::clock::MockClock::new(20);
     let world = crate::experiments::testing::World::live(&clock);
     world.with_ctx(|ctx| {
-        let p = PLANS.get(Profile::Smoke);
-        let mut s = ChaseSchedule::new(ctx, &p, 64 << 20, 64, 32 << 20);
+        let mut s = ChaseSchedule::new(ctx, 64 << 20, 64, 32 << 20);
         // The size after 32 MiB begins a doubling: decided there.
         let next = s
             .random_sizes
@@ -265,7 +264,7 @@ fn the_time_guard_stops_the_curve_when_laying_is_slow() {
         s.pace.lay_secs_per_byte = 1e-12;
         assert!(s.fits(next));
         // Decided by an earlier run: every size is measured.
-        let mut d = ChaseSchedule::new(ctx, &p, 64 << 20, 64, 32 << 20);
+        let mut d = ChaseSchedule::new(ctx, 64 << 20, 64, 32 << 20);
         d.decided = true;
         d.pace.lay_secs_per_byte = 1e-6;
         assert!(d.fits(next));

@@ -1,15 +1,34 @@
 //! mem.latency's prose: series, descriptions and findings from points and named levels.
 
-use super::kernel::ChaseCurve;
+use super::kernel::ChasePoint;
 use super::levels::NamedLevel;
+use super::plan::ChaseSchedule;
 use crate::analysis::Separation;
 use crate::experiments::Outcome;
 use crate::units::{fmt_bytes, fmt_ns};
 
-impl ChaseCurve {
-    pub(super) fn plot(&self, out: &mut Outcome, name: &str) {
-        let xy = self.points.iter().map(|p| [p.size as f64, p.median()]);
-        out.plot(name, "bytes", "ns", xy.collect());
+pub(super) fn plot(out: &mut Outcome, name: &str, curve: &[ChasePoint]) {
+    let xy = curve.iter().map(|p| [p.size as f64, p.median()]);
+    out.plot(name, "bytes", "ns", xy.collect());
+}
+
+impl ChaseSchedule<'_, '_> {
+    /// The notes on verified chains, preempted trials and remeasured points. Not a check:
+    /// no figure depends on a chain that failed.
+    pub(super) fn report(&mut self, out: &mut Outcome) {
+        out.notes.push(if self.broken.is_empty() {
+            let chains = self.chains;
+            format!("{chains} chains verified before timing: each is one cycle of all its nodes, read back from memory")
+        } else {
+            let broken: Vec<String> = self.broken.iter().map(|&b| fmt_bytes(b as f64)).collect();
+            let broken = broken.join(", ");
+            format!("chains at {broken} did not verify and were not measured")
+        });
+        out.notes.append(&mut self.notes);
+        let (pre, kept, again) = (self.preempted, self.kept, self.remeasured);
+        out.notes.push(format!(
+            "{pre} trials were preempted by other tasks (involuntary context switch) and repeated; {kept} undisturbed trials kept; {again} points slower than the next larger size were measured again (both measurements kept: each such point is the median of all its trials)"
+        ));
     }
 }
 
@@ -17,19 +36,12 @@ impl ChaseCurve {
 /// (sysfs 48 KiB)".
 pub(super) fn level_span(nl: &NamedLevel, det_name: &str) -> String {
     let l = &nl.level;
-    let edge = l
-        .transition
-        .map(|t| format!(", transition at {}", fmt_bytes(t as f64)))
-        .unwrap_or_default();
-    let sys = nl
-        .sysfs_bytes
-        .map(|s| format!(" (sysfs {})", fmt_bytes(s as f64)))
-        .unwrap_or_default();
-    format!(
-        "{det_name} plateau {}..{}{edge}{sys}",
-        fmt_bytes(l.first as f64),
-        fmt_bytes(l.last as f64)
-    )
+    let b = |x: u64| fmt_bytes(x as f64);
+    let (first, last) = (b(l.first), b(l.last));
+    let edge = l.transition.map(|t| format!(", transition at {}", b(t)));
+    let sys = nl.sysfs_bytes.map(|s| format!(" (sysfs {})", b(s)));
+    let (edge, sys) = (edge.unwrap_or_default(), sys.unwrap_or_default());
+    format!("{det_name} plateau {first}..{last}{edge}{sys}")
 }
 
 pub(super) fn lmbench_vs_chase(size: u64, lm: f64, chase: f64) -> String {
