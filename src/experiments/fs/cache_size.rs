@@ -58,7 +58,6 @@ fn midpoint(lo: u64, hi: u64) -> u64 {
     ((m / MIB as f64).round() as u64).max(1) * MIB
 }
 
-/// min(MemAvailable, memory cgroup limit), from whichever of the two is known.
 fn cache_prediction(ctx: &Context) -> Prediction {
     let limits = memory_limits(ctx.machine);
     let Some(value) = limits.iter().map(|l| l.1).min() else {
@@ -172,7 +171,6 @@ impl Experiment for CacheSize {
     }
 }
 
-/// The search's growing file and its probes.
 struct Search<'a> {
     ctx: &'a Context<'a>,
     owner: ScratchFile,
@@ -197,11 +195,11 @@ struct Search<'a> {
 impl Search<'_> {
     /// Doubles from the first size until one is not served or a limit stops it, then bisects.
     fn run(&mut self, s0: u64, limits: &[(u64, String)]) -> anyhow::Result<()> {
+        // Cold vs cached rates from the first size tell whether timing can separate them;
+        // where they do, the threshold between them does not change this size's place.
         let base = self.probe(s0)?;
-        // Cold vs cached rates from the first size tell whether timing can separate them.
         let contrast = base.first / base.second;
         self.threshold = (contrast >= 3.0).then(|| (base.first * base.second).sqrt());
-        self.place(&base);
         let budget = format!("the time budget ({:.0} s)", self.ctx.budget.as_secs_f64());
         while let (Some(g), None) = (self.good, self.bad) {
             let last = self.probes.last().map_or(0.0, |p| p.seconds);
@@ -211,8 +209,7 @@ impl Search<'_> {
             if self.stop_reason.is_some() {
                 break;
             }
-            let p = self.probe(g * 2)?;
-            self.place(&p);
+            self.probe(g * 2)?;
         }
         while let (Some(g), Some(b)) = (self.good, self.bad) {
             let mid = midpoint(g, b);
@@ -229,27 +226,16 @@ impl Search<'_> {
                 ));
                 break;
             }
-            let p = self.probe(mid)?;
-            self.place(&p);
+            self.probe(mid)?;
         }
         Ok(())
     }
 
-    /// Moves the bracket's served or not-served end to `p`'s size.
-    fn place(&mut self, p: &SizeProbe) {
-        let end = match served(p, self.threshold) {
-            true => &mut self.good,
-            false => &mut self.bad,
-        };
-        *end = Some(p.size);
-    }
-
-    /// Whether a probe estimated to take `est` seconds still fits 85% of the budget.
     fn time_left(&self, est: f64) -> bool {
         self.start.elapsed_ns() * 1e-9 + est < self.ctx.budget.as_secs_f64() * 0.85
     }
 
-    /// Makes the file at least `size` long, evicts it, reads [0, size) twice.
+    /// Makes the file at least `size` long, evicts it, reads [0, size) twice, places it.
     fn probe(&mut self, size: u64) -> anyhow::Result<SizeProbe> {
         let t = self.ctx.harness(1).stopwatch();
         if size > self.written {
@@ -287,11 +273,15 @@ impl Search<'_> {
             evicted: ev.verified(),
             seconds: t.elapsed_ns() * 1e-9,
         };
+        let end = match served(&p, self.threshold) {
+            true => &mut self.good,
+            false => &mut self.bad,
+        };
+        *end = Some(size);
         self.probes.push(p.clone());
         Ok(p)
     }
 
-    /// ns per byte of one read of [0, size).
     fn read_timed(&mut self, size: u64) -> anyhow::Result<f64> {
         let t = self.ctx.harness(1).stopwatch();
         read_through(&self.reader, size, &mut self.buf)?;
@@ -303,7 +293,6 @@ impl Search<'_> {
     }
 }
 
-/// The probes as series over size (first and second read, residency).
 fn report_series(out: &mut Outcome, probes: &[SizeProbe]) {
     let mut sorted = probes.to_vec();
     sorted.sort_by_key(|p| p.size);
@@ -348,11 +337,7 @@ fn report_rates(out: &mut Outcome, s: &Search) {
     out.notes.push(note);
     if s.threshold.is_none() {
         let (cold, cached) = (1.0 / base.first, 1.0 / base.second);
-        let text = format!(
-            "A cold read ({:.2} GB/s) is only {contrast:.1}x slower than a cached one ({:.2} GB/s) here, so time per byte cannot show the knee; residency (mincore) alone decides.",
-            cold,
-            cached
-        );
+        let text = format!("A cold read ({cold:.2} GB/s) is only {contrast:.1}x slower than a cached one ({cached:.2} GB/s) here, so time per byte cannot show the knee; residency (mincore) alone decides.");
         out.finding(text, &["cold_read_rate", "cached_read_rate"]);
     }
 }
@@ -366,18 +351,15 @@ fn report_knee(out: &mut Outcome, s: &Search) {
             let finding = format!("The page cache held a {gm} file but not a {bm} one: its capacity for file data is about {gm} here.");
             ("cache_size", g, desc, finding)
         }
-        (None, Some(b)) => (
-            "cache_size_upper_bound",
-            b,
-            "even the smallest size tried was not served from memory".into(),
-            format!(
-                "Even a {} file was not kept in the page cache: it is smaller than the smallest size tried.",
-                fmt_mib(b)
-            ),
-        ),
+        (None, Some(b)) => {
+            let desc = "even the smallest size tried was not served from memory".into();
+            let finding = format!("Even a {} file was not kept in the page cache: it is smaller than the smallest size tried.", fmt_mib(b));
+            ("cache_size_upper_bound", b, desc, finding)
+        }
         (g, None) => {
             let g = g.unwrap_or(s.probes[0].size);
-            let (gm, why) = (fmt_mib(g), s.stop_reason.as_deref().unwrap_or("the search limits"));
+            let gm = fmt_mib(g);
+            let why = s.stop_reason.as_deref().unwrap_or("the search limits");
             let desc = format!("larger than the largest size tried ({gm}), limited by {why}");
             let finding = format!("The page cache is larger than the largest size tried, {gm} (the search was stopped by {why}).");
             ("cache_size_lower_bound", g, desc, finding)

@@ -26,11 +26,8 @@ pub fn experiments() -> Vec<Box<dyn Experiment>> {
     ]
 }
 
-/// Method text for uncached reads in a virtual machine.
-pub(crate) const VM_HOST_CACHE: &str = "In a virtual machine the guest's sectors-read counter shows that a read left the guest, not that the host's storage served it: the host may answer uncached reads from its own page cache, unless its disk is set to cache=none.";
-
 /// The run's scratch folder if it is on a disk and may take `need` bytes (checked before it
-/// is made), with an outcome noting it (in a VM also `VM_HOST_CACHE`), else why not.
+/// is made), with an outcome noting it (in a VM also why the host may cache), else why not.
 pub(crate) fn on_disk<'a>(
     ctx: &'a Context,
     need: u64,
@@ -62,7 +59,7 @@ pub(crate) fn on_disk<'a>(
         "scratch {dir} on {kind} ({free} free at start, at most half used)"
     ));
     if ctx.machine.virtualization.is_vm {
-        out.method_notes.push(VM_HOST_CACHE.into());
+        out.method_notes.push("In a virtual machine the guest's sectors-read counter shows that a read left the guest, not that the host's storage served it: the host may answer uncached reads from its own page cache, unless its disk is set to cache=none.".into());
     }
     Ok(Ok((s, out)))
 }
@@ -121,11 +118,8 @@ pub(crate) fn memory_limits(machine: &Machine) -> Vec<(&'static str, u64, String
     let avail = (a > 0).then(|| ("mem_available", a, "machine: MemAvailable".into()));
     let cgroup = cg.memory_limit_bytes.map(|l| {
         let dir = cg.memory_dir.as_deref().unwrap_or("?");
-        (
-            "cgroup_limit",
-            l,
-            format!("machine: memory cgroup limit ({dir})"),
-        )
+        let src = format!("machine: memory cgroup limit ({dir})");
+        ("cgroup_limit", l, src)
     });
     avail.into_iter().chain(cgroup).collect()
 }

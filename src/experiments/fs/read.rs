@@ -20,7 +20,6 @@ use std::time::Duration;
 
 pub struct Read;
 
-/// Largest file.
 const CAP: PerProfile<u64> = PerProfile::new(4 * MIB, 64 * MIB, 256 * MIB, 1024 * MIB);
 
 /// Reading time per (size, pattern) pass: uncached, cached.
@@ -31,7 +30,6 @@ const SLICES: PerProfile<(Duration, Duration)> = PerProfile::new(
     (ms(1000), ms(200)),
 );
 
-/// A sweep's file sizes and the time each pass may take.
 pub(crate) struct SweepPlan<'c> {
     pub sizes: Vec<u64>,
     pub uncached: Duration,
@@ -94,7 +92,6 @@ pub(crate) fn predict_sweep(p: &mut Predictions, prefix: &str, passes: &[(bool, 
     }
 }
 
-/// A sweep: its plan, what it measured, and what its checks count.
 pub(crate) struct Sweep<'a> {
     ctx: &'a Context<'a>,
     pub plan: SweepPlan<'a>,
@@ -268,7 +265,6 @@ impl Sweep<'_> {
         self.points.iter().map(|p| p.size).max().unwrap_or(0)
     }
 
-    /// The device premise, the eviction check and the residency premise.
     fn checks(&self) -> [Check; 3] {
         let direct = self.direct();
         let ev = &self.evicted;
@@ -289,17 +285,14 @@ impl Sweep<'_> {
             false => Check::premise(EVICTED_UNCACHED, all, detail),
         };
         let res = &self.resident;
-        let detail = format!(
-            "{} of {} cached passes fully resident",
-            res.passed, res.total
-        );
+        let (ok, n) = (res.passed, res.total);
+        let detail = format!("{ok} of {n} cached passes fully resident");
         let name = "cached reads: every page resident before and after (mincore)";
         [self.device.check(), eviction, res.premise(name, detail)]
     }
 }
 
-/// Whether this pass's reads miss the cache even for pages left in it: O_DIRECT on Linux;
-/// not macOS's F_NOCACHE, which serves them (review N3), so there eviction is a premise.
+/// Whether reads miss even cached pages: O_DIRECT does, macOS's F_NOCACHE does not (N3).
 fn bypasses(direct: bool) -> bool {
     direct && crate::platform::uncached_bypasses_cache()
 }
@@ -459,10 +452,8 @@ fn findings(out: &mut Outcome, s: &Sweep) {
         Separation::Overlap => ", within noise of each other (their 95% intervals overlap): no cost of position shows here",
         Separation::Below => "; random reads are the faster ones here, beyond both 95% intervals",
     };
-    let text = format!(
-        "Uncached random reads cost {:.2}x sequential ones{position}.",
-        ur / us
-    );
+    let ratio = ur / us;
+    let text = format!("Uncached random reads cost {ratio:.2}x sequential ones{position}.");
     out.finding(text, &["uncached_seq", "uncached_random"]);
 }
 

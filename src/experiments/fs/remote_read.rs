@@ -14,7 +14,6 @@ use std::time::Duration;
 
 pub struct RemoteRead;
 
-/// Largest file.
 const CAP: PerProfile<u64> = PerProfile::new(2 * MIB, 4 * MIB, 64 * MIB, 256 * MIB);
 
 /// Reading time per size, on each side.
@@ -46,11 +45,8 @@ impl Experiment for RemoteRead {
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let mut p = Predictions::new(ctx);
         let mount = |d: &Path| crate::machine::storage::filesystem_of(d).map(|m| m.source);
-        let source = ctx
-            .options
-            .remote_dir
-            .as_deref()
-            .map(|d| mount(d).unwrap_or_default());
+        let source = ctx.options.remote_dir.as_deref().map(mount);
+        let source = source.map(Option::unwrap_or_default);
         let rtt = server_rtt(&p, source.as_deref(), ctx.options.peer.as_deref());
         for pattern in [Pattern::Sequential, Pattern::Random] {
             let (un, ca) = (metric_name(false, pattern), metric_name(true, pattern));
@@ -178,6 +174,7 @@ fn network_check(remote: &Path, rfs: &crate::scratch::FsInfo) -> Check {
 /// Remote over local per pass at the largest common size (remote trials / local median).
 fn report_ratios(ctx: &Context, out: &mut Outcome, rs: &Sweep, ls: &Sweep, fs_type: &str) {
     let size = rs.largest().min(ls.largest());
+    let at = fmt_bytes(size as f64);
     let mut summary = Vec::new();
     for (cached, pattern) in PASSES {
         let (Some(r), Some(l)) = (rs.get(size, cached, pattern), ls.get(size, cached, pattern))
@@ -189,8 +186,7 @@ fn report_ratios(ctx: &Context, out: &mut Outcome, rs: &Sweep, ls: &Sweep, fs_ty
         let pass = metric_name(cached, pattern);
         let (name, local) = (format!("ratio_{pass}"), format!("local_{pass}"));
         let desc = format!(
-            "remote / local time per 4 KiB block at {} (each remote trial over the local median)",
-            fmt_bytes(size as f64)
+            "remote / local time per 4 KiB block at {at} (each remote trial over the local median)"
         );
         out.metric(&name, "ratio", &desc, raw)
             .derived(&[(&local, "div", 1.0)]);
@@ -201,7 +197,7 @@ fn report_ratios(ctx: &Context, out: &mut Outcome, rs: &Sweep, ls: &Sweep, fs_ty
         .iter()
         .map(|(pass, name)| format!("{pass} {:.2}x", out.median(name)))
         .collect();
-    let (at, summary) = (fmt_bytes(size as f64), summary.join(", "));
+    let summary = summary.join(", ");
     let text = format!("Remote ({fs_type}) vs local 4 KiB reads at {at}: {summary}.");
     let ratios = PASSES.map(|(cached, pattern)| format!("ratio_{}", metric_name(cached, pattern)));
     out.finding(text, &ratios.each_ref().map(String::as_str));

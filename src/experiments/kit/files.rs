@@ -15,7 +15,6 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Duration;
 
-/// The block every per-block figure is about.
 pub(crate) const BLOCK: usize = 4096;
 pub(crate) const MIB: u64 = 1 << 20;
 
@@ -126,7 +125,6 @@ pub(crate) fn read_through(file: &File, len: u64, buf: &mut [u8]) -> anyhow::Res
     Ok(())
 }
 
-/// The access patterns of a per-block read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pattern {
     Sequential,
@@ -156,7 +154,6 @@ impl Pattern {
     }
 }
 
-/// Per-block times of one (file, pattern) reading run.
 pub(crate) struct BlockTimes {
     /// ns per block, one value per sample (one read, or a chunk of consecutive reads).
     pub per_block_ns: Vec<f64>,
@@ -166,7 +163,7 @@ pub(crate) struct BlockTimes {
     pub notes: Vec<String>,
 }
 
-/// How `time_blocks` groups reads into samples.
+/// How `BlockReader::time` groups reads into samples.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Timing {
     /// Every read timed on its own, every block at most once (device-bound reads).
@@ -176,7 +173,6 @@ pub(crate) enum Timing {
 }
 
 const MAX_SAMPLES: usize = 100_000;
-/// Fewest samples a pass aims for.
 pub(crate) const MIN_SAMPLES: usize = 5;
 
 /// A pass of 4 KiB reads over a file: the next block of the order, and blocks read.
@@ -287,7 +283,6 @@ impl<'a> BlockReader<'a> {
     }
 }
 
-/// The disk holding `path`, as the machine description describes disks.
 pub(crate) use crate::machine::storage::disk_of as device_of;
 
 /// Why an uncached read of `d` gets no prediction: a device class does not fix its latency.
@@ -320,7 +315,6 @@ pub(crate) struct DeviceReads {
 }
 
 impl DeviceReads {
-    /// For files under `dir`.
     pub fn new(ctx: &Context, dir: &Path) -> DeviceReads {
         let disk = device_of(dir);
         let host = disk.as_ref().and_then(|d| host_may_cache(ctx, d));
@@ -333,11 +327,9 @@ impl DeviceReads {
             host,
         }
     }
-    /// The counter now (None without a disk or when unreadable).
     pub fn counter(&self) -> Option<u64> {
         crate::machine::storage::sectors_read(self.disk.as_deref()?)
     }
-    /// Adds one pass: the counter before and after it and the bytes it read.
     pub fn add(&mut self, before: Option<u64>, after: Option<u64>, bytes: u64) {
         self.requested += bytes;
         self.sectors = match (self.sectors, before, after) {

@@ -74,7 +74,6 @@ fn file_sizes(p: Profile, block_ns: f64, room: u64) -> (Vec<u64>, bool) {
     (cut, true)
 }
 
-/// The readers' file sizes for this run, and a note saying what they were sized for.
 fn sizing(ctx: &Context, room: u64) -> (Vec<u64>, String) {
     let room = room.min(MAX_TOTAL.get(ctx.profile));
     // The faster of fs.read's uncached medians (a reader's mean is no lower).

@@ -12,7 +12,6 @@ pub(super) struct ReaderResult {
     ns: u64,
 }
 
-/// The readers: their files, buffers, CPUs and children, and what their rounds measured.
 pub(super) struct Readers<'c> {
     ctx: &'c Context<'c>,
     files: Vec<File>,
@@ -20,7 +19,6 @@ pub(super) struct Readers<'c> {
     owners: Vec<ScratchFile>,
     bufs: Vec<AlignedBuf>,
     children: Children<'c, ReaderResult>,
-    /// The readers' CPUs in order.
     pub(super) order: Vec<usize>,
     cpus: Vec<CpuMask>,
     nblocks: Vec<u64>,
@@ -93,7 +91,6 @@ impl<'c> Readers<'c> {
         })
     }
 
-    /// The rounds of `p` readers.
     pub(super) fn measure(&mut self, p: usize) -> anyhow::Result<()> {
         let (dur, rounds) = ROUND.get(self.ctx.profile);
         let (mut vals, mut rates) = (Vec::new(), Vec::new());
@@ -170,12 +167,8 @@ impl<'c> Readers<'c> {
                 }
                 pos = 0;
             }
-            let n = libc::pread(
-                fd,
-                buf as *mut libc::c_void,
-                BLOCK,
-                (pos * BLOCK as u64) as libc::off_t,
-            );
+            let off = (pos * BLOCK as u64) as libc::off_t;
+            let n = libc::pread(fd, buf.cast(), BLOCK, off);
             if n != BLOCK as isize {
                 return ReaderResult::default();
             }
@@ -189,7 +182,6 @@ impl<'c> Readers<'c> {
         ReaderResult { blocks, ns }
     }
 
-    /// The premises: device reached, no block read twice, evictions verified, one release.
     pub(super) fn checks(&self, out: &mut Outcome, dur: Duration) {
         out.check(self.device.check());
         let reread = self.cursor.iter().zip(&self.nblocks);
@@ -224,10 +216,8 @@ pub(super) fn release_check(spreads: &[(usize, u64)], round_ns: u64) -> Check {
     let worst = spreads.iter().max_by_key(|s| s.1).copied();
     let (n, lim) = (spreads.len(), fmt_ns(limit as f64));
     let detail = worst.map_or("no round ran".into(), |(p, w)| {
-        format!(
-            "largest spread of start times {} (P = {p}) over {n} rounds, limit {lim} (10% of a round); each reader timestamps its start right after a pipe barrier the parent opens once all are ready",
-            fmt_ns(w as f64)
-        )
+        let w = fmt_ns(w as f64);
+        format!("largest spread of start times {w} (P = {p}) over {n} rounds, limit {lim} (10% of a round); each reader timestamps its start right after a pipe barrier the parent opens once all are ready")
     });
     let together = worst.is_some_and(|w| w.1 <= limit);
     Check::premise("readers released together", together, detail)
@@ -256,11 +246,8 @@ pub(super) fn sharing_note(
     let n = cpus.len().max(1);
     if p > n {
         let list: Vec<String> = cpus.iter().map(|c| c.to_string()).collect();
-        let (s, first) = (plural(n), n + 1);
-        return Some(format!(
-            "readers shared CPUs from P = {first} on: {p} readers on {n} CPU{s} ({}, reader i on the (i mod {n})-th), so the per-block times there include waiting for a CPU, not only for the device",
-            list.join(", ")
-        ));
+        let (s, first, list) = (plural(n), n + 1, list.join(", "));
+        return Some(format!("readers shared CPUs from P = {first} on: {p} readers on {n} CPU{s} ({list}, reader i on the (i mod {n})-th), so the per-block times there include waiting for a CPU, not only for the device"));
     }
     let shared = t.describe_cpus(&cpus[..p]).smt_shared;
     let (k, s) = (shared.len(), plural(shared.len()));

@@ -4,7 +4,6 @@ use super::*;
 use crate::analysis::Model;
 use crate::units::fmt_ns;
 
-/// Series and metrics per P, then the fitted model.
 pub(super) fn report(ctx: &Context, out: &mut Outcome, m: &Readers) {
     let medians: Vec<(f64, f64)> = m
         .per_p
@@ -74,7 +73,6 @@ fn pooled_model(out: &Outcome, m: &Model, medians: &[(f64, f64)]) -> (Model, Vec
     (model, ends)
 }
 
-/// The fitted model's metrics, its curve and its finding.
 fn report_model(ctx: &Context, out: &mut Outcome, m: &Model, medians: &[(f64, f64)], cpus: usize) {
     let bend = m.bend.map_or(vec![], |(b, s2)| vec![b, s2]);
     for ((name, unit, desc), v) in MODEL
@@ -103,10 +101,8 @@ fn report_model(ctx: &Context, out: &mut Outcome, m: &Model, medians: &[(f64, f6
         ),
         None => format!("grows linearly, {a} + {k} x P"),
     };
-    let mut text = format!(
-        "Per-block time {shape}; with {pl:.0} readers each block takes {tls} ({:.1}x one reader's {t1s}).",
-        tl / t1
-    );
+    let ratio = tl / t1;
+    let mut text = format!("Per-block time {shape}; with {pl:.0} readers each block takes {tls} ({ratio:.1}x one reader's {t1s}).");
     let vm = ctx.machine.virtualization.is_vm;
     text.push_str(&overlap_text(medians, cpus, vm, withheld.as_deref()));
     out.finding(text, &["per_block_p1", "per_block_pmax", "model_slope"]);
