@@ -159,8 +159,7 @@ pub struct RunOptions {
     pub remote_dir: Option<PathBuf>,
     pub scratch_dir: Option<PathBuf>,
     pub drop_caches: bool,
-    /// The user asserts a VM's host serves its disk uncached (`--host-cache none`), so
-    /// the guest's sectors-read counter proves an uncached read reached storage.
+    /// `--host-cache none`: the guest's sectors-read counter then proves a read reached storage.
     pub host_cache_none: bool,
 }
 
@@ -207,12 +206,8 @@ impl Context<'_> {
 
     /// As `harness`, for bodies that only compute: preempted trials are repeated.
     pub(crate) fn cpu_harness(&self, parts: usize) -> Harness<'_> {
-        let cfg = self
-            .profile
-            .harness()
-            .for_budget(self.budget, parts)
-            .cpu_only();
-        Harness::new(self.clock, cfg, self.loop_ticks)
+        let cfg = self.profile.harness().for_budget(self.budget, parts);
+        Harness::new(self.clock, cfg.cpu_only(), self.loop_ticks)
     }
 
     /// The run's scratch folder, made on first use (callers check `fs()` for tmpfs).

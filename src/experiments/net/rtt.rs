@@ -97,10 +97,9 @@ pub(crate) fn placement_check(
     Check::premise(&name, client_on && peer_pinned && peer_on, detail)
 }
 
-/// Round trips that may go unanswered (`once` says whether the reply came) into `out`:
-/// answered ones timed, lost ones noted; false when no warm-up round trip was answered.
-/// An ICMP loss costs a long timeout: its warm-up ends after three in a row, and it takes
-/// at most 100 warm-ups and half the samples.
+/// Round trips `once` says were answered timed into `out`, lost ones noted; false when no
+/// warm-up was answered. An ICMP loss costs a long timeout: its warm-up ends after three in
+/// a row, and it takes at most 100 warm-ups and half the samples.
 fn lossy(
     ctx: &Context,
     t: &PeerTarget,
