@@ -50,9 +50,8 @@ impl Profile {
 
     /// Harness settings for this profile (the budget is set per measurement).
     pub(crate) fn harness(&self) -> HarnessConfig {
-        // (shortest trial, trials, warm-up, calibration limit). Short trials in smoke and
-        // quick: long against the clock's overhead, short against a scheduler time slice,
-        // so most run undisturbed on a busy machine.
+        // (shortest trial, trials, warm-up, calibration limit). Smoke's and quick's trials are
+        // long against the clock's overhead, short against a time slice: most run undisturbed.
         const TRIALS: PerProfile<(Duration, usize, Duration, Duration)> = PerProfile::new(
             (Duration::from_micros(500), 7, ms(2), ms(50)),
             (ms(1), 15, ms(10), ms(200)),
@@ -72,10 +71,8 @@ impl Profile {
         }
     }
 
-    /// The most one experiment (and so the run, one experiment at a time) may lay out
-    /// with `avail` bytes available (MemAvailable within the cgroup limit; 0 when
-    /// unknown): quick stays well under 1 GiB or an eighth of it, to run beside real
-    /// work on a small instance; the larger profiles may take a quarter.
+    /// The most one experiment may lay out with `avail` bytes available (0: unknown): quick
+    /// stays under 1 GiB or an eighth, to run beside real work; larger profiles take a quarter.
     pub(crate) fn memory_limit(&self, avail: u64) -> u64 {
         const MIB: u64 = 1 << 20;
         const SHARE: PerProfile<(u64, u64)> = PerProfile::new(
@@ -92,15 +89,13 @@ impl Profile {
         ceiling.min(avail / share)
     }
 
-    /// The most a whole run of this profile may take on any machine: the sum of its
-    /// experiments' ceilings (budget times runs, per kind of core included) stays below.
+    /// The most a whole run may take on any machine: its experiments' ceilings sum below it.
     pub(crate) fn time_limit(&self) -> Duration {
         PerProfile::new(ms(15_000), ms(60_000), ms(900_000), ms(3_600_000)).get(*self)
     }
 
-    /// Runs of each experiment when `--repeat` is not given: two give compare a
-    /// run-to-run spread, which trials sharing one run's state cannot (docs/REPORTS.md,
-    /// "Compare and its significance rule"). Smoke is for tests and stays single.
+    /// Runs without `--repeat`: two give compare a run-to-run spread, which trials sharing one
+    /// run's state cannot (docs/REPORTS.md); smoke is for tests and stays single.
     pub(crate) fn default_repeat(&self) -> usize {
         PerProfile::new(1, 2, 2, 2).get(*self)
     }
@@ -164,8 +159,7 @@ pub struct RunOptions {
     pub remote_dir: Option<PathBuf>,
     pub scratch_dir: Option<PathBuf>,
     pub drop_caches: bool,
-    /// The user asserts a VM's host serves its disk uncached (`--host-cache none`), so
-    /// the guest's sectors-read counter proves an uncached read reached storage.
+    /// `--host-cache none`: the guest's sectors-read counter then proves a read reached storage.
     pub host_cache_none: bool,
 }
 
@@ -212,12 +206,8 @@ impl Context<'_> {
 
     /// As `harness`, for bodies that only compute: preempted trials are repeated.
     pub(crate) fn cpu_harness(&self, parts: usize) -> Harness<'_> {
-        let cfg = self
-            .profile
-            .harness()
-            .for_budget(self.budget, parts)
-            .cpu_only();
-        Harness::new(self.clock, cfg, self.loop_ticks)
+        let cfg = self.profile.harness().for_budget(self.budget, parts);
+        Harness::new(self.clock, cfg.cpu_only(), self.loop_ticks)
     }
 
     /// The run's scratch folder, made on first use (callers check `fs()` for tmpfs).
@@ -254,17 +244,14 @@ impl Context<'_> {
         }
     }
 
-    /// A metric measured earlier in this run.
     pub(crate) fn earlier_metric(&self, experiment: &str, metric: &str) -> Option<&Metric> {
         self.earlier.metric(experiment, metric)
     }
 
-    /// The status of an earlier experiment that ran and was not ok.
     pub(crate) fn earlier_not_ok(&self, experiment: &str) -> Option<crate::results::Status> {
         self.earlier.not_ok(experiment)
     }
 
-    /// Median of an earlier metric.
     pub(crate) fn earlier_median(&self, experiment: &str, metric: &str) -> Option<f64> {
         self.earlier_metric(experiment, metric)
             .map(|m| m.summary.median)
@@ -277,7 +264,6 @@ pub(crate) type MetricReads = std::collections::BTreeSet<(String, String)>;
 /// Metrics measured earlier in the run: `metric` of `experiment` when its status is ok.
 pub trait EarlierResults {
     fn metric(&self, experiment: &str, metric: &str) -> Option<&Metric>;
-    /// The status of `experiment` where it ran earlier in the run and was not ok.
     fn not_ok(&self, _experiment: &str) -> Option<crate::results::Status> {
         None
     }

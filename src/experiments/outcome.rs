@@ -55,10 +55,8 @@ impl Outcome {
         }
     }
 
-    /// Pools the earlier runs (`ctx.repetition.before`, on the last run) into every metric
-    /// so far (`pool_metric`). Call it once, after the metrics and before the checks and
-    /// findings that quote them (read back with `median`/`get`), so the text quotes the
-    /// table's figures.
+    /// Pools the earlier runs into every metric so far (`pool_metric`): call it once, after
+    /// the metrics and before the checks and findings, so their text quotes the table.
     pub fn pool(&mut self, ctx: &Context) {
         self.pooled_at = Some((self.checks.len(), self.series.len()));
         let before = ctx.repetition.before;
@@ -76,7 +74,6 @@ impl Outcome {
         }
     }
 
-    /// Adds a metric from raw values.
     pub fn metric(
         &mut self,
         name: &str,
@@ -188,7 +185,6 @@ impl Outcome {
         Some((m.summary.median, interval))
     }
 
-    /// Adds a series of (x, y) points.
     pub(crate) fn plot(&mut self, name: &str, x_unit: &str, y_unit: &str, points: Vec<[f64; 2]>) {
         self.series.push(Series {
             name: name.into(),
@@ -198,7 +194,6 @@ impl Outcome {
         });
     }
 
-    /// A metric already added, by name.
     pub(crate) fn get(&self, name: &str) -> Option<&Metric> {
         self.metrics.iter().find(|m| m.name == name)
     }

@@ -1,7 +1,5 @@
 //! The parts table, `parts.toml` (compiled in; its header says what a figure and a match
-//! hold): published load-to-use latencies per CPU core, each with its reference, and the
-//! lookup of this machine's core in it. Data, so that a part is added by its sources
-//! alone; a part or figure not there gives no prediction, with the reason.
+//! hold): published latencies per CPU core with their references, and this machine's lookup.
 
 use crate::machine::Machine;
 use serde::Deserialize;
@@ -192,14 +190,13 @@ pub fn core(m: &Machine) -> Result<(&'static Core, String), String> {
         .find(|c| c.kind.is_none() || c.kind.as_deref() == Some(kind))
     {
         Some(c) => Ok((*c, format!("{key}: {}", c.name))),
-        None if !found.is_empty() => Err(format!(
-            "the parts table has no {kind}-core entry for {key} (only {})",
-            found
-                .iter()
-                .map(|c| c.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
+        None if !found.is_empty() => {
+            let names: Vec<&str> = found.iter().map(|c| c.name.as_str()).collect();
+            let only = names.join(", ");
+            Err(format!(
+                "the parts table has no {kind}-core entry for {key} (only {only})"
+            ))
+        }
         None => Err(format!("the parts table has no entry for {key}")),
     }
 }

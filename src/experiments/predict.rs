@@ -77,18 +77,12 @@ impl Input {
         key: &str,
         reference: &str,
     ) -> Input {
-        let mut i = Input::new(
-            name,
-            Ok(value),
-            unit,
-            format!("table: {what} ({key})"),
-            InputKind::Table,
-        );
-        i.cited = Some((key.to_string(), reference.to_string()));
-        i
+        let source = format!("table: {what} ({key})");
+        let i = Input::new(name, Ok(value), unit, source, InputKind::Table);
+        let cited = Some((key.to_string(), reference.to_string()));
+        Input { cited, ..i }
     }
 
-    /// An input that is missing, and why.
     pub(crate) fn missing(name: &str, why: impl Into<String>) -> Input {
         Input::new(name, Err(why.into()), "", String::new(), InputKind::Machine)
     }
@@ -199,14 +193,12 @@ impl<'c, 'a> Predictions<'c, 'a> {
 
     /// `metric` should read `input` (the same figure measured another way).
     pub(crate) fn equal(&mut self, metric: &str, input: &Input, formula: impl Into<String>) {
-        let formula = formula.into();
         self.state(metric, &[input], |v| Prediction::new(v[0], formula));
     }
 
     /// `metric` is `input` measured another way: shown as a consistency check, since a
     /// ratio near 1 confirms the two readings but tests no model.
     pub(crate) fn same(&mut self, metric: &str, input: &Input, formula: impl Into<String>) {
-        let formula = formula.into();
         self.state(metric, &[input], |v| {
             Prediction::new(v[0], formula).consistency()
         });
@@ -214,13 +206,11 @@ impl<'c, 'a> Predictions<'c, 'a> {
 
     /// `metric` should be at least `input`: the model leaves costs out.
     pub(crate) fn at_least(&mut self, metric: &str, input: &Input, formula: impl Into<String>) {
-        let formula = formula.into();
         self.state(metric, &[input], |v| {
             Prediction::new(v[0], formula).lower_bound()
         });
     }
 
-    /// No prediction for `metrics`, and why.
     pub(crate) fn withhold(&mut self, metrics: &[&str], why: &str) {
         for m in metrics {
             self.add(m, Prediction::withheld(why));

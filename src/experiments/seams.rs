@@ -72,9 +72,8 @@ pub(crate) fn set(f: impl FnOnce(&mut Seams)) {
     });
 }
 
-/// Whether `id` is the experiment named by `OSMETER_TEST_HANG` (unset in real runs): the
-/// runner then waits on it under `HUNG_LIMIT` instead of running it, for a test of the
-/// whole binary (an overrun ends the process).
+/// Whether `OSMETER_TEST_HANG` (unset in real runs) names `id`: the runner then waits on it
+/// under `HUNG_LIMIT`, for a whole-binary test (an overrun ends the process).
 pub(crate) fn hangs(id: &str) -> bool {
     static HUNG: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     HUNG.get_or_init(|| std::env::var("OSMETER_TEST_HANG").ok())

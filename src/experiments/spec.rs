@@ -19,8 +19,7 @@ impl<T: Copy> PerProfile<T> {
 }
 
 impl PerProfile<Duration> {
-    /// Smoke 1/5, quick 1/2 (its runs add up to the profile's 60 s), standard 5x,
-    /// thorough 15x.
+    /// Smoke 1/5, quick 1/2 (its runs add up to the profile's 60 s), standard 5x, thorough 15x.
     pub const fn scaled(unit: Duration) -> Self {
         let ns = unit.as_nanos() as u64;
         PerProfile([
@@ -32,7 +31,6 @@ impl PerProfile<Duration> {
     }
 }
 
-/// Milliseconds, for `PerProfile` tables.
 pub const fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }

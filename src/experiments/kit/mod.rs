@@ -1,5 +1,4 @@
-//! The kernel kit: what more than one experiment area needs to measure, so that no area
-//! imports another.
+//! The kernel kit: what more than one experiment area needs, so that no area imports another.
 
 use crate::harness::{Harness, HarnessConfig, Measurement};
 

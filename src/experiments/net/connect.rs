@@ -4,7 +4,7 @@
 use super::{each_target, percentiles, predict_each, sample, PeerTarget};
 use crate::experiments::predict::Predictions;
 use crate::experiments::{spec::ms, PerProfile, Spec};
-use crate::experiments::{Context, Experiment, Outcome, Profile};
+use crate::experiments::{Context, Experiment, Outcome};
 use crate::peer::protocol::Request;
 use crate::platform::net::{tcp_socket, RawAddr};
 use crate::results::{Check, Prediction};
@@ -21,9 +21,7 @@ const MAX_CONNECTIONS: PerProfile<usize> = PerProfile::new(500, 4_000, 10_000, 2
 
 /// open_close connections close normally and each leaves a port in TIME_WAIT for a minute:
 /// a quarter of the bound above keeps back-to-back runs far below the ~28,000 ephemeral ports.
-fn max_open_close(p: Profile) -> usize {
-    MAX_CONNECTIONS.get(p) / 4
-}
+const MAX_OPEN_CLOSE: PerProfile<usize> = PerProfile::new(125, 1_000, 2_500, 5_000);
 
 /// What `time_connections` times, in its order.
 const TIMED: [(&str, &str); 3] = [
@@ -99,11 +97,10 @@ fn predict_to(p: &mut Predictions, remote: bool) {
     );
 }
 
-/// One target's connections into `out`.
 fn measure(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<()> {
     let max = MAX_CONNECTIONS.get(ctx.profile);
     let session = t.client.open(&Request::ConnectTarget {
-        max_accepts: (max + max_open_close(ctx.profile) + 200) as u32,
+        max_accepts: (max + MAX_OPEN_CLOSE.get(ctx.profile) + 200) as u32,
     })?;
     let dest = SocketAddr::new(t.client.addr.ip(), session.port);
     let timed = time_connections(ctx, &dest, max)?;
@@ -135,7 +132,7 @@ fn time_connections(ctx: &Context, dest: &SocketAddr, max: usize) -> anyhow::Res
     for _ in 0..max.min(100) / 2 {
         connect(&tcp_socket(dest, true)?).map_err(refused)?;
     }
-    let oc_max = max_open_close(ctx.profile);
+    let oc_max = MAX_OPEN_CLOSE.get(ctx.profile);
     let [mut connects, mut closes, mut open_closes] = [max, max, oc_max].map(Vec::with_capacity);
     let budget = ctx.budget * 8 / 10;
     let until = ctx.harness(1).deadline(budget);

@@ -128,14 +128,12 @@ pub(crate) fn each_target<M>(
     Ok(out)
 }
 
-/// `state`'s predictions for the loopback peer, then for the `--peer` host (its spec given),
-/// whose names get `remote_` in front.
+/// `state`'s predictions for the loopback peer, then (`remote_` in front) for the `--peer` host.
 pub(crate) fn predict_each(
     ctx: &Context,
     mut state: impl FnMut(&mut Predictions, Option<&str>),
 ) -> Vec<(String, Prediction)> {
-    let peer = ctx.options.peer.as_deref();
-    let remote = peer.map(|spec| (Some(spec), "remote_"));
+    let remote = ctx.options.peer.as_deref().map(|s| (Some(s), "remote_"));
     let mut v = Vec::new();
     for (spec, prefix) in [(None, "")].into_iter().chain(remote) {
         let mut p = Predictions::new(ctx);

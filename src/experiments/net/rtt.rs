@@ -41,8 +41,7 @@ pub fn echo_check(name: &str, c: EchoCount, peer_messages: u64, where_: &str) ->
     Check::premise(&name, n > 0 && bad == 0 && echoed == n, detail)
 }
 
-/// One TCP echo session: round trips (ns), the peer's report, the client's count and
-/// where the client ran before each round trip.
+/// One TCP echo session: round trips (ns), the peer's report, the count, the client's places.
 fn tcp_echo(
     ctx: &Context,
     t: &PeerTarget,
@@ -98,10 +97,9 @@ pub(crate) fn placement_check(
     Check::premise(&name, client_on && peer_pinned && peer_on, detail)
 }
 
-/// Round trips that may go unanswered (`once` says whether the reply came) into `out`:
-/// answered ones timed, lost ones noted; false when no warm-up round trip was answered.
-/// An ICMP loss costs a long timeout: its warm-up ends after three in a row, and it takes
-/// at most 100 warm-ups and half the samples.
+/// Round trips `once` says were answered timed into `out`, lost ones noted; false when no
+/// warm-up was answered. An ICMP loss costs a long timeout: its warm-up ends after three in
+/// a row, and it takes at most 100 warm-ups and half the samples.
 fn lossy(
     ctx: &Context,
     t: &PeerTarget,
@@ -216,7 +214,6 @@ const REMOTE: &str = "a remote peer: its host's system calls and wake-ups and th
                       have no figure measured there or published, and this host's figures would \
                       price it as loopback";
 
-/// A lower bound: `formula` of the primitives, the stack's own path left out.
 fn lower(value: f64, formula: &str) -> Prediction {
     Prediction::new(value, format!("{formula}, a lower bound: {STACK}")).lower_bound()
 }
@@ -355,7 +352,6 @@ fn measure(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<V
         let budget = if pin.is_none() { slice * 2 } else { slice };
         let (v, report, count, client) = tcp_echo(ctx, t, pin.map_or(-1, |c| c as i32), budget)?;
         let (messages, cpus) = (report.messages, &report.cpus);
-        // Where the round trips ran (docs/methods/net.rtt.md).
         let peer_cpus = describe_cpus(cpus);
         let where_ = match (pin, main_cpu(cpus)) {
             (Some(pin), _) => format!("peer pinned to CPU {pin}"),
@@ -385,22 +381,18 @@ fn measure(ctx: &Context, t: &PeerTarget, out: &mut Outcome) -> anyhow::Result<V
         }
         out.check(placed);
     }
-    udp_and_icmp(ctx, t, slice, out);
-    Ok(plans)
-}
-
-fn udp_and_icmp(ctx: &Context, t: &PeerTarget, budget: Duration, out: &mut Outcome) {
     (ctx.progress)("UDP round trips");
-    if let Err(e) = udp(ctx, t, budget, out) {
-        let udp = t.name("udp");
-        out.notes.push(format!("{udp}: not measured: {e:#}"));
+    if let Err(e) = udp(ctx, t, slice, out) {
+        out.notes
+            .push(format!("{}: not measured: {e:#}", t.name("udp")));
     }
     (ctx.progress)("ICMP echo");
-    if let Err(why) = icmp(ctx, t, budget, out) {
-        let icmp = t.name("icmp");
-        out.notes.push(format!("{icmp}: skipped: {why}"));
+    if let Err(why) = icmp(ctx, t, slice, out) {
+        out.notes
+            .push(format!("{}: skipped: {why}", t.name("icmp")));
         out.check(Check::sanity(&t.name(crate::grade::ICMP_CHECK), false, why));
     }
+    Ok(plans)
 }
 
 fn findings(out: &mut Outcome, t: &PeerTarget, plans: &[CrossPlan]) {
