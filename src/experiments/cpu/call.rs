@@ -9,7 +9,6 @@ use std::hint::black_box;
 
 pub struct Call;
 
-/// The first of the callee's arguments, 0 with none.
 macro_rules! first {
     () => {
         0

@@ -1,7 +1,7 @@
 //! cpu.core-to-core: how long a cache line takes to travel between two CPUs, for pairs
 //! of allowed CPUs (as nviennot's core-to-core-latency and Intel MLC's `--c2c_latency`).
 
-use crate::experiments::kit::place::{pin, Place};
+use crate::experiments::kit::place::Place;
 use crate::experiments::kit::team::Team;
 use crate::experiments::kit::{Pages, Region};
 use crate::experiments::predict::Predictions;
@@ -86,12 +86,29 @@ impl Experiment for CoreToCore {
         }
         out.notes
             .extend(failed.map(|e| format!("a pair could not run: {e}")));
-        report(ctx, &plan, &results, &mut out);
+        let pin = crate::platform::pinning_premise_failure(&crate::platform::pin_support());
+        out.check(placement_check(pin, &results));
+        let mut rows: std::collections::BTreeMap<usize, Vec<[f64; 2]>> = Default::default();
+        for (a, b, _, r) in &results {
+            rows.entry(*a).or_default().push([*b as f64, r.one_way()]);
+        }
+        for (a, points) in rows {
+            out.plot(&format!("one_way_from_cpu{a}"), "cpu", "ns", points);
+        }
+        let classes = class_metrics(&results, &mut out);
+        let (n, total) = (results.len(), plan.total);
+        out.notes.push(match plan.per_class {
+            Some(k) => format!(
+                "{n} of {total} pairs measured: up to {k} per topology class, spread over the class"
+            ),
+            None => format!("all {n} pairs measured"),
+        });
+        out.pool(ctx);
+        findings(&classes, &mut out);
         Ok(out)
     }
 }
 
-/// The pairs a profile measures, of `total`; `per_class` when they are a sample.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PairPlan {
     pub(crate) pairs: Vec<(usize, usize, Option<PartnerClass>)>,
@@ -141,7 +158,6 @@ pub(crate) fn metric_names(
     names.collect()
 }
 
-/// One pair's one-way ns per trial and where each side was seen.
 #[derive(Debug, Clone, Default)]
 struct Bounce {
     trials: Vec<f64>,
@@ -162,7 +178,6 @@ struct PingLine(AtomicU64);
 fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> anyhow::Result<Bounce> {
     let clock = ctx.clock;
     let on_a = || {
-        let _ = pin(a);
         let mut region = Region::new(crate::pagecache::page_size(), Pages::Base)?;
         // First touch on `a`: the page (and the line) start here.
         region.as_mut_slice()[0] = 0;
@@ -201,8 +216,7 @@ fn bounce(ctx: &Context, a: usize, b: usize, share: Duration) -> anyhow::Result<
             places: [side(0), side(1)],
         })
     };
-    std::thread::scope(|s| s.spawn(on_a).join())
-        .unwrap_or_else(|_| Err(anyhow::anyhow!("the timing thread panicked")))
+    Team::once(clock, a, on_a).0
 }
 
 /// The premise: pinning is hard and every look found both threads on their CPUs.
@@ -232,29 +246,6 @@ fn placement_check(pin: Option<String>, ok: &[PairResult]) -> Check {
 }
 
 type PairResult = (usize, usize, Option<PartnerClass>, Bounce);
-
-/// Metrics per class, the matrix series (one per first CPU), the premise, and the findings.
-fn report(ctx: &Context, plan: &PairPlan, ok: &[PairResult], out: &mut Outcome) {
-    let pin = crate::platform::pinning_premise_failure(&crate::platform::pin_support());
-    out.check(placement_check(pin, ok));
-    let mut rows: std::collections::BTreeMap<usize, Vec<[f64; 2]>> = Default::default();
-    for (a, b, _, r) in ok {
-        rows.entry(*a).or_default().push([*b as f64, r.one_way()]);
-    }
-    for (a, points) in rows {
-        out.plot(&format!("one_way_from_cpu{a}"), "cpu", "ns", points);
-    }
-    let classes = class_metrics(ok, out);
-    let (n, total) = (ok.len(), plan.total);
-    out.notes.push(match plan.per_class {
-        Some(k) => format!(
-            "{n} of {total} pairs measured: up to {k} per topology class, spread over the class"
-        ),
-        None => format!("all {n} pairs measured"),
-    });
-    out.pool(ctx);
-    findings(&classes, out);
-}
 
 /// One metric per topology class, trials of its pairs pooled: (class, metric name).
 fn class_metrics(ok: &[PairResult], out: &mut Outcome) -> Vec<(Option<PartnerClass>, String)> {

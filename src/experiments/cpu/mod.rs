@@ -119,7 +119,6 @@ pub(crate) struct Counted {
     pub syscalls: f64,
     pub switches: f64,
     pub switch_of: &'static str,
-    /// Where the switch count comes from.
     pub switches_source: &'static str,
     pub left_out: &'static str,
 }

@@ -33,7 +33,6 @@ const SPAWN: super::Counted = super::Counted {
 /// Its page-table entries dwarf a small fork's noise, and it fits the smoke profile.
 const ADDED_MIB: usize = 32;
 
-/// `ADDED_MIB` of anonymous memory in base pages, written, within the profile's limit.
 fn added_region(
     machine: &crate::machine::Machine,
     profile: crate::experiments::Profile,
@@ -136,7 +135,6 @@ fn spawn_wait(path: &CString, argv: &[*mut libc::c_char; 2]) -> std::io::Result<
     crate::platform::reap(pid, false)
 }
 
-/// Times `step`, counting whether each child exited 0 into `exits`; its first error, with `what`.
 fn time_children(
     h: &Harness,
     what: &str,

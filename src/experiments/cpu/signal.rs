@@ -1,6 +1,5 @@
-//! cpu.signal: a signal a process sends itself and catches (lmbench lat_sig catch), and a
-//! signal round trip between two processes pinned to one CPU, each timed in a forked
-//! single-threaded child (the method page says why).
+//! cpu.signal: a caught signal to self (lmbench lat_sig catch) and a same-CPU round trip
+//! between two processes, timed in forked single-threaded children (the method page says why).
 
 use super::{cpus_check, pipe_io, Counted, Report};
 use crate::clock::Clock;

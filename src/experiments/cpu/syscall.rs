@@ -29,7 +29,6 @@ pub fn getppid(n: u64) {
     repeat(n, crate::platform::raw_getppid)
 }
 
-/// `n` raw syscall(SYS_getpid).
 #[inline(never)]
 pub fn getpid(n: u64) {
     repeat(n, crate::platform::raw_getpid)

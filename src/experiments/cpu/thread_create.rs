@@ -77,8 +77,8 @@ const SPEC: Spec = Spec {
     title: "Thread creation",
     description: "raw pthread_create + pthread_join of a thread that returns at once",
     method: crate::method!("cpu.thread-create"),
-    // Kernel work at the core's clock.
     budget: Some(PerProfile::new(ms(200), ms(400), ms(5000), ms(15000))),
+    // Kernel work at the core's clock.
     ..Spec::CORE_LOOP
 };
 

@@ -6,7 +6,6 @@ use crate::results::{Check, Prediction};
 
 pub struct Timer;
 
-/// The method paragraph of this architecture's counter (x86-64, aarch64, others).
 const METHOD: &str = match (cfg!(target_arch = "x86_64"), cfg!(target_arch = "aarch64")) {
     (true, _) => crate::method!("cpu.timer", 1),
     (_, true) => crate::method!("cpu.timer", 2),

@@ -60,12 +60,6 @@ struct SwitchFigure {
 }
 
 impl SwitchFigure {
-    /// From `Outcome::difference`'s median and interval; NaN without one.
-    fn of(d: Option<(f64, [f64; 2])>) -> SwitchFigure {
-        let (median, interval) = d.unwrap_or((f64::NAN, [f64::NAN; 2]));
-        SwitchFigure { median, interval }
-    }
-
     /// "1.50 us (95% interval 1.40 us to 1.60 us)".
     fn text(&self) -> String {
         let [m, lo, hi] = [self.median, self.interval[0], self.interval[1]].map(fmt_ns);
@@ -87,7 +81,8 @@ fn switch_metric(out: &mut Outcome, round_trip: &str, pipe_cost: &str) -> Switch
         let m = out.metrics.pop().expect("just added");
         out.metrics.insert(at + 1, m);
     }
-    SwitchFigure::of(d)
+    let (median, interval) = d.unwrap_or((f64::NAN, [f64::NAN; 2]));
+    SwitchFigure { median, interval }
 }
 
 const POSITIVE: &str = "the switch figure is positive";
@@ -166,7 +161,6 @@ fn cross_cpu(
     Ok((name, class.to_string()))
 }
 
-/// The cross-CPU round trip against the same-CPU one.
 fn cross_finding(name: &str, class: &str, out: &mut Outcome) {
     let (Some(c), Some(s)) = (out.get(name), out.get("pipe_round_trip_same_cpu")) else {
         return;

@@ -64,7 +64,6 @@ pub(super) struct PingPong<'c> {
 }
 
 impl<'c> PingPong<'c> {
-    /// Starts a partner of `kind` pinned to `partner_cpu`, with `ws` bytes of its own.
     pub(super) fn start(
         kind: Kind,
         clock: &'c dyn Clock,
