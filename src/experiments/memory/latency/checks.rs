@@ -1,5 +1,4 @@
-//! mem.latency's premise and sanity checks: every chase is one cycle through all its
-//! nodes, as read back from memory.
+//! mem.latency's checks: every chase is one cycle through all its nodes, read back.
 
 use super::levels::NamedLevel;
 use crate::experiments::kit::Region;
@@ -58,7 +57,6 @@ pub(crate) fn verify_chain(region: &Region, stride: usize, n: usize, rng: &mut R
     total == n && back == Some(0)
 }
 
-/// Sanity: every sysfs cache level was found.
 pub(super) fn levels(named: &[NamedLevel], caches: usize) -> Check {
     let found = named.iter().filter(|n| n.sysfs_bytes.is_some()).count();
     Check::sanity(

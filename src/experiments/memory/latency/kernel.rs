@@ -19,7 +19,7 @@ macro_rules! rep4 {
     };
 }
 
-/// Follows the chain `iters * UNROLL` steps from `p` and returns where it stopped.
+/// Follows the chain `iters * UNROLL` steps from `p`.
 ///
 /// # Safety
 /// `p` must point into a chain laid by `lay`: every node's first word holds the address
@@ -53,9 +53,8 @@ pub(crate) fn lay(region: &mut Region, stride: usize, next: &[u32]) {
     }
 }
 
-/// The chain lmbench's `lat_mem_rd -t` lays (thrash_initialize in lib_mem.c) over
-/// `npages` pages of `lines` nodes (a power of two): each step to the next page of a
-/// random order, the line turning one bit-reversed position per pass. One cycle.
+/// lmbench's `lat_mem_rd -t` chain (thrash_initialize in lib_mem.c) over `npages` pages of
+/// `lines` nodes (a power of two): pages in random order, lines bit-reversed per pass.
 pub fn lmbench_chain(npages: usize, lines: usize, rng: &mut Rng) -> Vec<u32> {
     let mut order: Vec<u32> = (0..npages as u32).collect();
     rng.shuffle(&mut order);
@@ -67,8 +66,7 @@ pub fn lmbench_chain(npages: usize, lines: usize, rng: &mut Rng) -> Vec<u32> {
         let (cp, np) = (order[i] as usize, order[(i + 1) % npages] as usize);
         for j in 0..lines {
             let cur = cp * lines + word(i + j);
-            // The last page wraps to the first with the line one further than where the
-            // pass started, as lat_mem_rd does.
+            // The last page wraps to the first one line further on, as lat_mem_rd does.
             let k = if i + 1 == npages { j + 1 } else { i + j + 1 };
             next[cur] = (np * lines + word(k)) as u32;
         }
@@ -111,7 +109,6 @@ fn suspects(points: &[ChasePoint]) -> Vec<usize> {
     v
 }
 
-/// The order a curve's chain visits its nodes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Order {
     /// A Sattolo permutation of every node.
@@ -190,8 +187,7 @@ impl ChaseSchedule<'_, '_> {
         Some(pt)
     }
 
-    /// Measures the chase in `order` at each size within `region`; when `guarded` (the
-    /// random base-page curve), only while the next size `fits` the budget.
+    /// The chase in `order` at each size; if `guarded`, while the next size `fits` the budget.
     pub(super) fn curve(
         &mut self,
         region: &mut Region,

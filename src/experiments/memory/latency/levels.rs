@@ -4,7 +4,6 @@ use crate::analysis::Level;
 use crate::experiments::kit::llc_bytes;
 use crate::machine::Cache;
 
-/// A detected level with its name and the sysfs cache it was matched with.
 #[derive(Debug, Clone)]
 pub struct NamedLevel {
     pub name: String,
@@ -14,8 +13,7 @@ pub struct NamedLevel {
     pub widened: bool,
 }
 
-/// log2 of how far a level's transition may lie below (`.0`) and above (`.1`) its cache's
-/// size; down to 1/16x for a VM's last-level cache, of which the guest may get a share.
+/// log2 bounds of a transition against its cache's size; 1/16x for a VM's share of an LLC.
 const WINDOW: (f64, f64) = (-2.0, 1.0);
 const VM_LLC_BELOW: f64 = -4.0;
 

@@ -1,5 +1,4 @@
-//! mem.latency: load-to-use latency against working-set size, with the cache levels
-//! derived from the curve.
+//! mem.latency: load-to-use latency against working-set size, and the cache levels in it.
 
 mod checks;
 mod kernel;
@@ -102,14 +101,12 @@ impl Experiment for Latency {
             anyhow::bail!("no point of the latency curve could be measured");
         }
         let (named, det_name) = metrics(&sched, &caches, &c, max, &mut out);
-        // Findings from the pooled runs: the figures the table shows.
         out.pool(ctx);
         findings(ctx, &c, &named, det_name, max, &mut out);
         Ok(out)
     }
 }
 
-/// Every curve of one run.
 struct Curves {
     random: Vec<ChasePoint>,
     lmbench: Vec<ChasePoint>,
@@ -121,14 +118,12 @@ struct Curves {
 }
 
 impl Curves {
-    /// The first sequential curve's largest point, and its stride.
     fn sequential(&self) -> Option<(usize, &ChasePoint)> {
         let (s, c) = self.seq.first()?;
         Some((*s, c.last()?))
     }
 }
 
-/// The random curve as far as the budget allows, then the sequential and lmbench ones.
 fn measure_base(s: &mut ChaseSchedule, max: u64, line: usize) -> anyhow::Result<Curves> {
     (s.ctx.progress)("mapping and faulting the working set");
     let mut region = Region::new(max as usize, Pages::Base)?;
@@ -153,7 +148,6 @@ fn measure_base(s: &mut ChaseSchedule, max: u64, line: usize) -> anyhow::Result<
     })
 }
 
-/// The random curve on huge pages, with the share of the region they backed.
 fn measure_thp(
     s: &mut ChaseSchedule,
     max: u64,
@@ -191,7 +185,7 @@ fn lmbench_name(size: u64, max: u64) -> String {
     }
 }
 
-/// The metrics and the checks of levels and huge pages; returns the levels and their curve.
+/// Returns the levels and the name of the curve they come from.
 fn metrics(
     s: &ChaseSchedule,
     caches: &[crate::machine::Cache],
@@ -265,7 +259,6 @@ fn metrics(
     (named, det_name)
 }
 
-/// Adds `pt` as metric `name`, described by `what` of its size.
 fn point(out: &mut Outcome, name: &str, pt: &ChasePoint, what: impl Fn(String) -> String) {
     let what = what(fmt_bytes(pt.size as f64));
     out.metric(name, "ns", &what, pt.trials.clone());

@@ -25,7 +25,6 @@ pub(crate) fn sizes(min: u64, max: u64, per_doubling: u32, node: u64) -> Vec<u64
     v
 }
 
-/// Sizes and effort of a profile.
 #[derive(Clone, Copy)]
 pub(super) struct LatencyPlan {
     pub(super) per_doubling: u32,
@@ -34,7 +33,6 @@ pub(super) struct LatencyPlan {
     /// Sequential strides in bytes, 0 being one line.
     pub(super) strides: &'static [usize],
     pub(super) seq_per_doubling: u32,
-    /// The random curve again on huge pages, where THP is available.
     pub(super) thp: bool,
     pub(super) trials: usize,
     /// Short trials dodge the scheduler on a busy machine; longer ones in larger profiles.
@@ -116,8 +114,7 @@ pub(super) struct Pace {
     far_trials: f64,
 }
 
-/// Every size each curve measures, the trial settings that share the budget out, and
-/// what every curve's trials came to (`ChaseSchedule::report`).
+/// Every curve's sizes and trial settings, and what their trials came to (`report`).
 pub(super) struct ChaseSchedule<'c, 'a> {
     pub(super) ctx: &'c Context<'a>,
     pub(super) rng: Rng,
@@ -126,10 +123,9 @@ pub(super) struct ChaseSchedule<'c, 'a> {
     pub(super) random_sizes: Vec<u64>,
     seq_sizes: Vec<u64>,
     pub(super) strides: Vec<usize>,
-    /// Huge pages are measured (the profile's plan, THP available).
     pub(super) thp: bool,
-    /// Trial settings up to the last-level cache and beyond: far points depend on what
-    /// other cores do to the shared cache and memory, so their trials spread over more time.
+    /// Up to the last-level cache and beyond: far points, at the mercy of other cores'
+    /// use of cache and memory, spread their trials over more time.
     near: HarnessConfig,
     far: HarnessConfig,
     llc: u64,
@@ -151,15 +147,13 @@ pub(super) struct ChaseSchedule<'c, 'a> {
 impl<'c, 'a> ChaseSchedule<'c, 'a> {
     pub(super) fn new(ctx: &'c Context<'a>, max: u64, line: usize, llc: u64) -> Self {
         let plan = PLANS.get(ctx.profile);
-        // Past twice the last-level cache the curve is memory's plateau: one size per
-        // doubling there, so the largest sizes' chains, the costliest to lay, are few.
+        // Past 2x the LLC is memory's plateau: one size per doubling there, few costly chains.
         let edge = (2 * llc).next_power_of_two().min(max);
         let curve = |per_doubling| {
             let mut v = sizes(1024, edge, per_doubling, line as u64);
             v.extend(sizes(edge, max, 1, line as u64).into_iter().skip(1));
             upto(&v, max)
         };
-        // Sequential strides in bytes, none below a line (0 is one).
         let mut strides: Vec<usize> = plan.strides.iter().map(|&s| s.max(line)).collect();
         strides.dedup();
         let mut s = ChaseSchedule {
@@ -234,8 +228,7 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
         }
     }
 
-    /// The trials of a point of `size` at the pace so far: the near mean, the latest far
-    /// point's, or the near mean scaled by the budgets before any far point.
+    /// Before any far point, a far one's trials are the near mean scaled by the budgets.
     fn trial_secs(&self, size: u64) -> f64 {
         let p = &self.pace;
         let near = p.near_secs / p.near_points.max(1) as f64;
@@ -271,13 +264,11 @@ impl<'c, 'a> ChaseSchedule<'c, 'a> {
     }
 }
 
-/// lmbench's layout at 16 KiB, 1 MiB and the largest size.
 pub(super) fn lm_sizes(max: u64) -> Vec<u64> {
     let v = [16 << 10, 1 << 20, max];
     v.into_iter().filter(|&z| z <= max).collect()
 }
 
-/// The sizes of `v` below `max`, then `max`.
 fn upto(v: &[u64], max: u64) -> Vec<u64> {
     let below = v.iter().copied().take_while(|&z| z < max);
     below.chain([max]).collect()

@@ -40,8 +40,6 @@ pub(super) fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
     let mut p = Predictions::new(ctx);
     let (ghz, src) = ctx.core_ghz();
     let f_core = Input::machine("f_core", Some(ghz * 1e9), "Hz", src, "");
-    // The table's figures leave page walks out; a plateau of the base-page curve has them,
-    // so the level's own metric is a lower bound there.
     let huge = super::plan::huge_page_levels(ctx.machine, ctx.profile);
     for c in &ctx.machine.data_caches() {
         let Some(&(name, what, pick)) = LEVELS.get((c.level as usize).wrapping_sub(1)) else {
@@ -60,8 +58,7 @@ pub(super) fn predict(ctx: &Context) -> Vec<(String, Prediction)> {
                 }
             });
         };
-        // lmbench's 16 KiB point is four pages, inside any L1 data cache of 16 KiB or more
-        // and any first-level TLB.
+        // lmbench's 16 KiB point, four pages, fits any L1d of 16 KiB or more and any L1 TLB.
         if c.level == 1 && c.size_bytes >= 16 << 10 {
             let fits = ": 16 KiB fits the L1 data cache";
             at("lmbench_16KiB", "machine: sysfs L1 data cache size", fits);

@@ -13,8 +13,7 @@ pub(super) fn plot(out: &mut Outcome, name: &str, curve: &[ChasePoint]) {
 }
 
 impl ChaseSchedule<'_, '_> {
-    /// The notes on verified chains, preempted trials and remeasured points. Not a check:
-    /// no figure depends on a chain that failed.
+    /// Notes, not a check: no figure depends on a chain that failed.
     pub(super) fn report(&mut self, out: &mut Outcome) {
         out.notes.push(if self.broken.is_empty() {
             let chains = self.chains;
@@ -76,8 +75,7 @@ pub(super) fn size_vs_sysfs(nl: &NamedLevel) -> (String, f64) {
     (text, (t / s).ln())
 }
 
-/// The sequential chase against the random one at the same size: beyond noise or not,
-/// naming no mechanism (prefetching, TLB hits and DRAM rows are not counted apart).
+/// Names no mechanism: prefetching, TLB hits and DRAM rows are not counted apart.
 pub(super) fn sequential_vs_random(stride: usize, size: u64, out: &Outcome) -> String {
     let (seq, random) = (out.median("dram_sequential"), out.median("dram"));
     let head = format!(
@@ -97,8 +95,7 @@ pub(super) fn sequential_vs_random(stride: usize, size: u64, out: &Outcome) -> S
     head + &tail
 }
 
-/// The random chase on huge pages against base pages: the page size is the one
-/// difference, so a difference beyond noise is what it changes.
+/// The page size is the chases' one difference: a difference beyond noise is its doing.
 pub(super) fn huge_vs_base(size: u64, out: &Outcome) -> String {
     let (huge, base) = (out.median("dram_thp"), out.median("dram"));
     let head = format!(
