@@ -16,14 +16,7 @@ use std::time::Duration;
 
 pub struct PageFault;
 
-/// Pages touched per timed batch of minor faults.
 const MINOR_BATCH: usize = 32;
-
-/// Why a major fault gets no prediction: the device behind `path` and its class.
-fn device_unknown(path: &std::path::Path) -> String {
-    let none = "the scratch folder's device is not found in sysfs";
-    device_of(path).map_or(none.into(), |d| device_basis(&d))
-}
 
 /// A read-only shared mapping of a file (address, length), unmapped on drop.
 struct FileMap(*mut u8, usize);
@@ -60,7 +53,7 @@ impl Drop for FileMap {
     }
 }
 
-/// Sizes: (file for major faults, anonymous region for minor faults).
+/// (file for major faults, anonymous region for minor faults).
 pub(super) const SIZES: PerProfile<(u64, u64)> = PerProfile::new(
     (8 << 20, 16 << 20),
     (64 << 20, 64 << 20),
@@ -68,7 +61,6 @@ pub(super) const SIZES: PerProfile<(u64, u64)> = PerProfile::new(
     (1 << 30, 512 << 20),
 );
 
-/// Batches of minor faults timed.
 const MINOR_BATCHES: PerProfile<usize> = PerProfile::new(15, 41, 101, 101);
 
 /// Minor faults in batches, and the premise that they happened.
@@ -182,8 +174,10 @@ impl Experiment for PageFault {
         p.at_least("minor_fault", &entry, why);
         let here = std::env::current_dir().unwrap_or_default();
         let dir = ctx.options.scratch_dir.clone().unwrap_or(here);
-        let majors = ["major_fault", "major_fault_per_byte"];
-        p.withhold(&majors, &device_unknown(&dir));
+        // The device behind the scratch folder and its class say why.
+        let none = "the scratch folder's device is not found in sysfs";
+        let why = device_of(&dir).map_or(none.into(), |d| device_basis(&d));
+        p.withhold(&["major_fault", "major_fault_per_byte"], &why);
         p.done()
     }
 
@@ -201,11 +195,9 @@ impl Experiment for PageFault {
         ));
         let rss0 = rss_baseline();
 
-        // Minor faults: valid on any file system.
         (ctx.progress)("minor faults");
         minor_faults(ctx, anon, &mut out)?;
 
-        // Major faults: only on a disk.
         let measured = major_section(ctx, file_len, &mut out)?;
         out.check(rss_check(rss0, (anon + file_len) as u64));
         out.pool(ctx);
@@ -281,7 +273,6 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
     Ok(true)
 }
 
-/// A page size as text: "4 KiB", "16 KiB", "64 KiB".
 fn page_text(ps: usize) -> String {
     if ps >= 1024 && ps % 1024 == 0 {
         format!("{} KiB", ps / 1024)

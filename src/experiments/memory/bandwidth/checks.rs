@@ -52,7 +52,7 @@ pub(super) struct Placed {
     teams: usize,
     misplaced: Vec<String>,
     unknown: Option<String>,
-    /// Pages sampled and pages found on another node than their reader's.
+    /// Pages sampled, and those on another node than their reader's.
     pages: usize,
     pages_away: Vec<String>,
     pages_unknown: bool,

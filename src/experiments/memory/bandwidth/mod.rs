@@ -380,13 +380,12 @@ impl Streams<'_, '_> {
         }
         let part = parts_of(&region, 1);
         for f in plan.iter().filter(|f| f.huge) {
-            let (op, name) = (f.op, f.name());
-            (ctx.progress)(&format!("{} with 1 thread, huge pages", op.name()));
+            (ctx.progress)(&format!("{} with 1 thread, huge pages", f.op.name()));
             let what = format!(
                 "{}, 1 thread, {buffer} buffer on huge pages ({pct:.0}% backed)",
-                op.describe()
+                f.op.describe()
             );
-            self.figure(out, &name, op, &part, false, Some(&what));
+            self.figure(out, &f.name(), f.op, &part, false, Some(&what));
         }
         Ok(())
     }

@@ -174,10 +174,8 @@ impl Run<'_, '_> {
     fn quiet_pair(&self, sh: &LoadSignals, at: &mut [*const u8; 2], sw: &mut Sweep) {
         let order = [[0, 1], [1, 0]][sw.idle_repeats.len() % 2];
         let mut got = [None, None];
-        for c in order
-            .into_iter()
-            .filter(|&c| c == 0 || self.reference.is_some())
-        {
+        let has_reference = self.reference.is_some();
+        for c in order.into_iter().filter(|&c| c == 0 || has_reference) {
             let t = std::time::Instant::now();
             while t.elapsed() < QUIET_WARM_UP {
                 // SAFETY: `at` is in a chain laid and verified as one cycle before the sweep,

@@ -324,11 +324,8 @@ impl TrafficCurve<'_> {
 
     /// The knee's metric and finding, or a note on why there is none.
     fn knee(&self, out: &mut Outcome, peak: &LoadedPoint) {
-        let lp = self
-            .loaded()
-            .iter()
-            .map(|p| (p.bandwidth_bps(), p.latency_ns()));
-        let lp: Vec<(f64, f64)> = lp.collect();
+        let point = |p: &LoadedPoint| (p.bandwidth_bps(), p.latency_ns());
+        let lp: Vec<(f64, f64)> = self.loaded().iter().map(point).collect();
         let (label, rise) = (self.traffic.label(), (KNEE_RISE - 1.0) * 100.0);
         let found = knee(self.r.sw.idle.latency_ns(), &lp);
         let Some(i) = found.filter(|&i| i + 1 < lp.len() && lp[i].0 < peak.bandwidth_bps()) else {
