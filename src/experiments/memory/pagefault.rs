@@ -18,6 +18,12 @@ pub struct PageFault;
 
 const MINOR_BATCH: usize = 32;
 
+/// Why a major fault gets no prediction: the device behind `path` and its class.
+fn device_unknown(path: &std::path::Path) -> String {
+    let none = "the scratch folder's device is not found in sysfs";
+    device_of(path).map_or(none.into(), |d| device_basis(&d))
+}
+
 /// A read-only shared mapping of a file (address, length), unmapped on drop.
 struct FileMap(*mut u8, usize);
 
@@ -174,10 +180,8 @@ impl Experiment for PageFault {
         p.at_least("minor_fault", &entry, why);
         let here = std::env::current_dir().unwrap_or_default();
         let dir = ctx.options.scratch_dir.clone().unwrap_or(here);
-        // The device behind the scratch folder and its class say why.
-        let none = "the scratch folder's device is not found in sysfs";
-        let why = device_of(&dir).map_or(none.into(), |d| device_basis(&d));
-        p.withhold(&["major_fault", "major_fault_per_byte"], &why);
+        let majors = ["major_fault", "major_fault_per_byte"];
+        p.withhold(&majors, &device_unknown(&dir));
         p.done()
     }
 
