@@ -7,8 +7,7 @@ use crate::clock::Clock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-/// One step of a team: each member's start and stop stamps on the run's clock and its
-/// placement looks during the step, in member order, and whether every member ran undisturbed.
+/// One step of a team, in member order: stamps on the run's clock and looks during the step.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Step {
     pub(crate) stamps: Vec<(u64, u64)>,
@@ -17,13 +16,12 @@ pub(crate) struct Step {
 }
 
 impl Step {
-    /// The slowest member's own duration, in ticks.
     pub(crate) fn slowest(&self) -> u64 {
         let own = self.stamps.iter().map(|&(a, b)| b.wrapping_sub(a));
         own.max().unwrap_or(0)
     }
 
-    /// The first start to the last stop, in ticks: the time the team's work took.
+    /// First start to last stop, in ticks.
     pub(crate) fn span(&self) -> u64 {
         let first = self.stamps.iter().map(|s| s.0).min().unwrap_or(0);
         let last = self.stamps.iter().map(|s| s.1).max().unwrap_or(0);
@@ -42,30 +40,26 @@ impl Step {
     }
 }
 
-/// Where a team's threads ran.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct TeamPlacement {
     /// Threads that could not be pinned or were seen on another CPU than their own.
     pub(crate) misplaced: Vec<String>,
     /// Why where the threads ran is not known (no hard pinning, no current-CPU call).
     pub(crate) unknown: Option<String>,
-    /// Each member's looks, in member order.
     pub(crate) places: Vec<Place>,
 }
 
-/// The state the members share.
 pub(crate) struct Team<'c> {
     clock: &'c dyn Clock,
     cpus: Vec<usize>,
-    /// Members sleep now and then while they wait for a step.
+    /// Members nap while they wait for a step.
     rest: bool,
     /// A test seam: members run their step one after another, in member order.
     serial: bool,
     /// Under `serial`, the member whose turn it is.
     turn: AtomicUsize,
     gen: AtomicU64,
-    /// Members that reached a step's start line, over all steps: one scheduled late delays
-    /// the start rather than running after the others have finished.
+    /// Start-line arrivals over all steps: a late member delays the start, not runs alone.
     arrived: AtomicU64,
     arg: AtomicU64,
     ready: AtomicUsize,
@@ -204,7 +198,6 @@ impl<'c> Team<'c> {
         (r, self.placement())
     }
 
-    /// Pins member t to its CPU, recording a soft or failed pin.
     fn pin(&self, t: usize) {
         let cpu = self.cpus[t];
         match pin(cpu) {
@@ -218,7 +211,6 @@ impl<'c> Team<'c> {
         }
     }
 
-    /// A member thread: runs one step per generation until stopped.
     fn member(&self, t: usize, mut body: impl FnMut(u64, &mut Place)) {
         self.ready.fetch_add(1, Ordering::AcqRel);
         let mut seen = 0u64;
@@ -246,7 +238,6 @@ impl<'c> Team<'c> {
         }
     }
 
-    /// Releases members 1.. into one run of their body with `arg`.
     fn release(&self, arg: u64) {
         self.done.store(0, Ordering::Release);
         self.arg.store(arg, Ordering::Release);
@@ -264,7 +255,6 @@ impl<'c> Team<'c> {
         spin_until(|| self.done.load(Ordering::Acquire) == self.cpus.len() - 1);
     }
 
-    /// One generation, driven from member 0.
     fn step(&self, arg: u64, body: &mut impl FnMut(u64, &mut Place)) -> Step {
         self.turn.store(0, Ordering::Release);
         self.release(arg);
@@ -275,7 +265,6 @@ impl<'c> Team<'c> {
         self.last_step(0)
     }
 
-    /// The last step of members `from..`.
     fn last_step(&self, from: usize) -> Step {
         let records: Vec<_> = self.records[from..].iter().map(|r| lock(r)).collect();
         Step {
@@ -285,9 +274,8 @@ impl<'c> Team<'c> {
         }
     }
 
-    /// One stamped run of member t's body between two placement looks, after every member
-    /// reached the start `line` if any (a preemption while waiting counts: it could let the
-    /// others run without this member).
+    /// One stamped run of member t's body between two looks, after the start `line` if any
+    /// (a preemption while waiting counts: the others could run without this member).
     fn timed(&self, t: usize, arg: u64, line: Option<u64>, body: &mut impl FnMut(u64, &mut Place)) {
         let r = &mut *lock(&self.records[t]);
         let before = r.place;

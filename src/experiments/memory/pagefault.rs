@@ -16,7 +16,6 @@ use std::time::Duration;
 
 pub struct PageFault;
 
-/// Pages touched per timed batch of minor faults.
 const MINOR_BATCH: usize = 32;
 
 /// Why a major fault gets no prediction: the device behind `path` and its class.
@@ -60,7 +59,7 @@ impl Drop for FileMap {
     }
 }
 
-/// Sizes: (file for major faults, anonymous region for minor faults).
+/// (file for major faults, anonymous region for minor faults).
 pub(super) const SIZES: PerProfile<(u64, u64)> = PerProfile::new(
     (8 << 20, 16 << 20),
     (64 << 20, 64 << 20),
@@ -68,7 +67,6 @@ pub(super) const SIZES: PerProfile<(u64, u64)> = PerProfile::new(
     (1 << 30, 512 << 20),
 );
 
-/// Batches of minor faults timed.
 const MINOR_BATCHES: PerProfile<usize> = PerProfile::new(15, 41, 101, 101);
 
 /// Minor faults in batches, and the premise that they happened.
@@ -201,11 +199,9 @@ impl Experiment for PageFault {
         ));
         let rss0 = rss_baseline();
 
-        // Minor faults: valid on any file system.
         (ctx.progress)("minor faults");
         minor_faults(ctx, anon, &mut out)?;
 
-        // Major faults: only on a disk.
         let measured = major_section(ctx, file_len, &mut out)?;
         out.check(rss_check(rss0, (anon + file_len) as u64));
         out.pool(ctx);
@@ -281,7 +277,6 @@ fn major_section(ctx: &Context, file_len: usize, out: &mut Outcome) -> anyhow::R
     Ok(true)
 }
 
-/// A page size as text: "4 KiB", "16 KiB", "64 KiB".
 fn page_text(ps: usize) -> String {
     if ps >= 1024 && ps % 1024 == 0 {
         format!("{} KiB", ps / 1024)

@@ -5,11 +5,9 @@ use super::kernel::Part;
 use crate::experiments::kit::team::{Step, TeamPlacement};
 use crate::results::Check;
 
-/// The least share of a trial's span during which every thread must have run: threads of
-/// unequal speed keep most of it; threads that ran one after another keep none.
+/// Threads of unequal speed overlap for most of a trial's span; threads run in turn, not at all.
 const TOGETHER: f64 = 0.5;
 
-/// A team's trials, those set aside as run apart, and the least share together.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Together {
     ran: usize,
@@ -52,11 +50,9 @@ impl Together {
 #[derive(Default)]
 pub(super) struct Placed {
     teams: usize,
-    /// "read_2t: thread 1 ..." for every thread not where it was placed.
     misplaced: Vec<String>,
-    /// Why placement could not be seen (no hard pinning, no current-CPU call).
     unknown: Option<String>,
-    /// Pages sampled and pages found on another node than their reader's.
+    /// Pages sampled, and those on another node than their reader's.
     pages: usize,
     pages_away: Vec<String>,
     pages_unknown: bool,
@@ -68,7 +64,6 @@ pub(super) struct Placed {
 const PAGE_SAMPLES: usize = 16;
 
 impl Placed {
-    /// Records where team `name`'s threads ran.
     pub(super) fn add(&mut self, name: &str, q: &TeamPlacement) {
         self.teams += 1;
         self.misplaced
@@ -76,7 +71,6 @@ impl Placed {
         self.unknown = self.unknown.take().or_else(|| q.unknown.clone());
     }
 
-    /// Records whether team `name` ran together, against the undisturbed trials it kept.
     pub(super) fn together(&mut self, name: &str, threads: usize, t: Together, kept: usize) {
         if threads > 1 {
             self.together.push((name.to_string(), t, kept));

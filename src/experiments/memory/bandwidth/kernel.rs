@@ -1,5 +1,4 @@
-//! mem.bandwidth's kernels: streaming loads, ordinary, scalar and non-temporal stores
-//! and copies over one thread's part of the buffer, run in step by a pinned team.
+//! mem.bandwidth's kernels over one thread's part of the buffer, run in step by a team.
 
 use super::{Op, BLOCK};
 
@@ -34,7 +33,6 @@ pub(super) fn read_words_scalar(s: &[u64]) -> u64 {
     x
 }
 
-/// One volatile store per word.
 #[inline(never)]
 pub(super) fn write_words_scalar(s: &mut [u64], v: u64) {
     for w in s.iter_mut() {

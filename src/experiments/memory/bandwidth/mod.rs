@@ -25,7 +25,6 @@ pub struct MemBandwidth;
 /// Bytes each thread moves per iteration of a trial.
 const BLOCK: usize = 1 << 20;
 
-/// What a trial does to each byte (`describe` says how).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Op {
     Read,
@@ -82,7 +81,6 @@ fn thread_counts(n: usize, profile: Profile) -> Vec<usize> {
     v
 }
 
-/// The streams of every thread count: non-temporal stores on x86-64 only.
 fn ops() -> Vec<Op> {
     let mut v = vec![Op::Read, Op::Write, Op::WriteNt, Op::Copy];
     v.retain(|&op| cfg!(target_arch = "x86_64") || op != Op::WriteNt);
@@ -98,7 +96,6 @@ struct Figure {
 }
 
 impl Figure {
-    /// `OP_Nt`, or `OP_thp_1t` on huge pages.
     fn name(&self) -> String {
         let pages = if self.huge { "_thp" } else { "" };
         format!("{}{pages}_{}t", self.op.name(), self.threads)
@@ -232,7 +229,6 @@ fn placement_topology(ctx: &Context) -> Topology {
     t
 }
 
-/// `t` parts of whole blocks over `region`.
 fn parts_of(region: &Region, t: usize) -> Vec<Part> {
     let (base, len) = (region.as_ptr() as usize, region.len() / t / BLOCK * BLOCK);
     (0..t)
@@ -243,8 +239,7 @@ fn parts_of(region: &Region, t: usize) -> Vec<Part> {
         .collect()
 }
 
-/// The buffer (whole blocks per thread, within the memory cap) and the most threads that
-/// get parts of at least 4 blocks (two per half for copy) in it.
+/// The buffer and the most threads that get parts of at least 4 blocks (two per copy half).
 pub(super) fn buffer(
     machine: &crate::machine::Machine,
     profile: Profile,
@@ -256,7 +251,6 @@ pub(super) fn buffer(
     Ok(((cap as usize / (BLOCK * n)) * BLOCK * n, n))
 }
 
-/// Measures streams over the buffer and counts preempted and kept trials.
 struct Streams<'a, 'c> {
     ctx: &'a Context<'c>,
     topo: &'a Topology,
@@ -269,8 +263,7 @@ struct Streams<'a, 'c> {
 }
 
 impl Streams<'_, '_> {
-    /// A team's trials of `op`, a thread per part, timed from the first start to the last
-    /// stop; metric `name` in bytes/s when described. Returns the median.
+    /// A team's trials of `op`, first start to last stop; a metric when described.
     fn figure(
         &mut self,
         out: &mut Outcome,
@@ -387,13 +380,12 @@ impl Streams<'_, '_> {
         }
         let part = parts_of(&region, 1);
         for f in plan.iter().filter(|f| f.huge) {
-            let (op, name) = (f.op, f.name());
-            (ctx.progress)(&format!("{} with 1 thread, huge pages", op.name()));
+            (ctx.progress)(&format!("{} with 1 thread, huge pages", f.op.name()));
             let what = format!(
                 "{}, 1 thread, {buffer} buffer on huge pages ({pct:.0}% backed)",
-                op.describe()
+                f.op.describe()
             );
-            self.figure(out, &name, op, &part, false, Some(&what));
+            self.figure(out, &f.name(), f.op, &part, false, Some(&what));
         }
         Ok(())
     }

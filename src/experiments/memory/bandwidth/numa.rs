@@ -1,5 +1,4 @@
-//! mem.bandwidth on several NUMA nodes: remote read bandwidth and the node-to-node load
-//! latency matrix.
+//! mem.bandwidth on several NUMA nodes: remote reads and the node-to-node latency matrix.
 
 use super::kernel::{touch, Part};
 use super::{parts_of, Op, Streams};
@@ -12,7 +11,7 @@ use crate::machine::Topology;
 use crate::rng::{sattolo, Rng};
 use crate::units::fmt_bytes;
 
-/// Runs `f` on a thread pinned to `cpu`; records where it ran in `placed`.
+/// Runs `f` on a thread pinned to `cpu`, recording where it ran.
 fn on_cpu<R: Send>(run: &mut Streams, what: &str, cpu: usize, f: impl FnOnce() -> R + Send) -> R {
     let (r, placed) = Team::once(run.ctx.clock, cpu, f);
     run.placed.add(what, &placed);
@@ -23,8 +22,7 @@ const REMOTE_READ: &str = "a stream from another node's memory is limited by the
     interconnect and how far ahead the prefetcher reaches across it, which no measured \
     primitive or table entry gives (mem.latency's chases are on this node's memory)";
 
-/// The NUMA metrics' predictions, where the allowed CPUs span several nodes: the local
-/// chase is mem.latency's own (a consistency check), a remote one no faster.
+/// The local chase is mem.latency's own (a consistency check), a remote one no faster.
 pub(super) fn predictions(p: &mut Predictions, topo: &Topology, allowed: &[usize]) {
     let nodes = topo.nodes_of(allowed);
     if nodes.len() < 2 {
@@ -44,7 +42,7 @@ pub(super) fn predictions(p: &mut Predictions, topo: &Topology, allowed: &[usize
     }
 }
 
-/// `read_remote` or `read_remote_node3` style names: the node only when there are several.
+/// `read_remote`, or `read_remote_node3` when there are more than two nodes.
 fn remote_name(prefix: &str, nodes: usize, b: usize) -> String {
     match nodes {
         2 => format!("{prefix}_remote"),

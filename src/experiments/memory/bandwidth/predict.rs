@@ -1,6 +1,5 @@
-//! mem.bandwidth's predictions: one core's read from mem.latency's sequential chase (a
-//! lower bound), its stores as a point at the same fill rate, and a team only below the
-//! DIMMs' peak, where that is known.
+//! mem.bandwidth's predictions: one core from mem.latency's sequential chase, a team only
+//! below the DIMMs' peak where that is known.
 
 use super::{buffer, figures, numa, placement_topology, Op};
 use crate::experiments::predict::{Input, Predictions};
@@ -28,7 +27,6 @@ const COPY_UNKNOWN: &str = "memcpy picks its stores by size and CPU (rep movsb, 
 const NT_UNKNOWN: &str = "non-temporal stores fill no line: their rate is how fast the \
     write-combining buffers drain to memory, which no measured primitive or table entry gives";
 
-/// The predictions of the metrics: one thread's, all `n` threads', and the NUMA ones.
 pub(super) fn streams(ctx: &Context, profile: Profile) -> Vec<(String, Prediction)> {
     let allowed = &ctx.machine.cpu.allowed_cpus;
     let cpus = allowed.len().max(1);
@@ -111,8 +109,7 @@ fn one_core(op: Op, rate: f64) -> Prediction {
     }
 }
 
-/// A team of `k` threads: only the DIMMs' peak over the bus lines each line of `op` needs
-/// at least bounds it; without the peak, nothing.
+/// A team of `k`: bounded only by the DIMMs' peak over the bus lines a line of `op` needs.
 fn team_bound(op: Op, k: usize, peak: Peak) -> Prediction {
     let (peak, src) = match peak {
         Ok(p) => p,
@@ -143,8 +140,7 @@ fn team_bound(op: Op, k: usize, peak: Peak) -> Prediction {
     )
 }
 
-/// The machine's peak shared evenly among its packages, times the packages `cpus` use; per
-/// node instead where nodes are finer than packages (sub-NUMA clustering).
+/// The machine's peak per package `cpus` use, or per node under sub-NUMA clustering.
 pub(super) fn per_socket(t: &Topology, cpus: &[usize], peak: f64, src: String) -> (f64, String) {
     let packages = t.packages.unwrap_or(1);
     let by_node =

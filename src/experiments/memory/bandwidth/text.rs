@@ -1,5 +1,4 @@
-//! mem.bandwidth's conclusions: findings and the scaling check drawn from its metrics,
-//! each claim said only as far as the data supports it.
+//! mem.bandwidth's findings and scaling check, each claim only as far as the data goes.
 
 use super::predict::Peak;
 use crate::analysis::{separation, Separation};
@@ -41,8 +40,7 @@ pub(super) fn nt_vs_write(r: &Summary, w: &Summary, nt: &Summary) -> String {
     head + &tail
 }
 
-/// Huge against base pages, one thread: the page size named as the cause only when every
-/// stream is faster beyond the 95% intervals.
+/// Huge against base pages: the page size named as the cause only when every stream gains.
 fn huge_vs_base(out: &mut Outcome) {
     let (mut parts, mut from, mut all_faster) = (Vec::new(), Vec::new(), true);
     for (verb, name) in [("reads", "read"), ("writes", "write"), ("copies", "copy")] {

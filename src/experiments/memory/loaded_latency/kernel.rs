@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering::{self, Relaxed};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::time::Duration;
 
-/// Spins `n` iterations (the delay between a load thread's lines).
+/// The delay between a load thread's lines.
 #[inline(never)]
 fn delay(n: u64) {
     for i in 0..n {
@@ -18,8 +18,7 @@ fn delay(n: u64) {
     }
 }
 
-/// A load thread's lines read and hiccups (batches far slower than its quickest), on
-/// 128 bytes of their own (adjacent-line prefetch works in pairs).
+/// Hiccups: batches far slower than the quickest. 128 bytes: adjacent-line prefetch pairs.
 #[repr(align(128))]
 #[derive(Default)]
 struct LineCounter {
@@ -27,15 +26,14 @@ struct LineCounter {
     hiccups: AtomicU64,
 }
 
-/// A batch slower than twice the quickest plus this (ns) is a hiccup: longer than any
-/// memory stall, shorter than a time slice.
+/// Past twice the quickest batch, ns: longer than any memory stall, shorter than a slice.
 const HICCUP_SLACK_NS: f64 = 20_000.0;
 
 const QUIET_WARM_UP: Duration = Duration::from_millis(2);
 
 #[derive(Debug, Clone, Default)]
 pub(super) struct LoadedPoint {
-    /// Target gap between a load thread's lines, ns; None for idle.
+    /// None for idle.
     pub(super) gap: Option<f64>,
     pub(super) traffic: Traffic,
     /// Per trial: chase ns per load, and bytes/s of the load threads and the chase.
@@ -44,7 +42,6 @@ pub(super) struct LoadedPoint {
     /// Trials set aside because a load thread read nothing or hiccuped, and trials kept.
     pub(super) stalled: usize,
     pub(super) trials: usize,
-    /// The load threads' team step (their stamps and looks), and the chase's trials' span.
     pub(super) load: Step,
     pub(super) window: (u64, u64),
     pub(super) notes: Vec<String>,
@@ -92,11 +89,9 @@ pub(super) struct Sweep {
     pub(super) curves: [Vec<LoadedPoint>; 2],
     pub(super) idle_repeats: Vec<f64>,
     pub(super) reference_repeats: Vec<f64>,
-    /// The delay loop's cost, measured on the chase's CPU.
     pub(super) ns_per_iter: f64,
 }
 
-/// What the chase thread and the load threads share beside the team's steps.
 struct LoadSignals {
     stop: AtomicBool,
     started: AtomicUsize,
@@ -104,8 +99,7 @@ struct LoadSignals {
 }
 
 impl Run<'_, '_> {
-    /// Idle and reference, then at each gap, lightest first, reads and the mix (so both see
-    /// the same moments' neighbours), then idle and reference again.
+    /// At each gap reads then the mix (so both see the same neighbours), quiet pairs between.
     pub(super) fn sweep(&self) -> Sweep {
         let calibration = |iters: u64| (0..iters).for_each(|_| delay(1024));
         let m = measure_raw(self.ctx.clock, &self.cfg, 1024.0, calibration);
@@ -175,16 +169,13 @@ impl Run<'_, '_> {
         Team::led(clock, &cpus, member, sweep).0
     }
 
-    /// The idle and reference chases, in turn first so a drift favours neither, each after
-    /// an untimed warm-up (a chase the streams left cold is slower); every idle trial is
-    /// pooled (the neighbours' traffic changes, and one window would stand for all).
+    /// Idle and reference in turn first (a drift favours neither), each warmed up (the
+    /// streams left it cold); idle trials pooled, as the neighbours' traffic changes.
     fn quiet_pair(&self, sh: &LoadSignals, at: &mut [*const u8; 2], sw: &mut Sweep) {
         let order = [[0, 1], [1, 0]][sw.idle_repeats.len() % 2];
         let mut got = [None, None];
-        for c in order
-            .into_iter()
-            .filter(|&c| c == 0 || self.reference.is_some())
-        {
+        let has_reference = self.reference.is_some();
+        for c in order.into_iter().filter(|&c| c == 0 || has_reference) {
             let t = std::time::Instant::now();
             while t.elapsed() < QUIET_WARM_UP {
                 // SAFETY: `at` is in a chain laid and verified as one cycle before the sweep,
@@ -257,7 +248,6 @@ impl Run<'_, '_> {
     }
 }
 
-/// A load thread's stream: its part of the load buffer, where it is in it, its read lanes.
 pub(super) struct LoadStream<'c> {
     pub(super) clock: &'c dyn crate::clock::Clock,
     pub(super) part: &'c mut [u64],
@@ -267,8 +257,7 @@ pub(super) struct LoadStream<'c> {
 }
 
 impl LoadStream<'_> {
-    /// The `n`th line, at word `pos`: read into `acc` (eight lanes, so no add waits on the
-    /// one before) or stored whole; then `pos` moves on, wrapping.
+    /// Line `n` read into eight lanes (no add waits on the one before) or stored whole.
     #[inline(always)]
     pub(super) fn step(&mut self, n: u64, traffic: Traffic) {
         let (words, acc) = (self.words, &mut self.acc);

@@ -24,8 +24,7 @@ pub(crate) struct LoadedLatency;
 const KNEE_RISE: f64 = 1.2;
 /// Without a reference chase, the idle point agrees with mem.latency's within this ratio.
 const IDLE_AGREES: f64 = 0.2;
-/// The idle and reference chases agree when their paired ratios' median is within this
-/// many times the window's noise of 1, and always within the floor (two buffers differ).
+/// Idle and reference agree within this many times the window's noise, at least the floor.
 const AGREE_NOISE_TIMES: f64 = 3.0;
 const AGREE_FLOOR: f64 = 0.15;
 /// Lines a load thread reads between looks at the stop flag and the clock.
@@ -41,7 +40,6 @@ const SPEC: Spec = Spec {
         ..Needs::NONE
     },
     budget: Some(PerProfile::new(ms(1_500), ms(2_000), ms(30_000), ms(90_000))),
-    // a dependent chase, as mem.latency.
     ..Spec::MEMORY
 };
 
@@ -53,7 +51,7 @@ enum Traffic {
     Mix,
 }
 
-/// The mix: lines read and written in each group.
+/// The mix's lines read and written per group.
 const MIX_READS: u64 = 2;
 const MIX_WRITES: u64 = 1;
 /// A written line's words: not a repeated byte, so the loop stays stores, not memset.
@@ -126,7 +124,7 @@ impl Experiment for LoadedLatency {
     }
 }
 
-/// One run's CPUs, buffers, gaps, trial settings (loaded, then quiet points) and sweep.
+/// One run's CPUs, buffers, gaps, trial settings (loaded, quiet) and sweep.
 struct Run<'a, 'c> {
     ctx: &'a Context<'c>,
     gaps: &'static [f64],
@@ -141,7 +139,6 @@ struct Run<'a, 'c> {
 }
 
 impl<'a, 'c> Run<'a, 'c> {
-    /// Plans the buffers and load threads, lays the chains and faults the buffers in.
     fn new(ctx: &'a Context<'c>, others: &[usize], out: &mut Outcome) -> anyhow::Result<Self> {
         let caches = ctx.machine.data_caches();
         let line = kit::line_bytes(&caches);
@@ -201,8 +198,7 @@ impl<'a, 'c> Run<'a, 'c> {
             loads.text,
         ));
         let gaps = GAPS.get(ctx.profile);
-        // Two fifths of the budget for the loaded points and the delay calibration, a tenth
-        // for the idle and reference points; the rest lays the chains and faults buffers.
+        // The rest of the budget lays the chains and faults the buffers in.
         let trials = HarnessConfig::short_trials(Duration::from_micros(100), 11);
         let budget = |share: f64| ctx.budget.mul_f64(share);
         Ok(Run {
@@ -220,7 +216,6 @@ impl<'a, 'c> Run<'a, 'c> {
     }
 }
 
-/// The most the three buffers take per profile.
 const TOTAL: PerProfile<u64> = PerProfile::new(128 << 20, 384 << 20, 4 << 30, 16 << 30);
 
 /// The chase's length, the load buffer's and the load threads (docs/methods).
@@ -252,7 +247,6 @@ impl Buffer {
     fn pages(&self) -> &'static str {
         ["base pages", "huge pages"][self.huge as usize]
     }
-    /// mem.latency's figure on the same page kind.
     fn dram(&self) -> &'static str {
         ["dram", "dram_thp"][self.huge as usize]
     }

@@ -26,8 +26,7 @@ pub(super) fn predictions(ctx: &Context) -> Vec<(String, Prediction)> {
     p.at_least("loaded_latency", &idle, &bound);
     p.at_least("loaded_latency_mix", &idle, bound);
     p.withhold(&["knee_bandwidth", "knee_bandwidth_mix"], KNEE_UNMODELLED);
-    // The load threads' team: its read, and the first read and write pair measured (else
-    // the first pair, missing, saying why).
+    // The load threads' team: its read, and the first read and write pair measured.
     let (reads, writes) = (team_figures("read", n, thp), team_figures("write", n, thp));
     let bw = |m: &str| p.earlier("mem.bandwidth", &[m]);
     let pairs = reads.iter().zip(&writes).map(|(r, w)| [bw(r), bw(w)]);
@@ -76,7 +75,6 @@ fn misses(p: &mut Predictions, idle: &Input, read: &Input, [ri, wi]: &[Input; 2]
     p.state("loaded_outstanding_misses_mix", &[ri, wi, idle, line], mix);
 }
 
-/// Misses in flight by Little's law: bandwidth / line x latency.
 pub(super) fn outstanding(bandwidth: f64, line: usize, latency_ns: f64) -> f64 {
     bandwidth / line as f64 * latency_ns * 1e-9
 }

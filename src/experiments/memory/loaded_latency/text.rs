@@ -110,8 +110,7 @@ impl Run<'_, '_> {
         }
     }
 
-    /// The premise that the idle chase is mem.latency's: on the reference's page kind (by
-    /// smaps, as timing alone may not tell them apart) and as fast within the window's noise.
+    /// Same page kind (by smaps: timing may not tell) and as fast within the window's noise.
     fn reference_check(&self) -> Option<Check> {
         let (sw, chase, reference) = (&self.sw, &self.chase, self.reference.as_ref()?);
         let a = Agreement::of(&sw.idle_repeats, &sw.reference_repeats)?;
@@ -145,7 +144,6 @@ impl Run<'_, '_> {
         ))
     }
 
-    /// The premise that the load ran alongside every loaded point, of both traffics.
     fn concurrency_premise(&self) -> Check {
         let sw = &self.sw;
         let loaded: Vec<&LoadedPoint> = sw.curves.iter().flatten().collect();
@@ -173,8 +171,6 @@ impl Run<'_, '_> {
         )
     }
 
-    /// The idle and reference repeats in the order taken, the delay loop's rate, the chase's
-    /// preempted trials and each point's harness notes.
     fn notes(&self, out: &mut Outcome) {
         let sw = &self.sw;
         let list = |v: &[f64]| v.iter().map(|&x| fmt_ns(x)).collect::<Vec<_>>().join(", ");
@@ -200,8 +196,7 @@ impl Run<'_, '_> {
     }
 }
 
-/// What the memory moved with reads for ownership, where mem.bandwidth's figures earlier in
-/// the run showed them (`bandwidth::rfo_shown`): only then does the mix's finding count them.
+/// The memory's traffic with reads for ownership, only where mem.bandwidth's figures show them.
 fn moved(ctx: &Context, bandwidth: f64) -> String {
     let s = |m: &str| ctx.earlier_metric("mem.bandwidth", m).map(|x| &x.summary);
     let bw = fmt_bandwidth(bandwidth);
@@ -220,7 +215,6 @@ struct TrafficCurve<'a> {
 }
 
 impl TrafficCurve<'_> {
-    /// Its series, metrics (named with the traffic's suffix), knee and findings.
     fn write(&self, out: &mut Outcome) {
         self.series(out);
         let Some(full) = self.loaded().last() else {
@@ -242,7 +236,6 @@ impl TrafficCurve<'_> {
         &self.r.sw.curves[self.traffic as usize]
     }
 
-    /// The idle point, then the loaded ones.
     fn points(&self) -> impl Iterator<Item = &LoadedPoint> {
         std::iter::once(&self.r.sw.idle).chain(self.loaded())
     }
@@ -331,11 +324,8 @@ impl TrafficCurve<'_> {
 
     /// The knee's metric and finding, or a note on why there is none.
     fn knee(&self, out: &mut Outcome, peak: &LoadedPoint) {
-        let lp = self
-            .loaded()
-            .iter()
-            .map(|p| (p.bandwidth_bps(), p.latency_ns()));
-        let lp: Vec<(f64, f64)> = lp.collect();
+        let point = |p: &LoadedPoint| (p.bandwidth_bps(), p.latency_ns());
+        let lp: Vec<(f64, f64)> = self.loaded().iter().map(point).collect();
         let (label, rise) = (self.traffic.label(), (KNEE_RISE - 1.0) * 100.0);
         let found = knee(self.r.sw.idle.latency_ns(), &lp);
         let Some(i) = found.filter(|&i| i + 1 < lp.len() && lp[i].0 < peak.bandwidth_bps()) else {
@@ -361,7 +351,6 @@ impl TrafficCurve<'_> {
         out.finding(text, &[&knee_name, &self.name("peak_bandwidth")]);
     }
 
-    /// Each point's gap target, bandwidth, latency and misses in flight.
     fn points_note(&self, out: &mut Outcome) {
         let points = self.points().map(|p| {
             let (b, l) = (p.bandwidth_bps(), p.latency_ns());
