@@ -244,16 +244,9 @@ impl Context<'_> {
         }
     }
 
-    pub(crate) fn earlier_metric(&self, experiment: &str, metric: &str) -> Option<&Metric> {
-        self.earlier.metric(experiment, metric)
-    }
-
-    pub(crate) fn earlier_not_ok(&self, experiment: &str) -> Option<crate::results::Status> {
-        self.earlier.not_ok(experiment)
-    }
-
     pub(crate) fn earlier_median(&self, experiment: &str, metric: &str) -> Option<f64> {
-        self.earlier_metric(experiment, metric)
+        self.earlier
+            .metric(experiment, metric)
             .map(|m| m.summary.median)
     }
 }

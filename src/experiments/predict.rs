@@ -56,10 +56,9 @@ impl Input {
         source: impl Into<String>,
         missing: impl Into<String>,
     ) -> Input {
-        let i = Input::machine(name, value, unit, source, missing);
         Input {
             kind: InputKind::Measured,
-            ..i
+            ..Input::machine(name, value, unit, source, missing)
         }
     }
 
@@ -155,7 +154,7 @@ impl<'c, 'a> Predictions<'c, 'a> {
     /// named after the metric; missing, with the reason, when none was.
     pub(crate) fn earlier(&self, experiment: &str, metrics: &[&str]) -> Input {
         for m in metrics {
-            if let Some(x) = self.ctx.earlier_metric(experiment, m) {
+            if let Some(x) = self.ctx.earlier.metric(experiment, m) {
                 let v = Some(x.summary.median)
                     .filter(|v| v.is_finite())
                     .ok_or_else(|| format!("{experiment}'s {m} has no finite median"));
@@ -164,7 +163,7 @@ impl<'c, 'a> Predictions<'c, 'a> {
             }
         }
         let first = metrics.first().copied().unwrap_or("figure");
-        let why = match self.ctx.earlier_not_ok(experiment) {
+        let why = match self.ctx.earlier.not_ok(experiment) {
             Some(s) => format!(
                 "{experiment} ran but is {} in this run, so its {first} is no input",
                 s.as_str()

@@ -103,8 +103,8 @@ fn switch_positive(sw: &SwitchFigure) -> Check {
 
 /// The thread switch of this run, with its interval widened by its own pipe cost's.
 fn thread_switch(ctx: &Context) -> Option<SwitchFigure> {
-    let t = ctx.earlier_metric(THREAD_SPEC.id, "switch")?;
-    let pipe = ctx.earlier_metric(THREAD_SPEC.id, "pipe_cost");
+    let t = ctx.earlier.metric(THREAD_SPEC.id, "switch")?;
+    let pipe = ctx.earlier.metric(THREAD_SPEC.id, "pipe_cost");
     Some(SwitchFigure {
         median: t.summary.median,
         interval: t.interval(|n| pipe.filter(|_| n == "pipe_cost")),

@@ -78,7 +78,7 @@ fn sizing(ctx: &Context, room: u64) -> (Vec<u64>, String) {
     let room = room.min(MAX_TOTAL.get(ctx.profile));
     // The faster of fs.read's uncached medians (a reader's mean is no lower).
     let measured = ["uncached_seq", "uncached_random"].iter().filter_map(|&n| {
-        let v = ctx.earlier_metric("fs.read", n)?.summary.median;
+        let v = ctx.earlier.metric("fs.read", n)?.summary.median;
         let basis = format!("{} per block measured by fs.read {n} (median)", fmt_ns(v));
         (v.is_finite() && v > 0.0).then_some((v, basis))
     });
@@ -132,7 +132,7 @@ impl Experiment for Contention {
     fn predict(&self, ctx: &Context) -> Vec<(String, Prediction)> {
         let mut p = Predictions::new(ctx);
         // Readers report a mean: compare with fs.read's mean (latency has a long tail).
-        let seq = ctx.earlier_metric("fs.read", "uncached_seq");
+        let seq = ctx.earlier.metric("fs.read", "uncached_seq");
         let none = ", and a device's read latency has no published figure in the parts table";
         let median = p.earlier("fs.read", &["uncached_seq"]);
         let why = median

@@ -58,7 +58,7 @@ pub(super) fn streams(ctx: &Context, profile: Profile) -> Vec<(String, Predictio
 /// last-level cache: a chase the cache holds gives the cache's rate, not memory's.
 fn sequential(p: &Predictions, ctx: &Context) -> Input {
     let seq = p.earlier("mem.latency", &["dram_sequential"]).positive();
-    let Some(m) = ctx.earlier_metric("mem.latency", "dram_sequential") else {
+    let Some(m) = ctx.earlier.metric("mem.latency", "dram_sequential") else {
         return seq;
     };
     let llc = crate::experiments::kit::llc_or_assumed(&ctx.machine.data_caches()).0 as f64;

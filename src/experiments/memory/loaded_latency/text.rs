@@ -91,7 +91,7 @@ impl Run<'_, '_> {
     /// The premise that the idle chase is mem.latency's: against the reference, else earlier.
     fn same_chase(&self, out: &mut Outcome) {
         let refname = self.chase.dram();
-        let earlier = self.ctx.earlier_metric("mem.latency", refname);
+        let earlier = self.ctx.earlier.metric("mem.latency", refname);
         let idle = Summary::of(&self.sw.idle.latency);
         let pair = earlier.map(|r| &r.summary).zip(idle);
         match (self.reference_check(), pair) {
@@ -198,7 +198,7 @@ impl Run<'_, '_> {
 
 /// The memory's traffic with reads for ownership, only where mem.bandwidth's figures show them.
 fn moved(ctx: &Context, bandwidth: f64) -> String {
-    let s = |m: &str| ctx.earlier_metric("mem.bandwidth", m).map(|x| &x.summary);
+    let s = |m: &str| ctx.earlier.metric("mem.bandwidth", m).map(|x| &x.summary);
     let bw = fmt_bandwidth(bandwidth);
     match (s("read_1t"), s("write_1t"), s("write_nt_1t")) {
         (Some(r), Some(w), Some(nt)) if super::super::bandwidth::rfo_shown(r, w, nt) => {
