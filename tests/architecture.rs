@@ -6,8 +6,8 @@
 //! drives); an edge A -> B when A names a path `crate::…`, `super::…` (or, from the
 //! binary, `osmeter::…`) that resolves to a module defined in file B (`src/a.rs`,
 //! `src/a/mod.rs`, `src/a/b.rs`; an item resolves to the file of its module). A module's
-//! plain references to its own children (`cpu::experiments()` in `experiments/mod.rs`)
-//! are composition, not imports, and are not edges.
+//! plain references to its own submodules (`cpu::timer::Timer` in the registry of
+//! `experiments/mod.rs`) are composition, not imports, and are not edges.
 //!
 //! Run `cargo test --test architecture -- --include-ignored --nocapture` to see every
 //! cycle and every arrow against a rule, each with the line that makes it.

@@ -391,14 +391,32 @@ impl dyn Experiment + '_ {
     }
 }
 
-/// Every experiment, primitives first: later predictions read them.
+/// Every experiment, in run order: each may use the ones before it in its prediction
+/// (memory's findings read mem.latency's DRAM figure; remote-read and contention fs.read's).
 pub fn registry() -> Vec<Box<dyn Experiment>> {
-    let mut v: Vec<Box<dyn Experiment>> = Vec::new();
-    v.extend(cpu::experiments());
-    v.extend(memory::experiments());
-    v.extend(net::experiments());
-    v.extend(fs::experiments());
-    v
+    vec![
+        Box::new(cpu::timer::Timer),
+        Box::new(cpu::loop_cost::LoopCost),
+        Box::new(cpu::call::Call),
+        Box::new(cpu::syscall::Syscall),
+        Box::new(cpu::switch::Kind::Thread),
+        Box::new(cpu::switch::Kind::Process),
+        Box::new(cpu::core_to_core::CoreToCore),
+        Box::new(cpu::thread_create::ThreadCreate),
+        Box::new(cpu::process_create::ProcessCreate),
+        Box::new(cpu::signal::Signal),
+        Box::new(memory::latency::Latency),
+        Box::new(memory::bandwidth::MemBandwidth),
+        Box::new(memory::loaded_latency::LoadedLatency),
+        Box::new(memory::pagefault::PageFault),
+        Box::new(net::rtt::Rtt),
+        Box::new(net::bandwidth::NetBandwidth),
+        Box::new(net::connect::Connect),
+        Box::new(fs::read::Read),
+        Box::new(fs::remote_read::RemoteRead),
+        Box::new(fs::contention::Contention),
+        Box::new(fs::cache_size::CacheSize),
+    ]
 }
 
 /// Experiments selected by `--only` and `--skip` globs; a glob that matches nothing errs.

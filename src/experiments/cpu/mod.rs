@@ -2,37 +2,21 @@
 
 use super::kit::place::Place;
 use super::predict::{Input, Predictions};
-use super::{Context, Experiment};
+use super::Context;
 use crate::harness::{Harness, Measurement};
 use crate::opaque::repeat;
 use crate::results::{Check, Prediction};
 use std::os::fd::RawFd;
 
-mod call;
-mod core_to_core;
-mod loop_cost;
-mod process_create;
-mod signal;
-mod switch;
+pub(crate) mod call;
+pub(crate) mod core_to_core;
+pub(crate) mod loop_cost;
+pub(crate) mod process_create;
+pub(crate) mod signal;
+pub(crate) mod switch;
 pub(crate) mod syscall;
-mod thread_create;
-mod timer;
-
-/// In run order: each may use the ones before it in its prediction.
-pub fn experiments() -> Vec<Box<dyn Experiment>> {
-    vec![
-        Box::new(timer::Timer),
-        Box::new(loop_cost::LoopCost),
-        Box::new(call::Call),
-        Box::new(syscall::Syscall),
-        Box::new(switch::Kind::Thread),
-        Box::new(switch::Kind::Process),
-        Box::new(core_to_core::CoreToCore),
-        Box::new(thread_create::ThreadCreate),
-        Box::new(process_create::ProcessCreate),
-        Box::new(signal::Signal),
-    ]
-}
+pub(crate) mod thread_create;
+pub(crate) mod timer;
 
 /// The system-call counts were traced (strace -f) against glibc on Linux x86-64.
 const COUNTS_HOLD: bool = cfg!(all(target_os = "linux", target_env = "gnu"));

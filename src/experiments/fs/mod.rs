@@ -2,29 +2,19 @@
 //! and contention between processes.
 
 use super::predict::{Input, Predictions};
-use super::{Context, Experiment, Outcome};
+use super::{Context, Outcome};
 use crate::machine::Machine;
 use crate::results::Prediction;
 use std::path::Path;
 
-mod cache_size;
-mod contention;
-mod read;
-mod remote_read;
+pub(crate) mod cache_size;
+pub(crate) mod contention;
+pub(crate) mod read;
+pub(crate) mod remote_read;
 
 use crate::experiments::kit::files::{device_basis, device_of, Pattern, BLOCK};
 use crate::scratch::Scratch;
 use crate::units::fmt_bytes;
-
-/// In run order: remote-read and contention use fs.read's figures in their predictions.
-pub fn experiments() -> Vec<Box<dyn Experiment>> {
-    vec![
-        Box::new(read::Read),
-        Box::new(remote_read::RemoteRead),
-        Box::new(contention::Contention),
-        Box::new(cache_size::CacheSize),
-    ]
-}
 
 /// The run's scratch folder if it is on a disk and may take `need` bytes (checked before it
 /// is made), with an outcome noting it (in a VM also why the host may cache), else why not.

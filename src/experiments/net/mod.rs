@@ -2,24 +2,16 @@
 //! the loopback peer and, with `--peer`, a remote `osmeter serve` (metrics `remote_`...).
 
 use super::predict::Predictions;
-use super::{Context, Experiment, Outcome};
+use super::{Context, Outcome};
 use crate::peer::client::{resolve_peer, Client};
 use crate::peer::local::LocalPeer;
 use crate::results::Prediction;
 use std::sync::{Arc, Mutex};
 
-mod bandwidth;
-mod connect;
+pub(crate) mod bandwidth;
+pub(crate) mod connect;
 mod icmp;
-mod rtt;
-
-pub fn experiments() -> Vec<Box<dyn Experiment>> {
-    vec![
-        Box::new(rtt::Rtt),
-        Box::new(bandwidth::NetBandwidth),
-        Box::new(connect::Connect),
-    ]
-}
+pub(crate) mod rtt;
 
 /// Where the experiments send their traffic.
 pub(crate) struct PeerTarget {
