@@ -38,6 +38,18 @@ impl Place {
         false
     }
 
+    /// The looks made since `before` (this place earlier).
+    pub(crate) fn since(&self, before: &Place) -> Place {
+        let away = self.away - before.away;
+        Place {
+            cpu: self.cpu,
+            looks: self.looks - before.looks,
+            away,
+            last_away: self.last_away.filter(|_| away > 0),
+            blind: self.blind - before.blind,
+        }
+    }
+
     /// Looks that did not find the thread on its CPU (elsewhere or unanswered).
     pub(crate) fn off(&self) -> u64 {
         self.away + self.blind
@@ -57,5 +69,34 @@ pub(crate) fn pin(cpu: usize) -> Pinned {
         Ok(Pinning::Hard) => Pinned::Hard,
         Ok(p) => Pinned::Soft(p.reason().unwrap_or("no hard pinning").to_string()),
         Err(e) => Pinned::Failed(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Place;
+
+    /// A step's looks are its own: counts since the step began, and no CPU seen away
+    /// before it named as where the thread went during it.
+    #[test]
+    fn looks_since_an_earlier_place_are_the_steps_own() {
+        let before = Place {
+            cpu: 1,
+            looks: 4,
+            away: 1,
+            last_away: Some(3),
+            blind: 1,
+        };
+        let quiet = Place { looks: 6, ..before };
+        let d = quiet.since(&before);
+        assert_eq!((d.looks, d.away, d.blind, d.last_away), (2, 0, 0, None));
+        let moved = Place {
+            looks: 7,
+            away: 2,
+            last_away: Some(0),
+            ..before
+        };
+        let d = moved.since(&before);
+        assert_eq!((d.looks, d.away, d.off(), d.last_away), (3, 1, 1, Some(0)));
     }
 }

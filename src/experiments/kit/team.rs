@@ -289,10 +289,7 @@ impl<'c> Team<'c> {
         r.stop = self.clock.stop();
         r.quiet = crate::harness::thread_preemptions() == c0;
         r.place.look();
-        r.last = r.place;
-        r.last.looks -= before.looks;
-        r.last.away -= before.away;
-        r.last.blind -= before.blind;
+        r.last = r.place.since(&before);
     }
 
     /// Pin failures first, then the members seen elsewhere.
